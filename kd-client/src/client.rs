@@ -1,0 +1,125 @@
+//! A checked connection to the daemon.
+
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use jsonrpsee_client_transport::ws::WsHandshakeError;
+use jsonrpsee_ws_client::{RpcService, RpcServiceBuilder, WsClientBuilder};
+use kd_proto::types::Hello;
+use kd_proto::{KdApiClient, PROTOCOL_VERSION, SOCKET_URL};
+use tokio::net::UnixStream;
+
+use crate::autostart;
+use crate::error::{ClientError, one_line};
+
+/// Largest request or response the client accepts (a long thread is big).
+const MAX_MESSAGE: u32 = 512 * 1024 * 1024;
+
+/// The jsonrpsee client type used by [`Client`].
+pub type WsClient = jsonrpsee::core::client::Client<RpcService>;
+
+/// A WebSocket JSON-RPC connection to `kdd` that passed `daemon.hello`.
+pub struct Client {
+    rpc: WsClient,
+    socket: PathBuf,
+    hello: Hello,
+}
+
+impl Client {
+    /// Connects to a running daemon; never starts one.
+    pub async fn connect(socket: &Path) -> Result<Client, ClientError> {
+        let stream = UnixStream::connect(socket).await.map_err(|e| ClientError::Unreachable {
+            socket: socket.to_path_buf(),
+            reason: reason(&e),
+            hint: "",
+        })?;
+        // No RPC logger middleware: it serialises every request a second time.
+        let rpc = WsClientBuilder::default()
+            .set_rpc_middleware(RpcServiceBuilder::new())
+            .max_request_size(MAX_MESSAGE)
+            .max_response_size(MAX_MESSAGE)
+            .request_timeout(Duration::from_secs(120))
+            .max_buffer_capacity_per_subscription(16 * 1024)
+            .build_with_stream(SOCKET_URL, stream)
+            .await
+            .map_err(|e| handshake_error(socket, e))?;
+        let hello = rpc.daemon_hello().await.map_err(|e| match ClientError::from(e) {
+            // A daemon of another generation may not even know the method.
+            ClientError::Rpc { code: -32601, .. } => ClientError::Protocol {
+                socket: socket.to_path_buf(),
+                theirs: 0,
+                ours: PROTOCOL_VERSION,
+                version: "unknown".into(),
+            },
+            other => other,
+        })?;
+        if hello.protocol != PROTOCOL_VERSION {
+            return Err(ClientError::Protocol {
+                socket: socket.to_path_buf(),
+                theirs: hello.protocol,
+                ours: PROTOCOL_VERSION,
+                version: hello.version,
+            });
+        }
+        Ok(Client { rpc, socket: socket.to_path_buf(), hello })
+    }
+
+    /// Connects, starting `kdd` first when no one answers on the socket,
+    /// unless `KD_NO_AUTOSTART=1`.
+    pub async fn connect_or_start(socket: &Path) -> Result<Client, ClientError> {
+        match Client::connect(socket).await {
+            Err(ClientError::Unreachable { reason, .. }) if autostart::disabled() => Err(ClientError::Unreachable {
+                socket: socket.to_path_buf(),
+                reason,
+                hint: " (KD_NO_AUTOSTART=1, so it was not started; run `kd daemon start`)",
+            }),
+            Err(ClientError::Unreachable { .. }) => {
+                autostart::start(socket).await?;
+                Client::connect(socket).await
+            }
+            other => other,
+        }
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// What the daemon said in `daemon.hello`.
+    pub fn hello(&self) -> &Hello {
+        &self.hello
+    }
+}
+
+impl Deref for Client {
+    type Target = WsClient;
+
+    fn deref(&self) -> &WsClient {
+        &self.rpc
+    }
+}
+
+fn handshake_error(socket: &Path, e: jsonrpsee::core::client::Error) -> ClientError {
+    let socket = socket.to_path_buf();
+    if let jsonrpsee::core::client::Error::Transport(inner) = &e
+        && let Some(WsHandshakeError::Rejected { status_code }) = inner.downcast_ref::<WsHandshakeError>()
+    {
+        let reason = match status_code {
+            403 => "permission denied (the daemon belongs to another user)".to_string(),
+            503 => "too many connections; try again later".to_string(),
+            code => format!("HTTP status {code}"),
+        };
+        return ClientError::Refused { socket, reason };
+    }
+    ClientError::Refused { socket, reason: one_line(&e.to_string()) }
+}
+
+fn reason(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => "no socket there (is kdd running?)".into(),
+        std::io::ErrorKind::ConnectionRefused => "connection refused (no kdd listening)".into(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
+        _ => e.to_string(),
+    }
+}

@@ -1,0 +1,119 @@
+//! `kd daemon start|stop|status|restart`.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use kd_client::{Client, ClientError, KdApiClient, autostart};
+use kd_proto::paths;
+
+use super::{Ctx, print_json};
+use crate::fmt;
+
+#[derive(Debug, Subcommand)]
+pub enum DaemonCommand {
+    /// Start kdd in the background (nothing happens if it runs already)
+    Start,
+    /// Stop kdd gracefully and wait until it has exited
+    Stop,
+    /// Show whether kdd runs, and its status
+    Status(StatusArgs),
+    /// Stop kdd if it runs, then start it
+    Restart,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Print JSON
+    #[arg(long)]
+    json: bool,
+}
+
+/// How long `stop` waits for the daemon to exit.
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub async fn run(ctx: &Ctx, cmd: DaemonCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        DaemonCommand::Start => start(ctx).await,
+        DaemonCommand::Stop => stop(ctx).await,
+        DaemonCommand::Status(a) => status(ctx, a).await,
+        DaemonCommand::Restart => {
+            stop(ctx).await?;
+            start(ctx).await
+        }
+    }
+}
+
+async fn start(ctx: &Ctx) -> anyhow::Result<ExitCode> {
+    let already = Client::connect(&ctx.socket).await.ok();
+    let client = match already {
+        Some(c) => {
+            println!("kdd already running (pid {}) on {}", c.hello().pid, ctx.socket.display());
+            return Ok(ExitCode::SUCCESS);
+        }
+        None => {
+            autostart::start(&ctx.socket).await?;
+            Client::connect(&ctx.socket).await?
+        }
+    };
+    println!("kdd started (pid {}) on {}", client.hello().pid, ctx.socket.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn stop(ctx: &Ctx) -> anyhow::Result<ExitCode> {
+    let client = match Client::connect(&ctx.socket).await {
+        Ok(c) => c,
+        Err(ClientError::Unreachable { .. }) => {
+            println!("kdd is not running on {}", ctx.socket.display());
+            return Ok(ExitCode::SUCCESS);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let pid = client.hello().pid;
+    client.daemon_shutdown().await.map_err(ClientError::from)?;
+    drop(client);
+    wait_exited(ctx).await?;
+    println!("kdd stopped (pid {pid})");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Waits until the daemon has released its lock file, which the kernel does
+/// the moment the process exits.
+async fn wait_exited(ctx: &Ctx) -> anyhow::Result<()> {
+    let lock_path = paths::lock_path(&ctx.socket);
+    let file = match std::fs::File::open(&lock_path) {
+        Ok(f) => f,
+        Err(_) => return Ok(()),
+    };
+    let waited = tokio::time::timeout(STOP_TIMEOUT, tokio::task::spawn_blocking(move || file.lock_shared())).await;
+    match waited {
+        Ok(Ok(Ok(()))) => Ok(()),
+        Ok(Ok(Err(e))) => Err(anyhow::anyhow!("cannot wait for kdd to exit: {e}")),
+        Ok(Err(e)) => Err(anyhow::anyhow!("cannot wait for kdd to exit: {e}")),
+        Err(_) => Err(anyhow::anyhow!("kdd did not exit within {} s", STOP_TIMEOUT.as_secs())),
+    }
+}
+
+async fn status(ctx: &Ctx, a: StatusArgs) -> anyhow::Result<ExitCode> {
+    let client = match Client::connect(&ctx.socket).await {
+        Ok(c) => c,
+        Err(ClientError::Unreachable { .. }) if !a.json => {
+            println!("kdd is not running on {}", ctx.socket.display());
+            return Ok(ExitCode::from(3));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let s = client.daemon_status().await.map_err(ClientError::from)?;
+    if a.json {
+        print_json(&s)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("kdd {} running (pid {}, up {})", s.version, s.pid, fmt::duration_ms(s.uptime_ms));
+    println!("  socket    {}", s.socket);
+    println!("  database  {} (schema {})", s.db, s.schema_version);
+    println!("  protocol  {}", s.protocol);
+    println!("  threads   {}", s.threads);
+    println!("  runs      {} in flight", s.runs_in_flight);
+    println!("  clients   {} connected, {} subscriptions", s.clients, s.subscriptions);
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,288 @@
+//! Read-only views of the registry: `kd threads`, `kd show`, `kd sessions`,
+//! `kd locks`, `kd events`.
+
+use std::process::ExitCode;
+
+use anyhow::anyhow;
+use clap::Args;
+use kd_client::{ClientError, KdApiClient, workspace};
+use kd_proto::types::{Message, SessionStatus, Thread, ThreadStatus};
+
+use super::{Ctx, print_json};
+use crate::fmt::{self, Table};
+
+#[derive(Debug, Args)]
+pub struct ThreadsArgs {
+    /// Only threads of the current workspace
+    #[arg(long)]
+    here: bool,
+    /// Only threads with this status (active, idle, archived)
+    #[arg(long, value_parser = parse_thread_status)]
+    status: Option<ThreadStatus>,
+    /// At most this many
+    #[arg(long)]
+    limit: Option<u32>,
+    /// Print JSON
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn threads(ctx: &Ctx, a: ThreadsArgs) -> anyhow::Result<ExitCode> {
+    let client = ctx.client().await?;
+    let ws = if a.here { Some(workspace::current()?.root.display().to_string()) } else { None };
+    let threads = client.thread_list(ws, a.status, a.limit).await.map_err(ClientError::from)?;
+    if a.json {
+        print_json(&threads)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if threads.is_empty() {
+        println!("no threads yet");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let now = fmt::now_ms();
+    let mut t = Table::new(&["ID", "STATUS", "MSGS", "LAST ACTIVITY", "MEMBERS", "BRANCH", "WORKSPACE", "TITLE"]);
+    for th in &threads {
+        t.row(vec![
+            th.id.clone(),
+            status_name(th.status).into(),
+            th.last_seq.to_string(),
+            fmt::ago_ms(th.last_activity_at_ms, now),
+            th.members.join(","),
+            th.branch.clone().unwrap_or_else(|| "-".into()),
+            th.workspace.clone(),
+            th.title.clone().unwrap_or_default(),
+        ]);
+    }
+    print!("{}", t.render());
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// Thread id [default: the current thread of this workspace and branch]
+    thread: Option<String>,
+    /// Print JSON (the thread and its messages)
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn show(ctx: &Ctx, a: ShowArgs) -> anyhow::Result<ExitCode> {
+    let client = ctx.client().await?;
+    let thread = match a.thread {
+        Some(id) => client.thread_get(id).await.map_err(ClientError::from)?,
+        None => {
+            let ws = workspace::current()?;
+            client
+                .thread_current(ws.root.display().to_string(), ws.branch.clone())
+                .await
+                .map_err(ClientError::from)?
+                .ok_or_else(|| anyhow!("no current thread in {}; name one (see `kd threads`)", ws.root.display()))?
+        }
+    };
+    let messages = client.thread_messages(thread.id.clone(), None, None).await.map_err(ClientError::from)?;
+    if a.json {
+        print_json(&serde_json::json!({ "thread": thread, "messages": messages }))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    print!("{}", render_thread(&thread, &messages));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The plain-text rendering of a thread.
+pub fn render_thread(thread: &Thread, messages: &[Message]) -> String {
+    let mut out = format!("thread {} · {}", thread.id, thread.workspace);
+    if let Some(b) = &thread.branch {
+        out.push_str(&format!(" ({b})"));
+    }
+    out.push_str(&format!(" · {} messages", messages.len()));
+    if !thread.members.is_empty() {
+        out.push_str(&format!(" · members: {}", thread.members.join(", ")));
+    }
+    out.push('\n');
+    if let Some(title) = &thread.title {
+        out.push_str(&format!("{title}\n"));
+    }
+    for m in messages {
+        let mut head = format!("\n#{} {}", m.seq, m.from);
+        let to: Vec<&str> = m.to.iter().map(String::as_str).filter(|t| *t != "all").collect();
+        if !to.is_empty() {
+            head.push_str(&format!(" → {}", to.join(", ")));
+        }
+        if !m.cc.is_empty() {
+            head.push_str(&format!(" (cc {})", m.cc.join(", ")));
+        }
+        if let Some(r) = m.reply_to {
+            head.push_str(&format!(" (re #{r})"));
+        }
+        match m.kind {
+            kd_proto::types::MessageKind::Error => head.push_str(" [error]"),
+            kd_proto::types::MessageKind::Interrupted => head.push_str(" [interrupted]"),
+            kd_proto::types::MessageKind::System => head.push_str(" [system]"),
+            _ => {}
+        }
+        head.push_str(&format!(" · {}", fmt::time_ms(m.created_at_ms)));
+        out.push_str(&head);
+        out.push('\n');
+        out.push_str(&m.body);
+        if !m.body.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[derive(Debug, Args)]
+pub struct SessionsArgs {
+    /// Only this thread
+    #[arg(long)]
+    thread: Option<String>,
+    /// Only this agent
+    #[arg(long)]
+    agent: Option<String>,
+    /// Only this status (active, completed, expired, idle, archived)
+    #[arg(long, value_parser = parse_session_status)]
+    status: Option<SessionStatus>,
+    /// Print JSON
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn sessions(ctx: &Ctx, a: SessionsArgs) -> anyhow::Result<ExitCode> {
+    let client = ctx.client().await?;
+    let sessions = client.session_list(a.thread, a.agent, a.status).await.map_err(ClientError::from)?;
+    if a.json {
+        print_json(&sessions)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if sessions.is_empty() {
+        println!("no sessions");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let now = fmt::now_ms();
+    let mut t = Table::new(&["ID", "THREAD", "AGENT", "STATUS", "HOLDER", "PID", "LAST ACTIVE", "BACKEND SESSION"]);
+    for s in &sessions {
+        t.row(vec![
+            s.id.clone(),
+            s.thread.clone(),
+            s.agent.clone(),
+            s.status.as_str().into(),
+            s.holder.clone().unwrap_or_else(|| "-".into()),
+            s.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+            fmt::ago_ms(s.last_active_at_ms, now),
+            s.backend_session_id.clone().unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    print!("{}", t.render());
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Debug, Args)]
+pub struct LocksArgs {
+    /// Only this resource
+    resource: Option<String>,
+    /// Print JSON
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn locks(ctx: &Ctx, a: LocksArgs) -> anyhow::Result<ExitCode> {
+    let client = ctx.client().await?;
+    let locks = client.lock_list(a.resource).await.map_err(ClientError::from)?;
+    if a.json {
+        print_json(&locks)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if locks.is_empty() {
+        println!("no locks held");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut t = Table::new(&["RESOURCE", "HOLDER", "PID", "TOKEN", "EXPIRES IN"]);
+    for l in &locks {
+        t.row(vec![
+            l.resource.clone(),
+            l.holder.clone(),
+            l.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+            l.token.to_string(),
+            fmt::duration_ms(l.expires_in_ms),
+        ]);
+    }
+    print!("{}", t.render());
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    /// Only this thread
+    #[arg(long)]
+    thread: Option<String>,
+    /// Only events concerning this agent
+    #[arg(long)]
+    agent: Option<String>,
+    /// Only this kind (e.g. message, session.resume, lock.acquire)
+    #[arg(long)]
+    kind: Option<String>,
+    /// Only events after this id
+    #[arg(long)]
+    since: Option<u64>,
+    /// At most this many (at most 1000 per call)
+    #[arg(long)]
+    limit: Option<u32>,
+    /// Print JSON
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn events(ctx: &Ctx, a: EventsArgs) -> anyhow::Result<ExitCode> {
+    let client = ctx.client().await?;
+    let events = client.events_list(a.thread, a.agent, a.kind, a.since, a.limit).await.map_err(ClientError::from)?;
+    if a.json {
+        print_json(&events)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if events.is_empty() {
+        println!("no events");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut t = Table::new(&["ID", "TIME", "KIND", "THREAD", "WHO", "TO", "DETAILS"]);
+    for e in &events {
+        let who = e.agent.clone().or_else(|| e.from.clone()).unwrap_or_else(|| "-".into());
+        let mut details = e.data.clone();
+        if let Some(obj) = details.as_object_mut() {
+            // The body is in the message; keep the line short.
+            obj.remove("body");
+        }
+        let mut details = details.to_string();
+        if details.chars().count() > 80 {
+            details = details.chars().take(79).collect::<String>() + "…";
+        }
+        t.row(vec![
+            e.id.to_string(),
+            fmt::time_ms(e.at_ms),
+            e.kind.clone(),
+            e.thread.clone().unwrap_or_else(|| "-".into()),
+            who,
+            if e.to.is_empty() { "-".into() } else { e.to.join(",") },
+            details,
+        ]);
+    }
+    print!("{}", t.render());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn status_name(s: ThreadStatus) -> &'static str {
+    match s {
+        ThreadStatus::Active => "active",
+        ThreadStatus::Idle => "idle",
+        ThreadStatus::Archived => "archived",
+    }
+}
+
+fn parse_thread_status(s: &str) -> Result<ThreadStatus, String> {
+    serde_json::from_value(serde_json::Value::String(s.to_string()))
+        .map_err(|_| format!("{s:?} is not a thread status (active, idle, archived)"))
+}
+
+fn parse_session_status(s: &str) -> Result<SessionStatus, String> {
+    serde_json::from_value(serde_json::Value::String(s.to_string()))
+        .map_err(|_| format!("{s:?} is not a session status (active, completed, expired, idle, archived)"))
+}

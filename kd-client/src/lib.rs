@@ -1,0 +1,29 @@
+//! # kd-client — talk to `kdd` from Rust
+//!
+//! The library half of the `kd` binary, usable by other tools:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), kd_client::ClientError> {
+//! use kd_client::{Client, KdApiClient};
+//! let client = Client::connect_or_start(&kd_client::socket_path(None)).await?;
+//! let threads = client.thread_list(None, None, Some(10)).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! - [`Client`]: a WebSocket JSON-RPC connection over the daemon's Unix
+//!   socket that has checked the daemon's protocol version; it derefs to the
+//!   jsonrpsee client, so every `KdApiClient` method is available on it;
+//! - [`autostart`]: starting `kdd` when no one answers (F-D5);
+//! - [`ClientError`]: failures worded for a one-line message.
+
+#![forbid(unsafe_code)]
+
+pub mod autostart;
+mod client;
+mod error;
+pub mod workspace;
+
+pub use client::Client;
+pub use error::ClientError;
+pub use kd_proto::paths::socket_path;
+pub use kd_proto::{self, KdApiClient};

@@ -1,0 +1,83 @@
+//! `kd`: the command-line client of the kd daemon.
+
+#![forbid(unsafe_code)]
+
+mod cmd;
+mod fmt;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use kd_client::ClientError;
+
+/// Run a council of AI coding agents from the terminal.
+#[derive(Debug, Parser)]
+#[command(name = "kd", version, propagate_version = true)]
+struct Cli {
+    /// Daemon socket [default: $KD_SOCKET, $XDG_RUNTIME_DIR/kd/kdd.sock, /tmp/kd-$UID/kdd.sock]
+    #[arg(long, global = true, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Start, stop or inspect the daemon
+    #[command(subcommand)]
+    Daemon(cmd::daemon::DaemonCommand),
+    /// List threads, most recently active first
+    Threads(cmd::inspect::ThreadsArgs),
+    /// Print a thread's messages
+    Show(cmd::inspect::ShowArgs),
+    /// List agent sessions
+    Sessions(cmd::inspect::SessionsArgs),
+    /// List conversation locks currently held
+    Locks(cmd::inspect::LocksArgs),
+    /// Print the event log
+    Events(cmd::inspect::EventsArgs),
+    /// Print the RPC reference in Markdown (used to keep the README current)
+    #[command(hide = true)]
+    RpcReference,
+}
+
+/// Exit status when the daemon cannot be reached, refuses, or speaks
+/// another protocol.
+const EXIT_DAEMON: u8 = 3;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("kd: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let ctx = cmd::Ctx::new(cli.socket);
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Daemon(c) => cmd::daemon::run(&ctx, c).await,
+            Command::Threads(a) => cmd::inspect::threads(&ctx, a).await,
+            Command::Show(a) => cmd::inspect::show(&ctx, a).await,
+            Command::Sessions(a) => cmd::inspect::sessions(&ctx, a).await,
+            Command::Locks(a) => cmd::inspect::locks(&ctx, a).await,
+            Command::Events(a) => cmd::inspect::events(&ctx, a).await,
+            Command::RpcReference => {
+                print!("{}", kd_proto::openrpc::markdown_reference());
+                Ok(ExitCode::SUCCESS)
+            }
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("kd: {}", fmt::one_line(&format!("{e:#}")));
+            match e.downcast_ref::<ClientError>() {
+                Some(c) if c.is_connection() => ExitCode::from(EXIT_DAEMON),
+                _ => ExitCode::FAILURE,
+            }
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! The whole wire contract as one jsonrpsee trait. `kdd` implements the
+//! generated `KdApiServer`; clients call through the generated `KdApiClient`
+//! (parameters are sent by name). Every method here is also described, with
+//! its parameters, in [`crate::openrpc`]; a test in `kdd` keeps the two equal.
+
+// Parameter lists are the wire format; grouping them into structs would make
+// `curl` calls nest one level deeper for no gain.
+#![allow(clippy::too_many_arguments)]
+
+use jsonrpsee::core::SubscriptionResult;
+use jsonrpsee::proc_macros::rpc;
+use jsonrpsee::types::ErrorObjectOwned;
+
+use crate::types::*;
+
+/// Result type of every method.
+pub type RpcResult<T> = Result<T, ErrorObjectOwned>;
+
+#[rpc(server, client)]
+pub trait KdApi {
+    /// Protocol version and capabilities; clients call it first.
+    #[method(name = "daemon.hello", param_kind = map)]
+    async fn daemon_hello(&self) -> RpcResult<Hello>;
+
+    /// Version, uptime, paths, counts.
+    #[method(name = "daemon.status", param_kind = map)]
+    async fn daemon_status(&self) -> RpcResult<DaemonStatus>;
+
+    /// Stop gracefully: runs in flight are cancelled and recorded, then exit 0.
+    #[method(name = "daemon.shutdown", param_kind = map)]
+    async fn daemon_shutdown(&self) -> RpcResult<ShutdownAck>;
+
+    /// The OpenRPC document describing every method.
+    #[method(name = "rpc.discover", param_kind = map)]
+    async fn rpc_discover(&self) -> RpcResult<serde_json::Value>;
+
+    #[method(name = "thread.create", param_kind = map)]
+    async fn thread_create(
+        &self,
+        workspace: String,
+        branch: Option<String>,
+        title: Option<String>,
+        members: Option<Vec<String>>,
+        id: Option<String>,
+        lineage: Option<Lineage>,
+        parent: Option<String>,
+        set_current: Option<bool>,
+    ) -> RpcResult<Thread>;
+
+    #[method(name = "thread.list", param_kind = map)]
+    async fn thread_list(
+        &self,
+        workspace: Option<String>,
+        status: Option<ThreadStatus>,
+        limit: Option<u32>,
+    ) -> RpcResult<Vec<Thread>>;
+
+    #[method(name = "thread.get", param_kind = map)]
+    async fn thread_get(&self, thread: String) -> RpcResult<Thread>;
+
+    #[method(name = "thread.current", param_kind = map)]
+    async fn thread_current(&self, workspace: String, branch: Option<String>) -> RpcResult<Option<Thread>>;
+
+    #[method(name = "thread.set_current", param_kind = map)]
+    async fn thread_set_current(&self, workspace: String, branch: Option<String>, thread: String) -> RpcResult<Thread>;
+
+    #[method(name = "thread.archive", param_kind = map)]
+    async fn thread_archive(&self, thread: String) -> RpcResult<Thread>;
+
+    #[method(name = "thread.messages", param_kind = map)]
+    async fn thread_messages(
+        &self,
+        thread: String,
+        since_seq: Option<u64>,
+        limit: Option<u32>,
+    ) -> RpcResult<Vec<Message>>;
+
+    #[method(name = "message.append", param_kind = map)]
+    async fn message_append(
+        &self,
+        thread: String,
+        from: String,
+        body: String,
+        to: Option<Vec<String>>,
+        cc: Option<Vec<String>>,
+        reply_to: Option<u64>,
+        kind: Option<MessageKind>,
+        round: Option<u32>,
+        correlation_id: Option<String>,
+        fence: Option<Fence>,
+    ) -> RpcResult<Message>;
+
+    /// Messages after `since_seq` from the registry, then live events.
+    #[subscription(
+        name = "thread.subscribe" => "thread.event",
+        unsubscribe = "thread.unsubscribe",
+        item = ThreadEvent,
+        param_kind = map
+    )]
+    async fn thread_subscribe(&self, thread: String, since_seq: Option<u64>) -> SubscriptionResult;
+
+    #[method(name = "session.start", param_kind = map)]
+    async fn session_start(
+        &self,
+        thread: String,
+        agent: String,
+        backend_session_id: Option<String>,
+        holder: Option<String>,
+        pid: Option<u32>,
+        metadata: Option<serde_json::Value>,
+    ) -> RpcResult<Session>;
+
+    #[method(name = "session.resume", param_kind = map)]
+    async fn session_resume(&self, session: String, holder: Option<String>, pid: Option<u32>) -> RpcResult<Session>;
+
+    #[method(name = "session.end", param_kind = map)]
+    async fn session_end(
+        &self,
+        session: String,
+        status: Option<SessionStatus>,
+        backend_session_id: Option<String>,
+    ) -> RpcResult<Session>;
+
+    #[method(name = "session.list", param_kind = map)]
+    async fn session_list(
+        &self,
+        thread: Option<String>,
+        agent: Option<String>,
+        status: Option<SessionStatus>,
+    ) -> RpcResult<Vec<Session>>;
+
+    #[method(name = "lock.acquire", param_kind = map)]
+    async fn lock_acquire(
+        &self,
+        resource: String,
+        holder: String,
+        ttl_ms: u64,
+        pid: Option<u32>,
+    ) -> RpcResult<LockOutcome>;
+
+    #[method(name = "lock.release", param_kind = map)]
+    async fn lock_release(&self, resource: String, token: u64) -> RpcResult<LockReleased>;
+
+    #[method(name = "lock.list", param_kind = map)]
+    async fn lock_list(&self, resource: Option<String>) -> RpcResult<Vec<Lock>>;
+
+    #[method(name = "events.list", param_kind = map)]
+    async fn events_list(
+        &self,
+        thread: Option<String>,
+        agent: Option<String>,
+        kind: Option<String>,
+        since_id: Option<u64>,
+        limit: Option<u32>,
+    ) -> RpcResult<Vec<Event>>;
+}

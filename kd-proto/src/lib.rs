@@ -1,0 +1,33 @@
+//! # kd-proto — the wire contract between `kdd` and its clients
+//!
+//! Everything that crosses the daemon's Unix socket is defined here and
+//! nowhere else; `kdd` converts its database rows into these types at the
+//! edge, and clients use them as they are.
+//!
+//! - [`api`]: the jsonrpsee `#[rpc]` trait — `KdApiServer` for the daemon,
+//!   `KdApiClient` for clients;
+//! - [`types`]: params, results and subscription items (serde + JSON Schema);
+//! - [`error`]: the stable JSON-RPC error codes;
+//! - [`openrpc`]: the OpenRPC document served by `rpc.discover`;
+//! - [`paths`]: where the socket and database live (F-D1);
+//! - [`names`]: validation of ids and names that could reach a path.
+
+pub mod api;
+pub mod error;
+pub mod names;
+pub mod openrpc;
+pub mod paths;
+pub mod types;
+
+pub use api::{KdApiClient, KdApiServer, RpcResult};
+pub use error::ErrorCode;
+
+/// Version of the wire protocol, independent of the release version. A
+/// client refuses a daemon that speaks another one.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Release version of this crate (all kd crates share it).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The HTTP URL clients use on the Unix socket (the host part is ignored).
+pub const SOCKET_URL: &str = "ws://kd/";

@@ -1,0 +1,74 @@
+//! Validation of the names that reach file paths, argv or SQL keys: thread
+//! ids and member names. Anything that could escape a path is refused.
+
+/// Longest thread id or member name accepted.
+pub const MAX_NAME_LEN: usize = 64;
+
+/// The sender name of the human user.
+pub const KING: &str = "king";
+/// The addressee meaning "every member".
+pub const ALL: &str = "all";
+
+/// Why a name was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("{what} is empty")]
+    Empty { what: &'static str },
+    #[error("{what} {name:?} is longer than {MAX_NAME_LEN} characters")]
+    TooLong { what: &'static str, name: String },
+    #[error("{what} {name:?} may only contain {allowed} and must start with a letter or digit")]
+    BadChars { what: &'static str, name: String, allowed: &'static str },
+}
+
+/// A thread id: `[a-z0-9][a-z0-9-]*`, at most 64 characters.
+pub fn check_thread_id(id: &str) -> Result<(), NameError> {
+    check(id, "thread id", "a-z, 0-9 and '-'", |c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+/// A member, agent or sender name: `[a-z0-9][a-z0-9_.-]*`, at most 64 characters.
+pub fn check_member_name(name: &str) -> Result<(), NameError> {
+    check(name, "member name", "a-z, 0-9, '_', '.' and '-'", |c| {
+        c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '.' | '-')
+    })
+}
+
+fn check(name: &str, what: &'static str, allowed: &'static str, ok: impl Fn(char) -> bool) -> Result<(), NameError> {
+    let mut chars = name.chars();
+    let Some(first) = chars.next() else {
+        return Err(NameError::Empty { what });
+    };
+    if name.len() > MAX_NAME_LEN {
+        return Err(NameError::TooLong { what, name: name.to_string() });
+    }
+    if !(first.is_ascii_lowercase() || first.is_ascii_digit()) || !chars.all(ok) {
+        return Err(NameError::BadChars { what, name: name.to_string(), allowed });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thread_ids_that_could_escape_a_path_are_refused() {
+        for bad in ["", "../x", "a/b", ".", "..", "-x", "A", "a b", "a\0", "é", &"a".repeat(65)] {
+            assert!(check_thread_id(bad).is_err(), "{bad:?} accepted");
+        }
+        for good in ["a8b3", "council-a8ba", "0", &"a".repeat(64)] {
+            assert_eq!(check_thread_id(good), Ok(()), "{good:?} refused");
+        }
+    }
+
+    #[test]
+    fn member_names() {
+        for bad in ["", "..", ".hidden", "a/b", "Claude", "x y", "_x"] {
+            assert!(check_member_name(bad).is_err(), "{bad:?} accepted");
+        }
+        for good in ["claude", "codex", "gpt-5.1", "my_agent", "king", "all"] {
+            assert_eq!(check_member_name(good), Ok(()), "{good:?} refused");
+        }
+        let e = check_member_name("a/b").unwrap_err().to_string();
+        assert!(e.contains("member name \"a/b\""), "{e}");
+    }
+}

@@ -1,0 +1,375 @@
+//! The OpenRPC description of [`crate::api::KdApi`], served by
+//! `rpc.discover`, rendered into the README's RPC reference, and used by the
+//! daemon to refuse parameters a method does not take.
+//!
+//! Schemas come from the wire types themselves (schemars), so the document
+//! cannot drift from the types; method and parameter names are listed here
+//! once and checked against the server's method table by a test in `kdd`.
+
+use std::sync::OnceLock;
+
+use schemars::generate::{SchemaGenerator, SchemaSettings};
+use schemars::{JsonSchema, Schema};
+use serde_json::{Value, json};
+
+use crate::error::ErrorCode;
+use crate::types::*;
+
+/// One parameter of a method.
+#[derive(Debug, Clone)]
+pub struct ParamDoc {
+    pub name: &'static str,
+    pub required: bool,
+    pub summary: &'static str,
+    schema: Schema,
+}
+
+/// One method (or subscription) of the API.
+#[derive(Debug, Clone)]
+pub struct MethodDoc {
+    pub name: &'static str,
+    pub summary: &'static str,
+    pub params: Vec<ParamDoc>,
+    pub result_name: &'static str,
+    result: Schema,
+    pub errors: Vec<ErrorCode>,
+    /// For subscriptions: the notification method and the unsubscribe method.
+    pub subscription: Option<(&'static str, &'static str)>,
+}
+
+impl MethodDoc {
+    /// Whether `name` is one of this method's parameters.
+    pub fn takes(&self, name: &str) -> bool {
+        self.params.iter().any(|p| p.name == name)
+    }
+
+    pub fn param_names(&self) -> Vec<&'static str> {
+        self.params.iter().map(|p| p.name).collect()
+    }
+}
+
+/// Every method, in reference order.
+pub fn methods() -> &'static [MethodDoc] {
+    &api().0
+}
+
+/// Look a method up by its wire name.
+pub fn method(name: &str) -> Option<&'static MethodDoc> {
+    methods().iter().find(|m| m.name == name)
+}
+
+/// The OpenRPC 1.2 document.
+pub fn document() -> &'static Value {
+    &api().1
+}
+
+fn api() -> &'static (Vec<MethodDoc>, Value) {
+    static API: OnceLock<(Vec<MethodDoc>, Value)> = OnceLock::new();
+    API.get_or_init(build)
+}
+
+struct Builder {
+    generator: SchemaGenerator,
+    methods: Vec<MethodDoc>,
+}
+
+impl Builder {
+    fn method<R: JsonSchema>(
+        &mut self,
+        name: &'static str,
+        result_name: &'static str,
+        summary: &'static str,
+    ) -> &mut MethodDoc {
+        let result = self.generator.subschema_for::<R>();
+        self.methods.push(MethodDoc {
+            name,
+            summary,
+            params: Vec::new(),
+            result_name,
+            result,
+            errors: Vec::new(),
+            subscription: None,
+        });
+        let last = self.methods.len() - 1;
+        &mut self.methods[last]
+    }
+
+    /// Adds a parameter to the last method.
+    fn param<T: JsonSchema>(&mut self, name: &'static str, required: bool, summary: &'static str) -> &mut Self {
+        let schema = self.generator.subschema_for::<T>();
+        if let Some(m) = self.methods.last_mut() {
+            m.params.push(ParamDoc { name, required, summary, schema });
+        }
+        self
+    }
+
+    fn errors(&mut self, errors: &[ErrorCode]) -> &mut Self {
+        if let Some(m) = self.methods.last_mut() {
+            m.errors.extend_from_slice(errors);
+        }
+        self
+    }
+}
+
+fn build() -> (Vec<MethodDoc>, Value) {
+    use ErrorCode::*;
+    let mut settings = SchemaSettings::draft2020_12();
+    settings.definitions_path = "/components/schemas/".into();
+    let mut b = Builder { generator: settings.into_generator(), methods: Vec::new() };
+
+    b.method::<Hello>(
+        "daemon.hello",
+        "hello",
+        "Protocol version and capabilities. Clients call it first and refuse another protocol.",
+    );
+    b.method::<DaemonStatus>("daemon.status", "status", "Version, pid, uptime, socket and database paths, schema version, counts of threads, runs, clients and subscriptions.");
+    b.method::<ShutdownAck>("daemon.shutdown", "ack", "Stop gracefully: stop accepting, cancel runs in flight and record them as interrupted, close the database, remove the socket, exit 0.");
+    b.method::<Value>("rpc.discover", "document", "This OpenRPC document.");
+
+    b.method::<Thread>("thread.create", "thread", "Create a thread.");
+    b.param::<String>("workspace", true, "directory the conversation belongs to (absolute)")
+        .param::<String>("branch", false, "git branch of the workspace")
+        .param::<String>("title", false, "a title to show in lists")
+        .param::<Vec<String>>("members", false, "council members, in turn order")
+        .param::<String>("id", false, "the id to use instead of a generated one: [a-z0-9][a-z0-9-]*")
+        .param::<Lineage>("lineage", false, "trunk (default) or branch")
+        .param::<String>("parent", false, "the thread a branch forks from (required for a branch)")
+        .param::<bool>("set_current", false, "make it the current thread of workspace+branch")
+        .errors(&[InvalidArgument, AlreadyExists, NotFound]);
+    b.method::<Vec<Thread>>("thread.list", "threads", "Threads, most recently active first.");
+    b.param::<String>("workspace", false, "only threads of this workspace")
+        .param::<ThreadStatus>("status", false, "only threads with this status")
+        .param::<u32>("limit", false, "at most this many (default all)");
+    b.method::<Thread>("thread.get", "thread", "One thread.");
+    b.param::<String>("thread", true, "thread id").errors(&[NotFound]);
+    b.method::<Option<Thread>>("thread.current", "thread", "The current thread of a workspace and branch, or null.");
+    b.param::<String>("workspace", true, "workspace directory").param::<String>("branch", false, "git branch");
+    b.method::<Thread>("thread.set_current", "thread", "Make a thread the current one of a workspace and branch.");
+    b.param::<String>("workspace", true, "workspace directory")
+        .param::<String>("branch", false, "git branch")
+        .param::<String>("thread", true, "thread id")
+        .errors(&[NotFound]);
+    b.method::<Thread>("thread.archive", "thread", "Archive a thread; its sessions are archived with it.");
+    b.param::<String>("thread", true, "thread id").errors(&[NotFound]);
+    b.method::<Vec<Message>>("thread.messages", "messages", "Messages of a thread in seq order.");
+    b.param::<String>("thread", true, "thread id")
+        .param::<u64>("since_seq", false, "only messages with a larger seq")
+        .param::<u32>("limit", false, "at most this many (default all)")
+        .errors(&[NotFound]);
+    b.method::<Message>("message.append", "message", "Append a message; it gets the next seq of the thread.");
+    b.param::<String>("thread", true, "thread id")
+        .param::<String>("from", true, "sender: king or a member name")
+        .param::<String>("body", true, "the text, verbatim")
+        .param::<Vec<String>>("to", false, "addressees (default [\"all\"])")
+        .param::<Vec<String>>("cc", false, "copied members")
+        .param::<u64>("reply_to", false, "seq of the message answered")
+        .param::<MessageKind>("kind", false, "default king when from is king, else agent")
+        .param::<u32>("round", false, "council round")
+        .param::<String>("correlation_id", false, "recorded in the event log")
+        .param::<Fence>("fence", false, "lock token that must still be current for the write to happen")
+        .errors(&[InvalidArgument, NotFound, StaleToken]);
+    b.method::<ThreadEvent>("thread.subscribe", "event", "Subscribe to a thread: first the messages after since_seq (if given), then live events, in order and without a gap. Notifications are thread.event; cancel with thread.unsubscribe.");
+    b.param::<String>("thread", true, "thread id")
+        .param::<u64>("since_seq", false, "send the backlog of messages after this seq first (0 for all)")
+        .errors(&[NotFound, LimitExceeded]);
+    if let Some(m) = b.methods.last_mut() {
+        m.subscription = Some(("thread.event", "thread.unsubscribe"));
+    }
+
+    b.method::<Session>(
+        "session.start",
+        "session",
+        "Start an active session for an agent on a thread. At most one session per thread and agent is active.",
+    );
+    b.param::<String>("thread", true, "thread id")
+        .param::<String>("agent", true, "member name")
+        .param::<String>("backend_session_id", false, "the backend's own session id, what --resume takes")
+        .param::<String>("holder", false, "who holds it (client or run label)")
+        .param::<u32>("pid", false, "process using it; if it dies the session is free")
+        .param::<Value>("metadata", false, "any JSON object")
+        .errors(&[InvalidArgument, NotFound, SessionActive]);
+    b.method::<Session>("session.resume", "session", "Resume a session. Refused with session_active (data: holder, pid) while another holder has it active: a conversation is never forked.");
+    b.param::<String>("session", true, "session id")
+        .param::<String>("holder", false, "who resumes it")
+        .param::<u32>("pid", false, "process using it")
+        .errors(&[NotFound, SessionActive]);
+    b.method::<Session>("session.end", "session", "End a session (status completed unless given).");
+    b.param::<String>("session", true, "session id")
+        .param::<SessionStatus>("status", false, "completed (default), expired, idle or archived")
+        .param::<String>("backend_session_id", false, "record the backend's session id")
+        .errors(&[NotFound, InvalidArgument]);
+    b.method::<Vec<Session>>("session.list", "sessions", "Sessions, newest first.");
+    b.param::<String>("thread", false, "only this thread")
+        .param::<String>("agent", false, "only this agent")
+        .param::<SessionStatus>("status", false, "only this status");
+
+    b.method::<LockOutcome>("lock.acquire", "outcome", "Acquire a conversation lock for ttl_ms: acquired with a fencing token that grows with every acquisition, or denied with the holder and expires_in_ms. A lock whose TTL passed or whose holder pid died is free. The same holder and pid re-acquiring renews it.");
+    b.param::<String>("resource", true, "what is locked, e.g. a thread id")
+        .param::<String>("holder", true, "who wants it")
+        .param::<u64>("ttl_ms", true, "how long it is held unless released (1 ms to 24 h)")
+        .param::<u32>("pid", false, "holder process; if it dies the lock is free")
+        .errors(&[InvalidArgument]);
+    b.method::<LockReleased>(
+        "lock.release",
+        "released",
+        "Release a lock; refused with stale_token unless token is the current one.",
+    );
+    b.param::<String>("resource", true, "what is locked")
+        .param::<u64>("token", true, "the fencing token from lock.acquire")
+        .errors(&[StaleToken]);
+    b.method::<Vec<Lock>>("lock.list", "locks", "Locks currently held (expired and dead-holder locks are not listed).");
+    b.param::<String>("resource", false, "only this resource");
+
+    b.method::<Vec<Event>>(
+        "events.list",
+        "events",
+        "The event log, oldest first: sessions, messages, routing, runs, locks.",
+    );
+    b.param::<String>("thread", false, "only this thread")
+        .param::<String>("agent", false, "only events concerning this agent")
+        .param::<String>("kind", false, "only this kind, e.g. message or session.resume")
+        .param::<u64>("since_id", false, "only events with a larger id")
+        .param::<u32>("limit", false, "at most this many (default 1000)");
+
+    let definitions = b.generator.take_definitions(true);
+    let doc = json!({
+        "openrpc": "1.2.6",
+        "info": {
+            "title": "kdd",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": format!("The kd daemon. Protocol version {}. Times are Unix milliseconds.", crate::PROTOCOL_VERSION),
+        },
+        "methods": b.methods.iter().map(method_json).collect::<Vec<_>>(),
+        "components": {
+            "schemas": definitions,
+            "errors": ErrorCode::ALL.iter().map(|c| (c.name().to_string(), json!({"code": c.code(), "message": c.name()}))).collect::<serde_json::Map<_, _>>(),
+        },
+    });
+    (b.methods, doc)
+}
+
+fn method_json(m: &MethodDoc) -> Value {
+    let mut v = json!({
+        "name": m.name,
+        "summary": m.summary,
+        "paramStructure": "either",
+        "params": m.params.iter().map(|p| json!({
+            "name": p.name,
+            "required": p.required,
+            "summary": p.summary,
+            "schema": p.schema,
+        })).collect::<Vec<_>>(),
+        "result": { "name": m.result_name, "schema": m.result },
+        "errors": m.errors.iter().map(|c| json!({"code": c.code(), "message": c.name()})).collect::<Vec<_>>(),
+    });
+    if let Some((notification, unsubscribe)) = m.subscription {
+        v["x-subscription"] = json!({ "notification": notification, "unsubscribe": unsubscribe });
+    }
+    v
+}
+
+/// The Markdown RPC reference included in the README.
+pub fn markdown_reference() -> String {
+    let mut out = String::new();
+    for m in methods() {
+        out.push_str(&format!("#### `{}`\n\n{}\n\n", m.name, m.summary));
+        if m.params.is_empty() {
+            out.push_str("No parameters.\n\n");
+        } else {
+            out.push_str("| param | type | required | meaning |\n|---|---|---|---|\n");
+            for p in &m.params {
+                out.push_str(&format!(
+                    "| `{}` | {} | {} | {} |\n",
+                    p.name,
+                    type_name(&p.schema),
+                    if p.required { "yes" } else { "no" },
+                    p.summary.replace('|', "\\|")
+                ));
+            }
+            out.push('\n');
+        }
+        out.push_str(&format!("Returns: {}.", type_name(&m.result)));
+        if let Some((n, u)) = m.subscription {
+            out.push_str(&format!(" Notifications: `{n}`; unsubscribe: `{u}`."));
+        }
+        if !m.errors.is_empty() {
+            let names: Vec<String> = m.errors.iter().map(|c| format!("{} `{}`", c.code(), c.name())).collect();
+            out.push_str(&format!(" Errors: {}.", names.join(", ")));
+        }
+        out.push_str("\n\n");
+    }
+    out
+}
+
+/// A short human name of a schema: `Thread`, `string`, `array of Message`, …
+fn type_name(schema: &Schema) -> String {
+    let v = schema.as_value();
+    if let Some(r) = v.get("$ref").and_then(Value::as_str) {
+        return r.rsplit('/').next().unwrap_or(r).to_string();
+    }
+    if let Some(any) = v.get("anyOf").or_else(|| v.get("oneOf")).and_then(Value::as_array) {
+        let names: Vec<String> =
+            any.iter().filter_map(|s| Schema::try_from(s.clone()).ok()).map(|s| type_name(&s)).collect();
+        return names.join(" or ");
+    }
+    match v.get("type") {
+        Some(Value::String(t)) if t == "array" => {
+            let item = v.get("items").cloned().and_then(|s| Schema::try_from(s).ok());
+            format!("array of {}", item.map(|s| type_name(&s)).unwrap_or_else(|| "any".into()))
+        }
+        Some(Value::String(t)) => t.clone(),
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(" or "),
+        _ if v.as_bool() == Some(true) || v.as_object().is_some_and(|o| o.is_empty()) => "any JSON".into(),
+        _ => "object".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_method_has_a_unique_name_and_unique_params() {
+        let mut names = std::collections::HashSet::new();
+        for m in methods() {
+            assert!(names.insert(m.name), "{} listed twice", m.name);
+            let mut params = std::collections::HashSet::new();
+            for p in &m.params {
+                assert!(params.insert(p.name), "{}: param {} listed twice", m.name, p.name);
+            }
+        }
+    }
+
+    #[test]
+    fn document_refs_resolve() {
+        let doc = document().to_string();
+        let schemas = &document()["components"]["schemas"];
+        let mut rest = doc.as_str();
+        while let Some(i) = rest.find("#/components/schemas/") {
+            rest = &rest[i + "#/components/schemas/".len()..];
+            let end = rest.find('"').unwrap_or(rest.len());
+            let name = &rest[..end];
+            assert!(schemas.get(name).is_some(), "dangling $ref to {name}");
+        }
+        assert_eq!(document()["methods"].as_array().map(Vec::len), Some(methods().len()));
+    }
+
+    #[test]
+    fn readme_reference_is_current() {
+        let readme = include_str!("../../README.md");
+        let reference = markdown_reference();
+        assert!(
+            readme.contains(&reference),
+            "README.md's RPC reference is out of date; regenerate it with \
+             `cargo run -p kd-client --bin kd -- rpc-reference` and paste it between the markers"
+        );
+    }
+
+    #[test]
+    fn type_names_read_well() {
+        let m = method("thread.messages").map(|m| (type_name(&m.result), type_name(&m.params[1].schema)));
+        assert_eq!(m, Some(("array of Message".to_string(), "integer".to_string())));
+        let m = method("thread.current").map(|m| type_name(&m.result));
+        assert_eq!(m.as_deref(), Some("Thread or null"));
+    }
+}

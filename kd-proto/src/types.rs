@@ -1,0 +1,264 @@
+//! Serde types of everything that crosses the socket: params, results and
+//! subscription items. Times are Unix milliseconds (`*_ms`), durations are
+//! milliseconds, ids are short strings of `[a-z0-9-]`.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Answer to `daemon.hello`: what this daemon speaks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Hello {
+    /// Wire protocol version ([`crate::PROTOCOL_VERSION`]); clients refuse another.
+    pub protocol: u32,
+    /// Release version of `kdd`.
+    pub version: String,
+    /// Optional features this daemon offers, e.g. `"subscriptions"`.
+    pub capabilities: Vec<String>,
+    /// Process id of the daemon.
+    pub pid: u32,
+}
+
+/// Answer to `daemon.status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct DaemonStatus {
+    pub version: String,
+    pub protocol: u32,
+    pub pid: u32,
+    pub uptime_ms: u64,
+    pub socket: String,
+    pub db: String,
+    pub schema_version: u32,
+    /// Number of threads in the registry.
+    pub threads: u64,
+    /// Agent runs currently in flight.
+    pub runs_in_flight: u64,
+    /// Connected clients (open connections, the caller's included).
+    pub clients: u64,
+    /// Open subscriptions over all clients.
+    pub subscriptions: u64,
+}
+
+/// Answer to `daemon.shutdown`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ShutdownAck {
+    /// Always true: the daemon is stopping.
+    pub stopping: bool,
+    /// Runs that will be cancelled and recorded as interrupted.
+    pub runs_cancelled: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ThreadStatus {
+    Active,
+    Idle,
+    Archived,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Lineage {
+    /// The workspace's main line of conversation.
+    Trunk,
+    /// Forked from a parent thread.
+    Branch,
+}
+
+/// A conversation: messages, its members, where it was started.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Thread {
+    pub id: String,
+    /// The directory the conversation belongs to (the client's git work tree or cwd).
+    pub workspace: String,
+    /// The git branch checked out in the workspace when the thread was created.
+    pub branch: Option<String>,
+    pub title: Option<String>,
+    pub status: ThreadStatus,
+    pub lineage: Lineage,
+    /// The thread this one was forked from (branch lineage).
+    pub parent: Option<String>,
+    /// Council members taking part, in turn order.
+    pub members: Vec<String>,
+    pub created_at_ms: i64,
+    pub last_activity_at_ms: i64,
+    /// Highest message seq (0 for an empty thread); also the message count.
+    pub last_seq: u64,
+}
+
+/// What a message is, which decides how it is shown and whether it is history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageKind {
+    /// From the human.
+    King,
+    /// A finished answer from a member.
+    Agent,
+    /// A notice from kd itself.
+    System,
+    /// A failed or timed-out run, with the reason.
+    Error,
+    /// A run cut short (cancelled, daemon stopped); holds the text streamed so far.
+    Interrupted,
+}
+
+impl MessageKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MessageKind::King => "king",
+            MessageKind::Agent => "agent",
+            MessageKind::System => "system",
+            MessageKind::Error => "error",
+            MessageKind::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// What the backend reported about the run that produced a message.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunMeta {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_session_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    /// Token usage as the backend reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_status: Option<i32>,
+}
+
+/// One message of a thread. `seq` is dense per thread: 1, 2, 3 …
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Message {
+    pub thread: String,
+    pub seq: u64,
+    pub from: String,
+    /// Addressees; `["all"]` for a broadcast.
+    pub to: Vec<String>,
+    pub cc: Vec<String>,
+    /// The seq of the message this one answers.
+    pub reply_to: Option<u64>,
+    pub kind: MessageKind,
+    pub body: String,
+    /// Council round the message belongs to, when it is part of one.
+    pub round: Option<u32>,
+    pub created_at_ms: i64,
+    pub run: Option<RunMeta>,
+}
+
+/// A lock token to present with a write that must only happen while the
+/// lock is held (fencing).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Fence {
+    pub resource: String,
+    pub token: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionStatus {
+    Active,
+    Completed,
+    Expired,
+    Idle,
+    Archived,
+}
+
+impl SessionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionStatus::Active => "active",
+            SessionStatus::Completed => "completed",
+            SessionStatus::Expired => "expired",
+            SessionStatus::Idle => "idle",
+            SessionStatus::Archived => "archived",
+        }
+    }
+}
+
+/// An agent's conversation state for one thread (F-R4). At most one session
+/// per thread and agent is `active`; resuming an active one is refused.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Session {
+    pub id: String,
+    pub thread: String,
+    pub agent: String,
+    /// What the backend's `--resume` takes.
+    pub backend_session_id: Option<String>,
+    pub status: SessionStatus,
+    /// Who holds it while active (a client or run label).
+    pub holder: Option<String>,
+    /// Process using it while active; a dead pid frees the session.
+    pub pid: Option<u32>,
+    pub started_at_ms: i64,
+    pub last_active_at_ms: i64,
+    pub metadata: serde_json::Value,
+}
+
+/// A held conversation lock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Lock {
+    pub resource: String,
+    pub holder: String,
+    pub pid: Option<u32>,
+    /// Fencing token: grows with every acquisition, across restarts.
+    pub token: u64,
+    pub acquired_at_ms: i64,
+    pub expires_at_ms: i64,
+    /// Time left at the moment of the answer.
+    pub expires_in_ms: u64,
+}
+
+/// Answer to `lock.acquire`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum LockOutcome {
+    /// The caller holds the lock; present `token` with fenced writes.
+    Acquired {
+        resource: String,
+        token: u64,
+        expires_at_ms: i64,
+        /// True when the caller already held it and only the TTL was extended.
+        renewed: bool,
+    },
+    /// Someone else holds it.
+    Denied { resource: String, holder: String, pid: Option<u32>, expires_in_ms: u64 },
+}
+
+/// Answer to `lock.release`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct LockReleased {
+    pub resource: String,
+    pub token: u64,
+}
+
+/// One entry of the event log (F-R6).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Event {
+    /// Increasing id; pass it back as `since_id` to page.
+    pub id: u64,
+    pub at_ms: i64,
+    /// e.g. `thread.create`, `message`, `session.resume`, `lock.acquire`.
+    pub kind: String,
+    pub thread: Option<String>,
+    pub session: Option<String>,
+    pub agent: Option<String>,
+    pub from: Option<String>,
+    pub to: Vec<String>,
+    pub correlation_id: Option<String>,
+    pub data: serde_json::Value,
+}
+
+/// An item of a `thread.subscribe` subscription.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ThreadEvent {
+    /// A message was appended (or, first, one of the backlog).
+    Message { message: Box<Message> },
+    /// The subscriber fell behind and `missed` live items were dropped.
+    /// Messages are resent from the registry after this notice; only
+    /// transient items (such as token deltas) are lost.
+    Lagged { missed: u64 },
+}

@@ -1,0 +1,99 @@
+//! The event log (F-R6): every session change, message, routing decision,
+//! run transition and lock change, written in the same transaction as the
+//! change it records.
+
+use kd_proto::types::Event;
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use serde_json::Value;
+
+use super::{DbResult, json_list, parse_list};
+
+/// An event to record. Unset fields are stored as NULL.
+#[derive(Debug, Default)]
+pub struct NewEvent<'a> {
+    pub kind: &'a str,
+    pub thread: Option<&'a str>,
+    pub session: Option<&'a str>,
+    pub agent: Option<&'a str>,
+    pub from: Option<&'a str>,
+    pub to: &'a [String],
+    pub correlation_id: Option<&'a str>,
+    pub data: Value,
+}
+
+pub fn record(conn: &Connection, at: i64, e: &NewEvent<'_>) -> DbResult<()> {
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO conversation_events
+             (at, kind, thread_id, session_id, agent, sender, recipients, correlation_id, data)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    )?;
+    stmt.execute(params![
+        at,
+        e.kind,
+        e.thread,
+        e.session,
+        e.agent,
+        e.from,
+        json_list(e.to),
+        e.correlation_id,
+        e.data.to_string()
+    ])?;
+    Ok(())
+}
+
+/// Filter of [`list`].
+#[derive(Debug, Default, Clone)]
+pub struct EventFilter {
+    pub thread: Option<String>,
+    /// Events whose agent, sender or recipients include this name.
+    pub agent: Option<String>,
+    pub kind: Option<String>,
+    pub since_id: Option<u64>,
+    pub limit: u32,
+}
+
+pub fn list(conn: &Connection, f: &EventFilter) -> DbResult<Vec<Event>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, at, kind, thread_id, session_id, agent, sender, recipients, correlation_id, data
+         FROM conversation_events
+         WHERE id > ?1
+           AND (?2 IS NULL OR thread_id = ?2)
+           AND (?3 IS NULL OR kind = ?3)
+           AND (?4 IS NULL OR agent = ?4 OR sender = ?4
+                OR EXISTS (SELECT 1 FROM json_each(recipients) WHERE value = ?4))
+         ORDER BY id
+         LIMIT ?5",
+    )?;
+    let rows = stmt.query_map(params![f.since_id.unwrap_or(0) as i64, f.thread, f.kind, f.agent, f.limit], from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// The newest event id (0 when the log is empty).
+pub fn last_id(conn: &Connection) -> DbResult<u64> {
+    let id: Option<i64> =
+        conn.query_row("SELECT max(id) FROM conversation_events", [], |r| r.get(0)).optional()?.flatten();
+    Ok(id.unwrap_or(0) as u64)
+}
+
+fn from_row(r: &Row<'_>) -> rusqlite::Result<Event> {
+    let to: String = r.get(7)?;
+    let data: String = r.get(9)?;
+    Ok(Event {
+        id: r.get::<_, i64>(0)? as u64,
+        at_ms: r.get(1)?,
+        kind: r.get(2)?,
+        thread: r.get(3)?,
+        session: r.get(4)?,
+        agent: r.get(5)?,
+        from: r.get(6)?,
+        to: parse_list(&to),
+        correlation_id: r.get(8)?,
+        data: serde_json::from_str(&data).unwrap_or(Value::Null),
+    })
+}
+
+impl super::Db {
+    pub async fn events(&self, filter: EventFilter) -> DbResult<Vec<Event>> {
+        self.read(move |c| list(c, &filter)).await
+    }
+}

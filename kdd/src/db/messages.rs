@@ -1,0 +1,159 @@
+//! Messages: dense per-thread `seq`, handed out by the writer in commit order.
+
+use kd_proto::types::{Fence, Message, MessageKind, RunMeta, ThreadEvent};
+use rusqlite::{Connection, Row, params};
+use serde_json::json;
+
+use super::events::{self, NewEvent};
+use super::{DbError, DbResult, Outbox, json_list, locks, parse_list, threads};
+
+/// Parameters of [`append`], already validated.
+#[derive(Debug, Clone)]
+pub struct NewMessage {
+    pub thread: String,
+    pub from: String,
+    pub to: Vec<String>,
+    pub cc: Vec<String>,
+    pub reply_to: Option<u64>,
+    pub kind: MessageKind,
+    pub body: String,
+    pub round: Option<u32>,
+    pub run: Option<RunMeta>,
+    pub correlation_id: Option<String>,
+    pub fence: Option<Fence>,
+}
+
+/// Appends a message with the thread's next seq, records it in the event
+/// log and queues it for the thread's subscribers. A message revives an
+/// idle or archived thread.
+pub fn append(conn: &Connection, now: i64, m: NewMessage, out: &mut Outbox) -> DbResult<Message> {
+    if let Some(fence) = &m.fence {
+        locks::check_fence(conn, now, fence)?;
+    }
+    // Two statements, not UPDATE … RETURNING: RETURNING buffers its rows in
+    // an ephemeral table, which costs more than the second lookup.
+    let updated = conn
+        .prepare_cached(
+            "UPDATE threads SET last_seq = last_seq + 1, last_activity_at = ?2, status = 'active' WHERE id = ?1",
+        )?
+        .execute(params![m.thread, now])?;
+    if updated == 0 {
+        return Err(DbError::NotFound(format!("thread {}", m.thread)));
+    }
+    let seq: i64 =
+        conn.prepare_cached("SELECT last_seq FROM threads WHERE id = ?1")?.query_row([&m.thread], |r| r.get(0))?;
+    let seq = seq as u64;
+    if let Some(r) = m.reply_to
+        && (r == 0 || r >= seq)
+    {
+        return Err(DbError::Invalid(format!(
+            "reply_to {r} is not an earlier message of thread {} (it has {} messages)",
+            m.thread,
+            seq - 1
+        )));
+    }
+    let run = m.run.as_ref().map(|r| serde_json::to_string(r).unwrap_or_default());
+    conn.prepare_cached(
+        "INSERT INTO messages (thread_id, seq, sender, recipients, cc, reply_to, kind, body, round, created_at, run)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    )?
+    .execute(params![
+        m.thread,
+        seq as i64,
+        m.from,
+        json_list(&m.to),
+        json_list(&m.cc),
+        m.reply_to.map(|r| r as i64),
+        m.kind.as_str(),
+        m.body,
+        m.round,
+        now,
+        run
+    ])?;
+    events::record(
+        conn,
+        now,
+        &NewEvent {
+            kind: "message",
+            thread: Some(&m.thread),
+            from: Some(&m.from),
+            to: &m.to,
+            correlation_id: m.correlation_id.as_deref(),
+            data: json!({
+                "seq": seq,
+                "kind": m.kind.as_str(),
+                "cc": m.cc,
+                "reply_to": m.reply_to,
+                "round": m.round,
+                "body": m.body,
+            }),
+            ..Default::default()
+        },
+    )?;
+    let message = Message {
+        thread: m.thread,
+        seq,
+        from: m.from,
+        to: m.to,
+        cc: m.cc,
+        reply_to: m.reply_to,
+        kind: m.kind,
+        body: m.body,
+        round: m.round,
+        created_at_ms: now,
+        run: m.run,
+    };
+    out.publish(&message.thread, ThreadEvent::Message { message: Box::new(message.clone()) });
+    Ok(message)
+}
+
+/// Messages of a thread with seq > `since`, in seq order.
+pub fn list(conn: &Connection, thread: &str, since: u64, limit: Option<u32>) -> DbResult<Vec<Message>> {
+    threads::get(conn, thread)?;
+    let mut stmt = conn.prepare_cached(
+        "SELECT thread_id, seq, sender, recipients, cc, reply_to, kind, body, round, created_at, run
+         FROM messages WHERE thread_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+    )?;
+    let limit = limit.map(i64::from).unwrap_or(-1);
+    let rows = stmt.query_map(params![thread, since as i64, limit], from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+fn from_row(r: &Row<'_>) -> rusqlite::Result<Message> {
+    let to: String = r.get(3)?;
+    let cc: String = r.get(4)?;
+    let run: Option<String> = r.get(10)?;
+    Ok(Message {
+        thread: r.get(0)?,
+        seq: r.get::<_, i64>(1)? as u64,
+        from: r.get(2)?,
+        to: parse_list(&to),
+        cc: parse_list(&cc),
+        reply_to: r.get::<_, Option<i64>>(5)?.map(|v| v as u64),
+        kind: parse_kind(r.get_ref(6)?.as_str()?),
+        body: r.get(7)?,
+        round: r.get(8)?,
+        created_at_ms: r.get(9)?,
+        run: run.and_then(|s| serde_json::from_str(&s).ok()),
+    })
+}
+
+fn parse_kind(s: &str) -> MessageKind {
+    match s {
+        "king" => MessageKind::King,
+        "system" => MessageKind::System,
+        "error" => MessageKind::Error,
+        "interrupted" => MessageKind::Interrupted,
+        _ => MessageKind::Agent,
+    }
+}
+
+impl super::Db {
+    pub async fn append_message(&self, m: NewMessage) -> DbResult<Message> {
+        self.write(move |c, out| append(c, super::now_ms(), m, out)).await
+    }
+
+    pub async fn messages(&self, thread: String, since: u64, limit: Option<u32>) -> DbResult<Vec<Message>> {
+        self.read(move |c| list(c, &thread, since, limit)).await
+    }
+}

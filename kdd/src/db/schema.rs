@@ -1,0 +1,96 @@
+//! Connection settings and migrations.
+//!
+//! Migrations are the files `migrations/NNNN_name.sql`, embedded at build
+//! time, applied in order at start; the applied version is SQLite's
+//! `user_version`. A migration is never edited after it lands: add a new one.
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::Connection;
+use rusqlite_migration::{M, Migrations};
+
+use super::{DbError, DbResult};
+
+/// The migrations, in order. Version N is the state after the N-th.
+pub const MIGRATIONS: &[&str] = &[include_str!("../../../migrations/0001_init.sql")];
+
+/// The schema version this build writes.
+pub fn latest_version() -> u32 {
+    MIGRATIONS.len() as u32
+}
+
+fn migrations() -> Migrations<'static> {
+    Migrations::new(MIGRATIONS.iter().map(|sql| M::up(sql)).collect())
+}
+
+/// PRAGMAs of the write connection.
+pub fn configure(conn: &Connection) -> DbResult<()> {
+    conn.busy_timeout(Duration::from_secs(5))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
+    // Checkpoints run on their own thread: see `db::checkpoint`.
+    conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(())
+}
+
+/// PRAGMAs of a read connection.
+pub fn configure_reader(conn: &Connection) -> DbResult<()> {
+    conn.busy_timeout(Duration::from_secs(5))?;
+    conn.pragma_update(None, "query_only", "ON")?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(())
+}
+
+/// The schema version recorded in the database.
+pub fn version(conn: &Connection) -> DbResult<u32> {
+    Ok(conn.pragma_query_value(None, "user_version", |r| r.get::<_, u32>(0))?)
+}
+
+/// Brings the database to [`latest_version`]; refuses a newer one.
+pub fn migrate(conn: &mut Connection, path: &Path) -> DbResult<u32> {
+    let found = version(conn)?;
+    let known = latest_version();
+    if found > known {
+        return Err(DbError::SchemaTooNew { path: path.to_path_buf(), found, known });
+    }
+    migrations().to_latest(conn).map_err(|e| DbError::Migration { path: path.to_path_buf(), reason: e.to_string() })?;
+    version(conn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_are_valid() {
+        assert!(migrations().validate().is_ok());
+    }
+
+    #[test]
+    fn fresh_database_reaches_latest_version() -> DbResult<()> {
+        let dir = tempfile::tempdir().map_err(|e| DbError::Internal(e.to_string()))?;
+        let path = dir.path().join("kd.sqlite3");
+        let mut conn = Connection::open(&path)?;
+        configure(&conn)?;
+        assert_eq!(migrate(&mut conn, &path)?, latest_version());
+        // Applying again is a no-op.
+        assert_eq!(migrate(&mut conn, &path)?, latest_version());
+        Ok(())
+    }
+
+    #[test]
+    fn newer_schema_is_refused_with_versions_in_the_message() -> DbResult<()> {
+        let dir = tempfile::tempdir().map_err(|e| DbError::Internal(e.to_string()))?;
+        let path = dir.path().join("kd.sqlite3");
+        let mut conn = Connection::open(&path)?;
+        conn.pragma_update(None, "user_version", latest_version() + 1)?;
+        let err = migrate(&mut conn, &path).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains(&format!("schema version {}", latest_version() + 1)), "{err}");
+        assert!(err.contains("newer than this kdd knows"), "{err}");
+        Ok(())
+    }
+}

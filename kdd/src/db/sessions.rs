@@ -1,0 +1,262 @@
+//! Agent sessions per thread (F-R4) and the single-resume rule: at most one
+//! active session per thread and agent, and resuming a session that someone
+//! else has active is refused, never forked. A session whose holder process
+//! died is free again.
+
+use kd_proto::types::{Session, SessionStatus};
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use serde_json::{Value, json};
+
+use super::events::{self, NewEvent};
+use super::{DbError, DbResult, random_id, threads};
+
+/// Parameters of [`start`], already validated.
+#[derive(Debug, Clone)]
+pub struct NewSession {
+    pub thread: String,
+    pub agent: String,
+    pub backend_session_id: Option<String>,
+    pub holder: Option<String>,
+    pub pid: Option<u32>,
+    pub metadata: Value,
+}
+
+/// Outcome of a resume: rejections are outcomes, not errors, so that the
+/// event recording them is committed.
+#[derive(Debug)]
+pub enum Resumed {
+    Allowed(Session),
+    Rejected { session: String, holder: Option<String>, pid: Option<u32> },
+}
+
+const COLUMNS: &str =
+    "id, thread_id, agent, backend_session_id, status, holder, pid, started_at, last_active_at, metadata";
+
+pub fn start(conn: &Connection, now: i64, s: NewSession, alive: &dyn Fn(u32) -> bool) -> DbResult<Session> {
+    threads::get(conn, &s.thread)?;
+    if let Some(active) = active_for(conn, &s.thread, &s.agent)?
+        && !reclaim_if_dead(conn, now, &active, alive)?
+    {
+        return Err(DbError::SessionActive { session: active.id, holder: active.holder, pid: active.pid });
+    }
+    let id = format!("s-{}", random_id(10));
+    conn.prepare_cached(
+        "INSERT INTO sessions (id, thread_id, agent, backend_session_id, status, holder, pid, started_at, last_active_at, metadata)
+         VALUES (?1, ?2, ?3, ?4, 'active', ?5, ?6, ?7, ?7, ?8)",
+    )?
+    .execute(params![id, s.thread, s.agent, s.backend_session_id, s.holder, s.pid, now, s.metadata.to_string()])?;
+    events::record(
+        conn,
+        now,
+        &NewEvent {
+            kind: "session.start",
+            thread: Some(&s.thread),
+            session: Some(&id),
+            agent: Some(&s.agent),
+            data: json!({"holder": s.holder, "pid": s.pid, "backend_session_id": s.backend_session_id}),
+            ..Default::default()
+        },
+    )?;
+    get(conn, &id)
+}
+
+pub fn resume(
+    conn: &Connection,
+    now: i64,
+    id: &str,
+    holder: Option<&str>,
+    pid: Option<u32>,
+    alive: &dyn Fn(u32) -> bool,
+) -> DbResult<Resumed> {
+    let session = get(conn, id)?;
+    if session.status == SessionStatus::Archived {
+        return Err(DbError::Invalid(format!("session {id} is archived with its thread and cannot be resumed")));
+    }
+    // The session itself may be active, or (after a fresh start) another
+    // session of the same thread and agent may be.
+    let blocking = match session.status {
+        SessionStatus::Active => Some(session.clone()),
+        _ => active_for(conn, &session.thread, &session.agent)?,
+    };
+    if let Some(active) = blocking
+        && !reclaim_if_dead(conn, now, &active, alive)?
+    {
+        events::record(
+            conn,
+            now,
+            &NewEvent {
+                kind: "session.resume_rejected",
+                thread: Some(&session.thread),
+                session: Some(id),
+                agent: Some(&session.agent),
+                data: json!({"holder": active.holder, "pid": active.pid, "requested_by": holder, "active_session": active.id}),
+                ..Default::default()
+            },
+        )?;
+        return Ok(Resumed::Rejected { session: active.id, holder: active.holder, pid: active.pid });
+    }
+    conn.prepare_cached(
+        "UPDATE sessions SET status = 'active', holder = ?2, pid = ?3, last_active_at = ?4 WHERE id = ?1",
+    )?
+    .execute(params![id, holder, pid, now])?;
+    events::record(
+        conn,
+        now,
+        &NewEvent {
+            kind: "session.resume",
+            thread: Some(&session.thread),
+            session: Some(id),
+            agent: Some(&session.agent),
+            data: json!({"holder": holder, "pid": pid, "backend_session_id": session.backend_session_id}),
+            ..Default::default()
+        },
+    )?;
+    Ok(Resumed::Allowed(get(conn, id)?))
+}
+
+pub fn end(
+    conn: &Connection,
+    now: i64,
+    id: &str,
+    status: SessionStatus,
+    backend_session_id: Option<&str>,
+) -> DbResult<Session> {
+    if status == SessionStatus::Active {
+        return Err(DbError::Invalid("session.end cannot set status active; use session.resume".into()));
+    }
+    let session = get(conn, id)?;
+    conn.prepare_cached(
+        "UPDATE sessions SET status = ?2, holder = NULL, pid = NULL, last_active_at = ?3,
+             backend_session_id = coalesce(?4, backend_session_id)
+         WHERE id = ?1",
+    )?
+    .execute(params![id, status.as_str(), now, backend_session_id])?;
+    events::record(
+        conn,
+        now,
+        &NewEvent {
+            kind: "session.end",
+            thread: Some(&session.thread),
+            session: Some(id),
+            agent: Some(&session.agent),
+            data: json!({"status": status.as_str(), "previous": session.status.as_str()}),
+            ..Default::default()
+        },
+    )?;
+    get(conn, id)
+}
+
+pub fn get(conn: &Connection, id: &str) -> DbResult<Session> {
+    conn.prepare_cached(&format!("SELECT {COLUMNS} FROM sessions WHERE id = ?1"))?
+        .query_row([id], from_row)
+        .optional()?
+        .ok_or_else(|| DbError::NotFound(format!("session {id}")))
+}
+
+pub fn list(
+    conn: &Connection,
+    thread: Option<&str>,
+    agent: Option<&str>,
+    status: Option<SessionStatus>,
+) -> DbResult<Vec<Session>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM sessions
+         WHERE (?1 IS NULL OR thread_id = ?1) AND (?2 IS NULL OR agent = ?2) AND (?3 IS NULL OR status = ?3)
+         ORDER BY started_at DESC, rowid DESC"
+    ))?;
+    let rows = stmt.query_map(params![thread, agent, status.map(SessionStatus::as_str)], from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+fn active_for(conn: &Connection, thread: &str, agent: &str) -> DbResult<Option<Session>> {
+    Ok(conn
+        .prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM sessions WHERE thread_id = ?1 AND agent = ?2 AND status = 'active'"
+        ))?
+        .query_row([thread, agent], from_row)
+        .optional()?)
+}
+
+/// If the active session's holder process is dead, expires it and returns
+/// true; a session without a pid is never reclaimed.
+fn reclaim_if_dead(conn: &Connection, now: i64, s: &Session, alive: &dyn Fn(u32) -> bool) -> DbResult<bool> {
+    let Some(pid) = s.pid else { return Ok(false) };
+    if alive(pid) {
+        return Ok(false);
+    }
+    conn.prepare_cached(
+        "UPDATE sessions SET status = 'expired', holder = NULL, pid = NULL, last_active_at = ?2 WHERE id = ?1",
+    )?
+    .execute(params![s.id, now])?;
+    events::record(
+        conn,
+        now,
+        &NewEvent {
+            kind: "session.reclaimed",
+            thread: Some(&s.thread),
+            session: Some(&s.id),
+            agent: Some(&s.agent),
+            data: json!({"dead_pid": pid, "holder": s.holder}),
+            ..Default::default()
+        },
+    )?;
+    Ok(true)
+}
+
+fn from_row(r: &Row<'_>) -> rusqlite::Result<Session> {
+    let metadata: String = r.get(9)?;
+    Ok(Session {
+        id: r.get(0)?,
+        thread: r.get(1)?,
+        agent: r.get(2)?,
+        backend_session_id: r.get(3)?,
+        status: match r.get_ref(4)?.as_str()? {
+            "active" => SessionStatus::Active,
+            "completed" => SessionStatus::Completed,
+            "idle" => SessionStatus::Idle,
+            "archived" => SessionStatus::Archived,
+            _ => SessionStatus::Expired,
+        },
+        holder: r.get(5)?,
+        pid: r.get(6)?,
+        started_at_ms: r.get(7)?,
+        last_active_at_ms: r.get(8)?,
+        metadata: serde_json::from_str(&metadata).unwrap_or(Value::Null),
+    })
+}
+
+impl super::Db {
+    pub async fn start_session(&self, s: NewSession) -> DbResult<Session> {
+        self.write(move |c, _| start(c, super::now_ms(), s, &crate::proc::pid_alive)).await
+    }
+
+    /// Resumes a session; a rejection is [`DbError::SessionActive`] (and is
+    /// recorded in the event log).
+    pub async fn resume_session(&self, id: String, holder: Option<String>, pid: Option<u32>) -> DbResult<Session> {
+        let outcome = self
+            .write(move |c, _| resume(c, super::now_ms(), &id, holder.as_deref(), pid, &crate::proc::pid_alive))
+            .await?;
+        match outcome {
+            Resumed::Allowed(s) => Ok(s),
+            Resumed::Rejected { session, holder, pid } => Err(DbError::SessionActive { session, holder, pid }),
+        }
+    }
+
+    pub async fn end_session(
+        &self,
+        id: String,
+        status: SessionStatus,
+        backend_session_id: Option<String>,
+    ) -> DbResult<Session> {
+        self.write(move |c, _| end(c, super::now_ms(), &id, status, backend_session_id.as_deref())).await
+    }
+
+    pub async fn sessions(
+        &self,
+        thread: Option<String>,
+        agent: Option<String>,
+        status: Option<SessionStatus>,
+    ) -> DbResult<Vec<Session>> {
+        self.read(move |c| list(c, thread.as_deref(), agent.as_deref(), status)).await
+    }
+}

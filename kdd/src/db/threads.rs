@@ -1,0 +1,236 @@
+//! Threads, their members, and each workspace+branch's current thread.
+
+use kd_proto::types::{Lineage, Thread, ThreadStatus};
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use serde_json::json;
+
+use super::events::{self, NewEvent};
+use super::{DbError, DbResult, Outbox, json_list, parse_list, random_id};
+
+/// Parameters of [`create`], already validated.
+#[derive(Debug, Clone)]
+pub struct NewThread {
+    pub id: Option<String>,
+    pub workspace: String,
+    pub branch: Option<String>,
+    pub title: Option<String>,
+    pub members: Vec<String>,
+    pub lineage: Lineage,
+    pub parent: Option<String>,
+    pub set_current: bool,
+}
+
+const COLUMNS: &str =
+    "id, workspace, branch, title, status, lineage, parent_id, members, created_at, last_activity_at, last_seq";
+
+pub fn create(conn: &Connection, now: i64, t: NewThread, out: &mut Outbox) -> DbResult<Thread> {
+    if let Some(parent) = &t.parent {
+        get(conn, parent)?;
+    }
+    if t.lineage == Lineage::Branch && t.parent.is_none() {
+        return Err(DbError::Invalid("a branch thread needs a parent".into()));
+    }
+    let id = match t.id {
+        Some(id) => {
+            if exists(conn, &id)? {
+                return Err(DbError::AlreadyExists(format!("thread {id}")));
+            }
+            id
+        }
+        None => fresh_id(conn)?,
+    };
+    conn.prepare_cached(
+        "INSERT INTO threads (id, workspace, branch, title, lineage, parent_id, members, created_at, last_activity_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)",
+    )?
+    .execute(params![
+        id,
+        t.workspace,
+        t.branch,
+        t.title,
+        lineage_str(t.lineage),
+        t.parent,
+        json_list(&t.members),
+        now
+    ])?;
+    events::record(
+        conn,
+        now,
+        &NewEvent {
+            kind: "thread.create",
+            thread: Some(&id),
+            to: &t.members,
+            data: json!({"workspace": t.workspace, "branch": t.branch, "lineage": lineage_str(t.lineage), "parent": t.parent}),
+            ..Default::default()
+        },
+    )?;
+    out.threads_added += 1;
+    if t.set_current {
+        set_current(conn, now, &t.workspace, t.branch.as_deref(), &id)?;
+    }
+    get(conn, &id)
+}
+
+/// A thread id not yet taken: 6 random characters, longer after collisions.
+fn fresh_id(conn: &Connection) -> DbResult<String> {
+    for attempt in 0..16 {
+        let id = random_id(6 + attempt / 4);
+        if !exists(conn, &id)? {
+            return Ok(id);
+        }
+    }
+    Err(DbError::Internal("cannot find a free thread id".into()))
+}
+
+fn exists(conn: &Connection, id: &str) -> DbResult<bool> {
+    Ok(conn.prepare_cached("SELECT 1 FROM threads WHERE id = ?1")?.query_row([id], |_| Ok(())).optional()?.is_some())
+}
+
+pub fn get(conn: &Connection, id: &str) -> DbResult<Thread> {
+    conn.prepare_cached(&format!("SELECT {COLUMNS} FROM threads WHERE id = ?1"))?
+        .query_row([id], from_row)
+        .optional()?
+        .ok_or_else(|| DbError::NotFound(format!("thread {id}")))
+}
+
+pub fn count(conn: &Connection) -> DbResult<u64> {
+    Ok(conn.query_row("SELECT count(*) FROM threads", [], |r| r.get::<_, i64>(0))? as u64)
+}
+
+pub fn list(
+    conn: &Connection,
+    workspace: Option<&str>,
+    status: Option<ThreadStatus>,
+    limit: Option<u32>,
+) -> DbResult<Vec<Thread>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM threads
+         WHERE (?1 IS NULL OR workspace = ?1) AND (?2 IS NULL OR status = ?2)
+         ORDER BY last_activity_at DESC, rowid DESC
+         LIMIT ?3"
+    ))?;
+    let limit = limit.map(i64::from).unwrap_or(-1);
+    let rows = stmt.query_map(params![workspace, status.map(status_str), limit], from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+pub fn current(conn: &Connection, workspace: &str, branch: Option<&str>) -> DbResult<Option<Thread>> {
+    let id: Option<String> = conn
+        .prepare_cached("SELECT thread_id FROM current_threads WHERE workspace = ?1 AND branch = ?2")?
+        .query_row(params![workspace, branch.unwrap_or("")], |r| r.get(0))
+        .optional()?;
+    id.map(|id| get(conn, &id)).transpose()
+}
+
+pub fn set_current(conn: &Connection, now: i64, workspace: &str, branch: Option<&str>, id: &str) -> DbResult<Thread> {
+    let thread = get(conn, id)?;
+    conn.prepare_cached(
+        "INSERT INTO current_threads (workspace, branch, thread_id) VALUES (?1, ?2, ?3)
+         ON CONFLICT (workspace, branch) DO UPDATE SET thread_id = excluded.thread_id",
+    )?
+    .execute(params![workspace, branch.unwrap_or(""), id])?;
+    events::record(
+        conn,
+        now,
+        &NewEvent {
+            kind: "thread.set_current",
+            thread: Some(id),
+            data: json!({"workspace": workspace, "branch": branch}),
+            ..Default::default()
+        },
+    )?;
+    Ok(thread)
+}
+
+/// Archives a thread and every session of it.
+pub fn archive(conn: &Connection, now: i64, id: &str) -> DbResult<Thread> {
+    get(conn, id)?;
+    conn.prepare_cached("UPDATE threads SET status = 'archived' WHERE id = ?1")?.execute([id])?;
+    let sessions = conn
+        .prepare_cached(
+            "UPDATE sessions SET status = 'archived', holder = NULL, pid = NULL, last_active_at = ?2
+             WHERE thread_id = ?1 AND status != 'archived'",
+        )?
+        .execute(params![id, now])?;
+    events::record(
+        conn,
+        now,
+        &NewEvent {
+            kind: "thread.archive",
+            thread: Some(id),
+            data: json!({"sessions_archived": sessions}),
+            ..Default::default()
+        },
+    )?;
+    get(conn, id)
+}
+
+fn from_row(r: &Row<'_>) -> rusqlite::Result<Thread> {
+    let members: String = r.get(7)?;
+    Ok(Thread {
+        id: r.get(0)?,
+        workspace: r.get(1)?,
+        branch: r.get(2)?,
+        title: r.get(3)?,
+        status: match r.get_ref(4)?.as_str()? {
+            "idle" => ThreadStatus::Idle,
+            "archived" => ThreadStatus::Archived,
+            _ => ThreadStatus::Active,
+        },
+        lineage: match r.get_ref(5)?.as_str()? {
+            "branch" => Lineage::Branch,
+            _ => Lineage::Trunk,
+        },
+        parent: r.get(6)?,
+        members: parse_list(&members),
+        created_at_ms: r.get(8)?,
+        last_activity_at_ms: r.get(9)?,
+        last_seq: r.get::<_, i64>(10)? as u64,
+    })
+}
+
+fn status_str(s: ThreadStatus) -> &'static str {
+    match s {
+        ThreadStatus::Active => "active",
+        ThreadStatus::Idle => "idle",
+        ThreadStatus::Archived => "archived",
+    }
+}
+
+fn lineage_str(l: Lineage) -> &'static str {
+    match l {
+        Lineage::Trunk => "trunk",
+        Lineage::Branch => "branch",
+    }
+}
+
+impl super::Db {
+    pub async fn create_thread(&self, t: NewThread) -> DbResult<Thread> {
+        self.write(move |c, out| create(c, super::now_ms(), t, out)).await
+    }
+
+    pub async fn thread(&self, id: String) -> DbResult<Thread> {
+        self.read(move |c| get(c, &id)).await
+    }
+
+    pub async fn threads(
+        &self,
+        workspace: Option<String>,
+        status: Option<ThreadStatus>,
+        limit: Option<u32>,
+    ) -> DbResult<Vec<Thread>> {
+        self.read(move |c| list(c, workspace.as_deref(), status, limit)).await
+    }
+
+    pub async fn current_thread(&self, workspace: String, branch: Option<String>) -> DbResult<Option<Thread>> {
+        self.read(move |c| current(c, &workspace, branch.as_deref())).await
+    }
+
+    pub async fn set_current_thread(&self, workspace: String, branch: Option<String>, id: String) -> DbResult<Thread> {
+        self.write(move |c, _| set_current(c, super::now_ms(), &workspace, branch.as_deref(), &id)).await
+    }
+
+    pub async fn archive_thread(&self, id: String) -> DbResult<Thread> {
+        self.write(move |c, _| archive(c, super::now_ms(), &id)).await
+    }
+}

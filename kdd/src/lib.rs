@@ -1,0 +1,69 @@
+//! # kdd — the kd daemon
+//!
+//! One long-running process per user that owns the registry and serves the
+//! JSON-RPC API on a Unix socket.
+//!
+//! - [`server`]: one daemon per socket (lock file), socket permissions,
+//!   peer-uid check, connection bound, HTTP + WebSocket per connection;
+//! - [`rpc`]: the `KdApiServer` implementation, parameter checks, error mapping,
+//!   subscriptions;
+//! - [`db`]: the SQLite registry — one writer thread, pooled readers, all SQL;
+//! - [`hub`]: fan-out of thread events to subscribers;
+//! - [`state`]: what handlers share;
+//! - [`shutdown`]: signals and the shutdown order;
+//! - [`proc`]: process liveness.
+//!
+//! The entry point is [`run`].
+
+#![forbid(unsafe_code)]
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
+pub mod db;
+pub mod hub;
+pub mod proc;
+pub mod rpc;
+pub mod server;
+pub mod shutdown;
+pub mod state;
+
+use anyhow::Context;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use db::Db;
+use hub::Hub;
+use server::{Limits, SocketClaim};
+use state::Daemon;
+
+/// How to run the daemon.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub socket: PathBuf,
+    pub db: PathBuf,
+    pub limits: Limits,
+}
+
+/// Runs the daemon until SIGTERM, SIGINT or `daemon.shutdown`. Prints one
+/// line, `kdd ready …`, on stdout once the socket accepts connections.
+pub async fn run(opts: Options) -> anyhow::Result<()> {
+    let claim = SocketClaim::claim(&opts.socket)?;
+    let hub = Arc::new(Hub::new());
+    let db = Db::open(&opts.db, hub.clone())?;
+    let listener = claim.bind()?;
+    let daemon = Arc::new(Daemon::new(db, hub, opts.socket.clone(), opts.limits.max_connections));
+    shutdown::on_signals(daemon.shutdown.clone()).context("cannot install signal handlers")?;
+    tracing::info!(
+        socket = %opts.socket.display(),
+        db = %opts.db.display(),
+        schema = daemon.db.schema_version(),
+        "kdd {} listening",
+        kd_proto::VERSION
+    );
+    shutdown::announce_ready(&opts.socket);
+    server::serve(listener, rpc::module(daemon.clone()), daemon.clone(), &opts.limits).await;
+    tracing::info!("stopping");
+    daemon.db.close().await;
+    drop(claim);
+    tracing::info!("stopped");
+    Ok(())
+}

@@ -1,0 +1,107 @@
+//! `thread.subscribe`: the backlog from the registry, then live events from
+//! the hub, in seq order and without a gap or a duplicate.
+//!
+//! The receiver is registered with the hub *before* the backlog is read, so
+//! any message committed after the read is also in the receiver; messages
+//! already sent are skipped by seq. After a lag, messages are re-read from
+//! the registry from the last seq sent.
+
+use std::sync::Arc;
+
+use jsonrpsee::core::SubscriptionResult;
+use jsonrpsee::server::{PendingSubscriptionSink, SubscriptionMessage, SubscriptionSink};
+use jsonrpsee::types::ErrorObjectOwned;
+use kd_proto::types::{Message, ThreadEvent};
+use tokio::sync::broadcast::error::RecvError;
+
+use super::validate;
+use crate::db::DbResult;
+use crate::state::Daemon;
+
+pub async fn run(
+    d: Arc<Daemon>,
+    pending: PendingSubscriptionSink,
+    thread: String,
+    since_seq: Option<u64>,
+) -> SubscriptionResult {
+    if let Err(e) = validate::thread_id(&thread) {
+        pending.reject(e).await;
+        return Ok(());
+    }
+    let mut rx = d.hub.subscribe(&thread);
+    let start: DbResult<(Vec<Message>, u64)> = match since_seq {
+        Some(since) => d.db.messages(thread.clone(), since, None).await.map(|m| (m, since)),
+        None => d.db.thread(thread.clone()).await.map(|t| (Vec::new(), t.last_seq)),
+    };
+    let (backlog, mut last) = match start {
+        Ok(s) => s,
+        Err(e) => {
+            pending.reject(ErrorObjectOwned::from(e)).await;
+            return Ok(());
+        }
+    };
+    let sink = pending.accept().await?;
+    let _counted = d.hub.track();
+    if !send_messages(&sink, backlog, &mut last).await {
+        return Ok(());
+    }
+    loop {
+        tokio::select! {
+            _ = sink.closed() => break,
+            _ = d.shutdown.cancelled() => break,
+            event = rx.recv() => match event {
+                Ok(p) => {
+                    if let Some(seq) = p.seq {
+                        if seq <= last {
+                            continue;
+                        }
+                        last = seq;
+                    }
+                    if sink.send(SubscriptionMessage::from(p.json.clone())).await.is_err() {
+                        break;
+                    }
+                }
+                Err(RecvError::Lagged(missed)) => {
+                    tracing::debug!(thread, missed, "subscriber lagged");
+                    if !send(&sink, &ThreadEvent::Lagged { missed }).await {
+                        break;
+                    }
+                    match d.db.messages(thread.clone(), last, None).await {
+                        Ok(missed) => {
+                            if !send_messages(&sink, missed, &mut last).await {
+                                break;
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(thread, "cannot resend messages after lag: {e}");
+                            break;
+                        }
+                    }
+                }
+                Err(RecvError::Closed) => break,
+            },
+        }
+    }
+    Ok(())
+}
+
+async fn send_messages(sink: &SubscriptionSink, messages: Vec<Message>, last: &mut u64) -> bool {
+    for message in messages {
+        let seq = message.seq;
+        if !send(sink, &ThreadEvent::Message { message: Box::new(message) }).await {
+            return false;
+        }
+        *last = seq;
+    }
+    true
+}
+
+async fn send(sink: &SubscriptionSink, event: &ThreadEvent) -> bool {
+    match serde_json::value::to_raw_value(event) {
+        Ok(json) => sink.send(SubscriptionMessage::from(json)).await.is_ok(),
+        Err(e) => {
+            tracing::error!("cannot serialise a thread event: {e}");
+            false
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! Checks of parameter values at the RPC edge. Types are checked by serde
+//! (-32602); these check values and answer `invalid_argument` (1001) with a
+//! message that names the parameter.
+
+use jsonrpsee::types::ErrorObjectOwned;
+use kd_proto::names::{self, ALL, KING};
+
+use super::error::{bad_name, invalid};
+
+/// Longest title, branch or holder label.
+const MAX_LABEL: usize = 256;
+/// Longest workspace path.
+const MAX_PATH: usize = 4096;
+/// Longest lock TTL: a day.
+pub const MAX_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+
+pub fn thread_id(id: &str) -> Result<(), ErrorObjectOwned> {
+    names::check_thread_id(id).map_err(bad_name)
+}
+
+pub fn member(name: &str) -> Result<(), ErrorObjectOwned> {
+    names::check_member_name(name).map_err(bad_name)
+}
+
+/// Council members of a thread: valid names, no duplicates, not `king`/`all`.
+pub fn members(list: &[String]) -> Result<(), ErrorObjectOwned> {
+    for (i, m) in list.iter().enumerate() {
+        member(m)?;
+        if m == KING || m == ALL {
+            return Err(invalid(format!("members: {m:?} is reserved and cannot be a member")));
+        }
+        if list[..i].contains(m) {
+            return Err(invalid(format!("members: {m:?} is listed twice")));
+        }
+    }
+    Ok(())
+}
+
+/// Addressees of a message: member names, `all` or `king`.
+pub fn addressees(param: &str, list: &[String]) -> Result<(), ErrorObjectOwned> {
+    for name in list {
+        names::check_member_name(name).map_err(|e| invalid(format!("{param}: {e}")))?;
+    }
+    Ok(())
+}
+
+pub fn workspace(path: &str) -> Result<(), ErrorObjectOwned> {
+    if !path.starts_with('/') {
+        return Err(invalid(format!("workspace must be an absolute path, got {path:?}")));
+    }
+    if path.len() > MAX_PATH || path.contains('\0') {
+        return Err(invalid("workspace is not a usable path (too long or contains NUL)"));
+    }
+    Ok(())
+}
+
+pub fn label(param: &str, value: Option<&str>) -> Result<(), ErrorObjectOwned> {
+    match value {
+        Some(v) if v.len() > MAX_LABEL => Err(invalid(format!("{param} is longer than {MAX_LABEL} bytes"))),
+        Some(v) if v.chars().any(char::is_control) => Err(invalid(format!("{param} contains control characters"))),
+        _ => Ok(()),
+    }
+}
+
+pub fn required_label(param: &str, value: &str) -> Result<(), ErrorObjectOwned> {
+    if value.trim().is_empty() {
+        return Err(invalid(format!("{param} is empty")));
+    }
+    label(param, Some(value))
+}
+
+pub fn pid(pid: Option<u32>) -> Result<(), ErrorObjectOwned> {
+    match pid {
+        Some(0) => Err(invalid("pid must be a process id (> 0)")),
+        Some(p) if p > i32::MAX as u32 => Err(invalid(format!("pid {p} is out of range"))),
+        _ => Ok(()),
+    }
+}
+
+pub fn ttl(ttl_ms: u64) -> Result<(), ErrorObjectOwned> {
+    if ttl_ms == 0 || ttl_ms > MAX_TTL_MS {
+        return Err(invalid(format!("ttl_ms must be between 1 and {MAX_TTL_MS}, got {ttl_ms}")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(r: Result<(), ErrorObjectOwned>) -> String {
+        r.err().map(|e| e.message().to_string()).unwrap_or_default()
+    }
+
+    #[test]
+    fn members_must_be_unique_valid_and_unreserved() {
+        let list = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(members(&list(&["claude", "codex"])).is_ok());
+        assert!(msg(members(&list(&["claude", "claude"]))).contains("listed twice"));
+        assert!(msg(members(&list(&["king"]))).contains("reserved"));
+        assert!(msg(members(&list(&["../etc"]))).contains("member name"));
+    }
+
+    #[test]
+    fn values_are_checked_with_the_parameter_named() {
+        assert!(msg(workspace("relative/dir")).contains("absolute"));
+        assert!(msg(ttl(0)).contains("ttl_ms"));
+        assert!(msg(ttl(MAX_TTL_MS + 1)).contains("ttl_ms"));
+        assert!(ttl(1).is_ok());
+        assert!(msg(pid(Some(0))).contains("pid"));
+        assert!(msg(required_label("holder", " ")).contains("holder is empty"));
+        assert!(msg(label("title", Some("a\u{1b}[31m"))).contains("control"));
+        assert!(msg(addressees("to", &["a b".to_string()])).starts_with("to: "));
+    }
+}

@@ -1,0 +1,286 @@
+//! # kd-tests — end-to-end test support
+//!
+//! Every test starts its own real `kdd` ([`Kdd`]) on a socket and database
+//! in a fresh temporary directory, and drives it with the real `kd` binary
+//! ([`Kdd::kd`]), the Rust client ([`Kdd::client`]) or raw HTTP
+//! ([`http_post`]). Binaries are taken from the cargo target directory, so
+//! build them first: `cargo build --workspace --bins` (the README's test
+//! command does).
+//!
+//! Waiting is always on an event with a deadline ([`within`]), never a sleep.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream as StdUnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use kd_client::Client;
+use tempfile::TempDir;
+
+/// Default deadline for anything a test waits on.
+pub const DEADLINE: Duration = Duration::from_secs(30);
+
+/// The directory holding the workspace's built binaries (`target/debug`).
+pub fn bin_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("KD_TEST_BIN_DIR") {
+        return PathBuf::from(dir);
+    }
+    // Integration tests run from target/<profile>/deps/.
+    let exe = std::env::current_exe().expect("current_exe");
+    let deps = exe.parent().expect("deps dir");
+    deps.parent().expect("profile dir").to_path_buf()
+}
+
+/// A built binary of the workspace, e.g. `bin("kdd")`.
+pub fn bin(name: &str) -> PathBuf {
+    let path = bin_dir().join(name);
+    assert!(path.is_file(), "{} is not built; run `cargo build --workspace --bins` before the tests", path.display());
+    path
+}
+
+/// Awaits `fut`, failing the test if it takes longer than [`DEADLINE`].
+pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(DEADLINE, fut).await {
+        Ok(v) => v,
+        Err(_) => panic!("timed out after {DEADLINE:?} waiting for {what}"),
+    }
+}
+
+/// A real `kdd` process on a private socket and database.
+pub struct Kdd {
+    pub dir: TempDir,
+    pub socket: PathBuf,
+    pub db: PathBuf,
+    pub pid: u32,
+    args: Vec<String>,
+    child: Option<Child>,
+}
+
+impl Kdd {
+    /// Starts a daemon with default limits and waits until it is ready.
+    pub fn start() -> Kdd {
+        Kdd::start_with(&[])
+    }
+
+    /// Starts a daemon with extra command-line arguments.
+    pub fn start_with(args: &[&str]) -> Kdd {
+        let dir = tempfile::Builder::new().prefix("kd-e2e-").tempdir().expect("tempdir");
+        let socket = dir.path().join("run").join("kdd.sock");
+        let db = dir.path().join("data").join("kd.sqlite3");
+        let mut kdd = Kdd { dir, socket, db, pid: 0, args: args.iter().map(|s| s.to_string()).collect(), child: None };
+        kdd.launch().unwrap_or_else(|e| panic!("kdd did not start: {e}"));
+        kdd
+    }
+
+    /// The command line this daemon runs with.
+    pub fn command(&self) -> Command {
+        let mut cmd = Command::new(bin("kdd"));
+        cmd.arg("--socket")
+            .arg(&self.socket)
+            .arg("--db")
+            .arg(&self.db)
+            .args(&self.args)
+            .env("RUST_LOG", "info")
+            .env_remove("KD_SOCKET")
+            .env_remove("KD_DB");
+        cmd
+    }
+
+    /// Starts the process and waits for its `kdd ready` line; on failure
+    /// returns what it printed on stderr.
+    pub fn launch(&mut self) -> Result<(), String> {
+        let mut child = self
+            .command()
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot run kdd: {e}"))?;
+        let stdout = child.stdout.take().expect("stdout");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        // Keep draining stderr so the daemon never blocks on a full pipe;
+        // collect it for failure messages.
+        let (etx, erx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = BufReader::new(stderr).read_to_string(&mut text);
+            let _ = etx.send(text);
+        });
+        match rx.recv_timeout(DEADLINE) {
+            Ok(line) if line.starts_with("kdd ready") => {
+                self.pid = child.id();
+                self.child = Some(child);
+                Ok(())
+            }
+            Ok(_) => {
+                let status = child.wait().map_err(|e| e.to_string())?;
+                let err = erx.recv_timeout(DEADLINE).unwrap_or_default();
+                Err(format!("kdd exited with {status}: {err}"))
+            }
+            Err(_) => {
+                let _ = child.kill();
+                Err("kdd did not become ready in time".into())
+            }
+        }
+    }
+
+    /// A Rust client connected to this daemon.
+    pub async fn client(&self) -> Client {
+        within("connect", Client::connect(&self.socket)).await.expect("connect to kdd")
+    }
+
+    /// The real `kd` binary pointed at this daemon, never auto-starting.
+    pub fn kd(&self) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new(bin("kd"));
+        cmd.arg("--socket")
+            .arg(&self.socket)
+            .env("KD_NO_AUTOSTART", "1")
+            .env("KD_DB", &self.db)
+            .env_remove("KD_SOCKET")
+            .kill_on_drop(true);
+        cmd
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn stop(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("kdd is running");
+        signal(child.id(), rustix::process::Signal::TERM);
+        wait_with_deadline(&mut child)
+    }
+
+    /// Kills the daemon with SIGKILL, as a crash would.
+    pub fn kill9(&mut self) {
+        let mut child = self.child.take().expect("kdd is running");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// Waits for the daemon to exit on its own (e.g. after `daemon.shutdown`).
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("kdd is running");
+        wait_with_deadline(&mut child)
+    }
+
+    /// Stops the daemon (SIGTERM) and starts it again on the same socket and database.
+    pub fn restart(&mut self) {
+        let status = self.stop();
+        assert!(status.success(), "kdd exited with {status} on SIGTERM");
+        self.launch().unwrap_or_else(|e| panic!("kdd did not restart: {e}"));
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+}
+
+impl Drop for Kdd {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn signal(pid: u32, sig: rustix::process::Signal) {
+    let pid = rustix::process::Pid::from_raw(pid as i32).expect("pid");
+    let _ = rustix::process::kill_process(pid, sig);
+}
+
+fn wait_with_deadline(child: &mut Child) -> ExitStatus {
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        // Wakes the waiter if the process hangs: SIGKILL after the deadline.
+        if rx.recv_timeout(DEADLINE).is_err() {
+            signal(pid, rustix::process::Signal::KILL);
+        }
+    });
+    let status = child.wait().expect("wait for kdd");
+    let _ = tx.send(());
+    status
+}
+
+/// A raw HTTP/1.1 exchange on the socket: returns the status code and body.
+/// `request` is the full request text (head and body) as bytes.
+pub fn http_raw(socket: &Path, request: &[u8]) -> std::io::Result<(u16, String)> {
+    let mut s = StdUnixStream::connect(socket)?;
+    s.set_read_timeout(Some(DEADLINE))?;
+    s.write_all(request)?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    parse_http_response(&raw)
+}
+
+/// POSTs a JSON-RPC body with `Connection: close`; returns status and body.
+pub fn http_post(socket: &Path, body: &str) -> std::io::Result<(u16, String)> {
+    let req = format!(
+        "POST / HTTP/1.1\r\nHost: kd\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+        body.len(),
+        body
+    );
+    http_raw(socket, req.as_bytes())
+}
+
+/// POSTs and parses the body as JSON.
+pub fn rpc_post(socket: &Path, body: &str) -> serde_json::Value {
+    let (_, text) = http_post(socket, body).expect("http post");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+fn parse_http_response(raw: &[u8]) -> std::io::Result<(u16, String)> {
+    let bad = |m: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, m.to_string());
+    let text = String::from_utf8_lossy(raw);
+    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| bad("no header end"))?;
+    let status: u16 =
+        head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or_else(|| bad("no status code"))?;
+    let chunked = head.lines().any(|l| {
+        let l = l.to_ascii_lowercase();
+        l.starts_with("transfer-encoding:") && l.contains("chunked")
+    });
+    if !chunked {
+        return Ok((status, body.to_string()));
+    }
+    let mut out = String::new();
+    let mut rest = body;
+    loop {
+        let (size, after) = rest.split_once("\r\n").ok_or_else(|| bad("bad chunk"))?;
+        let size = usize::from_str_radix(size.trim(), 16).map_err(|_| bad("bad chunk size"))?;
+        if size == 0 {
+            break;
+        }
+        out.push_str(after.get(..size).ok_or_else(|| bad("short chunk"))?);
+        rest = after.get(size + 2..).unwrap_or("");
+    }
+    Ok((status, out))
+}
+
+/// Output of a finished `kd` command.
+pub struct Output {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs a command to completion within the deadline.
+pub async fn run(mut cmd: tokio::process::Command) -> Output {
+    let out = within("a kd command", cmd.stdin(Stdio::null()).output()).await.expect("run command");
+    Output {
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// An absolute workspace path for tests (nothing is created there).
+pub fn workspace(name: &str) -> String {
+    format!("/tmp/kd-e2e-workspace/{name}")
+}

@@ -1,0 +1,108 @@
+//! Bad input gets a JSON-RPC error, and the daemon keeps serving others.
+
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+
+use kd_client::KdApiClient;
+use kd_tests::{Kdd, http_post, http_raw, rpc_post, within, workspace};
+
+fn error_code(v: &serde_json::Value) -> i64 {
+    v["error"]["code"].as_i64().unwrap_or_else(|| panic!("not an error: {v}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_json_unknown_methods_and_wrong_types_get_errors() {
+    let kdd = Kdd::start();
+    let s = &kdd.socket;
+    assert_eq!(error_code(&rpc_post(s, r#"{"jsonrpc":"2.0","id":1,"#)), -32700);
+    assert_eq!(error_code(&rpc_post(s, "\u{0}\u{1}garbage")), -32700);
+    assert_eq!(error_code(&rpc_post(s, r#"{"jsonrpc":"2.0","id":1,"method":"no.such"}"#)), -32601);
+    let v = rpc_post(s, r#"{"jsonrpc":"2.0","id":1,"method":"thread.list","params":{"limit":"ten"}}"#);
+    assert_eq!(error_code(&v), -32602);
+    let v = rpc_post(s, r#"{"jsonrpc":"2.0","id":1,"method":"thread.get","params":{}}"#);
+    assert_eq!(error_code(&v), -32602, "missing required param");
+    let v = rpc_post(s, r#"{"jsonrpc":"2.0","id":1,"method":"thread.messages","params":{"thread":"a","sinceseq":1}}"#);
+    assert_eq!(error_code(&v), -32602);
+    assert!(v["error"]["message"].as_str().unwrap().contains("since_seq"), "{v}");
+    let v = rpc_post(s, r#"{"jsonrpc":"2.0","id":1,"method":"thread.create","params":{"workspace":"relative"}}"#);
+    assert_eq!(error_code(&v), 1001);
+    let v = rpc_post(
+        s,
+        r#"{"jsonrpc":"2.0","id":1,"method":"message.append","params":{"thread":"x","from":"Bad Name","body":""}}"#,
+    );
+    assert_eq!(error_code(&v), 1001);
+    assert!(v["error"]["message"].as_str().unwrap().starts_with("from: "), "{v}");
+    // A batch mixing good and bad calls answers each.
+    let v = rpc_post(
+        s,
+        r#"[{"jsonrpc":"2.0","id":1,"method":"daemon.hello"},{"jsonrpc":"2.0","id":2,"method":"thread.get","params":{"threadid":"x"}}]"#,
+    );
+    let answers = v.as_array().unwrap();
+    assert_eq!(answers.len(), 2);
+    assert!(answers.iter().any(|a| a["id"] == 1 && a["result"]["protocol"] == 1));
+    assert!(answers.iter().any(|a| a["id"] == 2 && a["error"]["code"] == -32602));
+    // Still serving.
+    let c = kdd.client().await;
+    c.daemon_status().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_oversized_request_is_refused_without_harm() {
+    let kdd = Kdd::start_with(&["--max-request-bytes", "4096"]);
+    let c = kdd.client().await;
+    let t = c.thread_create(workspace("big"), None, None, None, None, None, None, None).await.unwrap().id;
+    let big = "x".repeat(10_000);
+    let body = serde_json::json!({"jsonrpc":"2.0","id":1,"method":"message.append","params":{"thread": t, "from":"king","body": big}}).to_string();
+    let (status, text) = http_post(&kdd.socket, &body).unwrap();
+    assert_eq!(status, 413, "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(error_code(&v), -32007, "{v}");
+    // Over WebSocket too: the call fails, nothing is written, others are served.
+    let ws_err =
+        c.message_append(t.clone(), "king".into(), "x".repeat(10_000), None, None, None, None, None, None, None).await;
+    assert!(ws_err.is_err());
+    let other = kdd.client().await;
+    assert!(other.thread_messages(t, None, None).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_that_disconnects_mid_call_does_not_disturb_others() {
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    for _ in 0..20 {
+        // Half a request, then gone.
+        let mut s = UnixStream::connect(&kdd.socket).unwrap();
+        s.write_all(b"POST / HTTP/1.1\r\nHost: kd\r\nContent-Length: 100\r\n\r\n{\"jsonrpc\":").unwrap();
+        drop(s);
+        // A whole request whose answer is never read.
+        let mut s = UnixStream::connect(&kdd.socket).unwrap();
+        let body = r#"{"jsonrpc":"2.0","id":1,"method":"thread.list"}"#;
+        write!(s, "POST / HTTP/1.1\r\nHost: kd\r\nContent-Length: {}\r\n\r\n{}", body.len(), body).unwrap();
+        drop(s);
+    }
+    // A WebSocket client that subscribes and then vanishes.
+    {
+        let gone = kdd.client().await;
+        let t = gone.thread_create(workspace("gone"), None, None, None, None, None, None, None).await.unwrap().id;
+        let _sub = gone.thread_subscribe(t, Some(0)).await.unwrap();
+    }
+    within("status after abuse", c.daemon_status()).await.unwrap();
+    within("subscriptions closed", async {
+        while c.daemon_status().await.unwrap().subscriptions != 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wrong_http_methods_and_garbage_bytes_do_not_crash_the_daemon() {
+    let kdd = Kdd::start();
+    let (status, _) = http_raw(&kdd.socket, b"GET / HTTP/1.1\r\nHost: kd\r\nConnection: close\r\n\r\n").unwrap();
+    assert_eq!(status, 405);
+    let mut s = UnixStream::connect(&kdd.socket).unwrap();
+    s.write_all(&[0xff, 0xfe, 0x00, 0x13, 0x37, b'\r', b'\n', b'\r', b'\n']).unwrap();
+    drop(s);
+    let c = kdd.client().await;
+    c.daemon_status().await.unwrap();
+}

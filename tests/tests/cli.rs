@@ -1,0 +1,353 @@
+//! The `kd` binary against a real daemon: inspection commands, daemon
+//! management, auto-start, and one-line failures.
+
+use std::process::Command;
+use std::sync::Arc;
+
+use jsonrpsee::RpcModule;
+use kd_client::KdApiClient;
+use kd_proto::types::Thread;
+use kd_tests::{Kdd, bin, run, within, workspace};
+use tokio::net::UnixListener;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn threads_show_sessions_locks_and_events_in_text_and_json() {
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = c
+        .thread_create(
+            workspace("cli"),
+            Some("main".into()),
+            Some("Schema talk".into()),
+            Some(vec!["claude".into(), "codex".into()]),
+            None,
+            None,
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+    c.message_append(
+        t.id.clone(),
+        "king".into(),
+        "What about the schema?".into(),
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    c.message_append(
+        t.id.clone(),
+        "claude".into(),
+        "Normalize it.\n\n- joins\n- indexes".into(),
+        Some(vec!["king".into()]),
+        None,
+        Some(1),
+        None,
+        None,
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    c.session_start(t.id.clone(), "claude".into(), Some("backend-xyz".into()), Some("tester".into()), None, None)
+        .await
+        .unwrap();
+    c.lock_acquire(t.id.clone(), "tester".into(), 600_000, None).await.unwrap();
+
+    let out = run({
+        let mut k = kdd.kd();
+        k.arg("threads");
+        k
+    })
+    .await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(lines[0].starts_with("ID") && lines[0].contains("LAST ACTIVITY"), "{}", out.stdout);
+    assert!(
+        lines[1].starts_with(&t.id) && lines[1].contains("active") && lines[1].contains("Schema talk"),
+        "{}",
+        out.stdout
+    );
+    assert!(lines[1].contains("claude,codex") && lines[1].contains(" 2 "), "{}", out.stdout);
+
+    let json = run({
+        let mut k = kdd.kd();
+        k.args(["threads", "--json"]);
+        k
+    })
+    .await;
+    let threads: Vec<Thread> = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(threads.len(), 1);
+    assert_eq!(threads[0].last_seq, 2);
+
+    let show = run({
+        let mut k = kdd.kd();
+        k.args(["show", &t.id]);
+        k
+    })
+    .await;
+    assert!(show.status.success(), "{}", show.stderr);
+    assert!(show.stdout.contains("#1 king"), "{}", show.stdout);
+    assert!(show.stdout.contains("#2 claude → king (re #1)"), "{}", show.stdout);
+    assert!(show.stdout.contains("Normalize it.\n\n- joins\n- indexes\n"), "{}", show.stdout);
+
+    let show_json = run({
+        let mut k = kdd.kd();
+        k.args(["show", &t.id, "--json"]);
+        k
+    })
+    .await;
+    let v: serde_json::Value = serde_json::from_str(&show_json.stdout).unwrap();
+    assert_eq!(v["messages"].as_array().unwrap().len(), 2);
+    assert_eq!(v["thread"]["id"], t.id);
+
+    let sessions = run({
+        let mut k = kdd.kd();
+        k.arg("sessions");
+        k
+    })
+    .await;
+    assert!(
+        sessions.stdout.contains("claude")
+            && sessions.stdout.contains("backend-xyz")
+            && sessions.stdout.contains("active"),
+        "{}",
+        sessions.stdout
+    );
+    let sessions_json = run({
+        let mut k = kdd.kd();
+        k.args(["sessions", "--json", "--agent", "claude"]);
+        k
+    })
+    .await;
+    let v: serde_json::Value = serde_json::from_str(&sessions_json.stdout).unwrap();
+    assert_eq!(v[0]["backend_session_id"], "backend-xyz");
+
+    let locks = run({
+        let mut k = kdd.kd();
+        k.args(["locks"]);
+        k
+    })
+    .await;
+    assert!(locks.stdout.contains(&t.id) && locks.stdout.contains("tester"), "{}", locks.stdout);
+    let locks_json = run({
+        let mut k = kdd.kd();
+        k.args(["locks", "--json"]);
+        k
+    })
+    .await;
+    let v: serde_json::Value = serde_json::from_str(&locks_json.stdout).unwrap();
+    assert_eq!(v[0]["holder"], "tester");
+
+    let events = run({
+        let mut k = kdd.kd();
+        k.args(["events", "--thread", &t.id]);
+        k
+    })
+    .await;
+    for kind in ["thread.create", "message", "session.start", "lock.acquire"] {
+        assert!(events.stdout.contains(kind), "{kind} missing: {}", events.stdout);
+    }
+    let events_json = run({
+        let mut k = kdd.kd();
+        k.args(["events", "--json", "--kind", "message"]);
+        k
+    })
+    .await;
+    let v: serde_json::Value = serde_json::from_str(&events_json.stdout).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn show_of_a_missing_thread_is_one_line_and_nonzero() {
+    let kdd = Kdd::start();
+    let out = run({
+        let mut k = kdd.kd();
+        k.args(["show", "nope"]);
+        k
+    })
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.stderr, "kd: thread nope not found\n");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_daemon_is_one_clear_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kdd.sock");
+    let out = run({
+        let mut k = tokio::process::Command::new(bin("kd"));
+        k.arg("--socket").arg(&socket).arg("threads").env("KD_NO_AUTOSTART", "1");
+        k
+    })
+    .await;
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+    assert!(out.stderr.starts_with("kd: cannot reach kdd at "), "{}", out.stderr);
+    assert!(out.stderr.contains("KD_NO_AUTOSTART=1"), "{}", out.stderr);
+    assert!(!out.stderr.contains("panicked") && !out.stderr.contains("backtrace"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daemon_speaking_another_protocol_is_refused_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kdd.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    let mut module = RpcModule::new(());
+    module
+        .register_method(
+            "daemon.hello",
+            |_, _, _| serde_json::json!({"protocol": 99, "version": "9.9.9", "capabilities": [], "pid": 1}),
+        )
+        .unwrap();
+    let (stop, _handle) = jsonrpsee::server::stop_channel();
+    let builder = jsonrpsee::server::Server::builder().to_service_builder();
+    let methods: jsonrpsee::Methods = module.into();
+    let server = tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let svc = builder.clone().build(methods.clone(), stop.clone());
+            tokio::spawn(jsonrpsee::server::serve(stream, svc));
+        }
+    });
+    let out = run({
+        let mut k = tokio::process::Command::new(bin("kd"));
+        k.arg("--socket").arg(&socket).arg("threads").env("KD_NO_AUTOSTART", "1");
+        k
+    })
+    .await;
+    server.abort();
+    assert_eq!(out.status.code(), Some(3), "{}", out.stderr);
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+    assert!(out.stderr.contains("speaks protocol 99 (version 9.9.9), this kd speaks 1"), "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refusing_daemon_is_one_clear_line() {
+    let kdd = Kdd::start_with(&["--max-connections", "1"]);
+    let _holder = kdd.client().await;
+    let out = run({
+        let mut k = kdd.kd();
+        k.arg("threads");
+        k
+    })
+    .await;
+    assert_eq!(out.status.code(), Some(3), "{}", out.stderr);
+    assert_eq!(out.stderr.lines().count(), 1);
+    assert!(out.stderr.contains("refused the connection: too many connections"), "{}", out.stderr);
+}
+
+fn kd_autostarting(dir: &std::path::Path) -> tokio::process::Command {
+    let mut k = tokio::process::Command::new(bin("kd"));
+    k.arg("--socket")
+        .arg(dir.join("run/kdd.sock"))
+        .env("KD_DB", dir.join("data/kd.sqlite3"))
+        .env("KD_KDD", bin("kdd"))
+        .env_remove("KD_NO_AUTOSTART")
+        .kill_on_drop(true);
+    k
+}
+
+/// Stops an auto-started daemon at the end of a test.
+struct StopDaemon(std::path::PathBuf);
+
+impl Drop for StopDaemon {
+    fn drop(&mut self) {
+        let _ =
+            Command::new(bin("kd")).arg("--socket").arg(self.0.join("run/kdd.sock")).args(["daemon", "stop"]).output();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_kd_invocations_auto_starting_at_once_end_with_one_daemon() {
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let _stop = StopDaemon(dir.path().to_path_buf());
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let mut threads = kd_autostarting(dir.path());
+        threads.args(["threads", "--json"]);
+        runs.push(tokio::spawn(run(threads)));
+    }
+    for r in runs {
+        let out = within("kd threads", r).await.unwrap();
+        assert!(out.status.success(), "{}", out.stderr);
+        assert_eq!(out.stdout.trim(), "[]");
+    }
+    let status = run({
+        let mut k = kd_autostarting(dir.path());
+        k.args(["daemon", "status", "--json"]);
+        k
+    })
+    .await;
+    let v: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    let pid = v["pid"].as_u64().unwrap();
+    // Exactly one kdd serves this socket: the one holding its lock file.
+    let lock = std::fs::read_to_string(dir.path().join("run/kdd.sock.lock")).unwrap();
+    assert_eq!(lock.trim(), pid.to_string());
+    let kdds = Command::new("pgrep")
+        .args(["-f", &format!("kdd --socket {}", dir.path().join("run/kdd.sock").display())])
+        .output()
+        .unwrap();
+    let pids: Vec<&str> = std::str::from_utf8(&kdds.stdout).unwrap().lines().collect();
+    assert_eq!(pids, vec![pid.to_string()], "more than one kdd on the socket");
+    assert_eq!(v["db"], dir.path().join("data/kd.sqlite3").display().to_string());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn daemon_start_status_restart_and_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let _stop = StopDaemon(dir.path().to_path_buf());
+    let kd = |args: &'static [&'static str]| {
+        let mut k = kd_autostarting(dir.path());
+        k.args(args);
+        k
+    };
+    let out = run(kd(&["daemon", "status"])).await;
+    assert_eq!(out.status.code(), Some(3));
+    assert!(out.stdout.contains("not running"), "{}", out.stdout);
+    let out = run(kd(&["daemon", "start"])).await;
+    assert!(out.status.success() && out.stdout.starts_with("kdd started (pid "), "{} {}", out.stdout, out.stderr);
+    let out = run(kd(&["daemon", "start"])).await;
+    assert!(out.stdout.starts_with("kdd already running"), "{}", out.stdout);
+    let out = run(kd(&["daemon", "status"])).await;
+    assert!(out.status.success() && out.stdout.contains("threads   0"), "{}", out.stdout);
+    let first_pid = pid_of(&run(kd(&["daemon", "status", "--json"])).await.stdout);
+    let out = run(kd(&["daemon", "restart"])).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.contains(&format!("kdd stopped (pid {first_pid})")), "{}", out.stdout);
+    let second_pid = pid_of(&run(kd(&["daemon", "status", "--json"])).await.stdout);
+    assert_ne!(first_pid, second_pid);
+    let out = run(kd(&["daemon", "stop"])).await;
+    assert!(out.status.success() && out.stdout.contains("kdd stopped"), "{}", out.stdout);
+    // `stop` returns only once the daemon has exited and removed its socket.
+    assert!(!dir.path().join("run/kdd.sock").exists());
+    let out = run(kd(&["daemon", "stop"])).await;
+    assert!(out.stdout.contains("not running"), "{}", out.stdout);
+}
+
+fn pid_of(status_json: &str) -> u64 {
+    let v: serde_json::Value = serde_json::from_str(status_json).unwrap();
+    v["pid"].as_u64().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_talks_only_through_the_socket_it_is_given() {
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    c.thread_create(workspace("a"), None, None, None, None, None, None, None).await.unwrap();
+    // KD_SOCKET is honoured when --socket is absent.
+    let out = run({
+        let mut k = tokio::process::Command::new(bin("kd"));
+        k.args(["threads", "--json"]).env("KD_SOCKET", &kdd.socket).env("KD_NO_AUTOSTART", "1");
+        k
+    })
+    .await;
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 1);
+}

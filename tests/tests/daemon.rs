@@ -1,0 +1,224 @@
+//! The daemon process: transport, one daemon per socket, permissions,
+//! bounds, shutdown.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+use kd_client::{Client, ClientError, KdApiClient};
+use kd_proto::PROTOCOL_VERSION;
+use kd_tests::{Kdd, bin, http_post, rpc_post, within};
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plain_http_post_answers_a_call() {
+    let kdd = Kdd::start();
+    let (status, body) = http_post(&kdd.socket, r#"{"jsonrpc":"2.0","id":7,"method":"daemon.status"}"#).unwrap();
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["id"], 7);
+    assert_eq!(v["result"]["pid"], kdd.pid);
+    assert_eq!(v["result"]["socket"], kdd.socket.display().to_string());
+    assert_eq!(v["result"]["db"], kdd.db.display().to_string());
+    assert_eq!(v["result"]["schema_version"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn curl_unix_socket_works_without_a_content_type() {
+    let kdd = Kdd::start();
+    // Exactly the README's example: curl -d sends a form content type.
+    let out = Command::new("curl")
+        .args(["-sS", "--unix-socket"])
+        .arg(&kdd.socket)
+        .args(["http://kd/", "-d", r#"{"jsonrpc":"2.0","id":1,"method":"daemon.status"}"#])
+        .output()
+        .expect("curl is installed (.ci/run installs it)");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["result"]["pid"], kdd.pid);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn websocket_client_says_hello_with_protocol_and_capabilities() {
+    let kdd = Kdd::start();
+    let client = kdd.client().await;
+    assert_eq!(client.hello().protocol, PROTOCOL_VERSION);
+    assert_eq!(client.hello().pid, kdd.pid);
+    assert!(client.hello().capabilities.iter().any(|c| c == "subscriptions"));
+    let status = client.daemon_status().await.unwrap();
+    assert_eq!(status.clients, 1, "this WebSocket connection is counted while it is open");
+    let second = kdd.client().await;
+    assert_eq!(second.daemon_status().await.unwrap().clients, 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rpc_discover_returns_an_openrpc_document_of_every_method() {
+    let kdd = Kdd::start();
+    let v = rpc_post(&kdd.socket, r#"{"jsonrpc":"2.0","id":1,"method":"rpc.discover"}"#);
+    let doc = &v["result"];
+    assert_eq!(doc["openrpc"], "1.2.6");
+    let names: Vec<&str> = doc["methods"].as_array().unwrap().iter().map(|m| m["name"].as_str().unwrap()).collect();
+    for expected in [
+        "daemon.hello",
+        "daemon.status",
+        "daemon.shutdown",
+        "rpc.discover",
+        "thread.create",
+        "thread.list",
+        "thread.get",
+        "thread.current",
+        "thread.set_current",
+        "thread.messages",
+        "message.append",
+        "thread.subscribe",
+        "session.start",
+        "session.resume",
+        "session.end",
+        "session.list",
+        "lock.acquire",
+        "lock.release",
+        "lock.list",
+        "events.list",
+    ] {
+        assert!(names.contains(&expected), "{expected} missing from rpc.discover");
+    }
+    assert!(doc["components"]["schemas"]["Thread"].is_object());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn socket_directory_is_private_and_socket_is_owner_only() {
+    let kdd = Kdd::start();
+    let dir = kdd.socket.parent().unwrap();
+    assert_eq!(std::fs::metadata(dir).unwrap().permissions().mode() & 0o777, 0o700);
+    assert_eq!(std::fs::metadata(&kdd.socket).unwrap().permissions().mode() & 0o777, 0o600);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_kdd_on_the_same_socket_refuses_and_leaves_the_first_alone() {
+    let kdd = Kdd::start();
+    let out = Command::new(bin("kdd"))
+        .arg("--socket")
+        .arg(&kdd.socket)
+        .arg("--db")
+        .arg(kdd.dir.path().join("other.sqlite3"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("already running"), "{err}");
+    assert!(err.contains(&format!("pid {}", kdd.pid)), "{err}");
+    // The first daemon still serves on its socket.
+    let client = kdd.client().await;
+    assert_eq!(client.daemon_status().await.unwrap().pid, kdd.pid);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stale_socket_file_is_replaced() {
+    let mut kdd = Kdd::start();
+    kdd.kill9();
+    // kill -9 leaves the socket file behind.
+    assert!(kdd.socket.exists());
+    kdd.launch().unwrap();
+    let client = kdd.client().await;
+    assert_eq!(client.daemon_status().await.unwrap().pid, kdd.pid);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_database_with_a_newer_schema_is_refused() {
+    let mut kdd = Kdd::start();
+    kdd.stop();
+    {
+        let conn = rusqlite::Connection::open(&kdd.db).unwrap();
+        conn.pragma_update(None, "user_version", 99).unwrap();
+    }
+    let err = kdd.launch().unwrap_err();
+    assert!(err.contains("schema version 99"), "{err}");
+    assert!(err.contains("newer than this kdd knows"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_stops_gracefully_and_removes_the_socket() {
+    let mut kdd = Kdd::start();
+    let client = kdd.client().await;
+    client.thread_create(kd_tests::workspace("a"), None, None, None, None, None, None, None).await.unwrap();
+    let status = kdd.stop();
+    assert!(status.success(), "{status}");
+    assert!(!kdd.socket.exists(), "socket left behind");
+    let conn = rusqlite::Connection::open(&kdd.db).unwrap();
+    let ok: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+    assert_eq!(ok, "ok");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn daemon_shutdown_over_rpc_exits_zero() {
+    let mut kdd = Kdd::start();
+    let client = kdd.client().await;
+    let ack = client.daemon_shutdown().await.unwrap();
+    assert!(ack.stopping);
+    let status = kdd.wait_exit();
+    assert!(status.success(), "{status}");
+    assert!(!kdd.socket.exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn connections_over_the_bound_get_a_json_rpc_error_and_others_keep_working() {
+    let kdd = Kdd::start_with(&["--max-connections", "2"]);
+    let a = kdd.client().await;
+    let b = kdd.client().await;
+    let (status, body) = http_post(&kdd.socket, r#"{"jsonrpc":"2.0","id":1,"method":"daemon.status"}"#).unwrap();
+    assert_eq!(status, 503, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["code"], 1005);
+    assert!(v["error"]["message"].as_str().unwrap().contains("too many connections"));
+    match within("third client", Client::connect(&kdd.socket)).await {
+        Err(ClientError::Refused { reason, .. }) => assert!(reason.contains("too many connections"), "{reason}"),
+        Err(other) => panic!("unexpected error: {other}"),
+        Ok(_) => panic!("a third connection was accepted"),
+    }
+    // The two admitted clients are unaffected; closing one frees a slot.
+    assert_eq!(a.daemon_status().await.unwrap().clients, 2);
+    drop(b);
+    let c = within("a slot frees up", async {
+        loop {
+            match Client::connect(&kdd.socket).await {
+                Ok(c) => break c,
+                Err(_) => tokio::task::yield_now().await,
+            }
+        }
+    })
+    .await;
+    assert_eq!(c.daemon_status().await.unwrap().pid, kdd.pid);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn another_uid_is_refused_by_the_peer_check() {
+    if rustix::process::getuid().as_raw() != 0 {
+        // A second uid cannot be made without root; `check_peer` is unit-tested in kdd.
+        eprintln!("not root: the cross-uid connection is covered by kdd's unit test only");
+        return;
+    }
+    let kdd = Kdd::start();
+    // Let the other user reach the socket so that only the peer check stands.
+    for p in [kdd.dir.path().to_path_buf(), kdd.socket.parent().unwrap().to_path_buf()] {
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::set_permissions(&kdd.socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let nobody = 65534;
+    assert_ne!(std::fs::metadata(&kdd.socket).unwrap().uid(), nobody);
+    let out = Command::new("curl")
+        .args(["-sS", "--unix-socket"])
+        .arg(&kdd.socket)
+        .args(["http://kd/", "-d", r#"{"jsonrpc":"2.0","id":1,"method":"daemon.status"}"#])
+        .uid(nobody)
+        .gid(nobody)
+        .output()
+        .unwrap();
+    let body = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_else(|_| panic!("{body} {out:?}"));
+    assert_eq!(v["error"]["code"], 1007, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("peer uid 65534"), "{v}");
+    // The owner is still served.
+    let v = rpc_post(&kdd.socket, &json!({"jsonrpc":"2.0","id":1,"method":"daemon.hello"}).to_string());
+    assert_eq!(v["result"]["protocol"], PROTOCOL_VERSION);
+}

@@ -1,0 +1,123 @@
+//! `thread.subscribe`: backlog, then live messages, in order and without gaps.
+
+use kd_client::{ClientError, KdApiClient};
+use kd_proto::ErrorCode;
+use kd_proto::types::ThreadEvent;
+use kd_tests::{Kdd, within, workspace};
+
+async fn thread_with(c: &kd_client::Client, n: usize) -> String {
+    let t = c.thread_create(workspace("sub"), None, None, None, None, None, None, None).await.unwrap().id;
+    for i in 0..n {
+        c.message_append(t.clone(), "king".into(), format!("m{i}"), None, None, None, None, None, None, None)
+            .await
+            .unwrap();
+    }
+    t
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn backlog_since_a_seq_then_live_messages_from_other_clients_in_order() {
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_with(&c, 10).await;
+    let mut sub = c.thread_subscribe(t.clone(), Some(5)).await.unwrap();
+
+    // Four other clients append concurrently while we read.
+    let mut writers = Vec::new();
+    for w in 0..4 {
+        let other = kdd.client().await;
+        let t = t.clone();
+        writers.push(tokio::spawn(async move {
+            for i in 0..50 {
+                other
+                    .message_append(
+                        t.clone(),
+                        "codex".into(),
+                        format!("w{w}-{i}"),
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                    )
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    let mut seqs = Vec::new();
+    within("all messages on the subscription", async {
+        while seqs.last() != Some(&210) {
+            match sub.next().await.expect("subscription open").unwrap() {
+                ThreadEvent::Message { message } => seqs.push(message.seq),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    })
+    .await;
+    for w in writers {
+        w.await.unwrap();
+    }
+    assert_eq!(seqs, (6..=210).collect::<Vec<u64>>());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_since_seq_only_new_messages_arrive_and_zero_means_everything() {
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_with(&c, 3).await;
+    let mut live = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let mut all = c.thread_subscribe(t.clone(), Some(0)).await.unwrap();
+    c.message_append(t.clone(), "claude".into(), "new".into(), None, None, None, None, None, None, None).await.unwrap();
+    let first_live = within("live", live.next()).await.unwrap().unwrap();
+    assert!(matches!(first_live, ThreadEvent::Message { ref message } if message.seq == 4 && message.body == "new"));
+    let mut seqs = Vec::new();
+    while seqs.len() < 4 {
+        if let ThreadEvent::Message { message } = within("all", all.next()).await.unwrap().unwrap() {
+            seqs.push(message.seq);
+        }
+    }
+    assert_eq!(seqs, vec![1, 2, 3, 4]);
+    assert_eq!(c.daemon_status().await.unwrap().subscriptions, 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn subscribing_to_a_missing_or_invalid_thread_is_an_error() {
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let e = ClientError::from(c.thread_subscribe("nope".into(), Some(0)).await.unwrap_err());
+    assert_eq!(e.code(), Some(ErrorCode::NotFound), "{e}");
+    let e = ClientError::from(c.thread_subscribe("../x".into(), None).await.unwrap_err());
+    assert_eq!(e.code(), Some(ErrorCode::InvalidArgument), "{e}");
+    // The connection is still usable.
+    assert_eq!(c.daemon_status().await.unwrap().subscriptions, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn many_subscribers_on_one_thread_all_get_every_message() {
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_with(&c, 0).await;
+    let mut subs = Vec::new();
+    for _ in 0..10 {
+        let client = kdd.client().await;
+        let sub = client.thread_subscribe(t.clone(), None).await.unwrap();
+        subs.push((client, sub));
+    }
+    for i in 0..100 {
+        c.message_append(t.clone(), "king".into(), format!("{i}"), None, None, None, None, None, None, None)
+            .await
+            .unwrap();
+    }
+    for (_client, mut sub) in subs {
+        let mut seqs = Vec::new();
+        while seqs.len() < 100 {
+            if let ThreadEvent::Message { message } = within("fan-out", sub.next()).await.unwrap().unwrap() {
+                seqs.push(message.seq);
+            }
+        }
+        assert_eq!(seqs, (1..=100).collect::<Vec<u64>>());
+    }
+}
