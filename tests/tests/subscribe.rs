@@ -121,3 +121,18 @@ async fn many_subscribers_on_one_thread_all_get_every_message() {
         assert_eq!(seqs, (1..=100).collect::<Vec<u64>>());
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn subscriptions_over_the_per_connection_bound_get_an_error() {
+    let kdd = Kdd::start_with(&["--max-subscriptions", "2"]);
+    let c = kdd.client().await;
+    let t = thread_with(&c, 1).await;
+    let _a = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let _b = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let err = c.thread_subscribe(t.clone(), None).await.unwrap_err();
+    assert!(err.to_string().to_lowercase().contains("subscription"), "{err}");
+    // The connection and the two subscriptions keep working; another connection has its own bound.
+    assert_eq!(c.daemon_status().await.unwrap().subscriptions, 2);
+    let other = kdd.client().await;
+    let _c = other.thread_subscribe(t, None).await.unwrap();
+}

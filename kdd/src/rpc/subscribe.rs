@@ -40,8 +40,10 @@ pub async fn run(
             return Ok(());
         }
     };
-    let sink = pending.accept().await?;
+    // Counted before the client hears it was accepted, so a status call
+    // that follows the subscribe call sees it.
     let _counted = d.hub.track();
+    let sink = pending.accept().await?;
     if !send_messages(&sink, backlog, &mut last).await {
         return Ok(());
     }
