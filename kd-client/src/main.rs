@@ -24,6 +24,12 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Ask the council; answers stream in as they are written
+    Ask(cmd::ask::AskArgs),
+    /// List agent runs in flight, with their pids
+    Runs(cmd::runs::RunsArgs),
+    /// Cancel runs in flight on a thread
+    Cancel(cmd::runs::CancelArgs),
     /// Start, stop or inspect the daemon
     #[command(subcommand)]
     Daemon(cmd::daemon::DaemonCommand),
@@ -58,6 +64,9 @@ fn main() -> ExitCode {
     let ctx = cmd::Ctx::new(cli.socket);
     let result = runtime.block_on(async move {
         match cli.command {
+            Command::Ask(a) => cmd::ask::run(&ctx, a).await,
+            Command::Runs(a) => cmd::runs::list(&ctx, a).await,
+            Command::Cancel(a) => cmd::runs::cancel(&ctx, a).await,
             Command::Daemon(c) => cmd::daemon::run(&ctx, c).await,
             Command::Threads(a) => cmd::inspect::threads(&ctx, a).await,
             Command::Show(a) => cmd::inspect::show(&ctx, a).await,

@@ -45,6 +45,8 @@ pub trait KdApi {
         lineage: Option<Lineage>,
         parent: Option<String>,
         set_current: Option<bool>,
+        // The macro's generated client uses a local named `context`.
+        #[argument(rename = "context")] context_mode: Option<ContextMode>,
     ) -> RpcResult<Thread>;
 
     #[method(name = "thread.list", param_kind = map)]
@@ -98,6 +100,25 @@ pub trait KdApi {
         param_kind = map
     )]
     async fn thread_subscribe(&self, thread: String, since_seq: Option<u64>) -> SubscriptionResult;
+
+    /// Sends a message from the King and starts a run for each addressed member.
+    #[method(name = "council.send", param_kind = map, with_extensions)]
+    async fn council_send(
+        &self,
+        thread: String,
+        body: String,
+        to: Option<Vec<String>>,
+        mute: Option<Vec<String>>,
+        style: Option<Style>,
+        timeout_s: Option<u64>,
+        correlation_id: Option<String>,
+    ) -> RpcResult<Sent>;
+
+    #[method(name = "run.list", param_kind = map)]
+    async fn run_list(&self, thread: Option<String>) -> RpcResult<Vec<RunInfo>>;
+
+    #[method(name = "run.cancel", param_kind = map)]
+    async fn run_cancel(&self, thread: String, member: Option<String>, run: Option<String>) -> RpcResult<Vec<RunInfo>>;
 
     #[method(name = "session.start", param_kind = map)]
     async fn session_start(

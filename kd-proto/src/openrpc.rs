@@ -135,6 +135,11 @@ fn build() -> (Vec<MethodDoc>, Value) {
         .param::<Lineage>("lineage", false, "trunk (default) or branch")
         .param::<String>("parent", false, "the thread a branch forks from (required for a branch)")
         .param::<bool>("set_current", false, "make it the current thread of workspace+branch")
+        .param::<ContextMode>(
+            "context",
+            false,
+            "history (default): the whole thread in every prompt; resume: the backend's own session",
+        )
         .errors(&[InvalidArgument, AlreadyExists, NotFound]);
     b.method::<Vec<Thread>>("thread.list", "threads", "Threads, most recently active first.");
     b.param::<String>("workspace", false, "only threads of this workspace")
@@ -175,6 +180,27 @@ fn build() -> (Vec<MethodDoc>, Value) {
     if let Some(m) = b.methods.last_mut() {
         m.subscription = Some(("thread.event", "thread.unsubscribe"));
     }
+
+    b.method::<Sent>("council.send", "sent", "Append a King message and start a run for each addressed member (all configured members unless `to` names some; muted members are skipped). A member already running on the thread is attached to, not started twice. Members and agents come from the workspace's .kd/config.json.");
+    b.param::<String>("thread", true, "thread id")
+        .param::<String>("body", true, "the King's message")
+        .param::<Vec<String>>("to", false, "only these members")
+        .param::<Vec<String>>("mute", false, "members not to query")
+        .param::<Style>("style", false, "council (default) or chat: which preamble frames the prompt")
+        .param::<u64>(
+            "timeout_s",
+            false,
+            "per-run timeout for this send, in seconds (default: the member's or council.timeout)",
+        )
+        .param::<String>("correlation_id", false, "recorded in the event log")
+        .errors(&[InvalidArgument, NotFound]);
+    b.method::<Vec<RunInfo>>("run.list", "runs", "Runs in flight, with their agent pids.");
+    b.param::<String>("thread", false, "only this thread");
+    b.method::<Vec<RunInfo>>("run.cancel", "cancelled", "Cancel runs in flight on a thread (all, one member's, or one run): SIGINT for claude, SIGTERM for the others, SIGKILL after a grace period. Each is recorded as cancelled with an interrupted message holding its text.");
+    b.param::<String>("thread", true, "thread id")
+        .param::<String>("member", false, "only this member's run")
+        .param::<String>("run", false, "only this run")
+        .errors(&[NotFound]);
 
     b.method::<Session>(
         "session.start",

@@ -64,6 +64,27 @@ pub enum Lineage {
     Branch,
 }
 
+/// How an agent is given the conversation on each turn (F-A4).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ContextMode {
+    /// The whole thread history goes into every prompt; no backend session.
+    #[default]
+    History,
+    /// The backend's own session for this thread and agent is resumed; the
+    /// prompt carries only what the agent has not seen.
+    Resume,
+}
+
+impl ContextMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContextMode::History => "history",
+            ContextMode::Resume => "resume",
+        }
+    }
+}
+
 /// A conversation: messages, its members, where it was started.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Thread {
@@ -79,6 +100,7 @@ pub struct Thread {
     pub parent: Option<String>,
     /// Council members taking part, in turn order.
     pub members: Vec<String>,
+    pub context: ContextMode,
     pub created_at_ms: i64,
     pub last_activity_at_ms: i64,
     /// Highest message seq (0 for an empty thread); also the message count.
@@ -127,6 +149,11 @@ pub struct RunMeta {
     pub usage: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_status: Option<i32>,
+    /// The run that produced the message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
 }
 
 /// One message of a thread. `seq` is dense per thread: 1, 2, 3 …
@@ -251,6 +278,88 @@ pub struct Event {
     pub data: serde_json::Value,
 }
 
+/// Where a run is in its life (F-A3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Accepted; the agent is being prepared or spawned.
+    Waiting,
+    /// The agent process runs.
+    Streaming,
+    Done,
+    Error,
+    TimedOut,
+    Cancelled,
+    /// Cut short by the daemon stopping or crashing.
+    Interrupted,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Waiting => "waiting",
+            RunStatus::Streaming => "streaming",
+            RunStatus::Done => "done",
+            RunStatus::Error => "error",
+            RunStatus::TimedOut => "timed_out",
+            RunStatus::Cancelled => "cancelled",
+            RunStatus::Interrupted => "interrupted",
+        }
+    }
+
+    pub fn is_finished(self) -> bool {
+        !matches!(self, RunStatus::Waiting | RunStatus::Streaming)
+    }
+}
+
+/// One agent invocation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunInfo {
+    pub id: String,
+    pub thread: String,
+    pub member: String,
+    /// claude, codex, cursor, gemini or command.
+    pub backend: String,
+    pub status: RunStatus,
+    /// The agent's process id once it is spawned.
+    pub pid: Option<u32>,
+    pub started_at_ms: i64,
+    /// Characters streamed so far.
+    pub chars: u64,
+    /// The message the run answers.
+    pub reply_to: Option<u64>,
+    pub round: Option<u32>,
+}
+
+/// Which preamble frames the prompt (F-A6).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Style {
+    /// An advisory council answering the King (`kd ask`).
+    #[default]
+    Council,
+    /// A conversational group chat (`kd chat`).
+    Chat,
+}
+
+/// Answer to `council.send`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Sent {
+    /// The message as stored.
+    pub message: Message,
+    /// The runs answering it, one per addressed member. A member already
+    /// running on the thread is not started twice: its run in flight is
+    /// listed with `attached: true`.
+    pub runs: Vec<SentRun>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SentRun {
+    #[serde(flatten)]
+    pub run: RunInfo,
+    pub attached: bool,
+}
+
 /// An item of a `thread.subscribe` subscription.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -261,4 +370,19 @@ pub enum ThreadEvent {
     /// Messages are resent from the registry after this notice; only
     /// transient items (such as token deltas) are lost.
     Lagged { missed: u64 },
+    /// A run was accepted; its agent is about to start.
+    RunWaiting { run: RunInfo },
+    /// The agent process was spawned.
+    RunStarted { run: String, member: String, pid: u32 },
+    /// Text the agent produced. `chars` counts the run's characters after
+    /// this delta. A subscriber joining mid-run first gets one delta with
+    /// all the text so far.
+    Delta { run: String, member: String, text: String, chars: u64 },
+    /// The run finished; its answer is message `seq`.
+    RunFinished { run: String, member: String, seq: u64 },
+    /// The run failed or timed out; the `error` message `seq` says why.
+    RunError { run: String, member: String, error: String, timed_out: bool, seq: u64 },
+    /// The run was cancelled; message `seq` (kind `interrupted`) holds the
+    /// text it had produced.
+    RunCancelled { run: String, member: String, seq: u64 },
 }

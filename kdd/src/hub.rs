@@ -18,11 +18,22 @@ use tokio::sync::broadcast;
 /// Events buffered per thread for the slowest subscriber.
 pub const CAPACITY: usize = 8192;
 
-/// An event as published: its JSON, and the message seq it carries, if any.
+/// An event as published: its JSON, and what subscribers need to skip
+/// what they already sent (the message seq, the run it concerns).
 #[derive(Debug)]
 pub struct Published {
     pub seq: Option<u64>,
+    pub run: Option<RunMark>,
     pub json: Box<RawValue>,
+}
+
+/// The run events a subscriber may already have sent from a snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunMark {
+    Waiting(String),
+    Started(String),
+    /// The run and its character count after the delta.
+    Delta(String, u64),
 }
 
 #[derive(Default)]
@@ -65,9 +76,15 @@ impl Hub {
             ThreadEvent::Message { message } => Some(message.seq),
             _ => None,
         };
+        let run = match &event {
+            ThreadEvent::RunWaiting { run } => Some(RunMark::Waiting(run.id.clone())),
+            ThreadEvent::RunStarted { run, .. } => Some(RunMark::Started(run.clone())),
+            ThreadEvent::Delta { run, chars, .. } => Some(RunMark::Delta(run.clone(), *chars)),
+            _ => None,
+        };
         match serde_json::value::to_raw_value(&event) {
             Ok(json) => {
-                let _ = tx.send(Arc::new(Published { seq, json }));
+                let _ = tx.send(Arc::new(Published { seq, run, json }));
             }
             Err(e) => tracing::error!("cannot serialise a thread event: {e}"),
         }

@@ -15,9 +15,12 @@
 //!
 //! The entry point is [`run`].
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod agent;
+pub mod config;
+pub mod council;
 pub mod db;
 pub mod hub;
 pub mod proc;
@@ -41,6 +44,8 @@ pub struct Options {
     pub socket: PathBuf,
     pub db: PathBuf,
     pub limits: Limits,
+    /// How long a signalled agent has before SIGKILL.
+    pub kill_grace: std::time::Duration,
 }
 
 /// Runs the daemon until SIGTERM, SIGINT or `daemon.shutdown`. Prints one
@@ -49,8 +54,23 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let claim = SocketClaim::claim(&opts.socket)?;
     let hub = Arc::new(Hub::new());
     let db = Db::open(&opts.db, hub.clone())?;
+    let recovered = agent::recover(&db).await.context("cannot recover runs left in flight")?;
+    if recovered > 0 {
+        tracing::warn!("recorded {recovered} run(s) left in flight by the previous daemon as interrupted");
+    }
     let listener = claim.bind()?;
-    let daemon = Arc::new(Daemon::new(db, hub, opts.socket.clone(), opts.limits.max_connections));
+    let mut daemon = Daemon::new(db, hub, opts.socket.clone(), opts.limits.max_connections);
+    daemon.kill_grace = opts.kill_grace;
+    let daemon = Arc::new(daemon);
+    // Runs are stopped the moment shutdown begins, so that clients still
+    // connected see them end.
+    let stopping = {
+        let d = daemon.clone();
+        tokio::spawn(async move {
+            d.shutdown.cancelled().await;
+            agent::stop_all(&d).await
+        })
+    };
     shutdown::on_signals(daemon.shutdown.clone()).context("cannot install signal handlers")?;
     tracing::info!(
         socket = %opts.socket.display(),
@@ -62,6 +82,10 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     shutdown::announce_ready(&opts.socket);
     server::serve(listener, rpc::module(daemon.clone()), daemon.clone(), &opts.limits).await;
     tracing::info!("stopping");
+    match stopping.await {
+        Ok(n) if n > 0 => tracing::info!("{n} run(s) recorded as interrupted"),
+        _ => {}
+    }
     daemon.db.close().await;
     drop(claim);
     tracing::info!("stopped");

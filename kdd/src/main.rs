@@ -31,6 +31,9 @@ struct Args {
     /// Most subscriptions per connection
     #[arg(long, default_value_t = Limits::default().max_subscriptions_per_connection)]
     max_subscriptions: u32,
+    /// Milliseconds a cancelled agent has to exit before SIGKILL
+    #[arg(long, default_value_t = 5000)]
+    kill_grace_ms: u64,
 }
 
 fn main() -> ExitCode {
@@ -56,6 +59,7 @@ fn main() -> ExitCode {
             max_subscriptions_per_connection: args.max_subscriptions,
             ..Limits::default()
         },
+        kill_grace: std::time::Duration::from_millis(args.kill_grace_ms),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

@@ -4,11 +4,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::registry::Registry;
 use crate::db::Db;
 use crate::hub::Hub;
 
@@ -24,6 +25,10 @@ pub struct Daemon {
     pub max_connections: usize,
     /// Source of [`ClientId`]s.
     pub next_client_id: AtomicU64,
+    /// Runs in flight.
+    pub runs: Registry,
+    /// How long a signalled agent has before SIGKILL.
+    pub kill_grace: Duration,
 }
 
 /// Identifies the connection a call arrived on (a request extension):
@@ -42,6 +47,8 @@ impl Daemon {
             connections: Arc::new(Semaphore::new(max_connections)),
             max_connections,
             next_client_id: AtomicU64::new(1),
+            runs: Registry::default(),
+            kill_grace: Duration::from_secs(5),
         }
     }
 

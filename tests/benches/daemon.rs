@@ -65,8 +65,11 @@ async fn status_round_trip() {
 async fn append_throughput(writers: usize, each: usize) {
     let kdd = Kdd::start();
     let setup = kdd.client().await;
-    let thread =
-        setup.thread_create(workspace("bench"), None, None, None, None, None, None, None).await.expect("thread").id;
+    let thread = setup
+        .thread_create(workspace("bench"), None, None, None, None, None, None, None, None)
+        .await
+        .expect("thread")
+        .id;
     let mut clients = Vec::new();
     for _ in 0..writers {
         clients.push(kdd.client().await);
@@ -115,8 +118,11 @@ async fn append_throughput(writers: usize, each: usize) {
 async fn fan_out(subscribers: usize, messages: usize) {
     let kdd = Kdd::start();
     let writer = kdd.client().await;
-    let thread =
-        writer.thread_create(workspace("fanout"), None, None, None, None, None, None, None).await.expect("thread").id;
+    let thread = writer
+        .thread_create(workspace("fanout"), None, None, None, None, None, None, None, None)
+        .await
+        .expect("thread")
+        .id;
     let ready = Arc::new(tokio::sync::Barrier::new(subscribers + 1));
     let mut tasks = Vec::new();
     for _ in 0..subscribers {

@@ -83,6 +83,8 @@ impl Kdd {
             .arg(&self.db)
             .args(&self.args)
             .env("RUST_LOG", "info")
+            // No user configuration leaks in: workspaces bring their own.
+            .env("XDG_CONFIG_HOME", self.dir.path().join("config"))
             .env_remove("KD_SOCKET")
             .env_remove("KD_DB");
         cmd
@@ -283,4 +285,93 @@ pub async fn run(mut cmd: tokio::process::Command) -> Output {
 /// An absolute workspace path for tests (nothing is created there).
 pub fn workspace(name: &str) -> String {
     format!("/tmp/kd-e2e-workspace/{name}")
+}
+
+/// A fake member: its name, its backend, its `FAKE_*` environment.
+pub type Member<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
+
+/// A workspace directory with a `.kd/config.json` whose members are fake
+/// agents.
+pub struct Workspace {
+    pub dir: TempDir,
+}
+
+impl Workspace {
+    /// A workspace whose `council.members` are `members`, each a fake agent
+    /// of the given backend with the given `FAKE_*` environment.
+    pub fn new(members: &[Member<'_>]) -> Workspace {
+        let ws = Workspace { dir: tempfile::Builder::new().prefix("kd-ws-").tempdir().expect("tempdir") };
+        let mut agents = serde_json::Map::new();
+        for (name, backend, env) in members {
+            agents.insert(name.to_string(), fake(backend, name, env));
+        }
+        let names: Vec<&str> = members.iter().map(|m| m.0).collect();
+        ws.write_config(&serde_json::json!({ "council": { "members": names }, "agents": agents }));
+        ws
+    }
+
+    pub fn path(&self) -> String {
+        self.dir.path().display().to_string()
+    }
+
+    pub fn write_config(&self, config: &serde_json::Value) {
+        let kd = self.dir.path().join(".kd");
+        std::fs::create_dir_all(&kd).expect("mkdir .kd");
+        std::fs::write(kd.join("config.json"), serde_json::to_vec_pretty(config).expect("json")).expect("write config");
+    }
+
+    /// A file in the workspace (e.g. for `FAKE_RECORD`).
+    pub fn file(&self, name: &str) -> String {
+        self.dir.path().join(name).display().to_string()
+    }
+}
+
+/// The agent definition of a fake agent named `name` for `backend`.
+pub fn fake(backend: &str, name: &str, env: &[(&str, &str)]) -> serde_json::Value {
+    let mut vars = serde_json::Map::new();
+    vars.insert("FAKE_NAME".into(), name.into());
+    for (k, v) in env {
+        vars.insert(k.to_string(), v.to_string().into());
+    }
+    serde_json::json!({ "backend": backend, "command": bin("fake-agent"), "env": vars })
+}
+
+/// Reads `FAKE_RECORD` lines: what each fake invocation received.
+pub fn records(path: &str) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("record line"))
+        .collect()
+}
+
+/// Collects subscription events until `done` says the list is complete.
+pub async fn collect_until(
+    sub: &mut jsonrpsee::core::client::Subscription<kd_proto::types::ThreadEvent>,
+    mut done: impl FnMut(&[kd_proto::types::ThreadEvent]) -> bool,
+) -> Vec<kd_proto::types::ThreadEvent> {
+    let mut events = Vec::new();
+    within("subscription events", async {
+        while !done(&events) {
+            match sub.next().await {
+                Some(Ok(e)) => events.push(e),
+                Some(Err(e)) => panic!("bad event: {e}"),
+                None => panic!("subscription closed; got {events:?}"),
+            }
+        }
+    })
+    .await;
+    events
+}
+
+/// How many runs in `events` have ended (finished, failed or cancelled).
+pub fn ended(events: &[kd_proto::types::ThreadEvent]) -> usize {
+    use kd_proto::types::ThreadEvent as E;
+    events.iter().filter(|e| matches!(e, E::RunFinished { .. } | E::RunError { .. } | E::RunCancelled { .. })).count()
+}
+
+/// Whether a process exists (it may be a zombie of ours: reap before asking).
+pub fn alive(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z ")
 }

@@ -24,6 +24,7 @@ async fn threads_show_sessions_locks_and_events_in_text_and_json() {
             None,
             None,
             None,
+            None,
         )
         .await
         .unwrap();
@@ -340,7 +341,7 @@ fn pid_of(status_json: &str) -> u64 {
 async fn kd_talks_only_through_the_socket_it_is_given() {
     let kdd = Kdd::start();
     let c = kdd.client().await;
-    c.thread_create(workspace("a"), None, None, None, None, None, None, None).await.unwrap();
+    c.thread_create(workspace("a"), None, None, None, None, None, None, None, None).await.unwrap();
     // KD_SOCKET is honoured when --socket is absent.
     let out = run({
         let mut k = tokio::process::Command::new(bin("kd"));

@@ -20,7 +20,8 @@ async fn plain_http_post_answers_a_call() {
     assert_eq!(v["result"]["pid"], kdd.pid);
     assert_eq!(v["result"]["socket"], kdd.socket.display().to_string());
     assert_eq!(v["result"]["db"], kdd.db.display().to_string());
-    assert_eq!(v["result"]["schema_version"], 1);
+    let migrations = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../migrations")).unwrap().count();
+    assert_eq!(v["result"]["schema_version"], migrations, "every migration is applied");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -141,7 +142,7 @@ async fn a_database_with_a_newer_schema_is_refused() {
 async fn sigterm_stops_gracefully_and_removes_the_socket() {
     let mut kdd = Kdd::start();
     let client = kdd.client().await;
-    client.thread_create(kd_tests::workspace("a"), None, None, None, None, None, None, None).await.unwrap();
+    client.thread_create(kd_tests::workspace("a"), None, None, None, None, None, None, None, None).await.unwrap();
     let status = kdd.stop();
     assert!(status.success(), "{status}");
     assert!(!kdd.socket.exists(), "socket left behind");

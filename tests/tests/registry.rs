@@ -20,6 +20,7 @@ async fn new_thread(client: &kd_client::Client, name: &str) -> String {
             None,
             None,
             None,
+            None,
         )
         .await
         .unwrap()
@@ -187,9 +188,12 @@ async fn each_workspace_and_branch_has_its_current_thread() {
     let c = kdd.client().await;
     let ws = workspace("current");
     assert_eq!(c.thread_current(ws.clone(), Some("main".into())).await.unwrap(), None);
-    let a = c.thread_create(ws.clone(), Some("main".into()), None, None, None, None, None, Some(true)).await.unwrap();
-    let b =
-        c.thread_create(ws.clone(), Some("feature".into()), None, None, None, None, None, Some(true)).await.unwrap();
+    let a =
+        c.thread_create(ws.clone(), Some("main".into()), None, None, None, None, None, Some(true), None).await.unwrap();
+    let b = c
+        .thread_create(ws.clone(), Some("feature".into()), None, None, None, None, None, Some(true), None)
+        .await
+        .unwrap();
     assert_eq!(c.thread_current(ws.clone(), Some("main".into())).await.unwrap().map(|t| t.id), Some(a.id.clone()));
     assert_eq!(c.thread_current(ws.clone(), Some("feature".into())).await.unwrap().map(|t| t.id), Some(b.id.clone()));
     c.thread_set_current(ws.clone(), Some("main".into()), b.id.clone()).await.unwrap();
@@ -203,29 +207,29 @@ async fn thread_ids_are_short_safe_and_unique_and_chosen_ids_are_checked() {
     let c = kdd.client().await;
     let mut ids = HashSet::new();
     for _ in 0..50 {
-        let t = c.thread_create(workspace("ids"), None, None, None, None, None, None, None).await.unwrap();
+        let t = c.thread_create(workspace("ids"), None, None, None, None, None, None, None, None).await.unwrap();
         assert!(t.id.len() <= 12 && t.id.chars().all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit()), "{}", t.id);
         assert!(ids.insert(t.id));
     }
     let named = c
-        .thread_create(workspace("ids"), None, None, None, Some("council-a8ba".into()), None, None, None)
+        .thread_create(workspace("ids"), None, None, None, Some("council-a8ba".into()), None, None, None, None)
         .await
         .unwrap();
     assert_eq!(named.id, "council-a8ba");
     let dup = ClientError::from(
-        c.thread_create(workspace("ids"), None, None, None, Some("council-a8ba".into()), None, None, None)
+        c.thread_create(workspace("ids"), None, None, None, Some("council-a8ba".into()), None, None, None, None)
             .await
             .unwrap_err(),
     );
     assert_eq!(dup.code(), Some(ErrorCode::AlreadyExists));
     let escape = ClientError::from(
-        c.thread_create(workspace("ids"), None, None, None, Some("../../etc".into()), None, None, None)
+        c.thread_create(workspace("ids"), None, None, None, Some("../../etc".into()), None, None, None, None)
             .await
             .unwrap_err(),
     );
     assert_eq!(escape.code(), Some(ErrorCode::InvalidArgument));
     let member = ClientError::from(
-        c.thread_create(workspace("ids"), None, None, Some(vec!["../x".into()]), None, None, None, None)
+        c.thread_create(workspace("ids"), None, None, Some(vec!["../x".into()]), None, None, None, None, None)
             .await
             .unwrap_err(),
     );
@@ -237,12 +241,14 @@ async fn branch_threads_need_an_existing_parent() {
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let trunk = new_thread(&c, "lineage").await;
-    let branch =
-        c.thread_create(workspace("lineage"), None, None, None, None, None, Some(trunk.clone()), None).await.unwrap();
+    let branch = c
+        .thread_create(workspace("lineage"), None, None, None, None, None, Some(trunk.clone()), None, None)
+        .await
+        .unwrap();
     assert_eq!(branch.lineage, kd_proto::types::Lineage::Branch);
     assert_eq!(branch.parent.as_deref(), Some(trunk.as_str()));
     let orphan = ClientError::from(
-        c.thread_create(workspace("lineage"), None, None, None, None, None, Some("nope".into()), None)
+        c.thread_create(workspace("lineage"), None, None, None, None, None, Some("nope".into()), None, None)
             .await
             .unwrap_err(),
     );

@@ -6,7 +6,7 @@ use kd_proto::types::ThreadEvent;
 use kd_tests::{Kdd, within, workspace};
 
 async fn thread_with(c: &kd_client::Client, n: usize) -> String {
-    let t = c.thread_create(workspace("sub"), None, None, None, None, None, None, None).await.unwrap().id;
+    let t = c.thread_create(workspace("sub"), None, None, None, None, None, None, None, None).await.unwrap().id;
     for i in 0..n {
         c.message_append(t.clone(), "king".into(), format!("m{i}"), None, None, None, None, None, None, None)
             .await

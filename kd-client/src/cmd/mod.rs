@@ -1,8 +1,10 @@
 //! The `kd` subcommands. Each talks to the daemon only through the public
 //! RPC API (F-K3).
 
+pub mod ask;
 pub mod daemon;
 pub mod inspect;
+pub mod runs;
 
 use std::path::PathBuf;
 

@@ -21,6 +21,7 @@ pub mod events;
 pub mod locks;
 pub mod messages;
 mod pool;
+pub mod runs;
 pub mod schema;
 pub mod sessions;
 pub mod threads;

@@ -1,6 +1,6 @@
 //! Threads, their members, and each workspace+branch's current thread.
 
-use kd_proto::types::{Lineage, Thread, ThreadStatus};
+use kd_proto::types::{ContextMode, Lineage, Thread, ThreadStatus};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde_json::json;
 
@@ -18,10 +18,10 @@ pub struct NewThread {
     pub lineage: Lineage,
     pub parent: Option<String>,
     pub set_current: bool,
+    pub context: ContextMode,
 }
 
-const COLUMNS: &str =
-    "id, workspace, branch, title, status, lineage, parent_id, members, created_at, last_activity_at, last_seq";
+const COLUMNS: &str = "id, workspace, branch, title, status, lineage, parent_id, members, created_at, last_activity_at, last_seq, context_mode";
 
 pub fn create(conn: &Connection, now: i64, t: NewThread, out: &mut Outbox) -> DbResult<Thread> {
     if let Some(parent) = &t.parent {
@@ -40,8 +40,8 @@ pub fn create(conn: &Connection, now: i64, t: NewThread, out: &mut Outbox) -> Db
         None => fresh_id(conn)?,
     };
     conn.prepare_cached(
-        "INSERT INTO threads (id, workspace, branch, title, lineage, parent_id, members, created_at, last_activity_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)",
+        "INSERT INTO threads (id, workspace, branch, title, lineage, parent_id, members, created_at, last_activity_at, context_mode)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9)",
     )?
     .execute(params![
         id,
@@ -51,7 +51,8 @@ pub fn create(conn: &Connection, now: i64, t: NewThread, out: &mut Outbox) -> Db
         lineage_str(t.lineage),
         t.parent,
         json_list(&t.members),
-        now
+        now,
+        t.context.as_str()
     ])?;
     events::record(
         conn,
@@ -142,6 +143,12 @@ pub fn set_current(conn: &Connection, now: i64, workspace: &str, branch: Option<
     Ok(thread)
 }
 
+/// Replaces the thread's member list (the council as configured now).
+pub fn set_members(conn: &Connection, id: &str, members: &[String]) -> DbResult<()> {
+    conn.prepare_cached("UPDATE threads SET members = ?2 WHERE id = ?1")?.execute(params![id, json_list(members)])?;
+    Ok(())
+}
+
 /// Archives a thread and every session of it.
 pub fn archive(conn: &Connection, now: i64, id: &str) -> DbResult<Thread> {
     get(conn, id)?;
@@ -186,6 +193,10 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Thread> {
         created_at_ms: r.get(8)?,
         last_activity_at_ms: r.get(9)?,
         last_seq: r.get::<_, i64>(10)? as u64,
+        context: match r.get_ref(11)?.as_str()? {
+            "resume" => ContextMode::Resume,
+            _ => ContextMode::History,
+        },
     })
 }
 
@@ -228,6 +239,10 @@ impl super::Db {
 
     pub async fn set_current_thread(&self, workspace: String, branch: Option<String>, id: String) -> DbResult<Thread> {
         self.write(move |c, _| set_current(c, super::now_ms(), &workspace, branch.as_deref(), &id)).await
+    }
+
+    pub async fn set_thread_members(&self, id: String, members: Vec<String>) -> DbResult<()> {
+        self.write(move |c, _| set_members(c, &id, &members)).await
     }
 
     pub async fn archive_thread(&self, id: String) -> DbResult<Thread> {

@@ -9,18 +9,20 @@ pub mod validate;
 
 use std::sync::Arc;
 
-use jsonrpsee::RpcModule;
 use jsonrpsee::core::{SubscriptionResult, async_trait};
 use jsonrpsee::server::PendingSubscriptionSink;
+use jsonrpsee::{Extensions, RpcModule};
 use kd_proto::names::{ALL, KING};
 use kd_proto::types::*;
 use kd_proto::{KdApiServer, PROTOCOL_VERSION, RpcResult, VERSION};
 
+use crate::agent::registry::StopReason;
+use crate::council::send;
 use crate::db::events::EventFilter;
 use crate::db::messages::NewMessage;
 use crate::db::sessions::NewSession;
 use crate::db::threads::NewThread;
-use crate::state::Daemon;
+use crate::state::{ClientId, Daemon};
 use error::invalid;
 
 /// What this daemon offers beyond the basic protocol.
@@ -60,7 +62,7 @@ impl KdApiServer for Rpc {
             db: d.db.path().display().to_string(),
             schema_version: d.db.schema_version(),
             threads: d.db.thread_count(),
-            runs_in_flight: 0,
+            runs_in_flight: d.runs.count() as u64,
             clients: d.open_connections(),
             subscriptions: d.hub.subscription_count(),
         })
@@ -68,8 +70,9 @@ impl KdApiServer for Rpc {
 
     async fn daemon_shutdown(&self) -> RpcResult<ShutdownAck> {
         tracing::info!("shutdown requested over RPC");
+        let runs = self.d.runs.count() as u64;
         self.d.shutdown.cancel();
-        Ok(ShutdownAck { stopping: true, runs_cancelled: 0 })
+        Ok(ShutdownAck { stopping: true, runs_cancelled: runs })
     }
 
     async fn rpc_discover(&self) -> RpcResult<serde_json::Value> {
@@ -86,6 +89,7 @@ impl KdApiServer for Rpc {
         lineage: Option<Lineage>,
         parent: Option<String>,
         set_current: Option<bool>,
+        context_mode: Option<ContextMode>,
     ) -> RpcResult<Thread> {
         validate::workspace(&workspace)?;
         validate::label("branch", branch.as_deref())?;
@@ -108,6 +112,7 @@ impl KdApiServer for Rpc {
             lineage,
             parent,
             set_current: set_current.unwrap_or(false),
+            context: context_mode.unwrap_or_default(),
         };
         Ok(self.d.db.create_thread(t).await?)
     }
@@ -188,6 +193,66 @@ impl KdApiServer for Rpc {
         since_seq: Option<u64>,
     ) -> SubscriptionResult {
         subscribe::run(self.d.clone(), pending, thread, since_seq).await
+    }
+
+    async fn council_send(
+        &self,
+        ext: &Extensions,
+        thread: String,
+        body: String,
+        to: Option<Vec<String>>,
+        mute: Option<Vec<String>>,
+        style: Option<Style>,
+        timeout_s: Option<u64>,
+        correlation_id: Option<String>,
+    ) -> RpcResult<Sent> {
+        validate::thread_id(&thread)?;
+        if body.trim().is_empty() {
+            return Err(invalid("body is empty"));
+        }
+        if let Some(to) = &to {
+            if to.is_empty() {
+                return Err(invalid("to is empty; omit it to address every member"));
+            }
+            validate::addressees("to", to)?;
+        }
+        let mute = mute.unwrap_or_default();
+        validate::addressees("mute", &mute)?;
+        validate::label("correlation_id", correlation_id.as_deref())?;
+        if timeout_s == Some(0) {
+            return Err(invalid("timeout_s must be a positive number of seconds"));
+        }
+        let req = send::Request {
+            thread,
+            body,
+            to,
+            mute,
+            style: style.unwrap_or_default(),
+            timeout: timeout_s.map(std::time::Duration::from_secs),
+            correlation_id,
+            client: ext.get::<ClientId>().copied(),
+        };
+        send::send(&self.d, req).await
+    }
+
+    async fn run_list(&self, thread: Option<String>) -> RpcResult<Vec<RunInfo>> {
+        Ok(self.d.runs.list(thread.as_deref()).iter().map(|r| r.info()).collect())
+    }
+
+    async fn run_cancel(&self, thread: String, member: Option<String>, run: Option<String>) -> RpcResult<Vec<RunInfo>> {
+        validate::thread_id(&thread)?;
+        self.d.db.thread(thread.clone()).await?;
+        let chosen: Vec<_> = self
+            .d
+            .runs
+            .list(Some(&thread))
+            .into_iter()
+            .filter(|r| member.as_ref().is_none_or(|m| &r.member == m) && run.as_ref().is_none_or(|id| &r.id == id))
+            .collect();
+        for r in &chosen {
+            r.stop(StopReason::Cancelled);
+        }
+        Ok(chosen.iter().map(|r| r.info()).collect())
     }
 
     async fn session_start(

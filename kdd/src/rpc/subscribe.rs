@@ -6,6 +6,7 @@
 //! already sent are skipped by seq. After a lag, messages are re-read from
 //! the registry from the last seq sent.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use jsonrpsee::core::SubscriptionResult;
@@ -16,6 +17,7 @@ use tokio::sync::broadcast::error::RecvError;
 
 use super::validate;
 use crate::db::DbResult;
+use crate::hub::RunMark;
 use crate::state::Daemon;
 
 pub async fn run(
@@ -47,12 +49,35 @@ pub async fn run(
     if !send_messages(&sink, backlog, &mut last).await {
         return Ok(());
     }
+    // Runs in flight: what they streamed so far, then only what is newer.
+    let mut snapshots: HashMap<String, (bool, u64)> = HashMap::new();
+    for run in d.runs.list(Some(&thread)) {
+        let snap = run.snapshot();
+        if snap.info.status.is_finished() {
+            continue;
+        }
+        let (id, member, pid, chars) = (snap.info.id.clone(), snap.info.member.clone(), snap.info.pid, snap.info.chars);
+        let mut ok = send(&sink, &ThreadEvent::RunWaiting { run: snap.info }).await;
+        if let Some(pid) = pid {
+            ok &= send(&sink, &ThreadEvent::RunStarted { run: id.clone(), member: member.clone(), pid }).await;
+        }
+        if !snap.text.is_empty() {
+            ok &= send(&sink, &ThreadEvent::Delta { run: id.clone(), member, text: snap.text, chars }).await;
+        }
+        if !ok {
+            return Ok(());
+        }
+        snapshots.insert(id, (pid.is_some(), chars));
+    }
     loop {
         tokio::select! {
             _ = sink.closed() => break,
             _ = d.shutdown.cancelled() => break,
             event = rx.recv() => match event {
                 Ok(p) => {
+                    if already_sent(&snapshots, p.run.as_ref()) {
+                        continue;
+                    }
                     if let Some(seq) = p.seq {
                         if seq <= last {
                             continue;
@@ -85,6 +110,16 @@ pub async fn run(
         }
     }
     Ok(())
+}
+
+/// Whether a live run event was already covered by the run's snapshot.
+fn already_sent(snapshots: &HashMap<String, (bool, u64)>, mark: Option<&RunMark>) -> bool {
+    match mark {
+        Some(RunMark::Waiting(id)) => snapshots.contains_key(id),
+        Some(RunMark::Started(id)) => snapshots.get(id).is_some_and(|(started, _)| *started),
+        Some(RunMark::Delta(id, chars)) => snapshots.get(id).is_some_and(|(_, seen)| chars <= seen),
+        None => false,
+    }
 }
 
 async fn send_messages(sink: &SubscriptionSink, messages: Vec<Message>, last: &mut u64) -> bool {

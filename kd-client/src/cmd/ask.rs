@@ -1,0 +1,425 @@
+//! `kd ask`: send the King's question, stream the answers as they come.
+//!
+//! Answers are shown one member at a time so they never interleave: the
+//! first member to say something streams live; the others are kept and
+//! shown, whole, as soon as the live one is done, after which the next one
+//! streams live. Labels are coloured on a terminal, plain when piped.
+
+use std::collections::HashMap;
+use std::io::{IsTerminal, Read, Write};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+use kd_client::style::{bold, dim, member_color, paint};
+use kd_client::{Client, ClientError, KdApiClient, workspace};
+use kd_proto::types::{Sent, Thread, ThreadEvent};
+
+use super::Ctx;
+
+/// Exit status when one or more members failed, timed out or were cancelled.
+pub const EXIT_MEMBER_FAILED: u8 = 4;
+
+#[derive(Debug, Args)]
+pub struct AskArgs {
+    /// The question (`-` reads it from stdin)
+    #[arg(required = true, value_name = "QUESTION")]
+    question: Vec<String>,
+    /// Ask in this thread [default: the current thread of this workspace and branch]
+    #[arg(long, value_name = "ID")]
+    thread: Option<String>,
+    /// Start a new thread (it becomes the current one)
+    #[arg(long, conflicts_with = "thread")]
+    new: bool,
+    /// Ask only these members
+    #[arg(long, value_name = "NAME", value_delimiter = ',')]
+    to: Vec<String>,
+    /// Send and return at once, printing the thread id
+    #[arg(long = "async")]
+    no_wait: bool,
+    /// Print the thread's events as JSON lines
+    #[arg(long)]
+    json: bool,
+    /// Seconds each member may take
+    #[arg(long, value_name = "SECONDS")]
+    timeout: Option<u64>,
+}
+
+pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
+    let question = if a.question == ["-"] {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s).context("cannot read the question from stdin")?;
+        s
+    } else {
+        a.question.join(" ")
+    };
+    if question.trim().is_empty() {
+        anyhow::bail!("the question is empty");
+    }
+    let client = ctx.client().await?;
+    let thread = resolve_thread(&client, a.thread, a.new).await?;
+    let mut sub = client.thread_subscribe(thread.id.clone(), Some(thread.last_seq)).await.map_err(ClientError::from)?;
+    let to = (!a.to.is_empty()).then_some(a.to);
+    let sent: Sent = client
+        .council_send(thread.id.clone(), question, to, None, None, a.timeout, None)
+        .await
+        .map_err(ClientError::from)?;
+    if a.no_wait {
+        if a.json {
+            println!("{}", serde_json::to_string(&sent)?);
+        } else {
+            println!("{}", thread.id);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let stdout = std::io::stdout();
+    let color = !a.json && stdout.is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let mut view = View::new(&sent, color, a.json);
+    let mut out = stdout.lock();
+    let mut interrupted = false;
+    while !view.all_done() {
+        tokio::select! {
+            event = sub.next() => match event {
+                Some(Ok(e)) => view.on_event(&e, &mut out)?,
+                Some(Err(e)) => return Err(anyhow::anyhow!("bad event from kdd: {e}")),
+                None => return Err(ClientError::Transport("the daemon closed the subscription".into()).into()),
+            },
+            _ = tokio::signal::ctrl_c(), if !interrupted => {
+                interrupted = true;
+                for id in view.pending() {
+                    let _ = client.run_cancel(thread.id.clone(), None, Some(id)).await;
+                }
+            }
+            _ = tokio::signal::ctrl_c(), if interrupted => return Ok(ExitCode::from(130)),
+        }
+    }
+    out.flush()?;
+    drop(out);
+    let failures = view.failures();
+    for f in &failures {
+        eprintln!("kd: {f}");
+    }
+    Ok(if failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_MEMBER_FAILED) })
+}
+
+/// The thread to ask in: named, new, or the current one (made if none).
+async fn resolve_thread(client: &Client, id: Option<String>, new: bool) -> anyhow::Result<Thread> {
+    if let Some(id) = id {
+        return Ok(client.thread_get(id).await.map_err(ClientError::from)?);
+    }
+    let ws = workspace::current()?;
+    let root = ws.root.display().to_string();
+    if !new && let Some(t) = client.thread_current(root.clone(), ws.branch.clone()).await.map_err(ClientError::from)? {
+        return Ok(t);
+    }
+    Ok(client
+        .thread_create(root, ws.branch, None, None, None, None, None, Some(true), None)
+        .await
+        .map_err(ClientError::from)?)
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Status {
+    Running,
+    Done,
+    Failed(String),
+    Cancelled,
+}
+
+#[derive(Debug)]
+struct RunView {
+    id: String,
+    member: String,
+    streamed: String,
+    /// The stored message, when it arrived.
+    body: Option<String>,
+    status: Status,
+    shown: bool,
+}
+
+/// What the terminal shows of one send.
+pub struct View {
+    runs: Vec<RunView>,
+    live: Option<usize>,
+    color: bool,
+    json: bool,
+    /// Runs whose message seq we know, to match message events.
+    by_seq: HashMap<u64, usize>,
+    /// Whether the output is at the start of a line.
+    at_line_start: bool,
+}
+
+impl View {
+    pub fn new(sent: &Sent, color: bool, json: bool) -> View {
+        let runs = sent
+            .runs
+            .iter()
+            .map(|r| RunView {
+                id: r.run.id.clone(),
+                member: r.run.member.clone(),
+                streamed: String::new(),
+                body: None,
+                status: Status::Running,
+                shown: false,
+            })
+            .collect();
+        View { runs, live: None, color, json, by_seq: HashMap::new(), at_line_start: true }
+    }
+
+    pub fn all_done(&self) -> bool {
+        self.runs.iter().all(|r| r.status != Status::Running && (self.json || r.shown))
+    }
+
+    fn pending(&self) -> Vec<String> {
+        self.runs.iter().filter(|r| r.status == Status::Running).map(|r| r.id.clone()).collect()
+    }
+
+    /// One line per member that did not answer.
+    pub fn failures(&self) -> Vec<String> {
+        self.runs
+            .iter()
+            .filter_map(|r| match &r.status {
+                Status::Failed(why) => Some(why.clone()),
+                Status::Cancelled => Some(format!("{}: cancelled", r.member)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn index(&self, run: &str) -> Option<usize> {
+        self.runs.iter().position(|r| r.id == run)
+    }
+
+    pub fn on_event(&mut self, e: &ThreadEvent, out: &mut impl Write) -> std::io::Result<()> {
+        if self.json {
+            let ours = match e {
+                ThreadEvent::Delta { run, .. }
+                | ThreadEvent::RunStarted { run, .. }
+                | ThreadEvent::RunFinished { run, .. }
+                | ThreadEvent::RunError { run, .. }
+                | ThreadEvent::RunCancelled { run, .. } => self.index(run).is_some(),
+                ThreadEvent::RunWaiting { run } => self.index(&run.id).is_some(),
+                ThreadEvent::Message { message } => {
+                    message.run.as_ref().and_then(|m| m.run_id.as_deref()).is_some_and(|id| self.index(id).is_some())
+                }
+                ThreadEvent::Lagged { .. } => true,
+            };
+            if ours {
+                writeln!(out, "{}", serde_json::to_string(e).unwrap_or_default())?;
+            }
+        }
+        match e {
+            ThreadEvent::Delta { run, text, .. } => {
+                let Some(i) = self.index(run) else { return Ok(()) };
+                self.runs[i].streamed.push_str(text);
+                if self.json {
+                    return Ok(());
+                }
+                match self.live {
+                    None => {
+                        self.live = Some(i);
+                        self.header(i, out)?;
+                        self.runs[i].shown = true;
+                        self.emit(out, text)?;
+                    }
+                    Some(l) if l == i => self.emit(out, text)?,
+                    Some(_) => {}
+                }
+                out.flush()?;
+            }
+            ThreadEvent::Message { message } => {
+                if let Some(i) = message.run.as_ref().and_then(|m| m.run_id.as_deref()).and_then(|id| self.index(id)) {
+                    self.runs[i].body = Some(message.body.clone());
+                    self.by_seq.insert(message.seq, i);
+                }
+            }
+            ThreadEvent::RunFinished { run, .. } => self.end(run, Status::Done, out)?,
+            ThreadEvent::RunError { run, error, .. } => self.end(run, Status::Failed(error.clone()), out)?,
+            ThreadEvent::RunCancelled { run, .. } => self.end(run, Status::Cancelled, out)?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn end(&mut self, run: &str, status: Status, out: &mut impl Write) -> std::io::Result<()> {
+        let Some(i) = self.index(run) else { return Ok(()) };
+        self.runs[i].status = status;
+        if self.json {
+            return Ok(());
+        }
+        if self.live == Some(i) {
+            self.close(i, out)?;
+            self.live = None;
+        }
+        // Show what waited, finished ones whole, then hand the live slot on.
+        while self.live.is_none() {
+            let next = (0..self.runs.len())
+                .filter(|&j| !self.runs[j].shown)
+                .filter(|&j| self.runs[j].status != Status::Running || !self.runs[j].streamed.is_empty())
+                .max_by_key(|&j| (self.runs[j].status != Status::Running, self.runs[j].streamed.len()));
+            let Some(j) = next else { break };
+            self.header(j, out)?;
+            self.runs[j].shown = true;
+            if self.runs[j].status == Status::Running {
+                let text = self.runs[j].streamed.clone();
+                self.emit(out, &text)?;
+                self.live = Some(j);
+            } else {
+                if self.runs[j].status == Status::Done {
+                    let text = self.runs[j].body.clone().unwrap_or_else(|| self.runs[j].streamed.clone());
+                    self.emit(out, &text)?;
+                }
+                self.close(j, out)?;
+            }
+        }
+        out.flush()
+    }
+
+    fn emit(&mut self, out: &mut impl Write, text: &str) -> std::io::Result<()> {
+        if !text.is_empty() {
+            self.at_line_start = text.ends_with('\n');
+            write!(out, "{text}")?;
+        }
+        Ok(())
+    }
+
+    fn header(&mut self, i: usize, out: &mut impl Write) -> std::io::Result<()> {
+        let r = &self.runs[i];
+        let label = format!("── {} ", r.member);
+        let rule = "─".repeat(40usize.saturating_sub(label.chars().count()));
+        let first = self.runs.iter().all(|r| !r.shown);
+        let line = bold(self.color, &paint(self.color, member_color(&r.member), &format!("{label}{rule}")));
+        if !first {
+            writeln!(out)?;
+        }
+        self.at_line_start = true;
+        writeln!(out, "{line}")
+    }
+
+    fn close(&mut self, i: usize, out: &mut impl Write) -> std::io::Result<()> {
+        if !self.at_line_start {
+            writeln!(out)?;
+            self.at_line_start = true;
+        }
+        match &self.runs[i].status {
+            Status::Failed(why) => writeln!(out, "{}", paint(self.color, 31, &format!("✗ {why}"))),
+            Status::Cancelled => writeln!(out, "{}", dim(self.color, "(cancelled)")),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kd_proto::types::{Message, MessageKind, RunInfo, RunMeta, RunStatus, SentRun};
+
+    fn sent(members: &[&str]) -> Sent {
+        Sent {
+            message: message(1, "king", "q", None),
+            runs: members
+                .iter()
+                .map(|m| SentRun {
+                    run: RunInfo {
+                        id: format!("r-{m}"),
+                        thread: "t".into(),
+                        member: m.to_string(),
+                        backend: "claude".into(),
+                        status: RunStatus::Waiting,
+                        pid: None,
+                        started_at_ms: 0,
+                        chars: 0,
+                        reply_to: Some(1),
+                        round: None,
+                    },
+                    attached: false,
+                })
+                .collect(),
+        }
+    }
+
+    fn message(seq: u64, from: &str, body: &str, run: Option<&str>) -> Message {
+        Message {
+            thread: "t".into(),
+            seq,
+            from: from.into(),
+            to: vec!["king".into()],
+            cc: vec![],
+            reply_to: Some(1),
+            kind: MessageKind::Agent,
+            body: body.into(),
+            round: None,
+            created_at_ms: 0,
+            run: run.map(|r| RunMeta { run_id: Some(r.into()), ..RunMeta::default() }),
+        }
+    }
+
+    fn delta(member: &str, text: &str) -> ThreadEvent {
+        ThreadEvent::Delta { run: format!("r-{member}"), member: member.into(), text: text.into(), chars: 0 }
+    }
+
+    fn finished(member: &str, seq: u64, body: &str) -> Vec<ThreadEvent> {
+        vec![
+            ThreadEvent::Message { message: Box::new(message(seq, member, body, Some(&format!("r-{member}")))) },
+            ThreadEvent::RunFinished { run: format!("r-{member}"), member: member.into(), seq },
+        ]
+    }
+
+    fn play(view: &mut View, events: Vec<ThreadEvent>) -> String {
+        let mut out = Vec::new();
+        for e in events {
+            view.on_event(&e, &mut out).unwrap();
+        }
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn answers_never_interleave_and_waiting_ones_follow_whole() {
+        let mut v = View::new(&sent(&["claude", "codex"]), false, false);
+        let mut events = vec![delta("claude", "Hel"), delta("codex", "I think"), delta("claude", "lo.")];
+        events.extend(finished("codex", 2, "I think so."));
+        events.push(delta("claude", "\nMore."));
+        events.extend(finished("claude", 3, "Hello.\nMore."));
+        let out = play(&mut v, events);
+        let rule = |m: &str| format!("── {m} {}", "─".repeat(40 - 4 - m.len()));
+        assert_eq!(out, format!("{}\nHello.\nMore.\n\n{}\nI think so.\n", rule("claude"), rule("codex")));
+        assert!(v.all_done());
+        assert!(v.failures().is_empty());
+    }
+
+    #[test]
+    fn failures_are_shown_and_listed() {
+        let mut v = View::new(&sent(&["claude", "codex"]), false, false);
+        let out = play(
+            &mut v,
+            vec![
+                ThreadEvent::RunError {
+                    run: "r-codex".into(),
+                    member: "codex".into(),
+                    error: "codex: timed out after 1 s".into(),
+                    timed_out: true,
+                    seq: 2,
+                },
+                delta("claude", "ok"),
+                ThreadEvent::RunCancelled { run: "r-claude".into(), member: "claude".into(), seq: 3 },
+            ],
+        );
+        assert!(out.contains("── codex"), "{out}");
+        assert!(out.contains("✗ codex: timed out after 1 s"), "{out}");
+        assert!(out.contains("ok\n(cancelled)"), "{out}");
+        assert_eq!(v.failures(), vec!["claude: cancelled", "codex: timed out after 1 s"], "in member order");
+    }
+
+    #[test]
+    fn json_mode_prints_this_sends_events_as_lines() {
+        let mut v = View::new(&sent(&["claude"]), false, true);
+        let mut events = vec![delta("claude", "x"), delta("other", "not ours")];
+        events.extend(finished("claude", 2, "x"));
+        let out = play(&mut v, events);
+        let lines: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines.len(), 3);
+        assert_eq!(lines[0]["type"], "delta");
+        assert_eq!(lines[2]["type"], "run_finished");
+        assert!(v.all_done());
+    }
+}

@@ -1,0 +1,87 @@
+//! `kd runs` and `kd cancel`.
+
+use std::process::ExitCode;
+
+use anyhow::anyhow;
+use clap::Args;
+use kd_client::{ClientError, KdApiClient, workspace};
+
+use super::{Ctx, print_json};
+use crate::fmt::{self, Table};
+
+#[derive(Debug, Args)]
+pub struct RunsArgs {
+    /// Only runs of this thread
+    #[arg(long)]
+    thread: Option<String>,
+    /// Print JSON
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn list(ctx: &Ctx, a: RunsArgs) -> anyhow::Result<ExitCode> {
+    let client = ctx.client().await?;
+    let runs = client.run_list(a.thread).await.map_err(ClientError::from)?;
+    if a.json {
+        print_json(&runs)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if runs.is_empty() {
+        println!("no runs in flight");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let now = fmt::now_ms();
+    let mut t = Table::new(&["RUN", "THREAD", "MEMBER", "BACKEND", "STATUS", "PID", "CHARS", "STARTED"]);
+    for r in &runs {
+        t.row(vec![
+            r.id.clone(),
+            r.thread.clone(),
+            r.member.clone(),
+            r.backend.clone(),
+            r.status.as_str().into(),
+            r.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+            r.chars.to_string(),
+            fmt::ago_ms(r.started_at_ms, now),
+        ]);
+    }
+    print!("{}", t.render());
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    /// Thread id [default: the current thread of this workspace and branch]
+    thread: Option<String>,
+    /// Only this member's run
+    #[arg(long)]
+    member: Option<String>,
+}
+
+pub async fn cancel(ctx: &Ctx, a: CancelArgs) -> anyhow::Result<ExitCode> {
+    let client = ctx.client().await?;
+    let thread = match a.thread {
+        Some(t) => t,
+        None => {
+            let ws = workspace::current()?;
+            client
+                .thread_current(ws.root.display().to_string(), ws.branch.clone())
+                .await
+                .map_err(ClientError::from)?
+                .ok_or_else(|| anyhow!("no current thread in {}; name one", ws.root.display()))?
+                .id
+        }
+    };
+    let cancelled = client.run_cancel(thread.clone(), a.member, None).await.map_err(ClientError::from)?;
+    if cancelled.is_empty() {
+        println!("no runs in flight on {thread}");
+    }
+    for r in &cancelled {
+        println!(
+            "cancelled {} ({}, pid {})",
+            r.member,
+            r.id,
+            r.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into())
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

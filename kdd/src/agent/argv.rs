@@ -1,0 +1,220 @@
+//! The command line of each backend (F-A1). Never a shell: a program and
+//! its arguments. The prompt goes on stdin where the CLI reads it there,
+//! otherwise as the last argument.
+
+use crate::config::{AgentDef, Backend};
+
+/// The longest prompt passed as one argument (Linux refuses an argument
+/// over 128 KiB); larger prompts go on stdin where the backend allows it.
+pub const MAX_ARG_PROMPT: usize = 120 * 1024;
+
+/// What to spawn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invocation {
+    pub program: String,
+    pub args: Vec<String>,
+    /// Written to the agent's stdin, then closed; `None`: stdin is /dev/null.
+    pub stdin: Option<String>,
+    pub env: Vec<(String, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{agent}: the prompt is {kib} KiB, over the {limit} KiB a {backend} argument may hold; start a new thread or use resume mode"
+)]
+pub struct PromptTooLong {
+    pub agent: String,
+    pub backend: &'static str,
+    pub kib: usize,
+    pub limit: usize,
+}
+
+/// The invocation of `agent` for `prompt`, resuming `resume` (the backend's
+/// own session id) when given.
+pub fn build(agent: &AgentDef, prompt: &str, resume: Option<&str>) -> Result<Invocation, PromptTooLong> {
+    let mut args: Vec<String> = Vec::new();
+    let model = |args: &mut Vec<String>| {
+        if let Some(m) = &agent.model {
+            args.extend(["--model".to_string(), m.clone()]);
+        }
+    };
+    let too_long = || PromptTooLong {
+        agent: agent.name.clone(),
+        backend: agent.backend.as_str(),
+        kib: prompt.len().div_ceil(1024),
+        limit: MAX_ARG_PROMPT / 1024,
+    };
+    let stdin = match agent.backend {
+        Backend::Claude => {
+            args.extend(
+                ["-p", "--output-format", "stream-json", "--verbose", "--include-partial-messages"].map(String::from),
+            );
+            model(&mut args);
+            if let Some(id) = resume {
+                args.extend(["--resume".to_string(), id.to_string()]);
+            }
+            args.extend(agent.args.iter().cloned());
+            Some(prompt.to_string())
+        }
+        Backend::Codex => {
+            args.push("exec".into());
+            if let Some(id) = resume {
+                args.extend(["resume".to_string(), id.to_string()]);
+            }
+            args.push("--json".into());
+            model(&mut args);
+            args.extend(agent.args.iter().cloned());
+            // codex reads stdin when it is not a terminal: give it /dev/null,
+            // or the prompt itself when it is too long for an argument.
+            if prompt.len() > MAX_ARG_PROMPT {
+                args.push("-".into());
+                Some(prompt.to_string())
+            } else {
+                args.push(prompt.to_string());
+                None
+            }
+        }
+        Backend::Cursor => {
+            args.extend(["-p", "--output-format", "stream-json", "--stream-partial-output"].map(String::from));
+            model(&mut args);
+            if let Some(id) = resume {
+                args.extend(["--resume".to_string(), id.to_string()]);
+            }
+            args.extend(agent.args.iter().cloned());
+            if prompt.len() > MAX_ARG_PROMPT {
+                return Err(too_long());
+            }
+            args.push(prompt.to_string());
+            None
+        }
+        Backend::Gemini => {
+            if prompt.len() > MAX_ARG_PROMPT {
+                return Err(too_long());
+            }
+            args.extend([
+                "-p".to_string(),
+                prompt.to_string(),
+                "--output-format".to_string(),
+                "stream-json".to_string(),
+            ]);
+            model(&mut args);
+            if let Some(id) = resume {
+                args.extend(["--resume".to_string(), id.to_string()]);
+            }
+            args.extend(agent.args.iter().cloned());
+            None
+        }
+        Backend::Command => {
+            args.extend(agent.args.iter().cloned());
+            Some(prompt.to_string())
+        }
+    };
+    Ok(Invocation {
+        program: agent.command.clone(),
+        args,
+        stdin,
+        env: agent.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Format;
+    use std::collections::BTreeMap;
+
+    fn agent(backend: Backend, command: &str) -> AgentDef {
+        AgentDef {
+            name: backend.as_str().into(),
+            backend,
+            command: command.into(),
+            args: vec!["--extra".into()],
+            env: BTreeMap::from([("K".to_string(), "V".to_string())]),
+            model: Some("m1".into()),
+            timeout_s: None,
+            prompt_council: None,
+            prompt_chat: None,
+            format: backend.format(),
+        }
+    }
+
+    fn args(i: &Invocation) -> Vec<&str> {
+        i.args.iter().map(String::as_str).collect()
+    }
+
+    #[test]
+    fn claude_reads_the_prompt_on_stdin() {
+        let i = build(&agent(Backend::Claude, "claude"), "hi", None).unwrap();
+        assert_eq!(i.program, "claude");
+        assert_eq!(
+            args(&i),
+            [
+                "-p",
+                "--output-format",
+                "stream-json",
+                "--verbose",
+                "--include-partial-messages",
+                "--model",
+                "m1",
+                "--extra"
+            ]
+        );
+        assert_eq!(i.stdin.as_deref(), Some("hi"));
+        assert_eq!(i.env, vec![("K".to_string(), "V".to_string())]);
+        let r = build(&agent(Backend::Claude, "claude"), "hi", Some("S1")).unwrap();
+        assert!(args(&r).windows(2).any(|w| w == ["--resume", "S1"]));
+    }
+
+    #[test]
+    fn codex_takes_the_prompt_as_argument_with_stdin_closed() {
+        let i = build(&agent(Backend::Codex, "codex"), "hi", None).unwrap();
+        assert_eq!(args(&i), ["exec", "--json", "--model", "m1", "--extra", "hi"]);
+        assert_eq!(i.stdin, None);
+        let r = build(&agent(Backend::Codex, "codex"), "hi", Some("T9")).unwrap();
+        assert_eq!(args(&r), ["exec", "resume", "T9", "--json", "--model", "m1", "--extra", "hi"]);
+        let big = "x".repeat(MAX_ARG_PROMPT + 1);
+        let b = build(&agent(Backend::Codex, "codex"), &big, None).unwrap();
+        assert_eq!(args(&b).last(), Some(&"-"));
+        assert_eq!(b.stdin.map(|s| s.len()), Some(big.len()));
+    }
+
+    #[test]
+    fn cursor_and_gemini() {
+        let c = build(&agent(Backend::Cursor, "agent"), "hi", Some("C1")).unwrap();
+        assert_eq!(
+            args(&c),
+            [
+                "-p",
+                "--output-format",
+                "stream-json",
+                "--stream-partial-output",
+                "--model",
+                "m1",
+                "--resume",
+                "C1",
+                "--extra",
+                "hi"
+            ]
+        );
+        assert_eq!(c.stdin, None);
+        let g = build(&agent(Backend::Gemini, "gemini"), "hi", Some("G1")).unwrap();
+        assert_eq!(
+            args(&g),
+            ["-p", "hi", "--output-format", "stream-json", "--model", "m1", "--resume", "G1", "--extra"]
+        );
+        let big = "x".repeat(MAX_ARG_PROMPT + 1);
+        let e = build(&agent(Backend::Gemini, "gemini"), &big, None).unwrap_err();
+        assert!(e.to_string().contains("gemini: the prompt is 121 KiB"), "{e}");
+    }
+
+    #[test]
+    fn command_is_its_argv_with_the_prompt_on_stdin() {
+        let mut a = agent(Backend::Command, "/usr/local/bin/my-agent");
+        a.format = Format::Text;
+        let i = build(&a, "hi", Some("ignored")).unwrap();
+        assert_eq!(
+            (i.program.as_str(), args(&i), i.stdin.as_deref()),
+            ("/usr/local/bin/my-agent", vec!["--extra"], Some("hi"))
+        );
+    }
+}

@@ -1,0 +1,128 @@
+//! Claude Code `-p --output-format stream-json --verbose --include-partial-messages`.
+//!
+//! Lines: `system`/`init` (session_id); `stream_event` wrapping API stream
+//! events, of which `content_block_delta` with a `text_delta` is a token;
+//! `assistant` (one content block per line, repeating streamed text);
+//! `user` (tool results); `result` (final `result`, `session_id`,
+//! `total_cost_usd`, `usage`, `is_error`). An API error is a `result` with
+//! `subtype: "success"` **and** `is_error: true`: failure is judged by
+//! `is_error` and the exit status, never by `subtype`.
+
+use serde_json::Value;
+
+use super::{Malformed, Outcome, Parsed, json, str_at, text_blocks};
+
+pub fn parse_line(line: &str) -> Result<Vec<Parsed>, Malformed> {
+    let Some(v) = json(line)? else { return Ok(vec![]) };
+    let mut out = Vec::new();
+    match v.get("type").and_then(Value::as_str) {
+        Some("system") => {
+            if let Some(id) = str_at(&v, &["session_id"]) {
+                out.push(Parsed::SessionId(id.to_string()));
+            }
+        }
+        Some("stream_event") => {
+            let event = v.get("event").unwrap_or(&Value::Null);
+            match event.get("type").and_then(Value::as_str) {
+                Some("content_block_delta") if str_at(event, &["delta", "type"]) == Some("text_delta") => {
+                    if let Some(t) = str_at(event, &["delta", "text"]) {
+                        out.push(Parsed::Delta(t.to_string()));
+                    }
+                }
+                Some("content_block_start") if str_at(event, &["content_block", "type"]) == Some("tool_use") => {
+                    out.push(Parsed::Boundary);
+                }
+                _ => {}
+            }
+        }
+        Some("assistant") => {
+            let content = v.get("message").and_then(|m| m.get("content"));
+            if let Some(text) = text_blocks(content) {
+                out.push(Parsed::Block(text));
+            }
+            let tool = content
+                .and_then(Value::as_array)
+                .is_some_and(|c| c.iter().any(|b| b.get("type").and_then(Value::as_str) == Some("tool_use")));
+            if tool {
+                out.push(Parsed::Boundary);
+            }
+        }
+        Some("user") => out.push(Parsed::Boundary),
+        Some("result") => {
+            let session_id = str_at(&v, &["session_id"]).map(str::to_string);
+            out.push(Parsed::Result(Outcome {
+                text: str_at(&v, &["result"]).map(str::to_string),
+                is_error: v.get("is_error").and_then(Value::as_bool).unwrap_or(false),
+                cost_usd: v.get("total_cost_usd").and_then(Value::as_f64),
+                usage: v.get("usage").cloned(),
+                duration_ms: v.get("duration_ms").and_then(Value::as_u64),
+                session_id,
+            }));
+        }
+        _ => {}
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const INIT: &str = r#"{"type":"system","subtype":"init","cwd":"/repo","session_id":"8f1c2a9e-4b7d-4e21-9a3b-5d6e7f8a9b0c","tools":["Read","Bash"],"mcp_servers":[],"model":"claude-sonnet-4-5","permissionMode":"default","apiKeySource":"none"}"#;
+    const DELTA: &str = r#"{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Normalize "}},"session_id":"8f1c2a9e","parent_tool_use_id":null,"uuid":"0b4e"}"#;
+    const INPUT_JSON_DELTA: &str = r#"{"type":"stream_event","event":{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"path\":"}},"session_id":"8f1c2a9e"}"#;
+    const MESSAGE_START: &str = r#"{"type":"stream_event","event":{"type":"message_start","message":{"id":"msg_01","type":"message","role":"assistant","content":[],"model":"claude-sonnet-4-5","usage":{"input_tokens":12,"output_tokens":1}}},"session_id":"8f1c2a9e"}"#;
+    const TOOL_START: &str = r#"{"type":"stream_event","event":{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_01","name":"Read","input":{}}},"session_id":"8f1c2a9e"}"#;
+    const ASSISTANT: &str = r#"{"type":"assistant","message":{"id":"msg_01","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"Normalize the schema."}],"stop_reason":null,"usage":{"input_tokens":12,"output_tokens":6}},"parent_tool_use_id":null,"session_id":"8f1c2a9e"}"#;
+    const ASSISTANT_TOOL: &str = r#"{"type":"assistant","message":{"id":"msg_02","type":"message","role":"assistant","content":[{"type":"tool_use","id":"toolu_01","name":"Read","input":{"file_path":"schema.sql"}}]},"session_id":"8f1c2a9e"}"#;
+    const USER_TOOL_RESULT: &str = r#"{"type":"user","message":{"role":"user","content":[{"tool_use_id":"toolu_01","type":"tool_result","content":"CREATE TABLE t (id INTEGER);"}]},"parent_tool_use_id":null,"session_id":"8f1c2a9e"}"#;
+    const RESULT: &str = r#"{"type":"result","subtype":"success","is_error":false,"duration_ms":2145,"duration_api_ms":1980,"num_turns":1,"result":"Normalize the schema.","session_id":"8f1c2a9e-4b7d-4e21-9a3b-5d6e7f8a9b0c","total_cost_usd":0.0123,"usage":{"input_tokens":12,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":6}}"#;
+    const API_ERROR: &str = r#"{"type":"result","subtype":"success","is_error":true,"duration_ms":310,"num_turns":1,"result":"API Error: 529 {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}","session_id":"8f1c2a9e","total_cost_usd":0}"#;
+
+    #[test]
+    fn init_gives_the_session_id() {
+        assert_eq!(parse_line(INIT).unwrap(), vec![Parsed::SessionId("8f1c2a9e-4b7d-4e21-9a3b-5d6e7f8a9b0c".into())]);
+    }
+
+    #[test]
+    fn text_deltas_are_tokens_and_other_stream_events_are_ignored() {
+        assert_eq!(parse_line(DELTA).unwrap(), vec![Parsed::Delta("Normalize ".into())]);
+        assert_eq!(parse_line(INPUT_JSON_DELTA).unwrap(), vec![]);
+        assert_eq!(parse_line(MESSAGE_START).unwrap(), vec![]);
+        assert_eq!(parse_line(TOOL_START).unwrap(), vec![Parsed::Boundary]);
+    }
+
+    #[test]
+    fn assistant_lines_are_blocks_and_tool_use_is_a_boundary() {
+        assert_eq!(parse_line(ASSISTANT).unwrap(), vec![Parsed::Block("Normalize the schema.".into())]);
+        assert_eq!(parse_line(ASSISTANT_TOOL).unwrap(), vec![Parsed::Boundary]);
+        assert_eq!(parse_line(USER_TOOL_RESULT).unwrap(), vec![Parsed::Boundary]);
+    }
+
+    #[test]
+    fn result_carries_text_cost_usage_and_session() {
+        let o = super::super::only_result(parse_line(RESULT).unwrap());
+        assert_eq!(o.text.as_deref(), Some("Normalize the schema."));
+        assert!(!o.is_error);
+        assert_eq!(o.cost_usd, Some(0.0123));
+        assert_eq!(o.usage.as_ref().and_then(|u| u["output_tokens"].as_u64()), Some(6));
+        assert_eq!(o.duration_ms, Some(2145));
+        assert_eq!(o.session_id.as_deref(), Some("8f1c2a9e-4b7d-4e21-9a3b-5d6e7f8a9b0c"));
+    }
+
+    #[test]
+    fn an_api_error_is_judged_by_is_error_not_subtype() {
+        let o = super::super::only_result(parse_line(API_ERROR).unwrap());
+        assert!(o.is_error);
+        assert!(o.text.unwrap().contains("Overloaded"));
+    }
+
+    #[test]
+    fn unknown_types_blank_lines_and_garbage() {
+        assert_eq!(parse_line(r#"{"type":"rate_limit_event","x":1}"#).unwrap(), vec![]);
+        assert_eq!(parse_line("   ").unwrap(), vec![]);
+        assert!(parse_line("{\"type\":").is_err());
+        assert!(parse_line("[1,2]").is_err());
+        assert!(parse_line("Loading...").is_err());
+    }
+}

@@ -1,0 +1,275 @@
+//! The runs in flight, in memory: who runs where, the text streamed so
+//! far, and the handle to stop each. The registry guarantees that one
+//! member never runs twice at once on one thread (F-C5).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use kd_proto::types::{RunInfo, RunStatus, ThreadEvent};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::hub::Hub;
+use crate::state::ClientId;
+
+/// Why a run is being stopped before it finished on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// A client asked (`run.cancel`, interrupt).
+    Cancelled,
+    /// Its timeout passed.
+    TimedOut,
+    /// The daemon is shutting down.
+    Shutdown,
+}
+
+struct State {
+    status: RunStatus,
+    pid: Option<u32>,
+    text: String,
+    chars: u64,
+    stop: Option<StopReason>,
+}
+
+/// One run in flight.
+pub struct Run {
+    pub id: String,
+    pub thread: String,
+    pub member: String,
+    pub backend: String,
+    pub started_at_ms: i64,
+    pub reply_to: Option<u64>,
+    pub round: Option<u32>,
+    /// The client whose request started it.
+    pub client: Option<ClientId>,
+    state: Mutex<State>,
+    cancel: CancellationToken,
+    done: watch::Sender<bool>,
+}
+
+/// A run as a subscriber joining mid-run first sees it.
+pub struct Snapshot {
+    pub info: RunInfo,
+    pub text: String,
+}
+
+impl Run {
+    pub fn new(
+        id: String,
+        thread: String,
+        member: String,
+        backend: &str,
+        reply_to: Option<u64>,
+        round: Option<u32>,
+        client: Option<ClientId>,
+    ) -> Run {
+        Run {
+            id,
+            thread,
+            member,
+            backend: backend.to_string(),
+            started_at_ms: crate::db::now_ms(),
+            reply_to,
+            round,
+            client,
+            state: Mutex::new(State {
+                status: RunStatus::Waiting,
+                pid: None,
+                text: String::new(),
+                chars: 0,
+                stop: None,
+            }),
+            cancel: CancellationToken::new(),
+            done: watch::channel(false).0,
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn info(&self) -> RunInfo {
+        let s = self.state();
+        self.info_of(&s)
+    }
+
+    fn info_of(&self, s: &State) -> RunInfo {
+        RunInfo {
+            id: self.id.clone(),
+            thread: self.thread.clone(),
+            member: self.member.clone(),
+            backend: self.backend.clone(),
+            status: s.status,
+            pid: s.pid,
+            started_at_ms: self.started_at_ms,
+            chars: s.chars,
+            reply_to: self.reply_to,
+            round: self.round,
+        }
+    }
+
+    /// Its state and text, taken atomically with respect to deltas.
+    pub fn snapshot(&self) -> Snapshot {
+        let s = self.state();
+        Snapshot { info: self.info_of(&s), text: s.text.clone() }
+    }
+
+    pub fn is_in_flight(&self) -> bool {
+        !self.state().status.is_finished()
+    }
+
+    pub fn text(&self) -> String {
+        self.state().text.clone()
+    }
+
+    pub fn set_started(&self, pid: u32) {
+        let mut s = self.state();
+        s.pid = Some(pid);
+        s.status = RunStatus::Streaming;
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.state().pid
+    }
+
+    /// Marks the run finished (before its message is written), so that
+    /// subscribers joining from now on do not see it as in flight.
+    pub fn set_status(&self, status: RunStatus) {
+        self.state().status = status;
+    }
+
+    /// Appends streamed text and publishes it, under the run's lock so that
+    /// a snapshot never splits a delta.
+    pub fn push_delta(&self, hub: &Hub, text: &str) {
+        let mut s = self.state();
+        s.text.push_str(text);
+        s.chars += text.chars().count() as u64;
+        hub.publish(
+            &self.thread,
+            ThreadEvent::Delta {
+                run: self.id.clone(),
+                member: self.member.clone(),
+                text: text.to_string(),
+                chars: s.chars,
+            },
+        );
+    }
+
+    /// Asks the run to stop; the first reason wins.
+    pub fn stop(&self, reason: StopReason) {
+        let mut s = self.state();
+        if s.stop.is_none() && !s.status.is_finished() {
+            s.stop = Some(reason);
+            self.cancel.cancel();
+        }
+    }
+
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        self.state().stop
+    }
+
+    /// Resolves when a stop was asked for.
+    pub async fn stopped(&self) {
+        self.cancel.cancelled().await
+    }
+
+    pub fn mark_done(&self) {
+        self.done.send_replace(true);
+    }
+
+    /// Resolves once the run's message is written.
+    pub async fn done(&self) {
+        let mut rx = self.done.subscribe();
+        let _ = rx.wait_for(|d| *d).await;
+    }
+}
+
+#[derive(Default)]
+pub struct Registry {
+    runs: Mutex<HashMap<String, Arc<Run>>>,
+}
+
+impl Registry {
+    fn runs(&self) -> MutexGuard<'_, HashMap<String, Arc<Run>>> {
+        self.runs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The member's run in flight on the thread, or a new one made by
+    /// `make` and registered. The bool says whether it was already running.
+    pub fn claim(&self, thread: &str, member: &str, make: impl FnOnce() -> Run) -> (Arc<Run>, bool) {
+        let mut runs = self.runs();
+        if let Some(r) = runs.values().find(|r| r.thread == thread && r.member == member && r.is_in_flight()) {
+            return (r.clone(), true);
+        }
+        let run = Arc::new(make());
+        runs.insert(run.id.clone(), run.clone());
+        (run, false)
+    }
+
+    pub fn remove(&self, id: &str) {
+        self.runs().remove(id);
+    }
+
+    /// Runs in flight, oldest first; of one thread if given.
+    pub fn list(&self, thread: Option<&str>) -> Vec<Arc<Run>> {
+        let mut v: Vec<Arc<Run>> = self
+            .runs()
+            .values()
+            .filter(|r| thread.is_none_or(|t| r.thread == t) && r.is_in_flight())
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| (a.started_at_ms, &a.id).cmp(&(b.started_at_ms, &b.id)));
+        v
+    }
+
+    /// Every registered run, finishing ones included.
+    pub fn all(&self) -> Vec<Arc<Run>> {
+        self.runs().values().cloned().collect()
+    }
+
+    pub fn count(&self) -> usize {
+        self.runs().values().filter(|r| r.is_in_flight()).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(id: &str, thread: &str, member: &str) -> Run {
+        Run::new(id.into(), thread.into(), member.into(), "claude", Some(1), None, None)
+    }
+
+    #[test]
+    fn one_member_runs_once_per_thread() {
+        let reg = Registry::default();
+        let (a, attached) = reg.claim("t", "claude", || run("r1", "t", "claude"));
+        assert!(!attached);
+        let (b, attached) = reg.claim("t", "claude", || run("r2", "t", "claude"));
+        assert!(attached && Arc::ptr_eq(&a, &b));
+        let (_, attached) = reg.claim("u", "claude", || run("r3", "u", "claude"));
+        assert!(!attached, "another thread");
+        a.set_status(RunStatus::Done);
+        let (c, attached) = reg.claim("t", "claude", || run("r4", "t", "claude"));
+        assert!(!attached && c.id == "r4", "a finishing run does not block a new one");
+        assert_eq!(reg.count(), 2);
+    }
+
+    #[test]
+    fn deltas_count_characters_and_snapshots_match() {
+        let hub = Hub::new();
+        let r = run("r1", "t", "claude");
+        r.push_delta(&hub, "héllo ");
+        r.push_delta(&hub, "wörld");
+        let s = r.snapshot();
+        assert_eq!((s.text.as_str(), s.info.chars), ("héllo wörld", 11));
+    }
+
+    #[test]
+    fn the_first_stop_reason_wins() {
+        let r = run("r1", "t", "claude");
+        r.stop(StopReason::TimedOut);
+        r.stop(StopReason::Cancelled);
+        assert_eq!(r.stop_reason(), Some(StopReason::TimedOut));
+    }
+}

@@ -1,0 +1,408 @@
+//! One run, from start to its message (F-A3): build the prompt, spawn the
+//! agent, record its pid at once, stream its deltas to subscribers as they
+//! are read, save the partial text about once a second, enforce the
+//! timeout, honour cancellation (SIGINT for claude, which then reports its
+//! partial result, SIGTERM for the others, SIGKILL after a grace period),
+//! and write the outcome as a message.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kd_proto::types::{ContextMode, Message, RunMeta, RunStatus, Style};
+use rustix::process::Signal;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::argv::{self, Invocation};
+use super::lines::{Line, LineReader};
+use super::parse::{self, Transcript};
+use super::process;
+use super::registry::{Run, StopReason};
+use crate::config::{AgentDef, Backend};
+use crate::council::history;
+use crate::db::DbError;
+use crate::db::runs::Finish;
+use crate::state::Daemon;
+
+/// How often the text streamed so far is saved.
+const SAVE_EVERY: Duration = Duration::from_secs(1);
+/// How long output may keep coming after the agent exited (children that
+/// inherited its stdout are killed after this).
+const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
+/// Bytes of stderr kept for error messages.
+const STDERR_TAIL: usize = 8 * 1024;
+
+/// What a run needs besides the run itself.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    pub agent: AgentDef,
+    pub preamble: String,
+    pub style: Style,
+    pub context: ContextMode,
+    pub workspace: PathBuf,
+    pub timeout: Duration,
+}
+
+/// Runs `run` to its end and writes its message. Spawned by the council.
+pub async fn supervise(d: Arc<Daemon>, run: Arc<Run>, spec: Spec) {
+    if let Err(e) = d.db.insert_run(run.info()).await {
+        tracing::error!(run = run.id, "cannot record the run: {e}");
+        run.set_status(RunStatus::Error);
+        d.runs.remove(&run.id);
+        run.mark_done();
+        return;
+    }
+    let started = Instant::now();
+    let mut finish = execute(&d, &run, &spec).await;
+    finish.meta.duration_ms = Some(started.elapsed().as_millis() as u64);
+    finish.meta.run_id = Some(run.id.clone());
+    finish.meta.backend = Some(run.backend.clone());
+    run.set_status(finish.status);
+    tracing::info!(run = run.id, member = run.member, status = finish.status.as_str(), "run ended");
+    if let Err(e) = d.db.finish_run(run.info(), finish).await {
+        tracing::error!(run = run.id, "cannot record the end of the run: {e}");
+    }
+    d.runs.remove(&run.id);
+    run.mark_done();
+}
+
+fn failed(member: &str, status: RunStatus, reason: String) -> Finish {
+    let reason = format!("{member}: {reason}");
+    Finish { status, body: reason.clone(), error: Some(reason), meta: RunMeta::default(), session: None }
+}
+
+/// The prompt, the backend session to resume, and the registry session held.
+struct Prepared {
+    prompt: String,
+    resume: Option<String>,
+    session: Option<String>,
+}
+
+async fn prepare(d: &Daemon, run: &Run, spec: &Spec) -> Result<Prepared, Finish> {
+    let member = &run.member;
+    // The thread as of the message the run answers: members of a parallel
+    // round do not see each other's answers.
+    let limit = run.reply_to.map(|seq| u32::try_from(seq).unwrap_or(u32::MAX));
+    let messages =
+        d.db.messages(run.thread.clone(), 0, limit)
+            .await
+            .map_err(|e| failed(member, RunStatus::Error, format!("cannot read the thread: {e}")))?;
+    let agent_prompt = match spec.style {
+        Style::Council => spec.agent.prompt_council.as_deref(),
+        Style::Chat => spec.agent.prompt_chat.as_deref(),
+    };
+    let full =
+        || history::assemble(&spec.preamble, agent_prompt, &history::format_thread_history(&messages, member, None));
+    if spec.context == ContextMode::History {
+        return Ok(Prepared { prompt: full(), resume: None, session: None });
+    }
+    // Resume mode: this thread's own session of this agent, never another's.
+    let holder = Some(format!("run {}", run.id));
+    let sessions =
+        d.db.sessions(Some(run.thread.clone()), Some(member.clone()), None)
+            .await
+            .map_err(|e| failed(member, RunStatus::Error, format!("cannot read sessions: {e}")))?;
+    let latest = sessions.into_iter().find(|s| s.status != kd_proto::types::SessionStatus::Archived);
+    let session = match latest {
+        Some(s) => d.db.resume_session(s.id.clone(), holder, None).await,
+        None => {
+            let new = crate::db::sessions::NewSession {
+                thread: run.thread.clone(),
+                agent: member.clone(),
+                backend_session_id: None,
+                holder,
+                pid: None,
+                metadata: serde_json::json!({}),
+            };
+            d.db.start_session(new).await
+        }
+    };
+    let session = session.map_err(|e| match e {
+        DbError::SessionActive { .. } => failed(member, RunStatus::Error, e.to_string()),
+        e => failed(member, RunStatus::Error, format!("cannot take the session: {e}")),
+    })?;
+    match session.backend_session_id.clone() {
+        Some(backend_id) => {
+            // The backend remembers everything up to this member's last
+            // message; send what came after it.
+            let last_own = messages.iter().rposition(|m| &m.from == member).map(|i| i + 1).unwrap_or(0);
+            let new: Vec<Message> = messages[last_own..].to_vec();
+            let body = history::format_thread_history(&new, member, None).replacen(
+                "[Previous conversation]",
+                "[New messages]",
+                1,
+            );
+            Ok(Prepared { prompt: body, resume: Some(backend_id), session: Some(session.id) })
+        }
+        None => Ok(Prepared { prompt: full(), resume: None, session: Some(session.id) }),
+    }
+}
+
+async fn execute(d: &Arc<Daemon>, run: &Arc<Run>, spec: &Spec) -> Finish {
+    let member = run.member.clone();
+    let agent = &spec.agent;
+    let prepared = match prepare(d, run, spec).await {
+        Ok(p) => p,
+        Err(f) => return f,
+    };
+    let session = prepared.session.clone();
+    let with_session = |mut f: Finish| {
+        f.session = session.clone();
+        f
+    };
+    let inv = match argv::build(agent, &prepared.prompt, prepared.resume.as_deref()) {
+        Ok(inv) => inv,
+        Err(e) => {
+            return with_session(failed(
+                &member,
+                RunStatus::Error,
+                e.to_string().replacen(&format!("{member}: "), "", 1),
+            ));
+        }
+    };
+    if !spec.workspace.is_dir() {
+        let reason = format!("the thread's workspace {} does not exist", spec.workspace.display());
+        return with_session(failed(&member, RunStatus::Error, reason));
+    }
+    if run.stop_reason().is_some() {
+        return with_session(stopped_early(run));
+    }
+    let mut child = match process::spawn(&inv, &spec.workspace) {
+        Ok(c) => c,
+        Err(e) => return with_session(failed(&member, RunStatus::Error, spawn_error(&inv, agent, &e))),
+    };
+    let Some(pid) = child.id() else {
+        return with_session(failed(&member, RunStatus::Error, "the agent exited before it could be watched".into()));
+    };
+    run.set_started(pid);
+    if let Err(e) = d.db.run_started(run.info(), pid, process::start_time(pid), session.clone()).await {
+        tracing::error!(run = run.id, "cannot record the pid: {e}");
+    }
+    if let (Some(input), Some(mut stdin)) = (inv.stdin.clone(), child.stdin.take()) {
+        tokio::spawn(async move {
+            // An agent that exits without reading its input is not an error here.
+            let _ = stdin.write_all(input.as_bytes()).await;
+        });
+    }
+    let stderr = child.stderr.take().map(|mut err| {
+        tokio::spawn(async move {
+            let mut tail = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while let Ok(n) = err.read(&mut chunk).await {
+                if n == 0 {
+                    break;
+                }
+                tail.extend_from_slice(&chunk[..n]);
+                if tail.len() > STDERR_TAIL {
+                    tail.drain(..tail.len() - STDERR_TAIL);
+                }
+            }
+            String::from_utf8_lossy(&tail).into_owned()
+        })
+    });
+    let Some(stdout) = child.stdout.take() else {
+        return with_session(failed(&member, RunStatus::Error, "no stdout from the agent".into()));
+    };
+
+    let mut label = history::LabelStripper::new(&member);
+    let mut reader =
+        if agent.format == crate::config::Format::Text { LineReader::raw(stdout) } else { LineReader::new(stdout) };
+    let mut transcript = Transcript::new();
+    let timeout = tokio::time::sleep(spec.timeout);
+    tokio::pin!(timeout);
+    let far = Duration::from_secs(365 * 24 * 3600);
+    let kill_at = tokio::time::sleep(far);
+    tokio::pin!(kill_at);
+    let drain_until = tokio::time::sleep(far);
+    tokio::pin!(drain_until);
+    let mut save = tokio::time::interval(SAVE_EVERY);
+    save.tick().await;
+    let mut saved_chars = 0u64;
+    let mut exit: Option<std::process::ExitStatus> = None;
+    let mut signalled = false;
+    loop {
+        tokio::select! {
+            line = reader.next() => match line {
+                Ok(Some(Line::Text(l))) => match parse::parse_line(agent.format, &l) {
+                    Ok(items) => {
+                        for p in items {
+                            if let Some(delta) = transcript.apply(p) {
+                                publish(d, run, &label.push(&delta));
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!(run = run.id, "skipped a line: {e}");
+                        transcript.malformed_line();
+                    }
+                },
+                Ok(Some(Line::Chunk(c))) => {
+                    if let Some(delta) = transcript.apply(parse::Parsed::Delta(c)) {
+                        publish(d, run, &label.push(&delta));
+                    }
+                }
+                Ok(Some(Line::NotUtf8 | Line::TooLong)) => transcript.malformed_line(),
+                Ok(None) | Err(_) => break,
+            },
+            status = child.wait(), if exit.is_none() => {
+                exit = status.ok();
+                drain_until.as_mut().reset(tokio::time::Instant::now() + DRAIN_AFTER_EXIT);
+            }
+            _ = &mut drain_until => {
+                // The agent is gone but something it started holds stdout.
+                process::signal_group(pid, Signal::KILL);
+                break;
+            }
+            _ = &mut timeout, if !signalled => {
+                run.stop(StopReason::TimedOut);
+            }
+            _ = run.stopped(), if !signalled => {
+                signalled = true;
+                let signal = if agent.backend == Backend::Claude { Signal::INT } else { Signal::TERM };
+                process::signal_group(pid, signal);
+                kill_at.as_mut().reset(tokio::time::Instant::now() + d.kill_grace);
+            }
+            _ = &mut kill_at => {
+                process::signal_group(pid, Signal::KILL);
+                kill_at.as_mut().reset(tokio::time::Instant::now() + far);
+            }
+            _ = save.tick() => {
+                let chars = transcript.chars();
+                if chars != saved_chars {
+                    saved_chars = chars;
+                    if let Err(e) = d.db.save_run_partial(run.id.clone(), run.text()).await {
+                        tracing::warn!(run = run.id, "cannot save partial text: {e}");
+                    }
+                }
+            }
+        }
+    }
+    publish(d, run, &label.finish());
+    let exit = match exit {
+        Some(e) => Some(e),
+        None => match tokio::time::timeout(d.kill_grace, child.wait()).await {
+            Ok(s) => s.ok(),
+            Err(_) => {
+                process::signal_group(pid, Signal::KILL);
+                child.wait().await.ok()
+            }
+        },
+    };
+    let stderr = match stderr {
+        Some(h) => tokio::time::timeout(Duration::from_secs(1), h).await.ok().and_then(Result::ok).unwrap_or_default(),
+        None => String::new(),
+    };
+    with_session(outcome(run, spec, &transcript, exit, &stderr))
+}
+
+fn publish(d: &Daemon, run: &Run, text: &str) {
+    if !text.is_empty() {
+        run.push_delta(&d.hub, text);
+    }
+}
+
+fn stopped_early(run: &Run) -> Finish {
+    let status = match run.stop_reason() {
+        Some(StopReason::Shutdown) => RunStatus::Interrupted,
+        Some(StopReason::TimedOut) => RunStatus::TimedOut,
+        _ => RunStatus::Cancelled,
+    };
+    Finish { status, body: "(stopped before it started)".into(), error: None, meta: RunMeta::default(), session: None }
+}
+
+fn spawn_error(inv: &Invocation, agent: &AgentDef, e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => format!(
+            "{} not found{} — install it or set agents.{}.command",
+            inv.program,
+            if inv.program.contains('/') { "" } else { " in PATH" },
+            agent.name
+        ),
+        std::io::ErrorKind::PermissionDenied => {
+            format!("{} is not executable — check agents.{}.command", inv.program, agent.name)
+        }
+        _ => format!("cannot start {}: {e}", inv.program),
+    }
+}
+
+/// What the run comes to, from how it stopped and what it said.
+fn outcome(run: &Run, spec: &Spec, t: &Transcript, exit: Option<std::process::ExitStatus>, stderr: &str) -> Finish {
+    let member = &run.member;
+    let result = t.result.as_ref();
+    let meta = RunMeta {
+        backend_session_id: t.session_id.clone(),
+        cost_usd: result.and_then(|r| r.cost_usd),
+        usage: result.and_then(|r| r.usage.clone()),
+        exit_status: exit.and_then(|e| e.code()),
+        ..RunMeta::default()
+    };
+    let shown = run.text();
+    let with_partial = |reason: String| {
+        let text = shown.trim();
+        if text.is_empty() { reason } else { format!("{reason}\n\n---\n{text}") }
+    };
+    let answer = history::strip_label(member, &t.answer()).to_string();
+    let (status, body, error) = match run.stop_reason() {
+        Some(StopReason::TimedOut) => {
+            let reason = format!("{member}: timed out after {} s", spec.timeout.as_secs());
+            (RunStatus::TimedOut, with_partial(reason.clone()), Some(reason))
+        }
+        Some(reason) => {
+            let status = if reason == StopReason::Shutdown { RunStatus::Interrupted } else { RunStatus::Cancelled };
+            let text = if answer.trim().is_empty() { shown.clone() } else { answer };
+            let body = if text.trim().is_empty() { "(cancelled before it said anything)".to_string() } else { text };
+            (status, body, None)
+        }
+        None => match failure(member, t, exit, stderr) {
+            Some(reason) => (RunStatus::Error, with_partial(reason.clone()), Some(reason)),
+            None if answer.trim().is_empty() => {
+                let reason = format!("{member}: no answer{}", unreadable(t, stderr));
+                (RunStatus::Error, reason.clone(), Some(reason))
+            }
+            None => (RunStatus::Done, answer, None),
+        },
+    };
+    Finish { status, body, error, meta, session: None }
+}
+
+/// Why a run that stopped on its own failed, if it did. Judged by fatal
+/// errors, the backend's own `is_error`, and the exit status.
+fn failure(member: &str, t: &Transcript, exit: Option<std::process::ExitStatus>, stderr: &str) -> Option<String> {
+    if let Some(f) = &t.fatal {
+        return Some(format!("{member}: {f}"));
+    }
+    if let Some(r) = t.result.as_ref().filter(|r| r.is_error) {
+        let why = r.text.as_deref().map(str::trim).filter(|s| !s.is_empty()).unwrap_or("the agent reported an error");
+        return Some(format!("{member}: {why}"));
+    }
+    match exit {
+        Some(e) if e.success() => None,
+        Some(e) => {
+            let how = match e.code() {
+                Some(code) => format!("exited with status {code}"),
+                None => "was killed by a signal".to_string(),
+            };
+            Some(format!("{member}: {how}{}", last_line(stderr).map(|l| format!(": {l}")).unwrap_or_default()))
+        }
+        None => Some(format!("{member}: its exit status could not be read")),
+    }
+}
+
+fn unreadable(t: &Transcript, stderr: &str) -> String {
+    let mut why = String::new();
+    if t.malformed > 0 {
+        why.push_str(&format!(
+            " ({} unreadable line{} of output)",
+            t.malformed,
+            if t.malformed == 1 { "" } else { "s" }
+        ));
+    }
+    if let Some(l) = last_line(stderr) {
+        why.push_str(&format!(": {l}"));
+    }
+    why
+}
+
+fn last_line(s: &str) -> Option<String> {
+    s.lines().map(str::trim).rfind(|l| !l.is_empty()).map(|l| l.chars().take(300).collect())
+}

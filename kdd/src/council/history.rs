@@ -1,0 +1,245 @@
+//! What an agent is told: the thread history in the exact format of F-A5,
+//! the prompt around it (F-A6), and the clean-up of what it says back.
+
+use kd_proto::names::{ALL, KING};
+use kd_proto::types::{Message, MessageKind};
+
+/// Whether a message is part of the conversation agents see: what the King
+/// and the members said (an interrupted answer included), not errors or
+/// notices from kd.
+pub fn is_history(m: &Message) -> bool {
+    matches!(m.kind, MessageKind::King | MessageKind::Agent | MessageKind::Interrupted)
+}
+
+/// The thread as a multi-party conversation, for `target`:
+///
+/// ```text
+/// [Previous conversation]
+/// king: What should we do about X?
+///
+/// claude: I think …
+///
+/// codex (to claude): I disagree because …
+///
+/// ---
+/// You are cursor. Continue the discussion.
+/// ```
+///
+/// Bodies verbatim, every history message in seq order, no truncation;
+/// `(to NAME)` only for messages directed at specific members (not `all`,
+/// not `king`); `suffix` replaces the last line when given.
+pub fn format_thread_history(messages: &[Message], target: &str, suffix: Option<&str>) -> String {
+    let mut out = String::from("[Previous conversation]\n");
+    let mut first = true;
+    for m in messages.iter().filter(|m| is_history(m)) {
+        if !first {
+            out.push_str("\n\n");
+        }
+        first = false;
+        out.push_str(&m.from);
+        let directed: Vec<&str> = m.to.iter().map(String::as_str).filter(|t| *t != KING && *t != ALL).collect();
+        if !directed.is_empty() && !m.to.iter().any(|t| t == ALL) {
+            out.push_str(&format!(" (to {})", directed.join(", ")));
+        }
+        out.push_str(": ");
+        out.push_str(&m.body);
+    }
+    out.push_str(if first { "\n---\n" } else { "\n\n---\n" });
+    match suffix {
+        Some(s) => out.push_str(s),
+        None => out.push_str(&format!("You are {target}. Continue the discussion.")),
+    }
+    out
+}
+
+/// The prompt: preamble, then the agent's own prompt, then the body
+/// (history or new messages), separated by blank lines.
+pub fn assemble(preamble: &str, agent_prompt: Option<&str>, body: &str) -> String {
+    let mut parts = vec![preamble.trim_end()];
+    if let Some(p) = agent_prompt.map(str::trim_end).filter(|p| !p.is_empty()) {
+        parts.push(p);
+    }
+    parts.push(body);
+    parts.join("\n\n")
+}
+
+/// Strips the `name: ` label an agent may echo from the history format, as
+/// often as it repeats (`codex: codex: …`). Only the agent's own name, only
+/// at the very start, only followed by a space or line break.
+pub fn strip_label<'a>(name: &str, body: &'a str) -> &'a str {
+    let mut rest = body.trim_start();
+    loop {
+        let Some(after) = rest.strip_prefix(name).and_then(|r| r.strip_prefix(':')) else { return rest };
+        if !after.starts_with([' ', '\n', '\t', '\r']) && !after.is_empty() {
+            return rest;
+        }
+        rest = after.trim_start();
+    }
+}
+
+/// [`strip_label`] for a stream: holds back the start of the text while it
+/// could still be the agent's own `name: ` label, so that what subscribers
+/// see matches the stored message.
+#[derive(Debug)]
+pub struct LabelStripper {
+    label: String,
+    held: String,
+    decided: bool,
+}
+
+impl LabelStripper {
+    pub fn new(name: &str) -> LabelStripper {
+        LabelStripper { label: format!("{name}:"), held: String::new(), decided: false }
+    }
+
+    /// The part of `text` that can be shown now.
+    pub fn push(&mut self, text: &str) -> String {
+        if self.decided {
+            return text.to_string();
+        }
+        self.held.push_str(text);
+        loop {
+            let trimmed = self.held.trim_start();
+            if trimmed.len() <= self.label.len() {
+                if self.label.starts_with(trimmed) {
+                    return String::new();
+                }
+                break;
+            }
+            let after = trimmed.strip_prefix(self.label.as_str());
+            match after {
+                Some(rest) if rest.starts_with([' ', '\n', '\t', '\r']) => self.held = rest.trim_start().to_string(),
+                _ => break,
+            }
+            if self.held.is_empty() {
+                return String::new();
+            }
+        }
+        self.decided = true;
+        std::mem::take(&mut self.held)
+    }
+
+    /// What is still held when the stream ends.
+    pub fn finish(&mut self) -> String {
+        self.decided = true;
+        let held = std::mem::take(&mut self.held);
+        if held.trim_start() == self.label { String::new() } else { held }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(seq: u64, from: &str, to: &[&str], body: &str) -> Message {
+        Message {
+            thread: "t".into(),
+            seq,
+            from: from.into(),
+            to: to.iter().map(|s| s.to_string()).collect(),
+            cc: vec![],
+            reply_to: None,
+            kind: if from == "king" { MessageKind::King } else { MessageKind::Agent },
+            body: body.into(),
+            round: None,
+            created_at_ms: 0,
+            run: None,
+        }
+    }
+
+    #[test]
+    fn empty_thread() {
+        assert_eq!(
+            format_thread_history(&[], "cursor", None),
+            "[Previous conversation]\n\n---\nYou are cursor. Continue the discussion."
+        );
+    }
+
+    #[test]
+    fn single_message() {
+        let h = format_thread_history(&[msg(1, "king", &["all"], "What should we do about X?")], "claude", None);
+        assert_eq!(
+            h,
+            "[Previous conversation]\nking: What should we do about X?\n\n---\nYou are claude. Continue the discussion."
+        );
+    }
+
+    #[test]
+    fn multi_member_with_a_directed_message_exactly_as_the_spec() {
+        let h = format_thread_history(
+            &[
+                msg(1, "king", &["all"], "What should we do about X?"),
+                msg(2, "claude", &["king"], "I think …"),
+                msg(3, "codex", &["claude"], "I disagree because …"),
+            ],
+            "cursor",
+            None,
+        );
+        assert_eq!(
+            h,
+            "[Previous conversation]\nking: What should we do about X?\n\nclaude: I think …\n\ncodex (to claude): I disagree because …\n\n---\nYou are cursor. Continue the discussion."
+        );
+    }
+
+    #[test]
+    fn directed_to_several_and_broadcast() {
+        let h = format_thread_history(
+            &[msg(1, "king", &["claude", "codex"], "You two?"), msg(2, "codex", &["all"], "Sure.")],
+            "claude",
+            None,
+        );
+        assert!(h.contains("king (to claude, codex): You two?\n\ncodex: Sure."), "{h}");
+    }
+
+    #[test]
+    fn custom_suffix_replaces_the_last_line() {
+        let h = format_thread_history(&[msg(1, "king", &["all"], "Q")], "claude", Some("Answer in one word."));
+        assert_eq!(h, "[Previous conversation]\nking: Q\n\n---\nAnswer in one word.");
+    }
+
+    #[test]
+    fn multiline_bodies_are_verbatim_and_errors_are_left_out() {
+        let mut err = msg(2, "codex", &["all"], "codex: timed out");
+        err.kind = MessageKind::Error;
+        let h = format_thread_history(&[msg(1, "claude", &["all"], "line one\n\n- two\n---\nthree"), err], "x", None);
+        assert_eq!(
+            h,
+            "[Previous conversation]\nclaude: line one\n\n- two\n---\nthree\n\n---\nYou are x. Continue the discussion."
+        );
+    }
+
+    #[test]
+    fn prompt_order_is_preamble_agent_prompt_body() {
+        assert_eq!(assemble("P.\n", Some("A."), "H"), "P.\n\nA.\n\nH");
+        assert_eq!(assemble("P.", None, "H"), "P.\n\nH");
+        assert_eq!(assemble("P.", Some("  "), "H"), "P.\n\nH");
+    }
+
+    #[test]
+    fn streamed_labels_are_held_back_and_dropped() {
+        let feed = |pieces: &[&str]| {
+            let mut s = LabelStripper::new("codex");
+            let mut out: String = pieces.iter().map(|p| s.push(p)).collect();
+            out.push_str(&s.finish());
+            out
+        };
+        assert_eq!(feed(&["co", "dex", ": co", "dex: I ", "agree."]), "I agree.");
+        assert_eq!(feed(&["cod", "ing is fun"]), "coding is fun");
+        assert_eq!(feed(&["claude: hi"]), "claude: hi");
+        assert_eq!(feed(&["codex:value"]), "codex:value");
+        assert_eq!(feed(&["code"]), "code", "held text is released at the end");
+        let mut s = LabelStripper::new("codex");
+        assert_eq!(s.push("Sure"), "Sure", "decided at the first character that cannot be a label");
+        assert_eq!(s.push(" thing"), " thing");
+    }
+
+    #[test]
+    fn own_label_is_stripped_repeatedly_but_nothing_else() {
+        assert_eq!(strip_label("codex", "codex: codex: I agree."), "I agree.");
+        assert_eq!(strip_label("codex", "  codex:\nI agree."), "I agree.");
+        assert_eq!(strip_label("codex", "claude: I agree."), "claude: I agree.", "no cross-speaker strip");
+        assert_eq!(strip_label("codex", "codexes are great"), "codexes are great", "no false strip");
+        assert_eq!(strip_label("codex", "codex:value is a key"), "codex:value is a key");
+        assert_eq!(strip_label("codex", "I said codex: yes"), "I said codex: yes");
+    }
+}

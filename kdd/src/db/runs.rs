@@ -1,0 +1,267 @@
+//! Agent runs: their rows, the partial text saved while they stream, their
+//! end (message, event, subscriber notice in one transaction), and the
+//! recovery of runs a dead daemon left in flight.
+
+use kd_proto::names::KING;
+use kd_proto::types::{Message, MessageKind, RunInfo, RunMeta, RunStatus, SessionStatus, ThreadEvent};
+use rusqlite::{Connection, params};
+use serde_json::json;
+
+use super::events::{self, NewEvent};
+use super::messages::{self, NewMessage};
+use super::{DbResult, Outbox, sessions};
+
+/// Records a run that was accepted; subscribers hear `run_waiting`.
+pub fn insert(conn: &Connection, now: i64, run: &RunInfo, out: &mut Outbox) -> DbResult<()> {
+    conn.prepare_cached(
+        "INSERT INTO runs (id, thread_id, member, backend, status, reply_to, round, started_at)
+         VALUES (?1, ?2, ?3, ?4, 'waiting', ?5, ?6, ?7)",
+    )?
+    .execute(params![
+        run.id,
+        run.thread,
+        run.member,
+        run.backend,
+        run.reply_to.map(|r| r as i64),
+        run.round,
+        now
+    ])?;
+    events::record(
+        conn,
+        now,
+        &NewEvent {
+            kind: "run.start",
+            thread: Some(&run.thread),
+            agent: Some(&run.member),
+            correlation_id: Some(&run.id),
+            data: json!({"run": run.id, "backend": run.backend, "reply_to": run.reply_to, "round": run.round}),
+            ..Default::default()
+        },
+    )?;
+    out.publish(&run.thread, ThreadEvent::RunWaiting { run: run.clone() });
+    Ok(())
+}
+
+/// Records the agent's pid (and start time) the moment it is spawned.
+pub fn started(
+    conn: &Connection,
+    now: i64,
+    run: &RunInfo,
+    pid: u32,
+    pid_start: Option<u64>,
+    session: Option<&str>,
+    out: &mut Outbox,
+) -> DbResult<()> {
+    conn.prepare_cached(
+        "UPDATE runs SET status = 'streaming', pid = ?2, pid_start = ?3, session_id = ?4 WHERE id = ?1",
+    )?
+    .execute(params![run.id, pid, pid_start.map(|s| s as i64), session])?;
+    events::record(
+        conn,
+        now,
+        &NewEvent {
+            kind: "run.spawn",
+            thread: Some(&run.thread),
+            agent: Some(&run.member),
+            session,
+            correlation_id: Some(&run.id),
+            data: json!({"run": run.id, "pid": pid}),
+            ..Default::default()
+        },
+    )?;
+    out.publish(&run.thread, ThreadEvent::RunStarted { run: run.id.clone(), member: run.member.clone(), pid });
+    Ok(())
+}
+
+/// Saves the text streamed so far (crash insurance).
+pub fn save_partial(conn: &Connection, id: &str, text: &str) -> DbResult<()> {
+    conn.prepare_cached("UPDATE runs SET partial = ?2 WHERE id = ?1")?.execute(params![id, text])?;
+    Ok(())
+}
+
+/// How a run ended.
+#[derive(Debug, Clone)]
+pub struct Finish {
+    pub status: RunStatus,
+    /// The message body: the answer, the reason of a failure, or the text a
+    /// cancelled run had produced.
+    pub body: String,
+    /// The failure reason, for error and timed-out runs.
+    pub error: Option<String>,
+    pub meta: RunMeta,
+    /// The session to release (resume mode), and the backend id to keep.
+    pub session: Option<String>,
+}
+
+/// Writes the run's message, closes its row and session, and tells
+/// subscribers — all in one transaction, so a run is never half-finished.
+pub fn finish(conn: &Connection, now: i64, run: &RunInfo, f: Finish, out: &mut Outbox) -> DbResult<Message> {
+    let kind = match f.status {
+        RunStatus::Done => MessageKind::Agent,
+        RunStatus::Cancelled | RunStatus::Interrupted => MessageKind::Interrupted,
+        _ => MessageKind::Error,
+    };
+    let message = messages::append(
+        conn,
+        now,
+        NewMessage {
+            thread: run.thread.clone(),
+            from: run.member.clone(),
+            to: vec![KING.to_string()],
+            cc: vec![],
+            reply_to: run.reply_to,
+            kind,
+            body: f.body,
+            round: run.round,
+            run: Some(f.meta.clone()),
+            correlation_id: Some(run.id.clone()),
+            fence: None,
+        },
+        out,
+    )?;
+    conn.prepare_cached(
+        "UPDATE runs SET status = ?2, ended_at = ?3, message_seq = ?4, error = ?5, partial = '' WHERE id = ?1",
+    )?
+    .execute(params![run.id, f.status.as_str(), now, message.seq as i64, f.error])?;
+    if let Some(session) = &f.session {
+        sessions::end(conn, now, session, SessionStatus::Idle, f.meta.backend_session_id.as_deref())?;
+    }
+    let kind = match f.status {
+        RunStatus::Done => "run.finish",
+        RunStatus::TimedOut => "run.timeout",
+        RunStatus::Cancelled => "run.cancel",
+        RunStatus::Interrupted => "run.interrupted",
+        _ => "run.error",
+    };
+    events::record(
+        conn,
+        now,
+        &NewEvent {
+            kind,
+            thread: Some(&run.thread),
+            agent: Some(&run.member),
+            correlation_id: Some(&run.id),
+            data: json!({"run": run.id, "seq": message.seq, "error": f.error, "duration_ms": f.meta.duration_ms,
+                         "exit_status": f.meta.exit_status}),
+            ..Default::default()
+        },
+    )?;
+    let (id, member, seq) = (run.id.clone(), run.member.clone(), message.seq);
+    out.publish(
+        &run.thread,
+        match f.status {
+            RunStatus::Done => ThreadEvent::RunFinished { run: id, member, seq },
+            RunStatus::Cancelled | RunStatus::Interrupted => ThreadEvent::RunCancelled { run: id, member, seq },
+            status => ThreadEvent::RunError {
+                run: id,
+                member,
+                error: f.error.unwrap_or_default(),
+                timed_out: status == RunStatus::TimedOut,
+                seq,
+            },
+        },
+    );
+    Ok(message)
+}
+
+/// A run a previous daemon left in flight.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Orphan {
+    pub id: String,
+    pub thread: String,
+    pub member: String,
+    pub pid: Option<u32>,
+    pub pid_start: Option<u64>,
+}
+
+/// Runs still `waiting` or `streaming` in the registry.
+pub fn in_flight(conn: &Connection) -> DbResult<Vec<Orphan>> {
+    let mut stmt = conn.prepare(
+        "SELECT id, thread_id, member, pid, pid_start FROM runs WHERE status = 'waiting' OR status = 'streaming'
+         ORDER BY started_at",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok(Orphan {
+            id: r.get(0)?,
+            thread: r.get(1)?,
+            member: r.get(2)?,
+            pid: r.get(3)?,
+            pid_start: r.get::<_, Option<i64>>(4)?.map(|v| v as u64),
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Records every run left in flight as interrupted: an `interrupted`
+/// message with the text saved so far, the run closed, its session
+/// released. Returns how many there were.
+pub fn recover(conn: &Connection, now: i64, out: &mut Outbox) -> DbResult<usize> {
+    let orphans = in_flight(conn)?;
+    for o in &orphans {
+        let (backend, reply_to, round, partial, session): (String, Option<i64>, Option<u32>, String, Option<String>) =
+            conn.query_row(
+                "SELECT backend, reply_to, round, partial, session_id FROM runs WHERE id = ?1",
+                [&o.id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+            )?;
+        let info = RunInfo {
+            id: o.id.clone(),
+            thread: o.thread.clone(),
+            member: o.member.clone(),
+            backend: backend.clone(),
+            status: RunStatus::Interrupted,
+            pid: o.pid,
+            started_at_ms: now,
+            chars: partial.chars().count() as u64,
+            reply_to: reply_to.map(|r| r as u64),
+            round,
+        };
+        let body = if partial.is_empty() { "(interrupted before it said anything)".to_string() } else { partial };
+        finish(
+            conn,
+            now,
+            &info,
+            Finish {
+                status: RunStatus::Interrupted,
+                body,
+                error: Some("the daemon stopped while the run was in flight".into()),
+                meta: RunMeta { run_id: Some(o.id.clone()), backend: Some(backend), ..RunMeta::default() },
+                session: session.filter(|s| sessions::get(conn, s).is_ok_and(|s| s.status == SessionStatus::Active)),
+            },
+            out,
+        )?;
+    }
+    Ok(orphans.len())
+}
+
+impl super::Db {
+    pub async fn insert_run(&self, run: RunInfo) -> DbResult<()> {
+        self.write(move |c, out| insert(c, super::now_ms(), &run, out)).await
+    }
+
+    pub async fn run_started(
+        &self,
+        run: RunInfo,
+        pid: u32,
+        pid_start: Option<u64>,
+        session: Option<String>,
+    ) -> DbResult<()> {
+        self.write(move |c, out| started(c, super::now_ms(), &run, pid, pid_start, session.as_deref(), out)).await
+    }
+
+    pub async fn save_run_partial(&self, id: String, text: String) -> DbResult<()> {
+        self.write(move |c, _| save_partial(c, &id, &text)).await
+    }
+
+    pub async fn finish_run(&self, run: RunInfo, f: Finish) -> DbResult<Message> {
+        self.write(move |c, out| finish(c, super::now_ms(), &run, f, out)).await
+    }
+
+    pub async fn orphan_runs(&self) -> DbResult<Vec<Orphan>> {
+        self.read(in_flight).await
+    }
+
+    pub async fn recover_runs(&self) -> DbResult<usize> {
+        self.write(|c, out| recover(c, super::now_ms(), out)).await
+    }
+}

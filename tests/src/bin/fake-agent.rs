@@ -1,0 +1,279 @@
+//! A fake agent CLI for the end-to-end tests and benches. It speaks the
+//! stream format of the backend whose command line it is given (or
+//! `FAKE_FORMAT`), and is steered by environment variables:
+//!
+//! | variable | effect |
+//! |---|---|
+//! | `FAKE_FORMAT` | claude, codex, cursor, gemini or text (default: from the argv) |
+//! | `FAKE_NAME` | its name (default `fake`) |
+//! | `FAKE_TEXT` | the answer (default `Answer from NAME.`) |
+//! | `FAKE_DELTAS` | how many pieces the answer streams in (default 3) |
+//! | `FAKE_INTERVAL_MS` | pause before each piece (default 0) |
+//! | `FAKE_STAMP` | each piece is `[t=MICROS]`, its write time in µs since the epoch |
+//! | `FAKE_SESSION_ID` | the session id it reports (default `fake-session-PID`) |
+//! | `FAKE_ERROR` | fail with this message, in the backend's own error form |
+//! | `FAKE_EXIT` | exit status at the end |
+//! | `FAKE_HANG` | after the pieces, never finish |
+//! | `FAKE_IGNORE_TERM` | ignore SIGINT and SIGTERM (only SIGKILL stops it) |
+//! | `FAKE_GARBAGE` | this many garbage lines first |
+//! | `FAKE_NON_UTF8` | a line of invalid UTF-8 first |
+//! | `FAKE_HUGE_LINE` | a line of this many bytes first |
+//! | `FAKE_ECHO_LABEL` | start the answer with `NAME: ` as agents sometimes do |
+//! | `FAKE_NO_OUTPUT` | print nothing |
+//! | `FAKE_STDERR` | write this to stderr |
+//! | `FAKE_RECORD` | append `{argv, stdin, cwd, pid}` as a JSON line to this file |
+//!
+//! On SIGINT a claude-format fake reports its partial answer in a result
+//! line and exits 130, as Claude Code does; otherwise SIGINT/SIGTERM end it.
+
+use std::io::{Read, Write};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::json;
+use tokio::signal::unix::{SignalKind, signal};
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Format {
+    Claude,
+    Codex,
+    Cursor,
+    Gemini,
+    Text,
+}
+
+fn env(k: &str) -> Option<String> {
+    std::env::var(k).ok().filter(|v| !v.is_empty())
+}
+
+fn env_num(k: &str, default: u64) -> u64 {
+    env(k).and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn format_of(args: &[String]) -> Format {
+    if let Some(f) = env("FAKE_FORMAT") {
+        return match f.as_str() {
+            "claude" => Format::Claude,
+            "codex" => Format::Codex,
+            "cursor" => Format::Cursor,
+            "gemini" => Format::Gemini,
+            _ => Format::Text,
+        };
+    }
+    let has = |a: &str| args.iter().any(|x| x == a);
+    if has("exec") && has("--json") {
+        Format::Codex
+    } else if has("--stream-partial-output") {
+        Format::Cursor
+    } else if has("--include-partial-messages") {
+        Format::Claude
+    } else if has("--output-format") {
+        Format::Gemini
+    } else {
+        Format::Text
+    }
+}
+
+fn now_us() -> u128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros()).unwrap_or(0)
+}
+
+struct Out {
+    format: Format,
+    session: String,
+    streamed: std::cell::RefCell<String>,
+}
+
+impl Out {
+    fn line(&self, v: serde_json::Value) {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{v}");
+        let _ = out.flush();
+    }
+
+    fn raw(&self, bytes: &[u8]) {
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(bytes);
+        let _ = out.flush();
+    }
+
+    fn start(&self) {
+        let s = &self.session;
+        match self.format {
+            Format::Claude => self.line(json!({"type":"system","subtype":"init","cwd":cwd(),"session_id":s,"tools":[],"model":"fake","permissionMode":"default"})),
+            Format::Codex => {
+                self.line(json!({"type":"thread.started","thread_id":s}));
+                self.line(json!({"type":"turn.started"}));
+                self.line(json!({"type":"item.completed","item":{"id":"item_0","type":"reasoning","text":"**Thinking**"}}));
+            }
+            Format::Cursor => {
+                self.line(json!({"type":"system","subtype":"init","apiKeySource":"login","cwd":cwd(),"session_id":s,"model":"fake","permissionMode":"default"}));
+                self.line(json!({"type":"user","message":{"role":"user","content":[{"type":"text","text":"(prompt)"}]},"session_id":s}));
+            }
+            Format::Gemini => {
+                self.line(json!({"type":"init","timestamp":"2026-01-01T00:00:00.000Z","session_id":s,"model":"fake"}));
+                self.line(json!({"type":"message","timestamp":"2026-01-01T00:00:00.000Z","role":"user","content":"(prompt)"}));
+            }
+            Format::Text => {}
+        }
+    }
+
+    fn delta(&self, piece: &str) {
+        self.streamed.borrow_mut().push_str(piece);
+        let s = &self.session;
+        match self.format {
+            Format::Claude => self.line(json!({"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":piece}},"session_id":s})),
+            // codex exec --json has no token deltas: the message comes whole at the end.
+            Format::Codex => {}
+            Format::Cursor => self.line(json!({"type":"assistant","message":{"role":"assistant","content":[{"type":"text","text":piece}]},"session_id":s,"timestamp_ms":now_us() / 1000})),
+            Format::Gemini => self.line(json!({"type":"message","timestamp":"2026-01-01T00:00:01.000Z","role":"assistant","content":piece,"delta":true})),
+            Format::Text => self.raw(piece.as_bytes()),
+        }
+    }
+
+    fn finish(&self, text: &str) {
+        let s = &self.session;
+        match self.format {
+            Format::Claude => {
+                self.line(json!({"type":"assistant","message":{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":text}]},"session_id":s}));
+                self.line(json!({"type":"result","subtype":"success","is_error":false,"duration_ms":5,"num_turns":1,"result":text,"session_id":s,"total_cost_usd":0.0012,"usage":{"input_tokens":10,"output_tokens":5}}));
+            }
+            Format::Codex => {
+                self.line(json!({"type":"item.completed","item":{"id":"item_1","type":"agent_message","text":text}}));
+                self.line(json!({"type":"turn.completed","usage":{"input_tokens":10,"cached_input_tokens":0,"output_tokens":5}}));
+            }
+            Format::Cursor => {
+                self.line(json!({"type":"assistant","message":{"role":"assistant","content":[{"type":"text","text":text}]},"session_id":s,"model_call_id":"mc-1","timestamp_ms":now_us() / 1000}));
+                self.line(json!({"type":"assistant","message":{"role":"assistant","content":[{"type":"text","text":text}]},"session_id":s}));
+                self.line(json!({"type":"result","subtype":"success","duration_ms":5,"duration_api_ms":5,"is_error":false,"result":text,"session_id":s,"request_id":"req-1"}));
+            }
+            Format::Gemini => self.line(json!({"type":"result","timestamp":"2026-01-01T00:00:02.000Z","status":"success","stats":{"total_tokens":15,"input_tokens":10,"output_tokens":5,"cached":0,"input":10,"duration_ms":5,"tool_calls":0}})),
+            Format::Text => self.raw(b"\n"),
+        }
+    }
+
+    /// Fails in the backend's own way; returns the exit status to use.
+    fn fail(&self, message: &str) -> i32 {
+        let s = &self.session;
+        match self.format {
+            // An API error: subtype success, is_error true, exit 1.
+            Format::Claude => self.line(json!({"type":"result","subtype":"success","is_error":true,"duration_ms":5,"result":message,"session_id":s,"total_cost_usd":0})),
+            Format::Codex => self.line(json!({"type":"turn.failed","error":{"message":message}})),
+            // A failed cursor run ends without a result line.
+            Format::Cursor => eprintln!("{message}"),
+            Format::Gemini => {
+                self.line(json!({"type":"error","timestamp":"2026-01-01T00:00:02.000Z","severity":"error","message":message}));
+                self.line(json!({"type":"result","timestamp":"2026-01-01T00:00:02.000Z","status":"error","error":{"type":"Error","message":message}}));
+            }
+            Format::Text => eprintln!("{message}"),
+        }
+        1
+    }
+}
+
+fn cwd() -> String {
+    std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default()
+}
+
+/// Splits `text` into `n` pieces on character boundaries (fewer when the
+/// text has fewer characters).
+fn pieces(text: &str, n: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let n = n.clamp(1, chars.len().max(1));
+    (0..n).map(|i| chars[i * chars.len() / n..(i + 1) * chars.len() / n].iter().collect()).collect()
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut stdin = String::new();
+    let _ = std::io::stdin().read_to_string(&mut stdin);
+    if let Some(path) = env("FAKE_RECORD") {
+        let record = json!({"argv": args, "stdin": stdin, "cwd": cwd(), "pid": std::process::id()});
+        // One write of the whole line: concurrent fakes append to one file.
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            let _ = f.write_all(format!("{record}\n").as_bytes());
+        }
+    }
+    if let Some(e) = env("FAKE_STDERR") {
+        eprintln!("{e}");
+    }
+    let format = format_of(&args);
+    let name = env("FAKE_NAME").unwrap_or_else(|| "fake".into());
+    let out = Out {
+        format,
+        session: env("FAKE_SESSION_ID").unwrap_or_else(|| format!("fake-session-{}", std::process::id())),
+        streamed: std::cell::RefCell::new(String::new()),
+    };
+    let exit_code = env_num("FAKE_EXIT", 0) as i32;
+    if env("FAKE_NO_OUTPUT").is_some() {
+        std::process::exit(exit_code);
+    }
+    let ignore = env("FAKE_IGNORE_TERM").is_some();
+    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+        std::process::exit(70);
+    };
+    let work = async {
+        out.start();
+        for _ in 0..env_num("FAKE_GARBAGE", 0) {
+            out.raw(b"garbage: not { json at all\n");
+        }
+        if env("FAKE_NON_UTF8").is_some() {
+            out.raw(b"\xff\xfe\xfd invalid utf-8\n");
+        }
+        if let Some(n) = env("FAKE_HUGE_LINE").and_then(|v| v.parse::<usize>().ok()) {
+            let chunk = vec![b'x'; 1024 * 1024];
+            let mut left = n;
+            while left > 0 {
+                let k = left.min(chunk.len());
+                out.raw(&chunk[..k]);
+                left -= k;
+            }
+            out.raw(b"\n");
+        }
+        let interval = Duration::from_millis(env_num("FAKE_INTERVAL_MS", 0));
+        let n = env_num("FAKE_DELTAS", 3) as usize;
+        let mut text = env("FAKE_TEXT").unwrap_or_else(|| format!("Answer from {name}."));
+        if env("FAKE_ECHO_LABEL").is_some() {
+            text = format!("{name}: {text}");
+        }
+        let stamped = env("FAKE_STAMP").is_some();
+        let pieces = if stamped || n == 0 { vec![String::new(); n] } else { pieces(&text, n) };
+        for p in &pieces {
+            if !interval.is_zero() {
+                tokio::time::sleep(interval).await;
+            }
+            let piece = if stamped { format!("[t={}]", now_us()) } else { p.clone() };
+            out.delta(&piece);
+        }
+        if env("FAKE_HANG").is_some() {
+            std::future::pending::<()>().await;
+        }
+        let final_text = if stamped { out.streamed.borrow().clone() } else { text };
+        match env("FAKE_ERROR") {
+            Some(msg) => out.fail(&msg).max(exit_code),
+            None => {
+                out.finish(&final_text);
+                exit_code
+            }
+        }
+    };
+    tokio::pin!(work);
+    loop {
+        tokio::select! {
+            code = &mut work => std::process::exit(code),
+            _ = int.recv() => {
+                if ignore { continue; }
+                if format == Format::Claude {
+                    // Claude Code reports what it had, then stops.
+                    let partial = out.streamed.borrow().clone();
+                    out.line(json!({"type":"result","subtype":"success","is_error":false,"result":partial,"session_id":out.session}));
+                }
+                std::process::exit(130);
+            }
+            _ = term.recv() => {
+                if ignore { continue; }
+                std::process::exit(143);
+            }
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! `kd ask` against a real daemon and fake agents, as a user runs it.
+
+use kd_client::KdApiClient;
+use kd_proto::types::ThreadEvent;
+use kd_tests::{Kdd, Output, Workspace, collect_until, ended, run};
+
+async fn ask(kdd: &Kdd, ws: &Workspace, args: &[&str]) -> Output {
+    let mut k = kdd.kd();
+    k.current_dir(ws.dir.path()).arg("ask").args(args);
+    run(k).await
+}
+
+fn header(member: &str) -> String {
+    format!("── {member} {}", "─".repeat(40 - 4 - member.chars().count()))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ask_streams_each_members_answer_labelled_and_plain_when_piped() {
+    let ws = Workspace::new(&[
+        ("claude", "claude", &[("FAKE_DELTAS", "5")]),
+        ("codex", "codex", &[]),
+        ("gemini", "gemini", &[("FAKE_TEXT", "Line one.\nLine two.")]),
+    ]);
+    let kdd = Kdd::start();
+    let out = ask(&kdd, &ws, &["What", "about", "X?"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(!out.stdout.contains('\x1b'), "no colour when piped: {:?}", out.stdout);
+    let expected =
+        [("claude", "Answer from claude.\n"), ("codex", "Answer from codex.\n"), ("gemini", "Line one.\nLine two.\n")];
+    for (member, answer) in expected {
+        let block = format!("{}\n{answer}", header(member));
+        assert!(out.stdout.contains(&block), "{member}'s answer is not one block:\n{}", out.stdout);
+    }
+    assert_eq!(out.stdout.matches("── ").count(), 3);
+    // The thread became the workspace's current one and holds the exchange.
+    let c = kdd.client().await;
+    let current = c.thread_current(ws.path(), None).await.unwrap().expect("a current thread");
+    let messages = c.thread_messages(current.id, None, None).await.unwrap();
+    assert_eq!(messages[0].body, "What about X?");
+    assert_eq!(messages.len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_member_exits_4_with_one_line_per_failure() {
+    let ws = Workspace::new(&[
+        ("claude", "claude", &[]),
+        ("codex", "codex", &[("FAKE_ERROR", "quota exceeded")]),
+        ("cursor", "cursor", &[("FAKE_HANG", "1")]),
+    ]);
+    let kdd = Kdd::start_with(&["--kill-grace-ms", "300"]);
+    let out = ask(&kdd, &ws, &["--timeout", "1", "Q?"]).await;
+    assert_eq!(out.status.code(), Some(4), "{} / {}", out.stdout, out.stderr);
+    assert_eq!(out.stderr, "kd: codex: quota exceeded\nkd: cursor: timed out after 1 s\n");
+    assert!(out.stdout.contains(&format!("{}\nAnswer from claude.\n", header("claude"))), "{}", out.stdout);
+    assert!(out.stdout.contains("✗ codex: quota exceeded"), "{}", out.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn to_new_thread_and_async() {
+    let ws = Workspace::new(&[("claude", "claude", &[]), ("codex", "codex", &[])]);
+    let kdd = Kdd::start();
+    let out = ask(&kdd, &ws, &["--to", "codex", "Only you."]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(out.stdout, format!("{}\nAnswer from codex.\n", header("codex")));
+    let c = kdd.client().await;
+    let first = c.thread_current(ws.path(), None).await.unwrap().unwrap().id;
+
+    let out = ask(&kdd, &ws, &["--new", "--async", "Later."]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let second = out.stdout.trim().to_string();
+    assert_ne!(second, first, "--new starts a thread");
+    assert_eq!(c.thread_current(ws.path(), None).await.unwrap().unwrap().id, second, "and makes it current");
+    let mut sub = c.thread_subscribe(second.clone(), Some(0)).await.unwrap();
+    collect_until(&mut sub, |e| ended(e) == 2).await;
+
+    let out = ask(&kdd, &ws, &["--thread", &first, "--to", "claude", "Back to the first."]).await;
+    assert!(out.status.success());
+    let bodies: Vec<String> = c.thread_messages(first, None, None).await.unwrap().into_iter().map(|m| m.body).collect();
+    assert_eq!(bodies, ["Only you.", "Answer from codex.", "Back to the first.", "Answer from claude."]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn json_prints_the_events_of_this_ask_as_lines() {
+    let ws = Workspace::new(&[("claude", "claude", &[("FAKE_DELTAS", "4")])]);
+    let kdd = Kdd::start();
+    let out = ask(&kdd, &ws, &["--json", "Q?"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let events: Vec<ThreadEvent> =
+        out.stdout.lines().map(|l| serde_json::from_str(l).expect("an event per line")).collect();
+    assert_eq!(events.iter().filter(|e| matches!(e, ThreadEvent::Delta { .. })).count(), 4);
+    assert!(matches!(events.last(), Some(ThreadEvent::RunFinished { member, .. }) if member == "claude"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ask_without_members_says_how_to_configure_one() {
+    let ws = Workspace::new(&[]);
+    ws.write_config(&serde_json::json!({"council": {"members": ["ghost"]}}));
+    let kdd = Kdd::start();
+    let out = ask(&kdd, &ws, &["Q?"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+    assert!(out.stderr.contains("council.members") && out.stderr.contains("agents.ghost"), "{}", out.stderr);
+}

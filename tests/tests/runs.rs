@@ -1,0 +1,573 @@
+//! Agent runs against fake agents: streaming, prompts, resume, cancel,
+//! timeout, bad agents, two clients, crash recovery.
+
+use kd_client::{ClientError, KdApiClient};
+use kd_proto::ErrorCode;
+use kd_proto::types::{ContextMode, MessageKind, RunStatus, Sent, SessionStatus, ThreadEvent};
+use kd_tests::{Kdd, Workspace, alive, collect_until, ended, records, within};
+
+const FAST_KILL: &[&str] = &["--kill-grace-ms", "300"];
+
+async fn thread_in(c: &kd_client::Client, ws: &Workspace, context: Option<ContextMode>) -> String {
+    c.thread_create(ws.path(), None, None, None, None, None, None, None, context).await.unwrap().id
+}
+
+async fn send(c: &kd_client::Client, thread: &str, body: &str) -> Sent {
+    c.council_send(thread.into(), body.into(), None, None, None, None, None).await.unwrap()
+}
+
+fn messages_of(events: &[ThreadEvent]) -> Vec<&kd_proto::types::Message> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            ThreadEvent::Message { message } => Some(message.as_ref()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn three_members_stream_concurrently_and_every_answer_lands_after_its_deltas() {
+    let slow: &[(&str, &str)] = &[("FAKE_DELTAS", "8"), ("FAKE_INTERVAL_MS", "15")];
+    let ws = Workspace::new(&[("claude", "claude", slow), ("codex", "codex", slow), ("gemini", "gemini", slow)]);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), Some(0)).await.unwrap();
+    let sent = send(&c, &t, "What about X?").await;
+    assert_eq!(sent.runs.iter().map(|r| r.run.member.as_str()).collect::<Vec<_>>(), ["claude", "codex", "gemini"]);
+    let events = collect_until(&mut sub, |e| ended(e) == 3).await;
+
+    for member in ["claude", "codex", "gemini"] {
+        let first_delta = events.iter().position(|e| matches!(e, ThreadEvent::Delta { member: m, .. } if m == member));
+        let message =
+            events.iter().position(|e| matches!(e, ThreadEvent::Message { message } if message.from == member));
+        let (Some(d), Some(m)) = (first_delta, message) else { panic!("{member}: no delta or message in {events:?}") };
+        assert!(d < m, "{member}: a delta must come before the final message");
+        let streamed: String = events
+            .iter()
+            .filter_map(|e| match e {
+                ThreadEvent::Delta { member: m, text, .. } if m == member => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(streamed, format!("Answer from {member}."));
+    }
+    // claude and gemini stream token by token; codex exec --json has one delta per message.
+    let deltas =
+        |m: &str| events.iter().filter(|e| matches!(e, ThreadEvent::Delta { member, .. } if member == m)).count();
+    assert_eq!((deltas("claude"), deltas("gemini"), deltas("codex")), (8, 8, 1));
+    let stored = c.thread_messages(t.clone(), None, None).await.unwrap();
+    assert_eq!(stored.len(), 4);
+    let mut answers: Vec<(String, String, MessageKind, Option<u64>)> =
+        stored[1..].iter().map(|m| (m.from.clone(), m.body.clone(), m.kind, m.reply_to)).collect();
+    answers.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        answers,
+        ["claude", "codex", "gemini"]
+            .map(|m| (m.to_string(), format!("Answer from {m}."), MessageKind::Agent, Some(1)))
+            .to_vec()
+    );
+    let claude = stored.iter().find(|m| m.from == "claude").unwrap();
+    let meta = claude.run.as_ref().unwrap();
+    assert_eq!(meta.backend.as_deref(), Some("claude"));
+    assert_eq!(meta.cost_usd, Some(0.0012));
+    assert!(meta.backend_session_id.as_deref().unwrap().starts_with("fake-session-"));
+    assert_eq!(meta.exit_status, Some(0));
+    assert!(c.run_list(None).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_receives_exactly_preamble_agent_prompt_and_history() {
+    let ws = Workspace::new(&[]);
+    let record = ws.file("record.jsonl");
+    let fake = |backend: &str| {
+        let mut a = kd_tests::fake(backend, backend, &[("FAKE_RECORD", &record)]);
+        a["prompts"] = serde_json::json!({"council": "Be brief."});
+        a
+    };
+    ws.write_config(&serde_json::json!({
+        "council": {"members": ["claude", "codex"], "preamble": "You advise the King."},
+        "agents": {"claude": fake("claude"), "codex": fake("codex")}
+    }));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    for (from, to, body) in
+        [("king", None, "First question?"), ("codex", Some(vec!["claude".to_string()]), "Claude, look.")]
+    {
+        c.message_append(t.clone(), from.into(), body.into(), to, None, None, None, None, None, None).await.unwrap();
+    }
+    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    send(&c, &t, "What now?\nTwo lines.").await;
+    collect_until(&mut sub, |e| ended(e) == 2).await;
+
+    let recs = records(&record);
+    assert_eq!(recs.len(), 2);
+    let history = |target: &str| {
+        format!(
+            "You advise the King.\n\nBe brief.\n\n[Previous conversation]\nking: First question?\n\ncodex (to claude): Claude, look.\n\nking: What now?\nTwo lines.\n\n---\nYou are {target}. Continue the discussion."
+        )
+    };
+    let claude =
+        recs.iter().find(|r| r["argv"].as_array().unwrap().iter().any(|a| a == "--include-partial-messages")).unwrap();
+    assert_eq!(
+        claude["argv"],
+        serde_json::json!(["-p", "--output-format", "stream-json", "--verbose", "--include-partial-messages"])
+    );
+    assert_eq!(claude["stdin"], history("claude"), "claude reads the prompt on stdin");
+    assert_eq!(claude["cwd"], ws.path(), "the agent runs in the thread's workspace");
+    let codex = recs.iter().find(|r| r["argv"][0] == "exec").unwrap();
+    assert_eq!(codex["argv"], serde_json::json!(["exec", "--json", history("codex")]));
+    assert_eq!(codex["stdin"], "", "codex gets /dev/null on stdin");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_mode_passes_the_previous_session_and_a_concurrent_resume_is_refused() {
+    let ws = Workspace::new(&[]);
+    let record = ws.file("record.jsonl");
+    ws.write_config(&serde_json::json!({
+        "council": {"members": ["claude"]},
+        "agents": {"claude": kd_tests::fake("claude", "claude", &[("FAKE_RECORD", &record), ("FAKE_SESSION_ID", "S-42")])}
+    }));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, Some(ContextMode::Resume)).await;
+    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    send(&c, &t, "One?").await;
+    collect_until(&mut sub, |e| ended(e) == 1).await;
+    send(&c, &t, "Two?").await;
+    collect_until(&mut sub, |e| ended(e) == 1).await;
+
+    let recs = records(&record);
+    assert_eq!(recs.len(), 2);
+    assert!(
+        !recs[0]["argv"].as_array().unwrap().iter().any(|a| a == "--resume"),
+        "no session to resume the first time"
+    );
+    let argv: Vec<&str> = recs[1]["argv"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    assert!(argv.windows(2).any(|w| w == ["--resume", "S-42"]), "{argv:?}");
+    assert_eq!(
+        recs[1]["stdin"], "[New messages]\nking: Two?\n\n---\nYou are claude. Continue the discussion.",
+        "a resumed session gets only what it has not seen"
+    );
+    let sessions = c.session_list(Some(t.clone()), Some("claude".into()), None).await.unwrap();
+    assert_eq!(sessions.len(), 1, "one session per thread and agent");
+    assert_eq!((sessions[0].status, sessions[0].backend_session_id.as_deref()), (SessionStatus::Idle, Some("S-42")));
+
+    // Someone else holds the session: the run is refused, never forked.
+    c.session_resume(sessions[0].id.clone(), Some("other tool".into()), None).await.unwrap();
+    send(&c, &t, "Three?").await;
+    let events = collect_until(&mut sub, |e| ended(e) == 1).await;
+    let error = events.iter().find_map(|e| match e {
+        ThreadEvent::RunError { error, .. } => Some(error.clone()),
+        _ => None,
+    });
+    assert!(
+        error.as_deref().is_some_and(|e| e.contains("Session already active") && e.contains("other tool")),
+        "{error:?}"
+    );
+    assert_eq!(records(&record).len(), 2, "no third agent process");
+    // Another thread never carries this thread's session.
+    let other = thread_in(&c, &ws, Some(ContextMode::Resume)).await;
+    let mut sub2 = c.thread_subscribe(other.clone(), None).await.unwrap();
+    send(&c, &other, "Fresh?").await;
+    collect_until(&mut sub2, |e| ended(e) == 1).await;
+    let third = &records(&record)[2];
+    assert!(!third["argv"].as_array().unwrap().iter().any(|a| a == "--resume"));
+}
+
+/// A long answer, for runs that must still be streaming a while later.
+fn long_text() -> String {
+    format!("Answer {}", "word ".repeat(600))
+}
+
+async fn cancel_mid_stream(backend: &str) {
+    let text = long_text();
+    let ws = Workspace::new(&[(
+        backend,
+        backend,
+        &[("FAKE_DELTAS", "400"), ("FAKE_INTERVAL_MS", "25"), ("FAKE_TEXT", &text)],
+    )]);
+    let kdd = Kdd::start_with(FAST_KILL);
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    send(&c, &t, "Go on.").await;
+    let started = collect_until(&mut sub, |e| {
+        e.iter().filter(|e| matches!(e, ThreadEvent::Delta { .. })).count() >= 3
+            || (backend == "codex" && e.iter().any(|e| matches!(e, ThreadEvent::RunStarted { .. })))
+    })
+    .await;
+    let pid = started
+        .iter()
+        .find_map(|e| match e {
+            ThreadEvent::RunStarted { pid, .. } => Some(*pid),
+            _ => None,
+        })
+        .unwrap();
+    let cancelled = c.run_cancel(t.clone(), Some(backend.into()), None).await.unwrap();
+    assert_eq!(cancelled.len(), 1);
+    let events = collect_until(&mut sub, |e| ended(e) == 1).await;
+    assert!(events.iter().any(|e| matches!(e, ThreadEvent::RunCancelled { .. })), "{backend}: {events:?}");
+    let stored = c.thread_messages(t.clone(), None, None).await.unwrap();
+    let last = stored.last().unwrap();
+    assert_eq!(last.kind, MessageKind::Interrupted, "{backend}");
+    if backend != "codex" {
+        let body = last.body.as_str();
+        assert!(
+            body.len() >= 3 && body.len() < text.len() && text.starts_with(body),
+            "{backend}: the partial text is kept: {body:?}"
+        );
+    }
+    assert!(!alive(pid), "{backend}: the agent process is gone");
+    let runs = c.events_list(Some(t), None, Some("run.cancel".into()), None, None).await.unwrap();
+    assert_eq!(runs.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancel_mid_stream_claude() {
+    cancel_mid_stream("claude").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancel_mid_stream_codex() {
+    cancel_mid_stream("codex").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancel_mid_stream_cursor() {
+    cancel_mid_stream("cursor").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancel_mid_stream_gemini() {
+    cancel_mid_stream("gemini").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancel_mid_stream_command() {
+    cancel_mid_stream("command").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_that_ignores_sigterm_is_killed_after_the_grace_period() {
+    let ws = Workspace::new(&[("gemini", "gemini", &[("FAKE_HANG", "1"), ("FAKE_IGNORE_TERM", "1")])]);
+    let kdd = Kdd::start_with(FAST_KILL);
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    send(&c, &t, "Hang.").await;
+    let events =
+        collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { chars, .. } if *chars > 10)))
+            .await;
+    let pid = events
+        .iter()
+        .find_map(|e| if let ThreadEvent::RunStarted { pid, .. } = e { Some(*pid) } else { None })
+        .unwrap();
+    c.run_cancel(t.clone(), None, None).await.unwrap();
+    collect_until(&mut sub, |e| ended(e) == 1).await;
+    assert!(!alive(pid));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_over_its_timeout_is_an_error_message() {
+    let ws = Workspace::new(&[("codex", "codex", &[("FAKE_HANG", "1")])]);
+    let kdd = Kdd::start_with(FAST_KILL);
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    c.council_send(t.clone(), "Hang.".into(), None, None, None, Some(1), None).await.unwrap();
+    let events = collect_until(&mut sub, |e| ended(e) == 1).await;
+    let pid = events
+        .iter()
+        .find_map(|e| if let ThreadEvent::RunStarted { pid, .. } = e { Some(*pid) } else { None })
+        .unwrap();
+    assert!(
+        events.iter().any(|e| matches!(e, ThreadEvent::RunError { timed_out: true, error, .. } if error == "codex: timed out after 1 s")),
+        "{events:?}"
+    );
+    let last = c.thread_messages(t, None, None).await.unwrap().pop().unwrap();
+    assert_eq!((last.kind, last.body.as_str()), (MessageKind::Error, "codex: timed out after 1 s"));
+    assert!(!alive(pid));
+}
+
+/// Sends to one member and returns its final message.
+async fn answer_of(member_backend: &str, agent: serde_json::Value) -> kd_proto::types::Message {
+    let ws = Workspace::new(&[]);
+    ws.write_config(&serde_json::json!({"council": {"members": [member_backend]}, "agents": {member_backend: agent}}));
+    let kdd = Kdd::start_with(FAST_KILL);
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    send(&c, &t, "Q?").await;
+    collect_until(&mut sub, |e| ended(e) == 1).await;
+    let last = c.thread_messages(t, None, None).await.unwrap().pop().unwrap();
+    // The daemon is unharmed.
+    c.daemon_status().await.unwrap();
+    last
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_binary_says_which_and_how_to_configure_it() {
+    let m = answer_of("claude", serde_json::json!({"command": "kd-no-such-claude"})).await;
+    assert_eq!(m.kind, MessageKind::Error);
+    assert_eq!(m.body, "claude: kd-no-such-claude not found in PATH — install it or set agents.claude.command");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn garbage_non_utf8_and_a_huge_line_are_skipped() {
+    let env: &[(&str, &str)] = &[("FAKE_GARBAGE", "5"), ("FAKE_NON_UTF8", "1"), ("FAKE_HUGE_LINE", "9437184")];
+    for backend in ["claude", "gemini"] {
+        let m = answer_of(backend, kd_tests::fake(backend, backend, env)).await;
+        assert_eq!(
+            (m.kind, m.body.as_str()),
+            (MessageKind::Agent, format!("Answer from {backend}.").as_str()),
+            "{backend}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn garbage_only_and_no_output_are_clear_errors() {
+    let m = answer_of(
+        "gemini",
+        kd_tests::fake("gemini", "gemini", &[("FAKE_GARBAGE", "4"), ("FAKE_DELTAS", "0"), ("FAKE_TEXT", " ")]),
+    )
+    .await;
+    assert_eq!(m.kind, MessageKind::Error);
+    assert!(m.body.starts_with("gemini: no answer (4 unreadable lines of output)"), "{}", m.body);
+    let m = answer_of("codex", kd_tests::fake("codex", "codex", &[("FAKE_NO_OUTPUT", "1")])).await;
+    assert_eq!((m.kind, m.body.as_str()), (MessageKind::Error, "codex: no answer"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failures_are_judged_by_is_error_fatal_events_and_exit_status() {
+    let m = answer_of(
+        "claude",
+        kd_tests::fake("claude", "claude", &[("FAKE_ERROR", "API Error: 529 Overloaded"), ("FAKE_DELTAS", "0")]),
+    )
+    .await;
+    assert_eq!((m.kind, m.body.as_str()), (MessageKind::Error, "claude: API Error: 529 Overloaded"));
+    let m = answer_of("codex", kd_tests::fake("codex", "codex", &[("FAKE_ERROR", "stream disconnected")])).await;
+    assert_eq!(m.body, "codex: stream disconnected");
+    let m = answer_of(
+        "cursor",
+        kd_tests::fake("cursor", "cursor", &[("FAKE_ERROR", "auth expired"), ("FAKE_DELTAS", "0")]),
+    )
+    .await;
+    assert_eq!(m.body, "cursor: exited with status 1: auth expired");
+    let m =
+        answer_of("bot", kd_tests::fake("command", "bot", &[("FAKE_EXIT", "3"), ("FAKE_STDERR", "disk full")])).await;
+    assert_eq!(m.kind, MessageKind::Error);
+    assert!(m.body.starts_with("bot: exited with status 3: disk full"), "{}", m.body);
+    assert_eq!(m.run.as_ref().and_then(|r| r.exit_status), Some(3));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_echoed_speaker_label_is_stripped_from_stream_and_message() {
+    let ws = Workspace::new(&[("codex", "gemini", &[("FAKE_ECHO_LABEL", "1"), ("FAKE_DELTAS", "12")])]);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    send(&c, &t, "Q?").await;
+    let events = collect_until(&mut sub, |e| ended(e) == 1).await;
+    let streamed: String = events
+        .iter()
+        .filter_map(|e| if let ThreadEvent::Delta { text, .. } = e { Some(text.as_str()) } else { None })
+        .collect();
+    assert_eq!(streamed, "Answer from codex.");
+    let answer = messages_of(&events).into_iter().find(|m| m.from == "codex").unwrap();
+    assert_eq!(answer.body, "Answer from codex.");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_clients_see_the_same_stream_and_the_member_runs_once() {
+    let ws = Workspace::new(&[]);
+    let record = ws.file("record.jsonl");
+    ws.write_config(&serde_json::json!({
+        "council": {"members": ["claude"]},
+        "agents": {"claude": kd_tests::fake("claude", "claude", &[("FAKE_RECORD", &record), ("FAKE_DELTAS", "20"), ("FAKE_INTERVAL_MS", "20"), ("FAKE_TEXT", &"abcd".repeat(10))])}
+    }));
+    let kdd = Kdd::start();
+    let (a, b) = (kdd.client().await, kdd.client().await);
+    let t = thread_in(&a, &ws, None).await;
+    let mut sub_a = a.thread_subscribe(t.clone(), None).await.unwrap();
+    let mut sub_b = b.thread_subscribe(t.clone(), None).await.unwrap();
+    let first = send(&a, &t, "From A").await;
+    let second = send(&b, &t, "From B").await;
+    assert!(!first.runs[0].attached);
+    assert!(second.runs[0].attached, "B joins the run in flight");
+    assert_eq!(first.runs[0].run.id, second.runs[0].run.id);
+    let deltas = |events: &[ThreadEvent]| -> Vec<(String, u64)> {
+        events
+            .iter()
+            .filter_map(|e| {
+                if let ThreadEvent::Delta { text, chars, .. } = e { Some((text.clone(), *chars)) } else { None }
+            })
+            .collect()
+    };
+    let ea = collect_until(&mut sub_a, |e| ended(e) == 1).await;
+    let eb = collect_until(&mut sub_b, |e| ended(e) == 1).await;
+    assert_eq!(deltas(&ea), deltas(&eb));
+    assert_eq!(deltas(&ea).len(), 20);
+    assert_eq!(records(&record).len(), 1, "one agent process");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subscriber_joining_mid_run_gets_the_text_so_far_then_live_deltas() {
+    let ws = Workspace::new(&[(
+        "gemini",
+        "gemini",
+        &[("FAKE_DELTAS", "40"), ("FAKE_INTERVAL_MS", "15"), ("FAKE_TEXT", &"abcdefghij".repeat(8))],
+    )]);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut first = c.thread_subscribe(t.clone(), None).await.unwrap();
+    send(&c, &t, "Go.").await;
+    collect_until(&mut first, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { chars, .. } if *chars >= 20)))
+        .await;
+    let late = kdd.client().await;
+    let mut sub = late.thread_subscribe(t.clone(), None).await.unwrap();
+    let events = collect_until(&mut sub, |e| ended(e) == 1).await;
+    assert!(matches!(&events[0], ThreadEvent::RunWaiting { run } if run.member == "gemini"), "{:?}", events[0]);
+    assert!(matches!(&events[1], ThreadEvent::RunStarted { .. }));
+    let ThreadEvent::Delta { text, chars, .. } = &events[2] else { panic!("{:?}", events[2]) };
+    assert!(*chars >= 20 && text.chars().count() as u64 == *chars, "the first delta is all the text so far");
+    let streamed: String = events
+        .iter()
+        .filter_map(|e| if let ThreadEvent::Delta { text, .. } = e { Some(text.as_str()) } else { None })
+        .collect();
+    assert_eq!(streamed, "abcdefghij".repeat(8), "no gap, no repeat");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn run_list_shows_pids_and_the_status_counts_runs() {
+    let ws = Workspace::new(&[("claude", "claude", &[("FAKE_HANG", "1")]), ("codex", "codex", &[("FAKE_HANG", "1")])]);
+    let kdd = Kdd::start_with(FAST_KILL);
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    send(&c, &t, "Go.").await;
+    collect_until(&mut sub, |e| e.iter().filter(|e| matches!(e, ThreadEvent::RunStarted { .. })).count() == 2).await;
+    let runs = c.run_list(Some(t.clone())).await.unwrap();
+    assert_eq!(runs.len(), 2);
+    assert!(runs.iter().all(|r| r.status == RunStatus::Streaming && r.pid.is_some_and(alive)));
+    assert_eq!(c.daemon_status().await.unwrap().runs_in_flight, 2);
+    let out = kd_tests::run({
+        let mut k = kdd.kd();
+        k.arg("runs");
+        k
+    })
+    .await;
+    for r in &runs {
+        assert!(out.stdout.contains(&r.pid.unwrap().to_string()), "{}", out.stdout);
+    }
+    let out = kd_tests::run({
+        let mut k = kdd.kd();
+        k.args(["cancel", &t, "--member", "codex"]);
+        k
+    })
+    .await;
+    assert!(out.stdout.starts_with("cancelled codex ("), "{}", out.stdout);
+    collect_until(&mut sub, |e| ended(e) == 1).await;
+    assert_eq!(c.run_list(None).await.unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unknown_members_and_empty_councils_are_refused_with_the_member_list() {
+    let ws = Workspace::new(&[("claude", "claude", &[]), ("codex", "codex", &[])]);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let e = ClientError::from(
+        c.council_send(t.clone(), "Q".into(), Some(vec!["gpt".into()]), None, None, None, None).await.unwrap_err(),
+    );
+    assert_eq!(e.code(), Some(ErrorCode::InvalidArgument));
+    assert_eq!(e.to_string(), "unknown member \"gpt\"; the members are claude, codex");
+    ws.write_config(&serde_json::json!({"council": {"auto_rounds": 0}}));
+    let e = ClientError::from(c.council_send(t.clone(), "Q".into(), None, None, None, None, None).await.unwrap_err());
+    assert!(e.to_string().contains("council.auto_rounds"), "{e}");
+    assert_eq!(c.thread_messages(t, None, None).await.unwrap().len(), 0, "nothing is sent on a bad config");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_during_three_streaming_runs_leaves_nothing_behind() {
+    let text = long_text();
+    let slow: &[(&str, &str)] = &[("FAKE_DELTAS", "2000"), ("FAKE_INTERVAL_MS", "10"), ("FAKE_TEXT", &text)];
+    let ws = Workspace::new(&[("claude", "claude", slow), ("codex", "gemini", slow), ("cursor", "cursor", slow)]);
+    let mut kdd = Kdd::start();
+    let c = kdd.client().await;
+    let done = thread_in(&c, &ws, None).await;
+    c.message_append(done.clone(), "king".into(), "kept".into(), None, None, None, None, None, None, None)
+        .await
+        .unwrap();
+    let t = thread_in(&c, &ws, Some(ContextMode::Resume)).await;
+    send(&c, &t, "Stream.").await;
+    // Wait until every run's partial text has been saved at least once.
+    let db = kdd.db.clone();
+    within("partial text saved", async {
+        loop {
+            let saved: i64 = rusqlite::Connection::open(&db)
+                .and_then(|conn| conn.query_row("SELECT count(*) FROM runs WHERE partial != ''", [], |r| r.get(0)))
+                .unwrap_or(0);
+            if saved == 3 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let pids: Vec<u32> = c.run_list(None).await.unwrap().iter().filter_map(|r| r.pid).collect();
+    assert_eq!(pids.len(), 3);
+    assert!(c.session_list(None, None, Some(SessionStatus::Active)).await.unwrap().len() == 3);
+    drop(c);
+    kdd.kill9();
+    kdd.launch().unwrap();
+    let c = kdd.client().await;
+    for pid in &pids {
+        assert!(!alive(*pid), "agent {pid} outlived the daemon");
+    }
+    let messages = c.thread_messages(t.clone(), None, None).await.unwrap();
+    assert_eq!(messages.len(), 4);
+    for m in &messages[1..] {
+        assert_eq!(m.kind, MessageKind::Interrupted);
+        assert!(m.body.len() > 1 && text.starts_with(&m.body), "the saved partial text: {:?}", m.body);
+    }
+    assert_eq!(c.thread_messages(done, None, None).await.unwrap()[0].body, "kept");
+    assert!(c.session_list(None, None, Some(SessionStatus::Active)).await.unwrap().is_empty());
+    assert!(c.lock_list(None).await.unwrap().is_empty());
+    assert!(c.run_list(None).await.unwrap().is_empty());
+    drop(c);
+    kdd.stop();
+    let conn = rusqlite::Connection::open(&kdd.db).unwrap();
+    let ok: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+    assert_eq!(ok, "ok");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn daemon_shutdown_records_runs_in_flight_as_interrupted() {
+    let ws = Workspace::new(&[("claude", "claude", &[("FAKE_HANG", "1")])]);
+    let mut kdd = Kdd::start_with(FAST_KILL);
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    send(&c, &t, "Go.").await;
+    let events = collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))).await;
+    let pid = events
+        .iter()
+        .find_map(|e| if let ThreadEvent::RunStarted { pid, .. } = e { Some(*pid) } else { None })
+        .unwrap();
+    let ack = c.daemon_shutdown().await.unwrap();
+    assert_eq!(ack.runs_cancelled, 1);
+    let status = kdd.wait_exit();
+    assert!(status.success());
+    assert!(!alive(pid));
+    kdd.launch().unwrap();
+    let c = kdd.client().await;
+    let last = c.thread_messages(t, None, None).await.unwrap().pop().unwrap();
+    assert_eq!(last.kind, MessageKind::Interrupted);
+    assert_eq!(last.body, "Answer from claude.");
+}
