@@ -53,10 +53,12 @@ async fn three_members_stream_concurrently_and_every_answer_lands_after_its_delt
             .collect();
         assert_eq!(streamed, format!("Answer from {member}."));
     }
-    // claude and gemini stream token by token; codex exec --json has one delta per message.
+    // claude and gemini stream piece by piece (lines that arrive in one read
+    // make one delta); codex exec --json has one delta per message.
     let deltas =
         |m: &str| events.iter().filter(|e| matches!(e, ThreadEvent::Delta { member, .. } if member == m)).count();
-    assert_eq!((deltas("claude"), deltas("gemini"), deltas("codex")), (8, 8, 1));
+    assert!(deltas("claude") > 1 && deltas("gemini") > 1, "{events:?}");
+    assert_eq!(deltas("codex"), 1);
     let stored = c.thread_messages(t.clone(), None, None).await.unwrap();
     assert_eq!(stored.len(), 4);
     let mut answers: Vec<(String, String, MessageKind, Option<u64>)> =
@@ -411,7 +413,8 @@ async fn two_clients_see_the_same_stream_and_the_member_runs_once() {
     let ea = collect_until(&mut sub_a, |e| ended(e) == 1).await;
     let eb = collect_until(&mut sub_b, |e| ended(e) == 1).await;
     assert_eq!(deltas(&ea), deltas(&eb));
-    assert_eq!(deltas(&ea).len(), 20);
+    assert!(deltas(&ea).len() > 1);
+    assert_eq!(deltas(&ea).iter().map(|d| d.0.as_str()).collect::<String>(), "abcd".repeat(10));
     assert_eq!(records(&record).len(), 1, "one agent process");
 }
 

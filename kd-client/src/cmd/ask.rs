@@ -411,6 +411,15 @@ mod tests {
     }
 
     #[test]
+    fn on_a_terminal_labels_are_coloured_per_member() {
+        let mut v = View::new(&sent(&["claude"]), true, false);
+        let out = play(&mut v, vec![delta("claude", "hi")]);
+        let colour = kd_client::style::member_color("claude");
+        assert!(out.starts_with(&format!("\x1b[1m\x1b[{colour}m── claude ")), "{out:?}");
+        assert!(out.ends_with("\x1b[0m\x1b[0m\nhi"), "{out:?}");
+    }
+
+    #[test]
     fn json_mode_prints_this_sends_events_as_lines() {
         let mut v = View::new(&sent(&["claude"]), false, true);
         let mut events = vec![delta("claude", "x"), delta("other", "not ours")];

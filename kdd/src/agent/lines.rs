@@ -79,6 +79,20 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
 }
 
 impl<R: AsyncRead + Unpin> LineReader<R> {
+    /// The next line already in the buffer, without reading: lets a caller
+    /// handle everything one read brought before publishing.
+    pub fn next_buffered(&mut self) -> Option<Line> {
+        if self.raw || self.eof {
+            return None;
+        }
+        match self.codec.decode(&mut self.buf) {
+            Ok(Some(line)) => Some(Line::Text(line)),
+            Err(LinesCodecError::MaxLineLengthExceeded) => Some(Line::TooLong),
+            Err(LinesCodecError::Io(e)) if e.kind() == std::io::ErrorKind::InvalidData => Some(Line::NotUtf8),
+            _ => None,
+        }
+    }
+
     async fn next_chunk(&mut self) -> std::io::Result<Option<Line>> {
         loop {
             let keep = match std::str::from_utf8(&self.buf) {
@@ -127,6 +141,15 @@ mod tests {
         input.extend(b"\nafter\n");
         let lines = read_all(&input, 100).await;
         assert_eq!(lines, vec![Line::Text("ok".into()), Line::NotUtf8, Line::TooLong, Line::Text("after".into())]);
+    }
+
+    #[tokio::test]
+    async fn buffered_lines_are_taken_without_reading() {
+        let mut r = LineReader::with_max(&b"a\nb\nc"[..], 100);
+        assert_eq!(r.next().await.unwrap(), Some(Line::Text("a".into())));
+        assert_eq!(r.next_buffered(), Some(Line::Text("b".into())));
+        assert_eq!(r.next_buffered(), None, "an incomplete line waits for a read");
+        assert_eq!(r.next().await.unwrap(), Some(Line::Text("c".into())));
     }
 
     #[tokio::test]

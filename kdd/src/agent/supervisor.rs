@@ -223,25 +223,16 @@ async fn execute(d: &Arc<Daemon>, run: &Arc<Run>, spec: &Spec) -> Finish {
     loop {
         tokio::select! {
             line = reader.next() => match line {
-                Ok(Some(Line::Text(l))) => match parse::parse_line(agent.format, &l) {
-                    Ok(items) => {
-                        for p in items {
-                            if let Some(delta) = transcript.apply(p) {
-                                publish(d, run, &label.push(&delta));
-                            }
-                        }
+                Ok(Some(first)) => {
+                    // Everything this read brought becomes one delta.
+                    let mut delta = String::new();
+                    let mut next = Some(first);
+                    while let Some(line) = next {
+                        take_line(line, agent.format, &mut transcript, &mut delta, &run.id);
+                        next = reader.next_buffered();
                     }
-                    Err(e) => {
-                        tracing::debug!(run = run.id, "skipped a line: {e}");
-                        transcript.malformed_line();
-                    }
-                },
-                Ok(Some(Line::Chunk(c))) => {
-                    if let Some(delta) = transcript.apply(parse::Parsed::Delta(c)) {
-                        publish(d, run, &label.push(&delta));
-                    }
+                    publish(d, run, &label.push(&delta));
                 }
-                Ok(Some(Line::NotUtf8 | Line::TooLong)) => transcript.malformed_line(),
                 Ok(None) | Err(_) => break,
             },
             status = child.wait(), if exit.is_none() => {
@@ -293,6 +284,30 @@ async fn execute(d: &Arc<Daemon>, run: &Arc<Run>, spec: &Spec) -> Finish {
         None => String::new(),
     };
     with_session(outcome(run, spec, &transcript, exit, &stderr))
+}
+
+/// Folds one line of output into the transcript, collecting its text.
+fn take_line(line: Line, format: crate::config::Format, transcript: &mut Transcript, delta: &mut String, run: &str) {
+    let items = match line {
+        Line::Chunk(c) => vec![parse::Parsed::Delta(c)],
+        Line::Text(l) => match parse::parse_line(format, &l) {
+            Ok(items) => items,
+            Err(e) => {
+                tracing::debug!(run, "skipped a line: {e}");
+                transcript.malformed_line();
+                return;
+            }
+        },
+        Line::NotUtf8 | Line::TooLong => {
+            transcript.malformed_line();
+            return;
+        }
+    };
+    for p in items {
+        if let Some(text) = transcript.apply(p) {
+            delta.push_str(&text);
+        }
+    }
 }
 
 fn publish(d: &Daemon, run: &Run, text: &str) {

@@ -9,6 +9,8 @@
 //! | `FAKE_TEXT` | the answer (default `Answer from NAME.`) |
 //! | `FAKE_DELTAS` | how many pieces the answer streams in (default 3) |
 //! | `FAKE_INTERVAL_MS` | pause before each piece (default 0) |
+//! | `FAKE_RATE` | pieces per second, on a steady schedule (instead of `FAKE_INTERVAL_MS`) |
+//! | `FAKE_PIECE` | every piece is this text (for throughput runs) |
 //! | `FAKE_STAMP` | each piece is `[t=MICROS]`, its write time in µs since the epoch |
 //! | `FAKE_SESSION_ID` | the session id it reports (default `fake-session-PID`) |
 //! | `FAKE_ERROR` | fail with this message, in the backend's own error form |
@@ -117,16 +119,31 @@ impl Out {
         }
     }
 
+    /// The bytes of one streamed piece in this format.
+    fn delta_bytes(&self, piece: &str) -> Vec<u8> {
+        let s = &self.session;
+        let line = match self.format {
+            Format::Claude => {
+                json!({"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":piece}},"session_id":s})
+            }
+            // codex exec --json has no token deltas: the message comes whole at the end.
+            Format::Codex => return Vec::new(),
+            Format::Cursor => {
+                json!({"type":"assistant","message":{"role":"assistant","content":[{"type":"text","text":piece}]},"session_id":s,"timestamp_ms":now_us() / 1000})
+            }
+            Format::Gemini => {
+                json!({"type":"message","timestamp":"2026-01-01T00:00:01.000Z","role":"assistant","content":piece,"delta":true})
+            }
+            Format::Text => return piece.as_bytes().to_vec(),
+        };
+        format!("{line}\n").into_bytes()
+    }
+
     fn delta(&self, piece: &str) {
         self.streamed.borrow_mut().push_str(piece);
-        let s = &self.session;
-        match self.format {
-            Format::Claude => self.line(json!({"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":piece}},"session_id":s})),
-            // codex exec --json has no token deltas: the message comes whole at the end.
-            Format::Codex => {}
-            Format::Cursor => self.line(json!({"type":"assistant","message":{"role":"assistant","content":[{"type":"text","text":piece}]},"session_id":s,"timestamp_ms":now_us() / 1000})),
-            Format::Gemini => self.line(json!({"type":"message","timestamp":"2026-01-01T00:00:01.000Z","role":"assistant","content":piece,"delta":true})),
-            Format::Text => self.raw(piece.as_bytes()),
+        let bytes = self.delta_bytes(piece);
+        if !bytes.is_empty() {
+            self.raw(&bytes);
         }
     }
 
@@ -237,14 +254,28 @@ async fn main() {
             text = format!("{name}: {text}");
         }
         let stamped = env("FAKE_STAMP").is_some();
-        let pieces = if stamped || n == 0 { vec![String::new(); n] } else { pieces(&text, n) };
-        for p in &pieces {
-            if !interval.is_zero() {
+        let fixed = env("FAKE_PIECE");
+        let pieces = if stamped || fixed.is_some() || n == 0 { vec![String::new(); n] } else { pieces(&text, n) };
+        let rate = env_num("FAKE_RATE", 0);
+        // A fixed piece is rendered once: the fake must not be the bottleneck.
+        let fixed_bytes = fixed.as_ref().map(|f| out.delta_bytes(f));
+        let start = tokio::time::Instant::now();
+        for (i, p) in pieces.iter().enumerate() {
+            if let Some(step) = (i as u64 * 1_000_000).checked_div(rate) {
+                tokio::time::sleep_until(start + Duration::from_micros(step)).await;
+            } else if !interval.is_zero() {
                 tokio::time::sleep(interval).await;
             }
-            let piece = if stamped { format!("[t={}]", now_us()) } else { p.clone() };
-            out.delta(&piece);
+            match (&fixed, &fixed_bytes, stamped) {
+                (_, _, true) => out.delta(&format!("[t={}]", now_us())),
+                (Some(f), Some(bytes), false) => {
+                    out.streamed.borrow_mut().push_str(f);
+                    out.raw(bytes);
+                }
+                _ => out.delta(p),
+            }
         }
+        let text = if fixed.is_some() { out.streamed.borrow().clone() } else { text };
         if env("FAKE_HANG").is_some() {
             std::future::pending::<()>().await;
         }
