@@ -2,7 +2,7 @@
 
 use kd_client::KdApiClient;
 use kd_proto::types::ThreadEvent;
-use kd_tests::{Kdd, Output, Workspace, collect_until, ended, run};
+use kd_tests::{Kdd, Output, Workspace, collect_until, run};
 
 async fn ask(kdd: &Kdd, ws: &Workspace, args: &[&str]) -> Output {
     let mut k = kdd.kd();
@@ -70,8 +70,13 @@ async fn to_new_thread_and_async() {
     let second = out.stdout.trim().to_string();
     assert_ne!(second, first, "--new starts a thread");
     assert_eq!(c.thread_current(ws.path(), None).await.unwrap().unwrap().id, second, "and makes it current");
+    // The runs may be over before we subscribe: count the answers, which
+    // the backlog replays, not the transient run events.
     let mut sub = c.thread_subscribe(second.clone(), Some(0)).await.unwrap();
-    collect_until(&mut sub, |e| ended(e) == 2).await;
+    collect_until(&mut sub, |e| {
+        e.iter().filter(|e| matches!(e, ThreadEvent::Message { message } if message.from != "king")).count() == 2
+    })
+    .await;
 
     let out = ask(&kdd, &ws, &["--thread", &first, "--to", "claude", "Back to the first."]).await;
     assert!(out.status.success());
