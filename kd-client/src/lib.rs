@@ -21,6 +21,7 @@
 pub mod autostart;
 mod client;
 mod error;
+pub mod markdown;
 pub mod style;
 pub mod workspace;
 

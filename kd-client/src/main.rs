@@ -18,6 +18,9 @@ struct Cli {
     /// Daemon socket [default: $KD_SOCKET, $XDG_RUNTIME_DIR/kd/kdd.sock, /tmp/kd-$UID/kdd.sock]
     #[arg(long, global = true, value_name = "PATH")]
     socket: Option<PathBuf>,
+    /// When to use colour and styles
+    #[arg(long, global = true, value_enum, default_value_t = cmd::Color::Auto)]
+    color: cmd::Color,
     #[command(subcommand)]
     command: Command,
 }
@@ -28,8 +31,10 @@ enum Command {
     Ask(cmd::ask::AskArgs),
     /// List agent runs in flight, with their pids
     Runs(cmd::runs::RunsArgs),
-    /// Cancel runs in flight on a thread
+    /// Stop a thread's runs and pending auto-turns (or one member's run)
     Cancel(cmd::runs::CancelArgs),
+    /// Ask again the members whose last answer failed
+    Retry(cmd::runs::RetryArgs),
     /// Start, stop or inspect the daemon
     #[command(subcommand)]
     Daemon(cmd::daemon::DaemonCommand),
@@ -43,6 +48,18 @@ enum Command {
     Locks(cmd::inspect::LocksArgs),
     /// Print the event log
     Events(cmd::inspect::EventsArgs),
+    /// Write a thread as Kingdom thread files (NNNN-sender.md, thread.json)
+    Export(cmd::transfer::ExportArgs),
+    /// Read a directory of Kingdom thread files into a new thread
+    Import(cmd::transfer::ImportArgs),
+    /// Show or check the council configuration of this workspace
+    #[command(subcommand)]
+    Config(cmd::config::ConfigCommand),
+    /// Print shell completions
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Print the RPC reference in Markdown (used to keep the README current)
     #[command(hide = true)]
     RpcReference,
@@ -61,12 +78,22 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let ctx = cmd::Ctx::new(cli.socket);
+    if let Command::Completions { shell } = cli.command {
+        use clap::CommandFactory;
+        clap_complete::generate(shell, &mut Cli::command(), "kd", &mut std::io::stdout());
+        return ExitCode::SUCCESS;
+    }
+    let ctx = cmd::Ctx::new(cli.socket, cli.color);
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Ask(a) => cmd::ask::run(&ctx, a).await,
             Command::Runs(a) => cmd::runs::list(&ctx, a).await,
             Command::Cancel(a) => cmd::runs::cancel(&ctx, a).await,
+            Command::Retry(a) => cmd::runs::retry(&ctx, a).await,
+            Command::Export(a) => cmd::transfer::export(&ctx, a).await,
+            Command::Import(a) => cmd::transfer::import(&ctx, a).await,
+            Command::Config(c) => cmd::config::run(&ctx, c).await,
+            Command::Completions { .. } => Ok(ExitCode::SUCCESS),
             Command::Daemon(c) => cmd::daemon::run(&ctx, c).await,
             Command::Threads(a) => cmd::inspect::threads(&ctx, a).await,
             Command::Show(a) => cmd::inspect::show(&ctx, a).await,

@@ -112,7 +112,41 @@ pub trait KdApi {
         style: Option<Style>,
         timeout_s: Option<u64>,
         correlation_id: Option<String>,
+        rounds: Option<u32>,
     ) -> RpcResult<Sent>;
+
+    /// Cancels this client's runs on the thread (all runs with `all`) and
+    /// stops further auto-turns until the next King message.
+    #[method(name = "council.interrupt", param_kind = map, with_extensions)]
+    async fn council_interrupt(&self, thread: String, all: Option<bool>) -> RpcResult<Interrupted>;
+
+    /// Re-queries the members whose last run failed; each answer replaces
+    /// the failed one.
+    #[method(name = "council.retry", param_kind = map, with_extensions)]
+    async fn council_retry(
+        &self,
+        thread: String,
+        style: Option<Style>,
+        timeout_s: Option<u64>,
+    ) -> RpcResult<Vec<RunInfo>>;
+
+    /// The effective configuration of a workspace, value by value, with
+    /// where each came from; an invalid configuration is an error.
+    #[method(name = "config.get", param_kind = map)]
+    async fn config_get(&self, workspace: String) -> RpcResult<ConfigView>;
+
+    /// Creates a thread with its messages, in one transaction.
+    #[method(name = "thread.import", param_kind = map)]
+    async fn thread_import(
+        &self,
+        workspace: String,
+        branch: Option<String>,
+        id: Option<String>,
+        title: Option<String>,
+        members: Option<Vec<String>>,
+        created_at_ms: Option<i64>,
+        messages: Vec<ImportedMessage>,
+    ) -> RpcResult<Thread>;
 
     #[method(name = "run.list", param_kind = map)]
     async fn run_list(&self, thread: Option<String>) -> RpcResult<Vec<RunInfo>>;

@@ -193,7 +193,28 @@ fn build() -> (Vec<MethodDoc>, Value) {
             "per-run timeout for this send, in seconds (default: the member's or council.timeout)",
         )
         .param::<String>("correlation_id", false, "recorded in the event log")
+        .param::<u32>("rounds", false, "auto rounds after the first (default council.auto_rounds; 0 for none)")
         .errors(&[InvalidArgument, NotFound]);
+    b.method::<Interrupted>("council.interrupt", "interrupted", "Cancel the runs on the thread started by the calling client (all runs with `all`) and stop further auto-turns until the next King message.");
+    b.param::<String>("thread", true, "thread id")
+        .param::<bool>("all", false, "cancel every run on the thread, whoever started it")
+        .errors(&[NotFound]);
+    b.method::<Vec<RunInfo>>("council.retry", "runs", "Re-query the members whose last run failed (error or timed out). Each retry answers the same message as the failed run, in the same round, and its message names the failed one in `replaces`: clients show it in that place. Starts no auto-rounds.");
+    b.param::<String>("thread", true, "thread id")
+        .param::<Style>("style", false, "council (default) or chat")
+        .param::<u64>("timeout_s", false, "per-run timeout in seconds")
+        .errors(&[NotFound, InvalidArgument]);
+    b.method::<ConfigView>("config.get", "config", "The effective configuration of a workspace, value by value, with where each came from (the file, default, or found on PATH). An invalid file is an invalid_argument error naming the file, the key and the value.");
+    b.param::<String>("workspace", true, "workspace directory (absolute)").errors(&[InvalidArgument]);
+    b.method::<Thread>("thread.import", "thread", "Create a thread with its messages in one transaction, keeping their times (for `kd import`). Uses `id` when it is free.");
+    b.param::<String>("workspace", true, "workspace directory (absolute)")
+        .param::<String>("branch", false, "git branch")
+        .param::<String>("id", false, "the id to use if it is free")
+        .param::<String>("title", false, "a title")
+        .param::<Vec<String>>("members", false, "council members")
+        .param::<i64>("created_at_ms", false, "when the thread was created")
+        .param::<Vec<ImportedMessage>>("messages", true, "the messages, in order")
+        .errors(&[InvalidArgument, AlreadyExists]);
     b.method::<Vec<RunInfo>>("run.list", "runs", "Runs in flight, with their agent pids.");
     b.param::<String>("thread", false, "only this thread");
     b.method::<Vec<RunInfo>>("run.cancel", "cancelled", "Cancel runs in flight on a thread (all, one member's, or one run): SIGINT for claude, SIGTERM for the others, SIGKILL after a grace period. Each is recorded as cancelled with an interrupted message holding its text.");

@@ -173,6 +173,39 @@ pub struct Message {
     pub round: Option<u32>,
     pub created_at_ms: i64,
     pub run: Option<RunMeta>,
+    /// The failed message this one replaces (a retry): shown in its place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaces: Option<u64>,
+}
+
+/// Messages in the order they are shown: by seq, except that a retry's
+/// answer takes the place of the failed message it replaces (following a
+/// chain of retries to its last link).
+pub fn display_order(messages: &[Message]) -> Vec<&Message> {
+    let by_seq: std::collections::HashMap<u64, &Message> = messages.iter().map(|m| (m.seq, m)).collect();
+    let mut replaced_by = std::collections::HashMap::new();
+    for m in messages {
+        if let Some(r) = m.replaces {
+            replaced_by.insert(r, m.seq);
+        }
+    }
+    let mut out = Vec::with_capacity(messages.len());
+    for m in messages {
+        if m.replaces.is_some_and(|r| by_seq.contains_key(&r)) {
+            continue;
+        }
+        let mut cur = m;
+        let mut hops = 0;
+        while let Some(next) = replaced_by.get(&cur.seq).and_then(|s| by_seq.get(s)) {
+            cur = next;
+            hops += 1;
+            if hops > messages.len() {
+                break;
+            }
+        }
+        out.push(cur);
+    }
+    out
 }
 
 /// A lock token to present with a write that must only happen while the
@@ -329,6 +362,12 @@ pub struct RunInfo {
     /// The message the run answers.
     pub reply_to: Option<u64>,
     pub round: Option<u32>,
+    /// The King's message whose exchange the run belongs to.
+    #[serde(default)]
+    pub exchange: Option<u64>,
+    /// The failed message this run retries.
+    #[serde(default)]
+    pub replaces: Option<u64>,
 }
 
 /// Which preamble frames the prompt (F-A6).
@@ -342,11 +381,41 @@ pub enum Style {
     Chat,
 }
 
+/// How a council exchange proceeds (F-C2).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// A parallel first round, then sequential rounds.
+    #[default]
+    Broadcast,
+    /// Round-robin from the start.
+    Sequential,
+}
+
+/// Where an exchange stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RoundState {
+    Running,
+    /// Every round ran.
+    Done,
+    /// Interrupted, or superseded by a new King message.
+    Stopped,
+}
+
 /// Answer to `council.send`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Sent {
-    /// The message as stored.
+    /// The message as stored; its seq names the exchange.
     pub message: Message,
+    /// Who answers: the addressed members, less the muted.
+    pub members: Vec<String>,
+    /// Rounds planned: 1 + auto rounds (1 for a directed message).
+    pub rounds: u32,
+    pub mode: Mode,
+    /// Something the user should know, e.g. that members were found on PATH.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notice: Option<String>,
     /// The runs answering it, one per addressed member. A member already
     /// running on the thread is not started twice: its run in flight is
     /// listed with `attached: true`.
@@ -385,4 +454,49 @@ pub enum ThreadEvent {
     /// The run was cancelled; message `seq` (kind `interrupted`) holds the
     /// text it had produced.
     RunCancelled { run: String, member: String, seq: u64 },
+    /// An exchange moved: round `round` of `rounds` is running, or it ended.
+    /// `expected` are the members expected to answer in this round.
+    Round { exchange: u64, round: u32, rounds: u32, state: RoundState, expected: Vec<String> },
+}
+
+/// Answer to `council.interrupt`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Interrupted {
+    /// Runs that were cancelled.
+    pub runs: Vec<RunInfo>,
+    /// Whether pending auto-turns were stopped.
+    pub stopped_exchange: bool,
+}
+
+/// A message of `thread.import`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ImportedMessage {
+    pub from: String,
+    pub to: Vec<String>,
+    /// Default: king when from is king, else agent.
+    #[serde(default)]
+    pub kind: Option<MessageKind>,
+    pub body: String,
+    pub created_at_ms: i64,
+}
+
+/// One effective configuration value and where it came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ConfigEntry {
+    /// Dotted key, e.g. `council.auto_rounds`, `agents.claude.model`.
+    pub key: String,
+    pub value: serde_json::Value,
+    /// The file path, `default`, or `found on PATH`.
+    pub source: String,
+}
+
+/// Answer to `config.get`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ConfigView {
+    pub workspace: String,
+    /// The file in effect, if any.
+    pub file: Option<String>,
+    pub entries: Vec<ConfigEntry>,
+    /// e.g. members found on PATH, or none found.
+    pub notice: Option<String>,
 }

@@ -157,6 +157,8 @@ pub struct Config {
     pub file: Option<PathBuf>,
     pub council: Council,
     pub agents: BTreeMap<String, AgentDef>,
+    /// The dotted keys the file sets (the rest are defaults).
+    pub set_keys: std::collections::BTreeSet<String>,
 }
 
 impl Config {
@@ -274,6 +276,18 @@ fn read(file: &Path) -> Result<RawConfig, ConfigError> {
 fn resolve(raw: RawConfig, file: Option<PathBuf>, env: &Env<'_>) -> Result<Config, ConfigError> {
     let err = |key: String, message: String| ConfigError { file: file.clone(), key, message };
     let council = raw.council.unwrap_or_default();
+    let mut set_keys = std::collections::BTreeSet::new();
+    for (key, set) in [
+        ("members", council.members.is_some()),
+        ("timeout", council.timeout.is_some()),
+        ("auto_rounds", council.auto_rounds.is_some()),
+        ("mode", council.mode.is_some()),
+        ("preamble", council.preamble.is_some()),
+    ] {
+        if set {
+            set_keys.insert(format!("council.{key}"));
+        }
+    }
 
     let mut agents = BTreeMap::new();
     for backend in Backend::BUILTIN {
@@ -282,6 +296,21 @@ fn resolve(raw: RawConfig, file: Option<PathBuf>, env: &Env<'_>) -> Result<Confi
     for (name, a) in raw.agents.unwrap_or_default() {
         let key = |field: &str| format!("agents.{name}.{field}");
         names::check_member_name(&name).map_err(|e| err(format!("agents.{name}"), e.to_string()))?;
+        for (field, set) in [
+            ("backend", a.backend.is_some()),
+            ("command", a.command.is_some()),
+            ("args", a.args.is_some()),
+            ("env", a.env.is_some()),
+            ("model", a.model.is_some()),
+            ("timeout", a.timeout.is_some()),
+            ("format", a.format.is_some()),
+            ("prompts.council", a.prompts.as_ref().is_some_and(|p| p.council.is_some())),
+            ("prompts.chat", a.prompts.as_ref().is_some_and(|p| p.chat.is_some())),
+        ] {
+            if set {
+                set_keys.insert(format!("agents.{name}.{field}"));
+            }
+        }
         let backend = match a.backend.as_deref() {
             Some(b) => Backend::parse(b).ok_or_else(|| {
                 err(key("backend"), format!("unknown backend {b:?}; use claude, codex, cursor, gemini or command"))
@@ -383,7 +412,81 @@ fn resolve(raw: RawConfig, file: Option<PathBuf>, env: &Env<'_>) -> Result<Confi
             ));
         }
     }
-    Ok(Config { file, council: Council { members, members_detected, timeout_s, auto_rounds, mode, preamble }, agents })
+    Ok(Config {
+        file,
+        council: Council { members, members_detected, timeout_s, auto_rounds, mode, preamble },
+        agents,
+        set_keys,
+    })
+}
+
+impl Config {
+    /// Every effective value with where it came from (`kd config show`).
+    pub fn view(&self, workspace: &str, env: &Env<'_>) -> kd_proto::types::ConfigView {
+        use kd_proto::types::{ConfigEntry, ConfigView};
+        use serde_json::{Value, json};
+        let file = self.file.as_ref().map(|f| f.display().to_string());
+        let source = |key: &str, default: &str| match (&file, self.set_keys.contains(key)) {
+            (Some(f), true) => f.clone(),
+            _ => default.to_string(),
+        };
+        let mut entries = Vec::new();
+        let mut add = |key: String, value: Value, default: &str| {
+            let source = source(&key, default);
+            entries.push(ConfigEntry { key, value, source });
+        };
+        let c = &self.council;
+        add("council.members".into(), json!(c.members), if c.members_detected { "found on PATH" } else { "default" });
+        add("council.timeout".into(), json!(c.timeout_s), "default");
+        add("council.auto_rounds".into(), json!(c.auto_rounds), "default");
+        add(
+            "council.mode".into(),
+            json!(match c.mode {
+                Mode::Broadcast => "broadcast",
+                Mode::Sequential => "sequential",
+            }),
+            "default",
+        );
+        add("council.preamble".into(), json!(c.preamble), "default");
+        for (name, a) in self.agents.iter().filter(|(n, _)| {
+            c.members.contains(n) || self.set_keys.iter().any(|k| k.starts_with(&format!("agents.{n}.")))
+        }) {
+            let k = |f: &str| format!("agents.{name}.{f}");
+            add(k("backend"), json!(a.backend.as_str()), "default");
+            let found = match find_program(&a.command, env) {
+                Some(p) => format!("default (found: {})", p.display()),
+                None => "default (not found on PATH)".to_string(),
+            };
+            add(k("command"), json!(a.command), &found);
+            add(k("args"), json!(a.args), "default");
+            add(k("env"), json!(a.env), "default");
+            add(k("model"), json!(a.model), "default");
+            add(k("timeout"), json!(a.timeout_s.unwrap_or(c.timeout_s)), "default (council.timeout)");
+            add(k("prompts.council"), json!(a.prompt_council), "default");
+            add(k("prompts.chat"), json!(a.prompt_chat), "default");
+            if a.backend == Backend::Command {
+                let f = match a.format {
+                    Format::Claude => "claude",
+                    Format::Codex => "codex",
+                    Format::Cursor => "cursor",
+                    Format::Gemini => "gemini",
+                    Format::Text => "text",
+                };
+                add(k("format"), json!(f), "default");
+            }
+        }
+        let notice = if c.members.is_empty() {
+            Some("no council members: install claude, codex, cursor (agent) or gemini, or list members in .kd/config.json".into())
+        } else if c.members_detected {
+            Some(format!(
+                "no council is configured, so the agent CLIs found on PATH are the members: {}",
+                c.members.join(", ")
+            ))
+        } else {
+            None
+        };
+        ConfigView { workspace: workspace.to_string(), file, entries, notice }
+    }
 }
 
 /// The built-in agent of a backend: its binary as found on PATH (the first

@@ -128,6 +128,7 @@ mod tests {
                 round: None,
                 created_at_ms: 0,
                 run: None,
+                replaces: None,
             }),
         }
     }

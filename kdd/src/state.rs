@@ -10,6 +10,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::registry::Registry;
+use crate::council::exchange::Exchanges;
 use crate::db::Db;
 use crate::hub::Hub;
 
@@ -27,6 +28,8 @@ pub struct Daemon {
     pub next_client_id: AtomicU64,
     /// Runs in flight.
     pub runs: Registry,
+    /// The council exchange of each thread.
+    pub exchanges: Exchanges,
     /// How long a signalled agent has before SIGKILL.
     pub kill_grace: Duration,
 }
@@ -48,6 +51,7 @@ impl Daemon {
             max_connections,
             next_client_id: AtomicU64::new(1),
             runs: Registry::default(),
+            exchanges: Exchanges::default(),
             kill_grace: Duration::from_secs(5),
         }
     }

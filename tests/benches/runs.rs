@@ -60,7 +60,7 @@ async fn latency() {
     let c = kdd.client().await;
     let t = c.thread_create(ws.path(), None, None, None, None, None, None, None, None).await.expect("thread").id;
     let mut sub = c.thread_subscribe(t.clone(), None).await.expect("subscribe");
-    c.council_send(t, "go".into(), None, None, None, None, None).await.expect("send");
+    c.council_send(t, "go".into(), None, None, None, None, None, Some(0)).await.expect("send");
     let mut samples = Vec::with_capacity(3 * PER_MEMBER);
     let mut ended = 0;
     while ended < 3 {
@@ -96,7 +96,7 @@ async fn throughput() {
     let c = kdd.client().await;
     let t = c.thread_create(ws.path(), None, None, None, None, None, None, None, None).await.expect("thread").id;
     let mut sub = c.thread_subscribe(t.clone(), None).await.expect("subscribe");
-    c.council_send(t, "go".into(), None, None, None, None, None).await.expect("send");
+    c.council_send(t, "go".into(), None, None, None, None, None, Some(0)).await.expect("send");
     let mut first = None;
     let mut chars = 0u64;
     let mut lagged = 0u64;
@@ -157,7 +157,7 @@ async fn ask_wall_time() {
         let out = std::process::Command::new(bin("kd"))
             .arg("--socket")
             .arg(&kdd.socket)
-            .args(["ask", "Quick?"])
+            .args(["ask", "--rounds", "0", "Quick?"])
             .current_dir(ws.dir.path())
             .env("KD_NO_AUTOSTART", "1")
             .output()

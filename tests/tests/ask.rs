@@ -7,6 +7,10 @@ use kd_tests::{Kdd, Output, Workspace, collect_until, run};
 async fn ask(kdd: &Kdd, ws: &Workspace, args: &[&str]) -> Output {
     let mut k = kdd.kd();
     k.current_dir(ws.dir.path()).arg("ask").args(args);
+    if !args.contains(&"--rounds") {
+        // One round unless the test asks for more.
+        k.args(["--rounds", "0"]);
+    }
     run(k).await
 }
 
@@ -97,7 +101,9 @@ async fn json_prints_the_events_of_this_ask_as_lines() {
         .filter_map(|e| if let ThreadEvent::Delta { text, .. } = e { Some(text.as_str()) } else { None })
         .collect();
     assert_eq!(streamed, "Answer from claude.");
-    assert!(matches!(events.last(), Some(ThreadEvent::RunFinished { member, .. }) if member == "claude"));
+    let n = events.len();
+    assert!(matches!(&events[n - 2], ThreadEvent::RunFinished { member, .. } if member == "claude"), "{events:?}");
+    assert!(matches!(&events[n - 1], ThreadEvent::Round { state: kd_proto::types::RoundState::Done, .. }));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -12,8 +12,9 @@ async fn thread_in(c: &kd_client::Client, ws: &Workspace, context: Option<Contex
     c.thread_create(ws.path(), None, None, None, None, None, None, None, context).await.unwrap().id
 }
 
+/// Sends a King message answered in one round (no auto-rounds).
 async fn send(c: &kd_client::Client, thread: &str, body: &str) -> Sent {
-    c.council_send(thread.into(), body.into(), None, None, None, None, None).await.unwrap()
+    c.council_send(thread.into(), body.into(), None, None, None, None, None, Some(0)).await.unwrap()
 }
 
 fn messages_of(events: &[ThreadEvent]) -> Vec<&kd_proto::types::Message> {
@@ -279,7 +280,7 @@ async fn a_run_over_its_timeout_is_an_error_message() {
     let c = kdd.client().await;
     let t = thread_in(&c, &ws, None).await;
     let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
-    c.council_send(t.clone(), "Hang.".into(), None, None, None, Some(1), None).await.unwrap();
+    c.council_send(t.clone(), "Hang.".into(), None, None, None, Some(1), None, Some(0)).await.unwrap();
     let events = collect_until(&mut sub, |e| ended(e) == 1).await;
     let pid = events
         .iter()
@@ -435,6 +436,12 @@ async fn a_subscriber_joining_mid_run_gets_the_text_so_far_then_live_deltas() {
     let late = kdd.client().await;
     let mut sub = late.thread_subscribe(t.clone(), None).await.unwrap();
     let events = collect_until(&mut sub, |e| ended(e) == 1).await;
+    assert!(
+        matches!(&events[0], ThreadEvent::Round { round: 1, state: kd_proto::types::RoundState::Running, .. }),
+        "first, where the exchange stands: {:?}",
+        events[0]
+    );
+    let events = &events[1..];
     assert!(matches!(&events[0], ThreadEvent::RunWaiting { run } if run.member == "gemini"), "{:?}", events[0]);
     assert!(matches!(&events[1], ThreadEvent::RunStarted { .. }));
     let ThreadEvent::Delta { text, chars, .. } = &events[2] else { panic!("{:?}", events[2]) };
@@ -486,12 +493,15 @@ async fn unknown_members_and_empty_councils_are_refused_with_the_member_list() {
     let c = kdd.client().await;
     let t = thread_in(&c, &ws, None).await;
     let e = ClientError::from(
-        c.council_send(t.clone(), "Q".into(), Some(vec!["gpt".into()]), None, None, None, None).await.unwrap_err(),
+        c.council_send(t.clone(), "Q".into(), Some(vec!["gpt".into()]), None, None, None, None, None)
+            .await
+            .unwrap_err(),
     );
     assert_eq!(e.code(), Some(ErrorCode::InvalidArgument));
-    assert_eq!(e.to_string(), "unknown member \"gpt\"; the members are claude, codex");
+    assert_eq!(e.to_string(), "unknown member gpt; the members are claude, codex");
     ws.write_config(&serde_json::json!({"council": {"auto_rounds": 0}}));
-    let e = ClientError::from(c.council_send(t.clone(), "Q".into(), None, None, None, None, None).await.unwrap_err());
+    let e =
+        ClientError::from(c.council_send(t.clone(), "Q".into(), None, None, None, None, None, None).await.unwrap_err());
     assert!(e.to_string().contains("council.auto_rounds"), "{e}");
     assert_eq!(c.thread_messages(t, None, None).await.unwrap().len(), 0, "nothing is sent on a bad config");
 }

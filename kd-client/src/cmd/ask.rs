@@ -6,7 +6,7 @@
 //! streams live. Labels are coloured on a terminal, plain when piped.
 
 use std::collections::HashMap;
-use std::io::{IsTerminal, Read, Write};
+use std::io::{Read, Write};
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -43,6 +43,9 @@ pub struct AskArgs {
     /// Seconds each member may take
     #[arg(long, value_name = "SECONDS")]
     timeout: Option<u64>,
+    /// Discussion rounds after the first [default: council.auto_rounds]
+    #[arg(long, value_name = "N")]
+    rounds: Option<u32>,
 }
 
 pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
@@ -61,9 +64,12 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
     let mut sub = client.thread_subscribe(thread.id.clone(), Some(thread.last_seq)).await.map_err(ClientError::from)?;
     let to = (!a.to.is_empty()).then_some(a.to);
     let sent: Sent = client
-        .council_send(thread.id.clone(), question, to, None, None, a.timeout, None)
+        .council_send(thread.id.clone(), question, to, None, None, a.timeout, None, a.rounds)
         .await
         .map_err(ClientError::from)?;
+    if let Some(notice) = &sent.notice {
+        eprintln!("kd: {notice}");
+    }
     if a.no_wait {
         if a.json {
             println!("{}", serde_json::to_string(&sent)?);
@@ -73,7 +79,7 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let stdout = std::io::stdout();
-    let color = !a.json && stdout.is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let color = !a.json && ctx.styled();
     let mut view = View::new(&sent, color, a.json);
     let mut out = stdout.lock();
     let mut interrupted = false;
@@ -130,6 +136,7 @@ enum Status {
 struct RunView {
     id: String,
     member: String,
+    round: Option<u32>,
     streamed: String,
     /// The stored message, when it arrived.
     body: Option<String>,
@@ -137,9 +144,14 @@ struct RunView {
     shown: bool,
 }
 
-/// What the terminal shows of one send.
+/// What the terminal shows of one send: its exchange's runs, round after
+/// round, until the exchange ends.
 pub struct View {
     runs: Vec<RunView>,
+    /// The King message's seq, which names the exchange.
+    exchange: u64,
+    rounds: u32,
+    exchange_over: bool,
     live: Option<usize>,
     color: bool,
     json: bool,
@@ -157,17 +169,28 @@ impl View {
             .map(|r| RunView {
                 id: r.run.id.clone(),
                 member: r.run.member.clone(),
+                round: r.run.round,
                 streamed: String::new(),
                 body: None,
                 status: Status::Running,
                 shown: false,
             })
             .collect();
-        View { runs, live: None, color, json, by_seq: HashMap::new(), at_line_start: true }
+        View {
+            runs,
+            exchange: sent.message.seq,
+            rounds: sent.rounds,
+            exchange_over: false,
+            live: None,
+            color,
+            json,
+            by_seq: HashMap::new(),
+            at_line_start: true,
+        }
     }
 
     pub fn all_done(&self) -> bool {
-        self.runs.iter().all(|r| r.status != Status::Running && (self.json || r.shown))
+        self.exchange_over && self.runs.iter().all(|r| r.status != Status::Running && (self.json || r.shown))
     }
 
     fn pending(&self) -> Vec<String> {
@@ -198,7 +221,8 @@ impl View {
                 | ThreadEvent::RunFinished { run, .. }
                 | ThreadEvent::RunError { run, .. }
                 | ThreadEvent::RunCancelled { run, .. } => self.index(run).is_some(),
-                ThreadEvent::RunWaiting { run } => self.index(&run.id).is_some(),
+                ThreadEvent::RunWaiting { run } => self.index(&run.id).is_some() || run.exchange == Some(self.exchange),
+                ThreadEvent::Round { exchange, .. } => *exchange == self.exchange,
                 ThreadEvent::Message { message } => {
                     message.run.as_ref().and_then(|m| m.run_id.as_deref()).is_some_and(|id| self.index(id).is_some())
                 }
@@ -209,6 +233,22 @@ impl View {
             }
         }
         match e {
+            ThreadEvent::RunWaiting { run } if run.exchange == Some(self.exchange) && self.index(&run.id).is_none() => {
+                self.runs.push(RunView {
+                    id: run.id.clone(),
+                    member: run.member.clone(),
+                    round: run.round,
+                    streamed: String::new(),
+                    body: None,
+                    status: Status::Running,
+                    shown: false,
+                });
+            }
+            ThreadEvent::Round { exchange, state, .. }
+                if *exchange == self.exchange && *state != kd_proto::types::RoundState::Running =>
+            {
+                self.exchange_over = true;
+            }
             ThreadEvent::Delta { run, text, .. } => {
                 let Some(i) = self.index(run) else { return Ok(()) };
                 self.runs[i].streamed.push_str(text);
@@ -285,7 +325,10 @@ impl View {
 
     fn header(&mut self, i: usize, out: &mut impl Write) -> std::io::Result<()> {
         let r = &self.runs[i];
-        let label = format!("── {} ", r.member);
+        let label = match r.round {
+            Some(round) if self.rounds > 1 => format!("── {} · round {round} ", r.member),
+            _ => format!("── {} ", r.member),
+        };
         let rule = "─".repeat(40usize.saturating_sub(label.chars().count()));
         let first = self.runs.iter().all(|r| !r.shown);
         let line = bold(self.color, &paint(self.color, member_color(&r.member), &format!("{label}{rule}")));
@@ -317,6 +360,10 @@ mod tests {
     fn sent(members: &[&str]) -> Sent {
         Sent {
             message: message(1, "king", "q", None),
+            members: members.iter().map(|m| m.to_string()).collect(),
+            rounds: 1,
+            mode: kd_proto::types::Mode::Broadcast,
+            notice: None,
             runs: members
                 .iter()
                 .map(|m| SentRun {
@@ -330,7 +377,9 @@ mod tests {
                         started_at_ms: 0,
                         chars: 0,
                         reply_to: Some(1),
-                        round: None,
+                        round: Some(1),
+                        exchange: Some(1),
+                        replaces: None,
                     },
                     attached: false,
                 })
@@ -351,6 +400,7 @@ mod tests {
             round: None,
             created_at_ms: 0,
             run: run.map(|r| RunMeta { run_id: Some(r.into()), ..RunMeta::default() }),
+            replaces: None,
         }
     }
 
@@ -363,6 +413,16 @@ mod tests {
             ThreadEvent::Message { message: Box::new(message(seq, member, body, Some(&format!("r-{member}")))) },
             ThreadEvent::RunFinished { run: format!("r-{member}"), member: member.into(), seq },
         ]
+    }
+
+    fn over() -> ThreadEvent {
+        ThreadEvent::Round {
+            exchange: 1,
+            round: 1,
+            rounds: 1,
+            state: kd_proto::types::RoundState::Done,
+            expected: vec![],
+        }
     }
 
     fn play(view: &mut View, events: Vec<ThreadEvent>) -> String {
@@ -381,10 +441,45 @@ mod tests {
         events.push(delta("claude", "\nMore."));
         events.extend(finished("claude", 3, "Hello.\nMore."));
         let out = play(&mut v, events);
+        assert!(!v.all_done(), "not before the exchange ends");
+        play(&mut v, vec![over()]);
         let rule = |m: &str| format!("── {m} {}", "─".repeat(40 - 4 - m.len()));
         assert_eq!(out, format!("{}\nHello.\nMore.\n\n{}\nI think so.\n", rule("claude"), rule("codex")));
         assert!(v.all_done());
         assert!(v.failures().is_empty());
+    }
+
+    #[test]
+    fn later_rounds_join_the_view_with_their_round_in_the_header() {
+        let mut s = sent(&["claude"]);
+        s.rounds = 2;
+        let mut v = View::new(&s, false, false);
+        let mut second = s.runs[0].run.clone();
+        second.id = "r-claude-2".into();
+        second.round = Some(2);
+        let mut events = vec![delta("claude", "one")];
+        events.extend(finished("claude", 2, "one"));
+        events.push(ThreadEvent::RunWaiting { run: second.clone() });
+        events.push(ThreadEvent::Delta {
+            run: second.id.clone(),
+            member: "claude".into(),
+            text: "two".into(),
+            chars: 3,
+        });
+        events.push(ThreadEvent::Message { message: Box::new(message(3, "claude", "two", Some("r-claude-2"))) });
+        events.push(ThreadEvent::RunFinished { run: second.id.clone(), member: "claude".into(), seq: 3 });
+        events.push(ThreadEvent::Round {
+            exchange: 1,
+            round: 2,
+            rounds: 2,
+            state: kd_proto::types::RoundState::Done,
+            expected: vec![],
+        });
+        let out = play(&mut v, events);
+        assert!(out.contains("── claude · round 1 ─"), "{out}");
+        assert!(out.contains("── claude · round 2 ─"), "{out}");
+        assert!(out.ends_with("two\n"), "{out}");
+        assert!(v.all_done());
     }
 
     #[test]
@@ -424,11 +519,13 @@ mod tests {
         let mut v = View::new(&sent(&["claude"]), false, true);
         let mut events = vec![delta("claude", "x"), delta("other", "not ours")];
         events.extend(finished("claude", 2, "x"));
+        events.push(over());
         let out = play(&mut v, events);
         let lines: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-        assert_eq!(lines.len(), 3);
+        assert_eq!(lines.len(), 4);
         assert_eq!(lines[0]["type"], "delta");
         assert_eq!(lines[2]["type"], "run_finished");
+        assert_eq!(lines[3]["type"], "round");
         assert!(v.all_done());
     }
 }

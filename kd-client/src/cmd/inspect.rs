@@ -5,8 +5,10 @@ use std::process::ExitCode;
 
 use anyhow::anyhow;
 use clap::Args;
+use kd_client::markdown;
+use kd_client::style::{bold, dim, member_color, paint};
 use kd_client::{ClientError, KdApiClient, workspace};
-use kd_proto::types::{Message, SessionStatus, Thread, ThreadStatus};
+use kd_proto::types::{Message, MessageKind, SessionStatus, Thread, ThreadStatus, display_order};
 
 use super::{Ctx, print_json};
 use crate::fmt::{self, Table};
@@ -84,12 +86,14 @@ pub async fn show(ctx: &Ctx, a: ShowArgs) -> anyhow::Result<ExitCode> {
         print_json(&serde_json::json!({ "thread": thread, "messages": messages }))?;
         return Ok(ExitCode::SUCCESS);
     }
-    print!("{}", render_thread(&thread, &messages));
+    print!("{}", render_thread(&thread, &messages, ctx.styled()));
     Ok(ExitCode::SUCCESS)
 }
 
-/// The plain-text rendering of a thread.
-pub fn render_thread(thread: &Thread, messages: &[Message]) -> String {
+/// A thread for the terminal: Markdown rendered when `styled`, bodies
+/// verbatim otherwise. A retried answer stands in the place of the failure
+/// it replaces.
+pub fn render_thread(thread: &Thread, messages: &[Message], styled: bool) -> String {
     let mut out = format!("thread {} · {}", thread.id, thread.workspace);
     if let Some(b) = &thread.branch {
         out.push_str(&format!(" ({b})"));
@@ -102,30 +106,49 @@ pub fn render_thread(thread: &Thread, messages: &[Message]) -> String {
     if let Some(title) = &thread.title {
         out.push_str(&format!("{title}\n"));
     }
-    for m in messages {
-        let mut head = format!("\n#{} {}", m.seq, m.from);
+    for m in display_order(messages) {
+        let mut head = bold(styled, &paint(styled, member_color(&m.from), &format!("#{} {}", m.seq, m.from)));
         let to: Vec<&str> = m.to.iter().map(String::as_str).filter(|t| *t != "all").collect();
+        let mut meta = String::new();
         if !to.is_empty() {
-            head.push_str(&format!(" → {}", to.join(", ")));
+            meta.push_str(&format!(" → {}", to.join(", ")));
         }
         if !m.cc.is_empty() {
-            head.push_str(&format!(" (cc {})", m.cc.join(", ")));
+            meta.push_str(&format!(" (cc {})", m.cc.join(", ")));
         }
         if let Some(r) = m.reply_to {
-            head.push_str(&format!(" (re #{r})"));
+            meta.push_str(&format!(" (re #{r})"));
+        }
+        if let Some(r) = m.replaces {
+            meta.push_str(&format!(" (retry of #{r})"));
+        }
+        if let Some(round) = m.round {
+            meta.push_str(&format!(" · round {round}"));
         }
         match m.kind {
-            kd_proto::types::MessageKind::Error => head.push_str(" [error]"),
-            kd_proto::types::MessageKind::Interrupted => head.push_str(" [interrupted]"),
-            kd_proto::types::MessageKind::System => head.push_str(" [system]"),
+            MessageKind::Error => meta.push_str(" [error]"),
+            MessageKind::Interrupted => meta.push_str(" [interrupted]"),
+            MessageKind::System => meta.push_str(" [system]"),
             _ => {}
         }
-        head.push_str(&format!(" · {}", fmt::time_ms(m.created_at_ms)));
+        meta.push_str(&format!(" · {}", fmt::time_ms(m.created_at_ms)));
+        head.push_str(&dim(styled, &meta));
+        out.push('\n');
         out.push_str(&head);
         out.push('\n');
-        out.push_str(&m.body);
-        if !m.body.ends_with('\n') {
-            out.push('\n');
+        if styled {
+            let body = markdown::to_ansi(&markdown::render(&m.body));
+            if m.kind == MessageKind::Error {
+                out.push_str(&paint(true, 31, body.trim_end()));
+                out.push('\n');
+            } else {
+                out.push_str(&body);
+            }
+        } else {
+            out.push_str(&m.body);
+            if !m.body.ends_with('\n') {
+                out.push('\n');
+            }
         }
     }
     out

@@ -2,22 +2,45 @@
 //! RPC API (F-K3).
 
 pub mod ask;
+pub mod config;
 pub mod daemon;
 pub mod inspect;
 pub mod runs;
+pub mod transfer;
 
 use std::path::PathBuf;
 
 use kd_client::{Client, ClientError};
 
-/// What every command needs: where the daemon is.
+/// When to colour output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Color {
+    /// On a terminal, unless NO_COLOR is set
+    #[default]
+    Auto,
+    Always,
+    Never,
+}
+
+/// What every command needs: where the daemon is, how to print.
 pub struct Ctx {
     pub socket: PathBuf,
+    pub color: Color,
 }
 
 impl Ctx {
-    pub fn new(socket: Option<PathBuf>) -> Ctx {
-        Ctx { socket: kd_client::socket_path(socket.as_deref()) }
+    pub fn new(socket: Option<PathBuf>, color: Color) -> Ctx {
+        Ctx { socket: kd_client::socket_path(socket.as_deref()), color }
+    }
+
+    /// Whether stdout gets colour and styles.
+    pub fn styled(&self) -> bool {
+        use std::io::IsTerminal;
+        match self.color {
+            Color::Always => true,
+            Color::Never => false,
+            Color::Auto => std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+        }
     }
 
     /// A connection, starting the daemon if needed (unless KD_NO_AUTOSTART=1).

@@ -52,26 +52,38 @@ pub async fn list(ctx: &Ctx, a: RunsArgs) -> anyhow::Result<ExitCode> {
 pub struct CancelArgs {
     /// Thread id [default: the current thread of this workspace and branch]
     thread: Option<String>,
-    /// Only this member's run
+    /// Only this member's run (pending auto-turns go on)
     #[arg(long)]
     member: Option<String>,
 }
 
+/// The named thread, or the current one of this workspace and branch.
+async fn thread_or_current(client: &kd_client::Client, thread: Option<String>) -> anyhow::Result<String> {
+    if let Some(t) = thread {
+        return Ok(t);
+    }
+    let ws = workspace::current()?;
+    Ok(client
+        .thread_current(ws.root.display().to_string(), ws.branch.clone())
+        .await
+        .map_err(ClientError::from)?
+        .ok_or_else(|| anyhow!("no current thread in {}; name one", ws.root.display()))?
+        .id)
+}
+
 pub async fn cancel(ctx: &Ctx, a: CancelArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client().await?;
-    let thread = match a.thread {
-        Some(t) => t,
+    let thread = thread_or_current(&client, a.thread).await?;
+    let (cancelled, stopped) = match a.member {
+        Some(m) => (client.run_cancel(thread.clone(), Some(m), None).await.map_err(ClientError::from)?, false),
         None => {
-            let ws = workspace::current()?;
-            client
-                .thread_current(ws.root.display().to_string(), ws.branch.clone())
-                .await
-                .map_err(ClientError::from)?
-                .ok_or_else(|| anyhow!("no current thread in {}; name one", ws.root.display()))?
-                .id
+            let i = client.council_interrupt(thread.clone(), Some(true)).await.map_err(ClientError::from)?;
+            (i.runs, i.stopped_exchange)
         }
     };
-    let cancelled = client.run_cancel(thread.clone(), a.member, None).await.map_err(ClientError::from)?;
+    if stopped {
+        println!("stopped the pending auto-turns on {thread}");
+    }
     if cancelled.is_empty() {
         println!("no runs in flight on {thread}");
     }
@@ -81,6 +93,30 @@ pub async fn cancel(ctx: &Ctx, a: CancelArgs) -> anyhow::Result<ExitCode> {
             r.member,
             r.id,
             r.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into())
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Debug, Args)]
+pub struct RetryArgs {
+    /// Thread id [default: the current thread of this workspace and branch]
+    thread: Option<String>,
+}
+
+pub async fn retry(ctx: &Ctx, a: RetryArgs) -> anyhow::Result<ExitCode> {
+    let client = ctx.client().await?;
+    let thread = thread_or_current(&client, a.thread).await?;
+    let runs = client.council_retry(thread.clone(), None, None).await.map_err(ClientError::from)?;
+    if runs.is_empty() {
+        println!("no failed members to retry on {thread}");
+    }
+    for r in &runs {
+        println!(
+            "retrying {} ({}, replacing #{})",
+            r.member,
+            r.id,
+            r.replaces.map(|s| s.to_string()).unwrap_or_default()
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -40,11 +40,25 @@ pub struct Run {
     pub started_at_ms: i64,
     pub reply_to: Option<u64>,
     pub round: Option<u32>,
+    /// The King's message whose exchange it belongs to.
+    pub exchange: Option<u64>,
+    /// The failed message it retries.
+    pub replaces: Option<u64>,
     /// The client whose request started it.
     pub client: Option<ClientId>,
     state: Mutex<State>,
     cancel: CancellationToken,
     done: watch::Sender<bool>,
+}
+
+/// Where a run stands in the conversation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Place {
+    /// The message it answers (the history it sees ends there).
+    pub reply_to: Option<u64>,
+    pub round: Option<u32>,
+    pub exchange: Option<u64>,
+    pub replaces: Option<u64>,
 }
 
 /// A run as a subscriber joining mid-run first sees it.
@@ -59,8 +73,7 @@ impl Run {
         thread: String,
         member: String,
         backend: &str,
-        reply_to: Option<u64>,
-        round: Option<u32>,
+        place: Place,
         client: Option<ClientId>,
     ) -> Run {
         Run {
@@ -69,8 +82,10 @@ impl Run {
             member,
             backend: backend.to_string(),
             started_at_ms: crate::db::now_ms(),
-            reply_to,
-            round,
+            reply_to: place.reply_to,
+            round: place.round,
+            exchange: place.exchange,
+            replaces: place.replaces,
             client,
             state: Mutex::new(State {
                 status: RunStatus::Waiting,
@@ -105,6 +120,8 @@ impl Run {
             chars: s.chars,
             reply_to: self.reply_to,
             round: self.round,
+            exchange: self.exchange,
+            replaces: self.replaces,
         }
     }
 
@@ -237,7 +254,14 @@ mod tests {
     use super::*;
 
     fn run(id: &str, thread: &str, member: &str) -> Run {
-        Run::new(id.into(), thread.into(), member.into(), "claude", Some(1), None, None)
+        Run::new(
+            id.into(),
+            thread.into(),
+            member.into(),
+            "claude",
+            Place { reply_to: Some(1), ..Place::default() },
+            None,
+        )
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! the prompt around it (F-A6), and the clean-up of what it says back.
 
 use kd_proto::names::{ALL, KING};
-use kd_proto::types::{Message, MessageKind};
+use kd_proto::types::{Message, MessageKind, display_order};
 
 /// Whether a message is part of the conversation agents see: what the King
 /// and the members said (an interrupted answer included), not errors or
@@ -25,13 +25,14 @@ pub fn is_history(m: &Message) -> bool {
 /// You are cursor. Continue the discussion.
 /// ```
 ///
-/// Bodies verbatim, every history message in seq order, no truncation;
+/// Bodies verbatim, every history message in seq order (a retried answer
+/// in the place of the failure it replaces), no truncation;
 /// `(to NAME)` only for messages directed at specific members (not `all`,
 /// not `king`); `suffix` replaces the last line when given.
 pub fn format_thread_history(messages: &[Message], target: &str, suffix: Option<&str>) -> String {
     let mut out = String::from("[Previous conversation]\n");
     let mut first = true;
-    for m in messages.iter().filter(|m| is_history(m)) {
+    for m in display_order(messages).into_iter().filter(|m| is_history(m)) {
         if !first {
             out.push_str("\n\n");
         }
@@ -144,6 +145,7 @@ mod tests {
             round: None,
             created_at_ms: 0,
             run: None,
+            replaces: None,
         }
     }
 
@@ -206,6 +208,20 @@ mod tests {
             h,
             "[Previous conversation]\nclaude: line one\n\n- two\n---\nthree\n\n---\nYou are x. Continue the discussion."
         );
+    }
+
+    #[test]
+    fn a_retried_answer_stands_where_the_failure_was() {
+        let mut failed = msg(2, "codex", &["king"], "codex: timed out");
+        failed.kind = MessageKind::Error;
+        let mut retried = msg(4, "codex", &["king"], "On reflection, yes.");
+        retried.replaces = Some(2);
+        let h = format_thread_history(
+            &[msg(1, "king", &["all"], "Q?"), failed, msg(3, "claude", &["king"], "Yes."), retried],
+            "gemini",
+            None,
+        );
+        assert!(h.contains("king: Q?\n\ncodex: On reflection, yes.\n\nclaude: Yes.\n\n---"), "{h}");
     }
 
     #[test]

@@ -1,5 +1,66 @@
-//! The council: what agents are told ([`history`]) and sending a King
-//! message to the members ([`send`]).
+//! The council: what agents are told ([`history`]), who a message is for
+//! ([`mentions`]), sending a King message ([`send`]), the rounds that
+//! follow it ([`exchange`]), and retrying failed answers ([`retry`]).
 
+pub mod exchange;
 pub mod history;
+pub mod mentions;
+pub mod retry;
 pub mod send;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kd_proto::types::{Style, Thread};
+
+use crate::agent::registry::{Place, Run};
+use crate::agent::supervisor::{self, Spec};
+use crate::config::{CHAT_PREAMBLE, Config};
+use crate::db::random_id;
+use crate::state::{ClientId, Daemon};
+
+/// What every run of a send or an exchange shares.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    pub thread: Thread,
+    pub config: Config,
+    pub style: Style,
+    /// Overrides the members' timeouts.
+    pub timeout: Option<Duration>,
+    pub client: Option<ClientId>,
+}
+
+impl Launch {
+    /// Starts `member`'s run at `place`, or joins the run it already has in
+    /// flight on the thread. Returns the run and whether it was joined.
+    pub fn start(&self, d: &Arc<Daemon>, member: &str, place: Place) -> Option<(Arc<Run>, bool)> {
+        let agent = self.config.agent(member)?.clone();
+        let (run, attached) = d.runs.claim(&self.thread.id, member, || {
+            Run::new(
+                format!("r-{}", random_id(10)),
+                self.thread.id.clone(),
+                member.to_string(),
+                agent.backend.as_str(),
+                place,
+                self.client,
+            )
+        });
+        if !attached {
+            let preamble = match self.style {
+                Style::Council => self.config.council.preamble.clone(),
+                Style::Chat => CHAT_PREAMBLE.to_string(),
+            };
+            let spec = Spec {
+                timeout: self.timeout.unwrap_or(Duration::from_secs(self.config.timeout_s(member))),
+                agent,
+                preamble,
+                style: self.style,
+                context: self.thread.context,
+                workspace: PathBuf::from(&self.thread.workspace),
+            };
+            tokio::spawn(supervisor::supervise(d.clone(), run.clone(), spec));
+        }
+        Some((run, attached))
+    }
+}

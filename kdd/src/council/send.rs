@@ -1,20 +1,21 @@
-//! `council.send`: append the King's message and start a run for each
-//! addressed member, reading the workspace's configuration afresh.
+//! `council.send`: append the King's message, decide who answers, start the
+//! first round and hand the rest of the exchange to [`super::exchange`].
+//! The workspace's configuration is read afresh on every send.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use jsonrpsee::types::ErrorObjectOwned;
 use kd_proto::ErrorCode;
 use kd_proto::names::{ALL, KING};
-use kd_proto::types::{MessageKind, Sent, SentRun, Style};
+use kd_proto::types::{MessageKind, Mode, Sent, SentRun, Style};
 
-use crate::agent::registry::Run;
-use crate::agent::supervisor::{self, Spec};
-use crate::config::{self, CHAT_PREAMBLE, Config};
+use super::Launch;
+use super::exchange::{self, Exchange, Plan};
+use super::mentions::mentions;
+use crate::agent::registry::Place;
+use crate::config::{self, Config};
 use crate::db::messages::NewMessage;
-use crate::db::random_id;
 use crate::state::{ClientId, Daemon};
 
 /// A send, with its parameters checked.
@@ -27,26 +28,35 @@ pub struct Request {
     pub style: Style,
     pub timeout: Option<Duration>,
     pub correlation_id: Option<String>,
+    /// Overrides `council.auto_rounds`.
+    pub rounds: Option<u32>,
     pub client: Option<ClientId>,
+}
+
+/// Who a message is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Addressees {
+    /// The members who answer, in council order where they are members.
+    pub members: Vec<String>,
+    /// Addressed to named members only (no auto-rounds).
+    pub directed: bool,
+    /// The message's `to`.
+    pub to: Vec<String>,
 }
 
 pub async fn send(d: &Arc<Daemon>, req: Request) -> Result<Sent, ErrorObjectOwned> {
     let thread = d.db.thread(req.thread.clone()).await?;
     let config = config::load(std::path::Path::new(&thread.workspace))
         .map_err(|e| ErrorCode::InvalidArgument.error(format!("configuration: {e}")))?;
-    let members = addressees(&config, req.to.as_deref(), &req.mute)?;
+    let who = addressees(&config, req.to.as_deref(), &req.body, &req.mute)?;
     if thread.members != config.council.members {
         d.db.set_thread_members(thread.id.clone(), config.council.members.clone()).await?;
     }
-    let to = match &req.to {
-        Some(to) => to.clone(),
-        None => vec![ALL.to_string()],
-    };
     let message =
         d.db.append_message(NewMessage {
             thread: thread.id.clone(),
             from: KING.to_string(),
-            to,
+            to: who.to.clone(),
             cc: vec![],
             reply_to: None,
             kind: MessageKind::King,
@@ -55,45 +65,53 @@ pub async fn send(d: &Arc<Daemon>, req: Request) -> Result<Sent, ErrorObjectOwne
             run: None,
             correlation_id: req.correlation_id.clone(),
             fence: None,
+            replaces: None,
         })
         .await?;
-    let preamble = match req.style {
-        Style::Council => config.council.preamble.clone(),
-        Style::Chat => CHAT_PREAMBLE.to_string(),
+    let mode = match config.council.mode {
+        config::Mode::Broadcast => Mode::Broadcast,
+        config::Mode::Sequential => Mode::Sequential,
+    };
+    let rounds = if who.directed { 1 } else { 1 + req.rounds.unwrap_or(config.council.auto_rounds) };
+    let notice = config.council.members_detected.then(|| {
+        format!(
+            "no council is configured (.kd/config.json), so the agent CLIs found on PATH answer: {}",
+            config.council.members.join(", ")
+        )
+    });
+    let turns: Vec<String> = config.council.members.iter().filter(|m| !req.mute.contains(m)).cloned().collect();
+    let launch = Launch { thread, config, style: req.style, timeout: req.timeout, client: req.client };
+    let ex = Arc::new(Exchange::new(launch.thread.id.clone(), message.seq));
+    // The new exchange replaces (stops) the thread's pending one.
+    d.exchanges.begin(ex.clone());
+    let first_round =
+        Place { reply_to: Some(message.seq), round: Some(1), exchange: Some(message.seq), replaces: None };
+    let starting = match mode {
+        Mode::Broadcast => &who.members[..],
+        Mode::Sequential => &who.members[..who.members.len().min(1)],
     };
     let mut runs = Vec::new();
-    for member in members {
-        let Some(agent) = config.agent(&member).cloned() else { continue };
-        let (run, attached) = d.runs.claim(&thread.id, &member, || {
-            Run::new(
-                format!("r-{}", random_id(10)),
-                thread.id.clone(),
-                member.clone(),
-                agent.backend.as_str(),
-                Some(message.seq),
-                None,
-                req.client,
-            )
-        });
-        if !attached {
-            let spec = Spec {
-                timeout: req.timeout.unwrap_or(Duration::from_secs(config.timeout_s(&member))),
-                agent,
-                preamble: preamble.clone(),
-                style: req.style,
-                context: thread.context,
-                workspace: PathBuf::from(&thread.workspace),
-            };
-            tokio::spawn(supervisor::supervise(d.clone(), run.clone(), spec));
+    let mut started = Vec::new();
+    for member in starting {
+        if let Some((run, attached)) = launch.start(d, member, first_round) {
+            runs.push(SentRun { run: run.info(), attached });
+            started.push(run);
         }
-        runs.push(SentRun { run: run.info(), attached });
     }
-    Ok(Sent { message, runs })
+    let plan = Plan { launch, mode, first: who.members.clone(), started, turns, rounds };
+    tokio::spawn(exchange::run(d.clone(), ex, plan));
+    Ok(Sent { message, members: who.members, rounds, mode, notice, runs })
 }
 
-/// The members a message goes to: the named ones (each must be a member)
-/// or all configured members, less the muted ones.
-fn addressees(config: &Config, to: Option<&[String]>, mute: &[String]) -> Result<Vec<String>, ErrorObjectOwned> {
+/// Who answers a message: the members named by `to`, or by `@mentions` in
+/// the body, or everyone (`@all`, or no one named), less the muted. Every
+/// name must be a member.
+pub fn addressees(
+    config: &Config,
+    to: Option<&[String]>,
+    body: &str,
+    mute: &[String],
+) -> Result<Addressees, ErrorObjectOwned> {
     let members = &config.council.members;
     if members.is_empty() {
         return Err(ErrorCode::InvalidArgument.error(
@@ -101,19 +119,28 @@ fn addressees(config: &Config, to: Option<&[String]>, mute: &[String]) -> Result
              .kd/config.json (council.members, with agents.<name> for each)",
         ));
     }
-    let known = |name: &String| name == ALL || members.contains(name) || config.agents.contains_key(name);
-    for name in to.unwrap_or_default().iter().chain(mute) {
-        if !known(name) {
-            return Err(ErrorCode::InvalidArgument
-                .error(format!("unknown member {name:?}; the members are {}", members.join(", "))));
-        }
-    }
-    let chosen: Vec<String> = match to {
-        Some(to) => to.iter().filter(|n| n.as_str() != ALL).cloned().collect(),
-        None => members.clone(),
+    let named: Vec<String> = match to {
+        Some(to) => to.to_vec(),
+        None => mentions(body),
     };
-    let chosen: Vec<String> = if to.is_some_and(|t| t.iter().any(|n| n == ALL)) { members.clone() } else { chosen };
-    Ok(chosen.into_iter().filter(|m| !mute.contains(m)).collect())
+    let known = |name: &String| name == ALL || members.contains(name);
+    if let Some(unknown) = named.iter().chain(mute).find(|n| !known(n)) {
+        let at = if to.is_none() && !mute.contains(unknown) { "@" } else { "" };
+        return Err(ErrorCode::InvalidArgument
+            .error(format!("unknown member {at}{unknown}; the members are {}", members.join(", "))));
+    }
+    let everyone = named.is_empty() || named.iter().any(|n| n == ALL);
+    let chosen: Vec<String> =
+        if everyone { members.clone() } else { members.iter().filter(|m| named.contains(m)).cloned().collect() };
+    let answering: Vec<String> = chosen.into_iter().filter(|m| !mute.contains(m)).collect();
+    if answering.is_empty() {
+        return Err(ErrorCode::InvalidArgument.error("every addressed member is muted"));
+    }
+    Ok(Addressees {
+        directed: !everyone,
+        to: if everyone { vec![ALL.to_string()] } else { answering.clone() },
+        members: answering,
+    })
 }
 
 #[cfg(test)]
@@ -139,25 +166,47 @@ mod tests {
         v.iter().map(|s| s.to_string()).collect()
     }
 
-    #[test]
-    fn all_members_less_the_muted() {
-        let c = config(&["claude", "codex", "gemini"]);
-        assert_eq!(addressees(&c, None, &names(&["codex"])).unwrap(), names(&["claude", "gemini"]));
-        assert_eq!(addressees(&c, Some(&names(&["all"])), &[]).unwrap(), names(&["claude", "codex", "gemini"]));
-        assert_eq!(addressees(&c, Some(&names(&["gemini"])), &[]).unwrap(), names(&["gemini"]));
+    fn who(c: &Config, to: Option<&[&str]>, body: &str, mute: &[&str]) -> Result<Addressees, String> {
+        let to = to.map(names);
+        addressees(c, to.as_deref(), body, &names(mute)).map_err(|e| e.message().to_string())
     }
 
     #[test]
-    fn an_unknown_name_lists_the_members() {
+    fn plain_messages_go_to_all_members_less_the_muted() {
+        let c = config(&["claude", "codex", "gemini"]);
+        let a = who(&c, None, "What now?", &["codex"]).unwrap();
+        assert_eq!((a.members, a.directed, a.to), (names(&["claude", "gemini"]), false, names(&["all"])));
+        let a = who(&c, None, "@all thoughts?", &[]).unwrap();
+        assert_eq!((a.members.len(), a.directed), (3, false));
+    }
+
+    #[test]
+    fn mentions_and_to_direct_a_message_in_council_order() {
+        let c = config(&["claude", "codex", "gemini"]);
+        let a = who(&c, None, "@Gemini and @claude: yes?", &[]).unwrap();
+        assert_eq!(
+            (a.members, a.directed, a.to.clone()),
+            (names(&["claude", "gemini"]), true, names(&["claude", "gemini"]))
+        );
+        let a = who(&c, Some(&["codex"]), "@claude ignored when to is given", &[]).unwrap();
+        assert_eq!((a.members, a.directed), (names(&["codex"]), true));
+    }
+
+    #[test]
+    fn unknown_names_list_the_members() {
         let c = config(&["claude", "codex"]);
-        let e = addressees(&c, Some(&names(&["gpt"])), &[]).unwrap_err();
-        assert_eq!(e.message(), "unknown member \"gpt\"; the members are claude, codex");
-        assert!(addressees(&c, None, &names(&["nobody"])).is_err());
+        assert_eq!(who(&c, None, "@gpt hi", &[]).unwrap_err(), "unknown member @gpt; the members are claude, codex");
+        assert_eq!(
+            who(&c, Some(&["gpt"]), "hi", &[]).unwrap_err(),
+            "unknown member gpt; the members are claude, codex"
+        );
+        assert!(who(&c, None, "hi", &["nobody"]).unwrap_err().starts_with("unknown member nobody"));
+        assert_eq!(who(&c, None, "@codex", &["codex"]).unwrap_err(), "every addressed member is muted");
     }
 
     #[test]
     fn no_members_says_how_to_configure_one() {
-        let e = addressees(&config(&[]), None, &[]).unwrap_err();
-        assert!(e.message().contains(".kd/config.json"), "{}", e.message());
+        let e = who(&config(&[]), None, "hi", &[]).unwrap_err();
+        assert!(e.contains(".kd/config.json"), "{e}");
     }
 }

@@ -21,6 +21,8 @@ pub struct NewMessage {
     pub run: Option<RunMeta>,
     pub correlation_id: Option<String>,
     pub fence: Option<Fence>,
+    /// The failed message a retry replaces.
+    pub replaces: Option<u64>,
 }
 
 /// Appends a message with the thread's next seq, records it in the event
@@ -43,6 +45,11 @@ pub fn append(conn: &Connection, now: i64, m: NewMessage, out: &mut Outbox) -> D
     let seq: i64 =
         conn.prepare_cached("SELECT last_seq FROM threads WHERE id = ?1")?.query_row([&m.thread], |r| r.get(0))?;
     let seq = seq as u64;
+    append_as(conn, now, seq, m, out)
+}
+
+/// Inserts `m` with a seq already taken from the thread.
+fn append_as(conn: &Connection, now: i64, seq: u64, m: NewMessage, out: &mut Outbox) -> DbResult<Message> {
     if let Some(r) = m.reply_to
         && (r == 0 || r >= seq)
     {
@@ -54,8 +61,8 @@ pub fn append(conn: &Connection, now: i64, m: NewMessage, out: &mut Outbox) -> D
     }
     let run = m.run.as_ref().map(|r| serde_json::to_string(r).unwrap_or_default());
     conn.prepare_cached(
-        "INSERT INTO messages (thread_id, seq, sender, recipients, cc, reply_to, kind, body, round, created_at, run)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        "INSERT INTO messages (thread_id, seq, sender, recipients, cc, reply_to, kind, body, round, created_at, run, replaces)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
     )?
     .execute(params![
         m.thread,
@@ -68,7 +75,8 @@ pub fn append(conn: &Connection, now: i64, m: NewMessage, out: &mut Outbox) -> D
         m.body,
         m.round,
         now,
-        run
+        run,
+        m.replaces.map(|r| r as i64)
     ])?;
     events::record(
         conn,
@@ -85,6 +93,7 @@ pub fn append(conn: &Connection, now: i64, m: NewMessage, out: &mut Outbox) -> D
                 "cc": m.cc,
                 "reply_to": m.reply_to,
                 "round": m.round,
+                "replaces": m.replaces,
                 "body": m.body,
             }),
             ..Default::default()
@@ -102,16 +111,35 @@ pub fn append(conn: &Connection, now: i64, m: NewMessage, out: &mut Outbox) -> D
         round: m.round,
         created_at_ms: now,
         run: m.run,
+        replaces: m.replaces,
     };
     out.publish(&message.thread, ThreadEvent::Message { message: Box::new(message.clone()) });
     Ok(message)
+}
+
+/// Appends messages with their own times (an import); returns how many.
+pub fn import(conn: &Connection, thread: &str, messages: Vec<(i64, NewMessage)>, out: &mut Outbox) -> DbResult<usize> {
+    let n = messages.len();
+    let mut last_at = 0;
+    for (at, m) in messages {
+        conn.prepare_cached("UPDATE threads SET last_seq = last_seq + 1 WHERE id = ?1")?.execute([thread])?;
+        let seq: i64 =
+            conn.prepare_cached("SELECT last_seq FROM threads WHERE id = ?1")?.query_row([thread], |r| r.get(0))?;
+        append_as(conn, at, seq as u64, m, out)?;
+        last_at = last_at.max(at);
+    }
+    if n > 0 {
+        conn.prepare_cached("UPDATE threads SET last_activity_at = max(last_activity_at, ?2) WHERE id = ?1")?
+            .execute(params![thread, last_at])?;
+    }
+    Ok(n)
 }
 
 /// Messages of a thread with seq > `since`, in seq order.
 pub fn list(conn: &Connection, thread: &str, since: u64, limit: Option<u32>) -> DbResult<Vec<Message>> {
     threads::get(conn, thread)?;
     let mut stmt = conn.prepare_cached(
-        "SELECT thread_id, seq, sender, recipients, cc, reply_to, kind, body, round, created_at, run
+        "SELECT thread_id, seq, sender, recipients, cc, reply_to, kind, body, round, created_at, run, replaces
          FROM messages WHERE thread_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
     )?;
     let limit = limit.map(i64::from).unwrap_or(-1);
@@ -135,6 +163,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Message> {
         round: r.get(8)?,
         created_at_ms: r.get(9)?,
         run: run.and_then(|s| serde_json::from_str(&s).ok()),
+        replaces: r.get::<_, Option<i64>>(11)?.map(|v| v as u64),
     })
 }
 

@@ -14,8 +14,8 @@ use super::{DbResult, Outbox, sessions};
 /// Records a run that was accepted; subscribers hear `run_waiting`.
 pub fn insert(conn: &Connection, now: i64, run: &RunInfo, out: &mut Outbox) -> DbResult<()> {
     conn.prepare_cached(
-        "INSERT INTO runs (id, thread_id, member, backend, status, reply_to, round, started_at)
-         VALUES (?1, ?2, ?3, ?4, 'waiting', ?5, ?6, ?7)",
+        "INSERT INTO runs (id, thread_id, member, backend, status, reply_to, round, started_at, exchange, replaces)
+         VALUES (?1, ?2, ?3, ?4, 'waiting', ?5, ?6, ?7, ?8, ?9)",
     )?
     .execute(params![
         run.id,
@@ -24,7 +24,9 @@ pub fn insert(conn: &Connection, now: i64, run: &RunInfo, out: &mut Outbox) -> D
         run.backend,
         run.reply_to.map(|r| r as i64),
         run.round,
-        now
+        now,
+        run.exchange.map(|r| r as i64),
+        run.replaces.map(|r| r as i64)
     ])?;
     events::record(
         conn,
@@ -34,7 +36,8 @@ pub fn insert(conn: &Connection, now: i64, run: &RunInfo, out: &mut Outbox) -> D
             thread: Some(&run.thread),
             agent: Some(&run.member),
             correlation_id: Some(&run.id),
-            data: json!({"run": run.id, "backend": run.backend, "reply_to": run.reply_to, "round": run.round}),
+            data: json!({"run": run.id, "backend": run.backend, "reply_to": run.reply_to, "round": run.round,
+                         "exchange": run.exchange, "replaces": run.replaces}),
             ..Default::default()
         },
     )?;
@@ -116,6 +119,7 @@ pub fn finish(conn: &Connection, now: i64, run: &RunInfo, f: Finish, out: &mut O
             run: Some(f.meta.clone()),
             correlation_id: Some(run.id.clone()),
             fence: None,
+            replaces: run.replaces,
         },
         out,
     )?;
@@ -198,12 +202,12 @@ pub fn in_flight(conn: &Connection) -> DbResult<Vec<Orphan>> {
 pub fn recover(conn: &Connection, now: i64, out: &mut Outbox) -> DbResult<usize> {
     let orphans = in_flight(conn)?;
     for o in &orphans {
-        let (backend, reply_to, round, partial, session): (String, Option<i64>, Option<u32>, String, Option<String>) =
-            conn.query_row(
-                "SELECT backend, reply_to, round, partial, session_id FROM runs WHERE id = ?1",
-                [&o.id],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
-            )?;
+        type Row = (String, Option<i64>, Option<u32>, String, Option<String>, Option<i64>, Option<i64>);
+        let (backend, reply_to, round, partial, session, exchange, replaces): Row = conn.query_row(
+            "SELECT backend, reply_to, round, partial, session_id, exchange, replaces FROM runs WHERE id = ?1",
+            [&o.id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?)),
+        )?;
         let info = RunInfo {
             id: o.id.clone(),
             thread: o.thread.clone(),
@@ -215,6 +219,8 @@ pub fn recover(conn: &Connection, now: i64, out: &mut Outbox) -> DbResult<usize>
             chars: partial.chars().count() as u64,
             reply_to: reply_to.map(|r| r as u64),
             round,
+            exchange: exchange.map(|r| r as u64),
+            replaces: replaces.map(|r| r as u64),
         };
         let body = if partial.is_empty() { "(interrupted before it said anything)".to_string() } else { partial };
         finish(

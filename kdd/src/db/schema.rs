@@ -13,8 +13,11 @@ use rusqlite_migration::{M, Migrations};
 use super::{DbError, DbResult};
 
 /// The migrations, in order. Version N is the state after the N-th.
-pub const MIGRATIONS: &[&str] =
-    &[include_str!("../../../migrations/0001_init.sql"), include_str!("../../../migrations/0002_runs.sql")];
+pub const MIGRATIONS: &[&str] = &[
+    include_str!("../../../migrations/0001_init.sql"),
+    include_str!("../../../migrations/0002_runs.sql"),
+    include_str!("../../../migrations/0003_rounds.sql"),
+];
 
 /// The schema version this build writes.
 pub fn latest_version() -> u32 {

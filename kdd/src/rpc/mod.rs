@@ -17,7 +17,7 @@ use kd_proto::types::*;
 use kd_proto::{KdApiServer, PROTOCOL_VERSION, RpcResult, VERSION};
 
 use crate::agent::registry::StopReason;
-use crate::council::send;
+use crate::council::{retry, send};
 use crate::db::events::EventFilter;
 use crate::db::messages::NewMessage;
 use crate::db::sessions::NewSession;
@@ -182,7 +182,20 @@ impl KdApiServer for Rpc {
         validate::addressees("cc", &cc)?;
         validate::label("correlation_id", correlation_id.as_deref())?;
         let kind = kind.unwrap_or(if from == KING { MessageKind::King } else { MessageKind::Agent });
-        let m = NewMessage { thread, from, to, cc, reply_to, kind, body, round, run: None, correlation_id, fence };
+        let m = NewMessage {
+            thread,
+            from,
+            to,
+            cc,
+            reply_to,
+            kind,
+            body,
+            round,
+            run: None,
+            correlation_id,
+            fence,
+            replaces: None,
+        };
         Ok(self.d.db.append_message(m).await?)
     }
 
@@ -205,6 +218,7 @@ impl KdApiServer for Rpc {
         style: Option<Style>,
         timeout_s: Option<u64>,
         correlation_id: Option<String>,
+        rounds: Option<u32>,
     ) -> RpcResult<Sent> {
         validate::thread_id(&thread)?;
         if body.trim().is_empty() {
@@ -219,8 +233,9 @@ impl KdApiServer for Rpc {
         let mute = mute.unwrap_or_default();
         validate::addressees("mute", &mute)?;
         validate::label("correlation_id", correlation_id.as_deref())?;
-        if timeout_s == Some(0) {
-            return Err(invalid("timeout_s must be a positive number of seconds"));
+        let timeout = validate::timeout(timeout_s)?;
+        if rounds.is_some_and(|r| r > validate::MAX_ROUNDS) {
+            return Err(invalid(format!("rounds must be at most {}", validate::MAX_ROUNDS)));
         }
         let req = send::Request {
             thread,
@@ -228,11 +243,108 @@ impl KdApiServer for Rpc {
             to,
             mute,
             style: style.unwrap_or_default(),
-            timeout: timeout_s.map(std::time::Duration::from_secs),
+            timeout,
             correlation_id,
+            rounds,
             client: ext.get::<ClientId>().copied(),
         };
         send::send(&self.d, req).await
+    }
+
+    async fn council_interrupt(&self, ext: &Extensions, thread: String, all: Option<bool>) -> RpcResult<Interrupted> {
+        validate::thread_id(&thread)?;
+        self.d.db.thread(thread.clone()).await?;
+        let stopped_exchange = self.d.exchanges.stop(&thread);
+        let caller = ext.get::<ClientId>().copied();
+        let all = all.unwrap_or(false);
+        let runs: Vec<_> = self
+            .d
+            .runs
+            .list(Some(&thread))
+            .into_iter()
+            .filter(|r| all || (caller.is_some() && r.client == caller))
+            .collect();
+        for r in &runs {
+            r.stop(StopReason::Cancelled);
+        }
+        Ok(Interrupted { runs: runs.iter().map(|r| r.info()).collect(), stopped_exchange })
+    }
+
+    async fn council_retry(
+        &self,
+        ext: &Extensions,
+        thread: String,
+        style: Option<Style>,
+        timeout_s: Option<u64>,
+    ) -> RpcResult<Vec<RunInfo>> {
+        validate::thread_id(&thread)?;
+        let timeout = validate::timeout(timeout_s)?;
+        retry::retry(&self.d, thread, style.unwrap_or_default(), timeout, ext.get::<ClientId>().copied()).await
+    }
+
+    async fn config_get(&self, workspace: String) -> RpcResult<ConfigView> {
+        validate::workspace(&workspace)?;
+        let env = crate::config::Env { var: &|k| std::env::var_os(k) };
+        let config = crate::config::load_with(std::path::Path::new(&workspace), &env)
+            .map_err(|e| invalid(format!("configuration: {e}")))?;
+        Ok(config.view(&workspace, &env))
+    }
+
+    async fn thread_import(
+        &self,
+        workspace: String,
+        branch: Option<String>,
+        id: Option<String>,
+        title: Option<String>,
+        members: Option<Vec<String>>,
+        created_at_ms: Option<i64>,
+        messages: Vec<ImportedMessage>,
+    ) -> RpcResult<Thread> {
+        validate::workspace(&workspace)?;
+        validate::label("branch", branch.as_deref())?;
+        validate::label("title", title.as_deref())?;
+        let members = members.unwrap_or_default();
+        validate::members(&members)?;
+        if let Some(id) = &id {
+            validate::thread_id(id)?;
+        }
+        let mut imported = Vec::with_capacity(messages.len());
+        for (i, m) in messages.into_iter().enumerate() {
+            validate::member(&m.from).map_err(|e| invalid(format!("messages[{i}].from: {}", e.message())))?;
+            validate::addressees(&format!("messages[{i}].to"), &m.to)?;
+            let kind = m.kind.unwrap_or(if m.from == KING { MessageKind::King } else { MessageKind::Agent });
+            let to = if m.to.is_empty() { vec![ALL.to_string()] } else { m.to };
+            imported.push((
+                m.created_at_ms,
+                NewMessage {
+                    thread: String::new(),
+                    from: m.from,
+                    to,
+                    cc: vec![],
+                    reply_to: None,
+                    kind,
+                    body: m.body,
+                    round: None,
+                    run: None,
+                    correlation_id: None,
+                    fence: None,
+                    replaces: None,
+                },
+            ));
+        }
+        let created = created_at_ms.or_else(|| imported.first().map(|m| m.0)).unwrap_or_else(crate::db::now_ms);
+        let t = NewThread {
+            id,
+            workspace,
+            branch,
+            title,
+            members,
+            lineage: Lineage::Trunk,
+            parent: None,
+            set_current: false,
+            context: ContextMode::History,
+        };
+        Ok(self.d.db.import_thread(t, created, imported).await?)
     }
 
     async fn run_list(&self, thread: Option<String>) -> RpcResult<Vec<RunInfo>> {

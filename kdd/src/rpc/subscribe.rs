@@ -49,6 +49,12 @@ pub async fn run(
     if !send_messages(&sink, backlog, &mut last).await {
         return Ok(());
     }
+    // Where the thread's exchange stands.
+    if let Some(round) = d.exchanges.current(&thread).and_then(|ex| ex.round_event())
+        && !send(&sink, &round).await
+    {
+        return Ok(());
+    }
     // Runs in flight: what they streamed so far, then only what is newer.
     let mut snapshots: HashMap<String, (bool, u64)> = HashMap::new();
     for run in d.runs.list(Some(&thread)) {

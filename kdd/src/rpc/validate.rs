@@ -13,6 +13,16 @@ const MAX_LABEL: usize = 256;
 const MAX_PATH: usize = 4096;
 /// Longest lock TTL: a day.
 pub const MAX_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+/// Most auto rounds one send may ask for.
+pub const MAX_ROUNDS: u32 = 100;
+
+/// A timeout in seconds: positive when given.
+pub fn timeout(seconds: Option<u64>) -> Result<Option<std::time::Duration>, ErrorObjectOwned> {
+    match seconds {
+        Some(0) => Err(invalid("timeout_s must be a positive number of seconds")),
+        s => Ok(s.map(std::time::Duration::from_secs)),
+    }
+}
 
 pub fn thread_id(id: &str) -> Result<(), ErrorObjectOwned> {
     names::check_thread_id(id).map_err(bad_name)

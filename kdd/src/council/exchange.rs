@@ -1,0 +1,167 @@
+//! Council rounds (F-C2, F-C3). A King message starts an *exchange*: a first
+//! round (parallel in broadcast mode, round-robin in sequential mode), then
+//! up to `auto_rounds` sequential round-robin rounds in member order, each
+//! turn seeing the whole thread. A member that errs or times out is skipped
+//! for that round. A directed message gets one round. One exchange per
+//! thread: a new King message stops the pending turns of the previous one
+//! (runs in flight finish), as does an interrupt.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use kd_proto::types::{Mode, RoundState, ThreadEvent};
+use tokio_util::sync::CancellationToken;
+
+use super::Launch;
+use crate::agent::registry::{Place, Run};
+use crate::state::Daemon;
+
+/// An exchange in progress.
+pub struct Exchange {
+    pub thread: String,
+    /// The King's message that started it.
+    pub king: u64,
+    stop: CancellationToken,
+    round: Mutex<Option<ThreadEvent>>,
+}
+
+impl Exchange {
+    pub fn new(thread: String, king: u64) -> Exchange {
+        Exchange { thread, king, stop: CancellationToken::new(), round: Mutex::new(None) }
+    }
+
+    /// No further turns start.
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.stop.is_cancelled()
+    }
+
+    /// The last round event published, for subscribers joining now.
+    pub fn round_event(&self) -> Option<ThreadEvent> {
+        self.round.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn publish(&self, d: &Daemon, event: ThreadEvent) {
+        *self.round.lock().unwrap_or_else(|e| e.into_inner()) = Some(event.clone());
+        d.hub.publish(&self.thread, event);
+    }
+}
+
+/// The exchange of each thread.
+#[derive(Default)]
+pub struct Exchanges {
+    by_thread: Mutex<HashMap<String, Arc<Exchange>>>,
+}
+
+impl Exchanges {
+    fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<Exchange>>> {
+        self.by_thread.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Makes `ex` the thread's exchange, stopping the one it replaces.
+    pub fn begin(&self, ex: Arc<Exchange>) {
+        if let Some(old) = self.map().insert(ex.thread.clone(), ex) {
+            old.stop();
+        }
+    }
+
+    /// Stops the thread's exchange; true if there was one running.
+    pub fn stop(&self, thread: &str) -> bool {
+        match self.map().remove(thread) {
+            Some(ex) => {
+                let was_running = !ex.is_stopped();
+                ex.stop();
+                was_running
+            }
+            None => false,
+        }
+    }
+
+    pub fn current(&self, thread: &str) -> Option<Arc<Exchange>> {
+        self.map().get(thread).cloned()
+    }
+
+    fn end(&self, ex: &Exchange) {
+        let mut map = self.map();
+        if map.get(&ex.thread).is_some_and(|cur| cur.king == ex.king) {
+            map.remove(&ex.thread);
+        }
+    }
+}
+
+/// The plan of an exchange whose first round (or first turn) has started.
+pub struct Plan {
+    pub launch: Launch,
+    pub mode: Mode,
+    /// Who answers in the first round, in order.
+    pub first: Vec<String>,
+    /// The runs already started for the first round (all of them in
+    /// broadcast mode, the first turn in sequential mode).
+    pub started: Vec<Arc<Run>>,
+    /// Members taking the auto-round turns, in council order.
+    pub turns: Vec<String>,
+    /// Rounds in all, the first included.
+    pub rounds: u32,
+}
+
+/// Drives an exchange to its end.
+pub async fn run(d: Arc<Daemon>, ex: Arc<Exchange>, plan: Plan) {
+    let round_event = |round: u32, state: RoundState, expected: &[String]| ThreadEvent::Round {
+        exchange: ex.king,
+        round,
+        rounds: plan.rounds,
+        state,
+        expected: expected.to_vec(),
+    };
+    ex.publish(&d, round_event(1, RoundState::Running, &plan.first));
+    let mut last_round = 1;
+    for run in &plan.started {
+        run.done().await;
+    }
+    if plan.mode == Mode::Sequential {
+        for member in plan.first.iter().skip(plan.started.len()) {
+            if !turn(&d, &ex, &plan, member, 1).await {
+                break;
+            }
+        }
+    }
+    for round in 2..=plan.rounds {
+        if ex.is_stopped() {
+            break;
+        }
+        last_round = round;
+        ex.publish(&d, round_event(round, RoundState::Running, &plan.turns));
+        for member in &plan.turns {
+            if !turn(&d, &ex, &plan, member, round).await {
+                break;
+            }
+        }
+    }
+    let state = if ex.is_stopped() { RoundState::Stopped } else { RoundState::Done };
+    let expected = if last_round == 1 { &plan.first } else { &plan.turns };
+    ex.publish(&d, round_event(last_round, state, expected));
+    d.exchanges.end(&ex);
+}
+
+/// Runs one member's turn, seeing the whole thread; false when the
+/// exchange was stopped and no turn was taken.
+async fn turn(d: &Arc<Daemon>, ex: &Exchange, plan: &Plan, member: &str, round: u32) -> bool {
+    if ex.is_stopped() {
+        return false;
+    }
+    let last = match d.db.thread(plan.launch.thread.id.clone()).await {
+        Ok(t) => t.last_seq,
+        Err(e) => {
+            tracing::error!(thread = ex.thread, "cannot read the thread for a turn: {e}");
+            return false;
+        }
+    };
+    let place = Place { reply_to: Some(last), round: Some(round), exchange: Some(ex.king), replaces: None };
+    if let Some((run, _)) = plan.launch.start(d, member, place) {
+        run.done().await;
+    }
+    true
+}

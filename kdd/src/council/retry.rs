@@ -1,0 +1,59 @@
+//! `council.retry` (F-C4): re-query the members whose last run failed. A
+//! retry answers the same message as the failed run, in the same round, and
+//! its message *replaces* the failed one: it is appended (seq stays dense,
+//! nothing is rewritten) and names the failed message in `replaces`, and
+//! everything that shows the thread — clients and the history agents are
+//! given — puts it in the failed message's place. No round is added.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jsonrpsee::types::ErrorObjectOwned;
+use kd_proto::ErrorCode;
+use kd_proto::types::{MessageKind, RunInfo, Style, display_order};
+
+use super::Launch;
+use crate::agent::registry::Place;
+use crate::config;
+use crate::state::{ClientId, Daemon};
+
+pub async fn retry(
+    d: &Arc<Daemon>,
+    thread: String,
+    style: Style,
+    timeout: Option<Duration>,
+    client: Option<ClientId>,
+) -> Result<Vec<RunInfo>, ErrorObjectOwned> {
+    let thread = d.db.thread(thread).await?;
+    let config = config::load(std::path::Path::new(&thread.workspace))
+        .map_err(|e| ErrorCode::InvalidArgument.error(format!("configuration: {e}")))?;
+    let messages = d.db.messages(thread.id.clone(), 0, None).await?;
+    let shown = display_order(&messages);
+    let mut members: Vec<String> = config.council.members.clone();
+    for m in &thread.members {
+        if !members.contains(m) {
+            members.push(m.clone());
+        }
+    }
+    let failed: Vec<_> = members
+        .iter()
+        .filter(|m| d.runs.list(Some(&thread.id)).iter().all(|r| &r.member != *m))
+        .filter_map(|member| {
+            let last = shown.iter().rev().find(|m| {
+                &m.from == member
+                    && matches!(m.kind, MessageKind::Agent | MessageKind::Error | MessageKind::Interrupted)
+            })?;
+            (last.kind == MessageKind::Error).then(|| (member.clone(), (*last).clone()))
+        })
+        .collect();
+    let launch = Launch { thread, config, style, timeout, client };
+    let mut runs = Vec::new();
+    for (member, message) in failed {
+        let place =
+            Place { reply_to: message.reply_to, round: message.round, exchange: None, replaces: Some(message.seq) };
+        if let Some((run, _)) = launch.start(d, &member, place) {
+            runs.push(run.info());
+        }
+    }
+    Ok(runs)
+}
