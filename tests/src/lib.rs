@@ -55,6 +55,7 @@ pub struct Kdd {
     pub db: PathBuf,
     pub pid: u32,
     args: Vec<String>,
+    env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
@@ -66,10 +67,23 @@ impl Kdd {
 
     /// Starts a daemon with extra command-line arguments.
     pub fn start_with(args: &[&str]) -> Kdd {
+        Kdd::start_env(args, &[])
+    }
+
+    /// Starts a daemon with extra arguments and environment (e.g. `PATH`).
+    pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Kdd {
         let dir = tempfile::Builder::new().prefix("kd-e2e-").tempdir().expect("tempdir");
         let socket = dir.path().join("run").join("kdd.sock");
         let db = dir.path().join("data").join("kd.sqlite3");
-        let mut kdd = Kdd { dir, socket, db, pid: 0, args: args.iter().map(|s| s.to_string()).collect(), child: None };
+        let mut kdd = Kdd {
+            dir,
+            socket,
+            db,
+            pid: 0,
+            args: args.iter().map(|s| s.to_string()).collect(),
+            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            child: None,
+        };
         kdd.launch().unwrap_or_else(|e| panic!("kdd did not start: {e}"));
         kdd
     }
@@ -86,7 +100,8 @@ impl Kdd {
             // No user configuration leaks in: workspaces bring their own.
             .env("XDG_CONFIG_HOME", self.dir.path().join("config"))
             .env_remove("KD_SOCKET")
-            .env_remove("KD_DB");
+            .env_remove("KD_DB")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         cmd
     }
 

@@ -156,8 +156,9 @@ fn execute(conn: &mut Connection, batch: &mut Vec<Job>, hub: &Hub, threads: &Ato
         tracing::error!("commit failed: {e}");
         e.to_string()
     });
+    // Events go out before the reply: whatever the caller does next (and
+    // publishes) must reach subscribers after what this job wrote.
     for (reply, out) in done {
-        reply(commit_error.clone());
         if let (None, Some(out)) = (&commit_error, out) {
             if out.threads_added != 0 {
                 threads.fetch_add(out.threads_added as u64, Ordering::Relaxed);
@@ -166,6 +167,7 @@ fn execute(conn: &mut Connection, batch: &mut Vec<Job>, hub: &Hub, threads: &Ato
                 hub.publish(&thread, event);
             }
         }
+        reply(commit_error.clone());
     }
     close
 }

@@ -1,0 +1,201 @@
+//! The council from the `kd` command line: rounds in `kd ask`, Markdown in
+//! `kd show`, export/import, configuration, retry, completions.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use kd_client::KdApiClient;
+use kd_tests::{Kdd, Output, Workspace, bin, run};
+
+async fn kd(kdd: &Kdd, ws: &Workspace, args: &[&str]) -> Output {
+    let mut k = kdd.kd();
+    k.current_dir(ws.dir.path()).args(args);
+    run(k).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ask_shows_every_round_in_order_with_round_labels() {
+    let ws = Workspace::new(&[("claude", "claude", &[]), ("codex", "codex", &[])]);
+    let kdd = Kdd::start();
+    let out = kd(&kdd, &ws, &["ask", "--rounds", "1", "Discuss."]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let headers: Vec<&str> = out.stdout.lines().filter(|l| l.starts_with("── ")).collect();
+    assert_eq!(headers.len(), 4, "{}", out.stdout);
+    assert!(headers[0].contains("· round 1") && headers[1].contains("· round 1"));
+    assert!(
+        headers[2].starts_with("── claude · round 2") && headers[3].starts_with("── codex · round 2"),
+        "{headers:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn show_renders_markdown_on_a_terminal_and_verbatim_when_piped() {
+    let ws = Workspace::new(&[("claude", "claude", &[("FAKE_TEXT", "# Plan\n\n- **one**\n- two\n\n```\ncode\n```")])]);
+    let kdd = Kdd::start();
+    let out = kd(&kdd, &ws, &["ask", "--rounds", "0", "Plan?"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let piped = kd(&kdd, &ws, &["show"]).await;
+    assert!(piped.stdout.contains("# Plan\n\n- **one**\n- two\n\n```\ncode\n```"), "{}", piped.stdout);
+    assert!(!piped.stdout.contains('\x1b'));
+    let styled = kd(&kdd, &ws, &["--color", "always", "show"]).await;
+    assert!(styled.stdout.contains("\x1b[1;4;35mPlan\x1b[0m"), "heading: {:?}", styled.stdout);
+    assert!(
+        styled.stdout.contains("• \x1b[0m\x1b[1mone\x1b[0m") || styled.stdout.contains("\x1b[1mone\x1b[0m"),
+        "{:?}",
+        styled.stdout
+    );
+    assert!(styled.stdout.contains("\x1b[36mcode\x1b[0m"), "code block: {:?}", styled.stdout);
+    assert!(!styled.stdout.contains("**one**"));
+}
+
+fn read_tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn export_import_export_is_byte_identical() {
+    let ws = Workspace::new(&[
+        ("claude", "claude", &[("FAKE_TEXT", "Yes.\n---\nA rule above.")]),
+        ("codex", "codex", &[("FAKE_ERROR", "boom")]),
+    ]);
+    let a = Kdd::start();
+    let out = kd(&a, &ws, &["ask", "--rounds", "0", "Q with\n---\ndashes?"]).await;
+    assert_eq!(out.status.code(), Some(4), "codex fails: {}", out.stderr);
+    let c = a.client().await;
+    let t = c.thread_current(ws.path(), None).await.unwrap().unwrap();
+    c.message_append(
+        t.id.clone(),
+        "king".into(),
+        "@codex only".into(),
+        Some(vec!["codex".into()]),
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    let first = ws.dir.path().join("export-1");
+    let out = kd(&a, &ws, &["export", &t.id, first.to_str().unwrap()]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let files = read_tree(&first);
+    assert_eq!(files.len(), 5, "thread.json and four messages: {:?}", files.keys());
+    let king = String::from_utf8(files["0001-king.md"].clone()).unwrap();
+    assert!(king.starts_with("---\nfrom: king\nto: all\ntimestamp: "), "{king}");
+    assert!(king.ends_with("Z\n---\n\nQ with\n---\ndashes?"), "{king}");
+    let error = files
+        .iter()
+        .find(|(n, _)| n.ends_with("-codex.md") && String::from_utf8_lossy(n.as_bytes()).starts_with("000"))
+        .unwrap();
+    assert!(String::from_utf8_lossy(error.1).contains("kind: error\n"));
+
+    // Into another daemon, then out again.
+    let b = Kdd::start();
+    let out = kd(&b, &ws, &["import", first.to_str().unwrap()]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(out.stdout.trim(), format!("imported 4 messages as thread {}", t.id));
+    let second = ws.dir.path().join("export-2");
+    let out = kd(&b, &ws, &["export", &t.id, second.to_str().unwrap()]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(read_tree(&second), files, "export → import → export changed bytes");
+
+    // Into the same daemon: the id is taken, so a new one is given.
+    let out = kd(&a, &ws, &["import", first.to_str().unwrap()]).await;
+    assert!(out.status.success());
+    assert!(out.stderr.contains(&format!("thread id {} is taken", t.id)), "{}", out.stderr);
+    let bad = ws.dir.path().join("bad");
+    std::fs::create_dir(&bad).unwrap();
+    std::fs::write(bad.join("thread.json"), &files["thread.json"]).unwrap();
+    std::fs::write(bad.join("0001-king.md"), "no front matter").unwrap();
+    let out = kd(&a, &ws, &["import", bad.to_str().unwrap()]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stderr.contains("0001-king.md") && out.stderr.contains("front matter"), "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn config_show_and_check_name_sources_files_keys_and_values() {
+    let ws = Workspace::new(&[("claude", "claude", &[])]);
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(ws.dir.path().join(".kd/config.json")).unwrap()).unwrap();
+    config["council"]["auto_rounds"] = 2.into();
+    ws.write_config(&config);
+    let kdd = Kdd::start();
+    let file = ws.dir.path().join(".kd/config.json").display().to_string();
+    let out = kd(&kdd, &ws, &["config", "check"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(out.stdout, format!("{file}: ok; members: claude\n"));
+    let out = kd(&kdd, &ws, &["config", "show", "--json"]).await;
+    let view: kd_proto::types::ConfigView = serde_json::from_str(&out.stdout).unwrap();
+    let entry = |k: &str| view.entries.iter().find(|e| e.key == k).unwrap().clone();
+    assert_eq!(
+        (entry("council.auto_rounds").value, entry("council.auto_rounds").source),
+        (serde_json::json!(2), file.clone())
+    );
+    assert_eq!(
+        (entry("council.timeout").value, entry("council.timeout").source.as_str()),
+        (serde_json::json!(600), "default")
+    );
+    let out = kd(&kdd, &ws, &["config", "show"]).await;
+    assert!(out.stdout.lines().any(|l| l.starts_with("council.auto_rounds") && l.ends_with(&file)), "{}", out.stdout);
+
+    config["council"]["mode"] = "parallel".into();
+    ws.write_config(&config);
+    for args in [&["config", "check"][..], &["ask", "Q?"][..]] {
+        let out = kd(&kdd, &ws, args).await;
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+        assert!(
+            out.stderr.contains(&file) && out.stderr.contains("council.mode") && out.stderr.contains("\"parallel\""),
+            "{}",
+            out.stderr
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_configuration_the_clis_on_path_answer_and_kd_says_so() {
+    let bin_dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(bin("fake-agent"), bin_dir.path().join("codex")).unwrap();
+    let path = format!("{}:/usr/bin:/bin", bin_dir.path().display());
+    let kdd = Kdd::start_env(&[], &[("PATH", &path)]);
+    let ws = Workspace::new(&[]);
+    std::fs::remove_file(ws.dir.path().join(".kd/config.json")).unwrap();
+    let out = kd(&kdd, &ws, &["ask", "--rounds", "0", "Hello?"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stderr.contains("found on PATH answer: codex"), "{}", out.stderr);
+    assert!(out.stdout.contains("── codex"), "{}", out.stdout);
+
+    let empty = Kdd::start_env(&[], &[("PATH", "/nonexistent")]);
+    let out = kd(&empty, &ws, &["ask", "Hello?"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stderr.contains("no council members") && out.stderr.contains(".kd/config.json"), "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn retry_from_the_command_line_and_completions() {
+    let ws = Workspace::new(&[("codex", "codex", &[("FAKE_ERROR", "boom")])]);
+    let kdd = Kdd::start();
+    let out = kd(&kdd, &ws, &["ask", "--rounds", "0", "Q?"]).await;
+    assert_eq!(out.status.code(), Some(4));
+    let fixed = Workspace::new(&[("codex", "codex", &[])]);
+    std::fs::copy(fixed.dir.path().join(".kd/config.json"), ws.dir.path().join(".kd/config.json")).unwrap();
+    let out = kd(&kdd, &ws, &["retry"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.starts_with("retrying codex (r-"), "{}", out.stdout);
+    assert!(out.stdout.contains("replacing #2"), "{}", out.stdout);
+
+    let out = run({
+        let mut k = tokio::process::Command::new(bin("kd"));
+        k.args(["completions", "bash"]);
+        k
+    })
+    .await;
+    assert!(out.status.success());
+    assert!(out.stdout.contains("_kd()") && out.stdout.contains("ask"), "{}", &out.stdout[..200.min(out.stdout.len())]);
+}

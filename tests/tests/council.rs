@@ -1,0 +1,347 @@
+//! Council rounds with fake agents: broadcast and sequential modes,
+//! directed messages, @all, mute, interrupt, failures, retry, a new King
+//! message during auto-turns.
+
+use kd_client::{ClientError, KdApiClient};
+use kd_proto::ErrorCode;
+use kd_proto::types::{Message, MessageKind, RoundState, Sent, ThreadEvent, display_order};
+use kd_tests::{Kdd, Workspace, collect_until, records, within};
+
+fn config(ws: &Workspace, members: &[kd_tests::Member<'_>], council: serde_json::Value) {
+    let mut agents = serde_json::Map::new();
+    for (name, backend, env) in members {
+        agents.insert(name.to_string(), kd_tests::fake(backend, name, env));
+    }
+    let mut council = council;
+    council["members"] = members.iter().map(|m| m.0).collect::<Vec<_>>().into();
+    ws.write_config(&serde_json::json!({"council": council, "agents": agents}));
+}
+
+async fn thread(c: &kd_client::Client, ws: &Workspace) -> String {
+    c.thread_create(ws.path(), None, None, None, None, None, None, None, None).await.unwrap().id
+}
+
+async fn send(c: &kd_client::Client, t: &str, body: &str, mute: Option<Vec<String>>) -> Sent {
+    c.council_send(t.into(), body.into(), None, mute, None, None, None, None).await.unwrap()
+}
+
+/// Events until the exchange of `king` has ended; returns them and its final state.
+async fn until_end(
+    sub: &mut jsonrpsee::core::client::Subscription<ThreadEvent>,
+    king: u64,
+) -> (Vec<ThreadEvent>, RoundState) {
+    let events = collect_until(sub, |e| {
+        e.iter().any(|e| matches!(e, ThreadEvent::Round { exchange, state, .. } if *exchange == king && *state != RoundState::Running))
+    })
+    .await;
+    let state = events
+        .iter()
+        .rev()
+        .find_map(|e| match e {
+            ThreadEvent::Round { exchange, state, .. } if *exchange == king => Some(*state),
+            _ => None,
+        })
+        .unwrap();
+    (events, state)
+}
+
+/// Waits until a turn of `round` is streaming (not merely announced).
+async fn until_streaming_in_round(
+    sub: &mut jsonrpsee::core::client::Subscription<ThreadEvent>,
+    round: u32,
+) -> Vec<ThreadEvent> {
+    collect_until(sub, |e| {
+        let start = e.iter().position(|e| matches!(e, ThreadEvent::Round { round: r, .. } if *r == round));
+        start.is_some_and(|i| e[i..].iter().any(|e| matches!(e, ThreadEvent::Delta { .. })))
+    })
+    .await
+}
+
+fn answers(messages: &[Message]) -> Vec<(String, u32, MessageKind)> {
+    messages.iter().filter(|m| m.from != "king").map(|m| (m.from.clone(), m.round.unwrap_or(0), m.kind)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn broadcast_with_three_members_and_three_auto_rounds_gives_twelve_answers_in_order() {
+    let ws = Workspace::new(&[]);
+    let record = ws.file("record.jsonl");
+    let env: &[(&str, &str)] = &[("FAKE_RECORD", &record)];
+    config(
+        &ws,
+        &[("claude", "claude", env), ("codex", "codex", env), ("gemini", "gemini", env)],
+        serde_json::json!({"auto_rounds": 3}),
+    );
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread(&c, &ws).await;
+    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let sent = send(&c, &t, "Design the schema.", None).await;
+    assert_eq!((sent.rounds, sent.members.len(), sent.runs.len()), (4, 3, 3));
+    let (events, state) = until_end(&mut sub, sent.message.seq).await;
+    assert_eq!(state, RoundState::Done);
+    let rounds: Vec<u32> = events
+        .iter()
+        .filter_map(|e| match e {
+            ThreadEvent::Round { round, state: RoundState::Running, .. } => Some(*round),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(rounds, [1, 2, 3, 4]);
+
+    let messages = c.thread_messages(t.clone(), None, None).await.unwrap();
+    let all = answers(&messages);
+    assert_eq!(all.len(), 3 * (1 + 3), "{all:?}");
+    // Round 1 is parallel: the three answer in any order.
+    let mut first: Vec<&str> = all[..3].iter().map(|a| a.0.as_str()).collect();
+    first.sort();
+    assert_eq!(first, ["claude", "codex", "gemini"]);
+    assert!(all[..3].iter().all(|a| a.1 == 1 && a.2 == MessageKind::Agent));
+    // Rounds 2..4 go round-robin in council order.
+    let later: Vec<(&str, u32)> = all[3..].iter().map(|a| (a.0.as_str(), a.1)).collect();
+    let expected: Vec<(&str, u32)> =
+        (2..=4).flat_map(|r| ["claude", "codex", "gemini"].into_iter().map(move |m| (m, r))).collect();
+    assert_eq!(later, expected);
+
+    // Each turn sees the whole thread: the last turn's prompt holds all eleven answers before it.
+    let recs = records(&record);
+    assert_eq!(recs.len(), 12);
+    let last = recs.last().unwrap()["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a.as_str().unwrap().contains("[Previous conversation]"))
+        .cloned()
+        .unwrap();
+    let prompt = last.as_str().unwrap();
+    assert_eq!(
+        prompt.matches("\n\nclaude: ").count()
+            + prompt.matches("\n\ncodex: ").count()
+            + prompt.matches("\n\ngemini: ").count(),
+        11,
+        "{prompt}"
+    );
+    // …while the first round's prompts stop at the King's message.
+    let first_prompts = recs.iter().take(3).map(|r| r.to_string()).collect::<Vec<_>>();
+    assert!(first_prompts.iter().all(|p| !p.contains("Answer from")), "round 1 does not see round 1");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sequential_mode_goes_round_robin_from_the_start() {
+    let ws = Workspace::new(&[]);
+    let record = ws.file("record.jsonl");
+    let env: &[(&str, &str)] = &[("FAKE_RECORD", &record)];
+    config(
+        &ws,
+        &[("claude", "claude", env), ("codex", "codex", env)],
+        serde_json::json!({"mode": "sequential", "auto_rounds": 1}),
+    );
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread(&c, &ws).await;
+    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let sent = send(&c, &t, "Go.", None).await;
+    assert_eq!(sent.runs.len(), 1, "only the first member starts at once");
+    let (_, state) = until_end(&mut sub, sent.message.seq).await;
+    assert_eq!(state, RoundState::Done);
+    let messages = c.thread_messages(t, None, None).await.unwrap();
+    let order: Vec<(String, u32)> = answers(&messages).into_iter().map(|a| (a.0, a.1)).collect();
+    assert_eq!(order, [("claude".into(), 1), ("codex".into(), 1), ("claude".into(), 2), ("codex".into(), 2)]);
+    // codex's first turn already sees claude's answer.
+    let recs = records(&record);
+    assert!(recs[1]["argv"].to_string().contains("claude: Answer from claude."), "{}", recs[1]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_directed_message_gets_only_the_addressed_members_and_no_auto_rounds() {
+    let ws = Workspace::new(&[]);
+    config(
+        &ws,
+        &[("claude", "claude", &[]), ("codex", "codex", &[]), ("gemini", "gemini", &[])],
+        serde_json::json!({}),
+    );
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread(&c, &ws).await;
+    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let sent = send(&c, &t, "@Codex and @gemini, what do you mean?", None).await;
+    assert_eq!((sent.members.clone(), sent.rounds), (vec!["codex".to_string(), "gemini".into()], 1));
+    assert_eq!(sent.message.to, vec!["codex".to_string(), "gemini".into()]);
+    let (_, state) = until_end(&mut sub, sent.message.seq).await;
+    assert_eq!(state, RoundState::Done);
+    let mut who: Vec<String> =
+        answers(&c.thread_messages(t.clone(), None, None).await.unwrap()).into_iter().map(|a| a.0).collect();
+    who.sort();
+    assert_eq!(who, ["codex", "gemini"]);
+    let e = ClientError::from(c.council_send(t, "@gpt?".into(), None, None, None, None, None, None).await.unwrap_err());
+    assert_eq!(e.code(), Some(ErrorCode::InvalidArgument));
+    assert_eq!(e.to_string(), "unknown member @gpt; the members are claude, codex, gemini");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn at_all_addresses_everyone_and_auto_rounds_follow() {
+    let ws = Workspace::new(&[]);
+    config(&ws, &[("claude", "claude", &[]), ("codex", "codex", &[])], serde_json::json!({"auto_rounds": 1}));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread(&c, &ws).await;
+    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let sent = send(&c, &t, "@all thoughts?", None).await;
+    assert_eq!((sent.members.len(), sent.rounds, sent.message.to.clone()), (2, 2, vec!["all".to_string()]));
+    until_end(&mut sub, sent.message.seq).await;
+    assert_eq!(answers(&c.thread_messages(t, None, None).await.unwrap()).len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_muted_member_is_not_queried_at_all() {
+    let ws = Workspace::new(&[]);
+    let record = ws.file("record.jsonl");
+    let env: &[(&str, &str)] = &[("FAKE_RECORD", &record)];
+    config(&ws, &[("claude", "claude", env), ("codex", "codex", env)], serde_json::json!({"auto_rounds": 2}));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread(&c, &ws).await;
+    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let sent = send(&c, &t, "Go.", Some(vec!["codex".into()])).await;
+    assert_eq!(sent.members, vec!["claude".to_string()]);
+    until_end(&mut sub, sent.message.seq).await;
+    let who: Vec<String> = answers(&c.thread_messages(t, None, None).await.unwrap()).into_iter().map(|a| a.0).collect();
+    assert_eq!(who, ["claude", "claude", "claude"]);
+    assert!(records(&record).iter().all(|r| !r["argv"].to_string().contains("\"exec\"")), "codex never ran");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn interrupt_during_auto_rounds_stops_them() {
+    let ws = Workspace::new(&[]);
+    let slow: &[(&str, &str)] = &[("FAKE_DELTAS", "10"), ("FAKE_INTERVAL_MS", "40")];
+    config(&ws, &[("claude", "claude", slow), ("codex", "gemini", slow)], serde_json::json!({"auto_rounds": 3}));
+    let kdd = Kdd::start_with(&["--kill-grace-ms", "300"]);
+    let c = kdd.client().await;
+    let t = thread(&c, &ws).await;
+    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let sent = send(&c, &t, "Discuss.", None).await;
+    until_streaming_in_round(&mut sub, 2).await;
+    let i = c.council_interrupt(t.clone(), None).await.unwrap();
+    assert!(i.stopped_exchange);
+    assert_eq!(i.runs.len(), 1, "this client's run in flight is cancelled");
+    let (events, state) = until_end(&mut sub, sent.message.seq).await;
+    assert_eq!(state, RoundState::Stopped);
+    assert!(events.iter().any(|e| matches!(e, ThreadEvent::RunCancelled { .. })), "{events:#?}");
+    // The exchange is over: no further run starts.
+    let started = c.events_list(Some(t.clone()), None, Some("run.start".into()), None, None).await.unwrap().len();
+    assert_eq!(started, 3, "two in round 1, one in round 2");
+    assert!(c.run_list(Some(t.clone())).await.unwrap().is_empty());
+    let last = c.thread_messages(t, None, None).await.unwrap().pop().unwrap();
+    assert_eq!((last.kind, last.round), (MessageKind::Interrupted, Some(2)));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_member_is_skipped_and_every_round_completes() {
+    let ws = Workspace::new(&[]);
+    config(
+        &ws,
+        &[("claude", "claude", &[]), ("codex", "codex", &[("FAKE_ERROR", "rate limited")]), ("gemini", "gemini", &[])],
+        serde_json::json!({"auto_rounds": 1}),
+    );
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread(&c, &ws).await;
+    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let sent = send(&c, &t, "Go.", None).await;
+    let (_, state) = until_end(&mut sub, sent.message.seq).await;
+    assert_eq!(state, RoundState::Done);
+    let all = answers(&c.thread_messages(t, None, None).await.unwrap());
+    assert_eq!(all.len(), 6);
+    assert_eq!(
+        all[3..].to_vec(),
+        [
+            ("claude".to_string(), 2, MessageKind::Agent),
+            ("codex".into(), 2, MessageKind::Error),
+            ("gemini".into(), 2, MessageKind::Agent)
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn retry_replaces_the_failed_answer_in_its_place() {
+    let ws = Workspace::new(&[]);
+    let failing = |fail: bool| {
+        let env: &[(&str, &str)] = if fail { &[("FAKE_ERROR", "overloaded")] } else { &[] };
+        config(&ws, &[("claude", "claude", &[]), ("codex", "codex", env)], serde_json::json!({"auto_rounds": 1}));
+    };
+    failing(true);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread(&c, &ws).await;
+    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let sent = c.council_send(t.clone(), "Go.".into(), None, None, None, None, None, Some(0)).await.unwrap();
+    until_end(&mut sub, sent.message.seq).await;
+    let before = c.thread_messages(t.clone(), None, None).await.unwrap();
+    let failed = before.iter().find(|m| m.kind == MessageKind::Error).unwrap().clone();
+    assert_eq!(failed.from, "codex");
+
+    failing(false);
+    let runs = c.council_retry(t.clone(), None, None).await.unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!((runs[0].member.as_str(), runs[0].replaces, runs[0].round), ("codex", Some(failed.seq), Some(1)));
+    collect_until(&mut sub, |e| {
+        e.iter().any(|e| matches!(e, ThreadEvent::RunFinished { member, .. } if member == "codex"))
+    })
+    .await;
+    let after = c.thread_messages(t.clone(), None, None).await.unwrap();
+    assert_eq!(after.len(), before.len() + 1, "appended, seq stays dense");
+    let retried = after.last().unwrap();
+    assert_eq!((retried.replaces, retried.round, retried.kind), (Some(failed.seq), Some(1), MessageKind::Agent));
+    // Shown in the failure's place, and no round added.
+    let shown: Vec<u64> = display_order(&after).iter().map(|m| m.seq).collect();
+    let pos = before.iter().position(|m| m.seq == failed.seq).unwrap();
+    assert_eq!(shown[pos], retried.seq);
+    assert_eq!(shown.len(), before.len());
+    assert!(c.council_retry(t, None, None).await.unwrap().is_empty(), "nothing left to retry");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_king_message_stops_the_pending_turns_and_starts_a_new_exchange() {
+    let ws = Workspace::new(&[]);
+    let slow: &[(&str, &str)] = &[("FAKE_DELTAS", "10"), ("FAKE_INTERVAL_MS", "30")];
+    config(&ws, &[("claude", "claude", slow), ("codex", "gemini", slow)], serde_json::json!({"auto_rounds": 3}));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread(&c, &ws).await;
+    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let first = send(&c, &t, "First topic.", None).await;
+    let before = until_streaming_in_round(&mut sub, 2).await;
+    let second = c.council_send(t.clone(), "New topic.".into(), None, None, None, None, None, Some(1)).await.unwrap();
+    // claude's turn in flight is joined, not run twice; codex starts at once.
+    assert_eq!(
+        second.runs.iter().map(|r| (r.run.member.as_str(), r.attached)).collect::<Vec<_>>(),
+        [("claude", true), ("codex", false)]
+    );
+    let (events, state) = until_end(&mut sub, first.message.seq).await;
+    assert_eq!(state, RoundState::Stopped, "the first exchange stops");
+    let (more, state) = within("second exchange", until_end(&mut sub, second.message.seq)).await;
+    assert_eq!(state, RoundState::Done);
+    // Sorted by round then member: round 1 starts in parallel.
+    let runs_of = |king: u64| -> Vec<(String, u32)> {
+        let mut runs: Vec<(String, u32)> = before
+            .iter()
+            .chain(&events)
+            .chain(&more)
+            .filter_map(|e| match e {
+                ThreadEvent::RunWaiting { run } if run.exchange == Some(king) => {
+                    Some((run.member.clone(), run.round.unwrap_or(0)))
+                }
+                _ => None,
+            })
+            .collect();
+        runs.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+        runs
+    };
+    assert_eq!(
+        runs_of(first.message.seq),
+        [("claude".to_string(), 1), ("codex".into(), 1), ("claude".into(), 2)],
+        "no turn of the first exchange starts after the new message"
+    );
+    assert_eq!(runs_of(second.message.seq), [("codex".to_string(), 1), ("claude".into(), 2), ("codex".into(), 2)]);
+    let messages = c.thread_messages(t, None, None).await.unwrap();
+    assert!(messages.iter().all(|m| m.kind != MessageKind::Interrupted), "the turn in flight finished");
+}
