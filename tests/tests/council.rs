@@ -345,3 +345,26 @@ async fn a_new_king_message_stops_the_pending_turns_and_starts_a_new_exchange() 
     let messages = c.thread_messages(t, None, None).await.unwrap();
     assert!(messages.iter().all(|m| m.kind != MessageKind::Interrupted), "the turn in flight finished");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chat_send_is_framed_by_the_chat_preamble_and_the_agents_chat_prompt() {
+    let ws = Workspace::new(&[]);
+    let record = ws.file("record.jsonl");
+    let mut agent = kd_tests::fake("claude", "claude", &[("FAKE_RECORD", &record)]);
+    agent["prompts"] = serde_json::json!({"council": "Council voice.", "chat": "Chat voice."});
+    ws.write_config(&serde_json::json!({"council": {"members": ["claude"], "preamble": "Council preamble."}, "agents": {"claude": agent}}));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread(&c, &ws).await;
+    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    for style in [kd_proto::types::Style::Chat, kd_proto::types::Style::Council] {
+        let sent = c.council_send(t.clone(), "Hi.".into(), None, None, Some(style), None, None, Some(0)).await.unwrap();
+        until_end(&mut sub, sent.message.seq).await;
+    }
+    let recs = records(&record);
+    let chat = recs[0]["stdin"].as_str().unwrap();
+    let council = recs[1]["stdin"].as_str().unwrap();
+    assert!(chat.starts_with("You are in a group chat with the King"), "{chat}");
+    assert!(chat.contains("\n\nChat voice.\n\n[Previous conversation]\nking: Hi."), "{chat}");
+    assert!(council.starts_with("Council preamble.\n\nCouncil voice.\n\n[Previous conversation]\n"), "{council}");
+}
