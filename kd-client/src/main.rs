@@ -2,6 +2,7 @@
 
 #![forbid(unsafe_code)]
 
+mod chat;
 mod cmd;
 mod fmt;
 
@@ -29,6 +30,8 @@ struct Cli {
 enum Command {
     /// Ask the council; answers stream in as they are written
     Ask(cmd::ask::AskArgs),
+    /// Chat with the council in a full-screen terminal UI
+    Chat(chat::ChatArgs),
     /// List agent runs in flight, with their pids
     Runs(cmd::runs::RunsArgs),
     /// Stop a thread's runs and pending auto-turns (or one member's run)
@@ -87,6 +90,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Ask(a) => cmd::ask::run(&ctx, a).await,
+            Command::Chat(a) => chat::run(&ctx, a).await,
             Command::Runs(a) => cmd::runs::list(&ctx, a).await,
             Command::Cancel(a) => cmd::runs::cancel(&ctx, a).await,
             Command::Retry(a) => cmd::runs::retry(&ctx, a).await,

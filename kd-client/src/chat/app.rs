@@ -1,0 +1,505 @@
+//! The chat's state and how it changes: daemon events and user input come
+//! in, [`Effect`]s (things to ask the daemon) go out. No I/O here, so all of
+//! it is tested directly.
+
+use std::cell::RefCell;
+use std::collections::{BTreeSet, HashMap};
+
+use kd_proto::types::{Message, MessageKind, RoundState, Sent, Thread, ThreadEvent, display_order};
+use ratatui::text::Line;
+use ratatui_textarea::TextArea;
+
+use super::commands::{self, Command};
+
+/// What an entry of the log shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    King,
+    /// A finished answer (Markdown).
+    Answer,
+    /// An answer being written.
+    Streaming,
+    /// A member expected to answer who has not started.
+    Waiting,
+    Error {
+        timed_out: bool,
+    },
+    Interrupted,
+    System,
+}
+
+/// One panel of the log.
+#[derive(Debug)]
+pub struct Entry {
+    pub kind: Kind,
+    pub member: String,
+    pub text: String,
+    pub chars: u64,
+    pub seq: Option<u64>,
+    pub run: Option<String>,
+    pub round: Option<u32>,
+    /// Rendered lines for a width, kept until the entry changes.
+    pub cache: RefCell<Option<(u16, Vec<Line<'static>>)>>,
+}
+
+impl Entry {
+    fn new(kind: Kind, member: &str, text: String) -> Entry {
+        Entry {
+            kind,
+            member: member.to_string(),
+            chars: text.chars().count() as u64,
+            text,
+            seq: None,
+            run: None,
+            round: None,
+            cache: RefCell::new(None),
+        }
+    }
+
+    fn from_message(m: &Message) -> Entry {
+        let kind = match m.kind {
+            MessageKind::King => Kind::King,
+            MessageKind::Agent => Kind::Answer,
+            MessageKind::Error => Kind::Error { timed_out: m.body.contains("timed out after") },
+            MessageKind::Interrupted => Kind::Interrupted,
+            MessageKind::System => Kind::System,
+        };
+        let mut e = Entry::new(kind, &m.from, m.body.clone());
+        e.seq = Some(m.seq);
+        e.run = m.run.as_ref().and_then(|r| r.run_id.clone());
+        e.round = m.round;
+        e
+    }
+
+    fn changed(&self) {
+        *self.cache.borrow_mut() = None;
+    }
+}
+
+/// Something the chat asks of the daemon (or of its own process).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    Send {
+        body: String,
+        mute: Vec<String>,
+    },
+    /// Cancel this client's runs and stop the pending auto-turns.
+    Interrupt,
+    Retry,
+    NewThread,
+    ListThreads,
+    Open(String),
+    Exit,
+}
+
+/// Where an exchange stands, for the header.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Round {
+    pub exchange: u64,
+    pub round: u32,
+    pub rounds: u32,
+    pub running: bool,
+    pub expected: Vec<String>,
+}
+
+/// A list overlaid on the log.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Overlay {
+    Help,
+    /// Recent threads to open; index 0 is "new thread".
+    Threads {
+        threads: Vec<Thread>,
+        selected: usize,
+    },
+}
+
+pub struct App {
+    pub thread: Thread,
+    pub entries: Vec<Entry>,
+    pub input: TextArea<'static>,
+    /// How many log lines the view is scrolled up from the bottom.
+    pub scroll: usize,
+    /// New content arrived while scrolled up.
+    pub new_below: bool,
+    pub mute: BTreeSet<String>,
+    /// A one-line notice for the status bar.
+    pub notice: Option<String>,
+    pub round: Option<Round>,
+    pub connected: bool,
+    /// `/quit` waits for this client's runs; a second Esc forces it.
+    pub quitting: bool,
+    pub overlay: Option<Overlay>,
+    /// Runs this client started (an interrupt cancels them; /quit waits for them).
+    pub my_runs: BTreeSet<String>,
+    /// Something changed since the last frame.
+    pub dirty: bool,
+    /// The height of the log area at the last frame.
+    pub log_height: usize,
+    /// A thread to switch to (made by /new), opened by the loop.
+    pub pending_open: Option<Thread>,
+}
+
+impl App {
+    pub fn new(thread: Thread) -> App {
+        App {
+            thread,
+            entries: Vec::new(),
+            input: new_input(),
+            scroll: 0,
+            new_below: false,
+            mute: BTreeSet::new(),
+            notice: None,
+            round: None,
+            connected: true,
+            quitting: false,
+            overlay: None,
+            my_runs: BTreeSet::new(),
+            dirty: true,
+            log_height: 20,
+            pending_open: None,
+        }
+    }
+
+    /// Replaces the log with the thread's messages (on open and after a reconnect).
+    pub fn load(&mut self, thread: Thread, messages: &[Message]) {
+        self.thread = thread;
+        self.entries = display_order(messages).into_iter().map(Entry::from_message).collect();
+        self.scroll = 0;
+        self.new_below = false;
+        self.round = None;
+        self.dirty = true;
+    }
+
+    /// Members currently writing.
+    pub fn streaming(&self) -> Vec<&str> {
+        self.entries.iter().filter(|e| e.kind == Kind::Streaming).map(|e| e.member.as_str()).collect()
+    }
+
+    fn index_of_run(&self, run: &str) -> Option<usize> {
+        self.entries
+            .iter()
+            .rposition(|e| e.run.as_deref() == Some(run) && matches!(e.kind, Kind::Streaming | Kind::Waiting))
+    }
+
+    fn index_of_seq(&self, seq: u64) -> Option<usize> {
+        self.entries.iter().rposition(|e| e.seq == Some(seq))
+    }
+
+    fn placeholder_for(&self, member: &str) -> Option<usize> {
+        self.entries.iter().rposition(|e| e.kind == Kind::Waiting && e.run.is_none() && e.member == member)
+    }
+
+    /// Content changed: follow it if at the bottom, else say so.
+    fn grew(&mut self) {
+        self.dirty = true;
+        if self.scroll > 0 {
+            self.new_below = true;
+        }
+    }
+
+    fn push(&mut self, e: Entry) {
+        self.entries.push(e);
+        self.grew();
+    }
+
+    /// Applies an event from the thread's subscription.
+    pub fn apply(&mut self, event: &ThreadEvent) {
+        match event {
+            ThreadEvent::Message { message } => self.on_message(message),
+            ThreadEvent::RunWaiting { run } => {
+                if self.index_of_run(&run.id).is_some() {
+                    return;
+                }
+                let at =
+                    run.replaces.and_then(|seq| self.index_of_seq(seq)).or_else(|| self.placeholder_for(&run.member));
+                match at {
+                    Some(i) => {
+                        let e = &mut self.entries[i];
+                        e.kind = Kind::Waiting;
+                        e.run = Some(run.id.clone());
+                        e.round = run.round;
+                        e.text.clear();
+                        e.chars = 0;
+                        e.changed();
+                        self.dirty = true;
+                    }
+                    None => {
+                        let mut e = Entry::new(Kind::Waiting, &run.member, String::new());
+                        e.run = Some(run.id.clone());
+                        e.round = run.round;
+                        self.push(e);
+                    }
+                }
+            }
+            ThreadEvent::RunStarted { .. } => {}
+            ThreadEvent::Delta { run, member, text, chars } => {
+                let i = match self.index_of_run(run) {
+                    Some(i) => i,
+                    None => {
+                        let mut e = Entry::new(Kind::Streaming, member, String::new());
+                        e.run = Some(run.clone());
+                        self.entries.push(e);
+                        self.entries.len() - 1
+                    }
+                };
+                let e = &mut self.entries[i];
+                e.kind = Kind::Streaming;
+                e.text.push_str(text);
+                e.chars = *chars;
+                e.changed();
+                self.grew();
+            }
+            ThreadEvent::RunFinished { run, .. }
+            | ThreadEvent::RunError { run, .. }
+            | ThreadEvent::RunCancelled { run, .. } => {
+                self.my_runs.remove(run);
+            }
+            ThreadEvent::Round { exchange, round, rounds, state, expected } => {
+                let running = *state == RoundState::Running;
+                self.round = Some(Round {
+                    exchange: *exchange,
+                    round: *round,
+                    rounds: *rounds,
+                    running,
+                    expected: expected.clone(),
+                });
+                if running && *round > 1 {
+                    // Sequential turns: show who speaks next.
+                    self.expect_next(None);
+                }
+                if !running {
+                    // The exchange is over: nobody else is coming.
+                    self.entries.retain(|e| !(e.kind == Kind::Waiting && e.run.is_none()));
+                }
+                self.dirty = true;
+            }
+            ThreadEvent::Lagged { .. } => {
+                self.notice = Some("some live output was skipped (the view fell behind)".into());
+                self.dirty = true;
+            }
+        }
+    }
+
+    fn on_message(&mut self, m: &Message) {
+        if self.index_of_seq(m.seq).is_some() {
+            return;
+        }
+        let run = m.run.as_ref().and_then(|r| r.run_id.clone());
+        let at = run
+            .as_deref()
+            .and_then(|r| self.index_of_run(r))
+            .or_else(|| m.replaces.and_then(|r| self.index_of_seq(r)))
+            .or_else(|| if m.from == "king" { None } else { self.placeholder_for(&m.from) });
+        let entry = Entry::from_message(m);
+        match at {
+            Some(i) => {
+                self.entries[i] = entry;
+                self.dirty = true;
+            }
+            None => self.push(entry),
+        }
+        // In a sequential round the next member's turn comes now.
+        if m.kind != MessageKind::King
+            && m.round.is_some()
+            && self.round.as_ref().is_some_and(|r| r.running && r.round > 1)
+        {
+            self.expect_next(Some(&m.from));
+        }
+    }
+
+    /// Adds a waiting panel for the member after `after` in this round's
+    /// order (the first one when `after` is None), unless it already has one.
+    fn expect_next(&mut self, after: Option<&str>) {
+        let Some(round) = &self.round else { return };
+        let next = match after {
+            None => round.expected.first(),
+            Some(a) => round.expected.iter().skip_while(|m| m.as_str() != a).nth(1),
+        };
+        let Some(next) = next.cloned() else { return };
+        let busy = self.entries.iter().any(|e| e.member == next && matches!(e.kind, Kind::Waiting | Kind::Streaming));
+        if !busy {
+            self.push(Entry::new(Kind::Waiting, &next, String::new()));
+        }
+    }
+
+    /// Our own send came back: waiting panels for those who will answer.
+    pub fn on_sent(&mut self, sent: &Sent) {
+        for r in &sent.runs {
+            self.my_runs.insert(r.run.id.clone());
+        }
+        self.on_message(&sent.message);
+        let starting: Vec<String> = if sent.mode == kd_proto::types::Mode::Broadcast {
+            sent.members.clone()
+        } else {
+            sent.members.iter().take(1).cloned().collect()
+        };
+        for member in starting {
+            let started = sent.runs.iter().find(|r| r.run.member == member);
+            let known = self.entries.iter().any(|e| {
+                e.member == member
+                    && matches!(e.kind, Kind::Waiting | Kind::Streaming)
+                    && (started.is_none() || e.run == started.map(|r| r.run.id.clone()))
+            });
+            if !known {
+                let mut e = Entry::new(Kind::Waiting, &member, String::new());
+                e.run = started.map(|r| r.run.id.clone());
+                self.push(e);
+            }
+        }
+        if let Some(notice) = &sent.notice {
+            self.notice = Some(notice.clone());
+        }
+    }
+
+    pub fn set_notice(&mut self, text: impl Into<String>) {
+        self.notice = Some(text.into());
+        self.dirty = true;
+    }
+
+    /// The input was submitted: a message or a command.
+    pub fn submit(&mut self) -> Vec<Effect> {
+        let text = self.input.lines().join("\n");
+        if text.trim().is_empty() {
+            return vec![];
+        }
+        self.input = new_input();
+        self.dirty = true;
+        if !text.starts_with('/') {
+            self.scroll = 0;
+            self.new_below = false;
+            return vec![Effect::Send { body: text, mute: self.mute.iter().cloned().collect() }];
+        }
+        match commands::parse(&text) {
+            Ok(Command::Mute(name)) | Ok(Command::Unmute(name)) if !self.thread.members.contains(&name) => {
+                self.set_notice(format!("no member {name:?}; the members are {}", self.thread.members.join(", ")));
+                vec![]
+            }
+            Ok(Command::Mute(name)) => {
+                self.mute.insert(name.clone());
+                self.set_notice(format!("{name} is muted: it will not be asked until /unmute {name}"));
+                vec![]
+            }
+            Ok(Command::Unmute(name)) => {
+                self.mute.remove(&name);
+                self.set_notice(format!("{name} is back"));
+                vec![]
+            }
+            Ok(Command::Retry) => vec![Effect::Retry],
+            Ok(Command::Help) => {
+                self.overlay = Some(Overlay::Help);
+                vec![]
+            }
+            Ok(Command::Quit) => self.quit(),
+            Ok(Command::New) => vec![Effect::NewThread],
+            Ok(Command::Threads) => vec![Effect::ListThreads],
+            Err(msg) => {
+                self.set_notice(msg);
+                vec![]
+            }
+        }
+    }
+
+    /// `/quit`: now, or once this client's runs are done.
+    pub fn quit(&mut self) -> Vec<Effect> {
+        if self.my_runs_in_flight() == 0 {
+            return vec![Effect::Exit];
+        }
+        self.quitting = true;
+        self.set_notice("quitting when your runs finish · Esc to stop them and quit now");
+        vec![]
+    }
+
+    pub fn my_runs_in_flight(&self) -> usize {
+        self.entries
+            .iter()
+            .filter(|e| matches!(e.kind, Kind::Waiting | Kind::Streaming))
+            .filter(|e| e.run.as_ref().is_some_and(|r| self.my_runs.contains(r)))
+            .count()
+    }
+
+    /// Esc: interrupt; during /quit, force it.
+    pub fn escape(&mut self) -> Vec<Effect> {
+        if self.overlay.take().is_some() {
+            self.dirty = true;
+            return vec![];
+        }
+        if self.quitting {
+            return vec![Effect::Interrupt, Effect::Exit];
+        }
+        self.set_notice("interrupted: your runs are cancelled and the pending turns stopped");
+        vec![Effect::Interrupt]
+    }
+
+    /// Tab: completes the `@member` or `/command` before the cursor.
+    pub fn complete(&mut self) {
+        let ratatui_textarea::DataCursor(row, col) = self.input.cursor();
+        let line = self.input.lines().get(row).cloned().unwrap_or_default();
+        let before: String = line.chars().take(col).collect();
+        let word_start = before.rfind(char::is_whitespace).map(|i| i + 1).unwrap_or(0);
+        let word = &before[word_start..];
+        let candidates: Vec<String> = if let Some(partial) = word.strip_prefix('@') {
+            std::iter::once("all".to_string())
+                .chain(self.thread.members.iter().cloned())
+                .filter(|m| m.starts_with(&partial.to_lowercase()))
+                .map(|m| format!("@{m} "))
+                .collect()
+        } else if word.starts_with('/') && word_start == 0 && row == 0 {
+            commands::NAMES.iter().filter(|c| c.starts_with(word)).map(|c| format!("{c} ")).collect()
+        } else {
+            vec![]
+        };
+        match candidates.as_slice() {
+            [one] => {
+                for _ in 0..word.chars().count() {
+                    self.input.delete_char();
+                }
+                self.input.insert_str(one);
+            }
+            [] => {}
+            many => self.set_notice(many.iter().map(|c| c.trim()).collect::<Vec<_>>().join("  ")),
+        }
+        self.dirty = true;
+    }
+
+    pub fn scroll_up(&mut self, lines: usize) {
+        self.scroll = self.scroll.saturating_add(lines);
+        self.dirty = true;
+    }
+
+    pub fn scroll_down(&mut self, lines: usize) {
+        self.scroll = self.scroll.saturating_sub(lines);
+        if self.scroll == 0 {
+            self.new_below = false;
+        }
+        self.dirty = true;
+    }
+
+    pub fn scroll_to_bottom(&mut self) {
+        self.scroll = 0;
+        self.new_below = false;
+        self.dirty = true;
+    }
+
+    /// Members and kinds of the panels, for tests.
+    #[cfg(test)]
+    pub fn kinds(&self) -> Vec<(String, Kind)> {
+        self.entries.iter().map(|e| (e.member.clone(), e.kind)).collect()
+    }
+}
+
+pub fn new_input() -> TextArea<'static> {
+    let mut t = TextArea::default();
+    t.set_placeholder_text("Message the council · @name to address · /help");
+    t.set_cursor_line_style(ratatui::style::Style::default());
+    t.set_wrap_mode(ratatui_textarea::WrapMode::WordOrGlyph);
+    t
+}
+
+/// Panels waiting or streaming per member (for the header).
+pub fn activity(app: &App) -> HashMap<String, Kind> {
+    app.entries
+        .iter()
+        .filter(|e| matches!(e.kind, Kind::Waiting | Kind::Streaming))
+        .map(|e| (e.member.clone(), e.kind))
+        .collect()
+}

@@ -1,0 +1,101 @@
+//! Keys, mouse and paste to state changes and effects.
+
+use ratatui::crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseEventKind};
+use ratatui_textarea::Input;
+
+use super::app::{App, Effect, Overlay};
+
+/// Lines the mouse wheel scrolls.
+const WHEEL: usize = 3;
+
+pub fn on_event(app: &mut App, event: Event) -> Vec<Effect> {
+    match event {
+        Event::Key(key) if key.kind != KeyEventKind::Release => on_key(app, key),
+        Event::Paste(text) => {
+            // Multi-line pastes stay in the input; nothing is sent.
+            let text = text.replace("\r\n", "\n").replace('\r', "\n");
+            app.input.insert_str(&text);
+            app.dirty = true;
+            vec![]
+        }
+        Event::Mouse(m) => {
+            match m.kind {
+                MouseEventKind::ScrollUp => app.scroll_up(WHEEL),
+                MouseEventKind::ScrollDown => app.scroll_down(WHEEL),
+                _ => {}
+            }
+            vec![]
+        }
+        Event::Resize(..) => {
+            app.dirty = true;
+            vec![]
+        }
+        _ => vec![],
+    }
+}
+
+pub fn on_key(app: &mut App, key: KeyEvent) -> Vec<Effect> {
+    let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
+    if ctrl && matches!(key.code, KeyCode::Char('c')) {
+        return vec![Effect::Exit];
+    }
+    if key.code == KeyCode::Esc {
+        return app.escape();
+    }
+    if let Some(overlay) = app.overlay.clone() {
+        return on_overlay_key(app, overlay, key);
+    }
+    let page = app.log_height.saturating_sub(2).max(1);
+    match key.code {
+        KeyCode::Enter if key.modifiers.intersects(KeyModifiers::SHIFT | KeyModifiers::ALT) => newline(app),
+        KeyCode::Char('j') if ctrl => newline(app),
+        KeyCode::Enter => {
+            app.notice = None;
+            return app.submit();
+        }
+        KeyCode::Tab => app.complete(),
+        KeyCode::PageUp => app.scroll_up(page),
+        KeyCode::PageDown => app.scroll_down(page),
+        KeyCode::Home => app.scroll_up(usize::MAX / 2),
+        KeyCode::End => app.scroll_to_bottom(),
+        _ => {
+            if app.input.input(Input::from(key)) {
+                app.notice = None;
+            }
+            app.dirty = true;
+        }
+    }
+    vec![]
+}
+
+fn newline(app: &mut App) {
+    app.input.insert_newline();
+    app.dirty = true;
+}
+
+fn on_overlay_key(app: &mut App, overlay: Overlay, key: KeyEvent) -> Vec<Effect> {
+    app.dirty = true;
+    match overlay {
+        Overlay::Help => {
+            app.overlay = None;
+            vec![]
+        }
+        Overlay::Threads { threads, selected } => {
+            let last = threads.len();
+            let selected = match key.code {
+                KeyCode::Up => selected.saturating_sub(1),
+                KeyCode::Down => (selected + 1).min(last),
+                KeyCode::Enter => {
+                    app.overlay = None;
+                    return match selected {
+                        0 => vec![Effect::NewThread],
+                        i => threads.get(i - 1).map(|t| vec![Effect::Open(t.id.clone())]).unwrap_or_default(),
+                    };
+                }
+                _ => selected,
+            };
+            app.overlay = Some(Overlay::Threads { threads, selected });
+            vec![]
+        }
+    }
+}

@@ -1,0 +1,352 @@
+//! `kd chat`: the streaming group-chat TUI (ratatui + crossterm).
+//!
+//! A view and input layer over the daemon: [`app`] holds the state and how
+//! events change it, [`view`] draws it, [`keys`] maps input, [`commands`]
+//! parses slash commands, [`wrap`] wraps styled text. This module runs the
+//! loop: one `select!` over terminal input, the thread's subscription,
+//! answers to requests, signals and a capped redraw deadline — nothing
+//! runs while nothing happens.
+
+pub mod app;
+pub mod commands;
+pub mod keys;
+pub mod view;
+pub mod wrap;
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use futures_util::StreamExt;
+use jsonrpsee::core::client::Subscription;
+use kd_client::{Client, ClientError, KdApiClient, workspace};
+use kd_proto::types::{Message, RunInfo, Sent, Style, Thread, ThreadEvent};
+use ratatui::Terminal;
+use ratatui::backend::CrosstermBackend;
+use ratatui::crossterm::event::{
+    DisableBracketedPaste, DisableMouseCapture, EnableBracketedPaste, EnableMouseCapture, EventStream,
+    KeyboardEnhancementFlags, PopKeyboardEnhancementFlags, PushKeyboardEnhancementFlags,
+};
+use ratatui::crossterm::execute;
+use ratatui::crossterm::terminal::{
+    EnterAlternateScreen, LeaveAlternateScreen, disable_raw_mode, enable_raw_mode, supports_keyboard_enhancement,
+};
+use tokio::sync::mpsc;
+
+use crate::cmd::Ctx;
+use app::{App, Effect, Overlay};
+
+/// Shortest time between two frames.
+const FRAME: Duration = Duration::from_millis(33);
+/// Pause between reconnection attempts.
+const RECONNECT: Duration = Duration::from_millis(500);
+
+#[derive(Debug, Args)]
+pub struct ChatArgs {
+    /// Thread id [default: the current thread of this workspace and branch]
+    thread: Option<String>,
+    /// Start a new thread
+    #[arg(long, conflicts_with = "thread")]
+    new: bool,
+}
+
+/// Answers to requests made from the loop.
+enum Reply {
+    Sent(Result<Box<Sent>, ClientError>),
+    Interrupted(Result<usize, ClientError>),
+    Retried(Result<Vec<RunInfo>, ClientError>),
+    Threads(Result<Vec<Thread>, ClientError>),
+    Opened(Result<Thread, ClientError>),
+}
+
+pub async fn run(ctx: &Ctx, args: ChatArgs) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
+    let client = Arc::new(ctx.client().await?);
+    let ws = workspace::current()?;
+    let root = ws.root.display().to_string();
+    let opening: Option<Thread> = match (args.thread, args.new) {
+        (Some(id), _) => Some(client.thread_get(id).await.map_err(ClientError::from)?),
+        (None, true) => Some(new_thread(&client, &root, ws.branch.clone()).await?),
+        (None, false) => client.thread_current(root.clone(), ws.branch.clone()).await.map_err(ClientError::from)?,
+    };
+    let recent = client.thread_list(Some(root.clone()), None, Some(20)).await.map_err(ClientError::from)?;
+    let guard = TerminalGuard::enter()?;
+    let mut terminal = Terminal::new(CrosstermBackend::new(std::io::stdout())).context("cannot open the terminal")?;
+    let placeholder = Thread {
+        id: "(no thread)".into(),
+        workspace: root.clone(),
+        branch: ws.branch.clone(),
+        title: None,
+        status: kd_proto::types::ThreadStatus::Active,
+        lineage: kd_proto::types::Lineage::Trunk,
+        parent: None,
+        members: vec![],
+        context: kd_proto::types::ContextMode::History,
+        created_at_ms: 0,
+        last_activity_at_ms: 0,
+        last_seq: 0,
+    };
+    let mut app = App::new(opening.clone().unwrap_or(placeholder));
+    let mut client = client;
+    let mut sub: Option<Subscription<ThreadEvent>> = None;
+    match opening {
+        Some(t) => sub = open(&client, &mut app, t).await.ok(),
+        // No current thread: pick one of the recent ones or start anew.
+        None => app.overlay = Some(Overlay::Threads { threads: recent, selected: 0 }),
+    }
+    let (tx, mut rx) = mpsc::unbounded_channel::<Reply>();
+    let mut input = EventStream::new();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut last_frame = Instant::now() - FRAME;
+    let mut first_paint = true;
+    let mut reconnect_at: Option<tokio::time::Instant> = None;
+    let mut exit = false;
+    while !exit {
+        if app.dirty {
+            let due = last_frame + FRAME;
+            if Instant::now() >= due {
+                terminal.draw(|f| view::draw(f, &mut app)).context("cannot draw")?;
+                last_frame = Instant::now();
+                if first_paint {
+                    first_paint = false;
+                    note_first_paint(started.elapsed());
+                }
+            }
+        }
+        let redraw_at = tokio::time::Instant::from_std(last_frame + FRAME);
+        let effects: Vec<Effect> = tokio::select! {
+            ev = input.next() => match ev {
+                Some(Ok(ev)) => keys::on_event(&mut app, ev),
+                Some(Err(_)) | None => vec![Effect::Exit],
+            },
+            ev = next_event(&mut sub) => {
+                match ev {
+                    Some(e) => app.apply(&e),
+                    None => {
+                        sub = None;
+                        app.connected = false;
+                        app.dirty = true;
+                        reconnect_at = Some(tokio::time::Instant::now() + RECONNECT);
+                    }
+                }
+                if app.quitting && app.my_runs_in_flight() == 0 {
+                    vec![Effect::Exit]
+                } else {
+                    vec![]
+                }
+            }
+            Some(reply) = rx.recv() => on_reply(&mut app, reply),
+            _ = tokio::time::sleep_until(redraw_at), if app.dirty => vec![],
+            _ = sleep_until(reconnect_at) => {
+                reconnect_at = None;
+                match Client::connect_or_start(client.socket()).await {
+                    Ok(c) => {
+                        client = Arc::new(c);
+                        let thread = app.thread.clone();
+                        match open(&client, &mut app, thread).await {
+                            Ok(s) => {
+                                sub = Some(s);
+                                app.connected = true;
+                                app.set_notice("reconnected to kdd");
+                            }
+                            Err(_) => reconnect_at = Some(tokio::time::Instant::now() + RECONNECT),
+                        }
+                    }
+                    Err(_) => reconnect_at = Some(tokio::time::Instant::now() + RECONNECT),
+                }
+                app.dirty = true;
+                vec![]
+            }
+            _ = term.recv() => vec![Effect::Exit],
+        };
+        for effect in effects {
+            match effect {
+                Effect::Exit => exit = true,
+                Effect::Open(id) => match client.thread_get(id).await {
+                    Ok(t) => sub = open(&client, &mut app, t).await.ok(),
+                    Err(e) => app.set_notice(ClientError::from(e).to_string()),
+                },
+                other => request(&client, &app, other, tx.clone()),
+            }
+        }
+        // A thread opened by a reply needs its subscription.
+        if let Some(t) = take_pending_open(&mut app) {
+            sub = open(&client, &mut app, t).await.ok();
+        }
+    }
+    drop(terminal);
+    drop(guard);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A new thread of the workspace, made current.
+async fn new_thread(client: &Client, root: &str, branch: Option<String>) -> Result<Thread, ClientError> {
+    Ok(client.thread_create(root.to_string(), branch, None, None, None, None, None, Some(true), None).await?)
+}
+
+/// Loads a thread's history and subscribes to what follows it.
+async fn open(client: &Client, app: &mut App, thread: Thread) -> Result<Subscription<ThreadEvent>, ClientError> {
+    let messages: Vec<Message> = client.thread_messages(thread.id.clone(), None, None).await?;
+    let mut thread = client.thread_get(thread.id.clone()).await.unwrap_or(thread);
+    if thread.members.is_empty() {
+        // A new thread learns its members at the first message: show the council's now.
+        if let Ok(view) = client.config_get(thread.workspace.clone()).await {
+            let members =
+                view.entries.iter().find(|e| e.key == "council.members").and_then(|e| e.value.as_array().cloned());
+            thread.members =
+                members.unwrap_or_default().iter().filter_map(|m| m.as_str().map(str::to_string)).collect();
+        }
+    }
+    let last = messages.last().map(|m| m.seq).unwrap_or(0);
+    app.load(thread.clone(), &messages);
+    app.connected = true;
+    Ok(client.thread_subscribe(thread.id, Some(last)).await?)
+}
+
+async fn next_event(sub: &mut Option<Subscription<ThreadEvent>>) -> Option<ThreadEvent> {
+    match sub {
+        Some(s) => loop {
+            match s.next().await {
+                Some(Ok(e)) => return Some(e),
+                // An item this client cannot read is skipped, not fatal.
+                Some(Err(_)) => continue,
+                None => return None,
+            }
+        },
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Sends a request without blocking the loop; the answer comes back as a [`Reply`].
+fn request(client: &Arc<Client>, app: &App, effect: Effect, tx: mpsc::UnboundedSender<Reply>) {
+    let client = client.clone();
+    let thread = app.thread.id.clone();
+    let workspace = app.thread.workspace.clone();
+    let branch = app.thread.branch.clone();
+    tokio::spawn(async move {
+        let reply = match effect {
+            Effect::Send { body, mute } => Reply::Sent(
+                client
+                    .council_send(thread, body, None, Some(mute), Some(Style::Chat), None, None, None)
+                    .await
+                    .map(Box::new)
+                    .map_err(ClientError::from),
+            ),
+            Effect::Interrupt => Reply::Interrupted(
+                client.council_interrupt(thread, None).await.map(|i| i.runs.len()).map_err(ClientError::from),
+            ),
+            Effect::Retry => {
+                Reply::Retried(client.council_retry(thread, Some(Style::Chat), None).await.map_err(ClientError::from))
+            }
+            Effect::ListThreads => {
+                Reply::Threads(client.thread_list(Some(workspace), None, Some(20)).await.map_err(ClientError::from))
+            }
+            Effect::NewThread => Reply::Opened(new_thread(&client, &workspace, branch).await),
+            Effect::Open(_) | Effect::Exit => return,
+        };
+        let _ = tx.send(reply);
+    });
+}
+
+fn on_reply(app: &mut App, reply: Reply) -> Vec<Effect> {
+    match reply {
+        Reply::Sent(Ok(sent)) => app.on_sent(&sent),
+        Reply::Interrupted(Ok(n)) => {
+            if n == 0 {
+                app.set_notice("nothing of yours was running; pending auto-turns are stopped");
+            }
+        }
+        Reply::Retried(Ok(runs)) if runs.is_empty() => app.set_notice("no failed members to retry"),
+        Reply::Retried(Ok(runs)) => {
+            for r in &runs {
+                app.my_runs.insert(r.id.clone());
+            }
+            app.set_notice(format!(
+                "retrying {}",
+                runs.iter().map(|r| r.member.as_str()).collect::<Vec<_>>().join(", ")
+            ));
+        }
+        Reply::Threads(Ok(threads)) => app.overlay = Some(Overlay::Threads { threads, selected: 0 }),
+        Reply::Opened(Ok(thread)) => app.pending_open = Some(thread),
+        Reply::Sent(Err(e))
+        | Reply::Interrupted(Err(e))
+        | Reply::Retried(Err(e))
+        | Reply::Threads(Err(e))
+        | Reply::Opened(Err(e)) => app.set_notice(e.to_string()),
+    }
+    app.dirty = true;
+    vec![]
+}
+
+fn take_pending_open(app: &mut App) -> Option<Thread> {
+    app.pending_open.take()
+}
+
+/// Writes the time to the first full paint where `KD_CHAT_TIMINGS` says (for the bench).
+fn note_first_paint(elapsed: Duration) {
+    if let Some(path) = std::env::var_os("KD_CHAT_TIMINGS")
+        && let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path)
+    {
+        let _ = writeln!(f, "first_paint_ms {:.3}", elapsed.as_secs_f64() * 1000.0);
+    }
+}
+
+/// Raw mode, the alternate screen, mouse and paste capture — undone on drop,
+/// on panic and (through the loop) on SIGTERM.
+struct TerminalGuard {
+    enhanced: bool,
+}
+
+impl TerminalGuard {
+    fn enter() -> anyhow::Result<TerminalGuard> {
+        enable_raw_mode().context("cannot put the terminal in raw mode")?;
+        let enhanced = supports_keyboard_enhancement().unwrap_or(false);
+        let mut out = std::io::stdout();
+        execute!(out, EnterAlternateScreen, EnableMouseCapture, EnableBracketedPaste)
+            .context("cannot set up the terminal")?;
+        if enhanced {
+            // Lets terminals that can report Shift+Enter apart from Enter.
+            let _ = execute!(out, PushKeyboardEnhancementFlags(KeyboardEnhancementFlags::DISAMBIGUATE_ESCAPE_CODES));
+        }
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            restore(enhanced);
+            previous(info);
+        }));
+        Ok(TerminalGuard { enhanced })
+    }
+}
+
+impl Drop for TerminalGuard {
+    fn drop(&mut self) {
+        restore(self.enhanced);
+    }
+}
+
+fn restore(enhanced: bool) {
+    let mut out = std::io::stdout();
+    if enhanced {
+        let _ = execute!(out, PopKeyboardEnhancementFlags);
+    }
+    let _ = execute!(
+        out,
+        DisableBracketedPaste,
+        DisableMouseCapture,
+        LeaveAlternateScreen,
+        ratatui::crossterm::cursor::Show
+    );
+    let _ = disable_raw_mode();
+}
+
+#[cfg(test)]
+mod tests;

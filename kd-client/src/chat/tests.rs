@@ -1,0 +1,332 @@
+//! Tests of the chat: how events and keys change the state, and how the
+//! screen looks (TestBackend snapshots, in `snapshots/`).
+
+use kd_proto::types::*;
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use ratatui::crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers};
+
+use super::app::{App, Effect, Kind, Overlay};
+use super::{keys, view};
+
+fn thread() -> Thread {
+    Thread {
+        id: "a8b3c1".into(),
+        workspace: "/repo".into(),
+        branch: Some("main".into()),
+        title: None,
+        status: ThreadStatus::Active,
+        lineage: Lineage::Trunk,
+        parent: None,
+        members: vec!["claude".into(), "codex".into(), "cursor".into()],
+        context: ContextMode::History,
+        created_at_ms: 0,
+        last_activity_at_ms: 0,
+        last_seq: 0,
+    }
+}
+
+fn message(seq: u64, from: &str, kind: MessageKind, body: &str, run: Option<&str>) -> Message {
+    Message {
+        thread: "a8b3c1".into(),
+        seq,
+        from: from.into(),
+        to: vec![if from == "king" { "all" } else { "king" }.into()],
+        cc: vec![],
+        reply_to: None,
+        kind,
+        body: body.into(),
+        round: Some(1).filter(|_| from != "king"),
+        created_at_ms: 0,
+        run: run.map(|r| RunMeta { run_id: Some(r.into()), ..RunMeta::default() }),
+        replaces: None,
+    }
+}
+
+fn run_info(id: &str, member: &str) -> RunInfo {
+    RunInfo {
+        id: id.into(),
+        thread: "a8b3c1".into(),
+        member: member.into(),
+        backend: member.into(),
+        status: RunStatus::Waiting,
+        pid: None,
+        started_at_ms: 0,
+        chars: 0,
+        reply_to: Some(1),
+        round: Some(1),
+        exchange: Some(1),
+        replaces: None,
+    }
+}
+
+fn delta(run: &str, member: &str, text: &str, chars: u64) -> ThreadEvent {
+    ThreadEvent::Delta { run: run.into(), member: member.into(), text: text.into(), chars }
+}
+
+fn key(code: KeyCode) -> KeyEvent {
+    KeyEvent::new(code, KeyModifiers::NONE)
+}
+
+fn typed(app: &mut App, text: &str) {
+    for c in text.chars() {
+        keys::on_key(app, key(KeyCode::Char(c)));
+    }
+}
+
+fn screen(app: &mut App, width: u16, height: u16) -> String {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
+    terminal.draw(|f| view::draw(f, app)).unwrap();
+    format!("{}", terminal.backend())
+}
+
+/// A conversation with every kind of panel.
+fn every_panel() -> App {
+    let mut app = App::new(thread());
+    app.load(
+        thread(),
+        &[
+            message(1, "king", MessageKind::King, "What should we do about the database schema?", None),
+            message(
+                2,
+                "claude",
+                MessageKind::Agent,
+                "## Options\n\n1. **Normalize** fully\n2. Denormalize for *reads*\n\n```sql\nCREATE TABLE t (id INTEGER);\n```",
+                Some("r1"),
+            ),
+            message(3, "codex", MessageKind::Error, "codex: timed out after 600 s", Some("r2")),
+            message(4, "cursor", MessageKind::Interrupted, "I was saying that", Some("r3")),
+        ],
+    );
+    app.apply(&ThreadEvent::Round { exchange: 1, round: 2, rounds: 4, state: RoundState::Running, expected: vec![] });
+    app.apply(&ThreadEvent::RunWaiting { run: run_info("r4", "claude") });
+    app.apply(&delta("r4", "claude", "Building on that, I think we", 2847));
+    app.apply(&ThreadEvent::RunWaiting { run: run_info("r5", "codex") });
+    app
+}
+
+#[test]
+fn every_panel_kind_at_80_columns() {
+    let mut app = every_panel();
+    insta::assert_snapshot!(screen(&mut app, 80, 48));
+}
+
+#[test]
+fn narrow_terminal_of_40_columns() {
+    let mut app = every_panel();
+    insta::assert_snapshot!(screen(&mut app, 40, 40));
+}
+
+#[test]
+fn wide_terminal_of_120_columns() {
+    let mut app = every_panel();
+    insta::assert_snapshot!(screen(&mut app, 120, 40));
+}
+
+#[test]
+fn the_input_grows_with_its_content_up_to_a_limit() {
+    let mut app = App::new(thread());
+    typed(&mut app, "first line");
+    keys::on_key(&mut app, KeyEvent::new(KeyCode::Enter, KeyModifiers::ALT));
+    typed(&mut app, "second line");
+    keys::on_key(&mut app, KeyEvent::new(KeyCode::Enter, KeyModifiers::SHIFT));
+    typed(&mut app, "third");
+    insta::assert_snapshot!(screen(&mut app, 60, 16));
+    for _ in 0..20 {
+        keys::on_key(&mut app, KeyEvent::new(KeyCode::Char('j'), KeyModifiers::CONTROL));
+    }
+    assert_eq!(view::input_rows(&app, 58), view::MAX_INPUT_ROWS);
+}
+
+#[test]
+fn header_and_status_bar_show_members_rounds_streaming_and_notices() {
+    let mut app = every_panel();
+    app.mute.insert("cursor".into());
+    app.set_notice("cursor is muted: it will not be asked until /unmute cursor");
+    let s = screen(&mut app, 100, 12);
+    let lines: Vec<&str> = s.lines().collect();
+    assert!(
+        lines[0].contains("kd chat · a8b3c1 · claude codex cursor · round 2/4 · streaming: claude"),
+        "{}",
+        lines[0]
+    );
+    assert!(lines[8].contains("cursor is muted"), "{s}");
+}
+
+#[test]
+fn a_disconnected_daemon_shows_a_banner() {
+    let mut app = every_panel();
+    app.connected = false;
+    let s = screen(&mut app, 80, 12);
+    assert!(s.lines().nth(1).unwrap().contains("kdd is not reachable — reconnecting…"), "{s}");
+}
+
+#[test]
+fn enter_sends_with_the_mute_list_and_clears_the_input() {
+    let mut app = App::new(thread());
+    typed(&mut app, "/mute codex");
+    assert_eq!(keys::on_key(&mut app, key(KeyCode::Enter)), vec![]);
+    typed(&mut app, "Hello");
+    let effects = keys::on_key(&mut app, key(KeyCode::Enter));
+    assert_eq!(effects, vec![Effect::Send { body: "Hello".into(), mute: vec!["codex".into()] }]);
+    assert!(app.input.is_empty());
+    assert_eq!(keys::on_key(&mut app, key(KeyCode::Enter)), vec![], "an empty input sends nothing");
+}
+
+#[test]
+fn shift_and_alt_enter_insert_newlines_and_paste_keeps_lines() {
+    let mut app = App::new(thread());
+    typed(&mut app, "a");
+    keys::on_key(&mut app, KeyEvent::new(KeyCode::Enter, KeyModifiers::SHIFT));
+    typed(&mut app, "b");
+    keys::on_key(&mut app, KeyEvent::new(KeyCode::Enter, KeyModifiers::ALT));
+    keys::on_event(&mut app, Event::Paste("c\r\nd".into()));
+    assert_eq!(app.input.lines(), ["a", "b", "c", "d"]);
+    assert_eq!(
+        keys::on_key(&mut app, key(KeyCode::Enter)),
+        vec![Effect::Send { body: "a\nb\nc\nd".into(), mute: vec![] }]
+    );
+}
+
+#[test]
+fn tab_completes_members_and_commands() {
+    let mut app = App::new(thread());
+    typed(&mut app, "ask @cl");
+    keys::on_key(&mut app, key(KeyCode::Tab));
+    assert_eq!(app.input.lines(), ["ask @claude "]);
+    let mut app = App::new(thread());
+    typed(&mut app, "/un");
+    keys::on_key(&mut app, key(KeyCode::Tab));
+    assert_eq!(app.input.lines(), ["/unmute "]);
+    let mut app = App::new(thread());
+    typed(&mut app, "@c");
+    keys::on_key(&mut app, key(KeyCode::Tab));
+    assert_eq!(app.input.lines(), ["@c"], "ambiguous: nothing inserted");
+    assert_eq!(app.notice.as_deref(), Some("@claude  @codex  @cursor"));
+}
+
+#[test]
+fn unknown_commands_and_members_get_a_notice_not_a_send() {
+    let mut app = App::new(thread());
+    typed(&mut app, "/mute gpt");
+    assert_eq!(keys::on_key(&mut app, key(KeyCode::Enter)), vec![]);
+    assert_eq!(app.notice.as_deref(), Some("no member \"gpt\"; the members are claude, codex, cursor"));
+    typed(&mut app, "/nope");
+    keys::on_key(&mut app, key(KeyCode::Enter));
+    assert_eq!(app.notice.as_deref(), Some("unknown command /nope; /help lists them"));
+    typed(&mut app, "/help");
+    keys::on_key(&mut app, key(KeyCode::Enter));
+    assert_eq!(app.overlay, Some(Overlay::Help));
+    keys::on_key(&mut app, key(KeyCode::Char('x')));
+    assert_eq!(app.overlay, None, "any key closes help");
+}
+
+#[test]
+fn escape_interrupts_and_a_second_escape_during_quit_forces_it() {
+    let mut app = every_panel();
+    assert_eq!(keys::on_key(&mut app, key(KeyCode::Esc)), vec![Effect::Interrupt]);
+    app.my_runs.insert("r4".into());
+    typed(&mut app, "/quit");
+    assert_eq!(keys::on_key(&mut app, key(KeyCode::Enter)), vec![], "waits for this client's run");
+    assert!(app.quitting);
+    assert_eq!(keys::on_key(&mut app, key(KeyCode::Esc)), vec![Effect::Interrupt, Effect::Exit]);
+    let mut idle = App::new(thread());
+    typed(&mut idle, "/exit");
+    assert_eq!(keys::on_key(&mut idle, key(KeyCode::Enter)), vec![Effect::Exit]);
+    assert_eq!(keys::on_key(&mut idle, KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)), vec![Effect::Exit]);
+}
+
+#[test]
+fn auto_scroll_follows_only_at_the_bottom() {
+    let mut app = every_panel();
+    screen(&mut app, 80, 20);
+    app.apply(&delta("r4", "claude", " should", 2854));
+    assert_eq!((app.scroll, app.new_below), (0, false), "at the bottom: follow");
+    keys::on_key(&mut app, key(KeyCode::PageUp));
+    assert!(app.scroll > 0);
+    let scrolled = app.scroll;
+    app.apply(&delta("r4", "claude", " normalize", 2864));
+    assert_eq!(app.scroll, scrolled, "scrolled up: the view stays put");
+    assert!(app.new_below, "and says new content arrived");
+    assert!(screen(&mut app, 80, 20).contains("▼ new messages below"));
+    keys::on_key(&mut app, key(KeyCode::End));
+    assert_eq!((app.scroll, app.new_below), (0, false));
+    keys::on_event(
+        &mut app,
+        Event::Mouse(ratatui::crossterm::event::MouseEvent {
+            kind: ratatui::crossterm::event::MouseEventKind::ScrollUp,
+            column: 0,
+            row: 0,
+            modifiers: KeyModifiers::NONE,
+        }),
+    );
+    assert_eq!(app.scroll, 3);
+}
+
+#[test]
+fn streaming_panels_grow_in_place_and_become_the_message() {
+    let mut app = App::new(thread());
+    app.on_sent(&Sent {
+        message: message(1, "king", MessageKind::King, "Q?", None),
+        members: vec!["claude".into(), "codex".into()],
+        rounds: 1,
+        mode: Mode::Broadcast,
+        notice: None,
+        runs: vec![SentRun { run: run_info("r1", "claude"), attached: false }],
+    });
+    assert_eq!(
+        app.kinds(),
+        [("king".into(), Kind::King), ("claude".into(), Kind::Waiting), ("codex".into(), Kind::Waiting)],
+        "waiting panels for every expected member at once"
+    );
+    app.apply(&ThreadEvent::RunWaiting { run: run_info("r2", "codex") });
+    app.apply(&delta("r2", "codex", "Par", 3));
+    app.apply(&delta("r1", "claude", "Yes", 3));
+    assert_eq!(app.kinds()[1..], [("claude".into(), Kind::Streaming), ("codex".into(), Kind::Streaming)]);
+    app.apply(&ThreadEvent::Message {
+        message: Box::new(message(2, "codex", MessageKind::Agent, "Partly.", Some("r2"))),
+    });
+    assert_eq!(app.kinds()[2], ("codex".into(), Kind::Answer), "in the place of its panel");
+    assert_eq!(app.entries[2].text, "Partly.");
+}
+
+#[test]
+fn a_retry_takes_the_place_of_the_failed_panel() {
+    let mut app = App::new(thread());
+    app.load(
+        thread(),
+        &[
+            message(1, "king", MessageKind::King, "Q?", None),
+            message(2, "codex", MessageKind::Error, "boom", Some("r1")),
+        ],
+    );
+    let mut retry = run_info("r2", "codex");
+    retry.replaces = Some(2);
+    app.apply(&ThreadEvent::RunWaiting { run: retry });
+    assert_eq!(app.kinds()[1], ("codex".into(), Kind::Waiting));
+    app.apply(&delta("r2", "codex", "Fine", 4));
+    let mut answer = message(3, "codex", MessageKind::Agent, "Fine now.", Some("r2"));
+    answer.replaces = Some(2);
+    app.apply(&ThreadEvent::Message { message: Box::new(answer) });
+    assert_eq!(app.kinds(), [("king".into(), Kind::King), ("codex".into(), Kind::Answer)]);
+}
+
+#[test]
+fn sequential_turns_show_the_next_member_waiting_and_the_end_clears_placeholders() {
+    let mut app = App::new(thread());
+    let round = |state| ThreadEvent::Round {
+        exchange: 1,
+        round: 2,
+        rounds: 2,
+        state,
+        expected: vec!["claude".into(), "codex".into()],
+    };
+    app.apply(&round(RoundState::Running));
+    assert_eq!(app.kinds(), [("claude".into(), Kind::Waiting)]);
+    let mut m = message(5, "claude", MessageKind::Agent, "Done.", None);
+    m.round = Some(2);
+    app.apply(&ThreadEvent::Message { message: Box::new(m) });
+    assert_eq!(app.kinds(), [("claude".into(), Kind::Answer), ("codex".into(), Kind::Waiting)]);
+    app.apply(&round(RoundState::Stopped));
+    assert_eq!(app.kinds(), [("claude".into(), Kind::Answer)]);
+}

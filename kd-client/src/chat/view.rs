@@ -1,0 +1,362 @@
+//! Drawing the chat: header, the log of bordered panels, status bar, input.
+//! Generic over the ratatui backend, so tests render into a `TestBackend`.
+
+use kd_client::markdown;
+use kd_client::style::member_color_index;
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Clear, Paragraph};
+
+use super::app::{App, Entry, Kind, Overlay, activity};
+use super::commands::{HELP, KEYS};
+use super::wrap::{display_width, wrap};
+
+/// Colours of members, stable by name (the same palette as `kd ask`).
+const COLORS: [Color; 6] = [Color::Cyan, Color::Magenta, Color::Yellow, Color::Green, Color::Blue, Color::LightRed];
+/// Most rows the input grows to.
+pub const MAX_INPUT_ROWS: u16 = 8;
+
+pub fn member_color(name: &str) -> Color {
+    if name == "king" { Color::White } else { COLORS[member_color_index(name) % COLORS.len()] }
+}
+
+/// Draws the whole screen.
+pub fn draw(frame: &mut Frame<'_>, app: &mut App) {
+    let area = frame.area();
+    let input_rows = input_rows(app, area.width.saturating_sub(2));
+    let [header, log, status, input] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Min(3),
+        Constraint::Length(1),
+        Constraint::Length(input_rows + 2),
+    ])
+    .areas(area);
+    frame.render_widget(Paragraph::new(header_line(app)), header);
+    draw_log(frame, app, log);
+    frame.render_widget(Paragraph::new(status_line(app, status.width)), status);
+    let block = Block::default().borders(Borders::ALL).border_style(Style::default().fg(Color::DarkGray)).title(" > ");
+    app.input.set_block(block);
+    frame.render_widget(&app.input, input);
+    match &app.overlay {
+        Some(Overlay::Help) => draw_help(frame, log),
+        Some(Overlay::Threads { threads, selected }) => draw_threads(frame, log, threads, *selected),
+        None => {}
+    }
+    app.log_height = log.height as usize;
+    app.dirty = false;
+}
+
+/// Rows the input needs for its text at `width`, between 1 and the maximum.
+pub fn input_rows(app: &App, width: u16) -> u16 {
+    let width = width.max(1) as usize;
+    let rows: usize = app.input.lines().iter().map(|l| display_width(l).max(1).div_ceil(width)).sum();
+    (rows as u16).clamp(1, MAX_INPUT_ROWS)
+}
+
+fn header_line(app: &App) -> Line<'static> {
+    let dim = Style::default().fg(Color::DarkGray);
+    let mut spans = vec![
+        Span::styled(" kd chat", Style::default().add_modifier(Modifier::BOLD)),
+        Span::styled(" · ", dim),
+        Span::raw(app.thread.id.clone()),
+        Span::styled(" · ", dim),
+    ];
+    for (i, m) in app.thread.members.iter().enumerate() {
+        if i > 0 {
+            spans.push(Span::raw(" "));
+        }
+        let mut style = Style::default().fg(member_color(m));
+        if app.mute.contains(m) {
+            style = style.add_modifier(Modifier::CROSSED_OUT | Modifier::DIM);
+        }
+        spans.push(Span::styled(m.clone(), style));
+    }
+    if let Some(r) = &app.round
+        && r.running
+        && r.rounds > 1
+    {
+        spans.push(Span::styled(" · ", dim));
+        spans.push(Span::raw(format!("round {}/{}", r.round, r.rounds)));
+    }
+    let mut streaming: Vec<&str> = app.streaming();
+    streaming.dedup();
+    if !streaming.is_empty() {
+        spans.push(Span::styled(" · ", dim));
+        spans.push(Span::styled(format!("streaming: {}", streaming.join(", ")), Style::default().fg(Color::Green)));
+    }
+    Line::from(spans)
+}
+
+fn status_line(app: &App, width: u16) -> Line<'static> {
+    let dim = Style::default().fg(Color::DarkGray);
+    let hints = if width >= 90 {
+        " Enter send · Shift/Alt+Enter newline · Esc interrupt · Tab complete · /help · Ctrl+C quit"
+    } else if width >= 60 {
+        " Enter send · Alt+Enter newline · Esc interrupt · /help · ^C quit"
+    } else {
+        " Enter send · Esc interrupt · /help"
+    };
+    let left = match &app.notice {
+        Some(n) => Span::styled(format!(" {n}"), Style::default().fg(Color::Yellow)),
+        None => Span::styled(hints.to_string(), dim),
+    };
+    let mut spans = vec![left];
+    let waiting = activity(app).len();
+    let right = (waiting > 0).then(|| Span::styled(format!("{waiting} answering "), dim));
+    if let Some(r) = right {
+        let used = display_width(&spans[0].content) + display_width(&r.content);
+        if used < width as usize {
+            spans.push(Span::raw(" ".repeat(width as usize - used)));
+            spans.push(r);
+        }
+    }
+    Line::from(spans)
+}
+
+fn draw_log(frame: &mut Frame<'_>, app: &mut App, area: Rect) {
+    let width = area.width;
+    let mut height = area.height as usize;
+    let mut top = area.y;
+    if !app.connected {
+        let banner = Line::from(Span::styled(
+            " kdd is not reachable — reconnecting… ",
+            Style::default().fg(Color::White).bg(Color::Red).add_modifier(Modifier::BOLD),
+        ));
+        frame.render_widget(Paragraph::new(banner), Rect { height: 1, ..area });
+        top += 1;
+        height = height.saturating_sub(1);
+    }
+    // Walk up from the newest panel until the window is covered.
+    let want = app.scroll + height;
+    let mut lines: Vec<Line<'static>> = Vec::new();
+    for entry in app.entries.iter().rev() {
+        let mut panel = panel(entry, width);
+        panel.push(Line::default());
+        panel.extend(std::mem::take(&mut lines));
+        lines = panel;
+        if lines.len() >= want {
+            break;
+        }
+    }
+    // Drop the blank line after the last panel.
+    if lines.last().is_some_and(|l| l.spans.is_empty()) {
+        lines.pop();
+    }
+    let max_scroll = lines.len().saturating_sub(height);
+    if app.scroll > max_scroll && lines.len() < want {
+        app.scroll = max_scroll;
+    }
+    let end = lines.len().saturating_sub(app.scroll);
+    let start = end.saturating_sub(height);
+    let mut visible: Vec<Line<'static>> = lines[start..end].to_vec();
+    // Like a chat: the newest lines sit just above the input.
+    let pad = height.saturating_sub(visible.len());
+    let mut shown: Vec<Line<'static>> = std::iter::repeat_n(Line::default(), pad).collect();
+    shown.append(&mut visible);
+    if app.new_below
+        && let Some(last) = shown.last_mut()
+    {
+        let label = " ▼ new messages below (End) ";
+        let w = display_width(label);
+        *last = Line::from(vec![
+            Span::raw(" ".repeat((width as usize).saturating_sub(w))),
+            Span::styled(label, Style::default().fg(Color::Black).bg(Color::Cyan)),
+        ]);
+    }
+    frame.render_widget(Paragraph::new(shown), Rect { y: top, height: height as u16, ..area });
+}
+
+/// The lines of one panel at `width`, cached on the entry.
+fn panel(entry: &Entry, width: u16) -> Vec<Line<'static>> {
+    if let Some((w, lines)) = entry.cache.borrow().as_ref()
+        && *w == width
+    {
+        return lines.clone();
+    }
+    let lines = build_panel(entry, width);
+    *entry.cache.borrow_mut() = Some((width, lines.clone()));
+    lines
+}
+
+fn build_panel(entry: &Entry, width: u16) -> Vec<Line<'static>> {
+    let width = width as usize;
+    let inner = width.saturating_sub(4).max(1);
+    let color = match entry.kind {
+        Kind::Error { .. } => Color::Red,
+        Kind::Interrupted => Color::DarkGray,
+        _ => member_color(&entry.member),
+    };
+    let border = Style::default().fg(color);
+    let name = Style::default().fg(color).add_modifier(Modifier::BOLD);
+    let dim = Style::default().fg(Color::DarkGray);
+    let mut title = vec![Span::styled(entry.member.clone(), name)];
+    match entry.kind {
+        Kind::Streaming => title.push(Span::styled(format!(" (streaming · {} chars)", thousands(entry.chars)), dim)),
+        Kind::Waiting => title.push(Span::styled(" ── waiting...", dim)),
+        Kind::Error { timed_out: true } => title.push(Span::styled(" · timed out", border)),
+        Kind::Error { timed_out: false } => title.push(Span::styled(" · error", border)),
+        Kind::Interrupted => title.push(Span::styled(" · interrupted", dim)),
+        Kind::System => title.push(Span::styled(" · kd", dim)),
+        Kind::King | Kind::Answer => {}
+    }
+    if let Some(round) = entry.round.filter(|r| *r > 1 && entry.kind != Kind::Waiting) {
+        title.push(Span::styled(format!(" · round {round}"), dim));
+    }
+    let title_width: usize = title.iter().map(|s| display_width(&s.content)).sum();
+    let (tl, tr, bl, br, h, v) = if entry.kind == Kind::King {
+        ('╔', '╗', '╚', '╝', '═', '║')
+    } else {
+        ('┌', '┐', '└', '┘', '─', '│')
+    };
+    let mut top = vec![Span::styled(format!("{tl}{h} "), border)];
+    top.extend(title);
+    let fill = width.saturating_sub(title_width + 5);
+    top.push(Span::styled(format!(" {}{tr}", h.to_string().repeat(fill)), border));
+    let mut out = vec![Line::from(top)];
+    let body: Vec<Line<'static>> = match entry.kind {
+        Kind::Waiting => Vec::new(),
+        Kind::Answer => from_markdown(&entry.text),
+        Kind::Streaming => {
+            let mut lines = plain(&entry.text);
+            match lines.last_mut() {
+                Some(last) => last.spans.push(Span::styled("▍", Style::default().fg(color))),
+                None => lines.push(Line::from(Span::styled("▍", Style::default().fg(color)))),
+            }
+            lines
+        }
+        Kind::Error { .. } => {
+            let mut lines: Vec<Line<'static>> = entry
+                .text
+                .lines()
+                .map(|l| Line::from(Span::styled(l.to_string(), Style::default().fg(Color::Red))))
+                .collect();
+            lines.push(Line::default());
+            lines.push(Line::from(Span::styled("/retry to re-query failed members", dim)));
+            lines
+        }
+        Kind::Interrupted => plain(&entry.text).into_iter().map(|l| l.style(dim)).collect(),
+        Kind::King | Kind::System => plain(&entry.text),
+    };
+    for line in wrap(&body, inner) {
+        let used: usize = line.spans.iter().map(|s| display_width(&s.content)).sum();
+        let mut spans = vec![Span::styled(format!("{v} "), border)];
+        spans.extend(line.spans);
+        spans.push(Span::raw(" ".repeat(inner.saturating_sub(used))));
+        spans.push(Span::styled(format!(" {v}"), border));
+        out.push(Line::from(spans));
+    }
+    out.push(Line::from(Span::styled(format!("{bl}{}{br}", h.to_string().repeat(width.saturating_sub(2))), border)));
+    out
+}
+
+fn plain(text: &str) -> Vec<Line<'static>> {
+    text.split('\n').map(|l| Line::from(l.to_string())).collect()
+}
+
+fn from_markdown(text: &str) -> Vec<Line<'static>> {
+    markdown::render(text)
+        .into_iter()
+        .map(|line| {
+            Line::from(
+                line.into_iter()
+                    .map(|span| {
+                        let s = span.style;
+                        let mut style = Style::default();
+                        if s.bold {
+                            style = style.add_modifier(Modifier::BOLD);
+                        }
+                        if s.italic {
+                            style = style.add_modifier(Modifier::ITALIC);
+                        }
+                        if s.underline {
+                            style = style.add_modifier(Modifier::UNDERLINED);
+                        }
+                        if s.strike {
+                            style = style.add_modifier(Modifier::CROSSED_OUT);
+                        }
+                        if s.dim {
+                            style = style.fg(Color::DarkGray);
+                        }
+                        if s.code {
+                            style = style.fg(Color::LightCyan);
+                        }
+                        if s.heading > 0 {
+                            style = style.fg(Color::LightMagenta);
+                        }
+                        Span::styled(span.text, style)
+                    })
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .collect()
+}
+
+/// `2847` → `2,847`.
+pub fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn centered(area: Rect, width: u16, height: u16) -> Rect {
+    let w = width.min(area.width);
+    let h = height.min(area.height);
+    Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h }
+}
+
+fn draw_help(frame: &mut Frame<'_>, area: Rect) {
+    let mut lines = vec![Line::from(Span::styled("Keys", Style::default().add_modifier(Modifier::BOLD)))];
+    for (k, v) in KEYS {
+        lines.push(Line::from(vec![
+            Span::styled(format!("  {k:<31}"), Style::default().fg(Color::Cyan)),
+            Span::raw(*v),
+        ]));
+    }
+    lines.push(Line::default());
+    lines.push(Line::from(Span::styled("Commands", Style::default().add_modifier(Modifier::BOLD))));
+    for (k, v) in HELP {
+        lines.push(Line::from(vec![
+            Span::styled(format!("  {k:<31}"), Style::default().fg(Color::Cyan)),
+            Span::raw(*v),
+        ]));
+    }
+    let rect = centered(area, 84, lines.len() as u16 + 2);
+    frame.render_widget(Clear, rect);
+    frame.render_widget(Paragraph::new(lines).block(Block::bordered().title(" help · Esc to close ")), rect);
+}
+
+fn draw_threads(frame: &mut Frame<'_>, area: Rect, threads: &[kd_proto::types::Thread], selected: usize) {
+    let mut lines = vec![Line::from("+ new thread")];
+    for t in threads {
+        let title = t.title.clone().unwrap_or_default();
+        lines.push(Line::from(format!("{}  {} messages  {}", t.id, t.last_seq, title)));
+    }
+    for (i, l) in lines.iter_mut().enumerate() {
+        if i == selected {
+            *l = l.clone().style(Style::default().add_modifier(Modifier::REVERSED));
+        }
+    }
+    let rect = centered(area, 70, lines.len() as u16 + 2);
+    frame.render_widget(Clear, rect);
+    frame.render_widget(Paragraph::new(lines).block(Block::bordered().title(" threads · ↑↓ Enter · Esc ")), rect);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_have_thousands_separators() {
+        assert_eq!(thousands(2847), "2,847");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_000_000), "1,000,000");
+    }
+}
