@@ -9,6 +9,8 @@
 //!
 //! Waiting is always on an event with a deadline ([`within`]), never a sleep.
 
+pub mod tmux;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::path::{Path, PathBuf};

@@ -104,6 +104,7 @@ pub async fn run(ctx: &Ctx, args: ChatArgs) -> anyhow::Result<ExitCode> {
     let mut first_paint = true;
     let mut reconnect_at: Option<tokio::time::Instant> = None;
     let mut exit = false;
+    let mut terminated = false;
     while !exit {
         if app.dirty {
             let due = last_frame + FRAME;
@@ -160,11 +161,21 @@ pub async fn run(ctx: &Ctx, args: ChatArgs) -> anyhow::Result<ExitCode> {
                 app.dirty = true;
                 vec![]
             }
-            _ = term.recv() => vec![Effect::Exit],
+            _ = term.recv() => {
+                terminated = true;
+                vec![Effect::Exit]
+            }
         };
+        let leaving = effects.contains(&Effect::Exit);
         for effect in effects {
             match effect {
                 Effect::Exit => exit = true,
+                // Esc during /quit: the runs are stopped before the process goes.
+                Effect::Interrupt if leaving => {
+                    let stop = client.council_interrupt(app.thread.id.clone(), None);
+                    // Leaving anyway: a daemon too slow to answer is not waited for.
+                    let _ = tokio::time::timeout(Duration::from_secs(2), stop).await;
+                }
                 Effect::Open(id) => match client.thread_get(id).await {
                     Ok(t) => sub = open(&client, &mut app, t).await.ok(),
                     Err(e) => app.set_notice(ClientError::from(e).to_string()),
@@ -179,7 +190,8 @@ pub async fn run(ctx: &Ctx, args: ChatArgs) -> anyhow::Result<ExitCode> {
     }
     drop(terminal);
     drop(guard);
-    Ok(ExitCode::SUCCESS)
+    // Killed by SIGTERM: the shell's usual 128 + 15, after a clean restore.
+    Ok(if terminated { ExitCode::from(143) } else { ExitCode::SUCCESS })
 }
 
 /// A new thread of the workspace, made current.

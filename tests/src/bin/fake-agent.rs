@@ -16,6 +16,7 @@
 //! | `FAKE_ERROR` | fail with this message, in the backend's own error form |
 //! | `FAKE_EXIT` | exit status at the end |
 //! | `FAKE_HANG` | after the pieces, never finish |
+//! | `FAKE_HOLD` | after the first piece, wait while this file exists |
 //! | `FAKE_IGNORE_TERM` | ignore SIGINT and SIGTERM (only SIGKILL stops it) |
 //! | `FAKE_GARBAGE` | this many garbage lines first |
 //! | `FAKE_NON_UTF8` | a line of invalid UTF-8 first |
@@ -72,6 +73,15 @@ fn format_of(args: &[String]) -> Format {
         Format::Gemini
     } else {
         Format::Text
+    }
+}
+
+/// Waits while the `FAKE_HOLD` file exists: a test holds a run mid-stream
+/// for as long as it needs, then lets it go by removing the file.
+async fn hold() {
+    let Some(path) = env("FAKE_HOLD") else { return };
+    while std::path::Path::new(&path).exists() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
@@ -273,6 +283,9 @@ async fn main() {
                     out.raw(bytes);
                 }
                 _ => out.delta(p),
+            }
+            if i == 0 {
+                hold().await;
             }
         }
         let text = if fixed.is_some() { out.streamed.borrow().clone() } else { text };

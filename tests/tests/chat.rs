@@ -1,0 +1,171 @@
+//! `kd chat` in a real terminal: tmux runs the TUI against a real kdd with
+//! fake agents; the test types with `send-keys` and reads the screen with
+//! `capture-pane`.
+
+use std::process::Command;
+
+use jsonrpsee::core::client::Subscription;
+use kd_client::KdApiClient;
+use kd_proto::types::{RoundState, ThreadEvent};
+use kd_tests::tmux::Tmux;
+use kd_tests::{Kdd, Workspace, bin, collect_until, records};
+
+/// Waits for the end of the exchange in progress; returns its events.
+async fn exchange_end(sub: &mut Subscription<ThreadEvent>) -> Vec<ThreadEvent> {
+    collect_until(sub, |events| {
+        events.iter().any(|e| matches!(e, ThreadEvent::Round { state: RoundState::Done | RoundState::Stopped, .. }))
+    })
+    .await
+}
+
+fn text(name: &str) -> String {
+    format!("## Notes from {name}\n\n- **ship** it\n- `cargo test` first")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chat_in_a_real_terminal_streams_mutes_interrupts_and_restores() {
+    let dir = tempfile::tempdir().unwrap();
+    let hold = dir.path().join("hold");
+    let hold_s = hold.display().to_string();
+    let rec = |name: &str| dir.path().join(format!("{name}.jsonl")).display().to_string();
+    let (claude, codex, gemini) = (text("claude"), text("codex"), text("gemini"));
+    let env = |name: &str, body: &str| -> Vec<(String, String)> {
+        vec![
+            ("FAKE_TEXT".into(), body.into()),
+            ("FAKE_DELTAS".into(), "6".into()),
+            ("FAKE_HOLD".into(), hold_s.clone()),
+            ("FAKE_RECORD".into(), rec(name)),
+        ]
+    };
+    let envs = [env("claude", &claude), env("codex", &codex), env("gemini", &gemini)];
+    let refs: Vec<Vec<(&str, &str)>> =
+        envs.iter().map(|e| e.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()).collect();
+    let ws = Workspace::new(&[
+        ("claude", "claude", refs[0].as_slice()),
+        ("codex", "codex", refs[1].as_slice()),
+        ("gemini", "gemini", refs[2].as_slice()),
+    ]);
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(ws.dir.path().join(".kd/config.json")).unwrap()).unwrap();
+    config["council"]["auto_rounds"] = 1.into();
+    ws.write_config(&config);
+
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let thread = c.thread_create(ws.path(), None, None, None, None, None, None, Some(true), None).await.unwrap();
+    let mut sub = c.thread_subscribe(thread.id.clone(), Some(0)).await.unwrap();
+
+    let tmux = Tmux::start(dir.path(), ws.dir.path());
+    tmux.wait_for("the shell prompt", |s| s.contains('$')).await;
+    tmux.type_line(&format!(
+        "KD_NO_AUTOSTART=1 {} --socket {} chat {}",
+        bin("kd").display(),
+        kdd.socket.display(),
+        thread.id
+    ));
+    tmux.wait_for("the chat header", |s| s.contains("kd chat") && s.contains(&thread.id)).await;
+    assert_eq!(tmux.display("#{alternate_on}"), "1", "the chat runs on the alternate screen");
+
+    // Broadcast: a panel per member, held mid-stream. claude and gemini
+    // stream tokens; `codex exec --json` has no token deltas, so codex waits
+    // until its whole answer is ready.
+    std::fs::write(&hold, b"").unwrap();
+    tmux.type_line("Plan the release.");
+    let screen = tmux.wait_for("streaming panels", |s| s.matches("(streaming · ").count() == 2).await;
+    for name in ["claude", "gemini"] {
+        assert!(screen.contains(&format!("{name} (streaming · ")), "{name} streams:\n{screen}");
+    }
+    assert!(screen.contains("codex ── waiting..."), "codex waits:\n{screen}");
+    assert!(screen.contains("streaming: claude, gemini"), "the header says who streams:\n{screen}");
+    assert!(screen.contains('▍'), "a streaming cursor:\n{screen}");
+    assert!(screen.contains("## Notes"), "streaming text is shown raw:\n{screen}");
+
+    // Let them finish: the panels become Markdown.
+    std::fs::remove_file(&hold).unwrap();
+    exchange_end(&mut sub).await;
+    let screen = tmux
+        .wait_for("finalized Markdown panels", |s| !s.contains("(streaming · ") && s.contains("Notes from gemini"))
+        .await;
+    assert!(!screen.contains("## Notes"), "headings are rendered:\n{screen}");
+    assert!(!screen.contains("**ship**"), "emphasis is rendered:\n{screen}");
+    assert!(screen.contains("ship it"), "{screen}");
+    let asked = |name: &str| records(&rec(name)).len();
+    assert_eq!((asked("claude"), asked("codex"), asked("gemini")), (2, 2, 2), "one broadcast and one auto-round");
+
+    // /mute codex, then send again: codex is not asked.
+    tmux.type_line("/mute codex");
+    tmux.wait_for("the mute notice", |s| s.contains("codex is muted")).await;
+    tmux.type_line("Again, without codex.");
+    exchange_end(&mut sub).await;
+    assert_eq!((asked("claude"), asked("codex"), asked("gemini")), (4, 2, 4), "codex is muted");
+
+    // A slow stream, then Esc: the runs are cancelled and the panels say so.
+    std::fs::write(&hold, b"").unwrap();
+    tmux.type_line("Take your time.");
+    tmux.wait_for("two streaming panels", |s| s.matches("(streaming · ").count() == 2).await;
+    tmux.send_keys(&["Escape"]);
+    let events = exchange_end(&mut sub).await;
+    let cancelled = events.iter().filter(|e| matches!(e, ThreadEvent::RunCancelled { .. })).count();
+    assert_eq!(cancelled, 2, "{events:?}");
+    let screen = tmux.wait_for("interrupted panels", |s| s.matches("· interrupted").count() >= 2).await;
+    assert!(!screen.contains("(streaming · "), "{screen}");
+    std::fs::remove_file(&hold).unwrap();
+
+    // The daemon goes away: a banner; it comes back: the chat resyncs.
+    drop(sub);
+    let mut kdd = kdd;
+    kdd.stop();
+    tmux.wait_for("the disconnected banner", |s| s.contains("kdd is not reachable")).await;
+    kdd.launch().unwrap();
+    let screen = tmux.wait_for("the reconnection", |s| s.contains("reconnected to kdd")).await;
+    assert!(!screen.contains("kdd is not reachable"), "{screen}");
+    assert!(screen.contains("Take your time."), "the history is back:\n{screen}");
+
+    // /quit waits for this client's runs; Esc then stops them and leaves.
+    let c = kdd.client().await;
+    let last = c.thread_get(thread.id.clone()).await.unwrap().last_seq;
+    let mut sub = c.thread_subscribe(thread.id.clone(), Some(last)).await.unwrap();
+    std::fs::write(&hold, b"").unwrap();
+    tmux.type_line("One more.");
+    tmux.wait_for("two streaming panels", |s| s.matches("(streaming · ").count() == 2).await;
+    tmux.type_line("/quit");
+    tmux.wait_for("the quitting notice", |s| s.contains("quitting when your runs finish")).await;
+    assert_eq!(tmux.display("#{alternate_on}"), "1", "/quit waits for the runs");
+    tmux.send_keys(&["Escape"]);
+    let events = exchange_end(&mut sub).await;
+    let cancelled = events.iter().filter(|e| matches!(e, ThreadEvent::RunCancelled { .. })).count();
+    assert_eq!(cancelled, 2, "Esc during /quit cancels the runs: {events:?}");
+    std::fs::remove_file(&hold).unwrap();
+
+    // Leaving puts the terminal back as it was.
+    tmux.wait_for("the shell again", |_| tmux.display("#{alternate_on}") == "0").await;
+    assert_restored(&tmux, "0").await;
+
+    // So does SIGTERM.
+    tmux.type_line(&format!(
+        "KD_NO_AUTOSTART=1 {} --socket {} chat {}",
+        bin("kd").display(),
+        kdd.socket.display(),
+        thread.id
+    ));
+    tmux.wait_for("the chat header", |s| s.contains("kd chat") && s.contains(&thread.id)).await;
+    let kd = tmux.foreground_pid().expect("kd runs under the shell");
+    let _ = Command::new("kill").args(["-TERM", &kd.to_string()]).status();
+    tmux.wait_for("the shell after SIGTERM", |_| tmux.display("#{alternate_on}") == "0").await;
+    assert_restored(&tmux, "143").await;
+}
+
+/// The shell prompt is back in cooked mode with echo, and kd exited with `code`.
+async fn assert_restored(tmux: &Tmux, code: &str) {
+    // The screen is cleared first and the end marker is new, so nothing
+    // left from an earlier check can match.
+    let done = format!("stty-done-{code}");
+    tmux.type_line(&format!(
+        "x=$?; printf '\\033[H\\033[2J'; echo kd-exit=$x; \
+         stty -a | tr ' ;' '\\n\\n' | grep -x -e icanon -e echo -e -icanon -e -echo; echo {done}"
+    ));
+    let screen = tmux.wait_for("stty output", |s| s.lines().any(|l| l == done)).await;
+    assert!(screen.lines().any(|l| l == format!("kd-exit={code}")), "kd chat exits {code}:\n{screen}");
+    let modes: Vec<&str> = screen.lines().filter(|l| matches!(*l, "icanon" | "echo" | "-icanon" | "-echo")).collect();
+    assert_eq!(modes, ["icanon", "echo"], "cooked mode and echo are back:\n{screen}");
+}
