@@ -55,6 +55,23 @@ async fn chat_in_a_real_terminal_streams_mutes_interrupts_and_restores() {
     let thread = c.thread_create(ws.path(), None, None, None, None, None, None, Some(true), None).await.unwrap();
     let mut sub = c.thread_subscribe(thread.id.clone(), Some(0)).await.unwrap();
 
+    // Another client starts a (held) exchange before the chat opens.
+    std::fs::write(&hold, b"").unwrap();
+    c.council_send(thread.id.clone(), "Started elsewhere.".into(), None, None, None, None, None, Some(0))
+        .await
+        .unwrap();
+    let streaming = |e: &[ThreadEvent]| {
+        let members: std::collections::HashSet<&str> = e
+            .iter()
+            .filter_map(|e| match e {
+                ThreadEvent::Delta { member, .. } => Some(member.as_str()),
+                _ => None,
+            })
+            .collect();
+        members.len() == 2
+    };
+    collect_until(&mut sub, streaming).await;
+
     let tmux = Tmux::start(dir.path(), ws.dir.path());
     tmux.wait_for("the shell prompt", |s| s.contains('$')).await;
     tmux.type_line(&format!(
@@ -63,8 +80,14 @@ async fn chat_in_a_real_terminal_streams_mutes_interrupts_and_restores() {
         kdd.socket.display(),
         thread.id
     ));
+    // Runs started elsewhere are picked up mid-stream.
     tmux.wait_for("the chat header", |s| s.contains("kd chat") && s.contains(&thread.id)).await;
     assert_eq!(tmux.display("#{alternate_on}"), "1", "the chat runs on the alternate screen");
+    let screen = tmux.wait_for("runs in flight", |s| s.matches("(streaming · ").count() == 2).await;
+    assert!(screen.contains("Started elsewhere."), "the history is shown:\n{screen}");
+    std::fs::remove_file(&hold).unwrap();
+    exchange_end(&mut sub).await;
+    tmux.wait_for("their answers", |s| !s.contains("(streaming · ") && s.contains("Notes from gemini")).await;
 
     // Broadcast: a panel per member, held mid-stream. claude and gemini
     // stream tokens; `codex exec --json` has no token deltas, so codex waits
@@ -90,14 +113,18 @@ async fn chat_in_a_real_terminal_streams_mutes_interrupts_and_restores() {
     assert!(!screen.contains("**ship**"), "emphasis is rendered:\n{screen}");
     assert!(screen.contains("ship it"), "{screen}");
     let asked = |name: &str| records(&rec(name)).len();
-    assert_eq!((asked("claude"), asked("codex"), asked("gemini")), (2, 2, 2), "one broadcast and one auto-round");
+    assert_eq!(
+        (asked("claude"), asked("codex"), asked("gemini")),
+        (3, 3, 3),
+        "one elsewhere, one broadcast, one auto-round"
+    );
 
     // /mute codex, then send again: codex is not asked.
     tmux.type_line("/mute codex");
     tmux.wait_for("the mute notice", |s| s.contains("codex is muted")).await;
     tmux.type_line("Again, without codex.");
     exchange_end(&mut sub).await;
-    assert_eq!((asked("claude"), asked("codex"), asked("gemini")), (4, 2, 4), "codex is muted");
+    assert_eq!((asked("claude"), asked("codex"), asked("gemini")), (5, 3, 5), "codex is muted");
 
     // A slow stream, then Esc: the runs are cancelled and the panels say so.
     std::fs::write(&hold, b"").unwrap();

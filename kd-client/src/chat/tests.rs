@@ -330,3 +330,28 @@ fn sequential_turns_show_the_next_member_waiting_and_the_end_clears_placeholders
     app.apply(&round(RoundState::Stopped));
     assert_eq!(app.kinds(), [("claude".into(), Kind::Answer)]);
 }
+
+#[test]
+fn the_thread_picker_offers_a_new_thread_and_the_recent_ones() {
+    let mut other = thread();
+    other.id = "k2m9p4".into();
+    other.title = Some("schema review".into());
+    other.last_seq = 12;
+    let picker = || {
+        let mut app = App::new(thread());
+        app.overlay = Some(Overlay::Threads { threads: vec![thread(), other.clone()], selected: 0 });
+        app
+    };
+    let mut app = picker();
+    insta::assert_snapshot!(screen(&mut app, 80, 16));
+    assert_eq!(keys::on_key(&mut app, key(KeyCode::Enter)), vec![Effect::NewThread], "first: a new thread");
+    let mut app = picker();
+    for _ in 0..3 {
+        keys::on_key(&mut app, key(KeyCode::Down));
+    }
+    assert!(matches!(app.overlay, Some(Overlay::Threads { selected: 2, .. })), "the selection stops at the last");
+    keys::on_key(&mut app, key(KeyCode::Up));
+    keys::on_key(&mut app, key(KeyCode::Down));
+    assert_eq!(keys::on_key(&mut app, key(KeyCode::Enter)), vec![Effect::Open("k2m9p4".into())]);
+    assert_eq!(app.overlay, None);
+}

@@ -334,16 +334,19 @@ fn draw_help(frame: &mut Frame<'_>, area: Rect) {
 }
 
 fn draw_threads(frame: &mut Frame<'_>, area: Rect, threads: &[kd_proto::types::Thread], selected: usize) {
-    let mut lines = vec![Line::from("+ new thread")];
-    for t in threads {
-        let title = t.title.clone().unwrap_or_default();
-        lines.push(Line::from(format!("{}  {} messages  {}", t.id, t.last_seq, title)));
-    }
-    for (i, l) in lines.iter_mut().enumerate() {
-        if i == selected {
-            *l = l.clone().style(Style::default().add_modifier(Modifier::REVERSED));
-        }
-    }
+    let rows = std::iter::once("+ new thread".to_string()).chain(
+        threads
+            .iter()
+            .map(|t| format!("{}  {} messages  {}", t.id, t.last_seq, t.title.as_deref().unwrap_or_default())),
+    );
+    let lines: Vec<Line<'_>> = rows
+        .enumerate()
+        .map(|(i, row)| match i == selected {
+            // Marked as well as highlighted, for terminals without colour.
+            true => Line::from(format!("› {row}")).style(Style::default().add_modifier(Modifier::REVERSED)),
+            false => Line::from(format!("  {row}")),
+        })
+        .collect();
     let rect = centered(area, 70, lines.len() as u16 + 2);
     frame.render_widget(Clear, rect);
     frame.render_widget(Paragraph::new(lines).block(Block::bordered().title(" threads · ↑↓ Enter · Esc ")), rect);
