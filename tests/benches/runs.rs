@@ -1,5 +1,6 @@
 //! Agent-run benchmarks: delta latency, delta throughput against a raw
-//! pipe, and `kd ask` wall time, with fake agents. Figures are printed next
+//! pipe, delta fan-out to 50 subscribers, and `kd ask` wall time, with fake
+//! agents. Figures are printed next
 //! to the SPEC §9 targets.
 //!
 //! Run: `cargo build --release --workspace --bins && cargo bench -p kd-tests --bench runs`
@@ -25,6 +26,9 @@ fn main() {
         }
         if selected("throughput") {
             throughput().await;
+        }
+        if selected("fanout") {
+            fanout().await;
         }
         if selected("ask") {
             ask_wall_time().await;
@@ -144,6 +148,56 @@ async fn throughput() {
     row("  lagged (dropped for a slow subscriber)", lagged.to_string(), "");
     row("raw pipe, same agent, same bytes", format!("{raw_rate:.0} lines/s"), "");
     row("daemon ÷ raw pipe", format!("{:.0} %", 100.0 * daemon_rate / raw_rate), ">= 25 %");
+}
+
+/// One member streaming 200,000 one-character deltas as fast as it can to
+/// 50 subscribers, each on its own connection: does every one get every
+/// character, and how fast?
+async fn fanout() {
+    const N: u64 = 200_000;
+    const SUBSCRIBERS: usize = 50;
+    let env: &[(&str, &str)] = &[("FAKE_PIECE", "x"), ("FAKE_DELTAS", "200000")];
+    let ws = Workspace::new(&[("claude", "claude", env)]);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = c.thread_create(ws.path(), None, None, None, None, None, None, None, None).await.expect("thread").id;
+    let mut tasks = Vec::new();
+    for _ in 0..SUBSCRIBERS {
+        let client = kd_client::Client::connect(&kdd.socket).await.expect("connect");
+        let mut sub = client.thread_subscribe(t.clone(), None).await.expect("subscribe");
+        tasks.push(tokio::spawn(async move {
+            let _client = client;
+            let (mut chars, mut lagged, mut first, mut last) = (0u64, 0u64, None, Instant::now());
+            loop {
+                match sub.next().await {
+                    Some(Ok(ThreadEvent::Delta { text, .. })) => {
+                        first.get_or_insert_with(Instant::now);
+                        chars += text.chars().count() as u64;
+                        last = Instant::now();
+                    }
+                    Some(Ok(ThreadEvent::Lagged { missed })) => lagged += missed,
+                    Some(Ok(ThreadEvent::RunFinished { .. } | ThreadEvent::RunError { .. })) => break,
+                    Some(Ok(_)) => {}
+                    _ => break,
+                }
+            }
+            let secs = first.map(|f| (last - f).as_secs_f64()).unwrap_or(f64::NAN);
+            (chars, lagged, chars as f64 / secs)
+        }));
+    }
+    c.council_send(t, "go".into(), None, None, None, None, None, Some(0)).await.expect("send");
+    let mut results = Vec::new();
+    for task in tasks {
+        results.push(task.await.expect("subscriber"));
+    }
+    let complete = results.iter().filter(|r| r.0 == N).count();
+    let lagged: u64 = results.iter().map(|r| r.1).sum();
+    let mut rates: Vec<f64> = results.iter().map(|r| r.2).collect();
+    rates.sort_by(|a, b| a.total_cmp(b));
+    row(&format!("fan-out, {SUBSCRIBERS} subscribers, slowest"), format!("{:.0} /s", rates[0]), ">= 50,000 /s");
+    row("  median subscriber", format!("{:.0} /s", pct(&rates, 0.5)), "");
+    row("  subscribers with every character", format!("{complete}/{SUBSCRIBERS}"), "all");
+    row("  lagged notices (items dropped)", lagged.to_string(), "0");
 }
 
 /// `kd ask` with three instantly answering members, process start to exit,
