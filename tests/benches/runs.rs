@@ -1,7 +1,6 @@
 //! Agent-run benchmarks: delta latency, delta throughput against a raw
 //! pipe, delta fan-out to 50 subscribers, and `kd ask` wall time, with fake
-//! agents. Figures are printed next
-//! to the SPEC §9 targets.
+//! agents. Figures are printed next to the SPEC §9 targets.
 //!
 //! Run: `cargo build --release --workspace --bins && cargo bench -p kd-tests --bench runs`
 
