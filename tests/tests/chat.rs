@@ -2,8 +2,6 @@
 //! fake agents; the test types with `send-keys` and reads the screen with
 //! `capture-pane`.
 
-use std::process::Command;
-
 use jsonrpsee::core::client::Subscription;
 use kd_client::KdApiClient;
 use kd_proto::types::{RoundState, ThreadEvent};
@@ -177,7 +175,8 @@ async fn chat_in_a_real_terminal_streams_mutes_interrupts_and_restores() {
     ));
     tmux.wait_for("the chat header", |s| s.contains("kd chat") && s.contains(&thread.id)).await;
     let kd = tmux.foreground_pid().expect("kd runs under the shell");
-    let _ = Command::new("kill").args(["-TERM", &kd.to_string()]).status();
+    let pid = rustix::process::Pid::from_raw(kd as i32).expect("a pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("SIGTERM to kd chat");
     tmux.wait_for("the shell after SIGTERM", |_| tmux.display("#{alternate_on}") == "0").await;
     assert_restored(&tmux, "143").await;
 }
