@@ -65,11 +65,7 @@ async fn status_round_trip() {
 async fn append_throughput(writers: usize, each: usize) {
     let kdd = Kdd::start();
     let setup = kdd.client().await;
-    let thread = setup
-        .thread_create(workspace("bench"), None, None, None, None, None, None, None, None)
-        .await
-        .expect("thread")
-        .id;
+    let thread = kd_tests::new_thread(&setup, &workspace("bench")).await;
     let mut clients = Vec::new();
     for _ in 0..writers {
         clients.push(kdd.client().await);
@@ -81,20 +77,7 @@ async fn append_throughput(writers: usize, each: usize) {
         let thread = thread.clone();
         tasks.push(tokio::spawn(async move {
             for i in 0..each {
-                c.message_append(
-                    thread.clone(),
-                    "claude".into(),
-                    format!("message {i}"),
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                )
-                .await
-                .expect("append");
+                kd_tests::append(&c, &thread, "claude", format!("message {i}"), &[]).await;
             }
         }));
     }
@@ -118,11 +101,7 @@ async fn append_throughput(writers: usize, each: usize) {
 async fn fan_out(subscribers: usize, messages: usize) {
     let kdd = Kdd::start();
     let writer = kdd.client().await;
-    let thread = writer
-        .thread_create(workspace("fanout"), None, None, None, None, None, None, None, None)
-        .await
-        .expect("thread")
-        .id;
+    let thread = kd_tests::new_thread(&writer, &workspace("fanout")).await;
     let ready = Arc::new(tokio::sync::Barrier::new(subscribers + 1));
     let mut tasks = Vec::new();
     for _ in 0..subscribers {
@@ -158,20 +137,7 @@ async fn fan_out(subscribers: usize, messages: usize) {
         let thread = thread.clone();
         writers.push(tokio::spawn(async move {
             for i in 0..messages / 4 {
-                c.message_append(
-                    thread.clone(),
-                    "king".into(),
-                    format!("{w}-{i}"),
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                )
-                .await
-                .expect("append");
+                kd_tests::append(&c, &thread, "king", format!("{w}-{i}"), &[]).await;
             }
         }));
     }

@@ -61,7 +61,7 @@ async fn latency() {
     let ws = Workspace::new(&[("claude", "claude", env), ("codex", "gemini", env), ("cursor", "cursor", env)]);
     let kdd = Kdd::start();
     let c = kdd.client().await;
-    let t = c.thread_create(ws.path(), None, None, None, None, None, None, None, None).await.expect("thread").id;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
     let mut sub = c.thread_subscribe(t.clone(), None).await.expect("subscribe");
     c.council_send(t, "go".into(), None, None, None, None, None, Some(0)).await.expect("send");
     let mut samples = Vec::with_capacity(3 * PER_MEMBER);
@@ -97,7 +97,7 @@ async fn throughput() {
     let ws = Workspace::new(&[("claude", "claude", env)]);
     let kdd = Kdd::start();
     let c = kdd.client().await;
-    let t = c.thread_create(ws.path(), None, None, None, None, None, None, None, None).await.expect("thread").id;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
     let mut sub = c.thread_subscribe(t.clone(), None).await.expect("subscribe");
     c.council_send(t, "go".into(), None, None, None, None, None, Some(0)).await.expect("send");
     let mut first = None;
@@ -159,7 +159,7 @@ async fn fanout() {
     let ws = Workspace::new(&[("claude", "claude", env)]);
     let kdd = Kdd::start();
     let c = kdd.client().await;
-    let t = c.thread_create(ws.path(), None, None, None, None, None, None, None, None).await.expect("thread").id;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
     let mut tasks = Vec::new();
     for _ in 0..SUBSCRIBERS {
         let client = kd_client::Client::connect(&kdd.socket).await.expect("connect");

@@ -42,6 +42,27 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
+/// A new thread in `workspace` with nothing else set; its id.
+pub async fn new_thread(c: &Client, workspace: &str) -> String {
+    use kd_client::KdApiClient;
+    c.thread_create(workspace.into(), None, None, None, None, None, None, None, None).await.expect("thread.create").id
+}
+
+/// Appends `body` from `from` to `to` (everyone when empty), as `message.append` defaults the rest.
+pub async fn append(
+    c: &Client,
+    thread: &str,
+    from: &str,
+    body: impl Into<String>,
+    to: &[&str],
+) -> kd_proto::types::Message {
+    use kd_client::KdApiClient;
+    let to = (!to.is_empty()).then(|| to.iter().map(|s| s.to_string()).collect());
+    c.message_append(thread.into(), from.into(), body.into(), to, None, None, None, None, None, None)
+        .await
+        .expect("message.append")
+}
+
 /// Awaits `fut`, failing the test if it takes longer than [`DEADLINE`].
 pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
     match tokio::time::timeout(DEADLINE, fut).await {

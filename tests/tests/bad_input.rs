@@ -50,7 +50,7 @@ async fn malformed_json_unknown_methods_and_wrong_types_get_errors() {
 async fn an_oversized_request_is_refused_without_harm() {
     let kdd = Kdd::start_with(&["--max-request-bytes", "4096"]);
     let c = kdd.client().await;
-    let t = c.thread_create(workspace("big"), None, None, None, None, None, None, None, None).await.unwrap().id;
+    let t = kd_tests::new_thread(&c, &workspace("big")).await;
     let big = "x".repeat(10_000);
     let body = serde_json::json!({"jsonrpc":"2.0","id":1,"method":"message.append","params":{"thread": t, "from":"king","body": big}}).to_string();
     let (status, text) = http_post(&kdd.socket, &body).unwrap();
@@ -83,7 +83,7 @@ async fn a_client_that_disconnects_mid_call_does_not_disturb_others() {
     // A WebSocket client that subscribes and then vanishes.
     {
         let gone = kdd.client().await;
-        let t = gone.thread_create(workspace("gone"), None, None, None, None, None, None, None, None).await.unwrap().id;
+        let t = kd_tests::new_thread(&gone, &workspace("gone")).await;
         let _sub = gone.thread_subscribe(t, Some(0)).await.unwrap();
     }
     within("status after abuse", c.daemon_status()).await.unwrap();

@@ -28,20 +28,7 @@ async fn threads_show_sessions_locks_and_events_in_text_and_json() {
         )
         .await
         .unwrap();
-    c.message_append(
-        t.id.clone(),
-        "king".into(),
-        "What about the schema?".into(),
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-    )
-    .await
-    .unwrap();
+    kd_tests::append(&c, &t.id, "king", "What about the schema?", &[]).await;
     c.message_append(
         t.id.clone(),
         "claude".into(),
@@ -341,7 +328,7 @@ fn pid_of(status_json: &str) -> u64 {
 async fn kd_talks_only_through_the_socket_it_is_given() {
     let kdd = Kdd::start();
     let c = kdd.client().await;
-    c.thread_create(workspace("a"), None, None, None, None, None, None, None, None).await.unwrap();
+    kd_tests::new_thread(&c, &workspace("a")).await;
     // KD_SOCKET is honoured when --socket is absent.
     let out = run({
         let mut k = tokio::process::Command::new(bin("kd"));

@@ -67,20 +67,7 @@ async fn export_import_export_is_byte_identical() {
     assert_eq!(out.status.code(), Some(4), "codex fails: {}", out.stderr);
     let c = a.client().await;
     let t = c.thread_current(ws.path(), None).await.unwrap().unwrap();
-    c.message_append(
-        t.id.clone(),
-        "king".into(),
-        "@codex only".into(),
-        Some(vec!["codex".into()]),
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-    )
-    .await
-    .unwrap();
+    kd_tests::append(&c, &t.id, "king", "@codex only", &["codex"]).await;
     let first = ws.dir.path().join("export-1");
     let out = kd(&a, &ws, &["export", &t.id, first.to_str().unwrap()]).await;
     assert!(out.status.success(), "{}", out.stderr);

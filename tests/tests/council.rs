@@ -18,7 +18,7 @@ fn config(ws: &Workspace, members: &[kd_tests::Member<'_>], council: serde_json:
 }
 
 async fn thread(c: &kd_client::Client, ws: &Workspace) -> String {
-    c.thread_create(ws.path(), None, None, None, None, None, None, None, None).await.unwrap().id
+    kd_tests::new_thread(c, &ws.path()).await
 }
 
 async fn send(c: &kd_client::Client, t: &str, body: &str, mute: Option<Vec<String>>) -> Sent {

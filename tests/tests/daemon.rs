@@ -142,7 +142,7 @@ async fn a_database_with_a_newer_schema_is_refused() {
 async fn sigterm_stops_gracefully_and_removes_the_socket() {
     let mut kdd = Kdd::start();
     let client = kdd.client().await;
-    client.thread_create(kd_tests::workspace("a"), None, None, None, None, None, None, None, None).await.unwrap();
+    kd_tests::new_thread(&client, &kd_tests::workspace("a")).await;
     let status = kdd.stop();
     assert!(status.success(), "{status}");
     assert!(!kdd.socket.exists(), "socket left behind");

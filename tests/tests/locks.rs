@@ -53,7 +53,7 @@ async fn a_second_acquirer_is_denied_with_the_holder_and_time_left() {
 async fn after_the_ttl_the_next_acquirer_gets_a_larger_token_and_the_old_one_is_stale() {
     let kdd = Kdd::start();
     let c = kdd.client().await;
-    let thread = c.thread_create(workspace("locks"), None, None, None, None, None, None, None, None).await.unwrap().id;
+    let thread = kd_tests::new_thread(&c, &workspace("locks")).await;
     let old = token(&c.lock_acquire(thread.clone(), "alice".into(), 50, None).await.unwrap());
     // While held, a fenced write with the current token goes through.
     c.message_append(

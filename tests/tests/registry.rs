@@ -7,7 +7,7 @@ use std::sync::Arc;
 use kd_client::{ClientError, KdApiClient};
 use kd_proto::ErrorCode;
 use kd_proto::types::{MessageKind, SessionStatus, ThreadStatus};
-use kd_tests::{Kdd, within, workspace};
+use kd_tests::{Kdd, append, within, workspace};
 
 async fn new_thread(client: &kd_client::Client, name: &str) -> String {
     client
@@ -27,13 +27,6 @@ async fn new_thread(client: &kd_client::Client, name: &str) -> String {
         .id
 }
 
-async fn append(client: &kd_client::Client, thread: &str, from: &str, body: &str) -> kd_proto::types::Message {
-    client
-        .message_append(thread.into(), from.into(), body.into(), None, None, None, None, None, None, None)
-        .await
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn thirty_two_concurrent_writers_get_a_dense_seq() {
     const WRITERS: usize = 32;
@@ -48,21 +41,7 @@ async fn thirty_two_concurrent_writers_get_a_dense_seq() {
         tasks.push(tokio::spawn(async move {
             let mut seqs = Vec::with_capacity(EACH);
             for i in 0..EACH {
-                let m = client
-                    .message_append(
-                        thread.clone(),
-                        "claude".into(),
-                        format!("w{w} m{i}"),
-                        None,
-                        None,
-                        None,
-                        None,
-                        None,
-                        None,
-                        None,
-                    )
-                    .await
-                    .unwrap();
+                let m = kd_tests::append(&client, &thread, "claude", format!("w{w} m{i}"), &[]).await;
                 seqs.push(m.seq);
             }
             seqs
@@ -156,8 +135,8 @@ async fn restart_keeps_threads_messages_sessions_and_locks() {
     let mut kdd = Kdd::start();
     let client = kdd.client().await;
     let thread = new_thread(&client, "restart").await;
-    append(&client, &thread, "king", "first").await;
-    append(&client, &thread, "claude", "second\nwith two lines").await;
+    append(&client, &thread, "king", "first", &[]).await;
+    append(&client, &thread, "claude", "second\nwith two lines", &[]).await;
     let session = client
         .session_start(thread.clone(), "claude".into(), Some("b-123".into()), Some("h".into()), None, None)
         .await
@@ -178,7 +157,7 @@ async fn restart_keeps_threads_messages_sessions_and_locks() {
     let kd_proto::types::LockOutcome::Acquired { token, .. } = lock else { panic!("not acquired") };
     assert_eq!(locks[0].token, token);
     // Appending continues the same sequence.
-    assert_eq!(append(&client, &thread, "codex", "third").await.seq, 3);
+    assert_eq!(append(&client, &thread, "codex", "third", &[]).await.seq, 3);
     assert_eq!(client.daemon_status().await.unwrap().threads, 1);
 }
 
@@ -207,9 +186,9 @@ async fn thread_ids_are_short_safe_and_unique_and_chosen_ids_are_checked() {
     let c = kdd.client().await;
     let mut ids = HashSet::new();
     for _ in 0..50 {
-        let t = c.thread_create(workspace("ids"), None, None, None, None, None, None, None, None).await.unwrap();
-        assert!(t.id.len() <= 12 && t.id.chars().all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit()), "{}", t.id);
-        assert!(ids.insert(t.id));
+        let id = kd_tests::new_thread(&c, &workspace("ids")).await;
+        assert!(id.len() <= 12 && id.chars().all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit()), "{}", id);
+        assert!(ids.insert(id));
     }
     let named = c
         .thread_create(workspace("ids"), None, None, None, Some("council-a8ba".into()), None, None, None, None)
@@ -260,7 +239,7 @@ async fn messages_carry_routing_and_kind_and_page_by_seq() {
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = new_thread(&c, "routing").await;
-    let king = append(&c, &t, "king", "hello").await;
+    let king = append(&c, &t, "king", "hello", &[]).await;
     assert_eq!(king.kind, MessageKind::King);
     assert_eq!(king.to, vec!["all".to_string()]);
     let directed = c
@@ -290,7 +269,7 @@ async fn messages_carry_routing_and_kind_and_page_by_seq() {
     );
     assert_eq!(bad_reply.code(), Some(ErrorCode::InvalidArgument));
     // A refused append does not consume a seq.
-    assert_eq!(append(&c, &t, "claude", "three").await.seq, 3);
+    assert_eq!(append(&c, &t, "claude", "three", &[]).await.seq, 3);
     let page = c.thread_messages(t.clone(), Some(1), Some(1)).await.unwrap();
     assert_eq!(page.iter().map(|m| m.seq).collect::<Vec<_>>(), vec![2]);
     let missing = ClientError::from(c.thread_messages("nope".into(), None, None).await.unwrap_err());
@@ -303,7 +282,7 @@ async fn the_event_log_reconstructs_a_thread_and_filters() {
     let c = kdd.client().await;
     let t = new_thread(&c, "events").await;
     for (from, body) in [("king", "q"), ("claude", "a1"), ("codex", "a2")] {
-        append(&c, &t, from, body).await;
+        append(&c, &t, from, body, &[]).await;
     }
     let s = c.session_start(t.clone(), "claude".into(), None, None, None, None).await.unwrap();
     c.session_end(s.id, None, None).await.unwrap();

@@ -96,10 +96,8 @@ async fn the_agent_receives_exactly_preamble_agent_prompt_and_history() {
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = thread_in(&c, &ws, None).await;
-    for (from, to, body) in
-        [("king", None, "First question?"), ("codex", Some(vec!["claude".to_string()]), "Claude, look.")]
-    {
-        c.message_append(t.clone(), from.into(), body.into(), to, None, None, None, None, None, None).await.unwrap();
+    for (from, to, body) in [("king", &[][..], "First question?"), ("codex", &["claude"][..], "Claude, look.")] {
+        kd_tests::append(&c, &t, from, body, to).await;
     }
     let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
     send(&c, &t, "What now?\nTwo lines.").await;
@@ -514,9 +512,7 @@ async fn kill_9_during_three_streaming_runs_leaves_nothing_behind() {
     let mut kdd = Kdd::start();
     let c = kdd.client().await;
     let done = thread_in(&c, &ws, None).await;
-    c.message_append(done.clone(), "king".into(), "kept".into(), None, None, None, None, None, None, None)
-        .await
-        .unwrap();
+    kd_tests::append(&c, &done, "king", "kept", &[]).await;
     let t = thread_in(&c, &ws, Some(ContextMode::Resume)).await;
     send(&c, &t, "Stream.").await;
     // Wait until every run's partial text has been saved at least once.

@@ -6,11 +6,9 @@ use kd_proto::types::ThreadEvent;
 use kd_tests::{Kdd, within, workspace};
 
 async fn thread_with(c: &kd_client::Client, n: usize) -> String {
-    let t = c.thread_create(workspace("sub"), None, None, None, None, None, None, None, None).await.unwrap().id;
+    let t = kd_tests::new_thread(c, &workspace("sub")).await;
     for i in 0..n {
-        c.message_append(t.clone(), "king".into(), format!("m{i}"), None, None, None, None, None, None, None)
-            .await
-            .unwrap();
+        kd_tests::append(c, &t, "king", format!("m{i}"), &[]).await;
     }
     t
 }
@@ -29,21 +27,7 @@ async fn backlog_since_a_seq_then_live_messages_from_other_clients_in_order() {
         let t = t.clone();
         writers.push(tokio::spawn(async move {
             for i in 0..50 {
-                other
-                    .message_append(
-                        t.clone(),
-                        "codex".into(),
-                        format!("w{w}-{i}"),
-                        None,
-                        None,
-                        None,
-                        None,
-                        None,
-                        None,
-                        None,
-                    )
-                    .await
-                    .unwrap();
+                kd_tests::append(&other, &t, "codex", format!("w{w}-{i}"), &[]).await;
             }
         }));
     }
@@ -70,7 +54,7 @@ async fn without_since_seq_only_new_messages_arrive_and_zero_means_everything() 
     let t = thread_with(&c, 3).await;
     let mut live = c.thread_subscribe(t.clone(), None).await.unwrap();
     let mut all = c.thread_subscribe(t.clone(), Some(0)).await.unwrap();
-    c.message_append(t.clone(), "claude".into(), "new".into(), None, None, None, None, None, None, None).await.unwrap();
+    kd_tests::append(&c, &t, "claude", "new", &[]).await;
     let first_live = within("live", live.next()).await.unwrap().unwrap();
     assert!(matches!(first_live, ThreadEvent::Message { ref message } if message.seq == 4 && message.body == "new"));
     let mut seqs = Vec::new();
@@ -107,9 +91,7 @@ async fn many_subscribers_on_one_thread_all_get_every_message() {
         subs.push((client, sub));
     }
     for i in 0..100 {
-        c.message_append(t.clone(), "king".into(), format!("{i}"), None, None, None, None, None, None, None)
-            .await
-            .unwrap();
+        kd_tests::append(&c, &t, "king", format!("{i}"), &[]).await;
     }
     for (_client, mut sub) in subs {
         let mut seqs = Vec::new();
