@@ -5,6 +5,8 @@
 mod chat;
 mod cmd;
 mod fmt;
+#[cfg(test)]
+mod testkit;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

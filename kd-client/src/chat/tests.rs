@@ -8,10 +8,11 @@ use ratatui::crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers};
 
 use super::app::{App, Effect, Kind, Overlay};
 use super::{keys, view};
+use crate::testkit::{THREAD, message, run_info};
 
 fn thread() -> Thread {
     Thread {
-        id: "a8b3c1".into(),
+        id: THREAD.into(),
         workspace: "/repo".into(),
         branch: Some("main".into()),
         title: None,
@@ -23,40 +24,6 @@ fn thread() -> Thread {
         created_at_ms: 0,
         last_activity_at_ms: 0,
         last_seq: 0,
-    }
-}
-
-fn message(seq: u64, from: &str, kind: MessageKind, body: &str, run: Option<&str>) -> Message {
-    Message {
-        thread: "a8b3c1".into(),
-        seq,
-        from: from.into(),
-        to: vec![if from == "king" { "all" } else { "king" }.into()],
-        cc: vec![],
-        reply_to: None,
-        kind,
-        body: body.into(),
-        round: Some(1).filter(|_| from != "king"),
-        created_at_ms: 0,
-        run: run.map(|r| RunMeta { run_id: Some(r.into()), ..RunMeta::default() }),
-        replaces: None,
-    }
-}
-
-fn run_info(id: &str, member: &str) -> RunInfo {
-    RunInfo {
-        id: id.into(),
-        thread: "a8b3c1".into(),
-        member: member.into(),
-        backend: member.into(),
-        status: RunStatus::Waiting,
-        pid: None,
-        started_at_ms: 0,
-        chars: 0,
-        reply_to: Some(1),
-        round: Some(1),
-        exchange: Some(1),
-        replaces: None,
     }
 }
 

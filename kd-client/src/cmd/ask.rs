@@ -355,7 +355,8 @@ impl View {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kd_proto::types::{Message, MessageKind, RunInfo, RunMeta, RunStatus, SentRun};
+    use crate::testkit::{self, run_info};
+    use kd_proto::types::{Message, MessageKind, SentRun};
 
     fn sent(members: &[&str]) -> Sent {
         Sent {
@@ -364,44 +365,13 @@ mod tests {
             rounds: 1,
             mode: kd_proto::types::Mode::Broadcast,
             notice: None,
-            runs: members
-                .iter()
-                .map(|m| SentRun {
-                    run: RunInfo {
-                        id: format!("r-{m}"),
-                        thread: "t".into(),
-                        member: m.to_string(),
-                        backend: "claude".into(),
-                        status: RunStatus::Waiting,
-                        pid: None,
-                        started_at_ms: 0,
-                        chars: 0,
-                        reply_to: Some(1),
-                        round: Some(1),
-                        exchange: Some(1),
-                        replaces: None,
-                    },
-                    attached: false,
-                })
-                .collect(),
+            runs: members.iter().map(|m| SentRun { run: run_info(&format!("r-{m}"), m), attached: false }).collect(),
         }
     }
 
     fn message(seq: u64, from: &str, body: &str, run: Option<&str>) -> Message {
-        Message {
-            thread: "t".into(),
-            seq,
-            from: from.into(),
-            to: vec!["king".into()],
-            cc: vec![],
-            reply_to: Some(1),
-            kind: MessageKind::Agent,
-            body: body.into(),
-            round: None,
-            created_at_ms: 0,
-            run: run.map(|r| RunMeta { run_id: Some(r.into()), ..RunMeta::default() }),
-            replaces: None,
-        }
+        let kind = if from == "king" { MessageKind::King } else { MessageKind::Agent };
+        testkit::message(seq, from, kind, body, run)
     }
 
     fn delta(member: &str, text: &str) -> ThreadEvent {

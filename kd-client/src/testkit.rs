@@ -1,0 +1,44 @@
+//! Wire values for the binary's unit tests (`kd ask` output, the chat).
+
+use kd_proto::types::{Message, MessageKind, RunInfo, RunMeta, RunStatus};
+
+/// Thread of every fixture.
+pub const THREAD: &str = "a8b3c1";
+
+/// A stored message of [`THREAD`]: the King's goes to all, a member's answers
+/// message 1 in round 1; `run` names the run that produced it.
+pub fn message(seq: u64, from: &str, kind: MessageKind, body: &str, run: Option<&str>) -> Message {
+    let king = from == "king";
+    Message {
+        thread: THREAD.into(),
+        seq,
+        from: from.into(),
+        to: vec![if king { "all" } else { "king" }.into()],
+        cc: vec![],
+        reply_to: (!king).then_some(1),
+        kind,
+        body: body.into(),
+        round: (!king).then_some(1),
+        created_at_ms: 0,
+        run: run.map(|r| RunMeta { run_id: Some(r.into()), ..RunMeta::default() }),
+        replaces: None,
+    }
+}
+
+/// A run of `member` answering message 1 in round 1, waiting to start.
+pub fn run_info(id: &str, member: &str) -> RunInfo {
+    RunInfo {
+        id: id.into(),
+        thread: THREAD.into(),
+        member: member.into(),
+        backend: member.into(),
+        status: RunStatus::Waiting,
+        pid: None,
+        started_at_ms: 0,
+        chars: 0,
+        reply_to: Some(1),
+        round: Some(1),
+        exchange: Some(1),
+        replaces: None,
+    }
+}
