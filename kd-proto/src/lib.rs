@@ -7,12 +7,14 @@
 //! - [`api`]: the jsonrpsee `#[rpc]` trait — `KdApiServer` for the daemon,
 //!   `KdApiClient` for clients;
 //! - [`types`]: params, results and subscription items (serde + JSON Schema);
+//! - [`color`]: member colours as configured, and the palette;
 //! - [`error`]: the stable JSON-RPC error codes;
 //! - [`openrpc`]: the OpenRPC document served by `rpc.discover`;
 //! - [`paths`]: where the socket and database live (F-D1);
 //! - [`names`]: validation of ids and names that could reach a path.
 
 pub mod api;
+pub mod color;
 pub mod error;
 pub mod names;
 pub mod openrpc;

@@ -499,4 +499,8 @@ pub struct ConfigView {
     pub entries: Vec<ConfigEntry>,
     /// e.g. members found on PATH, or none found.
     pub notice: Option<String>,
+    /// One line for each key of the file kd reads but does not use (e.g.
+    /// Kingdom's `peasant`).
+    #[serde(default)]
+    pub notices: Vec<String>,
 }

@@ -7,9 +7,14 @@
 //!   peer-uid check, connection bound, HTTP + WebSocket per connection;
 //! - [`rpc`]: the `KdApiServer` implementation, parameter checks, error mapping,
 //!   subscriptions;
+//! - [`state`]: what handlers share;
+//! - [`council`]: who is asked and when (sends, rounds, retries);
+//! - [`agent`]: running the agent CLIs and reading their streams;
+//! - [`prompt`]: what agents are told and the clean-up of what they say;
+//! - [`config`]: the workspace's council configuration;
 //! - [`db`]: the SQLite registry — one writer thread, pooled readers, all SQL;
 //! - [`hub`]: fan-out of thread events to subscribers;
-//! - [`state`]: what handlers share;
+//! - [`client`]: the identity of a client connection;
 //! - [`shutdown`]: signals and the shutdown order;
 //! - [`proc`]: process liveness.
 //!
@@ -19,11 +24,13 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod agent;
+pub mod client;
 pub mod config;
 pub mod council;
 pub mod db;
 pub mod hub;
 pub mod proc;
+pub mod prompt;
 pub mod rpc;
 pub mod server;
 pub mod shutdown;
@@ -59,16 +66,14 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         tracing::warn!("recorded {recovered} run(s) left in flight by the previous daemon as interrupted");
     }
     let listener = claim.bind()?;
-    let mut daemon = Daemon::new(db, hub, opts.socket.clone(), opts.limits.max_connections);
-    daemon.kill_grace = opts.kill_grace;
-    let daemon = Arc::new(daemon);
+    let daemon = Arc::new(Daemon::new(db, hub, opts.socket.clone(), opts.limits.max_connections, opts.kill_grace));
     // Runs are stopped the moment shutdown begins, so that clients still
     // connected see them end.
     let stopping = {
         let d = daemon.clone();
         tokio::spawn(async move {
             d.shutdown.cancelled().await;
-            agent::stop_all(&d).await
+            agent::stop_all(&d.agents).await
         })
     };
     shutdown::on_signals(daemon.shutdown.clone()).context("cannot install signal handlers")?;

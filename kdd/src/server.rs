@@ -27,8 +27,9 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::OwnedSemaphorePermit;
 use tower::Service;
 
+use crate::client::ClientId;
 use crate::rpc::params::ParamCheckLayer;
-use crate::state::{ClientId, Daemon};
+use crate::state::Daemon;
 
 /// Bounds of the server (F-D3).
 #[derive(Debug, Clone)]

@@ -1,5 +1,7 @@
-//! What every RPC handler shares: the registry, the event hub, the shutdown
-//! signal and a few facts about this daemon.
+//! What every RPC handler shares: the registry, the event hub, the runner
+//! of agents, the council, the shutdown signal and a few facts about this
+//! daemon. The top of the layering: it knows every subsystem, none of them
+//! knows it.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -9,13 +11,13 @@ use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::registry::Registry;
-use crate::council::exchange::Exchanges;
+use crate::agent::Runner;
+use crate::council::Council;
 use crate::db::Db;
 use crate::hub::Hub;
 
 pub struct Daemon {
-    pub db: Db,
+    pub db: Arc<Db>,
     pub hub: Arc<Hub>,
     /// Cancelled once to stop the daemon (signal or `daemon.shutdown`).
     pub shutdown: CancellationToken,
@@ -24,23 +26,18 @@ pub struct Daemon {
     /// One permit per open connection; see [`crate::server`].
     pub connections: Arc<Semaphore>,
     pub max_connections: usize,
-    /// Source of [`ClientId`]s.
+    /// Source of [`crate::client::ClientId`]s.
     pub next_client_id: AtomicU64,
-    /// Runs in flight.
-    pub runs: Registry,
-    /// The council exchange of each thread.
-    pub exchanges: Exchanges,
-    /// How long a signalled agent has before SIGKILL.
-    pub kill_grace: Duration,
+    /// Runs agents; holds the runs in flight.
+    pub agents: Arc<Runner>,
+    /// Council exchanges.
+    pub council: Arc<Council>,
 }
 
-/// Identifies the connection a call arrived on (a request extension):
-/// "the runs started by the calling client" are the runs of this id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ClientId(pub u64);
-
 impl Daemon {
-    pub fn new(db: Db, hub: Arc<Hub>, socket: PathBuf, max_connections: usize) -> Daemon {
+    pub fn new(db: Db, hub: Arc<Hub>, socket: PathBuf, max_connections: usize, kill_grace: Duration) -> Daemon {
+        let db = Arc::new(db);
+        let agents = Arc::new(Runner::new(db.clone(), hub.clone(), kill_grace));
         Daemon {
             db,
             hub,
@@ -50,9 +47,8 @@ impl Daemon {
             connections: Arc::new(Semaphore::new(max_connections)),
             max_connections,
             next_client_id: AtomicU64::new(1),
-            runs: Registry::default(),
-            exchanges: Exchanges::default(),
-            kill_grace: Duration::from_secs(5),
+            council: Arc::new(Council::new(agents.clone())),
+            agents,
         }
     }
 

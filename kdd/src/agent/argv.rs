@@ -135,6 +135,7 @@ mod tests {
             prompt_council: None,
             prompt_chat: None,
             format: backend.format(),
+            color: None,
         }
     }
 

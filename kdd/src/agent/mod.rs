@@ -6,6 +6,10 @@
 //! - [`parse`]: per-backend `parse_line` and the [`parse::Transcript`] that folds lines;
 //! - [`registry`]: the runs in flight, in memory;
 //! - [`supervisor`]: one run from spawn to message.
+//!
+//! [`Runner`] is what runs need from the daemon: the registry, the hub, the
+//! runs in flight and how long a signalled agent has. The council starts
+//! runs through it; nothing here knows about councils or the RPC.
 
 pub mod argv;
 pub mod lines;
@@ -17,10 +21,26 @@ pub mod supervisor;
 use std::sync::Arc;
 use std::time::Duration;
 
-use registry::StopReason;
+use registry::{Registry, StopReason};
 
 use crate::db::{Db, DbResult};
-use crate::state::Daemon;
+use crate::hub::Hub;
+
+/// What every run shares.
+pub struct Runner {
+    pub db: Arc<Db>,
+    pub hub: Arc<Hub>,
+    /// Runs in flight.
+    pub runs: Registry,
+    /// How long a signalled agent has before SIGKILL.
+    pub kill_grace: Duration,
+}
+
+impl Runner {
+    pub fn new(db: Arc<Db>, hub: Arc<Hub>, kill_grace: Duration) -> Runner {
+        Runner { db, hub, runs: Registry::default(), kill_grace }
+    }
+}
 
 /// At start: makes sure no agent of runs left in flight by a daemon that
 /// died is still running (a pid is only killed if it still names the same
@@ -38,7 +58,7 @@ pub async fn recover(db: &Db) -> DbResult<usize> {
 
 /// Stops every run (recorded as interrupted) and waits until their messages
 /// are written, for at most the kill grace period plus a margin.
-pub async fn stop_all(d: &Arc<Daemon>) -> usize {
+pub async fn stop_all(d: &Runner) -> usize {
     let runs = d.runs.all();
     for r in &runs {
         r.stop(StopReason::Shutdown);

@@ -9,8 +9,8 @@ use kd_proto::types::{RunInfo, RunStatus, ThreadEvent};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::client::ClientId;
 use crate::hub::Hub;
-use crate::state::ClientId;
 
 /// Why a run is being stopped before it finished on its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,10 +19,11 @@ use super::parse::{self, Transcript};
 use super::process;
 use super::registry::{Run, StopReason};
 use crate::config::{AgentDef, Backend};
-use crate::council::history;
 use crate::db::DbError;
 use crate::db::runs::Finish;
-use crate::state::Daemon;
+use crate::prompt;
+
+use super::Runner;
 
 /// How often the text streamed so far is saved.
 const SAVE_EVERY: Duration = Duration::from_secs(1);
@@ -44,7 +45,7 @@ pub struct Spec {
 }
 
 /// Runs `run` to its end and writes its message. Spawned by the council.
-pub async fn supervise(d: Arc<Daemon>, run: Arc<Run>, spec: Spec) {
+pub async fn supervise(d: Arc<Runner>, run: Arc<Run>, spec: Spec) {
     if let Err(e) = d.db.insert_run(run.info()).await {
         tracing::error!(run = run.id, "cannot record the run: {e}");
         run.set_status(RunStatus::Error);
@@ -78,7 +79,7 @@ struct Prepared {
     session: Option<String>,
 }
 
-async fn prepare(d: &Daemon, run: &Run, spec: &Spec) -> Result<Prepared, Finish> {
+async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepared, Finish> {
     let member = &run.member;
     // The thread as of the message the run answers: members of a parallel
     // round do not see each other's answers.
@@ -87,12 +88,9 @@ async fn prepare(d: &Daemon, run: &Run, spec: &Spec) -> Result<Prepared, Finish>
         d.db.messages(run.thread.clone(), 0, limit)
             .await
             .map_err(|e| failed(member, RunStatus::Error, format!("cannot read the thread: {e}")))?;
-    let agent_prompt = match spec.style {
-        Style::Council => spec.agent.prompt_council.as_deref(),
-        Style::Chat => spec.agent.prompt_chat.as_deref(),
-    };
+    let agent_prompt = spec.agent.prompt(spec.style);
     let full =
-        || history::assemble(&spec.preamble, agent_prompt, &history::format_thread_history(&messages, member, None));
+        || prompt::assemble(&spec.preamble, agent_prompt, &prompt::format_thread_history(&messages, member, None));
     if spec.context == ContextMode::History {
         return Ok(Prepared { prompt: full(), resume: None, session: None });
     }
@@ -127,7 +125,7 @@ async fn prepare(d: &Daemon, run: &Run, spec: &Spec) -> Result<Prepared, Finish>
             // message; send what came after it.
             let last_own = messages.iter().rposition(|m| &m.from == member).map(|i| i + 1).unwrap_or(0);
             let new: Vec<Message> = messages[last_own..].to_vec();
-            let body = history::format_thread_history(&new, member, None).replacen(
+            let body = prompt::format_thread_history(&new, member, None).replacen(
                 "[Previous conversation]",
                 "[New messages]",
                 1,
@@ -138,7 +136,7 @@ async fn prepare(d: &Daemon, run: &Run, spec: &Spec) -> Result<Prepared, Finish>
     }
 }
 
-async fn execute(d: &Arc<Daemon>, run: &Arc<Run>, spec: &Spec) -> Finish {
+async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec) -> Finish {
     let member = run.member.clone();
     let agent = &spec.agent;
     let prepared = match prepare(d, run, spec).await {
@@ -204,7 +202,7 @@ async fn execute(d: &Arc<Daemon>, run: &Arc<Run>, spec: &Spec) -> Finish {
         return with_session(failed(&member, RunStatus::Error, "no stdout from the agent".into()));
     };
 
-    let mut label = history::LabelStripper::new(&member);
+    let mut label = prompt::LabelStripper::new(&member);
     let mut reader =
         if agent.format == crate::config::Format::Text { LineReader::raw(stdout) } else { LineReader::new(stdout) };
     let mut transcript = Transcript::new();
@@ -310,7 +308,7 @@ fn take_line(line: Line, format: crate::config::Format, transcript: &mut Transcr
     }
 }
 
-fn publish(d: &Daemon, run: &Run, text: &str) {
+fn publish(d: &Runner, run: &Run, text: &str) {
     if !text.is_empty() {
         run.push_delta(&d.hub, text);
     }
@@ -356,7 +354,7 @@ fn outcome(run: &Run, spec: &Spec, t: &Transcript, exit: Option<std::process::Ex
         let text = shown.trim();
         if text.is_empty() { reason } else { format!("{reason}\n\n---\n{text}") }
     };
-    let answer = history::strip_label(member, &t.answer()).to_string();
+    let answer = prompt::strip_label(member, &t.answer()).to_string();
     let (status, body, error) = match run.stop_reason() {
         Some(StopReason::TimedOut) => {
             let reason = format!("{member}: timed out after {} s", spec.timeout.as_secs());

@@ -12,9 +12,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use kd_proto::types::{Mode, RoundState, ThreadEvent};
 use tokio_util::sync::CancellationToken;
 
-use super::Launch;
+use super::{Council, Launch};
 use crate::agent::registry::{Place, Run};
-use crate::state::Daemon;
 
 /// An exchange in progress.
 pub struct Exchange {
@@ -44,9 +43,9 @@ impl Exchange {
         self.round.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    fn publish(&self, d: &Daemon, event: ThreadEvent) {
+    fn publish(&self, c: &Council, event: ThreadEvent) {
         *self.round.lock().unwrap_or_else(|e| e.into_inner()) = Some(event.clone());
-        d.hub.publish(&self.thread, event);
+        c.agents.hub.publish(&self.thread, event);
     }
 }
 
@@ -108,7 +107,7 @@ pub struct Plan {
 }
 
 /// Drives an exchange to its end.
-pub async fn run(d: Arc<Daemon>, ex: Arc<Exchange>, plan: Plan) {
+pub async fn run(c: Arc<Council>, ex: Arc<Exchange>, plan: Plan) {
     let round_event = |round: u32, state: RoundState, expected: &[String]| ThreadEvent::Round {
         exchange: ex.king,
         round,
@@ -116,14 +115,14 @@ pub async fn run(d: Arc<Daemon>, ex: Arc<Exchange>, plan: Plan) {
         state,
         expected: expected.to_vec(),
     };
-    ex.publish(&d, round_event(1, RoundState::Running, &plan.first));
+    ex.publish(&c, round_event(1, RoundState::Running, &plan.first));
     let mut last_round = 1;
     for run in &plan.started {
         run.done().await;
     }
     if plan.mode == Mode::Sequential {
         for member in plan.first.iter().skip(plan.started.len()) {
-            if !turn(&d, &ex, &plan, member, 1).await {
+            if !turn(&c, &ex, &plan, member, 1).await {
                 break;
             }
         }
@@ -133,26 +132,26 @@ pub async fn run(d: Arc<Daemon>, ex: Arc<Exchange>, plan: Plan) {
             break;
         }
         last_round = round;
-        ex.publish(&d, round_event(round, RoundState::Running, &plan.turns));
+        ex.publish(&c, round_event(round, RoundState::Running, &plan.turns));
         for member in &plan.turns {
-            if !turn(&d, &ex, &plan, member, round).await {
+            if !turn(&c, &ex, &plan, member, round).await {
                 break;
             }
         }
     }
     let state = if ex.is_stopped() { RoundState::Stopped } else { RoundState::Done };
     let expected = if last_round == 1 { &plan.first } else { &plan.turns };
-    ex.publish(&d, round_event(last_round, state, expected));
-    d.exchanges.end(&ex);
+    ex.publish(&c, round_event(last_round, state, expected));
+    c.exchanges.end(&ex);
 }
 
 /// Runs one member's turn, seeing the whole thread; false when the
 /// exchange was stopped and no turn was taken.
-async fn turn(d: &Arc<Daemon>, ex: &Exchange, plan: &Plan, member: &str, round: u32) -> bool {
+async fn turn(c: &Council, ex: &Exchange, plan: &Plan, member: &str, round: u32) -> bool {
     if ex.is_stopped() {
         return false;
     }
-    let last = match d.db.thread(plan.launch.thread.id.clone()).await {
+    let last = match c.agents.db.thread(plan.launch.thread.id.clone()).await {
         Ok(t) => t.last_seq,
         Err(e) => {
             tracing::error!(thread = ex.thread, "cannot read the thread for a turn: {e}");
@@ -160,7 +159,7 @@ async fn turn(d: &Arc<Daemon>, ex: &Exchange, plan: &Plan, member: &str, round: 
         }
     };
     let place = Place { reply_to: Some(last), round: Some(round), exchange: Some(ex.king), replaces: None };
-    if let Some((run, _)) = plan.launch.start(d, member, place) {
+    if let Some((run, _)) = plan.launch.start(c, member, place) {
         run.done().await;
     }
     true

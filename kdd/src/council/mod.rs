@@ -1,9 +1,9 @@
-//! The council: what agents are told ([`history`]), who a message is for
-//! ([`mentions`]), sending a King message ([`send`]), the rounds that
-//! follow it ([`exchange`]), and retrying failed answers ([`retry`]).
+//! The council: who a message is for ([`mentions`]), sending a King
+//! message ([`send`]), the rounds that follow it ([`exchange`]), and
+//! retrying failed answers ([`retry`]). It decides who is asked and when;
+//! [`crate::agent`] runs them and [`crate::prompt`] says what they are told.
 
 pub mod exchange;
-pub mod history;
 pub mod mentions;
 pub mod retry;
 pub mod send;
@@ -14,11 +14,26 @@ use std::time::Duration;
 
 use kd_proto::types::{Style, Thread};
 
+use crate::agent::Runner;
 use crate::agent::registry::{Place, Run};
 use crate::agent::supervisor::{self, Spec};
-use crate::config::{CHAT_PREAMBLE, Config};
+use crate::client::ClientId;
+use crate::config::Config;
 use crate::db::random_id;
-use crate::state::{ClientId, Daemon};
+use exchange::Exchanges;
+
+/// What the council's operations share: the runner that starts runs, and
+/// the exchange in progress on each thread.
+pub struct Council {
+    pub agents: Arc<Runner>,
+    pub exchanges: Exchanges,
+}
+
+impl Council {
+    pub fn new(agents: Arc<Runner>) -> Council {
+        Council { agents, exchanges: Exchanges::default() }
+    }
+}
 
 /// What every run of a send or an exchange shares.
 #[derive(Debug, Clone)]
@@ -34,9 +49,9 @@ pub struct Launch {
 impl Launch {
     /// Starts `member`'s run at `place`, or joins the run it already has in
     /// flight on the thread. Returns the run and whether it was joined.
-    pub fn start(&self, d: &Arc<Daemon>, member: &str, place: Place) -> Option<(Arc<Run>, bool)> {
+    pub fn start(&self, c: &Council, member: &str, place: Place) -> Option<(Arc<Run>, bool)> {
         let agent = self.config.agent(member)?.clone();
-        let (run, attached) = d.runs.claim(&self.thread.id, member, || {
+        let (run, attached) = c.agents.runs.claim(&self.thread.id, member, || {
             Run::new(
                 format!("r-{}", random_id(10)),
                 self.thread.id.clone(),
@@ -47,10 +62,7 @@ impl Launch {
             )
         });
         if !attached {
-            let preamble = match self.style {
-                Style::Council => self.config.council.preamble.clone(),
-                Style::Chat => CHAT_PREAMBLE.to_string(),
-            };
+            let preamble = self.config.preamble(self.style).to_string();
             let spec = Spec {
                 timeout: self.timeout.unwrap_or(Duration::from_secs(self.config.timeout_s(member))),
                 agent,
@@ -59,7 +71,7 @@ impl Launch {
                 context: self.thread.context,
                 workspace: PathBuf::from(&self.thread.workspace),
             };
-            tokio::spawn(supervisor::supervise(d.clone(), run.clone(), spec));
+            tokio::spawn(supervisor::supervise(c.agents.clone(), run.clone(), spec));
         }
         Some((run, attached))
     }

@@ -5,29 +5,28 @@
 //! everything that shows the thread — clients and the history agents are
 //! given — puts it in the failed message's place. No round is added.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use jsonrpsee::types::ErrorObjectOwned;
 use kd_proto::ErrorCode;
 use kd_proto::types::{MessageKind, RunInfo, Style, display_order};
 
-use super::Launch;
+use super::{Council, Launch};
 use crate::agent::registry::Place;
+use crate::client::ClientId;
 use crate::config;
-use crate::state::{ClientId, Daemon};
 
 pub async fn retry(
-    d: &Arc<Daemon>,
+    c: &Council,
     thread: String,
     style: Style,
     timeout: Option<Duration>,
     client: Option<ClientId>,
 ) -> Result<Vec<RunInfo>, ErrorObjectOwned> {
-    let thread = d.db.thread(thread).await?;
+    let thread = c.agents.db.thread(thread).await?;
     let config = config::load(std::path::Path::new(&thread.workspace))
         .map_err(|e| ErrorCode::InvalidArgument.error(format!("configuration: {e}")))?;
-    let messages = d.db.messages(thread.id.clone(), 0, None).await?;
+    let messages = c.agents.db.messages(thread.id.clone(), 0, None).await?;
     let shown = display_order(&messages);
     let mut members: Vec<String> = config.council.members.clone();
     for m in &thread.members {
@@ -37,7 +36,7 @@ pub async fn retry(
     }
     let failed: Vec<_> = members
         .iter()
-        .filter(|m| d.runs.list(Some(&thread.id)).iter().all(|r| &r.member != *m))
+        .filter(|m| c.agents.runs.list(Some(&thread.id)).iter().all(|r| &r.member != *m))
         .filter_map(|member| {
             let last = shown.iter().rev().find(|m| {
                 &m.from == member
@@ -51,7 +50,7 @@ pub async fn retry(
     for (member, message) in failed {
         let place =
             Place { reply_to: message.reply_to, round: message.round, exchange: None, replaces: Some(message.seq) };
-        if let Some((run, _)) = launch.start(d, &member, place) {
+        if let Some((run, _)) = launch.start(c, &member, place) {
             runs.push(run.info());
         }
     }

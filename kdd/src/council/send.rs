@@ -10,13 +10,13 @@ use kd_proto::ErrorCode;
 use kd_proto::names::{ALL, KING};
 use kd_proto::types::{MessageKind, Mode, Sent, SentRun, Style};
 
-use super::Launch;
 use super::exchange::{self, Exchange, Plan};
 use super::mentions::mentions;
+use super::{Council, Launch};
 use crate::agent::registry::Place;
+use crate::client::ClientId;
 use crate::config::{self, Config};
 use crate::db::messages::NewMessage;
-use crate::state::{ClientId, Daemon};
 
 /// A send, with its parameters checked.
 #[derive(Debug, Clone)]
@@ -44,16 +44,18 @@ pub struct Addressees {
     pub to: Vec<String>,
 }
 
-pub async fn send(d: &Arc<Daemon>, req: Request) -> Result<Sent, ErrorObjectOwned> {
-    let thread = d.db.thread(req.thread.clone()).await?;
+pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwned> {
+    let thread = c.agents.db.thread(req.thread.clone()).await?;
     let config = config::load(std::path::Path::new(&thread.workspace))
         .map_err(|e| ErrorCode::InvalidArgument.error(format!("configuration: {e}")))?;
     let who = addressees(&config, req.to.as_deref(), &req.body, &req.mute)?;
     if thread.members != config.council.members {
-        d.db.set_thread_members(thread.id.clone(), config.council.members.clone()).await?;
+        c.agents.db.set_thread_members(thread.id.clone(), config.council.members.clone()).await?;
     }
-    let message =
-        d.db.append_message(NewMessage {
+    let message = c
+        .agents
+        .db
+        .append_message(NewMessage {
             thread: thread.id.clone(),
             from: KING.to_string(),
             to: who.to.clone(),
@@ -68,11 +70,12 @@ pub async fn send(d: &Arc<Daemon>, req: Request) -> Result<Sent, ErrorObjectOwne
             replaces: None,
         })
         .await?;
-    let mode = match config.council.mode {
+    let planned = config.rounds(req.style);
+    let mode = match planned.mode {
         config::Mode::Broadcast => Mode::Broadcast,
         config::Mode::Sequential => Mode::Sequential,
     };
-    let rounds = if who.directed { 1 } else { 1 + req.rounds.unwrap_or(config.council.auto_rounds) };
+    let rounds = if who.directed { 1 } else { 1 + req.rounds.unwrap_or(planned.auto_rounds) };
     let notice = config.council.members_detected.then(|| {
         format!(
             "no council is configured (.kd/config.json), so the agent CLIs found on PATH answer: {}",
@@ -83,7 +86,7 @@ pub async fn send(d: &Arc<Daemon>, req: Request) -> Result<Sent, ErrorObjectOwne
     let launch = Launch { thread, config, style: req.style, timeout: req.timeout, client: req.client };
     let ex = Arc::new(Exchange::new(launch.thread.id.clone(), message.seq));
     // The new exchange replaces (stops) the thread's pending one.
-    d.exchanges.begin(ex.clone());
+    c.exchanges.begin(ex.clone());
     let first_round =
         Place { reply_to: Some(message.seq), round: Some(1), exchange: Some(message.seq), replaces: None };
     let starting = match mode {
@@ -93,13 +96,13 @@ pub async fn send(d: &Arc<Daemon>, req: Request) -> Result<Sent, ErrorObjectOwne
     let mut runs = Vec::new();
     let mut started = Vec::new();
     for member in starting {
-        if let Some((run, attached)) = launch.start(d, member, first_round) {
+        if let Some((run, attached)) = launch.start(c, member, first_round) {
             runs.push(SentRun { run: run.info(), attached });
             started.push(run);
         }
     }
     let plan = Plan { launch, mode, first: who.members.clone(), started, turns, rounds };
-    tokio::spawn(exchange::run(d.clone(), ex, plan));
+    tokio::spawn(exchange::run(c.clone(), ex, plan));
     Ok(Sent { message, members: who.members, rounds, mode, notice, runs })
 }
 
@@ -146,7 +149,7 @@ pub fn addressees(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Council, Mode};
+    use crate::config::{Council, Mode, Rounds};
 
     fn config(members: &[&str]) -> Config {
         let env = config::Env { var: &|_| None };
@@ -155,9 +158,10 @@ mod tests {
             members: members.iter().map(|s| s.to_string()).collect(),
             members_detected: false,
             timeout_s: 600,
-            auto_rounds: 3,
-            mode: Mode::Broadcast,
+            ask: Rounds { mode: Mode::Broadcast, auto_rounds: 3 },
+            chat: Rounds { mode: Mode::Broadcast, auto_rounds: 3 },
             preamble: "p".into(),
+            chat_preamble: "c".into(),
         };
         c
     }

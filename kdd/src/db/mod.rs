@@ -18,6 +18,7 @@
 
 mod checkpoint;
 pub mod events;
+mod import;
 pub mod locks;
 pub mod messages;
 mod pool;

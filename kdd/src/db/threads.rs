@@ -72,32 +72,6 @@ pub fn create(conn: &Connection, now: i64, t: NewThread, out: &mut Outbox) -> Db
     get(conn, &id)
 }
 
-/// Creates a thread holding `messages` (time, message), as an import: the
-/// chosen id is used when it is free, a fresh one otherwise.
-pub fn import(
-    conn: &Connection,
-    mut t: NewThread,
-    created_at: i64,
-    messages: Vec<(i64, super::messages::NewMessage)>,
-    out: &mut Outbox,
-) -> DbResult<Thread> {
-    if let Some(id) = &t.id
-        && exists(conn, id)?
-    {
-        t.id = None;
-    }
-    let thread = create(conn, created_at, t, out)?;
-    let messages = messages
-        .into_iter()
-        .map(|(at, mut m)| {
-            m.thread = thread.id.clone();
-            (at, m)
-        })
-        .collect();
-    super::messages::import(conn, &thread.id, messages, out)?;
-    get(conn, &thread.id)
-}
-
 /// A thread id not yet taken: 6 random characters, longer after collisions.
 fn fresh_id(conn: &Connection) -> DbResult<String> {
     for attempt in 0..16 {
@@ -109,7 +83,7 @@ fn fresh_id(conn: &Connection) -> DbResult<String> {
     Err(DbError::Internal("cannot find a free thread id".into()))
 }
 
-fn exists(conn: &Connection, id: &str) -> DbResult<bool> {
+pub(super) fn exists(conn: &Connection, id: &str) -> DbResult<bool> {
     Ok(conn.prepare_cached("SELECT 1 FROM threads WHERE id = ?1")?.query_row([id], |_| Ok(())).optional()?.is_some())
 }
 
@@ -265,15 +239,6 @@ impl super::Db {
 
     pub async fn set_current_thread(&self, workspace: String, branch: Option<String>, id: String) -> DbResult<Thread> {
         self.write(move |c, _| set_current(c, super::now_ms(), &workspace, branch.as_deref(), &id)).await
-    }
-
-    pub async fn import_thread(
-        &self,
-        t: NewThread,
-        created_at: i64,
-        messages: Vec<(i64, super::messages::NewMessage)>,
-    ) -> DbResult<Thread> {
-        self.write(move |c, out| import(c, t, created_at, messages, out)).await
     }
 
     pub async fn set_thread_members(&self, id: String, members: Vec<String>) -> DbResult<()> {

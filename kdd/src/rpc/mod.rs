@@ -17,12 +17,13 @@ use kd_proto::types::*;
 use kd_proto::{KdApiServer, PROTOCOL_VERSION, RpcResult, VERSION};
 
 use crate::agent::registry::StopReason;
+use crate::client::ClientId;
 use crate::council::{retry, send};
 use crate::db::events::EventFilter;
 use crate::db::messages::NewMessage;
 use crate::db::sessions::NewSession;
 use crate::db::threads::NewThread;
-use crate::state::{ClientId, Daemon};
+use crate::state::Daemon;
 use error::invalid;
 
 /// What this daemon offers beyond the basic protocol.
@@ -62,7 +63,7 @@ impl KdApiServer for Rpc {
             db: d.db.path().display().to_string(),
             schema_version: d.db.schema_version(),
             threads: d.db.thread_count(),
-            runs_in_flight: d.runs.count() as u64,
+            runs_in_flight: d.agents.runs.count() as u64,
             clients: d.open_connections(),
             subscriptions: d.hub.subscription_count(),
         })
@@ -70,7 +71,7 @@ impl KdApiServer for Rpc {
 
     async fn daemon_shutdown(&self) -> RpcResult<ShutdownAck> {
         tracing::info!("shutdown requested over RPC");
-        let runs = self.d.runs.count() as u64;
+        let runs = self.d.agents.runs.count() as u64;
         self.d.shutdown.cancel();
         Ok(ShutdownAck { stopping: true, runs_cancelled: runs })
     }
@@ -248,17 +249,18 @@ impl KdApiServer for Rpc {
             rounds,
             client: ext.get::<ClientId>().copied(),
         };
-        send::send(&self.d, req).await
+        send::send(&self.d.council, req).await
     }
 
     async fn council_interrupt(&self, ext: &Extensions, thread: String, all: Option<bool>) -> RpcResult<Interrupted> {
         validate::thread_id(&thread)?;
         self.d.db.thread(thread.clone()).await?;
-        let stopped_exchange = self.d.exchanges.stop(&thread);
+        let stopped_exchange = self.d.council.exchanges.stop(&thread);
         let caller = ext.get::<ClientId>().copied();
         let all = all.unwrap_or(false);
         let runs: Vec<_> = self
             .d
+            .agents
             .runs
             .list(Some(&thread))
             .into_iter()
@@ -279,12 +281,12 @@ impl KdApiServer for Rpc {
     ) -> RpcResult<Vec<RunInfo>> {
         validate::thread_id(&thread)?;
         let timeout = validate::timeout(timeout_s)?;
-        retry::retry(&self.d, thread, style.unwrap_or_default(), timeout, ext.get::<ClientId>().copied()).await
+        retry::retry(&self.d.council, thread, style.unwrap_or_default(), timeout, ext.get::<ClientId>().copied()).await
     }
 
     async fn config_get(&self, workspace: String) -> RpcResult<ConfigView> {
         validate::workspace(&workspace)?;
-        let env = crate::config::Env { var: &|k| std::env::var_os(k) };
+        let env = crate::config::Env::process();
         let config = crate::config::load_with(std::path::Path::new(&workspace), &env)
             .map_err(|e| invalid(format!("configuration: {e}")))?;
         Ok(config.view(&workspace, &env))
@@ -348,7 +350,7 @@ impl KdApiServer for Rpc {
     }
 
     async fn run_list(&self, thread: Option<String>) -> RpcResult<Vec<RunInfo>> {
-        Ok(self.d.runs.list(thread.as_deref()).iter().map(|r| r.info()).collect())
+        Ok(self.d.agents.runs.list(thread.as_deref()).iter().map(|r| r.info()).collect())
     }
 
     async fn run_cancel(&self, thread: String, member: Option<String>, run: Option<String>) -> RpcResult<Vec<RunInfo>> {
@@ -356,6 +358,7 @@ impl KdApiServer for Rpc {
         self.d.db.thread(thread.clone()).await?;
         let chosen: Vec<_> = self
             .d
+            .agents
             .runs
             .list(Some(&thread))
             .into_iter()
@@ -466,7 +469,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let hub = Arc::new(Hub::new());
         let db = Db::open(&tmp.path().join("kd.sqlite3"), hub.clone()).unwrap();
-        let module = module(Arc::new(Daemon::new(db, hub, tmp.path().join("s"), 1)));
+        let module = module(Arc::new(Daemon::new(db, hub, tmp.path().join("s"), 1, std::time::Duration::from_secs(1))));
         let served: BTreeSet<&str> = module.method_names().collect();
         let documented: BTreeSet<&str> = kd_proto::openrpc::methods()
             .iter()

@@ -50,14 +50,14 @@ pub async fn run(
         return Ok(());
     }
     // Where the thread's exchange stands.
-    if let Some(round) = d.exchanges.current(&thread).and_then(|ex| ex.round_event())
+    if let Some(round) = d.council.exchanges.current(&thread).and_then(|ex| ex.round_event())
         && !send(&sink, &round).await
     {
         return Ok(());
     }
     // Runs in flight: what they streamed so far, then only what is newer.
     let mut snapshots: HashMap<String, (bool, u64)> = HashMap::new();
-    for run in d.runs.list(Some(&thread)) {
+    for run in d.agents.runs.list(Some(&thread)) {
         let snap = run.snapshot();
         if snap.info.status.is_finished() {
             continue;

@@ -1,0 +1,310 @@
+//! Council configuration (F-C1): `.kd/config.json` in the workspace, else
+//! `$XDG_CONFIG_HOME/kd/config.json`, else built-in defaults.
+//!
+//! Read again on every send, so edits take effect at once. Every error names
+//! the file, the key and the bad value. A Kingdom `.kd/config.json` is read
+//! as it is (F-B5): its keys are mapped where kd has the meaning and
+//! otherwise ignored with a notice; keys in neither schema are refused.
+//!
+//! - [`raw`]: the file's schema, kd's keys and Kingdom's, as serde types;
+//! - [`resolve`]: from the file to a [`Config`]: defaults, validation, the
+//!   Kingdom mapping;
+//! - [`programs`]: the agent CLIs on `PATH`;
+//! - [`view`]: every effective value with where it came from (`config.get`).
+
+mod programs;
+mod raw;
+mod resolve;
+mod view;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use kd_proto::types::Style;
+
+pub use programs::{detect_members, find_program};
+
+/// Seconds a run may take when neither the member nor the council says.
+pub const DEFAULT_TIMEOUT_S: u64 = 600;
+/// Sequential rounds after the first, by default.
+pub const DEFAULT_AUTO_ROUNDS: u32 = 3;
+
+/// The read-only advisory council preamble (the default `council.preamble`).
+pub const COUNCIL_PREAMBLE: &str = "You are a member of an advisory council to the King, the human who asks. \
+Other AI agents sit on the council and answer the same questions; you see the whole conversation. \
+Give your own view, plainly: agree or disagree with the others where it matters, and say why. Be concise. \
+This is a read-only consultation: do not modify files, do not run commands that change anything, \
+do not commit. Advise only.";
+
+/// The council preamble when Kingdom's `council.writable` is true.
+pub const WRITABLE_COUNCIL_PREAMBLE: &str = "You are a member of a council to the King, the human who asks. \
+Other AI agents sit on the council and answer the same questions; you see the whole conversation. \
+Give your own view, plainly: agree or disagree with the others where it matters, and say why. Be concise. \
+You may edit files and run commands when the King asks you to act.";
+
+/// The conversational preamble of `kd chat` threads (the default
+/// `council.chat_preamble`).
+pub const CHAT_PREAMBLE: &str = "You are in a group chat with the King, the human who leads, and other AI coding agents. \
+Talk as an engineer on the team would: conversational, concise, building on or challenging what the others said. \
+Answer in your own voice; do not prefix your reply with your name. \
+Do not modify files unless the King asks you to.";
+
+/// The chat preamble when Kingdom's `council.writable` is true.
+pub const WRITABLE_CHAT_PREAMBLE: &str = "You are in a group chat with the King, the human who leads, and other AI coding agents. \
+Talk as an engineer on the team would: conversational, concise, building on or challenging what the others said. \
+Answer in your own voice; do not prefix your reply with your name. \
+You may edit files and run commands when the King asks you to act.";
+
+/// Which CLI a member runs, which decides its argv and stream format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Backend {
+    Claude,
+    Codex,
+    Cursor,
+    Gemini,
+    /// Any argv; the prompt on stdin.
+    Command,
+}
+
+impl Backend {
+    pub const BUILTIN: [Backend; 4] = [Backend::Claude, Backend::Codex, Backend::Cursor, Backend::Gemini];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Claude => "claude",
+            Backend::Codex => "codex",
+            Backend::Cursor => "cursor",
+            Backend::Gemini => "gemini",
+            Backend::Command => "command",
+        }
+    }
+
+    /// A backend name as kd writes it, or as Kingdom does (`claude_code`).
+    pub fn parse(s: &str) -> Option<Backend> {
+        Some(match s {
+            "claude" | "claude_code" => Backend::Claude,
+            "codex" => Backend::Codex,
+            "cursor" => Backend::Cursor,
+            "gemini" => Backend::Gemini,
+            "command" => Backend::Command,
+            _ => return None,
+        })
+    }
+
+    /// The stream format the backend writes.
+    pub fn format(self) -> Format {
+        match self {
+            Backend::Claude => Format::Claude,
+            Backend::Codex => Format::Codex,
+            Backend::Cursor => Format::Cursor,
+            Backend::Gemini => Format::Gemini,
+            Backend::Command => Format::Text,
+        }
+    }
+}
+
+/// How an agent's stdout is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Format {
+    Claude,
+    Codex,
+    Cursor,
+    Gemini,
+    /// Plain text: every chunk is a delta.
+    Text,
+}
+
+impl Format {
+    pub fn parse(s: &str) -> Option<Format> {
+        Some(match s {
+            "claude" => Format::Claude,
+            "codex" => Format::Codex,
+            "cursor" => Format::Cursor,
+            "gemini" => Format::Gemini,
+            "text" => Format::Text,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Format::Claude => "claude",
+            Format::Codex => "codex",
+            Format::Cursor => "cursor",
+            Format::Gemini => "gemini",
+            Format::Text => "text",
+        }
+    }
+}
+
+/// Broadcast: a parallel first round, then sequential rounds. Sequential:
+/// round-robin from the start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Broadcast,
+    Sequential,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Broadcast => "broadcast",
+            Mode::Sequential => "sequential",
+        }
+    }
+}
+
+/// A member's agent, fully resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentDef {
+    pub name: String,
+    pub backend: Backend,
+    /// The program to run.
+    pub command: String,
+    /// Extra arguments, placed before the prompt (`args`, then Kingdom's
+    /// `extra_flags`, after the flags `effort` maps to).
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub model: Option<String>,
+    pub timeout_s: Option<u64>,
+    /// Appended after the council preamble: `prompts.council` (the agent's,
+    /// else the top-level one), then Kingdom's always-additive `prompt`.
+    pub prompt_council: Option<String>,
+    /// Appended after the chat preamble: `prompts.chat` when set, else the
+    /// council prompt; then `prompt`.
+    pub prompt_chat: Option<String>,
+    /// How stdout is read (for `command`: `format`, default text).
+    pub format: Format,
+    /// `color`, as written (validated).
+    pub color: Option<String>,
+}
+
+impl AgentDef {
+    /// The agent's own prompt for a style of conversation.
+    pub fn prompt(&self, style: Style) -> Option<&str> {
+        match style {
+            Style::Council => self.prompt_council.as_deref(),
+            Style::Chat => self.prompt_chat.as_deref(),
+        }
+    }
+}
+
+/// How an exchange proceeds: its mode and the rounds after the first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rounds {
+    pub mode: Mode,
+    pub auto_rounds: u32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Council {
+    pub members: Vec<String>,
+    /// True when the members were found on PATH because none are configured.
+    pub members_detected: bool,
+    pub timeout_s: u64,
+    /// Rounds of `kd ask` (council style).
+    pub ask: Rounds,
+    /// Rounds of `kd chat` (chat style).
+    pub chat: Rounds,
+    pub preamble: String,
+    pub chat_preamble: String,
+}
+
+/// The effective configuration of a workspace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// The file it came from, if any.
+    pub file: Option<PathBuf>,
+    pub council: Council,
+    pub agents: BTreeMap<String, AgentDef>,
+    /// The dotted keys the file sets (the rest are defaults).
+    pub set_keys: BTreeSet<String>,
+    /// kd keys whose value came from another key of the file (Kingdom's),
+    /// and that key, e.g. `council.auto_rounds` ← `council.ask.auto_messages`.
+    pub mapped_from: BTreeMap<String, String>,
+    /// One line for each key of the file kd reads but does not use.
+    pub notices: Vec<String>,
+}
+
+impl Config {
+    pub fn agent(&self, member: &str) -> Option<&AgentDef> {
+        self.agents.get(member)
+    }
+
+    /// The timeout of a member's runs.
+    pub fn timeout_s(&self, member: &str) -> u64 {
+        self.agent(member).and_then(|a| a.timeout_s).unwrap_or(self.council.timeout_s)
+    }
+
+    pub fn preamble(&self, style: Style) -> &str {
+        match style {
+            Style::Council => &self.council.preamble,
+            Style::Chat => &self.council.chat_preamble,
+        }
+    }
+
+    pub fn rounds(&self, style: Style) -> Rounds {
+        match style {
+            Style::Council => self.council.ask,
+            Style::Chat => self.council.chat,
+        }
+    }
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}{key}: {message}", file.as_ref().map(|f| format!("{}: ", f.display())).unwrap_or_default())]
+pub struct ConfigError {
+    pub file: Option<PathBuf>,
+    /// The dotted key, e.g. `council.auto_rounds`.
+    pub key: String,
+    pub message: String,
+}
+
+/// What the loader reads from the environment.
+pub struct Env<'a> {
+    pub var: &'a dyn Fn(&str) -> Option<OsString>,
+}
+
+impl Env<'_> {
+    /// The process environment.
+    pub fn process() -> Env<'static> {
+        Env { var: &|k| std::env::var_os(k) }
+    }
+
+    fn path_dirs(&self) -> Vec<PathBuf> {
+        (self.var)("PATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default()
+    }
+
+    fn user_config_file(&self) -> Option<PathBuf> {
+        let base = (self.var)("XDG_CONFIG_HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .or_else(|| (self.var)("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+        Some(base.join("kd").join("config.json"))
+    }
+}
+
+/// Loads the configuration for `workspace` with the process environment.
+pub fn load(workspace: &Path) -> Result<Config, ConfigError> {
+    load_with(workspace, &Env::process())
+}
+
+/// Which file applies to `workspace`: its own, else the user's.
+pub fn file_for(workspace: &Path, env: &Env<'_>) -> Option<PathBuf> {
+    let own = workspace.join(".kd").join("config.json");
+    if own.is_file() {
+        return Some(own);
+    }
+    env.user_config_file().filter(|f| f.is_file())
+}
+
+pub fn load_with(workspace: &Path, env: &Env<'_>) -> Result<Config, ConfigError> {
+    let file = file_for(workspace, env);
+    let raw = match &file {
+        Some(f) => raw::read(f)?,
+        None => raw::RawConfig::default(),
+    };
+    resolve::resolve(raw, file, env)
+}

@@ -1,0 +1,130 @@
+//! The configuration file as written: kd's keys and Kingdom's (kingdom-cli
+//! 1.1.0, `kingdom/config.py`), each struct refusing keys in neither.
+//! Kingdom-only keys are marked; [`super::resolve`] maps or ignores them.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::ConfigError;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    pub council: Option<RawCouncil>,
+    pub agents: Option<BTreeMap<String, RawAgent>>,
+    /// Kingdom: phase prompts for every agent (an agent's own win).
+    pub prompts: Option<RawPrompts>,
+    /// Kingdom: worker settings (ignored).
+    pub peasant: Option<RawPeasant>,
+    /// Kingdom: epic supervisor settings (ignored).
+    pub lord: Option<RawLord>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCouncil {
+    pub members: Option<Vec<String>>,
+    pub timeout: Option<u64>,
+    pub auto_rounds: Option<i64>,
+    pub mode: Option<String>,
+    pub preamble: Option<String>,
+    pub chat_preamble: Option<String>,
+    /// Kingdom: who reviews (ignored: kd has no review phase).
+    pub review_members: Option<Vec<String>>,
+    /// Kingdom: auto, show or hide (ignored: kd does not show thinking).
+    pub thinking_visibility: Option<String>,
+    /// Kingdom: members may write (mapped to the writable preambles).
+    pub writable: Option<bool>,
+    /// Kingdom: `kd council ask` settings.
+    pub ask: Option<RawAsk>,
+    /// Kingdom: chat settings.
+    pub chat: Option<RawChat>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAsk {
+    /// broadcast or sequential.
+    pub mode: Option<String>,
+    /// -1 (auto), 0 (none) or how many follow-up answers.
+    pub auto_messages: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawChat {
+    /// natural, round_robin, manual or broadcast (Kingdom), or sequential.
+    pub mode: Option<String>,
+    /// Rounds after the first, 0 or more.
+    pub auto_rounds: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAgent {
+    pub backend: Option<String>,
+    pub command: Option<String>,
+    pub args: Option<Vec<String>>,
+    pub env: Option<BTreeMap<String, String>>,
+    pub model: Option<String>,
+    pub timeout: Option<u64>,
+    pub prompts: Option<RawPrompts>,
+    pub format: Option<String>,
+    /// A name, a 256-colour index or `#rrggbb` (checked by resolve).
+    pub color: Option<Value>,
+    /// Kingdom: always appended after the phase prompt.
+    pub prompt: Option<String>,
+    /// Kingdom: extra CLI flags (appended to `args`).
+    pub extra_flags: Option<Vec<String>>,
+    /// Kingdom: reasoning effort (claude `--effort`, codex
+    /// `model_reasoning_effort`).
+    pub effort: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPrompts {
+    pub council: Option<String>,
+    pub chat: Option<String>,
+    /// Kingdom phases kd does not have (ignored).
+    pub design: Option<String>,
+    pub review: Option<String>,
+    pub peasant: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPeasant {
+    /// Read only to check its type: kd ignores it.
+    #[allow(dead_code)]
+    pub agent: Option<String>,
+    pub max_iterations: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLord {
+    /// Read only to check its type: kd ignores it.
+    #[allow(dead_code)]
+    pub agent: Option<String>,
+    pub max_cycles: Option<i64>,
+}
+
+/// Reads the file; an empty one (or `{}`) is all defaults, as in Kingdom.
+pub fn read(file: &Path) -> Result<RawConfig, ConfigError> {
+    let err =
+        |key: &str, message: String| ConfigError { file: Some(file.to_path_buf()), key: key.to_string(), message };
+    let text = std::fs::read_to_string(file).map_err(|e| err("(file)", format!("cannot read: {e}")))?;
+    if text.trim().is_empty() {
+        return Ok(RawConfig::default());
+    }
+    let de = &mut serde_json::Deserializer::from_str(&text);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let key = if path == "." { "(top level)".to_string() } else { path };
+        err(&key, e.into_inner().to_string())
+    })
+}

@@ -1,0 +1,384 @@
+//! From the file as written to the effective [`Config`]: defaults, value
+//! checks that name the key, and Kingdom's keys mapped where kd has their
+//! meaning (`claude_code`, `extra_flags`, `effort`, `prompt`, top-level
+//! `prompts`, `council.ask`, `council.chat`, `council.writable`) or ignored
+//! with one notice each (`peasant`, `lord`, `council.review_members`,
+//! `council.thinking_visibility`, design/review/peasant prompts).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use kd_proto::names;
+use serde_json::Value;
+
+use super::programs::{builtin, detect_members};
+use super::raw::{RawAgent, RawConfig, RawCouncil, RawPrompts};
+use super::*;
+
+/// Most rounds after the first that a configuration may ask for.
+pub const MAX_AUTO_ROUNDS: u32 = 100;
+
+/// Reasoning efforts Kingdom accepts per backend.
+const CLAUDE_EFFORTS: &[&str] = &["low", "medium", "high", "xhigh", "max"];
+const CODEX_EFFORTS: &[&str] = &["low", "medium", "high", "xhigh", "max", "ultra"];
+
+struct Resolver {
+    file: Option<PathBuf>,
+    set_keys: BTreeSet<String>,
+    mapped_from: BTreeMap<String, String>,
+    notices: Vec<String>,
+}
+
+impl Resolver {
+    fn err(&self, key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+        ConfigError { file: self.file.clone(), key: key.into(), message: message.into() }
+    }
+
+    fn set(&mut self, key: &str, is_set: bool) {
+        if is_set {
+            self.set_keys.insert(key.to_string());
+        }
+    }
+
+    fn ignore(&mut self, key: &str, why: &str) {
+        self.notices.push(format!("{key}: {why} (ignored)"));
+    }
+}
+
+pub(super) fn resolve(raw: RawConfig, file: Option<PathBuf>, env: &Env<'_>) -> Result<Config, ConfigError> {
+    let mut r = Resolver { file, set_keys: BTreeSet::new(), mapped_from: BTreeMap::new(), notices: Vec::new() };
+    let top_prompts = raw.prompts.unwrap_or_default();
+    ignore_phases(&mut r, "prompts", &top_prompts);
+    if let Some(p) = &raw.peasant {
+        if let Some(n) = p.max_iterations.filter(|n| *n <= 0) {
+            return Err(r.err("peasant.max_iterations", format!("must be positive, got {n}")));
+        }
+        r.ignore("peasant", "Kingdom's worker settings; kd runs no workers");
+    }
+    if let Some(l) = &raw.lord {
+        if let Some(n) = l.max_cycles.filter(|n| *n <= 0) {
+            return Err(r.err("lord.max_cycles", format!("must be positive, got {n}")));
+        }
+        r.ignore("lord", "Kingdom's epic supervisor settings; kd has no supervisor");
+    }
+
+    let mut agents = BTreeMap::new();
+    for backend in Backend::BUILTIN {
+        let mut a = builtin(backend, env);
+        set_prompts(&mut a, None, None, &top_prompts);
+        agents.insert(backend.as_str().to_string(), a);
+    }
+    for (name, a) in raw.agents.unwrap_or_default() {
+        let def = agent(&mut r, &name, a, &top_prompts, env)?;
+        agents.insert(name, def);
+    }
+
+    let council = council(&mut r, raw.council.unwrap_or_default(), &agents, env)?;
+    Ok(Config { file: r.file, council, agents, set_keys: r.set_keys, mapped_from: r.mapped_from, notices: r.notices })
+}
+
+/// Kingdom's design, review and peasant prompts: kd has no such phases.
+fn ignore_phases(r: &mut Resolver, prefix: &str, p: &RawPrompts) {
+    for (phase, set) in
+        [("design", p.design.is_some()), ("review", p.review.is_some()), ("peasant", p.peasant.is_some())]
+    {
+        if set {
+            r.ignore(&format!("{prefix}.{phase}"), &format!("kd has no {phase} phase"));
+        }
+    }
+}
+
+/// The agent's prompts for each style: its own phase prompt (else the
+/// top-level one), then Kingdom's always-additive `prompt`. Chat uses
+/// `prompts.chat` when set, else the council prompt.
+fn set_prompts(a: &mut AgentDef, own: Option<&RawPrompts>, additive: Option<&str>, top: &RawPrompts) {
+    fn nonempty(s: Option<&String>) -> Option<&str> {
+        s.map(String::as_str).filter(|p| !p.trim().is_empty())
+    }
+    let council = nonempty(own.and_then(|p| p.council.as_ref())).or(nonempty(top.council.as_ref()));
+    let chat = nonempty(own.and_then(|p| p.chat.as_ref())).or(nonempty(top.chat.as_ref())).or(council);
+    let additive = additive.filter(|p| !p.trim().is_empty());
+    let join = |phase: Option<&str>| {
+        let parts: Vec<&str> = phase.into_iter().chain(additive).map(str::trim_end).collect();
+        (!parts.is_empty()).then(|| parts.join("\n\n"))
+    };
+    a.prompt_council = join(council);
+    a.prompt_chat = join(chat);
+}
+
+fn agent(r: &mut Resolver, name: &str, a: RawAgent, top: &RawPrompts, env: &Env<'_>) -> Result<AgentDef, ConfigError> {
+    let key = |field: &str| format!("agents.{name}.{field}");
+    names::check_member_name(name).map_err(|e| r.err(format!("agents.{name}"), e.to_string()))?;
+    let own_prompts = a.prompts.as_ref();
+    for (field, set) in [
+        ("backend", a.backend.is_some()),
+        ("command", a.command.is_some()),
+        ("args", a.args.is_some()),
+        ("env", a.env.is_some()),
+        ("model", a.model.is_some()),
+        ("timeout", a.timeout.is_some()),
+        ("format", a.format.is_some()),
+        ("color", a.color.is_some()),
+        ("prompt", a.prompt.is_some()),
+        ("extra_flags", a.extra_flags.is_some()),
+        ("effort", a.effort.is_some()),
+        ("prompts.council", own_prompts.is_some_and(|p| p.council.is_some())),
+        ("prompts.chat", own_prompts.is_some_and(|p| p.chat.is_some())),
+    ] {
+        r.set(&key(field), set);
+    }
+    if let Some(p) = own_prompts {
+        ignore_phases(r, &format!("agents.{name}.prompts"), p);
+    }
+    let backend = match a.backend.as_deref() {
+        Some(b) => Backend::parse(b).ok_or_else(|| {
+            r.err(key("backend"), format!("unknown backend {b:?}; use claude, codex, cursor, gemini or command"))
+        })?,
+        None => Backend::parse(name).filter(|b| *b != Backend::Command).ok_or_else(|| {
+            r.err(
+                key("backend"),
+                "missing: say which backend runs this agent (claude, codex, cursor, gemini or command)",
+            )
+        })?,
+    };
+    let base = if backend == Backend::Command { None } else { Some(builtin(backend, env)) };
+    let command = match (a.command, &base) {
+        (Some(c), _) if c.trim().is_empty() => return Err(r.err(key("command"), "is empty")),
+        (Some(c), _) => c,
+        (None, Some(b)) => b.command.clone(),
+        (None, None) => return Err(r.err(key("command"), "missing: a command backend needs the program to run")),
+    };
+    let format = match (backend, a.format.as_deref()) {
+        (Backend::Command, Some(f)) => Format::parse(f).ok_or_else(|| {
+            r.err(key("format"), format!("unknown format {f:?}; use text, claude, codex, cursor or gemini"))
+        })?,
+        (Backend::Command, None) => Format::Text,
+        (_, Some(_)) => return Err(r.err(key("format"), "only a command backend takes a format")),
+        (b, None) => b.format(),
+    };
+    if a.timeout == Some(0) {
+        return Err(r.err(key("timeout"), "must be a positive number of seconds, got 0"));
+    }
+    let color = match &a.color {
+        None => None,
+        Some(Value::String(s)) => {
+            kd_proto::color::parse(s).map_err(|e| r.err(key("color"), e))?;
+            Some(s.clone())
+        }
+        Some(Value::Number(n)) if n.as_u64().is_some_and(|i| i <= 255) => Some(n.to_string()),
+        Some(other) => {
+            return Err(r.err(key("color"), format!("{other} is not a colour; use a name, 0-255, or #rrggbb")));
+        }
+    };
+    let mut args = effort_args(r, name, backend, a.effort.as_deref())?;
+    args.extend(a.args.unwrap_or_default());
+    args.extend(a.extra_flags.unwrap_or_default());
+    let mut def = AgentDef {
+        name: name.to_string(),
+        backend,
+        command,
+        args,
+        env: a.env.unwrap_or_default(),
+        model: a.model.filter(|m| !m.is_empty()),
+        timeout_s: a.timeout,
+        prompt_council: None,
+        prompt_chat: None,
+        format,
+        color,
+    };
+    set_prompts(&mut def, own_prompts, a.prompt.as_deref(), top);
+    Ok(def)
+}
+
+/// Kingdom's `effort` as the backend's own flag.
+fn effort_args(
+    r: &mut Resolver,
+    name: &str,
+    backend: Backend,
+    effort: Option<&str>,
+) -> Result<Vec<String>, ConfigError> {
+    let Some(effort) = effort.filter(|e| !e.is_empty()) else { return Ok(vec![]) };
+    let key = format!("agents.{name}.effort");
+    let (allowed, args) = match backend {
+        Backend::Claude => (CLAUDE_EFFORTS, vec!["--effort".to_string(), effort.to_string()]),
+        Backend::Codex => (CODEX_EFFORTS, vec!["-c".to_string(), format!("model_reasoning_effort={effort}")]),
+        other => {
+            r.ignore(&key, &format!("the {} backend has no effort setting", other.as_str()));
+            return Ok(vec![]);
+        }
+    };
+    if !allowed.contains(&effort) {
+        return Err(r.err(key, format!("must be one of {}, got {effort:?}", allowed.join(", "))));
+    }
+    Ok(args)
+}
+
+fn council(
+    r: &mut Resolver,
+    c: RawCouncil,
+    agents: &BTreeMap<String, AgentDef>,
+    env: &Env<'_>,
+) -> Result<Council, ConfigError> {
+    for (key, set) in [
+        ("members", c.members.is_some()),
+        ("timeout", c.timeout.is_some()),
+        ("auto_rounds", c.auto_rounds.is_some()),
+        ("mode", c.mode.is_some()),
+        ("preamble", c.preamble.is_some()),
+        ("chat_preamble", c.chat_preamble.is_some()),
+        ("writable", c.writable.is_some()),
+        ("chat.mode", c.chat.as_ref().is_some_and(|ch| ch.mode.is_some())),
+        ("chat.auto_rounds", c.chat.as_ref().is_some_and(|ch| ch.auto_rounds.is_some())),
+    ] {
+        r.set(&format!("council.{key}"), set);
+    }
+    if c.review_members.is_some() {
+        r.ignore("council.review_members", "Kingdom's review council; kd has no review phase");
+    }
+    if let Some(v) = &c.thinking_visibility {
+        if !["auto", "show", "hide"].contains(&v.as_str()) {
+            return Err(r.err("council.thinking_visibility", format!("must be auto, show or hide, got {v:?}")));
+        }
+        r.ignore("council.thinking_visibility", "kd does not show thinking");
+    }
+
+    let timeout_s = match c.timeout {
+        Some(0) => return Err(r.err("council.timeout", "must be a positive number of seconds, got 0")),
+        Some(t) => t,
+        None => DEFAULT_TIMEOUT_S,
+    };
+    let writable = c.writable.unwrap_or(false);
+    if writable {
+        r.notices.push(
+            "council.writable: members get the writable preambles; kd passes no permission flags \
+             (add them with agents.NAME.args)"
+                .into(),
+        );
+    }
+    let preamble = non_empty(r, "council.preamble", c.preamble)?
+        .unwrap_or_else(|| if writable { WRITABLE_COUNCIL_PREAMBLE } else { COUNCIL_PREAMBLE }.to_string());
+    let chat_preamble = non_empty(r, "council.chat_preamble", c.chat_preamble)?
+        .unwrap_or_else(|| if writable { WRITABLE_CHAT_PREAMBLE } else { CHAT_PREAMBLE }.to_string());
+
+    let (members, members_detected) = match c.members {
+        Some(m) if m.is_empty() => return Err(r.err("council.members", "is empty: name at least one member")),
+        Some(m) => (m, false),
+        None => (detect_members(env), true),
+    };
+    for (i, m) in members.iter().enumerate() {
+        names::check_member_name(m).map_err(|e| r.err("council.members", e.to_string()))?;
+        if m == names::KING || m == names::ALL {
+            return Err(r.err("council.members", format!("{m:?} is reserved and cannot be a member")));
+        }
+        if members[..i].contains(m) {
+            return Err(r.err("council.members", format!("{m:?} is listed twice")));
+        }
+        if !agents.contains_key(m) {
+            return Err(r.err(
+                "council.members",
+                format!(
+                    "member {m:?} has no agent: add agents.{m} with a backend (claude, codex, cursor, gemini or command)"
+                ),
+            ));
+        }
+    }
+
+    let ask = ask_rounds(r, c.mode.as_deref(), c.auto_rounds, c.ask.as_ref(), members.len())?;
+    let chat = chat_rounds(r, c.chat.as_ref(), ask)?;
+    Ok(Council { members, members_detected, timeout_s, ask, chat, preamble, chat_preamble })
+}
+
+fn non_empty(r: &Resolver, key: &str, value: Option<String>) -> Result<Option<String>, ConfigError> {
+    match value {
+        Some(p) if p.trim().is_empty() => Err(r.err(key, "must be a non-empty string")),
+        other => Ok(other),
+    }
+}
+
+fn rounds_in_range(r: &Resolver, key: &str, n: i64, min: i64) -> Result<u32, ConfigError> {
+    if n < min {
+        let what = if min > 0 { "a positive integer" } else { "0 or more" };
+        return Err(r.err(key, format!("must be {what}, got {n}")));
+    }
+    u32::try_from(n)
+        .ok()
+        .filter(|n| *n <= MAX_AUTO_ROUNDS)
+        .ok_or_else(|| r.err(key, format!("must be at most {MAX_AUTO_ROUNDS}, got {n}")))
+}
+
+/// `kd ask`: kd's `council.mode` / `council.auto_rounds`, else Kingdom's
+/// `council.ask` (`auto_messages`: -1 auto, 0 none, N answers → enough
+/// rounds of the council for N).
+fn ask_rounds(
+    r: &mut Resolver,
+    mode: Option<&str>,
+    auto_rounds: Option<i64>,
+    kingdom: Option<&super::raw::RawAsk>,
+    members: usize,
+) -> Result<Rounds, ConfigError> {
+    let parse_mode = |r: &Resolver, key: &str, m: &str| match m {
+        "broadcast" => Ok(Mode::Broadcast),
+        "sequential" => Ok(Mode::Sequential),
+        other => Err(r.err(key, format!("must be \"broadcast\" or \"sequential\", got {other:?}"))),
+    };
+    let kingdom_mode =
+        kingdom.and_then(|a| a.mode.as_deref()).map(|m| parse_mode(r, "council.ask.mode", m)).transpose()?;
+    let mode = match (mode, kingdom_mode) {
+        (Some(m), _) => parse_mode(r, "council.mode", m)?,
+        (None, Some(m)) => {
+            r.mapped_from.insert("council.mode".into(), "council.ask.mode".into());
+            m
+        }
+        (None, None) => Mode::Broadcast,
+    };
+    let from_messages = match kingdom.and_then(|a| a.auto_messages) {
+        Some(n) if n < -1 => {
+            return Err(r.err(
+                "council.ask.auto_messages",
+                format!("must be -1 (auto), 0 (none) or a positive integer, got {n}"),
+            ));
+        }
+        Some(-1) | None => None,
+        Some(n) => {
+            let per_round = members.max(1) as i64;
+            Some(rounds_in_range(r, "council.ask.auto_messages", (n + per_round - 1) / per_round, 0)?)
+        }
+    };
+    let auto_rounds = match (auto_rounds, from_messages) {
+        (Some(n), _) => rounds_in_range(r, "council.auto_rounds", n, 1)?,
+        (None, Some(n)) => {
+            r.mapped_from.insert("council.auto_rounds".into(), "council.ask.auto_messages".into());
+            n
+        }
+        (None, None) => DEFAULT_AUTO_ROUNDS,
+    };
+    Ok(Rounds { mode, auto_rounds })
+}
+
+/// `kd chat`: `council.chat` (Kingdom's modes mapped: natural and broadcast
+/// → broadcast, round_robin → sequential, manual → no auto-rounds), else
+/// what `kd ask` does.
+fn chat_rounds(r: &mut Resolver, chat: Option<&super::raw::RawChat>, ask: Rounds) -> Result<Rounds, ConfigError> {
+    let Some(chat) = chat else { return Ok(ask) };
+    let (mode, manual) = match chat.mode.as_deref() {
+        None => (ask.mode, false),
+        Some("broadcast") | Some("natural") => (Mode::Broadcast, false),
+        Some("sequential") | Some("round_robin") => (Mode::Sequential, false),
+        Some("manual") => (Mode::Broadcast, true),
+        Some(other) => {
+            return Err(r.err(
+                "council.chat.mode",
+                format!("must be broadcast, sequential, natural, round_robin or manual, got {other:?}"),
+            ));
+        }
+    };
+    let auto_rounds = match chat.auto_rounds {
+        Some(n) => rounds_in_range(r, "council.chat.auto_rounds", n, 0)?,
+        None if manual => 0,
+        None => ask.auto_rounds,
+    };
+    Ok(Rounds { mode, auto_rounds })
+}
+
+#[cfg(test)]
+mod tests;

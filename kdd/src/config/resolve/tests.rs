@@ -1,0 +1,232 @@
+use std::os::unix::fs::PermissionsExt;
+
+use super::super::*;
+
+struct Fixture {
+    dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("ws/.kd")).unwrap();
+        std::fs::create_dir_all(dir.path().join("bin")).unwrap();
+        std::fs::create_dir_all(dir.path().join("home/.config/kd")).unwrap();
+        Fixture { dir }
+    }
+    fn ws(&self) -> PathBuf {
+        self.dir.path().join("ws")
+    }
+    fn write(&self, json: &str) -> PathBuf {
+        let f = self.ws().join(".kd/config.json");
+        std::fs::write(&f, json).unwrap();
+        f
+    }
+    fn install(&self, bin: &str) {
+        let p = self.dir.path().join("bin").join(bin);
+        std::fs::write(&p, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    fn load(&self) -> Result<Config, ConfigError> {
+        let bin = self.dir.path().join("bin");
+        let home = self.dir.path().join("home");
+        let var = move |k: &str| match k {
+            "PATH" => Some(bin.clone().into_os_string()),
+            "HOME" => Some(home.clone().into_os_string()),
+            _ => None,
+        };
+        load_with(&self.ws(), &Env { var: &var })
+    }
+    fn error(&self, json: &str) -> String {
+        let f = self.write(json);
+        let e = self.load().unwrap_err();
+        assert_eq!(e.file.as_deref(), Some(f.as_path()));
+        e.to_string()
+    }
+}
+
+/// Kingdom's own configuration file, as kingdom-cli 1.1.0 reads it.
+const KINGDOM_CONFIG: &str = include_str!("../../../../tests/fixtures/kingdom/.kd/config.json");
+
+#[test]
+fn without_a_file_members_are_the_clis_found_on_path() {
+    let f = Fixture::new();
+    f.install("codex");
+    f.install("cursor-agent");
+    let c = f.load().unwrap();
+    assert_eq!(c.file, None);
+    assert_eq!(c.council.members, vec!["codex", "cursor"]);
+    assert!(c.council.members_detected);
+    assert_eq!(c.agent("cursor").unwrap().command, "cursor-agent");
+    assert_eq!(c.council.timeout_s, 600);
+    assert_eq!(c.council.ask, Rounds { mode: Mode::Broadcast, auto_rounds: 3 });
+    assert_eq!(c.council.chat, c.council.ask);
+    assert_eq!((c.council.preamble.as_str(), c.council.chat_preamble.as_str()), (COUNCIL_PREAMBLE, CHAT_PREAMBLE));
+    assert!(c.notices.is_empty());
+    let none = Fixture::new().load().unwrap();
+    assert!(none.council.members.is_empty());
+}
+
+#[test]
+fn a_full_file_is_read() {
+    let f = Fixture::new();
+    f.write(
+        r#"{"council": {"members": ["claude", "bot"], "timeout": 30, "auto_rounds": 2, "mode": "sequential", "preamble": "Be brief.", "chat_preamble": "Chat."},
+            "agents": {"claude": {"model": "opus", "args": ["--x"], "timeout": 5, "color": "teal", "prompts": {"council": "You review."}},
+                       "bot": {"backend": "command", "command": "/bin/echo", "format": "claude", "env": {"A": "1"}, "color": 99}}}"#,
+    );
+    let c = f.load().unwrap();
+    assert_eq!(c.council.members, vec!["claude", "bot"]);
+    assert_eq!((c.council.timeout_s, c.council.ask), (30, Rounds { mode: Mode::Sequential, auto_rounds: 2 }));
+    assert_eq!((c.preamble(Style::Council), c.preamble(Style::Chat)), ("Be brief.", "Chat."));
+    let claude = c.agent("claude").unwrap();
+    assert_eq!((claude.model.as_deref(), claude.timeout_s, claude.command.as_str()), (Some("opus"), Some(5), "claude"));
+    assert_eq!(claude.prompt(Style::Council), Some("You review."));
+    assert_eq!(claude.color.as_deref(), Some("teal"));
+    let bot = c.agent("bot").unwrap();
+    assert_eq!((bot.backend, bot.format, bot.command.as_str()), (Backend::Command, Format::Claude, "/bin/echo"));
+    assert_eq!(bot.color.as_deref(), Some("99"));
+    assert_eq!(c.timeout_s("claude"), 5);
+    assert_eq!(c.timeout_s("bot"), 30);
+}
+
+#[test]
+fn chat_uses_the_chat_prompt_else_the_council_prompt() {
+    let f = Fixture::new();
+    f.write(
+        r#"{"council": {"members": ["claude", "codex"]},
+            "agents": {"claude": {"prompts": {"council": "Council voice.", "chat": "Chat voice."}},
+                       "codex": {"prompts": {"council": "Only council."}}}}"#,
+    );
+    let c = f.load().unwrap();
+    let (claude, codex) = (c.agent("claude").unwrap(), c.agent("codex").unwrap());
+    assert_eq!(
+        (claude.prompt(Style::Council), claude.prompt(Style::Chat)),
+        (Some("Council voice."), Some("Chat voice."))
+    );
+    assert_eq!(codex.prompt(Style::Chat), Some("Only council."), "prompts.council is the fallback in chat");
+}
+
+#[test]
+fn the_workspace_file_wins_over_the_user_file() {
+    let f = Fixture::new();
+    let user = f.dir.path().join("home/.config/kd/config.json");
+    std::fs::write(&user, r#"{"council": {"members": ["codex"]}}"#).unwrap();
+    assert_eq!(f.load().unwrap().file, Some(user));
+    let own = f.write(r#"{"council": {"members": ["claude"]}}"#);
+    let c = f.load().unwrap();
+    assert_eq!((c.file, c.council.members), (Some(own), vec!["claude".to_string()]));
+}
+
+#[test]
+fn an_empty_file_is_all_defaults() {
+    let f = Fixture::new();
+    f.write("  \n");
+    assert!(f.load().unwrap().council.members_detected);
+}
+
+#[test]
+fn every_bad_value_names_file_key_and_value() {
+    let f = Fixture::new();
+    let cases: &[(&str, &[&str])] = &[
+        (r#"{"council": {"auto_rounds": 0}}"#, &["council.auto_rounds", "positive", "0"]),
+        (r#"{"council": {"auto_rounds": -2}}"#, &["council.auto_rounds", "-2"]),
+        (r#"{"council": {"auto_rounds": 4294967295}}"#, &["council.auto_rounds", "at most 100"]),
+        (r#"{"council": {"mode": "parallel"}}"#, &["council.mode", "\"parallel\""]),
+        (r#"{"council": {"preamble": "  "}}"#, &["council.preamble", "non-empty"]),
+        (r#"{"council": {"chat_preamble": ""}}"#, &["council.chat_preamble", "non-empty"]),
+        (r#"{"council": {"colour": 1}}"#, &["council", "unknown field `colour`"]),
+        (r#"{"councel": {}}"#, &["unknown field `councel`"]),
+        (r#"{"council": {"members": ["ghost"]}}"#, &["council.members", "\"ghost\"", "agents.ghost"]),
+        (r#"{"council": {"members": []}}"#, &["council.members", "empty"]),
+        (r#"{"council": {"members": ["claude", "claude"]}}"#, &["council.members", "twice"]),
+        (r#"{"council": {"timeout": "long"}}"#, &["council.timeout", "invalid type"]),
+        (r#"{"council": {"chat": {"mode": "chaos"}}}"#, &["council.chat.mode", "\"chaos\""]),
+        (r#"{"council": {"chat": {"auto_rounds": -1}}}"#, &["council.chat.auto_rounds", "-1"]),
+        (r#"{"council": {"ask": {"auto_messages": -5}}}"#, &["council.ask.auto_messages", "-5"]),
+        (r#"{"council": {"ask": {"mode": "natural"}}}"#, &["council.ask.mode", "\"natural\""]),
+        (r#"{"council": {"thinking_visibility": "loud"}}"#, &["council.thinking_visibility", "\"loud\""]),
+        (r#"{"council": {"chat_mode": "natural"}}"#, &["unknown field `chat_mode`"]),
+        (r#"{"agents": {"x": {"backend": "gpt"}}}"#, &["agents.x.backend", "\"gpt\""]),
+        (r#"{"agents": {"x": {"command": "x"}}}"#, &["agents.x.backend", "missing"]),
+        (r#"{"agents": {"x": {"backend": "command"}}}"#, &["agents.x.command", "missing"]),
+        (r#"{"agents": {"claude": {"format": "text"}}}"#, &["agents.claude.format"]),
+        (r#"{"agents": {"claude": {"timeout": 0}}}"#, &["agents.claude.timeout"]),
+        (r#"{"agents": {"claude": {"color": "chartreuse"}}}"#, &["agents.claude.color", "not a colour"]),
+        (r#"{"agents": {"claude": {"color": 300}}}"#, &["agents.claude.color", "300"]),
+        (r#"{"agents": {"claude": {"effort": "extreme"}}}"#, &["agents.claude.effort", "\"extreme\""]),
+        (r#"{"agents": {"claude": {"prompts": {"planning": "x"}}}}"#, &["unknown field `planning`"]),
+        (r#"{"agents": {"Bad Name": {"backend": "claude"}}}"#, &["agents.Bad Name", "member name"]),
+        (r#"{"agents": {"claude": {"wat": true}}}"#, &["agents.claude", "unknown field `wat`"]),
+        (r#"{"peasant": {"max_iterations": 0}}"#, &["peasant.max_iterations", "positive"]),
+        (r#"{"lord": {"agents": "x"}}"#, &["unknown field `agents`"]),
+        ("{not json", &["key must be a string"]),
+    ];
+    for (json, expect) in cases {
+        let e = f.error(json);
+        assert!(e.contains(".kd/config.json: "), "{e}");
+        for part in *expect {
+            assert!(e.contains(part), "{json}: {e:?} lacks {part:?}");
+        }
+    }
+}
+
+#[test]
+fn a_real_kingdom_config_is_accepted_and_mapped() {
+    let f = Fixture::new();
+    f.write(KINGDOM_CONFIG);
+    let c = f.load().unwrap();
+    assert_eq!(c.council.members, vec!["claude", "codex", "cursor"]);
+    assert_eq!(c.council.timeout_s, 900);
+    // ask: sequential, 4 follow-up answers from 3 members = 2 rounds.
+    assert_eq!(c.council.ask, Rounds { mode: Mode::Sequential, auto_rounds: 2 });
+    assert_eq!(c.council.chat, Rounds { mode: Mode::Sequential, auto_rounds: 2 }, "round_robin");
+    let claude = c.agent("claude").unwrap();
+    assert_eq!(claude.backend, Backend::Claude, "claude_code");
+    assert_eq!(claude.args, vec!["--effort", "high"]);
+    assert_eq!(claude.prompt(Style::Council), Some("Focus on correctness and failure modes."));
+    let codex = c.agent("codex").unwrap();
+    assert_eq!(codex.args, vec!["-c", "model_reasoning_effort=medium", "--skip-git-repo-check"]);
+    assert_eq!(codex.prompt(Style::Council), Some("Think about edge cases.\n\nKeep answers short."));
+    assert_eq!(codex.prompt(Style::Chat), codex.prompt(Style::Council));
+    assert_eq!(c.agent("cursor").unwrap().prompt(Style::Council), Some("Think about edge cases."));
+    assert_eq!(c.agent("gemini").unwrap().prompt(Style::Council), Some("Think about edge cases."), "every agent");
+    assert_eq!(c.preamble(Style::Council), COUNCIL_PREAMBLE);
+    let keys: Vec<&str> = c.notices.iter().filter_map(|n| n.split(':').next()).collect();
+    assert_eq!(
+        keys,
+        [
+            "prompts.design",
+            "prompts.review",
+            "prompts.peasant",
+            "peasant",
+            "lord",
+            "agents.claude.prompts.review",
+            "council.review_members",
+            "council.thinking_visibility"
+        ]
+    );
+    assert!(c.notices.iter().all(|n| n.ends_with("(ignored)")), "{:?}", c.notices);
+    let view = c.view("/ws", &Env { var: &|_| None });
+    let mode = view.entries.iter().find(|e| e.key == "council.mode").unwrap();
+    assert!(mode.source.ends_with("(council.ask.mode)"), "{mode:?}");
+    assert_eq!(view.notices, c.notices);
+}
+
+#[test]
+fn kingdom_writable_and_manual_chat() {
+    let f = Fixture::new();
+    f.write(r#"{"council": {"members": ["claude"], "writable": true, "chat": {"mode": "manual"}}}"#);
+    let c = f.load().unwrap();
+    assert_eq!(
+        (c.preamble(Style::Council), c.preamble(Style::Chat)),
+        (WRITABLE_COUNCIL_PREAMBLE, WRITABLE_CHAT_PREAMBLE)
+    );
+    assert_eq!(c.council.chat, Rounds { mode: Mode::Broadcast, auto_rounds: 0 }, "manual: no auto-turns");
+    assert_eq!(c.council.ask.auto_rounds, DEFAULT_AUTO_ROUNDS);
+    assert!(c.notices.iter().any(|n| n.starts_with("council.writable:")));
+    f.write(r#"{"council": {"members": ["claude"], "ask": {"auto_messages": 0}}, "agents": {"cursor": {"effort": "high"}}}"#);
+    let c = f.load().unwrap();
+    assert_eq!(c.council.ask.auto_rounds, 0, "auto_messages 0: no follow-ups");
+    assert_eq!(c.notices, vec!["agents.cursor.effort: the cursor backend has no effort setting (ignored)"]);
+}

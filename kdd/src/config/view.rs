@@ -1,0 +1,88 @@
+//! `config.get`: every effective value with where it came from — the file,
+//! another key of it that kd maps (Kingdom's), or a default.
+
+use kd_proto::types::{ConfigEntry, ConfigView};
+use serde_json::{Value, json};
+
+use super::{Backend, Config, Env, find_program};
+
+impl Config {
+    /// Every effective value with where it came from (`kd config show`).
+    pub fn view(&self, workspace: &str, env: &Env<'_>) -> ConfigView {
+        let file = self.file.as_ref().map(|f| f.display().to_string());
+        // The file when it sets any of `keys`; the key kd mapped, when one.
+        let source = |keys: &[&str], default: &str| match &file {
+            Some(f) => match keys.iter().find_map(|k| self.mapped_from.get(*k)) {
+                Some(from) => format!("{f} ({from})"),
+                None if keys.iter().any(|k| self.set_keys.contains(*k)) => f.clone(),
+                None => default.to_string(),
+            },
+            None => default.to_string(),
+        };
+        let mut entries = Vec::new();
+        let mut add = |key: String, value: Value, source: String| entries.push(ConfigEntry { key, value, source });
+        let c = &self.council;
+        let members_default = if c.members_detected { "found on PATH" } else { "default" };
+        add("council.members".into(), json!(c.members), source(&["council.members"], members_default));
+        add("council.timeout".into(), json!(c.timeout_s), source(&["council.timeout"], "default"));
+        add("council.mode".into(), json!(c.ask.mode.as_str()), source(&["council.mode"], "default"));
+        add("council.auto_rounds".into(), json!(c.ask.auto_rounds), source(&["council.auto_rounds"], "default"));
+        add(
+            "council.chat.mode".into(),
+            json!(c.chat.mode.as_str()),
+            source(&["council.chat.mode"], "default (council.mode)"),
+        );
+        add(
+            "council.chat.auto_rounds".into(),
+            json!(c.chat.auto_rounds),
+            source(&["council.chat.auto_rounds", "council.chat.mode"], "default (council.auto_rounds)"),
+        );
+        add("council.preamble".into(), json!(c.preamble), source(&["council.preamble", "council.writable"], "default"));
+        add(
+            "council.chat_preamble".into(),
+            json!(c.chat_preamble),
+            source(&["council.chat_preamble", "council.writable"], "default"),
+        );
+        let shown = self.agents.iter().filter(|(n, _)| {
+            c.members.contains(n) || self.set_keys.iter().any(|k| k.starts_with(&format!("agents.{n}.")))
+        });
+        for (name, a) in shown {
+            let k = |f: &str| format!("agents.{name}.{f}");
+            add(k("backend"), json!(a.backend.as_str()), source(&[&k("backend")], "default"));
+            let found = match find_program(&a.command, env) {
+                Some(p) => format!("default (found: {})", p.display()),
+                None => "default (not found on PATH)".to_string(),
+            };
+            add(k("command"), json!(a.command), source(&[&k("command")], &found));
+            add(k("args"), json!(a.args), source(&[&k("args"), &k("extra_flags"), &k("effort")], "default"));
+            add(k("env"), json!(a.env), source(&[&k("env")], "default"));
+            add(k("model"), json!(a.model), source(&[&k("model")], "default"));
+            add(
+                k("timeout"),
+                json!(a.timeout_s.unwrap_or(c.timeout_s)),
+                source(&[&k("timeout")], "default (council.timeout)"),
+            );
+            let prompt_keys = [k("prompts.council"), k("prompt"), "prompts.council".to_string()];
+            let prompt_keys: Vec<&str> = prompt_keys.iter().map(String::as_str).collect();
+            add(k("prompts.council"), json!(a.prompt_council), source(&prompt_keys, "default"));
+            let chat_keys = [k("prompts.chat"), k("prompts.council"), k("prompt"), "prompts.council".to_string()];
+            let chat_keys: Vec<&str> = chat_keys.iter().map(String::as_str).collect();
+            add(k("prompts.chat"), json!(a.prompt_chat), source(&chat_keys, "default (prompts.council)"));
+            add(k("color"), json!(a.color), source(&[&k("color")], "default (by name)"));
+            if a.backend == Backend::Command {
+                add(k("format"), json!(a.format.as_str()), source(&[&k("format")], "default"));
+            }
+        }
+        let notice = if c.members.is_empty() {
+            Some("no council members: install claude, codex, cursor (agent) or gemini, or list members in .kd/config.json".into())
+        } else if c.members_detected {
+            Some(format!(
+                "no council is configured, so the agent CLIs found on PATH are the members: {}",
+                c.members.join(", ")
+            ))
+        } else {
+            None
+        };
+        ConfigView { workspace: workspace.to_string(), file, entries, notice, notices: self.notices.clone() }
+    }
+}

@@ -1,0 +1,13 @@
+//! What an agent is told and what it says back, below both the council
+//! (who is asked) and the agent runner (how it is asked):
+//!
+//! - [`history`]: the thread as a multi-party conversation (F-A5), the
+//!   messages a resumed session has not seen, and the prompt around them
+//!   (F-A6);
+//! - [`label`]: stripping the `name: ` label an agent echoes back.
+
+pub mod history;
+pub mod label;
+
+pub use history::{assemble, format_thread_history, is_history};
+pub use label::{LabelStripper, strip_label};
