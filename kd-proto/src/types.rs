@@ -255,6 +255,10 @@ pub struct Session {
     pub started_at_ms: i64,
     pub last_active_at_ms: i64,
     pub metadata: serde_json::Value,
+    /// The last message seq the agent was given in this session; a resumed
+    /// session is sent every later message it has not seen.
+    #[serde(default)]
+    pub seen_seq: Option<u64>,
 }
 
 /// A held conversation lock.

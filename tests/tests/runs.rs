@@ -178,6 +178,62 @@ async fn resume_mode_passes_the_previous_session_and_a_concurrent_resume_is_refu
     assert!(!third["argv"].as_array().unwrap().iter().any(|a| a == "--resume"));
 }
 
+/// The prompt a fake received: its stdin, or its last argument.
+fn prompt_of(record: &serde_json::Value) -> String {
+    match record["stdin"].as_str() {
+        Some(s) if !s.is_empty() => s.to_string(),
+        _ => record["argv"].as_array().and_then(|a| a.last()).and_then(|a| a.as_str()).unwrap_or_default().to_string(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_mode_gives_each_member_every_message_it_has_not_seen_exactly_once() {
+    let ws = Workspace::new(&[]);
+    let (claude_rec, codex_rec) = (ws.file("claude.jsonl"), ws.file("codex.jsonl"));
+    // claude is slower, so codex's answers are stored while claude still runs.
+    let claude_env: &[(&str, &str)] =
+        &[("FAKE_RECORD", &claude_rec), ("FAKE_TEXT", "claude says {pid}."), ("FAKE_INTERVAL_MS", "40")];
+    let codex_env: &[(&str, &str)] = &[("FAKE_RECORD", &codex_rec), ("FAKE_TEXT", "codex says {pid}.")];
+    ws.write_config(&serde_json::json!({
+        "council": {"members": ["claude", "codex"]},
+        "agents": {"claude": kd_tests::fake("claude", "claude", claude_env), "codex": kd_tests::fake("codex", "codex", codex_env)}
+    }));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, Some(ContextMode::Resume)).await;
+    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    send(&c, &t, "First question?").await;
+    collect_until(&mut sub, |e| ended(e) == 2).await;
+    // A second question with a discussion round: 2 parallel answers, then 2 turns.
+    c.council_send(t.clone(), "Second question?".into(), None, None, None, None, None, Some(1)).await.unwrap();
+    collect_until(&mut sub, |e| ended(e) == 4).await;
+
+    let messages = c.thread_messages(t.clone(), None, None).await.unwrap();
+    assert_eq!(messages.len(), 8, "{messages:#?}");
+    for (me, other, record) in [("claude", "codex", &claude_rec), ("codex", "claude", &codex_rec)] {
+        let prompts: Vec<String> = records(record).iter().map(prompt_of).collect();
+        assert_eq!(prompts.len(), 3, "{me}: three runs");
+        let all = prompts.join("\n=====\n");
+        let seen_by_last_run = messages
+            .iter()
+            .filter(|m| m.from == other || m.from == "king")
+            .filter(|m| m.seq < messages.iter().rfind(|x| x.from == me).map(|x| x.seq).unwrap_or(0));
+        for m in seen_by_last_run {
+            assert_eq!(
+                all.matches(&m.body).count(),
+                1,
+                "{me} got {:?} {} times:\n{all}",
+                m.body,
+                all.matches(&m.body).count()
+            );
+        }
+        for (i, p) in prompts.iter().enumerate().skip(1) {
+            assert!(p.starts_with("[New messages]\n"), "{me} prompt {i}: {p}");
+            assert!(!p.contains(&format!("{me} says")), "{me} is never told its own answers again: {p}");
+        }
+    }
+}
+
 /// A long answer, for runs that must still be streaming a while later.
 fn long_text() -> String {
     format!("Answer {}", "word ".repeat(600))

@@ -4,6 +4,7 @@
 //! - [`process`]: spawning in a process group that dies with the daemon, signals;
 //! - [`lines`]: bounded line reading of stdout;
 //! - [`parse`]: per-backend `parse_line` and the [`parse::Transcript`] that folds lines;
+//! - `prepare`: the prompt a run is given and the session it holds;
 //! - [`registry`]: the runs in flight, in memory;
 //! - [`supervisor`]: one run from spawn to message.
 //!
@@ -14,6 +15,7 @@
 pub mod argv;
 pub mod lines;
 pub mod parse;
+mod prepare;
 pub mod process;
 pub mod registry;
 pub mod supervisor;

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kd_proto::types::{ContextMode, Message, RunMeta, RunStatus, Style};
+use kd_proto::types::{ContextMode, RunMeta, RunStatus, Style};
 use rustix::process::Signal;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -19,11 +19,11 @@ use super::parse::{self, Transcript};
 use super::process;
 use super::registry::{Run, StopReason};
 use crate::config::{AgentDef, Backend};
-use crate::db::DbError;
 use crate::db::runs::Finish;
 use crate::prompt;
 
 use super::Runner;
+use super::prepare::prepare;
 
 /// How often the text streamed so far is saved.
 const SAVE_EVERY: Duration = Duration::from_secs(1);
@@ -67,73 +67,9 @@ pub async fn supervise(d: Arc<Runner>, run: Arc<Run>, spec: Spec) {
     run.mark_done();
 }
 
-fn failed(member: &str, status: RunStatus, reason: String) -> Finish {
+pub(super) fn failed(member: &str, status: RunStatus, reason: String) -> Finish {
     let reason = format!("{member}: {reason}");
     Finish { status, body: reason.clone(), error: Some(reason), meta: RunMeta::default(), session: None }
-}
-
-/// The prompt, the backend session to resume, and the registry session held.
-struct Prepared {
-    prompt: String,
-    resume: Option<String>,
-    session: Option<String>,
-}
-
-async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepared, Finish> {
-    let member = &run.member;
-    // The thread as of the message the run answers: members of a parallel
-    // round do not see each other's answers.
-    let limit = run.reply_to.map(|seq| u32::try_from(seq).unwrap_or(u32::MAX));
-    let messages =
-        d.db.messages(run.thread.clone(), 0, limit)
-            .await
-            .map_err(|e| failed(member, RunStatus::Error, format!("cannot read the thread: {e}")))?;
-    let agent_prompt = spec.agent.prompt(spec.style);
-    let full =
-        || prompt::assemble(&spec.preamble, agent_prompt, &prompt::format_thread_history(&messages, member, None));
-    if spec.context == ContextMode::History {
-        return Ok(Prepared { prompt: full(), resume: None, session: None });
-    }
-    // Resume mode: this thread's own session of this agent, never another's.
-    let holder = Some(format!("run {}", run.id));
-    let sessions =
-        d.db.sessions(Some(run.thread.clone()), Some(member.clone()), None)
-            .await
-            .map_err(|e| failed(member, RunStatus::Error, format!("cannot read sessions: {e}")))?;
-    let latest = sessions.into_iter().find(|s| s.status != kd_proto::types::SessionStatus::Archived);
-    let session = match latest {
-        Some(s) => d.db.resume_session(s.id.clone(), holder, None).await,
-        None => {
-            let new = crate::db::sessions::NewSession {
-                thread: run.thread.clone(),
-                agent: member.clone(),
-                backend_session_id: None,
-                holder,
-                pid: None,
-                metadata: serde_json::json!({}),
-            };
-            d.db.start_session(new).await
-        }
-    };
-    let session = session.map_err(|e| match e {
-        DbError::SessionActive { .. } => failed(member, RunStatus::Error, e.to_string()),
-        e => failed(member, RunStatus::Error, format!("cannot take the session: {e}")),
-    })?;
-    match session.backend_session_id.clone() {
-        Some(backend_id) => {
-            // The backend remembers everything up to this member's last
-            // message; send what came after it.
-            let last_own = messages.iter().rposition(|m| &m.from == member).map(|i| i + 1).unwrap_or(0);
-            let new: Vec<Message> = messages[last_own..].to_vec();
-            let body = prompt::format_thread_history(&new, member, None).replacen(
-                "[Previous conversation]",
-                "[New messages]",
-                1,
-            );
-            Ok(Prepared { prompt: body, resume: Some(backend_id), session: Some(session.id) })
-        }
-        None => Ok(Prepared { prompt: full(), resume: None, session: Some(session.id) }),
-    }
 }
 
 async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec) -> Finish {
@@ -143,9 +79,10 @@ async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec) -> Finish {
         Ok(p) => p,
         Err(f) => return f,
     };
-    let session = prepared.session.clone();
+    let held = prepared.session.clone();
+    // Before the agent runs, the session saw nothing new.
     let with_session = |mut f: Finish| {
-        f.session = session.clone();
+        f.session = held.as_ref().map(|h| h.end(false));
         f
     };
     let inv = match argv::build(agent, &prepared.prompt, prepared.resume.as_deref()) {
@@ -173,7 +110,8 @@ async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec) -> Finish {
         return with_session(failed(&member, RunStatus::Error, "the agent exited before it could be watched".into()));
     };
     run.set_started(pid);
-    if let Err(e) = d.db.run_started(run.info(), pid, process::start_time(pid), session.clone()).await {
+    let session = held.as_ref().map(|h| h.id.clone());
+    if let Err(e) = d.db.run_started(run.info(), pid, process::start_time(pid), session).await {
         tracing::error!(run = run.id, "cannot record the pid: {e}");
     }
     if let (Some(input), Some(mut stdin)) = (inv.stdin.clone(), child.stdin.take()) {
@@ -281,7 +219,12 @@ async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec) -> Finish {
         Some(h) => tokio::time::timeout(Duration::from_secs(1), h).await.ok().and_then(Result::ok).unwrap_or_default(),
         None => String::new(),
     };
-    with_session(outcome(run, spec, &transcript, exit, &stderr))
+    let mut finish = outcome(run, spec, &transcript, exit, &stderr);
+    // The session remembers the prompt when the agent took it: it answered,
+    // or its backend opened a session for it.
+    let given = finish.status == RunStatus::Done || transcript.session_id.is_some();
+    finish.session = held.as_ref().map(|h| h.end(given));
+    finish
 }
 
 /// Folds one line of output into the transcript, collecting its text.

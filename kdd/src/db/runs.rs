@@ -9,7 +9,8 @@ use serde_json::json;
 
 use super::events::{self, NewEvent};
 use super::messages::{self, NewMessage};
-use super::{DbResult, Outbox, sessions};
+use super::sessions::{self, SessionEnd};
+use super::{DbResult, Outbox};
 
 /// Records a run that was accepted; subscribers hear `run_waiting`.
 pub fn insert(conn: &Connection, now: i64, run: &RunInfo, out: &mut Outbox) -> DbResult<()> {
@@ -59,6 +60,11 @@ pub fn started(
         "UPDATE runs SET status = 'streaming', pid = ?2, pid_start = ?3, session_id = ?4 WHERE id = ?1",
     )?
     .execute(params![run.id, pid, pid_start.map(|s| s as i64), session])?;
+    if let Some(session) = session {
+        // The session is held by this process now.
+        conn.prepare_cached("UPDATE sessions SET pid = ?2 WHERE id = ?1 AND status = 'active'")?
+            .execute(params![session, pid])?;
+    }
     events::record(
         conn,
         now,
@@ -92,8 +98,9 @@ pub struct Finish {
     /// The failure reason, for error and timed-out runs.
     pub error: Option<String>,
     pub meta: RunMeta,
-    /// The session to release (resume mode), and the backend id to keep.
-    pub session: Option<String>,
+    /// The session the run held, released as it says (its backend id, when
+    /// not given, is the run's).
+    pub session: Option<SessionEnd>,
 }
 
 /// Writes the run's message, closes its row and session, and tells
@@ -127,8 +134,9 @@ pub fn finish(conn: &Connection, now: i64, run: &RunInfo, f: Finish, out: &mut O
         "UPDATE runs SET status = ?2, ended_at = ?3, message_seq = ?4, error = ?5, partial = '' WHERE id = ?1",
     )?
     .execute(params![run.id, f.status.as_str(), now, message.seq as i64, f.error])?;
-    if let Some(session) = &f.session {
-        sessions::end(conn, now, session, SessionStatus::Idle, f.meta.backend_session_id.as_deref())?;
+    if let Some(mut end) = f.session.clone() {
+        end.backend_session_id = end.backend_session_id.or_else(|| f.meta.backend_session_id.clone());
+        sessions::end(conn, now, &end)?;
     }
     let kind = match f.status {
         RunStatus::Done => "run.finish",
@@ -232,7 +240,9 @@ pub fn recover(conn: &Connection, now: i64, out: &mut Outbox) -> DbResult<usize>
                 body,
                 error: Some("the daemon stopped while the run was in flight".into()),
                 meta: RunMeta { run_id: Some(o.id.clone()), backend: Some(backend), ..RunMeta::default() },
-                session: session.filter(|s| sessions::get(conn, s).is_ok_and(|s| s.status == SessionStatus::Active)),
+                session: session
+                    .filter(|s| sessions::get(conn, s).is_ok_and(|s| s.status == SessionStatus::Active))
+                    .map(|id| SessionEnd { id, status: SessionStatus::Idle, backend_session_id: None, seen_seq: None }),
             },
             out,
         )?;

@@ -17,6 +17,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/0001_init.sql"),
     include_str!("../../../migrations/0002_runs.sql"),
     include_str!("../../../migrations/0003_rounds.sql"),
+    include_str!("../../../migrations/0004_sessions_seen_refs_origin.sql"),
 ];
 
 /// The schema version this build writes.

@@ -30,7 +30,7 @@ pub enum Resumed {
 }
 
 const COLUMNS: &str =
-    "id, thread_id, agent, backend_session_id, status, holder, pid, started_at, last_active_at, metadata";
+    "id, thread_id, agent, backend_session_id, status, holder, pid, started_at, last_active_at, metadata, seen_seq";
 
 pub fn start(conn: &Connection, now: i64, s: NewSession, alive: &dyn Fn(u32) -> bool) -> DbResult<Session> {
     threads::get(conn, &s.thread)?;
@@ -114,23 +114,28 @@ pub fn resume(
     Ok(Resumed::Allowed(get(conn, id)?))
 }
 
-pub fn end(
-    conn: &Connection,
-    now: i64,
-    id: &str,
-    status: SessionStatus,
-    backend_session_id: Option<&str>,
-) -> DbResult<Session> {
+/// How a session ends: its status, the backend id to keep, and the last
+/// message seq its agent was given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionEnd {
+    pub id: String,
+    pub status: SessionStatus,
+    pub backend_session_id: Option<String>,
+    pub seen_seq: Option<u64>,
+}
+
+pub fn end(conn: &Connection, now: i64, e: &SessionEnd) -> DbResult<Session> {
+    let (id, status) = (e.id.as_str(), e.status);
     if status == SessionStatus::Active {
         return Err(DbError::Invalid("session.end cannot set status active; use session.resume".into()));
     }
     let session = get(conn, id)?;
     conn.prepare_cached(
         "UPDATE sessions SET status = ?2, holder = NULL, pid = NULL, last_active_at = ?3,
-             backend_session_id = coalesce(?4, backend_session_id)
+             backend_session_id = coalesce(?4, backend_session_id), seen_seq = coalesce(?5, seen_seq)
          WHERE id = ?1",
     )?
-    .execute(params![id, status.as_str(), now, backend_session_id])?;
+    .execute(params![id, status.as_str(), now, e.backend_session_id, e.seen_seq.map(|s| s as i64)])?;
     events::record(
         conn,
         now,
@@ -222,6 +227,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Session> {
         started_at_ms: r.get(7)?,
         last_active_at_ms: r.get(8)?,
         metadata: serde_json::from_str(&metadata).unwrap_or(Value::Null),
+        seen_seq: r.get::<_, Option<i64>>(10)?.map(|v| v as u64),
     })
 }
 
@@ -242,13 +248,8 @@ impl super::Db {
         }
     }
 
-    pub async fn end_session(
-        &self,
-        id: String,
-        status: SessionStatus,
-        backend_session_id: Option<String>,
-    ) -> DbResult<Session> {
-        self.write(move |c, _| end(c, super::now_ms(), &id, status, backend_session_id.as_deref())).await
+    pub async fn end_session(&self, e: SessionEnd) -> DbResult<Session> {
+        self.write(move |c, _| end(c, super::now_ms(), &e)).await
     }
 
     pub async fn sessions(

@@ -53,6 +53,25 @@ pub fn format_thread_history(messages: &[Message], target: &str, suffix: Option<
     out
 }
 
+/// The messages a resumed session of `member` has not been given: every
+/// history message after `seen` (the last seq it was given) that it did
+/// not write, in the order they are shown. Without a `seen` (a session
+/// from before kd tracked it), what came after its own last message.
+pub fn unseen(messages: &[Message], member: &str, seen: Option<u64>) -> Vec<Message> {
+    let shown = display_order(messages);
+    let after = match seen {
+        Some(seen) => seen,
+        None => shown.iter().rev().find(|m| m.from == member).map(|m| m.seq).unwrap_or(0),
+    };
+    shown.into_iter().filter(|m| m.seq > after && m.from != member && is_history(m)).cloned().collect()
+}
+
+/// [`format_thread_history`] of the messages a resumed session has not
+/// seen, headed `[New messages]`.
+pub fn format_new_messages(messages: &[Message], target: &str) -> String {
+    format_thread_history(messages, target, None).replacen("[Previous conversation]", "[New messages]", 1)
+}
+
 /// The prompt: preamble, then the agent's own prompt, then the body
 /// (history or new messages), separated by blank lines.
 pub fn assemble(preamble: &str, agent_prompt: Option<&str>, body: &str) -> String {
@@ -158,6 +177,26 @@ mod tests {
             None,
         );
         assert!(h.contains("king: Q?\n\ncodex: On reflection, yes.\n\nclaude: Yes.\n\n---"), "{h}");
+    }
+
+    #[test]
+    fn a_resumed_session_gets_every_message_after_what_it_was_given_but_its_own() {
+        let thread = [
+            msg(1, "king", &["all"], "Q1"),
+            msg(2, "codex", &["king"], "codex 1"),
+            msg(3, "claude", &["king"], "claude 1"),
+            msg(4, "king", &["all"], "Q2"),
+        ];
+        // claude was given up to seq 1 (its parallel round began there).
+        let new = unseen(&thread, "claude", Some(1));
+        assert_eq!(new.iter().map(|m| m.seq).collect::<Vec<_>>(), [2, 4], "codex's answer is not lost");
+        assert_eq!(
+            format_new_messages(&new, "claude"),
+            "[New messages]\ncodex: codex 1\n\nking: Q2\n\n---\nYou are claude. Continue the discussion."
+        );
+        assert!(unseen(&thread, "claude", Some(4)).is_empty());
+        // Legacy sessions: what came after its own last message.
+        assert_eq!(unseen(&thread, "claude", None).iter().map(|m| m.seq).collect::<Vec<_>>(), [4]);
     }
 
     #[test]

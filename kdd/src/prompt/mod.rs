@@ -9,5 +9,5 @@
 pub mod history;
 pub mod label;
 
-pub use history::{assemble, format_thread_history, is_history};
+pub use history::{assemble, format_new_messages, format_thread_history, is_history, unseen};
 pub use label::{LabelStripper, strip_label};

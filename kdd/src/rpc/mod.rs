@@ -21,7 +21,7 @@ use crate::client::ClientId;
 use crate::council::{retry, send};
 use crate::db::events::EventFilter;
 use crate::db::messages::NewMessage;
-use crate::db::sessions::NewSession;
+use crate::db::sessions::{NewSession, SessionEnd};
 use crate::db::threads::NewThread;
 use crate::state::Daemon;
 use error::invalid;
@@ -408,7 +408,8 @@ impl KdApiServer for Rpc {
         validate::label("session", Some(&session))?;
         validate::label("backend_session_id", backend_session_id.as_deref())?;
         let status = status.unwrap_or(SessionStatus::Completed);
-        Ok(self.d.db.end_session(session, status, backend_session_id).await?)
+        let end = SessionEnd { id: session, status, backend_session_id, seen_seq: None };
+        Ok(self.d.db.end_session(end).await?)
     }
 
     async fn session_list(

@@ -6,7 +6,7 @@
 //! |---|---|
 //! | `FAKE_FORMAT` | claude, codex, cursor, gemini or text (default: from the argv) |
 //! | `FAKE_NAME` | its name (default `fake`) |
-//! | `FAKE_TEXT` | the answer (default `Answer from NAME.`) |
+//! | `FAKE_TEXT` | the answer (default `Answer from NAME.`); `{pid}` in it becomes the process id |
 //! | `FAKE_DELTAS` | how many pieces the answer streams in (default 3) |
 //! | `FAKE_INTERVAL_MS` | pause before each piece (default 0) |
 //! | `FAKE_RATE` | pieces per second, on a steady schedule (instead of `FAKE_INTERVAL_MS`) |
@@ -259,7 +259,9 @@ async fn main() {
         }
         let interval = Duration::from_millis(env_num("FAKE_INTERVAL_MS", 0));
         let n = env_num("FAKE_DELTAS", 3) as usize;
-        let mut text = env("FAKE_TEXT").unwrap_or_else(|| format!("Answer from {name}."));
+        let mut text = env("FAKE_TEXT")
+            .unwrap_or_else(|| format!("Answer from {name}."))
+            .replace("{pid}", &std::process::id().to_string());
         if env("FAKE_ECHO_LABEL").is_some() {
             text = format!("{name}: {text}");
         }

@@ -1,0 +1,132 @@
+//! Before a run spawns its agent: the prompt it is given and the session it
+//! holds. History mode gives the whole thread and records a fresh session
+//! per run (so `kd sessions` shows what ran and can be resumed by hand);
+//! resume mode resumes this thread's own session of the agent (never
+//! another thread's, never twice at once) and sends only what that session
+//! has not been given.
+
+use kd_proto::types::{ContextMode, Message, RunStatus, Session, SessionStatus};
+
+use super::Runner;
+use super::registry::Run;
+use super::supervisor::{Spec, failed};
+use crate::db::DbError;
+use crate::db::runs::Finish;
+use crate::db::sessions::{NewSession, SessionEnd};
+use crate::prompt;
+
+/// The prompt, the backend session to resume, and the registry session held.
+pub(super) struct Prepared {
+    pub prompt: String,
+    pub resume: Option<String>,
+    pub session: Option<Held>,
+}
+
+/// The registry session a run holds, and how it is released.
+#[derive(Debug, Clone)]
+pub(super) struct Held {
+    pub id: String,
+    /// `idle` for a session to resume later, `completed` for a one-off.
+    pub release_as: SessionStatus,
+    /// The last message seq the prompt gives the agent.
+    pub seen_seq: u64,
+}
+
+impl Held {
+    /// The release of the session; `given` says whether the agent received
+    /// the prompt (only then does the session remember what it saw).
+    pub fn end(&self, given: bool) -> SessionEnd {
+        SessionEnd {
+            id: self.id.clone(),
+            status: self.release_as,
+            backend_session_id: None,
+            seen_seq: given.then_some(self.seen_seq),
+        }
+    }
+}
+
+pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepared, Finish> {
+    let member = &run.member;
+    // The thread as of the message the run answers: members of a parallel
+    // round do not see each other's answers.
+    let limit = run.reply_to.map(|seq| u32::try_from(seq).unwrap_or(u32::MAX));
+    let messages =
+        d.db.messages(run.thread.clone(), 0, limit)
+            .await
+            .map_err(|e| failed(member, RunStatus::Error, format!("cannot read the thread: {e}")))?;
+    let seen_seq = messages.last().map(|m| m.seq).unwrap_or(0);
+    let full = || {
+        prompt::assemble(
+            &spec.preamble,
+            spec.agent.prompt(spec.style),
+            &prompt::format_thread_history(&messages, member, None),
+        )
+    };
+    if spec.context == ContextMode::History {
+        let session = one_off_session(d, run).await;
+        let held = session.map(|id| Held { id, release_as: SessionStatus::Completed, seen_seq });
+        return Ok(Prepared { prompt: full(), resume: None, session: held });
+    }
+    let session = resumed_session(d, run).await?;
+    let held = Some(Held { id: session.id.clone(), release_as: SessionStatus::Idle, seen_seq });
+    match session.backend_session_id {
+        Some(backend_id) => {
+            let new: Vec<Message> = prompt::unseen(&messages, member, session.seen_seq);
+            Ok(Prepared { prompt: prompt::format_new_messages(&new, member), resume: Some(backend_id), session: held })
+        }
+        None => Ok(Prepared { prompt: full(), resume: None, session: held }),
+    }
+}
+
+fn holder(run: &Run) -> Option<String> {
+    Some(format!("run {}", run.id))
+}
+
+/// History mode: a session of its own for this run, to record the
+/// backend's session id. Not having one never stops the run.
+async fn one_off_session(d: &Runner, run: &Run) -> Option<String> {
+    let new = NewSession {
+        thread: run.thread.clone(),
+        agent: run.member.clone(),
+        backend_session_id: None,
+        holder: holder(run),
+        pid: None,
+        metadata: serde_json::json!({"context": "history", "run": run.id}),
+    };
+    match d.db.start_session(new).await {
+        Ok(s) => Some(s.id),
+        Err(e) => {
+            tracing::warn!(run = run.id, "runs without a session record: {e}");
+            None
+        }
+    }
+}
+
+/// Resume mode: the thread's own session of this agent, taken under the
+/// single-resume rule.
+async fn resumed_session(d: &Runner, run: &Run) -> Result<Session, Finish> {
+    let member = &run.member;
+    let sessions =
+        d.db.sessions(Some(run.thread.clone()), Some(member.clone()), None)
+            .await
+            .map_err(|e| failed(member, RunStatus::Error, format!("cannot read sessions: {e}")))?;
+    let latest = sessions.into_iter().find(|s| s.status != SessionStatus::Archived);
+    let session = match latest {
+        Some(s) => d.db.resume_session(s.id.clone(), holder(run), None).await,
+        None => {
+            let new = NewSession {
+                thread: run.thread.clone(),
+                agent: member.clone(),
+                backend_session_id: None,
+                holder: holder(run),
+                pid: None,
+                metadata: serde_json::json!({"context": "resume"}),
+            };
+            d.db.start_session(new).await
+        }
+    };
+    session.map_err(|e| match e {
+        DbError::SessionActive { .. } => failed(member, RunStatus::Error, e.to_string()),
+        e => failed(member, RunStatus::Error, format!("cannot take the session: {e}")),
+    })
+}
