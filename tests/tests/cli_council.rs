@@ -186,3 +186,28 @@ async fn retry_from_the_command_line_and_completions() {
     assert!(out.status.success());
     assert!(out.stdout.contains("_kd()") && out.stdout.contains("ask"), "{}", &out.stdout[..200.min(out.stdout.len())]);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_context_mode_is_chosen_with_new_and_shown_by_threads_and_show() {
+    let ws = Workspace::new(&[("claude", "claude", &[])]);
+    let kdd = Kdd::start();
+    let out = kd(&kdd, &ws, &["ask", "--new", "--context", "resume", "--rounds", "0", "Q?"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let c = kdd.client().await;
+    let t = c.thread_current(ws.path(), None).await.unwrap().unwrap();
+    assert_eq!(t.context, kd_proto::types::ContextMode::Resume);
+    let threads = kd(&kdd, &ws, &["threads"]).await;
+    let header = threads.stdout.lines().next().unwrap_or_default().to_string();
+    assert!(header.contains("CONTEXT"), "{}", threads.stdout);
+    let row = threads.stdout.lines().find(|l| l.starts_with(&t.id)).unwrap_or_default();
+    assert!(row.contains("resume"), "{}", threads.stdout);
+    let show = kd(&kdd, &ws, &["show"]).await;
+    assert!(show.stdout.lines().next().unwrap_or_default().contains("context: resume"), "{}", show.stdout);
+    // The default is history; a mode for an existing thread is refused by clap.
+    let out = kd(&kdd, &ws, &["ask", "--new", "--rounds", "0", "Again?"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let t2 = c.thread_current(ws.path(), None).await.unwrap().unwrap();
+    assert_eq!(t2.context, kd_proto::types::ContextMode::History);
+    let refused = kd(&kdd, &ws, &["ask", "--context", "resume", "Q"]).await;
+    assert_eq!(refused.status.code(), Some(2), "--context needs --new: {}", refused.stderr);
+}

@@ -23,7 +23,7 @@ use clap::Args;
 use futures_util::StreamExt;
 use jsonrpsee::core::client::Subscription;
 use kd_client::{Client, ClientError, KdApiClient, workspace};
-use kd_proto::types::{Message, RunInfo, Sent, Style, Thread, ThreadEvent};
+use kd_proto::types::{ContextMode, Message, RunInfo, Sent, Style, Thread, ThreadEvent};
 use ratatui::Terminal;
 use ratatui::backend::CrosstermBackend;
 use ratatui::crossterm::event::{
@@ -51,6 +51,9 @@ pub struct ChatArgs {
     /// Start a new thread
     #[arg(long, conflicts_with = "thread")]
     new: bool,
+    /// How the new thread gives agents the conversation
+    #[arg(long, value_enum, requires = "new", value_name = "MODE")]
+    context: Option<crate::cmd::Context>,
 }
 
 /// Answers to requests made from the loop.
@@ -69,7 +72,7 @@ pub async fn run(ctx: &Ctx, args: ChatArgs) -> anyhow::Result<ExitCode> {
     let root = ws.root.display().to_string();
     let opening: Option<Thread> = match (args.thread, args.new) {
         (Some(id), _) => Some(client.thread_get(id).await.map_err(ClientError::from)?),
-        (None, true) => Some(new_thread(&client, &root, ws.branch.clone()).await?),
+        (None, true) => Some(new_thread(&client, &root, ws.branch.clone(), args.context.map(Into::into)).await?),
         (None, false) => client.thread_current(root.clone(), ws.branch.clone()).await.map_err(ClientError::from)?,
     };
     let recent = client.thread_list(Some(root.clone()), None, Some(20)).await.map_err(ClientError::from)?;
@@ -195,8 +198,13 @@ pub async fn run(ctx: &Ctx, args: ChatArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// A new thread of the workspace, made current.
-async fn new_thread(client: &Client, root: &str, branch: Option<String>) -> Result<Thread, ClientError> {
-    Ok(client.thread_create(root.to_string(), branch, None, None, None, None, None, Some(true), None).await?)
+async fn new_thread(
+    client: &Client,
+    root: &str,
+    branch: Option<String>,
+    context: Option<ContextMode>,
+) -> Result<Thread, ClientError> {
+    Ok(client.thread_create(root.to_string(), branch, None, None, None, None, None, Some(true), context).await?)
 }
 
 /// Loads a thread's history and subscribes to what follows it.
@@ -245,6 +253,8 @@ fn request(client: &Arc<Client>, app: &App, effect: Effect, tx: mpsc::UnboundedS
     let thread = app.thread.id.clone();
     let workspace = app.thread.workspace.clone();
     let branch = app.thread.branch.clone();
+    // /new keeps the context mode of the thread it leaves.
+    let context = app.thread.context;
     tokio::spawn(async move {
         let reply = match effect {
             Effect::Send { body, mute } => Reply::Sent(
@@ -263,7 +273,7 @@ fn request(client: &Arc<Client>, app: &App, effect: Effect, tx: mpsc::UnboundedS
             Effect::ListThreads => {
                 Reply::Threads(client.thread_list(Some(workspace), None, Some(20)).await.map_err(ClientError::from))
             }
-            Effect::NewThread => Reply::Opened(new_thread(&client, &workspace, branch).await),
+            Effect::NewThread => Reply::Opened(new_thread(&client, &workspace, branch, Some(context)).await),
             Effect::Open(_) | Effect::Exit => return,
         };
         let _ = tx.send(reply);

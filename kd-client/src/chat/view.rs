@@ -73,6 +73,9 @@ fn header_line(app: &App) -> Line<'static> {
         }
         spans.push(Span::styled(m.clone(), style));
     }
+    if app.thread.context == kd_proto::types::ContextMode::Resume {
+        spans.push(Span::styled(" · resume", dim));
+    }
     if let Some(r) = &app.round
         && r.running
         && r.rounds > 1

@@ -31,6 +31,9 @@ pub struct AskArgs {
     /// Start a new thread (it becomes the current one)
     #[arg(long, conflicts_with = "thread")]
     new: bool,
+    /// How the new thread gives agents the conversation
+    #[arg(long, value_enum, requires = "new", value_name = "MODE")]
+    context: Option<super::Context>,
     /// Ask only these members
     #[arg(long, value_name = "NAME", value_delimiter = ',')]
     to: Vec<String>,
@@ -60,7 +63,7 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("the question is empty");
     }
     let client = ctx.client().await?;
-    let thread = resolve_thread(&client, a.thread, a.new).await?;
+    let thread = resolve_thread(&client, a.thread, a.new, a.context).await?;
     let mut sub = client.thread_subscribe(thread.id.clone(), Some(thread.last_seq)).await.map_err(ClientError::from)?;
     let to = (!a.to.is_empty()).then_some(a.to);
     let sent: Sent = client
@@ -109,7 +112,12 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// The thread to ask in: named, new, or the current one (made if none).
-async fn resolve_thread(client: &Client, id: Option<String>, new: bool) -> anyhow::Result<Thread> {
+async fn resolve_thread(
+    client: &Client,
+    id: Option<String>,
+    new: bool,
+    context: Option<super::Context>,
+) -> anyhow::Result<Thread> {
     if let Some(id) = id {
         return Ok(client.thread_get(id).await.map_err(ClientError::from)?);
     }
@@ -119,7 +127,7 @@ async fn resolve_thread(client: &Client, id: Option<String>, new: bool) -> anyho
         return Ok(t);
     }
     Ok(client
-        .thread_create(root, ws.branch, None, None, None, None, None, Some(true), None)
+        .thread_create(root, ws.branch, None, None, None, None, None, Some(true), context.map(Into::into))
         .await
         .map_err(ClientError::from)?)
 }

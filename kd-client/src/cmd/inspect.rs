@@ -42,11 +42,13 @@ pub async fn threads(ctx: &Ctx, a: ThreadsArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let now = fmt::now_ms();
-    let mut t = Table::new(&["ID", "STATUS", "MSGS", "LAST ACTIVITY", "MEMBERS", "BRANCH", "WORKSPACE", "TITLE"]);
+    let mut t =
+        Table::new(&["ID", "STATUS", "CONTEXT", "MSGS", "LAST ACTIVITY", "MEMBERS", "BRANCH", "WORKSPACE", "TITLE"]);
     for th in &threads {
         t.row(vec![
             th.id.clone(),
             status_name(th.status).into(),
+            th.context.as_str().into(),
             th.last_seq.to_string(),
             fmt::ago_ms(th.last_activity_at_ms, now),
             th.members.join(","),
@@ -98,7 +100,7 @@ pub fn render_thread(thread: &Thread, messages: &[Message], styled: bool) -> Str
     if let Some(b) = &thread.branch {
         out.push_str(&format!(" ({b})"));
     }
-    out.push_str(&format!(" · {} messages", messages.len()));
+    out.push_str(&format!(" · {} messages · context: {}", messages.len(), thread.context.as_str()));
     if !thread.members.is_empty() {
         out.push_str(&format!(" · members: {}", thread.members.join(", ")));
     }

@@ -22,6 +22,25 @@ pub enum Color {
     Never,
 }
 
+/// How a new thread gives agents the conversation (F-A4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Context {
+    /// The whole thread in every prompt
+    #[default]
+    History,
+    /// Each agent's own session, resumed; only what it has not seen
+    Resume,
+}
+
+impl From<Context> for kd_proto::types::ContextMode {
+    fn from(c: Context) -> Self {
+        match c {
+            Context::History => kd_proto::types::ContextMode::History,
+            Context::Resume => kd_proto::types::ContextMode::Resume,
+        }
+    }
+}
+
 /// What every command needs: where the daemon is, how to print.
 pub struct Ctx {
     pub socket: PathBuf,
