@@ -2,6 +2,8 @@
 
 #![forbid(unsafe_code)]
 
+#[macro_use]
+mod out;
 mod chat;
 mod cmd;
 mod fmt;
@@ -79,13 +81,17 @@ fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("kd: cannot start the runtime: {e}");
+            errln!("kd: cannot start the runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
     if let Command::Completions { shell } = cli.command {
         use clap::CommandFactory;
-        clap_complete::generate(shell, &mut Cli::command(), "kd", &mut std::io::stdout());
+        // Into a buffer first: clap_complete panics when a write fails.
+        let mut script = Vec::new();
+        clap_complete::generate(shell, &mut Cli::command(), "kd", &mut script);
+        use std::io::Write as _;
+        let _ = std::io::stdout().lock().write_all(&script);
         return ExitCode::SUCCESS;
     }
     let ctx = cmd::Ctx::new(cli.socket, cli.color);
@@ -107,15 +113,17 @@ fn main() -> ExitCode {
             Command::Locks(a) => cmd::inspect::locks(&ctx, a).await,
             Command::Events(a) => cmd::inspect::events(&ctx, a).await,
             Command::RpcReference => {
-                print!("{}", kd_proto::openrpc::markdown_reference());
+                out!("{}", kd_proto::openrpc::markdown_reference())?;
                 Ok(ExitCode::SUCCESS)
             }
         }
     });
     match result {
         Ok(code) => code,
+        // The reader of our output went away (`kd … | head`): nothing to say.
+        Err(e) if out::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("kd: {}", fmt::one_line(&format!("{e:#}")));
+            errln!("kd: {}", fmt::one_line(&format!("{e:#}")));
             match e.downcast_ref::<ClientError>() {
                 Some(c) if c.is_connection() => ExitCode::from(EXIT_DAEMON),
                 _ => ExitCode::FAILURE,

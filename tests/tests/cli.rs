@@ -339,3 +339,47 @@ async fn kd_talks_only_through_the_socket_it_is_given() {
     let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(v.as_array().unwrap().len(), 1);
 }
+
+/// Runs `kd` with stdout a pipe whose reader has already gone, as in
+/// `kd … | head` once head has exited.
+async fn kd_into_closed_pipe(kdd: &Kdd, cwd: &std::path::Path, args: &[&str]) -> kd_tests::Output {
+    let (reader, writer) = rustix::pipe::pipe().unwrap();
+    drop(reader);
+    let mut k = kdd.kd();
+    k.current_dir(cwd).args(args).stdout(std::process::Stdio::from(writer)).stderr(std::process::Stdio::piped());
+    // Not `output()`: it would replace stdout with a pipe of its own.
+    let child = k.stdin(std::process::Stdio::null()).spawn().unwrap();
+    let out = within("kd into a closed pipe", child.wait_with_output()).await.unwrap();
+    kd_tests::Output {
+        status: out.status,
+        stdout: String::new(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn commands_whose_reader_went_away_end_quietly() {
+    let ws = kd_tests::Workspace::new(&[("claude", "claude", &[])]);
+    let kdd = Kdd::start();
+    let cwd = ws.dir.path();
+    let out = run({
+        let mut k = kdd.kd();
+        k.current_dir(cwd).args(["ask", "--rounds", "0", "Q?"]);
+        k
+    })
+    .await;
+    assert!(out.status.success(), "{}", out.stderr);
+    for args in [
+        &["events"][..],
+        &["events", "--json"],
+        &["completions", "bash"],
+        &["show"],
+        &["threads"],
+        &["ask", "--json", "--rounds", "0", "Again?"],
+        &["ask", "--rounds", "0", "Once more?"],
+    ] {
+        let out = kd_into_closed_pipe(&kdd, cwd, args).await;
+        assert_eq!(out.status.code(), Some(0), "kd {args:?}: {}", out.stderr);
+        assert_eq!(out.stderr, "", "kd {args:?} must end quietly");
+    }
+}

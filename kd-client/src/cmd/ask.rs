@@ -71,13 +71,13 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
         .await
         .map_err(ClientError::from)?;
     if let Some(notice) = &sent.notice {
-        eprintln!("kd: {notice}");
+        errln!("kd: {notice}");
     }
     if a.no_wait {
         if a.json {
-            println!("{}", serde_json::to_string(&sent)?);
+            outln!("{}", serde_json::to_string(&sent)?)?;
         } else {
-            println!("{}", thread.id);
+            outln!("{}", thread.id)?;
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -106,7 +106,7 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
     drop(out);
     let failures = view.failures();
     for f in &failures {
-        eprintln!("kd: {f}");
+        errln!("kd: {f}");
     }
     Ok(if failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_MEMBER_FAILED) })
 }

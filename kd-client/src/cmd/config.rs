@@ -37,11 +37,11 @@ pub async fn run(ctx: &Ctx, cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
                 .map(|m| m.iter().filter_map(|v| v.as_str()).collect::<Vec<_>>().join(", "))
                 .unwrap_or_default();
             match &view.file {
-                Some(f) => println!("{f}: ok; members: {members}"),
-                None => println!("no configuration file for {ws}: defaults apply; members: {members}"),
+                Some(f) => outln!("{f}: ok; members: {members}")?,
+                None => outln!("no configuration file for {ws}: defaults apply; members: {members}")?,
             }
             if let Some(n) = &view.notice {
-                println!("note: {n}");
+                outln!("note: {n}")?;
             }
         }
         ConfigCommand::Show(a) => {
@@ -49,12 +49,12 @@ pub async fn run(ctx: &Ctx, cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
                 print_json(&view)?;
                 return Ok(ExitCode::SUCCESS);
             }
-            println!("workspace {}", view.workspace);
-            println!("file      {}", view.file.as_deref().unwrap_or("(none: defaults)"));
+            outln!("workspace {}", view.workspace)?;
+            outln!("file      {}", view.file.as_deref().unwrap_or("(none: defaults)"))?;
             if let Some(n) = &view.notice {
-                println!("note      {n}");
+                outln!("note      {n}")?;
             }
-            println!();
+            outln!()?;
             let mut t = Table::new(&["KEY", "VALUE", "SOURCE"]);
             for e in &view.entries {
                 let value = match &e.value {
@@ -66,7 +66,7 @@ pub async fn run(ctx: &Ctx, cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
                     if value.chars().count() > 60 { value.chars().take(59).collect::<String>() + "…" } else { value };
                 t.row(vec![e.key.clone(), value, e.source.clone()]);
             }
-            print!("{}", t.render());
+            out!("{}", t.render())?;
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -38,7 +38,7 @@ pub async fn threads(ctx: &Ctx, a: ThreadsArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if threads.is_empty() {
-        println!("no threads yet");
+        outln!("no threads yet")?;
         return Ok(ExitCode::SUCCESS);
     }
     let now = fmt::now_ms();
@@ -57,7 +57,7 @@ pub async fn threads(ctx: &Ctx, a: ThreadsArgs) -> anyhow::Result<ExitCode> {
             th.title.clone().unwrap_or_default(),
         ]);
     }
-    print!("{}", t.render());
+    out!("{}", t.render())?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -88,7 +88,7 @@ pub async fn show(ctx: &Ctx, a: ShowArgs) -> anyhow::Result<ExitCode> {
         print_json(&serde_json::json!({ "thread": thread, "messages": messages }))?;
         return Ok(ExitCode::SUCCESS);
     }
-    print!("{}", render_thread(&thread, &messages, ctx.styled()));
+    out!("{}", render_thread(&thread, &messages, ctx.styled()))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -180,7 +180,7 @@ pub async fn sessions(ctx: &Ctx, a: SessionsArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if sessions.is_empty() {
-        println!("no sessions");
+        outln!("no sessions")?;
         return Ok(ExitCode::SUCCESS);
     }
     let now = fmt::now_ms();
@@ -197,7 +197,7 @@ pub async fn sessions(ctx: &Ctx, a: SessionsArgs) -> anyhow::Result<ExitCode> {
             s.backend_session_id.clone().unwrap_or_else(|| "-".into()),
         ]);
     }
-    print!("{}", t.render());
+    out!("{}", t.render())?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -218,7 +218,7 @@ pub async fn locks(ctx: &Ctx, a: LocksArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if locks.is_empty() {
-        println!("no locks held");
+        outln!("no locks held")?;
         return Ok(ExitCode::SUCCESS);
     }
     let mut t = Table::new(&["RESOURCE", "HOLDER", "PID", "TOKEN", "EXPIRES IN"]);
@@ -231,7 +231,7 @@ pub async fn locks(ctx: &Ctx, a: LocksArgs) -> anyhow::Result<ExitCode> {
             fmt::duration_ms(l.expires_in_ms),
         ]);
     }
-    print!("{}", t.render());
+    out!("{}", t.render())?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -265,7 +265,7 @@ pub async fn events(ctx: &Ctx, a: EventsArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if events.is_empty() {
-        println!("no events");
+        outln!("no events")?;
         return Ok(ExitCode::SUCCESS);
     }
     let mut t = Table::new(&["ID", "TIME", "KIND", "THREAD", "WHO", "TO", "DETAILS"]);
@@ -290,7 +290,7 @@ pub async fn events(ctx: &Ctx, a: EventsArgs) -> anyhow::Result<ExitCode> {
             details,
         ]);
     }
-    print!("{}", t.render());
+    out!("{}", t.render())?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -70,6 +70,6 @@ impl Ctx {
 
 /// Prints a value as pretty JSON.
 pub fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(v)?);
+    outln!("{}", serde_json::to_string_pretty(v)?)?;
     Ok(())
 }

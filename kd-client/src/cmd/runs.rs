@@ -27,7 +27,7 @@ pub async fn list(ctx: &Ctx, a: RunsArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if runs.is_empty() {
-        println!("no runs in flight");
+        outln!("no runs in flight")?;
         return Ok(ExitCode::SUCCESS);
     }
     let now = fmt::now_ms();
@@ -44,7 +44,7 @@ pub async fn list(ctx: &Ctx, a: RunsArgs) -> anyhow::Result<ExitCode> {
             fmt::ago_ms(r.started_at_ms, now),
         ]);
     }
-    print!("{}", t.render());
+    out!("{}", t.render())?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -82,18 +82,18 @@ pub async fn cancel(ctx: &Ctx, a: CancelArgs) -> anyhow::Result<ExitCode> {
         }
     };
     if stopped {
-        println!("stopped the pending auto-turns on {thread}");
+        outln!("stopped the pending auto-turns on {thread}")?;
     }
     if cancelled.is_empty() {
-        println!("no runs in flight on {thread}");
+        outln!("no runs in flight on {thread}")?;
     }
     for r in &cancelled {
-        println!(
+        outln!(
             "cancelled {} ({}, pid {})",
             r.member,
             r.id,
             r.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into())
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -109,15 +109,15 @@ pub async fn retry(ctx: &Ctx, a: RetryArgs) -> anyhow::Result<ExitCode> {
     let thread = thread_or_current(&client, a.thread).await?;
     let runs = client.council_retry(thread.clone(), None, None).await.map_err(ClientError::from)?;
     if runs.is_empty() {
-        println!("no failed members to retry on {thread}");
+        outln!("no failed members to retry on {thread}")?;
     }
     for r in &runs {
-        println!(
+        outln!(
             "retrying {} ({}, replacing #{})",
             r.member,
             r.id,
             r.replaces.map(|s| s.to_string()).unwrap_or_default()
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }

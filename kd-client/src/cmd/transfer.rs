@@ -67,7 +67,7 @@ pub async fn export(ctx: &Ctx, a: ExportArgs) -> anyhow::Result<ExitCode> {
         let path = a.dir.join(&name);
         std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
     }
-    println!("exported {} messages of {} to {}", messages.len(), thread.id, a.dir.display());
+    outln!("exported {} messages of {} to {}", messages.len(), thread.id, a.dir.display())?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -95,9 +95,9 @@ pub async fn import(ctx: &Ctx, a: ImportArgs) -> anyhow::Result<ExitCode> {
         .await
         .map_err(ClientError::from)?;
     if thread.id != meta.id {
-        eprintln!("kd: thread id {} is taken; imported as {}", meta.id, thread.id);
+        errln!("kd: thread id {} is taken; imported as {}", meta.id, thread.id);
     }
-    println!("imported {n} messages as thread {}", thread.id);
+    outln!("imported {n} messages as thread {}", thread.id)?;
     Ok(ExitCode::SUCCESS)
 }
 
