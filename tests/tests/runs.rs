@@ -234,6 +234,49 @@ async fn resume_mode_gives_each_member_every_message_it_has_not_seen_exactly_onc
     }
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn every_backend_takes_a_two_mib_history() {
+    let ws = Workspace::new(&[]);
+    let backends = ["claude", "codex", "cursor", "gemini", "command"];
+    let mut agents = serde_json::Map::new();
+    for b in backends {
+        let record = ws.file(&format!("{b}.jsonl"));
+        let mut def = kd_tests::fake(b, b, &[("FAKE_RECORD", &record)]);
+        if b == "command" {
+            def["backend"] = "command".into();
+        }
+        agents.insert(b.to_string(), def);
+    }
+    ws.write_config(&serde_json::json!({"council": {"members": backends}, "agents": agents}));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    // A 2 MiB message in the thread: every prompt is over 2 MiB.
+    let big: String = "0123456789abcdef".repeat(2 * 1024 * 1024 / 16);
+    kd_tests::append(&c, &t, "king", big.clone(), &[]).await;
+    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    send(&c, &t, "Summarise the above.").await;
+    let events = collect_until(&mut sub, |e| ended(e) == backends.len()).await;
+    let errors: Vec<&ThreadEvent> = events.iter().filter(|e| matches!(e, ThreadEvent::RunError { .. })).collect();
+    assert!(errors.is_empty(), "{errors:?}");
+    for b in backends {
+        let recs = records(&ws.file(&format!("{b}.jsonl")));
+        assert_eq!(recs.len(), 1, "{b}");
+        let prompt = prompt_of(&recs[0]);
+        assert!(
+            prompt.contains(&big)
+                && prompt.ends_with(
+                    "Summarise the above.\n\n---\nYou are {b}. Continue the discussion.".replace("{b}", b).as_str()
+                ),
+            "{b}: the whole history, {} bytes",
+            prompt.len()
+        );
+        let argv_bytes: usize =
+            recs[0]["argv"].as_array().unwrap().iter().map(|a| a.as_str().unwrap_or("").len()).sum();
+        assert!(argv_bytes < 128 * 1024, "{b}: the prompt is not in argv ({argv_bytes} bytes)");
+    }
+}
+
 /// A long answer, for runs that must still be streaming a while later.
 fn long_text() -> String {
     format!("Answer {}", "word ".repeat(600))

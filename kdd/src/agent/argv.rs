@@ -1,11 +1,14 @@
 //! The command line of each backend (F-A1). Never a shell: a program and
-//! its arguments. The prompt goes on stdin where the CLI reads it there,
-//! otherwise as the last argument.
+//! its arguments. The prompt goes on stdin, which every CLI reads in its
+//! print mode (claude `-p`, cursor `agent -p`, gemini headless, commands);
+//! codex takes it as its last argument, or `-` and stdin when it is too long
+//! for one. A prompt on stdin has no size limit (a thread of several MiB
+//! works) and does not show in `ps`.
 
 use crate::config::{AgentDef, Backend};
 
-/// The longest prompt passed as one argument (Linux refuses an argument
-/// over 128 KiB); larger prompts go on stdin where the backend allows it.
+/// The longest prompt passed to codex as one argument (Linux refuses an
+/// argument over 128 KiB); a longer one goes on stdin.
 pub const MAX_ARG_PROMPT: usize = 120 * 1024;
 
 /// What to spawn.
@@ -18,31 +21,14 @@ pub struct Invocation {
     pub env: Vec<(String, String)>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "{agent}: the prompt is {kib} KiB, over the {limit} KiB a {backend} argument may hold; start a new thread or use resume mode"
-)]
-pub struct PromptTooLong {
-    pub agent: String,
-    pub backend: &'static str,
-    pub kib: usize,
-    pub limit: usize,
-}
-
 /// The invocation of `agent` for `prompt`, resuming `resume` (the backend's
 /// own session id) when given.
-pub fn build(agent: &AgentDef, prompt: &str, resume: Option<&str>) -> Result<Invocation, PromptTooLong> {
+pub fn build(agent: &AgentDef, prompt: &str, resume: Option<&str>) -> Invocation {
     let mut args: Vec<String> = Vec::new();
     let model = |args: &mut Vec<String>| {
         if let Some(m) = &agent.model {
             args.extend(["--model".to_string(), m.clone()]);
         }
-    };
-    let too_long = || PromptTooLong {
-        agent: agent.name.clone(),
-        backend: agent.backend.as_str(),
-        kib: prompt.len().div_ceil(1024),
-        limit: MAX_ARG_PROMPT / 1024,
     };
     let stdin = match agent.backend {
         Backend::Claude => {
@@ -81,40 +67,30 @@ pub fn build(agent: &AgentDef, prompt: &str, resume: Option<&str>) -> Result<Inv
                 args.extend(["--resume".to_string(), id.to_string()]);
             }
             args.extend(agent.args.iter().cloned());
-            if prompt.len() > MAX_ARG_PROMPT {
-                return Err(too_long());
-            }
-            args.push(prompt.to_string());
-            None
+            // Without a prompt argument, `agent -p` reads it from stdin.
+            Some(prompt.to_string())
         }
         Backend::Gemini => {
-            if prompt.len() > MAX_ARG_PROMPT {
-                return Err(too_long());
-            }
-            args.extend([
-                "-p".to_string(),
-                prompt.to_string(),
-                "--output-format".to_string(),
-                "stream-json".to_string(),
-            ]);
+            // Piped stdin makes gemini headless; it reads the prompt there.
+            args.extend(["--output-format".to_string(), "stream-json".to_string()]);
             model(&mut args);
             if let Some(id) = resume {
                 args.extend(["--resume".to_string(), id.to_string()]);
             }
             args.extend(agent.args.iter().cloned());
-            None
+            Some(prompt.to_string())
         }
         Backend::Command => {
             args.extend(agent.args.iter().cloned());
             Some(prompt.to_string())
         }
     };
-    Ok(Invocation {
+    Invocation {
         program: agent.command.clone(),
         args,
         stdin,
         env: agent.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-    })
+    }
 }
 
 #[cfg(test)]
@@ -145,7 +121,7 @@ mod tests {
 
     #[test]
     fn claude_reads_the_prompt_on_stdin() {
-        let i = build(&agent(Backend::Claude, "claude"), "hi", None).unwrap();
+        let i = build(&agent(Backend::Claude, "claude"), "hi", None);
         assert_eq!(i.program, "claude");
         assert_eq!(
             args(&i),
@@ -162,26 +138,26 @@ mod tests {
         );
         assert_eq!(i.stdin.as_deref(), Some("hi"));
         assert_eq!(i.env, vec![("K".to_string(), "V".to_string())]);
-        let r = build(&agent(Backend::Claude, "claude"), "hi", Some("S1")).unwrap();
+        let r = build(&agent(Backend::Claude, "claude"), "hi", Some("S1"));
         assert!(args(&r).windows(2).any(|w| w == ["--resume", "S1"]));
     }
 
     #[test]
     fn codex_takes_the_prompt_as_argument_with_stdin_closed() {
-        let i = build(&agent(Backend::Codex, "codex"), "hi", None).unwrap();
+        let i = build(&agent(Backend::Codex, "codex"), "hi", None);
         assert_eq!(args(&i), ["exec", "--json", "--model", "m1", "--extra", "hi"]);
         assert_eq!(i.stdin, None);
-        let r = build(&agent(Backend::Codex, "codex"), "hi", Some("T9")).unwrap();
+        let r = build(&agent(Backend::Codex, "codex"), "hi", Some("T9"));
         assert_eq!(args(&r), ["exec", "resume", "T9", "--json", "--model", "m1", "--extra", "hi"]);
         let big = "x".repeat(MAX_ARG_PROMPT + 1);
-        let b = build(&agent(Backend::Codex, "codex"), &big, None).unwrap();
+        let b = build(&agent(Backend::Codex, "codex"), &big, None);
         assert_eq!(args(&b).last(), Some(&"-"));
         assert_eq!(b.stdin.map(|s| s.len()), Some(big.len()));
     }
 
     #[test]
-    fn cursor_and_gemini() {
-        let c = build(&agent(Backend::Cursor, "agent"), "hi", Some("C1")).unwrap();
+    fn cursor_and_gemini_read_the_prompt_on_stdin_whatever_its_size() {
+        let c = build(&agent(Backend::Cursor, "agent"), "hi", Some("C1"));
         assert_eq!(
             args(&c),
             [
@@ -193,26 +169,26 @@ mod tests {
                 "m1",
                 "--resume",
                 "C1",
-                "--extra",
-                "hi"
+                "--extra"
             ]
         );
-        assert_eq!(c.stdin, None);
-        let g = build(&agent(Backend::Gemini, "gemini"), "hi", Some("G1")).unwrap();
-        assert_eq!(
-            args(&g),
-            ["-p", "hi", "--output-format", "stream-json", "--model", "m1", "--resume", "G1", "--extra"]
-        );
-        let big = "x".repeat(MAX_ARG_PROMPT + 1);
-        let e = build(&agent(Backend::Gemini, "gemini"), &big, None).unwrap_err();
-        assert!(e.to_string().contains("gemini: the prompt is 121 KiB"), "{e}");
+        assert_eq!(c.stdin.as_deref(), Some("hi"));
+        let g = build(&agent(Backend::Gemini, "gemini"), "hi", Some("G1"));
+        assert_eq!(args(&g), ["--output-format", "stream-json", "--model", "m1", "--resume", "G1", "--extra"]);
+        assert_eq!(g.stdin.as_deref(), Some("hi"));
+        let big = "x".repeat(4 * MAX_ARG_PROMPT);
+        for backend in [Backend::Cursor, Backend::Gemini] {
+            let i = build(&agent(backend, "x"), &big, None);
+            assert_eq!(i.stdin.map(|s| s.len()), Some(big.len()));
+            assert!(i.args.iter().all(|a| a.len() < 100));
+        }
     }
 
     #[test]
     fn command_is_its_argv_with_the_prompt_on_stdin() {
         let mut a = agent(Backend::Command, "/usr/local/bin/my-agent");
         a.format = Format::Text;
-        let i = build(&a, "hi", Some("ignored")).unwrap();
+        let i = build(&a, "hi", Some("ignored"));
         assert_eq!(
             (i.program.as_str(), args(&i), i.stdin.as_deref()),
             ("/usr/local/bin/my-agent", vec!["--extra"], Some("hi"))

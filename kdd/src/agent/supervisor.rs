@@ -85,16 +85,7 @@ async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec) -> Finish {
         f.session = held.as_ref().map(|h| h.end(false));
         f
     };
-    let inv = match argv::build(agent, &prepared.prompt, prepared.resume.as_deref()) {
-        Ok(inv) => inv,
-        Err(e) => {
-            return with_session(failed(
-                &member,
-                RunStatus::Error,
-                e.to_string().replacen(&format!("{member}: "), "", 1),
-            ));
-        }
-    };
+    let inv = argv::build(agent, &prepared.prompt, prepared.resume.as_deref());
     if !spec.workspace.is_dir() {
         let reason = format!("the thread's workspace {} does not exist", spec.workspace.display());
         return with_session(failed(&member, RunStatus::Error, reason));
