@@ -26,6 +26,14 @@ pub mod style;
 pub mod workspace;
 
 pub use client::Client;
+
+/// A fresh thread id, `[a-z0-9]{8}`, for a thread `council.send` is to
+/// create (`new_thread`): the client subscribes to it first, so it misses
+/// nothing of the exchange.
+pub fn new_thread_id() -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    (0..8).map(|_| ALPHABET[fastrand::usize(..ALPHABET.len())] as char).collect()
+}
 pub use error::ClientError;
 pub use kd_proto::paths::socket_path;
 pub use kd_proto::{self, KdApiClient};

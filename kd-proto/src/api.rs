@@ -99,7 +99,13 @@ pub trait KdApi {
         item = ThreadEvent,
         param_kind = map
     )]
-    async fn thread_subscribe(&self, thread: String, since_seq: Option<u64>) -> SubscriptionResult;
+    async fn thread_subscribe(
+        &self,
+        thread: String,
+        since_seq: Option<u64>,
+        // The macro's generated server uses a local named `pending`.
+        #[argument(rename = "pending")] not_yet_created: Option<bool>,
+    ) -> SubscriptionResult;
 
     /// Sends a message from the King and starts a run for each addressed member.
     #[method(name = "council.send", param_kind = map, with_extensions)]
@@ -113,6 +119,7 @@ pub trait KdApi {
         timeout_s: Option<u64>,
         correlation_id: Option<String>,
         rounds: Option<u32>,
+        new_thread: Option<NewThread>,
     ) -> RpcResult<Sent>;
 
     /// Cancels this client's runs on the thread (all runs with `all`) and

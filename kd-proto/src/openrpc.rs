@@ -176,6 +176,11 @@ fn build() -> (Vec<MethodDoc>, Value) {
     b.method::<ThreadEvent>("thread.subscribe", "event", "Subscribe to a thread: first the messages after since_seq (if given), then live events, in order and without a gap. Notifications are thread.event; cancel with thread.unsubscribe.");
     b.param::<String>("thread", true, "thread id")
         .param::<u64>("since_seq", false, "send the backlog of messages after this seq first (0 for all)")
+        .param::<bool>(
+            "pending",
+            false,
+            "the thread may not exist yet: subscribe to the id a council.send with new_thread is about to create",
+        )
         .errors(&[NotFound, LimitExceeded]);
     if let Some(m) = b.methods.last_mut() {
         m.subscription = Some(("thread.event", "thread.unsubscribe"));
@@ -194,7 +199,12 @@ fn build() -> (Vec<MethodDoc>, Value) {
         )
         .param::<String>("correlation_id", false, "recorded in the event log")
         .param::<u32>("rounds", false, "auto rounds after the first (default council.auto_rounds; 0 for none)")
-        .errors(&[InvalidArgument, NotFound]);
+        .param::<NewThread>(
+            "new_thread",
+            false,
+            "create the thread `thread` with its first message; nothing is created if the message is refused",
+        )
+        .errors(&[InvalidArgument, NotFound, AlreadyExists]);
     b.method::<Interrupted>("council.interrupt", "interrupted", "Cancel the runs on the thread started by the calling client (all runs with `all`) and stop further auto-turns until the next King message.");
     b.param::<String>("thread", true, "thread id")
         .param::<bool>("all", false, "cancel every run on the thread, whoever started it")

@@ -407,6 +407,24 @@ pub enum RoundState {
     Stopped,
 }
 
+/// A thread `council.send` creates together with its first message, so
+/// that a refused question leaves no empty thread behind.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct NewThread {
+    /// The directory the conversation belongs to (absolute).
+    pub workspace: String,
+    #[serde(default)]
+    pub branch: Option<String>,
+    #[serde(default)]
+    pub title: Option<String>,
+    /// history (default) or resume.
+    #[serde(default)]
+    pub context: Option<ContextMode>,
+    /// Make it the current thread of its workspace and branch.
+    #[serde(default)]
+    pub set_current: bool,
+}
+
 /// Answer to `council.send`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Sent {

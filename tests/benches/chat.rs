@@ -86,8 +86,10 @@ async fn cpu() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let idle = (cpu_time(kd) - before).as_secs_f64() / 3.0;
 
-    let mut sub = c.thread_subscribe(thread.id.clone(), None).await.expect("subscribe");
-    c.council_send(thread.id.clone(), "Stream.".into(), None, None, None, None, None, Some(0)).await.expect("send");
+    let mut sub = c.thread_subscribe(thread.id.clone(), None, None).await.expect("subscribe");
+    c.council_send(thread.id.clone(), "Stream.".into(), None, None, None, None, None, Some(0), None)
+        .await
+        .expect("send");
     collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))).await;
     let (start, kd0, kdd0) = (Instant::now(), cpu_time(kd), cpu_time(kdd.pid));
     let events = collect_until(&mut sub, |e| kd_tests::ended(e) == 3).await;

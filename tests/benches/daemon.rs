@@ -106,7 +106,7 @@ async fn fan_out(subscribers: usize, messages: usize) {
     let mut tasks = Vec::new();
     for _ in 0..subscribers {
         let c = kdd.client().await;
-        let mut sub = c.thread_subscribe(thread.clone(), None).await.expect("subscribe");
+        let mut sub = c.thread_subscribe(thread.clone(), None, None).await.expect("subscribe");
         let ready = ready.clone();
         tasks.push(tokio::spawn(async move {
             ready.wait().await;

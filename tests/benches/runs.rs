@@ -62,8 +62,8 @@ async fn latency() {
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = kd_tests::new_thread(&c, &ws.path()).await;
-    let mut sub = c.thread_subscribe(t.clone(), None).await.expect("subscribe");
-    c.council_send(t, "go".into(), None, None, None, None, None, Some(0)).await.expect("send");
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.expect("subscribe");
+    c.council_send(t, "go".into(), None, None, None, None, None, Some(0), None).await.expect("send");
     let mut samples = Vec::with_capacity(3 * PER_MEMBER);
     let mut ended = 0;
     while ended < 3 {
@@ -98,8 +98,8 @@ async fn throughput() {
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = kd_tests::new_thread(&c, &ws.path()).await;
-    let mut sub = c.thread_subscribe(t.clone(), None).await.expect("subscribe");
-    c.council_send(t, "go".into(), None, None, None, None, None, Some(0)).await.expect("send");
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.expect("subscribe");
+    c.council_send(t, "go".into(), None, None, None, None, None, Some(0), None).await.expect("send");
     let mut first = None;
     let mut chars = 0u64;
     let mut lagged = 0u64;
@@ -163,7 +163,7 @@ async fn fanout() {
     let mut tasks = Vec::new();
     for _ in 0..SUBSCRIBERS {
         let client = kd_client::Client::connect(&kdd.socket).await.expect("connect");
-        let mut sub = client.thread_subscribe(t.clone(), None).await.expect("subscribe");
+        let mut sub = client.thread_subscribe(t.clone(), None, None).await.expect("subscribe");
         tasks.push(tokio::spawn(async move {
             let _client = client;
             let (mut chars, mut lagged, mut first, mut last) = (0u64, 0u64, None, Instant::now());
@@ -184,7 +184,7 @@ async fn fanout() {
             (chars, lagged, chars as f64 / secs)
         }));
     }
-    c.council_send(t, "go".into(), None, None, None, None, None, Some(0)).await.expect("send");
+    c.council_send(t, "go".into(), None, None, None, None, None, Some(0), None).await.expect("send");
     let mut results = Vec::new();
     for task in tasks {
         results.push(task.await.expect("subscriber"));

@@ -383,6 +383,14 @@ pub fn records(path: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The prompt a fake agent received: its stdin, or (codex) its last argument.
+pub fn prompt_of(record: &serde_json::Value) -> String {
+    match record["stdin"].as_str() {
+        Some(s) if !s.is_empty() => s.to_string(),
+        _ => record["argv"].as_array().and_then(|a| a.last()).and_then(|a| a.as_str()).unwrap_or_default().to_string(),
+    }
+}
+
 /// Collects subscription events until `done` says the list is complete.
 pub async fn collect_until(
     sub: &mut jsonrpsee::core::client::Subscription<kd_proto::types::ThreadEvent>,

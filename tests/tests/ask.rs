@@ -76,7 +76,7 @@ async fn to_new_thread_and_async() {
     assert_eq!(c.thread_current(ws.path(), None).await.unwrap().unwrap().id, second, "and makes it current");
     // The runs may be over before we subscribe: count the answers, which
     // the backlog replays, not the transient run events.
-    let mut sub = c.thread_subscribe(second.clone(), Some(0)).await.unwrap();
+    let mut sub = c.thread_subscribe(second.clone(), Some(0), None).await.unwrap();
     collect_until(&mut sub, |e| {
         e.iter().filter(|e| matches!(e, ThreadEvent::Message { message } if message.from != "king")).count() == 2
     })

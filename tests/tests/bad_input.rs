@@ -84,7 +84,7 @@ async fn a_client_that_disconnects_mid_call_does_not_disturb_others() {
     {
         let gone = kdd.client().await;
         let t = kd_tests::new_thread(&gone, &workspace("gone")).await;
-        let _sub = gone.thread_subscribe(t, Some(0)).await.unwrap();
+        let _sub = gone.thread_subscribe(t, Some(0), None).await.unwrap();
     }
     within("status after abuse", c.daemon_status()).await.unwrap();
     within("subscriptions closed", async {

@@ -51,11 +51,11 @@ async fn chat_in_a_real_terminal_streams_mutes_interrupts_and_restores() {
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let thread = c.thread_create(ws.path(), None, None, None, None, None, None, Some(true), None).await.unwrap();
-    let mut sub = c.thread_subscribe(thread.id.clone(), Some(0)).await.unwrap();
+    let mut sub = c.thread_subscribe(thread.id.clone(), Some(0), None).await.unwrap();
 
     // Another client starts a (held) exchange before the chat opens.
     std::fs::write(&hold, b"").unwrap();
-    c.council_send(thread.id.clone(), "Started elsewhere.".into(), None, None, None, None, None, Some(0))
+    c.council_send(thread.id.clone(), "Started elsewhere.".into(), None, None, None, None, None, Some(0), None)
         .await
         .unwrap();
     let streaming = |e: &[ThreadEvent]| {
@@ -149,7 +149,7 @@ async fn chat_in_a_real_terminal_streams_mutes_interrupts_and_restores() {
     // /quit waits for this client's runs; Esc then stops them and leaves.
     let c = kdd.client().await;
     let last = c.thread_get(thread.id.clone()).await.unwrap().last_seq;
-    let mut sub = c.thread_subscribe(thread.id.clone(), Some(last)).await.unwrap();
+    let mut sub = c.thread_subscribe(thread.id.clone(), Some(last), None).await.unwrap();
     std::fs::write(&hold, b"").unwrap();
     tmux.type_line("One more.");
     tmux.wait_for("two streaming panels", |s| s.matches("(streaming · ").count() == 2).await;

@@ -211,3 +211,53 @@ async fn the_context_mode_is_chosen_with_new_and_shown_by_threads_and_show() {
     let refused = kd(&kdd, &ws, &["ask", "--context", "resume", "Q"]).await;
     assert_eq!(refused.status.code(), Some(2), "--context needs --new: {}", refused.stderr);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ask_names_each_failing_member_once_with_its_reason() {
+    let ws = Workspace::new(&[("claude", "claude", &[]), ("codex", "codex", &[("FAKE_ERROR", "quota exceeded")])]);
+    let mut cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(ws.dir.path().join(".kd/config.json")).unwrap()).unwrap();
+    cfg["council"]["auto_rounds"] = 2.into();
+    ws.write_config(&cfg);
+    let kdd = Kdd::start();
+    let out = kd(&kdd, &ws, &["ask", "Go."]).await;
+    assert_eq!(out.status.code(), Some(4), "{}", out.stderr);
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert_eq!(lines, ["kd: codex: quota exceeded"], "{}", out.stderr);
+    assert_eq!(out.stdout.matches("── claude").count(), 3, "{}", out.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_question_leaves_no_thread_behind() {
+    let ws = Workspace::new(&[("claude", "claude", &[])]);
+    let kdd = Kdd::start_env(&[], &[("PATH", "/nonexistent")]);
+    let c = kdd.client().await;
+    // Unknown @name, in a new thread and in the workspace's first thread.
+    for args in [&["ask", "--new", "@nobody hi"][..], &["ask", "@nobody hi"]] {
+        let out = kd(&kdd, &ws, args).await;
+        assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
+        assert!(out.stderr.contains("unknown member @nobody"), "{}", out.stderr);
+    }
+    // A bad configuration.
+    let bad = Workspace::new(&[]);
+    bad.write_config(&serde_json::json!({"council": {"auto_rounds": 0}}));
+    let out = kd(&kdd, &bad, &["ask", "--new", "hi"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("council.auto_rounds"), "{}", out.stderr);
+    // No members at all (no configuration, no agent CLI on the daemon's PATH).
+    let empty = Workspace::new(&[]);
+    std::fs::remove_file(empty.dir.path().join(".kd/config.json")).unwrap();
+    let out = kd(&kdd, &empty, &["ask", "hi"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("no council members"), "{}", out.stderr);
+    let threads = c.thread_list(None, None, None).await.unwrap();
+    assert!(threads.is_empty(), "{threads:#?}");
+    for w in [&ws, &bad, &empty] {
+        assert_eq!(c.thread_current(w.path(), None).await.unwrap(), None);
+    }
+    // An accepted question makes its new thread current.
+    let out = kd(&kdd, &ws, &["ask", "--rounds", "0", "hi"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(c.thread_list(None, None, None).await.unwrap().len(), 1);
+    assert!(c.thread_current(ws.path(), None).await.unwrap().is_some());
+}

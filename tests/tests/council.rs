@@ -5,7 +5,7 @@
 use kd_client::{ClientError, KdApiClient};
 use kd_proto::ErrorCode;
 use kd_proto::types::{Message, MessageKind, RoundState, Sent, ThreadEvent, display_order};
-use kd_tests::{Kdd, Workspace, collect_until, records, within};
+use kd_tests::{Kdd, Workspace, collect_until, prompt_of, records, within};
 
 fn config(ws: &Workspace, members: &[kd_tests::Member<'_>], council: serde_json::Value) {
     let mut agents = serde_json::Map::new();
@@ -22,7 +22,7 @@ async fn thread(c: &kd_client::Client, ws: &Workspace) -> String {
 }
 
 async fn send(c: &kd_client::Client, t: &str, body: &str, mute: Option<Vec<String>>) -> Sent {
-    c.council_send(t.into(), body.into(), None, mute, None, None, None, None).await.unwrap()
+    c.council_send(t.into(), body.into(), None, mute, None, None, None, None, None).await.unwrap()
 }
 
 /// Events until the exchange of `king` has ended; returns them and its final state.
@@ -74,7 +74,7 @@ async fn broadcast_with_three_members_and_three_auto_rounds_gives_twelve_answers
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = thread(&c, &ws).await;
-    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     let sent = send(&c, &t, "Design the schema.", None).await;
     assert_eq!((sent.rounds, sent.members.len(), sent.runs.len()), (4, 3, 3));
     let (events, state) = until_end(&mut sub, sent.message.seq).await;
@@ -105,14 +105,7 @@ async fn broadcast_with_three_members_and_three_auto_rounds_gives_twelve_answers
     // Each turn sees the whole thread: the last turn's prompt holds all eleven answers before it.
     let recs = records(&record);
     assert_eq!(recs.len(), 12);
-    let last = recs.last().unwrap()["argv"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|a| a.as_str().unwrap().contains("[Previous conversation]"))
-        .cloned()
-        .unwrap();
-    let prompt = last.as_str().unwrap();
+    let prompt = prompt_of(recs.last().unwrap());
     assert_eq!(
         prompt.matches("\n\nclaude: ").count()
             + prompt.matches("\n\ncodex: ").count()
@@ -138,7 +131,7 @@ async fn sequential_mode_goes_round_robin_from_the_start() {
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = thread(&c, &ws).await;
-    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     let sent = send(&c, &t, "Go.", None).await;
     assert_eq!(sent.runs.len(), 1, "only the first member starts at once");
     let (_, state) = until_end(&mut sub, sent.message.seq).await;
@@ -162,7 +155,7 @@ async fn a_directed_message_gets_only_the_addressed_members_and_no_auto_rounds()
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = thread(&c, &ws).await;
-    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     let sent = send(&c, &t, "@Codex and @gemini, what do you mean?", None).await;
     assert_eq!((sent.members.clone(), sent.rounds), (vec!["codex".to_string(), "gemini".into()], 1));
     assert_eq!(sent.message.to, vec!["codex".to_string(), "gemini".into()]);
@@ -172,7 +165,9 @@ async fn a_directed_message_gets_only_the_addressed_members_and_no_auto_rounds()
         answers(&c.thread_messages(t.clone(), None, None).await.unwrap()).into_iter().map(|a| a.0).collect();
     who.sort();
     assert_eq!(who, ["codex", "gemini"]);
-    let e = ClientError::from(c.council_send(t, "@gpt?".into(), None, None, None, None, None, None).await.unwrap_err());
+    let e = ClientError::from(
+        c.council_send(t, "@gpt?".into(), None, None, None, None, None, None, None).await.unwrap_err(),
+    );
     assert_eq!(e.code(), Some(ErrorCode::InvalidArgument));
     assert_eq!(e.to_string(), "unknown member @gpt; the members are claude, codex, gemini");
 }
@@ -184,7 +179,7 @@ async fn at_all_addresses_everyone_and_auto_rounds_follow() {
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = thread(&c, &ws).await;
-    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     let sent = send(&c, &t, "@all thoughts?", None).await;
     assert_eq!((sent.members.len(), sent.rounds, sent.message.to.clone()), (2, 2, vec!["all".to_string()]));
     until_end(&mut sub, sent.message.seq).await;
@@ -200,7 +195,7 @@ async fn a_muted_member_is_not_queried_at_all() {
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = thread(&c, &ws).await;
-    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     let sent = send(&c, &t, "Go.", Some(vec!["codex".into()])).await;
     assert_eq!(sent.members, vec!["claude".to_string()]);
     until_end(&mut sub, sent.message.seq).await;
@@ -217,7 +212,7 @@ async fn interrupt_during_auto_rounds_stops_them() {
     let kdd = Kdd::start_with(&["--kill-grace-ms", "300"]);
     let c = kdd.client().await;
     let t = thread(&c, &ws).await;
-    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     let sent = send(&c, &t, "Discuss.", None).await;
     until_streaming_in_round(&mut sub, 2).await;
     let i = c.council_interrupt(t.clone(), None).await.unwrap();
@@ -235,30 +230,57 @@ async fn interrupt_during_auto_rounds_stops_them() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_failing_member_is_skipped_and_every_round_completes() {
+async fn a_failing_member_is_asked_once_per_exchange_and_every_round_completes() {
     let ws = Workspace::new(&[]);
+    let record = ws.file("codex.jsonl");
     config(
         &ws,
-        &[("claude", "claude", &[]), ("codex", "codex", &[("FAKE_ERROR", "rate limited")]), ("gemini", "gemini", &[])],
-        serde_json::json!({"auto_rounds": 1}),
+        &[
+            ("claude", "claude", &[]),
+            ("codex", "codex", &[("FAKE_ERROR", "rate limited"), ("FAKE_RECORD", &record)]),
+            ("gemini", "gemini", &[]),
+        ],
+        serde_json::json!({"auto_rounds": 2}),
     );
+    // A member whose binary is missing fails the same way.
+    let mut cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(ws.dir.path().join(".kd/config.json")).unwrap()).unwrap();
+    cfg["agents"]["gemini"]["command"] = "/nonexistent/gemini".into();
+    ws.write_config(&cfg);
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = thread(&c, &ws).await;
-    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     let sent = send(&c, &t, "Go.", None).await;
-    let (_, state) = until_end(&mut sub, sent.message.seq).await;
+    let (events, state) = until_end(&mut sub, sent.message.seq).await;
     assert_eq!(state, RoundState::Done);
-    let all = answers(&c.thread_messages(t, None, None).await.unwrap());
-    assert_eq!(all.len(), 6);
+    let mut all = answers(&c.thread_messages(t.clone(), None, None).await.unwrap());
+    all[..3].sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(
-        all[3..].to_vec(),
+        all,
         [
-            ("claude".to_string(), 2, MessageKind::Agent),
-            ("codex".into(), 2, MessageKind::Error),
-            ("gemini".into(), 2, MessageKind::Agent)
+            ("claude".to_string(), 1, MessageKind::Agent),
+            ("codex".into(), 1, MessageKind::Error),
+            ("gemini".into(), 1, MessageKind::Error),
+            ("claude".into(), 2, MessageKind::Agent),
+            ("claude".into(), 3, MessageKind::Agent),
         ]
     );
+    assert_eq!(records(&record).len(), 1, "codex is not run again in the same exchange");
+    let later_rounds: Vec<Vec<String>> = events
+        .iter()
+        .filter_map(|e| match e {
+            ThreadEvent::Round { round, state: RoundState::Running, expected, .. } if *round > 1 => {
+                Some(expected.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(later_rounds, vec![vec!["claude".to_string()]; 2], "failed members are not expected");
+    // The next King message asks everyone again.
+    let sent = c.council_send(t.clone(), "Again.".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    until_end(&mut sub, sent.message.seq).await;
+    assert_eq!(records(&record).len(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -272,8 +294,8 @@ async fn retry_replaces_the_failed_answer_in_its_place() {
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = thread(&c, &ws).await;
-    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
-    let sent = c.council_send(t.clone(), "Go.".into(), None, None, None, None, None, Some(0)).await.unwrap();
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let sent = c.council_send(t.clone(), "Go.".into(), None, None, None, None, None, Some(0), None).await.unwrap();
     until_end(&mut sub, sent.message.seq).await;
     let before = c.thread_messages(t.clone(), None, None).await.unwrap();
     let failed = before.iter().find(|m| m.kind == MessageKind::Error).unwrap().clone();
@@ -307,10 +329,11 @@ async fn a_new_king_message_stops_the_pending_turns_and_starts_a_new_exchange() 
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = thread(&c, &ws).await;
-    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     let first = send(&c, &t, "First topic.", None).await;
     let before = until_streaming_in_round(&mut sub, 2).await;
-    let second = c.council_send(t.clone(), "New topic.".into(), None, None, None, None, None, Some(1)).await.unwrap();
+    let second =
+        c.council_send(t.clone(), "New topic.".into(), None, None, None, None, None, Some(1), None).await.unwrap();
     // claude's turn in flight is joined, not run twice; codex starts at once.
     assert_eq!(
         second.runs.iter().map(|r| (r.run.member.as_str(), r.attached)).collect::<Vec<_>>(),
@@ -356,9 +379,10 @@ async fn a_chat_send_is_framed_by_the_chat_preamble_and_the_agents_chat_prompt()
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = thread(&c, &ws).await;
-    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     for style in [kd_proto::types::Style::Chat, kd_proto::types::Style::Council] {
-        let sent = c.council_send(t.clone(), "Hi.".into(), None, None, Some(style), None, None, Some(0)).await.unwrap();
+        let sent =
+            c.council_send(t.clone(), "Hi.".into(), None, None, Some(style), None, None, Some(0), None).await.unwrap();
         until_end(&mut sub, sent.message.seq).await;
     }
     let recs = records(&record);

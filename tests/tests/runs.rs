@@ -4,7 +4,7 @@
 use kd_client::{ClientError, KdApiClient};
 use kd_proto::ErrorCode;
 use kd_proto::types::{ContextMode, MessageKind, RunStatus, Sent, SessionStatus, ThreadEvent};
-use kd_tests::{Kdd, Workspace, alive, collect_until, ended, records, within};
+use kd_tests::{Kdd, Workspace, alive, collect_until, ended, prompt_of, records, within};
 
 const FAST_KILL: &[&str] = &["--kill-grace-ms", "300"];
 
@@ -14,7 +14,7 @@ async fn thread_in(c: &kd_client::Client, ws: &Workspace, context: Option<Contex
 
 /// Sends a King message answered in one round (no auto-rounds).
 async fn send(c: &kd_client::Client, thread: &str, body: &str) -> Sent {
-    c.council_send(thread.into(), body.into(), None, None, None, None, None, Some(0)).await.unwrap()
+    c.council_send(thread.into(), body.into(), None, None, None, None, None, Some(0), None).await.unwrap()
 }
 
 fn messages_of(events: &[ThreadEvent]) -> Vec<&kd_proto::types::Message> {
@@ -34,7 +34,7 @@ async fn three_members_stream_concurrently_and_every_answer_lands_after_its_delt
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = thread_in(&c, &ws, None).await;
-    let mut sub = c.thread_subscribe(t.clone(), Some(0)).await.unwrap();
+    let mut sub = c.thread_subscribe(t.clone(), Some(0), None).await.unwrap();
     let sent = send(&c, &t, "What about X?").await;
     assert_eq!(sent.runs.iter().map(|r| r.run.member.as_str()).collect::<Vec<_>>(), ["claude", "codex", "gemini"]);
     let events = collect_until(&mut sub, |e| ended(e) == 3).await;
@@ -99,7 +99,7 @@ async fn the_agent_receives_exactly_preamble_agent_prompt_and_history() {
     for (from, to, body) in [("king", &[][..], "First question?"), ("codex", &["claude"][..], "Claude, look.")] {
         kd_tests::append(&c, &t, from, body, to).await;
     }
-    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     send(&c, &t, "What now?\nTwo lines.").await;
     collect_until(&mut sub, |e| ended(e) == 2).await;
 
@@ -134,7 +134,7 @@ async fn resume_mode_passes_the_previous_session_and_a_concurrent_resume_is_refu
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = thread_in(&c, &ws, Some(ContextMode::Resume)).await;
-    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     send(&c, &t, "One?").await;
     collect_until(&mut sub, |e| ended(e) == 1).await;
     send(&c, &t, "Two?").await;
@@ -171,19 +171,11 @@ async fn resume_mode_passes_the_previous_session_and_a_concurrent_resume_is_refu
     assert_eq!(records(&record).len(), 2, "no third agent process");
     // Another thread never carries this thread's session.
     let other = thread_in(&c, &ws, Some(ContextMode::Resume)).await;
-    let mut sub2 = c.thread_subscribe(other.clone(), None).await.unwrap();
+    let mut sub2 = c.thread_subscribe(other.clone(), None, None).await.unwrap();
     send(&c, &other, "Fresh?").await;
     collect_until(&mut sub2, |e| ended(e) == 1).await;
     let third = &records(&record)[2];
     assert!(!third["argv"].as_array().unwrap().iter().any(|a| a == "--resume"));
-}
-
-/// The prompt a fake received: its stdin, or its last argument.
-fn prompt_of(record: &serde_json::Value) -> String {
-    match record["stdin"].as_str() {
-        Some(s) if !s.is_empty() => s.to_string(),
-        _ => record["argv"].as_array().and_then(|a| a.last()).and_then(|a| a.as_str()).unwrap_or_default().to_string(),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -201,11 +193,11 @@ async fn resume_mode_gives_each_member_every_message_it_has_not_seen_exactly_onc
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = thread_in(&c, &ws, Some(ContextMode::Resume)).await;
-    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     send(&c, &t, "First question?").await;
     collect_until(&mut sub, |e| ended(e) == 2).await;
     // A second question with a discussion round: 2 parallel answers, then 2 turns.
-    c.council_send(t.clone(), "Second question?".into(), None, None, None, None, None, Some(1)).await.unwrap();
+    c.council_send(t.clone(), "Second question?".into(), None, None, None, None, None, Some(1), None).await.unwrap();
     collect_until(&mut sub, |e| ended(e) == 4).await;
 
     let messages = c.thread_messages(t.clone(), None, None).await.unwrap();
@@ -254,7 +246,7 @@ async fn every_backend_takes_a_two_mib_history() {
     // A 2 MiB message in the thread: every prompt is over 2 MiB.
     let big: String = "0123456789abcdef".repeat(2 * 1024 * 1024 / 16);
     kd_tests::append(&c, &t, "king", big.clone(), &[]).await;
-    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     send(&c, &t, "Summarise the above.").await;
     let events = collect_until(&mut sub, |e| ended(e) == backends.len()).await;
     let errors: Vec<&ThreadEvent> = events.iter().filter(|e| matches!(e, ThreadEvent::RunError { .. })).collect();
@@ -292,7 +284,7 @@ async fn cancel_mid_stream(backend: &str) {
     let kdd = Kdd::start_with(FAST_KILL);
     let c = kdd.client().await;
     let t = thread_in(&c, &ws, None).await;
-    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     send(&c, &t, "Go on.").await;
     let started = collect_until(&mut sub, |e| {
         e.iter().filter(|e| matches!(e, ThreadEvent::Delta { .. })).count() >= 3
@@ -356,7 +348,7 @@ async fn a_run_that_ignores_sigterm_is_killed_after_the_grace_period() {
     let kdd = Kdd::start_with(FAST_KILL);
     let c = kdd.client().await;
     let t = thread_in(&c, &ws, None).await;
-    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     send(&c, &t, "Hang.").await;
     let events =
         collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { chars, .. } if *chars > 10)))
@@ -376,8 +368,8 @@ async fn a_run_over_its_timeout_is_an_error_message() {
     let kdd = Kdd::start_with(FAST_KILL);
     let c = kdd.client().await;
     let t = thread_in(&c, &ws, None).await;
-    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
-    c.council_send(t.clone(), "Hang.".into(), None, None, None, Some(1), None, Some(0)).await.unwrap();
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    c.council_send(t.clone(), "Hang.".into(), None, None, None, Some(1), None, Some(0), None).await.unwrap();
     let events = collect_until(&mut sub, |e| ended(e) == 1).await;
     let pid = events
         .iter()
@@ -399,7 +391,7 @@ async fn answer_of(member_backend: &str, agent: serde_json::Value) -> kd_proto::
     let kdd = Kdd::start_with(FAST_KILL);
     let c = kdd.client().await;
     let t = thread_in(&c, &ws, None).await;
-    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     send(&c, &t, "Q?").await;
     collect_until(&mut sub, |e| ended(e) == 1).await;
     let last = c.thread_messages(t, None, None).await.unwrap().pop().unwrap();
@@ -470,7 +462,7 @@ async fn an_echoed_speaker_label_is_stripped_from_stream_and_message() {
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = thread_in(&c, &ws, None).await;
-    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     send(&c, &t, "Q?").await;
     let events = collect_until(&mut sub, |e| ended(e) == 1).await;
     let streamed: String = events
@@ -493,8 +485,8 @@ async fn two_clients_see_the_same_stream_and_the_member_runs_once() {
     let kdd = Kdd::start();
     let (a, b) = (kdd.client().await, kdd.client().await);
     let t = thread_in(&a, &ws, None).await;
-    let mut sub_a = a.thread_subscribe(t.clone(), None).await.unwrap();
-    let mut sub_b = b.thread_subscribe(t.clone(), None).await.unwrap();
+    let mut sub_a = a.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let mut sub_b = b.thread_subscribe(t.clone(), None, None).await.unwrap();
     let first = send(&a, &t, "From A").await;
     let second = send(&b, &t, "From B").await;
     assert!(!first.runs[0].attached);
@@ -526,12 +518,12 @@ async fn a_subscriber_joining_mid_run_gets_the_text_so_far_then_live_deltas() {
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = thread_in(&c, &ws, None).await;
-    let mut first = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let mut first = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     send(&c, &t, "Go.").await;
     collect_until(&mut first, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { chars, .. } if *chars >= 20)))
         .await;
     let late = kdd.client().await;
-    let mut sub = late.thread_subscribe(t.clone(), None).await.unwrap();
+    let mut sub = late.thread_subscribe(t.clone(), None, None).await.unwrap();
     let events = collect_until(&mut sub, |e| ended(e) == 1).await;
     assert!(
         matches!(&events[0], ThreadEvent::Round { round: 1, state: kd_proto::types::RoundState::Running, .. }),
@@ -556,7 +548,7 @@ async fn run_list_shows_pids_and_the_status_counts_runs() {
     let kdd = Kdd::start_with(FAST_KILL);
     let c = kdd.client().await;
     let t = thread_in(&c, &ws, None).await;
-    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     send(&c, &t, "Go.").await;
     collect_until(&mut sub, |e| e.iter().filter(|e| matches!(e, ThreadEvent::RunStarted { .. })).count() == 2).await;
     let runs = c.run_list(Some(t.clone())).await.unwrap();
@@ -590,15 +582,16 @@ async fn unknown_members_and_empty_councils_are_refused_with_the_member_list() {
     let c = kdd.client().await;
     let t = thread_in(&c, &ws, None).await;
     let e = ClientError::from(
-        c.council_send(t.clone(), "Q".into(), Some(vec!["gpt".into()]), None, None, None, None, None)
+        c.council_send(t.clone(), "Q".into(), Some(vec!["gpt".into()]), None, None, None, None, None, None)
             .await
             .unwrap_err(),
     );
     assert_eq!(e.code(), Some(ErrorCode::InvalidArgument));
     assert_eq!(e.to_string(), "unknown member gpt; the members are claude, codex");
     ws.write_config(&serde_json::json!({"council": {"auto_rounds": 0}}));
-    let e =
-        ClientError::from(c.council_send(t.clone(), "Q".into(), None, None, None, None, None, None).await.unwrap_err());
+    let e = ClientError::from(
+        c.council_send(t.clone(), "Q".into(), None, None, None, None, None, None, None).await.unwrap_err(),
+    );
     assert!(e.to_string().contains("council.auto_rounds"), "{e}");
     assert_eq!(c.thread_messages(t, None, None).await.unwrap().len(), 0, "nothing is sent on a bad config");
 }
@@ -661,7 +654,7 @@ async fn daemon_shutdown_records_runs_in_flight_as_interrupted() {
     let mut kdd = Kdd::start_with(FAST_KILL);
     let c = kdd.client().await;
     let t = thread_in(&c, &ws, None).await;
-    let mut sub = c.thread_subscribe(t.clone(), None).await.unwrap();
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     send(&c, &t, "Go.").await;
     let events = collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))).await;
     let pid = events

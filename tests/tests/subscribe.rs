@@ -18,7 +18,7 @@ async fn backlog_since_a_seq_then_live_messages_from_other_clients_in_order() {
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = thread_with(&c, 10).await;
-    let mut sub = c.thread_subscribe(t.clone(), Some(5)).await.unwrap();
+    let mut sub = c.thread_subscribe(t.clone(), Some(5), None).await.unwrap();
 
     // Four other clients append concurrently while we read.
     let mut writers = Vec::new();
@@ -52,8 +52,8 @@ async fn without_since_seq_only_new_messages_arrive_and_zero_means_everything() 
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = thread_with(&c, 3).await;
-    let mut live = c.thread_subscribe(t.clone(), None).await.unwrap();
-    let mut all = c.thread_subscribe(t.clone(), Some(0)).await.unwrap();
+    let mut live = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let mut all = c.thread_subscribe(t.clone(), Some(0), None).await.unwrap();
     kd_tests::append(&c, &t, "claude", "new", &[]).await;
     let first_live = within("live", live.next()).await.unwrap().unwrap();
     assert!(matches!(first_live, ThreadEvent::Message { ref message } if message.seq == 4 && message.body == "new"));
@@ -71,9 +71,9 @@ async fn without_since_seq_only_new_messages_arrive_and_zero_means_everything() 
 async fn subscribing_to_a_missing_or_invalid_thread_is_an_error() {
     let kdd = Kdd::start();
     let c = kdd.client().await;
-    let e = ClientError::from(c.thread_subscribe("nope".into(), Some(0)).await.unwrap_err());
+    let e = ClientError::from(c.thread_subscribe("nope".into(), Some(0), None).await.unwrap_err());
     assert_eq!(e.code(), Some(ErrorCode::NotFound), "{e}");
-    let e = ClientError::from(c.thread_subscribe("../x".into(), None).await.unwrap_err());
+    let e = ClientError::from(c.thread_subscribe("../x".into(), None, None).await.unwrap_err());
     assert_eq!(e.code(), Some(ErrorCode::InvalidArgument), "{e}");
     // The connection is still usable.
     assert_eq!(c.daemon_status().await.unwrap().subscriptions, 0);
@@ -87,7 +87,7 @@ async fn many_subscribers_on_one_thread_all_get_every_message() {
     let mut subs = Vec::new();
     for _ in 0..10 {
         let client = kdd.client().await;
-        let sub = client.thread_subscribe(t.clone(), None).await.unwrap();
+        let sub = client.thread_subscribe(t.clone(), None, None).await.unwrap();
         subs.push((client, sub));
     }
     for i in 0..100 {
@@ -109,12 +109,12 @@ async fn subscriptions_over_the_per_connection_bound_get_an_error() {
     let kdd = Kdd::start_with(&["--max-subscriptions", "2"]);
     let c = kdd.client().await;
     let t = thread_with(&c, 1).await;
-    let _a = c.thread_subscribe(t.clone(), None).await.unwrap();
-    let _b = c.thread_subscribe(t.clone(), None).await.unwrap();
-    let err = c.thread_subscribe(t.clone(), None).await.unwrap_err();
+    let _a = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let _b = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let err = c.thread_subscribe(t.clone(), None, None).await.unwrap_err();
     assert!(err.to_string().to_lowercase().contains("subscription"), "{err}");
     // The connection and the two subscriptions keep working; another connection has its own bound.
     assert_eq!(c.daemon_status().await.unwrap().subscriptions, 2);
     let other = kdd.client().await;
-    let _c = other.thread_subscribe(t, None).await.unwrap();
+    let _c = other.thread_subscribe(t, None, None).await.unwrap();
 }

@@ -135,8 +135,8 @@ pub struct App {
     pub dirty: bool,
     /// The height of the log area at the last frame.
     pub log_height: usize,
-    /// A thread to switch to (made by /new), opened by the loop.
-    pub pending_open: Option<Thread>,
+    /// The thread is not created yet: its first message creates it so.
+    pub pending_new: Option<kd_proto::types::NewThread>,
 }
 
 impl App {
@@ -156,7 +156,7 @@ impl App {
             my_runs: BTreeSet::new(),
             dirty: true,
             log_height: 20,
-            pending_open: None,
+            pending_new: None,
         }
     }
 

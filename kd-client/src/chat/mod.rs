@@ -23,7 +23,7 @@ use clap::Args;
 use futures_util::StreamExt;
 use jsonrpsee::core::client::Subscription;
 use kd_client::{Client, ClientError, KdApiClient, workspace};
-use kd_proto::types::{ContextMode, Message, RunInfo, Sent, Style, Thread, ThreadEvent};
+use kd_proto::types::{ContextMode, Message, NewThread, RunInfo, Sent, Style, Thread, ThreadEvent};
 use ratatui::Terminal;
 use ratatui::backend::CrosstermBackend;
 use ratatui::crossterm::event::{
@@ -62,7 +62,6 @@ enum Reply {
     Interrupted(Result<usize, ClientError>),
     Retried(Result<Vec<RunInfo>, ClientError>),
     Threads(Result<Vec<Thread>, ClientError>),
-    Opened(Result<Thread, ClientError>),
 }
 
 pub async fn run(ctx: &Ctx, args: ChatArgs) -> anyhow::Result<ExitCode> {
@@ -70,33 +69,25 @@ pub async fn run(ctx: &Ctx, args: ChatArgs) -> anyhow::Result<ExitCode> {
     let client = Arc::new(ctx.client().await?);
     let ws = workspace::current()?;
     let root = ws.root.display().to_string();
+    let mut pending = None;
     let opening: Option<Thread> = match (args.thread, args.new) {
         (Some(id), _) => Some(client.thread_get(id).await.map_err(ClientError::from)?),
-        (None, true) => Some(new_thread(&client, &root, ws.branch.clone(), args.context.map(Into::into)).await?),
+        (None, true) => {
+            let (thread, spec) = pending_thread(&root, ws.branch.clone(), args.context.map(Into::into));
+            pending = Some(spec);
+            Some(thread)
+        }
         (None, false) => client.thread_current(root.clone(), ws.branch.clone()).await.map_err(ClientError::from)?,
     };
     let recent = client.thread_list(Some(root.clone()), None, Some(20)).await.map_err(ClientError::from)?;
     let guard = TerminalGuard::enter()?;
     let mut terminal = Terminal::new(CrosstermBackend::new(std::io::stdout())).context("cannot open the terminal")?;
-    let placeholder = Thread {
-        id: "(no thread)".into(),
-        workspace: root.clone(),
-        branch: ws.branch.clone(),
-        title: None,
-        status: kd_proto::types::ThreadStatus::Active,
-        lineage: kd_proto::types::Lineage::Trunk,
-        parent: None,
-        members: vec![],
-        context: kd_proto::types::ContextMode::History,
-        created_at_ms: 0,
-        last_activity_at_ms: 0,
-        last_seq: 0,
-    };
-    let mut app = App::new(opening.clone().unwrap_or(placeholder));
+    let placeholder = || pending_thread(&root, ws.branch.clone(), None).0;
+    let mut app = App::new(opening.clone().unwrap_or_else(placeholder));
     let mut client = client;
     let mut sub: Option<Subscription<ThreadEvent>> = None;
     match opening {
-        Some(t) => sub = open(&client, &mut app, t).await.ok(),
+        Some(t) => sub = open(&client, &mut app, t, pending).await.ok(),
         // No current thread: pick one of the recent ones or start anew.
         None => app.overlay = Some(Overlay::Threads { threads: recent, selected: 0 }),
     }
@@ -150,7 +141,8 @@ pub async fn run(ctx: &Ctx, args: ChatArgs) -> anyhow::Result<ExitCode> {
                     Ok(c) => {
                         client = Arc::new(c);
                         let thread = app.thread.clone();
-                        match open(&client, &mut app, thread).await {
+                        let pending = app.pending_new.clone();
+                        match open(&client, &mut app, thread, pending).await {
                             Ok(s) => {
                                 sub = Some(s);
                                 app.connected = true;
@@ -180,15 +172,18 @@ pub async fn run(ctx: &Ctx, args: ChatArgs) -> anyhow::Result<ExitCode> {
                     let _ = tokio::time::timeout(Duration::from_secs(2), stop).await;
                 }
                 Effect::Open(id) => match client.thread_get(id).await {
-                    Ok(t) => sub = open(&client, &mut app, t).await.ok(),
+                    Ok(t) => sub = open(&client, &mut app, t, None).await.ok(),
                     Err(e) => app.set_notice(ClientError::from(e).to_string()),
                 },
+                // A new thread is made by its first message (a refused one
+                // leaves none behind); /new keeps the context mode.
+                Effect::NewThread => {
+                    let (t, spec) =
+                        pending_thread(&app.thread.workspace, app.thread.branch.clone(), Some(app.thread.context));
+                    sub = open(&client, &mut app, t, Some(spec)).await.ok();
+                }
                 other => request(&client, &app, other, tx.clone()),
             }
-        }
-        // A thread opened by a reply needs its subscription.
-        if let Some(t) = take_pending_open(&mut app) {
-            sub = open(&client, &mut app, t).await.ok();
         }
     }
     drop(terminal);
@@ -197,20 +192,43 @@ pub async fn run(ctx: &Ctx, args: ChatArgs) -> anyhow::Result<ExitCode> {
     Ok(if terminated { ExitCode::from(143) } else { ExitCode::SUCCESS })
 }
 
-/// A new thread of the workspace, made current.
-async fn new_thread(
-    client: &Client,
-    root: &str,
-    branch: Option<String>,
-    context: Option<ContextMode>,
-) -> Result<Thread, ClientError> {
-    Ok(client.thread_create(root.to_string(), branch, None, None, None, None, None, Some(true), context).await?)
+/// A thread of the workspace not created yet, and how its first message
+/// creates it (made current).
+fn pending_thread(root: &str, branch: Option<String>, context: Option<ContextMode>) -> (Thread, NewThread) {
+    let thread = Thread {
+        id: kd_client::new_thread_id(),
+        workspace: root.to_string(),
+        branch: branch.clone(),
+        title: None,
+        status: kd_proto::types::ThreadStatus::Active,
+        lineage: kd_proto::types::Lineage::Trunk,
+        parent: None,
+        members: vec![],
+        context: context.unwrap_or_default(),
+        created_at_ms: 0,
+        last_activity_at_ms: 0,
+        last_seq: 0,
+    };
+    let spec = NewThread { workspace: root.to_string(), branch, title: None, context, set_current: true };
+    (thread, spec)
 }
 
-/// Loads a thread's history and subscribes to what follows it.
-async fn open(client: &Client, app: &mut App, thread: Thread) -> Result<Subscription<ThreadEvent>, ClientError> {
-    let messages: Vec<Message> = client.thread_messages(thread.id.clone(), None, None).await?;
-    let mut thread = client.thread_get(thread.id.clone()).await.unwrap_or(thread);
+/// Loads a thread's history and subscribes to what follows it. A pending
+/// thread (`new`) has no history yet: the subscription waits for it.
+async fn open(
+    client: &Client,
+    app: &mut App,
+    thread: Thread,
+    new: Option<NewThread>,
+) -> Result<Subscription<ThreadEvent>, ClientError> {
+    let messages: Vec<Message> = match new {
+        Some(_) => Vec::new(),
+        None => client.thread_messages(thread.id.clone(), None, None).await?,
+    };
+    let mut thread = match new {
+        Some(_) => thread,
+        None => client.thread_get(thread.id.clone()).await.unwrap_or(thread),
+    };
     if thread.members.is_empty() {
         // A new thread learns its members at the first message: show the council's now.
         if let Ok(view) = client.config_get(thread.workspace.clone()).await {
@@ -222,8 +240,10 @@ async fn open(client: &Client, app: &mut App, thread: Thread) -> Result<Subscrip
     }
     let last = messages.last().map(|m| m.seq).unwrap_or(0);
     app.load(thread.clone(), &messages);
+    let pending = new.is_some().then_some(true);
+    app.pending_new = new;
     app.connected = true;
-    Ok(client.thread_subscribe(thread.id, Some(last)).await?)
+    Ok(client.thread_subscribe(thread.id, Some(last), pending).await?)
 }
 
 async fn next_event(sub: &mut Option<Subscription<ThreadEvent>>) -> Option<ThreadEvent> {
@@ -252,14 +272,12 @@ fn request(client: &Arc<Client>, app: &App, effect: Effect, tx: mpsc::UnboundedS
     let client = client.clone();
     let thread = app.thread.id.clone();
     let workspace = app.thread.workspace.clone();
-    let branch = app.thread.branch.clone();
-    // /new keeps the context mode of the thread it leaves.
-    let context = app.thread.context;
+    let new_thread = app.pending_new.clone();
     tokio::spawn(async move {
         let reply = match effect {
             Effect::Send { body, mute } => Reply::Sent(
                 client
-                    .council_send(thread, body, None, Some(mute), Some(Style::Chat), None, None, None)
+                    .council_send(thread, body, None, Some(mute), Some(Style::Chat), None, None, None, new_thread)
                     .await
                     .map(Box::new)
                     .map_err(ClientError::from),
@@ -273,8 +291,7 @@ fn request(client: &Arc<Client>, app: &App, effect: Effect, tx: mpsc::UnboundedS
             Effect::ListThreads => {
                 Reply::Threads(client.thread_list(Some(workspace), None, Some(20)).await.map_err(ClientError::from))
             }
-            Effect::NewThread => Reply::Opened(new_thread(&client, &workspace, branch, Some(context)).await),
-            Effect::Open(_) | Effect::Exit => return,
+            Effect::NewThread | Effect::Open(_) | Effect::Exit => return,
         };
         let _ = tx.send(reply);
     });
@@ -282,7 +299,11 @@ fn request(client: &Arc<Client>, app: &App, effect: Effect, tx: mpsc::UnboundedS
 
 fn on_reply(app: &mut App, reply: Reply) -> Vec<Effect> {
     match reply {
-        Reply::Sent(Ok(sent)) => app.on_sent(&sent),
+        Reply::Sent(Ok(sent)) => {
+            // The thread exists now.
+            app.pending_new = None;
+            app.on_sent(&sent);
+        }
         Reply::Interrupted(Ok(n)) => {
             if n == 0 {
                 app.set_notice("nothing of yours was running; pending auto-turns are stopped");
@@ -299,19 +320,12 @@ fn on_reply(app: &mut App, reply: Reply) -> Vec<Effect> {
             ));
         }
         Reply::Threads(Ok(threads)) => app.overlay = Some(Overlay::Threads { threads, selected: 0 }),
-        Reply::Opened(Ok(thread)) => app.pending_open = Some(thread),
-        Reply::Sent(Err(e))
-        | Reply::Interrupted(Err(e))
-        | Reply::Retried(Err(e))
-        | Reply::Threads(Err(e))
-        | Reply::Opened(Err(e)) => app.set_notice(e.to_string()),
+        Reply::Sent(Err(e)) | Reply::Interrupted(Err(e)) | Reply::Retried(Err(e)) | Reply::Threads(Err(e)) => {
+            app.set_notice(e.to_string())
+        }
     }
     app.dirty = true;
     vec![]
-}
-
-fn take_pending_open(app: &mut App) -> Option<Thread> {
-    app.pending_open.take()
 }
 
 /// Writes the time to the first full paint where `KD_CHAT_TIMINGS` says (for the bench).

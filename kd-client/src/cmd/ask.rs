@@ -13,7 +13,8 @@ use anyhow::Context;
 use clap::Args;
 use kd_client::style::{bold, dim, member_color, paint};
 use kd_client::{Client, ClientError, KdApiClient, workspace};
-use kd_proto::types::{Sent, Thread, ThreadEvent};
+use kd_proto::ErrorCode;
+use kd_proto::types::{NewThread, Sent, Thread, ThreadEvent};
 
 use super::Ctx;
 
@@ -37,6 +38,9 @@ pub struct AskArgs {
     /// Ask only these members
     #[arg(long, value_name = "NAME", value_delimiter = ',')]
     to: Vec<String>,
+    /// Do not ask these members
+    #[arg(long, value_name = "NAME", value_delimiter = ',')]
+    mute: Vec<String>,
     /// Send and return at once, printing the thread id
     #[arg(long = "async")]
     no_wait: bool,
@@ -63,13 +67,37 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("the question is empty");
     }
     let client = ctx.client().await?;
-    let thread = resolve_thread(&client, a.thread, a.new, a.context).await?;
-    let mut sub = client.thread_subscribe(thread.id.clone(), Some(thread.last_seq)).await.map_err(ClientError::from)?;
+    let target = resolve_thread(&client, a.thread, a.new, a.context).await?;
     let to = (!a.to.is_empty()).then_some(a.to);
-    let sent: Sent = client
-        .council_send(thread.id.clone(), question, to, None, None, a.timeout, None, a.rounds)
-        .await
-        .map_err(ClientError::from)?;
+    let mute = (!a.mute.is_empty()).then_some(a.mute);
+    let (thread, mut sub, sent) = loop {
+        let (id, since, new_thread) = match &target {
+            Target::Existing(t) => (t.id.clone(), t.last_seq, None),
+            Target::New(spec) => (kd_client::new_thread_id(), 0, Some(spec.clone())),
+        };
+        // Subscribed before sending, so nothing of the exchange is missed.
+        let pending = new_thread.is_some().then_some(true);
+        let sub = client.thread_subscribe(id.clone(), Some(since), pending).await.map_err(ClientError::from)?;
+        let sent = client
+            .council_send(
+                id.clone(),
+                question.clone(),
+                to.clone(),
+                mute.clone(),
+                None,
+                a.timeout,
+                None,
+                a.rounds,
+                new_thread.clone(),
+            )
+            .await
+            .map_err(ClientError::from);
+        match sent {
+            // A new thread's id was taken meanwhile: draw another.
+            Err(e) if new_thread.is_some() && e.code() == Some(ErrorCode::AlreadyExists) => continue,
+            sent => break (id, sub, sent?),
+        }
+    };
     if let Some(notice) = &sent.notice {
         errln!("kd: {notice}");
     }
@@ -77,7 +105,7 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
         if a.json {
             outln!("{}", serde_json::to_string(&sent)?)?;
         } else {
-            outln!("{}", thread.id)?;
+            outln!("{thread}")?;
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -96,7 +124,7 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
             _ = tokio::signal::ctrl_c(), if !interrupted => {
                 interrupted = true;
                 for id in view.pending() {
-                    let _ = client.run_cancel(thread.id.clone(), None, Some(id)).await;
+                    let _ = client.run_cancel(thread.clone(), None, Some(id)).await;
                 }
             }
             _ = tokio::signal::ctrl_c(), if interrupted => return Ok(ExitCode::from(130)),
@@ -111,25 +139,36 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
     Ok(if failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_MEMBER_FAILED) })
 }
 
-/// The thread to ask in: named, new, or the current one (made if none).
+/// Where a question goes.
+enum Target {
+    Existing(Thread),
+    /// A thread `council.send` creates with the question, once accepted.
+    New(NewThread),
+}
+
+/// The thread to ask in: named, new, or the current one (a new one made
+/// current when there is none).
 async fn resolve_thread(
     client: &Client,
     id: Option<String>,
     new: bool,
     context: Option<super::Context>,
-) -> anyhow::Result<Thread> {
+) -> anyhow::Result<Target> {
     if let Some(id) = id {
-        return Ok(client.thread_get(id).await.map_err(ClientError::from)?);
+        return Ok(Target::Existing(client.thread_get(id).await.map_err(ClientError::from)?));
     }
     let ws = workspace::current()?;
     let root = ws.root.display().to_string();
     if !new && let Some(t) = client.thread_current(root.clone(), ws.branch.clone()).await.map_err(ClientError::from)? {
-        return Ok(t);
+        return Ok(Target::Existing(t));
     }
-    Ok(client
-        .thread_create(root, ws.branch, None, None, None, None, None, Some(true), context.map(Into::into))
-        .await
-        .map_err(ClientError::from)?)
+    Ok(Target::New(NewThread {
+        workspace: root,
+        branch: ws.branch,
+        title: None,
+        context: context.map(Into::into),
+        set_current: true,
+    }))
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -205,16 +244,23 @@ impl View {
         self.runs.iter().filter(|r| r.status == Status::Running).map(|r| r.id.clone()).collect()
     }
 
-    /// One line per member that did not answer.
+    /// One line per member that did not answer (its first failure's
+    /// reason), in the order the members first appeared.
     pub fn failures(&self) -> Vec<String> {
-        self.runs
-            .iter()
-            .filter_map(|r| match &r.status {
-                Status::Failed(why) => Some(why.clone()),
-                Status::Cancelled => Some(format!("{}: cancelled", r.member)),
-                _ => None,
-            })
-            .collect()
+        let mut seen: Vec<&str> = Vec::new();
+        let mut out = Vec::new();
+        for r in &self.runs {
+            let line = match &r.status {
+                Status::Failed(why) => why.clone(),
+                Status::Cancelled => format!("{}: cancelled", r.member),
+                _ => continue,
+            };
+            if !seen.contains(&r.member.as_str()) {
+                seen.push(&r.member);
+                out.push(line);
+            }
+        }
+        out
     }
 
     fn index(&self, run: &str) -> Option<usize> {

@@ -1,15 +1,16 @@
 //! Council rounds (F-C2, F-C3). A King message starts an *exchange*: a first
 //! round (parallel in broadcast mode, round-robin in sequential mode), then
 //! up to `auto_rounds` sequential round-robin rounds in member order, each
-//! turn seeing the whole thread. A member that errs or times out is skipped
-//! for that round. A directed message gets one round. One exchange per
+//! turn seeing the whole thread. A member that errs, times out or is
+//! cancelled is not asked again in the same exchange (a retry or the next
+//! King message asks it again). A directed message gets one round. One exchange per
 //! thread: a new King message stops the pending turns of the previous one
 //! (runs in flight finish), as does an interrupt.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use kd_proto::types::{Mode, RoundState, ThreadEvent};
+use kd_proto::types::{Mode, RoundState, RunStatus, ThreadEvent};
 use tokio_util::sync::CancellationToken;
 
 use super::{Council, Launch};
@@ -108,46 +109,58 @@ pub struct Plan {
 
 /// Drives an exchange to its end.
 pub async fn run(c: Arc<Council>, ex: Arc<Exchange>, plan: Plan) {
-    let round_event = |round: u32, state: RoundState, expected: &[String]| ThreadEvent::Round {
+    let round_event = |round: u32, state: RoundState, expected: Vec<String>| ThreadEvent::Round {
         exchange: ex.king,
         round,
         rounds: plan.rounds,
         state,
-        expected: expected.to_vec(),
+        expected,
     };
-    ex.publish(&c, round_event(1, RoundState::Running, &plan.first));
+    ex.publish(&c, round_event(1, RoundState::Running, plan.first.clone()));
+    let mut failed: HashSet<String> = HashSet::new();
     let mut last_round = 1;
     for run in &plan.started {
         run.done().await;
+        if has_failed(run) {
+            failed.insert(run.member.clone());
+        }
     }
     if plan.mode == Mode::Sequential {
         for member in plan.first.iter().skip(plan.started.len()) {
-            if !turn(&c, &ex, &plan, member, 1).await {
+            if !turn(&c, &ex, &plan, member, 1, &mut failed).await {
                 break;
             }
         }
     }
     for round in 2..=plan.rounds {
-        if ex.is_stopped() {
+        let expected: Vec<String> = plan.turns.iter().filter(|m| !failed.contains(*m)).cloned().collect();
+        if ex.is_stopped() || expected.is_empty() {
             break;
         }
         last_round = round;
-        ex.publish(&c, round_event(round, RoundState::Running, &plan.turns));
-        for member in &plan.turns {
-            if !turn(&c, &ex, &plan, member, round).await {
+        ex.publish(&c, round_event(round, RoundState::Running, expected.clone()));
+        for member in &expected {
+            if !turn(&c, &ex, &plan, member, round, &mut failed).await {
                 break;
             }
         }
     }
     let state = if ex.is_stopped() { RoundState::Stopped } else { RoundState::Done };
-    let expected = if last_round == 1 { &plan.first } else { &plan.turns };
+    let expected = if last_round == 1 { plan.first.clone() } else { plan.turns.clone() };
+    let expected = expected.into_iter().filter(|m| !failed.contains(m)).collect();
     ex.publish(&c, round_event(last_round, state, expected));
     c.exchanges.end(&ex);
 }
 
+/// Whether a finished run failed, so that its member sits out the rest of
+/// the exchange.
+fn has_failed(run: &Run) -> bool {
+    matches!(run.info().status, RunStatus::Error | RunStatus::TimedOut | RunStatus::Cancelled)
+}
+
 /// Runs one member's turn, seeing the whole thread; false when the
 /// exchange was stopped and no turn was taken.
-async fn turn(c: &Council, ex: &Exchange, plan: &Plan, member: &str, round: u32) -> bool {
+async fn turn(c: &Council, ex: &Exchange, plan: &Plan, member: &str, round: u32, failed: &mut HashSet<String>) -> bool {
     if ex.is_stopped() {
         return false;
     }
@@ -161,6 +174,9 @@ async fn turn(c: &Council, ex: &Exchange, plan: &Plan, member: &str, round: u32)
     let place = Place { reply_to: Some(last), round: Some(round), exchange: Some(ex.king), replaces: None };
     if let Some((run, _)) = plan.launch.start(c, member, place) {
         run.done().await;
+        if has_failed(&run) {
+            failed.insert(member.to_string());
+        }
     }
     true
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use jsonrpsee::types::ErrorObjectOwned;
 use kd_proto::ErrorCode;
 use kd_proto::names::{ALL, KING};
-use kd_proto::types::{MessageKind, Mode, Sent, SentRun, Style};
+use kd_proto::types::{Lineage, MessageKind, Mode, Sent, SentRun, Style, Thread};
 
 use super::exchange::{self, Exchange, Plan};
 use super::mentions::mentions;
@@ -17,6 +17,7 @@ use crate::agent::registry::Place;
 use crate::client::ClientId;
 use crate::config::{self, Config};
 use crate::db::messages::NewMessage;
+use crate::db::threads::NewThread;
 
 /// A send, with its parameters checked.
 #[derive(Debug, Clone)]
@@ -31,6 +32,8 @@ pub struct Request {
     /// Overrides `council.auto_rounds`.
     pub rounds: Option<u32>,
     pub client: Option<ClientId>,
+    /// Create the thread `thread` with the message.
+    pub new_thread: Option<kd_proto::types::NewThread>,
 }
 
 /// Who a message is for.
@@ -45,31 +48,57 @@ pub struct Addressees {
 }
 
 pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwned> {
-    let thread = c.agents.db.thread(req.thread.clone()).await?;
-    let config = config::load(std::path::Path::new(&thread.workspace))
+    let db = &c.agents.db;
+    // Everything is checked before anything is written: a refused question
+    // leaves no message, and no thread when it was to create one.
+    let target = match req.new_thread.clone() {
+        Some(new) => Target::New(new),
+        None => Target::Existing(db.thread(req.thread.clone()).await?),
+    };
+    let workspace = match &target {
+        Target::Existing(t) => &t.workspace,
+        Target::New(n) => &n.workspace,
+    };
+    let config = config::load(std::path::Path::new(workspace))
         .map_err(|e| ErrorCode::InvalidArgument.error(format!("configuration: {e}")))?;
     let who = addressees(&config, req.to.as_deref(), &req.body, &req.mute)?;
-    if thread.members != config.council.members {
-        c.agents.db.set_thread_members(thread.id.clone(), config.council.members.clone()).await?;
-    }
-    let message = c
-        .agents
-        .db
-        .append_message(NewMessage {
-            thread: thread.id.clone(),
-            from: KING.to_string(),
-            to: who.to.clone(),
-            cc: vec![],
-            reply_to: None,
-            kind: MessageKind::King,
-            body: req.body.clone(),
-            round: None,
-            run: None,
-            correlation_id: req.correlation_id.clone(),
-            fence: None,
-            replaces: None,
-        })
-        .await?;
+    let king = NewMessage {
+        thread: req.thread.clone(),
+        from: KING.to_string(),
+        to: who.to.clone(),
+        cc: vec![],
+        reply_to: None,
+        kind: MessageKind::King,
+        body: req.body.clone(),
+        round: None,
+        run: None,
+        correlation_id: req.correlation_id.clone(),
+        fence: None,
+        replaces: None,
+    };
+    let (thread, message) = match target {
+        Target::Existing(thread) => {
+            if thread.members != config.council.members {
+                db.set_thread_members(thread.id.clone(), config.council.members.clone()).await?;
+            }
+            let message = db.append_message(king).await?;
+            (thread, message)
+        }
+        Target::New(new) => {
+            let t = NewThread {
+                id: Some(req.thread.clone()),
+                workspace: new.workspace,
+                branch: new.branch,
+                title: new.title,
+                members: config.council.members.clone(),
+                lineage: Lineage::Trunk,
+                parent: None,
+                set_current: new.set_current,
+                context: new.context.unwrap_or_default(),
+            };
+            db.create_thread_with_message(t, king).await?
+        }
+    };
     let planned = config.rounds(req.style);
     let mode = match planned.mode {
         config::Mode::Broadcast => Mode::Broadcast,
@@ -104,6 +133,13 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
     let plan = Plan { launch, mode, first: who.members.clone(), started, turns, rounds };
     tokio::spawn(exchange::run(c.clone(), ex, plan));
     Ok(Sent { message, members: who.members, rounds, mode, notice, runs })
+}
+
+/// The thread a send goes to.
+enum Target {
+    Existing(Thread),
+    /// Created with the message, once it is accepted.
+    New(kd_proto::types::NewThread),
 }
 
 /// Who answers a message: the members named by `to`, or by `@mentions` in

@@ -17,8 +17,8 @@
 //! migrations.
 
 mod checkpoint;
+mod compose;
 pub mod events;
-mod import;
 pub mod locks;
 pub mod messages;
 mod pool;

@@ -22,7 +22,7 @@ use crate::council::{retry, send};
 use crate::db::events::EventFilter;
 use crate::db::messages::NewMessage;
 use crate::db::sessions::{NewSession, SessionEnd};
-use crate::db::threads::NewThread;
+use crate::db::threads::NewThread as NewThreadRow;
 use crate::state::Daemon;
 use error::invalid;
 
@@ -104,7 +104,7 @@ impl KdApiServer for Rpc {
             validate::thread_id(parent)?;
         }
         let lineage = lineage.unwrap_or(if parent.is_some() { Lineage::Branch } else { Lineage::Trunk });
-        let t = NewThread {
+        let t = NewThreadRow {
             id,
             workspace,
             branch,
@@ -205,8 +205,9 @@ impl KdApiServer for Rpc {
         pending: PendingSubscriptionSink,
         thread: String,
         since_seq: Option<u64>,
+        not_yet_created: Option<bool>,
     ) -> SubscriptionResult {
-        subscribe::run(self.d.clone(), pending, thread, since_seq).await
+        subscribe::run(self.d.clone(), pending, thread, since_seq, not_yet_created.unwrap_or(false)).await
     }
 
     async fn council_send(
@@ -220,8 +221,14 @@ impl KdApiServer for Rpc {
         timeout_s: Option<u64>,
         correlation_id: Option<String>,
         rounds: Option<u32>,
+        new_thread: Option<NewThread>,
     ) -> RpcResult<Sent> {
         validate::thread_id(&thread)?;
+        if let Some(new) = &new_thread {
+            validate::workspace(&new.workspace)?;
+            validate::label("new_thread.branch", new.branch.as_deref())?;
+            validate::label("new_thread.title", new.title.as_deref())?;
+        }
         if body.trim().is_empty() {
             return Err(invalid("body is empty"));
         }
@@ -248,6 +255,7 @@ impl KdApiServer for Rpc {
             correlation_id,
             rounds,
             client: ext.get::<ClientId>().copied(),
+            new_thread,
         };
         send::send(&self.d.council, req).await
     }
@@ -335,7 +343,7 @@ impl KdApiServer for Rpc {
             ));
         }
         let created = created_at_ms.or_else(|| imported.first().map(|m| m.0)).unwrap_or_else(crate::db::now_ms);
-        let t = NewThread {
+        let t = NewThreadRow {
             id,
             workspace,
             branch,

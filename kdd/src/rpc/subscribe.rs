@@ -5,6 +5,10 @@
 //! any message committed after the read is also in the receiver; messages
 //! already sent are skipped by seq. After a lag, messages are re-read from
 //! the registry from the last seq sent.
+//!
+//! A *pending* subscription may name a thread that does not exist yet: the
+//! client subscribes to the id a `council.send` with `new_thread` is about
+//! to create, so it sees everything from the first message on.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,7 +20,7 @@ use kd_proto::types::{Message, ThreadEvent};
 use tokio::sync::broadcast::error::RecvError;
 
 use super::validate;
-use crate::db::DbResult;
+use crate::db::{DbError, DbResult};
 use crate::hub::RunMark;
 use crate::state::Daemon;
 
@@ -25,6 +29,7 @@ pub async fn run(
     pending: PendingSubscriptionSink,
     thread: String,
     since_seq: Option<u64>,
+    pending_thread: bool,
 ) -> SubscriptionResult {
     if let Err(e) = validate::thread_id(&thread) {
         pending.reject(e).await;
@@ -37,6 +42,7 @@ pub async fn run(
     };
     let (backlog, mut last) = match start {
         Ok(s) => s,
+        Err(DbError::NotFound(_)) if pending_thread => (Vec::new(), 0),
         Err(e) => {
             pending.reject(ErrorObjectOwned::from(e)).await;
             return Ok(());

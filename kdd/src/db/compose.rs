@@ -1,7 +1,9 @@
-//! Importing a thread: the thread and its messages, with their own times,
-//! in one transaction (above [`super::threads`] and [`super::messages`]).
+//! Writes that make a thread and its messages together, in one transaction
+//! (above [`super::threads`] and [`super::messages`]): an import, and a new
+//! thread created with its first message (so a refused first message leaves
+//! no empty thread).
 
-use kd_proto::types::Thread;
+use kd_proto::types::{Message, Thread};
 use rusqlite::Connection;
 
 use super::messages::{self, NewMessage};
@@ -34,7 +36,25 @@ pub fn import(
     threads::get(conn, &thread.id)
 }
 
+/// Creates the thread `t` (its id must be free) with `m` as its first message.
+pub fn create_with_message(
+    conn: &Connection,
+    now: i64,
+    t: NewThread,
+    mut m: NewMessage,
+    out: &mut Outbox,
+) -> DbResult<(Thread, Message)> {
+    let thread = threads::create(conn, now, t, out)?;
+    m.thread = thread.id.clone();
+    let message = messages::append(conn, now, m, out)?;
+    Ok((threads::get(conn, &thread.id)?, message))
+}
+
 impl super::Db {
+    pub async fn create_thread_with_message(&self, t: NewThread, m: NewMessage) -> DbResult<(Thread, Message)> {
+        self.write(move |c, out| create_with_message(c, super::now_ms(), t, m, out)).await
+    }
+
     pub async fn import_thread(
         &self,
         t: NewThread,
