@@ -1,7 +1,7 @@
 //! `kd ask` against a real daemon and fake agents, as a user runs it.
 
 use kd_client::KdApiClient;
-use kd_proto::types::ThreadEvent;
+use kd_proto::types::{MessageKind, ThreadEvent};
 use kd_tests::{Kdd, Output, Workspace, collect_until, run};
 
 async fn ask(kdd: &Kdd, ws: &Workspace, args: &[&str]) -> Output {
@@ -115,4 +115,24 @@ async fn ask_without_members_says_how_to_configure_one() {
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
     assert!(out.stderr.contains("council.members") && out.stderr.contains("agents.ghost"), "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claude_api_error_is_the_reason_once_and_never_an_answer() {
+    let error =
+        r#"API Error: 400 {"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long"}}"#;
+    let ws = Workspace::new(&[("claude", "claude", &[("FAKE_API_ERROR", error)]), ("codex", "codex", &[])]);
+    let kdd = Kdd::start();
+    let mut k = kdd.kd();
+    k.current_dir(ws.dir.path()).args(["ask", "--rounds", "0", "Q?"]);
+    let out = run(k).await;
+    assert_eq!(out.status.code(), Some(4), "{}", out.stderr);
+    assert_eq!(out.stdout.matches("API Error").count(), 1, "only the ✗ line: {}", out.stdout);
+    assert!(out.stdout.contains(&format!("✗ claude: {error}")), "{}", out.stdout);
+    assert_eq!(out.stderr.trim(), format!("kd: claude: {error}"));
+    let c = kdd.client().await;
+    let t = c.thread_current(ws.path(), None).await.unwrap().unwrap();
+    let messages = c.thread_messages(t.id, None, None).await.unwrap();
+    let failed = messages.iter().find(|m| m.from == "claude").unwrap();
+    assert_eq!((failed.kind, failed.body.as_str()), (MessageKind::Error, format!("claude: {error}").as_str()));
 }

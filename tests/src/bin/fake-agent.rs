@@ -14,6 +14,7 @@
 //! | `FAKE_STAMP` | each piece is `[t=MICROS]`, its write time in µs since the epoch |
 //! | `FAKE_SESSION_ID` | the session id it reports (default `fake-session-PID`) |
 //! | `FAKE_ERROR` | fail with this message, in the backend's own error form |
+//! | `FAKE_API_ERROR` | (claude) fail as Claude Code does on an API error: a synthetic assistant message with the text, then an `is_error` result |
 //! | `FAKE_EXIT` | exit status at the end |
 //! | `FAKE_HANG` | after the pieces, never finish |
 //! | `FAKE_HOLD` | after the first piece, wait while this file exists |
@@ -178,6 +179,16 @@ impl Out {
         }
     }
 
+    /// Claude Code on an API error: the error as a synthetic assistant
+    /// message (model `<synthetic>`, `isApiErrorMessage`), then a result
+    /// with `is_error` and the same text; exit 1.
+    fn api_error(&self, message: &str) -> i32 {
+        let s = &self.session;
+        self.line(json!({"type":"assistant","message":{"id":"msg_synthetic","type":"message","role":"assistant","model":"<synthetic>","content":[{"type":"text","text":message}],"stop_reason":"stop_sequence","usage":{"input_tokens":0,"output_tokens":0}},"parent_tool_use_id":null,"session_id":s,"uuid":"7e1c","error":"invalid_request","isApiErrorMessage":true}));
+        self.line(json!({"type":"result","subtype":"success","is_error":true,"duration_ms":5,"num_turns":1,"result":message,"session_id":s,"total_cost_usd":0,"usage":{"input_tokens":0,"output_tokens":0}}));
+        1
+    }
+
     /// Fails in the backend's own way; returns the exit status to use.
     fn fail(&self, message: &str) -> i32 {
         let s = &self.session;
@@ -241,6 +252,10 @@ async fn main() {
     };
     let work = async {
         out.start();
+        // The API refused the request: nothing was streamed.
+        if let Some(msg) = env("FAKE_API_ERROR") {
+            return out.api_error(&msg);
+        }
         for _ in 0..env_num("FAKE_GARBAGE", 0) {
             out.raw(b"garbage: not { json at all\n");
         }

@@ -6,7 +6,10 @@
 //! `user` (tool results); `result` (final `result`, `session_id`,
 //! `total_cost_usd`, `usage`, `is_error`). An API error is a `result` with
 //! `subtype: "success"` **and** `is_error: true`: failure is judged by
-//! `is_error` and the exit status, never by `subtype`.
+//! `is_error` and the exit status, never by `subtype`. Before that result,
+//! Claude Code writes the error as a *synthetic* `assistant` message
+//! (`model: "<synthetic>"`, `isApiErrorMessage`, an `error` code): it is
+//! the run's failure, never answer text.
 
 use serde_json::Value;
 
@@ -33,6 +36,12 @@ pub fn parse_line(line: &str) -> Result<Vec<Parsed>, Malformed> {
                     out.push(Parsed::Boundary);
                 }
                 _ => {}
+            }
+        }
+        Some("assistant") if is_synthetic(&v) => {
+            let content = v.get("message").and_then(|m| m.get("content"));
+            if let Some(text) = text_blocks(content).filter(|_| is_api_error(&v)) {
+                out.push(Parsed::Error { message: text.trim().to_string(), fatal: true });
             }
         }
         Some("assistant") => {
@@ -62,6 +71,15 @@ pub fn parse_line(line: &str) -> Result<Vec<Parsed>, Malformed> {
         _ => {}
     }
     Ok(out)
+}
+
+/// A message Claude Code made up itself rather than the model's words.
+fn is_synthetic(v: &Value) -> bool {
+    str_at(v, &["message", "model"]) == Some("<synthetic>") || is_api_error(v)
+}
+
+fn is_api_error(v: &Value) -> bool {
+    v.get("isApiErrorMessage").and_then(Value::as_bool).unwrap_or(false) || v.get("error").is_some_and(Value::is_string)
 }
 
 #[cfg(test)]
@@ -115,6 +133,18 @@ mod tests {
         let o = super::super::only_result(parse_line(API_ERROR).unwrap());
         assert!(o.is_error);
         assert!(o.text.unwrap().contains("Overloaded"));
+    }
+
+    const API_ERROR_MESSAGE: &str = r#"{"type":"assistant","message":{"id":"7e1c","model":"<synthetic>","role":"assistant","type":"message","content":[{"type":"text","text":"API Error: 400 {\"type\":\"error\"}"}],"stop_reason":"stop_sequence"},"parent_tool_use_id":null,"session_id":"8f1c2a9e","error":"invalid_request","isApiErrorMessage":true}"#;
+    const SYNTHETIC_NOTE: &str = r#"{"type":"assistant","message":{"model":"<synthetic>","role":"assistant","content":[{"type":"text","text":"No response requested."}]},"session_id":"8f1c2a9e"}"#;
+
+    #[test]
+    fn a_synthetic_api_error_message_is_the_failure_not_text() {
+        assert_eq!(
+            parse_line(API_ERROR_MESSAGE).unwrap(),
+            vec![Parsed::Error { message: r#"API Error: 400 {"type":"error"}"#.into(), fatal: true }]
+        );
+        assert_eq!(parse_line(SYNTHETIC_NOTE).unwrap(), vec![], "other synthetic messages are not answers either");
     }
 
     #[test]
