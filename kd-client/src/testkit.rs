@@ -25,6 +25,20 @@ pub fn message(seq: u64, from: &str, kind: MessageKind, body: &str, run: Option<
     }
 }
 
+/// [`message`] of a run that started `ordinal`-th.
+pub fn answer(seq: u64, from: &str, body: &str, run: &str, ordinal: u64) -> Message {
+    let mut m = message(seq, from, MessageKind::Agent, body, Some(run));
+    if let Some(meta) = m.run.as_mut() {
+        meta.ordinal = Some(ordinal);
+    }
+    m
+}
+
+/// [`run_info`] of a run that started `ordinal`-th.
+pub fn run_at(id: &str, member: &str, ordinal: u64) -> RunInfo {
+    RunInfo { ordinal, ..run_info(id, member) }
+}
+
 /// A run of `member` answering message 1 in round 1, waiting to start.
 pub fn run_info(id: &str, member: &str) -> RunInfo {
     RunInfo {
@@ -40,5 +54,6 @@ pub fn run_info(id: &str, member: &str) -> RunInfo {
         round: Some(1),
         exchange: Some(1),
         replaces: None,
+        ordinal: 0,
     }
 }

@@ -8,6 +8,7 @@
 //!   `KdApiClient` for clients;
 //! - [`types`]: params, results and subscription items (serde + JSON Schema);
 //! - [`color`]: member colours as configured, and the palette;
+//! - [`order`]: the one order a thread is shown in;
 //! - [`error`]: the stable JSON-RPC error codes;
 //! - [`openrpc`]: the OpenRPC document served by `rpc.discover`;
 //! - [`paths`]: where the socket and database live (F-D1);
@@ -18,6 +19,7 @@ pub mod color;
 pub mod error;
 pub mod names;
 pub mod openrpc;
+pub mod order;
 pub mod paths;
 pub mod types;
 

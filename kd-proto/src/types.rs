@@ -154,6 +154,13 @@ pub struct RunMeta {
     pub run_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<String>,
+    /// The run's start order ([`RunInfo::ordinal`]): with `reply_to` it
+    /// fixes the answer's place in the thread (see [`crate::order`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordinal: Option<u64>,
+    /// The model, when the backend (or an imported file) names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// One message of a thread. `seq` is dense per thread: 1, 2, 3 …
@@ -178,35 +185,7 @@ pub struct Message {
     pub replaces: Option<u64>,
 }
 
-/// Messages in the order they are shown: by seq, except that a retry's
-/// answer takes the place of the failed message it replaces (following a
-/// chain of retries to its last link).
-pub fn display_order(messages: &[Message]) -> Vec<&Message> {
-    let by_seq: std::collections::HashMap<u64, &Message> = messages.iter().map(|m| (m.seq, m)).collect();
-    let mut replaced_by = std::collections::HashMap::new();
-    for m in messages {
-        if let Some(r) = m.replaces {
-            replaced_by.insert(r, m.seq);
-        }
-    }
-    let mut out = Vec::with_capacity(messages.len());
-    for m in messages {
-        if m.replaces.is_some_and(|r| by_seq.contains_key(&r)) {
-            continue;
-        }
-        let mut cur = m;
-        let mut hops = 0;
-        while let Some(next) = replaced_by.get(&cur.seq).and_then(|s| by_seq.get(s)) {
-            cur = next;
-            hops += 1;
-            if hops > messages.len() {
-                break;
-            }
-        }
-        out.push(cur);
-    }
-    out
-}
+pub use crate::order::display_order;
 
 /// A lock token to present with a write that must only happen while the
 /// lock is held (fencing).
@@ -372,6 +351,10 @@ pub struct RunInfo {
     /// The failed message this run retries.
     #[serde(default)]
     pub replaces: Option<u64>,
+    /// Start order: grows with every run the daemon starts (across
+    /// restarts). Runs answering the same message are shown in this order.
+    #[serde(default)]
+    pub ordinal: u64,
 }
 
 /// Which preamble frames the prompt (F-A6).

@@ -261,3 +261,47 @@ async fn a_refused_question_leaves_no_thread_behind() {
     assert_eq!(c.thread_list(None, None, None).await.unwrap().len(), 1);
     assert!(c.thread_current(ws.path(), None).await.unwrap().is_some());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_round_keeps_the_order_its_members_were_asked_in_everywhere() {
+    // claude is asked first but finishes last.
+    let ws = Workspace::new(&[
+        ("claude", "claude", &[("FAKE_INTERVAL_MS", "60"), ("FAKE_TEXT", "Claude first-round answer.")]),
+        ("codex", "codex", &[("FAKE_TEXT", "Codex first-round answer.")]),
+    ]);
+    let kdd = Kdd::start();
+    let out = kd(&kdd, &ws, &["ask", "--rounds", "0", "Order?"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let c = kdd.client().await;
+    let t = c.thread_current(ws.path(), None).await.unwrap().unwrap();
+    let messages = c.thread_messages(t.id.clone(), None, None).await.unwrap();
+    let by_seq: Vec<&str> = messages.iter().map(|m| m.from.as_str()).collect();
+    assert_eq!(by_seq, ["king", "codex", "claude"], "codex finished first");
+    let shown: Vec<&str> = kd_proto::types::display_order(&messages).iter().map(|m| m.from.as_str()).collect();
+    assert_eq!(shown, ["king", "claude", "codex"]);
+    // kd show
+    let show = kd(&kdd, &ws, &["show"]).await;
+    let claude_at = show.stdout.find("Claude first-round").unwrap();
+    let codex_at = show.stdout.find("Codex first-round").unwrap();
+    assert!(claude_at < codex_at, "{}", show.stdout);
+    // kd export
+    let dir = ws.dir.path().join("export");
+    let out = kd(&kdd, &ws, &["export", &t.id, dir.to_str().unwrap()]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(
+        dir.join("0002-claude.md").is_file() && dir.join("0003-codex.md").is_file(),
+        "{:?}",
+        read_tree(&dir).keys()
+    );
+    // The history agents are given.
+    let record = ws.file("record.jsonl");
+    let mut cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(ws.dir.path().join(".kd/config.json")).unwrap()).unwrap();
+    cfg["agents"]["claude"]["env"]["FAKE_RECORD"] = record.clone().into();
+    cfg["agents"]["claude"]["env"]["FAKE_INTERVAL_MS"] = "0".into();
+    ws.write_config(&cfg);
+    let out = kd(&kdd, &ws, &["ask", "--to", "claude", "Again?"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let prompt = kd_tests::prompt_of(&kd_tests::records(&record)[0]);
+    assert!(prompt.find("Claude first-round").unwrap() < prompt.find("Codex first-round").unwrap(), "{prompt}");
+}

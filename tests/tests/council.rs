@@ -315,7 +315,7 @@ async fn retry_replaces_the_failed_answer_in_its_place() {
     assert_eq!((retried.replaces, retried.round, retried.kind), (Some(failed.seq), Some(1), MessageKind::Agent));
     // Shown in the failure's place, and no round added.
     let shown: Vec<u64> = display_order(&after).iter().map(|m| m.seq).collect();
-    let pos = before.iter().position(|m| m.seq == failed.seq).unwrap();
+    let pos = display_order(&before).iter().position(|m| m.seq == failed.seq).unwrap();
     assert_eq!(shown[pos], retried.seq);
     assert_eq!(shown.len(), before.len());
     assert!(c.council_retry(t, None, None).await.unwrap().is_empty(), "nothing left to retry");

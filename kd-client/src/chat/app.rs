@@ -5,6 +5,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 
+use kd_proto::order::{Place, message_place, run_place};
 use kd_proto::types::{Message, MessageKind, RoundState, Sent, Thread, ThreadEvent, display_order};
 use ratatui::text::Line;
 use ratatui_textarea::TextArea;
@@ -38,6 +39,9 @@ pub struct Entry {
     pub seq: Option<u64>,
     pub run: Option<String>,
     pub round: Option<u32>,
+    /// Where it stands in the thread (`kd_proto::order`): entries are kept
+    /// sorted by it, so the live log is the log a reopened chat shows.
+    pub place: Place,
     /// Rendered lines for a width, kept until the entry changes.
     pub cache: RefCell<Option<(u16, Vec<Line<'static>>)>>,
 }
@@ -52,6 +56,7 @@ impl Entry {
             seq: None,
             run: None,
             round: None,
+            place: AT_THE_END,
             cache: RefCell::new(None),
         }
     }
@@ -65,6 +70,7 @@ impl Entry {
             MessageKind::System => Kind::System,
         };
         let mut e = Entry::new(kind, &m.from, m.body.clone());
+        e.place = message_place(m);
         e.seq = Some(m.seq);
         e.run = m.run.as_ref().and_then(|r| r.run_id.clone());
         e.round = m.round;
@@ -75,6 +81,9 @@ impl Entry {
         *self.cache.borrow_mut() = None;
     }
 }
+
+/// The place of a panel nothing is known of yet.
+const AT_THE_END: Place = Place { anchor: u64::MAX, class: 2, ordinal: u64::MAX, seq: u64::MAX };
 
 /// Something the chat asks of the daemon (or of its own process).
 #[derive(Debug, Clone, PartialEq)]
@@ -199,7 +208,23 @@ impl App {
 
     fn push(&mut self, e: Entry) {
         self.entries.push(e);
+        self.sort();
         self.grew();
+    }
+
+    /// Puts every entry in its place (a stable sort: equal places keep
+    /// their order).
+    fn sort(&mut self) {
+        if !self.entries.is_sorted_by_key(|e| e.place) {
+            self.entries.sort_by_key(|e| e.place);
+        }
+    }
+
+    /// The place of a member expected to answer whose run has not started:
+    /// after what the thread holds, `nth` among those waiting.
+    fn waiting_place(&self, nth: u64) -> Place {
+        let last = self.entries.iter().filter_map(|e| e.seq).max().unwrap_or(0);
+        Place { anchor: last, class: 2, ordinal: nth, seq: u64::MAX }
     }
 
     /// Applies an event from the thread's subscription.
@@ -207,7 +232,12 @@ impl App {
         match event {
             ThreadEvent::Message { message } => self.on_message(message),
             ThreadEvent::RunWaiting { run } => {
-                if self.index_of_run(&run.id).is_some() {
+                if let Some(i) = self.index_of_run(&run.id) {
+                    // Its deltas came first; now its place is known.
+                    if run.replaces.is_none() {
+                        self.entries[i].place = run_place(run);
+                        self.sort();
+                    }
                     return;
                 }
                 let at =
@@ -220,13 +250,19 @@ impl App {
                         e.round = run.round;
                         e.text.clear();
                         e.chars = 0;
+                        // A retry stands where the failure stood.
+                        if run.replaces.is_none() {
+                            e.place = run_place(run);
+                        }
                         e.changed();
+                        self.sort();
                         self.dirty = true;
                     }
                     None => {
                         let mut e = Entry::new(Kind::Waiting, &run.member, String::new());
                         e.run = Some(run.id.clone());
                         e.round = run.round;
+                        e.place = run_place(run);
                         self.push(e);
                     }
                 }
@@ -238,8 +274,9 @@ impl App {
                     None => {
                         let mut e = Entry::new(Kind::Streaming, member, String::new());
                         e.run = Some(run.clone());
-                        self.entries.push(e);
-                        self.entries.len() - 1
+                        e.place = self.waiting_place(u64::MAX);
+                        self.push(e);
+                        self.index_of_run(run).unwrap_or(self.entries.len() - 1)
                     }
                 };
                 let e = &mut self.entries[i];
@@ -290,10 +327,14 @@ impl App {
             .and_then(|r| self.index_of_run(r))
             .or_else(|| m.replaces.and_then(|r| self.index_of_seq(r)))
             .or_else(|| if m.from == "king" { None } else { self.placeholder_for(&m.from) });
-        let entry = Entry::from_message(m);
+        let mut entry = Entry::from_message(m);
         match at {
             Some(i) => {
+                if m.replaces.is_some() {
+                    entry.place = self.entries[i].place;
+                }
                 self.entries[i] = entry;
+                self.sort();
                 self.dirty = true;
             }
             None => self.push(entry),
@@ -318,7 +359,9 @@ impl App {
         let Some(next) = next.cloned() else { return };
         let busy = self.entries.iter().any(|e| e.member == next && matches!(e.kind, Kind::Waiting | Kind::Streaming));
         if !busy {
-            self.push(Entry::new(Kind::Waiting, &next, String::new()));
+            let mut e = Entry::new(Kind::Waiting, &next, String::new());
+            e.place = self.waiting_place(0);
+            self.push(e);
         }
     }
 
@@ -333,7 +376,7 @@ impl App {
         } else {
             sent.members.iter().take(1).cloned().collect()
         };
-        for member in starting {
+        for (nth, member) in starting.into_iter().enumerate() {
             let started = sent.runs.iter().find(|r| r.run.member == member);
             let known = self.entries.iter().any(|e| {
                 e.member == member
@@ -343,6 +386,10 @@ impl App {
             if !known {
                 let mut e = Entry::new(Kind::Waiting, &member, String::new());
                 e.run = started.map(|r| r.run.id.clone());
+                e.place = match started {
+                    Some(r) => run_place(&r.run),
+                    None => self.waiting_place(nth as u64),
+                };
                 self.push(e);
             }
         }

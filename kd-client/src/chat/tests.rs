@@ -8,7 +8,7 @@ use ratatui::crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers};
 
 use super::app::{App, Effect, Kind, Overlay};
 use super::{keys, view};
-use crate::testkit::{THREAD, message, run_info};
+use crate::testkit::{THREAD, answer, message, run_at, run_info};
 
 fn thread() -> Thread {
     Thread {
@@ -66,9 +66,10 @@ fn every_panel() -> App {
         ],
     );
     app.apply(&ThreadEvent::Round { exchange: 1, round: 2, rounds: 4, state: RoundState::Running, expected: vec![] });
-    app.apply(&ThreadEvent::RunWaiting { run: run_info("r4", "claude") });
+    // Round 2's turns answer the thread as it stands (message 4).
+    app.apply(&ThreadEvent::RunWaiting { run: RunInfo { reply_to: Some(4), ..run_at("r4", "claude", 4) } });
     app.apply(&delta("r4", "claude", "Building on that, I think we", 2847));
-    app.apply(&ThreadEvent::RunWaiting { run: run_info("r5", "codex") });
+    app.apply(&ThreadEvent::RunWaiting { run: RunInfo { reply_to: Some(4), ..run_at("r5", "codex", 5) } });
     app
 }
 
@@ -321,4 +322,55 @@ fn the_thread_picker_offers_a_new_thread_and_the_recent_ones() {
     keys::on_key(&mut app, key(KeyCode::Down));
     assert_eq!(keys::on_key(&mut app, key(KeyCode::Enter)), vec![Effect::Open("k2m9p4".into())]);
     assert_eq!(app.overlay, None);
+}
+
+fn members_in_order(app: &App) -> Vec<String> {
+    app.entries.iter().map(|e| e.member.clone()).collect()
+}
+
+#[test]
+fn a_round_shown_live_is_in_the_order_it_is_shown_reopened_when_members_finish_in_reverse() {
+    let king = message(1, "king", MessageKind::King, "Order?", None);
+    let sent = Sent {
+        message: king.clone(),
+        members: vec!["claude".into(), "codex".into()],
+        rounds: 1,
+        mode: Mode::Broadcast,
+        notice: None,
+        runs: vec![
+            SentRun { run: run_at("r1", "claude", 10), attached: false },
+            SentRun { run: run_at("r2", "codex", 11), attached: false },
+        ],
+    };
+    let (codex, claude) = (answer(2, "codex", "fast", "r2", 11), answer(3, "claude", "slow", "r1", 10));
+    let mut live = App::new(thread());
+    live.on_sent(&sent);
+    for e in [
+        ThreadEvent::RunWaiting { run: run_at("r2", "codex", 11) },
+        ThreadEvent::RunWaiting { run: run_at("r1", "claude", 10) },
+        ThreadEvent::Message { message: Box::new(codex.clone()) },
+        ThreadEvent::Message { message: Box::new(claude.clone()) },
+    ] {
+        live.apply(&e);
+    }
+    let mut reopened = App::new(thread());
+    reopened.load(thread(), &[king, codex, claude]);
+    assert_eq!(members_in_order(&live), ["king", "claude", "codex"]);
+    assert_eq!(members_in_order(&live), members_in_order(&reopened));
+}
+
+#[test]
+fn runs_of_another_client_take_their_places_whatever_order_their_events_come_in() {
+    let mut app = App::new(thread());
+    app.load(thread(), &[message(1, "king", MessageKind::King, "Q", None)]);
+    app.apply(&ThreadEvent::RunWaiting { run: run_at("r3", "cursor", 12) });
+    app.apply(&ThreadEvent::RunWaiting { run: run_at("r1", "claude", 10) });
+    app.apply(&delta("r2", "codex", "x", 1));
+    app.apply(&ThreadEvent::RunWaiting { run: run_at("r2", "codex", 11) });
+    assert_eq!(members_in_order(&app), ["king", "claude", "codex", "cursor"]);
+    // The King speaks again while they answer: after them.
+    app.apply(&ThreadEvent::Message { message: Box::new(message(2, "king", MessageKind::King, "And?", None)) });
+    assert_eq!(members_in_order(&app).last().map(String::as_str), Some("king"));
+    app.apply(&ThreadEvent::Message { message: Box::new(answer(3, "cursor", "c", "r3", 12)) });
+    assert_eq!(members_in_order(&app), ["king", "claude", "codex", "cursor", "king"]);
 }

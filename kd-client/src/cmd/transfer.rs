@@ -24,7 +24,7 @@ use std::process::ExitCode;
 use anyhow::{Context, anyhow, bail};
 use clap::Args;
 use kd_client::{ClientError, KdApiClient, workspace};
-use kd_proto::types::{ImportedMessage, Message, MessageKind, Thread};
+use kd_proto::types::{ImportedMessage, Message, MessageKind, Thread, display_order};
 use serde::{Deserialize, Serialize};
 
 use super::Ctx;
@@ -110,7 +110,9 @@ fn files(thread: &Thread, messages: &[Message]) -> anyhow::Result<Vec<(String, S
         title: thread.title.clone(),
     };
     let mut out = vec![("thread.json".to_string(), serde_json::to_string_pretty(&meta)? + "\n")];
-    for m in messages {
+    // The thread as it is shown (kd_proto::order): answers where they were
+    // asked, a retry in the place of the failure it replaced.
+    for (i, m) in display_order(messages).into_iter().enumerate() {
         let mut head =
             format!("---\nfrom: {}\nto: {}\ntimestamp: {}\n", m.from, m.to.join(", "), format_time(m.created_at_ms)?);
         match m.kind {
@@ -118,7 +120,7 @@ fn files(thread: &Thread, messages: &[Message]) -> anyhow::Result<Vec<(String, S
             kind => head.push_str(&format!("kind: {}\n", kind.as_str())),
         }
         head.push_str("---\n\n");
-        out.push((format!("{:04}-{}.md", m.seq, m.from), head + &m.body));
+        out.push((format!("{:04}-{}.md", i + 1, m.from), head + &m.body));
     }
     Ok(out)
 }

@@ -34,6 +34,8 @@ struct State {
 /// One run in flight.
 pub struct Run {
     pub id: String,
+    /// Start order: fixes the answer's place in the thread (`kd_proto::order`).
+    pub ordinal: u64,
     pub thread: String,
     pub member: String,
     pub backend: String,
@@ -70,6 +72,7 @@ pub struct Snapshot {
 impl Run {
     pub fn new(
         id: String,
+        ordinal: u64,
         thread: String,
         member: String,
         backend: &str,
@@ -78,6 +81,7 @@ impl Run {
     ) -> Run {
         Run {
             id,
+            ordinal,
             thread,
             member,
             backend: backend.to_string(),
@@ -122,6 +126,7 @@ impl Run {
             round: self.round,
             exchange: self.exchange,
             replaces: self.replaces,
+            ordinal: self.ordinal,
         }
     }
 
@@ -204,6 +209,7 @@ impl Run {
 #[derive(Default)]
 pub struct Registry {
     runs: Mutex<HashMap<String, Arc<Run>>>,
+    last_ordinal: std::sync::atomic::AtomicU64,
 }
 
 impl Registry {
@@ -212,15 +218,32 @@ impl Registry {
     }
 
     /// The member's run in flight on the thread, or a new one made by
-    /// `make` and registered. The bool says whether it was already running.
-    pub fn claim(&self, thread: &str, member: &str, make: impl FnOnce() -> Run) -> (Arc<Run>, bool) {
+    /// `make` (given the run's ordinal) and registered. The bool says
+    /// whether it was already running.
+    pub fn claim(&self, thread: &str, member: &str, make: impl FnOnce(u64) -> Run) -> (Arc<Run>, bool) {
         let mut runs = self.runs();
         if let Some(r) = runs.values().find(|r| r.thread == thread && r.member == member && r.is_in_flight()) {
             return (r.clone(), true);
         }
-        let run = Arc::new(make());
+        let run = Arc::new(make(self.next_ordinal()));
         runs.insert(run.id.clone(), run.clone());
         (run, false)
+    }
+
+    /// The next start ordinal: the time in microseconds, or one more than
+    /// the last when the clock has not moved on, so it grows strictly, also
+    /// across daemon restarts.
+    fn next_ordinal(&self) -> u64 {
+        use std::sync::atomic::Ordering;
+        let now = u64::try_from(crate::db::now_ms()).unwrap_or(0).saturating_mul(1000);
+        let mut last = self.last_ordinal.load(Ordering::Relaxed);
+        loop {
+            let next = now.max(last + 1);
+            match self.last_ordinal.compare_exchange_weak(last, next, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return next,
+                Err(seen) => last = seen,
+            }
+        }
     }
 
     pub fn remove(&self, id: &str) {
@@ -256,6 +279,7 @@ mod tests {
     fn run(id: &str, thread: &str, member: &str) -> Run {
         Run::new(
             id.into(),
+            1,
             thread.into(),
             member.into(),
             "claude",
@@ -267,16 +291,27 @@ mod tests {
     #[test]
     fn one_member_runs_once_per_thread() {
         let reg = Registry::default();
-        let (a, attached) = reg.claim("t", "claude", || run("r1", "t", "claude"));
+        let (a, attached) = reg.claim("t", "claude", |_| run("r1", "t", "claude"));
         assert!(!attached);
-        let (b, attached) = reg.claim("t", "claude", || run("r2", "t", "claude"));
+        let (b, attached) = reg.claim("t", "claude", |_| run("r2", "t", "claude"));
         assert!(attached && Arc::ptr_eq(&a, &b));
-        let (_, attached) = reg.claim("u", "claude", || run("r3", "u", "claude"));
+        let (_, attached) = reg.claim("u", "claude", |_| run("r3", "u", "claude"));
         assert!(!attached, "another thread");
         a.set_status(RunStatus::Done);
-        let (c, attached) = reg.claim("t", "claude", || run("r4", "t", "claude"));
+        let (c, attached) = reg.claim("t", "claude", |_| run("r4", "t", "claude"));
         assert!(!attached && c.id == "r4", "a finishing run does not block a new one");
         assert_eq!(reg.count(), 2);
+    }
+
+    #[test]
+    fn runs_are_numbered_in_the_order_they_are_claimed() {
+        let reg = Registry::default();
+        let ordinals: Vec<u64> = (0..100)
+            .map(|i| {
+                reg.claim("t", &format!("m{i}"), |o| Run { ordinal: o, ..run(&format!("r{i}"), "t", "m") }).0.ordinal
+            })
+            .collect();
+        assert!(ordinals.windows(2).all(|w| w[0] < w[1]), "strictly growing: {ordinals:?}");
     }
 
     #[test]

@@ -58,6 +58,7 @@ pub async fn supervise(d: Arc<Runner>, run: Arc<Run>, spec: Spec) {
     finish.meta.duration_ms = Some(started.elapsed().as_millis() as u64);
     finish.meta.run_id = Some(run.id.clone());
     finish.meta.backend = Some(run.backend.clone());
+    finish.meta.ordinal = Some(run.ordinal);
     run.set_status(finish.status);
     tracing::info!(run = run.id, member = run.member, status = finish.status.as_str(), "run ended");
     if let Err(e) = d.db.finish_run(run.info(), finish).await {

@@ -51,9 +51,10 @@ impl Launch {
     /// flight on the thread. Returns the run and whether it was joined.
     pub fn start(&self, c: &Council, member: &str, place: Place) -> Option<(Arc<Run>, bool)> {
         let agent = self.config.agent(member)?.clone();
-        let (run, attached) = c.agents.runs.claim(&self.thread.id, member, || {
+        let (run, attached) = c.agents.runs.claim(&self.thread.id, member, |ordinal| {
             Run::new(
                 format!("r-{}", random_id(10)),
+                ordinal,
                 self.thread.id.clone(),
                 member.to_string(),
                 agent.backend.as_str(),

@@ -15,8 +15,8 @@ use super::{DbResult, Outbox};
 /// Records a run that was accepted; subscribers hear `run_waiting`.
 pub fn insert(conn: &Connection, now: i64, run: &RunInfo, out: &mut Outbox) -> DbResult<()> {
     conn.prepare_cached(
-        "INSERT INTO runs (id, thread_id, member, backend, status, reply_to, round, started_at, exchange, replaces)
-         VALUES (?1, ?2, ?3, ?4, 'waiting', ?5, ?6, ?7, ?8, ?9)",
+        "INSERT INTO runs (id, thread_id, member, backend, status, reply_to, round, started_at, exchange, replaces, ordinal)
+         VALUES (?1, ?2, ?3, ?4, 'waiting', ?5, ?6, ?7, ?8, ?9, ?10)",
     )?
     .execute(params![
         run.id,
@@ -27,7 +27,8 @@ pub fn insert(conn: &Connection, now: i64, run: &RunInfo, out: &mut Outbox) -> D
         run.round,
         now,
         run.exchange.map(|r| r as i64),
-        run.replaces.map(|r| r as i64)
+        run.replaces.map(|r| r as i64),
+        run.ordinal as i64
     ])?;
     events::record(
         conn,
@@ -210,12 +211,13 @@ pub fn in_flight(conn: &Connection) -> DbResult<Vec<Orphan>> {
 pub fn recover(conn: &Connection, now: i64, out: &mut Outbox) -> DbResult<usize> {
     let orphans = in_flight(conn)?;
     for o in &orphans {
-        type Row = (String, Option<i64>, Option<u32>, String, Option<String>, Option<i64>, Option<i64>);
-        let (backend, reply_to, round, partial, session, exchange, replaces): Row = conn.query_row(
-            "SELECT backend, reply_to, round, partial, session_id, exchange, replaces FROM runs WHERE id = ?1",
+        type Row = (String, Option<i64>, Option<u32>, String, Option<String>, Option<i64>, Option<i64>, Option<i64>);
+        let (backend, reply_to, round, partial, session, exchange, replaces, ordinal): Row = conn.query_row(
+            "SELECT backend, reply_to, round, partial, session_id, exchange, replaces, ordinal FROM runs WHERE id = ?1",
             [&o.id],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?)),
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?)),
         )?;
+        let ordinal = ordinal.map(|o| o as u64);
         let info = RunInfo {
             id: o.id.clone(),
             thread: o.thread.clone(),
@@ -229,6 +231,7 @@ pub fn recover(conn: &Connection, now: i64, out: &mut Outbox) -> DbResult<usize>
             round,
             exchange: exchange.map(|r| r as u64),
             replaces: replaces.map(|r| r as u64),
+            ordinal: ordinal.unwrap_or(0),
         };
         let body = if partial.is_empty() { "(interrupted before it said anything)".to_string() } else { partial };
         finish(
@@ -239,7 +242,7 @@ pub fn recover(conn: &Connection, now: i64, out: &mut Outbox) -> DbResult<usize>
                 status: RunStatus::Interrupted,
                 body,
                 error: Some("the daemon stopped while the run was in flight".into()),
-                meta: RunMeta { run_id: Some(o.id.clone()), backend: Some(backend), ..RunMeta::default() },
+                meta: RunMeta { run_id: Some(o.id.clone()), backend: Some(backend), ordinal, ..RunMeta::default() },
                 session: session
                     .filter(|s| sessions::get(conn, s).is_ok_and(|s| s.status == SessionStatus::Active))
                     .map(|id| SessionEnd { id, status: SessionStatus::Idle, backend_session_id: None, seen_seq: None }),
