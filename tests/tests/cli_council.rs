@@ -305,3 +305,41 @@ async fn a_round_keeps_the_order_its_members_were_asked_in_everywhere() {
     let prompt = kd_tests::prompt_of(&kd_tests::records(&record)[0]);
     assert!(prompt.find("Claude first-round").unwrap() < prompt.find("Codex first-round").unwrap(), "{prompt}");
 }
+
+/// The 256-colour or 24-bit foreground escapes in `text`, in order.
+fn foregrounds(text: &str) -> Vec<String> {
+    text.match_indices("\x1b[38;").map(|(i, _)| text[i..].split('m').next().unwrap_or_default().to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn members_have_distinct_colours_that_can_be_overridden_and_none_without_colour() {
+    let members = ["claude", "codex", "cursor", "gemini", "a", "b", "c", "d"];
+    let spec: Vec<(&str, &str, &[(&str, &str)])> =
+        members.iter().map(|m| (*m, if m.len() == 1 { "claude" } else { *m }, &[][..])).collect();
+    let ws = Workspace::new(&spec);
+    let kdd = Kdd::start();
+    let out = kd(&kdd, &ws, &["--color", "always", "ask", "--rounds", "0", "Colours?"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let headers: Vec<&str> = out.stdout.lines().filter(|l| l.contains("── ")).collect();
+    assert_eq!(headers.len(), 8, "{}", out.stdout);
+    let mut colours: Vec<String> = headers.iter().flat_map(|h| foregrounds(h)).collect();
+    assert_eq!(colours.len(), 8, "{headers:?}");
+    colours.sort();
+    colours.dedup();
+    assert_eq!(colours.len(), 8, "eight members, eight colours: {colours:?}");
+    // kd show paints the same member the same way.
+    let show = kd(&kdd, &ws, &["--color", "always", "show"]).await;
+    let claude_head = show.stdout.lines().find(|l| l.contains(" claude\x1b")).unwrap_or_default();
+    let ask_claude = headers.iter().find(|h| h.contains("claude")).unwrap();
+    assert_eq!(foregrounds(claude_head), foregrounds(ask_claude));
+    // agents.NAME.color overrides.
+    let mut cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(ws.dir.path().join(".kd/config.json")).unwrap()).unwrap();
+    cfg["agents"]["codex"]["color"] = "#ff8000".into();
+    ws.write_config(&cfg);
+    let out = kd(&kdd, &ws, &["--color", "always", "ask", "--to", "codex", "Again?"]).await;
+    assert!(out.stdout.contains("\x1b[38;2;255;128;0m"), "{:?}", out.stdout);
+    // Not on a terminal, or NO_COLOR: no escapes at all.
+    let plain = kd(&kdd, &ws, &["ask", "--to", "claude", "Plain?"]).await;
+    assert!(!plain.stdout.contains('\x1b'), "{:?}", plain.stdout);
+}

@@ -144,6 +144,10 @@ pub struct App {
     pub dirty: bool,
     /// The height of the log area at the last frame.
     pub log_height: usize,
+    /// Members' colours (the council's, with `agents.NAME.color`).
+    pub palette: kd_client::style::Palette,
+    /// Colours on the screen (off with NO_COLOR).
+    pub colors: bool,
     /// The thread is not created yet: its first message creates it so.
     pub pending_new: Option<kd_proto::types::NewThread>,
 }
@@ -166,6 +170,8 @@ impl App {
             dirty: true,
             log_height: 20,
             pending_new: None,
+            palette: kd_client::style::Palette::default(),
+            colors: std::env::var_os("NO_COLOR").is_none(),
         }
     }
 

@@ -229,15 +229,17 @@ async fn open(
         Some(_) => thread,
         None => client.thread_get(thread.id.clone()).await.unwrap_or(thread),
     };
+    let config = client.config_get(thread.workspace.clone()).await.ok();
     if thread.members.is_empty() {
         // A new thread learns its members at the first message: show the council's now.
-        if let Ok(view) = client.config_get(thread.workspace.clone()).await {
-            let members =
-                view.entries.iter().find(|e| e.key == "council.members").and_then(|e| e.value.as_array().cloned());
-            thread.members =
-                members.unwrap_or_default().iter().filter_map(|m| m.as_str().map(str::to_string)).collect();
-        }
+        let members = config
+            .as_ref()
+            .and_then(|view| view.entries.iter().find(|e| e.key == "council.members"))
+            .and_then(|e| e.value.as_array().cloned());
+        thread.members = members.unwrap_or_default().iter().filter_map(|m| m.as_str().map(str::to_string)).collect();
     }
+    let senders: Vec<String> = messages.iter().map(|m| m.from.clone()).collect();
+    app.palette = kd_client::style::Palette::from_config(config.as_ref(), &[thread.members.clone(), senders].concat());
     let last = messages.last().map(|m| m.seq).unwrap_or(0);
     app.load(thread.clone(), &messages);
     let pending = new.is_some().then_some(true);

@@ -374,3 +374,40 @@ fn runs_of_another_client_take_their_places_whatever_order_their_events_come_in(
     app.apply(&ThreadEvent::Message { message: Box::new(answer(3, "cursor", "c", "r3", 12)) });
     assert_eq!(members_in_order(&app), ["king", "claude", "codex", "cursor", "king"]);
 }
+
+/// The foreground of the first cell of the line holding `text`.
+fn fg_of_line(buffer: &ratatui::buffer::Buffer, text: &str) -> Option<ratatui::style::Color> {
+    let area = buffer.area;
+    (0..area.height).find_map(|y| {
+        let line: String = (0..area.width).map(|x| buffer[(x, y)].symbol().to_string()).collect();
+        line.contains(text).then(|| buffer[(0, y)].fg)
+    })
+}
+
+#[test]
+fn members_are_drawn_in_distinct_colours_and_no_colour_with_no_color() {
+    let members = vec!["claude".to_string(), "codex".to_string(), "cursor".to_string()];
+    let mut app = App::new(thread());
+    app.palette = kd_client::style::Palette::new(&members, vec![]);
+    app.colors = true;
+    app.load(
+        thread(),
+        &[
+            message(1, "king", MessageKind::King, "Q", None),
+            message(2, "claude", MessageKind::Agent, "from claude", Some("r1")),
+            message(3, "cursor", MessageKind::Agent, "from cursor", Some("r2")),
+        ],
+    );
+    let mut terminal = Terminal::new(TestBackend::new(60, 20)).unwrap();
+    terminal.draw(|f| view::draw(f, &mut app)).unwrap();
+    let buffer = terminal.backend().buffer().clone();
+    let (claude, cursor) = (fg_of_line(&buffer, "┌─ claude"), fg_of_line(&buffer, "┌─ cursor"));
+    assert_eq!(claude, Some(ratatui::style::Color::Indexed(166)));
+    assert_eq!(cursor, Some(ratatui::style::Color::Indexed(32)));
+    app.colors = false;
+    terminal.draw(|f| view::draw(f, &mut app)).unwrap();
+    let buffer = terminal.backend().buffer().clone();
+    assert!(
+        buffer.content.iter().all(|c| c.fg == ratatui::style::Color::Reset && c.bg == ratatui::style::Color::Reset)
+    );
+}

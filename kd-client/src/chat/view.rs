@@ -2,7 +2,7 @@
 //! Generic over the ratatui backend, so tests render into a `TestBackend`.
 
 use kd_client::markdown;
-use kd_client::style::member_color_index;
+use kd_client::style::Palette;
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -13,13 +13,17 @@ use super::app::{App, Entry, Kind, Overlay, activity};
 use super::commands::{HELP, KEYS};
 use super::wrap::{display_width, wrap};
 
-/// Colours of members, stable by name (the same palette as `kd ask`).
-const COLORS: [Color; 6] = [Color::Cyan, Color::Magenta, Color::Yellow, Color::Green, Color::Blue, Color::LightRed];
 /// Most rows the input grows to.
 pub const MAX_INPUT_ROWS: u16 = 8;
 
-pub fn member_color(name: &str) -> Color {
-    if name == "king" { Color::White } else { COLORS[member_color_index(name) % COLORS.len()] }
+/// A member's colour, the same as `kd ask` and `kd show` give it; the
+/// King's is the terminal's own foreground.
+pub fn member_color(palette: &Palette, name: &str) -> Color {
+    match palette.color(name) {
+        Some(kd_proto::color::Color::Indexed(i)) => Color::Indexed(i),
+        Some(kd_proto::color::Color::Rgb(r, g, b)) => Color::Rgb(r, g, b),
+        None => Color::Reset,
+    }
 }
 
 /// Draws the whole screen.
@@ -44,8 +48,23 @@ pub fn draw(frame: &mut Frame<'_>, app: &mut App) {
         Some(Overlay::Threads { threads, selected }) => draw_threads(frame, log, threads, *selected),
         None => {}
     }
+    if !app.colors {
+        without_colour(frame);
+    }
     app.log_height = log.height as usize;
     app.dirty = false;
+}
+
+/// NO_COLOR: every colour goes; what a background marked (a selection, a
+/// banner) is shown in reverse video instead.
+fn without_colour(frame: &mut Frame<'_>) {
+    for cell in frame.buffer_mut().content.iter_mut() {
+        if cell.bg != Color::Reset {
+            cell.modifier |= Modifier::REVERSED;
+        }
+        cell.fg = Color::Reset;
+        cell.bg = Color::Reset;
+    }
 }
 
 /// Rows the input needs for its text at `width`, between 1 and the maximum.
@@ -67,7 +86,7 @@ fn header_line(app: &App) -> Line<'static> {
         if i > 0 {
             spans.push(Span::raw(" "));
         }
-        let mut style = Style::default().fg(member_color(m));
+        let mut style = Style::default().fg(member_color(&app.palette, m));
         if app.mute.contains(m) {
             style = style.add_modifier(Modifier::CROSSED_OUT | Modifier::DIM);
         }
@@ -135,7 +154,7 @@ fn draw_log(frame: &mut Frame<'_>, app: &mut App, area: Rect) {
     let want = app.scroll + height;
     let mut lines: Vec<Line<'static>> = Vec::new();
     for entry in app.entries.iter().rev() {
-        let mut panel = panel(entry, width);
+        let mut panel = panel(entry, width, &app.palette);
         panel.push(Line::default());
         panel.extend(std::mem::take(&mut lines));
         lines = panel;
@@ -172,24 +191,24 @@ fn draw_log(frame: &mut Frame<'_>, app: &mut App, area: Rect) {
 }
 
 /// The lines of one panel at `width`, cached on the entry.
-fn panel(entry: &Entry, width: u16) -> Vec<Line<'static>> {
+fn panel(entry: &Entry, width: u16, palette: &Palette) -> Vec<Line<'static>> {
     if let Some((w, lines)) = entry.cache.borrow().as_ref()
         && *w == width
     {
         return lines.clone();
     }
-    let lines = build_panel(entry, width);
+    let lines = build_panel(entry, width, palette);
     *entry.cache.borrow_mut() = Some((width, lines.clone()));
     lines
 }
 
-fn build_panel(entry: &Entry, width: u16) -> Vec<Line<'static>> {
+fn build_panel(entry: &Entry, width: u16, palette: &Palette) -> Vec<Line<'static>> {
     let width = width as usize;
     let inner = width.saturating_sub(4).max(1);
     let color = match entry.kind {
         Kind::Error { .. } => Color::Red,
         Kind::Interrupted => Color::DarkGray,
-        _ => member_color(&entry.member),
+        _ => member_color(palette, &entry.member),
     };
     let border = Style::default().fg(color);
     let name = Style::default().fg(color).add_modifier(Modifier::BOLD);

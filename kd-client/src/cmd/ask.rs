@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Args;
-use kd_client::style::{bold, dim, member_color, paint};
+use kd_client::style::{Palette, bold, dim, paint};
 use kd_client::{Client, ClientError, KdApiClient, workspace};
 use kd_proto::ErrorCode;
 use kd_proto::types::{NewThread, Sent, Thread, ThreadEvent};
@@ -112,6 +112,11 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
     let stdout = std::io::stdout();
     let color = !a.json && ctx.styled();
     let mut view = View::new(&sent, color, a.json);
+    if color {
+        // Colours as the workspace's council has them (overrides included).
+        let config = client.config_get(workspace_of(&target)).await.ok();
+        view.palette = Palette::from_config(config.as_ref(), &sent.members);
+    }
     let mut out = stdout.lock();
     let mut interrupted = false;
     while !view.all_done() {
@@ -144,6 +149,13 @@ enum Target {
     Existing(Thread),
     /// A thread `council.send` creates with the question, once accepted.
     New(NewThread),
+}
+
+fn workspace_of(target: &Target) -> String {
+    match target {
+        Target::Existing(t) => t.workspace.clone(),
+        Target::New(n) => n.workspace.clone(),
+    }
 }
 
 /// The thread to ask in: named, new, or the current one (a new one made
@@ -201,6 +213,8 @@ pub struct View {
     exchange_over: bool,
     live: Option<usize>,
     color: bool,
+    /// The members' colours.
+    pub palette: Palette,
     json: bool,
     /// Runs whose message seq we know, to match message events.
     by_seq: HashMap<u64, usize>,
@@ -230,6 +244,7 @@ impl View {
             exchange_over: false,
             live: None,
             color,
+            palette: Palette::new(&sent.members, vec![]),
             json,
             by_seq: HashMap::new(),
             at_line_start: true,
@@ -385,7 +400,7 @@ impl View {
         };
         let rule = "─".repeat(40usize.saturating_sub(label.chars().count()));
         let first = self.runs.iter().all(|r| !r.shown);
-        let line = bold(self.color, &paint(self.color, member_color(&r.member), &format!("{label}{rule}")));
+        let line = bold(self.color, &self.palette.paint(self.color, &r.member, &format!("{label}{rule}")));
         if !first {
             writeln!(out)?;
         }
@@ -533,8 +548,7 @@ mod tests {
     fn on_a_terminal_labels_are_coloured_per_member() {
         let mut v = View::new(&sent(&["claude"]), true, false);
         let out = play(&mut v, vec![delta("claude", "hi")]);
-        let colour = kd_client::style::member_color("claude");
-        assert!(out.starts_with(&format!("\x1b[1m\x1b[{colour}m── claude ")), "{out:?}");
+        assert!(out.starts_with("\x1b[1m\x1b[38;5;166m── claude "), "{out:?}");
         assert!(out.ends_with("\x1b[0m\x1b[0m\nhi"), "{out:?}");
     }
 

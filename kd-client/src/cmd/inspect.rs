@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::anyhow;
 use clap::Args;
 use kd_client::markdown;
-use kd_client::style::{bold, dim, member_color, paint};
+use kd_client::style::{Palette, bold, dim, paint};
 use kd_client::{ClientError, KdApiClient, workspace};
 use kd_proto::types::{Message, MessageKind, SessionStatus, Thread, ThreadStatus, display_order};
 
@@ -88,14 +88,23 @@ pub async fn show(ctx: &Ctx, a: ShowArgs) -> anyhow::Result<ExitCode> {
         print_json(&serde_json::json!({ "thread": thread, "messages": messages }))?;
         return Ok(ExitCode::SUCCESS);
     }
-    out!("{}", render_thread(&thread, &messages, ctx.styled()))?;
+    let styled = ctx.styled();
+    let palette = match styled {
+        true => {
+            let config = client.config_get(thread.workspace.clone()).await.ok();
+            let senders: Vec<String> = messages.iter().map(|m| m.from.clone()).collect();
+            Palette::from_config(config.as_ref(), &[thread.members.clone(), senders].concat())
+        }
+        false => Palette::default(),
+    };
+    out!("{}", render_thread(&thread, &messages, styled, &palette))?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// A thread for the terminal: Markdown rendered when `styled`, bodies
 /// verbatim otherwise. A retried answer stands in the place of the failure
 /// it replaces.
-pub fn render_thread(thread: &Thread, messages: &[Message], styled: bool) -> String {
+pub fn render_thread(thread: &Thread, messages: &[Message], styled: bool, palette: &Palette) -> String {
     let mut out = format!("thread {} · {}", thread.id, thread.workspace);
     if let Some(b) = &thread.branch {
         out.push_str(&format!(" ({b})"));
@@ -109,7 +118,7 @@ pub fn render_thread(thread: &Thread, messages: &[Message], styled: bool) -> Str
         out.push_str(&format!("{title}\n"));
     }
     for m in display_order(messages) {
-        let mut head = bold(styled, &paint(styled, member_color(&m.from), &format!("#{} {}", m.seq, m.from)));
+        let mut head = bold(styled, &palette.paint(styled, &m.from, &format!("#{} {}", m.seq, m.from)));
         let to: Vec<&str> = m.to.iter().map(String::as_str).filter(|t| *t != "all").collect();
         let mut meta = String::new();
         if !to.is_empty() {
