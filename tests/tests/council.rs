@@ -392,3 +392,26 @@ async fn a_chat_send_is_framed_by_the_chat_preamble_and_the_agents_chat_prompt()
     assert!(chat.contains("\n\nChat voice.\n\n[Previous conversation]\nking: Hi."), "{chat}");
     assert!(council.starts_with("Council preamble.\n\nCouncil voice.\n\n[Previous conversation]\n"), "{council}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chat_falls_back_to_the_council_prompt_and_takes_a_configured_chat_preamble() {
+    let ws = Workspace::new(&[]);
+    let record = ws.file("record.jsonl");
+    let mut agent = kd_tests::fake("codex", "codex", &[("FAKE_RECORD", &record)]);
+    agent["prompts"] = serde_json::json!({"council": "Only a council voice."});
+    ws.write_config(&serde_json::json!({
+        "council": {"members": ["codex"], "chat_preamble": "Chat like a pirate."},
+        "agents": {"codex": agent}
+    }));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread(&c, &ws).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let sent = c
+        .council_send(t.clone(), "Hi.".into(), None, None, Some(kd_proto::types::Style::Chat), None, None, Some(0), None)
+        .await
+        .unwrap();
+    until_end(&mut sub, sent.message.seq).await;
+    let prompt = prompt_of(&records(&record)[0]);
+    assert!(prompt.starts_with("Chat like a pirate.\n\nOnly a council voice.\n\n[Previous conversation]\nking: Hi."), "{prompt}");
+}
