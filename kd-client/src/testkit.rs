@@ -22,6 +22,7 @@ pub fn message(seq: u64, from: &str, kind: MessageKind, body: &str, run: Option<
         created_at_ms: 0,
         run: run.map(|r| RunMeta { run_id: Some(r.into()), ..RunMeta::default() }),
         replaces: None,
+        refs: vec![],
     }
 }
 

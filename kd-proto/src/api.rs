@@ -153,6 +153,7 @@ pub trait KdApi {
         members: Option<Vec<String>>,
         created_at_ms: Option<i64>,
         messages: Vec<ImportedMessage>,
+        origin: Option<String>,
     ) -> RpcResult<Thread>;
 
     #[method(name = "run.list", param_kind = map)]

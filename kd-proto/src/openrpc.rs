@@ -224,6 +224,11 @@ fn build() -> (Vec<MethodDoc>, Value) {
         .param::<Vec<String>>("members", false, "council members")
         .param::<i64>("created_at_ms", false, "when the thread was created")
         .param::<Vec<ImportedMessage>>("messages", true, "the messages, in order")
+        .param::<String>(
+            "origin",
+            false,
+            "where the thread comes from; a second import of the same origin is refused with already_exists (data: thread)",
+        )
         .errors(&[InvalidArgument, AlreadyExists]);
     b.method::<Vec<RunInfo>>("run.list", "runs", "Runs in flight, with their agent pids.");
     b.param::<String>("thread", false, "only this thread");

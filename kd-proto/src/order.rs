@@ -93,6 +93,7 @@ mod tests {
             created_at_ms: 0,
             run: ordinal.map(|o| RunMeta { ordinal: Some(o), ..RunMeta::default() }),
             replaces: None,
+            refs: vec![],
         }
     }
 

@@ -105,6 +105,9 @@ pub struct Thread {
     pub last_activity_at_ms: i64,
     /// Highest message seq (0 for an empty thread); also the message count.
     pub last_seq: u64,
+    /// Where an imported thread came from (e.g. `kingdom:/repo/.kd/branches/main/threads/council-a8b3`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
 }
 
 /// What a message is, which decides how it is shown and whether it is history.
@@ -183,6 +186,9 @@ pub struct Message {
     /// The failed message this one replaces (a retry): shown in its place.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replaces: Option<u64>,
+    /// Files the message refers to (Kingdom's `refs:`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refs: Vec<String>,
 }
 
 pub use crate::order::display_order;
@@ -483,6 +489,14 @@ pub struct ImportedMessage {
     pub kind: Option<MessageKind>,
     pub body: String,
     pub created_at_ms: i64,
+    /// Files the message refers to.
+    #[serde(default)]
+    pub refs: Vec<String>,
+    /// The backend and model that answered, when the file says.
+    #[serde(default)]
+    pub backend: Option<String>,
+    #[serde(default)]
+    pub model: Option<String>,
 }
 
 /// One effective configuration value and where it came from.

@@ -129,6 +129,7 @@ mod tests {
                 created_at_ms: 0,
                 run: None,
                 replaces: None,
+                refs: vec![],
             }),
         }
     }

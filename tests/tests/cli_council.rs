@@ -75,7 +75,7 @@ async fn export_import_export_is_byte_identical() {
     assert_eq!(files.len(), 5, "thread.json and four messages: {:?}", files.keys());
     let king = String::from_utf8(files["0001-king.md"].clone()).unwrap();
     assert!(king.starts_with("---\nfrom: king\nto: all\ntimestamp: "), "{king}");
-    assert!(king.ends_with("Z\n---\n\nQ with\n---\ndashes?"), "{king}");
+    assert!(king.ends_with("Z\n---\n\nQ with\n---\ndashes?\n"), "{king}");
     let error = files
         .iter()
         .find(|(n, _)| n.ends_with("-codex.md") && String::from_utf8_lossy(n.as_bytes()).starts_with("000"))

@@ -408,10 +408,23 @@ async fn chat_falls_back_to_the_council_prompt_and_takes_a_configured_chat_pream
     let t = thread(&c, &ws).await;
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     let sent = c
-        .council_send(t.clone(), "Hi.".into(), None, None, Some(kd_proto::types::Style::Chat), None, None, Some(0), None)
+        .council_send(
+            t.clone(),
+            "Hi.".into(),
+            None,
+            None,
+            Some(kd_proto::types::Style::Chat),
+            None,
+            None,
+            Some(0),
+            None,
+        )
         .await
         .unwrap();
     until_end(&mut sub, sent.message.seq).await;
     let prompt = prompt_of(&records(&record)[0]);
-    assert!(prompt.starts_with("Chat like a pirate.\n\nOnly a council voice.\n\n[Previous conversation]\nking: Hi."), "{prompt}");
+    assert!(
+        prompt.starts_with("Chat like a pirate.\n\nOnly a council voice.\n\n[Previous conversation]\nking: Hi."),
+        "{prompt}"
+    );
 }

@@ -24,6 +24,7 @@ fn thread() -> Thread {
         created_at_ms: 0,
         last_activity_at_ms: 0,
         last_seq: 0,
+        origin: None,
     }
 }
 

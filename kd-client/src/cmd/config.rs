@@ -43,6 +43,9 @@ pub async fn run(ctx: &Ctx, cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
             if let Some(n) = &view.notice {
                 outln!("note: {n}")?;
             }
+            for n in &view.notices {
+                outln!("note: {n}")?;
+            }
         }
         ConfigCommand::Show(a) => {
             if a.json {
@@ -52,6 +55,9 @@ pub async fn run(ctx: &Ctx, cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
             outln!("workspace {}", view.workspace)?;
             outln!("file      {}", view.file.as_deref().unwrap_or("(none: defaults)"))?;
             if let Some(n) = &view.notice {
+                outln!("note      {n}")?;
+            }
+            for n in &view.notices {
                 outln!("note      {n}")?;
             }
             outln!()?;

@@ -75,6 +75,7 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
         correlation_id: req.correlation_id.clone(),
         fence: None,
         replaces: None,
+        refs: vec![],
     };
     let (thread, message) = match target {
         Target::Existing(thread) => {
@@ -95,6 +96,7 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
                 parent: None,
                 set_current: new.set_current,
                 context: new.context.unwrap_or_default(),
+                origin: None,
             };
             db.create_thread_with_message(t, king).await?
         }

@@ -8,7 +8,7 @@ use rusqlite::Connection;
 
 use super::messages::{self, NewMessage};
 use super::threads::{self, NewThread};
-use super::{DbResult, Outbox};
+use super::{DbError, DbResult, Outbox};
 
 /// Creates a thread holding `messages` (time, message), as an import: the
 /// chosen id is used when it is free, a fresh one otherwise.
@@ -19,6 +19,11 @@ pub fn import(
     messages: Vec<(i64, NewMessage)>,
     out: &mut Outbox,
 ) -> DbResult<Thread> {
+    if let Some(origin) = &t.origin
+        && let Some(thread) = threads::by_origin(conn, origin)?
+    {
+        return Err(DbError::AlreadyImported { origin: origin.clone(), thread });
+    }
     if let Some(id) = &t.id
         && threads::exists(conn, id)?
     {

@@ -23,6 +23,8 @@ pub struct NewMessage {
     pub fence: Option<Fence>,
     /// The failed message a retry replaces.
     pub replaces: Option<u64>,
+    /// Files the message refers to.
+    pub refs: Vec<String>,
 }
 
 /// Appends a message with the thread's next seq, records it in the event
@@ -61,8 +63,8 @@ fn append_as(conn: &Connection, now: i64, seq: u64, m: NewMessage, out: &mut Out
     }
     let run = m.run.as_ref().map(|r| serde_json::to_string(r).unwrap_or_default());
     conn.prepare_cached(
-        "INSERT INTO messages (thread_id, seq, sender, recipients, cc, reply_to, kind, body, round, created_at, run, replaces)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+        "INSERT INTO messages (thread_id, seq, sender, recipients, cc, reply_to, kind, body, round, created_at, run, replaces, refs)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
     )?
     .execute(params![
         m.thread,
@@ -76,7 +78,8 @@ fn append_as(conn: &Connection, now: i64, seq: u64, m: NewMessage, out: &mut Out
         m.round,
         now,
         run,
-        m.replaces.map(|r| r as i64)
+        m.replaces.map(|r| r as i64),
+        json_list(&m.refs)
     ])?;
     events::record(
         conn,
@@ -112,6 +115,7 @@ fn append_as(conn: &Connection, now: i64, seq: u64, m: NewMessage, out: &mut Out
         created_at_ms: now,
         run: m.run,
         replaces: m.replaces,
+        refs: m.refs,
     };
     out.publish(&message.thread, ThreadEvent::Message { message: Box::new(message.clone()) });
     Ok(message)
@@ -139,7 +143,7 @@ pub fn import(conn: &Connection, thread: &str, messages: Vec<(i64, NewMessage)>,
 pub fn list(conn: &Connection, thread: &str, since: u64, limit: Option<u32>) -> DbResult<Vec<Message>> {
     threads::get(conn, thread)?;
     let mut stmt = conn.prepare_cached(
-        "SELECT thread_id, seq, sender, recipients, cc, reply_to, kind, body, round, created_at, run, replaces
+        "SELECT thread_id, seq, sender, recipients, cc, reply_to, kind, body, round, created_at, run, replaces, refs
          FROM messages WHERE thread_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
     )?;
     let limit = limit.map(i64::from).unwrap_or(-1);
@@ -164,6 +168,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Message> {
         created_at_ms: r.get(9)?,
         run: run.and_then(|s| serde_json::from_str(&s).ok()),
         replaces: r.get::<_, Option<i64>>(11)?.map(|v| v as u64),
+        refs: parse_list(&r.get::<_, String>(12)?),
     })
 }
 

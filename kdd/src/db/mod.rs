@@ -53,6 +53,8 @@ pub enum DbError {
     Invalid(String),
     #[error("{0} already exists")]
     AlreadyExists(String),
+    #[error("{origin} is already imported as thread {thread}")]
+    AlreadyImported { origin: String, thread: String },
     #[error("Session already active: {session} is held by {}", holder.as_deref().unwrap_or("an unnamed holder"))]
     SessionActive { session: String, holder: Option<String>, pid: Option<u32> },
     #[error("stale fencing token {token} for {resource}")]

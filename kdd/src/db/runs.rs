@@ -128,6 +128,7 @@ pub fn finish(conn: &Connection, now: i64, run: &RunInfo, f: Finish, out: &mut O
             correlation_id: Some(run.id.clone()),
             fence: None,
             replaces: run.replaces,
+            refs: vec![],
         },
         out,
     )?;

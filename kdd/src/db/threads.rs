@@ -19,9 +19,11 @@ pub struct NewThread {
     pub parent: Option<String>,
     pub set_current: bool,
     pub context: ContextMode,
+    /// Where an imported thread comes from (unique).
+    pub origin: Option<String>,
 }
 
-const COLUMNS: &str = "id, workspace, branch, title, status, lineage, parent_id, members, created_at, last_activity_at, last_seq, context_mode";
+const COLUMNS: &str = "id, workspace, branch, title, status, lineage, parent_id, members, created_at, last_activity_at, last_seq, context_mode, origin";
 
 pub fn create(conn: &Connection, now: i64, t: NewThread, out: &mut Outbox) -> DbResult<Thread> {
     if let Some(parent) = &t.parent {
@@ -40,8 +42,8 @@ pub fn create(conn: &Connection, now: i64, t: NewThread, out: &mut Outbox) -> Db
         None => fresh_id(conn)?,
     };
     conn.prepare_cached(
-        "INSERT INTO threads (id, workspace, branch, title, lineage, parent_id, members, created_at, last_activity_at, context_mode)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9)",
+        "INSERT INTO threads (id, workspace, branch, title, lineage, parent_id, members, created_at, last_activity_at, context_mode, origin)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10)",
     )?
     .execute(params![
         id,
@@ -52,7 +54,8 @@ pub fn create(conn: &Connection, now: i64, t: NewThread, out: &mut Outbox) -> Db
         t.parent,
         json_list(&t.members),
         now,
-        t.context.as_str()
+        t.context.as_str(),
+        t.origin
     ])?;
     events::record(
         conn,
@@ -85,6 +88,11 @@ fn fresh_id(conn: &Connection) -> DbResult<String> {
 
 pub(super) fn exists(conn: &Connection, id: &str) -> DbResult<bool> {
     Ok(conn.prepare_cached("SELECT 1 FROM threads WHERE id = ?1")?.query_row([id], |_| Ok(())).optional()?.is_some())
+}
+
+/// The thread imported from `origin`, if any.
+pub fn by_origin(conn: &Connection, origin: &str) -> DbResult<Option<String>> {
+    Ok(conn.prepare_cached("SELECT id FROM threads WHERE origin = ?1")?.query_row([origin], |r| r.get(0)).optional()?)
 }
 
 pub fn get(conn: &Connection, id: &str) -> DbResult<Thread> {
@@ -197,6 +205,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Thread> {
             "resume" => ContextMode::Resume,
             _ => ContextMode::History,
         },
+        origin: r.get(12)?,
     })
 }
 

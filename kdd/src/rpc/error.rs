@@ -14,6 +14,9 @@ impl From<DbError> for ErrorObjectOwned {
             DbError::NotFound(_) => ErrorCode::NotFound.error(msg),
             DbError::Invalid(_) => ErrorCode::InvalidArgument.error(msg),
             DbError::AlreadyExists(_) => ErrorCode::AlreadyExists.error(msg),
+            DbError::AlreadyImported { origin, thread } => {
+                ErrorCode::AlreadyExists.error_with(msg, json!({"thread": thread, "origin": origin}))
+            }
             DbError::SessionActive { session, holder, pid } => {
                 ErrorCode::SessionActive.error_with(msg, json!({"session": session, "holder": holder, "pid": pid}))
             }

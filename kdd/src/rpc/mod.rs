@@ -114,6 +114,7 @@ impl KdApiServer for Rpc {
             parent,
             set_current: set_current.unwrap_or(false),
             context: context_mode.unwrap_or_default(),
+            origin: None,
         };
         Ok(self.d.db.create_thread(t).await?)
     }
@@ -196,6 +197,7 @@ impl KdApiServer for Rpc {
             correlation_id,
             fence,
             replaces: None,
+            refs: vec![],
         };
         Ok(self.d.db.append_message(m).await?)
     }
@@ -309,8 +311,10 @@ impl KdApiServer for Rpc {
         members: Option<Vec<String>>,
         created_at_ms: Option<i64>,
         messages: Vec<ImportedMessage>,
+        origin: Option<String>,
     ) -> RpcResult<Thread> {
         validate::workspace(&workspace)?;
+        validate::path("origin", origin.as_deref())?;
         validate::label("branch", branch.as_deref())?;
         validate::label("title", title.as_deref())?;
         let members = members.unwrap_or_default();
@@ -322,6 +326,16 @@ impl KdApiServer for Rpc {
         for (i, m) in messages.into_iter().enumerate() {
             validate::member(&m.from).map_err(|e| invalid(format!("messages[{i}].from: {}", e.message())))?;
             validate::addressees(&format!("messages[{i}].to"), &m.to)?;
+            for r in &m.refs {
+                validate::path(&format!("messages[{i}].refs"), Some(r))?;
+            }
+            validate::label(&format!("messages[{i}].backend"), m.backend.as_deref())?;
+            validate::label(&format!("messages[{i}].model"), m.model.as_deref())?;
+            let run = (m.backend.is_some() || m.model.is_some()).then(|| RunMeta {
+                backend: m.backend,
+                model: m.model,
+                ..RunMeta::default()
+            });
             let kind = m.kind.unwrap_or(if m.from == KING { MessageKind::King } else { MessageKind::Agent });
             let to = if m.to.is_empty() { vec![ALL.to_string()] } else { m.to };
             imported.push((
@@ -335,10 +349,11 @@ impl KdApiServer for Rpc {
                     kind,
                     body: m.body,
                     round: None,
-                    run: None,
+                    run,
                     correlation_id: None,
                     fence: None,
                     replaces: None,
+                    refs: m.refs,
                 },
             ));
         }
@@ -353,6 +368,7 @@ impl KdApiServer for Rpc {
             parent: None,
             set_current: false,
             context: ContextMode::History,
+            origin,
         };
         Ok(self.d.db.import_thread(t, created, imported).await?)
     }

@@ -64,6 +64,15 @@ pub fn workspace(path: &str) -> Result<(), ErrorObjectOwned> {
     Ok(())
 }
 
+/// A path-like string (an origin, a file a message refers to).
+pub fn path(param: &str, value: Option<&str>) -> Result<(), ErrorObjectOwned> {
+    match value {
+        Some(v) if v.len() > MAX_PATH => Err(invalid(format!("{param} is longer than {MAX_PATH} bytes"))),
+        Some(v) if v.chars().any(char::is_control) => Err(invalid(format!("{param} contains control characters"))),
+        _ => Ok(()),
+    }
+}
+
 pub fn label(param: &str, value: Option<&str>) -> Result<(), ErrorObjectOwned> {
     match value {
         Some(v) if v.len() > MAX_LABEL => Err(invalid(format!("{param} is longer than {MAX_LABEL} bytes"))),

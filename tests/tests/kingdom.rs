@@ -1,0 +1,150 @@
+//! Kingdom users come along unchanged (F-B5): its `.kd/config.json` as it
+//! is, and its thread directories as it writes them (tests/fixtures/kingdom).
+
+use std::path::{Path, PathBuf};
+
+use kd_client::KdApiClient;
+use kd_proto::types::{MessageKind, ThreadStatus};
+use kd_tests::{Kdd, Output, run};
+
+/// A copy of the Kingdom fixture project in a temporary directory.
+fn kingdom_project() -> tempfile::TempDir {
+    let dir = tempfile::Builder::new().prefix("kd-kingdom-").tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/kingdom");
+    copy_tree(&src, dir.path());
+    dir
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+async fn kd(kdd: &Kdd, cwd: &Path, args: &[&str]) -> Output {
+    let mut k = kdd.kd();
+    k.current_dir(cwd).args(args);
+    run(k).await
+}
+
+fn tree(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut files: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| (p.file_name().unwrap().into(), std::fs::read(&p).unwrap()))
+        .collect();
+    files.sort();
+    files
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kingdom_tree_is_imported_once_with_everything_kingdom_wrote() {
+    let project = kingdom_project();
+    let kdd = Kdd::start();
+    let out = kd(&kdd, project.path(), &["import", "--kingdom"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.starts_with("imported 3 threads (8 messages)"), "{}", out.stdout);
+    assert!(out.stdout.trim_end().ends_with("0 already imported"), "{}", out.stdout);
+    let again = kd(&kdd, project.path(), &["import", "--kingdom", ".kd"]).await;
+    assert!(again.stdout.starts_with("imported 0 threads (0 messages)"), "{}", again.stdout);
+    assert!(again.stdout.trim_end().ends_with("3 already imported"), "{}", again.stdout);
+
+    let c = kdd.client().await;
+    let threads = c.thread_list(None, None, None).await.unwrap();
+    assert_eq!(threads.len(), 3);
+    let root = project.path().canonicalize().unwrap().display().to_string();
+    let get = |id: &str| threads.iter().find(|t| t.id == id).unwrap().clone();
+    let main = get("council-a8b3");
+    assert_eq!((main.workspace.as_str(), main.branch.as_deref()), (root.as_str(), Some("main")));
+    assert_eq!(main.members, ["claude", "codex"], "no thread.json: the senders");
+    assert!(main.origin.as_deref().is_some_and(|o| o.starts_with("kingdom:") && o.ends_with("council-a8b3")));
+    let review = get("council-f00d");
+    assert_eq!(
+        (review.members.clone(), review.branch.as_deref()),
+        (vec!["claude".to_string(), "cursor".to_string()], Some("feature-oauth-refresh"))
+    );
+    assert_eq!(get("council-0ld1").status, ThreadStatus::Archived, "from Kingdom's archive");
+
+    let m = c.thread_messages(main.id.clone(), None, None).await.unwrap();
+    assert_eq!(m[0].refs, ["src/kingdom/thread.py", "docs/design.md"], "a multi-line list");
+    assert_eq!(m[3].refs, ["src/kingdom/thread.py"], "an inline list");
+    assert_eq!(
+        m[1].body,
+        "By id. A branch can hold several conversations.\n\n---\n\nThe rule above is part of the answer."
+    );
+    let run = m[1].run.as_ref().unwrap();
+    assert_eq!((run.backend.as_deref(), run.model.as_deref()), (Some("claude"), Some("opus")));
+    assert_eq!((m[2].kind, m[3].to.clone()), (MessageKind::Error, vec!["codex".to_string()]), "status: timeout");
+    let f = c.thread_messages(review.id.clone(), None, None).await.unwrap();
+    assert_eq!((f[0].to.clone(), f[1].kind), (vec!["all".to_string()], MessageKind::Interrupted), "to: council");
+
+    // Exported back with its refs, and stable from there on.
+    let first = project.path().join("out-1");
+    let out = kd(&kdd, project.path(), &["export", &main.id, first.to_str().unwrap()]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let king = String::from_utf8(std::fs::read(first.join("0001-king.md")).unwrap()).unwrap();
+    assert!(king.contains("\nrefs:\n  - src/kingdom/thread.py\n  - docs/design.md\n---\n"), "{king}");
+    let out = kd(&kdd, project.path(), &["import", first.to_str().unwrap()]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let copy = out.stdout.trim().rsplit(' ').next().unwrap().to_string();
+    let second = project.path().join("out-2");
+    let out = kd(&kdd, project.path(), &["export", &copy, second.to_str().unwrap()]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let strip_json =
+        |t: Vec<(PathBuf, Vec<u8>)>| t.into_iter().filter(|(n, _)| n != Path::new("thread.json")).collect::<Vec<_>>();
+    assert_eq!(strip_json(tree(&first)), strip_json(tree(&second)));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_kingdom_thread_directory_without_thread_json_imports() {
+    let project = kingdom_project();
+    let kdd = Kdd::start();
+    let dir = project.path().join(".kd/branches/main/threads/council-a8b3");
+    let out = kd(&kdd, project.path(), &["import", dir.to_str().unwrap()]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(out.stdout.trim(), "imported 5 messages as thread council-a8b3");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kingdoms_config_is_accepted_with_one_notice_per_ignored_key() {
+    let project = kingdom_project();
+    let kdd = Kdd::start();
+    let out = kd(&kdd, project.path(), &["config", "check"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(
+        out.stdout.lines().next().unwrap_or_default().ends_with("ok; members: claude, codex, cursor"),
+        "{}",
+        out.stdout
+    );
+    let notes: Vec<&str> = out.stdout.lines().filter(|l| l.starts_with("note: ")).collect();
+    assert_eq!(notes.len(), 8, "{}", out.stdout);
+    assert!(notes.iter().any(|n| n.starts_with("note: peasant: ")), "{notes:?}");
+    let show = kd(&kdd, project.path(), &["config", "show"]).await;
+    assert!(show.stdout.contains("council.mode") && show.stdout.contains("(council.ask.mode)"), "{}", show.stdout);
+    assert_eq!(show.stdout.matches("note ").count() + show.stdout.matches("note: ").count(), 8, "{}", show.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn import_reads_only_regular_files_of_bounded_size() {
+    let project = kingdom_project();
+    let kdd = Kdd::start();
+    let dir = project.path().join(".kd/archive/old-spike/threads/council-0ld1");
+    let fifo = dir.join("0002-fifo.md");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    std::os::unix::fs::symlink("/dev/zero", dir.join("0003-zero.md")).unwrap();
+    std::fs::write(dir.join("0004-huge.md"), vec![b'x'; 9 * 1024 * 1024]).unwrap();
+    let out = kd(&kdd, project.path(), &["import", dir.to_str().unwrap()]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(out.stdout.trim(), "imported 1 messages as thread council-0ld1");
+    let skipped: Vec<&str> = out.stderr.lines().filter(|l| l.starts_with("kd: skipped ")).collect();
+    assert_eq!(skipped.len(), 3, "{}", out.stderr);
+    assert!(skipped.iter().any(|l| l.contains("0002-fifo.md: not a regular file")), "{}", out.stderr);
+    assert!(skipped.iter().any(|l| l.contains("0004-huge.md") && l.contains("limit")), "{}", out.stderr);
+}
