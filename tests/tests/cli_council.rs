@@ -314,7 +314,7 @@ fn foregrounds(text: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread")]
 async fn members_have_distinct_colours_that_can_be_overridden_and_none_without_colour() {
     let members = ["claude", "codex", "cursor", "gemini", "a", "b", "c", "d"];
-    let spec: Vec<(&str, &str, &[(&str, &str)])> =
+    let spec: Vec<kd_tests::Member<'_>> =
         members.iter().map(|m| (*m, if m.len() == 1 { "claude" } else { *m }, &[][..])).collect();
     let ws = Workspace::new(&spec);
     let kdd = Kdd::start();
