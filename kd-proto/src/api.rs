@@ -192,6 +192,9 @@ pub trait KdApi {
         status: Option<SessionStatus>,
     ) -> RpcResult<Vec<Session>>;
 
+    #[method(name = "session.get", param_kind = map)]
+    async fn session_get(&self, session: String) -> RpcResult<Session>;
+
     #[method(name = "lock.acquire", param_kind = map)]
     async fn lock_acquire(
         &self,

@@ -260,10 +260,16 @@ fn build() -> (Vec<MethodDoc>, Value) {
         .param::<SessionStatus>("status", false, "completed (default), expired, idle or archived")
         .param::<String>("backend_session_id", false, "record the backend's session id")
         .errors(&[NotFound, InvalidArgument]);
-    b.method::<Vec<Session>>("session.list", "sessions", "Sessions, newest first.");
+    b.method::<Vec<Session>>(
+        "session.list",
+        "sessions",
+        "Sessions, newest first. An active session whose holder process has died is released (expired) on the way.",
+    );
     b.param::<String>("thread", false, "only this thread")
         .param::<String>("agent", false, "only this agent")
         .param::<SessionStatus>("status", false, "only this status");
+    b.method::<Session>("session.get", "session", "One session: whether it exists, its status and holder. An active session whose holder process has died is released (expired) first.");
+    b.param::<String>("session", true, "session id").errors(&[NotFound]);
 
     b.method::<LockOutcome>("lock.acquire", "outcome", "Acquire a conversation lock for ttl_ms: acquired with a fencing token that grows with every acquisition, or denied with the holder and expires_in_ms. A lock whose TTL passed or whose holder pid died is free. The same holder and pid re-acquiring renews it.");
     b.param::<String>("resource", true, "what is locked, e.g. a thread id")

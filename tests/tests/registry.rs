@@ -321,3 +321,27 @@ async fn archiving_a_thread_archives_its_sessions() {
     let listed = c.thread_list(None, Some(ThreadStatus::Archived), None).await.unwrap();
     assert_eq!(listed.len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_whose_holder_died_is_listed_released_and_session_get_checks_one() {
+    let kdd = Kdd::start();
+    let client = kdd.client().await;
+    let thread = new_thread(&client, "dead-holder").await;
+    let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+    let s = client
+        .session_start(thread.clone(), "claude".into(), Some("b-1".into()), Some("tool".into()), Some(child.id()), None)
+        .await
+        .unwrap();
+    let got = client.session_get(s.id.clone()).await.unwrap();
+    assert_eq!((got.status, got.holder.as_deref(), got.pid), (SessionStatus::Active, Some("tool"), Some(child.id())));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Nobody resumed it: listing alone finds the holder gone.
+    let listed = client.session_list(Some(thread.clone()), None, None).await.unwrap();
+    assert_eq!((listed[0].status, listed[0].holder.as_deref(), listed[0].pid), (SessionStatus::Expired, None, None));
+    let active = client.session_list(Some(thread.clone()), None, Some(SessionStatus::Active)).await.unwrap();
+    assert!(active.is_empty());
+    assert_eq!(client.session_get(s.id.clone()).await.unwrap().status, SessionStatus::Expired);
+    let missing = ClientError::from(client.session_get("s-nope".into()).await.unwrap_err());
+    assert_eq!(missing.code(), Some(ErrorCode::NotFound));
+}

@@ -4,7 +4,7 @@
 use kd_client::{ClientError, KdApiClient};
 use kd_proto::ErrorCode;
 use kd_proto::types::{ContextMode, MessageKind, RunStatus, Sent, SessionStatus, ThreadEvent};
-use kd_tests::{Kdd, Workspace, alive, collect_until, ended, prompt_of, records, within};
+use kd_tests::{Kdd, Workspace, alive, collect_until, ended, prompt_of, records, run, within};
 
 const FAST_KILL: &[&str] = &["--kill-grace-ms", "300"];
 
@@ -671,4 +671,43 @@ async fn daemon_shutdown_records_runs_in_flight_as_interrupted() {
     let last = c.thread_messages(t, None, None).await.unwrap().pop().unwrap();
     assert_eq!(last.kind, MessageKind::Interrupted);
     assert_eq!(last.body, "Answer from claude.");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn history_mode_runs_record_their_backend_session_and_a_held_session_its_pid() {
+    let ws = Workspace::new(&[]);
+    let hold = ws.file("hold");
+    std::fs::write(&hold, b"").unwrap();
+    ws.write_config(&serde_json::json!({
+        "council": {"members": ["claude"]},
+        "agents": {"claude": kd_tests::fake("claude", "claude", &[("FAKE_SESSION_ID", "claude-s-1"), ("FAKE_HOLD", &hold)])}
+    }));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    send(&c, &t, "Q?").await;
+    let events = collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))).await;
+    let pid = events.iter().find_map(|e| match e {
+        ThreadEvent::RunStarted { pid, .. } => Some(*pid),
+        _ => None,
+    });
+    let held = c.session_list(Some(t.clone()), Some("claude".into()), None).await.unwrap();
+    assert_eq!(held.len(), 1);
+    assert_eq!((held[0].status, held[0].pid), (SessionStatus::Active, pid), "held by the run's agent");
+    std::fs::remove_file(&hold).unwrap();
+    collect_until(&mut sub, |e| ended(e) == 1).await;
+    let done = c.session_list(Some(t.clone()), Some("claude".into()), None).await.unwrap();
+    assert_eq!(
+        (done[0].status, done[0].backend_session_id.as_deref(), done[0].pid),
+        (SessionStatus::Completed, Some("claude-s-1"), None),
+        "what ran, to resume by hand"
+    );
+    let out = run({
+        let mut k = kdd.kd();
+        k.args(["sessions", "--thread", &t]);
+        k
+    })
+    .await;
+    assert!(out.stdout.contains("claude-s-1") && out.stdout.contains("completed"), "{}", out.stdout);
 }

@@ -252,12 +252,54 @@ impl super::Db {
         self.write(move |c, _| end(c, super::now_ms(), &e)).await
     }
 
+    /// Sessions, newest first. Active ones whose holder process has died
+    /// are released (expired) first, so none is listed as held by the dead.
     pub async fn sessions(
         &self,
         thread: Option<String>,
         agent: Option<String>,
         status: Option<SessionStatus>,
     ) -> DbResult<Vec<Session>> {
+        let (t, a) = (thread.clone(), agent.clone());
+        let listed = self.read(move |c| list(c, t.as_deref(), a.as_deref(), status)).await?;
+        if !self.release_dead_holders(&listed).await? {
+            return Ok(listed);
+        }
         self.read(move |c| list(c, thread.as_deref(), agent.as_deref(), status)).await
+    }
+
+    /// One session, released first when its holder has died.
+    pub async fn session(&self, id: String) -> DbResult<Session> {
+        let key = id.clone();
+        let s = self.read(move |c| get(c, &key)).await?;
+        if !self.release_dead_holders(std::slice::from_ref(&s)).await? {
+            return Ok(s);
+        }
+        self.read(move |c| get(c, &id)).await
+    }
+
+    /// Expires the active sessions among `sessions` whose holder process is
+    /// gone (checked again in the writer); true when there were any.
+    async fn release_dead_holders(&self, sessions: &[Session]) -> DbResult<bool> {
+        let alive = crate::proc::pid_alive;
+        let dead: Vec<Session> = sessions
+            .iter()
+            .filter(|s| s.status == SessionStatus::Active && s.pid.is_some_and(|p| !alive(p)))
+            .cloned()
+            .collect();
+        if dead.is_empty() {
+            return Ok(false);
+        }
+        self.write(move |c, _| {
+            for s in &dead {
+                let current = get(c, &s.id)?;
+                if current.status == SessionStatus::Active {
+                    reclaim_if_dead(c, super::now_ms(), &current, &alive)?;
+                }
+            }
+            Ok(())
+        })
+        .await?;
+        Ok(true)
     }
 }

@@ -445,6 +445,11 @@ impl KdApiServer for Rpc {
         Ok(self.d.db.sessions(thread, agent, status).await?)
     }
 
+    async fn session_get(&self, session: String) -> RpcResult<Session> {
+        validate::label("session", Some(&session))?;
+        Ok(self.d.db.session(session).await?)
+    }
+
     async fn lock_acquire(
         &self,
         resource: String,
