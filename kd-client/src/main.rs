@@ -42,9 +42,13 @@ enum Command {
     Cancel(cmd::runs::CancelArgs),
     /// Ask again the members whose last answer failed
     Retry(cmd::runs::RetryArgs),
+    /// Follow a thread live, whoever asks in it, until Ctrl+C
+    Watch(cmd::watch::WatchArgs),
     /// Start, stop or inspect the daemon
     #[command(subcommand)]
     Daemon(cmd::daemon::DaemonCommand),
+    /// Check the daemon, its database, the configuration and each member's CLI
+    Doctor,
     /// List threads, most recently active first
     Threads(cmd::inspect::ThreadsArgs),
     /// Print a thread's messages
@@ -102,11 +106,13 @@ fn main() -> ExitCode {
             Command::Runs(a) => cmd::runs::list(&ctx, a).await,
             Command::Cancel(a) => cmd::runs::cancel(&ctx, a).await,
             Command::Retry(a) => cmd::runs::retry(&ctx, a).await,
+            Command::Watch(a) => cmd::watch::run(&ctx, a).await,
             Command::Export(a) => cmd::transfer::export(&ctx, a).await,
             Command::Import(a) => cmd::transfer::import(&ctx, a).await,
             Command::Config(c) => cmd::config::run(&ctx, c).await,
             Command::Completions { .. } => Ok(ExitCode::SUCCESS),
             Command::Daemon(c) => cmd::daemon::run(&ctx, c).await,
+            Command::Doctor => cmd::doctor::run(&ctx).await,
             Command::Threads(a) => cmd::inspect::threads(&ctx, a).await,
             Command::Show(a) => cmd::inspect::show(&ctx, a).await,
             Command::Sessions(a) => cmd::inspect::sessions(&ctx, a).await,

@@ -30,6 +30,10 @@ pub trait KdApi {
     #[method(name = "daemon.shutdown", param_kind = map)]
     async fn daemon_shutdown(&self) -> RpcResult<ShutdownAck>;
 
+    /// Checks of the database, a workspace's configuration and each member's CLI.
+    #[method(name = "daemon.doctor", param_kind = map)]
+    async fn daemon_doctor(&self, workspace: String) -> RpcResult<Vec<Check>>;
+
     /// The OpenRPC document describing every method.
     #[method(name = "rpc.discover", param_kind = map)]
     async fn rpc_discover(&self) -> RpcResult<serde_json::Value>;

@@ -124,6 +124,9 @@ fn build() -> (Vec<MethodDoc>, Value) {
     );
     b.method::<DaemonStatus>("daemon.status", "status", "Version, pid, uptime, socket and database paths, schema version, counts of threads, runs, clients and subscriptions.");
     b.method::<ShutdownAck>("daemon.shutdown", "ack", "Stop gracefully: stop accepting, cancel runs in flight and record them as interrupted, close the database, remove the socket, exit 0.");
+    b.method::<Vec<Check>>("daemon.doctor", "checks", "Checks, one per line of `kd doctor`: the database (integrity), the workspace's configuration, and each member's CLI as the daemon would run it (found, `--version`).");
+    b.param::<String>("workspace", true, "the workspace whose council is checked (absolute)")
+        .errors(&[InvalidArgument]);
     b.method::<Value>("rpc.discover", "document", "This OpenRPC document.");
 
     b.method::<Thread>("thread.create", "thread", "Create a thread.");

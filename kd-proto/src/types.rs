@@ -523,3 +523,23 @@ pub struct ConfigView {
     #[serde(default)]
     pub notices: Vec<String>,
 }
+
+/// How one check of `daemon.doctor` came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckStatus {
+    Ok,
+    /// Works, but something deserves a look.
+    Warn,
+    /// Broken.
+    Fail,
+}
+
+/// One line of `kd doctor`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Check {
+    /// What was checked: `database`, `config`, a member's name.
+    pub subject: String,
+    pub status: CheckStatus,
+    pub detail: String,
+}

@@ -15,6 +15,7 @@
 //! - [`db`]: the SQLite registry — one writer thread, pooled readers, all SQL;
 //! - [`hub`]: fan-out of thread events to subscribers;
 //! - [`client`]: the identity of a client connection;
+//! - [`doctor`]: the checks behind `kd doctor`;
 //! - [`shutdown`]: signals and the shutdown order;
 //! - [`proc`]: process liveness.
 //!
@@ -28,6 +29,7 @@ pub mod client;
 pub mod config;
 pub mod council;
 pub mod db;
+pub mod doctor;
 pub mod hub;
 pub mod proc;
 pub mod prompt;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use kd_client::KdApiClient;
-use kd_tests::{Kdd, Output, Workspace, bin, run};
+use kd_tests::{Kdd, Output, Workspace, bin, run, within};
 
 async fn kd(kdd: &Kdd, ws: &Workspace, args: &[&str]) -> Output {
     let mut k = kdd.kd();
@@ -342,4 +342,79 @@ async fn members_have_distinct_colours_that_can_be_overridden_and_none_without_c
     // Not on a terminal, or NO_COLOR: no escapes at all.
     let plain = kd(&kdd, &ws, &["ask", "--to", "claude", "Plain?"]).await;
     assert!(!plain.stdout.contains('\x1b'), "{:?}", plain.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ask_mute_leaves_a_member_out() {
+    let ws = Workspace::new(&[("claude", "claude", &[]), ("codex", "codex", &[])]);
+    let kdd = Kdd::start();
+    let out = kd(&kdd, &ws, &["ask", "--mute", "codex", "--rounds", "1", "Q?"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(out.stdout.matches("── claude").count(), 2, "{}", out.stdout);
+    assert!(!out.stdout.contains("── codex"), "{}", out.stdout);
+    let refused = kd(&kdd, &ws, &["ask", "--mute", "nobody", "Q?"]).await;
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(refused.stderr.contains("unknown member nobody"), "{}", refused.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn watch_follows_exchanges_started_by_other_clients_until_ctrl_c() {
+    use tokio::io::AsyncBufReadExt;
+    let ws = Workspace::new(&[("claude", "claude", &[("FAKE_TEXT", "Watched answer.")])]);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = c.thread_create(ws.path(), None, None, None, None, None, None, Some(true), None).await.unwrap();
+    let mut k = kdd.kd();
+    k.current_dir(ws.dir.path())
+        .args(["watch"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut watch = k.spawn().unwrap();
+    let mut lines = tokio::io::BufReader::new(watch.stdout.take().unwrap()).lines();
+    // The first line says what is watched: the subscription is open.
+    let first = within("kd watch to start", lines.next_line()).await.unwrap().unwrap_or_default();
+    assert!(first.contains(&t.id), "{first}");
+    for question in ["First?", "Second?"] {
+        c.council_send(t.id.clone(), question.into(), None, None, None, None, None, Some(0), None).await.unwrap();
+        let mut seen = Vec::new();
+        while !seen.iter().any(|l: &String| l.contains("Watched answer.")) {
+            let line = within("the answer in kd watch", lines.next_line()).await.unwrap();
+            seen.push(line.unwrap_or_default());
+        }
+        assert!(seen.iter().any(|l| l.contains(question)), "the King's question too: {seen:?}");
+        assert!(seen.iter().any(|l| l.starts_with("── claude")), "{seen:?}");
+    }
+    let pid = rustix::process::Pid::from_raw(watch.id().unwrap() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    let status = within("kd watch to stop", watch.wait()).await.unwrap();
+    assert_eq!(status.code(), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn doctor_checks_daemon_database_config_and_each_member() {
+    let ws = Workspace::new(&[("claude", "claude", &[]), ("codex", "codex", &[])]);
+    let kdd = Kdd::start();
+    let out = kd(&kdd, &ws, &["doctor"]).await;
+    assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    for subject in ["kd", "daemon", "database", "config", "claude", "codex"] {
+        let found = lines.iter().any(|l| l.starts_with("ok ") && l.contains(&format!(" {subject}: ")));
+        assert!(found, "{subject}: {}", out.stdout);
+    }
+    assert!(out.stdout.contains("integrity ok"), "{}", out.stdout);
+    assert!(out.stdout.contains("fake-agent"), "the binary found: {}", out.stdout);
+    // A member whose binary is missing is broken.
+    let mut cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(ws.dir.path().join(".kd/config.json")).unwrap()).unwrap();
+    cfg["agents"]["codex"]["command"] = "/nonexistent/codex".into();
+    ws.write_config(&cfg);
+    let out = kd(&kdd, &ws, &["doctor"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", out.stdout);
+    let codex = out.stdout.lines().find(|l| l.contains(" codex: ")).unwrap_or_default();
+    assert!(codex.starts_with("FAIL") && codex.contains("not found"), "{}", out.stdout);
+    // A bad configuration is broken too, and said in one line.
+    ws.write_config(&serde_json::json!({"council": {"mode": "chaos"}}));
+    let out = kd(&kdd, &ws, &["doctor"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.lines().any(|l| l.starts_with("FAIL") && l.contains("council.mode")), "{}", out.stdout);
 }

@@ -1,12 +1,15 @@
 //! The `kd` subcommands. Each talks to the daemon only through the public
 //! RPC API (F-K3).
 
+pub mod answers;
 pub mod ask;
 pub mod config;
 pub mod daemon;
+pub mod doctor;
 pub mod inspect;
 pub mod runs;
 pub mod transfer;
+pub mod watch;
 
 use std::path::PathBuf;
 
@@ -66,6 +69,20 @@ impl Ctx {
     pub async fn client(&self) -> Result<Client, ClientError> {
         Client::connect_or_start(&self.socket).await
     }
+}
+
+/// The named thread, or the current one of this workspace and branch.
+pub async fn thread_or_current(client: &Client, thread: Option<String>) -> anyhow::Result<kd_proto::types::Thread> {
+    use kd_client::KdApiClient;
+    if let Some(t) = thread {
+        return Ok(client.thread_get(t).await.map_err(ClientError::from)?);
+    }
+    let ws = kd_client::workspace::current()?;
+    client
+        .thread_current(ws.root.display().to_string(), ws.branch.clone())
+        .await
+        .map_err(ClientError::from)?
+        .ok_or_else(|| anyhow::anyhow!("no current thread in {}; name one (see `kd threads`)", ws.root.display()))
 }
 
 /// Prints a value as pretty JSON.

@@ -2,9 +2,8 @@
 
 use std::process::ExitCode;
 
-use anyhow::anyhow;
 use clap::Args;
-use kd_client::{ClientError, KdApiClient, workspace};
+use kd_client::{ClientError, KdApiClient};
 
 use super::{Ctx, print_json};
 use crate::fmt::{self, Table};
@@ -57,23 +56,9 @@ pub struct CancelArgs {
     member: Option<String>,
 }
 
-/// The named thread, or the current one of this workspace and branch.
-async fn thread_or_current(client: &kd_client::Client, thread: Option<String>) -> anyhow::Result<String> {
-    if let Some(t) = thread {
-        return Ok(t);
-    }
-    let ws = workspace::current()?;
-    Ok(client
-        .thread_current(ws.root.display().to_string(), ws.branch.clone())
-        .await
-        .map_err(ClientError::from)?
-        .ok_or_else(|| anyhow!("no current thread in {}; name one", ws.root.display()))?
-        .id)
-}
-
 pub async fn cancel(ctx: &Ctx, a: CancelArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client().await?;
-    let thread = thread_or_current(&client, a.thread).await?;
+    let thread = super::thread_or_current(&client, a.thread).await?.id;
     let (cancelled, stopped) = match a.member {
         Some(m) => (client.run_cancel(thread.clone(), Some(m), None).await.map_err(ClientError::from)?, false),
         None => {
@@ -106,7 +91,7 @@ pub struct RetryArgs {
 
 pub async fn retry(ctx: &Ctx, a: RetryArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client().await?;
-    let thread = thread_or_current(&client, a.thread).await?;
+    let thread = super::thread_or_current(&client, a.thread).await?.id;
     let runs = client.council_retry(thread.clone(), None, None).await.map_err(ClientError::from)?;
     if runs.is_empty() {
         outln!("no failed members to retry on {thread}")?;

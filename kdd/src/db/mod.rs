@@ -167,6 +167,16 @@ impl Db {
             .map_err(|e| DbError::Internal(format!("read task failed: {e}")))?
     }
 
+    /// SQLite's `integrity_check`: `ok`, or the problems it found.
+    pub async fn integrity_check(&self) -> DbResult<Vec<String>> {
+        self.read(|c| {
+            let mut stmt = c.prepare("PRAGMA integrity_check")?;
+            let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+        .await
+    }
+
     /// Finishes every queued write, checkpoints the WAL and stops the writer.
     /// Later writes fail with [`DbError::Closed`].
     pub async fn close(&self) {

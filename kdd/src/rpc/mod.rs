@@ -76,6 +76,11 @@ impl KdApiServer for Rpc {
         Ok(ShutdownAck { stopping: true, runs_cancelled: runs })
     }
 
+    async fn daemon_doctor(&self, workspace: String) -> RpcResult<Vec<Check>> {
+        validate::workspace(&workspace)?;
+        Ok(crate::doctor::run(&self.d.db, std::path::Path::new(&workspace)).await)
+    }
+
     async fn rpc_discover(&self) -> RpcResult<serde_json::Value> {
         Ok(kd_proto::openrpc::document().clone())
     }

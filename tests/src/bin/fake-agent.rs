@@ -27,6 +27,8 @@
 //! | `FAKE_STDERR` | write this to stderr |
 //! | `FAKE_RECORD` | append `{argv, stdin, cwd, pid}` as a JSON line to this file |
 //!
+//! `fake-agent --version` prints its version, as the real CLIs do.
+//!
 //! On SIGINT a claude-format fake reports its partial answer in a result
 //! line and exits 130, as Claude Code does; otherwise SIGINT/SIGTERM end it.
 
@@ -223,6 +225,10 @@ fn pieces(text: &str, n: usize) -> Vec<String> {
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args == ["--version"] {
+        println!("fake-agent {} ({})", env!("CARGO_PKG_VERSION"), env("FAKE_NAME").unwrap_or_else(|| "fake".into()));
+        return;
+    }
     let mut stdin = String::new();
     let _ = std::io::stdin().read_to_string(&mut stdin);
     if let Some(path) = env("FAKE_RECORD") {

@@ -1,0 +1,115 @@
+//! `daemon.doctor`: what `kd doctor` asks the daemon — the database's
+//! integrity, a workspace's configuration, and each member's CLI as the
+//! daemon would run it (found on the daemon's `PATH`, answering
+//! `--version`). One [`Check`] per line.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use kd_proto::types::{Check, CheckStatus};
+
+use crate::config::{self, AgentDef, Backend, Env};
+use crate::db::Db;
+
+/// How long a CLI may take to print its version.
+const VERSION_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn check(subject: &str, status: CheckStatus, detail: impl Into<String>) -> Check {
+    Check { subject: subject.to_string(), status, detail: detail.into() }
+}
+
+pub async fn run(db: &Db, workspace: &Path) -> Vec<Check> {
+    let mut checks = vec![database(db).await];
+    let (config_checks, members) = council(workspace);
+    checks.extend(config_checks);
+    // Every member's CLI at once: a slow one does not hold up the others.
+    let mut set = tokio::task::JoinSet::new();
+    for (i, (agent, path)) in members.into_iter().enumerate() {
+        set.spawn(async move { (i, member(agent, path).await) });
+    }
+    let mut found: Vec<(usize, Check)> = set.join_all().await;
+    found.sort_by_key(|(i, _)| *i);
+    checks.extend(found.into_iter().map(|(_, c)| c));
+    checks
+}
+
+/// The configuration's checks, and each member with where its CLI is.
+fn council(workspace: &Path) -> (Vec<Check>, Vec<(AgentDef, Option<PathBuf>)>) {
+    let env = Env::process();
+    let config = match config::load_with(workspace, &env) {
+        Ok(c) => c,
+        Err(e) => return (vec![check("config", CheckStatus::Fail, e.to_string())], vec![]),
+    };
+    let file = config.file.as_ref().map(|f| f.display().to_string()).unwrap_or_else(|| "no file, defaults".into());
+    let mut checks = vec![if config.council.members.is_empty() {
+        check(
+            "config",
+            CheckStatus::Fail,
+            format!("{file}; no council members: configure council.members or install an agent CLI"),
+        )
+    } else {
+        check("config", CheckStatus::Ok, format!("{file}; members: {}", config.council.members.join(", ")))
+    }];
+    checks.extend(config.notices.iter().map(|n| check("config", CheckStatus::Warn, n.clone())));
+    let members = config
+        .council
+        .members
+        .iter()
+        .filter_map(|m| config.agent(m))
+        .map(|a| (a.clone(), config::find_program(&a.command, &env)))
+        .collect();
+    (checks, members)
+}
+
+async fn database(db: &Db) -> Check {
+    let what = format!("{} (schema {})", db.path().display(), db.schema_version());
+    match db.integrity_check().await {
+        Ok(rows) if rows == ["ok"] => check("database", CheckStatus::Ok, format!("{what}, integrity ok")),
+        Ok(rows) => check("database", CheckStatus::Fail, format!("{what}: {}", rows.join("; "))),
+        Err(e) => check("database", CheckStatus::Fail, format!("{what}: {e}")),
+    }
+}
+
+/// A member's CLI: found, and what `--version` says.
+async fn member(a: AgentDef, path: Option<PathBuf>) -> Check {
+    let Some(path) = path else {
+        let where_ = if a.command.contains('/') { "" } else { " in PATH" };
+        return check(
+            &a.name,
+            CheckStatus::Fail,
+            format!("{} not found{where_} — install it or set agents.{}.command", a.command, a.name),
+        );
+    };
+    if a.backend == Backend::Command {
+        return check(&a.name, CheckStatus::Ok, format!("{} ({})", path.display(), a.backend.as_str()));
+    }
+    let run = tokio::process::Command::new(&path)
+        .arg("--version")
+        .envs(&a.env)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    match tokio::time::timeout(VERSION_TIMEOUT, run).await {
+        Ok(Ok(out)) if out.status.success() => {
+            let text = String::from_utf8_lossy(&out.stdout);
+            let version = text.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("no version printed");
+            let version: String = version.chars().take(120).collect();
+            check(&a.name, CheckStatus::Ok, format!("{} ({version})", path.display()))
+        }
+        Ok(Ok(out)) => check(
+            &a.name,
+            CheckStatus::Fail,
+            format!(
+                "{} --version exited with {}",
+                path.display(),
+                out.status.code().map_or("a signal".into(), |c| c.to_string())
+            ),
+        ),
+        Ok(Err(e)) => check(&a.name, CheckStatus::Fail, format!("cannot run {}: {e}", path.display())),
+        Err(_) => check(
+            &a.name,
+            CheckStatus::Fail,
+            format!("{} --version did not answer within {} s", path.display(), VERSION_TIMEOUT.as_secs()),
+        ),
+    }
+}
