@@ -298,7 +298,6 @@ impl View {
 mod tests {
     use super::*;
     use crate::testkit::{self, run_info};
-    use kd_proto::types::RunInfo;
     use kd_proto::types::{Message, MessageKind, SentRun};
 
     fn sent(members: &[&str]) -> Sent {
