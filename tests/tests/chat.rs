@@ -195,3 +195,28 @@ async fn assert_restored(tmux: &Tmux, code: &str) {
     let modes: Vec<&str> = screen.lines().filter(|l| matches!(*l, "icanon" | "echo" | "-icanon" | "-echo")).collect();
     assert_eq!(modes, ["icanon", "echo"], "cooked mode and echo are back:\n{screen}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chat_new_makes_its_thread_with_the_first_message_in_the_chosen_context() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = Workspace::new(&[("claude", "claude", &[("FAKE_TEXT", "Hello back.")])]);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let tmux = Tmux::start(dir.path(), ws.dir.path());
+    tmux.wait_for("the shell prompt", |s| s.contains('$')).await;
+    tmux.type_line(&format!(
+        "KD_NO_AUTOSTART=1 {} --socket {} chat --new --context resume",
+        bin("kd").display(),
+        kdd.socket.display()
+    ));
+    tmux.wait_for("the chat header", |s| s.contains("kd chat") && s.contains("· resume")).await;
+    assert!(c.thread_list(None, None, None).await.unwrap().is_empty(), "no thread until something is said");
+    tmux.type_line("Hello there.");
+    tmux.wait_for("the answer", |s| s.contains("Hello back.")).await;
+    let threads = c.thread_list(None, None, None).await.unwrap();
+    assert_eq!(threads.len(), 1);
+    assert_eq!(threads[0].context, kd_proto::types::ContextMode::Resume);
+    assert_eq!(c.thread_current(ws.path(), None).await.unwrap().map(|t| t.id), Some(threads[0].id.clone()));
+    tmux.type_line("/quit");
+    tmux.wait_for("the shell again", |_| tmux.display("#{alternate_on}") == "0").await;
+}
