@@ -1,10 +1,20 @@
-//! The JSON-RPC methods: `KdApiServer` implemented over the daemon's state.
-//! Handlers check parameter values ([`validate`]), call the registry, and
-//! let [`error`] turn registry errors into stable error codes.
+//! The JSON-RPC methods: `KdApiServer` implemented over the daemon's state,
+//! one file per domain — [`daemon`], [`threads`], [`council`], [`registry`]
+//! (runs, sessions, locks, events) and [`subscribe`] — each a thin adapter:
+//! it checks parameter values ([`validate`]) and calls its subsystem; [`error`]
+//! turns registry errors into stable error codes. The trait's methods here
+//! only delegate.
 
+// Parameter lists are the wire format (see kd_proto::api).
+#![allow(clippy::too_many_arguments)]
+
+mod council;
+mod daemon;
 pub mod error;
 pub mod params;
+mod registry;
 mod subscribe;
+mod threads;
 pub mod validate;
 
 use std::sync::Arc;
@@ -12,25 +22,13 @@ use std::sync::Arc;
 use jsonrpsee::core::{SubscriptionResult, async_trait};
 use jsonrpsee::server::PendingSubscriptionSink;
 use jsonrpsee::{Extensions, RpcModule};
-use kd_proto::names::{ALL, KING};
 use kd_proto::types::*;
-use kd_proto::{KdApiServer, PROTOCOL_VERSION, RpcResult, VERSION};
+use kd_proto::{KdApiServer, RpcResult};
 
-use crate::agent::registry::StopReason;
-use crate::client::ClientId;
-use crate::council::{retry, send};
-use crate::db::events::EventFilter;
-use crate::db::messages::NewMessage;
-use crate::db::sessions::{NewSession, SessionEnd};
-use crate::db::threads::NewThread as NewThreadRow;
 use crate::state::Daemon;
-use error::invalid;
 
 /// What this daemon offers beyond the basic protocol.
 pub const CAPABILITIES: &[&str] = &["subscriptions", "sessions", "locks", "events", "openrpc"];
-
-/// Default and largest page of `events.list`.
-const EVENTS_PAGE: u32 = 1000;
 
 pub struct Rpc {
     d: Arc<Daemon>,
@@ -44,45 +42,23 @@ pub fn module(d: Arc<Daemon>) -> RpcModule<Rpc> {
 #[async_trait]
 impl KdApiServer for Rpc {
     async fn daemon_hello(&self) -> RpcResult<Hello> {
-        Ok(Hello {
-            protocol: PROTOCOL_VERSION,
-            version: VERSION.to_string(),
-            capabilities: CAPABILITIES.iter().map(|c| c.to_string()).collect(),
-            pid: std::process::id(),
-        })
+        daemon::hello().await
     }
 
     async fn daemon_status(&self) -> RpcResult<DaemonStatus> {
-        let d = &self.d;
-        Ok(DaemonStatus {
-            version: VERSION.to_string(),
-            protocol: PROTOCOL_VERSION,
-            pid: std::process::id(),
-            uptime_ms: d.started.elapsed().as_millis() as u64,
-            socket: d.socket.display().to_string(),
-            db: d.db.path().display().to_string(),
-            schema_version: d.db.schema_version(),
-            threads: d.db.thread_count(),
-            runs_in_flight: d.agents.runs.count() as u64,
-            clients: d.open_connections(),
-            subscriptions: d.hub.subscription_count(),
-        })
+        daemon::status(&self.d).await
     }
 
     async fn daemon_shutdown(&self) -> RpcResult<ShutdownAck> {
-        tracing::info!("shutdown requested over RPC");
-        let runs = self.d.agents.runs.count() as u64;
-        self.d.shutdown.cancel();
-        Ok(ShutdownAck { stopping: true, runs_cancelled: runs })
+        daemon::shutdown(&self.d).await
     }
 
     async fn daemon_doctor(&self, workspace: String) -> RpcResult<Vec<Check>> {
-        validate::workspace(&workspace)?;
-        Ok(crate::doctor::run(&self.d.db, std::path::Path::new(&workspace)).await)
+        daemon::doctor(&self.d, workspace).await
     }
 
     async fn rpc_discover(&self) -> RpcResult<serde_json::Value> {
-        Ok(kd_proto::openrpc::document().clone())
+        daemon::discover().await
     }
 
     async fn thread_create(
@@ -97,31 +73,8 @@ impl KdApiServer for Rpc {
         set_current: Option<bool>,
         context_mode: Option<ContextMode>,
     ) -> RpcResult<Thread> {
-        validate::workspace(&workspace)?;
-        validate::label("branch", branch.as_deref())?;
-        validate::label("title", title.as_deref())?;
-        let members = members.unwrap_or_default();
-        validate::members(&members)?;
-        if let Some(id) = &id {
-            validate::thread_id(id)?;
-        }
-        if let Some(parent) = &parent {
-            validate::thread_id(parent)?;
-        }
-        let lineage = lineage.unwrap_or(if parent.is_some() { Lineage::Branch } else { Lineage::Trunk });
-        let t = NewThreadRow {
-            id,
-            workspace,
-            branch,
-            title,
-            members,
-            lineage,
-            parent,
-            set_current: set_current.unwrap_or(false),
-            context: context_mode.unwrap_or_default(),
-            origin: None,
-        };
-        Ok(self.d.db.create_thread(t).await?)
+        threads::create(&self.d, workspace, branch, title, members, id, lineage, parent, set_current, context_mode)
+            .await
     }
 
     async fn thread_list(
@@ -130,29 +83,23 @@ impl KdApiServer for Rpc {
         status: Option<ThreadStatus>,
         limit: Option<u32>,
     ) -> RpcResult<Vec<Thread>> {
-        Ok(self.d.db.threads(workspace, status, limit).await?)
+        threads::list(&self.d, workspace, status, limit).await
     }
 
     async fn thread_get(&self, thread: String) -> RpcResult<Thread> {
-        validate::thread_id(&thread)?;
-        Ok(self.d.db.thread(thread).await?)
+        threads::get(&self.d, thread).await
     }
 
     async fn thread_current(&self, workspace: String, branch: Option<String>) -> RpcResult<Option<Thread>> {
-        validate::workspace(&workspace)?;
-        Ok(self.d.db.current_thread(workspace, branch).await?)
+        threads::current(&self.d, workspace, branch).await
     }
 
     async fn thread_set_current(&self, workspace: String, branch: Option<String>, thread: String) -> RpcResult<Thread> {
-        validate::workspace(&workspace)?;
-        validate::label("branch", branch.as_deref())?;
-        validate::thread_id(&thread)?;
-        Ok(self.d.db.set_current_thread(workspace, branch, thread).await?)
+        threads::set_current(&self.d, workspace, branch, thread).await
     }
 
     async fn thread_archive(&self, thread: String) -> RpcResult<Thread> {
-        validate::thread_id(&thread)?;
-        Ok(self.d.db.archive_thread(thread).await?)
+        threads::archive(&self.d, thread).await
     }
 
     async fn thread_messages(
@@ -161,8 +108,7 @@ impl KdApiServer for Rpc {
         since_seq: Option<u64>,
         limit: Option<u32>,
     ) -> RpcResult<Vec<Message>> {
-        validate::thread_id(&thread)?;
-        Ok(self.d.db.messages(thread, since_seq.unwrap_or(0), limit).await?)
+        threads::messages(&self.d, thread, since_seq, limit).await
     }
 
     async fn message_append(
@@ -178,33 +124,7 @@ impl KdApiServer for Rpc {
         correlation_id: Option<String>,
         fence: Option<Fence>,
     ) -> RpcResult<Message> {
-        validate::thread_id(&thread)?;
-        validate::member(&from).map_err(|e| invalid(format!("from: {}", e.message())))?;
-        let to = to.unwrap_or_else(|| vec![ALL.to_string()]);
-        if to.is_empty() {
-            return Err(invalid("to is empty; omit it or use [\"all\"] to address everyone"));
-        }
-        validate::addressees("to", &to)?;
-        let cc = cc.unwrap_or_default();
-        validate::addressees("cc", &cc)?;
-        validate::label("correlation_id", correlation_id.as_deref())?;
-        let kind = kind.unwrap_or(if from == KING { MessageKind::King } else { MessageKind::Agent });
-        let m = NewMessage {
-            thread,
-            from,
-            to,
-            cc,
-            reply_to,
-            kind,
-            body,
-            round,
-            run: None,
-            correlation_id,
-            fence,
-            replaces: None,
-            refs: vec![],
-        };
-        Ok(self.d.db.append_message(m).await?)
+        threads::append(&self.d, thread, from, body, to, cc, reply_to, kind, round, correlation_id, fence).await
     }
 
     async fn thread_subscribe(
@@ -230,61 +150,11 @@ impl KdApiServer for Rpc {
         rounds: Option<u32>,
         new_thread: Option<NewThread>,
     ) -> RpcResult<Sent> {
-        validate::thread_id(&thread)?;
-        if let Some(new) = &new_thread {
-            validate::workspace(&new.workspace)?;
-            validate::label("new_thread.branch", new.branch.as_deref())?;
-            validate::label("new_thread.title", new.title.as_deref())?;
-        }
-        if body.trim().is_empty() {
-            return Err(invalid("body is empty"));
-        }
-        if let Some(to) = &to {
-            if to.is_empty() {
-                return Err(invalid("to is empty; omit it to address every member"));
-            }
-            validate::addressees("to", to)?;
-        }
-        let mute = mute.unwrap_or_default();
-        validate::addressees("mute", &mute)?;
-        validate::label("correlation_id", correlation_id.as_deref())?;
-        let timeout = validate::timeout(timeout_s)?;
-        if rounds.is_some_and(|r| r > validate::MAX_ROUNDS) {
-            return Err(invalid(format!("rounds must be at most {}", validate::MAX_ROUNDS)));
-        }
-        let req = send::Request {
-            thread,
-            body,
-            to,
-            mute,
-            style: style.unwrap_or_default(),
-            timeout,
-            correlation_id,
-            rounds,
-            client: ext.get::<ClientId>().copied(),
-            new_thread,
-        };
-        send::send(&self.d.council, req).await
+        council::send(&self.d, ext, thread, body, to, mute, style, timeout_s, correlation_id, rounds, new_thread).await
     }
 
     async fn council_interrupt(&self, ext: &Extensions, thread: String, all: Option<bool>) -> RpcResult<Interrupted> {
-        validate::thread_id(&thread)?;
-        self.d.db.thread(thread.clone()).await?;
-        let stopped_exchange = self.d.council.exchanges.stop(&thread);
-        let caller = ext.get::<ClientId>().copied();
-        let all = all.unwrap_or(false);
-        let runs: Vec<_> = self
-            .d
-            .agents
-            .runs
-            .list(Some(&thread))
-            .into_iter()
-            .filter(|r| all || (caller.is_some() && r.client == caller))
-            .collect();
-        for r in &runs {
-            r.stop(StopReason::Cancelled);
-        }
-        Ok(Interrupted { runs: runs.iter().map(|r| r.info()).collect(), stopped_exchange })
+        council::interrupt(&self.d, ext, thread, all).await
     }
 
     async fn council_retry(
@@ -294,17 +164,11 @@ impl KdApiServer for Rpc {
         style: Option<Style>,
         timeout_s: Option<u64>,
     ) -> RpcResult<Vec<RunInfo>> {
-        validate::thread_id(&thread)?;
-        let timeout = validate::timeout(timeout_s)?;
-        retry::retry(&self.d.council, thread, style.unwrap_or_default(), timeout, ext.get::<ClientId>().copied()).await
+        council::retry(&self.d, ext, thread, style, timeout_s).await
     }
 
     async fn config_get(&self, workspace: String) -> RpcResult<ConfigView> {
-        validate::workspace(&workspace)?;
-        let env = crate::config::Env::process();
-        let config = crate::config::load_with(std::path::Path::new(&workspace), &env)
-            .map_err(|e| invalid(format!("configuration: {e}")))?;
-        Ok(config.view(&workspace, &env))
+        council::config(workspace).await
     }
 
     async fn thread_import(
@@ -318,85 +182,15 @@ impl KdApiServer for Rpc {
         messages: Vec<ImportedMessage>,
         origin: Option<String>,
     ) -> RpcResult<Thread> {
-        validate::workspace(&workspace)?;
-        validate::path("origin", origin.as_deref())?;
-        validate::label("branch", branch.as_deref())?;
-        validate::label("title", title.as_deref())?;
-        let members = members.unwrap_or_default();
-        validate::members(&members)?;
-        if let Some(id) = &id {
-            validate::thread_id(id)?;
-        }
-        let mut imported = Vec::with_capacity(messages.len());
-        for (i, m) in messages.into_iter().enumerate() {
-            validate::member(&m.from).map_err(|e| invalid(format!("messages[{i}].from: {}", e.message())))?;
-            validate::addressees(&format!("messages[{i}].to"), &m.to)?;
-            for r in &m.refs {
-                validate::path(&format!("messages[{i}].refs"), Some(r))?;
-            }
-            validate::label(&format!("messages[{i}].backend"), m.backend.as_deref())?;
-            validate::label(&format!("messages[{i}].model"), m.model.as_deref())?;
-            let run = (m.backend.is_some() || m.model.is_some()).then(|| RunMeta {
-                backend: m.backend,
-                model: m.model,
-                ..RunMeta::default()
-            });
-            let kind = m.kind.unwrap_or(if m.from == KING { MessageKind::King } else { MessageKind::Agent });
-            let to = if m.to.is_empty() { vec![ALL.to_string()] } else { m.to };
-            imported.push((
-                m.created_at_ms,
-                NewMessage {
-                    thread: String::new(),
-                    from: m.from,
-                    to,
-                    cc: vec![],
-                    reply_to: None,
-                    kind,
-                    body: m.body,
-                    round: None,
-                    run,
-                    correlation_id: None,
-                    fence: None,
-                    replaces: None,
-                    refs: m.refs,
-                },
-            ));
-        }
-        let created = created_at_ms.or_else(|| imported.first().map(|m| m.0)).unwrap_or_else(crate::db::now_ms);
-        let t = NewThreadRow {
-            id,
-            workspace,
-            branch,
-            title,
-            members,
-            lineage: Lineage::Trunk,
-            parent: None,
-            set_current: false,
-            context: ContextMode::History,
-            origin,
-        };
-        Ok(self.d.db.import_thread(t, created, imported).await?)
+        threads::import(&self.d, workspace, branch, id, title, members, created_at_ms, messages, origin).await
     }
 
     async fn run_list(&self, thread: Option<String>) -> RpcResult<Vec<RunInfo>> {
-        Ok(self.d.agents.runs.list(thread.as_deref()).iter().map(|r| r.info()).collect())
+        registry::run_list(&self.d, thread).await
     }
 
     async fn run_cancel(&self, thread: String, member: Option<String>, run: Option<String>) -> RpcResult<Vec<RunInfo>> {
-        validate::thread_id(&thread)?;
-        self.d.db.thread(thread.clone()).await?;
-        let chosen: Vec<_> = self
-            .d
-            .agents
-            .runs
-            .list(Some(&thread))
-            .into_iter()
-            .filter(|r| member.as_ref().is_none_or(|m| &r.member == m) && run.as_ref().is_none_or(|id| &r.id == id))
-            .collect();
-        for r in &chosen {
-            r.stop(StopReason::Cancelled);
-        }
-        Ok(chosen.iter().map(|r| r.info()).collect())
+        registry::run_cancel(&self.d, thread, member, run).await
     }
 
     async fn session_start(
@@ -408,24 +202,11 @@ impl KdApiServer for Rpc {
         pid: Option<u32>,
         metadata: Option<serde_json::Value>,
     ) -> RpcResult<Session> {
-        validate::thread_id(&thread)?;
-        validate::member(&agent)?;
-        validate::label("backend_session_id", backend_session_id.as_deref())?;
-        validate::label("holder", holder.as_deref())?;
-        validate::pid(pid)?;
-        let metadata = metadata.unwrap_or_else(|| serde_json::json!({}));
-        if !metadata.is_object() {
-            return Err(invalid("metadata must be a JSON object"));
-        }
-        let s = NewSession { thread, agent, backend_session_id, holder, pid, metadata };
-        Ok(self.d.db.start_session(s).await?)
+        registry::session_start(&self.d, thread, agent, backend_session_id, holder, pid, metadata).await
     }
 
     async fn session_resume(&self, session: String, holder: Option<String>, pid: Option<u32>) -> RpcResult<Session> {
-        validate::label("session", Some(&session))?;
-        validate::label("holder", holder.as_deref())?;
-        validate::pid(pid)?;
-        Ok(self.d.db.resume_session(session, holder, pid).await?)
+        registry::session_resume(&self.d, session, holder, pid).await
     }
 
     async fn session_end(
@@ -434,11 +215,7 @@ impl KdApiServer for Rpc {
         status: Option<SessionStatus>,
         backend_session_id: Option<String>,
     ) -> RpcResult<Session> {
-        validate::label("session", Some(&session))?;
-        validate::label("backend_session_id", backend_session_id.as_deref())?;
-        let status = status.unwrap_or(SessionStatus::Completed);
-        let end = SessionEnd { id: session, status, backend_session_id, seen_seq: None };
-        Ok(self.d.db.end_session(end).await?)
+        registry::session_end(&self.d, session, status, backend_session_id).await
     }
 
     async fn session_list(
@@ -447,12 +224,11 @@ impl KdApiServer for Rpc {
         agent: Option<String>,
         status: Option<SessionStatus>,
     ) -> RpcResult<Vec<Session>> {
-        Ok(self.d.db.sessions(thread, agent, status).await?)
+        registry::session_list(&self.d, thread, agent, status).await
     }
 
     async fn session_get(&self, session: String) -> RpcResult<Session> {
-        validate::label("session", Some(&session))?;
-        Ok(self.d.db.session(session).await?)
+        registry::session_get(&self.d, session).await
     }
 
     async fn lock_acquire(
@@ -462,20 +238,15 @@ impl KdApiServer for Rpc {
         ttl_ms: u64,
         pid: Option<u32>,
     ) -> RpcResult<LockOutcome> {
-        validate::required_label("resource", &resource)?;
-        validate::required_label("holder", &holder)?;
-        validate::ttl(ttl_ms)?;
-        validate::pid(pid)?;
-        Ok(self.d.db.acquire_lock(resource, holder, ttl_ms, pid).await?)
+        registry::lock_acquire(&self.d, resource, holder, ttl_ms, pid).await
     }
 
     async fn lock_release(&self, resource: String, token: u64) -> RpcResult<LockReleased> {
-        validate::required_label("resource", &resource)?;
-        Ok(self.d.db.release_lock(resource, token).await?)
+        registry::lock_release(&self.d, resource, token).await
     }
 
     async fn lock_list(&self, resource: Option<String>) -> RpcResult<Vec<Lock>> {
-        Ok(self.d.db.locks(resource).await?)
+        registry::lock_list(&self.d, resource).await
     }
 
     async fn events_list(
@@ -486,8 +257,7 @@ impl KdApiServer for Rpc {
         since_id: Option<u64>,
         limit: Option<u32>,
     ) -> RpcResult<Vec<Event>> {
-        let limit = limit.unwrap_or(EVENTS_PAGE).min(EVENTS_PAGE);
-        Ok(self.d.db.events(EventFilter { thread, agent, kind, since_id, limit }).await?)
+        registry::events_list(&self.d, thread, agent, kind, since_id, limit).await
     }
 }
 

@@ -1,0 +1,104 @@
+//! `council.*` and `config.get`: a thin adapter onto [`crate::council`].
+
+// Parameter lists are the wire format (see kd_proto::api).
+#![allow(clippy::too_many_arguments)]
+
+use jsonrpsee::Extensions;
+use kd_proto::RpcResult;
+use kd_proto::types::*;
+
+use super::error::invalid;
+use super::validate;
+use crate::agent::registry::StopReason;
+use crate::client::ClientId;
+use crate::council::{retry, send};
+use crate::state::Daemon;
+
+pub async fn send(
+    d: &Daemon,
+    ext: &Extensions,
+    thread: String,
+    body: String,
+    to: Option<Vec<String>>,
+    mute: Option<Vec<String>>,
+    style: Option<Style>,
+    timeout_s: Option<u64>,
+    correlation_id: Option<String>,
+    rounds: Option<u32>,
+    new_thread: Option<NewThread>,
+) -> RpcResult<Sent> {
+    validate::thread_id(&thread)?;
+    if let Some(new) = &new_thread {
+        validate::workspace(&new.workspace)?;
+        validate::label("new_thread.branch", new.branch.as_deref())?;
+        validate::label("new_thread.title", new.title.as_deref())?;
+    }
+    if body.trim().is_empty() {
+        return Err(invalid("body is empty"));
+    }
+    if let Some(to) = &to {
+        if to.is_empty() {
+            return Err(invalid("to is empty; omit it to address every member"));
+        }
+        validate::addressees("to", to)?;
+    }
+    let mute = mute.unwrap_or_default();
+    validate::addressees("mute", &mute)?;
+    validate::label("correlation_id", correlation_id.as_deref())?;
+    let timeout = validate::timeout(timeout_s)?;
+    if rounds.is_some_and(|r| r > validate::MAX_ROUNDS) {
+        return Err(invalid(format!("rounds must be at most {}", validate::MAX_ROUNDS)));
+    }
+    let req = send::Request {
+        thread,
+        body,
+        to,
+        mute,
+        style: style.unwrap_or_default(),
+        timeout,
+        correlation_id,
+        rounds,
+        client: ext.get::<ClientId>().copied(),
+        new_thread,
+    };
+    send::send(&d.council, req).await
+}
+
+pub async fn interrupt(d: &Daemon, ext: &Extensions, thread: String, all: Option<bool>) -> RpcResult<Interrupted> {
+    validate::thread_id(&thread)?;
+    d.db.thread(thread.clone()).await?;
+    let stopped_exchange = d.council.exchanges.stop(&thread);
+    let caller = ext.get::<ClientId>().copied();
+    let all = all.unwrap_or(false);
+    let runs: Vec<_> = d
+        .agents
+        .runs
+        .list(Some(&thread))
+        .into_iter()
+        .filter(|r| all || (caller.is_some() && r.client == caller))
+        .collect();
+    for r in &runs {
+        r.stop(StopReason::Cancelled);
+    }
+    Ok(Interrupted { runs: runs.iter().map(|r| r.info()).collect(), stopped_exchange })
+}
+
+pub async fn retry(
+    d: &Daemon,
+    ext: &Extensions,
+    thread: String,
+    style: Option<Style>,
+    timeout_s: Option<u64>,
+) -> RpcResult<Vec<RunInfo>> {
+    validate::thread_id(&thread)?;
+    let timeout = validate::timeout(timeout_s)?;
+    retry::retry(&d.council, thread, style.unwrap_or_default(), timeout, ext.get::<ClientId>().copied()).await
+}
+
+pub async fn config(workspace: String) -> RpcResult<ConfigView> {
+    validate::workspace(&workspace)?;
+    let env = crate::config::Env::process();
+    let config = crate::config::load_with(std::path::Path::new(&workspace), &env)
+        .map_err(|e| invalid(format!("configuration: {e}")))?;
+    Ok(config.view(&workspace, &env))
+}

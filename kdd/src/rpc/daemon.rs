@@ -1,0 +1,49 @@
+//! `daemon.*` and `rpc.discover`: who this daemon is, how it is, stopping it,
+//! and the checks behind `kd doctor`.
+
+use kd_proto::types::*;
+use kd_proto::{PROTOCOL_VERSION, RpcResult, VERSION};
+
+use super::{CAPABILITIES, validate};
+use crate::state::Daemon;
+
+pub async fn hello() -> RpcResult<Hello> {
+    Ok(Hello {
+        protocol: PROTOCOL_VERSION,
+        version: VERSION.to_string(),
+        capabilities: CAPABILITIES.iter().map(|c| c.to_string()).collect(),
+        pid: std::process::id(),
+    })
+}
+
+pub async fn status(d: &Daemon) -> RpcResult<DaemonStatus> {
+    Ok(DaemonStatus {
+        version: VERSION.to_string(),
+        protocol: PROTOCOL_VERSION,
+        pid: std::process::id(),
+        uptime_ms: d.started.elapsed().as_millis() as u64,
+        socket: d.socket.display().to_string(),
+        db: d.db.path().display().to_string(),
+        schema_version: d.db.schema_version(),
+        threads: d.db.thread_count(),
+        runs_in_flight: d.agents.runs.count() as u64,
+        clients: d.open_connections(),
+        subscriptions: d.hub.subscription_count(),
+    })
+}
+
+pub async fn shutdown(d: &Daemon) -> RpcResult<ShutdownAck> {
+    tracing::info!("shutdown requested over RPC");
+    let runs = d.agents.runs.count() as u64;
+    d.shutdown.cancel();
+    Ok(ShutdownAck { stopping: true, runs_cancelled: runs })
+}
+
+pub async fn doctor(d: &Daemon, workspace: String) -> RpcResult<Vec<Check>> {
+    validate::workspace(&workspace)?;
+    Ok(crate::doctor::run(&d.db, std::path::Path::new(&workspace)).await)
+}
+
+pub async fn discover() -> RpcResult<serde_json::Value> {
+    Ok(kd_proto::openrpc::document().clone())
+}

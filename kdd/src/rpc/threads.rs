@@ -1,0 +1,207 @@
+//! `thread.*` and `message.append`: threads, their messages, imports.
+
+// Parameter lists are the wire format (see kd_proto::api).
+#![allow(clippy::too_many_arguments)]
+
+use kd_proto::RpcResult;
+use kd_proto::names::{ALL, KING};
+use kd_proto::types::*;
+
+use super::error::invalid;
+use super::validate;
+use crate::db::messages::NewMessage;
+use crate::db::threads::NewThread as NewThreadRow;
+use crate::state::Daemon;
+
+pub async fn create(
+    d: &Daemon,
+    workspace: String,
+    branch: Option<String>,
+    title: Option<String>,
+    members: Option<Vec<String>>,
+    id: Option<String>,
+    lineage: Option<Lineage>,
+    parent: Option<String>,
+    set_current: Option<bool>,
+    context_mode: Option<ContextMode>,
+) -> RpcResult<Thread> {
+    validate::workspace(&workspace)?;
+    validate::label("branch", branch.as_deref())?;
+    validate::label("title", title.as_deref())?;
+    let members = members.unwrap_or_default();
+    validate::members(&members)?;
+    if let Some(id) = &id {
+        validate::thread_id(id)?;
+    }
+    if let Some(parent) = &parent {
+        validate::thread_id(parent)?;
+    }
+    let lineage = lineage.unwrap_or(if parent.is_some() { Lineage::Branch } else { Lineage::Trunk });
+    let t = NewThreadRow {
+        id,
+        workspace,
+        branch,
+        title,
+        members,
+        lineage,
+        parent,
+        set_current: set_current.unwrap_or(false),
+        context: context_mode.unwrap_or_default(),
+        origin: None,
+    };
+    Ok(d.db.create_thread(t).await?)
+}
+
+pub async fn list(
+    d: &Daemon,
+    workspace: Option<String>,
+    status: Option<ThreadStatus>,
+    limit: Option<u32>,
+) -> RpcResult<Vec<Thread>> {
+    Ok(d.db.threads(workspace, status, limit).await?)
+}
+
+pub async fn get(d: &Daemon, thread: String) -> RpcResult<Thread> {
+    validate::thread_id(&thread)?;
+    Ok(d.db.thread(thread).await?)
+}
+
+pub async fn current(d: &Daemon, workspace: String, branch: Option<String>) -> RpcResult<Option<Thread>> {
+    validate::workspace(&workspace)?;
+    Ok(d.db.current_thread(workspace, branch).await?)
+}
+
+pub async fn set_current(d: &Daemon, workspace: String, branch: Option<String>, thread: String) -> RpcResult<Thread> {
+    validate::workspace(&workspace)?;
+    validate::label("branch", branch.as_deref())?;
+    validate::thread_id(&thread)?;
+    Ok(d.db.set_current_thread(workspace, branch, thread).await?)
+}
+
+pub async fn archive(d: &Daemon, thread: String) -> RpcResult<Thread> {
+    validate::thread_id(&thread)?;
+    Ok(d.db.archive_thread(thread).await?)
+}
+
+pub async fn messages(
+    d: &Daemon,
+    thread: String,
+    since_seq: Option<u64>,
+    limit: Option<u32>,
+) -> RpcResult<Vec<Message>> {
+    validate::thread_id(&thread)?;
+    Ok(d.db.messages(thread, since_seq.unwrap_or(0), limit).await?)
+}
+
+pub async fn append(
+    d: &Daemon,
+    thread: String,
+    from: String,
+    body: String,
+    to: Option<Vec<String>>,
+    cc: Option<Vec<String>>,
+    reply_to: Option<u64>,
+    kind: Option<MessageKind>,
+    round: Option<u32>,
+    correlation_id: Option<String>,
+    fence: Option<Fence>,
+) -> RpcResult<Message> {
+    validate::thread_id(&thread)?;
+    validate::member(&from).map_err(|e| invalid(format!("from: {}", e.message())))?;
+    let to = to.unwrap_or_else(|| vec![ALL.to_string()]);
+    if to.is_empty() {
+        return Err(invalid("to is empty; omit it or use [\"all\"] to address everyone"));
+    }
+    validate::addressees("to", &to)?;
+    let cc = cc.unwrap_or_default();
+    validate::addressees("cc", &cc)?;
+    validate::label("correlation_id", correlation_id.as_deref())?;
+    let kind = kind.unwrap_or(if from == KING { MessageKind::King } else { MessageKind::Agent });
+    let m = NewMessage {
+        thread,
+        from,
+        to,
+        cc,
+        reply_to,
+        kind,
+        body,
+        round,
+        run: None,
+        correlation_id,
+        fence,
+        replaces: None,
+        refs: vec![],
+    };
+    Ok(d.db.append_message(m).await?)
+}
+
+pub async fn import(
+    d: &Daemon,
+    workspace: String,
+    branch: Option<String>,
+    id: Option<String>,
+    title: Option<String>,
+    members: Option<Vec<String>>,
+    created_at_ms: Option<i64>,
+    messages: Vec<ImportedMessage>,
+    origin: Option<String>,
+) -> RpcResult<Thread> {
+    validate::workspace(&workspace)?;
+    validate::path("origin", origin.as_deref())?;
+    validate::label("branch", branch.as_deref())?;
+    validate::label("title", title.as_deref())?;
+    let members = members.unwrap_or_default();
+    validate::members(&members)?;
+    if let Some(id) = &id {
+        validate::thread_id(id)?;
+    }
+    let mut imported = Vec::with_capacity(messages.len());
+    for (i, m) in messages.into_iter().enumerate() {
+        validate::member(&m.from).map_err(|e| invalid(format!("messages[{i}].from: {}", e.message())))?;
+        validate::addressees(&format!("messages[{i}].to"), &m.to)?;
+        for r in &m.refs {
+            validate::path(&format!("messages[{i}].refs"), Some(r))?;
+        }
+        validate::label(&format!("messages[{i}].backend"), m.backend.as_deref())?;
+        validate::label(&format!("messages[{i}].model"), m.model.as_deref())?;
+        let run = (m.backend.is_some() || m.model.is_some()).then(|| RunMeta {
+            backend: m.backend,
+            model: m.model,
+            ..RunMeta::default()
+        });
+        let kind = m.kind.unwrap_or(if m.from == KING { MessageKind::King } else { MessageKind::Agent });
+        let to = if m.to.is_empty() { vec![ALL.to_string()] } else { m.to };
+        imported.push((
+            m.created_at_ms,
+            NewMessage {
+                thread: String::new(),
+                from: m.from,
+                to,
+                cc: vec![],
+                reply_to: None,
+                kind,
+                body: m.body,
+                round: None,
+                run,
+                correlation_id: None,
+                fence: None,
+                replaces: None,
+                refs: m.refs,
+            },
+        ));
+    }
+    let created = created_at_ms.or_else(|| imported.first().map(|m| m.0)).unwrap_or_else(crate::db::now_ms);
+    let t = NewThreadRow {
+        id,
+        workspace,
+        branch,
+        title,
+        members,
+        lineage: Lineage::Trunk,
+        parent: None,
+        set_current: false,
+        context: ContextMode::History,
+        origin,
+    };
+    Ok(d.db.import_thread(t, created, imported).await?)
+}
