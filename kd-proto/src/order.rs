@@ -80,21 +80,8 @@ mod tests {
     use crate::types::{MessageKind, RunMeta};
 
     fn msg(seq: u64, from: &str, reply_to: Option<u64>, ordinal: Option<u64>) -> Message {
-        Message {
-            thread: "t".into(),
-            seq,
-            from: from.into(),
-            to: vec![],
-            cc: vec![],
-            reply_to,
-            kind: if from == "king" { MessageKind::King } else { MessageKind::Agent },
-            body: String::new(),
-            round: None,
-            created_at_ms: 0,
-            run: ordinal.map(|o| RunMeta { ordinal: Some(o), ..RunMeta::default() }),
-            replaces: None,
-            refs: vec![],
-        }
+        let run = ordinal.map(|o| RunMeta { ordinal: Some(o), ..RunMeta::default() });
+        Message { reply_to, run, ..Message::new("t", seq, from, "") }
     }
 
     fn order(messages: &[Message]) -> Vec<u64> {

@@ -191,6 +191,29 @@ pub struct Message {
     pub refs: Vec<String>,
 }
 
+impl Message {
+    /// A plain message of `thread`: the King's to all, a member's to the
+    /// King; no reply, round or run.
+    pub fn new(thread: &str, seq: u64, from: &str, body: &str) -> Message {
+        let king = from == crate::names::KING;
+        Message {
+            thread: thread.to_string(),
+            seq,
+            from: from.to_string(),
+            to: vec![if king { crate::names::ALL } else { crate::names::KING }.to_string()],
+            cc: vec![],
+            reply_to: None,
+            kind: if king { MessageKind::King } else { MessageKind::Agent },
+            body: body.to_string(),
+            round: None,
+            created_at_ms: 0,
+            run: None,
+            replaces: None,
+            refs: vec![],
+        }
+    }
+}
+
 pub use crate::order::display_order;
 
 /// A lock token to present with a write that must only happen while the

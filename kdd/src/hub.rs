@@ -112,26 +112,10 @@ impl Drop for SubscriptionGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kd_proto::types::{Message, MessageKind};
+    use kd_proto::types::Message;
 
     fn message(seq: u64) -> ThreadEvent {
-        ThreadEvent::Message {
-            message: Box::new(Message {
-                thread: "t".into(),
-                seq,
-                from: "king".into(),
-                to: vec!["all".into()],
-                cc: vec![],
-                reply_to: None,
-                kind: MessageKind::King,
-                body: "hi".into(),
-                round: None,
-                created_at_ms: 0,
-                run: None,
-                replaces: None,
-                refs: vec![],
-            }),
-        }
+        ThreadEvent::Message { message: Box::new(Message::new("t", seq, "king", "hi")) }
     }
 
     #[test]

@@ -88,21 +88,7 @@ mod tests {
     use super::*;
 
     fn msg(seq: u64, from: &str, to: &[&str], body: &str) -> Message {
-        Message {
-            thread: "t".into(),
-            seq,
-            from: from.into(),
-            to: to.iter().map(|s| s.to_string()).collect(),
-            cc: vec![],
-            reply_to: None,
-            kind: if from == "king" { MessageKind::King } else { MessageKind::Agent },
-            body: body.into(),
-            round: None,
-            created_at_ms: 0,
-            run: None,
-            replaces: None,
-            refs: vec![],
-        }
+        Message { to: to.iter().map(|s| s.to_string()).collect(), ..Message::new("t", seq, from, body) }
     }
 
     #[test]

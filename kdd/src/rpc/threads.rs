@@ -25,14 +25,8 @@ pub async fn create(
     set_current: Option<bool>,
     context_mode: Option<ContextMode>,
 ) -> RpcResult<Thread> {
-    validate::workspace(&workspace)?;
-    validate::label("branch", branch.as_deref())?;
-    validate::label("title", title.as_deref())?;
     let members = members.unwrap_or_default();
-    validate::members(&members)?;
-    if let Some(id) = &id {
-        validate::thread_id(id)?;
-    }
+    validate::new_thread(&workspace, branch.as_deref(), title.as_deref(), &members, id.as_deref())?;
     if let Some(parent) = &parent {
         validate::thread_id(parent)?;
     }
@@ -146,15 +140,9 @@ pub async fn import(
     messages: Vec<ImportedMessage>,
     origin: Option<String>,
 ) -> RpcResult<Thread> {
-    validate::workspace(&workspace)?;
-    validate::path("origin", origin.as_deref())?;
-    validate::label("branch", branch.as_deref())?;
-    validate::label("title", title.as_deref())?;
     let members = members.unwrap_or_default();
-    validate::members(&members)?;
-    if let Some(id) = &id {
-        validate::thread_id(id)?;
-    }
+    validate::new_thread(&workspace, branch.as_deref(), title.as_deref(), &members, id.as_deref())?;
+    validate::path("origin", origin.as_deref())?;
     let mut imported = Vec::with_capacity(messages.len());
     for (i, m) in messages.into_iter().enumerate() {
         validate::member(&m.from).map_err(|e| invalid(format!("messages[{i}].from: {}", e.message())))?;

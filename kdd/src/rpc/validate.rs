@@ -54,6 +54,23 @@ pub fn addressees(param: &str, list: &[String]) -> Result<(), ErrorObjectOwned> 
     Ok(())
 }
 
+/// What a new thread is given: its workspace, branch, title, members and
+/// (when chosen) id.
+pub fn new_thread(
+    workspace_path: &str,
+    branch: Option<&str>,
+    title: Option<&str>,
+    member_list: &[String],
+    id: Option<&str>,
+) -> Result<(), ErrorObjectOwned> {
+    workspace(workspace_path)?;
+    label("branch", branch)?;
+    label("title", title)?;
+    members(member_list)?;
+    id.map(thread_id).transpose()?;
+    Ok(())
+}
+
 pub fn workspace(path: &str) -> Result<(), ErrorObjectOwned> {
     if !path.starts_with('/') {
         return Err(invalid(format!("workspace must be an absolute path, got {path:?}")));
