@@ -36,6 +36,10 @@ pub struct DaemonStatus {
     pub clients: u64,
     /// Open subscriptions over all clients.
     pub subscriptions: u64,
+    /// Log lines that could not be written (a closed or full stderr or log
+    /// file): logging drops them rather than block or fail the daemon.
+    #[serde(default)]
+    pub log_lines_dropped: u64,
 }
 
 /// Answer to `daemon.shutdown`.

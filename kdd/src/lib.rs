@@ -16,6 +16,7 @@
 //! - [`hub`]: fan-out of thread events to subscribers;
 //! - [`client`]: the identity of a client connection;
 //! - [`doctor`]: the checks behind `kd doctor`;
+//! - [`log`]: logging that never panics or blocks;
 //! - [`shutdown`]: signals and the shutdown order;
 //! - [`proc`]: process liveness.
 //!
@@ -31,6 +32,7 @@ pub mod council;
 pub mod db;
 pub mod doctor;
 pub mod hub;
+pub mod log;
 pub mod proc;
 pub mod prompt;
 pub mod rpc;

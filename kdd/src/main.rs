@@ -39,14 +39,29 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     let args_log_to_file = args.log_file.is_some();
-    if let Err(e) = init_logging(args.log_file.as_deref()) {
-        eprintln!("kdd: {e:#}");
-        return ExitCode::FAILURE;
-    }
+    let logging = match kdd::log::init(args.log_file.as_deref()) {
+        Ok(l) => l,
+        Err(e) => {
+            say(&format!("kdd: {e:#}"));
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = run(args, args_log_to_file);
+    logging.finish(std::time::Duration::from_secs(1));
+    code
+}
+
+/// A line on stderr that is lost, not a panic, when stderr is gone.
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+fn run(args: Args, args_log_to_file: bool) -> ExitCode {
     let db = match kd_proto::paths::db_path(args.db.as_deref()) {
         Ok(db) => db,
         Err(e) => {
-            eprintln!("kdd: {e}");
+            say(&format!("kdd: {e}"));
             return ExitCode::FAILURE;
         }
     };
@@ -64,7 +79,7 @@ fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("kdd: cannot start the runtime: {e}");
+            say(&format!("kdd: cannot start the runtime: {e}"));
             return ExitCode::FAILURE;
         }
     };
@@ -74,30 +89,8 @@ fn main() -> ExitCode {
             if args_log_to_file {
                 tracing::error!("{e:#}");
             }
-            eprintln!("kdd: {e:#}");
+            say(&format!("kdd: {e:#}"));
             ExitCode::FAILURE
         }
     }
-}
-
-fn init_logging(file: Option<&std::path::Path>) -> anyhow::Result<()> {
-    use anyhow::Context;
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    match file {
-        Some(path) => {
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-            }
-            let f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .with_context(|| format!("cannot open log file {}", path.display()))?;
-            builder.with_ansi(false).with_writer(std::sync::Mutex::new(f)).init();
-        }
-        None => builder.with_writer(std::io::stderr).init(),
-    }
-    Ok(())
 }

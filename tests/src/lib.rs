@@ -80,6 +80,21 @@ pub struct Kdd {
     args: Vec<String>,
     env: Vec<(String, String)>,
     child: Option<Child>,
+    stderr: Stderr,
+    /// The read end of a stderr pipe nobody reads ([`Stderr::Stuck`]).
+    stuck_reader: Option<std::os::fd::OwnedFd>,
+}
+
+/// Where a test daemon's stderr goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stderr {
+    /// A pipe the harness reads (for failure messages).
+    Drained,
+    /// A pipe whose reader is already gone: every write fails (EPIPE), as
+    /// after the terminal that started kdd was closed.
+    Closed,
+    /// A pipe nobody reads: it fills up and writes would block.
+    Stuck,
 }
 
 impl Kdd {
@@ -95,6 +110,11 @@ impl Kdd {
 
     /// Starts a daemon with extra arguments and environment (e.g. `PATH`).
     pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Kdd {
+        Kdd::start_full(args, env, Stderr::Drained)
+    }
+
+    /// Starts a daemon whose stderr goes where `stderr` says.
+    pub fn start_full(args: &[&str], env: &[(&str, &str)], stderr: Stderr) -> Kdd {
         let dir = tempfile::Builder::new().prefix("kd-e2e-").tempdir().expect("tempdir");
         let socket = dir.path().join("run").join("kdd.sock");
         let db = dir.path().join("data").join("kd.sqlite3");
@@ -106,6 +126,8 @@ impl Kdd {
             args: args.iter().map(|s| s.to_string()).collect(),
             env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             child: None,
+            stderr,
+            stuck_reader: None,
         };
         kdd.launch().unwrap_or_else(|e| panic!("kdd did not start: {e}"));
         kdd
@@ -131,15 +153,25 @@ impl Kdd {
     /// Starts the process and waits for its `kdd ready` line; on failure
     /// returns what it printed on stderr.
     pub fn launch(&mut self) -> Result<(), String> {
+        let stderr_to = match self.stderr {
+            Stderr::Drained => Stdio::piped(),
+            Stderr::Closed | Stderr::Stuck => {
+                let (reader, writer) = rustix::pipe::pipe().map_err(|e| e.to_string())?;
+                if self.stderr == Stderr::Stuck {
+                    self.stuck_reader = Some(reader);
+                }
+                Stdio::from(writer)
+            }
+        };
         let mut child = self
             .command()
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(stderr_to)
             .spawn()
             .map_err(|e| format!("cannot run kdd: {e}"))?;
         let stdout = child.stdout.take().expect("stdout");
-        let stderr = child.stderr.take().expect("stderr");
+        let stderr = child.stderr.take();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             let mut line = String::new();
@@ -149,11 +181,13 @@ impl Kdd {
         // Keep draining stderr so the daemon never blocks on a full pipe;
         // collect it for failure messages.
         let (etx, erx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = BufReader::new(stderr).read_to_string(&mut text);
-            let _ = etx.send(text);
-        });
+        if let Some(stderr) = stderr {
+            std::thread::spawn(move || {
+                let mut text = String::new();
+                let _ = BufReader::new(stderr).read_to_string(&mut text);
+                let _ = etx.send(text);
+            });
+        }
         match rx.recv_timeout(DEADLINE) {
             Ok(line) if line.starts_with("kdd ready") => {
                 self.pid = child.id();

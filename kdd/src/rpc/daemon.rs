@@ -29,6 +29,7 @@ pub async fn status(d: &Daemon) -> RpcResult<DaemonStatus> {
         runs_in_flight: d.agents.runs.count() as u64,
         clients: d.open_connections(),
         subscriptions: d.hub.subscription_count(),
+        log_lines_dropped: crate::log::dropped_lines(),
     })
 }
 
