@@ -101,7 +101,8 @@ pub trait KdApi {
         name = "thread.subscribe" => "thread.event",
         unsubscribe = "thread.unsubscribe",
         item = ThreadEvent,
-        param_kind = map
+        param_kind = map,
+        with_extensions
     )]
     async fn thread_subscribe(
         &self,

@@ -40,6 +40,8 @@ pub enum RunMark {
 pub struct Hub {
     threads: Mutex<HashMap<String, broadcast::Sender<Arc<Published>>>>,
     subscriptions: AtomicU64,
+    /// Told whenever a subscription ends.
+    ended: tokio::sync::Notify,
 }
 
 impl Hub {
@@ -99,6 +101,17 @@ impl Hub {
     pub fn subscription_count(&self) -> u64 {
         self.subscriptions.load(Ordering::Relaxed)
     }
+
+    /// Resolves once no subscription is open.
+    pub async fn all_ended(&self) {
+        loop {
+            let ended = self.ended.notified();
+            if self.subscription_count() == 0 {
+                return;
+            }
+            ended.await;
+        }
+    }
 }
 
 pub struct SubscriptionGuard(Arc<Hub>);
@@ -106,6 +119,7 @@ pub struct SubscriptionGuard(Arc<Hub>);
 impl Drop for SubscriptionGuard {
     fn drop(&mut self) {
         self.0.subscriptions.fetch_sub(1, Ordering::Relaxed);
+        self.0.ended.notify_waiters();
     }
 }
 

@@ -70,16 +70,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         tracing::warn!("recorded {recovered} run(s) left in flight by the previous daemon as interrupted");
     }
     let listener = claim.bind()?;
-    let daemon = Arc::new(Daemon::new(db, hub, opts.socket.clone(), opts.limits.max_connections, opts.kill_grace));
-    // Runs are stopped the moment shutdown begins, so that clients still
-    // connected see them end.
-    let stopping = {
-        let d = daemon.clone();
-        tokio::spawn(async move {
-            d.shutdown.cancelled().await;
-            agent::stop_all(&d.agents).await
-        })
-    };
+    let daemon = Arc::new(Daemon::new(db, hub, opts.socket.clone(), &opts.limits, opts.kill_grace));
     shutdown::on_signals(daemon.shutdown.clone()).context("cannot install signal handlers")?;
     tracing::info!(
         socket = %opts.socket.display(),
@@ -89,11 +80,20 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         kd_proto::VERSION
     );
     shutdown::announce_ready(&opts.socket);
-    server::serve(listener, rpc::module(daemon.clone()), daemon.clone(), &opts.limits).await;
+    let serving =
+        tokio::spawn(server::serve(listener, rpc::module(daemon.clone()), daemon.clone(), opts.limits.clone()));
+    daemon.shutdown.cancelled().await;
     tracing::info!("stopping");
-    match stopping.await {
-        Ok(n) if n > 0 => tracing::info!("{n} run(s) recorded as interrupted"),
-        _ => {}
+    // In order: nothing new starts; the runs in flight stop and are recorded
+    // (subscribers hear it); then subscriptions end and connections close.
+    daemon.council.close();
+    let n = agent::stop_all(&daemon.agents).await;
+    if n > 0 {
+        tracing::info!("{n} run(s) recorded as interrupted");
+    }
+    daemon.close.cancel();
+    if let Err(e) = serving.await {
+        tracing::error!("the server task failed: {e}");
     }
     daemon.db.close().await;
     drop(claim);

@@ -34,6 +34,12 @@ struct Args {
     /// Milliseconds a cancelled agent has to exit before SIGKILL
     #[arg(long, default_value_t = 5000)]
     kill_grace_ms: u64,
+    /// Milliseconds a client may leave a message unread before it is disconnected
+    #[arg(long, default_value_t = Limits::default().client_timeout.as_millis() as u64)]
+    client_timeout_ms: u64,
+    /// Milliseconds connections have to close at shutdown before they are cut
+    #[arg(long, default_value_t = Limits::default().shutdown_grace.as_millis() as u64)]
+    shutdown_grace_ms: u64,
 }
 
 fn main() -> ExitCode {
@@ -72,6 +78,8 @@ fn run(args: Args, args_log_to_file: bool) -> ExitCode {
             max_connections: args.max_connections.max(1),
             max_request_bytes: args.max_request_bytes,
             max_subscriptions_per_connection: args.max_subscriptions,
+            client_timeout: std::time::Duration::from_millis(args.client_timeout_ms.max(1)),
+            shutdown_grace: std::time::Duration::from_millis(args.shutdown_grace_ms),
             ..Limits::default()
         },
         kill_grace: std::time::Duration::from_millis(args.kill_grace_ms),

@@ -15,12 +15,21 @@ use crate::agent::Runner;
 use crate::council::Council;
 use crate::db::Db;
 use crate::hub::Hub;
+use crate::server::Limits;
+use crate::server::connections::Connections;
 
 pub struct Daemon {
     pub db: Arc<Db>,
     pub hub: Arc<Hub>,
     /// Cancelled once to stop the daemon (signal or `daemon.shutdown`).
     pub shutdown: CancellationToken,
+    /// Cancelled once the runs are stopped and recorded at shutdown:
+    /// subscriptions deliver what is left and end, connections close.
+    pub close: CancellationToken,
+    /// The open connections, which can be cut.
+    pub open: Arc<Connections>,
+    /// How long a send may wait on a client before it is disconnected.
+    pub client_timeout: Duration,
     pub started: Instant,
     pub socket: PathBuf,
     /// One permit per open connection; see [`crate::server`].
@@ -35,13 +44,17 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    pub fn new(db: Db, hub: Arc<Hub>, socket: PathBuf, max_connections: usize, kill_grace: Duration) -> Daemon {
+    pub fn new(db: Db, hub: Arc<Hub>, socket: PathBuf, limits: &Limits, kill_grace: Duration) -> Daemon {
         let db = Arc::new(db);
         let agents = Arc::new(Runner::new(db.clone(), hub.clone(), kill_grace));
+        let max_connections = limits.max_connections;
         Daemon {
             db,
             hub,
             shutdown: CancellationToken::new(),
+            close: CancellationToken::new(),
+            open: Arc::new(Connections::default()),
+            client_timeout: limits.client_timeout,
             started: Instant::now(),
             socket,
             connections: Arc::new(Semaphore::new(max_connections)),

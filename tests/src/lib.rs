@@ -294,6 +294,49 @@ pub fn http_raw(socket: &Path, request: &[u8]) -> std::io::Result<(u16, String)>
     parse_http_response(&raw)
 }
 
+/// A WebSocket client frame (text, masked) carrying `payload`.
+pub fn ws_frame(payload: &[u8]) -> Vec<u8> {
+    let mask = [0x37u8, 0xfa, 0x21, 0x3d];
+    let mut frame = vec![0x81];
+    match payload.len() {
+        n if n < 126 => frame.push(0x80 | n as u8),
+        n if n < 65536 => {
+            frame.push(0x80 | 126);
+            frame.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            frame.push(0x80 | 127);
+            frame.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    frame.extend_from_slice(&mask);
+    frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    frame
+}
+
+/// A raw WebSocket connection: upgraded, with `calls` sent as text
+/// frames — and then never read from again, like a client that hangs.
+pub fn stalled_websocket(socket: &Path, calls: &[&str]) -> StdUnixStream {
+    let mut s = StdUnixStream::connect(socket).expect("connect");
+    s.write_all(
+        b"GET / HTTP/1.1\r\nHost: kd\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+    )
+    .expect("upgrade request");
+    // Read the 101 response, byte by byte up to its end, and nothing more.
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut byte).expect("upgrade response");
+        head.push(byte[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
+    for call in calls {
+        s.write_all(&ws_frame(call.as_bytes())).expect("a frame");
+    }
+    s
+}
+
 /// POSTs a JSON-RPC body with `Connection: close`; returns status and body.
 pub fn http_post(socket: &Path, body: &str) -> std::io::Result<(u16, String)> {
     let req = format!(

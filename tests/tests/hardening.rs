@@ -2,7 +2,7 @@
 //! crash, leak or impersonate kdd (issue 9, SPEC §10).
 
 use kd_client::KdApiClient;
-use kd_tests::{Kdd, Stderr, Workspace, collect_until, ended, rpc_post};
+use kd_tests::{Kdd, Stderr, Workspace, collect_until, ended, rpc_post, within};
 
 /// The daemon keeps serving, runs agents, and stops on SIGTERM.
 async fn still_serves(kdd: &mut Kdd) -> kd_proto::types::DaemonStatus {
@@ -46,4 +46,121 @@ async fn a_stderr_nobody_reads_never_blocks_the_daemon() {
     }
     let status = still_serves(&mut kdd).await;
     assert!(status.log_lines_dropped > 0, "{status:?}");
+}
+
+/// A council whose one member streams without end.
+fn streaming_forever() -> Workspace {
+    Workspace::new(&[(
+        "claude",
+        "claude",
+        &[("FAKE_DELTAS", "100000000"), ("FAKE_PIECE", "0123456789abcdef0123456789abcdef"), ("FAKE_RATE", "50000")],
+    )])
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subscriber_that_stops_reading_does_not_hold_up_the_shutdown() {
+    let ws = streaming_forever();
+    let mut kdd = Kdd::start_with(&["--shutdown-grace-ms", "1000"]);
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let mut watcher = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let subscribe = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"thread.subscribe","params":{{"thread":"{t}"}}}}"#);
+    let _stalled = kd_tests::stalled_websocket(&kdd.socket, &[&subscribe]);
+    c.council_send(t.clone(), "Go on and on.".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    // Well past what the stalled socket and its buffers hold.
+    let mut chars = 0;
+    while chars < 4_000_000 {
+        match within("deltas", watcher.next()).await {
+            Some(Ok(kd_proto::types::ThreadEvent::Delta { chars: c, .. })) => chars = c,
+            Some(Ok(_)) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    let pid = rustix::process::Pid::from_raw(kdd.pid as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    // The subscriber that reads hears the run end before its subscription does.
+    let mut ended_run = false;
+    while let Some(e) = within("the subscription to end", watcher.next()).await {
+        ended_run |= matches!(e.unwrap(), kd_proto::types::ThreadEvent::RunCancelled { .. });
+    }
+    assert!(ended_run, "the run's end is delivered before the subscription ends");
+    let status = kdd.wait_exit();
+    assert!(status.success(), "kdd exited with {status}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_graceful_stop_starts_no_new_turn() {
+    // Thread A: claude stops at once on SIGINT, with auto-rounds to come.
+    let a = Workspace::new(&[]);
+    let (hold, record) = (a.file("hold"), a.file("record.jsonl"));
+    std::fs::write(&hold, b"").unwrap();
+    a.write_config(&serde_json::json!({
+        "council": {"members": ["claude"], "auto_rounds": 3},
+        "agents": {"claude": kd_tests::fake("claude", "claude", &[("FAKE_HOLD", &hold), ("FAKE_RECORD", &record)])}
+    }));
+    // Thread B: an agent that ignores SIGTERM keeps the stop going for the kill grace.
+    let b = Workspace::new(&[("codex", "codex", &[("FAKE_IGNORE_TERM", "1"), ("FAKE_HANG", "1")])]);
+    let mut kdd = Kdd::start_with(&["--kill-grace-ms", "2000"]);
+    let c = kdd.client().await;
+    let (ta, tb) = (kd_tests::new_thread(&c, &a.path()).await, kd_tests::new_thread(&c, &b.path()).await);
+    let mut sub = c.thread_subscribe(ta.clone(), None, None).await.unwrap();
+    let mut sub_b = c.thread_subscribe(tb.clone(), None, None).await.unwrap();
+    c.council_send(tb.clone(), "Hang.".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    c.council_send(ta.clone(), "Discuss.".into(), None, None, None, None, None, None, None).await.unwrap();
+    let started = |e: &[kd_proto::types::ThreadEvent]| {
+        e.iter().any(|e| matches!(e, kd_proto::types::ThreadEvent::RunStarted { .. }))
+    };
+    collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, kd_proto::types::ThreadEvent::Delta { .. }))).await;
+    collect_until(&mut sub_b, started).await;
+    let status = kdd.stop();
+    assert!(status.success(), "{status}");
+    assert_eq!(kd_tests::records(&record).len(), 1, "no auto-round turn started during the stop");
+    kdd.launch().unwrap();
+    let c = kdd.client().await;
+    assert!(c.run_list(None).await.unwrap().is_empty());
+    let kinds: Vec<kd_proto::types::MessageKind> =
+        c.thread_messages(ta, None, None).await.unwrap().iter().map(|m| m.kind).collect();
+    use kd_proto::types::MessageKind::{Interrupted, King};
+    assert_eq!(kinds, [King, Interrupted]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subscriber_that_stops_reading_is_disconnected_and_others_go_on() {
+    let ws = streaming_forever();
+    let kdd = Kdd::start_with(&["--client-timeout-ms", "300"]);
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let subscribe = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"thread.subscribe","params":{{"thread":"{t}"}}}}"#);
+    let mut stalled = kd_tests::stalled_websocket(&kdd.socket, &[&subscribe]);
+    let s = within("the stalled subscription", async {
+        loop {
+            let s = c.daemon_status().await.unwrap();
+            if s.subscriptions == 1 {
+                return s;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert_eq!(s.clients, 2);
+    c.council_send(t.clone(), "Go on and on.".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    // The daemon gives up on it while the run goes on.
+    let status = within("the stalled client to be cut off", async {
+        loop {
+            let status = c.daemon_status().await.unwrap();
+            if status.clients == 1 {
+                return status;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(status.runs_in_flight, 1, "{status:?}");
+    // Its socket was closed under it: what was sent, then the end.
+    let end = tokio::task::spawn_blocking(move || {
+        use std::io::Read;
+        let mut buf = vec![0u8; 1 << 16];
+        while matches!(stalled.read(&mut buf), Ok(n) if n > 0) {}
+    });
+    within("the end of the stalled socket", end).await.unwrap();
 }

@@ -36,11 +36,22 @@ pub struct Runner {
     pub runs: Registry,
     /// How long a signalled agent has before SIGKILL.
     pub kill_grace: Duration,
+    /// Set once the daemon stops: no run starts after it.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl Runner {
     pub fn new(db: Arc<Db>, hub: Arc<Hub>, kill_grace: Duration) -> Runner {
-        Runner { db, hub, runs: Registry::default(), kill_grace }
+        Runner { db, hub, runs: Registry::default(), kill_grace, closed: Default::default() }
+    }
+
+    /// No run starts from now on (the daemon is stopping).
+    pub fn close(&self) {
+        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 

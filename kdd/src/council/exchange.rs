@@ -80,6 +80,13 @@ impl Exchanges {
         }
     }
 
+    /// Stops every exchange (the daemon is stopping).
+    pub fn stop_all(&self) {
+        for ex in self.map().drain().map(|(_, ex)| ex) {
+            ex.stop();
+        }
+    }
+
     pub fn current(&self, thread: &str) -> Option<Arc<Exchange>> {
         self.map().get(thread).cloned()
     }

@@ -33,6 +33,13 @@ impl Council {
     pub fn new(agents: Arc<Runner>) -> Council {
         Council { agents, exchanges: Exchanges::default() }
     }
+
+    /// The daemon is stopping: no exchange takes another turn and no run
+    /// starts. Runs in flight are left to [`crate::agent::stop_all`].
+    pub fn close(&self) {
+        self.agents.close();
+        self.exchanges.stop_all();
+    }
 }
 
 /// What every run of a send or an exchange shares.
@@ -49,7 +56,11 @@ pub struct Launch {
 impl Launch {
     /// Starts `member`'s run at `place`, or joins the run it already has in
     /// flight on the thread. Returns the run and whether it was joined.
+    /// Nothing starts once the daemon is stopping.
     pub fn start(&self, c: &Council, member: &str, place: Place) -> Option<(Arc<Run>, bool)> {
+        if c.agents.is_closed() {
+            return None;
+        }
         let agent = self.config.agent(member)?.clone();
         let (run, attached) = c.agents.runs.claim(&self.thread.id, member, |ordinal| {
             Run::new(

@@ -48,6 +48,9 @@ pub struct Addressees {
 }
 
 pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwned> {
+    if c.agents.is_closed() {
+        return Err(ErrorCode::ShuttingDown.error("the daemon is shutting down"));
+    }
     let db = &c.agents.db;
     // Everything is checked before anything is written: a refused question
     // leaves no message, and no thread when it was to create one.

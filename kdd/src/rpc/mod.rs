@@ -130,11 +130,13 @@ impl KdApiServer for Rpc {
     async fn thread_subscribe(
         &self,
         pending: PendingSubscriptionSink,
+        ext: &Extensions,
         thread: String,
         since_seq: Option<u64>,
         not_yet_created: Option<bool>,
     ) -> SubscriptionResult {
-        subscribe::run(self.d.clone(), pending, thread, since_seq, not_yet_created.unwrap_or(false)).await
+        let client = ext.get::<crate::client::ClientId>().copied();
+        subscribe::run(self.d.clone(), pending, client, thread, since_seq, not_yet_created.unwrap_or(false)).await
     }
 
     async fn council_send(
@@ -274,7 +276,13 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let hub = Arc::new(Hub::new());
         let db = Db::open(&tmp.path().join("kd.sqlite3"), hub.clone()).unwrap();
-        let module = module(Arc::new(Daemon::new(db, hub, tmp.path().join("s"), 1, std::time::Duration::from_secs(1))));
+        let module = module(Arc::new(Daemon::new(
+            db,
+            hub,
+            tmp.path().join("s"),
+            &crate::server::Limits::default(),
+            std::time::Duration::from_secs(1),
+        )));
         let served: BTreeSet<&str> = module.method_names().collect();
         let documented: BTreeSet<&str> = kd_proto::openrpc::methods()
             .iter()

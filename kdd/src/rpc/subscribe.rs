@@ -9,6 +9,14 @@
 //! A *pending* subscription may name a thread that does not exist yet: the
 //! client subscribes to the id a `council.send` with `new_thread` is about
 //! to create, so it sees everything from the first message on.
+//!
+//! **A client that stops reading costs nothing but itself.** Every send may
+//! wait at most the client timeout for room in the connection's buffer;
+//! meanwhile the hub's channel keeps what comes, and a subscriber that
+//! falls too far behind gets `lagged` and the messages again. A send that
+//! times out ends the subscription and cuts the client's connection. At
+//! shutdown, subscriptions deliver what is queued — the runs' ends among it
+//! — and end.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,16 +25,72 @@ use jsonrpsee::core::SubscriptionResult;
 use jsonrpsee::server::{PendingSubscriptionSink, SubscriptionMessage, SubscriptionSink};
 use jsonrpsee::types::ErrorObjectOwned;
 use kd_proto::types::{Message, ThreadEvent};
-use tokio::sync::broadcast::error::RecvError;
+use serde_json::value::RawValue;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 
 use super::validate;
+use crate::client::ClientId;
 use crate::db::{DbError, DbResult};
-use crate::hub::RunMark;
+use crate::hub::{Published, RunMark};
 use crate::state::Daemon;
+
+/// Why a subscription stops sending.
+enum Stop {
+    /// The client went away or its subscription was dropped.
+    Gone,
+    /// The client did not read for the client timeout: it is cut off.
+    Stalled,
+}
+
+/// Sends to one subscriber, each send bounded in time.
+struct Out<'a> {
+    d: &'a Daemon,
+    sink: &'a SubscriptionSink,
+    client: Option<ClientId>,
+}
+
+impl Out<'_> {
+    async fn raw(&self, json: Box<RawValue>) -> Result<(), Stop> {
+        use jsonrpsee::core::server::SendTimeoutError;
+        match self.sink.send_timeout(SubscriptionMessage::from(json), self.d.client_timeout).await {
+            Ok(()) => Ok(()),
+            Err(SendTimeoutError::Closed(_)) => Err(Stop::Gone),
+            Err(SendTimeoutError::Timeout(_)) => Err(Stop::Stalled),
+        }
+    }
+
+    async fn event(&self, event: &ThreadEvent) -> Result<(), Stop> {
+        match serde_json::value::to_raw_value(event) {
+            Ok(json) => self.raw(json).await,
+            Err(e) => {
+                tracing::error!("cannot serialise a thread event: {e}");
+                Err(Stop::Gone)
+            }
+        }
+    }
+
+    async fn messages(&self, messages: Vec<Message>, last: &mut u64) -> Result<(), Stop> {
+        for message in messages {
+            let seq = message.seq;
+            self.event(&ThreadEvent::Message { message: Box::new(message) }).await?;
+            *last = seq;
+        }
+        Ok(())
+    }
+
+    /// Cuts off a client that stopped reading.
+    fn give_up(&self, thread: &str) {
+        tracing::warn!(thread, client = ?self.client, "a subscriber stopped reading; disconnected");
+        if let Some(client) = self.client {
+            self.d.open.cut(client);
+        }
+    }
+}
 
 pub async fn run(
     d: Arc<Daemon>,
     pending: PendingSubscriptionSink,
+    client: Option<ClientId>,
     thread: String,
     since_seq: Option<u64>,
     pending_thread: bool,
@@ -52,76 +116,86 @@ pub async fn run(
     // that follows the subscribe call sees it.
     let _counted = d.hub.track();
     let sink = pending.accept().await?;
-    if !send_messages(&sink, backlog, &mut last).await {
-        return Ok(());
-    }
-    // Where the thread's exchange stands.
-    if let Some(round) = d.council.exchanges.current(&thread).and_then(|ex| ex.round_event())
-        && !send(&sink, &round).await
-    {
-        return Ok(());
-    }
-    // Runs in flight: what they streamed so far, then only what is newer.
+    let out = Out { d: &d, sink: &sink, client };
     let mut snapshots: HashMap<String, (bool, u64)> = HashMap::new();
-    for run in d.agents.runs.list(Some(&thread)) {
-        let snap = run.snapshot();
-        if snap.info.status.is_finished() {
-            continue;
+    let result = async {
+        out.messages(backlog, &mut last).await?;
+        // Where the thread's exchange stands.
+        if let Some(round) = d.council.exchanges.current(&thread).and_then(|ex| ex.round_event()) {
+            out.event(&round).await?;
         }
-        let (id, member, pid, chars) = (snap.info.id.clone(), snap.info.member.clone(), snap.info.pid, snap.info.chars);
-        let mut ok = send(&sink, &ThreadEvent::RunWaiting { run: snap.info }).await;
-        if let Some(pid) = pid {
-            ok &= send(&sink, &ThreadEvent::RunStarted { run: id.clone(), member: member.clone(), pid }).await;
+        // Runs in flight: what they streamed so far, then only what is newer.
+        for run in d.agents.runs.list(Some(&thread)) {
+            let snap = run.snapshot();
+            if snap.info.status.is_finished() {
+                continue;
+            }
+            let (id, member, pid, chars) =
+                (snap.info.id.clone(), snap.info.member.clone(), snap.info.pid, snap.info.chars);
+            out.event(&ThreadEvent::RunWaiting { run: snap.info }).await?;
+            if let Some(pid) = pid {
+                out.event(&ThreadEvent::RunStarted { run: id.clone(), member: member.clone(), pid }).await?;
+            }
+            if !snap.text.is_empty() {
+                out.event(&ThreadEvent::Delta { run: id.clone(), member, text: snap.text, chars }).await?;
+            }
+            snapshots.insert(id, (pid.is_some(), chars));
         }
-        if !snap.text.is_empty() {
-            ok &= send(&sink, &ThreadEvent::Delta { run: id.clone(), member, text: snap.text, chars }).await;
-        }
-        if !ok {
-            return Ok(());
-        }
-        snapshots.insert(id, (pid.is_some(), chars));
-    }
-    loop {
-        tokio::select! {
-            _ = sink.closed() => break,
-            _ = d.shutdown.cancelled() => break,
-            event = rx.recv() => match event {
-                Ok(p) => {
-                    if already_sent(&snapshots, p.run.as_ref()) {
-                        continue;
-                    }
-                    if let Some(seq) = p.seq {
-                        if seq <= last {
-                            continue;
+        loop {
+            tokio::select! {
+                _ = sink.closed() => return Err(Stop::Gone),
+                _ = d.close.cancelled() => {
+                    // Stopping: what is queued (the runs' ends) goes out first.
+                    loop {
+                        match rx.try_recv() {
+                            Ok(p) => forward(&out, &p, &snapshots, &mut last).await?,
+                            Err(TryRecvError::Lagged(_)) => continue,
+                            Err(_) => return Ok(()),
                         }
-                        last = seq;
-                    }
-                    if sink.send(SubscriptionMessage::from(p.json.clone())).await.is_err() {
-                        break;
                     }
                 }
-                Err(RecvError::Lagged(missed)) => {
-                    tracing::debug!(thread, missed, "subscriber lagged");
-                    if !send(&sink, &ThreadEvent::Lagged { missed }).await {
-                        break;
-                    }
-                    match d.db.messages(thread.clone(), last, None).await {
-                        Ok(missed) => {
-                            if !send_messages(&sink, missed, &mut last).await {
-                                break;
+                event = rx.recv() => match event {
+                    Ok(p) => forward(&out, &p, &snapshots, &mut last).await?,
+                    Err(RecvError::Lagged(missed)) => {
+                        tracing::debug!(thread, missed, "subscriber lagged");
+                        out.event(&ThreadEvent::Lagged { missed }).await?;
+                        match d.db.messages(thread.clone(), last, None).await {
+                            Ok(missed) => out.messages(missed, &mut last).await?,
+                            Err(e) => {
+                                tracing::warn!(thread, "cannot resend messages after lag: {e}");
+                                return Err(Stop::Gone);
                             }
                         }
-                        Err(e) => {
-                            tracing::warn!(thread, "cannot resend messages after lag: {e}");
-                            break;
-                        }
                     }
-                }
-                Err(RecvError::Closed) => break,
-            },
+                    Err(RecvError::Closed) => return Ok(()),
+                },
+            }
         }
     }
+    .await;
+    if let Err(Stop::Stalled) = result {
+        out.give_up(&thread);
+    }
     Ok(())
+}
+
+/// Sends a live event unless the backlog or a snapshot already covered it.
+async fn forward(
+    out: &Out<'_>,
+    p: &Published,
+    snapshots: &HashMap<String, (bool, u64)>,
+    last: &mut u64,
+) -> Result<(), Stop> {
+    if already_sent(snapshots, p.run.as_ref()) {
+        return Ok(());
+    }
+    if let Some(seq) = p.seq {
+        if seq <= *last {
+            return Ok(());
+        }
+        *last = seq;
+    }
+    out.raw(p.json.clone()).await
 }
 
 /// Whether a live run event was already covered by the run's snapshot.
@@ -131,26 +205,5 @@ fn already_sent(snapshots: &HashMap<String, (bool, u64)>, mark: Option<&RunMark>
         Some(RunMark::Started(id)) => snapshots.get(id).is_some_and(|(started, _)| *started),
         Some(RunMark::Delta(id, chars)) => snapshots.get(id).is_some_and(|(_, seen)| chars <= seen),
         None => false,
-    }
-}
-
-async fn send_messages(sink: &SubscriptionSink, messages: Vec<Message>, last: &mut u64) -> bool {
-    for message in messages {
-        let seq = message.seq;
-        if !send(sink, &ThreadEvent::Message { message: Box::new(message) }).await {
-            return false;
-        }
-        *last = seq;
-    }
-    true
-}
-
-async fn send(sink: &SubscriptionSink, event: &ThreadEvent) -> bool {
-    match serde_json::value::to_raw_value(event) {
-        Ok(json) => sink.send(SubscriptionMessage::from(json)).await.is_ok(),
-        Err(e) => {
-            tracing::error!("cannot serialise a thread event: {e}");
-            false
-        }
     }
 }

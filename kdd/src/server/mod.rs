@@ -1,21 +1,24 @@
-//! The Unix-socket server: one daemon per socket, the peer-uid check, the
-//! connection bound, and JSON-RPC over HTTP and WebSocket on each connection.
+//! The Unix-socket server: the peer-uid check, the connection bound, and
+//! JSON-RPC over HTTP and WebSocket on each connection.
 //!
-//! **One daemon per socket.** Before touching the socket, the daemon takes
-//! an exclusive `flock` on `<socket>.lock` and keeps it for its lifetime. The
-//! kernel drops the lock when the process dies, however it dies, so: lock
-//! taken by someone else → a live daemon, refuse; lock free and a socket file
-//! present → stale, remove it.
+//! - [`claim`]: one daemon per socket, in a directory only its user can touch;
+//! - [`connections`]: the open connections, which the daemon can cut.
+//!
+//! **Nothing a client does holds the daemon up.** At shutdown the accept
+//! loop stops at once; open connections are closed only when
+//! [`Daemon::close`] fires — after the runs were stopped and recorded, so
+//! that subscribers still hear how they ended — and those still open after
+//! the grace period have their sockets cut.
 
-use std::fs::{File, OpenOptions, Permissions};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+mod claim;
+pub mod connections;
+
+pub use claim::SocketClaim;
+
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
 use jsonrpsee::Methods;
 use jsonrpsee::core::middleware::RpcServiceBuilder;
 use jsonrpsee::server::{
@@ -38,6 +41,11 @@ pub struct Limits {
     pub max_request_bytes: u32,
     pub max_response_bytes: u32,
     pub max_subscriptions_per_connection: u32,
+    /// How long a send may wait on a client that does not read before the
+    /// client is disconnected.
+    pub client_timeout: Duration,
+    /// How long connections have to close at shutdown before they are cut.
+    pub shutdown_grace: Duration,
 }
 
 impl Default for Limits {
@@ -47,87 +55,10 @@ impl Default for Limits {
             max_request_bytes: 16 * 1024 * 1024,
             max_response_bytes: 512 * 1024 * 1024,
             max_subscriptions_per_connection: 1024,
+            client_timeout: Duration::from_secs(10),
+            shutdown_grace: Duration::from_secs(3),
         }
     }
-}
-
-/// The claimed socket path: holds the lock file for the daemon's lifetime
-/// and removes the socket file when dropped.
-pub struct SocketClaim {
-    socket: PathBuf,
-    _lock: File,
-}
-
-impl SocketClaim {
-    /// Makes the socket directory (0700, ours), takes the daemon lock, and
-    /// removes a stale socket file. Fails if another daemon holds the lock.
-    pub fn claim(socket: &Path) -> anyhow::Result<SocketClaim> {
-        let dir = socket.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        secure_dir(dir)?;
-        let lock_path = kd_proto::paths::lock_path(socket);
-        let mut lock = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&lock_path)
-            .with_context(|| format!("cannot open {}", lock_path.display()))?;
-        if lock.try_lock().is_err() {
-            let holder = std::fs::read_to_string(&lock_path).unwrap_or_default();
-            let holder = holder.trim();
-            let pid = if holder.is_empty() { String::new() } else { format!(" (pid {holder})") };
-            bail!("kdd is already running on {}{pid}; stop it with `kd daemon stop`", socket.display());
-        }
-        lock.set_len(0).context("cannot write the lock file")?;
-        write!(lock, "{}", std::process::id()).context("cannot write the lock file")?;
-        match std::fs::remove_file(socket) {
-            Ok(()) => tracing::info!("removed stale socket {}", socket.display()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e).with_context(|| format!("cannot remove stale socket {}", socket.display())),
-        }
-        Ok(SocketClaim { socket: socket.to_path_buf(), _lock: lock })
-    }
-
-    /// Binds the socket, mode 0600.
-    pub fn bind(&self) -> anyhow::Result<UnixListener> {
-        let listener =
-            UnixListener::bind(&self.socket).with_context(|| format!("cannot listen on {}", self.socket.display()))?;
-        std::fs::set_permissions(&self.socket, Permissions::from_mode(0o600))
-            .with_context(|| format!("cannot set the mode of {}", self.socket.display()))?;
-        Ok(listener)
-    }
-}
-
-impl Drop for SocketClaim {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.socket);
-    }
-}
-
-/// Creates `dir` as 0700, or checks that an existing one is ours and not
-/// writable by others (a `/tmp/kd-$UID` made by someone else is refused).
-fn secure_dir(dir: &Path) -> anyhow::Result<()> {
-    let uid = rustix::process::getuid().as_raw();
-    if !dir.exists() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
-        return Ok(());
-    }
-    let meta = std::fs::metadata(dir).with_context(|| format!("cannot inspect {}", dir.display()))?;
-    if meta.uid() != uid {
-        bail!(
-            "{} belongs to uid {}, not to you (uid {uid}); refusing to put the socket there",
-            dir.display(),
-            meta.uid()
-        );
-    }
-    if meta.mode() & 0o022 != 0 && meta.mode() & 0o1000 == 0 {
-        bail!("{} is writable by other users; fix its mode (chmod 700) or choose another --socket", dir.display());
-    }
-    Ok(())
 }
 
 /// Whether a connecting peer may talk to this daemon: only our own uid.
@@ -139,9 +70,10 @@ pub fn check_peer(peer_uid: Option<u32>, own_uid: u32) -> Result<(), String> {
     }
 }
 
-/// Serves connections until the daemon's shutdown token is cancelled, then
-/// stops accepting and lets open connections finish gracefully.
-pub async fn serve(listener: UnixListener, methods: impl Into<Methods>, d: Arc<Daemon>, limits: &Limits) {
+/// Serves connections until the daemon's shutdown token is cancelled; then
+/// stops accepting, waits for [`Daemon::close`], lets open connections
+/// finish within the grace period and cuts the rest.
+pub async fn serve(listener: UnixListener, methods: impl Into<Methods>, d: Arc<Daemon>, limits: Limits) {
     let methods: Methods = methods.into();
     let (stop_handle, server_handle) = jsonrpsee::server::stop_channel();
     let config = ServerConfig::builder()
@@ -183,13 +115,32 @@ pub async fn serve(listener: UnixListener, methods: impl Into<Methods>, d: Arc<D
             continue;
         };
         let client = ClientId(d.next_client_id.fetch_add(1, Ordering::Relaxed));
-        tokio::spawn(connection(stream, permit, client, builder.clone(), methods.clone(), stop_handle.clone()));
+        let held = Held { _permit: permit, _registered: d.open.register(client, &stream) };
+        tokio::spawn(connection(stream, held, client, builder.clone(), methods.clone(), stop_handle.clone()));
+    }
+    drop(listener);
+    // The runs are stopped and recorded, and subscribers told, before the
+    // connections are closed.
+    d.close.cancelled().await;
+    // Subscriptions deliver what is left (the runs' ends) before the
+    // connections are told to close.
+    let deadline = tokio::time::Instant::now() + limits.shutdown_grace;
+    if tokio::time::timeout_at(deadline, d.hub.all_ended()).await.is_err() {
+        tracing::warn!("{} subscription(s) still delivering at the deadline", d.hub.subscription_count());
     }
     drop(stop_handle);
     if server_handle.stop().is_err() {
         tracing::debug!("server already stopped");
     }
-    server_handle.stopped().await;
+    let stopped = server_handle.stopped();
+    tokio::pin!(stopped);
+    if tokio::time::timeout_at(deadline, &mut stopped).await.is_err() {
+        let n = d.open.cut_all();
+        tracing::warn!("{n} connection(s) did not close within {:?}; cut", limits.shutdown_grace);
+        if tokio::time::timeout(Duration::from_secs(2), &mut stopped).await.is_err() {
+            tracing::warn!("connections still open; stopping anyway");
+        }
+    }
 }
 
 type Builder = TowerServiceBuilder<
@@ -197,18 +148,25 @@ type Builder = TowerServiceBuilder<
     tower::layer::util::Identity,
 >;
 
-/// Serves one accepted connection. The connection permit is held until the
-/// socket closes — for a WebSocket, until its session ends, which outlives
-/// the HTTP exchange that upgraded it.
+/// Serves one accepted connection. What it holds ([`Held`]) is kept until
+/// the socket closes — for a WebSocket, until its session ends, which
+/// outlives the HTTP exchange that upgraded it.
+/// What a connection holds while it is open: its slot among the bounded
+/// connections and its entry in the registry (so it can be cut).
+struct Held {
+    _permit: OwnedSemaphorePermit,
+    _registered: connections::Registered,
+}
+
 async fn connection(
     stream: UnixStream,
-    permit: OwnedSemaphorePermit,
+    held: Held,
     client: ClientId,
     builder: Builder,
     methods: Methods,
     stop: StopHandle,
 ) {
-    let permit = Arc::new(permit);
+    let held = Arc::new(held);
     let svc = builder.build(methods, stop.clone());
     let per_request = tower::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
         // This socket speaks only JSON-RPC: a plain `curl -d '{…}'` (which
@@ -220,10 +178,10 @@ async fn connection(
         let mut svc = svc.clone();
         if jsonrpsee::server::ws::is_upgrade_request(&req) {
             let closed = svc.on_session_closed();
-            let permit = permit.clone();
+            let held = held.clone();
             tokio::spawn(async move {
                 closed.await;
-                drop(permit);
+                drop(held);
             });
         }
         // The error type must be concrete (rust-lang/rust#102211).
@@ -268,40 +226,5 @@ mod tests {
         assert_eq!(refused, Err("peer uid 1001 is not the daemon's uid 1000".to_string()));
         assert!(check_peer(Some(0), 1000).is_err(), "not even root");
         assert!(check_peer(None, 1000).is_err());
-    }
-
-    #[test]
-    fn socket_dir_is_created_private() -> anyhow::Result<()> {
-        let tmp = tempfile::tempdir()?;
-        let dir = tmp.path().join("kd");
-        secure_dir(&dir)?;
-        assert_eq!(std::fs::metadata(&dir)?.mode() & 0o777, 0o700);
-        Ok(())
-    }
-
-    #[test]
-    fn world_writable_socket_dir_is_refused() -> anyhow::Result<()> {
-        let tmp = tempfile::tempdir()?;
-        let dir = tmp.path().join("kd");
-        std::fs::create_dir(&dir)?;
-        std::fs::set_permissions(&dir, Permissions::from_mode(0o777))?;
-        let err = secure_dir(&dir).err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(err.contains("writable by other users"), "{err}");
-        Ok(())
-    }
-
-    #[test]
-    fn second_claim_on_a_socket_is_refused_and_stale_file_removed() -> anyhow::Result<()> {
-        let tmp = tempfile::tempdir()?;
-        let socket = tmp.path().join("kdd.sock");
-        std::fs::write(&socket, b"stale")?;
-        let first = SocketClaim::claim(&socket)?;
-        assert!(!socket.exists(), "stale socket file not removed");
-        let err = SocketClaim::claim(&socket).err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(err.contains("already running"), "{err}");
-        assert!(err.contains(&format!("pid {}", std::process::id())), "{err}");
-        drop(first);
-        SocketClaim::claim(&socket)?;
-        Ok(())
     }
 }
