@@ -9,7 +9,7 @@
 
 use std::ffi::OsString;
 use std::fs::OpenOptions;
-use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -56,12 +56,15 @@ pub fn log_file(socket: &Path) -> PathBuf {
 /// Starts the daemon for `socket` unless one answers by the time we hold the
 /// start lock. Returns once the daemon accepts connections.
 pub async fn start(socket: &Path) -> Result<(), ClientError> {
-    let dir = socket.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = paths::socket_dir(socket);
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)
         .map_err(|e| ClientError::Start(format!("cannot create {}: {e}", dir.display())))?;
+    // Nothing is written into a directory someone else controls.
+    paths::check_private_dir(dir, rustix::process::getuid().as_raw())
+        .map_err(|e| ClientError::Untrusted { socket: socket.to_path_buf(), reason: e.to_string() })?;
     let mut lock_path = OsString::from(socket.as_os_str());
     lock_path.push(".start.lock");
     let lock = OpenOptions::new()
@@ -69,6 +72,8 @@ pub async fn start(socket: &Path) -> Result<(), ClientError> {
         .write(true)
         .create(true)
         .truncate(false)
+        .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
         .open(&lock_path)
         .map_err(|e| ClientError::Start(format!("cannot open {}: {e}", Path::new(&lock_path).display())))?;
     let lock = tokio::time::timeout(READY_TIMEOUT * 2, tokio::task::spawn_blocking(move || lock.lock().map(|()| lock)))

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use jsonrpsee_client_transport::ws::WsHandshakeError;
 use jsonrpsee_ws_client::{RpcService, RpcServiceBuilder, WsClientBuilder};
+use kd_proto::paths::{self, DirError};
 use kd_proto::types::Hello;
 use kd_proto::{KdApiClient, PROTOCOL_VERSION, SOCKET_URL};
 use tokio::net::UnixStream;
@@ -29,11 +30,7 @@ pub struct Client {
 impl Client {
     /// Connects to a running daemon; never starts one.
     pub async fn connect(socket: &Path) -> Result<Client, ClientError> {
-        let stream = UnixStream::connect(socket).await.map_err(|e| ClientError::Unreachable {
-            socket: socket.to_path_buf(),
-            reason: reason(&e),
-            hint: "",
-        })?;
+        let stream = connect_checked(socket).await?;
         // No RPC logger middleware: it serialises every request a second time.
         let rpc = WsClientBuilder::default()
             .set_rpc_middleware(RpcServiceBuilder::new())
@@ -98,6 +95,37 @@ impl Deref for Client {
     fn deref(&self) -> &WsClient {
         &self.rpc
     }
+}
+
+/// Connects to `socket` only if the user alone controls its directory and
+/// the process listening runs as the user: a socket elsewhere could be
+/// another user's impostor, which would read every prompt sent to it.
+async fn connect_checked(socket: &Path) -> Result<UnixStream, ClientError> {
+    let uid = rustix::process::getuid().as_raw();
+    let untrusted = |reason: String| ClientError::Untrusted { socket: socket.to_path_buf(), reason };
+    match paths::check_private_dir(paths::socket_dir(socket), uid) {
+        Ok(()) => {}
+        Err(DirError::Missing(_)) => {
+            return Err(ClientError::Unreachable {
+                socket: socket.to_path_buf(),
+                reason: "no socket there (is kdd running?)".into(),
+                hint: "",
+            });
+        }
+        Err(e) => return Err(untrusted(e.to_string())),
+    }
+    let stream = UnixStream::connect(socket).await.map_err(|e| ClientError::Unreachable {
+        socket: socket.to_path_buf(),
+        reason: reason(&e),
+        hint: "",
+    })?;
+    let peer = stream.peer_cred().map_err(|e| untrusted(format!("cannot tell who runs it: {e}")))?.uid();
+    if peer != uid {
+        return Err(untrusted(format!(
+            "it is run by uid {peer}, not by you (uid {uid}); another user may be impersonating kdd"
+        )));
+    }
+    Ok(stream)
 }
 
 fn handshake_error(socket: &Path, e: jsonrpsee::core::client::Error) -> ClientError {

@@ -17,6 +17,10 @@ pub enum ClientError {
         socket.display()
     )]
     Protocol { socket: PathBuf, theirs: u32, ours: u32, version: String },
+    /// The socket's directory or its listener is not the user's own: it
+    /// may be another user's impostor, so nothing is sent to it.
+    #[error("will not talk to kdd at {}: {reason}", socket.display())]
+    Untrusted { socket: PathBuf, reason: String },
     #[error("cannot start kdd: {0}")]
     Start(String),
     /// The daemon answered with a JSON-RPC error.

@@ -65,6 +65,57 @@ pub fn db_path_with(
     Ok(data.join("kd").join("kd.sqlite3"))
 }
 
+/// Why a socket directory cannot be trusted: someone else could listen
+/// there, or replace what is there.
+#[derive(Debug, thiserror::Error)]
+pub enum DirError {
+    #[error("{0} is a symlink, not a directory; another user may have planted it")]
+    Symlink(PathBuf),
+    #[error("{0} is not a directory")]
+    NotADirectory(PathBuf),
+    #[error("{dir} belongs to uid {owner}, not to you (uid {uid}); another user may be impersonating kdd")]
+    Foreign { dir: PathBuf, owner: u32, uid: u32 },
+    #[error(
+        "{dir} can be entered or changed by other users (mode {mode:03o}); chmod 700 it or choose another --socket"
+    )]
+    NotPrivate { dir: PathBuf, mode: u32 },
+    #[error("{0} does not exist")]
+    Missing(PathBuf),
+    #[error("cannot inspect {0}: {1}")]
+    Io(PathBuf, std::io::Error),
+}
+
+/// The directory of the socket, where the lock and start-lock files live too.
+pub fn socket_dir(socket: &Path) -> &Path {
+    socket.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."))
+}
+
+/// Whether `dir` is a place only `uid` controls: a real directory (not a
+/// symlink, which is not followed), owned by `uid`, with no access for
+/// group or others (0700). Both the daemon (before it listens) and its
+/// clients (before they connect) check this.
+pub fn check_private_dir(dir: &Path, uid: u32) -> Result<(), DirError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = match std::fs::symlink_metadata(dir) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(DirError::Missing(dir.to_path_buf())),
+        Err(e) => return Err(DirError::Io(dir.to_path_buf(), e)),
+    };
+    if meta.file_type().is_symlink() {
+        return Err(DirError::Symlink(dir.to_path_buf()));
+    }
+    if !meta.is_dir() {
+        return Err(DirError::NotADirectory(dir.to_path_buf()));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(DirError::NotPrivate { dir: dir.to_path_buf(), mode: meta.mode() & 0o7777 });
+    }
+    if meta.uid() != uid {
+        return Err(DirError::Foreign { dir: dir.to_path_buf(), owner: meta.uid(), uid });
+    }
+    Ok(())
+}
+
 /// The lock file that makes one daemon per socket: `<socket>.lock`.
 pub fn lock_path(socket: &Path) -> PathBuf {
     let mut name = socket.as_os_str().to_owned();
@@ -111,6 +162,32 @@ mod tests {
         let got = db_path_with(None, env(&[]), || Some(PathBuf::from("/home/u/.local/share")));
         assert_eq!(got.ok(), Some(PathBuf::from("/home/u/.local/share/kd/kd.sqlite3")));
         assert!(matches!(db_path_with(None, env(&[]), || None), Err(PathError::NoDataDir)));
+    }
+
+    #[test]
+    fn only_a_real_private_directory_of_ones_own_is_trusted() {
+        use std::os::unix::fs::PermissionsExt;
+        let uid = rustix::process::getuid().as_raw();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("kd");
+        assert!(matches!(check_private_dir(&dir, uid), Err(DirError::Missing(_))));
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        assert!(check_private_dir(&dir, uid).is_ok());
+        let e = check_private_dir(&dir, uid + 1).unwrap_err().to_string();
+        assert!(e.contains(&format!("belongs to uid {uid}")) && e.contains("impersonating"), "{e}");
+        for mode in [0o750, 0o705, 0o1777] {
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+            assert!(matches!(check_private_dir(&dir, uid), Err(DirError::NotPrivate { .. })), "{mode:o}");
+        }
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        assert!(matches!(check_private_dir(&link, uid), Err(DirError::Symlink(_))), "a symlink is never followed");
+        let file = tmp.path().join("file");
+        std::fs::write(&file, b"").unwrap();
+        assert!(matches!(check_private_dir(&file, uid), Err(DirError::NotADirectory(_))));
+        assert_eq!(socket_dir(Path::new("kdd.sock")), Path::new("."));
     }
 
     #[test]

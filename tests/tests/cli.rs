@@ -165,10 +165,18 @@ async fn show_of_a_missing_thread_is_one_line_and_nonzero() {
     assert_eq!(out.stderr, "kd: thread nope not found\n");
 }
 
+/// A socket directory as kdd makes it: `run/` under `parent`, mode 0700.
+fn private_dir(parent: &std::path::Path) -> std::path::PathBuf {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = parent.join("run");
+    std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
+    dir
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unreachable_daemon_is_one_clear_line() {
     let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("kdd.sock");
+    let socket = private_dir(dir.path()).join("kdd.sock");
     let out = run({
         let mut k = tokio::process::Command::new(bin("kd"));
         k.arg("--socket").arg(&socket).arg("threads").env("KD_NO_AUTOSTART", "1");
@@ -185,7 +193,7 @@ async fn an_unreachable_daemon_is_one_clear_line() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_daemon_speaking_another_protocol_is_refused_in_one_line() {
     let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("kdd.sock");
+    let socket = private_dir(dir.path()).join("kdd.sock");
     let listener = UnixListener::bind(&socket).unwrap();
     let mut module = RpcModule::new(());
     module

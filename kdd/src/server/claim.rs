@@ -8,7 +8,7 @@
 
 use std::fs::{File, OpenOptions, Permissions};
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
@@ -25,16 +25,18 @@ impl SocketClaim {
     /// Makes the socket directory (0700, ours), takes the daemon lock, and
     /// removes a stale socket file. Fails if another daemon holds the lock.
     pub fn claim(socket: &Path) -> anyhow::Result<SocketClaim> {
-        let dir = socket.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        secure_dir(dir)?;
+        secure_dir(kd_proto::paths::socket_dir(socket))?;
         let lock_path = kd_proto::paths::lock_path(socket);
+        // Never through a symlink someone planted.
         let mut lock = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(0o600)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
             .open(&lock_path)
-            .with_context(|| format!("cannot open {}", lock_path.display()))?;
+            .with_context(|| format!("cannot open {} (a symlink is not followed)", lock_path.display()))?;
         if lock.try_lock().is_err() {
             let holder = std::fs::read_to_string(&lock_path).unwrap_or_default();
             let holder = holder.trim();
@@ -67,30 +69,19 @@ impl Drop for SocketClaim {
     }
 }
 
-/// Creates `dir` as 0700, or checks that an existing one is ours and not
-/// writable by others (a `/tmp/kd-$UID` made by someone else is refused).
+/// Creates `dir` (0700, ours) or checks that the existing one is a real
+/// directory, ours, that no one else can enter — never a symlink, never a
+/// directory shared with other users (a sticky `/tmp` included).
 fn secure_dir(dir: &Path) -> anyhow::Result<()> {
     let uid = rustix::process::getuid().as_raw();
-    if !dir.exists() {
+    if std::fs::symlink_metadata(dir).is_err() {
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
-        return Ok(());
     }
-    let meta = std::fs::metadata(dir).with_context(|| format!("cannot inspect {}", dir.display()))?;
-    if meta.uid() != uid {
-        bail!(
-            "{} belongs to uid {}, not to you (uid {uid}); refusing to put the socket there",
-            dir.display(),
-            meta.uid()
-        );
-    }
-    if meta.mode() & 0o022 != 0 && meta.mode() & 0o1000 == 0 {
-        bail!("{} is writable by other users; fix its mode (chmod 700) or choose another --socket", dir.display());
-    }
-    Ok(())
+    kd_proto::paths::check_private_dir(dir, uid).map_err(|e| anyhow::anyhow!("refusing to put the socket there: {e}"))
 }
 
 #[cfg(test)]
@@ -102,7 +93,7 @@ mod tests {
         let tmp = tempfile::tempdir()?;
         let dir = tmp.path().join("kd");
         secure_dir(&dir)?;
-        assert_eq!(std::fs::metadata(&dir)?.mode() & 0o777, 0o700);
+        assert_eq!(std::os::unix::fs::MetadataExt::mode(&std::fs::metadata(&dir)?) & 0o777, 0o700);
         Ok(())
     }
 
@@ -113,14 +104,16 @@ mod tests {
         std::fs::create_dir(&dir)?;
         std::fs::set_permissions(&dir, Permissions::from_mode(0o777))?;
         let err = secure_dir(&dir).err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(err.contains("writable by other users"), "{err}");
+        assert!(err.contains("other users"), "{err}");
         Ok(())
     }
 
     #[test]
     fn second_claim_on_a_socket_is_refused_and_stale_file_removed() -> anyhow::Result<()> {
         let tmp = tempfile::tempdir()?;
-        let socket = tmp.path().join("kdd.sock");
+        let dir = tmp.path().join("run");
+        secure_dir(&dir)?;
+        let socket = dir.join("kdd.sock");
         std::fs::write(&socket, b"stale")?;
         let first = SocketClaim::claim(&socket)?;
         assert!(!socket.exists(), "stale socket file not removed");
