@@ -45,6 +45,12 @@ pub fn db_path(explicit: Option<&Path>) -> Result<PathBuf, PathError> {
     db_path_with(explicit, |k| std::env::var_os(k), || directories::BaseDirs::new().map(|d| d.data_dir().to_path_buf()))
 }
 
+/// Whether the user chose the database's place (`--db` or `KD_DB`) rather
+/// than kd (the data directory).
+pub fn db_place_chosen(explicit: Option<&Path>) -> bool {
+    explicit.is_some() || std::env::var_os(ENV_DB).is_some_and(|p| !p.is_empty())
+}
+
 /// [`db_path`] with the environment and platform data dir given, for tests.
 pub fn db_path_with(
     explicit: Option<&Path>,

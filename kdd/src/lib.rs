@@ -17,6 +17,7 @@
 //! - [`client`]: the identity of a client connection;
 //! - [`doctor`]: the checks behind `kd doctor`;
 //! - [`log`]: logging that never panics or blocks;
+//! - [`private`]: the daemon's files are the user's alone (umask, tightening);
 //! - [`shutdown`]: signals and the shutdown order;
 //! - [`proc`]: process liveness.
 //!
@@ -33,6 +34,7 @@ pub mod db;
 pub mod doctor;
 pub mod hub;
 pub mod log;
+pub mod private;
 pub mod proc;
 pub mod prompt;
 pub mod rpc;
@@ -54,6 +56,9 @@ use state::Daemon;
 pub struct Options {
     pub socket: PathBuf,
     pub db: PathBuf,
+    /// Whether kd chose the database's place (no `--db` or `KD_DB`): then its
+    /// directory is kd's and is kept private too.
+    pub db_dir_is_kds: bool,
     pub limits: Limits,
     /// How long a signalled agent has before SIGKILL.
     pub kill_grace: std::time::Duration,
@@ -64,6 +69,7 @@ pub struct Options {
 pub async fn run(opts: Options) -> anyhow::Result<()> {
     let claim = SocketClaim::claim(&opts.socket)?;
     let hub = Arc::new(Hub::new());
+    private::tighten_database(&opts.db, opts.db_dir_is_kds);
     let db = Db::open(&opts.db, hub.clone())?;
     let recovered = agent::recover(&db).await.context("cannot recover runs left in flight")?;
     if recovered > 0 {

@@ -43,6 +43,8 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    // Before anything is created: what kdd writes is the user's alone.
+    kdd::private::restrict_umask();
     let args = Args::parse();
     let args_log_to_file = args.log_file.is_some();
     let logging = match kdd::log::init(args.log_file.as_deref()) {
@@ -52,6 +54,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(file) = &args.log_file {
+        kdd::private::tighten(file);
+    }
     let code = run(args, args_log_to_file);
     logging.finish(std::time::Duration::from_secs(1));
     code
@@ -74,6 +79,7 @@ fn run(args: Args, args_log_to_file: bool) -> ExitCode {
     let opts = kdd::Options {
         socket: kd_proto::paths::socket_path(args.socket.as_deref()),
         db,
+        db_dir_is_kds: !kd_proto::paths::db_place_chosen(args.db.as_deref()),
         limits: Limits {
             max_connections: args.max_connections.max(1),
             max_request_bytes: args.max_request_bytes,

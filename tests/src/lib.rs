@@ -83,6 +83,8 @@ pub struct Kdd {
     stderr: Stderr,
     /// The read end of a stderr pipe nobody reads ([`Stderr::Stuck`]).
     stuck_reader: Option<std::os::fd::OwnedFd>,
+    /// No `--db`: the database is found in `$XDG_DATA_HOME/kd` as a user's is.
+    default_db: bool,
 }
 
 /// Where a test daemon's stderr goes.
@@ -113,12 +115,30 @@ impl Kdd {
         Kdd::start_full(args, env, Stderr::Drained)
     }
 
+    /// Starts a daemon as `kd` auto-starts one: no `--db`, so the database
+    /// is found at `$XDG_DATA_HOME/kd/kd.sqlite3` (`XDG_DATA_HOME` in the
+    /// daemon's directory), and `--log-file` beside it.
+    pub fn start_in_data_home() -> Kdd {
+        let mut kdd = Kdd::unstarted(&[], &[], Stderr::Drained);
+        kdd.default_db = true;
+        kdd.db = kdd.dir.path().join("data").join("kd").join("kd.sqlite3");
+        kdd.args = vec!["--log-file".into(), kd_proto::paths::log_path(&kdd.db).display().to_string()];
+        kdd.launch().unwrap_or_else(|e| panic!("kdd did not start: {e}"));
+        kdd
+    }
+
     /// Starts a daemon whose stderr goes where `stderr` says.
     pub fn start_full(args: &[&str], env: &[(&str, &str)], stderr: Stderr) -> Kdd {
+        let mut kdd = Kdd::unstarted(args, env, stderr);
+        kdd.launch().unwrap_or_else(|e| panic!("kdd did not start: {e}"));
+        kdd
+    }
+
+    fn unstarted(args: &[&str], env: &[(&str, &str)], stderr: Stderr) -> Kdd {
         let dir = tempfile::Builder::new().prefix("kd-e2e-").tempdir().expect("tempdir");
         let socket = dir.path().join("run").join("kdd.sock");
         let db = dir.path().join("data").join("kd.sqlite3");
-        let mut kdd = Kdd {
+        Kdd {
             dir,
             socket,
             db,
@@ -128,19 +148,20 @@ impl Kdd {
             child: None,
             stderr,
             stuck_reader: None,
-        };
-        kdd.launch().unwrap_or_else(|e| panic!("kdd did not start: {e}"));
-        kdd
+            default_db: false,
+        }
     }
 
     /// The command line this daemon runs with.
     pub fn command(&self) -> Command {
         let mut cmd = Command::new(bin("kdd"));
-        cmd.arg("--socket")
-            .arg(&self.socket)
-            .arg("--db")
-            .arg(&self.db)
-            .args(&self.args)
+        cmd.arg("--socket").arg(&self.socket);
+        if self.default_db {
+            cmd.env("XDG_DATA_HOME", self.dir.path().join("data"));
+        } else {
+            cmd.arg("--db").arg(&self.db);
+        }
+        cmd.args(&self.args)
             .env("RUST_LOG", "info")
             // No user configuration leaks in: workspaces bring their own.
             .env("XDG_CONFIG_HOME", self.dir.path().join("config"))

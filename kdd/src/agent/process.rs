@@ -4,7 +4,8 @@
 //! it started) with the workspace as cwd, and dies with the daemon: the
 //! kernel sends it SIGKILL when the daemon's thread that spawned it exits
 //! (`PR_SET_PDEATHSIG`). Spawns happen on tokio worker threads, which live
-//! as long as the daemon's runtime. The pid and the process's start time
+//! as long as the daemon's runtime. It runs with the umask kdd was started
+//! with. The pid and the process's start time
 //! are recorded, so that after a crash a pid is only killed if it still
 //! names the same process.
 
@@ -28,18 +29,21 @@ pub fn spawn(inv: &Invocation, cwd: &Path) -> std::io::Result<Child> {
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    die_with_parent(&mut cmd);
+    set_up_child(&mut cmd);
     cmd.spawn()
 }
 
-/// Asks the kernel to SIGKILL the child when its parent goes away.
+/// In the child before exec: the kernel is to SIGKILL it when its parent
+/// goes away, and it gets the umask kdd was started with (kdd's is 077).
 #[allow(unsafe_code)]
-fn die_with_parent(cmd: &mut Command) {
+fn set_up_child(cmd: &mut Command) {
     let parent = rustix::process::getpid();
+    let umask = crate::private::inherited_umask();
     // SAFETY: the closure runs in the forked child before exec and only
-    // makes two syscalls (prctl, getppid): no allocation, no locks.
+    // makes three syscalls (umask, prctl, getppid): no allocation, no locks.
     unsafe {
         cmd.pre_exec(move || {
+            rustix::process::umask(umask);
             rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
             // The parent may have died between fork and prctl.
             if rustix::process::getppid() != Some(parent) {

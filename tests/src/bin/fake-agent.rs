@@ -6,7 +6,7 @@
 //! |---|---|
 //! | `FAKE_FORMAT` | claude, codex, cursor, gemini or text (default: from the argv) |
 //! | `FAKE_NAME` | its name (default `fake`) |
-//! | `FAKE_TEXT` | the answer (default `Answer from NAME.`); `{pid}` in it becomes the process id |
+//! | `FAKE_TEXT` | the answer (default `Answer from NAME.`); `{pid}` in it becomes the process id, `{umask}` its file-creation mask (e.g. `0022`) |
 //! | `FAKE_DELTAS` | how many pieces the answer streams in (default 3) |
 //! | `FAKE_INTERVAL_MS` | pause before each piece (default 0) |
 //! | `FAKE_RATE` | pieces per second, on a steady schedule (instead of `FAKE_INTERVAL_MS`) |
@@ -282,7 +282,8 @@ async fn main() {
         let n = env_num("FAKE_DELTAS", 3) as usize;
         let mut text = env("FAKE_TEXT")
             .unwrap_or_else(|| format!("Answer from {name}."))
-            .replace("{pid}", &std::process::id().to_string());
+            .replace("{pid}", &std::process::id().to_string())
+            .replace("{umask}", &umask());
         if env("FAKE_ECHO_LABEL").is_some() {
             text = format!("{name}: {text}");
         }
@@ -343,4 +344,10 @@ async fn main() {
             }
         }
     }
+}
+
+/// This process's umask as `/proc/self/status` shows it (e.g. `0022`).
+fn umask() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status.lines().find_map(|l| l.strip_prefix("Umask:")).map(|m| m.trim().to_string()).unwrap_or_default()
 }

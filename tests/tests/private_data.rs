@@ -1,0 +1,85 @@
+//! What kdd keeps on disk is the user's alone (issue 9 item 4): the data
+//! directory 0700, the database, its `-wal`/`-shm` and the log 0600,
+//! whatever the umask of whoever started it — while agents still create
+//! files with the user's own umask.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use kd_client::KdApiClient;
+use kd_tests::{Kdd, Workspace, collect_until, ended};
+
+fn mode(path: &Path) -> u32 {
+    std::fs::symlink_metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).mode() & 0o7777
+}
+
+/// The database, its journal files and the log beside it.
+fn files(db: &Path) -> Vec<PathBuf> {
+    let with = |suffix: &str| PathBuf::from(format!("{}{suffix}", db.display()));
+    vec![db.to_path_buf(), with("-wal"), with("-shm"), kd_proto::paths::log_path(db)]
+}
+
+/// This process's umask, which kdd and its agents inherit from the test.
+fn own_umask() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status.lines().find_map(|l| l.strip_prefix("Umask:")).unwrap().trim().to_string()
+}
+
+/// Starts kdd as `kd` would (default data directory, log beside the
+/// database) and has one agent answer with its umask.
+async fn used_daemon() -> (Kdd, Workspace, String) {
+    let kdd = Kdd::start_in_data_home();
+    let ws = Workspace::new(&[("claude", "claude", &[("FAKE_TEXT", "my umask is {umask}")])]);
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    c.council_send(t.clone(), "Private?".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    collect_until(&mut sub, |e| ended(e) == 1).await;
+    let answer = c.thread_messages(t, None, None).await.unwrap().pop().unwrap().body;
+    (kdd, ws, answer)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_data_directory_and_files_are_private_and_agents_keep_the_users_umask() {
+    assert_eq!(own_umask(), "0022", "the test runs with the usual umask");
+    let (kdd, _ws, answer) = used_daemon().await;
+    let dir = kdd.db.parent().unwrap();
+    assert_eq!(mode(dir), 0o700, "{}", dir.display());
+    for f in files(&kdd.db) {
+        assert_eq!(mode(&f), 0o600, "{}", f.display());
+    }
+    assert_eq!(answer, "my umask is 0022", "agents create files as the user would");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn data_made_readable_before_is_tightened_at_start_and_said_so() {
+    let (mut kdd, _ws, _) = used_daemon().await;
+    kdd.stop();
+    let dir = kdd.db.parent().unwrap().to_path_buf();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for f in files(&kdd.db) {
+        if f.exists() {
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+    }
+    kdd.launch().unwrap();
+    assert_eq!(mode(&dir), 0o700);
+    for f in files(&kdd.db).into_iter().filter(|f| f.exists()) {
+        assert_eq!(mode(&f), 0o600, "{}", f.display());
+    }
+    let log = std::fs::read_to_string(kd_proto::paths::log_path(&kdd.db)).unwrap();
+    assert!(log.contains(&format!("{} was open to other users (mode 755); now 700", dir.display())), "{log}");
+    assert!(log.contains(&format!("{} was open to other users (mode 644); now 600", kdd.db.display())), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_directory_the_user_chose_is_left_as_it_is_but_the_files_are_private() {
+    let mut kdd = Kdd::start();
+    kdd.stop();
+    let dir = kdd.db.parent().unwrap().to_path_buf();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&kdd.db, std::fs::Permissions::from_mode(0o644)).unwrap();
+    kdd.launch().unwrap();
+    assert_eq!(mode(&dir), 0o755, "an explicit --db is the user's choice of place");
+    assert_eq!(mode(&kdd.db), 0o600);
+}
