@@ -514,6 +514,16 @@ pub fn ended(events: &[kd_proto::types::ThreadEvent]) -> usize {
     events.iter().filter(|e| matches!(e, E::RunFinished { .. } | E::RunError { .. } | E::RunCancelled { .. })).count()
 }
 
+/// Waits until process `pid` is gone, failing the test after [`DEADLINE`].
+pub async fn until_gone(pid: u32, what: &str) {
+    within(what, async {
+        while alive(pid) {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
 /// Whether a process exists (it may be a zombie of ours: reap before asking).
 pub fn alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()

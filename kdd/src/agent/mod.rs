@@ -55,15 +55,19 @@ impl Runner {
     }
 }
 
-/// At start: makes sure no agent of runs left in flight by a daemon that
-/// died is still running (a pid is only killed if it still names the same
-/// process), then records those runs as interrupted. Returns how many.
+/// At start: kills whatever the runs left in flight by a daemon that died
+/// still have running — the agent, what it started, what moved away from
+/// its group (see [`process::kill_tree`]; a reused pid is never hit) — then
+/// records those runs as interrupted. Returns how many runs.
 pub async fn recover(db: &Db) -> DbResult<usize> {
     for orphan in db.orphan_runs().await? {
-        if let Some(pid) = orphan.pid
-            && process::kill_if_same(pid, orphan.pid_start)
-        {
-            tracing::warn!(run = orphan.id, pid, "killed an agent left by the previous daemon");
+        if let Some(pid) = orphan.pid {
+            let run = orphan.id.clone();
+            let killed =
+                tokio::task::spawn_blocking(move || process::kill_tree(pid, orphan.pid_start, &run)).await.unwrap_or(0);
+            if killed > 0 {
+                tracing::warn!(run = orphan.id, pid, "killed {killed} process(es) left by the previous daemon");
+            }
         }
     }
     db.recover_runs().await

@@ -61,25 +61,104 @@ pub fn signal_group(pid: u32, signal: Signal) {
     }
 }
 
+/// The environment variable that marks every process of a run, however far
+/// it moves from the run's process group: `KD_RUN=<run id>`.
+pub const RUN_MARKER: &str = "KD_RUN";
+
+/// What `/proc/PID/stat` says about a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stat {
+    zombie: bool,
+    pgrp: u32,
+    /// Clock ticks after boot (field 22).
+    start: u64,
+}
+
+fn stat(pid: u32) -> Option<Stat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may itself hold spaces.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    Some(Stat {
+        zombie: *fields.first()? == "Z",
+        pgrp: fields.get(2)?.parse().ok()?,
+        start: fields.get(19)?.parse().ok()?,
+    })
+}
+
 /// When the process started, in clock ticks after boot (`/proc/PID/stat`
 /// field 22); with the pid it names one process for good.
 pub fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name is in parentheses and may itself hold spaces.
-    let after_name = stat.rsplit_once(')')?.1;
-    after_name.split_whitespace().nth(19)?.parse().ok()
+    stat(pid).map(|s| s.start)
 }
 
-/// Kills the group of `pid` if `pid` still names the process that started
-/// at `started` (it may have been reused since).
-pub fn kill_if_same(pid: u32, started: Option<u64>) -> bool {
-    match (start_time(pid), started) {
-        (Some(now), Some(then)) if now == then => {
-            signal_group(pid, Signal::KILL);
+/// Whether process `pid` carries `marker` (`KD_RUN=<id>`) in its
+/// environment. Only our own processes can be read, which is all we kill.
+fn carries(pid: u32, marker: &[u8]) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == marker))
+}
+
+/// This user's live processes (zombies are already dead), but this one.
+fn own_processes() -> impl Iterator<Item = (u32, Stat)> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = rustix::process::getuid().as_raw();
+    let me = std::process::id();
+    std::fs::read_dir("/proc").into_iter().flatten().flatten().filter_map(move |e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        if pid == me || e.metadata().ok()?.uid() != uid {
+            return None;
+        }
+        stat(pid).filter(|s| !s.zombie).map(|s| (pid, s))
+    })
+}
+
+/// Kills everything run `run` left behind, and returns how many processes
+/// were signalled. `leader` is the agent the run spawned, which led its own
+/// process group, and `started` its start time; without a start time
+/// nothing can be told apart and nothing is killed.
+///
+/// - The group: when the leader is still the process that started then,
+///   the whole group at once; when the leader is gone, every member that
+///   started after it. A group id is only reused once the old group is
+///   empty, so a process `leader` with another start time means the id was
+///   reused and the group is not ours.
+/// - Every process of ours marked `KD_RUN=<run>` that started after the
+///   leader, which catches what moved to a group or session of its own
+///   (unless it cleared its environment).
+///
+/// A process forking meanwhile may leave a child behind, so the scan is
+/// repeated until it finds nothing (at most four times).
+pub fn kill_tree(leader: u32, started: Option<u64>, run: &str) -> usize {
+    let Some(started) = started else { return 0 };
+    let group_is_ours = match start_time(leader) {
+        Some(now) if now == started => {
+            signal_group(leader, Signal::KILL);
             true
         }
-        _ => false,
+        Some(_) => false,
+        None => true,
+    };
+    let marker = format!("{RUN_MARKER}={run}").into_bytes();
+    let mut killed = std::collections::HashSet::new();
+    for _ in 0..4 {
+        let left: Vec<u32> = own_processes()
+            .filter(|(pid, s)| {
+                !killed.contains(pid)
+                    && s.start >= started
+                    && ((group_is_ours && s.pgrp == leader) || carries(*pid, &marker))
+            })
+            .map(|(pid, _)| pid)
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        for pid in left {
+            if let Some(p) = i32::try_from(pid).ok().and_then(Pid::from_raw) {
+                let _ = rustix::process::kill_process(p, Signal::KILL);
+            }
+            killed.insert(pid);
+        }
     }
+    killed.len()
 }
 
 #[cfg(test)]
@@ -104,16 +183,36 @@ mod tests {
         assert_eq!(lines.next().map(str::trim), Some(pid.to_string().as_str()), "its own process group");
     }
 
-    #[tokio::test]
-    async fn start_time_identifies_a_live_process_only() {
-        let mut child = Command::new("sleep").arg("30").process_group(0).spawn().unwrap();
+    /// A `sleep 30` in a process group of its own, with `env`.
+    fn sleeper(env: &[(&str, &str)]) -> (Child, u32, Option<u64>) {
+        let child = Command::new("sleep").arg("30").envs(env.iter().copied()).process_group(0).spawn().unwrap();
         let pid = child.id().unwrap();
-        let started = start_time(pid);
+        (child, pid, start_time(pid))
+    }
+
+    #[tokio::test]
+    async fn a_group_is_killed_only_while_its_leader_is_the_same_process() {
+        let (mut child, pid, started) = sleeper(&[]);
         assert!(started.is_some());
-        assert!(!kill_if_same(pid, started.map(|s| s + 1)), "another start time is another process");
-        assert!(kill_if_same(pid, started));
+        assert_eq!(kill_tree(pid, started.map(|s| s + 1), "run-a"), 0, "another start time is another process");
+        assert_eq!(kill_tree(pid, None, "run-a"), 0, "nothing is known, nothing is killed");
+        assert_eq!(start_time(pid), started);
+        assert!(kill_tree(pid, started, "run-a") >= 1);
         child.wait().await.unwrap();
         assert_eq!(start_time(pid), None);
+    }
+
+    #[tokio::test]
+    async fn what_carries_the_runs_marker_is_killed_when_the_leader_is_gone() {
+        let (mut gone, leader, started) = sleeper(&[]);
+        gone.kill().await.unwrap();
+        let run = format!("run-{}", std::process::id());
+        let (mut marked, _, _) = sleeper(&[(RUN_MARKER, &run)]);
+        let (mut other, other_pid, _) = sleeper(&[(RUN_MARKER, "run-someone-else")]);
+        assert_eq!(kill_tree(leader, started, &run), 1);
+        assert!(marked.wait().await.is_ok());
+        assert!(start_time(other_pid).is_some(), "another run's process is left alone");
+        other.kill().await.unwrap();
     }
 
     #[tokio::test]

@@ -86,7 +86,9 @@ async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec) -> Finish {
         f.session = held.as_ref().map(|h| h.end(false));
         f
     };
-    let inv = argv::build(agent, &prepared.prompt, prepared.resume.as_deref());
+    let mut inv = argv::build(agent, &prepared.prompt, prepared.resume.as_deref());
+    // Marks the agent and all it starts, wherever they go (see kill_tree).
+    inv.env.push((process::RUN_MARKER.to_string(), run.id.clone()));
     if !spec.workspace.is_dir() {
         let reason = format!("the thread's workspace {} does not exist", spec.workspace.display());
         return with_session(failed(&member, RunStatus::Error, reason));
@@ -103,7 +105,8 @@ async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec) -> Finish {
     };
     run.set_started(pid);
     let session = held.as_ref().map(|h| h.id.clone());
-    if let Err(e) = d.db.run_started(run.info(), pid, process::start_time(pid), session).await {
+    let started = process::start_time(pid);
+    if let Err(e) = d.db.run_started(run.info(), pid, started, session).await {
         tracing::error!(run = run.id, "cannot record the pid: {e}");
     }
     if let (Some(input), Some(mut stdin)) = (inv.stdin.clone(), child.stdin.take()) {
@@ -207,6 +210,12 @@ async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec) -> Finish {
             }
         },
     };
+    // Nothing the agent started outlives its run.
+    let run_id = run.id.clone();
+    let killed = tokio::task::spawn_blocking(move || process::kill_tree(pid, started, &run_id)).await.unwrap_or(0);
+    if killed > 0 {
+        tracing::debug!(run = run.id, "killed {killed} process(es) the agent left running");
+    }
     let stderr = match stderr {
         Some(h) => tokio::time::timeout(Duration::from_secs(1), h).await.ok().and_then(Result::ok).unwrap_or_default(),
         None => String::new(),

@@ -6,7 +6,8 @@
 //! |---|---|
 //! | `FAKE_FORMAT` | claude, codex, cursor, gemini or text (default: from the argv) |
 //! | `FAKE_NAME` | its name (default `fake`) |
-//! | `FAKE_TEXT` | the answer (default `Answer from NAME.`); `{pid}` in it becomes the process id, `{umask}` its file-creation mask (e.g. `0022`) |
+//! | `FAKE_TEXT` | the answer (default `Answer from NAME.`); `{pid}` in it becomes the process id, `{umask}` its file-creation mask (e.g. `0022`), `{child}` the pid of its `FAKE_CHILD` |
+//! | `FAKE_CHILD` | first start a long-lived child (`sleep`, stdio closed) that outlives this process: `group` in its process group, `own-group` in a group of its own, as tool commands may be |
 //! | `FAKE_DELTAS` | how many pieces the answer streams in (default 3) |
 //! | `FAKE_INTERVAL_MS` | pause before each piece (default 0) |
 //! | `FAKE_RATE` | pieces per second, on a steady schedule (instead of `FAKE_INTERVAL_MS`) |
@@ -280,9 +281,11 @@ async fn main() {
         }
         let interval = Duration::from_millis(env_num("FAKE_INTERVAL_MS", 0));
         let n = env_num("FAKE_DELTAS", 3) as usize;
+        let child = env("FAKE_CHILD").map(|how| long_lived_child(&how)).unwrap_or_default();
         let mut text = env("FAKE_TEXT")
             .unwrap_or_else(|| format!("Answer from {name}."))
             .replace("{pid}", &std::process::id().to_string())
+            .replace("{child}", &child.to_string())
             .replace("{umask}", &umask());
         if env("FAKE_ECHO_LABEL").is_some() {
             text = format!("{name}: {text}");
@@ -350,4 +353,20 @@ async fn main() {
 fn umask() -> String {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status.lines().find_map(|l| l.strip_prefix("Umask:")).map(|m| m.trim().to_string()).unwrap_or_default()
+}
+
+/// Starts `sleep 3600` detached from this process's stdio, in this process
+/// group or (`own-group`) in one of its own; returns its pid. It is not
+/// waited for: it outlives this process unless someone kills it.
+fn long_lived_child(how: &str) -> u32 {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new("sleep");
+    cmd.arg("3600")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    if how == "own-group" {
+        cmd.process_group(0);
+    }
+    cmd.spawn().map(|c| c.id()).unwrap_or(0)
 }
