@@ -164,3 +164,63 @@ async fn a_subscriber_that_stops_reading_is_disconnected_and_others_go_on() {
     });
     within("the end of the stalled socket", end).await.unwrap();
 }
+
+/// A JSON-RPC call over HTTP; its error code and message.
+fn refused_with(kdd: &Kdd, method: &str, params: serde_json::Value) -> (i64, String) {
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();
+    let v = rpc_post(&kdd.socket, &body);
+    let code = v["error"]["code"].as_i64().unwrap_or_else(|| panic!("{method} was not refused: {v}"));
+    (code, v["error"]["message"].as_str().unwrap_or_default().to_string())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_list_or_number_a_client_sends_is_unbounded() {
+    let kdd = Kdd::start();
+    let ws = Workspace::new(&[("claude", "claude", &[])]);
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let names = |n: usize| (0..n).map(|i| format!("m{i}")).collect::<Vec<_>>();
+    // 100,000 members: refused at once, by count.
+    let (code, msg) =
+        refused_with(&kdd, "thread.create", serde_json::json!({"workspace": ws.path(), "members": names(100_000)}));
+    assert_eq!((code, msg.contains("members: at most 64")), (1001, true), "{msg}");
+    let import = |members: Vec<String>, to: Vec<String>, refs: Vec<String>| {
+        serde_json::json!({"workspace": ws.path(), "members": members,
+            "messages": [{"from": "king", "to": to, "body": "hi", "created_at_ms": 1, "refs": refs}]})
+    };
+    let (code, msg) = refused_with(&kdd, "thread.import", import(names(100_000), vec![], vec![]));
+    assert_eq!((code, msg.contains("members: at most 64")), (1001, true), "{msg}");
+    let (_, msg) = refused_with(&kdd, "thread.import", import(vec![], names(65), vec![]));
+    assert!(msg.contains("messages[0].to: at most 64"), "{msg}");
+    let (_, msg) = refused_with(&kdd, "thread.import", import(vec![], vec![], names(65)));
+    assert!(msg.contains("messages[0].refs: at most 64"), "{msg}");
+    // 64 is fine, and a duplicate among them is still found.
+    let mut dup = names(64);
+    dup[63] = "m0".into();
+    let (_, msg) = refused_with(&kdd, "thread.create", serde_json::json!({"workspace": ws.path(), "members": dup}));
+    assert!(msg.contains("\"m0\" is listed twice"), "{msg}");
+    for (method, param) in
+        [("council.send", "to"), ("council.send", "mute"), ("message.append", "to"), ("message.append", "cc")]
+    {
+        let mut params = serde_json::json!({"thread": t, "body": "hi"});
+        if method == "message.append" {
+            params["from"] = "king".into();
+        }
+        params[param] = serde_json::json!(names(65));
+        let (code, msg) = refused_with(&kdd, method, params);
+        assert_eq!((code, msg.contains(&format!("{param}: at most 64"))), (1001, true), "{method}: {msg}");
+    }
+    let (_, msg) =
+        refused_with(&kdd, "council.send", serde_json::json!({"thread": t, "body": "hi", "rounds": 4294967295u32}));
+    assert!(msg.contains("rounds must be at most 100"), "{msg}");
+    // Positions past i64 would wrap to "everything".
+    let huge = 1u64 << 63;
+    let (code, msg) = refused_with(&kdd, "thread.messages", serde_json::json!({"thread": t, "since_seq": huge}));
+    assert_eq!((code, msg.contains("since_seq")), (1001, true), "{msg}");
+    let (code, msg) = refused_with(&kdd, "events.list", serde_json::json!({"since_id": huge}));
+    assert_eq!((code, msg.contains("since_id")), (1001, true), "{msg}");
+    let err = c.thread_subscribe(t.clone(), Some(huge), None).await.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err.contains("since_seq"), "{err}");
+    // The largest valid position is simply past the end.
+    assert!(c.thread_messages(t, Some(huge - 1), None).await.unwrap().is_empty());
+}

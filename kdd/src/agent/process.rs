@@ -116,9 +116,9 @@ fn own_processes() -> impl Iterator<Item = (u32, Stat)> {
 /// process group, and `started` its start time; without a start time
 /// nothing can be told apart and nothing is killed.
 ///
-/// - The group: when the leader is still the process that started then,
-///   the whole group at once; when the leader is gone, every member that
-///   started after it. A group id is only reused once the old group is
+/// - The group: every member that started after the leader, when the
+///   leader is still the process that started then (the group is then also
+///   signalled as a whole) or gone. A group id is only reused once the old group is
 ///   empty, so a process `leader` with another start time means the id was
 ///   reused and the group is not ours.
 /// - Every process of ours marked `KD_RUN=<run>` that started after the
@@ -129,14 +129,8 @@ fn own_processes() -> impl Iterator<Item = (u32, Stat)> {
 /// repeated until it finds nothing (at most four times).
 pub fn kill_tree(leader: u32, started: Option<u64>, run: &str) -> usize {
     let Some(started) = started else { return 0 };
-    let group_is_ours = match start_time(leader) {
-        Some(now) if now == started => {
-            signal_group(leader, Signal::KILL);
-            true
-        }
-        Some(_) => false,
-        None => true,
-    };
+    let leader_is_ours = start_time(leader) == Some(started);
+    let group_is_ours = leader_is_ours || start_time(leader).is_none();
     let marker = format!("{RUN_MARKER}={run}").into_bytes();
     let mut killed = std::collections::HashSet::new();
     for _ in 0..4 {
@@ -157,6 +151,10 @@ pub fn kill_tree(leader: u32, started: Option<u64>, run: &str) -> usize {
             }
             killed.insert(pid);
         }
+    }
+    if leader_is_ours {
+        // What forked between the scans is in the group still.
+        signal_group(leader, Signal::KILL);
     }
     killed.len()
 }

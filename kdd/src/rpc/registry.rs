@@ -15,6 +15,7 @@ use crate::state::Daemon;
 const EVENTS_PAGE: u32 = 1000;
 
 pub async fn run_list(d: &Daemon, thread: Option<String>) -> RpcResult<Vec<RunInfo>> {
+    validate::label("thread", thread.as_deref())?;
     Ok(d.agents.runs.list(thread.as_deref()).iter().map(|r| r.info()).collect())
 }
 
@@ -25,6 +26,8 @@ pub async fn run_cancel(
     run: Option<String>,
 ) -> RpcResult<Vec<RunInfo>> {
     validate::thread_id(&thread)?;
+    validate::label("member", member.as_deref())?;
+    validate::label("run", run.as_deref())?;
     d.db.thread(thread.clone()).await?;
     let chosen: Vec<_> = d
         .agents
@@ -92,6 +95,8 @@ pub async fn session_list(
     agent: Option<String>,
     status: Option<SessionStatus>,
 ) -> RpcResult<Vec<Session>> {
+    validate::label("thread", thread.as_deref())?;
+    validate::label("agent", agent.as_deref())?;
     Ok(d.db.sessions(thread, agent, status).await?)
 }
 
@@ -120,6 +125,7 @@ pub async fn lock_release(d: &Daemon, resource: String, token: u64) -> RpcResult
 }
 
 pub async fn lock_list(d: &Daemon, resource: Option<String>) -> RpcResult<Vec<Lock>> {
+    validate::label("resource", resource.as_deref())?;
     Ok(d.db.locks(resource).await?)
 }
 
@@ -131,6 +137,10 @@ pub async fn events_list(
     since_id: Option<u64>,
     limit: Option<u32>,
 ) -> RpcResult<Vec<Event>> {
+    validate::position("since_id", since_id)?;
+    validate::label("thread", thread.as_deref())?;
+    validate::label("agent", agent.as_deref())?;
+    validate::label("kind", kind.as_deref())?;
     let limit = limit.unwrap_or(EVENTS_PAGE).min(EVENTS_PAGE);
     Ok(d.db.events(EventFilter { thread, agent, kind, since_id, limit }).await?)
 }

@@ -95,7 +95,7 @@ pub async fn run(
     since_seq: Option<u64>,
     pending_thread: bool,
 ) -> SubscriptionResult {
-    if let Err(e) = validate::thread_id(&thread) {
+    if let Err(e) = validate::thread_id(&thread).and_then(|()| validate::position("since_seq", since_seq)) {
         pending.reject(e).await;
         return Ok(());
     }

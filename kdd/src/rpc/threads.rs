@@ -52,6 +52,7 @@ pub async fn list(
     status: Option<ThreadStatus>,
     limit: Option<u32>,
 ) -> RpcResult<Vec<Thread>> {
+    validate::path("workspace", workspace.as_deref())?;
     Ok(d.db.threads(workspace, status, limit).await?)
 }
 
@@ -84,6 +85,7 @@ pub async fn messages(
     limit: Option<u32>,
 ) -> RpcResult<Vec<Message>> {
     validate::thread_id(&thread)?;
+    validate::position("since_seq", since_seq)?;
     Ok(d.db.messages(thread, since_seq.unwrap_or(0), limit).await?)
 }
 
@@ -147,6 +149,7 @@ pub async fn import(
     for (i, m) in messages.into_iter().enumerate() {
         validate::member(&m.from).map_err(|e| invalid(format!("messages[{i}].from: {}", e.message())))?;
         validate::addressees(&format!("messages[{i}].to"), &m.to)?;
+        validate::list_len(&format!("messages[{i}].refs"), &m.refs)?;
         for r in &m.refs {
             validate::path(&format!("messages[{i}].refs"), Some(r))?;
         }

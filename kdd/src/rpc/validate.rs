@@ -15,6 +15,26 @@ const MAX_PATH: usize = 4096;
 pub const MAX_TTL_MS: u64 = 24 * 60 * 60 * 1000;
 /// Most auto rounds one send may ask for.
 pub const MAX_ROUNDS: u32 = 100;
+/// Most entries in a list parameter (members, addressees, refs).
+pub const MAX_LIST: usize = 64;
+/// Largest sequence number or event id (SQLite integers are i64).
+const MAX_POSITION: u64 = i64::MAX as u64;
+
+/// A list parameter holds at most [`MAX_LIST`] entries.
+pub fn list_len<T>(param: &str, list: &[T]) -> Result<(), ErrorObjectOwned> {
+    if list.len() > MAX_LIST {
+        return Err(invalid(format!("{param}: at most {MAX_LIST} entries, got {}", list.len())));
+    }
+    Ok(())
+}
+
+/// A position in a thread or in the event log (`since_seq`, `since_id`).
+pub fn position(param: &str, value: Option<u64>) -> Result<(), ErrorObjectOwned> {
+    match value {
+        Some(v) if v > MAX_POSITION => Err(invalid(format!("{param} must be at most {MAX_POSITION}, got {v}"))),
+        _ => Ok(()),
+    }
+}
 
 /// A timeout in seconds: positive when given.
 pub fn timeout(seconds: Option<u64>) -> Result<Option<std::time::Duration>, ErrorObjectOwned> {
@@ -32,22 +52,26 @@ pub fn member(name: &str) -> Result<(), ErrorObjectOwned> {
     names::check_member_name(name).map_err(bad_name)
 }
 
-/// Council members of a thread: valid names, no duplicates, not `king`/`all`.
+/// Council members of a thread: at most [`MAX_LIST`], valid names, no
+/// duplicates, not `king`/`all`.
 pub fn members(list: &[String]) -> Result<(), ErrorObjectOwned> {
-    for (i, m) in list.iter().enumerate() {
+    list_len("members", list)?;
+    let mut seen = std::collections::HashSet::with_capacity(list.len());
+    for m in list {
         member(m)?;
         if m == KING || m == ALL {
             return Err(invalid(format!("members: {m:?} is reserved and cannot be a member")));
         }
-        if list[..i].contains(m) {
+        if !seen.insert(m) {
             return Err(invalid(format!("members: {m:?} is listed twice")));
         }
     }
     Ok(())
 }
 
-/// Addressees of a message: member names, `all` or `king`.
+/// Addressees of a message: at most [`MAX_LIST`] member names, `all` or `king`.
 pub fn addressees(param: &str, list: &[String]) -> Result<(), ErrorObjectOwned> {
+    list_len(param, list)?;
     for name in list {
         names::check_member_name(name).map_err(|e| invalid(format!("{param}: {e}")))?;
     }
@@ -135,6 +159,17 @@ mod tests {
         assert!(msg(members(&list(&["claude", "claude"]))).contains("listed twice"));
         assert!(msg(members(&list(&["king"]))).contains("reserved"));
         assert!(msg(members(&list(&["../etc"]))).contains("member name"));
+        let many: Vec<String> = (0..=MAX_LIST).map(|i| format!("m{i}")).collect();
+        assert!(msg(members(&many)).contains("members: at most 64 entries, got 65"));
+        assert!(members(&many[..MAX_LIST]).is_ok());
+        assert!(msg(addressees("cc", &many)).starts_with("cc: at most 64"));
+    }
+
+    #[test]
+    fn positions_past_i64_are_refused_not_wrapped() {
+        assert!(position("since_seq", Some(i64::MAX as u64)).is_ok());
+        assert!(msg(position("since_seq", Some(1 << 63))).contains("since_seq must be at most"));
+        assert!(position("since_id", None).is_ok());
     }
 
     #[test]
