@@ -612,7 +612,7 @@ async fn kill_9_during_three_streaming_runs_leaves_nothing_behind() {
     within("partial text saved", async {
         loop {
             let saved: i64 = rusqlite::Connection::open(&db)
-                .and_then(|conn| conn.query_row("SELECT count(*) FROM runs WHERE partial != ''", [], |r| r.get(0)))
+                .and_then(|conn| conn.query_row("SELECT count(DISTINCT run_id) FROM run_partials", [], |r| r.get(0)))
                 .unwrap_or(0);
             if saved == 3 {
                 break;

@@ -19,6 +19,8 @@ pub enum StopReason {
     Cancelled,
     /// Its timeout passed.
     TimedOut,
+    /// Its answer passed `council.max_answer_bytes`.
+    TooLong,
     /// The daemon is shutting down.
     Shutdown,
 }
@@ -142,6 +144,18 @@ impl Run {
 
     pub fn text(&self) -> String {
         self.state().text.clone()
+    }
+
+    /// Bytes of text streamed so far.
+    pub fn text_len(&self) -> usize {
+        self.state().text.len()
+    }
+
+    /// The text streamed after byte `offset`, and the length it brings the
+    /// text to.
+    pub fn text_since(&self, offset: usize) -> (String, usize) {
+        let s = self.state();
+        (s.text.get(offset..).unwrap_or_default().to_string(), s.text.len())
     }
 
     pub fn set_started(&self, pid: u32) {

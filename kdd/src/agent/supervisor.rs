@@ -1,9 +1,10 @@
 //! One run, from start to its message (F-A3): build the prompt, spawn the
 //! agent, record its pid at once, stream its deltas to subscribers as they
-//! are read, save the partial text about once a second, enforce the
-//! timeout, honour cancellation (SIGINT for claude, which then reports its
-//! partial result, SIGTERM for the others, SIGKILL after a grace period),
-//! and write the outcome as a message.
+//! are read, append what is new to the saved partial text about once a
+//! second, enforce the timeout and the answer's size cap, honour
+//! cancellation (SIGINT for claude, which then reports its partial result,
+//! SIGTERM for the others, SIGKILL after a grace period), kill whatever the
+//! agent left running, and write the outcome as a message.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -42,6 +43,8 @@ pub struct Spec {
     pub context: ContextMode,
     pub workspace: PathBuf,
     pub timeout: Duration,
+    /// Longest answer kept (`council.max_answer_bytes`).
+    pub max_answer_bytes: u64,
 }
 
 /// Runs `run` to its end and writes its message. Spawned by the council.
@@ -148,12 +151,18 @@ async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec) -> Finish {
     tokio::pin!(drain_until);
     let mut save = tokio::time::interval(SAVE_EVERY);
     save.tick().await;
-    let mut saved_chars = 0u64;
+    let mut saved_bytes = 0usize;
+    let cap = usize::try_from(spec.max_answer_bytes).unwrap_or(usize::MAX);
+    let mut over_cap = false;
     let mut exit: Option<std::process::ExitStatus> = None;
     let mut signalled = false;
     loop {
         tokio::select! {
             line = reader.next() => match line {
+                Ok(Some(_)) if over_cap => {
+                    // Past the cap: read on (the agent is being stopped) but keep nothing.
+                    while reader.next_buffered().is_some() {}
+                }
                 Ok(Some(first)) => {
                     // Everything this read brought becomes one delta.
                     let mut delta = String::new();
@@ -162,7 +171,7 @@ async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec) -> Finish {
                         take_line(line, agent.format, &mut transcript, &mut delta, &run.id);
                         next = reader.next_buffered();
                     }
-                    publish(d, run, &label.push(&delta));
+                    over_cap = !publish(d, run, &label.push(&delta), cap);
                 }
                 Ok(None) | Err(_) => break,
             },
@@ -189,17 +198,20 @@ async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec) -> Finish {
                 kill_at.as_mut().reset(tokio::time::Instant::now() + far);
             }
             _ = save.tick() => {
-                let chars = transcript.chars();
-                if chars != saved_chars {
-                    saved_chars = chars;
-                    if let Err(e) = d.db.save_run_partial(run.id.clone(), run.text()).await {
+                // Only what is new since the last save.
+                let (new, len) = run.text_since(saved_bytes);
+                if !new.is_empty() {
+                    saved_bytes = len;
+                    if let Err(e) = d.db.append_run_partial(run.id.clone(), new).await {
                         tracing::warn!(run = run.id, "cannot save partial text: {e}");
                     }
                 }
             }
         }
     }
-    publish(d, run, &label.finish());
+    if !over_cap {
+        publish(d, run, &label.finish(), cap);
+    }
     let exit = match exit {
         Some(e) => Some(e),
         None => match tokio::time::timeout(d.kill_grace, child.wait()).await {
@@ -252,9 +264,33 @@ fn take_line(line: Line, format: crate::config::Format, transcript: &mut Transcr
     }
 }
 
-fn publish(d: &Runner, run: &Run, text: &str) {
-    if !text.is_empty() {
-        run.push_delta(&d.hub, text);
+/// Streams `text` to subscribers as far as the answer's cap allows. Past
+/// the cap the rest is dropped, the run is stopped, and false is returned.
+fn publish(d: &Runner, run: &Run, text: &str, cap: usize) -> bool {
+    let room = cap.saturating_sub(run.text_len());
+    let (kept, fits) =
+        if text.len() <= room { (text, true) } else { (&text[..floor_char_boundary(text, room)], false) };
+    if !kept.is_empty() {
+        run.push_delta(&d.hub, kept);
+    }
+    if !fits {
+        run.stop(StopReason::TooLong);
+    }
+    fits
+}
+
+/// The largest char boundary of `s` at or before `at`.
+fn floor_char_boundary(s: &str, at: usize) -> usize {
+    (0..=at.min(s.len())).rev().find(|i| s.is_char_boundary(*i)).unwrap_or(0)
+}
+
+/// A byte count as people say it: `16 MiB`, `512 KiB`, `1000 bytes`.
+fn size(bytes: u64) -> String {
+    const KIB: u64 = 1024;
+    match bytes {
+        b if b >= KIB * KIB && b % (KIB * KIB) == 0 => format!("{} MiB", b / (KIB * KIB)),
+        b if b >= KIB && b % KIB == 0 => format!("{} KiB", b / KIB),
+        b => format!("{b} bytes"),
     }
 }
 
@@ -303,6 +339,14 @@ fn outcome(run: &Run, spec: &Spec, t: &Transcript, exit: Option<std::process::Ex
         Some(StopReason::TimedOut) => {
             let reason = format!("{member}: timed out after {} s", spec.timeout.as_secs());
             (RunStatus::TimedOut, with_partial(reason.clone()), Some(reason))
+        }
+        Some(StopReason::TooLong) => {
+            let reason = format!(
+                "{member}: the answer passed council.max_answer_bytes ({}); it was stopped there and the text up \
+                 to it is kept",
+                size(spec.max_answer_bytes)
+            );
+            (RunStatus::Error, with_partial(reason.clone()), Some(reason))
         }
         Some(reason) => {
             let status = if reason == StopReason::Shutdown { RunStatus::Interrupted } else { RunStatus::Cancelled };

@@ -27,6 +27,10 @@ pub use programs::{detect_members, find_program};
 
 /// Seconds a run may take when neither the member nor the council says.
 pub const DEFAULT_TIMEOUT_S: u64 = 600;
+/// Longest answer a run keeps (`council.max_answer_bytes`): 16 MiB.
+pub const DEFAULT_MAX_ANSWER_BYTES: u64 = 16 * 1024 * 1024;
+/// The most `council.max_answer_bytes` may be: 256 MiB.
+pub const MAX_ANSWER_BYTES: u64 = 256 * 1024 * 1024;
 /// Sequential rounds after the first, by default.
 pub const DEFAULT_AUTO_ROUNDS: u32 = 3;
 
@@ -203,6 +207,8 @@ pub struct Council {
     /// True when the members were found on PATH because none are configured.
     pub members_detected: bool,
     pub timeout_s: u64,
+    /// Longest answer a run keeps; past it the run ends as an error.
+    pub max_answer_bytes: u64,
     /// Rounds of `kd ask` (council style).
     pub ask: Rounds,
     /// Rounds of `kd chat` (chat style).

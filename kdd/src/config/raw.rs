@@ -28,6 +28,7 @@ pub struct RawConfig {
 pub struct RawCouncil {
     pub members: Option<Vec<String>>,
     pub timeout: Option<u64>,
+    pub max_answer_bytes: Option<u64>,
     pub auto_rounds: Option<i64>,
     pub mode: Option<String>,
     pub preamble: Option<String>,

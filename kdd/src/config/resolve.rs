@@ -222,6 +222,7 @@ fn council(
     for (key, set) in [
         ("members", c.members.is_some()),
         ("timeout", c.timeout.is_some()),
+        ("max_answer_bytes", c.max_answer_bytes.is_some()),
         ("auto_rounds", c.auto_rounds.is_some()),
         ("mode", c.mode.is_some()),
         ("preamble", c.preamble.is_some()),
@@ -246,6 +247,13 @@ fn council(
         Some(0) => return Err(r.err("council.timeout", "must be a positive number of seconds, got 0")),
         Some(t) => t,
         None => DEFAULT_TIMEOUT_S,
+    };
+    let max_answer_bytes = match c.max_answer_bytes {
+        Some(n) if n == 0 || n > MAX_ANSWER_BYTES => {
+            return Err(r.err("council.max_answer_bytes", format!("must be between 1 and {MAX_ANSWER_BYTES}, got {n}")));
+        }
+        Some(n) => n,
+        None => DEFAULT_MAX_ANSWER_BYTES,
     };
     let writable = c.writable.unwrap_or(false);
     if writable {
@@ -285,7 +293,7 @@ fn council(
 
     let ask = ask_rounds(r, c.mode.as_deref(), c.auto_rounds, c.ask.as_ref(), members.len())?;
     let chat = chat_rounds(r, c.chat.as_ref(), ask)?;
-    Ok(Council { members, members_detected, timeout_s, ask, chat, preamble, chat_preamble })
+    Ok(Council { members, members_detected, timeout_s, max_answer_bytes, ask, chat, preamble, chat_preamble })
 }
 
 fn non_empty(r: &Resolver, key: &str, value: Option<String>) -> Result<Option<String>, ConfigError> {

@@ -25,6 +25,11 @@ impl Config {
         let members_default = if c.members_detected { "found on PATH" } else { "default" };
         add("council.members".into(), json!(c.members), source(&["council.members"], members_default));
         add("council.timeout".into(), json!(c.timeout_s), source(&["council.timeout"], "default"));
+        add(
+            "council.max_answer_bytes".into(),
+            json!(c.max_answer_bytes),
+            source(&["council.max_answer_bytes"], "default"),
+        );
         add("council.mode".into(), json!(c.ask.mode.as_str()), source(&["council.mode"], "default"));
         add("council.auto_rounds".into(), json!(c.ask.auto_rounds), source(&["council.auto_rounds"], "default"));
         add(

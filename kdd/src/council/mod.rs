@@ -82,6 +82,7 @@ impl Launch {
                 style: self.style,
                 context: self.thread.context,
                 workspace: PathBuf::from(&self.thread.workspace),
+                max_answer_bytes: self.config.council.max_answer_bytes,
             };
             tokio::spawn(supervisor::supervise(c.agents.clone(), run.clone(), spec));
         }

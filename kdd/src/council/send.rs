@@ -199,6 +199,7 @@ mod tests {
             members: members.iter().map(|s| s.to_string()).collect(),
             members_detected: false,
             timeout_s: 600,
+            max_answer_bytes: config::DEFAULT_MAX_ANSWER_BYTES,
             ask: Rounds { mode: Mode::Broadcast, auto_rounds: 3 },
             chat: Rounds { mode: Mode::Broadcast, auto_rounds: 3 },
             preamble: "p".into(),

@@ -52,16 +52,22 @@ pub struct EventFilter {
     pub limit: u32,
 }
 
+/// The events after `since_id` that pass the filter. A `message` event
+/// stores no body (the message has it, once); its `data.body` is read from
+/// the message here, so that the log alone still rebuilds a thread.
 pub fn list(conn: &Connection, f: &EventFilter) -> DbResult<Vec<Event>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT id, at, kind, thread_id, session_id, agent, sender, recipients, correlation_id, data
-         FROM conversation_events
-         WHERE id > ?1
-           AND (?2 IS NULL OR thread_id = ?2)
-           AND (?3 IS NULL OR kind = ?3)
-           AND (?4 IS NULL OR agent = ?4 OR sender = ?4
-                OR EXISTS (SELECT 1 FROM json_each(recipients) WHERE value = ?4))
-         ORDER BY id
+        "SELECT e.id, e.at, e.kind, e.thread_id, e.session_id, e.agent, e.sender, e.recipients, e.correlation_id,
+                e.data, m.body
+         FROM conversation_events e
+         LEFT JOIN messages m
+           ON e.kind = 'message' AND m.thread_id = e.thread_id AND m.seq = json_extract(e.data, '$.seq')
+         WHERE e.id > ?1
+           AND (?2 IS NULL OR e.thread_id = ?2)
+           AND (?3 IS NULL OR e.kind = ?3)
+           AND (?4 IS NULL OR e.agent = ?4 OR e.sender = ?4
+                OR EXISTS (SELECT 1 FROM json_each(e.recipients) WHERE value = ?4))
+         ORDER BY e.id
          LIMIT ?5",
     )?;
     let rows = stmt.query_map(params![f.since_id.unwrap_or(0) as i64, f.thread, f.kind, f.agent, f.limit], from_row)?;
@@ -78,6 +84,10 @@ pub fn last_id(conn: &Connection) -> DbResult<u64> {
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Event> {
     let to: String = r.get(7)?;
     let data: String = r.get(9)?;
+    let mut data: Value = serde_json::from_str(&data).unwrap_or(Value::Null);
+    if let (Some(body), Some(fields)) = (r.get::<_, Option<String>>(10)?, data.as_object_mut()) {
+        fields.insert("body".into(), Value::String(body));
+    }
     Ok(Event {
         id: r.get::<_, i64>(0)? as u64,
         at_ms: r.get(1)?,
@@ -88,7 +98,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Event> {
         from: r.get(6)?,
         to: parse_list(&to),
         correlation_id: r.get(8)?,
-        data: serde_json::from_str(&data).unwrap_or(Value::Null),
+        data,
     })
 }
 

@@ -97,7 +97,7 @@ fn append_as(conn: &Connection, now: i64, seq: u64, m: NewMessage, out: &mut Out
                 "reply_to": m.reply_to,
                 "round": m.round,
                 "replaces": m.replaces,
-                "body": m.body,
+                // The body is the message's: events.list reads it from there.
             }),
             ..Default::default()
         },

@@ -83,10 +83,24 @@ pub fn started(
     Ok(())
 }
 
-/// Saves the text streamed so far (crash insurance).
-pub fn save_partial(conn: &Connection, id: &str, text: &str) -> DbResult<()> {
-    conn.prepare_cached("UPDATE runs SET partial = ?2 WHERE id = ?1")?.execute(params![id, text])?;
+/// Saves what the run streamed since its last save (crash insurance):
+/// appended, so that a long answer costs its length, not its length times
+/// the number of saves.
+pub fn append_partial(conn: &Connection, id: &str, text: &str) -> DbResult<()> {
+    conn.prepare_cached("INSERT INTO run_partials (run_id, text) VALUES (?1, ?2)")?.execute(params![id, text])?;
     Ok(())
+}
+
+/// The text a run saved: what a previous kdd kept whole in `runs.partial`,
+/// then the appended pieces in order.
+fn saved_partial(conn: &Connection, id: &str, whole: String) -> DbResult<String> {
+    let mut text = whole;
+    let mut stmt = conn.prepare_cached("SELECT text FROM run_partials WHERE run_id = ?1 ORDER BY id")?;
+    let mut rows = stmt.query([id])?;
+    while let Some(row) = rows.next()? {
+        text.push_str(row.get_ref(0)?.as_str().map_err(rusqlite::Error::from)?);
+    }
+    Ok(text)
 }
 
 /// How a run ended.
@@ -136,6 +150,7 @@ pub fn finish(conn: &Connection, now: i64, run: &RunInfo, f: Finish, out: &mut O
         "UPDATE runs SET status = ?2, ended_at = ?3, message_seq = ?4, error = ?5, partial = '' WHERE id = ?1",
     )?
     .execute(params![run.id, f.status.as_str(), now, message.seq as i64, f.error])?;
+    conn.prepare_cached("DELETE FROM run_partials WHERE run_id = ?1")?.execute([&run.id])?;
     if let Some(mut end) = f.session.clone() {
         end.backend_session_id = end.backend_session_id.or_else(|| f.meta.backend_session_id.clone());
         sessions::end(conn, now, &end)?;
@@ -218,6 +233,7 @@ pub fn recover(conn: &Connection, now: i64, out: &mut Outbox) -> DbResult<usize>
             [&o.id],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?)),
         )?;
+        let partial = saved_partial(conn, &o.id, partial)?;
         let ordinal = ordinal.map(|o| o as u64);
         let info = RunInfo {
             id: o.id.clone(),
@@ -269,8 +285,8 @@ impl super::Db {
         self.write(move |c, out| started(c, super::now_ms(), &run, pid, pid_start, session.as_deref(), out)).await
     }
 
-    pub async fn save_run_partial(&self, id: String, text: String) -> DbResult<()> {
-        self.write(move |c, _| save_partial(c, &id, &text)).await
+    pub async fn append_run_partial(&self, id: String, text: String) -> DbResult<()> {
+        self.write(move |c, _| append_partial(c, &id, &text)).await
     }
 
     pub async fn finish_run(&self, run: RunInfo, f: Finish) -> DbResult<Message> {

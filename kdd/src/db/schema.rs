@@ -18,6 +18,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/0002_runs.sql"),
     include_str!("../../../migrations/0003_rounds.sql"),
     include_str!("../../../migrations/0004_sessions_seen_refs_origin.sql"),
+    include_str!("../../../migrations/0005_run_partials.sql"),
 ];
 
 /// The schema version this build writes.
@@ -38,6 +39,7 @@ pub fn configure(conn: &Connection) -> DbResult<()> {
     conn.pragma_update(None, "temp_store", "MEMORY")?;
     // Checkpoints run on their own thread: see `db::checkpoint`.
     conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+    conn.pragma_update(None, "journal_size_limit", super::checkpoint::JOURNAL_SIZE_LIMIT)?;
     conn.set_prepared_statement_cache_capacity(64);
     Ok(())
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot};
 
-use super::checkpoint::{Checkpointer, EVERY_JOBS};
+use super::checkpoint::{self, Checkpointer, EVERY_JOBS, NUDGE_PAGES};
 use super::{DbError, DbResult, Outbox};
 use crate::hub::Hub;
 
@@ -72,6 +72,7 @@ fn run(
 ) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut since_checkpoint = 0;
+    checkpoint::watch_wal(&conn);
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
         while batch.len() < MAX_BATCH {
@@ -82,7 +83,7 @@ fn run(
         }
         since_checkpoint += batch.len();
         let closed = execute(&mut conn, &mut batch, hub, threads);
-        if since_checkpoint >= EVERY_JOBS {
+        if since_checkpoint >= EVERY_JOBS || checkpoint::wal_pages() >= NUDGE_PAGES {
             checkpointer.nudge();
             since_checkpoint = 0;
         }

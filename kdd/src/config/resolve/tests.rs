@@ -141,6 +141,8 @@ fn every_bad_value_names_file_key_and_value() {
         (r#"{"council": {"members": []}}"#, &["council.members", "empty"]),
         (r#"{"council": {"members": ["claude", "claude"]}}"#, &["council.members", "twice"]),
         (r#"{"council": {"timeout": "long"}}"#, &["council.timeout", "invalid type"]),
+        (r#"{"council": {"max_answer_bytes": 0}}"#, &["council.max_answer_bytes", "between 1 and 268435456", "0"]),
+        (r#"{"council": {"max_answer_bytes": 268435457}}"#, &["council.max_answer_bytes", "268435457"]),
         (r#"{"council": {"chat": {"mode": "chaos"}}}"#, &["council.chat.mode", "\"chaos\""]),
         (r#"{"council": {"chat": {"auto_rounds": -1}}}"#, &["council.chat.auto_rounds", "-1"]),
         (r#"{"council": {"ask": {"auto_messages": -5}}}"#, &["council.ask.auto_messages", "-5"]),
