@@ -2,8 +2,12 @@
 
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use jsonrpsee::core::client::{MiddlewareBatchResponse, MiddlewareMethodResponse, MiddlewareNotifResponse};
+use jsonrpsee::core::middleware::RpcServiceT;
 use jsonrpsee_client_transport::ws::WsHandshakeError;
 use jsonrpsee_ws_client::{RpcService, RpcServiceBuilder, WsClientBuilder};
 use kd_proto::paths::{self, DirError};
@@ -18,7 +22,7 @@ use crate::error::{ClientError, one_line};
 const MAX_MESSAGE: u32 = 512 * 1024 * 1024;
 
 /// The jsonrpsee client type used by [`Client`].
-pub type WsClient = jsonrpsee::core::client::Client<RpcService>;
+pub type WsClient = jsonrpsee::core::client::Client<SizeLimit<RpcService>>;
 
 /// A WebSocket JSON-RPC connection to `kdd` that passed `daemon.hello`.
 pub struct Client {
@@ -27,13 +31,101 @@ pub struct Client {
     hello: Hello,
 }
 
+/// Client middleware that refuses, before sending it, a request larger
+/// than the daemon reads (it says how large in `daemon.hello`): sent, it
+/// would be refused with an answer the client cannot match to the call.
+#[derive(Debug, Clone)]
+pub struct SizeLimit<S> {
+    inner: S,
+    limit: Arc<AtomicU64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct SizeLimitLayer(Arc<AtomicU64>);
+
+impl<S> tower::Layer<S> for SizeLimitLayer {
+    type Service = SizeLimit<S>;
+
+    fn layer(&self, inner: S) -> SizeLimit<S> {
+        SizeLimit { inner, limit: self.0.clone() }
+    }
+}
+
+impl<S> SizeLimit<S> {
+    /// The error for `request` if it is too large.
+    fn refusal(&self, request: &jsonrpsee::core::middleware::Request<'_>) -> Option<jsonrpsee::core::client::Error> {
+        // The params are already JSON; the rest of the request is small.
+        let size = request.params.as_ref().map_or(0, |p| p.get().len() as u64) + request.method.len() as u64 + 64;
+        let limit = self.limit.load(Ordering::Relaxed);
+        (size > limit).then(|| jsonrpsee::core::client::Error::Custom(too_large(size, limit)))
+    }
+}
+
+/// `request too large (2.0 MiB > 1 MiB limit)`.
+fn too_large(size: u64, limit: u64) -> String {
+    const MIB: f64 = 1024.0 * 1024.0;
+    let limit = if limit.is_multiple_of(1024 * 1024) {
+        format!("{} MiB", limit / (1024 * 1024))
+    } else {
+        format!("{:.1} MiB", limit as f64 / MIB)
+    };
+    format!("request too large ({:.1} MiB > {limit} limit)", size as f64 / MIB)
+}
+
+type CallResult = Result<MiddlewareMethodResponse, jsonrpsee::core::client::Error>;
+
+impl<S> RpcServiceT for SizeLimit<S>
+where
+    S: RpcServiceT<
+            MethodResponse = CallResult,
+            BatchResponse = Result<MiddlewareBatchResponse, jsonrpsee::core::client::Error>,
+            NotificationResponse = Result<MiddlewareNotifResponse, jsonrpsee::core::client::Error>,
+        > + Clone
+        + Send
+        + Sync
+        + 'static,
+{
+    type MethodResponse = S::MethodResponse;
+    type BatchResponse = S::BatchResponse;
+    type NotificationResponse = S::NotificationResponse;
+
+    fn call<'a>(
+        &self,
+        request: jsonrpsee::core::middleware::Request<'a>,
+    ) -> impl Future<Output = Self::MethodResponse> + Send + 'a {
+        let refused = self.refusal(&request);
+        let inner = self.inner.clone();
+        async move {
+            match refused {
+                Some(e) => Err(e),
+                None => inner.call(request).await,
+            }
+        }
+    }
+
+    fn batch<'a>(
+        &self,
+        requests: jsonrpsee::core::middleware::Batch<'a>,
+    ) -> impl Future<Output = Self::BatchResponse> + Send + 'a {
+        self.inner.batch(requests)
+    }
+
+    fn notification<'a>(
+        &self,
+        n: jsonrpsee::core::middleware::Notification<'a>,
+    ) -> impl Future<Output = Self::NotificationResponse> + Send + 'a {
+        self.inner.notification(n)
+    }
+}
+
 impl Client {
     /// Connects to a running daemon; never starts one.
     pub async fn connect(socket: &Path) -> Result<Client, ClientError> {
         let stream = connect_checked(socket).await?;
         // No RPC logger middleware: it serialises every request a second time.
+        let limit = Arc::new(AtomicU64::new(u64::MAX));
         let rpc = WsClientBuilder::default()
-            .set_rpc_middleware(RpcServiceBuilder::new())
+            .set_rpc_middleware(RpcServiceBuilder::new().layer(SizeLimitLayer(limit.clone())))
             .max_request_size(MAX_MESSAGE)
             .max_response_size(MAX_MESSAGE)
             .request_timeout(Duration::from_secs(120))
@@ -51,6 +143,9 @@ impl Client {
             },
             other => other,
         })?;
+        if let Some(max) = hello.max_request_bytes {
+            limit.store(u64::from(max), Ordering::Relaxed);
+        }
         if hello.protocol != PROTOCOL_VERSION {
             return Err(ClientError::Protocol {
                 socket: socket.to_path_buf(),

@@ -28,6 +28,9 @@ pub enum ClientError {
     Rpc { code: i32, message: String, data: Option<serde_json::Value> },
     #[error("lost the connection to kdd: {0}")]
     Transport(String),
+    /// The request was not sent: it is more than the daemon reads.
+    #[error("{0}")]
+    TooLarge(String),
 }
 
 impl ClientError {
@@ -42,7 +45,7 @@ impl ClientError {
     /// Whether the failure is about reaching the daemon at all (as opposed
     /// to the daemon refusing one request).
     pub fn is_connection(&self) -> bool {
-        !matches!(self, ClientError::Rpc { .. })
+        !matches!(self, ClientError::Rpc { .. } | ClientError::TooLarge(_))
     }
 }
 
@@ -56,6 +59,7 @@ impl From<jsonrpsee::core::client::Error> for ClientError {
                 data: obj.data().and_then(|d| serde_json::from_str(d.get()).ok()),
             },
             Error::RequestTimeout => ClientError::Transport("the request timed out".into()),
+            Error::Custom(why) if why.starts_with("request too large") => ClientError::TooLarge(why),
             Error::RestartNeeded(inner) => ClientError::Transport(one_line(&inner.to_string())),
             other => ClientError::Transport(one_line(&other.to_string())),
         }

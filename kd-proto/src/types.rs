@@ -16,6 +16,10 @@ pub struct Hello {
     pub capabilities: Vec<String>,
     /// Process id of the daemon.
     pub pid: u32,
+    /// Largest request the daemon reads, in bytes; clients refuse to send a
+    /// larger one. Absent from daemons before it was added.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_request_bytes: Option<u32>,
 }
 
 /// Answer to `daemon.status`.

@@ -35,6 +35,8 @@ pub struct Daemon {
     /// One permit per open connection; see [`crate::server`].
     pub connections: Arc<Semaphore>,
     pub max_connections: usize,
+    /// Largest request read, in bytes (said in `daemon.hello`).
+    pub max_request_bytes: u32,
     /// Source of [`crate::client::ClientId`]s.
     pub next_client_id: AtomicU64,
     /// Runs agents; holds the runs in flight.
@@ -59,6 +61,7 @@ impl Daemon {
             socket,
             connections: Arc::new(Semaphore::new(max_connections)),
             max_connections,
+            max_request_bytes: limits.max_request_bytes,
             next_client_id: AtomicU64::new(1),
             council: Arc::new(Council::new(agents.clone())),
             agents,

@@ -338,6 +338,43 @@ pub fn ws_frame(payload: &[u8]) -> Vec<u8> {
 /// A raw WebSocket connection: upgraded, with `calls` sent as text
 /// frames — and then never read from again, like a client that hangs.
 pub fn stalled_websocket(socket: &Path, calls: &[&str]) -> StdUnixStream {
+    let mut s = websocket(socket);
+    for call in calls {
+        s.write_all(&ws_frame(call.as_bytes())).expect("a frame");
+    }
+    s
+}
+
+/// The payload of the next text frame the server sends (pings and other
+/// control frames are skipped), within [`DEADLINE`].
+pub fn ws_read_text(s: &mut StdUnixStream) -> String {
+    s.set_read_timeout(Some(DEADLINE)).expect("timeout");
+    loop {
+        let mut head = [0u8; 2];
+        s.read_exact(&mut head).expect("a frame header");
+        let len = match head[1] & 0x7f {
+            126 => {
+                let mut b = [0u8; 2];
+                s.read_exact(&mut b).expect("length");
+                u16::from_be_bytes(b) as usize
+            }
+            127 => {
+                let mut b = [0u8; 8];
+                s.read_exact(&mut b).expect("length");
+                u64::from_be_bytes(b) as usize
+            }
+            n => n as usize,
+        };
+        let mut payload = vec![0u8; len];
+        s.read_exact(&mut payload).expect("a frame payload");
+        if head[0] & 0x0f == 1 {
+            return String::from_utf8(payload).expect("a text frame is UTF-8");
+        }
+    }
+}
+
+/// A raw WebSocket connection, upgraded and nothing sent yet.
+pub fn websocket(socket: &Path) -> StdUnixStream {
     let mut s = StdUnixStream::connect(socket).expect("connect");
     s.write_all(
         b"GET / HTTP/1.1\r\nHost: kd\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
@@ -352,9 +389,6 @@ pub fn stalled_websocket(socket: &Path, calls: &[&str]) -> StdUnixStream {
         head.push(byte[0]);
     }
     assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
-    for call in calls {
-        s.write_all(&ws_frame(call.as_bytes())).expect("a frame");
-    }
     s
 }
 

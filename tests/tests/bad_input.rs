@@ -4,7 +4,7 @@ use std::io::Write;
 use std::os::unix::net::UnixStream;
 
 use kd_client::KdApiClient;
-use kd_tests::{Kdd, http_post, http_raw, rpc_post, within, workspace};
+use kd_tests::{Kdd, http_post, http_raw, rpc_post, websocket, within, workspace, ws_frame, ws_read_text};
 
 fn error_code(v: &serde_json::Value) -> i64 {
     v["error"]["code"].as_i64().unwrap_or_else(|| panic!("not an error: {v}"))
@@ -105,4 +105,94 @@ async fn wrong_http_methods_and_garbage_bytes_do_not_crash_the_daemon() {
     drop(s);
     let c = kdd.client().await;
     c.daemon_status().await.unwrap();
+}
+
+/// Ids JSON-RPC does not allow, or that no integer type holds.
+const BAD_IDS: &[&str] = &["1.5", "{}", "[1]", "true", "18446744073709551616", "-9223372036854775809", "1e3"];
+
+fn hello(id: &str) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"daemon.hello"}}"#)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_request_gets_an_answer_whatever_its_id() {
+    let kdd = Kdd::start();
+    let mut ws = websocket(&kdd.socket);
+    let mut over_ws = |body: &str| -> serde_json::Value {
+        ws.write_all(&ws_frame(body.as_bytes())).unwrap();
+        serde_json::from_str(&ws_read_text(&mut ws)).unwrap()
+    };
+    for id in BAD_IDS {
+        for (how, v) in [("HTTP", rpc_post(&kdd.socket, &hello(id))), ("WebSocket", over_ws(&hello(id)))] {
+            assert_eq!(error_code(&v), -32600, "{how}, id {id}: {v}");
+            assert_eq!(v["id"], serde_json::Value::Null, "{how}, id {id}: {v}");
+            assert!(v["error"]["message"].as_str().unwrap().contains("id"), "{v}");
+        }
+    }
+    // Negative integers are ids like any other: the call is made and
+    // answered under the same id — and so are strings that look like kd's own.
+    for id in ["-1", "-9223372036854775808", r#""\u0000kd:7""#, "0", r#""x""#] {
+        for (how, v) in [("HTTP", rpc_post(&kdd.socket, &hello(id))), ("WebSocket", over_ws(&hello(id)))] {
+            assert_eq!(v["result"]["protocol"], kd_proto::PROTOCOL_VERSION, "{how}, id {id}: {v}");
+            assert_eq!(v["id"], serde_json::from_str::<serde_json::Value>(id).unwrap(), "{how}: {v}");
+        }
+    }
+    // In a batch, each entry gets its own answer.
+    let v = rpc_post(&kdd.socket, &format!("[{},{}]", hello("-2"), hello("true")));
+    let answers = v.as_array().unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(answers.len(), 2, "{v}");
+    assert!(answers.iter().any(|a| a["id"] == -2 && a["result"]["protocol"].is_u64()), "{v}");
+    assert!(answers.iter().any(|a| a["id"].is_null() && a["error"]["code"] == -32600), "{v}");
+    // A subscription under a negative id over WebSocket: its id comes back.
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &workspace("ids")).await;
+    let sub = format!(r#"{{"jsonrpc":"2.0","id":-3,"method":"thread.subscribe","params":{{"thread":"{t}"}}}}"#);
+    let v = over_ws(&sub);
+    assert_eq!(v["id"], -3, "{v}");
+    assert!(v["result"].is_u64() || v["result"].is_string(), "a subscription id: {v}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subscription_over_http_says_it_needs_a_websocket() {
+    let kdd = Kdd::start();
+    let v = rpc_post(&kdd.socket, r#"{"jsonrpc":"2.0","id":1,"method":"thread.subscribe","params":{"thread":"t-x"}}"#);
+    assert_eq!(error_code(&v), -32600, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("needs a WebSocket"), "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_websocket_upgrade_is_a_400_and_frees_its_slot() {
+    let kdd = Kdd::start_with(&["--max-connections", "2"]);
+    for _ in 0..10 {
+        let (status, body) = http_raw(
+            &kdd.socket,
+            b"GET / HTTP/1.1\r\nHost: kd\r\nUpgrade: websocket\r\nConnection: Upgrade, close\r\n\r\n",
+        )
+        .unwrap();
+        assert_eq!(status, 400, "{body}");
+        assert!(body.contains("WebSocket"), "{body}");
+    }
+    let c = kdd.client().await;
+    c.daemon_status().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_says_when_a_request_is_too_large_for_the_daemon() {
+    let kdd = Kdd::start_with(&["--max-request-bytes", "1048576"]);
+    let ws = kd_tests::Workspace::new(&[("claude", "claude", &[])]);
+    let mut kd = kdd.kd();
+    kd.current_dir(ws.dir.path()).args(["ask", "-"]).stdin(std::process::Stdio::piped());
+    kd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let mut child = kd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let question = "q".repeat(2 * 1024 * 1024);
+    tokio::io::AsyncWriteExt::write_all(&mut stdin, question.as_bytes()).await.unwrap();
+    drop(stdin);
+    let out = within("kd ask", child.wait_with_output()).await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.trim(), "kd: request too large (2.0 MiB > 1 MiB limit)");
+    // Nothing was asked.
+    let c = kdd.client().await;
+    assert!(c.thread_list(None, None, None).await.unwrap().iter().all(|t| t.last_seq == 0));
 }

@@ -288,8 +288,8 @@ fn floor_char_boundary(s: &str, at: usize) -> usize {
 fn size(bytes: u64) -> String {
     const KIB: u64 = 1024;
     match bytes {
-        b if b >= KIB * KIB && b % (KIB * KIB) == 0 => format!("{} MiB", b / (KIB * KIB)),
-        b if b >= KIB && b % KIB == 0 => format!("{} KiB", b / KIB),
+        b if b >= KIB * KIB && b.is_multiple_of(KIB * KIB) => format!("{} MiB", b / (KIB * KIB)),
+        b if b >= KIB && b.is_multiple_of(KIB) => format!("{} KiB", b / KIB),
         b => format!("{b} bytes"),
     }
 }

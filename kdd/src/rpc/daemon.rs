@@ -7,12 +7,13 @@ use kd_proto::{PROTOCOL_VERSION, RpcResult, VERSION};
 use super::{CAPABILITIES, validate};
 use crate::state::Daemon;
 
-pub async fn hello() -> RpcResult<Hello> {
+pub async fn hello(d: &Daemon) -> RpcResult<Hello> {
     Ok(Hello {
         protocol: PROTOCOL_VERSION,
         version: VERSION.to_string(),
         capabilities: CAPABILITIES.iter().map(|c| c.to_string()).collect(),
         pid: std::process::id(),
+        max_request_bytes: Some(d.max_request_bytes),
     })
 }
 

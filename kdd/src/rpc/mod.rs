@@ -42,7 +42,7 @@ pub fn module(d: Arc<Daemon>) -> RpcModule<Rpc> {
 #[async_trait]
 impl KdApiServer for Rpc {
     async fn daemon_hello(&self) -> RpcResult<Hello> {
-        daemon::hello().await
+        daemon::hello(&self.d).await
     }
 
     async fn daemon_status(&self) -> RpcResult<DaemonStatus> {

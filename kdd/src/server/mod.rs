@@ -2,7 +2,11 @@
 //! JSON-RPC over HTTP and WebSocket on each connection.
 //!
 //! - [`claim`]: one daemon per socket, in a directory only its user can touch;
-//! - [`connections`]: the open connections, which the daemon can cut.
+//! - [`connections`]: the open connections, which the daemon can cut;
+//! - [`http_request`]: one HTTP request, before jsonrpsee takes it;
+//! - [`ids`]: ids jsonrpsee cannot take, and their stand-ins;
+//! - [`frames`]: the same for WebSocket messages, on the connection's bytes;
+//! - [`request_check`]: answers jsonrpsee would not give (bad ids, subscriptions over HTTP).
 //!
 //! **Nothing a client does holds the daemon up.** At shutdown the accept
 //! loop stops at once; open connections are closed only when
@@ -12,6 +16,10 @@
 
 mod claim;
 pub mod connections;
+mod frames;
+mod http_request;
+pub mod ids;
+pub mod request_check;
 
 pub use claim::SocketClaim;
 
@@ -28,11 +36,11 @@ use kd_proto::ErrorCode;
 use serde_json::json;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::OwnedSemaphorePermit;
-use tower::Service;
 
 use crate::client::ClientId;
 use crate::rpc::params::ParamCheckLayer;
 use crate::state::Daemon;
+use request_check::RequestCheckLayer;
 
 /// Bounds of the server (F-D3).
 #[derive(Debug, Clone)]
@@ -86,7 +94,7 @@ pub async fn serve(listener: UnixListener, methods: impl Into<Methods>, d: Arc<D
         .build();
     let builder = jsonrpsee::server::Server::builder()
         .set_config(config)
-        .set_rpc_middleware(RpcServiceBuilder::new().layer(ParamCheckLayer))
+        .set_rpc_middleware(RpcServiceBuilder::new().layer(RequestCheckLayer).layer(ParamCheckLayer))
         .to_service_builder();
     let own_uid = rustix::process::getuid().as_raw();
     loop {
@@ -116,7 +124,9 @@ pub async fn serve(listener: UnixListener, methods: impl Into<Methods>, d: Arc<D
         };
         let client = ClientId(d.next_client_id.fetch_add(1, Ordering::Relaxed));
         let held = Held { _permit: permit, _registered: d.open.register(client, &stream) };
-        tokio::spawn(connection(stream, held, client, builder.clone(), methods.clone(), stop_handle.clone()));
+        let stream = frames::Filtered::new(stream, limits.max_request_bytes as usize);
+        let conn = Connection { held, client, max_request_bytes: limits.max_request_bytes };
+        tokio::spawn(connection(stream, conn, builder.clone(), methods.clone(), stop_handle.clone()));
     }
     drop(listener);
     // The runs are stopped and recorded, and subscribers told, before the
@@ -144,7 +154,10 @@ pub async fn serve(listener: UnixListener, methods: impl Into<Methods>, d: Arc<D
 }
 
 type Builder = TowerServiceBuilder<
-    tower::layer::util::Stack<ParamCheckLayer, tower::layer::util::Identity>,
+    tower::layer::util::Stack<
+        ParamCheckLayer,
+        tower::layer::util::Stack<RequestCheckLayer, tower::layer::util::Identity>,
+    >,
     tower::layer::util::Identity,
 >;
 
@@ -158,14 +171,21 @@ struct Held {
     _registered: connections::Registered,
 }
 
-async fn connection(
-    stream: UnixStream,
+/// An accepted connection: what it holds, who it is, its request limit.
+struct Connection {
     held: Held,
     client: ClientId,
+    max_request_bytes: u32,
+}
+
+async fn connection(
+    stream: frames::Filtered<UnixStream>,
+    conn: Connection,
     builder: Builder,
     methods: Methods,
     stop: StopHandle,
 ) {
+    let Connection { held, client, max_request_bytes } = conn;
     let held = Arc::new(held);
     let svc = builder.build(methods, stop.clone());
     let per_request = tower::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
@@ -185,7 +205,7 @@ async fn connection(
             });
         }
         // The error type must be concrete (rust-lang/rust#102211).
-        async move { svc.call(req).await.map_err(|e| anyhow::anyhow!("{e}")) }
+        async move { http_request::handle(svc, req, max_request_bytes).await.map_err(|e| anyhow::anyhow!("{e}")) }
     });
     if let Err(e) = serve_with_graceful_shutdown(stream, per_request, stop.shutdown()).await {
         tracing::debug!("connection ended: {e}");

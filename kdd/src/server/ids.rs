@@ -1,0 +1,207 @@
+//! JSON-RPC ids jsonrpsee cannot take as they come.
+//!
+//! JSON-RPC 2.0 allows any string, number or null as an id. jsonrpsee
+//! represents only strings, null and numbers that fit a `u64`; a call with
+//! any other id (a negative integer, `1.5`, `{}`, `true`) would parse as a
+//! notification — not executed, not answered. Before jsonrpsee sees a
+//! request, [`fix_request`] gives such ids a string stand-in:
+//!
+//! - a negative integer (or a string id that starts like a stand-in) is
+//!   carried as `"\u0000kd:<its JSON>"`: the call is made, and
+//!   [`restore_response`] puts the original id back in the answer;
+//! - anything else (a fraction, an object, an array, a boolean, an integer
+//!   past 64 bits) becomes [`INVALID`], which the RPC middleware answers
+//!   with -32600, and the answer's id becomes `null` (the id could not be
+//!   used, as the spec says).
+//!
+//! Both work on whole request and response bodies, as HTTP carries them
+//! and as the WebSocket filter ([`super::frames`]) reassembles them.
+
+use serde::Deserialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+/// Starts the stand-in of an id kd carries for the client; the rest is the
+/// id's JSON text.
+pub const CARRIED: &str = "\u{0}kd:";
+/// The stand-in of an id that is not a valid JSON-RPC id.
+pub const INVALID: &str = "\u{0}kd!";
+/// What every stand-in starts with, as it appears in JSON text.
+const STAND_IN_JSON: &str = "\"\\u0000kd";
+
+/// The id of one request, left unparsed.
+#[derive(Deserialize)]
+struct Probe<'a> {
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+}
+
+/// Whether jsonrpsee takes this id as it is.
+fn usable(id: &RawValue) -> bool {
+    let text = id.get();
+    match text.as_bytes().first() {
+        Some(b'"') => !text.starts_with(STAND_IN_JSON),
+        Some(b'n') => true,
+        Some(b'0'..=b'9') => text.parse::<u64>().is_ok(),
+        _ => false,
+    }
+}
+
+/// The stand-in for an id that is not usable as it is.
+fn stand_in(id: &Value) -> String {
+    match id {
+        Value::Number(n) if n.is_i64() => format!("{CARRIED}{n}"),
+        Value::String(s) => format!("{CARRIED}{}", Value::String(s.clone())),
+        _ => INVALID.to_string(),
+    }
+}
+
+/// The request with every unusable id replaced by its stand-in, and how
+/// many were; `None` when nothing needs replacing (the common case, found
+/// without building the request) or the body is not JSON (jsonrpsee will
+/// say so).
+pub fn fix_request(body: &[u8]) -> Option<(Vec<u8>, usize)> {
+    let text = body.trim_ascii_start();
+    let needs_fix = match text.first() {
+        Some(b'{') => serde_json::from_slice::<Probe<'_>>(text).ok()?.id.is_some_and(|id| !usable(id)),
+        Some(b'[') => {
+            serde_json::from_slice::<Vec<Probe<'_>>>(text).ok()?.iter().any(|p| p.id.is_some_and(|id| !usable(id)))
+        }
+        _ => false,
+    };
+    if !needs_fix {
+        return None;
+    }
+    let mut value: Value = serde_json::from_slice(text).ok()?;
+    let mut replaced = 0;
+    let mut fix = |entry: &mut Value| {
+        if let Some(id) = entry.get_mut("id")
+            && let Ok(raw) = serde_json::value::to_raw_value(id)
+            && !usable(&raw)
+        {
+            *id = Value::String(stand_in(id));
+            replaced += 1;
+        }
+    };
+    match &mut value {
+        Value::Array(entries) => entries.iter_mut().for_each(&mut fix),
+        entry => fix(entry),
+    }
+    Some((serde_json::to_vec(&value).ok()?, replaced))
+}
+
+/// The response with every stand-in id put back (the carried id, or null
+/// for an invalid one), and how many there were; `None` when it holds none.
+pub fn restore_response(body: &[u8]) -> Option<(Vec<u8>, usize)> {
+    const KEY: &[u8] = b"\"id\":";
+    let pattern = [KEY, STAND_IN_JSON.as_bytes()].concat();
+    let mut out = Vec::new();
+    let mut last = 0;
+    let mut restored = 0;
+    let mut at = 0;
+    while let Some(found) = find(&body[at..], &pattern) {
+        let start = at + found + KEY.len();
+        let mut strings = serde_json::Deserializer::from_slice(&body[start..]).into_iter::<String>();
+        let Some(Ok(stand_in)) = strings.next() else { break };
+        let end = start + strings.byte_offset();
+        let original = match stand_in.strip_prefix(CARRIED) {
+            Some(json) => json,
+            None if stand_in == INVALID => "null",
+            None => {
+                at = end;
+                continue;
+            }
+        };
+        out.extend_from_slice(&body[last..start]);
+        out.extend_from_slice(original.as_bytes());
+        last = end;
+        at = end;
+        restored += 1;
+    }
+    if restored == 0 {
+        return None;
+    }
+    out.extend_from_slice(&body[last..]);
+    Some((out, restored))
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixed(body: &str) -> Option<(String, usize)> {
+        fix_request(body.as_bytes()).map(|(b, n)| (String::from_utf8(b).unwrap_or_default(), n))
+    }
+
+    fn restored(body: &str) -> Option<(String, usize)> {
+        restore_response(body.as_bytes()).map(|(b, n)| (String::from_utf8(b).unwrap_or_default(), n))
+    }
+
+    #[test]
+    fn usable_ids_are_left_alone_without_building_the_request() {
+        for id in ["1", "0", "18446744073709551615", "\"x\"", "null"] {
+            assert_eq!(fixed(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"m"}}"#)), None, "{id}");
+        }
+        assert_eq!(fixed(r#"{"jsonrpc":"2.0","method":"notify"}"#), None);
+        assert_eq!(fixed(r#"[{"id":1,"method":"a"},{"id":"b","method":"b"}]"#), None);
+        assert_eq!(fixed("not json"), None);
+    }
+
+    #[test]
+    fn negative_and_look_alike_ids_are_carried_and_come_back() {
+        for id in ["-1", "-9223372036854775808", r#""\u0000kd:7""#] {
+            let (body, n) = fixed(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"m"}}"#)).unwrap();
+            assert_eq!(n, 1);
+            let v: Value = serde_json::from_str(&body).unwrap();
+            let stand_in = v["id"].as_str().unwrap();
+            assert!(stand_in.starts_with(CARRIED), "{stand_in:?}");
+            let answer = serde_json::json!({"jsonrpc": "2.0", "id": stand_in, "result": 1}).to_string();
+            let (back, n) = restored(&answer).unwrap();
+            assert_eq!(n, 1);
+            let back: Value = serde_json::from_str(&back).unwrap();
+            assert_eq!(back["id"], serde_json::from_str::<Value>(id).unwrap());
+        }
+    }
+
+    #[test]
+    fn invalid_ids_become_the_invalid_stand_in_and_null() {
+        for id in ["1.5", "{}", "[1]", "true", "18446744073709551616", "-9223372036854775809", "1e3"] {
+            let (body, _) = fixed(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"m"}}"#)).unwrap();
+            let v: Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(v["id"], INVALID, "{id}");
+        }
+        let answer = serde_json::json!({"jsonrpc": "2.0", "id": INVALID, "error": {"code": -32600}}).to_string();
+        assert_eq!(restored(&answer).unwrap().0, r#"{"error":{"code":-32600},"id":null,"jsonrpc":"2.0"}"#);
+    }
+
+    #[test]
+    fn a_batch_is_fixed_entry_by_entry() {
+        let (body, n) = fixed(r#"[{"id":-2,"method":"a"},{"id":3,"method":"b"},{"id":true,"method":"c"}]"#).unwrap();
+        assert_eq!(n, 2);
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v[1]["id"], 3);
+        let answers = serde_json::json!([
+            {"jsonrpc": "2.0", "id": v[0]["id"], "result": 1},
+            {"jsonrpc": "2.0", "id": 3, "result": 2},
+            {"jsonrpc": "2.0", "id": v[2]["id"], "error": {"code": -32600}},
+        ]);
+        let (back, n) = restored(&answers.to_string()).unwrap();
+        assert_eq!(n, 2);
+        let back: Value = serde_json::from_str(&back).unwrap();
+        assert_eq!(
+            (back[0]["id"].clone(), back[1]["id"].clone(), back[2]["id"].clone()),
+            (Value::from(-2), Value::from(3), Value::Null)
+        );
+    }
+
+    #[test]
+    fn text_that_merely_mentions_a_stand_in_is_not_touched() {
+        // Inside a string, quotes are escaped: the pattern cannot occur.
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "result": "\"id\":\"\u{0}kd:5\""}).to_string();
+        assert_eq!(restored(&body), None);
+    }
+}
