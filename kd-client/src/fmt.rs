@@ -1,5 +1,6 @@
 //! Plain-text formatting for the terminal: times, durations, tables.
 
+use kd_client::terminal::safe;
 use unicode_width::UnicodeWidthStr;
 
 /// Collapses whitespace runs (newlines included) into single spaces.
@@ -53,7 +54,7 @@ impl Table {
     }
 
     pub fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells.into_iter().map(|c| one_line(&c)).collect());
+        self.rows.push(cells.into_iter().map(|c| one_line(&safe(&c))).collect());
     }
 
     pub fn render(&self) -> String {
@@ -90,6 +91,13 @@ mod tests {
         t.row(vec!["a".into(), "héllo\nworld".into()]);
         t.row(vec!["long-id".into(), "x".into()]);
         assert_eq!(t.render(), "ID       TITLE\na        héllo world\nlong-id  x\n");
+    }
+
+    #[test]
+    fn table_cells_are_made_safe() {
+        let mut t = Table::new(&["A"]);
+        t.row(vec!["\u{1b}[31mred".into()]);
+        assert_eq!(t.render(), "A\n␛[31mred\n");
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //!   socket that has checked the daemon's protocol version; it derefs to the
 //!   jsonrpsee client, so every `KdApiClient` method is available on it;
 //! - [`autostart`]: starting `kdd` when no one answers (F-D5);
-//! - [`ClientError`]: failures worded for a one-line message.
+//! - [`ClientError`]: failures worded for a one-line message;
+//! - [`terminal::safe`]: text made safe to print on a terminal.
 
 #![forbid(unsafe_code)]
 
@@ -23,6 +24,7 @@ mod client;
 mod error;
 pub mod markdown;
 pub mod style;
+pub mod terminal;
 pub mod workspace;
 
 pub use client::Client;

@@ -90,6 +90,9 @@ impl Renderer {
 
 /// Renders Markdown into styled lines.
 pub fn render(markdown: &str) -> Vec<Line> {
+    // What the text says is shown, never obeyed by the terminal.
+    let markdown = crate::terminal::safe(markdown);
+    let markdown = markdown.as_ref();
     let mut r = Renderer {
         lines: Vec::new(),
         current: Vec::new(),

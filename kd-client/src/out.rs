@@ -20,11 +20,23 @@ macro_rules! out {
     }};
 }
 
-/// `eprintln!` that never panics: a closed stderr loses the line.
+/// [`outln!`] of a line kd does not style, made safe for the terminal
+/// (it quotes paths, files or what the daemon said).
+macro_rules! plainln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let line = format!($($t)*);
+        writeln!(std::io::stdout().lock(), "{}", kd_client::terminal::safe(&line))
+    }};
+}
+
+/// `eprintln!` that never panics: a closed stderr loses the line. What it
+/// says is made safe for the terminal (errors quote agents and files).
 macro_rules! errln {
     ($($t:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stderr().lock(), $($t)*);
+        let line = format!($($t)*);
+        let _ = writeln!(std::io::stderr().lock(), "{}", kd_client::terminal::safe(&line));
     }};
 }
 

@@ -274,7 +274,7 @@ fn build_panel(entry: &Entry, width: u16, palette: &Palette) -> Vec<Line<'static
 }
 
 fn plain(text: &str) -> Vec<Line<'static>> {
-    text.split('\n').map(|l| Line::from(l.to_string())).collect()
+    kd_client::terminal::safe(text).split('\n').map(|l| Line::from(l.to_string())).collect()
 }
 
 fn from_markdown(text: &str) -> Vec<Line<'static>> {

@@ -9,6 +9,7 @@
 use std::io::Write;
 
 use kd_client::style::{Palette, bold, dim, paint};
+use kd_client::terminal::safe;
 use kd_proto::names::KING;
 use kd_proto::types::{MessageKind, RoundState, Sent, ThreadEvent};
 
@@ -259,7 +260,7 @@ impl View {
     fn emit(&mut self, out: &mut impl Write, text: &str) -> std::io::Result<()> {
         if !text.is_empty() {
             self.at_line_start = text.ends_with('\n');
-            write!(out, "{text}")?;
+            write!(out, "{}", safe(text))?;
         }
         Ok(())
     }
@@ -287,7 +288,7 @@ impl View {
             self.at_line_start = true;
         }
         match &self.runs[i].status {
-            Status::Failed(why) => writeln!(out, "{}", paint(self.color, 31, &format!("✗ {why}"))),
+            Status::Failed(why) => writeln!(out, "{}", paint(self.color, 31, &format!("✗ {}", safe(why)))),
             Status::Cancelled => writeln!(out, "{}", dim(self.color, "(cancelled)")),
             _ => Ok(()),
         }

@@ -37,14 +37,14 @@ pub async fn run(ctx: &Ctx, cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
                 .map(|m| m.iter().filter_map(|v| v.as_str()).collect::<Vec<_>>().join(", "))
                 .unwrap_or_default();
             match &view.file {
-                Some(f) => outln!("{f}: ok; members: {members}")?,
-                None => outln!("no configuration file for {ws}: defaults apply; members: {members}")?,
+                Some(f) => plainln!("{f}: ok; members: {members}")?,
+                None => plainln!("no configuration file for {ws}: defaults apply; members: {members}")?,
             }
             if let Some(n) = &view.notice {
-                outln!("note: {n}")?;
+                plainln!("note: {n}")?;
             }
             for n in &view.notices {
-                outln!("note: {n}")?;
+                plainln!("note: {n}")?;
             }
         }
         ConfigCommand::Show(a) => {
@@ -52,13 +52,13 @@ pub async fn run(ctx: &Ctx, cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
                 print_json(&view)?;
                 return Ok(ExitCode::SUCCESS);
             }
-            outln!("workspace {}", view.workspace)?;
-            outln!("file      {}", view.file.as_deref().unwrap_or("(none: defaults)"))?;
+            plainln!("workspace {}", view.workspace)?;
+            plainln!("file      {}", view.file.as_deref().unwrap_or("(none: defaults)"))?;
             if let Some(n) = &view.notice {
-                outln!("note      {n}")?;
+                plainln!("note      {n}")?;
             }
             for n in &view.notices {
-                outln!("note      {n}")?;
+                plainln!("note      {n}")?;
             }
             outln!()?;
             let mut t = Table::new(&["KEY", "VALUE", "SOURCE"]);

@@ -48,7 +48,7 @@ async fn start(ctx: &Ctx) -> anyhow::Result<ExitCode> {
     let already = Client::connect(&ctx.socket).await.ok();
     let client = match already {
         Some(c) => {
-            outln!("kdd already running (pid {}) on {}", c.hello().pid, ctx.socket.display())?;
+            plainln!("kdd already running (pid {}) on {}", c.hello().pid, ctx.socket.display())?;
             return Ok(ExitCode::SUCCESS);
         }
         None => {
@@ -56,7 +56,7 @@ async fn start(ctx: &Ctx) -> anyhow::Result<ExitCode> {
             Client::connect(&ctx.socket).await?
         }
     };
-    outln!("kdd started (pid {}) on {}", client.hello().pid, ctx.socket.display())?;
+    plainln!("kdd started (pid {}) on {}", client.hello().pid, ctx.socket.display())?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -64,7 +64,7 @@ async fn stop(ctx: &Ctx) -> anyhow::Result<ExitCode> {
     let client = match Client::connect(&ctx.socket).await {
         Ok(c) => c,
         Err(ClientError::Unreachable { .. }) => {
-            outln!("kdd is not running on {}", ctx.socket.display())?;
+            plainln!("kdd is not running on {}", ctx.socket.display())?;
             return Ok(ExitCode::SUCCESS);
         }
         Err(e) => return Err(e.into()),
@@ -73,7 +73,7 @@ async fn stop(ctx: &Ctx) -> anyhow::Result<ExitCode> {
     client.daemon_shutdown().await.map_err(ClientError::from)?;
     drop(client);
     wait_exited(ctx).await?;
-    outln!("kdd stopped (pid {pid})")?;
+    plainln!("kdd stopped (pid {pid})")?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -98,7 +98,7 @@ async fn status(ctx: &Ctx, a: StatusArgs) -> anyhow::Result<ExitCode> {
     let client = match Client::connect(&ctx.socket).await {
         Ok(c) => c,
         Err(ClientError::Unreachable { .. }) if !a.json => {
-            outln!("kdd is not running on {}", ctx.socket.display())?;
+            plainln!("kdd is not running on {}", ctx.socket.display())?;
             return Ok(ExitCode::from(3));
         }
         Err(e) => return Err(e.into()),
@@ -108,12 +108,12 @@ async fn status(ctx: &Ctx, a: StatusArgs) -> anyhow::Result<ExitCode> {
         print_json(&s)?;
         return Ok(ExitCode::SUCCESS);
     }
-    outln!("kdd {} running (pid {}, up {})", s.version, s.pid, fmt::duration_ms(s.uptime_ms))?;
-    outln!("  socket    {}", s.socket)?;
-    outln!("  database  {} (schema {})", s.db, s.schema_version)?;
-    outln!("  protocol  {}", s.protocol)?;
-    outln!("  threads   {}", s.threads)?;
-    outln!("  runs      {} in flight", s.runs_in_flight)?;
-    outln!("  clients   {} connected, {} subscriptions", s.clients, s.subscriptions)?;
+    plainln!("kdd {} running (pid {}, up {})", s.version, s.pid, fmt::duration_ms(s.uptime_ms))?;
+    plainln!("  socket    {}", s.socket)?;
+    plainln!("  database  {} (schema {})", s.db, s.schema_version)?;
+    plainln!("  protocol  {}", s.protocol)?;
+    plainln!("  threads   {}", s.threads)?;
+    plainln!("  runs      {} in flight", s.runs_in_flight)?;
+    plainln!("  clients   {} connected, {} subscriptions", s.clients, s.subscriptions)?;
     Ok(ExitCode::SUCCESS)
 }

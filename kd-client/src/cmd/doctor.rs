@@ -5,6 +5,7 @@
 
 use std::process::ExitCode;
 
+use kd_client::terminal::safe;
 use kd_client::{Client, ClientError, KdApiClient, workspace};
 use kd_proto::types::{Check, CheckStatus};
 use kd_proto::{PROTOCOL_VERSION, VERSION};
@@ -18,7 +19,7 @@ fn line(c: &Check) -> std::io::Result<()> {
         CheckStatus::Warn => "warn",
         CheckStatus::Fail => "FAIL",
     };
-    outln!("{status:<5} {}: {}", c.subject, fmt::one_line(&c.detail))
+    outln!("{status:<5} {}: {}", safe(&c.subject), safe(&fmt::one_line(&c.detail)))
 }
 
 fn ok(subject: &str, detail: String) -> Check {

@@ -7,6 +7,7 @@ use anyhow::anyhow;
 use clap::Args;
 use kd_client::markdown;
 use kd_client::style::{Palette, bold, dim, paint};
+use kd_client::terminal::safe;
 use kd_client::{ClientError, KdApiClient, workspace};
 use kd_proto::types::{Message, MessageKind, SessionStatus, Thread, ThreadStatus, display_order};
 
@@ -117,6 +118,7 @@ pub fn render_thread(thread: &Thread, messages: &[Message], styled: bool, palett
     if let Some(title) = &thread.title {
         out.push_str(&format!("{title}\n"));
     }
+    let mut out = safe(&out).into_owned();
     for m in display_order(messages) {
         let mut head = bold(styled, &palette.paint(styled, &m.from, &format!("#{} {}", m.seq, m.from)));
         let to: Vec<&str> = m.to.iter().map(String::as_str).filter(|t| *t != "all").collect();
@@ -156,7 +158,7 @@ pub fn render_thread(thread: &Thread, messages: &[Message], styled: bool, palett
                 out.push_str(&body);
             }
         } else {
-            out.push_str(&m.body);
+            out.push_str(&safe(&m.body));
             if !m.body.ends_with('\n') {
                 out.push('\n');
             }

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use kd_client::style::Palette;
+use kd_client::terminal::safe;
 use kd_client::{ClientError, KdApiClient};
 
 use super::Ctx;
@@ -28,7 +29,7 @@ pub async fn run(ctx: &Ctx, a: WatchArgs) -> anyhow::Result<ExitCode> {
     };
     let mut sub =
         client.thread_subscribe(thread.id.clone(), Some(thread.last_seq), None).await.map_err(ClientError::from)?;
-    outln!("watching thread {} · {} (Ctrl+C to stop)", thread.id, thread.workspace)?;
+    outln!("watching thread {} · {} (Ctrl+C to stop)", thread.id, safe(&thread.workspace))?;
     let mut view = View::watching(color, palette);
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

@@ -102,6 +102,9 @@ pub fn workspace(path: &str) -> Result<(), ErrorObjectOwned> {
     if path.len() > MAX_PATH || path.contains('\0') {
         return Err(invalid("workspace is not a usable path (too long or contains NUL)"));
     }
+    if path.chars().any(char::is_control) {
+        return Err(invalid("workspace contains control characters"));
+    }
     Ok(())
 }
 
@@ -175,6 +178,7 @@ mod tests {
     #[test]
     fn values_are_checked_with_the_parameter_named() {
         assert!(msg(workspace("relative/dir")).contains("absolute"));
+        assert!(msg(workspace("/tmp/\u{1b}]0;x\u{7}")).contains("control characters"));
         assert!(msg(ttl(0)).contains("ttl_ms"));
         assert!(msg(ttl(MAX_TTL_MS + 1)).contains("ttl_ms"));
         assert!(ttl(1).is_ok());

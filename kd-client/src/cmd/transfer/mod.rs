@@ -82,7 +82,7 @@ pub async fn export(ctx: &Ctx, a: ExportArgs) -> anyhow::Result<ExitCode> {
         let path = a.dir.join(name);
         std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
     }
-    outln!("exported {} messages of {} to {}", files.len() - 1, thread.id, a.dir.display())?;
+    plainln!("exported {} messages of {} to {}", files.len() - 1, thread.id, a.dir.display())?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -104,7 +104,7 @@ pub async fn import(ctx: &Ctx, a: ImportArgs) -> anyhow::Result<ExitCode> {
     if wanted.as_ref().is_some_and(|w| *w != imported.id) {
         errln!("kd: thread id {} is taken; imported as {}", wanted.unwrap_or_default(), imported.id);
     }
-    outln!("imported {n} messages as thread {}", imported.id)?;
+    plainln!("imported {n} messages as thread {}", imported.id)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -176,7 +176,7 @@ async fn import_kingdom(ctx: &Ctx, a: ImportArgs) -> anyhow::Result<ExitCode> {
             },
         }
     }
-    outln!("imported {threads} threads ({messages} messages) from {}; {already} already imported", kd_dir.display())?;
+    plainln!("imported {threads} threads ({messages} messages) from {}; {already} already imported", kd_dir.display())?;
     Ok(ExitCode::SUCCESS)
 }
 
