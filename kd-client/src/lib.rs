@@ -15,7 +15,8 @@
 //!   jsonrpsee client, so every `KdApiClient` method is available on it;
 //! - [`autostart`]: starting `kdd` when no one answers (F-D5);
 //! - [`ClientError`]: failures worded for a one-line message;
-//! - [`terminal::safe`]: text made safe to print on a terminal.
+//! - [`terminal::safe`]: text made safe to print on a terminal;
+//! - [`reading::InOrder`]: a thread of any length, in display order, page by page.
 
 #![forbid(unsafe_code)]
 
@@ -23,6 +24,7 @@ pub mod autostart;
 mod client;
 mod error;
 pub mod markdown;
+pub mod reading;
 pub mod style;
 pub mod terminal;
 pub mod workspace;

@@ -79,6 +79,8 @@ pub trait KdApi {
         thread: String,
         since_seq: Option<u64>,
         limit: Option<u32>,
+        before_seq: Option<u64>,
+        bodies: Option<bool>,
     ) -> RpcResult<Vec<Message>>;
 
     #[method(name = "message.append", param_kind = map)]

@@ -159,10 +159,22 @@ fn build() -> (Vec<MethodDoc>, Value) {
         .errors(&[NotFound]);
     b.method::<Thread>("thread.archive", "thread", "Archive a thread; its sessions are archived with it.");
     b.param::<String>("thread", true, "thread id").errors(&[NotFound]);
-    b.method::<Vec<Message>>("thread.messages", "messages", "Messages of a thread in seq order.");
+    b.method::<Vec<Message>>(
+        "thread.messages",
+        "messages",
+        "Messages of a thread, oldest first, a page at a time: an answer holds at most a quarter of the daemon's \
+         response limit of message text (and at least one message), so read on after the last seq it gave until \
+         a page is empty. With before_seq and no since_seq, the page is the newest messages before it.",
+    );
     b.param::<String>("thread", true, "thread id")
-        .param::<u64>("since_seq", false, "only messages with a larger seq")
-        .param::<u32>("limit", false, "at most this many (default all)")
+        .param::<u64>("since_seq", false, "only messages with a larger seq (the page starts there)")
+        .param::<u32>("limit", false, "at most this many (default: as many as fit the page)")
+        .param::<u64>("before_seq", false, "only messages with a smaller seq")
+        .param::<bool>(
+            "bodies",
+            false,
+            "false: the messages without their text (body \"\"), e.g. to fix the display order first (default true)",
+        )
         .errors(&[NotFound]);
     b.method::<Message>("message.append", "message", "Append a message; it gets the next seq of the thread.");
     b.param::<String>("thread", true, "thread id")

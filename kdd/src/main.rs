@@ -28,6 +28,9 @@ struct Args {
     /// Largest request body in bytes
     #[arg(long, default_value_t = Limits::default().max_request_bytes)]
     max_request_bytes: u32,
+    /// Largest answer in bytes (thread.messages pages within a quarter of it)
+    #[arg(long, default_value_t = Limits::default().max_response_bytes)]
+    max_response_bytes: u32,
     /// Most subscriptions per connection
     #[arg(long, default_value_t = Limits::default().max_subscriptions_per_connection)]
     max_subscriptions: u32,
@@ -83,10 +86,10 @@ fn run(args: Args, args_log_to_file: bool) -> ExitCode {
         limits: Limits {
             max_connections: args.max_connections.max(1),
             max_request_bytes: args.max_request_bytes,
+            max_response_bytes: args.max_response_bytes.max(64 * 1024),
             max_subscriptions_per_connection: args.max_subscriptions,
             client_timeout: std::time::Duration::from_millis(args.client_timeout_ms.max(1)),
             shutdown_grace: std::time::Duration::from_millis(args.shutdown_grace_ms),
-            ..Limits::default()
         },
         kill_grace: std::time::Duration::from_millis(args.kill_grace_ms),
     };

@@ -37,6 +37,9 @@ pub struct Daemon {
     pub max_connections: usize,
     /// Largest request read, in bytes (said in `daemon.hello`).
     pub max_request_bytes: u32,
+    /// Bytes of messages one page of `thread.messages` holds at most: a
+    /// quarter of the response limit, which leaves room for JSON escapes.
+    pub page_bytes: usize,
     /// Source of [`crate::client::ClientId`]s.
     pub next_client_id: AtomicU64,
     /// Runs agents; holds the runs in flight.
@@ -62,6 +65,7 @@ impl Daemon {
             connections: Arc::new(Semaphore::new(max_connections)),
             max_connections,
             max_request_bytes: limits.max_request_bytes,
+            page_bytes: limits.max_response_bytes as usize / 4,
             next_client_id: AtomicU64::new(1),
             council: Arc::new(Council::new(agents.clone())),
             agents,

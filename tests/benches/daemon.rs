@@ -87,7 +87,7 @@ async fn append_throughput(writers: usize, each: usize) {
     let elapsed = start.elapsed();
     let cpu = cpu_ms(kdd.pid) - cpu_before;
     let total = writers * each;
-    let msgs = setup.thread_messages(thread, None, None).await.expect("messages");
+    let msgs = setup.thread_messages(thread, None, None, None, None).await.expect("messages");
     let dense = msgs.iter().enumerate().all(|(i, m)| m.seq == i as u64 + 1) && msgs.len() == total;
     row(
         &format!("message.append, {writers} writer(s) × {each}"),

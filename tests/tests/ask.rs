@@ -39,7 +39,7 @@ async fn ask_streams_each_members_answer_labelled_and_plain_when_piped() {
     // The thread became the workspace's current one and holds the exchange.
     let c = kdd.client().await;
     let current = c.thread_current(ws.path(), None).await.unwrap().expect("a current thread");
-    let messages = c.thread_messages(current.id, None, None).await.unwrap();
+    let messages = c.thread_messages(current.id, None, None, None, None).await.unwrap();
     assert_eq!(messages[0].body, "What about X?");
     assert_eq!(messages.len(), 4);
 }
@@ -84,7 +84,8 @@ async fn to_new_thread_and_async() {
 
     let out = ask(&kdd, &ws, &["--thread", &first, "--to", "claude", "Back to the first."]).await;
     assert!(out.status.success());
-    let bodies: Vec<String> = c.thread_messages(first, None, None).await.unwrap().into_iter().map(|m| m.body).collect();
+    let bodies: Vec<String> =
+        c.thread_messages(first, None, None, None, None).await.unwrap().into_iter().map(|m| m.body).collect();
     assert_eq!(bodies, ["Only you.", "Answer from codex.", "Back to the first.", "Answer from claude."]);
 }
 
@@ -132,7 +133,7 @@ async fn a_claude_api_error_is_the_reason_once_and_never_an_answer() {
     assert_eq!(out.stderr.trim(), format!("kd: claude: {error}"));
     let c = kdd.client().await;
     let t = c.thread_current(ws.path(), None).await.unwrap().unwrap();
-    let messages = c.thread_messages(t.id, None, None).await.unwrap();
+    let messages = c.thread_messages(t.id, None, None, None, None).await.unwrap();
     let failed = messages.iter().find(|m| m.from == "claude").unwrap();
     assert_eq!((failed.kind, failed.body.as_str()), (MessageKind::Error, format!("claude: {error}").as_str()));
 }

@@ -62,7 +62,7 @@ async fn an_oversized_request_is_refused_without_harm() {
         c.message_append(t.clone(), "king".into(), "x".repeat(10_000), None, None, None, None, None, None, None).await;
     assert!(ws_err.is_err());
     let other = kdd.client().await;
-    assert!(other.thread_messages(t, None, None).await.unwrap().is_empty());
+    assert!(other.thread_messages(t, None, None, None, None).await.unwrap().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -274,7 +274,7 @@ async fn a_round_keeps_the_order_its_members_were_asked_in_everywhere() {
     assert!(out.status.success(), "{}", out.stderr);
     let c = kdd.client().await;
     let t = c.thread_current(ws.path(), None).await.unwrap().unwrap();
-    let messages = c.thread_messages(t.id.clone(), None, None).await.unwrap();
+    let messages = c.thread_messages(t.id.clone(), None, None, None, None).await.unwrap();
     let by_seq: Vec<&str> = messages.iter().map(|m| m.from.as_str()).collect();
     assert_eq!(by_seq, ["king", "codex", "claude"], "codex finished first");
     let shown: Vec<&str> = kd_proto::types::display_order(&messages).iter().map(|m| m.from.as_str()).collect();

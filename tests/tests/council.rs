@@ -88,7 +88,7 @@ async fn broadcast_with_three_members_and_three_auto_rounds_gives_twelve_answers
         .collect();
     assert_eq!(rounds, [1, 2, 3, 4]);
 
-    let messages = c.thread_messages(t.clone(), None, None).await.unwrap();
+    let messages = c.thread_messages(t.clone(), None, None, None, None).await.unwrap();
     let all = answers(&messages);
     assert_eq!(all.len(), 3 * (1 + 3), "{all:?}");
     // Round 1 is parallel: the three answer in any order.
@@ -136,7 +136,7 @@ async fn sequential_mode_goes_round_robin_from_the_start() {
     assert_eq!(sent.runs.len(), 1, "only the first member starts at once");
     let (_, state) = until_end(&mut sub, sent.message.seq).await;
     assert_eq!(state, RoundState::Done);
-    let messages = c.thread_messages(t, None, None).await.unwrap();
+    let messages = c.thread_messages(t, None, None, None, None).await.unwrap();
     let order: Vec<(String, u32)> = answers(&messages).into_iter().map(|a| (a.0, a.1)).collect();
     assert_eq!(order, [("claude".into(), 1), ("codex".into(), 1), ("claude".into(), 2), ("codex".into(), 2)]);
     // codex's first turn already sees claude's answer.
@@ -161,8 +161,10 @@ async fn a_directed_message_gets_only_the_addressed_members_and_no_auto_rounds()
     assert_eq!(sent.message.to, vec!["codex".to_string(), "gemini".into()]);
     let (_, state) = until_end(&mut sub, sent.message.seq).await;
     assert_eq!(state, RoundState::Done);
-    let mut who: Vec<String> =
-        answers(&c.thread_messages(t.clone(), None, None).await.unwrap()).into_iter().map(|a| a.0).collect();
+    let mut who: Vec<String> = answers(&c.thread_messages(t.clone(), None, None, None, None).await.unwrap())
+        .into_iter()
+        .map(|a| a.0)
+        .collect();
     who.sort();
     assert_eq!(who, ["codex", "gemini"]);
     let e = ClientError::from(
@@ -183,7 +185,7 @@ async fn at_all_addresses_everyone_and_auto_rounds_follow() {
     let sent = send(&c, &t, "@all thoughts?", None).await;
     assert_eq!((sent.members.len(), sent.rounds, sent.message.to.clone()), (2, 2, vec!["all".to_string()]));
     until_end(&mut sub, sent.message.seq).await;
-    assert_eq!(answers(&c.thread_messages(t, None, None).await.unwrap()).len(), 4);
+    assert_eq!(answers(&c.thread_messages(t, None, None, None, None).await.unwrap()).len(), 4);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -199,7 +201,8 @@ async fn a_muted_member_is_not_queried_at_all() {
     let sent = send(&c, &t, "Go.", Some(vec!["codex".into()])).await;
     assert_eq!(sent.members, vec!["claude".to_string()]);
     until_end(&mut sub, sent.message.seq).await;
-    let who: Vec<String> = answers(&c.thread_messages(t, None, None).await.unwrap()).into_iter().map(|a| a.0).collect();
+    let who: Vec<String> =
+        answers(&c.thread_messages(t, None, None, None, None).await.unwrap()).into_iter().map(|a| a.0).collect();
     assert_eq!(who, ["claude", "claude", "claude"]);
     assert!(records(&record).iter().all(|r| !r["argv"].to_string().contains("\"exec\"")), "codex never ran");
 }
@@ -225,7 +228,7 @@ async fn interrupt_during_auto_rounds_stops_them() {
     let started = c.events_list(Some(t.clone()), None, Some("run.start".into()), None, None).await.unwrap().len();
     assert_eq!(started, 3, "two in round 1, one in round 2");
     assert!(c.run_list(Some(t.clone())).await.unwrap().is_empty());
-    let last = c.thread_messages(t, None, None).await.unwrap().pop().unwrap();
+    let last = c.thread_messages(t, None, None, None, None).await.unwrap().pop().unwrap();
     assert_eq!((last.kind, last.round), (MessageKind::Interrupted, Some(2)));
 }
 
@@ -254,7 +257,7 @@ async fn a_failing_member_is_asked_once_per_exchange_and_every_round_completes()
     let sent = send(&c, &t, "Go.", None).await;
     let (events, state) = until_end(&mut sub, sent.message.seq).await;
     assert_eq!(state, RoundState::Done);
-    let mut all = answers(&c.thread_messages(t.clone(), None, None).await.unwrap());
+    let mut all = answers(&c.thread_messages(t.clone(), None, None, None, None).await.unwrap());
     all[..3].sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(
         all,
@@ -297,7 +300,7 @@ async fn retry_replaces_the_failed_answer_in_its_place() {
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     let sent = c.council_send(t.clone(), "Go.".into(), None, None, None, None, None, Some(0), None).await.unwrap();
     until_end(&mut sub, sent.message.seq).await;
-    let before = c.thread_messages(t.clone(), None, None).await.unwrap();
+    let before = c.thread_messages(t.clone(), None, None, None, None).await.unwrap();
     let failed = before.iter().find(|m| m.kind == MessageKind::Error).unwrap().clone();
     assert_eq!(failed.from, "codex");
 
@@ -309,7 +312,7 @@ async fn retry_replaces_the_failed_answer_in_its_place() {
         e.iter().any(|e| matches!(e, ThreadEvent::RunFinished { member, .. } if member == "codex"))
     })
     .await;
-    let after = c.thread_messages(t.clone(), None, None).await.unwrap();
+    let after = c.thread_messages(t.clone(), None, None, None, None).await.unwrap();
     assert_eq!(after.len(), before.len() + 1, "appended, seq stays dense");
     let retried = after.last().unwrap();
     assert_eq!((retried.replaces, retried.round, retried.kind), (Some(failed.seq), Some(1), MessageKind::Agent));
@@ -365,7 +368,7 @@ async fn a_new_king_message_stops_the_pending_turns_and_starts_a_new_exchange() 
         "no turn of the first exchange starts after the new message"
     );
     assert_eq!(runs_of(second.message.seq), [("codex".to_string(), 1), ("claude".into(), 2), ("codex".into(), 2)]);
-    let messages = c.thread_messages(t, None, None).await.unwrap();
+    let messages = c.thread_messages(t, None, None, None, None).await.unwrap();
     assert!(messages.iter().all(|m| m.kind != MessageKind::Interrupted), "the turn in flight finished");
 }
 

@@ -119,7 +119,7 @@ async fn a_graceful_stop_starts_no_new_turn() {
     let c = kdd.client().await;
     assert!(c.run_list(None).await.unwrap().is_empty());
     let kinds: Vec<kd_proto::types::MessageKind> =
-        c.thread_messages(ta, None, None).await.unwrap().iter().map(|m| m.kind).collect();
+        c.thread_messages(ta, None, None, None, None).await.unwrap().iter().map(|m| m.kind).collect();
     use kd_proto::types::MessageKind::{Interrupted, King};
     assert_eq!(kinds, [King, Interrupted]);
 }
@@ -222,5 +222,5 @@ async fn no_list_or_number_a_client_sends_is_unbounded() {
     let err = c.thread_subscribe(t.clone(), Some(huge), None).await.err().map(|e| e.to_string()).unwrap_or_default();
     assert!(err.contains("since_seq"), "{err}");
     // The largest valid position is simply past the end.
-    assert!(c.thread_messages(t, Some(huge - 1), None).await.unwrap().is_empty());
+    assert!(c.thread_messages(t, Some(huge - 1), None, None, None).await.unwrap().is_empty());
 }

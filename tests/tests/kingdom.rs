@@ -72,7 +72,7 @@ async fn a_kingdom_tree_is_imported_once_with_everything_kingdom_wrote() {
     );
     assert_eq!(get("council-0ld1").status, ThreadStatus::Archived, "from Kingdom's archive");
 
-    let m = c.thread_messages(main.id.clone(), None, None).await.unwrap();
+    let m = c.thread_messages(main.id.clone(), None, None, None, None).await.unwrap();
     assert_eq!(m[0].refs, ["src/kingdom/thread.py", "docs/design.md"], "a multi-line list");
     assert_eq!(m[3].refs, ["src/kingdom/thread.py"], "an inline list");
     assert_eq!(
@@ -82,7 +82,7 @@ async fn a_kingdom_tree_is_imported_once_with_everything_kingdom_wrote() {
     let run = m[1].run.as_ref().unwrap();
     assert_eq!((run.backend.as_deref(), run.model.as_deref()), (Some("claude"), Some("opus")));
     assert_eq!((m[2].kind, m[3].to.clone()), (MessageKind::Error, vec!["codex".to_string()]), "status: timeout");
-    let f = c.thread_messages(review.id.clone(), None, None).await.unwrap();
+    let f = c.thread_messages(review.id.clone(), None, None, None, None).await.unwrap();
     assert_eq!((f[0].to.clone(), f[1].kind), (vec!["all".to_string()], MessageKind::Interrupted), "to: council");
 
     // Exported back with its refs, and stable from there on.

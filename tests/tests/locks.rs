@@ -96,7 +96,7 @@ async fn after_the_ttl_the_next_acquirer_gets_a_larger_token_and_the_old_one_is_
     let e = ClientError::from(c.lock_release(thread.clone(), old).await.unwrap_err());
     assert_eq!(e.code(), Some(ErrorCode::StaleToken));
     // The refused write left no message behind.
-    assert_eq!(c.thread_messages(thread.clone(), None, None).await.unwrap().len(), 1);
+    assert_eq!(c.thread_messages(thread.clone(), None, None, None, None).await.unwrap().len(), 1);
     // Bob releases with his token; the lock is gone.
     c.lock_release(thread.clone(), new).await.unwrap();
     assert!(c.lock_list(None).await.unwrap().is_empty());

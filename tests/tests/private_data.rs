@@ -35,7 +35,7 @@ async fn used_daemon() -> (Kdd, Workspace, String) {
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     c.council_send(t.clone(), "Private?".into(), None, None, None, None, None, Some(0), None).await.unwrap();
     collect_until(&mut sub, |e| ended(e) == 1).await;
-    let answer = c.thread_messages(t, None, None).await.unwrap().pop().unwrap().body;
+    let answer = c.thread_messages(t, None, None, None, None).await.unwrap().pop().unwrap().body;
     (kdd, ws, answer)
 }
 

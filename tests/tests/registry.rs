@@ -57,7 +57,7 @@ async fn thirty_two_concurrent_writers_get_a_dense_seq() {
     all.sort_unstable();
     let expected: Vec<u64> = (1..=(WRITERS * EACH) as u64).collect();
     assert_eq!(all, expected, "seq is not exactly 1..={}", WRITERS * EACH);
-    let stored = setup.thread_messages(thread.clone(), None, None).await.unwrap();
+    let stored = setup.thread_messages(thread.clone(), None, None, None, None).await.unwrap();
     assert_eq!(stored.iter().map(|m| m.seq).collect::<Vec<_>>(), expected);
     assert_eq!(setup.thread_get(thread).await.unwrap().last_seq, (WRITERS * EACH) as u64);
 }
@@ -143,13 +143,13 @@ async fn restart_keeps_threads_messages_sessions_and_locks() {
         .unwrap();
     let lock = client.lock_acquire(thread.clone(), "h".into(), 3_600_000, None).await.unwrap();
     let before_threads = client.thread_list(None, None, None).await.unwrap();
-    let before_messages = client.thread_messages(thread.clone(), None, None).await.unwrap();
+    let before_messages = client.thread_messages(thread.clone(), None, None, None, None).await.unwrap();
     drop(client);
 
     kdd.restart();
     let client = kdd.client().await;
     assert_eq!(client.thread_list(None, None, None).await.unwrap(), before_threads);
-    assert_eq!(client.thread_messages(thread.clone(), None, None).await.unwrap(), before_messages);
+    assert_eq!(client.thread_messages(thread.clone(), None, None, None, None).await.unwrap(), before_messages);
     let sessions = client.session_list(Some(thread.clone()), None, None).await.unwrap();
     assert_eq!(sessions, vec![session]);
     let locks = client.lock_list(None).await.unwrap();
@@ -270,9 +270,9 @@ async fn messages_carry_routing_and_kind_and_page_by_seq() {
     assert_eq!(bad_reply.code(), Some(ErrorCode::InvalidArgument));
     // A refused append does not consume a seq.
     assert_eq!(append(&c, &t, "claude", "three", &[]).await.seq, 3);
-    let page = c.thread_messages(t.clone(), Some(1), Some(1)).await.unwrap();
+    let page = c.thread_messages(t.clone(), Some(1), Some(1), None, None).await.unwrap();
     assert_eq!(page.iter().map(|m| m.seq).collect::<Vec<_>>(), vec![2]);
-    let missing = ClientError::from(c.thread_messages("nope".into(), None, None).await.unwrap_err());
+    let missing = ClientError::from(c.thread_messages("nope".into(), None, None, None, None).await.unwrap_err());
     assert_eq!(missing.code(), Some(ErrorCode::NotFound));
 }
 
@@ -294,8 +294,13 @@ async fn the_event_log_reconstructs_a_thread_and_filters() {
         .filter(|e| e.kind == "message")
         .map(|e| (e.from.clone().unwrap(), e.data["body"].as_str().unwrap().to_string()))
         .collect();
-    let stored: Vec<(String, String)> =
-        c.thread_messages(t.clone(), None, None).await.unwrap().into_iter().map(|m| (m.from, m.body)).collect();
+    let stored: Vec<(String, String)> = c
+        .thread_messages(t.clone(), None, None, None, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.from, m.body))
+        .collect();
     assert_eq!(rebuilt, stored);
     // "Concerning claude": as member, sender or session owner; not the king's broadcast.
     let claude = c.events_list(Some(t.clone()), Some("claude".into()), None, None, None).await.unwrap();

@@ -60,7 +60,7 @@ async fn three_members_stream_concurrently_and_every_answer_lands_after_its_delt
         |m: &str| events.iter().filter(|e| matches!(e, ThreadEvent::Delta { member, .. } if member == m)).count();
     assert!(deltas("claude") > 1 && deltas("gemini") > 1, "{events:?}");
     assert_eq!(deltas("codex"), 1);
-    let stored = c.thread_messages(t.clone(), None, None).await.unwrap();
+    let stored = c.thread_messages(t.clone(), None, None, None, None).await.unwrap();
     assert_eq!(stored.len(), 4);
     let mut answers: Vec<(String, String, MessageKind, Option<u64>)> =
         stored[1..].iter().map(|m| (m.from.clone(), m.body.clone(), m.kind, m.reply_to)).collect();
@@ -200,7 +200,7 @@ async fn resume_mode_gives_each_member_every_message_it_has_not_seen_exactly_onc
     c.council_send(t.clone(), "Second question?".into(), None, None, None, None, None, Some(1), None).await.unwrap();
     collect_until(&mut sub, |e| ended(e) == 4).await;
 
-    let messages = c.thread_messages(t.clone(), None, None).await.unwrap();
+    let messages = c.thread_messages(t.clone(), None, None, None, None).await.unwrap();
     assert_eq!(messages.len(), 8, "{messages:#?}");
     for (me, other, record) in [("claude", "codex", &claude_rec), ("codex", "claude", &codex_rec)] {
         let prompts: Vec<String> = records(record).iter().map(prompt_of).collect();
@@ -302,7 +302,7 @@ async fn cancel_mid_stream(backend: &str) {
     assert_eq!(cancelled.len(), 1);
     let events = collect_until(&mut sub, |e| ended(e) == 1).await;
     assert!(events.iter().any(|e| matches!(e, ThreadEvent::RunCancelled { .. })), "{backend}: {events:?}");
-    let stored = c.thread_messages(t.clone(), None, None).await.unwrap();
+    let stored = c.thread_messages(t.clone(), None, None, None, None).await.unwrap();
     let last = stored.last().unwrap();
     assert_eq!(last.kind, MessageKind::Interrupted, "{backend}");
     if backend != "codex" {
@@ -379,7 +379,7 @@ async fn a_run_over_its_timeout_is_an_error_message() {
         events.iter().any(|e| matches!(e, ThreadEvent::RunError { timed_out: true, error, .. } if error == "codex: timed out after 1 s")),
         "{events:?}"
     );
-    let last = c.thread_messages(t, None, None).await.unwrap().pop().unwrap();
+    let last = c.thread_messages(t, None, None, None, None).await.unwrap().pop().unwrap();
     assert_eq!((last.kind, last.body.as_str()), (MessageKind::Error, "codex: timed out after 1 s"));
     assert!(!alive(pid));
 }
@@ -394,7 +394,7 @@ async fn answer_of(member_backend: &str, agent: serde_json::Value) -> kd_proto::
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     send(&c, &t, "Q?").await;
     collect_until(&mut sub, |e| ended(e) == 1).await;
-    let last = c.thread_messages(t, None, None).await.unwrap().pop().unwrap();
+    let last = c.thread_messages(t, None, None, None, None).await.unwrap().pop().unwrap();
     // The daemon is unharmed.
     c.daemon_status().await.unwrap();
     last
@@ -593,7 +593,7 @@ async fn unknown_members_and_empty_councils_are_refused_with_the_member_list() {
         c.council_send(t.clone(), "Q".into(), None, None, None, None, None, None, None).await.unwrap_err(),
     );
     assert!(e.to_string().contains("council.auto_rounds"), "{e}");
-    assert_eq!(c.thread_messages(t, None, None).await.unwrap().len(), 0, "nothing is sent on a bad config");
+    assert_eq!(c.thread_messages(t, None, None, None, None).await.unwrap().len(), 0, "nothing is sent on a bad config");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -631,13 +631,13 @@ async fn kill_9_during_three_streaming_runs_leaves_nothing_behind() {
     for pid in &pids {
         assert!(!alive(*pid), "agent {pid} outlived the daemon");
     }
-    let messages = c.thread_messages(t.clone(), None, None).await.unwrap();
+    let messages = c.thread_messages(t.clone(), None, None, None, None).await.unwrap();
     assert_eq!(messages.len(), 4);
     for m in &messages[1..] {
         assert_eq!(m.kind, MessageKind::Interrupted);
         assert!(m.body.len() > 1 && text.starts_with(&m.body), "the saved partial text: {:?}", m.body);
     }
-    assert_eq!(c.thread_messages(done, None, None).await.unwrap()[0].body, "kept");
+    assert_eq!(c.thread_messages(done, None, None, None, None).await.unwrap()[0].body, "kept");
     assert!(c.session_list(None, None, Some(SessionStatus::Active)).await.unwrap().is_empty());
     assert!(c.lock_list(None).await.unwrap().is_empty());
     assert!(c.run_list(None).await.unwrap().is_empty());
@@ -668,7 +668,7 @@ async fn daemon_shutdown_records_runs_in_flight_as_interrupted() {
     assert!(!alive(pid));
     kdd.launch().unwrap();
     let c = kdd.client().await;
-    let last = c.thread_messages(t, None, None).await.unwrap().pop().unwrap();
+    let last = c.thread_messages(t, None, None, None, None).await.unwrap().pop().unwrap();
     assert_eq!(last.kind, MessageKind::Interrupted);
     assert_eq!(last.body, "Answer from claude.");
 }

@@ -59,7 +59,7 @@ async fn a_long_answer_is_written_a_bounded_number_of_times_and_the_wal_stays_sm
     c.council_send(t.clone(), "Write a lot.".into(), None, None, None, None, None, Some(0), None).await.unwrap();
     until_idle(&c, &t).await;
     let written = written_by_threads(kdd.pid) - before;
-    let answer = c.thread_messages(t.clone(), Some(1), None).await.unwrap().pop().unwrap();
+    let answer = c.thread_messages(t.clone(), Some(1), None, None, None).await.unwrap().pop().unwrap();
     assert_eq!(answer.body.len() as u64, 12 * MIB);
     let ratio = written as f64 / (12 * MIB) as f64;
     eprintln!("12 MiB answer: kdd wrote {:.1} MiB ({ratio:.1}x)", written as f64 / MIB as f64);
@@ -92,7 +92,7 @@ async fn an_answer_past_max_answer_bytes_ends_its_run_with_the_text_up_to_the_ca
     });
     let error = error.expect("the run ends as an error");
     assert!(error.contains("council.max_answer_bytes") && error.contains("1 MiB"), "{error}");
-    let answer = c.thread_messages(t, Some(1), None).await.unwrap().pop().unwrap();
+    let answer = c.thread_messages(t, Some(1), None, None, None).await.unwrap().pop().unwrap();
     assert_eq!(answer.kind, MessageKind::Error);
     let kept = answer.body.rsplit("\n---\n").next().unwrap();
     assert_eq!(kept.len() as u64, MIB, "the text up to the cap is kept");
@@ -114,7 +114,7 @@ async fn memory_is_bounded_by_the_default_answer_cap() {
     until_idle(&c, &t).await;
     let peak = proc_figure(kdd.pid, "status", "VmHWM:") * 1024;
     eprintln!("kdd peak RSS with a 64 MiB answer: {:.0} MiB", peak as f64 / MIB as f64);
-    let answer = c.thread_messages(t, Some(1), None).await.unwrap().pop().unwrap();
+    let answer = c.thread_messages(t, Some(1), None, None, None).await.unwrap().pop().unwrap();
     assert_eq!(answer.kind, MessageKind::Error, "cut at 16 MiB");
     assert!(peak < 160 * MIB, "peak RSS {peak}");
 }

@@ -37,7 +37,7 @@ async fn agent_text_is_shown_not_obeyed_by_ask_show_and_watch() {
     assert_inert("kd show", &out.stdout);
     assert!(out.stdout.contains(SHOWN), "{:?}", out.stdout);
     // Stored as the agent said it: only the display is made safe.
-    let stored = c.thread_messages(thread, Some(1), None).await.unwrap().remove(0).body;
+    let stored = c.thread_messages(thread, Some(1), None, None, None).await.unwrap().remove(0).body;
     assert_eq!(stored, HOSTILE);
 }
 

@@ -179,6 +179,18 @@ impl App {
     pub fn load(&mut self, thread: Thread, messages: &[Message]) {
         self.thread = thread;
         self.entries = display_order(messages).into_iter().map(Entry::from_message).collect();
+        // A long thread is opened at its end: say what is not shown.
+        let earlier = messages.first().map_or(0, |m| m.seq.saturating_sub(1));
+        if earlier > 0 {
+            let note = format!(
+                "{earlier} earlier message{} not shown here; `kd show {}` has the whole thread",
+                if earlier == 1 { " is" } else { "s are" },
+                self.thread.id
+            );
+            let mut e = Entry::new(Kind::System, "kd", note);
+            e.place = Place { anchor: 0, class: 0, ordinal: 0, seq: 0 };
+            self.entries.insert(0, e);
+        }
         self.scroll = 0;
         self.new_below = false;
         self.round = None;

@@ -224,7 +224,8 @@ async fn open(
 ) -> Result<Subscription<ThreadEvent>, ClientError> {
     let messages: Vec<Message> = match new {
         Some(_) => Vec::new(),
-        None => client.thread_messages(thread.id.clone(), None, None).await?,
+        // The newest page: a thread may be longer than one answer can hold.
+        None => client.thread_messages(thread.id.clone(), None, None, Some(i64::MAX as u64), None).await?,
     };
     let mut thread = match new {
         Some(_) => thread,

@@ -412,3 +412,21 @@ fn members_are_drawn_in_distinct_colours_and_no_colour_with_no_color() {
         buffer.content.iter().all(|c| c.fg == ratatui::style::Color::Reset && c.bg == ratatui::style::Color::Reset)
     );
 }
+
+#[test]
+fn a_thread_opened_at_its_end_says_what_is_not_shown() {
+    let mut app = App::new(thread());
+    let reply = Message { reply_to: Some(41), ..answer(42, "claude", "A", "r1", 1) };
+    app.load(thread(), &[message(41, "king", MessageKind::King, "Q", None), reply]);
+    assert_eq!(members_in_order(&app), ["kd", "king", "claude"]);
+    let note = &app.entries[0];
+    assert_eq!(note.kind, Kind::System);
+    assert!(
+        note.text.starts_with("40 earlier messages are not shown here") && note.text.contains("kd show"),
+        "{}",
+        note.text
+    );
+    let mut whole = App::new(thread());
+    whole.load(thread(), &[message(1, "king", MessageKind::King, "Q", None)]);
+    assert_eq!(members_in_order(&whole), ["king"], "nothing to say when it all fits");
+}

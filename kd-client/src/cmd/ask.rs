@@ -115,6 +115,9 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
     }
     let mut out = stdout.lock();
     let mut interrupted = false;
+    // One listener for the whole exchange: a Ctrl+C that comes while an
+    // event is being shown is not lost.
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     while !view.all_done() {
         tokio::select! {
             event = sub.next() => match event {
@@ -122,13 +125,16 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
                 Some(Err(e)) => return Err(anyhow::anyhow!("bad event from kdd: {e}")),
                 None => return Err(ClientError::Transport("the daemon closed the subscription".into()).into()),
             },
-            _ = tokio::signal::ctrl_c(), if !interrupted => {
+            _ = interrupt.recv() => {
+                // The first Ctrl+C cancels the runs; the second leaves at once.
+                if interrupted {
+                    return Ok(ExitCode::from(130));
+                }
                 interrupted = true;
                 for id in view.pending() {
                     let _ = client.run_cancel(thread.clone(), None, Some(id)).await;
                 }
             }
-            _ = tokio::signal::ctrl_c(), if interrupted => return Ok(ExitCode::from(130)),
         }
     }
     out.flush()?;

@@ -6,10 +6,11 @@ use std::process::ExitCode;
 use anyhow::anyhow;
 use clap::Args;
 use kd_client::markdown;
+use kd_client::reading::InOrder;
 use kd_client::style::{Palette, bold, dim, paint};
 use kd_client::terminal::safe;
 use kd_client::{ClientError, KdApiClient, workspace};
-use kd_proto::types::{Message, MessageKind, SessionStatus, Thread, ThreadStatus, display_order};
+use kd_proto::types::{Message, MessageKind, SessionStatus, Thread, ThreadStatus};
 
 use super::{Ctx, print_json};
 use crate::fmt::{self, Table};
@@ -84,33 +85,55 @@ pub async fn show(ctx: &Ctx, a: ShowArgs) -> anyhow::Result<ExitCode> {
                 .ok_or_else(|| anyhow!("no current thread in {}; name one (see `kd threads`)", ws.root.display()))?
         }
     };
-    let messages = client.thread_messages(thread.id.clone(), None, None).await.map_err(ClientError::from)?;
     if a.json {
-        print_json(&serde_json::json!({ "thread": thread, "messages": messages }))?;
-        return Ok(ExitCode::SUCCESS);
+        return show_json(&client, &thread).await;
     }
+    // Page by page: a thread may be longer than one answer can hold.
+    let mut reader = InOrder::open(&client, &thread.id).await?;
     let styled = ctx.styled();
     let palette = match styled {
         true => {
             let config = client.config_get(thread.workspace.clone()).await.ok();
-            let senders: Vec<String> = messages.iter().map(|m| m.from.clone()).collect();
+            let senders: Vec<String> = reader.outline().iter().map(|m| m.from.clone()).collect();
             Palette::from_config(config.as_ref(), &[thread.members.clone(), senders].concat())
         }
         false => Palette::default(),
     };
-    out!("{}", render_thread(&thread, &messages, styled, &palette))?;
+    out!("{}", render_header(&thread, reader.outline().len()))?;
+    while let Some(m) = reader.next().await? {
+        out!("{}", render_message(&m, styled, &palette))?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 
-/// A thread for the terminal: Markdown rendered when `styled`, bodies
-/// verbatim otherwise. A retried answer stands in the place of the failure
-/// it replaces.
-pub fn render_thread(thread: &Thread, messages: &[Message], styled: bool, palette: &Palette) -> String {
+/// `kd show --json`: `{"thread": …, "messages": […]}`, the messages in seq
+/// order, written a page at a time.
+async fn show_json(client: &kd_client::Client, thread: &Thread) -> anyhow::Result<ExitCode> {
+    let indent = |json: String| json.replace('\n', "\n    ");
+    out!("{{\n  \"thread\": {},\n  \"messages\": [", serde_json::to_string_pretty(thread)?.replace('\n', "\n  "))?;
+    let mut after = None;
+    let mut first = true;
+    loop {
+        let page =
+            client.thread_messages(thread.id.clone(), after, None, None, None).await.map_err(ClientError::from)?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.seq);
+        for m in &page {
+            out!("{}\n    {}", if first { "" } else { "," }, indent(serde_json::to_string_pretty(m)?))?;
+            first = false;
+        }
+    }
+    outln!("{}]\n}}", if first { "" } else { "\n  " })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The head of `kd show`: the thread, its size and members, its title.
+fn render_header(thread: &Thread, messages: usize) -> String {
     let mut out = format!("thread {} · {}", thread.id, thread.workspace);
     if let Some(b) = &thread.branch {
         out.push_str(&format!(" ({b})"));
     }
-    out.push_str(&format!(" · {} messages · context: {}", messages.len(), thread.context.as_str()));
+    out.push_str(&format!(" · {messages} messages · context: {}", thread.context.as_str()));
     if !thread.members.is_empty() {
         out.push_str(&format!(" · members: {}", thread.members.join(", ")));
     }
@@ -118,50 +141,54 @@ pub fn render_thread(thread: &Thread, messages: &[Message], styled: bool, palett
     if let Some(title) = &thread.title {
         out.push_str(&format!("{title}\n"));
     }
-    let mut out = safe(&out).into_owned();
-    for m in display_order(messages) {
-        let mut head = bold(styled, &palette.paint(styled, &m.from, &format!("#{} {}", m.seq, m.from)));
-        let to: Vec<&str> = m.to.iter().map(String::as_str).filter(|t| *t != "all").collect();
-        let mut meta = String::new();
-        if !to.is_empty() {
-            meta.push_str(&format!(" → {}", to.join(", ")));
-        }
-        if !m.cc.is_empty() {
-            meta.push_str(&format!(" (cc {})", m.cc.join(", ")));
-        }
-        if let Some(r) = m.reply_to {
-            meta.push_str(&format!(" (re #{r})"));
-        }
-        if let Some(r) = m.replaces {
-            meta.push_str(&format!(" (retry of #{r})"));
-        }
-        if let Some(round) = m.round {
-            meta.push_str(&format!(" · round {round}"));
-        }
-        match m.kind {
-            MessageKind::Error => meta.push_str(" [error]"),
-            MessageKind::Interrupted => meta.push_str(" [interrupted]"),
-            MessageKind::System => meta.push_str(" [system]"),
-            _ => {}
-        }
-        meta.push_str(&format!(" · {}", fmt::time_ms(m.created_at_ms)));
-        head.push_str(&dim(styled, &meta));
-        out.push('\n');
-        out.push_str(&head);
-        out.push('\n');
-        if styled {
-            let body = markdown::to_ansi(&markdown::render(&m.body));
-            if m.kind == MessageKind::Error {
-                out.push_str(&paint(true, 31, body.trim_end()));
-                out.push('\n');
-            } else {
-                out.push_str(&body);
-            }
+    safe(&out).into_owned()
+}
+
+/// One message for the terminal: Markdown rendered when `styled`, the
+/// body verbatim (made safe) otherwise.
+fn render_message(m: &Message, styled: bool, palette: &Palette) -> String {
+    let mut out = String::new();
+    let mut head = bold(styled, &palette.paint(styled, &m.from, &format!("#{} {}", m.seq, m.from)));
+    let to: Vec<&str> = m.to.iter().map(String::as_str).filter(|t| *t != "all").collect();
+    let mut meta = String::new();
+    if !to.is_empty() {
+        meta.push_str(&format!(" → {}", to.join(", ")));
+    }
+    if !m.cc.is_empty() {
+        meta.push_str(&format!(" (cc {})", m.cc.join(", ")));
+    }
+    if let Some(r) = m.reply_to {
+        meta.push_str(&format!(" (re #{r})"));
+    }
+    if let Some(r) = m.replaces {
+        meta.push_str(&format!(" (retry of #{r})"));
+    }
+    if let Some(round) = m.round {
+        meta.push_str(&format!(" · round {round}"));
+    }
+    match m.kind {
+        MessageKind::Error => meta.push_str(" [error]"),
+        MessageKind::Interrupted => meta.push_str(" [interrupted]"),
+        MessageKind::System => meta.push_str(" [system]"),
+        _ => {}
+    }
+    meta.push_str(&format!(" · {}", fmt::time_ms(m.created_at_ms)));
+    head.push_str(&dim(styled, &meta));
+    out.push('\n');
+    out.push_str(&head);
+    out.push('\n');
+    if styled {
+        let body = markdown::to_ansi(&markdown::render(&m.body));
+        if m.kind == MessageKind::Error {
+            out.push_str(&paint(true, 31, body.trim_end()));
+            out.push('\n');
         } else {
-            out.push_str(&safe(&m.body));
-            if !m.body.ends_with('\n') {
-                out.push('\n');
-            }
+            out.push_str(&body);
+        }
+    } else {
+        out.push_str(&safe(&m.body));
+        if !m.body.ends_with('\n') {
+            out.push('\n');
         }
     }
     out

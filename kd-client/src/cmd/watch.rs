@@ -31,6 +31,9 @@ pub async fn run(ctx: &Ctx, a: WatchArgs) -> anyhow::Result<ExitCode> {
         client.thread_subscribe(thread.id.clone(), Some(thread.last_seq), None).await.map_err(ClientError::from)?;
     outln!("watching thread {} · {} (Ctrl+C to stop)", thread.id, safe(&thread.workspace))?;
     let mut view = View::watching(color, palette);
+    // One listener for the whole watch: a Ctrl+C that comes while an event
+    // is being shown is not lost.
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     loop {
@@ -40,7 +43,7 @@ pub async fn run(ctx: &Ctx, a: WatchArgs) -> anyhow::Result<ExitCode> {
                 Some(Err(e)) => return Err(anyhow::anyhow!("bad event from kdd: {e}")),
                 None => return Err(ClientError::Transport("the daemon closed the subscription".into()).into()),
             },
-            _ = tokio::signal::ctrl_c() => break,
+            _ = interrupt.recv() => break,
         }
     }
     out.flush()?;

@@ -11,6 +11,7 @@ use super::Runner;
 use super::registry::Run;
 use super::supervisor::{Spec, failed};
 use crate::db::DbError;
+use crate::db::messages::Page;
 use crate::db::runs::Finish;
 use crate::db::sessions::{NewSession, SessionEnd};
 use crate::prompt;
@@ -49,9 +50,9 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
     let member = &run.member;
     // The thread as of the message the run answers: members of a parallel
     // round do not see each other's answers.
-    let limit = run.reply_to.map(|seq| u32::try_from(seq).unwrap_or(u32::MAX));
+    let upto = Page { before: run.reply_to.map(|seq| seq.saturating_add(1)), ..Page::all_after(0) };
     let messages =
-        d.db.messages(run.thread.clone(), 0, limit)
+        d.db.messages(run.thread.clone(), upto)
             .await
             .map_err(|e| failed(member, RunStatus::Error, format!("cannot read the thread: {e}")))?;
     let seen_seq = messages.last().map(|m| m.seq).unwrap_or(0);

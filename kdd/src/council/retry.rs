@@ -15,6 +15,7 @@ use super::{Council, Launch};
 use crate::agent::registry::Place;
 use crate::client::ClientId;
 use crate::config;
+use crate::db::messages::Page;
 
 pub async fn retry(
     c: &Council,
@@ -26,7 +27,7 @@ pub async fn retry(
     let thread = c.agents.db.thread(thread).await?;
     let config = config::load(std::path::Path::new(&thread.workspace))
         .map_err(|e| ErrorCode::InvalidArgument.error(format!("configuration: {e}")))?;
-    let messages = c.agents.db.messages(thread.id.clone(), 0, None).await?;
+    let messages = c.agents.db.messages(thread.id.clone(), Page::all_after(0)).await?;
     let shown = display_order(&messages);
     let mut members: Vec<String> = config.council.members.clone();
     for m in &thread.members {

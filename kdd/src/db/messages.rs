@@ -139,16 +139,64 @@ pub fn import(conn: &Connection, thread: &str, messages: Vec<(i64, NewMessage)>,
     Ok(n)
 }
 
-/// Messages of a thread with seq > `since`, in seq order.
-pub fn list(conn: &Connection, thread: &str, since: u64, limit: Option<u32>) -> DbResult<Vec<Message>> {
+/// Which messages of a thread [`list`] reads, and how much of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Page {
+    /// Only seqs above this.
+    pub after: u64,
+    /// Only seqs below this.
+    pub before: Option<u64>,
+    pub limit: Option<u32>,
+    /// The newest messages of the range rather than the oldest (still
+    /// returned oldest first).
+    pub from_end: bool,
+    /// Whether the bodies are read (the outline has none).
+    pub bodies: bool,
+    /// Bytes of messages a page holds at most (at least one message), each
+    /// counted as its body and [`ROW_BYTES`] more.
+    pub budget: usize,
+}
+
+/// What a message costs in a page besides its body.
+pub const ROW_BYTES: usize = 256;
+
+impl Page {
+    /// Every message after `after`, bodies and all, however many.
+    pub fn all_after(after: u64) -> Page {
+        Page { after, before: None, limit: None, from_end: false, bodies: true, budget: usize::MAX }
+    }
+}
+
+/// A page of a thread's messages, in seq order.
+pub fn list(conn: &Connection, thread: &str, page: Page) -> DbResult<Vec<Message>> {
     threads::get(conn, thread)?;
-    let mut stmt = conn.prepare_cached(
-        "SELECT thread_id, seq, sender, recipients, cc, reply_to, kind, body, round, created_at, run, replaces, refs
-         FROM messages WHERE thread_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-    )?;
-    let limit = limit.map(i64::from).unwrap_or(-1);
-    let rows = stmt.query_map(params![thread, since as i64, limit], from_row)?;
-    Ok(rows.collect::<Result<_, _>>()?)
+    let sql = if page.from_end {
+        "SELECT thread_id, seq, sender, recipients, cc, reply_to, kind, CASE WHEN ?5 THEN body ELSE '' END,
+                round, created_at, run, replaces, refs
+         FROM messages WHERE thread_id = ?1 AND seq > ?2 AND seq < ?3 ORDER BY seq DESC LIMIT ?4"
+    } else {
+        "SELECT thread_id, seq, sender, recipients, cc, reply_to, kind, CASE WHEN ?5 THEN body ELSE '' END,
+                round, created_at, run, replaces, refs
+         FROM messages WHERE thread_id = ?1 AND seq > ?2 AND seq < ?3 ORDER BY seq LIMIT ?4"
+    };
+    let mut stmt = conn.prepare_cached(sql)?;
+    let limit = page.limit.map(i64::from).unwrap_or(-1);
+    let before = page.before.map(|b| b.min(i64::MAX as u64) as i64).unwrap_or(i64::MAX);
+    let mut rows = stmt.query(params![thread, page.after as i64, before, limit, page.bodies])?;
+    let mut out = Vec::new();
+    let mut bytes = 0usize;
+    while let Some(row) = rows.next()? {
+        let m = from_row(row)?;
+        bytes = bytes.saturating_add(m.body.len() + ROW_BYTES);
+        if bytes > page.budget && !out.is_empty() {
+            break;
+        }
+        out.push(m);
+    }
+    if page.from_end {
+        out.reverse();
+    }
+    Ok(out)
 }
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Message> {
@@ -187,7 +235,7 @@ impl super::Db {
         self.write(move |c, out| append(c, super::now_ms(), m, out)).await
     }
 
-    pub async fn messages(&self, thread: String, since: u64, limit: Option<u32>) -> DbResult<Vec<Message>> {
-        self.read(move |c| list(c, &thread, since, limit)).await
+    pub async fn messages(&self, thread: String, page: Page) -> DbResult<Vec<Message>> {
+        self.read(move |c| list(c, &thread, page)).await
     }
 }

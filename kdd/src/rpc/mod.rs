@@ -107,8 +107,10 @@ impl KdApiServer for Rpc {
         thread: String,
         since_seq: Option<u64>,
         limit: Option<u32>,
+        before_seq: Option<u64>,
+        bodies: Option<bool>,
     ) -> RpcResult<Vec<Message>> {
-        threads::messages(&self.d, thread, since_seq, limit).await
+        threads::messages(&self.d, thread, since_seq, limit, before_seq, bodies).await
     }
 
     async fn message_append(

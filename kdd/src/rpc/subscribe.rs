@@ -3,8 +3,9 @@
 //!
 //! The receiver is registered with the hub *before* the backlog is read, so
 //! any message committed after the read is also in the receiver; messages
-//! already sent are skipped by seq. After a lag, messages are re-read from
-//! the registry from the last seq sent.
+//! already sent are skipped by seq. The backlog is read a page at a time.
+//! After a lag, messages are re-read from the registry from the last seq
+//! sent.
 //!
 //! A *pending* subscription may name a thread that does not exist yet: the
 //! client subscribes to the id a `council.send` with `new_thread` is about
@@ -30,6 +31,7 @@ use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 
 use super::validate;
 use crate::client::ClientId;
+use crate::db::messages::Page;
 use crate::db::{DbError, DbResult};
 use crate::hub::{Published, RunMark};
 use crate::state::Daemon;
@@ -78,6 +80,21 @@ impl Out<'_> {
         Ok(())
     }
 
+    /// Sends the messages after `last` from the registry, a page at a time
+    /// (memory stays bounded however long the thread), until none is left.
+    async fn backlog(&self, thread: &str, last: &mut u64) -> Result<(), Stop> {
+        loop {
+            match self.d.db.messages(thread.to_string(), backlog_page(self.d, *last)).await {
+                Ok(page) if page.is_empty() => return Ok(()),
+                Ok(page) => self.messages(page, last).await?,
+                Err(e) => {
+                    tracing::warn!(thread, "cannot read the messages to send: {e}");
+                    return Err(Stop::Gone);
+                }
+            }
+        }
+    }
+
     /// Cuts off a client that stopped reading.
     fn give_up(&self, thread: &str) {
         tracing::warn!(thread, client = ?self.client, "a subscriber stopped reading; disconnected");
@@ -100,8 +117,10 @@ pub async fn run(
         return Ok(());
     }
     let mut rx = d.hub.subscribe(&thread);
+    // The first page of the backlog now (the thread must exist), the rest
+    // page by page once the subscription is accepted.
     let start: DbResult<(Vec<Message>, u64)> = match since_seq {
-        Some(since) => d.db.messages(thread.clone(), since, None).await.map(|m| (m, since)),
+        Some(since) => d.db.messages(thread.clone(), backlog_page(&d, since)).await.map(|m| (m, since)),
         None => d.db.thread(thread.clone()).await.map(|t| (Vec::new(), t.last_seq)),
     };
     let (backlog, mut last) = match start {
@@ -119,7 +138,10 @@ pub async fn run(
     let out = Out { d: &d, sink: &sink, client };
     let mut snapshots: HashMap<String, (bool, u64)> = HashMap::new();
     let result = async {
-        out.messages(backlog, &mut last).await?;
+        if !backlog.is_empty() {
+            out.messages(backlog, &mut last).await?;
+            out.backlog(&thread, &mut last).await?;
+        }
         // Where the thread's exchange stands.
         if let Some(round) = d.council.exchanges.current(&thread).and_then(|ex| ex.round_event()) {
             out.event(&round).await?;
@@ -159,13 +181,7 @@ pub async fn run(
                     Err(RecvError::Lagged(missed)) => {
                         tracing::debug!(thread, missed, "subscriber lagged");
                         out.event(&ThreadEvent::Lagged { missed }).await?;
-                        match d.db.messages(thread.clone(), last, None).await {
-                            Ok(missed) => out.messages(missed, &mut last).await?,
-                            Err(e) => {
-                                tracing::warn!(thread, "cannot resend messages after lag: {e}");
-                                return Err(Stop::Gone);
-                            }
-                        }
+                        out.backlog(&thread, &mut last).await?;
                     }
                     Err(RecvError::Closed) => return Ok(()),
                 },
@@ -177,6 +193,11 @@ pub async fn run(
         out.give_up(&thread);
     }
     Ok(())
+}
+
+/// A page of the backlog after `after`.
+fn backlog_page(d: &Daemon, after: u64) -> Page {
+    Page { budget: d.page_bytes, ..Page::all_after(after) }
 }
 
 /// Sends a live event unless the backlog or a snapshot already covered it.

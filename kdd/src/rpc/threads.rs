@@ -10,6 +10,7 @@ use kd_proto::types::*;
 use super::error::invalid;
 use super::validate;
 use crate::db::messages::NewMessage;
+use crate::db::messages::Page;
 use crate::db::threads::NewThread as NewThreadRow;
 use crate::state::Daemon;
 
@@ -83,10 +84,21 @@ pub async fn messages(
     thread: String,
     since_seq: Option<u64>,
     limit: Option<u32>,
+    before_seq: Option<u64>,
+    bodies: Option<bool>,
 ) -> RpcResult<Vec<Message>> {
     validate::thread_id(&thread)?;
     validate::position("since_seq", since_seq)?;
-    Ok(d.db.messages(thread, since_seq.unwrap_or(0), limit).await?)
+    validate::position("before_seq", before_seq)?;
+    let page = Page {
+        after: since_seq.unwrap_or(0),
+        before: before_seq,
+        limit,
+        from_end: before_seq.is_some() && since_seq.is_none(),
+        bodies: bodies.unwrap_or(true),
+        budget: d.page_bytes,
+    };
+    Ok(d.db.messages(thread, page).await?)
 }
 
 pub async fn append(

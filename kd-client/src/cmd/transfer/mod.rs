@@ -24,10 +24,11 @@ use std::process::ExitCode;
 
 use anyhow::{Context, anyhow, bail};
 use clap::Args;
+use kd_client::reading::InOrder;
 use kd_client::{ClientError, KdApiClient, workspace};
 use kd_proto::ErrorCode;
 use kd_proto::names::{KING, check_thread_id};
-use kd_proto::types::{ImportedMessage, Message, Thread, display_order};
+use kd_proto::types::{ImportedMessage, Thread};
 use serde::{Deserialize, Serialize};
 
 use super::Ctx;
@@ -72,17 +73,25 @@ struct ThreadFile {
 pub async fn export(ctx: &Ctx, a: ExportArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client().await?;
     let thread = client.thread_get(a.thread.clone()).await.map_err(ClientError::from)?;
-    let messages = client.thread_messages(a.thread, None, None).await.map_err(ClientError::from)?;
     if a.dir.exists() && std::fs::read_dir(&a.dir)?.next().is_some() {
         bail!("{} is not empty", a.dir.display());
     }
+    // Page by page, in the order the thread is shown (kd_proto::order):
+    // answers where they were asked, a retry in the place of the failure
+    // it replaced.
+    let mut reader = InOrder::open(&client, &thread.id).await?;
     std::fs::create_dir_all(&a.dir).with_context(|| format!("cannot create {}", a.dir.display()))?;
-    let files = files(&thread, &messages)?;
-    for (name, text) in &files {
+    let write = |name: &str, text: &str| {
         let path = a.dir.join(name);
-        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))
+    };
+    write("thread.json", &thread_file(&thread)?)?;
+    let mut n = 0;
+    while let Some(m) = reader.next().await? {
+        n += 1;
+        write(&format!("{n:04}-{}.md", m.from), &write_message(&m)?)?;
     }
-    plainln!("exported {} messages of {} to {}", files.len() - 1, thread.id, a.dir.display())?;
+    plainln!("exported {n} messages of {} to {}", thread.id, a.dir.display())?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -224,20 +233,15 @@ fn subdirs(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
 }
 
 /// The files of a thread, by name.
-fn files(thread: &Thread, messages: &[Message]) -> anyhow::Result<Vec<(String, String)>> {
+/// `thread.json` of an export: the thread's id, members, time and title.
+fn thread_file(thread: &Thread) -> anyhow::Result<String> {
     let meta = ThreadFile {
         id: thread.id.clone(),
         members: thread.members.clone(),
         created_at: format_time(thread.created_at_ms)?,
         title: thread.title.clone(),
     };
-    let mut out = vec![("thread.json".to_string(), serde_json::to_string_pretty(&meta)? + "\n")];
-    // The thread as it is shown (kd_proto::order): answers where they were
-    // asked, a retry in the place of the failure it replaced.
-    for (i, m) in display_order(messages).into_iter().enumerate() {
-        out.push((format!("{:04}-{}.md", i + 1, m.from), write_message(m)?));
-    }
-    Ok(out)
+    Ok(serde_json::to_string_pretty(&meta)? + "\n")
 }
 
 /// Reads a regular file of at most `limit` bytes (no symlink, FIFO or device).
