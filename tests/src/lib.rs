@@ -9,6 +9,7 @@
 //!
 //! Waiting is always on an event with a deadline ([`within`]), never a sleep.
 
+pub mod other_user;
 pub mod tmux;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -562,4 +563,24 @@ pub async fn until_gone(pid: u32, what: &str) {
 pub fn alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
         && !std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z ")
+}
+
+/// Runs `cmd` (a `kdd` command line) expecting it to refuse to start:
+/// whether it started or succeeded, and what it said on stderr. One that
+/// starts is stopped at once.
+pub fn kdd_outcome(mut cmd: Command) -> (bool, String) {
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run kdd");
+    let mut ready = String::new();
+    if let Some(out) = child.stdout.take() {
+        let _ = BufReader::new(out).read_line(&mut ready);
+    }
+    if ready.starts_with("kdd ready") {
+        let _ = child.kill();
+        let _ = child.wait();
+        return (true, "kdd started".into());
+    }
+    match child.wait_with_output() {
+        Ok(out) => (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned()),
+        Err(e) => (false, e.to_string()),
+    }
 }

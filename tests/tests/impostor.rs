@@ -9,27 +9,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use kd_tests::{Kdd, bin, run};
-
-const NOBODY: u32 = 65534;
-
-/// Whether another user can be played (root with setpriv).
-fn other_user_available(test: &str) -> bool {
-    let root = rustix::process::getuid().is_root();
-    let setpriv = Command::new("setpriv").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !(root && setpriv) {
-        eprintln!("skipped {test}: needs root and setpriv to act as a second user (uid {NOBODY})");
-    }
-    root && setpriv
-}
-
-fn unique(prefix: &str) -> PathBuf {
-    PathBuf::from(format!("/tmp/{prefix}-{}-{}", std::process::id(), fastrand_suffix()))
-}
-
-fn fastrand_suffix() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
-}
+use kd_tests::other_user::{self, NOBODY, unique};
+use kd_tests::{Kdd, bin, kdd_outcome, run};
 
 /// The impostor's process, killed when the test ends however it ends.
 struct Impostor(Child);
@@ -50,12 +31,9 @@ impl Drop for Impostor {
 /// A listener run by uid 65534 on `socket` (making its directory when
 /// asked); it says `ready`, then `got N` for every connection.
 fn impostor(socket: &Path, make_dir: bool) -> (Impostor, std::io::Lines<BufReader<std::process::ChildStdout>>) {
-    // The test binaries are under root's home; another user runs a copy.
-    let copy = std::env::temp_dir().join(format!("kd-unix-listener-{}", std::process::id()));
-    std::fs::copy(bin("unix-listener"), &copy).unwrap();
-    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let mut cmd = Command::new("setpriv");
-    cmd.args(["--reuid", &NOBODY.to_string(), "--regid", &NOBODY.to_string(), "--clear-groups"]).arg(&copy).arg(socket);
+    let listener = other_user::runnable("unix-listener");
+    let mut cmd = other_user::command(&listener);
+    cmd.arg(socket);
     if make_dir {
         cmd.arg("--make-dir");
     }
@@ -67,26 +45,11 @@ fn impostor(socket: &Path, make_dir: bool) -> (Impostor, std::io::Lines<BufReade
     (child, lines)
 }
 
-/// Runs `kdd --socket ARGS…` expecting it to refuse: whether it succeeded
-/// and what it said. One that starts is stopped and counts as not refused.
+/// Runs `kdd --socket ARGS…` expecting it to refuse (see [`kdd_outcome`]).
 fn refused(args: &[&std::ffi::OsStr]) -> (bool, String) {
-    let mut child = Command::new(bin("kdd"))
-        .arg("--socket")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut ready = String::new();
-    let _ = BufReader::new(child.stdout.take().unwrap()).read_line(&mut ready);
-    if ready.starts_with("kdd ready") {
-        let _ = child.kill();
-        let _ = child.wait();
-        return (true, "kdd started".into());
-    }
-    let out = child.wait_with_output().unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    let mut cmd = Command::new(bin("kdd"));
+    cmd.arg("--socket").args(args);
+    kdd_outcome(cmd)
 }
 
 async fn kd_threads(socket: &Path) -> kd_tests::Output {
@@ -97,7 +60,7 @@ async fn kd_threads(socket: &Path) -> kd_tests::Output {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn kd_refuses_a_socket_directory_another_user_made() {
-    if !other_user_available("kd_refuses_a_socket_directory_another_user_made") {
+    if !other_user::available("kd_refuses_a_socket_directory_another_user_made") {
         return;
     }
     let dir = unique("kd-impostor");
@@ -118,7 +81,7 @@ async fn kd_refuses_a_socket_directory_another_user_made() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn kd_refuses_a_listener_of_another_user_in_its_own_directory() {
-    if !other_user_available("kd_refuses_a_listener_of_another_user_in_its_own_directory") {
+    if !other_user::available("kd_refuses_a_listener_of_another_user_in_its_own_directory") {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -175,22 +138,9 @@ async fn kdd_never_listens_where_others_can_reach_in() {
     assert!(err.contains("kdd.sock.lock"), "{err}");
     assert_eq!(std::fs::read(&precious).unwrap(), b"do not truncate");
     // A directory another user owns.
-    if other_user_available("kdd_never_listens_where_others_can_reach_in (foreign directory)") {
+    if other_user::available("kdd_never_listens_where_others_can_reach_in (foreign directory)") {
         let foreign = unique("kd-foreign");
-        let made = Command::new("setpriv")
-            .args([
-                "--reuid",
-                &NOBODY.to_string(),
-                "--regid",
-                &NOBODY.to_string(),
-                "--clear-groups",
-                "mkdir",
-                "-m",
-                "700",
-            ])
-            .arg(&foreign)
-            .status()
-            .unwrap();
+        let made = other_user::command("mkdir").args(["-m", "700"]).arg(&foreign).status().unwrap();
         assert!(made.success());
         let (ok, err) = kdd(&foreign.join("kdd.sock"));
         assert!(!ok && err.contains(&format!("belongs to uid {NOBODY}")), "{err}");

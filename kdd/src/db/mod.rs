@@ -66,6 +66,11 @@ pub enum DbError {
     SchemaTooNew { path: PathBuf, found: u32, known: u32 },
     #[error("cannot migrate database {path}: {reason}")]
     Migration { path: PathBuf, reason: String },
+    #[error(
+        "the database {path} is read-only ({reason}); kdd writes it — check the permissions of the file and its \
+         directory, and that its file system is mounted read-write"
+    )]
+    ReadOnly { path: PathBuf, reason: String },
     #[error("internal registry error: {0}")]
     Internal(String),
     #[error("the registry is closed")]
@@ -109,9 +114,19 @@ impl Db {
                 reason: format!("cannot create {}: {e}", dir.display()),
             })?;
         }
+        let read_only = |e: DbError| match e {
+            DbError::Sqlite(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::ReadOnly) => {
+                DbError::ReadOnly { path: path.to_path_buf(), reason: e.to_string() }
+            }
+            DbError::Migration { reason, .. } if reason.contains("readonly") => {
+                DbError::ReadOnly { path: path.to_path_buf(), reason }
+            }
+            other => other,
+        };
         let mut conn = Connection::open(path)?;
-        schema::configure(&conn)?;
-        let schema_version = schema::migrate(&mut conn, path)?;
+        schema::configure(&conn).map_err(read_only)?;
+        schema::check_writable(&conn, path).map_err(read_only)?;
+        let schema_version = schema::migrate(&mut conn, path).map_err(read_only)?;
         let thread_count = threads::count(&conn)?;
         let threads = Arc::new(AtomicU64::new(thread_count));
         let (tx, rx) = mpsc::channel(4 * MAX_BATCH);

@@ -44,6 +44,23 @@ pub fn configure(conn: &Connection) -> DbResult<()> {
     Ok(())
 }
 
+/// Fails unless the database can be written: SQLite opens a file it may
+/// not write read-only, and a directory where no journal can be made fails
+/// only at the first commit — kdd would start and then fail every write.
+pub fn check_writable(conn: &Connection, path: &Path) -> DbResult<()> {
+    if conn.is_readonly(rusqlite::MAIN_DB)? {
+        return Err(DbError::ReadOnly { path: path.to_path_buf(), reason: "the file cannot be written".into() });
+    }
+    // A commit that changes nothing still writes (the header) to the WAL.
+    let version = version(conn)?;
+    let probe = conn.execute_batch(&format!("BEGIN IMMEDIATE; PRAGMA user_version = {version}; COMMIT;"));
+    if let Err(e) = probe {
+        let _ = conn.execute_batch("ROLLBACK");
+        return Err(DbError::ReadOnly { path: path.to_path_buf(), reason: e.to_string() });
+    }
+    Ok(())
+}
+
 /// PRAGMAs of a read connection.
 pub fn configure_reader(conn: &Connection) -> DbResult<()> {
     conn.busy_timeout(Duration::from_secs(5))?;

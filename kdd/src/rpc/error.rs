@@ -24,7 +24,11 @@ impl From<DbError> for ErrorObjectOwned {
                 ErrorCode::StaleToken.error_with(msg, json!({"resource": resource, "token": token, "current": current}))
             }
             DbError::Closed => ErrorCode::ShuttingDown.error("the daemon is shutting down"),
-            DbError::Sqlite(_) | DbError::Internal(_) | DbError::SchemaTooNew { .. } | DbError::Migration { .. } => {
+            DbError::Sqlite(_)
+            | DbError::Internal(_)
+            | DbError::SchemaTooNew { .. }
+            | DbError::Migration { .. }
+            | DbError::ReadOnly { .. } => {
                 tracing::error!("internal error: {msg}");
                 ErrorCode::Internal.error(msg)
             }
