@@ -195,7 +195,7 @@ impl Deref for Client {
 /// Connects to `socket` only if the user alone controls its directory and
 /// the process listening runs as the user: a socket elsewhere could be
 /// another user's impostor, which would read every prompt sent to it.
-async fn connect_checked(socket: &Path) -> Result<UnixStream, ClientError> {
+pub(crate) async fn connect_checked(socket: &Path) -> Result<UnixStream, ClientError> {
     let uid = rustix::process::getuid().as_raw();
     let untrusted = |reason: String| ClientError::Untrusted { socket: socket.to_path_buf(), reason };
     match paths::check_private_dir(paths::socket_dir(socket), uid) {

@@ -14,6 +14,7 @@
 //!   socket that has checked the daemon's protocol version; it derefs to the
 //!   jsonrpsee client, so every `KdApiClient` method is available on it;
 //! - [`autostart`]: starting `kdd` when no one answers (F-D5);
+//! - [`http`]: one call over plain HTTP, which gets in when WebSockets cannot;
 //! - [`ClientError`]: failures worded for a one-line message;
 //! - [`terminal::safe`]: text made safe to print on a terminal;
 //! - [`reading::InOrder`]: a thread of any length, in display order, page by page.
@@ -23,6 +24,7 @@
 pub mod autostart;
 mod client;
 mod error;
+pub mod http;
 pub mod markdown;
 pub mod reading;
 pub mod style;

@@ -43,6 +43,12 @@ struct Args {
     /// Milliseconds connections have to close at shutdown before they are cut
     #[arg(long, default_value_t = Limits::default().shutdown_grace.as_millis() as u64)]
     shutdown_grace_ms: u64,
+    /// Connections kept free, beyond --max-connections, for plain HTTP calls (kd daemon status, stop)
+    #[arg(long, default_value_t = Limits::default().reserved_connections)]
+    reserved_connections: usize,
+    /// Milliseconds an HTTP connection may sit idle, or a WebSocket leave pings unanswered, before it is dropped
+    #[arg(long, default_value_t = Limits::default().idle_timeout.as_millis() as u64)]
+    idle_timeout_ms: u64,
 }
 
 fn main() -> ExitCode {
@@ -90,6 +96,8 @@ fn run(args: Args, args_log_to_file: bool) -> ExitCode {
             max_subscriptions_per_connection: args.max_subscriptions,
             client_timeout: std::time::Duration::from_millis(args.client_timeout_ms.max(1)),
             shutdown_grace: std::time::Duration::from_millis(args.shutdown_grace_ms),
+            reserved_connections: args.reserved_connections,
+            idle_timeout: std::time::Duration::from_millis(args.idle_timeout_ms.max(30)),
         },
         kill_grace: std::time::Duration::from_millis(args.kill_grace_ms),
     };

@@ -34,6 +34,9 @@ pub struct Daemon {
     pub socket: PathBuf,
     /// One permit per open connection; see [`crate::server`].
     pub connections: Arc<Semaphore>,
+    /// Permits of the connections kept for plain HTTP calls.
+    pub reserved: Arc<Semaphore>,
+    pub reserved_connections: usize,
     pub max_connections: usize,
     /// Largest request read, in bytes (said in `daemon.hello`).
     pub max_request_bytes: u32,
@@ -63,6 +66,8 @@ impl Daemon {
             started: Instant::now(),
             socket,
             connections: Arc::new(Semaphore::new(max_connections)),
+            reserved: Arc::new(Semaphore::new(limits.reserved_connections)),
+            reserved_connections: limits.reserved_connections,
             max_connections,
             max_request_bytes: limits.max_request_bytes,
             page_bytes: limits.max_response_bytes as usize / 4,
@@ -73,6 +78,8 @@ impl Daemon {
     }
 
     pub fn open_connections(&self) -> u64 {
-        self.max_connections.saturating_sub(self.connections.available_permits()) as u64
+        let ordinary = self.max_connections.saturating_sub(self.connections.available_permits());
+        let kept = self.reserved_connections.saturating_sub(self.reserved.available_permits());
+        (ordinary + kept) as u64
     }
 }

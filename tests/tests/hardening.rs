@@ -224,3 +224,73 @@ async fn no_list_or_number_a_client_sends_is_unbounded() {
     // The largest valid position is simply past the end.
     assert!(c.thread_messages(t, Some(huge - 1), None, None, None).await.unwrap().is_empty());
 }
+
+/// A raw connection that made one HTTP call, read the answer, and then
+/// neither closes nor says anything more (keep-alive, forgotten).
+fn idle_http(socket: &std::path::Path) -> std::os::unix::net::UnixStream {
+    use std::io::{Read, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"daemon.hello"}"#;
+    write!(
+        s,
+        "POST / HTTP/1.1\r\nHost: kd\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("\"result\"") {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "the daemon closed a keep-alive connection at once");
+        got.extend_from_slice(&buf[..n]);
+    }
+    s
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn idle_connections_are_dropped_and_status_and_stop_always_get_in() {
+    let mut kdd =
+        Kdd::start_with(&["--max-connections", "3", "--reserved-connections", "2", "--idle-timeout-ms", "600"]);
+    // Every ordinary slot taken: two WebSockets that never answer a ping,
+    // one HTTP connection left open after its call.
+    let _ws1 = kd_tests::websocket(&kdd.socket);
+    let _ws2 = kd_tests::websocket(&kdd.socket);
+    let _http = idle_http(&kdd.socket);
+    // kd daemon status gets in at once, on a slot kept for plain HTTP.
+    let mut status = kdd.kd();
+    status.args(["daemon", "status", "--json"]);
+    let out = kd_tests::run(status).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.contains("\"pid\""), "{}", out.stdout);
+    // A WebSocket may not take a kept slot.
+    let (code, body) = kd_tests::http_raw(
+        &kdd.socket,
+        b"GET / HTTP/1.1\r\nHost: kd\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+    )
+    .unwrap();
+    assert_eq!(code, 503, "{body}");
+    // The idle ones are dropped: a new WebSocket client gets in.
+    let c = within("the idle connections to be dropped", async {
+        loop {
+            match kd_client::Client::connect(&kdd.socket).await {
+                Ok(c) => break c,
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+            }
+        }
+    })
+    .await;
+    within("every idle connection to be dropped", async {
+        while c.daemon_status().await.unwrap().clients > 1 {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    // And kd daemon stop gets in while every slot is taken again.
+    let _held: Vec<_> = (0..2).map(|_| kd_tests::websocket(&kdd.socket)).collect();
+    let mut stop = kdd.kd();
+    stop.args(["daemon", "stop"]);
+    let out = kd_tests::run(stop).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(kdd.wait_exit().success());
+}

@@ -1,11 +1,14 @@
-//! `kd daemon start|stop|status|restart`.
+//! `kd daemon start|stop|status|restart`. They talk to the daemon over
+//! plain HTTP ([`kd_client::http`]), which always gets in: the daemon keeps
+//! a few connections free for it when every WebSocket slot is taken.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use kd_client::{Client, ClientError, KdApiClient, autostart};
+use kd_client::{ClientError, autostart, http};
 use kd_proto::paths;
+use kd_proto::types::{DaemonStatus, Hello, ShutdownAck};
 
 use super::{Ctx, print_json};
 use crate::fmt;
@@ -44,34 +47,32 @@ pub async fn run(ctx: &Ctx, cmd: DaemonCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// `daemon.hello` over HTTP.
+async fn hello(ctx: &Ctx) -> Result<Hello, ClientError> {
+    http::call(&ctx.socket, "daemon.hello", serde_json::json!({})).await
+}
+
 async fn start(ctx: &Ctx) -> anyhow::Result<ExitCode> {
-    let already = Client::connect(&ctx.socket).await.ok();
-    let client = match already {
-        Some(c) => {
-            plainln!("kdd already running (pid {}) on {}", c.hello().pid, ctx.socket.display())?;
-            return Ok(ExitCode::SUCCESS);
-        }
-        None => {
-            autostart::start(&ctx.socket).await?;
-            Client::connect(&ctx.socket).await?
-        }
-    };
-    plainln!("kdd started (pid {}) on {}", client.hello().pid, ctx.socket.display())?;
+    if let Ok(h) = hello(ctx).await {
+        plainln!("kdd already running (pid {}) on {}", h.pid, ctx.socket.display())?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    autostart::start(&ctx.socket).await?;
+    let h = hello(ctx).await?;
+    plainln!("kdd started (pid {}) on {}", h.pid, ctx.socket.display())?;
     Ok(ExitCode::SUCCESS)
 }
 
 async fn stop(ctx: &Ctx) -> anyhow::Result<ExitCode> {
-    let client = match Client::connect(&ctx.socket).await {
-        Ok(c) => c,
+    let pid = match hello(ctx).await {
+        Ok(h) => h.pid,
         Err(ClientError::Unreachable { .. }) => {
             plainln!("kdd is not running on {}", ctx.socket.display())?;
             return Ok(ExitCode::SUCCESS);
         }
         Err(e) => return Err(e.into()),
     };
-    let pid = client.hello().pid;
-    client.daemon_shutdown().await.map_err(ClientError::from)?;
-    drop(client);
+    let _: ShutdownAck = http::call(&ctx.socket, "daemon.shutdown", serde_json::json!({})).await?;
     wait_exited(ctx).await?;
     plainln!("kdd stopped (pid {pid})")?;
     Ok(ExitCode::SUCCESS)
@@ -95,15 +96,14 @@ async fn wait_exited(ctx: &Ctx) -> anyhow::Result<()> {
 }
 
 async fn status(ctx: &Ctx, a: StatusArgs) -> anyhow::Result<ExitCode> {
-    let client = match Client::connect(&ctx.socket).await {
-        Ok(c) => c,
+    let s: DaemonStatus = match http::call(&ctx.socket, "daemon.status", serde_json::json!({})).await {
+        Ok(s) => s,
         Err(ClientError::Unreachable { .. }) if !a.json => {
             plainln!("kdd is not running on {}", ctx.socket.display())?;
             return Ok(ExitCode::from(3));
         }
         Err(e) => return Err(e.into()),
     };
-    let s = client.daemon_status().await.map_err(ClientError::from)?;
     if a.json {
         print_json(&s)?;
         return Ok(ExitCode::SUCCESS);

@@ -8,14 +8,18 @@
 //! puts the original ids back. Everything else — plain HTTP before an
 //! upgrade, control and fragmented frames, frames past the limit, and every
 //! server frame while nothing is due — passes through unchanged, without a
-//! copy on the server's side.
+//! copy on the server's side. The filter also keeps the connection's
+//! [`Activity`] for the idle watch.
 
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
+use std::sync::Arc;
+
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::idle::Activity;
 use super::ids;
 
 /// A connection's stream with the id filter in both directions.
@@ -31,6 +35,7 @@ pub struct Filtered<S> {
     limit: usize,
     read: Incoming,
     write: Outgoing,
+    activity: Arc<Activity>,
 }
 
 /// Client to server.
@@ -157,7 +162,13 @@ impl<S> Filtered<S> {
             limit,
             read: Incoming::default(),
             write: Outgoing::default(),
+            activity: Arc::new(Activity::new()),
         }
+    }
+
+    /// What the connection's bytes did last.
+    pub fn activity(&self) -> Arc<Activity> {
+        self.activity.clone()
     }
 
     /// Moves what can be decided from `raw` to `ready`; false when more
@@ -211,6 +222,7 @@ impl<S> Filtered<S> {
         }
         if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             self.upgraded = true;
+            self.activity.set_upgraded();
             self.head_left = (end + 4).saturating_sub(written);
         }
     }
@@ -301,7 +313,12 @@ impl<S: AsyncRead + Unpin> AsyncRead for Filtered<S> {
                 return Poll::Ready(Ok(()));
             }
             if !this.upgraded && r.raw.is_empty() {
-                return Pin::new(&mut this.inner).poll_read(cx, buf);
+                let before = buf.filled().len();
+                let read = Pin::new(&mut this.inner).poll_read(cx, buf);
+                if buf.filled().len() > before {
+                    this.activity.touch();
+                }
+                return read;
             }
             if this.take_incoming() {
                 continue;
@@ -314,6 +331,8 @@ impl<S: AsyncRead + Unpin> AsyncRead for Filtered<S> {
             ready!(Pin::new(&mut this.inner).poll_read(cx, &mut into))?;
             if into.filled().is_empty() {
                 this.read.eof = true;
+            } else {
+                this.activity.touch();
             }
             this.read.raw.extend_from_slice(into.filled());
         }
@@ -340,6 +359,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Filtered<S> {
         };
         if let Some(k) = direct {
             let n = ready!(Pin::new(&mut this.inner).poll_write(cx, &buf[..k]))?;
+            this.activity.touch();
             if !this.upgraded {
                 this.watch_for_upgrade(buf, n);
             } else if this.head_left > 0 {

@@ -6,6 +6,7 @@
 //! - [`http_request`]: one HTTP request, before jsonrpsee takes it;
 //! - [`ids`]: ids jsonrpsee cannot take, and their stand-ins;
 //! - [`frames`]: the same for WebSocket messages, on the connection's bytes;
+//! - [`idle`]: idle connections do not hold slots forever;
 //! - [`request_check`]: answers jsonrpsee would not give (bad ids, subscriptions over HTTP).
 //!
 //! **Nothing a client does holds the daemon up.** At shutdown the accept
@@ -18,6 +19,7 @@ mod claim;
 pub mod connections;
 mod frames;
 mod http_request;
+mod idle;
 pub mod ids;
 pub mod request_check;
 
@@ -27,10 +29,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use futures_util::future;
 use jsonrpsee::Methods;
 use jsonrpsee::core::middleware::RpcServiceBuilder;
 use jsonrpsee::server::{
-    HttpBody, HttpResponse, ServerConfig, StopHandle, TowerServiceBuilder, serve_with_graceful_shutdown,
+    HttpBody, HttpResponse, PingConfig, ServerConfig, StopHandle, TowerServiceBuilder, serve_with_graceful_shutdown,
 };
 use kd_proto::ErrorCode;
 use serde_json::json;
@@ -54,6 +57,12 @@ pub struct Limits {
     pub client_timeout: Duration,
     /// How long connections have to close at shutdown before they are cut.
     pub shutdown_grace: Duration,
+    /// Connections beyond `max_connections` kept for plain HTTP calls, so
+    /// that `kd daemon status` and `kd daemon stop` always get in.
+    pub reserved_connections: usize,
+    /// How long an HTTP connection may sit idle between requests, and a
+    /// WebSocket leave the daemon's pings unanswered, before it is dropped.
+    pub idle_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -65,6 +74,8 @@ impl Default for Limits {
             max_subscriptions_per_connection: 1024,
             client_timeout: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(3),
+            reserved_connections: 4,
+            idle_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -91,6 +102,13 @@ pub async fn serve(listener: UnixListener, methods: impl Into<Methods>, d: Arc<D
         // We bound connections ourselves (one permit per socket); jsonrpsee's
         // own guard counts HTTP requests and WebSocket sessions.
         .max_connections(u32::MAX)
+        // A WebSocket that does not answer pings for the idle timeout is closed.
+        .enable_ws_ping(
+            PingConfig::new()
+                .ping_interval(limits.idle_timeout / 3)
+                .inactive_limit(limits.idle_timeout)
+                .max_failures(1),
+        )
         .build();
     let builder = jsonrpsee::server::Server::builder()
         .set_config(config)
@@ -116,16 +134,29 @@ pub async fn serve(listener: UnixListener, methods: impl Into<Methods>, d: Arc<D
             tokio::spawn(refuse(stream, ErrorCode::PermissionDenied, why));
             continue;
         }
-        let Ok(permit) = d.connections.clone().try_acquire_owned() else {
-            let why = format!("too many connections (at most {})", limits.max_connections);
-            tracing::warn!("refused a connection: {why}");
-            tokio::spawn(refuse(stream, ErrorCode::LimitExceeded, why));
-            continue;
+        // An ordinary slot, or else one of those kept for plain HTTP calls.
+        let (permit, kept) = match d.connections.clone().try_acquire_owned() {
+            Ok(p) => (p, false),
+            Err(_) => match d.reserved.clone().try_acquire_owned() {
+                Ok(p) => (p, true),
+                Err(_) => {
+                    let why = format!("too many connections (at most {})", limits.max_connections);
+                    tracing::warn!("refused a connection: {why}");
+                    tokio::spawn(refuse(stream, ErrorCode::LimitExceeded, why));
+                    continue;
+                }
+            },
         };
         let client = ClientId(d.next_client_id.fetch_add(1, Ordering::Relaxed));
         let held = Held { _permit: permit, _registered: d.open.register(client, &stream) };
         let stream = frames::Filtered::new(stream, limits.max_request_bytes as usize);
-        let conn = Connection { held, client, max_request_bytes: limits.max_request_bytes };
+        let conn = Connection {
+            held,
+            client,
+            max_request_bytes: limits.max_request_bytes,
+            kept: kept.then_some(limits.max_connections),
+            idle_timeout: limits.idle_timeout,
+        };
         tokio::spawn(connection(stream, conn, builder.clone(), methods.clone(), stop_handle.clone()));
     }
     drop(listener);
@@ -171,11 +202,16 @@ struct Held {
     _registered: connections::Registered,
 }
 
-/// An accepted connection: what it holds, who it is, its request limit.
+/// An accepted connection: what it holds, who it is, its limits.
 struct Connection {
     held: Held,
     client: ClientId,
     max_request_bytes: u32,
+    /// On a slot kept for plain HTTP calls (the ordinary ones, this many,
+    /// being taken): it may not become a WebSocket, and closes after each
+    /// answer.
+    kept: Option<usize>,
+    idle_timeout: Duration,
 }
 
 async fn connection(
@@ -185,10 +221,13 @@ async fn connection(
     methods: Methods,
     stop: StopHandle,
 ) {
-    let Connection { held, client, max_request_bytes } = conn;
+    let Connection { held, client, max_request_bytes, kept, idle_timeout } = conn;
     let held = Arc::new(held);
+    let activity = stream.activity();
+    let watched = activity.clone();
     let svc = builder.build(methods, stop.clone());
     let per_request = tower::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
+        let activity = activity.clone();
         // This socket speaks only JSON-RPC: a plain `curl -d '{…}'` (which
         // says application/x-www-form-urlencoded) is JSON too.
         if req.method() == http::Method::POST {
@@ -196,7 +235,11 @@ async fn connection(
         }
         req.extensions_mut().insert(client);
         let mut svc = svc.clone();
-        if jsonrpsee::server::ws::is_upgrade_request(&req) {
+        let upgrade = jsonrpsee::server::ws::is_upgrade_request(&req);
+        if let (true, Some(max)) = (upgrade, kept) {
+            return future::Either::Left(future::ready(Ok::<_, anyhow::Error>(kept_for_http(max))));
+        }
+        if upgrade {
             let closed = svc.on_session_closed();
             let held = held.clone();
             tokio::spawn(async move {
@@ -205,11 +248,58 @@ async fn connection(
             });
         }
         // The error type must be concrete (rust-lang/rust#102211).
-        async move { http_request::handle(svc, req, max_request_bytes).await.map_err(|e| anyhow::anyhow!("{e}")) }
+        future::Either::Right(async move {
+            let _in_flight = activity.request();
+            let mut response =
+                http_request::handle(svc, req, max_request_bytes).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+            if kept.is_some() {
+                // A kept slot is given back at once.
+                response.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+            }
+            Ok(response)
+        })
     });
-    if let Err(e) = serve_with_graceful_shutdown(stream, per_request, stop.shutdown()).await {
+    let serving = serve_with_graceful_shutdown(stream, per_request, stop.shutdown());
+    tokio::pin!(serving);
+    let mut watch = tokio::time::interval(idle_timeout / 4);
+    loop {
+        tokio::select! {
+            ended = &mut serving => {
+                if let Err(e) = ended {
+                    tracing::debug!("connection ended: {e}");
+                }
+                return;
+            }
+            _ = watch.tick() => {
+                if watched.upgraded() {
+                    // A WebSocket now: its pings tell whether it lives.
+                    break;
+                }
+                if watched.idle_for(idle_timeout) {
+                    tracing::debug!(?client, "closed an idle HTTP connection");
+                    return;
+                }
+            }
+        }
+    }
+    if let Err(e) = serving.await {
         tracing::debug!("connection ended: {e}");
     }
+}
+
+/// The answer to a WebSocket upgrade on a slot kept for plain HTTP calls.
+fn kept_for_http(max: usize) -> HttpResponse {
+    let why = format!(
+        "too many connections (at most {max}); the connections kept free are for plain HTTP calls \
+         such as kd daemon status and kd daemon stop"
+    );
+    let body =
+        json!({"jsonrpc": "2.0", "id": null, "error": {"code": ErrorCode::LimitExceeded.code(), "message": why}});
+    let mut response = HttpResponse::new(HttpBody::from(body.to_string()));
+    *response.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
+    response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    response.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+    response
 }
 
 /// Answers every request on a refused connection with an HTTP error whose

@@ -1,0 +1,95 @@
+//! Idle connections do not hold slots forever. A WebSocket that leaves the
+//! daemon's pings unanswered is closed by jsonrpsee (see the ping settings
+//! in [`super::serve`]); an HTTP connection kept alive after its calls is
+//! closed here once it has been idle — no request in flight, no byte in
+//! either direction — for the idle timeout. What a connection's bytes did
+//! last is its [`Activity`], kept by the filter every connection's bytes
+//! pass through ([`super::frames`]).
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// When a connection's bytes last moved, and whether it became a WebSocket.
+#[derive(Debug, Default)]
+pub struct Activity {
+    /// Milliseconds after [`epoch`].
+    last: AtomicU64,
+    upgraded: AtomicBool,
+    /// HTTP requests being answered.
+    in_flight: AtomicUsize,
+}
+
+/// The instant activity times count from.
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn now_ms() -> u64 {
+    u64::try_from(epoch().elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Activity {
+    pub fn new() -> Activity {
+        let a = Activity::default();
+        a.touch();
+        a
+    }
+
+    /// Bytes moved.
+    pub fn touch(&self) {
+        self.last.store(now_ms(), Ordering::Relaxed);
+    }
+
+    pub fn set_upgraded(&self) {
+        self.upgraded.store(true, Ordering::Relaxed);
+    }
+
+    pub fn upgraded(&self) -> bool {
+        self.upgraded.load(Ordering::Relaxed)
+    }
+
+    /// Counts an HTTP request as in flight until the guard drops.
+    pub fn request(&self) -> InFlight<'_> {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(self)
+    }
+
+    /// Whether an HTTP connection has been idle for `timeout`: nothing in
+    /// flight and no byte moved. A WebSocket is never idle here (pings
+    /// decide whether it is alive).
+    pub fn idle_for(&self, timeout: Duration) -> bool {
+        let quiet = Duration::from_millis(now_ms().saturating_sub(self.last.load(Ordering::Relaxed)));
+        !self.upgraded() && self.in_flight.load(Ordering::Relaxed) == 0 && quiet >= timeout
+    }
+}
+
+/// An HTTP request in flight; see [`Activity::request`].
+pub struct InFlight<'a>(&'a Activity);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.0.touch();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_only_with_nothing_in_flight_for_the_whole_timeout() {
+        let a = Activity::new();
+        assert!(!a.idle_for(Duration::from_secs(60)), "just active");
+        assert!(a.idle_for(Duration::ZERO));
+        {
+            let _req = a.request();
+            assert!(!a.idle_for(Duration::ZERO), "a request in flight");
+        }
+        assert!(a.idle_for(Duration::ZERO));
+        a.set_upgraded();
+        assert!(!a.idle_for(Duration::ZERO), "a WebSocket is judged by its pings");
+    }
+}
