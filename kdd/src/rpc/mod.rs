@@ -8,6 +8,7 @@
 // Parameter lists are the wire format (see kd_proto::api).
 #![allow(clippy::too_many_arguments)]
 
+pub mod check;
 mod council;
 mod daemon;
 pub mod error;

@@ -1,7 +1,8 @@
-//! RPC middleware that refuses parameters a method does not take.
+//! The check (run by [`super::check::CheckLayer`]) that refuses parameters
+//! a method does not take.
 //!
 //! jsonrpsee decodes named parameters leniently (unknown keys are ignored),
-//! so a typo such as `sinceseq` would silently do the wrong thing. This layer
+//! so a typo such as `sinceseq` would silently do the wrong thing. This
 //! checks every call's parameter names against the method's entry in
 //! [`kd_proto::openrpc`] and answers -32602 naming the unknown key and the
 //! accepted ones. It also keeps the OpenRPC document honest: a parameter
@@ -10,73 +11,14 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use jsonrpsee::core::middleware::{Batch, BatchEntry, BatchEntryErr, Notification, RpcServiceT};
-use jsonrpsee::server::MethodResponse;
 use jsonrpsee::types::{ErrorCode, ErrorObject, ErrorObjectOwned, Request};
 use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 
-/// The layer to put in the server's RPC middleware stack.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ParamCheckLayer;
-
-impl<S> tower::Layer<S> for ParamCheckLayer {
-    type Service = ParamCheck<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        ParamCheck { inner }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct ParamCheck<S> {
-    inner: S,
-}
-
-impl<S> RpcServiceT for ParamCheck<S>
-where
-    S: RpcServiceT<
-            MethodResponse = MethodResponse,
-            BatchResponse = MethodResponse,
-            NotificationResponse = MethodResponse,
-        > + Send
-        + Sync
-        + Clone
-        + 'static,
-{
-    type MethodResponse = MethodResponse;
-    type NotificationResponse = MethodResponse;
-    type BatchResponse = MethodResponse;
-
-    fn call<'a>(&self, request: Request<'a>) -> impl Future<Output = Self::MethodResponse> + Send + 'a {
-        let verdict = check(&request.method, request.params.as_deref());
-        let inner = self.inner.clone();
-        async move {
-            match verdict {
-                Ok(()) => inner.call(request).await,
-                Err(e) => MethodResponse::error(request.id, e).with_extensions(request.extensions),
-            }
-        }
-    }
-
-    fn batch<'a>(&self, mut batch: Batch<'a>) -> impl Future<Output = Self::BatchResponse> + Send + 'a {
-        for entry in batch.iter_mut() {
-            let refused = match entry {
-                Ok(BatchEntry::Call(req)) => {
-                    check(&req.method, req.params.as_deref()).err().map(|e| (req.id.clone(), e))
-                }
-                _ => None,
-            };
-            if let Some((id, e)) = refused {
-                *entry = Err(BatchEntryErr::new(id, e));
-            }
-        }
-        self.inner.batch(batch)
-    }
-
-    fn notification<'a>(&self, n: Notification<'a>) -> impl Future<Output = Self::NotificationResponse> + Send + 'a {
-        self.inner.notification(n)
-    }
+/// The check for [`super::check::CheckLayer`]: a call's parameters are all
+/// ones its method takes.
+pub fn check_request(request: &Request<'_>) -> Result<(), ErrorObject<'static>> {
+    check(&request.method, request.params.as_deref())
 }
 
 /// Ok when every named parameter is one the method takes, and a positional

@@ -41,9 +41,8 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::client::ClientId;
-use crate::rpc::params::ParamCheckLayer;
+use crate::rpc::check::CheckLayer;
 use crate::state::Daemon;
-use request_check::RequestCheckLayer;
 
 /// Bounds of the server (F-D3).
 #[derive(Debug, Clone)]
@@ -112,7 +111,11 @@ pub async fn serve(listener: UnixListener, methods: impl Into<Methods>, d: Arc<D
         .build();
     let builder = jsonrpsee::server::Server::builder()
         .set_config(config)
-        .set_rpc_middleware(RpcServiceBuilder::new().layer(RequestCheckLayer).layer(ParamCheckLayer))
+        .set_rpc_middleware(
+            RpcServiceBuilder::new()
+                .layer(CheckLayer(request_check::check_request))
+                .layer(CheckLayer(crate::rpc::params::check_request)),
+        )
         .to_service_builder();
     let own_uid = rustix::process::getuid().as_raw();
     loop {
@@ -185,10 +188,7 @@ pub async fn serve(listener: UnixListener, methods: impl Into<Methods>, d: Arc<D
 }
 
 type Builder = TowerServiceBuilder<
-    tower::layer::util::Stack<
-        ParamCheckLayer,
-        tower::layer::util::Stack<RequestCheckLayer, tower::layer::util::Identity>,
-    >,
+    tower::layer::util::Stack<CheckLayer, tower::layer::util::Stack<CheckLayer, tower::layer::util::Identity>>,
     tower::layer::util::Identity,
 >;
 
