@@ -8,8 +8,7 @@
 //! bypasses this lock cannot create a second daemon.
 
 use std::ffi::OsString;
-use std::fs::OpenOptions;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -67,14 +66,7 @@ pub async fn start(socket: &Path) -> Result<(), ClientError> {
         .map_err(|e| ClientError::Untrusted { socket: socket.to_path_buf(), reason: e.to_string() })?;
     let mut lock_path = OsString::from(socket.as_os_str());
     lock_path.push(".start.lock");
-    let lock = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-        .open(&lock_path)
+    let lock = paths::open_lock_file(Path::new(&lock_path))
         .map_err(|e| ClientError::Start(format!("cannot open {}: {e}", Path::new(&lock_path).display())))?;
     let lock = tokio::time::timeout(READY_TIMEOUT * 2, tokio::task::spawn_blocking(move || lock.lock().map(|()| lock)))
         .await

@@ -122,6 +122,20 @@ pub fn check_private_dir(dir: &Path, uid: u32) -> Result<(), DirError> {
     Ok(())
 }
 
+/// Opens (creating it `0600`) a lock file beside the socket, never through
+/// a symlink someone planted there.
+pub fn open_lock_file(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+}
+
 /// The lock file that makes one daemon per socket: `<socket>.lock`.
 pub fn lock_path(socket: &Path) -> PathBuf {
     let mut name = socket.as_os_str().to_owned();

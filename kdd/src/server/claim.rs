@@ -6,9 +6,9 @@
 //! a live daemon, refuse; lock free and a socket file present → stale,
 //! remove it.
 
-use std::fs::{File, OpenOptions, Permissions};
+use std::fs::{File, Permissions};
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
@@ -27,15 +27,7 @@ impl SocketClaim {
     pub fn claim(socket: &Path) -> anyhow::Result<SocketClaim> {
         secure_dir(kd_proto::paths::socket_dir(socket))?;
         let lock_path = kd_proto::paths::lock_path(socket);
-        // Never through a symlink someone planted.
-        let mut lock = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-            .open(&lock_path)
+        let mut lock = kd_proto::paths::open_lock_file(&lock_path)
             .with_context(|| format!("cannot open {} (a symlink is not followed)", lock_path.display()))?;
         if lock.try_lock().is_err() {
             let holder = std::fs::read_to_string(&lock_path).unwrap_or_default();
