@@ -59,7 +59,7 @@ struct Outgoing {
     out_at: usize,
     /// The header of the next frame, while it is incomplete.
     head: Vec<u8>,
-    /// Payload bytes of the current frame to pass through.
+    /// Bytes of the current frame to pass through.
     pass: u64,
     /// A whole frame being gathered to put ids back in: its header length
     /// and its bytes so far, and how many bytes it has in all.
@@ -346,8 +346,16 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Filtered<S> {
         if buf.is_empty() {
             return Poll::Ready(Ok(0));
         }
+        // A frame whose header is whole in `buf` and that need not be held
+        // goes straight through, header and payload in one write.
+        let w = &mut this.write;
+        if this.upgraded && this.head_left == 0 && w.pass == 0 && w.hold.is_none() && w.head.is_empty() {
+            if let Some(h) = Header::parse(buf).filter(|h| !(this.due > 0 && h.is_whole_message())) {
+                w.pass = h.head_len as u64 + h.len;
+            }
+        }
         // Straight through: before the upgrade, the rest of the 101
-        // response, and payload bytes of a frame not held.
+        // response, and the bytes of a frame not held.
         let direct = if !this.upgraded {
             Some(buf.len())
         } else if this.head_left > 0 {
