@@ -349,10 +349,14 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Filtered<S> {
         // A frame whose header is whole in `buf` and that need not be held
         // goes straight through, header and payload in one write.
         let w = &mut this.write;
-        if this.upgraded && this.head_left == 0 && w.pass == 0 && w.hold.is_none() && w.head.is_empty() {
-            if let Some(h) = Header::parse(buf).filter(|h| !(this.due > 0 && h.is_whole_message())) {
-                w.pass = h.head_len as u64 + h.len;
-            }
+        if this.upgraded
+            && this.head_left == 0
+            && w.pass == 0
+            && w.hold.is_none()
+            && w.head.is_empty()
+            && let Some(h) = Header::parse(buf).filter(|h| !(this.due > 0 && h.is_whole_message()))
+        {
+            w.pass = h.head_len as u64 + h.len;
         }
         // Straight through: before the upgrade, the rest of the 101
         // response, and the bytes of a frame not held.
