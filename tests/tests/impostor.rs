@@ -97,9 +97,10 @@ async fn kd_refuses_a_listener_of_another_user_in_its_own_directory() {
     let out = kd_threads(&socket).await;
     assert_eq!(out.status.code(), Some(3), "{}", out.stderr);
     assert!(out.stderr.contains(&format!("run by uid {NOBODY}")), "{}", out.stderr);
-    listener.stop();
-    // It was connected to, and told nothing.
+    // It was connected to, and told nothing: kd has closed its end, so the
+    // listener reports the connection on its own; wait for that line.
     assert_eq!(heard.next().map(|l| l.unwrap()), Some("got 0".to_string()));
+    listener.stop();
 }
 
 #[tokio::test(flavor = "multi_thread")]
