@@ -23,6 +23,7 @@ pub fn message(seq: u64, from: &str, kind: MessageKind, body: &str, run: Option<
         run: run.map(|r| RunMeta { run_id: Some(r.into()), ..RunMeta::default() }),
         replaces: None,
         refs: vec![],
+        route: None,
     }
 }
 

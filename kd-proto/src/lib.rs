@@ -7,6 +7,8 @@
 //! - [`api`]: the jsonrpsee `#[rpc]` trait — `KdApiServer` for the daemon,
 //!   `KdApiClient` for clients;
 //! - [`types`]: params, results and subscription items (serde + JSON Schema);
+//! - [`coord`]: the coordination layer's types (routing, inboxes,
+//!   completions, emergencies, races), re-exported by [`types`];
 //! - [`color`]: member colours as configured, and the palette;
 //! - [`order`]: the one order a thread is shown in;
 //! - [`error`]: the stable JSON-RPC error codes;
@@ -16,6 +18,7 @@
 
 pub mod api;
 pub mod color;
+pub mod coord;
 pub mod error;
 pub mod names;
 pub mod openrpc;

@@ -2,6 +2,7 @@
 //! subscription items. Times are Unix milliseconds (`*_ms`), durations are
 //! milliseconds, ids are short strings of `[a-z0-9-]`.
 
+pub use crate::coord::*;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -197,6 +198,10 @@ pub struct Message {
     /// Files the message refers to (Kingdom's `refs:`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refs: Vec<String>,
+    /// How it was routed, for a message between members (`message.route`,
+    /// a hand-off, an emergency broadcast).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<RouteType>,
 }
 
 impl Message {
@@ -218,6 +223,7 @@ impl Message {
             run: None,
             replaces: None,
             refs: vec![],
+            route: None,
         }
     }
 }
@@ -499,6 +505,10 @@ pub enum ThreadEvent {
     /// An exchange moved: round `round` of `rounds` is running, or it ended.
     /// `expected` are the members expected to answer in this round.
     Round { exchange: u64, round: u32, rounds: u32, state: RoundState, expected: Vec<String> },
+    /// An emergency broadcast (message `seq`) and the members who have not
+    /// acknowledged it yet; sent again at every acknowledgement, the last
+    /// time with `pending` empty.
+    Emergency { broadcast: String, seq: u64, from: String, pending: Vec<String> },
 }
 
 /// Answer to `council.interrupt`.

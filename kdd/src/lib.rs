@@ -29,6 +29,7 @@
 pub mod agent;
 pub mod client;
 pub mod config;
+pub mod coord;
 pub mod council;
 pub mod db;
 pub mod doctor;

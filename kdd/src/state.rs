@@ -12,6 +12,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::Runner;
+use crate::coord::Coord;
 use crate::council::Council;
 use crate::db::Db;
 use crate::hub::Hub;
@@ -49,13 +50,16 @@ pub struct Daemon {
     pub agents: Arc<Runner>,
     /// Council exchanges.
     pub council: Arc<Council>,
+    /// The coordination layer: routing, completions, emergencies, races.
+    pub coord: Coord,
 }
 
 impl Daemon {
     pub fn new(db: Db, hub: Arc<Hub>, socket: PathBuf, limits: &Limits, kill_grace: Duration) -> Daemon {
         let db = Arc::new(db);
-        let agents = Arc::new(Runner::new(db.clone(), hub.clone(), kill_grace));
+        let agents = Arc::new(Runner::new(db.clone(), hub.clone(), kill_grace, socket.clone()));
         let max_connections = limits.max_connections;
+        let council = Arc::new(Council::new(agents.clone()));
         Daemon {
             db,
             hub,
@@ -72,7 +76,8 @@ impl Daemon {
             max_request_bytes: limits.max_request_bytes,
             page_bytes: limits.max_response_bytes as usize / 4,
             next_client_id: AtomicU64::new(1),
-            council: Arc::new(Council::new(agents.clone())),
+            council: council.clone(),
+            coord: Coord::new(council),
             agents,
         }
     }

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 
 use kd_proto::order::{Place, message_place, run_place};
-use kd_proto::types::{Message, MessageKind, RoundState, Sent, Thread, ThreadEvent, display_order};
+use kd_proto::types::{Message, MessageKind, RoundState, RouteType, Sent, Thread, ThreadEvent, display_order};
 use ratatui::text::Line;
 use ratatui_textarea::TextArea;
 
@@ -42,6 +42,8 @@ pub struct Entry {
     /// Where it stands in the thread (`kd_proto::order`): entries are kept
     /// sorted by it, so the live log is the log a reopened chat shows.
     pub place: Place,
+    /// How a message between members was routed, and to whom.
+    pub route: Option<(RouteType, Vec<String>)>,
     /// Rendered lines for a width, kept until the entry changes.
     pub cache: RefCell<Option<(u16, Vec<Line<'static>>)>>,
 }
@@ -57,6 +59,7 @@ impl Entry {
             run: None,
             round: None,
             place: AT_THE_END,
+            route: None,
             cache: RefCell::new(None),
         }
     }
@@ -74,6 +77,7 @@ impl Entry {
         e.seq = Some(m.seq);
         e.run = m.run.as_ref().and_then(|r| r.run_id.clone());
         e.round = m.round;
+        e.route = m.route.map(|r| (r, m.to.clone()));
         e
     }
 
@@ -150,6 +154,9 @@ pub struct App {
     pub colors: bool,
     /// The thread is not created yet: its first message creates it so.
     pub pending_new: Option<kd_proto::types::NewThread>,
+    /// An emergency broadcast not yet acknowledged by everyone: who sent
+    /// it and who still owes an acknowledgement.
+    pub emergency: Option<(String, Vec<String>)>,
 }
 
 impl App {
@@ -170,6 +177,7 @@ impl App {
             dirty: true,
             log_height: 20,
             pending_new: None,
+            emergency: None,
             palette: kd_client::style::Palette::default(),
             colors: std::env::var_os("NO_COLOR").is_none(),
         }
@@ -286,6 +294,10 @@ impl App {
                 }
             }
             ThreadEvent::RunStarted { .. } => {}
+            ThreadEvent::Emergency { from, pending, .. } => {
+                self.emergency = (!pending.is_empty()).then(|| (from.clone(), pending.clone()));
+                self.dirty = true;
+            }
             ThreadEvent::Delta { run, member, text, chars } => {
                 let i = match self.index_of_run(run) {
                     Some(i) => i,

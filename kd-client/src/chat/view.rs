@@ -3,6 +3,7 @@
 
 use kd_client::markdown;
 use kd_client::style::Palette;
+use kd_proto::types::RouteType;
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -150,6 +151,19 @@ fn draw_log(frame: &mut Frame<'_>, app: &mut App, area: Rect) {
         top += 1;
         height = height.saturating_sub(1);
     }
+    if let Some((from, pending)) = &app.emergency {
+        let banner = Line::from(Span::styled(
+            kd_client::terminal::safe(&format!(
+                " ⚠ emergency from {from} — waiting for acknowledgements: {} ",
+                pending.join(", ")
+            ))
+            .into_owned(),
+            Style::default().fg(Color::White).bg(Color::Red).add_modifier(Modifier::BOLD),
+        ));
+        frame.render_widget(Paragraph::new(banner), Rect { y: top, height: 1, ..area });
+        top += 1;
+        height = height.saturating_sub(1);
+    }
     // Walk up from the newest panel until the window is covered.
     let want = app.scroll + height;
     let mut lines: Vec<Line<'static>> = Vec::new();
@@ -222,6 +236,11 @@ fn build_panel(entry: &Entry, width: u16, palette: &Palette) -> Vec<Line<'static
         Kind::Interrupted => title.push(Span::styled(" · interrupted", dim)),
         Kind::System => title.push(Span::styled(" · kd", dim)),
         Kind::King | Kind::Answer => {}
+    }
+    match &entry.route {
+        Some((RouteType::Emergency, _)) => title.push(Span::styled(" · EMERGENCY", Style::default().fg(Color::Red))),
+        Some((_, to)) if !to.is_empty() => title.push(Span::styled(format!(" → {}", to.join(", ")), name)),
+        _ => {}
     }
     if let Some(round) = entry.round.filter(|r| *r > 1 && entry.kind != Kind::Waiting) {
         title.push(Span::styled(format!(" · round {round}"), dim));

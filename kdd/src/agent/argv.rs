@@ -112,6 +112,7 @@ mod tests {
             prompt_chat: None,
             format: backend.format(),
             color: None,
+            delivery: Default::default(),
         }
     }
 

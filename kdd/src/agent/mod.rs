@@ -20,6 +20,7 @@ pub mod process;
 pub mod registry;
 pub mod supervisor;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,13 +37,16 @@ pub struct Runner {
     pub runs: Registry,
     /// How long a signalled agent has before SIGKILL.
     pub kill_grace: Duration,
+    /// The daemon's socket, named to agents as `KD_SOCKET` so that `kd`
+    /// run from their shell reaches this daemon.
+    pub socket: PathBuf,
     /// Set once the daemon stops: no run starts after it.
     closed: std::sync::atomic::AtomicBool,
 }
 
 impl Runner {
-    pub fn new(db: Arc<Db>, hub: Arc<Hub>, kill_grace: Duration) -> Runner {
-        Runner { db, hub, runs: Registry::default(), kill_grace, closed: Default::default() }
+    pub fn new(db: Arc<Db>, hub: Arc<Hub>, kill_grace: Duration, socket: PathBuf) -> Runner {
+        Runner { db, hub, runs: Registry::default(), kill_grace, socket, closed: Default::default() }
     }
 
     /// No run starts from now on (the daemon is stopping).

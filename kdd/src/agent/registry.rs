@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use kd_proto::types::{RunInfo, RunStatus, ThreadEvent};
+use kd_proto::types::{Message, RunInfo, RunStatus, ThreadEvent};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -31,6 +31,8 @@ struct State {
     text: String,
     chars: u64,
     stop: Option<StopReason>,
+    /// The message the run ended with, once written.
+    message: Option<Arc<Message>>,
 }
 
 /// One run in flight.
@@ -99,6 +101,7 @@ impl Run {
                 text: String::new(),
                 chars: 0,
                 stop: None,
+                message: None,
             }),
             cancel: CancellationToken::new(),
             done: watch::channel(false).0,
@@ -207,6 +210,16 @@ impl Run {
     /// Resolves when a stop was asked for.
     pub async fn stopped(&self) {
         self.cancel.cancelled().await
+    }
+
+    /// Keeps the message the run ended with (before [`Run::mark_done`]).
+    pub fn set_message(&self, m: Message) {
+        self.state().message = Some(Arc::new(m));
+    }
+
+    /// The message the run ended with, once it is done.
+    pub fn message(&self) -> Option<Arc<Message>> {
+        self.state().message.clone()
     }
 
     pub fn mark_done(&self) {

@@ -45,6 +45,11 @@ pub struct Spec {
     pub timeout: Duration,
     /// Longest answer kept (`council.max_answer_bytes`).
     pub max_answer_bytes: u64,
+    /// The thread's members: an answer naming them at the start of a line
+    /// is addressed to them (a hand-off).
+    pub members: Vec<String>,
+    /// Given instead of the thread's history (see [`crate::council::Launch`]).
+    pub prompt: Option<String>,
 }
 
 /// Runs `run` to its end and writes its message. Spawned by the council.
@@ -64,8 +69,9 @@ pub async fn supervise(d: Arc<Runner>, run: Arc<Run>, spec: Spec) {
     finish.meta.ordinal = Some(run.ordinal);
     run.set_status(finish.status);
     tracing::info!(run = run.id, member = run.member, status = finish.status.as_str(), "run ended");
-    if let Err(e) = d.db.finish_run(run.info(), finish).await {
-        tracing::error!(run = run.id, "cannot record the end of the run: {e}");
+    match d.db.finish_run(run.info(), finish).await {
+        Ok(message) => run.set_message(message),
+        Err(e) => tracing::error!(run = run.id, "cannot record the end of the run: {e}"),
     }
     d.runs.remove(&run.id);
     run.mark_done();
@@ -73,7 +79,7 @@ pub async fn supervise(d: Arc<Runner>, run: Arc<Run>, spec: Spec) {
 
 pub(super) fn failed(member: &str, status: RunStatus, reason: String) -> Finish {
     let reason = format!("{member}: {reason}");
-    Finish { status, body: reason.clone(), error: Some(reason), meta: RunMeta::default(), session: None }
+    Finish { status, body: reason.clone(), error: Some(reason), meta: RunMeta::default(), session: None, to: vec![] }
 }
 
 async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec) -> Finish {
@@ -92,6 +98,10 @@ async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec) -> Finish {
     let mut inv = argv::build(agent, &prepared.prompt, prepared.resume.as_deref());
     // Marks the agent and all it starts, wherever they go (see kill_tree).
     inv.env.push((process::RUN_MARKER.to_string(), run.id.clone()));
+    // Where the agent is, for `kd send`, `kd inbox` and `kd ack` from its shell.
+    inv.env.push(("KD_SOCKET".to_string(), d.socket.display().to_string()));
+    inv.env.push(("KD_THREAD".to_string(), run.thread.clone()));
+    inv.env.push(("KD_MEMBER".to_string(), member.clone()));
     if !spec.workspace.is_dir() {
         let reason = format!("the thread's workspace {} does not exist", spec.workspace.display());
         return with_session(failed(&member, RunStatus::Error, reason));
@@ -300,7 +310,14 @@ fn stopped_early(run: &Run) -> Finish {
         Some(StopReason::TimedOut) => RunStatus::TimedOut,
         _ => RunStatus::Cancelled,
     };
-    Finish { status, body: "(stopped before it started)".into(), error: None, meta: RunMeta::default(), session: None }
+    Finish {
+        status,
+        body: "(stopped before it started)".into(),
+        error: None,
+        meta: RunMeta::default(),
+        session: None,
+        to: vec![],
+    }
 }
 
 fn spawn_error(inv: &Invocation, agent: &AgentDef, e: &std::io::Error) -> String {
@@ -363,7 +380,8 @@ fn outcome(run: &Run, spec: &Spec, t: &Transcript, exit: Option<std::process::Ex
             None => (RunStatus::Done, answer, None),
         },
     };
-    Finish { status, body, error, meta, session: None }
+    let to = if status == RunStatus::Done { prompt::mentions::addressed(&body, &spec.members, member) } else { vec![] };
+    Finish { status, body, error, meta, session: None, to }
 }
 
 /// Why a run that stopped on its own failed, if it did. Judged by fatal

@@ -12,6 +12,7 @@
 //! - [`programs`]: the agent CLIs on `PATH`;
 //! - [`view`]: every effective value with where it came from (`config.get`).
 
+pub mod coordination;
 mod programs;
 mod raw;
 mod resolve;
@@ -23,6 +24,7 @@ use std::path::{Path, PathBuf};
 
 use kd_proto::types::Style;
 
+pub use coordination::{COORDINATION_HINT, Coordination, Delivery};
 pub use programs::{detect_members, find_program};
 
 /// Seconds a run may take when neither the member nor the council says.
@@ -182,6 +184,8 @@ pub struct AgentDef {
     pub format: Format,
     /// `color`, as written (validated).
     pub color: Option<String>,
+    /// How messages addressed to it are delivered (`delivery`).
+    pub delivery: Delivery,
 }
 
 impl AgentDef {
@@ -223,6 +227,8 @@ pub struct Config {
     /// The file it came from, if any.
     pub file: Option<PathBuf>,
     pub council: Council,
+    /// `council.max_hops` and `council.coordination_hint`.
+    pub coordination: Coordination,
     pub agents: BTreeMap<String, AgentDef>,
     /// The dotted keys the file sets (the rest are defaults).
     pub set_keys: BTreeSet<String>,
@@ -243,11 +249,19 @@ impl Config {
         self.agent(member).and_then(|a| a.timeout_s).unwrap_or(self.council.timeout_s)
     }
 
-    pub fn preamble(&self, style: Style) -> &str {
-        match style {
+    /// The preamble of a style, followed by the coordination hint unless
+    /// `council.coordination_hint` is false.
+    pub fn preamble(&self, style: Style) -> String {
+        let p = match style {
             Style::Council => &self.council.preamble,
             Style::Chat => &self.council.chat_preamble,
-        }
+        };
+        if self.coordination.hint { format!("{p}\n\n{COORDINATION_HINT}") } else { p.clone() }
+    }
+
+    /// How `member`'s messages are delivered (defaults for a non-member).
+    pub fn delivery(&self, member: &str) -> Delivery {
+        self.agent(member).map(|a| a.delivery.clone()).unwrap_or_default()
     }
 
     pub fn rounds(&self, style: Style) -> Rounds {

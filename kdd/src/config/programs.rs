@@ -40,6 +40,7 @@ pub(super) fn builtin(backend: Backend, env: &Env<'_>) -> AgentDef {
         prompt_chat: None,
         format: backend.format(),
         color: None,
+        delivery: Default::default(),
     }
 }
 

@@ -43,6 +43,10 @@ pub struct RawCouncil {
     pub ask: Option<RawAsk>,
     /// Kingdom: chat settings.
     pub chat: Option<RawChat>,
+    /// Hand-offs one exchange may make (agents addressing agents).
+    pub max_hops: Option<i64>,
+    /// Whether the preamble tells members about `kd send` and `kd inbox`.
+    pub coordination_hint: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -83,6 +87,20 @@ pub struct RawAgent {
     /// Kingdom: reasoning effort (claude `--effort`, codex
     /// `model_reasoning_effort`).
     pub effort: Option<String>,
+    /// How messages addressed to the member are delivered (F-X3).
+    pub delivery: Option<RawDelivery>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDelivery {
+    /// immediate or queued.
+    pub mode: Option<String>,
+    pub immediate_types: Option<Vec<String>>,
+    pub queued_types: Option<Vec<String>>,
+    pub queue_limit: Option<i64>,
+    /// drop_oldest or reject_new.
+    pub overflow: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

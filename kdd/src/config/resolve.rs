@@ -22,7 +22,7 @@ pub const MAX_AUTO_ROUNDS: u32 = 100;
 const CLAUDE_EFFORTS: &[&str] = &["low", "medium", "high", "xhigh", "max"];
 const CODEX_EFFORTS: &[&str] = &["low", "medium", "high", "xhigh", "max", "ultra"];
 
-struct Resolver {
+pub(super) struct Resolver {
     file: Option<PathBuf>,
     set_keys: BTreeSet<String>,
     mapped_from: BTreeMap<String, String>,
@@ -30,11 +30,11 @@ struct Resolver {
 }
 
 impl Resolver {
-    fn err(&self, key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    pub(super) fn err(&self, key: impl Into<String>, message: impl Into<String>) -> ConfigError {
         ConfigError { file: self.file.clone(), key: key.into(), message: message.into() }
     }
 
-    fn set(&mut self, key: &str, is_set: bool) {
+    pub(super) fn set(&mut self, key: &str, is_set: bool) {
         if is_set {
             self.set_keys.insert(key.to_string());
         }
@@ -73,8 +73,18 @@ pub(super) fn resolve(raw: RawConfig, file: Option<PathBuf>, env: &Env<'_>) -> R
         agents.insert(name, def);
     }
 
-    let council = council(&mut r, raw.council.unwrap_or_default(), &agents, env)?;
-    Ok(Config { file: r.file, council, agents, set_keys: r.set_keys, mapped_from: r.mapped_from, notices: r.notices })
+    let raw_council = raw.council.unwrap_or_default();
+    let coordination = super::coordination::coordination(&mut r, raw_council.max_hops, raw_council.coordination_hint)?;
+    let council = council(&mut r, raw_council, &agents, env)?;
+    Ok(Config {
+        file: r.file,
+        council,
+        coordination,
+        agents,
+        set_keys: r.set_keys,
+        mapped_from: r.mapped_from,
+        notices: r.notices,
+    })
 }
 
 /// Kingdom's design, review and peasant prompts: kd has no such phases.
@@ -170,6 +180,7 @@ fn agent(r: &mut Resolver, name: &str, a: RawAgent, top: &RawPrompts, env: &Env<
             return Err(r.err(key("color"), format!("{other} is not a colour; use a name, 0-255, or #rrggbb")));
         }
     };
+    let delivery = super::coordination::delivery(r, name, a.delivery)?;
     let mut args = effort_args(r, name, backend, a.effort.as_deref())?;
     args.extend(a.args.unwrap_or_default());
     args.extend(a.extra_flags.unwrap_or_default());
@@ -185,6 +196,7 @@ fn agent(r: &mut Resolver, name: &str, a: RawAgent, top: &RawPrompts, env: &Env<
         prompt_chat: None,
         format,
         color,
+        delivery,
     };
     set_prompts(&mut def, own_prompts, a.prompt.as_deref(), top);
     Ok(def)

@@ -3,18 +3,24 @@
 //! up to `auto_rounds` sequential round-robin rounds in member order, each
 //! turn seeing the whole thread. A member that errs, times out or is
 //! cancelled is not asked again in the same exchange (a retry or the next
-//! King message asks it again). A directed message gets one round. One exchange per
+//! King message asks it again). A directed message gets one round. After
+//! every answer, the members it hands off to (a line starting `@name`) are
+//! delivered it, up to `council.max_hops` hand-offs per exchange. One exchange per
 //! thread: a new King message stops the pending turns of the previous one
 //! (runs in flight finish), as does an interrupt.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use kd_proto::types::{Mode, RoundState, RunStatus, ThreadEvent};
+use kd_proto::types::{MessageKind, Mode, RoundState, RunStatus, ThreadEvent};
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use super::deliver::{Request, deliver};
 use super::{Council, Launch};
 use crate::agent::registry::{Place, Run};
+use crate::db::compose::Carrier;
+use crate::db::events::Record;
 
 /// An exchange in progress.
 pub struct Exchange {
@@ -126,15 +132,19 @@ pub async fn run(c: Arc<Council>, ex: Arc<Exchange>, plan: Plan) {
     ex.publish(&c, round_event(1, RoundState::Running, plan.first.clone()));
     let mut failed: HashSet<String> = HashSet::new();
     let mut last_round = 1;
+    let mut hops = 0;
     for run in &plan.started {
         run.done().await;
         if has_failed(run) {
             failed.insert(run.member.clone());
         }
     }
+    for run in &plan.started {
+        follow(&c, &ex, &plan, run.clone(), 1, &mut hops).await;
+    }
     if plan.mode == Mode::Sequential {
         for member in plan.first.iter().skip(plan.started.len()) {
-            if !turn(&c, &ex, &plan, member, 1, &mut failed).await {
+            if !turn(&c, &ex, &plan, member, 1, &mut failed, &mut hops).await {
                 break;
             }
         }
@@ -147,7 +157,7 @@ pub async fn run(c: Arc<Council>, ex: Arc<Exchange>, plan: Plan) {
         last_round = round;
         ex.publish(&c, round_event(round, RoundState::Running, expected.clone()));
         for member in &expected {
-            if !turn(&c, &ex, &plan, member, round, &mut failed).await {
+            if !turn(&c, &ex, &plan, member, round, &mut failed, &mut hops).await {
                 break;
             }
         }
@@ -165,9 +175,17 @@ fn has_failed(run: &Run) -> bool {
     matches!(run.info().status, RunStatus::Error | RunStatus::TimedOut | RunStatus::Cancelled)
 }
 
-/// Runs one member's turn, seeing the whole thread; false when the
-/// exchange was stopped and no turn was taken.
-async fn turn(c: &Council, ex: &Exchange, plan: &Plan, member: &str, round: u32, failed: &mut HashSet<String>) -> bool {
+/// Runs one member's turn, seeing the whole thread, and follows its
+/// hand-offs; false when the exchange was stopped and no turn was taken.
+async fn turn(
+    c: &Arc<Council>,
+    ex: &Exchange,
+    plan: &Plan,
+    member: &str,
+    round: u32,
+    failed: &mut HashSet<String>,
+    hops: &mut u32,
+) -> bool {
     if ex.is_stopped() {
         return false;
     }
@@ -184,6 +202,66 @@ async fn turn(c: &Council, ex: &Exchange, plan: &Plan, member: &str, round: u32,
         if has_failed(&run) {
             failed.insert(member.to_string());
         }
+        follow(c, ex, plan, run, round, hops).await;
     }
     true
+}
+
+/// Follows the hand-offs from `first`'s answer (F-X1): the members an
+/// answer addresses are delivered it by their delivery mode, and the
+/// answers of the runs that starts are followed in turn — at most
+/// `council.max_hops` hand-offs per exchange, after which the addressees
+/// are not asked (a `routing.hop_limit` event says so).
+async fn follow(c: &Arc<Council>, ex: &Exchange, plan: &Plan, first: Arc<Run>, round: u32, hops: &mut u32) {
+    let max = plan.launch.config.coordination.max_hops;
+    let mut queue = VecDeque::from([first]);
+    while let Some(run) = queue.pop_front() {
+        if ex.is_stopped() {
+            return;
+        }
+        let Some(message) = run.message() else { continue };
+        let Some(route) = message.route.filter(|_| message.kind == MessageKind::Agent) else { continue };
+        if *hops >= max {
+            let event = Record {
+                kind: "routing.hop_limit".into(),
+                thread: Some(ex.thread.clone()),
+                agent: Some(run.member.clone()),
+                from: Some(run.member.clone()),
+                to: message.to.clone(),
+                correlation_id: Some(format!("x-{}", ex.king)),
+                data: json!({"seq": message.seq, "hops": *hops, "max_hops": max}),
+            };
+            if let Err(e) = c.agents.db.record(vec![event]).await {
+                tracing::warn!(thread = ex.thread, "cannot record the hop limit: {e}");
+            }
+            continue;
+        }
+        *hops += 1;
+        let request = Request {
+            thread: plan.launch.thread.clone(),
+            config: plan.launch.config.clone(),
+            from: run.member.clone(),
+            to: message.to.clone(),
+            cc: vec![],
+            route,
+            correlation_id: format!("x-{}", ex.king),
+            style: plan.launch.style,
+            client: plan.launch.client,
+            exchange: Some(ex.king),
+            round: Some(round),
+            emergency: None,
+            message: Carrier::Stored((*message).clone()),
+        };
+        match deliver(c, request).await {
+            Ok(d) => {
+                for start in d.starts {
+                    if let Some(next) = start.run().await {
+                        next.done().await;
+                        queue.push_back(next);
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(thread = ex.thread, "cannot hand off {}'s answer: {e}", run.member),
+        }
+    }
 }

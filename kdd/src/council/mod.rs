@@ -1,10 +1,11 @@
-//! The council: who a message is for ([`mentions`]), sending a King
+//! The council: delivering routed messages to members ([`deliver`]),
+//! sending a King
 //! message ([`send`]), the rounds that follow it ([`exchange`]), and
 //! retrying failed answers ([`retry`]). It decides who is asked and when;
 //! [`crate::agent`] runs them and [`crate::prompt`] says what they are told.
 
+pub mod deliver;
 pub mod exchange;
-pub mod mentions;
 pub mod retry;
 pub mod send;
 
@@ -51,6 +52,9 @@ pub struct Launch {
     /// Overrides the members' timeouts.
     pub timeout: Option<Duration>,
     pub client: Option<ClientId>,
+    /// A prompt of its own instead of the thread (a ballot or a synthesis
+    /// of `completion.agents`), after the preamble and the agent's prompt.
+    pub prompt: Option<String>,
 }
 
 impl Launch {
@@ -83,6 +87,8 @@ impl Launch {
                 context: self.thread.context,
                 workspace: PathBuf::from(&self.thread.workspace),
                 max_answer_bytes: self.config.council.max_answer_bytes,
+                members: self.config.council.members.clone(),
+                prompt: self.prompt.clone(),
             };
             tokio::spawn(supervisor::supervise(c.agents.clone(), run.clone(), spec));
         }

@@ -46,7 +46,7 @@ pub async fn retry(
             (last.kind == MessageKind::Error).then(|| (member.clone(), (*last).clone()))
         })
         .collect();
-    let launch = Launch { thread, config, style, timeout, client };
+    let launch = Launch { thread, config, style, timeout, client, prompt: None };
     let mut runs = Vec::new();
     for (member, message) in failed {
         let place =

@@ -11,13 +11,13 @@ use kd_proto::names::{ALL, KING};
 use kd_proto::types::{Lineage, MessageKind, Mode, Sent, SentRun, Style, Thread};
 
 use super::exchange::{self, Exchange, Plan};
-use super::mentions::mentions;
 use super::{Council, Launch};
 use crate::agent::registry::Place;
 use crate::client::ClientId;
 use crate::config::{self, Config};
 use crate::db::messages::NewMessage;
 use crate::db::threads::NewThread;
+use crate::prompt::mentions::mentions;
 
 /// A send, with its parameters checked.
 #[derive(Debug, Clone)]
@@ -79,6 +79,7 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
         fence: None,
         replaces: None,
         refs: vec![],
+        route: None,
     };
     let (thread, message) = match target {
         Target::Existing(thread) => {
@@ -117,7 +118,7 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
         )
     });
     let turns: Vec<String> = config.council.members.iter().filter(|m| !req.mute.contains(m)).cloned().collect();
-    let launch = Launch { thread, config, style: req.style, timeout: req.timeout, client: req.client };
+    let launch = Launch { thread, config, style: req.style, timeout: req.timeout, client: req.client, prompt: None };
     let ex = Arc::new(Exchange::new(launch.thread.id.clone(), message.seq));
     // The new exchange replaces (stops) the thread's pending one.
     c.exchanges.begin(ex.clone());

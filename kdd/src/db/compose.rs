@@ -1,14 +1,18 @@
 //! Writes that make a thread and its messages together, in one transaction
 //! (above [`super::threads`] and [`super::messages`]): an import, and a new
 //! thread created with its first message (so a refused first message leaves
-//! no empty thread).
+//! no empty thread); and a routed message with its inbox entries, above
+//! [`super::inbox`] and [`super::acks`].
 
-use kd_proto::types::{Message, Thread};
+use kd_proto::types::{Message, RouteType, Thread};
 use rusqlite::Connection;
+use serde_json::json;
 
+use super::events::{self, NewEvent};
 use super::messages::{self, NewMessage};
 use super::threads::{self, NewThread};
 use super::{DbError, DbResult, Outbox};
+use super::{acks, inbox};
 
 /// Creates a thread holding `messages` (time, message), as an import: the
 /// chosen id is used when it is free, a fresh one otherwise.
@@ -67,5 +71,114 @@ impl super::Db {
         messages: Vec<(i64, NewMessage)>,
     ) -> DbResult<Thread> {
         self.write(move |c, out| import(c, t, created_at, messages, out)).await
+    }
+}
+
+/// A routed message (F-X1): the message, who keeps it in their inbox and
+/// how each is delivered, written with the routing decision's events in
+/// one transaction.
+#[derive(Debug, Clone)]
+pub struct Routing {
+    pub message: Carrier,
+    pub route: RouteType,
+    /// One per recipient, with its delivery (`immediate`, `queued`,
+    /// `copied`, `emergency`); their `seq` is filled in here.
+    pub entries: Vec<(inbox::Entry, &'static str)>,
+    /// For an emergency broadcast: its id; every recipient owes an ack.
+    pub emergency: Option<String>,
+    pub correlation_id: String,
+}
+
+/// The message a routing carries: a new one, or one already stored (an
+/// answer that hands off).
+#[derive(Debug, Clone)]
+pub enum Carrier {
+    New(NewMessage),
+    Stored(Message),
+}
+
+/// What [`route`] wrote.
+#[derive(Debug, Clone)]
+pub struct Routed {
+    pub message: Message,
+    /// Per entry of [`Routing::entries`], in order.
+    pub kept: Vec<inbox::Kept>,
+    pub participants: Vec<String>,
+}
+
+pub fn route(conn: &Connection, now: i64, r: Routing, out: &mut Outbox) -> DbResult<Routed> {
+    let message = match r.message {
+        Carrier::New(m) => messages::append(conn, now, m, out)?,
+        Carrier::Stored(m) => m,
+    };
+    let mut names = vec![message.from.clone()];
+    names.extend(r.entries.iter().map(|(e, _)| e.member.clone()));
+    let participants = inbox::participate(conn, now, &message.thread, &names)?;
+    events::record(
+        conn,
+        now,
+        &NewEvent {
+            kind: &format!("routing.{}", r.route.as_str()),
+            thread: Some(&message.thread),
+            from: Some(&message.from),
+            to: &message.to,
+            correlation_id: Some(&r.correlation_id),
+            data: json!({"seq": message.seq, "cc": message.cc, "reply_to": message.reply_to,
+                         "participants": participants}),
+            ..Default::default()
+        },
+    )?;
+    let mut kept = Vec::with_capacity(r.entries.len());
+    for (mut e, how) in r.entries {
+        e.seq = message.seq;
+        let k = inbox::keep(conn, now, &e)?;
+        let (kind, data) = match k {
+            inbox::Kept::Queued { id, size, dropped } => (
+                format!("delivery.{how}"),
+                json!({"seq": message.seq, "inbox": id, "queue_size": size, "dropped": dropped, "role": e.role}),
+            ),
+            inbox::Kept::Rejected { size } => {
+                ("delivery.rejected".to_string(), json!({"seq": message.seq, "queue_size": size, "limit": e.limit}))
+            }
+        };
+        events::record(
+            conn,
+            now,
+            &NewEvent {
+                kind: &kind,
+                thread: Some(&message.thread),
+                agent: Some(&e.member),
+                from: Some(&message.from),
+                to: std::slice::from_ref(&e.member),
+                correlation_id: Some(&r.correlation_id),
+                data,
+                ..Default::default()
+            },
+        )?;
+        kept.push(k);
+    }
+    if let Some(broadcast) = &r.emergency {
+        let members: Vec<String> = names.into_iter().skip(1).collect();
+        acks::owe(conn, broadcast, &message.thread, message.seq, &members)?;
+        events::record(
+            conn,
+            now,
+            &NewEvent {
+                kind: "system.emergency_broadcast",
+                thread: Some(&message.thread),
+                from: Some(&message.from),
+                to: &members,
+                correlation_id: Some(broadcast),
+                data: json!({"broadcast": broadcast, "seq": message.seq}),
+                ..Default::default()
+            },
+        )?;
+    }
+    Ok(Routed { message, kept, participants })
+}
+
+impl super::Db {
+    pub async fn route(&self, r: Routing) -> DbResult<Routed> {
+        self.write(move |c, out| route(c, super::now_ms(), r, out)).await
     }
 }

@@ -107,3 +107,45 @@ impl super::Db {
         self.read(move |c| list(c, &filter)).await
     }
 }
+
+/// An event to record on its own, owning its fields (see [`NewEvent`]).
+#[derive(Debug, Default, Clone)]
+pub struct Record {
+    pub kind: String,
+    pub thread: Option<String>,
+    pub agent: Option<String>,
+    pub from: Option<String>,
+    pub to: Vec<String>,
+    pub correlation_id: Option<String>,
+    pub data: Value,
+}
+
+impl Record {
+    pub fn write(&self, conn: &Connection, at: i64) -> DbResult<()> {
+        record(
+            conn,
+            at,
+            &NewEvent {
+                kind: &self.kind,
+                thread: self.thread.as_deref(),
+                session: None,
+                agent: self.agent.as_deref(),
+                from: self.from.as_deref(),
+                to: &self.to,
+                correlation_id: self.correlation_id.as_deref(),
+                data: self.data.clone(),
+            },
+        )
+    }
+}
+
+impl super::Db {
+    /// Records events that change nothing else (decisions, warnings).
+    pub async fn record(&self, events: Vec<Record>) -> DbResult<()> {
+        self.write(move |c, _| {
+            let now = super::now_ms();
+            events.iter().try_for_each(|e| e.write(c, now))
+        })
+        .await
+    }
+}

@@ -1,6 +1,6 @@
 //! Messages: dense per-thread `seq`, handed out by the writer in commit order.
 
-use kd_proto::types::{Fence, Message, MessageKind, RunMeta, ThreadEvent};
+use kd_proto::types::{Fence, Message, MessageKind, RouteType, RunMeta, ThreadEvent};
 use rusqlite::{Connection, Row, params};
 use serde_json::json;
 
@@ -25,6 +25,8 @@ pub struct NewMessage {
     pub replaces: Option<u64>,
     /// Files the message refers to.
     pub refs: Vec<String>,
+    /// How it was routed (messages between members).
+    pub route: Option<RouteType>,
 }
 
 /// Appends a message with the thread's next seq, records it in the event
@@ -63,8 +65,9 @@ fn append_as(conn: &Connection, now: i64, seq: u64, m: NewMessage, out: &mut Out
     }
     let run = m.run.as_ref().map(|r| serde_json::to_string(r).unwrap_or_default());
     conn.prepare_cached(
-        "INSERT INTO messages (thread_id, seq, sender, recipients, cc, reply_to, kind, body, round, created_at, run, replaces, refs)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+        "INSERT INTO messages
+             (thread_id, seq, sender, recipients, cc, reply_to, kind, body, round, created_at, run, replaces, refs, route)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
     )?
     .execute(params![
         m.thread,
@@ -79,7 +82,8 @@ fn append_as(conn: &Connection, now: i64, seq: u64, m: NewMessage, out: &mut Out
         now,
         run,
         m.replaces.map(|r| r as i64),
-        json_list(&m.refs)
+        json_list(&m.refs),
+        m.route.map(RouteType::as_str)
     ])?;
     events::record(
         conn,
@@ -97,6 +101,7 @@ fn append_as(conn: &Connection, now: i64, seq: u64, m: NewMessage, out: &mut Out
                 "reply_to": m.reply_to,
                 "round": m.round,
                 "replaces": m.replaces,
+                "route": m.route,
                 // The body is the message's: events.list reads it from there.
             }),
             ..Default::default()
@@ -116,6 +121,7 @@ fn append_as(conn: &Connection, now: i64, seq: u64, m: NewMessage, out: &mut Out
         run: m.run,
         replaces: m.replaces,
         refs: m.refs,
+        route: m.route,
     };
     out.publish(&message.thread, ThreadEvent::Message { message: Box::new(message.clone()) });
     Ok(message)
@@ -172,11 +178,11 @@ pub fn list(conn: &Connection, thread: &str, page: Page) -> DbResult<Vec<Message
     threads::get(conn, thread)?;
     let sql = if page.from_end {
         "SELECT thread_id, seq, sender, recipients, cc, reply_to, kind, CASE WHEN ?5 THEN body ELSE '' END,
-                round, created_at, run, replaces, refs
+                round, created_at, run, replaces, refs, route
          FROM messages WHERE thread_id = ?1 AND seq > ?2 AND seq < ?3 ORDER BY seq DESC LIMIT ?4"
     } else {
         "SELECT thread_id, seq, sender, recipients, cc, reply_to, kind, CASE WHEN ?5 THEN body ELSE '' END,
-                round, created_at, run, replaces, refs
+                round, created_at, run, replaces, refs, route
          FROM messages WHERE thread_id = ?1 AND seq > ?2 AND seq < ?3 ORDER BY seq LIMIT ?4"
     };
     let mut stmt = conn.prepare_cached(sql)?;
@@ -217,6 +223,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Message> {
         run: run.and_then(|s| serde_json::from_str(&s).ok()),
         replaces: r.get::<_, Option<i64>>(11)?.map(|v| v as u64),
         refs: parse_list(&r.get::<_, String>(12)?),
+        route: r.get_ref(13)?.as_str_or_null()?.and_then(RouteType::parse),
     })
 }
 
@@ -237,5 +244,16 @@ impl super::Db {
 
     pub async fn messages(&self, thread: String, page: Page) -> DbResult<Vec<Message>> {
         self.read(move |c| list(c, &thread, page)).await
+    }
+}
+
+impl super::Db {
+    /// One message of a thread.
+    pub async fn message(&self, thread: String, seq: u64) -> DbResult<Message> {
+        self.read(move |c| {
+            let page = Page { after: seq.saturating_sub(1), before: Some(seq.saturating_add(1)), ..Page::all_after(0) };
+            list(c, &thread, page)?.pop().ok_or_else(|| DbError::NotFound(format!("message {seq} of thread {thread}")))
+        })
+        .await
     }
 }

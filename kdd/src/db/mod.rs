@@ -16,9 +16,11 @@
 //! [`sessions`], [`locks`] and [`events`] hold the queries, [`schema`] the
 //! migrations.
 
+pub mod acks;
 mod checkpoint;
-mod compose;
+pub mod compose;
 pub mod events;
+pub mod inbox;
 pub mod locks;
 pub mod messages;
 mod pool;

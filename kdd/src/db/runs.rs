@@ -3,14 +3,14 @@
 //! recovery of runs a dead daemon left in flight.
 
 use kd_proto::names::KING;
-use kd_proto::types::{Message, MessageKind, RunInfo, RunMeta, RunStatus, SessionStatus, ThreadEvent};
+use kd_proto::types::{Message, MessageKind, RouteType, RunInfo, RunMeta, RunStatus, SessionStatus, ThreadEvent};
 use rusqlite::{Connection, params};
 use serde_json::json;
 
 use super::events::{self, NewEvent};
 use super::messages::{self, NewMessage};
 use super::sessions::{self, SessionEnd};
-use super::{DbResult, Outbox};
+use super::{DbResult, Outbox, acks};
 
 /// Records a run that was accepted; subscribers hear `run_waiting`.
 pub fn insert(conn: &Connection, now: i64, run: &RunInfo, out: &mut Outbox) -> DbResult<()> {
@@ -116,6 +116,9 @@ pub struct Finish {
     /// The session the run held, released as it says (its backend id, when
     /// not given, is the run's).
     pub session: Option<SessionEnd>,
+    /// The members the answer is addressed to (a hand-off); the King when
+    /// empty.
+    pub to: Vec<String>,
 }
 
 /// Writes the run's message, closes its row and session, and tells
@@ -132,7 +135,7 @@ pub fn finish(conn: &Connection, now: i64, run: &RunInfo, f: Finish, out: &mut O
         NewMessage {
             thread: run.thread.clone(),
             from: run.member.clone(),
-            to: vec![KING.to_string()],
+            to: if f.to.is_empty() { vec![KING.to_string()] } else { f.to.clone() },
             cc: vec![],
             reply_to: run.reply_to,
             kind,
@@ -143,9 +146,19 @@ pub fn finish(conn: &Connection, now: i64, run: &RunInfo, f: Finish, out: &mut O
             fence: None,
             replaces: run.replaces,
             refs: vec![],
+            route: match f.to.len() {
+                0 => None,
+                1 => Some(RouteType::PointToPoint),
+                _ => Some(RouteType::Multicast),
+            },
         },
         out,
     )?;
+    if f.status == RunStatus::Done {
+        // An answer given the broadcast acknowledges it.
+        let acked = acks::settle(conn, now, &run.thread, &run.member, run.reply_to.unwrap_or(0), None, "answer")?;
+        acks::progress(conn, &run.thread, &acked, out)?;
+    }
     conn.prepare_cached(
         "UPDATE runs SET status = ?2, ended_at = ?3, message_seq = ?4, error = ?5, partial = '' WHERE id = ?1",
     )?
@@ -263,6 +276,7 @@ pub fn recover(conn: &Connection, now: i64, out: &mut Outbox) -> DbResult<usize>
                 session: session
                     .filter(|s| sessions::get(conn, s).is_ok_and(|s| s.status == SessionStatus::Active))
                     .map(|id| SessionEnd { id, status: SessionStatus::Idle, backend_session_id: None, seen_seq: None }),
+                to: vec![],
             },
             out,
         )?;

@@ -4,10 +4,13 @@
 //! - [`history`]: the thread as a multi-party conversation (F-A5), the
 //!   messages a resumed session has not seen, and the prompt around them
 //!   (F-A6);
-//! - [`label`]: stripping the `name: ` label an agent echoes back.
+//! - [`label`]: stripping the `name: ` label an agent echoes back;
+//! - [`mentions`]: `@member` in a King's message, and the members an
+//!   answer hands off to.
 
 pub mod history;
 pub mod label;
+pub mod mentions;
 
 pub use history::{assemble, format_new_messages, format_thread_history, is_history, unseen};
 pub use label::{LabelStripper, strip_label};

@@ -1,6 +1,7 @@
 //! The JSON-RPC methods: `KdApiServer` implemented over the daemon's state,
 //! one file per domain — [`daemon`], [`threads`], [`council`], [`registry`]
-//! (runs, sessions, locks, events) and [`subscribe`] — each a thin adapter:
+//! (runs, sessions, locks, events), [`coordination`] (routing, queues,
+//! completions, emergencies, races) and [`subscribe`] — each a thin adapter:
 //! it checks parameter values ([`validate`]) and calls its subsystem; [`error`]
 //! turns registry errors into stable error codes. The trait's methods here
 //! only delegate.
@@ -9,6 +10,7 @@
 #![allow(clippy::too_many_arguments)]
 
 pub mod check;
+mod coordination;
 mod council;
 mod daemon;
 pub mod error;
@@ -29,7 +31,18 @@ use kd_proto::{KdApiServer, RpcResult};
 use crate::state::Daemon;
 
 /// What this daemon offers beyond the basic protocol.
-pub const CAPABILITIES: &[&str] = &["subscriptions", "sessions", "locks", "events", "openrpc"];
+pub const CAPABILITIES: &[&str] = &[
+    "subscriptions",
+    "sessions",
+    "locks",
+    "events",
+    "openrpc",
+    "routing",
+    "queues",
+    "completions",
+    "emergency",
+    "races",
+];
 
 pub struct Rpc {
     d: Arc<Daemon>,
@@ -252,6 +265,97 @@ impl KdApiServer for Rpc {
 
     async fn lock_list(&self, resource: Option<String>) -> RpcResult<Vec<Lock>> {
         registry::lock_list(&self.d, resource).await
+    }
+
+    async fn message_route(
+        &self,
+        ext: &Extensions,
+        thread: String,
+        from: String,
+        body: String,
+        to: Option<Vec<String>>,
+        cc: Option<Vec<String>>,
+        reply_to: Option<u64>,
+        route_type: Option<RouteType>,
+        correlation_id: Option<String>,
+    ) -> RpcResult<Routed> {
+        coordination::message_route(&self.d, ext, thread, from, body, to, cc, reply_to, route_type, correlation_id)
+            .await
+    }
+
+    async fn queue_read(
+        &self,
+        member: String,
+        thread: Option<String>,
+        types: Option<Vec<RouteType>>,
+        status: Option<InboxStatus>,
+        limit: Option<u32>,
+        mark_read: Option<bool>,
+    ) -> RpcResult<Vec<InboxItem>> {
+        coordination::queue_read(&self.d, member, thread, types, status, limit, mark_read).await
+    }
+
+    async fn queue_process(&self, member: String, ids: Vec<u64>, action: Option<InboxStatus>) -> RpcResult<Processed> {
+        coordination::queue_process(&self.d, member, ids, action).await
+    }
+
+    async fn queue_subscribe(
+        &self,
+        thread: String,
+        member: String,
+        types: Vec<RouteType>,
+        mode: DeliveryMode,
+    ) -> RpcResult<DeliveryPrefs> {
+        coordination::queue_subscribe(&self.d, thread, member, types, mode).await
+    }
+
+    async fn completion_agents(
+        &self,
+        ext: &Extensions,
+        thread: String,
+        body: String,
+        agents: Option<Vec<String>>,
+        wait: Option<Wait>,
+        timeout_s: Option<u64>,
+        aggregation: Option<Aggregation>,
+        vote: Option<bool>,
+        chair: Option<String>,
+    ) -> RpcResult<Completion> {
+        coordination::completion_agents(&self.d, ext, thread, body, agents, wait, timeout_s, aggregation, vote, chair)
+            .await
+    }
+
+    async fn emergency_broadcast(
+        &self,
+        ext: &Extensions,
+        thread: String,
+        body: String,
+        from: Option<String>,
+        stop: Option<bool>,
+    ) -> RpcResult<Emergency> {
+        coordination::emergency_broadcast(&self.d, ext, thread, body, from, stop).await
+    }
+
+    async fn emergency_ack(&self, thread: String, member: String, broadcast: Option<String>) -> RpcResult<Vec<Ack>> {
+        coordination::emergency_ack(&self.d, thread, member, broadcast).await
+    }
+
+    async fn emergency_pending(&self, thread: Option<String>, all: Option<bool>) -> RpcResult<Vec<Ack>> {
+        coordination::emergency_pending(&self.d, thread, all).await
+    }
+
+    async fn resource_write(
+        &self,
+        resource: String,
+        agent: String,
+        thread: Option<String>,
+        window_ms: Option<u64>,
+    ) -> RpcResult<RaceCheck> {
+        coordination::resource(&self.d, resource, agent, thread, Access::Write, window_ms).await
+    }
+
+    async fn resource_read(&self, resource: String, agent: String, thread: Option<String>) -> RpcResult<RaceCheck> {
+        coordination::resource(&self.d, resource, agent, thread, Access::Read, None).await
     }
 
     async fn events_list(

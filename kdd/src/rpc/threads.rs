@@ -139,6 +139,7 @@ pub async fn append(
         fence,
         replaces: None,
         refs: vec![],
+        route: None,
     };
     Ok(d.db.append_message(m).await?)
 }
@@ -190,6 +191,7 @@ pub async fn import(
                 fence: None,
                 replaces: None,
                 refs: m.refs,
+                route: None,
             },
         ));
     }

@@ -1,6 +1,7 @@
 use std::os::unix::fs::PermissionsExt;
 
 use super::super::*;
+use kd_proto::types::{DeliveryMode, Overflow, RouteType};
 
 struct Fixture {
     dir: tempfile::TempDir,
@@ -78,7 +79,7 @@ fn a_full_file_is_read() {
     let c = f.load().unwrap();
     assert_eq!(c.council.members, vec!["claude", "bot"]);
     assert_eq!((c.council.timeout_s, c.council.ask), (30, Rounds { mode: Mode::Sequential, auto_rounds: 2 }));
-    assert_eq!((c.preamble(Style::Council), c.preamble(Style::Chat)), ("Be brief.", "Chat."));
+    assert_eq!((c.preamble(Style::Council), c.preamble(Style::Chat)), (hinted("Be brief."), hinted("Chat.")));
     let claude = c.agent("claude").unwrap();
     assert_eq!((claude.model.as_deref(), claude.timeout_s, claude.command.as_str()), (Some("opus"), Some(5), "claude"));
     assert_eq!(claude.prompt(Style::Council), Some("You review."));
@@ -193,7 +194,7 @@ fn a_real_kingdom_config_is_accepted_and_mapped() {
     assert_eq!(codex.prompt(Style::Chat), codex.prompt(Style::Council));
     assert_eq!(c.agent("cursor").unwrap().prompt(Style::Council), Some("Think about edge cases."));
     assert_eq!(c.agent("gemini").unwrap().prompt(Style::Council), Some("Think about edge cases."), "every agent");
-    assert_eq!(c.preamble(Style::Council), COUNCIL_PREAMBLE);
+    assert_eq!(c.preamble(Style::Council), hinted(COUNCIL_PREAMBLE));
     let keys: Vec<&str> = c.notices.iter().filter_map(|n| n.split(':').next()).collect();
     assert_eq!(
         keys,
@@ -222,7 +223,7 @@ fn kingdom_writable_and_manual_chat() {
     let c = f.load().unwrap();
     assert_eq!(
         (c.preamble(Style::Council), c.preamble(Style::Chat)),
-        (WRITABLE_COUNCIL_PREAMBLE, WRITABLE_CHAT_PREAMBLE)
+        (hinted(WRITABLE_COUNCIL_PREAMBLE), hinted(WRITABLE_CHAT_PREAMBLE))
     );
     assert_eq!(c.council.chat, Rounds { mode: Mode::Broadcast, auto_rounds: 0 }, "manual: no auto-turns");
     assert_eq!(c.council.ask.auto_rounds, DEFAULT_AUTO_ROUNDS);
@@ -231,4 +232,37 @@ fn kingdom_writable_and_manual_chat() {
     let c = f.load().unwrap();
     assert_eq!(c.council.ask.auto_rounds, 0, "auto_messages 0: no follow-ups");
     assert_eq!(c.notices, vec!["agents.cursor.effort: the cursor backend has no effort setting (ignored)"]);
+}
+
+/// A preamble followed by the coordination hint, as members get it by default.
+fn hinted(p: &str) -> String {
+    format!("{p}\n\n{}", crate::config::COORDINATION_HINT)
+}
+
+#[test]
+fn coordination_settings_and_delivery_preferences() {
+    let f = Fixture::new();
+    f.write(
+        r#"{"council": {"members": ["claude"], "max_hops": 2, "coordination_hint": false},
+            "agents": {"claude": {"delivery": {"mode": "queued", "immediate_types": ["reply"], "queue_limit": 3, "overflow": "reject_new"}}}}"#,
+    );
+    let c = f.load().unwrap();
+    assert_eq!(c.coordination, crate::config::Coordination { max_hops: 2, hint: false });
+    assert_eq!(c.preamble(Style::Council), COUNCIL_PREAMBLE, "no hint when it is off");
+    let d = c.delivery("claude");
+    assert_eq!((d.mode, d.queue_limit, d.overflow), (DeliveryMode::Queued, 3, Overflow::RejectNew));
+    assert_eq!(d.immediate_types, vec![RouteType::Reply]);
+    for (bad, key) in [
+        (r#"{"council": {"max_hops": -1}}"#, "council.max_hops"),
+        (r#"{"agents": {"claude": {"delivery": {"mode": "later"}}}}"#, "agents.claude.delivery.mode"),
+        (
+            r#"{"agents": {"claude": {"delivery": {"queued_types": ["gossip"]}}}}"#,
+            "agents.claude.delivery.queued_types",
+        ),
+        (r#"{"agents": {"claude": {"delivery": {"queue_limit": 0}}}}"#, "agents.claude.delivery.queue_limit"),
+        (r#"{"agents": {"claude": {"delivery": {"overflow": "spill"}}}}"#, "agents.claude.delivery.overflow"),
+    ] {
+        f.write(bad);
+        assert_eq!(f.load().unwrap_err().key, key, "{bad}");
+    }
 }

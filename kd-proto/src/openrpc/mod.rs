@@ -6,6 +6,8 @@
 //! cannot drift from the types; method and parameter names are listed here
 //! once and checked against the server's method table by a test in `kdd`.
 
+mod coordination;
+
 use std::sync::OnceLock;
 
 use schemars::generate::{SchemaGenerator, SchemaSettings};
@@ -303,10 +305,13 @@ fn build() -> (Vec<MethodDoc>, Value) {
     b.method::<Vec<Lock>>("lock.list", "locks", "Locks currently held (expired and dead-holder locks are not listed).");
     b.param::<String>("resource", false, "only this resource");
 
+    coordination::methods(&mut b);
+
     b.method::<Vec<Event>>(
         "events.list",
         "events",
-        "The event log, oldest first: sessions, messages, routing, runs, locks.",
+        "The event log, oldest first: sessions, messages, runs, locks, and the coordination layer's routing.*, \
+         delivery.*, queue.*, completion.*, system.emergency_*, resource.* and race.* decisions.",
     );
     b.param::<String>("thread", false, "only this thread")
         .param::<String>("agent", false, "only events concerning this agent")
@@ -439,7 +444,7 @@ mod tests {
 
     #[test]
     fn readme_reference_is_current() {
-        let readme = include_str!("../../README.md");
+        let readme = include_str!("../../../README.md");
         let reference = markdown_reference();
         assert!(
             readme.contains(&reference),

@@ -1,0 +1,106 @@
+//! `message.route` (F-X1): a message from the King or a member to members,
+//! with `to`, `cc`, `reply_to` and a conversation type — given, or derived:
+//! `all` among the addressees makes a broadcast (every member but the
+//! sender), an answer to a message a reply (to its sender when no one is
+//! named), one addressee point-to-point, several a multicast.
+
+use jsonrpsee::types::ErrorObjectOwned;
+use kd_proto::ErrorCode;
+use kd_proto::names::{ALL, KING};
+use kd_proto::types::{MessageKind, RouteType, Routed, Style};
+
+use super::{Coord, check_members, check_sender};
+use crate::client::ClientId;
+use crate::council::deliver::{self, Request};
+use crate::db::compose::Carrier;
+use crate::db::messages::NewMessage;
+use crate::db::random_id;
+
+/// A routing, with its parameters checked for form.
+pub struct Params {
+    pub thread: String,
+    pub from: String,
+    pub body: String,
+    pub to: Vec<String>,
+    pub cc: Vec<String>,
+    pub reply_to: Option<u64>,
+    pub route: Option<RouteType>,
+    pub correlation_id: Option<String>,
+    pub client: Option<ClientId>,
+}
+
+pub async fn route(co: &Coord, p: Params) -> Result<Routed, ErrorObjectOwned> {
+    let (thread, config) = co.thread(&p.thread).await?;
+    check_sender(&config, &p.from)?;
+    check_members(&config, &p.to, true)?;
+    check_members(&config, &p.cc, false)?;
+    if p.route == Some(RouteType::Emergency) {
+        return Err(ErrorCode::InvalidArgument.error("an emergency goes through emergency.broadcast"));
+    }
+    let others = |names: &[String]| -> Vec<String> { names.iter().filter(|n| **n != p.from).cloned().collect() };
+    let everyone = p.route == Some(RouteType::Broadcast) || p.to.iter().any(|n| n == ALL);
+    let mut to = if everyone { others(&config.council.members) } else { others(&p.to) };
+    if to.is_empty()
+        && let Some(seq) = p.reply_to
+    {
+        // A reply with no one named goes to the sender of what it answers.
+        let answered = co.council.agents.db.message(thread.id.clone(), seq).await?;
+        if answered.from != p.from && answered.from != KING {
+            to.push(answered.from);
+        }
+    }
+    if to.is_empty() {
+        return Err(ErrorCode::InvalidArgument
+            .error("name at least one other member in to (or all), or reply_to a member's message"));
+    }
+    let cc: Vec<String> = others(&p.cc).into_iter().filter(|n| !to.contains(n)).collect();
+    let route = p.route.unwrap_or(if everyone {
+        RouteType::Broadcast
+    } else if p.reply_to.is_some() {
+        RouteType::Reply
+    } else if to.len() == 1 {
+        RouteType::PointToPoint
+    } else {
+        RouteType::Multicast
+    });
+    let correlation_id = p.correlation_id.unwrap_or_else(|| format!("m-{}", random_id(10)));
+    let message = NewMessage {
+        thread: thread.id.clone(),
+        from: p.from.clone(),
+        to: to.clone(),
+        cc: cc.clone(),
+        reply_to: p.reply_to,
+        kind: if p.from == KING { MessageKind::King } else { MessageKind::Agent },
+        body: p.body,
+        round: None,
+        run: None,
+        correlation_id: Some(correlation_id.clone()),
+        fence: None,
+        replaces: None,
+        refs: vec![],
+        route: Some(route),
+    };
+    let request = Request {
+        thread,
+        config,
+        message: Carrier::New(message),
+        from: p.from,
+        to,
+        cc,
+        route,
+        correlation_id: correlation_id.clone(),
+        style: Style::Council,
+        client: p.client,
+        exchange: None,
+        round: None,
+        emergency: None,
+    };
+    let d = deliver::deliver(&co.council, request).await?;
+    Ok(Routed {
+        message: d.message,
+        route_type: route,
+        deliveries: d.deliveries,
+        participants: d.participants,
+        correlation_id,
+    })
+}

@@ -1,0 +1,190 @@
+//! Delivering a routed message to its members (F-X1, F-X3): each addressee
+//! by its delivery mode — `immediate` starts a run answering it now, or
+//! right after the member's run in flight on the thread; `queued` keeps it
+//! in the member's inbox for its next turn — and each `cc` member keeps it
+//! in its inbox without being asked. An emergency bypasses modes and
+//! queues. The message, the inbox entries and one event per decision are
+//! written in one transaction ([`crate::db::compose::route`]); runs start
+//! after it.
+
+use std::sync::Arc;
+
+use kd_proto::types::{Delivery, DeliveryMode, DeliveryStatus, Message, Role, RouteType, Style, Thread};
+use tokio::task::JoinHandle;
+
+use super::{Council, Launch};
+use crate::agent::registry::{Place, Run};
+use crate::client::ClientId;
+use crate::config::Config;
+use crate::db::DbResult;
+use crate::db::compose::{Carrier, Routing};
+use crate::db::inbox::{Entry, Kept};
+
+/// A message to deliver.
+pub struct Request {
+    pub thread: Thread,
+    pub config: Config,
+    pub message: Carrier,
+    pub from: String,
+    pub to: Vec<String>,
+    pub cc: Vec<String>,
+    pub route: RouteType,
+    pub correlation_id: String,
+    pub style: Style,
+    pub client: Option<ClientId>,
+    /// The exchange and round the runs it starts belong to.
+    pub exchange: Option<u64>,
+    pub round: Option<u32>,
+    /// An emergency broadcast's id: every addressee owes an acknowledgement.
+    pub emergency: Option<String>,
+}
+
+/// A run a delivery starts: now, or once the member's run in flight ends.
+pub enum Start {
+    Now(Arc<Run>),
+    After(JoinHandle<Option<Arc<Run>>>),
+}
+
+impl Start {
+    /// The run, once it has started (None if it could not).
+    pub async fn run(self) -> Option<Arc<Run>> {
+        match self {
+            Start::Now(r) => Some(r),
+            Start::After(h) => h.await.ok().flatten(),
+        }
+    }
+}
+
+/// What a delivery did.
+pub struct Delivered {
+    pub message: Message,
+    pub deliveries: Vec<Delivery>,
+    pub participants: Vec<String>,
+    pub starts: Vec<Start>,
+}
+
+pub async fn deliver(c: &Arc<Council>, r: Request) -> DbResult<Delivered> {
+    let db = &c.agents.db;
+    let mut plan: Vec<(Entry, &'static str, DeliveryMode)> = Vec::new();
+    for (member, role) in r.to.iter().map(|m| (m, Role::To)).chain(r.cc.iter().map(|m| (m, Role::Cc))) {
+        let prefs = r.config.delivery(member);
+        let overrides = db.delivery_overrides(r.thread.workspace.clone(), member.clone()).await?;
+        let mode = prefs.mode_for(r.route, &overrides);
+        let how = match (role, mode) {
+            (Role::Cc, _) => "copied",
+            _ if r.route == RouteType::Emergency => "emergency",
+            (Role::To, DeliveryMode::Immediate) => "immediate",
+            (Role::To, DeliveryMode::Queued) => "queued",
+        };
+        let entry = Entry {
+            thread: r.thread.id.clone(),
+            member: member.clone(),
+            seq: 0,
+            from: r.from.clone(),
+            route: r.route,
+            role,
+            // An emergency is never refused or dropped for a full inbox.
+            limit: if r.route == RouteType::Emergency { u32::MAX } else { prefs.queue_limit },
+            overflow: prefs.overflow,
+            correlation_id: r.correlation_id.clone(),
+        };
+        plan.push((entry, how, mode));
+    }
+    let routing = Routing {
+        message: r.message,
+        route: r.route,
+        entries: plan.iter().map(|(e, how, _)| (e.clone(), *how)).collect(),
+        emergency: r.emergency.clone(),
+        correlation_id: r.correlation_id.clone(),
+    };
+    let routed = db.route(routing).await?;
+    let launch = Launch {
+        thread: r.thread.clone(),
+        config: r.config.clone(),
+        style: r.style,
+        timeout: None,
+        client: r.client,
+        prompt: None,
+    };
+    let place = Place { reply_to: Some(routed.message.seq), round: r.round, exchange: r.exchange, replaces: None };
+    let mut deliveries = Vec::new();
+    let mut starts = Vec::new();
+    for ((entry, how, mode), kept) in plan.into_iter().zip(routed.kept) {
+        let mut d = Delivery {
+            member: entry.member.clone(),
+            role: entry.role,
+            mode,
+            status: DeliveryStatus::Queued,
+            run: None,
+            inbox: None,
+            queue_size: None,
+            dropped: None,
+            reason: None,
+        };
+        match kept {
+            Kept::Rejected { size } => {
+                d.status = DeliveryStatus::Rejected;
+                d.queue_size = Some(size);
+                d.reason = Some(format!(
+                    "{}'s inbox is full ({size} pending, agents.{}.delivery.overflow is reject_new)",
+                    entry.member, entry.member
+                ));
+            }
+            Kept::Queued { id, size, dropped } => {
+                d.inbox = Some(id);
+                d.queue_size = Some(size);
+                d.dropped = dropped;
+                if how == "copied" {
+                    d.status = DeliveryStatus::Copied;
+                } else if how != "queued" {
+                    let (status, start) = start(c, &launch, &entry.member, place);
+                    d.status = status;
+                    if let Some(Start::Now(run)) = &start {
+                        d.run = Some(run.id.clone());
+                    }
+                    starts.extend(start);
+                }
+            }
+        }
+        deliveries.push(d);
+    }
+    Ok(Delivered { message: routed.message, deliveries, participants: routed.participants, starts })
+}
+
+/// Starts `member`'s run answering at `place`, or, when it is running on
+/// the thread, once that run has ended.
+fn start(c: &Arc<Council>, launch: &Launch, member: &str, place: Place) -> (DeliveryStatus, Option<Start>) {
+    let busy = c.agents.runs.list(Some(&launch.thread.id)).into_iter().find(|r| r.member == member);
+    match busy {
+        Some(current) => {
+            let (c, launch, member) = (c.clone(), launch.clone(), member.to_string());
+            let h = tokio::spawn(async move {
+                // Runs are started one after another until this one is ours:
+                // another delivery may take the member's turn first.
+                let mut current = current;
+                loop {
+                    current.done().await;
+                    match launch.start(&c, &member, place) {
+                        Some((run, false)) => return Some(run),
+                        Some((run, true)) => current = run,
+                        None => return None,
+                    }
+                }
+            });
+            (DeliveryStatus::AfterRun, Some(Start::After(h)))
+        }
+        None => match launch.start(c, member, place) {
+            Some((run, false)) => (DeliveryStatus::Started, Some(Start::Now(run))),
+            // Taken by another delivery in between: answer after it.
+            Some((run, true)) => {
+                let (c, launch, member) = (c.clone(), launch.clone(), member.to_string());
+                let h = tokio::spawn(async move {
+                    run.done().await;
+                    launch.start(&c, &member, place).map(|(r, _)| r)
+                });
+                (DeliveryStatus::AfterRun, Some(Start::After(h)))
+            }
+            None => (DeliveryStatus::Queued, None),
+        },
+    }
+}

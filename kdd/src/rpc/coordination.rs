@@ -1,0 +1,217 @@
+//! The coordination layer's methods (SPEC §7): `message.route`, `queue.*`,
+//! `completion.agents`, `emergency.*` and `resource.*` — each checks its
+//! parameters and calls [`crate::coord`] or the registry.
+
+use std::time::Duration;
+
+use jsonrpsee::Extensions;
+use kd_proto::RpcResult;
+use kd_proto::types::*;
+use serde_json::json;
+
+use super::error::invalid;
+use super::validate;
+use crate::client::ClientId;
+use crate::coord::{completion, emergency, races, route};
+use crate::db::events::Record;
+use crate::db::inbox::Query;
+use crate::state::Daemon;
+
+/// Default and largest page of `queue.read`.
+const QUEUE_PAGE: u32 = 10;
+const QUEUE_MAX: u32 = 1000;
+
+fn body(b: &str) -> RpcResult<()> {
+    if b.trim().is_empty() { Err(invalid("body is empty")) } else { Ok(()) }
+}
+
+pub async fn message_route(
+    d: &Daemon,
+    ext: &Extensions,
+    thread: String,
+    from: String,
+    text: String,
+    to: Option<Vec<String>>,
+    cc: Option<Vec<String>>,
+    reply_to: Option<u64>,
+    route_type: Option<RouteType>,
+    correlation_id: Option<String>,
+) -> RpcResult<Routed> {
+    validate::thread_id(&thread)?;
+    validate::member(&from)?;
+    body(&text)?;
+    let (to, cc) = (to.unwrap_or_default(), cc.unwrap_or_default());
+    validate::addressees("to", &to)?;
+    validate::addressees("cc", &cc)?;
+    validate::position("reply_to", reply_to)?;
+    validate::label("correlation_id", correlation_id.as_deref())?;
+    let p = route::Params {
+        thread,
+        from,
+        body: text,
+        to,
+        cc,
+        reply_to,
+        route: route_type,
+        correlation_id,
+        client: ext.get::<ClientId>().copied(),
+    };
+    route::route(&d.coord, p).await
+}
+
+pub async fn queue_read(
+    d: &Daemon,
+    member: String,
+    thread: Option<String>,
+    types: Option<Vec<RouteType>>,
+    status: Option<InboxStatus>,
+    limit: Option<u32>,
+    mark_read: Option<bool>,
+) -> RpcResult<Vec<InboxItem>> {
+    validate::member(&member)?;
+    validate::label("thread", thread.as_deref())?;
+    let types = types.unwrap_or_default();
+    validate::list_len("types", &types)?;
+    let limit = limit.unwrap_or(QUEUE_PAGE);
+    if limit == 0 || limit > QUEUE_MAX {
+        return Err(invalid(format!("limit must be between 1 and {QUEUE_MAX}")));
+    }
+    let q = Query { member, thread, types, status, limit, mark_read: mark_read.unwrap_or(false) };
+    Ok(d.db.inbox(q).await?)
+}
+
+pub async fn queue_process(
+    d: &Daemon,
+    member: String,
+    ids: Vec<u64>,
+    action: Option<InboxStatus>,
+) -> RpcResult<Processed> {
+    validate::member(&member)?;
+    validate::list_len("ids", &ids)?;
+    let status = action.unwrap_or(InboxStatus::Processed);
+    if status == InboxStatus::Dropped {
+        return Err(invalid("action: dropped is kd's own; use processed, dismissed, deferred, read or pending"));
+    }
+    let updated = d.db.inbox_process(member, ids, status).await?;
+    Ok(Processed { updated, status })
+}
+
+pub async fn queue_subscribe(
+    d: &Daemon,
+    thread: String,
+    member: String,
+    types: Vec<RouteType>,
+    mode: DeliveryMode,
+) -> RpcResult<DeliveryPrefs> {
+    validate::thread_id(&thread)?;
+    validate::member(&member)?;
+    validate::list_len("types", &types)?;
+    let (thread, config) = d.coord.thread(&thread).await?;
+    crate::coord::check_members(&config, std::slice::from_ref(&member), false)?;
+    d.db.delivery_subscribe(thread.workspace.clone(), member.clone(), types, mode).await?;
+    let overrides = d.db.delivery_overrides(thread.workspace, member.clone()).await?;
+    Ok(config.delivery(&member).prefs(&member, &overrides))
+}
+
+pub async fn completion_agents(
+    d: &Daemon,
+    ext: &Extensions,
+    thread: String,
+    text: String,
+    agents: Option<Vec<String>>,
+    wait: Option<Wait>,
+    timeout_s: Option<u64>,
+    aggregation: Option<Aggregation>,
+    vote: Option<bool>,
+    chair: Option<String>,
+) -> RpcResult<Completion> {
+    validate::thread_id(&thread)?;
+    body(&text)?;
+    if let Some(a) = &agents {
+        validate::addressees("agents", a)?;
+    }
+    if let Some(c) = &chair {
+        validate::member(c)?;
+    }
+    let p = completion::Params {
+        thread,
+        body: text,
+        agents,
+        wait: wait.unwrap_or_default(),
+        timeout: validate::timeout(timeout_s)?,
+        aggregation: aggregation.unwrap_or_default(),
+        vote: vote.unwrap_or(false),
+        chair,
+        client: ext.get::<ClientId>().copied(),
+    };
+    completion::complete(&d.coord, p).await
+}
+
+pub async fn emergency_broadcast(
+    d: &Daemon,
+    ext: &Extensions,
+    thread: String,
+    text: String,
+    from: Option<String>,
+    stop: Option<bool>,
+) -> RpcResult<Emergency> {
+    validate::thread_id(&thread)?;
+    body(&text)?;
+    let from = from.unwrap_or_else(|| kd_proto::names::KING.to_string());
+    validate::member(&from)?;
+    let client = ext.get::<ClientId>().copied();
+    emergency::broadcast(&d.coord, thread, from, text, stop.unwrap_or(false), client).await
+}
+
+pub async fn emergency_ack(
+    d: &Daemon,
+    thread: String,
+    member: String,
+    broadcast: Option<String>,
+) -> RpcResult<Vec<Ack>> {
+    validate::thread_id(&thread)?;
+    validate::member(&member)?;
+    validate::label("broadcast", broadcast.as_deref())?;
+    Ok(d.db.acknowledge(thread, member, broadcast).await?)
+}
+
+pub async fn emergency_pending(d: &Daemon, thread: Option<String>, all: Option<bool>) -> RpcResult<Vec<Ack>> {
+    validate::label("thread", thread.as_deref())?;
+    Ok(d.db.acks(thread, all.unwrap_or(false)).await?)
+}
+
+pub async fn resource(
+    d: &Daemon,
+    resource: String,
+    agent: String,
+    thread: Option<String>,
+    access: Access,
+    window_ms: Option<u64>,
+) -> RpcResult<RaceCheck> {
+    if resource.trim().is_empty() {
+        return Err(invalid("resource is empty"));
+    }
+    validate::path("resource", Some(&resource))?;
+    validate::member(&agent)?;
+    validate::label("thread", thread.as_deref())?;
+    let window = match window_ms {
+        None => races::DEFAULT_WINDOW,
+        Some(ms) if ms == 0 || ms > races::MAX_WINDOW.as_millis() as u64 => {
+            return Err(invalid(format!("window_ms must be between 1 and {}", races::MAX_WINDOW.as_millis())));
+        }
+        Some(ms) => Duration::from_millis(ms),
+    };
+    let check = d.coord.races.check(&resource, &agent, access, window);
+    let event = Record {
+        kind: races::Races::event_kind(&check).to_string(),
+        thread,
+        agent: Some(agent.clone()),
+        from: Some(agent),
+        to: check.writers.clone(),
+        correlation_id: Some(format!("r-{resource}")),
+        data: json!({"resource": resource, "access": access, "status": check.status, "writers": check.writers,
+                     "backoff_ms": check.backoff_ms, "held_until_ms": check.held_until_ms}),
+    };
+    d.db.record(vec![event]).await?;
+    Ok(check)
+}
