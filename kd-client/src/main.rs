@@ -44,6 +44,18 @@ enum Command {
     Retry(cmd::runs::RetryArgs),
     /// Follow a thread live, whoever asks in it, until Ctrl+C
     Watch(cmd::watch::WatchArgs),
+    /// Send a message to members (inside an agent's shell: as that member)
+    Send(cmd::coord::SendArgs),
+    /// A member's inbox: messages addressed or copied to it
+    Inbox(cmd::coord::InboxArgs),
+    /// Send to every member; --emergency bypasses queues and needs acknowledgements
+    Broadcast(cmd::coord::BroadcastArgs),
+    /// Acknowledge the emergency broadcasts a member owes
+    Ack(cmd::coord::AckArgs),
+    /// List the acknowledgements emergency broadcasts are still owed
+    Acks(cmd::coord::AcksArgs),
+    /// Declare a write (or --read) of a shared resource; refused while another member writes it
+    Claim(cmd::coord::ClaimArgs),
     /// Start, stop or inspect the daemon
     #[command(subcommand)]
     Daemon(cmd::daemon::DaemonCommand),
@@ -107,6 +119,12 @@ fn main() -> ExitCode {
             Command::Cancel(a) => cmd::runs::cancel(&ctx, a).await,
             Command::Retry(a) => cmd::runs::retry(&ctx, a).await,
             Command::Watch(a) => cmd::watch::run(&ctx, a).await,
+            Command::Send(a) => cmd::coord::send(&ctx, a).await,
+            Command::Inbox(a) => cmd::coord::inbox(&ctx, a).await,
+            Command::Broadcast(a) => cmd::coord::broadcast(&ctx, a).await,
+            Command::Ack(a) => cmd::coord::ack(&ctx, a).await,
+            Command::Acks(a) => cmd::coord::acks(&ctx, a).await,
+            Command::Claim(a) => cmd::coord::claim(&ctx, a).await,
             Command::Export(a) => cmd::transfer::export(&ctx, a).await,
             Command::Import(a) => cmd::transfer::import(&ctx, a).await,
             Command::Config(c) => cmd::config::run(&ctx, c).await,

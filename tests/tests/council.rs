@@ -378,7 +378,7 @@ async fn a_chat_send_is_framed_by_the_chat_preamble_and_the_agents_chat_prompt()
     let record = ws.file("record.jsonl");
     let mut agent = kd_tests::fake("claude", "claude", &[("FAKE_RECORD", &record)]);
     agent["prompts"] = serde_json::json!({"council": "Council voice.", "chat": "Chat voice."});
-    ws.write_config(&serde_json::json!({"council": {"members": ["claude"], "preamble": "Council preamble."}, "agents": {"claude": agent}}));
+    ws.write_config(&serde_json::json!({"council": {"members": ["claude"], "preamble": "Council preamble.", "coordination_hint": false}, "agents": {"claude": agent}}));
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = thread(&c, &ws).await;
@@ -403,7 +403,7 @@ async fn chat_falls_back_to_the_council_prompt_and_takes_a_configured_chat_pream
     let mut agent = kd_tests::fake("codex", "codex", &[("FAKE_RECORD", &record)]);
     agent["prompts"] = serde_json::json!({"council": "Only a council voice."});
     ws.write_config(&serde_json::json!({
-        "council": {"members": ["codex"], "chat_preamble": "Chat like a pirate."},
+        "council": {"members": ["codex"], "chat_preamble": "Chat like a pirate.", "coordination_hint": false},
         "agents": {"codex": agent}
     }));
     let kdd = Kdd::start();

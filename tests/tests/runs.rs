@@ -90,7 +90,7 @@ async fn the_agent_receives_exactly_preamble_agent_prompt_and_history() {
         a
     };
     ws.write_config(&serde_json::json!({
-        "council": {"members": ["claude", "codex"], "preamble": "You advise the King."},
+        "council": {"members": ["claude", "codex"], "preamble": "You advise the King.", "coordination_hint": false},
         "agents": {"claude": fake("claude"), "codex": fake("codex")}
     }));
     let kdd = Kdd::start();

@@ -49,6 +49,15 @@ pub struct AskArgs {
     /// Discussion rounds after the first [default: council.auto_rounds]
     #[arg(long, value_name = "N")]
     rounds: Option<u32>,
+    /// Take the first good answer and cancel the other members
+    #[arg(long, conflicts_with_all = ["vote", "synthesize", "no_wait"])]
+    first: bool,
+    /// Each member ranks the others' anonymised answers; show the tally and the winner
+    #[arg(long, conflicts_with = "no_wait")]
+    vote: bool,
+    /// A chair member writes one final answer from all answers (after the vote with --vote)
+    #[arg(long, value_name = "CHAIR", conflicts_with = "no_wait")]
+    synthesize: Option<String>,
 }
 
 pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
@@ -63,7 +72,10 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("the question is empty");
     }
     let client = ctx.client().await?;
-    let target = resolve_thread(&client, a.thread, a.new, a.context).await?;
+    let target = resolve_thread(&client, a.thread.clone(), a.new, a.context).await?;
+    if a.first || a.vote || a.synthesize.is_some() {
+        return complete(&client, target, question, a).await;
+    }
     let to = (!a.to.is_empty()).then_some(a.to);
     let mute = (!a.mute.is_empty()).then_some(a.mute);
     let (thread, mut sub, sent) = loop {
@@ -144,6 +156,70 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
         errln!("kd: {f}");
     }
     Ok(if failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_MEMBER_FAILED) })
+}
+
+/// `--first`, `--vote`, `--synthesize`: one `completion.agents` call, its
+/// outcome printed when everything has run.
+async fn complete(client: &Client, target: Target, question: String, a: AskArgs) -> anyhow::Result<ExitCode> {
+    use kd_proto::types::{Aggregation, PartStatus, Wait};
+    let thread = match target {
+        Target::Existing(t) => t.id,
+        Target::New(n) => {
+            client
+                .thread_create(n.workspace, n.branch, None, None, None, None, None, Some(true), n.context)
+                .await
+                .map_err(ClientError::from)?
+                .id
+        }
+    };
+    let aggregation = match (&a.synthesize, a.vote) {
+        (Some(_), _) => Aggregation::Synthesize,
+        (None, true) => Aggregation::Vote,
+        (None, false) => Aggregation::None,
+    };
+    let wait = if a.first { Wait::First } else { Wait::All };
+    let to = (!a.to.is_empty()).then_some(a.to);
+    let c = client
+        .completion_agents(thread, question, to, Some(wait), a.timeout, Some(aggregation), Some(a.vote), a.synthesize)
+        .await
+        .map_err(ClientError::from)?;
+    if a.json {
+        outln!("{}", serde_json::to_string(&c)?)?;
+    } else {
+        let safe = |s: &str| kd_client::terminal::safe(s).into_owned();
+        for p in &c.parts {
+            let status = match p.status {
+                PartStatus::Done => String::new(),
+                other => format!(" · {}", serde_json::to_value(other)?.as_str().unwrap_or_default()),
+            };
+            outln!("── {}{status} ──\n{}\n", p.member, safe(p.text.trim()))?;
+        }
+        if let Some(t) = &c.tally {
+            outln!("── vote ──")?;
+            for s in &t.scores {
+                outln!("{:>3} points · {} first · {} ({})", s.points, s.firsts, s.member, s.label)?;
+            }
+            match &t.winner {
+                Some(w) => outln!("winner: {w}\n")?,
+                None => outln!("no ranking could be read\n")?,
+            }
+        }
+        if let Some(s) = &c.synthesis {
+            outln!("── synthesis by {} ──\n{}\n", s.member, safe(s.text.trim()))?;
+        }
+        let m = &c.summary;
+        outln!(
+            "{} asked · {} answered · {} errors · {} timeouts · {} cancelled · ${:.4}",
+            m.total,
+            m.completed,
+            m.errors,
+            m.timeouts,
+            m.cancelled,
+            m.cost_usd
+        )?;
+    }
+    let failed = c.summary.errors + c.summary.timeouts > 0;
+    Ok(if failed { ExitCode::from(EXIT_MEMBER_FAILED) } else { ExitCode::SUCCESS })
 }
 
 /// Where a question goes.

@@ -4,6 +4,7 @@
 pub mod answers;
 pub mod ask;
 pub mod config;
+pub mod coord;
 pub mod daemon;
 pub mod doctor;
 pub mod inspect;

@@ -36,8 +36,9 @@ pub fn settle(
          WHERE thread_id = ?1 AND member = ?2 AND acked_at IS NULL AND seq <= ?3 AND (?4 IS NULL OR broadcast = ?4)
          RETURNING broadcast, thread_id, seq, member, acked_at, how",
     )?;
-    let acks: Vec<Ack> =
-        stmt.query_map(params![thread, member, upto as i64, broadcast, now, how], ack)?.collect::<Result<_, _>>()?;
+    let acks: Vec<Ack> = stmt
+        .query_map(params![thread, member, upto.min(i64::MAX as u64) as i64, broadcast, now, how], ack)?
+        .collect::<Result<_, _>>()?;
     for a in &acks {
         events::record(
             conn,

@@ -27,6 +27,8 @@
 //! | `FAKE_NO_OUTPUT` | print nothing |
 //! | `FAKE_STDERR` | write this to stderr |
 //! | `FAKE_RECORD` | append `{argv, stdin, cwd, pid}` as a JSON line to this file |
+//! | `FAKE_RULES` | a JSON list of `[needle, answer]`: the answer of the first needle found in the prompt (stdin and argv) replaces `FAKE_TEXT` |
+//! | `FAKE_RUN` | a shell command run first (as an agent runs tools); `{run}` in the answer becomes its output |
 //!
 //! `fake-agent --version` prints its version, as the real CLIs do.
 //!
@@ -282,8 +284,21 @@ async fn main() {
         let interval = Duration::from_millis(env_num("FAKE_INTERVAL_MS", 0));
         let n = env_num("FAKE_DELTAS", 3) as usize;
         let child = env("FAKE_CHILD").map(|how| long_lived_child(&how)).unwrap_or_default();
-        let mut text = env("FAKE_TEXT")
+        let prompt = format!("{stdin}\n{}", args.join("\n"));
+        let ruled = env("FAKE_RULES")
+            .and_then(|r| serde_json::from_str::<Vec<(String, String)>>(&r).ok())
+            .and_then(|rules| rules.into_iter().find(|(needle, _)| prompt.contains(needle.as_str())))
+            .map(|(_, answer)| answer);
+        let ran = env("FAKE_RUN")
+            .and_then(|cmd| {
+                std::process::Command::new("sh").arg("-c").arg(cmd).stdin(std::process::Stdio::null()).output().ok()
+            })
+            .map(|o| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+            .unwrap_or_default();
+        let mut text = ruled
+            .or_else(|| env("FAKE_TEXT"))
             .unwrap_or_else(|| format!("Answer from {name}."))
+            .replace("{run}", ran.trim())
             .replace("{pid}", &std::process::id().to_string())
             .replace("{child}", &child.to_string())
             .replace("{umask}", &umask());

@@ -1,0 +1,342 @@
+//! The coordination commands (SPEC §7): `kd send`, `kd inbox`,
+//! `kd broadcast`, `kd ack`, `kd acks` and `kd claim`. Run inside an
+//! agent's shell they act as that member on its thread (`KD_MEMBER`,
+//! `KD_THREAD`, set by kdd for every run); elsewhere as the King on the
+//! current thread, or as `--as NAME`.
+
+use std::process::ExitCode;
+
+use clap::Args;
+use kd_client::{Client, ClientError, KdApiClient};
+use kd_proto::names::KING;
+use kd_proto::types::{Access, DeliveryStatus, InboxStatus, RaceStatus, RouteType};
+
+use super::{Ctx, print_json};
+use crate::fmt::Table;
+
+/// Who is speaking, and on which thread.
+#[derive(Debug, Args)]
+pub struct Who {
+    /// Act as this member [default: $KD_MEMBER, else king]
+    #[arg(long = "as", value_name = "NAME")]
+    as_member: Option<String>,
+    /// Thread id [default: $KD_THREAD, else the current thread of this workspace and branch]
+    #[arg(long, value_name = "ID")]
+    thread: Option<String>,
+}
+
+impl Who {
+    fn member(&self) -> String {
+        self.as_member.clone().or_else(|| env("KD_MEMBER")).unwrap_or_else(|| KING.to_string())
+    }
+
+    async fn thread(&self, client: &Client) -> anyhow::Result<String> {
+        match self.thread.clone().or_else(|| env("KD_THREAD")) {
+            Some(t) => Ok(t),
+            None => Ok(super::thread_or_current(client, None).await?.id),
+        }
+    }
+}
+
+fn env(k: &str) -> Option<String> {
+    std::env::var(k).ok().filter(|v| !v.is_empty())
+}
+
+#[derive(Debug, Args)]
+pub struct SendArgs {
+    /// The message
+    #[arg(required = true, value_name = "MESSAGE")]
+    message: Vec<String>,
+    /// Addressees (`all` for every member)
+    #[arg(long, value_name = "NAME", value_delimiter = ',')]
+    to: Vec<String>,
+    /// Members copied: they see it in their next prompt without being asked
+    #[arg(long, value_name = "NAME", value_delimiter = ',')]
+    cc: Vec<String>,
+    /// The message (seq) this one answers
+    #[arg(long, value_name = "SEQ")]
+    reply_to: Option<u64>,
+    #[command(flatten)]
+    who: Who,
+    /// Print JSON
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn send(ctx: &Ctx, a: SendArgs) -> anyhow::Result<ExitCode> {
+    let client = ctx.client().await?;
+    let thread = a.who.thread(&client).await?;
+    let to = (!a.to.is_empty()).then_some(a.to);
+    let cc = (!a.cc.is_empty()).then_some(a.cc);
+    let routed = client
+        .message_route(thread, a.who.member(), a.message.join(" "), to, cc, a.reply_to, None, None)
+        .await
+        .map_err(ClientError::from)?;
+    if a.json {
+        print_json(&routed)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    outln!("sent #{} ({})", routed.message.seq, routed.route_type.as_str())?;
+    let mut refused = false;
+    for d in &routed.deliveries {
+        let what = match d.status {
+            DeliveryStatus::Started => format!("answering now ({})", d.run.as_deref().unwrap_or("")),
+            DeliveryStatus::AfterRun => "answers after its run in flight".to_string(),
+            DeliveryStatus::Queued => format!("queued in its inbox ({} pending)", d.queue_size.unwrap_or(0)),
+            DeliveryStatus::Copied => "copied".to_string(),
+            DeliveryStatus::Rejected => {
+                refused = true;
+                format!("refused: {}", d.reason.as_deref().unwrap_or("inbox full"))
+            }
+        };
+        let dropped = d.dropped.map(|id| format!("; dropped its oldest entry #{id}")).unwrap_or_default();
+        outln!("  → {}: {what}{dropped}", d.member)?;
+    }
+    Ok(if refused { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+#[derive(Debug, Args)]
+pub struct InboxArgs {
+    /// Only entries not read yet (the default)
+    #[arg(long, conflicts_with = "status")]
+    unread: bool,
+    /// Only entries with this status: pending, read, processed, dismissed, deferred, dropped
+    #[arg(long, value_name = "STATUS")]
+    status: Option<String>,
+    /// Only these types: point_to_point, multicast, broadcast, reply, emergency
+    #[arg(long = "type", value_name = "TYPE", value_delimiter = ',')]
+    types: Vec<String>,
+    /// Mark the entries shown read
+    #[arg(long)]
+    mark_read: bool,
+    /// At most this many entries
+    #[arg(long, default_value_t = 10)]
+    limit: u32,
+    /// Entries of every thread, not just this one
+    #[arg(long)]
+    all_threads: bool,
+    #[command(flatten)]
+    who: Who,
+    /// Print JSON
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn inbox(ctx: &Ctx, a: InboxArgs) -> anyhow::Result<ExitCode> {
+    let client = ctx.client().await?;
+    let member = a.who.member();
+    if member == KING {
+        anyhow::bail!("the King has no inbox; run kd inbox from a member's shell or name one with --as");
+    }
+    let thread = if a.all_threads { None } else { Some(a.who.thread(&client).await?) };
+    let status = match &a.status {
+        Some(s) => Some(InboxStatus::parse(s).ok_or_else(|| {
+            anyhow::anyhow!("unknown status {s}; use pending, read, processed, dismissed, deferred or dropped")
+        })?),
+        None => Some(InboxStatus::Pending),
+    };
+    let types = a
+        .types
+        .iter()
+        .map(|t| {
+            RouteType::parse(t).ok_or_else(|| {
+                anyhow::anyhow!("unknown type {t}; use point_to_point, multicast, broadcast, reply or emergency")
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let types = (!types.is_empty()).then_some(types);
+    let items = client
+        .queue_read(member.clone(), thread, types, status, Some(a.limit), Some(a.mark_read))
+        .await
+        .map_err(ClientError::from)?;
+    if a.json {
+        print_json(&items)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if items.is_empty() {
+        outln!("{member}'s inbox is empty")?;
+    }
+    for i in &items {
+        let role = if i.role == kd_proto::types::Role::Cc { " (cc)" } else { "" };
+        outln!(
+            "#{} · {} · from {}{role} · {} · message {}",
+            i.id,
+            i.route_type.as_str(),
+            i.from,
+            i.status.as_str(),
+            i.seq
+        )?;
+        for line in i.body.lines() {
+            outln!("  {}", kd_client::terminal::safe(line))?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Debug, Args)]
+pub struct BroadcastArgs {
+    /// The message
+    #[arg(required = true, value_name = "MESSAGE")]
+    message: Vec<String>,
+    /// An emergency: bypasses queues and delivery modes; every member must acknowledge
+    #[arg(long)]
+    emergency: bool,
+    /// With --emergency: stop the members' runs in flight
+    #[arg(long, requires = "emergency")]
+    stop: bool,
+    #[command(flatten)]
+    who: Who,
+    /// Print JSON
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn broadcast(ctx: &Ctx, a: BroadcastArgs) -> anyhow::Result<ExitCode> {
+    let client = ctx.client().await?;
+    let thread = a.who.thread(&client).await?;
+    let body = a.message.join(" ");
+    if !a.emergency {
+        let routed = client
+            .message_route(thread, a.who.member(), body, Some(vec!["all".into()]), None, None, None, None)
+            .await
+            .map_err(ClientError::from)?;
+        if a.json {
+            print_json(&routed)?;
+        } else {
+            outln!("broadcast #{} to {}", routed.message.seq, routed.deliveries.len())?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let e = client
+        .emergency_broadcast(thread, body, Some(a.who.member()), Some(a.stop))
+        .await
+        .map_err(ClientError::from)?;
+    if a.json {
+        print_json(&e)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    outln!("emergency {} (message #{}) to {}", e.broadcast, e.message.seq, e.members.join(", "))?;
+    if !e.told_runs.is_empty() {
+        let how = if a.stop { "stopped" } else { "told" };
+        outln!("  runs in flight {how}: {}", e.told_runs.join(", "))?;
+    }
+    outln!("  waiting for acknowledgements: see kd acks")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Debug, Args)]
+pub struct AckArgs {
+    /// Only this broadcast [default: every one owed on the thread]
+    #[arg(long, value_name = "ID")]
+    broadcast: Option<String>,
+    #[command(flatten)]
+    who: Who,
+}
+
+pub async fn ack(ctx: &Ctx, a: AckArgs) -> anyhow::Result<ExitCode> {
+    let client = ctx.client().await?;
+    let member = a.who.member();
+    let thread = a.who.thread(&client).await?;
+    let acked = client.emergency_ack(thread, member.clone(), a.broadcast).await.map_err(ClientError::from)?;
+    if acked.is_empty() {
+        outln!("{member} owes no acknowledgement")?;
+    }
+    for x in &acked {
+        outln!("{member} acknowledged {} (message #{})", x.broadcast, x.seq)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Debug, Args)]
+pub struct AcksArgs {
+    /// Acknowledged ones too
+    #[arg(long)]
+    all: bool,
+    /// Only this thread [default: every thread]
+    #[arg(long, value_name = "ID")]
+    thread: Option<String>,
+    /// Print JSON
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn acks(ctx: &Ctx, a: AcksArgs) -> anyhow::Result<ExitCode> {
+    let client = ctx.client().await?;
+    let acks = client.emergency_pending(a.thread, Some(a.all)).await.map_err(ClientError::from)?;
+    if a.json {
+        print_json(&acks)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if acks.is_empty() {
+        outln!("no acknowledgements pending")?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut t = Table::new(&["BROADCAST", "THREAD", "MESSAGE", "MEMBER", "ACKNOWLEDGED"]);
+    for x in &acks {
+        let how = if x.acknowledged { format!("yes ({})", x.how.as_deref().unwrap_or("")) } else { "pending".into() };
+        t.row(vec![x.broadcast.clone(), x.thread.clone(), format!("#{}", x.seq), x.member.clone(), how]);
+    }
+    out!("{}", t.render())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Exit status of `kd claim` when another member holds the resource.
+pub const EXIT_RACE: u8 = 5;
+
+#[derive(Debug, Args)]
+pub struct ClaimArgs {
+    /// The resource: a path, a branch, any name
+    resource: String,
+    /// Declare a read instead of a write
+    #[arg(long)]
+    read: bool,
+    /// How long the write holds it, in milliseconds [default: 5000]
+    #[arg(long, value_name = "MS")]
+    window_ms: Option<u64>,
+    #[command(flatten)]
+    who: Who,
+    /// Print JSON
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn claim(ctx: &Ctx, a: ClaimArgs) -> anyhow::Result<ExitCode> {
+    let client = ctx.client().await?;
+    let agent = a.who.member();
+    let thread = a.who.thread.clone().or_else(|| env("KD_THREAD"));
+    let check = if a.read {
+        client.resource_read(a.resource.clone(), agent, thread).await
+    } else {
+        client.resource_write(a.resource.clone(), agent, thread, a.window_ms).await
+    }
+    .map_err(ClientError::from)?;
+    if a.json {
+        print_json(&check)?;
+    }
+    let writers = check.writers.join(", ");
+    match (check.access, check.status) {
+        (_, RaceStatus::Rejected) => {
+            if !a.json {
+                errln!(
+                    "kd: {} is being written by {writers}; retry in {} ms",
+                    a.resource,
+                    check.backoff_ms.unwrap_or(0)
+                );
+            }
+            Ok(ExitCode::from(EXIT_RACE))
+        }
+        (Access::Read, RaceStatus::Warning) => {
+            if !a.json {
+                errln!("kd: warning: {} is being written by {writers}; what you read may be stale", a.resource);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        (Access::Write, _) => {
+            if !a.json {
+                outln!("claimed {} for writing", a.resource)?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        (Access::Read, _) => Ok(ExitCode::SUCCESS),
+    }
+}

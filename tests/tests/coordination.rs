@@ -1,0 +1,427 @@
+//! The coordination layer end to end (issue 10): hand-offs bounded by the
+//! hop limit, cc, delivery modes and inbox overflow, `kd send`/`kd inbox`
+//! from inside an agent's run, multicast completions (first, vote,
+//! synthesis), emergency broadcasts with acknowledgements, race checks —
+//! with a real kdd and fake agents.
+
+use kd_client::KdApiClient;
+use kd_proto::types::*;
+use kd_tests::{Kdd, Workspace, bin, collect_until, prompt_of, records, run, within};
+
+/// A member: its name, its `FAKE_*` environment, more keys of its agent.
+type Fake<'a> = (&'a str, &'a [(&'a str, &'a str)], serde_json::Value);
+
+fn config(ws: &Workspace, members: &[Fake<'_>], council: serde_json::Value) {
+    let mut agents = serde_json::Map::new();
+    for (name, env, extra) in members {
+        let mut a = kd_tests::fake(name, name, env);
+        if let (Some(a), Some(extra)) = (a.as_object_mut(), extra.as_object()) {
+            a.extend(extra.clone());
+        }
+        agents.insert(name.to_string(), a);
+    }
+    let mut council = council;
+    council["members"] = members.iter().map(|m| m.0).collect::<Vec<_>>().into();
+    ws.write_config(&serde_json::json!({"council": council, "agents": agents}));
+}
+
+fn none() -> serde_json::Value {
+    serde_json::json!({})
+}
+
+async fn kinds(c: &kd_client::Client, thread: &str) -> Vec<String> {
+    let events = c.events_list(Some(thread.into()), None, None, None, Some(1000)).await.unwrap();
+    events.into_iter().map(|e| e.kind).collect()
+}
+
+async fn until_exchange_ends(sub: &mut jsonrpsee::core::client::Subscription<ThreadEvent>, king: u64) {
+    collect_until(sub, |e| {
+        e.iter().any(|e| matches!(e, ThreadEvent::Round { exchange, state, .. } if *exchange == king && *state != RoundState::Running))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hand_off_chain_stops_at_the_hop_limit() {
+    let ws = Workspace::new(&[]);
+    let record = ws.file("record.jsonl");
+    let r = record.as_str();
+    config(
+        &ws,
+        &[
+            ("claude", &[("FAKE_RECORD", r), ("FAKE_TEXT", "Parser done.\n@codex please review it.")], none()),
+            ("codex", &[("FAKE_RECORD", r), ("FAKE_TEXT", "Looks right.\n@cursor your turn.")], none()),
+            ("cursor", &[("FAKE_RECORD", r), ("FAKE_TEXT", "@claude back to you.")], none()),
+        ],
+        serde_json::json!({"max_hops": 2, "coordination_hint": false}),
+    );
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let sent = c
+        .council_send(t.clone(), "@claude write the parser".into(), None, None, None, None, None, None, None)
+        .await
+        .unwrap();
+    until_exchange_ends(&mut sub, sent.message.seq).await;
+    let messages = c.thread_messages(t.clone(), None, None, None, None).await.unwrap();
+    let answers: Vec<(&str, Vec<String>, Option<RouteType>)> = messages
+        .iter()
+        .filter(|m| m.kind == MessageKind::Agent)
+        .map(|m| (m.from.as_str(), m.to.clone(), m.route))
+        .collect();
+    let p2p = Some(RouteType::PointToPoint);
+    assert_eq!(
+        answers,
+        [
+            ("claude", vec!["codex".to_string()], p2p),
+            ("codex", vec!["cursor".to_string()], p2p),
+            ("cursor", vec!["claude".to_string()], p2p),
+        ],
+        "two hops, then the limit: claude is not asked again"
+    );
+    assert_eq!(records(&record).len(), 3);
+    // codex was given claude's hand-off as the message it answers.
+    let codex = records(&record).into_iter().map(|r| prompt_of(&r)).find(|p| p.contains("You are codex")).unwrap();
+    assert!(codex.contains("claude (to codex): Parser done."), "{codex}");
+    let k = kinds(&c, &t).await;
+    assert_eq!(k.iter().filter(|k| *k == "routing.point_to_point").count(), 2, "{k:?}");
+    assert_eq!(k.iter().filter(|k| *k == "delivery.immediate").count(), 2, "{k:?}");
+    assert_eq!(k.iter().filter(|k| *k == "routing.hop_limit").count(), 1, "{k:?}");
+    assert!(k.contains(&"delivery.prompt".to_string()), "{k:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_copied_member_is_not_run_and_sees_the_message_once_in_its_next_prompt() {
+    let ws = Workspace::new(&[]);
+    let record = ws.file("record.jsonl");
+    let r = record.as_str();
+    config(&ws, &[("codex", &[("FAKE_RECORD", r)], none()), ("cursor", &[("FAKE_RECORD", r)], none())], none());
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let routed = c
+        .message_route(
+            t.clone(),
+            "king".into(),
+            "Rename the crate to kd-core.".into(),
+            Some(vec!["codex".into()]),
+            Some(vec!["cursor".into()]),
+            None,
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(routed.route_type, RouteType::PointToPoint);
+    let status: Vec<(&str, DeliveryStatus)> = routed.deliveries.iter().map(|d| (d.member.as_str(), d.status)).collect();
+    assert_eq!(status, [("codex", DeliveryStatus::Started), ("cursor", DeliveryStatus::Copied)]);
+    assert_eq!(routed.participants, ["king", "codex", "cursor"]);
+    collect_until(&mut sub, |e| kd_tests::ended(e) == 1).await;
+    assert_eq!(records(&record).len(), 1, "only codex ran");
+    let inbox = c.queue_read("cursor".into(), Some(t.clone()), None, None, None, None).await.unwrap();
+    assert_eq!((inbox.len(), inbox[0].role, inbox[0].body.as_str()), (1, Role::Cc, "Rename the crate to kd-core."));
+    // cursor's next turn carries it, once, and its inbox is then empty.
+    let sent = c
+        .council_send(t.clone(), "@cursor anything to add?".into(), None, None, None, None, None, None, None)
+        .await
+        .unwrap();
+    until_exchange_ends(&mut sub, sent.message.seq).await;
+    let cursor = records(&record).into_iter().map(|r| prompt_of(&r)).find(|p| p.contains("You are cursor")).unwrap();
+    assert_eq!(cursor.matches("Rename the crate to kd-core.").count(), 1, "{cursor}");
+    assert!(cursor.contains("`kd send --to NAME"), "the preamble says how to reach members: {cursor}");
+    assert!(c.queue_read("cursor".into(), Some(t.clone()), None, None, None, None).await.unwrap().is_empty());
+    let done =
+        c.queue_read("cursor".into(), Some(t.clone()), None, Some(InboxStatus::Processed), None, None).await.unwrap();
+    assert_eq!(done.len(), 1);
+    let k = kinds(&c, &t).await;
+    assert!(k.contains(&"delivery.copied".to_string()) && k.contains(&"queue.read".to_string()), "{k:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn queued_members_keep_messages_and_full_inboxes_drop_or_refuse() {
+    let ws = Workspace::new(&[]);
+    let record = ws.file("record.jsonl");
+    let r = record.as_str();
+    let queued =
+        |overflow: &str| serde_json::json!({"delivery": {"mode": "queued", "queue_limit": 2, "overflow": overflow}});
+    config(
+        &ws,
+        &[
+            ("claude", &[("FAKE_RECORD", r)], none()),
+            ("codex", &[("FAKE_RECORD", r)], queued("drop_oldest")),
+            ("cursor", &[("FAKE_RECORD", r)], queued("reject_new")),
+        ],
+        none(),
+    );
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let mut last = None;
+    for i in 1..=3 {
+        let to = Some(vec!["codex".to_string(), "cursor".to_string()]);
+        last = Some(
+            c.message_route(t.clone(), "claude".into(), format!("note {i}"), to, None, None, None, None).await.unwrap(),
+        );
+    }
+    let last = last.unwrap();
+    assert_eq!(last.route_type, RouteType::Multicast);
+    let codex = &last.deliveries[0];
+    assert_eq!((codex.status, codex.queue_size, codex.dropped.is_some()), (DeliveryStatus::Queued, Some(2), true));
+    let cursor = &last.deliveries[1];
+    assert_eq!(cursor.status, DeliveryStatus::Rejected);
+    assert!(cursor.reason.as_deref().is_some_and(|r| r.contains("reject_new")), "{cursor:?}");
+    let bodies = |items: Vec<InboxItem>| items.into_iter().map(|i| i.body).collect::<Vec<_>>();
+    let read = |m: &str| c.queue_read(m.into(), Some(t.clone()), None, None, None, None);
+    assert_eq!(bodies(read("codex").await.unwrap()), ["note 2", "note 3"], "the oldest was dropped");
+    assert_eq!(bodies(read("cursor").await.unwrap()), ["note 1", "note 2"], "the newest was refused");
+    assert!(records(&record).is_empty(), "queued members are not run");
+    // Marking read, then processing, empties the pending view.
+    let items = c.queue_read("codex".into(), Some(t.clone()), None, None, Some(1), Some(true)).await.unwrap();
+    assert_eq!(items[0].status, InboxStatus::Read);
+    let p = c.queue_process("codex".into(), vec![items[0].id], None).await.unwrap();
+    assert_eq!(p.updated, 1);
+    assert_eq!(bodies(read("codex").await.unwrap()), ["note 3"]);
+    // An immediate member is run at once; queue.subscribe turns that off per type.
+    let prefs = c
+        .queue_subscribe(t.clone(), "claude".into(), vec![RouteType::PointToPoint], DeliveryMode::Queued)
+        .await
+        .unwrap();
+    assert_eq!(prefs.queued_types, [RouteType::PointToPoint]);
+    let routed = c
+        .message_route(t.clone(), "codex".into(), "later".into(), Some(vec!["claude".into()]), None, None, None, None)
+        .await
+        .unwrap();
+    assert_eq!(routed.deliveries[0].status, DeliveryStatus::Queued);
+    let k = kinds(&c, &t).await;
+    for kind in
+        ["routing.multicast", "delivery.queued", "queue.dropped", "queue.rejected", "delivery.rejected", "queue.read"]
+    {
+        assert!(k.contains(&kind.to_string()), "{kind} missing: {k:?}");
+    }
+    // A member's own queue decisions concern no one thread.
+    for kind in ["queue.process", "queue.subscribe"] {
+        let e = c.events_list(None, None, Some(kind.into()), None, None).await.unwrap();
+        assert_eq!(e.len(), 1, "{kind}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_send_and_kd_inbox_inside_a_run_act_as_that_member() {
+    let ws = Workspace::new(&[]);
+    let kd = bin("kd").display().to_string();
+    let send = format!("{kd} send --to codex 'ping from the shell' && {kd} inbox --status processed");
+    config(
+        &ws,
+        &[
+            ("claude", &[("FAKE_RUN", &send), ("FAKE_TEXT", "Ran: {run}")], none()),
+            ("codex", &[], serde_json::json!({"delivery": {"mode": "queued"}})),
+        ],
+        none(),
+    );
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let sent =
+        c.council_send(t.clone(), "@claude tell codex".into(), None, None, None, None, None, None, None).await.unwrap();
+    until_exchange_ends(&mut sub, sent.message.seq).await;
+    let messages = c.thread_messages(t.clone(), None, None, None, None).await.unwrap();
+    let ping = messages.iter().find(|m| m.body == "ping from the shell").expect("the shell's message is in the thread");
+    assert_eq!(
+        (ping.from.as_str(), ping.to.clone(), ping.route),
+        ("claude", vec!["codex".to_string()], Some(RouteType::PointToPoint))
+    );
+    let answer = messages.iter().find(|m| m.from == "claude" && m.body.starts_with("Ran:")).unwrap();
+    assert!(answer.body.contains("queued in its inbox (1 pending)"), "{}", answer.body);
+    assert!(answer.body.contains("claude's inbox is empty"), "kd inbox ran as claude: {}", answer.body);
+    let inbox = c.queue_read("codex".into(), Some(t.clone()), None, None, None, None).await.unwrap();
+    assert_eq!((inbox.len(), inbox[0].from.as_str()), (1, "claude"));
+    // And from outside, as the King would: kd inbox --as codex.
+    let mut k = kdd.kd();
+    k.args(["inbox", "--as", "codex", "--thread", &t]);
+    let out = run(k).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.contains("from claude") && out.stdout.contains("ping from the shell"), "{}", out.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn first_takes_one_answer_and_cancels_the_others() {
+    let ws = Workspace::new(&[]);
+    config(&ws, &[("claude", &[("FAKE_TEXT", "Fast.")], none()), ("codex", &[("FAKE_HANG", "1")], none())], none());
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let done = within(
+        "the completion",
+        c.completion_agents(t.clone(), "Quick?".into(), None, Some(Wait::First), None, None, None, None),
+    )
+    .await
+    .unwrap();
+    let parts: Vec<(&str, PartStatus)> = done.parts.iter().map(|p| (p.member.as_str(), p.status)).collect();
+    assert_eq!(parts, [("claude", PartStatus::Done), ("codex", PartStatus::Cancelled)]);
+    assert_eq!((done.summary.completed, done.summary.cancelled), (1, 1));
+    let k = kinds(&c, &t).await;
+    assert!(k.contains(&"completion.cancelled".to_string()) && k.contains(&"completion.done".to_string()), "{k:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_vote_tallies_anonymised_rankings_and_a_chair_synthesizes() {
+    let ws = Workspace::new(&[]);
+    let record = ws.file("record.jsonl");
+    let r = record.as_str();
+    let rules = |ranking: &str| {
+        serde_json::json!([
+            ["[Evaluation]", format!("Fine.\nFINAL RANKING:\n{ranking}")],
+            ["[Synthesis]", "Final: use a lock."]
+        ])
+        .to_string()
+    };
+    let (a, b, c3) = (
+        rules("1. Response B\n2. Response C"),
+        rules("1. Response A\n2. Response C"),
+        rules("1. Response B\n2. Response A"),
+    );
+    config(
+        &ws,
+        &[
+            ("claude", &[("FAKE_RECORD", r), ("FAKE_TEXT", "Use a queue."), ("FAKE_RULES", &a)], none()),
+            ("codex", &[("FAKE_RECORD", r), ("FAKE_TEXT", "Use a lock."), ("FAKE_RULES", &b)], none()),
+            ("cursor", &[("FAKE_RECORD", r), ("FAKE_TEXT", "Use a channel."), ("FAKE_RULES", &c3)], none()),
+        ],
+        none(),
+    );
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let done = within(
+        "the vote",
+        c.completion_agents(
+            t.clone(),
+            "How do we share the cache?".into(),
+            None,
+            None,
+            None,
+            Some(Aggregation::Synthesize),
+            Some(true),
+            Some("cursor".into()),
+        ),
+    )
+    .await
+    .unwrap();
+    let tally = done.tally.clone().unwrap();
+    let labels: Vec<(&str, &str)> = tally.labels.iter().map(|l| (l.label.as_str(), l.member.as_str())).collect();
+    assert_eq!(labels, [("Response A", "claude"), ("Response B", "codex"), ("Response C", "cursor")]);
+    let scores: Vec<(&str, u32)> = tally.scores.iter().map(|s| (s.member.as_str(), s.points)).collect();
+    assert_eq!(scores, [("codex", 2), ("claude", 1), ("cursor", 0)]);
+    assert_eq!(tally.winner.as_deref(), Some("codex"));
+    let synthesis = done.synthesis.clone().unwrap();
+    assert_eq!((synthesis.member.as_str(), synthesis.text.as_str()), ("cursor", "Final: use a lock."));
+    let prompts: Vec<String> = records(&record).iter().map(prompt_of).collect();
+    let ballots: Vec<&String> = prompts.iter().filter(|p| p.contains("[Evaluation]")).collect();
+    assert_eq!(ballots.len(), 3);
+    for p in &ballots {
+        for name in ["claude", "codex", "cursor"] {
+            assert!(!p.contains(name), "a ballot names {name}: {p}");
+        }
+    }
+    let chair = prompts.iter().find(|p| p.contains("[Synthesis]")).unwrap();
+    assert!(chair.contains("codex:\nUse a lock.") && chair.contains("codex (2 points)"), "{chair}");
+    // Stored in the thread: answers, ballots, the tally, the synthesis.
+    let messages = c.thread_messages(t.clone(), None, None, None, None).await.unwrap();
+    let tally_msg = messages.iter().find(|m| Some(m.seq) == tally.seq).unwrap();
+    assert!(tally_msg.body.starts_with("Vote: codex wins."), "{}", tally_msg.body);
+    assert_eq!(messages.iter().filter(|m| m.kind == MessageKind::Agent).count(), 3 + 3 + 1);
+    let k = kinds(&c, &t).await;
+    for kind in ["completion.start", "completion.result", "completion.vote", "completion.synthesis", "completion.done"]
+    {
+        assert!(k.contains(&kind.to_string()), "{kind} missing: {k:?}");
+    }
+    // kd show renders it.
+    let mut show = kdd.kd();
+    show.args(["show", &t]);
+    let out = run(show).await;
+    assert!(out.stdout.contains("Vote: codex wins.") && out.stdout.contains("Final: use a lock."), "{}", out.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_emergency_reaches_a_busy_member_and_is_tracked_until_every_ack() {
+    let ws = Workspace::new(&[]);
+    let hold = ws.file("hold");
+    std::fs::write(&hold, b"").unwrap();
+    config(
+        &ws,
+        &[
+            ("claude", &[("FAKE_HOLD", &hold)], none()),
+            ("codex", &[], serde_json::json!({"delivery": {"mode": "queued"}})),
+        ],
+        none(),
+    );
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    c.council_send(t.clone(), "@claude long task".into(), None, None, None, None, None, None, None).await.unwrap();
+    collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))).await;
+    let e = c.emergency_broadcast(t.clone(), "Stop pushing to main.".into(), None, None).await.unwrap();
+    assert_eq!(e.members, ["claude", "codex"]);
+    assert_eq!(e.told_runs.len(), 1, "claude's run in flight is told");
+    assert!(e.stopped_runs.is_empty());
+    // codex is queued, but an emergency bypasses that: it answers, which acknowledges.
+    collect_until(&mut sub, |ev| {
+        ev.iter().any(|x| matches!(x, ThreadEvent::Emergency { pending, .. } if pending == &["claude".to_string()]))
+    })
+    .await;
+    let pending = c.emergency_pending(Some(t.clone()), None).await.unwrap();
+    assert_eq!(pending.iter().map(|a| a.member.as_str()).collect::<Vec<_>>(), ["claude"]);
+    let mut acks = kdd.kd();
+    acks.args(["acks", "--thread", &t]);
+    assert!(run(acks).await.stdout.contains("pending"));
+    // claude acknowledges from its shell; its held run then finishes, and
+    // the emergency's own run for it after that.
+    let mut ack = kdd.kd();
+    ack.args(["ack", "--as", "claude", "--thread", &t]);
+    let out = run(ack).await;
+    assert!(out.stdout.contains(&format!("claude acknowledged {}", e.broadcast)), "{}", out.stdout);
+    std::fs::remove_file(&hold).unwrap();
+    collect_until(&mut sub, |ev| kd_tests::ended(ev) >= 3).await;
+    assert!(c.emergency_pending(Some(t.clone()), None).await.unwrap().is_empty());
+    let all = c.emergency_pending(Some(t.clone()), Some(true)).await.unwrap();
+    let how: Vec<(&str, Option<&str>)> = all.iter().map(|a| (a.member.as_str(), a.how.as_deref())).collect();
+    assert_eq!(how, [("claude", Some("kd ack")), ("codex", Some("answer"))]);
+    let k = kinds(&c, &t).await;
+    for kind in [
+        "system.emergency_broadcast",
+        "system.emergency_told",
+        "system.emergency_acknowledge",
+        "delivery.emergency",
+        "routing.emergency",
+    ] {
+        assert!(k.contains(&kind.to_string()), "{kind} missing: {k:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_writer_is_rejected_with_a_backoff_and_a_reader_warned() {
+    let ws = Workspace::new(&[]);
+    config(&ws, &[("claude", &[], none()), ("codex", &[], none())], none());
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let first = c.resource_write("src/lib.rs".into(), "claude".into(), Some(t.clone()), Some(60_000)).await.unwrap();
+    assert_eq!(first.status, RaceStatus::Ok);
+    let mut claim = kdd.kd();
+    claim.args(["claim", "src/lib.rs", "--as", "codex", "--thread", &t]);
+    let out = run(claim).await;
+    assert_eq!(out.status.code(), Some(5), "{}", out.stderr);
+    assert!(out.stderr.contains("being written by claude; retry in"), "{}", out.stderr);
+    let read = c.resource_read("src/lib.rs".into(), "codex".into(), Some(t.clone())).await.unwrap();
+    assert_eq!((read.status, read.writers.clone()), (RaceStatus::Warning, vec!["claude".to_string()]));
+    let other = c.resource_write("src/main.rs".into(), "codex".into(), Some(t.clone()), None).await.unwrap();
+    assert_eq!(other.status, RaceStatus::Ok);
+    let k = kinds(&c, &t).await;
+    for kind in ["resource.write", "race.write_write", "race.read_write"] {
+        assert!(k.contains(&kind.to_string()), "{kind} missing: {k:?}");
+    }
+}
