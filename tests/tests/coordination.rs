@@ -380,6 +380,11 @@ async fn an_emergency_reaches_a_busy_member_and_is_tracked_until_every_ack() {
     assert!(run(acks).await.stdout.contains("pending"));
     // claude acknowledges from its shell; its held run then finishes, and
     // the emergency's own run for it after that.
+    // Only a member owes acknowledgements: the King or a stranger is told so.
+    for who in ["king", "gpt"] {
+        let e = c.emergency_ack(t.clone(), who.into(), None).await.unwrap_err();
+        assert!(e.to_string().contains("the members are claude, codex"), "{who}: {e}");
+    }
     let mut ack = kdd.kd();
     ack.args(["ack", "--as", "claude", "--thread", &t]);
     let out = run(ack).await;

@@ -236,6 +236,9 @@ pub struct AckArgs {
 pub async fn ack(ctx: &Ctx, a: AckArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client().await?;
     let member = a.who.member();
+    if member == KING {
+        anyhow::bail!("the King owes no acknowledgement; run kd ack from a member's shell or name one with --as");
+    }
     let thread = a.who.thread(&client).await?;
     let acked = client.emergency_ack(thread, member.clone(), a.broadcast).await.map_err(ClientError::from)?;
     if acked.is_empty() {

@@ -172,6 +172,8 @@ pub async fn emergency_ack(
     validate::thread_id(&thread)?;
     validate::member(&member)?;
     validate::label("broadcast", broadcast.as_deref())?;
+    let (_, config) = d.coord.thread(&thread).await?;
+    crate::coord::check_members(&config, std::slice::from_ref(&member), false)?;
     Ok(d.db.acknowledge(thread, member, broadcast).await?)
 }
 
