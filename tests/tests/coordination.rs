@@ -395,6 +395,10 @@ async fn an_emergency_reaches_a_busy_member_and_is_tracked_until_every_ack() {
     let all = c.emergency_pending(Some(t.clone()), Some(true)).await.unwrap();
     let how: Vec<(&str, Option<&str>)> = all.iter().map(|a| (a.member.as_str(), a.how.as_deref())).collect();
     assert_eq!(how, [("claude", Some("kd ack")), ("codex", Some("answer"))]);
+    let mut show = kdd.kd();
+    show.args(["show", &t]);
+    let out = run(show).await;
+    assert!(out.stdout.contains("king → claude, codex [emergency]"), "kd show marks it: {}", out.stdout);
     let k = kinds(&c, &t).await;
     for kind in [
         "system.emergency_broadcast",

@@ -172,6 +172,9 @@ fn render_message(m: &Message, styled: bool, palette: &Palette) -> String {
         MessageKind::System => meta.push_str(" [system]"),
         _ => {}
     }
+    if m.route == Some(kd_proto::types::RouteType::Emergency) {
+        meta.push_str(" [emergency]");
+    }
     meta.push_str(&format!(" · {}", fmt::time_ms(m.created_at_ms)));
     head.push_str(&dim(styled, &meta));
     out.push('\n');
