@@ -205,8 +205,17 @@ mod tests {
         let (mut gone, leader, started) = sleeper(&[]);
         gone.kill().await.unwrap();
         let run = format!("run-{}", std::process::id());
-        let (mut marked, _, _) = sleeper(&[(RUN_MARKER, &run)]);
+        let (mut marked, marked_pid, _) = sleeper(&[(RUN_MARKER, &run)]);
         let (mut other, other_pid, _) = sleeper(&[(RUN_MARKER, "run-someone-else")]);
+        // Until it has exec'd, a child shows its parent's environment
+        // (which has no marker here; an agent's children inherit one).
+        for pid in [marked_pid, other_pid] {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|e| e.windows(6).any(|w| w == b"KD_RUN")) {
+                assert!(std::time::Instant::now() < deadline, "sleep {pid} never started");
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        }
         assert_eq!(kill_tree(leader, started, &run), 1);
         assert!(marked.wait().await.is_ok());
         assert!(start_time(other_pid).is_some(), "another run's process is left alone");
