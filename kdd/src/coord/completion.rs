@@ -82,20 +82,9 @@ pub async fn complete(co: &Coord, p: Params) -> Result<Completion, ErrorObjectOw
     let id = format!("c-{}", random_id(10));
     let question = db
         .append_message(NewMessage {
-            thread: thread.id.clone(),
-            from: KING.to_string(),
-            to: members.clone(),
-            cc: vec![],
-            reply_to: None,
-            kind: MessageKind::King,
-            body: p.body.clone(),
-            round: None,
-            run: None,
             correlation_id: Some(id.clone()),
-            fence: None,
-            replaces: None,
-            refs: vec![],
             route: Some(if members.len() == 1 { RouteType::PointToPoint } else { RouteType::Multicast }),
+            ..NewMessage::new(&thread.id, KING, members.clone(), MessageKind::King, p.body.clone())
         })
         .await?;
     let seq = question.seq;
@@ -294,20 +283,9 @@ fn part_of(run: &Run, late: bool, wait: Wait) -> Part {
 
 fn kd_message(thread: &str, reply_to: u64, body: String, id: &str) -> NewMessage {
     NewMessage {
-        thread: thread.to_string(),
-        from: KD.to_string(),
-        to: vec![KING.to_string()],
-        cc: vec![],
         reply_to: Some(reply_to),
-        kind: MessageKind::System,
-        body,
-        round: None,
-        run: None,
         correlation_id: Some(id.to_string()),
-        fence: None,
-        replaces: None,
-        refs: vec![],
-        route: None,
+        ..NewMessage::new(thread, KD, vec![KING.to_string()], MessageKind::System, body)
     }
 }
 

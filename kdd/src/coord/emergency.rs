@@ -52,21 +52,11 @@ pub async fn broadcast(
         });
     }
     co.council.agents.db.record(events).await?;
+    let kind = if from == KING { MessageKind::King } else { MessageKind::Agent };
     let message = NewMessage {
-        thread: thread.id.clone(),
-        from: from.clone(),
-        to: members.clone(),
-        cc: vec![],
-        reply_to: None,
-        kind: if from == KING { MessageKind::King } else { MessageKind::Agent },
-        body,
-        round: None,
-        run: None,
         correlation_id: Some(id.clone()),
-        fence: None,
-        replaces: None,
-        refs: vec![],
         route: Some(RouteType::Emergency),
+        ..NewMessage::new(&thread.id, &from, members.clone(), kind, body)
     };
     let thread_id = thread.id.clone();
     let request = Request {

@@ -64,21 +64,13 @@ pub async fn route(co: &Coord, p: Params) -> Result<Routed, ErrorObjectOwned> {
         RouteType::Multicast
     });
     let correlation_id = p.correlation_id.unwrap_or_else(|| format!("m-{}", random_id(10)));
+    let kind = if p.from == KING { MessageKind::King } else { MessageKind::Agent };
     let message = NewMessage {
-        thread: thread.id.clone(),
-        from: p.from.clone(),
-        to: to.clone(),
         cc: cc.clone(),
         reply_to: p.reply_to,
-        kind: if p.from == KING { MessageKind::King } else { MessageKind::Agent },
-        body: p.body,
-        round: None,
-        run: None,
         correlation_id: Some(correlation_id.clone()),
-        fence: None,
-        replaces: None,
-        refs: vec![],
         route: Some(route),
+        ..NewMessage::new(&thread.id, &p.from, to.clone(), kind, p.body)
     };
     let request = Request {
         thread,

@@ -154,13 +154,13 @@ pub async fn deliver(c: &Arc<Council>, r: Request) -> DbResult<Delivered> {
 /// Starts `member`'s run answering at `place`, or, when it is running on
 /// the thread, once that run has ended.
 fn start(c: &Arc<Council>, launch: &Launch, member: &str, place: Place) -> (DeliveryStatus, Option<Start>) {
-    let busy = c.agents.runs.list(Some(&launch.thread.id)).into_iter().find(|r| r.member == member);
-    match busy {
-        Some(current) => {
+    match launch.start(c, member, place) {
+        Some((run, false)) => (DeliveryStatus::Started, Some(Start::Now(run))),
+        Some((current, true)) => {
             let (c, launch, member) = (c.clone(), launch.clone(), member.to_string());
             let h = tokio::spawn(async move {
-                // Runs are started one after another until this one is ours:
-                // another delivery may take the member's turn first.
+                // Another delivery may take the member's next turn first:
+                // wait for each run in flight until one starts for this.
                 let mut current = current;
                 loop {
                     current.done().await;
@@ -173,18 +173,7 @@ fn start(c: &Arc<Council>, launch: &Launch, member: &str, place: Place) -> (Deli
             });
             (DeliveryStatus::AfterRun, Some(Start::After(h)))
         }
-        None => match launch.start(c, member, place) {
-            Some((run, false)) => (DeliveryStatus::Started, Some(Start::Now(run))),
-            // Taken by another delivery in between: answer after it.
-            Some((run, true)) => {
-                let (c, launch, member) = (c.clone(), launch.clone(), member.to_string());
-                let h = tokio::spawn(async move {
-                    run.done().await;
-                    launch.start(&c, &member, place).map(|(r, _)| r)
-                });
-                (DeliveryStatus::AfterRun, Some(Start::After(h)))
-            }
-            None => (DeliveryStatus::Queued, None),
-        },
+        // The daemon is stopping: the inbox entry waits for the next turn.
+        None => (DeliveryStatus::Queued, None),
     }
 }

@@ -66,20 +66,8 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
         .map_err(|e| ErrorCode::InvalidArgument.error(format!("configuration: {e}")))?;
     let who = addressees(&config, req.to.as_deref(), &req.body, &req.mute)?;
     let king = NewMessage {
-        thread: req.thread.clone(),
-        from: KING.to_string(),
-        to: who.to.clone(),
-        cc: vec![],
-        reply_to: None,
-        kind: MessageKind::King,
-        body: req.body.clone(),
-        round: None,
-        run: None,
         correlation_id: req.correlation_id.clone(),
-        fence: None,
-        replaces: None,
-        refs: vec![],
-        route: None,
+        ..NewMessage::new(&req.thread, KING, who.to.clone(), MessageKind::King, req.body.clone())
     };
     let (thread, message) = match target {
         Target::Existing(thread) => {

@@ -29,6 +29,29 @@ pub struct NewMessage {
     pub route: Option<RouteType>,
 }
 
+impl NewMessage {
+    /// A message of `thread` with only its sender, addressees, kind and
+    /// body set; the rest (reply, round, run, routing …) is set with `..`.
+    pub fn new(thread: &str, from: &str, to: Vec<String>, kind: MessageKind, body: String) -> NewMessage {
+        NewMessage {
+            thread: thread.to_string(),
+            from: from.to_string(),
+            to,
+            cc: vec![],
+            reply_to: None,
+            kind,
+            body,
+            round: None,
+            run: None,
+            correlation_id: None,
+            fence: None,
+            replaces: None,
+            refs: vec![],
+            route: None,
+        }
+    }
+}
+
 /// Appends a message with the thread's next seq, records it in the event
 /// log and queues it for the thread's subscribers. A message revives an
 /// idle or archived thread.
