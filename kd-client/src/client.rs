@@ -118,9 +118,22 @@ where
     }
 }
 
+/// How long a call may take before the client gives up on the daemon.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A request timeout for calls that last as long as agents take: a year.
+/// A daemon that goes away still ends the call at once.
+pub const NO_REQUEST_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
+
 impl Client {
     /// Connects to a running daemon; never starts one.
     pub async fn connect(socket: &Path) -> Result<Client, ClientError> {
+        Client::connect_with(socket, REQUEST_TIMEOUT).await
+    }
+
+    /// Connects with another request timeout ([`NO_REQUEST_TIMEOUT`] for
+    /// calls that last as long as agents take).
+    pub async fn connect_with(socket: &Path, request_timeout: Duration) -> Result<Client, ClientError> {
         let stream = connect_checked(socket).await?;
         // No RPC logger middleware: it serialises every request a second time.
         let limit = Arc::new(AtomicU64::new(u64::MAX));
@@ -128,7 +141,7 @@ impl Client {
             .set_rpc_middleware(RpcServiceBuilder::new().layer(SizeLimitLayer(limit.clone())))
             .max_request_size(MAX_MESSAGE)
             .max_response_size(MAX_MESSAGE)
-            .request_timeout(Duration::from_secs(120))
+            .request_timeout(request_timeout)
             .max_buffer_capacity_per_subscription(16 * 1024)
             .build_with_stream(SOCKET_URL, stream)
             .await

@@ -24,6 +24,7 @@ pub fn message(seq: u64, from: &str, kind: MessageKind, body: &str, run: Option<
         replaces: None,
         refs: vec![],
         route: None,
+        purpose: None,
     }
 }
 
@@ -57,5 +58,6 @@ pub fn run_info(id: &str, member: &str) -> RunInfo {
         exchange: Some(1),
         replaces: None,
         ordinal: 0,
+        purpose: None,
     }
 }

@@ -41,6 +41,36 @@ impl RouteType {
     }
 }
 
+/// What a message (or the run writing it) is to a multicast completion
+/// (F-X2), when it is more than an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Purpose {
+    /// A member's ranking of the others' anonymised answers.
+    Ballot,
+    /// The vote's tally, written by kd.
+    Tally,
+    /// The chair's one final answer.
+    Synthesis,
+    /// Every answer under its member's name, written by kd.
+    Merge,
+}
+
+impl Purpose {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Purpose::Ballot => "ballot",
+            Purpose::Tally => "tally",
+            Purpose::Synthesis => "synthesis",
+            Purpose::Merge => "merge",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Purpose> {
+        [Purpose::Ballot, Purpose::Tally, Purpose::Synthesis, Purpose::Merge].into_iter().find(|p| p.as_str() == s)
+    }
+}
+
 /// How a member takes messages addressed to it (F-X3).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]

@@ -202,6 +202,10 @@ pub struct Message {
     /// a hand-off, an emergency broadcast).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<RouteType>,
+    /// What it is to a multicast completion: a ballot, the tally, the
+    /// synthesis, the merged answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purpose: Option<Purpose>,
 }
 
 impl Message {
@@ -224,6 +228,7 @@ impl Message {
             replaces: None,
             refs: vec![],
             route: None,
+            purpose: None,
         }
     }
 }
@@ -398,6 +403,10 @@ pub struct RunInfo {
     /// restarts). Runs answering the same message are shown in this order.
     #[serde(default)]
     pub ordinal: u64,
+    /// What the run writes for a multicast completion (a ballot, a
+    /// synthesis), when it is more than an answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purpose: Option<Purpose>,
 }
 
 /// Which preamble frames the prompt (F-A6).

@@ -333,6 +333,18 @@ async fn a_vote_tallies_anonymised_rankings_and_a_chair_synthesizes() {
     let tally_msg = messages.iter().find(|m| Some(m.seq) == tally.seq).unwrap();
     assert!(tally_msg.body.starts_with("Vote: codex wins."), "{}", tally_msg.body);
     assert_eq!(messages.iter().filter(|m| m.kind == MessageKind::Agent).count(), 3 + 3 + 1);
+    let purposes: Vec<(&str, Option<Purpose>)> =
+        messages.iter().filter(|m| m.from != "king").map(|m| (m.from.as_str(), m.purpose)).collect();
+    assert_eq!(purposes.iter().filter(|p| p.1.is_none()).count(), 3, "three plain answers: {purposes:?}");
+    assert_eq!(purposes.iter().filter(|p| p.1 == Some(Purpose::Ballot)).count(), 3, "{purposes:?}");
+    assert_eq!(
+        purposes.iter().filter(|p| p.1 == Some(Purpose::Tally)).collect::<Vec<_>>(),
+        [&("kd", Some(Purpose::Tally))]
+    );
+    assert_eq!(
+        purposes.iter().filter(|p| p.1 == Some(Purpose::Synthesis)).collect::<Vec<_>>(),
+        [&("cursor", Some(Purpose::Synthesis))]
+    );
     let k = kinds(&c, &t).await;
     for kind in ["completion.start", "completion.result", "completion.vote", "completion.synthesis", "completion.done"]
     {
@@ -343,6 +355,146 @@ async fn a_vote_tallies_anonymised_rankings_and_a_chair_synthesizes() {
     show.args(["show", &t]);
     let out = run(show).await;
     assert!(out.stdout.contains("Vote: codex wins.") && out.stdout.contains("Final: use a lock."), "{}", out.stdout);
+    for label in ["kd → king (re #1) [system] [tally]", "[ballot]", "cursor → king (re #8) · round 1 [synthesis]"]
+    {
+        assert!(out.stdout.contains(label), "{label:?} missing: {}", out.stdout);
+    }
+    assert!(
+        out.stdout.find("[tally]") < out.stdout.find("[synthesis]"),
+        "the tally, then the synthesis: {}",
+        out.stdout
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn all_waits_up_to_the_timeout_reports_the_late_and_merges_what_came() {
+    let ws = Workspace::new(&[]);
+    config(
+        &ws,
+        &[
+            ("claude", &[("FAKE_TEXT", "Use a queue.")], none()),
+            ("codex", &[("FAKE_HANG", "1")], none()),
+            ("cursor", &[("FAKE_TEXT", "Use a channel.")], none()),
+        ],
+        none(),
+    );
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let done = within(
+        "the completion",
+        c.completion_agents(
+            t.clone(),
+            "How?".into(),
+            None,
+            Some(Wait::All),
+            Some(1),
+            Some(Aggregation::Merge),
+            None,
+            None,
+        ),
+    )
+    .await
+    .unwrap();
+    let parts: Vec<(&str, PartStatus)> = done.parts.iter().map(|p| (p.member.as_str(), p.status)).collect();
+    assert_eq!(parts, [("claude", PartStatus::Done), ("codex", PartStatus::Timeout), ("cursor", PartStatus::Done)]);
+    let s = &done.summary;
+    assert_eq!((s.total, s.completed, s.timeouts, s.errors, s.cancelled), (3, 2, 1, 0, 0));
+    let messages = c.thread_messages(t.clone(), None, None, None, None).await.unwrap();
+    let merged = messages.iter().find(|m| Some(m.seq) == done.merged).unwrap();
+    assert_eq!(merged.body, "**claude**:\nUse a queue.\n\n**cursor**:\nUse a channel.");
+    assert_eq!((merged.from.as_str(), merged.purpose), ("kd", Some(Purpose::Merge)));
+    let late = c.events_list(Some(t.clone()), None, Some("completion.timeout".into()), None, None).await.unwrap();
+    assert_eq!(late.iter().map(|e| e.agent.as_deref()).collect::<Vec<_>>(), [Some("codex")]);
+    assert!(kinds(&c, &t).await.contains(&"completion.merge".to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chair_outside_the_asked_members_keeps_its_inbox_for_its_next_turn() {
+    let ws = Workspace::new(&[]);
+    let rules = serde_json::json!([["[Synthesis]", "Chair: both."]]).to_string();
+    config(
+        &ws,
+        &[
+            ("claude", &[], none()),
+            ("codex", &[], none()),
+            ("cursor", &[("FAKE_RULES", &rules)], serde_json::json!({"delivery": {"mode": "queued"}})),
+        ],
+        none(),
+    );
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let to = Some(vec!["cursor".to_string()]);
+    c.message_route(t.clone(), "claude".into(), "note for later".into(), to, None, None, None, None).await.unwrap();
+    let asked = Some(vec!["claude".to_string(), "codex".to_string()]);
+    let done = within(
+        "the synthesis",
+        c.completion_agents(
+            t.clone(),
+            "Which?".into(),
+            asked,
+            None,
+            None,
+            Some(Aggregation::Synthesize),
+            None,
+            Some("cursor".into()),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(done.synthesis.map(|s| s.text), Some("Chair: both.".to_string()));
+    // The synthesis prompt did not carry the note: it still waits.
+    let inbox =
+        c.queue_read("cursor".into(), Some(t.clone()), None, Some(InboxStatus::Pending), None, None).await.unwrap();
+    assert_eq!(inbox.iter().map(|i| i.body.as_str()).collect::<Vec<_>>(), ["note for later"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_ask_vote_streams_the_answers_and_ballots_then_prints_the_tally() {
+    let ws = Workspace::new(&[]);
+    let rules = |ranking: &str| {
+        serde_json::json!([
+            ["[Evaluation]", format!("Weighed.\nFINAL RANKING:\n{ranking}")],
+            ["[Synthesis]", "Chair says: lock."]
+        ])
+        .to_string()
+    };
+    let (a, b) = (rules("1. Response B"), rules("1. Response A"));
+    let c3 = rules("1. Response B\n2. Response A");
+    config(
+        &ws,
+        &[
+            ("claude", &[("FAKE_TEXT", "Use a queue."), ("FAKE_RULES", &a)], none()),
+            ("codex", &[("FAKE_TEXT", "Use a lock."), ("FAKE_RULES", &b)], none()),
+            ("cursor", &[("FAKE_TEXT", "Use a channel."), ("FAKE_RULES", &c3)], none()),
+        ],
+        none(),
+    );
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let mut ask = kdd.kd();
+    ask.current_dir(ws.path()).args(["ask", "--thread", &t, "--vote", "--synthesize", "claude", "Share the cache?"]);
+    let out = run(ask).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let o = &out.stdout;
+    for needle in [
+        "── claude ─",
+        "Use a queue.",
+        "── codex · ballot ─",
+        "FINAL RANKING:",
+        "── claude · synthesis ─",
+        "Chair says: lock.",
+        "── vote ──",
+        "Vote: codex wins.",
+        "3 asked · 3 answered",
+    ] {
+        assert!(o.contains(needle), "{needle:?} missing from:\n{o}");
+    }
+    assert_eq!(o.matches("Chair says: lock.").count(), 1, "the synthesis is shown once:\n{o}");
+    assert!(o.find("── vote ──") < o.find("── claude · synthesis"), "the tally before the synthesis:\n{o}");
+    assert_eq!(o.matches("Use a queue.").count(), 1, "each answer once:\n{o}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -433,4 +585,67 @@ async fn a_second_writer_is_rejected_with_a_backoff_and_a_reader_warned() {
     for kind in ["resource.write", "race.write_write", "race.read_write"] {
         assert!(k.contains(&kind.to_string()), "{kind} missing: {k:?}");
     }
+    // A family of kinds at once: `race.*`, over RPC and with kd events.
+    let races = c.events_list(Some(t.clone()), None, Some("race.*".into()), None, None).await.unwrap();
+    let race_kinds: Vec<&str> = races.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(race_kinds, ["race.write_write", "race.read_write"]);
+    let mut events = kdd.kd();
+    events.args(["events", "--thread", &t, "--kind", "race.*", "--json"]);
+    let out = run(events).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let listed: Vec<serde_json::Value> = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(listed.iter().map(|e| e["kind"].as_str().unwrap()).collect::<Vec<_>>(), race_kinds);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forked_backend_session_and_a_second_copy_resumed_at_once_are_races() {
+    let ws = Workspace::new(&[]);
+    config(&ws, &[("claude", &[("FAKE_FORK", "1")], none())], none());
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = c
+        .thread_create(ws.path(), None, None, None, None, None, None, None, Some(ContextMode::Resume))
+        .await
+        .unwrap()
+        .id;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    for q in ["One?", "Two?"] {
+        c.council_send(t.clone(), q.into(), None, None, None, None, None, Some(0), None).await.unwrap();
+        collect_until(&mut sub, |e| kd_tests::ended(e) == 1).await;
+    }
+    // The second run resumed the first one's backend session and reported another.
+    let messages = c.thread_messages(t.clone(), None, None, None, None).await.unwrap();
+    let ids: Vec<String> =
+        messages.iter().filter_map(|m| m.run.as_ref().and_then(|r| r.backend_session_id.clone())).collect();
+    assert_eq!(ids.len(), 2);
+    assert_ne!(ids[0], ids[1]);
+    let forks = c.events_list(Some(t.clone()), None, Some("race.session_fork".into()), None, None).await.unwrap();
+    assert_eq!(forks.len(), 1, "{forks:?}");
+    assert_eq!((&forks[0].data["expected"], &forks[0].data["got"]), (&ids[0].clone().into(), &ids[1].clone().into()));
+    assert_eq!(forks[0].agent.as_deref(), Some("claude"));
+    // The conversation goes on where the backend now keeps it.
+    let sessions = c.session_list(Some(t.clone()), Some("claude".into()), None).await.unwrap();
+    assert_eq!(sessions[0].backend_session_id.as_deref(), Some(ids[1].as_str()));
+
+    // Two clients resuming divergent copies of one backend conversation at once:
+    // the same session again, or a second session carrying the same backend id.
+    let held = c.session_resume(sessions[0].id.clone(), Some("tool A".into()), None).await.unwrap();
+    assert_eq!(held.status, SessionStatus::Active);
+    let other = kd_tests::new_thread(&c, &ws.path()).await;
+    let copy = c.session_start(other.clone(), "claude".into(), Some(ids[1].clone()), Some("tool B".into()), None, None);
+    let again = c.session_resume(sessions[0].id.clone(), Some("tool B".into()), None);
+    for refused in [copy.await.unwrap_err(), again.await.unwrap_err()] {
+        let e = kd_client::ClientError::from(refused);
+        assert_eq!(e.code(), Some(kd_proto::ErrorCode::SessionActive), "{e}");
+        assert!(e.to_string().contains("tool A"), "{e}");
+    }
+    let conflicts = c.events_list(None, None, Some("race.resume_conflict".into()), None, None).await.unwrap();
+    assert_eq!(conflicts.len(), 2, "{conflicts:?}");
+    for e in &conflicts {
+        assert_eq!((e.data["holder"].as_str(), e.data["requested_by"].as_str()), (Some("tool A"), Some("tool B")));
+        assert_eq!(e.data["backend_session_id"].as_str(), Some(ids[1].as_str()));
+    }
+    // One after the other is no fork: once A lets go, B may carry it on.
+    c.session_end(held.id.clone(), Some(SessionStatus::Idle), None).await.unwrap();
+    c.session_start(other, "claude".into(), Some(ids[1].clone()), Some("tool B".into()), None, None).await.unwrap();
 }

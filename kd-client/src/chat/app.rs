@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 
 use kd_proto::order::{Place, message_place, run_place};
-use kd_proto::types::{Message, MessageKind, RoundState, RouteType, Sent, Thread, ThreadEvent, display_order};
+use kd_proto::types::{Message, MessageKind, Purpose, RoundState, RouteType, Sent, Thread, ThreadEvent, display_order};
 use ratatui::text::Line;
 use ratatui_textarea::TextArea;
 
@@ -44,6 +44,8 @@ pub struct Entry {
     pub place: Place,
     /// How a message between members was routed, and to whom.
     pub route: Option<(RouteType, Vec<String>)>,
+    /// A completion's ballot, tally, synthesis or merge.
+    pub purpose: Option<Purpose>,
     /// Rendered lines for a width, kept until the entry changes.
     pub cache: RefCell<Option<(u16, Vec<Line<'static>>)>>,
 }
@@ -60,6 +62,7 @@ impl Entry {
             round: None,
             place: AT_THE_END,
             route: None,
+            purpose: None,
             cache: RefCell::new(None),
         }
     }
@@ -78,6 +81,7 @@ impl Entry {
         e.run = m.run.as_ref().and_then(|r| r.run_id.clone());
         e.round = m.round;
         e.route = m.route.map(|r| (r, m.to.clone()));
+        e.purpose = m.purpose;
         e
     }
 
@@ -260,6 +264,8 @@ impl App {
             ThreadEvent::RunWaiting { run } => {
                 if let Some(i) = self.index_of_run(&run.id) {
                     // Its deltas came first; now its place is known.
+                    self.entries[i].purpose = run.purpose;
+                    self.entries[i].changed();
                     if run.replaces.is_none() {
                         self.entries[i].place = run_place(run);
                         self.sort();
@@ -274,6 +280,7 @@ impl App {
                         e.kind = Kind::Waiting;
                         e.run = Some(run.id.clone());
                         e.round = run.round;
+                        e.purpose = run.purpose;
                         e.text.clear();
                         e.chars = 0;
                         // A retry stands where the failure stood.
@@ -288,6 +295,7 @@ impl App {
                         let mut e = Entry::new(Kind::Waiting, &run.member, String::new());
                         e.run = Some(run.id.clone());
                         e.round = run.round;
+                        e.purpose = run.purpose;
                         e.place = run_place(run);
                         self.push(e);
                     }

@@ -430,3 +430,78 @@ fn a_thread_opened_at_its_end_says_what_is_not_shown() {
     whole.load(thread(), &[message(1, "king", MessageKind::King, "Q", None)]);
     assert_eq!(members_in_order(&whole), ["king"], "nothing to say when it all fits");
 }
+
+/// A vote with a synthesis: the answers, a ballot, kd's tally in its own
+/// panel, the chair's synthesis streaming in a panel of its own.
+fn a_vote() -> App {
+    let mut app = App::new(thread());
+    let ballot = Message {
+        purpose: Some(Purpose::Ballot),
+        ..answer(4, "claude", "B is simpler.\n\nFINAL RANKING:\n1. Response B", "r3", 3)
+    };
+    let tally = Message {
+        purpose: Some(Purpose::Tally),
+        ..message(
+            5,
+            "kd",
+            MessageKind::System,
+            "Vote: codex wins.\n\n| answer | member | points |\n|---|---|---|\n| Response B | codex | 1 |\n| Response A | claude | 0 |",
+            None,
+        )
+    };
+    app.load(
+        thread(),
+        &[
+            message(1, "king", MessageKind::King, "How do we share the cache?", None),
+            answer(2, "claude", "Use a queue.", "r1", 1),
+            answer(3, "codex", "Use a lock.", "r2", 2),
+            ballot,
+            tally,
+        ],
+    );
+    let chair = RunInfo { reply_to: Some(5), purpose: Some(Purpose::Synthesis), ..run_at("r5", "claude", 5) };
+    app.apply(&ThreadEvent::RunWaiting { run: chair });
+    app.apply(&delta("r5", "claude", "Use a lock, and", 15));
+    app
+}
+
+#[test]
+fn a_vote_has_a_tally_panel_and_a_synthesis_panel() {
+    let mut app = a_vote();
+    insta::assert_snapshot!(screen(&mut app, 80, 34));
+    // Once stored, the synthesis keeps its panel, after the tally.
+    let done = Message {
+        purpose: Some(Purpose::Synthesis),
+        reply_to: Some(5),
+        ..answer(6, "claude", "Use a lock, and a queue behind it.", "r5", 5)
+    };
+    app.apply(&ThreadEvent::Message { message: Box::new(done) });
+    let s = screen(&mut app, 80, 34);
+    assert!(s.contains("┏━ claude · synthesis ━"), "{s}");
+    assert!(s.find("┏━ vote ━") < s.find("┏━ claude · synthesis"), "{s}");
+}
+
+#[test]
+fn an_emergency_shows_a_banner_until_every_member_acknowledged() {
+    let mut app = App::new(thread());
+    let broadcast = Message {
+        to: vec!["claude".into(), "codex".into(), "cursor".into()],
+        route: Some(RouteType::Emergency),
+        ..message(1, "king", MessageKind::King, "Stop pushing to main.", None)
+    };
+    app.load(thread(), &[broadcast]);
+    let pending = |p: &[&str]| ThreadEvent::Emergency {
+        broadcast: "e-1".into(),
+        seq: 1,
+        from: "king".into(),
+        pending: p.iter().map(|s| s.to_string()).collect(),
+    };
+    app.apply(&pending(&["claude", "codex"]));
+    insta::assert_snapshot!(screen(&mut app, 80, 12));
+    app.apply(&pending(&["codex"]));
+    assert!(screen(&mut app, 80, 12).contains("waiting for acknowledgements: codex "));
+    app.apply(&pending(&[]));
+    let s = screen(&mut app, 80, 12);
+    assert!(!s.contains("emergency from"), "the banner goes once all acknowledged: {s}");
+    assert!(s.contains("╔═ king · EMERGENCY ═"), "the broadcast stays marked: {s}");
+}

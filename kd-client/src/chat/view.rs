@@ -3,7 +3,7 @@
 
 use kd_client::markdown;
 use kd_client::style::Palette;
-use kd_proto::types::RouteType;
+use kd_proto::types::{Purpose, RouteType};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -219,21 +219,31 @@ fn panel(entry: &Entry, width: u16, palette: &Palette) -> Vec<Line<'static>> {
 fn build_panel(entry: &Entry, width: u16, palette: &Palette) -> Vec<Line<'static>> {
     let width = width as usize;
     let inner = width.saturating_sub(4).max(1);
+    let tally = matches!(entry.purpose, Some(Purpose::Tally | Purpose::Merge));
     let color = match entry.kind {
         Kind::Error { .. } => Color::Red,
         Kind::Interrupted => Color::DarkGray,
+        _ if tally => Color::Yellow,
         _ => member_color(palette, &entry.member),
     };
     let border = Style::default().fg(color);
     let name = Style::default().fg(color).add_modifier(Modifier::BOLD);
     let dim = Style::default().fg(Color::DarkGray);
-    let mut title = vec![Span::styled(entry.member.clone(), name)];
+    // A completion's panels: the tally (or merge) is kd's, titled by what it
+    // is; a ballot or synthesis is its member's, marked so.
+    let mut title = match entry.purpose {
+        Some(Purpose::Tally) => vec![Span::styled("vote", name)],
+        Some(Purpose::Merge) => vec![Span::styled("merged answers", name)],
+        Some(p) => vec![Span::styled(entry.member.clone(), name), Span::styled(format!(" · {}", p.as_str()), name)],
+        None => vec![Span::styled(entry.member.clone(), name)],
+    };
     match entry.kind {
         Kind::Streaming => title.push(Span::styled(format!(" (streaming · {} chars)", thousands(entry.chars)), dim)),
         Kind::Waiting => title.push(Span::styled(" ── waiting...", dim)),
         Kind::Error { timed_out: true } => title.push(Span::styled(" · timed out", border)),
         Kind::Error { timed_out: false } => title.push(Span::styled(" · error", border)),
         Kind::Interrupted => title.push(Span::styled(" · interrupted", dim)),
+        Kind::System if tally => {}
         Kind::System => title.push(Span::styled(" · kd", dim)),
         Kind::King | Kind::Answer => {}
     }
@@ -246,8 +256,11 @@ fn build_panel(entry: &Entry, width: u16, palette: &Palette) -> Vec<Line<'static
         title.push(Span::styled(format!(" · round {round}"), dim));
     }
     let title_width: usize = title.iter().map(|s| display_width(&s.content)).sum();
+    let heavy = tally || entry.purpose == Some(Purpose::Synthesis);
     let (tl, tr, bl, br, h, v) = if entry.kind == Kind::King {
         ('╔', '╗', '╚', '╝', '═', '║')
+    } else if heavy {
+        ('┏', '┓', '┗', '┛', '━', '┃')
     } else {
         ('┌', '┐', '└', '┘', '─', '│')
     };
@@ -278,6 +291,7 @@ fn build_panel(entry: &Entry, width: u16, palette: &Palette) -> Vec<Line<'static
             lines
         }
         Kind::Interrupted => plain(&entry.text).into_iter().map(|l| l.style(dim)).collect(),
+        Kind::System if tally => from_markdown(&entry.text),
         Kind::King | Kind::System => plain(&entry.text),
     };
     for line in wrap(&body, inner) {

@@ -10,8 +10,7 @@ use std::io::Write;
 
 use kd_client::style::{Palette, bold, dim, paint};
 use kd_client::terminal::safe;
-use kd_proto::names::KING;
-use kd_proto::types::{MessageKind, RoundState, Sent, ThreadEvent};
+use kd_proto::types::{MessageKind, Purpose, RoundState, Sent, ThreadEvent};
 
 #[derive(Debug, Clone, PartialEq)]
 enum Status {
@@ -26,6 +25,8 @@ struct RunView {
     id: String,
     member: String,
     round: Option<u32>,
+    /// A ballot or synthesis run, a tally or merged message.
+    purpose: Option<Purpose>,
     streamed: String,
     /// The stored message, when it arrived.
     body: Option<String>,
@@ -51,6 +52,11 @@ pub struct View {
     at_line_start: bool,
     /// Whether a header was printed yet (the next one is set apart by a blank line).
     printed: bool,
+    /// Whether the King's messages are shown (watching; not when following
+    /// one's own completion).
+    show_king: bool,
+    /// The highest message seq seen.
+    last_seq: u64,
 }
 
 impl View {
@@ -62,6 +68,7 @@ impl View {
                 id: r.run.id.clone(),
                 member: r.run.member.clone(),
                 round: r.run.round,
+                purpose: r.run.purpose,
                 streamed: String::new(),
                 body: None,
                 status: Status::Running,
@@ -79,7 +86,22 @@ impl View {
             json,
             at_line_start: true,
             printed: false,
+            show_king: false,
+            last_seq: 0,
         }
+    }
+
+    /// A view of everything the members say on a thread from now on, with
+    /// the tallies and merges of completions, but not the King's messages:
+    /// `kd ask --vote` follows its own completion so.
+    pub fn following(color: bool, palette: Palette) -> View {
+        View { show_king: false, ..View::watching(color, palette) }
+    }
+
+    /// Whether every message up to `seq` has been seen and shown, and no
+    /// run is still going.
+    pub fn settled(&self, seq: u64) -> bool {
+        self.last_seq >= seq && self.live.is_none() && self.runs.iter().all(|r| r.shown && r.status != Status::Running)
     }
 
     /// A view of everything said on a thread from now on.
@@ -95,6 +117,8 @@ impl View {
             json: false,
             at_line_start: true,
             printed: false,
+            show_king: true,
+            last_seq: 0,
         }
     }
 
@@ -158,6 +182,7 @@ impl View {
                     id: run.id.clone(),
                     member: run.member.clone(),
                     round: run.round,
+                    purpose: run.purpose,
                     streamed: String::new(),
                     body: None,
                     status: Status::Running,
@@ -190,14 +215,20 @@ impl View {
                 out.flush()?;
             }
             ThreadEvent::Message { message } => {
+                self.last_seq = self.last_seq.max(message.seq);
+                let shown_whole = match message.purpose {
+                    Some(Purpose::Tally | Purpose::Merge) => true,
+                    _ => self.show_king && message.kind == MessageKind::King,
+                };
                 if let Some(i) = message.run.as_ref().and_then(|m| m.run_id.as_deref()).and_then(|id| self.index(id)) {
                     self.runs[i].body = Some(message.body.clone());
-                } else if self.exchange.is_none() && message.kind == MessageKind::King {
-                    // Watching: what the King said, in its turn.
+                } else if self.exchange.is_none() && shown_whole {
+                    // Watching: what the King said, or kd's tally, in its turn.
                     self.runs.push(RunView {
                         id: format!("message {}", message.seq),
-                        member: KING.to_string(),
+                        member: message.from.clone(),
                         round: None,
+                        purpose: message.purpose,
                         streamed: String::new(),
                         body: Some(message.body.clone()),
                         status: Status::Done,
@@ -267,9 +298,12 @@ impl View {
 
     fn header(&mut self, i: usize, out: &mut impl Write) -> std::io::Result<()> {
         let r = &self.runs[i];
-        let label = match r.round {
-            Some(round) if self.rounds > 1 || round > 1 => format!("── {} · round {round} ", r.member),
-            _ => format!("── {} ", r.member),
+        let label = match (r.purpose, r.round) {
+            (Some(Purpose::Tally), _) => "── vote ".to_string(),
+            (Some(Purpose::Merge), _) => "── merged ".to_string(),
+            (Some(p), _) => format!("── {} · {} ", r.member, p.as_str()),
+            (None, Some(round)) if self.rounds > 1 || round > 1 => format!("── {} · round {round} ", r.member),
+            (None, _) => format!("── {} ", r.member),
         };
         let rule = "─".repeat(40usize.saturating_sub(label.chars().count()));
         let first = !self.printed;

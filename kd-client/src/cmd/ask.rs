@@ -9,7 +9,7 @@ use clap::Args;
 use kd_client::style::Palette;
 use kd_client::{Client, ClientError, KdApiClient, workspace};
 use kd_proto::ErrorCode;
-use kd_proto::types::{NewThread, Thread};
+use kd_proto::types::{Completion, NewThread, Thread, ThreadEvent};
 
 use super::Ctx;
 use super::answers::View;
@@ -74,7 +74,7 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client().await?;
     let target = resolve_thread(&client, a.thread.clone(), a.new, a.context).await?;
     if a.first || a.vote || a.synthesize.is_some() {
-        return complete(&client, target, question, a).await;
+        return complete(ctx, &client, target, question, a).await;
     }
     let to = (!a.to.is_empty()).then_some(a.to);
     let mute = (!a.mute.is_empty()).then_some(a.mute);
@@ -158,18 +158,25 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
     Ok(if failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_MEMBER_FAILED) })
 }
 
-/// `--first`, `--vote`, `--synthesize`: one `completion.agents` call, its
-/// outcome printed when everything has run.
-async fn complete(client: &Client, target: Target, question: String, a: AskArgs) -> anyhow::Result<ExitCode> {
-    use kd_proto::types::{Aggregation, PartStatus, Wait};
-    let thread = match target {
-        Target::Existing(t) => t.id,
+/// `--first`, `--vote`, `--synthesize`: one `completion.agents` call. On
+/// the way the answers, ballots, tally and synthesis stream as `kd ask`
+/// shows answers; the summary follows. With `--json`, the completion alone.
+async fn complete(
+    ctx: &Ctx,
+    client: &Client,
+    target: Target,
+    question: String,
+    a: AskArgs,
+) -> anyhow::Result<ExitCode> {
+    use kd_proto::types::{Aggregation, Wait};
+    let (thread, since, workspace) = match target {
+        Target::Existing(t) => (t.id, t.last_seq, t.workspace),
         Target::New(n) => {
-            client
+            let t = client
                 .thread_create(n.workspace, n.branch, None, None, None, None, None, Some(true), n.context)
                 .await
-                .map_err(ClientError::from)?
-                .id
+                .map_err(ClientError::from)?;
+            (t.id, t.last_seq, t.workspace)
         }
     };
     let aggregation = match (&a.synthesize, a.vote) {
@@ -179,47 +186,109 @@ async fn complete(client: &Client, target: Target, question: String, a: AskArgs)
     };
     let wait = if a.first { Wait::First } else { Wait::All };
     let to = (!a.to.is_empty()).then_some(a.to);
-    let c = client
-        .completion_agents(thread, question, to, Some(wait), a.timeout, Some(aggregation), Some(a.vote), a.synthesize)
-        .await
-        .map_err(ClientError::from)?;
+    // Subscribed before asking, so nothing of the completion is missed.
+    let mut sub = client.thread_subscribe(thread.clone(), Some(since), None).await.map_err(ClientError::from)?;
+    // A completion lasts as long as its members take: no request timeout.
+    let long = ctx.client_waiting().await?;
+    let call = long.completion_agents(
+        thread.clone(),
+        question,
+        to,
+        Some(wait),
+        a.timeout,
+        Some(aggregation),
+        Some(a.vote),
+        a.synthesize,
+    );
+    tokio::pin!(call);
+    let color = !a.json && ctx.styled();
+    let mut view = View::following(color, Palette::default());
+    if color {
+        let config = client.config_get(workspace).await.ok();
+        view.palette = Palette::from_config(config.as_ref(), &[]);
+    }
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut interrupted = false;
+    let mut live = !a.json;
+    let c = loop {
+        tokio::select! {
+            done = &mut call => break done.map_err(ClientError::from)?,
+            event = sub.next(), if live => match event {
+                Some(Ok(e)) => view.on_event(&e, &mut out)?,
+                // The result still comes whole at the end.
+                Some(Err(_)) | None => live = false,
+            },
+            _ = interrupt.recv() => {
+                // The first Ctrl+C cancels the runs (the completion then
+                // ends with what it has); the second leaves at once.
+                if interrupted {
+                    return Ok(ExitCode::from(130));
+                }
+                interrupted = true;
+                let _ = client.run_cancel(thread.clone(), None, None).await;
+            }
+        }
+    };
     if a.json {
         outln!("{}", serde_json::to_string(&c)?)?;
     } else {
-        let safe = |s: &str| kd_client::terminal::safe(s).into_owned();
-        for p in &c.parts {
-            let status = match p.status {
-                PartStatus::Done => String::new(),
-                other => format!(" · {}", serde_json::to_value(other)?.as_str().unwrap_or_default()),
-            };
-            outln!("── {}{status} ──\n{}\n", p.member, safe(p.text.trim()))?;
-        }
-        if let Some(t) = &c.tally {
-            outln!("── vote ──")?;
-            for s in &t.scores {
-                outln!("{:>3} points · {} first · {} ({})", s.points, s.firsts, s.member, s.label)?;
-            }
-            match &t.winner {
-                Some(w) => outln!("winner: {w}\n")?,
-                None => outln!("no ranking could be read\n")?,
+        // What the completion wrote may still be on its way to us.
+        let last = completion_seqs(&c).max().unwrap_or(c.seq);
+        while live && !view.settled(last) {
+            match sub.next().await {
+                Some(Ok(e)) if !matches!(e, ThreadEvent::Lagged { .. }) => view.on_event(&e, &mut out)?,
+                _ => live = false,
             }
         }
-        if let Some(s) = &c.synthesis {
-            outln!("── synthesis by {} ──\n{}\n", s.member, safe(s.text.trim()))?;
+        if !live {
+            print_completion(&c, &mut out)?;
         }
         let m = &c.summary;
-        outln!(
-            "{} asked · {} answered · {} errors · {} timeouts · {} cancelled · ${:.4}",
-            m.total,
-            m.completed,
-            m.errors,
-            m.timeouts,
-            m.cancelled,
-            m.cost_usd
+        writeln!(
+            out,
+            "\n{} asked · {} answered · {} errors · {} timeouts · {} cancelled · ${:.4}",
+            m.total, m.completed, m.errors, m.timeouts, m.cancelled, m.cost_usd
         )?;
     }
+    out.flush()?;
     let failed = c.summary.errors + c.summary.timeouts > 0;
     Ok(if failed { ExitCode::from(EXIT_MEMBER_FAILED) } else { ExitCode::SUCCESS })
+}
+
+/// Every message a completion wrote.
+fn completion_seqs(c: &Completion) -> impl Iterator<Item = u64> + '_ {
+    let parts = c.parts.iter().chain(c.synthesis.iter()).filter_map(|p| p.seq);
+    let tally = c.tally.iter().flat_map(|t| t.ballots.iter().filter_map(|b| b.seq).chain(t.seq));
+    parts.chain(tally).chain(c.merged)
+}
+
+/// The completion whole, when it could not be followed live.
+fn print_completion(c: &Completion, out: &mut impl Write) -> anyhow::Result<()> {
+    use kd_proto::types::PartStatus;
+    let safe = |s: &str| kd_client::terminal::safe(s).into_owned();
+    for p in &c.parts {
+        let status = match p.status {
+            PartStatus::Done => String::new(),
+            other => format!(" · {}", serde_json::to_value(other)?.as_str().unwrap_or_default()),
+        };
+        writeln!(out, "── {}{status} ──\n{}\n", p.member, safe(p.text.trim()))?;
+    }
+    if let Some(t) = &c.tally {
+        writeln!(out, "── vote ──")?;
+        for s in &t.scores {
+            writeln!(out, "{:>3} points · {} first · {} ({})", s.points, s.firsts, s.member, s.label)?;
+        }
+        match &t.winner {
+            Some(w) => writeln!(out, "winner: {w}\n")?,
+            None => writeln!(out, "no ranking could be read\n")?,
+        }
+    }
+    if let Some(s) = &c.synthesis {
+        writeln!(out, "── synthesis by {} ──\n{}", s.member, safe(s.text.trim()))?;
+    }
+    Ok(())
 }
 
 /// Where a question goes.

@@ -175,6 +175,10 @@ fn render_message(m: &Message, styled: bool, palette: &Palette) -> String {
     if m.route == Some(kd_proto::types::RouteType::Emergency) {
         meta.push_str(" [emergency]");
     }
+    if let Some(p) = m.purpose {
+        // A completion's ballot, tally, synthesis or merged answers.
+        meta.push_str(&format!(" [{}]", p.as_str()));
+    }
     meta.push_str(&format!(" · {}", fmt::time_ms(m.created_at_ms)));
     head.push_str(&dim(styled, &meta));
     out.push('\n');
@@ -284,7 +288,7 @@ pub struct EventsArgs {
     /// Only events concerning this agent
     #[arg(long)]
     agent: Option<String>,
-    /// Only this kind (e.g. message, session.resume, lock.acquire)
+    /// Only this kind (e.g. message, session.resume, lock.acquire), or a family: race.*
     #[arg(long)]
     kind: Option<String>,
     /// Only events after this id

@@ -70,6 +70,12 @@ impl Ctx {
     pub async fn client(&self) -> Result<Client, ClientError> {
         Client::connect_or_start(&self.socket).await
     }
+
+    /// A connection for a call that lasts as long as agents take (a
+    /// completion): no request timeout. The daemon's going away still ends it.
+    pub async fn client_waiting(&self) -> Result<Client, ClientError> {
+        Client::connect_with(&self.socket, kd_client::NO_REQUEST_TIMEOUT).await
+    }
 }
 
 /// The named thread, or the current one of this workspace and branch.

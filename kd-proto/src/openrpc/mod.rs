@@ -315,7 +315,7 @@ fn build() -> (Vec<MethodDoc>, Value) {
     );
     b.param::<String>("thread", false, "only this thread")
         .param::<String>("agent", false, "only events concerning this agent")
-        .param::<String>("kind", false, "only this kind, e.g. message or session.resume")
+        .param::<String>("kind", false, "only this kind, e.g. message or session.resume; a family with .*, e.g. race.*")
         .param::<u64>("since_id", false, "only events with a larger id")
         .param::<u32>("limit", false, "at most this many (default 1000)");
 

@@ -56,10 +56,6 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
             .await
             .map_err(|e| failed(member, RunStatus::Error, format!("cannot read the thread: {e}")))?;
     let seen_seq = messages.last().map(|m| m.seq).unwrap_or(0);
-    // What waited in the member's inbox reaches it in this prompt, once.
-    if let Err(e) = d.db.inbox_given(run.thread.clone(), member.clone(), seen_seq, run.id.clone()).await {
-        tracing::warn!(run = run.id, "cannot mark the inbox given: {e}");
-    }
     let full = || {
         prompt::assemble(
             &spec.preamble,
@@ -72,6 +68,11 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
         let held = session.map(|id| Held { id, release_as: SessionStatus::Completed, seen_seq });
         let prompt = prompt::assemble(&spec.preamble, spec.agent.prompt(spec.style), own);
         return Ok(Prepared { prompt, resume: None, session: held });
+    }
+    // What waited in the member's inbox reaches it in this prompt, once (a
+    // ballot or synthesis, with a prompt of its own, leaves it waiting).
+    if let Err(e) = d.db.inbox_given(run.thread.clone(), member.clone(), seen_seq, run.id.clone()).await {
+        tracing::warn!(run = run.id, "cannot mark the inbox given: {e}");
     }
     if spec.context == ContextMode::History {
         let session = one_off_session(d, run).await;

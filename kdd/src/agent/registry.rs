@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use kd_proto::types::{Message, RunInfo, RunStatus, ThreadEvent};
+use kd_proto::types::{Message, Purpose, RunInfo, RunStatus, ThreadEvent};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -50,6 +50,7 @@ pub struct Run {
     pub exchange: Option<u64>,
     /// The failed message it retries.
     pub replaces: Option<u64>,
+    pub purpose: Option<Purpose>,
     /// The client whose request started it.
     pub client: Option<ClientId>,
     state: Mutex<State>,
@@ -65,6 +66,8 @@ pub struct Place {
     pub round: Option<u32>,
     pub exchange: Option<u64>,
     pub replaces: Option<u64>,
+    /// What it writes for a multicast completion (a ballot, a synthesis).
+    pub purpose: Option<Purpose>,
 }
 
 /// A run as a subscriber joining mid-run first sees it.
@@ -94,6 +97,7 @@ impl Run {
             round: place.round,
             exchange: place.exchange,
             replaces: place.replaces,
+            purpose: place.purpose,
             client,
             state: Mutex::new(State {
                 status: RunStatus::Waiting,
@@ -132,6 +136,7 @@ impl Run {
             exchange: self.exchange,
             replaces: self.replaces,
             ordinal: self.ordinal,
+            purpose: self.purpose,
         }
     }
 

@@ -23,8 +23,8 @@ use jsonrpsee::types::ErrorObjectOwned;
 use kd_proto::ErrorCode;
 use kd_proto::names::KING;
 use kd_proto::types::{
-    Aggregation, Ballot, Completion, Label, MessageKind, Part, PartStatus, RouteType, Score, Style, Summary, Tally,
-    Wait,
+    Aggregation, Ballot, Completion, Label, MessageKind, Part, PartStatus, Purpose, RouteType, Score, Style, Summary,
+    Tally, Wait,
 };
 use serde_json::json;
 
@@ -112,7 +112,7 @@ pub async fn complete(co: &Coord, p: Params) -> Result<Completion, ErrorObjectOw
         client: p.client,
         prompt: None,
     };
-    let place = Place { reply_to: Some(seq), round: Some(1), exchange: Some(seq), replaces: None };
+    let place = Place { reply_to: Some(seq), round: Some(1), exchange: Some(seq), replaces: None, purpose: None };
     let runs: Vec<Arc<Run>> =
         members.iter().filter_map(|m| launch.start(&co.council, m, place).map(|(r, _)| r)).collect();
     let late = wait_for(&runs, p.wait, p.timeout).await;
@@ -136,7 +136,7 @@ pub async fn complete(co: &Coord, p: Params) -> Result<Completion, ErrorObjectOw
     let mut merged = None;
     if p.aggregation == Aggregation::Merge && !answered.is_empty() {
         let body = answered.iter().map(|x| format!("**{}**:\n{}", x.member, x.text)).collect::<Vec<_>>().join("\n\n");
-        let m = db.append_message(kd_message(&thread.id, seq, body, &id)).await?;
+        let m = db.append_message(kd_message(&thread.id, seq, body, &id, Purpose::Merge)).await?;
         db.record(vec![event("completion.merge", None, json!({"seq": m.seq, "contributors": answered.len()}))]).await?;
         merged = Some(m.seq);
     }
@@ -151,7 +151,8 @@ pub async fn complete(co: &Coord, p: Params) -> Result<Completion, ErrorObjectOw
         for voter in answered.iter().map(|x| x.member.clone()) {
             let prompt = ballot_prompt(&p.body, &labels, &answered, &voter);
             let run_launch = Launch { prompt: Some(prompt), ..launch.clone() };
-            if let Some((run, _)) = run_launch.start(&co.council, &voter, place) {
+            let ballot = Place { purpose: Some(Purpose::Ballot), ..place };
+            if let Some((run, _)) = run_launch.start(&co.council, &voter, ballot) {
                 voters.push((voter, run));
             }
         }
@@ -170,7 +171,7 @@ pub async fn complete(co: &Coord, p: Params) -> Result<Completion, ErrorObjectOw
         }
         let mut t = count(labels, ballots);
         let body = tally_text(&t);
-        let m = db.append_message(kd_message(&thread.id, seq, body, &id)).await?;
+        let m = db.append_message(kd_message(&thread.id, seq, body, &id, Purpose::Tally)).await?;
         t.seq = Some(m.seq);
         db.record(vec![event(
             "completion.vote",
@@ -184,7 +185,11 @@ pub async fn complete(co: &Coord, p: Params) -> Result<Completion, ErrorObjectOw
     if let Some(chair) = chair.filter(|_| synthesize && !answered.is_empty()) {
         let prompt = synthesis_prompt(&p.body, &answered, tally.as_ref());
         let run_launch = Launch { prompt: Some(prompt), ..launch.clone() };
-        if let Some((run, _)) = run_launch.start(&co.council, &chair, place) {
+        // The chair answers the tally (or the merge) when there is one: its
+        // answer is shown after it.
+        let answers = tally.as_ref().and_then(|t| t.seq).or(merged).or(Some(seq));
+        let synthesis_place = Place { purpose: Some(Purpose::Synthesis), reply_to: answers, ..place };
+        if let Some((run, _)) = run_launch.start(&co.council, &chair, synthesis_place) {
             run.done().await;
             let part = part_of(&run, false, Wait::All);
             db.record(vec![event(
@@ -281,9 +286,10 @@ fn part_of(run: &Run, late: bool, wait: Wait) -> Part {
     }
 }
 
-fn kd_message(thread: &str, reply_to: u64, body: String, id: &str) -> NewMessage {
+fn kd_message(thread: &str, reply_to: u64, body: String, id: &str, purpose: Purpose) -> NewMessage {
     NewMessage {
         reply_to: Some(reply_to),
+        purpose: Some(purpose),
         correlation_id: Some(id.to_string()),
         ..NewMessage::new(thread, KD, vec![KING.to_string()], MessageKind::System, body)
     }

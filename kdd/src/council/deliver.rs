@@ -106,7 +106,13 @@ pub async fn deliver(c: &Arc<Council>, r: Request) -> DbResult<Delivered> {
         client: r.client,
         prompt: None,
     };
-    let place = Place { reply_to: Some(routed.message.seq), round: r.round, exchange: r.exchange, replaces: None };
+    let place = Place {
+        reply_to: Some(routed.message.seq),
+        round: r.round,
+        exchange: r.exchange,
+        replaces: None,
+        purpose: None,
+    };
     let mut deliveries = Vec::new();
     let mut starts = Vec::new();
     for ((entry, how, mode), kept) in plan.into_iter().zip(routed.kept) {

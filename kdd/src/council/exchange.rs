@@ -196,7 +196,8 @@ async fn turn(
             return false;
         }
     };
-    let place = Place { reply_to: Some(last), round: Some(round), exchange: Some(ex.king), replaces: None };
+    let place =
+        Place { reply_to: Some(last), round: Some(round), exchange: Some(ex.king), replaces: None, purpose: None };
     if let Some((run, _)) = plan.launch.start(c, member, place) {
         run.done().await;
         if has_failed(&run) {

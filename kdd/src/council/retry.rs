@@ -49,8 +49,13 @@ pub async fn retry(
     let launch = Launch { thread, config, style, timeout, client, prompt: None };
     let mut runs = Vec::new();
     for (member, message) in failed {
-        let place =
-            Place { reply_to: message.reply_to, round: message.round, exchange: None, replaces: Some(message.seq) };
+        let place = Place {
+            reply_to: message.reply_to,
+            round: message.round,
+            exchange: None,
+            replaces: Some(message.seq),
+            purpose: message.purpose,
+        };
         if let Some((run, _)) = launch.start(c, &member, place) {
             runs.push(run.info());
         }

@@ -110,8 +110,13 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
     let ex = Arc::new(Exchange::new(launch.thread.id.clone(), message.seq));
     // The new exchange replaces (stops) the thread's pending one.
     c.exchanges.begin(ex.clone());
-    let first_round =
-        Place { reply_to: Some(message.seq), round: Some(1), exchange: Some(message.seq), replaces: None };
+    let first_round = Place {
+        reply_to: Some(message.seq),
+        round: Some(1),
+        exchange: Some(message.seq),
+        replaces: None,
+        purpose: None,
+    };
     let starting = match mode {
         Mode::Broadcast => &who.members[..],
         Mode::Sequential => &who.members[..who.members.len().min(1)],

@@ -64,13 +64,19 @@ pub fn list(conn: &Connection, f: &EventFilter) -> DbResult<Vec<Event>> {
            ON e.kind = 'message' AND m.thread_id = e.thread_id AND m.seq = json_extract(e.data, '$.seq')
          WHERE e.id > ?1
            AND (?2 IS NULL OR e.thread_id = ?2)
-           AND (?3 IS NULL OR e.kind = ?3)
+           AND (?3 IS NULL OR e.kind = ?3 OR (?6 IS NOT NULL AND e.kind >= ?6 AND e.kind < ?7))
            AND (?4 IS NULL OR e.agent = ?4 OR e.sender = ?4
                 OR EXISTS (SELECT 1 FROM json_each(e.recipients) WHERE value = ?4))
          ORDER BY e.id
          LIMIT ?5",
     )?;
-    let rows = stmt.query_map(params![f.since_id.unwrap_or(0) as i64, f.thread, f.kind, f.agent, f.limit], from_row)?;
+    // `race.*` is every kind of the family: the range [`race.`, `race/`).
+    let family = f.kind.as_deref().and_then(|k| k.strip_suffix('*')).filter(|p| p.ends_with('.'));
+    let upper = family.map(|p| format!("{}/", &p[..p.len() - 1]));
+    let rows = stmt.query_map(
+        params![f.since_id.unwrap_or(0) as i64, f.thread, f.kind, f.agent, f.limit, family, upper],
+        from_row,
+    )?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
 

@@ -1,6 +1,6 @@
 //! Messages: dense per-thread `seq`, handed out by the writer in commit order.
 
-use kd_proto::types::{Fence, Message, MessageKind, RouteType, RunMeta, ThreadEvent};
+use kd_proto::types::{Fence, Message, MessageKind, Purpose, RouteType, RunMeta, ThreadEvent};
 use rusqlite::{Connection, Row, params};
 use serde_json::json;
 
@@ -27,6 +27,8 @@ pub struct NewMessage {
     pub refs: Vec<String>,
     /// How it was routed (messages between members).
     pub route: Option<RouteType>,
+    /// What it is to a multicast completion.
+    pub purpose: Option<Purpose>,
 }
 
 impl NewMessage {
@@ -48,6 +50,7 @@ impl NewMessage {
             replaces: None,
             refs: vec![],
             route: None,
+            purpose: None,
         }
     }
 }
@@ -89,8 +92,8 @@ fn append_as(conn: &Connection, now: i64, seq: u64, m: NewMessage, out: &mut Out
     let run = m.run.as_ref().map(|r| serde_json::to_string(r).unwrap_or_default());
     conn.prepare_cached(
         "INSERT INTO messages
-             (thread_id, seq, sender, recipients, cc, reply_to, kind, body, round, created_at, run, replaces, refs, route)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+             (thread_id, seq, sender, recipients, cc, reply_to, kind, body, round, created_at, run, replaces, refs, route, purpose)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
     )?
     .execute(params![
         m.thread,
@@ -106,7 +109,8 @@ fn append_as(conn: &Connection, now: i64, seq: u64, m: NewMessage, out: &mut Out
         run,
         m.replaces.map(|r| r as i64),
         json_list(&m.refs),
-        m.route.map(RouteType::as_str)
+        m.route.map(RouteType::as_str),
+        m.purpose.map(Purpose::as_str)
     ])?;
     events::record(
         conn,
@@ -125,6 +129,7 @@ fn append_as(conn: &Connection, now: i64, seq: u64, m: NewMessage, out: &mut Out
                 "round": m.round,
                 "replaces": m.replaces,
                 "route": m.route,
+                "purpose": m.purpose,
                 // The body is the message's: events.list reads it from there.
             }),
             ..Default::default()
@@ -145,6 +150,7 @@ fn append_as(conn: &Connection, now: i64, seq: u64, m: NewMessage, out: &mut Out
         replaces: m.replaces,
         refs: m.refs,
         route: m.route,
+        purpose: m.purpose,
     };
     out.publish(&message.thread, ThreadEvent::Message { message: Box::new(message.clone()) });
     Ok(message)
@@ -201,11 +207,11 @@ pub fn list(conn: &Connection, thread: &str, page: Page) -> DbResult<Vec<Message
     threads::get(conn, thread)?;
     let sql = if page.from_end {
         "SELECT thread_id, seq, sender, recipients, cc, reply_to, kind, CASE WHEN ?5 THEN body ELSE '' END,
-                round, created_at, run, replaces, refs, route
+                round, created_at, run, replaces, refs, route, purpose
          FROM messages WHERE thread_id = ?1 AND seq > ?2 AND seq < ?3 ORDER BY seq DESC LIMIT ?4"
     } else {
         "SELECT thread_id, seq, sender, recipients, cc, reply_to, kind, CASE WHEN ?5 THEN body ELSE '' END,
-                round, created_at, run, replaces, refs, route
+                round, created_at, run, replaces, refs, route, purpose
          FROM messages WHERE thread_id = ?1 AND seq > ?2 AND seq < ?3 ORDER BY seq LIMIT ?4"
     };
     let mut stmt = conn.prepare_cached(sql)?;
@@ -247,6 +253,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Message> {
         replaces: r.get::<_, Option<i64>>(11)?.map(|v| v as u64),
         refs: parse_list(&r.get::<_, String>(12)?),
         route: r.get_ref(13)?.as_str_or_null()?.and_then(RouteType::parse),
+        purpose: r.get_ref(14)?.as_str_or_null()?.and_then(Purpose::parse),
     })
 }
 

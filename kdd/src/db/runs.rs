@@ -3,7 +3,9 @@
 //! recovery of runs a dead daemon left in flight.
 
 use kd_proto::names::KING;
-use kd_proto::types::{Message, MessageKind, RouteType, RunInfo, RunMeta, RunStatus, SessionStatus, ThreadEvent};
+use kd_proto::types::{
+    Message, MessageKind, Purpose, RouteType, RunInfo, RunMeta, RunStatus, SessionStatus, ThreadEvent,
+};
 use rusqlite::{Connection, params};
 use serde_json::json;
 
@@ -15,8 +17,8 @@ use super::{DbResult, Outbox, acks};
 /// Records a run that was accepted; subscribers hear `run_waiting`.
 pub fn insert(conn: &Connection, now: i64, run: &RunInfo, out: &mut Outbox) -> DbResult<()> {
     conn.prepare_cached(
-        "INSERT INTO runs (id, thread_id, member, backend, status, reply_to, round, started_at, exchange, replaces, ordinal)
-         VALUES (?1, ?2, ?3, ?4, 'waiting', ?5, ?6, ?7, ?8, ?9, ?10)",
+        "INSERT INTO runs (id, thread_id, member, backend, status, reply_to, round, started_at, exchange, replaces, ordinal, purpose)
+         VALUES (?1, ?2, ?3, ?4, 'waiting', ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
     )?
     .execute(params![
         run.id,
@@ -28,7 +30,8 @@ pub fn insert(conn: &Connection, now: i64, run: &RunInfo, out: &mut Outbox) -> D
         now,
         run.exchange.map(|r| r as i64),
         run.replaces.map(|r| r as i64),
-        run.ordinal as i64
+        run.ordinal as i64,
+        run.purpose.map(Purpose::as_str)
     ])?;
     events::record(
         conn,
@@ -146,6 +149,7 @@ pub fn finish(conn: &Connection, now: i64, run: &RunInfo, f: Finish, out: &mut O
             fence: None,
             replaces: run.replaces,
             refs: vec![],
+            purpose: run.purpose,
             route: match f.to.len() {
                 0 => None,
                 1 => Some(RouteType::PointToPoint),
@@ -241,10 +245,19 @@ pub fn recover(conn: &Connection, now: i64, out: &mut Outbox) -> DbResult<usize>
     let orphans = in_flight(conn)?;
     for o in &orphans {
         type Row = (String, Option<i64>, Option<u32>, String, Option<String>, Option<i64>, Option<i64>, Option<i64>);
-        let (backend, reply_to, round, partial, session, exchange, replaces, ordinal): Row = conn.query_row(
-            "SELECT backend, reply_to, round, partial, session_id, exchange, replaces, ordinal FROM runs WHERE id = ?1",
+        let ((backend, reply_to, round, partial, session, exchange, replaces, ordinal), purpose): (
+            Row,
+            Option<String>,
+        ) = conn.query_row(
+            "SELECT backend, reply_to, round, partial, session_id, exchange, replaces, ordinal, purpose
+                 FROM runs WHERE id = ?1",
             [&o.id],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?)),
+            |r| {
+                Ok((
+                    (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?),
+                    r.get(8)?,
+                ))
+            },
         )?;
         let partial = saved_partial(conn, &o.id, partial)?;
         let ordinal = ordinal.map(|o| o as u64);
@@ -262,6 +275,7 @@ pub fn recover(conn: &Connection, now: i64, out: &mut Outbox) -> DbResult<usize>
             exchange: exchange.map(|r| r as u64),
             replaces: replaces.map(|r| r as u64),
             ordinal: ordinal.unwrap_or(0),
+            purpose: purpose.as_deref().and_then(Purpose::parse),
         };
         let body = if partial.is_empty() { "(interrupted before it said anything)".to_string() } else { partial };
         finish(

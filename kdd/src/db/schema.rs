@@ -20,6 +20,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/0004_sessions_seen_refs_origin.sql"),
     include_str!("../../../migrations/0005_run_partials.sql"),
     include_str!("../../../migrations/0006_coordination.sql"),
+    include_str!("../../../migrations/0007_purpose.sql"),
 ];
 
 /// The schema version this build writes.

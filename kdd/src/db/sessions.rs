@@ -21,23 +21,31 @@ pub struct NewSession {
     pub metadata: Value,
 }
 
-/// Outcome of a resume: rejections are outcomes, not errors, so that the
-/// event recording them is committed.
+/// Outcome of a start or resume: rejections are outcomes, not errors, so
+/// that the events recording them are committed.
 #[derive(Debug)]
-pub enum Resumed {
+pub enum Taken {
     Allowed(Session),
     Rejected { session: String, holder: Option<String>, pid: Option<u32> },
+}
+
+impl From<Taken> for DbResult<Session> {
+    fn from(t: Taken) -> Self {
+        match t {
+            Taken::Allowed(s) => Ok(s),
+            Taken::Rejected { session, holder, pid } => Err(DbError::SessionActive { session, holder, pid }),
+        }
+    }
 }
 
 const COLUMNS: &str =
     "id, thread_id, agent, backend_session_id, status, holder, pid, started_at, last_active_at, metadata, seen_seq";
 
-pub fn start(conn: &Connection, now: i64, s: NewSession, alive: &dyn Fn(u32) -> bool) -> DbResult<Session> {
+pub fn start(conn: &Connection, now: i64, s: NewSession, alive: &dyn Fn(u32) -> bool) -> DbResult<Taken> {
     threads::get(conn, &s.thread)?;
-    if let Some(active) = active_for(conn, &s.thread, &s.agent)?
-        && !reclaim_if_dead(conn, now, &active, alive)?
-    {
-        return Err(DbError::SessionActive { session: active.id, holder: active.holder, pid: active.pid });
+    let copy = s.backend_session_id.as_deref();
+    if let Some(active) = blocking(conn, now, &s.thread, &s.agent, copy, None, alive)? {
+        return refuse(conn, now, &s.thread, None, &s.agent, active, s.holder.as_deref(), copy);
     }
     let id = format!("s-{}", random_id(10));
     conn.prepare_cached(
@@ -57,7 +65,7 @@ pub fn start(conn: &Connection, now: i64, s: NewSession, alive: &dyn Fn(u32) -> 
             ..Default::default()
         },
     )?;
-    get(conn, &id)
+    Ok(Taken::Allowed(get(conn, &id)?))
 }
 
 pub fn resume(
@@ -67,33 +75,14 @@ pub fn resume(
     holder: Option<&str>,
     pid: Option<u32>,
     alive: &dyn Fn(u32) -> bool,
-) -> DbResult<Resumed> {
+) -> DbResult<Taken> {
     let session = get(conn, id)?;
     if session.status == SessionStatus::Archived {
         return Err(DbError::Invalid(format!("session {id} is archived with its thread and cannot be resumed")));
     }
-    // The session itself may be active, or (after a fresh start) another
-    // session of the same thread and agent may be.
-    let blocking = match session.status {
-        SessionStatus::Active => Some(session.clone()),
-        _ => active_for(conn, &session.thread, &session.agent)?,
-    };
-    if let Some(active) = blocking
-        && !reclaim_if_dead(conn, now, &active, alive)?
-    {
-        events::record(
-            conn,
-            now,
-            &NewEvent {
-                kind: "session.resume_rejected",
-                thread: Some(&session.thread),
-                session: Some(id),
-                agent: Some(&session.agent),
-                data: json!({"holder": active.holder, "pid": active.pid, "requested_by": holder, "active_session": active.id}),
-                ..Default::default()
-            },
-        )?;
-        return Ok(Resumed::Rejected { session: active.id, holder: active.holder, pid: active.pid });
+    let copy = session.backend_session_id.as_deref();
+    if let Some(active) = blocking(conn, now, &session.thread, &session.agent, copy, Some(&session), alive)? {
+        return refuse(conn, now, &session.thread, Some(id), &session.agent, active, holder, copy);
     }
     conn.prepare_cached(
         "UPDATE sessions SET status = 'active', holder = ?2, pid = ?3, last_active_at = ?4 WHERE id = ?1",
@@ -111,7 +100,80 @@ pub fn resume(
             ..Default::default()
         },
     )?;
-    Ok(Resumed::Allowed(get(conn, id)?))
+    Ok(Taken::Allowed(get(conn, id)?))
+}
+
+/// The live session that stops `agent` from taking a session of `thread`
+/// (`own`, when resuming one): `own` itself when active, another active
+/// session of the same thread and agent, or — two copies of one backend
+/// conversation resumed at once would diverge — an active session of the
+/// agent on any thread carrying the same backend id. A holder that died
+/// frees it.
+fn blocking(
+    conn: &Connection,
+    now: i64,
+    thread: &str,
+    agent: &str,
+    backend: Option<&str>,
+    own: Option<&Session>,
+    alive: &dyn Fn(u32) -> bool,
+) -> DbResult<Option<Session>> {
+    let mut candidates = Vec::new();
+    match own {
+        Some(s) if s.status == SessionStatus::Active => candidates.push(s.clone()),
+        _ => candidates.extend(active_for(conn, thread, agent)?),
+    }
+    if let Some(backend) = backend {
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM sessions WHERE agent = ?1 AND backend_session_id = ?2 AND status = 'active'"
+        ))?;
+        let copies = stmt.query_map([agent, backend], from_row)?.collect::<Result<Vec<_>, _>>()?;
+        candidates.extend(copies.into_iter().filter(|c| own.is_none_or(|o| o.id != c.id)));
+    }
+    for active in candidates {
+        if !reclaim_if_dead(conn, now, &active, alive)? {
+            return Ok(Some(active));
+        }
+    }
+    Ok(None)
+}
+
+/// Refuses a start or resume (`session`) that `active` blocks: recorded as
+/// `race.resume_conflict` (and `session.resume_rejected` for a resume), never
+/// forked.
+#[allow(clippy::too_many_arguments)]
+fn refuse(
+    conn: &Connection,
+    now: i64,
+    thread: &str,
+    session: Option<&str>,
+    agent: &str,
+    active: Session,
+    requested_by: Option<&str>,
+    backend: Option<&str>,
+) -> DbResult<Taken> {
+    let data = json!({"holder": active.holder, "pid": active.pid, "requested_by": requested_by,
+                      "active_session": active.id, "active_thread": active.thread, "backend_session_id": backend});
+    let kinds: &[&str] = if session.is_some() {
+        &["session.resume_rejected", "race.resume_conflict"]
+    } else {
+        &["race.resume_conflict"]
+    };
+    for kind in kinds {
+        events::record(
+            conn,
+            now,
+            &NewEvent {
+                kind,
+                thread: Some(thread),
+                session,
+                agent: Some(agent),
+                data: data.clone(),
+                ..Default::default()
+            },
+        )?;
+    }
+    Ok(Taken::Rejected { session: active.id, holder: active.holder, pid: active.pid })
 }
 
 /// How a session ends: its status, the backend id to keep, and the last
@@ -136,6 +198,24 @@ pub fn end(conn: &Connection, now: i64, e: &SessionEnd) -> DbResult<Session> {
          WHERE id = ?1",
     )?
     .execute(params![id, status.as_str(), now, e.backend_session_id, e.seen_seq.map(|s| s as i64)])?;
+    if let (Some(expected), Some(got)) = (&session.backend_session_id, &e.backend_session_id)
+        && expected != got
+    {
+        // The backend went on in another conversation than the one resumed:
+        // continuity is broken. kd follows the new one, and says so.
+        events::record(
+            conn,
+            now,
+            &NewEvent {
+                kind: "race.session_fork",
+                thread: Some(&session.thread),
+                session: Some(id),
+                agent: Some(&session.agent),
+                data: json!({"expected": expected, "got": got, "holder": session.holder}),
+                ..Default::default()
+            },
+        )?;
+    }
     events::record(
         conn,
         now,
@@ -232,20 +312,18 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Session> {
 }
 
 impl super::Db {
+    /// Starts a session; a refusal is [`DbError::SessionActive`] (and is
+    /// recorded in the event log).
     pub async fn start_session(&self, s: NewSession) -> DbResult<Session> {
-        self.write(move |c, _| start(c, super::now_ms(), s, &crate::proc::pid_alive)).await
+        self.write(move |c, _| start(c, super::now_ms(), s, &crate::proc::pid_alive)).await?.into()
     }
 
     /// Resumes a session; a rejection is [`DbError::SessionActive`] (and is
     /// recorded in the event log).
     pub async fn resume_session(&self, id: String, holder: Option<String>, pid: Option<u32>) -> DbResult<Session> {
-        let outcome = self
-            .write(move |c, _| resume(c, super::now_ms(), &id, holder.as_deref(), pid, &crate::proc::pid_alive))
-            .await?;
-        match outcome {
-            Resumed::Allowed(s) => Ok(s),
-            Resumed::Rejected { session, holder, pid } => Err(DbError::SessionActive { session, holder, pid }),
-        }
+        self.write(move |c, _| resume(c, super::now_ms(), &id, holder.as_deref(), pid, &crate::proc::pid_alive))
+            .await?
+            .into()
     }
 
     pub async fn end_session(&self, e: SessionEnd) -> DbResult<Session> {

@@ -125,22 +125,8 @@ pub async fn append(
     validate::addressees("cc", &cc)?;
     validate::label("correlation_id", correlation_id.as_deref())?;
     let kind = kind.unwrap_or(if from == KING { MessageKind::King } else { MessageKind::Agent });
-    let m = NewMessage {
-        thread,
-        from,
-        to,
-        cc,
-        reply_to,
-        kind,
-        body,
-        round,
-        run: None,
-        correlation_id,
-        fence,
-        replaces: None,
-        refs: vec![],
-        route: None,
-    };
+    let m =
+        NewMessage { cc, reply_to, round, correlation_id, fence, ..NewMessage::new(&thread, &from, to, kind, body) };
     Ok(d.db.append_message(m).await?)
 }
 
@@ -177,22 +163,7 @@ pub async fn import(
         let to = if m.to.is_empty() { vec![ALL.to_string()] } else { m.to };
         imported.push((
             m.created_at_ms,
-            NewMessage {
-                thread: String::new(),
-                from: m.from,
-                to,
-                cc: vec![],
-                reply_to: None,
-                kind,
-                body: m.body,
-                round: None,
-                run,
-                correlation_id: None,
-                fence: None,
-                replaces: None,
-                refs: m.refs,
-                route: None,
-            },
+            NewMessage { run, refs: m.refs, ..NewMessage::new("", &m.from, to, kind, m.body) },
         ));
     }
     let created = created_at_ms.or_else(|| imported.first().map(|m| m.0)).unwrap_or_else(crate::db::now_ms);

@@ -13,7 +13,8 @@
 //! | `FAKE_RATE` | pieces per second, on a steady schedule (instead of `FAKE_INTERVAL_MS`) |
 //! | `FAKE_PIECE` | every piece is this text (for throughput runs) |
 //! | `FAKE_STAMP` | each piece is `[t=MICROS]`, its write time in µs since the epoch |
-//! | `FAKE_SESSION_ID` | the session id it reports (default `fake-session-PID`) |
+//! | `FAKE_SESSION_ID` | the session id it reports (default: the one it is told to resume, as the real CLIs keep it, else `fake-session-PID`) |
+//! | `FAKE_FORK` | report a new session id even when resuming (as `claude --resume --fork-session` does) |
 //! | `FAKE_ERROR` | fail with this message, in the backend's own error form |
 //! | `FAKE_API_ERROR` | (claude) fail as Claude Code does on an API error: a synthetic assistant message with the text, then an `is_error` result |
 //! | `FAKE_EXIT` | exit status at the end |
@@ -225,6 +226,12 @@ fn pieces(text: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| chars[i * chars.len() / n..(i + 1) * chars.len() / n].iter().collect()).collect()
 }
 
+/// The session id of `--resume ID` (claude, cursor, gemini) or
+/// `exec resume ID` (codex).
+fn resumed(args: &[String]) -> Option<String> {
+    args.windows(2).find(|w| w[0] == "--resume" || w[0] == "resume").map(|w| w[1].clone())
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -248,7 +255,9 @@ async fn main() {
     let name = env("FAKE_NAME").unwrap_or_else(|| "fake".into());
     let out = Out {
         format,
-        session: env("FAKE_SESSION_ID").unwrap_or_else(|| format!("fake-session-{}", std::process::id())),
+        session: env("FAKE_SESSION_ID")
+            .or_else(|| resumed(&args).filter(|_| env("FAKE_FORK").is_none()))
+            .unwrap_or_else(|| format!("fake-session-{}", std::process::id())),
         streamed: std::cell::RefCell::new(String::new()),
     };
     let exit_code = env_num("FAKE_EXIT", 0) as i32;
