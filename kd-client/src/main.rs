@@ -65,6 +65,14 @@ enum Command {
     Threads(cmd::inspect::ThreadsArgs),
     /// Print a thread's messages
     Show(cmd::inspect::ShowArgs),
+    /// Name a thread
+    Title(cmd::lifecycle::TitleArgs),
+    /// Archive a thread: its sessions end, a summary is kept, messages are refused
+    Archive(cmd::lifecycle::ThreadArg),
+    /// Open an archived thread again
+    Unarchive(cmd::lifecycle::ThreadArg),
+    /// Delete a thread with its messages, runs, sessions and events
+    Delete(cmd::lifecycle::DeleteArgs),
     /// List agent sessions
     Sessions(cmd::inspect::SessionsArgs),
     /// List conversation locks currently held
@@ -133,6 +141,10 @@ fn main() -> ExitCode {
             Command::Doctor => cmd::doctor::run(&ctx).await,
             Command::Threads(a) => cmd::inspect::threads(&ctx, a).await,
             Command::Show(a) => cmd::inspect::show(&ctx, a).await,
+            Command::Title(a) => cmd::lifecycle::title(&ctx, a).await,
+            Command::Archive(a) => cmd::lifecycle::archive(&ctx, a).await,
+            Command::Unarchive(a) => cmd::lifecycle::unarchive(&ctx, a).await,
+            Command::Delete(a) => cmd::lifecycle::delete(&ctx, a).await,
             Command::Sessions(a) => cmd::inspect::sessions(&ctx, a).await,
             Command::Locks(a) => cmd::inspect::locks(&ctx, a).await,
             Command::Events(a) => cmd::inspect::events(&ctx, a).await,

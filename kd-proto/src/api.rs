@@ -73,6 +73,15 @@ pub trait KdApi {
     #[method(name = "thread.archive", param_kind = map)]
     async fn thread_archive(&self, thread: String) -> RpcResult<Thread>;
 
+    #[method(name = "thread.unarchive", param_kind = map)]
+    async fn thread_unarchive(&self, thread: String) -> RpcResult<Thread>;
+
+    #[method(name = "thread.delete", param_kind = map)]
+    async fn thread_delete(&self, thread: String, force: Option<bool>) -> RpcResult<Deleted>;
+
+    #[method(name = "thread.set_title", param_kind = map)]
+    async fn thread_set_title(&self, thread: String, title: String) -> RpcResult<Thread>;
+
     #[method(name = "thread.messages", param_kind = map)]
     async fn thread_messages(
         &self,

@@ -32,10 +32,13 @@ pub enum ErrorCode {
     PermissionDenied = 1007,
     /// The thing to create already exists (e.g. a thread id that is taken).
     AlreadyExists = 1008,
+    /// A message to an archived thread (`thread.unarchive` opens it again).
+    /// `data`: `{"thread"}`.
+    ThreadArchived = 1009,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 9] = [
+    pub const ALL: [ErrorCode; 10] = [
         ErrorCode::Internal,
         ErrorCode::InvalidArgument,
         ErrorCode::NotFound,
@@ -45,6 +48,7 @@ impl ErrorCode {
         ErrorCode::ShuttingDown,
         ErrorCode::PermissionDenied,
         ErrorCode::AlreadyExists,
+        ErrorCode::ThreadArchived,
     ];
 
     pub fn code(self) -> i32 {
@@ -67,6 +71,7 @@ impl ErrorCode {
             ErrorCode::ShuttingDown => "shutting_down",
             ErrorCode::PermissionDenied => "permission_denied",
             ErrorCode::AlreadyExists => "already_exists",
+            ErrorCode::ThreadArchived => "thread_archived",
         }
     }
 

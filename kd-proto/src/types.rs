@@ -117,6 +117,10 @@ pub struct Thread {
     /// Where an imported thread came from (e.g. `kingdom:/repo/.kd/branches/main/threads/council-a8b3`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<String>,
+    /// What the thread came to, written when it was archived (or by
+    /// `kd summarize`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
 }
 
 /// What a message is, which decides how it is shown and whether it is history.
@@ -518,6 +522,19 @@ pub enum ThreadEvent {
     /// acknowledged it yet; sent again at every acknowledgement, the last
     /// time with `pending` empty.
     Emergency { broadcast: String, seq: u64, from: String, pending: Vec<String> },
+    /// The thread's status changed (F-L2): `reason` is `age` (the reaper),
+    /// `message` (a message revived it), `archive` or `unarchive` (asked).
+    Status { status: ThreadStatus, reason: String },
+}
+
+/// Answer to `thread.delete`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Deleted {
+    pub thread: String,
+    /// Messages deleted with it.
+    pub messages: u64,
+    /// Runs that were in flight and were cancelled first (`force`).
+    pub cancelled_runs: u32,
 }
 
 /// Answer to `council.interrupt`.

@@ -34,6 +34,7 @@ pub mod council;
 pub mod db;
 pub mod doctor;
 pub mod hub;
+pub mod lifecycle;
 pub mod log;
 pub mod private;
 pub mod proc;
@@ -63,6 +64,8 @@ pub struct Options {
     pub limits: Limits,
     /// How long a signalled agent has before SIGKILL.
     pub kill_grace: std::time::Duration,
+    /// How often the lifecycle reaper ages threads.
+    pub reap_interval: std::time::Duration,
 }
 
 /// Runs the daemon until SIGTERM, SIGINT or `daemon.shutdown`. Prints one
@@ -86,6 +89,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         "kdd {} listening",
         kd_proto::VERSION
     );
+    lifecycle::spawn_reaper(daemon.db.clone(), opts.reap_interval, daemon.shutdown.clone());
     shutdown::announce_ready(&opts.socket);
     let serving =
         tokio::spawn(server::serve(listener, rpc::module(daemon.clone()), daemon.clone(), opts.limits.clone()));

@@ -49,6 +49,10 @@ struct Args {
     /// Milliseconds an HTTP connection may sit idle, or a WebSocket leave pings unanswered, before it is dropped
     #[arg(long, default_value_t = Limits::default().idle_timeout.as_millis() as u64)]
     idle_timeout_ms: u64,
+    /// How often threads are aged (lifecycle.idle_after, archive_after); a
+    /// read of a thread ages it at once anyway
+    #[arg(long, default_value_t = kdd::lifecycle::REAP_INTERVAL.as_millis() as u64)]
+    reap_interval_ms: u64,
 }
 
 fn main() -> ExitCode {
@@ -100,6 +104,7 @@ fn run(args: Args, args_log_to_file: bool) -> ExitCode {
             idle_timeout: std::time::Duration::from_millis(args.idle_timeout_ms.max(30)),
         },
         kill_grace: std::time::Duration::from_millis(args.kill_grace_ms),
+        reap_interval: std::time::Duration::from_millis(args.reap_interval_ms.max(10)),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

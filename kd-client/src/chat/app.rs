@@ -302,6 +302,14 @@ impl App {
                 }
             }
             ThreadEvent::RunStarted { .. } => {}
+            ThreadEvent::Status { status, .. } => {
+                self.thread.status = *status;
+                if *status == kd_proto::types::ThreadStatus::Archived {
+                    self.notice =
+                        Some(format!("this thread is archived: `kd unarchive {}` opens it again", self.thread.id));
+                }
+                self.dirty = true;
+            }
             ThreadEvent::Emergency { from, pending, .. } => {
                 self.emergency = (!pending.is_empty()).then(|| (from.clone(), pending.clone()));
                 self.dirty = true;

@@ -209,6 +209,7 @@ fn pending_thread(root: &str, branch: Option<String>, context: Option<ContextMod
         last_activity_at_ms: 0,
         last_seq: 0,
         origin: None,
+        summary: None,
     };
     let spec = NewThread { workspace: root.to_string(), branch, title: None, context, set_current: true };
     (thread, spec)

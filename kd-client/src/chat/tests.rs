@@ -25,6 +25,7 @@ fn thread() -> Thread {
         last_activity_at_ms: 0,
         last_seq: 0,
         origin: None,
+        summary: None,
     }
 }
 

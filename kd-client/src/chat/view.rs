@@ -96,6 +96,13 @@ fn header_line(app: &App) -> Line<'static> {
     if app.thread.context == kd_proto::types::ContextMode::Resume {
         spans.push(Span::styled(" · resume", dim));
     }
+    match app.thread.status {
+        kd_proto::types::ThreadStatus::Idle => spans.push(Span::styled(" · idle", dim)),
+        kd_proto::types::ThreadStatus::Archived => {
+            spans.push(Span::styled(" · archived", Style::default().fg(Color::Yellow)))
+        }
+        kd_proto::types::ThreadStatus::Active => {}
+    }
     if let Some(r) = &app.round
         && r.running
         && r.rounds > 1

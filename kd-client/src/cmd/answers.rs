@@ -170,7 +170,7 @@ impl View {
                 ThreadEvent::Message { message } => {
                     message.run.as_ref().and_then(|m| m.run_id.as_deref()).is_some_and(|id| self.index(id).is_some())
                 }
-                ThreadEvent::Lagged { .. } | ThreadEvent::Emergency { .. } => true,
+                ThreadEvent::Lagged { .. } | ThreadEvent::Emergency { .. } | ThreadEvent::Status { .. } => true,
             };
             if ours {
                 writeln!(out, "{}", serde_json::to_string(e).unwrap_or_default())?;

@@ -31,6 +31,9 @@ pub struct AskArgs {
     /// How the new thread gives agents the conversation
     #[arg(long, value_enum, requires = "new", value_name = "MODE")]
     context: Option<super::Context>,
+    /// The new thread's title [default: the question's first line]
+    #[arg(long, requires = "new", value_name = "TITLE")]
+    title: Option<String>,
     /// Ask only these members
     #[arg(long, value_name = "NAME", value_delimiter = ',')]
     to: Vec<String>,
@@ -72,7 +75,7 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("the question is empty");
     }
     let client = ctx.client().await?;
-    let target = resolve_thread(&client, a.thread.clone(), a.new, a.context).await?;
+    let target = resolve_thread(&client, a.thread.clone(), a.new, a.context, a.title.clone()).await?;
     if a.first || a.vote || a.synthesize.is_some() {
         return complete(ctx, &client, target, question, a).await;
     }
@@ -173,7 +176,7 @@ async fn complete(
         Target::Existing(t) => (t.id, t.last_seq, t.workspace),
         Target::New(n) => {
             let t = client
-                .thread_create(n.workspace, n.branch, None, None, None, None, None, Some(true), n.context)
+                .thread_create(n.workspace, n.branch, n.title, None, None, None, None, Some(true), n.context)
                 .await
                 .map_err(ClientError::from)?;
             (t.id, t.last_seq, t.workspace)
@@ -312,6 +315,7 @@ async fn resolve_thread(
     id: Option<String>,
     new: bool,
     context: Option<super::Context>,
+    title: Option<String>,
 ) -> anyhow::Result<Target> {
     if let Some(id) = id {
         return Ok(Target::Existing(client.thread_get(id).await.map_err(ClientError::from)?));
@@ -324,7 +328,7 @@ async fn resolve_thread(
     Ok(Target::New(NewThread {
         workspace: root,
         branch: ws.branch,
-        title: None,
+        title,
         context: context.map(Into::into),
         set_current: true,
     }))

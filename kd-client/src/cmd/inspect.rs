@@ -137,9 +137,15 @@ fn render_header(thread: &Thread, messages: usize) -> String {
     if !thread.members.is_empty() {
         out.push_str(&format!(" · members: {}", thread.members.join(", ")));
     }
+    if thread.status != ThreadStatus::Active {
+        out.push_str(&format!(" · {}", status_name(thread.status)));
+    }
     out.push('\n');
     if let Some(title) = &thread.title {
         out.push_str(&format!("{title}\n"));
+    }
+    if let Some(summary) = &thread.summary {
+        out.push_str(&format!("\nSummary\n{summary}\n"));
     }
     safe(&out).into_owned()
 }

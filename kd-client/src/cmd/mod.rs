@@ -8,6 +8,7 @@ pub mod coord;
 pub mod daemon;
 pub mod doctor;
 pub mod inspect;
+pub mod lifecycle;
 pub mod runs;
 pub mod transfer;
 pub mod watch;

@@ -159,8 +159,26 @@ fn build() -> (Vec<MethodDoc>, Value) {
         .param::<String>("branch", false, "git branch")
         .param::<String>("thread", true, "thread id")
         .errors(&[NotFound]);
-    b.method::<Thread>("thread.archive", "thread", "Archive a thread; its sessions are archived with it.");
+    b.method::<Thread>(
+        "thread.archive",
+        "thread",
+        "Archive a thread (F-L2): its sessions are archived with it, a summary is written, and messages to it are \
+         refused (thread_archived) until thread.unarchive.",
+    );
     b.param::<String>("thread", true, "thread id").errors(&[NotFound]);
+    b.method::<Thread>("thread.unarchive", "thread", "Open an archived thread again: active, taking messages.");
+    b.param::<String>("thread", true, "thread id").errors(&[NotFound]);
+    b.method::<Deleted>(
+        "thread.delete",
+        "deleted",
+        "Delete a thread with its messages, runs, sessions, inbox and events. Refused while runs are in flight \
+         unless force, which cancels them first.",
+    );
+    b.param::<String>("thread", true, "thread id");
+    b.param::<bool>("force", false, "cancel the runs in flight first").errors(&[NotFound, InvalidArgument]);
+    b.method::<Thread>("thread.set_title", "thread", "Name a thread (at most 200 characters, one line).");
+    b.param::<String>("thread", true, "thread id");
+    b.param::<String>("title", true, "the title").errors(&[NotFound, InvalidArgument]);
     b.method::<Vec<Message>>(
         "thread.messages",
         "messages",
@@ -189,7 +207,7 @@ fn build() -> (Vec<MethodDoc>, Value) {
         .param::<u32>("round", false, "council round")
         .param::<String>("correlation_id", false, "recorded in the event log")
         .param::<Fence>("fence", false, "lock token that must still be current for the write to happen")
-        .errors(&[InvalidArgument, NotFound, StaleToken]);
+        .errors(&[InvalidArgument, NotFound, StaleToken, ThreadArchived]);
     b.method::<ThreadEvent>("thread.subscribe", "event", "Subscribe to a thread: first the messages after since_seq (if given), then live events, in order and without a gap. Notifications are thread.event; cancel with thread.unsubscribe.");
     b.param::<String>("thread", true, "thread id")
         .param::<u64>("since_seq", false, "send the backlog of messages after this seq first (0 for all)")
@@ -221,7 +239,7 @@ fn build() -> (Vec<MethodDoc>, Value) {
             false,
             "create the thread `thread` with its first message; nothing is created if the message is refused",
         )
-        .errors(&[InvalidArgument, NotFound, AlreadyExists]);
+        .errors(&[InvalidArgument, NotFound, AlreadyExists, ThreadArchived]);
     b.method::<Interrupted>("council.interrupt", "interrupted", "Cancel the runs on the thread started by the calling client (all runs with `all`) and stop further auto-turns until the next King message.");
     b.param::<String>("thread", true, "thread id")
         .param::<bool>("all", false, "cancel every run on the thread, whoever started it")

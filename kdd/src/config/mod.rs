@@ -13,6 +13,7 @@
 //! - [`view`]: every effective value with where it came from (`config.get`).
 
 pub mod coordination;
+pub mod lifecycle;
 mod programs;
 mod raw;
 mod resolve;
@@ -25,6 +26,7 @@ use std::path::{Path, PathBuf};
 use kd_proto::types::Style;
 
 pub use coordination::{COORDINATION_HINT, Coordination, Delivery};
+pub use lifecycle::Lifecycle;
 pub use programs::{detect_members, find_program};
 
 /// Seconds a run may take when neither the member nor the council says.
@@ -229,6 +231,8 @@ pub struct Config {
     pub council: Council,
     /// `council.max_hops` and `council.coordination_hint`.
     pub coordination: Coordination,
+    /// `lifecycle.idle_after` and `lifecycle.archive_after`.
+    pub lifecycle: Lifecycle,
     pub agents: BTreeMap<String, AgentDef>,
     /// The dotted keys the file sets (the rest are defaults).
     pub set_keys: BTreeSet<String>,

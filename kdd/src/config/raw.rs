@@ -21,6 +21,16 @@ pub struct RawConfig {
     pub peasant: Option<RawPeasant>,
     /// Kingdom: epic supervisor settings (ignored).
     pub lord: Option<RawLord>,
+    /// When threads go idle and are archived.
+    pub lifecycle: Option<RawLifecycle>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLifecycle {
+    /// Seconds, or "30m", "24h", "3d".
+    pub idle_after: Option<Value>,
+    pub archive_after: Option<Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]

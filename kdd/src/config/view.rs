@@ -48,6 +48,18 @@ impl Config {
             json!(c.chat_preamble),
             source(&["council.chat_preamble", "council.writable"], "default"),
         );
+        let secs = |d: std::time::Duration| json!(d.as_secs());
+        add("council.max_hops".into(), json!(self.coordination.max_hops), source(&["council.max_hops"], "default"));
+        add(
+            "lifecycle.idle_after".into(),
+            secs(self.lifecycle.idle_after),
+            source(&["lifecycle.idle_after"], "default (24 h)"),
+        );
+        add(
+            "lifecycle.archive_after".into(),
+            secs(self.lifecycle.archive_after),
+            source(&["lifecycle.archive_after"], "default (72 h)"),
+        );
         let shown = self.agents.iter().filter(|(n, _)| {
             c.members.contains(n) || self.set_keys.iter().any(|k| k.starts_with(&format!("agents.{n}.")))
         });

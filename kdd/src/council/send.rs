@@ -56,7 +56,10 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
     // leaves no message, and no thread when it was to create one.
     let target = match req.new_thread.clone() {
         Some(new) => Target::New(new),
-        None => Target::Existing(db.thread(req.thread.clone()).await?),
+        // Aged first: a branch quiet past its archive time refuses the message.
+        None => Target::Existing(
+            crate::lifecycle::check(db, db.thread(req.thread.clone()).await?, &mut Default::default()).await,
+        ),
     };
     let workspace = match &target {
         Target::Existing(t) => &t.workspace,

@@ -1,11 +1,11 @@
 //! Messages: dense per-thread `seq`, handed out by the writer in commit order.
 
-use kd_proto::types::{Fence, Message, MessageKind, Purpose, RouteType, RunMeta, ThreadEvent};
-use rusqlite::{Connection, Row, params};
+use kd_proto::types::{Fence, Message, MessageKind, Purpose, RouteType, RunMeta, ThreadEvent, ThreadStatus};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde_json::json;
 
 use super::events::{self, NewEvent};
-use super::{DbError, DbResult, Outbox, json_list, locks, parse_list, threads};
+use super::{DbError, DbResult, Outbox, json_list, lifecycle, locks, parse_list, threads};
 
 /// Parameters of [`append`], already validated.
 #[derive(Debug, Clone)]
@@ -57,21 +57,36 @@ impl NewMessage {
 
 /// Appends a message with the thread's next seq, records it in the event
 /// log and queues it for the thread's subscribers. A message revives an
-/// idle or archived thread.
+/// idle thread; an archived one refuses it (but for the end of a run that
+/// was in flight). The King's first message names
+/// a thread that has no title.
 pub fn append(conn: &Connection, now: i64, m: NewMessage, out: &mut Outbox) -> DbResult<Message> {
     if let Some(fence) = &m.fence {
         locks::check_fence(conn, now, fence)?;
     }
+    let (status, untitled): (String, bool) = conn
+        .prepare_cached("SELECT status, title IS NULL FROM threads WHERE id = ?1")?
+        .query_row([&m.thread], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?
+        .ok_or_else(|| DbError::NotFound(format!("thread {}", m.thread)))?;
+    match status.as_str() {
+        // The end of a run already in flight is kept; nothing new is.
+        "archived" if m.run.is_none() => return Err(DbError::Archived(m.thread.clone())),
+        "idle" => {
+            lifecycle::set_status(conn, now, &m.thread, ThreadStatus::Active, "message", None, out)?;
+        }
+        _ => {}
+    }
+    if untitled
+        && m.kind == MessageKind::King
+        && let Some(title) = lifecycle::title_from(&m.body)
+    {
+        conn.prepare_cached("UPDATE threads SET title = ?2 WHERE id = ?1")?.execute(params![m.thread, title])?;
+    }
     // Two statements, not UPDATE … RETURNING: RETURNING buffers its rows in
     // an ephemeral table, which costs more than the second lookup.
-    let updated = conn
-        .prepare_cached(
-            "UPDATE threads SET last_seq = last_seq + 1, last_activity_at = ?2, status = 'active' WHERE id = ?1",
-        )?
+    conn.prepare_cached("UPDATE threads SET last_seq = last_seq + 1, last_activity_at = ?2 WHERE id = ?1")?
         .execute(params![m.thread, now])?;
-    if updated == 0 {
-        return Err(DbError::NotFound(format!("thread {}", m.thread)));
-    }
     let seq: i64 =
         conn.prepare_cached("SELECT last_seq FROM threads WHERE id = ?1")?.query_row([&m.thread], |r| r.get(0))?;
     let seq = seq as u64;

@@ -21,6 +21,7 @@ mod checkpoint;
 pub mod compose;
 pub mod events;
 pub mod inbox;
+pub mod lifecycle;
 pub mod locks;
 pub mod messages;
 mod pool;
@@ -73,6 +74,8 @@ pub enum DbError {
          directory, and that its file system is mounted read-write"
     )]
     ReadOnly { path: PathBuf, reason: String },
+    #[error("thread {0} is archived; `kd unarchive {0}` opens it again")]
+    Archived(String),
     #[error("internal registry error: {0}")]
     Internal(String),
     #[error("the registry is closed")]

@@ -21,6 +21,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/0005_run_partials.sql"),
     include_str!("../../../migrations/0006_coordination.sql"),
     include_str!("../../../migrations/0007_purpose.sql"),
+    include_str!("../../../migrations/0008_lifecycle.sql"),
 ];
 
 /// The schema version this build writes.
@@ -117,6 +118,40 @@ mod tests {
         let err = migrate(&mut conn, &path).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains(&format!("schema version {}", latest_version() + 1)), "{err}");
         assert!(err.contains("newer than this kdd knows"), "{err}");
+        Ok(())
+    }
+
+    #[test]
+    fn a_database_of_the_schema_before_the_lifecycle_upgrades_in_place() -> DbResult<()> {
+        let dir = tempfile::tempdir().map_err(|e| DbError::Internal(e.to_string()))?;
+        let path = dir.path().join("kd.sqlite3");
+        let mut conn = Connection::open(&path)?;
+        configure(&conn)?;
+        // Written by the schema of issue 10 (migrations 1 to 7).
+        let before = Migrations::new(MIGRATIONS[..7].iter().map(|sql| M::up(sql)).collect());
+        before.to_latest(&mut conn).map_err(|e| DbError::Internal(e.to_string()))?;
+        conn.execute_batch(
+            "INSERT INTO threads (id, workspace, status, lineage, created_at, last_activity_at, last_seq, title)
+                 VALUES ('old1', '/w', 'archived', 'branch', 1, 2, 1, 'kept');
+             INSERT INTO messages (thread_id, seq, sender, recipients, kind, body, created_at)
+                 VALUES ('old1', 1, 'king', '[\"all\"]', 'king', 'hello', 2);",
+        )?;
+        assert_eq!(migrate(&mut conn, &path)?, latest_version());
+        let t = super::super::threads::get(&conn, "old1")?;
+        assert_eq!((t.title.as_deref(), t.summary, t.last_seq), (Some("kept"), None, 1));
+        let summary = super::super::lifecycle::Summary { text: "s".into(), by: "kd".into() };
+        let mut out = super::super::Outbox::default();
+        super::super::lifecycle::set_status(
+            &conn,
+            3,
+            "old1",
+            kd_proto::types::ThreadStatus::Active,
+            "unarchive",
+            Some(&summary),
+            &mut out,
+        )?;
+        let m = super::super::messages::list(&conn, "old1", super::super::messages::Page::all_after(0))?;
+        assert_eq!((m.len(), m[0].purpose, m[0].body.as_str()), (1, None, "hello"));
         Ok(())
     }
 }

@@ -23,7 +23,7 @@ pub struct NewThread {
     pub origin: Option<String>,
 }
 
-const COLUMNS: &str = "id, workspace, branch, title, status, lineage, parent_id, members, created_at, last_activity_at, last_seq, context_mode, origin";
+const COLUMNS: &str = "id, workspace, branch, title, status, lineage, parent_id, members, created_at, last_activity_at, last_seq, context_mode, origin, summary";
 
 pub fn create(conn: &Connection, now: i64, t: NewThread, out: &mut Outbox) -> DbResult<Thread> {
     if let Some(parent) = &t.parent {
@@ -157,29 +157,6 @@ pub fn set_members(conn: &Connection, id: &str, members: &[String]) -> DbResult<
     Ok(())
 }
 
-/// Archives a thread and every session of it.
-pub fn archive(conn: &Connection, now: i64, id: &str) -> DbResult<Thread> {
-    get(conn, id)?;
-    conn.prepare_cached("UPDATE threads SET status = 'archived' WHERE id = ?1")?.execute([id])?;
-    let sessions = conn
-        .prepare_cached(
-            "UPDATE sessions SET status = 'archived', holder = NULL, pid = NULL, last_active_at = ?2
-             WHERE thread_id = ?1 AND status != 'archived'",
-        )?
-        .execute(params![id, now])?;
-    events::record(
-        conn,
-        now,
-        &NewEvent {
-            kind: "thread.archive",
-            thread: Some(id),
-            data: json!({"sessions_archived": sessions}),
-            ..Default::default()
-        },
-    )?;
-    get(conn, id)
-}
-
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Thread> {
     let members: String = r.get(7)?;
     Ok(Thread {
@@ -206,6 +183,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Thread> {
             _ => ContextMode::History,
         },
         origin: r.get(12)?,
+        summary: r.get(13)?,
     })
 }
 
@@ -252,9 +230,5 @@ impl super::Db {
 
     pub async fn set_thread_members(&self, id: String, members: Vec<String>) -> DbResult<()> {
         self.write(move |c, _| set_members(c, &id, &members)).await
-    }
-
-    pub async fn archive_thread(&self, id: String) -> DbResult<Thread> {
-        self.write(move |c, _| archive(c, super::now_ms(), &id)).await
     }
 }

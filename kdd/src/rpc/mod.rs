@@ -116,6 +116,18 @@ impl KdApiServer for Rpc {
         threads::archive(&self.d, thread).await
     }
 
+    async fn thread_unarchive(&self, thread: String) -> RpcResult<Thread> {
+        threads::unarchive(&self.d, thread).await
+    }
+
+    async fn thread_delete(&self, thread: String, force: Option<bool>) -> RpcResult<Deleted> {
+        threads::delete(&self.d, thread, force).await
+    }
+
+    async fn thread_set_title(&self, thread: String, title: String) -> RpcResult<Thread> {
+        threads::set_title(&self.d, thread, title).await
+    }
+
     async fn thread_messages(
         &self,
         thread: String,

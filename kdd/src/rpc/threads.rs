@@ -9,9 +9,12 @@ use kd_proto::types::*;
 
 use super::error::invalid;
 use super::validate;
+use crate::agent::registry::StopReason;
+use crate::db::lifecycle::MAX_TITLE_CHARS;
 use crate::db::messages::NewMessage;
 use crate::db::messages::Page;
 use crate::db::threads::NewThread as NewThreadRow;
+use crate::lifecycle;
 use crate::state::Daemon;
 
 pub async fn create(
@@ -54,17 +57,22 @@ pub async fn list(
     limit: Option<u32>,
 ) -> RpcResult<Vec<Thread>> {
     validate::path("workspace", workspace.as_deref())?;
-    Ok(d.db.threads(workspace, status, limit).await?)
+    let threads = lifecycle::check_all(&d.db, d.db.threads(workspace, status, limit).await?).await;
+    // Aged on reading: a status filter holds for what is returned.
+    Ok(threads.into_iter().filter(|t| status.is_none_or(|s| t.status == s)).collect())
 }
 
 pub async fn get(d: &Daemon, thread: String) -> RpcResult<Thread> {
     validate::thread_id(&thread)?;
-    Ok(d.db.thread(thread).await?)
+    Ok(lifecycle::check(&d.db, d.db.thread(thread).await?, &mut Default::default()).await)
 }
 
 pub async fn current(d: &Daemon, workspace: String, branch: Option<String>) -> RpcResult<Option<Thread>> {
     validate::workspace(&workspace)?;
-    Ok(d.db.current_thread(workspace, branch).await?)
+    match d.db.current_thread(workspace, branch).await? {
+        Some(t) => Ok(Some(lifecycle::check(&d.db, t, &mut Default::default()).await)),
+        None => Ok(None),
+    }
 }
 
 pub async fn set_current(d: &Daemon, workspace: String, branch: Option<String>, thread: String) -> RpcResult<Thread> {
@@ -74,9 +82,51 @@ pub async fn set_current(d: &Daemon, workspace: String, branch: Option<String>, 
     Ok(d.db.set_current_thread(workspace, branch, thread).await?)
 }
 
+/// Archives a thread; its runs in flight and pending auto-turns are
+/// stopped first, so that their ends are in the summary.
 pub async fn archive(d: &Daemon, thread: String) -> RpcResult<Thread> {
     validate::thread_id(&thread)?;
-    Ok(d.db.archive_thread(thread).await?)
+    d.db.thread(thread.clone()).await?;
+    stop_runs(d, &thread).await;
+    Ok(lifecycle::archive(&d.db, thread).await?)
+}
+
+/// Stops the thread's pending auto-turns and runs in flight, and waits
+/// until their ends are recorded; how many runs there were.
+async fn stop_runs(d: &Daemon, thread: &str) -> u32 {
+    d.council.exchanges.stop(thread);
+    let runs = d.agents.runs.list(Some(thread));
+    for r in &runs {
+        r.stop(StopReason::Cancelled);
+    }
+    for r in &runs {
+        r.done().await;
+    }
+    runs.len() as u32
+}
+
+pub async fn unarchive(d: &Daemon, thread: String) -> RpcResult<Thread> {
+    validate::thread_id(&thread)?;
+    Ok(d.db.set_thread_status(thread, ThreadStatus::Active, "unarchive", None).await?)
+}
+
+/// Deletes a thread; with `force`, its runs in flight are cancelled (and
+/// their ends recorded) first, and its pending auto-turns stopped.
+pub async fn delete(d: &Daemon, thread: String, force: Option<bool>) -> RpcResult<Deleted> {
+    validate::thread_id(&thread)?;
+    d.db.thread(thread.clone()).await?;
+    let cancelled = if force.unwrap_or(false) { stop_runs(d, &thread).await } else { 0 };
+    let messages = d.db.delete_thread(thread.clone()).await?;
+    Ok(Deleted { thread, messages, cancelled_runs: cancelled })
+}
+
+pub async fn set_title(d: &Daemon, thread: String, title: String) -> RpcResult<Thread> {
+    validate::thread_id(&thread)?;
+    let title = title.trim();
+    if title.is_empty() || title.contains('\n') || title.chars().count() > MAX_TITLE_CHARS {
+        return Err(invalid(format!("a title is one line of 1 to {MAX_TITLE_CHARS} characters")));
+    }
+    Ok(d.db.set_thread_title(thread, title.to_string()).await?)
 }
 
 pub async fn messages(

@@ -1,0 +1,101 @@
+//! Threads' lifecycle from the CLI: `kd title`, `kd archive`,
+//! `kd unarchive`, `kd delete`.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::process::ExitCode;
+
+use clap::Args;
+use kd_client::terminal::safe;
+use kd_client::{ClientError, KdApiClient};
+
+use super::{Ctx, thread_or_current};
+
+#[derive(Debug, Args)]
+pub struct TitleArgs {
+    /// The thread
+    thread: String,
+    /// Its new title (one line)
+    #[arg(required = true, value_name = "TITLE")]
+    title: Vec<String>,
+}
+
+pub async fn title(ctx: &Ctx, a: TitleArgs) -> anyhow::Result<ExitCode> {
+    let client = ctx.client().await?;
+    let t = client.thread_set_title(a.thread, a.title.join(" ")).await.map_err(ClientError::from)?;
+    outln!("{}: {}", t.id, safe(t.title.as_deref().unwrap_or_default()))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Debug, Args)]
+pub struct ThreadArg {
+    /// The thread [default: the current thread of this workspace and branch]
+    thread: Option<String>,
+}
+
+pub async fn archive(ctx: &Ctx, a: ThreadArg) -> anyhow::Result<ExitCode> {
+    let client = ctx.client().await?;
+    let id = thread_or_current(&client, a.thread).await?.id;
+    let t = client.thread_archive(id).await.map_err(ClientError::from)?;
+    outln!("archived thread {}", t.id)?;
+    if let Some(s) = &t.summary {
+        outln!("\n{}", safe(s))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn unarchive(ctx: &Ctx, a: ThreadArg) -> anyhow::Result<ExitCode> {
+    let client = ctx.client().await?;
+    let id = thread_or_current(&client, a.thread).await?.id;
+    let t = client.thread_unarchive(id).await.map_err(ClientError::from)?;
+    outln!("thread {} is active again", t.id)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Debug, Args)]
+pub struct DeleteArgs {
+    /// The thread
+    thread: String,
+    /// Do not ask (needed when stdin is not a terminal)
+    #[arg(long, short = 'y')]
+    yes: bool,
+    /// Cancel the thread's runs in flight first
+    #[arg(long)]
+    force: bool,
+}
+
+pub async fn delete(ctx: &Ctx, a: DeleteArgs) -> anyhow::Result<ExitCode> {
+    let client = ctx.client().await?;
+    let t = client.thread_get(a.thread.clone()).await.map_err(ClientError::from)?;
+    if !a.force {
+        let running = client.run_list(Some(t.id.clone())).await.map_err(ClientError::from)?.len();
+        if running > 0 {
+            let s = if running == 1 { "" } else { "s" };
+            anyhow::bail!(
+                "thread {} has {running} run{s} in flight; `kd delete {} --force` cancels them first",
+                t.id,
+                t.id
+            );
+        }
+    }
+    if !a.yes {
+        if !std::io::stdin().is_terminal() {
+            anyhow::bail!("deleting thread {} takes its {} messages with it; pass --yes to confirm", t.id, t.last_seq);
+        }
+        let title = t.title.as_deref().map(|x| format!(" ({})", safe(x))).unwrap_or_default();
+        errln!("Delete thread {}{title} and its {} messages? [y/N] ", t.id, t.last_seq);
+        let _ = std::io::stderr().flush();
+        let mut answer = String::new();
+        std::io::stdin().lock().read_line(&mut answer)?;
+        if !matches!(answer.trim(), "y" | "Y" | "yes") {
+            outln!("kept thread {}", t.id)?;
+            return Ok(ExitCode::FAILURE);
+        }
+    }
+    let d = client.thread_delete(t.id, Some(a.force)).await.map_err(ClientError::from)?;
+    let cancelled = match d.cancelled_runs {
+        0 => String::new(),
+        n => format!(", {n} run{} cancelled", if n == 1 { "" } else { "s" }),
+    };
+    outln!("deleted thread {} ({} messages{cancelled})", d.thread, d.messages)?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,93 @@
+//! The thread lifecycle's settings (SPEC §8, F-L2): `lifecycle.idle_after`
+//! and `lifecycle.archive_after`, as seconds or a duration such as `90s`,
+//! `30m`, `24h`, `3d`.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::ConfigError;
+use super::resolve::Resolver;
+
+/// A thread without activity this long goes idle, by default.
+pub const DEFAULT_IDLE_AFTER: Duration = Duration::from_secs(24 * 3600);
+/// … and a branch is archived after this long, by default.
+pub const DEFAULT_ARCHIVE_AFTER: Duration = Duration::from_secs(72 * 3600);
+/// The longest either may be: ten years.
+const MAX_AFTER: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lifecycle {
+    pub idle_after: Duration,
+    pub archive_after: Duration,
+}
+
+impl Default for Lifecycle {
+    fn default() -> Lifecycle {
+        Lifecycle { idle_after: DEFAULT_IDLE_AFTER, archive_after: DEFAULT_ARCHIVE_AFTER }
+    }
+}
+
+pub(super) fn lifecycle(
+    r: &mut Resolver,
+    idle_after: Option<&Value>,
+    archive_after: Option<&Value>,
+) -> Result<Lifecycle, ConfigError> {
+    r.set("lifecycle.idle_after", idle_after.is_some());
+    r.set("lifecycle.archive_after", archive_after.is_some());
+    let read = |key: &str, v: Option<&Value>, default: Duration| match v {
+        None => Ok(default),
+        Some(v) => duration(v).map_err(|e| r.err(key, e)),
+    };
+    let idle_after = read("lifecycle.idle_after", idle_after, DEFAULT_IDLE_AFTER)?;
+    let archive_after = read("lifecycle.archive_after", archive_after, DEFAULT_ARCHIVE_AFTER)?;
+    if archive_after < idle_after {
+        return Err(r.err("lifecycle.archive_after", "must not be shorter than lifecycle.idle_after"));
+    }
+    Ok(Lifecycle { idle_after, archive_after })
+}
+
+/// `90`, `"90"`, `"90s"`, `"30m"`, `"24h"`, `"3d"`: at least one second.
+pub fn duration(v: &Value) -> Result<Duration, String> {
+    let bad = || format!("a duration such as 90 (seconds), \"30m\", \"24h\" or \"3d\" is expected, got {v}");
+    let secs = match v {
+        Value::Number(n) => n.as_u64().ok_or_else(bad)?,
+        Value::String(s) => {
+            let s = s.trim();
+            let (digits, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+            let n: u64 = digits.parse().map_err(|_| bad())?;
+            let scale = match unit.trim() {
+                "" | "s" => 1,
+                "m" => 60,
+                "h" => 3600,
+                "d" => 86_400,
+                _ => return Err(bad()),
+            };
+            n.checked_mul(scale).ok_or_else(bad)?
+        }
+        _ => return Err(bad()),
+    };
+    let d = Duration::from_secs(secs);
+    if d.is_zero() || d > MAX_AFTER {
+        return Err(format!("must be between 1 second and 10 years, got {v}"));
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn durations_are_seconds_or_a_number_with_a_unit() {
+        assert_eq!(duration(&json!(90)), Ok(Duration::from_secs(90)));
+        assert_eq!(duration(&json!("90")), Ok(Duration::from_secs(90)));
+        assert_eq!(duration(&json!("30m")), Ok(Duration::from_secs(1800)));
+        assert_eq!(duration(&json!("24h")), Ok(Duration::from_secs(86_400)));
+        assert_eq!(duration(&json!("3d")), Ok(Duration::from_secs(3 * 86_400)));
+        for bad in [json!(0), json!("-1h"), json!("1w"), json!("h"), json!(1.5), json!(null), json!("99999999999d")] {
+            assert!(duration(&bad).is_err(), "{bad}");
+        }
+    }
+}

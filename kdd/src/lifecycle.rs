@@ -1,0 +1,230 @@
+//! The thread lifecycle (SPEC §8, F-L2; seed 003): when a thread ages. A
+//! thread without activity for its workspace's `lifecycle.idle_after`
+//! goes `idle` (its sessions suspended); a branch quiet for
+//! `lifecycle.archive_after` is `archived` with an extractive summary. The
+//! trunk, the workspace's canonical line, only idles: it is archived only
+//! when asked. The reaper ages every thread periodically, and a read of a
+//! thread ([`check`]) ages it on the spot, so no one sees a stale status.
+//! The writes, and their re-check against a message that came meanwhile,
+//! are [`crate::db::lifecycle`]'s.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kd_proto::types::{Lineage, Thread, ThreadStatus};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{self, Lifecycle};
+use crate::db::lifecycle::{Material, Summary};
+use crate::db::{Db, DbResult, now_ms};
+
+/// How often the reaper looks at every thread, by default.
+pub const REAP_INTERVAL: Duration = Duration::from_secs(60);
+/// King questions an extractive summary quotes at most.
+const SUMMARY_QUESTIONS: u32 = 10;
+/// Characters of one question or answer in a summary.
+const SUMMARY_PART_CHARS: usize = 400;
+/// Who writes the extractive summary.
+const KD: &str = "kd";
+
+/// What `thread` should become now, if anything.
+pub fn due(thread: &Thread, l: &Lifecycle, now: i64) -> Option<ThreadStatus> {
+    let quiet = Duration::from_millis(now.saturating_sub(thread.last_activity_at_ms).max(0) as u64);
+    match thread.status {
+        ThreadStatus::Archived => None,
+        _ if thread.lineage == Lineage::Branch && quiet >= l.archive_after => Some(ThreadStatus::Archived),
+        ThreadStatus::Active if quiet >= l.idle_after => Some(ThreadStatus::Idle),
+        _ => None,
+    }
+}
+
+/// The workspace's lifecycle settings; the defaults when its configuration
+/// cannot be read (the reaper must not stop on one bad file).
+fn settings(workspace: &str) -> Lifecycle {
+    match config::load(Path::new(workspace)) {
+        Ok(c) => c.lifecycle,
+        Err(e) => {
+            tracing::debug!(workspace, "lifecycle: default settings, the configuration is unusable: {e}");
+            Lifecycle::default()
+        }
+    }
+}
+
+/// Settings per workspace, read once per pass or request.
+#[derive(Default)]
+pub struct Settings(HashMap<String, Lifecycle>);
+
+impl Settings {
+    fn of(&mut self, workspace: &str) -> Lifecycle {
+        *self.0.entry(workspace.to_string()).or_insert_with(|| settings(workspace))
+    }
+}
+
+/// Ages `thread` if it is due, and returns it as it now stands.
+pub async fn check(db: &Db, thread: Thread, settings: &mut Settings) -> Thread {
+    // Nothing ages in under a second: skip the configuration read.
+    if thread.status == ThreadStatus::Archived || now_ms() - thread.last_activity_at_ms < 1000 {
+        return thread;
+    }
+    let Some(to) = due(&thread, &settings.of(&thread.workspace), now_ms()) else { return thread };
+    let summary = match to {
+        ThreadStatus::Archived => match summarize(db, &thread.id).await {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(thread = thread.id, "cannot summarize the thread: {e}");
+                None
+            }
+        },
+        _ => None,
+    };
+    match db.age_thread(thread.id.clone(), thread.last_activity_at_ms, to, summary).await {
+        Ok(true) => db.thread(thread.id.clone()).await.unwrap_or(thread),
+        Ok(false) => thread,
+        Err(e) => {
+            tracing::warn!(thread = thread.id, "cannot age the thread: {e}");
+            thread
+        }
+    }
+}
+
+/// [`check`] for each thread of a list.
+pub async fn check_all(db: &Db, threads: Vec<Thread>) -> Vec<Thread> {
+    let mut settings = Settings::default();
+    let mut out = Vec::with_capacity(threads.len());
+    for t in threads {
+        out.push(check(db, t, &mut settings).await);
+    }
+    out
+}
+
+/// Archives a thread when asked, with its summary.
+pub async fn archive(db: &Db, id: String) -> DbResult<Thread> {
+    let summary = summarize(db, &id).await?;
+    db.set_thread_status(id, ThreadStatus::Archived, "archive", Some(summary)).await
+}
+
+/// The extractive summary: the King's first questions and each member's
+/// last answer, each cut to a few hundred characters.
+pub async fn summarize(db: &Db, id: &str) -> DbResult<Summary> {
+    let m = db.summary_material(id.to_string(), SUMMARY_QUESTIONS).await?;
+    Ok(Summary { text: extract(&m), by: KD.to_string() })
+}
+
+fn extract(m: &Material) -> String {
+    let mut out = String::new();
+    if !m.questions.is_empty() {
+        out.push_str("The King asked:\n");
+        for q in &m.questions {
+            out.push_str(&format!("- {}\n", cut(q)));
+        }
+    }
+    if !m.last_answers.is_empty() {
+        out.push_str(if out.is_empty() { "Last answers:\n" } else { "\nLast answers:\n" });
+        for (member, answer) in &m.last_answers {
+            out.push_str(&format!("- {member}: {}\n", cut(answer)));
+        }
+    }
+    if out.is_empty() {
+        out.push_str("Nothing was said.\n");
+    }
+    out.trim_end().to_string()
+}
+
+/// One line: blank runs folded to a space, at most [`SUMMARY_PART_CHARS`].
+fn cut(text: &str) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= SUMMARY_PART_CHARS {
+        return flat;
+    }
+    let mut s: String = flat.chars().take(SUMMARY_PART_CHARS).collect();
+    s.push('…');
+    s
+}
+
+/// Ages every thread that is due, every `interval`, until `stop`.
+pub fn spawn_reaper(db: Arc<Db>, interval: Duration, stop: CancellationToken) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(interval.max(Duration::from_millis(10)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            match reap(&db).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!("lifecycle: {n} thread(s) aged"),
+                Err(e) => tracing::warn!("lifecycle: the reaper's pass failed: {e}"),
+            }
+        }
+    });
+}
+
+/// One pass: how many threads changed.
+pub async fn reap(db: &Db) -> DbResult<usize> {
+    let mut settings = Settings::default();
+    let mut aged = 0;
+    for status in [ThreadStatus::Active, ThreadStatus::Idle] {
+        for t in db.threads(None, Some(status), None).await? {
+            if check(db, t, &mut settings).await.status != status {
+                aged += 1;
+            }
+        }
+    }
+    Ok(aged)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kd_proto::types::ContextMode;
+
+    fn thread(lineage: Lineage, status: ThreadStatus, quiet_s: i64) -> Thread {
+        Thread {
+            id: "t".into(),
+            workspace: "/w".into(),
+            branch: None,
+            title: None,
+            status,
+            lineage,
+            parent: None,
+            members: vec![],
+            context: ContextMode::History,
+            created_at_ms: 0,
+            last_activity_at_ms: 1_000_000 - quiet_s * 1000,
+            last_seq: 0,
+            origin: None,
+            summary: None,
+        }
+    }
+
+    #[test]
+    fn branches_idle_then_archive_and_the_trunk_only_idles() {
+        let l = Lifecycle { idle_after: Duration::from_secs(10), archive_after: Duration::from_secs(30) };
+        let now = 1_000_000;
+        use Lineage::*;
+        use ThreadStatus::*;
+        assert_eq!(due(&thread(Branch, Active, 5), &l, now), None);
+        assert_eq!(due(&thread(Branch, Active, 10), &l, now), Some(Idle));
+        assert_eq!(due(&thread(Branch, Idle, 20), &l, now), None);
+        assert_eq!(due(&thread(Branch, Idle, 30), &l, now), Some(Archived));
+        assert_eq!(due(&thread(Branch, Active, 40), &l, now), Some(Archived), "straight to archived");
+        assert_eq!(due(&thread(Trunk, Idle, 4000), &l, now), None);
+        assert_eq!(due(&thread(Trunk, Active, 4000), &l, now), Some(Idle));
+        assert_eq!(due(&thread(Branch, Archived, 4000), &l, now), None);
+    }
+
+    #[test]
+    fn the_extract_quotes_questions_and_last_answers_on_one_line_each_bounded() {
+        let m = Material {
+            questions: vec!["How do we\n\nshard?".into()],
+            last_answers: vec![("claude".into(), "By tenant.".into()), ("codex".into(), "x".repeat(500))],
+        };
+        let s = extract(&m);
+        assert!(s.starts_with("The King asked:\n- How do we shard?\n\nLast answers:\n- claude: By tenant.\n- codex: "));
+        assert!(s.ends_with('…') && s.chars().count() < 520, "{s}");
+        assert_eq!(extract(&Material { questions: vec![], last_answers: vec![] }), "Nothing was said.");
+    }
+}

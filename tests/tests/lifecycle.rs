@@ -1,0 +1,214 @@
+//! The thread lifecycle (issue 11, SPEC §8 F-L2): idle after
+//! `lifecycle.idle_after`, archived with a summary after
+//! `lifecycle.archive_after` (branches; the trunk only idles), revived by a
+//! message when idle, refused when archived; archive, unarchive and delete
+//! from the CLI; titles. Real kdd (reaping every 100 ms), fake agents.
+
+use kd_client::{ClientError, KdApiClient};
+use kd_proto::ErrorCode;
+use kd_proto::types::*;
+use kd_tests::{Kdd, Workspace, collect_until, run};
+
+fn config(ws: &Workspace, lifecycle: serde_json::Value) {
+    ws.write_config(&serde_json::json!({
+        "council": {"members": ["claude", "codex"]},
+        "agents": {
+            "claude": kd_tests::fake("claude", "claude", &[("FAKE_TEXT", "Shard by tenant.")]),
+            "codex": kd_tests::fake("codex", "codex", &[("FAKE_TEXT", "Add an index first.")])
+        },
+        "lifecycle": lifecycle,
+    }));
+}
+
+fn reaping() -> Kdd {
+    Kdd::start_with(&["--reap-interval-ms", "100"])
+}
+
+async fn ask(c: &kd_client::Client, t: &str, body: &str) -> Result<Sent, ClientError> {
+    c.council_send(t.into(), body.into(), None, None, None, None, None, Some(0), None).await.map_err(ClientError::from)
+}
+
+async fn until_status(sub: &mut jsonrpsee::core::client::Subscription<ThreadEvent>, want: ThreadStatus) {
+    collect_until(sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Status { status, .. } if *status == want))).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_quiet_branch_idles_then_archives_with_a_summary_and_then_refuses_messages() {
+    let ws = Workspace::new(&[]);
+    config(&ws, serde_json::json!({"idle_after": "1s", "archive_after": "2s"}));
+    let kdd = reaping();
+    let c = kdd.client().await;
+    let trunk = kd_tests::new_thread(&c, &ws.path()).await;
+    let branch = c
+        .thread_create(ws.path(), None, None, None, None, Some(Lineage::Branch), Some(trunk.clone()), None, None)
+        .await
+        .unwrap()
+        .id;
+    let mut sub = c.thread_subscribe(branch.clone(), None, None).await.unwrap();
+    ask(&c, &branch, "How do we scale the orders table?").await.unwrap();
+    collect_until(&mut sub, |e| kd_tests::ended(e) == 2).await;
+    let mut trunk_sub = c.thread_subscribe(trunk.clone(), None, None).await.unwrap();
+
+    until_status(&mut sub, ThreadStatus::Idle).await;
+    let sessions = c.session_list(Some(branch.clone()), None, None).await.unwrap();
+    assert!(sessions.iter().all(|s| s.status != SessionStatus::Active), "{sessions:?}");
+    until_status(&mut sub, ThreadStatus::Archived).await;
+    let t = c.thread_get(branch.clone()).await.unwrap();
+    assert_eq!(t.status, ThreadStatus::Archived);
+    let summary = t.summary.clone().expect("a summary is persisted at archive");
+    for part in ["How do we scale the orders table?", "claude: Shard by tenant.", "codex: Add an index first."] {
+        assert!(summary.contains(part), "{part:?} missing from the summary:\n{summary}");
+    }
+    let archived = c.events_list(Some(branch.clone()), None, Some("thread.archive".into()), None, None).await.unwrap();
+    assert_eq!(archived[0].data["reason"], "age", "{archived:?}");
+    assert!(
+        c.events_list(Some(branch.clone()), None, Some("thread.idle".into()), None, None).await.unwrap().len() == 1
+    );
+
+    // The trunk idles but is never archived for its age.
+    until_status(&mut trunk_sub, ThreadStatus::Idle).await;
+    assert_eq!(c.thread_get(trunk.clone()).await.unwrap().status, ThreadStatus::Idle);
+
+    // A message to an archived thread is refused with the way back.
+    let refused = ask(&c, &branch, "Still there?").await.unwrap_err();
+    assert_eq!(refused.code(), Some(ErrorCode::ThreadArchived), "{refused}");
+    assert!(refused.to_string().contains(&format!("kd unarchive {branch}")), "{refused}");
+    assert_eq!(c.thread_get(branch.clone()).await.unwrap().last_seq, 3, "nothing was written");
+    let mut k = kdd.kd();
+    k.args(["show", &branch]);
+    let out = run(k).await;
+    assert!(out.stdout.contains("Summary") && out.stdout.contains("claude: Shard by tenant."), "{}", out.stdout);
+
+    // kd unarchive, and the thread takes messages again.
+    let mut k = kdd.kd();
+    k.args(["unarchive", &branch]);
+    let out = run(k).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(c.thread_get(branch.clone()).await.unwrap().status, ThreadStatus::Active);
+    ask(&c, &branch, "Still there?").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_revives_an_idle_thread() {
+    let ws = Workspace::new(&[]);
+    config(&ws, serde_json::json!({"idle_after": "1s"}));
+    let kdd = reaping();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    until_status(&mut sub, ThreadStatus::Idle).await;
+    ask(&c, &t, "Back again.").await.unwrap();
+    until_status(&mut sub, ThreadStatus::Active).await;
+    assert_eq!(c.thread_get(t.clone()).await.unwrap().status, ThreadStatus::Active);
+    let revived = c.events_list(Some(t.clone()), None, Some("thread.revive".into()), None, None).await.unwrap();
+    assert_eq!(revived.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_old_thread_is_aged_when_it_is_read() {
+    // Default settings (idle after 24 h), no periodic pass due for a
+    // minute: reading a thread last active two days ago ages it.
+    let ws = Workspace::new(&[]);
+    config(&ws, serde_json::json!({}));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let two_days_ago = now - 48 * 3600 * 1000;
+    let old = ImportedMessage {
+        from: "king".into(),
+        to: vec![],
+        kind: None,
+        body: "An old question".into(),
+        created_at_ms: two_days_ago,
+        refs: vec![],
+        backend: None,
+        model: None,
+    };
+    let t = c.thread_import(ws.path(), None, None, None, None, Some(two_days_ago), vec![old], None).await.unwrap();
+    assert_eq!(t.status, ThreadStatus::Active, "as imported");
+    let mut sub = c.thread_subscribe(t.id.clone(), None, None).await.unwrap();
+    let read = c.thread_get(t.id.clone()).await.unwrap();
+    assert_eq!(read.status, ThreadStatus::Idle, "aged on reading");
+    until_status(&mut sub, ThreadStatus::Idle).await;
+    let listed = c.thread_list(Some(ws.path()), None, None).await.unwrap();
+    assert_eq!(listed.iter().find(|x| x.id == t.id).map(|x| x.status), Some(ThreadStatus::Idle));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn archive_unarchive_and_delete_from_the_cli() {
+    let ws = Workspace::new(&[]);
+    let hold = ws.file("hold");
+    std::fs::write(&hold, b"").unwrap();
+    ws.write_config(&serde_json::json!({
+        "council": {"members": ["claude"]},
+        "agents": {"claude": kd_tests::fake("claude", "claude", &[("FAKE_HOLD", &hold)])},
+    }));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    ask(&c, &t, "Long one.").await.unwrap();
+    collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))).await;
+
+    // Refused while a run is in flight, unless --force (which cancels it).
+    let mut k = kdd.kd();
+    k.args(["delete", &t, "--yes"]);
+    let out = run(k).await;
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("1 run in flight") && out.stderr.contains("--force"), "{}", out.stderr);
+    let mut k = kdd.kd();
+    k.args(["delete", &t, "--force"]);
+    let out = run(k).await;
+    assert!(!out.status.success() && out.stderr.contains("--yes"), "not on a terminal: asks for --yes: {}", out.stderr);
+    let mut k = kdd.kd();
+    k.args(["delete", &t, "--yes", "--force"]);
+    let out = run(k).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.contains(&format!("deleted thread {t} (2 messages, 1 run cancelled)")), "{}", out.stdout);
+    let gone = ClientError::from(c.thread_get(t.clone()).await.unwrap_err());
+    assert_eq!(gone.code(), Some(ErrorCode::NotFound));
+    // Nothing of it is left in the registry.
+    let db = rusqlite::Connection::open_with_flags(&kdd.db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    for table in ["messages", "runs", "sessions", "conversation_events", "inbox", "current_threads"] {
+        let n: i64 =
+            db.query_row(&format!("SELECT count(*) FROM {table} WHERE thread_id = ?1"), [&t], |r| r.get(0)).unwrap();
+        assert_eq!(n, 0, "{table} keeps rows of the deleted thread");
+    }
+    std::fs::remove_file(&hold).unwrap();
+
+    // kd archive stops nothing that is not running and prints the summary.
+    let other = kd_tests::new_thread(&c, &ws.path()).await;
+    let mut k = kdd.kd();
+    k.args(["archive", &other]);
+    let out = run(k).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.contains(&format!("archived thread {other}")) && out.stdout.contains("Nothing was said."));
+    assert_eq!(c.thread_get(other).await.unwrap().status, ThreadStatus::Archived);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn titles_are_given_or_taken_from_the_first_question() {
+    let ws = Workspace::new(&[]);
+    config(&ws, serde_json::json!({}));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    ask(&c, &t, "  How do we shard the orders table?\nDetails follow.").await.unwrap();
+    assert_eq!(c.thread_get(t.clone()).await.unwrap().title.as_deref(), Some("How do we shard the orders table?"));
+    let mut k = kdd.kd();
+    k.args(["title", &t, "Orders sharding"]);
+    let out = run(k).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    ask(&c, &t, "Another question").await.unwrap();
+    assert_eq!(c.thread_get(t.clone()).await.unwrap().title.as_deref(), Some("Orders sharding"), "a set title stays");
+    let mut k = kdd.kd();
+    k.current_dir(ws.path()).args(["ask", "--new", "--title", "Schema review", "--async", "Look at the schema"]);
+    let out = run(k).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let new = out.stdout.trim().to_string();
+    assert_eq!(c.thread_get(new).await.unwrap().title.as_deref(), Some("Schema review"));
+    let mut k = kdd.kd();
+    k.args(["threads"]);
+    let out = run(k).await;
+    assert!(out.stdout.contains("Orders sharding") && out.stdout.contains("Schema review"), "{}", out.stdout);
+}
