@@ -65,6 +65,8 @@ enum Command {
     Threads(cmd::inspect::ThreadsArgs),
     /// Print a thread's messages
     Show(cmd::inspect::ShowArgs),
+    /// Branch a thread: a new thread with the workspace's context bundle, made current
+    Fork(cmd::lifecycle::ForkArgs),
     /// Name a thread
     Title(cmd::lifecycle::TitleArgs),
     /// Archive a thread: its sessions end, a summary is kept, messages are refused
@@ -141,6 +143,7 @@ fn main() -> ExitCode {
             Command::Doctor => cmd::doctor::run(&ctx).await,
             Command::Threads(a) => cmd::inspect::threads(&ctx, a).await,
             Command::Show(a) => cmd::inspect::show(&ctx, a).await,
+            Command::Fork(a) => cmd::lifecycle::fork(&ctx, a).await,
             Command::Title(a) => cmd::lifecycle::title(&ctx, a).await,
             Command::Archive(a) => cmd::lifecycle::archive(&ctx, a).await,
             Command::Unarchive(a) => cmd::lifecycle::unarchive(&ctx, a).await,

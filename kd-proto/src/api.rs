@@ -73,6 +73,9 @@ pub trait KdApi {
     #[method(name = "thread.archive", param_kind = map)]
     async fn thread_archive(&self, thread: String) -> RpcResult<Thread>;
 
+    #[method(name = "thread.fork", param_kind = map)]
+    async fn thread_fork(&self, thread: String, title: Option<String>) -> RpcResult<Thread>;
+
     #[method(name = "thread.unarchive", param_kind = map)]
     async fn thread_unarchive(&self, thread: String) -> RpcResult<Thread>;
 

@@ -54,6 +54,9 @@ pub enum Purpose {
     Synthesis,
     /// Every answer under its member's name, written by kd.
     Merge,
+    /// A branch's context bundle (F-L1): the identity and policy files read
+    /// when it was forked, and its parent's summary; given to the members.
+    Bundle,
 }
 
 impl Purpose {
@@ -63,11 +66,14 @@ impl Purpose {
             Purpose::Tally => "tally",
             Purpose::Synthesis => "synthesis",
             Purpose::Merge => "merge",
+            Purpose::Bundle => "bundle",
         }
     }
 
     pub fn parse(s: &str) -> Option<Purpose> {
-        [Purpose::Ballot, Purpose::Tally, Purpose::Synthesis, Purpose::Merge].into_iter().find(|p| p.as_str() == s)
+        [Purpose::Ballot, Purpose::Tally, Purpose::Synthesis, Purpose::Merge, Purpose::Bundle]
+            .into_iter()
+            .find(|p| p.as_str() == s)
     }
 }
 

@@ -13,11 +13,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kd_proto::types::{Lineage, Thread, ThreadStatus};
+use kd_proto::names::ALL;
+use kd_proto::types::{Lineage, MessageKind, Purpose, Thread, ThreadStatus};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, Lifecycle};
 use crate::db::lifecycle::{Material, Summary};
+use crate::db::messages::NewMessage;
+use crate::db::threads::NewThread;
 use crate::db::{Db, DbResult, now_ms};
 
 /// How often the reaper looks at every thread, by default.
@@ -26,7 +29,7 @@ pub const REAP_INTERVAL: Duration = Duration::from_secs(60);
 const SUMMARY_QUESTIONS: u32 = 10;
 /// Characters of one question or answer in a summary.
 const SUMMARY_PART_CHARS: usize = 400;
-/// Who writes the extractive summary.
+/// Who writes the extractive summary and the context bundle.
 const KD: &str = "kd";
 
 /// What `thread` should become now, if anything.
@@ -58,7 +61,7 @@ pub struct Settings(HashMap<String, Lifecycle>);
 
 impl Settings {
     fn of(&mut self, workspace: &str) -> Lifecycle {
-        *self.0.entry(workspace.to_string()).or_insert_with(|| settings(workspace))
+        self.0.entry(workspace.to_string()).or_insert_with(|| settings(workspace)).clone()
     }
 }
 
@@ -143,6 +146,73 @@ fn cut(text: &str) -> String {
     s
 }
 
+/// Most bytes of one bundle file given to a branch.
+const BUNDLE_FILE_BYTES: u64 = 64 * 1024;
+/// Most bytes of a whole bundle.
+const BUNDLE_BYTES: usize = 256 * 1024;
+
+/// Forks a branch of `parent` (F-L1): same workspace, members and context
+/// mode, its own sessions, made current, and as its first message the
+/// context bundle — the `lifecycle.bundle` files present in the workspace,
+/// read now, and the parent's summary.
+pub async fn fork(db: &Db, parent: String, title: Option<String>) -> DbResult<Thread> {
+    let p = db.thread(parent).await?;
+    let bundle = bundle(&p, &settings(&p.workspace).bundle);
+    let t = NewThread {
+        id: None,
+        workspace: p.workspace.clone(),
+        branch: p.branch.clone(),
+        title,
+        members: p.members.clone(),
+        lineage: Some(Lineage::Branch),
+        parent: Some(p.id.clone()),
+        set_current: true,
+        context: p.context,
+        origin: None,
+    };
+    match bundle {
+        Some(body) => {
+            let m = NewMessage {
+                purpose: Some(Purpose::Bundle),
+                ..NewMessage::new("", KD, vec![ALL.to_string()], MessageKind::System, body)
+            };
+            Ok(db.create_thread_with_message(t, m).await?.0)
+        }
+        None => db.create_thread(t).await,
+    }
+}
+
+/// The bundle's text, or `None` when there is nothing to give.
+fn bundle(parent: &Thread, files: &[String]) -> Option<String> {
+    let root = Path::new(&parent.workspace);
+    let mut out = String::new();
+    for name in files {
+        let Some(text) = read_bundle_file(&root.join(name)) else { continue };
+        if out.len() + text.len() > BUNDLE_BYTES {
+            tracing::warn!(file = name, "the context bundle is full: {name} is left out");
+            continue;
+        }
+        out.push_str(&format!("=== {name} ===\n{}\n\n", text.trim_end()));
+    }
+    if let Some(s) = &parent.summary {
+        out.push_str(&format!("=== summary of thread {} ===\n{s}\n\n", parent.id));
+    }
+    (!out.is_empty()).then(|| format!("[Context for this branch of thread {}]\n\n{}", parent.id, out.trim_end()))
+}
+
+/// A regular file's text (not a symlink, a FIFO or a device), cut at
+/// [`BUNDLE_FILE_BYTES`]; `None` when absent or unreadable.
+fn read_bundle_file(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    if !meta.file_type().is_file() {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(path).ok()?.take(BUNDLE_FILE_BYTES).read_to_end(&mut bytes).ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
 /// Ages every thread that is due, every `interval`, until `stop`.
 pub fn spawn_reaper(db: Arc<Db>, interval: Duration, stop: CancellationToken) {
     tokio::spawn(async move {
@@ -202,7 +272,11 @@ mod tests {
 
     #[test]
     fn branches_idle_then_archive_and_the_trunk_only_idles() {
-        let l = Lifecycle { idle_after: Duration::from_secs(10), archive_after: Duration::from_secs(30) };
+        let l = Lifecycle {
+            idle_after: Duration::from_secs(10),
+            archive_after: Duration::from_secs(30),
+            ..Lifecycle::default()
+        };
         let now = 1_000_000;
         use Lineage::*;
         use ThreadStatus::*;

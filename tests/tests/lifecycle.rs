@@ -212,3 +212,94 @@ async fn titles_are_given_or_taken_from_the_first_question() {
     let out = run(k).await;
     assert!(out.stdout.contains("Orders sharding") && out.stdout.contains("Schema review"), "{}", out.stdout);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_trunk_per_workspace_under_concurrent_asks_and_new_threads_branch_off_it() {
+    let ws = Workspace::new(&[]);
+    config(&ws, serde_json::json!({}));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let mut asks = Vec::new();
+    for i in 0..6 {
+        let mut k = kdd.kd();
+        k.current_dir(ws.path()).args(["ask", "--new", "--async", &format!("Question {i}")]);
+        asks.push(tokio::spawn(run(k)));
+    }
+    for a in asks {
+        let out = a.await.unwrap();
+        assert!(out.status.success(), "{}", out.stderr);
+    }
+    let threads = c.thread_list(Some(ws.path()), None, None).await.unwrap();
+    assert_eq!(threads.len(), 6);
+    let trunks: Vec<&Thread> = threads.iter().filter(|t| t.lineage == Lineage::Trunk).collect();
+    assert_eq!(trunks.len(), 1, "{threads:#?}");
+    let trunk = &trunks[0].id;
+    for t in threads.iter().filter(|t| t.lineage == Lineage::Branch) {
+        assert_eq!(t.parent.as_ref(), Some(trunk), "{t:?}");
+    }
+    let second = c.thread_create(ws.path(), None, None, None, None, Some(Lineage::Trunk), None, None, None).await;
+    let e = ClientError::from(second.unwrap_err());
+    assert_eq!(e.code(), Some(ErrorCode::AlreadyExists));
+    assert!(e.to_string().contains(&format!("thread {trunk}")), "{e}");
+    // kd threads shows the tree: the branches under the trunk.
+    let mut k = kdd.kd();
+    k.args(["threads"]);
+    let out = run(k).await;
+    let branch = threads.iter().find(|t| t.lineage == Lineage::Branch).unwrap();
+    assert!(out.stdout.contains(&format!("└ {}", branch.id)), "{}", out.stdout);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(lines[1].starts_with(trunk.as_str()), "the trunk first: {}", out.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fork_starts_with_the_bundle_and_its_own_sessions() {
+    let ws = Workspace::new(&[]);
+    let record = ws.file("record.jsonl");
+    std::fs::write(format!("{}/AGENTS.md", ws.path()), "Always run the tests.\n").unwrap();
+    std::fs::write(format!("{}/CLAUDE.md", ws.path()), "Use British spelling.\n").unwrap();
+    std::fs::write(format!("{}/NOTES.md", ws.path()), "Not in the bundle.\n").unwrap();
+    ws.write_config(&serde_json::json!({
+        "council": {"members": ["claude"]},
+        "agents": {"claude": kd_tests::fake("claude", "claude", &[("FAKE_RECORD", &record), ("FAKE_TEXT", "Noted.")])},
+    }));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let trunk = c
+        .thread_create(ws.path(), None, None, None, None, None, None, Some(true), Some(ContextMode::Resume))
+        .await
+        .unwrap();
+    let mut sub = c.thread_subscribe(trunk.id.clone(), None, None).await.unwrap();
+    ask(&c, &trunk.id, "Trunk question").await.unwrap();
+    collect_until(&mut sub, |e| kd_tests::ended(e) == 1).await;
+    let parent_session = c.session_list(Some(trunk.id.clone()), None, None).await.unwrap()[0].clone();
+    assert!(parent_session.backend_session_id.is_some());
+
+    let mut k = kdd.kd();
+    k.current_dir(ws.path()).args(["fork", "--title", "Try sharding"]);
+    let out = run(k).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let branch = c.thread_get(out.stdout.trim().to_string()).await.unwrap();
+    assert_eq!((branch.lineage, branch.parent.as_ref()), (Lineage::Branch, Some(&trunk.id)));
+    assert_eq!((branch.title.as_deref(), branch.context), (Some("Try sharding"), ContextMode::Resume));
+    let current = c.thread_current(ws.path(), None).await.unwrap().unwrap();
+    assert_eq!(current.id, branch.id, "the branch is the current thread");
+    let first = &c.thread_messages(branch.id.clone(), None, None, None, None).await.unwrap()[0];
+    assert_eq!((first.kind, first.purpose), (MessageKind::System, Some(Purpose::Bundle)));
+
+    let mut sub = c.thread_subscribe(branch.id.clone(), None, None).await.unwrap();
+    ask(&c, &branch.id, "Branch question").await.unwrap();
+    collect_until(&mut sub, |e| kd_tests::ended(e) == 1).await;
+    let recs = kd_tests::records(&record);
+    let prompt = kd_tests::prompt_of(&recs[1]);
+    for part in
+        ["=== AGENTS.md ===\nAlways run the tests.", "=== CLAUDE.md ===\nUse British spelling.", "Branch question"]
+    {
+        assert!(prompt.contains(part), "{part:?} missing from the branch's first prompt:\n{prompt}");
+    }
+    assert!(!prompt.contains("Not in the bundle") && !prompt.contains("Trunk question"), "{prompt}");
+    let argv: Vec<&str> = recs[1]["argv"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    assert!(!argv.contains(&"--resume"), "the branch never resumes the trunk's session: {argv:?}");
+    let sessions = c.session_list(Some(branch.id.clone()), None, None).await.unwrap();
+    assert_eq!(sessions.len(), 1);
+    assert_ne!(sessions[0].id, parent_session.id);
+}

@@ -46,9 +46,13 @@ pub async fn threads(ctx: &Ctx, a: ThreadsArgs) -> anyhow::Result<ExitCode> {
     let now = fmt::now_ms();
     let mut t =
         Table::new(&["ID", "STATUS", "CONTEXT", "MSGS", "LAST ACTIVITY", "MEMBERS", "BRANCH", "WORKSPACE", "TITLE"]);
-    for th in &threads {
+    for (depth, th) in tree(&threads) {
+        let id = match depth {
+            0 => th.id.clone(),
+            d => format!("{}└ {}", "  ".repeat(d - 1), th.id),
+        };
         t.row(vec![
-            th.id.clone(),
+            id,
             status_name(th.status).into(),
             th.context.as_str().into(),
             th.last_seq.to_string(),
@@ -61,6 +65,26 @@ pub async fn threads(ctx: &Ctx, a: ThreadsArgs) -> anyhow::Result<ExitCode> {
     }
     out!("{}", t.render())?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Threads as a tree, each branch right under its parent (when listed)
+/// with its depth; otherwise in the order given.
+fn tree(threads: &[Thread]) -> Vec<(usize, &Thread)> {
+    fn walk<'a>(t: &'a Thread, depth: usize, all: &'a [Thread], out: &mut Vec<(usize, &'a Thread)>) {
+        out.push((depth, t));
+        // A parent chain is a tree by construction; the bound is a guard.
+        if depth < 32 {
+            for child in all.iter().filter(|c| c.parent.as_deref() == Some(t.id.as_str())) {
+                walk(child, depth + 1, all, out);
+            }
+        }
+    }
+    let listed = |id: &str| threads.iter().any(|t| t.id == id);
+    let mut out = Vec::with_capacity(threads.len());
+    for root in threads.iter().filter(|t| t.parent.as_deref().is_none_or(|p| !listed(p))) {
+        walk(root, 0, threads, &mut out);
+    }
+    out
 }
 
 #[derive(Debug, Args)]

@@ -1,4 +1,4 @@
-//! Threads' lifecycle from the CLI: `kd title`, `kd archive`,
+//! Threads' lifecycle from the CLI: `kd fork`, `kd title`, `kd archive`,
 //! `kd unarchive`, `kd delete`.
 
 use std::io::{BufRead, IsTerminal, Write};
@@ -9,6 +9,25 @@ use kd_client::terminal::safe;
 use kd_client::{ClientError, KdApiClient};
 
 use super::{Ctx, thread_or_current};
+
+#[derive(Debug, Args)]
+pub struct ForkArgs {
+    /// The thread to branch from [default: the current thread of this workspace and branch]
+    thread: Option<String>,
+    /// The branch's title
+    #[arg(long)]
+    title: Option<String>,
+}
+
+pub async fn fork(ctx: &Ctx, a: ForkArgs) -> anyhow::Result<ExitCode> {
+    let client = ctx.client().await?;
+    let parent = thread_or_current(&client, a.thread).await?.id;
+    let t = client.thread_fork(parent.clone(), a.title).await.map_err(ClientError::from)?;
+    let bundled = if t.last_seq > 0 { ", with its context bundle" } else { "" };
+    outln!("{}", t.id)?;
+    errln!("kd: forked {parent} into branch {}{bundled}; it is now the current thread", t.id);
+    Ok(ExitCode::SUCCESS)
+}
 
 #[derive(Debug, Args)]
 pub struct TitleArgs {

@@ -166,6 +166,16 @@ fn build() -> (Vec<MethodDoc>, Value) {
          refused (thread_archived) until thread.unarchive.",
     );
     b.param::<String>("thread", true, "thread id").errors(&[NotFound]);
+    b.method::<Thread>(
+        "thread.fork",
+        "thread",
+        "Fork a branch thread (F-L1) from thread: same workspace, members and context mode, its own sessions, made \
+         current. Its first message (kind system, purpose bundle) is the context bundle: the files of \
+         lifecycle.bundle present in the workspace (default AGENTS.md, CLAUDE.md), read now, and the parent's \
+         summary if it has one; members are given it with the history.",
+    );
+    b.param::<String>("thread", true, "the parent thread");
+    b.param::<String>("title", false, "the branch's title").errors(&[NotFound, InvalidArgument]);
     b.method::<Thread>("thread.unarchive", "thread", "Open an archived thread again: active, taking messages.");
     b.param::<String>("thread", true, "thread id").errors(&[NotFound]);
     b.method::<Deleted>(

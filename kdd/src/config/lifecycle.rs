@@ -16,15 +16,24 @@ pub const DEFAULT_ARCHIVE_AFTER: Duration = Duration::from_secs(72 * 3600);
 /// The longest either may be: ten years.
 const MAX_AFTER: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The files a fork gives its branch, by default (those present).
+pub const DEFAULT_BUNDLE: [&str; 2] = ["AGENTS.md", "CLAUDE.md"];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lifecycle {
     pub idle_after: Duration,
     pub archive_after: Duration,
+    /// Workspace-relative paths of the context bundle (F-L1).
+    pub bundle: Vec<String>,
 }
 
 impl Default for Lifecycle {
     fn default() -> Lifecycle {
-        Lifecycle { idle_after: DEFAULT_IDLE_AFTER, archive_after: DEFAULT_ARCHIVE_AFTER }
+        Lifecycle {
+            idle_after: DEFAULT_IDLE_AFTER,
+            archive_after: DEFAULT_ARCHIVE_AFTER,
+            bundle: DEFAULT_BUNDLE.iter().map(|s| s.to_string()).collect(),
+        }
     }
 }
 
@@ -32,9 +41,17 @@ pub(super) fn lifecycle(
     r: &mut Resolver,
     idle_after: Option<&Value>,
     archive_after: Option<&Value>,
+    bundle: Option<Vec<String>>,
 ) -> Result<Lifecycle, ConfigError> {
     r.set("lifecycle.idle_after", idle_after.is_some());
     r.set("lifecycle.archive_after", archive_after.is_some());
+    r.set("lifecycle.bundle", bundle.is_some());
+    if let Some(bad) = bundle.iter().flatten().find(|p| {
+        let path = std::path::Path::new(p.as_str());
+        p.is_empty() || path.is_absolute() || path.components().any(|c| c == std::path::Component::ParentDir)
+    }) {
+        return Err(r.err("lifecycle.bundle", format!("{bad:?}: give paths inside the workspace, such as AGENTS.md")));
+    }
     let read = |key: &str, v: Option<&Value>, default: Duration| match v {
         None => Ok(default),
         Some(v) => duration(v).map_err(|e| r.err(key, e)),
@@ -44,7 +61,8 @@ pub(super) fn lifecycle(
     if archive_after < idle_after {
         return Err(r.err("lifecycle.archive_after", "must not be shorter than lifecycle.idle_after"));
     }
-    Ok(Lifecycle { idle_after, archive_after })
+    let bundle = bundle.unwrap_or_else(|| Lifecycle::default().bundle);
+    Ok(Lifecycle { idle_after, archive_after, bundle })
 }
 
 /// `90`, `"90"`, `"90s"`, `"30m"`, `"24h"`, `"3d"`: at least one second.

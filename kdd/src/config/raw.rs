@@ -31,6 +31,8 @@ pub struct RawLifecycle {
     /// Seconds, or "30m", "24h", "3d".
     pub idle_after: Option<Value>,
     pub archive_after: Option<Value>,
+    /// Files of the workspace a fork gives its branch.
+    pub bundle: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -8,7 +8,7 @@ use std::time::Duration;
 use jsonrpsee::types::ErrorObjectOwned;
 use kd_proto::ErrorCode;
 use kd_proto::names::{ALL, KING};
-use kd_proto::types::{Lineage, MessageKind, Mode, Sent, SentRun, Style, Thread};
+use kd_proto::types::{MessageKind, Mode, Sent, SentRun, Style, Thread};
 
 use super::exchange::{self, Exchange, Plan};
 use super::{Council, Launch};
@@ -87,7 +87,7 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
                 branch: new.branch,
                 title: new.title,
                 members: config.council.members.clone(),
-                lineage: Lineage::Trunk,
+                lineage: None,
                 parent: None,
                 set_current: new.set_current,
                 context: new.context.unwrap_or_default(),

@@ -133,10 +133,19 @@ mod tests {
         conn.execute_batch(
             "INSERT INTO threads (id, workspace, status, lineage, created_at, last_activity_at, last_seq, title)
                  VALUES ('old1', '/w', 'archived', 'branch', 1, 2, 1, 'kept');
+             INSERT INTO threads (id, workspace, branch, lineage, created_at, last_activity_at)
+                 VALUES ('tr2', '/w', 'main', 'trunk', 20, 20), ('tr1', '/w', 'main', 'trunk', 10, 10),
+                        ('tr3', '/w', 'dev', 'trunk', 30, 30);
              INSERT INTO messages (thread_id, seq, sender, recipients, kind, body, created_at)
                  VALUES ('old1', 1, 'king', '[\"all\"]', 'king', 'hello', 2);",
         )?;
         assert_eq!(migrate(&mut conn, &path)?, latest_version());
+        // Every new thread used to be a trunk: the oldest stays one.
+        let lineage = |id: &str| super::super::threads::get(&conn, id).map(|t| (t.lineage, t.parent));
+        use kd_proto::types::Lineage::*;
+        assert_eq!(lineage("tr1")?, (Trunk, None));
+        assert_eq!(lineage("tr2")?, (Branch, Some("tr1".to_string())));
+        assert_eq!(lineage("tr3")?, (Trunk, None), "another git branch has its own trunk");
         let t = super::super::threads::get(&conn, "old1")?;
         assert_eq!((t.title.as_deref(), t.summary, t.last_seq), (Some("kept"), None, 1));
         let summary = super::super::lifecycle::Summary { text: "s".into(), by: "kd".into() };

@@ -15,7 +15,9 @@ pub struct NewThread {
     pub branch: Option<String>,
     pub title: Option<String>,
     pub members: Vec<String>,
-    pub lineage: Lineage,
+    /// `None`: the trunk of its workspace and branch when there is none yet,
+    /// else a branch of that trunk (unless `parent` names another).
+    pub lineage: Option<Lineage>,
     pub parent: Option<String>,
     pub set_current: bool,
     pub context: ContextMode,
@@ -25,12 +27,41 @@ pub struct NewThread {
 
 const COLUMNS: &str = "id, workspace, branch, title, status, lineage, parent_id, members, created_at, last_activity_at, last_seq, context_mode, origin, summary";
 
-pub fn create(conn: &Connection, now: i64, t: NewThread, out: &mut Outbox) -> DbResult<Thread> {
+/// The trunk thread of a workspace and git branch (F-L1), if it has one.
+pub fn trunk(conn: &Connection, workspace: &str, branch: Option<&str>) -> DbResult<Option<String>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT id FROM threads WHERE workspace = ?1 AND ifnull(branch, '') = ?2 AND lineage = 'trunk'",
+        )?
+        .query_row(params![workspace, branch.unwrap_or("")], |r| r.get(0))
+        .optional()?)
+}
+
+pub fn create(conn: &Connection, now: i64, mut t: NewThread, out: &mut Outbox) -> DbResult<Thread> {
     if let Some(parent) = &t.parent {
         get(conn, parent)?;
     }
-    if t.lineage == Lineage::Branch && t.parent.is_none() {
-        return Err(DbError::Invalid("a branch thread needs a parent".into()));
+    // One trunk per workspace and git branch: what is not it branches off.
+    let trunk = trunk(conn, &t.workspace, t.branch.as_deref())?;
+    let lineage = match (t.lineage, &t.parent, &trunk) {
+        (Some(Lineage::Trunk), Some(_), _) => {
+            return Err(DbError::Invalid("a trunk thread has no parent; omit parent or make it a branch".into()));
+        }
+        (Some(Lineage::Trunk), None, Some(existing)) => {
+            return Err(DbError::AlreadyExists(format!(
+                "the trunk of {}{} (thread {existing}); fork it for a branch",
+                t.workspace,
+                t.branch.as_deref().map(|b| format!(" ({b})")).unwrap_or_default()
+            )));
+        }
+        (Some(Lineage::Branch), None, None) => return Err(DbError::Invalid("a branch thread needs a parent".into())),
+        (Some(l), _, _) => l,
+        (None, Some(_), _) => Lineage::Branch,
+        (None, None, None) => Lineage::Trunk,
+        (None, None, Some(_)) => Lineage::Branch,
+    };
+    if lineage == Lineage::Branch && t.parent.is_none() {
+        t.parent = trunk;
     }
     let id = match t.id {
         Some(id) => {
@@ -50,7 +81,7 @@ pub fn create(conn: &Connection, now: i64, t: NewThread, out: &mut Outbox) -> Db
         t.workspace,
         t.branch,
         t.title,
-        lineage_str(t.lineage),
+        lineage_str(lineage),
         t.parent,
         json_list(&t.members),
         now,
@@ -64,7 +95,7 @@ pub fn create(conn: &Connection, now: i64, t: NewThread, out: &mut Outbox) -> Db
             kind: "thread.create",
             thread: Some(&id),
             to: &t.members,
-            data: json!({"workspace": t.workspace, "branch": t.branch, "lineage": lineage_str(t.lineage), "parent": t.parent}),
+            data: json!({"workspace": t.workspace, "branch": t.branch, "lineage": lineage_str(lineage), "parent": t.parent}),
             ..Default::default()
         },
     )?;

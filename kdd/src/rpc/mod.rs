@@ -116,6 +116,10 @@ impl KdApiServer for Rpc {
         threads::archive(&self.d, thread).await
     }
 
+    async fn thread_fork(&self, thread: String, title: Option<String>) -> RpcResult<Thread> {
+        threads::fork(&self.d, thread, title).await
+    }
+
     async fn thread_unarchive(&self, thread: String) -> RpcResult<Thread> {
         threads::unarchive(&self.d, thread).await
     }

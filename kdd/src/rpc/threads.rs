@@ -34,7 +34,6 @@ pub async fn create(
     if let Some(parent) = &parent {
         validate::thread_id(parent)?;
     }
-    let lineage = lineage.unwrap_or(if parent.is_some() { Lineage::Branch } else { Lineage::Trunk });
     let t = NewThreadRow {
         id,
         workspace,
@@ -105,6 +104,14 @@ async fn stop_runs(d: &Daemon, thread: &str) -> u32 {
     runs.len() as u32
 }
 
+pub async fn fork(d: &Daemon, thread: String, title: Option<String>) -> RpcResult<Thread> {
+    validate::thread_id(&thread)?;
+    if let Some(t) = &title {
+        check_title(t)?;
+    }
+    Ok(lifecycle::fork(&d.db, thread, title.map(|t| t.trim().to_string())).await?)
+}
+
 pub async fn unarchive(d: &Daemon, thread: String) -> RpcResult<Thread> {
     validate::thread_id(&thread)?;
     Ok(d.db.set_thread_status(thread, ThreadStatus::Active, "unarchive", None).await?)
@@ -122,11 +129,16 @@ pub async fn delete(d: &Daemon, thread: String, force: Option<bool>) -> RpcResul
 
 pub async fn set_title(d: &Daemon, thread: String, title: String) -> RpcResult<Thread> {
     validate::thread_id(&thread)?;
+    check_title(&title)?;
+    Ok(d.db.set_thread_title(thread, title.trim().to_string()).await?)
+}
+
+fn check_title(title: &str) -> RpcResult<()> {
     let title = title.trim();
     if title.is_empty() || title.contains('\n') || title.chars().count() > MAX_TITLE_CHARS {
         return Err(invalid(format!("a title is one line of 1 to {MAX_TITLE_CHARS} characters")));
     }
-    Ok(d.db.set_thread_title(thread, title.to_string()).await?)
+    Ok(())
 }
 
 pub async fn messages(
@@ -223,7 +235,7 @@ pub async fn import(
         branch,
         title,
         members,
-        lineage: Lineage::Trunk,
+        lineage: None,
         parent: None,
         set_current: false,
         context: ContextMode::History,
