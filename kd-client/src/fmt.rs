@@ -57,6 +57,13 @@ impl Table {
         self.rows.push(cells.into_iter().map(|c| one_line(&safe(&c))).collect());
     }
 
+    /// Puts `cell` at column `at` of the last row.
+    pub fn insert_cell(&mut self, at: usize, cell: String) {
+        if let Some(row) = self.rows.last_mut() {
+            row.insert(at.min(row.len()), one_line(&safe(&cell)));
+        }
+    }
+
     pub fn render(&self) -> String {
         let cols = self.header.len();
         let mut widths: Vec<usize> = self.header.iter().map(|h| h.width()).collect();

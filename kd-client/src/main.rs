@@ -75,6 +75,8 @@ enum Command {
     Unarchive(cmd::lifecycle::ThreadArg),
     /// Delete a thread with its messages, runs, sessions and events
     Delete(cmd::lifecycle::DeleteArgs),
+    /// What the members' answers cost, by member, thread, day or exchange
+    Cost(cmd::cost::CostArgs),
     /// List agent sessions
     Sessions(cmd::inspect::SessionsArgs),
     /// List conversation locks currently held
@@ -148,6 +150,7 @@ fn main() -> ExitCode {
             Command::Archive(a) => cmd::lifecycle::archive(&ctx, a).await,
             Command::Unarchive(a) => cmd::lifecycle::unarchive(&ctx, a).await,
             Command::Delete(a) => cmd::lifecycle::delete(&ctx, a).await,
+            Command::Cost(a) => cmd::cost::run(&ctx, a).await,
             Command::Sessions(a) => cmd::inspect::sessions(&ctx, a).await,
             Command::Locks(a) => cmd::inspect::locks(&ctx, a).await,
             Command::Events(a) => cmd::inspect::events(&ctx, a).await,

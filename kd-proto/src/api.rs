@@ -73,6 +73,15 @@ pub trait KdApi {
     #[method(name = "thread.archive", param_kind = map)]
     async fn thread_archive(&self, thread: String) -> RpcResult<Thread>;
 
+    #[method(name = "cost.report", param_kind = map)]
+    async fn cost_report(
+        &self,
+        thread: Option<String>,
+        workspace: Option<String>,
+        since_ms: Option<i64>,
+        by: Option<CostBy>,
+    ) -> RpcResult<CostReport>;
+
     #[method(name = "thread.fork", param_kind = map)]
     async fn thread_fork(&self, thread: String, title: Option<String>) -> RpcResult<Thread>;
 

@@ -527,6 +527,40 @@ pub enum ThreadEvent {
     Status { status: ThreadStatus, reason: String },
 }
 
+/// How `cost.report` groups the answers' cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CostBy {
+    #[default]
+    Member,
+    Thread,
+    /// The UTC day the answer was written, `YYYY-MM-DD`.
+    Day,
+    /// The King's message whose exchange the answer belongs to (one thread).
+    Exchange,
+}
+
+/// What answers cost, as their agents reported it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Cost {
+    /// The member, thread id, day or exchange seq; `total` for the sum.
+    pub key: String,
+    pub cost_usd: f64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// Answers (and failures) of runs counted.
+    pub answers: u64,
+}
+
+/// Answer to `cost.report`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CostReport {
+    pub by: CostBy,
+    /// Highest cost first.
+    pub rows: Vec<Cost>,
+    pub total: Cost,
+}
+
 /// Answer to `thread.delete`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Deleted {

@@ -141,6 +141,8 @@ pub struct App {
     pub mute: BTreeSet<String>,
     /// A one-line notice for the status bar.
     pub notice: Option<String>,
+    /// What the thread's answers cost so far (US dollars, as reported).
+    pub cost_usd: f64,
     pub round: Option<Round>,
     pub connected: bool,
     /// `/quit` waits for this client's runs; a second Esc forces it.
@@ -173,6 +175,7 @@ impl App {
             new_below: false,
             mute: BTreeSet::new(),
             notice: None,
+            cost_usd: 0.0,
             round: None,
             connected: true,
             quitting: false,
@@ -366,6 +369,9 @@ impl App {
     fn on_message(&mut self, m: &Message) {
         if self.index_of_seq(m.seq).is_some() {
             return;
+        }
+        if let Some(run) = m.run.as_ref().filter(|r| r.run_id.is_some()) {
+            self.cost_usd += run.cost_usd.unwrap_or(0.0);
         }
         let run = m.run.as_ref().and_then(|r| r.run_id.clone());
         let at = run

@@ -244,6 +244,13 @@ async fn open(
     let senders: Vec<String> = messages.iter().map(|m| m.from.clone()).collect();
     app.palette = kd_client::style::Palette::from_config(config.as_ref(), &[thread.members.clone(), senders].concat());
     let last = messages.last().map(|m| m.seq).unwrap_or(0);
+    // What the thread cost so far; the answers that come add to it.
+    app.cost_usd = match new {
+        Some(_) => 0.0,
+        None => {
+            client.cost_report(Some(thread.id.clone()), None, None, None).await.map(|r| r.total.cost_usd).unwrap_or(0.0)
+        }
+    };
     app.load(thread.clone(), &messages);
     let pending = new.is_some().then_some(true);
     app.pending_new = new;

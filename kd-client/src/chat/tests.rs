@@ -506,3 +506,19 @@ fn an_emergency_shows_a_banner_until_every_member_acknowledged() {
     assert!(!s.contains("emergency from"), "the banner goes once all acknowledged: {s}");
     assert!(s.contains("╔═ king · EMERGENCY ═"), "the broadcast stays marked: {s}");
 }
+
+#[test]
+fn the_status_bar_shows_what_the_thread_cost() {
+    let mut app = App::new(thread());
+    app.load(thread(), &[message(1, "king", MessageKind::King, "Price?", None)]);
+    app.cost_usd = 0.0100;
+    let mut paid = answer(2, "claude", "Cheap.", "r1", 1);
+    if let Some(run) = paid.run.as_mut() {
+        run.cost_usd = Some(0.0023);
+    }
+    app.apply(&ThreadEvent::Message { message: Box::new(paid.clone()) });
+    app.apply(&ThreadEvent::Message { message: Box::new(paid) });
+    let s = screen(&mut app, 80, 12);
+    let status = s.lines().nth(8).unwrap();
+    assert!(status.trim_end_matches('"').trim_end().ends_with("$0.0123"), "counted once: {status}");
+}

@@ -134,7 +134,14 @@ fn status_line(app: &App, width: u16) -> Line<'static> {
     };
     let mut spans = vec![left];
     let waiting = activity(app).len();
-    let right = (waiting > 0).then(|| Span::styled(format!("{waiting} answering "), dim));
+    let mut right_text = String::new();
+    if app.cost_usd > 0.0 {
+        right_text.push_str(&format!("${:.4} ", app.cost_usd));
+    }
+    if waiting > 0 {
+        right_text.push_str(&format!("· {waiting} answering "));
+    }
+    let right = (!right_text.is_empty()).then(|| Span::styled(right_text.trim_start_matches("· ").to_string(), dim));
     if let Some(r) = right {
         let used = display_width(&spans[0].content) + display_width(&r.content);
         if used < width as usize {

@@ -26,6 +26,9 @@ pub struct ThreadsArgs {
     /// At most this many
     #[arg(long)]
     limit: Option<u32>,
+    /// Add each thread's cost (its answers, as the agents reported it)
+    #[arg(long)]
+    cost: bool,
     /// Print JSON
     #[arg(long)]
     json: bool,
@@ -34,7 +37,7 @@ pub struct ThreadsArgs {
 pub async fn threads(ctx: &Ctx, a: ThreadsArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client().await?;
     let ws = if a.here { Some(workspace::current()?.root.display().to_string()) } else { None };
-    let threads = client.thread_list(ws, a.status, a.limit).await.map_err(ClientError::from)?;
+    let threads = client.thread_list(ws.clone(), a.status, a.limit).await.map_err(ClientError::from)?;
     if a.json {
         print_json(&threads)?;
         return Ok(ExitCode::SUCCESS);
@@ -44,13 +47,30 @@ pub async fn threads(ctx: &Ctx, a: ThreadsArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let now = fmt::now_ms();
-    let mut t =
-        Table::new(&["ID", "STATUS", "CONTEXT", "MSGS", "LAST ACTIVITY", "MEMBERS", "BRANCH", "WORKSPACE", "TITLE"]);
+    let costs = match a.cost {
+        true => Some(
+            client
+                .cost_report(None, ws, None, Some(kd_proto::types::CostBy::Thread))
+                .await
+                .map_err(ClientError::from)?
+                .rows,
+        ),
+        false => None,
+    };
+    let mut header =
+        vec!["ID", "STATUS", "CONTEXT", "MSGS", "LAST ACTIVITY", "MEMBERS", "BRANCH", "WORKSPACE", "TITLE"];
+    if costs.is_some() {
+        header.insert(4, "COST");
+    }
+    let mut t = Table::new(&header);
     for (depth, th) in tree(&threads) {
         let id = match depth {
             0 => th.id.clone(),
             d => format!("{}└ {}", "  ".repeat(d - 1), th.id),
         };
+        let cost = costs
+            .as_ref()
+            .map(|rows| super::cost::usd(rows.iter().find(|c| c.key == th.id).map(|c| c.cost_usd).unwrap_or(0.0)));
         t.row(vec![
             id,
             status_name(th.status).into(),
@@ -62,6 +82,9 @@ pub async fn threads(ctx: &Ctx, a: ThreadsArgs) -> anyhow::Result<ExitCode> {
             th.workspace.clone(),
             th.title.clone().unwrap_or_default(),
         ]);
+        if let Some(cost) = cost {
+            t.insert_cell(4, cost);
+        }
     }
     out!("{}", t.render())?;
     Ok(ExitCode::SUCCESS)
@@ -127,7 +150,27 @@ pub async fn show(ctx: &Ctx, a: ShowArgs) -> anyhow::Result<ExitCode> {
     while let Some(m) = reader.next().await? {
         out!("{}", render_message(&m, styled, &palette))?;
     }
+    let cost = client
+        .cost_report(Some(thread.id.clone()), None, None, Some(kd_proto::types::CostBy::Member))
+        .await
+        .map_err(ClientError::from)?;
+    if cost.total.answers > 0 {
+        out!("\n{}\n", dim(styled, &cost_footer(&cost)))?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `cost $0.0036 · 20 in / 10 out tokens · claude $0.0024, codex $0.0012`.
+fn cost_footer(c: &kd_proto::types::CostReport) -> String {
+    let t = &c.total;
+    let members: Vec<String> = c.rows.iter().map(|r| format!("{} {}", r.key, super::cost::usd(r.cost_usd))).collect();
+    format!(
+        "cost {} · {} in / {} out tokens · {}",
+        super::cost::usd(t.cost_usd),
+        t.input_tokens,
+        t.output_tokens,
+        members.join(", ")
+    )
 }
 
 /// `kd show --json`: `{"thread": …, "messages": […]}`, the messages in seq

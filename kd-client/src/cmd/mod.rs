@@ -5,6 +5,7 @@ pub mod answers;
 pub mod ask;
 pub mod config;
 pub mod coord;
+pub mod cost;
 pub mod daemon;
 pub mod doctor;
 pub mod inspect;

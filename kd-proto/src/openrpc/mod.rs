@@ -166,6 +166,18 @@ fn build() -> (Vec<MethodDoc>, Value) {
          refused (thread_archived) until thread.unarchive.",
     );
     b.param::<String>("thread", true, "thread id").errors(&[NotFound]);
+    b.method::<CostReport>(
+        "cost.report",
+        "report",
+        "What the members' answers cost, as their agents reported it (cost_usd, input and output tokens from the \
+         usage each backend gives; codex reports a resumed session's usage cumulatively), summed by member, \
+         thread, UTC day or exchange, highest first, with the total.",
+    );
+    b.param::<String>("thread", false, "only this thread (needed for by: exchange)")
+        .param::<String>("workspace", false, "only threads of this workspace")
+        .param::<i64>("since_ms", false, "only answers written since then (Unix ms)")
+        .param::<CostBy>("by", false, "member (default), thread, day or exchange")
+        .errors(&[NotFound, InvalidArgument]);
     b.method::<Thread>(
         "thread.fork",
         "thread",

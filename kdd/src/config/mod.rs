@@ -221,6 +221,9 @@ pub struct Council {
     pub chat: Rounds,
     pub preamble: String,
     pub chat_preamble: String,
+    /// What one exchange may cost (US dollars, as the agents report it)
+    /// before its pending auto-turns stop.
+    pub budget_usd: Option<f64>,
 }
 
 /// The effective configuration of a workspace.

@@ -59,6 +59,8 @@ pub struct RawCouncil {
     pub max_hops: Option<i64>,
     /// Whether the preamble tells members about `kd send` and `kd inbox`.
     pub coordination_hint: Option<bool>,
+    /// What one exchange may cost before its pending auto-turns stop.
+    pub budget_usd: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

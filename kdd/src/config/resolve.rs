@@ -313,7 +313,22 @@ fn council(
 
     let ask = ask_rounds(r, c.mode.as_deref(), c.auto_rounds, c.ask.as_ref(), members.len())?;
     let chat = chat_rounds(r, c.chat.as_ref(), ask)?;
-    Ok(Council { members, members_detected, timeout_s, max_answer_bytes, ask, chat, preamble, chat_preamble })
+    r.set("council.budget_usd", c.budget_usd.is_some());
+    if let Some(b) = c.budget_usd.filter(|b| !(b.is_finite() && *b > 0.0)) {
+        return Err(r.err("council.budget_usd", format!("must be a positive amount of US dollars, got {b}")));
+    }
+    let budget_usd = c.budget_usd;
+    Ok(Council {
+        members,
+        members_detected,
+        timeout_s,
+        max_answer_bytes,
+        ask,
+        chat,
+        preamble,
+        chat_preamble,
+        budget_usd,
+    })
 }
 
 fn non_empty(r: &Resolver, key: &str, value: Option<String>) -> Result<Option<String>, ConfigError> {

@@ -49,6 +49,7 @@ impl Config {
             source(&["council.chat_preamble", "council.writable"], "default"),
         );
         let secs = |d: std::time::Duration| json!(d.as_secs());
+        add("council.budget_usd".into(), json!(c.budget_usd), source(&["council.budget_usd"], "default (none)"));
         add("council.max_hops".into(), json!(self.coordination.max_hops), source(&["council.max_hops"], "default"));
         add(
             "lifecycle.idle_after".into(),

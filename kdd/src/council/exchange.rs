@@ -186,7 +186,7 @@ async fn turn(
     failed: &mut HashSet<String>,
     hops: &mut u32,
 ) -> bool {
-    if ex.is_stopped() {
+    if ex.is_stopped() || over_budget(c, ex, plan).await {
         return false;
     }
     let last = match c.agents.db.thread(plan.launch.thread.id.clone()).await {
@@ -208,6 +208,15 @@ async fn turn(
     true
 }
 
+/// Whether the exchange has spent `council.budget_usd`: then it is stopped.
+async fn over_budget(c: &Arc<Council>, ex: &Exchange, plan: &Plan) -> bool {
+    let over = super::budget::spent(c, &ex.thread, ex.king, plan.launch.config.council.budget_usd).await;
+    if over {
+        ex.stop();
+    }
+    over
+}
+
 /// Follows the hand-offs from `first`'s answer (F-X1): the members an
 /// answer addresses are delivered it by their delivery mode, and the
 /// answers of the runs that starts are followed in turn — at most
@@ -222,6 +231,9 @@ async fn follow(c: &Arc<Council>, ex: &Exchange, plan: &Plan, first: Arc<Run>, r
         }
         let Some(message) = run.message() else { continue };
         let Some(route) = message.route.filter(|_| message.kind == MessageKind::Agent) else { continue };
+        if over_budget(c, ex, plan).await {
+            return;
+        }
         if *hops >= max {
             let event = Record {
                 kind: "routing.hop_limit".into(),

@@ -4,6 +4,7 @@
 //! retrying failed answers ([`retry`]). It decides who is asked and when;
 //! [`crate::agent`] runs them and [`crate::prompt`] says what they are told.
 
+mod budget;
 pub mod deliver;
 pub mod exchange;
 pub mod retry;

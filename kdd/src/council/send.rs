@@ -201,6 +201,7 @@ mod tests {
             chat: Rounds { mode: Mode::Broadcast, auto_rounds: 3 },
             preamble: "p".into(),
             chat_preamble: "c".into(),
+            budget_usd: None,
         };
         c
     }

@@ -19,6 +19,7 @@
 pub mod acks;
 mod checkpoint;
 pub mod compose;
+pub mod cost;
 pub mod events;
 pub mod inbox;
 pub mod lifecycle;

@@ -11,6 +11,7 @@
 
 pub mod check;
 mod coordination;
+mod cost;
 mod council;
 mod daemon;
 pub mod error;
@@ -114,6 +115,16 @@ impl KdApiServer for Rpc {
 
     async fn thread_archive(&self, thread: String) -> RpcResult<Thread> {
         threads::archive(&self.d, thread).await
+    }
+
+    async fn cost_report(
+        &self,
+        thread: Option<String>,
+        workspace: Option<String>,
+        since_ms: Option<i64>,
+        by: Option<CostBy>,
+    ) -> RpcResult<CostReport> {
+        cost::report(&self.d, thread, workspace, since_ms, by).await
     }
 
     async fn thread_fork(&self, thread: String, title: Option<String>) -> RpcResult<Thread> {

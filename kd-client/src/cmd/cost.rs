@@ -1,0 +1,113 @@
+//! `kd cost`: what the members' answers cost, summed.
+
+use std::process::ExitCode;
+
+use clap::Args;
+use kd_client::{ClientError, KdApiClient, workspace};
+use kd_proto::types::{Cost, CostBy};
+
+use super::{Ctx, print_json};
+use crate::fmt::{self, Table};
+
+#[derive(Debug, Args)]
+pub struct CostArgs {
+    /// Only this thread
+    #[arg(long, value_name = "ID")]
+    thread: Option<String>,
+    /// Only threads of the current workspace
+    #[arg(long)]
+    here: bool,
+    /// Only answers since then: a duration back (`7d`, `12h`, `30m`) or a day (`2026-11-01`, UTC)
+    #[arg(long, value_parser = parse_since, value_name = "WHEN")]
+    since: Option<i64>,
+    /// How to group: member, thread, day or exchange (with --thread)
+    #[arg(long, value_enum, default_value = "member")]
+    by: By,
+    /// Print JSON
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum By {
+    Member,
+    Thread,
+    Day,
+    Exchange,
+}
+
+impl From<By> for CostBy {
+    fn from(b: By) -> CostBy {
+        match b {
+            By::Member => CostBy::Member,
+            By::Thread => CostBy::Thread,
+            By::Day => CostBy::Day,
+            By::Exchange => CostBy::Exchange,
+        }
+    }
+}
+
+pub async fn run(ctx: &Ctx, a: CostArgs) -> anyhow::Result<ExitCode> {
+    let client = ctx.client().await?;
+    let ws = if a.here { Some(workspace::current()?.root.display().to_string()) } else { None };
+    let report = client.cost_report(a.thread, ws, a.since, Some(a.by.into())).await.map_err(ClientError::from)?;
+    if a.json {
+        print_json(&report)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let key = match report.by {
+        CostBy::Member => "MEMBER",
+        CostBy::Thread => "THREAD",
+        CostBy::Day => "DAY",
+        CostBy::Exchange => "EXCHANGE",
+    };
+    let mut t = Table::new(&[key, "COST", "IN TOKENS", "OUT TOKENS", "ANSWERS"]);
+    for row in report.rows.iter().chain(std::iter::once(&report.total)) {
+        t.row(cells(row));
+    }
+    out!("{}", t.render())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cells(c: &Cost) -> Vec<String> {
+    vec![c.key.clone(), usd(c.cost_usd), c.input_tokens.to_string(), c.output_tokens.to_string(), c.answers.to_string()]
+}
+
+/// `$0.0123`.
+pub fn usd(v: f64) -> String {
+    format!("${v:.4}")
+}
+
+/// `7d`, `12h`, `30m`, `90s` back from now, or a UTC day `YYYY-MM-DD`, as Unix ms.
+fn parse_since(s: &str) -> Result<i64, String> {
+    let bad = || format!("{s:?}: give a duration back such as 7d, 12h, 30m, or a day such as 2026-11-01");
+    if let Ok(day) = s.parse::<jiff::civil::Date>() {
+        let ts = day.to_zoned(jiff::tz::TimeZone::UTC).map_err(|_| bad())?.timestamp();
+        return Ok(ts.as_millisecond());
+    }
+    let (digits, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: i64 = digits.parse().map_err(|_| bad())?;
+    let secs = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(bad()),
+    };
+    Ok(fmt::now_ms() - n.saturating_mul(secs).saturating_mul(1000))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_is_a_duration_back_or_a_utc_day() {
+        assert_eq!(parse_since("2026-11-01"), Ok(1_793_491_200_000));
+        let week = parse_since("7d").unwrap();
+        assert!((fmt::now_ms() - week - 7 * 86_400_000).abs() < 60_000);
+        for bad in ["7w", "d", "", "yesterday"] {
+            assert!(parse_since(bad).is_err(), "{bad}");
+        }
+    }
+}
