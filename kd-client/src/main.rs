@@ -77,6 +77,8 @@ enum Command {
     Delete(cmd::lifecycle::DeleteArgs),
     /// What the members' answers cost, by member, thread, day or exchange
     Cost(cmd::cost::CostArgs),
+    /// Find words in every thread: messages, titles and summaries
+    Search(cmd::search::SearchArgs),
     /// List agent sessions
     Sessions(cmd::inspect::SessionsArgs),
     /// List conversation locks currently held
@@ -151,6 +153,7 @@ fn main() -> ExitCode {
             Command::Unarchive(a) => cmd::lifecycle::unarchive(&ctx, a).await,
             Command::Delete(a) => cmd::lifecycle::delete(&ctx, a).await,
             Command::Cost(a) => cmd::cost::run(&ctx, a).await,
+            Command::Search(a) => cmd::search::run(&ctx, a).await,
             Command::Sessions(a) => cmd::inspect::sessions(&ctx, a).await,
             Command::Locks(a) => cmd::inspect::locks(&ctx, a).await,
             Command::Events(a) => cmd::inspect::events(&ctx, a).await,

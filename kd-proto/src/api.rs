@@ -73,6 +73,16 @@ pub trait KdApi {
     #[method(name = "thread.archive", param_kind = map)]
     async fn thread_archive(&self, thread: String) -> RpcResult<Thread>;
 
+    #[method(name = "search.query", param_kind = map)]
+    async fn search_query(
+        &self,
+        query: String,
+        thread: Option<String>,
+        from: Option<String>,
+        since_ms: Option<i64>,
+        limit: Option<u32>,
+    ) -> RpcResult<Vec<SearchHit>>;
+
     #[method(name = "cost.report", param_kind = map)]
     async fn cost_report(
         &self,

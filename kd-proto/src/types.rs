@@ -527,6 +527,22 @@ pub enum ThreadEvent {
     Status { status: ThreadStatus, reason: String },
 }
 
+/// One hit of `search.query`: a message, or a thread by its title or summary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SearchHit {
+    pub thread: String,
+    /// The message found; none for a thread found by its title or summary.
+    pub seq: Option<u64>,
+    /// Its sender (a message), or `title` / `summary`.
+    pub from: String,
+    /// The message's time, or the thread's last activity.
+    pub at_ms: i64,
+    /// Words around the hits, each hit marked «like this».
+    pub snippet: String,
+    /// FTS5's bm25 rank: lower is better.
+    pub rank: f64,
+}
+
 /// How `cost.report` groups the answers' cost.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]

@@ -79,7 +79,7 @@ pub fn usd(v: f64) -> String {
 }
 
 /// `7d`, `12h`, `30m`, `90s` back from now, or a UTC day `YYYY-MM-DD`, as Unix ms.
-fn parse_since(s: &str) -> Result<i64, String> {
+pub fn parse_since(s: &str) -> Result<i64, String> {
     let bad = || format!("{s:?}: give a duration back such as 7d, 12h, 30m, or a day such as 2026-11-01");
     if let Ok(day) = s.parse::<jiff::civil::Date>() {
         let ts = day.to_zoned(jiff::tz::TimeZone::UTC).map_err(|_| bad())?.timestamp();

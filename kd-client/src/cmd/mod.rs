@@ -11,6 +11,7 @@ pub mod doctor;
 pub mod inspect;
 pub mod lifecycle;
 pub mod runs;
+pub mod search;
 pub mod transfer;
 pub mod watch;
 

@@ -166,6 +166,19 @@ fn build() -> (Vec<MethodDoc>, Value) {
          refused (thread_archived) until thread.unarchive.",
     );
     b.param::<String>("thread", true, "thread id").errors(&[NotFound]);
+    b.method::<Vec<SearchHit>>(
+        "search.query",
+        "hits",
+        "Full-text search over every message body, thread title and summary (SQLite FTS5 query syntax: words, \
+         \"a phrase\", prefix*, AND/OR/NOT, NEAR(a b, 5), body: or title: columns). Threads found by title or \
+         summary come first, then messages, each best first (bm25); snippets mark each hit «like this».",
+    );
+    b.param::<String>("query", true, "the FTS5 query")
+        .param::<String>("thread", false, "only this thread")
+        .param::<String>("from", false, "only messages from this sender")
+        .param::<i64>("since_ms", false, "only messages written since then (Unix ms)")
+        .param::<u32>("limit", false, "most hits (default 20, at most 200)")
+        .errors(&[InvalidArgument, NotFound]);
     b.method::<CostReport>(
         "cost.report",
         "report",

@@ -28,6 +28,7 @@ pub mod messages;
 mod pool;
 pub mod runs;
 pub mod schema;
+pub mod search;
 pub mod sessions;
 pub mod threads;
 mod writer;

@@ -22,6 +22,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/0006_coordination.sql"),
     include_str!("../../../migrations/0007_purpose.sql"),
     include_str!("../../../migrations/0008_lifecycle.sql"),
+    include_str!("../../../migrations/0009_search.sql"),
 ];
 
 /// The schema version this build writes.

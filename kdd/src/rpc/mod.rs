@@ -11,10 +11,10 @@
 
 pub mod check;
 mod coordination;
-mod cost;
 mod council;
 mod daemon;
 pub mod error;
+mod library;
 pub mod params;
 mod registry;
 mod subscribe;
@@ -117,6 +117,17 @@ impl KdApiServer for Rpc {
         threads::archive(&self.d, thread).await
     }
 
+    async fn search_query(
+        &self,
+        query: String,
+        thread: Option<String>,
+        from: Option<String>,
+        since_ms: Option<i64>,
+        limit: Option<u32>,
+    ) -> RpcResult<Vec<SearchHit>> {
+        library::search(&self.d, query, thread, from, since_ms, limit).await
+    }
+
     async fn cost_report(
         &self,
         thread: Option<String>,
@@ -124,7 +135,7 @@ impl KdApiServer for Rpc {
         since_ms: Option<i64>,
         by: Option<CostBy>,
     ) -> RpcResult<CostReport> {
-        cost::report(&self.d, thread, workspace, since_ms, by).await
+        library::report(&self.d, thread, workspace, since_ms, by).await
     }
 
     async fn thread_fork(&self, thread: String, title: Option<String>) -> RpcResult<Thread> {

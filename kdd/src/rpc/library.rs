@@ -1,0 +1,47 @@
+//! `cost.report` and `search.query`: the library's views across threads.
+
+use kd_proto::RpcResult;
+use kd_proto::types::{CostBy, CostReport, SearchHit};
+
+use super::error::invalid;
+use super::validate;
+use crate::db::cost::Filter;
+use crate::db::search;
+use crate::state::Daemon;
+
+pub async fn report(
+    d: &Daemon,
+    thread: Option<String>,
+    workspace: Option<String>,
+    since_ms: Option<i64>,
+    by: Option<CostBy>,
+) -> RpcResult<CostReport> {
+    if let Some(t) = &thread {
+        validate::thread_id(t)?;
+    }
+    validate::path("workspace", workspace.as_deref())?;
+    let f = Filter { thread, workspace, since_ms };
+    Ok(d.db.cost_report(f, by.unwrap_or_default()).await?)
+}
+
+/// Longest query taken.
+const MAX_QUERY_CHARS: usize = 1000;
+
+pub async fn search(
+    d: &Daemon,
+    query: String,
+    thread: Option<String>,
+    from: Option<String>,
+    since_ms: Option<i64>,
+    limit: Option<u32>,
+) -> RpcResult<Vec<SearchHit>> {
+    if query.trim().is_empty() || query.chars().count() > MAX_QUERY_CHARS {
+        return Err(invalid(format!("a search query is 1 to {MAX_QUERY_CHARS} characters")));
+    }
+    if let Some(t) = &thread {
+        validate::thread_id(t)?;
+    }
+    validate::label("from", from.as_deref())?;
+    let f = search::Filter { thread, from, since_ms, limit };
+    Ok(d.db.search(query, f).await?)
+}

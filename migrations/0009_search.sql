@@ -1,0 +1,35 @@
+-- Full-text search (beyond every peer): every message body, thread title
+-- and summary, in FTS5 indexes over the tables themselves (external
+-- content), kept in step inside each write's transaction.
+-- A message is indexed up to its first 100,000 characters: an agent's
+-- 16 MiB answer would otherwise cost the writer tens of MiB to index.
+-- Never edit after it lands.
+
+CREATE VIRTUAL TABLE search_messages USING fts5(
+    body, content = 'messages', content_rowid = 'id', tokenize = 'porter unicode61 remove_diacritics 2'
+);
+INSERT INTO search_messages (rowid, body) SELECT id, substr(body, 1, 100000) FROM messages;
+-- A new message is indexed by the writer itself (db/messages.rs), with
+-- only the prefix: a trigger would copy the whole body first.
+CREATE TRIGGER messages_search_delete AFTER DELETE ON messages BEGIN
+    INSERT INTO search_messages (search_messages, rowid, body) VALUES ('delete', old.id, substr(old.body, 1, 100000));
+END;
+CREATE TRIGGER messages_search_update AFTER UPDATE OF body ON messages BEGIN
+    INSERT INTO search_messages (search_messages, rowid, body) VALUES ('delete', old.id, substr(old.body, 1, 100000));
+    INSERT INTO search_messages (rowid, body) VALUES (new.id, substr(new.body, 1, 100000));
+END;
+
+CREATE VIRTUAL TABLE search_threads USING fts5(
+    title, summary, content = 'threads', content_rowid = 'rowid', tokenize = 'porter unicode61 remove_diacritics 2'
+);
+INSERT INTO search_threads (rowid, title, summary) SELECT rowid, title, summary FROM threads;
+CREATE TRIGGER threads_search_insert AFTER INSERT ON threads BEGIN
+    INSERT INTO search_threads (rowid, title, summary) VALUES (new.rowid, new.title, new.summary);
+END;
+CREATE TRIGGER threads_search_delete AFTER DELETE ON threads BEGIN
+    INSERT INTO search_threads (search_threads, rowid, title, summary) VALUES ('delete', old.rowid, old.title, old.summary);
+END;
+CREATE TRIGGER threads_search_update AFTER UPDATE OF title, summary ON threads BEGIN
+    INSERT INTO search_threads (search_threads, rowid, title, summary) VALUES ('delete', old.rowid, old.title, old.summary);
+    INSERT INTO search_threads (rowid, title, summary) VALUES (new.rowid, new.title, new.summary);
+END;
