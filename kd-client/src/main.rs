@@ -73,6 +73,8 @@ enum Command {
     Archive(cmd::lifecycle::ThreadArg),
     /// Open an archived thread again
     Unarchive(cmd::lifecycle::ThreadArg),
+    /// Write a thread's summary now (by lifecycle.summarizer, or extractive)
+    Summarize(cmd::lifecycle::ThreadArg),
     /// Delete a thread with its messages, runs, sessions and events
     Delete(cmd::lifecycle::DeleteArgs),
     /// What the members' answers cost, by member, thread, day or exchange
@@ -151,6 +153,7 @@ fn main() -> ExitCode {
             Command::Title(a) => cmd::lifecycle::title(&ctx, a).await,
             Command::Archive(a) => cmd::lifecycle::archive(&ctx, a).await,
             Command::Unarchive(a) => cmd::lifecycle::unarchive(&ctx, a).await,
+            Command::Summarize(a) => cmd::lifecycle::summarize(&ctx, a).await,
             Command::Delete(a) => cmd::lifecycle::delete(&ctx, a).await,
             Command::Cost(a) => cmd::cost::run(&ctx, a).await,
             Command::Search(a) => cmd::search::run(&ctx, a).await,

@@ -92,6 +92,9 @@ pub trait KdApi {
         by: Option<CostBy>,
     ) -> RpcResult<CostReport>;
 
+    #[method(name = "thread.summarize", param_kind = map)]
+    async fn thread_summarize(&self, thread: String) -> RpcResult<Thread>;
+
     #[method(name = "thread.fork", param_kind = map)]
     async fn thread_fork(&self, thread: String, title: Option<String>) -> RpcResult<Thread>;
 

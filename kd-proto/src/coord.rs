@@ -57,6 +57,9 @@ pub enum Purpose {
     /// A branch's context bundle (F-L1): the identity and policy files read
     /// when it was forked, and its parent's summary; given to the members.
     Bundle,
+    /// A thread's summary (F-L2): the summarizer's answer, or a branch's
+    /// summary offered to its trunk; given to the members.
+    Summary,
 }
 
 impl Purpose {
@@ -67,11 +70,12 @@ impl Purpose {
             Purpose::Synthesis => "synthesis",
             Purpose::Merge => "merge",
             Purpose::Bundle => "bundle",
+            Purpose::Summary => "summary",
         }
     }
 
     pub fn parse(s: &str) -> Option<Purpose> {
-        [Purpose::Ballot, Purpose::Tally, Purpose::Synthesis, Purpose::Merge, Purpose::Bundle]
+        [Purpose::Ballot, Purpose::Tally, Purpose::Synthesis, Purpose::Merge, Purpose::Bundle, Purpose::Summary]
             .into_iter()
             .find(|p| p.as_str() == s)
     }

@@ -43,6 +43,7 @@ pub mod rpc;
 pub mod server;
 pub mod shutdown;
 pub mod state;
+pub mod summary;
 
 use anyhow::Context;
 use std::path::PathBuf;
@@ -89,7 +90,11 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         "kdd {} listening",
         kd_proto::VERSION
     );
-    lifecycle::spawn_reaper(daemon.db.clone(), opts.reap_interval, daemon.shutdown.clone());
+    let council = daemon.council.clone();
+    let on_archived = move |t: kd_proto::types::Thread| {
+        tokio::spawn(summary::after_archive(council.clone(), t.id));
+    };
+    lifecycle::spawn_reaper(daemon.db.clone(), opts.reap_interval, daemon.shutdown.clone(), on_archived);
     shutdown::announce_ready(&opts.socket);
     let serving =
         tokio::spawn(server::serve(listener, rpc::module(daemon.clone()), daemon.clone(), opts.limits.clone()));

@@ -213,8 +213,14 @@ fn read_bundle_file(path: &Path) -> Option<String> {
     Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
-/// Ages every thread that is due, every `interval`, until `stop`.
-pub fn spawn_reaper(db: Arc<Db>, interval: Duration, stop: CancellationToken) {
+/// Ages every thread that is due, every `interval`, until `stop`;
+/// `on_archived` is told each thread it archives.
+pub fn spawn_reaper(
+    db: Arc<Db>,
+    interval: Duration,
+    stop: CancellationToken,
+    on_archived: impl Fn(Thread) + Send + 'static,
+) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(interval.max(Duration::from_millis(10)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -224,22 +230,27 @@ pub fn spawn_reaper(db: Arc<Db>, interval: Duration, stop: CancellationToken) {
                 _ = tick.tick() => {}
             }
             match reap(&db).await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!("lifecycle: {n} thread(s) aged"),
+                Ok(aged) => {
+                    if !aged.is_empty() {
+                        tracing::info!("lifecycle: {} thread(s) aged", aged.len());
+                    }
+                    aged.into_iter().filter(|t| t.status == ThreadStatus::Archived).for_each(&on_archived);
+                }
                 Err(e) => tracing::warn!("lifecycle: the reaper's pass failed: {e}"),
             }
         }
     });
 }
 
-/// One pass: how many threads changed.
-pub async fn reap(db: &Db) -> DbResult<usize> {
+/// One pass: the threads it aged, as they now are.
+pub async fn reap(db: &Db) -> DbResult<Vec<Thread>> {
     let mut settings = Settings::default();
-    let mut aged = 0;
+    let mut aged = Vec::new();
     for status in [ThreadStatus::Active, ThreadStatus::Idle] {
         for t in db.threads(None, Some(status), None).await? {
-            if check(db, t, &mut settings).await.status != status {
-                aged += 1;
+            let now = check(db, t, &mut settings).await;
+            if now.status != status {
+                aged.push(now);
             }
         }
     }

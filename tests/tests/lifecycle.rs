@@ -65,7 +65,15 @@ async fn a_quiet_branch_idles_then_archives_with_a_summary_and_then_refuses_mess
         c.events_list(Some(branch.clone()), None, Some("thread.idle".into()), None, None).await.unwrap().len() == 1
     );
 
-    // The trunk idles but is never archived for its age.
+    // The trunk is offered the branch's summary (which revives it), then
+    // idles again but is never archived for its age.
+    collect_until(&mut trunk_sub, |e| {
+        e.iter().any(|e| {
+            matches!(e, ThreadEvent::Message { message } if message.purpose == Some(Purpose::Summary)
+            && message.body.contains("claude: Shard by tenant."))
+        })
+    })
+    .await;
     until_status(&mut trunk_sub, ThreadStatus::Idle).await;
     assert_eq!(c.thread_get(trunk.clone()).await.unwrap().status, ThreadStatus::Idle);
 
@@ -302,4 +310,72 @@ async fn a_fork_starts_with_the_bundle_and_its_own_sessions() {
     let sessions = c.session_list(Some(branch.id.clone()), None, None).await.unwrap();
     assert_eq!(sessions.len(), 1);
     assert_ne!(sessions[0].id, parent_session.id);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_summarizer_writes_the_summary_at_archive_and_the_trunk_is_given_it() {
+    let ws = Workspace::new(&[]);
+    let record = ws.file("record.jsonl");
+    let rules = serde_json::json!([["[Summary]", "They agreed to shard by tenant."]]).to_string();
+    ws.write_config(&serde_json::json!({
+        "council": {"members": ["claude", "codex"]},
+        "agents": {
+            "claude": kd_tests::fake("claude", "claude", &[("FAKE_RECORD", &record), ("FAKE_TEXT", "Shard by tenant."), ("FAKE_RULES", &rules)]),
+            "codex": kd_tests::fake("codex", "codex", &[("FAKE_TEXT", "Agreed.")])
+        },
+        "lifecycle": {"summarizer": "claude"},
+    }));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let trunk = kd_tests::new_thread(&c, &ws.path()).await;
+    let branch = c.thread_fork(trunk.clone(), Some("Sharding".into())).await.unwrap().id;
+    let mut sub = c.thread_subscribe(branch.clone(), None, None).await.unwrap();
+    ask(&c, &branch, "How do we scale orders?").await.unwrap();
+    collect_until(&mut sub, |e| kd_tests::ended(e) == 2).await;
+    let mut trunk_sub = c.thread_subscribe(trunk.clone(), None, None).await.unwrap();
+
+    let mut k = kdd.kd();
+    k.args(["archive", &branch]);
+    assert!(run(k).await.status.success());
+    // The trunk is offered the summarizer's summary.
+    let events = collect_until(&mut trunk_sub, |e| {
+        e.iter().any(|e| matches!(e, ThreadEvent::Message { message } if message.purpose == Some(Purpose::Summary)))
+    })
+    .await;
+    let offered = events
+        .iter()
+        .find_map(|e| match e {
+            ThreadEvent::Message { message } if message.purpose == Some(Purpose::Summary) => Some(message.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(
+        offered.body,
+        format!("[Summary of branch {branch} (Sharding), archived]\n\nThey agreed to shard by tenant.")
+    );
+    let t = c.thread_get(branch.clone()).await.unwrap();
+    assert_eq!(t.summary.as_deref(), Some("They agreed to shard by tenant."));
+    let summary_prompt = kd_tests::records(&record).iter().map(kd_tests::prompt_of).find(|p| p.contains("[Summary]"));
+    let summary_prompt = summary_prompt.expect("the summarizer was asked");
+    assert!(summary_prompt.contains("How do we scale orders?") && summary_prompt.contains("codex: Agreed."));
+    // The trunk's members are given it with the history.
+    let mut trunk_sub = c.thread_subscribe(trunk.clone(), None, None).await.unwrap();
+    ask(&c, &trunk, "What did the branch find?").await.unwrap();
+    collect_until(&mut trunk_sub, |e| kd_tests::ended(e) == 2).await;
+    let last = kd_tests::records(&record).iter().map(kd_tests::prompt_of).next_back().unwrap();
+    assert!(last.contains("They agreed to shard by tenant.") && last.contains("What did the branch find?"), "{last}");
+
+    // kd summarize without a summarizer: the extractive summary.
+    ws.write_config(&serde_json::json!({
+        "council": {"members": ["claude", "codex"]},
+        "agents": {
+            "claude": kd_tests::fake("claude", "claude", &[("FAKE_TEXT", "Shard by tenant.")]),
+            "codex": kd_tests::fake("codex", "codex", &[("FAKE_TEXT", "Agreed.")])
+        },
+    }));
+    let mut k = kdd.kd();
+    k.args(["summarize", &trunk]);
+    let out = run(k).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.starts_with("The King asked:\n- What did the branch find?"), "{}", out.stdout);
 }

@@ -192,6 +192,14 @@ fn build() -> (Vec<MethodDoc>, Value) {
         .param::<CostBy>("by", false, "member (default), thread, day or exchange")
         .errors(&[NotFound, InvalidArgument]);
     b.method::<Thread>(
+        "thread.summarize",
+        "thread",
+        "Write the thread's summary now: by the lifecycle.summarizer member (a run given the thread's newest \
+         messages and the summary prompt), or, with none or when it fails, the extractive summary (the King's \
+         first questions and each member's last answer). Stored on the thread; answers when it is written.",
+    );
+    b.param::<String>("thread", true, "thread id").errors(&[NotFound]);
+    b.method::<Thread>(
         "thread.fork",
         "thread",
         "Fork a branch thread (F-L1) from thread: same workspace, members and context mode, its own sessions, made \

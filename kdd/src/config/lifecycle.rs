@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::ConfigError;
+use super::raw::RawLifecycle;
 use super::resolve::Resolver;
 
 /// A thread without activity this long goes idle, by default.
@@ -25,6 +26,10 @@ pub struct Lifecycle {
     pub archive_after: Duration,
     /// Workspace-relative paths of the context bundle (F-L1).
     pub bundle: Vec<String>,
+    /// The member who writes summaries (the extractive one without).
+    pub summarizer: Option<String>,
+    /// Whether a branch's summary is posted to its parent at archive.
+    pub summary_to_trunk: bool,
 }
 
 impl Default for Lifecycle {
@@ -33,20 +38,26 @@ impl Default for Lifecycle {
             idle_after: DEFAULT_IDLE_AFTER,
             archive_after: DEFAULT_ARCHIVE_AFTER,
             bundle: DEFAULT_BUNDLE.iter().map(|s| s.to_string()).collect(),
+            summarizer: None,
+            summary_to_trunk: true,
         }
     }
 }
 
-pub(super) fn lifecycle(
-    r: &mut Resolver,
-    idle_after: Option<&Value>,
-    archive_after: Option<&Value>,
-    bundle: Option<Vec<String>>,
-) -> Result<Lifecycle, ConfigError> {
-    r.set("lifecycle.idle_after", idle_after.is_some());
-    r.set("lifecycle.archive_after", archive_after.is_some());
-    r.set("lifecycle.bundle", bundle.is_some());
-    if let Some(bad) = bundle.iter().flatten().find(|p| {
+pub(super) fn lifecycle(r: &mut Resolver, raw: RawLifecycle) -> Result<Lifecycle, ConfigError> {
+    for (key, set) in [
+        ("lifecycle.idle_after", raw.idle_after.is_some()),
+        ("lifecycle.archive_after", raw.archive_after.is_some()),
+        ("lifecycle.bundle", raw.bundle.is_some()),
+        ("lifecycle.summarizer", raw.summarizer.is_some()),
+        ("lifecycle.summary_to_trunk", raw.summary_to_trunk.is_some()),
+    ] {
+        r.set(key, set);
+    }
+    if let Some(m) = &raw.summarizer {
+        kd_proto::names::check_member_name(m).map_err(|e| r.err("lifecycle.summarizer", e.to_string()))?;
+    }
+    if let Some(bad) = raw.bundle.iter().flatten().find(|p| {
         let path = std::path::Path::new(p.as_str());
         p.is_empty() || path.is_absolute() || path.components().any(|c| c == std::path::Component::ParentDir)
     }) {
@@ -56,13 +67,18 @@ pub(super) fn lifecycle(
         None => Ok(default),
         Some(v) => duration(v).map_err(|e| r.err(key, e)),
     };
-    let idle_after = read("lifecycle.idle_after", idle_after, DEFAULT_IDLE_AFTER)?;
-    let archive_after = read("lifecycle.archive_after", archive_after, DEFAULT_ARCHIVE_AFTER)?;
+    let idle_after = read("lifecycle.idle_after", raw.idle_after.as_ref(), DEFAULT_IDLE_AFTER)?;
+    let archive_after = read("lifecycle.archive_after", raw.archive_after.as_ref(), DEFAULT_ARCHIVE_AFTER)?;
     if archive_after < idle_after {
         return Err(r.err("lifecycle.archive_after", "must not be shorter than lifecycle.idle_after"));
     }
-    let bundle = bundle.unwrap_or_else(|| Lifecycle::default().bundle);
-    Ok(Lifecycle { idle_after, archive_after, bundle })
+    Ok(Lifecycle {
+        idle_after,
+        archive_after,
+        bundle: raw.bundle.unwrap_or_else(|| Lifecycle::default().bundle),
+        summarizer: raw.summarizer,
+        summary_to_trunk: raw.summary_to_trunk.unwrap_or(true),
+    })
 }
 
 /// `90`, `"90"`, `"90s"`, `"30m"`, `"24h"`, `"3d"`: at least one second.

@@ -33,6 +33,10 @@ pub struct RawLifecycle {
     pub archive_after: Option<Value>,
     /// Files of the workspace a fork gives its branch.
     pub bundle: Option<Vec<String>>,
+    /// The member who writes summaries.
+    pub summarizer: Option<String>,
+    /// Whether a branch's summary is posted to its parent at archive.
+    pub summary_to_trunk: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -75,13 +75,7 @@ pub(super) fn resolve(raw: RawConfig, file: Option<PathBuf>, env: &Env<'_>) -> R
 
     let raw_council = raw.council.unwrap_or_default();
     let coordination = super::coordination::coordination(&mut r, raw_council.max_hops, raw_council.coordination_hint)?;
-    let raw_lifecycle = raw.lifecycle.unwrap_or_default();
-    let lifecycle = super::lifecycle::lifecycle(
-        &mut r,
-        raw_lifecycle.idle_after.as_ref(),
-        raw_lifecycle.archive_after.as_ref(),
-        raw_lifecycle.bundle,
-    )?;
+    let lifecycle = super::lifecycle::lifecycle(&mut r, raw.lifecycle.unwrap_or_default())?;
     let council = council(&mut r, raw_council, &agents, env)?;
     Ok(Config {
         file: r.file,

@@ -61,6 +61,17 @@ impl Config {
             secs(self.lifecycle.archive_after),
             source(&["lifecycle.archive_after"], "default (72 h)"),
         );
+        add(
+            "lifecycle.summarizer".into(),
+            json!(self.lifecycle.summarizer),
+            source(&["lifecycle.summarizer"], "default (none: extractive)"),
+        );
+        add(
+            "lifecycle.summary_to_trunk".into(),
+            json!(self.lifecycle.summary_to_trunk),
+            source(&["lifecycle.summary_to_trunk"], "default"),
+        );
+        add("lifecycle.bundle".into(), json!(self.lifecycle.bundle), source(&["lifecycle.bundle"], "default"));
         let shown = self.agents.iter().filter(|(n, _)| {
             c.members.contains(n) || self.set_keys.iter().any(|k| k.starts_with(&format!("agents.{n}.")))
         });

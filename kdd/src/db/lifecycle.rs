@@ -136,6 +136,22 @@ pub fn material(conn: &Connection, id: &str, questions: u32) -> DbResult<Materia
     Ok(Material { questions, last_answers })
 }
 
+/// Keeps `summary` as the thread's summary (its status is unchanged).
+pub fn set_summary(conn: &Connection, now: i64, id: &str, summary: &Summary) -> DbResult<Thread> {
+    threads::get(conn, id)?;
+    conn.prepare_cached("UPDATE threads SET summary = ?2, summary_by = ?3 WHERE id = ?1")?.execute(params![
+        id,
+        summary.text,
+        summary.by
+    ])?;
+    events::record(
+        conn,
+        now,
+        &NewEvent { kind: "thread.summary", thread: Some(id), data: json!({"by": summary.by}), ..Default::default() },
+    )?;
+    threads::get(conn, id)
+}
+
 /// Names the thread.
 pub fn set_title(conn: &Connection, now: i64, id: &str, title: &str) -> DbResult<Thread> {
     threads::get(conn, id)?;
@@ -217,6 +233,10 @@ impl super::Db {
 
     pub async fn summary_material(&self, id: String, questions: u32) -> DbResult<Material> {
         self.read(move |c| material(c, &id, questions)).await
+    }
+
+    pub async fn set_thread_summary(&self, id: String, summary: Summary) -> DbResult<Thread> {
+        self.write(move |c, _| set_summary(c, super::now_ms(), &id, &summary)).await
     }
 
     pub async fn set_thread_title(&self, id: String, title: String) -> DbResult<Thread> {

@@ -5,11 +5,11 @@ use kd_proto::names::{ALL, KING};
 use kd_proto::types::{Message, MessageKind, Purpose, display_order};
 
 /// Whether a message is part of the conversation agents see: what the King
-/// and the members said (an interrupted answer included) and a branch's
-/// context bundle, not errors or notices from kd.
+/// and the members said (an interrupted answer included), a branch's
+/// context bundle and the summaries kd posts, not errors or notices.
 pub fn is_history(m: &Message) -> bool {
     matches!(m.kind, MessageKind::King | MessageKind::Agent | MessageKind::Interrupted)
-        || m.purpose == Some(Purpose::Bundle)
+        || matches!(m.purpose, Some(Purpose::Bundle | Purpose::Summary))
 }
 
 /// The thread as a multi-party conversation, for `target`:

@@ -138,6 +138,10 @@ impl KdApiServer for Rpc {
         library::report(&self.d, thread, workspace, since_ms, by).await
     }
 
+    async fn thread_summarize(&self, thread: String) -> RpcResult<Thread> {
+        threads::summarize(&self.d, thread).await
+    }
+
     async fn thread_fork(&self, thread: String, title: Option<String>) -> RpcResult<Thread> {
         threads::fork(&self.d, thread, title).await
     }

@@ -87,7 +87,15 @@ pub async fn archive(d: &Daemon, thread: String) -> RpcResult<Thread> {
     validate::thread_id(&thread)?;
     d.db.thread(thread.clone()).await?;
     stop_runs(d, &thread).await;
-    Ok(lifecycle::archive(&d.db, thread).await?)
+    let archived = lifecycle::archive(&d.db, thread.clone()).await?;
+    // The summarizer's summary and the offer to the trunk follow.
+    tokio::spawn(crate::summary::after_archive(d.council.clone(), thread));
+    Ok(archived)
+}
+
+pub async fn summarize(d: &Daemon, thread: String) -> RpcResult<Thread> {
+    validate::thread_id(&thread)?;
+    Ok(crate::summary::now(&d.council, thread).await?)
 }
 
 /// Stops the thread's pending auto-turns and runs in flight, and waits
