@@ -106,6 +106,12 @@ pub enum Effect {
     NewThread,
     ListThreads,
     Open(String),
+    /// Open a thread at a message (a search hit).
+    OpenAt(String, u64),
+    SetTitle(String),
+    /// Branch this thread (with an optional title) and open the branch.
+    Fork(Option<String>),
+    Search(String),
     Exit,
 }
 
@@ -128,6 +134,11 @@ pub enum Overlay {
         threads: Vec<Thread>,
         selected: usize,
     },
+    /// Search hits to open.
+    Search {
+        hits: Vec<kd_proto::types::SearchHit>,
+        selected: usize,
+    },
 }
 
 pub struct App {
@@ -143,6 +154,8 @@ pub struct App {
     pub notice: Option<String>,
     /// What the thread's answers cost so far (US dollars, as reported).
     pub cost_usd: f64,
+    /// A message to bring into view at the next draw (a search hit).
+    pub jump: Option<u64>,
     pub round: Option<Round>,
     pub connected: bool,
     /// `/quit` waits for this client's runs; a second Esc forces it.
@@ -176,6 +189,7 @@ impl App {
             mute: BTreeSet::new(),
             notice: None,
             cost_usd: 0.0,
+            jump: None,
             round: None,
             connected: true,
             quitting: false,
@@ -450,6 +464,16 @@ impl App {
         }
     }
 
+    /// Brings message `seq` into view at the next draw, or says why not.
+    pub fn jump_to(&mut self, seq: u64) {
+        if self.index_of_seq(seq).is_some() {
+            self.jump = Some(seq);
+            self.set_notice(format!("#{seq}"));
+        } else {
+            self.set_notice(format!("#{seq} is earlier than what is shown; `kd show {}` has it", self.thread.id));
+        }
+    }
+
     pub fn set_notice(&mut self, text: impl Into<String>) {
         self.notice = Some(text.into());
         self.dirty = true;
@@ -491,6 +515,9 @@ impl App {
             Ok(Command::Quit) => self.quit(),
             Ok(Command::New) => vec![Effect::NewThread],
             Ok(Command::Threads) => vec![Effect::ListThreads],
+            Ok(Command::Title(t)) => vec![Effect::SetTitle(t)],
+            Ok(Command::Fork(t)) => vec![Effect::Fork(t)],
+            Ok(Command::Search(q)) => vec![Effect::Search(q)],
             Err(msg) => {
                 self.set_notice(msg);
                 vec![]

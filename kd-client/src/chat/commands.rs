@@ -1,7 +1,8 @@
 //! Slash commands of the chat.
 
 /// The commands, for completion and help.
-pub const NAMES: &[&str] = &["/mute", "/unmute", "/retry", "/help", "/quit", "/exit", "/new", "/threads"];
+pub const NAMES: &[&str] =
+    &["/mute", "/unmute", "/retry", "/help", "/quit", "/exit", "/new", "/threads", "/title", "/fork", "/search"];
 
 /// What each command does, for `/help`.
 pub const HELP: &[(&str, &str)] = &[
@@ -10,6 +11,9 @@ pub const HELP: &[(&str, &str)] = &[
     ("/retry", "ask again the members whose last answer failed"),
     ("/new", "start a new thread"),
     ("/threads", "open another thread"),
+    ("/title TEXT", "name this thread"),
+    ("/fork [TITLE]", "branch this thread (with the context bundle) and open the branch"),
+    ("/search WORDS", "find words in every thread; Enter opens the hit"),
     ("/help", "this help"),
     ("/quit, /exit", "leave once your runs finish (Esc to force)"),
 ];
@@ -33,12 +37,25 @@ pub enum Command {
     Quit,
     New,
     Threads,
+    Title(String),
+    Fork(Option<String>),
+    Search(String),
 }
 
 /// Parses a line that starts with `/`; the error is a one-line notice.
 pub fn parse(line: &str) -> Result<Command, String> {
     let mut words = line.split_whitespace();
     let name = words.next().unwrap_or("");
+    // Commands taking the rest of the line, as typed.
+    let rest = line.trim_start().get(name.len()..).unwrap_or("").trim();
+    match (name, rest.is_empty()) {
+        ("/title", true) => return Err("/title needs the title, e.g. /title Orders sharding".into()),
+        ("/title", false) => return Ok(Command::Title(rest.to_string())),
+        ("/fork", empty) => return Ok(Command::Fork((!empty).then(|| rest.to_string()))),
+        ("/search", true) => return Err("/search needs words to find, e.g. /search shard".into()),
+        ("/search", false) => return Ok(Command::Search(rest.to_string())),
+        _ => {}
+    }
     let arg = words.next().map(|a| a.trim_start_matches('@').to_lowercase());
     let extra = words.next().is_some();
     let need =
@@ -74,5 +91,10 @@ mod tests {
         assert_eq!(parse("/frobnicate"), Err("unknown command /frobnicate; /help lists them".into()));
         assert_eq!(parse("/retry now"), Err("/retry takes no argument".into()));
         assert_eq!(parse("/mute a b"), Err("/mute takes one member name".into()));
+        assert_eq!(parse("/title  Orders Sharding "), Ok(Command::Title("Orders Sharding".into())));
+        assert_eq!(parse("/fork"), Ok(Command::Fork(None)));
+        assert_eq!(parse("/fork Try it"), Ok(Command::Fork(Some("Try it".into()))));
+        assert_eq!(parse("/search \"orders table\""), Ok(Command::Search("\"orders table\"".into())));
+        assert!(parse("/search").is_err() && parse("/title ").is_err());
     }
 }

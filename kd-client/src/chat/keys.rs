@@ -97,5 +97,28 @@ fn on_overlay_key(app: &mut App, overlay: Overlay, key: KeyEvent) -> Vec<Effect>
             app.overlay = Some(Overlay::Threads { threads, selected });
             vec![]
         }
+        Overlay::Search { hits, selected } => {
+            let selected = match key.code {
+                KeyCode::Up => selected.saturating_sub(1),
+                KeyCode::Down => (selected + 1).min(hits.len().saturating_sub(1)),
+                KeyCode::Enter => {
+                    app.overlay = None;
+                    return match hits.get(selected) {
+                        Some(h) => match h.seq {
+                            Some(seq) => vec![Effect::OpenAt(h.thread.clone(), seq)],
+                            None => vec![Effect::Open(h.thread.clone())],
+                        },
+                        None => vec![],
+                    };
+                }
+                KeyCode::Esc => {
+                    app.overlay = None;
+                    return vec![];
+                }
+                _ => selected,
+            };
+            app.overlay = Some(Overlay::Search { hits, selected });
+            vec![]
+        }
     }
 }

@@ -62,6 +62,8 @@ enum Reply {
     Interrupted(Result<usize, ClientError>),
     Retried(Result<Vec<RunInfo>, ClientError>),
     Threads(Result<Vec<Thread>, ClientError>),
+    Titled(Result<Thread, ClientError>),
+    Found(Result<Vec<kd_proto::types::SearchHit>, ClientError>),
 }
 
 pub async fn run(ctx: &Ctx, args: ChatArgs) -> anyhow::Result<ExitCode> {
@@ -173,6 +175,23 @@ pub async fn run(ctx: &Ctx, args: ChatArgs) -> anyhow::Result<ExitCode> {
                 }
                 Effect::Open(id) => match client.thread_get(id).await {
                     Ok(t) => sub = open(&client, &mut app, t, None).await.ok(),
+                    Err(e) => app.set_notice(ClientError::from(e).to_string()),
+                },
+                Effect::OpenAt(id, seq) => {
+                    if id != app.thread.id {
+                        match client.thread_get(id).await {
+                            Ok(t) => sub = open(&client, &mut app, t, None).await.ok(),
+                            Err(e) => app.set_notice(ClientError::from(e).to_string()),
+                        }
+                    }
+                    app.jump_to(seq);
+                }
+                Effect::Fork(title) => match client.thread_fork(app.thread.id.clone(), title).await {
+                    Ok(t) => {
+                        let parent = app.thread.id.clone();
+                        sub = open(&client, &mut app, t, None).await.ok();
+                        app.set_notice(format!("forked from {parent}: this branch is the current thread"));
+                    }
                     Err(e) => app.set_notice(ClientError::from(e).to_string()),
                 },
                 // A new thread is made by its first message (a refused one
@@ -303,7 +322,13 @@ fn request(client: &Arc<Client>, app: &App, effect: Effect, tx: mpsc::UnboundedS
             Effect::ListThreads => {
                 Reply::Threads(client.thread_list(Some(workspace), None, Some(20)).await.map_err(ClientError::from))
             }
-            Effect::NewThread | Effect::Open(_) | Effect::Exit => return,
+            Effect::SetTitle(title) => {
+                Reply::Titled(client.thread_set_title(thread, title).await.map_err(ClientError::from))
+            }
+            Effect::Search(q) => {
+                Reply::Found(client.search_query(q, None, None, None, Some(50)).await.map_err(ClientError::from))
+            }
+            Effect::NewThread | Effect::Open(_) | Effect::OpenAt(..) | Effect::Fork(_) | Effect::Exit => return,
         };
         let _ = tx.send(reply);
     });
@@ -332,9 +357,18 @@ fn on_reply(app: &mut App, reply: Reply) -> Vec<Effect> {
             ));
         }
         Reply::Threads(Ok(threads)) => app.overlay = Some(Overlay::Threads { threads, selected: 0 }),
-        Reply::Sent(Err(e)) | Reply::Interrupted(Err(e)) | Reply::Retried(Err(e)) | Reply::Threads(Err(e)) => {
-            app.set_notice(e.to_string())
+        Reply::Titled(Ok(t)) => {
+            app.thread.title = t.title;
+            app.set_notice("titled");
         }
+        Reply::Found(Ok(hits)) if hits.is_empty() => app.set_notice("no match"),
+        Reply::Found(Ok(hits)) => app.overlay = Some(Overlay::Search { hits, selected: 0 }),
+        Reply::Sent(Err(e))
+        | Reply::Interrupted(Err(e))
+        | Reply::Retried(Err(e))
+        | Reply::Threads(Err(e))
+        | Reply::Titled(Err(e))
+        | Reply::Found(Err(e)) => app.set_notice(e.to_string()),
     }
     app.dirty = true;
     vec![]

@@ -522,3 +522,39 @@ fn the_status_bar_shows_what_the_thread_cost() {
     let status = s.lines().nth(8).unwrap();
     assert!(status.trim_end_matches('"').trim_end().ends_with("$0.0123"), "counted once: {status}");
 }
+
+#[test]
+fn title_fork_and_search_commands_and_a_hit_brought_into_view() {
+    let mut app = App::new(thread());
+    let mut history = vec![message(1, "king", MessageKind::King, "Where to shard?", None)];
+    for seq in 2..=30 {
+        history.push(answer(seq, "claude", &format!("Answer number {seq}."), &format!("r{seq}"), seq));
+    }
+    app.load(thread(), &history);
+    for (line, effect) in [
+        ("/title Orders sharding", Effect::SetTitle("Orders sharding".into())),
+        ("/fork Try tenants", Effect::Fork(Some("Try tenants".into()))),
+        ("/search shard*", Effect::Search("shard*".into())),
+    ] {
+        typed(&mut app, line);
+        assert_eq!(keys::on_key(&mut app, key(KeyCode::Enter)), vec![effect], "{line}");
+    }
+    let hit = |seq: Option<u64>| SearchHit {
+        thread: THREAD.into(),
+        seq,
+        from: "claude".into(),
+        at_ms: 0,
+        snippet: "Answer «number» 3.".into(),
+        rank: -1.0,
+    };
+    app.overlay = Some(Overlay::Search { hits: vec![hit(None), hit(Some(3))], selected: 0 });
+    let listed = screen(&mut app, 80, 20);
+    assert!(listed.contains("search · ↑↓ Enter · Esc") && listed.contains("#3 claude: Answer «number» 3."), "{listed}");
+    keys::on_key(&mut app, key(KeyCode::Down));
+    assert_eq!(keys::on_key(&mut app, key(KeyCode::Enter)), vec![Effect::OpenAt(THREAD.into(), 3)]);
+    app.jump_to(3);
+    let s = screen(&mut app, 80, 20);
+    assert!(s.contains("Answer number 3.") && !s.contains("Answer number 30."), "message 3 in view: {s}");
+    app.jump_to(99);
+    assert!(app.notice.as_deref().is_some_and(|n| n.contains("#99 is earlier than what is shown")));
+}

@@ -47,6 +47,7 @@ pub fn draw(frame: &mut Frame<'_>, app: &mut App) {
     match &app.overlay {
         Some(Overlay::Help) => draw_help(frame, log),
         Some(Overlay::Threads { threads, selected }) => draw_threads(frame, log, threads, *selected),
+        Some(Overlay::Search { hits, selected }) => draw_hits(frame, log, hits, *selected),
         None => {}
     }
     if !app.colors {
@@ -177,6 +178,17 @@ fn draw_log(frame: &mut Frame<'_>, app: &mut App, area: Rect) {
         frame.render_widget(Paragraph::new(banner), Rect { y: top, height: 1, ..area });
         top += 1;
         height = height.saturating_sub(1);
+    }
+    // A search hit to bring into view: its panel's top at the window's top.
+    if let Some(seq) = app.jump.take() {
+        let mut below = 0;
+        for entry in app.entries.iter().rev() {
+            below += panel(entry, width, &app.palette).len() + 1;
+            if entry.seq == Some(seq) {
+                app.scroll = below.saturating_sub(height + 1);
+                break;
+            }
+        }
     }
     // Walk up from the newest panel until the window is covered.
     let want = app.scroll + height;
@@ -419,6 +431,30 @@ fn draw_threads(frame: &mut Frame<'_>, area: Rect, threads: &[kd_proto::types::T
     let rect = centered(area, 70, lines.len() as u16 + 2);
     frame.render_widget(Clear, rect);
     frame.render_widget(Paragraph::new(lines).block(Block::bordered().title(" threads · ↑↓ Enter · Esc ")), rect);
+}
+
+fn draw_hits(frame: &mut Frame<'_>, area: Rect, hits: &[kd_proto::types::SearchHit], selected: usize) {
+    let width = area.width.saturating_sub(4).clamp(20, 100) as usize;
+    let lines: Vec<Line<'_>> = hits
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let place = match h.seq {
+                Some(seq) => format!("{} #{seq} {}", h.thread, h.from),
+                None => format!("{} {}", h.thread, h.from),
+            };
+            let snippet = kd_client::terminal::safe(&h.snippet).split_whitespace().collect::<Vec<_>>().join(" ");
+            let row: String = format!("{place}: {snippet}").chars().take(width.saturating_sub(2)).collect();
+            match i == selected {
+                true => Line::from(format!("› {row}")).style(Style::default().add_modifier(Modifier::REVERSED)),
+                false => Line::from(format!("  {row}")),
+            }
+        })
+        .collect();
+    let height = (lines.len() as u16 + 2).min(area.height);
+    let rect = centered(area, width as u16 + 2, height);
+    frame.render_widget(Clear, rect);
+    frame.render_widget(Paragraph::new(lines).block(Block::bordered().title(" search · ↑↓ Enter · Esc ")), rect);
 }
 
 #[cfg(test)]
