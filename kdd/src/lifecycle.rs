@@ -157,7 +157,6 @@ const BUNDLE_BYTES: usize = 256 * 1024;
 /// read now, and the parent's summary.
 pub async fn fork(db: &Db, parent: String, title: Option<String>) -> DbResult<Thread> {
     let p = db.thread(parent).await?;
-    let bundle = bundle(&p, &settings(&p.workspace).bundle);
     let t = NewThread {
         id: None,
         workspace: p.workspace.clone(),
@@ -170,16 +169,33 @@ pub async fn fork(db: &Db, parent: String, title: Option<String>) -> DbResult<Th
         context: p.context,
         origin: None,
     };
-    match bundle {
-        Some(body) => {
-            let m = NewMessage {
-                purpose: Some(Purpose::Bundle),
-                ..NewMessage::new("", KD, vec![ALL.to_string()], MessageKind::System, body)
-            };
-            Ok(db.create_thread_with_message(t, m).await?.0)
-        }
+    create(db, t).await
+}
+
+/// Creates thread `t`, with its context bundle first when it is a branch.
+pub async fn create(db: &Db, t: NewThread) -> DbResult<Thread> {
+    match bundle_for(db, &t).await? {
+        Some(m) => Ok(db.create_thread_with_message(t, m).await?.0),
         None => db.create_thread(t).await,
     }
+}
+
+/// The context bundle of `t` when it will be a branch (F-L1): of its
+/// parent, or of the trunk it will branch off.
+pub async fn bundle_for(db: &Db, t: &NewThread) -> DbResult<Option<NewMessage>> {
+    if t.lineage == Some(Lineage::Trunk) || t.origin.is_some() {
+        return Ok(None);
+    }
+    let parent = match &t.parent {
+        Some(p) => Some(p.clone()),
+        None => db.trunk(t.workspace.clone(), t.branch.clone()).await?,
+    };
+    let Some(parent) = parent else { return Ok(None) };
+    let p = db.thread(parent).await?;
+    Ok(bundle(&p, &settings(&p.workspace).bundle).map(|body| NewMessage {
+        purpose: Some(Purpose::Bundle),
+        ..NewMessage::new("", KD, vec![ALL.to_string()], MessageKind::System, body)
+    }))
 }
 
 /// The bundle's text, or `None` when there is nothing to give.

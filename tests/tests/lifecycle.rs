@@ -86,6 +86,15 @@ async fn a_quiet_branch_idles_then_archives_with_a_summary_and_then_refuses_mess
     k.args(["show", &branch]);
     let out = run(k).await;
     assert!(out.stdout.contains("Summary") && out.stdout.contains("claude: Shard by tenant."), "{}", out.stdout);
+    let mut k = kdd.kd();
+    k.args(["threads"]);
+    let out = run(k).await;
+    let row = out.stdout.lines().find(|l| l.contains(&branch)).unwrap();
+    assert!(
+        out.stdout.lines().next().unwrap().ends_with("SUMMARY") && row.ends_with("The King asked:"),
+        "{}",
+        out.stdout
+    );
 
     // kd unarchive, and the thread takes messages again.
     let mut k = kdd.kd();
@@ -310,6 +319,25 @@ async fn a_fork_starts_with_the_bundle_and_its_own_sessions() {
     let sessions = c.session_list(Some(branch.id.clone()), None, None).await.unwrap();
     assert_eq!(sessions.len(), 1);
     assert_ne!(sessions[0].id, parent_session.id);
+
+    // Every branch starts so: one made by thread.create with a parent, and a
+    // new thread of `kd ask --new`, which branches off the trunk.
+    let made =
+        c.thread_create(ws.path(), None, None, None, None, None, Some(trunk.id.clone()), None, None).await.unwrap();
+    let mut k = kdd.kd();
+    k.current_dir(ws.path()).args(["ask", "--new", "--async", "A new topic"]);
+    let out = run(k).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let asked = c.thread_get(out.stdout.trim().to_string()).await.unwrap();
+    assert_eq!((asked.lineage, asked.parent.as_ref()), (Lineage::Branch, Some(&trunk.id)));
+    for t in [&made.id, &asked.id] {
+        let first = &c.thread_messages(t.clone(), None, None, None, None).await.unwrap()[0];
+        assert_eq!(first.purpose, Some(Purpose::Bundle), "{t}");
+        assert!(first.body.contains("Always run the tests."), "{}", first.body);
+    }
+    let messages = c.thread_messages(asked.id.clone(), None, None, None, None).await.unwrap();
+    assert_eq!((messages[1].kind, messages[1].body.as_str()), (MessageKind::King, "A new topic"));
+    assert_eq!(asked.title.as_deref(), Some("A new topic"), "titled from the question, not the bundle");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -555,6 +555,9 @@ fn title_fork_and_search_commands_and_a_hit_brought_into_view() {
     app.jump_to(3);
     let s = screen(&mut app, 80, 20);
     assert!(s.contains("Answer number 3.") && !s.contains("Answer number 30."), "message 3 in view: {s}");
+    app.thread.title = Some("Orders sharding".into());
+    let header = screen(&mut app, 80, 20).lines().next().unwrap().to_string();
+    assert!(header.contains("a8b3c1 · Orders sharding · claude"), "the header names the thread: {header}");
     app.jump_to(99);
     assert!(app.notice.as_deref().is_some_and(|n| n.contains("#99 is earlier than what is shown")));
 }

@@ -84,6 +84,11 @@ fn header_line(app: &App) -> Line<'static> {
         Span::raw(app.thread.id.clone()),
         Span::styled(" · ", dim),
     ];
+    if let Some(title) = &app.thread.title {
+        let title: String = kd_client::terminal::safe(title).chars().take(40).collect();
+        spans.push(Span::styled(title, Style::default().add_modifier(Modifier::BOLD)));
+        spans.push(Span::styled(" · ", dim));
+    }
     for (i, m) in app.thread.members.iter().enumerate() {
         if i > 0 {
             spans.push(Span::raw(" "));

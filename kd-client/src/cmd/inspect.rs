@@ -62,6 +62,11 @@ pub async fn threads(ctx: &Ctx, a: ThreadsArgs) -> anyhow::Result<ExitCode> {
     if costs.is_some() {
         header.insert(4, "COST");
     }
+    // An archived thread's summary, its first line, when any has one.
+    let summaries = threads.iter().any(|t| t.summary.is_some());
+    if summaries {
+        header.push("SUMMARY");
+    }
     let mut t = Table::new(&header);
     for (depth, th) in tree(&threads) {
         let id = match depth {
@@ -84,6 +89,14 @@ pub async fn threads(ctx: &Ctx, a: ThreadsArgs) -> anyhow::Result<ExitCode> {
         ]);
         if let Some(cost) = cost {
             t.insert_cell(4, cost);
+        }
+        if summaries {
+            let first = th.summary.as_deref().and_then(|s| s.lines().find(|l| !l.trim().is_empty())).unwrap_or("");
+            let mut cut: String = first.chars().take(60).collect();
+            if first.chars().count() > 60 {
+                cut.push('…');
+            }
+            t.insert_cell(usize::MAX, cut);
         }
     }
     out!("{}", t.render())?;

@@ -93,7 +93,12 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
                 context: new.context.unwrap_or_default(),
                 origin: None,
             };
-            db.create_thread_with_message(t, king).await?
+            // A new thread branching off the trunk starts with its bundle.
+            let mut messages: Vec<NewMessage> = crate::lifecycle::bundle_for(db, &t).await?.into_iter().collect();
+            messages.push(king);
+            let (thread, mut written) = db.create_thread_with_messages(t, messages).await?;
+            let message = written.pop().ok_or_else(|| ErrorCode::Internal.error("the question was not written"))?;
+            (thread, message)
         }
     };
     let planned = config.rounds(req.style);

@@ -50,18 +50,42 @@ pub fn create_with_message(
     conn: &Connection,
     now: i64,
     t: NewThread,
-    mut m: NewMessage,
+    m: NewMessage,
     out: &mut Outbox,
 ) -> DbResult<(Thread, Message)> {
+    let (thread, mut messages) = create_with_messages(conn, now, t, vec![m], out)?;
+    let message = messages.pop().ok_or_else(|| DbError::Internal("no message written".into()))?;
+    Ok((thread, message))
+}
+
+/// Creates the thread `t` (its id must be free) with `messages`, in order.
+pub fn create_with_messages(
+    conn: &Connection,
+    now: i64,
+    t: NewThread,
+    messages: Vec<NewMessage>,
+    out: &mut Outbox,
+) -> DbResult<(Thread, Vec<Message>)> {
     let thread = threads::create(conn, now, t, out)?;
-    m.thread = thread.id.clone();
-    let message = messages::append(conn, now, m, out)?;
-    Ok((threads::get(conn, &thread.id)?, message))
+    let mut written = Vec::with_capacity(messages.len());
+    for mut m in messages {
+        m.thread = thread.id.clone();
+        written.push(messages::append(conn, now, m, out)?);
+    }
+    Ok((threads::get(conn, &thread.id)?, written))
 }
 
 impl super::Db {
     pub async fn create_thread_with_message(&self, t: NewThread, m: NewMessage) -> DbResult<(Thread, Message)> {
         self.write(move |c, out| create_with_message(c, super::now_ms(), t, m, out)).await
+    }
+
+    pub async fn create_thread_with_messages(
+        &self,
+        t: NewThread,
+        messages: Vec<NewMessage>,
+    ) -> DbResult<(Thread, Vec<Message>)> {
+        self.write(move |c, out| create_with_messages(c, super::now_ms(), t, messages, out)).await
     }
 
     pub async fn import_thread(

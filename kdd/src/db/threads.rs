@@ -259,6 +259,11 @@ impl super::Db {
         self.write(move |c, _| set_current(c, super::now_ms(), &workspace, branch.as_deref(), &id)).await
     }
 
+    /// The trunk thread of a workspace and git branch, if it has one.
+    pub async fn trunk(&self, workspace: String, branch: Option<String>) -> DbResult<Option<String>> {
+        self.read(move |c| trunk(c, &workspace, branch.as_deref())).await
+    }
+
     pub async fn set_thread_members(&self, id: String, members: Vec<String>) -> DbResult<()> {
         self.write(move |c, _| set_members(c, &id, &members)).await
     }

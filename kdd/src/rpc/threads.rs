@@ -46,7 +46,8 @@ pub async fn create(
         context: context_mode.unwrap_or_default(),
         origin: None,
     };
-    Ok(d.db.create_thread(t).await?)
+    // A branch starts with its context bundle.
+    Ok(lifecycle::create(&d.db, t).await?)
 }
 
 pub async fn list(
