@@ -6,7 +6,8 @@
 -- Never edit after it lands.
 
 CREATE VIRTUAL TABLE search_messages USING fts5(
-    body, content = 'messages', content_rowid = 'id', tokenize = 'porter unicode61 remove_diacritics 2'
+    body, content = 'messages', content_rowid = 'id', tokenize = 'porter unicode61 remove_diacritics 2',
+    prefix = '2 3 4'
 );
 INSERT INTO search_messages (rowid, body) SELECT id, substr(body, 1, 100000) FROM messages;
 -- A new message is indexed by the writer itself (db/messages.rs), with

@@ -160,6 +160,9 @@ mod tests {
             Some(&summary),
             &mut out,
         )?;
+        // What the database held is in the search index.
+        let hits = super::super::search::query(&conn, "hello", &Default::default())?;
+        assert_eq!(hits.iter().map(|h| (h.thread.as_str(), h.seq)).collect::<Vec<_>>(), [("old1", Some(1))]);
         let m = super::super::messages::list(&conn, "old1", super::super::messages::Page::all_after(0))?;
         assert_eq!((m.len(), m[0].purpose, m[0].body.as_str()), (1, None, "hello"));
         Ok(())
