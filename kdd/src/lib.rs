@@ -95,6 +95,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         tokio::spawn(summary::after_archive(council.clone(), t.id));
     };
     lifecycle::spawn_reaper(daemon.db.clone(), opts.reap_interval, daemon.shutdown.clone(), on_archived);
+    db::search::spawn_indexer(daemon.db.clone(), db::search::INDEX_INTERVAL, daemon.shutdown.clone());
     shutdown::announce_ready(&opts.socket);
     let serving =
         tokio::spawn(server::serve(listener, rpc::module(daemon.clone()), daemon.clone(), opts.limits.clone()));

@@ -5,7 +5,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde_json::json;
 
 use super::events::{self, NewEvent};
-use super::{DbError, DbResult, Outbox, json_list, lifecycle, locks, parse_list, search, threads};
+use super::{DbError, DbResult, Outbox, json_list, lifecycle, locks, parse_list, threads};
 
 /// Parameters of [`append`], already validated.
 #[derive(Debug, Clone)]
@@ -127,9 +127,6 @@ fn append_as(conn: &Connection, now: i64, seq: u64, m: NewMessage, out: &mut Out
         m.route.map(RouteType::as_str),
         m.purpose.map(Purpose::as_str)
     ])?;
-    // Into the search index (migration 0009), up to its first characters.
-    conn.prepare_cached("INSERT INTO search_messages (rowid, body) VALUES (last_insert_rowid(), ?1)")?
-        .execute([search::indexed(&m.body)])?;
     events::record(
         conn,
         now,

@@ -1,7 +1,10 @@
 //! Full-text search (beyond every peer): FTS5 indexes over message bodies
-//! (`search_messages`) and thread titles and summaries (`search_threads`),
-//! kept in step inside every write: a new message by
-//! [`super::messages`], the rest by the triggers of migration 0009.
+//! (`search_messages`) and thread titles and summaries (`search_threads`).
+//! Titles, summaries and deletes are kept in step by the triggers of
+//! migration 0009 inside every write. New messages are indexed in batches
+//! after they are written ([`index_pending`], by the indexer task and
+//! before every search): an append stays as cheap as before, and a search
+//! still sees every message written before it.
 
 use kd_proto::types::SearchHit;
 use rusqlite::{Connection, params};
@@ -11,13 +14,28 @@ use super::{DbError, DbResult, threads};
 /// Characters of a message the index holds (the same in migration 0009's
 /// triggers and first fill).
 pub const INDEXED_CHARS: usize = 100_000;
+/// Messages indexed in one write job at most: appends wait no longer.
+pub const INDEX_BATCH: u32 = 2_000;
+/// How often the indexer task looks for new messages.
+pub const INDEX_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// What of `body` is indexed: its first [`INDEXED_CHARS`] characters.
-pub fn indexed(body: &str) -> &str {
-    match body.char_indices().nth(INDEXED_CHARS) {
-        Some((at, _)) => &body[..at],
-        None => body,
-    }
+/// Indexes up to [`INDEX_BATCH`] messages written since the last run;
+/// returns how many (fewer than the batch: nothing is left).
+pub fn index_pending(conn: &Connection) -> DbResult<u32> {
+    let done: i64 =
+        conn.prepare_cached("SELECT value FROM counters WHERE name = 'search_indexed'")?.query_row([], |r| r.get(0))?;
+    let last: Option<i64> = conn
+        .prepare_cached("SELECT max(id) FROM (SELECT id FROM messages WHERE id > ?1 ORDER BY id LIMIT ?2)")?
+        .query_row(params![done, INDEX_BATCH], |r| r.get(0))?;
+    let Some(last) = last else { return Ok(0) };
+    let n = conn
+        .prepare_cached(&format!(
+            "INSERT INTO search_messages (rowid, body)
+             SELECT id, substr(body, 1, {INDEXED_CHARS}) FROM messages WHERE id > ?1 AND id <= ?2"
+        ))?
+        .execute(params![done, last])?;
+    conn.prepare_cached("UPDATE counters SET value = ?1 WHERE name = 'search_indexed'")?.execute([last])?;
+    Ok(n as u32)
 }
 
 /// Most hits one query returns.
@@ -125,9 +143,45 @@ fn bad_query(e: rusqlite::Error) -> DbError {
 }
 
 impl super::Db {
+    /// Searches, after indexing every message written before.
     pub async fn search(&self, q: String, f: Filter) -> DbResult<Vec<SearchHit>> {
+        self.index_messages().await?;
         self.read(move |c| query(c, &q, &f)).await
     }
+
+    /// Indexes the messages not yet indexed, a batch per write job.
+    pub async fn index_messages(&self) -> DbResult<u64> {
+        let mut total = 0;
+        loop {
+            let n = self.write(|c, _| index_pending(c)).await?;
+            total += u64::from(n);
+            if n < INDEX_BATCH {
+                return Ok(total);
+            }
+        }
+    }
+}
+
+/// Indexes new messages every `interval` until `stop`, so that a search
+/// has little left to do.
+pub fn spawn_indexer(
+    db: std::sync::Arc<super::Db>,
+    interval: std::time::Duration,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            if let Err(e) = db.index_messages().await {
+                tracing::warn!("search: cannot index new messages: {e}");
+            }
+        }
+    });
 }
 
 #[cfg(test)]
@@ -135,11 +189,42 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_body_is_indexed_up_to_a_character_bound_on_a_char_boundary() {
-        assert_eq!(indexed("short"), "short");
-        let long = "é".repeat(INDEXED_CHARS + 3);
-        let cut = indexed(&long);
-        assert_eq!(cut.chars().count(), INDEXED_CHARS);
-        assert!(long.starts_with(cut));
+    fn new_messages_are_indexed_in_batches_and_a_long_body_up_to_its_bound() -> DbResult<()> {
+        let dir = tempfile::tempdir().map_err(|e| DbError::Internal(e.to_string()))?;
+        let path = dir.path().join("kd.sqlite3");
+        let mut conn = Connection::open(&path)?;
+        super::super::schema::configure(&conn)?;
+        super::super::schema::migrate(&mut conn, &path)?;
+        conn.execute_batch(
+            "INSERT INTO threads (id, workspace, created_at, last_activity_at) VALUES ('t', '/w', 1, 1)",
+        )?;
+        let long = format!("{} tail", "word ".repeat(INDEXED_CHARS / 5));
+        let total = INDEX_BATCH as usize + 5;
+        for i in 1..=total {
+            let body = if i == 1 { long.clone() } else { format!("needle {i}") };
+            conn.execute(
+                "INSERT INTO messages (thread_id, seq, sender, recipients, kind, body, created_at)
+                 VALUES ('t', ?1, 'king', '[]', 'king', ?2, 1)",
+                params![i as i64, body],
+            )?;
+        }
+        let find = |q: &str| query(&conn, q, &Filter { limit: Some(MAX_HITS), ..Default::default() }).map(|h| h.len());
+        assert_eq!(find("needle")?, 0, "not indexed yet");
+        assert_eq!(index_pending(&conn)?, INDEX_BATCH);
+        assert_eq!(index_pending(&conn)?, 5);
+        assert_eq!(index_pending(&conn)?, 0);
+        assert_eq!(find("needle")?, MAX_HITS as usize);
+        assert_eq!(find("word")?, 1);
+        assert_eq!(find("tail")?, 0, "past the bound");
+        // A deleted message leaves the index (and one never indexed is skipped).
+        conn.execute(
+            "INSERT INTO messages (thread_id, seq, sender, recipients, kind, body, created_at)
+                      VALUES ('t', 9999, 'king', '[]', 'king', 'fresh needle', 1)",
+            [],
+        )?;
+        conn.execute("DELETE FROM threads WHERE id = 't'", [])?;
+        assert_eq!(find("needle")?, 0);
+        conn.execute_batch("INSERT INTO search_messages (search_messages) VALUES ('integrity-check')")?;
+        Ok(())
     }
 }
