@@ -554,6 +554,8 @@ pub enum CostBy {
     Day,
     /// The King's message whose exchange the answer belongs to (one thread).
     Exchange,
+    /// The exchange and round, `EXCHANGE/ROUND` (one thread).
+    Round,
 }
 
 /// What answers cost, as their agents reported it.

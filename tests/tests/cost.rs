@@ -59,6 +59,9 @@ async fn costs_sum_per_member_thread_and_exchange() {
     let exchanges: Vec<(&str, String)> =
         by_exchange.rows.iter().map(|r| (r.key.as_str(), format!("{:.4}", r.cost_usd))).collect();
     assert_eq!(exchanges, [("1", "0.0012".into()), ("4", "0.0012".into())]);
+    let by_round = c.cost_report(Some(t1.clone()), None, None, Some(CostBy::Round)).await.unwrap();
+    let rounds: Vec<(&str, u64)> = by_round.rows.iter().map(|r| (r.key.as_str(), r.answers)).collect();
+    assert_eq!(rounds, [("1/1", 2), ("4/1", 2)]);
     let later = c.cost_report(None, None, Some(i64::MAX / 2), None).await.unwrap();
     assert_eq!(later.total.answers, 0, "since filters");
     let e = ClientError::from(c.cost_report(None, None, None, Some(CostBy::Exchange)).await.unwrap_err());

@@ -20,7 +20,7 @@ pub struct CostArgs {
     /// Only answers since then: a duration back (`7d`, `12h`, `30m`) or a day (`2026-11-01`, UTC)
     #[arg(long, value_parser = parse_since, value_name = "WHEN")]
     since: Option<i64>,
-    /// How to group: member, thread, day or exchange (with --thread)
+    /// How to group: member, thread, day, or exchange or round (with --thread)
     #[arg(long, value_enum, default_value = "member")]
     by: By,
     /// Print JSON
@@ -34,6 +34,7 @@ enum By {
     Thread,
     Day,
     Exchange,
+    Round,
 }
 
 impl From<By> for CostBy {
@@ -43,6 +44,7 @@ impl From<By> for CostBy {
             By::Thread => CostBy::Thread,
             By::Day => CostBy::Day,
             By::Exchange => CostBy::Exchange,
+            By::Round => CostBy::Round,
         }
     }
 }
@@ -60,6 +62,7 @@ pub async fn run(ctx: &Ctx, a: CostArgs) -> anyhow::Result<ExitCode> {
         CostBy::Thread => "THREAD",
         CostBy::Day => "DAY",
         CostBy::Exchange => "EXCHANGE",
+        CostBy::Round => "EXCHANGE/ROUND",
     };
     let mut t = Table::new(&[key, "COST", "IN TOKENS", "OUT TOKENS", "ANSWERS"]);
     for row in report.rows.iter().chain(std::iter::once(&report.total)) {

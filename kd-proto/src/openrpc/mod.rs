@@ -184,12 +184,12 @@ fn build() -> (Vec<MethodDoc>, Value) {
         "report",
         "What the members' answers cost, as their agents reported it (cost_usd, input and output tokens from the \
          usage each backend gives; codex reports a resumed session's usage cumulatively), summed by member, \
-         thread, UTC day or exchange, highest first, with the total.",
+         thread, UTC day, exchange or exchange/round, highest first, with the total.",
     );
     b.param::<String>("thread", false, "only this thread (needed for by: exchange)")
         .param::<String>("workspace", false, "only threads of this workspace")
         .param::<i64>("since_ms", false, "only answers written since then (Unix ms)")
-        .param::<CostBy>("by", false, "member (default), thread, day or exchange")
+        .param::<CostBy>("by", false, "member (default), thread, day, exchange or round")
         .errors(&[NotFound, InvalidArgument]);
     b.method::<Thread>(
         "thread.summarize",

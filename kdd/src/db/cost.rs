@@ -37,11 +37,14 @@ pub fn report(conn: &Connection, f: &Filter, by: CostBy) -> DbResult<CostReport>
         CostBy::Member => "m.sender",
         CostBy::Thread => "m.thread_id",
         CostBy::Day => "strftime('%Y-%m-%d', m.created_at / 1000, 'unixepoch')",
-        CostBy::Exchange if f.thread.is_none() => {
-            return Err(DbError::Invalid("a report by exchange is of one thread: give thread".into()));
+        CostBy::Exchange | CostBy::Round if f.thread.is_none() => {
+            return Err(DbError::Invalid("a report by exchange or round is of one thread: give thread".into()));
         }
         CostBy::Exchange => {
             "(SELECT CAST(r.exchange AS TEXT) FROM runs r WHERE r.id = json_extract(m.run, '$.run_id'))"
+        }
+        CostBy::Round => {
+            "(SELECT r.exchange || '/' || ifnull(r.round, 1) FROM runs r WHERE r.id = json_extract(m.run, '$.run_id'))"
         }
     };
     let args = params![f.thread, f.workspace, f.since_ms];
