@@ -18,7 +18,7 @@ use kd_client::ClientError;
 
 /// Run a council of AI coding agents from the terminal.
 #[derive(Debug, Parser)]
-#[command(name = "kd", version, propagate_version = true)]
+#[command(name = "kd", version = kd_proto::LONG_VERSION, propagate_version = true)]
 struct Cli {
     /// Daemon socket [default: $KD_SOCKET, $XDG_RUNTIME_DIR/kd/kdd.sock, /tmp/kd-$UID/kdd.sock]
     #[arg(long, global = true, value_name = "PATH")]

@@ -36,5 +36,12 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// Release version of this crate (all kd crates share it).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// The git commit the binaries were built from (`unknown commit` outside
+/// a git checkout).
+pub const COMMIT: &str = env!("KD_GIT_COMMIT");
+
+/// What `--version` says: `0.1.0 (0123456789ab)`.
+pub const LONG_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("KD_GIT_COMMIT"), ")");
+
 /// The HTTP URL clients use on the Unix socket (the host part is ignored).
 pub const SOCKET_URL: &str = "ws://kd/";

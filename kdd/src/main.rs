@@ -11,7 +11,7 @@ use kdd::server::Limits;
 
 /// The kd daemon: registry, agent runner and JSON-RPC server on a Unix socket.
 #[derive(Debug, Parser)]
-#[command(name = "kdd", version)]
+#[command(name = "kdd", version = kd_proto::LONG_VERSION)]
 struct Args {
     /// Socket to listen on [default: $KD_SOCKET, $XDG_RUNTIME_DIR/kd/kdd.sock, /tmp/kd-$UID/kdd.sock]
     #[arg(long, value_name = "PATH")]

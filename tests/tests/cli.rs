@@ -391,3 +391,19 @@ async fn commands_whose_reader_went_away_end_quietly() {
         assert_eq!(out.stderr, "", "kd {args:?} must end quietly");
     }
 }
+
+#[test]
+fn both_binaries_say_their_version_and_the_commit_they_were_built_from() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let head = Command::new("git").args(["-C", root, "rev-parse", "--short=12", "HEAD"]).output().ok();
+    let commit = head
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown commit".to_string());
+    for name in ["kd", "kdd"] {
+        let out = Command::new(bin(name)).arg("--version").output().unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(text.trim(), format!("{name} {} ({commit})", env!("CARGO_PKG_VERSION")), "{name}");
+    }
+}
