@@ -41,6 +41,7 @@ pub mod proc;
 pub mod prompt;
 pub mod rpc;
 pub mod server;
+pub mod service;
 pub mod shutdown;
 pub mod state;
 pub mod summary;
@@ -97,10 +98,13 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     lifecycle::spawn_reaper(daemon.db.clone(), opts.reap_interval, daemon.shutdown.clone(), on_archived);
     db::search::spawn_indexer(daemon.db.clone(), db::search::INDEX_INTERVAL, daemon.shutdown.clone());
     shutdown::announce_ready(&opts.socket);
+    service::ready(&opts.socket);
+    service::spawn_watchdog(daemon.shutdown.clone());
     let serving =
         tokio::spawn(server::serve(listener, rpc::module(daemon.clone()), daemon.clone(), opts.limits.clone()));
     daemon.shutdown.cancelled().await;
     tracing::info!("stopping");
+    service::stopping();
     // In order: nothing new starts; the runs in flight stop and are recorded
     // (subscribers hear it); then subscriptions end and connections close.
     daemon.council.close();

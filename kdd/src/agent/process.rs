@@ -29,6 +29,9 @@ pub fn spawn(inv: &Invocation, cwd: &Path) -> std::io::Result<Child> {
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    for var in crate::service::MANAGER_VARS {
+        cmd.env_remove(var);
+    }
     set_up_child(&mut cmd);
     cmd.spawn()
 }
