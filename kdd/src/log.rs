@@ -8,6 +8,10 @@
 //! Dropped lines are counted ([`dropped_lines`], shown by `daemon.status`).
 //! Nothing here prints on its own: tracing-subscriber's internal error
 //! reports (which `eprintln!`, and panic on a closed stderr) are off.
+//!
+//! When stderr is the journal (`JOURNAL_STREAM` names its device and inode,
+//! as systemd sets it), lines are in the journal's format: a `<N>` syslog
+//! priority prefix and no timestamp or colours (the journal adds its own).
 
 use std::io::Write;
 use std::path::Path;
@@ -97,8 +101,51 @@ impl Logging {
     }
 }
 
+/// Whether `JOURNAL_STREAM` (`DEV:INODE`) names the file stderr is.
+fn stderr_is_journal(journal_stream: Option<&str>) -> bool {
+    let Some((dev, ino)) = journal_stream.and_then(|v| v.split_once(':')) else { return false };
+    let (Ok(dev), Ok(ino)) = (dev.parse::<u64>(), ino.parse::<u64>()) else { return false };
+    match rustix::fs::fstat(std::io::stderr()) {
+        Ok(st) => st.st_dev as u64 == dev && st.st_ino as u64 == ino,
+        Err(_) => false,
+    }
+}
+
+/// Events as the journal reads them from a stream: `<N>target: message`,
+/// N the syslog priority of the level.
+struct Journal;
+
+impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for Journal
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let meta = event.metadata();
+        write!(writer, "<{}>{}: ", priority(*meta.level()), meta.target())?;
+        ctx.field_format().format_fields(writer.by_ref(), event)?;
+        writeln!(writer)
+    }
+}
+
+/// The syslog priority of a level (sd-daemon(3)).
+fn priority(level: tracing::Level) -> u8 {
+    match level {
+        tracing::Level::ERROR => 3,
+        tracing::Level::WARN => 4,
+        tracing::Level::INFO => 6,
+        _ => 7,
+    }
+}
+
 /// Installs the global subscriber: `RUST_LOG` (default `info`), to `file`
-/// (appended, no colours) or stderr (colours on a terminal).
+/// (appended, no colours) or stderr (colours on a terminal; the journal's
+/// format when it is the journal).
 pub fn init(file: Option<&Path>) -> anyhow::Result<Logging> {
     use anyhow::Context;
     use std::io::IsTerminal;
@@ -122,13 +169,17 @@ pub fn init(file: Option<&Path>) -> anyhow::Result<Logging> {
         .spawn(move || write_lines(lines, sink))
         .context("cannot start the logging thread")?;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let journal = file.is_none() && stderr_is_journal(std::env::var("JOURNAL_STREAM").ok().as_deref());
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(ansi)
+        .with_ansi(ansi && !journal)
         .log_internal_errors(false)
-        .with_writer(Lossy { queue: queue.clone() })
-        .try_init()
-        .map_err(|e| anyhow::anyhow!("cannot install the logger: {e}"))?;
+        .with_writer(Lossy { queue: queue.clone() });
+    let installed = match journal {
+        true => builder.event_format(Journal).try_init(),
+        false => builder.try_init(),
+    };
+    installed.map_err(|e| anyhow::anyhow!("cannot install the logger: {e}"))?;
     Ok(Logging { queue })
 }
 
@@ -151,6 +202,21 @@ fn write_lines(lines: Receiver<Msg>, mut sink: Box<dyn Write + Send>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_journal_is_stderr_only_when_its_device_and_inode_match() {
+        let st = rustix::fs::fstat(std::io::stderr()).unwrap();
+        let mine = format!("{}:{}", st.st_dev, st.st_ino);
+        assert!(stderr_is_journal(Some(&mine)));
+        for other in [format!("{}:{}", st.st_dev, st.st_ino as u64 + 1), "x:1".into(), "12".into()] {
+            assert!(!stderr_is_journal(Some(&other)), "{other}");
+        }
+        assert!(!stderr_is_journal(None));
+        assert_eq!(
+            [3, 4, 6, 7],
+            [tracing::Level::ERROR, tracing::Level::WARN, tracing::Level::INFO, tracing::Level::DEBUG].map(priority)
+        );
+    }
 
     struct Failing;
 

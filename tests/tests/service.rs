@@ -87,3 +87,31 @@ fn kdd_pings_the_watchdog_the_manager_set_for_it() {
     assert!(saw_stopping, "STOPPING=1 at SIGTERM");
     assert!(child.wait().unwrap().success());
 }
+
+#[test]
+fn on_the_journal_kdd_logs_priority_prefixed_lines() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let manager = UnixDatagram::bind(dir.path().join("notify.sock")).unwrap();
+    let private = dir.path().join("run");
+    std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700).create(&private).unwrap();
+    let log = std::fs::File::create(dir.path().join("journal")).unwrap();
+    let meta = log.metadata().unwrap();
+    let mut child = std::process::Command::new(kd_tests::bin("kdd"))
+        .arg("--socket")
+        .arg(private.join("kd.sock"))
+        .arg("--db")
+        .arg(private.join("kd.sqlite3"))
+        .env("NOTIFY_SOCKET", dir.path().join("notify.sock"))
+        .env("JOURNAL_STREAM", format!("{}:{}", meta.dev(), meta.ino()))
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    assert!(next(&manager).contains("READY=1"));
+    rustix::process::kill_process(rustix::process::Pid::from_child(&child), rustix::process::Signal::TERM).unwrap();
+    assert!(child.wait().unwrap().success());
+    let text = std::fs::read_to_string(dir.path().join("journal")).unwrap();
+    assert!(text.lines().any(|l| l.starts_with("<6>kdd: kdd ") && l.contains("listening")), "{text}");
+    assert!(text.lines().all(|l| l.starts_with('<')), "every line has its priority, no timestamp: {text}");
+}
