@@ -102,6 +102,8 @@ impl Logging {
 }
 
 /// Whether `JOURNAL_STREAM` (`DEV:INODE`) names the file stderr is.
+// `st_dev` and `st_ino` are not u64 on every platform.
+#[allow(clippy::unnecessary_cast)]
 fn stderr_is_journal(journal_stream: Option<&str>) -> bool {
     let Some((dev, ino)) = journal_stream.and_then(|v| v.split_once(':')) else { return false };
     let (Ok(dev), Ok(ino)) = (dev.parse::<u64>(), ino.parse::<u64>()) else { return false };
