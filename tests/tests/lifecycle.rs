@@ -407,3 +407,25 @@ async fn a_summarizer_writes_the_summary_at_archive_and_the_trunk_is_given_it() 
     assert!(out.status.success(), "{}", out.stderr);
     assert!(out.stdout.starts_with("The King asked:\n- What did the branch find?"), "{}", out.stdout);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn when_the_current_branch_is_archived_the_trunk_is_current_again() {
+    let ws = Workspace::new(&[]);
+    config(&ws, serde_json::json!({"idle_after": "1s", "archive_after": "2s"}));
+    let kdd = reaping();
+    let c = kdd.client().await;
+    let trunk = kd_tests::new_thread(&c, &ws.path()).await;
+    let branch = c.thread_fork(trunk.clone(), None).await.unwrap().id;
+    assert_eq!(c.thread_current(ws.path(), None).await.unwrap().unwrap().id, branch);
+    let mut sub = c.thread_subscribe(branch.clone(), None, None).await.unwrap();
+    until_status(&mut sub, ThreadStatus::Archived).await;
+    // `kd ask` in the workspace asks in the trunk, not an archived thread.
+    let mut k = kdd.kd();
+    k.current_dir(ws.path()).args(["ask", "--async", "Where now?"]);
+    let out = run(k).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(out.stdout.trim(), trunk);
+    assert_eq!(c.thread_current(ws.path(), None).await.unwrap().unwrap().id, trunk);
+    // Named explicitly, the archived branch still refuses.
+    assert_eq!(ask(&c, &branch, "Hello?").await.unwrap_err().code(), Some(ErrorCode::ThreadArchived));
+}

@@ -152,7 +152,12 @@ fn build() -> (Vec<MethodDoc>, Value) {
         .param::<u32>("limit", false, "at most this many (default all)");
     b.method::<Thread>("thread.get", "thread", "One thread.");
     b.param::<String>("thread", true, "thread id").errors(&[NotFound]);
-    b.method::<Option<Thread>>("thread.current", "thread", "The current thread of a workspace and branch, or null.");
+    b.method::<Option<Thread>>(
+        "thread.current",
+        "thread",
+        "The current thread of a workspace and branch, or null. When it is a branch that was archived, the trunk \
+         is made current again and returned.",
+    );
     b.param::<String>("workspace", true, "workspace directory").param::<String>("branch", false, "git branch");
     b.method::<Thread>("thread.set_current", "thread", "Make a thread the current one of a workspace and branch.");
     b.param::<String>("workspace", true, "workspace directory")

@@ -69,9 +69,20 @@ pub async fn get(d: &Daemon, thread: String) -> RpcResult<Thread> {
 
 pub async fn current(d: &Daemon, workspace: String, branch: Option<String>) -> RpcResult<Option<Thread>> {
     validate::workspace(&workspace)?;
-    match d.db.current_thread(workspace, branch).await? {
-        Some(t) => Ok(Some(lifecycle::check(&d.db, t, &mut Default::default()).await)),
-        None => Ok(None),
+    let Some(t) = d.db.current_thread(workspace.clone(), branch.clone()).await? else { return Ok(None) };
+    let mut settings = lifecycle::Settings::default();
+    let t = lifecycle::check(&d.db, t, &mut settings).await;
+    if t.status != ThreadStatus::Archived || t.lineage == Lineage::Trunk {
+        return Ok(Some(t));
+    }
+    // An archived branch is no place to ask: the trunk, the workspace's
+    // default context, is current again.
+    match d.db.trunk(workspace.clone(), branch.clone()).await? {
+        Some(trunk) => {
+            let trunk = d.db.set_current_thread(workspace, branch, trunk).await?;
+            Ok(Some(lifecycle::check(&d.db, trunk, &mut settings).await))
+        }
+        None => Ok(Some(t)),
     }
 }
 
