@@ -19,6 +19,7 @@
 pub mod api;
 pub mod color;
 pub mod coord;
+pub mod duration;
 pub mod error;
 pub mod names;
 pub mod openrpc;

@@ -8,6 +8,9 @@ pub const MAX_NAME_LEN: usize = 64;
 pub const KING: &str = "king";
 /// The addressee meaning "every member".
 pub const ALL: &str = "all";
+/// The sender of what kd itself writes: tallies, merges, context bundles,
+/// summaries offered to a trunk, budget notices.
+pub const KD: &str = "kd";
 
 /// Why a name was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

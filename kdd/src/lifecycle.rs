@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kd_proto::names::ALL;
+use kd_proto::names::{ALL, KD};
 use kd_proto::types::{Lineage, MessageKind, Purpose, Thread, ThreadStatus};
 use tokio_util::sync::CancellationToken;
 
@@ -29,8 +29,6 @@ pub const REAP_INTERVAL: Duration = Duration::from_secs(60);
 const SUMMARY_QUESTIONS: u32 = 10;
 /// Characters of one question or answer in a summary.
 const SUMMARY_PART_CHARS: usize = 400;
-/// Who writes the extractive summary and the context bundle.
-const KD: &str = "kd";
 
 /// What `thread` should become now, if anything.
 pub fn due(thread: &Thread, l: &Lifecycle, now: i64) -> Option<ThreadStatus> {
@@ -60,6 +58,11 @@ fn settings(workspace: &str) -> Lifecycle {
 pub struct Settings(HashMap<String, Lifecycle>);
 
 impl Settings {
+    /// Settings already read for `workspace` (a send has its configuration).
+    pub fn with(workspace: &str, lifecycle: Lifecycle) -> Settings {
+        Settings(HashMap::from([(workspace.to_string(), lifecycle)]))
+    }
+
     fn of(&mut self, workspace: &str) -> Lifecycle {
         self.0.entry(workspace.to_string()).or_insert_with(|| settings(workspace)).clone()
     }

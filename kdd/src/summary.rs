@@ -11,7 +11,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use kd_proto::names::ALL;
+use kd_proto::names::{ALL, KD};
 use kd_proto::types::{Lineage, MessageKind, Purpose, Style, Thread};
 
 use crate::agent::registry::Place;
@@ -29,8 +29,6 @@ plain text: what was asked, what was decided or recommended, and what is still o
 
 /// Bytes of the newest messages the summarizer is given at most.
 const SUMMARY_HISTORY_BYTES: usize = 256 * 1024;
-/// Who posts a branch's summary to its trunk.
-const KD: &str = "kd";
 
 /// The summarizer's summary of `thread`, if one is configured and answers.
 async fn by_member(c: &Council, thread: &Thread, config: &Config) -> Option<Summary> {

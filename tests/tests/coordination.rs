@@ -25,6 +25,11 @@ fn config(ws: &Workspace, members: &[Fake<'_>], council: serde_json::Value) {
     ws.write_config(&serde_json::json!({"council": council, "agents": agents}));
 }
 
+/// `FAKE_RULES` of a member that answers a ballot and a synthesis prompt so.
+fn ballot_rules(ballot: &str, synthesis: &str) -> String {
+    serde_json::json!([["[Evaluation]", ballot], ["[Synthesis]", synthesis]]).to_string()
+}
+
 fn none() -> serde_json::Value {
     serde_json::json!({})
 }
@@ -271,13 +276,7 @@ async fn a_vote_tallies_anonymised_rankings_and_a_chair_synthesizes() {
     let ws = Workspace::new(&[]);
     let record = ws.file("record.jsonl");
     let r = record.as_str();
-    let rules = |ranking: &str| {
-        serde_json::json!([
-            ["[Evaluation]", format!("Fine.\nFINAL RANKING:\n{ranking}")],
-            ["[Synthesis]", "Final: use a lock."]
-        ])
-        .to_string()
-    };
+    let rules = |ranking: &str| ballot_rules(&format!("Fine.\nFINAL RANKING:\n{ranking}"), "Final: use a lock.");
     let (a, b, c3) = (
         rules("1. Response B\n2. Response C"),
         rules("1. Response A\n2. Response C"),
@@ -453,13 +452,7 @@ async fn a_chair_outside_the_asked_members_keeps_its_inbox_for_its_next_turn() {
 #[tokio::test(flavor = "multi_thread")]
 async fn kd_ask_vote_streams_the_answers_and_ballots_then_prints_the_tally() {
     let ws = Workspace::new(&[]);
-    let rules = |ranking: &str| {
-        serde_json::json!([
-            ["[Evaluation]", format!("Weighed.\nFINAL RANKING:\n{ranking}")],
-            ["[Synthesis]", "Chair says: lock."]
-        ])
-        .to_string()
-    };
+    let rules = |ranking: &str| ballot_rules(&format!("Weighed.\nFINAL RANKING:\n{ranking}"), "Chair says: lock.");
     let (a, b) = (rules("1. Response B"), rules("1. Response A"));
     let c3 = rules("1. Response B\n2. Response A");
     config(

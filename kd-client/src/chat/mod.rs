@@ -173,16 +173,10 @@ pub async fn run(ctx: &Ctx, args: ChatArgs) -> anyhow::Result<ExitCode> {
                     // Leaving anyway: a daemon too slow to answer is not waited for.
                     let _ = tokio::time::timeout(Duration::from_secs(2), stop).await;
                 }
-                Effect::Open(id) => match client.thread_get(id).await {
-                    Ok(t) => sub = open(&client, &mut app, t, None).await.ok(),
-                    Err(e) => app.set_notice(ClientError::from(e).to_string()),
-                },
+                Effect::Open(id) => switch(&client, &mut app, id, &mut sub).await,
                 Effect::OpenAt(id, seq) => {
                     if id != app.thread.id {
-                        match client.thread_get(id).await {
-                            Ok(t) => sub = open(&client, &mut app, t, None).await.ok(),
-                            Err(e) => app.set_notice(ClientError::from(e).to_string()),
-                        }
+                        switch(&client, &mut app, id, &mut sub).await;
                     }
                     app.jump_to(seq);
                 }
@@ -209,6 +203,14 @@ pub async fn run(ctx: &Ctx, args: ChatArgs) -> anyhow::Result<ExitCode> {
     drop(guard);
     // Killed by SIGTERM: the shell's usual 128 + 15, after a clean restore.
     Ok(if terminated { ExitCode::from(143) } else { ExitCode::SUCCESS })
+}
+
+/// Opens thread `id` in place of the current one, or says why not.
+async fn switch(client: &Client, app: &mut App, id: String, sub: &mut Option<Subscription<ThreadEvent>>) {
+    match client.thread_get(id).await {
+        Ok(t) => *sub = open(client, app, t, None).await.ok(),
+        Err(e) => app.set_notice(ClientError::from(e).to_string()),
+    }
 }
 
 /// A thread of the workspace not created yet, and how its first message

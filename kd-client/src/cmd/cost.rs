@@ -88,16 +88,9 @@ pub fn parse_since(s: &str) -> Result<i64, String> {
         let ts = day.to_zoned(jiff::tz::TimeZone::UTC).map_err(|_| bad())?.timestamp();
         return Ok(ts.as_millisecond());
     }
-    let (digits, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: i64 = digits.parse().map_err(|_| bad())?;
-    let secs = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        _ => return Err(bad()),
-    };
-    Ok(fmt::now_ms() - n.saturating_mul(secs).saturating_mul(1000))
+    let secs = kd_proto::duration::parse_secs(s).ok_or_else(bad)?;
+    let back = i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX);
+    Ok(fmt::now_ms().saturating_sub(back))
 }
 
 #[cfg(test)]
@@ -109,7 +102,7 @@ mod tests {
         assert_eq!(parse_since("2026-11-01"), Ok(1_793_491_200_000));
         let week = parse_since("7d").unwrap();
         assert!((fmt::now_ms() - week - 7 * 86_400_000).abs() < 60_000);
-        for bad in ["7w", "d", "", "yesterday"] {
+        for bad in ["7w", "d", "", "yesterday", "-1d"] {
             assert!(parse_since(bad).is_err(), "{bad}");
         }
     }

@@ -86,19 +86,7 @@ pub fn duration(v: &Value) -> Result<Duration, String> {
     let bad = || format!("a duration such as 90 (seconds), \"30m\", \"24h\" or \"3d\" is expected, got {v}");
     let secs = match v {
         Value::Number(n) => n.as_u64().ok_or_else(bad)?,
-        Value::String(s) => {
-            let s = s.trim();
-            let (digits, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-            let n: u64 = digits.parse().map_err(|_| bad())?;
-            let scale = match unit.trim() {
-                "" | "s" => 1,
-                "m" => 60,
-                "h" => 3600,
-                "d" => 86_400,
-                _ => return Err(bad()),
-            };
-            n.checked_mul(scale).ok_or_else(bad)?
-        }
+        Value::String(s) => kd_proto::duration::parse_secs(s).ok_or_else(bad)?,
         _ => return Err(bad()),
     };
     let d = Duration::from_secs(secs);

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use jsonrpsee::types::ErrorObjectOwned;
 use kd_proto::ErrorCode;
-use kd_proto::names::KING;
+use kd_proto::names::{KD, KING};
 use kd_proto::types::{
     Aggregation, Ballot, Completion, Label, MessageKind, Part, PartStatus, Purpose, RouteType, Score, Style, Summary,
     Tally, Wait,
@@ -35,9 +35,6 @@ use crate::council::Launch;
 use crate::db::events::Record;
 use crate::db::messages::NewMessage;
 use crate::db::random_id;
-
-/// Who writes the tally and merged messages.
-pub const KD: &str = "kd";
 
 /// A completion, with its parameters checked for form.
 pub struct Params {

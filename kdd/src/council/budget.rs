@@ -4,16 +4,13 @@
 //! once it is reached, the pending auto-turns stop, the King is told in a
 //! message from kd, and an `exchange.budget` event records it.
 
-use kd_proto::names::KING;
+use kd_proto::names::{KD, KING};
 use kd_proto::types::MessageKind;
 use serde_json::json;
 
 use super::Council;
 use crate::db::events::Record;
 use crate::db::messages::NewMessage;
-
-/// Who writes the notice.
-const KD: &str = "kd";
 
 /// Whether exchange `king` of `thread` has spent `budget`; if so (the first
 /// time it is asked), the notice and event are written.

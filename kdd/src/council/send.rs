@@ -56,10 +56,7 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
     // leaves no message, and no thread when it was to create one.
     let target = match req.new_thread.clone() {
         Some(new) => Target::New(new),
-        // Aged first: a branch quiet past its archive time refuses the message.
-        None => Target::Existing(
-            crate::lifecycle::check(db, db.thread(req.thread.clone()).await?, &mut Default::default()).await,
-        ),
+        None => Target::Existing(db.thread(req.thread.clone()).await?),
     };
     let workspace = match &target {
         Target::Existing(t) => &t.workspace,
@@ -67,6 +64,15 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
     };
     let config = config::load(std::path::Path::new(workspace))
         .map_err(|e| ErrorCode::InvalidArgument.error(format!("configuration: {e}")))?;
+    // Aged first, by the settings just read: a branch quiet past its
+    // archive time refuses the message.
+    let target = match target {
+        Target::Existing(t) => {
+            let mut settings = crate::lifecycle::Settings::with(&t.workspace, config.lifecycle.clone());
+            Target::Existing(crate::lifecycle::check(db, t, &mut settings).await)
+        }
+        new => new,
+    };
     let who = addressees(&config, req.to.as_deref(), &req.body, &req.mute)?;
     let king = NewMessage {
         correlation_id: req.correlation_id.clone(),

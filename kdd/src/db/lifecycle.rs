@@ -11,7 +11,8 @@ use rusqlite::{Connection, params};
 use serde_json::json;
 
 use super::events::{self, NewEvent};
-use super::{DbError, DbResult, Outbox, threads};
+use super::threads::{self, status_str};
+use super::{DbError, DbResult, Outbox};
 
 /// Longest title kept.
 pub const MAX_TITLE_CHARS: usize = 200;
@@ -200,14 +201,6 @@ pub fn delete(conn: &Connection, now: i64, id: &str, out: &mut Outbox) -> DbResu
     )?;
     out.threads_added -= 1;
     Ok(messages as u64)
-}
-
-fn status_str(s: ThreadStatus) -> &'static str {
-    match s {
-        ThreadStatus::Active => "active",
-        ThreadStatus::Idle => "idle",
-        ThreadStatus::Archived => "archived",
-    }
 }
 
 impl super::Db {

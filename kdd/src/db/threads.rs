@@ -218,7 +218,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Thread> {
     })
 }
 
-fn status_str(s: ThreadStatus) -> &'static str {
+pub(super) fn status_str(s: ThreadStatus) -> &'static str {
     match s {
         ThreadStatus::Active => "active",
         ThreadStatus::Idle => "idle",
