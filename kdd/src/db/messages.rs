@@ -1,7 +1,7 @@
 //! Messages: dense per-thread `seq`, handed out by the writer in commit order.
 
 use kd_proto::types::{Fence, Message, MessageKind, Purpose, RouteType, RunMeta, ThreadEvent, ThreadStatus};
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::{Connection, Row, params};
 use serde_json::json;
 
 use super::events::{self, NewEvent};
@@ -64,18 +64,27 @@ pub fn append(conn: &Connection, now: i64, m: NewMessage, out: &mut Outbox) -> D
     if let Some(fence) = &m.fence {
         locks::check_fence(conn, now, fence)?;
     }
-    let (status, untitled): (String, bool) = conn
-        .prepare_cached("SELECT status, title IS NULL FROM threads WHERE id = ?1")?
-        .query_row([&m.thread], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?
-        .ok_or_else(|| DbError::NotFound(format!("thread {}", m.thread)))?;
-    match status.as_str() {
-        // The end of a run already in flight is kept; nothing new is.
-        "archived" if m.run.is_none() => return Err(DbError::Archived(m.thread.clone())),
-        "idle" => {
-            lifecycle::set_status(conn, now, &m.thread, ThreadStatus::Active, "message", None, out)?;
-        }
-        _ => {}
+    // The next seq, taken unless the thread is archived (the end of a run
+    // already in flight is kept; nothing new is). Two statements, not
+    // UPDATE … RETURNING: RETURNING buffers its rows in an ephemeral table,
+    // which costs more than the second lookup.
+    let updated = conn
+        .prepare_cached(
+            "UPDATE threads SET last_seq = last_seq + 1, last_activity_at = ?2
+             WHERE id = ?1 AND (status != 'archived' OR ?3)",
+        )?
+        .execute(params![m.thread, now, m.run.is_some()])?;
+    if updated == 0 {
+        return Err(match threads::exists(conn, &m.thread)? {
+            true => DbError::Archived(m.thread.clone()),
+            false => DbError::NotFound(format!("thread {}", m.thread)),
+        });
+    }
+    let (seq, status, untitled): (i64, String, bool) = conn
+        .prepare_cached("SELECT last_seq, status, title IS NULL FROM threads WHERE id = ?1")?
+        .query_row([&m.thread], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    if status == "idle" {
+        lifecycle::set_status(conn, now, &m.thread, ThreadStatus::Active, "message", None, out)?;
     }
     if untitled
         && m.kind == MessageKind::King
@@ -83,12 +92,6 @@ pub fn append(conn: &Connection, now: i64, m: NewMessage, out: &mut Outbox) -> D
     {
         conn.prepare_cached("UPDATE threads SET title = ?2 WHERE id = ?1")?.execute(params![m.thread, title])?;
     }
-    // Two statements, not UPDATE … RETURNING: RETURNING buffers its rows in
-    // an ephemeral table, which costs more than the second lookup.
-    conn.prepare_cached("UPDATE threads SET last_seq = last_seq + 1, last_activity_at = ?2 WHERE id = ?1")?
-        .execute(params![m.thread, now])?;
-    let seq: i64 =
-        conn.prepare_cached("SELECT last_seq FROM threads WHERE id = ?1")?.query_row([&m.thread], |r| r.get(0))?;
     let seq = seq as u64;
     append_as(conn, now, seq, m, out)
 }
