@@ -429,3 +429,29 @@ async fn when_the_current_branch_is_archived_the_trunk_is_current_again() {
     // Named explicitly, the archived branch still refuses.
     assert_eq!(ask(&c, &branch, "Hello?").await.unwrap_err().code(), Some(ErrorCode::ThreadArchived));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_delete_asks_on_a_terminal_and_keeps_the_thread_unless_told_yes() {
+    let ws = Workspace::new(&[]);
+    config(&ws, serde_json::json!({}));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    c.thread_set_title(t.clone(), "Keep me".into()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let tmux = kd_tests::tmux::Tmux::start(dir.path(), dir.path());
+    tmux.wait_for("the shell prompt", |s| s.contains('$')).await;
+    let delete =
+        format!("KD_NO_AUTOSTART=1 {} --socket {} delete {t}", kd_tests::bin("kd").display(), kdd.socket.display());
+    tmux.type_line(&delete);
+    tmux.wait_for("the question", |s| s.contains(&format!("Delete thread {t} (Keep me) and its 0 messages? [y/N]")))
+        .await;
+    tmux.type_line("n");
+    tmux.wait_for("the answer", |s| s.contains(&format!("kept thread {t}"))).await;
+    assert!(c.thread_get(t.clone()).await.is_ok(), "kept");
+    tmux.type_line(&delete);
+    tmux.wait_for("the question again", |s| s.matches("[y/N]").count() == 2).await;
+    tmux.type_line("y");
+    tmux.wait_for("the deletion", |s| s.contains(&format!("deleted thread {t} (0 messages)"))).await;
+    assert!(c.thread_get(t).await.is_err(), "deleted");
+}
