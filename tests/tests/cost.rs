@@ -74,6 +74,13 @@ async fn costs_sum_per_member_thread_and_exchange() {
     let claude = out.stdout.lines().find(|l| l.starts_with("claude")).unwrap();
     assert_eq!(claude.split_whitespace().collect::<Vec<_>>(), ["claude", "$0.0036", "30", "15", "3"]);
     assert!(out.stdout.lines().last().unwrap().starts_with("total"), "{}", out.stdout);
+    // By exchange, kd cost takes the current thread when none is named.
+    c.thread_set_current(ws.path(), None, t1.clone()).await.unwrap();
+    let mut k = kdd.kd();
+    k.current_dir(ws.path()).args(["cost", "--by", "exchange"]);
+    let out = run(k).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.starts_with("EXCHANGE") && out.stdout.contains("\n4 "), "{}", out.stdout);
     let mut k = kdd.kd();
     k.args(["show", &t1]);
     let out = run(k).await;

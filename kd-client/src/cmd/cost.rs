@@ -20,7 +20,7 @@ pub struct CostArgs {
     /// Only answers since then: a duration back (`7d`, `12h`, `30m`) or a day (`2026-11-01`, UTC)
     #[arg(long, value_parser = parse_since, value_name = "WHEN")]
     since: Option<i64>,
-    /// How to group: member, thread, day, or exchange or round (with --thread)
+    /// How to group: member, thread, day, or exchange or round (of --thread, default the current thread)
     #[arg(long, value_enum, default_value = "member")]
     by: By,
     /// Print JSON
@@ -52,7 +52,13 @@ impl From<By> for CostBy {
 pub async fn run(ctx: &Ctx, a: CostArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client().await?;
     let ws = if a.here { Some(workspace::current()?.root.display().to_string()) } else { None };
-    let report = client.cost_report(a.thread, ws, a.since, Some(a.by.into())).await.map_err(ClientError::from)?;
+    // By exchange or round is of one thread: this workspace's current one
+    // unless named.
+    let thread = match (a.thread, a.by) {
+        (None, By::Exchange | By::Round) => Some(super::thread_or_current(&client, None).await?.id),
+        (thread, _) => thread,
+    };
+    let report = client.cost_report(thread, ws, a.since, Some(a.by.into())).await.map_err(ClientError::from)?;
     if a.json {
         print_json(&report)?;
         return Ok(ExitCode::SUCCESS);
