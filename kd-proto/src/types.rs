@@ -45,6 +45,11 @@ pub struct DaemonStatus {
     /// file): logging drops them rather than block or fail the daemon.
     #[serde(default)]
     pub log_lines_dropped: u64,
+    /// Whether the service manager (systemd, launchd) passed the listening
+    /// socket: stopping this daemon leaves the socket, and the next client
+    /// starts it again.
+    #[serde(default)]
+    pub socket_activated: bool,
 }
 
 /// Answer to `daemon.shutdown`.

@@ -72,8 +72,20 @@ pub struct Options {
 
 /// Runs the daemon until SIGTERM, SIGINT or `daemon.shutdown`. Prints one
 /// line, `kdd ready …`, on stdout once the socket accepts connections.
-pub async fn run(opts: Options) -> anyhow::Result<()> {
-    let claim = SocketClaim::claim(&opts.socket)?;
+pub async fn run(mut opts: Options) -> anyhow::Result<()> {
+    // A socket passed by systemd or launchd is used as it is, at its path.
+    let inherited = server::activation::inherited()?;
+    let claim = match &inherited {
+        Some(i) => {
+            if i.path != opts.socket {
+                tracing::info!("listening on the socket the service manager passed, {}", i.path.display());
+                opts.socket = i.path.clone();
+            }
+            service::set_socket_activated();
+            SocketClaim::inherited(&opts.socket)?
+        }
+        None => SocketClaim::claim(&opts.socket)?,
+    };
     let hub = Arc::new(Hub::new());
     private::tighten_database(&opts.db, opts.db_dir_is_kds);
     let db = Db::open(&opts.db, hub.clone())?;
@@ -81,7 +93,10 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     if recovered > 0 {
         tracing::warn!("recorded {recovered} run(s) left in flight by the previous daemon as interrupted");
     }
-    let listener = claim.bind()?;
+    let listener = match inherited {
+        Some(i) => tokio::net::UnixListener::from_std(i.listener).context("cannot use the passed socket")?,
+        None => claim.bind()?,
+    };
     let daemon = Arc::new(Daemon::new(db, hub, opts.socket.clone(), &opts.limits, opts.kill_grace));
     shutdown::on_signals(daemon.shutdown.clone()).context("cannot install signal handlers")?;
     tracing::info!(

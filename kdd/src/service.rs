@@ -16,6 +16,20 @@ use tokio_util::sync::CancellationToken;
 pub const MANAGER_VARS: &[&str] =
     &["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"];
 
+/// Whether the service manager passed the listening socket.
+static SOCKET_ACTIVATED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Records that the listening socket came from the service manager.
+pub fn set_socket_activated() {
+    SOCKET_ACTIVATED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether the listening socket came from the service manager: stopping
+/// this daemon does not stop the socket, and the next client starts it again.
+pub fn socket_activated() -> bool {
+    SOCKET_ACTIVATED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 fn send(states: &[NotifyState<'_>]) {
     if let Err(e) = sd_notify::notify(false, states) {
         tracing::debug!("cannot notify the service manager: {e}");

@@ -115,3 +115,183 @@ fn on_the_journal_kdd_logs_priority_prefixed_lines() {
     assert!(text.lines().any(|l| l.starts_with("<6>kdd: kdd ") && l.contains("listening")), "{text}");
     assert!(text.lines().all(|l| l.starts_with('<')), "every line has its priority, no timestamp: {text}");
 }
+
+/// A private directory (0700) for sockets under `dir`.
+fn private_dir(dir: &std::path::Path) -> std::path::PathBuf {
+    let private = dir.join("run");
+    std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700).create(&private).unwrap();
+    private
+}
+
+/// Whether a system tool is here; when not, the test says why it skips.
+fn have(tool: &str) -> bool {
+    let found = std::process::Command::new("sh").arg("-c").arg(format!("command -v {tool}")).output();
+    let ok = found.is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("SKIPPED: {tool} is not installed (Debian: apt-get install systemd)");
+    }
+    ok
+}
+
+/// The real `kd` for `socket`, allowed to auto-start (KD_KDD names ours).
+fn kd_for(socket: &std::path::Path, db: &std::path::Path) -> std::process::Command {
+    let mut cmd = std::process::Command::new(kd_tests::bin("kd"));
+    cmd.env("KD_SOCKET", socket)
+        .env("KD_DB", db)
+        .env("KD_KDD", kd_tests::bin("kdd"))
+        .env_remove("KD_NO_AUTOSTART")
+        .stdin(std::process::Stdio::null());
+    cmd
+}
+
+fn status_of(socket: &std::path::Path) -> serde_json::Value {
+    let answer = kd_tests::rpc_post(socket, r#"{"jsonrpc":"2.0","id":1,"method":"daemon.status","params":{}}"#);
+    answer["result"].clone()
+}
+
+#[test]
+fn kdd_started_by_socket_activation_serves_kd_and_no_second_daemon_starts() {
+    if !have("systemd-socket-activate") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = private_dir(dir.path());
+    let socket = run.join("kdd.sock");
+    let db = dir.path().join("kd.sqlite3");
+    // systemd's own tool: binds, waits for the first connection, then execs
+    // kdd with LISTEN_FDS/LISTEN_PID/LISTEN_FDNAMES set, as kdd.socket does.
+    let mut manager = std::process::Command::new("systemd-socket-activate")
+        .arg("-l")
+        .arg(&socket)
+        .arg("--fdname=kdd")
+        .arg(format!("--setenv=KD_DB={}", db.display()))
+        .arg(kd_tests::bin("kdd"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Listening before anything runs: wait for the socket file.
+    let deadline = std::time::Instant::now() + kd_tests::DEADLINE;
+    while !socket.exists() {
+        if let Ok(Some(exit)) = manager.try_wait() {
+            let mut said = String::new();
+            let _ = std::io::Read::read_to_string(&mut manager.stderr.take().unwrap(), &mut said);
+            panic!("systemd-socket-activate exited with {exit}: {said}");
+        }
+        assert!(std::time::Instant::now() < deadline, "systemd-socket-activate never listened");
+        std::thread::yield_now();
+    }
+
+    // kd, free to auto-start, connects and is served by the activated kdd.
+    let out = kd_for(&socket, &db).args(["threads"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let status = status_of(&socket);
+    assert_eq!(status["socket_activated"], true, "{status}");
+    // The daemon is the manager's process (it exec'd kdd), and the only one:
+    // the lock beside the socket is held by that pid.
+    assert_eq!(status["pid"], manager.id(), "{status}");
+    let lock = std::fs::read_to_string(run.join("kdd.sock.lock")).unwrap();
+    assert_eq!(lock.trim(), manager.id().to_string());
+
+    // kd daemon status says who started it.
+    let out = kd_for(&socket, &db).args(["daemon", "status"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("by the service manager"));
+
+    // A kdd started by hand on that path refuses; the manager keeps it.
+    let mut by_hand = std::process::Command::new(kd_tests::bin("kdd"));
+    by_hand.arg("--socket").arg(&socket).arg("--db").arg(dir.path().join("other.sqlite3"));
+    let (started, said) = kd_tests::kdd_outcome(by_hand);
+    assert!(!started, "a second daemon started");
+    assert!(said.contains("already listens"), "{said}");
+
+    // kd daemon stop stops it and says the manager still listens.
+    let out = kd_for(&socket, &db).args(["daemon", "stop"]).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && said.contains("starts kdd on the next connection"), "{said}");
+    let exit = manager.wait().unwrap();
+    assert!(exit.success(), "kdd exited with {exit}");
+    assert!(socket.exists(), "kdd removed the socket its manager made");
+}
+
+#[test]
+fn kd_daemon_install_writes_units_systemd_verifies_and_uninstall_removes() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = private_dir(dir.path());
+    let socket = run.join("kdd.sock");
+    let config = dir.path().join("config");
+    let kd = |args: &[&str]| {
+        let out = kd_for(&socket, &dir.path().join("kd.sqlite3"))
+            .args(args)
+            .env("XDG_CONFIG_HOME", &config)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "kd {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let units = config.join("systemd/user");
+
+    // --dry-run shows the units and the commands, and writes nothing.
+    let shown = kd(&["daemon", "install", "--dry-run"]);
+    assert!(shown.contains(&format!("ListenStream={}", socket.display())), "{shown}");
+    assert!(shown.contains(&format!("ExecStart={}", kd_tests::bin("kdd").canonicalize().unwrap().display())));
+    assert!(shown.contains("would run: systemctl --user enable --now kdd.socket"), "{shown}");
+    assert!(!units.exists(), "--dry-run wrote files");
+
+    kd(&["daemon", "install", "--files-only"]);
+    for unit in ["kdd.socket", "kdd.service"] {
+        let meta = std::fs::metadata(units.join(unit)).unwrap();
+        assert_eq!(std::os::unix::fs::MetadataExt::mode(&meta) & 0o777, 0o600, "{unit}");
+    }
+    let service = std::fs::read_to_string(units.join("kdd.service")).unwrap();
+    assert!(service.contains("Type=notify") && service.contains("WatchdogSec="), "{service}");
+
+    if have("systemd-analyze") {
+        // A user manager needs a runtime directory; a private one will do.
+        std::fs::create_dir(dir.path().join("xdg")).unwrap();
+        let runtime = private_dir(&dir.path().join("xdg"));
+        let out = std::process::Command::new("systemd-analyze")
+            .args(["verify", "--user", "--man=no"])
+            .arg(units.join("kdd.socket"))
+            .arg(units.join("kdd.service"))
+            .env("XDG_RUNTIME_DIR", &runtime)
+            .env("XDG_CONFIG_HOME", &config)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && said.trim().is_empty(), "systemd-analyze verify: {said}");
+    }
+
+    let said = kd(&["daemon", "uninstall", "--files-only"]);
+    assert!(said.contains("removed"), "{said}");
+    assert!(!units.join("kdd.socket").exists() && !units.join("kdd.service").exists());
+}
+
+#[test]
+fn the_launchd_plist_is_well_formed_and_names_the_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("run/kdd.sock");
+    let out = kd_for(&socket, &dir.path().join("kd.sqlite3"))
+        .args(["daemon", "install", "--launchd", "--dry-run"])
+        .env("HOME", dir.path())
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(shown.contains("Library/LaunchAgents/dev.kd.kdd.plist"), "{shown}");
+    assert!(shown.contains("would run: launchctl bootstrap gui/"), "{shown}");
+    let start = shown.find("<?xml").expect("a plist");
+    let end = shown.find("</plist>").expect("a whole plist") + "</plist>".len();
+    let plist: plist::Value = plist::from_bytes(&shown.as_bytes()[start..end]).expect("a well-formed plist");
+    let job = plist.as_dictionary().expect("a dictionary");
+    assert_eq!(job["Label"].as_string(), Some("dev.kd.kdd"));
+    let program = job["ProgramArguments"].as_array().unwrap()[0].as_string().unwrap();
+    assert_eq!(std::path::Path::new(program), kd_tests::bin("kdd").canonicalize().unwrap());
+    let sock = job["Sockets"].as_dictionary().unwrap()["kdd"].as_dictionary().unwrap();
+    assert_eq!(sock["SockPathName"].as_string(), Some(socket.to_str().unwrap()));
+    assert_eq!(sock["SockPathMode"].as_signed_integer(), Some(0o600));
+    assert_eq!(job["KeepAlive"].as_dictionary().unwrap()["SuccessfulExit"].as_boolean(), Some(false));
+    assert_eq!(job["RunAtLoad"].as_boolean(), Some(false));
+    let env = job["EnvironmentVariables"].as_dictionary().unwrap();
+    assert!(env["PATH"].as_string().is_some_and(|p| !p.is_empty()));
+}

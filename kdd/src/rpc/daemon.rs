@@ -31,6 +31,7 @@ pub async fn status(d: &Daemon) -> RpcResult<DaemonStatus> {
         clients: d.open_connections(),
         subscriptions: d.hub.subscription_count(),
         log_lines_dropped: crate::log::dropped_lines(),
+        socket_activated: crate::service::socket_activated(),
     })
 }
 

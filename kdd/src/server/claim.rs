@@ -19,6 +19,9 @@ use tokio::net::UnixListener;
 pub struct SocketClaim {
     socket: PathBuf,
     _lock: File,
+    /// Whether the socket file is ours to remove: not when the service
+    /// manager made it and listens on it between daemons.
+    owns_socket: bool,
 }
 
 impl SocketClaim {
@@ -26,6 +29,35 @@ impl SocketClaim {
     /// removes a stale socket file. Fails if another daemon holds the lock.
     pub fn claim(socket: &Path) -> anyhow::Result<SocketClaim> {
         secure_dir(kd_proto::paths::socket_dir(socket))?;
+        // Someone listens there without holding the lock: a service
+        // manager's socket (kdd.socket, launchd) waiting to start kdd. Its
+        // path is not ours to take over.
+        if std::os::unix::net::UnixStream::connect(socket).is_ok() {
+            bail!(
+                "something already listens on {} (a kdd.socket unit or launchd job?); kd uses it — see `kd daemon status`",
+                socket.display()
+            );
+        }
+        let lock = Self::lock(socket)?;
+        match std::fs::remove_file(socket) {
+            Ok(()) => tracing::info!("removed stale socket {}", socket.display()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("cannot remove stale socket {}", socket.display())),
+        }
+        Ok(SocketClaim { socket: socket.to_path_buf(), _lock: lock, owns_socket: true })
+    }
+
+    /// Claims a socket the service manager made and passed to us: the same
+    /// lock, but the socket file is left alone, now and at exit.
+    pub fn inherited(socket: &Path) -> anyhow::Result<SocketClaim> {
+        secure_dir(kd_proto::paths::socket_dir(socket))
+            .context("the service manager's socket directory must be private (DirectoryMode=0700)")?;
+        let lock = Self::lock(socket)?;
+        Ok(SocketClaim { socket: socket.to_path_buf(), _lock: lock, owns_socket: false })
+    }
+
+    /// Takes the daemon lock beside `socket` and writes our pid in it.
+    fn lock(socket: &Path) -> anyhow::Result<File> {
         let lock_path = kd_proto::paths::lock_path(socket);
         let mut lock = kd_proto::paths::open_lock_file(&lock_path)
             .with_context(|| format!("cannot open {} (a symlink is not followed)", lock_path.display()))?;
@@ -37,12 +69,7 @@ impl SocketClaim {
         }
         lock.set_len(0).context("cannot write the lock file")?;
         write!(lock, "{}", std::process::id()).context("cannot write the lock file")?;
-        match std::fs::remove_file(socket) {
-            Ok(()) => tracing::info!("removed stale socket {}", socket.display()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e).with_context(|| format!("cannot remove stale socket {}", socket.display())),
-        }
-        Ok(SocketClaim { socket: socket.to_path_buf(), _lock: lock })
+        Ok(lock)
     }
 
     /// Binds the socket, mode 0600.
@@ -57,7 +84,9 @@ impl SocketClaim {
 
 impl Drop for SocketClaim {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.socket);
+        if self.owns_socket {
+            let _ = std::fs::remove_file(&self.socket);
+        }
     }
 }
 
@@ -114,6 +143,22 @@ mod tests {
         assert!(err.contains(&format!("pid {}", std::process::id())), "{err}");
         drop(first);
         SocketClaim::claim(&socket)?;
+        Ok(())
+    }
+
+    #[test]
+    fn a_socket_someone_listens_on_is_not_taken_over() -> anyhow::Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let dir = tmp.path().join("run");
+        secure_dir(&dir)?;
+        let socket = dir.join("kdd.sock");
+        let _manager = std::os::unix::net::UnixListener::bind(&socket)?;
+        let err = SocketClaim::claim(&socket).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("already listens"), "{err}");
+        assert!(socket.exists(), "the listening socket was removed");
+        // Passed to us, the same socket is claimed and left in place.
+        drop(SocketClaim::inherited(&socket)?);
+        assert!(socket.exists(), "an inherited socket was removed at exit");
         Ok(())
     }
 }

@@ -2,6 +2,7 @@
 //! JSON-RPC over HTTP and WebSocket on each connection.
 //!
 //! - [`claim`]: one daemon per socket, in a directory only its user can touch;
+//! - [`activation`]: a listening socket handed over by systemd or launchd;
 //! - [`connections`]: the open connections, which the daemon can cut;
 //! - [`http_request`]: one HTTP request, before jsonrpsee takes it;
 //! - [`ids`]: ids jsonrpsee cannot take, and their stand-ins;
@@ -15,6 +16,7 @@
 //! that subscribers still hear how they ended — and those still open after
 //! the grace period have their sockets cut.
 
+pub mod activation;
 mod claim;
 pub mod connections;
 mod frames;

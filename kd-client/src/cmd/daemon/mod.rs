@@ -1,4 +1,4 @@
-//! `kd daemon start|stop|status|restart`. They talk to the daemon over
+//! `kd daemon start|stop|status|restart|install|uninstall`. They talk to the daemon over
 //! plain HTTP ([`kd_client::http`]), which always gets in: the daemon keeps
 //! a few connections free for it when every WebSocket slot is taken.
 
@@ -13,6 +13,9 @@ use kd_proto::types::{DaemonStatus, Hello, ShutdownAck};
 use super::{Ctx, print_json};
 use crate::fmt;
 
+mod install;
+mod units;
+
 #[derive(Debug, Subcommand)]
 pub enum DaemonCommand {
     /// Start kdd in the background (nothing happens if it runs already)
@@ -23,6 +26,11 @@ pub enum DaemonCommand {
     Status(StatusArgs),
     /// Stop kdd if it runs, then start it
     Restart,
+    /// Run kdd as a user service: systemd (kdd.socket + kdd.service) or
+    /// launchd starts it on the first connection to kd's socket
+    Install(install::ServiceArgs),
+    /// Remove what `kd daemon install` set up
+    Uninstall(install::ServiceArgs),
 }
 
 #[derive(Debug, Args)]
@@ -44,6 +52,8 @@ pub async fn run(ctx: &Ctx, cmd: DaemonCommand) -> anyhow::Result<ExitCode> {
             stop(ctx).await?;
             start(ctx).await
         }
+        DaemonCommand::Install(a) => install::install(ctx, a).await,
+        DaemonCommand::Uninstall(a) => install::uninstall(ctx, a).await,
     }
 }
 
@@ -64,8 +74,9 @@ async fn start(ctx: &Ctx) -> anyhow::Result<ExitCode> {
 }
 
 async fn stop(ctx: &Ctx) -> anyhow::Result<ExitCode> {
-    let pid = match hello(ctx).await {
-        Ok(h) => h.pid,
+    let status = http::call::<DaemonStatus>(&ctx.socket, "daemon.status", serde_json::json!({})).await;
+    let (pid, activated) = match status {
+        Ok(s) => (s.pid, s.socket_activated),
         Err(ClientError::Unreachable { .. }) => {
             plainln!("kdd is not running on {}", ctx.socket.display())?;
             return Ok(ExitCode::SUCCESS);
@@ -75,6 +86,13 @@ async fn stop(ctx: &Ctx) -> anyhow::Result<ExitCode> {
     let _: ShutdownAck = http::call(&ctx.socket, "daemon.shutdown", serde_json::json!({})).await?;
     wait_exited(ctx).await?;
     plainln!("kdd stopped (pid {pid})")?;
+    if activated {
+        plainln!(
+            "its service manager still listens on {} and starts kdd on the next connection",
+            ctx.socket.display()
+        )?;
+        plainln!("to keep it stopped: systemctl --user stop kdd.socket (or kd daemon uninstall)")?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -112,6 +130,9 @@ async fn status(ctx: &Ctx, a: StatusArgs) -> anyhow::Result<ExitCode> {
     plainln!("  socket    {}", s.socket)?;
     plainln!("  database  {} (schema {})", s.db, s.schema_version)?;
     plainln!("  protocol  {}", s.protocol)?;
+    if s.socket_activated {
+        plainln!("  started   by the service manager (socket activation)")?;
+    }
     plainln!("  threads   {}", s.threads)?;
     plainln!("  runs      {} in flight", s.runs_in_flight)?;
     plainln!("  clients   {} connected, {} subscriptions", s.clients, s.subscriptions)?;
