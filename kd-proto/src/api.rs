@@ -115,7 +115,7 @@ pub trait KdApi {
         limit: Option<u32>,
         before_seq: Option<u64>,
         bodies: Option<bool>,
-    ) -> RpcResult<Vec<Message>>;
+    ) -> RpcResult<crate::page::Messages>;
 
     #[method(name = "message.append", param_kind = map)]
     async fn message_append(

@@ -24,6 +24,7 @@ pub mod error;
 pub mod names;
 pub mod openrpc;
 pub mod order;
+pub mod page;
 pub mod paths;
 pub mod types;
 

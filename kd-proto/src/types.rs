@@ -243,6 +243,7 @@ impl Message {
 }
 
 pub use crate::order::display_order;
+pub use crate::page::Messages;
 
 /// A lock token to present with a write that must only happen while the
 /// lock is held (fencing).

@@ -1,234 +1,27 @@
 //! Agent-run benchmarks: delta latency, delta throughput against a raw
 //! pipe, delta fan-out to 50 subscribers, and `kd ask` wall time, with fake
-//! agents. Figures are printed next to the SPEC §9 targets.
+//! agents. Figures are printed next to the SPEC §9 targets
+//! (`kd_tests::bench::runs`).
 //!
 //! Run: `cargo build --release --workspace --bins && cargo bench -p kd-tests --bench runs`
 
-use std::process::Stdio;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-use kd_client::KdApiClient;
-use kd_proto::types::ThreadEvent;
-use kd_tests::{Kdd, Workspace, bin};
-use tokio::io::AsyncReadExt;
+use kd_tests::bench::{self, runs, selected};
 
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     rt.block_on(async {
-        println!(
-            "kd agent-run benchmarks ({} cores)",
-            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
-        );
-        println!("{:<52} {:>16} {:>16}", "measure", "value", "target");
+        bench::header("kd agent-run benchmarks");
         if selected("latency") {
-            latency().await;
+            runs::latency().await;
         }
         if selected("throughput") {
-            throughput().await;
+            runs::throughput().await;
         }
         if selected("fanout") {
-            fanout().await;
+            runs::fanout().await;
         }
         if selected("ask") {
-            ask_wall_time().await;
+            runs::ask_wall_time().await;
         }
     });
-}
-
-fn selected(name: &str) -> bool {
-    let names: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
-    names.is_empty() || names.iter().any(|n| name.contains(n.as_str()))
-}
-
-fn row(measure: &str, value: String, target: &str) {
-    println!("{measure:<52} {value:>16} {target:>16}");
-}
-
-fn now_us() -> u128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros()).unwrap_or(0)
-}
-
-fn pct(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
-/// Three members each streaming 1,000 stamped deltas a second for 3 s; the
-/// subscriber compares each delta's arrival with the time it was written.
-async fn latency() {
-    const RATE: &str = "1000";
-    const PER_MEMBER: usize = 3000;
-    let env: &[(&str, &str)] = &[("FAKE_STAMP", "1"), ("FAKE_RATE", RATE), ("FAKE_DELTAS", "3000")];
-    let ws = Workspace::new(&[("claude", "claude", env), ("codex", "gemini", env), ("cursor", "cursor", env)]);
-    let kdd = Kdd::start();
-    let c = kdd.client().await;
-    let t = kd_tests::new_thread(&c, &ws.path()).await;
-    let mut sub = c.thread_subscribe(t.clone(), None, None).await.expect("subscribe");
-    c.council_send(t, "go".into(), None, None, None, None, None, Some(0), None).await.expect("send");
-    let mut samples = Vec::with_capacity(3 * PER_MEMBER);
-    let mut ended = 0;
-    while ended < 3 {
-        match sub.next().await {
-            Some(Ok(ThreadEvent::Delta { text, .. })) => {
-                let at = now_us();
-                for stamp in text.split("[t=").skip(1) {
-                    if let Some(t) = stamp.split(']').next().and_then(|s| s.parse::<u128>().ok()) {
-                        samples.push((at.saturating_sub(t)) as f64 / 1000.0);
-                    }
-                }
-            }
-            Some(Ok(
-                ThreadEvent::RunFinished { .. } | ThreadEvent::RunError { .. } | ThreadEvent::RunCancelled { .. },
-            )) => ended += 1,
-            Some(Ok(_)) => {}
-            _ => break,
-        }
-    }
-    samples.sort_by(|a, b| a.total_cmp(b));
-    row("deltas received (3 members × 3,000 at 1,000/s)", samples.len().to_string(), "9000");
-    row("delta latency agent write → client, p50", format!("{:.3} ms", pct(&samples, 0.5)), "< 0.2 ms");
-    row("delta latency agent write → client, p99", format!("{:.3} ms", pct(&samples, 0.99)), "< 2 ms");
-}
-
-/// One member streaming 200,000 one-character deltas as fast as it can,
-/// against the same agent's stdout read straight from a pipe.
-async fn throughput() {
-    const N: usize = 200_000;
-    let env: &[(&str, &str)] = &[("FAKE_PIECE", "x"), ("FAKE_DELTAS", "200000")];
-    let ws = Workspace::new(&[("claude", "claude", env)]);
-    let kdd = Kdd::start();
-    let c = kdd.client().await;
-    let t = kd_tests::new_thread(&c, &ws.path()).await;
-    let mut sub = c.thread_subscribe(t.clone(), None, None).await.expect("subscribe");
-    c.council_send(t, "go".into(), None, None, None, None, None, Some(0), None).await.expect("send");
-    let mut first = None;
-    let mut chars = 0u64;
-    let mut lagged = 0u64;
-    let mut last = Instant::now();
-    loop {
-        match sub.next().await {
-            Some(Ok(ThreadEvent::Delta { chars: c, .. })) => {
-                first.get_or_insert_with(Instant::now);
-                chars = c;
-                last = Instant::now();
-            }
-            Some(Ok(ThreadEvent::Lagged { missed })) => lagged += missed,
-            Some(Ok(ThreadEvent::RunFinished { .. } | ThreadEvent::RunError { .. })) => break,
-            Some(Ok(_)) => {}
-            _ => break,
-        }
-    }
-    let secs = first.map(|f| (last - f).as_secs_f64()).unwrap_or(f64::NAN);
-    let daemon_rate = chars as f64 / secs;
-
-    // The same agent, same argv, its stdout read directly.
-    let mut cmd = tokio::process::Command::new(bin("fake-agent"));
-    cmd.args(["-p", "--output-format", "stream-json", "--verbose", "--include-partial-messages"])
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped());
-    let mut child = cmd.spawn().expect("fake agent");
-    let mut stdout = child.stdout.take().expect("stdout");
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut lines = 0usize;
-    let mut raw_first = None;
-    loop {
-        let n = stdout.read(&mut buf).await.expect("read");
-        if n == 0 {
-            break;
-        }
-        raw_first.get_or_insert_with(Instant::now);
-        lines += buf[..n].iter().filter(|b| **b == b'\n').count();
-    }
-    let raw_secs = raw_first.map(|f| f.elapsed().as_secs_f64()).unwrap_or(f64::NAN);
-    let _ = child.wait().await;
-    let raw_rate = lines.min(N) as f64 / raw_secs;
-    row("delta throughput to one subscriber", format!("{daemon_rate:.0} /s"), ">= 200,000 /s");
-    row("  characters received / sent", format!("{chars} / {N}"), "");
-    row("  lagged (dropped for a slow subscriber)", lagged.to_string(), "");
-    row("raw pipe, same agent, same bytes", format!("{raw_rate:.0} lines/s"), "");
-    row("daemon ÷ raw pipe", format!("{:.0} %", 100.0 * daemon_rate / raw_rate), ">= 25 %");
-}
-
-/// One member streaming 200,000 one-character deltas as fast as it can to
-/// 50 subscribers, each on its own connection: does every one get every
-/// character, and how fast?
-async fn fanout() {
-    const N: u64 = 200_000;
-    const SUBSCRIBERS: usize = 50;
-    let env: &[(&str, &str)] = &[("FAKE_PIECE", "x"), ("FAKE_DELTAS", "200000")];
-    let ws = Workspace::new(&[("claude", "claude", env)]);
-    let kdd = Kdd::start();
-    let c = kdd.client().await;
-    let t = kd_tests::new_thread(&c, &ws.path()).await;
-    let mut tasks = Vec::new();
-    for _ in 0..SUBSCRIBERS {
-        let client = kd_client::Client::connect(&kdd.socket).await.expect("connect");
-        let mut sub = client.thread_subscribe(t.clone(), None, None).await.expect("subscribe");
-        tasks.push(tokio::spawn(async move {
-            let _client = client;
-            let (mut chars, mut lagged, mut first, mut last) = (0u64, 0u64, None, Instant::now());
-            loop {
-                match sub.next().await {
-                    Some(Ok(ThreadEvent::Delta { text, .. })) => {
-                        first.get_or_insert_with(Instant::now);
-                        chars += text.chars().count() as u64;
-                        last = Instant::now();
-                    }
-                    Some(Ok(ThreadEvent::Lagged { missed })) => lagged += missed,
-                    Some(Ok(ThreadEvent::RunFinished { .. } | ThreadEvent::RunError { .. })) => break,
-                    Some(Ok(_)) => {}
-                    _ => break,
-                }
-            }
-            let secs = first.map(|f| (last - f).as_secs_f64()).unwrap_or(f64::NAN);
-            (chars, lagged, chars as f64 / secs)
-        }));
-    }
-    c.council_send(t, "go".into(), None, None, None, None, None, Some(0), None).await.expect("send");
-    let mut results = Vec::new();
-    for task in tasks {
-        results.push(task.await.expect("subscriber"));
-    }
-    let complete = results.iter().filter(|r| r.0 == N).count();
-    let lagged: u64 = results.iter().map(|r| r.1).sum();
-    let mut rates: Vec<f64> = results.iter().map(|r| r.2).collect();
-    rates.sort_by(|a, b| a.total_cmp(b));
-    row(&format!("fan-out, {SUBSCRIBERS} subscribers, slowest"), format!("{:.0} /s", rates[0]), ">= 50,000 /s");
-    row("  median subscriber", format!("{:.0} /s", pct(&rates, 0.5)), "");
-    row("  subscribers with every character", format!("{complete}/{SUBSCRIBERS}"), "all");
-    row("  lagged notices (items dropped)", lagged.to_string(), "0");
-}
-
-/// `kd ask` with three instantly answering members, process start to exit,
-/// against a warm daemon: one round, then a full 1 + 3 round exchange.
-async fn ask_wall_time() {
-    ask_rounds(0, 40, "kd ask, 3 instant members, one round", "< 30 ms").await;
-    ask_rounds(3, 20, "kd ask, 3 instant members, 1 + 3 rounds", "").await;
-}
-
-async fn ask_rounds(rounds: u32, n: usize, what: &str, target: &str) {
-    let ws = Workspace::new(&[("claude", "claude", &[]), ("codex", "codex", &[]), ("gemini", "gemini", &[])]);
-    let kdd = Kdd::start();
-    let mut times = Vec::new();
-    let rounds = rounds.to_string();
-    for i in 0..n {
-        let start = Instant::now();
-        let out = std::process::Command::new(bin("kd"))
-            .arg("--socket")
-            .arg(&kdd.socket)
-            .args(["ask", "--rounds", &rounds, "Quick?"])
-            .current_dir(ws.dir.path())
-            .env("KD_NO_AUTOSTART", "1")
-            .output()
-            .expect("kd ask");
-        let took = start.elapsed();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        if i >= 5 {
-            times.push(took.as_secs_f64() * 1000.0);
-        }
-    }
-    times.sort_by(|a, b| a.total_cmp(b));
-    row(&format!("{what}, start → exit, p50"), format!("{:.1} ms", pct(&times, 0.5)), target);
-    row(&format!("{what}, min"), format!("{:.1} ms", times[0]), "");
-    let _ = Duration::ZERO;
 }

@@ -203,7 +203,7 @@ fn kdd_started_by_socket_activation_serves_kd_and_no_second_daemon_starts() {
     by_hand.arg("--socket").arg(&socket).arg("--db").arg(dir.path().join("other.sqlite3"));
     let (started, said) = kd_tests::kdd_outcome(by_hand);
     assert!(!started, "a second daemon started");
-    assert!(said.contains("already listens"), "{said}");
+    assert!(said.contains(&format!("already running on {} (pid {})", socket.display(), manager.id())), "{said}");
 
     // kd daemon stop stops it and says the manager still listens.
     let out = kd_for(&socket, &db).args(["daemon", "stop"]).output().unwrap();

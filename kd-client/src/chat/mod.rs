@@ -247,7 +247,7 @@ async fn open(
     let messages: Vec<Message> = match new {
         Some(_) => Vec::new(),
         // The newest page: a thread may be longer than one answer can hold.
-        None => client.thread_messages(thread.id.clone(), None, None, Some(i64::MAX as u64), None).await?,
+        None => client.thread_messages(thread.id.clone(), None, None, Some(i64::MAX as u64), None).await?.into_vec(),
     };
     let mut thread = match new {
         Some(_) => thread,

@@ -275,7 +275,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Message> {
     })
 }
 
-fn parse_kind(s: &str) -> MessageKind {
+pub(super) fn parse_kind(s: &str) -> MessageKind {
     match s {
         "king" => MessageKind::King,
         "system" => MessageKind::System,
@@ -292,6 +292,15 @@ impl super::Db {
 
     pub async fn messages(&self, thread: String, page: Page) -> DbResult<Vec<Message>> {
         self.read(move |c| list(c, &thread, page)).await
+    }
+
+    /// A page for `thread.messages`: read forwards, it is written as JSON
+    /// from the rows ([`super::page_json`]); from the end, it is a list.
+    pub async fn messages_page(&self, thread: String, page: Page) -> DbResult<kd_proto::types::Messages> {
+        if page.from_end {
+            return Ok(self.messages(thread, page).await?.into());
+        }
+        self.read(move |c| super::page_json::list(c, &thread, &page)).await
     }
 }
 

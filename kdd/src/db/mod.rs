@@ -25,6 +25,7 @@ pub mod inbox;
 pub mod lifecycle;
 pub mod locks;
 pub mod messages;
+mod page_json;
 mod pool;
 pub mod runs;
 pub mod schema;

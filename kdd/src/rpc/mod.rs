@@ -165,7 +165,7 @@ impl KdApiServer for Rpc {
         limit: Option<u32>,
         before_seq: Option<u64>,
         bodies: Option<bool>,
-    ) -> RpcResult<Vec<Message>> {
+    ) -> RpcResult<kd_proto::types::Messages> {
         threads::messages(&self.d, thread, since_seq, limit, before_seq, bodies).await
     }
 

@@ -168,7 +168,7 @@ pub async fn messages(
     limit: Option<u32>,
     before_seq: Option<u64>,
     bodies: Option<bool>,
-) -> RpcResult<Vec<Message>> {
+) -> RpcResult<kd_proto::types::Messages> {
     validate::thread_id(&thread)?;
     validate::position("since_seq", since_seq)?;
     validate::position("before_seq", before_seq)?;
@@ -180,7 +180,7 @@ pub async fn messages(
         bodies: bodies.unwrap_or(true),
         budget: d.page_bytes,
     };
-    Ok(d.db.messages(thread, page).await?)
+    Ok(d.db.messages_page(thread, page).await?)
 }
 
 pub async fn append(

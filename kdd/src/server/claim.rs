@@ -10,9 +10,13 @@ use std::fs::{File, Permissions};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use tokio::net::UnixListener;
+
+/// How long a socket-activated kdd waits for the lock's holder to let go.
+const LOCK_PATIENCE: Duration = Duration::from_secs(3);
 
 /// The claimed socket path: holds the lock file for the daemon's lifetime
 /// and removes the socket file when dropped.
@@ -29,6 +33,7 @@ impl SocketClaim {
     /// removes a stale socket file. Fails if another daemon holds the lock.
     pub fn claim(socket: &Path) -> anyhow::Result<SocketClaim> {
         secure_dir(kd_proto::paths::socket_dir(socket))?;
+        let lock = Self::lock(socket, false)?;
         // Someone listens there without holding the lock: a service
         // manager's socket (kdd.socket, launchd) waiting to start kdd. Its
         // path is not ours to take over.
@@ -38,7 +43,6 @@ impl SocketClaim {
                 socket.display()
             );
         }
-        let lock = Self::lock(socket)?;
         match std::fs::remove_file(socket) {
             Ok(()) => tracing::info!("removed stale socket {}", socket.display()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -52,16 +56,23 @@ impl SocketClaim {
     pub fn inherited(socket: &Path) -> anyhow::Result<SocketClaim> {
         secure_dir(kd_proto::paths::socket_dir(socket))
             .context("the service manager's socket directory must be private (DirectoryMode=0700)")?;
-        let lock = Self::lock(socket)?;
+        let lock = Self::lock(socket, true)?;
         Ok(SocketClaim { socket: socket.to_path_buf(), _lock: lock, owns_socket: false })
     }
 
     /// Takes the daemon lock beside `socket` and writes our pid in it.
-    fn lock(socket: &Path) -> anyhow::Result<File> {
+    /// `patient`: wait a moment for a holder that is about to let go (a kdd
+    /// started by hand probing the manager's socket, one stopping).
+    fn lock(socket: &Path, patient: bool) -> anyhow::Result<File> {
         let lock_path = kd_proto::paths::lock_path(socket);
         let mut lock = kd_proto::paths::open_lock_file(&lock_path)
             .with_context(|| format!("cannot open {} (a symlink is not followed)", lock_path.display()))?;
-        if lock.try_lock().is_err() {
+        let deadline = std::time::Instant::now() + if patient { LOCK_PATIENCE } else { Duration::ZERO };
+        while lock.try_lock().is_err() {
+            if std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
             let holder = std::fs::read_to_string(&lock_path).unwrap_or_default();
             let holder = holder.trim();
             let pid = if holder.is_empty() { String::new() } else { format!(" (pid {holder})") };

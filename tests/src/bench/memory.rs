@@ -1,0 +1,228 @@
+//! The §9 rows about size: reading a 10,000-message thread, the daemon's
+//! resident memory (idle, with 1,000 threads, after serving a long
+//! history, beside a subscriber that never reads), and 500 agents
+//! streaming at once.
+
+use std::time::Instant;
+
+use kd_client::KdApiClient;
+use kd_proto::types::ThreadEvent;
+
+use super::{check, ms, peak_rss_mib, percentile, row, rss_mib};
+use crate::{Kdd, Workspace, workspace};
+
+/// A body like an agent's answer: a few hundred characters of prose.
+fn body(i: usize) -> String {
+    format!(
+        "Answer {i}: the migration adds a nullable column first, backfills it in batches of a thousand rows, \
+         then makes it NOT NULL once every writer sends it. Rolling back drops the column; readers never see \
+         a half-written row because each batch commits on its own. Tests cover the empty table, the table \
+         with one row and the table under concurrent writes."
+    )
+}
+
+/// Fills a thread with `n` messages from eight writers; its id.
+async fn long_thread(kdd: &Kdd, n: usize) -> String {
+    let setup = kdd.client().await;
+    let thread = crate::new_thread(&setup, &workspace("history")).await;
+    let mut writers = Vec::new();
+    for w in 0..8 {
+        let c = kdd.client().await;
+        let thread = thread.clone();
+        writers.push(tokio::spawn(async move {
+            for i in (w..n).step_by(8) {
+                crate::append(&c, &thread, if i % 2 == 0 { "king" } else { "claude" }, body(i), &[]).await;
+            }
+        }));
+    }
+    for w in writers {
+        w.await.expect("writer");
+    }
+    thread
+}
+
+/// `thread.messages` of a 10,000-message thread, whole and a page at a
+/// time, on a persistent connection; then the daemon's memory after it.
+pub async fn history() {
+    const N: usize = 10_000;
+    let kdd = Kdd::start();
+    let thread = long_thread(&kdd, N).await;
+    let c = kdd.client().await;
+    let before = rss_mib(kdd.pid);
+    let mut whole = Vec::new();
+    let mut bytes = 0;
+    for i in 0..25 {
+        let t = Instant::now();
+        let msgs = c.thread_messages(thread.clone(), None, None, None, None).await.expect("messages");
+        let took = t.elapsed();
+        assert_eq!(msgs.len(), N, "a whole thread");
+        bytes = msgs.iter().map(|m| m.body.len()).sum::<usize>();
+        if i >= 5 {
+            whole.push(took);
+        }
+    }
+    whole.sort_unstable();
+    let p50 = ms(percentile(&whole, 0.5));
+    check(
+        &format!("thread.messages, {N} messages ({:.1} MB of text), p50", bytes as f64 / 1e6),
+        format!("{p50:.1} ms"),
+        "< 20 ms",
+        p50 < 20.0,
+    );
+    row("  p99", format!("{:.1} ms", ms(percentile(&whole, 0.99))), "");
+    // The same read as bytes over plain HTTP: the daemon's share.
+    let call = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"thread.messages","params":{{"thread":"{thread}"}}}}"#);
+    let mut raw = Vec::new();
+    for _ in 0..20 {
+        let t = Instant::now();
+        let (status, _) = crate::http_post(&kdd.socket, &call).expect("http");
+        raw.push(t.elapsed());
+        assert_eq!(status, 200);
+    }
+    raw.sort_unstable();
+    row("  the same as bytes over HTTP (no parsing), p50", format!("{:.1} ms", ms(percentile(&raw, 0.5))), "");
+    let mut pages = Vec::new();
+    for _ in 0..50 {
+        let t = Instant::now();
+        let page = c.thread_messages(thread.clone(), None, Some(200), Some(N as u64 + 1), None).await.expect("page");
+        pages.push(t.elapsed());
+        assert_eq!(page.len(), 200);
+    }
+    pages.sort_unstable();
+    row("  the last 200 (limit + before_seq), p50", format!("{:.2} ms", ms(percentile(&pages, 0.5))), "");
+    let after = rss_mib(kdd.pid);
+    row("  kdd RSS before → after 25 whole reads", format!("{before:.1} → {after:.1} MiB"), "");
+    row("  kdd peak RSS", format!("{:.1} MiB", peak_rss_mib(kdd.pid)), "");
+}
+
+/// The daemon's resident memory when idle, and with 1,000 threads.
+pub async fn resident() {
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    c.daemon_status().await.expect("status");
+    let idle = rss_mib(kdd.pid);
+    check("kdd idle RSS", format!("{idle:.1} MiB"), "< 15 MB", idle * 1.048_576 < 15.0);
+    let ws = workspace("many");
+    for _ in 0..1_000 {
+        crate::new_thread(&c, &ws).await;
+    }
+    let list = c.thread_list(None, None, Some(1_000)).await.expect("list");
+    let with = rss_mib(kdd.pid);
+    check(
+        &format!("kdd RSS with 1,000 threads, no runs ({} listed)", list.len()),
+        format!("{with:.1} MiB"),
+        "< 30 MB",
+        with * 1.048_576 < 30.0,
+    );
+}
+
+/// 500 fake agents streaming at once, one per thread: every answer
+/// arrives whole, nothing dropped.
+pub async fn concurrent_runs() {
+    const RUNS: usize = 500;
+    const DELTAS: usize = 200;
+    let env: &[(&str, &str)] = &[("FAKE_PIECE", "x"), ("FAKE_DELTAS", "200"), ("FAKE_RATE", "1000")];
+    let ws = Workspace::new(&[("claude", "claude", env)]);
+    let kdd = Kdd::start_with(&["--max-subscriptions", "2048"]);
+    let c = kdd.client().await;
+    let mut threads = Vec::new();
+    for _ in 0..RUNS {
+        threads.push(crate::new_thread(&c, &ws.path()).await);
+    }
+    let mut subs = Vec::new();
+    for t in &threads {
+        subs.push(c.thread_subscribe(t.clone(), None, None).await.expect("subscribe"));
+    }
+    let start = Instant::now();
+    for t in &threads {
+        c.council_send(t.clone(), "go".into(), None, None, None, None, None, Some(0), None).await.expect("send");
+    }
+    let mut tasks = Vec::new();
+    let peak = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let running = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for mut sub in subs {
+        let (peak, running) = (peak.clone(), running.clone());
+        tasks.push(tokio::spawn(async move {
+            let (mut chars, mut lagged, mut finished, mut started) = (0u64, 0u64, false, false);
+            while let Some(Ok(event)) = sub.next().await {
+                match event {
+                    ThreadEvent::Delta { chars: c, .. } => {
+                        if !started {
+                            started = true;
+                            let now = running.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                            peak.fetch_max(now, std::sync::atomic::Ordering::SeqCst);
+                        }
+                        chars = c;
+                    }
+                    ThreadEvent::Lagged { missed } => lagged += missed,
+                    ThreadEvent::RunFinished { .. } => {
+                        finished = true;
+                        break;
+                    }
+                    ThreadEvent::RunError { .. } | ThreadEvent::RunCancelled { .. } => break,
+                    _ => {}
+                }
+            }
+            if started {
+                running.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            (chars, lagged, finished)
+        }));
+    }
+    let mut whole = 0;
+    let mut lagged = 0;
+    for t in tasks {
+        let (chars, l, finished) = t.await.expect("subscriber");
+        whole += usize::from(finished && chars == DELTAS as u64);
+        lagged += l;
+    }
+    let took = start.elapsed();
+    let mut stored = 0;
+    for t in &threads {
+        let msgs = c.thread_messages(t.clone(), None, None, None, None).await.expect("messages");
+        stored += usize::from(msgs.iter().any(|m| m.from == "claude" && m.body.len() == DELTAS));
+    }
+    check(
+        &format!("{RUNS} fake agents streaming at once, answers whole"),
+        format!("{whole}/{RUNS} live, {stored}/{RUNS} stored"),
+        "all, no loss",
+        whole == RUNS && stored == RUNS && lagged == 0,
+    );
+    row("  most streaming at the same moment", peak.load(std::sync::atomic::Ordering::SeqCst).to_string(), "");
+    row("  lagged (items dropped)", lagged.to_string(), "0");
+    row("  wall time, first send → last end", format!("{:.2} s", took.as_secs_f64()), "");
+    row("  kdd peak RSS", format!("{:.1} MiB", peak_rss_mib(kdd.pid)), "");
+}
+
+/// A subscriber that never reads while an agent streams 200,000 deltas:
+/// kdd's memory stays bounded, and a reading subscriber gets everything.
+pub async fn stalled_subscriber() {
+    let env: &[(&str, &str)] = &[("FAKE_PIECE", "x"), ("FAKE_DELTAS", "200000")];
+    let ws = Workspace::new(&[("claude", "claude", env)]);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = crate::new_thread(&c, &ws.path()).await;
+    let before = rss_mib(kdd.pid);
+    let call = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"thread.subscribe","params":{{"thread":"{t}"}}}}"#);
+    let stalled = crate::stalled_websocket(&kdd.socket, &[&call]);
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.expect("subscribe");
+    c.council_send(t, "go".into(), None, None, None, None, None, Some(0), None).await.expect("send");
+    let mut chars = 0;
+    while let Some(Ok(event)) = sub.next().await {
+        match event {
+            ThreadEvent::Delta { chars: n, .. } => chars = n,
+            ThreadEvent::RunFinished { .. } | ThreadEvent::RunError { .. } => break,
+            _ => {}
+        }
+    }
+    let peak = peak_rss_mib(kdd.pid);
+    let grew = peak - before;
+    check(
+        "a subscriber that never reads, 200,000 deltas: kdd peak RSS growth",
+        format!("+{grew:.1} MiB"),
+        "bounded (< 64 MiB)",
+        grew < 64.0,
+    );
+    check("  the reading subscriber got every character", format!("{chars}/200000"), "all", chars == 200_000);
+    drop(stalled);
+}

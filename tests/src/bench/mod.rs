@@ -1,0 +1,111 @@
+//! What the bench binaries share: the printed rows, and the table of SPEC
+//! §9 rows with their verdicts that `cargo bench -p kd-tests --bench spec`
+//! prints at the end. Figures are measured, never asserted: a bench prints
+//! and goes on.
+
+pub mod chat;
+pub mod daemon;
+pub mod memory;
+pub mod runs;
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// One printed figure; `pass` is set for a row with a SPEC target.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub what: String,
+    pub measured: String,
+    pub target: String,
+    pub pass: Option<bool>,
+}
+
+static ROWS: Mutex<Vec<Row>> = Mutex::new(Vec::new());
+
+fn record(row: Row) {
+    println!(
+        "{:<56} {:>18} {:>18}{}",
+        row.what,
+        row.measured,
+        row.target,
+        match row.pass {
+            Some(true) => "  pass",
+            Some(false) => "  FAIL",
+            None => "",
+        }
+    );
+    if let Ok(mut rows) = ROWS.lock() {
+        rows.push(row);
+    }
+}
+
+/// A figure without a verdict (context for the rows around it).
+pub fn row(what: &str, measured: String, target: &str) {
+    record(Row { what: what.into(), measured, target: target.into(), pass: None });
+}
+
+/// A figure measured against its SPEC target.
+pub fn check(what: &str, measured: String, target: &str, pass: bool) {
+    record(Row { what: what.into(), measured, target: target.into(), pass: Some(pass) });
+}
+
+/// The rows with a verdict, in the order they were measured.
+pub fn checked() -> Vec<Row> {
+    ROWS.lock().map(|r| r.iter().filter(|r| r.pass.is_some()).cloned().collect()).unwrap_or_default()
+}
+
+/// Prints the header of a bench's figures.
+pub fn header(what: &str) {
+    println!("{what} ({} cores)", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    println!("{:<56} {:>18} {:>18}", "measure", "value", "target");
+}
+
+/// Whether a group runs: all of them, or those named on the command line
+/// (`cargo bench -p kd-tests --bench daemon -- append`).
+pub fn selected(name: &str) -> bool {
+    let names: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    names.is_empty() || names.iter().any(|n| name.contains(n.as_str()))
+}
+
+/// The `p` quantile of sorted samples.
+pub fn percentile<T: Copy>(sorted: &[T], p: f64) -> T {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// User + system CPU time a process has used so far (from /proc).
+pub fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields.get(11..13).map(|f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum()).unwrap_or(0);
+    Duration::from_secs_f64(ticks as f64 / rustix::param::clock_ticks_per_second() as f64)
+}
+
+/// Resident memory of a process now, in MiB (VmRSS).
+pub fn rss_mib(pid: u32) -> f64 {
+    status_kib(pid, "VmRSS:") as f64 / 1024.0
+}
+
+/// Peak resident memory of a process so far, in MiB (VmHWM).
+pub fn peak_rss_mib(pid: u32) -> f64 {
+    status_kib(pid, "VmHWM:") as f64 / 1024.0
+}
+
+fn status_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+pub fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
