@@ -24,6 +24,7 @@
 pub mod autostart;
 mod client;
 mod error;
+pub mod frontmatter;
 pub mod http;
 pub mod markdown;
 pub mod reading;

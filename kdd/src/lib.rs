@@ -39,6 +39,8 @@ pub mod log;
 pub mod private;
 pub mod proc;
 pub mod prompt;
+#[cfg(test)]
+mod proptests;
 pub mod rpc;
 pub mod server;
 pub mod service;

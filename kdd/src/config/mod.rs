@@ -15,7 +15,7 @@
 pub mod coordination;
 pub mod lifecycle;
 mod programs;
-mod raw;
+pub mod raw;
 mod resolve;
 mod view;
 

@@ -155,10 +155,17 @@ pub fn read(file: &Path) -> Result<RawConfig, ConfigError> {
     let err =
         |key: &str, message: String| ConfigError { file: Some(file.to_path_buf()), key: key.to_string(), message };
     let text = std::fs::read_to_string(file).map_err(|e| err("(file)", format!("cannot read: {e}")))?;
+    parse(&text, file)
+}
+
+/// Parses a configuration's text (`file` names it in errors).
+pub fn parse(text: &str, file: &Path) -> Result<RawConfig, ConfigError> {
+    let err =
+        |key: &str, message: String| ConfigError { file: Some(file.to_path_buf()), key: key.to_string(), message };
     if text.trim().is_empty() {
         return Ok(RawConfig::default());
     }
-    let de = &mut serde_json::Deserializer::from_str(&text);
+    let de = &mut serde_json::Deserializer::from_str(text);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         let key = if path == "." { "(top level)".to_string() } else { path };

@@ -16,7 +16,7 @@
 //! symlink is skipped with a warning), each at most [`MAX_FILE`] bytes and
 //! a thread at most [`MAX_THREAD`].
 
-pub mod frontmatter;
+use kd_client::frontmatter;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

@@ -233,3 +233,62 @@ mod tests {
         assert!(stray.to_string().contains("without a key"));
     }
 }
+
+/// Export → import → export is the identity, for any message kd can hold
+/// (SPEC §10; `fuzz/` checks the reader on arbitrary files).
+#[cfg(test)]
+mod props {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn member() -> impl Strategy<Value = String> {
+        "[a-z0-9][a-z0-9_.-]{0,14}".prop_filter("a member name", |n| member_name(n).is_ok_and(|m| &m == n))
+    }
+
+    fn message() -> impl Strategy<Value = Message> {
+        (
+            prop_oneof![Just("king".to_string()), member()],
+            prop_oneof![Just(vec![ALL.to_string()]), prop::collection::vec(member(), 1..4)],
+            prop::sample::select(vec![
+                MessageKind::Agent,
+                MessageKind::Error,
+                MessageKind::Interrupted,
+                MessageKind::System,
+            ]),
+            any::<String>(),
+            0i64..4_000_000_000,
+            prop::collection::vec("[A-Za-z0-9_./-]{1,24}", 0..3),
+        )
+            .prop_map(|(from, mut to, kind, body, secs, refs)| {
+                to.dedup();
+                let mut m = Message::new("t", 1, &from, &body);
+                m.to = to;
+                m.kind = if from == "king" { MessageKind::King } else { kind };
+                m.created_at_ms = secs * 1000;
+                m.refs = refs;
+                m
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn export_import_export_is_identical(m in message()) {
+            let first = write_message(&m).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let read = parse_message(&first).map_err(|e| TestCaseError::fail(format!("{e:#}\n{first}")))?;
+            prop_assert_eq!(&read.body, &m.body);
+            let mut again = Message::new("t", 1, &read.from, &read.body);
+            again.to = read.to.clone();
+            again.kind = read.kind.unwrap_or(if read.from == "king" { MessageKind::King } else { MessageKind::Agent });
+            again.created_at_ms = read.created_at_ms;
+            again.refs = read.refs.clone();
+            let second = write_message(&again).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert_eq!(first, second);
+        }
+
+        #[test]
+        fn any_file_is_read_or_refused(text in prop_oneof![any::<String>(), "---\n([a-z]{1,8}: [ -~]{0,20}\n){0,6}---\n\n[ -~\n]{0,60}"]) {
+            let _ = parse_message(&text);
+        }
+    }
+}

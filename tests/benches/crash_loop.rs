@@ -1,0 +1,250 @@
+//! The crash loop (SPEC §10, issue 12): kdd is killed with SIGKILL at a
+//! random moment, again and again, while three agents stream and several
+//! clients append; after each restart nothing acknowledged is lost.
+//!
+//! Each round: three fake members start streaming long answers; three
+//! clients append to a shared log thread as fast as they can, recording
+//! every append the daemon acknowledged; after a random 10–2,500 ms kdd gets
+//! `kill -9`. Before the restart the database is read directly (which runs
+//! were in flight, their agents' pids, their saved text); after it:
+//!
+//! - every acknowledged append is there, with its body, at its seq;
+//! - seq is dense (1..=n) in every thread;
+//! - every run in flight is `interrupted`, its message the saved text;
+//! - no agent process of the dead daemon is alive;
+//! - no session is left active, no lock held by the dead daemon's pid;
+//! - `PRAGMA integrity_check` is `ok`.
+//!
+//! It prints the figures and exits non-zero if any check failed. Not part
+//! of `cargo test` (it takes a few minutes):
+//!
+//! `cargo build --release --workspace --bins && cargo bench -p kd-tests --bench crash_loop`
+//! (`KD_CRASH_ROUNDS=N` for another number of rounds than 100).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kd_client::KdApiClient;
+use kd_proto::types::ThreadEvent;
+use kd_tests::{Kdd, Workspace, collect_until};
+use rusqlite::{Connection, OpenFlags};
+
+/// What a round found wrong, if anything.
+#[derive(Default)]
+struct Tally {
+    kills: usize,
+    acknowledged: usize,
+    found: usize,
+    in_flight: usize,
+    interrupted_with_text: usize,
+    /// Of those, how many had said something (not the placeholder).
+    saved_nonempty: usize,
+    orphans: usize,
+    failures: Vec<String>,
+}
+
+/// A run in flight when kdd died, as the database had it.
+struct InFlight {
+    id: String,
+    pid: Option<i64>,
+    saved: String,
+}
+
+fn main() {
+    let rounds: usize = std::env::var("KD_CRASH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let tally = rt.block_on(crash_loop(rounds));
+    println!("\ncrash loop: {rounds} rounds");
+    println!("  kills (SIGKILL)                       {}", tally.kills);
+    println!("  appends acknowledged before the kill  {}", tally.acknowledged);
+    println!("  found after the restart               {}", tally.found);
+    println!("  runs in flight at the kill            {}", tally.in_flight);
+    println!("    recorded interrupted, saved text    {}", tally.interrupted_with_text);
+    println!("      of which had said something       {}", tally.saved_nonempty);
+    println!("  agent processes left alive            {}", tally.orphans);
+    println!("  failed checks                         {}", tally.failures.len());
+    for f in tally.failures.iter().take(20) {
+        println!("    {f}");
+    }
+    if !tally.failures.is_empty() {
+        std::process::exit(1);
+    }
+}
+
+async fn crash_loop(rounds: usize) -> Tally {
+    // Long answers at 200 words a second: in flight whenever the kill comes.
+    let env: &[(&str, &str)] = &[("FAKE_PIECE", "word "), ("FAKE_DELTAS", "100000"), ("FAKE_RATE", "200")];
+    let ws = Workspace::new(&[("claude", "claude", env), ("codex", "gemini", env), ("cursor", "cursor", env)]);
+    let mut kdd = Kdd::start();
+    let c = kdd.client().await;
+    let log = kd_tests::new_thread(&c, &ws.path()).await;
+    drop(c);
+    let acked: Arc<Mutex<Vec<(u64, String)>>> = Arc::default();
+    let mut tally = Tally::default();
+    let started = Instant::now();
+    for round in 0..rounds {
+        let c = kdd.client().await;
+        let t = kd_tests::new_thread(&c, &ws.path()).await;
+        let mut sub = c.thread_subscribe(t.clone(), None, None).await.expect("subscribe");
+        c.council_send(t.clone(), "Go on at length.".into(), None, None, None, None, None, Some(0), None)
+            .await
+            .expect("send");
+        // All three streaming before anything else happens.
+        collect_until(&mut sub, |events| {
+            let mut members: Vec<&str> = events
+                .iter()
+                .filter_map(|e| match e {
+                    ThreadEvent::Delta { member, .. } => Some(member.as_str()),
+                    _ => None,
+                })
+                .collect();
+            members.sort_unstable();
+            members.dedup();
+            members.len() == 3
+        })
+        .await;
+        let mut writers = Vec::new();
+        for w in 0..3 {
+            let client = kdd.client().await;
+            let (log, acked) = (log.clone(), acked.clone());
+            writers.push(tokio::spawn(async move {
+                for k in 0.. {
+                    let body = format!("round {round} writer {w} append {k}");
+                    let sent = client
+                        .message_append(
+                            log.clone(),
+                            "king".into(),
+                            body.clone(),
+                            None,
+                            None,
+                            None,
+                            None,
+                            None,
+                            None,
+                            None,
+                        )
+                        .await;
+                    match sent {
+                        Ok(m) => acked.lock().expect("acked").push((m.seq, body)),
+                        Err(_) => return,
+                    }
+                }
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(fastrand::u64(10..2500))).await;
+        let dead_pid = kdd.pid;
+        kdd.kill9();
+        tally.kills += 1;
+        for w in writers {
+            let _ = w.await;
+        }
+        drop((sub, c));
+        let in_flight = read_in_flight(&kdd.db);
+        kdd.launch().unwrap_or_else(|e| panic!("kdd did not restart after round {round}: {e}"));
+        check_round(&kdd, round, &log, &t, dead_pid, &in_flight, &acked, &mut tally).await;
+        if (round + 1) % 10 == 0 {
+            println!(
+                "{:>4} rounds, {:>6} appends acknowledged, {} failed checks ({:.0} s)",
+                round + 1,
+                acked.lock().expect("acked").len(),
+                tally.failures.len(),
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    tally.acknowledged = acked.lock().expect("acked").len();
+    tally
+}
+
+fn open(db: &std::path::Path) -> Connection {
+    Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY).expect("open the database")
+}
+
+/// The runs the dead daemon had in flight, with their agents' pids and the
+/// text saved for them.
+fn read_in_flight(db: &std::path::Path) -> Vec<InFlight> {
+    let conn = open(db);
+    let mut stmt = conn
+        .prepare(
+            "SELECT r.id, r.pid, r.partial || coalesce((SELECT group_concat(text, '') FROM
+                 (SELECT text FROM run_partials p WHERE p.run_id = r.id ORDER BY p.id)), '')
+             FROM runs r WHERE r.status IN ('waiting', 'streaming')",
+        )
+        .expect("query runs");
+    stmt.query_map([], |r| Ok(InFlight { id: r.get(0)?, pid: r.get(1)?, saved: r.get(2)? }))
+        .expect("runs")
+        .collect::<Result<_, _>>()
+        .expect("runs")
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn check_round(
+    kdd: &Kdd,
+    round: usize,
+    log: &str,
+    thread: &str,
+    dead_pid: u32,
+    in_flight: &[InFlight],
+    acked: &Mutex<Vec<(u64, String)>>,
+    tally: &mut Tally,
+) {
+    let mut fail = |what: String| tally.failures.push(format!("round {round}: {what}"));
+    let c = kdd.client().await;
+    let messages = c.thread_messages(log.to_string(), None, None, None, None).await.expect("log");
+    let by_seq: std::collections::HashMap<u64, &str> = messages.iter().map(|m| (m.seq, m.body.as_str())).collect();
+    let acked = acked.lock().expect("acked").clone();
+    let found = acked.iter().filter(|(seq, body)| by_seq.get(seq) == Some(&body.as_str())).count();
+    if found != acked.len() {
+        fail(format!("{} of {} acknowledged appends missing", acked.len() - found, acked.len()));
+    }
+    tally.found = found;
+    for (name, t) in [("log", log), ("round", thread)] {
+        let ms = c.thread_messages(t.to_string(), None, None, None, None).await.expect("messages");
+        if !ms.iter().enumerate().all(|(i, m)| m.seq == i as u64 + 1) {
+            fail(format!("seq not dense in the {name} thread"));
+        }
+    }
+    let conn = open(&kdd.db);
+    tally.in_flight += in_flight.len();
+    for run in in_flight {
+        let (status, seq): (String, Option<i64>) = conn
+            .query_row("SELECT status, message_seq FROM runs WHERE id = ?1", [&run.id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .expect("run");
+        let body: Option<String> = seq.and_then(|s| {
+            conn.query_row(
+                "SELECT body FROM messages m JOIN runs r ON r.thread_id = m.thread_id WHERE r.id = ?1 AND m.seq = ?2 AND m.kind = 'interrupted'",
+                rusqlite::params![run.id, s],
+                |r| r.get(0),
+            )
+            .ok()
+        });
+        let expected = if run.saved.is_empty() { "(interrupted before it said anything)" } else { run.saved.as_str() };
+        match body {
+            Some(b) if status == "interrupted" && b == expected => {
+                tally.interrupted_with_text += 1;
+                tally.saved_nonempty += usize::from(!run.saved.is_empty());
+            }
+            _ => fail(format!("run {} is {status}, its message not the saved text", run.id)),
+        }
+        if let Some(pid) = run.pid
+            && kd_tests::alive(pid as u32)
+        {
+            tally.orphans += 1;
+            fail(format!("agent pid {pid} of run {} still alive", run.id));
+        }
+    }
+    let active: i64 =
+        conn.query_row("SELECT count(*) FROM sessions WHERE status = 'active'", [], |r| r.get(0)).expect("sessions");
+    if active > 0 {
+        fail(format!("{active} session(s) left active"));
+    }
+    let locks: i64 =
+        conn.query_row("SELECT count(*) FROM locks WHERE pid = ?1", [dead_pid], |r| r.get(0)).expect("locks");
+    if locks > 0 {
+        fail(format!("{locks} lock(s) held by the dead daemon"));
+    }
+    let integrity: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).expect("integrity");
+    if integrity != "ok" {
+        fail(format!("integrity_check: {integrity}"));
+    }
+}
