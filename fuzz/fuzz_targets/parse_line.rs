@@ -2,24 +2,14 @@
 //! agent prints, line by line, never panic, and the text kept is counted.
 #![no_main]
 
-use kdd::agent::parse::{Transcript, parse_line};
+use kdd::agent::parse::transcript_of;
 use kdd::config::Format;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
     for format in [Format::Claude, Format::Codex, Format::Gemini, Format::Cursor, Format::Text] {
-        let mut t = Transcript::new();
-        for line in text.lines() {
-            match parse_line(format, line) {
-                Ok(items) => {
-                    for item in items {
-                        t.apply(item);
-                    }
-                }
-                Err(_) => t.malformed_line(),
-            }
-        }
+        let t = transcript_of(format, text.lines());
         assert_eq!(t.chars() as usize, t.text().chars().count());
         let _ = t.answer();
     }

@@ -6,7 +6,7 @@
 
 use proptest::prelude::*;
 
-use crate::agent::parse::{self, Transcript};
+use crate::agent::parse;
 use crate::config::Format;
 
 /// Lines an agent might print: anything, and JSON shaped like each
@@ -40,17 +40,7 @@ proptest! {
     #[test]
     fn parsing_and_folding_any_lines_never_panics(lines in prop::collection::vec(agent_line(), 0..24)) {
         for format in [Format::Claude, Format::Codex, Format::Gemini, Format::Cursor, Format::Text] {
-            let mut t = Transcript::new();
-            for line in &lines {
-                match parse::parse_line(format, line) {
-                    Ok(items) => {
-                        for item in items {
-                            t.apply(item);
-                        }
-                    }
-                    Err(_) => t.malformed_line(),
-                }
-            }
+            let t = parse::transcript_of(format, lines.iter().map(String::as_str));
             // The count of what streamed is the text kept.
             prop_assert_eq!(t.chars() as usize, t.text().chars().count());
             let _ = t.answer();

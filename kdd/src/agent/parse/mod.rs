@@ -65,6 +65,23 @@ pub struct Outcome {
 #[error("malformed line: {0}")]
 pub struct Malformed(pub String);
 
+/// The transcript of whole lines, folded as a run folds them (a line that
+/// does not parse counts as malformed). For tests and fuzzing.
+pub fn transcript_of<'a>(format: Format, lines: impl IntoIterator<Item = &'a str>) -> Transcript {
+    let mut t = Transcript::new();
+    for line in lines {
+        match parse_line(format, line) {
+            Ok(items) => {
+                for item in items {
+                    t.apply(item);
+                }
+            }
+            Err(_) => t.malformed_line(),
+        }
+    }
+    t
+}
+
 /// Parses one line in `format`. A plain-text line is a delta with its newline.
 pub fn parse_line(format: Format, line: &str) -> Result<Vec<Parsed>, Malformed> {
     match format {
