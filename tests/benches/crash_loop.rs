@@ -190,7 +190,16 @@ async fn check_round(
 ) {
     let mut fail = |what: String| tally.failures.push(format!("round {round}: {what}"));
     let c = kdd.client().await;
-    let messages = c.thread_messages(log.to_string(), None, None, None, None).await.expect("log");
+    // Page by page: one answer holds at most the daemon's page budget.
+    let mut messages = Vec::new();
+    loop {
+        let after = messages.last().map(|m: &kd_proto::types::Message| m.seq);
+        let page = c.thread_messages(log.to_string(), after, None, None, None).await.expect("log");
+        if page.is_empty() {
+            break;
+        }
+        messages.extend(page);
+    }
     let by_seq: std::collections::HashMap<u64, &str> = messages.iter().map(|m| (m.seq, m.body.as_str())).collect();
     let acked = acked.lock().expect("acked").clone();
     let found = acked.iter().filter(|(seq, body)| by_seq.get(seq) == Some(&body.as_str())).count();
@@ -198,11 +207,12 @@ async fn check_round(
         fail(format!("{} of {} acknowledged appends missing", acked.len() - found, acked.len()));
     }
     tally.found = found;
-    for (name, t) in [("log", log), ("round", thread)] {
-        let ms = c.thread_messages(t.to_string(), None, None, None, None).await.expect("messages");
-        if !ms.iter().enumerate().all(|(i, m)| m.seq == i as u64 + 1) {
-            fail(format!("seq not dense in the {name} thread"));
-        }
+    if !messages.iter().enumerate().all(|(i, m)| m.seq == i as u64 + 1) {
+        fail("seq not dense in the log thread".into());
+    }
+    let ms = c.thread_messages(thread.to_string(), None, None, None, None).await.expect("messages");
+    if !ms.iter().enumerate().all(|(i, m)| m.seq == i as u64 + 1) {
+        fail("seq not dense in the round's thread".into());
     }
     let conn = open(&kdd.db);
     tally.in_flight += in_flight.len();
