@@ -8,8 +8,7 @@
 use kd_tests::bench::{self, chat, selected};
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
-    rt.block_on(async {
+    kd_tests::bench::block_on(async {
         bench::header("kd chat benchmarks");
         if selected("cpu") {
             chat::cpu().await;

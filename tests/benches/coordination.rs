@@ -13,8 +13,7 @@ use kd_tests::{Kdd, Workspace};
 const SAMPLES: usize = 15;
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
-    rt.block_on(async {
+    kd_tests::bench::block_on(async {
         println!(
             "kd coordination benchmarks ({} cores)",
             std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)

@@ -52,8 +52,7 @@ struct InFlight {
 
 fn main() {
     let rounds: usize = std::env::var("KD_CRASH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
-    let tally = rt.block_on(crash_loop(rounds));
+    let tally = kd_tests::bench::block_on(crash_loop(rounds));
     println!("\ncrash loop: {rounds} rounds");
     println!("  kills (SIGKILL)                       {}", tally.kills);
     println!("  appends acknowledged before the kill  {}", tally.acknowledged);

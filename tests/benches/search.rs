@@ -38,8 +38,7 @@ const WORDS: &[&str] = &[
 ];
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
-    rt.block_on(async {
+    kd_tests::bench::block_on(async {
         let kdd = Kdd::start();
         let c = kdd.client().await;
         let start = Instant::now();

@@ -7,8 +7,7 @@
 use kd_tests::bench::{self, chat, daemon, memory, runs, selected};
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
-    rt.block_on(async {
+    kd_tests::bench::block_on(async {
         bench::header("kd: SPEC §9, every row");
         if selected("latency") {
             runs::latency().await;

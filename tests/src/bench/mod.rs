@@ -60,6 +60,11 @@ pub fn header(what: &str) {
     println!("{:<56} {:>18} {:>18}", "measure", "value", "target");
 }
 
+/// Runs a bench's body on a multi-threaded runtime, as kdd's clients run.
+pub fn block_on<T>(body: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime").block_on(body)
+}
+
 /// Whether a group runs: all of them, or those named on the command line
 /// (`cargo bench -p kd-tests --bench daemon -- append`).
 pub fn selected(name: &str) -> bool {
