@@ -6,14 +6,18 @@ use std::process::Command;
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let git = root.join(".git");
-    // Rebuilt when HEAD moves (a checkout, a commit on the branch).
-    for f in ["HEAD", "packed-refs"] {
-        println!("cargo:rerun-if-changed={}", git.join(f).display());
-    }
+    // Rebuilt when HEAD moves (a checkout, a commit on the branch). Only
+    // files that exist are watched: cargo reruns the script on every build
+    // for one that is missing (a clone without packed-refs, no .git at all).
+    let mut watched = vec![git.join("HEAD"), git.join("packed-refs")];
     if let Ok(head) = std::fs::read_to_string(git.join("HEAD"))
         && let Some(r) = head.trim().strip_prefix("ref: ")
     {
-        println!("cargo:rerun-if-changed={}", git.join(r).display());
+        watched.push(git.join(r));
+    }
+    println!("cargo:rerun-if-changed=build.rs");
+    for f in watched.iter().filter(|f| f.exists()) {
+        println!("cargo:rerun-if-changed={}", f.display());
     }
     let commit = Command::new("git")
         .arg("-C")
