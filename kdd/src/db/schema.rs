@@ -65,10 +65,18 @@ pub fn check_writable(conn: &Connection, path: &Path) -> DbResult<()> {
     Ok(())
 }
 
+/// The page cache of one read connection, in KiB. SQLite's default
+/// (2 MiB) holds less than a long thread: a 10,000-message read then pulls
+/// every page from the OS again (7 ms of its 13). The cache is filled only
+/// by pages read, so an idle daemon does not pay for it.
+pub const READER_CACHE_KIB: i64 = 8 * 1024;
+const _: () = assert!(READER_CACHE_KIB * 1024 > 6_000_000, "10,000 messages of ~350 characters take ~5 MB of pages");
+
 /// PRAGMAs of a read connection.
 pub fn configure_reader(conn: &Connection) -> DbResult<()> {
     conn.busy_timeout(Duration::from_secs(5))?;
     conn.pragma_update(None, "query_only", "ON")?;
+    conn.pragma_update(None, "cache_size", -READER_CACHE_KIB)?;
     conn.set_prepared_statement_cache_capacity(64);
     Ok(())
 }
@@ -92,6 +100,15 @@ pub fn migrate(conn: &mut Connection, path: &Path) -> DbResult<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reader_caches_a_long_thread() -> DbResult<()> {
+        let conn = Connection::open_in_memory()?;
+        configure_reader(&conn)?;
+        let kib: i64 = conn.pragma_query_value(None, "cache_size", |r| r.get(0))?;
+        assert_eq!(kib, -READER_CACHE_KIB);
+        Ok(())
+    }
 
     #[test]
     fn migrations_are_valid() {
