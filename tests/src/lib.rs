@@ -492,6 +492,15 @@ impl Workspace {
         std::fs::write(kd.join("config.json"), serde_json::to_vec_pretty(config).expect("json")).expect("write config");
     }
 
+    /// Sets `agents.NAME.KEY` in the workspace's configuration.
+    pub fn set_agent(&self, name: &str, key: &str, value: serde_json::Value) {
+        let path = self.dir.path().join(".kd/config.json");
+        let mut config: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).expect("read config")).expect("config json");
+        config["agents"][name][key] = value;
+        self.write_config(&config);
+    }
+
     /// A file in the workspace (e.g. for `FAKE_RECORD`).
     pub fn file(&self, name: &str) -> String {
         self.dir.path().join(name).display().to_string()

@@ -141,7 +141,7 @@ async fn sequential_mode_goes_round_robin_from_the_start() {
     assert_eq!(order, [("claude".into(), 1), ("codex".into(), 1), ("claude".into(), 2), ("codex".into(), 2)]);
     // codex's first turn already sees claude's answer.
     let recs = records(&record);
-    assert!(recs[1]["argv"].to_string().contains("claude: Answer from claude."), "{}", recs[1]);
+    assert!(kd_tests::prompt_of(&recs[1]).contains("claude: Answer from claude."), "{}", recs[1]);
 }
 
 #[tokio::test(flavor = "multi_thread")]

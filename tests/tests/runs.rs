@@ -54,12 +54,11 @@ async fn three_members_stream_concurrently_and_every_answer_lands_after_its_delt
             .collect();
         assert_eq!(streamed, format!("Answer from {member}."));
     }
-    // claude and gemini stream piece by piece (lines that arrive in one read
-    // make one delta); codex exec --json has one delta per message.
+    // Every member streams piece by piece (lines that arrive in one read
+    // make one delta), codex through its app-server.
     let deltas =
         |m: &str| events.iter().filter(|e| matches!(e, ThreadEvent::Delta { member, .. } if member == m)).count();
-    assert!(deltas("claude") > 1 && deltas("gemini") > 1, "{events:?}");
-    assert_eq!(deltas("codex"), 1);
+    assert!(deltas("claude") > 1 && deltas("gemini") > 1 && deltas("codex") > 1, "{events:?}");
     let stored = c.thread_messages(t.clone(), None, None, None, None).await.unwrap();
     assert_eq!(stored.len(), 4);
     let mut answers: Vec<(String, String, MessageKind, Option<u64>)> =
@@ -118,9 +117,21 @@ async fn the_agent_receives_exactly_preamble_agent_prompt_and_history() {
     );
     assert_eq!(claude["stdin"], history("claude"), "claude reads the prompt on stdin");
     assert_eq!(claude["cwd"], ws.path(), "the agent runs in the thread's workspace");
-    let codex = recs.iter().find(|r| r["argv"][0] == "exec").unwrap();
-    assert_eq!(codex["argv"], serde_json::json!(["exec", "--json", history("codex")]));
-    assert_eq!(codex["stdin"], "", "codex gets /dev/null on stdin");
+    let codex = recs.iter().find(|r| r["argv"][0] == "app-server").unwrap();
+    assert_eq!(
+        codex["argv"],
+        serde_json::json!([
+            "app-server",
+            "-c",
+            "analytics.enabled=false",
+            "-c",
+            "otel.metrics_exporter=none",
+            "--disable",
+            "plugins"
+        ])
+    );
+    assert_eq!(codex["stdin"], history("codex"), "codex gets the prompt in turn/start");
+    assert_eq!(codex["cwd"], ws.path(), "the codex thread works in the thread's workspace");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -185,7 +196,7 @@ async fn resume_mode_gives_each_member_every_message_it_has_not_seen_exactly_onc
     // claude is slower, so codex's answers are stored while claude still runs.
     let claude_env: &[(&str, &str)] =
         &[("FAKE_RECORD", &claude_rec), ("FAKE_TEXT", "claude says {pid}."), ("FAKE_INTERVAL_MS", "40")];
-    let codex_env: &[(&str, &str)] = &[("FAKE_RECORD", &codex_rec), ("FAKE_TEXT", "codex says {pid}.")];
+    let codex_env: &[(&str, &str)] = &[("FAKE_RECORD", &codex_rec), ("FAKE_TEXT", "codex says {turn}.")];
     ws.write_config(&serde_json::json!({
         "council": {"members": ["claude", "codex"]},
         "agents": {"claude": kd_tests::fake("claude", "claude", claude_env), "codex": kd_tests::fake("codex", "codex", codex_env)}
@@ -274,13 +285,20 @@ fn long_text() -> String {
     format!("Answer {}", "word ".repeat(600))
 }
 
-async fn cancel_mid_stream(backend: &str) {
+/// Cancels a run mid-stream; `exec` runs codex as `codex exec --json`,
+/// which streams nothing before its answer is whole.
+async fn cancel_mid_stream(backend: &str, exec: bool) {
     let text = long_text();
+    let scratch = tempfile::tempdir().unwrap();
+    let record = scratch.path().join("record.jsonl").display().to_string();
     let ws = Workspace::new(&[(
         backend,
         backend,
-        &[("FAKE_DELTAS", "400"), ("FAKE_INTERVAL_MS", "25"), ("FAKE_TEXT", &text)],
+        &[("FAKE_DELTAS", "400"), ("FAKE_INTERVAL_MS", "25"), ("FAKE_TEXT", &text), ("FAKE_RECORD", &record)],
     )]);
+    if exec {
+        ws.set_agent(backend, "transport", "exec".into());
+    }
     let kdd = Kdd::start_with(FAST_KILL);
     let c = kdd.client().await;
     let t = thread_in(&c, &ws, None).await;
@@ -288,7 +306,7 @@ async fn cancel_mid_stream(backend: &str) {
     send(&c, &t, "Go on.").await;
     let started = collect_until(&mut sub, |e| {
         e.iter().filter(|e| matches!(e, ThreadEvent::Delta { .. })).count() >= 3
-            || (backend == "codex" && e.iter().any(|e| matches!(e, ThreadEvent::RunStarted { .. })))
+            || (exec && e.iter().any(|e| matches!(e, ThreadEvent::RunStarted { .. })))
     })
     .await;
     let pid = started
@@ -305,41 +323,55 @@ async fn cancel_mid_stream(backend: &str) {
     let stored = c.thread_messages(t.clone(), None, None, None, None).await.unwrap();
     let last = stored.last().unwrap();
     assert_eq!(last.kind, MessageKind::Interrupted, "{backend}");
-    if backend != "codex" {
+    if !exec {
         let body = last.body.as_str();
         assert!(
             body.len() >= 3 && body.len() < text.len() && text.starts_with(body),
             "{backend}: the partial text is kept: {body:?}"
         );
     }
-    assert!(!alive(pid), "{backend}: the agent process is gone");
-    let runs = c.events_list(Some(t), None, Some("run.cancel".into()), None, None).await.unwrap();
+    let runs = c.events_list(Some(t.clone()), None, Some("run.cancel".into()), None, None).await.unwrap();
     assert_eq!(runs.len(), 1);
+    if backend == "codex" && !exec {
+        // The turn was interrupted (`turn/interrupt`); the app-server lives
+        // on for the next run.
+        let recs = records(&record);
+        assert_eq!(recs.iter().filter(|r| r["interrupted"].is_string()).count(), 1, "{recs:?}");
+        assert_eq!(recs[1]["interrupted"], recs[0]["turn"]);
+        assert!(alive(pid), "the codex app-server serves the next run");
+    } else {
+        assert!(!alive(pid), "{backend}: the agent process is gone");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn cancel_mid_stream_claude() {
-    cancel_mid_stream("claude").await;
+    cancel_mid_stream("claude", false).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn cancel_mid_stream_codex() {
-    cancel_mid_stream("codex").await;
+    cancel_mid_stream("codex", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancel_mid_stream_codex_exec() {
+    cancel_mid_stream("codex", true).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn cancel_mid_stream_cursor() {
-    cancel_mid_stream("cursor").await;
+    cancel_mid_stream("cursor", false).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn cancel_mid_stream_gemini() {
-    cancel_mid_stream("gemini").await;
+    cancel_mid_stream("gemini", false).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn cancel_mid_stream_command() {
-    cancel_mid_stream("command").await;
+    cancel_mid_stream("command", false).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -364,7 +396,19 @@ async fn a_run_that_ignores_sigterm_is_killed_after_the_grace_period() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_over_its_timeout_is_an_error_message() {
+    over_timeout(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_codex_turn_over_its_timeout_is_interrupted_and_an_error_message() {
+    over_timeout(false).await;
+}
+
+async fn over_timeout(exec: bool) {
     let ws = Workspace::new(&[("codex", "codex", &[("FAKE_HANG", "1")])]);
+    if exec {
+        ws.set_agent("codex", "transport", "exec".into());
+    }
     let kdd = Kdd::start_with(FAST_KILL);
     let c = kdd.client().await;
     let t = thread_in(&c, &ws, None).await;
@@ -380,8 +424,12 @@ async fn a_run_over_its_timeout_is_an_error_message() {
         "{events:?}"
     );
     let last = c.thread_messages(t, None, None, None, None).await.unwrap().pop().unwrap();
-    assert_eq!((last.kind, last.body.as_str()), (MessageKind::Error, "codex: timed out after 1 s"));
-    assert!(!alive(pid));
+    // The app-server streamed before it hung: that text is kept.
+    let body =
+        if exec { "codex: timed out after 1 s" } else { "codex: timed out after 1 s\n\n---\nAnswer from codex." };
+    assert_eq!((last.kind, last.body.as_str()), (MessageKind::Error, body));
+    // A process per run is killed; the app-server stays for the next run.
+    assert_eq!(alive(pid), !exec);
 }
 
 /// Sends to one member and returns its final message.
@@ -429,8 +477,23 @@ async fn garbage_only_and_no_output_are_clear_errors() {
     .await;
     assert_eq!(m.kind, MessageKind::Error);
     assert!(m.body.starts_with("gemini: no answer (4 unreadable lines of output)"), "{}", m.body);
-    let m = answer_of("codex", kd_tests::fake("codex", "codex", &[("FAKE_NO_OUTPUT", "1")])).await;
+    let mut exec = kd_tests::fake("codex", "codex", &[("FAKE_NO_OUTPUT", "1")]);
+    exec["transport"] = "exec".into();
+    let m = answer_of("codex", exec).await;
     assert_eq!((m.kind, m.body.as_str()), (MessageKind::Error, "codex: no answer"));
+    // An app-server that exits at once, saying why on stderr.
+    let env = [("FAKE_NO_OUTPUT", "1"), ("FAKE_EXIT", "3"), ("FAKE_STDERR", "error: no such subcommand")];
+    let m = answer_of("codex", kd_tests::fake("codex", "codex", &env)).await;
+    assert_eq!(m.kind, MessageKind::Error);
+    let bin = kd_tests::bin("fake-agent");
+    assert_eq!(
+        m.body,
+        format!(
+            "codex: cannot start {} app-server: initialize failed: the codex app-server exited (status 3): error: \
+             no such subcommand",
+            bin.display()
+        )
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

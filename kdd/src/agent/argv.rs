@@ -113,6 +113,7 @@ mod tests {
             format: backend.format(),
             color: None,
             delivery: Default::default(),
+            transport: Default::default(),
         }
     }
 

@@ -1,6 +1,7 @@
 //! Running agent CLIs (F-A1..F-A3).
 //!
 //! - [`argv`]: each backend's command line;
+//! - [`appserver`]: codex through one long-lived `codex app-server`;
 //! - [`process`]: spawning in a process group that dies with the daemon, signals;
 //! - [`lines`]: bounded line reading of stdout;
 //! - [`parse`]: per-backend `parse_line` and the [`parse::Transcript`] that folds lines;
@@ -12,6 +13,7 @@
 //! runs in flight and how long a signalled agent has. The council starts
 //! runs through it; nothing here knows about councils or the RPC.
 
+pub mod appserver;
 pub mod argv;
 pub mod lines;
 pub mod parse;
@@ -40,13 +42,23 @@ pub struct Runner {
     /// The daemon's socket, named to agents as `KD_SOCKET` so that `kd`
     /// run from their shell reaches this daemon.
     pub socket: PathBuf,
+    /// The codex app-server processes runs share.
+    pub appservers: appserver::AppServers,
     /// Set once the daemon stops: no run starts after it.
     closed: std::sync::atomic::AtomicBool,
 }
 
 impl Runner {
     pub fn new(db: Arc<Db>, hub: Arc<Hub>, kill_grace: Duration, socket: PathBuf) -> Runner {
-        Runner { db, hub, runs: Registry::default(), kill_grace, socket, closed: Default::default() }
+        Runner {
+            db,
+            hub,
+            runs: Registry::default(),
+            kill_grace,
+            socket,
+            appservers: Default::default(),
+            closed: Default::default(),
+        }
     }
 
     /// No run starts from now on (the daemon is stopping).
@@ -90,5 +102,6 @@ pub async fn stop_all(d: &Runner) -> usize {
             tracing::warn!(run = r.id, "run did not finish in time at shutdown");
         }
     }
+    d.appservers.stop_all().await;
     runs.len()
 }

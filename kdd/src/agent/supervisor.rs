@@ -89,6 +89,9 @@ async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec) -> Finish {
         Ok(p) => p,
         Err(f) => return f,
     };
+    if agent.transport == crate::config::Transport::AppServer {
+        return super::appserver::execute(d, run, spec, prepared).await;
+    }
     let held = prepared.session.clone();
     // Before the agent runs, the session saw nothing new.
     let with_session = |mut f: Finish| {
@@ -276,7 +279,7 @@ fn take_line(line: Line, format: crate::config::Format, transcript: &mut Transcr
 
 /// Streams `text` to subscribers as far as the answer's cap allows. Past
 /// the cap the rest is dropped, the run is stopped, and false is returned.
-fn publish(d: &Runner, run: &Run, text: &str, cap: usize) -> bool {
+pub(super) fn publish(d: &Runner, run: &Run, text: &str, cap: usize) -> bool {
     let room = cap.saturating_sub(run.text_len());
     let (kept, fits) =
         if text.len() <= room { (text, true) } else { (&text[..floor_char_boundary(text, room)], false) };
@@ -304,7 +307,7 @@ fn size(bytes: u64) -> String {
     }
 }
 
-fn stopped_early(run: &Run) -> Finish {
+pub(super) fn stopped_early(run: &Run) -> Finish {
     let status = match run.stop_reason() {
         Some(StopReason::Shutdown) => RunStatus::Interrupted,
         Some(StopReason::TimedOut) => RunStatus::TimedOut,
@@ -336,7 +339,13 @@ fn spawn_error(inv: &Invocation, agent: &AgentDef, e: &std::io::Error) -> String
 }
 
 /// What the run comes to, from how it stopped and what it said.
-fn outcome(run: &Run, spec: &Spec, t: &Transcript, exit: Option<std::process::ExitStatus>, stderr: &str) -> Finish {
+pub(super) fn outcome(
+    run: &Run,
+    spec: &Spec,
+    t: &Transcript,
+    exit: Option<std::process::ExitStatus>,
+    stderr: &str,
+) -> Finish {
     let member = &run.member;
     let result = t.result.as_ref();
     let meta = RunMeta {

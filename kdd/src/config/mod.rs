@@ -112,6 +112,32 @@ impl Backend {
     }
 }
 
+/// How kd talks to a codex member (`agents.NAME.transport`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Transport {
+    /// A process per run: the backend's print mode (`codex exec --json`).
+    #[default]
+    Exec,
+    /// One long-lived `codex app-server` shared by runs, which streams
+    /// token by token (the codex default).
+    AppServer,
+}
+
+impl Transport {
+    pub fn parse(s: &str) -> Option<Transport> {
+        match s {
+            "exec" => Some(Transport::Exec),
+            "app-server" | "app_server" | "appserver" => Some(Transport::AppServer),
+            _ => None,
+        }
+    }
+
+    /// The default of a backend: app-server for codex, a process per run otherwise.
+    pub fn default_for(backend: Backend) -> Transport {
+        if backend == Backend::Codex { Transport::AppServer } else { Transport::Exec }
+    }
+}
+
 /// How an agent's stdout is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Format {
@@ -188,6 +214,8 @@ pub struct AgentDef {
     pub color: Option<String>,
     /// How messages addressed to it are delivered (`delivery`).
     pub delivery: Delivery,
+    /// How kd talks to it (`transport`; codex only).
+    pub transport: Transport,
 }
 
 impl AgentDef {

@@ -41,6 +41,7 @@ pub(super) fn builtin(backend: Backend, env: &Env<'_>) -> AgentDef {
         format: backend.format(),
         color: None,
         delivery: Default::default(),
+        transport: super::Transport::default_for(backend),
     }
 }
 

@@ -107,6 +107,8 @@ pub struct RawAgent {
     pub effort: Option<String>,
     /// How messages addressed to the member are delivered (F-X3).
     pub delivery: Option<RawDelivery>,
+    /// codex: `app-server` (default) or `exec`.
+    pub transport: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -134,6 +134,7 @@ fn agent(r: &mut Resolver, name: &str, a: RawAgent, top: &RawPrompts, env: &Env<
         ("prompt", a.prompt.is_some()),
         ("extra_flags", a.extra_flags.is_some()),
         ("effort", a.effort.is_some()),
+        ("transport", a.transport.is_some()),
         ("prompts.council", own_prompts.is_some_and(|p| p.council.is_some())),
         ("prompts.chat", own_prompts.is_some_and(|p| p.chat.is_some())),
     ] {
@@ -183,6 +184,14 @@ fn agent(r: &mut Resolver, name: &str, a: RawAgent, top: &RawPrompts, env: &Env<
         }
     };
     let delivery = super::coordination::delivery(r, name, a.delivery)?;
+    let transport = match (backend, a.transport.as_deref()) {
+        (_, None) => Transport::default_for(backend),
+        (Backend::Codex, Some(t)) => Transport::parse(t)
+            .ok_or_else(|| r.err(key("transport"), format!("unknown transport {t:?}; use app-server or exec")))?,
+        (other, Some(_)) => {
+            return Err(r.err(key("transport"), format!("only codex has a transport, not {}", other.as_str())));
+        }
+    };
     let mut args = effort_args(r, name, backend, a.effort.as_deref())?;
     args.extend(a.args.unwrap_or_default());
     args.extend(a.extra_flags.unwrap_or_default());
@@ -199,6 +208,7 @@ fn agent(r: &mut Resolver, name: &str, a: RawAgent, top: &RawPrompts, env: &Env<
         format,
         color,
         delivery,
+        transport,
     };
     set_prompts(&mut def, own_prompts, a.prompt.as_deref(), top);
     Ok(def)

@@ -6,7 +6,7 @@
 //! |---|---|
 //! | `FAKE_FORMAT` | claude, codex, cursor, gemini or text (default: from the argv) |
 //! | `FAKE_NAME` | its name (default `fake`) |
-//! | `FAKE_TEXT` | the answer (default `Answer from NAME.`); `{pid}` in it becomes the process id, `{umask}` its file-creation mask (e.g. `0022`), `{child}` the pid of its `FAKE_CHILD` |
+//! | `FAKE_TEXT` | the answer (default `Answer from NAME.`); `{pid}` in it becomes the process id, `{turn}` something unique to the turn (the pid; under app-server the turn id), `{umask}` its file-creation mask (e.g. `0022`), `{child}` the pid of its `FAKE_CHILD` |
 //! | `FAKE_CHILD` | first start a long-lived child (`sleep`, stdio closed) that outlives this process: `group` in its process group, `own-group` in a group of its own, as tool commands may be |
 //! | `FAKE_DELTAS` | how many pieces the answer streams in (default 3) |
 //! | `FAKE_INTERVAL_MS` | pause before each piece (default 0) |
@@ -32,9 +32,12 @@
 //! | `FAKE_RUN` | a shell command run first (as an agent runs tools); `{run}` in the answer becomes its output |
 //!
 //! `fake-agent --version` prints its version, as the real CLIs do.
+//! `fake-agent app-server …` plays `codex app-server` (see `appserver.rs`).
 //!
 //! On SIGINT a claude-format fake reports its partial answer in a result
 //! line and exits 130, as Claude Code does; otherwise SIGINT/SIGTERM end it.
+
+mod appserver;
 
 use std::io::{Read, Write};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -239,6 +242,19 @@ async fn main() {
         println!("fake-agent {} ({})", env!("CARGO_PKG_VERSION"), env("FAKE_NAME").unwrap_or_else(|| "fake".into()));
         return;
     }
+    if args.first().map(String::as_str) == Some("app-server") {
+        // A process that fails at start, as a broken install would.
+        if let Some(e) = env("FAKE_STDERR") {
+            eprintln!("{e}");
+        }
+        if env("FAKE_NO_OUTPUT").is_some() {
+            std::process::exit(env_num("FAKE_EXIT", 0) as i32);
+        }
+        for _ in 0..env_num("FAKE_GARBAGE", 0) {
+            println!("garbage: not {{ json at all");
+        }
+        std::process::exit(appserver::serve(args).await);
+    }
     let mut stdin = String::new();
     let _ = std::io::stdin().read_to_string(&mut stdin);
     if let Some(path) = env("FAKE_RECORD") {
@@ -309,6 +325,7 @@ async fn main() {
             .unwrap_or_else(|| format!("Answer from {name}."))
             .replace("{run}", ran.trim())
             .replace("{pid}", &std::process::id().to_string())
+            .replace("{turn}", &std::process::id().to_string())
             .replace("{child}", &child.to_string())
             .replace("{umask}", &umask());
         if env("FAKE_ECHO_LABEL").is_some() {

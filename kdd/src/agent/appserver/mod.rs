@@ -1,0 +1,77 @@
+//! Codex through `codex app-server` (the `codex` backend's default
+//! transport; `agents.NAME.transport: "exec"` keeps `codex exec --json`).
+//!
+//! - [`protocol`]: the messages, as pure functions;
+//! - [`server`]: one process and the JSON-RPC client on its stdio;
+//! - `run`: one run as a turn of a codex thread.
+//!
+//! [`AppServers`] owns the processes: one per workspace, command, arguments
+//! and environment (so `CODEX_HOME` and other settings are never mixed),
+//! started on the first run that needs it, started again on the next run
+//! after it died, and stopped with the daemon. Runs of several threads
+//! share a process; codex tells their notifications apart by `threadId`.
+
+pub mod protocol;
+mod run;
+pub mod server;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub(super) use run::execute;
+use server::AppServer;
+
+use super::argv::Invocation;
+use crate::config::AgentDef;
+
+/// What makes two members share a process.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Key {
+    workspace: PathBuf,
+    command: String,
+    args: Vec<String>,
+    env: BTreeMap<String, String>,
+}
+
+/// The app-server processes of the daemon.
+#[derive(Default)]
+pub struct AppServers {
+    running: tokio::sync::Mutex<HashMap<Key, Arc<AppServer>>>,
+}
+
+impl AppServers {
+    /// The process for `agent` in `workspace`, started (and initialised)
+    /// when there is none or the last one died.
+    pub async fn get(&self, agent: &AgentDef, workspace: &Path, socket: &Path) -> Result<Arc<AppServer>, String> {
+        let key = Key {
+            workspace: workspace.to_path_buf(),
+            command: agent.command.clone(),
+            args: agent.args.clone(),
+            env: agent.env.clone(),
+        };
+        let mut running = self.running.lock().await;
+        if let Some(s) = running.get(&key).filter(|s| !s.is_gone()) {
+            return Ok(s.clone());
+        }
+        let mut inv = Invocation {
+            program: agent.command.clone(),
+            args: server::ARGS.iter().map(|a| a.to_string()).chain(agent.args.iter().cloned()).collect(),
+            // Piped: kd writes the requests there.
+            stdin: Some(String::new()),
+            env: agent.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        };
+        inv.env.push(("KD_SOCKET".to_string(), socket.display().to_string()));
+        let server = Arc::new(AppServer::start(&inv, workspace).await?);
+        tracing::info!(pid = server.pid, workspace = %workspace.display(), "started codex app-server");
+        running.insert(key, server.clone());
+        Ok(server)
+    }
+
+    /// Stops every process (at shutdown, after the runs ended).
+    pub async fn stop_all(&self) {
+        for (_, s) in self.running.lock().await.drain() {
+            s.stop();
+        }
+    }
+}

@@ -1,0 +1,404 @@
+//! The `codex app-server` protocol as kd uses it: JSON-RPC over stdio, one
+//! message per line, without the `"jsonrpc"` field in what codex sends
+//! (it accepts it in what it receives). Pure functions: the requests kd
+//! writes, and what a line from codex means — a response, a request from
+//! the server, or a notification, which [`interpret`] turns into the
+//! [`Parsed`] items a run's [`super::super::parse::Transcript`] folds.
+
+use serde_json::{Value, json};
+
+use crate::agent::parse::{Outcome, Parsed};
+
+/// The notifications kd has no use for: codex is asked not to send them.
+pub const OPTED_OUT: &[&str] = &[
+    "account/rateLimits/updated",
+    "remoteControl/status/changed",
+    "item/reasoning/summaryPartAdded",
+    "item/reasoning/summaryTextDelta",
+    "item/reasoning/textDelta",
+    "item/commandExecution/outputDelta",
+];
+
+/// `initialize`: kd names itself and opts out of what it does not read.
+pub fn initialize(id: u64) -> Value {
+    json!({
+        "id": id,
+        "method": "initialize",
+        "params": {
+            "clientInfo": {"name": "kd", "title": "kd", "version": kd_proto::VERSION},
+            "capabilities": {"optOutNotificationMethods": OPTED_OUT},
+        }
+    })
+}
+
+pub fn initialized() -> Value {
+    json!({"method": "initialized"})
+}
+
+/// How a council member may act: codex's approval policy and sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    pub approval: String,
+    pub sandbox: String,
+}
+
+impl Default for Policy {
+    /// Council members read; they do not write or ask.
+    fn default() -> Policy {
+        Policy { approval: "never".into(), sandbox: "read-only".into() }
+    }
+}
+
+/// `thread/start` in `cwd`.
+pub fn thread_start(id: u64, cwd: &str, model: Option<&str>, policy: &Policy) -> Value {
+    let mut params = json!({"cwd": cwd, "approvalPolicy": policy.approval, "sandbox": policy.sandbox});
+    if let Some(m) = model {
+        params["model"] = json!(m);
+    }
+    json!({"id": id, "method": "thread/start", "params": params})
+}
+
+/// `thread/resume` of a recorded thread id, without its past turns.
+pub fn thread_resume(id: u64, thread: &str, cwd: &str, model: Option<&str>, policy: &Policy) -> Value {
+    let mut params = json!({
+        "threadId": thread, "cwd": cwd, "excludeTurns": true,
+        "approvalPolicy": policy.approval, "sandbox": policy.sandbox,
+    });
+    if let Some(m) = model {
+        params["model"] = json!(m);
+    }
+    json!({"id": id, "method": "thread/resume", "params": params})
+}
+
+/// `turn/start` with the prompt as one text input.
+pub fn turn_start(id: u64, thread: &str, prompt: &str) -> Value {
+    json!({
+        "id": id,
+        "method": "turn/start",
+        "params": {"threadId": thread, "input": [{"type": "text", "text": prompt, "text_elements": []}]}
+    })
+}
+
+/// `turn/interrupt` of the running turn.
+pub fn turn_interrupt(id: u64, thread: &str, turn: &str) -> Value {
+    json!({"id": id, "method": "turn/interrupt", "params": {"threadId": thread, "turnId": turn}})
+}
+
+/// The answer to a request from codex kd does not grant (an approval,
+/// a question): declined, so the turn goes on without it.
+pub fn decline(id: &Value, method: &str) -> Value {
+    if method.ends_with("requestApproval") {
+        json!({"id": id, "result": {"decision": "decline"}})
+    } else {
+        json!({"id": id, "error": {"code": -32601, "message": format!("kd does not answer {method}")}})
+    }
+}
+
+/// One line from codex.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Incoming {
+    /// The answer to request `id`: its result, or the error's message.
+    Response { id: u64, result: Result<Value, String> },
+    /// A request from codex (it has an id and a method).
+    Request { id: Value, method: String },
+    /// A notification, with the codex thread it concerns, when it names one.
+    Notification { method: String, thread: Option<String>, params: Value },
+}
+
+/// Reads one line; `None` for a line that is no JSON-RPC message.
+pub fn incoming(line: &str) -> Option<Incoming> {
+    let mut v: Value = serde_json::from_str(line).ok()?;
+    let method = v.get("method").and_then(Value::as_str).map(str::to_string);
+    match (v.get("id").cloned(), method) {
+        (Some(id), Some(method)) => Some(Incoming::Request { id, method }),
+        (Some(id), None) => {
+            let id = id.as_u64()?;
+            let result = match v.get_mut("error") {
+                Some(e) => Err(e.get("message").and_then(Value::as_str).unwrap_or("an error without a message").into()),
+                None => Ok(v.get_mut("result").map(Value::take).unwrap_or(Value::Null)),
+            };
+            Some(Incoming::Response { id, result })
+        }
+        (None, Some(method)) => {
+            let params = v.get_mut("params").map(Value::take).unwrap_or(Value::Null);
+            let thread = params
+                .get("threadId")
+                .or_else(|| params.pointer("/thread/id"))
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            Some(Incoming::Notification { method, thread, params })
+        }
+        (None, None) => None,
+    }
+}
+
+/// The thread id in the result of `thread/start` or `thread/resume`.
+pub fn thread_id(result: &Value) -> Option<String> {
+    result.pointer("/thread/id").and_then(Value::as_str).map(str::to_string)
+}
+
+/// The turn id in the result of `turn/start`.
+pub fn turn_id(result: &Value) -> Option<String> {
+    result.pointer("/turn/id").and_then(Value::as_str).map(str::to_string)
+}
+
+/// What a notification about a run's thread means for the run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// Items for the transcript.
+    Items(Vec<Parsed>),
+    /// The tokens of one model call of the turn (`tokenUsage.last`).
+    Usage(Usage),
+    /// The turn ended: `completed`, `interrupted` or `failed` (with the error).
+    TurnDone { status: String, error: Option<String> },
+    /// Nothing for the run.
+    Nothing,
+}
+
+/// Interprets a notification of the run's turn `turn` (notifications of
+/// another turn of the same thread — one that was interrupted — are not
+/// the run's).
+pub fn interpret(method: &str, params: &Value, turn: Option<&str>) -> Event {
+    let of_turn = params.get("turnId").or_else(|| params.pointer("/turn/id")).and_then(Value::as_str);
+    if let (Some(mine), Some(theirs)) = (turn, of_turn)
+        && mine != theirs
+    {
+        return Event::Nothing;
+    }
+    let text = |k: &str| params.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+    match method {
+        "item/agentMessage/delta" => {
+            let d = text("delta");
+            if d.is_empty() { Event::Nothing } else { Event::Items(vec![Parsed::Delta(d)]) }
+        }
+        "item/started" => match item_type(params) {
+            // Text after a tool call is a new paragraph.
+            Some("commandExecution" | "fileChange" | "mcpToolCall" | "webSearch") => {
+                Event::Items(vec![Parsed::Boundary])
+            }
+            _ => Event::Nothing,
+        },
+        "item/completed" => match item_type(params) {
+            Some("agentMessage") => {
+                let t = params.pointer("/item/text").and_then(Value::as_str).unwrap_or_default();
+                Event::Items(vec![Parsed::Block(t.to_string())])
+            }
+            _ => Event::Nothing,
+        },
+        "error" => {
+            let retrying = params.get("willRetry").and_then(Value::as_bool).unwrap_or(false);
+            let message = error_message(params.get("error"));
+            Event::Items(vec![Parsed::Error { message, fatal: !retrying }])
+        }
+        "thread/tokenUsage/updated" => match params.pointer("/tokenUsage/last") {
+            Some(last) => {
+                let n = |k: &str| last.get(k).and_then(Value::as_u64).unwrap_or(0);
+                Event::Usage(Usage {
+                    input: n("inputTokens"),
+                    cached_input: n("cachedInputTokens"),
+                    output: n("outputTokens"),
+                    reasoning_output: n("reasoningOutputTokens"),
+                })
+            }
+            None => Event::Nothing,
+        },
+        "turn/completed" => {
+            let status = params.pointer("/turn/status").and_then(Value::as_str).unwrap_or("completed").to_string();
+            let error = params.pointer("/turn/error").filter(|e| !e.is_null()).map(|e| error_message(Some(e)));
+            Event::TurnDone { status, error }
+        }
+        _ => Event::Nothing,
+    }
+}
+
+/// Tokens, summed over a turn's model calls.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub input: u64,
+    pub cached_input: u64,
+    pub output: u64,
+    pub reasoning_output: u64,
+}
+
+impl Usage {
+    pub fn add(&mut self, o: Usage) {
+        self.input += o.input;
+        self.cached_input += o.cached_input;
+        self.output += o.output;
+        self.reasoning_output += o.reasoning_output;
+    }
+
+    /// In the form `codex exec --json` reports a turn's usage, which the
+    /// cost report reads.
+    pub fn to_json(self) -> Value {
+        json!({
+            "input_tokens": self.input,
+            "cached_input_tokens": self.cached_input,
+            "output_tokens": self.output,
+            "reasoning_output_tokens": self.reasoning_output,
+        })
+    }
+}
+
+fn item_type(params: &Value) -> Option<&str> {
+    params.pointer("/item/type").and_then(Value::as_str)
+}
+
+/// The readable reason of a codex error: its `message`, or the message
+/// inside the API's JSON error body when the message is one.
+pub fn error_message(error: Option<&Value>) -> String {
+    let Some(e) = error else { return "codex reported an error".into() };
+    let message = e.get("message").and_then(Value::as_str).unwrap_or("codex reported an error");
+    serde_json::from_str::<Value>(message)
+        .ok()
+        .and_then(|body| body.pointer("/error/message").and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_else(|| message.to_string())
+}
+
+/// The outcome of a finished turn, for the transcript.
+pub fn outcome(status: &str, error: Option<String>, usage: Option<Usage>) -> Outcome {
+    Outcome {
+        is_error: status == "failed",
+        text: error.filter(|_| status == "failed"),
+        usage: usage.map(Usage::to_json),
+        ..Outcome::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The messages of a capture (`../shared/captures/codex-app-server`,
+    /// kept byte for byte in `tests/fixtures/codex-app-server`).
+    fn capture(name: &str) -> Vec<(String, Value)> {
+        let path = format!("{}/../tests/fixtures/codex-app-server/{name}.jsonl", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        text.lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .map(|v| (v["dir"].as_str().unwrap_or_default().to_string(), v["msg"].clone()))
+            .collect()
+    }
+
+    /// Folds what codex sent in a capture about `thread` as a run would.
+    fn fold(name: &str, thread: &str) -> (crate::agent::parse::Transcript, Vec<(String, Option<String>)>) {
+        let mut t = crate::agent::parse::Transcript::new();
+        let mut ends = Vec::new();
+        for (dir, msg) in capture(name) {
+            if dir != "<" {
+                continue;
+            }
+            let Some(Incoming::Notification { method, thread: Some(th), params }) = incoming(&msg.to_string()) else {
+                continue;
+            };
+            if th != thread {
+                continue;
+            }
+            match interpret(&method, &params, None) {
+                Event::Items(items) => items.into_iter().for_each(|i| {
+                    t.apply(i);
+                }),
+                Event::TurnDone { status, error } => ends.push((status, error)),
+                Event::Usage(_) | Event::Nothing => {}
+            }
+        }
+        (t, ends)
+    }
+
+    #[test]
+    fn main_capture_streams_three_turns_and_the_api_reason_of_the_failure() {
+        let (t, ends) = fold("main", "01a202f1-3832-77d2-a51f-b5f061dc73ec");
+        assert_eq!(
+            ends,
+            vec![
+                ("completed".into(), None),
+                ("completed".into(), None),
+                ("failed".into(), Some("stub: forced failure".into())),
+            ]
+        );
+        assert_eq!(t.fatal.as_deref(), Some("stub: forced failure"));
+        let text = t.answer();
+        assert!(text.starts_with("Hello from codex stub (request 1)."), "{text:?}");
+        assert!(text.contains("Tool said: Chunk ID: 55b9ff\nWall time"), "{text:?}");
+        // Each message once: the completed item repeats what was streamed.
+        assert_eq!(text.matches("Hello from codex stub").count(), 1, "{text:?}");
+    }
+
+    #[test]
+    fn interrupted_capture_ends_interrupted_with_the_streamed_text() {
+        let (t, ends) = fold("interrupt", "01a202f1-5f4d-70c1-a34c-f9da671b7c4d");
+        assert_eq!(ends[0], ("interrupted".into(), None));
+        assert!(t.text().starts_with("tick0"), "{:?}", t.text());
+    }
+
+    #[test]
+    fn concurrent_capture_keeps_the_two_threads_apart() {
+        let msgs = capture("concurrent");
+        let mut threads: Vec<String> = msgs
+            .iter()
+            .filter_map(|(d, m)| (d == "<").then(|| m.pointer("/result/thread/id")).flatten())
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect();
+        threads.dedup();
+        assert_eq!(threads.len(), 2, "{threads:?}");
+        let (a, _) = fold("concurrent", &threads[0]);
+        let (b, _) = fold("concurrent", &threads[1]);
+        assert!(!a.text().is_empty() && !b.text().is_empty());
+        assert_ne!(a.text(), b.text());
+    }
+
+    #[test]
+    fn errors_and_responses_are_told_apart() {
+        for (dir, msg) in capture("resumebad").into_iter().chain(capture("noinit")) {
+            if dir != "<" {
+                continue;
+            }
+            match incoming(&msg.to_string()) {
+                Some(Incoming::Response { result: Err(e), .. }) => assert!(!e.is_empty()),
+                Some(Incoming::Response { result: Ok(_), .. }) | Some(Incoming::Notification { .. }) => {}
+                other => panic!("{msg}: {other:?}"),
+            }
+        }
+        let bad = capture("resumebad");
+        let first_error = bad
+            .iter()
+            .filter(|(d, _)| d == "<")
+            .filter_map(|(_, m)| incoming(&m.to_string()))
+            .find(|i| matches!(i, Incoming::Response { result: Err(_), .. }));
+        assert_eq!(
+            first_error,
+            Some(Incoming::Response {
+                id: 2,
+                result: Err("no rollout found for thread id 00000000-0000-7000-8000-000000000000".into())
+            })
+        );
+    }
+
+    #[test]
+    fn a_turns_usage_is_the_sum_of_its_model_calls() {
+        let mut sum = Usage::default();
+        let turn = "01a202f1-3e2b-7d52-8be9-1aeab3075494";
+        for (dir, msg) in capture("main") {
+            let Some(Incoming::Notification { method, params, .. }) = incoming(&msg.to_string()) else { continue };
+            if let (true, Event::Usage(u)) = (dir == "<", interpret(&method, &params, Some(turn))) {
+                sum.add(u);
+            }
+        }
+        // Two model calls of 120 in, 30 out (the total went from 150 to 450).
+        assert_eq!(sum, Usage { input: 240, cached_input: 40, output: 60, reasoning_output: 20 });
+    }
+
+    #[test]
+    fn another_turns_notifications_are_not_the_runs() {
+        let p = json!({"threadId": "t", "turnId": "old", "itemId": "m", "delta": "x"});
+        assert_eq!(interpret("item/agentMessage/delta", &p, Some("new")), Event::Nothing);
+        assert!(matches!(interpret("item/agentMessage/delta", &p, Some("old")), Event::Items(_)));
+    }
+
+    #[test]
+    fn a_request_from_codex_is_declined() {
+        let r = decline(&json!(7), "item/commandExecution/requestApproval");
+        assert_eq!(r, json!({"id": 7, "result": {"decision": "decline"}}));
+        assert!(decline(&json!(8), "item/tool/requestUserInput").get("error").is_some());
+    }
+}

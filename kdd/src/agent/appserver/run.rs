@@ -1,0 +1,167 @@
+//! One run as a turn of a codex thread: `thread/start` (or `thread/resume`
+//! of the thread recorded for the session), `turn/start` with the prompt,
+//! then the turn's notifications until `turn/completed`. Deltas stream to
+//! subscribers as they come; tool calls start a new paragraph; a stop sends
+//! `turn/interrupt` and keeps the text streamed so far (codex keeps none of
+//! an interrupted message). If the process dies mid-turn, the run is an
+//! error with its partial text, and the next run starts a new process.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kd_proto::types::RunStatus;
+
+use super::protocol::{self, Event, Policy};
+use crate::agent::Runner;
+use crate::agent::parse::{Parsed, Transcript};
+use crate::agent::prepare::Prepared;
+use crate::agent::registry::{Run, StopReason};
+use crate::agent::supervisor::{Spec, failed, outcome, publish, stopped_early};
+use crate::db::runs::Finish;
+use crate::prompt;
+
+/// How often the text streamed so far is saved.
+const SAVE_EVERY: Duration = Duration::from_secs(1);
+
+pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec, prepared: Prepared) -> Finish {
+    let member = run.member.clone();
+    let held = prepared.session.clone();
+    let with_session = |mut f: Finish, given: bool| {
+        f.session = held.as_ref().map(|h| h.end(given));
+        f
+    };
+    if !spec.workspace.is_dir() {
+        let reason = format!("the thread's workspace {} does not exist", spec.workspace.display());
+        return with_session(failed(&member, RunStatus::Error, reason), false);
+    }
+    if run.stop_reason().is_some() {
+        return with_session(stopped_early(run), false);
+    }
+    let server = match d.appservers.get(&spec.agent, &spec.workspace, &d.socket).await {
+        Ok(s) => s,
+        Err(e) => {
+            let reason = format!("cannot start {} app-server: {e}", spec.agent.command);
+            return with_session(failed(&member, RunStatus::Error, reason), false);
+        }
+    };
+    run.set_started(server.pid);
+    let session = held.as_ref().map(|h| h.id.clone());
+    if let Err(e) = d.db.run_started(run.info(), server.pid, server.started, session).await {
+        tracing::error!(run = run.id, "cannot record the pid: {e}");
+    }
+    let cwd = spec.workspace.display().to_string();
+    let model = spec.agent.model.as_deref();
+    let policy = Policy::default();
+    let opened = match prepared.resume.as_deref() {
+        Some(id) => server.request(|n| protocol::thread_resume(n, id, &cwd, model, &policy)).await,
+        None => server.request(|n| protocol::thread_start(n, &cwd, model, &policy)).await,
+    };
+    let thread = match opened.map(|r| protocol::thread_id(&r)) {
+        Ok(Some(t)) => t,
+        Ok(None) => return with_session(failed(&member, RunStatus::Error, "codex gave no thread id".into()), false),
+        Err(e) => {
+            let what =
+                if prepared.resume.is_some() { "cannot resume its codex thread" } else { "cannot start a thread" };
+            return with_session(failed(&member, RunStatus::Error, format!("{what}: {e}")), false);
+        }
+    };
+    let mut transcript = Transcript::new();
+    transcript.apply(Parsed::SessionId(thread.clone()));
+    let mut following = match server.follow(&thread) {
+        Ok(f) => f,
+        Err(e) => return with_session(failed(&member, RunStatus::Error, e), true),
+    };
+    if run.stop_reason().is_some() {
+        return with_session(stopped_early(run), true);
+    }
+    let turn = match server.request(|n| protocol::turn_start(n, &thread, &prepared.prompt)).await {
+        Ok(r) => protocol::turn_id(&r),
+        Err(e) => return with_session(failed(&member, RunStatus::Error, format!("the turn did not start: {e}")), true),
+    };
+
+    let mut label = prompt::LabelStripper::new(&member);
+    let cap = usize::try_from(spec.max_answer_bytes).unwrap_or(usize::MAX);
+    let timeout = tokio::time::sleep(spec.timeout);
+    tokio::pin!(timeout);
+    let far = Duration::from_secs(365 * 24 * 3600);
+    let give_up = tokio::time::sleep(far);
+    tokio::pin!(give_up);
+    let mut save = tokio::time::interval(SAVE_EVERY);
+    save.tick().await;
+    let mut saved_bytes = 0usize;
+    let mut over_cap = false;
+    let mut interrupted = false;
+    let mut ended: Option<(String, Option<String>)> = None;
+    let mut usage: Option<protocol::Usage> = None;
+    loop {
+        tokio::select! {
+            note = following.notes.recv() => {
+                let Some(note) = note else { break };
+                match protocol::interpret(&note.method, &note.params, turn.as_deref()) {
+                    Event::Items(items) => {
+                        let mut delta = String::new();
+                        for item in items {
+                            if let Some(text) = transcript.apply(item) {
+                                delta.push_str(&text);
+                            }
+                        }
+                        if !over_cap && !delta.is_empty() {
+                            over_cap = !publish(d, run, &label.push(&delta), cap);
+                        }
+                    }
+                    Event::Usage(u) => usage.get_or_insert_with(Default::default).add(u),
+                    Event::TurnDone { status, error } => {
+                        ended = Some((status, error));
+                        break;
+                    }
+                    Event::Nothing => {}
+                }
+            }
+            _ = &mut timeout, if !interrupted => run.stop(StopReason::TimedOut),
+            _ = run.stopped(), if !interrupted => {
+                interrupted = true;
+                if let Some(turn) = &turn {
+                    let (server, thread, turn) = (server.clone(), thread.clone(), turn.clone());
+                    tokio::spawn(async move {
+                        if let Err(e) = server.request(|n| protocol::turn_interrupt(n, &thread, &turn)).await {
+                            tracing::debug!("turn/interrupt: {e}");
+                        }
+                    });
+                }
+                give_up.as_mut().reset(tokio::time::Instant::now() + d.kill_grace);
+            }
+            _ = &mut give_up => break,
+            _ = save.tick() => {
+                let (new, len) = run.text_since(saved_bytes);
+                if !new.is_empty() {
+                    saved_bytes = len;
+                    if let Err(e) = d.db.append_run_partial(run.id.clone(), new).await {
+                        tracing::warn!(run = run.id, "cannot save partial text: {e}");
+                    }
+                }
+            }
+        }
+    }
+    drop(following);
+    if !over_cap {
+        publish(d, run, &label.finish(), cap);
+    }
+    match &ended {
+        Some((status, error)) => {
+            transcript.apply(Parsed::Result(protocol::outcome(status, error.clone(), usage)));
+            if status == "interrupted" && run.stop_reason().is_none() {
+                transcript.apply(Parsed::Error { message: "codex interrupted the turn".into(), fatal: true });
+            }
+        }
+        None if run.stop_reason().is_none() => {
+            transcript.apply(Parsed::Error { message: server.gone_reason(), fatal: true });
+        }
+        None => {}
+    }
+    let mut finish = outcome(run, spec, &transcript, Some(ExitStatus::from_raw(0)), "");
+    finish.meta.exit_status = None;
+    finish.session = held.as_ref().map(|h| h.end(true));
+    finish
+}

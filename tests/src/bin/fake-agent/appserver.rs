@@ -1,0 +1,342 @@
+//! `fake-agent app-server …`: plays `codex app-server` as recorded in
+//! `tests/fixtures/codex-app-server` — JSON-RPC over stdio without the
+//! `"jsonrpc"` field, `emittedAtMs` on every notification, unsolicited
+//! notifications (`configWarning`, `remoteControl/status/changed`, rate
+//! limits and token usage unless opted out), errors before `initialize`
+//! and on a second one, `thread/start`, `thread/resume` (any id but one
+//! containing `missing`, as codex finds its rollout on disk), `turn/start`
+//! (which steers a turn still running instead of starting one),
+//! `turn/interrupt`, and a failing turn as codex reports an API error.
+//! Every turn's answer follows the same `FAKE_*` knobs as the other formats;
+//! `FAKE_RECORD` gets one line per turn (`stdin` is the prompt, `thread`
+//! the codex thread, `resumed` whether it came from `thread/resume`).
+
+use std::collections::HashMap;
+use std::io::{BufRead, Write};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::{env, env_num, hold, now_us, pieces};
+
+#[derive(Default)]
+struct Thread {
+    cwd: String,
+    resumed: bool,
+    /// The running turn: its id and its task.
+    active: Option<(String, tokio::task::AbortHandle)>,
+}
+
+#[derive(Default)]
+struct State {
+    initialized: bool,
+    opted_out: Vec<String>,
+    threads: HashMap<String, Thread>,
+    counter: u64,
+}
+
+type Shared = Arc<Mutex<State>>;
+
+fn now_ms() -> u128 {
+    now_us() / 1000
+}
+
+fn send(v: &Value) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{v}");
+    let _ = out.flush();
+}
+
+fn reply(id: &Value, result: Value) {
+    send(&json!({"id": id, "result": result}));
+}
+
+fn error(id: &Value, message: &str) {
+    send(&json!({"error": {"code": -32600, "message": message}, "id": id}));
+}
+
+fn note(state: &Shared, method: &str, params: Value) {
+    let muted = state.lock().map(|s| s.opted_out.iter().any(|m| m == method)).unwrap_or(false);
+    if !muted {
+        send(&json!({"method": method, "params": params, "emittedAtMs": now_ms()}));
+    }
+}
+
+fn new_id(state: &Shared, what: &str) -> String {
+    let n = state.lock().map(|mut s| {
+        s.counter += 1;
+        s.counter
+    });
+    format!("01a202f1-{what}-{}-{}", std::process::id(), n.unwrap_or(0))
+}
+
+fn thread_json(id: &str, cwd: &str) -> Value {
+    json!({"id": id, "environments": [{"environmentId": "local", "cwd": cwd, "runtimeWorkspaceRoots": [cwd]}],
+           "extra": null, "sessionId": id, "forkedFromId": null, "preview": "", "ephemeral": false})
+}
+
+fn turn_json(id: &str, status: &str, error: Value) -> Value {
+    json!({"id": id, "rootTurnId": id, "items": [], "itemsView": "notLoaded", "status": status, "error": error,
+           "startedAt": null, "completedAt": null, "durationMs": null})
+}
+
+pub async fn serve(args: Vec<String>) -> i32 {
+    let state: Shared = Arc::default();
+    // stdin is read on a thread of its own; its EOF ends the process.
+    let (tx, mut lines) = tokio::sync::mpsc::unbounded_channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    while let Some(line) = lines.recv().await {
+        let Ok(msg) = serde_json::from_str::<Value>(&line) else { continue };
+        let method = msg.get("method").and_then(Value::as_str).unwrap_or_default().to_string();
+        let Some(id) = msg.get("id").cloned() else {
+            continue; // `initialized`, or an answer to a request of ours
+        };
+        let params = msg.get("params").cloned().unwrap_or(Value::Null);
+        let initialized = state.lock().map(|s| s.initialized).unwrap_or(false);
+        match method.as_str() {
+            "initialize" if initialized => error(&id, "Already initialized"),
+            "initialize" => {
+                if let Ok(mut s) = state.lock() {
+                    s.initialized = true;
+                    s.opted_out = params
+                        .pointer("/capabilities/optOutNotificationMethods")
+                        .and_then(Value::as_array)
+                        .map(|a| a.iter().filter_map(|m| m.as_str().map(str::to_string)).collect())
+                        .unwrap_or_default();
+                }
+                let name = params.pointer("/clientInfo/name").and_then(Value::as_str).unwrap_or("client");
+                reply(
+                    &id,
+                    json!({"userAgent": format!("{name}/0.169.0 (fake)"), "codexHome": "/tmp/fake-codex",
+                           "platformFamily": "unix", "platformOs": "linux"}),
+                );
+            }
+            _ if !initialized => error(&id, "Not initialized"),
+            "thread/start" | "thread/resume" => {
+                let cwd = params.get("cwd").and_then(Value::as_str).map(str::to_string).unwrap_or_else(super::cwd);
+                let resumed = method == "thread/resume";
+                let thread = if resumed {
+                    let Some(t) = params.get("threadId").and_then(Value::as_str) else {
+                        error(&id, "Invalid request: missing field `threadId`");
+                        continue;
+                    };
+                    if t.contains("missing") {
+                        error(&id, &format!("no rollout found for thread id {t}"));
+                        continue;
+                    }
+                    t.to_string()
+                } else {
+                    env("FAKE_SESSION_ID").unwrap_or_else(|| new_id(&state, "thread"))
+                };
+                note(
+                    &state,
+                    "configWarning",
+                    json!({"summary": "Codex could not find bubblewrap on PATH.", "details": null}),
+                );
+                note(&state, "remoteControl/status/changed", json!({"status": "disabled", "serverName": "fake"}));
+                if let Ok(mut s) = state.lock() {
+                    s.threads.insert(thread.clone(), Thread { cwd: cwd.clone(), resumed, active: None });
+                }
+                reply(&id, json!({"thread": thread_json(&thread, &cwd), "model": "fake", "cwd": cwd}));
+                if !resumed {
+                    note(&state, "thread/started", json!({"thread": thread_json(&thread, &cwd)}));
+                }
+            }
+            "turn/start" => {
+                let thread = params.get("threadId").and_then(Value::as_str).unwrap_or_default().to_string();
+                let Some(input) = params.get("input").and_then(Value::as_array) else {
+                    error(&id, "Invalid request: missing field `input`");
+                    continue;
+                };
+                let prompt: String =
+                    input.iter().filter_map(|i| i.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("\n");
+                let known = state.lock().map(|s| s.threads.get(&thread).map(|t| t.active.clone())).ok().flatten();
+                match known {
+                    None => error(&id, &format!("thread not found: {thread}")),
+                    // codex steers the running turn with the new input.
+                    Some(Some((turn, _))) => {
+                        record(&args, &state, &thread, &turn, &prompt, true);
+                        reply(&id, json!({"turn": turn_json(&turn, "inProgress", Value::Null)}));
+                    }
+                    Some(None) => {
+                        let turn = new_id(&state, "turn");
+                        record(&args, &state, &thread, &turn, &prompt, false);
+                        reply(&id, json!({"turn": turn_json(&turn, "inProgress", Value::Null)}));
+                        let task = tokio::spawn(run_turn(state.clone(), thread.clone(), turn.clone(), prompt));
+                        if let Ok(mut s) = state.lock()
+                            && let Some(t) = s.threads.get_mut(&thread)
+                        {
+                            t.active = Some((turn, task.abort_handle()));
+                        }
+                    }
+                }
+            }
+            "turn/interrupt" => {
+                let thread = params.get("threadId").and_then(Value::as_str).unwrap_or_default().to_string();
+                let turn = params.get("turnId").and_then(Value::as_str).unwrap_or_default().to_string();
+                let active = state.lock().ok().and_then(|mut s| {
+                    let t = s.threads.get_mut(&thread)?;
+                    if t.active.as_ref().is_some_and(|(a, _)| *a == turn) { t.active.take() } else { None }
+                });
+                match active {
+                    None => error(&id, "no active turn to interrupt"),
+                    Some((turn, task)) => {
+                        task.abort();
+                        if let Some(path) = env("FAKE_RECORD")
+                            && let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path)
+                        {
+                            let _ = f.write_all(format!("{}\n", json!({"interrupted": turn})).as_bytes());
+                        }
+                        reply(&id, json!({}));
+                        note(&state, "thread/status/changed", json!({"threadId": thread, "status": {"type": "idle"}}));
+                        note(
+                            &state,
+                            "turn/completed",
+                            json!({"threadId": thread, "turn": turn_json(&turn, "interrupted", Value::Null)}),
+                        );
+                    }
+                }
+            }
+            other => error(&id, &format!("Invalid request: unknown variant `{other}`")),
+        }
+    }
+    0
+}
+
+/// One `FAKE_RECORD` line for a turn.
+fn record(args: &[String], state: &Shared, thread: &str, turn: &str, prompt: &str, steered: bool) {
+    let Some(path) = env("FAKE_RECORD") else { return };
+    let (cwd, resumed) =
+        state.lock().ok().and_then(|s| s.threads.get(thread).map(|t| (t.cwd.clone(), t.resumed))).unwrap_or_default();
+    let line = json!({"argv": args, "stdin": prompt, "cwd": cwd, "pid": std::process::id(), "thread": thread,
+                      "turn": turn, "resumed": resumed, "steered": steered});
+    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+        let _ = f.write_all(format!("{line}\n").as_bytes());
+    }
+}
+
+/// The notifications of one turn, as codex sends them.
+async fn run_turn(state: Shared, thread: String, turn: String, prompt: String) {
+    let ids = json!({"threadId": thread, "turnId": turn});
+    let with = |extra: Value| {
+        let mut p = ids.clone();
+        if let (Some(p), Some(e)) = (p.as_object_mut(), extra.as_object()) {
+            p.extend(e.clone());
+        }
+        p
+    };
+    note(&state, "thread/status/changed", json!({"threadId": thread, "status": {"type": "active", "activeFlags": []}}));
+    note(&state, "turn/started", json!({"threadId": thread, "turn": turn_json(&turn, "inProgress", Value::Null)}));
+    let user =
+        json!({"type": "userMessage", "id": format!("{turn}-user"), "content": [{"type": "text", "text": prompt}]});
+    note(&state, "item/started", with(json!({"item": user})));
+    note(&state, "item/completed", with(json!({"item": user})));
+    let end = |status: &str, error: Value| {
+        note(&state, "thread/status/changed", json!({"threadId": thread, "status": {"type": "idle"}}));
+        note(&state, "turn/completed", json!({"threadId": thread, "turn": turn_json(&turn, status, error)}));
+        if let Ok(mut s) = state.lock()
+            && let Some(t) = s.threads.get_mut(&thread)
+        {
+            t.active = None;
+        }
+    };
+    if let Some(message) = env("FAKE_ERROR").or_else(|| env("FAKE_API_ERROR")) {
+        let body = json!({"error": {"message": message, "type": "invalid_request_error", "code": null}}).to_string();
+        let error = json!({"message": body, "codexErrorInfo": "other", "additionalDetails": null});
+        note(&state, "thread/status/changed", json!({"threadId": thread, "status": {"type": "systemError"}}));
+        note(&state, "error", with(json!({"error": error, "willRetry": false})));
+        end("failed", error);
+        return;
+    }
+    let reasoning =
+        json!({"type": "reasoning", "id": format!("{turn}-rs"), "summary": ["**Planning**"], "content": []});
+    note(&state, "item/started", with(json!({"item": reasoning})));
+    note(
+        &state,
+        "item/reasoning/summaryTextDelta",
+        with(json!({"itemId": format!("{turn}-rs"), "delta": "**Planning**"})),
+    );
+    note(&state, "item/completed", with(json!({"item": reasoning})));
+    let ran = match env("FAKE_RUN") {
+        Some(cmd) => {
+            let item = |status: &str, output: &str| {
+                json!({"type": "commandExecution", "id": format!("{turn}-call"), "command": format!("/bin/bash -lc '{cmd}'"),
+                       "cwd": "", "status": status, "aggregatedOutput": output})
+            };
+            note(&state, "item/started", with(json!({"item": item("inProgress", "")})));
+            let out = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(&cmd)
+                .stdin(std::process::Stdio::null())
+                .output()
+                .map(|o| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+                .unwrap_or_default();
+            note(&state, "item/completed", with(json!({"item": item("completed", &out)})));
+            out
+        }
+        None => String::new(),
+    };
+    let name = env("FAKE_NAME").unwrap_or_else(|| "fake".into());
+    let ruled = env("FAKE_RULES")
+        .and_then(|r| serde_json::from_str::<Vec<(String, String)>>(&r).ok())
+        .and_then(|rules| rules.into_iter().find(|(needle, _)| prompt.contains(needle.as_str())))
+        .map(|(_, answer)| answer);
+    let mut text = ruled
+        .or_else(|| env("FAKE_TEXT"))
+        .unwrap_or_else(|| format!("Answer from {name}."))
+        .replace("{run}", ran.trim())
+        .replace("{pid}", &std::process::id().to_string())
+        .replace("{turn}", &turn);
+    if env("FAKE_ECHO_LABEL").is_some() {
+        text = format!("{name}: {text}");
+    }
+    let msg = format!("{turn}-msg");
+    let message = |t: &str| json!({"type": "agentMessage", "id": msg, "text": t, "phase": null});
+    note(&state, "item/started", with(json!({"item": message("")})));
+    let n = env_num("FAKE_DELTAS", 3) as usize;
+    let stamped = env("FAKE_STAMP").is_some();
+    let fixed = env("FAKE_PIECE");
+    let parts = if stamped || fixed.is_some() || n == 0 { vec![String::new(); n] } else { pieces(&text, n) };
+    let interval = Duration::from_millis(env_num("FAKE_INTERVAL_MS", 0));
+    let rate = env_num("FAKE_RATE", 0);
+    let start = tokio::time::Instant::now();
+    let mut streamed = String::new();
+    for (i, p) in parts.iter().enumerate() {
+        if let Some(step) = (i as u64 * 1_000_000).checked_div(rate) {
+            tokio::time::sleep_until(start + Duration::from_micros(step)).await;
+        } else if !interval.is_zero() {
+            tokio::time::sleep(interval).await;
+        }
+        let piece = match (&fixed, stamped) {
+            (_, true) => format!("[t={}]", now_us()),
+            (Some(f), false) => f.clone(),
+            _ => p.clone(),
+        };
+        streamed.push_str(&piece);
+        note(&state, "item/agentMessage/delta", with(json!({"itemId": msg, "delta": piece})));
+        if i == 0 {
+            hold().await;
+        }
+    }
+    if env("FAKE_HANG").is_some() {
+        std::future::pending::<()>().await;
+    }
+    let final_text = if stamped || fixed.is_some() { streamed } else { text };
+    note(&state, "item/completed", with(json!({"item": message(&final_text)})));
+    note(
+        &state,
+        "thread/tokenUsage/updated",
+        with(json!({"tokenUsage": {"total": {"totalTokens": 15, "inputTokens": 10, "outputTokens": 5},
+                                   "last": {"totalTokens": 15, "inputTokens": 10, "outputTokens": 5}}})),
+    );
+    note(&state, "account/rateLimits/updated", json!({"rateLimits": {"limitId": "codex"}}));
+    end("completed", Value::Null);
+}
