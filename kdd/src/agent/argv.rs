@@ -114,6 +114,7 @@ mod tests {
             color: None,
             delivery: Default::default(),
             transport: Default::default(),
+            policy: Default::default(),
         }
     }
 

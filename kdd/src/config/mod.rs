@@ -216,6 +216,23 @@ pub struct AgentDef {
     pub delivery: Delivery,
     /// How kd talks to it (`transport`; codex only).
     pub transport: Transport,
+    /// What a codex app-server member may do (`sandbox`, `approval`).
+    pub policy: CodexPolicy,
+}
+
+/// The sandbox and approval policy of a codex member's threads. Council
+/// members read: `read-only`, and codex never stops to ask (a request it
+/// still sends is declined).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CodexPolicy {
+    pub sandbox: String,
+    pub approval: String,
+}
+
+impl Default for CodexPolicy {
+    fn default() -> CodexPolicy {
+        CodexPolicy { sandbox: "read-only".into(), approval: "never".into() }
+    }
 }
 
 impl AgentDef {

@@ -42,6 +42,7 @@ pub(super) fn builtin(backend: Backend, env: &Env<'_>) -> AgentDef {
         color: None,
         delivery: Default::default(),
         transport: super::Transport::default_for(backend),
+        policy: Default::default(),
     }
 }
 

@@ -109,6 +109,10 @@ pub struct RawAgent {
     pub delivery: Option<RawDelivery>,
     /// codex: `app-server` (default) or `exec`.
     pub transport: Option<String>,
+    /// codex app-server: the sandbox of the member's threads (`read-only` by default).
+    pub sandbox: Option<String>,
+    /// codex app-server: when codex asks before acting (`never` by default).
+    pub approval: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -18,6 +18,10 @@ use super::*;
 /// Most rounds after the first that a configuration may ask for.
 pub const MAX_AUTO_ROUNDS: u32 = 100;
 
+/// codex's sandboxes and approval policies (`agents.NAME.sandbox`, `approval`).
+const SANDBOXES: &[&str] = &["read-only", "workspace-write", "danger-full-access"];
+const APPROVALS: &[&str] = &["never", "on-request", "on-failure", "untrusted"];
+
 /// Reasoning efforts Kingdom accepts per backend.
 const CLAUDE_EFFORTS: &[&str] = &["low", "medium", "high", "xhigh", "max"];
 const CODEX_EFFORTS: &[&str] = &["low", "medium", "high", "xhigh", "max", "ultra"];
@@ -135,6 +139,8 @@ fn agent(r: &mut Resolver, name: &str, a: RawAgent, top: &RawPrompts, env: &Env<
         ("extra_flags", a.extra_flags.is_some()),
         ("effort", a.effort.is_some()),
         ("transport", a.transport.is_some()),
+        ("sandbox", a.sandbox.is_some()),
+        ("approval", a.approval.is_some()),
         ("prompts.council", own_prompts.is_some_and(|p| p.council.is_some())),
         ("prompts.chat", own_prompts.is_some_and(|p| p.chat.is_some())),
     ] {
@@ -192,6 +198,20 @@ fn agent(r: &mut Resolver, name: &str, a: RawAgent, top: &RawPrompts, env: &Env<
             return Err(r.err(key("transport"), format!("only codex has a transport, not {}", other.as_str())));
         }
     };
+    let mut policy = CodexPolicy::default();
+    for (field, value, allowed, slot) in [
+        ("sandbox", a.sandbox, SANDBOXES, &mut policy.sandbox),
+        ("approval", a.approval, APPROVALS, &mut policy.approval),
+    ] {
+        let Some(v) = value else { continue };
+        if transport != Transport::AppServer {
+            return Err(r.err(key(field), "only codex through app-server takes it (codex exec: use args)"));
+        }
+        if !allowed.contains(&v.as_str()) {
+            return Err(r.err(key(field), format!("must be one of {}, got {v:?}", allowed.join(", "))));
+        }
+        *slot = v;
+    }
     let mut args = effort_args(r, name, backend, a.effort.as_deref())?;
     args.extend(a.args.unwrap_or_default());
     args.extend(a.extra_flags.unwrap_or_default());
@@ -209,6 +229,7 @@ fn agent(r: &mut Resolver, name: &str, a: RawAgent, top: &RawPrompts, env: &Env<
         color,
         delivery,
         transport,
+        policy,
     };
     set_prompts(&mut def, own_prompts, a.prompt.as_deref(), top);
     Ok(def)

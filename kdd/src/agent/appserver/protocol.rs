@@ -8,6 +8,7 @@
 use serde_json::{Value, json};
 
 use crate::agent::parse::{Outcome, Parsed};
+use crate::config::CodexPolicy;
 
 /// The notifications kd has no use for: codex is asked not to send them.
 pub const OPTED_OUT: &[&str] = &[
@@ -35,22 +36,8 @@ pub fn initialized() -> Value {
     json!({"method": "initialized"})
 }
 
-/// How a council member may act: codex's approval policy and sandbox.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Policy {
-    pub approval: String,
-    pub sandbox: String,
-}
-
-impl Default for Policy {
-    /// Council members read; they do not write or ask.
-    fn default() -> Policy {
-        Policy { approval: "never".into(), sandbox: "read-only".into() }
-    }
-}
-
 /// `thread/start` in `cwd`.
-pub fn thread_start(id: u64, cwd: &str, model: Option<&str>, policy: &Policy) -> Value {
+pub fn thread_start(id: u64, cwd: &str, model: Option<&str>, policy: &CodexPolicy) -> Value {
     let mut params = json!({"cwd": cwd, "approvalPolicy": policy.approval, "sandbox": policy.sandbox});
     if let Some(m) = model {
         params["model"] = json!(m);
@@ -59,7 +46,7 @@ pub fn thread_start(id: u64, cwd: &str, model: Option<&str>, policy: &Policy) ->
 }
 
 /// `thread/resume` of a recorded thread id, without its past turns.
-pub fn thread_resume(id: u64, thread: &str, cwd: &str, model: Option<&str>, policy: &Policy) -> Value {
+pub fn thread_resume(id: u64, thread: &str, cwd: &str, model: Option<&str>, policy: &CodexPolicy) -> Value {
     let mut params = json!({
         "threadId": thread, "cwd": cwd, "excludeTurns": true,
         "approvalPolicy": policy.approval, "sandbox": policy.sandbox,

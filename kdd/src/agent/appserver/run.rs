@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use kd_proto::types::RunStatus;
 
-use super::protocol::{self, Event, Policy};
+use super::protocol::{self, Event};
 use crate::agent::Runner;
 use crate::agent::parse::{Parsed, Transcript};
 use crate::agent::prepare::Prepared;
@@ -53,10 +53,10 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
     }
     let cwd = spec.workspace.display().to_string();
     let model = spec.agent.model.as_deref();
-    let policy = Policy::default();
+    let policy = &spec.agent.policy;
     let opened = match prepared.resume.as_deref() {
-        Some(id) => server.request(|n| protocol::thread_resume(n, id, &cwd, model, &policy)).await,
-        None => server.request(|n| protocol::thread_start(n, &cwd, model, &policy)).await,
+        Some(id) => server.request(|n| protocol::thread_resume(n, id, &cwd, model, policy)).await,
+        None => server.request(|n| protocol::thread_start(n, &cwd, model, policy)).await,
     };
     let thread = match opened.map(|r| protocol::thread_id(&r)) {
         Ok(Some(t)) => t,
@@ -76,7 +76,7 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
     if run.stop_reason().is_some() {
         return with_session(stopped_early(run), true);
     }
-    let turn = match server.request(|n| protocol::turn_start(n, &thread, &prepared.prompt)).await {
+    let turn = match server.start_turn(&thread, |n| protocol::turn_start(n, &thread, &prepared.prompt)).await {
         Ok(r) => protocol::turn_id(&r),
         Err(e) => return with_session(failed(&member, RunStatus::Error, format!("the turn did not start: {e}")), true),
     };

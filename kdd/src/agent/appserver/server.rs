@@ -5,7 +5,7 @@
 //! process ends, every request waiting fails and every run following a
 //! thread sees its notifications end.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -46,6 +46,9 @@ pub struct Note {
 struct Shared {
     pending: HashMap<u64, oneshot::Sender<Result<Value, String>>>,
     threads: HashMap<String, mpsc::Sender<Note>>,
+    /// Codex threads with a turn kd started that codex has not ended: a
+    /// `turn/start` there would steer that turn instead of starting one.
+    busy: HashSet<String>,
     /// Why the process is gone, once it is.
     gone: Option<String>,
 }
@@ -134,6 +137,7 @@ impl AppServer {
                 // Dropping the senders ends every wait and every run's notes.
                 s.pending.clear();
                 s.threads.clear();
+                s.busy.clear();
             }
         });
         let server = AppServer { pid, started: process::start_time(pid), outbox, shared, next_id: AtomicU64::new(1) };
@@ -196,6 +200,24 @@ impl AppServer {
         Ok(Following { notes, thread: thread.to_string(), shared: self.shared.clone() })
     }
 
+    /// Starts the turn `build(id)` on `thread`, unless a turn kd started
+    /// there has not ended yet (codex would take the prompt into it).
+    pub async fn start_turn(&self, thread: &str, build: impl FnOnce(u64) -> Value) -> Result<Value, String> {
+        {
+            let mut s = self.shared.lock().map_err(|_| "state lock poisoned".to_string())?;
+            if !s.busy.insert(thread.to_string()) {
+                return Err("codex has not ended this thread's previous turn yet".into());
+            }
+        }
+        let answer = self.request(build).await;
+        if answer.is_err()
+            && let Ok(mut s) = self.shared.lock()
+        {
+            s.busy.remove(thread);
+        }
+        answer
+    }
+
     /// Ends the process: stdin closed, then its group signalled.
     pub fn stop(&self) {
         process::signal_group(self.pid, rustix::process::Signal::TERM);
@@ -216,7 +238,12 @@ async fn route(shared: &Mutex<Shared>, replies: &mpsc::Sender<String>, line: &st
             let _ = replies.send(protocol::decline(&id, &method).to_string()).await;
         }
         Some(Incoming::Notification { method, thread: Some(thread), params }) => {
-            let tx = shared.lock().ok().and_then(|s| s.threads.get(&thread).cloned());
+            let tx = shared.lock().ok().and_then(|mut s| {
+                if method == "turn/completed" {
+                    s.busy.remove(&thread);
+                }
+                s.threads.get(&thread).cloned()
+            });
             if let Some(tx) = tx {
                 // A run that stopped following drops its receiver: nothing to do.
                 let _ = tx.send(Note { method, params }).await;

@@ -158,6 +158,17 @@ fn every_bad_value_names_file_key_and_value() {
         (r#"{"agents": {"claude": {"color": "chartreuse"}}}"#, &["agents.claude.color", "not a colour"]),
         (r#"{"agents": {"claude": {"color": 300}}}"#, &["agents.claude.color", "300"]),
         (r#"{"agents": {"claude": {"effort": "extreme"}}}"#, &["agents.claude.effort", "\"extreme\""]),
+        (
+            r#"{"agents": {"codex": {"transport": "grpc"}}}"#,
+            &["agents.codex.transport", "\"grpc\"", "app-server or exec"],
+        ),
+        (r#"{"agents": {"claude": {"transport": "exec"}}}"#, &["agents.claude.transport", "only codex"]),
+        (r#"{"agents": {"codex": {"sandbox": "none"}}}"#, &["agents.codex.sandbox", "read-only", "\"none\""]),
+        (r#"{"agents": {"codex": {"approval": "always"}}}"#, &["agents.codex.approval", "never", "\"always\""]),
+        (
+            r#"{"agents": {"codex": {"transport": "exec", "sandbox": "read-only"}}}"#,
+            &["agents.codex.sandbox", "app-server"],
+        ),
         (r#"{"agents": {"claude": {"prompts": {"planning": "x"}}}}"#, &["unknown field `planning`"]),
         (r#"{"agents": {"Bad Name": {"backend": "claude"}}}"#, &["agents.Bad Name", "member name"]),
         (r#"{"agents": {"claude": {"wat": true}}}"#, &["agents.claude", "unknown field `wat`"]),

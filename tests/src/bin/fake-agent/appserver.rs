@@ -7,9 +7,11 @@
 //! containing `missing`, as codex finds its rollout on disk), `turn/start`
 //! (which steers a turn still running instead of starting one),
 //! `turn/interrupt`, and a failing turn as codex reports an API error.
+//! With `FAKE_IGNORE_TERM`, `turn/interrupt` is answered but the turn goes on.
 //! Every turn's answer follows the same `FAKE_*` knobs as the other formats;
 //! `FAKE_RECORD` gets one line per turn (`stdin` is the prompt, `thread`
-//! the codex thread, `resumed` whether it came from `thread/resume`).
+//! the codex thread, `resumed` whether it came from `thread/resume`,
+//! `sandbox` and `approval` what the thread was opened with).
 
 use std::collections::HashMap;
 use std::io::{BufRead, Write};
@@ -23,6 +25,8 @@ use super::{env, env_num, hold, now_us, pieces};
 #[derive(Default)]
 struct Thread {
     cwd: String,
+    /// `sandbox` and `approvalPolicy` of the thread/start or thread/resume.
+    policy: (Value, Value),
     resumed: bool,
     /// The running turn: its id and its task.
     active: Option<(String, tokio::task::AbortHandle)>,
@@ -143,7 +147,8 @@ pub async fn serve(args: Vec<String>) -> i32 {
                 );
                 note(&state, "remoteControl/status/changed", json!({"status": "disabled", "serverName": "fake"}));
                 if let Ok(mut s) = state.lock() {
-                    s.threads.insert(thread.clone(), Thread { cwd: cwd.clone(), resumed, active: None });
+                    let policy = (params["sandbox"].clone(), params["approvalPolicy"].clone());
+                    s.threads.insert(thread.clone(), Thread { cwd: cwd.clone(), resumed, policy, active: None });
                 }
                 reply(&id, json!({"thread": thread_json(&thread, &cwd), "model": "fake", "cwd": cwd}));
                 if !resumed {
@@ -182,6 +187,11 @@ pub async fn serve(args: Vec<String>) -> i32 {
             "turn/interrupt" => {
                 let thread = params.get("threadId").and_then(Value::as_str).unwrap_or_default().to_string();
                 let turn = params.get("turnId").and_then(Value::as_str).unwrap_or_default().to_string();
+                if env("FAKE_IGNORE_TERM").is_some() {
+                    // A turn that does not stop: the request is taken, nothing ends.
+                    reply(&id, json!({}));
+                    continue;
+                }
                 let active = state.lock().ok().and_then(|mut s| {
                     let t = s.threads.get_mut(&thread)?;
                     if t.active.as_ref().is_some_and(|(a, _)| *a == turn) { t.active.take() } else { None }
@@ -214,10 +224,13 @@ pub async fn serve(args: Vec<String>) -> i32 {
 /// One `FAKE_RECORD` line for a turn.
 fn record(args: &[String], state: &Shared, thread: &str, turn: &str, prompt: &str, steered: bool) {
     let Some(path) = env("FAKE_RECORD") else { return };
-    let (cwd, resumed) =
-        state.lock().ok().and_then(|s| s.threads.get(thread).map(|t| (t.cwd.clone(), t.resumed))).unwrap_or_default();
+    let (cwd, resumed, (sandbox, approval)) = state
+        .lock()
+        .ok()
+        .and_then(|s| s.threads.get(thread).map(|t| (t.cwd.clone(), t.resumed, t.policy.clone())))
+        .unwrap_or_default();
     let line = json!({"argv": args, "stdin": prompt, "cwd": cwd, "pid": std::process::id(), "thread": thread,
-                      "turn": turn, "resumed": resumed, "steered": steered});
+                      "turn": turn, "resumed": resumed, "steered": steered, "sandbox": sandbox, "approval": approval});
     if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
         let _ = f.write_all(format!("{line}\n").as_bytes());
     }

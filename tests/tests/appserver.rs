@@ -1,0 +1,281 @@
+//! codex through `codex app-server` (the fake plays it as captured): live
+//! deltas into `kd ask`, a failing turn, resume of threads started by
+//! `codex exec` and by app-server, two threads through one process, and
+//! the process killed mid-turn.
+
+use kd_client::KdApiClient;
+use kd_proto::types::{ContextMode, MessageKind, ThreadEvent};
+use kd_tests::{Kdd, Workspace, alive, collect_until, ended, records, until_gone, within};
+use tokio::io::AsyncReadExt;
+
+async fn thread_in(c: &kd_client::Client, ws: &Workspace, context: Option<ContextMode>) -> String {
+    c.thread_create(ws.path(), None, None, None, None, None, None, None, context).await.unwrap().id
+}
+
+async fn send(c: &kd_client::Client, thread: &str, body: &str) {
+    c.council_send(thread.into(), body.into(), None, None, None, None, None, Some(0), None).await.unwrap();
+}
+
+fn run_pid(events: &[ThreadEvent]) -> u32 {
+    events.iter().find_map(|e| if let ThreadEvent::RunStarted { pid, .. } = e { Some(*pid) } else { None }).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_ask_prints_codex_as_it_streams() {
+    let scratch = tempfile::tempdir().unwrap();
+    let hold = scratch.path().join("hold");
+    std::fs::write(&hold, b"").unwrap();
+    let hold_s = hold.display().to_string();
+    let env = [("FAKE_DELTAS", "2"), ("FAKE_TEXT", "First half. Second half."), ("FAKE_HOLD", hold_s.as_str())];
+    let ws = Workspace::new(&[("codex", "codex", &env)]);
+    let kdd = Kdd::start();
+    let mut k = kdd.kd();
+    k.current_dir(ws.dir.path()).args(["ask", "--rounds", "0", "Go."]).stdout(std::process::Stdio::piped());
+    let mut child = k.spawn().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    // The first piece is printed while codex is still held mid-answer.
+    let mut seen = String::new();
+    within("the first piece on kd ask's stdout", async {
+        let mut buf = [0u8; 1024];
+        while !seen.contains("First half.") {
+            let n = stdout.read(&mut buf).await.unwrap();
+            assert!(n > 0, "kd ask ended early: {seen:?}");
+            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    })
+    .await;
+    assert!(!seen.contains("Second half."), "{seen:?}");
+    assert!(hold.exists());
+    std::fs::remove_file(&hold).unwrap();
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).await.unwrap();
+    assert!(child.wait().await.unwrap().success());
+    assert!(format!("{seen}{rest}").contains("First half. Second half.\n"), "{seen}{rest}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_turn_is_an_error_with_the_apis_reason() {
+    let ws = Workspace::new(&[("codex", "codex", &[("FAKE_ERROR", "stub: forced failure")])]);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    send(&c, &t, "FAIL400 now").await;
+    let events = collect_until(&mut sub, |e| ended(e) == 1).await;
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, ThreadEvent::RunError { error, .. } if error == "codex: stub: forced failure")),
+        "{events:?}"
+    );
+    let last = c.thread_messages(t, None, None, None, None).await.unwrap().pop().unwrap();
+    assert_eq!((last.kind, last.body.as_str()), (MessageKind::Error, "codex: stub: forced failure"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_mode_resumes_the_codex_thread_whether_exec_or_app_server_started_it() {
+    let ws = Workspace::new(&[]);
+    let record = ws.file("codex.jsonl");
+    let agent = |transport: &str| {
+        let mut a = kd_tests::fake("codex", "codex", &[("FAKE_RECORD", &record)]);
+        a["transport"] = transport.into();
+        serde_json::json!({"council": {"members": ["codex"]}, "agents": {"codex": a}})
+    };
+    // The first answer through `codex exec`, the next two through app-server.
+    ws.write_config(&agent("exec"));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, Some(ContextMode::Resume)).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    send(&c, &t, "One?").await;
+    collect_until(&mut sub, |e| ended(e) == 1).await;
+    ws.write_config(&agent("app-server"));
+    send(&c, &t, "Two?").await;
+    collect_until(&mut sub, |e| ended(e) == 1).await;
+    send(&c, &t, "Three?").await;
+    collect_until(&mut sub, |e| ended(e) == 1).await;
+
+    let recs = records(&record);
+    assert_eq!(recs.len(), 3, "{recs:?}");
+    let exec_session = format!("fake-session-{}", recs[0]["pid"]);
+    assert_eq!(recs[0]["argv"][0], "exec");
+    for r in &recs[1..] {
+        assert_eq!((r["argv"][0].as_str(), r["resumed"].as_bool()), (Some("app-server"), Some(true)), "{r}");
+        assert_eq!(r["thread"], exec_session.as_str(), "the thread codex exec started");
+    }
+    // Each turn is given only what the thread said since the last one.
+    let prompt = kd_tests::prompt_of(&recs[2]);
+    assert!(prompt.contains("Three?") && !prompt.contains("Two?") && !prompt.contains("One?"), "{prompt}");
+    let messages = c.thread_messages(t, None, None, None, None).await.unwrap();
+    assert_eq!(messages.iter().filter(|m| m.kind == MessageKind::Agent).count(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resume_of_a_thread_codex_cannot_find_is_a_clear_error() {
+    let ws = Workspace::new(&[("codex", "codex", &[("FAKE_SESSION_ID", "missing-thread")])]);
+    ws.set_agent("codex", "transport", "exec".into());
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, Some(ContextMode::Resume)).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    send(&c, &t, "One?").await;
+    collect_until(&mut sub, |e| ended(e) == 1).await;
+    ws.set_agent("codex", "transport", "app-server".into());
+    send(&c, &t, "Two?").await;
+    collect_until(&mut sub, |e| ended(e) == 1).await;
+    let last = c.thread_messages(t, None, None, None, None).await.unwrap().pop().unwrap();
+    assert_eq!(
+        (last.kind, last.body.as_str()),
+        (MessageKind::Error, "codex: cannot resume its codex thread: no rollout found for thread id missing-thread")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_threads_stream_through_one_app_server_at_once() {
+    let scratch = tempfile::tempdir().unwrap();
+    let hold = scratch.path().join("hold");
+    std::fs::write(&hold, b"").unwrap();
+    let hold_s = hold.display().to_string();
+    let env = [("FAKE_DELTAS", "4"), ("FAKE_TEXT", "Answer for {turn}."), ("FAKE_HOLD", hold_s.as_str())];
+    let ws = Workspace::new(&[("codex", "codex", &env)]);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let (a, b) = (thread_in(&c, &ws, None).await, thread_in(&c, &ws, None).await);
+    let mut sub_a = c.thread_subscribe(a.clone(), None, None).await.unwrap();
+    let mut sub_b = c.thread_subscribe(b.clone(), None, None).await.unwrap();
+    send(&c, &a, "A?").await;
+    send(&c, &b, "B?").await;
+    // Both stream their first piece, held there at the same time.
+    let delta = |e: &[ThreadEvent]| e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }));
+    let first_a = collect_until(&mut sub_a, delta).await;
+    let first_b = collect_until(&mut sub_b, delta).await;
+    assert_eq!(run_pid(&first_a), run_pid(&first_b), "one app-server process");
+    std::fs::remove_file(&hold).unwrap();
+    let mut texts = Vec::new();
+    for (t, first, sub) in [(&a, &first_a, &mut sub_a), (&b, &first_b, &mut sub_b)] {
+        let events = collect_until(sub, |e| ended(e) == 1).await;
+        let streamed: String = first
+            .iter()
+            .chain(&events)
+            .filter_map(|e| match e {
+                ThreadEvent::Delta { text, .. } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        let answer = c.thread_messages(t.clone(), None, None, None, None).await.unwrap().pop().unwrap();
+        assert_eq!(answer.kind, MessageKind::Agent);
+        assert_eq!(streamed, answer.body, "each thread gets its own deltas, in order");
+        texts.push(answer.body);
+    }
+    assert_ne!(texts[0], texts[1]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_app_server_killed_mid_turn_is_an_error_and_the_next_question_starts_another() {
+    let scratch = tempfile::tempdir().unwrap();
+    let hold = scratch.path().join("hold");
+    std::fs::write(&hold, b"").unwrap();
+    let hold_s = hold.display().to_string();
+    let env = [("FAKE_DELTAS", "2"), ("FAKE_TEXT", "Partial then rest."), ("FAKE_HOLD", hold_s.as_str())];
+    let ws = Workspace::new(&[("codex", "codex", &env)]);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    send(&c, &t, "Go.").await;
+    let started = collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))).await;
+    let pid = run_pid(&started);
+    rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap(), rustix::process::Signal::KILL)
+        .unwrap();
+    until_gone(pid, "the app-server").await;
+    let events = collect_until(&mut sub, |e| ended(e) == 1).await;
+    assert!(events.iter().any(|e| matches!(e, ThreadEvent::RunError { .. })), "{events:?}");
+    let last = c.thread_messages(t.clone(), None, None, None, None).await.unwrap().pop().unwrap();
+    assert_eq!(last.kind, MessageKind::Error);
+    assert!(
+        last.body.starts_with("codex: the codex app-server was killed") && last.body.ends_with("\n---\nPartial t"),
+        "the reason, then the partial text: {:?}",
+        last.body
+    );
+    // The next question starts a new process and is answered.
+    std::fs::remove_file(&hold).unwrap();
+    send(&c, &t, "Again.").await;
+    let events = collect_until(&mut sub, |e| ended(e) == 1).await;
+    let next = run_pid(&events);
+    assert_ne!(next, pid);
+    assert!(alive(next));
+    let last = c.thread_messages(t, None, None, None, None).await.unwrap().pop().unwrap();
+    assert_eq!((last.kind, last.body.as_str()), (MessageKind::Agent, "Partial then rest."));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_app_server_stops_with_the_daemon() {
+    let ws = Workspace::new(&[("codex", "codex", &[])]);
+    let mut kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    send(&c, &t, "Go.").await;
+    let events = collect_until(&mut sub, |e| ended(e) == 1).await;
+    let pid = run_pid(&events);
+    assert!(alive(pid), "it waits for the next run");
+    drop(sub);
+    drop(c);
+    assert!(kdd.stop().success());
+    until_gone(pid, "the app-server after kdd stopped").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turn_codex_did_not_end_is_never_steered_by_the_next_question() {
+    let ws = Workspace::new(&[]);
+    let record = ws.file("codex.jsonl");
+    let env = [("FAKE_HANG", "1"), ("FAKE_IGNORE_TERM", "1"), ("FAKE_RECORD", record.as_str())];
+    ws.write_config(&serde_json::json!({
+        "council": {"members": ["codex"]},
+        "agents": {"codex": kd_tests::fake("codex", "codex", &env)}
+    }));
+    let kdd = Kdd::start_with(&["--kill-grace-ms", "300"]);
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, Some(ContextMode::Resume)).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    send(&c, &t, "Hang.").await;
+    collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))).await;
+    c.run_cancel(t.clone(), None, None).await.unwrap();
+    collect_until(&mut sub, |e| ended(e) == 1).await;
+    // codex is still in that turn: the next question is refused, not steered into it.
+    send(&c, &t, "Next.").await;
+    let events = collect_until(&mut sub, |e| ended(e) == 1).await;
+    assert!(
+        events.iter().any(|e| matches!(e, ThreadEvent::RunError { error, .. }
+            if error == "codex: the turn did not start: codex has not ended this thread's previous turn yet")),
+        "{events:?}"
+    );
+    let recs = records(&record);
+    assert_eq!(recs.len(), 1, "{recs:?}");
+    assert_eq!(recs[0]["steered"], false);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn members_read_only_unless_configured() {
+    let ws = Workspace::new(&[]);
+    let (a, b) = (ws.file("a.jsonl"), ws.file("b.jsonl"));
+    let mut writer = kd_tests::fake("codex", "writer", &[("FAKE_RECORD", &b)]);
+    writer["sandbox"] = "workspace-write".into();
+    writer["approval"] = "on-request".into();
+    ws.write_config(&serde_json::json!({
+        "council": {"members": ["reader", "writer"]},
+        "agents": {"reader": kd_tests::fake("codex", "reader", &[("FAKE_RECORD", &a)]), "writer": writer}
+    }));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    send(&c, &t, "Go.").await;
+    collect_until(&mut sub, |e| ended(e) == 2).await;
+    let policy = |path: &str| {
+        let r = &records(path)[0];
+        (r["sandbox"].as_str().unwrap_or_default().to_string(), r["approval"].as_str().unwrap_or_default().to_string())
+    };
+    assert_eq!(policy(&a), ("read-only".to_string(), "never".to_string()));
+    assert_eq!(policy(&b), ("workspace-write".to_string(), "on-request".to_string()));
+}
