@@ -1,11 +1,12 @@
 //! Agent-run benchmarks: delta latency, delta throughput against a raw
-//! pipe, delta fan-out to 50 subscribers, and `kd ask` wall time, with fake
-//! agents. Figures are printed next to the SPEC §9 targets
+//! pipe, delta fan-out to 50 subscribers, `kd ask` wall time, and codex
+//! through app-server against claude and `codex exec` (`-- codex`), with
+//! fake agents. Figures are printed next to the SPEC §9 targets
 //! (`kd_tests::bench::runs`).
 //!
 //! Run: `cargo build --release --workspace --bins && cargo bench -p kd-tests --bench runs`
 
-use kd_tests::bench::{self, runs, selected};
+use kd_tests::bench::{self, codex, runs, selected};
 
 fn main() {
     kd_tests::bench::block_on(async {
@@ -21,6 +22,10 @@ fn main() {
         }
         if selected("ask") {
             runs::ask_wall_time().await;
+        }
+        if selected("codex") {
+            codex::latency().await;
+            codex::first_delta_times().await;
         }
     });
 }

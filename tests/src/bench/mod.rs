@@ -4,6 +4,7 @@
 //! and goes on.
 
 pub mod chat;
+pub mod codex;
 pub mod daemon;
 pub mod memory;
 pub mod runs;
