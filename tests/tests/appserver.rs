@@ -247,7 +247,7 @@ async fn a_turn_codex_did_not_end_is_never_steered_by_the_next_question() {
     let events = collect_until(&mut sub, |e| ended(e) == 1).await;
     assert!(
         events.iter().any(|e| matches!(e, ThreadEvent::RunError { error, .. }
-            if error == "codex: the turn did not start: codex has not ended this thread's previous turn yet")),
+            if error == "codex: the turn did not start: the codex app-server has not ended this conversation's previous turn yet")),
         "{events:?}"
     );
     let recs = records(&record);

@@ -4,6 +4,7 @@
 //! - [`appserver`]: codex through one long-lived `codex app-server`;
 //! - [`process`]: spawning in a process group that dies with the daemon, signals;
 //! - [`lines`]: bounded line reading of stdout;
+//! - [`peer`]: a long-lived agent process spoken to in JSON-RPC over stdio;
 //! - [`parse`]: per-backend `parse_line` and the [`parse::Transcript`] that folds lines;
 //! - `prepare`: the prompt a run is given and the session it holds;
 //! - [`registry`]: the runs in flight, in memory;
@@ -17,6 +18,7 @@ pub mod appserver;
 pub mod argv;
 pub mod lines;
 pub mod parse;
+pub mod peer;
 mod prepare;
 pub mod process;
 pub mod registry;

@@ -1,8 +1,8 @@
 //! Codex through `codex app-server` (the `codex` backend's default
 //! transport; `agents.NAME.transport: "exec"` keeps `codex exec --json`).
 //!
-//! - [`protocol`]: the messages, as pure functions;
-//! - [`server`]: one process and the JSON-RPC client on its stdio;
+//! - [`protocol`]: the messages, as pure functions, and codex's [`protocol::Codex`]
+//!   dialect of the JSON-RPC process client ([`crate::agent::peer`]);
 //! - `run`: one run as a turn of a codex thread.
 //!
 //! [`AppServers`] owns the processes: one per workspace, command, arguments
@@ -13,17 +13,21 @@
 
 pub mod protocol;
 mod run;
-pub mod server;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub(super) use run::execute;
-use server::AppServer;
 
 use super::argv::Invocation;
+use super::peer::Peer;
 use crate::config::AgentDef;
+
+/// The arguments kd starts `codex app-server` with (before the member's own):
+/// no analytics or metrics export, and no plugin lookups over the network.
+pub const ARGS: [&str; 7] =
+    ["app-server", "-c", "analytics.enabled=false", "-c", "otel.metrics_exporter=none", "--disable", "plugins"];
 
 /// What makes two members share a process.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -37,13 +41,13 @@ struct Key {
 /// The app-server processes of the daemon.
 #[derive(Default)]
 pub struct AppServers {
-    running: tokio::sync::Mutex<HashMap<Key, Arc<AppServer>>>,
+    running: tokio::sync::Mutex<HashMap<Key, Arc<Peer>>>,
 }
 
 impl AppServers {
     /// The process for `agent` in `workspace`, started (and initialised)
     /// when there is none or the last one died.
-    pub async fn get(&self, agent: &AgentDef, workspace: &Path, socket: &Path) -> Result<Arc<AppServer>, String> {
+    pub async fn get(&self, agent: &AgentDef, workspace: &Path, socket: &Path) -> Result<Arc<Peer>, String> {
         let key = Key {
             workspace: workspace.to_path_buf(),
             command: agent.command.clone(),
@@ -56,13 +60,15 @@ impl AppServers {
         }
         let mut inv = Invocation {
             program: agent.command.clone(),
-            args: server::ARGS.iter().map(|a| a.to_string()).chain(agent.args.iter().cloned()).collect(),
+            args: ARGS.iter().map(|a| a.to_string()).chain(agent.args.iter().cloned()).collect(),
             // Piped: kd writes the requests there.
             stdin: Some(String::new()),
             env: agent.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         };
         inv.env.push(("KD_SOCKET".to_string(), socket.display().to_string()));
-        let server = Arc::new(AppServer::start(&inv, workspace).await?);
+        let server = Arc::new(Peer::start(&inv, workspace, Arc::new(protocol::Codex))?);
+        server.request(protocol::initialize).await.map_err(|e| format!("initialize failed: {e}"))?;
+        server.notify(protocol::initialized()).await?;
         tracing::info!(pid = server.pid, workspace = %workspace.display(), "started codex app-server");
         running.insert(key, server.clone());
         Ok(server)

@@ -8,6 +8,7 @@
 use serde_json::{Value, json};
 
 use crate::agent::parse::{Outcome, Parsed};
+use crate::agent::peer::Dialect;
 use crate::config::CodexPolicy;
 
 /// The notifications kd has no use for: codex is asked not to send them.
@@ -81,41 +82,27 @@ pub fn decline(id: &Value, method: &str) -> Value {
     }
 }
 
-/// One line from codex.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Incoming {
-    /// The answer to request `id`: its result, or the error's message.
-    Response { id: u64, result: Result<Value, String> },
-    /// A request from codex (it has an id and a method).
-    Request { id: Value, method: String },
-    /// A notification, with the codex thread it concerns, when it names one.
-    Notification { method: String, thread: Option<String>, params: Value },
-}
+/// The codex app-server's side of [`Peer`](crate::agent::peer::Peer):
+/// notifications name their thread in `threadId` (or `thread.id`), a turn
+/// ends with `turn/completed`, and what codex asks is declined.
+pub struct Codex;
 
-/// Reads one line; `None` for a line that is no JSON-RPC message.
-pub fn incoming(line: &str) -> Option<Incoming> {
-    let mut v: Value = serde_json::from_str(line).ok()?;
-    let method = v.get("method").and_then(Value::as_str).map(str::to_string);
-    match (v.get("id").cloned(), method) {
-        (Some(id), Some(method)) => Some(Incoming::Request { id, method }),
-        (Some(id), None) => {
-            let id = id.as_u64()?;
-            let result = match v.get_mut("error") {
-                Some(e) => Err(e.get("message").and_then(Value::as_str).unwrap_or("an error without a message").into()),
-                None => Ok(v.get_mut("result").map(Value::take).unwrap_or(Value::Null)),
-            };
-            Some(Incoming::Response { id, result })
-        }
-        (None, Some(method)) => {
-            let params = v.get_mut("params").map(Value::take).unwrap_or(Value::Null);
-            let thread = params
-                .get("threadId")
-                .or_else(|| params.pointer("/thread/id"))
-                .and_then(Value::as_str)
-                .map(str::to_string);
-            Some(Incoming::Notification { method, thread, params })
-        }
-        (None, None) => None,
+impl Dialect for Codex {
+    fn name(&self) -> &str {
+        "the codex app-server"
+    }
+
+    fn conversation(&self, _method: &str, params: &Value) -> Option<String> {
+        params.get("threadId").or_else(|| params.pointer("/thread/id")).and_then(Value::as_str).map(str::to_string)
+    }
+
+    fn ends_turn(&self, method: &str) -> bool {
+        method == "turn/completed"
+    }
+
+    fn answer(&self, id: &Value, method: &str, _params: &Value) -> Value {
+        tracing::debug!(method, "declined a request from codex");
+        decline(id, method)
     }
 }
 
@@ -255,6 +242,7 @@ pub fn outcome(status: &str, error: Option<String>, usage: Option<Usage>) -> Out
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::peer::{Incoming, incoming};
 
     /// The messages of a capture (`../shared/captures/codex-app-server`,
     /// kept byte for byte in `tests/fixtures/codex-app-server`).
@@ -275,10 +263,10 @@ mod tests {
             if dir != "<" {
                 continue;
             }
-            let Some(Incoming::Notification { method, thread: Some(th), params }) = incoming(&msg.to_string()) else {
+            let Some(Incoming::Notification { method, params }) = incoming(&msg.to_string()) else {
                 continue;
             };
-            if th != thread {
+            if Codex.conversation(&method, &params).as_deref() != Some(thread) {
                 continue;
             }
             match interpret(&method, &params, None) {
@@ -356,7 +344,7 @@ mod tests {
             first_error,
             Some(Incoming::Response {
                 id: 2,
-                result: Err("no rollout found for thread id 00000000-0000-7000-8000-000000000000".into())
+                result: Err("no rollout found for thread id 00000000-0000-7000-8000-000000000000".into()),
             })
         );
     }

@@ -76,9 +76,16 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
     if run.stop_reason().is_some() {
         return with_session(stopped_early(run), true);
     }
-    let turn = match server.start_turn(&thread, |n| protocol::turn_start(n, &thread, &prepared.prompt)).await {
+    let not_started = |e: String| failed(&member, RunStatus::Error, format!("the turn did not start: {e}"));
+    if let Err(e) = server.begin_turn(&thread) {
+        return with_session(not_started(e), true);
+    }
+    let turn = match server.request(|n| protocol::turn_start(n, &thread, &prepared.prompt)).await {
         Ok(r) => protocol::turn_id(&r),
-        Err(e) => return with_session(failed(&member, RunStatus::Error, format!("the turn did not start: {e}")), true),
+        Err(e) => {
+            server.end_turn(&thread);
+            return with_session(not_started(e), true);
+        }
     };
 
     let mut label = prompt::LabelStripper::new(&member);

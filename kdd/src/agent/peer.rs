@@ -1,0 +1,304 @@
+//! A long-lived agent process that speaks JSON-RPC over its stdio (codex
+//! app-server, any ACP agent), and the client kd runs on it: a writer task
+//! for what kd sends, a reader task that hands each response to the request
+//! waiting for it, answers the agent's own requests by its [`Dialect`], and
+//! routes notifications to the run that follows their conversation (a codex
+//! thread, an ACP session). When the process ends, every request waiting
+//! fails and every run following a conversation sees its notifications end.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot};
+
+use super::argv::Invocation;
+use super::lines::{Line, LineReader};
+use super::process;
+
+/// How long the agent has to answer a request (codex loads its
+/// configuration and state on `initialize` and `thread/start`).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+/// Notifications queued for one run before the reader waits for it.
+const PER_CONVERSATION: usize = 1024;
+/// Lines queued for the agent's stdin.
+const OUTBOX: usize = 256;
+/// Bytes of stderr kept to explain an exit.
+const STDERR_TAIL: usize = 4 * 1024;
+
+/// What differs between the protocols on the same transport.
+pub trait Dialect: Send + Sync + 'static {
+    /// How the process is named in errors (`the codex app-server`).
+    fn name(&self) -> &str;
+    /// The conversation a notification concerns.
+    fn conversation(&self, method: &str, params: &Value) -> Option<String>;
+    /// Whether a notification ends the conversation's turn.
+    fn ends_turn(&self, method: &str) -> bool;
+    /// The answer to request `id` from the agent.
+    fn answer(&self, id: &Value, method: &str, params: &Value) -> Value;
+}
+
+/// A notification for a run.
+#[derive(Debug)]
+pub struct Note {
+    pub method: String,
+    pub params: Value,
+}
+
+/// One message from the agent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Incoming {
+    /// The answer to request `id`: its result, or the error's message.
+    Response { id: u64, result: Result<Value, String> },
+    /// A request from the agent (it has an id and a method).
+    Request { id: Value, method: String, params: Value },
+    /// A notification.
+    Notification { method: String, params: Value },
+}
+
+/// Reads one line; `None` for a line that is no JSON-RPC message.
+pub fn incoming(line: &str) -> Option<Incoming> {
+    let mut v: Value = serde_json::from_str(line).ok()?;
+    let method = v.get("method").and_then(Value::as_str).map(str::to_string);
+    let params = v.get_mut("params").map(Value::take).unwrap_or(Value::Null);
+    match (v.get("id").cloned(), method) {
+        (Some(id), Some(method)) => Some(Incoming::Request { id, method, params }),
+        (Some(id), None) => {
+            let id = id.as_u64()?;
+            let result = match v.get_mut("error") {
+                Some(e) => Err(e.get("message").and_then(Value::as_str).unwrap_or("an error without a message").into()),
+                None => Ok(v.get_mut("result").map(Value::take).unwrap_or(Value::Null)),
+            };
+            Some(Incoming::Response { id, result })
+        }
+        (None, Some(method)) => Some(Incoming::Notification { method, params }),
+        (None, None) => None,
+    }
+}
+
+#[derive(Default)]
+struct Shared {
+    pending: HashMap<u64, oneshot::Sender<Result<Value, String>>>,
+    conversations: HashMap<String, mpsc::Sender<Note>>,
+    /// Conversations with a turn kd started that the agent has not ended.
+    busy: HashSet<String>,
+    /// Why the process is gone, once it is.
+    gone: Option<String>,
+}
+
+pub struct Peer {
+    pub pid: u32,
+    /// The process's start time (see [`process::start_time`]).
+    pub started: Option<u64>,
+    name: String,
+    outbox: mpsc::Sender<String>,
+    shared: Arc<Mutex<Shared>>,
+    next_id: AtomicU64,
+}
+
+/// Stops following a conversation when dropped.
+pub struct Following {
+    pub notes: mpsc::Receiver<Note>,
+    conversation: String,
+    shared: Arc<Mutex<Shared>>,
+}
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.shared.lock() {
+            s.conversations.remove(&self.conversation);
+        }
+    }
+}
+
+impl Peer {
+    /// Starts the process in `cwd` (the handshake is the caller's).
+    pub fn start(inv: &Invocation, cwd: &Path, dialect: Arc<dyn Dialect>) -> Result<Peer, String> {
+        let mut child = process::spawn(inv, cwd).map_err(|e| e.to_string())?;
+        let pid = child.id().ok_or("it exited at once")?;
+        let (Some(mut stdin), Some(stdout), Some(mut stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err("its stdio could not be opened".into());
+        };
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let (outbox, mut lines) = mpsc::channel::<String>(OUTBOX);
+        tokio::spawn(async move {
+            while let Some(mut line) = lines.recv().await {
+                line.push('\n');
+                if stdin.write_all(line.as_bytes()).await.is_err() {
+                    break;
+                }
+            }
+            // Dropping stdin: EOF ends the process.
+        });
+        let tail = tokio::spawn(async move {
+            let mut tail = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while let Ok(n) = stderr.read(&mut chunk).await {
+                if n == 0 {
+                    break;
+                }
+                tail.extend_from_slice(&chunk[..n]);
+                if tail.len() > STDERR_TAIL {
+                    tail.drain(..tail.len() - STDERR_TAIL);
+                }
+            }
+            String::from_utf8_lossy(&tail).into_owned()
+        });
+        let reader_shared = shared.clone();
+        let replies = outbox.clone();
+        let name = dialect.name().to_string();
+        tokio::spawn(async move {
+            let mut reader = LineReader::new(stdout);
+            while let Ok(Some(line)) = reader.next().await {
+                let Line::Text(line) = line else { continue };
+                route(&reader_shared, dialect.as_ref(), &replies, &line).await;
+            }
+            let status = child.wait().await.ok();
+            let stderr = tokio::time::timeout(Duration::from_secs(1), tail).await.ok().and_then(Result::ok);
+            let last = stderr.as_deref().and_then(|s| s.lines().map(str::trim).rfind(|l| !l.is_empty()));
+            let name = dialect.name();
+            let how = match status.and_then(|s| s.code()) {
+                Some(code) => format!("{name} exited (status {code})"),
+                None => format!("{name} was killed"),
+            };
+            let why = match last {
+                Some(l) => format!("{how}: {}", l.chars().take(300).collect::<String>()),
+                None => how,
+            };
+            tracing::info!(pid, "{why}");
+            if let Ok(mut s) = reader_shared.lock() {
+                s.gone = Some(why);
+                // Dropping the senders ends every wait and every run's notes.
+                s.pending.clear();
+                s.conversations.clear();
+                s.busy.clear();
+            }
+        });
+        Ok(Peer { pid, started: process::start_time(pid), name, outbox, shared, next_id: AtomicU64::new(1) })
+    }
+
+    /// Whether the process has ended.
+    pub fn is_gone(&self) -> bool {
+        self.shared.lock().map(|s| s.gone.is_some()).unwrap_or(true)
+    }
+
+    /// Why the process ended (or a general reason).
+    pub fn gone_reason(&self) -> String {
+        self.shared
+            .lock()
+            .ok()
+            .and_then(|s| s.gone.clone())
+            .unwrap_or_else(|| format!("{} stopped answering", self.name))
+    }
+
+    /// Sends the request `build(id)` and waits for its answer, for at most
+    /// `timeout` (`None`: as long as it takes, e.g. a whole ACP turn).
+    pub async fn request_within(
+        &self,
+        timeout: Option<Duration>,
+        build: impl FnOnce(u64) -> Value,
+    ) -> Result<Value, String> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut s = self.shared.lock().map_err(|_| "state lock poisoned".to_string())?;
+            if let Some(why) = &s.gone {
+                return Err(why.clone());
+            }
+            s.pending.insert(id, tx);
+        }
+        self.notify(build(id)).await?;
+        let answer = match timeout {
+            Some(t) => tokio::time::timeout(t, rx).await.ok(),
+            None => Some(rx.await),
+        };
+        match answer {
+            Some(Ok(answer)) => answer,
+            Some(Err(_)) => Err(self.gone_reason()),
+            None => {
+                if let Ok(mut s) = self.shared.lock() {
+                    s.pending.remove(&id);
+                }
+                Err(format!("{} did not answer in {} s", self.name, timeout.unwrap_or_default().as_secs()))
+            }
+        }
+    }
+
+    /// [`Peer::request_within`] the usual [`REQUEST_TIMEOUT`].
+    pub async fn request(&self, build: impl FnOnce(u64) -> Value) -> Result<Value, String> {
+        self.request_within(Some(REQUEST_TIMEOUT), build).await
+    }
+
+    /// Sends a message that has no answer.
+    pub async fn notify(&self, message: Value) -> Result<(), String> {
+        self.outbox.send(message.to_string()).await.map_err(|_| self.gone_reason())
+    }
+
+    /// Follows the notifications of `conversation`.
+    pub fn follow(&self, conversation: &str) -> Result<Following, String> {
+        let (tx, notes) = mpsc::channel(PER_CONVERSATION);
+        let mut s = self.shared.lock().map_err(|_| "state lock poisoned".to_string())?;
+        if let Some(why) = &s.gone {
+            return Err(why.clone());
+        }
+        s.conversations.insert(conversation.to_string(), tx);
+        Ok(Following { notes, conversation: conversation.to_string(), shared: self.shared.clone() })
+    }
+
+    /// Marks a turn of `conversation` started, unless one kd started there
+    /// has not ended yet (codex would take the prompt into it).
+    pub fn begin_turn(&self, conversation: &str) -> Result<(), String> {
+        let mut s = self.shared.lock().map_err(|_| "state lock poisoned".to_string())?;
+        if !s.busy.insert(conversation.to_string()) {
+            return Err(format!("{} has not ended this conversation's previous turn yet", self.name));
+        }
+        Ok(())
+    }
+
+    /// The turn of `conversation` ended (or never started).
+    pub fn end_turn(&self, conversation: &str) {
+        if let Ok(mut s) = self.shared.lock() {
+            s.busy.remove(conversation);
+        }
+    }
+
+    /// Ends the process: its group is signalled.
+    pub fn stop(&self) {
+        process::signal_group(self.pid, rustix::process::Signal::TERM);
+    }
+}
+
+/// Hands one line from the agent to whoever waits for it.
+async fn route(shared: &Mutex<Shared>, dialect: &dyn Dialect, replies: &mpsc::Sender<String>, line: &str) {
+    match incoming(line) {
+        Some(Incoming::Response { id, result }) => {
+            let waiting = shared.lock().ok().and_then(|mut s| s.pending.remove(&id));
+            if let Some(tx) = waiting {
+                let _ = tx.send(result);
+            }
+        }
+        Some(Incoming::Request { id, method, params }) => {
+            let _ = replies.send(dialect.answer(&id, &method, &params).to_string()).await;
+        }
+        Some(Incoming::Notification { method, params }) => {
+            let Some(conversation) = dialect.conversation(&method, &params) else { return };
+            let tx = shared.lock().ok().and_then(|mut s| {
+                if dialect.ends_turn(&method) {
+                    s.busy.remove(&conversation);
+                }
+                s.conversations.get(&conversation).cloned()
+            });
+            if let Some(tx) = tx {
+                // A run that stopped following dropped its receiver: nothing to do.
+                let _ = tx.send(Note { method, params }).await;
+            }
+        }
+        None => tracing::debug!("skipped a line from {} that is no JSON-RPC message", dialect.name()),
+    }
+}
