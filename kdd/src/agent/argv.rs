@@ -80,7 +80,9 @@ pub fn build(agent: &AgentDef, prompt: &str, resume: Option<&str>) -> Invocation
             args.extend(agent.args.iter().cloned());
             Some(prompt.to_string())
         }
-        Backend::Command => {
+        // (An ACP agent is spoken to by agent::acp; as a plain command it
+        // would get the prompt on stdin.)
+        Backend::Acp | Backend::Command => {
             args.extend(agent.args.iter().cloned());
             Some(prompt.to_string())
         }
@@ -115,6 +117,7 @@ mod tests {
             delivery: Default::default(),
             transport: Default::default(),
             policy: Default::default(),
+            permissions: Default::default(),
         }
     }
 

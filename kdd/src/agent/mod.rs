@@ -1,6 +1,7 @@
 //! Running agent CLIs (F-A1..F-A3).
 //!
 //! - [`argv`]: each backend's command line;
+//! - [`acp`]: any Agent Client Protocol agent, one long-lived process per member;
 //! - [`appserver`]: codex through one long-lived `codex app-server`;
 //! - [`process`]: spawning in a process group that dies with the daemon, signals;
 //! - [`lines`]: bounded line reading of stdout;
@@ -14,6 +15,7 @@
 //! runs in flight and how long a signalled agent has. The council starts
 //! runs through it; nothing here knows about councils or the RPC.
 
+pub mod acp;
 pub mod appserver;
 pub mod argv;
 pub mod lines;
@@ -46,6 +48,8 @@ pub struct Runner {
     pub socket: PathBuf,
     /// The codex app-server processes runs share.
     pub appservers: appserver::AppServers,
+    /// The ACP agents' processes.
+    pub acp: acp::AcpAgents,
     /// Set once the daemon stops: no run starts after it.
     closed: std::sync::atomic::AtomicBool,
 }
@@ -59,6 +63,7 @@ impl Runner {
             kill_grace,
             socket,
             appservers: Default::default(),
+            acp: Default::default(),
             closed: Default::default(),
         }
     }
@@ -105,5 +110,6 @@ pub async fn stop_all(d: &Runner) -> usize {
         }
     }
     d.appservers.stop_all().await;
+    d.acp.stop_all().await;
     runs.len()
 }

@@ -92,6 +92,9 @@ async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec) -> Finish {
     if agent.transport == crate::config::Transport::AppServer {
         return super::appserver::execute(d, run, spec, prepared).await;
     }
+    if agent.backend == Backend::Acp {
+        return super::acp::execute(d, run, spec, prepared).await;
+    }
     let held = prepared.session.clone();
     // Before the agent runs, the session saw nothing new.
     let with_session = |mut f: Finish| {

@@ -71,6 +71,8 @@ pub enum Backend {
     Codex,
     Cursor,
     Gemini,
+    /// Any agent that speaks the Agent Client Protocol on its stdio.
+    Acp,
     /// Any argv; the prompt on stdin.
     Command,
 }
@@ -84,6 +86,7 @@ impl Backend {
             Backend::Codex => "codex",
             Backend::Cursor => "cursor",
             Backend::Gemini => "gemini",
+            Backend::Acp => "acp",
             Backend::Command => "command",
         }
     }
@@ -95,6 +98,7 @@ impl Backend {
             "codex" => Backend::Codex,
             "cursor" => Backend::Cursor,
             "gemini" => Backend::Gemini,
+            "acp" => Backend::Acp,
             "command" => Backend::Command,
             _ => return None,
         })
@@ -107,7 +111,8 @@ impl Backend {
             Backend::Codex => Format::Codex,
             Backend::Cursor => Format::Cursor,
             Backend::Gemini => Format::Gemini,
-            Backend::Command => Format::Text,
+            // ACP is read by its own client (agent::acp), not line by line.
+            Backend::Acp | Backend::Command => Format::Text,
         }
     }
 }
@@ -218,6 +223,32 @@ pub struct AgentDef {
     pub transport: Transport,
     /// What a codex app-server member may do (`sandbox`, `approval`).
     pub policy: CodexPolicy,
+    /// How an ACP member's permission requests are answered (`permissions`).
+    pub permissions: Permissions,
+}
+
+/// The answer kd gives an ACP agent that asks permission for a tool call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Permissions {
+    /// Reads, searches and fetches are allowed; edits, deletes, moves and
+    /// commands are rejected (the council advises).
+    #[default]
+    ReadOnly,
+    /// Everything the agent asks is allowed.
+    Allow,
+    /// Everything is rejected.
+    Deny,
+}
+
+impl Permissions {
+    pub fn parse(s: &str) -> Option<Permissions> {
+        match s {
+            "read-only" => Some(Permissions::ReadOnly),
+            "allow" => Some(Permissions::Allow),
+            "deny" => Some(Permissions::Deny),
+            _ => None,
+        }
+    }
 }
 
 /// The sandbox and approval policy of a codex member's threads. Council

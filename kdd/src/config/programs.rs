@@ -13,7 +13,7 @@ fn binaries(backend: Backend) -> &'static [&'static str] {
         Backend::Codex => &["codex"],
         Backend::Cursor => &["agent", "cursor-agent"],
         Backend::Gemini => &["gemini"],
-        Backend::Command => &[],
+        Backend::Acp | Backend::Command => &[],
     }
 }
 
@@ -43,6 +43,7 @@ pub(super) fn builtin(backend: Backend, env: &Env<'_>) -> AgentDef {
         delivery: Default::default(),
         transport: super::Transport::default_for(backend),
         policy: Default::default(),
+        permissions: Default::default(),
     }
 }
 

@@ -113,6 +113,8 @@ pub struct RawAgent {
     pub sandbox: Option<String>,
     /// codex app-server: when codex asks before acting (`never` by default).
     pub approval: Option<String>,
+    /// acp: how permission requests are answered (`read-only` by default).
+    pub permissions: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

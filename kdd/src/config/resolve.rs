@@ -141,6 +141,7 @@ fn agent(r: &mut Resolver, name: &str, a: RawAgent, top: &RawPrompts, env: &Env<
         ("transport", a.transport.is_some()),
         ("sandbox", a.sandbox.is_some()),
         ("approval", a.approval.is_some()),
+        ("permissions", a.permissions.is_some()),
         ("prompts.council", own_prompts.is_some_and(|p| p.council.is_some())),
         ("prompts.chat", own_prompts.is_some_and(|p| p.chat.is_some())),
     ] {
@@ -151,7 +152,7 @@ fn agent(r: &mut Resolver, name: &str, a: RawAgent, top: &RawPrompts, env: &Env<
     }
     let backend = match a.backend.as_deref() {
         Some(b) => Backend::parse(b).ok_or_else(|| {
-            r.err(key("backend"), format!("unknown backend {b:?}; use claude, codex, cursor, gemini or command"))
+            r.err(key("backend"), format!("unknown backend {b:?}; use claude, codex, cursor, gemini, acp or command"))
         })?,
         None => Backend::parse(name).filter(|b| *b != Backend::Command).ok_or_else(|| {
             r.err(
@@ -160,12 +161,16 @@ fn agent(r: &mut Resolver, name: &str, a: RawAgent, top: &RawPrompts, env: &Env<
             )
         })?,
     };
-    let base = if backend == Backend::Command { None } else { Some(builtin(backend, env)) };
+    let base = if matches!(backend, Backend::Command | Backend::Acp) { None } else { Some(builtin(backend, env)) };
     let command = match (a.command, &base) {
         (Some(c), _) if c.trim().is_empty() => return Err(r.err(key("command"), "is empty")),
         (Some(c), _) => c,
         (None, Some(b)) => b.command.clone(),
-        (None, None) => return Err(r.err(key("command"), "missing: a command backend needs the program to run")),
+        (None, None) => {
+            return Err(
+                r.err(key("command"), format!("missing: a {} backend needs the program to run", backend.as_str()))
+            );
+        }
     };
     let format = match (backend, a.format.as_deref()) {
         (Backend::Command, Some(f)) => Format::parse(f).ok_or_else(|| {
@@ -196,6 +201,14 @@ fn agent(r: &mut Resolver, name: &str, a: RawAgent, top: &RawPrompts, env: &Env<
             .ok_or_else(|| r.err(key("transport"), format!("unknown transport {t:?}; use app-server or exec")))?,
         (other, Some(_)) => {
             return Err(r.err(key("transport"), format!("only codex has a transport, not {}", other.as_str())));
+        }
+    };
+    let permissions = match (backend, a.permissions.as_deref()) {
+        (_, None) => Permissions::default(),
+        (Backend::Acp, Some(p)) => Permissions::parse(p)
+            .ok_or_else(|| r.err(key("permissions"), format!("must be one of read-only, allow, deny, got {p:?}")))?,
+        (other, Some(_)) => {
+            return Err(r.err(key("permissions"), format!("only an acp member takes it, not {}", other.as_str())));
         }
     };
     let mut policy = CodexPolicy::default();
@@ -230,6 +243,7 @@ fn agent(r: &mut Resolver, name: &str, a: RawAgent, top: &RawPrompts, env: &Env<
         delivery,
         transport,
         policy,
+        permissions,
     };
     set_prompts(&mut def, own_prompts, a.prompt.as_deref(), top);
     Ok(def)

@@ -4,7 +4,7 @@
 use kd_proto::types::{ConfigEntry, ConfigView};
 use serde_json::{Value, json};
 
-use super::{Backend, Config, Env, find_program};
+use super::{Backend, Config, Env, Permissions, Transport, find_program};
 
 impl Config {
     /// Every effective value with where it came from (`kd config show`).
@@ -100,6 +100,22 @@ impl Config {
             add(k("color"), json!(a.color), source(&[&k("color")], "default (by name)"));
             if a.backend == Backend::Command {
                 add(k("format"), json!(a.format.as_str()), source(&[&k("format")], "default"));
+            }
+            if a.backend == Backend::Codex {
+                let transport = if a.transport == Transport::AppServer { "app-server" } else { "exec" };
+                add(k("transport"), json!(transport), source(&[&k("transport")], "default"));
+                if a.transport == Transport::AppServer {
+                    add(k("sandbox"), json!(a.policy.sandbox), source(&[&k("sandbox")], "default"));
+                    add(k("approval"), json!(a.policy.approval), source(&[&k("approval")], "default"));
+                }
+            }
+            if a.backend == Backend::Acp {
+                let p = match a.permissions {
+                    Permissions::ReadOnly => "read-only",
+                    Permissions::Allow => "allow",
+                    Permissions::Deny => "deny",
+                };
+                add(k("permissions"), json!(p), source(&[&k("permissions")], "default"));
             }
         }
         let notice = if c.members.is_empty() {

@@ -162,6 +162,12 @@ fn every_bad_value_names_file_key_and_value() {
             r#"{"agents": {"codex": {"transport": "grpc"}}}"#,
             &["agents.codex.transport", "\"grpc\"", "app-server or exec"],
         ),
+        (r#"{"agents": {"x": {"backend": "acp"}}}"#, &["agents.x.command", "missing", "acp backend"]),
+        (
+            r#"{"agents": {"x": {"backend": "acp", "command": "a", "permissions": "some"}}}"#,
+            &["agents.x.permissions", "read-only, allow, deny", "\"some\""],
+        ),
+        (r#"{"agents": {"claude": {"permissions": "allow"}}}"#, &["agents.claude.permissions", "only an acp member"]),
         (r#"{"agents": {"claude": {"transport": "exec"}}}"#, &["agents.claude.transport", "only codex"]),
         (r#"{"agents": {"codex": {"sandbox": "none"}}}"#, &["agents.codex.sandbox", "read-only", "\"none\""]),
         (r#"{"agents": {"codex": {"approval": "always"}}}"#, &["agents.codex.approval", "never", "\"always\""]),

@@ -32,11 +32,13 @@
 //! | `FAKE_RUN` | a shell command run first (as an agent runs tools); `{run}` in the answer becomes its output |
 //!
 //! `fake-agent --version` prints its version, as the real CLIs do.
-//! `fake-agent app-server …` plays `codex app-server` (see `appserver.rs`).
+//! `fake-agent app-server …` plays `codex app-server` (see `appserver.rs`),
+//! `fake-agent acp` an Agent Client Protocol agent (see `acp.rs`).
 //!
 //! On SIGINT a claude-format fake reports its partial answer in a result
 //! line and exits 130, as Claude Code does; otherwise SIGINT/SIGTERM end it.
 
+mod acp;
 mod appserver;
 
 use std::io::{Read, Write};
@@ -254,6 +256,9 @@ async fn main() {
             println!("garbage: not {{ json at all");
         }
         std::process::exit(appserver::serve(args).await);
+    }
+    if args.first().map(String::as_str) == Some("acp") {
+        std::process::exit(acp::serve(args).await);
     }
     let mut stdin = String::new();
     let _ = std::io::stdin().read_to_string(&mut stdin);

@@ -1,0 +1,173 @@
+//! One run as an ACP turn: `session/new` in the thread's workspace (or, in
+//! resume mode, `session/load` of the session recorded for the thread),
+//! then `session/prompt`, whose answer ends the turn. `agent_message_chunk`
+//! updates stream to subscribers as they come; a stop sends
+//! `session/cancel` and keeps the text streamed so far.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kd_proto::types::RunStatus;
+use tokio::sync::oneshot;
+
+use super::protocol::{self, TurnEnd};
+use crate::agent::Runner;
+use crate::agent::parse::{Outcome, Parsed, Transcript};
+use crate::agent::prepare::Prepared;
+use crate::agent::registry::{Run, StopReason};
+use crate::agent::supervisor::{Spec, failed, outcome, publish, stopped_early};
+use crate::db::runs::Finish;
+use crate::prompt;
+
+/// How often the text streamed so far is saved.
+const SAVE_EVERY: Duration = Duration::from_secs(1);
+
+pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec, prepared: Prepared) -> Finish {
+    let member = run.member.clone();
+    let held = prepared.session.clone();
+    let with_session = |mut f: Finish, given: bool| {
+        f.session = held.as_ref().map(|h| h.end(given));
+        f
+    };
+    let fail = |reason: String| failed(&member, RunStatus::Error, reason);
+    if !spec.workspace.is_dir() {
+        return with_session(
+            fail(format!("the thread's workspace {} does not exist", spec.workspace.display())),
+            false,
+        );
+    }
+    if run.stop_reason().is_some() {
+        return with_session(stopped_early(run), false);
+    }
+    let agent = match d.acp.get(&spec.agent, &spec.workspace, &d.socket).await {
+        Ok(a) => a,
+        Err(e) => return with_session(fail(format!("cannot start {}: {e}", spec.agent.command)), false),
+    };
+    let peer = &agent.peer;
+    run.set_started(peer.pid);
+    if let Err(e) = d.db.run_started(run.info(), peer.pid, peer.started, held.as_ref().map(|h| h.id.clone())).await {
+        tracing::error!(run = run.id, "cannot record the pid: {e}");
+    }
+    let cwd = spec.workspace.display().to_string();
+    let session = match prepared.resume.as_deref() {
+        Some(id) if agent.can_load => match peer.request(|n| protocol::session_load(n, id, &cwd)).await {
+            Ok(_) => id.to_string(),
+            Err(e) => return with_session(fail(format!("cannot load its ACP session {id}: {e}")), false),
+        },
+        Some(_) => {
+            let reason = "the agent cannot load a session (agentCapabilities.loadSession is false); give the \
+                          thread context history";
+            return with_session(fail(reason.into()), false);
+        }
+        None => match peer.request(|n| protocol::session_new(n, &cwd)).await.map(|r| protocol::session_id(&r)) {
+            Ok(Some(id)) => id,
+            Ok(None) => return with_session(fail("session/new gave no sessionId".into()), false),
+            Err(e) => return with_session(fail(format!("cannot open a session: {e}")), false),
+        },
+    };
+    let mut transcript = Transcript::new();
+    transcript.apply(Parsed::SessionId(session.clone()));
+    let mut following = match peer.follow(&session) {
+        Ok(f) => f,
+        Err(e) => return with_session(fail(e), true),
+    };
+    if let Err(e) = peer.begin_turn(&session) {
+        return with_session(fail(format!("the turn did not start: {e}")), true);
+    }
+    // The turn runs in a task of its own, so that its end is seen (and the
+    // session freed) even after the run stopped waiting for it.
+    let (ended_tx, mut ended_rx) = oneshot::channel();
+    {
+        let (agent, session, prompt) = (agent.clone(), session.clone(), prepared.prompt.clone());
+        tokio::spawn(async move {
+            let answer = agent.peer.request_within(None, |n| protocol::session_prompt(n, &session, &prompt)).await;
+            agent.peer.end_turn(&session);
+            let _ = ended_tx.send(answer);
+        });
+    }
+
+    let mut label = prompt::LabelStripper::new(&member);
+    let cap = usize::try_from(spec.max_answer_bytes).unwrap_or(usize::MAX);
+    let timeout = tokio::time::sleep(spec.timeout);
+    tokio::pin!(timeout);
+    let far = Duration::from_secs(365 * 24 * 3600);
+    let give_up = tokio::time::sleep(far);
+    tokio::pin!(give_up);
+    let mut save = tokio::time::interval(SAVE_EVERY);
+    save.tick().await;
+    let mut saved_bytes = 0usize;
+    let mut over_cap = false;
+    let mut cancelled = false;
+    let mut ended: Option<TurnEnd> = None;
+    let mut take = |items: Vec<Parsed>, transcript: &mut Transcript, over_cap: &mut bool| {
+        let mut delta = String::new();
+        for item in items {
+            if let Some(text) = transcript.apply(item) {
+                delta.push_str(&text);
+            }
+        }
+        if !*over_cap && !delta.is_empty() {
+            *over_cap = !publish(d, run, &label.push(&delta), cap);
+        }
+    };
+    loop {
+        tokio::select! {
+            note = following.notes.recv() => match note {
+                Some(note) => take(protocol::interpret(&note.method, &note.params), &mut transcript, &mut over_cap),
+                None => break,
+            },
+            answer = &mut ended_rx => {
+                ended = Some(protocol::turn_end(answer.unwrap_or_else(|_| Err(peer.gone_reason()))));
+                break;
+            }
+            _ = &mut timeout, if !cancelled => run.stop(StopReason::TimedOut),
+            _ = run.stopped(), if !cancelled => {
+                cancelled = true;
+                if let Err(e) = peer.notify(protocol::session_cancel(&session)).await {
+                    tracing::debug!("session/cancel: {e}");
+                }
+                give_up.as_mut().reset(tokio::time::Instant::now() + d.kill_grace);
+            }
+            _ = &mut give_up => break,
+            _ = save.tick() => {
+                let (new, len) = run.text_since(saved_bytes);
+                if !new.is_empty() {
+                    saved_bytes = len;
+                    if let Err(e) = d.db.append_run_partial(run.id.clone(), new).await {
+                        tracing::warn!(run = run.id, "cannot save partial text: {e}");
+                    }
+                }
+            }
+        }
+    }
+    // Updates sent before the answer are already queued: take them too.
+    while let Ok(note) = following.notes.try_recv() {
+        take(protocol::interpret(&note.method, &note.params), &mut transcript, &mut over_cap);
+    }
+    drop(following);
+    if !over_cap {
+        publish(d, run, &label.finish(), cap);
+    }
+    let stopped = run.stop_reason().is_some();
+    match ended {
+        Some(TurnEnd::Completed) => {
+            transcript.apply(Parsed::Result(Outcome::default()));
+        }
+        Some(TurnEnd::Cancelled) if !stopped => {
+            transcript.apply(Parsed::Error { message: "the agent cancelled the turn".into(), fatal: true });
+        }
+        Some(TurnEnd::Failed(why)) if !stopped => {
+            transcript.apply(Parsed::Error { message: why, fatal: true });
+        }
+        None if !stopped => {
+            transcript.apply(Parsed::Error { message: peer.gone_reason(), fatal: true });
+        }
+        _ => {}
+    }
+    let mut finish = outcome(run, spec, &transcript, Some(ExitStatus::from_raw(0)), "");
+    finish.meta.exit_status = None;
+    finish.session = held.as_ref().map(|h| h.end(true));
+    finish
+}

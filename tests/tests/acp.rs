@@ -1,0 +1,166 @@
+//! An Agent Client Protocol member (`backend: "acp"`), played by
+//! `fake-agent acp`: it streams, cancels, loads its session in resume mode,
+//! and has its permission requests answered by the member's policy.
+
+use kd_client::KdApiClient;
+use kd_proto::types::{ContextMode, MessageKind, ThreadEvent};
+use kd_tests::{Kdd, Workspace, alive, bin, collect_until, ended, records};
+
+/// A workspace whose one member `acp` is the fake ACP agent with `env`.
+fn acp_member(env: &[(&str, &str)], extra: serde_json::Value) -> Workspace {
+    let ws = Workspace::new(&[]);
+    let mut vars = serde_json::Map::new();
+    vars.insert("FAKE_NAME".into(), "acp".into());
+    for (k, v) in env {
+        vars.insert(k.to_string(), v.to_string().into());
+    }
+    let mut agent = serde_json::json!({"backend": "acp", "command": bin("fake-agent"), "args": ["acp"], "env": vars});
+    if let (Some(a), Some(e)) = (agent.as_object_mut(), extra.as_object()) {
+        a.extend(e.clone());
+    }
+    ws.write_config(&serde_json::json!({"council": {"members": ["acp"]}, "agents": {"acp": agent}}));
+    ws
+}
+
+async fn thread_in(c: &kd_client::Client, ws: &Workspace, context: Option<ContextMode>) -> String {
+    c.thread_create(ws.path(), None, None, None, None, None, None, None, context).await.unwrap().id
+}
+
+async fn send(c: &kd_client::Client, thread: &str, body: &str) {
+    c.council_send(thread.into(), body.into(), None, None, None, None, None, Some(0), None).await.unwrap();
+}
+
+fn deltas(events: &[ThreadEvent]) -> Vec<&str> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            ThreadEvent::Delta { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_acp_member_streams_its_answer() {
+    let scratch = tempfile::tempdir().unwrap();
+    let record = scratch.path().join("r.jsonl").display().to_string();
+    let env = [("FAKE_DELTAS", "4"), ("FAKE_INTERVAL_MS", "5"), ("FAKE_RECORD", record.as_str())];
+    let ws = acp_member(&env, serde_json::json!({}));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    send(&c, &t, "What about X?").await;
+    let events = collect_until(&mut sub, |e| ended(e) == 1).await;
+    let streamed = deltas(&events);
+    assert!(streamed.len() > 1, "piece by piece: {streamed:?}");
+    assert_eq!(streamed.concat(), "Answer from acp.");
+    let last = c.thread_messages(t, None, None, None, None).await.unwrap().pop().unwrap();
+    assert_eq!((last.kind, last.body.as_str()), (MessageKind::Agent, "Answer from acp."));
+    let recs = records(&record);
+    assert_eq!(recs[0]["cwd"], ws.path(), "the session works in the thread's workspace");
+    assert!(kd_tests::prompt_of(&recs[0]).ends_with("What about X?\n\n---\nYou are acp. Continue the discussion."));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancel_sends_session_cancel_and_keeps_the_partial_text() {
+    let scratch = tempfile::tempdir().unwrap();
+    let record = scratch.path().join("r.jsonl").display().to_string();
+    let text = format!("Answer {}", "word ".repeat(200));
+    let env = [("FAKE_DELTAS", "200"), ("FAKE_INTERVAL_MS", "20"), ("FAKE_TEXT", &text), ("FAKE_RECORD", &record)];
+    let ws = acp_member(&env, serde_json::json!({}));
+    let kdd = Kdd::start_with(&["--kill-grace-ms", "300"]);
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    send(&c, &t, "Go on.").await;
+    let started = collect_until(&mut sub, |e| deltas(e).len() >= 3).await;
+    let pid = started.iter().find_map(|e| if let ThreadEvent::RunStarted { pid, .. } = e { Some(*pid) } else { None });
+    c.run_cancel(t.clone(), Some("acp".into()), None).await.unwrap();
+    let events = collect_until(&mut sub, |e| ended(e) == 1).await;
+    assert!(events.iter().any(|e| matches!(e, ThreadEvent::RunCancelled { .. })), "{events:?}");
+    let last = c.thread_messages(t, None, None, None, None).await.unwrap().pop().unwrap();
+    assert_eq!(last.kind, MessageKind::Interrupted);
+    assert!(last.body.len() >= 3 && text.starts_with(&last.body), "{:?}", last.body);
+    assert!(records(&record).iter().any(|r| r["cancelled"].is_string()), "session/cancel was sent");
+    assert!(pid.is_some_and(alive), "the agent process serves the member's next run");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_mode_loads_the_members_session() {
+    let scratch = tempfile::tempdir().unwrap();
+    let record = scratch.path().join("r.jsonl").display().to_string();
+    let ws = acp_member(&[("FAKE_RECORD", &record)], serde_json::json!({}));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, Some(ContextMode::Resume)).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    send(&c, &t, "One?").await;
+    collect_until(&mut sub, |e| ended(e) == 1).await;
+    send(&c, &t, "Two?").await;
+    let events = collect_until(&mut sub, |e| ended(e) == 1).await;
+    assert!(!deltas(&events).concat().contains("replayed"), "the replayed history is not the answer: {events:?}");
+    let recs = records(&record);
+    assert_eq!(recs.len(), 2, "{recs:?}");
+    assert_eq!((recs[0]["loaded"].as_bool(), recs[1]["loaded"].as_bool()), (Some(false), Some(true)));
+    assert_eq!(recs[0]["session"], recs[1]["session"]);
+    let prompt = kd_tests::prompt_of(&recs[1]);
+    assert!(prompt.contains("Two?") && !prompt.contains("One?"), "only what is new: {prompt}");
+    let last = c.thread_messages(t, None, None, None, None).await.unwrap().pop().unwrap();
+    assert_eq!((last.kind, last.body.as_str()), (MessageKind::Agent, "Answer from acp."));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_that_cannot_load_sessions_is_a_clear_error_in_resume_mode() {
+    let ws = acp_member(&[("FAKE_NO_LOAD", "1")], serde_json::json!({}));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, Some(ContextMode::Resume)).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    send(&c, &t, "One?").await;
+    collect_until(&mut sub, |e| ended(e) == 1).await;
+    send(&c, &t, "Two?").await;
+    collect_until(&mut sub, |e| ended(e) == 1).await;
+    let last = c.thread_messages(t, None, None, None, None).await.unwrap().pop().unwrap();
+    assert_eq!(last.kind, MessageKind::Error);
+    assert!(last.body.starts_with("acp: the agent cannot load a session"), "{}", last.body);
+}
+
+/// The option the agent got for a tool call of `kind` under `extra` config.
+async fn permission(kind: &str, extra: serde_json::Value) -> String {
+    let scratch = tempfile::tempdir().unwrap();
+    let record = scratch.path().join("r.jsonl").display().to_string();
+    let ws = acp_member(&[("FAKE_PERMISSION", kind), ("FAKE_RECORD", &record)], extra);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    send(&c, &t, "Edit it.").await;
+    collect_until(&mut sub, |e| ended(e) == 1).await;
+    let last = c.thread_messages(t, None, None, None, None).await.unwrap().pop().unwrap();
+    assert_eq!(last.kind, MessageKind::Agent, "{}", last.body);
+    let recs = records(&record);
+    recs.iter().find_map(|r| r["permission"].as_str().map(str::to_string)).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn permission_requests_are_answered_by_the_members_policy() {
+    assert_eq!(permission("edit", serde_json::json!({})).await, "reject", "read-only by default: writes denied");
+    assert_eq!(permission("execute", serde_json::json!({})).await, "reject");
+    assert_eq!(permission("read", serde_json::json!({})).await, "allow");
+    assert_eq!(permission("edit", serde_json::json!({"permissions": "allow"})).await, "allow");
+    assert_eq!(permission("read", serde_json::json!({"permissions": "deny"})).await, "reject");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_prompt_is_an_error_with_the_agents_reason() {
+    let ws = acp_member(&[("FAKE_ERROR", "model overloaded")], serde_json::json!({}));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    send(&c, &t, "Q?").await;
+    collect_until(&mut sub, |e| ended(e) == 1).await;
+    let last = c.thread_messages(t, None, None, None, None).await.unwrap().pop().unwrap();
+    assert_eq!((last.kind, last.body.as_str()), (MessageKind::Error, "acp: model overloaded"));
+}
