@@ -164,3 +164,36 @@ async fn a_failed_prompt_is_an_error_with_the_agents_reason() {
     let last = c.thread_messages(t, None, None, None, None).await.unwrap().pop().unwrap();
     assert_eq!((last.kind, last.body.as_str()), (MessageKind::Error, "acp: model overloaded"));
 }
+
+/// The agent's pid after one answered question.
+async fn started_agent(env: &[(&str, &str)]) -> (Kdd, u32, Workspace) {
+    let ws = acp_member(env, serde_json::json!({}));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    send(&c, &t, "Q?").await;
+    let events = collect_until(&mut sub, |e| ended(e) == 1).await;
+    let pid = events.iter().find_map(|e| if let ThreadEvent::RunStarted { pid, .. } = e { Some(*pid) } else { None });
+    (kdd, pid.unwrap(), ws)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_and_what_it_started_end_with_the_daemon() {
+    // A child in the agent's process group does not die with kdd by itself
+    // (only the agent has PR_SET_PDEATHSIG): kd kills the group.
+    for eof in [true, false] {
+        let scratch = tempfile::tempdir().unwrap();
+        let record = scratch.path().join("r.jsonl").display().to_string();
+        let mut env = vec![("FAKE_CHILD", "group"), ("FAKE_RECORD", record.as_str())];
+        if !eof {
+            env.push(("FAKE_IGNORE_EOF", "1"));
+        }
+        let (mut kdd, pid, _ws) = started_agent(&env).await;
+        let child = records(&record).iter().find_map(|r| r["child"].as_u64()).unwrap() as u32;
+        assert!(alive(pid) && alive(child));
+        assert!(kdd.stop().success());
+        kd_tests::until_gone(pid, "the ACP agent after kdd stopped").await;
+        kd_tests::until_gone(child, "the agent's child after kdd stopped").await;
+    }
+}

@@ -29,6 +29,8 @@ const PER_CONVERSATION: usize = 1024;
 const OUTBOX: usize = 256;
 /// Bytes of stderr kept to explain an exit.
 const STDERR_TAIL: usize = 4 * 1024;
+/// How long a process has to exit on stdin EOF before its group is killed.
+pub const EXIT_GRACE: Duration = Duration::from_secs(2);
 
 /// What differs between the protocols on the same transport.
 pub trait Dialect: Send + Sync + 'static {
@@ -98,6 +100,10 @@ pub struct Peer {
     outbox: mpsc::Sender<String>,
     shared: Arc<Mutex<Shared>>,
     next_id: AtomicU64,
+    /// Closes stdin when notified.
+    close: Arc<tokio::sync::Notify>,
+    /// True once the process has ended.
+    ended: tokio::sync::watch::Receiver<bool>,
 }
 
 /// Stops following a conversation when dropped.
@@ -127,8 +133,17 @@ impl Peer {
         };
         let shared = Arc::new(Mutex::new(Shared::default()));
         let (outbox, mut lines) = mpsc::channel::<String>(OUTBOX);
+        let close = Arc::new(tokio::sync::Notify::new());
+        let closing = close.clone();
         tokio::spawn(async move {
-            while let Some(mut line) = lines.recv().await {
+            loop {
+                let mut line = tokio::select! {
+                    line = lines.recv() => match line {
+                        Some(line) => line,
+                        None => break,
+                    },
+                    _ = closing.notified() => break,
+                };
                 line.push('\n');
                 if stdin.write_all(line.as_bytes()).await.is_err() {
                     break;
@@ -136,6 +151,7 @@ impl Peer {
             }
             // Dropping stdin: EOF ends the process.
         });
+        let (ended_tx, ended) = tokio::sync::watch::channel(false);
         let tail = tokio::spawn(async move {
             let mut tail = Vec::new();
             let mut chunk = [0u8; 4096];
@@ -179,8 +195,10 @@ impl Peer {
                 s.conversations.clear();
                 s.busy.clear();
             }
+            let _ = ended_tx.send(true);
         });
-        Ok(Peer { pid, started: process::start_time(pid), name, outbox, shared, next_id: AtomicU64::new(1) })
+        let started = process::start_time(pid);
+        Ok(Peer { pid, started, name, outbox, shared, next_id: AtomicU64::new(1), close, ended })
     }
 
     /// Whether the process has ended.
@@ -268,9 +286,16 @@ impl Peer {
         }
     }
 
-    /// Ends the process: its group is signalled.
-    pub fn stop(&self) {
-        process::signal_group(self.pid, rustix::process::Signal::TERM);
+    /// Ends the process: stdin is closed (EOF ends a well-behaved agent),
+    /// then its process group is killed — at once when it exited, so that
+    /// nothing it started outlives it, or after `grace` when it did not.
+    pub async fn stop(&self, grace: Duration) {
+        self.close.notify_one();
+        let mut ended = self.ended.clone();
+        if tokio::time::timeout(grace, ended.wait_for(|e| *e)).await.is_err() {
+            tracing::warn!(pid = self.pid, "{} did not exit on stdin EOF; killing its process group", self.name);
+        }
+        process::signal_group(self.pid, rustix::process::Signal::KILL);
     }
 }
 

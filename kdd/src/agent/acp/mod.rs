@@ -82,8 +82,7 @@ impl AcpAgents {
 
     /// Stops every process (at shutdown, after the runs ended).
     pub async fn stop_all(&self) {
-        for (_, a) in self.running.lock().await.drain() {
-            a.peer.stop();
-        }
+        let stopping: Vec<_> = self.running.lock().await.drain().map(|(_, a)| a).collect();
+        futures_util::future::join_all(stopping.iter().map(|a| a.peer.stop(super::peer::EXIT_GRACE))).await;
     }
 }

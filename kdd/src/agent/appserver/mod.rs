@@ -76,8 +76,7 @@ impl AppServers {
 
     /// Stops every process (at shutdown, after the runs ended).
     pub async fn stop_all(&self) {
-        for (_, s) in self.running.lock().await.drain() {
-            s.stop();
-        }
+        let stopping: Vec<_> = self.running.lock().await.drain().map(|(_, s)| s).collect();
+        futures_util::future::join_all(stopping.iter().map(|s| s.stop(super::peer::EXIT_GRACE))).await;
     }
 }

@@ -8,6 +8,8 @@
 //! `FAKE_PERMISSION=KIND` asks permission for a tool call of that kind
 //! first; `FAKE_RUN` reports a tool call. The answer follows the usual
 //! `FAKE_*` knobs; `FAKE_ERROR` fails the prompt with a JSON-RPC error.
+//! `FAKE_IGNORE_EOF` keeps it running after stdin closes; `FAKE_CHILD`
+//! starts a long-lived child first (its pid recorded as `child`).
 //! `FAKE_RECORD` gets a line per prompt (`stdin` is the prompt, `session`,
 //! `loaded`), per permission answer (`permission`) and per cancel.
 
@@ -66,6 +68,9 @@ fn record(line: Value) {
 
 pub async fn serve(args: Vec<String>) -> i32 {
     let state: Shared = Arc::default();
+    if let Some(how) = env("FAKE_CHILD") {
+        record(json!({"child": super::long_lived_child(&how)}));
+    }
     let (tx, mut lines) = tokio::sync::mpsc::unbounded_channel::<String>();
     std::thread::spawn(move || {
         for line in std::io::stdin().lock().lines() {
@@ -154,6 +159,10 @@ pub async fn serve(args: Vec<String>) -> i32 {
             }
             (other, Some(id)) => error(&id, -32601, &format!("Method not found: {other}")),
         }
+    }
+    if env("FAKE_IGNORE_EOF").is_some() {
+        // An agent that does not exit when its stdin closes.
+        std::future::pending::<()>().await;
     }
     0
 }
