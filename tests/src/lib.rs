@@ -50,6 +50,25 @@ pub async fn new_thread(c: &Client, workspace: &str) -> String {
     c.thread_create(workspace.into(), None, None, None, None, None, None, None, None).await.expect("thread.create").id
 }
 
+/// A thread in `ws` with the given context mode; its id.
+pub async fn thread_in(c: &Client, ws: &Workspace, context: Option<kd_proto::types::ContextMode>) -> String {
+    use kd_client::KdApiClient;
+    c.thread_create(ws.path(), None, None, None, None, None, None, None, context).await.expect("thread.create").id
+}
+
+/// Sends a King message answered in one round (no auto-rounds).
+pub async fn send_one_round(c: &Client, thread: &str, body: &str) -> kd_proto::types::Sent {
+    use kd_client::KdApiClient;
+    c.council_send(thread.into(), body.into(), None, None, None, None, None, Some(0), None).await.expect("council.send")
+}
+
+/// The last message of a thread.
+pub async fn last_message(c: &Client, thread: &str) -> kd_proto::types::Message {
+    use kd_client::KdApiClient;
+    let page = c.thread_messages(thread.into(), None, None, None, None).await.expect("thread.messages");
+    page.into_vec().pop().expect("a message")
+}
+
 /// Appends `body` from `from` to `to` (everyone when empty), as `message.append` defaults the rest.
 pub async fn append(
     c: &Client,

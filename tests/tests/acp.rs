@@ -4,7 +4,7 @@
 
 use kd_client::KdApiClient;
 use kd_proto::types::{ContextMode, MessageKind, ThreadEvent};
-use kd_tests::{Kdd, Workspace, alive, bin, collect_until, ended, records};
+use kd_tests::{Kdd, Workspace, alive, bin, collect_until, ended, records, send_one_round as send, thread_in};
 
 /// A workspace whose one member `acp` is the fake ACP agent with `env`.
 fn acp_member(env: &[(&str, &str)], extra: serde_json::Value) -> Workspace {
@@ -20,14 +20,6 @@ fn acp_member(env: &[(&str, &str)], extra: serde_json::Value) -> Workspace {
     }
     ws.write_config(&serde_json::json!({"council": {"members": ["acp"]}, "agents": {"acp": agent}}));
     ws
-}
-
-async fn thread_in(c: &kd_client::Client, ws: &Workspace, context: Option<ContextMode>) -> String {
-    c.thread_create(ws.path(), None, None, None, None, None, None, None, context).await.unwrap().id
-}
-
-async fn send(c: &kd_client::Client, thread: &str, body: &str) {
-    c.council_send(thread.into(), body.into(), None, None, None, None, None, Some(0), None).await.unwrap();
 }
 
 fn deltas(events: &[ThreadEvent]) -> Vec<&str> {
@@ -55,7 +47,7 @@ async fn an_acp_member_streams_its_answer() {
     let streamed = deltas(&events);
     assert!(streamed.len() > 1, "piece by piece: {streamed:?}");
     assert_eq!(streamed.concat(), "Answer from acp.");
-    let last = c.thread_messages(t, None, None, None, None).await.unwrap().pop().unwrap();
+    let last = kd_tests::last_message(&c, &t).await;
     assert_eq!((last.kind, last.body.as_str()), (MessageKind::Agent, "Answer from acp."));
     let recs = records(&record);
     assert_eq!(recs[0]["cwd"], ws.path(), "the session works in the thread's workspace");
@@ -79,7 +71,7 @@ async fn cancel_sends_session_cancel_and_keeps_the_partial_text() {
     c.run_cancel(t.clone(), Some("acp".into()), None).await.unwrap();
     let events = collect_until(&mut sub, |e| ended(e) == 1).await;
     assert!(events.iter().any(|e| matches!(e, ThreadEvent::RunCancelled { .. })), "{events:?}");
-    let last = c.thread_messages(t, None, None, None, None).await.unwrap().pop().unwrap();
+    let last = kd_tests::last_message(&c, &t).await;
     assert_eq!(last.kind, MessageKind::Interrupted);
     assert!(last.body.len() >= 3 && text.starts_with(&last.body), "{:?}", last.body);
     assert!(records(&record).iter().any(|r| r["cancelled"].is_string()), "session/cancel was sent");
@@ -106,7 +98,7 @@ async fn resume_mode_loads_the_members_session() {
     assert_eq!(recs[0]["session"], recs[1]["session"]);
     let prompt = kd_tests::prompt_of(&recs[1]);
     assert!(prompt.contains("Two?") && !prompt.contains("One?"), "only what is new: {prompt}");
-    let last = c.thread_messages(t, None, None, None, None).await.unwrap().pop().unwrap();
+    let last = kd_tests::last_message(&c, &t).await;
     assert_eq!((last.kind, last.body.as_str()), (MessageKind::Agent, "Answer from acp."));
 }
 
@@ -121,7 +113,7 @@ async fn an_agent_that_cannot_load_sessions_is_a_clear_error_in_resume_mode() {
     collect_until(&mut sub, |e| ended(e) == 1).await;
     send(&c, &t, "Two?").await;
     collect_until(&mut sub, |e| ended(e) == 1).await;
-    let last = c.thread_messages(t, None, None, None, None).await.unwrap().pop().unwrap();
+    let last = kd_tests::last_message(&c, &t).await;
     assert_eq!(last.kind, MessageKind::Error);
     assert!(last.body.starts_with("acp: the agent cannot load a session"), "{}", last.body);
 }
@@ -137,7 +129,7 @@ async fn permission(kind: &str, extra: serde_json::Value) -> String {
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     send(&c, &t, "Edit it.").await;
     collect_until(&mut sub, |e| ended(e) == 1).await;
-    let last = c.thread_messages(t, None, None, None, None).await.unwrap().pop().unwrap();
+    let last = kd_tests::last_message(&c, &t).await;
     assert_eq!(last.kind, MessageKind::Agent, "{}", last.body);
     let recs = records(&record);
     recs.iter().find_map(|r| r["permission"].as_str().map(str::to_string)).unwrap()
@@ -161,7 +153,7 @@ async fn a_failed_prompt_is_an_error_with_the_agents_reason() {
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     send(&c, &t, "Q?").await;
     collect_until(&mut sub, |e| ended(e) == 1).await;
-    let last = c.thread_messages(t, None, None, None, None).await.unwrap().pop().unwrap();
+    let last = kd_tests::last_message(&c, &t).await;
     assert_eq!((last.kind, last.body.as_str()), (MessageKind::Error, "acp: model overloaded"));
 }
 

@@ -5,16 +5,10 @@
 
 use kd_client::KdApiClient;
 use kd_proto::types::{ContextMode, MessageKind, ThreadEvent};
-use kd_tests::{Kdd, Workspace, alive, collect_until, ended, records, until_gone, within};
+use kd_tests::{
+    Kdd, Workspace, alive, collect_until, ended, records, send_one_round as send, thread_in, until_gone, within,
+};
 use tokio::io::AsyncReadExt;
-
-async fn thread_in(c: &kd_client::Client, ws: &Workspace, context: Option<ContextMode>) -> String {
-    c.thread_create(ws.path(), None, None, None, None, None, None, None, context).await.unwrap().id
-}
-
-async fn send(c: &kd_client::Client, thread: &str, body: &str) {
-    c.council_send(thread.into(), body.into(), None, None, None, None, None, Some(0), None).await.unwrap();
-}
 
 fn run_pid(events: &[ThreadEvent]) -> u32 {
     events.iter().find_map(|e| if let ThreadEvent::RunStarted { pid, .. } = e { Some(*pid) } else { None }).unwrap()
@@ -68,7 +62,7 @@ async fn a_failing_turn_is_an_error_with_the_apis_reason() {
             .any(|e| matches!(e, ThreadEvent::RunError { error, .. } if error == "codex: stub: forced failure")),
         "{events:?}"
     );
-    let last = c.thread_messages(t, None, None, None, None).await.unwrap().pop().unwrap();
+    let last = kd_tests::last_message(&c, &t).await;
     assert_eq!((last.kind, last.body.as_str()), (MessageKind::Error, "codex: stub: forced failure"));
 }
 
@@ -123,7 +117,7 @@ async fn a_resume_of_a_thread_codex_cannot_find_is_a_clear_error() {
     ws.set_agent("codex", "transport", "app-server".into());
     send(&c, &t, "Two?").await;
     collect_until(&mut sub, |e| ended(e) == 1).await;
-    let last = c.thread_messages(t, None, None, None, None).await.unwrap().pop().unwrap();
+    let last = kd_tests::last_message(&c, &t).await;
     assert_eq!(
         (last.kind, last.body.as_str()),
         (MessageKind::Error, "codex: cannot resume its codex thread: no rollout found for thread id missing-thread")
@@ -162,7 +156,7 @@ async fn two_threads_stream_through_one_app_server_at_once() {
                 _ => None,
             })
             .collect();
-        let answer = c.thread_messages(t.clone(), None, None, None, None).await.unwrap().pop().unwrap();
+        let answer = kd_tests::last_message(&c, t).await;
         assert_eq!(answer.kind, MessageKind::Agent);
         assert_eq!(streamed, answer.body, "each thread gets its own deltas, in order");
         texts.push(answer.body);
@@ -190,7 +184,7 @@ async fn the_app_server_killed_mid_turn_is_an_error_and_the_next_question_starts
     until_gone(pid, "the app-server").await;
     let events = collect_until(&mut sub, |e| ended(e) == 1).await;
     assert!(events.iter().any(|e| matches!(e, ThreadEvent::RunError { .. })), "{events:?}");
-    let last = c.thread_messages(t.clone(), None, None, None, None).await.unwrap().pop().unwrap();
+    let last = kd_tests::last_message(&c, &t).await;
     assert_eq!(last.kind, MessageKind::Error);
     assert!(
         last.body.starts_with("codex: the codex app-server was killed") && last.body.ends_with("\n---\nPartial t"),
@@ -204,7 +198,7 @@ async fn the_app_server_killed_mid_turn_is_an_error_and_the_next_question_starts
     let next = run_pid(&events);
     assert_ne!(next, pid);
     assert!(alive(next));
-    let last = c.thread_messages(t, None, None, None, None).await.unwrap().pop().unwrap();
+    let last = kd_tests::last_message(&c, &t).await;
     assert_eq!((last.kind, last.body.as_str()), (MessageKind::Agent, "Partial then rest."));
 }
 

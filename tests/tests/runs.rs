@@ -3,19 +3,12 @@
 
 use kd_client::{ClientError, KdApiClient};
 use kd_proto::ErrorCode;
-use kd_proto::types::{ContextMode, MessageKind, RunStatus, Sent, SessionStatus, ThreadEvent};
-use kd_tests::{Kdd, Workspace, alive, collect_until, ended, prompt_of, records, run, within};
+use kd_proto::types::{ContextMode, MessageKind, RunStatus, SessionStatus, ThreadEvent};
+use kd_tests::{
+    Kdd, Workspace, alive, collect_until, ended, prompt_of, records, run, send_one_round as send, thread_in, within,
+};
 
 const FAST_KILL: &[&str] = &["--kill-grace-ms", "300"];
-
-async fn thread_in(c: &kd_client::Client, ws: &Workspace, context: Option<ContextMode>) -> String {
-    c.thread_create(ws.path(), None, None, None, None, None, None, None, context).await.unwrap().id
-}
-
-/// Sends a King message answered in one round (no auto-rounds).
-async fn send(c: &kd_client::Client, thread: &str, body: &str) -> Sent {
-    c.council_send(thread.into(), body.into(), None, None, None, None, None, Some(0), None).await.unwrap()
-}
 
 fn messages_of(events: &[ThreadEvent]) -> Vec<&kd_proto::types::Message> {
     events
@@ -423,7 +416,7 @@ async fn over_timeout(exec: bool) {
         events.iter().any(|e| matches!(e, ThreadEvent::RunError { timed_out: true, error, .. } if error == "codex: timed out after 1 s")),
         "{events:?}"
     );
-    let last = c.thread_messages(t, None, None, None, None).await.unwrap().pop().unwrap();
+    let last = kd_tests::last_message(&c, &t).await;
     // The app-server streamed before it hung: that text is kept.
     let body =
         if exec { "codex: timed out after 1 s" } else { "codex: timed out after 1 s\n\n---\nAnswer from codex." };
@@ -442,7 +435,7 @@ async fn answer_of(member_backend: &str, agent: serde_json::Value) -> kd_proto::
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     send(&c, &t, "Q?").await;
     collect_until(&mut sub, |e| ended(e) == 1).await;
-    let last = c.thread_messages(t, None, None, None, None).await.unwrap().pop().unwrap();
+    let last = kd_tests::last_message(&c, &t).await;
     // The daemon is unharmed.
     c.daemon_status().await.unwrap();
     last
@@ -731,7 +724,7 @@ async fn daemon_shutdown_records_runs_in_flight_as_interrupted() {
     assert!(!alive(pid));
     kdd.launch().unwrap();
     let c = kdd.client().await;
-    let last = c.thread_messages(t, None, None, None, None).await.unwrap().pop().unwrap();
+    let last = kd_tests::last_message(&c, &t).await;
     assert_eq!(last.kind, MessageKind::Interrupted);
     assert_eq!(last.body, "Answer from claude.");
 }

@@ -8,6 +8,28 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio_util::bytes::BytesMut;
 use tokio_util::codec::{Decoder, LinesCodec, LinesCodecError};
 
+/// Reads `stream` to its end in a task, keeping its last `keep` bytes
+/// (an agent's stderr, to say why it failed).
+pub fn tail<R>(mut stream: R, keep: usize) -> tokio::task::JoinHandle<String>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut tail = Vec::new();
+        let mut chunk = [0u8; 4096];
+        while let Ok(n) = stream.read(&mut chunk).await {
+            if n == 0 {
+                break;
+            }
+            tail.extend_from_slice(&chunk[..n]);
+            if tail.len() > keep {
+                tail.drain(..tail.len() - keep);
+            }
+        }
+        String::from_utf8_lossy(&tail).into_owned()
+    })
+}
+
 /// The longest line kept: 8 MiB.
 pub const MAX_LINE: usize = 8 * 1024 * 1024;
 

@@ -9,7 +9,8 @@
 //! - [`parse`]: per-backend `parse_line` and the [`parse::Transcript`] that folds lines;
 //! - `prepare`: the prompt a run is given and the session it holds;
 //! - [`registry`]: the runs in flight, in memory;
-//! - [`supervisor`]: one run from spawn to message.
+//! - [`supervisor`]: one run from spawn to message;
+//! - `turn`: what a run over a long-lived agent streams, and its clocks.
 //!
 //! [`Runner`] is what runs need from the daemon: the registry, the hub, the
 //! runs in flight and how long a signalled agent has. The council starts
@@ -25,6 +26,7 @@ mod prepare;
 pub mod process;
 pub mod registry;
 pub mod supervisor;
+mod turn;
 
 use std::path::PathBuf;
 use std::sync::Arc;

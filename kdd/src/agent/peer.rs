@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot};
 
 use super::argv::Invocation;
@@ -126,7 +126,7 @@ impl Peer {
     pub fn start(inv: &Invocation, cwd: &Path, dialect: Arc<dyn Dialect>) -> Result<Peer, String> {
         let mut child = process::spawn(inv, cwd).map_err(|e| e.to_string())?;
         let pid = child.id().ok_or("it exited at once")?;
-        let (Some(mut stdin), Some(stdout), Some(mut stderr)) =
+        let (Some(mut stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
             return Err("its stdio could not be opened".into());
@@ -152,20 +152,7 @@ impl Peer {
             // Dropping stdin: EOF ends the process.
         });
         let (ended_tx, ended) = tokio::sync::watch::channel(false);
-        let tail = tokio::spawn(async move {
-            let mut tail = Vec::new();
-            let mut chunk = [0u8; 4096];
-            while let Ok(n) = stderr.read(&mut chunk).await {
-                if n == 0 {
-                    break;
-                }
-                tail.extend_from_slice(&chunk[..n]);
-                if tail.len() > STDERR_TAIL {
-                    tail.drain(..tail.len() - STDERR_TAIL);
-                }
-            }
-            String::from_utf8_lossy(&tail).into_owned()
-        });
+        let tail = super::lines::tail(stderr, STDERR_TAIL);
         let reader_shared = shared.clone();
         let replies = outbox.clone();
         let name = dialect.name().to_string();

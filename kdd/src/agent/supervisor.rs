@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use kd_proto::types::{ContextMode, RunMeta, RunStatus, Style};
 use rustix::process::Signal;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 use super::argv::{self, Invocation};
 use super::lines::{Line, LineReader};
@@ -134,22 +134,7 @@ async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec) -> Finish {
             let _ = stdin.write_all(input.as_bytes()).await;
         });
     }
-    let stderr = child.stderr.take().map(|mut err| {
-        tokio::spawn(async move {
-            let mut tail = Vec::new();
-            let mut chunk = [0u8; 4096];
-            while let Ok(n) = err.read(&mut chunk).await {
-                if n == 0 {
-                    break;
-                }
-                tail.extend_from_slice(&chunk[..n]);
-                if tail.len() > STDERR_TAIL {
-                    tail.drain(..tail.len() - STDERR_TAIL);
-                }
-            }
-            String::from_utf8_lossy(&tail).into_owned()
-        })
-    });
+    let stderr = child.stderr.take().map(|err| super::lines::tail(err, STDERR_TAIL));
     let Some(stdout) = child.stdout.take() else {
         return with_session(failed(&member, RunStatus::Error, "no stdout from the agent".into()));
     };

@@ -492,7 +492,8 @@ mod tests {
         let h = Header::parse(&rest).unwrap();
         let mut body = vec![0u8; h.len as usize];
         client.read_exact(&mut body).await.unwrap();
-        assert_eq!(String::from_utf8(body).unwrap(), r#"{"id":-1,"jsonrpc":"2.0","result":1}"#);
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body, serde_json::json!({"id": -1, "jsonrpc": "2.0", "result": 1}));
         assert_eq!(f.due, 0);
     }
 

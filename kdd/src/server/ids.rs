@@ -175,7 +175,8 @@ mod tests {
             assert_eq!(v["id"], INVALID, "{id}");
         }
         let answer = serde_json::json!({"jsonrpc": "2.0", "id": INVALID, "error": {"code": -32600}}).to_string();
-        assert_eq!(restored(&answer).unwrap().0, r#"{"error":{"code":-32600},"id":null,"jsonrpc":"2.0"}"#);
+        let back: Value = serde_json::from_str(&restored(&answer).unwrap().0).unwrap();
+        assert_eq!(back, serde_json::json!({"error": {"code": -32600}, "id": null, "jsonrpc": "2.0"}));
     }
 
     #[test]

@@ -2,17 +2,13 @@
 //! delta latency beside the claude path, and the time to the first delta
 //! beside `codex exec --json`, which delivers an answer only whole.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use kd_client::KdApiClient;
 use kd_proto::types::ThreadEvent;
 
 use super::{percentile as pct, row};
 use crate::{Kdd, Workspace};
-
-fn now_us() -> u128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros()).unwrap_or(0)
-}
 
 /// A one-member workspace: `backend`, through `transport` when given.
 fn member(backend: &str, transport: Option<&str>, env: &[(&str, &str)]) -> Workspace {
@@ -26,31 +22,7 @@ fn member(backend: &str, transport: Option<&str>, env: &[(&str, &str)]) -> Works
 /// The latency of 3,000 stamped deltas at 1,000/s from one member: p50, p99 in ms.
 async fn stream_latency(backend: &str) -> (f64, f64) {
     let env: &[(&str, &str)] = &[("FAKE_STAMP", "1"), ("FAKE_RATE", "1000"), ("FAKE_DELTAS", "3000")];
-    let ws = member(backend, None, env);
-    let kdd = Kdd::start();
-    let c = kdd.client().await;
-    let t = crate::new_thread(&c, &ws.path()).await;
-    let mut sub = c.thread_subscribe(t.clone(), None, None).await.expect("subscribe");
-    c.council_send(t, "go".into(), None, None, None, None, None, Some(0), None).await.expect("send");
-    let mut samples = Vec::new();
-    loop {
-        match sub.next().await {
-            Some(Ok(ThreadEvent::Delta { text, .. })) => {
-                let at = now_us();
-                for stamp in text.split("[t=").skip(1) {
-                    if let Some(t) = stamp.split(']').next().and_then(|s| s.parse::<u128>().ok()) {
-                        samples.push((at.saturating_sub(t)) as f64 / 1000.0);
-                    }
-                }
-            }
-            Some(Ok(
-                ThreadEvent::RunFinished { .. } | ThreadEvent::RunError { .. } | ThreadEvent::RunCancelled { .. },
-            )) => break,
-            Some(Ok(_)) => {}
-            _ => break,
-        }
-    }
-    samples.sort_by(|a, b| a.total_cmp(b));
+    let samples = super::runs::stamped_latencies(&member(backend, None, env), 1).await;
     row(&format!("  {backend}: deltas received"), samples.len().to_string(), "3000");
     (pct(&samples, 0.5), pct(&samples, 0.99))
 }

@@ -4,10 +4,7 @@
 //! updates stream to subscribers as they come; a stop sends
 //! `session/cancel` and keeps the text streamed so far.
 
-use std::os::unix::process::ExitStatusExt;
-use std::process::ExitStatus;
 use std::sync::Arc;
-use std::time::Duration;
 
 use kd_proto::types::RunStatus;
 use tokio::sync::oneshot;
@@ -17,12 +14,9 @@ use crate::agent::Runner;
 use crate::agent::parse::{Outcome, Parsed, Transcript};
 use crate::agent::prepare::Prepared;
 use crate::agent::registry::{Run, StopReason};
-use crate::agent::supervisor::{Spec, failed, outcome, publish, stopped_early};
+use crate::agent::supervisor::{Spec, failed, stopped_early};
+use crate::agent::turn::{self, Clocks, Streamed};
 use crate::db::runs::Finish;
-use crate::prompt;
-
-/// How often the text streamed so far is saved.
-const SAVE_EVERY: Duration = Duration::from_secs(1);
 
 pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec, prepared: Prepared) -> Finish {
     let member = run.member.clone();
@@ -88,68 +82,38 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
         });
     }
 
-    let mut label = prompt::LabelStripper::new(&member);
-    let cap = usize::try_from(spec.max_answer_bytes).unwrap_or(usize::MAX);
-    let timeout = tokio::time::sleep(spec.timeout);
-    tokio::pin!(timeout);
-    let far = Duration::from_secs(365 * 24 * 3600);
-    let give_up = tokio::time::sleep(far);
-    tokio::pin!(give_up);
-    let mut save = tokio::time::interval(SAVE_EVERY);
-    save.tick().await;
-    let mut saved_bytes = 0usize;
-    let mut over_cap = false;
+    let mut streamed = Streamed::new(d, run, spec);
+    let mut clocks = Clocks::new(spec.timeout).await;
     let mut cancelled = false;
     let mut ended: Option<TurnEnd> = None;
-    let mut take = |items: Vec<Parsed>, transcript: &mut Transcript, over_cap: &mut bool| {
-        let mut delta = String::new();
-        for item in items {
-            if let Some(text) = transcript.apply(item) {
-                delta.push_str(&text);
-            }
-        }
-        if !*over_cap && !delta.is_empty() {
-            *over_cap = !publish(d, run, &label.push(&delta), cap);
-        }
-    };
     loop {
         tokio::select! {
             note = following.notes.recv() => match note {
-                Some(note) => take(protocol::interpret(&note.method, &note.params), &mut transcript, &mut over_cap),
+                Some(note) => streamed.take(&mut transcript, protocol::interpret(&note.method, &note.params)),
                 None => break,
             },
             answer = &mut ended_rx => {
                 ended = Some(protocol::turn_end(answer.unwrap_or_else(|_| Err(peer.gone_reason()))));
                 break;
             }
-            _ = &mut timeout, if !cancelled => run.stop(StopReason::TimedOut),
+            _ = &mut clocks.timeout, if !cancelled => run.stop(StopReason::TimedOut),
             _ = run.stopped(), if !cancelled => {
                 cancelled = true;
                 if let Err(e) = peer.notify(protocol::session_cancel(&session)).await {
                     tracing::debug!("session/cancel: {e}");
                 }
-                give_up.as_mut().reset(tokio::time::Instant::now() + d.kill_grace);
+                clocks.stopping(d.kill_grace);
             }
-            _ = &mut give_up => break,
-            _ = save.tick() => {
-                let (new, len) = run.text_since(saved_bytes);
-                if !new.is_empty() {
-                    saved_bytes = len;
-                    if let Err(e) = d.db.append_run_partial(run.id.clone(), new).await {
-                        tracing::warn!(run = run.id, "cannot save partial text: {e}");
-                    }
-                }
-            }
+            _ = &mut clocks.give_up => break,
+            _ = clocks.save.tick() => streamed.save().await,
         }
     }
     // Updates sent before the answer are already queued: take them too.
     while let Ok(note) = following.notes.try_recv() {
-        take(protocol::interpret(&note.method, &note.params), &mut transcript, &mut over_cap);
+        streamed.take(&mut transcript, protocol::interpret(&note.method, &note.params));
     }
     drop(following);
-    if !over_cap {
-        publish(d, run, &label.finish(), cap);
-    }
+    streamed.finish();
     let stopped = run.stop_reason().is_some();
     match ended {
         Some(TurnEnd::Completed) => {
@@ -166,8 +130,5 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
         }
         _ => {}
     }
-    let mut finish = outcome(run, spec, &transcript, Some(ExitStatus::from_raw(0)), "");
-    finish.meta.exit_status = None;
-    finish.session = held.as_ref().map(|h| h.end(true));
-    finish
+    turn::finish(run, spec, &transcript, held.as_ref())
 }

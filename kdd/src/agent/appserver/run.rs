@@ -6,10 +6,7 @@
 //! an interrupted message). If the process dies mid-turn, the run is an
 //! error with its partial text, and the next run starts a new process.
 
-use std::os::unix::process::ExitStatusExt;
-use std::process::ExitStatus;
 use std::sync::Arc;
-use std::time::Duration;
 
 use kd_proto::types::RunStatus;
 
@@ -18,12 +15,9 @@ use crate::agent::Runner;
 use crate::agent::parse::{Parsed, Transcript};
 use crate::agent::prepare::Prepared;
 use crate::agent::registry::{Run, StopReason};
-use crate::agent::supervisor::{Spec, failed, outcome, publish, stopped_early};
+use crate::agent::supervisor::{Spec, failed, stopped_early};
+use crate::agent::turn::{self, Clocks, Streamed};
 use crate::db::runs::Finish;
-use crate::prompt;
-
-/// How often the text streamed so far is saved.
-const SAVE_EVERY: Duration = Duration::from_secs(1);
 
 pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec, prepared: Prepared) -> Finish {
     let member = run.member.clone();
@@ -88,17 +82,8 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
         }
     };
 
-    let mut label = prompt::LabelStripper::new(&member);
-    let cap = usize::try_from(spec.max_answer_bytes).unwrap_or(usize::MAX);
-    let timeout = tokio::time::sleep(spec.timeout);
-    tokio::pin!(timeout);
-    let far = Duration::from_secs(365 * 24 * 3600);
-    let give_up = tokio::time::sleep(far);
-    tokio::pin!(give_up);
-    let mut save = tokio::time::interval(SAVE_EVERY);
-    save.tick().await;
-    let mut saved_bytes = 0usize;
-    let mut over_cap = false;
+    let mut streamed = Streamed::new(d, run, spec);
+    let mut clocks = Clocks::new(spec.timeout).await;
     let mut interrupted = false;
     let mut ended: Option<(String, Option<String>)> = None;
     let mut usage: Option<protocol::Usage> = None;
@@ -107,17 +92,7 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
             note = following.notes.recv() => {
                 let Some(note) = note else { break };
                 match protocol::interpret(&note.method, &note.params, turn.as_deref()) {
-                    Event::Items(items) => {
-                        let mut delta = String::new();
-                        for item in items {
-                            if let Some(text) = transcript.apply(item) {
-                                delta.push_str(&text);
-                            }
-                        }
-                        if !over_cap && !delta.is_empty() {
-                            over_cap = !publish(d, run, &label.push(&delta), cap);
-                        }
-                    }
+                    Event::Items(items) => streamed.take(&mut transcript, items),
                     Event::Usage(u) => usage.get_or_insert_with(Default::default).add(u),
                     Event::TurnDone { status, error } => {
                         ended = Some((status, error));
@@ -126,7 +101,7 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
                     Event::Nothing => {}
                 }
             }
-            _ = &mut timeout, if !interrupted => run.stop(StopReason::TimedOut),
+            _ = &mut clocks.timeout, if !interrupted => run.stop(StopReason::TimedOut),
             _ = run.stopped(), if !interrupted => {
                 interrupted = true;
                 if let Some(turn) = &turn {
@@ -137,24 +112,14 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
                         }
                     });
                 }
-                give_up.as_mut().reset(tokio::time::Instant::now() + d.kill_grace);
+                clocks.stopping(d.kill_grace);
             }
-            _ = &mut give_up => break,
-            _ = save.tick() => {
-                let (new, len) = run.text_since(saved_bytes);
-                if !new.is_empty() {
-                    saved_bytes = len;
-                    if let Err(e) = d.db.append_run_partial(run.id.clone(), new).await {
-                        tracing::warn!(run = run.id, "cannot save partial text: {e}");
-                    }
-                }
-            }
+            _ = &mut clocks.give_up => break,
+            _ = clocks.save.tick() => streamed.save().await,
         }
     }
     drop(following);
-    if !over_cap {
-        publish(d, run, &label.finish(), cap);
-    }
+    streamed.finish();
     match &ended {
         Some((status, error)) => {
             transcript.apply(Parsed::Result(protocol::outcome(status, error.clone(), usage)));
@@ -167,8 +132,5 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
         }
         None => {}
     }
-    let mut finish = outcome(run, spec, &transcript, Some(ExitStatus::from_raw(0)), "");
-    finish.meta.exit_status = None;
-    finish.session = held.as_ref().map(|h| h.end(true));
-    finish
+    turn::finish(run, spec, &transcript, held.as_ref())
 }

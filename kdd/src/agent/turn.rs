@@ -1,0 +1,111 @@
+//! What a run over a long-lived agent (codex app-server, ACP) shares with
+//! the other: the text it streams (label stripped, capped by
+//! `council.max_answer_bytes`, saved about once a second) and its clocks
+//! (the run's timeout, the grace after a stop, the save tick).
+
+use std::os::unix::process::ExitStatusExt;
+use std::pin::Pin;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use tokio::time::{Instant, Interval, Sleep};
+
+use super::Runner;
+use super::parse::{Parsed, Transcript};
+use super::prepare::Held;
+use super::registry::Run;
+use super::supervisor::{Spec, outcome, publish};
+use crate::db::runs::Finish;
+use crate::prompt::LabelStripper;
+
+/// How often the text streamed so far is saved.
+const SAVE_EVERY: Duration = Duration::from_secs(1);
+
+/// The text a run streams.
+pub(super) struct Streamed<'a> {
+    d: &'a Runner,
+    run: &'a Run,
+    label: LabelStripper,
+    cap: usize,
+    over_cap: bool,
+    saved: usize,
+}
+
+impl<'a> Streamed<'a> {
+    pub fn new(d: &'a Runner, run: &'a Run, spec: &Spec) -> Streamed<'a> {
+        Streamed {
+            d,
+            run,
+            label: LabelStripper::new(&run.member),
+            cap: usize::try_from(spec.max_answer_bytes).unwrap_or(usize::MAX),
+            over_cap: false,
+            saved: 0,
+        }
+    }
+
+    /// Folds `items` into the transcript and streams the text they add.
+    pub fn take(&mut self, transcript: &mut Transcript, items: Vec<Parsed>) {
+        let mut delta = String::new();
+        for item in items {
+            if let Some(text) = transcript.apply(item) {
+                delta.push_str(&text);
+            }
+        }
+        if !self.over_cap && !delta.is_empty() {
+            self.over_cap = !publish(self.d, self.run, &self.label.push(&delta), self.cap);
+        }
+    }
+
+    /// Saves what was streamed since the last save.
+    pub async fn save(&mut self) {
+        let (new, len) = self.run.text_since(self.saved);
+        if !new.is_empty() {
+            self.saved = len;
+            if let Err(e) = self.d.db.append_run_partial(self.run.id.clone(), new).await {
+                tracing::warn!(run = self.run.id, "cannot save partial text: {e}");
+            }
+        }
+    }
+
+    /// Streams what the label stripper still held.
+    pub fn finish(&mut self) {
+        if !self.over_cap {
+            publish(self.d, self.run, &self.label.finish(), self.cap);
+        }
+    }
+}
+
+/// A turn's clocks, for its `select!`.
+pub(super) struct Clocks {
+    /// The run's timeout.
+    pub timeout: Pin<Box<Sleep>>,
+    /// Once the run is stopped: how long the agent has to end the turn.
+    pub give_up: Pin<Box<Sleep>>,
+    pub save: Interval,
+}
+
+impl Clocks {
+    pub async fn new(timeout: Duration) -> Clocks {
+        let mut save = tokio::time::interval(SAVE_EVERY);
+        save.tick().await;
+        Clocks {
+            timeout: Box::pin(tokio::time::sleep(timeout)),
+            give_up: Box::pin(tokio::time::sleep(Duration::from_secs(365 * 24 * 3600))),
+            save,
+        }
+    }
+
+    /// The run was stopped: the agent has `grace` to end its turn.
+    pub fn stopping(&mut self, grace: Duration) {
+        self.give_up.as_mut().reset(Instant::now() + grace);
+    }
+}
+
+/// The run's end from its transcript; the session remembers the prompt.
+pub(super) fn finish(run: &Run, spec: &Spec, transcript: &Transcript, held: Option<&Held>) -> Finish {
+    // A turn has no exit status: how it ended is in the transcript.
+    let mut finish = outcome(run, spec, transcript, Some(ExitStatus::from_raw(0)), "");
+    finish.meta.exit_status = None;
+    finish.session = held.map(|h| h.end(true));
+    finish
+}
