@@ -50,6 +50,37 @@ pub async fn new_thread(c: &Client, workspace: &str) -> String {
     c.thread_create(workspace.into(), None, None, None, None, None, None, None, None).await.expect("thread.create").id
 }
 
+/// A `FAKE_HOLD` file, in place: a fake that reaches its first piece waits
+/// while it exists. `release` removes it.
+pub struct Hold {
+    _dir: TempDir,
+    pub path: PathBuf,
+}
+
+impl Hold {
+    pub fn new() -> Hold {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("hold");
+        std::fs::write(&path, b"").expect("hold file");
+        Hold { _dir: dir, path }
+    }
+
+    /// The path, for `FAKE_HOLD`.
+    pub fn env(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    pub fn release(&self) {
+        std::fs::remove_file(&self.path).expect("release the hold");
+    }
+}
+
+impl Default for Hold {
+    fn default() -> Hold {
+        Hold::new()
+    }
+}
+
 /// A thread in `ws` with the given context mode; its id.
 pub async fn thread_in(c: &Client, ws: &Workspace, context: Option<kd_proto::types::ContextMode>) -> String {
     use kd_client::KdApiClient;

@@ -16,10 +16,8 @@ fn run_pid(events: &[ThreadEvent]) -> u32 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn kd_ask_prints_codex_as_it_streams() {
-    let scratch = tempfile::tempdir().unwrap();
-    let hold = scratch.path().join("hold");
-    std::fs::write(&hold, b"").unwrap();
-    let hold_s = hold.display().to_string();
+    let hold = kd_tests::Hold::new();
+    let hold_s = hold.env();
     let env = [("FAKE_DELTAS", "2"), ("FAKE_TEXT", "First half. Second half."), ("FAKE_HOLD", hold_s.as_str())];
     let ws = Workspace::new(&[("codex", "codex", &env)]);
     let kdd = Kdd::start();
@@ -39,8 +37,8 @@ async fn kd_ask_prints_codex_as_it_streams() {
     })
     .await;
     assert!(!seen.contains("Second half."), "{seen:?}");
-    assert!(hold.exists());
-    std::fs::remove_file(&hold).unwrap();
+    assert!(hold.path.exists());
+    hold.release();
     let mut rest = String::new();
     stdout.read_to_string(&mut rest).await.unwrap();
     assert!(child.wait().await.unwrap().success());
@@ -126,10 +124,8 @@ async fn a_resume_of_a_thread_codex_cannot_find_is_a_clear_error() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_threads_stream_through_one_app_server_at_once() {
-    let scratch = tempfile::tempdir().unwrap();
-    let hold = scratch.path().join("hold");
-    std::fs::write(&hold, b"").unwrap();
-    let hold_s = hold.display().to_string();
+    let hold = kd_tests::Hold::new();
+    let hold_s = hold.env();
     let env = [("FAKE_DELTAS", "4"), ("FAKE_TEXT", "Answer for {turn}."), ("FAKE_HOLD", hold_s.as_str())];
     let ws = Workspace::new(&[("codex", "codex", &env)]);
     let kdd = Kdd::start();
@@ -144,7 +140,7 @@ async fn two_threads_stream_through_one_app_server_at_once() {
     let first_a = collect_until(&mut sub_a, delta).await;
     let first_b = collect_until(&mut sub_b, delta).await;
     assert_eq!(run_pid(&first_a), run_pid(&first_b), "one app-server process");
-    std::fs::remove_file(&hold).unwrap();
+    hold.release();
     let mut texts = Vec::new();
     for (t, first, sub) in [(&a, &first_a, &mut sub_a), (&b, &first_b, &mut sub_b)] {
         let events = collect_until(sub, |e| ended(e) == 1).await;
@@ -166,10 +162,8 @@ async fn two_threads_stream_through_one_app_server_at_once() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_app_server_killed_mid_turn_is_an_error_and_the_next_question_starts_another() {
-    let scratch = tempfile::tempdir().unwrap();
-    let hold = scratch.path().join("hold");
-    std::fs::write(&hold, b"").unwrap();
-    let hold_s = hold.display().to_string();
+    let hold = kd_tests::Hold::new();
+    let hold_s = hold.env();
     let env = [("FAKE_DELTAS", "2"), ("FAKE_TEXT", "Partial then rest."), ("FAKE_HOLD", hold_s.as_str())];
     let ws = Workspace::new(&[("codex", "codex", &env)]);
     let kdd = Kdd::start();
@@ -192,7 +186,7 @@ async fn the_app_server_killed_mid_turn_is_an_error_and_the_next_question_starts
         last.body
     );
     // The next question starts a new process and is answered.
-    std::fs::remove_file(&hold).unwrap();
+    hold.release();
     send(&c, &t, "Again.").await;
     let events = collect_until(&mut sub, |e| ended(e) == 1).await;
     let next = run_pid(&events);

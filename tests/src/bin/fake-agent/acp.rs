@@ -14,7 +14,7 @@
 //! `loaded`), per permission answer (`permission`) and per cancel.
 
 use std::collections::HashMap;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -71,15 +71,7 @@ pub async fn serve(args: Vec<String>) -> i32 {
     if let Some(how) = env("FAKE_CHILD") {
         record(json!({"child": super::long_lived_child(&how)}));
     }
-    let (tx, mut lines) = tokio::sync::mpsc::unbounded_channel::<String>();
-    std::thread::spawn(move || {
-        for line in std::io::stdin().lock().lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let mut lines = super::stdin_lines();
     while let Some(line) = lines.recv().await {
         let Ok(msg) = serde_json::from_str::<Value>(&line) else { continue };
         let params = msg.get("params").cloned().unwrap_or(Value::Null);

@@ -14,7 +14,7 @@
 //! `sandbox` and `approval` what the thread was opened with).
 
 use std::collections::HashMap;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -87,16 +87,7 @@ fn turn_json(id: &str, status: &str, error: Value) -> Value {
 
 pub async fn serve(args: Vec<String>) -> i32 {
     let state: Shared = Arc::default();
-    // stdin is read on a thread of its own; its EOF ends the process.
-    let (tx, mut lines) = tokio::sync::mpsc::unbounded_channel::<String>();
-    std::thread::spawn(move || {
-        for line in std::io::stdin().lock().lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let mut lines = super::stdin_lines();
     while let Some(line) = lines.recv().await {
         let Ok(msg) = serde_json::from_str::<Value>(&line) else { continue };
         let method = msg.get("method").and_then(Value::as_str).unwrap_or_default().to_string();

@@ -88,6 +88,22 @@ fn format_of(args: &[String]) -> Format {
     }
 }
 
+/// stdin's lines, read on a thread of its own (the JSON-RPC modes); the
+/// channel ends at EOF.
+fn stdin_lines() -> tokio::sync::mpsc::UnboundedReceiver<String> {
+    use std::io::BufRead;
+    let (tx, lines) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    lines
+}
+
 /// Waits while the `FAKE_HOLD` file exists: a test holds a run mid-stream
 /// for as long as it needs, then lets it go by removing the file.
 async fn hold() {
