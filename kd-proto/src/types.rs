@@ -514,6 +514,10 @@ pub enum ThreadEvent {
     /// this delta. A subscriber joining mid-run first gets one delta with
     /// all the text so far.
     Delta { run: String, member: String, text: String, chars: u64 },
+    /// What the agent is doing besides writing its answer — a command it
+    /// runs, a file it changes, its plan, thinking — in a few words (at
+    /// most 200 characters). Shown while the run streams; never stored.
+    Activity { run: String, member: String, what: String },
     /// The run finished; its answer is message `seq`.
     RunFinished { run: String, member: String, seq: u64 },
     /// The run failed or timed out; the `error` message `seq` says why.

@@ -189,3 +189,21 @@ async fn the_agent_and_what_it_started_end_with_the_daemon() {
         kd_tests::until_gone(child, "the agent's child after kdd stopped").await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tool_calls_and_plans_are_shown_as_activity_not_answer_text() {
+    let ws = acp_member(&[("FAKE_RUN", "cargo test")], serde_json::json!({}));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    send(&c, &t, "Test it.").await;
+    let events = collect_until(&mut sub, |e| ended(e) == 1).await;
+    let activities: Vec<&str> = events
+        .iter()
+        .filter_map(|e| if let ThreadEvent::Activity { what, .. } = e { Some(what.as_str()) } else { None })
+        .collect();
+    assert_eq!(activities, ["plan: Answer", "cargo test"], "{events:?}");
+    let last = kd_tests::last_message(&c, &t).await;
+    assert_eq!((last.kind, last.body.as_str()), (MessageKind::Agent, "Answer from acp."));
+}

@@ -267,3 +267,24 @@ async fn members_read_only_unless_configured() {
     assert_eq!(policy(&a), ("read-only".to_string(), "never".to_string()));
     assert_eq!(policy(&b), ("workspace-write".to_string(), "on-request".to_string()));
 }
+
+fn activities(events: &[ThreadEvent]) -> Vec<&str> {
+    events
+        .iter()
+        .filter_map(|e| if let ThreadEvent::Activity { what, .. } = e { Some(what.as_str()) } else { None })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tool_calls_and_reasoning_are_shown_as_activity_not_answer_text() {
+    let ws = Workspace::new(&[("codex", "codex", &[("FAKE_RUN", "echo hi"), ("FAKE_TEXT", "It said {run}.")])]);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    send(&c, &t, "Run it.").await;
+    let events = collect_until(&mut sub, |e| ended(e) == 1).await;
+    assert_eq!(activities(&events), ["thinking", "running /bin/bash -lc 'echo hi'"], "{events:?}");
+    let last = kd_tests::last_message(&c, &t).await;
+    assert_eq!((last.kind, last.body.as_str()), (MessageKind::Agent, "It said hi."));
+}

@@ -46,6 +46,8 @@ pub struct Entry {
     pub route: Option<(RouteType, Vec<String>)>,
     /// A completion's ballot, tally, synthesis or merge.
     pub purpose: Option<Purpose>,
+    /// What the member is doing while it streams (a command, a plan).
+    pub activity: Option<String>,
     /// Rendered lines for a width, kept until the entry changes.
     pub cache: RefCell<Option<(u16, Vec<Line<'static>>)>>,
 }
@@ -53,6 +55,7 @@ pub struct Entry {
 impl Entry {
     fn new(kind: Kind, member: &str, text: String) -> Entry {
         Entry {
+            activity: None,
             kind,
             member: member.to_string(),
             chars: text.chars().count() as u64,
@@ -348,6 +351,13 @@ impl App {
                 e.chars = *chars;
                 e.changed();
                 self.grew();
+            }
+            ThreadEvent::Activity { run, what, .. } => {
+                if let Some(i) = self.index_of_run(run) {
+                    self.entries[i].activity = Some(what.clone());
+                    self.entries[i].changed();
+                    self.dirty = true;
+                }
             }
             ThreadEvent::RunFinished { run, .. }
             | ThreadEvent::RunError { run, .. }

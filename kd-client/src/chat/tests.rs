@@ -561,3 +561,17 @@ fn title_fork_and_search_commands_and_a_hit_brought_into_view() {
     app.jump_to(99);
     assert!(app.notice.as_deref().is_some_and(|n| n.contains("#99 is earlier than what is shown")));
 }
+
+#[test]
+fn a_streaming_panel_says_what_its_member_is_doing() {
+    let mut app = App::new(thread());
+    app.load(thread(), &[message(1, "king", MessageKind::King, "Check it.", None)]);
+    app.apply(&delta("r1", "codex", "Looking", 7));
+    app.apply(&ThreadEvent::Activity { run: "r1".into(), member: "codex".into(), what: "running ls\u{1b}[2J".into() });
+    let s = screen(&mut app, 80, 12);
+    assert!(s.contains("codex (streaming · 7 chars · running ls␛[2J)"), "{s}");
+    // Once the answer is in, the panel is the answer alone.
+    app.apply(&ThreadEvent::Message { message: Box::new(answer(2, "codex", "Looking good.", "r1", 1)) });
+    let s = screen(&mut app, 80, 12);
+    assert!(!s.contains("running ls"), "{s}");
+}

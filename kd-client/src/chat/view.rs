@@ -269,7 +269,13 @@ fn build_panel(entry: &Entry, width: u16, palette: &Palette) -> Vec<Line<'static
         None => vec![Span::styled(entry.member.clone(), name)],
     };
     match entry.kind {
-        Kind::Streaming => title.push(Span::styled(format!(" (streaming · {} chars)", thousands(entry.chars)), dim)),
+        Kind::Streaming => {
+            let doing = match &entry.activity {
+                Some(what) => format!(" · {}", kd_client::terminal::safe(what).chars().take(60).collect::<String>()),
+                None => String::new(),
+            };
+            title.push(Span::styled(format!(" (streaming · {} chars{doing})", thousands(entry.chars)), dim))
+        }
         Kind::Waiting => title.push(Span::styled(" ── waiting...", dim)),
         Kind::Error { timed_out: true } => title.push(Span::styled(" · timed out", border)),
         Kind::Error { timed_out: false } => title.push(Span::styled(" · error", border)),

@@ -161,6 +161,7 @@ impl View {
         if self.json {
             let ours = match e {
                 ThreadEvent::Delta { run, .. }
+                | ThreadEvent::Activity { run, .. }
                 | ThreadEvent::RunStarted { run, .. }
                 | ThreadEvent::RunFinished { run, .. }
                 | ThreadEvent::RunError { run, .. }

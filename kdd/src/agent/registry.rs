@@ -199,6 +199,15 @@ impl Run {
         );
     }
 
+    /// Tells subscribers what the agent is doing (cut to 200 characters).
+    pub fn push_activity(&self, hub: &Hub, what: &str) {
+        let what: String = what.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(200).collect();
+        if what.is_empty() {
+            return;
+        }
+        hub.publish(&self.thread, ThreadEvent::Activity { run: self.id.clone(), member: self.member.clone(), what });
+    }
+
     /// Asks the run to stop; the first reason wins.
     pub fn stop(&self, reason: StopReason) {
         let mut s = self.state();

@@ -29,6 +29,8 @@ pub(super) struct Streamed<'a> {
     cap: usize,
     over_cap: bool,
     saved: usize,
+    /// The last activity told.
+    activity: Option<String>,
 }
 
 impl<'a> Streamed<'a> {
@@ -40,13 +42,22 @@ impl<'a> Streamed<'a> {
             cap: usize::try_from(spec.max_answer_bytes).unwrap_or(usize::MAX),
             over_cap: false,
             saved: 0,
+            activity: None,
         }
     }
 
-    /// Folds `items` into the transcript and streams the text they add.
+    /// Folds `items` into the transcript and streams the text they add;
+    /// an activity goes to subscribers when it differs from the last one.
     pub fn take(&mut self, transcript: &mut Transcript, items: Vec<Parsed>) {
         let mut delta = String::new();
         for item in items {
+            if let Parsed::Activity(what) = &item {
+                if self.activity.as_deref() != Some(what) {
+                    self.run.push_activity(&self.d.hub, what);
+                    self.activity = Some(what.clone());
+                }
+                continue;
+            }
             if let Some(text) = transcript.apply(item) {
                 delta.push_str(&text);
             }

@@ -7,7 +7,7 @@
 use agent_client_protocol_schema::ProtocolVersion;
 use agent_client_protocol_schema::v1::{
     AGENT_METHOD_NAMES, CLIENT_METHOD_NAMES, CancelNotification, ContentBlock, Implementation, InitializeRequest,
-    LoadSessionRequest, NewSessionRequest, PermissionOption, PermissionOptionKind, PromptRequest,
+    LoadSessionRequest, NewSessionRequest, PermissionOption, PermissionOptionKind, PlanEntryStatus, PromptRequest,
     RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome,
     SessionNotification, SessionUpdate, StopReason, TextContent, ToolKind,
 };
@@ -95,7 +95,12 @@ pub fn interpret(method: &str, params: &Value) -> Vec<Parsed> {
             ContentBlock::Text(t) if !t.text.is_empty() => vec![Parsed::Delta(t.text)],
             _ => Vec::new(),
         },
-        SessionUpdate::ToolCall(_) => vec![Parsed::Boundary],
+        SessionUpdate::ToolCall(call) => vec![Parsed::Boundary, Parsed::Activity(call.title)],
+        SessionUpdate::Plan(plan) => match plan.entries.iter().find(|e| e.status != PlanEntryStatus::Completed) {
+            Some(next) => vec![Parsed::Activity(format!("plan: {}", next.content))],
+            None => Vec::new(),
+        },
+        SessionUpdate::AgentThoughtChunk(_) => vec![Parsed::Activity("thinking".into())],
         _ => Vec::new(),
     }
 }
@@ -190,9 +195,13 @@ mod tests {
         assert_eq!(interpret("session/update", &chunk("Hello")), vec![Parsed::Delta("Hello".into())]);
         assert_eq!(interpret("session/update", &chunk("")), vec![]);
         let tool = json!({"sessionId": "s1", "update": {"sessionUpdate": "tool_call", "toolCallId": "c1", "title": "ls", "kind": "execute", "status": "pending"}});
-        assert_eq!(interpret("session/update", &tool), vec![Parsed::Boundary]);
-        let plan = json!({"sessionId": "s1", "update": {"sessionUpdate": "plan", "entries": []}});
-        assert_eq!(interpret("session/update", &plan), vec![]);
+        assert_eq!(interpret("session/update", &tool), vec![Parsed::Boundary, Parsed::Activity("ls".into())]);
+        let plan = json!({"sessionId": "s1", "update": {"sessionUpdate": "plan", "entries": [
+            {"content": "Read the code", "priority": "high", "status": "completed"},
+            {"content": "Answer", "priority": "high", "status": "in_progress"}]}});
+        assert_eq!(interpret("session/update", &plan), vec![Parsed::Activity("plan: Answer".into())]);
+        let done = json!({"sessionId": "s1", "update": {"sessionUpdate": "plan", "entries": []}});
+        assert_eq!(interpret("session/update", &done), vec![]);
     }
 
     #[test]

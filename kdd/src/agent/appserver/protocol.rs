@@ -145,12 +145,11 @@ pub fn interpret(method: &str, params: &Value, turn: Option<&str>) -> Event {
             let d = text("delta");
             if d.is_empty() { Event::Nothing } else { Event::Items(vec![Parsed::Delta(d)]) }
         }
-        "item/started" => match item_type(params) {
+        "item/started" => match activity(params) {
             // Text after a tool call is a new paragraph.
-            Some("commandExecution" | "fileChange" | "mcpToolCall" | "webSearch") => {
-                Event::Items(vec![Parsed::Boundary])
-            }
-            _ => Event::Nothing,
+            Some((what, true)) => Event::Items(vec![Parsed::Boundary, Parsed::Activity(what)]),
+            Some((what, false)) => Event::Items(vec![Parsed::Activity(what)]),
+            None => Event::Nothing,
         },
         "item/completed" => match item_type(params) {
             Some("agentMessage") => {
@@ -212,6 +211,28 @@ impl Usage {
             "reasoning_output_tokens": self.reasoning_output,
         })
     }
+}
+
+/// What an item codex started says it is doing, and whether it is a tool
+/// call (after which the answer's text is a new paragraph).
+fn activity(params: &Value) -> Option<(String, bool)> {
+    let item = params.get("item")?;
+    let text = |k: &str| item.get(k).and_then(Value::as_str).unwrap_or_default();
+    Some(match item_type(params)? {
+        "commandExecution" => (format!("running {}", text("command")), true),
+        "fileChange" => {
+            let paths: Vec<&str> = item
+                .get("changes")
+                .and_then(Value::as_array)
+                .map(|c| c.iter().filter_map(|c| c.get("path").and_then(Value::as_str)).collect())
+                .unwrap_or_default();
+            (format!("changing {}", if paths.is_empty() { "files".to_string() } else { paths.join(", ") }), true)
+        }
+        "mcpToolCall" => (format!("calling {} {}", text("server"), text("tool")), true),
+        "webSearch" => (format!("searching the web for {}", text("query")), true),
+        "reasoning" => ("thinking".to_string(), false),
+        _ => return None,
+    })
 }
 
 fn item_type(params: &Value) -> Option<&str> {
@@ -361,6 +382,19 @@ mod tests {
         }
         // Two model calls of 120 in, 30 out (the total went from 150 to 450).
         assert_eq!(sum, Usage { input: 240, cached_input: 40, output: 60, reasoning_output: 20 });
+    }
+
+    #[test]
+    fn tool_calls_and_reasoning_are_activity_not_answer_text() {
+        let turn = "01a202f1-3e2b-7d52-8be9-1aeab3075494";
+        let mut seen = Vec::new();
+        for (dir, msg) in capture("main") {
+            let Some(Incoming::Notification { method, params, .. }) = incoming(&msg.to_string()) else { continue };
+            if let (true, Event::Items(items)) = (dir == "<", interpret(&method, &params, Some(turn))) {
+                seen.extend(items.into_iter().filter_map(|i| if let Parsed::Activity(a) = i { Some(a) } else { None }));
+            }
+        }
+        assert_eq!(seen, ["thinking", "running /bin/bash -lc 'echo hello-from-tool'"]);
     }
 
     #[test]

@@ -31,6 +31,9 @@ pub enum Parsed {
     Cursor(String, CursorForm),
     /// A tool call or similar: the text that follows is a new paragraph.
     Boundary,
+    /// What the agent is doing (a command, a file change, a plan): shown
+    /// to subscribers, never part of the answer.
+    Activity(String),
     /// The backend's terminal result.
     Result(Outcome),
     /// An error; `fatal` ones fail the run, others are kept as warnings.

@@ -87,6 +87,7 @@ impl Transcript {
                 self.end_segment();
                 None
             }
+            Parsed::Activity(_) => None,
             Parsed::Result(o) => {
                 if let Some(id) = &o.session_id {
                     self.session_id = Some(id.clone());
