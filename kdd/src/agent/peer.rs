@@ -23,8 +23,9 @@ use super::process;
 /// How long the agent has to answer a request (codex loads its
 /// configuration and state on `initialize` and `thread/start`).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
-/// Notifications queued for one run before the reader waits for it.
-const PER_CONVERSATION: usize = 1024;
+/// Notifications queued for one run before the reader waits for it (each
+/// is one line, at most `lines::MAX_LINE`; a run takes them as they come).
+const PER_CONVERSATION: usize = 256;
 /// Lines queued for the agent's stdin.
 const OUTBOX: usize = 256;
 /// Bytes of stderr kept to explain an exit.
@@ -283,6 +284,57 @@ impl Peer {
             tracing::warn!(pid = self.pid, "{} did not exit on stdin EOF; killing its process group", self.name);
         }
         process::signal_group(self.pid, rustix::process::Signal::KILL);
+    }
+}
+
+impl AsRef<Peer> for Peer {
+    fn as_ref(&self) -> &Peer {
+        self
+    }
+}
+
+type Slot<T> = Arc<tokio::sync::Mutex<Option<Arc<T>>>>;
+
+/// Long-lived processes by key: each started on first use and again after
+/// it died, never twice at once; a slow start holds up only its own key.
+pub struct Pool<K, T> {
+    slots: Mutex<HashMap<K, Slot<T>>>,
+}
+
+impl<K, T> Default for Pool<K, T> {
+    fn default() -> Pool<K, T> {
+        Pool { slots: Mutex::new(HashMap::new()) }
+    }
+}
+
+impl<K: Eq + std::hash::Hash, T: AsRef<Peer>> Pool<K, T> {
+    /// The live process of `key`, or the one `start` starts.
+    pub async fn get_or_start<F, Fut>(&self, key: K, start: F) -> Result<Arc<T>, String>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<T, String>>,
+    {
+        let slot = self.slots.lock().map_err(|_| "pool lock poisoned".to_string())?.entry(key).or_default().clone();
+        let mut slot = slot.lock().await;
+        if let Some(live) = slot.as_ref().filter(|t| !(***t).as_ref().is_gone()) {
+            return Ok(live.clone());
+        }
+        let started = Arc::new(start().await?);
+        *slot = Some(started.clone());
+        Ok(started)
+    }
+
+    /// Stops every process (at shutdown, after the runs ended).
+    pub async fn stop_all(&self) {
+        let slots: Vec<Slot<T>> =
+            self.slots.lock().map(|mut s| s.drain().map(|(_, slot)| slot).collect()).unwrap_or_default();
+        let mut running = Vec::new();
+        for slot in slots {
+            if let Some(t) = slot.lock().await.take() {
+                running.push(t);
+            }
+        }
+        futures_util::future::join_all(running.iter().map(|t| (**t).as_ref().stop(EXIT_GRACE))).await;
     }
 }
 

@@ -16,14 +16,14 @@
 pub mod protocol;
 mod run;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub(super) use run::execute;
 
 use super::argv::Invocation;
-use super::peer::Peer;
+use super::peer::{Peer, Pool};
 use crate::config::AgentDef;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -42,9 +42,15 @@ pub struct Agent {
     pub can_load: bool,
 }
 
+impl AsRef<Peer> for Agent {
+    fn as_ref(&self) -> &Peer {
+        &self.peer
+    }
+}
+
 #[derive(Default)]
 pub struct AcpAgents {
-    running: tokio::sync::Mutex<HashMap<Key, Arc<Agent>>>,
+    running: Pool<Key, Agent>,
 }
 
 impl AcpAgents {
@@ -58,31 +64,28 @@ impl AcpAgents {
             args: agent.args.clone(),
             env: agent.env.clone(),
         };
-        let mut running = self.running.lock().await;
-        if let Some(a) = running.get(&key).filter(|a| !a.peer.is_gone()) {
-            return Ok(a.clone());
-        }
-        let mut inv = Invocation {
-            program: agent.command.clone(),
-            args: agent.args.clone(),
-            // Piped: kd writes the requests there.
-            stdin: Some(String::new()),
-            env: agent.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-        };
-        inv.env.push(("KD_SOCKET".to_string(), socket.display().to_string()));
-        inv.env.push(("KD_MEMBER".to_string(), agent.name.clone()));
-        let dialect = Arc::new(protocol::Acp { permissions: agent.permissions });
-        let peer = Peer::start(&inv, workspace, dialect)?;
-        let answer = peer.request(protocol::initialize).await.map_err(|e| format!("initialize failed: {e}"))?;
-        let started = Arc::new(Agent { can_load: protocol::can_load(&answer), peer });
-        tracing::info!(pid = started.peer.pid, member = agent.name, "started ACP agent");
-        running.insert(key, started.clone());
-        Ok(started)
+        self.running
+            .get_or_start(key, || async {
+                let mut inv = Invocation {
+                    program: agent.command.clone(),
+                    args: agent.args.clone(),
+                    // Piped: kd writes the requests there.
+                    stdin: Some(String::new()),
+                    env: agent.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                };
+                inv.env.push(("KD_SOCKET".to_string(), socket.display().to_string()));
+                inv.env.push(("KD_MEMBER".to_string(), agent.name.clone()));
+                let dialect = Arc::new(protocol::Acp { permissions: agent.permissions });
+                let peer = Peer::start(&inv, workspace, dialect)?;
+                let answer = peer.request(protocol::initialize).await.map_err(|e| format!("initialize failed: {e}"))?;
+                tracing::info!(pid = peer.pid, member = agent.name, "started ACP agent");
+                Ok(Agent { can_load: protocol::can_load(&answer), peer })
+            })
+            .await
     }
 
     /// Stops every process (at shutdown, after the runs ended).
     pub async fn stop_all(&self) {
-        let stopping: Vec<_> = self.running.lock().await.drain().map(|(_, a)| a).collect();
-        futures_util::future::join_all(stopping.iter().map(|a| a.peer.stop(super::peer::EXIT_GRACE))).await;
+        self.running.stop_all().await;
     }
 }

@@ -14,14 +14,14 @@
 pub mod protocol;
 mod run;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub(super) use run::execute;
 
 use super::argv::Invocation;
-use super::peer::Peer;
+use super::peer::{Peer, Pool};
 use crate::config::AgentDef;
 
 /// The arguments kd starts `codex app-server` with (before the member's own):
@@ -41,7 +41,7 @@ struct Key {
 /// The app-server processes of the daemon.
 #[derive(Default)]
 pub struct AppServers {
-    running: tokio::sync::Mutex<HashMap<Key, Arc<Peer>>>,
+    running: Pool<Key, Peer>,
 }
 
 impl AppServers {
@@ -54,29 +54,27 @@ impl AppServers {
             args: agent.args.clone(),
             env: agent.env.clone(),
         };
-        let mut running = self.running.lock().await;
-        if let Some(s) = running.get(&key).filter(|s| !s.is_gone()) {
-            return Ok(s.clone());
-        }
-        let mut inv = Invocation {
-            program: agent.command.clone(),
-            args: ARGS.iter().map(|a| a.to_string()).chain(agent.args.iter().cloned()).collect(),
-            // Piped: kd writes the requests there.
-            stdin: Some(String::new()),
-            env: agent.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-        };
-        inv.env.push(("KD_SOCKET".to_string(), socket.display().to_string()));
-        let server = Arc::new(Peer::start(&inv, workspace, Arc::new(protocol::Codex))?);
-        server.request(protocol::initialize).await.map_err(|e| format!("initialize failed: {e}"))?;
-        server.notify(protocol::initialized()).await?;
-        tracing::info!(pid = server.pid, workspace = %workspace.display(), "started codex app-server");
-        running.insert(key, server.clone());
-        Ok(server)
+        self.running
+            .get_or_start(key, || async {
+                let mut inv = Invocation {
+                    program: agent.command.clone(),
+                    args: ARGS.iter().map(|a| a.to_string()).chain(agent.args.iter().cloned()).collect(),
+                    // Piped: kd writes the requests there.
+                    stdin: Some(String::new()),
+                    env: agent.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                };
+                inv.env.push(("KD_SOCKET".to_string(), socket.display().to_string()));
+                let server = Peer::start(&inv, workspace, Arc::new(protocol::Codex))?;
+                server.request(protocol::initialize).await.map_err(|e| format!("initialize failed: {e}"))?;
+                server.notify(protocol::initialized()).await?;
+                tracing::info!(pid = server.pid, workspace = %workspace.display(), "started codex app-server");
+                Ok(server)
+            })
+            .await
     }
 
     /// Stops every process (at shutdown, after the runs ended).
     pub async fn stop_all(&self) {
-        let stopping: Vec<_> = self.running.lock().await.drain().map(|(_, s)| s).collect();
-        futures_util::future::join_all(stopping.iter().map(|s| s.stop(super::peer::EXIT_GRACE))).await;
+        self.running.stop_all().await;
     }
 }
