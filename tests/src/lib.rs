@@ -81,6 +81,23 @@ impl Default for Hold {
     }
 }
 
+/// A client of `kdd`, a new thread in a workspace and a subscription to it.
+pub struct Watched {
+    pub c: Client,
+    pub t: String,
+    pub sub: jsonrpsee::core::client::Subscription<kd_proto::types::ThreadEvent>,
+}
+
+impl Watched {
+    pub async fn open(kdd: &Kdd, ws: &Workspace, context: Option<kd_proto::types::ContextMode>) -> Watched {
+        use kd_client::KdApiClient;
+        let c = kdd.client().await;
+        let t = thread_in(&c, ws, context).await;
+        let sub = c.thread_subscribe(t.clone(), None, None).await.expect("thread.subscribe");
+        Watched { c, t, sub }
+    }
+}
+
 /// A thread in `ws` with the given context mode; its id.
 pub async fn thread_in(c: &Client, ws: &Workspace, context: Option<kd_proto::types::ContextMode>) -> String {
     use kd_client::KdApiClient;

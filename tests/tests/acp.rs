@@ -4,7 +4,7 @@
 
 use kd_client::KdApiClient;
 use kd_proto::types::{ContextMode, MessageKind, ThreadEvent};
-use kd_tests::{Kdd, Workspace, alive, bin, collect_until, ended, records, send_one_round as send, thread_in};
+use kd_tests::{Kdd, Workspace, alive, bin, collect_until, ended, records, send_one_round as send};
 
 /// A workspace whose one member `acp` is the fake ACP agent with `env`.
 fn acp_member(env: &[(&str, &str)], extra: serde_json::Value) -> Workspace {
@@ -39,9 +39,7 @@ async fn an_acp_member_streams_its_answer() {
     let env = [("FAKE_DELTAS", "4"), ("FAKE_INTERVAL_MS", "5"), ("FAKE_RECORD", record.as_str())];
     let ws = acp_member(&env, serde_json::json!({}));
     let kdd = Kdd::start();
-    let c = kdd.client().await;
-    let t = thread_in(&c, &ws, None).await;
-    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
     send(&c, &t, "What about X?").await;
     let events = collect_until(&mut sub, |e| ended(e) == 1).await;
     let streamed = deltas(&events);
@@ -62,9 +60,7 @@ async fn cancel_sends_session_cancel_and_keeps_the_partial_text() {
     let env = [("FAKE_DELTAS", "200"), ("FAKE_INTERVAL_MS", "20"), ("FAKE_TEXT", &text), ("FAKE_RECORD", &record)];
     let ws = acp_member(&env, serde_json::json!({}));
     let kdd = Kdd::start_with(&["--kill-grace-ms", "300"]);
-    let c = kdd.client().await;
-    let t = thread_in(&c, &ws, None).await;
-    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
     send(&c, &t, "Go on.").await;
     let started = collect_until(&mut sub, |e| deltas(e).len() >= 3).await;
     let pid = started.iter().find_map(|e| if let ThreadEvent::RunStarted { pid, .. } = e { Some(*pid) } else { None });
@@ -84,9 +80,7 @@ async fn resume_mode_loads_the_members_session() {
     let record = scratch.path().join("r.jsonl").display().to_string();
     let ws = acp_member(&[("FAKE_RECORD", &record)], serde_json::json!({}));
     let kdd = Kdd::start();
-    let c = kdd.client().await;
-    let t = thread_in(&c, &ws, Some(ContextMode::Resume)).await;
-    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, Some(ContextMode::Resume)).await;
     send(&c, &t, "One?").await;
     collect_until(&mut sub, |e| ended(e) == 1).await;
     send(&c, &t, "Two?").await;
@@ -106,9 +100,7 @@ async fn resume_mode_loads_the_members_session() {
 async fn an_agent_that_cannot_load_sessions_is_a_clear_error_in_resume_mode() {
     let ws = acp_member(&[("FAKE_NO_LOAD", "1")], serde_json::json!({}));
     let kdd = Kdd::start();
-    let c = kdd.client().await;
-    let t = thread_in(&c, &ws, Some(ContextMode::Resume)).await;
-    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, Some(ContextMode::Resume)).await;
     send(&c, &t, "One?").await;
     collect_until(&mut sub, |e| ended(e) == 1).await;
     send(&c, &t, "Two?").await;
@@ -124,9 +116,7 @@ async fn permission(kind: &str, extra: serde_json::Value) -> String {
     let record = scratch.path().join("r.jsonl").display().to_string();
     let ws = acp_member(&[("FAKE_PERMISSION", kind), ("FAKE_RECORD", &record)], extra);
     let kdd = Kdd::start();
-    let c = kdd.client().await;
-    let t = thread_in(&c, &ws, None).await;
-    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
     send(&c, &t, "Edit it.").await;
     collect_until(&mut sub, |e| ended(e) == 1).await;
     let last = kd_tests::last_message(&c, &t).await;
@@ -148,9 +138,7 @@ async fn permission_requests_are_answered_by_the_members_policy() {
 async fn a_failed_prompt_is_an_error_with_the_agents_reason() {
     let ws = acp_member(&[("FAKE_ERROR", "model overloaded")], serde_json::json!({}));
     let kdd = Kdd::start();
-    let c = kdd.client().await;
-    let t = thread_in(&c, &ws, None).await;
-    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
     send(&c, &t, "Q?").await;
     collect_until(&mut sub, |e| ended(e) == 1).await;
     let last = kd_tests::last_message(&c, &t).await;
@@ -161,9 +149,7 @@ async fn a_failed_prompt_is_an_error_with_the_agents_reason() {
 async fn started_agent(env: &[(&str, &str)]) -> (Kdd, u32, Workspace) {
     let ws = acp_member(env, serde_json::json!({}));
     let kdd = Kdd::start();
-    let c = kdd.client().await;
-    let t = thread_in(&c, &ws, None).await;
-    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
     send(&c, &t, "Q?").await;
     let events = collect_until(&mut sub, |e| ended(e) == 1).await;
     let pid = events.iter().find_map(|e| if let ThreadEvent::RunStarted { pid, .. } = e { Some(*pid) } else { None });
@@ -194,9 +180,7 @@ async fn the_agent_and_what_it_started_end_with_the_daemon() {
 async fn tool_calls_and_plans_are_shown_as_activity_not_answer_text() {
     let ws = acp_member(&[("FAKE_RUN", "cargo test")], serde_json::json!({}));
     let kdd = Kdd::start();
-    let c = kdd.client().await;
-    let t = thread_in(&c, &ws, None).await;
-    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
     send(&c, &t, "Test it.").await;
     let events = collect_until(&mut sub, |e| ended(e) == 1).await;
     let activities: Vec<&str> = events

@@ -49,9 +49,7 @@ async fn kd_ask_prints_codex_as_it_streams() {
 async fn a_failing_turn_is_an_error_with_the_apis_reason() {
     let ws = Workspace::new(&[("codex", "codex", &[("FAKE_ERROR", "stub: forced failure")])]);
     let kdd = Kdd::start();
-    let c = kdd.client().await;
-    let t = thread_in(&c, &ws, None).await;
-    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
     send(&c, &t, "FAIL400 now").await;
     let events = collect_until(&mut sub, |e| ended(e) == 1).await;
     assert!(
@@ -76,9 +74,7 @@ async fn resume_mode_resumes_the_codex_thread_whether_exec_or_app_server_started
     // The first answer through `codex exec`, the next two through app-server.
     ws.write_config(&agent("exec"));
     let kdd = Kdd::start();
-    let c = kdd.client().await;
-    let t = thread_in(&c, &ws, Some(ContextMode::Resume)).await;
-    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, Some(ContextMode::Resume)).await;
     send(&c, &t, "One?").await;
     collect_until(&mut sub, |e| ended(e) == 1).await;
     ws.write_config(&agent("app-server"));
@@ -107,9 +103,7 @@ async fn a_resume_of_a_thread_codex_cannot_find_is_a_clear_error() {
     let ws = Workspace::new(&[("codex", "codex", &[("FAKE_SESSION_ID", "missing-thread")])]);
     ws.set_agent("codex", "transport", "exec".into());
     let kdd = Kdd::start();
-    let c = kdd.client().await;
-    let t = thread_in(&c, &ws, Some(ContextMode::Resume)).await;
-    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, Some(ContextMode::Resume)).await;
     send(&c, &t, "One?").await;
     collect_until(&mut sub, |e| ended(e) == 1).await;
     ws.set_agent("codex", "transport", "app-server".into());
@@ -167,9 +161,7 @@ async fn the_app_server_killed_mid_turn_is_an_error_and_the_next_question_starts
     let env = [("FAKE_DELTAS", "2"), ("FAKE_TEXT", "Partial then rest."), ("FAKE_HOLD", hold_s.as_str())];
     let ws = Workspace::new(&[("codex", "codex", &env)]);
     let kdd = Kdd::start();
-    let c = kdd.client().await;
-    let t = thread_in(&c, &ws, None).await;
-    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
     send(&c, &t, "Go.").await;
     let started = collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))).await;
     let pid = run_pid(&started);
@@ -200,9 +192,7 @@ async fn the_app_server_killed_mid_turn_is_an_error_and_the_next_question_starts
 async fn the_app_server_stops_with_the_daemon() {
     let ws = Workspace::new(&[("codex", "codex", &[])]);
     let mut kdd = Kdd::start();
-    let c = kdd.client().await;
-    let t = thread_in(&c, &ws, None).await;
-    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
     send(&c, &t, "Go.").await;
     let events = collect_until(&mut sub, |e| ended(e) == 1).await;
     let pid = run_pid(&events);
@@ -223,9 +213,7 @@ async fn a_turn_codex_did_not_end_is_never_steered_by_the_next_question() {
         "agents": {"codex": kd_tests::fake("codex", "codex", &env)}
     }));
     let kdd = Kdd::start_with(&["--kill-grace-ms", "300"]);
-    let c = kdd.client().await;
-    let t = thread_in(&c, &ws, Some(ContextMode::Resume)).await;
-    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, Some(ContextMode::Resume)).await;
     send(&c, &t, "Hang.").await;
     collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))).await;
     c.run_cancel(t.clone(), None, None).await.unwrap();
@@ -255,9 +243,7 @@ async fn members_read_only_unless_configured() {
         "agents": {"reader": kd_tests::fake("codex", "reader", &[("FAKE_RECORD", &a)]), "writer": writer}
     }));
     let kdd = Kdd::start();
-    let c = kdd.client().await;
-    let t = thread_in(&c, &ws, None).await;
-    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
     send(&c, &t, "Go.").await;
     collect_until(&mut sub, |e| ended(e) == 2).await;
     let policy = |path: &str| {
@@ -279,9 +265,7 @@ fn activities(events: &[ThreadEvent]) -> Vec<&str> {
 async fn tool_calls_and_reasoning_are_shown_as_activity_not_answer_text() {
     let ws = Workspace::new(&[("codex", "codex", &[("FAKE_RUN", "echo hi"), ("FAKE_TEXT", "It said {run}.")])]);
     let kdd = Kdd::start();
-    let c = kdd.client().await;
-    let t = thread_in(&c, &ws, None).await;
-    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
     send(&c, &t, "Run it.").await;
     let events = collect_until(&mut sub, |e| ended(e) == 1).await;
     assert_eq!(activities(&events), ["thinking", "running /bin/bash -lc 'echo hi'"], "{events:?}");

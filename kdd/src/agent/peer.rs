@@ -6,7 +6,7 @@
 //! thread, an ACP session). When the process ends, every request waiting
 //! fails and every run following a conversation sees its notifications end.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -285,6 +285,14 @@ impl Peer {
         }
         process::signal_group(self.pid, rustix::process::Signal::KILL);
     }
+}
+
+/// How a long-lived agent is started: `program ARGS` with stdin piped (kd
+/// writes its requests there), the member's environment and `KD_SOCKET`.
+pub fn invocation(program: &str, args: Vec<String>, env: &BTreeMap<String, String>, socket: &Path) -> Invocation {
+    let mut env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    env.push(("KD_SOCKET".to_string(), socket.display().to_string()));
+    Invocation { program: program.to_string(), args, stdin: Some(String::new()), env }
 }
 
 impl AsRef<Peer> for Peer {

@@ -22,8 +22,7 @@ use std::sync::Arc;
 
 pub(super) use run::execute;
 
-use super::argv::Invocation;
-use super::peer::{Peer, Pool};
+use super::peer::{self, Peer, Pool};
 use crate::config::AgentDef;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -66,14 +65,7 @@ impl AcpAgents {
         };
         self.running
             .get_or_start(key, || async {
-                let mut inv = Invocation {
-                    program: agent.command.clone(),
-                    args: agent.args.clone(),
-                    // Piped: kd writes the requests there.
-                    stdin: Some(String::new()),
-                    env: agent.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-                };
-                inv.env.push(("KD_SOCKET".to_string(), socket.display().to_string()));
+                let mut inv = peer::invocation(&agent.command, agent.args.clone(), &agent.env, socket);
                 inv.env.push(("KD_MEMBER".to_string(), agent.name.clone()));
                 let dialect = Arc::new(protocol::Acp { permissions: agent.permissions });
                 let peer = Peer::start(&inv, workspace, dialect)?;

@@ -20,8 +20,7 @@ use std::sync::Arc;
 
 pub(super) use run::execute;
 
-use super::argv::Invocation;
-use super::peer::{Peer, Pool};
+use super::peer::{self, Peer, Pool};
 use crate::config::AgentDef;
 
 /// The arguments kd starts `codex app-server` with (before the member's own):
@@ -56,14 +55,8 @@ impl AppServers {
         };
         self.running
             .get_or_start(key, || async {
-                let mut inv = Invocation {
-                    program: agent.command.clone(),
-                    args: ARGS.iter().map(|a| a.to_string()).chain(agent.args.iter().cloned()).collect(),
-                    // Piped: kd writes the requests there.
-                    stdin: Some(String::new()),
-                    env: agent.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-                };
-                inv.env.push(("KD_SOCKET".to_string(), socket.display().to_string()));
+                let args = ARGS.iter().map(|a| a.to_string()).chain(agent.args.iter().cloned()).collect();
+                let inv = peer::invocation(&agent.command, args, &agent.env, socket);
                 let server = Peer::start(&inv, workspace, Arc::new(protocol::Codex))?;
                 server.request(protocol::initialize).await.map_err(|e| format!("initialize failed: {e}"))?;
                 server.notify(protocol::initialized()).await?;
