@@ -191,3 +191,27 @@ async fn tool_calls_and_plans_are_shown_as_activity_not_answer_text() {
     let last = kd_tests::last_message(&c, &t).await;
     assert_eq!((last.kind, last.body.as_str()), (MessageKind::Agent, "Answer from acp."));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn what_a_dead_agent_started_is_killed_and_the_next_question_starts_another() {
+    for how in ["group", "group-stdout"] {
+        dead_agent(how).await;
+    }
+}
+
+/// `how`: the agent's child holds its stdout open (`group-stdout`) or not.
+async fn dead_agent(how: &str) {
+    let scratch = tempfile::tempdir().unwrap();
+    let record = scratch.path().join("r.jsonl").display().to_string();
+    let (kdd, pid, ws) = started_agent(&[("FAKE_CHILD", how), ("FAKE_RECORD", record.as_str())]).await;
+    let child = records(&record).iter().find_map(|r| r["child"].as_u64()).unwrap() as u32;
+    rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap(), rustix::process::Signal::KILL)
+        .unwrap();
+    kd_tests::until_gone(pid, "the ACP agent").await;
+    kd_tests::until_gone(child, "what the dead agent started").await;
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
+    send(&c, &t, "Again?").await;
+    let events = collect_until(&mut sub, |e| ended(e) == 1).await;
+    assert!(events.iter().any(|e| matches!(e, ThreadEvent::RunStarted { pid: p, .. } if *p != pid)), "{events:?}");
+    assert_eq!(kd_tests::last_message(&c, &t).await.kind, MessageKind::Agent);
+}

@@ -30,6 +30,8 @@ const PER_CONVERSATION: usize = 256;
 const OUTBOX: usize = 256;
 /// Bytes of stderr kept to explain an exit.
 const STDERR_TAIL: usize = 4 * 1024;
+/// How long output may keep coming after the process exited.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
 /// How long a process has to exit on stdin EOF before its group is killed.
 pub const EXIT_GRACE: Duration = Duration::from_secs(2);
 
@@ -159,11 +161,32 @@ impl Peer {
         let name = dialect.name().to_string();
         tokio::spawn(async move {
             let mut reader = LineReader::new(stdout);
-            while let Ok(Some(line)) = reader.next().await {
-                let Line::Text(line) = line else { continue };
-                route(&reader_shared, dialect.as_ref(), &replies, &line).await;
+            let mut exited = None;
+            let drain = tokio::time::sleep(Duration::from_secs(365 * 24 * 3600));
+            tokio::pin!(drain);
+            loop {
+                tokio::select! {
+                    line = reader.next() => match line {
+                        Ok(Some(Line::Text(line))) => route(&reader_shared, dialect.as_ref(), &replies, &line).await,
+                        Ok(Some(_)) => {}
+                        Ok(None) | Err(_) => break,
+                    },
+                    status = child.wait(), if exited.is_none() => {
+                        exited = Some(status.ok());
+                        // What it wrote last is read; something it started
+                        // may hold stdout open, so not for long.
+                        drain.as_mut().reset(tokio::time::Instant::now() + DRAIN_AFTER_EXIT);
+                    }
+                    _ = &mut drain => break,
+                }
             }
-            let status = child.wait().await.ok();
+            let status = match exited {
+                Some(status) => status,
+                None => child.wait().await.ok(),
+            };
+            // Nothing it started outlives it (its group; reaped, its pid
+            // still names the group while members remain).
+            process::signal_group(pid, rustix::process::Signal::KILL);
             let stderr = tokio::time::timeout(Duration::from_secs(1), tail).await.ok().and_then(Result::ok);
             let last = stderr.as_deref().and_then(|s| s.lines().map(str::trim).rfind(|l| !l.is_empty()));
             let name = dialect.name();
@@ -274,16 +297,17 @@ impl Peer {
         }
     }
 
-    /// Ends the process: stdin is closed (EOF ends a well-behaved agent),
-    /// then its process group is killed — at once when it exited, so that
-    /// nothing it started outlives it, or after `grace` when it did not.
+    /// Ends the process: stdin is closed (EOF ends a well-behaved agent;
+    /// the reader then kills its group), or after `grace` its group is
+    /// killed.
     pub async fn stop(&self, grace: Duration) {
         self.close.notify_one();
         let mut ended = self.ended.clone();
         if tokio::time::timeout(grace, ended.wait_for(|e| *e)).await.is_err() {
             tracing::warn!(pid = self.pid, "{} did not exit on stdin EOF; killing its process group", self.name);
+            process::signal_group(self.pid, rustix::process::Signal::KILL);
+            let _ = tokio::time::timeout(grace, ended.wait_for(|e| *e)).await;
         }
-        process::signal_group(self.pid, rustix::process::Signal::KILL);
     }
 }
 
