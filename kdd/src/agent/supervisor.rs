@@ -24,7 +24,7 @@ use crate::db::runs::Finish;
 use crate::prompt;
 
 use super::Runner;
-use super::prepare::prepare;
+use super::prepare::{Held, prepare};
 
 /// How often the text streamed so far is saved.
 const SAVE_EVERY: Duration = Duration::from_secs(1);
@@ -77,6 +77,15 @@ pub async fn supervise(d: Arc<Runner>, run: Arc<Run>, spec: Spec) {
     run.mark_done();
 }
 
+/// The run's agent is `pid` (started at `started`): said to subscribers
+/// and recorded, with the session the run holds.
+pub(super) async fn record_start(d: &Runner, run: &Run, pid: u32, started: Option<u64>, held: Option<&Held>) {
+    run.set_started(pid);
+    if let Err(e) = d.db.run_started(run.info(), pid, started, held.map(|h| h.id.clone())).await {
+        tracing::error!(run = run.id, "cannot record the pid: {e}");
+    }
+}
+
 pub(super) fn failed(member: &str, status: RunStatus, reason: String) -> Finish {
     let reason = format!("{member}: {reason}");
     Finish { status, body: reason.clone(), error: Some(reason), meta: RunMeta::default(), session: None, to: vec![] }
@@ -89,25 +98,12 @@ async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec) -> Finish {
         Ok(p) => p,
         Err(f) => return f,
     };
-    if agent.transport == crate::config::Transport::AppServer {
-        return super::appserver::execute(d, run, spec, prepared).await;
-    }
-    if agent.backend == Backend::Acp {
-        return super::acp::execute(d, run, spec, prepared).await;
-    }
     let held = prepared.session.clone();
     // Before the agent runs, the session saw nothing new.
     let with_session = |mut f: Finish| {
         f.session = held.as_ref().map(|h| h.end(false));
         f
     };
-    let mut inv = argv::build(agent, &prepared.prompt, prepared.resume.as_deref());
-    // Marks the agent and all it starts, wherever they go (see kill_tree).
-    inv.env.push((process::RUN_MARKER.to_string(), run.id.clone()));
-    // Where the agent is, for `kd send`, `kd inbox` and `kd ack` from its shell.
-    inv.env.push(("KD_SOCKET".to_string(), d.socket.display().to_string()));
-    inv.env.push(("KD_THREAD".to_string(), run.thread.clone()));
-    inv.env.push(("KD_MEMBER".to_string(), member.clone()));
     if !spec.workspace.is_dir() {
         let reason = format!("the thread's workspace {} does not exist", spec.workspace.display());
         return with_session(failed(&member, RunStatus::Error, reason));
@@ -115,6 +111,19 @@ async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec) -> Finish {
     if run.stop_reason().is_some() {
         return with_session(stopped_early(run));
     }
+    if agent.transport == crate::config::Transport::AppServer {
+        return super::appserver::execute(d, run, spec, prepared).await;
+    }
+    if agent.backend == Backend::Acp {
+        return super::acp::execute(d, run, spec, prepared).await;
+    }
+    let mut inv = argv::build(agent, &prepared.prompt, prepared.resume.as_deref());
+    // Marks the agent and all it starts, wherever they go (see kill_tree).
+    inv.env.push((process::RUN_MARKER.to_string(), run.id.clone()));
+    // Where the agent is, for `kd send`, `kd inbox` and `kd ack` from its shell.
+    inv.env.push(("KD_SOCKET".to_string(), d.socket.display().to_string()));
+    inv.env.push(("KD_THREAD".to_string(), run.thread.clone()));
+    inv.env.push(("KD_MEMBER".to_string(), member.clone()));
     let mut child = match process::spawn(&inv, &spec.workspace) {
         Ok(c) => c,
         Err(e) => return with_session(failed(&member, RunStatus::Error, spawn_error(&inv, agent, &e))),
@@ -122,12 +131,8 @@ async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec) -> Finish {
     let Some(pid) = child.id() else {
         return with_session(failed(&member, RunStatus::Error, "the agent exited before it could be watched".into()));
     };
-    run.set_started(pid);
-    let session = held.as_ref().map(|h| h.id.clone());
     let started = process::start_time(pid);
-    if let Err(e) = d.db.run_started(run.info(), pid, started, session).await {
-        tracing::error!(run = run.id, "cannot record the pid: {e}");
-    }
+    record_start(d, run, pid, started, held.as_ref()).await;
     if let (Some(input), Some(mut stdin)) = (inv.stdin.clone(), child.stdin.take()) {
         tokio::spawn(async move {
             // An agent that exits without reading its input is not an error here.

@@ -61,6 +61,27 @@ pub(super) async fn stamped_latencies(ws: &Workspace, members: usize) -> Vec<f64
     samples
 }
 
+/// Reads one run's deltas to its end: the characters received, the items
+/// lagged, and the rate from the first delta to the last (chars/s).
+async fn received(sub: &mut jsonrpsee::core::client::Subscription<ThreadEvent>) -> (u64, u64, f64) {
+    let (mut chars, mut lagged, mut first, mut last) = (0u64, 0u64, None, Instant::now());
+    loop {
+        match sub.next().await {
+            Some(Ok(ThreadEvent::Delta { text, .. })) => {
+                first.get_or_insert_with(Instant::now);
+                chars += text.chars().count() as u64;
+                last = Instant::now();
+            }
+            Some(Ok(ThreadEvent::Lagged { missed })) => lagged += missed,
+            Some(Ok(ThreadEvent::RunFinished { .. } | ThreadEvent::RunError { .. })) => break,
+            Some(Ok(_)) => {}
+            _ => break,
+        }
+    }
+    let secs = first.map(|f| (last - f).as_secs_f64()).unwrap_or(f64::NAN);
+    (chars, lagged, chars as f64 / secs)
+}
+
 /// One member streaming 200,000 one-character deltas as fast as it can,
 /// against the same agent's stdout read straight from a pipe.
 pub async fn throughput() {
@@ -72,25 +93,7 @@ pub async fn throughput() {
     let t = crate::new_thread(&c, &ws.path()).await;
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.expect("subscribe");
     c.council_send(t, "go".into(), None, None, None, None, None, Some(0), None).await.expect("send");
-    let mut first = None;
-    let mut chars = 0u64;
-    let mut lagged = 0u64;
-    let mut last = Instant::now();
-    loop {
-        match sub.next().await {
-            Some(Ok(ThreadEvent::Delta { chars: c, .. })) => {
-                first.get_or_insert_with(Instant::now);
-                chars = c;
-                last = Instant::now();
-            }
-            Some(Ok(ThreadEvent::Lagged { missed })) => lagged += missed,
-            Some(Ok(ThreadEvent::RunFinished { .. } | ThreadEvent::RunError { .. })) => break,
-            Some(Ok(_)) => {}
-            _ => break,
-        }
-    }
-    let secs = first.map(|f| (last - f).as_secs_f64()).unwrap_or(f64::NAN);
-    let daemon_rate = chars as f64 / secs;
+    let (chars, lagged, daemon_rate) = received(&mut sub).await;
 
     // The same agent, same argv, its stdout read directly.
     let mut cmd = tokio::process::Command::new(bin("fake-agent"));
@@ -144,22 +147,7 @@ pub async fn fanout() {
         let mut sub = client.thread_subscribe(t.clone(), None, None).await.expect("subscribe");
         tasks.push(tokio::spawn(async move {
             let _client = client;
-            let (mut chars, mut lagged, mut first, mut last) = (0u64, 0u64, None, Instant::now());
-            loop {
-                match sub.next().await {
-                    Some(Ok(ThreadEvent::Delta { text, .. })) => {
-                        first.get_or_insert_with(Instant::now);
-                        chars += text.chars().count() as u64;
-                        last = Instant::now();
-                    }
-                    Some(Ok(ThreadEvent::Lagged { missed })) => lagged += missed,
-                    Some(Ok(ThreadEvent::RunFinished { .. } | ThreadEvent::RunError { .. })) => break,
-                    Some(Ok(_)) => {}
-                    _ => break,
-                }
-            }
-            let secs = first.map(|f| (last - f).as_secs_f64()).unwrap_or(f64::NAN);
-            (chars, lagged, chars as f64 / secs)
+            received(&mut sub).await
         }));
     }
     c.council_send(t, "go".into(), None, None, None, None, None, Some(0), None).await.expect("send");

@@ -14,7 +14,7 @@ use crate::agent::Runner;
 use crate::agent::parse::{Outcome, Parsed, Transcript};
 use crate::agent::prepare::Prepared;
 use crate::agent::registry::{Run, StopReason};
-use crate::agent::supervisor::{Spec, failed, stopped_early};
+use crate::agent::supervisor::{Spec, failed, record_start};
 use crate::agent::turn::{self, Clocks, Streamed};
 use crate::db::runs::Finish;
 
@@ -26,24 +26,12 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
         f
     };
     let fail = |reason: String| failed(&member, RunStatus::Error, reason);
-    if !spec.workspace.is_dir() {
-        return with_session(
-            fail(format!("the thread's workspace {} does not exist", spec.workspace.display())),
-            false,
-        );
-    }
-    if run.stop_reason().is_some() {
-        return with_session(stopped_early(run), false);
-    }
     let agent = match d.acp.get(&spec.agent, &spec.workspace, &d.socket).await {
         Ok(a) => a,
         Err(e) => return with_session(fail(format!("cannot start {}: {e}", spec.agent.command)), false),
     };
     let peer = &agent.peer;
-    run.set_started(peer.pid);
-    if let Err(e) = d.db.run_started(run.info(), peer.pid, peer.started, held.as_ref().map(|h| h.id.clone())).await {
-        tracing::error!(run = run.id, "cannot record the pid: {e}");
-    }
+    record_start(d, run, peer.pid, peer.started, held.as_ref()).await;
     let cwd = spec.workspace.display().to_string();
     let session = match prepared.resume.as_deref() {
         Some(id) if agent.can_load => match peer.request(|n| protocol::session_load(n, id, &cwd)).await {

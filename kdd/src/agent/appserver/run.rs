@@ -15,7 +15,7 @@ use crate::agent::Runner;
 use crate::agent::parse::{Parsed, Transcript};
 use crate::agent::prepare::Prepared;
 use crate::agent::registry::{Run, StopReason};
-use crate::agent::supervisor::{Spec, failed, stopped_early};
+use crate::agent::supervisor::{Spec, failed, record_start, stopped_early};
 use crate::agent::turn::{self, Clocks, Streamed};
 use crate::db::runs::Finish;
 
@@ -26,13 +26,6 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
         f.session = held.as_ref().map(|h| h.end(given));
         f
     };
-    if !spec.workspace.is_dir() {
-        let reason = format!("the thread's workspace {} does not exist", spec.workspace.display());
-        return with_session(failed(&member, RunStatus::Error, reason), false);
-    }
-    if run.stop_reason().is_some() {
-        return with_session(stopped_early(run), false);
-    }
     let server = match d.appservers.get(&spec.agent, &spec.workspace, &d.socket).await {
         Ok(s) => s,
         Err(e) => {
@@ -40,11 +33,7 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
             return with_session(failed(&member, RunStatus::Error, reason), false);
         }
     };
-    run.set_started(server.pid);
-    let session = held.as_ref().map(|h| h.id.clone());
-    if let Err(e) = d.db.run_started(run.info(), server.pid, server.started, session).await {
-        tracing::error!(run = run.id, "cannot record the pid: {e}");
-    }
+    record_start(d, run, server.pid, server.started, held.as_ref()).await;
     let cwd = spec.workspace.display().to_string();
     let model = spec.agent.model.as_deref();
     let policy = &spec.agent.policy;
