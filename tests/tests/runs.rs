@@ -449,6 +449,20 @@ async fn a_missing_binary_says_which_and_how_to_configure_it() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_missing_long_lived_agent_says_which_and_how_to_configure_it() {
+    let m = answer_of("codex", serde_json::json!({"command": "kd-no-such-codex"})).await;
+    assert_eq!(
+        (m.kind, m.body.as_str()),
+        (MessageKind::Error, "codex: kd-no-such-codex not found in PATH — install it or set agents.codex.command")
+    );
+    let m = answer_of("helper", serde_json::json!({"backend": "acp", "command": "/opt/none/acp-agent"})).await;
+    assert_eq!(
+        (m.kind, m.body.as_str()),
+        (MessageKind::Error, "helper: /opt/none/acp-agent not found — install it or set agents.helper.command")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn garbage_non_utf8_and_a_huge_line_are_skipped() {
     let env: &[(&str, &str)] = &[("FAKE_GARBAGE", "5"), ("FAKE_NON_UTF8", "1"), ("FAKE_HUGE_LINE", "9437184")];
     for backend in ["claude", "gemini"] {

@@ -126,13 +126,13 @@ impl Drop for Following {
 
 impl Peer {
     /// Starts the process in `cwd` (the handshake is the caller's).
-    pub fn start(inv: &Invocation, cwd: &Path, dialect: Arc<dyn Dialect>) -> Result<Peer, String> {
-        let mut child = process::spawn(inv, cwd).map_err(|e| e.to_string())?;
-        let pid = child.id().ok_or("it exited at once")?;
+    pub fn start(inv: &Invocation, cwd: &Path, dialect: Arc<dyn Dialect>) -> std::io::Result<Peer> {
+        let mut child = process::spawn(inv, cwd)?;
+        let pid = child.id().ok_or_else(|| std::io::Error::other("it exited at once"))?;
         let (Some(mut stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
-            return Err("its stdio could not be opened".into());
+            return Err(std::io::Error::other("its stdio could not be opened"));
         };
         let shared = Arc::new(Mutex::new(Shared::default()));
         let (outbox, mut lines) = mpsc::channel::<String>(OUTBOX);

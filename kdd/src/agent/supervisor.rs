@@ -316,7 +316,8 @@ pub(super) fn stopped_early(run: &Run) -> Finish {
     }
 }
 
-fn spawn_error(inv: &Invocation, agent: &AgentDef, e: &std::io::Error) -> String {
+/// Why `inv` could not be spawned, and what to do about it.
+pub(super) fn spawn_error(inv: &Invocation, agent: &AgentDef, e: &std::io::Error) -> String {
     match e.kind() {
         std::io::ErrorKind::NotFound => format!(
             "{} not found{} — install it or set agents.{}.command",

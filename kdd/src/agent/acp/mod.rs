@@ -23,6 +23,7 @@ use std::sync::Arc;
 pub(super) use run::execute;
 
 use super::peer::{self, Peer, Pool};
+use super::supervisor::spawn_error;
 use crate::config::AgentDef;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -68,8 +69,11 @@ impl AcpAgents {
                 let mut inv = peer::invocation(&agent.command, agent.args.clone(), &agent.env, socket);
                 inv.env.push(("KD_MEMBER".to_string(), agent.name.clone()));
                 let dialect = Arc::new(protocol::Acp { permissions: agent.permissions });
-                let peer = Peer::start(&inv, workspace, dialect)?;
-                let answer = peer.request(protocol::initialize).await.map_err(|e| format!("initialize failed: {e}"))?;
+                let peer = Peer::start(&inv, workspace, dialect).map_err(|e| spawn_error(&inv, agent, &e))?;
+                let answer = peer
+                    .request(protocol::initialize)
+                    .await
+                    .map_err(|e| format!("cannot start {}: initialize failed: {e}", agent.command))?;
                 tracing::info!(pid = peer.pid, member = agent.name, "started ACP agent");
                 Ok(Agent { can_load: protocol::can_load(&answer), peer })
             })

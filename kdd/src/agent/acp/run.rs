@@ -28,7 +28,7 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
     let fail = |reason: String| failed(&member, RunStatus::Error, reason);
     let agent = match d.acp.get(&spec.agent, &spec.workspace, &d.socket).await {
         Ok(a) => a,
-        Err(e) => return with_session(fail(format!("cannot start {}: {e}", spec.agent.command)), false),
+        Err(e) => return with_session(fail(e), false),
     };
     let peer = &agent.peer;
     record_start(d, run, peer.pid, peer.started, held.as_ref()).await;

@@ -21,6 +21,7 @@ use std::sync::Arc;
 pub(super) use run::execute;
 
 use super::peer::{self, Peer, Pool};
+use super::supervisor::spawn_error;
 use crate::config::AgentDef;
 
 /// The arguments kd starts `codex app-server` with (before the member's own):
@@ -57,9 +58,11 @@ impl AppServers {
             .get_or_start(key, || async {
                 let args = ARGS.iter().map(|a| a.to_string()).chain(agent.args.iter().cloned()).collect();
                 let inv = peer::invocation(&agent.command, args, &agent.env, socket);
-                let server = Peer::start(&inv, workspace, Arc::new(protocol::Codex))?;
-                server.request(protocol::initialize).await.map_err(|e| format!("initialize failed: {e}"))?;
-                server.notify(protocol::initialized()).await?;
+                let server = Peer::start(&inv, workspace, Arc::new(protocol::Codex))
+                    .map_err(|e| spawn_error(&inv, agent, &e))?;
+                let failed = |e: String| format!("cannot start {} app-server: {e}", agent.command);
+                server.request(protocol::initialize).await.map_err(|e| failed(format!("initialize failed: {e}")))?;
+                server.notify(protocol::initialized()).await.map_err(failed)?;
                 tracing::info!(pid = server.pid, workspace = %workspace.display(), "started codex app-server");
                 Ok(server)
             })

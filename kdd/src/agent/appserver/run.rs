@@ -28,10 +28,7 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
     };
     let server = match d.appservers.get(&spec.agent, &spec.workspace, &d.socket).await {
         Ok(s) => s,
-        Err(e) => {
-            let reason = format!("cannot start {} app-server: {e}", spec.agent.command);
-            return with_session(failed(&member, RunStatus::Error, reason), false);
-        }
+        Err(e) => return with_session(failed(&member, RunStatus::Error, e), false),
     };
     record_start(d, run, server.pid, server.started, held.as_ref()).await;
     let cwd = spec.workspace.display().to_string();
