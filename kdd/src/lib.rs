@@ -36,6 +36,7 @@ pub mod doctor;
 pub mod hub;
 pub mod lifecycle;
 pub mod log;
+pub mod memory;
 pub mod private;
 pub mod proc;
 pub mod prompt;

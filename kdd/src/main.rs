@@ -58,6 +58,7 @@ struct Args {
 fn main() -> ExitCode {
     // Before anything is created: what kdd writes is the user's alone.
     kdd::private::restrict_umask();
+    kdd::memory::give_back_large_buffers();
     let args = Args::parse();
     let args_log_to_file = args.log_file.is_some();
     let logging = match kdd::log::init(args.log_file.as_deref()) {

@@ -463,12 +463,27 @@ pub fn websocket(socket: &Path) -> StdUnixStream {
 
 /// POSTs a JSON-RPC body with `Connection: close`; returns status and body.
 pub fn http_post(socket: &Path, body: &str) -> std::io::Result<(u16, String)> {
-    let req = format!(
+    http_raw(socket, post_request(body).as_bytes())
+}
+
+/// A JSON-RPC POST carrying `body`, closing the connection after.
+fn post_request(body: &str) -> String {
+    format!(
         "POST / HTTP/1.1\r\nHost: kd\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
         body.len(),
         body
-    );
-    http_raw(socket, req.as_bytes())
+    )
+}
+
+/// POSTs `body` on a connection of its own and returns the answer's bytes
+/// as they came, head and all.
+pub fn http_post_bytes(socket: &Path, body: &str) -> std::io::Result<Vec<u8>> {
+    let mut s = StdUnixStream::connect(socket)?;
+    s.set_read_timeout(Some(DEADLINE))?;
+    s.write_all(post_request(body).as_bytes())?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    Ok(raw)
 }
 
 /// POSTs and parses the body as JSON.
