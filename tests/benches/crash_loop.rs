@@ -109,20 +109,7 @@ async fn crash_loop(rounds: usize) -> Tally {
             writers.push(tokio::spawn(async move {
                 for k in 0.. {
                     let body = format!("round {round} writer {w} append {k}");
-                    let sent = client
-                        .message_append(
-                            log.clone(),
-                            "king".into(),
-                            body.clone(),
-                            None,
-                            None,
-                            None,
-                            None,
-                            None,
-                            None,
-                            None,
-                        )
-                        .await;
+                    let sent = kd_tests::try_append(&client, &log, "king", body.clone(), &[]).await;
                     match sent {
                         Ok(m) => acked.lock().expect("acked").push((m.seq, body)),
                         Err(_) => return,

@@ -125,11 +125,20 @@ pub async fn append(
     body: impl Into<String>,
     to: &[&str],
 ) -> kd_proto::types::Message {
+    try_append(c, thread, from, body, to).await.expect("message.append")
+}
+
+/// [`append`], giving back the error (a daemon that may be gone).
+pub async fn try_append(
+    c: &Client,
+    thread: &str,
+    from: &str,
+    body: impl Into<String>,
+    to: &[&str],
+) -> Result<kd_proto::types::Message, jsonrpsee::core::ClientError> {
     use kd_client::KdApiClient;
     let to = (!to.is_empty()).then(|| to.iter().map(|s| s.to_string()).collect());
-    c.message_append(thread.into(), from.into(), body.into(), to, None, None, None, None, None, None)
-        .await
-        .expect("message.append")
+    c.message_append(thread.into(), from.into(), body.into(), to, None, None, None, None, None, None).await
 }
 
 /// Awaits `fut`, failing the test if it takes longer than [`DEADLINE`].

@@ -7,7 +7,7 @@
 //! fails and every run following a conversation sees its notifications end.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::argv::Invocation;
 use super::lines::{Line, LineReader};
 use super::process;
+use crate::config::AgentDef;
 
 /// How long the agent has to answer a request (codex loads its
 /// configuration and state on `initialize` and `thread/start`).
@@ -317,6 +318,27 @@ pub fn invocation(program: &str, args: Vec<String>, env: &BTreeMap<String, Strin
     let mut env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     env.push(("KD_SOCKET".to_string(), socket.display().to_string()));
     Invocation { program: program.to_string(), args, stdin: Some(String::new()), env }
+}
+
+/// What a long-lived agent process is started from: two members that share
+/// it share one process ([`Pool`] key).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Started {
+    workspace: PathBuf,
+    command: String,
+    args: Vec<String>,
+    env: BTreeMap<String, String>,
+}
+
+impl Started {
+    pub fn of(agent: &AgentDef, workspace: &Path) -> Started {
+        Started {
+            workspace: workspace.to_path_buf(),
+            command: agent.command.clone(),
+            args: agent.args.clone(),
+            env: agent.env.clone(),
+        }
+    }
 }
 
 impl AsRef<Peer> for Peer {

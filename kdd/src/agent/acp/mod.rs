@@ -16,8 +16,7 @@
 pub mod protocol;
 mod run;
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 pub(super) use run::execute;
@@ -26,14 +25,8 @@ use super::peer::{self, Peer, Pool};
 use super::supervisor::spawn_error;
 use crate::config::AgentDef;
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct Key {
-    member: String,
-    workspace: PathBuf,
-    command: String,
-    args: Vec<String>,
-    env: BTreeMap<String, String>,
-}
+/// One process per member, and per what it is started from.
+type Key = (String, peer::Started);
 
 /// A started agent and what it said it can do.
 pub struct Agent {
@@ -57,13 +50,7 @@ impl AcpAgents {
     /// The process of `agent` in `workspace`, started and initialised when
     /// there is none or the last one died.
     pub async fn get(&self, agent: &AgentDef, workspace: &Path, socket: &Path) -> Result<Arc<Agent>, String> {
-        let key = Key {
-            member: agent.name.clone(),
-            workspace: workspace.to_path_buf(),
-            command: agent.command.clone(),
-            args: agent.args.clone(),
-            env: agent.env.clone(),
-        };
+        let key = (agent.name.clone(), peer::Started::of(agent, workspace));
         self.running
             .get_or_start(key, || async {
                 let mut inv = peer::invocation(&agent.command, agent.args.clone(), &agent.env, socket);

@@ -14,8 +14,7 @@
 pub mod protocol;
 mod run;
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 pub(super) use run::execute;
@@ -29,31 +28,17 @@ use crate::config::AgentDef;
 pub const ARGS: [&str; 7] =
     ["app-server", "-c", "analytics.enabled=false", "-c", "otel.metrics_exporter=none", "--disable", "plugins"];
 
-/// What makes two members share a process.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct Key {
-    workspace: PathBuf,
-    command: String,
-    args: Vec<String>,
-    env: BTreeMap<String, String>,
-}
-
 /// The app-server processes of the daemon.
 #[derive(Default)]
 pub struct AppServers {
-    running: Pool<Key, Peer>,
+    running: Pool<peer::Started, Peer>,
 }
 
 impl AppServers {
     /// The process for `agent` in `workspace`, started (and initialised)
     /// when there is none or the last one died.
     pub async fn get(&self, agent: &AgentDef, workspace: &Path, socket: &Path) -> Result<Arc<Peer>, String> {
-        let key = Key {
-            workspace: workspace.to_path_buf(),
-            command: agent.command.clone(),
-            args: agent.args.clone(),
-            env: agent.env.clone(),
-        };
+        let key = peer::Started::of(agent, workspace);
         self.running
             .get_or_start(key, || async {
                 let args = ARGS.iter().map(|a| a.to_string()).chain(agent.args.iter().cloned()).collect();
