@@ -128,6 +128,24 @@ pub async fn append(
     try_append(c, thread, from, body, to).await.expect("message.append")
 }
 
+/// Appends messages `0..n` to `thread` from `writers` clients at once,
+/// message `i` being `body(i)`, from the King and claude by turns.
+pub async fn fill(kdd: &Kdd, thread: &str, n: u64, writers: u64, body: fn(u64) -> String) {
+    let mut tasks = Vec::new();
+    for w in 0..writers {
+        let c = kdd.client().await;
+        let thread = thread.to_string();
+        tasks.push(tokio::spawn(async move {
+            for i in (w..n).step_by(writers as usize) {
+                append(&c, &thread, if i % 2 == 0 { "king" } else { "claude" }, body(i), &[]).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("writer");
+    }
+}
+
 /// [`append`], giving back the error (a daemon that may be gone).
 pub async fn try_append(
     c: &Client,

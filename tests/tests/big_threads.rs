@@ -139,3 +139,39 @@ async fn kd_chat_opens_a_big_thread_at_its_end() {
     tmux.wait_for("the note on what is not shown", |s| s.contains("earlier messages are not shown here")).await;
     tmux.type_line("/quit");
 }
+
+/// A thread of thousands of messages is answered whole, in seq order, each
+/// body as it was sent: kdd writes such a page in two halves on two
+/// threads. With a smaller answer limit the byte budget ends the page
+/// inside its second half, and the next page goes on from there.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_long_thread_is_read_whole_and_by_budget() {
+    const N: u64 = 5_000;
+    let body: fn(u64) -> String = |i| format!("message {i}: {}", "x".repeat(150 + (i % 7) as usize));
+    for (limit, whole) in [(None, true), (Some("8388608"), false)] {
+        let kdd = match limit {
+            None => Kdd::start(),
+            Some(bytes) => Kdd::start_with(&["--max-response-bytes", bytes]),
+        };
+        let c = kdd.client().await;
+        let t = kd_tests::new_thread(&c, &kd_tests::workspace("long")).await;
+        kd_tests::fill(&kdd, &t, N, 4, body).await;
+        let first = c.thread_messages(t.clone(), None, None, None, None).await.unwrap();
+        let counted: usize = first.iter().map(|m| m.body.len() + 256).sum();
+        if whole {
+            assert_eq!(first.len() as u64, N, "one answer");
+        } else {
+            // A quarter of 8 MiB holds more than half the thread, not all.
+            assert!(first.len() as u64 > N / 2 && (first.len() as u64) < N, "{} messages", first.len());
+            assert!(counted <= 2 * 1024 * 1024, "{counted} bytes counted");
+        }
+        let all = all_messages(&c, &t).await;
+        assert_eq!(all.iter().map(|m| m.seq).collect::<Vec<_>>(), (1..=N).collect::<Vec<_>>());
+        assert_eq!(all[..first.len()], first[..]);
+        let mut bodies: Vec<&str> = all.iter().map(|m| m.body.as_str()).collect();
+        bodies.sort_unstable();
+        let mut sent: Vec<String> = (0..N).map(body).collect();
+        sent.sort_unstable();
+        assert_eq!(bodies, sent);
+    }
+}

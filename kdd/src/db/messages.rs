@@ -300,7 +300,7 @@ impl super::Db {
         if page.from_end {
             return Ok(self.messages(thread, page).await?.into());
         }
-        self.read(move |c| super::page_json::list(c, &thread, &page)).await
+        self.read_pooled(move |pool| super::page_json::list(pool, &thread, &page)).await
     }
 }
 

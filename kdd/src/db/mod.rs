@@ -184,8 +184,18 @@ impl Db {
         T: Send + 'static,
         F: FnOnce(&Connection) -> DbResult<T> + Send + 'static,
     {
+        self.read_pooled(move |pool| pool.with(f)).await
+    }
+
+    /// Runs `f` with the pool of read connections on the blocking pool: a
+    /// read that takes more than one connection.
+    async fn read_pooled<T, F>(&self, f: F) -> DbResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Arc<ReadPool>) -> DbResult<T> + Send + 'static,
+    {
         let pool = self.readers.clone();
-        tokio::task::spawn_blocking(move || pool.with(f))
+        tokio::task::spawn_blocking(move || f(&pool))
             .await
             .map_err(|e| DbError::Internal(format!("read task failed: {e}")))?
     }
