@@ -112,6 +112,14 @@ impl SecondHalf {
     }
 }
 
+impl Drop for SecondHalf {
+    /// A page the budget ended in its first half: a helper that has not
+    /// started will not.
+    fn drop(&mut self) {
+        self.job.claim();
+    }
+}
+
 fn write(conn: &Connection, thread: &str, page: &Page, rest: Option<&SecondHalf>) -> DbResult<Messages> {
     let mut stmt = conn.prepare_cached(SQL)?;
     let rows = query(&mut stmt, thread, page)?;
