@@ -135,13 +135,16 @@ pub async fn resident() {
     );
 }
 
-/// 500 fake agents streaming at once, one per thread (each for 10 s, so
-/// that the first is still streaming when the last starts): every answer
-/// arrives whole, nothing dropped.
+/// 500 fake agents streaming at once, one per thread, each 1,000 deltas
+/// over 20 s (so that the first is still streaming when the last starts;
+/// the subscribers count a run as streaming from its first delta to its
+/// end, as they happen): every answer arrives whole, nothing dropped.
 pub async fn concurrent_runs() {
     const RUNS: usize = 500;
     const DELTAS: usize = 1000;
-    let env: &[(&str, &str)] = &[("FAKE_PIECE", "x"), ("FAKE_DELTAS", "1000"), ("FAKE_RATE", "100")];
+    const RATE: usize = 50;
+    let (deltas, rate) = (DELTAS.to_string(), RATE.to_string());
+    let env: &[(&str, &str)] = &[("FAKE_PIECE", "x"), ("FAKE_DELTAS", &deltas), ("FAKE_RATE", &rate)];
     let ws = Workspace::new(&[("claude", "claude", env)]);
     let kdd = Kdd::start_with(&["--max-subscriptions", "2048"]);
     let c = kdd.client().await;
@@ -152,10 +155,6 @@ pub async fn concurrent_runs() {
     let mut subs = Vec::new();
     for t in &threads {
         subs.push(c.thread_subscribe(t.clone(), None, None).await.expect("subscribe"));
-    }
-    let start = Instant::now();
-    for t in &threads {
-        c.council_send(t.clone(), "go".into(), None, None, None, None, None, Some(0), None).await.expect("send");
     }
     let mut tasks = Vec::new();
     let peak = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -189,6 +188,13 @@ pub async fn concurrent_runs() {
             (chars, lagged, finished)
         }));
     }
+    // The subscribers read from before the first send, so that a run counts
+    // as streaming from its first delta to its end as they happen.
+    let start = Instant::now();
+    for t in &threads {
+        c.council_send(t.clone(), "go".into(), None, None, None, None, None, Some(0), None).await.expect("send");
+    }
+    let sent = start.elapsed();
     let mut whole = 0;
     let mut lagged = 0;
     for t in tasks {
@@ -210,6 +216,7 @@ pub async fn concurrent_runs() {
         peak == RUNS && whole == RUNS && stored == RUNS && lagged == 0,
     );
     row("  lagged (items dropped)", lagged.to_string(), "0");
+    row("  first send → last send", format!("{:.2} s", sent.as_secs_f64()), &format!("< {} s (a run)", DELTAS / RATE));
     row("  wall time, first send → last end", format!("{:.2} s", took.as_secs_f64()), "");
     row("  kdd peak RSS", format!("{:.1} MiB", peak_rss_mib(kdd.pid)), "");
 }
