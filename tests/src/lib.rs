@@ -668,6 +668,15 @@ pub fn ended(events: &[kd_proto::types::ThreadEvent]) -> usize {
     events.iter().filter(|e| matches!(e, E::RunFinished { .. } | E::RunError { .. } | E::RunCancelled { .. })).count()
 }
 
+/// The pid of the first run started among `events`.
+pub fn run_pid(events: &[kd_proto::types::ThreadEvent]) -> u32 {
+    use kd_proto::types::ThreadEvent as E;
+    events
+        .iter()
+        .find_map(|e| if let E::RunStarted { pid, .. } = e { Some(*pid) } else { None })
+        .expect("a run started")
+}
+
 /// Waits until process `pid` is gone, failing the test after [`DEADLINE`].
 pub async fn until_gone(pid: u32, what: &str) {
     within(what, async {

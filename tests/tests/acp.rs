@@ -63,7 +63,7 @@ async fn cancel_sends_session_cancel_and_keeps_the_partial_text() {
     let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
     send(&c, &t, "Go on.").await;
     let started = collect_until(&mut sub, |e| deltas(e).len() >= 3).await;
-    let pid = started.iter().find_map(|e| if let ThreadEvent::RunStarted { pid, .. } = e { Some(*pid) } else { None });
+    let pid = kd_tests::run_pid(&started);
     c.run_cancel(t.clone(), Some("acp".into()), None).await.unwrap();
     let events = collect_until(&mut sub, |e| ended(e) == 1).await;
     assert!(events.iter().any(|e| matches!(e, ThreadEvent::RunCancelled { .. })), "{events:?}");
@@ -71,7 +71,7 @@ async fn cancel_sends_session_cancel_and_keeps_the_partial_text() {
     assert_eq!(last.kind, MessageKind::Interrupted);
     assert!(last.body.len() >= 3 && text.starts_with(&last.body), "{:?}", last.body);
     assert!(records(&record).iter().any(|r| r["cancelled"].is_string()), "session/cancel was sent");
-    assert!(pid.is_some_and(alive), "the agent process serves the member's next run");
+    assert!(alive(pid), "the agent process serves the member's next run");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -152,8 +152,7 @@ async fn started_agent(env: &[(&str, &str)]) -> (Kdd, u32, Workspace) {
     let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
     send(&c, &t, "Q?").await;
     let events = collect_until(&mut sub, |e| ended(e) == 1).await;
-    let pid = events.iter().find_map(|e| if let ThreadEvent::RunStarted { pid, .. } = e { Some(*pid) } else { None });
-    (kdd, pid.unwrap(), ws)
+    (kdd, kd_tests::run_pid(&events), ws)
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -10,10 +10,6 @@ use kd_tests::{
 };
 use tokio::io::AsyncReadExt;
 
-fn run_pid(events: &[ThreadEvent]) -> u32 {
-    events.iter().find_map(|e| if let ThreadEvent::RunStarted { pid, .. } = e { Some(*pid) } else { None }).unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn kd_ask_prints_codex_as_it_streams() {
     let hold = kd_tests::Hold::new();
@@ -133,7 +129,7 @@ async fn two_threads_stream_through_one_app_server_at_once() {
     let delta = |e: &[ThreadEvent]| e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }));
     let first_a = collect_until(&mut sub_a, delta).await;
     let first_b = collect_until(&mut sub_b, delta).await;
-    assert_eq!(run_pid(&first_a), run_pid(&first_b), "one app-server process");
+    assert_eq!(kd_tests::run_pid(&first_a), kd_tests::run_pid(&first_b), "one app-server process");
     hold.release();
     let mut texts = Vec::new();
     for (t, first, sub) in [(&a, &first_a, &mut sub_a), (&b, &first_b, &mut sub_b)] {
@@ -164,7 +160,7 @@ async fn the_app_server_killed_mid_turn_is_an_error_and_the_next_question_starts
     let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
     send(&c, &t, "Go.").await;
     let started = collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))).await;
-    let pid = run_pid(&started);
+    let pid = kd_tests::run_pid(&started);
     rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap(), rustix::process::Signal::KILL)
         .unwrap();
     until_gone(pid, "the app-server").await;
@@ -181,7 +177,7 @@ async fn the_app_server_killed_mid_turn_is_an_error_and_the_next_question_starts
     hold.release();
     send(&c, &t, "Again.").await;
     let events = collect_until(&mut sub, |e| ended(e) == 1).await;
-    let next = run_pid(&events);
+    let next = kd_tests::run_pid(&events);
     assert_ne!(next, pid);
     assert!(alive(next));
     let last = kd_tests::last_message(&c, &t).await;
@@ -195,7 +191,7 @@ async fn the_app_server_stops_with_the_daemon() {
     let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
     send(&c, &t, "Go.").await;
     let events = collect_until(&mut sub, |e| ended(e) == 1).await;
-    let pid = run_pid(&events);
+    let pid = kd_tests::run_pid(&events);
     assert!(alive(pid), "it waits for the next run");
     drop(sub);
     drop(c);

@@ -41,10 +41,7 @@ struct Started {
 
 impl Started {
     fn leader(&self) -> u32 {
-        self.events
-            .iter()
-            .find_map(|e| if let ThreadEvent::RunStarted { pid, .. } = e { Some(*pid) } else { None })
-            .unwrap()
+        kd_tests::run_pid(&self.events)
     }
 
     async fn until_ended(&mut self) {

@@ -378,10 +378,7 @@ async fn a_run_that_ignores_sigterm_is_killed_after_the_grace_period() {
     let events =
         collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { chars, .. } if *chars > 10)))
             .await;
-    let pid = events
-        .iter()
-        .find_map(|e| if let ThreadEvent::RunStarted { pid, .. } = e { Some(*pid) } else { None })
-        .unwrap();
+    let pid = kd_tests::run_pid(&events);
     c.run_cancel(t.clone(), None, None).await.unwrap();
     collect_until(&mut sub, |e| ended(e) == 1).await;
     assert!(!alive(pid));
@@ -408,10 +405,7 @@ async fn over_timeout(exec: bool) {
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     c.council_send(t.clone(), "Hang.".into(), None, None, None, Some(1), None, Some(0), None).await.unwrap();
     let events = collect_until(&mut sub, |e| ended(e) == 1).await;
-    let pid = events
-        .iter()
-        .find_map(|e| if let ThreadEvent::RunStarted { pid, .. } = e { Some(*pid) } else { None })
-        .unwrap();
+    let pid = kd_tests::run_pid(&events);
     assert!(
         events.iter().any(|e| matches!(e, ThreadEvent::RunError { timed_out: true, error, .. } if error == "codex: timed out after 1 s")),
         "{events:?}"
@@ -727,10 +721,7 @@ async fn daemon_shutdown_records_runs_in_flight_as_interrupted() {
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     send(&c, &t, "Go.").await;
     let events = collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))).await;
-    let pid = events
-        .iter()
-        .find_map(|e| if let ThreadEvent::RunStarted { pid, .. } = e { Some(*pid) } else { None })
-        .unwrap();
+    let pid = kd_tests::run_pid(&events);
     let ack = c.daemon_shutdown().await.unwrap();
     assert_eq!(ack.runs_cancelled, 1);
     let status = kdd.wait_exit();
