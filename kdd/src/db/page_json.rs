@@ -65,6 +65,8 @@ struct Job {
     thread: String,
     page: Page,
     claimed: AtomicBool,
+    /// Set when the page no longer needs it.
+    abandoned: AtomicBool,
     /// Whether the helper rendered it (the writer did otherwise).
     helped: AtomicBool,
 }
@@ -75,7 +77,7 @@ impl Job {
     }
 
     fn render(&self) -> DbResult<Rendered> {
-        self.pool.with(|c| rendered(c, &self.thread, &self.page))
+        self.pool.with(|c| rendered(c, &self.thread, &self.page, &self.abandoned))
     }
 }
 
@@ -86,6 +88,7 @@ impl SecondHalf {
             thread: thread.to_string(),
             page,
             claimed: AtomicBool::new(false),
+            abandoned: AtomicBool::new(false),
             helped: AtomicBool::new(false),
         });
         let (tx, rendered) = mpsc::sync_channel(1);
@@ -113,10 +116,11 @@ impl SecondHalf {
 }
 
 impl Drop for SecondHalf {
-    /// A page the budget ended in its first half: a helper that has not
-    /// started will not.
+    /// A page the budget ended in its first half (or an error): a helper
+    /// that has not started will not, one under way stops.
     fn drop(&mut self) {
         self.job.claim();
+        self.job.abandoned.store(true, Ordering::Relaxed);
     }
 }
 
@@ -137,13 +141,20 @@ fn query<'s>(stmt: &'s mut Statement<'_>, thread: &str, page: &Page) -> DbResult
     Ok(stmt.query(params![thread, page.after as i64, before, limit, page.bodies])?)
 }
 
-/// Every row of `page`, each written as JSON.
-fn rendered(conn: &Connection, thread: &str, page: &Page) -> DbResult<Rendered> {
+/// The rows of `page`, each written as JSON, up to its byte budget (one
+/// row at least; rows past it could not join the page), or until the page
+/// is `abandoned`.
+fn rendered(conn: &Connection, thread: &str, page: &Page, abandoned: &AtomicBool) -> DbResult<Rendered> {
     let mut stmt = conn.prepare_cached(SQL)?;
     let mut rows = query(&mut stmt, thread, page)?;
     let mut out = Vec::new();
+    let mut bytes = 0usize;
     while let Some(row) = rows.next()? {
         let json = RowJson::of(row)?;
+        bytes = bytes.saturating_add(json.body.len() + ROW_BYTES);
+        if (bytes > page.budget && !out.is_empty()) || abandoned.load(Ordering::Relaxed) {
+            break;
+        }
         let raw = serde_json::value::to_raw_value(&json).map_err(|e| DbError::Invalid(e.to_string()))?;
         out.push((raw, json.body.len()));
     }
@@ -368,6 +379,23 @@ mod tests {
             .await
             .map_err(|e| DbError::Internal(e.to_string()))??;
         assert_eq!(json(&page)?, expected);
+        Ok(())
+    }
+
+    /// The second half holds no more than the page's budget (one row at
+    /// least), however long the thread: rows past it could not be sent.
+    #[test]
+    fn the_second_half_is_rendered_within_the_budget() -> DbResult<()> {
+        let (_dir, conn, _pool) = open()?;
+        varied(&conn, 100)?;
+        let rows = |budget| rendered(&conn, "t", &Page { after: 10, ..page(budget) }, &AtomicBool::new(false));
+        assert_eq!(rows(usize::MAX)?.len(), 390);
+        assert_eq!(rows(1)?.len(), 1);
+        let some = rows(10 * ROW_BYTES)?;
+        assert!(!some.is_empty() && some.iter().map(|(_, b)| b + ROW_BYTES).sum::<usize>() <= 10 * ROW_BYTES);
+        assert!(some.len() < 10, "{}", some.len());
+        let abandoned = rendered(&conn, "t", &Page { after: 10, ..page(usize::MAX) }, &AtomicBool::new(true))?;
+        assert!(abandoned.is_empty(), "a page that ended without it stops the helper");
         Ok(())
     }
 
