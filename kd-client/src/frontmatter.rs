@@ -261,7 +261,9 @@ mod props {
             prop::collection::vec("[A-Za-z0-9_./-]{1,24}", 0..3),
         )
             .prop_map(|(from, mut to, kind, body, secs, refs)| {
-                to.dedup();
+                // kd holds each addressee once (message.append, thread.import).
+                let mut seen = std::collections::HashSet::new();
+                to.retain(|n| seen.insert(n.clone()));
                 let mut m = Message::new("t", 1, &from, &body);
                 m.to = to;
                 m.kind = if from == "king" { MessageKind::King } else { kind };

@@ -111,14 +111,16 @@ async fn a_copied_member_is_not_run_and_sees_the_message_once_in_its_next_prompt
             t.clone(),
             "king".into(),
             "Rename the crate to kd-core.".into(),
-            Some(vec!["codex".into()]),
-            Some(vec!["cursor".into()]),
+            // Named twice, and copied too: codex is still run once.
+            Some(vec!["codex".into(), "codex".into()]),
+            Some(vec!["cursor".into(), "codex".into(), "cursor".into()]),
             None,
             None,
             None,
         )
         .await
         .unwrap();
+    assert_eq!((routed.message.to.clone(), routed.message.cc.clone()), (vec!["codex".into()], vec!["cursor".into()]));
     assert_eq!(routed.route_type, RouteType::PointToPoint);
     let status: Vec<(&str, DeliveryStatus)> = routed.deliveries.iter().map(|d| (d.member.as_str(), d.status)).collect();
     assert_eq!(status, [("codex", DeliveryStatus::Started), ("cursor", DeliveryStatus::Copied)]);

@@ -277,6 +277,47 @@ async fn messages_carry_routing_and_kind_and_page_by_seq() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn each_member_is_addressed_once_on_append_and_import() {
+    // A name given twice is one addressee; one in `to` is not also copied.
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = new_thread(&c, "addressed").await;
+    let names = |n: &[&str]| Some(n.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    let m = c
+        .message_append(
+            t.clone(),
+            "king".into(),
+            "twice".into(),
+            names(&["claude", "codex", "claude"]),
+            names(&["codex", "cursor", "cursor"]),
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!((m.to.clone(), m.cc.clone()), (vec!["claude".to_string(), "codex".into()], vec!["cursor".to_string()]));
+    let stored = c.thread_messages(t.clone(), None, None, None, None).await.unwrap();
+    assert_eq!((stored[0].to.clone(), stored[0].cc.clone()), (m.to.clone(), m.cc.clone()));
+    let imported = kd_proto::types::ImportedMessage {
+        from: "king".into(),
+        to: vec!["0_".into(), "a".into(), "0_".into()],
+        kind: None,
+        body: "imported".into(),
+        created_at_ms: 0,
+        refs: vec![],
+        backend: None,
+        model: None,
+    };
+    let copy =
+        c.thread_import(workspace("addressed"), None, None, None, None, None, vec![imported], None).await.unwrap();
+    let read = c.thread_messages(copy.id, None, None, None, None).await.unwrap();
+    assert_eq!(read[0].to, ["0_", "a"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn the_event_log_reconstructs_a_thread_and_filters() {
     let kdd = Kdd::start();
     let c = kdd.client().await;

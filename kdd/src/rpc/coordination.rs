@@ -40,9 +40,7 @@ pub async fn message_route(
     validate::thread_id(&thread)?;
     validate::member(&from)?;
     body(&text)?;
-    let (to, cc) = (to.unwrap_or_default(), cc.unwrap_or_default());
-    validate::addressees("to", &to)?;
-    validate::addressees("cc", &cc)?;
+    let (to, cc) = validate::recipients(to.unwrap_or_default(), cc.unwrap_or_default())?;
     validate::position("reply_to", reply_to)?;
     validate::label("correlation_id", correlation_id.as_deref())?;
     let p = route::Params {

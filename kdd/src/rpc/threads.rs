@@ -202,9 +202,7 @@ pub async fn append(
     if to.is_empty() {
         return Err(invalid("to is empty; omit it or use [\"all\"] to address everyone"));
     }
-    validate::addressees("to", &to)?;
-    let cc = cc.unwrap_or_default();
-    validate::addressees("cc", &cc)?;
+    let (to, cc) = validate::recipients(to, cc.unwrap_or_default())?;
     validate::label("correlation_id", correlation_id.as_deref())?;
     let kind = kind.unwrap_or(if from == KING { MessageKind::King } else { MessageKind::Agent });
     let m =
@@ -229,7 +227,8 @@ pub async fn import(
     let mut imported = Vec::with_capacity(messages.len());
     for (i, m) in messages.into_iter().enumerate() {
         validate::member(&m.from).map_err(|e| invalid(format!("messages[{i}].from: {}", e.message())))?;
-        validate::addressees(&format!("messages[{i}].to"), &m.to)?;
+        let (to, _) =
+            validate::recipients(m.to, vec![]).map_err(|e| invalid(format!("messages[{i}].{}", e.message())))?;
         validate::list_len(&format!("messages[{i}].refs"), &m.refs)?;
         for r in &m.refs {
             validate::path(&format!("messages[{i}].refs"), Some(r))?;
@@ -242,7 +241,7 @@ pub async fn import(
             ..RunMeta::default()
         });
         let kind = m.kind.unwrap_or(if m.from == KING { MessageKind::King } else { MessageKind::Agent });
-        let to = if m.to.is_empty() { vec![ALL.to_string()] } else { m.to };
+        let to = if to.is_empty() { vec![ALL.to_string()] } else { to };
         imported.push((
             m.created_at_ms,
             NewMessage { run, refs: m.refs, ..NewMessage::new("", &m.from, to, kind, m.body) },

@@ -78,6 +78,17 @@ pub fn addressees(param: &str, list: &[String]) -> Result<(), ErrorObjectOwned> 
     Ok(())
 }
 
+/// Who a message is for, checked: each name once, in the order first
+/// given, and a name in `to` not also in `cc`.
+pub fn recipients(to: Vec<String>, cc: Vec<String>) -> Result<(Vec<String>, Vec<String>), ErrorObjectOwned> {
+    addressees("to", &to)?;
+    addressees("cc", &cc)?;
+    let mut seen = std::collections::HashSet::new();
+    let to: Vec<String> = to.into_iter().filter(|n| seen.insert(n.clone())).collect();
+    let cc = cc.into_iter().filter(|n| seen.insert(n.clone())).collect();
+    Ok((to, cc))
+}
+
 /// What a new thread is given: its workspace, branch, title, members and
 /// (when chosen) id.
 pub fn new_thread(
@@ -153,6 +164,14 @@ mod tests {
 
     fn msg(r: Result<(), ErrorObjectOwned>) -> String {
         r.err().map(|e| e.message().to_string()).unwrap_or_default()
+    }
+
+    #[test]
+    fn each_recipient_is_named_once_and_to_wins_over_cc() {
+        let v = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let (to, cc) = recipients(v(&["b", "a", "b"]), v(&["a", "c", "c", "d"])).unwrap();
+        assert_eq!((to, cc), (v(&["b", "a"]), v(&["c", "d"])));
+        assert!(msg(recipients(v(&["a"]), v(&["x y"])).map(drop)).starts_with("cc: "));
     }
 
     #[test]
