@@ -201,11 +201,16 @@ impl Serialize for AllRows<'_, '_> {
     }
 }
 
-/// A list column (`["all"]`), read without copying what needs no unescaping.
+/// A list column (`["all"]`), read without copying what needs no unescaping;
+/// the two most rows hold are known without parsing.
 type List<'a> = Vec<Cow<'a, str>>;
 
 fn list_of(text: &str) -> List<'_> {
-    serde_json::from_str(text).unwrap_or_default()
+    match text {
+        "[]" => Vec::new(),
+        r#"["all"]"# => vec![Cow::Borrowed("all")],
+        _ => serde_json::from_str(text).unwrap_or_default(),
+    }
 }
 
 /// One row in `Message`'s serde form, borrowed from the row.

@@ -389,6 +389,31 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Filtered<S> {
         Poll::Ready(Ok(n))
     }
 
+    /// Before the upgrade, gathered pieces go to the socket as they are
+    /// (hyper writes an answer's head and body so, instead of copying the
+    /// body into its own buffer); after it, frames are looked at one piece
+    /// at a time.
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let first = bufs.iter().find(|b| !b.is_empty()).map_or(&[][..], |b| &**b);
+        if self.upgraded {
+            return self.poll_write(cx, first);
+        }
+        let this = &mut *self;
+        ready!(this.poll_flush_out(cx))?;
+        let n = ready!(Pin::new(&mut this.inner).poll_write_vectored(cx, bufs))?;
+        this.activity.touch();
+        this.watch_for_upgrade(first, n);
+        Poll::Ready(Ok(n))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         ready!(self.poll_flush_out(cx))?;
         Pin::new(&mut self.inner).poll_flush(cx)
@@ -495,6 +520,42 @@ mod tests {
         let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(body, serde_json::json!({"id": -1, "jsonrpc": "2.0", "result": 1}));
         assert_eq!(f.due, 0);
+    }
+
+    /// Plain HTTP goes out gathered (hyper then writes a long answer's
+    /// body from where it lies, without copying it into its buffer), and a
+    /// 101 written so still starts the frames.
+    #[tokio::test]
+    async fn plain_http_is_written_gathered_and_a_101_so_written_still_upgrades() {
+        let (kdd_side, mut client) = tokio::net::UnixStream::pair().unwrap();
+        let mut f = Filtered::new(kdd_side, 1 << 20);
+        assert!(f.is_write_vectored());
+        let (head, body) = (&b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n"[..], &b"hello"[..]);
+        let n = f.write_vectored(&[io::IoSlice::new(head), io::IoSlice::new(body)]).await.unwrap();
+        assert_eq!(n, head.len() + body.len(), "both pieces in one write");
+        let mut got = vec![0u8; n];
+        client.read_exact(&mut got).await.unwrap();
+        assert_eq!(got, [head, body].concat());
+        assert!(!f.upgraded);
+        let n = f.write_vectored(&[io::IoSlice::new(&[]), io::IoSlice::new(UPGRADED)]).await.unwrap();
+        assert_eq!(n, UPGRADED.len());
+        assert!(f.upgraded && f.head_left == 0, "frames follow the 101");
+        let mut got = vec![0u8; n];
+        client.read_exact(&mut got).await.unwrap();
+        assert_eq!(got, UPGRADED);
+        // Frames are looked at as before: one whole frame, gathered or not.
+        let note = frame(br#"{"jsonrpc":"2.0","method":"thread.event","params":{}}"#, None);
+        let (a, b) = note.split_at(3);
+        let mut sent = 0;
+        while sent < note.len() {
+            let at = sent.min(a.len());
+            let pieces = [io::IoSlice::new(&a[at..]), io::IoSlice::new(&b[sent.saturating_sub(a.len())..])];
+            sent += f.write_vectored(&pieces).await.unwrap();
+        }
+        f.flush().await.unwrap();
+        let mut got = vec![0u8; note.len()];
+        client.read_exact(&mut got).await.unwrap();
+        assert_eq!(got, note);
     }
 
     #[tokio::test]
