@@ -356,6 +356,9 @@ pub struct Event {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
+    /// Accepted while its member is busy on the thread: it starts when
+    /// the member's run in flight has ended (F-C5).
+    Queued,
     /// Accepted; the agent is being prepared or spawned.
     Waiting,
     /// The agent process runs.
@@ -371,6 +374,7 @@ pub enum RunStatus {
 impl RunStatus {
     pub fn as_str(self) -> &'static str {
         match self {
+            RunStatus::Queued => "queued",
             RunStatus::Waiting => "waiting",
             RunStatus::Streaming => "streaming",
             RunStatus::Done => "done",
@@ -382,7 +386,7 @@ impl RunStatus {
     }
 
     pub fn is_finished(self) -> bool {
-        !matches!(self, RunStatus::Waiting | RunStatus::Streaming)
+        !matches!(self, RunStatus::Queued | RunStatus::Waiting | RunStatus::Streaming)
     }
 }
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use kd_proto::types::ThreadEvent;
+use kd_proto::types::{RunStatus, ThreadEvent};
 use serde_json::value::RawValue;
 use tokio::sync::broadcast;
 
@@ -30,7 +30,10 @@ pub struct Published {
 /// The run events a subscriber may already have sent from a snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunMark {
-    Waiting(String),
+    Waiting {
+        run: String,
+        queued: bool,
+    },
     Started(String),
     /// The run and its character count after the delta.
     Delta(String, u64),
@@ -79,7 +82,9 @@ impl Hub {
             _ => None,
         };
         let run = match &event {
-            ThreadEvent::RunWaiting { run } => Some(RunMark::Waiting(run.id.clone())),
+            ThreadEvent::RunWaiting { run } => {
+                Some(RunMark::Waiting { run: run.id.clone(), queued: run.status == RunStatus::Queued })
+            }
             ThreadEvent::RunStarted { run, .. } => Some(RunMark::Started(run.clone())),
             ThreadEvent::Delta { run, chars, .. } => Some(RunMark::Delta(run.clone(), *chars)),
             _ => None,

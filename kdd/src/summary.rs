@@ -52,7 +52,7 @@ async fn by_member(c: &Council, thread: &Thread, config: &Config) -> Option<Summ
         prompt: Some(format!("{SUMMARY_PROMPT}\n\n{history}")),
     };
     let place = Place { purpose: Some(Purpose::Summary), ..Place::default() };
-    let (run, _) = launch.start(c, member, place)?;
+    let run = launch.start(c, member, place)?.into_run();
     run.done().await;
     let answer = run.message().filter(|m| m.kind == MessageKind::Agent && !m.body.trim().is_empty())?;
     Some(Summary { text: answer.body.trim().to_string(), by: member.to_string() })

@@ -539,12 +539,13 @@ async fn an_echoed_speaker_label_is_stripped_from_stream_and_message() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn two_clients_see_the_same_stream_and_the_member_runs_once() {
+async fn two_clients_see_the_same_stream_and_the_member_runs_once_at_a_time() {
     let ws = Workspace::new(&[]);
     let record = ws.file("record.jsonl");
+    let hold = kd_tests::Hold::new();
     ws.write_config(&serde_json::json!({
         "council": {"members": ["claude"]},
-        "agents": {"claude": kd_tests::fake("claude", "claude", &[("FAKE_RECORD", &record), ("FAKE_DELTAS", "20"), ("FAKE_INTERVAL_MS", "20"), ("FAKE_TEXT", &"abcd".repeat(10))])}
+        "agents": {"claude": kd_tests::fake("claude", "claude", &[("FAKE_RECORD", &record), ("FAKE_DELTAS", "20"), ("FAKE_HOLD", &hold.env()), ("FAKE_TEXT", &"abcd".repeat(10))])}
     }));
     let kdd = Kdd::start();
     let (a, b) = (kdd.client().await, kdd.client().await);
@@ -552,24 +553,38 @@ async fn two_clients_see_the_same_stream_and_the_member_runs_once() {
     let mut sub_a = a.thread_subscribe(t.clone(), None, None).await.unwrap();
     let mut sub_b = b.thread_subscribe(t.clone(), None, None).await.unwrap();
     let first = send(&a, &t, "From A").await;
+    let is_delta = |e: &[ThreadEvent]| e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }));
+    let mut ea = collect_until(&mut sub_a, is_delta).await;
+    let mut eb = collect_until(&mut sub_b, is_delta).await;
+    // B asks something else while claude answers A: a run of its own,
+    // after the one in flight.
     let second = send(&b, &t, "From B").await;
-    assert!(!first.runs[0].attached);
-    assert!(second.runs[0].attached, "B joins the run in flight");
-    assert_eq!(first.runs[0].run.id, second.runs[0].run.id);
-    let deltas = |events: &[ThreadEvent]| -> Vec<(String, u64)> {
+    assert!(!first.runs[0].attached && !second.runs[0].attached);
+    assert_ne!(first.runs[0].run.id, second.runs[0].run.id);
+    assert_eq!(second.runs[0].run.status, RunStatus::Queued);
+    hold.release();
+    ea.extend(collect_until(&mut sub_a, |e| ended(e) == 2).await);
+    eb.extend(collect_until(&mut sub_b, |e| ended(e) == 2).await);
+    let deltas = |events: &[ThreadEvent], run: &str| -> Vec<(String, u64)> {
         events
             .iter()
-            .filter_map(|e| {
-                if let ThreadEvent::Delta { text, chars, .. } = e { Some((text.clone(), *chars)) } else { None }
+            .filter_map(|e| match e {
+                ThreadEvent::Delta { run: r, text, chars, .. } if r == run => Some((text.clone(), *chars)),
+                _ => None,
             })
             .collect()
     };
-    let ea = collect_until(&mut sub_a, |e| ended(e) == 1).await;
-    let eb = collect_until(&mut sub_b, |e| ended(e) == 1).await;
-    assert_eq!(deltas(&ea), deltas(&eb));
-    assert!(deltas(&ea).len() > 1);
-    assert_eq!(deltas(&ea).iter().map(|d| d.0.as_str()).collect::<String>(), "abcd".repeat(10));
-    assert_eq!(records(&record).len(), 1, "one agent process");
+    for run in [&first.runs[0].run.id, &second.runs[0].run.id] {
+        assert_eq!(deltas(&ea, run), deltas(&eb, run), "both clients see the same stream");
+        assert_eq!(deltas(&ea, run).iter().map(|d| d.0.as_str()).collect::<String>(), "abcd".repeat(10));
+    }
+    assert!(deltas(&ea, &first.runs[0].run.id).len() > 1, "streamed in pieces");
+    // One agent process per question, the second started after the first ended.
+    assert_eq!(records(&record).len(), 2, "one agent process per question");
+    let at = |pred: &dyn Fn(&ThreadEvent) -> bool| ea.iter().position(pred).unwrap();
+    let first_end = at(&|e| matches!(e, ThreadEvent::RunFinished { run, .. } if *run == first.runs[0].run.id));
+    let second_start = at(&|e| matches!(e, ThreadEvent::RunStarted { run, .. } if *run == second.runs[0].run.id));
+    assert!(first_end < second_start, "never twice at once");
 }
 
 #[tokio::test(flavor = "multi_thread")]

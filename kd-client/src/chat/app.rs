@@ -6,7 +6,9 @@ use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 
 use kd_proto::order::{Place, message_place, run_place};
-use kd_proto::types::{Message, MessageKind, Purpose, RoundState, RouteType, Sent, Thread, ThreadEvent, display_order};
+use kd_proto::types::{
+    Message, MessageKind, Purpose, RoundState, RouteType, RunStatus, Sent, Thread, ThreadEvent, display_order,
+};
 use ratatui::text::Line;
 use ratatui_textarea::TextArea;
 
@@ -48,6 +50,8 @@ pub struct Entry {
     pub purpose: Option<Purpose>,
     /// What the member is doing while it streams (a command, a plan).
     pub activity: Option<String>,
+    /// A run waiting behind its member's run in flight (F-C5).
+    pub queued: bool,
     /// Rendered lines for a width, kept until the entry changes.
     pub cache: RefCell<Option<(u16, Vec<Line<'static>>)>>,
 }
@@ -56,6 +60,7 @@ impl Entry {
     fn new(kind: Kind, member: &str, text: String) -> Entry {
         Entry {
             activity: None,
+            queued: false,
             kind,
             member: member.to_string(),
             chars: text.chars().count() as u64,
@@ -282,9 +287,12 @@ impl App {
         match event {
             ThreadEvent::Message { message } => self.on_message(message),
             ThreadEvent::RunWaiting { run } => {
+                let queued = run.status == RunStatus::Queued;
                 if let Some(i) = self.index_of_run(&run.id) {
-                    // Its deltas came first; now its place is known.
+                    // Its deltas came first, or it left the queue; now its
+                    // place is known.
                     self.entries[i].purpose = run.purpose;
+                    self.entries[i].queued = queued;
                     self.entries[i].changed();
                     if run.replaces.is_none() {
                         self.entries[i].place = run_place(run);
@@ -298,6 +306,7 @@ impl App {
                     Some(i) => {
                         let e = &mut self.entries[i];
                         e.kind = Kind::Waiting;
+                        e.queued = queued;
                         e.run = Some(run.id.clone());
                         e.round = run.round;
                         e.purpose = run.purpose;
@@ -313,6 +322,7 @@ impl App {
                     }
                     None => {
                         let mut e = Entry::new(Kind::Waiting, &run.member, String::new());
+                        e.queued = queued;
                         e.run = Some(run.id.clone());
                         e.round = run.round;
                         e.purpose = run.purpose;
@@ -321,7 +331,13 @@ impl App {
                     }
                 }
             }
-            ThreadEvent::RunStarted { .. } => {}
+            ThreadEvent::RunStarted { run, .. } => {
+                if let Some(i) = self.index_of_run(run).filter(|i| self.entries[*i].queued) {
+                    self.entries[i].queued = false;
+                    self.entries[i].changed();
+                    self.dirty = true;
+                }
+            }
             ThreadEvent::Status { status, .. } => {
                 self.thread.status = *status;
                 if *status == kd_proto::types::ThreadStatus::Archived {
@@ -347,6 +363,7 @@ impl App {
                 };
                 let e = &mut self.entries[i];
                 e.kind = Kind::Streaming;
+                e.queued = false;
                 e.text.push_str(text);
                 e.chars = *chars;
                 e.changed();
@@ -462,6 +479,7 @@ impl App {
             if !known {
                 let mut e = Entry::new(Kind::Waiting, &member, String::new());
                 e.run = started.map(|r| r.run.id.clone());
+                e.queued = started.is_some_and(|r| r.run.status == RunStatus::Queued);
                 e.place = match started {
                     Some(r) => run_place(&r.run),
                     None => self.waiting_place(nth as u64),

@@ -575,3 +575,22 @@ fn a_streaming_panel_says_what_its_member_is_doing() {
     let s = screen(&mut app, 80, 12);
     assert!(!s.contains("running ls"), "{s}");
 }
+
+#[test]
+fn a_question_to_a_busy_member_shows_queued_until_its_run_starts() {
+    let mut app = App::new(thread());
+    app.load(thread(), &[message(1, "king", MessageKind::King, "A?", None)]);
+    app.apply(&delta("r1", "claude", "On A", 4));
+    app.apply(&ThreadEvent::Message { message: Box::new(message(2, "king", MessageKind::King, "B?", None)) });
+    let queued = RunInfo { status: RunStatus::Queued, reply_to: Some(2), ..run_at("r2", "claude", 2) };
+    app.apply(&ThreadEvent::RunWaiting { run: queued.clone() });
+    let s = screen(&mut app, 80, 16);
+    assert!(s.contains("claude ── queued behind its answer in flight"), "{s}");
+    // It leaves the queue when claude's answer to A is in.
+    app.apply(&ThreadEvent::Message { message: Box::new(answer(3, "claude", "On A.", "r1", 1)) });
+    app.apply(&ThreadEvent::RunWaiting { run: RunInfo { status: RunStatus::Waiting, ..queued } });
+    let s = screen(&mut app, 80, 16);
+    assert!(!s.contains("queued") && s.contains("claude ── waiting..."), "{s}");
+    app.apply(&delta("r2", "claude", "On B", 4));
+    assert_eq!(app.kinds().last(), Some(&("claude".into(), Kind::Streaming)));
+}

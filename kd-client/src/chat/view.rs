@@ -276,6 +276,7 @@ fn build_panel(entry: &Entry, width: u16, palette: &Palette) -> Vec<Line<'static
             };
             title.push(Span::styled(format!(" (streaming · {} chars{doing})", thousands(entry.chars)), dim))
         }
+        Kind::Waiting if entry.queued => title.push(Span::styled(" ── queued behind its answer in flight", dim)),
         Kind::Waiting => title.push(Span::styled(" ── waiting...", dim)),
         Kind::Error { timed_out: true } => title.push(Span::styled(" · timed out", border)),
         Kind::Error { timed_out: false } => title.push(Span::styled(" · error", border)),

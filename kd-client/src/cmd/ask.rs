@@ -9,7 +9,7 @@ use clap::Args;
 use kd_client::style::Palette;
 use kd_client::{Client, ClientError, KdApiClient, workspace};
 use kd_proto::ErrorCode;
-use kd_proto::types::{Completion, NewThread, Thread, ThreadEvent};
+use kd_proto::types::{Completion, NewThread, RunStatus, Thread, ThreadEvent};
 
 use super::Ctx;
 use super::answers::View;
@@ -111,6 +111,9 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
     };
     if let Some(notice) = &sent.notice {
         errln!("kd: {notice}");
+    }
+    for r in sent.runs.iter().filter(|r| r.run.status == RunStatus::Queued) {
+        errln!("kd: {} is still answering an earlier message; yours is queued behind it", r.run.member);
     }
     if a.no_wait {
         if a.json {

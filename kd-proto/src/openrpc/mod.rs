@@ -269,7 +269,7 @@ fn build() -> (Vec<MethodDoc>, Value) {
         m.subscription = Some(("thread.event", "thread.unsubscribe"));
     }
 
-    b.method::<Sent>("council.send", "sent", "Append a King message and start its exchange: a first round (parallel in broadcast mode, round-robin in sequential mode) by the addressed members, then up to `rounds` (default council.auto_rounds) sequential rounds in member order. Members named by `to` or by @mentions in the body get a directed message (one round); otherwise, or with @all, every member answers. Muted members are not queried. A new message stops the thread's pending auto-turns. A member already running on the thread is joined, not started twice. Members and agents come from the workspace's .kd/config.json, read on every send.");
+    b.method::<Sent>("council.send", "sent", "Append a King message and start its exchange: a first round (parallel in broadcast mode, round-robin in sequential mode) by the addressed members, then up to `rounds` (default council.auto_rounds) sequential rounds in member order. Members named by `to` or by @mentions in the body get a directed message (one round); otherwise, or with @all, every member answers. Muted members are not queried. A new message stops the thread's pending auto-turns. A member already answering another message on the thread gets a run of its own, queued (status queued) behind the run in flight: never started twice at once, never dropped. Members and agents come from the workspace's .kd/config.json, read on every send.");
     b.param::<String>("thread", true, "thread id")
         .param::<String>("body", true, "the King's message")
         .param::<Vec<String>>("to", false, "only these members")

@@ -50,12 +50,12 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
     let member = &run.member;
     // The thread as of the message the run answers: members of a parallel
     // round do not see each other's answers.
-    let upto = Page { before: run.reply_to.map(|seq| seq.saturating_add(1)), ..Page::all_after(0) };
     let messages =
-        d.db.messages(run.thread.clone(), upto)
+        d.db.messages(run.thread.clone(), Page::all_after(0))
             .await
             .map_err(|e| failed(member, RunStatus::Error, format!("cannot read the thread: {e}")))?;
-    let seen_seq = messages.last().map(|m| m.seq).unwrap_or(0);
+    let messages = prompt::as_of(messages, run.reply_to);
+    let seen_seq = given_up_to(&messages);
     let full = || {
         prompt::assemble(
             &spec.preamble,
@@ -88,6 +88,15 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
         }
         None => Ok(Prepared { prompt: full(), resume: None, session: held }),
     }
+}
+
+/// The last seq up to which the prompt gives every message: what a
+/// resumed session has seen (a later message left out, such as another
+/// member's answer in a parallel round, is given next time).
+fn given_up_to(messages: &[Message]) -> u64 {
+    let mut seqs: Vec<u64> = messages.iter().map(|m| m.seq).collect();
+    seqs.sort_unstable();
+    seqs.iter().zip(1..).take_while(|(seq, n)| **seq == *n).last().map(|(seq, _)| *seq).unwrap_or(0)
 }
 
 fn holder(run: &Run) -> Option<String> {

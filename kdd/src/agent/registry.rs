@@ -1,6 +1,10 @@
 //! The runs in flight, in memory: who runs where, the text streamed so
 //! far, and the handle to stop each. The registry guarantees that one
-//! member never runs twice at once on one thread (F-C5).
+//! member never runs twice at once on one thread (F-C5): a second request
+//! for the *same* question joins the run answering it; a new question for
+//! a busy member gets a run of its own that is *queued* behind the
+//! member's runs on the thread and starts when they have ended
+//! ([`Registry::turn`]), so no question is dropped.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -53,6 +57,7 @@ pub struct Run {
     pub purpose: Option<Purpose>,
     /// The client whose request started it.
     pub client: Option<ClientId>,
+    place: Place,
     state: Mutex<State>,
     cancel: CancellationToken,
     done: watch::Sender<bool>,
@@ -68,6 +73,39 @@ pub struct Place {
     pub replaces: Option<u64>,
     /// What it writes for a multicast completion (a ballot, a synthesis).
     pub purpose: Option<Purpose>,
+}
+
+impl Place {
+    /// Whether a run at `other` answers the same question: then a request
+    /// for it joins the run instead of starting another.
+    pub fn same_question(&self, other: &Place) -> bool {
+        (self.reply_to, self.replaces, self.purpose) == (other.reply_to, other.replaces, other.purpose)
+    }
+}
+
+/// How [`Registry::claim`] met a request for a member's run.
+pub enum Claim {
+    /// A new run, free to start now.
+    New(Arc<Run>),
+    /// The member's run answering the same question, already claimed.
+    Joined(Arc<Run>),
+    /// A new run, `queued` until the member's runs before it on the
+    /// thread have ended ([`Registry::turn`]).
+    Queued(Arc<Run>),
+}
+
+impl Claim {
+    pub fn run(&self) -> &Arc<Run> {
+        match self {
+            Claim::New(r) | Claim::Joined(r) | Claim::Queued(r) => r,
+        }
+    }
+
+    pub fn into_run(self) -> Arc<Run> {
+        match self {
+            Claim::New(r) | Claim::Joined(r) | Claim::Queued(r) => r,
+        }
+    }
 }
 
 /// A run as a subscriber joining mid-run first sees it.
@@ -99,6 +137,7 @@ impl Run {
             replaces: place.replaces,
             purpose: place.purpose,
             client,
+            place,
             state: Mutex::new(State {
                 status: RunStatus::Waiting,
                 pid: None,
@@ -164,6 +203,19 @@ impl Run {
     pub fn text_since(&self, offset: usize) -> (String, usize) {
         let s = self.state();
         (s.text.get(offset..).unwrap_or_default().to_string(), s.text.len())
+    }
+
+    /// Whether it waits behind the member's run in flight.
+    pub fn is_queued(&self) -> bool {
+        self.state().status == RunStatus::Queued
+    }
+
+    /// Its turn came: it is no longer queued.
+    pub fn leave_queue(&self) {
+        let mut s = self.state();
+        if s.status == RunStatus::Queued {
+            s.status = RunStatus::Waiting;
+        }
     }
 
     pub fn set_started(&self, pid: u32) {
@@ -258,17 +310,48 @@ impl Registry {
         self.runs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The member's run in flight on the thread, or a new one made by
-    /// `make` (given the run's ordinal) and registered. The bool says
-    /// whether it was already running.
-    pub fn claim(&self, thread: &str, member: &str, make: impl FnOnce(u64) -> Run) -> (Arc<Run>, bool) {
+    /// The member's run on the thread answering the same question as
+    /// `place` (joined), or a new one made by `make` (given the run's
+    /// ordinal) and registered: free to start when the member has no run
+    /// on the thread, else queued behind the ones it has. A run that has
+    /// finished but whose message is not written yet still counts, so the
+    /// next one's prompt includes its answer.
+    pub fn claim(&self, thread: &str, member: &str, place: &Place, make: impl FnOnce(u64) -> Run) -> Claim {
         let mut runs = self.runs();
-        if let Some(r) = runs.values().find(|r| r.thread == thread && r.member == member && r.is_in_flight()) {
-            return (r.clone(), true);
+        let mut busy = false;
+        for r in runs.values().filter(|r| r.thread == thread && r.member == member) {
+            if r.place.same_question(place) {
+                return Claim::Joined(r.clone());
+            }
+            busy = true;
         }
         let run = Arc::new(make(self.next_ordinal()));
         runs.insert(run.id.clone(), run.clone());
-        (run, false)
+        if busy {
+            run.set_status(RunStatus::Queued);
+            Claim::Queued(run)
+        } else {
+            Claim::New(run)
+        }
+    }
+
+    /// Resolves when `run`'s turn has come — every run of its member on its
+    /// thread claimed before it has ended and written its message — with
+    /// true, or with false as soon as `run` is asked to stop.
+    pub async fn turn(&self, run: &Run) -> bool {
+        loop {
+            let ahead = self
+                .runs()
+                .values()
+                .filter(|r| r.thread == run.thread && r.member == run.member && r.ordinal < run.ordinal)
+                .max_by_key(|r| r.ordinal)
+                .cloned();
+            let Some(ahead) = ahead else { return true };
+            tokio::select! {
+                _ = ahead.done() => {}
+                _ = run.stopped() => return false,
+            }
+        }
     }
 
     /// The next start ordinal: the time in microseconds, or one more than
@@ -329,19 +412,62 @@ mod tests {
         )
     }
 
+    fn at(reply_to: u64) -> Place {
+        Place { reply_to: Some(reply_to), ..Place::default() }
+    }
+
+    fn kind(c: &Claim) -> &'static str {
+        match c {
+            Claim::New(_) => "new",
+            Claim::Joined(_) => "joined",
+            Claim::Queued(_) => "queued",
+        }
+    }
+
     #[test]
-    fn one_member_runs_once_per_thread() {
+    fn the_same_question_joins_and_a_new_one_for_a_busy_member_is_queued() {
         let reg = Registry::default();
-        let (a, attached) = reg.claim("t", "claude", |_| run("r1", "t", "claude"));
-        assert!(!attached);
-        let (b, attached) = reg.claim("t", "claude", |_| run("r2", "t", "claude"));
-        assert!(attached && Arc::ptr_eq(&a, &b));
-        let (_, attached) = reg.claim("u", "claude", |_| run("r3", "u", "claude"));
-        assert!(!attached, "another thread");
-        a.set_status(RunStatus::Done);
-        let (c, attached) = reg.claim("t", "claude", |_| run("r4", "t", "claude"));
-        assert!(!attached && c.id == "r4", "a finishing run does not block a new one");
-        assert_eq!(reg.count(), 2);
+        let a = reg.claim("t", "claude", &at(1), |_| run("r1", "t", "claude"));
+        assert_eq!(kind(&a), "new");
+        let again = reg.claim("t", "claude", &at(1), |_| run("r2", "t", "claude"));
+        assert!(kind(&again) == "joined" && Arc::ptr_eq(again.run(), a.run()), "the same question joins");
+        let b = reg.claim("t", "claude", &Place { reply_to: Some(2), ..at(2) }, |o| Run {
+            ordinal: o,
+            ..run("r3", "t", "claude")
+        });
+        assert_eq!(kind(&b), "queued", "a new question waits");
+        assert!(b.run().is_queued() && b.run().is_in_flight());
+        assert_eq!(kind(&reg.claim("u", "claude", &at(1), |_| run("r4", "u", "claude"))), "new", "another thread");
+        assert_eq!(kind(&reg.claim("t", "codex", &at(2), |_| run("r5", "t", "codex"))), "new", "another member");
+        // A finished run whose message is not written yet still holds the
+        // member's turn: the next question's prompt must include its answer.
+        a.run().set_status(RunStatus::Done);
+        assert_eq!(kind(&reg.claim("t", "claude", &at(3), |_| run("r6", "t", "claude"))), "queued");
+        assert_eq!(reg.count(), 4, "queued runs are in flight, the finished one is not");
+    }
+
+    #[tokio::test]
+    async fn a_queued_run_gets_its_turn_when_the_runs_before_it_are_done() {
+        let reg = Arc::new(Registry::default());
+        let first = reg.claim("t", "claude", &at(1), |o| Run { ordinal: o, ..run("r1", "t", "claude") }).into_run();
+        let second = reg.claim("t", "claude", &at(2), |o| Run { ordinal: o, ..run("r2", "t", "claude") }).into_run();
+        let third = reg.claim("t", "claude", &at(3), |o| Run { ordinal: o, ..run("r3", "t", "claude") }).into_run();
+        let turn = {
+            let (reg, third) = (reg.clone(), third.clone());
+            tokio::spawn(async move { reg.turn(&third).await })
+        };
+        // The second is cancelled while queued: the third still waits for the first.
+        second.stop(StopReason::Cancelled);
+        assert!(!reg.turn(&second).await, "a stopped run does not get its turn");
+        reg.remove(&second.id);
+        second.mark_done();
+        tokio::task::yield_now().await;
+        assert!(!turn.is_finished(), "the first is still running");
+        reg.remove(&first.id);
+        first.mark_done();
+        assert!(turn.await.unwrap(), "its turn came");
+        third.leave_queue();
+        assert_eq!(third.info().status, RunStatus::Waiting);
     }
 
     #[test]
@@ -349,7 +475,9 @@ mod tests {
         let reg = Registry::default();
         let ordinals: Vec<u64> = (0..100)
             .map(|i| {
-                reg.claim("t", &format!("m{i}"), |o| Run { ordinal: o, ..run(&format!("r{i}"), "t", "m") }).0.ordinal
+                reg.claim("t", &format!("m{i}"), &at(1), |o| Run { ordinal: o, ..run(&format!("r{i}"), "t", "m") })
+                    .run()
+                    .ordinal
             })
             .collect();
         assert!(ordinals.windows(2).all(|w| w[0] < w[1]), "strictly growing: {ordinals:?}");

@@ -94,6 +94,10 @@ pub(super) fn failed(member: &str, status: RunStatus, reason: String) -> Finish 
 async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec) -> Finish {
     let member = run.member.clone();
     let agent = &spec.agent;
+    if run.stop_reason().is_some() {
+        // Stopped while queued: it takes no session and reads nothing.
+        return stopped_early(run);
+    }
     let prepared = match prepare(d, run, spec).await {
         Ok(p) => p,
         Err(f) => return f,

@@ -29,7 +29,7 @@ use kd_proto::types::{
 use serde_json::json;
 
 use super::{Coord, check_members};
-use crate::agent::registry::{Place, Run, StopReason};
+use crate::agent::registry::{Claim, Place, Run, StopReason};
 use crate::client::ClientId;
 use crate::council::Launch;
 use crate::db::events::Record;
@@ -111,7 +111,7 @@ pub async fn complete(co: &Coord, p: Params) -> Result<Completion, ErrorObjectOw
     };
     let place = Place { reply_to: Some(seq), round: Some(1), exchange: Some(seq), replaces: None, purpose: None };
     let runs: Vec<Arc<Run>> =
-        members.iter().filter_map(|m| launch.start(&co.council, m, place).map(|(r, _)| r)).collect();
+        members.iter().filter_map(|m| launch.start(&co.council, m, place).map(Claim::into_run)).collect();
     let late = wait_for(&runs, p.wait, p.timeout).await;
     let mut parts = Vec::new();
     let mut events = Vec::new();
@@ -149,7 +149,7 @@ pub async fn complete(co: &Coord, p: Params) -> Result<Completion, ErrorObjectOw
             let prompt = ballot_prompt(&p.body, &labels, &answered, &voter);
             let run_launch = Launch { prompt: Some(prompt), ..launch.clone() };
             let ballot = Place { purpose: Some(Purpose::Ballot), ..place };
-            if let Some((run, _)) = run_launch.start(&co.council, &voter, ballot) {
+            if let Some(run) = run_launch.start(&co.council, &voter, ballot).map(Claim::into_run) {
                 voters.push((voter, run));
             }
         }
@@ -186,7 +186,7 @@ pub async fn complete(co: &Coord, p: Params) -> Result<Completion, ErrorObjectOw
         // answer is shown after it.
         let answers = tally.as_ref().and_then(|t| t.seq).or(merged).or(Some(seq));
         let synthesis_place = Place { purpose: Some(Purpose::Synthesis), reply_to: answers, ..place };
-        if let Some((run, _)) = run_launch.start(&co.council, &chair, synthesis_place) {
+        if let Some(run) = run_launch.start(&co.council, &chair, synthesis_place).map(Claim::into_run) {
             run.done().await;
             let part = part_of(&run, false, Wait::All);
             db.record(vec![event(

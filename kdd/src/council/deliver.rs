@@ -1,6 +1,6 @@
 //! Delivering a routed message to its members (F-X1, F-X3): each addressee
 //! by its delivery mode — `immediate` starts a run answering it now, or
-//! right after the member's run in flight on the thread; `queued` keeps it
+//! queues one behind the member's run in flight on the thread; `queued` keeps it
 //! in the member's inbox for its next turn — and each `cc` member keeps it
 //! in its inbox without being asked. An emergency bypasses modes and
 //! queues. The message, the inbox entries and one event per decision are
@@ -10,10 +10,9 @@
 use std::sync::Arc;
 
 use kd_proto::types::{Delivery, DeliveryMode, DeliveryStatus, Message, Role, RouteType, Style, Thread};
-use tokio::task::JoinHandle;
 
 use super::{Council, Launch};
-use crate::agent::registry::{Place, Run};
+use crate::agent::registry::{Claim, Place, Run};
 use crate::client::ClientId;
 use crate::config::Config;
 use crate::db::DbResult;
@@ -39,28 +38,14 @@ pub struct Request {
     pub emergency: Option<String>,
 }
 
-/// A run a delivery starts: now, or once the member's run in flight ends.
-pub enum Start {
-    Now(Arc<Run>),
-    After(JoinHandle<Option<Arc<Run>>>),
-}
-
-impl Start {
-    /// The run, once it has started (None if it could not).
-    pub async fn run(self) -> Option<Arc<Run>> {
-        match self {
-            Start::Now(r) => Some(r),
-            Start::After(h) => h.await.ok().flatten(),
-        }
-    }
-}
-
 /// What a delivery did.
 pub struct Delivered {
     pub message: Message,
     pub deliveries: Vec<Delivery>,
     pub participants: Vec<String>,
-    pub starts: Vec<Start>,
+    /// The runs answering it: started, or queued behind the member's run
+    /// in flight.
+    pub starts: Vec<Arc<Run>>,
 }
 
 pub async fn deliver(c: &Arc<Council>, r: Request) -> DbResult<Delivered> {
@@ -143,43 +128,24 @@ pub async fn deliver(c: &Arc<Council>, r: Request) -> DbResult<Delivered> {
                 if how == "copied" {
                     d.status = DeliveryStatus::Copied;
                 } else if how != "queued" {
-                    let (status, start) = start(c, &launch, &entry.member, place);
-                    d.status = status;
-                    if let Some(Start::Now(run)) = &start {
-                        d.run = Some(run.id.clone());
+                    match launch.start(c, &entry.member, place) {
+                        Some(claim) => {
+                            d.status = match claim {
+                                Claim::Queued(_) => DeliveryStatus::AfterRun,
+                                Claim::New(_) | Claim::Joined(_) => DeliveryStatus::Started,
+                            };
+                            let run = claim.into_run();
+                            d.run = Some(run.id.clone());
+                            starts.push(run);
+                        }
+                        // The daemon is stopping: the inbox entry waits for
+                        // the next turn.
+                        None => d.status = DeliveryStatus::Queued,
                     }
-                    starts.extend(start);
                 }
             }
         }
         deliveries.push(d);
     }
     Ok(Delivered { message: routed.message, deliveries, participants: routed.participants, starts })
-}
-
-/// Starts `member`'s run answering at `place`, or, when it is running on
-/// the thread, once that run has ended.
-fn start(c: &Arc<Council>, launch: &Launch, member: &str, place: Place) -> (DeliveryStatus, Option<Start>) {
-    match launch.start(c, member, place) {
-        Some((run, false)) => (DeliveryStatus::Started, Some(Start::Now(run))),
-        Some((current, true)) => {
-            let (c, launch, member) = (c.clone(), launch.clone(), member.to_string());
-            let h = tokio::spawn(async move {
-                // Another delivery may take the member's next turn first:
-                // wait for each run in flight until one starts for this.
-                let mut current = current;
-                loop {
-                    current.done().await;
-                    match launch.start(&c, &member, place) {
-                        Some((run, false)) => return Some(run),
-                        Some((run, true)) => current = run,
-                        None => return None,
-                    }
-                }
-            });
-            (DeliveryStatus::AfterRun, Some(Start::After(h)))
-        }
-        // The daemon is stopping: the inbox entry waits for the next turn.
-        None => (DeliveryStatus::Queued, None),
-    }
 }

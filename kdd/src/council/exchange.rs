@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::deliver::{Request, deliver};
 use super::{Council, Launch};
-use crate::agent::registry::{Place, Run};
+use crate::agent::registry::{Claim, Place, Run};
 use crate::db::compose::Carrier;
 use crate::db::events::Record;
 
@@ -198,7 +198,7 @@ async fn turn(
     };
     let place =
         Place { reply_to: Some(last), round: Some(round), exchange: Some(ex.king), replaces: None, purpose: None };
-    if let Some((run, _)) = plan.launch.start(c, member, place) {
+    if let Some(run) = plan.launch.start(c, member, place).map(Claim::into_run) {
         run.done().await;
         if has_failed(&run) {
             failed.insert(member.to_string());
@@ -267,11 +267,9 @@ async fn follow(c: &Arc<Council>, ex: &Exchange, plan: &Plan, first: Arc<Run>, r
         };
         match deliver(c, request).await {
             Ok(d) => {
-                for start in d.starts {
-                    if let Some(next) = start.run().await {
-                        next.done().await;
-                        queue.push_back(next);
-                    }
+                for next in d.starts {
+                    next.done().await;
+                    queue.push_back(next);
                 }
             }
             Err(e) => tracing::warn!(thread = ex.thread, "cannot hand off {}'s answer: {e}", run.member),

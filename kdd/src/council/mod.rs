@@ -14,10 +14,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kd_proto::types::{Style, Thread};
+use kd_proto::types::{Style, Thread, ThreadEvent};
 
 use crate::agent::Runner;
-use crate::agent::registry::{Place, Run};
+use crate::agent::registry::{Claim, Place, Run};
 use crate::agent::supervisor::{self, Spec};
 use crate::client::ClientId;
 use crate::config::Config;
@@ -59,15 +59,16 @@ pub struct Launch {
 }
 
 impl Launch {
-    /// Starts `member`'s run at `place`, or joins the run it already has in
-    /// flight on the thread. Returns the run and whether it was joined.
-    /// Nothing starts once the daemon is stopping.
-    pub fn start(&self, c: &Council, member: &str, place: Place) -> Option<(Arc<Run>, bool)> {
+    /// Claims `member`'s run at `place` (see [`Claim`]): a new run starts
+    /// now, a queued one once the member's run in flight on the thread has
+    /// ended, and a request for the question the member is already
+    /// answering joins that run. Nothing starts once the daemon is stopping.
+    pub fn start(&self, c: &Council, member: &str, place: Place) -> Option<Claim> {
         if c.agents.is_closed() {
             return None;
         }
         let agent = self.config.agent(member)?.clone();
-        let (run, attached) = c.agents.runs.claim(&self.thread.id, member, |ordinal| {
+        let claim = c.agents.runs.claim(&self.thread.id, member, &place, |ordinal| {
             Run::new(
                 format!("r-{}", random_id(10)),
                 ordinal,
@@ -78,21 +79,34 @@ impl Launch {
                 self.client,
             )
         });
-        if !attached {
-            let preamble = self.config.preamble(self.style).to_string();
-            let spec = Spec {
-                timeout: self.timeout.unwrap_or(Duration::from_secs(self.config.timeout_s(member))),
-                agent,
-                preamble,
-                style: self.style,
-                context: self.thread.context,
-                workspace: PathBuf::from(&self.thread.workspace),
-                max_answer_bytes: self.config.council.max_answer_bytes,
-                members: self.config.council.members.clone(),
-                prompt: self.prompt.clone(),
-            };
-            tokio::spawn(supervisor::supervise(c.agents.clone(), run.clone(), spec));
+        let spec = || Spec {
+            timeout: self.timeout.unwrap_or(Duration::from_secs(self.config.timeout_s(member))),
+            agent,
+            preamble: self.config.preamble(self.style).to_string(),
+            style: self.style,
+            context: self.thread.context,
+            workspace: PathBuf::from(&self.thread.workspace),
+            max_answer_bytes: self.config.council.max_answer_bytes,
+            members: self.config.council.members.clone(),
+            prompt: self.prompt.clone(),
+        };
+        match &claim {
+            Claim::New(run) => {
+                tokio::spawn(supervisor::supervise(c.agents.clone(), run.clone(), spec()));
+            }
+            Claim::Queued(run) => {
+                // Subscribers see it waiting its turn; the run's record is
+                // written when it starts (or is stopped before it could).
+                c.agents.hub.publish(&run.thread, ThreadEvent::RunWaiting { run: run.info() });
+                let (agents, run, spec) = (c.agents.clone(), run.clone(), spec());
+                tokio::spawn(async move {
+                    agents.runs.turn(&run).await;
+                    run.leave_queue();
+                    supervisor::supervise(agents, run, spec).await;
+                });
+            }
+            Claim::Joined(_) => {}
         }
-        Some((run, attached))
+        Some(claim)
     }
 }

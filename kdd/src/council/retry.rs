@@ -12,7 +12,7 @@ use kd_proto::ErrorCode;
 use kd_proto::types::{MessageKind, RunInfo, Style, display_order};
 
 use super::{Council, Launch};
-use crate::agent::registry::Place;
+use crate::agent::registry::{Claim, Place};
 use crate::client::ClientId;
 use crate::config;
 use crate::db::messages::Page;
@@ -56,7 +56,7 @@ pub async fn retry(
             replaces: Some(message.seq),
             purpose: message.purpose,
         };
-        if let Some((run, _)) = launch.start(c, &member, place) {
+        if let Some(run) = launch.start(c, &member, place).map(Claim::into_run) {
             runs.push(run.info());
         }
     }

@@ -12,7 +12,7 @@ use kd_proto::types::{MessageKind, Mode, Sent, SentRun, Style, Thread};
 
 use super::exchange::{self, Exchange, Plan};
 use super::{Council, Launch};
-use crate::agent::registry::Place;
+use crate::agent::registry::{Claim, Place};
 use crate::client::ClientId;
 use crate::config::{self, Config};
 use crate::db::messages::NewMessage;
@@ -138,7 +138,9 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
     let mut runs = Vec::new();
     let mut started = Vec::new();
     for member in starting {
-        if let Some((run, attached)) = launch.start(c, member, first_round) {
+        if let Some(claim) = launch.start(c, member, first_round) {
+            let attached = matches!(claim, Claim::Joined(_));
+            let run = claim.into_run();
             runs.push(SentRun { run: run.info(), attached });
             started.push(run);
         }

@@ -2,6 +2,7 @@
 //! (F-A6).
 
 use kd_proto::names::{ALL, KING};
+use kd_proto::order::message_place;
 use kd_proto::types::{Message, MessageKind, Purpose, display_order};
 
 /// Whether a message is part of the conversation agents see: what the King
@@ -10,6 +11,17 @@ use kd_proto::types::{Message, MessageKind, Purpose, display_order};
 pub fn is_history(m: &Message) -> bool {
     matches!(m.kind, MessageKind::King | MessageKind::Agent | MessageKind::Interrupted)
         || matches!(m.purpose, Some(Purpose::Bundle | Purpose::Summary))
+}
+
+/// The thread as a run answering message `reply_to` is given it: every
+/// message up to that one, and the answers to earlier messages written
+/// since (by runs that were in flight when it came). So the members of a
+/// parallel round do not see each other's answers, while a run that waited
+/// behind its member's run in flight sees the answer that run gave.
+/// Without a `reply_to`, the whole thread.
+pub fn as_of(messages: Vec<Message>, reply_to: Option<u64>) -> Vec<Message> {
+    let Some(upto) = reply_to else { return messages };
+    messages.into_iter().filter(|m| m.seq <= upto || message_place(m).anchor < upto).collect()
 }
 
 /// The thread as a multi-party conversation, for `target`:
@@ -90,6 +102,36 @@ mod tests {
 
     fn msg(seq: u64, from: &str, to: &[&str], body: &str) -> Message {
         Message { to: to.iter().map(|s| s.to_string()).collect(), ..Message::new("t", seq, from, body) }
+    }
+
+    fn answer(seq: u64, from: &str, reply_to: u64, ordinal: u64) -> Message {
+        let run = kd_proto::types::RunMeta { ordinal: Some(ordinal), ..Default::default() };
+        Message { reply_to: Some(reply_to), run: Some(run), ..msg(seq, from, &["king"], "a") }
+    }
+
+    fn seqs(v: &[Message]) -> Vec<u64> {
+        v.iter().map(|m| m.seq).collect()
+    }
+
+    #[test]
+    fn a_run_sees_the_thread_up_to_its_question_and_the_answers_to_earlier_ones() {
+        // King asked A (1) and B (2); codex answered B (3) before claude,
+        // busy with A, answered it (4); claude's run for B comes next.
+        let t = vec![
+            msg(1, "king", &["claude"], "A"),
+            msg(2, "king", &["all"], "B"),
+            answer(3, "codex", 2, 20),
+            answer(4, "claude", 1, 10),
+        ];
+        assert_eq!(seqs(&as_of(t.clone(), Some(2))), [1, 2, 4], "its own earlier answer, not codex's to B");
+        assert_eq!(seqs(&as_of(t.clone(), Some(1))), [1], "a parallel answer to A sees only A");
+        assert_eq!(seqs(&as_of(t.clone(), Some(3))), [1, 2, 3, 4], "a turn after codex's answer sees it all");
+        assert_eq!(seqs(&as_of(t.clone(), None)), [1, 2, 3, 4]);
+        assert_eq!(seqs(&as_of(t, Some(9))), [1, 2, 3, 4]);
+        // A parallel round: codex (asked second) answered first; the next
+        // turn answers the last message and sees both answers.
+        let round = vec![msg(1, "king", &["all"], "Q"), answer(2, "codex", 1, 20), answer(3, "claude", 1, 10)];
+        assert_eq!(seqs(&as_of(round.clone(), Some(3))), [1, 2, 3]);
     }
 
     #[test]

@@ -12,5 +12,5 @@ pub mod history;
 pub mod label;
 pub mod mentions;
 
-pub use history::{assemble, format_new_messages, format_thread_history, is_history, unseen};
+pub use history::{as_of, assemble, format_new_messages, format_thread_history, is_history, unseen};
 pub use label::{LabelStripper, strip_label};

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use jsonrpsee::core::SubscriptionResult;
 use jsonrpsee::server::{PendingSubscriptionSink, SubscriptionMessage, SubscriptionSink};
 use jsonrpsee::types::ErrorObjectOwned;
-use kd_proto::types::{Message, ThreadEvent};
+use kd_proto::types::{Message, RunStatus, ThreadEvent};
 use serde_json::value::RawValue;
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 
@@ -136,7 +136,7 @@ pub async fn run(
     let _counted = d.hub.track();
     let sink = pending.accept().await?;
     let out = Out { d: &d, sink: &sink, client };
-    let mut snapshots: HashMap<String, (bool, u64)> = HashMap::new();
+    let mut snapshots: HashMap<String, Seen> = HashMap::new();
     let result = async {
         if !backlog.is_empty() {
             out.messages(backlog, &mut last).await?;
@@ -152,8 +152,8 @@ pub async fn run(
             if snap.info.status.is_finished() {
                 continue;
             }
-            let (id, member, pid, chars) =
-                (snap.info.id.clone(), snap.info.member.clone(), snap.info.pid, snap.info.chars);
+            let (id, member, pid, chars, status) =
+                (snap.info.id.clone(), snap.info.member.clone(), snap.info.pid, snap.info.chars, snap.info.status);
             out.event(&ThreadEvent::RunWaiting { run: snap.info }).await?;
             if let Some(pid) = pid {
                 out.event(&ThreadEvent::RunStarted { run: id.clone(), member: member.clone(), pid }).await?;
@@ -161,7 +161,8 @@ pub async fn run(
             if !snap.text.is_empty() {
                 out.event(&ThreadEvent::Delta { run: id.clone(), member, text: snap.text, chars }).await?;
             }
-            snapshots.insert(id, (pid.is_some(), chars));
+            let queued = status == RunStatus::Queued;
+            snapshots.insert(id, Seen { queued, started: pid.is_some(), chars });
         }
         loop {
             tokio::select! {
@@ -201,12 +202,7 @@ fn backlog_page(d: &Daemon, after: u64) -> Page {
 }
 
 /// Sends a live event unless the backlog or a snapshot already covered it.
-async fn forward(
-    out: &Out<'_>,
-    p: &Published,
-    snapshots: &HashMap<String, (bool, u64)>,
-    last: &mut u64,
-) -> Result<(), Stop> {
+async fn forward(out: &Out<'_>, p: &Published, snapshots: &HashMap<String, Seen>, last: &mut u64) -> Result<(), Stop> {
     if already_sent(snapshots, p.run.as_ref()) {
         return Ok(());
     }
@@ -219,12 +215,21 @@ async fn forward(
     out.raw(p.json.clone()).await
 }
 
+/// What a run's snapshot told a subscriber.
+struct Seen {
+    /// It was queued behind its member's run in flight.
+    queued: bool,
+    started: bool,
+    chars: u64,
+}
+
 /// Whether a live run event was already covered by the run's snapshot.
-fn already_sent(snapshots: &HashMap<String, (bool, u64)>, mark: Option<&RunMark>) -> bool {
+fn already_sent(snapshots: &HashMap<String, Seen>, mark: Option<&RunMark>) -> bool {
     match mark {
-        Some(RunMark::Waiting(id)) => snapshots.contains_key(id),
-        Some(RunMark::Started(id)) => snapshots.get(id).is_some_and(|(started, _)| *started),
-        Some(RunMark::Delta(id, chars)) => snapshots.get(id).is_some_and(|(_, seen)| chars <= seen),
+        // A queued run's leaving the queue is news.
+        Some(RunMark::Waiting { run, queued }) => snapshots.get(run).is_some_and(|s| *queued || !s.queued),
+        Some(RunMark::Started(id)) => snapshots.get(id).is_some_and(|s| s.started),
+        Some(RunMark::Delta(id, chars)) => snapshots.get(id).is_some_and(|s| *chars <= s.chars),
         None => false,
     }
 }
