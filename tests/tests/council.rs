@@ -447,3 +447,29 @@ async fn chat_falls_back_to_the_council_prompt_and_takes_a_configured_chat_pream
         "{prompt}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_council_of_one_does_not_argue_with_itself() {
+    let ws = Workspace::new(&[]);
+    let record = ws.file("record.jsonl");
+    let rec: &[(&str, &str)] = &[("FAKE_RECORD", &record)];
+    config(&ws, &[("claude", "claude", rec), ("codex", "gemini", rec)], serde_json::json!({"auto_rounds": 3}));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread(&c, &ws).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    // Everyone is addressed, but only claude is left to answer.
+    let sent = send(&c, &t, "Alone?", Some(vec!["codex".into()])).await;
+    assert_eq!(sent.rounds, 1, "no auto-rounds for a single member");
+    let (_, state) = until_end(&mut sub, sent.message.seq).await;
+    assert_eq!(state, RoundState::Done);
+    assert_eq!(records(&record).len(), 1, "claude ran once");
+    // A council of one member: the same.
+    let one = Workspace::new(&[("claude", "claude", rec)]);
+    let mut k = kdd.kd();
+    k.current_dir(one.dir.path()).args(["ask", "Just you?"]);
+    let out = kd_tests::run(k).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(records(&record).len(), 2, "one more run, not four");
+    assert!(!out.stdout.contains("round 2"), "{}", out.stdout);
+}

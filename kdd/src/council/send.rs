@@ -112,7 +112,9 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
         config::Mode::Broadcast => Mode::Broadcast,
         config::Mode::Sequential => Mode::Sequential,
     };
-    let rounds = if who.directed { 1 } else { 1 + req.rounds.unwrap_or(planned.auto_rounds) };
+    // A directed message gets one round, and so does a single member: a
+    // council of one does not argue with itself.
+    let rounds = if who.directed || who.members.len() == 1 { 1 } else { 1 + req.rounds.unwrap_or(planned.auto_rounds) };
     let notice = config.council.members_detected.then(|| {
         format!(
             "no council is configured (.kd/config.json), so the agent CLIs found on PATH answer: {}",
