@@ -472,6 +472,12 @@ pub struct NewThread {
     /// Make it the current thread of its workspace and branch.
     #[serde(default)]
     pub set_current: bool,
+    /// `trunk`: only as the first thread of its workspace and branch,
+    /// refused (already_exists) when it has a trunk — how `kd ask` without
+    /// `--new` makes sure concurrent questions share one trunk. Default:
+    /// the trunk when there is none, else a branch of it.
+    #[serde(default)]
+    pub lineage: Option<Lineage>,
 }
 
 /// Answer to `council.send`.

@@ -269,6 +269,55 @@ async fn one_trunk_per_workspace_under_concurrent_asks_and_new_threads_branch_of
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn concurrent_asks_in_a_fresh_workspace_all_land_in_its_one_trunk() {
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    // 3 to 8 questions at once, each in a workspace with no thread yet.
+    for n in 3..=8 {
+        let ws = Workspace::new(&[]);
+        config(&ws, serde_json::json!({}));
+        let mut asks = Vec::new();
+        for i in 0..n {
+            let mut k = kdd.kd();
+            k.current_dir(ws.path()).args(["ask", "--async", &format!("Question {i}")]);
+            asks.push(tokio::spawn(run(k)));
+        }
+        let mut ids = std::collections::HashSet::new();
+        for a in asks {
+            let out = a.await.unwrap();
+            assert!(out.status.success(), "{}", out.stderr);
+            ids.insert(out.stdout.trim().to_string());
+        }
+        let threads = c.thread_list(Some(ws.path()), None, None).await.unwrap();
+        assert_eq!(threads.len(), 1, "{n} asks at once made one thread: {threads:#?}");
+        assert_eq!(threads[0].lineage, Lineage::Trunk);
+        assert_eq!(ids.into_iter().collect::<Vec<_>>(), [threads[0].id.clone()], "every ask printed the trunk");
+        let messages = c.thread_messages(threads[0].id.clone(), None, None, None, None).await.unwrap();
+        let kings = messages.iter().filter(|m| m.kind == MessageKind::King).count();
+        assert_eq!(kings, n, "every question is in the trunk");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_the_current_branch_is_deleted_kd_ask_goes_back_to_the_trunk() {
+    let ws = Workspace::new(&[]);
+    config(&ws, serde_json::json!({}));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let trunk = kd_tests::new_thread(&c, &ws.path()).await;
+    let branch = c.thread_fork(trunk.clone(), None).await.unwrap().id;
+    assert_eq!(c.thread_current(ws.path(), None).await.unwrap().unwrap().id, branch);
+    c.thread_delete(branch.clone(), None).await.unwrap();
+    let mut k = kdd.kd();
+    k.current_dir(ws.path()).args(["ask", "--async", "Where now?"]);
+    let out = run(k).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(out.stdout.trim(), trunk, "the trunk, not a new branch");
+    assert_eq!(c.thread_list(Some(ws.path()), None, None).await.unwrap().len(), 1);
+    assert_eq!(c.thread_current(ws.path(), None).await.unwrap().unwrap().id, trunk);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_fork_starts_with_the_bundle_and_its_own_sessions() {
     let ws = Workspace::new(&[]);
     let record = ws.file("record.jsonl");

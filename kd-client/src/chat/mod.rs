@@ -232,7 +232,8 @@ fn pending_thread(root: &str, branch: Option<String>, context: Option<ContextMod
         origin: None,
         summary: None,
     };
-    let spec = NewThread { workspace: root.to_string(), branch, title: None, context, set_current: true };
+    let spec =
+        NewThread { workspace: root.to_string(), branch, title: None, context, set_current: true, lineage: None };
     (thread, spec)
 }
 

@@ -9,7 +9,7 @@ use clap::Args;
 use kd_client::style::Palette;
 use kd_client::{Client, ClientError, KdApiClient, workspace};
 use kd_proto::ErrorCode;
-use kd_proto::types::{Completion, NewThread, RunStatus, Thread, ThreadEvent};
+use kd_proto::types::{Completion, Lineage, NewThread, RunStatus, Thread, ThreadEvent};
 
 use super::Ctx;
 use super::answers::View;
@@ -75,7 +75,7 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("the question is empty");
     }
     let client = ctx.client().await?;
-    let target = resolve_thread(&client, a.thread.clone(), a.new, a.context, a.title.clone()).await?;
+    let mut target = resolve_thread(&client, a.thread.clone(), a.new, a.context, a.title.clone()).await?;
     if a.first || a.vote || a.synthesize.is_some() {
         return complete(ctx, &client, target, question, a).await;
     }
@@ -104,8 +104,12 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
             .await
             .map_err(ClientError::from);
         match sent {
-            // A new thread's id was taken meanwhile: draw another.
-            Err(e) if new_thread.is_some() && e.code() == Some(ErrorCode::AlreadyExists) => continue,
+            // The workspace's trunk was made meanwhile (by a question asked
+            // at the same time): ask there. Or a new thread's id was taken:
+            // draw another.
+            Err(e) if new_thread.is_some() && e.code() == Some(ErrorCode::AlreadyExists) => {
+                target = resolve_thread(&client, None, a.new, a.context, a.title.clone()).await?;
+            }
             sent => break (id, sub, sent?),
         }
     };
@@ -175,14 +179,24 @@ async fn complete(
     a: AskArgs,
 ) -> anyhow::Result<ExitCode> {
     use kd_proto::types::{Aggregation, Wait};
-    let (thread, since, workspace) = match target {
-        Target::Existing(t) => (t.id, t.last_seq, t.workspace),
-        Target::New(n) => {
-            let t = client
-                .thread_create(n.workspace, n.branch, n.title, None, None, None, None, Some(true), n.context)
-                .await
-                .map_err(ClientError::from)?;
-            (t.id, t.last_seq, t.workspace)
+    let mut target = target;
+    let (thread, since, workspace) = loop {
+        match target {
+            Target::Existing(t) => break (t.id, t.last_seq, t.workspace),
+            Target::New(n) => {
+                let made = client
+                    .thread_create(n.workspace, n.branch, n.title, None, None, n.lineage, None, Some(true), n.context)
+                    .await
+                    .map_err(ClientError::from);
+                match made {
+                    Ok(t) => break (t.id, t.last_seq, t.workspace),
+                    // The workspace's trunk was made meanwhile: ask there.
+                    Err(e) if e.code() == Some(ErrorCode::AlreadyExists) => {
+                        target = resolve_thread(client, None, a.new, a.context, a.title.clone()).await?;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
         }
     };
     let aggregation = match (&a.synthesize, a.vote) {
@@ -334,5 +348,8 @@ async fn resolve_thread(
         title,
         context: context.map(Into::into),
         set_current: true,
+        // Without --new, the workspace's first thread: questions asked at
+        // the same time share it, whichever creates it.
+        lineage: (!new).then_some(Lineage::Trunk),
     }))
 }

@@ -155,8 +155,8 @@ fn build() -> (Vec<MethodDoc>, Value) {
     b.method::<Option<Thread>>(
         "thread.current",
         "thread",
-        "The current thread of a workspace and branch, or null. When it is a branch that was archived, the trunk \
-         is made current again and returned.",
+        "The current thread of a workspace and branch, or null. When it is a branch that was archived or \
+         deleted, the trunk is made current again and returned.",
     );
     b.param::<String>("workspace", true, "workspace directory").param::<String>("branch", false, "git branch");
     b.method::<Thread>("thread.set_current", "thread", "Make a thread the current one of a workspace and branch.");
@@ -285,7 +285,9 @@ fn build() -> (Vec<MethodDoc>, Value) {
         .param::<NewThread>(
             "new_thread",
             false,
-            "create the thread `thread` with its first message; nothing is created if the message is refused",
+            "create the thread `thread` with its first message; nothing is created if the message is refused. With \
+             lineage trunk it must be its workspace's first thread (already_exists when a trunk was made \
+             meanwhile: ask the current thread instead)",
         )
         .errors(&[InvalidArgument, NotFound, AlreadyExists, ThreadArchived]);
     b.method::<Interrupted>("council.interrupt", "interrupted", "Cancel the runs on the thread started by the calling client (all runs with `all`) and stop further auto-turns until the next King message.");

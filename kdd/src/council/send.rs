@@ -93,7 +93,7 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
                 branch: new.branch,
                 title: new.title,
                 members: config.council.members.clone(),
-                lineage: None,
+                lineage: new.lineage,
                 parent: None,
                 set_current: new.set_current,
                 context: new.context.unwrap_or_default(),

@@ -69,20 +69,22 @@ pub async fn get(d: &Daemon, thread: String) -> RpcResult<Thread> {
 
 pub async fn current(d: &Daemon, workspace: String, branch: Option<String>) -> RpcResult<Option<Thread>> {
     validate::workspace(&workspace)?;
-    let Some(t) = d.db.current_thread(workspace.clone(), branch.clone()).await? else { return Ok(None) };
     let mut settings = lifecycle::Settings::default();
-    let t = lifecycle::check(&d.db, t, &mut settings).await;
-    if t.status != ThreadStatus::Archived || t.lineage == Lineage::Trunk {
-        return Ok(Some(t));
+    let current = match d.db.current_thread(workspace.clone(), branch.clone()).await? {
+        Some(t) => Some(lifecycle::check(&d.db, t, &mut settings).await),
+        None => None,
+    };
+    if let Some(t) = current.as_ref().filter(|t| t.status != ThreadStatus::Archived || t.lineage == Lineage::Trunk) {
+        return Ok(Some(t.clone()));
     }
-    // An archived branch is no place to ask: the trunk, the workspace's
-    // default context, is current again.
+    // An archived branch is no place to ask, and a deleted one is gone: the
+    // trunk, the workspace's default context, is current again.
     match d.db.trunk(workspace.clone(), branch.clone()).await? {
         Some(trunk) => {
             let trunk = d.db.set_current_thread(workspace, branch, trunk).await?;
             Ok(Some(lifecycle::check(&d.db, trunk, &mut settings).await))
         }
-        None => Ok(Some(t)),
+        None => Ok(current),
     }
 }
 
