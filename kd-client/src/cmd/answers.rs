@@ -253,10 +253,30 @@ impl View {
             return Ok(());
         }
         if self.live == Some(i) {
+            self.show_stored(i, out)?;
             self.close(i, out)?;
             self.live = None;
         }
         self.show_waiting(out)
+    }
+
+    /// Ends a live answer with the answer as stored when it differs from
+    /// what streamed (kd removed an echoed label, or the agent's final
+    /// answer differs from its partial output): what the user reads last is
+    /// what kd keeps.
+    fn show_stored(&mut self, i: usize, out: &mut impl Write) -> std::io::Result<()> {
+        let r = &self.runs[i];
+        let Some(body) = r.body.clone().filter(|b| r.status == Status::Done && b.trim() != r.streamed.trim()) else {
+            return Ok(());
+        };
+        if !self.at_line_start {
+            writeln!(out)?;
+        }
+        let label = format!("── {} · as kd keeps it ", r.member);
+        let rule = "─".repeat(40usize.saturating_sub(label.chars().count()));
+        writeln!(out, "{}", dim(self.color, &format!("{label}{rule}")))?;
+        self.at_line_start = true;
+        self.emit(out, &body)
     }
 
     /// Shows what waited, finished answers whole, then hands the live slot
@@ -451,6 +471,39 @@ mod tests {
         assert!(out.contains("✗ codex: timed out after 1 s"), "{out}");
         assert!(out.contains("ok\n(cancelled)"), "{out}");
         assert_eq!(v.failures(), vec!["claude: cancelled", "codex: timed out after 1 s"], "in member order");
+    }
+
+    #[test]
+    fn a_live_answer_ends_with_the_stored_answer_when_they_differ() {
+        let mut v = View::new(&sent(&["cursor", "codex"]), false, false);
+        let mut events = vec![delta("cursor", "cursor: Hello"), delta("cursor", " Hello there.")];
+        events.extend(finished("cursor", 2, "Hello there."));
+        events.push(delta("codex", "Same."));
+        events.extend(finished("codex", 3, "Same."));
+        events.push(over());
+        let out = play(&mut v, events);
+        let rule = |m: &str| format!("── {m} {}", "─".repeat(40 - 4 - m.len()));
+        let kept = format!("── cursor · as kd keeps it {}", "─".repeat(40 - 27));
+        assert_eq!(
+            out,
+            format!(
+                "{}\ncursor: Hello Hello there.\n{kept}\nHello there.\n\n{}\nSame.\n",
+                rule("cursor"),
+                rule("codex")
+            )
+        );
+    }
+
+    #[test]
+    fn json_mode_carries_the_stored_answer_before_the_end_of_its_run() {
+        let mut v = View::new(&sent(&["cursor"]), false, true);
+        let mut events = vec![delta("cursor", "cursor: Hi")];
+        events.extend(finished("cursor", 2, "Hi."));
+        let out = play(&mut v, events);
+        let lines: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines[1]["type"], "message");
+        assert_eq!(lines[1]["message"]["body"], "Hi.");
+        assert_eq!(lines[2]["type"], "run_finished");
     }
 
     #[test]
