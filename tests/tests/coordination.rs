@@ -94,6 +94,17 @@ async fn a_hand_off_chain_stops_at_the_hop_limit() {
     assert_eq!(k.iter().filter(|k| *k == "delivery.immediate").count(), 2, "{k:?}");
     assert_eq!(k.iter().filter(|k| *k == "routing.hop_limit").count(), 1, "{k:?}");
     assert!(k.contains(&"delivery.prompt".to_string()), "{k:?}");
+    // The King is told, in the thread and by kd ask.
+    let notice = messages.iter().find(|m| m.kind == MessageKind::System).expect("a notice from kd");
+    assert_eq!(
+        notice.body,
+        "cursor's hand-off to claude was not delivered: this exchange reached council.max_hops (2)."
+    );
+    let mut k = kdd.kd();
+    k.current_dir(ws.path()).args(["ask", "--thread", &t, "@claude write the parser"]);
+    let out = kd_tests::run(k).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.contains(&format!("\nkd: {}\n", notice.body)), "{}", out.stdout);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -118,3 +118,17 @@ async fn a_budget_stops_the_pending_auto_turns_with_a_notice() {
     let after = c.thread_messages(t.clone(), None, None, None, None).await.unwrap();
     assert_eq!(after.iter().filter(|m| m.kind == MessageKind::Agent).count(), 2 + 2 + 4);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_ask_prints_the_budget_stop() {
+    let ws = Workspace::new(&[]);
+    config(&ws, serde_json::json!({"auto_rounds": 2, "budget_usd": 0.001}));
+    let kdd = Kdd::start();
+    let mut k = kdd.kd();
+    k.current_dir(ws.path()).args(["ask", "How much?"]);
+    let out = run(k).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let line = out.stdout.lines().find(|l| l.starts_with("kd: ")).unwrap_or_else(|| panic!("{}", out.stdout));
+    assert!(line.contains("reaches council.budget_usd ($0.0010)"), "{line}");
+    assert!(out.stdout.trim_end().ends_with(line), "kd's word comes last: {}", out.stdout);
+}

@@ -10,7 +10,8 @@ use std::io::Write;
 
 use kd_client::style::{Palette, bold, dim, paint};
 use kd_client::terminal::safe;
-use kd_proto::types::{MessageKind, Purpose, RoundState, Sent, ThreadEvent};
+use kd_proto::names::KD;
+use kd_proto::types::{Message, MessageKind, Purpose, RoundState, Sent, ThreadEvent};
 
 #[derive(Debug, Clone, PartialEq)]
 enum Status {
@@ -57,6 +58,11 @@ pub struct View {
     show_king: bool,
     /// The highest message seq seen.
     last_seq: u64,
+    /// What kd said about the exchange (a budget stop, the hop limit), to
+    /// show when no answer is streaming.
+    notes: Vec<String>,
+    /// The seqs of the exchange's answers (kd's word on one is about it).
+    answers: std::collections::HashSet<u64>,
 }
 
 impl View {
@@ -88,6 +94,8 @@ impl View {
             printed: false,
             show_king: false,
             last_seq: 0,
+            notes: Vec::new(),
+            answers: Default::default(),
         }
     }
 
@@ -119,11 +127,23 @@ impl View {
             printed: false,
             show_king: true,
             last_seq: 0,
+            notes: Vec::new(),
+            answers: Default::default(),
         }
     }
 
     fn ours(&self, exchange: Option<u64>) -> bool {
         self.exchange.is_none() || exchange == self.exchange
+    }
+
+    /// Whether a message is kd's word on this exchange (or, watching, on
+    /// the thread): a notice, not a completion's tally or merge.
+    fn is_note(&self, m: &Message) -> bool {
+        let about_ours = match self.exchange {
+            None => true,
+            Some(x) => m.reply_to.is_some_and(|r| r == x || self.answers.contains(&r)),
+        };
+        m.kind == MessageKind::System && m.from == KD && m.purpose.is_none() && about_ours
     }
 
     pub fn all_done(&self) -> bool {
@@ -170,6 +190,7 @@ impl View {
                 ThreadEvent::Round { exchange, .. } => self.ours(Some(*exchange)),
                 ThreadEvent::Message { message } => {
                     message.run.as_ref().and_then(|m| m.run_id.as_deref()).is_some_and(|id| self.index(id).is_some())
+                        || self.is_note(message)
                 }
                 ThreadEvent::Lagged { .. } | ThreadEvent::Emergency { .. } | ThreadEvent::Status { .. } => true,
             };
@@ -223,6 +244,12 @@ impl View {
                 };
                 if let Some(i) = message.run.as_ref().and_then(|m| m.run_id.as_deref()).and_then(|id| self.index(id)) {
                     self.runs[i].body = Some(message.body.clone());
+                    self.answers.insert(message.seq);
+                } else if self.is_note(message) {
+                    if !self.json {
+                        self.notes.push(message.body.clone());
+                        self.show_waiting(out)?;
+                    }
                 } else if self.exchange.is_none() && shown_whole {
                     // Watching: what the King said, or kd's tally, in its turn.
                     self.runs.push(RunView {
@@ -300,6 +327,15 @@ impl View {
                     self.emit(out, &text)?;
                 }
                 self.close(j, out)?;
+            }
+        }
+        if self.live.is_none() {
+            for note in std::mem::take(&mut self.notes) {
+                if !self.at_line_start {
+                    writeln!(out)?;
+                }
+                writeln!(out, "{}", dim(self.color, &format!("kd: {}", safe(note.trim()))))?;
+                self.at_line_start = true;
             }
         }
         if self.exchange.is_none() && self.live.is_none() {
@@ -492,6 +528,24 @@ mod tests {
                 rule("codex")
             )
         );
+    }
+
+    #[test]
+    fn kds_word_on_the_exchange_waits_for_the_live_answer_and_is_marked() {
+        let mut v = View::new(&sent(&["claude", "codex"]), false, false);
+        let mut note = testkit::message(4, "kd", MessageKind::System, "Budget reached.", None);
+        note.reply_to = Some(2);
+        let mut elsewhere = testkit::message(5, "kd", MessageKind::System, "Not about this exchange.", None);
+        elsewhere.reply_to = Some(99);
+        let mut events = vec![delta("claude", "Yes")];
+        events.extend(finished("codex", 2, "No."));
+        events.push(ThreadEvent::Message { message: Box::new(note) });
+        events.push(ThreadEvent::Message { message: Box::new(elsewhere) });
+        events.push(delta("claude", "."));
+        events.extend(finished("claude", 3, "Yes."));
+        let out = play(&mut v, events);
+        assert!(out.ends_with("No.\nkd: Budget reached.\n"), "after the answers, not inside one: {out}");
+        assert!(!out.contains("Not about this exchange"), "{out}");
     }
 
     #[test]

@@ -12,6 +12,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use kd_proto::names::{KD, KING};
 use kd_proto::types::{MessageKind, Mode, RoundState, RunStatus, ThreadEvent};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -21,6 +22,7 @@ use super::{Council, Launch};
 use crate::agent::registry::{Claim, Place, Run};
 use crate::db::compose::Carrier;
 use crate::db::events::Record;
+use crate::db::messages::NewMessage;
 
 /// An exchange in progress.
 pub struct Exchange {
@@ -221,7 +223,8 @@ async fn over_budget(c: &Arc<Council>, ex: &Exchange, plan: &Plan) -> bool {
 /// answer addresses are delivered it by their delivery mode, and the
 /// answers of the runs that starts are followed in turn — at most
 /// `council.max_hops` hand-offs per exchange, after which the addressees
-/// are not asked (a `routing.hop_limit` event says so).
+/// are not asked (a `routing.hop_limit` event and a notice from kd to the
+/// King say so).
 async fn follow(c: &Arc<Council>, ex: &Exchange, plan: &Plan, first: Arc<Run>, round: u32, hops: &mut u32) {
     let max = plan.launch.config.coordination.max_hops;
     let mut queue = VecDeque::from([first]);
@@ -246,6 +249,19 @@ async fn follow(c: &Arc<Council>, ex: &Exchange, plan: &Plan, first: Arc<Run>, r
             };
             if let Err(e) = c.agents.db.record(vec![event]).await {
                 tracing::warn!(thread = ex.thread, "cannot record the hop limit: {e}");
+            }
+            let body = format!(
+                "{}'s hand-off to {} was not delivered: this exchange reached council.max_hops ({max}).",
+                run.member,
+                message.to.join(", ")
+            );
+            let notice = NewMessage {
+                reply_to: Some(message.seq),
+                correlation_id: Some(format!("x-{}", ex.king)),
+                ..NewMessage::new(&ex.thread, KD, vec![KING.to_string()], MessageKind::System, body)
+            };
+            if let Err(e) = c.agents.db.append_message(notice).await {
+                tracing::warn!(thread = ex.thread, "cannot write the hop limit notice: {e}");
             }
             continue;
         }
