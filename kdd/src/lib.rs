@@ -100,7 +100,8 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
         Some(i) => tokio::net::UnixListener::from_std(i.listener).context("cannot use the passed socket")?,
         None => claim.bind()?,
     };
-    let daemon = Arc::new(Daemon::new(db, hub, opts.socket.clone(), &opts.limits, opts.kill_grace));
+    let (archived, archives) = lifecycle::Archived::channel();
+    let daemon = Arc::new(Daemon::new(db, hub, opts.socket.clone(), &opts.limits, opts.kill_grace, archived.clone()));
     shutdown::on_signals(daemon.shutdown.clone()).context("cannot install signal handlers")?;
     tracing::info!(
         socket = %opts.socket.display(),
@@ -109,11 +110,9 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
         "kdd {} listening",
         kd_proto::VERSION
     );
-    let council = daemon.council.clone();
-    let on_archived = move |t: kd_proto::types::Thread| {
-        tokio::spawn(summary::after_archive(council.clone(), t.id));
-    };
-    lifecycle::spawn_reaper(daemon.db.clone(), opts.reap_interval, daemon.shutdown.clone(), on_archived);
+    // Whichever path archives a thread, what follows an archive follows.
+    tokio::spawn(summary::follow(daemon.council.clone(), archives));
+    lifecycle::spawn_reaper(daemon.db.clone(), archived, opts.reap_interval, daemon.shutdown.clone());
     db::search::spawn_indexer(daemon.db.clone(), db::search::INDEX_INTERVAL, daemon.shutdown.clone());
     shutdown::announce_ready(&opts.socket);
     service::ready(&opts.socket);

@@ -6,7 +6,10 @@
 //! when asked. The reaper ages every thread periodically, and a read of a
 //! thread ([`check`]) ages it on the spot, so no one sees a stale status.
 //! The writes, and their re-check against a message that came meanwhile,
-//! are [`crate::db::lifecycle`]'s.
+//! are [`crate::db::lifecycle`]'s. Whichever path archives a thread — the
+//! reaper, a read, `thread.archive` — tells [`Archived`], and what follows
+//! an archive (the summarizer, the summary offered to the parent:
+//! [`crate::summary`]) takes it from there: one path for every archive.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -53,6 +56,24 @@ fn settings(workspace: &str) -> Lifecycle {
     }
 }
 
+/// Where the threads archived are told, so that what follows an archive
+/// runs whichever path archived it (see [`crate::summary::follow`]).
+#[derive(Clone)]
+pub struct Archived(tokio::sync::mpsc::UnboundedSender<String>);
+
+impl Archived {
+    /// The teller, and the receiving end for the follower.
+    pub fn channel() -> (Archived, tokio::sync::mpsc::UnboundedReceiver<String>) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        (Archived(tx), rx)
+    }
+
+    fn tell(&self, thread: &str) {
+        // Gone only when the daemon is stopping: nothing follows then.
+        let _ = self.0.send(thread.to_string());
+    }
+}
+
 /// Settings per workspace, read once per pass or request.
 #[derive(Default)]
 pub struct Settings(HashMap<String, Lifecycle>);
@@ -68,8 +89,9 @@ impl Settings {
     }
 }
 
-/// Ages `thread` if it is due, and returns it as it now stands.
-pub async fn check(db: &Db, thread: Thread, settings: &mut Settings) -> Thread {
+/// Ages `thread` if it is due, and returns it as it now stands; an archive
+/// is told to `archived`.
+pub async fn check(db: &Db, archived: &Archived, thread: Thread, settings: &mut Settings) -> Thread {
     // Nothing ages in under a second: skip the configuration read.
     if thread.status == ThreadStatus::Archived || now_ms() - thread.last_activity_at_ms < 1000 {
         return thread;
@@ -86,7 +108,12 @@ pub async fn check(db: &Db, thread: Thread, settings: &mut Settings) -> Thread {
         _ => None,
     };
     match db.age_thread(thread.id.clone(), thread.last_activity_at_ms, to, summary).await {
-        Ok(true) => db.thread(thread.id.clone()).await.unwrap_or(thread),
+        Ok(true) => {
+            if to == ThreadStatus::Archived {
+                archived.tell(&thread.id);
+            }
+            db.thread(thread.id.clone()).await.unwrap_or(thread)
+        }
         Ok(false) => thread,
         Err(e) => {
             tracing::warn!(thread = thread.id, "cannot age the thread: {e}");
@@ -96,19 +123,21 @@ pub async fn check(db: &Db, thread: Thread, settings: &mut Settings) -> Thread {
 }
 
 /// [`check`] for each thread of a list.
-pub async fn check_all(db: &Db, threads: Vec<Thread>) -> Vec<Thread> {
+pub async fn check_all(db: &Db, archived: &Archived, threads: Vec<Thread>) -> Vec<Thread> {
     let mut settings = Settings::default();
     let mut out = Vec::with_capacity(threads.len());
     for t in threads {
-        out.push(check(db, t, &mut settings).await);
+        out.push(check(db, archived, t, &mut settings).await);
     }
     out
 }
 
-/// Archives a thread when asked, with its summary.
-pub async fn archive(db: &Db, id: String) -> DbResult<Thread> {
+/// Archives a thread when asked, with its summary; told to `archived`.
+pub async fn archive(db: &Db, archived: &Archived, id: String) -> DbResult<Thread> {
     let summary = summarize(db, &id).await?;
-    db.set_thread_status(id, ThreadStatus::Archived, "archive", Some(summary)).await
+    let t = db.set_thread_status(id, ThreadStatus::Archived, "archive", Some(summary)).await?;
+    archived.tell(&t.id);
+    Ok(t)
 }
 
 /// The extractive summary: the King's first questions and each member's
@@ -232,14 +261,9 @@ fn read_bundle_file(path: &Path) -> Option<String> {
     Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
-/// Ages every thread that is due, every `interval`, until `stop`;
-/// `on_archived` is told each thread it archives.
-pub fn spawn_reaper(
-    db: Arc<Db>,
-    interval: Duration,
-    stop: CancellationToken,
-    on_archived: impl Fn(Thread) + Send + 'static,
-) {
+/// Ages every thread that is due, every `interval`, until `stop`; each
+/// archive is told to `archived`.
+pub fn spawn_reaper(db: Arc<Db>, archived: Archived, interval: Duration, stop: CancellationToken) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(interval.max(Duration::from_millis(10)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -248,28 +272,23 @@ pub fn spawn_reaper(
                 _ = stop.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            match reap(&db).await {
-                Ok(aged) => {
-                    if !aged.is_empty() {
-                        tracing::info!("lifecycle: {} thread(s) aged", aged.len());
-                    }
-                    aged.into_iter().filter(|t| t.status == ThreadStatus::Archived).for_each(&on_archived);
-                }
+            match reap(&db, &archived).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!("lifecycle: {n} thread(s) aged"),
                 Err(e) => tracing::warn!("lifecycle: the reaper's pass failed: {e}"),
             }
         }
     });
 }
 
-/// One pass: the threads it aged, as they now are.
-pub async fn reap(db: &Db) -> DbResult<Vec<Thread>> {
+/// One pass: how many threads it aged.
+pub async fn reap(db: &Db, archived: &Archived) -> DbResult<usize> {
     let mut settings = Settings::default();
-    let mut aged = Vec::new();
+    let mut aged = 0;
     for status in [ThreadStatus::Active, ThreadStatus::Idle] {
         for t in db.threads(None, Some(status), None).await? {
-            let now = check(db, t, &mut settings).await;
-            if now.status != status {
-                aged.push(now);
+            if check(db, archived, t, &mut settings).await.status != status {
+                aged += 1;
             }
         }
     }

@@ -16,6 +16,7 @@ use crate::coord::Coord;
 use crate::council::Council;
 use crate::db::Db;
 use crate::hub::Hub;
+use crate::lifecycle::Archived;
 use crate::server::Limits;
 use crate::server::connections::Connections;
 
@@ -55,11 +56,18 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    pub fn new(db: Db, hub: Arc<Hub>, socket: PathBuf, limits: &Limits, kill_grace: Duration) -> Daemon {
+    pub fn new(
+        db: Db,
+        hub: Arc<Hub>,
+        socket: PathBuf,
+        limits: &Limits,
+        kill_grace: Duration,
+        archived: Archived,
+    ) -> Daemon {
         let db = Arc::new(db);
         let agents = Arc::new(Runner::new(db.clone(), hub.clone(), kill_grace, socket.clone()));
         let max_connections = limits.max_connections;
-        let council = Arc::new(Council::new(agents.clone()));
+        let council = Arc::new(Council::new(agents.clone(), archived));
         Daemon {
             db,
             hub,

@@ -79,10 +79,18 @@ pub async fn now(c: &Council, id: String) -> DbResult<Thread> {
     db.set_thread_summary(id, summary).await
 }
 
+/// Follows every archive, whichever path made it ([`lifecycle::Archived`]):
+/// each thread archived gets [`after_archive`], until the daemon stops.
+pub async fn follow(c: Arc<Council>, mut archived: tokio::sync::mpsc::UnboundedReceiver<String>) {
+    while let Some(id) = archived.recv().await {
+        tokio::spawn(after_archive(c.clone(), id));
+    }
+}
+
 /// After a thread was archived (its extractive summary kept): the
 /// summarizer's summary in its place, then, for a branch, the summary
 /// offered to its parent.
-pub async fn after_archive(c: Arc<Council>, id: String) {
+async fn after_archive(c: Arc<Council>, id: String) {
     let db = &c.agents.db;
     let Ok(thread) = db.thread(id.clone()).await else { return };
     // An imported thread (Kingdom's archive) keeps its extractive summary

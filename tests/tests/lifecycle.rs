@@ -390,6 +390,46 @@ async fn a_fork_starts_with_the_bundle_and_its_own_sessions() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_branch_archived_by_a_read_gets_the_summarizers_summary_and_offers_it_to_its_trunk() {
+    let ws = Workspace::new(&[]);
+    let rules = serde_json::json!([["[Summary]", "They agreed to shard by tenant."]]).to_string();
+    ws.write_config(&serde_json::json!({
+        "council": {"members": ["claude"]},
+        "agents": {"claude": kd_tests::fake("claude", "claude", &[("FAKE_TEXT", "Shard by tenant."), ("FAKE_RULES", &rules)])},
+        "lifecycle": {"summarizer": "claude", "idle_after": "1s", "archive_after": "1s"},
+    }));
+    // No reaper pass for a minute: only reading the thread ages it.
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let trunk = kd_tests::new_thread(&c, &ws.path()).await;
+    let branch = c.thread_fork(trunk.clone(), Some("Sharding".into())).await.unwrap().id;
+    let mut sub = c.thread_subscribe(branch.clone(), None, None).await.unwrap();
+    ask(&c, &branch, "How do we scale orders?").await.unwrap();
+    collect_until(&mut sub, |e| kd_tests::ended(e) == 1).await;
+    let mut trunk_sub = c.thread_subscribe(trunk.clone(), None, None).await.unwrap();
+    kd_tests::within("the branch archived by a read", async {
+        while c.thread_get(branch.clone()).await.unwrap().status != ThreadStatus::Archived {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    let events = collect_until(&mut trunk_sub, |e| {
+        e.iter().any(|e| matches!(e, ThreadEvent::Message { message } if message.purpose == Some(Purpose::Summary)))
+    })
+    .await;
+    let offered = events.iter().find_map(|e| match e {
+        ThreadEvent::Message { message } if message.purpose == Some(Purpose::Summary) => Some(message.body.clone()),
+        _ => None,
+    });
+    assert_eq!(
+        offered.as_deref(),
+        Some(format!("[Summary of branch {branch} (Sharding), archived]\n\nThey agreed to shard by tenant.").as_str())
+    );
+    let t = c.thread_get(branch.clone()).await.unwrap();
+    assert_eq!(t.summary.as_deref(), Some("They agreed to shard by tenant."));
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_summarizer_writes_the_summary_at_archive_and_the_trunk_is_given_it() {
     let ws = Workspace::new(&[]);
     let record = ws.file("record.jsonl");

@@ -22,18 +22,21 @@ use crate::agent::supervisor::{self, Spec};
 use crate::client::ClientId;
 use crate::config::Config;
 use crate::db::random_id;
+use crate::lifecycle::Archived;
 use exchange::Exchanges;
 
-/// What the council's operations share: the runner that starts runs, and
-/// the exchange in progress on each thread.
+/// What the council's operations share: the runner that starts runs, the
+/// exchange in progress on each thread, and where threads archived on the
+/// way (a send ages its thread) are told.
 pub struct Council {
     pub agents: Arc<Runner>,
     pub exchanges: Exchanges,
+    pub archived: Archived,
 }
 
 impl Council {
-    pub fn new(agents: Arc<Runner>) -> Council {
-        Council { agents, exchanges: Exchanges::default() }
+    pub fn new(agents: Arc<Runner>, archived: Archived) -> Council {
+        Council { agents, exchanges: Exchanges::default(), archived }
     }
 
     /// The daemon is stopping: no exchange takes another turn and no run

@@ -69,7 +69,7 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
     let target = match target {
         Target::Existing(t) => {
             let mut settings = crate::lifecycle::Settings::with(&t.workspace, config.lifecycle.clone());
-            Target::Existing(crate::lifecycle::check(db, t, &mut settings).await)
+            Target::Existing(crate::lifecycle::check(db, &c.archived, t, &mut settings).await)
         }
         new => new,
     };

@@ -431,6 +431,7 @@ mod tests {
             tmp.path().join("s"),
             &crate::server::Limits::default(),
             std::time::Duration::from_secs(1),
+            crate::lifecycle::Archived::channel().0,
         )));
         let served: BTreeSet<&str> = module.method_names().collect();
         let documented: BTreeSet<&str> = kd_proto::openrpc::methods()

@@ -57,21 +57,21 @@ pub async fn list(
     limit: Option<u32>,
 ) -> RpcResult<Vec<Thread>> {
     validate::path("workspace", workspace.as_deref())?;
-    let threads = lifecycle::check_all(&d.db, d.db.threads(workspace, status, limit).await?).await;
+    let threads = lifecycle::check_all(&d.db, &d.council.archived, d.db.threads(workspace, status, limit).await?).await;
     // Aged on reading: a status filter holds for what is returned.
     Ok(threads.into_iter().filter(|t| status.is_none_or(|s| t.status == s)).collect())
 }
 
 pub async fn get(d: &Daemon, thread: String) -> RpcResult<Thread> {
     validate::thread_id(&thread)?;
-    Ok(lifecycle::check(&d.db, d.db.thread(thread).await?, &mut Default::default()).await)
+    Ok(lifecycle::check(&d.db, &d.council.archived, d.db.thread(thread).await?, &mut Default::default()).await)
 }
 
 pub async fn current(d: &Daemon, workspace: String, branch: Option<String>) -> RpcResult<Option<Thread>> {
     validate::workspace(&workspace)?;
     let mut settings = lifecycle::Settings::default();
     let current = match d.db.current_thread(workspace.clone(), branch.clone()).await? {
-        Some(t) => Some(lifecycle::check(&d.db, t, &mut settings).await),
+        Some(t) => Some(lifecycle::check(&d.db, &d.council.archived, t, &mut settings).await),
         None => None,
     };
     if let Some(t) = current.as_ref().filter(|t| t.status != ThreadStatus::Archived || t.lineage == Lineage::Trunk) {
@@ -82,7 +82,7 @@ pub async fn current(d: &Daemon, workspace: String, branch: Option<String>) -> R
     match d.db.trunk(workspace.clone(), branch.clone()).await? {
         Some(trunk) => {
             let trunk = d.db.set_current_thread(workspace, branch, trunk).await?;
-            Ok(Some(lifecycle::check(&d.db, trunk, &mut settings).await))
+            Ok(Some(lifecycle::check(&d.db, &d.council.archived, trunk, &mut settings).await))
         }
         None => Ok(current),
     }
@@ -101,10 +101,8 @@ pub async fn archive(d: &Daemon, thread: String) -> RpcResult<Thread> {
     validate::thread_id(&thread)?;
     d.db.thread(thread.clone()).await?;
     stop_runs(d, &thread).await;
-    let archived = lifecycle::archive(&d.db, thread.clone()).await?;
     // The summarizer's summary and the offer to the trunk follow.
-    tokio::spawn(crate::summary::after_archive(d.council.clone(), thread));
-    Ok(archived)
+    Ok(lifecycle::archive(&d.db, &d.council.archived, thread).await?)
 }
 
 pub async fn summarize(d: &Daemon, thread: String) -> RpcResult<Thread> {
