@@ -290,10 +290,11 @@ async fn a_vote_tallies_anonymised_rankings_and_a_chair_synthesizes() {
     let record = ws.file("record.jsonl");
     let r = record.as_str();
     let rules = |ranking: &str| ballot_rules(&format!("Fine.\nFINAL RANKING:\n{ranking}"), "Final: use a lock.");
+    // Each votes by content; the labels are drawn afresh for each vote.
     let (a, b, c3) = (
-        rules("1. Response B\n2. Response C"),
-        rules("1. Response A\n2. Response C"),
-        rules("1. Response B\n2. Response A"),
+        rules("1. {label:Use a lock.}\n2. {label:Use a channel.}"),
+        rules("1. {label:Use a queue.}\n2. {label:Use a channel.}"),
+        rules("1. {label:Use a lock.}\n2. {label:Use a queue.}"),
     );
     config(
         &ws,
@@ -323,8 +324,14 @@ async fn a_vote_tallies_anonymised_rankings_and_a_chair_synthesizes() {
     .await
     .unwrap();
     let tally = done.tally.clone().unwrap();
-    let labels: Vec<(&str, &str)> = tally.labels.iter().map(|l| (l.label.as_str(), l.member.as_str())).collect();
-    assert_eq!(labels, [("Response A", "claude"), ("Response B", "codex"), ("Response C", "cursor")]);
+    let mut members: Vec<&str> = tally.labels.iter().map(|l| l.member.as_str()).collect();
+    members.sort_unstable();
+    assert_eq!(members, ["claude", "codex", "cursor"], "one label each");
+    let said = |member: &str| match member {
+        "claude" => "Use a queue.",
+        "codex" => "Use a lock.",
+        _ => "Use a channel.",
+    };
     let scores: Vec<(&str, u32)> = tally.scores.iter().map(|s| (s.member.as_str(), s.points)).collect();
     assert_eq!(scores, [("codex", 2), ("claude", 1), ("cursor", 0)]);
     assert_eq!(tally.winner.as_deref(), Some("codex"));
@@ -336,6 +343,11 @@ async fn a_vote_tallies_anonymised_rankings_and_a_chair_synthesizes() {
     for p in &ballots {
         for name in ["claude", "codex", "cursor"] {
             assert!(!p.contains(name), "a ballot names {name}: {p}");
+        }
+        // The tally maps each label back to the member whose answer it headed.
+        for l in &tally.labels {
+            let shown = format!("{}:\n{}", l.label, said(&l.member));
+            assert!(p.contains(&shown) || !p.contains(said(&l.member)), "{} is not {}'s: {p}", l.label, l.member);
         }
     }
     let chair = prompts.iter().find(|p| p.contains("[Synthesis]")).unwrap();
@@ -463,11 +475,67 @@ async fn a_chair_outside_the_asked_members_keeps_its_inbox_for_its_next_turn() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn each_vote_draws_its_labels_afresh_and_the_tally_maps_them_back() {
+    let ws = Workspace::new(&[]);
+    let rules = |first: &str, second: &str| {
+        ballot_rules(&format!("FINAL RANKING:\n1. {{label:{first}}}\n2. {{label:{second}}}"), "")
+    };
+    let (a, b, c3) = (
+        rules("Use a lock.", "Use a channel."),
+        rules("Use a queue.", "Use a channel."),
+        rules("Use a lock.", "Use a queue."),
+    );
+    config(
+        &ws,
+        &[
+            ("claude", &[("FAKE_TEXT", "Use a queue."), ("FAKE_RULES", &a)], none()),
+            ("codex", &[("FAKE_TEXT", "Use a lock."), ("FAKE_RULES", &b)], none()),
+            ("cursor", &[("FAKE_TEXT", "Use a channel."), ("FAKE_RULES", &c3)], none()),
+        ],
+        none(),
+    );
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let mut codex_labels = std::collections::HashSet::new();
+    // Until codex has been given two different labels (1 in 6 votes draws
+    // the same order again; 20 votes all alike would be a fixed order).
+    for _ in 0..20 {
+        let done = within(
+            "a vote",
+            c.completion_agents(
+                t.clone(),
+                "Which?".into(),
+                None,
+                None,
+                None,
+                Some(Aggregation::Vote),
+                Some(true),
+                None,
+            ),
+        )
+        .await
+        .unwrap();
+        let tally = done.tally.unwrap();
+        let label = tally.labels.iter().find(|l| l.member == "codex").unwrap().label.clone();
+        // Whatever the labels, the points go to who wrote the answer.
+        let scores: Vec<(&str, u32)> = tally.scores.iter().map(|s| (s.member.as_str(), s.points)).collect();
+        assert_eq!(scores, [("codex", 2), ("claude", 1), ("cursor", 0)], "{tally:?}");
+        assert_eq!(tally.winner.as_deref(), Some("codex"));
+        codex_labels.insert(label);
+        if codex_labels.len() > 1 {
+            return;
+        }
+    }
+    panic!("20 votes gave codex the same label: {codex_labels:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn kd_ask_vote_streams_the_answers_and_ballots_then_prints_the_tally() {
     let ws = Workspace::new(&[]);
     let rules = |ranking: &str| ballot_rules(&format!("Weighed.\nFINAL RANKING:\n{ranking}"), "Chair says: lock.");
-    let (a, b) = (rules("1. Response B"), rules("1. Response A"));
-    let c3 = rules("1. Response B\n2. Response A");
+    let (a, b) = (rules("1. {label:Use a lock.}"), rules("1. {label:Use a queue.}"));
+    let c3 = rules("1. {label:Use a lock.}\n2. {label:Use a queue.}");
     config(
         &ws,
         &[

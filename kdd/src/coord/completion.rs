@@ -139,14 +139,14 @@ pub async fn complete(co: &Coord, p: Params) -> Result<Completion, ErrorObjectOw
     }
     let mut tally = None;
     if vote && answered.len() >= 2 {
-        let labels: Vec<Label> = answered
-            .iter()
-            .enumerate()
-            .map(|(i, x)| Label { label: format!("Response {}", letter(i)), member: x.member.clone() })
-            .collect();
+        // Labels drawn afresh for each vote, so that no member can tell
+        // who wrote what from one vote to the next; the tally keeps them.
+        let mut labelled = answered.clone();
+        fastrand::shuffle(&mut labelled);
+        let labels = label(&labelled);
         let mut voters = Vec::new();
         for voter in answered.iter().map(|x| x.member.clone()) {
-            let prompt = ballot_prompt(&p.body, &labels, &answered, &voter);
+            let prompt = ballot_prompt(&p.body, &labels, &labelled, &voter);
             let run_launch = Launch { prompt: Some(prompt), ..launch.clone() };
             let ballot = Place { purpose: Some(Purpose::Ballot), ..place };
             if let Some(run) = run_launch.start(&co.council, &voter, ballot).map(Claim::into_run) {
@@ -293,6 +293,15 @@ fn kd_message(thread: &str, reply_to: u64, body: String, id: &str, purpose: Purp
 }
 
 /// A, B, … Z, then AA, AB, …
+/// `Response A`, `Response B`, … for the answers in the order given.
+fn label(answers: &[&Part]) -> Vec<Label> {
+    answers
+        .iter()
+        .enumerate()
+        .map(|(i, x)| Label { label: format!("Response {}", letter(i)), member: x.member.clone() })
+        .collect()
+}
+
 fn letter(i: usize) -> String {
     let a = |n: usize| char::from(b'A' + (n % 26) as u8);
     if i < 26 { a(i).to_string() } else { format!("{}{}", a(i / 26 - 1), a(i)) }

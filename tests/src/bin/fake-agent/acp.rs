@@ -204,11 +204,7 @@ async fn turn(state: Shared, id: Value, session: String, prompt: String) {
         return;
     }
     let name = env("FAKE_NAME").unwrap_or_else(|| "fake".into());
-    let ruled = env("FAKE_RULES")
-        .and_then(|r| serde_json::from_str::<Vec<(String, String)>>(&r).ok())
-        .and_then(|rules| rules.into_iter().find(|(needle, _)| prompt.contains(needle.as_str())))
-        .map(|(_, answer)| answer);
-    let text = ruled.or_else(|| env("FAKE_TEXT")).unwrap_or_else(|| format!("Answer from {name}."));
+    let text = super::answer_for(&prompt, &name);
     let interval = Duration::from_millis(env_num("FAKE_INTERVAL_MS", 0));
     for (i, p) in pieces(&text, env_num("FAKE_DELTAS", 3) as usize).iter().enumerate() {
         if !interval.is_zero() {

@@ -289,13 +289,7 @@ async fn run_turn(state: Shared, thread: String, turn: String, prompt: String) {
         None => String::new(),
     };
     let name = env("FAKE_NAME").unwrap_or_else(|| "fake".into());
-    let ruled = env("FAKE_RULES")
-        .and_then(|r| serde_json::from_str::<Vec<(String, String)>>(&r).ok())
-        .and_then(|rules| rules.into_iter().find(|(needle, _)| prompt.contains(needle.as_str())))
-        .map(|(_, answer)| answer);
-    let mut text = ruled
-        .or_else(|| env("FAKE_TEXT"))
-        .unwrap_or_else(|| format!("Answer from {name}."))
+    let mut text = super::answer_for(&prompt, &name)
         .replace("{run}", ran.trim())
         .replace("{pid}", &std::process::id().to_string())
         .replace("{turn}", &turn);

@@ -31,6 +31,10 @@
 //! | `FAKE_RULES` | a JSON list of `[needle, answer]`: the answer of the first needle found in the prompt (stdin and argv) replaces `FAKE_TEXT` |
 //! | `FAKE_RUN` | a shell command run first (as an agent runs tools); `{run}` in the answer becomes its output |
 //!
+//! In any answer, `{label:TEXT}` becomes the label heading the part of the
+//! prompt where TEXT appears (the nearest `Response X:` line before it), so
+//! a fake votes for an anonymised answer by its content, as a model would.
+//!
 //! `fake-agent --version` prints its version, as the real CLIs do.
 //! `fake-agent app-server …` plays `codex app-server` (see `appserver.rs`),
 //! `fake-agent acp` an Agent Client Protocol agent (see `acp.rs`).
@@ -102,6 +106,43 @@ fn stdin_lines() -> tokio::sync::mpsc::UnboundedReceiver<String> {
         }
     });
     lines
+}
+
+/// The answer to `prompt`: of the first `FAKE_RULES` needle found in it,
+/// else `FAKE_TEXT`, else `Answer from NAME.`; its `{label:TEXT}`s filled.
+fn answer_for(prompt: &str, name: &str) -> String {
+    let ruled = env("FAKE_RULES")
+        .and_then(|r| serde_json::from_str::<Vec<(String, String)>>(&r).ok())
+        .and_then(|rules| rules.into_iter().find(|(needle, _)| prompt.contains(needle.as_str())))
+        .map(|(_, answer)| answer);
+    let text = ruled.or_else(|| env("FAKE_TEXT")).unwrap_or_else(|| format!("Answer from {name}."));
+    labels_of(&text, prompt)
+}
+
+/// Replaces each `{label:TEXT}` in `answer` by the `Response X` label
+/// under which TEXT appears in `prompt` (`?` when it does not).
+fn labels_of(answer: &str, prompt: &str) -> String {
+    let mut out = String::new();
+    let mut rest = answer;
+    while let Some(at) = rest.find("{label:") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + "{label:".len()..];
+        let Some(end) = after.find('}') else {
+            out.push_str(&rest[at..]);
+            return out;
+        };
+        let label = prompt.find(&after[..end]).and_then(|i| {
+            prompt[..i]
+                .lines()
+                .rev()
+                .find(|l| l.starts_with("Response ") && l.ends_with(':'))
+                .map(|l| l.trim_end_matches(':'))
+        });
+        out.push_str(label.unwrap_or("?"));
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Waits while the `FAKE_HOLD` file exists: a test holds a run mid-stream
@@ -331,19 +372,13 @@ async fn main() {
         let n = env_num("FAKE_DELTAS", 3) as usize;
         let child = env("FAKE_CHILD").map(|how| long_lived_child(&how)).unwrap_or_default();
         let prompt = format!("{stdin}\n{}", args.join("\n"));
-        let ruled = env("FAKE_RULES")
-            .and_then(|r| serde_json::from_str::<Vec<(String, String)>>(&r).ok())
-            .and_then(|rules| rules.into_iter().find(|(needle, _)| prompt.contains(needle.as_str())))
-            .map(|(_, answer)| answer);
         let ran = env("FAKE_RUN")
             .and_then(|cmd| {
                 std::process::Command::new("sh").arg("-c").arg(cmd).stdin(std::process::Stdio::null()).output().ok()
             })
             .map(|o| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
             .unwrap_or_default();
-        let mut text = ruled
-            .or_else(|| env("FAKE_TEXT"))
-            .unwrap_or_else(|| format!("Answer from {name}."))
+        let mut text = answer_for(&prompt, &name)
             .replace("{run}", ran.trim())
             .replace("{pid}", &std::process::id().to_string())
             .replace("{turn}", &std::process::id().to_string())
