@@ -51,8 +51,10 @@ async fn a_failing_member_exits_4_with_one_line_per_failure() {
         ("codex", "codex", &[("FAKE_ERROR", "quota exceeded")]),
         ("cursor", "cursor", &[("FAKE_HANG", "1")]),
     ]);
+    // Only the hanging member has a second: the others take what they take.
+    ws.set_agent("cursor", "timeout", 1.into());
     let kdd = Kdd::start_with(&["--kill-grace-ms", "300"]);
-    let out = ask(&kdd, &ws, &["--timeout", "1", "Q?"]).await;
+    let out = ask(&kdd, &ws, &["Q?"]).await;
     assert_eq!(out.status.code(), Some(4), "{} / {}", out.stdout, out.stderr);
     assert_eq!(out.stderr, "kd: codex: quota exceeded\nkd: cursor: timed out after 1 s\n");
     assert!(out.stdout.contains(&format!("{}\nAnswer from claude.\n", header("claude"))), "{}", out.stdout);

@@ -14,18 +14,30 @@ const KIB: usize = 1024;
 /// member always finishing last (so display order is not seq order).
 async fn big_thread() -> (Kdd, Workspace, String) {
     let big = "word ".repeat(50 * KIB / 5);
-    let ws = Workspace::new(&[
-        ("claude", "claude", &[("FAKE_TEXT", big.as_str()), ("FAKE_DELTAS", "4"), ("FAKE_INTERVAL_MS", "40")]),
-        ("codex", "codex", &[("FAKE_TEXT", big.as_str()), ("FAKE_DELTAS", "1")]),
-    ]);
+    let ws = Workspace::new(&[]);
     let kdd = Kdd::start_with(&["--max-response-bytes", "1048576"]);
     let c = kdd.client().await;
     let t = kd_tests::new_thread(&c, &ws.path()).await;
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     for i in 0..6 {
+        // claude holds its answer until codex's is in (the configuration
+        // is read afresh by each send: a new hold each time).
+        let hold = kd_tests::Hold::new();
+        let claude = kd_tests::fake(
+            "claude",
+            "claude",
+            &[("FAKE_TEXT", &big), ("FAKE_DELTAS", "4"), ("FAKE_HOLD", &hold.env())],
+        );
+        let codex = kd_tests::fake("codex", "codex", &[("FAKE_TEXT", &big), ("FAKE_DELTAS", "1")]);
+        ws.write_config(&serde_json::json!({"council": {"members": ["claude", "codex"]}, "agents": {"claude": claude, "codex": codex}}));
         let body = format!("Question {i}: {}", "why ".repeat(40 * KIB / 4));
         c.council_send(t.clone(), body, None, None, None, None, None, Some(0), None).await.unwrap();
-        collect_until(&mut sub, |e| ended(e) == 2).await;
+        collect_until(&mut sub, |e| {
+            e.iter().any(|e| matches!(e, ThreadEvent::RunFinished { member, .. } if member == "codex"))
+        })
+        .await;
+        hold.release();
+        collect_until(&mut sub, |e| ended(e) == 1).await;
     }
     (kdd, ws, t)
 }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use kd_client::KdApiClient;
+use kd_proto::types::ThreadEvent;
 use kd_tests::{Kdd, Output, Workspace, bin, run, within};
 
 async fn kd(kdd: &Kdd, ws: &Workspace, args: &[&str]) -> Output {
@@ -264,16 +265,27 @@ async fn a_refused_question_leaves_no_thread_behind() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_round_keeps_the_order_its_members_were_asked_in_everywhere() {
-    // claude is asked first but finishes last.
+    // claude is asked first but finishes last: held until codex's answer is in.
+    let hold = kd_tests::Hold::new();
     let ws = Workspace::new(&[
-        ("claude", "claude", &[("FAKE_INTERVAL_MS", "60"), ("FAKE_TEXT", "Claude first-round answer.")]),
+        ("claude", "claude", &[("FAKE_HOLD", &hold.env()), ("FAKE_TEXT", "Claude first-round answer.")]),
         ("codex", "codex", &[("FAKE_TEXT", "Codex first-round answer.")]),
     ]);
     let kdd = Kdd::start();
-    let out = kd(&kdd, &ws, &["ask", "--rounds", "0", "Order?"]).await;
+    let out = kd(&kdd, &ws, &["ask", "--async", "--rounds", "0", "Order?"]).await;
     assert!(out.status.success(), "{}", out.stderr);
     let c = kdd.client().await;
     let t = c.thread_current(ws.path(), None).await.unwrap().unwrap();
+    let mut sub = c.thread_subscribe(t.id.clone(), None, None).await.unwrap();
+    kd_tests::collect_until(&mut sub, |e| {
+        e.iter().any(|e| matches!(e, ThreadEvent::RunFinished { member, .. } if member == "codex"))
+    })
+    .await;
+    hold.release();
+    kd_tests::collect_until(&mut sub, |e| {
+        e.iter().any(|e| matches!(e, ThreadEvent::RunFinished { member, .. } if member == "claude"))
+    })
+    .await;
     let messages = c.thread_messages(t.id.clone(), None, None, None, None).await.unwrap();
     let by_seq: Vec<&str> = messages.iter().map(|m| m.from.as_str()).collect();
     assert_eq!(by_seq, ["king", "codex", "claude"], "codex finished first");
@@ -298,7 +310,6 @@ async fn a_round_keeps_the_order_its_members_were_asked_in_everywhere() {
     let mut cfg: serde_json::Value =
         serde_json::from_slice(&std::fs::read(ws.dir.path().join(".kd/config.json")).unwrap()).unwrap();
     cfg["agents"]["claude"]["env"]["FAKE_RECORD"] = record.clone().into();
-    cfg["agents"]["claude"]["env"]["FAKE_INTERVAL_MS"] = "0".into();
     ws.write_config(&cfg);
     let out = kd(&kdd, &ws, &["ask", "--to", "claude", "Again?"]).await;
     assert!(out.status.success(), "{}", out.stderr);
@@ -350,7 +361,8 @@ async fn ask_mute_leaves_a_member_out() {
     let kdd = Kdd::start();
     let out = kd(&kdd, &ws, &["ask", "--mute", "codex", "--rounds", "1", "Q?"]).await;
     assert!(out.status.success(), "{}", out.stderr);
-    assert_eq!(out.stdout.matches("── claude").count(), 2, "{}", out.stdout);
+    // claude alone: one answer, no discussion round with itself.
+    assert_eq!(out.stdout.matches("── claude").count(), 1, "{}", out.stdout);
     assert!(!out.stdout.contains("── codex"), "{}", out.stdout);
     let refused = kd(&kdd, &ws, &["ask", "--mute", "nobody", "Q?"]).await;
     assert_eq!(refused.status.code(), Some(1));

@@ -35,7 +35,9 @@ async fn until_status(sub: &mut jsonrpsee::core::client::Subscription<ThreadEven
 #[tokio::test(flavor = "multi_thread")]
 async fn a_quiet_branch_idles_then_archives_with_a_summary_and_then_refuses_messages() {
     let ws = Workspace::new(&[]);
-    config(&ws, serde_json::json!({"idle_after": "1s", "archive_after": "2s"}));
+    // Nothing ages while the test sets the thread up, however slow the
+    // machine; then the workspace's times are cut to seconds.
+    config(&ws, serde_json::json!({}));
     let kdd = reaping();
     let c = kdd.client().await;
     let trunk = kd_tests::new_thread(&c, &ws.path()).await;
@@ -48,6 +50,7 @@ async fn a_quiet_branch_idles_then_archives_with_a_summary_and_then_refuses_mess
     ask(&c, &branch, "How do we scale the orders table?").await.unwrap();
     collect_until(&mut sub, |e| kd_tests::ended(e) == 2).await;
     let mut trunk_sub = c.thread_subscribe(trunk.clone(), None, None).await.unwrap();
+    config(&ws, serde_json::json!({"idle_after": "1s", "archive_after": "2s"}));
 
     until_status(&mut sub, ThreadStatus::Idle).await;
     let sessions = c.session_list(Some(branch.clone()), None, None).await.unwrap();
@@ -96,7 +99,9 @@ async fn a_quiet_branch_idles_then_archives_with_a_summary_and_then_refuses_mess
         out.stdout
     );
 
-    // kd unarchive, and the thread takes messages again.
+    // kd unarchive, and the thread takes messages again (no longer aged
+    // in seconds, so that it is still active when the message comes).
+    config(&ws, serde_json::json!({}));
     let mut k = kdd.kd();
     k.args(["unarchive", &branch]);
     let out = run(k).await;
@@ -108,12 +113,15 @@ async fn a_quiet_branch_idles_then_archives_with_a_summary_and_then_refuses_mess
 #[tokio::test(flavor = "multi_thread")]
 async fn a_message_revives_an_idle_thread() {
     let ws = Workspace::new(&[]);
-    config(&ws, serde_json::json!({"idle_after": "1s"}));
+    config(&ws, serde_json::json!({}));
     let kdd = reaping();
     let c = kdd.client().await;
     let t = kd_tests::new_thread(&c, &ws.path()).await;
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    config(&ws, serde_json::json!({"idle_after": "1s"}));
     until_status(&mut sub, ThreadStatus::Idle).await;
+    // Idle after a day again, so that the revived thread stays active.
+    config(&ws, serde_json::json!({}));
     ask(&c, &t, "Back again.").await.unwrap();
     until_status(&mut sub, ThreadStatus::Active).await;
     assert_eq!(c.thread_get(t.clone()).await.unwrap().status, ThreadStatus::Active);
@@ -393,11 +401,14 @@ async fn a_fork_starts_with_the_bundle_and_its_own_sessions() {
 async fn a_branch_archived_by_a_read_gets_the_summarizers_summary_and_offers_it_to_its_trunk() {
     let ws = Workspace::new(&[]);
     let rules = serde_json::json!([["[Summary]", "They agreed to shard by tenant."]]).to_string();
-    ws.write_config(&serde_json::json!({
-        "council": {"members": ["claude"]},
-        "agents": {"claude": kd_tests::fake("claude", "claude", &[("FAKE_TEXT", "Shard by tenant."), ("FAKE_RULES", &rules)])},
-        "lifecycle": {"summarizer": "claude", "idle_after": "1s", "archive_after": "1s"},
-    }));
+    let configure = |lifecycle: serde_json::Value| {
+        ws.write_config(&serde_json::json!({
+            "council": {"members": ["claude"]},
+            "agents": {"claude": kd_tests::fake("claude", "claude", &[("FAKE_TEXT", "Shard by tenant."), ("FAKE_RULES", &rules)])},
+            "lifecycle": lifecycle,
+        }))
+    };
+    configure(serde_json::json!({"summarizer": "claude"}));
     // No reaper pass for a minute: only reading the thread ages it.
     let kdd = Kdd::start();
     let c = kdd.client().await;
@@ -407,6 +418,8 @@ async fn a_branch_archived_by_a_read_gets_the_summarizers_summary_and_offers_it_
     ask(&c, &branch, "How do we scale orders?").await.unwrap();
     collect_until(&mut sub, |e| kd_tests::ended(e) == 1).await;
     let mut trunk_sub = c.thread_subscribe(trunk.clone(), None, None).await.unwrap();
+    // Now a second of quiet archives a branch.
+    configure(serde_json::json!({"summarizer": "claude", "idle_after": "1s", "archive_after": "1s"}));
     kd_tests::within("the branch archived by a read", async {
         while c.thread_get(branch.clone()).await.unwrap().status != ThreadStatus::Archived {
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
@@ -500,13 +513,14 @@ async fn a_summarizer_writes_the_summary_at_archive_and_the_trunk_is_given_it() 
 #[tokio::test(flavor = "multi_thread")]
 async fn when_the_current_branch_is_archived_the_trunk_is_current_again() {
     let ws = Workspace::new(&[]);
-    config(&ws, serde_json::json!({"idle_after": "1s", "archive_after": "2s"}));
+    config(&ws, serde_json::json!({}));
     let kdd = reaping();
     let c = kdd.client().await;
     let trunk = kd_tests::new_thread(&c, &ws.path()).await;
     let branch = c.thread_fork(trunk.clone(), None).await.unwrap().id;
     assert_eq!(c.thread_current(ws.path(), None).await.unwrap().unwrap().id, branch);
     let mut sub = c.thread_subscribe(branch.clone(), None, None).await.unwrap();
+    config(&ws, serde_json::json!({"idle_after": "1s", "archive_after": "2s"}));
     until_status(&mut sub, ThreadStatus::Archived).await;
     // `kd ask` in the workspace asks in the trunk, not an archived thread.
     let mut k = kdd.kd();

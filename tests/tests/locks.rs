@@ -54,7 +54,9 @@ async fn after_the_ttl_the_next_acquirer_gets_a_larger_token_and_the_old_one_is_
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let thread = kd_tests::new_thread(&c, &workspace("locks")).await;
-    let old = token(&c.lock_acquire(thread.clone(), "alice".into(), 50, None).await.unwrap());
+    // Held for a minute: however slow the machine, the write below is made
+    // while alice holds the lock.
+    let old = token(&c.lock_acquire(thread.clone(), "alice".into(), 60_000, None).await.unwrap());
     // While held, a fenced write with the current token goes through.
     c.message_append(
         thread.clone(),
@@ -70,6 +72,10 @@ async fn after_the_ttl_the_next_acquirer_gets_a_larger_token_and_the_old_one_is_
     )
     .await
     .unwrap();
+    // Alice renews it for a millisecond (same token), and the TTL runs out.
+    let renewed = c.lock_acquire(thread.clone(), "alice".into(), 1, None).await.unwrap();
+    assert!(matches!(renewed, LockOutcome::Acquired { renewed: true, .. }), "{renewed:?}");
+    assert_eq!(token(&renewed), old);
     wait_until_free(&c, &thread).await;
     let new = token(&c.lock_acquire(thread.clone(), "bob".into(), 60_000, None).await.unwrap());
     assert!(new > old, "fencing token did not grow: {old} then {new}");

@@ -22,15 +22,24 @@ fn messages_of(events: &[ThreadEvent]) -> Vec<&kd_proto::types::Message> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn three_members_stream_concurrently_and_every_answer_lands_after_its_deltas() {
-    let slow: &[(&str, &str)] = &[("FAKE_DELTAS", "8"), ("FAKE_INTERVAL_MS", "15")];
-    let ws = Workspace::new(&[("claude", "claude", slow), ("codex", "codex", slow), ("gemini", "gemini", slow)]);
+    // Each member streams its first piece, then holds until all three are
+    // streaming at once.
+    let hold = kd_tests::Hold::new();
+    let env = [("FAKE_DELTAS", "8".to_string()), ("FAKE_HOLD", hold.env())];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let ws = Workspace::new(&[("claude", "claude", &env), ("codex", "codex", &env), ("gemini", "gemini", &env)]);
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = thread_in(&c, &ws, None).await;
     let mut sub = c.thread_subscribe(t.clone(), Some(0), None).await.unwrap();
     let sent = send(&c, &t, "What about X?").await;
     assert_eq!(sent.runs.iter().map(|r| r.run.member.as_str()).collect::<Vec<_>>(), ["claude", "codex", "gemini"]);
-    let events = collect_until(&mut sub, |e| ended(e) == 3).await;
+    let streaming =
+        |e: &[ThreadEvent], m: &str| e.iter().any(|e| matches!(e, ThreadEvent::Delta { member, .. } if member == m));
+    let mut events = collect_until(&mut sub, |e| ["claude", "codex", "gemini"].iter().all(|m| streaming(e, m))).await;
+    assert_eq!(ended(&events), 0, "all three stream at once");
+    hold.release();
+    events.extend(collect_until(&mut sub, |e| ended(e) == 3).await);
 
     for member in ["claude", "codex", "gemini"] {
         let first_delta = events.iter().position(|e| matches!(e, ThreadEvent::Delta { member: m, .. } if m == member));
@@ -48,7 +57,8 @@ async fn three_members_stream_concurrently_and_every_answer_lands_after_its_delt
         assert_eq!(streamed, format!("Answer from {member}."));
     }
     // Every member streams piece by piece (lines that arrive in one read
-    // make one delta), codex through its app-server.
+    // make one delta: at least the piece before the hold and what came
+    // after it), codex through its app-server.
     let deltas =
         |m: &str| events.iter().filter(|e| matches!(e, ThreadEvent::Delta { member, .. } if member == m)).count();
     assert!(deltas("claude") > 1 && deltas("gemini") > 1 && deltas("codex") > 1, "{events:?}");
@@ -186,23 +196,40 @@ async fn resume_mode_passes_the_previous_session_and_a_concurrent_resume_is_refu
 async fn resume_mode_gives_each_member_every_message_it_has_not_seen_exactly_once() {
     let ws = Workspace::new(&[]);
     let (claude_rec, codex_rec) = (ws.file("claude.jsonl"), ws.file("codex.jsonl"));
-    // claude is slower, so codex's answers are stored while claude still runs.
-    let claude_env: &[(&str, &str)] =
-        &[("FAKE_RECORD", &claude_rec), ("FAKE_TEXT", "claude says {pid}."), ("FAKE_INTERVAL_MS", "40")];
-    let codex_env: &[(&str, &str)] = &[("FAKE_RECORD", &codex_rec), ("FAKE_TEXT", "codex says {turn}.")];
-    ws.write_config(&serde_json::json!({
-        "council": {"members": ["claude", "codex"]},
-        "agents": {"claude": kd_tests::fake("claude", "claude", claude_env), "codex": kd_tests::fake("codex", "codex", codex_env)}
-    }));
+    // claude is held in each first round until codex's answer is stored.
+    let configure = |hold: &kd_tests::Hold| {
+        let claude_env: &[(&str, &str)] =
+            &[("FAKE_RECORD", &claude_rec), ("FAKE_TEXT", "From claude: {pid}."), ("FAKE_HOLD", &hold.env())];
+        let codex_env: &[(&str, &str)] = &[("FAKE_RECORD", &codex_rec), ("FAKE_TEXT", "From codex: {turn}.")];
+        ws.write_config(&serde_json::json!({
+            "council": {"members": ["claude", "codex"]},
+            "agents": {"claude": kd_tests::fake("claude", "claude", claude_env), "codex": kd_tests::fake("codex", "codex", codex_env)}
+        }));
+    };
+    let codex_done_claude_held = |e: &[ThreadEvent]| {
+        e.iter().any(|e| matches!(e, ThreadEvent::RunFinished { member, .. } if member == "codex"))
+            && e.iter().any(|e| matches!(e, ThreadEvent::Delta { member, .. } if member == "claude"))
+    };
+    let hold = kd_tests::Hold::new();
+    configure(&hold);
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = thread_in(&c, &ws, Some(ContextMode::Resume)).await;
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     send(&c, &t, "First question?").await;
-    collect_until(&mut sub, |e| ended(e) == 2).await;
-    // A second question with a discussion round: 2 parallel answers, then 2 turns.
+    let mut events = collect_until(&mut sub, codex_done_claude_held).await;
+    hold.release();
+    events.extend(collect_until(&mut sub, |e| ended(e) == 1).await);
+    assert_eq!(ended(&events), 2);
+    // A second question with a discussion round: 2 parallel answers (claude
+    // held again until codex's is in), then 2 turns.
+    let hold = kd_tests::Hold::new();
+    configure(&hold);
     c.council_send(t.clone(), "Second question?".into(), None, None, None, None, None, Some(1), None).await.unwrap();
-    collect_until(&mut sub, |e| ended(e) == 4).await;
+    let mut events = collect_until(&mut sub, codex_done_claude_held).await;
+    hold.release();
+    let rest = ended(&events);
+    events.extend(collect_until(&mut sub, |e| rest + ended(e) == 4).await);
 
     let messages = c.thread_messages(t.clone(), None, None, None, None).await.unwrap();
     assert_eq!(messages.len(), 8, "{messages:#?}");
@@ -225,7 +252,7 @@ async fn resume_mode_gives_each_member_every_message_it_has_not_seen_exactly_onc
         }
         for (i, p) in prompts.iter().enumerate().skip(1) {
             assert!(p.starts_with("[New messages]\n"), "{me} prompt {i}: {p}");
-            assert!(!p.contains(&format!("{me} says")), "{me} is never told its own answers again: {p}");
+            assert!(!p.contains(&format!("From {me}:")), "{me} is never told its own answers again: {p}");
         }
     }
 }
@@ -284,10 +311,12 @@ async fn cancel_mid_stream(backend: &str, exec: bool) {
     let text = long_text();
     let scratch = tempfile::tempdir().unwrap();
     let record = scratch.path().join("record.jsonl").display().to_string();
+    // Held after its first piece until the test ends: cancelled mid-stream.
+    let hold = kd_tests::Hold::new();
     let ws = Workspace::new(&[(
         backend,
         backend,
-        &[("FAKE_DELTAS", "400"), ("FAKE_INTERVAL_MS", "25"), ("FAKE_TEXT", &text), ("FAKE_RECORD", &record)],
+        &[("FAKE_DELTAS", "400"), ("FAKE_HOLD", &hold.env()), ("FAKE_TEXT", &text), ("FAKE_RECORD", &record)],
     )]);
     if exec {
         ws.set_agent(backend, "transport", "exec".into());
@@ -298,7 +327,7 @@ async fn cancel_mid_stream(backend: &str, exec: bool) {
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     send(&c, &t, "Go on.").await;
     let started = collect_until(&mut sub, |e| {
-        e.iter().filter(|e| matches!(e, ThreadEvent::Delta { .. })).count() >= 3
+        e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))
             || (exec && e.iter().any(|e| matches!(e, ThreadEvent::RunStarted { .. })))
     })
     .await;
@@ -589,10 +618,12 @@ async fn two_clients_see_the_same_stream_and_the_member_runs_once_at_a_time() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_subscriber_joining_mid_run_gets_the_text_so_far_then_live_deltas() {
+    // The first of four pieces (20 characters) streams, then the run holds.
+    let hold = kd_tests::Hold::new();
     let ws = Workspace::new(&[(
         "gemini",
         "gemini",
-        &[("FAKE_DELTAS", "40"), ("FAKE_INTERVAL_MS", "15"), ("FAKE_TEXT", &"abcdefghij".repeat(8))],
+        &[("FAKE_DELTAS", "4"), ("FAKE_HOLD", &hold.env()), ("FAKE_TEXT", &"abcdefghij".repeat(8))],
     )]);
     let kdd = Kdd::start();
     let c = kdd.client().await;
@@ -603,7 +634,9 @@ async fn a_subscriber_joining_mid_run_gets_the_text_so_far_then_live_deltas() {
         .await;
     let late = kdd.client().await;
     let mut sub = late.thread_subscribe(t.clone(), None, None).await.unwrap();
-    let events = collect_until(&mut sub, |e| ended(e) == 1).await;
+    let mut events = collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))).await;
+    hold.release();
+    events.extend(collect_until(&mut sub, |e| ended(e) == 1).await);
     assert!(
         matches!(&events[0], ThreadEvent::Round { round: 1, state: kd_proto::types::RoundState::Running, .. }),
         "first, where the exchange stands: {:?}",
@@ -613,7 +646,7 @@ async fn a_subscriber_joining_mid_run_gets_the_text_so_far_then_live_deltas() {
     assert!(matches!(&events[0], ThreadEvent::RunWaiting { run } if run.member == "gemini"), "{:?}", events[0]);
     assert!(matches!(&events[1], ThreadEvent::RunStarted { .. }));
     let ThreadEvent::Delta { text, chars, .. } = &events[2] else { panic!("{:?}", events[2]) };
-    assert!(*chars >= 20 && text.chars().count() as u64 == *chars, "the first delta is all the text so far");
+    assert!(*chars == 20 && text.chars().count() as u64 == *chars, "the first delta is all the text so far");
     let streamed: String = events
         .iter()
         .filter_map(|e| if let ThreadEvent::Delta { text, .. } = e { Some(text.as_str()) } else { None })
@@ -678,7 +711,9 @@ async fn unknown_members_and_empty_councils_are_refused_with_the_member_list() {
 #[tokio::test(flavor = "multi_thread")]
 async fn kill_9_during_three_streaming_runs_leaves_nothing_behind() {
     let text = long_text();
-    let slow: &[(&str, &str)] = &[("FAKE_DELTAS", "2000"), ("FAKE_INTERVAL_MS", "10"), ("FAKE_TEXT", &text)];
+    // Each run streams its first piece and holds there until the kill.
+    let hold = kd_tests::Hold::new();
+    let slow: &[(&str, &str)] = &[("FAKE_DELTAS", "20"), ("FAKE_HOLD", &hold.env()), ("FAKE_TEXT", &text)];
     let ws = Workspace::new(&[("claude", "claude", slow), ("codex", "gemini", slow), ("cursor", "cursor", slow)]);
     let mut kdd = Kdd::start();
     let c = kdd.client().await;

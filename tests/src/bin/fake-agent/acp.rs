@@ -212,7 +212,7 @@ async fn turn(state: Shared, id: Value, session: String, prompt: String) {
         }
         chunk(&session, p);
         if i == 0 {
-            hold().await;
+            hold(&prompt).await;
         }
     }
     if env("FAKE_HANG").is_some() {

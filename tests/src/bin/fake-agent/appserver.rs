@@ -321,7 +321,7 @@ async fn run_turn(state: Shared, thread: String, turn: String, prompt: String) {
         streamed.push_str(&piece);
         note(&state, "item/agentMessage/delta", with(json!({"itemId": msg, "delta": piece})));
         if i == 0 {
-            hold().await;
+            hold(&prompt).await;
         }
     }
     if env("FAKE_HANG").is_some() {

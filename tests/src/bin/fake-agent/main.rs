@@ -20,6 +20,7 @@
 //! | `FAKE_EXIT` | exit status at the end |
 //! | `FAKE_HANG` | after the pieces, never finish |
 //! | `FAKE_HOLD` | after the first piece, wait while this file exists |
+//! | `FAKE_HOLD_WHEN` | hold only when the prompt contains this text (e.g. a later round's) |
 //! | `FAKE_IGNORE_TERM` | ignore SIGINT and SIGTERM (only SIGKILL stops it) |
 //! | `FAKE_GARBAGE` | this many garbage lines first |
 //! | `FAKE_NON_UTF8` | a line of invalid UTF-8 first |
@@ -146,9 +147,13 @@ fn labels_of(answer: &str, prompt: &str) -> String {
 }
 
 /// Waits while the `FAKE_HOLD` file exists: a test holds a run mid-stream
-/// for as long as it needs, then lets it go by removing the file.
-async fn hold() {
+/// for as long as it needs, then lets it go by removing the file. With
+/// `FAKE_HOLD_WHEN`, only a run whose prompt contains that text holds.
+async fn hold(prompt: &str) {
     let Some(path) = env("FAKE_HOLD") else { return };
+    if env("FAKE_HOLD_WHEN").is_some_and(|needle| !prompt.contains(&needle)) {
+        return;
+    }
     while std::path::Path::new(&path).exists() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -409,7 +414,7 @@ async fn main() {
                 _ => out.delta(p),
             }
             if i == 0 {
-                hold().await;
+                hold(&prompt).await;
             }
         }
         let text = if fixed.is_some() { out.streamed.borrow().clone() } else { text };
