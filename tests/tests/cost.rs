@@ -118,3 +118,24 @@ async fn a_budget_stops_the_pending_auto_turns_with_a_notice() {
     let after = c.thread_messages(t.clone(), None, None, None, None).await.unwrap();
     assert_eq!(after.iter().filter(|m| m.kind == MessageKind::Agent).count(), 2 + 2 + 4);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_cost_json_gives_micro_dollars() {
+    let ws = Workspace::new(&[]);
+    config(&ws, serde_json::json!({}));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    // Five claude answers of $0.0012: summed as floats, $0.005999999999999999.
+    ask(&c, &t, Some(4)).await;
+    let mut k = kdd.kd();
+    k.args(["cost", "--json"]);
+    let out = run(k).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let report: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(report["rows"][0]["key"], "claude", "{}", out.stdout);
+    assert_eq!(report["rows"][0]["answers"], 5, "{}", out.stdout);
+    assert!(out.stdout.contains("\"cost_usd\": 0.006,"), "{}", out.stdout);
+    assert!(!out.stdout.contains("0.0059999"), "{}", out.stdout);
+    assert_eq!(report["total"]["cost_usd"], serde_json::json!(0.006));
+}

@@ -51,7 +51,7 @@ pub fn report(conn: &Connection, f: &Filter, by: CostBy) -> DbResult<CostReport>
     let row = |r: &rusqlite::Row<'_>, key: String| -> rusqlite::Result<Cost> {
         Ok(Cost {
             key,
-            cost_usd: r.get(1)?,
+            cost_usd: micro_dollars(r.get(1)?),
             input_tokens: r.get::<_, i64>(2)?.max(0) as u64,
             output_tokens: r.get::<_, i64>(3)?.max(0) as u64,
             answers: r.get::<_, i64>(4)?.max(0) as u64,
@@ -70,15 +70,22 @@ pub fn report(conn: &Connection, f: &Filter, by: CostBy) -> DbResult<CostReport>
     Ok(CostReport { by, rows, total })
 }
 
+/// A cost as reported: rounded to micro-dollars, so that five answers of
+/// $0.0012 read `0.006`, not `0.005999999999999999`.
+fn micro_dollars(usd: f64) -> f64 {
+    (usd * 1e6).round() / 1e6
+}
+
 /// What the answers of exchange `king` of `thread` cost so far.
 pub fn exchange(conn: &Connection, thread: &str, king: u64) -> DbResult<f64> {
-    Ok(conn
-        .prepare_cached(
+    Ok(micro_dollars(
+        conn.prepare_cached(
             "SELECT coalesce(sum(json_extract(m.run, '$.cost_usd')), 0.0)
              FROM runs r JOIN messages m ON m.thread_id = r.thread_id AND m.seq = r.message_seq
              WHERE r.thread_id = ?1 AND r.exchange = ?2",
         )?
-        .query_row(params![thread, king as i64], |r| r.get(0))?)
+        .query_row(params![thread, king as i64], |r| r.get(0))?,
+    ))
 }
 
 impl super::Db {
