@@ -139,3 +139,71 @@ async fn kd_cost_json_gives_micro_dollars() {
     assert!(!out.stdout.contains("0.0059999"), "{}", out.stdout);
     assert_eq!(report["total"]["cost_usd"], serde_json::json!(0.006));
 }
+
+/// `YYYY-MM-DD` of a Unix time in ms, UTC.
+fn utc_day(ms: i64) -> String {
+    // Howard Hinnant's civil_from_days.
+    let z = ms.div_euclid(86_400_000) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_cost_by_day_sums_each_utc_day_and_since_leaves_out_the_days_before() {
+    let ws = Workspace::new(&[]);
+    config(&ws, serde_json::json!({}));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t1 = kd_tests::new_thread(&c, &ws.path()).await;
+    let t2 = kd_tests::new_thread(&c, &ws.path()).await;
+    ask(&c, &t1, Some(0)).await;
+    ask(&c, &t2, Some(1)).await;
+    // What each day's answers reported (one day, unless the test ran over
+    // midnight UTC).
+    let mut days = std::collections::BTreeMap::<String, (f64, u64)>::new();
+    for t in [&t1, &t2] {
+        for m in c.thread_messages(t.clone(), None, None, None, None).await.unwrap().iter() {
+            if let Some(run) = &m.run {
+                let d = days.entry(utc_day(m.created_at_ms)).or_default();
+                *d = (d.0 + run.cost_usd.unwrap_or(0.0), d.1 + 1);
+            }
+        }
+    }
+    let mut k = kdd.kd();
+    k.args(["cost", "--by", "day"]);
+    let out = run(k).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let lines: Vec<Vec<&str>> = out.stdout.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(lines[0], ["DAY", "COST", "IN", "TOKENS", "OUT", "TOKENS", "ANSWERS"], "{}", out.stdout);
+    let mut shown: Vec<(String, String, String)> =
+        lines[1..lines.len() - 1].iter().map(|l| (l[0].to_string(), l[1].to_string(), l[4].to_string())).collect();
+    shown.sort();
+    let expected: Vec<(String, String, String)> =
+        days.iter().map(|(d, (cost, n))| (d.clone(), format!("${cost:.4}"), n.to_string())).collect();
+    assert_eq!(shown, expected, "{}", out.stdout);
+    assert_eq!(lines.last().unwrap()[..2], ["total", "$0.0036"], "{}", out.stdout);
+    assert_eq!(lines.last().unwrap()[4], "6", "{}", out.stdout);
+    // Since a day to come: nothing; since a day back: everything.
+    let mut k = kdd.kd();
+    k.args(["cost", "--by", "day", "--since", "2999-01-01"]);
+    let out = run(k).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(out.stdout.lines().count(), 2, "{}", out.stdout);
+    assert_eq!(
+        out.stdout.lines().last().unwrap().split_whitespace().collect::<Vec<_>>(),
+        ["total", "$0.0000", "0", "0", "0"]
+    );
+    let mut k = kdd.kd();
+    k.args(["cost", "--by", "day", "--since", "2d", "--json"]);
+    let out = run(k).await;
+    let report: CostReport = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(report.by, CostBy::Day);
+    assert_eq!((report.rows.len(), report.total.answers), (days.len(), 6), "{}", out.stdout);
+}
