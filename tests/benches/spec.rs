@@ -4,7 +4,7 @@
 //! Run: `cargo build --release --workspace --bins && cargo bench -p kd-tests --bench spec`
 //! (one group: `… --bench spec -- history`).
 
-use kd_tests::bench::{self, chat, daemon, memory, runs, selected};
+use kd_tests::bench::{self, chat, cost, daemon, memory, runs, selected};
 
 fn main() {
     kd_tests::bench::block_on(async {
@@ -41,6 +41,9 @@ fn main() {
         }
         if selected("tui") {
             chat::cpu().await;
+        }
+        if selected("cost") {
+            cost::report().await;
         }
     });
     let rows = bench::checked();

@@ -386,6 +386,15 @@ async fn commands_whose_reader_went_away_end_quietly() {
         &["ask", "--json", "--rounds", "0", "Again?"],
         &["ask", "--rounds", "0", "Once more?"],
     ] {
+        // A question whose kd went away is still answered by the daemon;
+        // the next one starts once it is (not queued behind it).
+        let c = kdd.client().await;
+        within("the runs in flight to end", async {
+            while !c.run_list(None).await.unwrap().is_empty() {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        })
+        .await;
         let out = kd_into_closed_pipe(&kdd, cwd, args).await;
         assert_eq!(out.status.code(), Some(0), "kd {args:?}: {}", out.stderr);
         assert_eq!(out.stderr, "", "kd {args:?} must end quietly");

@@ -1,14 +1,28 @@
-//! What answers cost (F-B cost): the `cost_usd` and token usage each run's
-//! message carries (`messages.run`), summed by member, thread, day or
-//! exchange; and one exchange's running cost, for `council.budget_usd`.
+//! What answers cost (F-B3): the ledger of what each run's message cost
+//! (`costs`, one row per message a run wrote, with its agent's report
+//! bounded), written in the transaction that writes the message, and its
+//! sums per thread, member and UTC day (`cost_days`, kept in step by
+//! triggers; migration 0010). A report is summed by member, thread, day or
+//! exchange from whichever is smallest for its filter: one thread's rows of
+//! the ledger, or the daily sums across threads (with the ledger's rows of
+//! the first day when `since` falls within it). Nothing reads `messages`:
+//! a thread's cost costs that thread, and the registry's grows with its
+//! threads, members and days, not with what was said. Also one exchange's
+//! running cost, for `council.budget_usd`.
 
-use kd_proto::types::{Cost, CostBy, CostReport};
-use rusqlite::{Connection, params};
+use kd_proto::types::{Cost, CostBy, CostReport, Message, RunInfo, RunMeta};
+use rusqlite::{Connection, ToSql, params};
 
 use super::{DbError, DbResult, threads};
 
 /// Most rows a report lists (the total counts them all).
 pub const MAX_ROWS: u32 = 1000;
+/// The most one answer is counted to cost, whatever its agent reported.
+pub const MAX_ANSWER_USD: f64 = 1e6;
+/// The most tokens one answer is counted to have taken in or given out.
+pub const MAX_ANSWER_TOKENS: u64 = 1_000_000_000_000;
+
+const DAY_MS: i64 = 86_400_000;
 
 /// Which answers a report counts.
 #[derive(Debug, Clone, Default)]
@@ -18,67 +32,173 @@ pub struct Filter {
     pub since_ms: Option<i64>,
 }
 
-/// The sums of a report: cost, input tokens, output tokens, answers, per key.
-const SUMS: &str = "total(json_extract(m.run, '$.cost_usd')),
-       coalesce(sum(json_extract(m.run, '$.usage.input_tokens')), 0),
-       coalesce(sum(json_extract(m.run, '$.usage.output_tokens')), 0),
-       count(*)";
+/// What one run's message adds to the ledger: what its agent reported,
+/// bounded (an agent's report is its own: a negative, absurd or misshapen
+/// figure must not make every sum it joins wrong or fail). Migration 0010
+/// bounds the answers written before the ledger the same way.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Entry {
+    pub cost_usd: f64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
 
-/// Answers of runs (imported messages name a backend but were no run here).
-const WHERE: &str = "FROM messages m JOIN threads t ON t.id = m.thread_id
-     WHERE json_extract(m.run, '$.run_id') IS NOT NULL
-       AND (?1 IS NULL OR m.thread_id = ?1) AND (?2 IS NULL OR t.workspace = ?2) AND (?3 IS NULL OR m.created_at >= ?3)";
+impl Entry {
+    pub fn of(meta: &RunMeta) -> Entry {
+        let tokens = |key: &str| {
+            let n = meta.usage.as_ref().and_then(|u| u.get(key)).and_then(serde_json::Value::as_f64).unwrap_or(0.0);
+            if n >= 1.0 { n.min(MAX_ANSWER_TOKENS as f64) as u64 } else { 0 }
+        };
+        Entry {
+            cost_usd: meta.cost_usd.filter(|c| c.is_finite() && *c > 0.0).map_or(0.0, |c| c.min(MAX_ANSWER_USD)),
+            input_tokens: tokens("input_tokens"),
+            output_tokens: tokens("output_tokens"),
+        }
+    }
+}
+
+/// Writes the ledger's row for `message`, which `run` wrote: in the
+/// transaction that writes the message ([`super::runs::finish`]).
+pub fn record(conn: &Connection, run: &RunInfo, message: &Message) -> DbResult<()> {
+    let e = message.run.as_ref().map(Entry::of).unwrap_or_default();
+    conn.prepare_cached(
+        "INSERT INTO costs (thread_id, seq, member, exchange, round, day, at, cost_usd, input_tokens, output_tokens)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    )?
+    .execute(params![
+        message.thread,
+        message.seq as i64,
+        message.from,
+        run.exchange.map(|x| x as i64),
+        run.round,
+        message.created_at_ms.div_euclid(DAY_MS),
+        message.created_at_ms,
+        e.cost_usd,
+        e.input_tokens as i64,
+        e.output_tokens as i64
+    ])?;
+    Ok(())
+}
+
+/// A cost as reported: rounded to micro-dollars, so that five answers of
+/// $0.0012 read `0.006`, not `0.005999999999999999`.
+fn micro_dollars(usd: f64) -> f64 {
+    (usd * 1e6).round() / 1e6
+}
+
+/// The expression a report groups by, over the ledger (`c`) or the daily
+/// sums (`d`, which have no exchange).
+fn group(by: CostBy, table: &str) -> String {
+    match by {
+        CostBy::Member => format!("{table}.member"),
+        CostBy::Thread => format!("{table}.thread_id"),
+        CostBy::Day => format!("{table}.day"),
+        CostBy::Exchange => format!("{table}.exchange"),
+        CostBy::Round => format!("{table}.exchange || '/' || ifnull({table}.round, 1)"),
+    }
+}
+
+/// The key shown for a group.
+fn shown(by: CostBy, group: &str) -> String {
+    match by {
+        CostBy::Day => format!("strftime('%Y-%m-%d', {group} * 86400, 'unixepoch')"),
+        CostBy::Exchange => format!("CAST({group} AS TEXT)"),
+        _ => group.to_string(),
+    }
+}
+
+/// The statement of a report: key, cost, input and output tokens, answers
+/// per group. Parameters by name: `:thread`, `:workspace`, `:since`, and
+/// `:day`, the UTC day `:since` falls in.
+fn statement(f: &Filter, by: CostBy) -> String {
+    const SUMS: &str = "total(cost_usd), total(input_tokens), total(output_tokens)";
+    let in_workspace = |table: &str| match f.workspace {
+        Some(_) => format!(" AND {table}.thread_id IN (SELECT id FROM threads WHERE workspace = :workspace)"),
+        None => String::new(),
+    };
+    if f.thread.is_some() {
+        let since = if f.since_ms.is_some() { " AND c.at >= :since" } else { "" };
+        let ws = match f.workspace {
+            Some(_) => " AND EXISTS (SELECT 1 FROM threads WHERE id = :thread AND workspace = :workspace)",
+            None => "",
+        };
+        let g = group(by, "c");
+        return format!(
+            "SELECT {}, {SUMS}, count(*) FROM costs c WHERE c.thread_id = :thread{since}{ws} GROUP BY {g}",
+            shown(by, &g)
+        );
+    }
+    let d = group(by, "d");
+    if f.since_ms.is_none() {
+        let ws = in_workspace("d").replacen(" AND", " WHERE", 1);
+        return format!("SELECT {}, {SUMS}, sum(answers) FROM cost_days d{ws} GROUP BY {d}", shown(by, &d));
+    }
+    // The days after the one `since` falls in, whole; of that day, the
+    // answers from `since` on.
+    format!(
+        "SELECT {}, {SUMS}, sum(answers) FROM (
+             SELECT {d} AS k, cost_usd, input_tokens, output_tokens, answers FROM cost_days d WHERE d.day > :day{}
+             UNION ALL
+             SELECT {} AS k, cost_usd, input_tokens, output_tokens, 1 FROM costs c
+             WHERE c.day = :day AND c.at >= :since{}
+         ) GROUP BY k",
+        shown(by, "k"),
+        in_workspace("d"),
+        group(by, "c"),
+        in_workspace("c")
+    )
+}
 
 pub fn report(conn: &Connection, f: &Filter, by: CostBy) -> DbResult<CostReport> {
-    if let Some(t) = &f.thread {
-        threads::get(conn, t)?;
-    }
-    let key = match by {
-        CostBy::Member => "m.sender",
-        CostBy::Thread => "m.thread_id",
-        CostBy::Day => "strftime('%Y-%m-%d', m.created_at / 1000, 'unixepoch')",
-        CostBy::Exchange | CostBy::Round if f.thread.is_none() => {
+    match &f.thread {
+        Some(t) => {
+            threads::get(conn, t)?;
+        }
+        None if matches!(by, CostBy::Exchange | CostBy::Round) => {
             return Err(DbError::Invalid("a report by exchange or round is of one thread: give thread".into()));
         }
-        CostBy::Exchange => {
-            "(SELECT CAST(r.exchange AS TEXT) FROM runs r WHERE r.id = json_extract(m.run, '$.run_id'))"
+        None => {}
+    }
+    let day = f.since_ms.map(|s| s.div_euclid(DAY_MS));
+    let mut stmt = conn.prepare_cached(&statement(f, by))?;
+    let named: [(&str, &dyn ToSql); 4] =
+        [(":thread", &f.thread), (":workspace", &f.workspace), (":since", &f.since_ms), (":day", &day)];
+    for (name, value) in named {
+        if let Some(i) = stmt.parameter_index(name)? {
+            stmt.raw_bind_parameter(i, value)?;
         }
-        CostBy::Round => {
-            "(SELECT r.exchange || '/' || ifnull(r.round, 1) FROM runs r WHERE r.id = json_extract(m.run, '$.run_id'))"
-        }
-    };
-    let args = params![f.thread, f.workspace, f.since_ms];
-    let row = |r: &rusqlite::Row<'_>, key: String| -> rusqlite::Result<Cost> {
-        Ok(Cost {
-            key,
+    }
+    let mut total = Cost { key: "total".into(), ..Cost::default() };
+    let mut rows = vec![];
+    let mut found = stmt.raw_query();
+    while let Some(r) = found.next()? {
+        let count = |i: usize| -> rusqlite::Result<u64> { Ok(r.get::<_, f64>(i)? as u64) };
+        let cost = Cost {
+            key: r.get::<_, Option<String>>(0)?.unwrap_or_else(|| "-".into()),
             cost_usd: r.get(1)?,
-            input_tokens: r.get::<_, i64>(2)?.max(0) as u64,
-            output_tokens: r.get::<_, i64>(3)?.max(0) as u64,
+            input_tokens: count(2)?,
+            output_tokens: count(3)?,
             answers: r.get::<_, i64>(4)?.max(0) as u64,
-        })
-    };
-    let mut stmt =
-        conn.prepare_cached(&format!("SELECT {key}, {SUMS} {WHERE} GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT {MAX_ROWS}"))?;
-    let rows = stmt
-        .query_map(args, |r| {
-            let key: Option<String> = r.get(0)?;
-            row(r, key.unwrap_or_else(|| "-".into()))
-        })?
-        .collect::<Result<Vec<_>, _>>()?;
-    let total =
-        conn.prepare_cached(&format!("SELECT NULL, {SUMS} {WHERE}"))?.query_row(args, |r| row(r, "total".into()))?;
+        };
+        total.cost_usd += cost.cost_usd;
+        total.input_tokens = total.input_tokens.saturating_add(cost.input_tokens);
+        total.output_tokens = total.output_tokens.saturating_add(cost.output_tokens);
+        total.answers += cost.answers;
+        rows.push(Cost { cost_usd: micro_dollars(cost.cost_usd), ..cost });
+    }
+    total.cost_usd = micro_dollars(total.cost_usd);
+    rows.sort_by(|a, b| b.cost_usd.total_cmp(&a.cost_usd).then_with(|| a.key.cmp(&b.key)));
+    rows.truncate(MAX_ROWS as usize);
     Ok(CostReport { by, rows, total })
 }
 
-/// What the answers of exchange `king` of `thread` cost so far.
+/// What the answers of exchange `king` of `thread` cost so far (they all
+/// come after the King's message).
 pub fn exchange(conn: &Connection, thread: &str, king: u64) -> DbResult<f64> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT coalesce(sum(json_extract(m.run, '$.cost_usd')), 0.0)
-             FROM runs r JOIN messages m ON m.thread_id = r.thread_id AND m.seq = r.message_seq
-             WHERE r.thread_id = ?1 AND r.exchange = ?2",
-        )?
-        .query_row(params![thread, king as i64], |r| r.get(0))?)
+    let cost: f64 = conn
+        .prepare_cached("SELECT total(cost_usd) FROM costs WHERE thread_id = ?1 AND seq > ?2 AND exchange = ?2")?
+        .query_row(params![thread, king as i64], |r| r.get(0))?;
+    Ok(micro_dollars(cost))
 }
 
 impl super::Db {
@@ -90,3 +210,6 @@ impl super::Db {
         self.read(move |c| exchange(c, &thread, king)).await
     }
 }
+
+#[cfg(test)]
+mod tests;

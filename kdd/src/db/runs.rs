@@ -12,7 +12,7 @@ use serde_json::json;
 use super::events::{self, NewEvent};
 use super::messages::{self, NewMessage};
 use super::sessions::{self, SessionEnd};
-use super::{DbResult, Outbox, acks};
+use super::{DbResult, Outbox, acks, cost};
 
 /// Records a run that was accepted; subscribers hear `run_waiting`.
 pub fn insert(conn: &Connection, now: i64, run: &RunInfo, out: &mut Outbox) -> DbResult<()> {
@@ -158,6 +158,7 @@ pub fn finish(conn: &Connection, now: i64, run: &RunInfo, f: Finish, out: &mut O
         },
         out,
     )?;
+    cost::record(conn, run, &message)?;
     if f.status == RunStatus::Done {
         // An answer given the broadcast acknowledges it.
         let acked = acks::settle(conn, now, &run.thread, &run.member, run.reply_to.unwrap_or(0), None, "answer")?;

@@ -5,6 +5,7 @@
 
 pub mod chat;
 pub mod codex;
+pub mod cost;
 pub mod daemon;
 pub mod memory;
 pub mod runs;
