@@ -1,15 +1,19 @@
 //! Running agent CLIs (F-A1..F-A3).
 //!
 //! - [`argv`]: each backend's command line;
-//! - [`acp`]: any Agent Client Protocol agent, one long-lived process per member;
-//! - [`appserver`]: codex through one long-lived `codex app-server`;
+//! - [`supervisor`]: one run from start to message, handing it to its transport;
+//! - the transports, peers below the supervisor: `cli` (a CLI process per
+//!   run), [`appserver`] (codex through one long-lived `codex app-server`),
+//!   [`acp`] (any Agent Client Protocol agent, one long-lived process per member);
+//! - below them all: [`spec`] (what a run is asked to do), `outcome` (how a
+//!   run ends: failures, early stops, the outcome from what the agent said),
+//!   `stream` (a run's start and its capped text, told as they happen);
 //! - [`process`]: spawning in a process group that dies with the daemon, signals;
 //! - [`lines`]: bounded line reading of stdout;
 //! - [`peer`]: a long-lived agent process spoken to in JSON-RPC over stdio;
 //! - [`parse`]: per-backend `parse_line` and the [`parse::Transcript`] that folds lines;
 //! - `prepare`: the prompt a run is given and the session it holds;
 //! - [`registry`]: the runs in flight, in memory;
-//! - [`supervisor`]: one run from spawn to message;
 //! - `turn`: what a run over a long-lived agent streams, and its clocks.
 //!
 //! [`Runner`] is what runs need from the daemon: the registry, the hub, the
@@ -19,12 +23,16 @@
 pub mod acp;
 pub mod appserver;
 pub mod argv;
+mod cli;
 pub mod lines;
+mod outcome;
 pub mod parse;
 pub mod peer;
 mod prepare;
 pub mod process;
 pub mod registry;
+pub mod spec;
+mod stream;
 pub mod supervisor;
 mod turn;
 

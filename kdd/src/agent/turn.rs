@@ -11,10 +11,12 @@ use std::time::Duration;
 use tokio::time::{Instant, Interval, Sleep};
 
 use super::Runner;
+use super::outcome::outcome;
 use super::parse::{Parsed, Transcript};
 use super::prepare::Held;
 use super::registry::Run;
-use super::supervisor::{Spec, outcome, publish};
+use super::spec::Spec;
+use super::stream::publish;
 use crate::db::runs::Finish;
 use crate::prompt::LabelStripper;
 

@@ -21,8 +21,8 @@ use std::sync::Arc;
 
 pub(super) use run::execute;
 
+use super::outcome::spawn_error;
 use super::peer::{self, Peer, Pool};
-use super::supervisor::spawn_error;
 use crate::config::AgentDef;
 
 /// One process per member, and per what it is started from.

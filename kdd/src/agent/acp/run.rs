@@ -11,10 +11,12 @@ use tokio::sync::oneshot;
 
 use super::protocol::{self, TurnEnd};
 use crate::agent::Runner;
+use crate::agent::outcome::failed;
 use crate::agent::parse::{Outcome, Parsed, Transcript};
 use crate::agent::prepare::Prepared;
 use crate::agent::registry::{Run, StopReason};
-use crate::agent::supervisor::{Spec, failed, record_start};
+use crate::agent::spec::Spec;
+use crate::agent::stream::record_start;
 use crate::agent::turn::{self, Clocks, Streamed};
 use crate::db::runs::Finish;
 

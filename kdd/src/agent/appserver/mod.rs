@@ -19,8 +19,8 @@ use std::sync::Arc;
 
 pub(super) use run::execute;
 
+use super::outcome::spawn_error;
 use super::peer::{self, Peer, Pool};
-use super::supervisor::spawn_error;
 use crate::config::AgentDef;
 
 /// The arguments kd starts `codex app-server` with (before the member's own):

@@ -12,10 +12,12 @@ use kd_proto::types::RunStatus;
 
 use super::protocol::{self, Event};
 use crate::agent::Runner;
+use crate::agent::outcome::{failed, stopped_early};
 use crate::agent::parse::{Parsed, Transcript};
 use crate::agent::prepare::Prepared;
 use crate::agent::registry::{Run, StopReason};
-use crate::agent::supervisor::{Spec, failed, record_start, stopped_early};
+use crate::agent::spec::Spec;
+use crate::agent::stream::record_start;
 use crate::agent::turn::{self, Clocks, Streamed};
 use crate::db::runs::Finish;
 
