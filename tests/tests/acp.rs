@@ -110,8 +110,10 @@ async fn an_agent_that_cannot_load_sessions_is_a_clear_error_in_resume_mode() {
     assert!(last.body.starts_with("acp: the agent cannot load a session"), "{}", last.body);
 }
 
-/// The option the agent got for a tool call of `kind` under `extra` config.
-async fn permission(kind: &str, extra: serde_json::Value) -> String {
+/// The option the agent got for a tool call of `kind` under `extra`
+/// config, and the run's message. The fake asks as claude-code-acp does:
+/// the kind only in the `tool_call` update before the request.
+async fn permission(kind: &str, extra: serde_json::Value) -> (String, kd_proto::types::Message, Workspace) {
     let scratch = tempfile::tempdir().unwrap();
     let record = scratch.path().join("r.jsonl").display().to_string();
     let ws = acp_member(&[("FAKE_PERMISSION", kind), ("FAKE_RECORD", &record)], extra);
@@ -120,18 +122,47 @@ async fn permission(kind: &str, extra: serde_json::Value) -> String {
     send(&c, &t, "Edit it.").await;
     collect_until(&mut sub, |e| ended(e) == 1).await;
     let last = kd_tests::last_message(&c, &t).await;
-    assert_eq!(last.kind, MessageKind::Agent, "{}", last.body);
     let recs = records(&record);
-    recs.iter().find_map(|r| r["permission"].as_str().map(str::to_string)).unwrap()
+    let chosen = recs.iter().find_map(|r| r["permission"].as_str().map(str::to_string)).unwrap();
+    (chosen, last, ws)
+}
+
+/// The option chosen for a tool call of `kind`; the run must have answered.
+async fn allowed(kind: &str, extra: serde_json::Value) -> String {
+    let (chosen, last, _ws) = permission(kind, extra).await;
+    if chosen.starts_with("allow") {
+        assert_eq!(
+            (last.kind, last.body.as_str()),
+            (MessageKind::Agent, "Let me check.\n\nAnswer from acp."),
+            "{kind}: allowed, the answer goes on"
+        );
+    }
+    chosen
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn permission_requests_are_answered_by_the_members_policy() {
-    assert_eq!(permission("edit", serde_json::json!({})).await, "reject", "read-only by default: writes denied");
-    assert_eq!(permission("execute", serde_json::json!({})).await, "reject");
-    assert_eq!(permission("read", serde_json::json!({})).await, "allow");
-    assert_eq!(permission("edit", serde_json::json!({"permissions": "allow"})).await, "allow");
-    assert_eq!(permission("read", serde_json::json!({"permissions": "deny"})).await, "reject");
+async fn permission_requests_are_decided_on_the_kind_the_tool_call_announced() {
+    assert_eq!(allowed("read", serde_json::json!({})).await, "allow", "read-only by default: reads allowed");
+    assert_eq!(allowed("search", serde_json::json!({})).await, "allow");
+    assert_eq!(allowed("edit", serde_json::json!({})).await, "reject", "writes denied");
+    assert_eq!(allowed("execute", serde_json::json!({})).await, "reject");
+    assert_eq!(allowed("other", serde_json::json!({})).await, "reject", "an unknown kind is not a read");
+    assert_eq!(allowed("edit", serde_json::json!({"permissions": "allow"})).await, "allow");
+    assert_eq!(allowed("read", serde_json::json!({"permissions": "deny"})).await, "reject");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_tool_is_said_plainly_and_the_text_so_far_is_kept() {
+    let (chosen, last, ws) = permission("edit", serde_json::json!({})).await;
+    assert_eq!(chosen, "reject");
+    assert_eq!(last.kind, MessageKind::Error);
+    assert_eq!(
+        last.body,
+        format!("acp: refused by policy read-only: Write {}/notes.md\n\n---\nLet me check.", ws.path()),
+        "not the adapter's internal error"
+    );
+    let (_, last, _ws) = permission("execute", serde_json::json!({"permissions": "deny"})).await;
+    assert_eq!(last.body, "acp: refused by policy deny: `rm -rf build`\n\n---\nLet me check.");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -44,8 +44,12 @@ pub trait Dialect: Send + Sync + 'static {
     fn conversation(&self, method: &str, params: &Value) -> Option<String>;
     /// Whether a notification ends the conversation's turn.
     fn ends_turn(&self, method: &str) -> bool;
-    /// The answer to request `id` from the agent.
-    fn answer(&self, id: &Value, method: &str, params: &Value) -> Value;
+    /// Takes note of a notification before it is routed (in the order the
+    /// agent sent them, before any later request is answered).
+    fn observe(&self, _method: &str, _params: &Value) {}
+    /// The answer to request `id` from the agent, and what the run
+    /// following the request's conversation is to be told of it.
+    fn answer(&self, id: &Value, method: &str, params: &Value) -> (Value, Option<Note>);
 }
 
 /// A notification for a run.
@@ -402,21 +406,31 @@ async fn route(shared: &Mutex<Shared>, dialect: &dyn Dialect, replies: &mpsc::Se
             }
         }
         Some(Incoming::Request { id, method, params }) => {
-            let _ = replies.send(dialect.answer(&id, &method, &params).to_string()).await;
-        }
-        Some(Incoming::Notification { method, params }) => {
-            let Some(conversation) = dialect.conversation(&method, &params) else { return };
-            let tx = shared.lock().ok().and_then(|mut s| {
-                if dialect.ends_turn(&method) {
-                    s.busy.remove(&conversation);
-                }
-                s.conversations.get(&conversation).cloned()
-            });
-            if let Some(tx) = tx {
-                // A run that stopped following dropped its receiver: nothing to do.
-                let _ = tx.send(Note { method, params }).await;
+            let (reply, note) = dialect.answer(&id, &method, &params);
+            let _ = replies.send(reply.to_string()).await;
+            if let (Some(note), Some(conversation)) = (note, dialect.conversation(&method, &params)) {
+                deliver(shared, &conversation, note).await;
             }
         }
+        Some(Incoming::Notification { method, params }) => {
+            dialect.observe(&method, &params);
+            let Some(conversation) = dialect.conversation(&method, &params) else { return };
+            if dialect.ends_turn(&method)
+                && let Ok(mut s) = shared.lock()
+            {
+                s.busy.remove(&conversation);
+            }
+            deliver(shared, &conversation, Note { method, params }).await;
+        }
         None => tracing::debug!("skipped a line from {} that is no JSON-RPC message", dialect.name()),
+    }
+}
+
+/// Hands `note` to the run following `conversation`, if one does.
+async fn deliver(shared: &Mutex<Shared>, conversation: &str, note: Note) {
+    let tx = shared.lock().ok().and_then(|s| s.conversations.get(conversation).cloned());
+    if let Some(tx) = tx {
+        // A run that stopped following dropped its receiver: nothing to do.
+        let _ = tx.send(note).await;
     }
 }

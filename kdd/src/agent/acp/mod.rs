@@ -4,6 +4,8 @@
 //!
 //! - [`protocol`]: the messages (the `agent-client-protocol-schema` types),
 //!   and ACP's [`protocol::Acp`] dialect of [`crate::agent::peer`];
+//! - [`permission`]: the answer to a permission request by the member's
+//!   policy, on the kind the tool call announced;
 //! - `run`: one run as a `session/prompt` turn.
 //!
 //! [`AcpAgents`] owns the processes: one per member and workspace (and
@@ -13,6 +15,7 @@
 //! mode, the thread's session loaded (`session/load`) in resume mode when
 //! the agent can load sessions.
 
+pub mod permission;
 pub mod protocol;
 mod run;
 
@@ -55,7 +58,7 @@ impl AcpAgents {
             .get_or_start(key, || async {
                 let mut inv = peer::invocation(&agent.command, agent.args.clone(), &agent.env, socket);
                 inv.env.push(("KD_MEMBER".to_string(), agent.name.clone()));
-                let dialect = Arc::new(protocol::Acp { permissions: agent.permissions });
+                let dialect = Arc::new(protocol::Acp::new(agent.permissions));
                 let peer = Peer::start(&inv, workspace, dialect).map_err(|e| spawn_error(&inv, agent, &e))?;
                 let answer = peer
                     .request(protocol::initialize)

@@ -2,7 +2,9 @@
 //! resume mode, `session/load` of the session recorded for the thread),
 //! then `session/prompt`, whose answer ends the turn. `agent_message_chunk`
 //! updates stream to subscribers as they come; a stop sends
-//! `session/cancel` and keeps the text streamed so far.
+//! `session/cancel` and keeps the text streamed so far. A turn that fails
+//! after the member's policy refused a tool call says so (`refused by
+//! policy read-only: TITLE`) instead of the agent's own error.
 
 use std::sync::Arc;
 
@@ -13,6 +15,7 @@ use super::protocol::{self, TurnEnd};
 use crate::agent::Runner;
 use crate::agent::outcome::failed;
 use crate::agent::parse::{Outcome, Parsed, Transcript};
+use crate::agent::peer::Note;
 use crate::agent::prepare::Prepared;
 use crate::agent::registry::{Run, StopReason};
 use crate::agent::spec::Spec;
@@ -76,10 +79,13 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
     let mut clocks = Clocks::new(spec.timeout).await;
     let mut cancelled = false;
     let mut ended: Option<TurnEnd> = None;
+    // The last tool call the member's policy refused: why the turn failed,
+    // if it then did (claude-code-acp ends it with an internal error).
+    let mut refused: Option<String> = None;
     loop {
         tokio::select! {
             note = following.notes.recv() => match note {
-                Some(note) => streamed.take(&mut transcript, protocol::interpret(&note.method, &note.params)),
+                Some(note) => take(note, &mut streamed, &mut transcript, &mut refused),
                 None => break,
             },
             answer = &mut ended_rx => {
@@ -105,7 +111,7 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
     }
     // Updates sent before the answer are already queued: take them too.
     while let Ok(note) = following.notes.try_recv() {
-        streamed.take(&mut transcript, protocol::interpret(&note.method, &note.params));
+        take(note, &mut streamed, &mut transcript, &mut refused);
     }
     drop(following);
     streamed.finish();
@@ -115,10 +121,14 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
             transcript.apply(Parsed::Result(Outcome::default()));
         }
         Some(TurnEnd::Cancelled) if !stopped => {
-            transcript.apply(Parsed::Error { message: "the agent cancelled the turn".into(), fatal: true });
+            let message = refused.unwrap_or_else(|| "the agent cancelled the turn".into());
+            transcript.apply(Parsed::Error { message, fatal: true });
         }
         Some(TurnEnd::Failed(why)) if !stopped => {
-            transcript.apply(Parsed::Error { message: why, fatal: true });
+            if refused.is_some() {
+                tracing::debug!(run = run.id, "the turn failed after a refusal: {why}");
+            }
+            transcript.apply(Parsed::Error { message: refused.unwrap_or(why), fatal: true });
         }
         None if !stopped => {
             transcript.apply(Parsed::Error { message: peer.gone_reason(), fatal: true });
@@ -126,4 +136,13 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
         _ => {}
     }
     turn::finish(run, spec, &transcript, held.as_ref())
+}
+
+/// Takes one note of the run's session: text and activity for the
+/// transcript, or a refusal by the member's policy.
+fn take(note: Note, streamed: &mut Streamed<'_>, transcript: &mut Transcript, refused: &mut Option<String>) {
+    match protocol::refusal(&note) {
+        Some(reason) => *refused = Some(reason),
+        None => streamed.take(transcript, protocol::interpret(&note.method, &note.params)),
+    }
 }
