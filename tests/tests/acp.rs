@@ -245,3 +245,28 @@ async fn dead_agent(how: &str) {
     assert!(events.iter().any(|e| matches!(e, ThreadEvent::RunStarted { pid: p, .. } if *p != pid)), "{events:?}");
     assert_eq!(kd_tests::last_message(&c, &t).await.kind, MessageKind::Agent);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_that_exits_at_start_is_explained_by_its_error_line_first() {
+    let stderr = "npm warn exec The following package was not found and will be installed\n\
+                  Error: Cannot find module '@zed-industries/claude-code-acp'\n\
+                  \x20   at Module._resolveFilename (node:internal/modules/cjs/loader:1145:15)\n\
+                  \n\
+                  Node.js v22.3.0";
+    let ws = acp_member(&[("FAKE_STDERR", stderr), ("FAKE_NO_OUTPUT", "1"), ("FAKE_EXIT", "1")], serde_json::json!({}));
+    let kdd = Kdd::start();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
+    send(&c, &t, "Q?").await;
+    collect_until(&mut sub, |e| ended(e) == 1).await;
+    let last = kd_tests::last_message(&c, &t).await;
+    assert_eq!(last.kind, MessageKind::Error);
+    assert_eq!(
+        last.body,
+        format!(
+            "acp: cannot start {}: initialize failed: the ACP agent exited (status 1): Error: Cannot find module \
+             '@zed-industries/claude-code-acp'\nnpm warn exec The following package was not found and will be \
+             installed\n    at Module._resolveFilename (node:internal/modules/cjs/loader:1145:15)\nNode.js v22.3.0",
+            kd_tests::bin("fake-agent").display()
+        )
+    );
+}

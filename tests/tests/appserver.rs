@@ -268,3 +268,39 @@ async fn tool_calls_and_reasoning_are_shown_as_activity_not_answer_text() {
     let last = kd_tests::last_message(&c, &t).await;
     assert_eq!((last.kind, last.body.as_str()), (MessageKind::Agent, "It said hi."));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_exec_only_flag_is_named_by_kd_config_check_and_by_the_failed_start() {
+    let ws = Workspace::new(&[]);
+    let mut codex = kd_tests::fake("codex", "codex", &[]);
+    codex["args"] = serde_json::json!(["--skip-git-repo-check"]);
+    ws.write_config(&serde_json::json!({"council": {"members": ["codex"]}, "agents": {"codex": codex}}));
+    let kdd = Kdd::start();
+    let mut check = kdd.kd();
+    check.current_dir(ws.dir.path()).args(["config", "check"]);
+    let out = kd_tests::run(check).await;
+    assert!(out.status.success(), "a warning, not an error: {}", out.stderr);
+    assert!(
+        out.stdout.lines().any(|l| l.starts_with(
+            "warning: agents.codex.args: codex app-server does not take \
+             --skip-git-repo-check"
+        )),
+        "{}",
+        out.stdout
+    );
+
+    // Started anyway, codex refuses it: the message says why, not only
+    // clap's last line ("For more information, try '--help'.").
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
+    send(&c, &t, "Q?").await;
+    collect_until(&mut sub, |e| ended(e) == 1).await;
+    let last = kd_tests::last_message(&c, &t).await;
+    assert_eq!(last.kind, MessageKind::Error);
+    let head = format!(
+        "codex: cannot start {} app-server: initialize failed: the codex app-server exited (status 2): error: \
+         unexpected argument '--skip-git-repo-check' found\n",
+        kd_tests::bin("fake-agent").display()
+    );
+    assert!(last.body.starts_with(&head), "the error line first: {:?}", last.body);
+    assert!(last.body.contains("Usage: codex app-server") && last.body.ends_with("try '--help'."), "{:?}", last.body);
+}

@@ -133,7 +133,7 @@ fn failure(member: &str, t: &Transcript, exit: Option<std::process::ExitStatus>,
                 Some(code) => format!("exited with status {code}"),
                 None => "was killed by a signal".to_string(),
             };
-            Some(format!("{member}: {how}{}", last_line(stderr).map(|l| format!(": {l}")).unwrap_or_default()))
+            Some(format!("{member}: {how}{}", explain(stderr).map(|l| format!(": {l}")).unwrap_or_default()))
         }
         None => Some(format!("{member}: its exit status could not be read")),
     }
@@ -148,12 +148,95 @@ fn unreadable(t: &Transcript, stderr: &str) -> String {
             if t.malformed == 1 { "" } else { "s" }
         ));
     }
-    if let Some(l) = last_line(stderr) {
+    if let Some(l) = explain(stderr) {
         why.push_str(&format!(": {l}"));
     }
     why
 }
 
-fn last_line(s: &str) -> Option<String> {
-    s.lines().map(str::trim).rfind(|l| !l.is_empty()).map(|l| l.chars().take(300).collect())
+/// Bytes of an agent's stderr said in a message.
+const STDERR_SAID: usize = 2 * 1024;
+
+/// What an agent's stderr says of why it stopped: its last lines, up to
+/// 2 KiB, with its `error:` line first (clap, node and most tools end with
+/// a hint such as `For more information, try '--help'.`, after the cause).
+/// Blank lines are left out; `None` when there is nothing.
+pub(super) fn explain(stderr: &str) -> Option<String> {
+    let lines: Vec<&str> = stderr.lines().map(str::trim_end).filter(|l| !l.trim().is_empty()).collect();
+    let is_error = |l: &str| {
+        let l = l.trim_start().as_bytes();
+        l.len() > 5 && l[..5].eq_ignore_ascii_case(b"error") && matches!(l[5], b':' | b'[')
+    };
+    let error = lines.iter().rposition(|l| is_error(l));
+    let mut said = String::new();
+    if let Some(at) = error {
+        said.push_str(bounded(lines[at].trim_start(), STDERR_SAID));
+    }
+    // The last lines that fit, in their order.
+    let mut tail: Vec<&str> = Vec::new();
+    let mut room = STDERR_SAID.saturating_sub(said.len());
+    for (i, l) in lines.iter().enumerate().rev() {
+        if Some(i) == error {
+            continue;
+        }
+        if l.len() + 1 > room {
+            if tail.is_empty() && said.is_empty() {
+                tail.push(bounded(l, STDERR_SAID));
+            }
+            break;
+        }
+        room -= l.len() + 1;
+        tail.push(l);
+    }
+    for l in tail.iter().rev() {
+        if !said.is_empty() {
+            said.push('\n');
+        }
+        said.push_str(l);
+    }
+    (!said.is_empty()).then_some(said)
+}
+
+/// `s` cut to at most `max` bytes, on a character boundary.
+fn bounded(s: &str, max: usize) -> &str {
+    let end = (0..=max.min(s.len())).rev().find(|i| s.is_char_boundary(*i)).unwrap_or(0);
+    &s[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_error_line_comes_first_then_the_last_lines() {
+        // codex 0.169.0 given a `codex exec` flag after `app-server`.
+        let clap = "error: unexpected argument '--skip-git-repo-check' found\n\n  tip: to pass \
+                    '--skip-git-repo-check' as a value, use '-- --skip-git-repo-check'\n\nUsage: codex app-server \
+                    [OPTIONS] [COMMAND]\n\nFor more information, try '--help'.\n";
+        assert_eq!(
+            explain(clap).as_deref(),
+            Some(
+                "error: unexpected argument '--skip-git-repo-check' found\n  tip: to pass '--skip-git-repo-check' \
+                 as a value, use '-- --skip-git-repo-check'\nUsage: codex app-server [OPTIONS] [COMMAND]\nFor \
+                 more information, try '--help'."
+            )
+        );
+        assert_eq!(explain("disk full\n").as_deref(), Some("disk full"));
+        assert_eq!(explain("one\nError: two\nthree").as_deref(), Some("Error: two\none\nthree"));
+        assert_eq!(explain("ERROR[E0425]: x\n").as_deref(), Some("ERROR[E0425]: x"));
+        assert_eq!(explain("errors are fine\n").as_deref(), Some("errors are fine"), "not an error: line");
+        assert_eq!(explain("\n  \n"), None);
+    }
+
+    #[test]
+    fn what_is_said_is_bounded_and_the_error_line_survives_a_long_tail() {
+        let noise: String = (0..500).map(|i| format!("warning {i}\n")).collect();
+        let said = explain(&format!("error: the cause\n{noise}")).unwrap_or_default();
+        assert!(said.len() <= STDERR_SAID, "{}", said.len());
+        assert!(said.starts_with("error: the cause\n"), "{said}");
+        assert!(said.ends_with("warning 499"), "the last lines are kept");
+        let long = "é".repeat(5000);
+        let said = explain(&long).unwrap_or_default();
+        assert!(said.len() <= STDERR_SAID && !said.is_empty());
+    }
 }

@@ -193,14 +193,14 @@ impl Peer {
             // still names the group while members remain).
             process::signal_group(pid, rustix::process::Signal::KILL);
             let stderr = tokio::time::timeout(Duration::from_secs(1), tail).await.ok().and_then(Result::ok);
-            let last = stderr.as_deref().and_then(|s| s.lines().map(str::trim).rfind(|l| !l.is_empty()));
             let name = dialect.name();
             let how = match status.and_then(|s| s.code()) {
                 Some(code) => format!("{name} exited (status {code})"),
                 None => format!("{name} was killed"),
             };
-            let why = match last {
-                Some(l) => format!("{how}: {}", l.chars().take(300).collect::<String>()),
+            // Its own words: the `error:` line first, then its last lines.
+            let why = match stderr.as_deref().and_then(super::outcome::explain) {
+                Some(said) => format!("{how}: {said}"),
                 None => how,
             };
             tracing::info!(pid, "{why}");

@@ -85,6 +85,29 @@ fn turn_json(id: &str, status: &str, error: Value) -> Value {
            "startedAt": null, "completedAt": null, "durationMs": null})
 }
 
+/// What codex 0.169.0's clap says of the first argument `codex app-server`
+/// does not take (it takes `-c`/`--config`, `--enable`, `--disable`,
+/// `--listen` with a value, and `--analytics-default-enabled`), if any.
+pub fn refused_argument(args: &[String]) -> Option<String> {
+    let mut rest = args.iter().skip(1);
+    while let Some(a) = rest.next() {
+        let name = a.split('=').next().unwrap_or_default();
+        match name {
+            "-c" | "--config" | "--enable" | "--disable" | "--listen" if !a.contains('=') => {
+                rest.next();
+            }
+            "-c" | "--config" | "--enable" | "--disable" | "--listen" | "--analytics-default-enabled" => {}
+            _ => {
+                return Some(format!(
+                    "error: unexpected argument '{a}' found\n\n  tip: to pass '{a}' as a value, use '-- {a}'\n\n\
+                     Usage: codex app-server [OPTIONS] [COMMAND]\n\nFor more information, try '--help'.\n"
+                ));
+            }
+        }
+    }
+    None
+}
+
 pub async fn serve(args: Vec<String>) -> i32 {
     let state: Shared = Arc::default();
     let mut lines = super::stdin_lines();

@@ -32,7 +32,9 @@
 //! | `FAKE_RUN` | a shell command run first (as an agent runs tools); `{run}` in the answer becomes its output |
 //!
 //! `fake-agent --version` prints its version, as the real CLIs do.
-//! `fake-agent app-server …` plays `codex app-server` (see `appserver.rs`),
+//! `fake-agent app-server …` plays `codex app-server` (see `appserver.rs`;
+//! like codex it refuses, at start, a flag it does not take, such as
+//! `codex exec`'s `--skip-git-repo-check`),
 //! `fake-agent acp` an Agent Client Protocol agent (see `acp.rs`).
 //!
 //! On SIGINT a claude-format fake reports its partial answer in a result
@@ -261,6 +263,12 @@ async fn main() {
         return;
     }
     if args.first().map(String::as_str) == Some("app-server") {
+        // An argument `codex app-server` does not take: refused as codex's
+        // clap does, on stderr, exit 2.
+        if let Some(refused) = appserver::refused_argument(&args) {
+            eprint!("{refused}");
+            std::process::exit(2);
+        }
         // A process that fails at start, as a broken install would.
         if let Some(e) = env("FAKE_STDERR") {
             eprintln!("{e}");
@@ -274,6 +282,13 @@ async fn main() {
         std::process::exit(appserver::serve(args).await);
     }
     if args.first().map(String::as_str) == Some("acp") {
+        // An agent that fails at start (a missing package, a bad flag).
+        if let Some(e) = env("FAKE_STDERR") {
+            eprintln!("{e}");
+        }
+        if env("FAKE_NO_OUTPUT").is_some() {
+            std::process::exit(env_num("FAKE_EXIT", 0) as i32);
+        }
         std::process::exit(acp::serve(args).await);
     }
     let mut stdin = String::new();
