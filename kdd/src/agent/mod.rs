@@ -119,7 +119,6 @@ pub async fn stop_all(d: &Runner) -> usize {
             tracing::warn!(run = r.id, "run did not finish in time at shutdown");
         }
     }
-    d.appservers.stop_all().await;
-    d.acp.stop_all().await;
+    tokio::join!(d.appservers.stop_all(), d.acp.stop_all());
     runs.len()
 }

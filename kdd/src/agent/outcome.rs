@@ -35,6 +35,23 @@ pub(super) fn stopped_early(run: &Run) -> Finish {
     }
 }
 
+/// A run cut short while it waited for its agent (see `turn::bounded`):
+/// timed out, saying what it waited for, or stopped before it started.
+pub(super) fn cut_short(run: &Run, spec: &Spec, waiting_for: &str) -> Finish {
+    if run.stop_reason() != Some(StopReason::TimedOut) {
+        return stopped_early(run);
+    }
+    let reason = format!("{}: timed out after {} s waiting for {waiting_for}", run.member, spec.timeout.as_secs());
+    Finish {
+        status: RunStatus::TimedOut,
+        body: reason.clone(),
+        error: Some(reason),
+        meta: RunMeta::default(),
+        session: None,
+        to: vec![],
+    }
+}
+
 /// Why `inv` could not be spawned, and what to do about it.
 pub(super) fn spawn_error(inv: &Invocation, agent: &AgentDef, e: &std::io::Error) -> String {
     match e.kind() {

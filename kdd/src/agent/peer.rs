@@ -316,6 +316,19 @@ impl Peer {
     }
 }
 
+impl Drop for Peer {
+    /// Nobody can speak to the process any more (a start abandoned
+    /// mid-handshake, a failed one, the daemon's end): it is ended, not left
+    /// running until the daemon exits.
+    fn drop(&mut self) {
+        self.close.notify_one();
+        if !*self.ended.borrow() {
+            tracing::debug!(pid = self.pid, "{} dropped while running; killing its process group", self.name);
+            process::signal_group(self.pid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
 /// How a long-lived agent is started: `program ARGS` with stdin piped (kd
 /// writes its requests there), the member's environment and `KD_SOCKET`.
 pub fn invocation(program: &str, args: Vec<String>, env: &BTreeMap<String, String>, socket: &Path) -> Invocation {
@@ -382,14 +395,17 @@ impl<K: Eq + std::hash::Hash, T: AsRef<Peer>> Pool<K, T> {
         Ok(started)
     }
 
-    /// Stops every process (at shutdown, after the runs ended).
+    /// Stops every process (at shutdown, after the runs ended). A start
+    /// still under way (its run stopped waiting for it) is not waited for
+    /// long: dropping it ends its process.
     pub async fn stop_all(&self) {
         let slots: Vec<Slot<T>> =
             self.slots.lock().map(|mut s| s.drain().map(|(_, slot)| slot).collect()).unwrap_or_default();
         let mut running = Vec::new();
         for slot in slots {
-            if let Some(t) = slot.lock().await.take() {
-                running.push(t);
+            match tokio::time::timeout(EXIT_GRACE, slot.lock()).await {
+                Ok(mut started) => running.extend(started.take()),
+                Err(_) => tracing::warn!("a long-lived agent was still starting at shutdown"),
             }
         }
         futures_util::future::join_all(running.iter().map(|t| (**t).as_ref().stop(EXIT_GRACE))).await;

@@ -10,10 +10,11 @@ use std::sync::Arc;
 
 use kd_proto::types::RunStatus;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use super::protocol::{self, TurnEnd};
 use crate::agent::Runner;
-use crate::agent::outcome::failed;
+use crate::agent::outcome::{cut_short, failed};
 use crate::agent::parse::{Outcome, Parsed, Transcript};
 use crate::agent::peer::Note;
 use crate::agent::prepare::Prepared;
@@ -31,27 +32,37 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
         f
     };
     let fail = |reason: String| failed(&member, RunStatus::Error, reason);
-    let agent = match d.acp.get(&spec.agent, &spec.workspace, &d.socket).await {
-        Ok(a) => a,
-        Err(e) => return with_session(fail(e), false),
+    // Every wait for the agent ends by the run's timeout or its stop.
+    let deadline = Instant::now() + spec.timeout;
+    let cut = |waiting_for: &str| with_session(cut_short(run, spec, waiting_for), false);
+    let agent = match turn::bounded(run, deadline, d.acp.get(&spec.agent, &spec.workspace, &d.socket)).await {
+        Some(Ok(a)) => a,
+        Some(Err(e)) => return with_session(fail(e), false),
+        None => return cut("the ACP agent to start"),
     };
     let peer = &agent.peer;
     record_start(d, run, peer.pid, peer.started, held.as_ref()).await;
     let cwd = spec.workspace.display().to_string();
     let session = match prepared.resume.as_deref() {
-        Some(id) if agent.can_load => match peer.request(|n| protocol::session_load(n, id, &cwd)).await {
-            Ok(_) => id.to_string(),
-            Err(e) => return with_session(fail(format!("cannot load its ACP session {id}: {e}")), false),
-        },
+        Some(id) if agent.can_load => {
+            match turn::bounded(run, deadline, peer.request(|n| protocol::session_load(n, id, &cwd))).await {
+                Some(Ok(_)) => id.to_string(),
+                Some(Err(e)) => return with_session(fail(format!("cannot load its ACP session {id}: {e}")), false),
+                None => return cut("the ACP agent to answer session/load"),
+            }
+        }
         Some(_) => {
             let reason = "the agent cannot load a session (agentCapabilities.loadSession is false); give the \
                           thread context history";
             return with_session(fail(reason.into()), false);
         }
-        None => match peer.request(|n| protocol::session_new(n, &cwd)).await.map(|r| protocol::session_id(&r)) {
-            Ok(Some(id)) => id,
-            Ok(None) => return with_session(fail("session/new gave no sessionId".into()), false),
-            Err(e) => return with_session(fail(format!("cannot open a session: {e}")), false),
+        None => match turn::bounded(run, deadline, peer.request(|n| protocol::session_new(n, &cwd))).await {
+            Some(Ok(r)) => match protocol::session_id(&r) {
+                Some(id) => id,
+                None => return with_session(fail("session/new gave no sessionId".into()), false),
+            },
+            Some(Err(e)) => return with_session(fail(format!("cannot open a session: {e}")), false),
+            None => return cut("the ACP agent to answer session/new"),
         },
     };
     let mut transcript = Transcript::new();
@@ -76,7 +87,7 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
     }
 
     let mut streamed = Streamed::new(d, run, spec);
-    let mut clocks = Clocks::new(spec.timeout).await;
+    let mut clocks = Clocks::new(deadline).await;
     let mut cancelled = false;
     let mut ended: Option<TurnEnd> = None;
     // The last tool call the member's policy refused: why the turn failed,

@@ -14,6 +14,8 @@
 //! claude-code-acp's `Internal error: [ede_diagnostic] …`. `FAKE_RUN`
 //! reports a tool call. The answer follows the usual
 //! `FAKE_*` knobs; `FAKE_ERROR` fails the prompt with a JSON-RPC error.
+//! `FAKE_SILENT=METHOD` never answers that request (e.g. `initialize`,
+//! `session/new`), recording `{"silent": METHOD, "pid": …}` when it comes.
 //! `FAKE_IGNORE_EOF` keeps it running after stdin closes; `FAKE_CHILD`
 //! starts a long-lived child first (its pid recorded as `child`).
 //! `FAKE_RECORD` gets a line per prompt (`stdin` is the prompt, `session`,
@@ -105,6 +107,10 @@ pub async fn serve(args: Vec<String>) -> i32 {
                 }
             }
             (_, None) => {}
+            (method, Some(_)) if env("FAKE_SILENT").as_deref() == Some(method) => {
+                // A request it never answers (a hung agent).
+                record(json!({"silent": method, "pid": std::process::id()}));
+            }
             ("initialize", Some(id)) => reply(
                 &id,
                 json!({"protocolVersion": 1, "agentCapabilities": {"loadSession": env("FAKE_NO_LOAD").is_none()},

@@ -8,6 +8,9 @@
 //! (which steers a turn still running instead of starting one),
 //! `turn/interrupt`, and a failing turn as codex reports an API error.
 //! With `FAKE_IGNORE_TERM`, `turn/interrupt` is answered but the turn goes on.
+//! `FAKE_SILENT=METHOD` never answers that request (`initialize`,
+//! `thread/start`, …), recording `{"silent": METHOD, "pid": …}`;
+//! `FAKE_IGNORE_EOF` keeps it running after stdin closes.
 //! Every turn's answer follows the same `FAKE_*` knobs as the other formats;
 //! `FAKE_RECORD` gets one line per turn (`stdin` is the prompt, `thread`
 //! the codex thread, `resumed` whether it came from `thread/resume`,
@@ -120,6 +123,14 @@ pub async fn serve(args: Vec<String>) -> i32 {
         let params = msg.get("params").cloned().unwrap_or(Value::Null);
         let initialized = state.lock().map(|s| s.initialized).unwrap_or(false);
         match method.as_str() {
+            m if env("FAKE_SILENT").as_deref() == Some(m) => {
+                // A request it never answers (a hung codex).
+                if let Some(path) = env("FAKE_RECORD")
+                    && let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path)
+                {
+                    let _ = f.write_all(format!("{}\n", json!({"silent": m, "pid": std::process::id()})).as_bytes());
+                }
+            }
             "initialize" if initialized => error(&id, "Already initialized"),
             "initialize" => {
                 if let Ok(mut s) = state.lock() {
@@ -231,6 +242,10 @@ pub async fn serve(args: Vec<String>) -> i32 {
             }
             other => error(&id, &format!("Invalid request: unknown variant `{other}`")),
         }
+    }
+    if env("FAKE_IGNORE_EOF").is_some() {
+        // A process that does not exit when its stdin closes.
+        std::future::pending::<()>().await;
     }
     0
 }
