@@ -189,11 +189,12 @@ async fn started_agent(env: &[(&str, &str)]) -> (Kdd, u32, Workspace) {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_agent_and_what_it_started_end_with_the_daemon() {
     // A child in the agent's process group does not die with kdd by itself
-    // (only the agent has PR_SET_PDEATHSIG): kd kills the group.
-    for eof in [true, false] {
+    // (only the agent has PR_SET_PDEATHSIG): kd kills the group, and what
+    // left it for a session of its own by the agent's marker.
+    for (how, eof) in [("group", true), ("group", false), ("own-session", true), ("own-session", false)] {
         let scratch = tempfile::tempdir().unwrap();
         let record = scratch.path().join("r.jsonl").display().to_string();
-        let mut env = vec![("FAKE_CHILD", "group"), ("FAKE_RECORD", record.as_str())];
+        let mut env = vec![("FAKE_CHILD", how), ("FAKE_RECORD", record.as_str())];
         if !eof {
             env.push(("FAKE_IGNORE_EOF", "1"));
         }
@@ -202,7 +203,23 @@ async fn the_agent_and_what_it_started_end_with_the_daemon() {
         assert!(alive(pid) && alive(child));
         assert!(kdd.stop().success());
         kd_tests::until_gone(pid, "the ACP agent after kdd stopped").await;
-        kd_tests::until_gone(child, "the agent's child after kdd stopped").await;
+        kd_tests::until_gone(child, &format!("the agent's child ({how}) after kdd stopped")).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn what_the_agent_started_dies_when_a_killed_daemon_restarts() {
+    for how in ["group", "own-session"] {
+        let scratch = tempfile::tempdir().unwrap();
+        let record = scratch.path().join("r.jsonl").display().to_string();
+        let (mut kdd, pid, _ws) = started_agent(&[("FAKE_CHILD", how), ("FAKE_RECORD", record.as_str())]).await;
+        let child = records(&record).iter().find_map(|r| r["child"].as_u64()).unwrap() as u32;
+        kdd.kill9();
+        // The agent dies with kdd (PR_SET_PDEATHSIG); what it started does not.
+        kd_tests::until_gone(pid, "the ACP agent after kill -9").await;
+        assert!(alive(child), "{how}: nothing but recovery kills it");
+        kdd.launch().unwrap();
+        kd_tests::until_gone(child, &format!("the agent's child ({how}) after kdd restarted")).await;
     }
 }
 
@@ -233,7 +250,7 @@ async fn what_a_dead_agent_started_is_killed_and_the_next_question_starts_anothe
 async fn dead_agent(how: &str) {
     let scratch = tempfile::tempdir().unwrap();
     let record = scratch.path().join("r.jsonl").display().to_string();
-    let (kdd, pid, ws) = started_agent(&[("FAKE_CHILD", how), ("FAKE_RECORD", record.as_str())]).await;
+    let (mut kdd, pid, ws) = started_agent(&[("FAKE_CHILD", how), ("FAKE_RECORD", record.as_str())]).await;
     let child = records(&record).iter().find_map(|r| r["child"].as_u64()).unwrap() as u32;
     rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap(), rustix::process::Signal::KILL)
         .unwrap();
@@ -244,6 +261,12 @@ async fn dead_agent(how: &str) {
     let events = collect_until(&mut sub, |e| ended(e) == 1).await;
     assert!(events.iter().any(|e| matches!(e, ThreadEvent::RunStarted { pid: p, .. } if *p != pid)), "{events:?}");
     assert_eq!(kd_tests::last_message(&c, &t).await.kind, MessageKind::Agent);
+    // The new agent started a child too: a graceful stop ends it.
+    let children: Vec<u32> = records(&record).iter().filter_map(|r| r["child"].as_u64()).map(|p| p as u32).collect();
+    assert!(kdd.stop().success());
+    for child in children {
+        kd_tests::until_gone(child, "the second agent's child after kdd stopped").await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

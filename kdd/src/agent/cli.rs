@@ -155,8 +155,8 @@ pub(super) async fn execute(d: &Runner, run: &Run, spec: &Spec, prepared: Prepar
         },
     };
     // Nothing the agent started outlives its run.
-    let run_id = run.id.clone();
-    let killed = tokio::task::spawn_blocking(move || process::kill_tree(pid, started, &run_id)).await.unwrap_or(0);
+    let marker = process::marker(process::RUN_MARKER, &run.id);
+    let killed = tokio::task::spawn_blocking(move || process::kill_tree(pid, started, &marker)).await.unwrap_or(0);
     if killed > 0 {
         tracing::debug!(run = run.id, "killed {killed} process(es) the agent left running");
     }

@@ -36,7 +36,7 @@ mod stream;
 pub mod supervisor;
 mod turn;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -90,18 +90,28 @@ impl Runner {
 
 /// At start: kills whatever the runs left in flight by a daemon that died
 /// still have running — the agent, what it started, what moved away from
-/// its group (see [`process::kill_tree`]; a reused pid is never hit) — then
-/// records those runs as interrupted. Returns how many runs.
-pub async fn recover(db: &Db) -> DbResult<usize> {
+/// its group (see [`process::kill_tree`]; a reused pid is never hit) — and
+/// what that daemon's long-lived agents started (they died with it; a child
+/// in a session of its own did not, see [`process::kill_left_by_peers`]),
+/// then records those runs as interrupted. `socket` is the daemon's.
+/// Returns how many runs.
+pub async fn recover(db: &Db, socket: &Path) -> DbResult<usize> {
     for orphan in db.orphan_runs().await? {
         if let Some(pid) = orphan.pid {
-            let run = orphan.id.clone();
-            let killed =
-                tokio::task::spawn_blocking(move || process::kill_tree(pid, orphan.pid_start, &run)).await.unwrap_or(0);
+            let marker = process::marker(process::RUN_MARKER, &orphan.id);
+            let killed = tokio::task::spawn_blocking(move || process::kill_tree(pid, orphan.pid_start, &marker))
+                .await
+                .unwrap_or(0);
             if killed > 0 {
                 tracing::warn!(run = orphan.id, pid, "killed {killed} process(es) left by the previous daemon");
             }
         }
+    }
+    let socket = socket.display().to_string();
+    let before = process::start_time(std::process::id()).unwrap_or(0);
+    let killed = tokio::task::spawn_blocking(move || process::kill_left_by_peers(&socket, before)).await.unwrap_or(0);
+    if killed > 0 {
+        tracing::warn!("killed {killed} process(es) the previous daemon's long-lived agents left");
     }
     db.recover_runs().await
 }

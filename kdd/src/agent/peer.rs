@@ -134,6 +134,14 @@ impl Peer {
     pub fn start(inv: &Invocation, cwd: &Path, dialect: Arc<dyn Dialect>) -> std::io::Result<Peer> {
         let mut child = process::spawn(inv, cwd)?;
         let pid = child.id().ok_or_else(|| std::io::Error::other("it exited at once"))?;
+        let started = process::start_time(pid);
+        // What it and all it starts carry (see `invocation`).
+        let marker = inv
+            .env
+            .iter()
+            .rfind(|(k, _)| k == process::PEER_MARKER)
+            .map(|(k, v)| process::marker(k, v))
+            .unwrap_or_default();
         let (Some(mut stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
@@ -189,9 +197,17 @@ impl Peer {
                 Some(status) => status,
                 None => child.wait().await.ok(),
             };
-            // Nothing it started outlives it (its group; reaped, its pid
-            // still names the group while members remain).
+            // Nothing it started outlives it: its group (reaped, its pid
+            // still names the group while members remain), and what left
+            // the group, even for a session of its own, by its marker.
             process::signal_group(pid, rustix::process::Signal::KILL);
+            if !marker.is_empty() {
+                let killed =
+                    tokio::task::spawn_blocking(move || process::kill_tree(pid, started, &marker)).await.unwrap_or(0);
+                if killed > 0 {
+                    tracing::debug!(pid, "killed {killed} process(es) the agent left running");
+                }
+            }
             let stderr = tokio::time::timeout(Duration::from_secs(1), tail).await.ok().and_then(Result::ok);
             let name = dialect.name();
             let how = match status.and_then(|s| s.code()) {
@@ -213,7 +229,6 @@ impl Peer {
             }
             let _ = ended_tx.send(true);
         });
-        let started = process::start_time(pid);
         Ok(Peer { pid, started, name, outbox, shared, next_id: AtomicU64::new(1), close, ended })
     }
 
@@ -330,10 +345,16 @@ impl Drop for Peer {
 }
 
 /// How a long-lived agent is started: `program ARGS` with stdin piped (kd
-/// writes its requests there), the member's environment and `KD_SOCKET`.
+/// writes its requests there), the member's environment, `KD_SOCKET`, and
+/// the marker every process it starts inherits (`KD_PEER`, see
+/// [`process::PEER_MARKER`]).
 pub fn invocation(program: &str, args: Vec<String>, env: &BTreeMap<String, String>, socket: &Path) -> Invocation {
+    static STARTED: AtomicU64 = AtomicU64::new(1);
     let mut env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    env.push(("KD_SOCKET".to_string(), socket.display().to_string()));
+    let socket = socket.display().to_string();
+    let n = STARTED.fetch_add(1, Ordering::Relaxed);
+    env.push((process::PEER_MARKER.to_string(), format!("{}.{n}@{socket}", std::process::id())));
+    env.push(("KD_SOCKET".to_string(), socket));
     Invocation { program: program.to_string(), args, stdin: Some(String::new()), env }
 }
 
