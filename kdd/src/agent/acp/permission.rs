@@ -82,6 +82,11 @@ impl ToolCalls {
     /// Takes what a `session/update` says of a tool call; a call that
     /// completed or failed is forgotten.
     pub fn observe(&mut self, params: &Value) {
+        // Most updates are text: only a tool call's are read (and cloned).
+        let kind = params.pointer("/update/sessionUpdate").and_then(Value::as_str);
+        if !matches!(kind, Some("tool_call" | "tool_call_update")) {
+            return;
+        }
         let Ok(n) = serde_json::from_value::<SessionNotification>(params.clone()) else { return };
         let session = n.session_id.0.to_string();
         match n.update {
