@@ -262,6 +262,9 @@ impl Peer {
             }
             s.pending.insert(id, tx);
         }
+        // However the wait ends — answered, timed out, or abandoned by a
+        // run that stopped waiting — nothing is left waiting for the answer.
+        let _forget = Forget { shared: &self.shared, id };
         self.notify(build(id)).await?;
         let answer = match timeout {
             Some(t) => tokio::time::timeout(t, rx).await.ok(),
@@ -270,12 +273,7 @@ impl Peer {
         match answer {
             Some(Ok(answer)) => answer,
             Some(Err(_)) => Err(self.gone_reason()),
-            None => {
-                if let Ok(mut s) = self.shared.lock() {
-                    s.pending.remove(&id);
-                }
-                Err(format!("{} did not answer in {} s", self.name, timeout.unwrap_or_default().as_secs()))
-            }
+            None => Err(format!("{} did not answer in {} s", self.name, timeout.unwrap_or_default().as_secs())),
         }
     }
 
@@ -327,6 +325,20 @@ impl Peer {
             tracing::warn!(pid = self.pid, "{} did not exit on stdin EOF; killing its process group", self.name);
             process::signal_group(self.pid, rustix::process::Signal::KILL);
             let _ = tokio::time::timeout(grace, ended.wait_for(|e| *e)).await;
+        }
+    }
+}
+
+/// Forgets request `id` when dropped.
+struct Forget<'a> {
+    shared: &'a Mutex<Shared>,
+    id: u64,
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.shared.lock() {
+            s.pending.remove(&self.id);
         }
     }
 }
@@ -469,5 +481,47 @@ async fn deliver(shared: &Mutex<Shared>, conversation: &str, note: Note) {
     if let Some(tx) = tx {
         // A run that stopped following dropped its receiver: nothing to do.
         let _ = tx.send(note).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Silent;
+
+    impl Dialect for Silent {
+        fn name(&self) -> &str {
+            "the silent agent"
+        }
+        fn conversation(&self, _method: &str, _params: &Value) -> Option<String> {
+            None
+        }
+        fn ends_turn(&self, _method: &str) -> bool {
+            false
+        }
+        fn answer(&self, id: &Value, _method: &str, _params: &Value) -> (Value, Option<Note>) {
+            (serde_json::json!({"id": id, "result": null}), None)
+        }
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_request_is_forgotten_and_a_dropped_peer_is_killed() {
+        // Reads every request, answers none, and outlives its stdin.
+        let inv = Invocation {
+            program: "sh".into(),
+            args: vec!["-c".into(), "cat > /dev/null; exec sleep 600".into()],
+            stdin: Some(String::new()),
+            env: vec![],
+        };
+        let peer = Peer::start(&inv, Path::new("/"), Arc::new(Silent)).unwrap();
+        let pid = peer.pid;
+        let waited = tokio::time::timeout(Duration::from_millis(50), peer.request(|id| serde_json::json!({"id": id})));
+        assert!(waited.await.is_err(), "never answered");
+        assert!(peer.shared.lock().unwrap().pending.is_empty(), "the abandoned request is forgotten");
+        let mut ended = peer.ended.clone();
+        drop(peer);
+        tokio::time::timeout(Duration::from_secs(30), ended.wait_for(|e| *e)).await.unwrap().unwrap();
+        assert_eq!(process::start_time(pid), None, "killed and reaped");
     }
 }
