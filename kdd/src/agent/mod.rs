@@ -11,6 +11,7 @@
 //! - [`process`]: spawning in a process group that dies with the daemon, signals;
 //! - [`lines`]: bounded line reading of stdout;
 //! - [`peer`]: a long-lived agent process spoken to in JSON-RPC over stdio;
+//! - [`pool`]: such processes by what they are started from;
 //! - [`parse`]: per-backend `parse_line` and the [`parse::Transcript`] that folds lines;
 //! - `prepare`: the prompt a run is given and the session it holds;
 //! - [`registry`]: the runs in flight, in memory;
@@ -28,6 +29,7 @@ pub mod lines;
 mod outcome;
 pub mod parse;
 pub mod peer;
+pub mod pool;
 mod prepare;
 pub mod process;
 pub mod registry;

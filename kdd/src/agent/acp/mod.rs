@@ -25,11 +25,12 @@ use std::sync::Arc;
 pub(super) use run::execute;
 
 use super::outcome::spawn_error;
-use super::peer::{self, Peer, Pool};
+use super::peer::{self, Peer};
+use super::pool::{Pool, Started};
 use crate::config::AgentDef;
 
 /// One process per member, and per what it is started from.
-type Key = (String, peer::Started);
+type Key = (String, Started);
 
 /// A started agent and what it said it can do.
 pub struct Agent {
@@ -53,7 +54,7 @@ impl AcpAgents {
     /// The process of `agent` in `workspace`, started and initialised when
     /// there is none or the last one died.
     pub async fn get(&self, agent: &AgentDef, workspace: &Path, socket: &Path) -> Result<Arc<Agent>, String> {
-        let key = (agent.name.clone(), peer::Started::of(agent, workspace));
+        let key = (agent.name.clone(), Started::of(agent, workspace));
         self.running
             .get_or_start(key, || async {
                 let mut inv = peer::invocation(&agent.command, agent.args.clone(), &agent.env, socket);
