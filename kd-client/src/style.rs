@@ -133,6 +133,7 @@ mod tests {
             ],
             notice: None,
             notices: vec![],
+            warnings: vec![],
         };
         let p = Palette::from_config(Some(&view), &names(&["king", "guest"]));
         assert_eq!(p.color("bot"), Some(Color::Rgb(1, 2, 3)));

@@ -661,6 +661,10 @@ pub struct ConfigView {
     /// Kingdom's `peasant`).
     #[serde(default)]
     pub notices: Vec<String>,
+    /// One line for each value kd takes that will not work (e.g. an
+    /// argument `codex app-server` refuses, so the member cannot start).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// How one check of `daemon.doctor` came out.

@@ -50,7 +50,7 @@ fn council(workspace: &Path) -> (Vec<Check>, Vec<(AgentDef, Option<PathBuf>)>) {
     } else {
         check("config", CheckStatus::Ok, format!("{file}; members: {}", config.council.members.join(", ")))
     }];
-    checks.extend(config.notices.iter().map(|n| check("config", CheckStatus::Warn, n.clone())));
+    checks.extend(config.notices.iter().chain(&config.warnings).map(|n| check("config", CheckStatus::Warn, n.clone())));
     let members = config
         .council
         .members

@@ -92,7 +92,7 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
     let hub = Arc::new(Hub::new());
     private::tighten_database(&opts.db, opts.db_dir_is_kds);
     let db = Db::open(&opts.db, hub.clone())?;
-    let recovered = agent::recover(&db).await.context("cannot recover runs left in flight")?;
+    let recovered = agent::recover(&db, &opts.socket).await.context("cannot recover runs left in flight")?;
     if recovered > 0 {
         tracing::warn!("recorded {recovered} run(s) left in flight by the previous daemon as interrupted");
     }

@@ -110,8 +110,10 @@ async fn an_agent_that_cannot_load_sessions_is_a_clear_error_in_resume_mode() {
     assert!(last.body.starts_with("acp: the agent cannot load a session"), "{}", last.body);
 }
 
-/// The option the agent got for a tool call of `kind` under `extra` config.
-async fn permission(kind: &str, extra: serde_json::Value) -> String {
+/// The option the agent got for a tool call of `kind` under `extra`
+/// config, and the run's message. The fake asks as claude-code-acp does:
+/// the kind only in the `tool_call` update before the request.
+async fn permission(kind: &str, extra: serde_json::Value) -> (String, kd_proto::types::Message, Workspace) {
     let scratch = tempfile::tempdir().unwrap();
     let record = scratch.path().join("r.jsonl").display().to_string();
     let ws = acp_member(&[("FAKE_PERMISSION", kind), ("FAKE_RECORD", &record)], extra);
@@ -120,18 +122,47 @@ async fn permission(kind: &str, extra: serde_json::Value) -> String {
     send(&c, &t, "Edit it.").await;
     collect_until(&mut sub, |e| ended(e) == 1).await;
     let last = kd_tests::last_message(&c, &t).await;
-    assert_eq!(last.kind, MessageKind::Agent, "{}", last.body);
     let recs = records(&record);
-    recs.iter().find_map(|r| r["permission"].as_str().map(str::to_string)).unwrap()
+    let chosen = recs.iter().find_map(|r| r["permission"].as_str().map(str::to_string)).unwrap();
+    (chosen, last, ws)
+}
+
+/// The option chosen for a tool call of `kind`; the run must have answered.
+async fn allowed(kind: &str, extra: serde_json::Value) -> String {
+    let (chosen, last, _ws) = permission(kind, extra).await;
+    if chosen.starts_with("allow") {
+        assert_eq!(
+            (last.kind, last.body.as_str()),
+            (MessageKind::Agent, "Let me check.\n\nAnswer from acp."),
+            "{kind}: allowed, the answer goes on"
+        );
+    }
+    chosen
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn permission_requests_are_answered_by_the_members_policy() {
-    assert_eq!(permission("edit", serde_json::json!({})).await, "reject", "read-only by default: writes denied");
-    assert_eq!(permission("execute", serde_json::json!({})).await, "reject");
-    assert_eq!(permission("read", serde_json::json!({})).await, "allow");
-    assert_eq!(permission("edit", serde_json::json!({"permissions": "allow"})).await, "allow");
-    assert_eq!(permission("read", serde_json::json!({"permissions": "deny"})).await, "reject");
+async fn permission_requests_are_decided_on_the_kind_the_tool_call_announced() {
+    assert_eq!(allowed("read", serde_json::json!({})).await, "allow", "read-only by default: reads allowed");
+    assert_eq!(allowed("search", serde_json::json!({})).await, "allow");
+    assert_eq!(allowed("edit", serde_json::json!({})).await, "reject", "writes denied");
+    assert_eq!(allowed("execute", serde_json::json!({})).await, "reject");
+    assert_eq!(allowed("other", serde_json::json!({})).await, "reject", "an unknown kind is not a read");
+    assert_eq!(allowed("edit", serde_json::json!({"permissions": "allow"})).await, "allow");
+    assert_eq!(allowed("read", serde_json::json!({"permissions": "deny"})).await, "reject");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_tool_is_said_plainly_and_the_text_so_far_is_kept() {
+    let (chosen, last, ws) = permission("edit", serde_json::json!({})).await;
+    assert_eq!(chosen, "reject");
+    assert_eq!(last.kind, MessageKind::Error);
+    assert_eq!(
+        last.body,
+        format!("acp: refused by policy read-only: Write {}/notes.md\n\n---\nLet me check.", ws.path()),
+        "not the adapter's internal error"
+    );
+    let (_, last, _ws) = permission("execute", serde_json::json!({"permissions": "deny"})).await;
+    assert_eq!(last.body, "acp: refused by policy deny: `rm -rf build`\n\n---\nLet me check.");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -158,11 +189,12 @@ async fn started_agent(env: &[(&str, &str)]) -> (Kdd, u32, Workspace) {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_agent_and_what_it_started_end_with_the_daemon() {
     // A child in the agent's process group does not die with kdd by itself
-    // (only the agent has PR_SET_PDEATHSIG): kd kills the group.
-    for eof in [true, false] {
+    // (only the agent has PR_SET_PDEATHSIG): kd kills the group, and what
+    // left it for a session of its own by the agent's marker.
+    for (how, eof) in [("group", true), ("group", false), ("own-session", true), ("own-session", false)] {
         let scratch = tempfile::tempdir().unwrap();
         let record = scratch.path().join("r.jsonl").display().to_string();
-        let mut env = vec![("FAKE_CHILD", "group"), ("FAKE_RECORD", record.as_str())];
+        let mut env = vec![("FAKE_CHILD", how), ("FAKE_RECORD", record.as_str())];
         if !eof {
             env.push(("FAKE_IGNORE_EOF", "1"));
         }
@@ -171,7 +203,23 @@ async fn the_agent_and_what_it_started_end_with_the_daemon() {
         assert!(alive(pid) && alive(child));
         assert!(kdd.stop().success());
         kd_tests::until_gone(pid, "the ACP agent after kdd stopped").await;
-        kd_tests::until_gone(child, "the agent's child after kdd stopped").await;
+        kd_tests::until_gone(child, &format!("the agent's child ({how}) after kdd stopped")).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn what_the_agent_started_dies_when_a_killed_daemon_restarts() {
+    for how in ["group", "own-session"] {
+        let scratch = tempfile::tempdir().unwrap();
+        let record = scratch.path().join("r.jsonl").display().to_string();
+        let (mut kdd, pid, _ws) = started_agent(&[("FAKE_CHILD", how), ("FAKE_RECORD", record.as_str())]).await;
+        let child = records(&record).iter().find_map(|r| r["child"].as_u64()).unwrap() as u32;
+        kdd.kill9();
+        // The agent dies with kdd (PR_SET_PDEATHSIG); what it started does not.
+        kd_tests::until_gone(pid, "the ACP agent after kill -9").await;
+        assert!(alive(child), "{how}: nothing but recovery kills it");
+        kdd.launch().unwrap();
+        kd_tests::until_gone(child, &format!("the agent's child ({how}) after kdd restarted")).await;
     }
 }
 
@@ -202,7 +250,7 @@ async fn what_a_dead_agent_started_is_killed_and_the_next_question_starts_anothe
 async fn dead_agent(how: &str) {
     let scratch = tempfile::tempdir().unwrap();
     let record = scratch.path().join("r.jsonl").display().to_string();
-    let (kdd, pid, ws) = started_agent(&[("FAKE_CHILD", how), ("FAKE_RECORD", record.as_str())]).await;
+    let (mut kdd, pid, ws) = started_agent(&[("FAKE_CHILD", how), ("FAKE_RECORD", record.as_str())]).await;
     let child = records(&record).iter().find_map(|r| r["child"].as_u64()).unwrap() as u32;
     rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap(), rustix::process::Signal::KILL)
         .unwrap();
@@ -213,4 +261,35 @@ async fn dead_agent(how: &str) {
     let events = collect_until(&mut sub, |e| ended(e) == 1).await;
     assert!(events.iter().any(|e| matches!(e, ThreadEvent::RunStarted { pid: p, .. } if *p != pid)), "{events:?}");
     assert_eq!(kd_tests::last_message(&c, &t).await.kind, MessageKind::Agent);
+    // The new agent started a child too: a graceful stop ends it.
+    let children: Vec<u32> = records(&record).iter().filter_map(|r| r["child"].as_u64()).map(|p| p as u32).collect();
+    assert!(kdd.stop().success());
+    for child in children {
+        kd_tests::until_gone(child, "the second agent's child after kdd stopped").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_that_exits_at_start_is_explained_by_its_error_line_first() {
+    let stderr = "npm warn exec The following package was not found and will be installed\n\
+                  Error: Cannot find module '@zed-industries/claude-code-acp'\n\
+                  \x20   at Module._resolveFilename (node:internal/modules/cjs/loader:1145:15)\n\
+                  \n\
+                  Node.js v22.3.0";
+    let ws = acp_member(&[("FAKE_STDERR", stderr), ("FAKE_NO_OUTPUT", "1"), ("FAKE_EXIT", "1")], serde_json::json!({}));
+    let kdd = Kdd::start();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
+    send(&c, &t, "Q?").await;
+    collect_until(&mut sub, |e| ended(e) == 1).await;
+    let last = kd_tests::last_message(&c, &t).await;
+    assert_eq!(last.kind, MessageKind::Error);
+    assert_eq!(
+        last.body,
+        format!(
+            "acp: cannot start {}: initialize failed: the ACP agent exited (status 1): Error: Cannot find module \
+             '@zed-industries/claude-code-acp'\nnpm warn exec The following package was not found and will be \
+             installed\n    at Module._resolveFilename (node:internal/modules/cjs/loader:1145:15)\nNode.js v22.3.0",
+            kd_tests::bin("fake-agent").display()
+        )
+    );
 }

@@ -184,19 +184,48 @@ async fn the_app_server_killed_mid_turn_is_an_error_and_the_next_question_starts
     assert_eq!((last.kind, last.body.as_str()), (MessageKind::Agent, "Partial then rest."));
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_app_server_stops_with_the_daemon() {
-    let ws = Workspace::new(&[("codex", "codex", &[])]);
-    let mut kdd = Kdd::start();
+/// kdd with a codex member whose app-server starts a long-lived child
+/// (`how`, see `FAKE_CHILD`) and has answered once: the daemon, the
+/// app-server's pid and the child's.
+async fn app_server_with_a_child(how: &str) -> (Kdd, u32, u32, Workspace) {
+    let ws = Workspace::new(&[]);
+    let record = ws.file("r.jsonl");
+    let env = [("FAKE_CHILD", how), ("FAKE_RECORD", record.as_str())];
+    ws.write_config(&serde_json::json!({
+        "council": {"members": ["codex"]},
+        "agents": {"codex": kd_tests::fake("codex", "codex", &env)}
+    }));
+    let kdd = Kdd::start();
     let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
     send(&c, &t, "Go.").await;
     let events = collect_until(&mut sub, |e| ended(e) == 1).await;
     let pid = kd_tests::run_pid(&events);
+    let child = records(&record).iter().find_map(|r| r["child"].as_u64()).unwrap() as u32;
     assert!(alive(pid), "it waits for the next run");
-    drop(sub);
-    drop(c);
-    assert!(kdd.stop().success());
-    until_gone(pid, "the app-server after kdd stopped").await;
+    assert!(alive(child));
+    (kdd, pid, child, ws)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_app_server_and_what_it_started_stop_with_the_daemon() {
+    for how in ["group", "own-session"] {
+        let (mut kdd, pid, child, _ws) = app_server_with_a_child(how).await;
+        assert!(kdd.stop().success());
+        until_gone(pid, "the app-server after kdd stopped").await;
+        until_gone(child, &format!("the app-server's child ({how}) after kdd stopped")).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn what_the_app_server_started_dies_when_a_killed_daemon_restarts() {
+    for how in ["group", "own-session"] {
+        let (mut kdd, pid, child, _ws) = app_server_with_a_child(how).await;
+        kdd.kill9();
+        until_gone(pid, "the app-server after kill -9").await;
+        assert!(alive(child), "{how}: nothing but recovery kills it");
+        kdd.launch().unwrap();
+        until_gone(child, &format!("the app-server's child ({how}) after kdd restarted")).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -267,4 +296,40 @@ async fn tool_calls_and_reasoning_are_shown_as_activity_not_answer_text() {
     assert_eq!(activities(&events), ["thinking", "running /bin/bash -lc 'echo hi'"], "{events:?}");
     let last = kd_tests::last_message(&c, &t).await;
     assert_eq!((last.kind, last.body.as_str()), (MessageKind::Agent, "It said hi."));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_exec_only_flag_is_named_by_kd_config_check_and_by_the_failed_start() {
+    let ws = Workspace::new(&[]);
+    let mut codex = kd_tests::fake("codex", "codex", &[]);
+    codex["args"] = serde_json::json!(["--skip-git-repo-check"]);
+    ws.write_config(&serde_json::json!({"council": {"members": ["codex"]}, "agents": {"codex": codex}}));
+    let kdd = Kdd::start();
+    let mut check = kdd.kd();
+    check.current_dir(ws.dir.path()).args(["config", "check"]);
+    let out = kd_tests::run(check).await;
+    assert!(out.status.success(), "a warning, not an error: {}", out.stderr);
+    assert!(
+        out.stdout.lines().any(|l| l.starts_with(
+            "warning: agents.codex.args: codex app-server does not take \
+             --skip-git-repo-check"
+        )),
+        "{}",
+        out.stdout
+    );
+
+    // Started anyway, codex refuses it: the message says why, not only
+    // clap's last line ("For more information, try '--help'.").
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
+    send(&c, &t, "Q?").await;
+    collect_until(&mut sub, |e| ended(e) == 1).await;
+    let last = kd_tests::last_message(&c, &t).await;
+    assert_eq!(last.kind, MessageKind::Error);
+    let head = format!(
+        "codex: cannot start {} app-server: initialize failed: the codex app-server exited (status 2): error: \
+         unexpected argument '--skip-git-repo-check' found\n",
+        kd_tests::bin("fake-agent").display()
+    );
+    assert!(last.body.starts_with(&head), "the error line first: {:?}", last.body);
+    assert!(last.body.contains("Usage: codex app-server") && last.body.ends_with("try '--help'."), "{:?}", last.body);
 }

@@ -46,6 +46,9 @@ pub async fn run(ctx: &Ctx, cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
             for n in &view.notices {
                 plainln!("note: {n}")?;
             }
+            for w in &view.warnings {
+                plainln!("warning: {w}")?;
+            }
         }
         ConfigCommand::Show(a) => {
             if a.json {
@@ -59,6 +62,9 @@ pub async fn run(ctx: &Ctx, cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
             }
             for n in &view.notices {
                 plainln!("note      {n}")?;
+            }
+            for w in &view.warnings {
+                plainln!("warning   {w}")?;
             }
             outln!()?;
             let mut t = Table::new(&["KEY", "VALUE", "SOURCE"]);

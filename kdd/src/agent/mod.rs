@@ -1,15 +1,20 @@
 //! Running agent CLIs (F-A1..F-A3).
 //!
 //! - [`argv`]: each backend's command line;
-//! - [`acp`]: any Agent Client Protocol agent, one long-lived process per member;
-//! - [`appserver`]: codex through one long-lived `codex app-server`;
+//! - [`supervisor`]: one run from start to message, handing it to its transport;
+//! - the transports, peers below the supervisor: `cli` (a CLI process per
+//!   run), [`appserver`] (codex through one long-lived `codex app-server`),
+//!   [`acp`] (any Agent Client Protocol agent, one long-lived process per member);
+//! - below them all: [`spec`] (what a run is asked to do), `outcome` (how a
+//!   run ends: failures, early stops, the outcome from what the agent said),
+//!   `stream` (a run's start and its capped text, told as they happen);
 //! - [`process`]: spawning in a process group that dies with the daemon, signals;
 //! - [`lines`]: bounded line reading of stdout;
 //! - [`peer`]: a long-lived agent process spoken to in JSON-RPC over stdio;
+//! - [`pool`]: such processes by what they are started from;
 //! - [`parse`]: per-backend `parse_line` and the [`parse::Transcript`] that folds lines;
 //! - `prepare`: the prompt a run is given and the session it holds;
 //! - [`registry`]: the runs in flight, in memory;
-//! - [`supervisor`]: one run from spawn to message;
 //! - `turn`: what a run over a long-lived agent streams, and its clocks.
 //!
 //! [`Runner`] is what runs need from the daemon: the registry, the hub, the
@@ -19,16 +24,21 @@
 pub mod acp;
 pub mod appserver;
 pub mod argv;
+mod cli;
 pub mod lines;
+mod outcome;
 pub mod parse;
 pub mod peer;
+pub mod pool;
 mod prepare;
 pub mod process;
 pub mod registry;
+pub mod spec;
+mod stream;
 pub mod supervisor;
 mod turn;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -82,18 +92,28 @@ impl Runner {
 
 /// At start: kills whatever the runs left in flight by a daemon that died
 /// still have running — the agent, what it started, what moved away from
-/// its group (see [`process::kill_tree`]; a reused pid is never hit) — then
-/// records those runs as interrupted. Returns how many runs.
-pub async fn recover(db: &Db) -> DbResult<usize> {
+/// its group (see [`process::kill_tree`]; a reused pid is never hit) — and
+/// what that daemon's long-lived agents started (they died with it; a child
+/// in a session of its own did not, see [`process::kill_left_by_peers`]),
+/// then records those runs as interrupted. `socket` is the daemon's.
+/// Returns how many runs.
+pub async fn recover(db: &Db, socket: &Path) -> DbResult<usize> {
     for orphan in db.orphan_runs().await? {
         if let Some(pid) = orphan.pid {
-            let run = orphan.id.clone();
-            let killed =
-                tokio::task::spawn_blocking(move || process::kill_tree(pid, orphan.pid_start, &run)).await.unwrap_or(0);
+            let marker = process::marker(process::RUN_MARKER, &orphan.id);
+            let killed = tokio::task::spawn_blocking(move || process::kill_tree(pid, orphan.pid_start, &marker))
+                .await
+                .unwrap_or(0);
             if killed > 0 {
                 tracing::warn!(run = orphan.id, pid, "killed {killed} process(es) left by the previous daemon");
             }
         }
+    }
+    let socket = socket.display().to_string();
+    let before = process::start_time(std::process::id()).unwrap_or(0);
+    let killed = tokio::task::spawn_blocking(move || process::kill_left_by_peers(&socket, before)).await.unwrap_or(0);
+    if killed > 0 {
+        tracing::warn!("killed {killed} process(es) the previous daemon's long-lived agents left");
     }
     db.recover_runs().await
 }
@@ -111,7 +131,6 @@ pub async fn stop_all(d: &Runner) -> usize {
             tracing::warn!(run = r.id, "run did not finish in time at shutdown");
         }
     }
-    d.appservers.stop_all().await;
-    d.acp.stop_all().await;
+    tokio::join!(d.appservers.stop_all(), d.acp.stop_all());
     runs.len()
 }

@@ -5,9 +5,10 @@
 //! routes notifications to the run that follows their conversation (a codex
 //! thread, an ACP session). When the process ends, every request waiting
 //! fails and every run following a conversation sees its notifications end.
+//! The processes themselves are kept by [`super::pool`].
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,7 +20,6 @@ use tokio::sync::{mpsc, oneshot};
 use super::argv::Invocation;
 use super::lines::{Line, LineReader};
 use super::process;
-use crate::config::AgentDef;
 
 /// How long the agent has to answer a request (codex loads its
 /// configuration and state on `initialize` and `thread/start`).
@@ -44,8 +44,12 @@ pub trait Dialect: Send + Sync + 'static {
     fn conversation(&self, method: &str, params: &Value) -> Option<String>;
     /// Whether a notification ends the conversation's turn.
     fn ends_turn(&self, method: &str) -> bool;
-    /// The answer to request `id` from the agent.
-    fn answer(&self, id: &Value, method: &str, params: &Value) -> Value;
+    /// Takes note of a notification before it is routed (in the order the
+    /// agent sent them, before any later request is answered).
+    fn observe(&self, _method: &str, _params: &Value) {}
+    /// The answer to request `id` from the agent, and what the run
+    /// following the request's conversation is to be told of it.
+    fn answer(&self, id: &Value, method: &str, params: &Value) -> (Value, Option<Note>);
 }
 
 /// A notification for a run.
@@ -130,6 +134,14 @@ impl Peer {
     pub fn start(inv: &Invocation, cwd: &Path, dialect: Arc<dyn Dialect>) -> std::io::Result<Peer> {
         let mut child = process::spawn(inv, cwd)?;
         let pid = child.id().ok_or_else(|| std::io::Error::other("it exited at once"))?;
+        let started = process::start_time(pid);
+        // What it and all it starts carry (see `invocation`).
+        let marker = inv
+            .env
+            .iter()
+            .rfind(|(k, _)| k == process::PEER_MARKER)
+            .map(|(k, v)| process::marker(k, v))
+            .unwrap_or_default();
         let (Some(mut stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
@@ -185,18 +197,26 @@ impl Peer {
                 Some(status) => status,
                 None => child.wait().await.ok(),
             };
-            // Nothing it started outlives it (its group; reaped, its pid
-            // still names the group while members remain).
+            // Nothing it started outlives it: its group (reaped, its pid
+            // still names the group while members remain), and what left
+            // the group, even for a session of its own, by its marker.
             process::signal_group(pid, rustix::process::Signal::KILL);
+            if !marker.is_empty() {
+                let killed =
+                    tokio::task::spawn_blocking(move || process::kill_tree(pid, started, &marker)).await.unwrap_or(0);
+                if killed > 0 {
+                    tracing::debug!(pid, "killed {killed} process(es) the agent left running");
+                }
+            }
             let stderr = tokio::time::timeout(Duration::from_secs(1), tail).await.ok().and_then(Result::ok);
-            let last = stderr.as_deref().and_then(|s| s.lines().map(str::trim).rfind(|l| !l.is_empty()));
             let name = dialect.name();
             let how = match status.and_then(|s| s.code()) {
                 Some(code) => format!("{name} exited (status {code})"),
                 None => format!("{name} was killed"),
             };
-            let why = match last {
-                Some(l) => format!("{how}: {}", l.chars().take(300).collect::<String>()),
+            // Its own words: the `error:` line first, then its last lines.
+            let why = match stderr.as_deref().and_then(super::outcome::explain) {
+                Some(said) => format!("{how}: {said}"),
                 None => how,
             };
             tracing::info!(pid, "{why}");
@@ -209,7 +229,6 @@ impl Peer {
             }
             let _ = ended_tx.send(true);
         });
-        let started = process::start_time(pid);
         Ok(Peer { pid, started, name, outbox, shared, next_id: AtomicU64::new(1), close, ended })
     }
 
@@ -243,6 +262,9 @@ impl Peer {
             }
             s.pending.insert(id, tx);
         }
+        // However the wait ends — answered, timed out, or abandoned by a
+        // run that stopped waiting — nothing is left waiting for the answer.
+        let _forget = Forget { shared: &self.shared, id };
         self.notify(build(id)).await?;
         let answer = match timeout {
             Some(t) => tokio::time::timeout(t, rx).await.ok(),
@@ -251,12 +273,7 @@ impl Peer {
         match answer {
             Some(Ok(answer)) => answer,
             Some(Err(_)) => Err(self.gone_reason()),
-            None => {
-                if let Ok(mut s) = self.shared.lock() {
-                    s.pending.remove(&id);
-                }
-                Err(format!("{} did not answer in {} s", self.name, timeout.unwrap_or_default().as_secs()))
-            }
+            None => Err(format!("{} did not answer in {} s", self.name, timeout.unwrap_or_default().as_secs())),
         }
     }
 
@@ -312,33 +329,10 @@ impl Peer {
     }
 }
 
-/// How a long-lived agent is started: `program ARGS` with stdin piped (kd
-/// writes its requests there), the member's environment and `KD_SOCKET`.
-pub fn invocation(program: &str, args: Vec<String>, env: &BTreeMap<String, String>, socket: &Path) -> Invocation {
-    let mut env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    env.push(("KD_SOCKET".to_string(), socket.display().to_string()));
-    Invocation { program: program.to_string(), args, stdin: Some(String::new()), env }
-}
-
-/// What a long-lived agent process is started from: two members that share
-/// it share one process ([`Pool`] key).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Started {
-    workspace: PathBuf,
-    command: String,
-    args: Vec<String>,
-    env: BTreeMap<String, String>,
-}
-
-impl Started {
-    pub fn of(agent: &AgentDef, workspace: &Path) -> Started {
-        Started {
-            workspace: workspace.to_path_buf(),
-            command: agent.command.clone(),
-            args: agent.args.clone(),
-            env: agent.env.clone(),
-        }
-    }
+/// Forgets request `id` when dropped.
+struct Forget<'a> {
+    shared: &'a Mutex<Shared>,
+    id: u64,
 }
 
 impl AsRef<Peer> for Peer {
@@ -347,49 +341,39 @@ impl AsRef<Peer> for Peer {
     }
 }
 
-type Slot<T> = Arc<tokio::sync::Mutex<Option<Arc<T>>>>;
-
-/// Long-lived processes by key: each started on first use and again after
-/// it died, never twice at once; a slow start holds up only its own key.
-pub struct Pool<K, T> {
-    slots: Mutex<HashMap<K, Slot<T>>>,
-}
-
-impl<K, T> Default for Pool<K, T> {
-    fn default() -> Pool<K, T> {
-        Pool { slots: Mutex::new(HashMap::new()) }
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.shared.lock() {
+            s.pending.remove(&self.id);
+        }
     }
 }
 
-impl<K: Eq + std::hash::Hash, T: AsRef<Peer>> Pool<K, T> {
-    /// The live process of `key`, or the one `start` starts.
-    pub async fn get_or_start<F, Fut>(&self, key: K, start: F) -> Result<Arc<T>, String>
-    where
-        F: FnOnce() -> Fut,
-        Fut: std::future::Future<Output = Result<T, String>>,
-    {
-        let slot = self.slots.lock().map_err(|_| "pool lock poisoned".to_string())?.entry(key).or_default().clone();
-        let mut slot = slot.lock().await;
-        if let Some(live) = slot.as_ref().filter(|t| !(***t).as_ref().is_gone()) {
-            return Ok(live.clone());
+impl Drop for Peer {
+    /// Nobody can speak to the process any more (a start abandoned
+    /// mid-handshake, a failed one, the daemon's end): it is ended, not left
+    /// running until the daemon exits.
+    fn drop(&mut self) {
+        self.close.notify_one();
+        if !*self.ended.borrow() {
+            tracing::debug!(pid = self.pid, "{} dropped while running; killing its process group", self.name);
+            process::signal_group(self.pid, rustix::process::Signal::KILL);
         }
-        let started = Arc::new(start().await?);
-        *slot = Some(started.clone());
-        Ok(started)
     }
+}
 
-    /// Stops every process (at shutdown, after the runs ended).
-    pub async fn stop_all(&self) {
-        let slots: Vec<Slot<T>> =
-            self.slots.lock().map(|mut s| s.drain().map(|(_, slot)| slot).collect()).unwrap_or_default();
-        let mut running = Vec::new();
-        for slot in slots {
-            if let Some(t) = slot.lock().await.take() {
-                running.push(t);
-            }
-        }
-        futures_util::future::join_all(running.iter().map(|t| (**t).as_ref().stop(EXIT_GRACE))).await;
-    }
+/// How a long-lived agent is started: `program ARGS` with stdin piped (kd
+/// writes its requests there), the member's environment, `KD_SOCKET`, and
+/// the marker every process it starts inherits (`KD_PEER`, see
+/// [`process::PEER_MARKER`]).
+pub fn invocation(program: &str, args: Vec<String>, env: &BTreeMap<String, String>, socket: &Path) -> Invocation {
+    static STARTED: AtomicU64 = AtomicU64::new(1);
+    let mut env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let socket = socket.display().to_string();
+    let n = STARTED.fetch_add(1, Ordering::Relaxed);
+    env.push((process::PEER_MARKER.to_string(), format!("{}.{n}@{socket}", std::process::id())));
+    env.push(("KD_SOCKET".to_string(), socket));
+    Invocation { program: program.to_string(), args, stdin: Some(String::new()), env }
 }
 
 /// Hands one line from the agent to whoever waits for it.
@@ -402,21 +386,73 @@ async fn route(shared: &Mutex<Shared>, dialect: &dyn Dialect, replies: &mpsc::Se
             }
         }
         Some(Incoming::Request { id, method, params }) => {
-            let _ = replies.send(dialect.answer(&id, &method, &params).to_string()).await;
-        }
-        Some(Incoming::Notification { method, params }) => {
-            let Some(conversation) = dialect.conversation(&method, &params) else { return };
-            let tx = shared.lock().ok().and_then(|mut s| {
-                if dialect.ends_turn(&method) {
-                    s.busy.remove(&conversation);
-                }
-                s.conversations.get(&conversation).cloned()
-            });
-            if let Some(tx) = tx {
-                // A run that stopped following dropped its receiver: nothing to do.
-                let _ = tx.send(Note { method, params }).await;
+            let (reply, note) = dialect.answer(&id, &method, &params);
+            let _ = replies.send(reply.to_string()).await;
+            if let (Some(note), Some(conversation)) = (note, dialect.conversation(&method, &params)) {
+                deliver(shared, &conversation, note).await;
             }
         }
+        Some(Incoming::Notification { method, params }) => {
+            dialect.observe(&method, &params);
+            let Some(conversation) = dialect.conversation(&method, &params) else { return };
+            if dialect.ends_turn(&method)
+                && let Ok(mut s) = shared.lock()
+            {
+                s.busy.remove(&conversation);
+            }
+            deliver(shared, &conversation, Note { method, params }).await;
+        }
         None => tracing::debug!("skipped a line from {} that is no JSON-RPC message", dialect.name()),
+    }
+}
+
+/// Hands `note` to the run following `conversation`, if one does.
+async fn deliver(shared: &Mutex<Shared>, conversation: &str, note: Note) {
+    let tx = shared.lock().ok().and_then(|s| s.conversations.get(conversation).cloned());
+    if let Some(tx) = tx {
+        // A run that stopped following dropped its receiver: nothing to do.
+        let _ = tx.send(note).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Silent;
+
+    impl Dialect for Silent {
+        fn name(&self) -> &str {
+            "the silent agent"
+        }
+        fn conversation(&self, _method: &str, _params: &Value) -> Option<String> {
+            None
+        }
+        fn ends_turn(&self, _method: &str) -> bool {
+            false
+        }
+        fn answer(&self, id: &Value, _method: &str, _params: &Value) -> (Value, Option<Note>) {
+            (serde_json::json!({"id": id, "result": null}), None)
+        }
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_request_is_forgotten_and_a_dropped_peer_is_killed() {
+        // Reads every request, answers none, and outlives its stdin.
+        let inv = Invocation {
+            program: "sh".into(),
+            args: vec!["-c".into(), "cat > /dev/null; exec sleep 600".into()],
+            stdin: Some(String::new()),
+            env: vec![],
+        };
+        let peer = Peer::start(&inv, Path::new("/"), Arc::new(Silent)).unwrap();
+        let pid = peer.pid;
+        let waited = tokio::time::timeout(Duration::from_millis(50), peer.request(|id| serde_json::json!({"id": id})));
+        assert!(waited.await.is_err(), "never answered");
+        assert!(peer.shared.lock().unwrap().pending.is_empty(), "the abandoned request is forgotten");
+        let mut ended = peer.ended.clone();
+        drop(peer);
+        tokio::time::timeout(Duration::from_secs(30), ended.wait_for(|e| *e)).await.unwrap().unwrap();
+        assert_eq!(process::start_time(pid), None, "killed and reaped");
     }
 }

@@ -8,8 +8,9 @@
 use kd_proto::types::{ContextMode, Message, RunStatus, Session, SessionStatus};
 
 use super::Runner;
+use super::outcome::failed;
 use super::registry::Run;
-use super::supervisor::{Spec, failed};
+use super::spec::Spec;
 use crate::db::DbError;
 use crate::db::messages::Page;
 use crate::db::runs::Finish;

@@ -21,6 +21,9 @@ use super::argv::Invocation;
 /// the invocation has input, otherwise /dev/null.
 pub fn spawn(inv: &Invocation, cwd: &Path) -> std::io::Result<Child> {
     let mut cmd = Command::new(&inv.program);
+    // kd's markers come from the invocation alone, never from kdd's own
+    // environment (a kdd started from an agent's shell carries its marker).
+    cmd.env_remove(RUN_MARKER).env_remove(PEER_MARKER);
     cmd.args(&inv.args)
         .envs(inv.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .current_dir(cwd)
@@ -68,6 +71,25 @@ pub fn signal_group(pid: u32, signal: Signal) {
 /// it moves from the run's process group: `KD_RUN=<run id>`.
 pub const RUN_MARKER: &str = "KD_RUN";
 
+/// The environment variable that marks every process a long-lived agent (a
+/// codex app-server, an ACP agent) starts, however far it moves from its
+/// process group, even to a session of its own: `KD_PEER=<kdd pid>.<n>@<socket>`,
+/// unique to that agent process, and naming the daemon's socket so that a
+/// daemon started again on it finds what a killed one left
+/// ([`kill_left_by_peers`]).
+pub const PEER_MARKER: &str = "KD_PEER";
+
+/// `KEY=value`, as a marker is found in a process's environment.
+pub fn marker(key: &str, value: &str) -> Vec<u8> {
+    format!("{key}={value}").into_bytes()
+}
+
+/// The socket a `KD_PEER` value names.
+fn peer_socket(value: &[u8]) -> Option<&[u8]> {
+    let at = value.iter().position(|b| *b == b'@')?;
+    Some(&value[at + 1..])
+}
+
 /// What `/proc/PID/stat` says about a process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Stat {
@@ -94,10 +116,15 @@ pub fn start_time(pid: u32) -> Option<u64> {
     stat(pid).map(|s| s.start)
 }
 
-/// Whether process `pid` carries `marker` (`KD_RUN=<id>`) in its
-/// environment. Only our own processes can be read, which is all we kill.
+/// Whether process `pid` has an environment entry (`KEY=value`) for which
+/// `wanted` holds. Only our own processes can be read, which is all we kill.
+fn carries_any(pid: u32, wanted: impl Fn(&[u8]) -> bool) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| env.split(|b| *b == 0).any(wanted))
+}
+
+/// Whether process `pid` carries `marker` (`KD_RUN=<id>`) in its environment.
 fn carries(pid: u32, marker: &[u8]) -> bool {
-    std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == marker))
+    carries_any(pid, |kv| kv == marker)
 }
 
 /// This user's live processes (zombies are already dead), but this one.
@@ -114,37 +141,54 @@ fn own_processes() -> impl Iterator<Item = (u32, Stat)> {
     })
 }
 
-/// Kills everything run `run` left behind, and returns how many processes
-/// were signalled. `leader` is the agent the run spawned, which led its own
-/// process group, and `started` its start time; without a start time
-/// nothing can be told apart and nothing is killed.
+/// Kills everything a run, or a long-lived agent, left behind, and returns
+/// how many processes were signalled. `leader` is the agent kd spawned,
+/// which led its own process group, and `started` its start time; without
+/// a start time nothing can be told apart and nothing is killed. `marker`
+/// (`KD_RUN=<run>`, `KD_PEER=<…>`, see [`marker`]) is what the agent and
+/// all it started carry in their environment.
 ///
 /// - The group: every member that started after the leader, when the
 ///   leader is still the process that started then (the group is then also
 ///   signalled as a whole) or gone. A group id is only reused once the old group is
 ///   empty, so a process `leader` with another start time means the id was
 ///   reused and the group is not ours.
-/// - Every process of ours marked `KD_RUN=<run>` that started after the
+/// - Every process of ours carrying `marker` that started after the
 ///   leader, which catches what moved to a group or session of its own
 ///   (unless it cleared its environment).
-///
-/// A process forking meanwhile may leave a child behind, so the scan is
-/// repeated until it finds nothing (at most four times).
-pub fn kill_tree(leader: u32, started: Option<u64>, run: &str) -> usize {
+pub fn kill_tree(leader: u32, started: Option<u64>, marker: &[u8]) -> usize {
     let Some(started) = started else { return 0 };
     let leader_is_ours = start_time(leader) == Some(started);
     let group_is_ours = leader_is_ours || start_time(leader).is_none();
-    let marker = format!("{RUN_MARKER}={run}").into_bytes();
+    let killed =
+        kill_while(|pid, s| s.start >= started && ((group_is_ours && s.pgrp == leader) || carries(pid, marker)));
+    if leader_is_ours {
+        // What forked between the scans is in the group still.
+        signal_group(leader, Signal::KILL);
+    }
+    killed
+}
+
+/// At start, before any agent runs: kills every process of ours that
+/// carries a `KD_PEER` marker naming `socket` — what the long-lived agents
+/// of a daemon that was killed on this socket started (the agents died
+/// with it, `PR_SET_PDEATHSIG`; a child in a session of its own did not).
+/// Only what started no later than `before` (this daemon's start time);
+/// returns how many.
+pub fn kill_left_by_peers(socket: &str, before: u64) -> usize {
+    let prefix = format!("{PEER_MARKER}=").into_bytes();
+    let ours = |kv: &[u8]| kv.strip_prefix(prefix.as_slice()).and_then(peer_socket) == Some(socket.as_bytes());
+    kill_while(|pid, s| s.start <= before && carries_any(pid, ours))
+}
+
+/// SIGKILLs every process of ours `doomed` picks; a process forking
+/// meanwhile may leave a child behind, so the scan is repeated until it
+/// finds nothing (at most four times). How many were signalled.
+fn kill_while(doomed: impl Fn(u32, &Stat) -> bool) -> usize {
     let mut killed = std::collections::HashSet::new();
     for _ in 0..4 {
-        let left: Vec<u32> = own_processes()
-            .filter(|(pid, s)| {
-                !killed.contains(pid)
-                    && s.start >= started
-                    && ((group_is_ours && s.pgrp == leader) || carries(*pid, &marker))
-            })
-            .map(|(pid, _)| pid)
-            .collect();
+        let left: Vec<u32> =
+            own_processes().filter(|(pid, s)| !killed.contains(pid) && doomed(*pid, s)).map(|(pid, _)| pid).collect();
         if left.is_empty() {
             break;
         }
@@ -154,10 +198,6 @@ pub fn kill_tree(leader: u32, started: Option<u64>, run: &str) -> usize {
             }
             killed.insert(pid);
         }
-    }
-    if leader_is_ours {
-        // What forked between the scans is in the group still.
-        signal_group(leader, Signal::KILL);
     }
     killed.len()
 }
@@ -195,10 +235,11 @@ mod tests {
     async fn a_group_is_killed_only_while_its_leader_is_the_same_process() {
         let (mut child, pid, started) = sleeper(&[]);
         assert!(started.is_some());
-        assert_eq!(kill_tree(pid, started.map(|s| s + 1), "run-a"), 0, "another start time is another process");
-        assert_eq!(kill_tree(pid, None, "run-a"), 0, "nothing is known, nothing is killed");
+        let run = marker(RUN_MARKER, "run-a");
+        assert_eq!(kill_tree(pid, started.map(|s| s + 1), &run), 0, "another start time is another process");
+        assert_eq!(kill_tree(pid, None, &run), 0, "nothing is known, nothing is killed");
         assert_eq!(start_time(pid), started);
-        assert!(kill_tree(pid, started, "run-a") >= 1);
+        assert!(kill_tree(pid, started, &run) >= 1);
         child.wait().await.unwrap();
         assert_eq!(start_time(pid), None);
     }
@@ -219,9 +260,30 @@ mod tests {
                 tokio::time::sleep(std::time::Duration::from_millis(5)).await;
             }
         }
-        assert_eq!(kill_tree(leader, started, &run), 1);
+        assert_eq!(kill_tree(leader, started, &marker(RUN_MARKER, &run)), 1);
         assert!(marked.wait().await.is_ok());
         assert!(start_time(other_pid).is_some(), "another run's process is left alone");
+        other.kill().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn what_a_killed_daemons_long_lived_agents_left_on_its_socket_is_killed() {
+        use std::os::unix::process::ExitStatusExt;
+        let socket = format!("/tmp/kd-test-{}/kdd.sock", std::process::id());
+        let (mut left, left_pid, _) = sleeper(&[(PEER_MARKER, &format!("41.1@{socket}"))]);
+        let (mut other, other_pid, _) = sleeper(&[(PEER_MARKER, &format!("41.2@{socket}.other"))]);
+        for pid in [left_pid, other_pid] {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|e| e.windows(7).any(|w| w == b"KD_PEER")) {
+                assert!(std::time::Instant::now() < deadline, "sleep {pid} never started");
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        }
+        let before = start_time(std::process::id()).unwrap();
+        assert_eq!(kill_left_by_peers(&socket, before), 0, "what started after this daemon is not left by another");
+        assert_eq!(kill_left_by_peers(&socket, u64::MAX), 1);
+        assert_eq!(left.wait().await.unwrap().signal(), Some(9), "killed");
+        assert!(start_time(other_pid).is_some(), "another socket's agents are left alone");
         other.kill().await.unwrap();
     }
 

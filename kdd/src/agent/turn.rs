@@ -1,7 +1,9 @@
 //! What a run over a long-lived agent (codex app-server, ACP) shares with
 //! the other: the text it streams (label stripped, capped by
-//! `council.max_answer_bytes`, saved about once a second) and its clocks
-//! (the run's timeout, the grace after a stop, the save tick).
+//! `council.max_answer_bytes`, saved about once a second), its clocks (the
+//! run's timeout, the grace after a stop, the save tick), and the bound on
+//! every wait for the agent before the turn ([`bounded`]): the run's
+//! timeout and its stop.
 
 use std::os::unix::process::ExitStatusExt;
 use std::pin::Pin;
@@ -11,10 +13,12 @@ use std::time::Duration;
 use tokio::time::{Instant, Interval, Sleep};
 
 use super::Runner;
+use super::outcome::outcome;
 use super::parse::{Parsed, Transcript};
 use super::prepare::Held;
-use super::registry::Run;
-use super::supervisor::{Spec, outcome, publish};
+use super::registry::{Run, StopReason};
+use super::spec::Spec;
+use super::stream::publish;
 use crate::db::runs::Finish;
 use crate::prompt::LabelStripper;
 
@@ -96,11 +100,12 @@ pub(super) struct Clocks {
 }
 
 impl Clocks {
-    pub async fn new(timeout: Duration) -> Clocks {
+    /// The clocks of a turn that must end by `deadline` (the run's).
+    pub async fn new(deadline: Instant) -> Clocks {
         let mut save = tokio::time::interval(SAVE_EVERY);
         save.tick().await;
         Clocks {
-            timeout: Box::pin(tokio::time::sleep(timeout)),
+            timeout: Box::pin(tokio::time::sleep_until(deadline)),
             give_up: Box::pin(tokio::time::sleep(Duration::from_secs(365 * 24 * 3600))),
             save,
         }
@@ -109,6 +114,22 @@ impl Clocks {
     /// The run was stopped: the agent has `grace` to end its turn.
     pub fn stopping(&mut self, grace: Duration) {
         self.give_up.as_mut().reset(Instant::now() + grace);
+    }
+}
+
+/// Awaits `wait` — the agent's start, or its answer to a request — for as
+/// long as the run may wait: `None` once the run was stopped (a cancel, the
+/// daemon's stop) or reached `deadline`, its timeout (the run is then
+/// stopped as timed out). Dropping `wait` abandons it (a start abandoned
+/// mid-handshake ends its process).
+pub(super) async fn bounded<T>(run: &Run, deadline: Instant, wait: impl Future<Output = T>) -> Option<T> {
+    tokio::select! {
+        v = wait => Some(v),
+        _ = run.stopped() => None,
+        _ = tokio::time::sleep_until(deadline) => {
+            run.stop(StopReason::TimedOut);
+            None
+        }
     }
 }
 

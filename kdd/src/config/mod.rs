@@ -10,8 +10,10 @@
 //! - [`resolve`]: from the file to a [`Config`]: defaults, validation, the
 //!   Kingdom mapping;
 //! - [`programs`]: the agent CLIs on `PATH`;
+//! - `codex`: the arguments `codex app-server` takes (others are warned of);
 //! - [`view`]: every effective value with where it came from (`config.get`).
 
+mod codex;
 pub mod coordination;
 pub mod lifecycle;
 mod programs;
@@ -320,6 +322,9 @@ pub struct Config {
     pub mapped_from: BTreeMap<String, String>,
     /// One line for each key of the file kd reads but does not use.
     pub notices: Vec<String>,
+    /// Values kd takes that will not work, e.g. an argument `codex
+    /// app-server` refuses (the member cannot start).
+    pub warnings: Vec<String>,
 }
 
 impl Config {

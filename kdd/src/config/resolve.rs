@@ -31,6 +31,7 @@ pub(super) struct Resolver {
     set_keys: BTreeSet<String>,
     mapped_from: BTreeMap<String, String>,
     notices: Vec<String>,
+    warnings: Vec<String>,
 }
 
 impl Resolver {
@@ -50,7 +51,13 @@ impl Resolver {
 }
 
 pub(super) fn resolve(raw: RawConfig, file: Option<PathBuf>, env: &Env<'_>) -> Result<Config, ConfigError> {
-    let mut r = Resolver { file, set_keys: BTreeSet::new(), mapped_from: BTreeMap::new(), notices: Vec::new() };
+    let mut r = Resolver {
+        file,
+        set_keys: BTreeSet::new(),
+        mapped_from: BTreeMap::new(),
+        notices: Vec::new(),
+        warnings: Vec::new(),
+    };
     let top_prompts = raw.prompts.unwrap_or_default();
     ignore_phases(&mut r, "prompts", &top_prompts);
     if let Some(p) = &raw.peasant {
@@ -90,6 +97,7 @@ pub(super) fn resolve(raw: RawConfig, file: Option<PathBuf>, env: &Env<'_>) -> R
         set_keys: r.set_keys,
         mapped_from: r.mapped_from,
         notices: r.notices,
+        warnings: r.warnings,
     })
 }
 
@@ -224,6 +232,18 @@ fn agent(r: &mut Resolver, name: &str, a: RawAgent, top: &RawPrompts, env: &Env<
             return Err(r.err(key(field), format!("must be one of {}, got {v:?}", allowed.join(", "))));
         }
         *slot = v;
+    }
+    if transport == Transport::AppServer {
+        for (field, given) in [("args", &a.args), ("extra_flags", &a.extra_flags)] {
+            for arg in super::codex::appserver_refuses(given.as_deref().unwrap_or_default()) {
+                r.warnings.push(format!(
+                    "{}: codex app-server does not take {arg} (a flag of codex exec or its TUI): the member \
+                     cannot start; {}",
+                    key(field),
+                    super::codex::instead(arg, name)
+                ));
+            }
+        }
     }
     let mut args = effort_args(r, name, backend, a.effort.as_deref())?;
     args.extend(a.args.unwrap_or_default());

@@ -128,6 +128,13 @@ impl Config {
         } else {
             None
         };
-        ConfigView { workspace: workspace.to_string(), file, entries, notice, notices: self.notices.clone() }
+        ConfigView {
+            workspace: workspace.to_string(),
+            file,
+            entries,
+            notice,
+            notices: self.notices.clone(),
+            warnings: self.warnings.clone(),
+        }
     }
 }

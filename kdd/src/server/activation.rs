@@ -6,7 +6,8 @@
 //! for this process (`LISTEN_PID`), well formed, and name exactly one
 //! socket kdd can take (the one named `kdd`, or the only one); that socket
 //! must be a listening Unix stream socket bound to a path. Anything else is
-//! a clear error rather than a daemon that listens nowhere.
+//! a clear error rather than a daemon that listens nowhere. The sockets kd
+//! does not take are made close-on-exec, so no agent inherits them.
 
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
@@ -40,7 +41,31 @@ pub fn inherited() -> anyhow::Result<Option<Inherited>> {
         .take_unix_listener(index)
         .with_context(|| format!("the socket passed by the service manager (fd {}) cannot be used", 3 + index))?
         .with_context(|| format!("the service manager passed no fd {}", 3 + index))?;
+    // The others are not kd's: systemd passes them without close-on-exec,
+    // and no agent (nor anything else kdd runs) may inherit them.
+    for other in (0..fds.len()).filter(|i| *i != index) {
+        if let Ok(Some(fd)) = fds.take_raw_fd(other)
+            && let Err(e) = close_on_exec(fd)
+        {
+            tracing::warn!("cannot mark fd {fd} from the service manager close-on-exec: {e}");
+        }
+    }
     checked(listener).map(Some)
+}
+
+/// Marks `fd` close-on-exec. Only a number is known of a descriptor kd does
+/// not take: nothing owns it to borrow from.
+#[allow(unsafe_code)]
+fn close_on_exec(fd: std::os::fd::RawFd) -> std::io::Result<()> {
+    if fd < 0 {
+        return Err(std::io::Error::from_raw_os_error(rustix::io::Errno::BADF.raw_os_error()));
+    }
+    // SAFETY: a descriptor the service manager passed to this process
+    // (LISTEN_PID names it), which kdd never closes, borrowed for one
+    // fcntl; a number that is not open fails with EBADF.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC)?;
+    Ok(())
 }
 
 /// Listening, and bound to a path kd can find.
@@ -198,6 +223,19 @@ mod tests {
         assert!(err(&vars(Some("2"), Some("42"), Some("kdd"))).contains("names 1 socket(s)"));
         assert!(err(&vars(Some("2"), Some("42"), Some("a:b"))).contains("none is named"));
         assert!(err(&vars(Some("2"), Some("42"), None)).contains("none is named"));
+    }
+
+    #[test]
+    fn a_passed_descriptor_kd_does_not_take_is_made_close_on_exec() -> anyhow::Result<()> {
+        use std::os::fd::AsRawFd;
+        let tmp = tempfile::tempdir()?;
+        let other = UnixListener::bind(tmp.path().join("other.sock"))?;
+        // As systemd passes it: inherited across exec.
+        rustix::io::fcntl_setfd(&other, rustix::io::FdFlags::empty())?;
+        close_on_exec(other.as_raw_fd())?;
+        assert_eq!(rustix::io::fcntl_getfd(&other)?, rustix::io::FdFlags::CLOEXEC);
+        assert!(close_on_exec(-1).is_err());
+        Ok(())
     }
 
     #[test]

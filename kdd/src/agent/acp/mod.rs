@@ -4,6 +4,8 @@
 //!
 //! - [`protocol`]: the messages (the `agent-client-protocol-schema` types),
 //!   and ACP's [`protocol::Acp`] dialect of [`crate::agent::peer`];
+//! - [`permission`]: the answer to a permission request by the member's
+//!   policy, on the kind the tool call announced;
 //! - `run`: one run as a `session/prompt` turn.
 //!
 //! [`AcpAgents`] owns the processes: one per member and workspace (and
@@ -13,6 +15,7 @@
 //! mode, the thread's session loaded (`session/load`) in resume mode when
 //! the agent can load sessions.
 
+pub mod permission;
 pub mod protocol;
 mod run;
 
@@ -21,12 +24,13 @@ use std::sync::Arc;
 
 pub(super) use run::execute;
 
-use super::peer::{self, Peer, Pool};
-use super::supervisor::spawn_error;
+use super::outcome::spawn_error;
+use super::peer::{self, Peer};
+use super::pool::{Pool, Started};
 use crate::config::AgentDef;
 
 /// One process per member, and per what it is started from.
-type Key = (String, peer::Started);
+type Key = (String, Started);
 
 /// A started agent and what it said it can do.
 pub struct Agent {
@@ -50,12 +54,12 @@ impl AcpAgents {
     /// The process of `agent` in `workspace`, started and initialised when
     /// there is none or the last one died.
     pub async fn get(&self, agent: &AgentDef, workspace: &Path, socket: &Path) -> Result<Arc<Agent>, String> {
-        let key = (agent.name.clone(), peer::Started::of(agent, workspace));
+        let key = (agent.name.clone(), Started::of(agent, workspace));
         self.running
             .get_or_start(key, || async {
                 let mut inv = peer::invocation(&agent.command, agent.args.clone(), &agent.env, socket);
                 inv.env.push(("KD_MEMBER".to_string(), agent.name.clone()));
-                let dialect = Arc::new(protocol::Acp { permissions: agent.permissions });
+                let dialect = Arc::new(protocol::Acp::new(agent.permissions));
                 let peer = Peer::start(&inv, workspace, dialect).map_err(|e| spawn_error(&inv, agent, &e))?;
                 let answer = peer
                     .request(protocol::initialize)

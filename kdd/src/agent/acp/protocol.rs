@@ -1,21 +1,23 @@
 //! The Agent Client Protocol as kd speaks it, with the types of the
 //! `agent-client-protocol-schema` crate: the requests kd sends (kd offers
 //! the agent no file system and no terminal of its own), what a
-//! `session/update` means for a run, and the answer to a permission request
-//! by the member's policy.
+//! `session/update` means for a run, and the [`Acp`] dialect, which answers
+//! a permission request by the member's policy ([`super::permission`]).
 
 use agent_client_protocol_schema::ProtocolVersion;
+use std::sync::Mutex;
+
 use agent_client_protocol_schema::v1::{
     AGENT_METHOD_NAMES, CLIENT_METHOD_NAMES, CancelNotification, ContentBlock, Implementation, InitializeRequest,
-    LoadSessionRequest, NewSessionRequest, PermissionOption, PermissionOptionKind, PlanEntryStatus, PromptRequest,
-    RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome,
-    SessionNotification, SessionUpdate, StopReason, TextContent, ToolKind,
+    LoadSessionRequest, NewSessionRequest, PlanEntryStatus, PromptRequest, SessionNotification, SessionUpdate,
+    StopReason, TextContent,
 };
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::permission::{self, ToolCalls};
 use crate::agent::parse::Parsed;
-use crate::agent::peer::Dialect;
+use crate::agent::peer::{Dialect, Note};
 use crate::config::Permissions;
 
 fn request(id: u64, method: &str, params: impl Serialize) -> Value {
@@ -105,38 +107,17 @@ pub fn interpret(method: &str, params: &Value) -> Vec<Parsed> {
     }
 }
 
-/// The kinds of tool call a read-only member may make.
-fn reads(kind: Option<ToolKind>) -> bool {
-    matches!(kind, Some(ToolKind::Read | ToolKind::Search | ToolKind::Think | ToolKind::Fetch))
-}
-
-/// The answer to `session/request_permission` under `policy`: an option
-/// of the right kind, or `cancelled` when the agent offered none.
-pub fn permission(params: &Value, policy: Permissions) -> Value {
-    let Ok(req) = serde_json::from_value::<RequestPermissionRequest>(params.clone()) else {
-        return json!({"outcome": {"outcome": "cancelled"}});
-    };
-    let allow = match policy {
-        Permissions::Allow => true,
-        Permissions::Deny => false,
-        Permissions::ReadOnly => reads(req.tool_call.fields.kind),
-    };
-    let wanted: &[PermissionOptionKind] = if allow {
-        &[PermissionOptionKind::AllowOnce, PermissionOptionKind::AllowAlways]
-    } else {
-        &[PermissionOptionKind::RejectOnce, PermissionOptionKind::RejectAlways]
-    };
-    let chosen: Option<&PermissionOption> = wanted.iter().find_map(|k| req.options.iter().find(|o| o.kind == *k));
-    let outcome = match chosen {
-        Some(o) => RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(o.option_id.clone())),
-        None => RequestPermissionOutcome::Cancelled,
-    };
-    serde_json::to_value(RequestPermissionResponse::new(outcome)).unwrap_or(Value::Null)
-}
-
-/// An ACP agent's side of [`Peer`](crate::agent::peer::Peer).
+/// An ACP agent's side of [`Peer`](crate::agent::peer::Peer): the member's
+/// permission policy and the tool calls its sessions announced.
 pub struct Acp {
-    pub permissions: Permissions,
+    permissions: Permissions,
+    calls: Mutex<ToolCalls>,
+}
+
+impl Acp {
+    pub fn new(permissions: Permissions) -> Acp {
+        Acp { permissions, calls: Mutex::new(ToolCalls::default()) }
+    }
 }
 
 impl Dialect for Acp {
@@ -153,41 +134,42 @@ impl Dialect for Acp {
         false
     }
 
-    fn answer(&self, id: &Value, method: &str, params: &Value) -> Value {
+    fn observe(&self, method: &str, params: &Value) {
+        if method == CLIENT_METHOD_NAMES.session_update
+            && let Ok(mut calls) = self.calls.lock()
+        {
+            calls.observe(params);
+        }
+    }
+
+    fn answer(&self, id: &Value, method: &str, params: &Value) -> (Value, Option<Note>) {
         if method == CLIENT_METHOD_NAMES.session_request_permission {
-            let answer = permission(params, self.permissions);
-            tracing::debug!(%answer, "answered a permission request");
-            return json!({"jsonrpc": "2.0", "id": id, "result": answer});
+            let decision = match self.calls.lock() {
+                Ok(calls) => permission::decide(params, self.permissions, &calls),
+                Err(_) => permission::decide(params, self.permissions, &ToolCalls::default()),
+            };
+            tracing::debug!(answer = %decision.answer, "answered a permission request");
+            let note = decision
+                .refused
+                .map(|reason| Note { method: permission::REFUSED.to_string(), params: json!({"reason": reason}) });
+            return (json!({"jsonrpc": "2.0", "id": id, "result": decision.answer}), note);
         }
         // kd offered no file system and no terminal.
-        json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": format!("kd does not offer {method}")}})
+        let error = json!({"code": -32601, "message": format!("kd does not offer {method}")});
+        (json!({"jsonrpc": "2.0", "id": id, "error": error}), None)
     }
+}
+
+/// Why the policy refused a tool call, from a [`permission::REFUSED`] note.
+pub fn refusal(note: &Note) -> Option<String> {
+    (note.method == permission::REFUSED)
+        .then(|| note.params.get("reason").and_then(Value::as_str).map(str::to_string))
+        .flatten()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn permission_request(kind: &str) -> Value {
-        json!({"sessionId": "s1", "toolCall": {"toolCallId": "c1", "title": "Edit a.rs", "kind": kind},
-               "options": [{"optionId": "yes", "name": "Allow", "kind": "allow_once"},
-                           {"optionId": "no", "name": "Reject", "kind": "reject_once"}]})
-    }
-
-    fn selected(answer: &Value) -> Option<&str> {
-        answer.pointer("/outcome/optionId").and_then(Value::as_str)
-    }
-
-    #[test]
-    fn read_only_denies_writes_and_allows_reads() {
-        assert_eq!(selected(&permission(&permission_request("edit"), Permissions::ReadOnly)), Some("no"));
-        assert_eq!(selected(&permission(&permission_request("execute"), Permissions::ReadOnly)), Some("no"));
-        assert_eq!(selected(&permission(&permission_request("read"), Permissions::ReadOnly)), Some("yes"));
-        assert_eq!(selected(&permission(&permission_request("edit"), Permissions::Allow)), Some("yes"));
-        assert_eq!(selected(&permission(&permission_request("read"), Permissions::Deny)), Some("no"));
-        let none = json!({"sessionId": "s1", "toolCall": {"toolCallId": "c1", "kind": "edit"}, "options": []});
-        assert_eq!(permission(&none, Permissions::ReadOnly), json!({"outcome": {"outcome": "cancelled"}}));
-    }
 
     #[test]
     fn message_chunks_are_deltas_and_tool_calls_break_paragraphs() {

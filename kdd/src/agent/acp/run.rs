@@ -2,19 +2,25 @@
 //! resume mode, `session/load` of the session recorded for the thread),
 //! then `session/prompt`, whose answer ends the turn. `agent_message_chunk`
 //! updates stream to subscribers as they come; a stop sends
-//! `session/cancel` and keeps the text streamed so far.
+//! `session/cancel` and keeps the text streamed so far. A turn that fails
+//! after the member's policy refused a tool call says so (`refused by
+//! policy read-only: TITLE`) instead of the agent's own error.
 
 use std::sync::Arc;
 
 use kd_proto::types::RunStatus;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use super::protocol::{self, TurnEnd};
 use crate::agent::Runner;
+use crate::agent::outcome::{cut_short, failed};
 use crate::agent::parse::{Outcome, Parsed, Transcript};
+use crate::agent::peer::Note;
 use crate::agent::prepare::Prepared;
 use crate::agent::registry::{Run, StopReason};
-use crate::agent::supervisor::{Spec, failed, record_start};
+use crate::agent::spec::Spec;
+use crate::agent::stream::record_start;
 use crate::agent::turn::{self, Clocks, Streamed};
 use crate::db::runs::Finish;
 
@@ -26,27 +32,37 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
         f
     };
     let fail = |reason: String| failed(&member, RunStatus::Error, reason);
-    let agent = match d.acp.get(&spec.agent, &spec.workspace, &d.socket).await {
-        Ok(a) => a,
-        Err(e) => return with_session(fail(e), false),
+    // Every wait for the agent ends by the run's timeout or its stop.
+    let deadline = Instant::now() + spec.timeout;
+    let cut = |waiting_for: &str| with_session(cut_short(run, spec, waiting_for), false);
+    let agent = match turn::bounded(run, deadline, d.acp.get(&spec.agent, &spec.workspace, &d.socket)).await {
+        Some(Ok(a)) => a,
+        Some(Err(e)) => return with_session(fail(e), false),
+        None => return cut("the ACP agent to start"),
     };
     let peer = &agent.peer;
     record_start(d, run, peer.pid, peer.started, held.as_ref()).await;
     let cwd = spec.workspace.display().to_string();
     let session = match prepared.resume.as_deref() {
-        Some(id) if agent.can_load => match peer.request(|n| protocol::session_load(n, id, &cwd)).await {
-            Ok(_) => id.to_string(),
-            Err(e) => return with_session(fail(format!("cannot load its ACP session {id}: {e}")), false),
-        },
+        Some(id) if agent.can_load => {
+            match turn::bounded(run, deadline, peer.request(|n| protocol::session_load(n, id, &cwd))).await {
+                Some(Ok(_)) => id.to_string(),
+                Some(Err(e)) => return with_session(fail(format!("cannot load its ACP session {id}: {e}")), false),
+                None => return cut("the ACP agent to answer session/load"),
+            }
+        }
         Some(_) => {
             let reason = "the agent cannot load a session (agentCapabilities.loadSession is false); give the \
                           thread context history";
             return with_session(fail(reason.into()), false);
         }
-        None => match peer.request(|n| protocol::session_new(n, &cwd)).await.map(|r| protocol::session_id(&r)) {
-            Ok(Some(id)) => id,
-            Ok(None) => return with_session(fail("session/new gave no sessionId".into()), false),
-            Err(e) => return with_session(fail(format!("cannot open a session: {e}")), false),
+        None => match turn::bounded(run, deadline, peer.request(|n| protocol::session_new(n, &cwd))).await {
+            Some(Ok(r)) => match protocol::session_id(&r) {
+                Some(id) => id,
+                None => return with_session(fail("session/new gave no sessionId".into()), false),
+            },
+            Some(Err(e)) => return with_session(fail(format!("cannot open a session: {e}")), false),
+            None => return cut("the ACP agent to answer session/new"),
         },
     };
     let mut transcript = Transcript::new();
@@ -71,13 +87,16 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
     }
 
     let mut streamed = Streamed::new(d, run, spec);
-    let mut clocks = Clocks::new(spec.timeout).await;
+    let mut clocks = Clocks::new(deadline).await;
     let mut cancelled = false;
     let mut ended: Option<TurnEnd> = None;
+    // The last tool call the member's policy refused: why the turn failed,
+    // if it then did (claude-code-acp ends it with an internal error).
+    let mut refused: Option<String> = None;
     loop {
         tokio::select! {
             note = following.notes.recv() => match note {
-                Some(note) => streamed.take(&mut transcript, protocol::interpret(&note.method, &note.params)),
+                Some(note) => take(note, &mut streamed, &mut transcript, &mut refused),
                 None => break,
             },
             answer = &mut ended_rx => {
@@ -103,7 +122,7 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
     }
     // Updates sent before the answer are already queued: take them too.
     while let Ok(note) = following.notes.try_recv() {
-        streamed.take(&mut transcript, protocol::interpret(&note.method, &note.params));
+        take(note, &mut streamed, &mut transcript, &mut refused);
     }
     drop(following);
     streamed.finish();
@@ -113,10 +132,14 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
             transcript.apply(Parsed::Result(Outcome::default()));
         }
         Some(TurnEnd::Cancelled) if !stopped => {
-            transcript.apply(Parsed::Error { message: "the agent cancelled the turn".into(), fatal: true });
+            let message = refused.unwrap_or_else(|| "the agent cancelled the turn".into());
+            transcript.apply(Parsed::Error { message, fatal: true });
         }
         Some(TurnEnd::Failed(why)) if !stopped => {
-            transcript.apply(Parsed::Error { message: why, fatal: true });
+            if refused.is_some() {
+                tracing::debug!(run = run.id, "the turn failed after a refusal: {why}");
+            }
+            transcript.apply(Parsed::Error { message: refused.unwrap_or(why), fatal: true });
         }
         None if !stopped => {
             transcript.apply(Parsed::Error { message: peer.gone_reason(), fatal: true });
@@ -124,4 +147,13 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
         _ => {}
     }
     turn::finish(run, spec, &transcript, held.as_ref())
+}
+
+/// Takes one note of the run's session: text and activity for the
+/// transcript, or a refusal by the member's policy.
+fn take(note: Note, streamed: &mut Streamed<'_>, transcript: &mut Transcript, refused: &mut Option<String>) {
+    match protocol::refusal(&note) {
+        Some(reason) => *refused = Some(reason),
+        None => streamed.take(transcript, protocol::interpret(&note.method, &note.params)),
+    }
 }

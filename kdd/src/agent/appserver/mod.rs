@@ -19,8 +19,9 @@ use std::sync::Arc;
 
 pub(super) use run::execute;
 
-use super::peer::{self, Peer, Pool};
-use super::supervisor::spawn_error;
+use super::outcome::spawn_error;
+use super::peer::{self, Peer};
+use super::pool::{Pool, Started};
 use crate::config::AgentDef;
 
 /// The arguments kd starts `codex app-server` with (before the member's own):
@@ -31,14 +32,14 @@ pub const ARGS: [&str; 7] =
 /// The app-server processes of the daemon.
 #[derive(Default)]
 pub struct AppServers {
-    running: Pool<peer::Started, Peer>,
+    running: Pool<Started, Peer>,
 }
 
 impl AppServers {
     /// The process for `agent` in `workspace`, started (and initialised)
     /// when there is none or the last one died.
     pub async fn get(&self, agent: &AgentDef, workspace: &Path, socket: &Path) -> Result<Arc<Peer>, String> {
-        let key = peer::Started::of(agent, workspace);
+        let key = Started::of(agent, workspace);
         self.running
             .get_or_start(key, || async {
                 let args = ARGS.iter().map(|a| a.to_string()).chain(agent.args.iter().cloned()).collect();

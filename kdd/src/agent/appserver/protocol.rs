@@ -8,7 +8,7 @@
 use serde_json::{Value, json};
 
 use crate::agent::parse::{Outcome, Parsed};
-use crate::agent::peer::Dialect;
+use crate::agent::peer::{Dialect, Note};
 use crate::config::CodexPolicy;
 
 /// The notifications kd has no use for: codex is asked not to send them.
@@ -100,9 +100,9 @@ impl Dialect for Codex {
         method == "turn/completed"
     }
 
-    fn answer(&self, id: &Value, method: &str, _params: &Value) -> Value {
+    fn answer(&self, id: &Value, method: &str, _params: &Value) -> (Value, Option<Note>) {
         tracing::debug!(method, "declined a request from codex");
-        decline(id, method)
+        (decline(id, method), None)
     }
 }
 

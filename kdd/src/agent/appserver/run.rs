@@ -9,13 +9,16 @@
 use std::sync::Arc;
 
 use kd_proto::types::RunStatus;
+use tokio::time::Instant;
 
 use super::protocol::{self, Event};
 use crate::agent::Runner;
+use crate::agent::outcome::{cut_short, failed, stopped_early};
 use crate::agent::parse::{Parsed, Transcript};
 use crate::agent::prepare::Prepared;
 use crate::agent::registry::{Run, StopReason};
-use crate::agent::supervisor::{Spec, failed, record_start, stopped_early};
+use crate::agent::spec::Spec;
+use crate::agent::stream::record_start;
 use crate::agent::turn::{self, Clocks, Streamed};
 use crate::db::runs::Finish;
 
@@ -26,17 +29,30 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
         f.session = held.as_ref().map(|h| h.end(given));
         f
     };
-    let server = match d.appservers.get(&spec.agent, &spec.workspace, &d.socket).await {
-        Ok(s) => s,
-        Err(e) => return with_session(failed(&member, RunStatus::Error, e), false),
+    // Every wait for codex ends by the run's timeout or its stop.
+    let deadline = Instant::now() + spec.timeout;
+    let cut = |waiting_for: &str, given: bool| with_session(cut_short(run, spec, waiting_for), given);
+    let server = match turn::bounded(run, deadline, d.appservers.get(&spec.agent, &spec.workspace, &d.socket)).await {
+        Some(Ok(s)) => s,
+        Some(Err(e)) => return with_session(failed(&member, RunStatus::Error, e), false),
+        None => return cut("the codex app-server to start", false),
     };
     record_start(d, run, server.pid, server.started, held.as_ref()).await;
     let cwd = spec.workspace.display().to_string();
     let model = spec.agent.model.as_deref();
     let policy = &spec.agent.policy;
-    let opened = match prepared.resume.as_deref() {
-        Some(id) => server.request(|n| protocol::thread_resume(n, id, &cwd, model, policy)).await,
-        None => server.request(|n| protocol::thread_start(n, &cwd, model, policy)).await,
+    let (opening, opened) = match prepared.resume.as_deref() {
+        Some(id) => (
+            "thread/resume",
+            turn::bounded(run, deadline, server.request(|n| protocol::thread_resume(n, id, &cwd, model, policy))).await,
+        ),
+        None => (
+            "thread/start",
+            turn::bounded(run, deadline, server.request(|n| protocol::thread_start(n, &cwd, model, policy))).await,
+        ),
+    };
+    let Some(opened) = opened else {
+        return cut(&format!("the codex app-server to answer {opening}"), false);
     };
     let thread = match opened.map(|r| protocol::thread_id(&r)) {
         Ok(Some(t)) => t,
@@ -60,16 +76,24 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
     if let Err(e) = server.begin_turn(&thread) {
         return with_session(not_started(e), true);
     }
-    let turn = match server.request(|n| protocol::turn_start(n, &thread, &prepared.prompt)).await {
-        Ok(r) => protocol::turn_id(&r),
-        Err(e) => {
+    let turn = match turn::bounded(
+        run,
+        deadline,
+        server.request(|n| protocol::turn_start(n, &thread, &prepared.prompt)),
+    )
+    .await
+    {
+        Some(Ok(r)) => protocol::turn_id(&r),
+        Some(Err(e)) => {
             server.end_turn(&thread);
             return with_session(not_started(e), true);
         }
+        // codex may yet start the turn: it stays busy until codex ends it.
+        None => return cut("the codex app-server to answer turn/start", true),
     };
 
     let mut streamed = Streamed::new(d, run, spec);
-    let mut clocks = Clocks::new(spec.timeout).await;
+    let mut clocks = Clocks::new(deadline).await;
     let mut interrupted = false;
     let mut ended: Option<(String, Option<String>)> = None;
     let mut usage: Option<protocol::Usage> = None;

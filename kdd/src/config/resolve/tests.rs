@@ -227,7 +227,15 @@ fn a_real_kingdom_config_is_accepted_and_mapped() {
         ]
     );
     assert!(c.notices.iter().all(|n| n.ends_with("(ignored)")), "{:?}", c.notices);
+    // Kingdom runs `codex exec`; kd's codex member is an app-server, which
+    // refuses exec's flag at start.
+    assert_eq!(
+        c.warnings,
+        ["agents.codex.extra_flags: codex app-server does not take --skip-git-repo-check (a flag of codex exec or \
+          its TUI): the member cannot start; remove it, or set agents.codex.transport to \"exec\""]
+    );
     let view = c.view("/ws", &Env { var: &|_| None });
+    assert_eq!(view.warnings, c.warnings);
     let mode = view.entries.iter().find(|e| e.key == "council.mode").unwrap();
     assert!(mode.source.ends_with("(council.ask.mode)"), "{mode:?}");
     assert_eq!(view.notices, c.notices);
@@ -282,4 +290,22 @@ fn coordination_settings_and_delivery_preferences() {
         f.write(bad);
         assert_eq!(f.load().unwrap_err().key, key, "{bad}");
     }
+}
+
+#[test]
+fn codex_arguments_app_server_refuses_are_warned_of_and_exec_takes_them() {
+    let f = Fixture::new();
+    f.write(r#"{"agents": {"codex": {"args": ["--json", "-c", "x=1", "--model", "o3"]}}}"#);
+    let c = f.load().unwrap();
+    let said: Vec<&str> = c.warnings.iter().map(|w| w.split(" (").next().unwrap_or_default()).collect();
+    assert_eq!(
+        said,
+        [
+            "agents.codex.args: codex app-server does not take --json",
+            "agents.codex.args: codex app-server does not take --model"
+        ]
+    );
+    assert!(c.warnings[1].ends_with("set agents.codex.model"), "{:?}", c.warnings);
+    f.write(r#"{"agents": {"codex": {"transport": "exec", "args": ["--json", "--skip-git-repo-check"]}}}"#);
+    assert!(f.load().unwrap().warnings.is_empty(), "codex exec takes them");
 }

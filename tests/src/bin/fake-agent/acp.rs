@@ -6,8 +6,16 @@
 //! first chunk and a `plan` first, as some agents send them), and
 //! `session/cancel`, which ends the turn with `stopReason: cancelled`.
 //! `FAKE_PERMISSION=KIND` asks permission for a tool call of that kind
-//! first; `FAKE_RUN` reports a tool call. The answer follows the usual
+//! first, as claude-code-acp does (`mcp/claude-code-acp.unallowed.jsonl` in
+//! the captures): a few words, the `tool_call` update announcing the tool's
+//! kind, title and locations (twice, its input filled in the second time),
+//! then `session/request_permission` whose `toolCall` carries only the id,
+//! title and input; a rejection fails the tool call and the prompt with
+//! claude-code-acp's `Internal error: [ede_diagnostic] …`. `FAKE_RUN`
+//! reports a tool call. The answer follows the usual
 //! `FAKE_*` knobs; `FAKE_ERROR` fails the prompt with a JSON-RPC error.
+//! `FAKE_SILENT=METHOD` never answers that request (e.g. `initialize`,
+//! `session/new`), recording `{"silent": METHOD, "pid": …}` when it comes.
 //! `FAKE_IGNORE_EOF` keeps it running after stdin closes; `FAKE_CHILD`
 //! starts a long-lived child first (its pid recorded as `child`).
 //! `FAKE_RECORD` gets a line per prompt (`stdin` is the prompt, `session`,
@@ -36,6 +44,8 @@ struct State {
 type Shared = Arc<Mutex<State>>;
 
 static NEXT: AtomicU64 = AtomicU64::new(1);
+/// The ids of our requests to the client: numbers from 0, as claude-code-acp's.
+static ASKED: AtomicU64 = AtomicU64::new(0);
 
 fn send(v: &Value) {
     let mut out = std::io::stdout().lock();
@@ -97,6 +107,10 @@ pub async fn serve(args: Vec<String>) -> i32 {
                 }
             }
             (_, None) => {}
+            (method, Some(_)) if env("FAKE_SILENT").as_deref() == Some(method) => {
+                // A request it never answers (a hung agent).
+                record(json!({"silent": method, "pid": std::process::id()}));
+            }
             ("initialize", Some(id)) => reply(
                 &id,
                 json!({"protocolVersion": 1, "agentCapabilities": {"loadSession": env("FAKE_NO_LOAD").is_none()},
@@ -144,7 +158,7 @@ pub async fn serve(args: Vec<String>) -> i32 {
                     .unwrap_or_default();
                 record(json!({"argv": args, "stdin": prompt, "cwd": cwd, "pid": std::process::id(),
                               "session": session, "loaded": loaded}));
-                let task = tokio::spawn(turn(state.clone(), id.clone(), session.clone(), prompt));
+                let task = tokio::spawn(turn(state.clone(), id.clone(), session.clone(), cwd, prompt));
                 if let Ok(mut s) = state.lock() {
                     s.active.insert(session, (id, task.abort_handle()));
                 }
@@ -159,18 +173,20 @@ pub async fn serve(args: Vec<String>) -> i32 {
     0
 }
 
-/// Asks the client for permission; the chosen option id (or `cancelled`).
-async fn ask_permission(state: &Shared, session: &str, kind: &str) -> String {
-    let n = NEXT.fetch_add(1, Ordering::Relaxed) + 1_000_000;
+/// Asks the client for permission for `call`, as claude-code-acp does;
+/// the chosen option id (or `cancelled`).
+async fn ask_permission(state: &Shared, session: &str, call: &Value) -> String {
+    let n = ASKED.fetch_add(1, Ordering::Relaxed);
     let (tx, rx) = oneshot::channel();
     if let Ok(mut s) = state.lock() {
         s.asked.insert(n, tx);
     }
     send(&json!({"jsonrpc": "2.0", "id": n, "method": "session/request_permission", "params": {
+        "options": [{"kind": "allow_always", "name": "Always Allow", "optionId": "allow_always"},
+                    {"kind": "allow_once", "name": "Allow", "optionId": "allow"},
+                    {"kind": "reject_once", "name": "Reject", "optionId": "reject"}],
         "sessionId": session,
-        "toolCall": {"toolCallId": "call-1", "title": format!("a {kind} tool call"), "kind": kind, "status": "pending"},
-        "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"},
-                    {"optionId": "reject", "name": "Reject", "kind": "reject_once"}]}}));
+        "toolCall": {"toolCallId": call["toolCallId"], "rawInput": call["rawInput"], "title": call["title"]}}}));
     let answer = rx.await.unwrap_or(Value::Null);
     answer
         .pointer("/outcome/optionId")
@@ -179,15 +195,60 @@ async fn ask_permission(state: &Shared, session: &str, kind: &str) -> String {
         .unwrap_or_else(|| "cancelled".to_string())
 }
 
-async fn turn(state: Shared, id: Value, session: String, prompt: String) {
+/// A tool call of `kind` as claude-code-acp announces it in `cwd`: its
+/// `tool_call` update (with the input filled in).
+fn tool_call(kind: &str, cwd: &str) -> Value {
+    let file = format!("{cwd}/notes.md");
+    let (tool, title, input, locations) = match kind {
+        "read" => ("Read", format!("Read {file}"), json!({"file_path": file}), json!([{"path": file, "line": 1}])),
+        "edit" => {
+            ("Write", format!("Write {file}"), json!({"file_path": file, "content": "x"}), json!([{"path": file}]))
+        }
+        "execute" => ("Bash", "`rm -rf build`".to_string(), json!({"command": "rm -rf build"}), json!([])),
+        "search" => ("Grep", "grep \"TODO\"".to_string(), json!({"pattern": "TODO"}), json!([])),
+        "fetch" => {
+            ("WebFetch", "Fetch https://example.com".to_string(), json!({"url": "https://example.com"}), json!([]))
+        }
+        _ => ("mcp__kd__send", "mcp__kd__send".to_string(), json!({"to": ["codex"], "body": "hi"}), json!([])),
+    };
+    json!({"_meta": {"claudeCode": {"toolName": tool}}, "toolCallId": "toolu_fake0001", "sessionUpdate": "tool_call",
+           "rawInput": input, "status": "pending", "title": title, "kind": kind, "content": [], "locations": locations})
+}
+
+/// claude-code-acp's answer to a prompt whose tool call was rejected.
+const REJECTED: &str = "Internal error: [ede_diagnostic] result_type=user last_content_type=n/a stop_reason=null";
+
+async fn turn(state: Shared, id: Value, session: String, cwd: String, prompt: String) {
     chunk(&session, "");
     update(
         &session,
         json!({"sessionUpdate": "plan", "entries": [{"content": "Answer", "priority": "high", "status": "in_progress"}]}),
     );
     if let Some(kind) = env("FAKE_PERMISSION") {
-        let chosen = ask_permission(&state, &session, &kind).await;
+        chunk(&session, "Let me check.");
+        let call = tool_call(&kind, &cwd);
+        let mut announced = call.clone();
+        announced["rawInput"] = json!({});
+        update(&session, announced);
+        update(&session, call.clone());
+        let chosen = ask_permission(&state, &session, &call).await;
         record(json!({"permission": chosen, "kind": kind}));
+        if !chosen.starts_with("allow") {
+            update(
+                &session,
+                json!({"toolCallId": call["toolCallId"], "sessionUpdate": "tool_call_update", "status": "failed",
+                       "rawOutput": "The user doesn't want to proceed with this tool use. The tool use was rejected."}),
+            );
+            if let Ok(mut s) = state.lock() {
+                s.active.remove(&session);
+            }
+            error(&id, -32603, REJECTED);
+            return;
+        }
+        update(
+            &session,
+            json!({"toolCallId": call["toolCallId"], "sessionUpdate": "tool_call_update", "status": "completed"}),
+        );
     }
     if let Some(cmd) = env("FAKE_RUN") {
         update(

@@ -8,6 +8,9 @@
 //! (which steers a turn still running instead of starting one),
 //! `turn/interrupt`, and a failing turn as codex reports an API error.
 //! With `FAKE_IGNORE_TERM`, `turn/interrupt` is answered but the turn goes on.
+//! `FAKE_SILENT=METHOD` never answers that request (`initialize`,
+//! `thread/start`, …), recording `{"silent": METHOD, "pid": …}`;
+//! `FAKE_IGNORE_EOF` keeps it running after stdin closes.
 //! Every turn's answer follows the same `FAKE_*` knobs as the other formats;
 //! `FAKE_RECORD` gets one line per turn (`stdin` is the prompt, `thread`
 //! the codex thread, `resumed` whether it came from `thread/resume`,
@@ -85,6 +88,29 @@ fn turn_json(id: &str, status: &str, error: Value) -> Value {
            "startedAt": null, "completedAt": null, "durationMs": null})
 }
 
+/// What codex 0.169.0's clap says of the first argument `codex app-server`
+/// does not take (it takes `-c`/`--config`, `--enable`, `--disable`,
+/// `--listen` with a value, and `--analytics-default-enabled`), if any.
+pub fn refused_argument(args: &[String]) -> Option<String> {
+    let mut rest = args.iter().skip(1);
+    while let Some(a) = rest.next() {
+        let name = a.split('=').next().unwrap_or_default();
+        match name {
+            "-c" | "--config" | "--enable" | "--disable" | "--listen" if !a.contains('=') => {
+                rest.next();
+            }
+            "-c" | "--config" | "--enable" | "--disable" | "--listen" | "--analytics-default-enabled" => {}
+            _ => {
+                return Some(format!(
+                    "error: unexpected argument '{a}' found\n\n  tip: to pass '{a}' as a value, use '-- {a}'\n\n\
+                     Usage: codex app-server [OPTIONS] [COMMAND]\n\nFor more information, try '--help'.\n"
+                ));
+            }
+        }
+    }
+    None
+}
+
 pub async fn serve(args: Vec<String>) -> i32 {
     let state: Shared = Arc::default();
     let mut lines = super::stdin_lines();
@@ -97,6 +123,14 @@ pub async fn serve(args: Vec<String>) -> i32 {
         let params = msg.get("params").cloned().unwrap_or(Value::Null);
         let initialized = state.lock().map(|s| s.initialized).unwrap_or(false);
         match method.as_str() {
+            m if env("FAKE_SILENT").as_deref() == Some(m) => {
+                // A request it never answers (a hung codex).
+                if let Some(path) = env("FAKE_RECORD")
+                    && let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path)
+                {
+                    let _ = f.write_all(format!("{}\n", json!({"silent": m, "pid": std::process::id()})).as_bytes());
+                }
+            }
             "initialize" if initialized => error(&id, "Already initialized"),
             "initialize" => {
                 if let Ok(mut s) = state.lock() {
@@ -208,6 +242,10 @@ pub async fn serve(args: Vec<String>) -> i32 {
             }
             other => error(&id, &format!("Invalid request: unknown variant `{other}`")),
         }
+    }
+    if env("FAKE_IGNORE_EOF").is_some() {
+        // A process that does not exit when its stdin closes.
+        std::future::pending::<()>().await;
     }
     0
 }

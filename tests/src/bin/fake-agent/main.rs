@@ -7,7 +7,7 @@
 //! | `FAKE_FORMAT` | claude, codex, cursor, gemini or text (default: from the argv) |
 //! | `FAKE_NAME` | its name (default `fake`) |
 //! | `FAKE_TEXT` | the answer (default `Answer from NAME.`); `{pid}` in it becomes the process id, `{turn}` something unique to the turn (the pid; under app-server the turn id), `{umask}` its file-creation mask (e.g. `0022`), `{child}` the pid of its `FAKE_CHILD` |
-//! | `FAKE_CHILD` | first start a long-lived child (`sleep`, stdio closed) that outlives this process: `group` in its process group, `group-stdout` the same holding its stdout open, `own-group` in a group of its own, as tool commands may be |
+//! | `FAKE_CHILD` | first start a long-lived child (`sleep`, stdio closed) that outlives this process: `group` in its process group, `group-stdout` the same holding its stdout open, `own-group` in a group of its own, as tool commands may be, `own-session` in a session of its own (`setsid`); under `app-server` and `acp` its pid is recorded as `child` |
 //! | `FAKE_DELTAS` | how many pieces the answer streams in (default 3) |
 //! | `FAKE_INTERVAL_MS` | pause before each piece (default 0) |
 //! | `FAKE_RATE` | pieces per second, on a steady schedule (instead of `FAKE_INTERVAL_MS`) |
@@ -37,7 +37,9 @@
 //! a fake votes for an anonymised answer by its content, as a model would.
 //!
 //! `fake-agent --version` prints its version, as the real CLIs do.
-//! `fake-agent app-server …` plays `codex app-server` (see `appserver.rs`),
+//! `fake-agent app-server …` plays `codex app-server` (see `appserver.rs`;
+//! like codex it refuses, at start, a flag it does not take, such as
+//! `codex exec`'s `--skip-git-repo-check`),
 //! `fake-agent acp` an Agent Client Protocol agent (see `acp.rs`).
 //!
 //! On SIGINT a claude-format fake reports its partial answer in a result
@@ -307,6 +309,12 @@ async fn main() {
         return;
     }
     if args.first().map(String::as_str) == Some("app-server") {
+        // An argument `codex app-server` does not take: refused as codex's
+        // clap does, on stderr, exit 2.
+        if let Some(refused) = appserver::refused_argument(&args) {
+            eprint!("{refused}");
+            std::process::exit(2);
+        }
         // A process that fails at start, as a broken install would.
         if let Some(e) = env("FAKE_STDERR") {
             eprintln!("{e}");
@@ -317,9 +325,22 @@ async fn main() {
         for _ in 0..env_num("FAKE_GARBAGE", 0) {
             println!("garbage: not {{ json at all");
         }
+        if let Some(how) = env("FAKE_CHILD")
+            && let Some(path) = env("FAKE_RECORD")
+            && let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path)
+        {
+            let _ = f.write_all(format!("{}\n", json!({"child": long_lived_child(&how)})).as_bytes());
+        }
         std::process::exit(appserver::serve(args).await);
     }
     if args.first().map(String::as_str) == Some("acp") {
+        // An agent that fails at start (a missing package, a bad flag).
+        if let Some(e) = env("FAKE_STDERR") {
+            eprintln!("{e}");
+        }
+        if env("FAKE_NO_OUTPUT").is_some() {
+            std::process::exit(env_num("FAKE_EXIT", 0) as i32);
+        }
         std::process::exit(acp::serve(args).await);
     }
     let mut stdin = String::new();
@@ -458,13 +479,22 @@ fn umask() -> String {
 }
 
 /// Starts `sleep 3600` detached from this process's stdio, in this process
-/// group or (`own-group`) in one of its own; returns its pid. It is not
-/// waited for: it outlives this process unless someone kills it.
-/// `group-stdout` keeps this process's stdout open in the child, as a tool
-/// left running in the background does.
+/// group or (`own-group`) in one of its own, or (`own-session`) in a
+/// session of its own (`setsid`, as a daemonising tool does); returns its
+/// pid. It is not waited for: it outlives this process unless someone kills
+/// it. `group-stdout` keeps this process's stdout open in the child, as a
+/// tool left running in the background does.
 fn long_lived_child(how: &str) -> u32 {
     use std::os::unix::process::CommandExt;
-    let mut cmd = std::process::Command::new("sleep");
+    // setsid(1) calls setsid() and execs sleep: one process, one pid (the
+    // child is no group leader, so setsid need not fork).
+    let mut cmd = if how == "own-session" {
+        let mut c = std::process::Command::new("setsid");
+        c.arg("sleep");
+        c
+    } else {
+        std::process::Command::new("sleep")
+    };
     let stdout = if how == "group-stdout" { std::process::Stdio::inherit() } else { std::process::Stdio::null() };
     cmd.arg("3600").stdin(std::process::Stdio::null()).stdout(stdout).stderr(std::process::Stdio::null());
     if how == "own-group" {

@@ -1,0 +1,197 @@
+//! A run as one CLI process (claude, codex exec, cursor, gemini, a plain
+//! command): spawn it with the prompt, record its pid at once, stream its
+//! deltas as they are read, append what is new to the saved partial text
+//! about once a second, enforce the timeout and the answer's size cap,
+//! honour cancellation (SIGINT for claude, which then reports its partial
+//! result, SIGTERM for the others, SIGKILL after a grace period), and kill
+//! whatever the agent left running.
+
+use std::time::Duration;
+
+use rustix::process::Signal;
+use tokio::io::AsyncWriteExt;
+
+use super::Runner;
+use super::argv;
+use super::lines::{Line, LineReader};
+use super::outcome::{failed, outcome, spawn_error};
+use super::parse::{self, Transcript};
+use super::prepare::Prepared;
+use super::process;
+use super::registry::{Run, StopReason};
+use super::spec::Spec;
+use super::stream::{publish, record_start};
+use crate::config::Backend;
+use crate::db::runs::Finish;
+use crate::prompt;
+use kd_proto::types::RunStatus;
+
+/// How often the text streamed so far is saved.
+const SAVE_EVERY: Duration = Duration::from_secs(1);
+/// How long output may keep coming after the agent exited (children that
+/// inherited its stdout are killed after this).
+const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
+/// Bytes of stderr kept for error messages.
+const STDERR_TAIL: usize = 8 * 1024;
+
+pub(super) async fn execute(d: &Runner, run: &Run, spec: &Spec, prepared: Prepared) -> Finish {
+    let member = run.member.clone();
+    let agent = &spec.agent;
+    let held = prepared.session.clone();
+    // Before the agent runs, the session saw nothing new.
+    let with_session = |mut f: Finish| {
+        f.session = held.as_ref().map(|h| h.end(false));
+        f
+    };
+    let mut inv = argv::build(agent, &prepared.prompt, prepared.resume.as_deref());
+    // Marks the agent and all it starts, wherever they go (see kill_tree).
+    inv.env.push((process::RUN_MARKER.to_string(), run.id.clone()));
+    // Where the agent is, for `kd send`, `kd inbox` and `kd ack` from its shell.
+    inv.env.push(("KD_SOCKET".to_string(), d.socket.display().to_string()));
+    inv.env.push(("KD_THREAD".to_string(), run.thread.clone()));
+    inv.env.push(("KD_MEMBER".to_string(), member.clone()));
+    let mut child = match process::spawn(&inv, &spec.workspace) {
+        Ok(c) => c,
+        Err(e) => return with_session(failed(&member, RunStatus::Error, spawn_error(&inv, agent, &e))),
+    };
+    let Some(pid) = child.id() else {
+        return with_session(failed(&member, RunStatus::Error, "the agent exited before it could be watched".into()));
+    };
+    let started = process::start_time(pid);
+    record_start(d, run, pid, started, held.as_ref()).await;
+    if let (Some(input), Some(mut stdin)) = (inv.stdin.clone(), child.stdin.take()) {
+        tokio::spawn(async move {
+            // An agent that exits without reading its input is not an error here.
+            let _ = stdin.write_all(input.as_bytes()).await;
+        });
+    }
+    let stderr = child.stderr.take().map(|err| super::lines::tail(err, STDERR_TAIL));
+    let Some(stdout) = child.stdout.take() else {
+        return with_session(failed(&member, RunStatus::Error, "no stdout from the agent".into()));
+    };
+
+    let mut label = prompt::LabelStripper::new(&member);
+    let mut reader =
+        if agent.format == crate::config::Format::Text { LineReader::raw(stdout) } else { LineReader::new(stdout) };
+    let mut transcript = Transcript::new();
+    let timeout = tokio::time::sleep(spec.timeout);
+    tokio::pin!(timeout);
+    let far = Duration::from_secs(365 * 24 * 3600);
+    let kill_at = tokio::time::sleep(far);
+    tokio::pin!(kill_at);
+    let drain_until = tokio::time::sleep(far);
+    tokio::pin!(drain_until);
+    let mut save = tokio::time::interval(SAVE_EVERY);
+    save.tick().await;
+    let mut saved_bytes = 0usize;
+    let cap = usize::try_from(spec.max_answer_bytes).unwrap_or(usize::MAX);
+    let mut over_cap = false;
+    let mut exit: Option<std::process::ExitStatus> = None;
+    let mut signalled = false;
+    loop {
+        tokio::select! {
+            line = reader.next() => match line {
+                Ok(Some(_)) if over_cap => {
+                    // Past the cap: read on (the agent is being stopped) but keep nothing.
+                    while reader.next_buffered().is_some() {}
+                }
+                Ok(Some(first)) => {
+                    // Everything this read brought becomes one delta.
+                    let mut delta = String::new();
+                    let mut next = Some(first);
+                    while let Some(line) = next {
+                        take_line(line, agent.format, &mut transcript, &mut delta, &run.id);
+                        next = reader.next_buffered();
+                    }
+                    over_cap = !publish(d, run, &label.push(&delta), cap);
+                }
+                Ok(None) | Err(_) => break,
+            },
+            status = child.wait(), if exit.is_none() => {
+                exit = status.ok();
+                drain_until.as_mut().reset(tokio::time::Instant::now() + DRAIN_AFTER_EXIT);
+            }
+            _ = &mut drain_until => {
+                // The agent is gone but something it started holds stdout.
+                process::signal_group(pid, Signal::KILL);
+                break;
+            }
+            _ = &mut timeout, if !signalled => {
+                run.stop(StopReason::TimedOut);
+            }
+            _ = run.stopped(), if !signalled => {
+                signalled = true;
+                let signal = if agent.backend == Backend::Claude { Signal::INT } else { Signal::TERM };
+                process::signal_group(pid, signal);
+                kill_at.as_mut().reset(tokio::time::Instant::now() + d.kill_grace);
+            }
+            _ = &mut kill_at => {
+                process::signal_group(pid, Signal::KILL);
+                kill_at.as_mut().reset(tokio::time::Instant::now() + far);
+            }
+            _ = save.tick() => {
+                // Only what is new since the last save.
+                let (new, len) = run.text_since(saved_bytes);
+                if !new.is_empty() {
+                    saved_bytes = len;
+                    if let Err(e) = d.db.append_run_partial(run.id.clone(), new).await {
+                        tracing::warn!(run = run.id, "cannot save partial text: {e}");
+                    }
+                }
+            }
+        }
+    }
+    if !over_cap {
+        publish(d, run, &label.finish(), cap);
+    }
+    let exit = match exit {
+        Some(e) => Some(e),
+        None => match tokio::time::timeout(d.kill_grace, child.wait()).await {
+            Ok(s) => s.ok(),
+            Err(_) => {
+                process::signal_group(pid, Signal::KILL);
+                child.wait().await.ok()
+            }
+        },
+    };
+    // Nothing the agent started outlives its run.
+    let marker = process::marker(process::RUN_MARKER, &run.id);
+    let killed = tokio::task::spawn_blocking(move || process::kill_tree(pid, started, &marker)).await.unwrap_or(0);
+    if killed > 0 {
+        tracing::debug!(run = run.id, "killed {killed} process(es) the agent left running");
+    }
+    let stderr = match stderr {
+        Some(h) => tokio::time::timeout(Duration::from_secs(1), h).await.ok().and_then(Result::ok).unwrap_or_default(),
+        None => String::new(),
+    };
+    let mut finish = outcome(run, spec, &transcript, exit, &stderr);
+    // The session remembers the prompt when the agent took it: it answered,
+    // or its backend opened a session for it.
+    let given = finish.status == RunStatus::Done || transcript.session_id.is_some();
+    finish.session = held.as_ref().map(|h| h.end(given));
+    finish
+}
+
+/// Folds one line of output into the transcript, collecting its text.
+fn take_line(line: Line, format: crate::config::Format, transcript: &mut Transcript, delta: &mut String, run: &str) {
+    let items = match line {
+        Line::Chunk(c) => vec![parse::Parsed::Delta(c)],
+        Line::Text(l) => match parse::parse_line(format, &l) {
+            Ok(items) => items,
+            Err(e) => {
+                tracing::debug!(run, "skipped a line: {e}");
+                transcript.malformed_line();
+                return;
+            }
+        },
+        Line::NotUtf8 | Line::TooLong => {
+            transcript.malformed_line();
+            return;
+        }
+    };
+    for p in items {
+        if let Some(text) = transcript.apply(p) {
+            delta.push_str(&text);
+        }
+    }
+}
