@@ -139,3 +139,80 @@ async fn a_claude_api_error_is_the_reason_once_and_never_an_answer() {
     let failed = messages.iter().find(|m| m.from == "claude").unwrap();
     assert_eq!((failed.kind, failed.body.as_str()), (MessageKind::Error, format!("claude: {error}").as_str()));
 }
+
+/// Starts `kd ask` in `ws` with its output piped, and waits until a member
+/// is streaming (held there by the fakes).
+async fn ask_streaming(kdd: &Kdd, ws: &Workspace, question: &str) -> tokio::process::Child {
+    let mut k = kdd.kd();
+    k.current_dir(ws.dir.path())
+        .args(["ask", "--rounds", "0", question])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = k.spawn().unwrap();
+    let c = kdd.client().await;
+    kd_tests::within("a member streaming", async {
+        loop {
+            let runs = c.run_list(None).await.unwrap();
+            if runs.iter().any(|r| r.chars > 0) {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    child
+}
+
+fn interrupt(child: &tokio::process::Child) {
+    let pid = rustix::process::Pid::from_raw(child.id().unwrap() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_c_cancels_the_runs_of_the_question_and_kd_ask_says_so() {
+    let hold = kd_tests::Hold::new();
+    let ws = Workspace::new(&[
+        ("claude", "claude", &[("FAKE_HOLD", &hold.env())]),
+        ("codex", "gemini", &[("FAKE_HOLD", &hold.env())]),
+    ]);
+    let kdd = Kdd::start_with(&["--kill-grace-ms", "300"]);
+    let child = ask_streaming(&kdd, &ws, "Long one?").await;
+    interrupt(&child);
+    let out = kd_tests::within("kd ask to end", child.wait_with_output()).await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(stderr.contains("kd: claude: cancelled") && stderr.contains("kd: codex: cancelled"), "{stderr}");
+    let c = kdd.client().await;
+    assert!(c.run_list(None).await.unwrap().is_empty(), "the runs were cancelled");
+    let t = c.thread_current(ws.path(), None).await.unwrap().unwrap();
+    let messages = c.thread_messages(t.id, None, None, None, None).await.unwrap();
+    assert_eq!(messages.iter().filter(|m| m.kind == MessageKind::Interrupted).count(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_ctrl_c_leaves_at_once() {
+    // An agent that ignores SIGTERM keeps its run going for the long kill
+    // grace after the first Ctrl+C.
+    let record = tempfile::NamedTempFile::new().unwrap();
+    let rec = record.path().display().to_string();
+    let ws = Workspace::new(&[(
+        "gemini",
+        "gemini",
+        &[("FAKE_IGNORE_TERM", "1"), ("FAKE_HANG", "1"), ("FAKE_RECORD", &rec)],
+    )]);
+    let kdd = Kdd::start_with(&["--kill-grace-ms", "60000"]);
+    let mut child = ask_streaming(&kdd, &ws, "Stubborn?").await;
+    interrupt(&child);
+    // The first Ctrl+C cancelled the run (the agent got, and ignored, its
+    // SIGTERM); kd ask still waits for the run to end.
+    kd_tests::within("the agent told to stop", async {
+        while !kd_tests::records(&rec).iter().any(|r| r["ignored"] == "TERM") {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(child.try_wait().unwrap().is_none(), "kd ask waits for the cancelled run to end");
+    interrupt(&child);
+    let status = kd_tests::within("kd ask to leave", child.wait()).await.unwrap();
+    assert_eq!(status.code(), Some(130));
+}

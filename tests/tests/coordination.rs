@@ -572,6 +572,40 @@ async fn kd_ask_vote_streams_the_answers_and_ballots_then_prints_the_tally() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn kd_broadcast_emergency_stop_stops_the_runs_in_flight_then_asks_each_member() {
+    let ws = Workspace::new(&[]);
+    let hold = kd_tests::Hold::new();
+    config(&ws, &[("claude", &[("FAKE_HOLD", &hold.env())], none()), ("codex", &[], none())], none());
+    let kdd = Kdd::start_with(&["--kill-grace-ms", "300"]);
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let sent = c.council_send(t.clone(), "@claude long task".into(), None, None, None, None, None, None, None);
+    let long = sent.await.unwrap().runs[0].run.id.clone();
+    collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))).await;
+    let mut k = kdd.kd();
+    k.current_dir(ws.path()).args(["broadcast", "--emergency", "--stop", "--thread", &t, "Stop", "pushing."]);
+    let out = run(k).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.contains(&format!("runs in flight stopped: {long}")), "{}", out.stdout);
+    // The long task is cancelled, not told and left running.
+    collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::RunCancelled { run, .. } if *run == long)))
+        .await;
+    hold.release();
+    // Each member then answers the emergency, which acknowledges it.
+    collect_until(&mut sub, |e| {
+        e.iter().any(|e| matches!(e, ThreadEvent::Emergency { pending, .. } if pending.is_empty()))
+    })
+    .await;
+    let all = c.emergency_pending(Some(t.clone()), Some(true)).await.unwrap();
+    let how: Vec<(&str, Option<&str>)> = all.iter().map(|a| (a.member.as_str(), a.how.as_deref())).collect();
+    assert_eq!(how, [("claude", Some("answer")), ("codex", Some("answer"))]);
+    let messages = c.thread_messages(t.clone(), None, None, None, None).await.unwrap();
+    let claude: Vec<MessageKind> = messages.iter().filter(|m| m.from == "claude").map(|m| m.kind).collect();
+    assert_eq!(claude, [MessageKind::Interrupted, MessageKind::Agent], "stopped, then the emergency answered");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn an_emergency_reaches_a_busy_member_and_is_tracked_until_every_ack() {
     let ws = Workspace::new(&[]);
     let hold = ws.file("hold");

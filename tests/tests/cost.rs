@@ -326,3 +326,36 @@ async fn a_deleted_thread_leaves_the_cost_and_an_imported_one_never_enters_it() 
     let e = ClientError::from(c.cost_report(Some(gone), None, None, None).await.unwrap_err());
     assert_eq!(e.code(), Some(ErrorCode::NotFound), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_budget_is_checked_before_a_hand_off() {
+    let ws = Workspace::new(&[]);
+    let record = ws.file("record.jsonl");
+    ws.write_config(&serde_json::json!({
+        "council": {"members": ["claude", "codex"], "budget_usd": 0.001},
+        "agents": {
+            "claude": kd_tests::fake("claude", "claude", &[("FAKE_TEXT", "Parser done.\n@codex please review it."), ("FAKE_RECORD", &record)]),
+            "codex": kd_tests::fake("codex", "codex", &[("FAKE_RECORD", &record)])
+        },
+    }));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let sent = c.council_send(t.clone(), "@claude write the parser".into(), None, None, None, None, None, None, None);
+    let king = sent.await.unwrap().message.seq;
+    collect_until(&mut sub, |e| {
+        e.iter().any(|e| matches!(e, ThreadEvent::Round { exchange, state, .. } if *exchange == king && *state != RoundState::Running))
+    })
+    .await;
+    // claude's answer ($0.0012) spent the budget: its hand-off is not delivered.
+    assert_eq!(kd_tests::records(&record).len(), 1, "codex was not asked");
+    let messages = c.thread_messages(t.clone(), None, None, None, None).await.unwrap();
+    let answer = messages.iter().find(|m| m.from == "claude").unwrap();
+    assert_eq!(answer.to, ["codex"], "the answer did hand off");
+    let notice = messages.iter().find(|m| m.kind == MessageKind::System).expect("kd's notice");
+    assert!(notice.body.contains("council.budget_usd ($0.0010)"), "{}", notice.body);
+    assert!(messages.iter().all(|m| m.from != "codex"));
+    let events = c.events_list(Some(t.clone()), None, Some("exchange.budget".into()), None, None).await.unwrap();
+    assert_eq!(events.len(), 1);
+}

@@ -477,3 +477,44 @@ async fn a_council_of_one_does_not_argue_with_itself() {
     assert_eq!(records(&record).len(), 2, "one more run, not four");
     assert!(!out.stdout.contains("round 2"), "{}", out.stdout);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn interrupt_cancels_only_the_calling_clients_runs_unless_all() {
+    let ws = Workspace::new(&[]);
+    let hold = kd_tests::Hold::new();
+    let held = [("FAKE_HOLD", hold.env())];
+    let held: Vec<(&str, &str)> = held.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    config(&ws, &[("claude", "claude", &held), ("codex", "gemini", &held)], serde_json::json!({}));
+    let kdd = Kdd::start_with(&["--kill-grace-ms", "300"]);
+    let (a, b) = (kdd.client().await, kdd.client().await);
+    let t = thread(&a, &ws).await;
+    let mut sub = a.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let to = |m: &str| Some(vec![m.to_string()]);
+    let mine = a.council_send(t.clone(), "Yours, claude.".into(), to("claude"), None, None, None, None, None, None);
+    let mine = mine.await.unwrap();
+    let theirs = b.council_send(t.clone(), "Yours, codex.".into(), to("codex"), None, None, None, None, None, None);
+    let theirs = theirs.await.unwrap();
+    collect_until(&mut sub, |e| {
+        ["claude", "codex"]
+            .iter()
+            .all(|m| e.iter().any(|e| matches!(e, ThreadEvent::Delta { member, .. } if member == m)))
+    })
+    .await;
+    // A's interrupt cancels A's run only.
+    let i = a.council_interrupt(t.clone(), None).await.unwrap();
+    assert_eq!(i.runs.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), [mine.runs[0].run.id.as_str()]);
+    collect_until(&mut sub, |e| {
+        e.iter().any(|e| matches!(e, ThreadEvent::RunCancelled { member, .. } if member == "claude"))
+    })
+    .await;
+    let running: Vec<String> = a.run_list(Some(t.clone())).await.unwrap().into_iter().map(|r| r.id).collect();
+    assert_eq!(running, [theirs.runs[0].run.id.clone()], "B's run goes on");
+    // With all, every run on the thread.
+    let i = a.council_interrupt(t.clone(), Some(true)).await.unwrap();
+    assert_eq!(i.runs.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), [theirs.runs[0].run.id.as_str()]);
+    collect_until(&mut sub, |e| {
+        e.iter().any(|e| matches!(e, ThreadEvent::RunCancelled { member, .. } if member == "codex"))
+    })
+    .await;
+    assert!(a.run_list(Some(t)).await.unwrap().is_empty());
+}

@@ -261,7 +261,11 @@ mod tests {
             }
         }
         assert_eq!(kill_tree(leader, started, &marker(RUN_MARKER, &run)), 1);
-        assert!(marked.wait().await.is_ok());
+        // Killed, not ended on its own (it sleeps for an hour).
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(10), marked.wait()).await;
+        let status = ended.expect("the marked process ends").unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(9), "the marked process was SIGKILLed: {status}");
         assert!(start_time(other_pid).is_some(), "another run's process is left alone");
         other.kill().await.unwrap();
     }

@@ -21,7 +21,7 @@
 //! | `FAKE_HANG` | after the pieces, never finish |
 //! | `FAKE_HOLD` | after the first piece, wait while this file exists |
 //! | `FAKE_HOLD_WHEN` | hold only when the prompt contains this text (e.g. a later round's) |
-//! | `FAKE_IGNORE_TERM` | ignore SIGINT and SIGTERM (only SIGKILL stops it) |
+//! | `FAKE_IGNORE_TERM` | ignore SIGINT and SIGTERM (only SIGKILL stops it), appending `{"ignored": "TERM"}` to `FAKE_RECORD` for each |
 //! | `FAKE_GARBAGE` | this many garbage lines first |
 //! | `FAKE_NON_UTF8` | a line of invalid UTF-8 first |
 //! | `FAKE_HUGE_LINE` | a line of this many bytes first |
@@ -456,7 +456,10 @@ async fn main() {
         tokio::select! {
             code = &mut work => std::process::exit(code),
             _ = int.recv() => {
-                if ignore { continue; }
+                if ignore {
+                    record_ignored("INT");
+                    continue;
+                }
                 if format == Format::Claude {
                     // Claude Code reports what it had, then stops.
                     let partial = out.streamed.borrow().clone();
@@ -465,10 +468,22 @@ async fn main() {
                 std::process::exit(130);
             }
             _ = term.recv() => {
-                if ignore { continue; }
+                if ignore {
+                    record_ignored("TERM");
+                    continue;
+                }
                 std::process::exit(143);
             }
         }
+    }
+}
+
+/// Notes in `FAKE_RECORD` a signal this fake ignored.
+fn record_ignored(signal: &str) {
+    if let Some(path) = env("FAKE_RECORD")
+        && let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path)
+    {
+        let _ = f.write_all(format!("{}\n", json!({"ignored": signal})).as_bytes());
     }
 }
 
