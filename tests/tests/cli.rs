@@ -407,3 +407,104 @@ fn both_binaries_say_their_version_and_the_commit_they_were_built_from() {
         assert_eq!(text.trim(), format!("{name} {} ({commit})", env!("CARGO_PKG_VERSION")), "{name}");
     }
 }
+
+/// A kdd listening on a socket kd is not allowed to connect to: the socket
+/// is mode 000, so `connect()` fails with EACCES as it does inside an
+/// agent's sandbox that forbids Unix sockets. As root (who passes any
+/// mode) the listener and kd run as another user. Returns the listener
+/// (kept alive while the test runs), the socket, and how to run kd.
+struct Forbidden {
+    socket: std::path::PathBuf,
+    dir: std::path::PathBuf,
+    _listener: Option<std::os::unix::net::UnixListener>,
+    _impostor: Option<std::process::Child>,
+    kd: Option<kd_tests::other_user::Runnable>,
+}
+
+impl Forbidden {
+    fn new() -> Forbidden {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = kd_tests::other_user::unique("kd-forbidden");
+        let socket = dir.join("kdd.sock");
+        let root = rustix::process::getuid().is_root();
+        let (listener, impostor, kd) = if root {
+            // A listener of the other user's in its own private directory.
+            let l = kd_tests::other_user::runnable("unix-listener");
+            let mut child = kd_tests::other_user::command(&l)
+                .arg(&socket)
+                .arg("--make-dir")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("a listener as another user");
+            let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+            let mut line = String::new();
+            std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+            assert_eq!(line.trim(), "ready");
+            (None, Some(child), Some(kd_tests::other_user::runnable("kd")))
+        } else {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
+            (Some(std::os::unix::net::UnixListener::bind(&socket).unwrap()), None, None)
+        };
+        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o000)).unwrap();
+        Forbidden { socket, dir, _listener: listener, _impostor: impostor, kd }
+    }
+
+    /// `kd --socket SOCKET ARGS…` as the socket's user; auto-start would run
+    /// a kdd that is not there.
+    fn kd(&self, args: &[&str]) -> tokio::process::Command {
+        let mut k = match &self.kd {
+            Some(kd) => tokio::process::Command::from(kd_tests::other_user::command(kd)),
+            None => tokio::process::Command::new(bin("kd")),
+        };
+        k.arg("--socket")
+            .arg(&self.socket)
+            .args(args)
+            .env("KD_KDD", "/nonexistent/kdd")
+            .env_remove("KD_NO_AUTOSTART")
+            .kill_on_drop(true);
+        k
+    }
+}
+
+impl Drop for Forbidden {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self._impostor {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_socket_kd_may_not_connect_to_is_not_a_missing_daemon() {
+    if rustix::process::getuid().is_root()
+        && !kd_tests::other_user::available("a_socket_kd_may_not_connect_to_is_not_a_missing_daemon")
+    {
+        return;
+    }
+    let f = Forbidden::new();
+    let expected = format!(
+        "kd: permission denied connecting to kdd at {} (a sandbox may forbid Unix sockets)",
+        f.socket.display()
+    );
+    for (args, no_autostart) in [
+        (&["threads"][..], false),
+        (&["threads"][..], true),
+        (&["daemon", "start"][..], false),
+        (&["daemon", "status"][..], false),
+    ] {
+        let mut k = f.kd(args);
+        if no_autostart {
+            k.env("KD_NO_AUTOSTART", "1");
+        }
+        let out = run(k).await;
+        assert_eq!(out.status.code(), Some(3), "kd {args:?}: {}{}", out.stdout, out.stderr);
+        assert_eq!(out.stderr.trim_end(), expected, "kd {args:?}");
+        assert!(!out.stdout.contains("not running"), "kd {args:?}: {}", out.stdout);
+    }
+    // No start was attempted: a starter takes the start lock first.
+    assert!(!f.dir.join("kdd.sock.start.lock").exists(), "kd tried to start a second kdd");
+}
