@@ -71,6 +71,10 @@ async fn a_kingdom_tree_is_imported_once_with_everything_kingdom_wrote() {
         (vec!["claude".to_string(), "cursor".to_string()], Some("feature-oauth-refresh"))
     );
     assert_eq!(get("council-0ld1").status, ThreadStatus::Archived, "from Kingdom's archive");
+    // Titled as a native thread is: by the first line of the King's first message.
+    assert_eq!(main.title.as_deref(), Some("Should threads be keyed by branch or by id?"));
+    assert_eq!(review.title.as_deref(), Some("Review the refresh flow."));
+    assert_eq!(get("council-0ld1").title.as_deref(), Some("Is this spike worth keeping?"));
 
     let m = c.thread_messages(main.id.clone(), None, None, None, None).await.unwrap();
     assert_eq!(m[0].refs, ["src/kingdom/thread.py", "docs/design.md"], "a multi-line list");
@@ -100,6 +104,23 @@ async fn a_kingdom_tree_is_imported_once_with_everything_kingdom_wrote() {
     let strip_json =
         |t: Vec<(PathBuf, Vec<u8>)>| t.into_iter().filter(|(n, _)| n != Path::new("thread.json")).collect::<Vec<_>>();
     assert_eq!(strip_json(tree(&first)), strip_json(tree(&second)));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_title_kd_would_refuse_is_not_imported_and_the_first_line_titles_the_thread() {
+    let project = kingdom_project();
+    let kdd = Kdd::start();
+    let dir = project.path().join(".kd/branches/feature-oauth-refresh/threads/council-f00d");
+    let meta = r#"{"id": "council-f00d", "members": ["claude"], "created_at": "2026-02-10T09:00:00Z",
+                   "title": "bad\u001b]0;pwned\u0007title"}"#;
+    std::fs::write(dir.join("thread.json"), meta).unwrap();
+    let out = kd(&kdd, project.path(), &["import", dir.to_str().unwrap()]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stderr.contains("title contains control characters"), "{}", out.stderr);
+    assert!(!out.stderr.contains('\u{1b}'), "{}", out.stderr);
+    let c = kdd.client().await;
+    let t = c.thread_get("council-f00d".into()).await.unwrap();
+    assert_eq!(t.title.as_deref(), Some("Review the refresh flow."));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -224,7 +224,7 @@ fn build() -> (Vec<MethodDoc>, Value) {
     );
     b.param::<String>("thread", true, "thread id");
     b.param::<bool>("force", false, "cancel the runs in flight first").errors(&[NotFound, InvalidArgument]);
-    b.method::<Thread>("thread.set_title", "thread", "Name a thread (at most 200 characters, one line).");
+    b.method::<Thread>("thread.set_title", "thread", "Name a thread: one line of 1 to 200 characters without control characters, stored trimmed (the rule every title follows).");
     b.param::<String>("thread", true, "thread id");
     b.param::<String>("title", true, "the title").errors(&[NotFound, InvalidArgument]);
     b.method::<Vec<Message>>(
@@ -303,7 +303,7 @@ fn build() -> (Vec<MethodDoc>, Value) {
     b.param::<String>("workspace", true, "workspace directory (absolute)")
         .param::<String>("branch", false, "git branch")
         .param::<String>("id", false, "the id to use if it is free")
-        .param::<String>("title", false, "a title")
+        .param::<String>("title", false, "a title (default: the first line of the first King message)")
         .param::<Vec<String>>("members", false, "council members")
         .param::<i64>("created_at_ms", false, "when the thread was created")
         .param::<Vec<ImportedMessage>>("messages", true, "the messages, in order")
