@@ -575,3 +575,23 @@ fn a_streaming_panel_says_what_its_member_is_doing() {
     let s = screen(&mut app, 80, 12);
     assert!(!s.contains("running ls"), "{s}");
 }
+
+#[test]
+fn kds_own_panels_name_kd_once() {
+    let mut app = App::new(thread());
+    let bundle = Message {
+        purpose: Some(Purpose::Bundle),
+        ..message(1, "kd", MessageKind::System, "AGENTS.md: run the tests.", None)
+    };
+    let summary = Message {
+        purpose: Some(Purpose::Summary),
+        ..message(2, "kd", MessageKind::System, "The branch chose ids.", None)
+    };
+    let budget = message(3, "kd", MessageKind::System, "Stopped: the exchange reached its budget.", None);
+    app.load(thread(), &[bundle, summary, budget]);
+    let s = screen(&mut app, 80, 20);
+    assert!(s.contains("┌─ kd · bundle ─"), "{s}");
+    assert!(s.contains("┌─ kd · summary ─"), "{s}");
+    assert!(s.contains("┌─ kd ─"), "{s}");
+    assert!(!s.contains("· kd "), "kd named twice: {s}");
+}

@@ -280,7 +280,8 @@ fn build_panel(entry: &Entry, width: u16, palette: &Palette) -> Vec<Line<'static
         Kind::Error { timed_out: true } => title.push(Span::styled(" · timed out", border)),
         Kind::Error { timed_out: false } => title.push(Span::styled(" · error", border)),
         Kind::Interrupted => title.push(Span::styled(" · interrupted", dim)),
-        Kind::System if tally => {}
+        // kd's own panels already say so by their name.
+        Kind::System if tally || entry.member == kd_proto::names::KD => {}
         Kind::System => title.push(Span::styled(" · kd", dim)),
         Kind::King | Kind::Answer => {}
     }
