@@ -283,3 +283,12 @@ fn coordination_settings_and_delivery_preferences() {
         assert_eq!(f.load().unwrap_err().key, key, "{bad}");
     }
 }
+
+#[test]
+fn both_backend_messages_list_every_backend() {
+    let f = Fixture::new();
+    for json in [r#"{"agents": {"x": {"backend": "gpt"}}}"#, r#"{"agents": {"x": {"command": "x"}}}"#] {
+        let e = f.error(json);
+        assert!(e.contains("claude, codex, cursor, gemini, acp or command"), "{e}");
+    }
+}
