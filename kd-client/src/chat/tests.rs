@@ -307,13 +307,17 @@ fn the_thread_picker_offers_a_new_thread_and_the_recent_ones() {
     other.id = "k2m9p4".into();
     other.title = Some("schema review".into());
     other.last_seq = 12;
+    other.status = ThreadStatus::Archived;
     let picker = || {
         let mut app = App::new(thread());
         app.overlay = Some(Overlay::Threads { threads: vec![thread(), other.clone()], selected: 0 });
         app
     };
     let mut app = picker();
-    insta::assert_snapshot!(screen(&mut app, 80, 16));
+    let s = screen(&mut app, 80, 16);
+    // An archived thread says so: opened, it refuses messages until /unarchive.
+    assert!(s.contains("k2m9p4  12 messages  [archived]  schema review"), "{s}");
+    insta::assert_snapshot!(s);
     assert_eq!(keys::on_key(&mut app, key(KeyCode::Enter)), vec![Effect::NewThread], "first: a new thread");
     let mut app = picker();
     for _ in 0..3 {

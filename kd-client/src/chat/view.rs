@@ -427,11 +427,12 @@ fn draw_help(frame: &mut Frame<'_>, area: Rect) {
 }
 
 fn draw_threads(frame: &mut Frame<'_>, area: Rect, threads: &[kd_proto::types::Thread], selected: usize) {
-    let rows = std::iter::once("+ new thread".to_string()).chain(
-        threads
-            .iter()
-            .map(|t| format!("{}  {} messages  {}", t.id, t.last_seq, t.title.as_deref().unwrap_or_default())),
-    );
+    // An archived thread is marked: opened, it refuses messages until /unarchive.
+    let rows = std::iter::once("+ new thread".to_string()).chain(threads.iter().map(|t| {
+        let archived = if t.status == kd_proto::types::ThreadStatus::Archived { "  [archived]" } else { "" };
+        let title = kd_client::terminal::safe(t.title.as_deref().unwrap_or_default()).replace(['\n', '\t'], " ");
+        format!("{}  {} messages{archived}  {title}", t.id, t.last_seq)
+    }));
     let lines: Vec<Line<'_>> = rows
         .enumerate()
         .map(|(i, row)| match i == selected {
