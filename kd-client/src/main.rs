@@ -62,7 +62,7 @@ enum Command {
     /// Check the daemon, its database, the configuration and each member's CLI
     Doctor,
     /// List threads, most recently active first
-    Threads(cmd::inspect::ThreadsArgs),
+    Threads(cmd::threads::ThreadsArgs),
     /// Print a thread's messages
     Show(cmd::inspect::ShowArgs),
     /// Branch a thread: a new thread with the workspace's context bundle, made current
@@ -147,7 +147,7 @@ fn main() -> ExitCode {
             Command::Completions { .. } => Ok(ExitCode::SUCCESS),
             Command::Daemon(c) => cmd::daemon::run(&ctx, c).await,
             Command::Doctor => cmd::doctor::run(&ctx).await,
-            Command::Threads(a) => cmd::inspect::threads(&ctx, a).await,
+            Command::Threads(a) => cmd::threads::run(&ctx, a).await,
             Command::Show(a) => cmd::inspect::show(&ctx, a).await,
             Command::Fork(a) => cmd::lifecycle::fork(&ctx, a).await,
             Command::Title(a) => cmd::lifecycle::title(&ctx, a).await,

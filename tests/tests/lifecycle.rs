@@ -91,7 +91,7 @@ async fn a_quiet_branch_idles_then_archives_with_a_summary_and_then_refuses_mess
     let out = run(k).await;
     let row = out.stdout.lines().find(|l| l.contains(&branch)).unwrap();
     assert!(
-        out.stdout.lines().next().unwrap().ends_with("SUMMARY") && row.ends_with("The King asked:"),
+        out.stdout.lines().next().unwrap().ends_with("SUMMARY") && row.ends_with("  How do we scale the orders table?"),
         "{}",
         out.stdout
     );

@@ -1,5 +1,5 @@
-//! Read-only views of the registry: `kd threads`, `kd show`, `kd sessions`,
-//! `kd locks`, `kd events`.
+//! Read-only views of the registry: `kd show`, `kd sessions`, `kd locks`,
+//! `kd events` (`kd threads` is [`super::threads`]).
 
 use std::process::ExitCode;
 
@@ -14,114 +14,6 @@ use kd_proto::types::{Message, MessageKind, SessionStatus, Thread, ThreadStatus}
 
 use super::{Ctx, print_json};
 use crate::fmt::{self, Table};
-
-#[derive(Debug, Args)]
-pub struct ThreadsArgs {
-    /// Only threads of the current workspace
-    #[arg(long)]
-    here: bool,
-    /// Only threads with this status (active, idle, archived)
-    #[arg(long, value_parser = parse_thread_status)]
-    status: Option<ThreadStatus>,
-    /// At most this many
-    #[arg(long)]
-    limit: Option<u32>,
-    /// Add each thread's cost (its answers, as the agents reported it)
-    #[arg(long)]
-    cost: bool,
-    /// Print JSON
-    #[arg(long)]
-    json: bool,
-}
-
-pub async fn threads(ctx: &Ctx, a: ThreadsArgs) -> anyhow::Result<ExitCode> {
-    let client = ctx.client().await?;
-    let ws = if a.here { Some(workspace::current()?.root.display().to_string()) } else { None };
-    let threads = client.thread_list(ws.clone(), a.status, a.limit).await.map_err(ClientError::from)?;
-    if a.json {
-        print_json(&threads)?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    if threads.is_empty() {
-        outln!("no threads yet")?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    let now = fmt::now_ms();
-    let costs = match a.cost {
-        true => Some(
-            client
-                .cost_report(None, ws, None, Some(kd_proto::types::CostBy::Thread))
-                .await
-                .map_err(ClientError::from)?
-                .rows,
-        ),
-        false => None,
-    };
-    let mut header =
-        vec!["ID", "STATUS", "CONTEXT", "MSGS", "LAST ACTIVITY", "MEMBERS", "BRANCH", "WORKSPACE", "TITLE"];
-    if costs.is_some() {
-        header.insert(4, "COST");
-    }
-    // An archived thread's summary, its first line, when any has one.
-    let summaries = threads.iter().any(|t| t.summary.is_some());
-    if summaries {
-        header.push("SUMMARY");
-    }
-    let mut t = Table::new(&header);
-    for (depth, th) in tree(&threads) {
-        let id = match depth {
-            0 => th.id.clone(),
-            d => format!("{}└ {}", "  ".repeat(d - 1), th.id),
-        };
-        let cost = costs
-            .as_ref()
-            .map(|rows| super::cost::usd(rows.iter().find(|c| c.key == th.id).map(|c| c.cost_usd).unwrap_or(0.0)));
-        t.row(vec![
-            id,
-            status_name(th.status).into(),
-            th.context.as_str().into(),
-            th.last_seq.to_string(),
-            fmt::ago_ms(th.last_activity_at_ms, now),
-            th.members.join(","),
-            th.branch.clone().unwrap_or_else(|| "-".into()),
-            th.workspace.clone(),
-            th.title.clone().unwrap_or_default(),
-        ]);
-        if let Some(cost) = cost {
-            t.insert_cell(4, cost);
-        }
-        if summaries {
-            let first = th.summary.as_deref().and_then(|s| s.lines().find(|l| !l.trim().is_empty())).unwrap_or("");
-            let mut cut: String = first.chars().take(60).collect();
-            if first.chars().count() > 60 {
-                cut.push('…');
-            }
-            t.insert_cell(usize::MAX, cut);
-        }
-    }
-    out!("{}", t.render())?;
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Threads as a tree, each branch right under its parent (when listed)
-/// with its depth; otherwise in the order given.
-fn tree(threads: &[Thread]) -> Vec<(usize, &Thread)> {
-    fn walk<'a>(t: &'a Thread, depth: usize, all: &'a [Thread], out: &mut Vec<(usize, &'a Thread)>) {
-        out.push((depth, t));
-        // A parent chain is a tree by construction; the bound is a guard.
-        if depth < 32 {
-            for child in all.iter().filter(|c| c.parent.as_deref() == Some(t.id.as_str())) {
-                walk(child, depth + 1, all, out);
-            }
-        }
-    }
-    let listed = |id: &str| threads.iter().any(|t| t.id == id);
-    let mut out = Vec::with_capacity(threads.len());
-    for root in threads.iter().filter(|t| t.parent.as_deref().is_none_or(|p| !listed(p))) {
-        walk(root, 0, threads, &mut out);
-    }
-    out
-}
 
 #[derive(Debug, Args)]
 pub struct ShowArgs {
@@ -425,17 +317,12 @@ pub async fn events(ctx: &Ctx, a: EventsArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn status_name(s: ThreadStatus) -> &'static str {
+pub(super) fn status_name(s: ThreadStatus) -> &'static str {
     match s {
         ThreadStatus::Active => "active",
         ThreadStatus::Idle => "idle",
         ThreadStatus::Archived => "archived",
     }
-}
-
-fn parse_thread_status(s: &str) -> Result<ThreadStatus, String> {
-    serde_json::from_value(serde_json::Value::String(s.to_string()))
-        .map_err(|_| format!("{s:?} is not a thread status (active, idle, archived)"))
 }
 
 fn parse_session_status(s: &str) -> Result<SessionStatus, String> {

@@ -12,6 +12,7 @@ pub mod inspect;
 pub mod lifecycle;
 pub mod runs;
 pub mod search;
+pub mod threads;
 pub mod transfer;
 pub mod watch;
 
