@@ -508,3 +508,47 @@ async fn a_socket_kd_may_not_connect_to_is_not_a_missing_daemon() {
     // No start was attempted: a starter takes the start lock first.
     assert!(!f.dir.join("kdd.sock.start.lock").exists(), "kd tried to start a second kdd");
 }
+
+/// `kd events` is `tail`: the newest events (oldest first among them), a
+/// line saying where the older ones are, `--before`/`--since` to page, and
+/// a `--limit` over one page of the daemon fetched page by page, not cut
+/// (issue 21 item 10).
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_events_shows_the_newest_and_says_where_the_older_ones_are() {
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = c.thread_create(workspace("tail"), None, None, None, None, None, None, None, None).await.unwrap().id;
+    kd_tests::fill(&kdd, &t, 1100, 4, |i| format!("m{i}")).await;
+    let events = |args: &[&str]| {
+        let mut k = kdd.kd();
+        k.args(["events", "--thread", &t]).args(args);
+        run(k)
+    };
+    let ids = |json: &str| -> Vec<u64> {
+        let v: Vec<kd_proto::types::Event> = serde_json::from_str(json).unwrap();
+        v.iter().map(|e| e.id).collect()
+    };
+    let all = ids(&events(&["--json", "--since", "0", "--limit", "5000"]).await.stdout);
+    assert_eq!(all.len(), 1101, "thread.create and 1,100 messages, past one page of 1,000");
+    let newest = *all.last().unwrap();
+
+    let out = events(&["--limit", "3"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let rows: Vec<&str> = out.stdout.lines().skip(1).collect();
+    assert_eq!(rows.len(), 3, "{}", out.stdout);
+    assert!(rows[2].starts_with(&format!("{newest} ")), "the newest last: {}", out.stdout);
+    let oldest_shown = all[all.len() - 3];
+    assert!(rows[0].starts_with(&format!("{oldest_shown} ")), "{}", out.stdout);
+    assert!(out.stderr.contains(&format!("kd events --before {oldest_shown}")), "{}", out.stderr);
+
+    let tail = ids(&events(&["--json", "--limit", "1050"]).await.stdout);
+    assert_eq!(tail, all[all.len() - 1050..], "more than a page, the newest, in order");
+    let back = ids(&events(&["--json", "--limit", "2", "--before", &oldest_shown.to_string()]).await.stdout);
+    assert_eq!(back, all[all.len() - 5..all.len() - 3]);
+    let forward = ids(&events(&["--json", "--limit", "2", "--since", &all[0].to_string()]).await.stdout);
+    assert_eq!(forward, all[1..3]);
+    // Everything shown: nothing more to say.
+    let out = events(&["--limit", "2000"]).await;
+    assert_eq!(out.stdout.lines().count(), 1 + 1101);
+    assert!(out.stderr.is_empty(), "{}", out.stderr);
+}

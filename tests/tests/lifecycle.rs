@@ -59,10 +59,12 @@ async fn a_quiet_branch_idles_then_archives_with_a_summary_and_then_refuses_mess
     for part in ["How do we scale the orders table?", "claude: Shard by tenant.", "codex: Add an index first."] {
         assert!(summary.contains(part), "{part:?} missing from the summary:\n{summary}");
     }
-    let archived = c.events_list(Some(branch.clone()), None, Some("thread.archive".into()), None, None).await.unwrap();
+    let archived =
+        c.events_list(Some(branch.clone()), None, Some("thread.archive".into()), None, None, None).await.unwrap();
     assert_eq!(archived[0].data["reason"], "age", "{archived:?}");
     assert!(
-        c.events_list(Some(branch.clone()), None, Some("thread.idle".into()), None, None).await.unwrap().len() == 1
+        c.events_list(Some(branch.clone()), None, Some("thread.idle".into()), None, None, None).await.unwrap().len()
+            == 1
     );
 
     // The trunk is offered the branch's summary (which revives it), then
@@ -117,7 +119,7 @@ async fn a_message_revives_an_idle_thread() {
     ask(&c, &t, "Back again.").await.unwrap();
     until_status(&mut sub, ThreadStatus::Active).await;
     assert_eq!(c.thread_get(t.clone()).await.unwrap().status, ThreadStatus::Active);
-    let revived = c.events_list(Some(t.clone()), None, Some("thread.revive".into()), None, None).await.unwrap();
+    let revived = c.events_list(Some(t.clone()), None, Some("thread.revive".into()), None, None, None).await.unwrap();
     assert_eq!(revived.len(), 1);
 }
 

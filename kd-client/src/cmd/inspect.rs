@@ -269,20 +269,31 @@ pub struct EventsArgs {
     /// Only this kind (e.g. message, session.resume, lock.acquire), or a family: race.*
     #[arg(long)]
     kind: Option<String>,
-    /// Only events after this id
-    #[arg(long)]
+    /// The first events after this id (0: from the start), instead of the newest
+    #[arg(long, value_name = "ID")]
     since: Option<u64>,
-    /// At most this many (at most 1000 per call)
-    #[arg(long)]
-    limit: Option<u32>,
+    /// The newest events before this id (to page back)
+    #[arg(long, value_name = "ID")]
+    before: Option<u64>,
+    /// How many (fetched a page of the daemon at a time, however many)
+    #[arg(long, default_value_t = DEFAULT_EVENTS, value_parser = clap::value_parser!(u64).range(1..))]
+    limit: u64,
     /// Print JSON
     #[arg(long)]
     json: bool,
 }
 
+/// How many events `kd events` shows unless told.
+const DEFAULT_EVENTS: u64 = 50;
+
+/// `kd events`: like `tail`, the newest `--limit` events (before
+/// `--before`), or with `--since` the first ones after it; oldest first
+/// either way. A limit over one page of `events.list` is fetched page by
+/// page; when more events lie beyond what is shown, a line on stderr says
+/// how to see them.
 pub async fn events(ctx: &Ctx, a: EventsArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client().await?;
-    let events = client.events_list(a.thread, a.agent, a.kind, a.since, a.limit).await.map_err(ClientError::from)?;
+    let (events, more) = fetch_events(&client, &a).await?;
     if a.json {
         print_json(&events)?;
         return Ok(ExitCode::SUCCESS);
@@ -314,7 +325,82 @@ pub async fn events(ctx: &Ctx, a: EventsArgs) -> anyhow::Result<ExitCode> {
         ]);
     }
     out!("{}", t.render())?;
+    if let Some(more) = more {
+        errln!("kd: {more}");
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The events `a` asks for, and when more lie beyond them, where: one more
+/// than asked is fetched to tell.
+async fn fetch_events(
+    client: &kd_client::Client,
+    a: &EventsArgs,
+) -> anyhow::Result<(Vec<kd_proto::types::Event>, Option<String>)> {
+    use kd_proto::types::EVENTS_PAGE;
+    let want = a.limit.saturating_add(1);
+    let mut events: std::collections::VecDeque<kd_proto::types::Event> = Default::default();
+    let (mut since, mut before) = (a.since, a.before);
+    loop {
+        let page = (want - events.len() as u64).min(u64::from(EVENTS_PAGE)) as u32;
+        let got = client
+            .events_list(a.thread.clone(), a.agent.clone(), a.kind.clone(), since, Some(page), before)
+            .await
+            .map_err(ClientError::from)?;
+        let full = got.len() == page as usize;
+        match since {
+            // Forward from --since: each page after the last.
+            Some(_) => {
+                since = got.last().map(|e| e.id).or(since);
+                events.extend(got);
+            }
+            // Back from the newest: each page before the first.
+            None => {
+                before = got.first().map(|e| e.id).or(before);
+                for e in got.into_iter().rev() {
+                    events.push_front(e);
+                }
+            }
+        }
+        if !full || events.len() as u64 >= want {
+            break;
+        }
+    }
+    let mut more = None;
+    if events.len() as u64 > a.limit {
+        let same = same_filter(a);
+        match a.since {
+            Some(_) => {
+                events.pop_back();
+                more = events.back().map(|e| format!("newer events: kd events --since {}{same}", e.id));
+            }
+            None => {
+                events.pop_front();
+                more = events.front().map(|e| format!("older events: kd events --before {}{same}", e.id));
+            }
+        }
+    }
+    Ok((events.into(), more))
+}
+
+/// The filter and limit of `a` as options, to repeat in a hint.
+fn same_filter(a: &EventsArgs) -> String {
+    let mut out = String::new();
+    for (flag, value) in [("thread", &a.thread), ("agent", &a.agent), ("kind", &a.kind)] {
+        if let Some(v) = value {
+            // Names are checked by the daemon; a kind may hold a `*`.
+            let quoted = if v.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
+                v.clone()
+            } else {
+                format!("'{}'", v.replace('\'', ""))
+            };
+            out.push_str(&format!(" --{flag} {}", safe(&quoted)));
+        }
+    }
+    if a.limit != DEFAULT_EVENTS {
+        out.push_str(&format!(" --limit {}", a.limit));
+    }
+    out
 }
 
 pub(super) fn status_name(s: ThreadStatus) -> &'static str {

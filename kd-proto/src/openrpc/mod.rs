@@ -376,14 +376,19 @@ fn build() -> (Vec<MethodDoc>, Value) {
     b.method::<Vec<Event>>(
         "events.list",
         "events",
-        "The event log, oldest first: sessions, messages, runs, locks, and the coordination layer's routing.*, \
-         delivery.*, queue.*, completion.*, system.emergency_*, resource.* and race.* decisions.",
+        "The event log: sessions, messages, runs, locks, and the coordination layer's routing.*, \
+         delivery.*, queue.*, completion.*, system.emergency_*, resource.* and race.* decisions. Like tail: the \
+         newest events that pass the filter (before before_id when given), or with since_id the first ones after \
+         it; oldest first either way. Page back with before_id = the first id returned, forward with since_id = \
+         the last.",
     );
     b.param::<String>("thread", false, "only this thread")
         .param::<String>("agent", false, "only events concerning this agent")
         .param::<String>("kind", false, "only this kind, e.g. message or session.resume; a family with .*, e.g. race.*")
-        .param::<u64>("since_id", false, "only events with a larger id")
-        .param::<u32>("limit", false, "at most this many (default 1000)");
+        .param::<u64>("since_id", false, "only events with a larger id, the first of them (0: from the start)")
+        .param::<u32>("limit", false, "at most this many (default and most: 1000; more is refused, not cut)")
+        .param::<u64>("before_id", false, "only events with a smaller id, the newest of them")
+        .errors(&[InvalidArgument]);
 
     let definitions = b.generator.take_definitions(true);
     let doc = json!({
