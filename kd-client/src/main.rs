@@ -102,6 +102,40 @@ enum Command {
     /// Print the RPC reference in Markdown (used to keep the README current)
     #[command(hide = true)]
     RpcReference,
+    /// Kingdom's council verbs, run as kd's own commands (`--help` is the
+    /// verb's: kd's command answers it)
+    #[command(hide = true, disable_help_flag = true, disable_version_flag = true)]
+    Council(cmd::kingdom::CouncilArgs),
+}
+
+/// The command line, Kingdom's `kd council VERB …` read as kd's command
+/// (with a notice on stderr).
+fn parse() -> Result<Cli, ExitCode> {
+    let cli = Cli::parse();
+    let Command::Council(council) = cli.command else {
+        return Ok(cli);
+    };
+    let args = match cmd::kingdom::translate(council) {
+        Ok((args, notice)) => {
+            errln!("kd: {notice}");
+            args
+        }
+        Err(why) => {
+            errln!("kd: {why}");
+            return Err(ExitCode::from(2));
+        }
+    };
+    let mut argv: Vec<std::ffi::OsString> = vec![std::env::args_os().next().unwrap_or_else(|| "kd".into())];
+    if let Some(socket) = cli.socket {
+        argv.extend(["--socket".into(), socket.into_os_string()]);
+    }
+    if cli.color != cmd::Color::Auto
+        && let Some(color) = clap::ValueEnum::to_possible_value(&cli.color)
+    {
+        argv.extend(["--color".into(), color.get_name().into()]);
+    }
+    argv.extend(args);
+    Ok(Cli::parse_from(argv))
 }
 
 /// Exit status when the daemon cannot be reached, refuses, or speaks
@@ -109,7 +143,10 @@ enum Command {
 const EXIT_DAEMON: u8 = 3;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match parse() {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -160,6 +197,8 @@ fn main() -> ExitCode {
             Command::Sessions(a) => cmd::inspect::sessions(&ctx, a).await,
             Command::Locks(a) => cmd::inspect::locks(&ctx, a).await,
             Command::Events(a) => cmd::inspect::events(&ctx, a).await,
+            // Read as kd's own command by `parse`.
+            Command::Council(_) => Ok(ExitCode::from(2)),
             Command::RpcReference => {
                 out!("{}", kd_proto::openrpc::markdown_reference())?;
                 Ok(ExitCode::SUCCESS)

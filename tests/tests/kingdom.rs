@@ -169,3 +169,43 @@ async fn import_reads_only_regular_files_of_bounded_size() {
     assert!(skipped.iter().any(|l| l.contains("0002-fifo.md: not a regular file")), "{}", out.stderr);
     assert!(skipped.iter().any(|l| l.contains("0004-huge.md") && l.contains("limit")), "{}", out.stderr);
 }
+
+/// A Kingdom user's `kd council …` verbs run kd's own commands, each with
+/// one line on stderr naming the kd command (issue 21 item 13).
+#[tokio::test(flavor = "multi_thread")]
+async fn kingdoms_council_verbs_run_kds_commands_with_a_notice() {
+    let ws = kd_tests::Workspace::new(&[("claude", "claude", &[])]);
+    let kdd = Kdd::start();
+    let ask = kd(&kdd, ws.dir.path(), &["council", "ask", "--new-thread", "--rounds", "0", "How do we shard?"]).await;
+    assert!(ask.status.success(), "{}", ask.stderr);
+    assert_eq!(
+        ask.stderr.lines().next(),
+        Some("kd: `kd council ask` is Kingdom's; running `kd ask` (use that from now on)")
+    );
+    assert_eq!(ask.stderr.lines().count(), 1, "{}", ask.stderr);
+    assert!(ask.stdout.contains("Answer from claude."), "{}", ask.stdout);
+    let c = kdd.client().await;
+    let t = c.thread_current(ws.path(), None).await.unwrap().expect("the asked thread");
+
+    let show = kd(&kdd, ws.dir.path(), &["council", "show", &t.id, "--all"]).await;
+    let native = kd(&kdd, ws.dir.path(), &["show", &t.id]).await;
+    assert!(show.status.success(), "{}", show.stderr);
+    assert_eq!(show.stdout, native.stdout);
+    assert!(show.stderr.contains("running `kd show`"), "{}", show.stderr);
+
+    let list = kd(&kdd, ws.dir.path(), &["council", "list"]).await;
+    assert!(list.status.success() && list.stdout.contains(&t.id), "{} {}", list.stdout, list.stderr);
+    assert!(list.stderr.contains("running `kd threads --here`"), "{}", list.stderr);
+    let retry = kd(&kdd, ws.dir.path(), &["council", "retry"]).await;
+    assert!(retry.status.success() && retry.stdout.contains("no failed members"), "{} {}", retry.stdout, retry.stderr);
+    let watch = kd(&kdd, ws.dir.path(), &["council", "watch", "--help"]).await;
+    assert!(watch.status.success() && watch.stdout.contains("Usage: kd watch"), "{} {}", watch.stdout, watch.stderr);
+
+    // A verb kd has nothing for says so, and what to use.
+    let status = kd(&kdd, ws.dir.path(), &["council", "status"]).await;
+    assert_eq!(status.status.code(), Some(2), "{}", status.stderr);
+    assert!(status.stderr.contains("`kd council status`") && status.stderr.contains("kd runs"), "{}", status.stderr);
+    // Not listed among kd's own commands.
+    let help = kd(&kdd, ws.dir.path(), &["--help"]).await;
+    assert!(!help.stdout.lines().any(|l| l.trim_start().starts_with("council ")), "{}", help.stdout);
+}

@@ -9,6 +9,7 @@ pub mod cost;
 pub mod daemon;
 pub mod doctor;
 pub mod inspect;
+pub mod kingdom;
 pub mod lifecycle;
 pub mod runs;
 pub mod search;
