@@ -165,7 +165,7 @@ fn tab_completes_members_and_commands() {
     keys::on_key(&mut app, key(KeyCode::Tab));
     assert_eq!(app.input.lines(), ["ask @claude "]);
     let mut app = App::new(thread());
-    typed(&mut app, "/un");
+    typed(&mut app, "/unm");
     keys::on_key(&mut app, key(KeyCode::Tab));
     assert_eq!(app.input.lines(), ["/unmute "]);
     let mut app = App::new(thread());
@@ -598,4 +598,58 @@ fn kds_own_panels_name_kd_once() {
     assert!(s.contains("┌─ kd · summary ─"), "{s}");
     assert!(s.contains("┌─ kd ─"), "{s}");
     assert!(!s.contains("· kd "), "kd named twice: {s}");
+}
+
+fn enter_line(app: &mut App, text: &str) -> Vec<Effect> {
+    typed(app, text);
+    keys::on_key(app, key(KeyCode::Enter))
+}
+
+#[test]
+fn archive_unarchive_and_a_delete_that_asks_first() {
+    let mut t = thread();
+    t.title = Some("Orders".into());
+    t.last_seq = 3;
+    let mut app = App::new(t.clone());
+    app.load(t, &[]);
+    assert_eq!(enter_line(&mut app, "/archive"), vec![Effect::Archive]);
+    assert_eq!(enter_line(&mut app, "/unarchive"), vec![Effect::Unarchive]);
+    assert_eq!(enter_line(&mut app, "/archive now"), vec![]);
+    assert_eq!(app.notice.as_deref(), Some("/archive takes no argument"));
+
+    // /delete asks; anything but y keeps the thread, and the key does nothing else.
+    assert_eq!(enter_line(&mut app, "/delete"), vec![]);
+    let s = screen(&mut app, 100, 12);
+    assert!(
+        s.contains("Delete thread a8b3c1 (Orders) and its 3 messages? y deletes it, any other key keeps it"),
+        "{s}"
+    );
+    assert_eq!(keys::on_key(&mut app, key(KeyCode::Char('n'))), vec![]);
+    assert_eq!(app.notice.as_deref(), Some("kept thread a8b3c1"));
+    assert!(app.input.lines().concat().is_empty(), "the answer is not typed into the input");
+    assert_eq!(enter_line(&mut app, "/delete"), vec![]);
+    assert_eq!(keys::on_key(&mut app, key(KeyCode::Esc)), vec![], "Esc keeps it too, and interrupts nothing");
+    assert_eq!(enter_line(&mut app, "/delete"), vec![]);
+    assert_eq!(keys::on_key(&mut app, key(KeyCode::Char('y'))), vec![Effect::Delete]);
+
+    // A thread not made yet has nothing to archive or delete.
+    let mut fresh = App::new(thread());
+    fresh.pending_new =
+        Some(NewThread { workspace: "/repo".into(), branch: None, title: None, context: None, set_current: true });
+    assert_eq!(enter_line(&mut fresh, "/delete"), vec![]);
+    assert!(fresh.notice.as_deref().is_some_and(|n| n.contains("no message yet")), "{:?}", fresh.notice);
+}
+
+#[test]
+fn after_a_delete_the_chat_offers_the_workspaces_threads() {
+    let mut app = App::new(thread());
+    let gone = Deleted { thread: THREAD.into(), messages: 3, cancelled_runs: 0 };
+    let effects = super::on_reply(&mut app, super::Reply::Deleted(Ok(gone)));
+    assert_eq!(effects, vec![Effect::NewThread, Effect::ListThreads]);
+    assert_eq!(app.notice.as_deref(), Some("deleted thread a8b3c1 (3 messages)"));
+    let mut archived = thread();
+    archived.status = ThreadStatus::Archived;
+    super::on_reply(&mut app, super::Reply::Archived(Ok(archived)));
+    assert_eq!(app.thread.status, ThreadStatus::Archived);
+    assert!(app.notice.as_deref().is_some_and(|n| n.contains("/unarchive")), "{:?}", app.notice);
 }

@@ -134,9 +134,10 @@ fn status_line(app: &App, width: u16) -> Line<'static> {
     } else {
         " Enter send · Esc interrupt · /help"
     };
-    let left = match &app.notice {
-        Some(n) => Span::styled(format!(" {n}"), Style::default().fg(Color::Yellow)),
-        None => Span::styled(hints.to_string(), dim),
+    let left = match (app.question(), &app.notice) {
+        (Some(q), _) => Span::styled(format!(" {q}"), Style::default().fg(Color::Black).bg(Color::Yellow)),
+        (None, Some(n)) => Span::styled(format!(" {n}"), Style::default().fg(Color::Yellow)),
+        (None, None) => Span::styled(hints.to_string(), dim),
     };
     let mut spans = vec![left];
     let waiting = activity(app).len();
