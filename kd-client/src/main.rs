@@ -47,7 +47,7 @@ enum Command {
     /// Send a message to members (inside an agent's shell: as that member)
     Send(cmd::coord::SendArgs),
     /// A member's inbox: messages addressed or copied to it
-    Inbox(cmd::coord::InboxArgs),
+    Inbox(cmd::inbox::InboxArgs),
     /// Send to every member; --emergency bypasses queues and needs acknowledgements
     Broadcast(cmd::coord::BroadcastArgs),
     /// Acknowledge the emergency broadcasts a member owes
@@ -173,7 +173,7 @@ fn main() -> ExitCode {
             Command::Retry(a) => cmd::runs::retry(&ctx, a).await,
             Command::Watch(a) => cmd::watch::run(&ctx, a).await,
             Command::Send(a) => cmd::coord::send(&ctx, a).await,
-            Command::Inbox(a) => cmd::coord::inbox(&ctx, a).await,
+            Command::Inbox(a) => cmd::inbox::run(&ctx, a).await,
             Command::Broadcast(a) => cmd::coord::broadcast(&ctx, a).await,
             Command::Ack(a) => cmd::coord::ack(&ctx, a).await,
             Command::Acks(a) => cmd::coord::acks(&ctx, a).await,

@@ -8,6 +8,7 @@ pub mod coord;
 pub mod cost;
 pub mod daemon;
 pub mod doctor;
+pub mod inbox;
 pub mod inspect;
 pub mod kingdom;
 pub mod lifecycle;
