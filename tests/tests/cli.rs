@@ -408,16 +408,15 @@ fn both_binaries_say_their_version_and_the_commit_they_were_built_from() {
     }
 }
 
-/// A kdd listening on a socket kd is not allowed to connect to: the socket
-/// is mode 000, so `connect()` fails with EACCES as it does inside an
-/// agent's sandbox that forbids Unix sockets. As root (who passes any
-/// mode) the listener and kd run as another user. Returns the listener
-/// (kept alive while the test runs), the socket, and how to run kd.
+/// A listener on a socket kd is not allowed to connect to: the socket is
+/// mode 000, so `connect()` fails with EACCES as it does inside an agent's
+/// sandbox that forbids Unix sockets. As root (who passes any mode) the
+/// listener and kd run as another user. The listener lives as long as this.
 struct Forbidden {
     socket: std::path::PathBuf,
     dir: std::path::PathBuf,
     _listener: Option<std::os::unix::net::UnixListener>,
-    _impostor: Option<std::process::Child>,
+    impostor: Option<std::process::Child>,
     kd: Option<kd_tests::other_user::Runnable>,
 }
 
@@ -448,7 +447,7 @@ impl Forbidden {
             (Some(std::os::unix::net::UnixListener::bind(&socket).unwrap()), None, None)
         };
         std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o000)).unwrap();
-        Forbidden { socket, dir, _listener: listener, _impostor: impostor, kd }
+        Forbidden { socket, dir, _listener: listener, impostor, kd }
     }
 
     /// `kd --socket SOCKET ARGS…` as the socket's user; auto-start would run
@@ -470,7 +469,7 @@ impl Forbidden {
 
 impl Drop for Forbidden {
     fn drop(&mut self) {
-        if let Some(c) = &mut self._impostor {
+        if let Some(c) = &mut self.impostor {
             let _ = c.kill();
             let _ = c.wait();
         }
