@@ -634,8 +634,7 @@ fn archive_unarchive_and_a_delete_that_asks_first() {
 
     // A thread not made yet has nothing to archive or delete.
     let mut fresh = App::new(thread());
-    fresh.pending_new =
-        Some(NewThread { workspace: "/repo".into(), branch: None, title: None, context: None, set_current: true });
+    fresh.pending_new = Some(super::pending_thread("/repo", None, None).1);
     assert_eq!(enter_line(&mut fresh, "/delete"), vec![]);
     assert!(fresh.notice.as_deref().is_some_and(|n| n.contains("no message yet")), "{:?}", fresh.notice);
 }
