@@ -170,16 +170,20 @@ impl Client {
         Ok(Client { rpc, socket: socket.to_path_buf(), hello })
     }
 
-    /// Connects, starting `kdd` first when no one answers on the socket,
-    /// unless `KD_NO_AUTOSTART=1`.
+    /// Connects, starting `kdd` first when nothing listens on the socket
+    /// (no socket, or a stale one), unless `KD_NO_AUTOSTART=1`. A refused
+    /// or forbidden connection is reported, never answered with a start.
     pub async fn connect_or_start(socket: &Path) -> Result<Client, ClientError> {
         match Client::connect(socket).await {
-            Err(ClientError::Unreachable { reason, .. }) if autostart::disabled() => Err(ClientError::Unreachable {
-                socket: socket.to_path_buf(),
-                reason,
-                hint: " (KD_NO_AUTOSTART=1, so it was not started; run `kd daemon start`)",
-            }),
-            Err(ClientError::Unreachable { .. }) => {
+            Err(ClientError::Unreachable { reason, nothing_listens: true, .. }) if autostart::disabled() => {
+                Err(ClientError::Unreachable {
+                    socket: socket.to_path_buf(),
+                    reason,
+                    hint: " (KD_NO_AUTOSTART=1, so it was not started; run `kd daemon start`)",
+                    nothing_listens: true,
+                })
+            }
+            Err(ClientError::Unreachable { nothing_listens: true, .. }) => {
                 autostart::start(socket).await?;
                 Client::connect(socket).await
             }
@@ -218,22 +222,39 @@ pub(crate) async fn connect_checked(socket: &Path) -> Result<UnixStream, ClientE
                 socket: socket.to_path_buf(),
                 reason: "no socket there (is kdd running?)".into(),
                 hint: "",
+                nothing_listens: true,
             });
         }
         Err(e) => return Err(untrusted(e.to_string())),
     }
-    let stream = UnixStream::connect(socket).await.map_err(|e| ClientError::Unreachable {
-        socket: socket.to_path_buf(),
-        reason: reason(&e),
-        hint: "",
-    })?;
+    let stream = UnixStream::connect(socket).await.map_err(|e| connect_failure(socket, &e))?;
     let peer = stream.peer_cred().map_err(|e| untrusted(format!("cannot tell who runs it: {e}")))?.uid();
-    if peer != uid {
-        return Err(untrusted(format!(
-            "it is run by uid {peer}, not by you (uid {uid}); another user may be impersonating kdd"
-        )));
-    }
+    peer_is_me(peer, uid).map_err(untrusted)?;
     Ok(stream)
+}
+
+/// What a failed `connect()` means. Only "no socket" (ENOENT) and "a
+/// socket no one listens on" (ECONNREFUSED) say nothing listens, so only
+/// they may start a daemon; a forbidden connection (EACCES, EPERM: a
+/// sandbox) says nothing of whether one runs.
+pub(crate) fn connect_failure(socket: &Path, e: &std::io::Error) -> ClientError {
+    use std::io::ErrorKind;
+    let socket = socket.to_path_buf();
+    let nothing_listens = match e.kind() {
+        ErrorKind::PermissionDenied => return ClientError::Denied { socket },
+        ErrorKind::NotFound | ErrorKind::ConnectionRefused => true,
+        _ => false,
+    };
+    ClientError::Unreachable { socket, reason: reason(e), hint: "", nothing_listens }
+}
+
+/// The listener must run as the user: anyone else's process on the socket
+/// may be an impostor reading every prompt sent to it.
+fn peer_is_me(peer: u32, me: u32) -> Result<(), String> {
+    if peer != me {
+        return Err(format!("it is run by uid {peer}, not by you (uid {me}); another user may be impersonating kdd"));
+    }
+    Ok(())
 }
 
 fn handshake_error(socket: &Path, e: jsonrpsee::core::client::Error) -> ClientError {
@@ -255,7 +276,55 @@ fn reason(e: &std::io::Error) -> String {
     match e.kind() {
         std::io::ErrorKind::NotFound => "no socket there (is kdd running?)".into(),
         std::io::ErrorKind::ConnectionRefused => "connection refused (no kdd listening)".into(),
-        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
         _ => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Error, ErrorKind};
+
+    use rustix::io::Errno;
+
+    use super::*;
+
+    fn failure(e: Error) -> ClientError {
+        connect_failure(Path::new("/run/kd/kdd.sock"), &e)
+    }
+
+    #[test]
+    fn only_a_missing_or_stale_socket_may_start_a_daemon() {
+        let starts = |e: ClientError| matches!(e, ClientError::Unreachable { nothing_listens: true, .. });
+        assert!(starts(failure(Error::from_raw_os_error(Errno::NOENT.raw_os_error()))));
+        assert!(starts(failure(Error::from_raw_os_error(Errno::CONNREFUSED.raw_os_error()))));
+        for forbidden in [Errno::ACCESS, Errno::PERM] {
+            let e = failure(Error::from_raw_os_error(forbidden.raw_os_error()));
+            assert!(matches!(e, ClientError::Denied { .. }), "{e:?}");
+            assert_eq!(
+                e.to_string(),
+                "permission denied connecting to kdd at /run/kd/kdd.sock (a sandbox may forbid Unix sockets)"
+            );
+            assert!(e.is_connection(), "exit status 3");
+        }
+        // Anything else is reported as it is, and starts nothing either.
+        let busy = failure(Error::new(ErrorKind::WouldBlock, "Resource temporarily unavailable"));
+        assert!(matches!(busy, ClientError::Unreachable { nothing_listens: false, .. }), "{busy:?}");
+    }
+
+    #[test]
+    fn a_listener_of_another_uid_is_refused() {
+        assert!(peer_is_me(1000, 1000).is_ok());
+        let why = peer_is_me(0, 1000).unwrap_err();
+        assert!(why.contains("run by uid 0, not by you (uid 1000)") && why.contains("impersonating"), "{why}");
+    }
+
+    #[tokio::test]
+    async fn a_listener_of_ones_own_in_a_private_directory_is_connected_to() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let socket = dir.path().join("kdd.sock");
+        let _listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        assert!(connect_checked(&socket).await.is_ok());
     }
 }

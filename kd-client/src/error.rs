@@ -7,8 +7,14 @@ use kd_proto::ErrorCode;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
+    /// Connecting failed. `nothing_listens`: no socket, or a stale one
+    /// (ENOENT, ECONNREFUSED) — the only case in which kd starts kdd.
     #[error("cannot reach kdd at {}: {reason}{hint}", socket.display())]
-    Unreachable { socket: PathBuf, reason: String, hint: &'static str },
+    Unreachable { socket: PathBuf, reason: String, hint: &'static str, nothing_listens: bool },
+    /// `connect()` was forbidden (EACCES, EPERM), as inside a sandbox that
+    /// forbids Unix sockets: a daemon may well be running, so none is started.
+    #[error("permission denied connecting to kdd at {} (a sandbox may forbid Unix sockets)", socket.display())]
+    Denied { socket: PathBuf },
     #[error("kdd at {} refused the connection: {reason}", socket.display())]
     Refused { socket: PathBuf, reason: String },
     #[error(

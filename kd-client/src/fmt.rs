@@ -57,6 +57,14 @@ impl Table {
         self.rows.push(cells.into_iter().map(|c| one_line(&safe(&c))).collect());
     }
 
+    /// Indents the first cell of the last row by `spaces` (a tree's depth:
+    /// the cells' own whitespace is folded).
+    pub fn indent_first(&mut self, spaces: usize) {
+        if let Some(first) = self.rows.last_mut().and_then(|r| r.first_mut()) {
+            first.insert_str(0, &" ".repeat(spaces));
+        }
+    }
+
     /// Puts `cell` at column `at` of the last row.
     pub fn insert_cell(&mut self, at: usize, cell: String) {
         if let Some(row) = self.rows.last_mut() {

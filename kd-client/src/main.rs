@@ -47,7 +47,7 @@ enum Command {
     /// Send a message to members (inside an agent's shell: as that member)
     Send(cmd::coord::SendArgs),
     /// A member's inbox: messages addressed or copied to it
-    Inbox(cmd::coord::InboxArgs),
+    Inbox(cmd::inbox::InboxArgs),
     /// Send to every member; --emergency bypasses queues and needs acknowledgements
     Broadcast(cmd::coord::BroadcastArgs),
     /// Acknowledge the emergency broadcasts a member owes
@@ -62,7 +62,7 @@ enum Command {
     /// Check the daemon, its database, the configuration and each member's CLI
     Doctor,
     /// List threads, most recently active first
-    Threads(cmd::inspect::ThreadsArgs),
+    Threads(cmd::threads::ThreadsArgs),
     /// Print a thread's messages
     Show(cmd::inspect::ShowArgs),
     /// Branch a thread: a new thread with the workspace's context bundle, made current
@@ -102,6 +102,40 @@ enum Command {
     /// Print the RPC reference in Markdown (used to keep the README current)
     #[command(hide = true)]
     RpcReference,
+    /// Kingdom's council verbs, run as kd's own commands (`--help` is the
+    /// verb's: kd's command answers it)
+    #[command(hide = true, disable_help_flag = true, disable_version_flag = true)]
+    Council(cmd::kingdom::CouncilArgs),
+}
+
+/// The command line, Kingdom's `kd council VERB …` read as kd's command
+/// (with a notice on stderr).
+fn parse() -> Result<Cli, ExitCode> {
+    let cli = Cli::parse();
+    let Command::Council(council) = cli.command else {
+        return Ok(cli);
+    };
+    let args = match cmd::kingdom::translate(council) {
+        Ok((args, notice)) => {
+            errln!("kd: {notice}");
+            args
+        }
+        Err(why) => {
+            errln!("kd: {why}");
+            return Err(ExitCode::from(2));
+        }
+    };
+    let mut argv: Vec<std::ffi::OsString> = vec![std::env::args_os().next().unwrap_or_else(|| "kd".into())];
+    if let Some(socket) = cli.socket {
+        argv.extend(["--socket".into(), socket.into_os_string()]);
+    }
+    if cli.color != cmd::Color::Auto
+        && let Some(color) = clap::ValueEnum::to_possible_value(&cli.color)
+    {
+        argv.extend(["--color".into(), color.get_name().into()]);
+    }
+    argv.extend(args);
+    Ok(Cli::parse_from(argv))
 }
 
 /// Exit status when the daemon cannot be reached, refuses, or speaks
@@ -109,7 +143,10 @@ enum Command {
 const EXIT_DAEMON: u8 = 3;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match parse() {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -136,7 +173,7 @@ fn main() -> ExitCode {
             Command::Retry(a) => cmd::runs::retry(&ctx, a).await,
             Command::Watch(a) => cmd::watch::run(&ctx, a).await,
             Command::Send(a) => cmd::coord::send(&ctx, a).await,
-            Command::Inbox(a) => cmd::coord::inbox(&ctx, a).await,
+            Command::Inbox(a) => cmd::inbox::run(&ctx, a).await,
             Command::Broadcast(a) => cmd::coord::broadcast(&ctx, a).await,
             Command::Ack(a) => cmd::coord::ack(&ctx, a).await,
             Command::Acks(a) => cmd::coord::acks(&ctx, a).await,
@@ -147,7 +184,7 @@ fn main() -> ExitCode {
             Command::Completions { .. } => Ok(ExitCode::SUCCESS),
             Command::Daemon(c) => cmd::daemon::run(&ctx, c).await,
             Command::Doctor => cmd::doctor::run(&ctx).await,
-            Command::Threads(a) => cmd::inspect::threads(&ctx, a).await,
+            Command::Threads(a) => cmd::threads::run(&ctx, a).await,
             Command::Show(a) => cmd::inspect::show(&ctx, a).await,
             Command::Fork(a) => cmd::lifecycle::fork(&ctx, a).await,
             Command::Title(a) => cmd::lifecycle::title(&ctx, a).await,
@@ -160,6 +197,8 @@ fn main() -> ExitCode {
             Command::Sessions(a) => cmd::inspect::sessions(&ctx, a).await,
             Command::Locks(a) => cmd::inspect::locks(&ctx, a).await,
             Command::Events(a) => cmd::inspect::events(&ctx, a).await,
+            // Read as kd's own command by `parse`.
+            Command::Council(_) => Ok(ExitCode::from(2)),
             Command::RpcReference => {
                 out!("{}", kd_proto::openrpc::markdown_reference())?;
                 Ok(ExitCode::SUCCESS)

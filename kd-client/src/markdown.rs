@@ -4,7 +4,8 @@
 //! widget) wraps. Line breaks inside a paragraph are kept, as chat readers
 //! expect.
 
-use pulldown_cmark::{CodeBlockKind, Event, HeadingLevel, Options, Parser, Tag, TagEnd};
+use pulldown_cmark::{Alignment, CodeBlockKind, Event, HeadingLevel, Options, Parser, Tag, TagEnd};
+use unicode_width::UnicodeWidthStr;
 
 /// How a span looks.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -42,6 +43,9 @@ struct Renderer {
     link: Option<String>,
     table_cells: Vec<String>,
     in_table: bool,
+    /// The table's rows so far (the head's first), laid out at its end.
+    table_rows: Vec<Vec<String>>,
+    table_align: Vec<Alignment>,
 }
 
 impl Renderer {
@@ -88,6 +92,53 @@ impl Renderer {
     }
 }
 
+impl Renderer {
+    /// Lays out the table read: each column as wide as its widest cell (in
+    /// display width), aligned as the delimiter row says, the head bold
+    /// and ruled off. The last column is not padded unless aligned right
+    /// or centred, so no line ends in spaces.
+    fn table(&mut self) {
+        let rows = std::mem::take(&mut self.table_rows);
+        let align = std::mem::take(&mut self.table_align);
+        let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+        let mut widths = vec![0; columns];
+        for row in &rows {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(UnicodeWidthStr::width(cell.as_str()));
+            }
+        }
+        let bar = Style { dim: true, ..Style::default() };
+        for (i, row) in rows.iter().enumerate() {
+            let style = if i == 0 { Style { bold: true, ..self.style() } } else { self.style() };
+            for (c, width) in widths.iter().enumerate() {
+                let cell = row.get(c).map(String::as_str).unwrap_or("");
+                let room = width.saturating_sub(UnicodeWidthStr::width(cell));
+                let last = c + 1 == columns;
+                let (before, after) = match align.get(c) {
+                    Some(Alignment::Right) => (room, 0),
+                    Some(Alignment::Center) => (room / 2, room - room / 2),
+                    _ if last => (0, 0),
+                    _ => (0, room),
+                };
+                if c > 0 {
+                    self.text(" │ ", bar);
+                }
+                self.text(&format!("{}{cell}{}", " ".repeat(before), " ".repeat(after)), style);
+            }
+            self.newline();
+            if i == 0 {
+                let rule: Vec<String> = widths
+                    .iter()
+                    .enumerate()
+                    .map(|(c, w)| "─".repeat(w + usize::from(c > 0) + usize::from(c + 1 < columns)))
+                    .collect();
+                self.text(&rule.join("┼"), bar);
+                self.newline();
+            }
+        }
+    }
+}
+
 /// Renders Markdown into styled lines.
 pub fn render(markdown: &str) -> Vec<Line> {
     // What the text says is shown, never obeyed by the terminal.
@@ -104,6 +155,8 @@ pub fn render(markdown: &str) -> Vec<Line> {
         link: None,
         table_cells: Vec::new(),
         in_table: false,
+        table_rows: Vec::new(),
+        table_align: Vec::new(),
     };
     let options = Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TASKLISTS;
     for event in Parser::new_ext(markdown, options) {
@@ -169,7 +222,10 @@ pub fn render(markdown: &str) -> Vec<Line> {
                     r.link = Some(dest_url.to_string());
                     r.push_style(|s| s.underline = true);
                 }
-                Tag::Table(_) => r.in_table = true,
+                Tag::Table(align) => {
+                    r.in_table = true;
+                    r.table_align = align;
+                }
                 Tag::TableHead => r.push_style(|s| s.bold = true),
                 Tag::TableCell => r.table_cells.push(String::new()),
                 Tag::TableRow | Tag::Paragraph | Tag::Image { .. } => {}
@@ -212,19 +268,17 @@ pub fn render(markdown: &str) -> Vec<Line> {
                     }
                 }
                 TagEnd::TableHead => {
-                    let row = std::mem::take(&mut r.table_cells).join(" │ ");
-                    let style = r.style();
-                    r.text(&row, style);
+                    let head = std::mem::take(&mut r.table_cells);
+                    r.table_rows.push(head);
                     r.style.pop();
-                    r.newline();
                 }
                 TagEnd::TableRow => {
-                    let row = std::mem::take(&mut r.table_cells).join(" │ ");
-                    r.text(&row, Style::default());
-                    r.newline();
+                    let row = std::mem::take(&mut r.table_cells);
+                    r.table_rows.push(row);
                 }
                 TagEnd::Table => {
                     r.in_table = false;
+                    r.table();
                     r.end_block();
                 }
                 _ => {}
@@ -374,7 +428,22 @@ mod tests {
     #[test]
     fn tables_and_tasks() {
         let md = "| a | b |\n|---|---|\n| 1 | 2 |\n\n- [x] done\n- [ ] todo";
-        assert_eq!(plain(md), "a │ b\n1 │ 2\n\n• [x] done\n• [ ] todo\n");
+        assert_eq!(plain(md), "a │ b\n──┼──\n1 │ 2\n\n• [x] done\n• [ ] todo\n");
+    }
+
+    #[test]
+    fn a_tables_columns_line_up_by_display_width() {
+        let md = "| answer | member | points |\n|---|---|--:|\n| Response B | codex | 12 |\n| Response A | 漢字 | 0 |";
+        assert_eq!(
+            plain(md),
+            "answer     │ member │ points\n\
+             ───────────┼────────┼───────\n\
+             Response B │ codex  │     12\n\
+             Response A │ 漢字   │      0\n"
+        );
+        // The header stays bold, cell by cell.
+        let lines = render("| a | bb |\n|---|---|\n| ccc | d |");
+        assert!(lines[0].iter().filter(|s| !s.text.trim_matches(['│', ' ']).is_empty()).all(|s| s.style.bold));
     }
 
     #[test]

@@ -332,6 +332,9 @@ pub trait KdApi {
     #[method(name = "resource.read", param_kind = map)]
     async fn resource_read(&self, resource: String, agent: String, thread: Option<String>) -> RpcResult<RaceCheck>;
 
+    /// The newest events (before `before_id`), or the first after
+    /// `since_id`; oldest first either way. At most
+    /// `types::EVENTS_PAGE` at once.
     #[method(name = "events.list", param_kind = map)]
     async fn events_list(
         &self,
@@ -340,5 +343,6 @@ pub trait KdApi {
         kind: Option<String>,
         since_id: Option<u64>,
         limit: Option<u32>,
+        before_id: Option<u64>,
     ) -> RpcResult<Vec<Event>>;
 }

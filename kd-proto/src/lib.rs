@@ -14,7 +14,8 @@
 //! - [`error`]: the stable JSON-RPC error codes;
 //! - [`openrpc`]: the OpenRPC document served by `rpc.discover`;
 //! - [`paths`]: where the socket and database live (F-D1);
-//! - [`names`]: validation of ids and names that could reach a path.
+//! - [`names`]: validation of ids and names that could reach a path;
+//! - [`title`]: what a thread's title may be, wherever it is set.
 
 pub mod api;
 pub mod color;
@@ -26,6 +27,7 @@ pub mod openrpc;
 pub mod order;
 pub mod page;
 pub mod paths;
+pub mod title;
 pub mod types;
 
 pub use api::{KdApiClient, KdApiServer, RpcResult};

@@ -335,10 +335,14 @@ pub struct LockReleased {
     pub token: u64,
 }
 
+/// Most events one `events.list` returns (and its default).
+pub const EVENTS_PAGE: u32 = 1000;
+
 /// One entry of the event log (F-R6).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Event {
-    /// Increasing id; pass it back as `since_id` to page.
+    /// Increasing id; pass it back as `since_id` (newer) or `before_id`
+    /// (older) to page.
     pub id: u64,
     pub at_ms: i64,
     /// e.g. `thread.create`, `message`, `session.resume`, `lock.acquire`.

@@ -196,3 +196,57 @@ async fn kd_says_when_a_request_is_too_large_for_the_daemon() {
     let c = kdd.client().await;
     assert!(c.thread_list(None, None, None).await.unwrap().iter().all(|t| t.last_seq == 0));
 }
+
+/// One rule for a title wherever it is set: thread.create, thread.set_title,
+/// thread.fork, council.send's new thread, thread.import and `kd title`
+/// all refuse an escape, a tab, a newline, an empty title and one over 200
+/// characters, and store nothing (issue 21 item 11).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_title_is_checked_the_same_wherever_it_is_set() {
+    let kdd = Kdd::start();
+    let s = &kdd.socket;
+    let c = kdd.client().await;
+    let ws = workspace("titles");
+    let t =
+        c.thread_create(ws.clone(), None, Some("Good title".into()), None, None, None, None, None, None).await.unwrap();
+    let call = |method: &str, params: serde_json::Value| {
+        rpc_post(s, &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string())
+    };
+    let long = "x".repeat(201);
+    for bad in ["bad\u{1b}]0;pwned\u{7}title", "tab\there", "two\nlines", "  ", long.as_str()] {
+        let message = serde_json::json!([{"from": "king", "to": ["all"], "body": "hi", "created_at_ms": 1}]);
+        let attempts = [
+            ("thread.create", serde_json::json!({"workspace": ws, "title": bad})),
+            ("thread.set_title", serde_json::json!({"thread": t.id, "title": bad})),
+            ("thread.fork", serde_json::json!({"thread": t.id, "title": bad})),
+            (
+                "council.send",
+                serde_json::json!({"thread": "newone1", "body": "hi", "new_thread": {"workspace": ws, "title": bad}}),
+            ),
+            ("thread.import", serde_json::json!({"workspace": ws, "title": bad, "messages": message})),
+        ];
+        for (method, params) in attempts {
+            let v = call(method, params);
+            assert_eq!(error_code(&v), 1001, "{method} {bad:?}: {v}");
+            let said = v["error"]["message"].as_str().unwrap();
+            assert!(said.contains("title"), "{method} {bad:?}: {said}");
+        }
+    }
+    // A good title is stored trimmed, however it is set.
+    let v = call("thread.set_title", serde_json::json!({"thread": t.id, "title": "  Orders sharding  "}));
+    assert_eq!(v["result"]["title"], "Orders sharding", "{v}");
+    let v = call("thread.create", serde_json::json!({"workspace": workspace("titles2"), "title": " Spaced "}));
+    assert_eq!(v["result"]["title"], "Spaced", "{v}");
+    // Nothing else was written: the one thread made above, plus that one.
+    let threads = c.thread_list(None, None, None).await.unwrap();
+    assert_eq!(threads.len(), 2, "{threads:?}");
+    assert_eq!(c.thread_get(t.id.clone()).await.unwrap().title.as_deref(), Some("Orders sharding"));
+
+    // From the command line: refused in one line, the title kept.
+    let mut k = kdd.kd();
+    k.args(["title", &t.id, "bad\u{1b}title"]);
+    let out = kd_tests::run(k).await;
+    assert_eq!(out.status.code(), Some(1), "{}", out.stdout);
+    assert!(out.stderr.contains("control characters") && !out.stderr.contains('\u{1b}'), "{}", out.stderr);
+    assert_eq!(c.thread_get(t.id.clone()).await.unwrap().title.as_deref(), Some("Orders sharding"));
+}

@@ -219,3 +219,46 @@ async fn chat_new_makes_its_thread_with_the_first_message_in_the_chosen_context(
     tmux.type_line("/quit");
     tmux.wait_for("the shell again", |_| tmux.display("#{alternate_on}") == "0").await;
 }
+
+/// F-B4 in the chat: /archive and /unarchive, and /delete after a y at its
+/// question (issue 21 item 12).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_chat_archives_unarchives_and_deletes_its_thread_after_asking() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = Workspace::new(&[("claude", "claude", &[])]);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::thread_in(&c, &ws, None).await;
+    kd_tests::append(&c, &t, "king", "Keep this for a while.", &[]).await;
+    let tmux = Tmux::start_sized(dir.path(), ws.dir.path(), 120, 30);
+    tmux.wait_for("the shell prompt", |s| s.contains('$')).await;
+    tmux.type_line(&format!("KD_NO_AUTOSTART=1 {} --socket {} chat {t}", bin("kd").display(), kdd.socket.display()));
+    tmux.wait_for("the chat header", |s| s.contains("kd chat") && s.contains(&t)).await;
+
+    tmux.type_line("/archive");
+    tmux.wait_for("the archived notice", |s| s.contains("archived:")).await;
+    assert_eq!(c.thread_get(t.clone()).await.unwrap().status, kd_proto::types::ThreadStatus::Archived);
+    tmux.type_line("/unarchive");
+    tmux.wait_for("the unarchived notice", |s| s.contains("takes messages again")).await;
+    assert_eq!(c.thread_get(t.clone()).await.unwrap().status, kd_proto::types::ThreadStatus::Active);
+
+    tmux.type_line("/delete");
+    tmux.wait_for("the question", |s| s.contains(&format!("Delete thread {t}"))).await;
+    tmux.send_keys(&["n"]);
+    tmux.wait_for("kept", |s| s.contains(&format!("kept thread {t}"))).await;
+    assert!(c.thread_get(t.clone()).await.is_ok(), "n keeps it");
+    tmux.type_line("/delete");
+    tmux.wait_for("the question again", |s| s.contains(&format!("Delete thread {t}"))).await;
+    tmux.send_keys(&["y"]);
+    tmux.wait_for("the deleted notice and the thread picker", |s| {
+        s.contains(&format!("deleted thread {t}")) && s.contains("+ new thread")
+    })
+    .await;
+    assert!(c.thread_get(t.clone()).await.is_err(), "deleted");
+    // Enter on "+ new thread"; the picker closes before anything else is typed
+    // (a key right after Esc would read as Alt+key).
+    tmux.send_keys(&["Enter"]);
+    tmux.wait_for("the picker closed", |s| !s.contains("+ new thread")).await;
+    tmux.type_line("/quit");
+    tmux.wait_for("the shell again", |_| tmux.display("#{alternate_on}") == "0").await;
+}

@@ -416,3 +416,147 @@ fn both_binaries_say_their_version_and_the_commit_they_were_built_from() {
         assert_eq!(text.trim(), format!("{name} {} ({commit})", env!("CARGO_PKG_VERSION")), "{name}");
     }
 }
+
+/// A listener on a socket kd is not allowed to connect to: the socket is
+/// mode 000, so `connect()` fails with EACCES as it does inside an agent's
+/// sandbox that forbids Unix sockets. As root (who passes any mode) the
+/// listener and kd run as another user. The listener lives as long as this.
+struct Forbidden {
+    socket: std::path::PathBuf,
+    dir: std::path::PathBuf,
+    _listener: Option<std::os::unix::net::UnixListener>,
+    impostor: Option<std::process::Child>,
+    kd: Option<kd_tests::other_user::Runnable>,
+}
+
+impl Forbidden {
+    fn new() -> Forbidden {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = kd_tests::other_user::unique("kd-forbidden");
+        let socket = dir.join("kdd.sock");
+        let root = rustix::process::getuid().is_root();
+        let (listener, impostor, kd) = if root {
+            // A listener of the other user's in its own private directory.
+            let l = kd_tests::other_user::runnable("unix-listener");
+            let mut child = kd_tests::other_user::command(&l)
+                .arg(&socket)
+                .arg("--make-dir")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("a listener as another user");
+            let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+            let mut line = String::new();
+            std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+            assert_eq!(line.trim(), "ready");
+            (None, Some(child), Some(kd_tests::other_user::runnable("kd")))
+        } else {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
+            (Some(std::os::unix::net::UnixListener::bind(&socket).unwrap()), None, None)
+        };
+        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o000)).unwrap();
+        Forbidden { socket, dir, _listener: listener, impostor, kd }
+    }
+
+    /// `kd --socket SOCKET ARGS…` as the socket's user; auto-start would run
+    /// a kdd that is not there.
+    fn kd(&self, args: &[&str]) -> tokio::process::Command {
+        let mut k = match &self.kd {
+            Some(kd) => tokio::process::Command::from(kd_tests::other_user::command(kd)),
+            None => tokio::process::Command::new(bin("kd")),
+        };
+        k.arg("--socket")
+            .arg(&self.socket)
+            .args(args)
+            .env("KD_KDD", "/nonexistent/kdd")
+            .env_remove("KD_NO_AUTOSTART")
+            .kill_on_drop(true);
+        k
+    }
+}
+
+impl Drop for Forbidden {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.impostor {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_socket_kd_may_not_connect_to_is_not_a_missing_daemon() {
+    if rustix::process::getuid().is_root()
+        && !kd_tests::other_user::available("a_socket_kd_may_not_connect_to_is_not_a_missing_daemon")
+    {
+        return;
+    }
+    let f = Forbidden::new();
+    let expected = format!(
+        "kd: permission denied connecting to kdd at {} (a sandbox may forbid Unix sockets)",
+        f.socket.display()
+    );
+    for (args, no_autostart) in [
+        (&["threads"][..], false),
+        (&["threads"][..], true),
+        (&["daemon", "start"][..], false),
+        (&["daemon", "status"][..], false),
+    ] {
+        let mut k = f.kd(args);
+        if no_autostart {
+            k.env("KD_NO_AUTOSTART", "1");
+        }
+        let out = run(k).await;
+        assert_eq!(out.status.code(), Some(3), "kd {args:?}: {}{}", out.stdout, out.stderr);
+        assert_eq!(out.stderr.trim_end(), expected, "kd {args:?}");
+        assert!(!out.stdout.contains("not running"), "kd {args:?}: {}", out.stdout);
+    }
+    // No start was attempted: a starter takes the start lock first.
+    assert!(!f.dir.join("kdd.sock.start.lock").exists(), "kd tried to start a second kdd");
+}
+
+/// `kd events` is `tail`: the newest events (oldest first among them), a
+/// line saying where the older ones are, `--before`/`--since` to page, and
+/// a `--limit` over one page of the daemon fetched page by page, not cut
+/// (issue 21 item 10).
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_events_shows_the_newest_and_says_where_the_older_ones_are() {
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = c.thread_create(workspace("tail"), None, None, None, None, None, None, None, None).await.unwrap().id;
+    kd_tests::fill(&kdd, &t, 1100, 4, |i| format!("m{i}")).await;
+    let events = |args: &[&str]| {
+        let mut k = kdd.kd();
+        k.args(["events", "--thread", &t]).args(args);
+        run(k)
+    };
+    let ids = |json: &str| -> Vec<u64> {
+        let v: Vec<kd_proto::types::Event> = serde_json::from_str(json).unwrap();
+        v.iter().map(|e| e.id).collect()
+    };
+    let all = ids(&events(&["--json", "--since", "0", "--limit", "5000"]).await.stdout);
+    assert_eq!(all.len(), 1101, "thread.create and 1,100 messages, past one page of 1,000");
+    let newest = *all.last().unwrap();
+
+    let out = events(&["--limit", "3"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let rows: Vec<&str> = out.stdout.lines().skip(1).collect();
+    assert_eq!(rows.len(), 3, "{}", out.stdout);
+    assert!(rows[2].starts_with(&format!("{newest} ")), "the newest last: {}", out.stdout);
+    let oldest_shown = all[all.len() - 3];
+    assert!(rows[0].starts_with(&format!("{oldest_shown} ")), "{}", out.stdout);
+    assert!(out.stderr.contains(&format!("kd events --before {oldest_shown}")), "{}", out.stderr);
+
+    let tail = ids(&events(&["--json", "--limit", "1050"]).await.stdout);
+    assert_eq!(tail, all[all.len() - 1050..], "more than a page, the newest, in order");
+    let back = ids(&events(&["--json", "--limit", "2", "--before", &oldest_shown.to_string()]).await.stdout);
+    assert_eq!(back, all[all.len() - 5..all.len() - 3]);
+    let forward = ids(&events(&["--json", "--limit", "2", "--since", &all[0].to_string()]).await.stdout);
+    assert_eq!(forward, all[1..3]);
+    // Everything shown: nothing more to say.
+    let out = events(&["--limit", "2000"]).await;
+    assert_eq!(out.stdout.lines().count(), 1 + 1101);
+    assert!(out.stderr.is_empty(), "{}", out.stderr);
+}

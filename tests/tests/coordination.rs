@@ -35,7 +35,7 @@ fn none() -> serde_json::Value {
 }
 
 async fn kinds(c: &kd_client::Client, thread: &str) -> Vec<String> {
-    let events = c.events_list(Some(thread.into()), None, None, None, Some(1000)).await.unwrap();
+    let events = c.events_list(Some(thread.into()), None, None, None, Some(1000), None).await.unwrap();
     events.into_iter().map(|e| e.kind).collect()
 }
 
@@ -220,7 +220,7 @@ async fn queued_members_keep_messages_and_full_inboxes_drop_or_refuse() {
     }
     // A member's own queue decisions concern no one thread.
     for kind in ["queue.process", "queue.subscribe"] {
-        let e = c.events_list(None, None, Some(kind.into()), None, None).await.unwrap();
+        let e = c.events_list(None, None, Some(kind.into()), None, None, None).await.unwrap();
         assert_eq!(e.len(), 1, "{kind}");
     }
 }
@@ -428,7 +428,7 @@ async fn all_waits_up_to_the_timeout_reports_the_late_and_merges_what_came() {
     let merged = messages.iter().find(|m| Some(m.seq) == done.merged).unwrap();
     assert_eq!(merged.body, "**claude**:\nUse a queue.\n\n**cursor**:\nUse a channel.");
     assert_eq!((merged.from.as_str(), merged.purpose), ("kd", Some(Purpose::Merge)));
-    let late = c.events_list(Some(t.clone()), None, Some("completion.timeout".into()), None, None).await.unwrap();
+    let late = c.events_list(Some(t.clone()), None, Some("completion.timeout".into()), None, None, None).await.unwrap();
     assert_eq!(late.iter().map(|e| e.agent.as_deref()).collect::<Vec<_>>(), [Some("codex")]);
     assert!(kinds(&c, &t).await.contains(&"completion.merge".to_string()));
 }
@@ -694,7 +694,7 @@ async fn a_second_writer_is_rejected_with_a_backoff_and_a_reader_warned() {
         assert!(k.contains(&kind.to_string()), "{kind} missing: {k:?}");
     }
     // A family of kinds at once: `race.*`, over RPC and with kd events.
-    let races = c.events_list(Some(t.clone()), None, Some("race.*".into()), None, None).await.unwrap();
+    let races = c.events_list(Some(t.clone()), None, Some("race.*".into()), None, None, None).await.unwrap();
     let race_kinds: Vec<&str> = races.iter().map(|e| e.kind.as_str()).collect();
     assert_eq!(race_kinds, ["race.write_write", "race.read_write"]);
     let mut events = kdd.kd();
@@ -727,7 +727,7 @@ async fn a_forked_backend_session_and_a_second_copy_resumed_at_once_are_races() 
         messages.iter().filter_map(|m| m.run.as_ref().and_then(|r| r.backend_session_id.clone())).collect();
     assert_eq!(ids.len(), 2);
     assert_ne!(ids[0], ids[1]);
-    let forks = c.events_list(Some(t.clone()), None, Some("race.session_fork".into()), None, None).await.unwrap();
+    let forks = c.events_list(Some(t.clone()), None, Some("race.session_fork".into()), None, None, None).await.unwrap();
     assert_eq!(forks.len(), 1, "{forks:?}");
     assert_eq!((&forks[0].data["expected"], &forks[0].data["got"]), (&ids[0].clone().into(), &ids[1].clone().into()));
     assert_eq!(forks[0].agent.as_deref(), Some("claude"));
@@ -747,7 +747,7 @@ async fn a_forked_backend_session_and_a_second_copy_resumed_at_once_are_races() 
         assert_eq!(e.code(), Some(kd_proto::ErrorCode::SessionActive), "{e}");
         assert!(e.to_string().contains("tool A"), "{e}");
     }
-    let conflicts = c.events_list(None, None, Some("race.resume_conflict".into()), None, None).await.unwrap();
+    let conflicts = c.events_list(None, None, Some("race.resume_conflict".into()), None, None, None).await.unwrap();
     assert_eq!(conflicts.len(), 2, "{conflicts:?}");
     for e in &conflicts {
         assert_eq!((e.data["holder"].as_str(), e.data["requested_by"].as_str()), (Some("tool A"), Some("tool B")));

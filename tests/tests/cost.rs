@@ -111,7 +111,7 @@ async fn a_budget_stops_the_pending_auto_turns_with_a_notice() {
     assert_eq!(answers, 2, "the first round only: {messages:#?}");
     let notice = messages.iter().find(|m| m.kind == MessageKind::System).unwrap();
     assert!(notice.body.contains("$0.0012") && notice.body.contains("council.budget_usd ($0.0010)"), "{}", notice.body);
-    let events = c.events_list(Some(t.clone()), None, Some("exchange.budget".into()), None, None).await.unwrap();
+    let events = c.events_list(Some(t.clone()), None, Some("exchange.budget".into()), None, None, None).await.unwrap();
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].data["budget_usd"], 0.001);
     // Without a budget the same exchange takes its two auto-rounds.
@@ -356,6 +356,6 @@ async fn the_budget_is_checked_before_a_hand_off() {
     let notice = messages.iter().find(|m| m.kind == MessageKind::System).expect("kd's notice");
     assert!(notice.body.contains("council.budget_usd ($0.0010)"), "{}", notice.body);
     assert!(messages.iter().all(|m| m.from != "codex"));
-    let events = c.events_list(Some(t.clone()), None, Some("exchange.budget".into()), None, None).await.unwrap();
+    let events = c.events_list(Some(t.clone()), None, Some("exchange.budget".into()), None, None, None).await.unwrap();
     assert_eq!(events.len(), 1);
 }

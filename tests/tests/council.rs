@@ -229,7 +229,7 @@ async fn interrupt_during_auto_rounds_stops_them() {
     assert_eq!(state, RoundState::Stopped);
     assert!(events.iter().any(|e| matches!(e, ThreadEvent::RunCancelled { .. })), "{events:#?}");
     // The exchange is over: no further run starts.
-    let started = c.events_list(Some(t.clone()), None, Some("run.start".into()), None, None).await.unwrap().len();
+    let started = c.events_list(Some(t.clone()), None, Some("run.start".into()), None, None, None).await.unwrap().len();
     assert_eq!(started, 3, "two in round 1, one in round 2");
     assert!(c.run_list(Some(t.clone())).await.unwrap().is_empty());
     let last = c.thread_messages(t, None, None, None, None).await.unwrap().pop().unwrap();

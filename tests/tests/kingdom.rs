@@ -71,6 +71,10 @@ async fn a_kingdom_tree_is_imported_once_with_everything_kingdom_wrote() {
         (vec!["claude".to_string(), "cursor".to_string()], Some("feature-oauth-refresh"))
     );
     assert_eq!(get("council-0ld1").status, ThreadStatus::Archived, "from Kingdom's archive");
+    // Titled as a native thread is: by the first line of the King's first message.
+    assert_eq!(main.title.as_deref(), Some("Should threads be keyed by branch or by id?"));
+    assert_eq!(review.title.as_deref(), Some("Review the refresh flow."));
+    assert_eq!(get("council-0ld1").title.as_deref(), Some("Is this spike worth keeping?"));
 
     let m = c.thread_messages(main.id.clone(), None, None, None, None).await.unwrap();
     assert_eq!(m[0].refs, ["src/kingdom/thread.py", "docs/design.md"], "a multi-line list");
@@ -100,6 +104,23 @@ async fn a_kingdom_tree_is_imported_once_with_everything_kingdom_wrote() {
     let strip_json =
         |t: Vec<(PathBuf, Vec<u8>)>| t.into_iter().filter(|(n, _)| n != Path::new("thread.json")).collect::<Vec<_>>();
     assert_eq!(strip_json(tree(&first)), strip_json(tree(&second)));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_title_kd_would_refuse_is_not_imported_and_the_first_line_titles_the_thread() {
+    let project = kingdom_project();
+    let kdd = Kdd::start();
+    let dir = project.path().join(".kd/branches/feature-oauth-refresh/threads/council-f00d");
+    let meta = r#"{"id": "council-f00d", "members": ["claude"], "created_at": "2026-02-10T09:00:00Z",
+                   "title": "bad\u001b]0;pwned\u0007title"}"#;
+    std::fs::write(dir.join("thread.json"), meta).unwrap();
+    let out = kd(&kdd, project.path(), &["import", dir.to_str().unwrap()]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stderr.contains("title contains control characters"), "{}", out.stderr);
+    assert!(!out.stderr.contains('\u{1b}'), "{}", out.stderr);
+    let c = kdd.client().await;
+    let t = c.thread_get("council-f00d".into()).await.unwrap();
+    assert_eq!(t.title.as_deref(), Some("Review the refresh flow."));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -147,4 +168,44 @@ async fn import_reads_only_regular_files_of_bounded_size() {
     assert_eq!(skipped.len(), 3, "{}", out.stderr);
     assert!(skipped.iter().any(|l| l.contains("0002-fifo.md: not a regular file")), "{}", out.stderr);
     assert!(skipped.iter().any(|l| l.contains("0004-huge.md") && l.contains("limit")), "{}", out.stderr);
+}
+
+/// A Kingdom user's `kd council …` verbs run kd's own commands, each with
+/// one line on stderr naming the kd command (issue 21 item 13).
+#[tokio::test(flavor = "multi_thread")]
+async fn kingdoms_council_verbs_run_kds_commands_with_a_notice() {
+    let ws = kd_tests::Workspace::new(&[("claude", "claude", &[])]);
+    let kdd = Kdd::start();
+    let ask = kd(&kdd, ws.dir.path(), &["council", "ask", "--new-thread", "--rounds", "0", "How do we shard?"]).await;
+    assert!(ask.status.success(), "{}", ask.stderr);
+    assert_eq!(
+        ask.stderr.lines().next(),
+        Some("kd: `kd council ask` is Kingdom's; running `kd ask` (use that from now on)")
+    );
+    assert_eq!(ask.stderr.lines().count(), 1, "{}", ask.stderr);
+    assert!(ask.stdout.contains("Answer from claude."), "{}", ask.stdout);
+    let c = kdd.client().await;
+    let t = c.thread_current(ws.path(), None).await.unwrap().expect("the asked thread");
+
+    let show = kd(&kdd, ws.dir.path(), &["council", "show", &t.id, "--all"]).await;
+    let native = kd(&kdd, ws.dir.path(), &["show", &t.id]).await;
+    assert!(show.status.success(), "{}", show.stderr);
+    assert_eq!(show.stdout, native.stdout);
+    assert!(show.stderr.contains("running `kd show`"), "{}", show.stderr);
+
+    let list = kd(&kdd, ws.dir.path(), &["council", "list"]).await;
+    assert!(list.status.success() && list.stdout.contains(&t.id), "{} {}", list.stdout, list.stderr);
+    assert!(list.stderr.contains("running `kd threads --here`"), "{}", list.stderr);
+    let retry = kd(&kdd, ws.dir.path(), &["council", "retry"]).await;
+    assert!(retry.status.success() && retry.stdout.contains("no failed members"), "{} {}", retry.stdout, retry.stderr);
+    let watch = kd(&kdd, ws.dir.path(), &["council", "watch", "--help"]).await;
+    assert!(watch.status.success() && watch.stdout.contains("Usage: kd watch"), "{} {}", watch.stdout, watch.stderr);
+
+    // A verb kd has nothing for says so, and what to use.
+    let status = kd(&kdd, ws.dir.path(), &["council", "status"]).await;
+    assert_eq!(status.status.code(), Some(2), "{}", status.stderr);
+    assert!(status.stderr.contains("`kd council status`") && status.stderr.contains("kd runs"), "{}", status.stderr);
+    // Not listed among kd's own commands.
+    let help = kd(&kdd, ws.dir.path(), &["--help"]).await;
+    assert!(!help.stdout.lines().any(|l| l.trim_start().starts_with("council ")), "{}", help.stdout);
 }

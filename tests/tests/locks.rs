@@ -45,7 +45,7 @@ async fn a_second_acquirer_is_denied_with_the_holder_and_time_left() {
         }
         other => panic!("{other:?}"),
     }
-    let denied = c.events_list(None, None, Some("lock.deny".into()), None, None).await.unwrap();
+    let denied = c.events_list(None, None, Some("lock.deny".into()), None, None, None).await.unwrap();
     assert_eq!(denied.len(), 1);
 }
 
@@ -123,7 +123,7 @@ async fn a_lock_held_by_a_dead_process_is_free() {
     assert!(c.lock_list(None).await.unwrap().is_empty(), "a dead holder's lock is not listed");
     let second = token(&c.lock_acquire("r".into(), "other".into(), 1000, None).await.unwrap());
     assert!(second > first);
-    let acquired = c.events_list(None, None, Some("lock.acquire".into()), None, None).await.unwrap();
+    let acquired = c.events_list(None, None, Some("lock.acquire".into()), None, None, None).await.unwrap();
     assert_eq!(acquired.last().unwrap().data["freed"], "holder_dead");
 }
 

@@ -100,7 +100,8 @@ async fn hundred_concurrent_resumes_allow_exactly_one() {
     let winner = &allowed[0];
     assert_eq!(winner.status, SessionStatus::Active);
     // The rejections name the winner as holder, and are in the event log.
-    let events = client.events_list(None, None, Some("session.resume_rejected".into()), None, None).await.unwrap();
+    let events =
+        client.events_list(None, None, Some("session.resume_rejected".into()), None, None, None).await.unwrap();
     assert_eq!(events.len(), 99);
     assert!(events.iter().all(|e| e.data["holder"] == serde_json::json!(winner.holder)));
 }
@@ -126,7 +127,7 @@ async fn one_active_session_per_thread_and_agent_and_a_dead_holder_frees_it() {
     child.wait().unwrap();
     let resumed = client.session_resume(first.id.clone(), Some("b".into()), None).await.unwrap();
     assert_eq!(resumed.holder.as_deref(), Some("b"));
-    let reclaimed = client.events_list(None, None, Some("session.reclaimed".into()), None, None).await.unwrap();
+    let reclaimed = client.events_list(None, None, Some("session.reclaimed".into()), None, None, None).await.unwrap();
     assert_eq!(reclaimed.len(), 1);
 }
 
@@ -327,7 +328,7 @@ async fn the_event_log_reconstructs_a_thread_and_filters() {
     }
     let s = c.session_start(t.clone(), "claude".into(), None, None, None, None).await.unwrap();
     c.session_end(s.id, None, None).await.unwrap();
-    let events = c.events_list(Some(t.clone()), None, None, None, None).await.unwrap();
+    let events = c.events_list(Some(t.clone()), None, None, None, None, None).await.unwrap();
     let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
     assert_eq!(kinds, ["thread.create", "message", "message", "message", "session.start", "session.end"]);
     let rebuilt: Vec<(String, String)> = events
@@ -344,10 +345,10 @@ async fn the_event_log_reconstructs_a_thread_and_filters() {
         .collect();
     assert_eq!(rebuilt, stored);
     // "Concerning claude": as member, sender or session owner; not the king's broadcast.
-    let claude = c.events_list(Some(t.clone()), Some("claude".into()), None, None, None).await.unwrap();
+    let claude = c.events_list(Some(t.clone()), Some("claude".into()), None, None, None, None).await.unwrap();
     let kinds: Vec<&str> = claude.iter().map(|e| e.kind.as_str()).collect();
     assert_eq!(kinds, ["thread.create", "message", "session.start", "session.end"]);
-    let after = c.events_list(Some(t), None, None, Some(events[3].id), Some(1)).await.unwrap();
+    let after = c.events_list(Some(t), None, None, Some(events[3].id), Some(1), None).await.unwrap();
     assert_eq!(after.len(), 1);
     assert_eq!(after[0].id, events[4].id);
 }
@@ -390,4 +391,39 @@ async fn a_session_whose_holder_died_is_listed_released_and_session_get_checks_o
     assert_eq!(client.session_get(s.id.clone()).await.unwrap().status, SessionStatus::Expired);
     let missing = ClientError::from(client.session_get("s-nope".into()).await.unwrap_err());
     assert_eq!(missing.code(), Some(ErrorCode::NotFound));
+}
+
+/// `events.list` gives the newest events by default, oldest first among
+/// them (like `tail`), pages back with `before_id` and forward with
+/// `since_id`, and refuses a limit it would otherwise cap (issue 21 item 10).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_event_log_gives_its_newest_page_and_pages_both_ways() {
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = new_thread(&c, "tail").await;
+    for i in 0..12 {
+        append(&c, &t, "king", format!("m{i}"), &[]).await;
+    }
+    let list = |params: serde_json::Value| -> Vec<u64> {
+        let v = kd_tests::rpc_post(
+            &kdd.socket,
+            &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "events.list", "params": params}).to_string(),
+        );
+        let events: Vec<kd_proto::types::Event> =
+            serde_json::from_value(v["result"].clone()).unwrap_or_else(|e| panic!("{e}: {v}"));
+        events.iter().map(|e| e.id).collect()
+    };
+    let all = list(serde_json::json!({"thread": t}));
+    assert_eq!(all.len(), 13, "thread.create and 12 messages");
+    assert!(all.windows(2).all(|w| w[0] < w[1]), "oldest first: {all:?}");
+    assert_eq!(list(serde_json::json!({"thread": t, "limit": 5})), all[8..], "the newest five");
+    assert_eq!(list(serde_json::json!({"thread": t, "limit": 5, "before_id": all[8]})), all[3..8]);
+    assert_eq!(list(serde_json::json!({"thread": t, "limit": 5, "since_id": 0})), all[..5]);
+    assert_eq!(list(serde_json::json!({"thread": t, "since_id": all[2], "before_id": all[6]})), all[3..6]);
+    let v = kd_tests::rpc_post(
+        &kdd.socket,
+        &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "events.list", "params": {"limit": 1001}}).to_string(),
+    );
+    assert_eq!(v["error"]["code"], 1001, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("at most 1000"), "{v}");
 }

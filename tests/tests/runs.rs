@@ -352,7 +352,7 @@ async fn cancel_mid_stream(backend: &str, exec: bool) {
             "{backend}: the partial text is kept: {body:?}"
         );
     }
-    let runs = c.events_list(Some(t.clone()), None, Some("run.cancel".into()), None, None).await.unwrap();
+    let runs = c.events_list(Some(t.clone()), None, Some("run.cancel".into()), None, None, None).await.unwrap();
     assert_eq!(runs.len(), 1);
     if backend == "codex" && !exec {
         // The turn was interrupted (`turn/interrupt`); the app-server lives

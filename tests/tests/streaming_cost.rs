@@ -126,7 +126,7 @@ async fn a_message_body_is_stored_once_and_the_event_log_still_gives_it() {
     let t = kd_tests::new_thread(&c, "/tmp").await;
     let body = "b".repeat(MIB as usize);
     kd_tests::append(&c, &t, "king", body.clone(), &[]).await;
-    let events = c.events_list(Some(t.clone()), None, Some("message".into()), None, None).await.unwrap();
+    let events = c.events_list(Some(t.clone()), None, Some("message".into()), None, None, None).await.unwrap();
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].data["body"].as_str(), Some(body.as_str()), "the event log gives the body");
     let conn = rusqlite::Connection::open(&kdd.db).unwrap();

@@ -12,8 +12,6 @@ use kd_proto::types::{
 use ratatui::text::Line;
 use ratatui_textarea::TextArea;
 
-use super::commands::{self, Command};
-
 /// What an entry of the log shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -120,7 +118,17 @@ pub enum Effect {
     /// Branch this thread (with an optional title) and open the branch.
     Fork(Option<String>),
     Search(String),
+    Archive,
+    Unarchive,
+    /// Delete this thread (asked and confirmed).
+    Delete,
     Exit,
+}
+
+/// A question the chat asks before it acts; the next key answers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Confirm {
+    Delete,
 }
 
 /// Where an exchange stands, for the header.
@@ -184,6 +192,8 @@ pub struct App {
     /// An emergency broadcast not yet acknowledged by everyone: who sent
     /// it and who still owes an acknowledgement.
     pub emergency: Option<(String, Vec<String>)>,
+    /// A question asked (`/delete`): the next key answers it.
+    pub confirm: Option<Confirm>,
 }
 
 impl App {
@@ -207,6 +217,7 @@ impl App {
             log_height: 20,
             pending_new: None,
             emergency: None,
+            confirm: None,
             palette: kd_client::style::Palette::default(),
             colors: std::env::var_os("NO_COLOR").is_none(),
         }
@@ -504,114 +515,6 @@ impl App {
 
     pub fn set_notice(&mut self, text: impl Into<String>) {
         self.notice = Some(text.into());
-        self.dirty = true;
-    }
-
-    /// The input was submitted: a message or a command.
-    pub fn submit(&mut self) -> Vec<Effect> {
-        let text = self.input.lines().join("\n");
-        if text.trim().is_empty() {
-            return vec![];
-        }
-        self.input = new_input();
-        self.dirty = true;
-        if !text.starts_with('/') {
-            self.scroll = 0;
-            self.new_below = false;
-            return vec![Effect::Send { body: text, mute: self.mute.iter().cloned().collect() }];
-        }
-        match commands::parse(&text) {
-            Ok(Command::Mute(name)) | Ok(Command::Unmute(name)) if !self.thread.members.contains(&name) => {
-                self.set_notice(format!("no member {name:?}; the members are {}", self.thread.members.join(", ")));
-                vec![]
-            }
-            Ok(Command::Mute(name)) => {
-                self.mute.insert(name.clone());
-                self.set_notice(format!("{name} is muted: it will not be asked until /unmute {name}"));
-                vec![]
-            }
-            Ok(Command::Unmute(name)) => {
-                self.mute.remove(&name);
-                self.set_notice(format!("{name} is back"));
-                vec![]
-            }
-            Ok(Command::Retry) => vec![Effect::Retry],
-            Ok(Command::Help) => {
-                self.overlay = Some(Overlay::Help);
-                vec![]
-            }
-            Ok(Command::Quit) => self.quit(),
-            Ok(Command::New) => vec![Effect::NewThread],
-            Ok(Command::Threads) => vec![Effect::ListThreads],
-            Ok(Command::Title(t)) => vec![Effect::SetTitle(t)],
-            Ok(Command::Fork(t)) => vec![Effect::Fork(t)],
-            Ok(Command::Search(q)) => vec![Effect::Search(q)],
-            Err(msg) => {
-                self.set_notice(msg);
-                vec![]
-            }
-        }
-    }
-
-    /// `/quit`: now, or once this client's runs are done.
-    pub fn quit(&mut self) -> Vec<Effect> {
-        if self.my_runs_in_flight() == 0 {
-            return vec![Effect::Exit];
-        }
-        self.quitting = true;
-        self.set_notice("quitting when your runs finish · Esc to stop them and quit now");
-        vec![]
-    }
-
-    pub fn my_runs_in_flight(&self) -> usize {
-        self.entries
-            .iter()
-            .filter(|e| matches!(e.kind, Kind::Waiting | Kind::Streaming))
-            .filter(|e| e.run.as_ref().is_some_and(|r| self.my_runs.contains(r)))
-            .count()
-    }
-
-    /// Esc: interrupt; during /quit, force it.
-    pub fn escape(&mut self) -> Vec<Effect> {
-        if self.overlay.take().is_some() {
-            self.dirty = true;
-            return vec![];
-        }
-        if self.quitting {
-            return vec![Effect::Interrupt, Effect::Exit];
-        }
-        self.set_notice("interrupted: your runs are cancelled and the pending turns stopped");
-        vec![Effect::Interrupt]
-    }
-
-    /// Tab: completes the `@member` or `/command` before the cursor.
-    pub fn complete(&mut self) {
-        let ratatui_textarea::DataCursor(row, col) = self.input.cursor();
-        let line = self.input.lines().get(row).cloned().unwrap_or_default();
-        let before: String = line.chars().take(col).collect();
-        let word_start = before.rfind(char::is_whitespace).map(|i| i + 1).unwrap_or(0);
-        let word = &before[word_start..];
-        let candidates: Vec<String> = if let Some(partial) = word.strip_prefix('@') {
-            std::iter::once("all".to_string())
-                .chain(self.thread.members.iter().cloned())
-                .filter(|m| m.starts_with(&partial.to_lowercase()))
-                .map(|m| format!("@{m} "))
-                .collect()
-        } else if word.starts_with('/') && word_start == 0 && row == 0 {
-            commands::NAMES.iter().filter(|c| c.starts_with(word)).map(|c| format!("{c} ")).collect()
-        } else {
-            vec![]
-        };
-        match candidates.as_slice() {
-            [one] => {
-                for _ in 0..word.chars().count() {
-                    self.input.delete_char();
-                }
-                self.input.insert_str(one);
-            }
-            [] => {}
-            many => self.set_notice(many.iter().map(|c| c.trim()).collect::<Vec<_>>().join("  ")),
-        }
         self.dirty = true;
     }
 

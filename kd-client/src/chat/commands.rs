@@ -1,8 +1,22 @@
 //! Slash commands of the chat.
 
 /// The commands, for completion and help.
-pub const NAMES: &[&str] =
-    &["/mute", "/unmute", "/retry", "/help", "/quit", "/exit", "/new", "/threads", "/title", "/fork", "/search"];
+pub const NAMES: &[&str] = &[
+    "/mute",
+    "/unmute",
+    "/retry",
+    "/help",
+    "/quit",
+    "/exit",
+    "/new",
+    "/threads",
+    "/title",
+    "/fork",
+    "/search",
+    "/archive",
+    "/unarchive",
+    "/delete",
+];
 
 /// What each command does, for `/help`.
 pub const HELP: &[(&str, &str)] = &[
@@ -14,6 +28,9 @@ pub const HELP: &[(&str, &str)] = &[
     ("/title TEXT", "name this thread"),
     ("/fork [TITLE]", "branch this thread (with the context bundle) and open the branch"),
     ("/search WORDS", "find words in every thread; Enter opens the hit"),
+    ("/archive", "archive this thread: runs stop, sessions end, a summary is kept"),
+    ("/unarchive", "open this archived thread to messages again"),
+    ("/delete", "delete this thread and all it holds (asks first)"),
     ("/help", "this help"),
     ("/quit, /exit", "leave once your runs finish (Esc to force)"),
 ];
@@ -40,6 +57,9 @@ pub enum Command {
     Title(String),
     Fork(Option<String>),
     Search(String),
+    Archive,
+    Unarchive,
+    Delete,
 }
 
 /// Parses a line that starts with `/`; the error is a one-line notice.
@@ -68,6 +88,9 @@ pub fn parse(line: &str) -> Result<Command, String> {
         "/quit" | "/exit" => Command::Quit,
         "/new" => Command::New,
         "/threads" => Command::Threads,
+        "/archive" => Command::Archive,
+        "/unarchive" => Command::Unarchive,
+        "/delete" => Command::Delete,
         other => return Err(format!("unknown command {other}; /help lists them")),
     };
     let takes_arg = matches!(cmd, Command::Mute(_) | Command::Unmute(_));
@@ -96,5 +119,7 @@ mod tests {
         assert_eq!(parse("/fork Try it"), Ok(Command::Fork(Some("Try it".into()))));
         assert_eq!(parse("/search \"orders table\""), Ok(Command::Search("\"orders table\"".into())));
         assert!(parse("/search").is_err() && parse("/title ").is_err());
+        assert_eq!(parse("/delete"), Ok(Command::Delete));
+        assert_eq!(parse("/unarchive x"), Err("/unarchive takes no argument".into()));
     }
 }

@@ -39,6 +39,10 @@ pub fn on_key(app: &mut App, key: KeyEvent) -> Vec<Effect> {
     if ctrl && matches!(key.code, KeyCode::Char('c')) {
         return vec![Effect::Exit];
     }
+    // A question asked (`/delete`): this key answers it, and does nothing else.
+    if app.confirm.is_some() {
+        return app.answer(matches!(key.code, KeyCode::Char('y' | 'Y')) && !ctrl);
+    }
     if key.code == KeyCode::Esc {
         return app.escape();
     }

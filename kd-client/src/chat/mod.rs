@@ -9,6 +9,7 @@
 
 pub mod app;
 pub mod commands;
+pub mod input;
 pub mod keys;
 pub mod view;
 pub mod wrap;
@@ -64,6 +65,9 @@ enum Reply {
     Threads(Result<Vec<Thread>, ClientError>),
     Titled(Result<Thread, ClientError>),
     Found(Result<Vec<kd_proto::types::SearchHit>, ClientError>),
+    Archived(Result<Thread, ClientError>),
+    Unarchived(Result<Thread, ClientError>),
+    Deleted(Result<kd_proto::types::Deleted, ClientError>),
 }
 
 pub async fn run(ctx: &Ctx, args: ChatArgs) -> anyhow::Result<ExitCode> {
@@ -331,6 +335,10 @@ fn request(client: &Arc<Client>, app: &App, effect: Effect, tx: mpsc::UnboundedS
             Effect::Search(q) => {
                 Reply::Found(client.search_query(q, None, None, None, Some(50)).await.map_err(ClientError::from))
             }
+            Effect::Archive => Reply::Archived(client.thread_archive(thread).await.map_err(ClientError::from)),
+            Effect::Unarchive => Reply::Unarchived(client.thread_unarchive(thread).await.map_err(ClientError::from)),
+            // Runs in flight refuse it: the daemon's message says so.
+            Effect::Delete => Reply::Deleted(client.thread_delete(thread, None).await.map_err(ClientError::from)),
             Effect::NewThread | Effect::Open(_) | Effect::OpenAt(..) | Effect::Fork(_) | Effect::Exit => return,
         };
         let _ = tx.send(reply);
@@ -366,12 +374,34 @@ fn on_reply(app: &mut App, reply: Reply) -> Vec<Effect> {
         }
         Reply::Found(Ok(hits)) if hits.is_empty() => app.set_notice("no match"),
         Reply::Found(Ok(hits)) => app.overlay = Some(Overlay::Search { hits, selected: 0 }),
+        Reply::Archived(Ok(t)) => {
+            app.thread.status = t.status;
+            app.thread.summary = t.summary;
+            app.set_notice(format!(
+                "archived: its runs stopped, its sessions ended, a summary is kept (`kd show {}`); /unarchive opens it again",
+                t.id
+            ));
+        }
+        Reply::Unarchived(Ok(t)) => {
+            app.thread.status = t.status;
+            app.set_notice(format!("unarchived: thread {} takes messages again", t.id));
+        }
+        // The thread is gone: a new one waits for its first message, and
+        // the workspace's threads are offered.
+        Reply::Deleted(Ok(d)) => {
+            app.set_notice(format!("deleted thread {} ({} messages)", d.thread, d.messages));
+            app.dirty = true;
+            return vec![Effect::NewThread, Effect::ListThreads];
+        }
         Reply::Sent(Err(e))
         | Reply::Interrupted(Err(e))
         | Reply::Retried(Err(e))
         | Reply::Threads(Err(e))
         | Reply::Titled(Err(e))
-        | Reply::Found(Err(e)) => app.set_notice(e.to_string()),
+        | Reply::Found(Err(e))
+        | Reply::Archived(Err(e))
+        | Reply::Unarchived(Err(e))
+        | Reply::Deleted(Err(e)) => app.set_notice(e.to_string()),
     }
     app.dirty = true;
     vec![]

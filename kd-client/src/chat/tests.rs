@@ -165,7 +165,7 @@ fn tab_completes_members_and_commands() {
     keys::on_key(&mut app, key(KeyCode::Tab));
     assert_eq!(app.input.lines(), ["ask @claude "]);
     let mut app = App::new(thread());
-    typed(&mut app, "/un");
+    typed(&mut app, "/unm");
     keys::on_key(&mut app, key(KeyCode::Tab));
     assert_eq!(app.input.lines(), ["/unmute "]);
     let mut app = App::new(thread());
@@ -307,13 +307,17 @@ fn the_thread_picker_offers_a_new_thread_and_the_recent_ones() {
     other.id = "k2m9p4".into();
     other.title = Some("schema review".into());
     other.last_seq = 12;
+    other.status = ThreadStatus::Archived;
     let picker = || {
         let mut app = App::new(thread());
         app.overlay = Some(Overlay::Threads { threads: vec![thread(), other.clone()], selected: 0 });
         app
     };
     let mut app = picker();
-    insta::assert_snapshot!(screen(&mut app, 80, 16));
+    let s = screen(&mut app, 80, 16);
+    // An archived thread says so: opened, it refuses messages until /unarchive.
+    assert!(s.contains("k2m9p4  12 messages  [archived]  schema review"), "{s}");
+    insta::assert_snapshot!(s);
     assert_eq!(keys::on_key(&mut app, key(KeyCode::Enter)), vec![Effect::NewThread], "first: a new thread");
     let mut app = picker();
     for _ in 0..3 {
@@ -593,4 +597,77 @@ fn a_question_to_a_busy_member_shows_queued_until_its_run_starts() {
     assert!(!s.contains("queued") && s.contains("claude ── waiting..."), "{s}");
     app.apply(&delta("r2", "claude", "On B", 4));
     assert_eq!(app.kinds().last(), Some(&("claude".into(), Kind::Streaming)));
+}
+
+#[test]
+fn kds_own_panels_name_kd_once() {
+    let mut app = App::new(thread());
+    let bundle = Message {
+        purpose: Some(Purpose::Bundle),
+        ..message(1, "kd", MessageKind::System, "AGENTS.md: run the tests.", None)
+    };
+    let summary = Message {
+        purpose: Some(Purpose::Summary),
+        ..message(2, "kd", MessageKind::System, "The branch chose ids.", None)
+    };
+    let budget = message(3, "kd", MessageKind::System, "Stopped: the exchange reached its budget.", None);
+    app.load(thread(), &[bundle, summary, budget]);
+    let s = screen(&mut app, 80, 20);
+    assert!(s.contains("┌─ kd · bundle ─"), "{s}");
+    assert!(s.contains("┌─ kd · summary ─"), "{s}");
+    assert!(s.contains("┌─ kd ─"), "{s}");
+    assert!(!s.contains("· kd "), "kd named twice: {s}");
+}
+
+fn enter_line(app: &mut App, text: &str) -> Vec<Effect> {
+    typed(app, text);
+    keys::on_key(app, key(KeyCode::Enter))
+}
+
+#[test]
+fn archive_unarchive_and_a_delete_that_asks_first() {
+    let mut t = thread();
+    t.title = Some("Orders".into());
+    t.last_seq = 3;
+    let mut app = App::new(t.clone());
+    app.load(t, &[]);
+    assert_eq!(enter_line(&mut app, "/archive"), vec![Effect::Archive]);
+    assert_eq!(enter_line(&mut app, "/unarchive"), vec![Effect::Unarchive]);
+    assert_eq!(enter_line(&mut app, "/archive now"), vec![]);
+    assert_eq!(app.notice.as_deref(), Some("/archive takes no argument"));
+
+    // /delete asks; anything but y keeps the thread, and the key does nothing else.
+    assert_eq!(enter_line(&mut app, "/delete"), vec![]);
+    let s = screen(&mut app, 100, 12);
+    assert!(
+        s.contains("Delete thread a8b3c1 (Orders) and its 3 messages? y deletes it, any other key keeps it"),
+        "{s}"
+    );
+    assert_eq!(keys::on_key(&mut app, key(KeyCode::Char('n'))), vec![]);
+    assert_eq!(app.notice.as_deref(), Some("kept thread a8b3c1"));
+    assert!(app.input.lines().concat().is_empty(), "the answer is not typed into the input");
+    assert_eq!(enter_line(&mut app, "/delete"), vec![]);
+    assert_eq!(keys::on_key(&mut app, key(KeyCode::Esc)), vec![], "Esc keeps it too, and interrupts nothing");
+    assert_eq!(enter_line(&mut app, "/delete"), vec![]);
+    assert_eq!(keys::on_key(&mut app, key(KeyCode::Char('y'))), vec![Effect::Delete]);
+
+    // A thread not made yet has nothing to archive or delete.
+    let mut fresh = App::new(thread());
+    fresh.pending_new = Some(super::pending_thread("/repo", None, None).1);
+    assert_eq!(enter_line(&mut fresh, "/delete"), vec![]);
+    assert!(fresh.notice.as_deref().is_some_and(|n| n.contains("no message yet")), "{:?}", fresh.notice);
+}
+
+#[test]
+fn after_a_delete_the_chat_offers_the_workspaces_threads() {
+    let mut app = App::new(thread());
+    let gone = Deleted { thread: THREAD.into(), messages: 3, cancelled_runs: 0 };
+    let effects = super::on_reply(&mut app, super::Reply::Deleted(Ok(gone)));
+    assert_eq!(effects, vec![Effect::NewThread, Effect::ListThreads]);
+    assert_eq!(app.notice.as_deref(), Some("deleted thread a8b3c1 (3 messages)"));
+    let mut archived = thread();
+    archived.status = ThreadStatus::Archived;
+    super::on_reply(&mut app, super::Reply::Archived(Ok(archived)));
+    assert_eq!(app.thread.status, ThreadStatus::Archived);
+    assert!(app.notice.as_deref().is_some_and(|n| n.contains("/unarchive")), "{:?}", app.notice);
 }

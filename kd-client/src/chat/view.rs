@@ -134,9 +134,10 @@ fn status_line(app: &App, width: u16) -> Line<'static> {
     } else {
         " Enter send · Esc interrupt · /help"
     };
-    let left = match &app.notice {
-        Some(n) => Span::styled(format!(" {n}"), Style::default().fg(Color::Yellow)),
-        None => Span::styled(hints.to_string(), dim),
+    let left = match (app.question(), &app.notice) {
+        (Some(q), _) => Span::styled(format!(" {q}"), Style::default().fg(Color::Black).bg(Color::Yellow)),
+        (None, Some(n)) => Span::styled(format!(" {n}"), Style::default().fg(Color::Yellow)),
+        (None, None) => Span::styled(hints.to_string(), dim),
     };
     let mut spans = vec![left];
     let waiting = activity(app).len();
@@ -281,7 +282,8 @@ fn build_panel(entry: &Entry, width: u16, palette: &Palette) -> Vec<Line<'static
         Kind::Error { timed_out: true } => title.push(Span::styled(" · timed out", border)),
         Kind::Error { timed_out: false } => title.push(Span::styled(" · error", border)),
         Kind::Interrupted => title.push(Span::styled(" · interrupted", dim)),
-        Kind::System if tally => {}
+        // kd's own panels already say so by their name.
+        Kind::System if tally || entry.member == kd_proto::names::KD => {}
         Kind::System => title.push(Span::styled(" · kd", dim)),
         Kind::King | Kind::Answer => {}
     }
@@ -427,11 +429,12 @@ fn draw_help(frame: &mut Frame<'_>, area: Rect) {
 }
 
 fn draw_threads(frame: &mut Frame<'_>, area: Rect, threads: &[kd_proto::types::Thread], selected: usize) {
-    let rows = std::iter::once("+ new thread".to_string()).chain(
-        threads
-            .iter()
-            .map(|t| format!("{}  {} messages  {}", t.id, t.last_seq, t.title.as_deref().unwrap_or_default())),
-    );
+    // An archived thread is marked: opened, it refuses messages until /unarchive.
+    let rows = std::iter::once("+ new thread".to_string()).chain(threads.iter().map(|t| {
+        let archived = if t.status == kd_proto::types::ThreadStatus::Archived { "  [archived]" } else { "" };
+        let title = kd_client::terminal::safe(t.title.as_deref().unwrap_or_default()).replace(['\n', '\t'], " ");
+        format!("{}  {} messages{archived}  {title}", t.id, t.last_seq)
+    }));
     let lines: Vec<Line<'_>> = rows
         .enumerate()
         .map(|(i, row)| match i == selected {

@@ -1,5 +1,5 @@
-//! The coordination commands (SPEC §7): `kd send`, `kd inbox`,
-//! `kd broadcast`, `kd ack`, `kd acks` and `kd claim`. Run inside an
+//! The coordination commands (SPEC §7): `kd send`, `kd broadcast`,
+//! `kd ack`, `kd acks` and `kd claim` (`kd inbox` is [`super::inbox`]). Run inside an
 //! agent's shell they act as that member on its thread (`KD_MEMBER`,
 //! `KD_THREAD`, set by kdd for every run); elsewhere as the King on the
 //! current thread, or as `--as NAME`.
@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use clap::Args;
 use kd_client::{Client, ClientError, KdApiClient};
 use kd_proto::names::KING;
-use kd_proto::types::{Access, DeliveryStatus, InboxStatus, RaceStatus, RouteType};
+use kd_proto::types::{Access, DeliveryStatus, RaceStatus};
 
 use super::{Ctx, print_json};
 use crate::fmt::Table;
@@ -26,11 +26,11 @@ pub struct Who {
 }
 
 impl Who {
-    fn member(&self) -> String {
+    pub(super) fn member(&self) -> String {
         self.as_member.clone().or_else(|| env("KD_MEMBER")).unwrap_or_else(|| KING.to_string())
     }
 
-    async fn thread(&self, client: &Client) -> anyhow::Result<String> {
+    pub(super) async fn thread(&self, client: &Client) -> anyhow::Result<String> {
         match self.thread.clone().or_else(|| env("KD_THREAD")) {
             Some(t) => Ok(t),
             None => Ok(super::thread_or_current(client, None).await?.id),
@@ -93,84 +93,6 @@ pub async fn send(ctx: &Ctx, a: SendArgs) -> anyhow::Result<ExitCode> {
         outln!("  → {}: {what}{dropped}", d.member)?;
     }
     Ok(if refused { ExitCode::FAILURE } else { ExitCode::SUCCESS })
-}
-
-#[derive(Debug, Args)]
-pub struct InboxArgs {
-    /// Only entries not read yet (the default)
-    #[arg(long, conflicts_with = "status")]
-    unread: bool,
-    /// Only entries with this status: pending, read, processed, dismissed, deferred, dropped
-    #[arg(long, value_name = "STATUS")]
-    status: Option<String>,
-    /// Only these types: point_to_point, multicast, broadcast, reply, emergency
-    #[arg(long = "type", value_name = "TYPE", value_delimiter = ',')]
-    types: Vec<String>,
-    /// Mark the entries shown read
-    #[arg(long)]
-    mark_read: bool,
-    /// At most this many entries
-    #[arg(long, default_value_t = 10)]
-    limit: u32,
-    /// Entries of every thread, not just this one
-    #[arg(long)]
-    all_threads: bool,
-    #[command(flatten)]
-    who: Who,
-    /// Print JSON
-    #[arg(long)]
-    json: bool,
-}
-
-pub async fn inbox(ctx: &Ctx, a: InboxArgs) -> anyhow::Result<ExitCode> {
-    let client = ctx.client().await?;
-    let member = a.who.member();
-    if member == KING {
-        anyhow::bail!("the King has no inbox; run kd inbox from a member's shell or name one with --as");
-    }
-    let thread = if a.all_threads { None } else { Some(a.who.thread(&client).await?) };
-    let status = match &a.status {
-        Some(s) => Some(InboxStatus::parse(s).ok_or_else(|| {
-            anyhow::anyhow!("unknown status {s}; use pending, read, processed, dismissed, deferred or dropped")
-        })?),
-        None => Some(InboxStatus::Pending),
-    };
-    let types = a
-        .types
-        .iter()
-        .map(|t| {
-            RouteType::parse(t).ok_or_else(|| {
-                anyhow::anyhow!("unknown type {t}; use point_to_point, multicast, broadcast, reply or emergency")
-            })
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let types = (!types.is_empty()).then_some(types);
-    let items = client
-        .queue_read(member.clone(), thread, types, status, Some(a.limit), Some(a.mark_read))
-        .await
-        .map_err(ClientError::from)?;
-    if a.json {
-        print_json(&items)?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    if items.is_empty() {
-        outln!("{member}'s inbox is empty")?;
-    }
-    for i in &items {
-        let role = if i.role == kd_proto::types::Role::Cc { " (cc)" } else { "" };
-        outln!(
-            "#{} · {} · from {}{role} · {} · message {}",
-            i.id,
-            i.route_type.as_str(),
-            i.from,
-            i.status.as_str(),
-            i.seq
-        )?;
-        for line in i.body.lines() {
-            outln!("  {}", kd_client::terminal::safe(line))?;
-        }
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(Debug, Args)]

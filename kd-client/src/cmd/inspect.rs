@@ -1,5 +1,5 @@
-//! Read-only views of the registry: `kd threads`, `kd show`, `kd sessions`,
-//! `kd locks`, `kd events`.
+//! Read-only views of the registry: `kd show`, `kd sessions`, `kd locks`,
+//! `kd events` (`kd threads` is [`super::threads`]).
 
 use std::process::ExitCode;
 
@@ -14,114 +14,6 @@ use kd_proto::types::{Message, MessageKind, SessionStatus, Thread, ThreadStatus}
 
 use super::{Ctx, print_json};
 use crate::fmt::{self, Table};
-
-#[derive(Debug, Args)]
-pub struct ThreadsArgs {
-    /// Only threads of the current workspace
-    #[arg(long)]
-    here: bool,
-    /// Only threads with this status (active, idle, archived)
-    #[arg(long, value_parser = parse_thread_status)]
-    status: Option<ThreadStatus>,
-    /// At most this many
-    #[arg(long)]
-    limit: Option<u32>,
-    /// Add each thread's cost (its answers, as the agents reported it)
-    #[arg(long)]
-    cost: bool,
-    /// Print JSON
-    #[arg(long)]
-    json: bool,
-}
-
-pub async fn threads(ctx: &Ctx, a: ThreadsArgs) -> anyhow::Result<ExitCode> {
-    let client = ctx.client().await?;
-    let ws = if a.here { Some(workspace::current()?.root.display().to_string()) } else { None };
-    let threads = client.thread_list(ws.clone(), a.status, a.limit).await.map_err(ClientError::from)?;
-    if a.json {
-        print_json(&threads)?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    if threads.is_empty() {
-        outln!("no threads yet")?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    let now = fmt::now_ms();
-    let costs = match a.cost {
-        true => Some(
-            client
-                .cost_report(None, ws, None, Some(kd_proto::types::CostBy::Thread))
-                .await
-                .map_err(ClientError::from)?
-                .rows,
-        ),
-        false => None,
-    };
-    let mut header =
-        vec!["ID", "STATUS", "CONTEXT", "MSGS", "LAST ACTIVITY", "MEMBERS", "BRANCH", "WORKSPACE", "TITLE"];
-    if costs.is_some() {
-        header.insert(4, "COST");
-    }
-    // An archived thread's summary, its first line, when any has one.
-    let summaries = threads.iter().any(|t| t.summary.is_some());
-    if summaries {
-        header.push("SUMMARY");
-    }
-    let mut t = Table::new(&header);
-    for (depth, th) in tree(&threads) {
-        let id = match depth {
-            0 => th.id.clone(),
-            d => format!("{}└ {}", "  ".repeat(d - 1), th.id),
-        };
-        let cost = costs
-            .as_ref()
-            .map(|rows| super::cost::usd(rows.iter().find(|c| c.key == th.id).map(|c| c.cost_usd).unwrap_or(0.0)));
-        t.row(vec![
-            id,
-            status_name(th.status).into(),
-            th.context.as_str().into(),
-            th.last_seq.to_string(),
-            fmt::ago_ms(th.last_activity_at_ms, now),
-            th.members.join(","),
-            th.branch.clone().unwrap_or_else(|| "-".into()),
-            th.workspace.clone(),
-            th.title.clone().unwrap_or_default(),
-        ]);
-        if let Some(cost) = cost {
-            t.insert_cell(4, cost);
-        }
-        if summaries {
-            let first = th.summary.as_deref().and_then(|s| s.lines().find(|l| !l.trim().is_empty())).unwrap_or("");
-            let mut cut: String = first.chars().take(60).collect();
-            if first.chars().count() > 60 {
-                cut.push('…');
-            }
-            t.insert_cell(usize::MAX, cut);
-        }
-    }
-    out!("{}", t.render())?;
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Threads as a tree, each branch right under its parent (when listed)
-/// with its depth; otherwise in the order given.
-fn tree(threads: &[Thread]) -> Vec<(usize, &Thread)> {
-    fn walk<'a>(t: &'a Thread, depth: usize, all: &'a [Thread], out: &mut Vec<(usize, &'a Thread)>) {
-        out.push((depth, t));
-        // A parent chain is a tree by construction; the bound is a guard.
-        if depth < 32 {
-            for child in all.iter().filter(|c| c.parent.as_deref() == Some(t.id.as_str())) {
-                walk(child, depth + 1, all, out);
-            }
-        }
-    }
-    let listed = |id: &str| threads.iter().any(|t| t.id == id);
-    let mut out = Vec::with_capacity(threads.len());
-    for root in threads.iter().filter(|t| t.parent.as_deref().is_none_or(|p| !listed(p))) {
-        walk(root, 0, threads, &mut out);
-    }
-    out
-}
 
 #[derive(Debug, Args)]
 pub struct ShowArgs {
@@ -377,20 +269,31 @@ pub struct EventsArgs {
     /// Only this kind (e.g. message, session.resume, lock.acquire), or a family: race.*
     #[arg(long)]
     kind: Option<String>,
-    /// Only events after this id
-    #[arg(long)]
+    /// The first events after this id (0: from the start), instead of the newest
+    #[arg(long, value_name = "ID")]
     since: Option<u64>,
-    /// At most this many (at most 1000 per call)
-    #[arg(long)]
-    limit: Option<u32>,
+    /// The newest events before this id (to page back)
+    #[arg(long, value_name = "ID")]
+    before: Option<u64>,
+    /// How many (fetched a page of the daemon at a time, however many)
+    #[arg(long, default_value_t = DEFAULT_EVENTS, value_parser = clap::value_parser!(u64).range(1..))]
+    limit: u64,
     /// Print JSON
     #[arg(long)]
     json: bool,
 }
 
+/// How many events `kd events` shows unless told.
+const DEFAULT_EVENTS: u64 = 50;
+
+/// `kd events`: like `tail`, the newest `--limit` events (before
+/// `--before`), or with `--since` the first ones after it; oldest first
+/// either way. A limit over one page of `events.list` is fetched page by
+/// page; when more events lie beyond what is shown, a line on stderr says
+/// how to see them.
 pub async fn events(ctx: &Ctx, a: EventsArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client().await?;
-    let events = client.events_list(a.thread, a.agent, a.kind, a.since, a.limit).await.map_err(ClientError::from)?;
+    let (events, more) = fetch_events(&client, &a).await?;
     if a.json {
         print_json(&events)?;
         return Ok(ExitCode::SUCCESS);
@@ -422,20 +325,90 @@ pub async fn events(ctx: &Ctx, a: EventsArgs) -> anyhow::Result<ExitCode> {
         ]);
     }
     out!("{}", t.render())?;
+    if let Some(more) = more {
+        errln!("kd: {more}");
+    }
     Ok(ExitCode::SUCCESS)
 }
 
-fn status_name(s: ThreadStatus) -> &'static str {
+/// The events `a` asks for, and when more lie beyond them, where: one more
+/// than asked is fetched to tell.
+async fn fetch_events(
+    client: &kd_client::Client,
+    a: &EventsArgs,
+) -> anyhow::Result<(Vec<kd_proto::types::Event>, Option<String>)> {
+    use kd_proto::types::EVENTS_PAGE;
+    let want = a.limit.saturating_add(1);
+    let mut events: std::collections::VecDeque<kd_proto::types::Event> = Default::default();
+    let (mut since, mut before) = (a.since, a.before);
+    loop {
+        let page = (want - events.len() as u64).min(u64::from(EVENTS_PAGE)) as u32;
+        let got = client
+            .events_list(a.thread.clone(), a.agent.clone(), a.kind.clone(), since, Some(page), before)
+            .await
+            .map_err(ClientError::from)?;
+        let full = got.len() == page as usize;
+        match since {
+            // Forward from --since: each page after the last.
+            Some(_) => {
+                since = got.last().map(|e| e.id).or(since);
+                events.extend(got);
+            }
+            // Back from the newest: each page before the first.
+            None => {
+                before = got.first().map(|e| e.id).or(before);
+                for e in got.into_iter().rev() {
+                    events.push_front(e);
+                }
+            }
+        }
+        if !full || events.len() as u64 >= want {
+            break;
+        }
+    }
+    let mut more = None;
+    if events.len() as u64 > a.limit {
+        let same = same_filter(a);
+        match a.since {
+            Some(_) => {
+                events.pop_back();
+                more = events.back().map(|e| format!("newer events: kd events --since {}{same}", e.id));
+            }
+            None => {
+                events.pop_front();
+                more = events.front().map(|e| format!("older events: kd events --before {}{same}", e.id));
+            }
+        }
+    }
+    Ok((events.into(), more))
+}
+
+/// The filter and limit of `a` as options, to repeat in a hint.
+fn same_filter(a: &EventsArgs) -> String {
+    let mut out = String::new();
+    for (flag, value) in [("thread", &a.thread), ("agent", &a.agent), ("kind", &a.kind)] {
+        if let Some(v) = value {
+            // Names are checked by the daemon; a kind may hold a `*`.
+            let quoted = if v.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
+                v.clone()
+            } else {
+                format!("'{}'", v.replace('\'', ""))
+            };
+            out.push_str(&format!(" --{flag} {}", safe(&quoted)));
+        }
+    }
+    if a.limit != DEFAULT_EVENTS {
+        out.push_str(&format!(" --limit {}", a.limit));
+    }
+    out
+}
+
+pub(super) fn status_name(s: ThreadStatus) -> &'static str {
     match s {
         ThreadStatus::Active => "active",
         ThreadStatus::Idle => "idle",
         ThreadStatus::Archived => "archived",
     }
-}
-
-fn parse_thread_status(s: &str) -> Result<ThreadStatus, String> {
-    serde_json::from_value(serde_json::Value::String(s.to_string()))
-        .map_err(|_| format!("{s:?} is not a thread status (active, idle, archived)"))
 }
 
 fn parse_session_status(s: &str) -> Result<SessionStatus, String> {

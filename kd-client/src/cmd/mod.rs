@@ -8,10 +8,13 @@ pub mod coord;
 pub mod cost;
 pub mod daemon;
 pub mod doctor;
+pub mod inbox;
 pub mod inspect;
+pub mod kingdom;
 pub mod lifecycle;
 pub mod runs;
 pub mod search;
+pub mod threads;
 pub mod transfer;
 pub mod watch;
 

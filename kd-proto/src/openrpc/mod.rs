@@ -224,7 +224,7 @@ fn build() -> (Vec<MethodDoc>, Value) {
     );
     b.param::<String>("thread", true, "thread id");
     b.param::<bool>("force", false, "cancel the runs in flight first").errors(&[NotFound, InvalidArgument]);
-    b.method::<Thread>("thread.set_title", "thread", "Name a thread (at most 200 characters, one line).");
+    b.method::<Thread>("thread.set_title", "thread", "Name a thread: one line of 1 to 200 characters without control characters, stored trimmed (the rule every title follows).");
     b.param::<String>("thread", true, "thread id");
     b.param::<String>("title", true, "the title").errors(&[NotFound, InvalidArgument]);
     b.method::<Vec<Message>>(
@@ -305,7 +305,7 @@ fn build() -> (Vec<MethodDoc>, Value) {
     b.param::<String>("workspace", true, "workspace directory (absolute)")
         .param::<String>("branch", false, "git branch")
         .param::<String>("id", false, "the id to use if it is free")
-        .param::<String>("title", false, "a title")
+        .param::<String>("title", false, "a title (default: the first line of the first King message)")
         .param::<Vec<String>>("members", false, "council members")
         .param::<i64>("created_at_ms", false, "when the thread was created")
         .param::<Vec<ImportedMessage>>("messages", true, "the messages, in order")
@@ -378,14 +378,19 @@ fn build() -> (Vec<MethodDoc>, Value) {
     b.method::<Vec<Event>>(
         "events.list",
         "events",
-        "The event log, oldest first: sessions, messages, runs, locks, and the coordination layer's routing.*, \
-         delivery.*, queue.*, completion.*, system.emergency_*, resource.* and race.* decisions.",
+        "The event log: sessions, messages, runs, locks, and the coordination layer's routing.*, \
+         delivery.*, queue.*, completion.*, system.emergency_*, resource.* and race.* decisions. Like tail: the \
+         newest events that pass the filter (before before_id when given), or with since_id the first ones after \
+         it; oldest first either way. Page back with before_id = the first id returned, forward with since_id = \
+         the last.",
     );
     b.param::<String>("thread", false, "only this thread")
         .param::<String>("agent", false, "only events concerning this agent")
         .param::<String>("kind", false, "only this kind, e.g. message or session.resume; a family with .*, e.g. race.*")
-        .param::<u64>("since_id", false, "only events with a larger id")
-        .param::<u32>("limit", false, "at most this many (default 1000)");
+        .param::<u64>("since_id", false, "only events with a larger id, the first of them (0: from the start)")
+        .param::<u32>("limit", false, "at most this many (default and most: 1000; more is refused, not cut)")
+        .param::<u64>("before_id", false, "only events with a smaller id, the newest of them")
+        .errors(&[InvalidArgument]);
 
     let definitions = b.generator.take_definitions(true);
     let doc = json!({

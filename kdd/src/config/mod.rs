@@ -82,6 +82,9 @@ pub enum Backend {
 impl Backend {
     pub const BUILTIN: [Backend; 4] = [Backend::Claude, Backend::Codex, Backend::Cursor, Backend::Gemini];
 
+    /// Every backend, as a message lists them.
+    pub const NAMES: &str = "claude, codex, cursor, gemini, acp or command";
+
     pub fn as_str(self) -> &'static str {
         match self {
             Backend::Claude => "claude",

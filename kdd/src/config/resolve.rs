@@ -159,14 +159,10 @@ fn agent(r: &mut Resolver, name: &str, a: RawAgent, top: &RawPrompts, env: &Env<
         ignore_phases(r, &format!("agents.{name}.prompts"), p);
     }
     let backend = match a.backend.as_deref() {
-        Some(b) => Backend::parse(b).ok_or_else(|| {
-            r.err(key("backend"), format!("unknown backend {b:?}; use claude, codex, cursor, gemini, acp or command"))
-        })?,
+        Some(b) => Backend::parse(b)
+            .ok_or_else(|| r.err(key("backend"), format!("unknown backend {b:?}; use {}", Backend::NAMES)))?,
         None => Backend::parse(name).filter(|b| *b != Backend::Command).ok_or_else(|| {
-            r.err(
-                key("backend"),
-                "missing: say which backend runs this agent (claude, codex, cursor, gemini or command)",
-            )
+            r.err(key("backend"), format!("missing: say which backend runs this agent ({})", Backend::NAMES))
         })?,
     };
     let base = if matches!(backend, Backend::Command | Backend::Acp) { None } else { Some(builtin(backend, env)) };

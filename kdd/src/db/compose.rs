@@ -4,7 +4,7 @@
 //! no empty thread); and a routed message with its inbox entries, above
 //! [`super::inbox`] and [`super::acks`].
 
-use kd_proto::types::{Message, RouteType, Thread};
+use kd_proto::types::{Message, MessageKind, RouteType, Thread};
 use rusqlite::Connection;
 use serde_json::json;
 
@@ -32,6 +32,13 @@ pub fn import(
         && threads::exists(conn, id)?
     {
         t.id = None;
+    }
+    // Untitled, it is titled as a native thread is: by the King's first message.
+    if t.title.is_none() {
+        t.title = messages
+            .iter()
+            .find(|(_, m)| m.kind == MessageKind::King)
+            .and_then(|(_, m)| kd_proto::title::title_from(&m.body));
     }
     let thread = threads::create(conn, created_at, t, out)?;
     let messages = messages

@@ -48,36 +48,46 @@ pub struct EventFilter {
     /// Events whose agent, sender or recipients include this name.
     pub agent: Option<String>,
     pub kind: Option<String>,
+    /// The first events after it; without it, the newest.
     pub since_id: Option<u64>,
+    pub before_id: Option<u64>,
     pub limit: u32,
 }
 
-/// The events after `since_id` that pass the filter. A `message` event
+/// The events that pass the filter, oldest first: the first `limit` after
+/// `since_id`, or without it the newest `limit` (before `before_id`, when
+/// given — `tail`, paged back by the primary key). A `message` event
 /// stores no body (the message has it, once); its `data.body` is read from
 /// the message here, so that the log alone still rebuilds a thread.
 pub fn list(conn: &Connection, f: &EventFilter) -> DbResult<Vec<Event>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT e.id, e.at, e.kind, e.thread_id, e.session_id, e.agent, e.sender, e.recipients, e.correlation_id,
-                e.data, m.body
+    const SELECT: &str = "SELECT e.id, e.at, e.kind, e.thread_id, e.session_id, e.agent, e.sender, e.recipients,
+                e.correlation_id, e.data, m.body
          FROM conversation_events e
          LEFT JOIN messages m
            ON e.kind = 'message' AND m.thread_id = e.thread_id AND m.seq = json_extract(e.data, '$.seq')
-         WHERE e.id > ?1
+         WHERE e.id > ?1 AND e.id < ?8
            AND (?2 IS NULL OR e.thread_id = ?2)
            AND (?3 IS NULL OR e.kind = ?3 OR (?6 IS NOT NULL AND e.kind >= ?6 AND e.kind < ?7))
            AND (?4 IS NULL OR e.agent = ?4 OR e.sender = ?4
-                OR EXISTS (SELECT 1 FROM json_each(e.recipients) WHERE value = ?4))
-         ORDER BY e.id
-         LIMIT ?5",
-    )?;
+                OR EXISTS (SELECT 1 FROM json_each(e.recipients) WHERE value = ?4))";
+    let newest = f.since_id.is_none();
+    let mut stmt = match newest {
+        true => conn.prepare_cached(&format!("{SELECT} ORDER BY e.id DESC LIMIT ?5"))?,
+        false => conn.prepare_cached(&format!("{SELECT} ORDER BY e.id LIMIT ?5"))?,
+    };
     // `race.*` is every kind of the family: the range [`race.`, `race/`).
     let family = f.kind.as_deref().and_then(|k| k.strip_suffix('*')).filter(|p| p.ends_with('.'));
     let upper = family.map(|p| format!("{}/", &p[..p.len() - 1]));
+    let before = f.before_id.map_or(i64::MAX, |b| b.min(i64::MAX as u64) as i64);
     let rows = stmt.query_map(
-        params![f.since_id.unwrap_or(0) as i64, f.thread, f.kind, f.agent, f.limit, family, upper],
+        params![f.since_id.unwrap_or(0) as i64, f.thread, f.kind, f.agent, f.limit, family, upper, before],
         from_row,
     )?;
-    Ok(rows.collect::<Result<_, _>>()?)
+    let mut events: Vec<Event> = rows.collect::<Result<_, _>>()?;
+    if newest {
+        events.reverse();
+    }
+    Ok(events)
 }
 
 /// The newest event id (0 when the log is empty).

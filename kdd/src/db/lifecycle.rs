@@ -14,9 +14,6 @@ use super::events::{self, NewEvent};
 use super::threads::{self, status_str};
 use super::{DbError, DbResult, Outbox};
 
-/// Longest title kept.
-pub const MAX_TITLE_CHARS: usize = 200;
-
 /// A summary and who wrote it (a member, or `kd` for the extractive one).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Summary {
@@ -165,17 +162,6 @@ pub fn set_title(conn: &Connection, now: i64, id: &str, title: &str) -> DbResult
     threads::get(conn, id)
 }
 
-/// A title from the King's first message: its first non-blank line,
-/// trimmed, cut at [`MAX_TITLE_CHARS`].
-pub fn title_from(body: &str) -> Option<String> {
-    let line = body.lines().map(str::trim).find(|l| !l.is_empty())?;
-    let mut title: String = line.chars().take(MAX_TITLE_CHARS).collect();
-    if line.chars().count() > MAX_TITLE_CHARS {
-        title.push('…');
-    }
-    Some(title)
-}
-
 /// Deletes the thread with everything it holds; its branches lose their
 /// parent. Refused while runs are in flight. Returns how many messages went.
 pub fn delete(conn: &Connection, now: i64, id: &str, out: &mut Outbox) -> DbResult<u64> {
@@ -238,20 +224,5 @@ impl super::Db {
 
     pub async fn delete_thread(&self, id: String) -> DbResult<u64> {
         self.write(move |c, out| delete(c, super::now_ms(), &id, out)).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_title_is_the_first_line_with_text_trimmed_and_bounded() {
-        assert_eq!(title_from("\n  How do we shard?  \nmore").as_deref(), Some("How do we shard?"));
-        assert_eq!(title_from(" \n\t\n"), None);
-        let long = "x".repeat(MAX_TITLE_CHARS + 5);
-        let t = title_from(&long).unwrap();
-        assert_eq!(t.chars().count(), MAX_TITLE_CHARS + 1);
-        assert!(t.ends_with('…'));
     }
 }

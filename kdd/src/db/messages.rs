@@ -88,7 +88,7 @@ pub fn append(conn: &Connection, now: i64, m: NewMessage, out: &mut Outbox) -> D
     }
     if untitled
         && m.kind == MessageKind::King
-        && let Some(title) = lifecycle::title_from(&m.body)
+        && let Some(title) = kd_proto::title::title_from(&m.body)
     {
         conn.prepare_cached("UPDATE threads SET title = ?2 WHERE id = ?1")?.execute(params![m.thread, title])?;
     }

@@ -59,6 +59,12 @@ pub enum DbError {
     Invalid(String),
     #[error("{0} already exists")]
     AlreadyExists(String),
+    /// A second trunk for a workspace and git branch (F-L1).
+    #[error(
+        "the trunk of {workspace}{} already exists: thread {thread}; fork it for a branch",
+        branch.as_deref().map(|b| format!(" (branch {b})")).unwrap_or_default()
+    )]
+    TrunkExists { workspace: String, branch: Option<String>, thread: String },
     #[error("{origin} is already imported as thread {thread}")]
     AlreadyImported { origin: String, thread: String },
     #[error("Session already active: {session} is held by {}", holder.as_deref().unwrap_or("an unnamed holder"))]

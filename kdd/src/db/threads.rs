@@ -48,11 +48,11 @@ pub fn create(conn: &Connection, now: i64, mut t: NewThread, out: &mut Outbox) -
             return Err(DbError::Invalid("a trunk thread has no parent; omit parent or make it a branch".into()));
         }
         (Some(Lineage::Trunk), None, Some(existing)) => {
-            return Err(DbError::AlreadyExists(format!(
-                "the trunk of {}{} (thread {existing}); fork it for a branch",
-                t.workspace,
-                t.branch.as_deref().map(|b| format!(" ({b})")).unwrap_or_default()
-            )));
+            return Err(DbError::TrunkExists {
+                workspace: t.workspace.clone(),
+                branch: t.branch.clone(),
+                thread: existing.clone(),
+            });
         }
         (Some(Lineage::Branch), None, None) => return Err(DbError::Invalid("a branch thread needs a parent".into())),
         (Some(l), _, _) => l,
@@ -266,5 +266,46 @@ impl super::Db {
 
     pub async fn set_thread_members(&self, id: String, members: Vec<String>) -> DbResult<()> {
         self.write(move |c, _| set_members(c, &id, &members)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::schema;
+    use super::*;
+
+    fn new(workspace: &str, branch: Option<&str>, lineage: Option<Lineage>) -> NewThread {
+        NewThread {
+            id: None,
+            workspace: workspace.into(),
+            branch: branch.map(Into::into),
+            title: None,
+            members: vec![],
+            lineage,
+            parent: None,
+            set_current: false,
+            context: ContextMode::History,
+            origin: None,
+        }
+    }
+
+    #[test]
+    fn a_second_trunk_is_refused_in_a_sentence_naming_the_trunk() -> DbResult<()> {
+        let dir = tempfile::tempdir().map_err(|e| DbError::Internal(e.to_string()))?;
+        let path = dir.path().join("kd.sqlite3");
+        let mut conn = Connection::open(&path)?;
+        schema::configure(&conn)?;
+        schema::migrate(&mut conn, &path)?;
+        let mut out = Outbox::default();
+        let trunk = create(&conn, 1, new("/w", Some("main"), None), &mut out)?;
+        let e = create(&conn, 2, new("/w", Some("main"), Some(Lineage::Trunk)), &mut out).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("the trunk of /w (branch main) already exists: thread {}; fork it for a branch", trunk.id)
+        );
+        let bare = create(&conn, 3, new("/v", None, None), &mut out)?;
+        let e = create(&conn, 4, new("/v", None, Some(Lineage::Trunk)), &mut out).unwrap_err();
+        assert_eq!(e.to_string(), format!("the trunk of /v already exists: thread {}; fork it for a branch", bare.id));
+        Ok(())
     }
 }

@@ -28,10 +28,11 @@ pub async fn send(
     new_thread: Option<NewThread>,
 ) -> RpcResult<Sent> {
     validate::thread_id(&thread)?;
-    if let Some(new) = &new_thread {
+    let mut new_thread = new_thread;
+    if let Some(new) = &mut new_thread {
         validate::workspace(&new.workspace)?;
         validate::label("new_thread.branch", new.branch.as_deref())?;
-        validate::label("new_thread.title", new.title.as_deref())?;
+        new.title = validate::title("new_thread.title", new.title.as_deref())?;
     }
     if body.trim().is_empty() {
         return Err(invalid("body is empty"));

@@ -14,6 +14,7 @@ impl From<DbError> for ErrorObjectOwned {
             DbError::NotFound(_) => ErrorCode::NotFound.error(msg),
             DbError::Invalid(_) => ErrorCode::InvalidArgument.error(msg),
             DbError::AlreadyExists(_) => ErrorCode::AlreadyExists.error(msg),
+            DbError::TrunkExists { thread, .. } => ErrorCode::AlreadyExists.error_with(msg, json!({"thread": thread})),
             DbError::Archived(thread) => ErrorCode::ThreadArchived.error_with(msg, json!({"thread": thread})),
             DbError::AlreadyImported { origin, thread } => {
                 ErrorCode::AlreadyExists.error_with(msg, json!({"thread": thread, "origin": origin}))

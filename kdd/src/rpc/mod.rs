@@ -407,8 +407,9 @@ impl KdApiServer for Rpc {
         kind: Option<String>,
         since_id: Option<u64>,
         limit: Option<u32>,
+        before_id: Option<u64>,
     ) -> RpcResult<Vec<Event>> {
-        registry::events_list(&self.d, thread, agent, kind, since_id, limit).await
+        registry::events_list(&self.d, thread, agent, kind, since_id, limit, before_id).await
     }
 }
 

@@ -11,9 +11,6 @@ use crate::db::events::EventFilter;
 use crate::db::sessions::{NewSession, SessionEnd};
 use crate::state::Daemon;
 
-/// Default and largest page of `events.list`.
-const EVENTS_PAGE: u32 = 1000;
-
 pub async fn run_list(d: &Daemon, thread: Option<String>) -> RpcResult<Vec<RunInfo>> {
     validate::label("thread", thread.as_deref())?;
     Ok(d.agents.runs.list(thread.as_deref()).iter().map(|r| r.info()).collect())
@@ -136,11 +133,21 @@ pub async fn events_list(
     kind: Option<String>,
     since_id: Option<u64>,
     limit: Option<u32>,
+    before_id: Option<u64>,
 ) -> RpcResult<Vec<Event>> {
     validate::position("since_id", since_id)?;
+    validate::position("before_id", before_id)?;
     validate::label("thread", thread.as_deref())?;
     validate::label("agent", agent.as_deref())?;
     validate::label("kind", kind.as_deref())?;
-    let limit = limit.unwrap_or(EVENTS_PAGE).min(EVENTS_PAGE);
-    Ok(d.db.events(EventFilter { thread, agent, kind, since_id, limit }).await?)
+    // Refused, not cut: a client asking for more would think it had all.
+    let limit = match limit {
+        Some(n) if n > EVENTS_PAGE => {
+            return Err(invalid(format!(
+                "limit is at most {EVENTS_PAGE} events at once, got {n}; page with before_id or since_id"
+            )));
+        }
+        n => n.unwrap_or(EVENTS_PAGE),
+    };
+    Ok(d.db.events(EventFilter { thread, agent, kind, since_id, before_id, limit }).await?)
 }

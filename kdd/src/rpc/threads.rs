@@ -10,7 +10,6 @@ use kd_proto::types::*;
 use super::error::invalid;
 use super::validate;
 use crate::agent::registry::StopReason;
-use crate::db::lifecycle::MAX_TITLE_CHARS;
 use crate::db::messages::NewMessage;
 use crate::db::messages::Page;
 use crate::db::threads::NewThread as NewThreadRow;
@@ -31,6 +30,7 @@ pub async fn create(
 ) -> RpcResult<Thread> {
     let members = members.unwrap_or_default();
     validate::new_thread(&workspace, branch.as_deref(), title.as_deref(), &members, id.as_deref())?;
+    let title = validate::title("title", title.as_deref())?;
     if let Some(parent) = &parent {
         validate::thread_id(parent)?;
     }
@@ -126,10 +126,8 @@ async fn stop_runs(d: &Daemon, thread: &str) -> u32 {
 
 pub async fn fork(d: &Daemon, thread: String, title: Option<String>) -> RpcResult<Thread> {
     validate::thread_id(&thread)?;
-    if let Some(t) = &title {
-        check_title(t)?;
-    }
-    Ok(lifecycle::fork(&d.db, thread, title.map(|t| t.trim().to_string())).await?)
+    let title = validate::title("title", title.as_deref())?;
+    Ok(lifecycle::fork(&d.db, thread, title).await?)
 }
 
 pub async fn unarchive(d: &Daemon, thread: String) -> RpcResult<Thread> {
@@ -149,16 +147,8 @@ pub async fn delete(d: &Daemon, thread: String, force: Option<bool>) -> RpcResul
 
 pub async fn set_title(d: &Daemon, thread: String, title: String) -> RpcResult<Thread> {
     validate::thread_id(&thread)?;
-    check_title(&title)?;
-    Ok(d.db.set_thread_title(thread, title.trim().to_string()).await?)
-}
-
-fn check_title(title: &str) -> RpcResult<()> {
-    let title = title.trim();
-    if title.is_empty() || title.contains('\n') || title.chars().count() > MAX_TITLE_CHARS {
-        return Err(invalid(format!("a title is one line of 1 to {MAX_TITLE_CHARS} characters")));
-    }
-    Ok(())
+    let title = validate::title("title", Some(&title))?.unwrap_or_default();
+    Ok(d.db.set_thread_title(thread, title).await?)
 }
 
 pub async fn messages(
@@ -223,6 +213,7 @@ pub async fn import(
 ) -> RpcResult<Thread> {
     let members = members.unwrap_or_default();
     validate::new_thread(&workspace, branch.as_deref(), title.as_deref(), &members, id.as_deref())?;
+    let title = validate::title("title", title.as_deref())?;
     validate::path("origin", origin.as_deref())?;
     let mut imported = Vec::with_capacity(messages.len());
     for (i, m) in messages.into_iter().enumerate() {

@@ -100,10 +100,16 @@ pub fn new_thread(
 ) -> Result<(), ErrorObjectOwned> {
     workspace(workspace_path)?;
     label("branch", branch)?;
-    label("title", title)?;
+    self::title("title", title)?;
     members(member_list)?;
     id.map(thread_id).transpose()?;
     Ok(())
+}
+
+/// A thread's title, by the one rule of `kd_proto::title` (wherever a
+/// title is set); returned trimmed.
+pub fn title(param: &str, value: Option<&str>) -> Result<Option<String>, ErrorObjectOwned> {
+    value.map(|t| kd_proto::title::check_title(t).map_err(|e| invalid(format!("{param} {e}")))).transpose()
 }
 
 pub fn workspace(path: &str) -> Result<(), ErrorObjectOwned> {

@@ -63,9 +63,15 @@ async fn hello(ctx: &Ctx) -> Result<Hello, ClientError> {
 }
 
 async fn start(ctx: &Ctx) -> anyhow::Result<ExitCode> {
-    if let Ok(h) = hello(ctx).await {
-        plainln!("kdd already running (pid {}) on {}", h.pid, ctx.socket.display())?;
-        return Ok(ExitCode::SUCCESS);
+    match hello(ctx).await {
+        Ok(h) => {
+            plainln!("kdd already running (pid {}) on {}", h.pid, ctx.socket.display())?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        // Only when nothing listens: a refused or forbidden connection
+        // may well have a daemon behind it.
+        Err(ClientError::Unreachable { nothing_listens: true, .. }) => {}
+        Err(e) => return Err(e.into()),
     }
     autostart::start(&ctx.socket).await?;
     let h = hello(ctx).await?;
@@ -77,7 +83,7 @@ async fn stop(ctx: &Ctx) -> anyhow::Result<ExitCode> {
     let status = http::call::<DaemonStatus>(&ctx.socket, "daemon.status", serde_json::json!({})).await;
     let (pid, activated) = match status {
         Ok(s) => (s.pid, s.socket_activated),
-        Err(ClientError::Unreachable { .. }) => {
+        Err(ClientError::Unreachable { nothing_listens: true, .. }) => {
             plainln!("kdd is not running on {}", ctx.socket.display())?;
             return Ok(ExitCode::SUCCESS);
         }
@@ -116,7 +122,7 @@ async fn wait_exited(ctx: &Ctx) -> anyhow::Result<()> {
 async fn status(ctx: &Ctx, a: StatusArgs) -> anyhow::Result<ExitCode> {
     let s: DaemonStatus = match http::call(&ctx.socket, "daemon.status", serde_json::json!({})).await {
         Ok(s) => s,
-        Err(ClientError::Unreachable { .. }) if !a.json => {
+        Err(ClientError::Unreachable { nothing_listens: true, .. }) if !a.json => {
             plainln!("kdd is not running on {}", ctx.socket.display())?;
             return Ok(ExitCode::from(3));
         }

@@ -325,5 +325,14 @@ fn read_dir(dir: &Path) -> anyhow::Result<ReadThread> {
         Some(m) => Some(parse_time(&m.created_at).with_context(|| format!("{}: created_at", meta_path.display()))?),
         None => messages.first().map(|m| m.created_at_ms),
     };
-    Ok(ReadThread { id, title: meta.and_then(|m| m.title), members: unique, created_at_ms, messages, skipped })
+    // A title kd would refuse is left out: the daemon then titles the
+    // thread from its first King message.
+    let title = meta.and_then(|m| m.title).and_then(|t| match kd_proto::title::check_title(&t) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            skipped.push(format!("{}: title {e}; titled from the first message instead", meta_path.display()));
+            None
+        }
+    });
+    Ok(ReadThread { id, title, members: unique, created_at_ms, messages, skipped })
 }

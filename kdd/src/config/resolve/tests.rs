@@ -309,3 +309,12 @@ fn codex_arguments_app_server_refuses_are_warned_of_and_exec_takes_them() {
     f.write(r#"{"agents": {"codex": {"transport": "exec", "args": ["--json", "--skip-git-repo-check"]}}}"#);
     assert!(f.load().unwrap().warnings.is_empty(), "codex exec takes them");
 }
+
+#[test]
+fn both_backend_messages_list_every_backend() {
+    let f = Fixture::new();
+    for json in [r#"{"agents": {"x": {"backend": "gpt"}}}"#, r#"{"agents": {"x": {"command": "x"}}}"#] {
+        let e = f.error(json);
+        assert!(e.contains("claude, codex, cursor, gemini, acp or command"), "{e}");
+    }
+}
