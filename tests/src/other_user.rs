@@ -16,7 +16,7 @@ pub fn available(test: &str) -> bool {
     let root = rustix::process::getuid().is_root();
     let setpriv = Command::new("setpriv").arg("--version").output().is_ok_and(|o| o.status.success());
     if !(root && setpriv) {
-        eprintln!("skipped {test}: needs root and setpriv to act as a second user (uid {NOBODY})");
+        crate::skip(test, &format!("needs root and setpriv to act as a second user (uid {NOBODY})"));
     }
     root && setpriv
 }

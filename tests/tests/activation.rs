@@ -18,8 +18,7 @@ fn have_socket_activate() -> bool {
     let found = std::process::Command::new("sh").arg("-c").arg("command -v systemd-socket-activate").output();
     let ok = found.is_ok_and(|o| o.status.success());
     if !ok {
-        assert!(std::env::var("CI").is_err(), "systemd-socket-activate is missing under CI");
-        eprintln!("SKIPPED: systemd-socket-activate is not installed (Debian: apt-get install systemd)");
+        kd_tests::skip("activation", "systemd-socket-activate is not installed (Debian: apt-get install systemd)");
     }
     ok
 }

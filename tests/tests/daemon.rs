@@ -197,7 +197,7 @@ async fn connections_over_the_bound_get_a_json_rpc_error_and_others_keep_working
 async fn another_uid_is_refused_by_the_peer_check() {
     if rustix::process::getuid().as_raw() != 0 {
         // A second uid cannot be made without root; `check_peer` is unit-tested in kdd.
-        eprintln!("not root: the cross-uid connection is covered by kdd's unit test only");
+        kd_tests::skip("another_uid_is_refused_by_the_peer_check", "needs root to connect as another uid");
         return;
     }
     let kdd = Kdd::start();

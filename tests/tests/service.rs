@@ -128,7 +128,7 @@ fn have(tool: &str) -> bool {
     let found = std::process::Command::new("sh").arg("-c").arg(format!("command -v {tool}")).output();
     let ok = found.is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("SKIPPED: {tool} is not installed (Debian: apt-get install systemd)");
+        kd_tests::skip("service", &format!("{tool} is not installed (Debian: apt-get install systemd)"));
     }
     ok
 }
