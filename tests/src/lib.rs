@@ -80,6 +80,11 @@ impl Hold {
         self.path.display().to_string()
     }
 
+    /// The path as a `&str`, for a `FAKE_HOLD` in a list of `(&str, &str)`.
+    pub fn var(&self) -> &str {
+        self.path.to_str().expect("a temporary path is UTF-8")
+    }
+
     pub fn release(&self) {
         std::fs::remove_file(&self.path).expect("release the hold");
     }

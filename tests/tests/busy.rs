@@ -48,6 +48,12 @@ fn answers_of<'a>(messages: &'a [Message], member: &str) -> Vec<(MessageKind, &'
         .collect()
 }
 
+/// Asks `body` of claude alone, in one round.
+async fn ask_claude(c: &kd_client::Client, t: &str, body: &str) -> kd_proto::types::Sent {
+    let to = Some(vec!["claude".to_string()]);
+    c.council_send(t.into(), body.into(), to, None, None, None, None, Some(0), None).await.unwrap()
+}
+
 fn seq_of(messages: &[Message], body: &str) -> u64 {
     messages.iter().find(|m| m.body == body).map(|m| m.seq).expect("the message")
 }
@@ -57,8 +63,7 @@ async fn kd_ask_of_a_busy_member_waits_and_prints_the_answer_to_its_own_question
     let hold = Hold::new();
     let record = tempfile::NamedTempFile::new().unwrap();
     let rec = record.path().display().to_string();
-    let env = [("FAKE_HOLD", hold.env()), ("FAKE_RULES", RULES.to_string()), ("FAKE_RECORD", rec.clone())];
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let env = [("FAKE_HOLD", hold.var()), ("FAKE_RULES", RULES), ("FAKE_RECORD", rec.as_str())];
     let ws = Workspace::new(&[member("claude", &env)]);
     let kdd = Kdd::start();
     let mut k = kdd.kd();
@@ -103,27 +108,13 @@ async fn council_send_to_two_members_queues_the_busy_one_and_starts_the_other() 
     let hold = Hold::new();
     let record = tempfile::NamedTempFile::new().unwrap();
     let rec = record.path().display().to_string();
-    let claude = [("FAKE_HOLD", hold.env()), ("FAKE_RULES", RULES.to_string()), ("FAKE_RECORD", rec.clone())];
-    let claude: Vec<(&str, &str)> = claude.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let claude = [("FAKE_HOLD", hold.var()), ("FAKE_RULES", RULES), ("FAKE_RECORD", rec.as_str())];
     let ws = Workspace::new(&[member("claude", &claude), ("codex", "gemini", &[("FAKE_RULES", RULES)])]);
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = kd_tests::thread_in(&c, &ws, None).await;
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
-    let a = c
-        .council_send(
-            t.clone(),
-            "Question Alpha".into(),
-            Some(vec!["claude".into()]),
-            None,
-            None,
-            None,
-            None,
-            Some(0),
-            None,
-        )
-        .await
-        .unwrap();
+    let a = ask_claude(&c, &t, "Question Alpha").await;
     until_streaming(&mut sub, "claude").await;
     let b =
         c.council_send(t.clone(), "Question Beta".into(), None, None, None, None, None, Some(0), None).await.unwrap();
@@ -172,26 +163,13 @@ async fn council_send_to_two_members_queues_the_busy_one_and_starts_the_other() 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_routed_message_to_a_busy_member_is_answered_after_its_run_in_flight() {
     let hold = Hold::new();
-    let env = [("FAKE_HOLD", hold.env()), ("FAKE_RULES", RULES.to_string())];
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let env = [("FAKE_HOLD", hold.var()), ("FAKE_RULES", RULES)];
     let ws = Workspace::new(&[member("claude", &env), ("codex", "gemini", &[])]);
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = kd_tests::thread_in(&c, &ws, None).await;
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
-    c.council_send(
-        t.clone(),
-        "Question Alpha".into(),
-        Some(vec!["claude".into()]),
-        None,
-        None,
-        None,
-        None,
-        Some(0),
-        None,
-    )
-    .await
-    .unwrap();
+    ask_claude(&c, &t, "Question Alpha").await;
     until_streaming(&mut sub, "claude").await;
     let routed = c
         .message_route(
@@ -222,8 +200,7 @@ async fn a_routed_message_to_a_busy_member_is_answered_after_its_run_in_flight()
 #[tokio::test(flavor = "multi_thread")]
 async fn a_queued_run_can_be_cancelled_before_it_starts_and_the_run_in_flight_goes_on() {
     let hold = Hold::new();
-    let env = [("FAKE_HOLD", hold.env()), ("FAKE_RULES", RULES.to_string())];
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let env = [("FAKE_HOLD", hold.var()), ("FAKE_RULES", RULES)];
     let ws = Workspace::new(&[member("claude", &env)]);
     let kdd = Kdd::start();
     let c = kdd.client().await;

@@ -30,6 +30,20 @@ fn ballot_rules(ballot: &str, synthesis: &str) -> String {
     serde_json::json!([["[Evaluation]", ballot], ["[Synthesis]", synthesis]]).to_string()
 }
 
+/// claude, codex and cursor answering "Use a queue.", "Use a lock." and
+/// "Use a channel.", each with its ballot (and synthesis) rules.
+fn three_voters(ws: &Workspace, rules: [&str; 3]) {
+    config(
+        ws,
+        &[
+            ("claude", &[("FAKE_TEXT", "Use a queue."), ("FAKE_RULES", rules[0])], none()),
+            ("codex", &[("FAKE_TEXT", "Use a lock."), ("FAKE_RULES", rules[1])], none()),
+            ("cursor", &[("FAKE_TEXT", "Use a channel."), ("FAKE_RULES", rules[2])], none()),
+        ],
+        none(),
+    );
+}
+
 fn none() -> serde_json::Value {
     serde_json::json!({})
 }
@@ -485,15 +499,7 @@ async fn each_vote_draws_its_labels_afresh_and_the_tally_maps_them_back() {
         rules("Use a queue.", "Use a channel."),
         rules("Use a lock.", "Use a queue."),
     );
-    config(
-        &ws,
-        &[
-            ("claude", &[("FAKE_TEXT", "Use a queue."), ("FAKE_RULES", &a)], none()),
-            ("codex", &[("FAKE_TEXT", "Use a lock."), ("FAKE_RULES", &b)], none()),
-            ("cursor", &[("FAKE_TEXT", "Use a channel."), ("FAKE_RULES", &c3)], none()),
-        ],
-        none(),
-    );
+    three_voters(&ws, [&a, &b, &c3]);
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = kd_tests::new_thread(&c, &ws.path()).await;
@@ -536,15 +542,7 @@ async fn kd_ask_vote_streams_the_answers_and_ballots_then_prints_the_tally() {
     let rules = |ranking: &str| ballot_rules(&format!("Weighed.\nFINAL RANKING:\n{ranking}"), "Chair says: lock.");
     let (a, b) = (rules("1. {label:Use a lock.}"), rules("1. {label:Use a queue.}"));
     let c3 = rules("1. {label:Use a lock.}\n2. {label:Use a queue.}");
-    config(
-        &ws,
-        &[
-            ("claude", &[("FAKE_TEXT", "Use a queue."), ("FAKE_RULES", &a)], none()),
-            ("codex", &[("FAKE_TEXT", "Use a lock."), ("FAKE_RULES", &b)], none()),
-            ("cursor", &[("FAKE_TEXT", "Use a channel."), ("FAKE_RULES", &c3)], none()),
-        ],
-        none(),
-    );
+    three_voters(&ws, [&a, &b, &c3]);
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = kd_tests::new_thread(&c, &ws.path()).await;

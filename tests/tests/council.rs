@@ -213,8 +213,7 @@ async fn interrupt_during_auto_rounds_stops_them() {
     let ws = Workspace::new(&[]);
     // claude holds in round 2 (its prompt then has codex's first answer).
     let hold = kd_tests::Hold::new();
-    let held = [("FAKE_HOLD", hold.env()), ("FAKE_HOLD_WHEN", "Answer from codex.".to_string())];
-    let held: Vec<(&str, &str)> = held.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let held = [("FAKE_HOLD", hold.var()), ("FAKE_HOLD_WHEN", "Answer from codex.")];
     config(&ws, &[("claude", "claude", &held), ("codex", "gemini", &[])], serde_json::json!({"auto_rounds": 3}));
     let kdd = Kdd::start_with(&["--kill-grace-ms", "300"]);
     let c = kdd.client().await;
@@ -332,8 +331,7 @@ async fn retry_replaces_the_failed_answer_in_its_place() {
 async fn a_new_king_message_stops_the_pending_turns_and_starts_a_new_exchange() {
     let ws = Workspace::new(&[]);
     let hold = kd_tests::Hold::new();
-    let held = [("FAKE_HOLD", hold.env())];
-    let held: Vec<(&str, &str)> = held.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let held = [("FAKE_HOLD", hold.var())];
     config(&ws, &[("claude", "claude", &held), ("codex", "gemini", &[])], serde_json::json!({"auto_rounds": 3}));
     let kdd = Kdd::start();
     let c = kdd.client().await;
@@ -482,8 +480,7 @@ async fn a_council_of_one_does_not_argue_with_itself() {
 async fn interrupt_cancels_only_the_calling_clients_runs_unless_all() {
     let ws = Workspace::new(&[]);
     let hold = kd_tests::Hold::new();
-    let held = [("FAKE_HOLD", hold.env())];
-    let held: Vec<(&str, &str)> = held.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let held = [("FAKE_HOLD", hold.var())];
     config(&ws, &[("claude", "claude", &held), ("codex", "gemini", &held)], serde_json::json!({}));
     let kdd = Kdd::start_with(&["--kill-grace-ms", "300"]);
     let (a, b) = (kdd.client().await, kdd.client().await);

@@ -28,6 +28,17 @@ async fn ask(c: &kd_client::Client, t: &str, body: &str) -> Result<Sent, ClientE
     c.council_send(t.into(), body.into(), None, None, None, None, None, Some(0), None).await.map_err(ClientError::from)
 }
 
+/// A trunk in `ws` and a branch of it titled "Sharding" whose question
+/// the workspace's `members` answered; their ids.
+async fn sharding_branch(c: &kd_client::Client, ws: &Workspace, members: usize) -> (String, String) {
+    let trunk = kd_tests::new_thread(c, &ws.path()).await;
+    let branch = c.thread_fork(trunk.clone(), Some("Sharding".into())).await.unwrap().id;
+    let mut sub = c.thread_subscribe(branch.clone(), None, None).await.unwrap();
+    ask(c, &branch, "How do we scale orders?").await.unwrap();
+    collect_until(&mut sub, |e| kd_tests::ended(e) == members).await;
+    (trunk, branch)
+}
+
 async fn until_status(sub: &mut jsonrpsee::core::client::Subscription<ThreadEvent>, want: ThreadStatus) {
     collect_until(sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Status { status, .. } if *status == want))).await;
 }
@@ -414,11 +425,7 @@ async fn a_branch_archived_by_a_read_gets_the_summarizers_summary_and_offers_it_
     // No reaper pass for a minute: only reading the thread ages it.
     let kdd = Kdd::start();
     let c = kdd.client().await;
-    let trunk = kd_tests::new_thread(&c, &ws.path()).await;
-    let branch = c.thread_fork(trunk.clone(), Some("Sharding".into())).await.unwrap().id;
-    let mut sub = c.thread_subscribe(branch.clone(), None, None).await.unwrap();
-    ask(&c, &branch, "How do we scale orders?").await.unwrap();
-    collect_until(&mut sub, |e| kd_tests::ended(e) == 1).await;
+    let (trunk, branch) = sharding_branch(&c, &ws, 1).await;
     let mut trunk_sub = c.thread_subscribe(trunk.clone(), None, None).await.unwrap();
     // Now a second of quiet archives a branch.
     configure(serde_json::json!({"summarizer": "claude", "idle_after": "1s", "archive_after": "1s"}));
@@ -459,11 +466,7 @@ async fn a_summarizer_writes_the_summary_at_archive_and_the_trunk_is_given_it() 
     }));
     let kdd = Kdd::start();
     let c = kdd.client().await;
-    let trunk = kd_tests::new_thread(&c, &ws.path()).await;
-    let branch = c.thread_fork(trunk.clone(), Some("Sharding".into())).await.unwrap().id;
-    let mut sub = c.thread_subscribe(branch.clone(), None, None).await.unwrap();
-    ask(&c, &branch, "How do we scale orders?").await.unwrap();
-    collect_until(&mut sub, |e| kd_tests::ended(e) == 2).await;
+    let (trunk, branch) = sharding_branch(&c, &ws, 2).await;
     let mut trunk_sub = c.thread_subscribe(trunk.clone(), None, None).await.unwrap();
 
     let mut k = kdd.kd();

@@ -25,8 +25,7 @@ async fn three_members_stream_concurrently_and_every_answer_lands_after_its_delt
     // Each member streams its first piece, then holds until all three are
     // streaming at once.
     let hold = kd_tests::Hold::new();
-    let env = [("FAKE_DELTAS", "8".to_string()), ("FAKE_HOLD", hold.env())];
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let env = [("FAKE_DELTAS", "8"), ("FAKE_HOLD", hold.var())];
     let ws = Workspace::new(&[("claude", "claude", &env), ("codex", "codex", &env), ("gemini", "gemini", &env)]);
     let kdd = Kdd::start();
     let c = kdd.client().await;

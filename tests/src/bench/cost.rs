@@ -20,18 +20,17 @@ use rusqlite::{Connection, params};
 use super::{check, ms, percentile, row};
 use crate::Kdd;
 
-/// The migrations of schema 9, the last before the ledger.
-const SCHEMA_9: [&str; 9] = [
-    include_str!("../../../migrations/0001_init.sql"),
-    include_str!("../../../migrations/0002_runs.sql"),
-    include_str!("../../../migrations/0003_rounds.sql"),
-    include_str!("../../../migrations/0004_sessions_seen_refs_origin.sql"),
-    include_str!("../../../migrations/0005_run_partials.sql"),
-    include_str!("../../../migrations/0006_coordination.sql"),
-    include_str!("../../../migrations/0007_purpose.sql"),
-    include_str!("../../../migrations/0008_lifecycle.sql"),
-    include_str!("../../../migrations/0009_search.sql"),
-];
+/// Schema 9, the last before the ledger: the first nine migrations.
+const SCHEMA_9: usize = 9;
+
+/// The migrations up to schema 9, read from `migrations/` in order.
+fn schema_9() -> Vec<String> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations");
+    let mut files: Vec<std::path::PathBuf> =
+        std::fs::read_dir(&dir).expect("migrations/").filter_map(|e| e.ok().map(|e| e.path())).collect();
+    files.sort();
+    files.iter().take(SCHEMA_9).map(|f| std::fs::read_to_string(f).expect("a migration")).collect()
+}
 
 const PER_THREAD: usize = 100;
 const WORKSPACES: usize = 10;
@@ -74,8 +73,8 @@ fn run_meta(member: &str, run: &str, ordinal: usize, x: usize) -> String {
 fn build(path: &Path, threads: usize) -> rusqlite::Result<()> {
     let mut conn = Connection::open(path)?;
     conn.execute_batch("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;")?;
-    for sql in SCHEMA_9 {
-        conn.execute_batch(sql)?;
+    for sql in schema_9() {
+        conn.execute_batch(&sql)?;
     }
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
     let year = 365 * 86_400_000_i64;
@@ -144,7 +143,7 @@ fn build(path: &Path, threads: usize) -> rusqlite::Result<()> {
         tx.execute("UPDATE counters SET value = (SELECT max(id) FROM messages) WHERE name = 'search_indexed'", [])?;
     }
     tx.commit()?;
-    conn.pragma_update(None, "user_version", SCHEMA_9.len() as i64)?;
+    conn.pragma_update(None, "user_version", SCHEMA_9 as i64)?;
     conn.execute_batch("PRAGMA journal_mode = WAL;")?;
     Ok(())
 }
