@@ -1,0 +1,122 @@
+//! The documentation holds together: every link in README.md and docs/
+//! that points inside the repository resolves — the file exists, and an
+//! `#anchor` names a heading of it (GitHub's slugs) — and every page of
+//! docs/ is reached from the README.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use pulldown_cmark::{Event, HeadingLevel, Options, Parser, Tag, TagEnd};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").canonicalize().expect("the repository")
+}
+
+/// README.md and every Markdown page under docs/.
+fn pages() -> Vec<PathBuf> {
+    let mut pages = vec![root().join("README.md")];
+    let docs = root().join("docs");
+    let mut found: Vec<PathBuf> = std::fs::read_dir(&docs)
+        .map(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|e| e == "md")).collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    pages.extend(found);
+    pages
+}
+
+/// GitHub's anchor for a heading: lower case, punctuation dropped but for
+/// `-` and `_`, spaces made `-`.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A page's heading anchors (GitHub numbers repeats: `x`, `x-1`, …) and
+/// its links.
+fn read(page: &Path) -> (BTreeSet<String>, Vec<String>) {
+    let text = std::fs::read_to_string(page).expect("a page");
+    let (mut anchors, mut links) = (BTreeSet::new(), Vec::new());
+    let mut heading: Option<String> = None;
+    for event in Parser::new_ext(&text, Options::ENABLE_TABLES) {
+        match event {
+            Event::Start(Tag::Heading { level, .. }) if level != HeadingLevel::H6 => heading = Some(String::new()),
+            Event::Text(t) | Event::Code(t) => {
+                if let Some(h) = heading.as_mut() {
+                    h.push_str(&t);
+                }
+            }
+            Event::End(TagEnd::Heading(_)) => {
+                let base = slug(&heading.take().unwrap_or_default());
+                let mut anchor = base.clone();
+                let mut n = 0;
+                while anchors.contains(&anchor) {
+                    n += 1;
+                    anchor = format!("{base}-{n}");
+                }
+                anchors.insert(anchor);
+            }
+            Event::Start(Tag::Link { dest_url, .. }) => links.push(dest_url.to_string()),
+            _ => {}
+        }
+    }
+    (anchors, links)
+}
+
+#[test]
+fn every_link_inside_the_repository_resolves() {
+    let mut broken = Vec::new();
+    for page in pages() {
+        let (own, links) = read(&page);
+        for link in links {
+            if link.contains("://") || link.starts_with("mailto:") {
+                continue;
+            }
+            let (file, anchor) = link.split_once('#').map_or((link.as_str(), None), |(f, a)| (f, Some(a)));
+            let target = if file.is_empty() { page.clone() } else { page.parent().unwrap().join(file) };
+            if !target.exists() {
+                broken.push(format!("{}: {link} (no such file)", page.display()));
+                continue;
+            }
+            let Some(anchor) = anchor else { continue };
+            let anchors = if file.is_empty() { own.clone() } else { read(&target).0 };
+            if target.extension().is_some_and(|e| e == "md") && !anchors.contains(anchor) {
+                broken.push(format!("{}: {link} (no such heading)", page.display()));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn every_page_of_the_docs_is_linked_from_the_readme() {
+    let (_, links) = read(&root().join("README.md"));
+    let linked: BTreeSet<String> =
+        links.iter().filter_map(|l| l.split('#').next()).map(|l| l.trim_start_matches("./").to_string()).collect();
+    let missing: Vec<String> = pages()
+        .iter()
+        .skip(1)
+        .map(|p| format!("docs/{}", p.file_name().unwrap().to_string_lossy()))
+        .filter(|p| !linked.contains(p))
+        .collect();
+    assert!(missing.is_empty(), "not linked from README.md: {missing:?}");
+}
+
+#[test]
+fn slugs_are_githubs() {
+    assert_eq!(
+        slug("Trunk, branches, titles, ageing, archive and delete"),
+        "trunk-branches-titles-ageing-archive-and-delete"
+    );
+    assert_eq!(slug("`daemon.hello`"), "daemonhello");
+    assert_eq!(slug("The crash loop"), "the-crash-loop");
+}
