@@ -36,12 +36,16 @@ fn deltas(events: &[ThreadEvent]) -> Vec<&str> {
 async fn an_acp_member_streams_its_answer() {
     let scratch = tempfile::tempdir().unwrap();
     let record = scratch.path().join("r.jsonl").display().to_string();
-    let env = [("FAKE_DELTAS", "4"), ("FAKE_INTERVAL_MS", "5"), ("FAKE_RECORD", record.as_str())];
+    // Held after its first piece: the rest comes as later deltas.
+    let hold = kd_tests::Hold::new();
+    let env = [("FAKE_DELTAS", "4"), ("FAKE_HOLD", hold.var()), ("FAKE_RECORD", record.as_str())];
     let ws = acp_member(&env, serde_json::json!({}));
     let kdd = Kdd::start();
     let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
     send(&c, &t, "What about X?").await;
-    let events = collect_until(&mut sub, |e| ended(e) == 1).await;
+    let mut events = collect_until(&mut sub, |e| !deltas(e).is_empty()).await;
+    hold.release();
+    events.extend(collect_until(&mut sub, |e| ended(e) == 1).await);
     let streamed = deltas(&events);
     assert!(streamed.len() > 1, "piece by piece: {streamed:?}");
     assert_eq!(streamed.concat(), "Answer from acp.");
@@ -57,12 +61,14 @@ async fn cancel_sends_session_cancel_and_keeps_the_partial_text() {
     let scratch = tempfile::tempdir().unwrap();
     let record = scratch.path().join("r.jsonl").display().to_string();
     let text = format!("Answer {}", "word ".repeat(200));
-    let env = [("FAKE_DELTAS", "200"), ("FAKE_INTERVAL_MS", "20"), ("FAKE_TEXT", &text), ("FAKE_RECORD", &record)];
+    // Held after its first piece until the test ends: cancelled mid-answer.
+    let hold = kd_tests::Hold::new();
+    let env = [("FAKE_DELTAS", "20"), ("FAKE_HOLD", hold.var()), ("FAKE_TEXT", &text), ("FAKE_RECORD", &record)];
     let ws = acp_member(&env, serde_json::json!({}));
     let kdd = Kdd::start_with(&["--kill-grace-ms", "300"]);
     let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
     send(&c, &t, "Go on.").await;
-    let started = collect_until(&mut sub, |e| deltas(e).len() >= 3).await;
+    let started = collect_until(&mut sub, |e| !deltas(e).is_empty()).await;
     let pid = kd_tests::run_pid(&started);
     c.run_cancel(t.clone(), Some("acp".into()), None).await.unwrap();
     let events = collect_until(&mut sub, |e| ended(e) == 1).await;
