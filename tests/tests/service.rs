@@ -88,6 +88,40 @@ fn kdd_pings_the_watchdog_the_manager_set_for_it() {
     assert!(child.wait().unwrap().success());
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_manager_that_does_not_read_never_holds_kdd_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notify.sock");
+    let _manager = UnixDatagram::bind(&path).unwrap();
+    // Its queue is full before kdd starts: a blocking send would wait for
+    // ever, for the manager never reads.
+    let filler = UnixDatagram::unbound().unwrap();
+    filler.set_nonblocking(true).unwrap();
+    let mut queued = 0;
+    loop {
+        match filler.send_to(b"STATUS=filler\n", &path) {
+            Ok(_) => queued += 1,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(queued > 0);
+    let log = dir.path().join("kdd.log");
+    let (log_arg, notify) = (log.display().to_string(), path.display().to_string());
+    let mut kdd = Kdd::start_env(&["--log-file", &log_arg], &[("NOTIFY_SOCKET", &notify)]);
+    // It serves, and SIGTERM stops it (the harness kills it at the deadline).
+    let c = kdd.client().await;
+    c.daemon_status().await.unwrap();
+    drop(c);
+    let status = kdd.stop();
+    assert!(status.success(), "kdd exited with {status}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("2 notification(s) to the service manager dropped"),
+        "READY and STOPPING are counted: {text}"
+    );
+}
+
 #[test]
 fn on_the_journal_kdd_logs_priority_prefixed_lines() {
     use std::os::unix::fs::MetadataExt;
