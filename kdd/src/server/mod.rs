@@ -251,9 +251,9 @@ async fn connection(
         }
         // The error type must be concrete (rust-lang/rust#102211).
         future::Either::Right(async move {
-            let _in_flight = activity.request();
-            let mut response =
-                http_request::handle(svc, req, max_request_bytes).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+            let mut response = http_request::handle(svc, req, max_request_bytes, &activity)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
             if kept.is_some() {
                 // A kept slot is given back at once.
                 response.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
