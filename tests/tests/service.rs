@@ -329,3 +329,40 @@ fn the_launchd_plist_is_well_formed_and_names_the_socket() {
     let env = job["EnvironmentVariables"].as_dictionary().unwrap();
     assert!(env["PATH"].as_string().is_some_and(|p| !p.is_empty()));
 }
+
+#[test]
+fn a_value_with_a_control_character_never_reaches_a_unit_or_plist() {
+    let injected = "/x\nExecStartPre=/bin/touch /tmp/p\nX=";
+    for (var, manager) in [
+        ("KD_DB", "--systemd"),
+        ("PATH", "--systemd"),
+        ("XDG_DATA_HOME", "--systemd"),
+        ("KD_SOCKET", "--systemd"),
+        ("KD_DB", "--launchd"),
+        ("KD_SOCKET", "--launchd"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let run = private_dir(dir.path());
+        let config = dir.path().join("config");
+        let mut kd = kd_for(&run.join("kdd.sock"), &dir.path().join("kd.sqlite3"));
+        kd.args(["daemon", "install", manager, "--files-only"]).env("XDG_CONFIG_HOME", &config).env("HOME", dir.path());
+        // PATH is still the test's for finding programs: kd_for names kdd by KD_KDD.
+        kd.env(var, format!("{}{injected}", if var == "PATH" { "/usr/bin:" } else { "" }));
+        let out = kd.output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{var} {manager}: {}", String::from_utf8_lossy(&out.stdout));
+        assert!(said.contains(var) && said.contains("control character"), "{var} {manager}: {said}");
+        let written: Vec<_> = walk(dir.path()).into_iter().filter(|p| !p.starts_with(&run)).collect();
+        assert!(written.is_empty(), "{var} {manager}: wrote {written:?}");
+    }
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() { files.extend(walk(&p)) } else { files.push(p) }
+    }
+    files
+}
