@@ -163,6 +163,38 @@ async fn daemon_shutdown_over_rpc_exits_zero() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn kd_daemon_stop_returns_only_once_kdd_has_exited() {
+    // A kdd slow to exit after it let its socket go: its stderr is a pipe
+    // nobody reads, filled up, so at exit it waits a moment for its log
+    // lines to be written.
+    let mut kdd = kd_tests::Kdd::start_full(&[], &[("RUST_LOG", "trace")], kd_tests::Stderr::Stuck);
+    let status = r#"{"jsonrpc":"2.0","id":1,"method":"daemon.status"}"#;
+    let full = {
+        // Full once five calls in a row, each logged, add nothing to it.
+        let pipe = kdd.stuck_stderr().unwrap();
+        let (mut before, mut same) = (0, 0);
+        while same < 5 {
+            kd_tests::rpc_post(&kdd.socket, status);
+            let now = rustix::io::ioctl_fionread(pipe).unwrap();
+            same = if now == before { same + 1 } else { 0 };
+            before = now;
+        }
+        // Now the log's writer waits on the pipe, and more lines wait for it.
+        for _ in 0..20 {
+            kd_tests::rpc_post(&kdd.socket, status);
+        }
+        kd_tests::rpc_post(&kdd.socket, status)
+    };
+    assert_eq!(full["result"]["log_lines_dropped"], 0, "the log queue is not full: {full}");
+    let mut stop = kdd.kd();
+    stop.args(["daemon", "stop"]);
+    let out = kd_tests::run(stop).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(!kd_tests::alive(kdd.pid), "kd daemon stop returned while kdd (pid {}) still ran", kdd.pid);
+    assert!(kdd.wait_exit().success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn connections_over_the_bound_get_a_json_rpc_error_and_others_keep_working() {
     // No slots kept for plain HTTP here (see hardening.rs for those).
     let kdd = Kdd::start_with(&["--max-connections", "2", "--reserved-connections", "0"]);
