@@ -256,3 +256,72 @@ async fn another_uid_is_refused_by_the_peer_check() {
     let v = rpc_post(&kdd.socket, &json!({"jsonrpc":"2.0","id":1,"method":"daemon.hello"}).to_string());
     assert_eq!(v["result"]["protocol"], PROTOCOL_VERSION);
 }
+
+/// The text of a log file once it holds `needle` (within the deadline).
+async fn log_with(path: &std::path::Path, needle: &str) -> String {
+    within(needle, async {
+        loop {
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            if text.contains(needle) {
+                return text;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_that_never_lets_go_is_cut_at_the_shutdown_deadline() {
+    // A member that streams without end, and a subscriber that stopped
+    // reading: nothing but the deadline ends its connection (the client
+    // timeout and idle rule are set far beyond the test's deadline).
+    let ws = kd_tests::Workspace::new(&[(
+        "claude",
+        "claude",
+        &[("FAKE_DELTAS", "100000000"), ("FAKE_PIECE", "0123456789abcdef0123456789abcdef"), ("FAKE_RATE", "50000")],
+    )]);
+    let log = tempfile::tempdir().unwrap();
+    let log = log.path().join("kdd.log");
+    let mut kdd = Kdd::start_with(&[
+        "--shutdown-grace-ms",
+        "500",
+        "--client-timeout-ms",
+        "3600000",
+        "--idle-timeout-ms",
+        "3600000",
+        "--log-file",
+        log.to_str().unwrap(),
+    ]);
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let mut watcher = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let subscribe = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"thread.subscribe","params":{{"thread":"{t}"}}}}"#);
+    let _stalled = kd_tests::stalled_websocket(&kdd.socket, &[&subscribe]);
+    c.council_send(t, "Go on and on.".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    let mut chars = 0;
+    while chars < 4_000_000 {
+        if let Some(Ok(kd_proto::types::ThreadEvent::Delta { chars: n, .. })) = within("deltas", watcher.next()).await {
+            chars = n;
+        }
+    }
+    drop(watcher);
+    let status = kdd.stop();
+    assert!(status.success(), "kdd exited with {status}: it waited on the stalled client past its deadline");
+    let text = log_with(&log, "stopped").await;
+    assert!(text.contains("did not close within 500ms; cut"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sighup_is_ignored() {
+    let log = tempfile::tempdir().unwrap();
+    let log = log.path().join("kdd.log");
+    let mut kdd = Kdd::start_with(&["--log-file", log.to_str().unwrap()]);
+    let pid = rustix::process::Pid::from_raw(kdd.pid as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::HUP).unwrap();
+    log_with(&log, "SIGHUP ignored").await;
+    let c = kdd.client().await;
+    assert_eq!(c.daemon_status().await.unwrap().pid, kdd.pid, "still serving");
+    drop(c);
+    assert!(kdd.stop().success());
+}
