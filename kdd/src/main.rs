@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use kdd::server::Limits;
+use kdd::limits::Limits;
 
 /// The kd daemon: registry, agent runner and JSON-RPC server on a Unix socket.
 #[derive(Debug, Parser)]

@@ -429,7 +429,7 @@ mod tests {
             db,
             hub,
             tmp.path().join("s"),
-            &crate::server::Limits::default(),
+            &crate::limits::Limits::default(),
             std::time::Duration::from_secs(1),
         )));
         let served: BTreeSet<&str> = module.method_names().collect();
