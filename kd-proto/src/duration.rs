@@ -1,5 +1,11 @@
 //! Durations as people write them in the configuration and on the command
-//! line: `90` or `90s` (seconds), `30m`, `24h`, `3d`.
+//! line: `90` or `90s` (seconds), `30m`, `24h`, `3d`; and how long a
+//! run may be given.
+
+/// The longest timeout a run may be given, in seconds (a week): the bound of
+/// every `timeout_s` parameter, `council.timeout` and `agents.NAME.timeout`.
+/// Anything longer is refused, never added to a clock.
+pub const MAX_TIMEOUT_S: u64 = 7 * 24 * 3600;
 
 /// The seconds `text` says, or `None` when it is not such a duration (or
 /// does not fit in a u64).

@@ -8,6 +8,8 @@
 //! - [`rpc`]: the `KdApiServer` implementation, parameter checks, error mapping,
 //!   subscriptions;
 //! - [`state`]: what handlers share;
+//! - [`limits`] and [`connections`]: the server's bounds and its open
+//!   connections, below both [`server`] and [`state`];
 //! - [`council`]: who is asked and when (sends, rounds, retries);
 //! - [`agent`]: running the agent CLIs and reading their streams;
 //! - [`prompt`]: what agents are told and the clean-up of what they say;
@@ -29,12 +31,14 @@
 pub mod agent;
 pub mod client;
 pub mod config;
+pub mod connections;
 pub mod coord;
 pub mod council;
 pub mod db;
 pub mod doctor;
 pub mod hub;
 pub mod lifecycle;
+pub mod limits;
 pub mod log;
 pub mod memory;
 pub mod private;
@@ -55,7 +59,8 @@ use std::sync::Arc;
 
 use db::Db;
 use hub::Hub;
-use server::{Limits, SocketClaim};
+use limits::Limits;
+use server::SocketClaim;
 use state::Daemon;
 
 /// How to run the daemon.

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use kdd::server::Limits;
+use kdd::limits::Limits;
 
 /// The kd daemon: registry, agent runner and JSON-RPC server on a Unix socket.
 #[derive(Debug, Parser)]
@@ -35,24 +35,32 @@ struct Args {
     #[arg(long, default_value_t = Limits::default().max_subscriptions_per_connection)]
     max_subscriptions: u32,
     /// Milliseconds a cancelled agent has to exit before SIGKILL
-    #[arg(long, default_value_t = 5000)]
+    #[arg(long, default_value_t = 5000, value_parser = millis())]
     kill_grace_ms: u64,
     /// Milliseconds a client may leave a message unread before it is disconnected
-    #[arg(long, default_value_t = Limits::default().client_timeout.as_millis() as u64)]
+    #[arg(long, default_value_t = Limits::default().client_timeout.as_millis() as u64, value_parser = millis())]
     client_timeout_ms: u64,
     /// Milliseconds connections have to close at shutdown before they are cut
-    #[arg(long, default_value_t = Limits::default().shutdown_grace.as_millis() as u64)]
+    #[arg(long, default_value_t = Limits::default().shutdown_grace.as_millis() as u64, value_parser = millis())]
     shutdown_grace_ms: u64,
     /// Connections kept free, beyond --max-connections, for plain HTTP calls (kd daemon status, stop)
     #[arg(long, default_value_t = Limits::default().reserved_connections)]
     reserved_connections: usize,
     /// Milliseconds an HTTP connection may sit idle, or a WebSocket leave pings unanswered, before it is dropped
-    #[arg(long, default_value_t = Limits::default().idle_timeout.as_millis() as u64)]
+    #[arg(long, default_value_t = Limits::default().idle_timeout.as_millis() as u64, value_parser = millis())]
     idle_timeout_ms: u64,
     /// How often threads are aged (lifecycle.idle_after, archive_after); a
     /// read of a thread ages it at once anyway
-    #[arg(long, default_value_t = kdd::lifecycle::REAP_INTERVAL.as_millis() as u64)]
+    #[arg(long, default_value_t = kdd::lifecycle::REAP_INTERVAL.as_millis() as u64, value_parser = millis())]
     reap_interval_ms: u64,
+}
+
+/// The longest any duration flag may be, in milliseconds: a day.
+const MAX_FLAG_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// A duration flag in milliseconds, from 0 to [`MAX_FLAG_MS`].
+fn millis() -> clap::builder::RangedU64ValueParser<u64> {
+    clap::value_parser!(u64).range(..=MAX_FLAG_MS)
 }
 
 fn main() -> ExitCode {

@@ -5,13 +5,15 @@
 //! lock — is 0700/0600 whatever the umask of whoever started it. Agents get
 //! back the umask kdd was started with: what they write in a workspace is
 //! made as the user would make it. Files an older kd (or a chmod) left open
-//! to other users are tightened at start, with a log line.
+//! to other users are tightened at start, with a log line — only regular
+//! files of the user's (and the data directory kd chose), never a device, a
+//! FIFO or what a symlink points to.
 
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use rustix::fs::Mode;
+use rustix::fs::{Mode, OFlags};
 
 /// The umask kdd was started with (the usual 022 until [`restrict_umask`]).
 static INHERITED: AtomicU32 = AtomicU32::new(0o022);
@@ -28,17 +30,64 @@ pub fn inherited_umask() -> Mode {
     Mode::from_raw_mode(INHERITED.load(Ordering::Relaxed))
 }
 
-/// Removes group and other access from `path` if it is ours and has any,
-/// saying so in the log. A symlink or a file of another user is left
-/// alone (the first is never followed, the second is not ours to change).
+/// Removes group and other access from `path` if it is one of our regular
+/// files and has any, saying so in the log. Anything else is left alone: a
+/// symlink (never followed), a device node, a FIFO or a socket (not a file
+/// of kd's: `--db /dev/null` must not take /dev/null from everyone), and a
+/// file of another user (not ours to change).
 pub fn tighten(path: &Path) {
+    tighten_as(path, Kind::File);
+}
+
+/// [`tighten`] for a directory kd made (its data directory).
+fn tighten_dir(path: &Path) {
+    tighten_as(path, Kind::Dir);
+}
+
+/// What may be tightened at a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    File,
+    Dir,
+}
+
+impl Kind {
+    fn is(self, t: std::fs::FileType) -> bool {
+        match self {
+            Kind::File => t.is_file(),
+            Kind::Dir => t.is_dir(),
+        }
+    }
+}
+
+fn tighten_as(path: &Path, kind: Kind) {
     let uid = rustix::process::getuid().as_raw();
-    let Ok(meta) = std::fs::symlink_metadata(path) else { return };
-    if meta.file_type().is_symlink() || meta.uid() != uid || meta.mode() & 0o077 == 0 {
+    let ours = |m: &std::fs::Metadata| kind.is(m.file_type()) && m.uid() == uid;
+    // Looked at before it is opened: a device or a FIFO is never opened.
+    let Ok(seen) = std::fs::symlink_metadata(path) else { return };
+    if !ours(&seen) || seen.mode() & 0o077 == 0 {
         return;
     }
-    let (was, now) = (meta.mode() & 0o7777, meta.mode() & 0o7700);
-    match std::fs::set_permissions(path, std::fs::Permissions::from_mode(now)) {
+    // Opened without following a symlink, and checked to be what was looked
+    // at, so that a file swapped in meanwhile is not the one changed.
+    let mut flags = OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY;
+    if kind == Kind::Dir {
+        flags |= OFlags::DIRECTORY;
+    }
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags.bits() as i32)
+        .open(path)
+        .and_then(|f| f.metadata().map(|m| (f, m)));
+    let (was, now) = (seen.mode() & 0o7777, seen.mode() & 0o7700);
+    let changed = match opened {
+        Ok((f, m)) if ours(&m) && (m.dev(), m.ino()) == (seen.dev(), seen.ino()) => {
+            f.set_permissions(std::fs::Permissions::from_mode(now))
+        }
+        Ok(_) => return,
+        Err(e) => Err(e),
+    };
+    match changed {
         Ok(()) => tracing::warn!("{} was open to other users (mode {was:03o}); now {now:03o}", path.display()),
         Err(e) => {
             tracing::warn!("{} is open to other users (mode {was:03o}) and cannot be tightened: {e}", path.display())
@@ -51,7 +100,7 @@ pub fn tighten(path: &Path) {
 /// to arrange).
 pub fn tighten_database(db: &Path, dir_is_kds: bool) {
     if dir_is_kds && let Some(dir) = db.parent().filter(|d| !d.as_os_str().is_empty()) {
-        tighten(dir);
+        tighten_dir(dir);
     }
     for suffix in ["", "-wal", "-shm", "-journal"] {
         let mut name = db.as_os_str().to_owned();
@@ -88,6 +137,25 @@ mod tests {
         assert_eq!(mode(tmp.path()), 0o755, "a directory the user chose is theirs");
         tighten_database(&db, true);
         assert_eq!(mode(tmp.path()), 0o700);
+        Ok(())
+    }
+
+    #[test]
+    fn a_fifo_or_a_directory_is_not_a_file_to_tighten() -> std::io::Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let fifo = tmp.path().join("fifo");
+        rustix::fs::mknodat(rustix::fs::CWD, &fifo, rustix::fs::FileType::Fifo, Mode::from_raw_mode(0o600), 0)?;
+        let dir = tmp.path().join("dir");
+        std::fs::create_dir(&dir)?;
+        for p in [&fifo, &dir] {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755))?;
+            tighten(p);
+            assert_eq!(mode(p), 0o755, "{}", p.display());
+        }
+        tighten_dir(&fifo);
+        assert_eq!(mode(&fifo), 0o755);
+        tighten_dir(&dir);
+        assert_eq!(mode(&dir), 0o700);
         Ok(())
     }
 }

@@ -2,10 +2,16 @@
 //! with a `STATUS=` once the socket accepts connections, `STOPPING=1` when
 //! shutdown begins, and watchdog pings at half `WatchdogSec` when the
 //! manager asks for them. Nothing happens without `NOTIFY_SOCKET`; a
-//! failure to notify is logged, never fatal. Agents never inherit the
-//! manager's variables (see [`MANAGER_VARS`]).
+//! failure to notify is logged, never fatal, and never waits: a manager
+//! whose queue is full (it does not read) loses the notification, which is
+//! counted, instead of holding kdd up — shutdown included. Agents never
+//! inherit the manager's variables (see [`MANAGER_VARS`]).
 
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::UnixDatagram;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use sd_notify::NotifyState;
@@ -30,10 +36,53 @@ pub fn socket_activated() -> bool {
     SOCKET_ACTIVATED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Notifications the manager's full queue could not take.
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// How many notifications were dropped because the manager did not read.
+pub fn dropped() -> u64 {
+    DROPPED.load(Ordering::Relaxed)
+}
+
 fn send(states: &[NotifyState<'_>]) {
-    if let Err(e) = sd_notify::notify(false, states) {
-        tracing::debug!("cannot notify the service manager: {e}");
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else { return };
+    let message: String = states.iter().map(|s| format!("{s}\n")).collect();
+    match send_now(&path, message.as_bytes()) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            if DROPPED.fetch_add(1, Ordering::Relaxed) == 0 {
+                tracing::warn!("the service manager does not read its notifications; dropping them");
+            }
+        }
+        Err(e) => tracing::debug!("cannot notify the service manager: {e}"),
     }
+}
+
+/// One datagram to `path` (`@name`: Linux's abstract namespace), sent
+/// without waiting.
+fn send_now(path: &OsStr, message: &[u8]) -> std::io::Result<()> {
+    let sock = UnixDatagram::unbound()?;
+    sock.set_nonblocking(true)?;
+    let sent = match path.as_bytes().strip_prefix(b"@") {
+        Some(name) => send_abstract(&sock, name, message)?,
+        None => sock.send_to(message, path)?,
+    };
+    if sent != message.len() {
+        return Err(std::io::Error::new(std::io::ErrorKind::WriteZero, "incomplete notification"));
+    }
+    Ok(())
+}
+
+#[cfg(target_os = "linux")]
+fn send_abstract(sock: &UnixDatagram, name: &[u8], message: &[u8]) -> std::io::Result<usize> {
+    use std::os::linux::net::SocketAddrExt;
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name)?;
+    sock.send_to_addr(message, &addr)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn send_abstract(_: &UnixDatagram, _: &[u8], _: &[u8]) -> std::io::Result<usize> {
+    Err(std::io::Error::new(std::io::ErrorKind::Unsupported, "abstract sockets are Linux's"))
 }
 
 /// The socket accepts connections.
@@ -45,6 +94,10 @@ pub fn ready(socket: &Path) {
 /// Shutdown has begun.
 pub fn stopping() {
     send(&[NotifyState::Stopping, NotifyState::Status("stopping")]);
+    let n = dropped();
+    if n > 0 {
+        tracing::warn!("{n} notification(s) to the service manager dropped: it did not read them");
+    }
 }
 
 /// Pings the watchdog at half its interval until `stop`, when the manager
@@ -64,4 +117,41 @@ pub fn spawn_watchdog(stop: CancellationToken) {
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_queue_is_would_block_not_a_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("notify.sock");
+        let manager = UnixDatagram::bind(&path).unwrap();
+        let mut sent = 0;
+        let err = loop {
+            match send_now(path.as_os_str(), b"WATCHDOG=1\n") {
+                Ok(()) => sent += 1,
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(err.kind(), std::io::ErrorKind::WouldBlock, "{err}");
+        assert!(sent > 0);
+        let mut buf = [0u8; 64];
+        let n = manager.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"WATCHDOG=1\n");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn an_abstract_notify_socket_is_reached() {
+        use std::os::linux::net::SocketAddrExt;
+        let name = format!("kd-test-notify-{}", std::process::id());
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        let manager = UnixDatagram::bind_addr(&addr).unwrap();
+        send_now(OsStr::new(&format!("@{name}")), b"READY=1\n").unwrap();
+        let mut buf = [0u8; 64];
+        let n = manager.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"READY=1\n");
+    }
 }

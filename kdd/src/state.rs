@@ -12,13 +12,13 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::Runner;
+use crate::connections::Connections;
 use crate::coord::Coord;
 use crate::council::Council;
 use crate::db::Db;
 use crate::hub::Hub;
 use crate::lifecycle::Archived;
-use crate::server::Limits;
-use crate::server::connections::Connections;
+use crate::limits::Limits;
 
 pub struct Daemon {
     pub db: Arc<Db>,

@@ -385,6 +385,13 @@ impl Kdd {
     pub fn is_running(&self) -> bool {
         self.child.is_some()
     }
+
+    /// The read end of the stderr pipe nobody reads ([`Stderr::Stuck`]), to
+    /// see how full it is.
+    pub fn stuck_stderr(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.stuck_reader.as_ref().map(|r| r.as_fd())
+    }
 }
 
 impl Drop for Kdd {

@@ -129,6 +129,17 @@ async fn every_request_gets_an_answer_whatever_its_id() {
             assert!(v["error"]["message"].as_str().unwrap().contains("id"), "{v}");
         }
     }
+    // Ids no number type holds, and ids nested past any parser's depth.
+    let deep = |n: usize, open: &str, close: &str| format!("{}{}", open.repeat(n), close.repeat(n));
+    let deep_object = format!("{}0{}", r#"{"a":"#.repeat(2000), "}".repeat(2000));
+    let odd = ["1e400".to_string(), "-1e400".into(), deep(1000, "[", "]"), deep(100_000, "[", "]"), deep_object];
+    for id in &odd {
+        for (how, v) in [("HTTP", rpc_post(&kdd.socket, &hello(id))), ("WebSocket", over_ws(&hello(id)))] {
+            let shown = &id[..id.len().min(12)];
+            assert_eq!(error_code(&v), -32600, "{how}, id {shown}…: {v}");
+            assert_eq!(v["id"], serde_json::Value::Null, "{how}, id {shown}…: {v}");
+        }
+    }
     // Negative integers are ids like any other: the call is made and
     // answered under the same id — and so are strings that look like kd's own.
     for id in ["-1", "-9223372036854775808", r#""\u0000kd:7""#, "0", r#""x""#] {

@@ -163,6 +163,38 @@ async fn daemon_shutdown_over_rpc_exits_zero() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn kd_daemon_stop_returns_only_once_kdd_has_exited() {
+    // A kdd slow to exit after it let its socket go: its stderr is a pipe
+    // nobody reads, filled up, so at exit it waits a moment for its log
+    // lines to be written.
+    let mut kdd = kd_tests::Kdd::start_full(&[], &[("RUST_LOG", "trace")], kd_tests::Stderr::Stuck);
+    let status = r#"{"jsonrpc":"2.0","id":1,"method":"daemon.status"}"#;
+    let full = {
+        // Full once five calls in a row, each logged, add nothing to it.
+        let pipe = kdd.stuck_stderr().unwrap();
+        let (mut before, mut same) = (0, 0);
+        while same < 5 {
+            kd_tests::rpc_post(&kdd.socket, status);
+            let now = rustix::io::ioctl_fionread(pipe).unwrap();
+            same = if now == before { same + 1 } else { 0 };
+            before = now;
+        }
+        // Now the log's writer waits on the pipe, and more lines wait for it.
+        for _ in 0..20 {
+            kd_tests::rpc_post(&kdd.socket, status);
+        }
+        kd_tests::rpc_post(&kdd.socket, status)
+    };
+    assert_eq!(full["result"]["log_lines_dropped"], 0, "the log queue is not full: {full}");
+    let mut stop = kdd.kd();
+    stop.args(["daemon", "stop"]);
+    let out = kd_tests::run(stop).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(!kd_tests::alive(kdd.pid), "kd daemon stop returned while kdd (pid {}) still ran", kdd.pid);
+    assert!(kdd.wait_exit().success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn connections_over_the_bound_get_a_json_rpc_error_and_others_keep_working() {
     // No slots kept for plain HTTP here (see hardening.rs for those).
     let kdd = Kdd::start_with(&["--max-connections", "2", "--reserved-connections", "0"]);
@@ -223,4 +255,73 @@ async fn another_uid_is_refused_by_the_peer_check() {
     // The owner is still served.
     let v = rpc_post(&kdd.socket, &json!({"jsonrpc":"2.0","id":1,"method":"daemon.hello"}).to_string());
     assert_eq!(v["result"]["protocol"], PROTOCOL_VERSION);
+}
+
+/// The text of a log file once it holds `needle` (within the deadline).
+async fn log_with(path: &std::path::Path, needle: &str) -> String {
+    within(needle, async {
+        loop {
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            if text.contains(needle) {
+                return text;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_that_never_lets_go_is_cut_at_the_shutdown_deadline() {
+    // A member that streams without end, and a subscriber that stopped
+    // reading: nothing but the deadline ends its connection (the client
+    // timeout and idle rule are set far beyond the test's deadline).
+    let ws = kd_tests::Workspace::new(&[(
+        "claude",
+        "claude",
+        &[("FAKE_DELTAS", "100000000"), ("FAKE_PIECE", "0123456789abcdef0123456789abcdef"), ("FAKE_RATE", "50000")],
+    )]);
+    let log = tempfile::tempdir().unwrap();
+    let log = log.path().join("kdd.log");
+    let mut kdd = Kdd::start_with(&[
+        "--shutdown-grace-ms",
+        "500",
+        "--client-timeout-ms",
+        "3600000",
+        "--idle-timeout-ms",
+        "3600000",
+        "--log-file",
+        log.to_str().unwrap(),
+    ]);
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let mut watcher = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let subscribe = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"thread.subscribe","params":{{"thread":"{t}"}}}}"#);
+    let _stalled = kd_tests::stalled_websocket(&kdd.socket, &[&subscribe]);
+    c.council_send(t, "Go on and on.".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    let mut chars = 0;
+    while chars < 4_000_000 {
+        if let Some(Ok(kd_proto::types::ThreadEvent::Delta { chars: n, .. })) = within("deltas", watcher.next()).await {
+            chars = n;
+        }
+    }
+    drop(watcher);
+    let status = kdd.stop();
+    assert!(status.success(), "kdd exited with {status}: it waited on the stalled client past its deadline");
+    let text = log_with(&log, "stopped").await;
+    assert!(text.contains("did not close within 500ms; cut"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sighup_is_ignored() {
+    let log = tempfile::tempdir().unwrap();
+    let log = log.path().join("kdd.log");
+    let mut kdd = Kdd::start_with(&["--log-file", log.to_str().unwrap()]);
+    let pid = rustix::process::Pid::from_raw(kdd.pid as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::HUP).unwrap();
+    log_with(&log, "SIGHUP ignored").await;
+    let c = kdd.client().await;
+    assert_eq!(c.daemon_status().await.unwrap().pid, kdd.pid, "still serving");
+    drop(c);
+    assert!(kdd.stop().success());
 }

@@ -294,3 +294,56 @@ async fn idle_connections_are_dropped_and_status_and_stop_always_get_in() {
     assert!(out.status.success(), "{}", out.stderr);
     assert!(kdd.wait_exit().success());
 }
+
+/// A raw connection that sent an HTTP request's head and the start of its
+/// body, and then nothing more.
+fn half_sent(socket: &std::path::Path) -> std::os::unix::net::UnixStream {
+    use std::io::Write;
+    let mut s = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    s.write_all(
+        b"POST / HTTP/1.1\r\nHost: kd\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"jsonrpc\":",
+    )
+    .unwrap();
+    s
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn half_sent_requests_are_dropped_but_a_call_being_answered_is_not() {
+    let hold = kd_tests::Hold::new();
+    let ws = Workspace::new(&[("claude", "claude", &[("FAKE_HOLD", &hold.env())])]);
+    let kdd = Kdd::start_with(&["--max-connections", "4", "--reserved-connections", "0", "--idle-timeout-ms", "600"]);
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    // A call over plain HTTP whose answer takes as long as the held run:
+    // nothing moves on its connection meanwhile.
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "completion.agents",
+        "params": {"thread": t, "body": "Take your time.", "agents": ["claude"]}})
+    .to_string();
+    let socket = kdd.socket.clone();
+    let call = std::thread::spawn(move || kd_tests::http_post(&socket, &body));
+    collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, kd_proto::types::ThreadEvent::RunStarted { .. }))).await;
+    // The other two slots: requests whose bodies never finish.
+    let halves: Vec<_> = (0..2).map(|_| half_sent(&kdd.socket)).collect();
+    for mut h in halves {
+        let closed = tokio::task::spawn_blocking(move || {
+            use std::io::Read;
+            h.set_read_timeout(Some(kd_tests::DEADLINE)).unwrap();
+            let mut rest = Vec::new();
+            h.read_to_end(&mut rest).map(|_| String::from_utf8_lossy(&rest).into_owned())
+        });
+        let closed = within("a half-sent request to be dropped", closed).await.unwrap();
+        assert!(closed.is_ok(), "the daemon closed it: {closed:?}");
+    }
+    // Their slots are free again.
+    let other = kdd.client().await;
+    other.daemon_status().await.unwrap();
+    // The call, silent all the while, was not taken for idle.
+    hold.release();
+    let (status, text) = within("the completion's answer", tokio::task::spawn_blocking(move || call.join().unwrap()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("\"parts\""), "{text}");
+}

@@ -209,3 +209,34 @@ async fn kingdoms_council_verbs_run_kds_commands_with_a_notice() {
     let help = kd(&kdd, ws.dir.path(), &["--help"]).await;
     assert!(!help.stdout.lines().any(|l| l.trim_start().starts_with("council ")), "{}", help.stdout);
 }
+
+/// A thread directory of `files` messages, each `size` bytes of body.
+fn thread_dir(parent: &Path, name: &str, files: usize, size: usize) -> PathBuf {
+    let dir = parent.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    for i in 1..=files {
+        let head = format!("---\nfrom: king\nto: all\ntimestamp: 2026-01-02T10:00:0{i}Z\n---\n\n");
+        let body = "x".repeat(size - head.len());
+        std::fs::write(dir.join(format!("{i:04}-king.md")), format!("{head}{body}")).unwrap();
+    }
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_thread_over_15_mib_is_refused_whole_and_one_under_it_comes_in() {
+    const MIB: usize = 1024 * 1024;
+    let tmp = tempfile::tempdir().unwrap();
+    let kdd = Kdd::start();
+    // Two files of 7.75 MiB: each under the 8 MiB a file may hold, 15.5 MiB together.
+    let over = thread_dir(tmp.path(), "over", 2, 7 * MIB + 3 * MIB / 4);
+    let out = kd(&kdd, tmp.path(), &["import", over.to_str().unwrap()]).await;
+    assert!(!out.status.success(), "{}", out.stdout);
+    assert!(out.stderr.contains(&format!("holds more than {} bytes", 15 * MIB)), "{}", out.stderr);
+    let c = kdd.client().await;
+    assert!(c.thread_list(None, None, None).await.unwrap().is_empty(), "nothing of it was imported");
+    // 14.5 MiB in two files is a thread like any other.
+    let under = thread_dir(tmp.path(), "under", 2, 7 * MIB + MIB / 4);
+    let out = kd(&kdd, tmp.path(), &["import", under.to_str().unwrap()]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(out.stdout.trim(), "imported 2 messages as thread under");
+}

@@ -142,6 +142,24 @@ async fn a_message_revives_an_idle_thread() {
     assert_eq!(revived.len(), 1);
 }
 
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+/// A message said `at`, for an import.
+fn said_at(at: i64, body: &str) -> ImportedMessage {
+    ImportedMessage {
+        from: "king".into(),
+        to: vec![],
+        kind: None,
+        body: body.into(),
+        created_at_ms: at,
+        refs: vec![],
+        backend: None,
+        model: None,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_old_thread_is_aged_when_it_is_read() {
     // Default settings (idle after 24 h), no periodic pass due for a
@@ -150,26 +168,46 @@ async fn an_old_thread_is_aged_when_it_is_read() {
     config(&ws, serde_json::json!({}));
     let kdd = Kdd::start();
     let c = kdd.client().await;
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
-    let two_days_ago = now - 48 * 3600 * 1000;
-    let old = ImportedMessage {
-        from: "king".into(),
-        to: vec![],
-        kind: None,
-        body: "An old question".into(),
-        created_at_ms: two_days_ago,
-        refs: vec![],
-        backend: None,
-        model: None,
-    };
-    let t = c.thread_import(ws.path(), None, None, None, None, Some(two_days_ago), vec![old], None).await.unwrap();
+    let two_days_ago = now_ms() - 48 * 3600 * 1000;
+    let t =
+        c.thread_import(ws.path(), None, None, None, None, None, vec![said_at(two_days_ago, "An old question")], None);
+    let t = t.await.unwrap();
     assert_eq!(t.status, ThreadStatus::Active, "as imported");
+    // Nothing has happened on it for two days (the import itself was
+    // activity: its time is put back by hand).
+    let db = rusqlite::Connection::open(&kdd.db).unwrap();
+    db.busy_timeout(kd_tests::DEADLINE).unwrap();
+    db.execute("UPDATE threads SET last_activity_at = ?1 WHERE id = ?2", rusqlite::params![two_days_ago, t.id])
+        .unwrap();
     let mut sub = c.thread_subscribe(t.id.clone(), None, None).await.unwrap();
     let read = c.thread_get(t.id.clone()).await.unwrap();
     assert_eq!(read.status, ThreadStatus::Idle, "aged on reading");
     until_status(&mut sub, ThreadStatus::Idle).await;
     let listed = c.thread_list(Some(ws.path()), None, None).await.unwrap();
     assert_eq!(listed.iter().find(|x| x.id == t.id).map(|x| x.status), Some(ThreadStatus::Idle));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_import_of_old_messages_is_activity_and_neither_idles_nor_archives_the_thread() {
+    let ws = Workspace::new(&[]);
+    config(&ws, serde_json::json!({}));
+    let kdd = reaping();
+    let c = kdd.client().await;
+    kd_tests::new_thread(&c, &ws.path()).await;
+    let before = now_ms();
+    let ten_days_ago = before - 10 * 24 * 3600 * 1000;
+    let old = vec![said_at(ten_days_ago, "An old question"), said_at(ten_days_ago + 1000, "And another")];
+    let t = c.thread_import(ws.path(), None, None, None, None, None, old, None).await.unwrap();
+    assert_eq!(t.lineage, Lineage::Branch, "a branch: the one that archives");
+    let read = c.thread_get(t.id.clone()).await.unwrap();
+    assert_eq!(read.status, ThreadStatus::Active, "imported is active: {read:?}");
+    assert!(read.last_activity_at_ms >= before, "its last activity is the import: {read:?}");
+    assert_eq!(read.created_at_ms, ten_days_ago, "it was made when its first message was said");
+    let messages = c.thread_messages(t.id.clone(), None, None, None, None).await.unwrap();
+    let times: Vec<i64> = messages.iter().map(|m| m.created_at_ms).collect();
+    assert_eq!(times, [ten_days_ago, ten_days_ago + 1000], "each message keeps its time");
+    let listed = c.thread_list(Some(ws.path()), None, None).await.unwrap();
+    assert_eq!(listed.iter().find(|x| x.id == t.id).map(|x| x.status), Some(ThreadStatus::Active));
 }
 
 #[tokio::test(flavor = "multi_thread")]

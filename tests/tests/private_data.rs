@@ -83,3 +83,60 @@ async fn a_directory_the_user_chose_is_left_as_it_is_but_the_files_are_private()
     assert_eq!(mode(&dir), 0o755, "an explicit --db is the user's choice of place");
     assert_eq!(mode(&kdd.db), 0o600);
 }
+
+/// A scratch special file in `dir`, open to everyone as such files are:
+/// a FIFO, and — only root may make one — a character device like
+/// /dev/null (1, 3). Never the real /dev/null.
+fn scratch_nodes(dir: &Path) -> Vec<(PathBuf, u32)> {
+    use rustix::fs::{FileType, Mode, mknodat};
+    let mut nodes = Vec::new();
+    let fifo = dir.join("fifo");
+    mknodat(rustix::fs::CWD, &fifo, FileType::Fifo, Mode::from_raw_mode(0o644), 0).unwrap();
+    std::fs::set_permissions(&fifo, std::fs::Permissions::from_mode(0o644)).unwrap();
+    nodes.push((fifo, 0o644));
+    if rustix::process::getuid().is_root() {
+        let null = dir.join("null");
+        let dev = rustix::fs::makedev(1, 3);
+        mknodat(rustix::fs::CWD, &null, FileType::CharacterDevice, Mode::from_raw_mode(0o666), dev).unwrap();
+        std::fs::set_permissions(&null, std::fs::Permissions::from_mode(0o666)).unwrap();
+        nodes.push((null, 0o666));
+    } else {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI runs as root: the device node case must run");
+        eprintln!("SKIPPED (device node part): making one needs root; the FIFO part ran");
+    }
+    nodes
+}
+
+/// A `kdd` on a private socket in `dir` with these arguments.
+fn kdd_in(dir: &Path, args: &[&std::ffi::OsStr]) -> std::process::Command {
+    let run = dir.join("run");
+    let _ = std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700).create(&run);
+    let mut kdd = std::process::Command::new(kd_tests::bin("kdd"));
+    kdd.arg("--socket").arg(run.join("kdd.sock")).args(args);
+    kdd
+}
+
+#[test]
+fn a_device_or_fifo_given_as_the_database_or_log_is_never_tightened() {
+    let dir = tempfile::tempdir().unwrap();
+    for (node, was) in scratch_nodes(dir.path()) {
+        // As the database: refused, saying why, and left as it was.
+        let (started, stderr) = kd_tests::kdd_outcome(kdd_in(dir.path(), &["--db".as_ref(), node.as_os_str()]));
+        assert!(!started, "{}", node.display());
+        assert!(stderr.contains("is not a regular file"), "{}: {stderr}", node.display());
+        assert_eq!(mode(&node), was, "{} was not chmodded: {stderr}", node.display());
+    }
+    // As the log (a device only: a FIFO nobody reads cannot be opened for
+    // writing without waiting): kdd writes to it and leaves its mode alone.
+    let again = dir.path().join("again");
+    std::fs::create_dir(&again).unwrap();
+    if let Some((null, was)) = scratch_nodes(&again).into_iter().find(|(p, _)| p.ends_with("null")) {
+        let db = dir.path().join("kd.sqlite3");
+        let (started, stderr) = kd_tests::kdd_outcome(kdd_in(
+            dir.path(),
+            &["--db".as_ref(), db.as_os_str(), "--log-file".as_ref(), null.as_os_str()],
+        ));
+        assert!(started, "{stderr}");
+        assert_eq!(mode(&null), was, "{}", null.display());
+    }
+}

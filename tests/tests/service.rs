@@ -88,6 +88,40 @@ fn kdd_pings_the_watchdog_the_manager_set_for_it() {
     assert!(child.wait().unwrap().success());
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_manager_that_does_not_read_never_holds_kdd_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notify.sock");
+    let _manager = UnixDatagram::bind(&path).unwrap();
+    // Its queue is full before kdd starts: a blocking send would wait for
+    // ever, for the manager never reads.
+    let filler = UnixDatagram::unbound().unwrap();
+    filler.set_nonblocking(true).unwrap();
+    let mut queued = 0;
+    loop {
+        match filler.send_to(b"STATUS=filler\n", &path) {
+            Ok(_) => queued += 1,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(queued > 0);
+    let log = dir.path().join("kdd.log");
+    let (log_arg, notify) = (log.display().to_string(), path.display().to_string());
+    let mut kdd = Kdd::start_env(&["--log-file", &log_arg], &[("NOTIFY_SOCKET", &notify)]);
+    // It serves, and SIGTERM stops it (the harness kills it at the deadline).
+    let c = kdd.client().await;
+    c.daemon_status().await.unwrap();
+    drop(c);
+    let status = kdd.stop();
+    assert!(status.success(), "kdd exited with {status}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("2 notification(s) to the service manager dropped"),
+        "READY and STOPPING are counted: {text}"
+    );
+}
+
 #[test]
 fn on_the_journal_kdd_logs_priority_prefixed_lines() {
     use std::os::unix::fs::MetadataExt;
@@ -294,4 +328,41 @@ fn the_launchd_plist_is_well_formed_and_names_the_socket() {
     assert_eq!(job["RunAtLoad"].as_boolean(), Some(false));
     let env = job["EnvironmentVariables"].as_dictionary().unwrap();
     assert!(env["PATH"].as_string().is_some_and(|p| !p.is_empty()));
+}
+
+#[test]
+fn a_value_with_a_control_character_never_reaches_a_unit_or_plist() {
+    let injected = "/x\nExecStartPre=/bin/touch /tmp/p\nX=";
+    for (var, manager) in [
+        ("KD_DB", "--systemd"),
+        ("PATH", "--systemd"),
+        ("XDG_DATA_HOME", "--systemd"),
+        ("KD_SOCKET", "--systemd"),
+        ("KD_DB", "--launchd"),
+        ("KD_SOCKET", "--launchd"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let run = private_dir(dir.path());
+        let config = dir.path().join("config");
+        let mut kd = kd_for(&run.join("kdd.sock"), &dir.path().join("kd.sqlite3"));
+        kd.args(["daemon", "install", manager, "--files-only"]).env("XDG_CONFIG_HOME", &config).env("HOME", dir.path());
+        // PATH is still the test's for finding programs: kd_for names kdd by KD_KDD.
+        kd.env(var, format!("{}{injected}", if var == "PATH" { "/usr/bin:" } else { "" }));
+        let out = kd.output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{var} {manager}: {}", String::from_utf8_lossy(&out.stdout));
+        assert!(said.contains(var) && said.contains("control character"), "{var} {manager}: {said}");
+        let written: Vec<_> = walk(dir.path()).into_iter().filter(|p| !p.starts_with(&run)).collect();
+        assert!(written.is_empty(), "{var} {manager}: wrote {written:?}");
+    }
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() { files.extend(walk(&p)) } else { files.push(p) }
+    }
+    files
 }

@@ -6,7 +6,7 @@ use kd_proto::types::{DeliveryMode, DeliveryPrefs, Overflow, RouteType};
 
 use super::ConfigError;
 use super::raw::RawDelivery;
-use super::resolve::Resolver;
+use super::resolver::Resolver;
 
 /// Hand-offs an exchange may make, by default.
 pub const DEFAULT_MAX_HOPS: u32 = 6;

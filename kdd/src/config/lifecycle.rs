@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::ConfigError;
 use super::raw::RawLifecycle;
-use super::resolve::Resolver;
+use super::resolver::Resolver;
 
 /// A thread without activity this long goes idle, by default.
 pub const DEFAULT_IDLE_AFTER: Duration = Duration::from_secs(24 * 3600);

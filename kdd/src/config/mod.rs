@@ -8,7 +8,8 @@
 //!
 //! - [`raw`]: the file's schema, kd's keys and Kingdom's, as serde types;
 //! - [`resolve`]: from the file to a [`Config`]: defaults, validation, the
-//!   Kingdom mapping;
+//!   Kingdom mapping; [`resolver`], what it keeps as it goes, below the
+//!   sections it calls ([`coordination`], [`lifecycle`]);
 //! - [`programs`]: the agent CLIs on `PATH`;
 //! - `codex`: the arguments `codex app-server` takes (others are warned of);
 //! - [`view`]: every effective value with where it came from (`config.get`).
@@ -19,6 +20,7 @@ pub mod lifecycle;
 mod programs;
 pub mod raw;
 mod resolve;
+mod resolver;
 mod view;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -5,7 +5,7 @@
 //! with one notice each (`peasant`, `lord`, `council.review_members`,
 //! `council.thinking_visibility`, design/review/peasant prompts).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use kd_proto::names;
@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::programs::{builtin, detect_members};
 use super::raw::{RawAgent, RawConfig, RawCouncil, RawPrompts};
+use super::resolver::Resolver;
 use super::*;
 
 /// Most rounds after the first that a configuration may ask for.
@@ -26,38 +27,8 @@ const APPROVALS: &[&str] = &["never", "on-request", "on-failure", "untrusted"];
 const CLAUDE_EFFORTS: &[&str] = &["low", "medium", "high", "xhigh", "max"];
 const CODEX_EFFORTS: &[&str] = &["low", "medium", "high", "xhigh", "max", "ultra"];
 
-pub(super) struct Resolver {
-    file: Option<PathBuf>,
-    set_keys: BTreeSet<String>,
-    mapped_from: BTreeMap<String, String>,
-    notices: Vec<String>,
-    warnings: Vec<String>,
-}
-
-impl Resolver {
-    pub(super) fn err(&self, key: impl Into<String>, message: impl Into<String>) -> ConfigError {
-        ConfigError { file: self.file.clone(), key: key.into(), message: message.into() }
-    }
-
-    pub(super) fn set(&mut self, key: &str, is_set: bool) {
-        if is_set {
-            self.set_keys.insert(key.to_string());
-        }
-    }
-
-    fn ignore(&mut self, key: &str, why: &str) {
-        self.notices.push(format!("{key}: {why} (ignored)"));
-    }
-}
-
 pub(super) fn resolve(raw: RawConfig, file: Option<PathBuf>, env: &Env<'_>) -> Result<Config, ConfigError> {
-    let mut r = Resolver {
-        file,
-        set_keys: BTreeSet::new(),
-        mapped_from: BTreeMap::new(),
-        notices: Vec::new(),
-        warnings: Vec::new(),
-    };
+    let mut r = Resolver::new(file);
     let top_prompts = raw.prompts.unwrap_or_default();
     ignore_phases(&mut r, "prompts", &top_prompts);
     if let Some(p) = &raw.peasant {
@@ -184,9 +155,7 @@ fn agent(r: &mut Resolver, name: &str, a: RawAgent, top: &RawPrompts, env: &Env<
         (_, Some(_)) => return Err(r.err(key("format"), "only a command backend takes a format")),
         (b, None) => b.format(),
     };
-    if a.timeout == Some(0) {
-        return Err(r.err(key("timeout"), "must be a positive number of seconds, got 0"));
-    }
+    let timeout_s = r.timeout(&key("timeout"), a.timeout)?;
     let color = match &a.color {
         None => None,
         Some(Value::String(s)) => {
@@ -251,7 +220,7 @@ fn agent(r: &mut Resolver, name: &str, a: RawAgent, top: &RawPrompts, env: &Env<
         args,
         env: a.env.unwrap_or_default(),
         model: a.model.filter(|m| !m.is_empty()),
-        timeout_s: a.timeout,
+        timeout_s,
         prompt_council: None,
         prompt_chat: None,
         format,
@@ -318,11 +287,7 @@ fn council(
         r.ignore("council.thinking_visibility", "kd does not show thinking");
     }
 
-    let timeout_s = match c.timeout {
-        Some(0) => return Err(r.err("council.timeout", "must be a positive number of seconds, got 0")),
-        Some(t) => t,
-        None => DEFAULT_TIMEOUT_S,
-    };
+    let timeout_s = r.timeout("council.timeout", c.timeout)?.unwrap_or(DEFAULT_TIMEOUT_S);
     let max_answer_bytes = match c.max_answer_bytes {
         Some(n) if n == 0 || n > MAX_ANSWER_BYTES => {
             return Err(r.err("council.max_answer_bytes", format!("must be between 1 and {MAX_ANSWER_BYTES}, got {n}")));

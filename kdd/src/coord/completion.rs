@@ -225,7 +225,9 @@ pub async fn complete(co: &Coord, p: Params) -> Result<Completion, ErrorObjectOw
 
 /// Waits as `wait` says; returns the runs stopped for being late.
 async fn wait_for(runs: &[Arc<Run>], wait: Wait, timeout: Option<Duration>) -> Vec<String> {
-    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+    // A timeout past what the clock holds is no deadline (the RPC edge
+    // bounds it anyway).
+    let deadline = timeout.and_then(|t| tokio::time::Instant::now().checked_add(t));
     let until_deadline = async {
         match deadline {
             Some(d) => tokio::time::sleep_until(d).await,

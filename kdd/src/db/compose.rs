@@ -15,9 +15,12 @@ use super::{DbError, DbResult, Outbox};
 use super::{acks, inbox};
 
 /// Creates a thread holding `messages` (time, message), as an import: the
-/// chosen id is used when it is free, a fresh one otherwise.
+/// chosen id is used when it is free, a fresh one otherwise. Each message
+/// keeps its time; the import itself, `now`, is the thread's last activity,
+/// so that old messages do not make the thread idle or archived at once.
 pub fn import(
     conn: &Connection,
+    now: i64,
     mut t: NewThread,
     created_at: i64,
     messages: Vec<(i64, NewMessage)>,
@@ -49,6 +52,8 @@ pub fn import(
         })
         .collect();
     messages::import(conn, &thread.id, messages, out)?;
+    conn.prepare_cached("UPDATE threads SET last_activity_at = max(last_activity_at, ?2) WHERE id = ?1")?
+        .execute(rusqlite::params![thread.id, now])?;
     threads::get(conn, &thread.id)
 }
 
@@ -101,7 +106,7 @@ impl super::Db {
         created_at: i64,
         messages: Vec<(i64, NewMessage)>,
     ) -> DbResult<Thread> {
-        self.write(move |c, out| import(c, t, created_at, messages, out)).await
+        self.write(move |c, out| import(c, super::now_ms(), t, created_at, messages, out)).await
     }
 }
 

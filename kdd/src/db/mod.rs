@@ -137,6 +137,14 @@ impl Db {
             }
             other => other,
         };
+        if let Ok(meta) = std::fs::metadata(path)
+            && !meta.is_file()
+        {
+            return Err(DbError::Invalid(format!(
+                "the database {} is not a regular file; point --db (or KD_DB) at a file",
+                path.display()
+            )));
+        }
         let mut conn = Connection::open(path)?;
         schema::configure(&conn).map_err(read_only)?;
         schema::check_writable(&conn, path).map_err(read_only)?;

@@ -54,42 +54,84 @@ pub struct Filter {
     pub limit: Option<u32>,
 }
 
+/// Searches both indexes: threads by title and summary (without a `from`
+/// or `since` filter, which only messages have), then messages. A column
+/// filter (`body:`, `title:`, `summary:`) names a column of one index: the
+/// other has no such column and gives no hits, and only a query that no
+/// index searched can read is refused.
 pub fn query(conn: &Connection, q: &str, f: &Filter) -> DbResult<Vec<SearchHit>> {
     if let Some(t) = &f.thread {
         threads::get(conn, t)?;
     }
     let limit = f.limit.unwrap_or(DEFAULT_HITS).clamp(1, MAX_HITS);
+    let with_threads = f.from.is_none() && f.since_ms.is_none();
     let mut hits = Vec::new();
-    if f.from.is_none() && f.since_ms.is_none() {
-        let mut stmt = conn.prepare_cached(
-            "SELECT t.id, t.last_activity_at,
-                    CASE WHEN t.title IS NOT NULL AND instr(highlight(search_threads, 0, '«', '»'), '«') > 0
-                         THEN 'title' ELSE 'summary' END,
-                    CASE WHEN t.title IS NOT NULL AND instr(highlight(search_threads, 0, '«', '»'), '«') > 0
-                         THEN highlight(search_threads, 0, '«', '»')
-                         ELSE snippet(search_threads, 1, '«', '»', '…', 16) END,
-                    search_threads.rank
-             FROM search_threads JOIN threads t ON t.rowid = search_threads.rowid
-             WHERE search_threads MATCH ?1 AND (?2 IS NULL OR t.id = ?2)
-             ORDER BY search_threads.rank LIMIT ?3",
-        )?;
-        let rows = stmt
-            .query_map(params![q, f.thread, THREAD_HITS.min(limit)], |r| {
-                Ok(SearchHit {
-                    thread: r.get(0)?,
-                    seq: None,
-                    at_ms: r.get(1)?,
-                    from: r.get(2)?,
-                    snippet: r.get(3)?,
-                    rank: r.get(4)?,
-                })
-            })
-            .map_err(bad_query)?;
-        for h in rows {
-            hits.push(h.map_err(bad_query)?);
+    let mut not_here = Vec::new();
+    if with_threads {
+        match searched(thread_hits(conn, q, f, THREAD_HITS.min(limit)))? {
+            Searched::Hits(h) => hits = h,
+            Searched::NotHere(why) => not_here.push(why),
         }
     }
     let rest = limit - hits.len() as u32;
+    match searched(message_hits(conn, q, f, rest))? {
+        Searched::Hits(h) => hits.extend(h),
+        Searched::NotHere(why) => not_here.push(why),
+    }
+    if not_here.len() == 1 + usize::from(with_threads) {
+        let only = if with_threads { "" } else { " (with from or since, only message bodies are searched)" };
+        return Err(DbError::Invalid(format!(
+            "cannot read the search query: {}{only}; the columns are body, title and summary, one index at a time",
+            not_here[0]
+        )));
+    }
+    Ok(hits)
+}
+
+/// What one index made of a query.
+enum Searched {
+    Hits(Vec<SearchHit>),
+    /// It names a column this index does not have.
+    NotHere(String),
+}
+
+fn searched(result: rusqlite::Result<Vec<SearchHit>>) -> DbResult<Searched> {
+    match result {
+        Ok(hits) => Ok(Searched::Hits(hits)),
+        Err(e) if e.to_string().contains("no such column") => Ok(Searched::NotHere(e.to_string())),
+        Err(e) => Err(bad_query(e)),
+    }
+}
+
+/// Threads whose title or summary match, best first.
+fn thread_hits(conn: &Connection, q: &str, f: &Filter, limit: u32) -> rusqlite::Result<Vec<SearchHit>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT t.id, t.last_activity_at,
+                CASE WHEN t.title IS NOT NULL AND instr(highlight(search_threads, 0, '«', '»'), '«') > 0
+                     THEN 'title' ELSE 'summary' END,
+                CASE WHEN t.title IS NOT NULL AND instr(highlight(search_threads, 0, '«', '»'), '«') > 0
+                     THEN highlight(search_threads, 0, '«', '»')
+                     ELSE snippet(search_threads, 1, '«', '»', '…', 16) END,
+                search_threads.rank
+         FROM search_threads JOIN threads t ON t.rowid = search_threads.rowid
+         WHERE search_threads MATCH ?1 AND (?2 IS NULL OR t.id = ?2)
+         ORDER BY search_threads.rank LIMIT ?3",
+    )?;
+    let rows = stmt.query_map(params![q, f.thread, limit], |r| {
+        Ok(SearchHit {
+            thread: r.get(0)?,
+            seq: None,
+            at_ms: r.get(1)?,
+            from: r.get(2)?,
+            snippet: r.get(3)?,
+            rank: r.get(4)?,
+        })
+    })?;
+    rows.collect()
+}
+
+/// Messages whose body matches, best first.
+fn message_hits(conn: &Connection, q: &str, f: &Filter, limit: u32) -> rusqlite::Result<Vec<SearchHit>> {
     // The best hits first, then a snippet for those alone: a snippet for
     // every match of a common word would cost more than the search.
     // Without a filter, the index alone ranks: no lookup of every match.
@@ -114,29 +156,28 @@ pub fn query(conn: &Connection, q: &str, f: &Filter) -> DbResult<Vec<SearchHit>>
          WHERE search_messages MATCH ?1
          ORDER BY top.rank"
     ))?;
-    let rows = stmt
-        .query_map(params![q, f.thread, f.from, f.since_ms, rest], |r| {
-            Ok(SearchHit {
-                thread: r.get(0)?,
-                seq: Some(r.get::<_, i64>(1)? as u64),
-                from: r.get(2)?,
-                at_ms: r.get(3)?,
-                snippet: r.get(4)?,
-                rank: r.get(5)?,
-            })
+    let rows = stmt.query_map(params![q, f.thread, f.from, f.since_ms, limit], |r| {
+        Ok(SearchHit {
+            thread: r.get(0)?,
+            seq: Some(r.get::<_, i64>(1)? as u64),
+            from: r.get(2)?,
+            at_ms: r.get(3)?,
+            snippet: r.get(4)?,
+            rank: r.get(5)?,
         })
-        .map_err(bad_query)?;
-    for h in rows {
-        hits.push(h.map_err(bad_query)?);
-    }
-    Ok(hits)
+    })?;
+    rows.collect()
 }
 
 /// FTS5 refuses a query it cannot parse: that is the caller's error.
 fn bad_query(e: rusqlite::Error) -> DbError {
     let text = e.to_string();
-    if text.contains("fts5") || text.contains("no such column") || text.contains("unterminated string") {
-        DbError::Invalid(format!("cannot read the search query: {text}"))
+    let unreadable = ["fts5", "no such column", "unterminated string", "unknown special query"];
+    if unreadable.iter().any(|u| text.contains(u)) {
+        DbError::Invalid(format!(
+            "cannot read the search query: {text}; give words, \"a phrase\", a prefix*, AND, OR, NOT, \
+             or a column: body:, title:, summary:"
+        ))
     } else {
         DbError::Sqlite(e)
     }

@@ -430,7 +430,7 @@ mod tests {
             db,
             hub,
             tmp.path().join("s"),
-            &crate::server::Limits::default(),
+            &crate::limits::Limits::default(),
             std::time::Duration::from_secs(1),
             crate::lifecycle::Archived::channel().0,
         )));

@@ -36,10 +36,14 @@ pub fn position(param: &str, value: Option<u64>) -> Result<(), ErrorObjectOwned>
     }
 }
 
-/// A timeout in seconds: positive when given.
+/// A timeout in seconds: when given, from 1 to
+/// [`kd_proto::duration::MAX_TIMEOUT_S`].
 pub fn timeout(seconds: Option<u64>) -> Result<Option<std::time::Duration>, ErrorObjectOwned> {
+    use kd_proto::duration::MAX_TIMEOUT_S;
     match seconds {
-        Some(0) => Err(invalid("timeout_s must be a positive number of seconds")),
+        Some(s) if s == 0 || s > MAX_TIMEOUT_S => {
+            Err(invalid(format!("timeout_s must be between 1 and {MAX_TIMEOUT_S} seconds (a week), got {s}")))
+        }
         s => Ok(s.map(std::time::Duration::from_secs)),
     }
 }
@@ -207,6 +211,12 @@ mod tests {
         assert!(msg(ttl(0)).contains("ttl_ms"));
         assert!(msg(ttl(MAX_TTL_MS + 1)).contains("ttl_ms"));
         assert!(ttl(1).is_ok());
+        let max = kd_proto::duration::MAX_TIMEOUT_S;
+        for bad in [0, max + 1, i64::MAX as u64, u64::MAX] {
+            let e = timeout(Some(bad)).err().map(|e| e.message().to_string()).unwrap_or_default();
+            assert!(e.contains("timeout_s") && e.contains(&max.to_string()), "{bad}: {e}");
+        }
+        assert_eq!(timeout(Some(max)).ok().flatten(), Some(std::time::Duration::from_secs(max)));
         assert!(msg(pid(Some(0))).contains("pid"));
         assert!(msg(required_label("holder", " ")).contains("holder is empty"));
         assert!(msg(label("title", Some("a\u{1b}[31m"))).contains("control"));

@@ -3,10 +3,17 @@
 //! take get their stand-ins ([`super::ids`]) and the answer its ids back,
 //! and it is marked [`OverHttp`] (a subscription needs a WebSocket); a
 //! WebSocket upgrade that fails is answered 400, not 200.
+//!
+//! A request is *in flight* for the idle rule ([`super::idle`]) only once
+//! it has been received whole: while its body is still coming, the
+//! connection is idle when its bytes stop, so a client that sends half a
+//! request and then nothing is dropped like any idle one, while a call the
+//! daemon is answering (a completion waiting on its members) is not.
 
 use http_body_util::{BodyExt, Limited};
 use jsonrpsee::server::{HttpBody, HttpResponse};
 
+use super::idle::Activity;
 use super::ids;
 use super::request_check::OverHttp;
 
@@ -17,11 +24,13 @@ pub async fn handle<S>(
     mut svc: S,
     req: http::Request<hyper::body::Incoming>,
     max_request_bytes: u32,
+    activity: &Activity,
 ) -> Result<HttpResponse, BoxError>
 where
     S: tower::Service<http::Request<HttpBody>, Response = HttpResponse, Error = BoxError>,
 {
     if jsonrpsee::server::ws::is_upgrade_request(&req) {
+        let _in_flight = activity.request();
         let response = svc.call(req.map(HttpBody::new)).await?;
         return Ok(if response.status() == http::StatusCode::SWITCHING_PROTOCOLS {
             response
@@ -30,6 +39,7 @@ where
         });
     }
     if req.method() != http::Method::POST {
+        let _in_flight = activity.request();
         return svc.call(req.map(HttpBody::new)).await;
     }
     let (mut parts, body) = req.into_parts();
@@ -41,6 +51,7 @@ where
         }
         Err(e) => return Err(e),
     };
+    let _in_flight = activity.request();
     let (body, carried) = match ids::fix_request(&body) {
         Some((fixed, n)) => (hyper::body::Bytes::from(fixed), n),
         None => (body, 0),

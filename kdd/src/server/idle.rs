@@ -2,7 +2,9 @@
 //! daemon's pings unanswered is closed by jsonrpsee (see the ping settings
 //! in [`super::serve`]); an HTTP connection kept alive after its calls is
 //! closed here once it has been idle — no request in flight, no byte in
-//! either direction — for the idle timeout. What a connection's bytes did
+//! either direction — for the idle timeout. A request is in flight once it
+//! was received whole ([`super::http_request`]): one whose head or body
+//! stops coming is idle. What a connection's bytes did
 //! last is its [`Activity`], kept by the filter every connection's bytes
 //! pass through ([`super::frames`]).
 

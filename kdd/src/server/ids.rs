@@ -10,14 +10,20 @@
 //!   carried as `"\u0000kd:<its JSON>"`: the call is made, and
 //!   [`restore_response`] puts the original id back in the answer;
 //! - anything else (a fraction, an object, an array, a boolean, an integer
-//!   past 64 bits) becomes [`INVALID`], which the RPC middleware answers
-//!   with -32600, and the answer's id becomes `null` (the id could not be
-//!   used, as the spec says).
+//!   past 64 bits, a number no float holds such as `1e400`, a value nested
+//!   past any parser's depth) becomes [`INVALID`], which the RPC middleware
+//!   answers with -32600, and the answer's id becomes `null` (the id could
+//!   not be used, as the spec says).
 //!
 //! Both work on whole request and response bodies, as HTTP carries them
-//! and as the WebSocket filter ([`super::frames`]) reassembles them.
+//! and as the WebSocket filter ([`super::frames`]) reassembles them. A
+//! request is rewritten member by member with every value but the id left
+//! as raw text: skipping a value takes no recursion in serde_json, so an
+//! id (or params) nested a million deep is carried, not refused unanswered.
 
-use serde::Deserialize;
+use serde::de::{MapAccess, Visitor};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
@@ -47,13 +53,59 @@ fn usable(id: &RawValue) -> bool {
     }
 }
 
-/// The stand-in for an id that is not usable as it is.
-fn stand_in(id: &Value) -> String {
-    match id {
-        Value::Number(n) if n.is_i64() => format!("{CARRIED}{n}"),
-        Value::String(s) => format!("{CARRIED}{}", Value::String(s.clone())),
+/// The stand-in for an id that is not usable as it is. One that does not
+/// even parse as a value (`1e400`, nested too deep) is invalid.
+fn stand_in(id: &RawValue) -> String {
+    match serde_json::from_str::<Value>(id.get()) {
+        Ok(Value::Number(n)) if n.is_i64() => format!("{CARRIED}{n}"),
+        Ok(Value::String(s)) => format!("{CARRIED}{}", Value::String(s)),
         _ => INVALID.to_string(),
     }
+}
+
+/// A request object's members in order, each value left as raw text.
+struct Members(Vec<(String, Box<RawValue>)>);
+
+impl<'de> Deserialize<'de> for Members {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Members, D::Error> {
+        struct Of;
+        impl<'de> Visitor<'de> for Of {
+            type Value = Members;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members, A::Error> {
+                let mut members = Vec::new();
+                while let Some(member) = map.next_entry::<String, Box<RawValue>>()? {
+                    members.push(member);
+                }
+                Ok(Members(members))
+            }
+        }
+        d.deserialize_map(Of)
+    }
+}
+
+impl Serialize for Members {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+}
+
+/// Gives an unusable id its stand-in; how many were replaced.
+fn fix_members(members: &mut Members) -> Option<usize> {
+    let mut replaced = 0;
+    for (key, value) in &mut members.0 {
+        if key == "id" && !usable(value) {
+            *value = serde_json::value::to_raw_value(&stand_in(value)).ok()?;
+            replaced += 1;
+        }
+    }
+    Some(replaced)
 }
 
 /// The request with every unusable id replaced by its stand-in, and how
@@ -72,22 +124,25 @@ pub fn fix_request(body: &[u8]) -> Option<(Vec<u8>, usize)> {
     if !needs_fix {
         return None;
     }
-    let mut value: Value = serde_json::from_slice(text).ok()?;
-    let mut replaced = 0;
-    let mut fix = |entry: &mut Value| {
-        if let Some(id) = entry.get_mut("id")
-            && let Ok(raw) = serde_json::value::to_raw_value(id)
-            && !usable(&raw)
-        {
-            *id = Value::String(stand_in(id));
-            replaced += 1;
-        }
-    };
-    match &mut value {
-        Value::Array(entries) => entries.iter_mut().for_each(&mut fix),
-        entry => fix(entry),
+    if text.first() == Some(&b'{') {
+        let mut members: Members = serde_json::from_slice(text).ok()?;
+        let replaced = fix_members(&mut members)?;
+        return Some((serde_json::to_vec(&members).ok()?, replaced));
     }
-    Some((serde_json::to_vec(&value).ok()?, replaced))
+    // A batch: each entry that is an object is fixed, the rest left as they are.
+    let entries: Vec<&RawValue> = serde_json::from_slice(text).ok()?;
+    let mut replaced = 0;
+    let mut fixed = Vec::with_capacity(entries.len());
+    for entry in entries {
+        match serde_json::from_str::<Members>(entry.get()) {
+            Ok(mut members) => {
+                replaced += fix_members(&mut members)?;
+                fixed.push(serde_json::value::to_raw_value(&members).ok()?);
+            }
+            Err(_) => fixed.push(entry.to_owned()),
+        }
+    }
+    Some((serde_json::to_vec(&fixed).ok()?, replaced))
 }
 
 /// The response with every stand-in id put back (the carried id, or null
@@ -177,6 +232,26 @@ mod tests {
         let answer = serde_json::json!({"jsonrpc": "2.0", "id": INVALID, "error": {"code": -32600}}).to_string();
         let back: Value = serde_json::from_str(&restored(&answer).unwrap().0).unwrap();
         assert_eq!(back, serde_json::json!({"error": {"code": -32600}, "id": null, "jsonrpc": "2.0"}));
+    }
+
+    #[test]
+    fn ids_no_parser_holds_are_invalid_whatever_their_depth() {
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        let params = format!(r#"{{"x":{}}}"#, deep(100_000));
+        for id in ["1e400".to_string(), "-1e400".into(), deep(129), deep(1_000_000)] {
+            let request = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"m","params":{params}}}"#);
+            let (body, n) = fixed(&request).unwrap_or_else(|| panic!("{}", &id[..8.min(id.len())]));
+            assert_eq!(n, 1);
+            // Everything but the id is as it was, in order.
+            let expected = format!(r#"{{"jsonrpc":"2.0","id":"\u0000kd!","method":"m","params":{params}}}"#);
+            assert!(body == expected, "{}", &body[..80]);
+        }
+        let (body, n) = fixed(&format!(r#"[{},{{"id":1e400}},{{"id":-1}}]"#, deep(1000))).unwrap();
+        assert_eq!(n, 2);
+        assert!(
+            body.starts_with(&format!("[{}", deep(1000)))
+                && body.ends_with(r#"{"id":"\u0000kd!"},{"id":"\u0000kd:-1"}]"#)
+        );
     }
 
     #[test]

@@ -3,7 +3,6 @@
 //!
 //! - [`claim`]: one daemon per socket, in a directory only its user can touch;
 //! - [`activation`]: a listening socket handed over by systemd or launchd;
-//! - [`connections`]: the open connections, which the daemon can cut;
 //! - [`http_request`]: one HTTP request, before jsonrpsee takes it;
 //! - [`ids`]: ids jsonrpsee cannot take, and their stand-ins;
 //! - [`frames`]: the same for WebSocket messages, on the connection's bytes;
@@ -18,7 +17,6 @@
 
 pub mod activation;
 mod claim;
-pub mod connections;
 mod frames;
 mod http_request;
 mod idle;
@@ -43,43 +41,9 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::client::ClientId;
+use crate::limits::Limits;
 use crate::rpc::check::CheckLayer;
 use crate::state::Daemon;
-
-/// Bounds of the server (F-D3).
-#[derive(Debug, Clone)]
-pub struct Limits {
-    pub max_connections: usize,
-    pub max_request_bytes: u32,
-    pub max_response_bytes: u32,
-    pub max_subscriptions_per_connection: u32,
-    /// How long a send may wait on a client that does not read before the
-    /// client is disconnected.
-    pub client_timeout: Duration,
-    /// How long connections have to close at shutdown before they are cut.
-    pub shutdown_grace: Duration,
-    /// Connections beyond `max_connections` kept for plain HTTP calls, so
-    /// that `kd daemon status` and `kd daemon stop` always get in.
-    pub reserved_connections: usize,
-    /// How long an HTTP connection may sit idle between requests, and a
-    /// WebSocket leave the daemon's pings unanswered, before it is dropped.
-    pub idle_timeout: Duration,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_connections: 256,
-            max_request_bytes: 16 * 1024 * 1024,
-            max_response_bytes: 512 * 1024 * 1024,
-            max_subscriptions_per_connection: 1024,
-            client_timeout: Duration::from_secs(10),
-            shutdown_grace: Duration::from_secs(3),
-            reserved_connections: 4,
-            idle_timeout: Duration::from_secs(60),
-        }
-    }
-}
 
 /// Whether a connecting peer may talk to this daemon: only our own uid.
 pub fn check_peer(peer_uid: Option<u32>, own_uid: u32) -> Result<(), String> {
@@ -201,7 +165,7 @@ type Builder = TowerServiceBuilder<
 /// connections and its entry in the registry (so it can be cut).
 struct Held {
     _permit: OwnedSemaphorePermit,
-    _registered: connections::Registered,
+    _registered: crate::connections::Registered,
 }
 
 /// An accepted connection: what it holds, who it is, its limits.
@@ -251,9 +215,9 @@ async fn connection(
         }
         // The error type must be concrete (rust-lang/rust#102211).
         future::Either::Right(async move {
-            let _in_flight = activity.request();
-            let mut response =
-                http_request::handle(svc, req, max_request_bytes).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+            let mut response = http_request::handle(svc, req, max_request_bytes, &activity)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
             if kept.is_some() {
                 // A kept slot is given back at once.
                 response.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));

@@ -99,7 +99,9 @@ fn service(ctx: &Ctx) -> anyhow::Result<Service> {
         .iter()
         .filter_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()).map(|v| (k.to_string(), v)))
         .collect();
-    Ok(Service { kdd: kdd_path()?, socket: ctx.socket.clone(), env, log: autostart::log_file(&ctx.socket) })
+    let service = Service { kdd: kdd_path()?, socket: ctx.socket.clone(), env, log: autostart::log_file(&ctx.socket) };
+    service.check().map_err(anyhow::Error::msg)?;
+    Ok(service)
 }
 
 /// The commands that load (`install`) or unload the service.

@@ -89,8 +89,14 @@ async fn stop(ctx: &Ctx) -> anyhow::Result<ExitCode> {
         }
         Err(e) => return Err(e.into()),
     };
+    // Watched from before it is asked to stop: by the time it is waited on,
+    // its pid cannot be another process's.
+    let process = Process::watch(pid);
     let _: ShutdownAck = http::call(&ctx.socket, "daemon.shutdown", serde_json::json!({})).await?;
     wait_exited(ctx).await?;
+    if !process.exited(STOP_TIMEOUT).await {
+        anyhow::bail!("kdd (pid {pid}) did not exit within {} s", STOP_TIMEOUT.as_secs());
+    }
     plainln!("kdd stopped (pid {pid})")?;
     if activated {
         plainln!(
@@ -102,8 +108,73 @@ async fn stop(ctx: &Ctx) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The daemon's process, for waiting until it has exited: it releases its
+/// lock before it is done (it still writes its last log lines), and
+/// README promises that `kd daemon stop` returns once kdd is gone.
+struct Process {
+    pid: u32,
+    /// A pidfd (Linux), readable once the process has exited.
+    fd: Option<std::os::fd::OwnedFd>,
+}
+
+impl Process {
+    fn watch(pid: u32) -> Process {
+        #[cfg(target_os = "linux")]
+        {
+            let fd = i32::try_from(pid)
+                .ok()
+                .and_then(rustix::process::Pid::from_raw)
+                .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::NONBLOCK).ok());
+            Process { pid, fd }
+        }
+        #[cfg(not(target_os = "linux"))]
+        Process { pid, fd: None }
+    }
+
+    /// Whether a process with this pid exists (a pid this kd cannot see —
+    /// another pid namespace — is taken as gone).
+    fn alive(&self) -> bool {
+        i32::try_from(self.pid)
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+            .is_some_and(|p| rustix::process::test_kill_process(p).is_ok())
+    }
+
+    /// Whether the process exited within `within` (waiting for it).
+    async fn exited(mut self, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        if let Some(fd) = self.fd.take() {
+            // Readable once the process is gone (a zombie included).
+            let wait = tokio::task::spawn_blocking(move || {
+                use rustix::event::{PollFd, PollFlags, Timespec, poll};
+                let timeout = Timespec::try_from(within).unwrap_or(Timespec { tv_sec: 30, tv_nsec: 0 });
+                let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+                loop {
+                    match poll(&mut fds, Some(&timeout)) {
+                        Err(rustix::io::Errno::INTR) => continue,
+                        other => return other,
+                    }
+                }
+            });
+            if let Ok(Ok(ready)) = wait.await {
+                return ready > 0;
+            }
+        }
+        // Without a pidfd: looked at every few milliseconds.
+        loop {
+            if !self.alive() {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
 /// Waits until the daemon has released its lock file, which the kernel does
-/// the moment the process exits.
+/// when the process exits, if the daemon has not already.
 async fn wait_exited(ctx: &Ctx) -> anyhow::Result<()> {
     let lock_path = paths::lock_path(&ctx.socket);
     let file = match std::fs::File::open(&lock_path) {

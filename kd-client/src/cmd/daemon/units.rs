@@ -27,6 +27,31 @@ pub struct Service {
     pub log: PathBuf,
 }
 
+impl Service {
+    /// Refuses a value with a control character, naming where it came
+    /// from: in a unit a newline starts a line of its own (a directive of
+    /// the caller's choosing, such as `ExecStartPre=`), and XML cannot hold
+    /// most of them. Every value the files hold is checked.
+    pub fn check(&self) -> Result<(), String> {
+        let paths = [
+            ("the kdd binary's path (KD_KDD)", &self.kdd),
+            ("the socket (KD_SOCKET or --socket)", &self.socket),
+            ("the log path", &self.log),
+        ];
+        let paths = paths.iter().map(|(what, p)| (what.to_string(), p.to_string_lossy().into_owned()));
+        let env = self.env.iter().flat_map(|(k, v)| [(format!("the name {k:?}"), k.clone()), (k.clone(), v.clone())]);
+        // The variables first: the log's place derives from KD_DB.
+        for (what, value) in env.chain(paths) {
+            if let Some(c) = value.chars().find(|c| c.is_control()) {
+                return Err(format!(
+                    "{what} contains a control character ({c:?}), which cannot go into a service file: {value:?}"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// `%` and `$` are systemd's specifier and variable signs; doubled they
 /// are themselves.
 fn systemd_escape(s: &str) -> String {
@@ -196,6 +221,23 @@ mod tests {
             unit.contains("Type=notify\n") && unit.contains("WatchdogSec=") && unit.contains("NoNewPrivileges=yes")
         );
         assert!(!unit.contains("PrivateTmp="), "agents must keep the real /tmp");
+    }
+
+    #[test]
+    fn a_control_character_in_any_value_is_refused_naming_it() {
+        assert_eq!(service().check(), Ok(()));
+        let mut s = service();
+        s.env[1].1 = "/x\nExecStartPre=/bin/touch /tmp/p\nX=".into();
+        assert!(s.check().is_err_and(|e| e.starts_with("KD_DB contains a control character ('\\n')")));
+        let mut s = service();
+        s.socket = PathBuf::from("/run/\u{1b}[2J/kdd.sock");
+        assert!(s.check().is_err_and(|e| e.starts_with("the socket")));
+        let mut s = service();
+        s.kdd = PathBuf::from("/bin/kdd\r");
+        assert!(s.check().is_err_and(|e| e.starts_with("the kdd binary")));
+        let mut s = service();
+        s.log = PathBuf::from("/log\t");
+        assert!(s.check().is_err_and(|e| e.starts_with("the log path")));
     }
 
     #[test]

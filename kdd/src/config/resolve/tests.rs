@@ -155,6 +155,13 @@ fn every_bad_value_names_file_key_and_value() {
         (r#"{"agents": {"x": {"backend": "command"}}}"#, &["agents.x.command", "missing"]),
         (r#"{"agents": {"claude": {"format": "text"}}}"#, &["agents.claude.format"]),
         (r#"{"agents": {"claude": {"timeout": 0}}}"#, &["agents.claude.timeout"]),
+        (r#"{"agents": {"claude": {"timeout": 604801}}}"#, &["agents.claude.timeout", "604800", "604801"]),
+        (
+            r#"{"agents": {"claude": {"timeout": 18446744073709551615}}}"#,
+            &["agents.claude.timeout", "between 1 and 604800"],
+        ),
+        (r#"{"council": {"timeout": 9223372036854775807}}"#, &["council.timeout", "between 1 and 604800"]),
+        (r#"{"council": {"timeout": 0}}"#, &["council.timeout", "between 1 and 604800", "0"]),
         (r#"{"agents": {"claude": {"color": "chartreuse"}}}"#, &["agents.claude.color", "not a colour"]),
         (r#"{"agents": {"claude": {"color": 300}}}"#, &["agents.claude.color", "300"]),
         (r#"{"agents": {"claude": {"effort": "extreme"}}}"#, &["agents.claude.effort", "\"extreme\""]),
