@@ -196,6 +196,8 @@ pub struct Kdd {
     stuck_reader: Option<std::os::fd::OwnedFd>,
     /// No `--db`: the database is found in `$XDG_DATA_HOME/kd` as a user's is.
     default_db: bool,
+    /// The umask kdd is started with (the test runner's when `None`).
+    umask: Option<String>,
 }
 
 /// Where a test daemon's stderr goes.
@@ -228,10 +230,12 @@ impl Kdd {
 
     /// Starts a daemon as `kd` auto-starts one: no `--db`, so the database
     /// is found at `$XDG_DATA_HOME/kd/kd.sqlite3` (`XDG_DATA_HOME` in the
-    /// daemon's directory), and `--log-file` beside it.
-    pub fn start_in_data_home() -> Kdd {
+    /// daemon's directory), and `--log-file` beside it; with `umask` (e.g.
+    /// `0022`) as a user's shell would have it, whatever the test runner's.
+    pub fn start_in_data_home(umask: &str) -> Kdd {
         let mut kdd = Kdd::unstarted(&[], &[], Stderr::Drained);
         kdd.default_db = true;
+        kdd.umask = Some(umask.to_string());
         kdd.db = kdd.dir.path().join("data").join("kd").join("kd.sqlite3");
         kdd.args = vec!["--log-file".into(), kd_proto::paths::log_path(&kdd.db).display().to_string()];
         kdd.launch().unwrap_or_else(|e| panic!("kdd did not start: {e}"));
@@ -260,12 +264,21 @@ impl Kdd {
             stderr,
             stuck_reader: None,
             default_db: false,
+            umask: None,
         }
     }
 
     /// The command line this daemon runs with.
     pub fn command(&self) -> Command {
-        let mut cmd = Command::new(bin("kdd"));
+        let mut cmd = match &self.umask {
+            // The shell sets the umask and becomes kdd (same pid).
+            Some(umask) => {
+                let mut sh = Command::new("sh");
+                sh.args(["-c", r#"umask "$0" && exec "$@""#, umask]).arg(bin("kdd"));
+                sh
+            }
+            None => Command::new(bin("kdd")),
+        };
         cmd.arg("--socket").arg(&self.socket);
         if self.default_db {
             cmd.env("XDG_DATA_HOME", self.dir.path().join("data"));

@@ -60,7 +60,9 @@ fn streaming_forever() -> Workspace {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_subscriber_that_stops_reading_does_not_hold_up_the_shutdown() {
     let ws = streaming_forever();
-    let mut kdd = Kdd::start_with(&["--shutdown-grace-ms", "1000"]);
+    // A client timeout far longer than the test: only the shutdown grace
+    // can cut the stalled subscriber.
+    let mut kdd = Kdd::start_with(&["--shutdown-grace-ms", "1000", "--client-timeout-ms", "3600000"]);
     let c = kdd.client().await;
     let t = kd_tests::new_thread(&c, &ws.path()).await;
     let mut watcher = c.thread_subscribe(t.clone(), None, None).await.unwrap();

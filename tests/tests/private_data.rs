@@ -19,16 +19,11 @@ fn files(db: &Path) -> Vec<PathBuf> {
     vec![db.to_path_buf(), with("-wal"), with("-shm"), kd_proto::paths::log_path(db)]
 }
 
-/// This process's umask, which kdd and its agents inherit from the test.
-fn own_umask() -> String {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status.lines().find_map(|l| l.strip_prefix("Umask:")).unwrap().trim().to_string()
-}
-
 /// Starts kdd as `kd` would (default data directory, log beside the
-/// database) and has one agent answer with its umask.
-async fn used_daemon() -> (Kdd, Workspace, String) {
-    let kdd = Kdd::start_in_data_home();
+/// database) from a shell whose umask is `umask`, and has one agent answer
+/// with its umask.
+async fn used_daemon(umask: &str) -> (Kdd, Workspace, String) {
+    let kdd = Kdd::start_in_data_home(umask);
     let ws = Workspace::new(&[("claude", "claude", &[("FAKE_TEXT", "my umask is {umask}")])]);
     let c = kdd.client().await;
     let t = kd_tests::new_thread(&c, &ws.path()).await;
@@ -41,19 +36,21 @@ async fn used_daemon() -> (Kdd, Workspace, String) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_data_directory_and_files_are_private_and_agents_keep_the_users_umask() {
-    assert_eq!(own_umask(), "0022", "the test runs with the usual umask");
-    let (kdd, _ws, answer) = used_daemon().await;
-    let dir = kdd.db.parent().unwrap();
-    assert_eq!(mode(dir), 0o700, "{}", dir.display());
-    for f in files(&kdd.db) {
-        assert_eq!(mode(&f), 0o600, "{}", f.display());
+    // The usual umask, and one that would leave files open to everyone.
+    for umask in ["0022", "0000"] {
+        let (kdd, _ws, answer) = used_daemon(umask).await;
+        let dir = kdd.db.parent().unwrap();
+        assert_eq!(mode(dir), 0o700, "{}", dir.display());
+        for f in files(&kdd.db) {
+            assert_eq!(mode(&f), 0o600, "umask {umask}: {}", f.display());
+        }
+        assert_eq!(answer, format!("my umask is {umask}"), "agents create files as the user would");
     }
-    assert_eq!(answer, "my umask is 0022", "agents create files as the user would");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn data_made_readable_before_is_tightened_at_start_and_said_so() {
-    let (mut kdd, _ws, _) = used_daemon().await;
+    let (mut kdd, _ws, _) = used_daemon("0022").await;
     kdd.stop();
     let dir = kdd.db.parent().unwrap().to_path_buf();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -67,6 +64,9 @@ async fn data_made_readable_before_is_tightened_at_start_and_said_so() {
     for f in files(&kdd.db).into_iter().filter(|f| f.exists()) {
         assert_eq!(mode(&f), 0o600, "{}", f.display());
     }
+    // The log is written by a thread of its own: its lines may come just
+    // after kdd said it is ready; the stop writes what is queued.
+    kdd.stop();
     let log = std::fs::read_to_string(kd_proto::paths::log_path(&kdd.db)).unwrap();
     assert!(log.contains(&format!("{} was open to other users (mode 755); now 700", dir.display())), "{log}");
     assert!(log.contains(&format!("{} was open to other users (mode 644); now 600", kdd.db.display())), "{log}");
