@@ -99,7 +99,7 @@ enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print the RPC reference in Markdown (used to keep the README current)
+    /// Print the RPC reference in Markdown (used to keep docs/api.md current)
     #[command(hide = true)]
     RpcReference,
     /// Kingdom's council verbs, run as kd's own commands (`--help` is the

@@ -1,5 +1,5 @@
 //! The OpenRPC description of [`crate::api::KdApi`], served by
-//! `rpc.discover`, rendered into the README's RPC reference, and used by the
+//! `rpc.discover`, rendered into docs/api.md's method reference, and used by the
 //! daemon to refuse parameters a method does not take.
 //!
 //! Schemas come from the wire types themselves (schemars), so the document
@@ -429,11 +429,11 @@ fn method_json(m: &MethodDoc) -> Value {
     v
 }
 
-/// The Markdown RPC reference included in the README.
+/// The Markdown RPC reference included in docs/api.md.
 pub fn markdown_reference() -> String {
     let mut out = String::new();
     for m in methods() {
-        out.push_str(&format!("#### `{}`\n\n{}\n\n", m.name, m.summary));
+        out.push_str(&format!("### `{}`\n\n{}\n\n", m.name, m.summary));
         if m.params.is_empty() {
             out.push_str("No parameters.\n\n");
         } else {
@@ -516,12 +516,12 @@ mod tests {
     }
 
     #[test]
-    fn readme_reference_is_current() {
-        let readme = include_str!("../../../README.md");
+    fn the_api_pages_reference_is_current() {
+        let readme = include_str!("../../../docs/api.md");
         let reference = markdown_reference();
         assert!(
             readme.contains(&reference),
-            "README.md's RPC reference is out of date; regenerate it with \
+            "docs/api.md's method reference is out of date; regenerate it with \
              `cargo run -p kd-client --bin kd -- rpc-reference` and paste it between the markers"
         );
     }
