@@ -35,10 +35,14 @@ pub enum ErrorCode {
     /// A message to an archived thread (`thread.unarchive` opens it again).
     /// `data`: `{"thread"}`.
     ThreadArchived = 1009,
+    /// The caller may not do this: an agent's process acting beyond what
+    /// its run's capability allows (another member, another thread, the
+    /// King's actions), or a capability that is unknown or whose run ended.
+    Forbidden = 1010,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 10] = [
+    pub const ALL: [ErrorCode; 11] = [
         ErrorCode::Internal,
         ErrorCode::InvalidArgument,
         ErrorCode::NotFound,
@@ -49,6 +53,7 @@ impl ErrorCode {
         ErrorCode::PermissionDenied,
         ErrorCode::AlreadyExists,
         ErrorCode::ThreadArchived,
+        ErrorCode::Forbidden,
     ];
 
     pub fn code(self) -> i32 {
@@ -72,6 +77,7 @@ impl ErrorCode {
             ErrorCode::PermissionDenied => "permission_denied",
             ErrorCode::AlreadyExists => "already_exists",
             ErrorCode::ThreadArchived => "thread_archived",
+            ErrorCode::Forbidden => "forbidden",
         }
     }
 

@@ -6,6 +6,8 @@
 //!
 //! - [`api`]: the jsonrpsee `#[rpc]` trait — `KdApiServer` for the daemon,
 //!   `KdApiClient` for clients;
+//! - [`member`]: the member surface, what an agent does as itself by its
+//!   run's capability (`MemberApiServer`, `MemberApiClient`);
 //! - [`types`]: params, results and subscription items (serde + JSON Schema);
 //! - [`coord`]: the coordination layer's types (routing, inboxes,
 //!   completions, emergencies, races), re-exported by [`types`];
@@ -22,6 +24,7 @@ pub mod color;
 pub mod coord;
 pub mod duration;
 pub mod error;
+pub mod member;
 pub mod names;
 pub mod openrpc;
 pub mod order;
@@ -32,6 +35,7 @@ pub mod types;
 
 pub use api::{KdApiClient, KdApiServer, RpcResult};
 pub use error::ErrorCode;
+pub use member::{MemberApiClient, MemberApiServer};
 
 /// Version of the wire protocol, independent of the release version. A
 /// client refuses a daemon that speaks another one.

@@ -7,6 +7,7 @@
 //! once and checked against the server's method table by a test in `kdd`.
 
 mod coordination;
+mod member;
 
 use std::sync::OnceLock;
 
@@ -374,6 +375,7 @@ fn build() -> (Vec<MethodDoc>, Value) {
     b.param::<String>("resource", false, "only this resource");
 
     coordination::methods(&mut b);
+    member::methods(&mut b);
 
     b.method::<Vec<Event>>(
         "events.list",

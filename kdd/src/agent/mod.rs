@@ -15,6 +15,8 @@
 //! - [`parse`]: per-backend `parse_line` and the [`parse::Transcript`] that folds lines;
 //! - `prepare`: the prompt a run is given and the session it holds;
 //! - [`registry`]: the runs in flight, in memory;
+//! - [`grants`]: the capability each run is given, by which its agent acts
+//!   through kd as its member;
 //! - `turn`: what a run over a long-lived agent streams, and its clocks.
 //!
 //! [`Runner`] is what runs need from the daemon: the registry, the hub, the
@@ -25,6 +27,7 @@ pub mod acp;
 pub mod appserver;
 pub mod argv;
 mod cli;
+pub mod grants;
 pub mod lines;
 mod outcome;
 pub mod parse;
@@ -62,6 +65,8 @@ pub struct Runner {
     pub appservers: appserver::AppServers,
     /// The ACP agents' processes.
     pub acp: acp::AcpAgents,
+    /// The capabilities runs were given.
+    pub grants: grants::Grants,
     /// Set once the daemon stops: no run starts after it.
     closed: std::sync::atomic::AtomicBool,
 }
@@ -76,6 +81,7 @@ impl Runner {
             socket,
             appservers: Default::default(),
             acp: Default::default(),
+            grants: Default::default(),
             closed: Default::default(),
         }
     }

@@ -1,7 +1,8 @@
 //! The JSON-RPC methods: `KdApiServer` implemented over the daemon's state,
 //! one file per domain — [`daemon`], [`threads`], [`council`], [`registry`]
 //! (runs, sessions, locks, events), [`coordination`] (routing, queues,
-//! completions, emergencies, races) and [`subscribe`] — each a thin adapter:
+//! completions, emergencies, races), [`member`] (what an agent does as
+//! itself by its run's capability) and [`subscribe`] — each a thin adapter:
 //! it checks parameter values ([`validate`]) and calls its subsystem; [`error`]
 //! turns registry errors into stable error codes. The trait's methods here
 //! only delegate.
@@ -15,6 +16,7 @@ mod council;
 mod daemon;
 pub mod error;
 mod library;
+mod member;
 pub mod params;
 mod registry;
 mod subscribe;
@@ -51,7 +53,12 @@ pub struct Rpc {
 
 /// The method table served on every connection.
 pub fn module(d: Arc<Daemon>) -> RpcModule<Rpc> {
-    Rpc { d }.into_rpc()
+    let mut module = Rpc { d: d.clone() }.into_rpc();
+    // Method names never clash: member.* is the member surface's alone.
+    if let Err(e) = module.merge(kd_proto::MemberApiServer::into_rpc(member::Member::new(d))) {
+        tracing::error!("the member methods are not served: {e}");
+    }
+    module
 }
 
 #[async_trait]

@@ -1,0 +1,57 @@
+//! The member surface's methods (F-B6) in the OpenRPC document: what an
+//! agent does as itself, by its run's capability.
+
+use super::Builder;
+use crate::coord::{Ack, InboxItem, RaceCheck, RouteType, Routed};
+use crate::error::ErrorCode::*;
+use crate::member::{ClaimMode, Grant};
+use crate::types::SearchHit;
+
+const TOKEN: &str = "the capability kd gave the run (KD_RUN_TOKEN); it names the member and the thread";
+
+pub(super) fn methods(b: &mut Builder) {
+    b.method::<Grant>("member.whoami", "grant", "Who a run's capability stands for: the member, its thread and run.");
+    b.param::<String>("token", true, TOKEN).errors(&[Forbidden]);
+    b.method::<Routed>(
+        "member.send",
+        "routed",
+        "A message from the member, on its thread, to other members: routed as message.route routes it (delivery \
+         modes, inboxes, events), and when sent during an exchange, counted against its hop limit. Refused with \
+         forbidden for a token that is unknown or whose run has ended.",
+    );
+    b.param::<String>("token", true, TOKEN)
+        .param::<Vec<String>>("to", true, "members, or [\"all\"] for every other member")
+        .param::<String>("body", true, "the text, verbatim")
+        .param::<Vec<String>>("cc", false, "members copied")
+        .param::<RouteType>("type", false, "point_to_point, multicast, broadcast or reply (default: derived)")
+        .errors(&[Forbidden, InvalidArgument]);
+    b.method::<Vec<InboxItem>>("member.inbox", "items", "The member's inbox on its thread, oldest first.");
+    b.param::<String>("token", true, TOKEN)
+        .param::<bool>("unread", false, "only entries not read yet (default true)")
+        .param::<Vec<RouteType>>("types", false, "only these types")
+        .param::<u32>("limit", false, "at most this many (default 10, at most 1000)")
+        .param::<bool>("mark_read", false, "mark the entries returned read")
+        .errors(&[Forbidden, InvalidArgument]);
+    b.method::<Vec<Ack>>("member.ack", "acks", "Acknowledge the emergency broadcasts the member owes on its thread.");
+    b.param::<String>("token", true, TOKEN)
+        .param::<String>("broadcast", false, "only this broadcast")
+        .errors(&[Forbidden]);
+    b.method::<RaceCheck>(
+        "member.claim",
+        "check",
+        "Declare a write (or a read) of a shared resource, as resource.write and resource.read do, for the member.",
+    );
+    b.param::<String>("token", true, TOKEN)
+        .param::<String>("resource", true, "what is written or read, e.g. a file path")
+        .param::<ClaimMode>("mode", false, "write (default) or read")
+        .errors(&[Forbidden, InvalidArgument]);
+    b.method::<String>("member.thread", "history", "The thread's recent messages, as the history format shows them.");
+    b.param::<String>("token", true, TOKEN)
+        .param::<u32>("last", false, "the last this many messages (default 20, at most 200)")
+        .errors(&[Forbidden, InvalidArgument]);
+    b.method::<Vec<SearchHit>>("member.search", "hits", "Full-text search over the threads of the member's workspace.");
+    b.param::<String>("token", true, TOKEN)
+        .param::<String>("query", true, "words, \"a phrase\", prefix*, body:/title:/summary: filters")
+        .param::<u32>("limit", false, "at most this many hits (default 10, at most 50)")
+        .errors(&[Forbidden, InvalidArgument]);
+}
