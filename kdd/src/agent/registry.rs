@@ -37,6 +37,8 @@ struct State {
     stop: Option<StopReason>,
     /// The message the run ended with, once written.
     message: Option<Arc<Message>>,
+    /// The capability the run was given (see [`super::grants`]).
+    token: Option<String>,
 }
 
 /// One run in flight.
@@ -145,6 +147,7 @@ impl Run {
                 chars: 0,
                 stop: None,
                 message: None,
+                token: None,
             }),
             cancel: CancellationToken::new(),
             done: watch::channel(false).0,
@@ -203,6 +206,17 @@ impl Run {
     pub fn text_since(&self, offset: usize) -> (String, usize) {
         let s = self.state();
         (s.text.get(offset..).unwrap_or_default().to_string(), s.text.len())
+    }
+
+    /// Gives the run its capability (once, before its agent starts).
+    pub fn set_token(&self, token: String) {
+        self.state().token = Some(token);
+    }
+
+    /// The capability the run was given, for its agent's environment and
+    /// its MCP server.
+    pub fn token(&self) -> Option<String> {
+        self.state().token.clone()
     }
 
     /// Whether it waits behind the member's run in flight.

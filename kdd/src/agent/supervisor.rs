@@ -11,6 +11,7 @@ use std::time::Instant;
 use kd_proto::types::RunStatus;
 
 use super::Runner;
+use super::grants::Grant;
 use super::outcome::{failed, stopped_early};
 use super::prepare::prepare;
 use super::registry::Run;
@@ -27,8 +28,20 @@ pub async fn supervise(d: Arc<Runner>, run: Arc<Run>, spec: Spec) {
         run.mark_done();
         return;
     }
+    // The run's capability: by it, and only by it, its agent acts through
+    // kd as its member on its thread (F-B6).
+    let grant = Grant {
+        thread: run.thread.clone(),
+        member: run.member.clone(),
+        run: Some(run.id.clone()),
+        workspace: spec.workspace.display().to_string(),
+    };
+    if let Some(token) = d.grants.issue(grant) {
+        run.set_token(token);
+    }
     let started = Instant::now();
     let mut finish = execute(&d, &run, &spec).await;
+    d.grants.revoke_run(&run.id);
     finish.meta.duration_ms = Some(started.elapsed().as_millis() as u64);
     finish.meta.run_id = Some(run.id.clone());
     finish.meta.backend = Some(run.backend.clone());
