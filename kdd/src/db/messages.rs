@@ -294,17 +294,6 @@ impl super::Db {
         self.read(move |c| list(c, &thread, page)).await
     }
 
-    /// A page for `thread.messages`: read forwards, it is written as JSON
-    /// from the rows ([`super::page_json`]); from the end, it is a list.
-    pub async fn messages_page(&self, thread: String, page: Page) -> DbResult<kd_proto::types::Messages> {
-        if page.from_end {
-            return Ok(self.messages(thread, page).await?.into());
-        }
-        self.read_pooled(move |pool| super::page_json::list(pool, &thread, &page)).await
-    }
-}
-
-impl super::Db {
     /// One message of a thread.
     pub async fn message(&self, thread: String, seq: u64) -> DbResult<Message> {
         self.read(move |c| {

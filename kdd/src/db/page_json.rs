@@ -263,6 +263,17 @@ impl<'a> RowJson<'a> {
     }
 }
 
+impl super::Db {
+    /// A page for `thread.messages`: read forwards, it is written as JSON
+    /// from the rows (this module); from the end, it is a list.
+    pub async fn messages_page(&self, thread: String, page: Page) -> DbResult<kd_proto::types::Messages> {
+        if page.from_end {
+            return Ok(self.messages(thread, page).await?.into());
+        }
+        self.read_pooled(move |pool| list(pool, &thread, &page)).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use kd_proto::types::{Message, RunMeta};
