@@ -210,6 +210,24 @@ async fn rmcp_lists_six_annotated_tools_and_a_forged_or_missing_token_is_refused
 }
 
 #[test]
+fn a_call_after_kdd_restarted_reaches_the_new_daemon() {
+    let mut kdd = Kdd::start();
+    let mut mcp = KdMcp::spawn(&[("KD_SOCKET", kdd.socket.to_str().unwrap()), ("KD_RUN_TOKEN", FORGED)]);
+    mcp.handshake();
+    let refused = |r: &Value| text_of(r).starts_with("refused by kd (forbidden): ");
+    let first = mcp.call(1, "inbox", json!({}));
+    assert!(refused(&first), "{first}");
+    assert!(kdd.stop().success());
+    let gone = mcp.call(2, "inbox", json!({}));
+    assert_eq!(gone["isError"], true, "{gone}");
+    assert!(text_of(&gone).contains("kdd"), "{gone}");
+    kdd.launch().unwrap();
+    // The connection to the first daemon is not used again.
+    let again = mcp.call(3, "inbox", json!({}));
+    assert!(refused(&again), "{again}");
+}
+
+#[test]
 fn codex_gets_its_protocol_version_back() {
     let mut mcp = KdMcp::spawn(&[]);
     mcp.send(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"experimental":{"codex/auth-change":{}},"elicitation":{"form":{},"url":{}}},"clientInfo":{"name":"codex-mcp-client","title":"Codex","version":"0.169.0"}}}"#);

@@ -114,7 +114,19 @@ impl Server {
             Ok(c) => c,
             Err(e) => return text::failure(&e),
         };
-        run(&client, token, call).await.unwrap_or_else(|e| text::failure(&e))
+        match run(&client, token, call).await {
+            Ok(reply) => reply,
+            Err(e) => {
+                if e.is_connection() {
+                    // Lost: the next call connects afresh.
+                    let mut held = self.client.lock().await;
+                    if held.as_ref().is_some_and(|c| Arc::ptr_eq(c, &client)) {
+                        *held = None;
+                    }
+                }
+                text::failure(&e)
+            }
+        }
     }
 }
 
