@@ -17,7 +17,8 @@
 //! - [`http`]: one call over plain HTTP, which gets in when WebSockets cannot;
 //! - [`ClientError`]: failures worded for a one-line message;
 //! - [`terminal::safe`]: text made safe to print on a terminal;
-//! - [`reading::InOrder`]: a thread of any length, in display order, page by page.
+//! - [`reading::InOrder`]: a thread of any length, in display order, page by page;
+//! - [`mcp`]: `kd mcp`, the MCP server through which an agent acts as its member.
 
 #![forbid(unsafe_code)]
 
@@ -27,6 +28,7 @@ mod error;
 pub mod frontmatter;
 pub mod http;
 pub mod markdown;
+pub mod mcp;
 pub mod reading;
 pub mod style;
 pub mod terminal;

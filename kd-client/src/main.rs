@@ -94,6 +94,8 @@ enum Command {
     /// Show or check the council configuration of this workspace
     #[command(subcommand)]
     Config(cmd::config::ConfigCommand),
+    /// Serve kd's tools to an agent over MCP on stdin/stdout (kd starts it for each agent run)
+    Mcp,
     /// Print shell completions
     Completions {
         #[arg(value_enum)]
@@ -164,6 +166,19 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let ctx = cmd::Ctx::new(cli.socket, cli.color);
+    if let Command::Mcp = cli.command {
+        let result = runtime.block_on(cmd::mcp::run(ctx.socket));
+        // A read of a stdin that is no pipe (a socket, as node gives its
+        // children) blocks a thread no one can cancel: do not wait for it.
+        runtime.shutdown_background();
+        return match result {
+            Ok(code) => code,
+            Err(e) => {
+                errln!("kd: {}", fmt::one_line(&format!("{e:#}")));
+                ExitCode::FAILURE
+            }
+        };
+    }
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Ask(a) => cmd::ask::run(&ctx, a).await,
@@ -181,6 +196,8 @@ fn main() -> ExitCode {
             Command::Export(a) => cmd::transfer::export(&ctx, a).await,
             Command::Import(a) => cmd::transfer::import(&ctx, a).await,
             Command::Config(c) => cmd::config::run(&ctx, c).await,
+            // Served above, on a runtime of its own shutdown.
+            Command::Mcp => Ok(ExitCode::SUCCESS),
             Command::Completions { .. } => Ok(ExitCode::SUCCESS),
             Command::Daemon(c) => cmd::daemon::run(&ctx, c).await,
             Command::Doctor => cmd::doctor::run(&ctx).await,

@@ -1,12 +1,13 @@
 //! Agent-run benchmarks: delta latency, delta throughput against a raw
 //! pipe, delta fan-out to 50 subscribers, `kd ask` wall time, and codex
-//! through app-server against claude and `codex exec` (`-- codex`), with
+//! through app-server against claude and `codex exec` (`-- codex`), `kd mcp`'s
+//! start to its `initialize` and `tools/list` answers (`-- mcp`), with
 //! fake agents. Figures are printed next to the SPEC §9 targets
 //! (`kd_tests::bench::runs`).
 //!
 //! Run: `cargo build --release --workspace --bins && cargo bench -p kd-tests --bench runs`
 
-use kd_tests::bench::{self, codex, runs, selected};
+use kd_tests::bench::{self, codex, kd_mcp, runs, selected};
 
 fn main() {
     kd_tests::bench::block_on(async {
@@ -26,6 +27,9 @@ fn main() {
         if selected("codex") {
             codex::latency().await;
             codex::first_delta_times().await;
+        }
+        if selected("mcp") {
+            kd_mcp::startup();
         }
     });
 }

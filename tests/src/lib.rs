@@ -10,6 +10,7 @@
 //! Waiting is always on an event with a deadline ([`within`]), never a sleep.
 
 pub mod bench;
+pub mod kd_mcp;
 pub mod other_user;
 pub mod tmux;
 

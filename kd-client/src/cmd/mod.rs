@@ -12,6 +12,7 @@ pub mod inbox;
 pub mod inspect;
 pub mod kingdom;
 pub mod lifecycle;
+pub mod mcp;
 pub mod runs;
 pub mod search;
 pub mod threads;
