@@ -45,6 +45,13 @@ fn code(e: &ClientError) -> i32 {
     }
 }
 
+fn message(e: &ClientError) -> String {
+    match e {
+        ClientError::Call(e) => e.message().to_string(),
+        other => panic!("not a call error: {other}"),
+    }
+}
+
 /// Waits until `member`'s run on the subscribed thread has streamed its
 /// first piece (its `FAKE_RUN` has run: the fake runs it first); its id.
 async fn first_piece(sub: &mut jsonrpsee::core::client::Subscription<ThreadEvent>, member: &str) -> String {
@@ -119,4 +126,119 @@ async fn a_run_is_given_its_capability_which_names_its_member_thread_and_run_unt
     let e = h.c.member_whoami(token).await.unwrap_err();
     assert_eq!(code(&e), ErrorCode::Forbidden.code(), "a stale token: {e}");
     drop(h.kdd);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn member_send_routes_as_the_member_and_starts_the_addressees_run() {
+    let codex: Fake<'_> = ("codex", &[("FAKE_TEXT", "Got it.")], none());
+    let mut h = Held::start(&[codex], none()).await;
+    let (token, _) = h.ask_claude().await;
+    let routed =
+        h.c.member_send(token.clone(), vec!["codex".into()], "ping from claude".into(), None, None).await.unwrap();
+    let m = &routed.message;
+    assert_eq!(
+        (m.from.as_str(), m.to.clone(), m.kind, routed.route_type),
+        ("claude", vec!["codex".to_string()], MessageKind::Agent, RouteType::PointToPoint)
+    );
+    let d = &routed.deliveries[0];
+    assert_eq!((d.member.as_str(), d.status), ("codex", DeliveryStatus::Started), "codex is immediate: {d:?}");
+    let codex_run = d.run.clone().unwrap();
+    let events = collect_until(&mut h.sub, |e| {
+        e.iter().any(|e| matches!(e, ThreadEvent::RunFinished { run, .. } if *run == codex_run))
+    })
+    .await;
+    assert!(!events.is_empty());
+    let messages = h.c.thread_messages(h.t.clone(), None, None, None, None).await.unwrap().into_vec();
+    let answer = messages.iter().find(|x| x.from == "codex").expect("codex answered");
+    assert_eq!((answer.body.as_str(), answer.reply_to), ("Got it.", Some(m.seq)));
+    // Not to oneself, not to the King, not to a stranger: each names the members.
+    for (to, says) in [("claude", "you are claude"), ("king", "other members are codex"), ("nobody", "unknown member")]
+    {
+        let e = h.c.member_send(token.clone(), vec![to.into()], "hi".into(), None, None).await.unwrap_err();
+        assert_eq!(code(&e), ErrorCode::InvalidArgument.code(), "{to}: {e}");
+        assert!(message(&e).contains(says) && message(&e).contains("codex"), "{to}: {e}");
+    }
+    let e = h.c.member_send(token.clone(), vec!["codex".into()], "hi".into(), Some(vec!["king".into()]), None).await;
+    assert_eq!(code(&e.unwrap_err()), ErrorCode::InvalidArgument.code(), "nor a copy to the King");
+    let e = h.c.member_send(token, vec!["codex".into()], " ".into(), None, None).await.unwrap_err();
+    assert_eq!(code(&e), ErrorCode::InvalidArgument.code(), "an empty body");
+    h.hold.release();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn member_inbox_ack_claim_thread_and_search_act_as_the_member_on_its_thread() {
+    let codex: Fake<'_> = ("codex", &[], serde_json::json!({"delivery": {"mode": "queued"}}));
+    let mut h = Held::start(&[codex], none()).await;
+    let (token, _) = h.ask_claude().await;
+    let (c, t) = (&h.c, h.t.clone());
+    // A copy for claude on its thread, and one on another thread of the workspace.
+    let other = kd_tests::new_thread(c, &h.ws.path()).await;
+    for (thread, body) in [(&t, "note for you"), (&other, "elsewhere")] {
+        c.message_route(
+            thread.clone(),
+            "king".into(),
+            body.into(),
+            Some(vec!["codex".into()]),
+            Some(vec!["claude".into()]),
+            None,
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+    }
+    let inbox = c.member_inbox(token.clone(), None, None, None, Some(true)).await.unwrap();
+    let seen: Vec<(&str, &str, Role)> = inbox.iter().map(|i| (i.body.as_str(), i.from.as_str(), i.role)).collect();
+    assert_eq!(seen, [("note for you", "king", Role::Cc)], "claude's inbox on its own thread");
+    assert!(c.member_inbox(token.clone(), None, None, None, None).await.unwrap().is_empty(), "marked read");
+    let all = c.member_inbox(token.clone(), Some(false), None, None, None).await.unwrap();
+    assert_eq!(all.iter().map(|i| i.status).collect::<Vec<_>>(), [InboxStatus::Read]);
+    let e = c.member_inbox(token.clone(), None, None, Some(0), None).await.unwrap_err();
+    assert_eq!(code(&e), ErrorCode::InvalidArgument.code());
+
+    // An emergency: claude acknowledges as itself, codex still owes one.
+    let em = c.emergency_broadcast(t.clone(), "Stop pushing.".into(), None, None).await.unwrap();
+    let acked = c.member_ack(token.clone(), None).await.unwrap();
+    assert_eq!(
+        acked.iter().map(|a| (a.member.as_str(), a.broadcast.as_str())).collect::<Vec<_>>(),
+        [("claude", em.broadcast.as_str())]
+    );
+    let pending = c.emergency_pending(Some(t.clone()), None).await.unwrap();
+    assert_eq!(pending.iter().map(|a| a.member.as_str()).collect::<Vec<_>>(), ["codex"]);
+
+    // A claim as claude on its thread: codex's write of the same file is refused.
+    let claim = c.member_claim(token.clone(), "src/lib.rs".into(), None).await.unwrap();
+    assert_eq!(claim.status, RaceStatus::Ok);
+    let race = c.resource_write("src/lib.rs".into(), "codex".into(), None, None).await.unwrap();
+    assert_eq!((race.status, race.writers.clone()), (RaceStatus::Rejected, vec!["claude".to_string()]));
+    let events = c
+        .events_list(Some(t.clone()), Some("claude".into()), Some("resource.write".into()), None, None, None)
+        .await
+        .unwrap();
+    assert!(!events.is_empty(), "the claim is claude's, on its thread");
+
+    // The thread as agents' history shows it.
+    let history = c.member_thread(token.clone(), Some(50)).await.unwrap();
+    assert!(history.starts_with("[Previous conversation]\nking (to claude): @claude go"), "{history}");
+    assert!(history.contains("king (to codex): note for you") && !history.contains("elsewhere"), "{history}");
+    assert!(history.ends_with(&format!("of thread {t}; you are claude.")), "{history}");
+    let last = c.member_thread(token.clone(), Some(1)).await.unwrap();
+    assert!(!last.contains("@claude go"), "only the last message: {last}");
+    for bad in [0, 201] {
+        let e = c.member_thread(token.clone(), Some(bad)).await.unwrap_err();
+        assert_eq!(code(&e), ErrorCode::InvalidArgument.code(), "last {bad}");
+    }
+
+    // Search: the threads of claude's workspace, not another's.
+    let ws2 = Workspace::new(&[("claude", "claude", &[])]);
+    let t2 = kd_tests::new_thread(c, &ws2.path()).await;
+    kd_tests::append(c, &t2, "king", "needle far away", &[]).await;
+    kd_tests::append(c, &t, "king", "needle close by", &[]).await;
+    let everywhere = c.search_query("needle".into(), None, None, None, None).await.unwrap();
+    assert!(everywhere.iter().any(|h| h.thread == t2) && everywhere.iter().any(|h| h.thread == t), "{everywhere:?}");
+    let hits = c.member_search(token.clone(), "needle".into(), None).await.unwrap();
+    assert!(!hits.is_empty() && hits.iter().all(|h| h.thread == t), "{hits:?}");
+    let e = c.member_search(token, "needle".into(), Some(51)).await.unwrap_err();
+    assert_eq!(code(&e), ErrorCode::InvalidArgument.code());
+    h.hold.release();
 }
