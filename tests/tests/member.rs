@@ -242,3 +242,115 @@ async fn member_inbox_ack_claim_thread_and_search_act_as_the_member_on_its_threa
     assert_eq!(code(&e), ErrorCode::InvalidArgument.code());
     h.hold.release();
 }
+
+/// Waits until the exchange of King message `king` has ended and every
+/// member in `members` has finished a run.
+async fn until_done(sub: &mut jsonrpsee::core::client::Subscription<ThreadEvent>, king: u64, members: &[&str]) {
+    collect_until(sub, |e| {
+        let ended = e.iter().any(
+            |e| matches!(e, ThreadEvent::Round { exchange, state, .. } if *exchange == king && *state != RoundState::Running),
+        );
+        ended
+            && members.iter().all(|m| e.iter().any(|e| matches!(e, ThreadEvent::RunFinished { member, .. } if member == m)))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_commands_in_an_agents_shell_act_by_the_runs_capability_and_refuse_any_other_name() {
+    let ws = Workspace::new(&[]);
+    let kd = kd_tests::bin("kd").display().to_string();
+    let shell = [
+        format!("{kd} send --to codex 'ping from the shell' >/dev/null; echo send=$?"),
+        format!("{kd} send --as king --to codex 'as the king'; echo as_king=$?"),
+        format!("KD_MEMBER=codex {kd} send --to cursor 'as codex'; echo env_member=$?"),
+        format!("{kd} ack --as codex; echo ack_other=$?"),
+        format!("{kd} send --thread t-other --to codex 'elsewhere'; echo other_thread=$?"),
+        format!("{kd} claim src/a.rs >/dev/null; echo claim=$?"),
+        format!("{kd} inbox --all-threads; echo all_threads=$?"),
+        format!("{kd} inbox; echo inbox=$?"),
+    ]
+    .join("; ");
+    config(
+        &ws,
+        &[
+            ("claude", &[("FAKE_RUN", &shell), ("FAKE_TEXT", "Ran: {run}")], none()),
+            ("codex", &[("FAKE_TEXT", "Got it.")], none()),
+            ("cursor", &[], serde_json::json!({"delivery": {"mode": "queued"}})),
+        ],
+        none(),
+    );
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let other =
+        c.thread_create(ws.path(), None, None, None, Some("t-other".into()), None, None, None, None).await.unwrap();
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let sent =
+        c.council_send(t.clone(), "@claude go".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    until_done(&mut sub, sent.message.seq, &["claude", "codex"]).await;
+    let messages = c.thread_messages(t.clone(), None, None, None, None).await.unwrap().into_vec();
+    let answer = messages.iter().find(|m| m.from == "claude" && m.body.starts_with("Ran:")).expect("claude answered");
+    for said in [
+        "send=0",
+        "as_king=1",
+        "env_member=1",
+        "ack_other=1",
+        "other_thread=1",
+        "claim=0",
+        "all_threads=1",
+        "claude's inbox is empty",
+        "inbox=0",
+        "--as names king, but this shell is claude's on thread",
+        "KD_MEMBER names codex",
+        "--thread names t-other",
+    ] {
+        assert!(answer.body.contains(said), "{said:?} missing from: {}", answer.body);
+    }
+    let ping = messages.iter().find(|m| m.body == "ping from the shell").expect("the shell's message");
+    assert_eq!((ping.from.as_str(), ping.to.clone()), ("claude", vec!["codex".to_string()]), "stored as claude");
+    let got = messages.iter().find(|m| m.from == "codex").expect("codex was run");
+    assert_eq!((got.body.as_str(), got.reply_to), ("Got it.", Some(ping.seq)), "codex answered claude's message");
+    let others = c.thread_messages(other.id, None, None, None, None).await.unwrap().into_vec();
+    assert!(others.is_empty(), "nothing reached the other thread");
+    assert!(!messages.iter().any(|m| m.from == "king" && m.body != "@claude go"), "nothing posted as the King");
+    assert!(!messages.iter().any(|m| m.body == "as codex"), "nothing posted as codex");
+    let claims = c.events_list(Some(t), Some("claude".into()), Some("resource.write".into()), None, None, None).await;
+    assert_eq!(claims.unwrap().len(), 1, "the claim was claude's, on its thread");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_agents_sending_to_each_other_stop_at_the_exchanges_hop_limit() {
+    let ws = Workspace::new(&[]);
+    let kd = kd_tests::bin("kd").display().to_string();
+    let claude = format!("{kd} send --to codex ping; echo rc=$?");
+    let codex = format!("{kd} send --to claude pong; echo rc=$?");
+    config(
+        &ws,
+        &[
+            ("claude", &[("FAKE_RUN", &claude), ("FAKE_TEXT", "Ran: {run}")], none()),
+            // A run of its own (codex exec), given its token as claude's is.
+            ("codex", &[("FAKE_RUN", &codex), ("FAKE_TEXT", "Ran: {run}")], serde_json::json!({"transport": "exec"})),
+        ],
+        serde_json::json!({"max_hops": 3}),
+    );
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    c.council_send(t.clone(), "@claude go".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    // claude → codex → claude → codex (three hand-offs), whose send is refused.
+    collect_until(&mut sub, |e| kd_tests::ended(e) == 4).await;
+    let left = c.run_list(Some(t.clone())).await.unwrap();
+    assert!(left.is_empty(), "no fifth run: {left:?}");
+    let messages = c.thread_messages(t.clone(), None, None, None, None).await.unwrap().into_vec();
+    let sent: Vec<&str> = messages.iter().filter(|m| m.route.is_some()).map(|m| m.body.as_str()).collect();
+    assert_eq!(sent, ["ping", "pong", "ping"], "three hand-offs delivered");
+    let last = messages.iter().rev().find(|m| m.from == "codex" && m.body.starts_with("Ran:")).unwrap();
+    assert!(last.body.contains("rc=1") && last.body.contains("council.max_hops (3)"), "{}", last.body);
+    let notice = messages.iter().find(|m| m.from == "kd").expect("kd's notice to the King");
+    assert_eq!(notice.body, "codex's message to claude was not delivered: this exchange reached council.max_hops (3).");
+    let limits = c.events_list(Some(t), None, Some("routing.hop_limit".into()), None, None, None).await.unwrap();
+    assert_eq!(limits.len(), 1, "{limits:?}");
+    assert_eq!((limits[0].data["hops"].as_u64(), limits[0].data["via"].as_str()), (Some(3), Some("send")));
+}
