@@ -26,6 +26,7 @@ use crate::client::ClientId;
 use crate::coord::route::{self, FromRun};
 use crate::db::inbox::Query;
 use crate::db::messages::Page;
+use crate::identity::Peer;
 use crate::state::Daemon;
 
 /// Default and largest `member.thread` page, in messages.
@@ -47,14 +48,19 @@ impl Member {
         Member { d }
     }
 
-    /// The grant `token` stands for, while its run is in flight.
-    fn grant(&self, _ext: &Extensions, token: &str) -> RpcResult<Grant> {
+    /// The grant `token` stands for, while its run is in flight — if the
+    /// calling process may use it: the King's may, an agent's process only
+    /// its own run's (see [`crate::identity::Peer::may_use`]).
+    fn grant(&self, ext: &Extensions, token: &str) -> RpcResult<Grant> {
         let g = self
             .d
             .agents
             .grants
             .check(token, &self.d.agents.runs)
             .map_err(|e| ErrorCode::Forbidden.error(e.to_string()))?;
+        if let Some(peer) = ext.get::<Peer>() {
+            peer.may_use(g.run.as_deref(), &g.member, &g.workspace).map_err(|why| ErrorCode::Forbidden.error(why))?;
+        }
         Ok(Grant { thread: g.thread, member: g.member, run: g.run, workspace: g.workspace })
     }
 
