@@ -31,6 +31,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use futures_util::future;
 use jsonrpsee::Methods;
 use jsonrpsee::core::middleware::RpcServiceBuilder;
@@ -193,13 +194,20 @@ async fn connection(
     stop: StopHandle,
 ) {
     let Connection { held, client, pid, max_request_bytes, kept, idle_timeout } = conn;
-    // Who it is, once: the King, or a process of an agent (confined). A
-    // placement that cannot finish confines.
+    // Who it is, once: the King, or a process of an agent (confined) —
+    // placed while its first request is read, and waited for before that
+    // request is served. A placement that cannot finish confines.
     let unplaced = Peer::Confined { pid: pid.and_then(|p| u32::try_from(p).ok()).unwrap_or(0), origin: None };
-    let peer = tokio::task::spawn_blocking(move || crate::identity::place(pid)).await.unwrap_or(unplaced);
-    if peer != Peer::Free {
-        tracing::debug!(?client, ?peer, "an agent's process connected");
+    let placing = tokio::task::spawn_blocking(move || crate::identity::place(pid));
+    let placed = async move {
+        let peer = placing.await.unwrap_or(unplaced);
+        if peer != Peer::Free {
+            tracing::debug!(?client, ?peer, "an agent's process connected");
+        }
+        peer
     }
+    .boxed()
+    .shared();
     let held = Arc::new(held);
     let activity = stream.activity();
     let watched = activity.clone();
@@ -212,7 +220,6 @@ async fn connection(
             req.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
         }
         req.extensions_mut().insert(client);
-        req.extensions_mut().insert(peer.clone());
         let mut svc = svc.clone();
         let upgrade = jsonrpsee::server::ws::is_upgrade_request(&req);
         if let (true, Some(max)) = (upgrade, kept) {
@@ -227,7 +234,9 @@ async fn connection(
             });
         }
         // The error type must be concrete (rust-lang/rust#102211).
+        let placed = placed.clone();
         future::Either::Right(async move {
+            req.extensions_mut().insert(placed.await);
             let mut response = http_request::handle(svc, req, max_request_bytes, &activity)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
