@@ -225,7 +225,7 @@ async fn runs_whose_agents_leave_orphans_all_end_with_their_own_exit_status() {
     let ws = Workspace::new(&members);
     let kdd = Kdd::start();
     let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
-    for round in 1..=3 {
+    for round in 1..=6 {
         kd_tests::send_one_round(&c, &t, "Go.").await;
         collect_until(&mut sub, |e| kd_tests::ended(e) == 4).await;
         let messages = c.thread_messages(t.clone(), None, None, None, None).await.unwrap().into_vec();
