@@ -123,9 +123,17 @@ async fn a_run_is_given_its_capability_which_names_its_member_thread_and_run_unt
     assert_eq!(code(&e), ErrorCode::Forbidden.code(), "{e}");
     h.hold.release();
     collect_until(&mut h.sub, |e| kd_tests::ended(e) == 1).await;
-    let e = h.c.member_whoami(token).await.unwrap_err();
+    let e = h.c.member_whoami(token.clone()).await.unwrap_err();
     assert_eq!(code(&e), ErrorCode::Forbidden.code(), "a stale token: {e}");
-    drop(h.kdd);
+    let e = h.c.member_send(token, vec!["codex".into()], "late".into(), None, None).await.unwrap_err();
+    assert_eq!(code(&e), ErrorCode::Forbidden.code(), "nothing is sent by a stale token: {e}");
+    // Nor by a forged one from a shell.
+    let mut k = h.kdd.kd();
+    k.env("KD_RUN_TOKEN", format!("kdcap_{}", "1".repeat(64))).args(["send", "--to", "codex", "forged"]);
+    let out = kd_tests::run(k).await;
+    assert!(!out.status.success() && out.stderr.contains("unknown capability"), "{}", out.stderr);
+    let messages = h.c.thread_messages(h.t.clone(), None, None, None, None).await.unwrap().into_vec();
+    assert!(!messages.iter().any(|m| m.body == "late" || m.body == "forged"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
