@@ -54,6 +54,6 @@ pub(super) fn methods(b: &mut Builder) {
     b.method::<Vec<SearchHit>>("member.search", "hits", "Full-text search over the threads of the member's workspace.");
     b.param::<String>("token", true, TOKEN)
         .param::<String>("query", true, "words, \"a phrase\", prefix*, body:/title:/summary: filters")
-        .param::<u32>("limit", false, "at most this many hits (default 10, at most 50)")
+        .param::<u32>("limit", false, "at most this many hits (default 10; more than 50 is taken as 50)")
         .errors(&[Forbidden, InvalidArgument]);
 }

@@ -202,10 +202,8 @@ impl MemberApiServer for Member {
         limit: Option<u32>,
     ) -> RpcResult<Vec<SearchHit>> {
         let g = self.grant(ext, &token)?;
-        let limit = limit.unwrap_or(SEARCH_HITS);
-        if limit == 0 || limit > SEARCH_MAX {
-            return Err(invalid(format!("limit must be between 1 and {SEARCH_MAX}")));
-        }
+        // As search.query does: a limit past the bound is the bound.
+        let limit = limit.unwrap_or(SEARCH_HITS).clamp(1, SEARCH_MAX);
         let f = crate::db::search::Filter { workspace: Some(g.workspace), limit: Some(limit), ..Default::default() };
         library::search_in(&self.d, query, f).await
     }
