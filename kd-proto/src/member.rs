@@ -45,7 +45,7 @@ pub enum ClaimMode {
 #[rpc(server, client)]
 pub trait MemberApi {
     /// Who the token stands for.
-    #[method(name = "member.whoami", param_kind = map)]
+    #[method(name = "member.whoami", param_kind = map, with_extensions)]
     async fn member_whoami(&self, token: String) -> RpcResult<Grant>;
 
     /// A message from the member on its thread to other members (F-X1).
@@ -60,7 +60,7 @@ pub trait MemberApi {
     ) -> RpcResult<Routed>;
 
     /// The member's inbox on its thread, oldest first (F-X3).
-    #[method(name = "member.inbox", param_kind = map)]
+    #[method(name = "member.inbox", param_kind = map, with_extensions)]
     async fn member_inbox(
         &self,
         token: String,
@@ -71,18 +71,18 @@ pub trait MemberApi {
     ) -> RpcResult<Vec<InboxItem>>;
 
     /// Acknowledges the emergency broadcasts the member owes on its thread.
-    #[method(name = "member.ack", param_kind = map)]
+    #[method(name = "member.ack", param_kind = map, with_extensions)]
     async fn member_ack(&self, token: String, broadcast: Option<String>) -> RpcResult<Vec<Ack>>;
 
     /// Declares a write (or read) of a shared resource (F-X5).
-    #[method(name = "member.claim", param_kind = map)]
+    #[method(name = "member.claim", param_kind = map, with_extensions)]
     async fn member_claim(&self, token: String, resource: String, mode: Option<ClaimMode>) -> RpcResult<RaceCheck>;
 
     /// The thread's recent messages, as the history format shows them.
-    #[method(name = "member.thread", param_kind = map)]
+    #[method(name = "member.thread", param_kind = map, with_extensions)]
     async fn member_thread(&self, token: String, last: Option<u32>) -> RpcResult<String>;
 
     /// Full-text search over the threads of the member's workspace.
-    #[method(name = "member.search", param_kind = map)]
+    #[method(name = "member.search", param_kind = map, with_extensions)]
     async fn member_search(&self, token: String, query: String, limit: Option<u32>) -> RpcResult<Vec<SearchHit>>;
 }

@@ -10,6 +10,7 @@ use kd_proto::types::{Check, CheckStatus};
 
 use crate::config::{self, AgentDef, Backend, Env};
 use crate::db::Db;
+use crate::identity::children::Origin;
 
 /// How long a CLI may take to print its version.
 const VERSION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -83,12 +84,14 @@ async fn member(a: AgentDef, path: Option<PathBuf>) -> Check {
     if a.backend == Backend::Command {
         return check(&a.name, CheckStatus::Ok, format!("{} ({})", path.display(), a.backend.as_str()));
     }
-    let run = tokio::process::Command::new(&path)
-        .arg("--version")
+    let mut cmd = tokio::process::Command::new(&path);
+    cmd.arg("--version")
         .envs(&a.env)
         .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output();
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let run = async { crate::identity::children::spawn(&mut cmd, Origin::Tool)?.wait_with_output().await };
     match tokio::time::timeout(VERSION_TIMEOUT, run).await {
         Ok(Ok(out)) if out.status.success() => {
             let text = String::from_utf8_lossy(&out.stdout);

@@ -21,7 +21,10 @@
 //! - [`log`]: logging that never panics or blocks;
 //! - [`private`]: the daemon's files are the user's alone (umask, tightening);
 //! - [`shutdown`]: signals and the shutdown order;
-//! - [`proc`]: process liveness.
+//! - [`proc`]: process liveness;
+//! - [`identity`]: who a connection's peer is — the King, or a process of an
+//!   agent kd runs, confined to acting as that agent's member — and kdd as
+//!   the agents' child subreaper.
 //!
 //! The entry point is [`run`].
 
@@ -37,6 +40,7 @@ pub mod council;
 pub mod db;
 pub mod doctor;
 pub mod hub;
+pub mod identity;
 pub mod lifecycle;
 pub mod limits;
 pub mod log;
@@ -94,6 +98,9 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
         }
         None => SocketClaim::claim(&opts.socket)?,
     };
+    // Before any agent starts: what they orphan becomes kdd's, and stays
+    // confined (identity).
+    identity::reaper::become_subreaper();
     let hub = Arc::new(Hub::new());
     private::tighten_database(&opts.db, opts.db_dir_is_kds);
     let db = Db::open(&opts.db, hub.clone())?;
@@ -108,6 +115,7 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
     let (archived, archives) = lifecycle::Archived::channel();
     let daemon = Arc::new(Daemon::new(db, hub, opts.socket.clone(), &opts.limits, opts.kill_grace, archived.clone()));
     shutdown::on_signals(daemon.shutdown.clone()).context("cannot install signal handlers")?;
+    identity::reaper::spawn(daemon.close.clone());
     tracing::info!(
         socket = %opts.socket.display(),
         db = %opts.db.display(),

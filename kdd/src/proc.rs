@@ -17,6 +17,8 @@ mod tests {
     use super::*;
 
     #[test]
+    // No reaper runs in unit tests: a child spawned directly is safe here.
+    #[allow(clippy::disallowed_methods)]
     fn own_pid_is_alive_and_reaped_child_is_not() -> std::io::Result<()> {
         assert!(pid_alive(std::process::id()));
         let mut child = std::process::Command::new("true").spawn()?;

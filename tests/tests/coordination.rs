@@ -243,7 +243,7 @@ async fn queued_members_keep_messages_and_full_inboxes_drop_or_refuse() {
 async fn kd_send_and_kd_inbox_inside_a_run_act_as_that_member() {
     let ws = Workspace::new(&[]);
     let kd = bin("kd").display().to_string();
-    let send = format!("{kd} send --to codex 'ping from the shell' && {kd} inbox --status processed");
+    let send = format!("{kd} send --to codex 'ping from the shell' && {kd} inbox");
     config(
         &ws,
         &[

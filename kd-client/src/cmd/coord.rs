@@ -1,15 +1,20 @@
 //! The coordination commands (SPEC §7): `kd send`, `kd broadcast`,
-//! `kd ack`, `kd acks` and `kd claim` (`kd inbox` is [`super::inbox`]). Run inside an
-//! agent's shell they act as that member on its thread (`KD_MEMBER`,
-//! `KD_THREAD`, set by kdd for every run); elsewhere as the King on the
-//! current thread, or as `--as NAME`.
+//! `kd ack`, `kd acks` and `kd claim` (`kd inbox` is [`super::inbox`]).
+//! Inside an agent's run they act as its member on its thread by the run's
+//! capability (`KD_RUN_TOKEN`, set by kdd for every run: the `member.*`
+//! methods; `KD_MEMBER` and `KD_THREAD` are information, and `--as`,
+//! `--thread` or a `KD_MEMBER` naming anything else is refused); elsewhere
+//! as the King on the current thread, or as `--as NAME` (a process of an
+//! agent without its token is refused by kdd).
 
 use std::process::ExitCode;
 
 use clap::Args;
 use kd_client::{Client, ClientError, KdApiClient};
+use kd_proto::MemberApiClient;
+use kd_proto::member::{ClaimMode, Grant};
 use kd_proto::names::KING;
-use kd_proto::types::{Access, DeliveryStatus, RaceStatus};
+use kd_proto::types::{Access, DeliveryStatus, RaceStatus, Routed};
 
 use super::{Ctx, print_json};
 use crate::fmt::Table;
@@ -36,7 +41,36 @@ impl Who {
             None => Ok(super::thread_or_current(client, None).await?.id),
         }
     }
+
+    /// Inside an agent's run (`KD_RUN_TOKEN` set): the run's capability and
+    /// the member and thread it names, after checking that nothing given
+    /// (`--as`, `--thread`, `KD_MEMBER`, `KD_THREAD`) names another.
+    pub(super) async fn capability(&self, client: &Client) -> anyhow::Result<Option<(String, Grant)>> {
+        let Some(token) = env(TOKEN_VAR) else { return Ok(None) };
+        let g = client.member_whoami(token.clone()).await.map_err(ClientError::from)?;
+        let given = [
+            ("--as", self.as_member.clone(), &g.member),
+            ("KD_MEMBER", env("KD_MEMBER"), &g.member),
+            ("--thread", self.thread.clone(), &g.thread),
+            ("KD_THREAD", env("KD_THREAD"), &g.thread),
+        ];
+        for (what, value, own) in given {
+            if let Some(v) = value.filter(|v| v != own) {
+                anyhow::bail!(
+                    "{what} names {v}, but this shell is {}'s on thread {} (its run's {TOKEN_VAR}): kd acts here only \
+                     as {} on that thread",
+                    g.member,
+                    g.thread,
+                    g.member
+                );
+            }
+        }
+        Ok(Some((token, g)))
+    }
 }
+
+/// The environment variable holding a run's capability.
+pub(super) const TOKEN_VAR: &str = "KD_RUN_TOKEN";
 
 fn env(k: &str) -> Option<String> {
     std::env::var(k).ok().filter(|v| !v.is_empty())
@@ -65,14 +99,28 @@ pub struct SendArgs {
 
 pub async fn send(ctx: &Ctx, a: SendArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client().await?;
-    let thread = a.who.thread(&client).await?;
-    let to = (!a.to.is_empty()).then_some(a.to);
-    let cc = (!a.cc.is_empty()).then_some(a.cc);
-    let routed = client
-        .message_route(thread, a.who.member(), a.message.join(" "), to, cc, a.reply_to, None, None)
-        .await
-        .map_err(ClientError::from)?;
-    if a.json {
+    let routed = if let Some((token, _)) = a.who.capability(&client).await? {
+        if a.reply_to.is_some() {
+            anyhow::bail!("--reply-to is not taken inside a run: a member's message goes to the members in --to");
+        }
+        let cc = (!a.cc.is_empty()).then_some(a.cc);
+        client.member_send(token, a.to, a.message.join(" "), cc, None).await.map_err(ClientError::from)?
+    } else {
+        let thread = a.who.thread(&client).await?;
+        let to = (!a.to.is_empty()).then_some(a.to);
+        let cc = (!a.cc.is_empty()).then_some(a.cc);
+        client
+            .message_route(thread, a.who.member(), a.message.join(" "), to, cc, a.reply_to, None, None)
+            .await
+            .map_err(ClientError::from)?
+    };
+    show_routed(&routed, a.json)
+}
+
+/// What `kd send` prints of a routed message: its seq and type, then each
+/// member's delivery; failure when one refused it.
+fn show_routed(routed: &Routed, json: bool) -> anyhow::Result<ExitCode> {
+    if json {
         print_json(&routed)?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -115,8 +163,23 @@ pub struct BroadcastArgs {
 
 pub async fn broadcast(ctx: &Ctx, a: BroadcastArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client().await?;
-    let thread = a.who.thread(&client).await?;
     let body = a.message.join(" ");
+    if let Some((token, _)) = a.who.capability(&client).await? {
+        if a.emergency {
+            anyhow::bail!(
+                "an emergency is raised from outside the runs (kd broadcast --emergency in the King's shell)"
+            );
+        }
+        let routed =
+            client.member_send(token, vec!["all".into()], body, None, None).await.map_err(ClientError::from)?;
+        if a.json {
+            print_json(&routed)?;
+        } else {
+            outln!("broadcast #{} to {}", routed.message.seq, routed.deliveries.len())?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let thread = a.who.thread(&client).await?;
     if !a.emergency {
         let routed = client
             .message_route(thread, a.who.member(), body, Some(vec!["all".into()]), None, None, None, None)
@@ -157,12 +220,17 @@ pub struct AckArgs {
 
 pub async fn ack(ctx: &Ctx, a: AckArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client().await?;
-    let member = a.who.member();
-    if member == KING {
-        anyhow::bail!("the King owes no acknowledgement; run kd ack from a member's shell or name one with --as");
-    }
-    let thread = a.who.thread(&client).await?;
-    let acked = client.emergency_ack(thread, member.clone(), a.broadcast).await.map_err(ClientError::from)?;
+    let (member, acked) = if let Some((token, g)) = a.who.capability(&client).await? {
+        (g.member, client.member_ack(token, a.broadcast).await.map_err(ClientError::from)?)
+    } else {
+        let member = a.who.member();
+        if member == KING {
+            anyhow::bail!("the King owes no acknowledgement; run kd ack from a member's shell or name one with --as");
+        }
+        let thread = a.who.thread(&client).await?;
+        let acked = client.emergency_ack(thread, member.clone(), a.broadcast).await.map_err(ClientError::from)?;
+        (member, acked)
+    };
     if acked.is_empty() {
         outln!("{member} owes no acknowledgement")?;
     }
@@ -227,12 +295,20 @@ pub struct ClaimArgs {
 
 pub async fn claim(ctx: &Ctx, a: ClaimArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client().await?;
-    let agent = a.who.member();
-    let thread = a.who.thread.clone().or_else(|| env("KD_THREAD"));
-    let check = if a.read {
-        client.resource_read(a.resource.clone(), agent, thread).await
+    let check = if let Some((token, _)) = a.who.capability(&client).await? {
+        if a.window_ms.is_some() {
+            anyhow::bail!("--window-ms is not taken inside a run: a member's write is held for the default window");
+        }
+        let mode = if a.read { ClaimMode::Read } else { ClaimMode::Write };
+        client.member_claim(token, a.resource.clone(), Some(mode)).await
     } else {
-        client.resource_write(a.resource.clone(), agent, thread, a.window_ms).await
+        let agent = a.who.member();
+        let thread = a.who.thread.clone().or_else(|| env("KD_THREAD"));
+        if a.read {
+            client.resource_read(a.resource.clone(), agent, thread).await
+        } else {
+            client.resource_write(a.resource.clone(), agent, thread, a.window_ms).await
+        }
     }
     .map_err(ClientError::from)?;
     if a.json {

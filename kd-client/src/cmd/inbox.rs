@@ -3,13 +3,15 @@
 //! types of message reach the member (`--subscribe … --mode`:
 //! `queue.subscribe`), or follow it (`--follow`: its entries as they come,
 //! until Ctrl+C). As the other coordination commands, inside an agent's
-//! shell it acts as that member on its thread.
+//! run it acts as its member on its thread by the run's capability
+//! (`member.inbox`: the entries not read yet, or read too).
 
 use std::collections::HashSet;
 use std::process::ExitCode;
 
 use clap::Args;
 use kd_client::{Client, ClientError, KdApiClient};
+use kd_proto::MemberApiClient;
 use kd_proto::names::KING;
 use kd_proto::types::{DeliveryMode, InboxItem, InboxStatus, RouteType, ThreadEvent};
 
@@ -88,6 +90,9 @@ fn parse_types(types: &[String]) -> anyhow::Result<Vec<RouteType>> {
 
 pub async fn run(ctx: &Ctx, a: InboxArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client().await?;
+    if let Some((token, g)) = a.who.capability(&client).await? {
+        return own(&client, &a, token, &g.member).await;
+    }
     let member = a.who.member();
     if member == KING {
         anyhow::bail!("the King has no inbox; run kd inbox from a member's shell or name one with --as");
@@ -140,6 +145,44 @@ pub async fn run(ctx: &Ctx, a: InboxArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Err(ClientError::Transport("the daemon ended the subscription".into()).into())
+}
+
+/// Inside a run: the member's inbox on its thread, by the run's capability
+/// (`member.inbox`); what acts on other threads or on the member's settings
+/// is for the King's shell.
+async fn own(client: &Client, a: &InboxArgs, token: String, member: &str) -> anyhow::Result<ExitCode> {
+    let given = [
+        ("--process", !a.process.is_empty()),
+        ("--subscribe", !a.subscribe.is_empty()),
+        ("--follow", a.follow),
+        ("--all-threads", a.all_threads),
+    ];
+    if let Some((flag, _)) = given.iter().find(|(_, on)| *on) {
+        anyhow::bail!(
+            "{flag} is not taken inside a run: there kd inbox reads {member}'s inbox on its thread \
+             (--unread, --type, --limit, --mark-read)"
+        );
+    }
+    if let Some(s) = a.status.as_deref().filter(|s| *s != "pending") {
+        anyhow::bail!("--status {s} is not taken inside a run: there kd inbox shows the entries not read yet");
+    }
+    let types = parse_types(&a.types)?;
+    let types = (!types.is_empty()).then_some(types);
+    let items = client
+        .member_inbox(token, Some(true), types, Some(a.limit), Some(a.mark_read))
+        .await
+        .map_err(ClientError::from)?;
+    if a.json {
+        print_json(&items)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if items.is_empty() {
+        outln!("{member}'s inbox is empty")?;
+    }
+    for i in &items {
+        show(i, false)?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// One `queue.read`.

@@ -16,18 +16,20 @@ pub(super) fn methods(b: &mut Builder) {
         "member.send",
         "routed",
         "A message from the member, on its thread, to other members: routed as message.route routes it (delivery \
-         modes, inboxes, events), and when sent during an exchange, counted against its hop limit. Refused with \
-         forbidden for a token that is unknown or whose run has ended.",
+         modes, inboxes, events). It is a hand-off of the exchange the member's run belongs to: past \
+         council.max_hops hand-offs it is not delivered (limit_exceeded; a routing.hop_limit event and a notice to \
+         the King). Refused with forbidden for a token that is unknown or whose run has ended, and with \
+         invalid_argument when it names the member itself, king or a non-member.",
     );
     b.param::<String>("token", true, TOKEN)
         .param::<Vec<String>>("to", true, "members, or [\"all\"] for every other member")
         .param::<String>("body", true, "the text, verbatim")
         .param::<Vec<String>>("cc", false, "members copied")
         .param::<RouteType>("type", false, "point_to_point, multicast, broadcast or reply (default: derived)")
-        .errors(&[Forbidden, InvalidArgument]);
+        .errors(&[Forbidden, InvalidArgument, LimitExceeded]);
     b.method::<Vec<InboxItem>>("member.inbox", "items", "The member's inbox on its thread, oldest first.");
     b.param::<String>("token", true, TOKEN)
-        .param::<bool>("unread", false, "only entries not read yet (default true)")
+        .param::<bool>("unread", false, "only entries not read yet (default true); false: those read too")
         .param::<Vec<RouteType>>("types", false, "only these types")
         .param::<u32>("limit", false, "at most this many (default 10, at most 1000)")
         .param::<bool>("mark_read", false, "mark the entries returned read")
@@ -52,6 +54,6 @@ pub(super) fn methods(b: &mut Builder) {
     b.method::<Vec<SearchHit>>("member.search", "hits", "Full-text search over the threads of the member's workspace.");
     b.param::<String>("token", true, TOKEN)
         .param::<String>("query", true, "words, \"a phrase\", prefix*, body:/title:/summary: filters")
-        .param::<u32>("limit", false, "at most this many hits (default 10, at most 50)")
+        .param::<u32>("limit", false, "at most this many hits (default 10; more than 50 is taken as 50)")
         .errors(&[Forbidden, InvalidArgument]);
 }

@@ -50,6 +50,9 @@ pub(super) async fn execute(d: &Runner, run: &Run, spec: &Spec, prepared: Prepar
     inv.env.push(("KD_SOCKET".to_string(), d.socket.display().to_string()));
     inv.env.push(("KD_THREAD".to_string(), run.thread.clone()));
     inv.env.push(("KD_MEMBER".to_string(), member.clone()));
+    // The run's capability: `kd send` & co. act as the member only by it
+    // (KD_MEMBER and KD_THREAD are information; a name is no identity).
+    inv.env.extend(run.token().map(|t| (process::TOKEN_VAR.to_string(), t)));
     let mut child = match process::spawn(&inv, &spec.workspace) {
         Ok(c) => c,
         Err(e) => return with_session(failed(&member, RunStatus::Error, spawn_error(&inv, agent, &e))),

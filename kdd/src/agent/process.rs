@@ -16,14 +16,17 @@ use rustix::process::{Pid, Signal};
 use tokio::process::{Child, Command};
 
 use super::argv::Invocation;
+use crate::identity::children::{self, Origin};
 
 /// Spawns `inv` in `cwd`. stdout and stderr are piped; stdin is piped when
-/// the invocation has input, otherwise /dev/null.
+/// the invocation has input, otherwise /dev/null. It is recorded as what
+/// its markers say it is (see [`crate::identity`]).
 pub fn spawn(inv: &Invocation, cwd: &Path) -> std::io::Result<Child> {
     let mut cmd = Command::new(&inv.program);
-    // kd's markers come from the invocation alone, never from kdd's own
-    // environment (a kdd started from an agent's shell carries its marker).
-    cmd.env_remove(RUN_MARKER).env_remove(PEER_MARKER);
+    // kd's markers and a capability come from the invocation alone, never
+    // from kdd's own environment (a kdd started from an agent's shell
+    // carries its marker and its token).
+    cmd.env_remove(RUN_MARKER).env_remove(PEER_MARKER).env_remove(TOKEN_VAR);
     cmd.args(&inv.args)
         .envs(inv.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .current_dir(cwd)
@@ -36,7 +39,21 @@ pub fn spawn(inv: &Invocation, cwd: &Path) -> std::io::Result<Child> {
         cmd.env_remove(var);
     }
     set_up_child(&mut cmd);
-    cmd.spawn()
+    children::spawn(&mut cmd, origin(inv, cwd))
+}
+
+/// What an agent is, by the markers of its invocation (the last value of a
+/// variable is the one it gets).
+fn origin(inv: &Invocation, cwd: &Path) -> Origin {
+    let var = |key: &str| inv.env.iter().rfind(|(k, _)| k == key).map(|(_, v)| v.clone());
+    let member = var(crate::identity::MEMBER_VAR);
+    if let Some(run) = var(RUN_MARKER) {
+        return Origin::Run { run, member };
+    }
+    match var(PEER_MARKER) {
+        Some(marker) => Origin::Peer { marker, member, workspace: cwd.display().to_string() },
+        None => Origin::Tool,
+    }
 }
 
 /// In the child before exec: the kernel is to SIGKILL it when its parent
@@ -67,17 +84,11 @@ pub fn signal_group(pid: u32, signal: Signal) {
     }
 }
 
-/// The environment variable that marks every process of a run, however far
-/// it moves from the run's process group: `KD_RUN=<run id>`.
-pub const RUN_MARKER: &str = "KD_RUN";
+pub use crate::identity::{PEER_MARKER, RUN_MARKER};
 
-/// The environment variable that marks every process a long-lived agent (a
-/// codex app-server, an ACP agent) starts, however far it moves from its
-/// process group, even to a session of its own: `KD_PEER=<kdd pid>.<n>@<socket>`,
-/// unique to that agent process, and naming the daemon's socket so that a
-/// daemon started again on it finds what a killed one left
-/// ([`kill_left_by_peers`]).
-pub const PEER_MARKER: &str = "KD_PEER";
+/// The environment variable that gives a run's agent its capability (see
+/// [`super::grants`]): `KD_RUN_TOKEN=kdcap_…`.
+pub const TOKEN_VAR: &str = "KD_RUN_TOKEN";
 
 /// `KEY=value`, as a marker is found in a process's environment.
 pub fn marker(key: &str, value: &str) -> Vec<u8> {
@@ -90,30 +101,12 @@ fn peer_socket(value: &[u8]) -> Option<&[u8]> {
     Some(&value[at + 1..])
 }
 
-/// What `/proc/PID/stat` says about a process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Stat {
-    zombie: bool,
-    pgrp: u32,
-    /// Clock ticks after boot (field 22).
-    start: u64,
-}
-
-fn stat(pid: u32) -> Option<Stat> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name is in parentheses and may itself hold spaces.
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    Some(Stat {
-        zombie: *fields.first()? == "Z",
-        pgrp: fields.get(2)?.parse().ok()?,
-        start: fields.get(19)?.parse().ok()?,
-    })
-}
+use crate::identity::ancestry::{Stat, stat};
 
 /// When the process started, in clock ticks after boot (`/proc/PID/stat`
 /// field 22); with the pid it names one process for good.
 pub fn start_time(pid: u32) -> Option<u64> {
-    stat(pid).map(|s| s.start)
+    children::start_time(pid)
 }
 
 /// Whether process `pid` has an environment entry (`KEY=value`) for which
@@ -137,7 +130,7 @@ fn own_processes() -> impl Iterator<Item = (u32, Stat)> {
         if pid == me || e.metadata().ok()?.uid() != uid {
             return None;
         }
-        stat(pid).filter(|s| !s.zombie).map(|s| (pid, s))
+        stat(pid).filter(|s| !s.is_zombie()).map(|s| (pid, s))
     })
 }
 
@@ -225,6 +218,8 @@ mod tests {
     }
 
     /// A `sleep 30` in a process group of its own, with `env`.
+    // No reaper runs in unit tests: a child spawned directly is safe here.
+    #[allow(clippy::disallowed_methods)]
     fn sleeper(env: &[(&str, &str)]) -> (Child, u32, Option<u64>) {
         let child = Command::new("sleep").arg("30").envs(env.iter().copied()).process_group(0).spawn().unwrap();
         let pid = child.id().unwrap();

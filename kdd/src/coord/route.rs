@@ -2,7 +2,11 @@
 //! with `to`, `cc`, `reply_to` and a conversation type — given, or derived:
 //! `all` among the addressees makes a broadcast (every member but the
 //! sender), an answer to a message a reply (to its sender when no one is
-//! named), one addressee point-to-point, several a multicast.
+//! named), one addressee point-to-point, several a multicast. A member's
+//! message sent from its run (`member.send`) is a hand-off of the run's
+//! exchange: it counts against `council.max_hops`
+//! ([`crate::council::hops`]), and the runs it starts belong to that
+//! exchange.
 
 use jsonrpsee::types::ErrorObjectOwned;
 use kd_proto::ErrorCode;
@@ -12,6 +16,7 @@ use kd_proto::types::{MessageKind, RouteType, Routed, Style};
 use super::{Coord, check_members, check_sender};
 use crate::client::ClientId;
 use crate::council::deliver::{self, Request};
+use crate::council::hops::{self, HandOff};
 use crate::db::compose::Carrier;
 use crate::db::messages::NewMessage;
 use crate::db::random_id;
@@ -27,6 +32,17 @@ pub struct Params {
     pub route: Option<RouteType>,
     pub correlation_id: Option<String>,
     pub client: Option<ClientId>,
+    /// Sent by a member from its run: where that run stands.
+    pub from_run: Option<FromRun>,
+}
+
+/// Where the run a member sends from stands.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FromRun {
+    /// The exchange it belongs to (or else the message it answers, which
+    /// starts one): its hand-offs are counted there.
+    pub exchange: Option<u64>,
+    pub round: Option<u32>,
 }
 
 pub async fn route(co: &Coord, p: Params) -> Result<Routed, ErrorObjectOwned> {
@@ -63,6 +79,17 @@ pub async fn route(co: &Coord, p: Params) -> Result<Routed, ErrorObjectOwned> {
     } else {
         RouteType::Multicast
     });
+    let from_run = p.from_run.unwrap_or_default();
+    if let Some(exchange) = from_run.exchange {
+        let max = config.coordination.max_hops;
+        let h = HandOff { thread: &thread.id, exchange, from: &p.from, to: &to, seq: None, max };
+        if !hops::take(&co.council, h).await {
+            return Err(ErrorCode::LimitExceeded.error(format!(
+                "not delivered: this exchange has had council.max_hops ({max}) hand-offs; the King is told. \
+                 Say what you have to say in your answer instead"
+            )));
+        }
+    }
     let correlation_id = p.correlation_id.unwrap_or_else(|| format!("m-{}", random_id(10)));
     let kind = if p.from == KING { MessageKind::King } else { MessageKind::Agent };
     let message = NewMessage {
@@ -83,8 +110,8 @@ pub async fn route(co: &Coord, p: Params) -> Result<Routed, ErrorObjectOwned> {
         correlation_id: correlation_id.clone(),
         style: Style::Council,
         client: p.client,
-        exchange: None,
-        round: None,
+        exchange: from_run.exchange,
+        round: from_run.round,
         emergency: None,
     };
     let d = deliver::deliver(&co.council, request).await?;

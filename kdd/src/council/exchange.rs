@@ -5,24 +5,22 @@
 //! cancelled is not asked again in the same exchange (a retry or the next
 //! King message asks it again). A directed message gets one round. After
 //! every answer, the members it hands off to (a line starting `@name`) are
-//! delivered it, up to `council.max_hops` hand-offs per exchange. One exchange per
-//! thread: a new King message stops the pending turns of the previous one
-//! (runs in flight finish), as does an interrupt.
+//! delivered it, up to `council.max_hops` hand-offs per exchange (members'
+//! sends during it included, [`super::hops`]). One exchange per thread: a
+//! new King message stops the pending turns of the previous one (runs in
+//! flight finish), as does an interrupt.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use kd_proto::names::{KD, KING};
 use kd_proto::types::{MessageKind, Mode, RoundState, RunStatus, ThreadEvent};
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::deliver::{Request, deliver};
+use super::hops::{self, HandOff};
 use super::{Council, Launch};
 use crate::agent::registry::{Claim, Place, Run};
 use crate::db::compose::Carrier;
-use crate::db::events::Record;
-use crate::db::messages::NewMessage;
 
 /// An exchange in progress.
 pub struct Exchange {
@@ -134,7 +132,6 @@ pub async fn run(c: Arc<Council>, ex: Arc<Exchange>, plan: Plan) {
     ex.publish(&c, round_event(1, RoundState::Running, plan.first.clone()));
     let mut failed: HashSet<String> = HashSet::new();
     let mut last_round = 1;
-    let mut hops = 0;
     for run in &plan.started {
         run.done().await;
         if has_failed(run) {
@@ -142,11 +139,11 @@ pub async fn run(c: Arc<Council>, ex: Arc<Exchange>, plan: Plan) {
         }
     }
     for run in &plan.started {
-        follow(&c, &ex, &plan, run.clone(), 1, &mut hops).await;
+        follow(&c, &ex, &plan, run.clone(), 1).await;
     }
     if plan.mode == Mode::Sequential {
         for member in plan.first.iter().skip(plan.started.len()) {
-            if !turn(&c, &ex, &plan, member, 1, &mut failed, &mut hops).await {
+            if !turn(&c, &ex, &plan, member, 1, &mut failed).await {
                 break;
             }
         }
@@ -159,7 +156,7 @@ pub async fn run(c: Arc<Council>, ex: Arc<Exchange>, plan: Plan) {
         last_round = round;
         ex.publish(&c, round_event(round, RoundState::Running, expected.clone()));
         for member in &expected {
-            if !turn(&c, &ex, &plan, member, round, &mut failed, &mut hops).await {
+            if !turn(&c, &ex, &plan, member, round, &mut failed).await {
                 break;
             }
         }
@@ -186,7 +183,6 @@ async fn turn(
     member: &str,
     round: u32,
     failed: &mut HashSet<String>,
-    hops: &mut u32,
 ) -> bool {
     if ex.is_stopped() || over_budget(c, ex, plan).await {
         return false;
@@ -205,7 +201,7 @@ async fn turn(
         if has_failed(&run) {
             failed.insert(member.to_string());
         }
-        follow(c, ex, plan, run, round, hops).await;
+        follow(c, ex, plan, run, round).await;
     }
     true
 }
@@ -222,10 +218,9 @@ async fn over_budget(c: &Arc<Council>, ex: &Exchange, plan: &Plan) -> bool {
 /// Follows the hand-offs from `first`'s answer (F-X1): the members an
 /// answer addresses are delivered it by their delivery mode, and the
 /// answers of the runs that starts are followed in turn — at most
-/// `council.max_hops` hand-offs per exchange, after which the addressees
-/// are not asked (a `routing.hop_limit` event and a notice from kd to the
-/// King say so).
-async fn follow(c: &Arc<Council>, ex: &Exchange, plan: &Plan, first: Arc<Run>, round: u32, hops: &mut u32) {
+/// `council.max_hops` hand-offs per exchange, members' sends included
+/// ([`super::hops`]), after which the addressees are not asked.
+async fn follow(c: &Arc<Council>, ex: &Exchange, plan: &Plan, first: Arc<Run>, round: u32) {
     let max = plan.launch.config.coordination.max_hops;
     let mut queue = VecDeque::from([first]);
     while let Some(run) = queue.pop_front() {
@@ -237,35 +232,17 @@ async fn follow(c: &Arc<Council>, ex: &Exchange, plan: &Plan, first: Arc<Run>, r
         if over_budget(c, ex, plan).await {
             return;
         }
-        if *hops >= max {
-            let event = Record {
-                kind: "routing.hop_limit".into(),
-                thread: Some(ex.thread.clone()),
-                agent: Some(run.member.clone()),
-                from: Some(run.member.clone()),
-                to: message.to.clone(),
-                correlation_id: Some(format!("x-{}", ex.king)),
-                data: json!({"seq": message.seq, "hops": *hops, "max_hops": max}),
-            };
-            if let Err(e) = c.agents.db.record(vec![event]).await {
-                tracing::warn!(thread = ex.thread, "cannot record the hop limit: {e}");
-            }
-            let body = format!(
-                "{}'s hand-off to {} was not delivered: this exchange reached council.max_hops ({max}).",
-                run.member,
-                message.to.join(", ")
-            );
-            let notice = NewMessage {
-                reply_to: Some(message.seq),
-                correlation_id: Some(format!("x-{}", ex.king)),
-                ..NewMessage::new(&ex.thread, KD, vec![KING.to_string()], MessageKind::System, body)
-            };
-            if let Err(e) = c.agents.db.append_message(notice).await {
-                tracing::warn!(thread = ex.thread, "cannot write the hop limit notice: {e}");
-            }
+        let hand_off = HandOff {
+            thread: &ex.thread,
+            exchange: ex.king,
+            from: &run.member,
+            to: &message.to,
+            seq: Some(message.seq),
+            max,
+        };
+        if !hops::take(c, hand_off).await {
             continue;
         }
-        *hops += 1;
         let request = Request {
             thread: plan.launch.thread.clone(),
             config: plan.launch.config.clone(),

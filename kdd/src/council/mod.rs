@@ -1,12 +1,14 @@
 //! The council: delivering routed messages to members ([`deliver`]),
 //! sending a King
-//! message ([`send`]), the rounds that follow it ([`exchange`]), and
-//! retrying failed answers ([`retry`]). It decides who is asked and when;
+//! message ([`send`]), the rounds that follow it ([`exchange`]), the
+//! hand-offs each exchange may make ([`hops`]), and retrying failed answers
+//! ([`retry`]). It decides who is asked and when;
 //! [`crate::agent`] runs them and [`crate::prompt`] says what they are told.
 
 mod budget;
 pub mod deliver;
 pub mod exchange;
+pub mod hops;
 pub mod retry;
 pub mod send;
 
@@ -31,12 +33,14 @@ use exchange::Exchanges;
 pub struct Council {
     pub agents: Arc<Runner>,
     pub exchanges: Exchanges,
+    /// The hand-offs each exchange has made.
+    pub hops: hops::Hops,
     pub archived: Archived,
 }
 
 impl Council {
     pub fn new(agents: Arc<Runner>, archived: Archived) -> Council {
-        Council { agents, exchanges: Exchanges::default(), archived }
+        Council { agents, exchanges: Exchanges::default(), hops: Default::default(), archived }
     }
 
     /// The daemon is stopping: no exchange takes another turn and no run

@@ -49,6 +49,8 @@ const THREAD_HITS: u32 = 5;
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
     pub thread: Option<String>,
+    /// Only threads of this workspace (a member searches its own).
+    pub workspace: Option<String>,
     pub from: Option<String>,
     pub since_ms: Option<i64>,
     pub limit: Option<u32>,
@@ -114,10 +116,10 @@ fn thread_hits(conn: &Connection, q: &str, f: &Filter, limit: u32) -> rusqlite::
                      ELSE snippet(search_threads, 1, '«', '»', '…', 16) END,
                 search_threads.rank
          FROM search_threads JOIN threads t ON t.rowid = search_threads.rowid
-         WHERE search_threads MATCH ?1 AND (?2 IS NULL OR t.id = ?2)
+         WHERE search_threads MATCH ?1 AND (?2 IS NULL OR t.id = ?2) AND (?4 IS NULL OR t.workspace = ?4)
          ORDER BY search_threads.rank LIMIT ?3",
     )?;
-    let rows = stmt.query_map(params![q, f.thread, limit], |r| {
+    let rows = stmt.query_map(params![q, f.thread, limit, f.workspace], |r| {
         Ok(SearchHit {
             thread: r.get(0)?,
             seq: None,
@@ -135,16 +137,17 @@ fn message_hits(conn: &Connection, q: &str, f: &Filter, limit: u32) -> rusqlite:
     // The best hits first, then a snippet for those alone: a snippet for
     // every match of a common word would cost more than the search.
     // Without a filter, the index alone ranks: no lookup of every match.
-    let filtered = f.thread.is_some() || f.from.is_some() || f.since_ms.is_some();
+    let filtered = f.thread.is_some() || f.from.is_some() || f.since_ms.is_some() || f.workspace.is_some();
     let top = if filtered {
         "SELECT search_messages.rowid AS id, search_messages.rank AS rank
          FROM search_messages JOIN messages m ON m.id = search_messages.rowid
          WHERE search_messages MATCH ?1 AND (?2 IS NULL OR m.thread_id = ?2) AND (?3 IS NULL OR m.sender = ?3)
            AND (?4 IS NULL OR m.created_at >= ?4)
+           AND (?6 IS NULL OR m.thread_id IN (SELECT id FROM threads WHERE workspace = ?6))
          ORDER BY search_messages.rank LIMIT ?5"
     } else {
         "SELECT rowid AS id, rank FROM search_messages
-         WHERE search_messages MATCH ?1 AND ?2 IS NULL AND ?3 IS NULL AND ?4 IS NULL
+         WHERE search_messages MATCH ?1 AND ?2 IS NULL AND ?3 IS NULL AND ?4 IS NULL AND ?6 IS NULL
          ORDER BY rank LIMIT ?5"
     };
     let mut stmt = conn.prepare_cached(&format!(
@@ -156,7 +159,7 @@ fn message_hits(conn: &Connection, q: &str, f: &Filter, limit: u32) -> rusqlite:
          WHERE search_messages MATCH ?1
          ORDER BY top.rank"
     ))?;
-    let rows = stmt.query_map(params![q, f.thread, f.from, f.since_ms, limit], |r| {
+    let rows = stmt.query_map(params![q, f.thread, f.from, f.since_ms, limit, f.workspace], |r| {
         Ok(SearchHit {
             thread: r.get(0)?,
             seq: Some(r.get::<_, i64>(1)? as u64),

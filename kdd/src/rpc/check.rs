@@ -1,7 +1,8 @@
 //! RPC middleware that answers a call with an error instead of making it,
-//! when a check says so. The daemon stacks two: the parameter-name check
-//! ([`super::params`]) and the server's request check
-//! (`crate::server::request_check`). Calls in a batch are checked one by
+//! when a check says so. The daemon stacks three: the server's request
+//! check (`crate::server::request_check`), the confinement of agents'
+//! processes ([`super::confine`]) and the parameter-name check
+//! ([`super::params`]). Calls in a batch are checked one by
 //! one; notifications pass (they are never answered).
 
 use jsonrpsee::core::middleware::{Batch, BatchEntry, BatchEntryErr, Notification, RpcServiceT};

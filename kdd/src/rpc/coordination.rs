@@ -53,6 +53,7 @@ pub async fn message_route(
         route: route_type,
         correlation_id,
         client: ext.get::<ClientId>().copied(),
+        from_run: None,
     };
     route::route(&d.coord, p).await
 }
@@ -74,7 +75,7 @@ pub async fn queue_read(
     if limit == 0 || limit > QUEUE_MAX {
         return Err(invalid(format!("limit must be between 1 and {QUEUE_MAX}")));
     }
-    let q = Query { member, thread, types, status, limit, mark_read: mark_read.unwrap_or(false) };
+    let q = Query { member, thread, types, status, also_read: false, limit, mark_read: mark_read.unwrap_or(false) };
     Ok(d.db.inbox(q).await?)
 }
 

@@ -35,13 +35,17 @@ pub async fn search(
     since_ms: Option<i64>,
     limit: Option<u32>,
 ) -> RpcResult<Vec<SearchHit>> {
-    if query.trim().is_empty() || query.chars().count() > MAX_QUERY_CHARS {
-        return Err(invalid(format!("a search query is 1 to {MAX_QUERY_CHARS} characters")));
-    }
     if let Some(t) = &thread {
         validate::thread_id(t)?;
     }
     validate::label("from", from.as_deref())?;
-    let f = search::Filter { thread, from, since_ms, limit };
+    search_in(d, query, search::Filter { thread, from, since_ms, limit, workspace: None }).await
+}
+
+/// A search whose filter is checked.
+pub async fn search_in(d: &Daemon, query: String, f: search::Filter) -> RpcResult<Vec<SearchHit>> {
+    if query.trim().is_empty() || query.chars().count() > MAX_QUERY_CHARS {
+        return Err(invalid(format!("a search query is 1 to {MAX_QUERY_CHARS} characters")));
+    }
     Ok(d.db.search(query, f).await?)
 }

@@ -11,6 +11,7 @@
 #![allow(clippy::too_many_arguments)]
 
 pub mod check;
+pub mod confine;
 mod coordination;
 mod council;
 mod daemon;

@@ -1,5 +1,7 @@
-//! The Unix-socket server: the peer-uid check, the connection bound, and
-//! JSON-RPC over HTTP and WebSocket on each connection.
+//! The Unix-socket server: the peer-uid check, the connection bound, where
+//! the peer process stands (the King, or an agent's process, confined:
+//! [`crate::identity`], checked by `rpc::confine`), and JSON-RPC over HTTP
+//! and WebSocket on each connection.
 //!
 //! - [`claim`]: one daemon per socket, in a directory only its user can touch;
 //! - [`activation`]: a listening socket handed over by systemd or launchd;
@@ -29,6 +31,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use futures_util::future;
 use jsonrpsee::Methods;
 use jsonrpsee::core::middleware::RpcServiceBuilder;
@@ -41,6 +44,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::client::ClientId;
+use crate::identity::Peer;
 use crate::limits::Limits;
 use crate::rpc::check::CheckLayer;
 use crate::state::Daemon;
@@ -80,6 +84,7 @@ pub async fn serve(listener: UnixListener, methods: impl Into<Methods>, d: Arc<D
         .set_rpc_middleware(
             RpcServiceBuilder::new()
                 .layer(CheckLayer(request_check::check_request))
+                .layer(CheckLayer(crate::rpc::confine::check_request))
                 .layer(CheckLayer(crate::rpc::params::check_request)),
         )
         .to_service_builder();
@@ -97,8 +102,8 @@ pub async fn serve(listener: UnixListener, methods: impl Into<Methods>, d: Arc<D
                 }
             },
         };
-        let peer = stream.peer_cred().ok().map(|c| c.uid());
-        if let Err(why) = check_peer(peer, own_uid) {
+        let cred = stream.peer_cred().ok();
+        if let Err(why) = check_peer(cred.map(|c| c.uid()), own_uid) {
             tracing::warn!("refused a connection: {why}");
             tokio::spawn(refuse(stream, ErrorCode::PermissionDenied, why));
             continue;
@@ -122,6 +127,7 @@ pub async fn serve(listener: UnixListener, methods: impl Into<Methods>, d: Arc<D
         let conn = Connection {
             held,
             client,
+            pid: cred.and_then(|c| c.pid()),
             max_request_bytes: limits.max_request_bytes,
             kept: kept.then_some(limits.max_connections),
             idle_timeout: limits.idle_timeout,
@@ -153,10 +159,8 @@ pub async fn serve(listener: UnixListener, methods: impl Into<Methods>, d: Arc<D
     }
 }
 
-type Builder = TowerServiceBuilder<
-    tower::layer::util::Stack<CheckLayer, tower::layer::util::Stack<CheckLayer, tower::layer::util::Identity>>,
-    tower::layer::util::Identity,
->;
+type Checks<L> = tower::layer::util::Stack<CheckLayer, L>;
+type Builder = TowerServiceBuilder<Checks<Checks<Checks<tower::layer::util::Identity>>>, tower::layer::util::Identity>;
 
 /// Serves one accepted connection. What it holds ([`Held`]) is kept until
 /// the socket closes — for a WebSocket, until its session ends, which
@@ -172,6 +176,8 @@ struct Held {
 struct Connection {
     held: Held,
     client: ClientId,
+    /// The peer's pid (`SO_PEERCRED`), placed by [`crate::identity::place`].
+    pid: Option<i32>,
     max_request_bytes: u32,
     /// On a slot kept for plain HTTP calls (the ordinary ones, this many,
     /// being taken): it may not become a WebSocket, and closes after each
@@ -187,7 +193,21 @@ async fn connection(
     methods: Methods,
     stop: StopHandle,
 ) {
-    let Connection { held, client, max_request_bytes, kept, idle_timeout } = conn;
+    let Connection { held, client, pid, max_request_bytes, kept, idle_timeout } = conn;
+    // Who it is, once: the King, or a process of an agent (confined) —
+    // placed while its first request is read, and waited for before that
+    // request is served. A placement that cannot finish confines.
+    let unplaced = Peer::Confined { pid: pid.and_then(|p| u32::try_from(p).ok()).unwrap_or(0), origin: None };
+    let placing = tokio::task::spawn_blocking(move || crate::identity::place(pid));
+    let placed = async move {
+        let peer = placing.await.unwrap_or(unplaced);
+        if peer != Peer::Free {
+            tracing::debug!(?client, ?peer, "an agent's process connected");
+        }
+        peer
+    }
+    .boxed()
+    .shared();
     let held = Arc::new(held);
     let activity = stream.activity();
     let watched = activity.clone();
@@ -214,7 +234,9 @@ async fn connection(
             });
         }
         // The error type must be concrete (rust-lang/rust#102211).
+        let placed = placed.clone();
         future::Either::Right(async move {
+            req.extensions_mut().insert(placed.await);
             let mut response = http_request::handle(svc, req, max_request_bytes, &activity)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -1,0 +1,146 @@
+//! Process ancestry from `/proc`: a process's parent, and whether walking
+//! up from a process reaches kdd — bounded, and never trusting a read that
+//! raced with a process's exit.
+
+/// What `/proc/PID/stat` says about a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    /// `R`, `S`, `Z`, …
+    pub state: char,
+    pub ppid: u32,
+    pub pgrp: u32,
+    /// Clock ticks after boot (field 22).
+    pub start: u64,
+}
+
+impl Stat {
+    pub fn is_zombie(&self) -> bool {
+        self.state == 'Z'
+    }
+}
+
+/// Reads `/proc/PID/stat`; `None` when the process is gone (or the line is
+/// not one kd can read).
+pub fn stat(pid: u32) -> Option<Stat> {
+    parse(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Parses a `/proc/PID/stat` line. The command name is in parentheses and
+/// may itself hold spaces and parentheses: the fields start after the last
+/// `)`.
+pub fn parse(line: &str) -> Option<Stat> {
+    let fields: Vec<&str> = line.rsplit_once(')')?.1.split_whitespace().collect();
+    Some(Stat {
+        state: fields.first()?.chars().next()?,
+        ppid: fields.get(1)?.parse().ok()?,
+        pgrp: fields.get(2)?.parse().ok()?,
+        start: fields.get(19)?.parse().ok()?,
+    })
+}
+
+/// How far up a walk goes at most. A chain of processes deeper than this is
+/// not a user's shell but something built to hide where it comes from.
+pub const MAX_DEPTH: usize = 1024;
+
+/// Where walking up from a process led.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Walk {
+    /// To the top (pid 1, or a parent outside this pid namespace) without
+    /// meeting `ancestor`.
+    Elsewhere,
+    /// To `ancestor`, through its child `child` (the process itself when
+    /// `ancestor` is its parent).
+    Below { child: u32 },
+    /// Nowhere known: a process on the way was gone, or the walk was
+    /// deeper than [`MAX_DEPTH`].
+    Unknown,
+}
+
+/// Walks up from `pid` through the parents `parent_of` gives, looking for
+/// `ancestor`.
+pub fn walk(pid: u32, ancestor: u32, parent_of: impl Fn(u32) -> Option<u32>) -> Walk {
+    let mut current = pid;
+    for _ in 0..MAX_DEPTH {
+        if current == ancestor {
+            // The walk started at the ancestor itself.
+            return Walk::Elsewhere;
+        }
+        let Some(parent) = parent_of(current) else { return Walk::Unknown };
+        if parent == ancestor {
+            return Walk::Below { child: current };
+        }
+        if parent <= 1 {
+            return Walk::Elsewhere;
+        }
+        current = parent;
+    }
+    Walk::Unknown
+}
+
+/// [`walk`] over `/proc`, again when a process on the way was gone (its
+/// children were reparented meanwhile, so a second walk sees where they
+/// went), at most three times.
+pub fn walk_proc(pid: u32, ancestor: u32) -> Walk {
+    let mut last = Walk::Unknown;
+    for _ in 0..3 {
+        last = walk(pid, ancestor, |p| stat(p).map(|s| s.ppid));
+        if last != Walk::Unknown || stat(pid).is_none() {
+            break;
+        }
+    }
+    last
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stat_line_is_read_past_a_command_name_with_spaces_and_parentheses() {
+        let line = "4242 (a (b) c) S 17 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
+        let s = parse(line).unwrap();
+        assert_eq!((s.state, s.ppid, s.pgrp, s.start), ('S', 17, 4242, 987654));
+        assert!(parse("4242 (cut").is_none() && parse("").is_none() && parse("1 (x) Z").is_none());
+        assert!(parse("1 (x) Z 0 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5").is_some_and(|s| s.is_zombie()));
+    }
+
+    #[test]
+    fn a_walk_finds_the_child_of_the_ancestor_it_passes_through() {
+        // 1 ← 10 (kdd) ← 20 (agent) ← 30 (shell) ← 40 (kd); 1 ← 50 (a user's shell) ← 60.
+        let tree = |p: u32| match p {
+            10 | 50 => Some(1),
+            20 => Some(10),
+            30 => Some(20),
+            40 => Some(30),
+            60 => Some(50),
+            _ => None,
+        };
+        assert_eq!(walk(40, 10, tree), Walk::Below { child: 20 });
+        assert_eq!(walk(20, 10, tree), Walk::Below { child: 20 }, "the agent itself");
+        assert_eq!(walk(60, 10, tree), Walk::Elsewhere);
+        assert_eq!(walk(10, 10, tree), Walk::Elsewhere, "kdd is not below itself");
+        assert_eq!(walk(99, 10, tree), Walk::Unknown, "a process gone");
+    }
+
+    #[test]
+    fn a_walk_deeper_than_its_bound_is_unknown_not_elsewhere() {
+        let deep = |p: u32| Some(p + 1);
+        assert_eq!(walk(2, 1_000_000, deep), Walk::Unknown);
+        let cycle = |p: u32| Some(if p == 5 { 6 } else { 5 });
+        assert_eq!(walk(5, 1_000_000, cycle), Walk::Unknown, "a cycle (a pid reused mid-walk) ends");
+    }
+
+    #[test]
+    // No reaper runs in unit tests: a child spawned directly is safe here.
+    #[allow(clippy::disallowed_methods)]
+    fn this_process_is_below_its_parent_and_not_below_a_child() {
+        let me = std::process::id();
+        let parent = stat(me).unwrap().ppid;
+        assert_eq!(walk_proc(me, parent), Walk::Below { child: me });
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        assert_eq!(walk_proc(me, child.id()), Walk::Elsewhere);
+        assert_eq!(walk_proc(child.id(), me), Walk::Below { child: child.id() });
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}

@@ -1,0 +1,102 @@
+//! The processes kdd spawned, as long as they exist: each with its start
+//! time (with the pid it names one process for good) and what it is — an
+//! agent of a run, a long-lived agent, or a tool such as a CLI's
+//! `--version`. Every spawn of kdd goes through [`spawn`] (kdd's
+//! `clippy.toml` denies the others), under the lock the reaper takes, so
+//! that the reaper ([`super::reaper`]) knows which of its children tokio
+//! waits for, and [`super::place`] knows which agent a process descends
+//! from.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+
+/// What a process kdd spawned is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// The agent of a run (`KD_RUN=<run>`), run as `member`.
+    Run { run: String, member: Option<String> },
+    /// A long-lived agent (`KD_PEER=<marker>`): a codex app-server, which
+    /// serves every member using it in `workspace`, or an ACP agent, which
+    /// is one member's.
+    Peer { marker: String, member: Option<String>, workspace: String },
+    /// Something else kdd runs (a CLI's `--version` for `kd doctor`).
+    Tool,
+}
+
+/// A process kdd spawned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spawned {
+    /// Its start time (`/proc/PID/stat` field 22), if it could be read.
+    pub start: Option<u64>,
+    pub origin: Origin,
+}
+
+static SPAWNED: Mutex<BTreeMap<u32, Spawned>> = Mutex::new(BTreeMap::new());
+
+/// The processes kdd spawned, by pid; held by [`spawn`] from the fork to
+/// the record, and by the reaper from its decision to its `waitpid`.
+pub(super) fn spawned() -> MutexGuard<'static, BTreeMap<u32, Spawned>> {
+    SPAWNED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Spawns `cmd` and records the child as `origin`. The only way kdd starts
+/// a process.
+#[allow(clippy::disallowed_methods)]
+pub fn spawn(cmd: &mut tokio::process::Command, origin: Origin) -> std::io::Result<tokio::process::Child> {
+    let mut spawned = spawned();
+    let child = cmd.spawn()?;
+    if let Some(pid) = child.id() {
+        // Not waited for yet, so not reaped: the pid is still this child.
+        spawned.insert(pid, Spawned { start: start_time(pid), origin });
+    }
+    Ok(child)
+}
+
+/// What process `pid` is, if kdd spawned it (and it is still that process).
+pub fn origin_of(pid: u32) -> Option<Origin> {
+    let spawned = spawned().get(&pid).cloned()?;
+    (spawned.start.is_some() && start_time(pid) == spawned.start).then_some(spawned.origin)
+}
+
+/// The long-lived agent whose marker is `marker`, if kdd runs it.
+pub fn peer_by_marker(marker: &str) -> Option<Origin> {
+    spawned()
+        .values()
+        .find(|s| matches!(&s.origin, Origin::Peer { marker: m, .. } if m == marker))
+        .map(|s| s.origin.clone())
+}
+
+/// Forgets the processes that are gone (reaped, or their pid reused). One
+/// whose start time could not be read is kept while its pid exists.
+pub(super) fn forget_gone(spawned: &mut BTreeMap<u32, Spawned>) {
+    spawned.retain(|pid, s| match (s.start, start_time(*pid)) {
+        (Some(then), Some(now)) => then == now,
+        (None, now) => now.is_some(),
+        (Some(_), None) => false,
+    });
+}
+
+/// When `pid` started, in clock ticks after boot (`/proc/PID/stat` field
+/// 22), also for a zombie.
+pub fn start_time(pid: u32) -> Option<u64> {
+    super::ancestry::stat(pid).map(|s| s.start)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_spawned_process_is_known_by_its_pid_and_start_until_it_is_gone() {
+        let mut cmd = tokio::process::Command::new("sleep");
+        cmd.arg("30").kill_on_drop(true);
+        let origin = Origin::Run { run: "r-children-test".into(), member: Some("claude".into()) };
+        let mut child = spawn(&mut cmd, origin.clone()).unwrap();
+        let pid = child.id().unwrap();
+        assert_eq!(origin_of(pid), Some(origin));
+        child.kill().await.unwrap();
+        assert_eq!(origin_of(pid), None, "reaped: its pid names nothing");
+        forget_gone(&mut spawned());
+        assert!(!spawned().contains_key(&pid), "forgotten once gone");
+    }
+}

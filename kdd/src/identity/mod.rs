@@ -1,0 +1,228 @@
+//! Who is at the other end of a connection (F-B6): the King — a person, a
+//! script, any process of the user's — or a process of an agent kd runs.
+//! An agent acts through kd only as itself, by its run's capability; its
+//! name, its environment and its arguments can all be forged, so kdd also
+//! looks at the connecting process itself. It knows each connection's peer
+//! pid (`SO_PEERCRED`), and a peer that descends from kdd — from a run's
+//! agent process, a long-lived codex app-server or ACP agent, or an orphan
+//! one of them left, which the kernel reparents to kdd as their child
+//! subreaper ([`reaper`]) — is *confined*: it may say hello, read the API's
+//! description and use the member surface, with a token that agrees with
+//! what its ancestry knows (its run's; for a long-lived agent's processes,
+//! one of that agent's member and workspace). Everything else — every King
+//! action, acting as another member, another thread — is refused
+//! (`rpc::confine`, `rpc::member`).
+//!
+//! - [`ancestry`]: parents from `/proc`, and a bounded walk up to kdd;
+//! - [`children`]: what kdd spawned (the only way it spawns), by pid and
+//!   start time;
+//! - [`reaper`]: kdd as its agents' child subreaper, and the orphans' zombies
+//!   reaped without taking a child tokio waits for.
+//!
+//! A peer is placed once, when it connects. Where `/proc` cannot be read
+//! (not Linux), nothing is confined. Beyond its reach: a process an agent
+//! has another program of the user's start for it (a terminal multiplexer's
+//! server, the service manager) does not descend from kdd — the agent CLI's
+//! own sandbox is what keeps an agent from those.
+
+pub mod ancestry;
+pub mod children;
+pub mod reaper;
+
+use std::sync::OnceLock;
+
+pub use children::Origin;
+
+/// The environment variable that marks every process of a run, however far
+/// it moves from the run's process group: `KD_RUN=<run id>`.
+pub const RUN_MARKER: &str = "KD_RUN";
+
+/// The environment variable that marks every process a long-lived agent (a
+/// codex app-server, an ACP agent) starts, however far it moves from its
+/// process group, even to a session of its own: `KD_PEER=<kdd pid>.<n>@<socket>`,
+/// unique to that agent process, and naming the daemon's socket so that a
+/// daemon started again on it finds what a killed one left
+/// (`agent::process::kill_left_by_peers`).
+pub const PEER_MARKER: &str = "KD_PEER";
+
+/// The member a run's or an ACP agent's process is (information only).
+pub const MEMBER_VAR: &str = "KD_MEMBER";
+
+/// A connection's peer, as placed when it connected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Peer {
+    /// No process of an agent kd runs: the King.
+    Free,
+    /// A process of an agent kd runs, of the one `origin` names (none: kd
+    /// cannot tell which — an orphan without a marker, a walk cut short).
+    Confined { pid: u32, origin: Option<Origin> },
+}
+
+/// Places the process `pid` (`SO_PEERCRED`'s; none or 0: a process in a pid
+/// namespace kdd cannot see, which is none of its descendants).
+pub fn place(pid: Option<i32>) -> Peer {
+    let Some(pid) = pid.and_then(|p| u32::try_from(p).ok()).filter(|p| *p > 0) else { return Peer::Free };
+    if !enabled() {
+        return Peer::Free;
+    }
+    match ancestry::walk_proc(pid, std::process::id()) {
+        ancestry::Walk::Elsewhere => Peer::Free,
+        ancestry::Walk::Unknown => Peer::Confined { pid, origin: None },
+        ancestry::Walk::Below { child } => Peer::Confined { pid, origin: origin_of(child) },
+    }
+}
+
+/// Whether ancestry can be read here (`/proc`); said once when it cannot.
+fn enabled() -> bool {
+    static ENABLED: OnceLock<bool> = OnceLock::new();
+    *ENABLED.get_or_init(|| {
+        let readable = ancestry::stat(std::process::id()).is_some();
+        if !readable {
+            tracing::warn!("cannot read /proc: the agents' processes are not confined by their ancestry");
+        }
+        readable
+    })
+}
+
+/// What kdd's child `child` is: a process kdd spawned, or else an orphan
+/// reparented to kdd, by the marker it carries from the agent it left.
+fn origin_of(child: u32) -> Option<Origin> {
+    children::origin_of(child).or_else(|| marked(child))
+}
+
+fn marked(pid: u32) -> Option<Origin> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let var = |key: &str| {
+        let prefix = format!("{key}=");
+        env.split(|b| *b == 0)
+            .rev()
+            .find_map(|kv| kv.strip_prefix(prefix.as_bytes()))
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    };
+    match var(RUN_MARKER) {
+        Some(run) => Some(Origin::Run { run, member: var(MEMBER_VAR) }),
+        None => children::peer_by_marker(&var(PEER_MARKER)?),
+    }
+}
+
+impl Peer {
+    /// Whose process it is, for a refusal.
+    fn whose(&self) -> String {
+        match self {
+            Peer::Free => "this process is the King's".into(),
+            Peer::Confined { origin: Some(Origin::Run { run, member: Some(m) }), .. } => {
+                format!("this process is {m}'s agent's (run {run})")
+            }
+            Peer::Confined { origin: Some(Origin::Run { run, member: None }), .. } => {
+                format!("this process is an agent's (run {run})")
+            }
+            Peer::Confined { origin: Some(Origin::Peer { member: Some(m), .. }), .. } => {
+                format!("this process is {m}'s agent's")
+            }
+            Peer::Confined { origin: Some(Origin::Peer { workspace, .. }), .. } => {
+                format!("this process is a codex app-server's, in {workspace}")
+            }
+            Peer::Confined { origin: Some(Origin::Tool), .. } => "this process was started by kdd".into(),
+            Peer::Confined { origin: None, .. } => "this process descends from an agent kd runs".into(),
+        }
+    }
+
+    /// Why a confined peer may not call `method` (one line).
+    pub fn refusal(&self, method: &str) -> String {
+        format!(
+            "{method} is refused: {}, and an agent acts through kd only as itself, on its thread — with kd's \
+             tools (send, inbox, ack, claim, thread, search) or kd send, kd inbox, kd ack and kd claim with its \
+             run's KD_RUN_TOKEN",
+            self.whose()
+        )
+    }
+
+    /// Whether a capability for `member` on a thread of `workspace`, given
+    /// to `run` (none: kept across the member's runs), may be used by this
+    /// peer; why not, when it may not.
+    pub fn may_use(&self, run: Option<&str>, member: &str, workspace: &str) -> Result<(), String> {
+        let Peer::Confined { origin, .. } = self else { return Ok(()) };
+        let agrees = match origin {
+            Some(Origin::Run { run: own, .. }) => run == Some(own.as_str()),
+            Some(Origin::Peer { member: own, workspace: w, .. }) => {
+                w == workspace && own.as_deref().is_none_or(|m| m == member)
+            }
+            Some(Origin::Tool) | None => false,
+        };
+        if agrees {
+            return Ok(());
+        }
+        Err(match origin {
+            None => "kd cannot tell which agent this process belongs to (it left its agent's process tree \
+                     without kd's marker): it may not act as a member"
+                .into(),
+            _ => format!("{}: that capability is not its run's — an agent acts only as itself", self.whose()),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(id: &str) -> Peer {
+        Peer::Confined { pid: 7, origin: Some(Origin::Run { run: id.into(), member: Some("claude".into()) }) }
+    }
+
+    #[test]
+    fn a_confined_process_uses_only_a_capability_its_ancestry_agrees_with() {
+        assert!(Peer::Free.may_use(Some("r1"), "claude", "/w").is_ok(), "the King may present any");
+        assert!(run("r1").may_use(Some("r1"), "claude", "/w").is_ok());
+        let e = run("r1").may_use(Some("r2"), "codex", "/w").unwrap_err();
+        assert!(e.contains("claude's agent's (run r1)") && e.contains("not its run's"), "{e}");
+        assert!(run("r1").may_use(None, "claude", "/w").is_err(), "a grant kept across runs is not a run's");
+        let acp = Peer::Confined {
+            pid: 7,
+            origin: Some(Origin::Peer {
+                marker: "1.1@/s".into(),
+                member: Some("claude".into()),
+                workspace: "/w".into(),
+            }),
+        };
+        assert!(acp.may_use(None, "claude", "/w").is_ok() && acp.may_use(Some("r9"), "claude", "/w").is_ok());
+        assert!(acp.may_use(None, "codex", "/w").is_err(), "another member");
+        assert!(acp.may_use(None, "claude", "/elsewhere").is_err(), "another workspace");
+        let codex = Peer::Confined {
+            pid: 7,
+            origin: Some(Origin::Peer { marker: "1.2@/s".into(), member: None, workspace: "/w".into() }),
+        };
+        assert!(codex.may_use(None, "codex", "/w").is_ok() && codex.may_use(None, "codex2", "/w").is_ok());
+        assert!(codex.may_use(None, "codex", "/v").is_err());
+        let lost = Peer::Confined { pid: 7, origin: None };
+        assert!(lost.may_use(Some("r1"), "claude", "/w").unwrap_err().contains("cannot tell"));
+    }
+
+    #[test]
+    fn a_refusal_names_whose_process_it_is_and_what_to_use() {
+        let why = run("r1").refusal("message.route");
+        assert!(why.starts_with("message.route is refused: this process is claude's agent's (run r1)"), "{why}");
+        assert!(why.contains("KD_RUN_TOKEN") && !why.contains('\n'), "{why}");
+    }
+
+    #[tokio::test]
+    async fn a_child_of_this_process_is_confined_to_what_it_was_spawned_as() {
+        let mut cmd = tokio::process::Command::new("sleep");
+        cmd.arg("30").kill_on_drop(true);
+        let origin = Origin::Run { run: "r-place-test".into(), member: Some("claude".into()) };
+        let mut child = children::spawn(&mut cmd, origin.clone()).unwrap();
+        let pid = child.id().unwrap();
+        // Placed as kdd places its agents' processes, this process standing for kdd.
+        let walk = ancestry::walk_proc(pid, std::process::id());
+        assert_eq!(walk, ancestry::Walk::Below { child: pid });
+        assert_eq!(origin_of(pid), Some(origin));
+        assert!(matches!(place(Some(pid as i32)), Peer::Confined { origin: Some(Origin::Run { .. }), .. }));
+        child.kill().await.unwrap();
+    }
+
+    #[test]
+    fn this_test_process_is_the_kings() {
+        assert_eq!(place(Some(std::process::id() as i32)), Peer::Free);
+        assert_eq!(place(None), Peer::Free);
+        assert_eq!(place(Some(0)), Peer::Free);
+    }
+}

@@ -1,0 +1,128 @@
+//! kdd as the child subreaper of its agents (`PR_SET_CHILD_SUBREAPER`): a
+//! process an agent double-forks, whose parent then exits, is reparented to
+//! kdd instead of init, so it cannot shed where it comes from. Such
+//! orphans become kdd's children, and their zombies are reaped here — on
+//! every SIGCHLD, each zombie child of kdd that kdd did not spawn itself
+//! ([`super::children`]), by its pid. Never `waitpid(-1)`: tokio reaps the
+//! children it spawned by their pids, and one taken from it would lose a
+//! run's exit status.
+
+use std::collections::BTreeMap;
+
+use tokio_util::sync::CancellationToken;
+
+use super::ancestry;
+use super::children::{self, Spawned};
+
+/// Makes kdd the subreaper of what it starts; false (with a warning) when
+/// the system refuses, or is not Linux — then an orphan escapes its agent's
+/// confinement.
+pub fn become_subreaper() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        let me = rustix::process::getpid();
+        match rustix::process::set_child_subreaper(Some(me)) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!("cannot become the agents' child subreaper: {e}; their orphans escape confinement");
+                false
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        tracing::warn!("no child subreaper on this system: an agent's orphans escape confinement");
+        false
+    }
+}
+
+/// Reaps the orphans that become kdd's children, on every SIGCHLD, until
+/// `stop`.
+pub fn spawn(stop: CancellationToken) {
+    let mut sigchld = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("cannot watch SIGCHLD: orphans are not reaped: {e}");
+            return;
+        }
+    };
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                got = sigchld.recv() => if got.is_none() { return },
+            }
+            let reaped = tokio::task::spawn_blocking(reap).await.unwrap_or_default();
+            if !reaped.is_empty() {
+                tracing::debug!(?reaped, "reaped {} orphan(s)", reaped.len());
+            }
+        }
+    });
+}
+
+/// Reaps every zombie child of kdd it did not spawn; their pids.
+pub fn reap() -> Vec<u32> {
+    let zombies = zombie_children(std::process::id());
+    if zombies.is_empty() {
+        children::forget_gone(&mut children::spawned());
+        return Vec::new();
+    }
+    // Held until the reaping is done: a spawn registers its child before
+    // anyone can see it here unregistered.
+    let mut spawned = children::spawned();
+    children::forget_gone(&mut spawned);
+    let mut reaped = Vec::new();
+    for pid in reapable(&zombies, &spawned) {
+        let Some(p) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else { continue };
+        // A zombie child is reaped at once; anything else (it was reaped
+        // meanwhile and its pid reused) is left as it is.
+        if let Ok(Some(_)) = rustix::process::waitpid(Some(p), rustix::process::WaitOptions::NOHANG) {
+            reaped.push(pid);
+        }
+    }
+    reaped
+}
+
+/// Of `zombies` (kdd's zombie children), those kdd did not spawn: tokio
+/// reaps the others.
+fn reapable(zombies: &[u32], spawned: &BTreeMap<u32, Spawned>) -> Vec<u32> {
+    zombies.iter().copied().filter(|pid| !spawned.contains_key(pid)).collect()
+}
+
+/// The zombies whose parent is `parent`.
+fn zombie_children(parent: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| ancestry::stat(*pid).is_some_and(|s| s.ppid == parent && s.is_zombie()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::children::Origin;
+
+    #[test]
+    fn only_the_zombies_kdd_did_not_spawn_are_reaped() {
+        let spawned: BTreeMap<u32, Spawned> =
+            [(20, Spawned { start: Some(5), origin: Origin::Tool })].into_iter().collect();
+        assert_eq!(reapable(&[20, 30, 40], &spawned), [30, 40], "tokio waits for 20");
+        assert!(reapable(&[], &spawned).is_empty());
+    }
+
+    #[test]
+    // No reaper runs in unit tests: a child spawned directly is safe here.
+    #[allow(clippy::disallowed_methods)]
+    fn a_zombie_child_is_found_by_its_parent() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !zombie_children(std::process::id()).contains(&pid) {
+            assert!(std::time::Instant::now() < deadline, "true never became a zombie");
+            std::thread::yield_now();
+        }
+        child.wait().unwrap();
+        assert!(!zombie_children(std::process::id()).contains(&pid), "reaped by its own wait");
+    }
+}
