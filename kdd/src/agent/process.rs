@@ -21,9 +21,10 @@ use super::argv::Invocation;
 /// the invocation has input, otherwise /dev/null.
 pub fn spawn(inv: &Invocation, cwd: &Path) -> std::io::Result<Child> {
     let mut cmd = Command::new(&inv.program);
-    // kd's markers come from the invocation alone, never from kdd's own
-    // environment (a kdd started from an agent's shell carries its marker).
-    cmd.env_remove(RUN_MARKER).env_remove(PEER_MARKER);
+    // kd's markers and a capability come from the invocation alone, never
+    // from kdd's own environment (a kdd started from an agent's shell
+    // carries its marker and its token).
+    cmd.env_remove(RUN_MARKER).env_remove(PEER_MARKER).env_remove(TOKEN_VAR);
     cmd.args(&inv.args)
         .envs(inv.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .current_dir(cwd)
@@ -70,6 +71,10 @@ pub fn signal_group(pid: u32, signal: Signal) {
 /// The environment variable that marks every process of a run, however far
 /// it moves from the run's process group: `KD_RUN=<run id>`.
 pub const RUN_MARKER: &str = "KD_RUN";
+
+/// The environment variable that gives a run's agent its capability (see
+/// [`super::grants`]): `KD_RUN_TOKEN=kdcap_…`.
+pub const TOKEN_VAR: &str = "KD_RUN_TOKEN";
 
 /// The environment variable that marks every process a long-lived agent (a
 /// codex app-server, an ACP agent) starts, however far it moves from its
