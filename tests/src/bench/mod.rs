@@ -7,6 +7,7 @@ pub mod chat;
 pub mod codex;
 pub mod cost;
 pub mod daemon;
+pub mod mcp_start;
 pub mod memory;
 pub mod runs;
 
