@@ -52,6 +52,7 @@ fn council(workspace: &Path) -> (Vec<Check>, Vec<(AgentDef, Option<PathBuf>)>) {
         check("config", CheckStatus::Ok, format!("{file}; members: {}", config.council.members.join(", ")))
     }];
     checks.extend(config.notices.iter().chain(&config.warnings).map(|n| check("config", CheckStatus::Warn, n.clone())));
+    checks.extend(mcp(&config, config::find_kd(&env).as_deref()));
     let members = config
         .council
         .members
@@ -60,6 +61,23 @@ fn council(workspace: &Path) -> (Vec<Check>, Vec<(AgentDef, Option<PathBuf>)>) {
         .map(|a| (a.clone(), config::find_program(&a.command, &env)))
         .collect();
     (checks, members)
+}
+
+/// kd's MCP server: which `kd` serves it to which members, or that none
+/// was found and they run without kd's tools. Nothing when no member is to
+/// have it.
+fn mcp(config: &config::Config, kd: Option<&Path>) -> Option<Check> {
+    let members = config.mcp_members();
+    if members.is_empty() {
+        return None;
+    }
+    Some(match (kd, config.mcp_missing(kd)) {
+        (_, Some(missing)) => check("mcp", CheckStatus::Warn, missing),
+        (Some(kd), None) => {
+            check("mcp", CheckStatus::Ok, format!("{} mcp serves kd's tools to {}", kd.display(), members.join(", ")))
+        }
+        (None, None) => return None,
+    })
 }
 
 async fn database(db: &Db) -> Check {

@@ -199,6 +199,18 @@ pub struct Kdd {
     default_db: bool,
     /// The umask kdd is started with (the test runner's when `None`).
     umask: Option<String>,
+    /// The `kdd` binary run (the built one when `None`), see [`Beside`].
+    exe: Option<PathBuf>,
+}
+
+/// What sits beside a test's `kdd`, where kdd looks first for the `kd`
+/// that serves agents kd's MCP server (`kd mcp`): the built `kd` (the
+/// usual [`Kdd::start`]), or, for [`Kdd::start_beside`], the fake agent's
+/// stand-in (`fake-agent mcp`, see its `mcp.rs`), or nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Beside {
+    StandIn,
+    Nothing,
 }
 
 /// Where a test daemon's stderr goes.
@@ -266,7 +278,28 @@ impl Kdd {
             stuck_reader: None,
             default_db: false,
             umask: None,
+            exe: None,
         }
+    }
+
+    /// Starts a daemon whose executable sits in a directory of its own
+    /// with `beside` as its `kd`, and extra environment (e.g. `PATH`).
+    pub fn start_beside(beside: Beside, env: &[(&str, &str)]) -> Kdd {
+        let mut kdd = Kdd::unstarted(&[], env, Stderr::Drained);
+        let dir = kdd.dir.path().join("bin");
+        std::fs::create_dir_all(&dir).expect("bin dir");
+        link_or_copy(&bin("kdd"), &dir.join("kdd"));
+        if beside == Beside::StandIn {
+            link_or_copy(&bin("fake-agent"), &dir.join("kd"));
+        }
+        kdd.exe = Some(dir.join("kdd"));
+        kdd.launch().unwrap_or_else(|e| panic!("kdd did not start: {e}"));
+        kdd
+    }
+
+    /// The `kd` beside this daemon (see [`Beside`]).
+    pub fn kd_beside(&self) -> PathBuf {
+        self.exe.as_ref().and_then(|e| e.parent()).map(|d| d.join("kd")).unwrap_or_else(|| bin("kd"))
     }
 
     /// The command line this daemon runs with.
@@ -275,10 +308,10 @@ impl Kdd {
             // The shell sets the umask and becomes kdd (same pid).
             Some(umask) => {
                 let mut sh = Command::new("sh");
-                sh.args(["-c", r#"umask "$0" && exec "$@""#, umask]).arg(bin("kdd"));
+                sh.args(["-c", r#"umask "$0" && exec "$@""#, umask]).arg(self.kdd_exe());
                 sh
             }
-            None => Command::new(bin("kdd")),
+            None => Command::new(self.kdd_exe()),
         };
         cmd.arg("--socket").arg(&self.socket);
         if self.default_db {
@@ -292,8 +325,13 @@ impl Kdd {
             .env("XDG_CONFIG_HOME", self.dir.path().join("config"))
             .env_remove("KD_SOCKET")
             .env_remove("KD_DB")
+            .env_remove("KD_KD")
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         cmd
+    }
+
+    fn kdd_exe(&self) -> PathBuf {
+        self.exe.clone().unwrap_or_else(|| bin("kdd"))
     }
 
     /// Starts the process and waits for its `kdd ready` line; on failure
@@ -414,6 +452,13 @@ impl Drop for Kdd {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+/// A hard link of `from` at `to` (same file system), else a copy.
+fn link_or_copy(from: &Path, to: &Path) {
+    if std::fs::hard_link(from, to).is_err() {
+        std::fs::copy(from, to).unwrap_or_else(|e| panic!("cannot copy {} to {}: {e}", from.display(), to.display()));
     }
 }
 

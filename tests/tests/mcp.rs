@@ -273,12 +273,7 @@ fn sigterm_and_sigint_end_it_quietly_while_it_reads() {
 /// A member's run acts through `kd mcp` with its run's token: what it sends
 /// is stored as itself, on its thread, and reaches the addressee; once the
 /// run ended, the token is refused.
-///
-/// Needs runs to carry their capability in the agent's environment
-/// (`KD_RUN_TOKEN`) and kdd to serve `member.*` — the other halves of
-/// issue 22, being done beside this one.
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs KD_RUN_TOKEN in runs' environment and member.* served by kdd (issue 22, other branches)"]
 async fn a_member_acts_as_itself_through_kd_mcp() {
     use kd_client::KdApiClient;
     use kd_proto::types::ThreadEvent as E;

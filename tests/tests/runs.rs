@@ -113,10 +113,10 @@ async fn the_agent_receives_exactly_preamble_agent_prompt_and_history() {
     };
     let claude =
         recs.iter().find(|r| r["argv"].as_array().unwrap().iter().any(|a| a == "--include-partial-messages")).unwrap();
-    assert_eq!(
-        claude["argv"],
-        serde_json::json!(["-p", "--output-format", "stream-json", "--verbose", "--include-partial-messages"])
-    );
+    let argv: Vec<&str> = claude["argv"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    assert_eq!(argv[..5], ["-p", "--output-format", "stream-json", "--verbose", "--include-partial-messages"]);
+    // …and kd's MCP server (see mcp_wiring.rs), nothing else.
+    assert_eq!((argv.len(), argv[5], argv[7], argv[8]), (9, "--mcp-config", "--allowedTools", "mcp__kd"), "{argv:?}");
     assert_eq!(claude["stdin"], history("claude"), "claude reads the prompt on stdin");
     assert_eq!(claude["cwd"], ws.path(), "the agent runs in the thread's workspace");
     let codex = recs.iter().find(|r| r["argv"][0] == "app-server").unwrap();

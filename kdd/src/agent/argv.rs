@@ -5,6 +5,7 @@
 //! for one. A prompt on stdin has no size limit (a thread of several MiB
 //! works) and does not show in `ps`.
 
+use super::mcp;
 use crate::config::{AgentDef, Backend};
 
 /// The longest prompt passed to codex as one argument (Linux refuses an
@@ -22,8 +23,11 @@ pub struct Invocation {
 }
 
 /// The invocation of `agent` for `prompt`, resuming `resume` (the backend's
-/// own session id) when given.
-pub fn build(agent: &AgentDef, prompt: &str, resume: Option<&str>) -> Invocation {
+/// own session id) when given, offered kd's MCP server `server` where the
+/// command line says so (claude, codex exec; the others take it elsewhere,
+/// see [`mcp`]). The member's own arguments come last, so they add to or
+/// override kd's.
+pub fn build(agent: &AgentDef, prompt: &str, resume: Option<&str>, server: Option<&mcp::Server>) -> Invocation {
     let mut args: Vec<String> = Vec::new();
     let model = |args: &mut Vec<String>| {
         if let Some(m) = &agent.model {
@@ -39,6 +43,7 @@ pub fn build(agent: &AgentDef, prompt: &str, resume: Option<&str>) -> Invocation
             if let Some(id) = resume {
                 args.extend(["--resume".to_string(), id.to_string()]);
             }
+            args.extend(server.map(mcp::Server::claude_args).unwrap_or_default());
             args.extend(agent.args.iter().cloned());
             Some(prompt.to_string())
         }
@@ -49,6 +54,7 @@ pub fn build(agent: &AgentDef, prompt: &str, resume: Option<&str>) -> Invocation
             }
             args.push("--json".into());
             model(&mut args);
+            args.extend(server.map(mcp::Server::codex_exec_args).unwrap_or_default());
             args.extend(agent.args.iter().cloned());
             // codex reads stdin when it is not a terminal: give it /dev/null,
             // or the prompt itself when it is too long for an argument.
@@ -118,6 +124,7 @@ mod tests {
             transport: Default::default(),
             policy: Default::default(),
             permissions: Default::default(),
+            mcp: false,
         }
     }
 
@@ -127,7 +134,7 @@ mod tests {
 
     #[test]
     fn claude_reads_the_prompt_on_stdin() {
-        let i = build(&agent(Backend::Claude, "claude"), "hi", None);
+        let i = build(&agent(Backend::Claude, "claude"), "hi", None, None);
         assert_eq!(i.program, "claude");
         assert_eq!(
             args(&i),
@@ -144,26 +151,26 @@ mod tests {
         );
         assert_eq!(i.stdin.as_deref(), Some("hi"));
         assert_eq!(i.env, vec![("K".to_string(), "V".to_string())]);
-        let r = build(&agent(Backend::Claude, "claude"), "hi", Some("S1"));
+        let r = build(&agent(Backend::Claude, "claude"), "hi", Some("S1"), None);
         assert!(args(&r).windows(2).any(|w| w == ["--resume", "S1"]));
     }
 
     #[test]
     fn codex_takes_the_prompt_as_argument_with_stdin_closed() {
-        let i = build(&agent(Backend::Codex, "codex"), "hi", None);
+        let i = build(&agent(Backend::Codex, "codex"), "hi", None, None);
         assert_eq!(args(&i), ["exec", "--json", "--model", "m1", "--extra", "hi"]);
         assert_eq!(i.stdin, None);
-        let r = build(&agent(Backend::Codex, "codex"), "hi", Some("T9"));
+        let r = build(&agent(Backend::Codex, "codex"), "hi", Some("T9"), None);
         assert_eq!(args(&r), ["exec", "resume", "T9", "--json", "--model", "m1", "--extra", "hi"]);
         let big = "x".repeat(MAX_ARG_PROMPT + 1);
-        let b = build(&agent(Backend::Codex, "codex"), &big, None);
+        let b = build(&agent(Backend::Codex, "codex"), &big, None, None);
         assert_eq!(args(&b).last(), Some(&"-"));
         assert_eq!(b.stdin.map(|s| s.len()), Some(big.len()));
     }
 
     #[test]
     fn cursor_and_gemini_read_the_prompt_on_stdin_whatever_its_size() {
-        let c = build(&agent(Backend::Cursor, "agent"), "hi", Some("C1"));
+        let c = build(&agent(Backend::Cursor, "agent"), "hi", Some("C1"), None);
         assert_eq!(
             args(&c),
             [
@@ -179,14 +186,38 @@ mod tests {
             ]
         );
         assert_eq!(c.stdin.as_deref(), Some("hi"));
-        let g = build(&agent(Backend::Gemini, "gemini"), "hi", Some("G1"));
+        let g = build(&agent(Backend::Gemini, "gemini"), "hi", Some("G1"), None);
         assert_eq!(args(&g), ["--output-format", "stream-json", "--model", "m1", "--resume", "G1", "--extra"]);
         assert_eq!(g.stdin.as_deref(), Some("hi"));
         let big = "x".repeat(4 * MAX_ARG_PROMPT);
         for backend in [Backend::Cursor, Backend::Gemini] {
-            let i = build(&agent(backend, "x"), &big, None);
+            let i = build(&agent(backend, "x"), &big, None, None);
             assert_eq!(i.stdin.map(|s| s.len()), Some(big.len()));
             assert!(i.args.iter().all(|a| a.len() < 100));
+        }
+    }
+
+    #[test]
+    fn claude_and_codex_exec_get_kds_mcp_server_before_the_members_own_arguments() {
+        let server = mcp::Server::new(
+            std::path::Path::new("/bin/kd"),
+            std::path::Path::new("/run/kdd.sock"),
+            "kdcap_x",
+            "t1",
+            "m",
+            Some("r1"),
+        );
+        let c = build(&agent(Backend::Claude, "claude"), "hi", None, Some(&server));
+        let at = |i: &Invocation, a: &str| i.args.iter().position(|x| x == a).unwrap();
+        assert_eq!(c.args[at(&c, "--allowedTools") + 1], "mcp__kd");
+        assert!(at(&c, "--mcp-config") < at(&c, "--extra"), "{:?}", c.args);
+        let x = build(&agent(Backend::Codex, "codex"), "hi", Some("T9"), Some(&server));
+        assert_eq!(&x.args[..3], ["exec", "resume", "T9"]);
+        assert!(x.args.contains(&"mcp_servers.kd.default_tools_approval_mode=\"approve\"".to_string()));
+        assert!(at(&x, "-c") < at(&x, "--extra") && x.args.last().map(String::as_str) == Some("hi"), "{:?}", x.args);
+        for backend in [Backend::Cursor, Backend::Gemini, Backend::Command] {
+            let i = build(&agent(backend, "x"), "hi", None, Some(&server));
+            assert!(!i.args.iter().any(|a| a.contains("mcp")), "{backend:?} takes it elsewhere or not at all");
         }
     }
 
@@ -194,7 +225,7 @@ mod tests {
     fn command_is_its_argv_with_the_prompt_on_stdin() {
         let mut a = agent(Backend::Command, "/usr/local/bin/my-agent");
         a.format = Format::Text;
-        let i = build(&a, "hi", Some("ignored"));
+        let i = build(&a, "hi", Some("ignored"), None);
         assert_eq!(
             (i.program.as_str(), args(&i), i.stdin.as_deref()),
             ("/usr/local/bin/my-agent", vec!["--extra"], Some("hi"))

@@ -14,6 +14,7 @@ use tokio::io::AsyncWriteExt;
 use super::Runner;
 use super::argv;
 use super::lines::{Line, LineReader};
+use super::mcp;
 use super::outcome::{failed, outcome, spawn_error};
 use super::parse::{self, Transcript};
 use super::prepare::Prepared;
@@ -43,7 +44,20 @@ pub(super) async fn execute(d: &Runner, run: &Run, spec: &Spec, prepared: Prepar
         f.session = held.as_ref().map(|h| h.end(false));
         f
     };
-    let mut inv = argv::build(agent, &prepared.prompt, prepared.resume.as_deref());
+    // kd's MCP server for the run (see super::mcp).
+    let server = match (&spec.kd, run.token()) {
+        (Some(kd), Some(token)) => Some(mcp::Server::new(kd, &d.socket, &token, &run.thread, &member, Some(&run.id))),
+        _ => None,
+    };
+    let mut inv = argv::build(agent, &prepared.prompt, prepared.resume.as_deref(), server.as_ref());
+    // gemini takes the server from a settings file of the run's own; claude
+    // and codex exec pass the token on to it from their environment.
+    let _settings = match (&server, agent.backend) {
+        (Some(server), Backend::Gemini) => gemini_settings(d, run, agent, server).inspect(|f| {
+            inv.env.push((mcp::GEMINI_DEFAULTS_VAR.to_string(), f.path.display().to_string()));
+        }),
+        _ => None,
+    };
     // Marks the agent and all it starts, wherever they go (see kill_tree).
     inv.env.push((process::RUN_MARKER.to_string(), run.id.clone()));
     // Where the agent is, for `kd send`, `kd inbox` and `kd ack` from its shell.
@@ -173,6 +187,33 @@ pub(super) async fn execute(d: &Runner, run: &Run, spec: &Spec, prepared: Prepar
     let given = finish.status == RunStatus::Done || transcript.session_id.is_some();
     finish.session = held.as_ref().map(|h| h.end(given));
     finish
+}
+
+/// The run's gemini system-defaults file: the user's own defaults with kd's
+/// server added, in the daemon's directory. `None` (the run goes without
+/// kd's tools, said in the log) when the user's defaults cannot be read or
+/// the file cannot be written.
+fn gemini_settings(
+    d: &Runner,
+    run: &Run,
+    agent: &crate::config::AgentDef,
+    server: &mcp::Server,
+) -> Option<mcp::SettingsFile> {
+    let defaults = match mcp::gemini_defaults(&agent.env) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::warn!(run = run.id, "gemini runs without kd's MCP server: its system defaults: {e}");
+            return None;
+        }
+    };
+    let dir = d.socket.parent()?;
+    match mcp::SettingsFile::create(dir, &format!("gemini-{}.json", run.id), &server.gemini_settings(defaults)) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            tracing::warn!(run = run.id, "gemini runs without kd's MCP server: cannot write its settings: {e}");
+            None
+        }
+    }
 }
 
 /// Folds one line of output into the transcript, collecting its text.

@@ -17,6 +17,8 @@
 //! - [`registry`]: the runs in flight, in memory;
 //! - [`grants`]: the capability each run is given, by which its agent acts
 //!   through kd as its member;
+//! - [`mcp`]: kd's MCP server (`kd mcp`) as each backend is given it for a
+//!   run, and the capabilities of conversations that outlive a run;
 //! - `turn`: what a run over a long-lived agent streams, and its clocks.
 //!
 //! [`Runner`] is what runs need from the daemon: the registry, the hub, the
@@ -29,6 +31,7 @@ pub mod argv;
 mod cli;
 pub mod grants;
 pub mod lines;
+pub mod mcp;
 mod outcome;
 pub mod parse;
 pub mod peer;
@@ -65,8 +68,9 @@ pub struct Runner {
     pub appservers: appserver::AppServers,
     /// The ACP agents' processes.
     pub acp: acp::AcpAgents,
-    /// The capabilities runs were given.
-    pub grants: grants::Grants,
+    /// The capabilities runs were given (shared with the long-lived
+    /// agents, whose conversations hold some).
+    pub grants: Arc<grants::Grants>,
     /// Set once the daemon stops: no run starts after it.
     closed: std::sync::atomic::AtomicBool,
 }

@@ -25,4 +25,7 @@ pub struct Spec {
     pub members: Vec<String>,
     /// Given instead of the thread's history (see [`crate::council::Launch`]).
     pub prompt: Option<String>,
+    /// The `kd` that serves the run's MCP server (`kd mcp`, see
+    /// [`super::mcp`]); none: the run goes without kd's tools.
+    pub kd: Option<PathBuf>,
 }

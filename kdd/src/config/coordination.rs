@@ -23,6 +23,14 @@ pub const COORDINATION_HINT: &str = "To hand the discussion to another member, s
 @NAME. From your shell, `kd send --to NAME \"…\"` sends a member a message and `kd inbox` lists the messages \
 addressed to you.";
 
+/// The hint for a member whose run has kd's MCP server (`kd mcp`, named
+/// `kd`): its tools instead of the shell commands, which a sandboxed agent
+/// cannot run.
+pub const MCP_HINT: &str = "To hand the discussion to another member, start a line of your answer with @NAME. \
+The tools of the MCP server `kd` act for you, as yourself, on this thread: `send` sends members a message, \
+`inbox` lists the messages addressed to you, `ack` acknowledges an emergency, `claim` declares that you write \
+(or read) a shared resource, `thread` shows the thread's recent messages and `search` searches earlier threads.";
+
 /// A member's delivery preferences.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivery {

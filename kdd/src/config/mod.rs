@@ -29,9 +29,9 @@ use std::path::{Path, PathBuf};
 
 use kd_proto::types::Style;
 
-pub use coordination::{COORDINATION_HINT, Coordination, Delivery};
+pub use coordination::{COORDINATION_HINT, Coordination, Delivery, MCP_HINT};
 pub use lifecycle::Lifecycle;
-pub use programs::{detect_members, find_program};
+pub use programs::{detect_members, find_kd, find_program};
 
 /// Seconds a run may take when neither the member nor the council says.
 pub const DEFAULT_TIMEOUT_S: u64 = 600;
@@ -109,6 +109,14 @@ impl Backend {
             "command" => Backend::Command,
             _ => return None,
         })
+    }
+
+    /// Whether kd can give the backend's runs its MCP server (`kd mcp`)
+    /// without writing into the workspace or the user's own files: not
+    /// cursor (its MCP servers come only from `.cursor/mcp.json` files) nor
+    /// a plain command.
+    pub fn takes_mcp(self) -> bool {
+        !matches!(self, Backend::Cursor | Backend::Command)
     }
 
     /// The stream format the backend writes.
@@ -232,6 +240,8 @@ pub struct AgentDef {
     pub policy: CodexPolicy,
     /// How an ACP member's permission requests are answered (`permissions`).
     pub permissions: Permissions,
+    /// Whether its runs get kd's MCP server (`mcp`, else `council.mcp`).
+    pub mcp: bool,
 }
 
 /// The answer kd gives an ACP agent that asks permission for a tool call.
@@ -307,6 +317,8 @@ pub struct Council {
     /// What one exchange may cost (US dollars, as the agents report it)
     /// before its pending auto-turns stop.
     pub budget_usd: Option<f64>,
+    /// Whether members get kd's MCP server by default (`council.mcp`).
+    pub mcp: bool,
 }
 
 /// The effective configuration of a workspace.
@@ -343,13 +355,15 @@ impl Config {
     }
 
     /// The preamble of a style, followed by the coordination hint unless
-    /// `council.coordination_hint` is false.
-    pub fn preamble(&self, style: Style) -> String {
+    /// `council.coordination_hint` is false: the one naming kd's MCP tools
+    /// for a member whose run has them (`tools`), else the shell commands.
+    pub fn preamble(&self, style: Style, tools: bool) -> String {
         let p = match style {
             Style::Council => &self.council.preamble,
             Style::Chat => &self.council.chat_preamble,
         };
-        if self.coordination.hint { format!("{p}\n\n{COORDINATION_HINT}") } else { p.clone() }
+        let hint = if tools { MCP_HINT } else { COORDINATION_HINT };
+        if self.coordination.hint { format!("{p}\n\n{hint}") } else { p.clone() }
     }
 
     /// How `member`'s messages are delivered (defaults for a non-member).

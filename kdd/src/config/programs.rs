@@ -44,6 +44,7 @@ pub(super) fn builtin(backend: Backend, env: &Env<'_>) -> AgentDef {
         transport: super::Transport::default_for(backend),
         policy: Default::default(),
         permissions: Default::default(),
+        mcp: true,
     }
 }
 
@@ -64,6 +65,22 @@ pub fn find_program(program: &str, env: &Env<'_>) -> Option<PathBuf> {
         return is_executable(&p).then_some(p);
     }
     find_in(&env.path_dirs(), program)
+}
+
+/// The `kd` that serves kd's MCP server (`kd mcp`) to agents: the one
+/// beside this daemon's own executable, else `KD_KD` (a path, or a name on
+/// `PATH`), else `kd` on `PATH`; an absolute path that is UTF-8 (it goes
+/// into the agents' JSON and TOML configuration), or none.
+pub fn find_kd(env: &Env<'_>) -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok();
+    kd_beside(exe.as_deref(), env)
+}
+
+fn kd_beside(exe: Option<&Path>, env: &Env<'_>) -> Option<PathBuf> {
+    let beside = exe.and_then(Path::parent).map(|d| d.join("kd")).filter(|p| is_executable(p));
+    let named = || (env.var)("KD_KD").and_then(|v| v.to_str().and_then(|v| find_program(v, env)));
+    let on_path = || find_in(&env.path_dirs(), "kd");
+    beside.or_else(named).or_else(on_path).and_then(|p| std::path::absolute(p).ok()).filter(|p| p.to_str().is_some())
 }
 
 fn find_in(dirs: &[PathBuf], name: &str) -> Option<PathBuf> {
@@ -93,5 +110,42 @@ mod tests {
         assert_eq!(find_program("claude", &env), None);
         assert_eq!(find_program("/bin/sh", &env), Some(PathBuf::from("/bin/sh")));
         assert_eq!(detect_members(&env), vec!["gemini"]);
+    }
+
+    #[test]
+    fn kd_is_found_beside_the_daemon_then_by_kd_kd_then_on_path() {
+        let install = |dir: &Path| {
+            std::fs::create_dir_all(dir).unwrap();
+            let kd = dir.join("kd");
+            std::fs::write(&kd, "#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(&kd, std::fs::Permissions::from_mode(0o755)).unwrap();
+            kd
+        };
+        let root = tempfile::tempdir().unwrap();
+        let (daemon, named, path) = (root.path().join("daemon"), root.path().join("named"), root.path().join("path"));
+        let path_kd = install(&path);
+        let named_kd = install(&named);
+        let exe = daemon.join("kdd");
+        let vars = |kd_kd: Option<PathBuf>| {
+            let path = path.clone();
+            move |k: &str| match k {
+                "PATH" => Some(path.clone().into_os_string()),
+                "KD_KD" => kd_kd.clone().map(PathBuf::into_os_string),
+                _ => None,
+            }
+        };
+        let with_kd_kd = vars(Some(named_kd.clone()));
+        let env = Env { var: &with_kd_kd };
+        assert_eq!(kd_beside(Some(&exe), &env), Some(named_kd.clone()), "nothing beside the daemon: KD_KD");
+        let beside = install(&daemon);
+        assert_eq!(kd_beside(Some(&exe), &env), Some(beside), "beside the daemon first");
+        assert_eq!(kd_beside(None, &env), Some(named_kd));
+        let without = vars(None);
+        assert_eq!(kd_beside(None, &Env { var: &without }), Some(path_kd), "then PATH");
+        let nowhere = |_: &str| None;
+        assert_eq!(kd_beside(None, &Env { var: &nowhere }), None);
+        let missing = vars(Some(root.path().join("no-such-kd")));
+        std::fs::remove_file(path.join("kd")).unwrap();
+        assert_eq!(kd_beside(None, &Env { var: &missing }), None, "a KD_KD that is not there is not used");
     }
 }

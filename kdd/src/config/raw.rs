@@ -65,6 +65,8 @@ pub struct RawCouncil {
     pub coordination_hint: Option<bool>,
     /// What one exchange may cost before its pending auto-turns stop.
     pub budget_usd: Option<f64>,
+    /// Whether members get kd's MCP server (`kd mcp`) for their runs.
+    pub mcp: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -115,6 +117,8 @@ pub struct RawAgent {
     pub approval: Option<String>,
     /// acp: how permission requests are answered (`read-only` by default).
     pub permissions: Option<String>,
+    /// Whether the member gets kd's MCP server (`council.mcp` by default).
+    pub mcp: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

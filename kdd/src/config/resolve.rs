@@ -44,18 +44,22 @@ pub(super) fn resolve(raw: RawConfig, file: Option<PathBuf>, env: &Env<'_>) -> R
         r.ignore("lord", "Kingdom's epic supervisor settings; kd has no supervisor");
     }
 
+    let raw_council = raw.council.unwrap_or_default();
+    // kd's MCP server for every member, unless the council or the member says no.
+    let mcp = raw_council.mcp.unwrap_or(true);
+    r.set("council.mcp", raw_council.mcp.is_some());
     let mut agents = BTreeMap::new();
     for backend in Backend::BUILTIN {
         let mut a = builtin(backend, env);
+        a.mcp = mcp;
         set_prompts(&mut a, None, None, &top_prompts);
         agents.insert(backend.as_str().to_string(), a);
     }
     for (name, a) in raw.agents.unwrap_or_default() {
-        let def = agent(&mut r, &name, a, &top_prompts, env)?;
+        let def = agent(&mut r, &name, a, &top_prompts, env, mcp)?;
         agents.insert(name, def);
     }
 
-    let raw_council = raw.council.unwrap_or_default();
     let coordination = super::coordination::coordination(&mut r, raw_council.max_hops, raw_council.coordination_hint)?;
     let lifecycle = super::lifecycle::lifecycle(&mut r, raw.lifecycle.unwrap_or_default())?;
     let council = council(&mut r, raw_council, &agents, env)?;
@@ -101,7 +105,14 @@ fn set_prompts(a: &mut AgentDef, own: Option<&RawPrompts>, additive: Option<&str
     a.prompt_chat = join(chat);
 }
 
-fn agent(r: &mut Resolver, name: &str, a: RawAgent, top: &RawPrompts, env: &Env<'_>) -> Result<AgentDef, ConfigError> {
+fn agent(
+    r: &mut Resolver,
+    name: &str,
+    a: RawAgent,
+    top: &RawPrompts,
+    env: &Env<'_>,
+    council_mcp: bool,
+) -> Result<AgentDef, ConfigError> {
     let key = |field: &str| format!("agents.{name}.{field}");
     names::check_member_name(name).map_err(|e| r.err(format!("agents.{name}"), e.to_string()))?;
     let own_prompts = a.prompts.as_ref();
@@ -121,6 +132,7 @@ fn agent(r: &mut Resolver, name: &str, a: RawAgent, top: &RawPrompts, env: &Env<
         ("sandbox", a.sandbox.is_some()),
         ("approval", a.approval.is_some()),
         ("permissions", a.permissions.is_some()),
+        ("mcp", a.mcp.is_some()),
         ("prompts.council", own_prompts.is_some_and(|p| p.council.is_some())),
         ("prompts.chat", own_prompts.is_some_and(|p| p.chat.is_some())),
     ] {
@@ -210,6 +222,14 @@ fn agent(r: &mut Resolver, name: &str, a: RawAgent, top: &RawPrompts, env: &Env<
             }
         }
     }
+    if a.mcp == Some(true) && !backend.takes_mcp() {
+        r.warnings.push(format!(
+            "{}: kd cannot give a {} member its MCP server for a run (see docs/configuration.md); it reaches the \
+             council with `kd send` from its shell",
+            key("mcp"),
+            backend.as_str()
+        ));
+    }
     let mut args = effort_args(r, name, backend, a.effort.as_deref())?;
     args.extend(a.args.unwrap_or_default());
     args.extend(a.extra_flags.unwrap_or_default());
@@ -229,6 +249,7 @@ fn agent(r: &mut Resolver, name: &str, a: RawAgent, top: &RawPrompts, env: &Env<
         transport,
         policy,
         permissions,
+        mcp: a.mcp.unwrap_or(council_mcp),
     };
     set_prompts(&mut def, own_prompts, a.prompt.as_deref(), top);
     Ok(def)
@@ -348,6 +369,7 @@ fn council(
         preamble,
         chat_preamble,
         budget_usd,
+        mcp: c.mcp.unwrap_or(true),
     })
 }
 

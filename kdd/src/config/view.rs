@@ -4,11 +4,34 @@
 use kd_proto::types::{ConfigEntry, ConfigView};
 use serde_json::{Value, json};
 
+use std::path::Path;
+
 use super::{Backend, Config, Env, Permissions, Transport, find_program};
 
 impl Config {
-    /// Every effective value with where it came from (`kd config show`).
-    pub fn view(&self, workspace: &str, env: &Env<'_>) -> ConfigView {
+    /// The members whose runs are to get kd's MCP server: on for them
+    /// (`mcp`) and their backend takes one.
+    pub fn mcp_members(&self) -> Vec<&str> {
+        let takes = |m: &&String| self.agent(m).is_some_and(|a| a.mcp && a.backend.takes_mcp());
+        self.council.members.iter().filter(takes).map(String::as_str).collect()
+    }
+
+    /// What to say when members are to get kd's MCP server and `kd` (`kd`,
+    /// see [`super::find_kd`]) was not found: they run without it.
+    pub fn mcp_missing(&self, kd: Option<&Path>) -> Option<String> {
+        let members = self.mcp_members();
+        (kd.is_none() && !members.is_empty()).then(|| {
+            format!(
+                "council.mcp: no kd found beside kdd, in KD_KD or on PATH to serve kd's MCP server (kd mcp): {} \
+                 run without kd's tools",
+                members.join(", ")
+            )
+        })
+    }
+
+    /// Every effective value with where it came from (`kd config show`);
+    /// `kd` is the `kd` that serves kd's MCP server, if one was found.
+    pub fn view(&self, workspace: &str, env: &Env<'_>, kd: Option<&Path>) -> ConfigView {
         let file = self.file.as_ref().map(|f| f.display().to_string());
         // The file when it sets any of `keys`; the key kd mapped, when one.
         let source = |keys: &[&str], default: &str| match &file {
@@ -51,6 +74,7 @@ impl Config {
         let secs = |d: std::time::Duration| json!(d.as_secs());
         add("council.budget_usd".into(), json!(c.budget_usd), source(&["council.budget_usd"], "default (none)"));
         add("council.max_hops".into(), json!(self.coordination.max_hops), source(&["council.max_hops"], "default"));
+        add("council.mcp".into(), json!(c.mcp), source(&["council.mcp"], "default"));
         add(
             "lifecycle.idle_after".into(),
             secs(self.lifecycle.idle_after),
@@ -98,6 +122,7 @@ impl Config {
             let chat_keys: Vec<&str> = chat_keys.iter().map(String::as_str).collect();
             add(k("prompts.chat"), json!(a.prompt_chat), source(&chat_keys, "default (prompts.council)"));
             add(k("color"), json!(a.color), source(&[&k("color")], "default (by name)"));
+            add(k("mcp"), json!(a.mcp), source(&[&k("mcp")], "default (council.mcp)"));
             if a.backend == Backend::Command {
                 add(k("format"), json!(a.format.as_str()), source(&[&k("format")], "default"));
             }
@@ -134,7 +159,7 @@ impl Config {
             entries,
             notice,
             notices: self.notices.clone(),
-            warnings: self.warnings.clone(),
+            warnings: self.warnings.iter().cloned().chain(self.mcp_missing(kd)).collect(),
         }
     }
 }

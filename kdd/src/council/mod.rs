@@ -86,10 +86,16 @@ impl Launch {
                 self.client,
             )
         });
+        // kd's MCP server for the run, when the member has it and a kd to
+        // serve it is found (else the run goes without, as doctor says).
+        let kd = (agent.mcp && agent.backend.takes_mcp())
+            .then(|| crate::config::find_kd(&crate::config::Env::process()))
+            .flatten();
         let spec = || Spec {
             timeout: self.timeout.unwrap_or(Duration::from_secs(self.config.timeout_s(member))),
             agent,
-            preamble: self.config.preamble(self.style).to_string(),
+            preamble: self.config.preamble(self.style, kd.is_some()),
+            kd,
             style: self.style,
             context: self.thread.context,
             workspace: PathBuf::from(&self.thread.workspace),

@@ -217,6 +217,7 @@ mod tests {
             preamble: "p".into(),
             chat_preamble: "c".into(),
             budget_usd: None,
+            mcp: true,
         };
         c
     }

@@ -101,5 +101,6 @@ pub async fn config(workspace: String) -> RpcResult<ConfigView> {
     let env = crate::config::Env::process();
     let config = crate::config::load_with(std::path::Path::new(&workspace), &env)
         .map_err(|e| invalid(format!("configuration: {e}")))?;
-    Ok(config.view(&workspace, &env))
+    let kd = crate::config::find_kd(&env);
+    Ok(config.view(&workspace, &env, kd.as_deref()))
 }

@@ -8,6 +8,7 @@ pub mod codex;
 pub mod cost;
 pub mod daemon;
 pub mod kd_mcp;
+pub mod mcp_start;
 pub mod memory;
 pub mod runs;
 

@@ -24,6 +24,8 @@ use std::sync::Arc;
 
 pub(super) use run::execute;
 
+use super::grants::Grants;
+use super::mcp::Conversations;
 use super::outcome::spawn_error;
 use super::peer::{self, Peer};
 use super::pool::{Pool, Started};
@@ -32,11 +34,13 @@ use crate::config::AgentDef;
 /// One process per member, and per what it is started from.
 type Key = (String, Started);
 
-/// A started agent and what it said it can do.
+/// A started agent, what it said it can do, and the capabilities of its
+/// sessions' MCP servers.
 pub struct Agent {
     pub peer: Peer,
     /// `agentCapabilities.loadSession`.
     pub can_load: bool,
+    pub sessions: Conversations,
 }
 
 impl AsRef<Peer> for Agent {
@@ -53,20 +57,28 @@ pub struct AcpAgents {
 impl AcpAgents {
     /// The process of `agent` in `workspace`, started and initialised when
     /// there is none or the last one died.
-    pub async fn get(&self, agent: &AgentDef, workspace: &Path, socket: &Path) -> Result<Arc<Agent>, String> {
+    pub async fn get(
+        &self,
+        agent: &AgentDef,
+        workspace: &Path,
+        socket: &Path,
+        grants: &Arc<Grants>,
+    ) -> Result<Arc<Agent>, String> {
         let key = (agent.name.clone(), Started::of(agent, workspace));
         self.running
             .get_or_start(key, || async {
                 let mut inv = peer::invocation(&agent.command, agent.args.clone(), &agent.env, socket);
                 inv.env.push(("KD_MEMBER".to_string(), agent.name.clone()));
-                let dialect = Arc::new(protocol::Acp::new(agent.permissions));
+                let kd_tools = agent.mcp && agent.backend.takes_mcp();
+                let dialect = Arc::new(protocol::Acp::new(agent.permissions, kd_tools));
                 let peer = Peer::start(&inv, workspace, dialect).map_err(|e| spawn_error(&inv, agent, &e))?;
                 let answer = peer
                     .request(protocol::initialize)
                     .await
                     .map_err(|e| format!("cannot start {}: initialize failed: {e}", agent.command))?;
                 tracing::info!(pid = peer.pid, member = agent.name, "started ACP agent");
-                Ok(Agent { can_load: protocol::can_load(&answer), peer })
+                let sessions = Conversations::new(grants.clone());
+                Ok(Agent { can_load: protocol::can_load(&answer), peer, sessions })
             })
             .await
     }

@@ -20,6 +20,7 @@ use agent_client_protocol_schema::v1::{
 };
 use serde_json::{Value, json};
 
+use crate::agent::mcp;
 use crate::config::Permissions;
 
 /// Tool calls remembered per agent process (the oldest is forgotten first).
@@ -147,6 +148,14 @@ fn policy_name(policy: Permissions) -> &'static str {
     }
 }
 
+/// Whether a tool call is one of kd's own MCP server's: codex-acp asks
+/// "Approve MCP tool call" with `rawInput.server_name: "kd"`;
+/// claude-code-acp names the tool `mcp__kd__send` (title).
+fn is_kds(tool: &Tool, raw_input: Option<&Value>) -> bool {
+    let server = raw_input.and_then(|r| r.get("server_name").or_else(|| r.get("server"))).and_then(Value::as_str);
+    server == Some(mcp::NAME) || tool.title.as_deref().is_some_and(|t| t.starts_with(mcp::CLAUDE_TOOL_PREFIX))
+}
+
 /// kd's answer to a permission request, and why it refused, if it did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
@@ -158,8 +167,10 @@ pub struct Decision {
 
 /// The answer to `session/request_permission` under `policy`, on what the
 /// tool call announced (`calls`) and what the request adds: an option of
-/// the right kind, or `cancelled` when the agent offered none.
-pub fn decide(params: &Value, policy: Permissions, calls: &ToolCalls) -> Decision {
+/// the right kind, or `cancelled` when the agent offered none. A call of
+/// kd's own MCP server is allowed whatever the policy when kd gave the
+/// session its server (`kd_tools`): it acts only as the member, on its thread.
+pub fn decide(params: &Value, policy: Permissions, kd_tools: bool, calls: &ToolCalls) -> Decision {
     let Ok(req) = serde_json::from_value::<RequestPermissionRequest>(params.clone()) else {
         return Decision {
             answer: json!({"outcome": {"outcome": "cancelled"}}),
@@ -169,6 +180,7 @@ pub fn decide(params: &Value, policy: Permissions, calls: &ToolCalls) -> Decisio
     let mut tool = calls.get(&req.session_id.0, &req.tool_call.tool_call_id.0).cloned().unwrap_or_default();
     tool.update(&req.tool_call.fields);
     let allow = match policy {
+        _ if kd_tools && is_kds(&tool, req.tool_call.fields.raw_input.as_ref()) => true,
         Permissions::Allow => true,
         Permissions::Deny => false,
         Permissions::ReadOnly => reads(tool.kind),
@@ -210,7 +222,7 @@ mod tests {
     fn a_kind_in_the_request_itself_decides() {
         let calls = ToolCalls::default();
         let ask = |kind: &str, policy| {
-            decide(&request(json!({"toolCallId": "c1", "title": "T", "kind": kind})), policy, &calls)
+            decide(&request(json!({"toolCallId": "c1", "title": "T", "kind": kind})), policy, false, &calls)
         };
         assert_eq!(selected(&ask("edit", Permissions::ReadOnly)), Some("no"));
         assert_eq!(selected(&ask("execute", Permissions::ReadOnly)), Some("no"));
@@ -218,7 +230,10 @@ mod tests {
         assert_eq!(selected(&ask("edit", Permissions::Allow)), Some("yes"));
         assert_eq!(selected(&ask("read", Permissions::Deny)), Some("no"));
         let none = json!({"sessionId": "s1", "toolCall": {"toolCallId": "c1", "kind": "edit"}, "options": []});
-        assert_eq!(decide(&none, Permissions::ReadOnly, &calls).answer, json!({"outcome": {"outcome": "cancelled"}}));
+        assert_eq!(
+            decide(&none, Permissions::ReadOnly, false, &calls).answer,
+            json!({"outcome": {"outcome": "cancelled"}})
+        );
     }
 
     /// claude-code-acp 0.16.2 (captures, mcp/claude-code-acp.unallowed.jsonl):
@@ -237,18 +252,47 @@ mod tests {
         calls.observe(&announce("toolu_1", "read", "Read /w/a.rs"));
         calls.observe(&announce("toolu_2", "edit", "Write /w/a.rs"));
         let ask = |id: &str, title: &str| request(json!({"toolCallId": id, "rawInput": {}, "title": title}));
-        let read = decide(&ask("toolu_1", "Read /w/a.rs"), Permissions::ReadOnly, &calls);
+        let read = decide(&ask("toolu_1", "Read /w/a.rs"), Permissions::ReadOnly, false, &calls);
         assert_eq!((selected(&read), read.refused.as_deref()), (Some("yes"), None));
-        let write = decide(&ask("toolu_2", "Write /w/a.rs"), Permissions::ReadOnly, &calls);
+        let write = decide(&ask("toolu_2", "Write /w/a.rs"), Permissions::ReadOnly, false, &calls);
         assert_eq!(selected(&write), Some("no"));
         assert_eq!(write.refused.as_deref(), Some("refused by policy read-only: Write /w/a.rs"));
         // The same id in another session is another call.
         let elsewhere = json!({"sessionId": "s2", "toolCall": {"toolCallId": "toolu_1", "title": "Read /w/a.rs"},
                                "options": [{"optionId": "no", "name": "Reject", "kind": "reject_once"}]});
-        assert_eq!(selected(&decide(&elsewhere, Permissions::ReadOnly, &calls)), Some("no"));
+        assert_eq!(selected(&decide(&elsewhere, Permissions::ReadOnly, false, &calls)), Some("no"));
         // An unknown call is no read.
-        let unknown = decide(&ask("toolu_9", "mcp__kd__send"), Permissions::ReadOnly, &calls);
+        let unknown = decide(&ask("toolu_9", "mcp__kd__send"), Permissions::ReadOnly, false, &calls);
         assert_eq!(unknown.refused.as_deref(), Some("refused by policy read-only: mcp__kd__send"));
+    }
+
+    /// `mcp/codex-acp.unannotated.jsonl` and
+    /// `claude-code-acp.unallowed.jsonl`: kd's tools are allowed whatever
+    /// the policy, when kd gave the session its server; nothing else is.
+    #[test]
+    fn kds_own_tools_are_allowed_whatever_the_policy() {
+        // The captures, kept byte for byte in tests/fixtures/mcp.
+        let capture = |name: &str| -> Value {
+            let path = format!("{}/../tests/fixtures/mcp/{name}.jsonl", env!("CARGO_MANIFEST_DIR"));
+            let text = std::fs::read_to_string(&path).unwrap();
+            text.lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap()["msg"].clone())
+                .find(|m| m["method"] == "session/request_permission")
+                .map(|m| m["params"].clone())
+                .unwrap()
+        };
+        let calls = ToolCalls::default();
+        for (name, allow) in [("codex-acp.unannotated", "approved"), ("claude-code-acp.unallowed", "allow")] {
+            let params = capture(name);
+            for policy in [Permissions::ReadOnly, Permissions::Deny] {
+                let d = decide(&params, policy, true, &calls);
+                assert_eq!((selected(&d), d.refused.as_deref()), (Some(allow), None), "{name} {policy:?}");
+                let without = decide(&params, policy, false, &calls);
+                assert!(without.refused.is_some(), "{name}: not kd's server when kd gave none");
+            }
+        }
+        let theirs = request(json!({"toolCallId": "c", "title": "mcp__kdx__send", "rawInput": {"server_name": "kdx"}}));
+        assert_eq!(selected(&decide(&theirs, Permissions::Deny, true, &calls)), Some("no"));
     }
 
     #[test]
@@ -282,7 +326,7 @@ mod tests {
             json!({"toolCallId": "c", "sessionUpdate": "tool_call_update", "kind": "delete",
                                            "locations": [{"path": "/w/old.rs"}]}),
         ));
-        let d = decide(&request(json!({"toolCallId": "c"})), Permissions::ReadOnly, &calls);
+        let d = decide(&request(json!({"toolCallId": "c"})), Permissions::ReadOnly, false, &calls);
         assert_eq!(d.refused.as_deref(), Some("refused by policy read-only: /w/old.rs"));
     }
 

@@ -16,6 +16,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::permission::{self, ToolCalls};
+use crate::agent::mcp::Server;
 use crate::agent::parse::Parsed;
 use crate::agent::peer::{Dialect, Note};
 use crate::config::Permissions;
@@ -35,12 +36,23 @@ pub fn can_load(initialized: &Value) -> bool {
     initialized.pointer("/agentCapabilities/loadSession").and_then(Value::as_bool).unwrap_or(false)
 }
 
-pub fn session_new(id: u64, cwd: &str) -> Value {
-    request(id, AGENT_METHOD_NAMES.session_new, NewSessionRequest::new(cwd))
+/// `session/new` in `cwd`, with kd's MCP server when given (and
+/// claude-code-acp's `_meta` allowing its tools).
+pub fn session_new(id: u64, cwd: &str, server: Option<&Server>) -> Value {
+    with_server(request(id, AGENT_METHOD_NAMES.session_new, NewSessionRequest::new(cwd)), server)
 }
 
-pub fn session_load(id: u64, session: &str, cwd: &str) -> Value {
-    request(id, AGENT_METHOD_NAMES.session_load, LoadSessionRequest::new(session.to_string(), cwd))
+/// `session/load` of a recorded session, with kd's MCP server when given.
+pub fn session_load(id: u64, session: &str, cwd: &str, server: Option<&Server>) -> Value {
+    with_server(request(id, AGENT_METHOD_NAMES.session_load, LoadSessionRequest::new(session.to_string(), cwd)), server)
+}
+
+fn with_server(mut request: Value, server: Option<&Server>) -> Value {
+    if let Some(server) = server {
+        request["params"]["mcpServers"] = server.acp_servers();
+        request["params"]["_meta"] = Server::acp_meta();
+    }
+    request
 }
 
 /// The session id in the result of `session/new`.
@@ -108,15 +120,19 @@ pub fn interpret(method: &str, params: &Value) -> Vec<Parsed> {
 }
 
 /// An ACP agent's side of [`Peer`](crate::agent::peer::Peer): the member's
-/// permission policy and the tool calls its sessions announced.
+/// permission policy, whether kd's own tools are allowed, and the tool
+/// calls its sessions announced.
 pub struct Acp {
     permissions: Permissions,
+    /// Whether kd gives the agent's sessions its MCP server, whose tools
+    /// are then allowed whatever the policy.
+    kd_tools: bool,
     calls: Mutex<ToolCalls>,
 }
 
 impl Acp {
-    pub fn new(permissions: Permissions) -> Acp {
-        Acp { permissions, calls: Mutex::new(ToolCalls::default()) }
+    pub fn new(permissions: Permissions, kd_tools: bool) -> Acp {
+        Acp { permissions, kd_tools, calls: Mutex::new(ToolCalls::default()) }
     }
 }
 
@@ -145,8 +161,8 @@ impl Dialect for Acp {
     fn answer(&self, id: &Value, method: &str, params: &Value) -> (Value, Option<Note>) {
         if method == CLIENT_METHOD_NAMES.session_request_permission {
             let decision = match self.calls.lock() {
-                Ok(calls) => permission::decide(params, self.permissions, &calls),
-                Err(_) => permission::decide(params, self.permissions, &ToolCalls::default()),
+                Ok(calls) => permission::decide(params, self.permissions, self.kd_tools, &calls),
+                Err(_) => permission::decide(params, self.permissions, self.kd_tools, &ToolCalls::default()),
             };
             tracing::debug!(answer = %decision.answer, "answered a permission request");
             let note = decision

@@ -8,12 +8,13 @@
 
 use std::sync::Arc;
 
-use kd_proto::types::RunStatus;
+use kd_proto::types::{ContextMode, RunStatus};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::protocol::{self, TurnEnd};
 use crate::agent::Runner;
+use crate::agent::mcp::{self, Conversations};
 use crate::agent::outcome::{cut_short, failed};
 use crate::agent::parse::{Outcome, Parsed, Transcript};
 use crate::agent::peer::Note;
@@ -35,7 +36,8 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
     // Every wait for the agent ends by the run's timeout or its stop.
     let deadline = Instant::now() + spec.timeout;
     let cut = |waiting_for: &str| with_session(cut_short(run, spec, waiting_for), false);
-    let agent = match turn::bounded(run, deadline, d.acp.get(&spec.agent, &spec.workspace, &d.socket)).await {
+    let agent = match turn::bounded(run, deadline, d.acp.get(&spec.agent, &spec.workspace, &d.socket, &d.grants)).await
+    {
         Some(Ok(a)) => a,
         Some(Err(e)) => return with_session(fail(e), false),
         None => return cut("the ACP agent to start"),
@@ -43,9 +45,31 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
     let peer = &agent.peer;
     record_start(d, run, peer.pid, peer.started, held.as_ref()).await;
     let cwd = spec.workspace.display().to_string();
+    // kd's MCP server for the session: a session loaded again keeps its
+    // token; a new one gets a new token, the session's once it is named.
+    let grant = || mcp::conversation_grant(&run.thread, &member, &spec.workspace);
+    let token = spec.kd.as_ref().and_then(|_| match prepared.resume.as_deref() {
+        Some(id) => agent.sessions.token(id, grant()),
+        None => d.grants.issue(grant()),
+    });
+    let server = match (&spec.kd, &token) {
+        (Some(kd), Some(token)) => Some(mcp::Server::new(kd, &d.socket, token, &run.thread, &member, None)),
+        _ => None,
+    };
+    let server = server.as_ref();
+    // Whatever happens next, a new session's token is the session's or nobody's.
+    let new_token = token.filter(|_| prepared.resume.is_none());
+    let adopt = |session: Option<&str>| {
+        if let Some(token) = &new_token {
+            match session {
+                Some(id) => agent.sessions.keep(id, token.clone()),
+                None => d.grants.revoke(token),
+            }
+        }
+    };
     let session = match prepared.resume.as_deref() {
         Some(id) if agent.can_load => {
-            match turn::bounded(run, deadline, peer.request(|n| protocol::session_load(n, id, &cwd))).await {
+            match turn::bounded(run, deadline, peer.request(|n| protocol::session_load(n, id, &cwd, server))).await {
                 Some(Ok(_)) => id.to_string(),
                 Some(Err(e)) => return with_session(fail(format!("cannot load its ACP session {id}: {e}")), false),
                 None => return cut("the ACP agent to answer session/load"),
@@ -56,15 +80,24 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
                           thread context history";
             return with_session(fail(reason.into()), false);
         }
-        None => match turn::bounded(run, deadline, peer.request(|n| protocol::session_new(n, &cwd))).await {
-            Some(Ok(r)) => match protocol::session_id(&r) {
-                Some(id) => id,
-                None => return with_session(fail("session/new gave no sessionId".into()), false),
-            },
-            Some(Err(e)) => return with_session(fail(format!("cannot open a session: {e}")), false),
-            None => return cut("the ACP agent to answer session/new"),
-        },
+        None => {
+            let opened = turn::bounded(run, deadline, peer.request(|n| protocol::session_new(n, &cwd, server))).await;
+            let id = opened.as_ref().and_then(|r| r.as_ref().ok()).and_then(protocol::session_id);
+            adopt(id.as_deref());
+            match opened {
+                Some(Ok(_)) => match id {
+                    Some(id) => id,
+                    None => return with_session(fail("session/new gave no sessionId".into()), false),
+                },
+                Some(Err(e)) => return with_session(fail(format!("cannot open a session: {e}")), false),
+                None => return cut("the ACP agent to answer session/new"),
+            }
+        }
     };
+    // A session no later run loads again (history mode, a prompt of its
+    // own) keeps its server, which ACP cannot close, but not its token.
+    let _one_off = (spec.context != ContextMode::Resume || spec.prompt.is_some())
+        .then(|| Forget { sessions: &agent.sessions, session: session.clone() });
     let mut transcript = Transcript::new();
     transcript.apply(Parsed::SessionId(session.clone()));
     let mut following = match peer.follow(&session) {
@@ -155,5 +188,17 @@ fn take(note: Note, streamed: &mut Streamed<'_>, transcript: &mut Transcript, re
     match protocol::refusal(&note) {
         Some(reason) => *refused = Some(reason),
         None => streamed.take(transcript, protocol::interpret(&note.method, &note.params)),
+    }
+}
+
+/// Revokes a session's token when dropped (the run ended).
+struct Forget<'a> {
+    sessions: &'a Conversations,
+    session: String,
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        self.sessions.forget(&self.session);
     }
 }

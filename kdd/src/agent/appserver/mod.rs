@@ -10,6 +10,11 @@
 //! started on the first run that needs it, started again on the next run
 //! after it died, and stopped with the daemon. Runs of several threads
 //! share a process; codex tells their notifications apart by `threadId`.
+//! Each thread is opened with kd's MCP server (`config.mcp_servers.kd`),
+//! which codex runs as long as the thread stays loaded: its capability is
+//! the thread's, kept across the member's runs, revoked when codex closes
+//! the thread (`thread/closed`), when kd unsubscribes a thread it will not
+//! use again (a run of history mode), or when the process ends.
 
 pub mod protocol;
 mod run;
@@ -19,6 +24,8 @@ use std::sync::Arc;
 
 pub(super) use run::execute;
 
+use super::grants::Grants;
+use super::mcp::Conversations;
 use super::outcome::spawn_error;
 use super::peer::{self, Peer};
 use super::pool::{Pool, Started};
@@ -29,28 +36,49 @@ use crate::config::AgentDef;
 pub const ARGS: [&str; 7] =
     ["app-server", "-c", "analytics.enabled=false", "-c", "otel.metrics_exporter=none", "--disable", "plugins"];
 
+/// A running app-server and the capabilities of its threads' MCP servers
+/// (each loaded thread has its own `kd mcp`, see [`crate::agent::mcp`]).
+pub struct AppServer {
+    pub peer: Peer,
+    pub threads: Arc<Conversations>,
+}
+
+impl AsRef<Peer> for AppServer {
+    fn as_ref(&self) -> &Peer {
+        &self.peer
+    }
+}
+
 /// The app-server processes of the daemon.
 #[derive(Default)]
 pub struct AppServers {
-    running: Pool<Started, Peer>,
+    running: Pool<Started, AppServer>,
 }
 
 impl AppServers {
     /// The process for `agent` in `workspace`, started (and initialised)
-    /// when there is none or the last one died.
-    pub async fn get(&self, agent: &AgentDef, workspace: &Path, socket: &Path) -> Result<Arc<Peer>, String> {
+    /// when there is none or the last one died. Its threads' capabilities
+    /// are `grants`' (revoked when the process goes).
+    pub async fn get(
+        &self,
+        agent: &AgentDef,
+        workspace: &Path,
+        socket: &Path,
+        grants: &Arc<Grants>,
+    ) -> Result<Arc<AppServer>, String> {
         let key = Started::of(agent, workspace);
         self.running
             .get_or_start(key, || async {
                 let args = ARGS.iter().map(|a| a.to_string()).chain(agent.args.iter().cloned()).collect();
                 let inv = peer::invocation(&agent.command, args, &agent.env, socket);
-                let server = Peer::start(&inv, workspace, Arc::new(protocol::Codex))
-                    .map_err(|e| spawn_error(&inv, agent, &e))?;
+                let threads = Arc::new(Conversations::new(grants.clone()));
+                let dialect = Arc::new(protocol::Codex { threads: threads.clone() });
+                let server = Peer::start(&inv, workspace, dialect).map_err(|e| spawn_error(&inv, agent, &e))?;
                 let failed = |e: String| format!("cannot start {} app-server: {e}", agent.command);
                 server.request(protocol::initialize).await.map_err(|e| failed(format!("initialize failed: {e}")))?;
                 server.notify(protocol::initialized()).await.map_err(failed)?;
                 tracing::info!(pid = server.pid, workspace = %workspace.display(), "started codex app-server");
-                Ok(server)
+                Ok(AppServer { peer: server, threads })
             })
             .await
     }

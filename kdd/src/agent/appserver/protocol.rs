@@ -5,8 +5,11 @@
 //! the server, or a notification, which [`interpret`] turns into the
 //! [`Parsed`] items a run's [`super::super::parse::Transcript`] folds.
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
+use crate::agent::mcp::Conversations;
 use crate::agent::parse::{Outcome, Parsed};
 use crate::agent::peer::{Dialect, Note};
 use crate::config::CodexPolicy;
@@ -37,25 +40,46 @@ pub fn initialized() -> Value {
     json!({"method": "initialized"})
 }
 
-/// `thread/start` in `cwd`.
-pub fn thread_start(id: u64, cwd: &str, model: Option<&str>, policy: &CodexPolicy) -> Value {
-    let mut params = json!({"cwd": cwd, "approvalPolicy": policy.approval, "sandbox": policy.sandbox});
-    if let Some(m) = model {
-        params["model"] = json!(m);
+/// How a thread is opened: where, with which model and policy, and the
+/// configuration it is given (kd's MCP server, see
+/// [`crate::agent::mcp::Server::codex_config`]).
+pub struct Opening<'a> {
+    pub cwd: &'a str,
+    pub model: Option<&'a str>,
+    pub policy: &'a CodexPolicy,
+    pub config: Option<&'a Value>,
+}
+
+impl Opening<'_> {
+    fn params(&self, mut params: Value) -> Value {
+        params["cwd"] = json!(self.cwd);
+        params["approvalPolicy"] = json!(self.policy.approval);
+        params["sandbox"] = json!(self.policy.sandbox);
+        if let Some(m) = self.model {
+            params["model"] = json!(m);
+        }
+        if let Some(c) = self.config {
+            params["config"] = c.clone();
+        }
+        params
     }
-    json!({"id": id, "method": "thread/start", "params": params})
+}
+
+/// `thread/start`.
+pub fn thread_start(id: u64, opening: &Opening<'_>) -> Value {
+    json!({"id": id, "method": "thread/start", "params": opening.params(json!({}))})
 }
 
 /// `thread/resume` of a recorded thread id, without its past turns.
-pub fn thread_resume(id: u64, thread: &str, cwd: &str, model: Option<&str>, policy: &CodexPolicy) -> Value {
-    let mut params = json!({
-        "threadId": thread, "cwd": cwd, "excludeTurns": true,
-        "approvalPolicy": policy.approval, "sandbox": policy.sandbox,
-    });
-    if let Some(m) = model {
-        params["model"] = json!(m);
-    }
+pub fn thread_resume(id: u64, thread: &str, opening: &Opening<'_>) -> Value {
+    let params = opening.params(json!({"threadId": thread, "excludeTurns": true}));
     json!({"id": id, "method": "thread/resume", "params": params})
+}
+
+/// `thread/unsubscribe`: kd will not use the thread again; codex unloads
+/// it (and ends its MCP servers) once nobody follows it.
+pub fn thread_unsubscribe(id: u64, thread: &str) -> Value {
+    json!({"id": id, "method": "thread/unsubscribe", "params": {"threadId": thread}})
 }
 
 /// `turn/start` with the prompt as one text input.
@@ -84,10 +108,21 @@ pub fn decline(id: &Value, method: &str) -> Value {
 
 /// The codex app-server's side of [`Peer`](crate::agent::peer::Peer):
 /// notifications name their thread in `threadId` (or `thread.id`), a turn
-/// ends with `turn/completed`, and what codex asks is declined.
-pub struct Codex;
+/// ends with `turn/completed`, what codex asks is declined, and a thread
+/// codex closed (`thread/closed`) takes its MCP server's capability with it.
+pub struct Codex {
+    pub threads: Arc<Conversations>,
+}
 
 impl Dialect for Codex {
+    fn observe(&self, method: &str, params: &Value) {
+        if method == "thread/closed"
+            && let Some(thread) = params.get("threadId").and_then(Value::as_str)
+        {
+            self.threads.forget(thread);
+        }
+    }
+
     fn name(&self) -> &str {
         "the codex app-server"
     }
@@ -265,6 +300,44 @@ mod tests {
     use super::*;
     use crate::agent::peer::{Incoming, incoming};
 
+    fn codex() -> Codex {
+        Codex { threads: Arc::new(Conversations::new(Default::default())) }
+    }
+
+    /// `shared/captures/mcp/app-server.jsonl`: kd's server in the thread's
+    /// `config`, codex asked to approve its tools.
+    #[test]
+    fn a_thread_is_opened_with_the_config_given() {
+        let policy = CodexPolicy::default();
+        let config = json!({"mcp_servers": {"kd": {"command": "/k/kd"}}});
+        let opening = Opening { cwd: "/w", model: None, policy: &policy, config: Some(&config) };
+        let start = thread_start(2, &opening);
+        assert_eq!(
+            start["params"],
+            json!({"cwd": "/w", "approvalPolicy": "never", "sandbox": "read-only", "config": config})
+        );
+        let resume = thread_resume(3, "th", &Opening { model: Some("m"), ..opening });
+        assert_eq!(resume["params"]["config"], config);
+        assert_eq!(
+            (resume["params"]["threadId"].as_str(), resume["params"]["model"].as_str()),
+            (Some("th"), Some("m"))
+        );
+        let bare = thread_start(4, &Opening { cwd: "/w", model: None, policy: &policy, config: None });
+        assert_eq!(bare["params"].get("config"), None);
+        assert_eq!(thread_unsubscribe(5, "th")["params"], json!({"threadId": "th"}));
+    }
+
+    #[test]
+    fn a_closed_thread_takes_its_servers_capability_with_it() {
+        let grants = Arc::new(crate::agent::grants::Grants::default());
+        let c = Codex { threads: Arc::new(Conversations::new(grants.clone())) };
+        c.threads.token("th", crate::agent::mcp::conversation_grant("t", "codex", std::path::Path::new("/w")));
+        c.observe("thread/status/changed", &json!({"threadId": "th", "status": {"type": "idle"}}));
+        assert_eq!(grants.len(), 1);
+        c.observe("thread/closed", &json!({"threadId": "th"}));
+        assert!(grants.is_empty());
+    }
+
     /// The messages of a capture (`../shared/captures/codex-app-server`,
     /// kept byte for byte in `tests/fixtures/codex-app-server`).
     fn capture(name: &str) -> Vec<(String, Value)> {
@@ -287,7 +360,7 @@ mod tests {
             let Some(Incoming::Notification { method, params }) = incoming(&msg.to_string()) else {
                 continue;
             };
-            if Codex.conversation(&method, &params).as_deref() != Some(thread) {
+            if codex().conversation(&method, &params).as_deref() != Some(thread) {
                 continue;
             }
             match interpret(&method, &params, None) {

@@ -8,11 +8,13 @@
 
 use std::sync::Arc;
 
-use kd_proto::types::RunStatus;
+use kd_proto::types::{ContextMode, RunStatus};
 use tokio::time::Instant;
 
+use super::AppServer;
 use super::protocol::{self, Event};
 use crate::agent::Runner;
+use crate::agent::mcp;
 use crate::agent::outcome::{cut_short, failed, stopped_early};
 use crate::agent::parse::{Parsed, Transcript};
 use crate::agent::prepare::Prepared;
@@ -32,29 +34,60 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
     // Every wait for codex ends by the run's timeout or its stop.
     let deadline = Instant::now() + spec.timeout;
     let cut = |waiting_for: &str, given: bool| with_session(cut_short(run, spec, waiting_for), given);
-    let server = match turn::bounded(run, deadline, d.appservers.get(&spec.agent, &spec.workspace, &d.socket)).await {
+    let started =
+        turn::bounded(run, deadline, d.appservers.get(&spec.agent, &spec.workspace, &d.socket, &d.grants)).await;
+    let app = match started {
         Some(Ok(s)) => s,
         Some(Err(e)) => return with_session(failed(&member, RunStatus::Error, e), false),
         None => return cut("the codex app-server to start", false),
     };
+    let server = &app.peer;
     record_start(d, run, server.pid, server.started, held.as_ref()).await;
     let cwd = spec.workspace.display().to_string();
-    let model = spec.agent.model.as_deref();
-    let policy = &spec.agent.policy;
-    let (opening, opened) = match prepared.resume.as_deref() {
+    // kd's MCP server for the thread: a thread already loaded keeps the
+    // server (and token) it was opened with; a new one gets a new token,
+    // which is the thread's once codex names it.
+    let grant = || mcp::conversation_grant(&run.thread, &member, &spec.workspace);
+    let token = spec.kd.as_ref().and_then(|_| match prepared.resume.as_deref() {
+        Some(id) => app.threads.token(id, grant()),
+        None => d.grants.issue(grant()),
+    });
+    let config = match (&spec.kd, &token) {
+        (Some(kd), Some(token)) => {
+            Some(mcp::Server::new(kd, &d.socket, token, &run.thread, &member, None).codex_config())
+        }
+        _ => None,
+    };
+    let opening = protocol::Opening {
+        cwd: &cwd,
+        model: spec.agent.model.as_deref(),
+        policy: &spec.agent.policy,
+        config: config.as_ref(),
+    };
+    let (method, opened) = match prepared.resume.as_deref() {
         Some(id) => (
             "thread/resume",
-            turn::bounded(run, deadline, server.request(|n| protocol::thread_resume(n, id, &cwd, model, policy))).await,
+            turn::bounded(run, deadline, server.request(|n| protocol::thread_resume(n, id, &opening))).await,
         ),
         None => (
             "thread/start",
-            turn::bounded(run, deadline, server.request(|n| protocol::thread_start(n, &cwd, model, policy))).await,
+            turn::bounded(run, deadline, server.request(|n| protocol::thread_start(n, &opening))).await,
         ),
     };
+    let opened = opened.map(|o| o.map(|r| protocol::thread_id(&r)));
+    // The token of a new thread is the thread's (or nobody's).
+    if prepared.resume.is_none()
+        && let Some(token) = &token
+    {
+        match &opened {
+            Some(Ok(Some(thread))) => app.threads.keep(thread, token.clone()),
+            _ => d.grants.revoke(token),
+        }
+    }
     let Some(opened) = opened else {
-        return cut(&format!("the codex app-server to answer {opening}"), false);
+        return cut(&format!("the codex app-server to answer {method}"), false);
     };
-    let thread = match opened.map(|r| protocol::thread_id(&r)) {
+    let thread = match opened {
         Ok(Some(t)) => t,
         Ok(None) => return with_session(failed(&member, RunStatus::Error, "codex gave no thread id".into()), false),
         Err(e) => {
@@ -63,6 +96,11 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
             return with_session(failed(&member, RunStatus::Error, format!("{what}: {e}")), false);
         }
     };
+    // A thread no later run resumes (each run of history mode, or of a
+    // prompt of its own, has a fresh one) is let go when the run ends:
+    // codex unloads it and ends its MCP server, whose token goes.
+    let _one_off = (spec.context != ContextMode::Resume || spec.prompt.is_some())
+        .then(|| LetGo { app: app.clone(), thread: thread.clone() });
     let mut transcript = Transcript::new();
     transcript.apply(Parsed::SessionId(thread.clone()));
     let mut following = match server.follow(&thread) {
@@ -115,9 +153,9 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
             _ = run.stopped(), if !interrupted => {
                 interrupted = true;
                 if let Some(turn) = &turn {
-                    let (server, thread, turn) = (server.clone(), thread.clone(), turn.clone());
+                    let (app, thread, turn) = (app.clone(), thread.clone(), turn.clone());
                     tokio::spawn(async move {
-                        if let Err(e) = server.request(|n| protocol::turn_interrupt(n, &thread, &turn)).await {
+                        if let Err(e) = app.peer.request(|n| protocol::turn_interrupt(n, &thread, &turn)).await {
                             tracing::debug!("turn/interrupt: {e}");
                         }
                     });
@@ -143,4 +181,25 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
         None => {}
     }
     turn::finish(run, spec, &transcript, held.as_ref())
+}
+
+/// Lets a codex thread go when dropped (the run ended): its token is
+/// revoked and codex is asked to unload it (`thread/unsubscribe`, answered
+/// or not: a codex without it keeps the thread, whose server's token no
+/// longer acts).
+struct LetGo {
+    app: Arc<AppServer>,
+    thread: String,
+}
+
+impl Drop for LetGo {
+    fn drop(&mut self) {
+        self.app.threads.forget(&self.thread);
+        let (app, thread) = (self.app.clone(), std::mem::take(&mut self.thread));
+        tokio::spawn(async move {
+            if let Err(e) = app.peer.request(|n| protocol::thread_unsubscribe(n, &thread)).await {
+                tracing::debug!(thread, "thread/unsubscribe: {e}");
+            }
+        });
+    }
 }

@@ -79,7 +79,10 @@ fn a_full_file_is_read() {
     let c = f.load().unwrap();
     assert_eq!(c.council.members, vec!["claude", "bot"]);
     assert_eq!((c.council.timeout_s, c.council.ask), (30, Rounds { mode: Mode::Sequential, auto_rounds: 2 }));
-    assert_eq!((c.preamble(Style::Council), c.preamble(Style::Chat)), (hinted("Be brief."), hinted("Chat.")));
+    assert_eq!(
+        (c.preamble(Style::Council, false), c.preamble(Style::Chat, false)),
+        (hinted("Be brief."), hinted("Chat."))
+    );
     let claude = c.agent("claude").unwrap();
     assert_eq!((claude.model.as_deref(), claude.timeout_s, claude.command.as_str()), (Some("opus"), Some(5), "claude"));
     assert_eq!(claude.prompt(Style::Council), Some("You review."));
@@ -218,7 +221,7 @@ fn a_real_kingdom_config_is_accepted_and_mapped() {
     assert_eq!(codex.prompt(Style::Chat), codex.prompt(Style::Council));
     assert_eq!(c.agent("cursor").unwrap().prompt(Style::Council), Some("Think about edge cases."));
     assert_eq!(c.agent("gemini").unwrap().prompt(Style::Council), Some("Think about edge cases."), "every agent");
-    assert_eq!(c.preamble(Style::Council), hinted(COUNCIL_PREAMBLE));
+    assert_eq!(c.preamble(Style::Council, false), hinted(COUNCIL_PREAMBLE));
     let keys: Vec<&str> = c.notices.iter().filter_map(|n| n.split(':').next()).collect();
     assert_eq!(
         keys,
@@ -241,7 +244,7 @@ fn a_real_kingdom_config_is_accepted_and_mapped() {
         ["agents.codex.extra_flags: codex app-server does not take --skip-git-repo-check (a flag of codex exec or \
           its TUI): the member cannot start; remove it, or set agents.codex.transport to \"exec\""]
     );
-    let view = c.view("/ws", &Env { var: &|_| None });
+    let view = c.view("/ws", &Env { var: &|_| None }, Some(Path::new("/bin/kd")));
     assert_eq!(view.warnings, c.warnings);
     let mode = view.entries.iter().find(|e| e.key == "council.mode").unwrap();
     assert!(mode.source.ends_with("(council.ask.mode)"), "{mode:?}");
@@ -254,7 +257,7 @@ fn kingdom_writable_and_manual_chat() {
     f.write(r#"{"council": {"members": ["claude"], "writable": true, "chat": {"mode": "manual"}}}"#);
     let c = f.load().unwrap();
     assert_eq!(
-        (c.preamble(Style::Council), c.preamble(Style::Chat)),
+        (c.preamble(Style::Council, false), c.preamble(Style::Chat, false)),
         (hinted(WRITABLE_COUNCIL_PREAMBLE), hinted(WRITABLE_CHAT_PREAMBLE))
     );
     assert_eq!(c.council.chat, Rounds { mode: Mode::Broadcast, auto_rounds: 0 }, "manual: no auto-turns");
@@ -280,7 +283,7 @@ fn coordination_settings_and_delivery_preferences() {
     );
     let c = f.load().unwrap();
     assert_eq!(c.coordination, crate::config::Coordination { max_hops: 2, hint: false });
-    assert_eq!(c.preamble(Style::Council), COUNCIL_PREAMBLE, "no hint when it is off");
+    assert_eq!(c.preamble(Style::Council, false), COUNCIL_PREAMBLE, "no hint when it is off");
     let d = c.delivery("claude");
     assert_eq!((d.mode, d.queue_limit, d.overflow), (DeliveryMode::Queued, 3, Overflow::RejectNew));
     assert_eq!(d.immediate_types, vec![RouteType::Reply]);
@@ -324,4 +327,70 @@ fn both_backend_messages_list_every_backend() {
         let e = f.error(json);
         assert!(e.contains("claude, codex, cursor, gemini, acp or command"), "{e}");
     }
+}
+
+#[test]
+fn kds_mcp_server_is_on_by_default_and_a_member_may_opt_out() {
+    let f = Fixture::new();
+    f.write(r#"{"council": {"members": ["claude", "codex"]}, "agents": {"codex": {"mcp": false}}}"#);
+    let c = f.load().unwrap();
+    assert!(c.council.mcp);
+    assert_eq!((c.agent("claude").unwrap().mcp, c.agent("codex").unwrap().mcp), (true, false));
+    assert!(c.agent("gemini").unwrap().mcp, "a member with no entry of its own follows council.mcp");
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+
+    // Off for the council, on for one member.
+    f.write(r#"{"council": {"members": ["claude", "codex"], "mcp": false}, "agents": {"codex": {"mcp": true}}}"#);
+    let c = f.load().unwrap();
+    assert!(!c.council.mcp);
+    assert_eq!((c.agent("claude").unwrap().mcp, c.agent("codex").unwrap().mcp), (false, true));
+    assert!(!c.agent("gemini").unwrap().mcp);
+    let view = c.view("/ws", &Env { var: &|_| None }, Some(Path::new("/bin/kd")));
+    assert_eq!(view.warnings, Vec::<String>::new());
+    let entry = |k: &str| view.entries.iter().find(|e| e.key == k).cloned().unwrap();
+    assert_eq!(entry("council.mcp").value, serde_json::json!(false));
+    assert!(entry("council.mcp").source.ends_with("config.json"), "{:?}", entry("council.mcp"));
+    assert_eq!(entry("agents.codex.mcp").value, serde_json::json!(true));
+    assert_eq!(
+        (entry("agents.claude.mcp").value, entry("agents.claude.mcp").source),
+        (serde_json::json!(false), "default (council.mcp)".to_string())
+    );
+
+    // No kd to serve it: the members who were to have it are named.
+    let without = c.view("/ws", &Env { var: &|_| None }, None);
+    assert_eq!(
+        without.warnings,
+        ["council.mcp: no kd found beside kdd, in KD_KD or on PATH to serve kd's MCP server (kd mcp): codex run \
+          without kd's tools"]
+    );
+
+    // A backend kd cannot give a per-run server to: said, not refused.
+    f.write(r#"{"council": {"members": ["cursor"]}, "agents": {"cursor": {"mcp": true}}}"#);
+    let c = f.load().unwrap();
+    assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+    assert!(c.warnings[0].starts_with("agents.cursor.mcp: kd cannot give a cursor member"), "{:?}", c.warnings);
+
+    for (bad, key) in [
+        (r#"{"council": {"mcp": "yes"}}"#, "council.mcp"),
+        (r#"{"agents": {"claude": {"mcp": 1}}}"#, "agents.claude.mcp"),
+    ] {
+        f.write(bad);
+        assert_eq!(f.load().unwrap_err().key, key, "{bad}");
+    }
+}
+
+#[test]
+fn the_hint_names_kds_tools_to_a_member_that_has_them() {
+    let f = Fixture::new();
+    f.write(r#"{"council": {"members": ["claude"], "preamble": "Be brief."}}"#);
+    let c = f.load().unwrap();
+    let tools = c.preamble(Style::Council, true);
+    assert_eq!(tools, format!("Be brief.\n\n{}", crate::config::MCP_HINT));
+    for tool in ["`send`", "`inbox`", "`ack`", "`claim`", "`thread`", "`search`"] {
+        assert!(tools.contains(tool), "{tool} missing: {tools}");
+    }
+    assert!(tools.contains("@NAME") && !tools.contains("kd send"), "{tools}");
+    assert_eq!(c.preamble(Style::Council, false), hinted("Be brief."), "without the tools: the shell commands");
+    f.write(r#"{"council": {"members": ["claude"], "preamble": "Be brief.", "coordination_hint": false}}"#);
+    assert_eq!(f.load().unwrap().preamble(Style::Council, true), "Be brief.");
 }

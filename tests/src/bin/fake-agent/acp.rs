@@ -19,7 +19,12 @@
 //! `FAKE_IGNORE_EOF` keeps it running after stdin closes; `FAKE_CHILD`
 //! starts a long-lived child first (its pid recorded as `child`).
 //! `FAKE_RECORD` gets a line per prompt (`stdin` is the prompt, `session`,
-//! `loaded`), per permission answer (`permission`) and per cancel.
+//! `loaded`, `mcp`: kd's MCP server as the session was given it,
+//! `allowed`: what `_meta` allowed), per permission answer (`permission`)
+//! and per cancel. `FAKE_MCP_CALL` calls a tool of kd's server in the
+//! prompt as claude-code-acp does, or as codex-acp does with
+//! `FAKE_ACP=codex-acp`, asking permission when that adapter would (see
+//! `mcp.rs`).
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -30,15 +35,58 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-use super::{env, env_num, hold, pieces};
+use super::{env, env_num, hold, mcp, pieces};
 
 #[derive(Default)]
 struct State {
-    sessions: HashMap<String, (String, bool)>,
+    sessions: HashMap<String, Session>,
     /// The running prompt of a session: its request id and task.
     active: HashMap<String, (Value, tokio::task::AbortHandle)>,
-    /// Our requests to the client, waiting for its answer.
-    asked: HashMap<u64, oneshot::Sender<Value>>,
+    /// Our requests to the client (by id, as JSON), waiting for its answer.
+    asked: HashMap<String, oneshot::Sender<Value>>,
+}
+
+#[derive(Default, Clone)]
+struct Session {
+    cwd: String,
+    loaded: bool,
+    /// kd's MCP server as the session was given it (`mcpServers`), the
+    /// tools `_meta.claudeCode.options.allowedTools` allows, and the server
+    /// once started (claude-code-acp: with the session; codex-acp: at its
+    /// first prompt), when `FAKE_MCP_CALL` asks for a call.
+    mcp: Option<mcp::Given>,
+    allowed: Vec<String>,
+    server: Option<Arc<tokio::sync::Mutex<mcp::Session>>>,
+}
+
+/// Which adapter the fake plays for MCP (`FAKE_ACP`).
+fn flavour() -> mcp::Cli {
+    if env("FAKE_ACP").as_deref() == Some("codex-acp") { mcp::Cli::CodexAcp } else { mcp::Cli::ClaudeCodeAcp }
+}
+
+/// The session's kd server, started now if it is to be and is not yet.
+async fn server_of(state: &Shared, session: &str) -> Option<Arc<tokio::sync::Mutex<mcp::Session>>> {
+    let s = state.lock().ok()?.sessions.get(session).cloned()?;
+    if let Some(server) = s.server {
+        return Some(server);
+    }
+    if !mcp::starts() {
+        return None;
+    }
+    let started = mcp::start_noted(s.mcp.as_ref()?, flavour()).await;
+    let server = match started {
+        Ok(server) => Arc::new(tokio::sync::Mutex::new(server)),
+        Err(e) => {
+            record(json!({"mcp": {"error": e}}));
+            return None;
+        }
+    };
+    if let Ok(mut st) = state.lock()
+        && let Some(s) = st.sessions.get_mut(session)
+    {
+        s.server = Some(server.clone());
+    }
+    Some(server)
 }
 
 type Shared = Arc<Mutex<State>>;
@@ -88,7 +136,7 @@ pub async fn serve(args: Vec<String>) -> i32 {
         let session = params.get("sessionId").and_then(Value::as_str).unwrap_or_default().to_string();
         let Some(method) = msg.get("method").and_then(Value::as_str) else {
             // The client's answer to one of our requests.
-            let waiting = msg.get("id").and_then(Value::as_u64).and_then(|id| state.lock().ok()?.asked.remove(&id));
+            let waiting = msg.get("id").map(Value::to_string).and_then(|id| state.lock().ok()?.asked.remove(&id));
             if let Some(tx) = waiting {
                 let _ = tx.send(msg.get("result").cloned().unwrap_or(Value::Null));
             }
@@ -121,9 +169,7 @@ pub async fn serve(args: Vec<String>) -> i32 {
                 let session = env("FAKE_SESSION_ID").unwrap_or_else(|| {
                     format!("fake-acp-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
                 });
-                if let Ok(mut s) = state.lock() {
-                    s.sessions.insert(session.clone(), (cwd, false));
-                }
+                opened(&state, &session, cwd, false, &params).await;
                 reply(&id, json!({"sessionId": session}));
             }
             ("session/load", Some(id)) => {
@@ -138,14 +184,12 @@ pub async fn serve(args: Vec<String>) -> i32 {
                     json!({"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "(earlier question)"}}),
                 );
                 chunk(&session, "(replayed answer)");
-                if let Ok(mut s) = state.lock() {
-                    s.sessions.insert(session.clone(), (cwd, true));
-                }
+                opened(&state, &session, cwd, true, &params).await;
                 reply(&id, Value::Null);
             }
             ("session/prompt", Some(id)) => {
                 let known = state.lock().ok().and_then(|s| s.sessions.get(&session).cloned());
-                let Some((cwd, loaded)) = known else {
+                let Some(Session { cwd, loaded, mcp: given, allowed, .. }) = known else {
                     error(&id, -32602, &format!("session not found: {session}"));
                     continue;
                 };
@@ -157,7 +201,8 @@ pub async fn serve(args: Vec<String>) -> i32 {
                     })
                     .unwrap_or_default();
                 record(json!({"argv": args, "stdin": prompt, "cwd": cwd, "pid": std::process::id(),
-                              "session": session, "loaded": loaded}));
+                              "session": session, "loaded": loaded, "mcp": given.as_ref().map(mcp::Given::record),
+                              "allowed": allowed, "env": mcp::kd_env()}));
                 let task = tokio::spawn(turn(state.clone(), id.clone(), session.clone(), cwd, prompt));
                 if let Ok(mut s) = state.lock() {
                     s.active.insert(session, (id, task.abort_handle()));
@@ -173,20 +218,45 @@ pub async fn serve(args: Vec<String>) -> i32 {
     0
 }
 
+/// Takes note of a session opened (`session/new`, `session/load`) with
+/// what it was given of kd's MCP server; claude-code-acp starts the server
+/// with the session.
+async fn opened(state: &Shared, session: &str, cwd: String, loaded: bool, params: &Value) {
+    let allowed = params
+        .pointer("/_meta/claudeCode/options/allowedTools")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|t| t.as_str().map(str::to_string)).collect())
+        .unwrap_or_default();
+    let kept = state.lock().ok().and_then(|s| s.sessions.get(session).and_then(|s| s.server.clone()));
+    let entry = Session { cwd, loaded, mcp: mcp::from_acp(params), allowed, server: kept };
+    if let Ok(mut s) = state.lock() {
+        s.sessions.insert(session.to_string(), entry);
+    }
+    if flavour() == mcp::Cli::ClaudeCodeAcp {
+        server_of(state, session).await;
+    }
+}
+
 /// Asks the client for permission for `call`, as claude-code-acp does;
 /// the chosen option id (or `cancelled`).
 async fn ask_permission(state: &Shared, session: &str, call: &Value) -> String {
     let n = ASKED.fetch_add(1, Ordering::Relaxed);
+    let options = json!([{"kind": "allow_always", "name": "Always Allow", "optionId": "allow_always"},
+                         {"kind": "allow_once", "name": "Allow", "optionId": "allow"},
+                         {"kind": "reject_once", "name": "Reject", "optionId": "reject"}]);
+    let tool_call = json!({"toolCallId": call["toolCallId"], "rawInput": call["rawInput"], "title": call["title"]});
+    ask(state, json!(n), session, tool_call, options).await
+}
+
+/// Asks `session/request_permission` with request id `id`; the chosen
+/// option id (or `cancelled`).
+async fn ask(state: &Shared, id: Value, session: &str, tool_call: Value, options: Value) -> String {
     let (tx, rx) = oneshot::channel();
     if let Ok(mut s) = state.lock() {
-        s.asked.insert(n, tx);
+        s.asked.insert(id.to_string(), tx);
     }
-    send(&json!({"jsonrpc": "2.0", "id": n, "method": "session/request_permission", "params": {
-        "options": [{"kind": "allow_always", "name": "Always Allow", "optionId": "allow_always"},
-                    {"kind": "allow_once", "name": "Allow", "optionId": "allow"},
-                    {"kind": "reject_once", "name": "Reject", "optionId": "reject"}],
-        "sessionId": session,
-        "toolCall": {"toolCallId": call["toolCallId"], "rawInput": call["rawInput"], "title": call["title"]}}}));
+    send(&json!({"jsonrpc": "2.0", "id": id, "method": "session/request_permission", "params": {
+        "options": options, "sessionId": session, "toolCall": tool_call}}));
     let answer = rx.await.unwrap_or(Value::Null);
     answer
         .pointer("/outcome/optionId")
@@ -209,7 +279,8 @@ fn tool_call(kind: &str, cwd: &str) -> Value {
         "fetch" => {
             ("WebFetch", "Fetch https://example.com".to_string(), json!({"url": "https://example.com"}), json!([]))
         }
-        _ => ("mcp__kd__send", "mcp__kd__send".to_string(), json!({"to": ["codex"], "body": "hi"}), json!([])),
+        // A tool of some MCP server of the user's (kd's own are allowed).
+        _ => ("mcp__notes__append", "mcp__notes__append".to_string(), json!({"text": "hi"}), json!([])),
     };
     json!({"_meta": {"claudeCode": {"toolName": tool}}, "toolCallId": "toolu_fake0001", "sessionUpdate": "tool_call",
            "rawInput": input, "status": "pending", "title": title, "kind": kind, "content": [], "locations": locations})
@@ -250,6 +321,25 @@ async fn turn(state: Shared, id: Value, session: String, cwd: String, prompt: St
             json!({"toolCallId": call["toolCallId"], "sessionUpdate": "tool_call_update", "status": "completed"}),
         );
     }
+    let mut said = None;
+    if mcp::wanted().is_none() {
+        // As the adapter does: claude-code-acp's server started with the
+        // session, codex-acp's with its first prompt.
+        server_of(&state, &session).await;
+    }
+    if let Some((tool, arguments)) = mcp::wanted() {
+        match call_tool(&state, &session, &tool, &arguments).await {
+            Ok(text) => said = Some(format!("Tool said: {text}")),
+            Err(()) => {
+                // Rejected: claude-code-acp fails the prompt.
+                if let Ok(mut s) = state.lock() {
+                    s.active.remove(&session);
+                }
+                error(&id, -32603, REJECTED);
+                return;
+            }
+        }
+    }
     if let Some(cmd) = env("FAKE_RUN") {
         update(
             &session,
@@ -265,7 +355,7 @@ async fn turn(state: Shared, id: Value, session: String, cwd: String, prompt: St
         return;
     }
     let name = env("FAKE_NAME").unwrap_or_else(|| "fake".into());
-    let text = super::answer_for(&prompt, &name);
+    let text = said.unwrap_or_else(|| super::answer_for(&prompt, &name));
     let interval = Duration::from_millis(env_num("FAKE_INTERVAL_MS", 0));
     for (i, p) in pieces(&text, env_num("FAKE_DELTAS", 3) as usize).iter().enumerate() {
         if !interval.is_zero() {
@@ -283,4 +373,91 @@ async fn turn(state: Shared, id: Value, session: String, cwd: String, prompt: St
         s.active.remove(&session);
     }
     reply(&id, json!({"stopReason": "end_turn"}));
+}
+
+/// A call of kd's `tool` in a prompt, as the adapter makes it: its
+/// `tool_call` updates, a permission request when the adapter needs one
+/// (claude-code-acp: unless `_meta` allowed `mcp__kd`; codex-acp: unless
+/// the tool is annotated as needing none), then the call. The result's
+/// text; `Err` when claude-code-acp's call was rejected (the prompt fails).
+async fn call_tool(state: &Shared, session: &str, tool: &str, arguments: &Value) -> Result<String, ()> {
+    let Some(server) = server_of(state, session).await else {
+        mcp::record(json!({"error": "no MCP server kd was configured"}));
+        return Ok("(no MCP server kd was configured)".to_string());
+    };
+    let allowed =
+        state.lock().ok().and_then(|s| s.sessions.get(session).map(|s| s.allowed.clone())).unwrap_or_default();
+    let cli = flavour();
+    let call_id = "call_fakemcp01";
+    let mut server = server.lock().await;
+    let needs = match cli {
+        mcp::Cli::CodexAcp => {
+            update(
+                session,
+                json!({"sessionUpdate": "tool_call", "toolCallId": call_id, "title": format!("Tool: kd/{tool}"),
+                                   "status": "in_progress", "rawInput": {"server": "kd", "tool": tool, "arguments": arguments}}),
+            );
+            let annotated = server.tool(tool).is_some_and(|t| {
+                let hint = |k: &str| t.pointer(&format!("/annotations/{k}")).and_then(Value::as_bool);
+                hint("readOnlyHint") == Some(true)
+                    || (hint("readOnlyHint") == Some(false)
+                        && hint("destructiveHint") == Some(false)
+                        && hint("openWorldHint") == Some(false))
+            });
+            !annotated
+        }
+        _ => {
+            let announce = |input: Value| {
+                json!({"_meta": {"claudeCode": {"toolName": format!("mcp__kd__{tool}")}},
+                "toolCallId": call_id, "sessionUpdate": "tool_call", "rawInput": input, "status": "pending",
+                "title": format!("mcp__kd__{tool}"), "kind": "other", "content": []})
+            };
+            update(session, announce(json!({})));
+            update(session, announce(arguments.clone()));
+            !mcp::claude_allows(&allowed, tool)
+        }
+    };
+    if needs {
+        let chosen = match cli {
+            mcp::Cli::CodexAcp => {
+                let options = json!([{"optionId": "approved", "name": "Allow", "kind": "allow_once"},
+                                     {"optionId": "approved-for-session", "name": "Allow for this session", "kind": "allow_always"},
+                                     {"optionId": "approved-always", "name": "Allow and don't ask again", "kind": "allow_always"},
+                                     {"optionId": "cancel", "name": "Cancel", "kind": "reject_once"}]);
+                let tool_call = json!({"toolCallId": call_id, "status": "pending", "title": "Approve MCP tool call",
+                    "rawInput": {"server_name": "kd", "id": format!("mcp_tool_call_approval_{call_id}"),
+                                 "request": {"message": format!("Allow the kd MCP server to run tool \"{tool}\"?")}}});
+                ask(
+                    state,
+                    json!(format!("fake-approval-{}", ASKED.fetch_add(1, Ordering::Relaxed))),
+                    session,
+                    tool_call,
+                    options,
+                )
+                .await
+            }
+            _ => {
+                ask_permission(
+                    state,
+                    session,
+                    &json!({"toolCallId": call_id, "rawInput": arguments, "title": format!("mcp__kd__{tool}")}),
+                )
+                .await
+            }
+        };
+        record(json!({"permission": chosen, "kind": "mcp", "tool": tool}));
+        if !(chosen.starts_with("allow") || chosen.starts_with("approved")) {
+            update(session, json!({"toolCallId": call_id, "sessionUpdate": "tool_call_update", "status": "failed"}));
+            mcp::record(json!({"refused": chosen, "call": {"tool": tool, "arguments": arguments}}));
+            return if cli == mcp::Cli::CodexAcp { Ok("user rejected MCP tool call".to_string()) } else { Err(()) };
+        }
+    }
+    let out = mcp::call_on(&mut server, tool, arguments, |_| None).await;
+    update(
+        session,
+        json!({"toolCallId": call_id, "sessionUpdate": "tool_call_update", "status": "completed",
+                           "content": [{"type": "content", "content": {"type": "text", "text": out.text}}]}),
+    );
+    mcp::record(out.record);
+    Ok(out.text)
 }

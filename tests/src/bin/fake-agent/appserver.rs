@@ -11,6 +11,9 @@
 //! `FAKE_SILENT=METHOD` never answers that request (`initialize`,
 //! `thread/start`, …), recording `{"silent": METHOD, "pid": …}`;
 //! `FAKE_IGNORE_EOF` keeps it running after stdin closes.
+//! `thread/unsubscribe` unloads a thread (its MCP server ends with it,
+//! `thread/closed` follows) and appends `{"unsubscribed": THREAD}` to the
+//! file `FAKE_RECORD_UNLOAD` names.
 //! Every turn's answer follows the same `FAKE_*` knobs as the other formats;
 //! `FAKE_RECORD` gets one line per turn (`stdin` is the prompt, `thread`
 //! the codex thread, `resumed` whether it came from `thread/resume`,
@@ -23,7 +26,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{env, env_num, hold, now_us, pieces};
+use super::{env, env_num, hold, mcp, now_us, pieces};
 
 #[derive(Default)]
 struct Thread {
@@ -33,6 +36,11 @@ struct Thread {
     resumed: bool,
     /// The running turn: its id and its task.
     active: Option<(String, tokio::task::AbortHandle)>,
+    /// kd's MCP server as the thread was opened with it (`config`), and the
+    /// server, started then when `FAKE_MCP_CALL` asks for a call, kept
+    /// while the thread stays loaded (as codex keeps it).
+    mcp: Option<mcp::Given>,
+    server: Option<Arc<tokio::sync::Mutex<mcp::Session>>>,
 }
 
 #[derive(Default)]
@@ -171,9 +179,33 @@ pub async fn serve(args: Vec<String>) -> i32 {
                     json!({"summary": "Codex could not find bubblewrap on PATH.", "details": null}),
                 );
                 note(&state, "remoteControl/status/changed", json!({"status": "disabled", "serverName": "fake"}));
+                let given = params.get("config").and_then(mcp::from_codex_config);
+                // A thread already loaded keeps its server; one opened now
+                // starts the server it is given (codex: at thread/start).
+                let loaded = state.lock().ok().and_then(|s| s.threads.get(&thread).and_then(|t| t.server.clone()));
+                let server = match (&loaded, &given) {
+                    (Some(_), _) => loaded.clone(),
+                    (None, Some(g)) if mcp::starts() => match mcp::start_noted(g, mcp::Cli::Codex).await {
+                        Ok(session) => Some(Arc::new(tokio::sync::Mutex::new(session))),
+                        Err(e) => {
+                            note(
+                                &state,
+                                "mcpServer/startupStatus/updated",
+                                json!({"threadId": thread, "name": "kd", "status": "failed", "error": e}),
+                            );
+                            None
+                        }
+                    },
+                    _ => None,
+                };
                 if let Ok(mut s) = state.lock() {
                     let policy = (params["sandbox"].clone(), params["approvalPolicy"].clone());
-                    s.threads.insert(thread.clone(), Thread { cwd: cwd.clone(), resumed, policy, active: None });
+                    let kept = s.threads.get(&thread).and_then(|t| t.mcp.clone());
+                    let mcp = if loaded.is_some() { kept } else { given };
+                    s.threads.insert(
+                        thread.clone(),
+                        Thread { cwd: cwd.clone(), resumed, policy, active: None, mcp, server },
+                    );
                 }
                 reply(&id, json!({"thread": thread_json(&thread, &cwd), "model": "fake", "cwd": cwd}));
                 if !resumed {
@@ -206,6 +238,28 @@ pub async fn serve(args: Vec<String>) -> i32 {
                         {
                             t.active = Some((turn, task.abort_handle()));
                         }
+                    }
+                }
+            }
+            "thread/unsubscribe" => {
+                let thread = params.get("threadId").and_then(Value::as_str).unwrap_or_default().to_string();
+                let gone = state.lock().ok().and_then(|mut s| s.threads.remove(&thread));
+                match gone {
+                    None => reply(&id, json!({"status": "notLoaded"})),
+                    Some(t) => {
+                        // Unloaded: its MCP server ends with it.
+                        if let Some(server) = t.server
+                            && let Ok(server) = Arc::try_unwrap(server)
+                        {
+                            server.into_inner().close().await;
+                        }
+                        if let Some(path) = env("FAKE_RECORD_UNLOAD")
+                            && let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path)
+                        {
+                            let _ = f.write_all(format!("{}\n", json!({"unsubscribed": thread})).as_bytes());
+                        }
+                        reply(&id, json!({"status": "unsubscribed"}));
+                        note(&state, "thread/closed", json!({"threadId": thread}));
                     }
                 }
             }
@@ -253,13 +307,14 @@ pub async fn serve(args: Vec<String>) -> i32 {
 /// One `FAKE_RECORD` line for a turn.
 fn record(args: &[String], state: &Shared, thread: &str, turn: &str, prompt: &str, steered: bool) {
     let Some(path) = env("FAKE_RECORD") else { return };
-    let (cwd, resumed, (sandbox, approval)) = state
+    let (cwd, resumed, (sandbox, approval), given) = state
         .lock()
         .ok()
-        .and_then(|s| s.threads.get(thread).map(|t| (t.cwd.clone(), t.resumed, t.policy.clone())))
+        .and_then(|s| s.threads.get(thread).map(|t| (t.cwd.clone(), t.resumed, t.policy.clone(), t.mcp.clone())))
         .unwrap_or_default();
     let line = json!({"argv": args, "stdin": prompt, "cwd": cwd, "pid": std::process::id(), "thread": thread,
-                      "turn": turn, "resumed": resumed, "steered": steered, "sandbox": sandbox, "approval": approval});
+                      "turn": turn, "resumed": resumed, "steered": steered, "sandbox": sandbox, "approval": approval,
+                      "mcp": given.as_ref().map(mcp::Given::record), "env": mcp::kd_env()});
     if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
         let _ = f.write_all(format!("{line}\n").as_bytes());
     }
@@ -327,10 +382,12 @@ async fn run_turn(state: Shared, thread: String, turn: String, prompt: String) {
         None => String::new(),
     };
     let name = env("FAKE_NAME").unwrap_or_else(|| "fake".into());
-    let mut text = super::answer_for(&prompt, &name)
-        .replace("{run}", ran.trim())
-        .replace("{pid}", &std::process::id().to_string())
-        .replace("{turn}", &turn);
+    let answer = match mcp::wanted() {
+        Some((tool, arguments)) => format!("Tool said: {}", call_tool(&state, &thread, &turn, &tool, &arguments).await),
+        None => super::answer_for(&prompt, &name),
+    };
+    let mut text =
+        answer.replace("{run}", ran.trim()).replace("{pid}", &std::process::id().to_string()).replace("{turn}", &turn);
     if env("FAKE_ECHO_LABEL").is_some() {
         text = format!("{name}: {text}");
     }
@@ -375,4 +432,46 @@ async fn run_turn(state: Shared, thread: String, turn: String, prompt: String) {
     );
     note(&state, "account/rateLimits/updated", json!({"rateLimits": {"limitId": "codex"}}));
     end("completed", Value::Null);
+}
+
+/// A call of kd's `tool` in a turn, as codex makes it: an `mcpToolCall`
+/// item, refused under approval `never` unless kd approved the server's
+/// tools (or they are annotated as needing no approval). The result's text.
+async fn call_tool(state: &Shared, thread: &str, turn: &str, tool: &str, arguments: &Value) -> String {
+    let (given, server, approval) = state
+        .lock()
+        .ok()
+        .and_then(|s| s.threads.get(thread).map(|t| (t.mcp.clone(), t.server.clone(), t.policy.1.clone())))
+        .unwrap_or_default();
+    let (Some(given), Some(server)) = (given, server) else {
+        mcp::record(json!({"error": "no MCP server kd was configured"}));
+        return "(no MCP server kd was configured)".to_string();
+    };
+    let ids = json!({"threadId": thread, "turnId": turn});
+    let item = |status: &str, result: Value, error: Value| {
+        json!({"type": "mcpToolCall", "id": format!("{turn}-mcp"), "server": "kd", "tool": tool, "status": status,
+               "arguments": arguments, "result": result, "error": error})
+    };
+    let with = |item: Value| {
+        let mut p = ids.clone();
+        p["item"] = item;
+        p
+    };
+    note(state, "item/started", with(item("inProgress", Value::Null, Value::Null)));
+    let mut session = server.lock().await;
+    let never = approval == "never";
+    let out = mcp::call_on(&mut session, tool, arguments, |s| {
+        (never && !s.tool(tool).is_some_and(|t| mcp::codex_approves(&given, t)))
+            .then(|| mcp::NEEDS_APPROVAL.to_string())
+    })
+    .await;
+    let failed = out.record.get("result").is_none();
+    let done = if failed {
+        item("failed", Value::Null, json!({"message": out.text}))
+    } else {
+        item("completed", json!({"content": [{"type": "text", "text": out.text}]}), Value::Null)
+    };
+    note(state, "item/completed", with(done));
+    mcp::record(out.record);
+    out.text
 }

@@ -31,6 +31,13 @@
 //! | `FAKE_RECORD` | append `{argv, stdin, cwd, pid}` as a JSON line to this file |
 //! | `FAKE_RULES` | a JSON list of `[needle, answer]`: the answer of the first needle found in the prompt (stdin and argv) replaces `FAKE_TEXT` |
 //! | `FAKE_RUN` | a shell command run first (as an agent runs tools); `{run}` in the answer becomes its output |
+//! | `FAKE_MCP_CALL` | `TOOL ARGUMENTS`: start kd's MCP server as the CLI was given it, call the tool, answer `Tool said: TEXT` (see `mcp.rs`) |
+//! | `FAKE_MCP_START` | start kd's MCP server as the CLI does (`initialize`, `tools/list`) without calling a tool |
+//! | `FAKE_ACP` | `codex-acp` to play codex-acp's MCP client and permission requests (default: claude-code-acp's) |
+//!
+//! `FAKE_RECORD` lines also carry `mcp` (kd's MCP server as the fake was
+//! given it, or null), `allowed` (claude's `--allowedTools`) and `env` (its
+//! `KD_*` variables); a call adds a line `{"mcp": …}`.
 //!
 //! In any answer, `{label:TEXT}` becomes the label heading the part of the
 //! prompt where TEXT appears (the nearest `Response X:` line before it), so
@@ -40,13 +47,15 @@
 //! `fake-agent app-server …` plays `codex app-server` (see `appserver.rs`;
 //! like codex it refuses, at start, a flag it does not take, such as
 //! `codex exec`'s `--skip-git-repo-check`),
-//! `fake-agent acp` an Agent Client Protocol agent (see `acp.rs`).
+//! `fake-agent acp` an Agent Client Protocol agent (see `acp.rs`),
+//! `fake-agent mcp` a stand-in for `kd mcp` (see `mcp.rs`).
 //!
 //! On SIGINT a claude-format fake reports its partial answer in a result
 //! line and exits 130, as Claude Code does; otherwise SIGINT/SIGTERM end it.
 
 mod acp;
 mod appserver;
+mod mcp;
 
 use std::io::{Read, Write};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -333,6 +342,9 @@ async fn main() {
         }
         std::process::exit(appserver::serve(args).await);
     }
+    if args.first().map(String::as_str) == Some("mcp") {
+        std::process::exit(mcp::stand_in().await);
+    }
     if args.first().map(String::as_str) == Some("acp") {
         // An agent that fails at start (a missing package, a bad flag).
         if let Some(e) = env("FAKE_STDERR") {
@@ -345,17 +357,29 @@ async fn main() {
     }
     let mut stdin = String::new();
     let _ = std::io::stdin().read_to_string(&mut stdin);
-    if let Some(path) = env("FAKE_RECORD") {
-        let record = json!({"argv": args, "stdin": stdin, "cwd": cwd(), "pid": std::process::id()});
-        // One write of the whole line: concurrent fakes append to one file.
-        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
-            let _ = f.write_all(format!("{record}\n").as_bytes());
+    let format = format_of(&args);
+    // kd's MCP server, where each CLI takes it.
+    let (given, allowed, cli) = match format {
+        Format::Claude => {
+            let (given, allowed) = mcp::from_claude_args(&args);
+            (given, allowed, mcp::Cli::Claude)
         }
-    }
+        Format::Codex => (mcp::from_codex_args(&args), vec![], mcp::Cli::Codex),
+        Format::Gemini => (mcp::from_gemini(), vec![], mcp::Cli::Gemini),
+        Format::Cursor | Format::Text => (None, vec![], mcp::Cli::Claude),
+    };
+    // gemini's settings file as it was when the run started.
+    let gemini = std::env::var("GEMINI_CLI_SYSTEM_DEFAULTS_PATH").ok().map(|path| {
+        let settings =
+            std::fs::read_to_string(&path).ok().and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
+        json!({"path": path, "settings": settings})
+    });
+    record_line(json!({"argv": args, "stdin": stdin, "cwd": cwd(), "pid": std::process::id(),
+                       "mcp": given.as_ref().map(mcp::Given::record), "allowed": allowed, "env": mcp::kd_env(),
+                       "gemini_defaults": gemini}));
     if let Some(e) = env("FAKE_STDERR") {
         eprintln!("{e}");
     }
-    let format = format_of(&args);
     let name = env("FAKE_NAME").unwrap_or_else(|| "fake".into());
     let out = Out {
         format,
@@ -404,7 +428,41 @@ async fn main() {
             })
             .map(|o| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
             .unwrap_or_default();
-        let mut text = answer_for(&prompt, &name)
+        // The server starts with the CLI (kept until it exits: its stdin
+        // closes with this process).
+        let _server = match (&given, mcp::wanted()) {
+            (Some(given), None) if mcp::starts() => mcp::start_noted(given, cli).await.ok(),
+            _ => None,
+        };
+        let tool_said = match (mcp::wanted(), &given) {
+            (Some((tool, arguments)), Some(given)) => {
+                let refusal = |s: &mcp::Session| match cli {
+                    mcp::Cli::Claude if !mcp::claude_allows(&allowed, &tool) => Some(format!(
+                        "Claude requested permissions to use mcp__kd__{tool}, but you haven't granted it yet."
+                    )),
+                    mcp::Cli::Codex if !s.tool(&tool).is_some_and(|t| mcp::codex_approves(given, t)) => {
+                        Some(mcp::NEEDS_APPROVAL.to_string())
+                    }
+                    mcp::Cli::Gemini if !given.trust => Some(format!(
+                        "Tool \"{tool}\" of server kd needs confirmation, which headless gemini cannot ask"
+                    )),
+                    _ => None,
+                };
+                let out = mcp::call_once(given, cli, &tool, &arguments, refusal).await;
+                mcp::record(out.record);
+                Some(out.text)
+            }
+            (Some(_), None) => {
+                mcp::record(json!({"error": "no MCP server kd was configured"}));
+                Some("(no MCP server kd was configured)".to_string())
+            }
+            _ => None,
+        };
+        let answer = match tool_said {
+            Some(said) => format!("Tool said: {said}"),
+            None => answer_for(&prompt, &name),
+        };
+        let mut text = answer
             .replace("{run}", ran.trim())
             .replace("{pid}", &std::process::id().to_string())
             .replace("{turn}", &std::process::id().to_string())
@@ -475,6 +533,16 @@ async fn main() {
                 std::process::exit(143);
             }
         }
+    }
+}
+
+/// Appends `line` to `FAKE_RECORD`, in one write: concurrent fakes append
+/// to one file.
+fn record_line(line: serde_json::Value) {
+    if let Some(path) = env("FAKE_RECORD")
+        && let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path)
+    {
+        let _ = f.write_all(format!("{line}\n").as_bytes());
     }
 }
 
