@@ -120,3 +120,97 @@ fn slugs_are_githubs() {
     assert_eq!(slug("`daemon.hello`"), "daemonhello");
     assert_eq!(slug("The crash loop"), "the-crash-loop");
 }
+
+/// JSON with `//` comments to the end of a line (the docs' `jsonc`
+/// blocks) as plain JSON.
+fn without_comments(jsonc: &str) -> String {
+    let mut out = String::new();
+    for line in jsonc.lines() {
+        let (mut in_string, mut escaped, mut end) = (false, false, line.len());
+        for (i, c) in line.char_indices() {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' if in_string => escaped = true,
+                '"' => in_string = !in_string,
+                '/' if !in_string && line[i..].starts_with("//") => {
+                    end = i;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        out.push_str(&line[..end]);
+        out.push('\n');
+    }
+    out
+}
+
+/// The JSON configuration examples of README.md and docs/: every fenced
+/// `json` or `jsonc` block whose keys are all top-level configuration keys,
+/// with where it is.
+fn configuration_examples() -> Vec<(String, serde_json::Value)> {
+    const KEYS: [&str; 6] = ["council", "agents", "prompts", "peasant", "lord", "lifecycle"];
+    let mut examples = Vec::new();
+    for page in pages() {
+        let text = std::fs::read_to_string(&page).expect("a page");
+        let mut block: Option<String> = None;
+        for event in Parser::new_ext(&text, Options::ENABLE_TABLES) {
+            match event {
+                Event::Start(Tag::CodeBlock(pulldown_cmark::CodeBlockKind::Fenced(lang)))
+                    if matches!(&*lang, "json" | "jsonc") =>
+                {
+                    block = Some(String::new())
+                }
+                Event::Text(t) => {
+                    if let Some(b) = block.as_mut() {
+                        b.push_str(&t)
+                    }
+                }
+                Event::End(TagEnd::CodeBlock) => {
+                    let Some(b) = block.take() else { continue };
+                    let Ok(serde_json::Value::Object(o)) =
+                        serde_json::from_str::<serde_json::Value>(&without_comments(&b))
+                    else {
+                        continue;
+                    };
+                    if !o.is_empty() && o.keys().all(|k| KEYS.contains(&k.as_str())) {
+                        examples.push((page.display().to_string(), serde_json::Value::Object(o)));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    examples
+}
+
+/// Every configuration example of the docs is one kdd takes as it is:
+/// `kd config check` accepts it with no warning but that a program it
+/// names is not installed here.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_configuration_example_in_the_docs_is_accepted() {
+    let examples = configuration_examples();
+    assert!(examples.len() >= 6, "the README and docs/configuration.md show configurations: {examples:?}");
+    let kdd = kd_tests::Kdd::start();
+    for (page, example) in examples {
+        let ws = kd_tests::Workspace::new(&[]);
+        ws.write_config(&example);
+        let mut cmd = kdd.kd();
+        cmd.current_dir(ws.dir.path()).args(["config", "check"]);
+        let out = kd_tests::run(cmd).await;
+        assert!(out.status.success(), "{page}: {example}\n{}{}", out.stdout, out.stderr);
+        let warnings: Vec<&str> = out
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with("warning: ") && !l.contains("not found") && !l.contains("no kd found"))
+            .collect();
+        assert!(warnings.is_empty(), "{page}: {example}\n{}", out.stdout);
+    }
+}
+
+#[test]
+fn comments_are_taken_out_of_jsonc_but_not_out_of_strings() {
+    let jsonc = "{\"a\": \"http://x\", // the default\n \"b\": \"\\\"//\"}";
+    let json: serde_json::Value = serde_json::from_str(&without_comments(jsonc)).expect(jsonc);
+    assert_eq!(json, serde_json::json!({"a": "http://x", "b": "\"//"}));
+}
