@@ -32,10 +32,12 @@ pub mod page;
 pub mod paths;
 pub mod title;
 pub mod types;
+pub mod work;
 
 pub use api::{KdApiClient, KdApiServer, RpcResult};
 pub use error::ErrorCode;
 pub use member::{MemberApiClient, MemberApiServer};
+pub use work::{WorkApiClient, WorkApiServer};
 
 /// Version of the wire protocol, independent of the release version. A
 /// client refuses a daemon that speaks another one.

@@ -549,6 +549,9 @@ pub enum ThreadEvent {
     /// The thread's status changed (F-L2): `reason` is `age` (the reaper),
     /// `message` (a message revived it), `archive` or `unarchive` (asked).
     Status { status: ThreadStatus, reason: String },
+    /// A member's work moved (F-W1..W6): kd committed its changes, or the
+    /// King accepted, rejected or removed it.
+    Work { worktree: Box<crate::work::Worktree> },
 }
 
 /// One hit of `search.query`: a message, or a thread by its title or summary.

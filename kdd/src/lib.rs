@@ -39,6 +39,7 @@ pub mod coord;
 pub mod council;
 pub mod db;
 pub mod doctor;
+pub mod git;
 pub mod hub;
 pub mod identity;
 pub mod lifecycle;

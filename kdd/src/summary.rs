@@ -50,6 +50,7 @@ async fn by_member(c: &Council, thread: &Thread, config: &Config) -> Option<Summ
         timeout: None,
         client: None,
         prompt: Some(format!("{SUMMARY_PROMPT}\n\n{history}")),
+        work: Default::default(),
     };
     let place = Place { purpose: Some(Purpose::Summary), ..Place::default() };
     let run = launch.start(c, member, place)?.into_run();

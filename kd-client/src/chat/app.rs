@@ -349,6 +349,9 @@ impl App {
                     self.dirty = true;
                 }
             }
+            // Shown under the member's panel once the chat knows work
+            // (issue 23).
+            ThreadEvent::Work { .. } => {}
             ThreadEvent::Status { status, .. } => {
                 self.thread.status = *status;
                 if *status == kd_proto::types::ThreadStatus::Archived {

@@ -192,7 +192,10 @@ impl View {
                     message.run.as_ref().and_then(|m| m.run_id.as_deref()).is_some_and(|id| self.index(id).is_some())
                         || self.is_note(message)
                 }
-                ThreadEvent::Lagged { .. } | ThreadEvent::Emergency { .. } | ThreadEvent::Status { .. } => true,
+                ThreadEvent::Lagged { .. }
+                | ThreadEvent::Emergency { .. }
+                | ThreadEvent::Status { .. }
+                | ThreadEvent::Work { .. } => true,
             };
             if ours {
                 writeln!(out, "{}", serde_json::to_string(e).unwrap_or_default())?;

@@ -28,4 +28,26 @@ pub struct Spec {
     /// The `kd` that serves the run's MCP server (`kd mcp`, see
     /// [`super::mcp`]); none: the run goes without kd's tools.
     pub kd: Option<PathBuf>,
+    /// The run works (F-W1): writable in the member's own worktree and
+    /// nowhere else; none: it advises, read-only, in the King's tree.
+    pub work: Option<WorkRun>,
+}
+
+/// A run of a member in its worktree of a work thread (F-W1..W6).
+#[derive(Debug, Clone)]
+pub struct WorkRun {
+    /// The worktree: the run's working directory, the only place it may
+    /// write.
+    pub dir: PathBuf,
+    /// The repository's top-level directory (the King's tree), which the
+    /// run must not write; git's lock is taken by it.
+    pub repo: PathBuf,
+    /// `kd/<thread>/<member>`, and the commit it started at.
+    pub branch: String,
+    pub base: String,
+    /// The task: the message of the commits kd makes of the run's changes.
+    pub task: String,
+    /// The worktree was just made: copy `work.copy` into it and run
+    /// `work.setup` before the agent starts.
+    pub fresh: bool,
 }

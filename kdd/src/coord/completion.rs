@@ -108,6 +108,7 @@ pub async fn complete(co: &Coord, p: Params) -> Result<Completion, ErrorObjectOw
         timeout: None,
         client: p.client,
         prompt: None,
+        work: Default::default(),
     };
     let place = Place { reply_to: Some(seq), round: Some(1), exchange: Some(seq), replaces: None, purpose: None };
     let runs: Vec<Arc<Run>> =

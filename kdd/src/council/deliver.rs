@@ -90,6 +90,7 @@ pub async fn deliver(c: &Arc<Council>, r: Request) -> DbResult<Delivered> {
         timeout: None,
         client: r.client,
         prompt: None,
+        work: super::work_runs(db, &r.thread.id).await?,
     };
     let place = Place {
         reply_to: Some(routed.message.seq),

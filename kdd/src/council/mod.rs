@@ -12,6 +12,7 @@ pub mod hops;
 pub mod retry;
 pub mod send;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +21,7 @@ use kd_proto::types::{Style, Thread, ThreadEvent};
 
 use crate::agent::Runner;
 use crate::agent::registry::{Claim, Place, Run};
+use crate::agent::spec::WorkRun;
 use crate::agent::supervisor::{self, Spec};
 use crate::client::ClientId;
 use crate::config::Config;
@@ -63,6 +65,37 @@ pub struct Launch {
     /// A prompt of its own instead of the thread (a ballot or a synthesis
     /// of `completion.agents`), after the preamble and the agent's prompt.
     pub prompt: Option<String>,
+    /// The worktrees of the thread's members who work (F-W1): their runs
+    /// answering the thread work there, writable; runs with a prompt of
+    /// their own (ballots, syntheses, reviews) advise, read-only.
+    pub work: WorkRuns,
+}
+
+/// The worktree each member works in, on a work thread.
+pub type WorkRuns = Arc<BTreeMap<String, WorkRun>>;
+
+/// The worktrees of `thread`'s members whose work is not settled (a member
+/// whose work was accepted, rejected or removed advises again, read-only).
+pub async fn work_runs(db: &crate::db::Db, thread: &str) -> crate::db::DbResult<WorkRuns> {
+    let id = thread.to_string();
+    let trees = db.read(move |conn| crate::db::work::of_thread(conn, &id)).await?;
+    Ok(Arc::new(
+        trees
+            .into_iter()
+            .filter(|w| !w.state.is_settled() && w.removed_at_ms.is_none())
+            .map(|w| {
+                let run = WorkRun {
+                    dir: PathBuf::from(&w.path),
+                    repo: PathBuf::from(&w.repo),
+                    branch: w.branch,
+                    base: w.base,
+                    task: w.task,
+                    fresh: false,
+                };
+                (w.member, run)
+            })
+            .collect(),
+    ))
 }
 
 impl Launch {
@@ -102,6 +135,7 @@ impl Launch {
             max_answer_bytes: self.config.council.max_answer_bytes,
             members: self.config.council.members.clone(),
             prompt: self.prompt.clone(),
+            work: self.prompt.is_none().then(|| self.work.get(member).cloned()).flatten(),
         };
         match &claim {
             Claim::New(run) => {

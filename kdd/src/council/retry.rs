@@ -46,7 +46,8 @@ pub async fn retry(
             (last.kind == MessageKind::Error).then(|| (member.clone(), (*last).clone()))
         })
         .collect();
-    let launch = Launch { thread, config, style, timeout, client, prompt: None };
+    let work = super::work_runs(&c.agents.db, &thread.id).await?;
+    let launch = Launch { thread, config, style, timeout, client, prompt: None, work };
     let mut runs = Vec::new();
     for (member, message) in failed {
         let place = Place {

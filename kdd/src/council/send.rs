@@ -122,7 +122,9 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
         )
     });
     let turns: Vec<String> = config.council.members.iter().filter(|m| !req.mute.contains(m)).cloned().collect();
-    let launch = Launch { thread, config, style: req.style, timeout: req.timeout, client: req.client, prompt: None };
+    let work = super::work_runs(db, &thread.id).await?;
+    let launch =
+        Launch { thread, config, style: req.style, timeout: req.timeout, client: req.client, prompt: None, work };
     let ex = Arc::new(Exchange::new(launch.thread.id.clone(), message.seq));
     // The new exchange replaces (stops) the thread's pending one.
     c.exchanges.begin(ex.clone());

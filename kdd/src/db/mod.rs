@@ -32,6 +32,7 @@ pub mod schema;
 pub mod search;
 pub mod sessions;
 pub mod threads;
+pub mod work;
 mod writer;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,214 @@
+//! The registry of members' worktrees (F-W1..W6): one row per member a task
+//! was given to, on its work thread — where its worktree and branch are,
+//! the commit it was made at and the last one kd made, where the work
+//! stands — and, on a work run, the commit kd made of its changes.
+
+use kd_proto::work::{WorkState, Worktree};
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use super::{DbError, DbResult};
+
+const COLUMNS: &str = "thread_id, member, task, repo, path, branch, base, head, state, files, added, removed, \
+                       removed_at, created_at";
+
+fn row(r: &Row<'_>) -> rusqlite::Result<Worktree> {
+    let state: String = r.get(8)?;
+    Ok(Worktree {
+        thread: r.get(0)?,
+        member: r.get(1)?,
+        task: r.get(2)?,
+        repo: r.get(3)?,
+        path: r.get(4)?,
+        branch: r.get(5)?,
+        base: r.get(6)?,
+        head: r.get(7)?,
+        state: WorkState::parse(&state).unwrap_or(WorkState::Done),
+        files: r.get::<_, i64>(9)?.clamp(0, u32::MAX as i64) as u32,
+        added: r.get::<_, i64>(10)?.max(0) as u64,
+        removed: r.get::<_, i64>(11)?.max(0) as u64,
+        removed_at_ms: r.get(12)?,
+        created_at_ms: r.get(13)?,
+    })
+}
+
+/// Records a member's new worktree (`vote`: the task is a best-of-N).
+pub fn insert(conn: &Connection, w: &Worktree, vote: bool) -> DbResult<()> {
+    conn.prepare_cached(
+        "INSERT INTO worktrees (thread_id, member, task, repo, path, branch, base, head, state, files, added, \
+         removed, vote, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+    )?
+    .execute(params![
+        w.thread,
+        w.member,
+        w.task,
+        w.repo,
+        w.path,
+        w.branch,
+        w.base,
+        w.head,
+        w.state.as_str(),
+        w.files,
+        w.added as i64,
+        w.removed as i64,
+        vote,
+        w.created_at_ms
+    ])?;
+    Ok(())
+}
+
+/// The member's worktree on the thread.
+pub fn get(conn: &Connection, thread: &str, member: &str) -> DbResult<Option<Worktree>> {
+    Ok(conn
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM worktrees WHERE thread_id = ?1 AND member = ?2"))?
+        .query_row(params![thread, member], row)
+        .optional()?)
+}
+
+/// The thread's worktrees, in the order they were made.
+pub fn of_thread(conn: &Connection, thread: &str) -> DbResult<Vec<Worktree>> {
+    let mut stmt = conn
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM worktrees WHERE thread_id = ?1 ORDER BY created_at, member"))?;
+    let rows = stmt.query_map(params![thread], row)?.collect::<Result<Vec<_>, _>>()?;
+    Ok(rows)
+}
+
+/// Every worktree of the repository at `repo` (its top-level directory),
+/// or of every repository, newest first.
+pub fn list(conn: &Connection, repo: Option<&str>) -> DbResult<Vec<Worktree>> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM worktrees WHERE ?1 IS NULL OR repo = ?1 ORDER BY created_at DESC, thread_id, member"
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map(params![repo], row)?.collect::<Result<Vec<_>, _>>()?;
+    Ok(rows)
+}
+
+/// The worktrees still on disk whose work is in flight or not settled
+/// (working or done), of every thread.
+pub fn unsettled(conn: &Connection) -> DbResult<Vec<Worktree>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM worktrees WHERE removed_at IS NULL AND (state = 'working' OR state = 'done') \
+         ORDER BY created_at"
+    ))?;
+    let rows = stmt.query_map([], row)?.collect::<Result<Vec<_>, _>>()?;
+    Ok(rows)
+}
+
+/// Whether the thread's task is a best-of-N.
+pub fn is_vote(conn: &Connection, thread: &str) -> DbResult<bool> {
+    Ok(conn
+        .prepare_cached("SELECT max(vote) FROM worktrees WHERE thread_id = ?1")?
+        .query_row(params![thread], |r| r.get::<_, Option<bool>>(0))?
+        .unwrap_or(false))
+}
+
+/// Sets where the member's work stands.
+pub fn set_state(conn: &Connection, thread: &str, member: &str, state: WorkState) -> DbResult<()> {
+    let n = conn
+        .prepare_cached("UPDATE worktrees SET state = ?3 WHERE thread_id = ?1 AND member = ?2")?
+        .execute(params![thread, member, state.as_str()])?;
+    if n == 0 {
+        return Err(DbError::NotFound(format!("no work of {member} on thread {thread}")));
+    }
+    Ok(())
+}
+
+/// The branch's new head and the diff's size from the base.
+pub fn set_head(
+    conn: &Connection,
+    thread: &str,
+    member: &str,
+    head: &str,
+    (files, added, removed): (u32, u64, u64),
+) -> DbResult<()> {
+    conn.prepare_cached(
+        "UPDATE worktrees SET head = ?3, files = ?4, added = ?5, removed = ?6 WHERE thread_id = ?1 AND member = ?2",
+    )?
+    .execute(params![thread, member, head, files, added as i64, removed as i64])?;
+    Ok(())
+}
+
+/// The worktree is gone from disk.
+pub fn set_removed(conn: &Connection, thread: &str, member: &str, now: i64) -> DbResult<()> {
+    conn.prepare_cached("UPDATE worktrees SET removed_at = ?3 WHERE thread_id = ?1 AND member = ?2")?
+        .execute(params![thread, member, now])?;
+    Ok(())
+}
+
+/// Records on a run the commit kd made of its changes (none: nothing
+/// changed) and what the run should say about its work.
+pub fn set_run_work(conn: &Connection, run: &str, commit: Option<&str>, note: Option<&str>) -> DbResult<()> {
+    conn.prepare_cached("UPDATE runs SET work_commit = ?2, work_note = ?3 WHERE id = ?1")?
+        .execute(params![run, commit, note])?;
+    Ok(())
+}
+
+/// The commit kd made of a run's changes, and its note.
+pub fn run_work(conn: &Connection, run: &str) -> DbResult<(Option<String>, Option<String>)> {
+    Ok(conn
+        .prepare_cached("SELECT work_commit, work_note FROM runs WHERE id = ?1")?
+        .query_row(params![run], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?
+        .unwrap_or((None, None)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn db() -> Connection {
+        let mut conn = Connection::open_in_memory().unwrap();
+        crate::db::schema::configure(&conn).unwrap();
+        crate::db::schema::migrate(&mut conn, std::path::Path::new(":memory:")).unwrap();
+        conn.execute("INSERT INTO threads (id, workspace, created_at, last_activity_at) VALUES ('t1', '/w', 1, 1)", [])
+            .unwrap();
+        conn
+    }
+
+    fn tree(member: &str, at: i64) -> Worktree {
+        Worktree {
+            thread: "t1".into(),
+            member: member.into(),
+            task: "do it".into(),
+            repo: "/w".into(),
+            path: format!("/data/worktrees/w-t1/{member}"),
+            branch: format!("kd/t1/{member}"),
+            base: "b".repeat(40),
+            head: "b".repeat(40),
+            state: WorkState::Working,
+            files: 0,
+            added: 0,
+            removed: 0,
+            removed_at_ms: None,
+            created_at_ms: at,
+        }
+    }
+
+    #[test]
+    fn a_worktree_is_recorded_moved_on_and_settled() {
+        let conn = db();
+        insert(&conn, &tree("codex", 2), true).unwrap();
+        insert(&conn, &tree("claude", 1), true).unwrap();
+        assert!(insert(&conn, &tree("claude", 3), false).is_err(), "one worktree per member and thread");
+        assert_eq!(
+            of_thread(&conn, "t1").unwrap().iter().map(|w| w.member.as_str()).collect::<Vec<_>>(),
+            ["claude", "codex"]
+        );
+        assert!(is_vote(&conn, "t1").unwrap());
+        set_head(&conn, "t1", "claude", &"c".repeat(40), (2, 10, 3)).unwrap();
+        set_state(&conn, "t1", "claude", WorkState::Done).unwrap();
+        let w = get(&conn, "t1", "claude").unwrap().unwrap();
+        assert_eq!(
+            (w.head.as_str(), w.files, w.added, w.removed, w.state),
+            ("c".repeat(40).as_str(), 2, 10, 3, WorkState::Done)
+        );
+        assert_eq!(unsettled(&conn).unwrap().len(), 2);
+        set_state(&conn, "t1", "codex", WorkState::Rejected).unwrap();
+        assert_eq!(unsettled(&conn).unwrap().len(), 1);
+        set_removed(&conn, "t1", "claude", 9).unwrap();
+        assert!(unsettled(&conn).unwrap().is_empty());
+        assert!(set_state(&conn, "t1", "gemini", WorkState::Done).is_err());
+        assert_eq!(list(&conn, Some("/w")).unwrap().len(), 2);
+        assert!(list(&conn, Some("/v")).unwrap().is_empty());
+    }
+}

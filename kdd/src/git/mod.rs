@@ -1,0 +1,327 @@
+//! Git, as kd uses it for members' work (F-W1..W6): the `git` CLI driven
+//! by argv (never a shell), porcelain and `-z` output, so that the user's
+//! own configuration and hooks apply, as claude-squad does. Everything a
+//! repository is asked goes through one lock per repository (the commands
+//! that take its `index.lock` would otherwise fail each other), and every
+//! output is read to a bound.
+//!
+//! What kd needs and nothing more: the top-level directory and HEAD of the
+//! King's tree, a worktree on a new branch, committing all a member changed
+//! as the member, the diff of a branch from its base (stat and patch), a
+//! merge checked without touching any tree ([`merge_conflicts`]) and then
+//! made, removing a worktree and its branch.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use kd_proto::work::FileStat;
+use tokio::io::AsyncReadExt;
+
+use crate::identity::children::{self, Origin};
+
+/// Most bytes of a command's output kept, unless the caller bounds it.
+const OUTPUT: usize = 4 << 20;
+/// Most bytes of its standard error kept (the reason it failed).
+const ERRORS: usize = 16 << 10;
+
+/// A git command that failed, with what it said.
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    #[error("{dir} is not in a git repository; kd work needs one (git init, and a first commit)")]
+    NotARepository { dir: String },
+    #[error("{repo} has no commit yet: make a first commit before kd work")]
+    NoCommit { repo: String },
+    #[error("git {args}: {reason}")]
+    Failed { args: String, reason: String },
+    #[error("cannot run git: {0}")]
+    Spawn(std::io::Error),
+}
+
+pub type GitResult<T> = Result<T, GitError>;
+
+/// What a git command printed, and whether it succeeded.
+pub struct Output {
+    pub ok: bool,
+    pub code: Option<i32>,
+    pub stdout: Vec<u8>,
+    /// The output went past its bound: the rest was not read.
+    pub cut: bool,
+    pub stderr: String,
+}
+
+impl Output {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+}
+
+/// One lock per repository (by its common git directory's path): what one
+/// git command does to a repository is done before the next starts.
+fn lock_of(repo: &Path) -> Arc<tokio::sync::Mutex<()>> {
+    static LOCKS: Mutex<Option<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>> = Mutex::new(None);
+    let mut locks = LOCKS.lock().unwrap_or_else(|e| e.into_inner());
+    locks.get_or_insert_with(HashMap::new).entry(repo.to_path_buf()).or_default().clone()
+}
+
+/// Runs `git -C dir ARGS` with `env`, under the lock of `repo`, reading at
+/// most `limit` bytes of its output.
+pub async fn git(repo: &Path, dir: &Path, args: &[&str], env: &[(&str, &str)], limit: usize) -> GitResult<Output> {
+    let lock = lock_of(repo);
+    let _serial = lock.lock().await;
+    let mut cmd = tokio::process::Command::new("git");
+    cmd.arg("-C")
+        .arg(dir)
+        .args(args)
+        .envs(env.iter().copied())
+        // Never a prompt (a credential, an editor): kdd has no terminal.
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_EDITOR", "true")
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE")
+        .env_remove("GIT_INDEX_FILE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = children::spawn(&mut cmd, Origin::Tool).map_err(GitError::Spawn)?;
+    let (mut out, mut err) = (child.stdout.take(), child.stderr.take());
+    let read_out = async {
+        let mut buf = Vec::new();
+        let mut cut = false;
+        if let Some(out) = out.as_mut() {
+            let _ = out.take(limit as u64).read_to_end(&mut buf).await;
+            // Past the bound: drain (and drop) the rest so git can end.
+            let mut sink = [0u8; 8192];
+            while let Ok(n) = out.read(&mut sink).await {
+                if n == 0 {
+                    break;
+                }
+                cut = true;
+            }
+        }
+        (buf, cut)
+    };
+    let read_err = async {
+        let mut buf = Vec::new();
+        if let Some(err) = err.as_mut() {
+            let _ = err.take(ERRORS as u64).read_to_end(&mut buf).await;
+            let mut sink = [0u8; 8192];
+            while matches!(err.read(&mut sink).await, Ok(n) if n > 0) {}
+        }
+        buf
+    };
+    let ((stdout, cut), stderr) = tokio::join!(read_out, read_err);
+    let status = child.wait().await.map_err(GitError::Spawn)?;
+    Ok(Output {
+        ok: status.success(),
+        code: status.code(),
+        stdout,
+        cut,
+        stderr: String::from_utf8_lossy(&stderr).trim().to_string(),
+    })
+}
+
+/// `git ARGS` in `dir` of `repo`, which must succeed; its output.
+async fn must(repo: &Path, dir: &Path, args: &[&str], env: &[(&str, &str)]) -> GitResult<Output> {
+    let out = git(repo, dir, args, env, OUTPUT).await?;
+    if out.ok { Ok(out) } else { Err(failed(args, &out)) }
+}
+
+fn failed(args: &[&str], out: &Output) -> GitError {
+    let reason = match out.stderr.lines().rev().find(|l| l.starts_with("fatal:") || l.starts_with("error:")) {
+        Some(line) => line.to_string(),
+        None if out.stderr.is_empty() => format!("exit status {}", out.code.map_or("?".into(), |c| c.to_string())),
+        None => out.stderr.lines().last().unwrap_or_default().to_string(),
+    };
+    GitError::Failed { args: args.join(" "), reason }
+}
+
+/// The top-level directory of the repository `dir` is in.
+pub async fn top(dir: &Path) -> GitResult<PathBuf> {
+    let out = git(dir, dir, &["rev-parse", "--show-toplevel"], &[], OUTPUT).await?;
+    if !out.ok {
+        return Err(GitError::NotARepository { dir: dir.display().to_string() });
+    }
+    Ok(PathBuf::from(out.text().trim_end_matches('\n')))
+}
+
+/// The commit HEAD is at.
+pub async fn head(repo: &Path) -> GitResult<String> {
+    let out = git(repo, repo, &["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], &[], OUTPUT).await?;
+    if !out.ok {
+        return Err(GitError::NoCommit { repo: repo.display().to_string() });
+    }
+    Ok(out.text().trim().to_string())
+}
+
+/// The branch HEAD is on; none when it is detached.
+pub async fn branch(repo: &Path) -> GitResult<Option<String>> {
+    let out = git(repo, repo, &["symbolic-ref", "--quiet", "--short", "HEAD"], &[], OUTPUT).await?;
+    Ok(out.ok.then(|| out.text().trim().to_string()))
+}
+
+/// Makes a worktree of `repo` at `path` on a new branch `branch` at `base`.
+pub async fn worktree_add(repo: &Path, path: &Path, branch: &str, base: &str) -> GitResult<()> {
+    let path = path.to_string_lossy();
+    must(repo, repo, &["worktree", "add", "--quiet", "-b", branch, &path, base], &[]).await?;
+    Ok(())
+}
+
+/// Removes the worktree at `path` (with what is in it: the caller knows
+/// its work is committed, settled or empty).
+pub async fn worktree_remove(repo: &Path, path: &Path) -> GitResult<()> {
+    let p = path.to_string_lossy();
+    must(repo, repo, &["worktree", "remove", "--force", &p], &[]).await?;
+    Ok(())
+}
+
+/// Deletes a branch whatever it holds (the caller knows it is settled).
+pub async fn branch_delete(repo: &Path, branch: &str) -> GitResult<()> {
+    must(repo, repo, &["branch", "--quiet", "-D", branch], &[]).await?;
+    Ok(())
+}
+
+/// Whether the branch exists.
+pub async fn has_branch(repo: &Path, branch: &str) -> GitResult<bool> {
+    let full = format!("refs/heads/{branch}");
+    Ok(git(repo, repo, &["show-ref", "--verify", "--quiet", &full], &[], OUTPUT).await?.ok)
+}
+
+/// Commits everything changed in the worktree `dir` (new, modified and
+/// deleted files; ignored files stay out) as `author <kd@localhost>`, with
+/// `message`. The new commit; none when nothing changed.
+pub async fn commit_all(repo: &Path, dir: &Path, author: &str, message: &str) -> GitResult<Option<String>> {
+    must(repo, dir, &["add", "--all"], &[]).await?;
+    let staged = git(repo, dir, &["diff", "--cached", "--quiet"], &[], OUTPUT).await?;
+    if staged.ok {
+        return Ok(None);
+    }
+    let env = [
+        ("GIT_AUTHOR_NAME", author),
+        ("GIT_AUTHOR_EMAIL", "kd@localhost"),
+        ("GIT_COMMITTER_NAME", "kd"),
+        ("GIT_COMMITTER_EMAIL", "kd@localhost"),
+    ];
+    must(repo, dir, &["commit", "--quiet", "--no-gpg-sign", "-m", message], &env).await?;
+    Ok(Some(head(dir).await?))
+}
+
+/// What changed from `base` to `head`, per file.
+pub async fn diff_stat(repo: &Path, base: &str, head: &str) -> GitResult<Vec<FileStat>> {
+    let out = must(repo, repo, &["diff", "--numstat", "-z", "--no-renames", base, head, "--"], &[]).await?;
+    Ok(parse_numstat(&out.stdout))
+}
+
+/// The patch from `base` to `head`, at most `max` bytes of it, and whether
+/// it was cut.
+pub async fn diff_patch(repo: &Path, base: &str, head: &str, max: usize) -> GitResult<(String, bool)> {
+    let args = ["diff", "--no-color", "--no-ext-diff", "--no-renames", base, head, "--"];
+    let out = git(repo, repo, &args, &[], max).await?;
+    if !out.ok {
+        return Err(failed(&args, &out));
+    }
+    let mut text = out.text();
+    if out.cut {
+        // Never half a character: from_utf8_lossy made the cut one U+FFFD.
+        text = text.trim_end_matches('\u{FFFD}').to_string();
+    }
+    Ok((text, out.cut))
+}
+
+/// `git diff --numstat -z`: `ADDED\tREMOVED\tPATH\0` (`-\t-\t` for a
+/// binary file).
+fn parse_numstat(out: &[u8]) -> Vec<FileStat> {
+    out.split(|b| *b == 0)
+        .filter(|r| !r.is_empty())
+        .filter_map(|record| {
+            let text = String::from_utf8_lossy(record);
+            let mut parts = text.splitn(3, '\t');
+            let (added, removed, path) = (parts.next()?, parts.next()?, parts.next()?);
+            let binary = added == "-" && removed == "-";
+            Some(FileStat {
+                path: path.to_string(),
+                added: added.parse().unwrap_or(0),
+                removed: removed.parse().unwrap_or(0),
+                binary,
+            })
+        })
+        .collect()
+}
+
+/// The files of the King's tree with changes not committed (staged or
+/// not; untracked files aside: a merge refuses to overwrite one itself).
+pub async fn dirty(repo: &Path) -> GitResult<Vec<String>> {
+    let out = must(repo, repo, &["status", "--porcelain=v1", "-z", "--untracked-files=no"], &[]).await?;
+    Ok(out
+        .stdout
+        .split(|b| *b == 0)
+        .filter(|r| r.len() > 3)
+        .map(|r| String::from_utf8_lossy(&r[3..]).into_owned())
+        .collect())
+}
+
+/// The files that would conflict if `branch` were merged into HEAD, found
+/// without touching the tree or the index (`git merge-tree
+/// --write-tree`); empty when it merges cleanly.
+pub async fn merge_conflicts(repo: &Path, branch: &str) -> GitResult<Vec<String>> {
+    let args = ["merge-tree", "--write-tree", "--name-only", "-z", "--no-messages", "HEAD", branch];
+    let out = git(repo, repo, &args, &[], OUTPUT).await?;
+    match out.code {
+        Some(0) => Ok(Vec::new()),
+        // Conflicts: the tree's id, then the conflicted files.
+        Some(1) => Ok(out
+            .stdout
+            .split(|b| *b == 0)
+            .skip(1)
+            .take_while(|r| !r.is_empty())
+            .map(|r| String::from_utf8_lossy(r).into_owned())
+            .collect()),
+        _ => Err(failed(&args, &out)),
+    }
+}
+
+/// Merges `branch` into the King's current branch (a merge commit, or one
+/// squashed commit), with `message`; the new HEAD. The caller checked the
+/// tree is clean and the merge has no conflict; if git still refuses, the
+/// merge is aborted and nothing changed.
+pub async fn merge(repo: &Path, branch: &str, squash: bool, message: &str) -> GitResult<String> {
+    if squash {
+        let args = ["merge", "--squash", "--quiet", branch];
+        let out = git(repo, repo, &args, &[], OUTPUT).await?;
+        if !out.ok {
+            let _ = git(repo, repo, &["reset", "--merge"], &[], OUTPUT).await;
+            return Err(failed(&args, &out));
+        }
+        let commit = ["commit", "--quiet", "-m", message];
+        let out = git(repo, repo, &commit, &[], OUTPUT).await?;
+        if !out.ok {
+            let _ = git(repo, repo, &["reset", "--merge"], &[], OUTPUT).await;
+            return Err(failed(&commit, &out));
+        }
+    } else {
+        let args = ["merge", "--no-ff", "--quiet", "-m", message, branch];
+        let out = git(repo, repo, &args, &[], OUTPUT).await?;
+        if !out.ok {
+            let _ = git(repo, repo, &["merge", "--abort"], &[], OUTPUT).await;
+            return Err(failed(&args, &out));
+        }
+    }
+    head(repo).await
+}
+
+/// Whether every commit of `branch` is in HEAD's history (it was merged).
+pub async fn is_merged(repo: &Path, branch: &str) -> GitResult<bool> {
+    Ok(git(repo, repo, &["merge-base", "--is-ancestor", branch, "HEAD"], &[], OUTPUT).await?.ok)
+}
+
+/// Prunes the records of worktrees whose directories are gone (their
+/// branches, and so their commits, stay).
+pub async fn prune(repo: &Path) -> GitResult<()> {
+    must(repo, repo, &["worktree", "prune"], &[]).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,135 @@
+//! The git driver against real git, in throwaway repositories.
+
+#![allow(clippy::disallowed_methods)] // the tests run git themselves, to check what kd did
+
+use std::path::Path;
+
+use super::*;
+
+fn sh(dir: &Path, args: &[&str]) {
+    let out = std::process::Command::new("git").arg("-C").arg(dir).args(args).output().unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A repository with one commit (`a.txt`), and its own identity.
+fn repo() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    sh(dir.path(), &["init", "--quiet", "-b", "main"]);
+    sh(dir.path(), &["config", "user.name", "King"]);
+    sh(dir.path(), &["config", "user.email", "king@example.com"]);
+    std::fs::write(dir.path().join("a.txt"), "one\ntwo\n").unwrap();
+    sh(dir.path(), &["add", "a.txt"]);
+    sh(dir.path(), &["commit", "--quiet", "-m", "first"]);
+    dir
+}
+
+#[tokio::test]
+async fn a_directory_outside_git_and_a_repository_without_a_commit_are_refused_plainly() {
+    let plain = tempfile::tempdir().unwrap();
+    let e = top(plain.path()).await.unwrap_err();
+    assert!(e.to_string().contains("is not in a git repository"), "{e}");
+    sh(plain.path(), &["init", "--quiet"]);
+    let e = head(plain.path()).await.unwrap_err();
+    assert!(e.to_string().contains("has no commit yet"), "{e}");
+}
+
+#[tokio::test]
+async fn a_worktree_is_committed_as_the_member_diffed_checked_and_merged() {
+    let r = repo();
+    let repo = top(r.path()).await.unwrap();
+    assert_eq!(branch(&repo).await.unwrap().as_deref(), Some("main"));
+    let base = head(&repo).await.unwrap();
+    let wt = tempfile::tempdir().unwrap();
+    let path = wt.path().join("claude");
+    worktree_add(&repo, &path, "kd/t1/claude", &base).await.unwrap();
+    assert!(has_branch(&repo, "kd/t1/claude").await.unwrap());
+    assert_eq!(commit_all(&repo, &path, "claude", "nothing").await.unwrap(), None, "nothing changed");
+
+    std::fs::write(path.join("a.txt"), "one\n2\nthree\n").unwrap();
+    std::fs::write(path.join("new file.txt"), "x\n").unwrap();
+    std::fs::write(path.join("bin"), [0u8, 1, 2, 0]).unwrap();
+    let commit = commit_all(&repo, &path, "claude", "Add things").await.unwrap().expect("a commit");
+    let author = std::process::Command::new("git")
+        .args(["-C", path.to_str().unwrap(), "log", "-1", "--format=%an <%ae>|%s"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&author.stdout).trim(), "claude <kd@localhost>|Add things");
+
+    let mut stat = diff_stat(&repo, &base, &commit).await.unwrap();
+    stat.sort_by(|a, b| a.path.cmp(&b.path));
+    let got: Vec<_> = stat.iter().map(|f| (f.path.as_str(), f.added, f.removed, f.binary)).collect();
+    assert_eq!(got, [("a.txt", 2, 1, false), ("bin", 0, 0, true), ("new file.txt", 1, 0, false)]);
+    let (patch, cut) = diff_patch(&repo, &base, &commit, 1 << 20).await.unwrap();
+    assert!(!cut && patch.contains("+three") && patch.contains("-two"), "{patch}");
+    let (short, cut) = diff_patch(&repo, &base, &commit, 40).await.unwrap();
+    assert!(cut && short.len() <= 40, "{short:?}");
+
+    // The King's tree is untouched, and the merge is clean.
+    assert_eq!(std::fs::read_to_string(repo.join("a.txt")).unwrap(), "one\ntwo\n");
+    assert!(dirty(&repo).await.unwrap().is_empty());
+    assert!(merge_conflicts(&repo, "kd/t1/claude").await.unwrap().is_empty());
+    assert!(!is_merged(&repo, "kd/t1/claude").await.unwrap());
+    let merged = merge(&repo, "kd/t1/claude", false, "Accept claude's work").await.unwrap();
+    assert_ne!(merged, base);
+    assert_eq!(std::fs::read_to_string(repo.join("a.txt")).unwrap(), "one\n2\nthree\n");
+    assert!(is_merged(&repo, "kd/t1/claude").await.unwrap());
+
+    worktree_remove(&repo, &path).await.unwrap();
+    assert!(!path.exists());
+    branch_delete(&repo, "kd/t1/claude").await.unwrap();
+    assert!(!has_branch(&repo, "kd/t1/claude").await.unwrap());
+}
+
+#[tokio::test]
+async fn a_conflict_and_a_dirty_tree_are_found_without_changing_anything() {
+    let r = repo();
+    let repo = top(r.path()).await.unwrap();
+    let base = head(&repo).await.unwrap();
+    let wt = tempfile::tempdir().unwrap();
+    let path = wt.path().join("codex");
+    worktree_add(&repo, &path, "kd/t1/codex", &base).await.unwrap();
+    std::fs::write(path.join("a.txt"), "member\n").unwrap();
+    commit_all(&repo, &path, "codex", "Member's change").await.unwrap().unwrap();
+    std::fs::write(repo.join("a.txt"), "king\n").unwrap();
+    assert_eq!(dirty(&repo).await.unwrap(), ["a.txt"]);
+    sh(&repo, &["commit", "--quiet", "-am", "King's change"]);
+    let king = head(&repo).await.unwrap();
+    assert_eq!(merge_conflicts(&repo, "kd/t1/codex").await.unwrap(), ["a.txt"]);
+    assert_eq!(head(&repo).await.unwrap(), king, "nothing changed");
+    assert!(dirty(&repo).await.unwrap().is_empty());
+    // A merge that fails anyway is aborted.
+    let e = merge(&repo, "kd/t1/codex", false, "m").await.unwrap_err();
+    assert!(matches!(e, GitError::Failed { .. }), "{e}");
+    assert_eq!(head(&repo).await.unwrap(), king);
+    assert!(dirty(&repo).await.unwrap().is_empty());
+    assert_eq!(std::fs::read_to_string(repo.join("a.txt")).unwrap(), "king\n");
+}
+
+#[tokio::test]
+async fn a_squash_makes_one_commit_of_the_kings() {
+    let r = repo();
+    let repo = top(r.path()).await.unwrap();
+    let base = head(&repo).await.unwrap();
+    let wt = tempfile::tempdir().unwrap();
+    let path = wt.path().join("m");
+    worktree_add(&repo, &path, "kd/t/m", &base).await.unwrap();
+    for i in 0..3 {
+        std::fs::write(path.join(format!("f{i}")), "x\n").unwrap();
+        commit_all(&repo, &path, "m", &format!("step {i}")).await.unwrap().unwrap();
+    }
+    let merged = merge(&repo, "kd/t/m", true, "Squashed work").await.unwrap();
+    let log = std::process::Command::new("git")
+        .args(["-C", repo.to_str().unwrap(), "log", "--format=%an|%s", &format!("{base}..{merged}")])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&log.stdout).trim(), "King|Squashed work");
+}
+
+#[test]
+fn numstat_records_are_read_with_odd_paths() {
+    let raw = b"3\t1\tsrc/a b.rs\0-\t-\timg.png\0\0";
+    let got = parse_numstat(raw);
+    assert_eq!(got.len(), 2);
+    assert_eq!((got[0].path.as_str(), got[0].added, got[0].removed), ("src/a b.rs", 3, 1));
+    assert!(got[1].binary);
+}
