@@ -120,7 +120,9 @@ async fn probe_mcp(kd: &Path) -> Result<(), String> {
     let answer = match tokio::time::timeout(MCP_TIMEOUT, ask).await {
         Ok(Ok(line)) => line,
         Ok(Err(e)) => return Err(format!("{} mcp failed: {e}", kd.display())),
-        Err(_) => return Err(format!("{} mcp did not answer initialize within {} s", kd.display(), MCP_TIMEOUT.as_secs())),
+        Err(_) => {
+            return Err(format!("{} mcp did not answer initialize within {} s", kd.display(), MCP_TIMEOUT.as_secs()));
+        }
     };
     let _ = child.start_kill();
     let reply: serde_json::Value = serde_json::from_str(&answer).unwrap_or_default();
