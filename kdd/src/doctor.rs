@@ -110,7 +110,9 @@ async fn probe_mcp(kd: &Path) -> Result<(), String> {
     let initialize = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"kd-doctor","version":"1"}}}"#;
     let ask = async {
         let mut stdin = child.stdin.take().ok_or("no stdin")?;
-        stdin.write_all(format!("{initialize}\n").as_bytes()).await.map_err(|e| e.to_string())?;
+        // A server that already ended refuses the write (EPIPE): its
+        // output, read next, says what it did.
+        let _ = stdin.write_all(format!("{initialize}\n").as_bytes()).await;
         let stdout = child.stdout.take().ok_or("no stdout")?;
         let mut line = String::new();
         tokio::io::BufReader::new(stdout.take(64 << 10)).read_line(&mut line).await.map_err(|e| e.to_string())?;
