@@ -20,13 +20,18 @@ pub fn on_event(app: &mut App, event: Event) -> Vec<Effect> {
         }
         Event::Mouse(m) => {
             match (m.kind, app.diff.as_mut()) {
-                (MouseEventKind::ScrollUp, Some(view)) => view.scroll_by(-(WHEEL as isize)),
-                (MouseEventKind::ScrollDown, Some(view)) => view.scroll_by(WHEEL as isize),
+                (MouseEventKind::ScrollUp, Some(view)) => {
+                    view.scroll_by(-(WHEEL as isize));
+                    app.dirty = true;
+                }
+                (MouseEventKind::ScrollDown, Some(view)) => {
+                    view.scroll_by(WHEEL as isize);
+                    app.dirty = true;
+                }
                 (MouseEventKind::ScrollUp, None) => app.scroll_up(WHEEL),
                 (MouseEventKind::ScrollDown, None) => app.scroll_down(WHEEL),
                 _ => {}
             }
-            app.dirty = true;
             vec![]
         }
         Event::Resize(..) => {

@@ -187,6 +187,10 @@ fn unknown_commands_and_members_get_a_notice_not_a_send() {
     typed(&mut app, "/help");
     keys::on_key(&mut app, key(KeyCode::Enter));
     assert_eq!(app.overlay, Some(Overlay::Help));
+    let help = screen(&mut app, 100, 50);
+    for command in ["/work [--vote] [--to A,B] TASK", "/diff [MEMBER]", "/accept [--squash] MEMBER", "/reject MEMBER"] {
+        assert!(help.contains(command), "help lists {command}: {help}");
+    }
     keys::on_key(&mut app, key(KeyCode::Char('x')));
     assert_eq!(app.overlay, None, "any key closes help");
 }
