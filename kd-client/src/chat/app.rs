@@ -561,11 +561,15 @@ impl App {
         };
         for (nth, member) in starting.into_iter().enumerate() {
             let started = sent.runs.iter().find(|r| r.run.member == member);
-            let known = self.entries.iter().any(|e| {
-                e.member == member
-                    && matches!(e.kind, Kind::Waiting | Kind::Streaming)
-                    && (started.is_none() || e.run == started.map(|r| r.run.id.clone()))
-            });
+            // A fast run may have answered (or failed) before this reply came.
+            let seen =
+                started.is_some_and(|r| self.entries.iter().any(|e| e.run.as_deref() == Some(r.run.id.as_str())));
+            let known = seen
+                || self.entries.iter().any(|e| {
+                    e.member == member
+                        && matches!(e.kind, Kind::Waiting | Kind::Streaming)
+                        && (started.is_none() || e.run == started.map(|r| r.run.id.clone()))
+                });
             if !known {
                 let mut e = Entry::new(Kind::Waiting, &member, String::new());
                 e.run = started.map(|r| r.run.id.clone());

@@ -264,6 +264,28 @@ fn streaming_panels_grow_in_place_and_become_the_message() {
     assert_eq!(app.entries[2].text, "Partly.");
 }
 
+/// A fast member answered before the chat had the answer to its own send
+/// (seen under load in tests/tests/chat.rs): its run is done, no panel
+/// waits for it.
+#[test]
+fn a_send_answered_before_its_reply_came_leaves_no_waiting_panel() {
+    let mut app = App::new(thread());
+    app.apply(&ThreadEvent::Message { message: Box::new(message(1, "king", MessageKind::King, "Q?", None)) });
+    app.apply(&ThreadEvent::RunWaiting { run: run_info("r1", "claude") });
+    app.apply(&ThreadEvent::Message { message: Box::new(answer(2, "claude", "A.", "r1", 0)) });
+    app.apply(&ThreadEvent::RunFinished { run: "r1".into(), member: "claude".into(), seq: 2 });
+    app.on_sent(&Sent {
+        message: message(1, "king", MessageKind::King, "Q?", None),
+        members: vec!["claude".into()],
+        rounds: 1,
+        mode: Mode::Broadcast,
+        notice: None,
+        runs: vec![SentRun { run: run_info("r1", "claude"), attached: false }],
+    });
+    assert_eq!(app.kinds(), [("king".into(), Kind::King), ("claude".into(), Kind::Answer)]);
+    assert_eq!(app.my_runs_in_flight(), 0, "/quit has nothing to wait for");
+}
+
 #[test]
 fn a_retry_takes_the_place_of_the_failed_panel() {
     let mut app = App::new(thread());
