@@ -448,7 +448,7 @@ fn on_reply(app: &mut App, reply: Reply) -> Vec<Effect> {
                 if a.squash { "squashed" } else { "merged" },
                 if a.checked { " (check only)" } else { "" },
                 a.member,
-                a.into
+                kd_client::terminal::safe(&a.into)
             ));
         }
         Reply::Rejected(Ok(w)) => {
@@ -467,7 +467,8 @@ fn on_reply(app: &mut App, reply: Reply) -> Vec<Effect> {
         | Reply::Found(Err(e))
         | Reply::Archived(Err(e))
         | Reply::Unarchived(Err(e))
-        | Reply::Deleted(Err(e)) => app.set_notice(e.to_string()),
+        // A refusal may quote what a member or git wrote (a conflicting path).
+        | Reply::Deleted(Err(e)) => app.set_notice(kd_client::terminal::safe(&e.to_string()).into_owned()),
     }
     app.dirty = true;
     vec![]

@@ -900,9 +900,12 @@ fn work_accept_and_reject_are_asked_of_the_daemon_and_say_what_came_of_it() {
     super::on_reply(&mut app, super::Reply::Rejected(Ok(worktree("claude", WorkState::Rejected, 1, 1, 0))));
     assert_eq!(app.notice.as_deref(), Some("rejected claude's work"));
     assert!(screen(&mut app, 80, 20).contains("· rejected"));
-    let refused = kd_client::ClientError::from(jsonrpsee::core::client::Error::Call(
-        jsonrpsee::types::ErrorObjectOwned::owned(1011, "the merge conflicts in a.txt: nothing changed", None::<()>),
-    ));
+    let refused =
+        kd_client::ClientError::from(jsonrpsee::core::client::Error::Call(jsonrpsee::types::ErrorObjectOwned::owned(
+            1011,
+            "the merge conflicts in a\x1b[2J.txt: nothing changed",
+            None::<()>,
+        )));
     super::on_reply(&mut app, super::Reply::Accepted(Err(refused)));
-    assert!(app.notice.as_deref().unwrap().contains("the merge conflicts in a.txt"), "{:?}", app.notice);
+    assert!(app.notice.as_deref().unwrap().contains("the merge conflicts in a␛[2J.txt"), "{:?}", app.notice);
 }
