@@ -262,3 +262,64 @@ async fn the_chat_archives_unarchives_and_deletes_its_thread_after_asking() {
     tmux.type_line("/quit");
     tmux.wait_for("the shell again", |_| tmux.display("#{alternate_on}") == "0").await;
 }
+
+fn git(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("git").arg("-C").arg(dir).args(args).output().expect("git");
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `/work` in the chat (issue 23): work.start for the chat's workspace, and
+/// the chat opens the task's thread, where each member's panel carries its
+/// work's stat; `/diff` opens a member's diff. The members write nothing,
+/// so what is shown does not depend on kd committing their work.
+#[tokio::test(flavor = "multi_thread")]
+async fn work_in_the_chat_opens_the_tasks_thread_with_each_members_work() {
+    use kd_client::WorkApiClient;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = Workspace::new(&[
+        ("claude", "claude", &[("FAKE_TEXT", "Claude looked at x.")]),
+        ("codex", "codex", &[("FAKE_TEXT", "Codex looked at x.")]),
+    ]);
+    let repo = ws.dir.path();
+    git(repo, &["init", "--quiet", "-b", "main"]);
+    git(repo, &["config", "user.name", "King"]);
+    git(repo, &["config", "user.email", "king@example.com"]);
+    std::fs::write(repo.join("a.txt"), "one\n").unwrap();
+    std::fs::write(repo.join(".gitignore"), ".kd/\n").unwrap();
+    git(repo, &["add", "a.txt", ".gitignore"]);
+    git(repo, &["commit", "--quiet", "-m", "first"]);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let tmux = Tmux::start_sized(dir.path(), repo, 120, 40);
+    tmux.wait_for("the shell prompt", |s| s.contains('$')).await;
+    tmux.type_line(&format!("KD_NO_AUTOSTART=1 {} --socket {} chat --new", bin("kd").display(), kdd.socket.display()));
+    tmux.wait_for("the chat header", |s| s.contains("kd chat")).await;
+    tmux.type_line("/work Write x");
+    tmux.wait_for("the work notice", |s| s.contains(" at work, each in its own worktree")).await;
+    let trees = c.work_list(Some(ws.path()), None).await.unwrap();
+    let mut members: Vec<&str> = trees.iter().map(|w| w.member.as_str()).collect();
+    members.sort();
+    assert_eq!(members, ["claude", "codex"], "{trees:?}");
+    let thread = trees[0].thread.clone();
+    assert_eq!(c.thread_get(thread.clone()).await.unwrap().title.as_deref(), Some("Write x"));
+    let screen = tmux
+        .wait_for("the task's thread, its answers and each member's work", |s| {
+            s.contains(&format!("kd chat · {thread}"))
+                && s.contains("Claude looked at x.")
+                && s.contains("Codex looked at x.")
+                && s.matches("└─ no changes · ").count() == 2
+        })
+        .await;
+    assert!(screen.contains("Write x"), "the King's message gives the task: {screen}");
+    tmux.type_line("/diff codex");
+    tmux.wait_for("codex's diff", |s| {
+        s.contains("diff · codex · no changes · ") && s.contains(&format!("no changes on kd/{thread}/codex yet"))
+    })
+    .await;
+    tmux.send_keys(&["q"]);
+    tmux.wait_for("the diff closed", |s| !s.contains("diff · codex")).await;
+    tmux.type_line("/diff gemini");
+    tmux.wait_for("the notice", |s| s.contains("gemini has no work on this thread")).await;
+    tmux.type_line("/quit");
+    tmux.wait_for("the shell again", |_| tmux.display("#{alternate_on}") == "0").await;
+}

@@ -3,12 +3,13 @@
 //! it is tested directly.
 
 use std::cell::RefCell;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use kd_proto::order::{Place, message_place, run_place};
 use kd_proto::types::{
     Message, MessageKind, Purpose, RoundState, RouteType, RunStatus, Sent, Thread, ThreadEvent, display_order,
 };
+use kd_proto::work::Worktree;
 use ratatui::text::Line;
 use ratatui_textarea::TextArea;
 
@@ -50,6 +51,9 @@ pub struct Entry {
     pub activity: Option<String>,
     /// A run waiting behind its member's run in flight (F-C5).
     pub queued: bool,
+    /// The member's work on this thread, shown under its latest answer's
+    /// panel (F-W3).
+    pub work: Option<Worktree>,
     /// Rendered lines for a width, kept until the entry changes.
     pub cache: RefCell<Option<(u16, Vec<Line<'static>>)>>,
 }
@@ -59,6 +63,7 @@ impl Entry {
         Entry {
             activity: None,
             queued: false,
+            work: None,
             kind,
             member: member.to_string(),
             chars: text.chars().count() as u64,
@@ -122,6 +127,19 @@ pub enum Effect {
     Unarchive,
     /// Delete this thread (asked and confirmed).
     Delete,
+    /// Give a task to members, each in a worktree of its own, and open its thread.
+    Work {
+        task: String,
+        to: Option<Vec<String>>,
+        vote: bool,
+    },
+    /// Fetch a member's diff and show it.
+    Diff(String),
+    Accept {
+        member: String,
+        squash: bool,
+    },
+    Reject(String),
     Exit,
 }
 
@@ -194,6 +212,10 @@ pub struct App {
     pub emergency: Option<(String, Vec<String>)>,
     /// A question asked (`/delete`): the next key answers it.
     pub confirm: Option<Confirm>,
+    /// The members' work on this thread, by member.
+    pub work: BTreeMap<String, Worktree>,
+    /// A member's diff shown over the log (`/diff MEMBER`).
+    pub diff: Option<super::diff::DiffView>,
 }
 
 impl App {
@@ -218,6 +240,8 @@ impl App {
             pending_new: None,
             emergency: None,
             confirm: None,
+            work: BTreeMap::new(),
+            diff: None,
             palette: kd_client::style::Palette::default(),
             colors: std::env::var_os("NO_COLOR").is_none(),
         }
@@ -242,7 +266,55 @@ impl App {
         self.scroll = 0;
         self.new_below = false;
         self.round = None;
+        self.work.clear();
+        self.diff = None;
         self.dirty = true;
+    }
+
+    /// The thread's worktrees (`work.list` when it is opened).
+    pub fn set_work(&mut self, trees: Vec<Worktree>) {
+        self.work = trees.into_iter().filter(|w| w.thread == self.thread.id).map(|w| (w.member.clone(), w)).collect();
+        self.place_work();
+        self.dirty = true;
+    }
+
+    /// A member's work changed (a `Work` event, or a reject's answer).
+    pub fn on_work(&mut self, w: &Worktree) {
+        if w.thread != self.thread.id {
+            return;
+        }
+        self.work.insert(w.member.clone(), w.clone());
+        self.place_work();
+        self.dirty = true;
+    }
+
+    /// Puts each member's work under its latest answer's panel (one of
+    /// its own runs, not a ballot, a review or kd's) and nowhere else.
+    fn place_work(&mut self) {
+        if self.work.is_empty() && self.entries.iter().all(|e| e.work.is_none()) {
+            return;
+        }
+        let mut latest: HashMap<String, usize> = HashMap::new();
+        for (i, e) in self.entries.iter().enumerate() {
+            let answer = matches!(
+                e.kind,
+                Kind::Answer | Kind::Streaming | Kind::Waiting | Kind::Error { .. } | Kind::Interrupted
+            );
+            if answer && e.purpose.is_none() && self.work.contains_key(&e.member) {
+                latest.insert(e.member.clone(), i);
+            }
+        }
+        for (i, e) in self.entries.iter_mut().enumerate() {
+            let want = match latest.get(&e.member) {
+                Some(at) if *at == i => self.work.get(&e.member).cloned(),
+                _ => None,
+            };
+            if e.work != want {
+                e.work = want;
+                e.changed();
+                self.dirty = true;
+            }
+        }
     }
 
     /// Members currently writing.
@@ -295,6 +367,12 @@ impl App {
 
     /// Applies an event from the thread's subscription.
     pub fn apply(&mut self, event: &ThreadEvent) {
+        self.apply_event(event);
+        // A new panel of a member may now carry its work.
+        self.place_work();
+    }
+
+    fn apply_event(&mut self, event: &ThreadEvent) {
         match event {
             ThreadEvent::Message { message } => self.on_message(message),
             ThreadEvent::RunWaiting { run } => {
@@ -349,9 +427,7 @@ impl App {
                     self.dirty = true;
                 }
             }
-            // Shown under the member's panel once the chat knows work
-            // (issue 23).
-            ThreadEvent::Work { .. } => {}
+            ThreadEvent::Work { worktree } => self.on_work(worktree),
             ThreadEvent::Status { status, .. } => {
                 self.thread.status = *status;
                 if *status == kd_proto::types::ThreadStatus::Archived {
@@ -485,11 +561,15 @@ impl App {
         };
         for (nth, member) in starting.into_iter().enumerate() {
             let started = sent.runs.iter().find(|r| r.run.member == member);
-            let known = self.entries.iter().any(|e| {
-                e.member == member
-                    && matches!(e.kind, Kind::Waiting | Kind::Streaming)
-                    && (started.is_none() || e.run == started.map(|r| r.run.id.clone()))
-            });
+            // A fast run may have answered (or failed) before this reply came.
+            let seen =
+                started.is_some_and(|r| self.entries.iter().any(|e| e.run.as_deref() == Some(r.run.id.as_str())));
+            let known = seen
+                || self.entries.iter().any(|e| {
+                    e.member == member
+                        && matches!(e.kind, Kind::Waiting | Kind::Streaming)
+                        && (started.is_none() || e.run == started.map(|r| r.run.id.clone()))
+                });
             if !known {
                 let mut e = Entry::new(Kind::Waiting, &member, String::new());
                 e.run = started.map(|r| r.run.id.clone());
@@ -504,6 +584,7 @@ impl App {
         if let Some(notice) = &sent.notice {
             self.notice = Some(notice.clone());
         }
+        self.place_work();
     }
 
     /// Brings message `seq` into view at the next draw, or says why not.

@@ -16,6 +16,10 @@ pub const NAMES: &[&str] = &[
     "/archive",
     "/unarchive",
     "/delete",
+    "/work",
+    "/diff",
+    "/accept",
+    "/reject",
 ];
 
 /// What each command does, for `/help`.
@@ -31,6 +35,10 @@ pub const HELP: &[(&str, &str)] = &[
     ("/archive", "archive this thread: runs stop, sessions end, a summary is kept"),
     ("/unarchive", "open this archived thread to messages again"),
     ("/delete", "delete this thread and all it holds (asks first)"),
+    ("/work [--vote] [--to A,B] TASK", "members do TASK in worktrees; opens its thread"),
+    ("/diff [MEMBER]", "a member's diff here (alone: who has work)"),
+    ("/accept [--squash] MEMBER", "merge a member's work into your branch"),
+    ("/reject MEMBER", "turn a member's work down"),
     ("/help", "this help"),
     ("/quit, /exit", "leave once your runs finish (Esc to force)"),
 ];
@@ -60,6 +68,53 @@ pub enum Command {
     Archive,
     Unarchive,
     Delete,
+    /// Give a task to members, each in a worktree of its own.
+    Work {
+        task: String,
+        to: Option<Vec<String>>,
+        vote: bool,
+    },
+    Diff(Option<String>),
+    Accept {
+        member: String,
+        squash: bool,
+    },
+    Reject(String),
+}
+
+/// `/work`'s options, then its task as typed.
+fn work(rest: &str) -> Result<Command, String> {
+    let mut rest = rest.trim_start();
+    let (mut to, mut vote) = (None, false);
+    loop {
+        if let Some(after) = rest.strip_prefix("--vote").filter(|a| a.is_empty() || a.starts_with(char::is_whitespace))
+        {
+            vote = true;
+            rest = after.trim_start();
+        } else if let Some(after) =
+            rest.strip_prefix("--to").filter(|a| a.is_empty() || a.starts_with([' ', '\t', '\n', '=']))
+        {
+            let after = after.trim_start_matches('=').trim_start();
+            let end = after.find(char::is_whitespace).unwrap_or(after.len());
+            let names: Vec<String> = after[..end]
+                .split(',')
+                .map(|n| n.trim_start_matches('@').to_lowercase())
+                .filter(|n| !n.is_empty())
+                .collect();
+            if names.is_empty() {
+                return Err("/work --to needs member names, e.g. /work --to claude,codex TASK".into());
+            }
+            to = Some(names);
+            rest = after[end..].trim_start();
+        } else {
+            break;
+        }
+    }
+    let task = rest.trim_end();
+    if task.is_empty() {
+        return Err("/work needs a task, e.g. /work Add a --verbose flag".into());
+    }
+    Ok(Command::Work { task: task.to_string(), to, vote })
 }
 
 /// Parses a line that starts with `/`; the error is a one-line notice.
@@ -74,7 +129,12 @@ pub fn parse(line: &str) -> Result<Command, String> {
         ("/fork", empty) => return Ok(Command::Fork((!empty).then(|| rest.to_string()))),
         ("/search", true) => return Err("/search needs words to find, e.g. /search shard".into()),
         ("/search", false) => return Ok(Command::Search(rest.to_string())),
+        ("/work", _) => return work(rest),
         _ => {}
+    }
+    let squash = name == "/accept" && words.clone().next() == Some("--squash");
+    if squash {
+        words.next();
     }
     let arg = words.next().map(|a| a.trim_start_matches('@').to_lowercase());
     let extra = words.next().is_some();
@@ -91,9 +151,15 @@ pub fn parse(line: &str) -> Result<Command, String> {
         "/archive" => Command::Archive,
         "/unarchive" => Command::Unarchive,
         "/delete" => Command::Delete,
+        "/diff" => Command::Diff(arg.clone()),
+        "/accept" => Command::Accept { member: need(&arg)?, squash },
+        "/reject" => Command::Reject(need(&arg)?),
         other => return Err(format!("unknown command {other}; /help lists them")),
     };
-    let takes_arg = matches!(cmd, Command::Mute(_) | Command::Unmute(_));
+    let takes_arg = matches!(
+        cmd,
+        Command::Mute(_) | Command::Unmute(_) | Command::Diff(_) | Command::Accept { .. } | Command::Reject(_)
+    );
     if extra || (!takes_arg && arg.is_some()) {
         return Err(format!("{name} takes {}", if takes_arg { "one member name" } else { "no argument" }));
     }
@@ -121,5 +187,32 @@ mod tests {
         assert!(parse("/search").is_err() && parse("/title ").is_err());
         assert_eq!(parse("/delete"), Ok(Command::Delete));
         assert_eq!(parse("/unarchive x"), Err("/unarchive takes no argument".into()));
+    }
+
+    #[test]
+    fn work_commands_parse_their_options_and_members() {
+        let work = |task: &str, to: Option<&[&str]>, vote| Command::Work {
+            task: task.into(),
+            to: to.map(|t| t.iter().map(|s| s.to_string()).collect()),
+            vote,
+        };
+        assert_eq!(parse("/work Add a --verbose flag"), Ok(work("Add a --verbose flag", None, false)));
+        assert_eq!(parse("/work --vote  Write x\nand y "), Ok(work("Write x\nand y", None, true)));
+        assert_eq!(
+            parse("/work --to @Claude,codex --vote Fix it"),
+            Ok(work("Fix it", Some(&["claude", "codex"]), true))
+        );
+        assert_eq!(parse("/work --to=codex Fix it"), Ok(work("Fix it", Some(&["codex"]), false)));
+        assert_eq!(parse("/work --voter"), Ok(work("--voter", None, false)));
+        assert_eq!(parse("/work"), Err("/work needs a task, e.g. /work Add a --verbose flag".into()));
+        assert_eq!(parse("/work --vote"), Err("/work needs a task, e.g. /work Add a --verbose flag".into()));
+        assert!(parse("/work --to  ").is_err());
+        assert_eq!(parse("/diff"), Ok(Command::Diff(None)));
+        assert_eq!(parse("/diff @Codex"), Ok(Command::Diff(Some("codex".into()))));
+        assert_eq!(parse("/diff a b"), Err("/diff takes one member name".into()));
+        assert_eq!(parse("/accept codex"), Ok(Command::Accept { member: "codex".into(), squash: false }));
+        assert_eq!(parse("/accept --squash codex"), Ok(Command::Accept { member: "codex".into(), squash: true }));
+        assert_eq!(parse("/accept"), Err("/accept needs a member name, e.g. /accept codex".into()));
+        assert_eq!(parse("/reject claude"), Ok(Command::Reject("claude".into())));
     }
 }

@@ -56,11 +56,39 @@ impl App {
                 self.dirty = true;
                 vec![]
             }
+            Ok(Command::Work { task, to, vote }) => {
+                self.set_notice("giving the task to the members…");
+                vec![Effect::Work { task, to, vote }]
+            }
+            Ok(Command::Diff(None)) => {
+                self.set_notice(self.work_here());
+                vec![]
+            }
+            Ok(Command::Diff(Some(m)) | Command::Reject(m) | Command::Accept { member: m, .. })
+                if !self.work.contains_key(&m) =>
+            {
+                let notice = format!("{m} has no work on this thread; {}", self.work_here());
+                self.set_notice(notice);
+                vec![]
+            }
+            Ok(Command::Diff(Some(m))) => vec![Effect::Diff(m)],
+            Ok(Command::Accept { member, squash }) => vec![Effect::Accept { member, squash }],
+            Ok(Command::Reject(m)) => vec![Effect::Reject(m)],
             Err(msg) => {
                 self.set_notice(msg);
                 vec![]
             }
         }
+    }
+
+    /// Who has work on this thread, for a notice.
+    pub fn work_here(&self) -> String {
+        if self.work.is_empty() {
+            return "no member has work on this thread: /work TASK gives them some".into();
+        }
+        let who: Vec<String> =
+            self.work.values().map(|w| format!("{} ({})", w.member, super::diff::stat_text(w))).collect();
+        format!("work here: {} · /diff MEMBER opens one", who.join(", "))
     }
 
     /// `/quit`: now, or once this client's runs are done.

@@ -19,9 +19,17 @@ pub fn on_event(app: &mut App, event: Event) -> Vec<Effect> {
             vec![]
         }
         Event::Mouse(m) => {
-            match m.kind {
-                MouseEventKind::ScrollUp => app.scroll_up(WHEEL),
-                MouseEventKind::ScrollDown => app.scroll_down(WHEEL),
+            match (m.kind, app.diff.as_mut()) {
+                (MouseEventKind::ScrollUp, Some(view)) => {
+                    view.scroll_by(-(WHEEL as isize));
+                    app.dirty = true;
+                }
+                (MouseEventKind::ScrollDown, Some(view)) => {
+                    view.scroll_by(WHEEL as isize);
+                    app.dirty = true;
+                }
+                (MouseEventKind::ScrollUp, None) => app.scroll_up(WHEEL),
+                (MouseEventKind::ScrollDown, None) => app.scroll_down(WHEEL),
                 _ => {}
             }
             vec![]
@@ -42,6 +50,21 @@ pub fn on_key(app: &mut App, key: KeyEvent) -> Vec<Effect> {
     // A question asked (`/delete`): this key answers it, and does nothing else.
     if app.confirm.is_some() {
         return app.answer(matches!(key.code, KeyCode::Char('y' | 'Y')) && !ctrl);
+    }
+    // A diff shown: its keys scroll it, Esc or q closes it.
+    if let Some(view) = app.diff.as_mut() {
+        app.dirty = true;
+        match key.code {
+            KeyCode::Esc | KeyCode::Char('q') => app.diff = None,
+            KeyCode::Up | KeyCode::Char('k') => view.scroll_by(-1),
+            KeyCode::Down | KeyCode::Char('j') => view.scroll_by(1),
+            KeyCode::PageUp => view.scroll_by(-view.page()),
+            KeyCode::PageDown | KeyCode::Char(' ') => view.scroll_by(view.page()),
+            KeyCode::Home => view.top(),
+            KeyCode::End => view.bottom(),
+            _ => {}
+        }
+        return vec![];
     }
     if key.code == KeyCode::Esc {
         return app.escape();

@@ -2,13 +2,15 @@
 //!
 //! A view and input layer over the daemon: [`app`] holds the state and how
 //! events change it, [`view`] draws it, [`keys`] maps input, [`commands`]
-//! parses slash commands, [`wrap`] wraps styled text. This module runs the
+//! parses slash commands, [`diff`] shows members' work, [`wrap`] wraps
+//! styled text. This module runs the
 //! loop: one `select!` over terminal input, the thread's subscription,
 //! answers to requests, signals and a capped redraw deadline — nothing
 //! runs while nothing happens.
 
 pub mod app;
 pub mod commands;
+pub mod diff;
 pub mod input;
 pub mod keys;
 pub mod view;
@@ -23,8 +25,9 @@ use anyhow::Context;
 use clap::Args;
 use futures_util::StreamExt;
 use jsonrpsee::core::client::Subscription;
-use kd_client::{Client, ClientError, KdApiClient, workspace};
+use kd_client::{Client, ClientError, KdApiClient, WorkApiClient, workspace};
 use kd_proto::types::{ContextMode, Message, NewThread, RunInfo, Sent, Style, Thread, ThreadEvent};
+use kd_proto::work::{Accepted, MemberDiff, WorkStarted, Worktree};
 use ratatui::Terminal;
 use ratatui::backend::CrosstermBackend;
 use ratatui::crossterm::event::{
@@ -68,6 +71,10 @@ enum Reply {
     Archived(Result<Thread, ClientError>),
     Unarchived(Result<Thread, ClientError>),
     Deleted(Result<kd_proto::types::Deleted, ClientError>),
+    WorkStarted(Result<Box<WorkStarted>, ClientError>),
+    Diffed(Result<Vec<MemberDiff>, ClientError>),
+    Accepted(Result<Accepted, ClientError>),
+    Rejected(Result<Worktree, ClientError>),
 }
 
 pub async fn run(ctx: &Ctx, args: ChatArgs) -> anyhow::Result<ExitCode> {
@@ -278,6 +285,13 @@ async fn open(
         }
     };
     app.load(thread.clone(), &messages);
+    // The members' work on it, shown under their panels (a daemon without
+    // work, or a thread without any, shows none).
+    if new.is_none()
+        && let Ok(trees) = client.work_list(None, Some(thread.id.clone())).await
+    {
+        app.set_work(trees);
+    }
     let pending = new.is_some().then_some(true);
     app.pending_new = new;
     app.connected = true;
@@ -339,6 +353,19 @@ fn request(client: &Arc<Client>, app: &App, effect: Effect, tx: mpsc::UnboundedS
             Effect::Unarchive => Reply::Unarchived(client.thread_unarchive(thread).await.map_err(ClientError::from)),
             // Runs in flight refuse it: the daemon's message says so.
             Effect::Delete => Reply::Deleted(client.thread_delete(thread, None).await.map_err(ClientError::from)),
+            Effect::Work { task, to, vote } => Reply::WorkStarted(
+                client.work_start(workspace, task, to, Some(vote)).await.map(Box::new).map_err(ClientError::from),
+            ),
+            // The daemon bounds the patch; the view shows where it is cut.
+            Effect::Diff(member) => Reply::Diffed(
+                client.work_diff(thread, Some(member), Some(false), None).await.map_err(ClientError::from),
+            ),
+            Effect::Accept { member, squash } => {
+                Reply::Accepted(client.work_accept(thread, member, Some(squash), None).await.map_err(ClientError::from))
+            }
+            Effect::Reject(member) => {
+                Reply::Rejected(client.work_reject(thread, member).await.map_err(ClientError::from))
+            }
             Effect::NewThread | Effect::Open(_) | Effect::OpenAt(..) | Effect::Fork(_) | Effect::Exit => return,
         };
         let _ = tx.send(reply);
@@ -393,7 +420,46 @@ fn on_reply(app: &mut App, reply: Reply) -> Vec<Effect> {
             app.dirty = true;
             return vec![Effect::NewThread, Effect::ListThreads];
         }
+        // The task's thread is opened: the members are seen at work there.
+        Reply::WorkStarted(Ok(started)) => {
+            app.my_runs.extend(started.runs.iter().cloned());
+            let who: Vec<&str> = started.worktrees.iter().map(|w| w.member.as_str()).collect();
+            app.set_notice(format!(
+                "thread {}: {} at work, each in its own worktree{} · /diff MEMBER shows one's work",
+                started.thread,
+                who.join(", "),
+                if started.vote { "; then they rank the diffs" } else { "" }
+            ));
+            return vec![Effect::Open(started.thread)];
+        }
+        Reply::Diffed(Ok(diffs)) => match diffs.first() {
+            Some(d) => app.diff = Some(diff::DiffView::new(d)),
+            None => app.set_notice("no diff"),
+        },
+        Reply::Accepted(Ok(a)) => {
+            let commit = a.commit.as_deref().map(|c| format!(" as {}", &c[..c.len().min(10)])).unwrap_or_default();
+            let others = if a.superseded.is_empty() {
+                String::new()
+            } else {
+                format!("; superseded: {}", a.superseded.join(", "))
+            };
+            app.set_notice(format!(
+                "{}{} {}'s work into {}{commit}{others}",
+                if a.squash { "squashed" } else { "merged" },
+                if a.checked { " (check only)" } else { "" },
+                a.member,
+                kd_client::terminal::safe(&a.into)
+            ));
+        }
+        Reply::Rejected(Ok(w)) => {
+            app.on_work(&w);
+            app.set_notice(format!("rejected {}'s work", w.member));
+        }
         Reply::Sent(Err(e))
+        | Reply::WorkStarted(Err(e))
+        | Reply::Diffed(Err(e))
+        | Reply::Accepted(Err(e))
+        | Reply::Rejected(Err(e))
         | Reply::Interrupted(Err(e))
         | Reply::Retried(Err(e))
         | Reply::Threads(Err(e))
@@ -401,7 +467,8 @@ fn on_reply(app: &mut App, reply: Reply) -> Vec<Effect> {
         | Reply::Found(Err(e))
         | Reply::Archived(Err(e))
         | Reply::Unarchived(Err(e))
-        | Reply::Deleted(Err(e)) => app.set_notice(e.to_string()),
+        // A refusal may quote what a member or git wrote (a conflicting path).
+        | Reply::Deleted(Err(e)) => app.set_notice(kd_client::terminal::safe(&e.to_string()).into_owned()),
     }
     app.dirty = true;
     vec![]

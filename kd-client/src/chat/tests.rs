@@ -187,6 +187,10 @@ fn unknown_commands_and_members_get_a_notice_not_a_send() {
     typed(&mut app, "/help");
     keys::on_key(&mut app, key(KeyCode::Enter));
     assert_eq!(app.overlay, Some(Overlay::Help));
+    let help = screen(&mut app, 100, 50);
+    for command in ["/work [--vote] [--to A,B] TASK", "/diff [MEMBER]", "/accept [--squash] MEMBER", "/reject MEMBER"] {
+        assert!(help.contains(command), "help lists {command}: {help}");
+    }
     keys::on_key(&mut app, key(KeyCode::Char('x')));
     assert_eq!(app.overlay, None, "any key closes help");
 }
@@ -258,6 +262,28 @@ fn streaming_panels_grow_in_place_and_become_the_message() {
     });
     assert_eq!(app.kinds()[2], ("codex".into(), Kind::Answer), "in the place of its panel");
     assert_eq!(app.entries[2].text, "Partly.");
+}
+
+/// A fast member answered before the chat had the answer to its own send
+/// (seen under load in tests/tests/chat.rs): its run is done, no panel
+/// waits for it.
+#[test]
+fn a_send_answered_before_its_reply_came_leaves_no_waiting_panel() {
+    let mut app = App::new(thread());
+    app.apply(&ThreadEvent::Message { message: Box::new(message(1, "king", MessageKind::King, "Q?", None)) });
+    app.apply(&ThreadEvent::RunWaiting { run: run_info("r1", "claude") });
+    app.apply(&ThreadEvent::Message { message: Box::new(answer(2, "claude", "A.", "r1", 0)) });
+    app.apply(&ThreadEvent::RunFinished { run: "r1".into(), member: "claude".into(), seq: 2 });
+    app.on_sent(&Sent {
+        message: message(1, "king", MessageKind::King, "Q?", None),
+        members: vec!["claude".into()],
+        rounds: 1,
+        mode: Mode::Broadcast,
+        notice: None,
+        runs: vec![SentRun { run: run_info("r1", "claude"), attached: false }],
+    });
+    assert_eq!(app.kinds(), [("king".into(), Kind::King), ("claude".into(), Kind::Answer)]);
+    assert_eq!(app.my_runs_in_flight(), 0, "/quit has nothing to wait for");
 }
 
 #[test]
@@ -670,4 +696,216 @@ fn after_a_delete_the_chat_offers_the_workspaces_threads() {
     super::on_reply(&mut app, super::Reply::Archived(Ok(archived)));
     assert_eq!(app.thread.status, ThreadStatus::Archived);
     assert!(app.notice.as_deref().is_some_and(|n| n.contains("/unarchive")), "{:?}", app.notice);
+}
+
+fn worktree(
+    member: &str,
+    state: kd_proto::work::WorkState,
+    files: u32,
+    added: u64,
+    removed: u64,
+) -> kd_proto::work::Worktree {
+    kd_proto::work::Worktree {
+        thread: THREAD.into(),
+        member: member.into(),
+        task: "Write x".into(),
+        repo: "/repo".into(),
+        path: format!("/data/worktrees/repo-{THREAD}/{member}"),
+        branch: format!("kd/{THREAD}/{member}"),
+        base: "b".repeat(40),
+        head: if files == 0 { "b".repeat(40) } else { "c".repeat(40) },
+        state,
+        files,
+        added,
+        removed,
+        removed_at_ms: None,
+        created_at_ms: 0,
+    }
+}
+
+/// A work thread: the King's task and two members' answers.
+fn at_work() -> App {
+    let mut app = App::new(thread());
+    app.load(
+        thread(),
+        &[
+            message(1, "king", MessageKind::King, "Write x", None),
+            answer(2, "claude", "Wrote x.", "r1", 1),
+            answer(3, "codex", "Wrote x too.", "r2", 2),
+        ],
+    );
+    app
+}
+
+#[test]
+fn a_members_work_shows_its_diff_stat_under_its_latest_panel() {
+    use kd_proto::work::WorkState;
+    let mut app = at_work();
+    app.apply(&ThreadEvent::Work { worktree: Box::new(worktree("claude", WorkState::Done, 3, 42, 7)) });
+    app.apply(&ThreadEvent::Work { worktree: Box::new(worktree("codex", WorkState::Working, 0, 0, 0)) });
+    insta::assert_snapshot!(screen(&mut app, 80, 20));
+    // Kept current: the next event of a member replaces its line.
+    app.apply(&ThreadEvent::Work { worktree: Box::new(worktree("claude", WorkState::Accepted, 1, 2, 0)) });
+    let s = screen(&mut app, 80, 20);
+    assert!(s.contains("└─ 1 file +2 −0 · accepted ─"), "{s}");
+    assert!(!s.contains("3 files"), "{s}");
+    // Another thread's work is not this one's.
+    app.apply(&ThreadEvent::Work {
+        worktree: Box::new(kd_proto::work::Worktree {
+            thread: "other1".into(),
+            ..worktree("cursor", WorkState::Done, 9, 9, 9)
+        }),
+    });
+    assert!(!screen(&mut app, 80, 20).contains("9 files"));
+    // A new run of the member (sent back to fix something) carries it now.
+    app.apply(&ThreadEvent::RunWaiting { run: RunInfo { reply_to: Some(3), ..run_at("r3", "claude", 3) } });
+    let with_new_run = &app.entries;
+    let carriers: Vec<(String, Option<String>)> =
+        with_new_run.iter().filter(|e| e.work.is_some()).map(|e| (e.member.clone(), e.run.clone())).collect();
+    assert_eq!(carriers, vec![("codex".into(), Some("r2".into())), ("claude".into(), Some("r3".into()))]);
+    // A chat opened later learns it from work.list.
+    let mut later = at_work();
+    later.set_work(vec![worktree("codex", WorkState::Done, 2, 5, 1)]);
+    assert!(screen(&mut later, 80, 20).contains("└─ 2 files +5 −1 · done ─"));
+}
+
+fn member_diff() -> kd_proto::work::MemberDiff {
+    let mut patch = String::from(
+        "diff --git a/x.rs b/x.rs\nnew file mode 100644\nindex 0000000..1111111\n--- /dev/null\n+++ b/x.rs\n@@ -0,0 +1,40 @@\n",
+    );
+    for i in 1..=40 {
+        patch.push_str(&format!("+line {i}\n"));
+    }
+    patch.push_str("diff --git a/a.txt b/a.txt\n--- a/a.txt\n+++ b/a.txt\n@@ -1,2 +1,2 @@\n one\n-two\n+2\x1b[31m\n");
+    kd_proto::work::MemberDiff {
+        member: "claude".into(),
+        branch: format!("kd/{THREAD}/claude"),
+        base: "b".repeat(40),
+        head: "c".repeat(40),
+        state: kd_proto::work::WorkState::Done,
+        files: vec![
+            kd_proto::work::FileStat { path: "x.rs".into(), added: 40, removed: 0, binary: false },
+            kd_proto::work::FileStat { path: "a.txt".into(), added: 1, removed: 1, binary: false },
+        ],
+        patch: Some(patch),
+        truncated: false,
+    }
+}
+
+/// The colour of the first cell of the row that starts with `text`.
+fn colour_of(terminal: &Terminal<TestBackend>, text: &str) -> ratatui::style::Color {
+    let buffer = terminal.backend().buffer();
+    let area = buffer.area;
+    for y in 0..area.height {
+        let row: String = (0..area.width).map(|x| buffer[(x, y)].symbol().to_string()).collect();
+        if let Some(i) = row.find(text) {
+            let x = row[..i].chars().count() as u16;
+            return buffer[(x, y)].fg;
+        }
+    }
+    panic!("no row with {text:?}");
+}
+
+#[test]
+fn diff_opens_a_members_coloured_diff_that_scrolls_and_closes() {
+    use kd_proto::work::WorkState;
+    use ratatui::style::Color;
+    let mut app = at_work();
+    // Without work: a notice, nothing asked.
+    typed(&mut app, "/diff claude");
+    assert_eq!(keys::on_key(&mut app, key(KeyCode::Enter)), vec![]);
+    assert!(app.notice.as_deref().unwrap().starts_with("claude has no work on this thread"), "{:?}", app.notice);
+    app.set_work(vec![worktree("claude", WorkState::Done, 2, 41, 1)]);
+    typed(&mut app, "/diff");
+    assert_eq!(keys::on_key(&mut app, key(KeyCode::Enter)), vec![]);
+    assert_eq!(app.notice.as_deref(), Some("work here: claude (2 files +41 −1 · done) · /diff MEMBER opens one"));
+    typed(&mut app, "/diff @claude");
+    assert_eq!(keys::on_key(&mut app, key(KeyCode::Enter)), vec![Effect::Diff("claude".into())]);
+    assert!(super::on_reply(&mut app, super::Reply::Diffed(Ok(vec![member_diff()]))).is_empty());
+    let mut terminal = Terminal::new(TestBackend::new(60, 24)).unwrap();
+    terminal.draw(|f| view::draw(f, &mut app)).unwrap();
+    insta::assert_snapshot!("diff_view_top", format!("{}", terminal.backend()));
+    assert_eq!(colour_of(&terminal, "diff --git a/x.rs"), Color::Reset);
+    assert!(
+        terminal
+            .backend()
+            .buffer()
+            .content
+            .iter()
+            .any(|c| c.symbol() == "d" && c.modifier.contains(ratatui::style::Modifier::BOLD)),
+        "file headers are bold"
+    );
+    assert_eq!(colour_of(&terminal, "@@ -0,0 +1,40 @@"), Color::Cyan);
+    assert_eq!(colour_of(&terminal, "+line 1 "), Color::Green);
+    // Scrolls a page, a line, to the end and back.
+    keys::on_key(&mut app, key(KeyCode::PageDown));
+    terminal.draw(|f| view::draw(f, &mut app)).unwrap();
+    let s = format!("{}", terminal.backend());
+    assert!(!s.contains("+line 1 ") && s.contains("+line 20 "), "{s}");
+    keys::on_key(&mut app, key(KeyCode::End));
+    terminal.draw(|f| view::draw(f, &mut app)).unwrap();
+    insta::assert_snapshot!("diff_view_end", format!("{}", terminal.backend()));
+    assert_eq!(colour_of(&terminal, "-two"), Color::Red);
+    assert_eq!(colour_of(&terminal, "+2␛[31m"), Color::Green, "escape sequences are shown, not obeyed");
+    keys::on_key(&mut app, key(KeyCode::Up));
+    keys::on_key(&mut app, key(KeyCode::Home));
+    terminal.draw(|f| view::draw(f, &mut app)).unwrap();
+    assert!(format!("{}", terminal.backend()).contains("x.rs  +40 −0"));
+    // q and Esc close it; Esc does not interrupt anything meanwhile.
+    assert_eq!(keys::on_key(&mut app, key(KeyCode::Char('q'))), vec![]);
+    assert!(app.diff.is_none());
+    assert!(super::on_reply(&mut app, super::Reply::Diffed(Ok(vec![member_diff()]))).is_empty());
+    assert_eq!(keys::on_key(&mut app, key(KeyCode::Esc)), vec![]);
+    assert!(app.diff.is_none());
+}
+
+#[test]
+fn work_accept_and_reject_are_asked_of_the_daemon_and_say_what_came_of_it() {
+    use kd_proto::work::WorkState;
+    let mut app = at_work();
+    typed(&mut app, "/work --to claude,codex Write x");
+    assert_eq!(
+        keys::on_key(&mut app, key(KeyCode::Enter)),
+        vec![Effect::Work { task: "Write x".into(), to: Some(vec!["claude".into(), "codex".into()]), vote: false }]
+    );
+    let started = kd_proto::work::WorkStarted {
+        thread: "w0rk01".into(),
+        title: "Write x".into(),
+        seq: 1,
+        worktrees: vec![
+            worktree("claude", WorkState::Working, 0, 0, 0),
+            worktree("codex", WorkState::Working, 0, 0, 0),
+        ],
+        runs: vec!["r7".into(), "r8".into()],
+        vote: false,
+    };
+    // The chat opens the task's thread, and the members' runs are its own.
+    assert_eq!(
+        super::on_reply(&mut app, super::Reply::WorkStarted(Ok(Box::new(started)))),
+        vec![Effect::Open("w0rk01".into())]
+    );
+    assert!(app.my_runs.contains("r7") && app.my_runs.contains("r8"));
+    assert!(app.notice.as_deref().unwrap().contains("claude, codex at work"), "{:?}", app.notice);
+    app.set_work(vec![worktree("claude", WorkState::Done, 1, 1, 0)]);
+    typed(&mut app, "/accept --squash claude");
+    assert_eq!(
+        keys::on_key(&mut app, key(KeyCode::Enter)),
+        vec![Effect::Accept { member: "claude".into(), squash: true }]
+    );
+    typed(&mut app, "/reject codex");
+    assert_eq!(keys::on_key(&mut app, key(KeyCode::Enter)), vec![]);
+    assert!(app.notice.as_deref().unwrap().starts_with("codex has no work"), "{:?}", app.notice);
+    typed(&mut app, "/reject claude");
+    assert_eq!(keys::on_key(&mut app, key(KeyCode::Enter)), vec![Effect::Reject("claude".into())]);
+    super::on_reply(&mut app, super::Reply::Rejected(Ok(worktree("claude", WorkState::Rejected, 1, 1, 0))));
+    assert_eq!(app.notice.as_deref(), Some("rejected claude's work"));
+    assert!(screen(&mut app, 80, 20).contains("· rejected"));
+    let refused =
+        kd_client::ClientError::from(jsonrpsee::core::client::Error::Call(jsonrpsee::types::ErrorObjectOwned::owned(
+            1011,
+            "the merge conflicts in a\x1b[2J.txt: nothing changed",
+            None::<()>,
+        )));
+    super::on_reply(&mut app, super::Reply::Accepted(Err(refused)));
+    assert!(app.notice.as_deref().unwrap().contains("the merge conflicts in a␛[2J.txt"), "{:?}", app.notice);
 }

@@ -50,6 +50,9 @@ pub fn draw(frame: &mut Frame<'_>, app: &mut App) {
         Some(Overlay::Search { hits, selected }) => draw_hits(frame, log, hits, *selected),
         None => {}
     }
+    if let Some(diff) = app.diff.as_mut() {
+        diff.draw(frame, log);
+    }
     if !app.colors {
         without_colour(frame);
     }
@@ -342,8 +345,25 @@ fn build_panel(entry: &Entry, width: u16, palette: &Palette) -> Vec<Line<'static
         spans.push(Span::styled(format!(" {v}"), border));
         out.push(Line::from(spans));
     }
-    out.push(Line::from(Span::styled(format!("{bl}{}{br}", h.to_string().repeat(width.saturating_sub(2))), border)));
+    out.push(bottom(entry, width, (bl, br, h), border));
     out
+}
+
+/// A panel's bottom border; under a member's latest answer, its work's
+/// diff stat when it has some: `└─ 3 files +42 −7 · done ───┘`.
+fn bottom(entry: &Entry, width: usize, (bl, br, h): (char, char, char), border: Style) -> Line<'static> {
+    let h = h.to_string();
+    if let Some(w) = &entry.work {
+        let stat = super::diff::stat_spans(w);
+        let used: usize = stat.iter().map(|s| display_width(&s.content)).sum();
+        if used + 6 <= width {
+            let mut spans = vec![Span::styled(format!("{bl}{h} "), border)];
+            spans.extend(stat);
+            spans.push(Span::styled(format!(" {}{br}", h.repeat(width - used - 5)), border));
+            return Line::from(spans);
+        }
+    }
+    Line::from(Span::styled(format!("{bl}{}{br}", h.repeat(width.saturating_sub(2))), border))
 }
 
 fn plain(text: &str) -> Vec<Line<'static>> {
