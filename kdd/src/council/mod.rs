@@ -124,10 +124,16 @@ impl Launch {
         let kd = (agent.mcp && agent.backend.takes_mcp())
             .then(|| crate::config::find_kd(&crate::config::Env::process()))
             .flatten();
+        let work = self.prompt.is_none().then(|| self.work.get(member).cloned()).flatten();
+        // A run in the member's worktree is told where it works (F-W1).
+        let preamble = match &work {
+            Some(w) => self.config.work_preamble(&w.dir, &w.branch, kd.is_some()),
+            None => self.config.preamble(self.style, kd.is_some()),
+        };
         let spec = || Spec {
             timeout: self.timeout.unwrap_or(Duration::from_secs(self.config.timeout_s(member))),
             agent,
-            preamble: self.config.preamble(self.style, kd.is_some()),
+            preamble,
             kd,
             style: self.style,
             context: self.thread.context,
@@ -135,7 +141,8 @@ impl Launch {
             max_answer_bytes: self.config.council.max_answer_bytes,
             members: self.config.council.members.clone(),
             prompt: self.prompt.clone(),
-            work: self.prompt.is_none().then(|| self.work.get(member).cloned()).flatten(),
+            work,
+            work_settings: self.config.work.clone(),
         };
         match &claim {
             Claim::New(run) => {

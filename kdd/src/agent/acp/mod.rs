@@ -56,21 +56,27 @@ pub struct AcpAgents {
 
 impl AcpAgents {
     /// The process of `agent` in `workspace`, started and initialised when
-    /// there is none or the last one died.
+    /// there is none or the last one died; `work`: `workspace` is the
+    /// member's worktree, where alone it may write.
     pub async fn get(
         &self,
         agent: &AgentDef,
         workspace: &Path,
         socket: &Path,
         grants: &Arc<Grants>,
+        work: bool,
     ) -> Result<Arc<Agent>, String> {
-        let key = (agent.name.clone(), Started::of(agent, workspace));
+        // An agent working in a worktree is confined to it: never the
+        // process of the member's advising runs.
+        let name = if work { format!("{}\0work", agent.name) } else { agent.name.clone() };
+        let key = (name, Started::of(agent, workspace));
         self.running
             .get_or_start(key, || async {
                 let mut inv = peer::invocation(&agent.command, agent.args.clone(), &agent.env, socket);
                 inv.env.push(("KD_MEMBER".to_string(), agent.name.clone()));
                 let kd_tools = agent.mcp && agent.backend.takes_mcp();
-                let dialect = Arc::new(protocol::Acp::new(agent.permissions, kd_tools));
+                let confine = work.then(|| workspace.to_path_buf());
+                let dialect = Arc::new(protocol::Acp::new(agent.permissions, kd_tools).confined(confine));
                 let peer = Peer::start(&inv, workspace, dialect).map_err(|e| spawn_error(&inv, agent, &e))?;
                 let answer = peer
                     .request(protocol::initialize)
