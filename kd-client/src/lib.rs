@@ -45,4 +45,4 @@ pub fn new_thread_id() -> String {
 }
 pub use error::ClientError;
 pub use kd_proto::paths::socket_path;
-pub use kd_proto::{self, KdApiClient};
+pub use kd_proto::{self, KdApiClient, WorkApiClient};

@@ -40,6 +40,16 @@ enum Command {
     Runs(cmd::runs::RunsArgs),
     /// Stop a thread's runs and pending auto-turns (or one member's run)
     Cancel(cmd::runs::CancelArgs),
+    /// Give a task to members, each in a git worktree of its own; --list lists the worktrees
+    Work(cmd::work::WorkArgs),
+    /// Show each member's work as a diff from where it started
+    Diff(cmd::work::DiffArgs),
+    /// Have the council review a member's work: approve or request changes
+    Review(cmd::work::ReviewArgs),
+    /// Merge a member's work into your current branch (refused on a dirty tree or a conflict)
+    Accept(cmd::work::AcceptArgs),
+    /// Turn a member's work down
+    Reject(cmd::work::RejectArgs),
     /// Ask again the members whose last answer failed
     Retry(cmd::runs::RetryArgs),
     /// Follow a thread live, whoever asks in it, until Ctrl+C
@@ -186,6 +196,11 @@ fn main() -> ExitCode {
             Command::Runs(a) => cmd::runs::list(&ctx, a).await,
             Command::Cancel(a) => cmd::runs::cancel(&ctx, a).await,
             Command::Retry(a) => cmd::runs::retry(&ctx, a).await,
+            Command::Work(a) => cmd::work::run(&ctx, a).await,
+            Command::Diff(a) => cmd::work::diff(&ctx, a).await,
+            Command::Review(a) => cmd::work::review(&ctx, a).await,
+            Command::Accept(a) => cmd::work::accept(&ctx, a).await,
+            Command::Reject(a) => cmd::work::reject(&ctx, a).await,
             Command::Watch(a) => cmd::watch::run(&ctx, a).await,
             Command::Send(a) => cmd::coord::send(&ctx, a).await,
             Command::Inbox(a) => cmd::inbox::run(&ctx, a).await,

@@ -39,10 +39,14 @@ pub enum ErrorCode {
     /// its run's capability allows (another member, another thread, the
     /// King's actions), or a capability that is unknown or whose run ended.
     Forbidden = 1010,
+    /// What is asked cannot be done as things stand, and nothing was
+    /// changed: the King's tree has uncommitted changes, a merge would
+    /// conflict, a member is still working, work would be lost.
+    Conflict = 1011,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 11] = [
+    pub const ALL: [ErrorCode; 12] = [
         ErrorCode::Internal,
         ErrorCode::InvalidArgument,
         ErrorCode::NotFound,
@@ -54,6 +58,7 @@ impl ErrorCode {
         ErrorCode::AlreadyExists,
         ErrorCode::ThreadArchived,
         ErrorCode::Forbidden,
+        ErrorCode::Conflict,
     ];
 
     pub fn code(self) -> i32 {
@@ -78,6 +83,7 @@ impl ErrorCode {
             ErrorCode::AlreadyExists => "already_exists",
             ErrorCode::ThreadArchived => "thread_archived",
             ErrorCode::Forbidden => "forbidden",
+            ErrorCode::Conflict => "conflict",
         }
     }
 

@@ -57,6 +57,7 @@ pub mod service;
 pub mod shutdown;
 pub mod state;
 pub mod summary;
+pub mod work;
 
 use anyhow::Context;
 use std::path::PathBuf;

@@ -52,7 +52,7 @@ pub struct Daemon {
     /// Council exchanges.
     pub council: Arc<Council>,
     /// The coordination layer: routing, completions, emergencies, races.
-    pub coord: Coord,
+    pub coord: Arc<Coord>,
 }
 
 impl Daemon {
@@ -85,7 +85,7 @@ impl Daemon {
             page_bytes: limits.max_response_bytes as usize / 4,
             next_client_id: AtomicU64::new(1),
             council: council.clone(),
-            coord: Coord::new(council),
+            coord: Arc::new(Coord::new(council)),
             agents,
         }
     }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use kd_client::terminal::safe;
-use kd_client::{ClientError, KdApiClient};
+use kd_client::{ClientError, KdApiClient, WorkApiClient};
 
 use super::{Ctx, thread_or_current};
 
@@ -56,6 +56,22 @@ pub async fn archive(ctx: &Ctx, a: ThreadArg) -> anyhow::Result<ExitCode> {
     let id = thread_or_current(&client, a.thread).await?.id;
     let t = client.thread_archive(id).await.map_err(ClientError::from)?;
     outln!("archived thread {}", t.id)?;
+    // Members' work that was neither accepted nor rejected stays.
+    let kept: Vec<String> = client
+        .work_list(None, Some(t.id.clone()))
+        .await
+        .map_err(ClientError::from)?
+        .into_iter()
+        .filter(|w| w.removed_at_ms.is_none())
+        .map(|w| format!("{} ({})", w.member, safe(&w.path)))
+        .collect();
+    if !kept.is_empty() {
+        outln!(
+            "kept the work of {}: kd accept or kd reject it, or kd delete {} --force to discard it",
+            kept.join(", "),
+            t.id
+        )?;
+    }
     if let Some(s) = &t.summary {
         outln!("\n{}", safe(s))?;
     }
@@ -86,7 +102,7 @@ pub struct DeleteArgs {
     /// Do not ask (needed when stdin is not a terminal)
     #[arg(long, short = 'y')]
     yes: bool,
-    /// Cancel the thread's runs in flight first
+    /// Cancel the thread's runs in flight first, and discard members' work not accepted or rejected
     #[arg(long)]
     force: bool,
 }

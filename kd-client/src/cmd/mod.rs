@@ -18,6 +18,7 @@ pub mod search;
 pub mod threads;
 pub mod transfer;
 pub mod watch;
+pub mod work;
 
 use std::path::PathBuf;
 

@@ -8,6 +8,7 @@
 
 mod coordination;
 mod member;
+mod work;
 
 use std::sync::OnceLock;
 
@@ -376,6 +377,7 @@ fn build() -> (Vec<MethodDoc>, Value) {
 
     coordination::methods(&mut b);
     member::methods(&mut b);
+    work::methods(&mut b);
 
     b.method::<Vec<Event>>(
         "events.list",

@@ -140,33 +140,8 @@ pub async fn complete(co: &Coord, p: Params) -> Result<Completion, ErrorObjectOw
     }
     let mut tally = None;
     if vote && answered.len() >= 2 {
-        // Labels drawn afresh for each vote, so that no member can tell
-        // who wrote what from one vote to the next; the tally keeps them.
-        let mut labelled = answered.clone();
-        fastrand::shuffle(&mut labelled);
-        let labels = label(&labelled);
-        let mut voters = Vec::new();
-        for voter in answered.iter().map(|x| x.member.clone()) {
-            let prompt = ballot_prompt(&p.body, &labels, &labelled, &voter);
-            let run_launch = Launch { prompt: Some(prompt), ..launch.clone() };
-            let ballot = Place { purpose: Some(Purpose::Ballot), ..place };
-            if let Some(run) = run_launch.start(&co.council, &voter, ballot).map(Claim::into_run) {
-                voters.push((voter, run));
-            }
-        }
-        let mut ballots = Vec::new();
-        for (voter, run) in voters {
-            run.done().await;
-            let message = run.message();
-            extra_cost += message.as_ref().and_then(|m| m.run.as_ref()).and_then(|r| r.cost_usd).unwrap_or(0.0);
-            let own = labels.iter().find(|l| l.member == voter).map(|l| l.label.clone());
-            let ranking = message
-                .as_ref()
-                .filter(|m| m.kind == MessageKind::Agent)
-                .map(|m| parse_ranking(&m.body, &labels, own.as_deref()))
-                .unwrap_or_default();
-            ballots.push(Ballot { voter, ranking, seq: message.map(|m| m.seq) });
-        }
+        let (labels, ballots, cost) = ballots(co, &launch, place, &p.body, &answered).await;
+        extra_cost += cost;
         let mut t = count(labels, ballots);
         let body = tally_text(&t);
         let m = db.append_message(kd_message(&thread.id, seq, body, &id, Purpose::Tally)).await?;
@@ -222,6 +197,45 @@ pub async fn complete(co: &Coord, p: Params) -> Result<Completion, ErrorObjectOw
         synthesis,
         summary,
     })
+}
+
+/// Has every member of `answered` rank the others' answers, shown
+/// anonymised under labels drawn afresh for this vote (so that no member
+/// can tell who wrote what from one vote to the next): the labels, each
+/// voter's ballot, and what the ballots cost.
+pub async fn ballots(
+    co: &Coord,
+    launch: &Launch,
+    place: Place,
+    question: &str,
+    answered: &[&Part],
+) -> (Vec<Label>, Vec<Ballot>, f64) {
+    let mut labelled = answered.to_vec();
+    fastrand::shuffle(&mut labelled);
+    let labels = label(&labelled);
+    let mut voters = Vec::new();
+    for voter in answered.iter().map(|x| x.member.clone()) {
+        let prompt = ballot_prompt(question, &labels, &labelled, &voter);
+        let run_launch = Launch { prompt: Some(prompt), ..launch.clone() };
+        let ballot = Place { purpose: Some(Purpose::Ballot), ..place };
+        if let Some(run) = run_launch.start(&co.council, &voter, ballot).map(Claim::into_run) {
+            voters.push((voter, run));
+        }
+    }
+    let (mut ballots, mut cost) = (Vec::new(), 0.0);
+    for (voter, run) in voters {
+        run.done().await;
+        let message = run.message();
+        cost += message.as_ref().and_then(|m| m.run.as_ref()).and_then(|r| r.cost_usd).unwrap_or(0.0);
+        let own = labels.iter().find(|l| l.member == voter).map(|l| l.label.clone());
+        let ranking = message
+            .as_ref()
+            .filter(|m| m.kind == MessageKind::Agent)
+            .map(|m| parse_ranking(&m.body, &labels, own.as_deref()))
+            .unwrap_or_default();
+        ballots.push(Ballot { voter, ranking, seq: message.map(|m| m.seq) });
+    }
+    (labels, ballots, cost)
 }
 
 /// Waits as `wait` says; returns the runs stopped for being late.
@@ -286,7 +300,7 @@ fn part_of(run: &Run, late: bool, wait: Wait) -> Part {
     }
 }
 
-fn kd_message(thread: &str, reply_to: u64, body: String, id: &str, purpose: Purpose) -> NewMessage {
+pub fn kd_message(thread: &str, reply_to: u64, body: String, id: &str, purpose: Purpose) -> NewMessage {
     NewMessage {
         reply_to: Some(reply_to),
         purpose: Some(purpose),
@@ -380,7 +394,7 @@ pub fn count(labels: Vec<Label>, ballots: Vec<Ballot>) -> Tally {
 }
 
 /// The tally as the thread shows it.
-fn tally_text(t: &Tally) -> String {
+pub fn tally_text(t: &Tally) -> String {
     let mut out = match &t.winner {
         Some(w) => format!("Vote: {w} wins.\n\n"),
         None => "Vote: no ranking could be read.\n\n".to_string(),

@@ -23,6 +23,7 @@ mod registry;
 mod subscribe;
 mod threads;
 pub mod validate;
+mod work;
 
 use std::sync::Arc;
 
@@ -56,8 +57,12 @@ pub struct Rpc {
 pub fn module(d: Arc<Daemon>) -> RpcModule<Rpc> {
     let mut module = Rpc { d: d.clone() }.into_rpc();
     // Method names never clash: member.* is the member surface's alone.
-    if let Err(e) = module.merge(kd_proto::MemberApiServer::into_rpc(member::Member::new(d))) {
+    if let Err(e) = module.merge(kd_proto::MemberApiServer::into_rpc(member::Member::new(d.clone()))) {
         tracing::error!("the member methods are not served: {e}");
+    }
+    // work.* are the King's methods on members' work.
+    if let Err(e) = module.merge(kd_proto::WorkApiServer::into_rpc(work::Work::new(d))) {
+        tracing::error!("the work methods are not served: {e}");
     }
     module
 }

@@ -102,7 +102,11 @@ pub async fn archive(d: &Daemon, thread: String) -> RpcResult<Thread> {
     d.db.thread(thread.clone()).await?;
     stop_runs(d, &thread).await;
     // The summarizer's summary and the offer to the trunk follow.
-    Ok(lifecycle::archive(&d.db, &d.council.archived, thread).await?)
+    let archived = lifecycle::archive(&d.db, &d.council.archived, thread.clone()).await?;
+    // Members' worktrees go with it when nothing in them could be lost;
+    // the others stay (work.list shows them).
+    crate::work::settle::tidy(&d.db, &d.hub, &thread, false).await?;
+    Ok(archived)
 }
 
 pub async fn summarize(d: &Daemon, thread: String) -> RpcResult<Thread> {
@@ -140,7 +144,13 @@ pub async fn unarchive(d: &Daemon, thread: String) -> RpcResult<Thread> {
 pub async fn delete(d: &Daemon, thread: String, force: Option<bool>) -> RpcResult<Deleted> {
     validate::thread_id(&thread)?;
     d.db.thread(thread.clone()).await?;
-    let cancelled = if force.unwrap_or(false) { stop_runs(d, &thread).await } else { 0 };
+    let force = force.unwrap_or(false);
+    if !force {
+        // Members' work not accepted or rejected is never lost unasked.
+        crate::work::settle::check_delete(&d.db, &thread).await?;
+    }
+    let cancelled = if force { stop_runs(d, &thread).await } else { 0 };
+    crate::work::settle::tidy(&d.db, &d.hub, &thread, force).await?;
     let messages = d.db.delete_thread(thread.clone()).await?;
     Ok(Deleted { thread, messages, cancelled_runs: cancelled })
 }

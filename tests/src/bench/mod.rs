@@ -11,6 +11,7 @@ pub mod kd_mcp;
 pub mod mcp_start;
 pub mod memory;
 pub mod runs;
+pub mod work_start;
 
 use std::sync::Mutex;
 use std::time::Duration;

@@ -1,0 +1,361 @@
+//! Members' work from the CLI (F-W1..W6): `kd work` gives a task to
+//! members, each in a git worktree of its own, and follows their runs;
+//! `kd work --list` lists the worktrees; `kd diff` shows what each changed;
+//! `kd review` has the council judge a member's diff; `kd accept` merges
+//! one into the King's branch; `kd reject` turns one down.
+
+use std::process::ExitCode;
+
+use clap::Args;
+use kd_client::style::{bold, dim, paint};
+use kd_client::terminal::safe;
+use kd_client::{Client, ClientError, KdApiClient, WorkApiClient};
+use kd_proto::names::KD;
+use kd_proto::types::{Purpose, ThreadEvent};
+use kd_proto::work::{MemberDiff, WorkState, Worktree};
+
+use super::{Ctx, print_json};
+use crate::fmt::Table;
+
+#[derive(Debug, Args)]
+pub struct WorkArgs {
+    /// What the members should do
+    #[arg(value_name = "TASK", required_unless_present = "list")]
+    task: Vec<String>,
+    /// Only these members (comma-separated or repeated) [default: every member]
+    #[arg(long, value_delimiter = ',')]
+    to: Vec<String>,
+    /// Best of N: once all are done, the members rank each other's diffs, anonymised
+    #[arg(long)]
+    vote: bool,
+    /// Return once the task is given, without following the runs
+    #[arg(long = "async")]
+    no_wait: bool,
+    /// List the worktrees of this workspace (or of --thread) instead
+    #[arg(long)]
+    list: bool,
+    /// With --list: only this thread's
+    #[arg(long)]
+    thread: Option<String>,
+    /// Print JSON
+    #[arg(long)]
+    json: bool,
+}
+
+fn workspace() -> anyhow::Result<String> {
+    Ok(kd_client::workspace::current()?.root.display().to_string())
+}
+
+pub async fn run(ctx: &Ctx, a: WorkArgs) -> anyhow::Result<ExitCode> {
+    if a.list {
+        return list(ctx, a).await;
+    }
+    let client = ctx.client().await?;
+    let task = a.task.join(" ");
+    let to = (!a.to.is_empty()).then_some(a.to);
+    let started = client.work_start(workspace()?, task, to, Some(a.vote)).await.map_err(ClientError::from)?;
+    if a.json && a.no_wait {
+        print_json(&started)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let styled = ctx.styled();
+    errln!(
+        "kd: thread {} — {} at work, each in its own worktree{}",
+        started.thread,
+        started.worktrees.iter().map(|w| w.member.as_str()).collect::<Vec<_>>().join(", "),
+        if started.vote { "; then they rank the diffs" } else { "" }
+    );
+    if a.no_wait {
+        outln!("{}", started.thread)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Follow the runs until each ended and its work was committed (and,
+    // for a vote, until the tally is written).
+    let waiting = ctx.client_waiting().await?;
+    let mut sub =
+        waiting.thread_subscribe(started.thread.clone(), Some(started.seq), None).await.map_err(ClientError::from)?;
+    let mut pending: Vec<String> = started.runs.clone();
+    let mut failed = false;
+    let mut tally = None;
+    while let Some(event) = sub.next().await {
+        let Ok(event) = event else { break };
+        match event {
+            ThreadEvent::RunFinished { run, .. } | ThreadEvent::RunCancelled { run, .. } => {
+                pending.retain(|r| *r != run);
+            }
+            ThreadEvent::RunError { run, member, error, .. } => {
+                if pending.contains(&run) {
+                    failed = true;
+                    errln!("kd: {member}: {}", safe(&error));
+                }
+                pending.retain(|r| *r != run);
+            }
+            ThreadEvent::Work { worktree } if worktree.state != WorkState::Working && !a.json => {
+                outln!("{}", line(&worktree, styled))?;
+            }
+            ThreadEvent::Message { message } if message.from == KD && message.purpose == Some(Purpose::Tally) => {
+                tally = Some(message.body.clone());
+            }
+            _ => {}
+        }
+        if pending.is_empty() && (!started.vote || tally.is_some()) {
+            break;
+        }
+    }
+    let trees = client.work_list(None, Some(started.thread.clone())).await.map_err(ClientError::from)?;
+    if a.json {
+        print_json(&trees)?;
+    } else {
+        if let Some(t) = &tally {
+            outln!("\n{}", safe(t))?;
+        }
+        outln!(
+            "\n{}",
+            dim(
+                styled,
+                &format!(
+                    "kd diff {t} · kd review MEMBER --thread {t} · kd accept MEMBER --thread {t}",
+                    t = started.thread
+                )
+            )
+        )?;
+    }
+    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+/// One member's work in a line: member, state, size, branch.
+fn line(w: &Worktree, styled: bool) -> String {
+    let size = if w.head == w.base {
+        "no changes".to_string()
+    } else {
+        format!(
+            "{} files, {} {}",
+            w.files,
+            paint(styled, 32, &format!("+{}", w.added)),
+            paint(styled, 31, &format!("−{}", w.removed))
+        )
+    };
+    format!("{}  {}  {size}  {}", bold(styled, &w.member), w.state.as_str(), dim(styled, &w.branch))
+}
+
+async fn list(ctx: &Ctx, a: WorkArgs) -> anyhow::Result<ExitCode> {
+    let client = ctx.client().await?;
+    let ws = if a.thread.is_some() { None } else { Some(workspace()?) };
+    let trees = client.work_list(ws, a.thread).await.map_err(ClientError::from)?;
+    if a.json {
+        print_json(&trees)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if trees.is_empty() {
+        outln!("no work here: kd work \"TASK\" gives members some")?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut t = Table::new(&["THREAD", "MEMBER", "STATE", "FILES", "+/−", "BRANCH", "BASE", "WORKTREE"]);
+    for w in &trees {
+        let state =
+            if w.removed_at_ms.is_some() { format!("{} (removed)", w.state.as_str()) } else { w.state.as_str().into() };
+        t.row(vec![
+            w.thread.clone(),
+            w.member.clone(),
+            state,
+            w.files.to_string(),
+            format!("+{} −{}", w.added, w.removed),
+            w.branch.clone(),
+            w.base.chars().take(12).collect(),
+            safe(&w.path).into_owned(),
+        ]);
+    }
+    out!("{}", t.render())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The work thread named, or the newest of this workspace that has work
+/// of `member` (any member when none is named).
+async fn work_thread(client: &Client, thread: Option<String>, member: Option<&str>) -> anyhow::Result<String> {
+    if let Some(t) = thread {
+        return Ok(t);
+    }
+    let trees = client.work_list(Some(workspace()?), None).await.map_err(ClientError::from)?;
+    trees
+        .iter()
+        .filter(|w| w.removed_at_ms.is_none())
+        .find(|w| member.is_none_or(|m| w.member == m))
+        .map(|w| w.thread.clone())
+        .ok_or_else(|| match member {
+            Some(m) => anyhow::anyhow!("{m} has no work in this workspace (kd work --list shows what there is)"),
+            None => anyhow::anyhow!("no work in this workspace: kd work \"TASK\" gives members some"),
+        })
+}
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// [THREAD] [MEMBER]: the work thread [default: this workspace's newest] and one member [default: all]
+    #[arg(value_name = "THREAD|MEMBER", num_args = 0..=2)]
+    what: Vec<String>,
+    /// Only the files changed, with lines added and removed
+    #[arg(long)]
+    stat: bool,
+    /// Print JSON
+    #[arg(long)]
+    json: bool,
+}
+
+/// `kd diff [THREAD] [MEMBER]`: a lone word is a member when this
+/// workspace has work of a member of that name, else a thread.
+pub async fn diff(ctx: &Ctx, a: DiffArgs) -> anyhow::Result<ExitCode> {
+    let client = ctx.client().await?;
+    let (thread, member) = match a.what.as_slice() {
+        [] => (None, None),
+        [one] => {
+            let trees = client.work_list(Some(workspace()?), None).await.map_err(ClientError::from)?;
+            if trees.iter().any(|w| &w.member == one) { (None, Some(one.clone())) } else { (Some(one.clone()), None) }
+        }
+        [t, m, ..] => (Some(t.clone()), Some(m.clone())),
+    };
+    let thread = work_thread(&client, thread, member.as_deref()).await?;
+    let diffs = client.work_diff(thread, member, Some(a.stat), None).await.map_err(ClientError::from)?;
+    if a.json {
+        print_json(&diffs)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let styled = ctx.styled();
+    for (i, d) in diffs.iter().enumerate() {
+        if i > 0 {
+            outln!()?;
+        }
+        print_diff(d, styled)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_diff(d: &MemberDiff, styled: bool) -> anyhow::Result<()> {
+    let (added, removed) = d.files.iter().fold((0, 0), |(a, r), f| (a + f.added, r + f.removed));
+    outln!(
+        "{} {}  {} files, +{added} −{removed}  {}",
+        bold(styled, &d.member),
+        d.state.as_str(),
+        d.files.len(),
+        dim(styled, &format!("{} {}..{}", d.branch, short(&d.base), short(&d.head)))
+    )?;
+    for f in &d.files {
+        let counts = if f.binary { "binary".into() } else { format!("+{} −{}", f.added, f.removed) };
+        outln!("  {}  {counts}", safe(&f.path))?;
+    }
+    if let Some(patch) = &d.patch {
+        if !patch.is_empty() {
+            outln!()?;
+        }
+        for l in patch.lines() {
+            let l = safe(l);
+            let code = match l.as_bytes().first() {
+                Some(b'+') if !l.starts_with("+++") => Some(32),
+                Some(b'-') if !l.starts_with("---") => Some(31),
+                Some(b'@') => Some(36),
+                _ => None,
+            };
+            match code {
+                Some(c) => outln!("{}", paint(styled, c, &l))?,
+                None if l.starts_with("diff --git") => outln!("{}", bold(styled, &l))?,
+                None => outln!("{l}")?,
+            }
+        }
+        if d.truncated {
+            outln!("{}", dim(styled, "… (cut: the diff is larger; kd diff --json, or git diff in the worktree)"))?;
+        }
+    }
+    Ok(())
+}
+
+fn short(commit: &str) -> &str {
+    &commit[..commit.len().min(12)]
+}
+
+#[derive(Debug, Args)]
+pub struct ReviewArgs {
+    /// Whose work to review
+    member: String,
+    /// Reviewers (comma-separated or repeated) [default: every other member]
+    #[arg(long, value_delimiter = ',')]
+    to: Vec<String>,
+    /// The work thread [default: this workspace's newest with MEMBER's work]
+    #[arg(long)]
+    thread: Option<String>,
+}
+
+pub async fn review(ctx: &Ctx, a: ReviewArgs) -> anyhow::Result<ExitCode> {
+    let client = ctx.client().await?;
+    let thread = work_thread(&client, a.thread, Some(&a.member)).await?;
+    let to = (!a.to.is_empty()).then_some(a.to);
+    let seq = client.work_review(thread.clone(), a.member.clone(), to).await.map_err(ClientError::from)?;
+    // Follow the reviewers until kd counted their verdicts.
+    let waiting = ctx.client_waiting().await?;
+    let mut sub = waiting.thread_subscribe(thread.clone(), Some(seq - 1), None).await.map_err(ClientError::from)?;
+    let styled = ctx.styled();
+    while let Some(Ok(event)) = sub.next().await {
+        if let ThreadEvent::Message { message } = event {
+            if message.reply_to != Some(seq) {
+                continue;
+            }
+            if message.from == KD {
+                outln!("\n{}", bold(styled, &safe(&message.body)))?;
+                break;
+            }
+            outln!("{}:\n{}\n", bold(styled, &message.from), safe(&message.body))?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Debug, Args)]
+pub struct AcceptArgs {
+    /// Whose work to merge into your current branch
+    member: String,
+    /// One commit instead of a merge
+    #[arg(long)]
+    squash: bool,
+    /// Only check that it would merge cleanly; change nothing
+    #[arg(long)]
+    check: bool,
+    /// The work thread [default: this workspace's newest with MEMBER's work]
+    #[arg(long)]
+    thread: Option<String>,
+}
+
+pub async fn accept(ctx: &Ctx, a: AcceptArgs) -> anyhow::Result<ExitCode> {
+    let client = ctx.client().await?;
+    let thread = work_thread(&client, a.thread, Some(&a.member)).await?;
+    let done = client.work_accept(thread, a.member, Some(a.squash), Some(a.check)).await.map_err(ClientError::from)?;
+    if done.checked {
+        outln!("{}'s work merges cleanly into {}", done.member, done.into)?;
+    } else {
+        let how = if done.squash { "squashed into" } else { "merged into" };
+        outln!("{}'s work {how} {} ({})", done.member, done.into, short(done.commit.as_deref().unwrap_or_default()))?;
+    }
+    if !done.superseded.is_empty() {
+        let verb = if done.checked { "would be" } else { "is" };
+        outln!("the work of {} {verb} superseded", done.superseded.join(", "))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Debug, Args)]
+pub struct RejectArgs {
+    /// Whose work to turn down
+    member: String,
+    /// The work thread [default: this workspace's newest with MEMBER's work]
+    #[arg(long)]
+    thread: Option<String>,
+}
+
+pub async fn reject(ctx: &Ctx, a: RejectArgs) -> anyhow::Result<ExitCode> {
+    let client = ctx.client().await?;
+    let thread = work_thread(&client, a.thread, Some(&a.member)).await?;
+    let w = client.work_reject(thread, a.member).await.map_err(ClientError::from)?;
+    outln!(
+        "{}'s work on thread {} is rejected; its branch {} goes when the thread is archived",
+        w.member,
+        w.thread,
+        w.branch
+    )?;
+    Ok(ExitCode::SUCCESS)
+}

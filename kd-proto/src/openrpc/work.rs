@@ -1,0 +1,74 @@
+//! Members' work (F-W1..W6) in the OpenRPC document: the King's methods on
+//! the worktrees members implement a task in.
+
+use super::Builder;
+use crate::error::ErrorCode::*;
+use crate::work::{Accepted, MemberDiff, WorkStarted, Worktree};
+
+pub(super) fn methods(b: &mut Builder) {
+    b.method::<WorkStarted>(
+        "work.start",
+        "started",
+        "Give a task to members, each in a git worktree of its own: a new branch thread of the workspace's trunk \
+         titled with the task; for each member a worktree of the King's HEAD on branch kd/<thread>/<member> under \
+         the data directory; the King's message giving the task, which each member answers by doing it, run \
+         writable in its worktree and nowhere else. kd commits what a member changed when each of its runs ends. \
+         With vote, once every run ended the members rank the others' diffs, anonymised, and a tally names the \
+         winner.",
+    );
+    b.param::<String>("workspace", true, "the King's tree: a directory of a git repository with a commit")
+        .param::<String>("task", true, "what to do, verbatim (at most 64 KiB)")
+        .param::<Vec<String>>("to", false, "members (default: every member)")
+        .param::<bool>("vote", false, "best of N: the members rank the diffs once all are done (two members at least)")
+        .errors(&[InvalidArgument, NotFound]);
+    b.method::<Vec<Worktree>>(
+        "work.list",
+        "worktrees",
+        "The worktrees of a thread, or of a workspace's repository, or every one, newest first.",
+    );
+    b.param::<String>("workspace", false, "only this workspace's repository")
+        .param::<String>("thread", false, "only this thread's")
+        .errors(&[InvalidArgument, NotFound]);
+    b.method::<Vec<MemberDiff>>(
+        "work.diff",
+        "diffs",
+        "Each member's diff (or one member's) from the commit its worktree was made at to the last commit kd made of \
+         its work: the files with lines added and removed, and the patch unless stat.",
+    );
+    b.param::<String>("thread", true, "the work thread")
+        .param::<String>("member", false, "only this member's")
+        .param::<bool>("stat", false, "the files only, no patch")
+        .param::<u64>("max_bytes", false, "cut each patch here (default 1 MiB, at most 8 MiB)")
+        .errors(&[InvalidArgument, NotFound]);
+    b.method::<u64>(
+        "work.review",
+        "seq",
+        "Ask members for a verdict on a member's work: a King message to the reviewers, each given the task and the \
+         diff (bounded: a large diff is summarised by file with the largest files' changes), answering with its \
+         reasons and VERDICT: APPROVE or VERDICT: REQUEST CHANGES; once all answered, a kd message counts them. \
+         Returns the request's seq.",
+    );
+    b.param::<String>("thread", true, "the work thread")
+        .param::<String>("member", true, "whose work")
+        .param::<Vec<String>>("to", false, "reviewers (default: every other member)")
+        .errors(&[InvalidArgument, NotFound, Conflict]);
+    b.method::<Accepted>(
+        "work.accept",
+        "accepted",
+        "Merge a member's branch into the King's current branch in the King's tree (a merge commit; one commit with \
+         squash); the task's other members' finished work is superseded. Refused with conflict, nothing changed, \
+         while the member works, when the King's tree has uncommitted changes (named) or the merge would conflict \
+         (the files named). With check, only says whether it would.",
+    );
+    b.param::<String>("thread", true, "the work thread")
+        .param::<String>("member", true, "whose work")
+        .param::<bool>("squash", false, "one commit instead of a merge")
+        .param::<bool>("check", false, "change nothing: only check")
+        .errors(&[InvalidArgument, NotFound, Conflict]);
+    b.method::<Worktree>("work.reject", "worktree", "Mark a member's work rejected (refused while it works).");
+    b.param::<String>("thread", true, "the work thread").param::<String>("member", true, "whose work").errors(&[
+        InvalidArgument,
+        NotFound,
+        Conflict,
+    ]);
+}

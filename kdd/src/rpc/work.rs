@@ -1,0 +1,116 @@
+//! The King's methods on members' work (`kd_proto::work`, F-W1..W6): the
+//! parameters checked here, the work done by [`crate::work`]. An agent's
+//! process may not call them (see [`super::confine`]).
+
+use std::sync::Arc;
+
+use jsonrpsee::Extensions;
+use jsonrpsee::core::async_trait;
+use kd_proto::RpcResult;
+use kd_proto::work::{Accepted, MemberDiff, WorkApiServer, WorkStarted, Worktree};
+
+use super::error::invalid;
+use super::validate;
+use crate::client::ClientId;
+use crate::state::Daemon;
+use crate::work::{self, settle};
+
+/// Longest task, in bytes: the King's message and every commit's.
+const MAX_TASK_BYTES: usize = 64 << 10;
+
+pub struct Work {
+    d: Arc<Daemon>,
+}
+
+impl Work {
+    pub fn new(d: Arc<Daemon>) -> Work {
+        Work { d }
+    }
+}
+
+fn member(name: &str) -> RpcResult<()> {
+    validate::addressees("member", std::slice::from_ref(&name.to_string()))
+}
+
+#[async_trait]
+impl WorkApiServer for Work {
+    async fn work_start(
+        &self,
+        ext: &Extensions,
+        workspace: String,
+        task: String,
+        to: Option<Vec<String>>,
+        vote: Option<bool>,
+    ) -> RpcResult<WorkStarted> {
+        validate::workspace(&workspace)?;
+        if task.trim().is_empty() {
+            return Err(invalid("task is empty: say what the members should do"));
+        }
+        if task.len() > MAX_TASK_BYTES {
+            return Err(invalid(format!("task is longer than {MAX_TASK_BYTES} bytes")));
+        }
+        if let Some(to) = &to {
+            validate::addressees("to", to)?;
+        }
+        let t = work::Task { workspace, task, to, vote: vote.unwrap_or(false), client: ext.get::<ClientId>().copied() };
+        work::start(&self.d.coord, t).await
+    }
+
+    async fn work_list(&self, workspace: Option<String>, thread: Option<String>) -> RpcResult<Vec<Worktree>> {
+        if let Some(ws) = &workspace {
+            validate::workspace(ws)?;
+        }
+        if let Some(t) = &thread {
+            validate::thread_id(t)?;
+        }
+        work::list(&self.d.db, workspace, thread).await
+    }
+
+    async fn work_diff(
+        &self,
+        thread: String,
+        member: Option<String>,
+        stat: Option<bool>,
+        max_bytes: Option<u64>,
+    ) -> RpcResult<Vec<MemberDiff>> {
+        validate::thread_id(&thread)?;
+        if let Some(m) = &member {
+            self::member(m)?;
+        }
+        let max = max_bytes.unwrap_or(work::PATCH_BYTES).min(work::PATCH_BYTES * 8);
+        work::diff(&self.d.db, thread, member, stat.unwrap_or(false), max).await
+    }
+
+    async fn work_review(
+        &self,
+        ext: &Extensions,
+        thread: String,
+        member: String,
+        to: Option<Vec<String>>,
+    ) -> RpcResult<u64> {
+        validate::thread_id(&thread)?;
+        self::member(&member)?;
+        if let Some(to) = &to {
+            validate::addressees("to", to)?;
+        }
+        work::review::review(&self.d.coord, &thread, &member, to, ext.get::<ClientId>().copied()).await
+    }
+
+    async fn work_accept(
+        &self,
+        thread: String,
+        member: String,
+        squash: Option<bool>,
+        check: Option<bool>,
+    ) -> RpcResult<Accepted> {
+        validate::thread_id(&thread)?;
+        self::member(&member)?;
+        settle::accept(&self.d.db, &self.d.hub, &thread, &member, squash.unwrap_or(false), check.unwrap_or(false)).await
+    }
+
+    async fn work_reject(&self, thread: String, member: String) -> RpcResult<Worktree> {
+        validate::thread_id(&thread)?;
+        self::member(&member)?;
+        settle::reject(&self.d.db, &self.d.hub, &thread, &member).await
+    }
+}

@@ -1,0 +1,274 @@
+//! The council judges the work (F-W4): reviewers are given a member's diff
+//! and each answers with a verdict — approve or request changes, with its
+//! reasons ([`review`]); after a best-of-N task every member ranks the
+//! others' diffs, anonymised as `Response A`, `Response B`, … as `kd ask
+//! --vote` ranks answers, and the tally names the winner ([`vote_when_done`]).
+//! Reviews and ballots advise: their runs have a prompt of their own, so
+//! they run read-only, never in a worktree.
+
+use std::sync::Arc;
+
+use jsonrpsee::types::ErrorObjectOwned;
+use kd_proto::ErrorCode;
+use kd_proto::names::KING;
+use kd_proto::types::{MessageKind, Part, PartStatus, Purpose, Style};
+use kd_proto::work::{MemberDiff, WorkState, Worktree};
+
+use super::{member_diff, worktree};
+use crate::agent::registry::{Claim, Place};
+use crate::client::ClientId;
+use crate::coord::completion::{ballots, count, kd_message, tally_text};
+use crate::coord::{Coord, check_members};
+use crate::council::Launch;
+use crate::db::messages::NewMessage;
+
+/// Most bytes of one diff put in a reviewer's or voter's prompt; past it
+/// the diff is summarised by file, with the biggest hunks kept.
+pub const PROMPT_DIFF_BYTES: usize = 48 << 10;
+
+/// A diff as a reviewer reads it: the stat, then the patch, or — when the
+/// patch is over `max` — the stat and the largest files' hunks that fit.
+pub fn diff_text(d: &MemberDiff, max: usize) -> String {
+    let (added, removed): (u64, u64) = d.files.iter().fold((0, 0), |(a, r), f| (a + f.added, r + f.removed));
+    let mut out = format!("{} files changed, +{added} −{removed}\n", d.files.len());
+    for f in &d.files {
+        let counts = if f.binary { "binary".to_string() } else { format!("+{} −{}", f.added, f.removed) };
+        out.push_str(&format!("  {}  {counts}\n", f.path));
+    }
+    let patch = d.patch.as_deref().unwrap_or_default();
+    if patch.len() + out.len() <= max && !d.truncated {
+        out.push('\n');
+        out.push_str(patch);
+        return out;
+    }
+    // Too large: the biggest files' sections first, as many as fit.
+    let mut sections: Vec<&str> = split_files(patch);
+    sections.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    out.push_str("\nThe diff is too large to show whole; the largest files' changes follow.\n");
+    for s in sections {
+        if out.len() + s.len() > max {
+            continue;
+        }
+        out.push('\n');
+        out.push_str(s);
+    }
+    out
+}
+
+/// A patch cut at each `diff --git` line.
+fn split_files(patch: &str) -> Vec<&str> {
+    let mut starts: Vec<usize> = patch.match_indices("\ndiff --git ").map(|(i, _)| i + 1).collect();
+    if patch.starts_with("diff --git ") {
+        starts.insert(0, 0);
+    }
+    let mut out = Vec::new();
+    for (k, &s) in starts.iter().enumerate() {
+        let end = starts.get(k + 1).copied().unwrap_or(patch.len());
+        out.push(&patch[s..end]);
+    }
+    out
+}
+
+/// The reviewers' prompt.
+fn review_prompt(w: &Worktree, diff: &str) -> String {
+    format!(
+        "[Review]\nThe King gave {member} this task:\n\n{task}\n\n{member} did it on branch {branch}. Here is its \
+         diff from {base}:\n\n{diff}\n\n---\nReview it: is it correct, complete, and well made? Say what is wrong and \
+         what should change. End with your verdict on a line of its own, exactly one of:\n\nVERDICT: APPROVE\n\
+         VERDICT: REQUEST CHANGES",
+        member = w.member,
+        task = w.task,
+        branch = w.branch,
+        base = &w.base[..w.base.len().min(12)],
+    )
+}
+
+/// A reviewer's verdict, from the last `VERDICT:` line of its answer.
+pub fn verdict(text: &str) -> Option<bool> {
+    let line = text.lines().rev().find(|l| l.trim_start().to_ascii_uppercase().starts_with("VERDICT:"))?;
+    let v = line.trim_start()[8..].trim().to_ascii_uppercase();
+    if v.starts_with("APPROVE") {
+        Some(true)
+    } else if v.starts_with("REQUEST") {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// `work.review`: the King's message asking `to` (default: every other
+/// member) to review `member`'s work; each reviewer answers it with a
+/// verdict, and once all answered kd says what they decided. Returns the
+/// request's seq.
+pub async fn review(
+    co: &Arc<Coord>,
+    thread: &str,
+    member: &str,
+    to: Option<Vec<String>>,
+    client: Option<ClientId>,
+) -> Result<u64, ErrorObjectOwned> {
+    let (t, config) = co.thread(thread).await?;
+    let db = &co.council.agents.db;
+    let w = worktree(db, thread, member).await?;
+    if w.state == WorkState::Working {
+        return Err(ErrorCode::Conflict.error(format!("{member} is still working: review its work once its run ended")));
+    }
+    let reviewers: Vec<String> = match to {
+        Some(to) if !to.is_empty() => {
+            check_members(&config, &to, false)?;
+            config.council.members.iter().filter(|m| to.contains(m)).cloned().collect()
+        }
+        _ => config.council.members.iter().filter(|m| *m != member).cloned().collect(),
+    };
+    if reviewers.is_empty() {
+        return Err(ErrorCode::InvalidArgument.error("no reviewers: name them with --to"));
+    }
+    let d = member_diff(&w, false, PROMPT_DIFF_BYTES as u64 * 4).await?;
+    if d.files.is_empty() {
+        return Err(ErrorCode::Conflict.error(format!("{member} changed nothing: there is nothing to review")));
+    }
+    let body = format!("Review {member}'s work on this task ({} files changed).", d.files.len());
+    let request = db.append_message(NewMessage::new(&t.id, KING, reviewers.clone(), MessageKind::King, body)).await?;
+    let launch = Launch {
+        thread: t.clone(),
+        config,
+        style: Style::Council,
+        timeout: None,
+        client,
+        prompt: Some(review_prompt(&w, &diff_text(&d, PROMPT_DIFF_BYTES))),
+        work: Default::default(),
+    };
+    let place = Place { reply_to: Some(request.seq), round: Some(1), exchange: Some(request.seq), ..Place::default() };
+    let runs: Vec<_> =
+        reviewers.iter().filter_map(|r| launch.start(&co.council, r, place).map(Claim::into_run)).collect();
+    let (co, seq, member) = (co.clone(), request.seq, member.to_string());
+    tokio::spawn(async move {
+        let mut approve = Vec::new();
+        let mut changes = Vec::new();
+        let mut silent = Vec::new();
+        for run in runs {
+            run.done().await;
+            let said = run.message().filter(|m| m.kind == MessageKind::Agent).and_then(|m| verdict(&m.body));
+            match said {
+                Some(true) => approve.push(run.member.clone()),
+                Some(false) => changes.push(run.member.clone()),
+                None => silent.push(run.member.clone()),
+            }
+        }
+        let names = |v: &[String]| if v.is_empty() { String::new() } else { format!(" ({})", v.join(", ")) };
+        let mut body = format!(
+            "Review of {member}'s work: {} approve{}, {} request changes{}.",
+            approve.len(),
+            names(&approve),
+            changes.len(),
+            names(&changes)
+        );
+        if !silent.is_empty() {
+            body.push_str(&format!(" No verdict from {}.", silent.join(", ")));
+        }
+        let message = kd_message(&t.id, seq, body, &format!("review-{seq}"), Purpose::Merge);
+        if let Err(e) = co.council.agents.db.append_message(message).await {
+            tracing::warn!("the review's outcome was not written: {e}");
+        }
+    });
+    Ok(request.seq)
+}
+
+/// After a best-of-N task: waits until every member's run answering the
+/// task (`seq`) ended and its work was committed, then has the members
+/// rank the others' diffs, anonymised, and writes the tally (a `kd`
+/// message answering the task; the winner is named by member).
+pub async fn vote_when_done(co: &Arc<Coord>, thread: &str, task: &str, seq: u64) -> Result<(), ErrorObjectOwned> {
+    let runs: Vec<_> =
+        co.council.agents.runs.list(Some(thread)).into_iter().filter(|r| r.info().reply_to == Some(seq)).collect();
+    for run in &runs {
+        run.done().await;
+    }
+    let (t, config) = co.thread(thread).await?;
+    let db = &co.council.agents.db;
+    let id = thread.to_string();
+    let trees = db.read(move |c| crate::db::work::of_thread(c, &id)).await?;
+    let mut parts = Vec::new();
+    for w in trees.iter().filter(|w| w.head != w.base && !w.state.is_settled()) {
+        let d = member_diff(w, false, PROMPT_DIFF_BYTES as u64 * 4).await?;
+        parts.push(Part {
+            member: w.member.clone(),
+            status: PartStatus::Done,
+            seq: None,
+            text: diff_text(&d, PROMPT_DIFF_BYTES),
+            cost_usd: None,
+        });
+    }
+    if parts.len() < 2 {
+        let body = format!("No vote over the work: {} of {} members changed anything.", parts.len(), trees.len());
+        db.append_message(kd_message(&t.id, seq, body, &format!("work-vote-{seq}"), Purpose::Tally)).await?;
+        return Ok(());
+    }
+    let answered: Vec<&Part> = parts.iter().collect();
+    let launch = Launch {
+        thread: t.clone(),
+        config,
+        style: Style::Council,
+        timeout: None,
+        client: None,
+        prompt: None,
+        work: Default::default(),
+    };
+    let question = format!(
+        "{task}\n\n(Each response below is one member's implementation of this task, as the diff of its branch.)"
+    );
+    let place = Place { reply_to: Some(seq), round: Some(2), exchange: Some(seq), ..Place::default() };
+    let (labels, ballots, _) = ballots(co, &launch, place, &question, &answered).await;
+    let tally = count(labels, ballots);
+    let mut body = tally_text(&tally);
+    if let Some(w) = &tally.winner {
+        body.push_str(&format!("\n\n`kd accept {w}` merges the winner's work (`kd diff` shows it)."));
+    }
+    db.append_message(kd_message(&t.id, seq, body, &format!("work-vote-{seq}"), Purpose::Tally)).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kd_proto::work::FileStat;
+
+    #[test]
+    fn verdicts_are_read_from_the_last_verdict_line() {
+        assert_eq!(verdict("Looks good.\nVERDICT: APPROVE"), Some(true));
+        assert_eq!(verdict("verdict: request changes — the test fails"), Some(false));
+        assert_eq!(verdict("VERDICT: APPROVE\nOn second thought:\nVERDICT: REQUEST CHANGES"), Some(false));
+        assert_eq!(verdict("no verdict here"), None);
+    }
+
+    fn diff(patch: &str, files: &[(&str, u64)]) -> MemberDiff {
+        MemberDiff {
+            member: "m".into(),
+            branch: "kd/t/m".into(),
+            base: "b".into(),
+            head: "h".into(),
+            state: WorkState::Done,
+            files: files
+                .iter()
+                .map(|(p, a)| FileStat { path: p.to_string(), added: *a, removed: 0, binary: false })
+                .collect(),
+            patch: Some(patch.into()),
+            truncated: false,
+        }
+    }
+
+    #[test]
+    fn a_small_diff_is_given_whole_and_a_large_one_by_its_biggest_files() {
+        let small = diff("diff --git a/x b/x\n+1\n", &[("x", 1)]);
+        let text = diff_text(&small, 1000);
+        assert!(text.starts_with("1 files changed, +1 −0\n  x  +1 −0\n") && text.ends_with("+1\n"), "{text}");
+        let big_file = format!("diff --git a/big b/big\n{}", "+line\n".repeat(100));
+        let patch = format!("diff --git a/a b/a\n+a\n{big_file}diff --git a/c b/c\n+c\n");
+        let large = diff(&patch, &[("a", 1), ("big", 100), ("c", 1)]);
+        let text = diff_text(&large, 300);
+        assert!(text.contains("too large to show whole"), "{text}");
+        assert!(text.contains("diff --git a/a b/a") && text.contains("diff --git a/c b/c"), "{text}");
+        assert!(!text.contains("diff --git a/big"), "the biggest that does not fit is left out: {text}");
+        assert!(text.len() <= 300 + 100, "{}", text.len());
+    }
+}

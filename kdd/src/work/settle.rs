@@ -1,0 +1,192 @@
+//! Where members' work ends (F-W5, F-W6): the King accepts one member's
+//! branch into their own (refused, with nothing changed, on a tree with
+//! uncommitted changes or a merge that conflicts), or rejects it; and a
+//! work thread's worktrees and branches go only when nothing in them could
+//! be lost — accepted, rejected, superseded or empty — unless the King
+//! forces it.
+
+use std::path::Path;
+
+use jsonrpsee::types::ErrorObjectOwned;
+use kd_proto::ErrorCode;
+use kd_proto::types::ThreadEvent;
+use kd_proto::work::{Accepted, WorkState, Worktree};
+
+use super::{git_error, worktree};
+use crate::db::{Db, now_ms};
+use crate::git;
+use crate::hub::Hub;
+
+/// Refuses to settle work a run is still doing.
+fn not_working(w: &Worktree) -> Result<(), ErrorObjectOwned> {
+    if w.state == WorkState::Working {
+        return Err(ErrorCode::Conflict.error(format!(
+            "{} is still working on thread {}: wait for its run to end (or kd interrupt)",
+            w.member, w.thread
+        )));
+    }
+    Ok(())
+}
+
+async fn set_state(db: &Db, hub: &Hub, w: &Worktree, state: WorkState) -> Result<Worktree, ErrorObjectOwned> {
+    let (t, m) = (w.thread.clone(), w.member.clone());
+    db.write(move |c, _| crate::db::work::set_state(c, &t, &m, state)).await?;
+    let w = Worktree { state, ..w.clone() };
+    hub.publish(&w.thread, ThreadEvent::Work { worktree: Box::new(w.clone()) });
+    Ok(w)
+}
+
+/// `work.accept`: merges the member's branch into the King's current
+/// branch in the King's tree (a merge commit, or one squashed commit).
+/// With `check`, only says whether it would. Refused, with nothing
+/// changed, when the King's tree has uncommitted changes or the merge
+/// conflicts (the files named). The other members of the task are
+/// superseded.
+pub async fn accept(
+    db: &Db,
+    hub: &Hub,
+    thread: &str,
+    member: &str,
+    squash: bool,
+    check: bool,
+) -> Result<Accepted, ErrorObjectOwned> {
+    let w = worktree(db, thread, member).await?;
+    not_working(&w)?;
+    if w.state == WorkState::Accepted {
+        return Err(ErrorCode::Conflict.error(format!("{member}'s work on thread {thread} is already accepted")));
+    }
+    let repo = Path::new(&w.repo);
+    let into = git::branch(repo).await.map_err(git_error)?.ok_or_else(|| {
+        ErrorCode::Conflict
+            .error(format!("{} has no branch checked out (a detached HEAD): check one out first", w.repo))
+    })?;
+    if w.head == w.base {
+        return Err(
+            ErrorCode::Conflict.error(format!("{member} changed nothing on thread {thread}: nothing to accept"))
+        );
+    }
+    let dirty = git::dirty(repo).await.map_err(git_error)?;
+    if !dirty.is_empty() {
+        return Err(ErrorCode::Conflict.error(format!(
+            "the King's tree {} has uncommitted changes ({}): commit or stash them first; nothing was changed",
+            w.repo,
+            list(&dirty)
+        )));
+    }
+    let conflicts = git::merge_conflicts(repo, &w.branch).await.map_err(git_error)?;
+    if !conflicts.is_empty() {
+        return Err(ErrorCode::Conflict
+            .error(format!("{member}'s work conflicts with {into} in {}: nothing was changed", list(&conflicts))));
+    }
+    let others: Vec<Worktree> = {
+        let t = thread.to_string();
+        db.read(move |c| crate::db::work::of_thread(c, &t))
+            .await?
+            .into_iter()
+            .filter(|o| o.member != member && !o.state.is_settled())
+            .collect()
+    };
+    let superseded: Vec<String> = others.iter().map(|o| o.member.clone()).collect();
+    if check {
+        return Ok(Accepted { member: member.into(), into, commit: None, squash, checked: true, superseded });
+    }
+    let title = w.task.lines().next().unwrap_or_default();
+    let message = format!("Accept {member}'s work: {title}\n\nkd thread {thread}, branch {}", w.branch);
+    let commit = git::merge(repo, &w.branch, squash, &message).await.map_err(git_error)?;
+    set_state(db, hub, &w, WorkState::Accepted).await?;
+    for o in &others {
+        // A member still working keeps working; its work is not superseded
+        // until its run ends.
+        if o.state == WorkState::Done {
+            set_state(db, hub, o, WorkState::Superseded).await?;
+        }
+    }
+    Ok(Accepted { member: member.into(), into, commit: Some(commit), squash, checked: false, superseded })
+}
+
+/// `work.reject`: the member's work is turned down (its branch stays
+/// until the thread is archived or deleted).
+pub async fn reject(db: &Db, hub: &Hub, thread: &str, member: &str) -> Result<Worktree, ErrorObjectOwned> {
+    let w = worktree(db, thread, member).await?;
+    not_working(&w)?;
+    if w.state == WorkState::Accepted {
+        return Err(ErrorCode::Conflict.error(format!("{member}'s work on thread {thread} is already accepted")));
+    }
+    set_state(db, hub, &w, WorkState::Rejected).await
+}
+
+/// The files named, at most ten of them.
+fn list(files: &[String]) -> String {
+    let mut s = files.iter().take(10).cloned().collect::<Vec<_>>().join(", ");
+    if files.len() > 10 {
+        s.push_str(&format!(" and {} more", files.len() - 10));
+    }
+    s
+}
+
+/// Whether the worktree's work may go without losing anything: settled,
+/// or nothing committed and nothing changed in it.
+async fn may_go(w: &Worktree) -> bool {
+    if w.state.is_settled() {
+        return true;
+    }
+    if w.state == WorkState::Working || w.head != w.base {
+        return false;
+    }
+    let dir = Path::new(&w.path);
+    if !dir.exists() {
+        return true;
+    }
+    matches!(git::git(Path::new(&w.repo), dir, &["status", "--porcelain"], &[], 1024).await, Ok(o) if o.ok && o.stdout.is_empty())
+}
+
+/// Removes the thread's worktrees and branches whose work may go (all of
+/// them with `force`); those kept are returned. A branch that was merged,
+/// and so whose commits are safe in the King's history, goes with its
+/// worktree; a rejected or superseded one too (the King decided).
+pub async fn tidy(db: &Db, hub: &Hub, thread: &str, force: bool) -> Result<Vec<Worktree>, ErrorObjectOwned> {
+    let t = thread.to_string();
+    let trees = db.read(move |c| crate::db::work::of_thread(c, &t)).await?;
+    let mut kept = Vec::new();
+    for w in trees.into_iter().filter(|w| w.removed_at_ms.is_none()) {
+        if !(force || may_go(&w).await) {
+            kept.push(w);
+            continue;
+        }
+        let repo = Path::new(&w.repo);
+        let path = Path::new(&w.path);
+        if path.exists() {
+            git::worktree_remove(repo, path).await.map_err(git_error)?;
+        } else {
+            git::prune(repo).await.map_err(git_error)?;
+        }
+        if git::has_branch(repo, &w.branch).await.map_err(git_error)? {
+            git::branch_delete(repo, &w.branch).await.map_err(git_error)?;
+        }
+        let (t, m, now) = (w.thread.clone(), w.member.clone(), now_ms());
+        db.write(move |c, _| crate::db::work::set_removed(c, &t, &m, now)).await?;
+        let thread = w.thread.clone();
+        hub.publish(&thread, ThreadEvent::Work { worktree: Box::new(Worktree { removed_at_ms: Some(now), ..w }) });
+    }
+    Ok(kept)
+}
+
+/// Refuses to delete a thread whose work would be lost with it.
+pub async fn check_delete(db: &Db, thread: &str) -> Result<(), ErrorObjectOwned> {
+    let t = thread.to_string();
+    let trees = db.read(move |c| crate::db::work::of_thread(c, &t)).await?;
+    let mut unsettled = Vec::new();
+    for w in trees.iter().filter(|w| w.removed_at_ms.is_none()) {
+        if !may_go(w).await {
+            unsettled.push(w.member.clone());
+        }
+    }
+    if unsettled.is_empty() {
+        return Ok(());
+    }
+    Err(ErrorCode::Conflict.error(format!(
+        "thread {thread} holds work not accepted or rejected, of {}: kd accept or kd reject it, or delete with \
+         --force to discard it",
+        unsettled.join(", ")
+    )))
+}

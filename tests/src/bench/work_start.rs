@@ -1,0 +1,93 @@
+//! What `kd work` costs before any member runs (issue 23): `work.start`'s
+//! time per member — the worktree made at the King's HEAD, recorded, the
+//! run launched — on a repository of 10,000 files, beside `git worktree
+//! add` alone on the same repository. Members are instant fakes; no
+//! `work.setup` command.
+
+use std::path::Path;
+use std::time::Instant;
+
+use kd_client::WorkApiClient;
+use serde_json::json;
+
+use super::{percentile as pct, row};
+use crate::{Kdd, Workspace, fake};
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = std::process::Command::new("git").arg("-C").arg(dir).args(args).output().expect("git");
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A repository of `files` small files in 100 directories, one commit.
+fn repository(files: usize, members: &[String]) -> Workspace {
+    let ws = Workspace::new(&[]);
+    let dir = ws.dir.path();
+    git(dir, &["init", "--quiet", "-b", "main"]);
+    git(dir, &["config", "user.name", "King"]);
+    git(dir, &["config", "user.email", "king@example.com"]);
+    for i in 0..files {
+        let sub = dir.join(format!("src/d{:02}", i % 100));
+        std::fs::create_dir_all(&sub).expect("mkdir");
+        std::fs::write(sub.join(format!("f{i}.rs")), format!("// file {i}\nfn f{i}() {{}}\n")).expect("write");
+    }
+    std::fs::write(dir.join(".gitignore"), ".kd/\n").expect("write");
+    git(dir, &["add", "--all"]);
+    git(dir, &["commit", "--quiet", "-m", "10,000 files"]);
+    let agents: serde_json::Map<String, serde_json::Value> =
+        members.iter().map(|m| (m.clone(), fake("claude", m, &[("FAKE_TEXT", "ok")]))).collect();
+    ws.write_config(&json!({"council": {"members": members}, "agents": agents}));
+    ws
+}
+
+/// `git worktree add` alone, `n` times, in ms (sorted).
+fn git_alone(ws: &Workspace, n: usize) -> Vec<f64> {
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let mut times = Vec::new();
+    for i in 0..n {
+        let path = scratch.path().join(format!("w{i}"));
+        let start = Instant::now();
+        git(
+            ws.dir.path(),
+            &["worktree", "add", "--quiet", "-b", &format!("bench/{i}"), path.to_str().unwrap(), "HEAD"],
+        );
+        times.push(super::ms(start.elapsed()));
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    times
+}
+
+/// `work.start` for `members`, `n` times, in ms per member (sorted).
+async fn work_start(kdd: &Kdd, ws: &Workspace, members: usize, n: usize) -> Vec<f64> {
+    let c = kdd.client().await;
+    let mut times = Vec::new();
+    for _ in 0..n {
+        let start = Instant::now();
+        let started = c.work_start(ws.path(), "Bench task".into(), None, None).await.expect("work.start");
+        times.push(super::ms(start.elapsed()) / members as f64);
+        assert_eq!(started.worktrees.len(), members);
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    times
+}
+
+/// The rows: per member, p50 and p90, beside git alone.
+pub async fn start_overhead(files: usize, n: usize) {
+    for members in [1usize, 3] {
+        let names: Vec<String> = (1..=members).map(|i| format!("m{i}")).collect();
+        let ws = repository(files, &names);
+        let alone = git_alone(&ws, n);
+        let kdd = Kdd::start();
+        let work = work_start(&kdd, &ws, members, n).await;
+        let (a50, w50) = (pct(&alone, 0.5), pct(&work, 0.5));
+        row(
+            &format!("{files} files: git worktree add alone, p50 / p90"),
+            format!("{a50:.1} / {:.1} ms", pct(&alone, 0.9)),
+            "",
+        );
+        row(
+            &format!("  work.start, {members} member(s): per member p50 / p90"),
+            format!("{w50:.1} / {:.1} ms", pct(&work, 0.9)),
+            &format!("{:.2}× git alone", w50 / a50),
+        );
+    }
+}

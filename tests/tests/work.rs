@@ -1,0 +1,285 @@
+//! Members do the work (issue 23, F-W1..W6), end to end: a real kdd, the
+//! real `kd`, real git, fake agents that write files in their working
+//! directory as an agent's tools would (`FAKE_RUN`).
+
+use std::path::{Path, PathBuf};
+
+use kd_client::{KdApiClient, WorkApiClient};
+use kd_proto::types::Purpose;
+use kd_proto::work::{WorkState, Worktree};
+use kd_tests::{Kdd, Workspace, fake};
+use serde_json::json;
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git").arg("-C").arg(dir).args(args).output().expect("git");
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A shell command writing `text` to `file` in a member's worktree only
+/// (where `.git` is a file): ballots and reviews run in the King's tree
+/// and must write nothing.
+fn writes(file: &str, text: &str) -> String {
+    format!("if test -f .git; then printf '%s\\n' '{text}' > {file}; fi")
+}
+
+/// A fake member: its name, backend and `FAKE_*` environment.
+type Member = (&'static str, &'static str, Vec<(&'static str, String)>);
+
+/// A git repository (branch main, one commit of `a.txt`, the King's own
+/// identity) whose council is `members`: (name, backend, FAKE_* env).
+fn repo(members: &[Member]) -> Workspace {
+    let ws = Workspace::new(&[]);
+    let dir = ws.dir.path();
+    git(dir, &["init", "--quiet", "-b", "main"]);
+    git(dir, &["config", "user.name", "King"]);
+    git(dir, &["config", "user.email", "king@example.com"]);
+    std::fs::write(dir.join("a.txt"), "one\ntwo\n").unwrap();
+    std::fs::write(dir.join(".gitignore"), ".kd/\n").unwrap();
+    git(dir, &["add", "a.txt", ".gitignore"]);
+    git(dir, &["commit", "--quiet", "-m", "first"]);
+    let mut agents = serde_json::Map::new();
+    for (name, backend, env) in members {
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        agents.insert(name.to_string(), fake(backend, name, &env));
+    }
+    let names: Vec<&str> = members.iter().map(|m| m.0).collect();
+    ws.write_config(&json!({"council": {"members": names}, "agents": agents}));
+    ws
+}
+
+async fn kd(kdd: &Kdd, ws: &Workspace, args: &[&str]) -> kd_tests::Output {
+    let mut cmd = kdd.kd();
+    cmd.current_dir(ws.dir.path()).args(args);
+    kd_tests::run(cmd).await
+}
+
+fn tree_of<'a>(trees: &'a [Worktree], member: &str) -> &'a Worktree {
+    trees.iter().find(|w| w.member == member).unwrap_or_else(|| panic!("no worktree of {member}: {trees:?}"))
+}
+
+/// Two members given one task by `kd work`: each works in its own
+/// worktree, on its own branch, and kd commits what it wrote.
+async fn two_at_work(kdd: &Kdd, ws: &Workspace, extra: &[&str]) -> (String, Vec<Worktree>) {
+    let mut args = vec!["work", "Write impl.txt", "--json"];
+    args.extend_from_slice(extra);
+    let out = kd(kdd, ws, &args).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    let trees: Vec<Worktree> = serde_json::from_str(&out.stdout).expect("kd work --json: the worktrees");
+    let thread = trees[0].thread.clone();
+    (thread, trees)
+}
+
+fn two_members() -> Vec<Member> {
+    vec![
+        ("claude", "claude", vec![("FAKE_RUN", writes("impl.txt", "by claude"))]),
+        ("codex", "codex", vec![("FAKE_RUN", writes("impl.txt", "by codex"))]),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_members_implement_in_parallel_each_in_its_worktree_and_the_kings_tree_is_untouched() {
+    let ws = repo(&two_members());
+    let kdd = Kdd::start();
+    let base = git(ws.dir.path(), &["rev-parse", "HEAD"]);
+    let (thread, trees) = two_at_work(&kdd, &ws, &[]).await;
+    assert!(!ws.dir.path().join("impl.txt").exists(), "the King's tree is untouched");
+    assert_eq!(git(ws.dir.path(), &["status", "--porcelain"]), "");
+    assert_eq!(git(ws.dir.path(), &["rev-parse", "HEAD"]), base);
+    for member in ["claude", "codex"] {
+        let w = tree_of(&trees, member);
+        assert_eq!(w.state, WorkState::Done, "{w:?}");
+        assert_eq!(w.branch, format!("kd/{thread}/{member}"));
+        assert_eq!(w.base, base);
+        assert_ne!(w.head, base, "kd committed its work: {w:?}");
+        assert_eq!((w.files, w.added, w.removed), (1, 1, 0));
+        let path = PathBuf::from(&w.path);
+        assert!(!path.starts_with(ws.dir.path()), "worktrees live under the data directory: {}", w.path);
+        assert_eq!(std::fs::read_to_string(path.join("impl.txt")).unwrap(), format!("by {member}\n"));
+        let log = git(&path, &["log", "-1", "--format=%an <%ae>|%s"]);
+        assert_eq!(log, format!("{member} <kd@localhost>|Write impl.txt"));
+        assert_eq!(git(&path, &["status", "--porcelain"]), "", "everything committed");
+    }
+    // The work thread is a branch of the trunk, titled with the task.
+    let c = kdd.client().await;
+    let t = c.thread_get(thread.clone()).await.unwrap();
+    assert_eq!(t.title.as_deref(), Some("Write impl.txt"));
+    assert_eq!(t.lineage, kd_proto::types::Lineage::Branch);
+
+    // kd diff: each member's diff; one member's; the stat.
+    let out = kd(&kdd, &ws, &["diff", &thread]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.contains("+by claude") && out.stdout.contains("+by codex"), "{}", out.stdout);
+    let out = kd(&kdd, &ws, &["diff", "codex"]).await;
+    assert!(out.stdout.contains("+by codex") && !out.stdout.contains("by claude"), "{}", out.stdout);
+    let out = kd(&kdd, &ws, &["diff", &thread, "claude", "--stat"]).await;
+    assert!(out.stdout.contains("impl.txt  +1 −0") && !out.stdout.contains("+by claude"), "{}", out.stdout);
+    // kd work --list.
+    let out = kd(&kdd, &ws, &["work", "--list"]).await;
+    assert!(out.stdout.contains("STATE") && out.stdout.matches("done").count() == 2, "{}", out.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn accept_merges_into_the_kings_branch_and_supersedes_the_rest() {
+    let ws = repo(&two_members());
+    let kdd = Kdd::start();
+    let (thread, _) = two_at_work(&kdd, &ws, &[]).await;
+    let check = kd(&kdd, &ws, &["accept", "claude", "--check"]).await;
+    assert!(check.status.success() && check.stdout.contains("merges cleanly into main"), "{}", check.stdout);
+    assert!(!ws.dir.path().join("impl.txt").exists(), "a check changes nothing");
+    let out = kd(&kdd, &ws, &["accept", "claude"]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("claude's work merged into main"), "{}", out.stdout);
+    assert!(out.stdout.contains("the work of codex is superseded"), "{}", out.stdout);
+    assert_eq!(std::fs::read_to_string(ws.dir.path().join("impl.txt")).unwrap(), "by claude\n");
+    assert_eq!(git(ws.dir.path(), &["log", "-1", "--format=%an|%s"]), "King|Accept claude's work: Write impl.txt");
+    let c = kdd.client().await;
+    let trees = c.work_list(None, Some(thread.clone())).await.unwrap();
+    assert_eq!(tree_of(&trees, "claude").state, WorkState::Accepted);
+    assert_eq!(tree_of(&trees, "codex").state, WorkState::Superseded);
+    // Once accepted, it cannot be again; the superseded work cannot conflict-merge silently.
+    let again = kd(&kdd, &ws, &["accept", "claude", "--thread", &thread]).await;
+    assert!(!again.status.success() && again.stderr.contains("already accepted"), "{}", again.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn accept_with_a_dirty_tree_or_a_conflict_changes_nothing_and_says_why() {
+    let ws = repo(&[("claude", "claude", vec![("FAKE_RUN", writes("a.txt", "claude's a"))])]);
+    let kdd = Kdd::start();
+    let out = kd(&kdd, &ws, &["work", "Rewrite a.txt", "--json"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let dir = ws.dir.path();
+    // A dirty tree.
+    std::fs::write(dir.join("a.txt"), "uncommitted\n").unwrap();
+    let head = git(dir, &["rev-parse", "HEAD"]);
+    let refused = kd(&kdd, &ws, &["accept", "claude"]).await;
+    assert!(!refused.status.success(), "{}", refused.stdout);
+    assert!(refused.stderr.contains("uncommitted changes (a.txt)"), "{}", refused.stderr);
+    assert_eq!(std::fs::read_to_string(dir.join("a.txt")).unwrap(), "uncommitted\n");
+    assert_eq!(git(dir, &["rev-parse", "HEAD"]), head);
+    // A conflict: the King changed a.txt too.
+    git(dir, &["commit", "--quiet", "-am", "King's a"]);
+    let head = git(dir, &["rev-parse", "HEAD"]);
+    for args in [&["accept", "claude", "--check"][..], &["accept", "claude"][..]] {
+        let refused = kd(&kdd, &ws, args).await;
+        assert!(!refused.status.success(), "{}", refused.stdout);
+        assert!(refused.stderr.contains("conflicts with main in a.txt"), "{}", refused.stderr);
+    }
+    assert_eq!(git(dir, &["rev-parse", "HEAD"]), head, "nothing changed");
+    assert_eq!(git(dir, &["status", "--porcelain"]), "");
+    assert_eq!(std::fs::read_to_string(dir.join("a.txt")).unwrap(), "uncommitted\n");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reject_then_archive_removes_settled_worktrees_and_keeps_unaccepted_work() {
+    let ws = repo(&two_members());
+    let kdd = Kdd::start();
+    let (thread, trees) = two_at_work(&kdd, &ws, &[]).await;
+    let out = kd(&kdd, &ws, &["reject", "codex"]).await;
+    assert!(out.status.success() && out.stdout.contains("codex's work on thread"), "{}{}", out.stdout, out.stderr);
+    // Delete is refused while claude's work is neither accepted nor rejected.
+    let refused = kd(&kdd, &ws, &["delete", &thread, "--yes"]).await;
+    assert!(!refused.status.success(), "{}", refused.stdout);
+    assert!(refused.stderr.contains("work not accepted or rejected, of claude"), "{}", refused.stderr);
+    // Archive: codex's rejected worktree and branch go; claude's stay.
+    let out = kd(&kdd, &ws, &["archive", &thread]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.contains("kept the work of claude"), "{}", out.stdout);
+    let (claude, codex) = (tree_of(&trees, "claude"), tree_of(&trees, "codex"));
+    assert!(!Path::new(&codex.path).exists(), "the rejected worktree is removed");
+    assert_eq!(git(ws.dir.path(), &["branch", "--list", &codex.branch]), "");
+    assert!(Path::new(&claude.path).join("impl.txt").exists(), "unaccepted work is kept");
+    assert_ne!(git(ws.dir.path(), &["branch", "--list", &claude.branch]), "");
+    // --force discards it.
+    let out = kd(&kdd, &ws, &["delete", &thread, "--yes", "--force"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(!Path::new(&claude.path).exists());
+    assert_eq!(git(ws.dir.path(), &["branch", "--list", "kd/*"]), "");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn best_of_n_ranks_the_diffs_anonymised_and_names_the_winner() {
+    let ranking = "FINAL RANKING:\n1. {label:+by claude}\n2. {label:+by codex}\n3. {label:+by cursor}";
+    let rules = serde_json::json!([["[Evaluation]", ranking]]).to_string();
+    let record = |m: &str| format!("/tmp/kd-work-vote-{m}-{}.jsonl", std::process::id());
+    let members: Vec<_> = ["claude", "codex", "cursor"]
+        .iter()
+        .map(|m| {
+            let env = vec![
+                ("FAKE_RUN", writes("impl.txt", &format!("by {m}"))),
+                ("FAKE_RULES", rules.clone()),
+                ("FAKE_RECORD", record(m)),
+            ];
+            (*m, "claude", env)
+        })
+        .collect();
+    let ws = repo(&members);
+    let kdd = Kdd::start();
+    let (thread, _) = two_at_work(&kdd, &ws, &["--vote"]).await;
+    let c = kdd.client().await;
+    let messages = c.thread_messages(thread.clone(), None, None, None, None).await.unwrap().into_vec();
+    let tally = messages.iter().find(|m| m.purpose == Some(Purpose::Tally)).expect("a tally");
+    assert!(tally.body.starts_with("Vote: claude wins."), "{}", tally.body);
+    assert!(tally.body.contains("kd accept claude"), "{}", tally.body);
+    let ballots: Vec<_> = messages.iter().filter(|m| m.purpose == Some(Purpose::Ballot)).collect();
+    assert_eq!(ballots.len(), 3, "{messages:?}");
+    for m in ["claude", "codex", "cursor"] {
+        let prompts: Vec<String> = kd_tests::records(&record(m)).iter().map(kd_tests::prompt_of).collect();
+        let ballot = prompts.iter().find(|p| p.contains("[Evaluation]")).expect("a ballot prompt");
+        let shown = &ballot[ballot.find("[Evaluation]").unwrap()..];
+        assert!(shown.contains("diff --git"), "the diffs are ranked: {shown}");
+        for name in ["claude", "codex", "cursor"] {
+            assert!(!shown.contains(name), "{m}'s ballot names {name}: {shown}");
+        }
+        let _ = std::fs::remove_file(record(m));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn review_gives_the_reviewers_the_diff_and_counts_their_verdicts() {
+    let record = format!("/tmp/kd-work-review-{}.jsonl", std::process::id());
+    let ws = repo(&[
+        ("claude", "claude", vec![("FAKE_RUN", writes("impl.txt", "by claude"))]),
+        (
+            "codex",
+            "codex",
+            vec![
+                ("FAKE_RULES", serde_json::json!([["[Review]", "Fine.\nVERDICT: APPROVE"]]).to_string()),
+                ("FAKE_RECORD", record.clone()),
+            ],
+        ),
+        (
+            "cursor",
+            "cursor",
+            vec![(
+                "FAKE_RULES",
+                serde_json::json!([["[Review]", "Needs a test.\nVERDICT: REQUEST CHANGES"]]).to_string(),
+            )],
+        ),
+    ]);
+    let kdd = Kdd::start();
+    let out = kd(&kdd, &ws, &["work", "Write impl.txt", "--to", "claude"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let out = kd(&kdd, &ws, &["review", "claude"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(
+        out.stdout.contains("Review of claude's work: 1 approve (codex), 1 request changes (cursor)."),
+        "{}",
+        out.stdout
+    );
+    let prompts: Vec<String> = kd_tests::records(&record).iter().map(kd_tests::prompt_of).collect();
+    let review = prompts.iter().find(|p| p.contains("[Review]")).expect("codex reviewed");
+    assert!(review.contains("+by claude") && review.contains("Write impl.txt"), "{review}");
+    let _ = std::fs::remove_file(&record);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_workspace_that_is_not_a_git_repository_is_refused_plainly() {
+    let ws = Workspace::new(&[("claude", "claude", &[])]);
+    let kdd = Kdd::start();
+    let out = kd(&kdd, &ws, &["work", "Do it"]).await;
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("is not in a git repository; kd work needs one"), "{}", out.stderr);
+    let c = kdd.client().await;
+    assert!(c.thread_list(Some(ws.path()), None, None).await.unwrap().is_empty(), "no thread was made");
+}
