@@ -78,19 +78,29 @@ pub type WorkRuns = Arc<BTreeMap<String, WorkRun>>;
 /// whose work was accepted, rejected or removed advises again, read-only).
 pub async fn work_runs(db: &crate::db::Db, thread: &str) -> crate::db::DbResult<WorkRuns> {
     let id = thread.to_string();
-    let trees = db.read(move |conn| crate::db::work::of_thread(conn, &id)).await?;
+    // A worktree none of its member's runs has worked in yet is fresh: its
+    // first run sets it up (work.copy, work.setup).
+    let trees = db
+        .read(move |conn| {
+            let trees = crate::db::work::of_thread(conn, &id)?;
+            trees
+                .into_iter()
+                .map(|w| Ok((crate::db::work::has_run(conn, &id, &w.member)?, w)))
+                .collect::<crate::db::DbResult<Vec<_>>>()
+        })
+        .await?;
     Ok(Arc::new(
         trees
             .into_iter()
-            .filter(|w| !w.state.is_settled() && w.removed_at_ms.is_none())
-            .map(|w| {
+            .filter(|(_, w)| !w.state.is_settled() && w.removed_at_ms.is_none())
+            .map(|(ran, w)| {
                 let run = WorkRun {
                     dir: PathBuf::from(&w.path),
                     repo: PathBuf::from(&w.repo),
                     branch: w.branch,
                     base: w.base,
                     task: w.task,
-                    fresh: false,
+                    fresh: !ran,
                 };
                 (w.member, run)
             })

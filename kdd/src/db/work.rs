@@ -143,6 +143,14 @@ pub fn set_run_work(conn: &Connection, run: &str, commit: Option<&str>, note: Op
     Ok(())
 }
 
+/// Whether `member` has had a run on the thread (its worktree is no longer
+/// fresh).
+pub fn has_run(conn: &Connection, thread: &str, member: &str) -> DbResult<bool> {
+    Ok(conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM runs WHERE thread_id = ?1 AND member = ?2)")?
+        .query_row(params![thread, member], |r| r.get(0))?)
+}
+
 /// The commit kd made of a run's changes, and its note.
 pub fn run_work(conn: &Connection, run: &str) -> DbResult<(Option<String>, Option<String>)> {
     Ok(conn
