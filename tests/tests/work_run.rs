@@ -368,3 +368,36 @@ async fn a_member_sent_back_works_again_in_its_worktree_and_adds_a_commit_withou
         [first.head.as_str(), again.head.as_str()]
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_config_knows_the_work_keys_refuses_a_tool_that_writes_anywhere_and_warns_of_a_program_that_can() {
+    let claude = member("claude", "claude", &[]);
+    let ws = repo(
+        vec![("claude", claude.clone())],
+        json!({"council": {"members": ["claude"], "work_preamble": "Work in {dir}."},
+               "work": {"allowed_tools": ["Bash(cargo test:*)"], "setup": ["npm", "ci"]}}),
+    );
+    let kdd = Kdd::start();
+    let file = ws.dir.path().join(".kd/config.json").display().to_string();
+    let out = kd(&kdd, &ws, &["config", "show", "--json"]).await;
+    let view: kd_proto::types::ConfigView = serde_json::from_str(&out.stdout).unwrap();
+    let entry = |k: &str| view.entries.iter().find(|e| e.key == k).unwrap_or_else(|| panic!("{k}")).clone();
+    assert_eq!(
+        (entry("work.allowed_tools").value, entry("work.allowed_tools").source),
+        (json!(["Bash(cargo test:*)"]), file.clone())
+    );
+    assert_eq!(entry("work.setup").value, json!(["npm", "ci"]));
+    assert_eq!(entry("work.copy").source, "default (.worktreeinclude's entries)");
+    assert_eq!(entry("council.work_preamble").value, json!("Work in {dir}."));
+    for (tools, refused) in [(json!(["Read", "Write"]), "\"Write\""), (json!(["--add-dir"]), "\"--add-dir\"")] {
+        ws.write_config(&json!({"council": {"members": ["claude"]}, "agents": {"claude": claude}, "work": {"allowed_tools": tools}}));
+        let out = kd(&kdd, &ws, &["config", "check"]).await;
+        assert_eq!(out.status.code(), Some(1), "{}", out.stdout);
+        assert!(out.stderr.contains("work.allowed_tools") && out.stderr.contains(refused), "{}", out.stderr);
+    }
+    ws.write_config(&json!({"council": {"members": ["claude"]}, "agents": {"claude": claude}, "work": {"allowed_tools": ["Bash(python:*)"]}}));
+    let out = kd(&kdd, &ws, &["config", "check"]).await;
+    assert!(out.status.success(), "a warning, not an error: {}", out.stderr);
+    let all = format!("{}{}", out.stdout, out.stderr);
+    assert!(all.contains("Bash(python:*)") && all.contains("can write outside"), "{all}");
+}
