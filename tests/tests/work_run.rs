@@ -401,3 +401,27 @@ async fn kd_config_knows_the_work_keys_refuses_a_tool_that_writes_anywhere_and_w
     let all = format!("{}{}", out.stdout, out.stderr);
     assert!(all.contains("Bash(python:*)") && all.contains("can write outside"), "{all}");
 }
+
+/// An ACP agent working in its worktree is a process of its own started
+/// there; kd's tools still act as the member on its thread of the King's
+/// workspace.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_acp_agent_at_work_acts_through_kds_tools_as_its_member() {
+    let call = r#"send {"to": ["king"], "body": "done in my worktree"}"#;
+    let acp = json!({"backend": "acp", "command": bin("fake-agent"), "args": ["acp"],
+                     "env": {"FAKE_NAME": "acp", "FAKE_MCP_CALL": call}});
+    let ws = repo(vec![("acp", acp)], json!({}));
+    let kdd = Kdd::start_beside(kd_tests::Beside::StandIn, &[]);
+    let (trees, said) = work(&kdd, &ws, "Say it").await;
+    let w = tree_of(&trees, "acp");
+    let c = kdd.client().await;
+    let messages = c.thread_messages(w.thread.clone(), None, None, None, None).await.unwrap().into_vec();
+    let answer = messages.iter().rfind(|m| m.from == "acp").expect("acp's answer");
+    let json = answer.body.strip_prefix("Tool said: ").unwrap_or_else(|| panic!("{said}: {}", answer.body));
+    let told: Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    assert_eq!(
+        (told["whoami"]["member"].as_str(), told["whoami"]["thread"].as_str()),
+        (Some("acp"), Some(w.thread.as_str())),
+        "{told}"
+    );
+}

@@ -41,15 +41,24 @@ pub const WORKTREEINCLUDE: &str = ".worktreeinclude";
 /// The worktree's own temporary directory (its `TMPDIR`): beside it, so
 /// never committed, in kd's data directory.
 pub fn tmp_dir(work: &WorkRun) -> PathBuf {
-    let mut name = work.dir.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    tmp_dir_of(&work.dir)
+}
+
+fn tmp_dir_of(worktree: &Path) -> PathBuf {
+    let mut name = worktree.file_name().map(|n| n.to_os_string()).unwrap_or_default();
     name.push(".tmp");
-    work.dir.with_file_name(name)
+    worktree.with_file_name(name)
 }
 
 /// Makes [`tmp_dir`], `0700`, if it is not there (a symlink there is refused).
 pub fn make_tmp_dir(work: &WorkRun) -> std::io::Result<PathBuf> {
+    make_tmp_dir_of(&work.dir)
+}
+
+/// [`make_tmp_dir`] of the worktree at `worktree`.
+pub fn make_tmp_dir_of(worktree: &Path) -> std::io::Result<PathBuf> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    let dir = tmp_dir(work);
+    let dir = tmp_dir_of(worktree);
     match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
         Ok(()) => Ok(dir),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
