@@ -101,7 +101,10 @@ pub async fn set_up(d: &Runner, run: &Run, spec: &Spec, work: &WorkRun) -> Resul
     let shown = argv.join(" ");
     run.push_activity(&d.hub, &format!("setup: {shown}"));
     let (ok, said) = run_setup(d, run, spec, work, argv).await?;
-    let note = format!("work.setup `{shown}` {}{}", if ok { "done" } else { "failed" }, with_output(&said));
+    let outcome = if ok { "done" } else { "failed" };
+    let last = said.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_default();
+    run.push_activity(&d.hub, &format!("setup {outcome}: {last}"));
+    let note = format!("work.setup `{shown}` {outcome}{}", with_output(&said));
     run.note_work(note);
     if ok {
         Ok(())
