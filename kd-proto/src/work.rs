@@ -177,10 +177,17 @@ pub trait WorkApi {
         max_bytes: Option<u64>,
     ) -> RpcResult<Vec<MemberDiff>>;
 
-    /// Asks members for a verdict on a member's diff: approve, or request
-    /// changes, with reasons. Answers the King's message that asks.
+    /// Asks members for a verdict on a diff — a member's work on a work
+    /// thread, or a git revision of the thread's workspace: approve, or
+    /// request changes, with reasons. Returns the asking message's seq.
     #[method(name = "work.review", param_kind = map, with_extensions)]
-    async fn work_review(&self, thread: String, member: String, to: Option<Vec<String>>) -> RpcResult<u64>;
+    async fn work_review(
+        &self,
+        thread: String,
+        member: Option<String>,
+        rev: Option<String>,
+        to: Option<Vec<String>>,
+    ) -> RpcResult<u64>;
 
     /// Merges a member's branch into the King's current branch in the
     /// King's tree; with `check`, only says whether it would.

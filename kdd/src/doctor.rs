@@ -22,7 +22,18 @@ fn check(subject: &str, status: CheckStatus, detail: impl Into<String>) -> Check
 pub async fn run(db: &Db, workspace: &Path) -> Vec<Check> {
     let mut checks = vec![database(db).await];
     let (config_checks, members) = council(workspace);
-    checks.extend(config_checks);
+    for c in config_checks {
+        // kd's MCP server is started as the agent CLIs start it, and must
+        // answer `initialize` before the quickest of them gives up.
+        let probed = match (&c.subject[..], c.status, c.detail.split_once(" mcp serves ")) {
+            ("mcp", CheckStatus::Ok, Some((kd, _))) => probe_mcp(Path::new(kd)).await.err(),
+            _ => None,
+        };
+        checks.push(match probed {
+            Some(why) => check("mcp", CheckStatus::Fail, format!("{why}: members run without kd's tools")),
+            None => c,
+        });
+    }
     // Every member's CLI at once: a slow one does not hold up the others.
     let mut set = tokio::task::JoinSet::new();
     for (i, (agent, path)) in members.into_iter().enumerate() {
@@ -78,6 +89,51 @@ fn mcp(config: &config::Config, kd: Option<&Path>) -> Option<Check> {
         }
         (None, None) => return None,
     })
+}
+
+/// How long `kd mcp` may take to answer `initialize`: codex waits about
+/// one second for its MCP servers.
+const MCP_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Starts `KD mcp` as an agent CLI does and asks it `initialize`; fine when
+/// it answers as kd's server in time.
+async fn probe_mcp(kd: &Path) -> Result<(), String> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+    let mut cmd = tokio::process::Command::new(kd);
+    cmd.arg("mcp")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let mut child = crate::identity::children::spawn(&mut cmd, Origin::Tool)
+        .map_err(|e| format!("cannot start {} mcp: {e}", kd.display()))?;
+    let initialize = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"kd-doctor","version":"1"}}}"#;
+    let ask = async {
+        let mut stdin = child.stdin.take().ok_or("no stdin")?;
+        stdin.write_all(format!("{initialize}\n").as_bytes()).await.map_err(|e| e.to_string())?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let mut line = String::new();
+        tokio::io::BufReader::new(stdout.take(64 << 10)).read_line(&mut line).await.map_err(|e| e.to_string())?;
+        drop(stdin);
+        Ok::<String, String>(line)
+    };
+    let answer = match tokio::time::timeout(MCP_TIMEOUT, ask).await {
+        Ok(Ok(line)) => line,
+        Ok(Err(e)) => return Err(format!("{} mcp failed: {e}", kd.display())),
+        Err(_) => {
+            return Err(format!("{} mcp did not answer initialize within {} s", kd.display(), MCP_TIMEOUT.as_secs()));
+        }
+    };
+    let _ = child.start_kill();
+    let reply: serde_json::Value = serde_json::from_str(&answer).unwrap_or_default();
+    if reply["result"]["serverInfo"]["name"] == "kd" {
+        Ok(())
+    } else if answer.trim().is_empty() {
+        Err(format!("{} mcp ended without answering initialize", kd.display()))
+    } else {
+        let first: String = answer.trim().chars().take(120).collect();
+        Err(format!("{} mcp did not answer initialize as kd's server: {first}", kd.display()))
+    }
 }
 
 async fn database(db: &Db) -> Check {

@@ -430,3 +430,16 @@ async fn codex_acp_sends_through_kds_tool_as_itself() {
 async fn gemini_sends_through_kds_tool_as_itself() {
     a_send_through_kds_tool_reaches_the_other_member_as_itself("gemini", &[], json!({})).await;
 }
+
+/// A `kd` that does not serve kd's tools (here `false`, which exits at
+/// once) is a failed check: kd doctor starts the server as a CLI would and
+/// asks it `initialize`, instead of trusting that a file is there.
+#[tokio::test(flavor = "multi_thread")]
+async fn doctor_fails_a_kd_mcp_that_does_not_answer_initialize() {
+    let ws = one_member("claude", "claude", &[], json!({}));
+    let kdd = Kdd::start_beside(Beside::Nothing, &[("PATH", "/usr/bin:/bin"), ("KD_KD", "/bin/false")]);
+    let doctor = kd(&kdd, &ws, &["doctor"]).await;
+    let line = "FAIL  mcp: /bin/false mcp ended without answering initialize: members run without kd's tools";
+    assert!(doctor.stdout.lines().any(|l| l == line), "{}", doctor.stdout);
+    assert!(!doctor.status.success(), "a failed check fails kd doctor");
+}

@@ -283,3 +283,70 @@ async fn a_workspace_that_is_not_a_git_repository_is_refused_plainly() {
     let c = kdd.client().await;
     assert!(c.thread_list(Some(ws.path()), None, None).await.unwrap().is_empty(), "no thread was made");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_git_revision_is_reviewed_by_its_diff_a_branch_from_where_it_left_head() {
+    let record = format!("/tmp/kd-work-review-rev-{}.jsonl", std::process::id());
+    let ws = repo(&[(
+        "claude",
+        "claude",
+        vec![
+            ("FAKE_RULES", serde_json::json!([["[Review]", "VERDICT: APPROVE"]]).to_string()),
+            ("FAKE_RECORD", record.clone()),
+        ],
+    )]);
+    let dir = ws.dir.path();
+    git(dir, &["checkout", "--quiet", "-b", "feature"]);
+    std::fs::write(dir.join("b.txt"), "feature line\n").unwrap();
+    git(dir, &["add", "b.txt"]);
+    git(dir, &["commit", "--quiet", "-m", "feature"]);
+    git(dir, &["checkout", "--quiet", "main"]);
+    std::fs::write(dir.join("a.txt"), "main moved on\n").unwrap();
+    git(dir, &["commit", "--quiet", "-am", "main"]);
+    let kdd = Kdd::start();
+    let out = kd(&kdd, &ws, &["review", "feature"]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("Review of feature: 1 approve (claude), 0 request changes."), "{}", out.stdout);
+    let prompts: Vec<String> = kd_tests::records(&record).iter().map(kd_tests::prompt_of).collect();
+    let review = prompts.iter().find(|p| p.contains("[Review]")).expect("claude reviewed");
+    assert!(review.contains("+feature line"), "the branch's own change: {review}");
+    assert!(!review.contains("main moved on"), "not what main did since: {review}");
+    // A commit in HEAD's history: that commit alone.
+    let out = kd(&kdd, &ws, &["review", "HEAD"]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    let prompts: Vec<String> = kd_tests::records(&record).iter().map(kd_tests::prompt_of).collect();
+    let review = prompts.iter().rev().find(|p| p.contains("[Review]")).unwrap();
+    assert!(review.contains("+main moved on") && !review.contains("feature line"), "{review}");
+    let bad = kd(&kdd, &ws, &["review", "no-such-thing"]).await;
+    assert!(!bad.status.success() && bad.stderr.contains("names no commit"), "{}", bad.stderr);
+    let _ = std::fs::remove_file(&record);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_member_sent_back_works_in_its_worktree_again_and_adds_a_commit() {
+    let appends = "if test -f .git; then echo step >> log.txt; fi".to_string();
+    let ws = repo(&[("claude", "claude", vec![("FAKE_RUN", appends)]), ("codex", "codex", vec![])]);
+    let kdd = Kdd::start();
+    let out = kd(&kdd, &ws, &["work", "Keep a log", "--to", "claude", "--json"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let trees: Vec<Worktree> = serde_json::from_str(&out.stdout).unwrap();
+    let (thread, first) = (trees[0].thread.clone(), trees[0].head.clone());
+    let out = kd(&kdd, &ws, &["ask", "--thread", &thread, "--to", "claude", "Log one more step"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let c = kdd.client().await;
+    let w = c.work_list(None, Some(thread.clone())).await.unwrap().remove(0);
+    assert_ne!(w.head, first, "a second commit: {w:?}");
+    assert_eq!((w.state, w.files, w.added), (WorkState::Done, 1, 2), "{w:?}");
+    let path = Path::new(&w.path);
+    assert_eq!(git(path, &["rev-list", "--count", &format!("{}..HEAD", w.base)]), "2");
+    assert_eq!(std::fs::read_to_string(path.join("log.txt")).unwrap(), "step\nstep\n");
+    assert!(!ws.dir.path().join("log.txt").exists(), "never in the King's tree");
+    // Once its work is settled, the member advises again, in the King's tree, read-only.
+    let out = kd(&kdd, &ws, &["accept", "claude", "--thread", &thread]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let before = git(ws.dir.path(), &["rev-parse", "HEAD"]);
+    let out = kd(&kdd, &ws, &["ask", "--thread", &thread, "--to", "claude", "Anything else?"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(git(ws.dir.path(), &["rev-parse", "HEAD"]), before);
+    assert_eq!(c.work_list(None, Some(thread)).await.unwrap()[0].state, WorkState::Accepted);
+}

@@ -272,21 +272,49 @@ fn short(commit: &str) -> &str {
 
 #[derive(Debug, Args)]
 pub struct ReviewArgs {
-    /// Whose work to review
-    member: String,
+    /// Whose work to review (a member with work here), or a git revision: a commit or a branch
+    #[arg(value_name = "MEMBER|REV")]
+    what: String,
     /// Reviewers (comma-separated or repeated) [default: every other member]
     #[arg(long, value_delimiter = ',')]
     to: Vec<String>,
-    /// The work thread [default: this workspace's newest with MEMBER's work]
+    /// The thread [default: MEMBER's newest work thread; for a revision, the current thread]
     #[arg(long)]
     thread: Option<String>,
 }
 
+/// `kd review MEMBER|REV`: a lone word is a member when this workspace has
+/// work of a member of that name, else a git revision, reviewed in the
+/// current thread (made if there is none).
 pub async fn review(ctx: &Ctx, a: ReviewArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client().await?;
-    let thread = work_thread(&client, a.thread, Some(&a.member)).await?;
+    let ws = kd_client::workspace::current()?;
+    let trees = client.work_list(Some(ws.root.display().to_string()), None).await.map_err(ClientError::from)?;
+    let is_member = trees.iter().any(|w| w.member == a.what && a.thread.as_ref().is_none_or(|t| *t == w.thread));
     let to = (!a.to.is_empty()).then_some(a.to);
-    let seq = client.work_review(thread.clone(), a.member.clone(), to).await.map_err(ClientError::from)?;
+    let (thread, seq) = if is_member {
+        let thread = work_thread(&client, a.thread, Some(&a.what)).await?;
+        let seq = client.work_review(thread.clone(), Some(a.what), None, to).await.map_err(ClientError::from)?;
+        (thread, seq)
+    } else {
+        let thread = match a.thread {
+            Some(t) => t,
+            None => match client
+                .thread_current(ws.root.display().to_string(), ws.branch.clone())
+                .await
+                .map_err(ClientError::from)?
+            {
+                Some(t) => t.id,
+                None => {
+                    let root = ws.root.display().to_string();
+                    let t = client.thread_create(root, ws.branch, None, None, None, None, None, Some(true), None);
+                    t.await.map_err(ClientError::from)?.id
+                }
+            },
+        };
+        let seq = client.work_review(thread.clone(), None, Some(a.what), to).await.map_err(ClientError::from)?;
+        (thread, seq)
+    };
     // Follow the reviewers until kd counted their verdicts.
     let waiting = ctx.client_waiting().await?;
     let mut sub = waiting.thread_subscribe(thread.clone(), Some(seq - 1), None).await.map_err(ClientError::from)?;

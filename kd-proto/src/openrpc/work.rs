@@ -43,13 +43,15 @@ pub(super) fn methods(b: &mut Builder) {
     b.method::<u64>(
         "work.review",
         "seq",
-        "Ask members for a verdict on a member's work: a King message to the reviewers, each given the task and the \
-         diff (bounded: a large diff is summarised by file with the largest files' changes), answering with its \
-         reasons and VERDICT: APPROVE or VERDICT: REQUEST CHANGES; once all answered, a kd message counts them. \
-         Returns the request's seq.",
+        "Ask members for a verdict on a diff — a member's work on a work thread, or a git revision of the thread's \
+         workspace (a commit in HEAD's history: that commit; a branch: what it adds since it left HEAD's history): a \
+         King message to the reviewers, each given the diff (bounded: a large diff is summarised by file with the \
+         largest files' changes) and the task, answering with its reasons and VERDICT: APPROVE or VERDICT: REQUEST \
+         CHANGES; once all answered, a kd message counts them. Returns the request's seq.",
     );
-    b.param::<String>("thread", true, "the work thread")
-        .param::<String>("member", true, "whose work")
+    b.param::<String>("thread", true, "the thread the review is asked in (a member's work: its work thread)")
+        .param::<String>("member", false, "whose work (or rev)")
+        .param::<String>("rev", false, "a git revision of the workspace: a commit or a branch (or member)")
         .param::<Vec<String>>("to", false, "reviewers (default: every other member)")
         .errors(&[InvalidArgument, NotFound, Conflict]);
     b.method::<Accepted>(

@@ -311,6 +311,32 @@ pub async fn merge(repo: &Path, branch: &str, squash: bool, message: &str) -> Gi
     head(repo).await
 }
 
+/// The commit `rev` names, if it names one.
+pub async fn commit_of(repo: &Path, rev: &str) -> GitResult<Option<String>> {
+    if rev.starts_with('-') {
+        return Ok(None);
+    }
+    let spec = format!("{rev}^{{commit}}");
+    let out = git(repo, repo, &["rev-parse", "--verify", "--quiet", "--end-of-options", &spec], &[], OUTPUT).await?;
+    Ok(out.ok.then(|| out.text().trim().to_string()))
+}
+
+/// What a review of `rev` compares it with: for a commit in HEAD's
+/// history, its parent (the empty tree for a root commit); for a branch
+/// off it, where it left HEAD's history.
+pub async fn review_base(repo: &Path, commit: &str) -> GitResult<String> {
+    let base = must(repo, repo, &["merge-base", "HEAD", commit], &[]).await?.text().trim().to_string();
+    if base != commit {
+        return Ok(base);
+    }
+    let parent = format!("{commit}^");
+    match commit_of(repo, &parent).await? {
+        Some(p) => Ok(p),
+        // git's empty tree: a root commit's diff is all it adds.
+        None => Ok("4b825dc642cb6eb9a060e54bf8d69288fbee4904".into()),
+    }
+}
+
 /// Whether every commit of `branch` is in HEAD's history (it was merged).
 pub async fn is_merged(repo: &Path, branch: &str) -> GitResult<bool> {
     Ok(git(repo, repo, &["merge-base", "--is-ancestor", branch, "HEAD"], &[], OUTPUT).await?.ok)

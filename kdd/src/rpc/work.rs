@@ -13,6 +13,7 @@ use super::error::invalid;
 use super::validate;
 use crate::client::ClientId;
 use crate::state::Daemon;
+use crate::work::review::Subject;
 use crate::work::{self, settle};
 
 /// Longest task, in bytes: the King's message and every commit's.
@@ -85,15 +86,24 @@ impl WorkApiServer for Work {
         &self,
         ext: &Extensions,
         thread: String,
-        member: String,
+        member: Option<String>,
+        rev: Option<String>,
         to: Option<Vec<String>>,
     ) -> RpcResult<u64> {
         validate::thread_id(&thread)?;
-        self::member(&member)?;
+        let subject = match (member, rev) {
+            (Some(m), None) => {
+                self::member(&m)?;
+                Subject::Member(m)
+            }
+            (None, Some(r)) if !r.is_empty() && r.len() <= 256 && !r.contains('\0') => Subject::Rev(r),
+            (None, Some(_)) => return Err(invalid("rev is not a usable git revision")),
+            _ => return Err(invalid("name what to review: member (whose work) or rev (a git revision), not both")),
+        };
         if let Some(to) = &to {
             validate::addressees("to", to)?;
         }
-        work::review::review(&self.d.coord, &thread, &member, to, ext.get::<ClientId>().copied()).await
+        work::review::review(&self.d.coord, &thread, subject, to, ext.get::<ClientId>().copied()).await
     }
 
     async fn work_accept(

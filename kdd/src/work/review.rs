@@ -6,6 +6,7 @@
 //! Reviews and ballots advise: their runs have a prompt of their own, so
 //! they run read-only, never in a worktree.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use jsonrpsee::types::ErrorObjectOwned;
@@ -14,13 +15,14 @@ use kd_proto::names::KING;
 use kd_proto::types::{MessageKind, Part, PartStatus, Purpose, Style};
 use kd_proto::work::{MemberDiff, WorkState, Worktree};
 
-use super::{member_diff, worktree};
+use super::{git_error, member_diff, worktree};
 use crate::agent::registry::{Claim, Place};
 use crate::client::ClientId;
 use crate::coord::completion::{ballots, count, kd_message, tally_text};
 use crate::coord::{Coord, check_members};
 use crate::council::Launch;
 use crate::db::messages::NewMessage;
+use crate::git;
 
 /// Most bytes of one diff put in a reviewer's or voter's prompt; past it
 /// the diff is summarised by file, with the biggest hunks kept.
@@ -69,17 +71,12 @@ fn split_files(patch: &str) -> Vec<&str> {
     out
 }
 
-/// The reviewers' prompt.
-fn review_prompt(w: &Worktree, diff: &str) -> String {
+/// The reviewers' prompt: what was asked (`what`), then the diff.
+fn review_prompt(what: &str, diff: &str) -> String {
     format!(
-        "[Review]\nThe King gave {member} this task:\n\n{task}\n\n{member} did it on branch {branch}. Here is its \
-         diff from {base}:\n\n{diff}\n\n---\nReview it: is it correct, complete, and well made? Say what is wrong and \
-         what should change. End with your verdict on a line of its own, exactly one of:\n\nVERDICT: APPROVE\n\
-         VERDICT: REQUEST CHANGES",
-        member = w.member,
-        task = w.task,
-        branch = w.branch,
-        base = &w.base[..w.base.len().min(12)],
+        "[Review]\n{what}\n\n{diff}\n\n---\nReview it: is it correct, complete, and well made? Say what is wrong \
+         and what should change. End with your verdict on a line of its own, exactly one of:\n\nVERDICT: APPROVE\n\
+         VERDICT: REQUEST CHANGES"
     )
 }
 
@@ -96,38 +93,87 @@ pub fn verdict(text: &str) -> Option<bool> {
     }
 }
 
-/// `work.review`: the King's message asking `to` (default: every other
-/// member) to review `member`'s work; each reviewer answers it with a
+/// What is reviewed.
+pub enum Subject {
+    /// A member's work on the thread.
+    Member(String),
+    /// A git revision of the thread's workspace.
+    Rev(String),
+}
+
+/// `work.review`: the King's message asking `to` (default: every member
+/// but the author) to review a diff; each reviewer answers it with a
 /// verdict, and once all answered kd says what they decided. Returns the
 /// request's seq.
 pub async fn review(
     co: &Arc<Coord>,
     thread: &str,
-    member: &str,
+    subject: Subject,
     to: Option<Vec<String>>,
     client: Option<ClientId>,
 ) -> Result<u64, ErrorObjectOwned> {
     let (t, config) = co.thread(thread).await?;
     let db = &co.council.agents.db;
-    let w = worktree(db, thread, member).await?;
-    if w.state == WorkState::Working {
-        return Err(ErrorCode::Conflict.error(format!("{member} is still working: review its work once its run ended")));
-    }
+    let (d, name, what, author) = match subject {
+        Subject::Member(member) => {
+            let w = worktree(db, thread, &member).await?;
+            if w.state == WorkState::Working {
+                return Err(
+                    ErrorCode::Conflict.error(format!("{member} is still working: review its work once its run ended"))
+                );
+            }
+            let d = member_diff(&w, false, PROMPT_DIFF_BYTES as u64 * 4).await?;
+            let what = format!(
+                "The King gave {member} this task:\n\n{}\n\n{member} did it on branch {}. Here is its diff from {}:",
+                w.task,
+                w.branch,
+                short(&w.base)
+            );
+            (d, format!("{member}'s work"), what, Some(member))
+        }
+        Subject::Rev(rev) => {
+            let repo = git::top(Path::new(&t.workspace)).await.map_err(git_error)?;
+            let head = git::commit_of(&repo, &rev).await.map_err(git_error)?.ok_or_else(|| {
+                ErrorCode::InvalidArgument
+                    .error(format!("{rev} names no commit of {} (nor a member with work here)", repo.display()))
+            })?;
+            let base = git::review_base(&repo, &head).await.map_err(git_error)?;
+            let w = Worktree {
+                thread: t.id.clone(),
+                member: rev.clone(),
+                task: String::new(),
+                repo: repo.display().to_string(),
+                path: repo.display().to_string(),
+                branch: rev.clone(),
+                base: base.clone(),
+                head: head.clone(),
+                state: WorkState::Done,
+                files: 0,
+                added: 0,
+                removed: 0,
+                removed_at_ms: None,
+                created_at_ms: 0,
+            };
+            let d = member_diff(&w, false, PROMPT_DIFF_BYTES as u64 * 4).await?;
+            let what =
+                format!("The King asks for a review of {rev} ({}), its diff from {}:", short(&head), short(&base));
+            (d, rev, what, None)
+        }
+    };
     let reviewers: Vec<String> = match to {
         Some(to) if !to.is_empty() => {
             check_members(&config, &to, false)?;
             config.council.members.iter().filter(|m| to.contains(m)).cloned().collect()
         }
-        _ => config.council.members.iter().filter(|m| *m != member).cloned().collect(),
+        _ => config.council.members.iter().filter(|m| Some(*m) != author.as_ref()).cloned().collect(),
     };
     if reviewers.is_empty() {
         return Err(ErrorCode::InvalidArgument.error("no reviewers: name them with --to"));
     }
-    let d = member_diff(&w, false, PROMPT_DIFF_BYTES as u64 * 4).await?;
     if d.files.is_empty() {
-        return Err(ErrorCode::Conflict.error(format!("{member} changed nothing: there is nothing to review")));
+        return Err(ErrorCode::Conflict.error(format!("{name} changes nothing: there is nothing to review")));
     }
-    let body = format!("Review {member}'s work on this task ({} files changed).", d.files.len());
+    let body = format!("Review {name} ({} files changed).", d.files.len());
     let request = db.append_message(NewMessage::new(&t.id, KING, reviewers.clone(), MessageKind::King, body)).await?;
     let launch = Launch {
         thread: t.clone(),
@@ -135,17 +181,15 @@ pub async fn review(
         style: Style::Council,
         timeout: None,
         client,
-        prompt: Some(review_prompt(&w, &diff_text(&d, PROMPT_DIFF_BYTES))),
+        prompt: Some(review_prompt(&what, &diff_text(&d, PROMPT_DIFF_BYTES))),
         work: Default::default(),
     };
     let place = Place { reply_to: Some(request.seq), round: Some(1), exchange: Some(request.seq), ..Place::default() };
     let runs: Vec<_> =
         reviewers.iter().filter_map(|r| launch.start(&co.council, r, place).map(Claim::into_run)).collect();
-    let (co, seq, member) = (co.clone(), request.seq, member.to_string());
+    let (co, seq) = (co.clone(), request.seq);
     tokio::spawn(async move {
-        let mut approve = Vec::new();
-        let mut changes = Vec::new();
-        let mut silent = Vec::new();
+        let (mut approve, mut changes, mut silent) = (Vec::new(), Vec::new(), Vec::new());
         for run in runs {
             run.done().await;
             let said = run.message().filter(|m| m.kind == MessageKind::Agent).and_then(|m| verdict(&m.body));
@@ -157,7 +201,7 @@ pub async fn review(
         }
         let names = |v: &[String]| if v.is_empty() { String::new() } else { format!(" ({})", v.join(", ")) };
         let mut body = format!(
-            "Review of {member}'s work: {} approve{}, {} request changes{}.",
+            "Review of {name}: {} approve{}, {} request changes{}.",
             approve.len(),
             names(&approve),
             changes.len(),
@@ -172,6 +216,10 @@ pub async fn review(
         }
     });
     Ok(request.seq)
+}
+
+fn short(commit: &str) -> &str {
+    &commit[..commit.len().min(12)]
 }
 
 /// After a best-of-N task: waits until every member's run answering the
