@@ -219,4 +219,19 @@ mod tests {
         assert_eq!(list(&conn, Some("/w")).unwrap().len(), 2);
         assert!(list(&conn, Some("/v")).unwrap().is_empty());
     }
+
+    #[test]
+    fn a_member_has_run_once_a_run_of_it_is_recorded_on_the_thread() {
+        let conn = db();
+        assert!(!has_run(&conn, "t1", "claude").unwrap());
+        conn.execute(
+            "INSERT INTO runs (id, thread_id, member, backend, status, started_at) VALUES ('r1', 't1', 'claude', 'claude', 'done', 1)",
+            [],
+        )
+        .unwrap();
+        assert!(has_run(&conn, "t1", "claude").unwrap());
+        assert!(!has_run(&conn, "t1", "codex").unwrap(), "another member's worktree is still fresh");
+        set_run_work(&conn, "r1", Some("c1"), Some("note")).unwrap();
+        assert_eq!(run_work(&conn, "r1").unwrap(), (Some("c1".into()), Some("note".into())));
+    }
 }
