@@ -154,6 +154,14 @@ async fn every_backend_works_writable_in_its_worktree_in_its_own_confined_mode()
     }
     let claude = &record("claude")[0];
     assert!(has_pair(&claude["argv"], "--permission-mode", "acceptEdits"), "{}", claude["argv"]);
+    // The work preamble says where it works and that kd commits.
+    let prompt = kd_tests::prompt_of(claude);
+    let w = tree_of(&trees, "claude");
+    assert!(prompt.contains(&format!("worktree at {}, on branch {}", w.path, w.branch)), "{prompt}");
+    assert!(
+        prompt.contains("do not run git add or git commit") && !prompt.contains("read-only consultation"),
+        "{prompt}"
+    );
     assert!(has_pair(&claude["argv"], "--allowedTools", "Bash(cargo test:*)"), "{}", claude["argv"]);
     let codex = &record("codex")[0];
     for set in [
