@@ -144,7 +144,7 @@ async fn accept_merges_into_the_kings_branch_and_supersedes_the_rest() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn accept_with_a_dirty_tree_or_a_conflict_changes_nothing_and_says_why() {
-    let ws = repo(&[("claude", "claude", vec![("FAKE_RUN", writes("a.txt", "claude's a"))])]);
+    let ws = repo(&[("claude", "claude", vec![("FAKE_RUN", writes("a.txt", "claude a"))])]);
     let kdd = Kdd::start();
     let out = kd(&kdd, &ws, &["work", "Rewrite a.txt", "--json"]).await;
     assert!(out.status.success(), "{}", out.stderr);
@@ -199,14 +199,20 @@ async fn reject_then_archive_removes_settled_worktrees_and_keeps_unaccepted_work
 
 #[tokio::test(flavor = "multi_thread")]
 async fn best_of_n_ranks_the_diffs_anonymised_and_names_the_winner() {
-    let ranking = "FINAL RANKING:\n1. {label:+by claude}\n2. {label:+by codex}\n3. {label:+by cursor}";
+    // Each member's work says nothing of who wrote it: a ballot must not either.
+    let work_of = |m: &str| match m {
+        "claude" => "alpha work",
+        "codex" => "beta work",
+        _ => "gamma work",
+    };
+    let ranking = "FINAL RANKING:\n1. {label:+alpha work}\n2. {label:+beta work}\n3. {label:+gamma work}";
     let rules = serde_json::json!([["[Evaluation]", ranking]]).to_string();
     let record = |m: &str| format!("/tmp/kd-work-vote-{m}-{}.jsonl", std::process::id());
     let members: Vec<_> = ["claude", "codex", "cursor"]
         .iter()
         .map(|m| {
             let env = vec![
-                ("FAKE_RUN", writes("impl.txt", &format!("by {m}"))),
+                ("FAKE_RUN", writes("impl.txt", work_of(m))),
                 ("FAKE_RULES", rules.clone()),
                 ("FAKE_RECORD", record(m)),
             ];

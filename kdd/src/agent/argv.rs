@@ -5,6 +5,8 @@
 //! for one. A prompt on stdin has no size limit (a thread of several MiB
 //! works) and does not show in `ps`.
 
+use std::path::Path;
+
 use super::mcp;
 use crate::config::{AgentDef, Backend};
 
@@ -28,6 +30,50 @@ pub struct Invocation {
 /// see [`mcp`]). The member's own arguments come last, so they add to or
 /// override kd's.
 pub fn build(agent: &AgentDef, prompt: &str, resume: Option<&str>, server: Option<&mcp::Server>) -> Invocation {
+    build_for(agent, prompt, resume, server, None)
+}
+
+/// A run in a member's worktree (F-W1): the backend's own write mode,
+/// confined to the worktree, which is the run's working directory.
+#[derive(Debug, Clone, Copy)]
+pub struct Writable<'a> {
+    /// The worktree's own temporary directory (its `TMPDIR`), outside it.
+    pub tmp: Option<&'a Path>,
+    /// claude's tools allowed beside `acceptEdits` (`work.allowed_tools`).
+    pub allowed_tools: &'a [String],
+}
+
+/// Why a backend cannot run in a worktree, if it cannot: kd has no way to
+/// confine cursor-agent's writes to a directory (its print mode either
+/// writes nowhere or, with `--force`, anywhere).
+pub fn unconfined(backend: Backend) -> Option<&'static str> {
+    (backend == Backend::Cursor).then_some(
+        "cursor-agent cannot work in a worktree: it has no write mode kd can confine to a directory (with --force \
+         it writes anywhere), so kd does not run it writable; give the task to another member",
+    )
+}
+
+/// codex's `workspace-write` sandbox without `/tmp` and `$TMPDIR` (the
+/// King's tree may be under them), writable in the worktree and its own
+/// temporary directory `tmp`: `config` keys and values.
+pub fn codex_sandbox(tmp: Option<&Path>) -> Vec<(&'static str, serde_json::Value)> {
+    let roots: Vec<String> = tmp.map(|t| t.display().to_string()).into_iter().collect();
+    vec![
+        ("sandbox_mode", serde_json::json!("workspace-write")),
+        ("sandbox_workspace_write.exclude_slash_tmp", serde_json::json!(true)),
+        ("sandbox_workspace_write.exclude_tmpdir_env_var", serde_json::json!(true)),
+        ("sandbox_workspace_write.writable_roots", serde_json::json!(roots)),
+    ]
+}
+
+/// [`build`], for a run in a member's worktree when `work` is given.
+pub fn build_for(
+    agent: &AgentDef,
+    prompt: &str,
+    resume: Option<&str>,
+    server: Option<&mcp::Server>,
+    work: Option<&Writable<'_>>,
+) -> Invocation {
     let mut args: Vec<String> = Vec::new();
     let model = |args: &mut Vec<String>| {
         if let Some(m) = &agent.model {
@@ -44,6 +90,14 @@ pub fn build(agent: &AgentDef, prompt: &str, resume: Option<&str>, server: Optio
                 args.extend(["--resume".to_string(), id.to_string()]);
             }
             args.extend(server.map(mcp::Server::claude_args).unwrap_or_default());
+            if let Some(w) = work {
+                // Edits and file-changing commands in its cwd, refused
+                // (and reported) elsewhere; what else it may run, as allowed.
+                args.extend(["--permission-mode".to_string(), "acceptEdits".to_string()]);
+                for tool in w.allowed_tools {
+                    args.extend(["--allowedTools".to_string(), tool.clone()]);
+                }
+            }
             args.extend(agent.args.iter().cloned());
             Some(prompt.to_string())
         }
@@ -55,6 +109,12 @@ pub fn build(agent: &AgentDef, prompt: &str, resume: Option<&str>, server: Optio
             args.push("--json".into());
             model(&mut args);
             args.extend(server.map(mcp::Server::codex_exec_args).unwrap_or_default());
+            if let Some(w) = work {
+                // `-c` (which `exec resume` takes too) rather than `--sandbox`.
+                for (key, value) in codex_sandbox(w.tmp) {
+                    args.extend(["-c".to_string(), format!("{key}={value}")]);
+                }
+            }
             args.extend(agent.args.iter().cloned());
             // codex reads stdin when it is not a terminal: give it /dev/null,
             // or the prompt itself when it is too long for an argument.
@@ -83,6 +143,11 @@ pub fn build(agent: &AgentDef, prompt: &str, resume: Option<&str>, server: Optio
             if let Some(id) = resume {
                 args.extend(["--resume".to_string(), id.to_string()]);
             }
+            if work.is_some() {
+                // Edits approved; gemini's file tools keep to its workspace
+                // (the cwd), and headless it runs no shell command unasked.
+                args.extend(["--approval-mode".to_string(), "auto_edit".to_string()]);
+            }
             args.extend(agent.args.iter().cloned());
             Some(prompt.to_string())
         }
@@ -93,12 +158,11 @@ pub fn build(agent: &AgentDef, prompt: &str, resume: Option<&str>, server: Optio
             Some(prompt.to_string())
         }
     };
-    Invocation {
-        program: agent.command.clone(),
-        args,
-        stdin,
-        env: agent.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+    let mut env: Vec<(String, String)> = agent.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    if let Some(tmp) = work.and_then(|w| w.tmp) {
+        env.push(("TMPDIR".to_string(), tmp.display().to_string()));
     }
+    Invocation { program: agent.command.clone(), args, stdin, env }
 }
 
 #[cfg(test)]
@@ -219,6 +283,42 @@ mod tests {
             let i = build(&agent(backend, "x"), "hi", None, Some(&server));
             assert!(!i.args.iter().any(|a| a.contains("mcp")), "{backend:?} takes it elsewhere or not at all");
         }
+    }
+
+    #[test]
+    fn a_work_run_gets_its_backends_write_mode_confined_to_its_worktree() {
+        let tools = vec!["Bash(cargo test:*)".to_string(), "Read".to_string()];
+        let tmp = std::path::Path::new("/d/w/claude.tmp");
+        let w = Writable { tmp: Some(tmp), allowed_tools: &tools };
+        let c = build_for(&agent(Backend::Claude, "claude"), "hi", None, None, Some(&w));
+        let s = args(&c);
+        assert!(s.windows(2).any(|p| p == ["--permission-mode", "acceptEdits"]), "{s:?}");
+        assert!(s.windows(2).any(|p| p == ["--allowedTools", "Bash(cargo test:*)"]), "{s:?}");
+        assert!(s.windows(2).any(|p| p == ["--allowedTools", "Read"]), "{s:?}");
+        assert_eq!(s.last(), Some(&"--extra"), "the member's own arguments last");
+        assert!(c.env.contains(&("TMPDIR".to_string(), "/d/w/claude.tmp".to_string())));
+        let x = build_for(&agent(Backend::Codex, "codex"), "hi", Some("T9"), None, Some(&w));
+        let s = args(&x);
+        for set in [
+            "sandbox_mode=\"workspace-write\"",
+            "sandbox_workspace_write.exclude_slash_tmp=true",
+            "sandbox_workspace_write.exclude_tmpdir_env_var=true",
+            "sandbox_workspace_write.writable_roots=[\"/d/w/claude.tmp\"]",
+        ] {
+            assert!(s.windows(2).any(|p| p == ["-c", set]), "{set}: {s:?}");
+        }
+        assert_eq!(s.last(), Some(&"hi"));
+        let g = build_for(&agent(Backend::Gemini, "gemini"), "hi", None, None, Some(&w));
+        assert!(args(&g).windows(2).any(|p| p == ["--approval-mode", "auto_edit"]));
+        // Advising runs keep their read-only command lines.
+        for backend in [Backend::Claude, Backend::Codex, Backend::Gemini] {
+            let i = build(&agent(backend, "x"), "hi", None, None);
+            assert!(!i.args.iter().any(|a| a.contains("acceptEdits") || a.contains("sandbox") || a == "auto_edit"));
+        }
+        assert!(unconfined(Backend::Cursor).is_some());
+        assert!(
+            [Backend::Claude, Backend::Codex, Backend::Gemini, Backend::Acp].iter().all(|b| unconfined(*b).is_none())
+        );
     }
 
     #[test]

@@ -49,7 +49,20 @@ pub(super) async fn execute(d: &Runner, run: &Run, spec: &Spec, prepared: Prepar
         (Some(kd), Some(token)) => Some(mcp::Server::new(kd, &d.socket, &token, &run.thread, &member, Some(&run.id))),
         _ => None,
     };
-    let mut inv = argv::build(agent, &prepared.prompt, prepared.resume.as_deref(), server.as_ref());
+    // A run in the member's worktree: its backend's write mode, confined.
+    let tmp = spec.work.as_ref().and_then(|w| match super::work::make_tmp_dir(w) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            tracing::warn!(run = run.id, "the worktree's TMPDIR: {e}");
+            None
+        }
+    });
+    let writable = spec
+        .work
+        .as_ref()
+        .map(|_| argv::Writable { tmp: tmp.as_deref(), allowed_tools: &spec.work_settings.allowed_tools });
+    let mut inv =
+        argv::build_for(agent, &prepared.prompt, prepared.resume.as_deref(), server.as_ref(), writable.as_ref());
     // gemini takes the server from a settings file of the run's own; claude
     // and codex exec pass the token on to it from their environment.
     let _settings = match (&server, agent.backend) {
@@ -67,7 +80,7 @@ pub(super) async fn execute(d: &Runner, run: &Run, spec: &Spec, prepared: Prepar
     // The run's capability: `kd send` & co. act as the member only by it
     // (KD_MEMBER and KD_THREAD are information; a name is no identity).
     inv.env.extend(run.token().map(|t| (process::TOKEN_VAR.to_string(), t)));
-    let mut child = match process::spawn(&inv, &spec.workspace) {
+    let mut child = match process::spawn(&inv, spec.cwd()) {
         Ok(c) => c,
         Err(e) => return with_session(failed(&member, RunStatus::Error, spawn_error(&inv, agent, &e))),
     };
@@ -181,6 +194,12 @@ pub(super) async fn execute(d: &Runner, run: &Run, spec: &Spec, prepared: Prepar
         Some(h) => tokio::time::timeout(Duration::from_secs(1), h).await.ok().and_then(Result::ok).unwrap_or_default(),
         None => String::new(),
     };
+    // What claude refused silently in a worktree is said (F-W1).
+    if spec.work.is_some()
+        && let Some(line) = transcript.result.as_ref().and_then(|r| refusals(&agent.command, &r.denials))
+    {
+        run.note_work(line);
+    }
     let mut finish = outcome(run, spec, &transcript, exit, &stderr);
     // The session remembers the prompt when the agent took it: it answered,
     // or its backend opened a session for it.
@@ -214,6 +233,17 @@ fn gemini_settings(
             None
         }
     }
+}
+
+/// The line saying what a run was refused: `claude: refused 2 writes
+/// outside its worktree: Write /path, Bash touch /tmp/x`.
+fn refusals(_command: &str, denials: &[String]) -> Option<String> {
+    if denials.is_empty() {
+        return None;
+    }
+    let n = denials.len();
+    let what = if n == 1 { "1 write".to_string() } else { format!("{n} writes") };
+    Some(format!("{}claude: refused {what} outside its worktree: {}", super::work::SAID, denials.join(", ")))
 }
 
 /// Folds one line of output into the transcript, collecting its text.

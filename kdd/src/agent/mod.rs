@@ -19,7 +19,10 @@
 //!   through kd as its member;
 //! - [`mcp`]: kd's MCP server (`kd mcp`) as each backend is given it for a
 //!   run, and the capabilities of conversations that outlive a run;
-//! - `turn`: what a run over a long-lived agent streams, and its clocks.
+//! - `turn`: what a run over a long-lived agent streams, and its clocks;
+//! - [`work`]: a run in a member's worktree — the setup of a new one, the
+//!   commit of what the member changed at the end of every run, and of
+//!   what a run the last daemon died in left.
 //!
 //! [`Runner`] is what runs need from the daemon: the registry, the hub, the
 //! runs in flight and how long a signalled agent has. The council starts
@@ -43,6 +46,7 @@ pub mod spec;
 mod stream;
 pub mod supervisor;
 mod turn;
+pub mod work;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -125,6 +129,11 @@ pub async fn recover(db: &Db, socket: &Path) -> DbResult<usize> {
     if killed > 0 {
         tracing::warn!("killed {killed} process(es) the previous daemon's long-lived agents left");
     }
+    // What a member working in its worktree left is committed before its
+    // run is recorded as interrupted (F-W6).
+    let orphans: Vec<(String, String, String)> =
+        db.orphan_runs().await?.into_iter().map(|o| (o.id, o.thread, o.member)).collect();
+    work::recover(db, &orphans).await;
     db.recover_runs().await
 }
 

@@ -132,7 +132,17 @@ impl Drop for Following {
 impl Peer {
     /// Starts the process in `cwd` (the handshake is the caller's).
     pub fn start(inv: &Invocation, cwd: &Path, dialect: Arc<dyn Dialect>) -> std::io::Result<Peer> {
-        let mut child = process::spawn(inv, cwd)?;
+        Peer::start_for(inv, cwd, cwd, dialect)
+    }
+
+    /// [`Peer::start`] in `cwd`, serving `workspace` (see [`process::spawn_for`]).
+    pub fn start_for(
+        inv: &Invocation,
+        cwd: &Path,
+        workspace: &Path,
+        dialect: Arc<dyn Dialect>,
+    ) -> std::io::Result<Peer> {
+        let mut child = process::spawn_for(inv, cwd, workspace)?;
         let pid = child.id().ok_or_else(|| std::io::Error::other("it exited at once"))?;
         let started = process::start_time(pid);
         // What it and all it starts carry (see `invocation`).

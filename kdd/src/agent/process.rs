@@ -22,6 +22,12 @@ use crate::identity::children::{self, Origin};
 /// the invocation has input, otherwise /dev/null. It is recorded as what
 /// its markers say it is (see [`crate::identity`]).
 pub fn spawn(inv: &Invocation, cwd: &Path) -> std::io::Result<Child> {
+    spawn_for(inv, cwd, cwd)
+}
+
+/// [`spawn`] in `cwd` of a long-lived agent serving `workspace` (an ACP
+/// agent working in a member's worktree serves the King's workspace).
+pub fn spawn_for(inv: &Invocation, cwd: &Path, workspace: &Path) -> std::io::Result<Child> {
     let mut cmd = Command::new(&inv.program);
     // kd's markers and a capability come from the invocation alone, never
     // from kdd's own environment (a kdd started from an agent's shell
@@ -39,19 +45,19 @@ pub fn spawn(inv: &Invocation, cwd: &Path) -> std::io::Result<Child> {
         cmd.env_remove(var);
     }
     set_up_child(&mut cmd);
-    children::spawn(&mut cmd, origin(inv, cwd))
+    children::spawn(&mut cmd, origin(inv, workspace))
 }
 
 /// What an agent is, by the markers of its invocation (the last value of a
-/// variable is the one it gets).
-fn origin(inv: &Invocation, cwd: &Path) -> Origin {
+/// variable is the one it gets), serving `workspace`.
+fn origin(inv: &Invocation, workspace: &Path) -> Origin {
     let var = |key: &str| inv.env.iter().rfind(|(k, _)| k == key).map(|(_, v)| v.clone());
     let member = var(crate::identity::MEMBER_VAR);
     if let Some(run) = var(RUN_MARKER) {
         return Origin::Run { run, member };
     }
     match var(PEER_MARKER) {
-        Some(marker) => Origin::Peer { marker, member, workspace: cwd.display().to_string() },
+        Some(marker) => Origin::Peer { marker, member, workspace: workspace.display().to_string() },
         None => Origin::Tool,
     }
 }

@@ -39,6 +39,9 @@ struct State {
     message: Option<Arc<Message>>,
     /// The capability the run was given (see [`super::grants`]).
     token: Option<String>,
+    /// What the run's work should say (a setup's output, claude's refused
+    /// writes), kept on its row when kd commits its work.
+    work_notes: Vec<String>,
 }
 
 /// One run in flight.
@@ -148,6 +151,7 @@ impl Run {
                 stop: None,
                 message: None,
                 token: None,
+                work_notes: Vec::new(),
             }),
             cancel: CancellationToken::new(),
             done: watch::channel(false).0,
@@ -186,6 +190,18 @@ impl Run {
     pub fn snapshot(&self) -> Snapshot {
         let s = self.state();
         Snapshot { info: self.info_of(&s), text: s.text.clone() }
+    }
+
+    /// Adds a line to what the run's work should say (bounded: the first 16).
+    pub fn note_work(&self, line: String) {
+        let mut s = self.state();
+        if s.work_notes.len() < 16 {
+            s.work_notes.push(line);
+        }
+    }
+
+    pub fn work_notes(&self) -> Vec<String> {
+        self.state().work_notes.clone()
     }
 
     pub fn is_in_flight(&self) -> bool {

@@ -31,6 +31,17 @@ pub struct Spec {
     /// The run works (F-W1): writable in the member's own worktree and
     /// nowhere else; none: it advises, read-only, in the King's tree.
     pub work: Option<WorkRun>,
+    /// `work.*`: claude's tools allowed, what a new worktree is given and
+    /// the command run in it.
+    pub work_settings: crate::config::Work,
+}
+
+impl Spec {
+    /// Where the agent runs: the member's worktree for a work run, else
+    /// the thread's workspace.
+    pub fn cwd(&self) -> &std::path::Path {
+        self.work.as_ref().map_or(&self.workspace, |w| &w.dir)
+    }
 }
 
 /// A run of a member in its worktree of a work thread (F-W1..W6).

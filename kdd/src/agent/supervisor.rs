@@ -39,8 +39,16 @@ pub async fn supervise(d: Arc<Runner>, run: Arc<Run>, spec: Spec) {
     if let Some(token) = d.grants.issue(grant) {
         run.set_token(token);
     }
+    if spec.work.is_some() {
+        super::work::started(&d, &run).await;
+    }
     let started = Instant::now();
     let mut finish = execute(&d, &run, &spec).await;
+    // Whatever the outcome, what the member changed is committed before
+    // anything else (F-W1, F-W6).
+    if let Some(work) = &spec.work {
+        super::work::finish(&d, &run, work, &mut finish).await;
+    }
     d.grants.revoke_run(&run.id);
     finish.meta.duration_ms = Some(started.elapsed().as_millis() as u64);
     finish.meta.run_id = Some(run.id.clone());
@@ -74,6 +82,20 @@ async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec) -> Finish {
     if !spec.workspace.is_dir() {
         let reason = format!("the thread's workspace {} does not exist", spec.workspace.display());
         return with_session(failed(&run.member, RunStatus::Error, reason));
+    }
+    if let Some(work) = &spec.work {
+        if !work.dir.is_dir() {
+            let reason = format!("its worktree {} does not exist", work.dir.display());
+            return with_session(failed(&run.member, RunStatus::Error, reason));
+        }
+        if let Some(refused) = super::argv::unconfined(spec.agent.backend) {
+            return with_session(failed(&run.member, RunStatus::Error, refused.to_string()));
+        }
+        if work.fresh
+            && let Err(reason) = super::work::set_up(d, run, spec, work).await
+        {
+            return with_session(failed(&run.member, RunStatus::Error, reason));
+        }
     }
     if run.stop_reason().is_some() {
         return with_session(stopped_early(run));

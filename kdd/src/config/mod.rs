@@ -22,6 +22,7 @@ pub mod raw;
 mod resolve;
 mod resolver;
 mod view;
+pub mod work;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
@@ -32,6 +33,7 @@ use kd_proto::types::Style;
 pub use coordination::{COORDINATION_HINT, Coordination, Delivery, MCP_HINT};
 pub use lifecycle::Lifecycle;
 pub use programs::{detect_members, find_kd, find_program};
+pub use work::Work;
 
 /// Seconds a run may take when neither the member nor the council says.
 pub const DEFAULT_TIMEOUT_S: u64 = 600;
@@ -314,6 +316,8 @@ pub struct Council {
     pub chat: Rounds,
     pub preamble: String,
     pub chat_preamble: String,
+    /// The preamble of a run in a member's worktree (`{dir}`, `{branch}`).
+    pub work_preamble: String,
     /// What one exchange may cost (US dollars, as the agents report it)
     /// before its pending auto-turns stop.
     pub budget_usd: Option<f64>,
@@ -331,6 +335,8 @@ pub struct Config {
     pub coordination: Coordination,
     /// `lifecycle.idle_after` and `lifecycle.archive_after`.
     pub lifecycle: Lifecycle,
+    /// `work.*`: members' work in their worktrees.
+    pub work: Work,
     pub agents: BTreeMap<String, AgentDef>,
     /// The dotted keys the file sets (the rest are defaults).
     pub set_keys: BTreeSet<String>,
@@ -364,6 +370,14 @@ impl Config {
         };
         let hint = if tools { MCP_HINT } else { COORDINATION_HINT };
         if self.coordination.hint { format!("{p}\n\n{hint}") } else { p.clone() }
+    }
+
+    /// The preamble of a run in `member`'s worktree `dir` on `branch`,
+    /// followed by the coordination hint as [`Config::preamble`] does.
+    pub fn work_preamble(&self, dir: &Path, branch: &str, tools: bool) -> String {
+        let p = work::work_preamble(&self.council.work_preamble, dir, branch);
+        let hint = if tools { MCP_HINT } else { COORDINATION_HINT };
+        if self.coordination.hint { format!("{p}\n\n{hint}") } else { p }
     }
 
     /// How `member`'s messages are delivered (defaults for a non-member).

@@ -23,6 +23,19 @@ pub struct RawConfig {
     pub lord: Option<RawLord>,
     /// When threads go idle and are archived.
     pub lifecycle: Option<RawLifecycle>,
+    /// Members' work in their worktrees.
+    pub work: Option<RawWork>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWork {
+    /// claude's tools allowed in a worktree, e.g. `Bash(cargo test:*)`.
+    pub allowed_tools: Option<Vec<String>>,
+    /// Paths copied from the King's tree into a new worktree.
+    pub copy: Option<Vec<String>>,
+    /// The command run once in a new worktree: an argv (or plain words).
+    pub setup: Option<Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -49,6 +62,8 @@ pub struct RawCouncil {
     pub mode: Option<String>,
     pub preamble: Option<String>,
     pub chat_preamble: Option<String>,
+    /// The preamble of a run in a member's worktree.
+    pub work_preamble: Option<String>,
     /// Kingdom: who reviews (ignored: kd has no review phase).
     pub review_members: Option<Vec<String>>,
     /// Kingdom: auto, show or hide (ignored: kd does not show thinking).

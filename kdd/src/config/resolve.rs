@@ -63,11 +63,13 @@ pub(super) fn resolve(raw: RawConfig, file: Option<PathBuf>, env: &Env<'_>) -> R
     let coordination = super::coordination::coordination(&mut r, raw_council.max_hops, raw_council.coordination_hint)?;
     let lifecycle = super::lifecycle::lifecycle(&mut r, raw.lifecycle.unwrap_or_default())?;
     let council = council(&mut r, raw_council, &agents, env)?;
+    let work = super::work::work(&mut r, raw.work.unwrap_or_default())?;
     Ok(Config {
         file: r.file,
         council,
         coordination,
         lifecycle,
+        work,
         agents,
         set_keys: r.set_keys,
         mapped_from: r.mapped_from,
@@ -292,6 +294,7 @@ fn council(
         ("mode", c.mode.is_some()),
         ("preamble", c.preamble.is_some()),
         ("chat_preamble", c.chat_preamble.is_some()),
+        ("work_preamble", c.work_preamble.is_some()),
         ("writable", c.writable.is_some()),
         ("chat.mode", c.chat.as_ref().is_some_and(|ch| ch.mode.is_some())),
         ("chat.auto_rounds", c.chat.as_ref().is_some_and(|ch| ch.auto_rounds.is_some())),
@@ -328,6 +331,8 @@ fn council(
         .unwrap_or_else(|| if writable { WRITABLE_COUNCIL_PREAMBLE } else { COUNCIL_PREAMBLE }.to_string());
     let chat_preamble = non_empty(r, "council.chat_preamble", c.chat_preamble)?
         .unwrap_or_else(|| if writable { WRITABLE_CHAT_PREAMBLE } else { CHAT_PREAMBLE }.to_string());
+    let work_preamble =
+        non_empty(r, "council.work_preamble", c.work_preamble)?.unwrap_or_else(|| work::WORK_PREAMBLE.to_string());
 
     let (members, members_detected) = match c.members {
         Some(m) if m.is_empty() => return Err(r.err("council.members", "is empty: name at least one member")),
@@ -368,6 +373,7 @@ fn council(
         chat,
         preamble,
         chat_preamble,
+        work_preamble,
         budget_usd,
         mcp: c.mcp.unwrap_or(true),
     })

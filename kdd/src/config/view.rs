@@ -71,6 +71,7 @@ impl Config {
             json!(c.chat_preamble),
             source(&["council.chat_preamble", "council.writable"], "default"),
         );
+        add("council.work_preamble".into(), json!(c.work_preamble), source(&["council.work_preamble"], "default"));
         let secs = |d: std::time::Duration| json!(d.as_secs());
         add("council.budget_usd".into(), json!(c.budget_usd), source(&["council.budget_usd"], "default (none)"));
         add("council.max_hops".into(), json!(self.coordination.max_hops), source(&["council.max_hops"], "default"));
@@ -96,6 +97,10 @@ impl Config {
             source(&["lifecycle.summary_to_trunk"], "default"),
         );
         add("lifecycle.bundle".into(), json!(self.lifecycle.bundle), source(&["lifecycle.bundle"], "default"));
+        let w = &self.work;
+        add("work.allowed_tools".into(), json!(w.allowed_tools), source(&["work.allowed_tools"], "default"));
+        add("work.copy".into(), json!(w.copy), source(&["work.copy"], "default (.worktreeinclude's entries)"));
+        add("work.setup".into(), json!(w.setup), source(&["work.setup"], "default (none)"));
         let shown = self.agents.iter().filter(|(n, _)| {
             c.members.contains(n) || self.set_keys.iter().any(|k| k.starts_with(&format!("agents.{n}.")))
         });

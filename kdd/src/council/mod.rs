@@ -78,19 +78,29 @@ pub type WorkRuns = Arc<BTreeMap<String, WorkRun>>;
 /// whose work was accepted, rejected or removed advises again, read-only).
 pub async fn work_runs(db: &crate::db::Db, thread: &str) -> crate::db::DbResult<WorkRuns> {
     let id = thread.to_string();
-    let trees = db.read(move |conn| crate::db::work::of_thread(conn, &id)).await?;
+    // A worktree none of its member's runs has worked in yet is fresh: its
+    // first run sets it up (work.copy, work.setup).
+    let trees = db
+        .read(move |conn| {
+            let trees = crate::db::work::of_thread(conn, &id)?;
+            trees
+                .into_iter()
+                .map(|w| Ok((crate::db::work::has_run(conn, &id, &w.member)?, w)))
+                .collect::<crate::db::DbResult<Vec<_>>>()
+        })
+        .await?;
     Ok(Arc::new(
         trees
             .into_iter()
-            .filter(|w| !w.state.is_settled() && w.removed_at_ms.is_none())
-            .map(|w| {
+            .filter(|(_, w)| !w.state.is_settled() && w.removed_at_ms.is_none())
+            .map(|(ran, w)| {
                 let run = WorkRun {
                     dir: PathBuf::from(&w.path),
                     repo: PathBuf::from(&w.repo),
                     branch: w.branch,
                     base: w.base,
                     task: w.task,
-                    fresh: false,
+                    fresh: !ran,
                 };
                 (w.member, run)
             })
@@ -124,10 +134,16 @@ impl Launch {
         let kd = (agent.mcp && agent.backend.takes_mcp())
             .then(|| crate::config::find_kd(&crate::config::Env::process()))
             .flatten();
+        let work = self.prompt.is_none().then(|| self.work.get(member).cloned()).flatten();
+        // A run in the member's worktree is told where it works (F-W1).
+        let preamble = match &work {
+            Some(w) => self.config.work_preamble(&w.dir, &w.branch, kd.is_some()),
+            None => self.config.preamble(self.style, kd.is_some()),
+        };
         let spec = || Spec {
             timeout: self.timeout.unwrap_or(Duration::from_secs(self.config.timeout_s(member))),
             agent,
-            preamble: self.config.preamble(self.style, kd.is_some()),
+            preamble,
             kd,
             style: self.style,
             context: self.thread.context,
@@ -135,7 +151,8 @@ impl Launch {
             max_answer_bytes: self.config.council.max_answer_bytes,
             members: self.config.council.members.clone(),
             prompt: self.prompt.clone(),
-            work: self.prompt.is_none().then(|| self.work.get(member).cloned()).flatten(),
+            work,
+            work_settings: self.config.work.clone(),
         };
         match &claim {
             Claim::New(run) => {

@@ -218,6 +218,7 @@ mod tests {
             chat: Rounds { mode: Mode::Broadcast, auto_rounds: 3 },
             preamble: "p".into(),
             chat_preamble: "c".into(),
+            work_preamble: "w".into(),
             budget_usd: None,
             mcp: true,
         };

@@ -143,6 +143,14 @@ pub fn set_run_work(conn: &Connection, run: &str, commit: Option<&str>, note: Op
     Ok(())
 }
 
+/// Whether `member` has had a run on the thread (its worktree is no longer
+/// fresh).
+pub fn has_run(conn: &Connection, thread: &str, member: &str) -> DbResult<bool> {
+    Ok(conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM runs WHERE thread_id = ?1 AND member = ?2)")?
+        .query_row(params![thread, member], |r| r.get(0))?)
+}
+
 /// The commit kd made of a run's changes, and its note.
 pub fn run_work(conn: &Connection, run: &str) -> DbResult<(Option<String>, Option<String>)> {
     Ok(conn
@@ -210,5 +218,20 @@ mod tests {
         assert!(set_state(&conn, "t1", "gemini", WorkState::Done).is_err());
         assert_eq!(list(&conn, Some("/w")).unwrap().len(), 2);
         assert!(list(&conn, Some("/v")).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_member_has_run_once_a_run_of_it_is_recorded_on_the_thread() {
+        let conn = db();
+        assert!(!has_run(&conn, "t1", "claude").unwrap());
+        conn.execute(
+            "INSERT INTO runs (id, thread_id, member, backend, status, started_at) VALUES ('r1', 't1', 'claude', 'claude', 'done', 1)",
+            [],
+        )
+        .unwrap();
+        assert!(has_run(&conn, "t1", "claude").unwrap());
+        assert!(!has_run(&conn, "t1", "codex").unwrap(), "another member's worktree is still fresh");
+        set_run_work(&conn, "r1", Some("c1"), Some("note")).unwrap();
+        assert_eq!(run_work(&conn, "r1").unwrap(), (Some("c1".into()), Some("note".into())));
     }
 }

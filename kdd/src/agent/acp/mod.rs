@@ -56,22 +56,35 @@ pub struct AcpAgents {
 
 impl AcpAgents {
     /// The process of `agent` in `workspace`, started and initialised when
-    /// there is none or the last one died.
+    /// there is none or the last one died; in `worktree`, the member's,
+    /// where alone it may write, when given.
     pub async fn get(
         &self,
         agent: &AgentDef,
         workspace: &Path,
         socket: &Path,
         grants: &Arc<Grants>,
+        worktree: Option<&Path>,
     ) -> Result<Arc<Agent>, String> {
-        let key = (agent.name.clone(), Started::of(agent, workspace));
+        // An agent working in a worktree runs there, confined to it: never
+        // the process of the member's advising runs. It serves the workspace.
+        let (name, cwd) = match worktree {
+            Some(dir) => (format!("{}\0work", agent.name), dir),
+            None => (agent.name.clone(), workspace),
+        };
+        let key = (name, Started::of(agent, cwd));
         self.running
             .get_or_start(key, || async {
                 let mut inv = peer::invocation(&agent.command, agent.args.clone(), &agent.env, socket);
                 inv.env.push(("KD_MEMBER".to_string(), agent.name.clone()));
+                // At work: the worktree's own temporary directory.
+                if let Some(tmp) = worktree.and_then(|w| super::work::make_tmp_dir_of(w).ok()) {
+                    inv.env.push(("TMPDIR".to_string(), tmp.display().to_string()));
+                }
                 let kd_tools = agent.mcp && agent.backend.takes_mcp();
-                let dialect = Arc::new(protocol::Acp::new(agent.permissions, kd_tools));
-                let peer = Peer::start(&inv, workspace, dialect).map_err(|e| spawn_error(&inv, agent, &e))?;
+                let confine = worktree.map(Path::to_path_buf);
+                let dialect = Arc::new(protocol::Acp::new(agent.permissions, kd_tools).confined(confine));
+                let peer = Peer::start_for(&inv, cwd, workspace, dialect).map_err(|e| spawn_error(&inv, agent, &e))?;
                 let answer = peer
                     .request(protocol::initialize)
                     .await

@@ -12,6 +12,7 @@
 //! the policy instead of the agent's own error.
 
 use std::collections::VecDeque;
+use std::path::{Component, Path, PathBuf};
 
 use agent_client_protocol_schema::v1::{
     PermissionOption, PermissionOptionKind, RequestPermissionOutcome, RequestPermissionRequest,
@@ -41,7 +42,22 @@ pub struct Tool {
     pub title: Option<String>,
     /// The paths it touches.
     pub locations: Vec<String>,
+    /// The paths its input names (`file_path`, `path`, …).
+    pub inputs: Vec<String>,
 }
+
+/// The keys of a tool call's input that name a path it writes.
+const PATH_KEYS: &[&str] = &[
+    "file_path",
+    "path",
+    "notebook_path",
+    "abs_path",
+    "absolute_path",
+    "old_path",
+    "new_path",
+    "destination",
+    "target",
+];
 
 fn bounded(s: &str) -> String {
     s.chars().take(MAX_TEXT).collect()
@@ -59,6 +75,17 @@ impl Tool {
         if let Some(locations) = &fields.locations {
             self.locations =
                 locations.iter().take(MAX_LOCATIONS).map(|l| bounded(&l.path.display().to_string())).collect();
+        }
+        if let Some(input) = fields.raw_input.as_ref().and_then(Value::as_object) {
+            let paths: Vec<String> = PATH_KEYS
+                .iter()
+                .filter_map(|k| input.get(*k).and_then(Value::as_str))
+                .take(MAX_LOCATIONS)
+                .map(str::to_string)
+                .collect();
+            if !paths.is_empty() {
+                self.inputs = paths;
+            }
         }
     }
 
@@ -171,6 +198,21 @@ pub struct Decision {
 /// kd's own MCP server is allowed whatever the policy when kd gave the
 /// session its server (`kd_tools`): it acts only as the member, on its thread.
 pub fn decide(params: &Value, policy: Permissions, kd_tools: bool, calls: &ToolCalls) -> Decision {
+    decide_in(params, policy, kd_tools, calls, None)
+}
+
+/// [`decide`], for a session in a member's worktree `confine` when given
+/// (F-W1): allowed as `allow` would, except a call that writes (any kind
+/// but read, search, think and fetch) where a path it names — its
+/// locations, its input's paths — is outside the worktree, or an edit
+/// naming no path; whatever the member's policy.
+pub fn decide_in(
+    params: &Value,
+    policy: Permissions,
+    kd_tools: bool,
+    calls: &ToolCalls,
+    confine: Option<&Path>,
+) -> Decision {
     let Ok(req) = serde_json::from_value::<RequestPermissionRequest>(params.clone()) else {
         return Decision {
             answer: json!({"outcome": {"outcome": "cancelled"}}),
@@ -179,12 +221,25 @@ pub fn decide(params: &Value, policy: Permissions, kd_tools: bool, calls: &ToolC
     };
     let mut tool = calls.get(&req.session_id.0, &req.tool_call.tool_call_id.0).cloned().unwrap_or_default();
     tool.update(&req.tool_call.fields);
+    let kds = kd_tools && is_kds(&tool, req.tool_call.fields.raw_input.as_ref());
+    if let Some(root) = confine.filter(|_| !kds) {
+        let outside = escapes(&tool, root);
+        return answer(&req, outside.is_none(), || match outside {
+            Some(path) => format!("refused outside its worktree {}: {} ({path})", root.display(), tool.named()),
+            None => String::new(),
+        });
+    }
     let allow = match policy {
-        _ if kd_tools && is_kds(&tool, req.tool_call.fields.raw_input.as_ref()) => true,
+        _ if kds => true,
         Permissions::Allow => true,
         Permissions::Deny => false,
         Permissions::ReadOnly => reads(tool.kind),
     };
+    answer(&req, allow, || format!("refused by policy {}: {}", policy_name(policy), tool.named()))
+}
+
+/// The answer allowing or refusing the call, and why it refused.
+fn answer(req: &RequestPermissionRequest, allow: bool, why: impl FnOnce() -> String) -> Decision {
     let wanted: &[PermissionOptionKind] = if allow {
         &[PermissionOptionKind::AllowOnce, PermissionOptionKind::AllowAlways]
     } else {
@@ -196,8 +251,54 @@ pub fn decide(params: &Value, policy: Permissions, kd_tools: bool, calls: &ToolC
         None => RequestPermissionOutcome::Cancelled,
     };
     let answer = serde_json::to_value(RequestPermissionResponse::new(outcome)).unwrap_or(Value::Null);
-    let refused = (!allow).then(|| format!("refused by policy {}: {}", policy_name(policy), tool.named()));
+    let refused = (!allow).then(why);
     Decision { answer, refused }
+}
+
+/// The path a writing call names outside `root` (`(no path)` for an edit
+/// naming none), if any.
+fn escapes(tool: &Tool, root: &Path) -> Option<String> {
+    if reads(tool.kind) {
+        return None;
+    }
+    let paths: Vec<&String> = tool.locations.iter().chain(&tool.inputs).collect();
+    if paths.is_empty() {
+        let edits = matches!(tool.kind, Some(ToolKind::Edit | ToolKind::Delete | ToolKind::Move));
+        return edits.then(|| "(no path)".to_string());
+    }
+    paths.into_iter().find(|p| !inside(root, Path::new(p.as_str()))).cloned()
+}
+
+/// Whether `path` (relative to `root`) is inside `root`: lexically, `..`
+/// resolved, and by what exists of it on disk (a symlink on its way that
+/// leads out is out).
+pub fn inside(root: &Path, path: &Path) -> bool {
+    let joined = root.join(path);
+    let mut normal = PathBuf::new();
+    for c in joined.components() {
+        match c {
+            Component::ParentDir => {
+                normal.pop();
+            }
+            Component::CurDir => {}
+            c => normal.push(c),
+        }
+    }
+    if !normal.starts_with(root) {
+        return false;
+    }
+    let Ok(real_root) = root.canonicalize() else { return false };
+    // The deepest part of it that exists, as the kernel resolves it.
+    let mut at = normal.as_path();
+    loop {
+        if std::fs::symlink_metadata(at).is_ok() {
+            return at.canonicalize().is_ok_and(|real| real.starts_with(&real_root));
+        }
+        match at.parent() {
+            Some(p) => at = p,
+            None => return false,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -328,6 +429,39 @@ mod tests {
         ));
         let d = decide(&request(json!({"toolCallId": "c"})), Permissions::ReadOnly, false, &calls);
         assert_eq!(d.refused.as_deref(), Some("refused by policy read-only: /w/old.rs"));
+    }
+
+    #[test]
+    fn in_a_worktree_writes_are_allowed_inside_it_only_whatever_the_policy() {
+        let base = std::env::temp_dir().join(format!("kd-confine-{}", std::process::id()));
+        let (root, out) = (base.join("wt"), base.join("out"));
+        std::fs::create_dir_all(root.join("src")).unwrap();
+        std::fs::create_dir_all(&out).unwrap();
+        std::os::unix::fs::symlink(&out, root.join("link")).unwrap();
+        let calls = ToolCalls::default();
+        let ask = |kind: &str, input: Value, locations: Value| {
+            let call =
+                json!({"toolCallId": "c1", "title": "T", "kind": kind, "rawInput": input, "locations": locations});
+            decide_in(&request(call), Permissions::ReadOnly, false, &calls, Some(&root))
+        };
+        let at = |p: &Path| json!({"file_path": p.display().to_string()});
+        assert_eq!(selected(&ask("edit", at(&root.join("src/a.rs")), json!([]))), Some("yes"));
+        assert_eq!(selected(&ask("edit", json!({"file_path": "src/new.rs"}), json!([]))), Some("yes"));
+        assert_eq!(selected(&ask("execute", json!({"command": "cargo test"}), json!([]))), Some("yes"));
+        assert_eq!(selected(&ask("read", at(&out.join("x")), json!([]))), Some("yes"), "reading is not writing");
+        for (input, locations) in [
+            (json!({"file_path": "../x"}), json!([])),
+            (at(&root.join("src/../../x")), json!([])),
+            (at(&out.join("x")), json!([])),
+            (at(&root.join("link/x")), json!([])),
+            (json!({}), json!([{"path": root.join("a.rs")}, {"path": out.join("b.rs")}])),
+            (json!({}), json!([])),
+        ] {
+            let d = ask("edit", input.clone(), locations.clone());
+            assert_eq!(selected(&d), Some("no"), "{input} {locations}");
+            assert!(d.refused.as_deref().is_some_and(|r| r.contains("outside its worktree")), "{:?}", d.refused);
+        }
+        let _ = std::fs::remove_dir_all(&base);
     }
 
     #[test]

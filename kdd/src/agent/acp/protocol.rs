@@ -127,12 +127,21 @@ pub struct Acp {
     /// Whether kd gives the agent's sessions its MCP server, whose tools
     /// are then allowed whatever the policy.
     kd_tools: bool,
+    /// The member's worktree, when the agent works there (F-W1).
+    confine: Option<std::path::PathBuf>,
     calls: Mutex<ToolCalls>,
 }
 
 impl Acp {
     pub fn new(permissions: Permissions, kd_tools: bool) -> Acp {
-        Acp { permissions, kd_tools, calls: Mutex::new(ToolCalls::default()) }
+        Acp { permissions, kd_tools, confine: None, calls: Mutex::new(ToolCalls::default()) }
+    }
+
+    /// An agent working in a member's worktree: its writes are allowed
+    /// there and refused elsewhere (see [`permission::decide_in`]).
+    pub fn confined(mut self, worktree: Option<std::path::PathBuf>) -> Acp {
+        self.confine = worktree;
+        self
     }
 }
 
@@ -161,8 +170,16 @@ impl Dialect for Acp {
     fn answer(&self, id: &Value, method: &str, params: &Value) -> (Value, Option<Note>) {
         if method == CLIENT_METHOD_NAMES.session_request_permission {
             let decision = match self.calls.lock() {
-                Ok(calls) => permission::decide(params, self.permissions, self.kd_tools, &calls),
-                Err(_) => permission::decide(params, self.permissions, self.kd_tools, &ToolCalls::default()),
+                Ok(calls) => {
+                    permission::decide_in(params, self.permissions, self.kd_tools, &calls, self.confine.as_deref())
+                }
+                Err(_) => permission::decide_in(
+                    params,
+                    self.permissions,
+                    self.kd_tools,
+                    &ToolCalls::default(),
+                    self.confine.as_deref(),
+                ),
             };
             tracing::debug!(answer = %decision.answer, "answered a permission request");
             let note = decision

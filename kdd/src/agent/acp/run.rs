@@ -36,15 +36,18 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
     // Every wait for the agent ends by the run's timeout or its stop.
     let deadline = Instant::now() + spec.timeout;
     let cut = |waiting_for: &str| with_session(cut_short(run, spec, waiting_for), false);
-    let agent = match turn::bounded(run, deadline, d.acp.get(&spec.agent, &spec.workspace, &d.socket, &d.grants)).await
-    {
-        Some(Ok(a)) => a,
-        Some(Err(e)) => return with_session(fail(e), false),
-        None => return cut("the ACP agent to start"),
-    };
+    let worktree = spec.work.as_ref().map(|w| w.dir.as_path());
+    let agent =
+        match turn::bounded(run, deadline, d.acp.get(&spec.agent, &spec.workspace, &d.socket, &d.grants, worktree))
+            .await
+        {
+            Some(Ok(a)) => a,
+            Some(Err(e)) => return with_session(fail(e), false),
+            None => return cut("the ACP agent to start"),
+        };
     let peer = &agent.peer;
     record_start(d, run, peer.pid, peer.started, held.as_ref()).await;
-    let cwd = spec.workspace.display().to_string();
+    let cwd = spec.cwd().display().to_string();
     // kd's MCP server for the session: a session loaded again keeps its
     // token; a new one gets a new token, the session's once it is named.
     let grant = || mcp::conversation_grant(&run.thread, &member, &spec.workspace);

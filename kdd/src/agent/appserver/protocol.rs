@@ -65,6 +65,30 @@ impl Opening<'_> {
     }
 }
 
+/// The `config` of a thread in a member's worktree: `config` (kd's MCP
+/// server, if any) with the `workspace-write` sandbox kept from `/tmp` and
+/// `$TMPDIR` (the King's tree may be under them), the worktree's own
+/// temporary directory `tmp` writable instead and its shell's `TMPDIR`.
+pub fn work_config(config: Option<Value>, tmp: Option<&std::path::Path>) -> Value {
+    let mut config = match config {
+        Some(Value::Object(m)) => Value::Object(m),
+        _ => json!({}),
+    };
+    let roots: Vec<String> = tmp.map(|t| t.display().to_string()).into_iter().collect();
+    config["sandbox_workspace_write"] =
+        json!({"exclude_slash_tmp": true, "exclude_tmpdir_env_var": true, "writable_roots": roots});
+    if let Some(tmp) = tmp {
+        if !config["shell_environment_policy"].is_object() {
+            config["shell_environment_policy"] = json!({});
+        }
+        if !config["shell_environment_policy"]["set"].is_object() {
+            config["shell_environment_policy"]["set"] = json!({});
+        }
+        config["shell_environment_policy"]["set"]["TMPDIR"] = json!(tmp.display().to_string());
+    }
+    config
+}
+
 /// `thread/start`.
 pub fn thread_start(id: u64, opening: &Opening<'_>) -> Value {
     json!({"id": id, "method": "thread/start", "params": opening.params(json!({}))})
@@ -302,6 +326,21 @@ mod tests {
 
     fn codex() -> Codex {
         Codex { threads: Arc::new(Conversations::new(Default::default())) }
+    }
+
+    #[test]
+    fn a_work_thread_writes_in_its_worktree_and_its_own_tmp_only() {
+        let kd = json!({"mcp_servers": {"kd": {"command": "/k/kd"}}, "shell_environment_policy": {"set": {"KD_THREAD": "t"}}});
+        let c = work_config(Some(kd), Some(std::path::Path::new("/d/w/codex.tmp")));
+        assert_eq!(
+            c["sandbox_workspace_write"],
+            json!({"exclude_slash_tmp": true, "exclude_tmpdir_env_var": true, "writable_roots": ["/d/w/codex.tmp"]})
+        );
+        assert_eq!(c["shell_environment_policy"]["set"], json!({"KD_THREAD": "t", "TMPDIR": "/d/w/codex.tmp"}));
+        assert_eq!(c["mcp_servers"]["kd"]["command"], "/k/kd");
+        let bare = work_config(None, None);
+        assert_eq!(bare["sandbox_workspace_write"]["exclude_slash_tmp"], true);
+        assert!(bare.get("shell_environment_policy").is_none());
     }
 
     /// `shared/captures/mcp/app-server.jsonl`: kd's server in the thread's

@@ -22,6 +22,7 @@ use crate::agent::registry::{Run, StopReason};
 use crate::agent::spec::Spec;
 use crate::agent::stream::record_start;
 use crate::agent::turn::{self, Clocks, Streamed};
+use crate::config::CodexPolicy;
 use crate::db::runs::Finish;
 
 pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec, prepared: Prepared) -> Finish {
@@ -43,7 +44,7 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
     };
     let server = &app.peer;
     record_start(d, run, server.pid, server.started, held.as_ref()).await;
-    let cwd = spec.workspace.display().to_string();
+    let cwd = spec.cwd().display().to_string();
     // kd's MCP server for the thread: a thread already loaded keeps the
     // server (and token) it was opened with; a new one gets a new token,
     // which is the thread's once codex names it.
@@ -58,10 +59,17 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
         }
         _ => None,
     };
+    // A run in the member's worktree: its thread is opened writable there
+    // (the sandbox is the thread's; the member's other threads read).
+    let work_policy = CodexPolicy { sandbox: "workspace-write".into(), approval: "never".into() };
+    let config = match &spec.work {
+        Some(w) => Some(protocol::work_config(config, crate::agent::work::make_tmp_dir(w).ok().as_deref())),
+        None => config,
+    };
     let opening = protocol::Opening {
         cwd: &cwd,
         model: spec.agent.model.as_deref(),
-        policy: &spec.agent.policy,
+        policy: if spec.work.is_some() { &work_policy } else { &spec.agent.policy },
         config: config.as_ref(),
     };
     let (method, opened) = match prepared.resume.as_deref() {

@@ -66,11 +66,38 @@ pub fn parse_line(line: &str) -> Result<Vec<Parsed>, Malformed> {
                 usage: v.get("usage").cloned(),
                 duration_ms: v.get("duration_ms").and_then(Value::as_u64),
                 session_id,
+                denials: denials(&v),
             }));
         }
         _ => {}
     }
     Ok(out)
+}
+
+/// Most denials kept of a result, and characters of each.
+const MAX_DENIALS: usize = 32;
+const MAX_DENIAL: usize = 300;
+
+/// `permission_denials` (`[{tool_name, tool_use_id, tool_input}]`): what
+/// claude refused silently, e.g. a write outside its working directory
+/// under `acceptEdits`, as `TOOL TARGET` (the file, else the command).
+fn denials(v: &Value) -> Vec<String> {
+    let Some(list) = v.get("permission_denials").and_then(Value::as_array) else { return Vec::new() };
+    list.iter()
+        .take(MAX_DENIALS)
+        .map(|d| {
+            let tool = str_at(d, &["tool_name"]).unwrap_or("a tool");
+            let input = d.get("tool_input");
+            let target = ["file_path", "notebook_path", "path", "command", "url"]
+                .iter()
+                .find_map(|k| input.and_then(|i| i.get(*k)).and_then(Value::as_str));
+            let said = match target {
+                Some(t) => format!("{tool} {t}"),
+                None => tool.to_string(),
+            };
+            said.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(MAX_DENIAL).collect()
+        })
+        .collect()
 }
 
 /// A message Claude Code made up itself rather than the model's words.
@@ -115,6 +142,14 @@ mod tests {
         assert_eq!(parse_line(ASSISTANT).unwrap(), vec![Parsed::Block("Normalize the schema.".into())]);
         assert_eq!(parse_line(ASSISTANT_TOOL).unwrap(), vec![Parsed::Boundary]);
         assert_eq!(parse_line(USER_TOOL_RESULT).unwrap(), vec![Parsed::Boundary]);
+    }
+
+    #[test]
+    fn a_result_says_what_claude_refused_silently() {
+        let line = r#"{"type":"result","subtype":"success","is_error":false,"result":"Done.","session_id":"s","permission_denials":[{"tool_name":"Write","tool_use_id":"toolu_1","tool_input":{"file_path":"/repo/x.rs","content":"x"}},{"tool_name":"Bash","tool_use_id":"toolu_2","tool_input":{"command":"touch  /tmp/y"}},{"tool_name":"Odd"}]}"#;
+        let o = super::super::only_result(parse_line(line).unwrap());
+        assert_eq!(o.denials, ["Write /repo/x.rs", "Bash touch /tmp/y", "Odd"]);
+        assert!(super::super::only_result(parse_line(RESULT).unwrap()).denials.is_empty());
     }
 
     #[test]

@@ -61,6 +61,9 @@ pub struct Outcome {
     pub usage: Option<Value>,
     pub duration_ms: Option<u64>,
     pub session_id: Option<String>,
+    /// The tool calls the backend refused without asking (claude's
+    /// `permission_denials`: a write outside its worktree), as `TOOL PATH`.
+    pub denials: Vec<String>,
 }
 
 /// A line that is not the JSON it should be.

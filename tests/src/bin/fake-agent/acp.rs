@@ -11,7 +11,10 @@
 //! kind, title and locations (twice, its input filled in the second time),
 //! then `session/request_permission` whose `toolCall` carries only the id,
 //! title and input; a rejection fails the tool call and the prompt with
-//! claude-code-acp's `Internal error: [ede_diagnostic] …`. `FAKE_RUN`
+//! claude-code-acp's `Internal error: [ede_diagnostic] …`. `FAKE_EDIT=PATH`
+//! asks to write PATH (relative to the session's cwd as written, so `../x`
+//! is outside it), writes it only when allowed and goes on either way,
+//! recording `{"permission", "kind": "edit", "edit": PATH}`. `FAKE_RUN`
 //! reports a tool call. The answer follows the usual
 //! `FAKE_*` knobs; `FAKE_ERROR` fails the prompt with a JSON-RPC error.
 //! `FAKE_SILENT=METHOD` never answers that request (e.g. `initialize`,
@@ -319,6 +322,27 @@ async fn turn(state: Shared, id: Value, session: String, cwd: String, prompt: St
         update(
             &session,
             json!({"toolCallId": call["toolCallId"], "sessionUpdate": "tool_call_update", "status": "completed"}),
+        );
+    }
+    if let Some(target) = env("FAKE_EDIT") {
+        // An edit of TARGET (relative to the session's cwd, as written),
+        // asked as claude-code-acp asks it; written only when allowed.
+        let file = if target.starts_with('/') { target.clone() } else { format!("{cwd}/{target}") };
+        let call = json!({"_meta": {"claudeCode": {"toolName": "Write"}}, "toolCallId": "toolu_fake0002",
+                          "sessionUpdate": "tool_call", "rawInput": {"file_path": file, "content": "edited"},
+                          "status": "pending", "title": format!("Write {file}"), "kind": "edit",
+                          "content": [], "locations": [{"path": file}]});
+        update(&session, call.clone());
+        let chosen = ask_permission(&state, &session, &call).await;
+        let allowed = chosen.starts_with("allow");
+        if allowed {
+            let _ = std::fs::write(&file, "edited by fake\n");
+        }
+        record(json!({"permission": chosen, "kind": "edit", "edit": file}));
+        let status = if allowed { "completed" } else { "failed" };
+        update(
+            &session,
+            json!({"toolCallId": "toolu_fake0002", "sessionUpdate": "tool_call_update", "status": status}),
         );
     }
     let mut said = None;

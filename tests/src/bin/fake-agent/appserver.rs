@@ -15,9 +15,10 @@
 //! `thread/closed` follows) and appends `{"unsubscribed": THREAD}` to the
 //! file `FAKE_RECORD_UNLOAD` names.
 //! Every turn's answer follows the same `FAKE_*` knobs as the other formats;
+//! `FAKE_RUN` runs in the thread's `cwd`, as codex runs a command.
 //! `FAKE_RECORD` gets one line per turn (`stdin` is the prompt, `thread`
 //! the codex thread, `resumed` whether it came from `thread/resume`,
-//! `sandbox` and `approval` what the thread was opened with).
+//! `sandbox`, `approval` and `config` what the thread was opened with).
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -33,6 +34,8 @@ struct Thread {
     cwd: String,
     /// `sandbox` and `approvalPolicy` of the thread/start or thread/resume.
     policy: (Value, Value),
+    /// The `config` it was opened with.
+    config: Value,
     resumed: bool,
     /// The running turn: its id and its task.
     active: Option<(String, tokio::task::AbortHandle)>,
@@ -204,7 +207,15 @@ pub async fn serve(args: Vec<String>) -> i32 {
                     let mcp = if loaded.is_some() { kept } else { given };
                     s.threads.insert(
                         thread.clone(),
-                        Thread { cwd: cwd.clone(), resumed, policy, active: None, mcp, server },
+                        Thread {
+                            cwd: cwd.clone(),
+                            resumed,
+                            policy,
+                            config: params["config"].clone(),
+                            active: None,
+                            mcp,
+                            server,
+                        },
                     );
                 }
                 reply(&id, json!({"thread": thread_json(&thread, &cwd), "model": "fake", "cwd": cwd}));
@@ -307,13 +318,16 @@ pub async fn serve(args: Vec<String>) -> i32 {
 /// One `FAKE_RECORD` line for a turn.
 fn record(args: &[String], state: &Shared, thread: &str, turn: &str, prompt: &str, steered: bool) {
     let Some(path) = env("FAKE_RECORD") else { return };
-    let (cwd, resumed, (sandbox, approval), given) = state
+    let (cwd, resumed, (sandbox, approval), given, config) = state
         .lock()
         .ok()
-        .and_then(|s| s.threads.get(thread).map(|t| (t.cwd.clone(), t.resumed, t.policy.clone(), t.mcp.clone())))
+        .and_then(|s| {
+            s.threads.get(thread).map(|t| (t.cwd.clone(), t.resumed, t.policy.clone(), t.mcp.clone(), t.config.clone()))
+        })
         .unwrap_or_default();
     let line = json!({"argv": args, "stdin": prompt, "cwd": cwd, "pid": std::process::id(), "thread": thread,
                       "turn": turn, "resumed": resumed, "steered": steered, "sandbox": sandbox, "approval": approval,
+                      "config": config,
                       "mcp": given.as_ref().map(mcp::Given::record), "env": mcp::kd_env()});
     if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
         let _ = f.write_all(format!("{line}\n").as_bytes());
@@ -369,7 +383,13 @@ async fn run_turn(state: Shared, thread: String, turn: String, prompt: String) {
                        "cwd": "", "status": status, "aggregatedOutput": output})
             };
             note(&state, "item/started", with(json!({"item": item("inProgress", "")})));
-            let out = std::process::Command::new("sh")
+            // In the thread's cwd, as codex runs a command.
+            let cwd = state.lock().ok().and_then(|s| s.threads.get(&thread).map(|t| t.cwd.clone())).unwrap_or_default();
+            let mut sh = std::process::Command::new("sh");
+            if !cwd.is_empty() {
+                sh.current_dir(&cwd);
+            }
+            let out = sh
                 .arg("-c")
                 .arg(&cmd)
                 .stdin(std::process::Stdio::null())

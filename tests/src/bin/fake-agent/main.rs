@@ -30,6 +30,7 @@
 //! | `FAKE_STDERR` | write this to stderr |
 //! | `FAKE_RECORD` | append `{argv, stdin, cwd, pid}` as a JSON line to this file |
 //! | `FAKE_RULES` | a JSON list of `[needle, answer]`: the answer of the first needle found in the prompt (stdin and argv) replaces `FAKE_TEXT` |
+//! | `FAKE_DENIALS` | (claude) `[[TOOL, PATH], …]`: the result's `permission_denials`, as Claude Code reports writes it refused silently |
 //! | `FAKE_RUN` | a shell command run first (as an agent runs tools); `{run}` in the answer becomes its output |
 //! | `FAKE_MCP_CALL` | `TOOL ARGUMENTS`: start kd's MCP server as the CLI was given it, call the tool, answer `Tool said: TEXT` (see `mcp.rs`) |
 //! | `FAKE_MCP_START` | start kd's MCP server as the CLI does (`initialize`, `tools/list`) without calling a tool |
@@ -247,7 +248,15 @@ impl Out {
         match self.format {
             Format::Claude => {
                 self.line(json!({"type":"assistant","message":{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":text}]},"session_id":s}));
-                self.line(json!({"type":"result","subtype":"success","is_error":false,"duration_ms":5,"num_turns":1,"result":text,"session_id":s,"total_cost_usd":0.0012,"usage":{"input_tokens":10,"output_tokens":5}}));
+                // What Claude Code refused without asking (`FAKE_DENIALS`, `[[TOOL, PATH], …]`).
+                let denials: Vec<serde_json::Value> = env("FAKE_DENIALS")
+                    .and_then(|d| serde_json::from_str::<Vec<(String, String)>>(&d).ok())
+                    .unwrap_or_default()
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, (tool, path))| json!({"tool_name": tool, "tool_use_id": format!("toolu_d{i}"), "tool_input": {"file_path": path, "content": "x"}}))
+                    .collect();
+                self.line(json!({"type":"result","subtype":"success","is_error":false,"duration_ms":5,"num_turns":1,"result":text,"session_id":s,"total_cost_usd":0.0012,"usage":{"input_tokens":10,"output_tokens":5},"permission_denials":denials}));
             }
             Format::Codex => {
                 self.line(json!({"type":"item.completed","item":{"id":"item_1","type":"agent_message","text":text}}));

@@ -128,12 +128,36 @@ pub fn from_claude_args(args: &[String]) -> (Option<Given>, Vec<String>) {
                 given = config.pointer("/mcpServers/kd").and_then(Given::from_json).or(given);
             }
             "--allowedTools" | "--allowed-tools" => {
-                allowed.extend(w[1].split([',', ' ']).filter(|s| !s.is_empty()).map(str::to_string));
+                allowed.extend(split_tools(&w[1]));
             }
             _ => {}
         }
     }
     (given, allowed)
+}
+
+/// A list of claude tools as `--allowedTools` takes it: split at commas
+/// and spaces outside parentheses (`Bash(cargo test:*)` is one).
+fn split_tools(list: &str) -> Vec<String> {
+    let (mut out, mut cur, mut depth) = (Vec::new(), String::new(), 0i32);
+    for c in list.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' | ' ' if depth <= 0 => {
+                if !cur.is_empty() {
+                    out.push(std::mem::take(&mut cur));
+                }
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(c);
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
 }
 
 /// codex exec: the `-c mcp_servers.kd.KEY=VALUE` overrides, each VALUE
