@@ -39,35 +39,30 @@ fn repository(files: usize, members: &[String]) -> Workspace {
     ws
 }
 
-/// `git worktree add` alone, `n` times, in ms (sorted).
-fn git_alone(ws: &Workspace, n: usize) -> Vec<f64> {
-    let scratch = tempfile::tempdir().expect("tempdir");
-    let mut times = Vec::new();
-    for i in 0..n {
-        let path = scratch.path().join(format!("w{i}"));
-        let start = Instant::now();
-        git(
-            ws.dir.path(),
-            &["worktree", "add", "--quiet", "-b", &format!("bench/{i}"), path.to_str().unwrap(), "HEAD"],
-        );
-        times.push(super::ms(start.elapsed()));
-    }
-    times.sort_by(|a, b| a.total_cmp(b));
-    times
+/// `git worktree add` alone once, at a fresh path of `scratch`, in ms.
+fn git_alone(ws: &Workspace, scratch: &Path, i: usize) -> f64 {
+    let path = scratch.join(format!("w{i}"));
+    let start = Instant::now();
+    git(ws.dir.path(), &["worktree", "add", "--quiet", "-b", &format!("bench/{i}"), path.to_str().unwrap(), "HEAD"]);
+    super::ms(start.elapsed())
 }
 
-/// `work.start` for `members`, `n` times, in ms per member (sorted).
-async fn work_start(kdd: &Kdd, ws: &Workspace, members: usize, n: usize) -> Vec<f64> {
-    let c = kdd.client().await;
-    let mut times = Vec::new();
-    for _ in 0..n {
-        let start = Instant::now();
-        let started = c.work_start(ws.path(), "Bench task".into(), None, None).await.expect("work.start");
-        times.push(super::ms(start.elapsed()) / members as f64);
-        assert_eq!(started.worktrees.len(), members);
+/// `work.start` for `members` once, in ms per member: from the call to
+/// its answer (the worktrees made and recorded, the task written, the
+/// runs launched). Then waits until the runs ended and kd committed their
+/// (empty) work, so that no start waits on the repository behind them.
+async fn work_start(c: &kd_client::Client, ws: &Workspace, members: usize) -> f64 {
+    let start = Instant::now();
+    let started = c.work_start(ws.path(), "Bench task".into(), None, None).await.expect("work.start");
+    let took = super::ms(start.elapsed()) / members as f64;
+    assert_eq!(started.worktrees.len(), members);
+    loop {
+        let trees = c.work_list(None, Some(started.thread.clone())).await.expect("work.list");
+        if trees.iter().all(|w| w.state != kd_proto::work::WorkState::Working) {
+            return took;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    times.sort_by(|a, b| a.total_cmp(b));
-    times
 }
 
 /// The rows: per member, p50 and p90, beside git alone.
@@ -75,9 +70,18 @@ pub async fn start_overhead(files: usize, n: usize) {
     for members in [1usize, 3] {
         let names: Vec<String> = (1..=members).map(|i| format!("m{i}")).collect();
         let ws = repository(files, &names);
-        let alone = git_alone(&ws, n);
         let kdd = Kdd::start();
-        let work = work_start(&kdd, &ws, members, n).await;
+        let c = kdd.client().await;
+        let scratch = tempfile::tempdir().expect("tempdir");
+        // Interleaved, so that both see the disk as it is then (every
+        // worktree writes all the files).
+        let (mut alone, mut work) = (Vec::new(), Vec::new());
+        for i in 0..n {
+            alone.push(git_alone(&ws, scratch.path(), i));
+            work.push(work_start(&c, &ws, members).await);
+        }
+        alone.sort_by(|a, b| a.total_cmp(b));
+        work.sort_by(|a, b| a.total_cmp(b));
         let (a50, w50) = (pct(&alone, 0.5), pct(&work, 0.5));
         row(
             &format!("{files} files: git worktree add alone, p50 / p90"),
