@@ -697,6 +697,61 @@ impl Workspace {
     }
 }
 
+/// A fake member named for its backend (`claude` is a claude fake): its
+/// name, its `FAKE_*` environment, more keys of its agent.
+pub type Fake<'a> = (&'a str, &'a [(&'a str, &'a str)], serde_json::Value);
+
+impl Workspace {
+    /// Writes a council of `members`, each a fake of the backend it is
+    /// named for, with `council`'s other keys.
+    pub fn configure(&self, members: &[Fake<'_>], council: serde_json::Value) {
+        let mut agents = serde_json::Map::new();
+        for (name, env, extra) in members {
+            let mut a = fake(name, name, env);
+            if let (Some(a), Some(extra)) = (a.as_object_mut(), extra.as_object()) {
+                a.extend(extra.clone());
+            }
+            agents.insert(name.to_string(), a);
+        }
+        let mut council = council;
+        council["members"] = members.iter().map(|m| m.0).collect::<Vec<_>>().into();
+        self.write_config(&serde_json::json!({"council": council, "agents": agents}));
+    }
+}
+
+/// `git ARGS` in `dir`, which must succeed; what it printed, trimmed.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git").arg("-C").arg(dir).args(args).output().expect("git");
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+impl Workspace {
+    /// Makes the workspace a git repository: branch `main`, the King's own
+    /// identity, `.kd/` and `ignored` in `.gitignore`, and one commit of
+    /// `files` (path, text), their directories made.
+    pub fn git_init(&self, files: &[(&str, &str)], ignored: &[&str]) {
+        let dir = self.dir.path();
+        git(dir, &["init", "--quiet", "-b", "main"]);
+        git(dir, &["config", "user.name", "King"]);
+        git(dir, &["config", "user.email", "king@example.com"]);
+        let mut ignore = String::from(".kd/\n");
+        for i in ignored {
+            ignore.push_str(&format!("{i}\n"));
+        }
+        std::fs::write(dir.join(".gitignore"), ignore).expect("write .gitignore");
+        for (path, text) in files {
+            let path = dir.join(path);
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).expect("mkdir");
+            }
+            std::fs::write(path, text).expect("write");
+        }
+        git(dir, &["add", "--all"]);
+        git(dir, &["commit", "--quiet", "-m", "first"]);
+    }
+}
+
 /// The agent definition of a fake agent named `name` for `backend`.
 pub fn fake(backend: &str, name: &str, env: &[(&str, &str)]) -> serde_json::Value {
     let mut vars = serde_json::Map::new();

@@ -263,11 +263,6 @@ async fn the_chat_archives_unarchives_and_deletes_its_thread_after_asking() {
     tmux.wait_for("the shell again", |_| tmux.display("#{alternate_on}") == "0").await;
 }
 
-fn git(dir: &std::path::Path, args: &[&str]) {
-    let out = std::process::Command::new("git").arg("-C").arg(dir).args(args).output().expect("git");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
 /// `/work` in the chat (issue 23): work.start for the chat's workspace, and
 /// the chat opens the task's thread, where each member's panel carries its
 /// work's stat; `/diff` opens a member's diff. The members write nothing,
@@ -281,13 +276,7 @@ async fn work_in_the_chat_opens_the_tasks_thread_with_each_members_work() {
         ("codex", "codex", &[("FAKE_TEXT", "Codex looked at x.")]),
     ]);
     let repo = ws.dir.path();
-    git(repo, &["init", "--quiet", "-b", "main"]);
-    git(repo, &["config", "user.name", "King"]);
-    git(repo, &["config", "user.email", "king@example.com"]);
-    std::fs::write(repo.join("a.txt"), "one\n").unwrap();
-    std::fs::write(repo.join(".gitignore"), ".kd/\n").unwrap();
-    git(repo, &["add", "a.txt", ".gitignore"]);
-    git(repo, &["commit", "--quiet", "-m", "first"]);
+    ws.git_init(&[("a.txt", "one\n")], &[]);
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let tmux = Tmux::start_sized(dir.path(), repo, 120, 40);

@@ -8,22 +8,10 @@
 
 use kd_client::KdApiClient;
 use kd_proto::types::*;
-use kd_tests::{Hold, Kdd, Workspace, collect_until, run, within};
-
-/// A member: its name, its `FAKE_*` environment, more keys of its agent.
-type Fake<'a> = (&'a str, &'a [(&'a str, &'a str)], serde_json::Value);
+use kd_tests::{Fake, Hold, Kdd, Workspace, collect_until, run, within};
 
 fn config(ws: &Workspace, members: &[Fake<'_>]) {
-    let mut agents = serde_json::Map::new();
-    for (name, env, extra) in members {
-        let mut a = kd_tests::fake(name, name, env);
-        if let (Some(a), Some(extra)) = (a.as_object_mut(), extra.as_object()) {
-            a.extend(extra.clone());
-        }
-        agents.insert(name.to_string(), a);
-    }
-    let names: Vec<&str> = members.iter().map(|m| m.0).collect();
-    ws.write_config(&serde_json::json!({"council": {"members": names}, "agents": agents}));
+    ws.configure(members, serde_json::json!({}));
 }
 
 fn none() -> serde_json::Value {

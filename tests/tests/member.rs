@@ -9,23 +9,10 @@ use kd_client::{Client, KdApiClient};
 use kd_proto::ErrorCode;
 use kd_proto::MemberApiClient;
 use kd_proto::types::*;
-use kd_tests::{Hold, Kdd, Workspace, collect_until};
-
-/// A member: its name, its `FAKE_*` environment, more keys of its agent.
-type Fake<'a> = (&'a str, &'a [(&'a str, &'a str)], serde_json::Value);
+use kd_tests::{Fake, Hold, Kdd, Workspace, collect_until};
 
 fn config(ws: &Workspace, members: &[Fake<'_>], council: serde_json::Value) {
-    let mut agents = serde_json::Map::new();
-    for (name, env, extra) in members {
-        let mut a = kd_tests::fake(name, name, env);
-        if let (Some(a), Some(extra)) = (a.as_object_mut(), extra.as_object()) {
-            a.extend(extra.clone());
-        }
-        agents.insert(name.to_string(), a);
-    }
-    let mut council = council;
-    council["members"] = members.iter().map(|m| m.0).collect::<Vec<_>>().into();
-    ws.write_config(&serde_json::json!({"council": council, "agents": agents}));
+    ws.configure(members, council);
 }
 
 fn none() -> serde_json::Value {

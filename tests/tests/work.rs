@@ -7,14 +7,8 @@ use std::path::{Path, PathBuf};
 use kd_client::{KdApiClient, WorkApiClient};
 use kd_proto::types::Purpose;
 use kd_proto::work::{WorkState, Worktree};
-use kd_tests::{Kdd, Workspace, fake};
+use kd_tests::{Kdd, Workspace, fake, git};
 use serde_json::json;
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git").arg("-C").arg(dir).args(args).output().expect("git");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
 
 /// A shell command writing `text` to `file` in a member's worktree only
 /// (where `.git` is a file): ballots and reviews run in the King's tree
@@ -30,14 +24,7 @@ type Member = (&'static str, &'static str, Vec<(&'static str, String)>);
 /// identity) whose council is `members`: (name, backend, FAKE_* env).
 fn repo(members: &[Member]) -> Workspace {
     let ws = Workspace::new(&[]);
-    let dir = ws.dir.path();
-    git(dir, &["init", "--quiet", "-b", "main"]);
-    git(dir, &["config", "user.name", "King"]);
-    git(dir, &["config", "user.email", "king@example.com"]);
-    std::fs::write(dir.join("a.txt"), "one\ntwo\n").unwrap();
-    std::fs::write(dir.join(".gitignore"), ".kd/\n").unwrap();
-    git(dir, &["add", "a.txt", ".gitignore"]);
-    git(dir, &["commit", "--quiet", "-m", "first"]);
+    ws.git_init(&[("a.txt", "one\ntwo\n")], &[]);
     let mut agents = serde_json::Map::new();
     for (name, backend, env) in members {
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();

@@ -12,14 +12,8 @@ use std::path::{Path, PathBuf};
 use kd_client::{KdApiClient, WorkApiClient};
 use kd_proto::types::ThreadEvent;
 use kd_proto::work::{WorkState, Worktree};
-use kd_tests::{Hold, Kdd, Workspace, bin, collect_until, fake, records};
+use kd_tests::{Hold, Kdd, Workspace, bin, collect_until, fake, git, records};
 use serde_json::{Value, json};
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git").arg("-C").arg(dir).args(args).output().expect("git");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
 
 /// A shell command that, in a worktree only (where `.git` is a file),
 /// writes `text` to `file` and its `TMPDIR` to `tmpdir.txt`.
@@ -31,14 +25,7 @@ fn writes(file: &str, text: &str) -> String {
 /// (name → agent), with `extra` configuration merged in.
 fn repo(agents: Vec<(&str, Value)>, extra: Value) -> Workspace {
     let ws = Workspace::new(&[]);
-    let dir = ws.dir.path();
-    git(dir, &["init", "--quiet", "-b", "main"]);
-    git(dir, &["config", "user.name", "King"]);
-    git(dir, &["config", "user.email", "king@example.com"]);
-    std::fs::write(dir.join("a.txt"), "one\n").unwrap();
-    std::fs::write(dir.join(".gitignore"), ".kd/\n.env\n").unwrap();
-    git(dir, &["add", "a.txt", ".gitignore"]);
-    git(dir, &["commit", "--quiet", "-m", "first"]);
+    ws.git_init(&[("a.txt", "one\n")], &[".env"]);
     let names: Vec<&str> = agents.iter().map(|(n, _)| *n).collect();
     let mut config = json!({"council": {"members": names}, "agents": agents.into_iter().map(|(k, v)| (k.to_string(), v)).collect::<serde_json::Map<_, _>>()});
     if let (Some(c), Some(e)) = (config.as_object_mut(), extra.as_object()) {

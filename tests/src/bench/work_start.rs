@@ -11,28 +11,16 @@ use kd_client::WorkApiClient;
 use serde_json::json;
 
 use super::{percentile as pct, row};
-use crate::{Kdd, Workspace, fake};
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = std::process::Command::new("git").arg("-C").arg(dir).args(args).output().expect("git");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
+use crate::{Kdd, Workspace, fake, git};
 
 /// A repository of `files` small files in 100 directories, one commit.
 fn repository(files: usize, members: &[String]) -> Workspace {
     let ws = Workspace::new(&[]);
-    let dir = ws.dir.path();
-    git(dir, &["init", "--quiet", "-b", "main"]);
-    git(dir, &["config", "user.name", "King"]);
-    git(dir, &["config", "user.email", "king@example.com"]);
-    for i in 0..files {
-        let sub = dir.join(format!("src/d{:02}", i % 100));
-        std::fs::create_dir_all(&sub).expect("mkdir");
-        std::fs::write(sub.join(format!("f{i}.rs")), format!("// file {i}\nfn f{i}() {{}}\n")).expect("write");
-    }
-    std::fs::write(dir.join(".gitignore"), ".kd/\n").expect("write");
-    git(dir, &["add", "--all"]);
-    git(dir, &["commit", "--quiet", "-m", "10,000 files"]);
+    let texts: Vec<(String, String)> = (0..files)
+        .map(|i| (format!("src/d{:02}/f{i}.rs", i % 100), format!("// file {i}\nfn f{i}() {{}}\n")))
+        .collect();
+    let files: Vec<(&str, &str)> = texts.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+    ws.git_init(&files, &[]);
     let agents: serde_json::Map<String, serde_json::Value> =
         members.iter().map(|m| (m.clone(), fake("claude", m, &[("FAKE_TEXT", "ok")]))).collect();
     ws.write_config(&json!({"council": {"members": members}, "agents": agents}));
