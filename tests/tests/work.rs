@@ -124,9 +124,14 @@ async fn accept_merges_into_the_kings_branch_and_supersedes_the_rest() {
     let trees = c.work_list(None, Some(thread.clone())).await.unwrap();
     assert_eq!(tree_of(&trees, "claude").state, WorkState::Accepted);
     assert_eq!(tree_of(&trees, "codex").state, WorkState::Superseded);
-    // Once accepted, it cannot be again; the superseded work cannot conflict-merge silently.
+    // Once accepted, it cannot be again; superseded work is not merged too.
     let again = kd(&kdd, &ws, &["accept", "claude", "--thread", &thread]).await;
     assert!(!again.status.success() && again.stderr.contains("already accepted"), "{}", again.stderr);
+    let head = git(ws.dir.path(), &["rev-parse", "HEAD"]);
+    let other = kd(&kdd, &ws, &["accept", "codex", "--thread", &thread]).await;
+    assert!(!other.status.success(), "{}", other.stdout);
+    assert!(other.stderr.contains("was superseded when another member's was accepted"), "{}", other.stderr);
+    assert_eq!(git(ws.dir.path(), &["rev-parse", "HEAD"]), head, "nothing changed");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -164,16 +169,24 @@ async fn reject_then_archive_removes_settled_worktrees_and_keeps_unaccepted_work
     let (thread, trees) = two_at_work(&kdd, &ws, &[]).await;
     let out = kd(&kdd, &ws, &["reject", "codex"]).await;
     assert!(out.status.success() && out.stdout.contains("codex's work on thread"), "{}{}", out.stdout, out.stderr);
-    // Delete is refused while claude's work is neither accepted nor rejected.
-    let refused = kd(&kdd, &ws, &["delete", &thread, "--yes"]).await;
-    assert!(!refused.status.success(), "{}", refused.stdout);
-    assert!(refused.stderr.contains("work not accepted or rejected, of claude"), "{}", refused.stderr);
+    // Delete is refused while claude's work is neither accepted nor rejected
+    // (said before it asks for --yes); and by the daemon itself.
+    for args in [&["delete", &thread][..], &["delete", &thread, "--yes"][..]] {
+        let refused = kd(&kdd, &ws, args).await;
+        assert!(!refused.status.success(), "{}", refused.stdout);
+        assert!(refused.stderr.contains("work not accepted or rejected, of claude"), "{}", refused.stderr);
+        assert!(refused.stderr.contains("--yes --force"), "{}", refused.stderr);
+    }
+    let c = kdd.client().await;
+    let e = c.thread_delete(thread.clone(), None).await.unwrap_err();
+    assert!(e.to_string().contains("work not accepted or rejected, of claude"), "{e}");
     // Archive: codex's rejected worktree and branch go; claude's stay.
     let out = kd(&kdd, &ws, &["archive", &thread]).await;
     assert!(out.status.success(), "{}", out.stderr);
     assert!(out.stdout.contains("kept the work of claude"), "{}", out.stdout);
     let (claude, codex) = (tree_of(&trees, "claude"), tree_of(&trees, "codex"));
     assert!(!Path::new(&codex.path).exists(), "the rejected worktree is removed");
+    assert!(!Path::new(&format!("{}.tmp", codex.path)).exists(), "and its runs' temporary directory");
     assert_eq!(git(ws.dir.path(), &["branch", "--list", &codex.branch]), "");
     assert!(Path::new(&claude.path).join("impl.txt").exists(), "unaccepted work is kept");
     assert_ne!(git(ws.dir.path(), &["branch", "--list", &claude.branch]), "");
@@ -181,6 +194,7 @@ async fn reject_then_archive_removes_settled_worktrees_and_keeps_unaccepted_work
     let out = kd(&kdd, &ws, &["delete", &thread, "--yes", "--force"]).await;
     assert!(out.status.success(), "{}", out.stderr);
     assert!(!Path::new(&claude.path).exists());
+    assert!(!Path::new(&claude.path).parent().unwrap().exists(), "the thread's directory of worktrees goes too");
     assert_eq!(git(ws.dir.path(), &["branch", "--list", "kd/*"]), "");
 }
 
@@ -237,7 +251,7 @@ async fn review_gives_the_reviewers_the_diff_and_counts_their_verdicts() {
             "codex",
             "codex",
             vec![
-                ("FAKE_RULES", serde_json::json!([["[Review]", "Fine.\nVERDICT: APPROVE"]]).to_string()),
+                ("FAKE_RULES", serde_json::json!([["[Review]", "Fine.\n\n**VERDICT: APPROVE**"]]).to_string()),
                 ("FAKE_RECORD", record.clone()),
             ],
         ),
@@ -342,4 +356,51 @@ async fn a_member_sent_back_works_in_its_worktree_again_and_adds_a_commit() {
     assert!(out.status.success(), "{}", out.stderr);
     assert_eq!(git(ws.dir.path(), &["rev-parse", "HEAD"]), before);
     assert_eq!(c.work_list(None, Some(thread)).await.unwrap()[0].state, WorkState::Accepted);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn accept_refuses_work_that_would_overwrite_an_untracked_file_naming_it() {
+    let ws = repo(&[("claude", "claude", vec![("FAKE_RUN", writes("notes.md", "from claude"))])]);
+    let kdd = Kdd::start();
+    let out = kd(&kdd, &ws, &["work", "Write notes", "--json"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    std::fs::write(ws.dir.path().join("notes.md"), "the King's own notes\n").unwrap();
+    let head = git(ws.dir.path(), &["rev-parse", "HEAD"]);
+    for args in [&["accept", "claude", "--check"][..], &["accept", "claude"][..]] {
+        let refused = kd(&kdd, &ws, args).await;
+        assert!(!refused.status.success(), "{args:?}: {}", refused.stdout);
+        assert!(refused.stderr.contains("untracked in the King's tree (notes.md)"), "{}", refused.stderr);
+    }
+    assert_eq!(git(ws.dir.path(), &["rev-parse", "HEAD"]), head);
+    assert_eq!(std::fs::read_to_string(ws.dir.path().join("notes.md")).unwrap(), "the King's own notes\n");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_c_in_kd_work_cancels_the_runs_and_their_work_is_committed() {
+    let hold = kd_tests::Hold::new();
+    let ws =
+        repo(&[("claude", "claude", vec![("FAKE_RUN", writes("wip.txt", "half done")), ("FAKE_HOLD", hold.env())])]);
+    let kdd = Kdd::start_with(&["--kill-grace-ms", "300"]);
+    let mut cmd = kdd.kd();
+    cmd.current_dir(ws.dir.path())
+        .args(["work", "Long task"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    let c = kdd.client().await;
+    kd_tests::within("claude at work", async {
+        while !c.run_list(None).await.unwrap().iter().any(|r| r.chars > 0) {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let pid = rustix::process::Pid::from_raw(child.id().unwrap() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    let out = kd_tests::within("kd work to end", child.wait_with_output()).await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("kd: cancelling the runs"), "{stderr}");
+    assert!(c.run_list(None).await.unwrap().is_empty(), "the run was cancelled");
+    let w = c.work_list(Some(ws.path()), None).await.unwrap().remove(0);
+    assert_eq!(w.state, WorkState::Done, "{w:?}");
+    assert_eq!(git(Path::new(&w.path), &["log", "-1", "--format=%s"]), "Long task (cancelled)");
 }

@@ -121,6 +121,26 @@ pub async fn delete(ctx: &Ctx, a: DeleteArgs) -> anyhow::Result<ExitCode> {
             );
         }
     }
+    if !a.force {
+        // Members' work kd would refuse to lose: said before asking.
+        let unsettled: Vec<String> = client
+            .work_list(None, Some(t.id.clone()))
+            .await
+            .map_err(ClientError::from)?
+            .into_iter()
+            .filter(|w| w.removed_at_ms.is_none() && !w.state.is_settled() && w.head != w.base)
+            .map(|w| w.member)
+            .collect();
+        if !unsettled.is_empty() {
+            anyhow::bail!(
+                "thread {} holds work not accepted or rejected, of {}: kd accept or kd reject it, or `kd delete {} \
+                 --yes --force` discards it",
+                t.id,
+                unsettled.join(", "),
+                t.id
+            );
+        }
+    }
     if !a.yes {
         if !std::io::stdin().is_terminal() {
             anyhow::bail!("deleting thread {} takes its {} messages with it; pass --yes to confirm", t.id, t.last_seq);

@@ -50,6 +50,10 @@ pub async fn run(ctx: &Ctx, a: WorkArgs) -> anyhow::Result<ExitCode> {
     if a.list {
         return list(ctx, a).await;
     }
+    // The first Ctrl+C cancels the members' runs (kd commits what they did
+    // so far); the second leaves at once. Listened for from the start, so
+    // that none is lost.
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let client = ctx.client().await?;
     let task = a.task.join(" ");
     let to = (!a.to.is_empty()).then_some(a.to);
@@ -59,10 +63,12 @@ pub async fn run(ctx: &Ctx, a: WorkArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let styled = ctx.styled();
+    let names: Vec<&str> = started.worktrees.iter().map(|w| w.member.as_str()).collect();
+    let each = if names.len() == 1 { "in its own worktree" } else { "each in its own worktree" };
     errln!(
-        "kd: thread {} — {} at work, each in its own worktree{}",
+        "kd: thread {} — {} at work, {each}{}",
         started.thread,
-        started.worktrees.iter().map(|w| w.member.as_str()).collect::<Vec<_>>().join(", "),
+        names.join(", "),
         if started.vote { "; then they rank the diffs" } else { "" }
     );
     if a.no_wait {
@@ -77,8 +83,23 @@ pub async fn run(ctx: &Ctx, a: WorkArgs) -> anyhow::Result<ExitCode> {
     let mut pending: Vec<String> = started.runs.clone();
     let mut failed = false;
     let mut tally = None;
-    while let Some(event) = sub.next().await {
-        let Ok(event) = event else { break };
+    let mut interrupted = false;
+    loop {
+        let event = tokio::select! {
+            event = sub.next() => event,
+            _ = interrupt.recv() => {
+                if interrupted {
+                    return Ok(ExitCode::from(130));
+                }
+                interrupted = true;
+                errln!("kd: cancelling the runs; kd commits what each member did so far (Ctrl+C again leaves)");
+                for id in &pending {
+                    let _ = client.run_cancel(started.thread.clone(), None, Some(id.clone())).await;
+                }
+                continue;
+            }
+        };
+        let Some(Ok(event)) = event else { break };
         match event {
             ThreadEvent::RunFinished { run, .. } | ThreadEvent::RunCancelled { run, .. } => {
                 pending.retain(|r| *r != run);
@@ -86,7 +107,10 @@ pub async fn run(ctx: &Ctx, a: WorkArgs) -> anyhow::Result<ExitCode> {
             ThreadEvent::RunError { run, member, error, .. } => {
                 if pending.contains(&run) {
                     failed = true;
-                    errln!("kd: {member}: {}", safe(&error));
+                    // The reason names the member already as a rule.
+                    let said =
+                        if error.starts_with(&format!("{member}:")) { error } else { format!("{member}: {error}") };
+                    errln!("kd: {}", safe(&said));
                 }
                 pending.retain(|r| *r != run);
             }
@@ -114,7 +138,7 @@ pub async fn run(ctx: &Ctx, a: WorkArgs) -> anyhow::Result<ExitCode> {
             dim(
                 styled,
                 &format!(
-                    "kd diff {t} · kd review MEMBER --thread {t} · kd accept MEMBER --thread {t}",
+                    "kd show {t} · kd diff {t} · kd review MEMBER --thread {t} · kd accept MEMBER --thread {t}",
                     t = started.thread
                 )
             )
@@ -123,14 +147,19 @@ pub async fn run(ctx: &Ctx, a: WorkArgs) -> anyhow::Result<ExitCode> {
     Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
+/// `1 file`, `3 files`.
+fn files(n: usize) -> String {
+    if n == 1 { "1 file".into() } else { format!("{n} files") }
+}
+
 /// One member's work in a line: member, state, size, branch.
 fn line(w: &Worktree, styled: bool) -> String {
     let size = if w.head == w.base {
         "no changes".to_string()
     } else {
         format!(
-            "{} files, {} {}",
-            w.files,
+            "{}, {} {}",
+            files(w.files as usize),
             paint(styled, 32, &format!("+{}", w.added)),
             paint(styled, 31, &format!("−{}", w.removed))
         )
@@ -231,10 +260,10 @@ pub async fn diff(ctx: &Ctx, a: DiffArgs) -> anyhow::Result<ExitCode> {
 fn print_diff(d: &MemberDiff, styled: bool) -> anyhow::Result<()> {
     let (added, removed) = d.files.iter().fold((0, 0), |(a, r), f| (a + f.added, r + f.removed));
     outln!(
-        "{} {}  {} files, +{added} −{removed}  {}",
+        "{} {}  {}, +{added} −{removed}  {}",
         bold(styled, &d.member),
         d.state.as_str(),
-        d.files.len(),
+        files(d.files.len()),
         dim(styled, &format!("{} {}..{}", d.branch, short(&d.base), short(&d.head)))
     )?;
     for f in &d.files {

@@ -44,7 +44,8 @@ pub fn tmp_dir(work: &WorkRun) -> PathBuf {
     tmp_dir_of(&work.dir)
 }
 
-fn tmp_dir_of(worktree: &Path) -> PathBuf {
+/// [`tmp_dir`] of the worktree at `worktree`.
+pub fn tmp_dir_of(worktree: &Path) -> PathBuf {
     let mut name = worktree.file_name().map(|n| n.to_os_string()).unwrap_or_default();
     name.push(".tmp");
     worktree.with_file_name(name)

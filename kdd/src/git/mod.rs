@@ -130,8 +130,15 @@ async fn must(repo: &Path, dir: &Path, args: &[&str], env: &[(&str, &str)]) -> G
 }
 
 fn failed(args: &[&str], out: &Output) -> GitError {
-    let reason = match out.stderr.lines().rev().find(|l| l.starts_with("fatal:") || l.starts_with("error:")) {
-        Some(line) => line.to_string(),
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    let at = lines.iter().rposition(|l| l.starts_with("fatal:") || l.starts_with("error:"));
+    let reason = match at {
+        // With the files git lists under it (tab-indented), at most ten.
+        Some(i) => {
+            let files: Vec<&str> =
+                lines[i + 1..].iter().take_while(|l| l.starts_with('\t')).map(|l| l.trim()).take(10).collect();
+            if files.is_empty() { lines[i].to_string() } else { format!("{} {}", lines[i], files.join(", ")) }
+        }
         None if out.stderr.is_empty() => format!("exit status {}", out.code.map_or("?".into(), |c| c.to_string())),
         None => out.stderr.lines().last().unwrap_or_default().to_string(),
     };
@@ -259,6 +266,25 @@ pub async fn dirty(repo: &Path) -> GitResult<Vec<String>> {
         .split(|b| *b == 0)
         .filter(|r| r.len() > 3)
         .map(|r| String::from_utf8_lossy(&r[3..]).into_owned())
+        .collect())
+}
+
+/// Which of `paths` are untracked and not ignored in the King's tree: a
+/// merge that writes them is refused by git.
+pub async fn untracked(repo: &Path, paths: &[String]) -> GitResult<Vec<String>> {
+    if paths.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut args = vec!["ls-files", "--others", "--exclude-standard", "-z", "--"];
+    // `:(literal)` so that a path is never read as a pattern.
+    let literal: Vec<String> = paths.iter().map(|p| format!(":(literal){p}")).collect();
+    args.extend(literal.iter().map(String::as_str));
+    let out = must(repo, repo, &args, &[]).await?;
+    Ok(out
+        .stdout
+        .split(|b| *b == 0)
+        .filter(|r| !r.is_empty())
+        .map(|r| String::from_utf8_lossy(r).into_owned())
         .collect())
 }
 

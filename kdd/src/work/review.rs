@@ -32,7 +32,7 @@ pub const PROMPT_DIFF_BYTES: usize = 48 << 10;
 /// patch is over `max` — the stat and the largest files' hunks that fit.
 pub fn diff_text(d: &MemberDiff, max: usize) -> String {
     let (added, removed): (u64, u64) = d.files.iter().fold((0, 0), |(a, r), f| (a + f.added, r + f.removed));
-    let mut out = format!("{} files changed, +{added} −{removed}\n", d.files.len());
+    let mut out = format!("{} changed, +{added} −{removed}\n", files(d.files.len()));
     for f in &d.files {
         let counts = if f.binary { "binary".to_string() } else { format!("+{} −{}", f.added, f.removed) };
         out.push_str(&format!("  {}  {counts}\n", f.path));
@@ -80,10 +80,13 @@ fn review_prompt(what: &str, diff: &str) -> String {
     )
 }
 
-/// A reviewer's verdict, from the last `VERDICT:` line of its answer.
+/// A reviewer's verdict: what follows the last `VERDICT:` of its answer,
+/// wherever it is on its line, Markdown emphasis (`**`, `_`, `` ` ``)
+/// ignored, as models write it.
 pub fn verdict(text: &str) -> Option<bool> {
-    let line = text.lines().rev().find(|l| l.trim_start().to_ascii_uppercase().starts_with("VERDICT:"))?;
-    let v = line.trim_start()[8..].trim().to_ascii_uppercase();
+    let plain: String = text.chars().filter(|c| !matches!(c, '*' | '_' | '`')).collect::<String>().to_ascii_uppercase();
+    let at = plain.rfind("VERDICT:")?;
+    let v = plain[at + "VERDICT:".len()..].trim_start();
     if v.starts_with("APPROVE") {
         Some(true)
     } else if v.starts_with("REQUEST") {
@@ -173,7 +176,7 @@ pub async fn review(
     if d.files.is_empty() {
         return Err(ErrorCode::Conflict.error(format!("{name} changes nothing: there is nothing to review")));
     }
-    let body = format!("Review {name} ({} files changed).", d.files.len());
+    let body = format!("Review {name} ({} changed).", files(d.files.len()));
     let request = db.append_message(NewMessage::new(&t.id, KING, reviewers.clone(), MessageKind::King, body)).await?;
     let launch = Launch {
         thread: t.clone(),
@@ -216,6 +219,11 @@ pub async fn review(
         }
     });
     Ok(request.seq)
+}
+
+/// `1 file`, `3 files`.
+fn files(n: usize) -> String {
+    if n == 1 { "1 file".into() } else { format!("{n} files") }
 }
 
 fn short(commit: &str) -> &str {
@@ -287,6 +295,10 @@ mod tests {
         assert_eq!(verdict("verdict: request changes — the test fails"), Some(false));
         assert_eq!(verdict("VERDICT: APPROVE\nOn second thought:\nVERDICT: REQUEST CHANGES"), Some(false));
         assert_eq!(verdict("no verdict here"), None);
+        assert_eq!(verdict("Missing tests.\n\n**VERDICT: REQUEST CHANGES**"), Some(false), "bold, as models write it");
+        assert_eq!(verdict("Missing tests. VERDICT: REQUEST CHANGES"), Some(false), "inline");
+        assert_eq!(verdict("_Verdict:_ `approve`"), Some(true));
+        assert_eq!(verdict("VERDICT: maybe"), None);
     }
 
     fn diff(patch: &str, files: &[(&str, u64)]) -> MemberDiff {
@@ -309,7 +321,7 @@ mod tests {
     fn a_small_diff_is_given_whole_and_a_large_one_by_its_biggest_files() {
         let small = diff("diff --git a/x b/x\n+1\n", &[("x", 1)]);
         let text = diff_text(&small, 1000);
-        assert!(text.starts_with("1 files changed, +1 −0\n  x  +1 −0\n") && text.ends_with("+1\n"), "{text}");
+        assert!(text.starts_with("1 file changed, +1 −0\n  x  +1 −0\n") && text.ends_with("+1\n"), "{text}");
         let big_file = format!("diff --git a/big b/big\n{}", "+line\n".repeat(100));
         let patch = format!("diff --git a/a b/a\n+a\n{big_file}diff --git a/c b/c\n+c\n");
         let large = diff(&patch, &[("a", 1), ("big", 100), ("c", 1)]);

@@ -21,8 +21,8 @@ use crate::hub::Hub;
 fn not_working(w: &Worktree) -> Result<(), ErrorObjectOwned> {
     if w.state == WorkState::Working {
         return Err(ErrorCode::Conflict.error(format!(
-            "{} is still working on thread {}: wait for its run to end (or kd interrupt)",
-            w.member, w.thread
+            "{} is still working on thread {}: wait for its run to end (or kd cancel {} stops it)",
+            w.member, w.thread, w.thread
         )));
     }
     Ok(())
@@ -52,8 +52,18 @@ pub async fn accept(
 ) -> Result<Accepted, ErrorObjectOwned> {
     let w = worktree(db, thread, member).await?;
     not_working(&w)?;
-    if w.state == WorkState::Accepted {
-        return Err(ErrorCode::Conflict.error(format!("{member}'s work on thread {thread} is already accepted")));
+    match w.state {
+        WorkState::Accepted => {
+            return Err(ErrorCode::Conflict.error(format!("{member}'s work on thread {thread} is already accepted")));
+        }
+        WorkState::Superseded => {
+            return Err(ErrorCode::Conflict.error(format!(
+                "{member}'s work on thread {thread} was superseded when another member's was accepted: \
+                 nothing was changed (git merge {} takes it anyway)",
+                w.branch
+            )));
+        }
+        _ => {}
     }
     let repo = Path::new(&w.repo);
     let into = git::branch(repo).await.map_err(git_error)?.ok_or_else(|| {
@@ -71,6 +81,16 @@ pub async fn accept(
             "the King's tree {} has uncommitted changes ({}): commit or stash them first; nothing was changed",
             w.repo,
             list(&dirty)
+        )));
+    }
+    let changed: Vec<String> =
+        git::diff_stat(repo, &w.base, &w.head).await.map_err(git_error)?.into_iter().map(|f| f.path).collect();
+    let in_the_way = git::untracked(repo, &changed).await.map_err(git_error)?;
+    if !in_the_way.is_empty() {
+        return Err(ErrorCode::Conflict.error(format!(
+            "{member}'s work writes files that are untracked in the King's tree ({}): move or commit them first; \
+             nothing was changed",
+            list(&in_the_way)
         )));
     }
     let conflicts = git::merge_conflicts(repo, &w.branch).await.map_err(git_error)?;
@@ -160,6 +180,7 @@ pub async fn tidy(db: &Db, hub: &Hub, thread: &str, force: bool) -> Result<Vec<W
         } else {
             git::prune(repo).await.map_err(git_error)?;
         }
+        remove_leftovers(path);
         if git::has_branch(repo, &w.branch).await.map_err(git_error)? {
             git::branch_delete(repo, &w.branch).await.map_err(git_error)?;
         }
@@ -169,6 +190,28 @@ pub async fn tidy(db: &Db, hub: &Hub, thread: &str, force: bool) -> Result<Vec<W
         hub.publish(&thread, ThreadEvent::Work { worktree: Box::new(Worktree { removed_at_ms: Some(now), ..w }) });
     }
     Ok(kept)
+}
+
+/// Removes what kd made beside a removed worktree: its runs' temporary
+/// directory (`<worktree>.tmp`, kd's own: never followed if it is a
+/// symlink), then the thread's directory of worktrees once it is empty.
+fn remove_leftovers(worktree: &Path) {
+    let tmp = crate::agent::work::tmp_dir_of(worktree);
+    match std::fs::symlink_metadata(&tmp) {
+        Ok(m) if m.is_dir() => {
+            if let Err(e) = std::fs::remove_dir_all(&tmp) {
+                tracing::warn!("cannot remove {}: {e}", tmp.display());
+            }
+        }
+        Ok(_) => {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        Err(_) => {}
+    }
+    // Fails, leaving it, while another member's worktree is there.
+    if let Some(dir) = worktree.parent() {
+        let _ = std::fs::remove_dir(dir);
+    }
 }
 
 /// Refuses to delete a thread whose work would be lost with it.
