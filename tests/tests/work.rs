@@ -404,3 +404,14 @@ async fn ctrl_c_in_kd_work_cancels_the_runs_and_their_work_is_committed() {
     assert_eq!(w.state, WorkState::Done, "{w:?}");
     assert_eq!(git(Path::new(&w.path), &["log", "-1", "--format=%s"]), "Long task (cancelled)");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_review_outside_git_refuses_and_makes_no_thread() {
+    let ws = Workspace::new(&[("claude", "claude", &[])]);
+    let kdd = Kdd::start();
+    let out = kd(&kdd, &ws, &["review", "HEAD"]).await;
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("is not in a git repository"), "{}", out.stderr);
+    let c = kdd.client().await;
+    assert!(c.thread_list(Some(ws.path()), None, None).await.unwrap().is_empty(), "no thread was made");
+}

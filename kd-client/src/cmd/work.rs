@@ -326,6 +326,13 @@ pub async fn review(ctx: &Ctx, a: ReviewArgs) -> anyhow::Result<ExitCode> {
         let seq = client.work_review(thread.clone(), Some(a.what), None, to).await.map_err(ClientError::from)?;
         (thread, seq)
     } else {
+        if a.thread.is_none() && !ws.root.join(".git").exists() {
+            anyhow::bail!(
+                "{} is not in a git repository and has no member's work named {}: nothing to review",
+                ws.root.display(),
+                a.what
+            );
+        }
         let thread = match a.thread {
             Some(t) => t,
             None => match client
