@@ -415,3 +415,28 @@ async fn kd_review_outside_git_refuses_and_makes_no_thread() {
     let c = kdd.client().await;
     assert!(c.thread_list(Some(ws.path()), None, None).await.unwrap().is_empty(), "no thread was made");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn archiving_a_thread_while_a_member_works_says_so_and_keeps_its_work() {
+    let hold = kd_tests::Hold::new();
+    let ws =
+        repo(&[("claude", "claude", vec![("FAKE_RUN", writes("wip.txt", "half done")), ("FAKE_HOLD", hold.env())])]);
+    let kdd = Kdd::start_with(&["--kill-grace-ms", "300"]);
+    let out = kd(&kdd, &ws, &["work", "Long task", "--async"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let thread = out.stdout.trim().to_string();
+    let c = kdd.client().await;
+    kd_tests::within("claude at work", async {
+        while !c.run_list(None).await.unwrap().iter().any(|r| r.chars > 0) {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let out = kd(&kdd, &ws, &["archive", &thread]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.contains("cancelled the runs in flight of claude"), "{}", out.stdout);
+    assert!(out.stdout.contains("kept the work of claude"), "{}", out.stdout);
+    let w = c.work_list(None, Some(thread)).await.unwrap().remove(0);
+    assert_eq!(git(Path::new(&w.path), &["log", "-1", "--format=%s"]), "Long task (cancelled)");
+    assert_eq!(std::fs::read_to_string(Path::new(&w.path).join("wip.txt")).unwrap(), "half done\n");
+}

@@ -54,8 +54,14 @@ pub struct ThreadArg {
 pub async fn archive(ctx: &Ctx, a: ThreadArg) -> anyhow::Result<ExitCode> {
     let client = ctx.client().await?;
     let id = thread_or_current(&client, a.thread).await?.id;
+    // Archiving stops the thread's runs: say whose.
+    let running: Vec<String> =
+        client.run_list(Some(id.clone())).await.map_err(ClientError::from)?.into_iter().map(|r| r.member).collect();
     let t = client.thread_archive(id).await.map_err(ClientError::from)?;
     outln!("archived thread {}", t.id)?;
+    if !running.is_empty() {
+        outln!("cancelled the runs in flight of {} (a member's work so far is committed)", running.join(", "))?;
+    }
     // Members' work that was neither accepted nor rejected stays.
     let kept: Vec<String> = client
         .work_list(None, Some(t.id.clone()))
