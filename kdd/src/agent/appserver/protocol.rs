@@ -200,6 +200,14 @@ pub fn interpret(method: &str, params: &Value, turn: Option<&str>) -> Event {
     }
     let text = |k: &str| params.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
     match method {
+        // kd's MCP server for the thread did not start (codex goes on
+        // without it after about a second).
+        "mcpServer/startupStatus/updated"
+            if text("name") == "kd" && matches!(text("status").as_str(), "failed" | "cancelled") =>
+        {
+            let status = text("status");
+            Event::Items(vec![Parsed::Activity(crate::agent::parse::without_kds_tools(&status))])
+        }
         "item/agentMessage/delta" => {
             let d = text("delta");
             if d.is_empty() { Event::Nothing } else { Event::Items(vec![Parsed::Delta(d)]) }
@@ -507,6 +515,24 @@ mod tests {
             }
         }
         assert_eq!(seen, ["thinking", "running /bin/bash -lc 'echo hello-from-tool'"]);
+    }
+
+    #[test]
+    fn kds_mcp_server_failing_to_start_is_said_as_the_runs_activity() {
+        // As codex 0.169.0 reports its servers' start, by thread.
+        let of = |name: &str, status: &str| serde_json::json!({"threadId": "t", "name": name, "status": status, "error": null, "failureReason": null});
+        let failed = interpret("mcpServer/startupStatus/updated", &of("kd", "failed"), Some("turn-1"));
+        match failed {
+            Event::Items(items) => assert_eq!(
+                items,
+                vec![Parsed::Activity("without kd's tools: its MCP server kd is failed (kd doctor checks it)".into())]
+            ),
+            other => panic!("{other:?}"),
+        }
+        for (name, status) in [("kd", "starting"), ("kd", "ready"), ("other", "failed")] {
+            let e = interpret("mcpServer/startupStatus/updated", &of(name, status), Some("turn-1"));
+            assert!(matches!(e, Event::Nothing), "{name} {status}: {e:?}");
+        }
     }
 
     #[test]

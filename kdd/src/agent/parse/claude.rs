@@ -13,7 +13,7 @@
 
 use serde_json::Value;
 
-use super::{Malformed, Outcome, Parsed, json, str_at, text_blocks};
+use super::{Malformed, Outcome, Parsed, json, str_at, text_blocks, without_kds_tools};
 
 pub fn parse_line(line: &str) -> Result<Vec<Parsed>, Malformed> {
     let Some(v) = json(line)? else { return Ok(vec![]) };
@@ -22,6 +22,9 @@ pub fn parse_line(line: &str) -> Result<Vec<Parsed>, Malformed> {
         Some("system") => {
             if let Some(id) = str_at(&v, &["session_id"]) {
                 out.push(Parsed::SessionId(id.to_string()));
+            }
+            if let Some(status) = kd_server_not_connected(&v) {
+                out.push(Parsed::Activity(without_kds_tools(&status)));
             }
         }
         Some("stream_event") => {
@@ -72,6 +75,15 @@ pub fn parse_line(line: &str) -> Result<Vec<Parsed>, Malformed> {
         _ => {}
     }
     Ok(out)
+}
+
+/// The status of kd's MCP server in an `init` line, when claude did not
+/// connect it (`pending`: it answered after claude's ~2 s wait; `failed`).
+fn kd_server_not_connected(v: &Value) -> Option<String> {
+    let servers = v.get("mcp_servers")?.as_array()?;
+    let kd = servers.iter().find(|s| s.get("name").and_then(Value::as_str) == Some("kd"))?;
+    let status = kd.get("status").and_then(Value::as_str).unwrap_or("unknown");
+    (status != "connected").then(|| status.chars().take(40).collect())
 }
 
 /// Most denials kept of a result, and characters of each.
@@ -127,6 +139,22 @@ mod tests {
     #[test]
     fn init_gives_the_session_id() {
         assert_eq!(parse_line(INIT).unwrap(), vec![Parsed::SessionId("8f1c2a9e-4b7d-4e21-9a3b-5d6e7f8a9b0c".into())]);
+    }
+
+    #[test]
+    fn kds_mcp_server_not_connected_at_init_is_said() {
+        // As claude 2.1.197 wrote it when kd mcp answered after its wait.
+        let late =
+            r#"{"type":"system","subtype":"init","session_id":"s","mcp_servers":[{"name":"kd","status":"pending"}]}"#;
+        assert_eq!(
+            parse_line(late).unwrap()[1],
+            Parsed::Activity("without kd's tools: its MCP server kd is pending (kd doctor checks it)".into())
+        );
+        let failed =
+            r#"{"type":"system","subtype":"init","session_id":"s","mcp_servers":[{"name":"kd","status":"failed"}]}"#;
+        assert!(matches!(&parse_line(failed).unwrap()[1], Parsed::Activity(a) if a.contains("is failed")));
+        let fine = r#"{"type":"system","subtype":"init","session_id":"s","mcp_servers":[{"name":"kd","status":"connected"},{"name":"other","status":"failed"}]}"#;
+        assert_eq!(parse_line(fine).unwrap().len(), 1, "kd's connected; another server is not kd's business");
     }
 
     #[test]

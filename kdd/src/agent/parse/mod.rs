@@ -127,6 +127,13 @@ pub(crate) fn text_blocks(content: Option<&Value>) -> Option<String> {
     (!texts.is_empty()).then(|| texts.concat())
 }
 
+/// What a run is told when its CLI did not get kd's MCP server (shown as
+/// the run's activity, and logged).
+pub fn without_kds_tools(status: &str) -> String {
+    tracing::warn!("an agent runs without kd's tools: its MCP server kd is {status}");
+    format!("without kd's tools: its MCP server kd is {status} (kd doctor checks it)")
+}
+
 /// The outcome of a line that parses to exactly one `Result`.
 #[cfg(test)]
 pub(crate) fn only_result(items: Vec<Parsed>) -> Outcome {
