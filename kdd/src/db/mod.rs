@@ -21,6 +21,7 @@ mod checkpoint;
 pub mod compose;
 pub mod cost;
 pub mod events;
+pub mod exchanges;
 pub mod inbox;
 pub mod lifecycle;
 pub mod locks;

@@ -1,0 +1,150 @@
+//! The journal's rules, on a migrated in-memory registry.
+
+use serde_json::json;
+
+use super::*;
+
+fn db() -> Connection {
+    let mut conn = Connection::open_in_memory().unwrap();
+    crate::db::schema::configure(&conn).unwrap();
+    crate::db::schema::migrate(&mut conn, std::path::Path::new(":memory:")).unwrap();
+    conn.execute("INSERT INTO threads (id, workspace, created_at, last_activity_at) VALUES ('t1', '/w', 1, 1)", [])
+        .unwrap();
+    conn
+}
+
+fn key(round: u32, member: &str, purpose: Purpose, cause: u64) -> StepKey {
+    StepKey { round, member: member.into(), purpose, cause }
+}
+
+fn council(conn: &Connection, seq: u64, members: &[&str]) -> Exchange {
+    let x = NewExchange {
+        thread: "t1".into(),
+        seq,
+        kind: Kind::Council,
+        correlation_id: None,
+        plan: json!({"mode": "broadcast", "rounds": 2, "first": members}),
+        first_steps: members.iter().map(|m| key(1, m, Purpose::Answer, 0)).collect(),
+    };
+    begin(conn, 10, &x).unwrap()
+}
+
+fn the_step(conn: &Connection, x: ExchangeId, k: &StepKey) -> Step {
+    match open_step(conn, 20, x, k).unwrap() {
+        Opened::Step(s) => s,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_step_exists_once_and_is_taken_by_one_run_only() {
+    let conn = db();
+    let x = council(&conn, 1, &["claude", "codex"]);
+    assert_eq!(steps(&conn, x.id).unwrap().len(), 2);
+    let k = key(1, "claude", Purpose::Answer, 0);
+    let s = the_step(&conn, x.id, &k);
+    assert_eq!(the_step(&conn, x.id, &k).id, s.id, "asked again, the same step");
+    assert!(step_started(&conn, 21, s.id, "r-1", Some(1)).unwrap());
+    assert!(!step_started(&conn, 22, s.id, "r-2", Some(1)).unwrap(), "a second run does not take it");
+    let s = the_step(&conn, x.id, &k);
+    assert_eq!((s.state, s.run_id.as_deref(), s.attempts), (StepState::Running, Some("r-1"), 1));
+    // A hand-off to the same member in the same round is a step of its own.
+    let h = the_step(&conn, x.id, &key(1, "claude", Purpose::Handoff, 7));
+    assert_ne!(h.id, s.id);
+}
+
+#[test]
+fn an_interrupted_step_is_pending_again_with_what_the_next_answer_replaces() {
+    let conn = db();
+    let x = council(&conn, 1, &["claude"]);
+    let k = key(1, "claude", Purpose::Answer, 0);
+    let s = the_step(&conn, x.id, &k);
+    step_started(&conn, 21, s.id, "r-1", Some(1)).unwrap();
+    step_session(&conn, "r-1", "claude-session-9").unwrap();
+    step_finished(&conn, 30, "r-1", &RunEnd::Interrupted { seq: 2 }).unwrap();
+    let s = the_step(&conn, x.id, &k);
+    assert_eq!(
+        (s.state, s.replaces_seq, s.backend_session.as_deref()),
+        (StepState::Pending, Some(2), Some("claude-session-9"))
+    );
+    // Taken again by the resumed run, it keeps its place and replaces.
+    assert!(step_started(&conn, 40, s.id, "r-2", Some(5)).unwrap());
+    let s = the_step(&conn, x.id, &k);
+    assert_eq!((s.reply_to, s.attempts, s.replaces_seq), (Some(1), 2, Some(2)));
+    // The first run's end, come late, changes nothing.
+    step_finished(&conn, 41, "r-1", &RunEnd::Done { seq: 99 }).unwrap();
+    assert_eq!(the_step(&conn, x.id, &k).state, StepState::Running);
+    step_finished(&conn, 50, "r-2", &RunEnd::Done { seq: 3 }).unwrap();
+    let s = the_step(&conn, x.id, &k);
+    assert_eq!((s.state, s.message_seq), (StepState::Done, Some(3)));
+}
+
+#[test]
+fn an_exchange_is_done_once_its_plan_is_taken_and_no_step_is_unfinished() {
+    let conn = db();
+    let x = council(&conn, 1, &["claude", "codex"]);
+    for (m, run, seq) in [("claude", "r-1", 2), ("codex", "r-2", 3)] {
+        let s = the_step(&conn, x.id, &key(1, m, Purpose::Answer, 0));
+        step_started(&conn, 21, s.id, run, Some(1)).unwrap();
+        if m == "claude" {
+            step_finished(&conn, 30, run, &RunEnd::Done { seq }).unwrap();
+        }
+    }
+    plan_done(&conn, 31, x.id, None).unwrap();
+    assert_eq!(get(&conn, x.id).unwrap().unwrap().state, ExchangeState::Open, "codex still runs");
+    assert_eq!(unfinished(&conn).unwrap().len(), 1);
+    step_finished(&conn, 32, "r-2", &RunEnd::Failed { seq: 3, reason: "timed out".into() }).unwrap();
+    assert_eq!(get(&conn, x.id).unwrap().unwrap().state, ExchangeState::Done);
+    assert!(unfinished(&conn).unwrap().is_empty());
+}
+
+#[test]
+fn a_new_king_message_supersedes_the_open_exchange_and_a_stopped_one_takes_no_step() {
+    let conn = db();
+    let old = council(&conn, 1, &["claude", "codex"]);
+    let s = the_step(&conn, old.id, &key(1, "claude", Purpose::Answer, 0));
+    step_started(&conn, 21, s.id, "r-1", Some(1)).unwrap();
+    let new = council(&conn, 5, &["claude"]);
+    let old_now = get(&conn, old.id).unwrap().unwrap();
+    assert_eq!(old_now.state, ExchangeState::Stopped);
+    assert!(old_now.reason.unwrap().contains("superseded"));
+    let by_member: Vec<(String, StepState)> =
+        steps(&conn, old.id).unwrap().into_iter().map(|s| (s.key.member, s.state)).collect();
+    assert_eq!(by_member, [("claude".to_string(), StepState::Running), ("codex".to_string(), StepState::Cancelled)]);
+    assert_eq!(
+        open_step(&conn, 30, old.id, &key(2, "codex", Purpose::Answer, 0)).unwrap(),
+        Opened::Ended(ExchangeState::Stopped)
+    );
+    // Its run in flight, interrupted, is not asked again.
+    step_finished(&conn, 31, "r-1", &RunEnd::Interrupted { seq: 3 }).unwrap();
+    assert_eq!(steps(&conn, old.id).unwrap()[0].state, StepState::Cancelled);
+    assert_eq!(unfinished(&conn).unwrap().iter().map(|x| x.id).collect::<Vec<_>>(), [new.id]);
+    // A completion is not superseded by a King message.
+    let completion = NewExchange {
+        thread: "t1".into(),
+        seq: 6,
+        kind: Kind::Completion,
+        correlation_id: Some("c-1".into()),
+        plan: json!({"aggregation": "vote"}),
+        first_steps: vec![],
+    };
+    let c = begin(&conn, 40, &completion).unwrap();
+    council(&conn, 7, &["codex"]);
+    assert_eq!(get(&conn, c.id).unwrap().unwrap().state, ExchangeState::Open);
+}
+
+#[test]
+fn one_message_begins_one_exchange_of_a_kind() {
+    let conn = db();
+    council(&conn, 1, &["claude"]);
+    let again = NewExchange {
+        thread: "t1".into(),
+        seq: 1,
+        kind: Kind::Council,
+        correlation_id: None,
+        plan: json!({}),
+        first_steps: vec![],
+    };
+    // The first was superseded by then, yet one message begins one exchange of a kind.
+    assert!(begin(&conn, 11, &again).is_err());
+}
