@@ -41,6 +41,16 @@ async fn kd(kdd: &Kdd, ws: &Workspace, args: &[&str]) -> kd_tests::Output {
     kd_tests::run(cmd).await
 }
 
+/// Until a run of the daemon has streamed something (it is held there).
+async fn until_a_run_streams(c: &kd_client::Client) {
+    kd_tests::within("a member at work", async {
+        while !c.run_list(None).await.unwrap().iter().any(|r| r.chars > 0) {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
 fn tree_of<'a>(trees: &'a [Worktree], member: &str) -> &'a Worktree {
     trees.iter().find(|w| w.member == member).unwrap_or_else(|| panic!("no worktree of {member}: {trees:?}"))
 }
@@ -388,12 +398,7 @@ async fn ctrl_c_in_kd_work_cancels_the_runs_and_their_work_is_committed() {
         .stderr(std::process::Stdio::piped());
     let child = cmd.spawn().unwrap();
     let c = kdd.client().await;
-    kd_tests::within("claude at work", async {
-        while !c.run_list(None).await.unwrap().iter().any(|r| r.chars > 0) {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+    until_a_run_streams(&c).await;
     let pid = rustix::process::Pid::from_raw(child.id().unwrap() as i32).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
     let out = kd_tests::within("kd work to end", child.wait_with_output()).await.unwrap();
@@ -426,12 +431,7 @@ async fn archiving_a_thread_while_a_member_works_says_so_and_keeps_its_work() {
     assert!(out.status.success(), "{}", out.stderr);
     let thread = out.stdout.trim().to_string();
     let c = kdd.client().await;
-    kd_tests::within("claude at work", async {
-        while !c.run_list(None).await.unwrap().iter().any(|r| r.chars > 0) {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+    until_a_run_streams(&c).await;
     let out = kd(&kdd, &ws, &["archive", &thread]).await;
     assert!(out.status.success(), "{}", out.stderr);
     assert!(out.stdout.contains("cancelled the runs in flight of claude"), "{}", out.stdout);

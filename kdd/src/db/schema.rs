@@ -100,6 +100,18 @@ pub fn migrate(conn: &mut Connection, path: &Path) -> DbResult<u32> {
     version(conn)
 }
 
+/// A migrated registry in memory with one thread `thread` (for the
+/// tables' unit tests).
+#[cfg(test)]
+pub fn in_memory_with_thread(thread: &str) -> Connection {
+    let mut conn = Connection::open_in_memory().expect("in-memory database");
+    configure(&conn).expect("configure");
+    migrate(&mut conn, Path::new(":memory:")).expect("migrate");
+    conn.execute("INSERT INTO threads (id, workspace, created_at, last_activity_at) VALUES (?1, '/w', 1, 1)", [thread])
+        .expect("a thread");
+    conn
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -165,12 +165,7 @@ mod tests {
     use super::*;
 
     fn db() -> Connection {
-        let mut conn = Connection::open_in_memory().unwrap();
-        crate::db::schema::configure(&conn).unwrap();
-        crate::db::schema::migrate(&mut conn, std::path::Path::new(":memory:")).unwrap();
-        conn.execute("INSERT INTO threads (id, workspace, created_at, last_activity_at) VALUES ('t1', '/w', 1, 1)", [])
-            .unwrap();
-        conn
+        crate::db::schema::in_memory_with_thread("t1")
     }
 
     fn tree(member: &str, at: i64) -> Worktree {

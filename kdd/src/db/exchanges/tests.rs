@@ -5,12 +5,7 @@ use serde_json::json;
 use super::*;
 
 fn db() -> Connection {
-    let mut conn = Connection::open_in_memory().unwrap();
-    crate::db::schema::configure(&conn).unwrap();
-    crate::db::schema::migrate(&mut conn, std::path::Path::new(":memory:")).unwrap();
-    conn.execute("INSERT INTO threads (id, workspace, created_at, last_activity_at) VALUES ('t1', '/w', 1, 1)", [])
-        .unwrap();
-    conn
+    crate::db::schema::in_memory_with_thread("t1")
 }
 
 fn key(round: u32, member: &str, purpose: Purpose, cause: u64) -> StepKey {
