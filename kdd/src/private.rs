@@ -30,6 +30,22 @@ pub fn inherited_umask() -> Mode {
     Mode::from_raw_mode(INHERITED.load(Ordering::Relaxed))
 }
 
+/// Gives a child process the umask kdd was started with: what it writes in
+/// the user's trees (an agent's files, git's checkout and merge) is as the
+/// user's own tools would write it, not kdd's 077.
+#[allow(unsafe_code)]
+pub fn with_user_umask(cmd: &mut tokio::process::Command) {
+    let umask = inherited_umask();
+    // SAFETY: the closure runs in the forked child before exec and makes one
+    // syscall (umask): no allocation, no locks.
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::process::umask(umask);
+            Ok(())
+        });
+    }
+}
+
 /// Removes group and other access from `path` if it is one of our regular
 /// files and has any, saying so in the log. Anything else is left alone: a
 /// symlink (never followed), a device node, a FIFO or a socket (not a file

@@ -51,6 +51,13 @@ async fn until_a_run_streams(c: &kd_client::Client) {
     .await;
 }
 
+/// This process's umask (which kdd, started by it, inherits).
+fn own_umask() -> u32 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("Umask:")).expect("Umask in /proc/self/status");
+    u32::from_str_radix(line["Umask:".len()..].trim(), 8).unwrap()
+}
+
 fn tree_of<'a>(trees: &'a [Worktree], member: &str) -> &'a Worktree {
     trees.iter().find(|w| w.member == member).unwrap_or_else(|| panic!("no worktree of {member}: {trees:?}"))
 }
@@ -129,6 +136,11 @@ async fn accept_merges_into_the_kings_branch_and_supersedes_the_rest() {
     assert!(out.stdout.contains("claude's work merged into main"), "{}", out.stdout);
     assert!(out.stdout.contains("the work of codex is superseded"), "{}", out.stdout);
     assert_eq!(std::fs::read_to_string(ws.dir.path().join("impl.txt")).unwrap(), "by claude\n");
+    // What the merge wrote is the King's as their own git would write it:
+    // with the umask kdd was started with, not kdd's own 077.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(ws.dir.path().join("impl.txt")).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o666 & !own_umask(), "impl.txt's mode {mode:o}");
     assert_eq!(git(ws.dir.path(), &["log", "-1", "--format=%an|%s"]), "King|Accept claude's work: Write impl.txt");
     let c = kdd.client().await;
     let trees = c.work_list(None, Some(thread.clone())).await.unwrap();

@@ -62,17 +62,16 @@ fn origin(inv: &Invocation, workspace: &Path) -> Origin {
     }
 }
 
-/// In the child before exec: the kernel is to SIGKILL it when its parent
-/// goes away, and it gets the umask kdd was started with (kdd's is 077).
+/// In the child before exec: it gets the umask kdd was started with (kdd's
+/// is 077), and the kernel is to SIGKILL it when its parent goes away.
 #[allow(unsafe_code)]
 fn set_up_child(cmd: &mut Command) {
+    crate::private::with_user_umask(cmd);
     let parent = rustix::process::getpid();
-    let umask = crate::private::inherited_umask();
     // SAFETY: the closure runs in the forked child before exec and only
-    // makes three syscalls (umask, prctl, getppid): no allocation, no locks.
+    // makes two syscalls (prctl, getppid): no allocation, no locks.
     unsafe {
         cmd.pre_exec(move || {
-            rustix::process::umask(umask);
             rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
             // The parent may have died between fork and prctl.
             if rustix::process::getppid() != Some(parent) {

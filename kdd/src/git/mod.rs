@@ -85,6 +85,8 @@ pub async fn git(repo: &Path, dir: &Path, args: &[&str], env: &[(&str, &str)], l
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    // A checkout or merge writes the King's files as their own git would.
+    crate::private::with_user_umask(&mut cmd);
     let mut child = children::spawn(&mut cmd, Origin::Tool).map_err(GitError::Spawn)?;
     let (mut out, mut err) = (child.stdout.take(), child.stderr.take());
     let read_out = async {
