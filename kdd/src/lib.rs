@@ -51,6 +51,7 @@ pub mod proc;
 pub mod prompt;
 #[cfg(test)]
 mod proptests;
+pub mod resume;
 pub mod rpc;
 pub mod server;
 pub mod service;
@@ -127,6 +128,9 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
     );
     // Whichever path archives a thread, what follows an archive follows.
     tokio::spawn(summary::follow(daemon.council.clone(), archives));
+    // What the previous daemon left open goes on (F-J2), beside serving.
+    let coord = daemon.coord.clone();
+    tokio::spawn(async move { resume::all(&coord).await });
     lifecycle::spawn_reaper(daemon.db.clone(), archived, opts.reap_interval, daemon.shutdown.clone());
     db::search::spawn_indexer(daemon.db.clone(), db::search::INDEX_INTERVAL, daemon.shutdown.clone());
     shutdown::announce_ready(&opts.socket);
@@ -143,6 +147,12 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
     let n = agent::stop_all(&daemon.agents).await;
     if n > 0 {
         tracing::info!("{n} run(s) recorded as interrupted");
+    }
+    // Where each open exchange was cut, for the next start to resume it.
+    match daemon.db.cut_open_exchanges().await {
+        Ok(0) => {}
+        Ok(cut) => tracing::info!("{cut} exchange(s) cut, to be resumed at the next start"),
+        Err(e) => tracing::warn!("cannot record the exchanges cut: {e}"),
     }
     daemon.close.cancel();
     if let Err(e) = serving.await {

@@ -691,6 +691,21 @@ impl Workspace {
         self.write_config(&config);
     }
 
+    /// Sets `council.KEY` in the workspace's configuration.
+    pub fn set_council(&self, key: &str, value: serde_json::Value) {
+        let path = self.dir.path().join(".kd/config.json");
+        let mut config: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).expect("read config")).expect("config json");
+        config["council"][key] = value;
+        self.write_config(&config);
+    }
+
+    /// Turns resuming off (`council.resume_within: 0`): a test of what a
+    /// restart records, not of what it resumes.
+    pub fn without_resume(&self) {
+        self.set_council("resume_within", serde_json::json!("0"));
+    }
+
     /// A file in the workspace (e.g. for `FAKE_RECORD`).
     pub fn file(&self, name: &str) -> String {
         self.dir.path().join(name).display().to_string()

@@ -97,11 +97,12 @@ async fn a_graceful_stop_starts_no_new_turn() {
     let (hold, record) = (a.file("hold"), a.file("record.jsonl"));
     std::fs::write(&hold, b"").unwrap();
     a.write_config(&serde_json::json!({
-        "council": {"members": ["claude"], "auto_rounds": 3},
+        "council": {"members": ["claude"], "auto_rounds": 3, "resume_within": "0"},
         "agents": {"claude": kd_tests::fake("claude", "claude", &[("FAKE_HOLD", &hold), ("FAKE_RECORD", &record)])}
     }));
     // Thread B: an agent that ignores SIGTERM keeps the stop going for the kill grace.
     let b = Workspace::new(&[("codex", "codex", &[("FAKE_IGNORE_TERM", "1"), ("FAKE_HANG", "1")])]);
+    b.without_resume();
     let mut kdd = Kdd::start_with(&["--kill-grace-ms", "2000"]);
     let c = kdd.client().await;
     let (ta, tb) = (kd_tests::new_thread(&c, &a.path()).await, kd_tests::new_thread(&c, &b.path()).await);

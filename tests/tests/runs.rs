@@ -714,6 +714,7 @@ async fn kill_9_during_three_streaming_runs_leaves_nothing_behind() {
     let hold = kd_tests::Hold::new();
     let slow: &[(&str, &str)] = &[("FAKE_DELTAS", "20"), ("FAKE_HOLD", &hold.env()), ("FAKE_TEXT", &text)];
     let ws = Workspace::new(&[("claude", "claude", slow), ("codex", "gemini", slow), ("cursor", "cursor", slow)]);
+    ws.without_resume();
     let mut kdd = Kdd::start();
     let c = kdd.client().await;
     let done = thread_in(&c, &ws, None).await;

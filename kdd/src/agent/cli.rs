@@ -118,6 +118,7 @@ pub(super) async fn execute(d: &Runner, run: &Run, spec: &Spec, prepared: Prepar
     let mut over_cap = false;
     let mut exit: Option<std::process::ExitStatus> = None;
     let mut signalled = false;
+    let mut session_seen = false;
     loop {
         tokio::select! {
             line = reader.next() => match line {
@@ -132,6 +133,12 @@ pub(super) async fn execute(d: &Runner, run: &Run, spec: &Spec, prepared: Prepar
                     while let Some(line) = next {
                         take_line(line, agent.format, &mut transcript, &mut delta, &run.id);
                         next = reader.next_buffered();
+                    }
+                    // The backend's session is saved the moment it is known,
+                    // so that a run cut by a crash is resumed in it (F-J2).
+                    if !session_seen && let Some(id) = &transcript.session_id {
+                        session_seen = true;
+                        d.session_seen(run, id).await;
                     }
                     over_cap = !publish(d, run, &label.push(&delta), cap);
                 }

@@ -102,6 +102,17 @@ impl Runner {
     pub fn is_closed(&self) -> bool {
         self.closed.load(std::sync::atomic::Ordering::SeqCst)
     }
+
+    /// The backend named `run`'s session `backend`: saved at once on its
+    /// journal step, so that a run cut by a crash resumes in it (F-J2).
+    pub async fn session_seen(&self, run: &registry::Run, backend: &str) {
+        if run.step.is_none() {
+            return;
+        }
+        if let Err(e) = self.db.run_session_seen(run.id.clone(), backend.to_string()).await {
+            tracing::warn!(run = run.id, "cannot save the backend's session: {e}");
+        }
+    }
 }
 
 /// At start: kills whatever the runs left in flight by a daemon that died

@@ -55,20 +55,37 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
         d.db.messages(run.thread.clone(), Page::all_after(0))
             .await
             .map_err(|e| failed(member, RunStatus::Error, format!("cannot read the thread: {e}")))?;
+    // Asked again after a restart: what the cut run had written.
+    let partial = spec.resume_from.as_ref().map(|_| {
+        run.replaces.and_then(|seq| messages.iter().find(|m| m.seq == seq)).map(|m| m.body.clone()).unwrap_or_default()
+    });
     let messages = prompt::as_of(messages, run.reply_to);
     let seen_seq = given_up_to(&messages);
+    let suffix = partial.as_deref().map(prompt::resumed::resumed_suffix).unwrap_or_default();
     let full = || {
-        prompt::assemble(
-            &spec.preamble,
-            spec.agent.prompt(spec.style),
-            &prompt::format_thread_history(&messages, member, None),
-        )
+        let history = prompt::format_thread_history(&messages, member, None);
+        prompt::assemble(&spec.preamble, spec.agent.prompt(spec.style), &format!("{history}{suffix}"))
     };
     if let Some(own) = &spec.prompt {
         let session = one_off_session(d, run).await;
         let held = session.map(|id| Held { id, release_as: SessionStatus::Completed, seen_seq });
-        let prompt = prompt::assemble(&spec.preamble, spec.agent.prompt(spec.style), own);
+        let prompt = prompt::assemble(&spec.preamble, spec.agent.prompt(spec.style), &format!("{own}{suffix}"));
         return Ok(Prepared { prompt, resume: None, session: held });
+    }
+    // The cut run's own backend session, resumed where the backend can:
+    // it holds the question, and is told what it had written.
+    let cut = spec.resume_from.as_ref().and_then(|r| r.backend_session.clone());
+    if let (Some(backend_id), Some(partial)) = (cut.filter(|_| spec.agent.backend.resumes()), &partial) {
+        let (release_as, session) = match spec.context {
+            ContextMode::History => (SessionStatus::Completed, one_off_session(d, run).await),
+            _ => (SessionStatus::Idle, resumed_session(d, run).await.ok().map(|s| s.id)),
+        };
+        let held = session.map(|id| Held { id, release_as, seen_seq });
+        return Ok(Prepared {
+            prompt: prompt::resumed::resumed_turn(partial),
+            resume: Some(backend_id),
+            session: held,
+        });
     }
     // What waited in the member's inbox reaches it in this prompt, once (a
     // ballot or synthesis, with a prompt of its own, leaves it waiting).

@@ -60,6 +60,8 @@ pub struct Run {
     /// The failed message it retries.
     pub replaces: Option<u64>,
     pub purpose: Option<Purpose>,
+    /// The journal step it takes, if it answers one.
+    pub step: Option<crate::db::exchanges::StepId>,
     /// The client whose request started it.
     pub client: Option<ClientId>,
     place: Place,
@@ -78,6 +80,9 @@ pub struct Place {
     pub replaces: Option<u64>,
     /// What it writes for a multicast completion (a ballot, a synthesis).
     pub purpose: Option<Purpose>,
+    /// The exchange's journal step it takes (F-J1): the run may start only
+    /// while that step is pending, and its end is the step's.
+    pub step: Option<crate::db::exchanges::StepId>,
 }
 
 impl Place {
@@ -141,6 +146,7 @@ impl Run {
             exchange: place.exchange,
             replaces: place.replaces,
             purpose: place.purpose,
+            step: place.step,
             client,
             place,
             state: Mutex::new(State {

@@ -34,6 +34,17 @@ pub struct Spec {
     /// `work.*`: claude's tools allowed, what a new worktree is given and
     /// the command run in it.
     pub work_settings: crate::config::Work,
+    /// The run asks again for an answer a restart cut (F-J2): in the
+    /// backend's session it was given, when known, with what it had
+    /// written (the message the run replaces) given back.
+    pub resume_from: Option<ResumeFrom>,
+}
+
+/// Where a run cut by a restart had got to.
+#[derive(Debug, Clone, Default)]
+pub struct ResumeFrom {
+    /// The backend's own session id the cut run had, if it reported one.
+    pub backend_session: Option<String>,
 }
 
 impl Spec {

@@ -21,8 +21,12 @@ use crate::db::runs::Finish;
 
 /// Runs `run` to its end and writes its message. Spawned by the council.
 pub async fn supervise(d: Arc<Runner>, run: Arc<Run>, spec: Spec) {
-    if let Err(e) = d.db.insert_run(run.info()).await {
-        tracing::error!(run = run.id, "cannot record the run: {e}");
+    if let Err(e) = d.db.insert_run(run.info(), run.step).await {
+        match e {
+            // Its step was answered, or is being answered, by another run.
+            crate::db::DbError::StepTaken(_) => tracing::info!(run = run.id, "not started: {e}"),
+            e => tracing::error!(run = run.id, "cannot record the run: {e}"),
+        }
         run.set_status(RunStatus::Error);
         d.runs.remove(&run.id);
         run.mark_done();

@@ -113,6 +113,12 @@ impl Backend {
         })
     }
 
+    /// Whether a run can go on in a backend session an earlier run opened
+    /// (`--resume`, `exec resume`, `thread/resume`, `session/load`).
+    pub fn resumes(self) -> bool {
+        !matches!(self, Backend::Command)
+    }
+
     /// Whether kd can give the backend's runs its MCP server (`kd mcp`)
     /// without writing into the workspace or the user's own files: not
     /// cursor (its MCP servers come only from `.cursor/mcp.json` files) nor
@@ -323,7 +329,18 @@ pub struct Council {
     pub budget_usd: Option<f64>,
     /// Whether members get kd's MCP server by default (`council.mcp`).
     pub mcp: bool,
+    /// How old an exchange cut by a restart may be and still be resumed
+    /// (`council.resume_within`; zero: never).
+    pub resume_within: std::time::Duration,
+    /// Runs a step may have cut by restarts before it is left failed
+    /// (`council.resume_attempts`).
+    pub resume_attempts: u32,
 }
+
+/// `council.resume_within` by default: a day.
+pub const DEFAULT_RESUME_WITHIN: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+/// `council.resume_attempts` by default.
+pub const DEFAULT_RESUME_ATTEMPTS: u32 = 2;
 
 /// The effective configuration of a workspace.
 #[derive(Debug, Clone, PartialEq)]

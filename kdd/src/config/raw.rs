@@ -82,6 +82,11 @@ pub struct RawCouncil {
     pub budget_usd: Option<f64>,
     /// Whether members get kd's MCP server (`kd mcp`) for their runs.
     pub mcp: Option<bool>,
+    /// How old an exchange cut by a restart may be and still be resumed
+    /// (a duration; 0 turns resuming off).
+    pub resume_within: Option<serde_json::Value>,
+    /// Runs a step may have had cut before it is given up.
+    pub resume_attempts: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

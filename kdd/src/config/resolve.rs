@@ -298,6 +298,8 @@ fn council(
         ("writable", c.writable.is_some()),
         ("chat.mode", c.chat.as_ref().is_some_and(|ch| ch.mode.is_some())),
         ("chat.auto_rounds", c.chat.as_ref().is_some_and(|ch| ch.auto_rounds.is_some())),
+        ("resume_within", c.resume_within.is_some()),
+        ("resume_attempts", c.resume_attempts.is_some()),
     ] {
         r.set(&format!("council.{key}"), set);
     }
@@ -364,6 +366,17 @@ fn council(
         return Err(r.err("council.budget_usd", format!("must be a positive amount of US dollars, got {b}")));
     }
     let budget_usd = c.budget_usd;
+    let resume_within = match &c.resume_within {
+        None => super::DEFAULT_RESUME_WITHIN,
+        // 0 turns resuming off.
+        Some(v) if v.as_u64() == Some(0) || v.as_str().map(str::trim) == Some("0") => std::time::Duration::ZERO,
+        Some(v) => super::lifecycle::duration(v).map_err(|e| r.err("council.resume_within", e))?,
+    };
+    let resume_attempts = match c.resume_attempts {
+        None => super::DEFAULT_RESUME_ATTEMPTS,
+        Some(n) if (1..=1000).contains(&n) => n as u32,
+        Some(n) => return Err(r.err("council.resume_attempts", format!("must be between 1 and 1000, got {n}"))),
+    };
     Ok(Council {
         members,
         members_detected,
@@ -376,6 +389,8 @@ fn council(
         work_preamble,
         budget_usd,
         mcp: c.mcp.unwrap_or(true),
+        resume_within,
+        resume_attempts,
     })
 }
 

@@ -74,6 +74,16 @@ impl Config {
         add("council.work_preamble".into(), json!(c.work_preamble), source(&["council.work_preamble"], "default"));
         let secs = |d: std::time::Duration| json!(d.as_secs());
         add("council.budget_usd".into(), json!(c.budget_usd), source(&["council.budget_usd"], "default (none)"));
+        add(
+            "council.resume_within".into(),
+            secs(c.resume_within),
+            source(&["council.resume_within"], "default (24 h)"),
+        );
+        add(
+            "council.resume_attempts".into(),
+            json!(c.resume_attempts),
+            source(&["council.resume_attempts"], "default"),
+        );
         add("council.max_hops".into(), json!(self.coordination.max_hops), source(&["council.max_hops"], "default"));
         add("council.mcp".into(), json!(c.mcp), source(&["council.mcp"], "default"));
         add(

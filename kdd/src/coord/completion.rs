@@ -110,7 +110,8 @@ pub async fn complete(co: &Coord, p: Params) -> Result<Completion, ErrorObjectOw
         prompt: None,
         work: Default::default(),
     };
-    let place = Place { reply_to: Some(seq), round: Some(1), exchange: Some(seq), replaces: None, purpose: None };
+    let place =
+        Place { reply_to: Some(seq), round: Some(1), exchange: Some(seq), replaces: None, purpose: None, step: None };
     let runs: Vec<Arc<Run>> =
         members.iter().filter_map(|m| launch.start(&co.council, m, place).map(Claim::into_run)).collect();
     let late = wait_for(&runs, p.wait, p.timeout).await;

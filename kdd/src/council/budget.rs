@@ -10,11 +10,13 @@ use serde_json::json;
 
 use super::Council;
 use crate::db::events::Record;
+use crate::db::exchanges::ExchangeId;
 use crate::db::messages::NewMessage;
 
 /// Whether exchange `king` of `thread` has spent `budget`; if so (the first
-/// time it is asked), the notice and event are written.
-pub async fn spent(c: &Council, thread: &str, king: u64, budget: Option<f64>) -> bool {
+/// time it is asked), the notice and event are written — with the
+/// journal's exchange `x` stopped, in one transaction, when it has one.
+pub async fn spent(c: &Council, thread: &str, king: u64, x: Option<ExchangeId>, budget: Option<f64>) -> bool {
     let Some(budget) = budget else { return false };
     let db = &c.agents.db;
     let cost = match db.exchange_cost(thread.to_string(), king).await {
@@ -36,8 +38,15 @@ pub async fn spent(c: &Council, thread: &str, king: u64, budget: Option<f64>) ->
         correlation_id: Some(format!("x-{king}")),
         ..NewMessage::new(thread, KD, vec![KING.to_string()], MessageKind::System, body)
     };
-    if let Err(e) = db.append_message(notice).await {
-        tracing::warn!(thread, "cannot write the budget notice: {e}");
+    let written = match x {
+        Some(x) => db.stop_exchange_with_notice(x, "budget".into(), notice).await,
+        None => db.append_message(notice).await.map(|_| true),
+    };
+    match written {
+        Ok(true) => {}
+        // Stopped already (a replay): nothing is written twice.
+        Ok(false) => return true,
+        Err(e) => tracing::warn!(thread, "cannot write the budget notice: {e}"),
     }
     let event = Record {
         kind: "exchange.budget".into(),

@@ -98,6 +98,7 @@ pub async fn deliver(c: &Arc<Council>, r: Request) -> DbResult<Delivered> {
         exchange: r.exchange,
         replaces: None,
         purpose: None,
+        step: None,
     };
     let mut deliveries = Vec::new();
     let mut starts = Vec::new();

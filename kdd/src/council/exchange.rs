@@ -13,27 +13,32 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use kd_proto::types::{MessageKind, Mode, RoundState, RunStatus, ThreadEvent};
+use kd_proto::types::{MessageKind, Mode, RoundState, RunStatus, Style, ThreadEvent};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::deliver::{Request, deliver};
 use super::hops::{self, HandOff};
 use super::{Council, Launch};
-use crate::agent::registry::{Claim, Place, Run};
+use crate::agent::registry::{Place, Run};
 use crate::db::compose::Carrier;
+use crate::db::exchanges::{ExchangeId, Opened, Purpose, StepKey, StepState};
 
 /// An exchange in progress.
 pub struct Exchange {
     pub thread: String,
     /// The King's message that started it.
     pub king: u64,
+    /// Its journal (F-J1).
+    pub id: ExchangeId,
     stop: CancellationToken,
     round: Mutex<Option<ThreadEvent>>,
 }
 
 impl Exchange {
-    pub fn new(thread: String, king: u64) -> Exchange {
-        Exchange { thread, king, stop: CancellationToken::new(), round: Mutex::new(None) }
+    pub fn new(thread: String, king: u64, id: ExchangeId) -> Exchange {
+        Exchange { thread, king, id, stop: CancellationToken::new(), round: Mutex::new(None) }
     }
 
     /// No further turns start.
@@ -105,51 +110,97 @@ impl Exchanges {
     }
 }
 
-/// The plan of an exchange whose first round (or first turn) has started.
-pub struct Plan {
-    pub launch: Launch,
+/// An exchange's plan as its journal keeps it: enough to drive it again
+/// after a restart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Journal {
     pub mode: Mode,
-    /// Who answers in the first round, in order.
-    pub first: Vec<String>,
-    /// The runs already started for the first round (all of them in
-    /// broadcast mode, the first turn in sequential mode).
-    pub started: Vec<Arc<Run>>,
-    /// Members taking the auto-round turns, in council order.
-    pub turns: Vec<String>,
     /// Rounds in all, the first included.
     pub rounds: u32,
+    /// Who answers in the first round, in order.
+    pub first: Vec<String>,
+    /// Members taking the auto-round turns, in council order.
+    pub turns: Vec<String>,
+    pub style: Style,
+    /// The send's own timeout for its runs, if it gave one.
+    #[serde(default)]
+    pub timeout_s: Option<u64>,
 }
 
-/// Drives an exchange to its end.
+impl Journal {
+    pub fn to_plan(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+
+    pub fn from_plan(plan: &Value) -> Option<Journal> {
+        serde_json::from_value(plan.clone()).ok()
+    }
+}
+
+/// An exchange to drive: its plan, and the runs of its first round already
+/// started (none when it is resumed).
+pub struct Plan {
+    pub launch: Launch,
+    pub journal: Journal,
+    pub started: Vec<Arc<Run>>,
+}
+
+/// Drives exchange `ex` to its end over its journal: each turn is a step,
+/// taken once — a step answered before (a resumed exchange) is not asked
+/// again, one cut by a restart is. At a shutdown it writes and says
+/// nothing, so that the next start resumes it.
 pub async fn run(c: Arc<Council>, ex: Arc<Exchange>, plan: Plan) {
+    let j = &plan.journal;
     let round_event = |round: u32, state: RoundState, expected: Vec<String>| ThreadEvent::Round {
         exchange: ex.king,
         round,
-        rounds: plan.rounds,
+        rounds: j.rounds,
         state,
         expected,
     };
-    ex.publish(&c, round_event(1, RoundState::Running, plan.first.clone()));
-    let mut failed: HashSet<String> = HashSet::new();
+    ex.publish(&c, round_event(1, RoundState::Running, j.first.clone()));
+    // Who erred, timed out or was cancelled earlier sits out (a resumed
+    // exchange reads it from its journal).
+    let mut failed: HashSet<String> = sat_out(&c, &ex).await;
     let mut last_round = 1;
-    for run in &plan.started {
+    let mut first = plan.started.clone();
+    let mut sequential = &j.first[..];
+    if j.mode == Mode::Broadcast && first.is_empty() {
+        // Resumed: the first round's steps not yet answered start together.
+        for member in &j.first {
+            match take(&c, &ex, &plan, member, 1).await {
+                Taken::Run(run) => first.push(run),
+                Taken::SatOut => {
+                    failed.insert(member.clone());
+                }
+                Taken::Answered | Taken::Ended => {}
+            }
+        }
+    }
+    for run in &first {
         run.done().await;
         if has_failed(run) {
             failed.insert(run.member.clone());
         }
     }
-    for run in &plan.started {
+    if c.agents.is_closed() {
+        return c.exchanges.end(&ex);
+    }
+    for run in &first {
         follow(&c, &ex, &plan, run.clone(), 1).await;
     }
-    if plan.mode == Mode::Sequential {
-        for member in plan.first.iter().skip(plan.started.len()) {
-            if !turn(&c, &ex, &plan, member, 1, &mut failed).await {
-                break;
-            }
+    if j.mode == Mode::Broadcast {
+        sequential = &[];
+    } else {
+        sequential = &sequential[first.len().min(sequential.len())..];
+    }
+    for member in sequential {
+        if !turn(&c, &ex, &plan, member, 1, &mut failed).await {
+            break;
         }
     }
-    for round in 2..=plan.rounds {
-        let expected: Vec<String> = plan.turns.iter().filter(|m| !failed.contains(*m)).cloned().collect();
+    for round in 2..=j.rounds {
+        let expected: Vec<String> = j.turns.iter().filter(|m| !failed.contains(*m)).cloned().collect();
         if ex.is_stopped() || expected.is_empty() {
             break;
         }
@@ -161,17 +212,106 @@ pub async fn run(c: Arc<Council>, ex: Arc<Exchange>, plan: Plan) {
             }
         }
     }
+    if c.agents.is_closed() {
+        // The daemon is stopping: the journal keeps where the exchange is.
+        return c.exchanges.end(&ex);
+    }
     let state = if ex.is_stopped() { RoundState::Stopped } else { RoundState::Done };
-    let expected = if last_round == 1 { plan.first.clone() } else { plan.turns.clone() };
+    if state == RoundState::Done
+        && let Err(e) = c.agents.db.plan_done(ex.id, None).await
+    {
+        tracing::warn!(thread = ex.thread, "cannot record the exchange's end: {e}");
+    }
+    let expected = if last_round == 1 { j.first.clone() } else { j.turns.clone() };
     let expected = expected.into_iter().filter(|m| !failed.contains(m)).collect();
     ex.publish(&c, round_event(last_round, state, expected));
     c.exchanges.end(&ex);
+}
+
+/// Takes exchange `x` up again after a restart (F-J2), with `launch` as
+/// its workspace's configuration says today.
+pub async fn resume(c: Arc<Council>, x: &crate::db::exchanges::Exchange, launch: Launch) -> bool {
+    let Some(journal) = Journal::from_plan(&x.plan) else { return false };
+    let ex = Arc::new(Exchange::new(x.thread.clone(), x.seq, x.id));
+    c.exchanges.begin(ex.clone());
+    tokio::spawn(run(c, ex, Plan { launch, journal, started: vec![] }));
+    true
+}
+
+/// The members whose answer in exchange `ex` failed or was cancelled.
+async fn sat_out(c: &Council, ex: &Exchange) -> HashSet<String> {
+    match c.agents.db.exchange_steps(ex.id).await {
+        Ok(steps) => steps
+            .into_iter()
+            .filter(|s| matches!(s.state, StepState::Failed | StepState::Cancelled))
+            .filter(|s| matches!(s.key.purpose, Purpose::Answer | Purpose::Handoff))
+            .map(|s| s.key.member)
+            .collect(),
+        Err(e) => {
+            tracing::warn!(thread = ex.thread, "cannot read the exchange's journal: {e}");
+            HashSet::new()
+        }
+    }
 }
 
 /// Whether a finished run failed, so that its member sits out the rest of
 /// the exchange.
 fn has_failed(run: &Run) -> bool {
     matches!(run.info().status, RunStatus::Error | RunStatus::TimedOut | RunStatus::Cancelled)
+}
+
+/// What came of asking for a member's step.
+enum Taken {
+    /// Its run, started now (or joined).
+    Run(Arc<Run>),
+    /// Answered before: it is not asked again.
+    Answered,
+    /// It failed or was cancelled before: the member sits out.
+    SatOut,
+    /// The exchange is over (stopped, superseded) or the daemon stopping.
+    Ended,
+}
+
+/// Opens `member`'s answer step of `round` and starts its run unless the
+/// journal says it was answered or given up.
+async fn take(c: &Arc<Council>, ex: &Exchange, plan: &Plan, member: &str, round: u32) -> Taken {
+    let db = &c.agents.db;
+    let step = match db.open_step(ex.id, StepKey::answer(round, member)).await {
+        Ok(Opened::Step(s)) => s,
+        Ok(Opened::Ended(_)) => return Taken::Ended,
+        Err(e) => {
+            tracing::error!(thread = ex.thread, "cannot open {member}'s step in the journal: {e}");
+            return Taken::Ended;
+        }
+    };
+    match step.state {
+        StepState::Done => return Taken::Answered,
+        StepState::Failed | StepState::Cancelled => return Taken::SatOut,
+        StepState::Pending | StepState::Running => {}
+    }
+    // A turn sees the whole thread as it stands when it is first taken.
+    let reply_to = match step.reply_to {
+        Some(seq) => seq,
+        None => match db.thread(plan.launch.thread.id.clone()).await {
+            Ok(t) => t.last_seq,
+            Err(e) => {
+                tracing::error!(thread = ex.thread, "cannot read the thread for a turn: {e}");
+                return Taken::Ended;
+            }
+        },
+    };
+    let place = Place {
+        reply_to: Some(reply_to),
+        round: Some(round),
+        exchange: Some(ex.king),
+        replaces: None,
+        purpose: None,
+        step: None,
+    };
+    match plan.launch.start_step(c, member, place, &step) {
+        Some(claim) => Taken::Run(claim.into_run()),
+        None => Taken::Ended,
+    }
 }
 
 /// Runs one member's turn, seeing the whole thread, and follows its
@@ -187,28 +327,30 @@ async fn turn(
     if ex.is_stopped() || over_budget(c, ex, plan).await {
         return false;
     }
-    let last = match c.agents.db.thread(plan.launch.thread.id.clone()).await {
-        Ok(t) => t.last_seq,
-        Err(e) => {
-            tracing::error!(thread = ex.thread, "cannot read the thread for a turn: {e}");
-            return false;
+    match take(c, ex, plan, member, round).await {
+        Taken::Run(run) => {
+            run.done().await;
+            if c.agents.is_closed() {
+                return false;
+            }
+            if has_failed(&run) {
+                failed.insert(member.to_string());
+            }
+            follow(c, ex, plan, run, round).await;
+            true
         }
-    };
-    let place =
-        Place { reply_to: Some(last), round: Some(round), exchange: Some(ex.king), replaces: None, purpose: None };
-    if let Some(run) = plan.launch.start(c, member, place).map(Claim::into_run) {
-        run.done().await;
-        if has_failed(&run) {
+        Taken::Answered => true,
+        Taken::SatOut => {
             failed.insert(member.to_string());
+            true
         }
-        follow(c, ex, plan, run, round).await;
+        Taken::Ended => false,
     }
-    true
 }
 
 /// Whether the exchange has spent `council.budget_usd`: then it is stopped.
 async fn over_budget(c: &Arc<Council>, ex: &Exchange, plan: &Plan) -> bool {
-    let over = super::budget::spent(c, &ex.thread, ex.king, plan.launch.config.council.budget_usd).await;
+    let over = super::budget::spent(c, &ex.thread, ex.king, Some(ex.id), plan.launch.config.council.budget_usd).await;
     if over {
         ex.stop();
     }

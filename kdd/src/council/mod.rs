@@ -21,10 +21,11 @@ use kd_proto::types::{Style, Thread, ThreadEvent};
 
 use crate::agent::Runner;
 use crate::agent::registry::{Claim, Place, Run};
-use crate::agent::spec::WorkRun;
+use crate::agent::spec::{ResumeFrom, WorkRun};
 use crate::agent::supervisor::{self, Spec};
 use crate::client::ClientId;
 use crate::config::Config;
+use crate::db::exchanges::Step;
 use crate::db::random_id;
 use crate::lifecycle::Archived;
 use exchange::Exchanges;
@@ -114,6 +115,25 @@ impl Launch {
     /// ended, and a request for the question the member is already
     /// answering joins that run. Nothing starts once the daemon is stopping.
     pub fn start(&self, c: &Council, member: &str, place: Place) -> Option<Claim> {
+        self.start_with(c, member, place, None)
+    }
+
+    /// Claims `member`'s run taking journal step `step` (F-J1): it answers
+    /// where the step first did, and a step a restart cut is asked again —
+    /// in the backend session the cut run had, replacing what it had said.
+    pub fn start_step(&self, c: &Council, member: &str, place: Place, step: &Step) -> Option<Claim> {
+        let place = Place {
+            step: Some(step.id),
+            reply_to: step.reply_to.or(place.reply_to),
+            replaces: step.replaces_seq.or(place.replaces),
+            ..place
+        };
+        let resume = (step.attempts > 0 && step.replaces_seq.is_some())
+            .then(|| ResumeFrom { backend_session: step.backend_session.clone() });
+        self.start_with(c, member, place, resume)
+    }
+
+    fn start_with(&self, c: &Council, member: &str, place: Place, resume_from: Option<ResumeFrom>) -> Option<Claim> {
         if c.agents.is_closed() {
             return None;
         }
@@ -153,6 +173,7 @@ impl Launch {
             prompt: self.prompt.clone(),
             work,
             work_settings: self.config.work.clone(),
+            resume_from: resume_from.clone(),
         };
         match &claim {
             Claim::New(run) => {

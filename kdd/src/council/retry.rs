@@ -56,6 +56,7 @@ pub async fn retry(
             exchange: None,
             replaces: Some(message.seq),
             purpose: message.purpose,
+            step: None,
         };
         if let Some(run) = launch.start(c, &member, place).map(Claim::into_run) {
             runs.push(run.info());

@@ -10,11 +10,12 @@ use kd_proto::ErrorCode;
 use kd_proto::names::{ALL, KING};
 use kd_proto::types::{MessageKind, Mode, Sent, SentRun, Style, Thread};
 
-use super::exchange::{self, Exchange, Plan};
-use super::{Council, Launch};
+use super::exchange::{self, Exchange, Journal, Plan};
+use super::{Council, Launch, WorkRuns};
 use crate::agent::registry::{Claim, Place};
 use crate::client::ClientId;
 use crate::config::{self, Config};
+use crate::db::exchanges::{Kind, NewExchange, StepKey};
 use crate::db::messages::NewMessage;
 use crate::db::threads::NewThread;
 use crate::prompt::mentions::mentions;
@@ -78,13 +79,48 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
         correlation_id: req.correlation_id.clone(),
         ..NewMessage::new(&req.thread, KING, who.to.clone(), MessageKind::King, req.body.clone())
     };
-    let (thread, message) = match target {
+    // The plan is made before anything is written, and written with the
+    // question: a written question always has its journal (F-J1).
+    let planned = config.rounds(req.style);
+    let mode = match planned.mode {
+        config::Mode::Broadcast => Mode::Broadcast,
+        config::Mode::Sequential => Mode::Sequential,
+    };
+    // A directed message gets one round, and so does a single member: a
+    // council of one does not argue with itself.
+    let rounds = if who.directed || who.members.len() == 1 { 1 } else { 1 + req.rounds.unwrap_or(planned.auto_rounds) };
+    let turns: Vec<String> = config.council.members.iter().filter(|m| !req.mute.contains(m)).cloned().collect();
+    let work = match &target {
+        Target::Existing(t) => super::work_runs(db, &t.id).await?,
+        Target::New(_) => WorkRuns::default(),
+    };
+    let starting = match mode {
+        Mode::Broadcast => &who.members[..],
+        Mode::Sequential => &who.members[..who.members.len().min(1)],
+    };
+    let journal = Journal {
+        mode,
+        rounds,
+        first: who.members.clone(),
+        turns: turns.clone(),
+        style: req.style,
+        timeout_s: req.timeout.map(|t| t.as_secs()),
+    };
+    let exchange = NewExchange {
+        thread: req.thread.clone(),
+        seq: 0,
+        kind: if work.is_empty() { Kind::Council } else { Kind::Work },
+        correlation_id: None,
+        plan: journal.to_plan(),
+        first_steps: starting.iter().map(|m| StepKey::answer(1, m)).collect(),
+    };
+    let (thread, asked) = match target {
         Target::Existing(thread) => {
             if thread.members != config.council.members {
                 db.set_thread_members(thread.id.clone(), config.council.members.clone()).await?;
             }
-            let message = db.append_message(king).await?;
-            (thread, message)
+            let asked = db.ask(None, vec![king], exchange).await?;
+            (thread, asked)
         }
         Target::New(new) => {
             let t = NewThread {
@@ -102,30 +138,21 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
             // A new thread branching off the trunk starts with its bundle.
             let mut messages: Vec<NewMessage> = crate::lifecycle::bundle_for(db, &t).await?.into_iter().collect();
             messages.push(king);
-            let (thread, mut written) = db.create_thread_with_messages(t, messages).await?;
-            let message = written.pop().ok_or_else(|| ErrorCode::Internal.error("the question was not written"))?;
-            (thread, message)
+            let mut asked = db.ask(Some(t), messages, exchange).await?;
+            let thread = asked.thread.take().ok_or_else(|| ErrorCode::Internal.error("the thread was not written"))?;
+            (thread, asked)
         }
     };
-    let planned = config.rounds(req.style);
-    let mode = match planned.mode {
-        config::Mode::Broadcast => Mode::Broadcast,
-        config::Mode::Sequential => Mode::Sequential,
-    };
-    // A directed message gets one round, and so does a single member: a
-    // council of one does not argue with itself.
-    let rounds = if who.directed || who.members.len() == 1 { 1 } else { 1 + req.rounds.unwrap_or(planned.auto_rounds) };
+    let message = asked.message;
     let notice = config.council.members_detected.then(|| {
         format!(
             "no council is configured (.kd/config.json), so the agent CLIs found on PATH answer: {}",
             config.council.members.join(", ")
         )
     });
-    let turns: Vec<String> = config.council.members.iter().filter(|m| !req.mute.contains(m)).cloned().collect();
-    let work = super::work_runs(db, &thread.id).await?;
     let launch =
         Launch { thread, config, style: req.style, timeout: req.timeout, client: req.client, prompt: None, work };
-    let ex = Arc::new(Exchange::new(launch.thread.id.clone(), message.seq));
+    let ex = Arc::new(Exchange::new(launch.thread.id.clone(), message.seq, asked.exchange.id));
     // The new exchange replaces (stops) the thread's pending one.
     c.exchanges.begin(ex.clone());
     let first_round = Place {
@@ -134,22 +161,19 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
         exchange: Some(message.seq),
         replaces: None,
         purpose: None,
-    };
-    let starting = match mode {
-        Mode::Broadcast => &who.members[..],
-        Mode::Sequential => &who.members[..who.members.len().min(1)],
+        step: None,
     };
     let mut runs = Vec::new();
     let mut started = Vec::new();
-    for member in starting {
-        if let Some(claim) = launch.start(c, member, first_round) {
+    for step in &asked.steps {
+        if let Some(claim) = launch.start_step(c, &step.key.member, first_round, step) {
             let attached = matches!(claim, Claim::Joined(_));
             let run = claim.into_run();
             runs.push(SentRun { run: run.info(), attached });
             started.push(run);
         }
     }
-    let plan = Plan { launch, mode, first: who.members.clone(), started, turns, rounds };
+    let plan = Plan { launch, journal, started };
     tokio::spawn(exchange::run(c.clone(), ex, plan));
     Ok(Sent { message, members: who.members, rounds, mode, notice, runs })
 }
@@ -221,6 +245,8 @@ mod tests {
             work_preamble: "w".into(),
             budget_usd: None,
             mcp: true,
+            resume_within: config::DEFAULT_RESUME_WITHIN,
+            resume_attempts: config::DEFAULT_RESUME_ATTEMPTS,
         };
         c
     }

@@ -9,6 +9,7 @@ use rusqlite::Connection;
 use serde_json::json;
 
 use super::events::{self, NewEvent};
+use super::exchanges::{self, Exchange, NewExchange, Step};
 use super::messages::{self, NewMessage};
 use super::threads::{self, NewThread};
 use super::{DbError, DbResult, Outbox};
@@ -87,7 +88,53 @@ pub fn create_with_messages(
     Ok((threads::get(conn, &thread.id)?, written))
 }
 
+/// A question written with its journal (F-J1): the King's message (and
+/// the thread it creates), its exchange and the exchange's first steps.
+#[derive(Debug)]
+pub struct Asked {
+    pub thread: Option<Thread>,
+    pub message: Message,
+    pub exchange: Exchange,
+    pub steps: Vec<Step>,
+}
+
+/// Writes `messages` — the question last — to a thread (created as `t`
+/// when given) and begins exchange `x` at the question, in one
+/// transaction: a written question always has its journal.
+pub fn ask(
+    conn: &Connection,
+    now: i64,
+    t: Option<NewThread>,
+    mut messages: Vec<NewMessage>,
+    mut x: NewExchange,
+    out: &mut Outbox,
+) -> DbResult<Asked> {
+    let (thread, message) = match t {
+        Some(t) => {
+            let (thread, mut written) = create_with_messages(conn, now, t, messages, out)?;
+            let message = written.pop().ok_or_else(|| DbError::Internal("no question written".into()))?;
+            (Some(thread), message)
+        }
+        None => {
+            let question = messages.pop().ok_or_else(|| DbError::Internal("no question to write".into()))?;
+            for m in messages {
+                messages::append(conn, now, m, out)?;
+            }
+            (None, messages::append(conn, now, question, out)?)
+        }
+    };
+    x.thread = message.thread.clone();
+    x.seq = message.seq;
+    let exchange = exchanges::begin(conn, now, &x)?;
+    let steps = exchanges::steps(conn, exchange.id)?;
+    Ok(Asked { thread, message, exchange, steps })
+}
+
 impl super::Db {
+    pub async fn ask(&self, t: Option<NewThread>, messages: Vec<NewMessage>, x: NewExchange) -> DbResult<Asked> {
+        self.write(move |c, out| ask(c, super::now_ms(), t, messages, x, out)).await
+    }
+
     pub async fn create_thread_with_message(&self, t: NewThread, m: NewMessage) -> DbResult<(Thread, Message)> {
         self.write(move |c, out| create_with_message(c, super::now_ms(), t, m, out)).await
     }

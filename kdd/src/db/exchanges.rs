@@ -89,6 +89,13 @@ names!(Purpose {
     Verdicts = "verdicts",
 });
 
+impl StepState {
+    /// Done, failed or cancelled: nothing more happens to it.
+    pub fn is_over(self) -> bool {
+        matches!(self, StepState::Done | StepState::Failed | StepState::Cancelled)
+    }
+}
+
 /// What makes a step itself: one per exchange, round, member, purpose and
 /// cause (the message handed off, for a hand-off; else 0).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,6 +105,13 @@ pub struct StepKey {
     pub member: String,
     pub purpose: Purpose,
     pub cause: u64,
+}
+
+impl StepKey {
+    /// `member`'s answer in `round`.
+    pub fn answer(round: u32, member: &str) -> StepKey {
+        StepKey { round, member: member.to_string(), purpose: Purpose::Answer, cause: 0 }
+    }
 }
 
 /// An exchange to begin.
@@ -389,5 +403,6 @@ pub fn steps(conn: &Connection, x: ExchangeId) -> DbResult<Vec<Step>> {
     Ok(rows)
 }
 
+pub mod life;
 #[cfg(test)]
 mod tests;

@@ -87,6 +87,10 @@ pub enum DbError {
     ReadOnly { path: PathBuf, reason: String },
     #[error("thread {0} is archived; `kd unarchive {0}` opens it again")]
     Archived(String),
+    /// A journal step another run took, or that is over (F-J1): the run
+    /// asking for it must not start.
+    #[error("step {0} of an exchange is taken or over")]
+    StepTaken(i64),
     #[error("internal registry error: {0}")]
     Internal(String),
     #[error("the registry is closed")]

@@ -10,15 +10,24 @@ use rusqlite::{Connection, params};
 use serde_json::json;
 
 use super::events::{self, NewEvent};
+use super::exchanges::{self, RunEnd, StepId};
 use super::messages::{self, NewMessage};
 use super::sessions::{self, SessionEnd};
-use super::{DbResult, Outbox, acks, cost};
+use super::{DbError, DbResult, Outbox, acks, cost};
 
-/// Records a run that was accepted; subscribers hear `run_waiting`.
-pub fn insert(conn: &Connection, now: i64, run: &RunInfo, out: &mut Outbox) -> DbResult<()> {
+/// Records a run that was accepted; subscribers hear `run_waiting`. A run
+/// taking a journal step takes it here, in the same transaction, only
+/// while it is pending: else it is refused ([`DbError::StepTaken`]) and
+/// nothing is written — a step is answered by one run at most.
+pub fn insert(conn: &Connection, now: i64, run: &RunInfo, step: Option<StepId>, out: &mut Outbox) -> DbResult<()> {
+    if let Some(step) = step
+        && !exchanges::step_started(conn, now, step, &run.id, run.reply_to)?
+    {
+        return Err(DbError::StepTaken(step));
+    }
     conn.prepare_cached(
-        "INSERT INTO runs (id, thread_id, member, backend, status, reply_to, round, started_at, exchange, replaces, ordinal, purpose)
-         VALUES (?1, ?2, ?3, ?4, 'waiting', ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        "INSERT INTO runs (id, thread_id, member, backend, status, reply_to, round, started_at, exchange, replaces, ordinal, purpose, step_id)
+         VALUES (?1, ?2, ?3, ?4, 'waiting', ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
     )?
     .execute(params![
         run.id,
@@ -31,7 +40,8 @@ pub fn insert(conn: &Connection, now: i64, run: &RunInfo, out: &mut Outbox) -> D
         run.exchange.map(|r| r as i64),
         run.replaces.map(|r| r as i64),
         run.ordinal as i64,
-        run.purpose.map(Purpose::as_str)
+        run.purpose.map(Purpose::as_str),
+        step
     ])?;
     events::record(
         conn,
@@ -169,6 +179,16 @@ pub fn finish(conn: &Connection, now: i64, run: &RunInfo, f: Finish, out: &mut O
     )?
     .execute(params![run.id, f.status.as_str(), now, message.seq as i64, f.error])?;
     conn.prepare_cached("DELETE FROM run_partials WHERE run_id = ?1")?.execute([&run.id])?;
+    // The run's journal step ends with it, in the same transaction as its
+    // message: answered once, or pending again after an interruption.
+    let seq = message.seq;
+    let end = match f.status {
+        RunStatus::Done => RunEnd::Done { seq },
+        RunStatus::Interrupted => RunEnd::Interrupted { seq },
+        RunStatus::Cancelled => RunEnd::Cancelled { reason: f.error.clone().unwrap_or_else(|| "cancelled".into()) },
+        _ => RunEnd::Failed { seq, reason: f.error.clone().unwrap_or_else(|| f.status.as_str().into()) },
+    };
+    exchanges::step_finished(conn, now, &run.id, &end)?;
     if let Some(mut end) = f.session.clone() {
         end.backend_session_id = end.backend_session_id.or_else(|| f.meta.backend_session_id.clone());
         sessions::end(conn, now, &end)?;
@@ -300,8 +320,8 @@ pub fn recover(conn: &Connection, now: i64, out: &mut Outbox) -> DbResult<usize>
 }
 
 impl super::Db {
-    pub async fn insert_run(&self, run: RunInfo) -> DbResult<()> {
-        self.write(move |c, out| insert(c, super::now_ms(), &run, out)).await
+    pub async fn insert_run(&self, run: RunInfo, step: Option<StepId>) -> DbResult<()> {
+        self.write(move |c, out| insert(c, super::now_ms(), &run, step, out)).await
     }
 
     pub async fn run_started(
@@ -320,6 +340,11 @@ impl super::Db {
 
     pub async fn finish_run(&self, run: RunInfo, f: Finish) -> DbResult<Message> {
         self.write(move |c, out| finish(c, super::now_ms(), &run, f, out)).await
+    }
+
+    /// The backend's own session id of a run, as soon as it is known.
+    pub async fn run_session_seen(&self, run: String, backend: String) -> DbResult<()> {
+        self.write(move |c, _| exchanges::step_session(c, &run, &backend)).await
     }
 
     pub async fn orphan_runs(&self) -> DbResult<Vec<Orphan>> {

@@ -69,6 +69,9 @@ pub async fn interrupt(d: &Daemon, ext: &Extensions, thread: String, all: Option
     validate::thread_id(&thread)?;
     d.db.thread(thread.clone()).await?;
     let stopped_exchange = d.council.exchanges.stop(&thread);
+    // For good: nothing of the thread's exchanges resumes (F-J2).
+    let stopped_journal = d.db.stop_thread_exchanges(thread.clone(), "cancelled by the King".into()).await?;
+    let stopped_exchange = stopped_exchange || !stopped_journal.is_empty();
     let caller = ext.get::<ClientId>().copied();
     let all = all.unwrap_or(false);
     let runs: Vec<_> = d

@@ -91,7 +91,7 @@ impl Registry {
             purpose: None,
         };
         let out = &mut Outbox::default();
-        runs::insert(&self.conn, r.at, &info, out).expect("run");
+        runs::insert(&self.conn, r.at, &info, None, out).expect("run");
         let meta = RunMeta {
             run_id: Some(info.id.clone()),
             backend: Some("claude".into()),

@@ -1,0 +1,182 @@
+//! An exchange's life beyond its steps' transitions (F-J1..J3): stopped for
+//! good (by the King, a budget, `--no-resume`, age), cut by a graceful
+//! stop, resumed at start, a step given up after too many attempts — and
+//! the async entry points the rest of kdd calls.
+
+use kd_proto::types::Message;
+use rusqlite::{Connection, params};
+use serde_json::json;
+
+use super::{Exchange, ExchangeId, Opened, Step, StepId, StepKey, get, open_step, plan_done, steps, stop, unfinished};
+use crate::db::events::{self, NewEvent};
+use crate::db::messages::{self, NewMessage};
+use crate::db::{Db, DbError, DbResult, Outbox, now_ms};
+
+fn event(conn: &Connection, now: i64, kind: &str, x: &Exchange, data: serde_json::Value) -> DbResult<()> {
+    let correlation = format!("x-{}", x.seq);
+    events::record(
+        conn,
+        now,
+        &NewEvent {
+            kind,
+            thread: Some(&x.thread),
+            correlation_id: Some(&correlation),
+            data: json!({"exchange": x.seq, "kind": x.kind.as_str(), "detail": data}),
+            ..Default::default()
+        },
+    )
+}
+
+/// Stops exchange `x` for good, with an `exchange.stop` event.
+pub fn stop_for_good(conn: &Connection, now: i64, x: ExchangeId, reason: &str) -> DbResult<()> {
+    let Some(ex) = get(conn, x)? else { return Ok(()) };
+    if ex.state != super::ExchangeState::Open {
+        return Ok(());
+    }
+    stop(conn, now, x, reason)?;
+    event(conn, now, "exchange.stop", &ex, json!({"reason": reason}))
+}
+
+/// Stops every open exchange of `thread` (`kd cancel`): none resumes.
+pub fn stop_thread(conn: &Connection, now: i64, thread: &str, reason: &str) -> DbResult<Vec<ExchangeId>> {
+    let open: Vec<ExchangeId> = conn
+        .prepare_cached("SELECT id FROM exchanges WHERE thread_id = ?1 AND state = 'open'")?
+        .query_map(params![thread], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    for &x in &open {
+        stop_for_good(conn, now, x, reason)?;
+    }
+    Ok(open)
+}
+
+/// Stops every open exchange (`kd daemon stop --no-resume`).
+pub fn stop_all_open(conn: &Connection, now: i64, reason: &str) -> DbResult<usize> {
+    let open = unfinished(conn)?;
+    for x in &open {
+        stop_for_good(conn, now, x.id, reason)?;
+    }
+    Ok(open.len())
+}
+
+/// A graceful stop cut the open exchanges: each records when, and which
+/// steps were left, for the next start to resume.
+pub fn cut_open(conn: &Connection, now: i64) -> DbResult<usize> {
+    let open = unfinished(conn)?;
+    for x in &open {
+        conn.prepare_cached("UPDATE exchanges SET cut_at = ?2, updated_at = ?2 WHERE id = ?1")?
+            .execute(params![x.id, now])?;
+        let left: Vec<_> = steps(conn, x.id)?
+            .into_iter()
+            .filter(|s| !s.state.is_over())
+            .map(|s| {
+                json!({"round": s.key.round, "member": s.key.member, "purpose": s.key.purpose.as_str(),
+                            "state": s.state.as_str(), "run": s.run_id})
+            })
+            .collect();
+        event(conn, now, "exchange.cut", x, json!({"steps": left}))?;
+    }
+    Ok(open.len())
+}
+
+/// A starting daemon takes exchange `x` up again.
+pub fn resumed(conn: &Connection, now: i64, x: &Exchange) -> DbResult<()> {
+    conn.prepare_cached("UPDATE exchanges SET resumes = resumes + 1, cut_at = NULL, updated_at = ?2 WHERE id = ?1")?
+        .execute(params![x.id, now])?;
+    let pending = steps(conn, x.id)?.into_iter().filter(|s| !s.state.is_over()).count();
+    event(conn, now, "exchange.resume", x, json!({"pending": pending, "resumes": x.resumes + 1}))
+}
+
+/// Gives up pending step `step` (it was cut too often): `error` — the
+/// member's error message, replacing what it had said — is written and
+/// the step failed with `reason`, in one transaction.
+pub fn give_up(
+    conn: &Connection,
+    now: i64,
+    step: StepId,
+    error: NewMessage,
+    reason: &str,
+    out: &mut Outbox,
+) -> DbResult<Option<Message>> {
+    let x: Option<ExchangeId> = conn
+        .prepare_cached("SELECT exchange_id FROM exchange_steps WHERE id = ?1 AND state = 'pending'")?
+        .query_row(params![step], |r| r.get(0))
+        .ok();
+    let Some(x) = x else { return Ok(None) };
+    let message = messages::append(conn, now, error, out)?;
+    conn.prepare_cached(
+        "UPDATE exchange_steps SET state = 'failed', message_seq = ?2, reason = ?3, updated_at = ?4 WHERE id = ?1",
+    )?
+    .execute(params![step, message.seq as i64, reason, now])?;
+    super::settle(conn, now, x)?;
+    Ok(Some(message))
+}
+
+/// Writes `notice` from kd and stops exchange `x` for good, in one
+/// transaction (a budget reached): a replay never writes it twice.
+pub fn stop_with_notice(
+    conn: &Connection,
+    now: i64,
+    x: ExchangeId,
+    reason: &str,
+    notice: NewMessage,
+    out: &mut Outbox,
+) -> DbResult<bool> {
+    match get(conn, x)? {
+        Some(ex) if ex.state == super::ExchangeState::Open => {
+            messages::append(conn, now, notice, out)?;
+            stop_for_good(conn, now, x, reason)?;
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
+impl Db {
+    pub async fn exchange(&self, x: ExchangeId) -> DbResult<Exchange> {
+        self.read(move |c| get(c, x)?.ok_or_else(|| DbError::NotFound(format!("exchange {x}")))).await
+    }
+
+    pub async fn open_step(&self, x: ExchangeId, key: StepKey) -> DbResult<Opened> {
+        self.write(move |c, _| open_step(c, now_ms(), x, &key)).await
+    }
+
+    pub async fn exchange_steps(&self, x: ExchangeId) -> DbResult<Vec<Step>> {
+        self.read(move |c| steps(c, x)).await
+    }
+
+    pub async fn plan_done(&self, x: ExchangeId, result: Option<serde_json::Value>) -> DbResult<()> {
+        self.write(move |c, _| plan_done(c, now_ms(), x, result.as_ref())).await
+    }
+
+    pub async fn stop_exchange(&self, x: ExchangeId, reason: String) -> DbResult<()> {
+        self.write(move |c, _| stop_for_good(c, now_ms(), x, &reason)).await
+    }
+
+    pub async fn stop_exchange_with_notice(&self, x: ExchangeId, reason: String, notice: NewMessage) -> DbResult<bool> {
+        self.write(move |c, out| stop_with_notice(c, now_ms(), x, &reason, notice, out)).await
+    }
+
+    pub async fn stop_thread_exchanges(&self, thread: String, reason: String) -> DbResult<Vec<ExchangeId>> {
+        self.write(move |c, _| stop_thread(c, now_ms(), &thread, &reason)).await
+    }
+
+    pub async fn stop_open_exchanges(&self, reason: String) -> DbResult<usize> {
+        self.write(move |c, _| stop_all_open(c, now_ms(), &reason)).await
+    }
+
+    pub async fn cut_open_exchanges(&self) -> DbResult<usize> {
+        self.write(|c, _| cut_open(c, now_ms())).await
+    }
+
+    pub async fn unfinished_exchanges(&self) -> DbResult<Vec<Exchange>> {
+        self.read(unfinished).await
+    }
+
+    pub async fn exchange_resumed(&self, x: Exchange) -> DbResult<()> {
+        self.write(move |c, _| resumed(c, now_ms(), &x)).await
+    }
+
+    pub async fn give_up_step(&self, step: StepId, error: NewMessage, reason: String) -> DbResult<Option<Message>> {
+        self.write(move |c, out| give_up(c, now_ms(), step, error, &reason, out)).await
+    }
+}

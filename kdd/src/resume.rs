@@ -1,0 +1,205 @@
+//! Resume at start (F-J2): every exchange a previous daemon left open — cut
+//! by kill -9, a graceful stop, a restart or an upgrade — is taken up
+//! again, younger than its workspace's `council.resume_within`. A step
+//! whose runs were cut `council.resume_attempts` times is left failed with
+//! the reason said (a crash-looping agent cannot loop forever); the rest
+//! go on in order, each asked once, by the same drivers that began them.
+//! It sits above the drivers it dispatches to ([`crate::council`] and, for
+//! completions and work, [`crate::coord`] and [`crate::work`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kd_proto::names::{KD, KING};
+use kd_proto::types::{MessageKind, ThreadStatus};
+
+use crate::config::{self, Config};
+use crate::coord::Coord;
+use crate::council::Launch;
+use crate::council::exchange::{self, Journal};
+use crate::db::exchanges::{Exchange, Kind, Purpose, StepState};
+use crate::db::messages::NewMessage;
+use crate::db::{DbError, now_ms};
+
+/// What a resume pass did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Resumed {
+    pub resumed: usize,
+    /// Stopped for good: too old, archived, resuming off, unreadable.
+    pub stopped: usize,
+    /// Steps left failed after too many attempts.
+    pub given_up: usize,
+}
+
+/// Resumes every unfinished exchange, oldest first.
+pub async fn all(co: &Arc<Coord>) -> Resumed {
+    let db = &co.council.agents.db;
+    let mut done = Resumed::default();
+    let open = match db.unfinished_exchanges().await {
+        Ok(open) => open,
+        Err(e) => {
+            tracing::error!("cannot read the exchanges to resume: {e}");
+            return done;
+        }
+    };
+    for x in open {
+        match one(co, &x, &mut done).await {
+            Ok(true) => done.resumed += 1,
+            Ok(false) => done.stopped += 1,
+            Err(e) => tracing::error!(thread = x.thread, exchange = x.seq, "cannot resume the exchange: {e}"),
+        }
+    }
+    if done != Resumed::default() {
+        tracing::info!(
+            resumed = done.resumed,
+            stopped = done.stopped,
+            given_up = done.given_up,
+            "exchanges left open by the previous daemon"
+        );
+    }
+    done
+}
+
+/// Resumes `x`, or stops it for good when it may not be; true if resumed.
+async fn one(co: &Arc<Coord>, x: &Exchange, done: &mut Resumed) -> Result<bool, DbError> {
+    let db = &co.council.agents.db;
+    let thread = match db.thread(x.thread.clone()).await {
+        Ok(t) => t,
+        Err(DbError::NotFound(_)) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    if thread.status == ThreadStatus::Archived {
+        db.stop_exchange(x.id, "the thread is archived".into()).await?;
+        return Ok(false);
+    }
+    let config = match config::load(std::path::Path::new(&thread.workspace)) {
+        Ok(c) => c,
+        Err(e) => {
+            let why = format!("kd restarted and could not resume this exchange: configuration: {e}");
+            stop_saying(co, x, "configuration", why).await?;
+            return Ok(false);
+        }
+    };
+    let within = config.council.resume_within;
+    if within.is_zero() {
+        db.stop_exchange(x.id, "resuming is off (council.resume_within is 0)".into()).await?;
+        return Ok(false);
+    }
+    let age = Duration::from_millis(now_ms().saturating_sub(x.created_at_ms).max(0) as u64);
+    if age > within {
+        let why = format!(
+            "kd restarted: this exchange (begun {} ago) is older than council.resume_within ({}) and was not \
+             resumed; `kd retry` asks failed members again",
+            human(age),
+            human(within)
+        );
+        stop_saying(co, x, "expired", why).await?;
+        return Ok(false);
+    }
+    done.given_up += give_up_cut_steps(co, x, &config).await?;
+    let Some(launch) = launch(co, x, &thread, config).await? else {
+        db.stop_exchange(x.id, format!("kd cannot resume a {} exchange", x.kind.as_str())).await?;
+        return Ok(false);
+    };
+    db.exchange_resumed(x.clone()).await?;
+    match x.kind {
+        Kind::Council | Kind::Work => Ok(exchange::resume(co.council.clone(), x, launch).await),
+        _ => {
+            db.stop_exchange(x.id, format!("kd cannot resume a {} exchange", x.kind.as_str())).await?;
+            Ok(false)
+        }
+    }
+}
+
+/// How the runs of `x` are launched again: its thread, its workspace's
+/// configuration as it is now, and its plan's style.
+async fn launch(
+    co: &Arc<Coord>,
+    x: &Exchange,
+    thread: &kd_proto::types::Thread,
+    config: Config,
+) -> Result<Option<Launch>, DbError> {
+    let Some(journal) = Journal::from_plan(&x.plan) else { return Ok(None) };
+    let work = crate::council::work_runs(&co.council.agents.db, &thread.id).await?;
+    Ok(Some(Launch {
+        thread: thread.clone(),
+        config,
+        style: journal.style,
+        timeout: journal.timeout_s.map(Duration::from_secs),
+        client: None,
+        prompt: None,
+        work,
+    }))
+}
+
+/// Leaves failed each step cut `council.resume_attempts` times: its
+/// member's error message, replacing what it had said, says why.
+async fn give_up_cut_steps(co: &Arc<Coord>, x: &Exchange, config: &Config) -> Result<usize, DbError> {
+    let db = &co.council.agents.db;
+    let attempts = config.council.resume_attempts;
+    let mut n = 0;
+    for s in db.exchange_steps(x.id).await? {
+        if s.state != StepState::Pending || s.replaces_seq.is_none() || s.attempts < attempts {
+            continue;
+        }
+        let member = &s.key.member;
+        let body = format!(
+            "{member} was cut {} times by kd stopping while it answered (council.resume_attempts is {attempts}); \
+             it is not asked again — `kd retry` asks it",
+            s.attempts
+        );
+        let error = NewMessage {
+            reply_to: s.reply_to,
+            round: Some(s.key.round),
+            replaces: s.replaces_seq,
+            correlation_id: Some(format!("x-{}", x.seq)),
+            purpose: match s.key.purpose {
+                Purpose::Ballot => Some(kd_proto::types::Purpose::Ballot),
+                Purpose::Synthesis => Some(kd_proto::types::Purpose::Synthesis),
+                _ => None,
+            },
+            ..NewMessage::new(&x.thread, member, vec![KING.to_string()], MessageKind::Error, body)
+        };
+        let reason = format!("cut {} times (council.resume_attempts)", s.attempts);
+        if db.give_up_step(s.id, error, reason).await?.is_some() {
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+/// Stops `x` for good with `reason`, telling the King why in a message
+/// from kd.
+async fn stop_saying(co: &Arc<Coord>, x: &Exchange, reason: &str, why: String) -> Result<(), DbError> {
+    let notice = NewMessage {
+        reply_to: Some(x.seq),
+        correlation_id: Some(format!("x-{}", x.seq)),
+        ..NewMessage::new(&x.thread, KD, vec![KING.to_string()], MessageKind::System, why)
+    };
+    co.council.agents.db.stop_exchange_with_notice(x.id, reason.into(), notice).await?;
+    Ok(())
+}
+
+/// `3 h 20 min`, `45 s`.
+fn human(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min", s / 60),
+        3600..86_400 => format!("{} h {} min", s / 3600, s % 3600 / 60),
+        _ => format!("{} d {} h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_are_said_in_their_largest_units() {
+        assert_eq!(human(Duration::from_secs(45)), "45 s");
+        assert_eq!(human(Duration::from_secs(125)), "2 min");
+        assert_eq!(human(Duration::from_secs(3 * 3600 + 20 * 60)), "3 h 20 min");
+        assert_eq!(human(Duration::from_secs(2 * 86_400 + 3600)), "2 d 1 h");
+    }
+}

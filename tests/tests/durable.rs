@@ -1,0 +1,320 @@
+//! Durable exchanges (F-J1..J3): a council round survives kill -9 of kdd,
+//! a graceful restart and `kd cancel` does what it says — every answer
+//! exactly once, interrupted partials replaced, crash-looping members
+//! given up, backend sessions resumed.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use kd_client::KdApiClient;
+use kd_proto::types::{ContextMode, Message, MessageKind, ThreadEvent};
+use kd_tests::{Hold, Kdd, Workspace, collect_until, records, thread_in, within};
+
+/// Sends `body` to `thread` for a first round and `auto` auto-rounds.
+async fn ask(c: &kd_client::Client, thread: &str, body: &str, auto: u32) -> u64 {
+    c.council_send(thread.into(), body.into(), None, None, None, None, None, Some(auto), None)
+        .await
+        .expect("council.send")
+        .message
+        .seq
+}
+
+/// Every message of `thread`.
+async fn messages(c: &kd_client::Client, thread: &str) -> Vec<Message> {
+    c.thread_messages(thread.into(), None, None, None, None).await.expect("thread.messages").into_vec()
+}
+
+/// The state and reason of each exchange of `thread`, as the journal holds
+/// them (oldest first).
+fn exchanges(db: &Path, thread: &str) -> Vec<(String, Option<String>)> {
+    let conn = rusqlite::Connection::open(db).expect("open the registry");
+    let mut stmt = conn.prepare("SELECT state, reason FROM exchanges WHERE thread_id = ?1 ORDER BY id").expect("sql");
+    stmt.query_map([thread], |r| Ok((r.get(0)?, r.get(1)?))).expect("query").collect::<Result<_, _>>().expect("rows")
+}
+
+/// Waits until no exchange of `thread` is open (the journal says so).
+async fn settled(db: &Path, thread: &str) -> Vec<(String, Option<String>)> {
+    within("the exchange to end", async {
+        loop {
+            let x = exchanges(db, thread);
+            if !x.is_empty() && x.iter().all(|(state, _)| state != "open") {
+                return x;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await
+}
+
+/// The members' answers (kind `agent`) by member and round.
+fn answers(messages: &[Message]) -> BTreeMap<(String, u32), Vec<&Message>> {
+    let mut by: BTreeMap<(String, u32), Vec<&Message>> = BTreeMap::new();
+    for m in messages.iter().filter(|m| m.kind == MessageKind::Agent) {
+        by.entry((m.from.clone(), m.round.unwrap_or(0))).or_default().push(m);
+    }
+    by
+}
+
+/// Waits until `thread` holds `n` answers.
+async fn answered(c: &kd_client::Client, thread: &str, n: usize) {
+    within("the answers", async {
+        while messages(c, thread).await.iter().filter(|m| m.kind == MessageKind::Agent).count() < n {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
+/// Waits until `member`'s run of `round` has streamed its first piece (and
+/// holds there); its run id.
+async fn streaming(sub: &mut jsonrpsee::core::client::Subscription<ThreadEvent>, member: &str, round: u32) -> String {
+    let mut run = None;
+    collect_until(sub, |events| {
+        if let Some(ThreadEvent::RunWaiting { run: r }) = events.last()
+            && r.member == member
+            && r.round == Some(round)
+        {
+            run = Some(r.id.clone());
+        }
+        matches!((events.last(), &run), (Some(ThreadEvent::Delta { run: d, .. }), Some(r)) if d == r)
+    })
+    .await;
+    run.expect("the run")
+}
+
+/// Waits until run `run` has saved some of its text (what a kill keeps).
+async fn saved(db: &Path, run: &str) {
+    within("partial text saved", async {
+        loop {
+            let n: i64 = rusqlite::Connection::open(db)
+                .and_then(|c| c.query_row("SELECT count(*) FROM run_partials WHERE run_id = ?1", [run], |r| r.get(0)))
+                .unwrap_or(0);
+            if n > 0 {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+}
+
+/// Three members, codex holding on `hold` when its prompt holds `when`.
+fn council(hold: &Hold, when: &str, record: &str) -> Workspace {
+    let held: &[(&str, &str)] = &[("FAKE_HOLD", hold.var()), ("FAKE_HOLD_WHEN", when), ("FAKE_RECORD", record)];
+    let free: &[(&str, &str)] = &[("FAKE_RECORD", record)];
+    Workspace::new(&[("claude", "claude", free), ("codex", "gemini", held), ("cursor", "cursor", free)])
+}
+
+#[tokio::test]
+async fn kill_9_mid_broadcast_and_two_auto_rounds_resumes_every_answer_exactly_once() {
+    let hold = Hold::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let record = tmp.path().join("record").display().to_string();
+    // codex holds in round 2: only then does its prompt hold cursor's answer.
+    let ws = council(&hold, "Answer from cursor", &record);
+    let mut kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    ask(&c, &t, "Plan the release.", 2).await;
+    let cut = streaming(&mut sub, "codex", 2).await;
+    saved(&kdd.db, &cut).await;
+    drop((sub, c));
+    kdd.kill9();
+    hold.release();
+    kdd.launch().unwrap();
+    let c = kdd.client().await;
+    assert_eq!(settled(&kdd.db, &t).await, vec![("done".to_string(), None)]);
+    let all = messages(&c, &t).await;
+    let by = answers(&all);
+    for member in ["claude", "codex", "cursor"] {
+        for round in 1..=3 {
+            let n = by.get(&(member.to_string(), round)).map_or(0, Vec::len);
+            assert_eq!(n, 1, "{member} answered round {round} {n} times: {all:#?}");
+        }
+    }
+    assert_eq!(by.values().map(Vec::len).sum::<usize>(), 9);
+    // The cut answer is kept as interrupted and replaced by the new one.
+    let interrupted: Vec<&Message> = all.iter().filter(|m| m.kind == MessageKind::Interrupted).collect();
+    assert_eq!(interrupted.len(), 1, "{interrupted:#?}");
+    assert_eq!((interrupted[0].from.as_str(), interrupted[0].round), ("codex", Some(2)));
+    let again = &by[&("codex".to_string(), 2)][0];
+    assert_eq!(again.replaces, Some(interrupted[0].seq), "the new answer replaces the cut one");
+    // codex was asked three times for three rounds, plus once again for the
+    // cut one; the others once per round.
+    let asked: Vec<String> = records(&record).iter().map(kd_tests::prompt_of).collect();
+    let codex_again = asked.iter().filter(|p| p.contains("kd restarted while you were answering")).count();
+    assert_eq!(codex_again, 1, "one run was asked again");
+}
+
+#[tokio::test]
+async fn a_member_cut_twice_is_left_failed_and_the_round_goes_on() {
+    let hold = Hold::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let record = tmp.path().join("record").display().to_string();
+    // codex holds in every run: it never finishes.
+    let ws = council(&hold, "", &record);
+    let mut kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    ask(&c, &t, "Plan the release.", 0).await;
+    streaming(&mut sub, "codex", 1).await;
+    // claude and cursor answer; codex holds.
+    answered(&c, &t, 2).await;
+    drop((sub, c));
+    kdd.kill9();
+    kdd.launch().unwrap();
+    // Resumed: codex is asked again and holds again.
+    let c = kdd.client().await;
+    within("codex asked again", async {
+        while !c.run_list(Some(t.clone())).await.unwrap().iter().any(|r| r.member == "codex" && r.pid.is_some()) {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    drop(c);
+    kdd.kill9();
+    kdd.launch().unwrap();
+    let c = kdd.client().await;
+    assert_eq!(settled(&kdd.db, &t).await, vec![("done".to_string(), None)]);
+    let all = messages(&c, &t).await;
+    let cut: Vec<&Message> = all.iter().filter(|m| m.from == "codex" && m.kind == MessageKind::Interrupted).collect();
+    assert_eq!(cut.len(), 2, "{all:#?}");
+    let failed: Vec<&Message> = all.iter().filter(|m| m.from == "codex" && m.kind == MessageKind::Error).collect();
+    assert_eq!(failed.len(), 1, "{all:#?}");
+    assert!(failed[0].body.contains("council.resume_attempts"), "{}", failed[0].body);
+    assert_eq!(failed[0].replaces, Some(cut[1].seq), "the error takes the last cut answer's place");
+    let by = answers(&all);
+    assert_eq!(by.len(), 2, "claude and cursor answered once each: {by:#?}");
+    assert!(by.values().all(|v| v.len() == 1));
+    assert_eq!(records(&record).len(), 2 + 2, "codex ran twice, claude and cursor once each");
+    hold.release();
+}
+
+#[tokio::test]
+async fn a_cut_run_is_resumed_in_its_backend_session_with_what_it_had_said() {
+    for context in [ContextMode::History, ContextMode::Resume] {
+        let hold = Hold::new();
+        let tmp = tempfile::tempdir().unwrap();
+        let record = tmp.path().join("record").display().to_string();
+        let env: &[(&str, &str)] = &[("FAKE_HOLD", hold.var()), ("FAKE_RECORD", &record), ("FAKE_DELTAS", "4")];
+        let ws = Workspace::new(&[("claude", "claude", env)]);
+        let mut kdd = Kdd::start();
+        let c = kdd.client().await;
+        let t = thread_in(&c, &ws, Some(context)).await;
+        let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+        ask(&c, &t, "Plan the release.", 0).await;
+        let cut = streaming(&mut sub, "claude", 1).await;
+        saved(&kdd.db, &cut).await;
+        drop((sub, c));
+        kdd.kill9();
+        hold.release();
+        kdd.launch().unwrap();
+        let c = kdd.client().await;
+        settled(&kdd.db, &t).await;
+        let runs = records(&record);
+        assert_eq!(runs.len(), 2, "{context:?}: {runs:#?}");
+        let first_pid = runs[0]["pid"].as_u64().unwrap();
+        let argv: Vec<String> =
+            runs[1]["argv"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_string()).collect();
+        let session = format!("fake-session-{first_pid}");
+        assert!(argv.windows(2).any(|w| w == ["--resume", session.as_str()]), "{context:?}: {argv:?}");
+        let prompt = kd_tests::prompt_of(&runs[1]);
+        assert!(prompt.contains("What you had written so far"), "{context:?}: {prompt}");
+        let all = messages(&c, &t).await;
+        let cut = all.iter().find(|m| m.kind == MessageKind::Interrupted).expect("the cut answer");
+        assert!(!cut.body.is_empty() && prompt.contains(cut.body.trim()), "{context:?}: the partial is given back");
+        let answer = all.iter().find(|m| m.kind == MessageKind::Agent).expect("the answer");
+        assert_eq!(answer.replaces, Some(cut.seq));
+    }
+}
+
+#[tokio::test]
+async fn a_graceful_restart_mid_round_completes_the_round() {
+    let hold = Hold::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let record = tmp.path().join("record").display().to_string();
+    let ws = council(&hold, "Answer from cursor", &record);
+    let mut kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    ask(&c, &t, "Plan the release.", 1).await;
+    streaming(&mut sub, "codex", 2).await;
+    drop((sub, c));
+    hold.release();
+    kdd.restart();
+    let c = kdd.client().await;
+    assert_eq!(settled(&kdd.db, &t).await, vec![("done".to_string(), None)]);
+    let all = messages(&c, &t).await;
+    let by = answers(&all);
+    assert_eq!(by.len(), 6, "three members, two rounds: {by:#?}");
+    assert!(by.values().all(|v| v.len() == 1), "{by:#?}");
+    // The stop said where it cut the exchange.
+    let events = c.events_list(Some(t.clone()), None, None, None, Some(1000), None).await.unwrap();
+    assert!(events.iter().any(|e| e.kind == "exchange.cut"), "{events:#?}");
+    assert!(events.iter().any(|e| e.kind == "exchange.resume"), "{events:#?}");
+}
+
+#[tokio::test]
+async fn kd_cancel_before_the_kill_means_nothing_resumes() {
+    let hold = Hold::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let record = tmp.path().join("record").display().to_string();
+    let ws = council(&hold, "Answer from cursor", &record);
+    let mut kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    ask(&c, &t, "Plan the release.", 2).await;
+    streaming(&mut sub, "codex", 2).await;
+    let out = kdd.kd().args(["cancel", &t]).output().await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let before = records(&record).len();
+    drop((sub, c));
+    kdd.kill9();
+    hold.release();
+    kdd.launch().unwrap();
+    let x = settled(&kdd.db, &t).await;
+    assert_eq!(x[0].0, "stopped");
+    assert!(x[0].1.as_deref().unwrap_or_default().contains("cancelled"), "{x:?}");
+    // A round of a later question runs to the end: the resume pass is over
+    // and it asked no one of the cancelled exchange.
+    let c = kdd.client().await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    c.council_send(t.clone(), "@claude next".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::RunFinished { .. }))).await;
+    assert_eq!(records(&record).len(), before + 1, "only the new question's run");
+}
+
+#[tokio::test]
+async fn an_exchange_older_than_resume_within_is_stopped_and_said() {
+    let hold = Hold::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let record = tmp.path().join("record").display().to_string();
+    let ws = council(&hold, "Plan", &record);
+    ws.set_council("resume_within", serde_json::json!("1h"));
+    let mut kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    ask(&c, &t, "Plan the release.", 0).await;
+    streaming(&mut sub, "codex", 1).await;
+    drop((sub, c));
+    kdd.kill9();
+    hold.release();
+    // The exchange began two hours ago, as far as the journal knows.
+    let conn = rusqlite::Connection::open(&kdd.db).unwrap();
+    conn.execute("UPDATE exchanges SET created_at = created_at - 7200000", []).unwrap();
+    drop(conn);
+    let before = records(&record).len();
+    kdd.launch().unwrap();
+    let x = settled(&kdd.db, &t).await;
+    assert_eq!(x, vec![("stopped".to_string(), Some("expired".to_string()))]);
+    let c = kdd.client().await;
+    let all = messages(&c, &t).await;
+    let said = all.iter().find(|m| m.from == "kd" && m.body.contains("council.resume_within")).expect("kd says why");
+    assert!(said.body.contains("2 h") && said.body.contains("kd retry"), "{}", said.body);
+    assert_eq!(records(&record).len(), before, "no one was asked again");
+}
