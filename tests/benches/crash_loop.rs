@@ -15,6 +15,13 @@
 //! - no session is left active, no lock held by the dead daemon's pid;
 //! - `PRAGMA integrity_check` is `ok`.
 //!
+//! Beside them, every round starts a council exchange (issue 24: three
+//! members of short answers, a broadcast and two auto-rounds) in a second
+//! workspace that resumes what a kill cut. After each restart no step has
+//! been answered twice (counted from the messages themselves, and by the
+//! journal's step of each answer); after the last round, with no more
+//! kills, every exchange completes with its nine answers, each once.
+//!
 //! It prints the figures and exits non-zero if any check failed. Not part
 //! of `cargo test` (it takes a few minutes):
 //!
@@ -40,6 +47,17 @@ struct Tally {
     /// Of those, how many had said something (not the placeholder).
     saved_nonempty: usize,
     orphans: usize,
+    /// Council exchanges started, and completed in the end.
+    exchanges: usize,
+    completed: usize,
+    /// Steps whose run was cut and asked again.
+    rerun: usize,
+    /// Cut answers replaced by a new one.
+    replaced: usize,
+    /// Steps answered twice (must be 0).
+    duplicates: usize,
+    /// Steps given up after council.resume_attempts.
+    given_up: usize,
     failures: Vec<String>,
 }
 
@@ -61,6 +79,12 @@ fn main() {
     println!("    recorded interrupted, saved text    {}", tally.interrupted_with_text);
     println!("      of which had said something       {}", tally.saved_nonempty);
     println!("  agent processes left alive            {}", tally.orphans);
+    println!("  council exchanges started             {}", tally.exchanges);
+    println!("    completed                           {}   (must equal started)", tally.completed);
+    println!("    steps asked again after a kill      {}", tally.rerun);
+    println!("    cut answers replaced                {}", tally.replaced);
+    println!("    steps answered twice                {}   (must be 0)", tally.duplicates);
+    println!("    steps left failed                   {}", tally.given_up);
     println!("  failed checks                         {}", tally.failures.len());
     for f in tally.failures.iter().take(20) {
         println!("    {f}");
@@ -74,6 +98,14 @@ async fn crash_loop(rounds: usize) -> Tally {
     // Long answers at 200 words a second: in flight whenever the kill comes.
     let env: &[(&str, &str)] = &[("FAKE_PIECE", "word "), ("FAKE_DELTAS", "100000"), ("FAKE_RATE", "200")];
     let ws = Workspace::new(&[("claude", "claude", env), ("codex", "gemini", env), ("cursor", "cursor", env)]);
+    // Answers of 500 s are recorded interrupted, not resumed (SPEC §10's checks).
+    ws.without_resume();
+    // The councils: short answers, resumed whatever the number of kills.
+    let short: &[(&str, &str)] = &[("FAKE_DELTAS", "5"), ("FAKE_INTERVAL_MS", "40")];
+    let councils =
+        Workspace::new(&[("claude", "claude", short), ("codex", "gemini", short), ("cursor", "cursor", short)]);
+    councils.set_council("resume_attempts", serde_json::json!(1000));
+    let mut council_threads: Vec<String> = Vec::new();
     let mut kdd = Kdd::start();
     let c = kdd.client().await;
     let log = kd_tests::new_thread(&c, &ws.path()).await;
@@ -102,6 +134,12 @@ async fn crash_loop(rounds: usize) -> Tally {
             members.len() == 3
         })
         .await;
+        // A council exchange: a broadcast and two auto-rounds.
+        let ct = kd_tests::new_thread(&c, &councils.path()).await;
+        c.council_send(ct.clone(), "Weigh the plan.".into(), None, None, None, None, None, Some(2), None)
+            .await
+            .expect("council send");
+        council_threads.push(ct);
         let mut writers = Vec::new();
         for w in 0..3 {
             let client = kdd.client().await;
@@ -127,7 +165,11 @@ async fn crash_loop(rounds: usize) -> Tally {
         drop((sub, c));
         let in_flight = read_in_flight(&kdd.db);
         kdd.launch().unwrap_or_else(|e| panic!("kdd did not restart after round {round}: {e}"));
-        check_round(&kdd, round, &log, &t, dead_pid, &in_flight, &acked, &mut tally).await;
+        check_round(&kdd, round, &log, &t, dead_pid, &in_flight, &acked, &councils.path(), &mut tally).await;
+        let twice = answered_twice(&kdd.db);
+        if !twice.is_empty() {
+            tally.failures.push(format!("round {round}: answered twice: {twice:?}"));
+        }
         if (round + 1) % 10 == 0 {
             println!(
                 "{:>4} rounds, {:>6} appends acknowledged, {} failed checks ({:.0} s)",
@@ -139,7 +181,81 @@ async fn crash_loop(rounds: usize) -> Tally {
         }
     }
     tally.acknowledged = acked.lock().expect("acked").len();
+    finish_councils(&kdd, &council_threads, &mut tally).await;
     tally
+}
+
+/// Steps answered twice: an answer (kind `agent`) given twice by one member
+/// in one round of one exchange — read from the messages alone — or two
+/// answers of one journal step.
+fn answered_twice(db: &std::path::Path) -> Vec<String> {
+    let conn = open(db);
+    let mut twice: Vec<String> = conn
+        .prepare(
+            "SELECT thread_id || ' ' || sender || ' round ' || round FROM messages
+             WHERE kind = 'agent' AND purpose IS NULL AND thread_id IN (SELECT thread_id FROM exchanges)
+             GROUP BY thread_id, sender, round HAVING count(*) > 1",
+        )
+        .expect("query")
+        .query_map([], |r| r.get(0))
+        .expect("rows")
+        .collect::<Result<_, _>>()
+        .expect("rows");
+    let steps: Vec<String> = conn
+        .prepare(
+            "SELECT 'step ' || r.step_id FROM runs r JOIN messages m ON m.thread_id = r.thread_id AND m.seq = r.message_seq
+             WHERE m.kind = 'agent' AND r.step_id IS NOT NULL GROUP BY r.step_id HAVING count(*) > 1",
+        )
+        .expect("query")
+        .query_map([], |r| r.get(0))
+        .expect("rows")
+        .collect::<Result<_, _>>()
+        .expect("rows");
+    twice.extend(steps);
+    twice
+}
+
+/// No more kills: waits until every council exchange is over, then checks
+/// each gave its nine answers once.
+async fn finish_councils(kdd: &Kdd, threads: &[String], tally: &mut Tally) {
+    tally.exchanges = threads.len();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let open: i64 = open(&kdd.db)
+            .query_row("SELECT count(*) FROM exchanges WHERE state = 'open'", [], |r| r.get(0))
+            .expect("exchanges");
+        if open == 0 || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let conn = open(&kdd.db);
+    for t in threads {
+        let (state, answers): (String, i64) = conn
+            .query_row(
+                "SELECT x.state, (SELECT count(*) FROM messages m WHERE m.thread_id = x.thread_id AND m.kind = 'agent')
+                 FROM exchanges x WHERE x.thread_id = ?1",
+                [t],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap_or_else(|_| ("missing".into(), 0));
+        if state == "done" && answers == 9 {
+            tally.completed += 1;
+        } else {
+            tally.failures.push(format!("exchange of {t}: {state} with {answers} answers of 9"));
+        }
+    }
+    let count = |sql: &str| -> usize { conn.query_row(sql, [], |r| r.get::<_, i64>(0)).expect(sql) as usize };
+    tally.rerun = count("SELECT count(*) FROM exchange_steps WHERE attempts > 1");
+    tally.replaced = count(
+        "SELECT count(*) FROM messages m WHERE m.kind = 'agent' AND m.replaces IS NOT NULL AND EXISTS
+         (SELECT 1 FROM messages c WHERE c.thread_id = m.thread_id AND c.seq = m.replaces AND c.kind = 'interrupted')",
+    );
+    tally.given_up = count("SELECT count(*) FROM exchange_steps WHERE state = 'failed'");
+    tally.duplicates = answered_twice(&kdd.db).len();
+    if tally.duplicates > 0 {
+        tally.failures.push(format!("{} step(s) answered twice", tally.duplicates));
+    }
 }
 
 fn open(db: &std::path::Path) -> Connection {
@@ -172,6 +288,7 @@ async fn check_round(
     dead_pid: u32,
     in_flight: &[InFlight],
     acked: &Mutex<Vec<(u64, String)>>,
+    councils: &str,
     tally: &mut Tally,
 ) {
     let mut fail = |what: String| tally.failures.push(format!("round {round}: {what}"));
@@ -229,8 +346,15 @@ async fn check_round(
             fail(format!("agent pid {pid} of run {} still alive", run.id));
         }
     }
-    let active: i64 =
-        conn.query_row("SELECT count(*) FROM sessions WHERE status = 'active'", [], |r| r.get(0)).expect("sessions");
+    // Resumed council runs hold their sessions; the streaming ones none.
+    let active: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sessions WHERE status = 'active'
+             AND thread_id NOT IN (SELECT id FROM threads WHERE workspace = ?1)",
+            [councils],
+            |r| r.get(0),
+        )
+        .expect("sessions");
     if active > 0 {
         fail(format!("{active} session(s) left active"));
     }

@@ -183,6 +183,28 @@ pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) ->
     }
 }
 
+/// The state and reason of each exchange of `thread`, as the journal holds
+/// them (oldest first).
+pub fn exchanges(db: &std::path::Path, thread: &str) -> Vec<(String, Option<String>)> {
+    let conn = rusqlite::Connection::open(db).expect("open the registry");
+    let mut stmt = conn.prepare("SELECT state, reason FROM exchanges WHERE thread_id = ?1 ORDER BY id").expect("sql");
+    stmt.query_map([thread], |r| Ok((r.get(0)?, r.get(1)?))).expect("query").collect::<Result<_, _>>().expect("rows")
+}
+
+/// Waits until no exchange of `thread` is open (the journal says so).
+pub async fn settled(db: &std::path::Path, thread: &str) -> Vec<(String, Option<String>)> {
+    within("the exchange to end", async {
+        loop {
+            let x = exchanges(db, thread);
+            if !x.is_empty() && x.iter().all(|(state, _)| state != "open") {
+                return x;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await
+}
+
 /// A real `kdd` process on a private socket and database.
 pub struct Kdd {
     pub dir: TempDir,

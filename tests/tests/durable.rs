@@ -8,7 +8,7 @@ use std::path::Path;
 
 use kd_client::KdApiClient;
 use kd_proto::types::{ContextMode, Message, MessageKind, ThreadEvent};
-use kd_tests::{Hold, Kdd, Workspace, collect_until, records, thread_in, within};
+use kd_tests::{Hold, Kdd, Workspace, collect_until, records, settled, thread_in, within};
 
 /// Sends `body` to `thread` for a first round and `auto` auto-rounds.
 async fn ask(c: &kd_client::Client, thread: &str, body: &str, auto: u32) -> u64 {
@@ -22,28 +22,6 @@ async fn ask(c: &kd_client::Client, thread: &str, body: &str, auto: u32) -> u64 
 /// Every message of `thread`.
 async fn messages(c: &kd_client::Client, thread: &str) -> Vec<Message> {
     c.thread_messages(thread.into(), None, None, None, None).await.expect("thread.messages").into_vec()
-}
-
-/// The state and reason of each exchange of `thread`, as the journal holds
-/// them (oldest first).
-fn exchanges(db: &Path, thread: &str) -> Vec<(String, Option<String>)> {
-    let conn = rusqlite::Connection::open(db).expect("open the registry");
-    let mut stmt = conn.prepare("SELECT state, reason FROM exchanges WHERE thread_id = ?1 ORDER BY id").expect("sql");
-    stmt.query_map([thread], |r| Ok((r.get(0)?, r.get(1)?))).expect("query").collect::<Result<_, _>>().expect("rows")
-}
-
-/// Waits until no exchange of `thread` is open (the journal says so).
-async fn settled(db: &Path, thread: &str) -> Vec<(String, Option<String>)> {
-    within("the exchange to end", async {
-        loop {
-            let x = exchanges(db, thread);
-            if !x.is_empty() && x.iter().all(|(state, _)| state != "open") {
-                return x;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-    })
-    .await
 }
 
 /// The members' answers (kind `agent`) by member and round.

@@ -298,6 +298,41 @@ async fn a_new_worktree_gets_its_copies_and_setup_and_a_failing_setup_fails_the_
     assert_eq!(w.state, WorkState::Done);
 }
 
+#[tokio::test]
+async fn kill_9_mid_work_resumes_the_member_in_its_worktree_on_what_it_had_committed() {
+    let hold = Hold::new();
+    let ws = repo(
+        vec![(
+            "claude",
+            member("claude", "claude", &[("FAKE_RUN", "echo step >> log.txt"), ("FAKE_HOLD", hold.var())]),
+        )],
+        json!({}),
+    );
+    let mut kdd = Kdd::start();
+    let c = kdd.client().await;
+    let started = c.work_start(ws.path(), "Do it all".into(), None, None).await.expect("work.start");
+    let path = PathBuf::from(&started.worktrees[0].path);
+    let mut sub = c.thread_subscribe(started.thread.clone(), None, None).await.unwrap();
+    collect_until(&mut sub, |events| events.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))).await;
+    drop((sub, c));
+    kdd.kill9();
+    hold.release();
+    kdd.launch().expect("kdd starts again");
+    // The member is asked again, in its worktree, and finishes the task.
+    assert_eq!(kd_tests::settled(&kdd.db, &started.thread).await, vec![("done".to_string(), None)]);
+    let c = kdd.client().await;
+    let w = tree_of(&c.work_list(None, Some(started.thread.clone())).await.unwrap(), "claude").clone();
+    assert_eq!(w.state, WorkState::Done, "{w:?}");
+    let log = git(&path, &["log", "--format=%s", &format!("{}..HEAD", w.base)]);
+    assert_eq!(log, "Do it all\nDo it all (interrupted)", "what it left was committed, then its finished work");
+    let messages = c.thread_messages(started.thread.clone(), None, None, None, None).await.unwrap().into_vec();
+    assert_eq!(git(&path, &["show", "HEAD:log.txt"]), "step\nstep", "the second run went on from the first's tree");
+    let answers: Vec<_> = messages.iter().filter(|m| m.kind == kd_proto::types::MessageKind::Agent).collect();
+    assert_eq!(answers.len(), 1, "{messages:#?}");
+    let cut = messages.iter().find(|m| m.kind == kd_proto::types::MessageKind::Interrupted).expect("the cut answer");
+    assert_eq!(answers[0].replaces, Some(cut.seq));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn kill_9_mid_work_then_restart_commits_what_the_member_left_and_keeps_the_worktree() {
     let hold = Hold::new();
@@ -308,6 +343,8 @@ async fn kill_9_mid_work_then_restart_commits_what_the_member_left_and_keeps_the
         )],
         json!({}),
     );
+    // What a restart records (resuming is tested in durable.rs).
+    ws.without_resume();
     let mut kdd = Kdd::start();
     let c = kdd.client().await;
     let started = c.work_start(ws.path(), "Do it all".into(), None, None).await.expect("work.start");
