@@ -296,3 +296,30 @@ async fn an_exchange_older_than_resume_within_is_stopped_and_said() {
     assert!(said.body.contains("2 h") && said.body.contains("kd retry"), "{}", said.body);
     assert_eq!(records(&record).len(), before, "no one was asked again");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cut_codex_turn_is_asked_again_in_its_app_server_thread() {
+    let hold = Hold::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let record = tmp.path().join("record").display().to_string();
+    let env: &[(&str, &str)] = &[("FAKE_HOLD", hold.var()), ("FAKE_RECORD", &record), ("FAKE_DELTAS", "4")];
+    let ws = Workspace::new(&[("codex", "codex", env)]);
+    let mut kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    ask(&c, &t, "Plan the release.", 0).await;
+    let cut = streaming(&mut sub, "codex", 1).await;
+    saved(&kdd.db, &cut).await;
+    drop((sub, c));
+    kdd.kill9();
+    hold.release();
+    kdd.launch().unwrap();
+    assert_eq!(settled(&kdd.db, &t).await, vec![("done".to_string(), None)]);
+    let turns = records(&record);
+    assert_eq!(turns.len(), 2, "{turns:#?}");
+    assert_eq!(turns[0]["resumed"].as_bool(), Some(false), "{turns:#?}");
+    assert_eq!(turns[1]["resumed"].as_bool(), Some(true), "the cut thread is resumed: {turns:#?}");
+    assert_eq!(turns[1]["thread"], turns[0]["thread"], "{turns:#?}");
+    assert!(kd_tests::prompt_of(&turns[1]).contains("What you had written so far"), "{turns:#?}");
+}

@@ -101,6 +101,8 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
     // own) keeps its server, which ACP cannot close, but not its token.
     let _one_off = (spec.context != ContextMode::Resume || spec.prompt.is_some())
         .then(|| Forget { sessions: &agent.sessions, session: session.clone() });
+    // Saved at once, so that a run cut by a crash loads its session (F-J2).
+    d.session_seen(run, &session).await;
     let mut transcript = Transcript::new();
     transcript.apply(Parsed::SessionId(session.clone()));
     let mut following = match peer.follow(&session) {

@@ -109,6 +109,8 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
     // codex unloads it and ends its MCP server, whose token goes.
     let _one_off = (spec.context != ContextMode::Resume || spec.prompt.is_some())
         .then(|| LetGo { app: app.clone(), thread: thread.clone() });
+    // Saved at once, so that a run cut by a crash resumes its thread (F-J2).
+    d.session_seen(run, &thread).await;
     let mut transcript = Transcript::new();
     transcript.apply(Parsed::SessionId(thread.clone()));
     let mut following = match server.follow(&thread) {
