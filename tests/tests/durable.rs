@@ -323,3 +323,41 @@ async fn a_cut_codex_turn_is_asked_again_in_its_app_server_thread() {
     assert_eq!(turns[1]["thread"], turns[0]["thread"], "{turns:#?}");
     assert!(kd_tests::prompt_of(&turns[1]).contains("What you had written so far"), "{turns:#?}");
 }
+
+#[tokio::test]
+async fn a_hand_off_cut_by_a_kill_is_answered_once_after_the_restart() {
+    let hold = Hold::new();
+    let claude: &[(&str, &str)] = &[("FAKE_TEXT", "@codex check the numbers")];
+    let codex: &[(&str, &str)] = &[("FAKE_HOLD", hold.var()), ("FAKE_HOLD_WHEN", "check the numbers")];
+    let ws = Workspace::new(&[("claude", "claude", claude), ("codex", "gemini", codex)]);
+    let mut kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    ask(&c, &t, "Plan the release.", 0).await;
+    // codex's answer to claude's hand-off holds (its own turn does not).
+    let mut handoff = None;
+    collect_until(&mut sub, |events| {
+        if let Some(ThreadEvent::RunWaiting { run }) = events.last()
+            && run.member == "codex"
+            && run.reply_to != Some(1)
+        {
+            handoff = Some(run.id.clone());
+        }
+        matches!((events.last(), &handoff), (Some(ThreadEvent::Delta { run: d, .. }), Some(r)) if d == r)
+    })
+    .await;
+    answered(&c, &t, 2).await;
+    drop((sub, c));
+    kdd.kill9();
+    hold.release();
+    kdd.launch().unwrap();
+    assert_eq!(settled(&kdd.db, &t).await, vec![("done".to_string(), None)]);
+    let c = kdd.client().await;
+    let all = messages(&c, &t).await;
+    let from_codex: Vec<&Message> = all.iter().filter(|m| m.from == "codex").collect();
+    let kinds: Vec<MessageKind> = from_codex.iter().map(|m| m.kind).collect();
+    assert_eq!(kinds, [MessageKind::Agent, MessageKind::Interrupted, MessageKind::Agent], "{all:#?}");
+    assert_eq!(from_codex[2].replaces, Some(from_codex[1].seq), "the hand-off's answer replaces the cut one");
+    assert_eq!(from_codex[2].reply_to, from_codex[1].reply_to, "it answers claude's hand-off");
+}

@@ -77,7 +77,11 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
     // it holds the question, and is told what it had written.
     // (An ACP agent's session is loaded only in resume mode, where the
     // agent says it can: the session row knows it.)
-    let cut = spec.resume_from.as_ref().and_then(|r| r.backend_session.clone()).filter(|_| spec.agent.backend != Backend::Acp);
+    let cut = spec
+        .resume_from
+        .as_ref()
+        .and_then(|r| r.backend_session.clone())
+        .filter(|_| spec.agent.backend != Backend::Acp);
     if let (Some(backend_id), Some(partial)) = (cut.filter(|_| spec.agent.backend.resumes()), &partial) {
         let (release_as, session) = match spec.context {
             ContextMode::History => (SessionStatus::Completed, one_off_session(d, run).await),

@@ -113,6 +113,7 @@ pub async fn route(co: &Coord, p: Params) -> Result<Routed, ErrorObjectOwned> {
         exchange: from_run.exchange,
         round: from_run.round,
         emergency: None,
+        journal: None,
     };
     let d = deliver::deliver(&co.council, request).await?;
     Ok(Routed {

@@ -17,6 +17,7 @@ use crate::client::ClientId;
 use crate::config::Config;
 use crate::db::DbResult;
 use crate::db::compose::{Carrier, Routing};
+use crate::db::exchanges::{ExchangeId, Opened, Purpose, StepKey};
 use crate::db::inbox::{Entry, Kept};
 
 /// A message to deliver.
@@ -36,6 +37,9 @@ pub struct Request {
     pub round: Option<u32>,
     /// An emergency broadcast's id: every addressee owes an acknowledgement.
     pub emergency: Option<String>,
+    /// The journal of the exchange it hands off in (F-J1): each run it
+    /// starts takes a hand-off step, so that a restart asks a cut one again.
+    pub journal: Option<ExchangeId>,
 }
 
 /// What a delivery did.
@@ -130,7 +134,22 @@ pub async fn deliver(c: &Arc<Council>, r: Request) -> DbResult<Delivered> {
                 if how == "copied" {
                     d.status = DeliveryStatus::Copied;
                 } else if how != "queued" {
-                    match launch.start(c, &entry.member, place) {
+                    let claim = match r.journal {
+                        Some(x) => {
+                            let key = StepKey {
+                                round: r.round.unwrap_or(1),
+                                member: entry.member.clone(),
+                                purpose: Purpose::Handoff,
+                                cause: routed.message.seq,
+                            };
+                            match db.open_step(x, key).await? {
+                                Opened::Step(step) => launch.start_step(c, &entry.member, place, &step),
+                                Opened::Ended(_) => None,
+                            }
+                        }
+                        None => launch.start(c, &entry.member, place),
+                    };
+                    match claim {
                         Some(claim) => {
                             d.status = match claim {
                                 Claim::Queued(_) => DeliveryStatus::AfterRun,

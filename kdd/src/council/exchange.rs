@@ -234,6 +234,27 @@ pub async fn resume(c: Arc<Council>, x: &crate::db::exchanges::Exchange, launch:
     let Some(journal) = Journal::from_plan(&x.plan) else { return false };
     let ex = Arc::new(Exchange::new(x.thread.clone(), x.seq, x.id));
     c.exchanges.begin(ex.clone());
+    // Its hand-offs count against council.max_hops as before; the ones a
+    // restart cut are asked again (nothing follows their answers).
+    match c.agents.db.exchange_steps(x.id).await {
+        Ok(steps) => {
+            let handoffs: Vec<_> = steps.iter().filter(|s| s.key.purpose == Purpose::Handoff).collect();
+            let made: HashSet<u64> = handoffs.iter().map(|s| s.key.cause).collect();
+            c.hops.seed(&x.thread, x.seq, made.len() as u32);
+            for s in handoffs.into_iter().filter(|s| s.state == StepState::Pending) {
+                let place = Place {
+                    reply_to: Some(s.key.cause),
+                    round: Some(s.key.round),
+                    exchange: Some(x.seq),
+                    replaces: None,
+                    purpose: None,
+                    step: None,
+                };
+                launch.start_step(&c, &s.key.member, place, s);
+            }
+        }
+        Err(e) => tracing::warn!(thread = x.thread, "cannot read the exchange's hand-offs: {e}"),
+    }
     tokio::spawn(run(c, ex, Plan { launch, journal, started: vec![] }));
     true
 }
@@ -399,6 +420,7 @@ async fn follow(c: &Arc<Council>, ex: &Exchange, plan: &Plan, first: Arc<Run>, r
             round: Some(round),
             emergency: None,
             message: Carrier::Stored((*message).clone()),
+            journal: Some(ex.id),
         };
         match deliver(c, request).await {
             Ok(d) => {

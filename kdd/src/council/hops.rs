@@ -46,6 +46,14 @@ impl Hops {
         Ok(*n)
     }
 
+    /// Sets the hand-offs `exchange` of `thread` had made (a resumed
+    /// exchange, from its journal), unless more are counted already.
+    pub fn seed(&self, thread: &str, exchange: u64, made: u32) {
+        let mut map = self.map();
+        let n = map.entry((thread.to_string(), exchange)).or_default();
+        *n = (*n).max(made);
+    }
+
     /// Forgets the exchanges `live` says nothing can add to.
     fn retain(&self, live: impl Fn(&str, u64) -> bool) {
         self.map().retain(|(thread, exchange), _| live(thread, *exchange));

@@ -316,10 +316,12 @@ pub fn step_started(conn: &Connection, now: i64, id: StepId, run: &str, reply_to
 pub fn step_session(conn: &Connection, run: &str, backend_session: &str) -> DbResult<()> {
     conn.prepare_cached("UPDATE exchange_steps SET backend_session = ?2 WHERE run_id = ?1 AND state = 'running'")?
         .execute(params![run, backend_session])?;
-    // The session the run holds knows it too: a resumed thread's next run
-    // goes on in it even if this one is cut.
+    // A session the backend opened for this run knows it too: a resumed
+    // thread's next run goes on in it even if this one is cut. (A session
+    // that had one keeps it until the run ends, where a fork is told.)
     conn.prepare_cached(
-        "UPDATE sessions SET backend_session_id = ?2 WHERE id = (SELECT session_id FROM runs WHERE id = ?1)",
+        "UPDATE sessions SET backend_session_id = ?2 WHERE id = (SELECT session_id FROM runs WHERE id = ?1) \
+         AND backend_session_id IS NULL",
     )?
     .execute(params![run, backend_session])?;
     Ok(())
