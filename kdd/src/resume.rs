@@ -16,7 +16,7 @@ use kd_proto::types::{MessageKind, ThreadStatus};
 use crate::config::{self, Config};
 use crate::coord::Coord;
 use crate::council::Launch;
-use crate::council::exchange::{self, Journal};
+use crate::council::exchange;
 use crate::db::exchanges::{Exchange, Kind, Purpose, StepState};
 use crate::db::messages::NewMessage;
 use crate::db::{DbError, now_ms};
@@ -97,39 +97,19 @@ async fn one(co: &Arc<Coord>, x: &Exchange, done: &mut Resumed) -> Result<bool, 
         return Ok(false);
     }
     done.given_up += give_up_cut_steps(co, x, &config).await?;
-    let Some(launch) = launch(co, x, &thread, config).await? else {
-        db.stop_exchange(x.id, format!("kd cannot resume a {} exchange", x.kind.as_str())).await?;
-        return Ok(false);
-    };
+    let work = crate::council::work_runs(db, &thread.id).await?;
+    // Each driver sets the style and timeout its plan keeps.
+    let launch = Launch { thread, config, style: Default::default(), timeout: None, client: None, prompt: None, work };
     db.exchange_resumed(x.clone()).await?;
-    match x.kind {
-        Kind::Council | Kind::Work => Ok(exchange::resume(co.council.clone(), x, launch).await),
-        _ => {
-            db.stop_exchange(x.id, format!("kd cannot resume a {} exchange", x.kind.as_str())).await?;
-            Ok(false)
-        }
+    let resumed = match x.kind {
+        Kind::Council | Kind::Work => exchange::resume(co.council.clone(), x, launch).await,
+        Kind::Retry => crate::council::retry::resume(&co.council, x, launch).await,
+        Kind::Route | Kind::Completion | Kind::Review => false,
+    };
+    if !resumed {
+        db.stop_exchange(x.id, format!("kd cannot resume this {} exchange", x.kind.as_str())).await?;
     }
-}
-
-/// How the runs of `x` are launched again: its thread, its workspace's
-/// configuration as it is now, and its plan's style.
-async fn launch(
-    co: &Arc<Coord>,
-    x: &Exchange,
-    thread: &kd_proto::types::Thread,
-    config: Config,
-) -> Result<Option<Launch>, DbError> {
-    let Some(journal) = Journal::from_plan(&x.plan) else { return Ok(None) };
-    let work = crate::council::work_runs(&co.council.agents.db, &thread.id).await?;
-    Ok(Some(Launch {
-        thread: thread.clone(),
-        config,
-        style: journal.style,
-        timeout: journal.timeout_s.map(Duration::from_secs),
-        client: None,
-        prompt: None,
-        work,
-    }))
+    Ok(resumed)
 }
 
 /// Leaves failed each step cut `council.resume_attempts` times: its

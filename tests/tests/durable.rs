@@ -361,3 +361,36 @@ async fn a_hand_off_cut_by_a_kill_is_answered_once_after_the_restart() {
     assert_eq!(from_codex[2].replaces, Some(from_codex[1].seq), "the hand-off's answer replaces the cut one");
     assert_eq!(from_codex[2].reply_to, from_codex[1].reply_to, "it answers claude's hand-off");
 }
+
+#[tokio::test]
+async fn a_retry_cut_by_a_kill_is_asked_again_and_replaces_in_order() {
+    let hold = Hold::new();
+    let ws = Workspace::new(&[("claude", "claude", &[("FAKE_ERROR", "overloaded")])]);
+    let mut kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    ask(&c, &t, "Plan the release.", 0).await;
+    collect_until(&mut sub, |e| kd_tests::ended(e) == 1).await;
+    // The retry holds mid-answer, and kdd dies.
+    ws.set_agent("claude", "env", serde_json::json!({"FAKE_NAME": "claude", "FAKE_HOLD": hold.var()}));
+    let retried = c.council_retry(t.clone(), None, None).await.unwrap();
+    assert_eq!(retried.len(), 1);
+    let cut = retried[0].id.clone();
+    collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { run, .. } if *run == cut))).await;
+    drop((sub, c));
+    kdd.kill9();
+    hold.release();
+    kdd.launch().unwrap();
+    let x = settled(&kdd.db, &t).await;
+    assert!(x.iter().all(|(state, _)| state == "done"), "{x:?}");
+    let c = kdd.client().await;
+    let all = messages(&c, &t).await;
+    let claude: Vec<&Message> = all.iter().filter(|m| m.from == "claude").collect();
+    let kinds: Vec<MessageKind> = claude.iter().map(|m| m.kind).collect();
+    assert_eq!(kinds, [MessageKind::Error, MessageKind::Interrupted, MessageKind::Agent], "{all:#?}");
+    assert_eq!(claude[1].replaces, Some(claude[0].seq));
+    assert_eq!(claude[2].replaces, Some(claude[1].seq), "the answer takes the cut retry's place");
+    let shown = kd_proto::types::display_order(&all);
+    assert_eq!(shown.iter().filter(|m| m.from == "claude").count(), 1, "one answer is shown: {shown:#?}");
+}

@@ -71,7 +71,7 @@ pub struct Run {
 }
 
 /// Where a run stands in the conversation.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Place {
     /// The message it answers (the history it sees ends there).
     pub reply_to: Option<u64>,

@@ -232,6 +232,8 @@ pub async fn run(c: Arc<Council>, ex: Arc<Exchange>, plan: Plan) {
 /// its workspace's configuration says today.
 pub async fn resume(c: Arc<Council>, x: &crate::db::exchanges::Exchange, launch: Launch) -> bool {
     let Some(journal) = Journal::from_plan(&x.plan) else { return false };
+    let launch =
+        Launch { style: journal.style, timeout: journal.timeout_s.map(std::time::Duration::from_secs), ..launch };
     let ex = Arc::new(Exchange::new(x.thread.clone(), x.seq, x.id));
     c.exchanges.begin(ex.clone());
     // Its hand-offs count against council.max_hops as before; the ones a

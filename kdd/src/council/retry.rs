@@ -15,7 +15,9 @@ use super::{Council, Launch};
 use crate::agent::registry::{Claim, Place};
 use crate::client::ClientId;
 use crate::config;
+use crate::db::exchanges::{Exchange, Kind, NewExchange, StepKey, StepState};
 use crate::db::messages::Page;
+use serde::{Deserialize, Serialize};
 
 pub async fn retry(
     c: &Council,
@@ -58,9 +60,51 @@ pub async fn retry(
             purpose: message.purpose,
             step: None,
         };
-        if let Some(run) = launch.start(c, &member, place).map(Claim::into_run) {
+        // Journaled as an exchange of its own (F-J1): a retry a restart
+        // cuts is asked again.
+        let plan = Retried { member: member.clone(), place, style, timeout_s: timeout.map(|t| t.as_secs()) };
+        let x = NewExchange {
+            thread: launch.thread.id.clone(),
+            seq: message.seq,
+            kind: Kind::Retry,
+            correlation_id: None,
+            plan: serde_json::to_value(&plan).unwrap_or_default(),
+            first_steps: vec![StepKey::answer(message.round.unwrap_or(0), &member)],
+        };
+        let claim = match c.agents.db.begin_settling_exchange(x).await? {
+            Some((_, steps)) => steps.first().and_then(|s| launch.start_step(c, &member, place, s)),
+            None => launch.start(c, &member, place),
+        };
+        if let Some(run) = claim.map(Claim::into_run) {
             runs.push(run.info());
         }
     }
     Ok(runs)
+}
+
+/// A retry's plan in its journal: enough to ask again after a restart.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Retried {
+    pub member: String,
+    pub place: Place,
+    pub style: Style,
+    pub timeout_s: Option<u64>,
+}
+
+/// Takes retry exchange `x` up again after a restart: its step, cut, is
+/// asked again, replacing what the cut run had said.
+pub async fn resume(c: &Council, x: &Exchange, launch: Launch) -> bool {
+    let Ok(plan) = serde_json::from_value::<Retried>(x.plan.clone()) else { return false };
+    let steps = match c.agents.db.exchange_steps(x.id).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(thread = x.thread, "cannot read the retry's journal: {e}");
+            return false;
+        }
+    };
+    let launch = Launch { style: plan.style, timeout: plan.timeout_s.map(Duration::from_secs), ..launch };
+    for s in steps.iter().filter(|s| s.state == StepState::Pending) {
+        launch.start_step(c, &plan.member, plan.place, s);
+    }
+    true
 }

@@ -4,10 +4,13 @@
 //! the async entry points the rest of kdd calls.
 
 use kd_proto::types::Message;
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::json;
 
-use super::{Exchange, ExchangeId, Opened, Step, StepId, StepKey, get, open_step, plan_done, steps, stop, unfinished};
+use super::{
+    Exchange, ExchangeId, NewExchange, Opened, Step, StepId, StepKey, get, open_step, plan_done, steps, stop,
+    unfinished,
+};
 use crate::db::events::{self, NewEvent};
 use crate::db::messages::{self, NewMessage};
 use crate::db::{Db, DbError, DbResult, Outbox, now_ms};
@@ -131,7 +134,34 @@ pub fn stop_with_notice(
     }
 }
 
+/// Begins an exchange that ends by itself once its first steps are
+/// answered (a retry): or takes up the open one begun at the same message,
+/// or `None` when one was and is over.
+pub fn begin_settling(conn: &Connection, now: i64, x: &NewExchange) -> DbResult<Option<(Exchange, Vec<Step>)>> {
+    let existing: Option<ExchangeId> = conn
+        .prepare_cached("SELECT id FROM exchanges WHERE thread_id = ?1 AND seq = ?2 AND kind = ?3")?
+        .query_row(params![x.thread, x.seq as i64, x.kind.as_str()], |r| r.get(0))
+        .optional()?;
+    let ex = match existing {
+        Some(id) => match get(conn, id)? {
+            Some(e) if e.state == super::ExchangeState::Open => e,
+            _ => return Ok(None),
+        },
+        None => {
+            let e = super::begin(conn, now, x)?;
+            plan_done(conn, now, e.id, None)?;
+            e
+        }
+    };
+    let steps = steps(conn, ex.id)?;
+    Ok(Some((ex, steps)))
+}
+
 impl Db {
+    pub async fn begin_settling_exchange(&self, x: NewExchange) -> DbResult<Option<(Exchange, Vec<Step>)>> {
+        self.write(move |c, _| begin_settling(c, now_ms(), &x)).await
+    }
+
     pub async fn exchange(&self, x: ExchangeId) -> DbResult<Exchange> {
         self.read(move |c| get(c, x)?.ok_or_else(|| DbError::NotFound(format!("exchange {x}")))).await
     }
