@@ -147,6 +147,10 @@ fn every_bad_value_names_file_key_and_value() {
         (r#"{"council": {"timeout": "long"}}"#, &["council.timeout", "invalid type"]),
         (r#"{"council": {"max_answer_bytes": 0}}"#, &["council.max_answer_bytes", "between 1 and 268435456", "0"]),
         (r#"{"council": {"max_answer_bytes": 268435457}}"#, &["council.max_answer_bytes", "268435457"]),
+        (r#"{"council": {"resume_within": "soon"}}"#, &["council.resume_within", "\"soon\""]),
+        (r#"{"council": {"resume_within": true}}"#, &["council.resume_within", "duration"]),
+        (r#"{"council": {"resume_attempts": 0}}"#, &["council.resume_attempts", "between 1 and 1000", "0"]),
+        (r#"{"council": {"resume_attempts": 1001}}"#, &["council.resume_attempts", "1001"]),
         (r#"{"council": {"chat": {"mode": "chaos"}}}"#, &["council.chat.mode", "\"chaos\""]),
         (r#"{"council": {"chat": {"auto_rounds": -1}}}"#, &["council.chat.auto_rounds", "-1"]),
         (r#"{"council": {"ask": {"auto_messages": -5}}}"#, &["council.ask.auto_messages", "-5"]),
@@ -393,4 +397,19 @@ fn the_hint_names_kds_tools_to_a_member_that_has_them() {
     assert_eq!(c.preamble(Style::Council, false), hinted("Be brief."), "without the tools: the shell commands");
     f.write(r#"{"council": {"members": ["claude"], "preamble": "Be brief.", "coordination_hint": false}}"#);
     assert_eq!(f.load().unwrap().preamble(Style::Council, true), "Be brief.");
+}
+
+#[test]
+fn exchanges_resume_for_a_day_twice_by_default_and_0_turns_it_off() {
+    let f = Fixture::new();
+    f.write("{}");
+    let c = f.load().unwrap().council;
+    assert_eq!((c.resume_within, c.resume_attempts), (std::time::Duration::from_secs(86_400), 2));
+    f.write(r#"{"council": {"resume_within": "30m", "resume_attempts": 5}}"#);
+    let c = f.load().unwrap().council;
+    assert_eq!((c.resume_within, c.resume_attempts), (std::time::Duration::from_secs(1800), 5));
+    for off in [r#""0""#, "0"] {
+        f.write(&format!(r#"{{"council": {{"resume_within": {off}}}}}"#));
+        assert!(f.load().unwrap().council.resume_within.is_zero(), "{off}");
+    }
 }
