@@ -28,10 +28,31 @@ use tempfile::TempDir;
 /// `.ci/run` and CI services set it), fails it: CI installs what every test
 /// needs and runs as root, so a skip there hides a test that never ran.
 pub fn skip(test: &str, why: &str) {
-    if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0") {
+    skip_in(std::env::var("CI").ok().as_deref(), test, why);
+}
+
+/// [`skip`] with `CI`'s value given.
+fn skip_in(ci: Option<&str>, test: &str, why: &str) {
+    if ci.is_some_and(|v| !v.is_empty() && v != "false" && v != "0") {
         panic!("{test} would be skipped under CI: {why}");
     }
     eprintln!("skipped {test}: {why}");
+}
+
+#[cfg(test)]
+mod skip_tests {
+    use super::skip_in;
+
+    #[test]
+    fn a_skip_under_ci_fails_and_elsewhere_only_says_why() {
+        for ci in ["true", "1", "yes"] {
+            let failed = std::panic::catch_unwind(|| skip_in(Some(ci), "t", "needs root"));
+            assert!(failed.is_err(), "CI={ci}: a skip must fail");
+        }
+        for ci in [None, Some(""), Some("false"), Some("0")] {
+            skip_in(ci, "t", "needs root");
+        }
+    }
 }
 
 /// Default deadline for anything a test waits on.

@@ -216,3 +216,23 @@ async fn a_second_ctrl_c_leaves_at_once() {
     let status = kd_tests::within("kd ask to leave", child.wait()).await.unwrap();
     assert_eq!(status.code(), Some(130));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn json_carries_each_stored_answer_before_its_runs_end() {
+    // An echoed label is stripped from what is kept: the stored answer is
+    // what --json's reader gets last for the member.
+    let ws = Workspace::new(&[("claude", "claude", &[("FAKE_ECHO_LABEL", "1"), ("FAKE_DELTAS", "4")])]);
+    let kdd = Kdd::start();
+    let out = ask(&kdd, &ws, &["--json", "Q?"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let events: Vec<ThreadEvent> =
+        out.stdout.lines().map(|l| serde_json::from_str(l).expect("an event per line")).collect();
+    let stored = events
+        .iter()
+        .position(|e| matches!(e, ThreadEvent::Message { message } if message.from == "claude"))
+        .expect("the stored answer is an event");
+    let ended = events.iter().position(|e| matches!(e, ThreadEvent::RunFinished { .. })).expect("the run's end");
+    assert!(stored < ended, "{events:?}");
+    let ThreadEvent::Message { message } = &events[stored] else { unreachable!() };
+    assert_eq!(message.body, "Answer from claude.");
+}

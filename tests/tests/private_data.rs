@@ -101,8 +101,7 @@ fn scratch_nodes(dir: &Path) -> Vec<(PathBuf, u32)> {
         std::fs::set_permissions(&null, std::fs::Permissions::from_mode(0o666)).unwrap();
         nodes.push((null, 0o666));
     } else {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI runs as root: the device node case must run");
-        eprintln!("SKIPPED (device node part): making one needs root; the FIFO part ran");
+        kd_tests::skip("the device node part", "making one needs root; the FIFO part ran");
     }
     nodes
 }
