@@ -79,6 +79,20 @@ impl Exchanges {
         }
     }
 
+    /// Makes `ex`, resumed, the thread's exchange — unless a newer one
+    /// began meanwhile (a King message while kdd was starting), which it
+    /// must not stop: then false.
+    pub fn resume(&self, ex: Arc<Exchange>) -> bool {
+        let mut map = self.map();
+        if map.get(&ex.thread).is_some_and(|cur| cur.king >= ex.king) {
+            return false;
+        }
+        if let Some(old) = map.insert(ex.thread.clone(), ex) {
+            old.stop();
+        }
+        true
+    }
+
     /// Stops the thread's exchange; true if there was one running.
     pub fn stop(&self, thread: &str) -> bool {
         match self.map().remove(thread) {
@@ -235,7 +249,10 @@ pub async fn resume(c: Arc<Council>, x: &crate::db::exchanges::Exchange, launch:
     let launch =
         Launch { style: journal.style, timeout: journal.timeout_s.map(std::time::Duration::from_secs), ..launch };
     let ex = Arc::new(Exchange::new(x.thread.clone(), x.seq, x.id));
-    c.exchanges.begin(ex.clone());
+    if !c.exchanges.resume(ex.clone()) {
+        // Superseded while kdd was starting: the journal says so too.
+        return true;
+    }
     // Its hand-offs count against council.max_hops as before; the ones a
     // restart cut are asked again (nothing follows their answers).
     match c.agents.db.exchange_steps(x.id).await {
@@ -433,5 +450,23 @@ async fn follow(c: &Arc<Council>, ex: &Exchange, plan: &Plan, first: Arc<Run>, r
             }
             Err(e) => tracing::warn!(thread = ex.thread, "cannot hand off {}'s answer: {e}", run.member),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resumed_exchange_never_stops_a_newer_one() {
+        let xs = Exchanges::default();
+        let newer = Arc::new(Exchange::new("t".into(), 9, 2));
+        xs.begin(newer.clone());
+        let resumed = Arc::new(Exchange::new("t".into(), 4, 1));
+        assert!(!xs.resume(resumed.clone()), "a King message came first");
+        assert!(!newer.is_stopped());
+        assert_eq!(xs.current("t").map(|x| x.king), Some(9));
+        let other = Arc::new(Exchange::new("u".into(), 4, 3));
+        assert!(xs.resume(other), "a thread with none takes it");
     }
 }
