@@ -104,7 +104,8 @@ async fn one(co: &Arc<Coord>, x: &Exchange, done: &mut Resumed) -> Result<bool, 
     let resumed = match x.kind {
         Kind::Council | Kind::Work => exchange::resume(co.council.clone(), x, launch).await,
         Kind::Retry => crate::council::retry::resume(&co.council, x, launch).await,
-        Kind::Route | Kind::Completion | Kind::Review => false,
+        Kind::Route => crate::council::deliver::resume(&co.council, x, launch).await,
+        Kind::Completion | Kind::Review => false,
     };
     if !resumed {
         db.stop_exchange(x.id, format!("kd cannot resume this {} exchange", x.kind.as_str())).await?;

@@ -394,3 +394,40 @@ async fn a_retry_cut_by_a_kill_is_asked_again_and_replaces_in_order() {
     let shown = kd_proto::types::display_order(&all);
     assert_eq!(shown.iter().filter(|m| m.from == "claude").count(), 1, "one answer is shown: {shown:#?}");
 }
+
+#[tokio::test]
+async fn a_routed_message_cut_by_a_kill_is_answered_once_after_the_restart() {
+    let hold = Hold::new();
+    let codex: &[(&str, &str)] = &[("FAKE_HOLD", hold.var())];
+    let ws = Workspace::new(&[("claude", "claude", &[]), ("codex", "gemini", codex)]);
+    let mut kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let routed = c
+        .message_route(
+            t.clone(),
+            "king".into(),
+            "Check the numbers.".into(),
+            Some(vec!["codex".into()]),
+            None,
+            None,
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+    let run = routed.deliveries[0].run.clone().expect("codex is asked now");
+    collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { run: r, .. } if *r == run))).await;
+    drop((sub, c));
+    kdd.kill9();
+    hold.release();
+    kdd.launch().unwrap();
+    assert_eq!(settled(&kdd.db, &t).await, vec![("done".to_string(), None)]);
+    let c = kdd.client().await;
+    let all = messages(&c, &t).await;
+    let kinds: Vec<MessageKind> = all.iter().filter(|m| m.from == "codex").map(|m| m.kind).collect();
+    assert_eq!(kinds, [MessageKind::Interrupted, MessageKind::Agent], "{all:#?}");
+    let answer = all.iter().find(|m| m.kind == MessageKind::Agent).unwrap();
+    assert_eq!(answer.reply_to, Some(routed.message.seq), "it answers the routed message");
+}

@@ -73,7 +73,7 @@ pub async fn broadcast(
         exchange: None,
         round: None,
         emergency: Some(id.clone()),
-        journal: None,
+        journal: crate::council::deliver::Journaled::No,
     };
     let d = deliver::deliver(&co.council, request).await?;
     co.council.agents.hub.publish(

@@ -15,7 +15,7 @@ use kd_proto::types::{MessageKind, RouteType, Routed, Style};
 
 use super::{Coord, check_members, check_sender};
 use crate::client::ClientId;
-use crate::council::deliver::{self, Request};
+use crate::council::deliver::{self, Journaled, Request};
 use crate::council::hops::{self, HandOff};
 use crate::db::compose::Carrier;
 use crate::db::messages::NewMessage;
@@ -90,6 +90,15 @@ pub async fn route(co: &Coord, p: Params) -> Result<Routed, ErrorObjectOwned> {
             )));
         }
     }
+    // Its runs are journaled (F-J1): in the exchange the sender's run
+    // belongs to, while it is open, else in an exchange of its own.
+    let journal = match from_run.exchange {
+        Some(seq) => match co.council.agents.db.open_exchange_at(thread.id.clone(), seq).await? {
+            Some(x) => Journaled::In(x),
+            None => Journaled::Route,
+        },
+        None => Journaled::Route,
+    };
     let correlation_id = p.correlation_id.unwrap_or_else(|| format!("m-{}", random_id(10)));
     let kind = if p.from == KING { MessageKind::King } else { MessageKind::Agent };
     let message = NewMessage {
@@ -113,7 +122,7 @@ pub async fn route(co: &Coord, p: Params) -> Result<Routed, ErrorObjectOwned> {
         exchange: from_run.exchange,
         round: from_run.round,
         emergency: None,
-        journal: None,
+        journal,
     };
     let d = deliver::deliver(&co.council, request).await?;
     Ok(Routed {

@@ -17,8 +17,9 @@ use crate::client::ClientId;
 use crate::config::Config;
 use crate::db::DbResult;
 use crate::db::compose::{Carrier, Routing};
-use crate::db::exchanges::{ExchangeId, Opened, Purpose, StepKey};
+use crate::db::exchanges::{Exchange, ExchangeId, Kind, NewExchange, Opened, Purpose, Step, StepKey, StepState};
 use crate::db::inbox::{Entry, Kept};
+use serde::{Deserialize, Serialize};
 
 /// A message to deliver.
 pub struct Request {
@@ -37,9 +38,29 @@ pub struct Request {
     pub round: Option<u32>,
     /// An emergency broadcast's id: every addressee owes an acknowledgement.
     pub emergency: Option<String>,
-    /// The journal of the exchange it hands off in (F-J1): each run it
-    /// starts takes a hand-off step, so that a restart asks a cut one again.
-    pub journal: Option<ExchangeId>,
+    /// The journal its runs are kept in (F-J1): each run it starts takes a
+    /// hand-off step, so that a restart asks a cut one again.
+    pub journal: Journaled,
+}
+
+/// Where the runs a delivery starts are journaled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Journaled {
+    /// Nowhere (an emergency: its runs are not asked again).
+    No,
+    /// In the exchange it hands off in.
+    In(ExchangeId),
+    /// In an exchange of its own, which ends once they are answered (a
+    /// King's routed message, a member's send outside any exchange).
+    Route,
+}
+
+/// A route's plan in its journal.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RoutePlan {
+    /// The exchange its runs belong to, if any.
+    pub exchange: Option<u64>,
+    pub style: Style,
 }
 
 /// What a delivery did.
@@ -50,6 +71,45 @@ pub struct Delivered {
     /// The runs answering it: started, or queued behind the member's run
     /// in flight.
     pub starts: Vec<Arc<Run>>,
+}
+
+/// The step of `member`'s answer to hand-off `seq` in `round`.
+fn handoff(round: Option<u32>, member: &str, seq: u64) -> StepKey {
+    StepKey { round: round.unwrap_or(1), member: member.to_string(), purpose: Purpose::Handoff, cause: seq }
+}
+
+/// Asks again the hand-offs of exchange `x` a restart cut (`exchange`:
+/// the exchange their runs belong to); nothing follows their answers.
+pub fn restart_handoffs(c: &Council, launch: &Launch, x: &Exchange, steps: &[Step], exchange: Option<u64>) {
+    for s in steps.iter().filter(|s| s.key.purpose == Purpose::Handoff && s.state == StepState::Pending) {
+        let place = Place {
+            reply_to: Some(s.key.cause),
+            round: Some(s.key.round),
+            exchange,
+            replaces: None,
+            purpose: None,
+            step: None,
+        };
+        if launch.start_step(c, &s.key.member, place, s).is_none() {
+            tracing::info!(thread = x.thread, member = s.key.member, "a cut hand-off was not asked again");
+        }
+    }
+}
+
+/// Takes a route's exchange up again after a restart: its cut runs are
+/// asked again.
+pub async fn resume(c: &Council, x: &Exchange, launch: Launch) -> bool {
+    let Ok(plan) = serde_json::from_value::<RoutePlan>(x.plan.clone()) else { return false };
+    match c.agents.db.exchange_steps(x.id).await {
+        Ok(steps) => {
+            restart_handoffs(c, &Launch { style: plan.style, ..launch }, x, &steps, plan.exchange);
+            true
+        }
+        Err(e) => {
+            tracing::warn!(thread = x.thread, "cannot read the route's journal: {e}");
+            false
+        }
+    }
 }
 
 pub async fn deliver(c: &Arc<Council>, r: Request) -> DbResult<Delivered> {
@@ -87,6 +147,30 @@ pub async fn deliver(c: &Arc<Council>, r: Request) -> DbResult<Delivered> {
         correlation_id: r.correlation_id.clone(),
     };
     let routed = db.route(routing).await?;
+    let journal = match r.journal {
+        Journaled::No => None,
+        Journaled::In(x) => Some(x),
+        Journaled::Route => {
+            // Its own exchange, begun with a step for each run it starts.
+            let starting: Vec<StepKey> = plan
+                .iter()
+                .zip(&routed.kept)
+                .filter(|((_, how, _), kept)| {
+                    matches!(kept, Kept::Queued { .. }) && !matches!(*how, "copied" | "queued")
+                })
+                .map(|((e, _, _), _)| handoff(r.round, &e.member, routed.message.seq))
+                .collect();
+            let x = NewExchange {
+                thread: r.thread.id.clone(),
+                seq: routed.message.seq,
+                kind: Kind::Route,
+                correlation_id: None,
+                plan: serde_json::to_value(RoutePlan { exchange: r.exchange, style: r.style }).unwrap_or_default(),
+                first_steps: starting,
+            };
+            if x.first_steps.is_empty() { None } else { db.begin_settling_exchange(x).await?.map(|(x, _)| x.id) }
+        }
+    };
     let launch = Launch {
         thread: r.thread.clone(),
         config: r.config.clone(),
@@ -134,14 +218,9 @@ pub async fn deliver(c: &Arc<Council>, r: Request) -> DbResult<Delivered> {
                 if how == "copied" {
                     d.status = DeliveryStatus::Copied;
                 } else if how != "queued" {
-                    let claim = match r.journal {
+                    let claim = match journal {
                         Some(x) => {
-                            let key = StepKey {
-                                round: r.round.unwrap_or(1),
-                                member: entry.member.clone(),
-                                purpose: Purpose::Handoff,
-                                cause: routed.message.seq,
-                            };
+                            let key = handoff(r.round, &entry.member, routed.message.seq);
                             match db.open_step(x, key).await? {
                                 Opened::Step(step) => launch.start_step(c, &entry.member, place, &step),
                                 Opened::Ended(_) => None,

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::deliver::{Request, deliver};
+use super::deliver::{Journaled, Request, deliver};
 use super::hops::{self, HandOff};
 use super::{Council, Launch};
 use crate::agent::registry::{Place, Run};
@@ -260,17 +260,7 @@ pub async fn resume(c: Arc<Council>, x: &crate::db::exchanges::Exchange, launch:
             let handoffs: Vec<_> = steps.iter().filter(|s| s.key.purpose == Purpose::Handoff).collect();
             let made: HashSet<u64> = handoffs.iter().map(|s| s.key.cause).collect();
             c.hops.seed(&x.thread, x.seq, made.len() as u32);
-            for s in handoffs.into_iter().filter(|s| s.state == StepState::Pending) {
-                let place = Place {
-                    reply_to: Some(s.key.cause),
-                    round: Some(s.key.round),
-                    exchange: Some(x.seq),
-                    replaces: None,
-                    purpose: None,
-                    step: None,
-                };
-                launch.start_step(&c, &s.key.member, place, s);
-            }
+            super::deliver::restart_handoffs(&c, &launch, x, &steps, Some(x.seq));
         }
         Err(e) => tracing::warn!(thread = x.thread, "cannot read the exchange's hand-offs: {e}"),
     }
@@ -439,7 +429,7 @@ async fn follow(c: &Arc<Council>, ex: &Exchange, plan: &Plan, first: Arc<Run>, r
             round: Some(round),
             emergency: None,
             message: Carrier::Stored((*message).clone()),
-            journal: Some(ex.id),
+            journal: Journaled::In(ex.id),
         };
         match deliver(c, request).await {
             Ok(d) => {

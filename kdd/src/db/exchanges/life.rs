@@ -157,7 +157,22 @@ pub fn begin_settling(conn: &Connection, now: i64, x: &NewExchange) -> DbResult<
     Ok(Some((ex, steps)))
 }
 
+/// The open council or work exchange begun by message `seq` of `thread`.
+pub fn open_at(conn: &Connection, thread: &str, seq: u64) -> DbResult<Option<ExchangeId>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT id FROM exchanges WHERE thread_id = ?1 AND seq = ?2 AND state = 'open' \
+             AND (kind = 'council' OR kind = 'work')",
+        )?
+        .query_row(params![thread, seq as i64], |r| r.get(0))
+        .optional()?)
+}
+
 impl Db {
+    pub async fn open_exchange_at(&self, thread: String, seq: u64) -> DbResult<Option<ExchangeId>> {
+        self.read(move |c| open_at(c, &thread, seq)).await
+    }
+
     pub async fn begin_settling_exchange(&self, x: NewExchange) -> DbResult<Option<(Exchange, Vec<Step>)>> {
         self.write(move |c, _| begin_settling(c, now_ms(), &x)).await
     }
