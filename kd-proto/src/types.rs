@@ -3,6 +3,7 @@
 //! milliseconds, ids are short strings of `[a-z0-9-]`.
 
 pub use crate::coord::*;
+pub use crate::exchange::*;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 

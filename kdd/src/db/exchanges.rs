@@ -389,5 +389,7 @@ pub fn steps(conn: &Connection, x: ExchangeId) -> DbResult<Vec<Step>> {
     Ok(rows)
 }
 
+mod info;
+
 #[cfg(test)]
 mod tests;
