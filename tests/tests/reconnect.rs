@@ -129,7 +129,10 @@ async fn ask_held(kdd: &Kdd, ws: &Workspace, reconnect: &str) -> Piped {
 #[tokio::test(flavor = "multi_thread")]
 async fn kd_ask_reconnects_after_a_kill_9_and_reports_the_member_interrupted() {
     // Nothing resumes the held member's run: it was recorded interrupted
-    // when kdd started again, which is what kd ask reports.
+    // when kdd started again, which is what kd ask reports. (Once kdd
+    // resumes exchanges, this workspace turns it off with
+    // "council": {"resume_within": "0"}: the hold would hold the run
+    // asked again too.)
     let hold = kd_tests::Hold::new();
     let ws = Workspace::new(&[(
         "claude",
