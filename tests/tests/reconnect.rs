@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use kd_client::KdApiClient;
 use kd_proto::ErrorCode;
+use kd_proto::types::ThreadEvent;
 use kd_tests::{Kdd, Workspace, append, within};
 use tokio::io::AsyncReadExt;
 
@@ -206,4 +207,38 @@ async fn kd_daemon_stop_no_resume_is_accepted_and_stops_kdd() {
         r#"{"jsonrpc":"2.0","id":1,"method":"daemon.shutdown","params":{"resume":"no"}}"#,
     );
     assert_eq!(bad["error"]["code"], -32602, "{bad}");
+}
+
+/// How a run ended, from the first end event of a run among `events`.
+fn cancelled(events: &[ThreadEvent]) -> Option<bool> {
+    events.iter().find_map(|e| match e {
+        ThreadEvent::RunCancelled { interrupted, .. } => Some(*interrupted),
+        _ => None,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_cut_by_a_graceful_stop_ends_interrupted_and_a_cancelled_one_does_not() {
+    let hold = kd_tests::Hold::new();
+    let ws = Workspace::new(&[("claude", "claude", &[("FAKE_HOLD", hold.var())])]);
+    let mut kdd = Kdd::start_with(&["--kill-grace-ms", "300"]);
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let streaming = |e: &[ThreadEvent]| e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }));
+
+    kd_tests::send_one_round(&c, &t, "Cancel me.").await;
+    kd_tests::collect_until(&mut sub, streaming).await;
+    c.run_cancel(t.clone(), Some("claude".into()), None).await.unwrap();
+    let events = kd_tests::collect_until(&mut sub, |e| cancelled(e).is_some()).await;
+    assert_eq!(cancelled(&events), Some(false), "cancelled by the King");
+
+    kd_tests::send_one_round(&c, &t, "Cut me.").await;
+    kd_tests::collect_until(&mut sub, streaming).await;
+    c.daemon_shutdown(None).await.unwrap();
+    // The runs' ends go out before the subscription ends.
+    let events = kd_tests::collect_until(&mut sub, |e| cancelled(e).is_some()).await;
+    assert_eq!(cancelled(&events), Some(true), "cut by kdd stopping: {events:?}");
+    assert!(kdd.wait_exit().success());
+    hold.release();
 }

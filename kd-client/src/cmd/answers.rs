@@ -353,7 +353,10 @@ impl View {
             }
             ThreadEvent::RunFinished { run, .. } => self.end(run, Status::Done, out)?,
             ThreadEvent::RunError { run, error, .. } => self.end(run, Status::Failed(error.clone()), out)?,
-            ThreadEvent::RunCancelled { run, .. } => self.end(run, Status::Cancelled, out)?,
+            ThreadEvent::RunCancelled { run, interrupted, .. } => {
+                let status = if *interrupted { Status::Interrupted } else { Status::Cancelled };
+                self.end(run, status, out)?
+            }
             _ => {}
         }
         Ok(())

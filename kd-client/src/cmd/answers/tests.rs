@@ -101,7 +101,7 @@ fn failures_are_shown_and_listed() {
                 seq: 2,
             },
             delta("claude", "ok"),
-            ThreadEvent::RunCancelled { run: "r-claude".into(), member: "claude".into(), seq: 3 },
+            ThreadEvent::RunCancelled { run: "r-claude".into(), member: "claude".into(), seq: 3, interrupted: false },
         ],
     );
     assert!(out.contains("── codex"), "{out}");
@@ -249,7 +249,7 @@ fn a_runs_end_event_after_its_message_says_how_it_ended() {
         vec![
             delta("claude", "ok"),
             cut("claude", 2, "ok"),
-            ThreadEvent::RunCancelled { run: "r-claude".into(), member: "claude".into(), seq: 2 },
+            ThreadEvent::RunCancelled { run: "r-claude".into(), member: "claude".into(), seq: 2, interrupted: false },
             over(),
         ],
     );
@@ -353,4 +353,21 @@ fn watching_says_when_a_shown_cut_answer_is_asked_again() {
     );
     assert!(out.contains("Par\n(interrupted)\n── claude · interrupted (kdd restarted); asked again"), "{out}");
     assert!(out.ends_with(&format!("── claude {}\nWhole.", "─".repeat(30))), "{out}");
+}
+
+#[test]
+fn a_run_cut_by_kdd_stopping_is_interrupted_not_cancelled() {
+    // A graceful stop (kd daemon restart, an upgrade) ends the runs in
+    // flight live, before the subscription ends.
+    let mut v = View::new(&sent(&["claude"]), false, false);
+    let out = play(
+        &mut v,
+        vec![
+            delta("claude", "Hal"),
+            cut("claude", 2, "Hal"),
+            ThreadEvent::RunCancelled { run: "r-claude".into(), member: "claude".into(), seq: 2, interrupted: true },
+        ],
+    );
+    assert!(out.ends_with("Hal\n(interrupted)\n"), "{out}");
+    assert_eq!(v.failures(), vec!["claude: interrupted (kdd stopped)"]);
 }
