@@ -242,3 +242,45 @@ async fn a_run_cut_by_a_graceful_stop_ends_interrupted_and_a_cancelled_one_does_
     assert!(kdd.wait_exit().success());
     hold.release();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daemon_of_another_protocol_after_a_restart_ends_kd_watch_in_one_line() {
+    let ws = Workspace::new(&[]);
+    let mut kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let mut k = kdd.kd();
+    k.args(["watch", &t, "--reconnect", "30"]);
+    let mut watch = Piped::spawn(k);
+    watch.until(false, "watching thread").await;
+    drop(c);
+    kdd.kill9();
+    watch.until(true, "reconnecting").await;
+    // An upgrade to a kdd that speaks another protocol.
+    let _ = std::fs::remove_file(&kdd.socket);
+    let listener = tokio::net::UnixListener::bind(&kdd.socket).unwrap();
+    let mut module = jsonrpsee::RpcModule::new(());
+    module
+        .register_method(
+            "daemon.hello",
+            |_, _, _| serde_json::json!({"protocol": 99, "version": "9.9.9", "capabilities": [], "pid": 1}),
+        )
+        .unwrap();
+    let (stop, _handle) = jsonrpsee::server::stop_channel();
+    let builder = jsonrpsee::server::Server::builder().to_service_builder();
+    let methods: jsonrpsee::Methods = module.into();
+    let server = tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let svc = builder.clone().build(methods.clone(), stop.clone());
+            tokio::spawn(jsonrpsee::server::serve(stream, svc));
+        }
+    });
+    let code = watch.exit().await;
+    server.abort();
+    let err = watch.stderr();
+    assert_eq!(code, Some(3), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "the notice, then one line: {err}");
+    assert!(lines[1].contains("speaks protocol 99 (version 9.9.9), this kd speaks 1"), "{err}");
+}
