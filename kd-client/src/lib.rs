@@ -13,6 +13,8 @@
 //! - [`Client`]: a WebSocket JSON-RPC connection over the daemon's Unix
 //!   socket that has checked the daemon's protocol version; it derefs to the
 //!   jsonrpsee client, so every `KdApiClient` method is available on it;
+//! - [`follow::Follow`]: a thread's subscription that rides through a
+//!   restart of the daemon (reconnects, resubscribes after the last message);
 //! - [`autostart`]: starting `kdd` when no one answers (F-D5);
 //! - [`http`]: one call over plain HTTP, which gets in when WebSockets cannot;
 //! - [`ClientError`]: failures worded for a one-line message;
@@ -25,6 +27,7 @@
 pub mod autostart;
 mod client;
 mod error;
+pub mod follow;
 pub mod frontmatter;
 pub mod http;
 pub mod markdown;

@@ -26,9 +26,10 @@ pub trait KdApi {
     #[method(name = "daemon.status", param_kind = map)]
     async fn daemon_status(&self) -> RpcResult<DaemonStatus>;
 
-    /// Stop gracefully: runs in flight are cancelled and recorded, then exit 0.
+    /// Stop gracefully: runs in flight are cancelled and recorded, then exit 0;
+    /// the open exchanges resume at the next start unless `resume` is false.
     #[method(name = "daemon.shutdown", param_kind = map)]
-    async fn daemon_shutdown(&self) -> RpcResult<ShutdownAck>;
+    async fn daemon_shutdown(&self, resume: Option<bool>) -> RpcResult<ShutdownAck>;
 
     /// Checks of the database, a workspace's configuration and each member's CLI.
     #[method(name = "daemon.doctor", param_kind = map)]
@@ -301,7 +302,12 @@ pub trait KdApi {
         aggregation: Option<Aggregation>,
         vote: Option<bool>,
         chair: Option<String>,
+        id: Option<String>,
     ) -> RpcResult<Completion>;
+
+    /// The daemon's view of the exchange begun by message `seq` of `thread`.
+    #[method(name = "exchange.get", param_kind = map)]
+    async fn exchange_get(&self, thread: String, seq: u64) -> RpcResult<ExchangeInfo>;
 
     /// An emergency to every member (F-X4).
     #[method(name = "emergency.broadcast", param_kind = map, with_extensions)]

@@ -11,6 +11,8 @@
 //! - [`types`]: params, results and subscription items (serde + JSON Schema);
 //! - [`coord`]: the coordination layer's types (routing, inboxes,
 //!   completions, emergencies, races), re-exported by [`types`];
+//! - [`exchange`]: an exchange's journal as `exchange.get` answers it,
+//!   re-exported by [`types`];
 //! - [`color`]: member colours as configured, and the palette;
 //! - [`order`]: the one order a thread is shown in;
 //! - [`error`]: the stable JSON-RPC error codes;
@@ -24,6 +26,7 @@ pub mod color;
 pub mod coord;
 pub mod duration;
 pub mod error;
+pub mod exchange;
 pub mod member;
 pub mod names;
 pub mod openrpc;

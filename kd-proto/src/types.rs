@@ -3,6 +3,7 @@
 //! milliseconds, ids are short strings of `[a-z0-9-]`.
 
 pub use crate::coord::*;
+pub use crate::exchange::*;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -537,8 +538,15 @@ pub enum ThreadEvent {
     /// The run failed or timed out; the `error` message `seq` says why.
     RunError { run: String, member: String, error: String, timed_out: bool, seq: u64 },
     /// The run was cancelled; message `seq` (kind `interrupted`) holds the
-    /// text it had produced.
-    RunCancelled { run: String, member: String, seq: u64 },
+    /// text it had produced. `interrupted`: it was cut by kdd stopping, not
+    /// cancelled by anyone (absent: false); the daemon may ask again.
+    RunCancelled {
+        run: String,
+        member: String,
+        seq: u64,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        interrupted: bool,
+    },
     /// An exchange moved: round `round` of `rounds` is running, or it ended.
     /// `expected` are the members expected to answer in this round.
     Round { exchange: u64, round: u32, rounds: u32, state: RoundState, expected: Vec<String> },

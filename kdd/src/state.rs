@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
@@ -25,6 +25,10 @@ pub struct Daemon {
     pub hub: Arc<Hub>,
     /// Cancelled once to stop the daemon (signal or `daemon.shutdown`).
     pub shutdown: CancellationToken,
+    /// Set by `daemon.shutdown` with `resume: false` (`kd daemon stop
+    /// --no-resume`): the open exchanges are stopped for good at shutdown
+    /// instead of resumed at the next start.
+    pub no_resume: AtomicBool,
     /// Cancelled once the runs are stopped and recorded at shutdown:
     /// subscriptions deliver what is left and end, connections close.
     pub close: CancellationToken,
@@ -72,6 +76,7 @@ impl Daemon {
             db,
             hub,
             shutdown: CancellationToken::new(),
+            no_resume: AtomicBool::new(false),
             close: CancellationToken::new(),
             open: Arc::new(Connections::default()),
             client_timeout: limits.client_timeout,

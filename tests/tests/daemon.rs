@@ -155,7 +155,7 @@ async fn sigterm_stops_gracefully_and_removes_the_socket() {
 async fn daemon_shutdown_over_rpc_exits_zero() {
     let mut kdd = Kdd::start();
     let client = kdd.client().await;
-    let ack = client.daemon_shutdown().await.unwrap();
+    let ack = client.daemon_shutdown(None).await.unwrap();
     assert!(ack.stopping);
     let status = kdd.wait_exit();
     assert!(status.success(), "{status}");

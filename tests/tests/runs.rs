@@ -772,7 +772,7 @@ async fn daemon_shutdown_records_runs_in_flight_as_interrupted() {
     send(&c, &t, "Go.").await;
     let events = collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))).await;
     let pid = kd_tests::run_pid(&events);
-    let ack = c.daemon_shutdown().await.unwrap();
+    let ack = c.daemon_shutdown(None).await.unwrap();
     assert_eq!(ack.runs_cancelled, 1);
     let status = kdd.wait_exit();
     assert!(status.success());

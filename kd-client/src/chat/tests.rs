@@ -909,3 +909,45 @@ fn work_accept_and_reject_are_asked_of_the_daemon_and_say_what_came_of_it() {
     super::on_reply(&mut app, super::Reply::Accepted(Err(refused)));
     assert!(app.notice.as_deref().unwrap().contains("the merge conflicts in a␛[2J.txt"), "{:?}", app.notice);
 }
+
+/// kdd restarted while claude streamed (issue 24): the chat opens the
+/// thread again — r1 is now its interrupted message — and the daemon asks
+/// claude again (r2 replaces that message). One panel, in r1's place,
+/// streaming r2; nothing left of r1's streaming panel.
+#[test]
+fn reopened_after_a_restart_a_run_asked_again_streams_in_the_interrupted_ones_place() {
+    let mut app = App::new(thread());
+    app.on_sent(&Sent {
+        message: message(1, "king", MessageKind::King, "Q?", None),
+        members: vec!["claude".into(), "codex".into()],
+        rounds: 1,
+        mode: Mode::Broadcast,
+        notice: None,
+        runs: vec![
+            SentRun { run: run_at("r1", "claude", 1), attached: false },
+            SentRun { run: run_at("r3", "codex", 2), attached: false },
+        ],
+    });
+    app.apply(&delta("r1", "claude", "Hal", 3));
+    app.apply(&delta("r3", "codex", "Sure", 4));
+    assert_eq!(app.kinds()[1..], [("claude".into(), Kind::Streaming), ("codex".into(), Kind::Streaming)]);
+
+    // Reconnected: the thread as it stands, then the subscription's snapshot.
+    let mut cut = message(2, "claude", MessageKind::Interrupted, "Hal", Some("r1"));
+    cut.run.as_mut().unwrap().ordinal = Some(1);
+    let mut done = answer(3, "codex", "Sure thing.", "r3", 2);
+    done.reply_to = Some(1);
+    app.load(thread(), &[message(1, "king", MessageKind::King, "Q?", None), cut, done]);
+    let mut again = run_at("r2", "claude", 3);
+    again.replaces = Some(2);
+    again.status = RunStatus::Streaming;
+    app.apply(&ThreadEvent::RunWaiting { run: again });
+    app.apply(&delta("r2", "claude", "Hello", 5));
+    assert_eq!(
+        app.kinds(),
+        [("king".into(), Kind::King), ("claude".into(), Kind::Streaming), ("codex".into(), Kind::Answer)],
+        "one panel per member, the asked-again one in the interrupted one's place"
+    );
+    assert_eq!(app.entries[1].text, "Hello");
+    assert_eq!(app.my_runs_in_flight(), 0, "the runs of before the restart are not waited for");
+}

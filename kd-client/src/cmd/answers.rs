@@ -5,6 +5,12 @@
 //! member's colour on a terminal, plain when piped. `kd ask` follows the
 //! runs of its own exchange until it ends; `kd watch` follows every run of
 //! the thread, and the King's messages, until it is stopped.
+//!
+//! Across a restart of `kdd` (issue 24) the view is fed again from the
+//! last message it saw: a run's message ends the run (the backlog carries
+//! no run events), a snapshot delta re-sends what streamed already (only
+//! what is new past the daemon's `chars` counter is shown), and a run cut
+//! by the restart and asked again (`replaces` its message) is no failure.
 
 use std::io::Write;
 
@@ -19,6 +25,9 @@ enum Status {
     Done,
     Failed(String),
     Cancelled,
+    /// Cut short by kdd stopping (its message is `interrupted`); not a
+    /// failure once a later run replaces it.
+    Interrupted,
 }
 
 #[derive(Debug)]
@@ -33,6 +42,51 @@ struct RunView {
     body: Option<String>,
     status: Status,
     shown: bool,
+    /// Its message, once known (what a run asked again replaces).
+    seq: Option<u64>,
+    /// Characters streamed so far, by the daemon's count (see `Delta`).
+    chars: u64,
+    /// A later run answers in its place.
+    replaced: bool,
+    /// It answers in place of a run whose partial answer was shown: its
+    /// header says so first.
+    after_cut: Option<String>,
+}
+
+impl RunView {
+    /// What of a delta is new: the daemon counts the run's characters
+    /// (`chars`, after the delta; 0 from a daemon that does not), so a
+    /// snapshot re-sent after a reconnect shows only its unseen tail, and
+    /// one already seen nothing.
+    fn new_text(&mut self, text: &str, chars: u64) -> Option<String> {
+        if chars == 0 {
+            return Some(text.to_string());
+        }
+        if chars <= self.chars {
+            return None;
+        }
+        let fresh = (chars - self.chars) as usize;
+        self.chars = chars;
+        let n = text.chars().count();
+        Some(if fresh >= n { text.to_string() } else { text.chars().skip(n - fresh).collect() })
+    }
+
+    fn new(id: String, member: String, round: Option<u32>, purpose: Option<Purpose>) -> RunView {
+        RunView {
+            id,
+            member,
+            round,
+            purpose,
+            streamed: String::new(),
+            body: None,
+            status: Status::Running,
+            shown: false,
+            seq: None,
+            chars: 0,
+            replaced: false,
+            after_cut: None,
+        }
+    }
 }
 
 /// What the terminal shows: one exchange's runs, round after round,
@@ -63,6 +117,12 @@ pub struct View {
     notes: Vec<String>,
     /// The seqs of the exchange's answers (kd's word on one is about it).
     answers: std::collections::HashSet<u64>,
+    /// A run its message ended whose end is not shown yet: the run's own
+    /// end event, when it follows, says how it ended exactly.
+    unclosed: Option<String>,
+    /// Runs cut short whose partial answer was shown and forgotten
+    /// (watching), by their message: a run asked again in their place says so.
+    cut: std::collections::HashMap<u64, String>,
 }
 
 impl View {
@@ -70,16 +130,7 @@ impl View {
         let runs = sent
             .runs
             .iter()
-            .map(|r| RunView {
-                id: r.run.id.clone(),
-                member: r.run.member.clone(),
-                round: r.run.round,
-                purpose: r.run.purpose,
-                streamed: String::new(),
-                body: None,
-                status: Status::Running,
-                shown: false,
-            })
+            .map(|r| RunView::new(r.run.id.clone(), r.run.member.clone(), r.run.round, r.run.purpose))
             .collect();
         View {
             runs,
@@ -96,6 +147,8 @@ impl View {
             last_seq: 0,
             notes: Vec::new(),
             answers: Default::default(),
+            unclosed: None,
+            cut: Default::default(),
         }
     }
 
@@ -129,6 +182,8 @@ impl View {
             last_seq: 0,
             notes: Vec::new(),
             answers: Default::default(),
+            unclosed: None,
+            cut: Default::default(),
         }
     }
 
@@ -146,6 +201,16 @@ impl View {
         m.kind == MessageKind::System && m.from == KD && m.purpose.is_none() && about_ours
     }
 
+    /// The exchange is over, as `exchange.get` said after a reconnect.
+    pub fn exchange_ended(&mut self) {
+        self.exchange_over = true;
+    }
+
+    /// Shows what is left to show (the end of a run its message ended).
+    pub fn finish(&mut self, out: &mut impl Write) -> std::io::Result<()> {
+        self.close_unclosed(None, out)
+    }
+
     pub fn all_done(&self) -> bool {
         self.exchange_over && self.runs.iter().all(|r| r.status != Status::Running && (self.json || r.shown))
     }
@@ -159,10 +224,11 @@ impl View {
     pub fn failures(&self) -> Vec<String> {
         let mut seen: Vec<&str> = Vec::new();
         let mut out = Vec::new();
-        for r in &self.runs {
+        for r in self.runs.iter().filter(|r| !r.replaced) {
             let line = match &r.status {
                 Status::Failed(why) => why.clone(),
                 Status::Cancelled => format!("{}: cancelled", r.member),
+                Status::Interrupted => format!("{}: interrupted (kdd stopped)", r.member),
                 _ => continue,
             };
             if !seen.contains(&r.member.as_str()) {
@@ -201,28 +267,33 @@ impl View {
                 writeln!(out, "{}", serde_json::to_string(e).unwrap_or_default())?;
             }
         }
+        let ends = match e {
+            ThreadEvent::RunFinished { run, .. }
+            | ThreadEvent::RunError { run, .. }
+            | ThreadEvent::RunCancelled { run, .. } => Some(run.as_str()),
+            _ => None,
+        };
+        self.close_unclosed(ends, out)?;
         match e {
             ThreadEvent::RunWaiting { run } if self.ours(run.exchange) && self.index(&run.id).is_none() => {
-                self.runs.push(RunView {
-                    id: run.id.clone(),
-                    member: run.member.clone(),
-                    round: run.round,
-                    purpose: run.purpose,
-                    streamed: String::new(),
-                    body: None,
-                    status: Status::Running,
-                    shown: false,
-                });
+                let mut view = RunView::new(run.id.clone(), run.member.clone(), run.round, run.purpose);
+                if let Some(cut) = run.replaces {
+                    view.after_cut = self.replace(cut);
+                }
+                self.runs.push(view);
             }
             ThreadEvent::Round { exchange, state, rounds, .. } if self.ours(Some(*exchange)) => {
                 if self.exchange.is_none() {
                     self.rounds = *rounds;
-                } else if *state != RoundState::Running {
-                    self.exchange_over = true;
+                } else {
+                    // Running again after a reconnect: the daemon goes on with it.
+                    self.exchange_over = *state != RoundState::Running;
                 }
             }
-            ThreadEvent::Delta { run, text, .. } => {
+            ThreadEvent::Delta { run, text, chars, .. } => {
                 let Some(i) = self.index(run) else { return Ok(()) };
+                let Some(text) = self.runs[i].new_text(text, *chars) else { return Ok(()) };
+                let text = &text;
                 self.runs[i].streamed.push_str(text);
                 if self.json {
                     return Ok(());
@@ -247,7 +318,24 @@ impl View {
                 };
                 if let Some(i) = message.run.as_ref().and_then(|m| m.run_id.as_deref()).and_then(|id| self.index(id)) {
                     self.runs[i].body = Some(message.body.clone());
+                    self.runs[i].seq = Some(message.seq);
                     self.answers.insert(message.seq);
+                    // After a reconnect the backlog brings the message
+                    // alone: it ends the run. Its end event, when it comes
+                    // next, says exactly how (see `close_unclosed`).
+                    if self.runs[i].status == Status::Running {
+                        let r = &mut self.runs[i];
+                        r.status = match message.kind {
+                            MessageKind::Error => Status::Failed(format!(
+                                "{}: {}",
+                                r.member,
+                                message.body.trim().lines().next().unwrap_or("failed")
+                            )),
+                            MessageKind::Interrupted => Status::Interrupted,
+                            _ => Status::Done,
+                        };
+                        self.unclosed = Some(r.id.clone());
+                    }
                 } else if self.is_note(message) {
                     if !self.json {
                         self.notes.push(message.body.clone());
@@ -255,22 +343,20 @@ impl View {
                     }
                 } else if self.exchange.is_none() && shown_whole {
                     // Watching: what the King said, or kd's tally, in its turn.
-                    self.runs.push(RunView {
-                        id: format!("message {}", message.seq),
-                        member: message.from.clone(),
-                        round: None,
-                        purpose: message.purpose,
-                        streamed: String::new(),
-                        body: Some(message.body.clone()),
-                        status: Status::Done,
-                        shown: false,
-                    });
+                    let mut view =
+                        RunView::new(format!("message {}", message.seq), message.from.clone(), None, message.purpose);
+                    view.body = Some(message.body.clone());
+                    view.status = Status::Done;
+                    self.runs.push(view);
                     self.show_waiting(out)?;
                 }
             }
             ThreadEvent::RunFinished { run, .. } => self.end(run, Status::Done, out)?,
             ThreadEvent::RunError { run, error, .. } => self.end(run, Status::Failed(error.clone()), out)?,
-            ThreadEvent::RunCancelled { run, .. } => self.end(run, Status::Cancelled, out)?,
+            ThreadEvent::RunCancelled { run, interrupted, .. } => {
+                let status = if *interrupted { Status::Interrupted } else { Status::Cancelled };
+                self.end(run, status, out)?
+            }
             _ => {}
         }
         Ok(())
@@ -279,6 +365,11 @@ impl View {
     fn end(&mut self, run: &str, status: Status, out: &mut impl Write) -> std::io::Result<()> {
         let Some(i) = self.index(run) else { return Ok(()) };
         self.runs[i].status = status;
+        self.shown_end(i, out)
+    }
+
+    /// Shows that run `i` ended: the live answer closed, the next one on.
+    fn shown_end(&mut self, i: usize, out: &mut impl Write) -> std::io::Result<()> {
         if self.json {
             return Ok(());
         }
@@ -288,6 +379,38 @@ impl View {
             self.live = None;
         }
         self.show_waiting(out)
+    }
+
+    /// Shows the end of the run its message ended, unless the event at
+    /// hand is that run's own end (`ending`), which shows it as it says.
+    fn close_unclosed(&mut self, ending: Option<&str>, out: &mut impl Write) -> std::io::Result<()> {
+        let Some(run) = self.unclosed.take() else { return Ok(()) };
+        if ending == Some(run.as_str()) {
+            return Ok(());
+        }
+        match self.index(&run) {
+            Some(i) => self.shown_end(i, out),
+            None => Ok(()),
+        }
+    }
+
+    /// A run asked again in place of the one whose message is `cut`: that
+    /// one is no failure, and is not shown when it was not yet. The member
+    /// named when its partial answer was shown.
+    fn replace(&mut self, cut: u64) -> Option<String> {
+        if let Some(member) = self.cut.remove(&cut) {
+            return Some(member);
+        }
+        let r = self.runs.iter_mut().find(|r| {
+            r.seq == Some(cut) && matches!(r.status, Status::Interrupted | Status::Cancelled) && !r.replaced
+        })?;
+        r.replaced = true;
+        if r.shown {
+            Some(r.member.clone())
+        } else {
+            r.shown = true;
+            None
+        }
     }
 
     /// Ends a live answer with the answer as stored when it differs from
@@ -325,7 +448,8 @@ impl View {
                 self.emit(out, &text)?;
                 self.live = Some(j);
             } else {
-                if self.runs[j].status == Status::Done {
+                if matches!(self.runs[j].status, Status::Done | Status::Interrupted) {
+                    // An interrupted run's message holds what it had said.
                     let text = self.runs[j].body.clone().unwrap_or_else(|| self.runs[j].streamed.clone());
                     self.emit(out, &text)?;
                 }
@@ -342,7 +466,13 @@ impl View {
             }
         }
         if self.exchange.is_none() && self.live.is_none() {
-            // Watching never ends: forget what is on the screen already.
+            // Watching never ends: forget what is on the screen already
+            // (but which cut answers it showed, in case they are asked again).
+            for r in self.runs.iter().filter(|r| r.shown && !r.replaced) {
+                if let (Some(seq), Status::Interrupted | Status::Cancelled) = (r.seq, &r.status) {
+                    self.cut.insert(seq, r.member.clone());
+                }
+            }
             self.runs.retain(|r| !r.shown || r.status == Status::Running);
         }
         out.flush()
@@ -357,6 +487,15 @@ impl View {
     }
 
     fn header(&mut self, i: usize, out: &mut impl Write) -> std::io::Result<()> {
+        if let Some(member) = self.runs[i].after_cut.take() {
+            if !self.at_line_start {
+                writeln!(out)?;
+            }
+            let label = format!("── {member} · interrupted (kdd restarted); asked again ");
+            let rule = "─".repeat(40usize.saturating_sub(label.chars().count()).max(2));
+            writeln!(out, "{}", dim(self.color, &format!("{label}{rule}")))?;
+            self.at_line_start = true;
+        }
         let r = &self.runs[i];
         let label = match (r.purpose, r.round) {
             (Some(Purpose::Tally), _) => "── vote ".to_string(),
@@ -384,227 +523,11 @@ impl View {
         match &self.runs[i].status {
             Status::Failed(why) => writeln!(out, "{}", paint(self.color, 31, &format!("✗ {}", safe(why)))),
             Status::Cancelled => writeln!(out, "{}", dim(self.color, "(cancelled)")),
+            Status::Interrupted => writeln!(out, "{}", dim(self.color, "(interrupted)")),
             _ => Ok(()),
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::testkit::{self, run_info};
-    use kd_proto::types::{Message, MessageKind, SentRun};
-
-    fn sent(members: &[&str]) -> Sent {
-        Sent {
-            message: message(1, "king", "q", None),
-            members: members.iter().map(|m| m.to_string()).collect(),
-            rounds: 1,
-            mode: kd_proto::types::Mode::Broadcast,
-            notice: None,
-            runs: members.iter().map(|m| SentRun { run: run_info(&format!("r-{m}"), m), attached: false }).collect(),
-        }
-    }
-
-    fn message(seq: u64, from: &str, body: &str, run: Option<&str>) -> Message {
-        let kind = if from == "king" { MessageKind::King } else { MessageKind::Agent };
-        testkit::message(seq, from, kind, body, run)
-    }
-
-    fn delta(member: &str, text: &str) -> ThreadEvent {
-        ThreadEvent::Delta { run: format!("r-{member}"), member: member.into(), text: text.into(), chars: 0 }
-    }
-
-    fn finished(member: &str, seq: u64, body: &str) -> Vec<ThreadEvent> {
-        vec![
-            ThreadEvent::Message { message: Box::new(message(seq, member, body, Some(&format!("r-{member}")))) },
-            ThreadEvent::RunFinished { run: format!("r-{member}"), member: member.into(), seq },
-        ]
-    }
-
-    fn over() -> ThreadEvent {
-        ThreadEvent::Round {
-            exchange: 1,
-            round: 1,
-            rounds: 1,
-            state: kd_proto::types::RoundState::Done,
-            expected: vec![],
-        }
-    }
-
-    fn play(view: &mut View, events: Vec<ThreadEvent>) -> String {
-        let mut out = Vec::new();
-        for e in events {
-            view.on_event(&e, &mut out).unwrap();
-        }
-        String::from_utf8(out).unwrap()
-    }
-
-    #[test]
-    fn answers_never_interleave_and_waiting_ones_follow_whole() {
-        let mut v = View::new(&sent(&["claude", "codex"]), false, false);
-        let mut events = vec![delta("claude", "Hel"), delta("codex", "I think"), delta("claude", "lo.")];
-        events.extend(finished("codex", 2, "I think so."));
-        events.push(delta("claude", "\nMore."));
-        events.extend(finished("claude", 3, "Hello.\nMore."));
-        let out = play(&mut v, events);
-        assert!(!v.all_done(), "not before the exchange ends");
-        play(&mut v, vec![over()]);
-        let rule = |m: &str| format!("── {m} {}", "─".repeat(40 - 4 - m.len()));
-        assert_eq!(out, format!("{}\nHello.\nMore.\n\n{}\nI think so.\n", rule("claude"), rule("codex")));
-        assert!(v.all_done());
-        assert!(v.failures().is_empty());
-    }
-
-    #[test]
-    fn later_rounds_join_the_view_with_their_round_in_the_header() {
-        let mut s = sent(&["claude"]);
-        s.rounds = 2;
-        let mut v = View::new(&s, false, false);
-        let mut second = s.runs[0].run.clone();
-        second.id = "r-claude-2".into();
-        second.round = Some(2);
-        let mut events = vec![delta("claude", "one")];
-        events.extend(finished("claude", 2, "one"));
-        events.push(ThreadEvent::RunWaiting { run: second.clone() });
-        events.push(ThreadEvent::Delta {
-            run: second.id.clone(),
-            member: "claude".into(),
-            text: "two".into(),
-            chars: 3,
-        });
-        events.push(ThreadEvent::Message { message: Box::new(message(3, "claude", "two", Some("r-claude-2"))) });
-        events.push(ThreadEvent::RunFinished { run: second.id.clone(), member: "claude".into(), seq: 3 });
-        events.push(ThreadEvent::Round {
-            exchange: 1,
-            round: 2,
-            rounds: 2,
-            state: kd_proto::types::RoundState::Done,
-            expected: vec![],
-        });
-        let out = play(&mut v, events);
-        assert!(out.contains("── claude · round 1 ─"), "{out}");
-        assert!(out.contains("── claude · round 2 ─"), "{out}");
-        assert!(out.ends_with("two\n"), "{out}");
-        assert!(v.all_done());
-    }
-
-    #[test]
-    fn failures_are_shown_and_listed() {
-        let mut v = View::new(&sent(&["claude", "codex"]), false, false);
-        let out = play(
-            &mut v,
-            vec![
-                ThreadEvent::RunError {
-                    run: "r-codex".into(),
-                    member: "codex".into(),
-                    error: "codex: timed out after 1 s".into(),
-                    timed_out: true,
-                    seq: 2,
-                },
-                delta("claude", "ok"),
-                ThreadEvent::RunCancelled { run: "r-claude".into(), member: "claude".into(), seq: 3 },
-            ],
-        );
-        assert!(out.contains("── codex"), "{out}");
-        assert!(out.contains("✗ codex: timed out after 1 s"), "{out}");
-        assert!(out.contains("ok\n(cancelled)"), "{out}");
-        assert_eq!(v.failures(), vec!["claude: cancelled", "codex: timed out after 1 s"], "in member order");
-    }
-
-    #[test]
-    fn a_live_answer_ends_with_the_stored_answer_when_they_differ() {
-        let mut v = View::new(&sent(&["cursor", "codex"]), false, false);
-        let mut events = vec![delta("cursor", "cursor: Hello"), delta("cursor", " Hello there.")];
-        events.extend(finished("cursor", 2, "Hello there."));
-        events.push(delta("codex", "Same."));
-        events.extend(finished("codex", 3, "Same."));
-        events.push(over());
-        let out = play(&mut v, events);
-        let rule = |m: &str| format!("── {m} {}", "─".repeat(40 - 4 - m.len()));
-        let kept = format!("── cursor · as kd keeps it {}", "─".repeat(40 - 27));
-        assert_eq!(
-            out,
-            format!(
-                "{}\ncursor: Hello Hello there.\n{kept}\nHello there.\n\n{}\nSame.\n",
-                rule("cursor"),
-                rule("codex")
-            )
-        );
-    }
-
-    #[test]
-    fn kds_word_on_the_exchange_waits_for_the_live_answer_and_is_marked() {
-        let mut v = View::new(&sent(&["claude", "codex"]), false, false);
-        let mut note = testkit::message(4, "kd", MessageKind::System, "Budget reached.", None);
-        note.reply_to = Some(2);
-        let mut elsewhere = testkit::message(5, "kd", MessageKind::System, "Not about this exchange.", None);
-        elsewhere.reply_to = Some(99);
-        let mut events = vec![delta("claude", "Yes")];
-        events.extend(finished("codex", 2, "No."));
-        events.push(ThreadEvent::Message { message: Box::new(note) });
-        events.push(ThreadEvent::Message { message: Box::new(elsewhere) });
-        events.push(delta("claude", "."));
-        events.extend(finished("claude", 3, "Yes."));
-        let out = play(&mut v, events);
-        assert!(out.ends_with("No.\nkd: Budget reached.\n"), "after the answers, not inside one: {out}");
-        assert!(!out.contains("Not about this exchange"), "{out}");
-    }
-
-    #[test]
-    fn json_mode_carries_the_stored_answer_before_the_end_of_its_run() {
-        let mut v = View::new(&sent(&["cursor"]), false, true);
-        let mut events = vec![delta("cursor", "cursor: Hi")];
-        events.extend(finished("cursor", 2, "Hi."));
-        let out = play(&mut v, events);
-        let lines: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-        assert_eq!(lines[1]["type"], "message");
-        assert_eq!(lines[1]["message"]["body"], "Hi.");
-        assert_eq!(lines[2]["type"], "run_finished");
-    }
-
-    #[test]
-    fn on_a_terminal_labels_are_coloured_per_member() {
-        let mut v = View::new(&sent(&["claude"]), true, false);
-        let out = play(&mut v, vec![delta("claude", "hi")]);
-        assert!(out.starts_with("\x1b[1m\x1b[38;5;166m── claude "), "{out:?}");
-        assert!(out.ends_with("\x1b[0m\x1b[0m\nhi"), "{out:?}");
-    }
-
-    #[test]
-    fn json_mode_prints_this_sends_events_as_lines() {
-        let mut v = View::new(&sent(&["claude"]), false, true);
-        let mut events = vec![delta("claude", "x"), delta("other", "not ours")];
-        events.extend(finished("claude", 2, "x"));
-        events.push(over());
-        let out = play(&mut v, events);
-        let lines: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-        assert_eq!(lines.len(), 4);
-        assert_eq!(lines[0]["type"], "delta");
-        assert_eq!(lines[2]["type"], "run_finished");
-        assert_eq!(lines[3]["type"], "round");
-        assert!(v.all_done());
-    }
-
-    #[test]
-    fn watching_shows_the_kings_messages_and_every_exchanges_runs_in_turn() {
-        let mut v = View::watching(false, Palette::default());
-        let mut r1 = run_info("r-claude", "claude");
-        r1.exchange = Some(7);
-        let mut events = vec![
-            ThreadEvent::Message { message: Box::new(message(7, "king", "Who is there?", None)) },
-            ThreadEvent::RunWaiting { run: r1 },
-            delta("claude", "Me."),
-        ];
-        events.extend(finished("claude", 8, "Me."));
-        events.push(ThreadEvent::Message { message: Box::new(message(9, "king", "Anyone else?", None)) });
-        let out = play(&mut v, events);
-        let rule = |m: &str| format!("── {m} {}", "─".repeat(40 - 4 - m.len()));
-        assert_eq!(
-            out,
-            format!("{}\nWho is there?\n\n{}\nMe.\n\n{}\nAnyone else?\n", rule("king"), rule("claude"), rule("king"))
-        );
-        assert!(!v.all_done(), "watching goes on");
-        assert!(v.runs.is_empty(), "what is on the screen is forgotten");
-    }
-}
+mod tests;

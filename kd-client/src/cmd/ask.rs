@@ -3,13 +3,15 @@
 
 use std::io::{Read, Write};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use kd_client::follow::{self, Follow, Next};
 use kd_client::style::Palette;
 use kd_client::{Client, ClientError, KdApiClient, workspace};
 use kd_proto::ErrorCode;
-use kd_proto::types::{Completion, Lineage, NewThread, RunStatus, Thread, ThreadEvent};
+use kd_proto::types::{Completion, ExchangeState, Lineage, NewThread, RunStatus, Thread, ThreadEvent};
 
 use super::Ctx;
 use super::answers::View;
@@ -61,6 +63,9 @@ pub struct AskArgs {
     /// A chair member writes one final answer from all answers (after the vote with --vote)
     #[arg(long, value_name = "CHAIR", conflicts_with = "no_wait")]
     synthesize: Option<String>,
+    /// When kdd goes away, reconnect for up to this long and go on (0: exit at once)
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    reconnect: u64,
 }
 
 pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
@@ -77,11 +82,11 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client().await?;
     let mut target = resolve_thread(&client, a.thread.clone(), a.new, a.context, a.title.clone()).await?;
     if a.first || a.vote || a.synthesize.is_some() {
-        return complete(ctx, &client, target, question, a).await;
+        return complete(ctx, client, target, question, a).await;
     }
     let to = (!a.to.is_empty()).then_some(a.to);
     let mute = (!a.mute.is_empty()).then_some(a.mute);
-    let (thread, mut sub, sent) = loop {
+    let (thread, since, sub, sent) = loop {
         let (id, since, new_thread) = match &target {
             Target::Existing(t) => (t.id.clone(), t.last_seq, None),
             Target::New(spec) => (kd_client::new_thread_id(), 0, Some(spec.clone())),
@@ -110,7 +115,7 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
             Err(e) if new_thread.is_some() && e.code() == Some(ErrorCode::AlreadyExists) => {
                 target = resolve_thread(&client, None, a.new, a.context, a.title.clone()).await?;
             }
-            sent => break (id, sub, sent?),
+            sent => break (id, since, sub, sent?),
         }
     };
     if let Some(notice) = &sent.notice {
@@ -137,28 +142,39 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
     }
     let mut out = stdout.lock();
     let mut interrupted = false;
+    // Rides through a restart of kdd: the notices go to stderr, so stdout
+    // stays the answers.
+    let mut follow = Follow::new(client, sub, thread.clone(), since, Duration::from_secs(a.reconnect));
     // One listener for the whole exchange: a Ctrl+C that comes while an
     // event is being shown is not lost.
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     while !view.all_done() {
         tokio::select! {
-            event = sub.next() => match event {
-                Some(Ok(e)) => view.on_event(&e, &mut out)?,
-                Some(Err(e)) => return Err(anyhow::anyhow!("bad event from kdd: {e}")),
-                None => return Err(ClientError::Transport("the daemon closed the subscription".into()).into()),
+            next = follow.next() => match next {
+                Next::Event(e) => view.on_event(&e, &mut out)?,
+                Next::Reconnecting => errln!("kd: kdd went away; reconnecting (up to {} s)…", a.reconnect),
+                Next::Reconnected => {
+                    errln!("kd: reconnected");
+                    if exchange_over(follow.client(), &thread, sent.message.seq).await {
+                        view.exchange_ended();
+                    }
+                }
+                Next::Gone(e) => return Err(e.into()),
             },
             _ = interrupt.recv() => {
-                // The first Ctrl+C cancels the runs; the second leaves at once.
+                // The first Ctrl+C cancels the runs (through the connection
+                // of the moment); the second leaves at once.
                 if interrupted {
                     return Ok(ExitCode::from(130));
                 }
                 interrupted = true;
                 for id in view.pending() {
-                    let _ = client.run_cancel(thread.clone(), None, Some(id)).await;
+                    let _ = follow.client().run_cancel(thread.clone(), None, Some(id)).await;
                 }
             }
         }
     }
+    view.finish(&mut out)?;
     out.flush()?;
     drop(out);
     let failures = view.failures();
@@ -168,16 +184,24 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
     Ok(if failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_MEMBER_FAILED) })
 }
 
+/// Whether the exchange begun by message `seq` is over, as the daemon's
+/// journal says after a reconnect. A daemon without a journal of it (none
+/// for that message, or a daemon from before journals) cannot go on with
+/// it: what it left is in the backlog, and then it is over. Open: the
+/// daemon goes on with it, and its events say when it ends.
+async fn exchange_over(client: &Client, thread: &str, seq: u64) -> bool {
+    match client.exchange_get(thread.to_string(), seq).await.map_err(ClientError::from) {
+        Ok(x) => x.state != ExchangeState::Open,
+        // Gone again: the follower notices, and asks again once back.
+        Err(e) if e.is_connection() => false,
+        Err(_) => true,
+    }
+}
+
 /// `--first`, `--vote`, `--synthesize`: one `completion.agents` call. On
 /// the way the answers, ballots, tally and synthesis stream as `kd ask`
 /// shows answers; the summary follows. With `--json`, the completion alone.
-async fn complete(
-    ctx: &Ctx,
-    client: &Client,
-    target: Target,
-    question: String,
-    a: AskArgs,
-) -> anyhow::Result<ExitCode> {
+async fn complete(ctx: &Ctx, client: Client, target: Target, question: String, a: AskArgs) -> anyhow::Result<ExitCode> {
     use kd_proto::types::{Aggregation, Wait};
     let mut target = target;
     let (thread, since, workspace) = loop {
@@ -192,7 +216,7 @@ async fn complete(
                     Ok(t) => break (t.id, t.last_seq, t.workspace),
                     // The workspace's trunk was made meanwhile: ask there.
                     Err(e) if e.code() == Some(ErrorCode::AlreadyExists) => {
-                        target = resolve_thread(client, None, a.new, a.context, a.title.clone()).await?;
+                        target = resolve_thread(&client, None, a.new, a.context, a.title.clone()).await?;
                     }
                     Err(e) => return Err(e.into()),
                 }
@@ -207,20 +231,13 @@ async fn complete(
     let wait = if a.first { Wait::First } else { Wait::All };
     let to = (!a.to.is_empty()).then_some(a.to);
     // Subscribed before asking, so nothing of the completion is missed.
-    let mut sub = client.thread_subscribe(thread.clone(), Some(since), None).await.map_err(ClientError::from)?;
+    let sub = client.thread_subscribe(thread.clone(), Some(since), None).await.map_err(ClientError::from)?;
     // A completion lasts as long as its members take: no request timeout.
-    let long = ctx.client_waiting().await?;
-    let call = long.completion_agents(
-        thread.clone(),
-        question,
-        to,
-        Some(wait),
-        a.timeout,
-        Some(aggregation),
-        Some(a.vote),
-        a.synthesize,
-    );
-    tokio::pin!(call);
+    let mut long = ctx.client_waiting().await?;
+    // The completion's name: asked again after a reconnect, the daemon
+    // attaches the call to the completion it runs under that name.
+    let id = format!("c-{}", kd_client::new_thread_id());
+    let patience = Duration::from_secs(a.reconnect);
     let color = !a.json && ctx.styled();
     let mut view = View::following(color, Palette::default());
     if color {
@@ -232,23 +249,52 @@ async fn complete(
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut interrupted = false;
     let mut live = !a.json;
+    let mut follow = Follow::new(client, sub, thread.clone(), since, patience);
     let c = loop {
-        tokio::select! {
-            done = &mut call => break done.map_err(ClientError::from)?,
-            event = sub.next(), if live => match event {
-                Some(Ok(e)) => view.on_event(&e, &mut out)?,
-                // The result still comes whole at the end.
-                Some(Err(_)) | None => live = false,
-            },
-            _ = interrupt.recv() => {
-                // The first Ctrl+C cancels the runs (the completion then
-                // ends with what it has); the second leaves at once.
-                if interrupted {
-                    return Ok(ExitCode::from(130));
+        let answered = {
+            let call = long.completion_agents(
+                thread.clone(),
+                question.clone(),
+                to.clone(),
+                Some(wait),
+                a.timeout,
+                Some(aggregation),
+                Some(a.vote),
+                a.synthesize.clone(),
+                Some(id.clone()),
+            );
+            tokio::pin!(call);
+            loop {
+                tokio::select! {
+                    done = &mut call => match done.map_err(ClientError::from) {
+                        Ok(c) => break Some(c),
+                        // kdd went away during the call: once it is back, ask
+                        // again under the same name.
+                        Err(e) if e.is_connection() && !patience.is_zero() => break None,
+                        Err(e) => return Err(e.into()),
+                    },
+                    next = follow.next(), if live => match next {
+                        Next::Event(e) => view.on_event(&e, &mut out)?,
+                        Next::Reconnecting => errln!("kd: kdd went away; reconnecting (up to {} s)…", a.reconnect),
+                        Next::Reconnected => errln!("kd: reconnected"),
+                        // The result still comes whole at the end.
+                        Next::Gone(_) => live = false,
+                    },
+                    _ = interrupt.recv() => {
+                        // The first Ctrl+C cancels the runs (the completion then
+                        // ends with what it has); the second leaves at once.
+                        if interrupted {
+                            return Ok(ExitCode::from(130));
+                        }
+                        interrupted = true;
+                        let _ = follow.client().run_cancel(thread.clone(), None, None).await;
+                    }
                 }
-                interrupted = true;
-                let _ = client.run_cancel(thread.clone(), None, None).await;
             }
+        };
+        match answered {
+            Some(c) => break c,
+            None => long = reconnect_waiting(ctx, patience).await?,
         }
     };
     if a.json {
@@ -257,11 +303,13 @@ async fn complete(
         // What the completion wrote may still be on its way to us.
         let last = completion_seqs(&c).max().unwrap_or(c.seq);
         while live && !view.settled(last) {
-            match sub.next().await {
-                Some(Ok(e)) if !matches!(e, ThreadEvent::Lagged { .. }) => view.on_event(&e, &mut out)?,
+            match follow.next().await {
+                Next::Event(e) if !matches!(e, ThreadEvent::Lagged { .. }) => view.on_event(&e, &mut out)?,
+                Next::Reconnecting | Next::Reconnected => {}
                 _ => live = false,
             }
         }
+        view.finish(&mut out)?;
         if !live {
             print_completion(&c, &mut out)?;
         }
@@ -275,6 +323,23 @@ async fn complete(
     out.flush()?;
     let failed = c.summary.errors + c.summary.timeouts > 0;
     Ok(if failed { ExitCode::from(EXIT_MEMBER_FAILED) } else { ExitCode::SUCCESS })
+}
+
+/// A connection without a request timeout again, for at most `patience`,
+/// with the follower's backoff.
+async fn reconnect_waiting(ctx: &Ctx, patience: Duration) -> Result<Client, ClientError> {
+    let deadline = tokio::time::Instant::now() + patience;
+    let mut wait = follow::FIRST_BACKOFF;
+    loop {
+        match ctx.client_waiting().await {
+            Ok(c) => return Ok(c),
+            Err(e @ (ClientError::Protocol { .. } | ClientError::Untrusted { .. })) => return Err(e),
+            Err(e) if tokio::time::Instant::now() + wait > deadline => return Err(e),
+            Err(_) => {}
+        }
+        tokio::time::sleep(wait).await;
+        wait = follow::backoff(wait);
+    }
 }
 
 /// Every message a completion wrote.

@@ -4,8 +4,10 @@
 
 use std::io::Write;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Args;
+use kd_client::follow::{Follow, Next};
 use kd_client::style::Palette;
 use kd_client::terminal::safe;
 use kd_client::{ClientError, KdApiClient};
@@ -17,6 +19,9 @@ use super::answers::View;
 pub struct WatchArgs {
     /// Thread id [default: the current thread of this workspace and branch]
     thread: Option<String>,
+    /// When kdd goes away, reconnect for up to this long and go on (0: exit at once)
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    reconnect: u64,
 }
 
 pub async fn run(ctx: &Ctx, a: WatchArgs) -> anyhow::Result<ExitCode> {
@@ -27,10 +32,12 @@ pub async fn run(ctx: &Ctx, a: WatchArgs) -> anyhow::Result<ExitCode> {
         true => Palette::from_config(client.config_get(thread.workspace.clone()).await.ok().as_ref(), &thread.members),
         false => Palette::default(),
     };
-    let mut sub =
+    let sub =
         client.thread_subscribe(thread.id.clone(), Some(thread.last_seq), None).await.map_err(ClientError::from)?;
     outln!("watching thread {} · {} (Ctrl+C to stop)", thread.id, safe(&thread.workspace))?;
     let mut view = View::watching(color, palette);
+    // Rides through a restart of kdd: from the last message seen, once.
+    let mut follow = Follow::new(client, sub, thread.id.clone(), thread.last_seq, Duration::from_secs(a.reconnect));
     // One listener for the whole watch: a Ctrl+C that comes while an event
     // is being shown is not lost.
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
@@ -38,14 +45,16 @@ pub async fn run(ctx: &Ctx, a: WatchArgs) -> anyhow::Result<ExitCode> {
     let mut out = stdout.lock();
     loop {
         tokio::select! {
-            event = sub.next() => match event {
-                Some(Ok(e)) => view.on_event(&e, &mut out)?,
-                Some(Err(e)) => return Err(anyhow::anyhow!("bad event from kdd: {e}")),
-                None => return Err(ClientError::Transport("the daemon closed the subscription".into()).into()),
+            next = follow.next() => match next {
+                Next::Event(e) => view.on_event(&e, &mut out)?,
+                Next::Reconnecting => errln!("kd: kdd went away; reconnecting (up to {} s)…", a.reconnect),
+                Next::Reconnected => errln!("kd: reconnected"),
+                Next::Gone(e) => return Err(e.into()),
             },
             _ = interrupt.recv() => break,
         }
     }
+    view.finish(&mut out)?;
     out.flush()?;
     Ok(ExitCode::SUCCESS)
 }

@@ -127,7 +127,8 @@ fn build() -> (Vec<MethodDoc>, Value) {
         "Protocol version and capabilities. Clients call it first and refuse another protocol.",
     );
     b.method::<DaemonStatus>("daemon.status", "status", "Version, pid, uptime, socket and database paths, schema version, counts of threads, runs, clients and subscriptions.");
-    b.method::<ShutdownAck>("daemon.shutdown", "ack", "Stop gracefully: stop accepting, cancel runs in flight and record them as interrupted, close the database, remove the socket, exit 0.");
+    b.method::<ShutdownAck>("daemon.shutdown", "ack", "Stop gracefully: stop accepting, cancel runs in flight and record them as interrupted, close the database, remove the socket, exit 0. The exchanges it cut resume at the next start, unless resume is false: then they are stopped for good.");
+    b.param::<bool>("resume", false, "resume the exchanges cut at the next start (default true)");
     b.method::<Vec<Check>>("daemon.doctor", "checks", "Checks, one per line of `kd doctor`: the database (integrity), the workspace's configuration, and each member's CLI as the daemon would run it (found, `--version`).");
     b.param::<String>("workspace", true, "the workspace whose council is checked (absolute)")
         .errors(&[InvalidArgument]);
@@ -300,6 +301,10 @@ fn build() -> (Vec<MethodDoc>, Value) {
     b.param::<String>("thread", true, "thread id")
         .param::<Style>("style", false, "council (default) or chat")
         .param::<u64>("timeout_s", false, "per-run timeout in seconds")
+        .errors(&[NotFound, InvalidArgument]);
+    b.method::<ExchangeInfo>("exchange.get", "exchange", "The daemon's view of the exchange begun by a message (a King message's rounds, a completion, a member's work; the council or work one when the message began several): its kind, state (open — kdd goes on with it, after a restart too —, done, or stopped for good), and each step (round, member, purpose, state, run, message, attempts). A client that reconnected after a restart asks it to know whether what it waited on is over. not_found when the message began none (or before the journal).");
+    b.param::<String>("thread", true, "thread id")
+        .param::<u64>("seq", true, "the message that began it")
         .errors(&[NotFound, InvalidArgument]);
     b.method::<ConfigView>("config.get", "config", "The effective configuration of a workspace, value by value, with where each came from (the file, default, or found on PATH). An invalid file is an invalid_argument error naming the file, the key and the value.");
     b.param::<String>("workspace", true, "workspace directory (absolute)").errors(&[InvalidArgument]);

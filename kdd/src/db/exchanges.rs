@@ -411,6 +411,7 @@ pub fn steps(conn: &Connection, x: ExchangeId) -> DbResult<Vec<Step>> {
     Ok(rows)
 }
 
+mod info;
 pub mod life;
 #[cfg(test)]
 mod tests;

@@ -218,7 +218,9 @@ pub fn finish(conn: &Connection, now: i64, run: &RunInfo, f: Finish, out: &mut O
         &run.thread,
         match f.status {
             RunStatus::Done => ThreadEvent::RunFinished { run: id, member, seq },
-            RunStatus::Cancelled | RunStatus::Interrupted => ThreadEvent::RunCancelled { run: id, member, seq },
+            RunStatus::Cancelled | RunStatus::Interrupted => {
+                ThreadEvent::RunCancelled { run: id, member, seq, interrupted: f.status == RunStatus::Interrupted }
+            }
             status => ThreadEvent::RunError {
                 run: id,
                 member,

@@ -1,6 +1,8 @@
 //! `daemon.*` and `rpc.discover`: who this daemon is, how it is, stopping it,
 //! and the checks behind `kd doctor`.
 
+use std::sync::atomic::Ordering;
+
 use kd_proto::types::*;
 use kd_proto::{PROTOCOL_VERSION, RpcResult, VERSION};
 
@@ -35,8 +37,13 @@ pub async fn status(d: &Daemon) -> RpcResult<DaemonStatus> {
     })
 }
 
-pub async fn shutdown(d: &Daemon) -> RpcResult<ShutdownAck> {
-    tracing::info!("shutdown requested over RPC");
+pub async fn shutdown(d: &Daemon, resume: Option<bool>) -> RpcResult<ShutdownAck> {
+    let resume = resume.unwrap_or(true);
+    tracing::info!(resume, "shutdown requested over RPC");
+    if !resume {
+        // Before the token: whoever sees the shutdown sees the flag too.
+        d.no_resume.store(true, Ordering::SeqCst);
+    }
     let runs = d.agents.runs.count() as u64;
     d.shutdown.cancel();
     Ok(ShutdownAck { stopping: true, runs_cancelled: runs })

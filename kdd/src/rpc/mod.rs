@@ -1,6 +1,6 @@
 //! The JSON-RPC methods: `KdApiServer` implemented over the daemon's state,
 //! one file per domain — [`daemon`], [`threads`], [`council`], [`registry`]
-//! (runs, sessions, locks, events), [`coordination`] (routing, queues,
+//! (runs, sessions, locks, events), [`exchange`] (the exchange journal), [`coordination`] (routing, queues,
 //! completions, emergencies, races), [`member`] (what an agent does as
 //! itself by its run's capability) and [`subscribe`] — each a thin adapter:
 //! it checks parameter values ([`validate`]) and calls its subsystem; [`error`]
@@ -16,6 +16,7 @@ mod coordination;
 mod council;
 mod daemon;
 pub mod error;
+mod exchange;
 mod library;
 mod member;
 pub mod params;
@@ -47,6 +48,7 @@ pub const CAPABILITIES: &[&str] = &[
     "completions",
     "emergency",
     "races",
+    "exchanges.durable",
 ];
 
 pub struct Rpc {
@@ -77,8 +79,8 @@ impl KdApiServer for Rpc {
         daemon::status(&self.d).await
     }
 
-    async fn daemon_shutdown(&self) -> RpcResult<ShutdownAck> {
-        daemon::shutdown(&self.d).await
+    async fn daemon_shutdown(&self, resume: Option<bool>) -> RpcResult<ShutdownAck> {
+        daemon::shutdown(&self.d, resume).await
     }
 
     async fn daemon_doctor(&self, workspace: String) -> RpcResult<Vec<Check>> {
@@ -375,9 +377,26 @@ impl KdApiServer for Rpc {
         aggregation: Option<Aggregation>,
         vote: Option<bool>,
         chair: Option<String>,
+        id: Option<String>,
     ) -> RpcResult<Completion> {
-        coordination::completion_agents(&self.d, ext, thread, body, agents, wait, timeout_s, aggregation, vote, chair)
-            .await
+        coordination::completion_agents(
+            &self.d,
+            ext,
+            thread,
+            body,
+            agents,
+            wait,
+            timeout_s,
+            aggregation,
+            vote,
+            chair,
+            id,
+        )
+        .await
+    }
+
+    async fn exchange_get(&self, thread: String, seq: u64) -> RpcResult<ExchangeInfo> {
+        exchange::get(&self.d, thread, seq).await
     }
 
     async fn emergency_broadcast(

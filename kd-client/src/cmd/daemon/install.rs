@@ -298,7 +298,7 @@ async fn stop_unmanaged(ctx: &Ctx) -> anyhow::Result<()> {
     {
         Ok(s) if !s.socket_activated => {
             plainln!("stopping kdd (pid {}) so that the service manager can take over its socket", s.pid)?;
-            super::stop(ctx).await?;
+            super::stop(ctx, true).await?;
         }
         _ => {}
     }

@@ -21,7 +21,7 @@ pub enum DaemonCommand {
     /// Start kdd in the background (nothing happens if it runs already)
     Start,
     /// Stop kdd gracefully and wait until it has exited
-    Stop,
+    Stop(StopArgs),
     /// Show whether kdd runs, and its status
     Status(StatusArgs),
     /// Stop kdd if it runs, then start it
@@ -31,6 +31,13 @@ pub enum DaemonCommand {
     Install(install::ServiceArgs),
     /// Remove what `kd daemon install` set up
     Uninstall(install::ServiceArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct StopArgs {
+    /// End the exchanges in flight for good instead of resuming them at the next start
+    #[arg(long)]
+    no_resume: bool,
 }
 
 #[derive(Debug, Args)]
@@ -46,10 +53,11 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 pub async fn run(ctx: &Ctx, cmd: DaemonCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         DaemonCommand::Start => start(ctx).await,
-        DaemonCommand::Stop => stop(ctx).await,
+        DaemonCommand::Stop(a) => stop(ctx, !a.no_resume).await,
         DaemonCommand::Status(a) => status(ctx, a).await,
         DaemonCommand::Restart => {
-            stop(ctx).await?;
+            // What was in flight resumes in the daemon started again.
+            stop(ctx, true).await?;
             start(ctx).await
         }
         DaemonCommand::Install(a) => install::install(ctx, a).await,
@@ -79,7 +87,9 @@ async fn start(ctx: &Ctx) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn stop(ctx: &Ctx) -> anyhow::Result<ExitCode> {
+/// Stops the daemon; `resume`: it resumes the exchanges it cuts at its
+/// next start (else they end for good).
+async fn stop(ctx: &Ctx, resume: bool) -> anyhow::Result<ExitCode> {
     let status = http::call::<DaemonStatus>(&ctx.socket, "daemon.status", serde_json::json!({})).await;
     let (pid, activated) = match status {
         Ok(s) => (s.pid, s.socket_activated),
@@ -92,7 +102,8 @@ async fn stop(ctx: &Ctx) -> anyhow::Result<ExitCode> {
     // Watched from before it is asked to stop: by the time it is waited on,
     // its pid cannot be another process's.
     let process = Process::watch(pid);
-    let _: ShutdownAck = http::call(&ctx.socket, "daemon.shutdown", serde_json::json!({})).await?;
+    let params = if resume { serde_json::json!({}) } else { serde_json::json!({"resume": false}) };
+    let _: ShutdownAck = http::call(&ctx.socket, "daemon.shutdown", params).await?;
     wait_exited(ctx).await?;
     if !process.exited(STOP_TIMEOUT).await {
         anyhow::bail!("kdd (pid {pid}) did not exit within {} s", STOP_TIMEOUT.as_secs());

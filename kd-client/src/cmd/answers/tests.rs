@@ -1,0 +1,373 @@
+//! How `View` shows an exchange and a watched thread.
+
+use super::*;
+use crate::testkit::{self, run_info};
+use kd_proto::types::{Message, MessageKind, SentRun};
+
+fn sent(members: &[&str]) -> Sent {
+    Sent {
+        message: message(1, "king", "q", None),
+        members: members.iter().map(|m| m.to_string()).collect(),
+        rounds: 1,
+        mode: kd_proto::types::Mode::Broadcast,
+        notice: None,
+        runs: members.iter().map(|m| SentRun { run: run_info(&format!("r-{m}"), m), attached: false }).collect(),
+    }
+}
+
+fn message(seq: u64, from: &str, body: &str, run: Option<&str>) -> Message {
+    let kind = if from == "king" { MessageKind::King } else { MessageKind::Agent };
+    testkit::message(seq, from, kind, body, run)
+}
+
+fn delta(member: &str, text: &str) -> ThreadEvent {
+    ThreadEvent::Delta { run: format!("r-{member}"), member: member.into(), text: text.into(), chars: 0 }
+}
+
+fn finished(member: &str, seq: u64, body: &str) -> Vec<ThreadEvent> {
+    vec![
+        ThreadEvent::Message { message: Box::new(message(seq, member, body, Some(&format!("r-{member}")))) },
+        ThreadEvent::RunFinished { run: format!("r-{member}"), member: member.into(), seq },
+    ]
+}
+
+fn over() -> ThreadEvent {
+    ThreadEvent::Round { exchange: 1, round: 1, rounds: 1, state: kd_proto::types::RoundState::Done, expected: vec![] }
+}
+
+fn play(view: &mut View, events: Vec<ThreadEvent>) -> String {
+    let mut out = Vec::new();
+    for e in events {
+        view.on_event(&e, &mut out).unwrap();
+    }
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn answers_never_interleave_and_waiting_ones_follow_whole() {
+    let mut v = View::new(&sent(&["claude", "codex"]), false, false);
+    let mut events = vec![delta("claude", "Hel"), delta("codex", "I think"), delta("claude", "lo.")];
+    events.extend(finished("codex", 2, "I think so."));
+    events.push(delta("claude", "\nMore."));
+    events.extend(finished("claude", 3, "Hello.\nMore."));
+    let out = play(&mut v, events);
+    assert!(!v.all_done(), "not before the exchange ends");
+    play(&mut v, vec![over()]);
+    let rule = |m: &str| format!("── {m} {}", "─".repeat(40 - 4 - m.len()));
+    assert_eq!(out, format!("{}\nHello.\nMore.\n\n{}\nI think so.\n", rule("claude"), rule("codex")));
+    assert!(v.all_done());
+    assert!(v.failures().is_empty());
+}
+
+#[test]
+fn later_rounds_join_the_view_with_their_round_in_the_header() {
+    let mut s = sent(&["claude"]);
+    s.rounds = 2;
+    let mut v = View::new(&s, false, false);
+    let mut second = s.runs[0].run.clone();
+    second.id = "r-claude-2".into();
+    second.round = Some(2);
+    let mut events = vec![delta("claude", "one")];
+    events.extend(finished("claude", 2, "one"));
+    events.push(ThreadEvent::RunWaiting { run: second.clone() });
+    events.push(ThreadEvent::Delta { run: second.id.clone(), member: "claude".into(), text: "two".into(), chars: 3 });
+    events.push(ThreadEvent::Message { message: Box::new(message(3, "claude", "two", Some("r-claude-2"))) });
+    events.push(ThreadEvent::RunFinished { run: second.id.clone(), member: "claude".into(), seq: 3 });
+    events.push(ThreadEvent::Round {
+        exchange: 1,
+        round: 2,
+        rounds: 2,
+        state: kd_proto::types::RoundState::Done,
+        expected: vec![],
+    });
+    let out = play(&mut v, events);
+    assert!(out.contains("── claude · round 1 ─"), "{out}");
+    assert!(out.contains("── claude · round 2 ─"), "{out}");
+    assert!(out.ends_with("two\n"), "{out}");
+    assert!(v.all_done());
+}
+
+#[test]
+fn failures_are_shown_and_listed() {
+    let mut v = View::new(&sent(&["claude", "codex"]), false, false);
+    let out = play(
+        &mut v,
+        vec![
+            ThreadEvent::RunError {
+                run: "r-codex".into(),
+                member: "codex".into(),
+                error: "codex: timed out after 1 s".into(),
+                timed_out: true,
+                seq: 2,
+            },
+            delta("claude", "ok"),
+            ThreadEvent::RunCancelled { run: "r-claude".into(), member: "claude".into(), seq: 3, interrupted: false },
+        ],
+    );
+    assert!(out.contains("── codex"), "{out}");
+    assert!(out.contains("✗ codex: timed out after 1 s"), "{out}");
+    assert!(out.contains("ok\n(cancelled)"), "{out}");
+    assert_eq!(v.failures(), vec!["claude: cancelled", "codex: timed out after 1 s"], "in member order");
+}
+
+#[test]
+fn a_live_answer_ends_with_the_stored_answer_when_they_differ() {
+    let mut v = View::new(&sent(&["cursor", "codex"]), false, false);
+    let mut events = vec![delta("cursor", "cursor: Hello"), delta("cursor", " Hello there.")];
+    events.extend(finished("cursor", 2, "Hello there."));
+    events.push(delta("codex", "Same."));
+    events.extend(finished("codex", 3, "Same."));
+    events.push(over());
+    let out = play(&mut v, events);
+    let rule = |m: &str| format!("── {m} {}", "─".repeat(40 - 4 - m.len()));
+    let kept = format!("── cursor · as kd keeps it {}", "─".repeat(40 - 27));
+    assert_eq!(
+        out,
+        format!("{}\ncursor: Hello Hello there.\n{kept}\nHello there.\n\n{}\nSame.\n", rule("cursor"), rule("codex"))
+    );
+}
+
+#[test]
+fn kds_word_on_the_exchange_waits_for_the_live_answer_and_is_marked() {
+    let mut v = View::new(&sent(&["claude", "codex"]), false, false);
+    let mut note = testkit::message(4, "kd", MessageKind::System, "Budget reached.", None);
+    note.reply_to = Some(2);
+    let mut elsewhere = testkit::message(5, "kd", MessageKind::System, "Not about this exchange.", None);
+    elsewhere.reply_to = Some(99);
+    let mut events = vec![delta("claude", "Yes")];
+    events.extend(finished("codex", 2, "No."));
+    events.push(ThreadEvent::Message { message: Box::new(note) });
+    events.push(ThreadEvent::Message { message: Box::new(elsewhere) });
+    events.push(delta("claude", "."));
+    events.extend(finished("claude", 3, "Yes."));
+    let out = play(&mut v, events);
+    assert!(out.ends_with("No.\nkd: Budget reached.\n"), "after the answers, not inside one: {out}");
+    assert!(!out.contains("Not about this exchange"), "{out}");
+}
+
+#[test]
+fn json_mode_carries_the_stored_answer_before_the_end_of_its_run() {
+    let mut v = View::new(&sent(&["cursor"]), false, true);
+    let mut events = vec![delta("cursor", "cursor: Hi")];
+    events.extend(finished("cursor", 2, "Hi."));
+    let out = play(&mut v, events);
+    let lines: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines[1]["type"], "message");
+    assert_eq!(lines[1]["message"]["body"], "Hi.");
+    assert_eq!(lines[2]["type"], "run_finished");
+}
+
+#[test]
+fn on_a_terminal_labels_are_coloured_per_member() {
+    let mut v = View::new(&sent(&["claude"]), true, false);
+    let out = play(&mut v, vec![delta("claude", "hi")]);
+    assert!(out.starts_with("\x1b[1m\x1b[38;5;166m── claude "), "{out:?}");
+    assert!(out.ends_with("\x1b[0m\x1b[0m\nhi"), "{out:?}");
+}
+
+#[test]
+fn json_mode_prints_this_sends_events_as_lines() {
+    let mut v = View::new(&sent(&["claude"]), false, true);
+    let mut events = vec![delta("claude", "x"), delta("other", "not ours")];
+    events.extend(finished("claude", 2, "x"));
+    events.push(over());
+    let out = play(&mut v, events);
+    let lines: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 4);
+    assert_eq!(lines[0]["type"], "delta");
+    assert_eq!(lines[2]["type"], "run_finished");
+    assert_eq!(lines[3]["type"], "round");
+    assert!(v.all_done());
+}
+
+#[test]
+fn watching_shows_the_kings_messages_and_every_exchanges_runs_in_turn() {
+    let mut v = View::watching(false, Palette::default());
+    let mut r1 = run_info("r-claude", "claude");
+    r1.exchange = Some(7);
+    let mut events = vec![
+        ThreadEvent::Message { message: Box::new(message(7, "king", "Who is there?", None)) },
+        ThreadEvent::RunWaiting { run: r1 },
+        delta("claude", "Me."),
+    ];
+    events.extend(finished("claude", 8, "Me."));
+    events.push(ThreadEvent::Message { message: Box::new(message(9, "king", "Anyone else?", None)) });
+    let out = play(&mut v, events);
+    let rule = |m: &str| format!("── {m} {}", "─".repeat(40 - 4 - m.len()));
+    assert_eq!(
+        out,
+        format!("{}\nWho is there?\n\n{}\nMe.\n\n{}\nAnyone else?\n", rule("king"), rule("claude"), rule("king"))
+    );
+    assert!(!v.all_done(), "watching goes on");
+    assert!(v.runs.is_empty(), "what is on the screen is forgotten");
+}
+
+fn cut(member: &str, seq: u64, partial: &str) -> ThreadEvent {
+    let run = format!("r-{member}");
+    ThreadEvent::Message {
+        message: Box::new(testkit::message(seq, member, MessageKind::Interrupted, partial, Some(&run))),
+    }
+}
+
+/// The run asking `member` again in place of message `replaces`.
+fn asked_again(member: &str, replaces: u64) -> (ThreadEvent, String) {
+    let mut run = run_info(&format!("r-{member}-again"), member);
+    run.replaces = Some(replaces);
+    let id = run.id.clone();
+    (ThreadEvent::RunWaiting { run }, id)
+}
+
+#[test]
+fn after_a_reconnect_a_runs_message_alone_ends_it() {
+    // The backlog after a restart carries messages, no run events.
+    let mut v = View::new(&sent(&["claude", "codex", "cursor"]), false, false);
+    let mut error = testkit::message(3, "codex", MessageKind::Error, "exit status 1\nmore", Some("r-codex"));
+    error.reply_to = Some(1);
+    let out = play(
+        &mut v,
+        vec![
+            delta("claude", "Hi"),
+            ThreadEvent::Message { message: Box::new(message(2, "claude", "Hi.", Some("r-claude"))) },
+            ThreadEvent::Message { message: Box::new(error) },
+            cut("cursor", 4, "Half"),
+            over(),
+        ],
+    );
+    assert!(v.all_done(), "every run ended by its message: {out}");
+    v.finish(&mut Vec::new()).unwrap();
+    assert_eq!(v.failures(), vec!["codex: exit status 1", "cursor: interrupted (kdd stopped)"]);
+    assert!(out.contains("Hi\n── claude · as kd keeps it"), "{out}");
+    assert!(out.contains("── cursor ─") && out.contains("Half\n(interrupted)"), "{out}");
+}
+
+#[test]
+fn a_runs_end_event_after_its_message_says_how_it_ended() {
+    // Ctrl+C: the interrupted message, then the run's cancellation.
+    let mut v = View::new(&sent(&["claude"]), false, false);
+    let out = play(
+        &mut v,
+        vec![
+            delta("claude", "ok"),
+            cut("claude", 2, "ok"),
+            ThreadEvent::RunCancelled { run: "r-claude".into(), member: "claude".into(), seq: 2, interrupted: false },
+            over(),
+        ],
+    );
+    assert!(out.ends_with("ok\n(cancelled)\n"), "{out}");
+    assert_eq!(v.failures(), vec!["claude: cancelled"]);
+}
+
+#[test]
+fn an_interrupted_run_asked_again_is_no_failure_and_its_partial_stays() {
+    let mut v = View::new(&sent(&["claude"]), false, false);
+    let (again, id) = asked_again("claude", 2);
+    let mut answer = message(3, "claude", "Hello there.", Some(&id));
+    answer.replaces = Some(2);
+    let out = play(
+        &mut v,
+        vec![
+            delta("claude", "Hel"),
+            // kdd was killed; the backlog after the reconnect:
+            cut("claude", 2, "Hel"),
+            again,
+            ThreadEvent::Delta { run: id.clone(), member: "claude".into(), text: "Hello there.".into(), chars: 12 },
+            ThreadEvent::Message { message: Box::new(answer) },
+            ThreadEvent::RunFinished { run: id, member: "claude".into(), seq: 3 },
+            over(),
+        ],
+    );
+    let rule = |l: &str| format!("{l}{}", "─".repeat(40usize.saturating_sub(l.chars().count()).max(2)));
+    assert_eq!(
+        out,
+        format!(
+            "{}\nHel\n(interrupted)\n{}\n\n{}\nHello there.\n",
+            rule("── claude "),
+            rule("── claude · interrupted (kdd restarted); asked again "),
+            rule("── claude ")
+        )
+    );
+    assert!(v.all_done());
+    assert!(v.failures().is_empty(), "{:?}", v.failures());
+}
+
+#[test]
+fn a_cut_run_not_yet_shown_gives_way_to_the_one_asked_again() {
+    let mut v = View::new(&sent(&["claude", "codex"]), false, false);
+    let (again, id) = asked_again("codex", 3);
+    let out = play(
+        &mut v,
+        vec![
+            delta("claude", "Yes"),
+            cut("codex", 3, "Mm"),
+            again,
+            ThreadEvent::Delta { run: id.clone(), member: "codex".into(), text: "No.".into(), chars: 3 },
+            ThreadEvent::Message { message: Box::new(message(4, "codex", "No.", Some(&id))) },
+            ThreadEvent::Message { message: Box::new(message(2, "claude", "Yes", Some("r-claude"))) },
+            over(),
+        ],
+    );
+    v.finish(&mut Vec::new()).unwrap();
+    assert!(!out.contains("Mm") && !out.contains("interrupted"), "nothing of it was shown: {out}");
+    assert!(out.contains("── codex ─") && out.ends_with("No.\n"), "{out}");
+    assert!(v.all_done() && v.failures().is_empty(), "{:?}", v.failures());
+}
+
+#[test]
+fn a_snapshot_delta_shows_only_what_is_new() {
+    let mut v = View::new(&sent(&["claude"]), false, false);
+    let d = |text: &str, chars: u64| ThreadEvent::Delta {
+        run: "r-claude".into(),
+        member: "claude".into(),
+        text: text.into(),
+        chars,
+    };
+    let out = play(
+        &mut v,
+        vec![
+            d("Hel", 3),
+            // Resubscribed: the run's snapshot, whole, then live deltas.
+            d("Hello", 5),
+            d("Hello", 5),
+            d("lo", 5),
+            d(" wörld", 11),
+        ],
+    );
+    assert!(out.ends_with("\nHello wörld"), "{out:?}");
+}
+
+#[test]
+fn watching_says_when_a_shown_cut_answer_is_asked_again() {
+    let mut v = View::watching(false, Palette::default());
+    let (again, id) = asked_again("claude", 8);
+    let mut first = run_info("r-claude", "claude");
+    first.exchange = Some(7);
+    let out = play(
+        &mut v,
+        vec![
+            ThreadEvent::RunWaiting { run: first },
+            delta("claude", "Par"),
+            cut("claude", 8, "Par"),
+            again,
+            ThreadEvent::Delta { run: id, member: "claude".into(), text: "Whole.".into(), chars: 6 },
+        ],
+    );
+    assert!(out.contains("Par\n(interrupted)\n── claude · interrupted (kdd restarted); asked again"), "{out}");
+    assert!(out.ends_with(&format!("── claude {}\nWhole.", "─".repeat(30))), "{out}");
+}
+
+#[test]
+fn a_run_cut_by_kdd_stopping_is_interrupted_not_cancelled() {
+    // A graceful stop (kd daemon restart, an upgrade) ends the runs in
+    // flight live, before the subscription ends.
+    let mut v = View::new(&sent(&["claude"]), false, false);
+    let out = play(
+        &mut v,
+        vec![
+            delta("claude", "Hal"),
+            cut("claude", 2, "Hal"),
+            ThreadEvent::RunCancelled { run: "r-claude".into(), member: "claude".into(), seq: 2, interrupted: true },
+        ],
+    );
+    assert!(out.ends_with("Hal\n(interrupted)\n"), "{out}");
+    assert_eq!(v.failures(), vec!["claude: interrupted (kdd stopped)"]);
+}
