@@ -144,6 +144,16 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
     // In order: nothing new starts; the runs in flight stop and are recorded
     // (subscribers hear it); then subscriptions end and connections close.
     daemon.council.close();
+    // `kd daemon stop --no-resume`: every open exchange ends for good (its
+    // runs then end cancelled, not to be asked again).
+    let resume = !daemon.no_resume.load(std::sync::atomic::Ordering::SeqCst);
+    if !resume {
+        match daemon.db.stop_open_exchanges("the daemon was stopped with --no-resume".into()).await {
+            Ok(n) if n > 0 => tracing::info!("{n} exchange(s) ended for good (--no-resume)"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!("cannot end the open exchanges: {e}"),
+        }
+    }
     let n = agent::stop_all(&daemon.agents).await;
     if n > 0 {
         tracing::info!("{n} run(s) recorded as interrupted");

@@ -431,3 +431,37 @@ async fn a_routed_message_cut_by_a_kill_is_answered_once_after_the_restart() {
     let answer = all.iter().find(|m| m.kind == MessageKind::Agent).unwrap();
     assert_eq!(answer.reply_to, Some(routed.message.seq), "it answers the routed message");
 }
+
+#[tokio::test]
+async fn kd_daemon_stop_no_resume_ends_the_exchanges_for_good() {
+    let hold = Hold::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let record = tmp.path().join("record").display().to_string();
+    let ws = council(&hold, "Answer from cursor", &record);
+    let mut kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    ask(&c, &t, "Plan the release.", 2).await;
+    streaming(&mut sub, "codex", 2).await;
+    drop((sub, c));
+    let out = kdd.kd().args(["daemon", "stop", "--no-resume"]).output().await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    kdd.wait_exit();
+    let before = records(&record).len();
+    hold.release();
+    kdd.launch().unwrap();
+    let x = kd_tests::exchanges(&kdd.db, &t);
+    assert_eq!(x.len(), 1);
+    assert_eq!(x[0].0, "stopped");
+    assert!(x[0].1.as_deref().unwrap_or_default().contains("--no-resume"), "{x:?}");
+    // A later question runs, and only it: nothing of the ended one resumed.
+    let c = kdd.client().await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    c.council_send(t.clone(), "@claude next".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::RunFinished { .. }))).await;
+    assert_eq!(records(&record).len(), before + 1, "only the new question's run");
+    let all = messages(&c, &t).await;
+    let cut = all.iter().filter(|m| m.kind == MessageKind::Interrupted).count();
+    assert_eq!(cut, 1, "codex's cut answer stays as it was: {all:#?}");
+}

@@ -129,17 +129,15 @@ async fn ask_held(kdd: &Kdd, ws: &Workspace, reconnect: &str) -> Piped {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn kd_ask_reconnects_after_a_kill_9_and_reports_the_member_interrupted() {
-    // Nothing resumes the held member's run: it was recorded interrupted
-    // when kdd started again, which is what kd ask reports. (Once kdd
-    // resumes exchanges, this workspace turns it off with
-    // "council": {"resume_within": "0"}: the hold would hold the run
-    // asked again too.)
+    // Resuming is off: the held member's run was recorded interrupted when
+    // kdd started again, which is what kd ask reports.
     let hold = kd_tests::Hold::new();
     let ws = Workspace::new(&[(
         "claude",
         "claude",
         &[("FAKE_HOLD", hold.var()), ("FAKE_TEXT", "First half. Second half.")],
     )]);
+    ws.without_resume();
     let mut kdd = Kdd::start();
     let mut ask = ask_held(&kdd, &ws, "30").await;
     kdd.kill9();
@@ -283,4 +281,67 @@ async fn a_daemon_of_another_protocol_after_a_restart_ends_kd_watch_in_one_line(
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 2, "the notice, then one line: {err}");
     assert!(lines[1].contains("speaks protocol 99 (version 9.9.9), this kd speaks 1"), "{err}");
+}
+
+/// `kd ask` of a council of three, a first round and an auto-round, codex
+/// holding in the second; started before kdd goes away.
+async fn ask_a_council(kdd: &Kdd, ws: &Workspace) -> Piped {
+    let mut k = kdd.kd();
+    k.current_dir(ws.dir.path()).args(["ask", "--rounds", "1", "--reconnect", "30", "Plan it?"]);
+    let ask = Piped::spawn(k);
+    // codex's second turn has begun: its header is out for the second time.
+    within("codex's second turn", async {
+        while ask.stdout().matches("── codex").count() < 2 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    ask
+}
+
+fn council_holding_codex(hold: &kd_tests::Hold) -> Workspace {
+    let held: &[(&str, &str)] = &[("FAKE_HOLD", hold.var()), ("FAKE_HOLD_WHEN", "Answer from cursor")];
+    Workspace::new(&[("claude", "claude", &[]), ("codex", "gemini", held), ("cursor", "cursor", &[])])
+}
+
+/// Every answer's text once on stdout, nothing else there, exit 0.
+async fn printed_every_answer_once(ask: &mut Piped) {
+    let code = ask.exit().await;
+    let (out, err) = (ask.stdout(), ask.stderr());
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    for member in ["claude", "codex", "cursor"] {
+        let answer = format!("Answer from {member}.");
+        assert_eq!(out.matches(&answer).count(), 2, "{member}'s two answers, each once: {out}\n{err}");
+    }
+    assert!(!out.contains("reconnect"), "stdout is the answers alone: {out}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_ask_started_before_a_kill_9_prints_every_answer_once_and_exits_0() {
+    let hold = kd_tests::Hold::new();
+    let ws = council_holding_codex(&hold);
+    let mut kdd = Kdd::start();
+    let mut ask = ask_a_council(&kdd, &ws).await;
+    kdd.kill9();
+    ask.until(true, "kd: kdd went away; reconnecting (up to 30 s)…").await;
+    hold.release();
+    kdd.launch().expect("kdd starts again");
+    printed_every_answer_once(&mut ask).await;
+    let err = ask.stderr();
+    assert!(err.contains("kd: reconnected"), "{err}");
+    assert!(ask.stdout().contains("interrupted (kdd restarted); asked again"), "{}", ask.stdout());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_ask_rides_through_kd_daemon_restart_and_the_round_completes() {
+    let hold = kd_tests::Hold::new();
+    let ws = council_holding_codex(&hold);
+    let kdd = Kdd::start();
+    let mut ask = ask_a_council(&kdd, &ws).await;
+    hold.release();
+    let mut k = kdd.kd();
+    k.args(["daemon", "restart"]);
+    let out = kd_tests::run(k).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    printed_every_answer_once(&mut ask).await;
 }

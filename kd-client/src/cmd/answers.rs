@@ -98,6 +98,12 @@ pub struct View {
     exchange: Option<u64>,
     rounds: u32,
     exchange_over: bool,
+    /// Over, as `exchange.get` said after a reconnect, once the backlog up
+    /// to this message is shown.
+    ends_at: Option<u64>,
+    /// Since a reconnect, answers of runs this view never saw start (they
+    /// ran while it was away) are shown from their messages.
+    reconnected: bool,
     live: Option<usize>,
     color: bool,
     /// The members' colours.
@@ -137,6 +143,8 @@ impl View {
             exchange: Some(sent.message.seq),
             rounds: sent.rounds,
             exchange_over: false,
+            ends_at: None,
+            reconnected: false,
             live: None,
             color,
             palette: Palette::new(&sent.members, vec![]),
@@ -172,6 +180,8 @@ impl View {
             exchange: None,
             rounds: 1,
             exchange_over: false,
+            ends_at: None,
+            reconnected: false,
             live: None,
             color,
             palette,
@@ -201,9 +211,42 @@ impl View {
         m.kind == MessageKind::System && m.from == KD && m.purpose.is_none() && about_ours
     }
 
-    /// The exchange is over, as `exchange.get` said after a reconnect.
-    pub fn exchange_ended(&mut self) {
-        self.exchange_over = true;
+    /// The view came back after kdd went away.
+    pub fn reconnected(&mut self) {
+        self.reconnected = true;
+    }
+
+    /// The exchange is over, as `exchange.get` said after a reconnect, its
+    /// last message `seq`: done once the backlog up to it is shown.
+    pub fn exchange_ends_at(&mut self, seq: u64) {
+        self.ends_at = Some(seq);
+    }
+
+    /// An answer of a run of this exchange the view never saw start: it
+    /// ran while kdd was out of reach.
+    fn adopt(&mut self, m: &Message) -> Option<RunView> {
+        let x = self.exchange?;
+        let run = m.run.as_ref()?.run_id.clone()?;
+        if !self.reconnected || m.from == kd_proto::names::KING || m.reply_to.is_none_or(|r| r < x) {
+            return None;
+        }
+        let status = match m.kind {
+            MessageKind::Agent => Status::Done,
+            MessageKind::Interrupted => Status::Interrupted,
+            MessageKind::Error => {
+                Status::Failed(format!("{}: {}", m.from, m.body.trim().lines().next().unwrap_or("failed")))
+            }
+            _ => return None,
+        };
+        let mut view = RunView::new(run, m.from.clone(), m.round, m.purpose);
+        if let Some(cut) = m.replaces {
+            view.after_cut = self.replace(cut);
+        }
+        view.body = Some(m.body.clone());
+        view.seq = Some(m.seq);
+        view.status = status;
+        self.answers.insert(m.seq);
+        Some(view)
     }
 
     /// Shows what is left to show (the end of a run its message ended).
@@ -212,7 +255,8 @@ impl View {
     }
 
     pub fn all_done(&self) -> bool {
-        self.exchange_over && self.runs.iter().all(|r| r.status != Status::Running && (self.json || r.shown))
+        let over = self.exchange_over || self.ends_at.is_some_and(|seq| self.last_seq >= seq);
+        over && self.runs.iter().all(|r| r.status != Status::Running && (self.json || r.shown))
     }
 
     pub fn pending(&self) -> Vec<String> {
@@ -335,6 +379,11 @@ impl View {
                             _ => Status::Done,
                         };
                         self.unclosed = Some(r.id.clone());
+                    }
+                } else if let Some(view) = self.adopt(message) {
+                    self.runs.push(view);
+                    if !self.json {
+                        self.show_waiting(out)?;
                     }
                 } else if self.is_note(message) {
                     if !self.json {

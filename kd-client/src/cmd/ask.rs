@@ -155,8 +155,9 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
                 Next::Reconnecting => errln!("kd: kdd went away; reconnecting (up to {} s)…", a.reconnect),
                 Next::Reconnected => {
                     errln!("kd: reconnected");
-                    if exchange_over(follow.client(), &thread, sent.message.seq).await {
-                        view.exchange_ended();
+                    view.reconnected();
+                    if let Some(last) = exchange_end(follow.client(), &thread, sent.message.seq).await {
+                        view.exchange_ends_at(last);
                     }
                 }
                 Next::Gone(e) => return Err(e.into()),
@@ -184,17 +185,22 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
     Ok(if failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_MEMBER_FAILED) })
 }
 
-/// Whether the exchange begun by message `seq` is over, as the daemon's
-/// journal says after a reconnect. A daemon without a journal of it (none
-/// for that message, or a daemon from before journals) cannot go on with
-/// it: what it left is in the backlog, and then it is over. Open: the
-/// daemon goes on with it, and its events say when it ends.
-async fn exchange_over(client: &Client, thread: &str, seq: u64) -> bool {
+/// Where the exchange begun by message `seq` ends, if it is over, as the
+/// daemon's journal says after a reconnect: its last answer's seq, which
+/// the backlog brings. A daemon without a journal of it (none for that
+/// message, or a daemon from before journals) cannot go on with it: what it
+/// left is in the backlog, and then it is over. Open (`None`): the daemon
+/// goes on with it, and its events say when it ends.
+async fn exchange_end(client: &Client, thread: &str, seq: u64) -> Option<u64> {
     match client.exchange_get(thread.to_string(), seq).await.map_err(ClientError::from) {
-        Ok(x) => x.state != ExchangeState::Open,
+        // Over: its last message is the last one to show.
+        Ok(x) if x.state != ExchangeState::Open => {
+            Some(x.steps.iter().filter_map(|s| s.message_seq).max().unwrap_or(0))
+        }
+        Ok(_) => None,
         // Gone again: the follower notices, and asks again once back.
-        Err(e) if e.is_connection() => false,
-        Err(_) => true,
+        Err(e) if e.is_connection() => None,
+        Err(_) => Some(0),
     }
 }
 

@@ -371,3 +371,42 @@ fn a_run_cut_by_kdd_stopping_is_interrupted_not_cancelled() {
     assert!(out.ends_with("Hal\n(interrupted)\n"), "{out}");
     assert_eq!(v.failures(), vec!["claude: interrupted (kdd stopped)"]);
 }
+
+#[test]
+fn after_a_reconnect_answers_of_runs_never_seen_are_shown_and_the_end_waits_for_them() {
+    // kdd was away while codex's cut answer was asked again and cursor's
+    // next turn ran: the backlog brings their messages alone.
+    let mut v = View::new(&sent(&["claude", "codex"]), false, false);
+    let mut out = play(&mut v, vec![delta("codex", "Half")]);
+    let answer = |seq: u64, from: &str, body: &str, run: &str, replaces: Option<u64>| {
+        let mut m = message(seq, from, body, Some(run));
+        (m.reply_to, m.round, m.replaces) = (Some(1), Some(2), replaces);
+        ThreadEvent::Message { message: Box::new(m) }
+    };
+    // Before a reconnect, a message of a run never seen is not this view's.
+    out += &play(&mut v, vec![answer(9, "cursor", "Not ours.", "r-other", None)]);
+    assert!(!out.contains("Not ours."), "{out}");
+    v.reconnected();
+    v.exchange_ends_at(5);
+    out += &play(
+        &mut v,
+        vec![
+            cut("codex", 3, "Half"),
+            ThreadEvent::Message { message: Box::new(message(2, "claude", "Claude's.", Some("r-claude"))) },
+        ],
+    );
+    assert!(!v.all_done(), "the backlog up to 5 is still to come");
+    out += &play(
+        &mut v,
+        vec![
+            answer(4, "codex", "Codex again.", "r-codex-2", Some(3)),
+            answer(5, "claude", "Claude's second.", "r-claude-2", None),
+        ],
+    );
+    v.finish(&mut Vec::new()).unwrap();
+    assert!(v.all_done(), "{out}");
+    assert!(v.failures().is_empty(), "the cut answer was asked again: {:?}", v.failures());
+    for said in ["Codex again.", "Claude's second.", "interrupted (kdd restarted); asked again"] {
+        assert_eq!(out.matches(said).count(), 1, "{said:?} once: {out}");
+    }
+}
