@@ -345,3 +345,29 @@ async fn kd_ask_rides_through_kd_daemon_restart_and_the_round_completes() {
     assert!(out.status.success(), "{}", out.stderr);
     printed_every_answer_once(&mut ask).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_watch_shows_the_answers_given_while_kdd_was_away() {
+    let hold = kd_tests::Hold::new();
+    let ws = Workspace::new(&[("claude", "claude", &[("FAKE_HOLD", hold.var()), ("FAKE_TEXT", "Whole answer.")])]);
+    let mut kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let mut k = kdd.kd();
+    k.args(["watch", &t, "--reconnect", "30"]);
+    let mut watch = Piped::spawn(k);
+    watch.until(false, "watching thread").await;
+    c.council_send(t.clone(), "Q?".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    watch.until(false, "── claude").await;
+    drop(c);
+    kdd.kill9();
+    watch.until(true, "kd: kdd went away").await;
+    hold.release();
+    kdd.launch().expect("kdd starts again");
+    // The resumed run answered (perhaps before kd watch was back).
+    kd_tests::settled(&kdd.db, &t).await;
+    watch.until(false, "Whole answer.").await;
+    watch.interrupt();
+    assert_eq!(watch.exit().await, Some(0), "{}", watch.stderr());
+    assert_eq!(watch.stdout().matches("Whole answer.").count(), 1, "{}", watch.stdout());
+}

@@ -222,12 +222,17 @@ impl View {
         self.ends_at = Some(seq);
     }
 
-    /// An answer of a run of this exchange the view never saw start: it
-    /// ran while kdd was out of reach.
+    /// An answer of a run of this exchange (or, watching, of the thread)
+    /// the view never saw start: it ran while kdd was out of reach.
     fn adopt(&mut self, m: &Message) -> Option<RunView> {
-        let x = self.exchange?;
         let run = m.run.as_ref()?.run_id.clone()?;
-        if !self.reconnected || m.from == kd_proto::names::KING || m.reply_to.is_none_or(|r| r < x) {
+        if !self.reconnected || m.from == kd_proto::names::KING {
+            return None;
+        }
+        // Following one exchange: an answer from its question on.
+        if let Some(x) = self.exchange
+            && m.reply_to.is_none_or(|r| r < x)
+        {
             return None;
         }
         let status = match m.kind {

@@ -48,7 +48,10 @@ pub async fn run(ctx: &Ctx, a: WatchArgs) -> anyhow::Result<ExitCode> {
             next = follow.next() => match next {
                 Next::Event(e) => view.on_event(&e, &mut out)?,
                 Next::Reconnecting => errln!("kd: kdd went away; reconnecting (up to {} s)…", a.reconnect),
-                Next::Reconnected => errln!("kd: reconnected"),
+                Next::Reconnected => {
+                    errln!("kd: reconnected");
+                    view.reconnected();
+                }
                 Next::Gone(e) => return Err(e.into()),
             },
             _ = interrupt.recv() => break,
