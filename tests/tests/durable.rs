@@ -76,28 +76,61 @@ async fn saved(db: &Path, run: &str) {
     .await;
 }
 
-/// Three members, codex holding on `hold` when its prompt holds `when`.
-fn council(hold: &Hold, when: &str, record: &str) -> Workspace {
+/// `ws`'s council: three members, codex holding on `hold` when its prompt
+/// holds `when`, each recording its runs in `record`.
+fn council(ws: &Workspace, hold: &Hold, when: &str, record: &str) {
     let held: &[(&str, &str)] = &[("FAKE_HOLD", hold.var()), ("FAKE_HOLD_WHEN", when), ("FAKE_RECORD", record)];
     let free: &[(&str, &str)] = &[("FAKE_RECORD", record)];
-    Workspace::new(&[("claude", "claude", free), ("codex", "gemini", held), ("cursor", "cursor", free)])
+    let agents = serde_json::json!({
+        "claude": kd_tests::fake("claude", "claude", free),
+        "codex": kd_tests::fake("gemini", "codex", held),
+        "cursor": kd_tests::fake("cursor", "cursor", free),
+    });
+    ws.write_config(&serde_json::json!({"council": {"members": ["claude", "codex", "cursor"]}, "agents": agents}));
+}
+
+/// A council of three on a running kdd, codex holding when its prompt
+/// holds `when`, a question asked with `auto` auto-rounds, and codex's run
+/// of `round` streaming (held).
+struct Scene {
+    hold: Hold,
+    /// Every fake's `FAKE_RECORD` (in the workspace).
+    record: String,
+    kdd: Kdd,
+    t: String,
+    /// codex's held run.
+    cut: String,
+}
+
+async fn scene(when: &str, auto: u32, round: u32, configure: impl FnOnce(&Workspace)) -> (Scene, Workspace) {
+    let hold = Hold::new();
+    let ws = Workspace::new(&[]);
+    let record = ws.file("record.jsonl");
+    council(&ws, &hold, when, &record);
+    configure(&ws);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    ask(&c, &t, "Plan the release.", auto).await;
+    let cut = streaming(&mut sub, "codex", round).await;
+    (Scene { hold, record, kdd, t, cut }, ws)
+}
+
+/// Sends a question of claude's alone and waits for its answer: the
+/// resume pass is long over by then.
+async fn a_later_question(kdd: &Kdd, t: &str) {
+    let c = kdd.client().await;
+    let mut sub = c.thread_subscribe(t.to_string(), None, None).await.unwrap();
+    c.council_send(t.to_string(), "@claude next".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::RunFinished { .. }))).await;
 }
 
 #[tokio::test]
 async fn kill_9_mid_broadcast_and_two_auto_rounds_resumes_every_answer_exactly_once() {
-    let hold = Hold::new();
-    let tmp = tempfile::tempdir().unwrap();
-    let record = tmp.path().join("record").display().to_string();
     // codex holds in round 2: only then does its prompt hold cursor's answer.
-    let ws = council(&hold, "Answer from cursor", &record);
-    let mut kdd = Kdd::start();
-    let c = kdd.client().await;
-    let t = thread_in(&c, &ws, None).await;
-    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
-    ask(&c, &t, "Plan the release.", 2).await;
-    let cut = streaming(&mut sub, "codex", 2).await;
+    let (Scene { hold, record, mut kdd, t, cut, .. }, _ws) = scene("Answer from cursor", 2, 2, |_| {}).await;
     saved(&kdd.db, &cut).await;
-    drop((sub, c));
     kdd.kill9();
     hold.release();
     kdd.launch().unwrap();
@@ -127,20 +160,10 @@ async fn kill_9_mid_broadcast_and_two_auto_rounds_resumes_every_answer_exactly_o
 
 #[tokio::test]
 async fn a_member_cut_twice_is_left_failed_and_the_round_goes_on() {
-    let hold = Hold::new();
-    let tmp = tempfile::tempdir().unwrap();
-    let record = tmp.path().join("record").display().to_string();
     // codex holds in every run: it never finishes.
-    let ws = council(&hold, "", &record);
-    let mut kdd = Kdd::start();
-    let c = kdd.client().await;
-    let t = thread_in(&c, &ws, None).await;
-    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
-    ask(&c, &t, "Plan the release.", 0).await;
-    streaming(&mut sub, "codex", 1).await;
+    let (Scene { hold, record, mut kdd, t, .. }, _ws) = scene("", 0, 1, |_| {}).await;
     // claude and cursor answer; codex holds.
-    answered(&c, &t, 2).await;
-    drop((sub, c));
+    answered(&kdd.client().await, &t, 2).await;
     kdd.kill9();
     kdd.launch().unwrap();
     // Resumed: codex is asked again and holds again.
@@ -210,17 +233,7 @@ async fn a_cut_run_is_resumed_in_its_backend_session_with_what_it_had_said() {
 
 #[tokio::test]
 async fn a_graceful_restart_mid_round_completes_the_round() {
-    let hold = Hold::new();
-    let tmp = tempfile::tempdir().unwrap();
-    let record = tmp.path().join("record").display().to_string();
-    let ws = council(&hold, "Answer from cursor", &record);
-    let mut kdd = Kdd::start();
-    let c = kdd.client().await;
-    let t = thread_in(&c, &ws, None).await;
-    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
-    ask(&c, &t, "Plan the release.", 1).await;
-    streaming(&mut sub, "codex", 2).await;
-    drop((sub, c));
+    let (Scene { hold, mut kdd, t, .. }, _ws) = scene("Answer from cursor", 1, 2, |_| {}).await;
     hold.release();
     kdd.restart();
     let c = kdd.client().await;
@@ -237,49 +250,26 @@ async fn a_graceful_restart_mid_round_completes_the_round() {
 
 #[tokio::test]
 async fn kd_cancel_before_the_kill_means_nothing_resumes() {
-    let hold = Hold::new();
-    let tmp = tempfile::tempdir().unwrap();
-    let record = tmp.path().join("record").display().to_string();
-    let ws = council(&hold, "Answer from cursor", &record);
-    let mut kdd = Kdd::start();
-    let c = kdd.client().await;
-    let t = thread_in(&c, &ws, None).await;
-    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
-    ask(&c, &t, "Plan the release.", 2).await;
-    streaming(&mut sub, "codex", 2).await;
+    let (Scene { hold, record, mut kdd, t, .. }, _ws) = scene("Answer from cursor", 2, 2, |_| {}).await;
     let out = kdd.kd().args(["cancel", &t]).output().await.unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let before = records(&record).len();
-    drop((sub, c));
     kdd.kill9();
     hold.release();
     kdd.launch().unwrap();
     let x = settled(&kdd.db, &t).await;
     assert_eq!(x[0].0, "stopped");
     assert!(x[0].1.as_deref().unwrap_or_default().contains("cancelled"), "{x:?}");
-    // A round of a later question runs to the end: the resume pass is over
-    // and it asked no one of the cancelled exchange.
-    let c = kdd.client().await;
-    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
-    c.council_send(t.clone(), "@claude next".into(), None, None, None, None, None, Some(0), None).await.unwrap();
-    collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::RunFinished { .. }))).await;
+    // A later question is answered, and only it: no one of the cancelled
+    // exchange was asked again.
+    a_later_question(&kdd, &t).await;
     assert_eq!(records(&record).len(), before + 1, "only the new question's run");
 }
 
 #[tokio::test]
 async fn an_exchange_older_than_resume_within_is_stopped_and_said() {
-    let hold = Hold::new();
-    let tmp = tempfile::tempdir().unwrap();
-    let record = tmp.path().join("record").display().to_string();
-    let ws = council(&hold, "Plan", &record);
-    ws.set_council("resume_within", serde_json::json!("1h"));
-    let mut kdd = Kdd::start();
-    let c = kdd.client().await;
-    let t = thread_in(&c, &ws, None).await;
-    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
-    ask(&c, &t, "Plan the release.", 0).await;
-    streaming(&mut sub, "codex", 1).await;
-    drop((sub, c));
+    let configure = |ws: &Workspace| ws.set_council("resume_within", serde_json::json!("1h"));
+    let (Scene { hold, record, mut kdd, t, .. }, _ws) = scene("Plan", 0, 1, configure).await;
     kdd.kill9();
     hold.release();
     // The exchange began two hours ago, as far as the journal knows.
@@ -434,17 +424,7 @@ async fn a_routed_message_cut_by_a_kill_is_answered_once_after_the_restart() {
 
 #[tokio::test]
 async fn kd_daemon_stop_no_resume_ends_the_exchanges_for_good() {
-    let hold = Hold::new();
-    let tmp = tempfile::tempdir().unwrap();
-    let record = tmp.path().join("record").display().to_string();
-    let ws = council(&hold, "Answer from cursor", &record);
-    let mut kdd = Kdd::start();
-    let c = kdd.client().await;
-    let t = thread_in(&c, &ws, None).await;
-    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
-    ask(&c, &t, "Plan the release.", 2).await;
-    streaming(&mut sub, "codex", 2).await;
-    drop((sub, c));
+    let (Scene { hold, record, mut kdd, t, .. }, _ws) = scene("Answer from cursor", 2, 2, |_| {}).await;
     let out = kdd.kd().args(["daemon", "stop", "--no-resume"]).output().await.unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     kdd.wait_exit();
@@ -456,10 +436,8 @@ async fn kd_daemon_stop_no_resume_ends_the_exchanges_for_good() {
     assert_eq!(x[0].0, "stopped");
     assert!(x[0].1.as_deref().unwrap_or_default().contains("--no-resume"), "{x:?}");
     // A later question runs, and only it: nothing of the ended one resumed.
+    a_later_question(&kdd, &t).await;
     let c = kdd.client().await;
-    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
-    c.council_send(t.clone(), "@claude next".into(), None, None, None, None, None, Some(0), None).await.unwrap();
-    collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::RunFinished { .. }))).await;
     assert_eq!(records(&record).len(), before + 1, "only the new question's run");
     let all = messages(&c, &t).await;
     let cut = all.iter().filter(|m| m.kind == MessageKind::Interrupted).count();
