@@ -83,16 +83,22 @@ fn collect(mut from: impl tokio::io::AsyncRead + Unpin + Send + 'static, to: Arc
     });
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn kd_watch_rides_through_a_kill_9_and_shows_every_message_once() {
-    let ws = Workspace::new(&[]);
-    let mut kdd = Kdd::start();
+/// A new thread of `ws` and `kd watch --reconnect 30` of it, watching.
+async fn watching(kdd: &Kdd, ws: &Workspace) -> (kd_client::Client, String, Piped) {
     let c = kdd.client().await;
     let t = kd_tests::new_thread(&c, &ws.path()).await;
     let mut k = kdd.kd();
     k.args(["watch", &t, "--reconnect", "30"]);
-    let mut watch = Piped::spawn(k);
+    let watch = Piped::spawn(k);
     watch.until(false, "watching thread").await;
+    (c, t, watch)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_watch_rides_through_a_kill_9_and_shows_every_message_once() {
+    let ws = Workspace::new(&[]);
+    let mut kdd = Kdd::start();
+    let (c, t, mut watch) = watching(&kdd, &ws).await;
     append(&c, &t, "king", "before the crash", &[]).await;
     watch.until(false, "before the crash").await;
     drop(c);
@@ -245,12 +251,7 @@ async fn a_run_cut_by_a_graceful_stop_ends_interrupted_and_a_cancelled_one_does_
 async fn a_daemon_of_another_protocol_after_a_restart_ends_kd_watch_in_one_line() {
     let ws = Workspace::new(&[]);
     let mut kdd = Kdd::start();
-    let c = kdd.client().await;
-    let t = kd_tests::new_thread(&c, &ws.path()).await;
-    let mut k = kdd.kd();
-    k.args(["watch", &t, "--reconnect", "30"]);
-    let mut watch = Piped::spawn(k);
-    watch.until(false, "watching thread").await;
+    let (c, _, mut watch) = watching(&kdd, &ws).await;
     drop(c);
     kdd.kill9();
     watch.until(true, "reconnecting").await;
@@ -351,12 +352,7 @@ async fn kd_watch_shows_the_answers_given_while_kdd_was_away() {
     let hold = kd_tests::Hold::new();
     let ws = Workspace::new(&[("claude", "claude", &[("FAKE_HOLD", hold.var()), ("FAKE_TEXT", "Whole answer.")])]);
     let mut kdd = Kdd::start();
-    let c = kdd.client().await;
-    let t = kd_tests::new_thread(&c, &ws.path()).await;
-    let mut k = kdd.kd();
-    k.args(["watch", &t, "--reconnect", "30"]);
-    let mut watch = Piped::spawn(k);
-    watch.until(false, "watching thread").await;
+    let (c, t, mut watch) = watching(&kdd, &ws).await;
     c.council_send(t.clone(), "Q?".into(), None, None, None, None, None, Some(0), None).await.unwrap();
     watch.until(false, "── claude").await;
     drop(c);
