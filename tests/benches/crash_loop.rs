@@ -20,7 +20,10 @@
 //! workspace that resumes what a kill cut. After each restart no step has
 //! been answered twice (counted from the messages themselves, and by the
 //! journal's step of each answer); after the last round, with no more
-//! kills, every exchange completes with its nine answers, each once.
+//! kills, every exchange completes with its nine answers, each once. A vote
+//! with a synthesis (`completion.agents`) runs beside each, its call cut by
+//! the kill: in the end each has three answers, three ballots, one tally
+//! and one synthesis.
 //!
 //! It prints the figures and exits non-zero if any check failed. Not part
 //! of `cargo test` (it takes a few minutes):
@@ -106,6 +109,7 @@ async fn crash_loop(rounds: usize) -> Tally {
         Workspace::new(&[("claude", "claude", short), ("codex", "gemini", short), ("cursor", "cursor", short)]);
     councils.set_council("resume_attempts", serde_json::json!(1000));
     let mut council_threads: Vec<String> = Vec::new();
+    let mut vote_threads: Vec<String> = Vec::new();
     let mut kdd = Kdd::start();
     let c = kdd.client().await;
     let log = kd_tests::new_thread(&c, &ws.path()).await;
@@ -140,6 +144,27 @@ async fn crash_loop(rounds: usize) -> Tally {
             .await
             .expect("council send");
         council_threads.push(ct);
+        // And a vote with a synthesis, its call left to run (kdd dies under it).
+        let vt = kd_tests::new_thread(&c, &councils.path()).await;
+        let voter = kdd.client().await;
+        let id = format!("c-round{round}");
+        let vote_thread = vt.clone();
+        tokio::spawn(async move {
+            let _ = voter
+                .completion_agents(
+                    vote_thread,
+                    "Which plan?".into(),
+                    None,
+                    None,
+                    None,
+                    Some(kd_proto::types::Aggregation::Synthesize),
+                    Some(true),
+                    Some("claude".into()),
+                    Some(id),
+                )
+                .await;
+        });
+        vote_threads.push(vt);
         let mut writers = Vec::new();
         for w in 0..3 {
             let client = kdd.client().await;
@@ -181,7 +206,7 @@ async fn crash_loop(rounds: usize) -> Tally {
         }
     }
     tally.acknowledged = acked.lock().expect("acked").len();
-    finish_councils(&kdd, &council_threads, &mut tally).await;
+    finish_councils(&kdd, &council_threads, &vote_threads, &mut tally).await;
     tally
 }
 
@@ -192,9 +217,9 @@ fn answered_twice(db: &std::path::Path) -> Vec<String> {
     let conn = open(db);
     let mut twice: Vec<String> = conn
         .prepare(
-            "SELECT thread_id || ' ' || sender || ' round ' || round FROM messages
-             WHERE kind = 'agent' AND purpose IS NULL AND thread_id IN (SELECT thread_id FROM exchanges)
-             GROUP BY thread_id, sender, round HAVING count(*) > 1",
+            "SELECT thread_id || ' ' || sender || ' round ' || round || ' ' || coalesce(purpose, 'answer') FROM messages
+             WHERE kind = 'agent' AND thread_id IN (SELECT thread_id FROM exchanges)
+             GROUP BY thread_id, sender, round, purpose HAVING count(*) > 1",
         )
         .expect("query")
         .query_map([], |r| r.get(0))
@@ -212,13 +237,24 @@ fn answered_twice(db: &std::path::Path) -> Vec<String> {
         .collect::<Result<_, _>>()
         .expect("rows");
     twice.extend(steps);
+    let tallies: Vec<String> = conn
+        .prepare(
+            "SELECT thread_id || ' tally' FROM messages WHERE purpose = 'tally' GROUP BY thread_id HAVING count(*) > 1",
+        )
+        .expect("query")
+        .query_map([], |r| r.get(0))
+        .expect("rows")
+        .collect::<Result<_, _>>()
+        .expect("rows");
+    twice.extend(tallies);
     twice
 }
 
 /// No more kills: waits until every council exchange is over, then checks
-/// each gave its nine answers once.
-async fn finish_councils(kdd: &Kdd, threads: &[String], tally: &mut Tally) {
-    tally.exchanges = threads.len();
+/// each gave its nine answers once, and each vote its three answers, three
+/// ballots, one tally and one synthesis.
+async fn finish_councils(kdd: &Kdd, threads: &[String], votes: &[String], tally: &mut Tally) {
+    tally.exchanges = threads.len() + votes.len();
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let open: i64 = open(&kdd.db)
@@ -243,6 +279,22 @@ async fn finish_councils(kdd: &Kdd, threads: &[String], tally: &mut Tally) {
             tally.completed += 1;
         } else {
             tally.failures.push(format!("exchange of {t}: {state} with {answers} answers of 9"));
+        }
+    }
+    for t in votes {
+        let counted: rusqlite::Result<(String, i64, i64, i64, i64)> = conn.query_row(
+            "SELECT x.state,
+                 (SELECT count(*) FROM messages m WHERE m.thread_id = x.thread_id AND m.kind = 'agent' AND m.purpose IS NULL),
+                 (SELECT count(*) FROM messages m WHERE m.thread_id = x.thread_id AND m.kind = 'agent' AND m.purpose = 'ballot'),
+                 (SELECT count(*) FROM messages m WHERE m.thread_id = x.thread_id AND m.purpose = 'tally'),
+                 (SELECT count(*) FROM messages m WHERE m.thread_id = x.thread_id AND m.kind = 'agent' AND m.purpose = 'synthesis')
+             FROM exchanges x WHERE x.thread_id = ?1",
+            [t],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+        );
+        match counted {
+            Ok((state, 3, 3, 1, 1)) if state == "done" => tally.completed += 1,
+            other => tally.failures.push(format!("vote of {t}: {other:?}, expected done with 3, 3, 1, 1")),
         }
     }
     let count = |sql: &str| -> usize { conn.query_row(sql, [], |r| r.get::<_, i64>(0)).expect(sql) as usize };
