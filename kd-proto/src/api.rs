@@ -301,6 +301,7 @@ pub trait KdApi {
         aggregation: Option<Aggregation>,
         vote: Option<bool>,
         chair: Option<String>,
+        id: Option<String>,
     ) -> RpcResult<Completion>;
 
     /// An emergency to every member (F-X4).

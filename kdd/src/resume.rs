@@ -97,6 +97,15 @@ async fn one(co: &Arc<Coord>, x: &Exchange, done: &mut Resumed) -> Result<bool, 
         return Ok(false);
     }
     done.given_up += give_up_cut_steps(co, x, &config).await?;
+    if x.kind == Kind::Completion {
+        // Its drive reads its own plan and the workspace's configuration.
+        if !crate::coord::completion::resume(co, x) {
+            db.stop_exchange(x.id, "kd cannot read this completion's plan".into()).await?;
+            return Ok(false);
+        }
+        db.exchange_resumed(x.clone()).await?;
+        return Ok(true);
+    }
     let Some(launch) = launch(co, x, &thread, config).await? else {
         db.stop_exchange(x.id, format!("kd cannot resume a {} exchange", x.kind.as_str())).await?;
         return Ok(false);

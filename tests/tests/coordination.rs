@@ -274,7 +274,7 @@ async fn first_takes_one_answer_and_cancels_the_others() {
     let t = kd_tests::new_thread(&c, &ws.path()).await;
     let done = within(
         "the completion",
-        c.completion_agents(t.clone(), "Quick?".into(), None, Some(Wait::First), None, None, None, None),
+        c.completion_agents(t.clone(), "Quick?".into(), None, Some(Wait::First), None, None, None, None, None),
     )
     .await
     .unwrap();
@@ -320,6 +320,7 @@ async fn a_vote_tallies_anonymised_rankings_and_a_chair_synthesizes() {
             Some(Aggregation::Synthesize),
             Some(true),
             Some("cursor".into()),
+            None,
         ),
     )
     .await
@@ -417,6 +418,7 @@ async fn all_waits_up_to_the_timeout_reports_the_late_and_merges_what_came() {
             Some(Aggregation::Merge),
             None,
             None,
+            None,
         ),
     )
     .await
@@ -464,6 +466,7 @@ async fn a_chair_outside_the_asked_members_keeps_its_inbox_for_its_next_turn() {
             Some(Aggregation::Synthesize),
             None,
             Some("cursor".into()),
+            None,
         ),
     )
     .await
@@ -504,6 +507,7 @@ async fn each_vote_draws_its_labels_afresh_and_the_tally_maps_them_back() {
                 None,
                 Some(Aggregation::Vote),
                 Some(true),
+                None,
                 None,
             ),
         )

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use kd_client::KdApiClient;
-use kd_proto::types::{ContextMode, Message, MessageKind, ThreadEvent};
+use kd_proto::types::{Aggregation, Completion, ContextMode, Message, MessageKind, Purpose, ThreadEvent};
 use kd_tests::{Hold, Kdd, Workspace, collect_until, records, thread_in, within};
 
 /// Sends `body` to `thread` for a first round and `auto` auto-rounds.
@@ -317,4 +317,242 @@ async fn an_exchange_older_than_resume_within_is_stopped_and_said() {
     let said = all.iter().find(|m| m.from == "kd" && m.body.contains("council.resume_within")).expect("kd says why");
     assert!(said.body.contains("2 h") && said.body.contains("kd retry"), "{}", said.body);
     assert_eq!(records(&record).len(), before, "no one was asked again");
+}
+
+/// What each voter answers: claude, codex and cursor say "Use a queue.",
+/// "Use a lock." and "Use a channel."
+fn said(member: &str) -> &'static str {
+    match member {
+        "claude" => "Use a queue.",
+        "codex" => "Use a lock.",
+        _ => "Use a channel.",
+    }
+}
+
+/// Three voters ranking by content (codex wins, claude second), cursor
+/// the chair; `held` holds on `hold` when its prompt holds `when`.
+fn voters(held: &str, hold: &Hold, when: &str, record: &str) -> Workspace {
+    let rules = |ranking: &str| {
+        serde_json::json!([
+            ["[Evaluation]", format!("Fine.\nFINAL RANKING:\n{ranking}")],
+            ["[Synthesis]", "Final: use a lock."]
+        ])
+        .to_string()
+    };
+    let rules = [
+        ("claude", "claude", rules("1. {label:Use a lock.}\n2. {label:Use a channel.}")),
+        ("codex", "gemini", rules("1. {label:Use a queue.}\n2. {label:Use a channel.}")),
+        ("cursor", "cursor", rules("1. {label:Use a lock.}\n2. {label:Use a queue.}")),
+    ];
+    let envs: Vec<Vec<(&str, &str)>> = rules
+        .iter()
+        .map(|(name, _, r)| {
+            let mut env = vec![("FAKE_TEXT", said(name)), ("FAKE_RULES", r.as_str()), ("FAKE_RECORD", record)];
+            if *name == held {
+                env.extend([("FAKE_HOLD", hold.var()), ("FAKE_HOLD_WHEN", when)]);
+            }
+            env
+        })
+        .collect();
+    let members: Vec<kd_tests::Member<'_>> =
+        rules.iter().zip(&envs).map(|((name, backend, _), env)| (*name, *backend, env.as_slice())).collect();
+    Workspace::new(&members)
+}
+
+/// Asks `completion.agents` of every member, as `id`.
+async fn complete(
+    c: &kd_client::Client,
+    thread: &str,
+    aggregation: Aggregation,
+    chair: Option<&str>,
+    id: &str,
+) -> Result<Completion, jsonrpsee::core::client::Error> {
+    let vote = Some(aggregation == Aggregation::Synthesize);
+    c.completion_agents(
+        thread.into(),
+        "How do we share the cache?".into(),
+        None,
+        None,
+        None,
+        Some(aggregation),
+        vote,
+        chair.map(str::to_string),
+        Some(id.into()),
+    )
+    .await
+}
+
+/// Waits until `member` has a run for `purpose` (`ballot`, `synthesis`)
+/// that has saved some of its text; its id.
+async fn held_run(db: &Path, member: &str, purpose: &str) -> String {
+    let run = within("the held run", async {
+        loop {
+            let run: Option<String> = rusqlite::Connection::open(db)
+                .and_then(|c| {
+                    c.query_row("SELECT id FROM runs WHERE member = ?1 AND purpose = ?2", [member, purpose], |r| {
+                        r.get(0)
+                    })
+                })
+                .ok();
+            if let Some(run) = run {
+                return run;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    saved(db, &run).await;
+    run
+}
+
+/// The label each answer's text was shown under in these ballot prompts
+/// (the same in every prompt, or the test fails).
+fn shown_labels(prompts: &[String]) -> BTreeMap<String, String> {
+    let mut by_text = BTreeMap::new();
+    for p in prompts {
+        let lines: Vec<&str> = p.lines().collect();
+        for w in lines.windows(2) {
+            if w[0].starts_with("Response ") && w[0].ends_with(':') {
+                let label = w[0].trim_end_matches(':').to_string();
+                let before = by_text.insert(w[1].to_string(), label.clone());
+                assert!(before.as_ref().is_none_or(|b| *b == label), "{} shown as {before:?} and {label}", w[1]);
+            }
+        }
+    }
+    by_text
+}
+
+/// The messages of `kind` for `purpose`.
+fn of(all: &[Message], kind: MessageKind, purpose: Option<Purpose>) -> Vec<&Message> {
+    all.iter().filter(|m| m.kind == kind && m.purpose == purpose).collect()
+}
+
+/// The prompts recorded that hold `needle`.
+fn prompts_with(record: &str, needle: &str) -> Vec<String> {
+    records(record).iter().map(kd_tests::prompt_of).filter(|p| p.contains(needle)).collect()
+}
+
+#[tokio::test]
+async fn kill_9_mid_ballot_finishes_the_vote_once() {
+    cut_mid_ballot(false).await;
+}
+
+#[tokio::test]
+async fn a_graceful_restart_mid_ballot_writes_no_tally_until_the_ballots_are_in() {
+    cut_mid_ballot(true).await;
+}
+
+/// A vote cut while claude's ballot streams — by kill -9, or by a
+/// graceful restart (`graceful`) — finishes once after the restart.
+async fn cut_mid_ballot(graceful: bool) {
+    let hold = Hold::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let record = tmp.path().join("record").display().to_string();
+    let ws = voters("claude", &hold, "[Evaluation]", &record);
+    let mut kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let asked = {
+        let (c, t) = (kdd.client().await, t.clone());
+        tokio::spawn(async move { complete(&c, &t, Aggregation::Vote, None, "c-mid-ballot").await })
+    };
+    // claude's ballot holds, the others are in.
+    held_run(&kdd.db, "claude", "ballot").await;
+    within("two ballots", async {
+        while of(&messages(&c, &t).await, MessageKind::Agent, Some(Purpose::Ballot)).len() < 2 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let before = shown_labels(&prompts_with(&record, "[Evaluation]"));
+    assert_eq!(before.len(), 3, "each answer shown under one label: {before:?}");
+    drop(c);
+    if graceful {
+        // The stop writes no tally of the ballots in so far.
+        kdd.restart();
+    } else {
+        kdd.kill9();
+        kdd.launch().unwrap();
+    }
+    assert!(asked.await.unwrap().is_err(), "the first call went with the daemon");
+    hold.release();
+    let c = kdd.client().await;
+    // Asked again by its id, the completion is the one resumed.
+    let done = within("the resumed vote", complete(&c, &t, Aggregation::Vote, None, "c-mid-ballot")).await.unwrap();
+    assert_eq!(settled(&kdd.db, &t).await, vec![("done".to_string(), None)]);
+    let tally = done.tally.expect("the tally");
+    for l in &tally.labels {
+        assert_eq!(before.get(said(&l.member)), Some(&l.label), "the tally's labels are the ballots' before the kill");
+    }
+    let scores: Vec<(&str, u32)> = tally.scores.iter().map(|s| (s.member.as_str(), s.points)).collect();
+    assert_eq!(scores, [("codex", 2), ("claude", 1), ("cursor", 0)]);
+    assert_eq!(tally.winner.as_deref(), Some("codex"));
+    // 3 answers, 3 ballots, 1 tally, each once; claude's cut ballot replaced.
+    let all = messages(&c, &t).await;
+    let mut answered: Vec<&str> = of(&all, MessageKind::Agent, None).iter().map(|m| m.from.as_str()).collect();
+    answered.sort_unstable();
+    assert_eq!(answered, ["claude", "codex", "cursor"], "{all:#?}");
+    let ballots = of(&all, MessageKind::Agent, Some(Purpose::Ballot));
+    let mut voters: Vec<&str> = ballots.iter().map(|m| m.from.as_str()).collect();
+    voters.sort_unstable();
+    assert_eq!(voters, ["claude", "codex", "cursor"], "{all:#?}");
+    let cut = of(&all, MessageKind::Interrupted, Some(Purpose::Ballot));
+    assert_eq!(cut.len(), 1, "{all:#?}");
+    let again = ballots.iter().find(|m| m.from == "claude").unwrap();
+    assert_eq!(again.replaces, Some(cut[0].seq), "the new ballot replaces the cut one");
+    let tallies = of(&all, MessageKind::System, Some(Purpose::Tally));
+    assert_eq!(tallies.len(), 1, "{all:#?}");
+    assert_eq!(Some(tallies[0].seq), tally.seq);
+    assert!(tallies[0].body.starts_with("Vote: codex wins."), "{}", tallies[0].body);
+    // No answer was asked again; only claude's ballot was.
+    let asked = prompts_with(&record, "How do we share the cache?");
+    assert_eq!(asked.iter().filter(|p| !p.contains("[Evaluation]")).count(), 3, "each answer asked once");
+    let ballot_runs = prompts_with(&record, "[Evaluation]");
+    assert_eq!(ballot_runs.len(), 4, "3 ballots and claude's asked again");
+    assert_eq!(ballot_runs.iter().filter(|p| p.contains("kd restarted while you were answering")).count(), 1);
+    // Asked once more, the done completion gives its stored result.
+    let again = complete(&c, &t, Aggregation::Vote, None, "c-mid-ballot").await.unwrap();
+    assert_eq!(again.tally.and_then(|t| t.seq), tally.seq);
+}
+
+#[tokio::test]
+async fn kill_9_mid_synthesis_writes_one_synthesis() {
+    let hold = Hold::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let record = tmp.path().join("record").display().to_string();
+    let ws = voters("cursor", &hold, "[Synthesis]", &record);
+    let mut kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let asked = {
+        let (c, t) = (kdd.client().await, t.clone());
+        tokio::spawn(async move { complete(&c, &t, Aggregation::Synthesize, Some("cursor"), "c-mid-synthesis").await })
+    };
+    held_run(&kdd.db, "cursor", "synthesis").await;
+    drop(c);
+    kdd.kill9();
+    assert!(asked.await.unwrap().is_err(), "the first call went with the daemon");
+    hold.release();
+    kdd.launch().unwrap();
+    let c = kdd.client().await;
+    let done =
+        within("the resumed synthesis", complete(&c, &t, Aggregation::Synthesize, Some("cursor"), "c-mid-synthesis"))
+            .await
+            .unwrap();
+    assert_eq!(settled(&kdd.db, &t).await, vec![("done".to_string(), None)]);
+    let synthesis = done.synthesis.expect("the synthesis");
+    assert_eq!((synthesis.member.as_str(), synthesis.text.as_str()), ("cursor", "Final: use a lock."));
+    assert_eq!(done.tally.as_ref().and_then(|t| t.winner.as_deref()), Some("codex"));
+    let all = messages(&c, &t).await;
+    assert_eq!(of(&all, MessageKind::Agent, None).len(), 3, "{all:#?}");
+    assert_eq!(of(&all, MessageKind::Agent, Some(Purpose::Ballot)).len(), 3, "{all:#?}");
+    assert_eq!(of(&all, MessageKind::System, Some(Purpose::Tally)).len(), 1, "{all:#?}");
+    let written = of(&all, MessageKind::Agent, Some(Purpose::Synthesis));
+    assert_eq!(written.len(), 1, "one synthesis: {all:#?}");
+    let cut = of(&all, MessageKind::Interrupted, Some(Purpose::Synthesis));
+    assert_eq!(cut.len(), 1, "{all:#?}");
+    assert_eq!(written[0].replaces, Some(cut[0].seq));
+    assert_eq!(Some(written[0].seq), synthesis.seq);
+    assert_eq!(prompts_with(&record, "[Evaluation]").len(), 3, "no ballot asked again");
+    assert_eq!(prompts_with(&record, "[Synthesis]").len(), 2, "the cut synthesis asked again, once");
 }

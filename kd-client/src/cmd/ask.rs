@@ -219,6 +219,7 @@ async fn complete(
         Some(aggregation),
         Some(a.vote),
         a.synthesize,
+        None,
     );
     tokio::pin!(call);
     let color = !a.json && ctx.styled();

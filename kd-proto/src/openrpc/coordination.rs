@@ -43,6 +43,7 @@ pub(super) fn methods(b: &mut Builder) {
         .param::<Aggregation>("aggregation", false, "none (default), merge, vote or synthesize")
         .param::<bool>("vote", false, "with synthesize: vote first, and give the chair the tally")
         .param::<String>("chair", false, "the member who synthesizes")
+        .param::<String>("id", false, "a correlation id the client chose (c- and up to 64 of A-Z a-z 0-9 _ -), so it can ask again for the same completion after a reconnect")
         .errors(&[InvalidArgument, NotFound]);
     b.method::<Emergency>("emergency.broadcast", "emergency", "An emergency to every member (F-X4): bypasses queues and delivery modes and starts a run for each (after its run in flight, which is told — an event — and stopped only with stop). Each member owes an acknowledgement: its next answer given the broadcast, or emergency.ack. Subscribers get an emergency event with who still owes one, again at every acknowledgement.");
     b.param::<String>("thread", true, "thread id")

@@ -403,6 +403,7 @@ pub fn steps(conn: &Connection, x: ExchangeId) -> DbResult<Vec<Step>> {
     Ok(rows)
 }
 
+pub mod kd_step;
 pub mod life;
 #[cfg(test)]
 mod tests;

@@ -112,6 +112,19 @@ pub async fn queue_subscribe(
     Ok(config.delivery(&member).prefs(&member, &overrides))
 }
 
+/// Longest client-chosen completion id after its `c-`.
+const COMPLETION_ID_MAX: usize = 64;
+
+/// A completion id a client chose: `c-` and 1 to 64 of `[A-Za-z0-9_-]`.
+fn completion_id(id: &str) -> RpcResult<()> {
+    let ok = id.strip_prefix("c-").is_some_and(|rest| {
+        !rest.is_empty()
+            && rest.len() <= COMPLETION_ID_MAX
+            && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    });
+    if ok { Ok(()) } else { Err(invalid(format!("id must be c- and 1 to {COMPLETION_ID_MAX} of A-Z a-z 0-9 _ -"))) }
+}
+
 pub async fn completion_agents(
     d: &Daemon,
     ext: &Extensions,
@@ -123,9 +136,15 @@ pub async fn completion_agents(
     aggregation: Option<Aggregation>,
     vote: Option<bool>,
     chair: Option<String>,
+    id: Option<String>,
 ) -> RpcResult<Completion> {
     validate::thread_id(&thread)?;
     body(&text)?;
+    // The client's own name for the completion: a second call with it
+    // attaches to the first (after a reconnect, or a restart of kdd).
+    if let Some(id) = &id {
+        completion_id(id)?;
+    }
     if let Some(a) = &agents {
         validate::addressees("agents", a)?;
     }
@@ -142,6 +161,7 @@ pub async fn completion_agents(
         vote: vote.unwrap_or(false),
         chair,
         client: ext.get::<ClientId>().copied(),
+        id,
     };
     completion::complete(&d.coord, p).await
 }
@@ -215,4 +235,19 @@ pub async fn resource(
     };
     d.db.record(vec![event]).await?;
     Ok(check)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::completion_id;
+
+    #[test]
+    fn a_completion_id_is_c_and_a_bounded_label() {
+        for good in ["c-1", "c-Ab_9-x", &format!("c-{}", "a".repeat(64))] {
+            assert!(completion_id(good).is_ok(), "{good}");
+        }
+        for bad in ["", "c-", "x-1", "c-a b", "c-é", "c-a\n", &format!("c-{}", "a".repeat(65))] {
+            assert!(completion_id(bad).is_err(), "{bad:?}");
+        }
+    }
 }

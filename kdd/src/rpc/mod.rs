@@ -375,9 +375,22 @@ impl KdApiServer for Rpc {
         aggregation: Option<Aggregation>,
         vote: Option<bool>,
         chair: Option<String>,
+        id: Option<String>,
     ) -> RpcResult<Completion> {
-        coordination::completion_agents(&self.d, ext, thread, body, agents, wait, timeout_s, aggregation, vote, chair)
-            .await
+        coordination::completion_agents(
+            &self.d,
+            ext,
+            thread,
+            body,
+            agents,
+            wait,
+            timeout_s,
+            aggregation,
+            vote,
+            chair,
+            id,
+        )
+        .await
     }
 
     async fn emergency_broadcast(
