@@ -112,7 +112,16 @@ async fn one(co: &Arc<Coord>, x: &Exchange, done: &mut Resumed) -> Result<bool, 
     };
     db.exchange_resumed(x.clone()).await?;
     match x.kind {
-        Kind::Council | Kind::Work => Ok(exchange::resume(co.council.clone(), x, launch).await),
+        Kind::Council => Ok(exchange::resume(co.council.clone(), x, launch).await),
+        // The rounds' replay, then the vote over the work when one is due.
+        Kind::Work => {
+            let vote = Journal::from_plan(&x.plan).is_some_and(|j| j.vote);
+            let resumed = exchange::resume(co.council.clone(), x, launch).await;
+            if resumed && vote {
+                crate::work::vote::after_rounds(co, &x.thread, x.seq);
+            }
+            Ok(resumed)
+        }
         _ => {
             db.stop_exchange(x.id, format!("kd cannot resume a {} exchange", x.kind.as_str())).await?;
             Ok(false)

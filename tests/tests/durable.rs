@@ -556,3 +556,84 @@ async fn kill_9_mid_synthesis_writes_one_synthesis() {
     assert_eq!(prompts_with(&record, "[Evaluation]").len(), 3, "no ballot asked again");
     assert_eq!(prompts_with(&record, "[Synthesis]").len(), 2, "the cut synthesis asked again, once");
 }
+
+/// The label `needle` is shown under in a ballot prompt.
+fn label_of(prompt: &str, needle: &str) -> Option<String> {
+    let at = prompt.find(needle)?;
+    prompt[..at]
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("Response ") && l.ends_with(':'))
+        .map(|l| l.trim_end_matches(':').to_string())
+}
+
+#[tokio::test]
+async fn a_kd_work_vote_cut_by_kill_9_tallies_once_after_the_restart() {
+    use kd_client::WorkApiClient;
+    let hold = Hold::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let record = tmp.path().join("record").display().to_string();
+    let work_of = |m: &str| match m {
+        "claude" => "alpha work",
+        "codex" => "beta work",
+        _ => "gamma work",
+    };
+    // Written in a member's worktree only (where .git is a file).
+    let writes = |m: &str| format!("if test -f .git; then printf '%s\\n' '{}' > impl.txt; fi", work_of(m));
+    let ranking = "FINAL RANKING:\n1. {label:+alpha work}\n2. {label:+beta work}\n3. {label:+gamma work}";
+    let rules = serde_json::json!([["[Evaluation]", ranking]]).to_string();
+    let runs: Vec<String> = ["claude", "codex", "cursor"].iter().map(|m| writes(m)).collect();
+    let env = |i: usize| {
+        let mut env = vec![("FAKE_RUN", runs[i].as_str()), ("FAKE_RULES", rules.as_str()), ("FAKE_RECORD", &record)];
+        if i == 0 {
+            env.extend([("FAKE_HOLD", hold.var()), ("FAKE_HOLD_WHEN", "[Evaluation]")]);
+        }
+        env
+    };
+    let envs = [env(0), env(1), env(2)];
+    let ws = Workspace::new(&[
+        ("claude", "claude", &envs[0]),
+        ("codex", "claude", &envs[1]),
+        ("cursor", "claude", &envs[2]),
+    ]);
+    ws.git_init(&[("a.txt", "one\n")], &[]);
+    let mut kdd = Kdd::start();
+    let c = kdd.client().await;
+    let started = c.work_start(ws.path(), "Write impl.txt".into(), None, Some(true)).await.unwrap();
+    let t = started.thread;
+    // claude's ballot holds; the others are in.
+    held_run(&kdd.db, "claude", "ballot").await;
+    within("two ballots", async {
+        while of(&messages(&c, &t).await, MessageKind::Agent, Some(Purpose::Ballot)).len() < 2 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let before: Vec<String> = prompts_with(&record, "[Evaluation]");
+    assert_eq!(before.len(), 3);
+    drop(c);
+    kdd.kill9();
+    hold.release();
+    kdd.launch().unwrap();
+    let c = kdd.client().await;
+    assert_eq!(settled(&kdd.db, &t).await, vec![("done".to_string(), None)]);
+    let all = messages(&c, &t).await;
+    let tallies = of(&all, MessageKind::System, Some(Purpose::Tally));
+    assert_eq!(tallies.len(), 1, "{all:#?}");
+    assert!(tallies[0].body.starts_with("Vote: claude wins."), "{}", tallies[0].body);
+    // The tally's labels are those the ballots showed before the kill.
+    for m in ["claude", "codex", "cursor"] {
+        let shown: Vec<Option<String>> = before.iter().map(|p| label_of(p, &format!("+{}", work_of(m)))).collect();
+        let label = shown.iter().flatten().next().expect("shown to someone").clone();
+        assert!(shown.iter().flatten().all(|l| *l == label), "{m} shown as {shown:?}");
+        assert!(tallies[0].body.contains(&format!("| {label} | {m} |")), "{m} as {label}: {}", tallies[0].body);
+    }
+    let ballots = of(&all, MessageKind::Agent, Some(Purpose::Ballot));
+    assert_eq!(ballots.len(), 3, "{all:#?}");
+    let cut = of(&all, MessageKind::Interrupted, Some(Purpose::Ballot));
+    assert_eq!(cut.len(), 1, "{all:#?}");
+    assert_eq!(ballots.iter().find(|m| m.from == "claude").and_then(|m| m.replaces), Some(cut[0].seq));
+    assert_eq!(prompts_with(&record, "[Evaluation]").len(), 4, "only claude's ballot asked again");
+    // The work itself was done once by each member.
+    assert_eq!(prompts_with(&record, "Write impl.txt").len() - 4, 3);
+}

@@ -39,12 +39,14 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use super::{Coord, check_members};
+use crate::agent::registry::{Place, Run};
 use crate::client::ClientId;
+use crate::council::Launch;
 use crate::db::events::Record;
-use crate::db::exchanges::{Exchange, ExchangeState, Kind, NewExchange, StepKey};
+use crate::db::exchanges::{Exchange, ExchangeId, ExchangeState, Kind, NewExchange, Opened, StepKey};
 use crate::db::messages::NewMessage;
 use crate::db::{now_ms, random_id};
-pub use vote::{ballot_prompt, ballots, count, draw_labels, kd_message, parse_ranking, synthesis_prompt, tally_text};
+pub use vote::{Vote, ballot_prompt, count, draw_labels, kd_message, parse_ranking, synthesis_prompt, tally_text};
 
 /// A completion, with its parameters checked for form.
 pub struct Params {
@@ -220,8 +222,8 @@ fn spawn(co: &Arc<Coord>, x: Exchange, client: Option<ClientId>) -> Receiver {
             Ok(done) => {
                 let _ = tx.send(Some(Ok(done)));
             }
-            Err(drive::Halt::ShuttingDown) => {}
-            Err(drive::Halt::Failed(why)) => {
+            Err(Halt::ShuttingDown) => {}
+            Err(Halt::Failed(why)) => {
                 tracing::warn!(thread, completion = id, "the completion stopped: {why}");
                 let _ = tx.send(Some(Err(why)));
             }
@@ -272,5 +274,50 @@ async fn attach(co: &Arc<Coord>, x: Exchange, client: Option<ClientId>) -> Resul
             .ok_or_else(|| ErrorCode::Internal.error("the completion ended without a result")),
         ExchangeState::Stopped => Err(ErrorCode::Conflict
             .error(format!("the completion was stopped: {}", x.reason.as_deref().unwrap_or("stopped")))),
+    }
+}
+
+/// Why a drive ended without a result.
+pub enum Halt {
+    /// The daemon is stopping: nothing was written; the next start resumes.
+    ShuttingDown,
+    /// The exchange was stopped (cancelled) or cannot go on.
+    Failed(String),
+}
+
+impl From<crate::db::DbError> for Halt {
+    fn from(e: crate::db::DbError) -> Halt {
+        Halt::Failed(format!("the registry: {e}"))
+    }
+}
+
+/// Opens step `key` of exchange `x` and starts its run with `launch`
+/// unless the journal holds it over; a step whose member can no longer be
+/// asked (gone from the configuration) is cancelled.
+pub async fn take_step(
+    co: &Arc<Coord>,
+    x: ExchangeId,
+    key: StepKey,
+    launch: &Launch,
+    place: Place,
+) -> Result<Option<Arc<Run>>, Halt> {
+    let db = &co.council.agents.db;
+    let closed = || if co.council.agents.is_closed() { Err(Halt::ShuttingDown) } else { Ok(()) };
+    let step = match db.open_step(x, key.clone()).await? {
+        Opened::Step(s) => s,
+        Opened::Ended(state) => return Err(Halt::Failed(format!("the exchange is {}", state.as_str()))),
+    };
+    if step.state.is_over() {
+        return Ok(None);
+    }
+    closed()?;
+    match launch.start_step(&co.council, &key.member, place, &step) {
+        Some(claim) => Ok(Some(claim.into_run())),
+        None => {
+            closed()?;
+            let why = format!("{} is not a member of this workspace any more", key.member);
+            db.cancel_step(step.id, why).await?;
+            Ok(None)
+        }
     }
 }

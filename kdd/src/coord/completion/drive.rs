@@ -10,35 +10,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kd_proto::names::KING;
-use kd_proto::types::{
-    Aggregation, Ballot, Completion, Label, Message, MessageKind, Part, PartStatus, Style, Summary, Tally, Wait,
-};
+use kd_proto::types::{Aggregation, Completion, Message, MessageKind, Part, PartStatus, Style, Summary, Tally, Wait};
 use serde_json::json;
 
-use super::vote::{ballot_prompt, count, draw_labels, kd_message, parse_ranking, synthesis_prompt, tally_text};
-use super::{Coord, Plan};
+use super::vote::{Vote, count, kd_message, synthesis_prompt, tally_text};
+use super::{Coord, Halt, Plan, take_step};
 use crate::agent::registry::{Place, Run, StopReason};
 use crate::client::ClientId;
 use crate::council::Launch;
-use crate::db::DbError;
 use crate::db::events::Record;
 use crate::db::exchanges::kd_step::KdStep;
-use crate::db::exchanges::{Exchange, Opened, Purpose, Step, StepKey, StepState};
+use crate::db::exchanges::{Exchange, Purpose, Step, StepKey, StepState};
 use crate::db::now_ms;
-
-/// Why a drive ended without a result.
-pub enum Halt {
-    /// The daemon is stopping: nothing was written; the next start resumes.
-    ShuttingDown,
-    /// The completion was stopped (cancelled) or cannot go on.
-    Failed(String),
-}
-
-impl From<DbError> for Halt {
-    fn from(e: DbError) -> Halt {
-        Halt::Failed(format!("the registry: {e}"))
-    }
-}
 
 /// What a drive shares.
 struct Drive<'a> {
@@ -66,30 +49,6 @@ impl Drive<'_> {
 
     fn closed(&self) -> Result<(), Halt> {
         if self.co.council.agents.is_closed() { Err(Halt::ShuttingDown) } else { Ok(()) }
-    }
-
-    /// Opens step `key` and starts its run with `launch` unless the
-    /// journal says it is over; a step whose member can no longer be
-    /// asked (gone from the configuration) is cancelled.
-    async fn take(&self, key: StepKey, launch: &Launch, place: Place) -> Result<Option<Arc<Run>>, Halt> {
-        let db = &self.co.council.agents.db;
-        let step = match db.open_step(self.x.id, key.clone()).await? {
-            Opened::Step(s) => s,
-            Opened::Ended(state) => return Err(Halt::Failed(format!("the completion is {}", state.as_str()))),
-        };
-        if step.state.is_over() {
-            return Ok(None);
-        }
-        self.closed()?;
-        match launch.start_step(&self.co.council, &key.member, place, &step) {
-            Some(claim) => Ok(Some(claim.into_run())),
-            None => {
-                self.closed()?;
-                let why = format!("{} is not a member of this workspace any more", key.member);
-                db.cancel_step(step.id, why).await?;
-                Ok(None)
-            }
-        }
     }
 
     /// Every step of the completion with its message.
@@ -183,7 +142,7 @@ async fn answers(d: &mut Drive<'_>) -> Result<Vec<Part>, Halt> {
         db.cancel_pending_steps(d.x.id, Purpose::Answer, "timeout".into()).await?;
     } else {
         for member in d.plan.members.clone() {
-            if let Some(run) = d.take(StepKey::answer(1, &member), &d.launch, d.place).await? {
+            if let Some(run) = take_step(d.co, d.x.id, StepKey::answer(1, &member), &d.launch, d.place).await? {
                 runs.push(run);
             }
         }
@@ -236,49 +195,10 @@ async fn fix_late(d: &mut Drive<'_>, members: Vec<String>) -> Result<(), Halt> {
 /// The ballots of every member who answered, over labels drawn once, and
 /// their tally written once; the tally and what the ballots cost.
 async fn vote(d: &mut Drive<'_>, answered: &[&Part]) -> Result<(Tally, f64), Halt> {
-    let db = &d.co.council.agents.db;
-    let members: Vec<String> = answered.iter().map(|p| p.member.clone()).collect();
-    let drawn = serde_json::to_value(draw_labels(&members)).map_err(|e| Halt::Failed(format!("labels: {e}")))?;
-    let fixed = db.fix_choice(d.x.id, "labels", drawn).await?;
-    let labels: Vec<Label> =
-        serde_json::from_value(fixed).map_err(|e| Halt::Failed(format!("the fixed labels: {e}")))?;
+    let v = Vote { co: d.co, x: d.x.id, round: 1, launch: &d.launch, place: d.place, question: &d.question.body };
+    let labels = v.labels(answered).await?;
     d.plan.labels = Some(labels.clone());
-    // The answers in label order (every label names one who answered).
-    let labelled: Vec<&Part> =
-        labels.iter().filter_map(|l| answered.iter().find(|p| p.member == l.member).copied()).collect();
-    if labelled.len() != labels.len() {
-        return Err(Halt::Failed("the fixed labels do not match the answers".into()));
-    }
-    let mut runs = Vec::new();
-    for voter in &members {
-        let prompt = ballot_prompt(&d.question.body, &labels, &labelled, voter);
-        let launch = Launch { prompt: Some(prompt), ..d.launch.clone() };
-        let place = Place { purpose: Some(kd_proto::types::Purpose::Ballot), ..d.place };
-        let key = StepKey { round: 1, member: voter.clone(), purpose: Purpose::Ballot, cause: 0 };
-        if let Some(run) = d.take(key, &launch, place).await? {
-            runs.push(run);
-        }
-    }
-    for run in &runs {
-        run.done().await;
-    }
-    d.closed()?;
-    let steps = d.steps().await?;
-    let (mut ballots, mut cost) = (Vec::new(), 0.0);
-    for voter in &members {
-        let Some((_, message)) = steps.iter().find(|(s, _)| s.key.purpose == Purpose::Ballot && &s.key.member == voter)
-        else {
-            continue;
-        };
-        cost += message.as_ref().and_then(|m| m.run.as_ref()).and_then(|r| r.cost_usd).unwrap_or(0.0);
-        let own = labels.iter().find(|l| &l.member == voter).map(|l| l.label.clone());
-        let ranking = message
-            .as_ref()
-            .filter(|m| m.kind == MessageKind::Agent)
-            .map(|m| parse_ranking(&m.body, &labels, own.as_deref()))
-            .unwrap_or_default();
-        ballots.push(Ballot { voter: voter.clone(), ranking, seq: message.as_ref().map(|m| m.seq) });
-    }
+    let (ballots, cost) = v.cast(&labels, answered).await?;
     let mut t = count(labels, ballots);
     let body = tally_text(&t);
     let written = {
@@ -332,7 +252,7 @@ async fn synthesize(
     let answers = tally.and_then(|t| t.seq).or(merged).or(Some(d.x.seq));
     let place = Place { purpose: Some(kd_proto::types::Purpose::Synthesis), reply_to: answers, ..d.place };
     let key = StepKey { round: 1, member: chair.to_string(), purpose: Purpose::Synthesis, cause: 0 };
-    let run = d.take(key, &launch, place).await?;
+    let run = take_step(d.co, d.x.id, key, &launch, place).await?;
     if let Some(run) = &run {
         run.done().await;
     }

@@ -5,48 +5,83 @@
 use kd_proto::names::{KD, KING};
 use kd_proto::types::{Ballot, Label, MessageKind, Part, Purpose, Score, Tally};
 
-use crate::agent::registry::{Claim, Place};
+use std::sync::Arc;
+
+use super::{Halt, take_step};
+use crate::agent::registry::Place;
 use crate::coord::Coord;
 use crate::council::Launch;
+use crate::db::exchanges::{ExchangeId, Purpose as StepPurpose, Step, StepKey};
 use crate::db::messages::NewMessage;
 
-/// Has every member of `answered` rank the others' answers, shown
-/// anonymised under labels drawn afresh for this vote (so that no member
-/// can tell who wrote what from one vote to the next): the labels, each
-/// voter's ballot, and what the ballots cost.
-pub async fn ballots(
-    co: &Coord,
-    launch: &Launch,
-    place: Place,
-    question: &str,
-    answered: &[&Part],
-) -> (Vec<Label>, Vec<Ballot>, f64) {
-    let mut labelled = answered.to_vec();
-    fastrand::shuffle(&mut labelled);
-    let labels = label(&labelled);
-    let mut voters = Vec::new();
-    for voter in answered.iter().map(|x| x.member.clone()) {
-        let prompt = ballot_prompt(question, &labels, &labelled, &voter);
-        let run_launch = Launch { prompt: Some(prompt), ..launch.clone() };
-        let ballot = Place { purpose: Some(Purpose::Ballot), ..place };
-        if let Some(run) = run_launch.start(&co.council, &voter, ballot).map(Claim::into_run) {
-            voters.push((voter, run));
+/// A vote over an exchange's answers (a completion's, or `kd work`'s
+/// diffs), its ballots steps of the exchange's journal in `round`.
+pub struct Vote<'a> {
+    pub co: &'a Arc<Coord>,
+    pub x: ExchangeId,
+    pub round: u32,
+    pub launch: &'a Launch,
+    pub place: Place,
+    pub question: &'a str,
+}
+
+impl Vote<'_> {
+    /// Labels for `answered`, drawn once (so that no member can tell who
+    /// wrote what from one vote to the next) and fixed in the journal, so
+    /// that ballots asked after a restart show the same ones.
+    pub async fn labels(&self, answered: &[&Part]) -> Result<Vec<Label>, Halt> {
+        let members: Vec<String> = answered.iter().map(|p| p.member.clone()).collect();
+        let drawn = serde_json::to_value(draw_labels(&members)).map_err(|e| Halt::Failed(format!("labels: {e}")))?;
+        let fixed = self.co.council.agents.db.fix_choice(self.x, "labels", drawn).await?;
+        let labels: Vec<Label> =
+            serde_json::from_value(fixed).map_err(|e| Halt::Failed(format!("the fixed labels: {e}")))?;
+        let same = labels.len() == members.len() && labels.iter().all(|l| members.contains(&l.member));
+        if !same {
+            return Err(Halt::Failed("the fixed labels do not match the answers".into()));
         }
+        Ok(labels)
     }
-    let (mut ballots, mut cost) = (Vec::new(), 0.0);
-    for (voter, run) in voters {
-        run.done().await;
-        let message = run.message();
-        cost += message.as_ref().and_then(|m| m.run.as_ref()).and_then(|r| r.cost_usd).unwrap_or(0.0);
-        let own = labels.iter().find(|l| l.member == voter).map(|l| l.label.clone());
-        let ranking = message
-            .as_ref()
-            .filter(|m| m.kind == MessageKind::Agent)
-            .map(|m| parse_ranking(&m.body, &labels, own.as_deref()))
-            .unwrap_or_default();
-        ballots.push(Ballot { voter, ranking, seq: message.map(|m| m.seq) });
+
+    /// Has every member of `answered` rank the others' answers, shown
+    /// under `labels` only — each ballot a step, asked unless the journal
+    /// holds it over; each voter's ballot, and what the ballots cost.
+    pub async fn cast(&self, labels: &[Label], answered: &[&Part]) -> Result<(Vec<Ballot>, f64), Halt> {
+        let labelled: Vec<&Part> =
+            labels.iter().filter_map(|l| answered.iter().find(|p| p.member == l.member).copied()).collect();
+        let mut runs = Vec::new();
+        for voter in answered.iter().map(|p| p.member.as_str()) {
+            let prompt = ballot_prompt(self.question, labels, &labelled, voter);
+            let launch = Launch { prompt: Some(prompt), ..self.launch.clone() };
+            let place = Place { purpose: Some(Purpose::Ballot), ..self.place };
+            let key = StepKey { round: self.round, member: voter.to_string(), purpose: StepPurpose::Ballot, cause: 0 };
+            if let Some(run) = take_step(self.co, self.x, key, &launch, place).await? {
+                runs.push(run);
+            }
+        }
+        for run in &runs {
+            run.done().await;
+        }
+        if self.co.council.agents.is_closed() {
+            return Err(Halt::ShuttingDown);
+        }
+        let steps = self.co.council.agents.db.steps_with_messages(self.x).await?;
+        let (mut ballots, mut cost) = (Vec::new(), 0.0);
+        for voter in answered.iter().map(|p| p.member.as_str()) {
+            let ballot = |s: &Step| s.key.round == self.round && s.key.purpose == StepPurpose::Ballot;
+            let Some((_, message)) = steps.iter().find(|(s, _)| ballot(s) && s.key.member == voter) else {
+                continue;
+            };
+            cost += message.as_ref().and_then(|m| m.run.as_ref()).and_then(|r| r.cost_usd).unwrap_or(0.0);
+            let own = labels.iter().find(|l| l.member == voter).map(|l| l.label.clone());
+            let ranking = message
+                .as_ref()
+                .filter(|m| m.kind == MessageKind::Agent)
+                .map(|m| parse_ranking(&m.body, labels, own.as_deref()))
+                .unwrap_or_default();
+            ballots.push(Ballot { voter: voter.to_string(), ranking, seq: message.as_ref().map(|m| m.seq) });
+        }
+        Ok((ballots, cost))
     }
-    (labels, ballots, cost)
 }
 
 pub fn kd_message(thread: &str, reply_to: u64, body: String, id: &str, purpose: Purpose) -> NewMessage {
@@ -58,8 +93,6 @@ pub fn kd_message(thread: &str, reply_to: u64, body: String, id: &str, purpose: 
     }
 }
 
-/// A, B, … Z, then AA, AB, …
-/// `Response A`, `Response B`, … for the answers in the order given.
 /// Labels drawn for `members` in a random order: who is `Response A` is
 /// chance (drawn once per vote; a completion fixes them in its journal).
 pub fn draw_labels(members: &[String]) -> Vec<Label> {
@@ -72,14 +105,7 @@ pub fn draw_labels(members: &[String]) -> Vec<Label> {
         .collect()
 }
 
-fn label(answers: &[&Part]) -> Vec<Label> {
-    answers
-        .iter()
-        .enumerate()
-        .map(|(i, x)| Label { label: format!("Response {}", letter(i)), member: x.member.clone() })
-        .collect()
-}
-
+/// A, B, … Z, then AA, AB, …
 fn letter(i: usize) -> String {
     let a = |n: usize| char::from(b'A' + (n % 26) as u8);
     if i < 26 { a(i).to_string() } else { format!("{}{}", a(i / 26 - 1), a(i)) }

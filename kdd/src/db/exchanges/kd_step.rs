@@ -11,7 +11,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
 use super::{
-    Exchange, ExchangeId, ExchangeState, Opened, Purpose, Step, StepId, StepKey, StepState, get, open_step, settle,
+    Exchange, ExchangeId, ExchangeState, Kind, Opened, Purpose, Step, StepId, StepKey, StepState, get, open_step,
+    settle,
 };
 use crate::db::events::Record;
 use crate::db::messages::{self, NewMessage, Page};
@@ -133,6 +134,14 @@ pub fn by_correlation(conn: &Connection, thread: &str, id: &str) -> DbResult<Opt
     }
 }
 
+/// The exchange of `kind` that message `seq` of `thread` began.
+pub fn at(conn: &Connection, thread: &str, seq: u64, kind: Kind) -> DbResult<Option<ExchangeId>> {
+    Ok(conn
+        .prepare_cached("SELECT id FROM exchanges WHERE thread_id = ?1 AND seq = ?2 AND kind = ?3 ORDER BY id DESC")?
+        .query_row(params![thread, seq as i64, kind.as_str()], |r| r.get(0))
+        .optional()?)
+}
+
 /// Every step of `x` with the message its run (or kd) wrote last for it:
 /// the answer, the error, or what a cancelled run had said.
 pub fn steps_with_messages(conn: &Connection, x: ExchangeId) -> DbResult<Vec<(Step, Option<Message>)>> {
@@ -184,6 +193,10 @@ impl Db {
         self.read(move |c| by_correlation(c, &thread, &id)).await
     }
 
+    pub async fn exchange_at(&self, thread: String, seq: u64, kind: Kind) -> DbResult<Option<ExchangeId>> {
+        self.read(move |c| at(c, &thread, seq, kind)).await
+    }
+
     pub async fn steps_with_messages(&self, x: ExchangeId) -> DbResult<Vec<(Step, Option<Message>)>> {
         self.read(move |c| steps_with_messages(c, x)).await
     }
@@ -194,7 +207,7 @@ mod tests {
     use kd_proto::types::MessageKind;
     use serde_json::json;
 
-    use super::super::{Kind, NewExchange, begin, plan_done, steps, stop};
+    use super::super::{NewExchange, begin, plan_done, steps, stop};
     use super::*;
 
     fn completion(conn: &Connection) -> Exchange {
@@ -259,6 +272,8 @@ mod tests {
         assert_eq!((ex.state, ex.result), (ExchangeState::Done, Some(json!({"done": true}))));
         assert_eq!(by_correlation(&conn, "t1", "c-1").unwrap().map(|e| e.id), Some(x.id));
         assert_eq!(by_correlation(&conn, "t1", "c-2").unwrap(), None);
+        assert_eq!(at(&conn, "t1", 1, Kind::Completion).unwrap(), Some(x.id));
+        assert_eq!(at(&conn, "t1", 1, Kind::Work).unwrap(), None);
         let with = steps_with_messages(&conn, x.id).unwrap();
         assert!(with.iter().all(|(s, m)| s.state == StepState::Cancelled && m.is_none()), "{with:?}");
     }
