@@ -382,16 +382,18 @@ async fn complete(
     .await
 }
 
-/// Waits until `member` has a run for `purpose` (`ballot`, `synthesis`)
-/// that has saved some of its text; its id.
-async fn held_run(db: &Path, member: &str, purpose: &str) -> String {
+/// Waits until `member` has a run of `thread` for `purpose` (`ballot`,
+/// `synthesis`) that has saved some of its text; its id.
+async fn held_run(db: &Path, thread: &str, member: &str, purpose: &str) -> String {
     let run = within("the held run", async {
         loop {
             let run: Option<String> = rusqlite::Connection::open(db)
                 .and_then(|c| {
-                    c.query_row("SELECT id FROM runs WHERE member = ?1 AND purpose = ?2", [member, purpose], |r| {
-                        r.get(0)
-                    })
+                    c.query_row(
+                        "SELECT id FROM runs WHERE thread_id = ?1 AND member = ?2 AND purpose = ?3",
+                        [thread, member, purpose],
+                        |r| r.get(0),
+                    )
                 })
                 .ok();
             if let Some(run) = run {
@@ -457,7 +459,7 @@ async fn cut_mid_ballot(graceful: bool) {
         tokio::spawn(async move { complete(&c, &t, Aggregation::Vote, None, "c-mid-ballot").await })
     };
     // claude's ballot holds, the others are in.
-    held_run(&kdd.db, "claude", "ballot").await;
+    held_run(&kdd.db, &t, "claude", "ballot").await;
     within("two ballots", async {
         while of(&messages(&c, &t).await, MessageKind::Agent, Some(Purpose::Ballot)).len() < 2 {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
@@ -528,7 +530,7 @@ async fn kill_9_mid_synthesis_writes_one_synthesis() {
         let (c, t) = (kdd.client().await, t.clone());
         tokio::spawn(async move { complete(&c, &t, Aggregation::Synthesize, Some("cursor"), "c-mid-synthesis").await })
     };
-    held_run(&kdd.db, "cursor", "synthesis").await;
+    held_run(&kdd.db, &t, "cursor", "synthesis").await;
     drop(c);
     kdd.kill9();
     assert!(asked.await.unwrap().is_err(), "the first call went with the daemon");
@@ -602,7 +604,7 @@ async fn a_kd_work_vote_cut_by_kill_9_tallies_once_after_the_restart() {
     let started = c.work_start(ws.path(), "Write impl.txt".into(), None, Some(true)).await.unwrap();
     let t = started.thread;
     // claude's ballot holds; the others are in.
-    held_run(&kdd.db, "claude", "ballot").await;
+    held_run(&kdd.db, &t, "claude", "ballot").await;
     within("two ballots", async {
         while of(&messages(&c, &t).await, MessageKind::Agent, Some(Purpose::Ballot)).len() < 2 {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
@@ -636,4 +638,52 @@ async fn a_kd_work_vote_cut_by_kill_9_tallies_once_after_the_restart() {
     assert_eq!(prompts_with(&record, "[Evaluation]").len(), 4, "only claude's ballot asked again");
     // The work itself was done once by each member.
     assert_eq!(prompts_with(&record, "Write impl.txt").len() - 4, 3);
+}
+
+#[tokio::test]
+async fn a_completion_named_again_is_joined_and_one_cancelled_is_a_conflict() {
+    let hold = Hold::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let record = tmp.path().join("record").display().to_string();
+    let ws = voters("claude", &hold, "[Evaluation]", &record);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let call = |c: kd_client::Client, id: &'static str| {
+        let t = t.clone();
+        tokio::spawn(async move { complete(&c, &t, Aggregation::Vote, None, id).await })
+    };
+    // Named twice while it runs: one completion, both calls get it.
+    let first = call(kdd.client().await, "c-twice");
+    held_run(&kdd.db, &t, "claude", "ballot").await;
+    let second = call(kdd.client().await, "c-twice");
+    hold.release();
+    let (a, b) = (first.await.unwrap().unwrap(), second.await.unwrap().unwrap());
+    assert_eq!(a.id, "c-twice");
+    assert_eq!(a, b, "the same completion, whole");
+    let scores: Vec<(String, u32)> =
+        a.tally.expect("the tally").scores.into_iter().map(|s| (s.member, s.points)).collect();
+    assert_eq!(scores, [("codex".to_string(), 2), ("claude".to_string(), 1), ("cursor".to_string(), 0)]);
+    assert_eq!(prompts_with(&record, "[Evaluation]").len(), 3, "each ballot asked once");
+    assert_eq!(prompts_with(&record, "How do we share the cache?").len(), 6, "3 answers and 3 ballots");
+    // Cancelled by the King, it is over for good: named again, a conflict.
+    let hold = Hold::new();
+    let ws = voters("cursor", &hold, "[Evaluation]", &record);
+    let t = thread_in(&c, &ws, None).await;
+    let asked = {
+        let (c, t) = (kdd.client().await, t.clone());
+        tokio::spawn(async move { complete(&c, &t, Aggregation::Vote, None, "c-stopped").await })
+    };
+    held_run(&kdd.db, &t, "cursor", "ballot").await;
+    let out = kdd.kd().args(["cancel", &t]).output().await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    hold.release();
+    let e = asked.await.unwrap().expect_err("the cancelled completion");
+    assert!(e.to_string().contains("stopped"), "{e}");
+    let again = complete(&c, &t, Aggregation::Vote, None, "c-stopped").await.expect_err("named again");
+    assert!(
+        e.to_string().contains("cancelled by the King") || again.to_string().contains("cancelled by the King"),
+        "{again}"
+    );
+    assert!(of(&messages(&c, &t).await, MessageKind::System, Some(Purpose::Tally)).is_empty(), "no tally");
 }
