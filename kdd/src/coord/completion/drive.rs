@@ -334,3 +334,51 @@ fn part_of_step(step: &Step, message: Option<&Message>, late: bool, wait: Wait) 
         cost_usd: message.and_then(|m| m.run.as_ref()).and_then(|r| r.cost_usd),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use kd_proto::types::{Message, MessageKind, PartStatus, Wait};
+
+    use super::part_of_step;
+    use crate::db::exchanges::{Step, StepKey, StepState};
+
+    fn step(state: StepState) -> Step {
+        Step {
+            id: 1,
+            exchange: 1,
+            key: StepKey::answer(1, "codex"),
+            state,
+            run_id: None,
+            reply_to: None,
+            backend_session: None,
+            replaces_seq: None,
+            message_seq: None,
+            attempts: 1,
+            reason: None,
+        }
+    }
+
+    fn message(kind: MessageKind) -> Message {
+        Message { kind, ..Message::new("t1", 7, "codex", "text") }
+    }
+
+    #[test]
+    fn a_part_is_what_its_step_and_message_say() {
+        let agent = message(MessageKind::Agent);
+        let cut = message(MessageKind::Interrupted);
+        let error = message(MessageKind::Error);
+        let cases = [
+            (StepState::Done, Some(&agent), false, Wait::All, PartStatus::Done),
+            (StepState::Cancelled, Some(&cut), true, Wait::All, PartStatus::Timeout),
+            (StepState::Cancelled, Some(&cut), false, Wait::First, PartStatus::Cancelled),
+            (StepState::Cancelled, None, false, Wait::First, PartStatus::Cancelled),
+            (StepState::Failed, Some(&error), false, Wait::All, PartStatus::Error),
+            (StepState::Cancelled, Some(&cut), false, Wait::All, PartStatus::Error),
+        ];
+        for (state, m, late, wait, want) in cases {
+            let part = part_of_step(&step(state), m, late, wait);
+            assert_eq!(part.status, want, "{state:?} {late} {wait:?}");
+            assert_eq!((part.seq, part.text.as_str()), (m.map(|m| m.seq), m.map_or("", |m| m.body.as_str())));
+        }
+    }
+}
