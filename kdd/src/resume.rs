@@ -16,7 +16,7 @@ use kd_proto::types::{MessageKind, ThreadStatus};
 use crate::config::{self, Config};
 use crate::coord::Coord;
 use crate::council::Launch;
-use crate::council::exchange;
+use crate::council::exchange::{self, Journal};
 use crate::db::exchanges::{Exchange, Kind, Purpose, StepState};
 use crate::db::messages::NewMessage;
 use crate::db::{DbError, now_ms};
@@ -102,10 +102,21 @@ async fn one(co: &Arc<Coord>, x: &Exchange, done: &mut Resumed) -> Result<bool, 
     let launch = Launch { thread, config, style: Default::default(), timeout: None, client: None, prompt: None, work };
     db.exchange_resumed(x.clone()).await?;
     let resumed = match x.kind {
-        Kind::Council | Kind::Work => exchange::resume(co.council.clone(), x, launch).await,
+        Kind::Council => exchange::resume(co.council.clone(), x, launch).await,
+        // The rounds' replay, then the vote over the work when one is due.
+        Kind::Work => {
+            let vote = Journal::from_plan(&x.plan).is_some_and(|j| j.vote);
+            let resumed = exchange::resume(co.council.clone(), x, launch).await;
+            if resumed && vote {
+                crate::work::vote::after_rounds(co, &x.thread, x.seq);
+            }
+            resumed
+        }
+        // Its drive reads its own plan and the workspace's configuration.
+        Kind::Completion => crate::coord::completion::resume(co, x),
         Kind::Retry => crate::council::retry::resume(&co.council, x, launch).await,
         Kind::Route => crate::council::deliver::resume(&co.council, x, launch).await,
-        Kind::Completion | Kind::Review => false,
+        Kind::Review => false,
     };
     if !resumed {
         db.stop_exchange(x.id, format!("kd cannot resume this {} exchange", x.kind.as_str())).await?;

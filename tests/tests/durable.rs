@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use kd_client::KdApiClient;
-use kd_proto::types::{ContextMode, Message, MessageKind, ThreadEvent};
+use kd_proto::types::{Aggregation, Completion, ContextMode, Message, MessageKind, Purpose, ThreadEvent};
 use kd_tests::{Hold, Kdd, Workspace, collect_until, records, settled, thread_in, within};
 
 /// Sends `body` to `thread` for a first round and `auto` auto-rounds.
@@ -442,4 +442,373 @@ async fn kd_daemon_stop_no_resume_ends_the_exchanges_for_good() {
     let all = messages(&c, &t).await;
     let cut = all.iter().filter(|m| m.kind == MessageKind::Interrupted).count();
     assert_eq!(cut, 1, "codex's cut answer stays as it was: {all:#?}");
+}
+
+/// What each voter answers: claude, codex and cursor say "Use a queue.",
+/// "Use a lock." and "Use a channel."
+fn said(member: &str) -> &'static str {
+    match member {
+        "claude" => "Use a queue.",
+        "codex" => "Use a lock.",
+        _ => "Use a channel.",
+    }
+}
+
+/// Three voters ranking by content (codex wins, claude second), cursor
+/// the chair; `held` holds on `hold` when its prompt holds `when`.
+fn voters(held: &str, hold: &Hold, when: &str, record: &str) -> Workspace {
+    let rules = |ranking: &str| {
+        serde_json::json!([
+            ["[Evaluation]", format!("Fine.\nFINAL RANKING:\n{ranking}")],
+            ["[Synthesis]", "Final: use a lock."]
+        ])
+        .to_string()
+    };
+    let rules = [
+        ("claude", "claude", rules("1. {label:Use a lock.}\n2. {label:Use a channel.}")),
+        ("codex", "gemini", rules("1. {label:Use a queue.}\n2. {label:Use a channel.}")),
+        ("cursor", "cursor", rules("1. {label:Use a lock.}\n2. {label:Use a queue.}")),
+    ];
+    let envs: Vec<Vec<(&str, &str)>> = rules
+        .iter()
+        .map(|(name, _, r)| {
+            let mut env = vec![("FAKE_TEXT", said(name)), ("FAKE_RULES", r.as_str()), ("FAKE_RECORD", record)];
+            if *name == held {
+                env.extend([("FAKE_HOLD", hold.var()), ("FAKE_HOLD_WHEN", when)]);
+            }
+            env
+        })
+        .collect();
+    let members: Vec<kd_tests::Member<'_>> =
+        rules.iter().zip(&envs).map(|((name, backend, _), env)| (*name, *backend, env.as_slice())).collect();
+    Workspace::new(&members)
+}
+
+/// Asks `completion.agents` of every member, as `id`.
+async fn complete(
+    c: &kd_client::Client,
+    thread: &str,
+    aggregation: Aggregation,
+    chair: Option<&str>,
+    id: &str,
+) -> Result<Completion, jsonrpsee::core::client::Error> {
+    let vote = Some(aggregation == Aggregation::Synthesize);
+    c.completion_agents(
+        thread.into(),
+        "How do we share the cache?".into(),
+        None,
+        None,
+        None,
+        Some(aggregation),
+        vote,
+        chair.map(str::to_string),
+        Some(id.into()),
+    )
+    .await
+}
+
+/// Waits until `member` has a run of `thread` for `purpose` (`ballot`,
+/// `synthesis`) that has saved some of its text; its id.
+async fn held_run(db: &Path, thread: &str, member: &str, purpose: &str) -> String {
+    let run = within("the held run", async {
+        loop {
+            let run: Option<String> = rusqlite::Connection::open(db)
+                .and_then(|c| {
+                    c.query_row(
+                        "SELECT id FROM runs WHERE thread_id = ?1 AND member = ?2 AND purpose = ?3",
+                        [thread, member, purpose],
+                        |r| r.get(0),
+                    )
+                })
+                .ok();
+            if let Some(run) = run {
+                return run;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    saved(db, &run).await;
+    run
+}
+
+/// The label each answer's text was shown under in these ballot prompts
+/// (the same in every prompt, or the test fails).
+fn shown_labels(prompts: &[String]) -> BTreeMap<String, String> {
+    let mut by_text = BTreeMap::new();
+    for p in prompts {
+        let lines: Vec<&str> = p.lines().collect();
+        for w in lines.windows(2) {
+            if w[0].starts_with("Response ") && w[0].ends_with(':') {
+                let label = w[0].trim_end_matches(':').to_string();
+                let before = by_text.insert(w[1].to_string(), label.clone());
+                assert!(before.as_ref().is_none_or(|b| *b == label), "{} shown as {before:?} and {label}", w[1]);
+            }
+        }
+    }
+    by_text
+}
+
+/// The messages of `kind` for `purpose`.
+fn of(all: &[Message], kind: MessageKind, purpose: Option<Purpose>) -> Vec<&Message> {
+    all.iter().filter(|m| m.kind == kind && m.purpose == purpose).collect()
+}
+
+/// The prompts recorded that hold `needle`.
+fn prompts_with(record: &str, needle: &str) -> Vec<String> {
+    records(record).iter().map(kd_tests::prompt_of).filter(|p| p.contains(needle)).collect()
+}
+
+#[tokio::test]
+async fn kill_9_mid_ballot_finishes_the_vote_once() {
+    cut_mid_ballot(false).await;
+}
+
+#[tokio::test]
+async fn a_graceful_restart_mid_ballot_writes_no_tally_until_the_ballots_are_in() {
+    cut_mid_ballot(true).await;
+}
+
+/// A vote cut while claude's ballot streams — by kill -9, or by a
+/// graceful restart (`graceful`) — finishes once after the restart.
+async fn cut_mid_ballot(graceful: bool) {
+    let hold = Hold::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let record = tmp.path().join("record").display().to_string();
+    let ws = voters("claude", &hold, "[Evaluation]", &record);
+    let mut kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let asked = {
+        let (c, t) = (kdd.client().await, t.clone());
+        tokio::spawn(async move { complete(&c, &t, Aggregation::Vote, None, "c-mid-ballot").await })
+    };
+    // claude's ballot holds, the others are in.
+    held_run(&kdd.db, &t, "claude", "ballot").await;
+    within("two ballots", async {
+        while of(&messages(&c, &t).await, MessageKind::Agent, Some(Purpose::Ballot)).len() < 2 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let before = shown_labels(&prompts_with(&record, "[Evaluation]"));
+    assert_eq!(before.len(), 3, "each answer shown under one label: {before:?}");
+    drop(c);
+    if graceful {
+        // The stop writes no tally of the ballots in so far.
+        kdd.restart();
+    } else {
+        kdd.kill9();
+        kdd.launch().unwrap();
+    }
+    assert!(asked.await.unwrap().is_err(), "the first call went with the daemon");
+    hold.release();
+    let c = kdd.client().await;
+    // Asked again by its id, the completion is the one resumed.
+    let done = within("the resumed vote", complete(&c, &t, Aggregation::Vote, None, "c-mid-ballot")).await.unwrap();
+    assert_eq!(settled(&kdd.db, &t).await, vec![("done".to_string(), None)]);
+    let tally = done.tally.expect("the tally");
+    for l in &tally.labels {
+        assert_eq!(before.get(said(&l.member)), Some(&l.label), "the tally's labels are the ballots' before the kill");
+    }
+    let scores: Vec<(&str, u32)> = tally.scores.iter().map(|s| (s.member.as_str(), s.points)).collect();
+    assert_eq!(scores, [("codex", 2), ("claude", 1), ("cursor", 0)]);
+    assert_eq!(tally.winner.as_deref(), Some("codex"));
+    // 3 answers, 3 ballots, 1 tally, each once; claude's cut ballot replaced.
+    let all = messages(&c, &t).await;
+    let mut answered: Vec<&str> = of(&all, MessageKind::Agent, None).iter().map(|m| m.from.as_str()).collect();
+    answered.sort_unstable();
+    assert_eq!(answered, ["claude", "codex", "cursor"], "{all:#?}");
+    let ballots = of(&all, MessageKind::Agent, Some(Purpose::Ballot));
+    let mut voters: Vec<&str> = ballots.iter().map(|m| m.from.as_str()).collect();
+    voters.sort_unstable();
+    assert_eq!(voters, ["claude", "codex", "cursor"], "{all:#?}");
+    let cut = of(&all, MessageKind::Interrupted, Some(Purpose::Ballot));
+    assert_eq!(cut.len(), 1, "{all:#?}");
+    let again = ballots.iter().find(|m| m.from == "claude").unwrap();
+    assert_eq!(again.replaces, Some(cut[0].seq), "the new ballot replaces the cut one");
+    let tallies = of(&all, MessageKind::System, Some(Purpose::Tally));
+    assert_eq!(tallies.len(), 1, "{all:#?}");
+    assert_eq!(Some(tallies[0].seq), tally.seq);
+    assert!(tallies[0].body.starts_with("Vote: codex wins."), "{}", tallies[0].body);
+    // No answer was asked again; only claude's ballot was.
+    let asked = prompts_with(&record, "How do we share the cache?");
+    assert_eq!(asked.iter().filter(|p| !p.contains("[Evaluation]")).count(), 3, "each answer asked once");
+    let ballot_runs = prompts_with(&record, "[Evaluation]");
+    assert_eq!(ballot_runs.len(), 4, "3 ballots and claude's asked again");
+    assert_eq!(ballot_runs.iter().filter(|p| p.contains("kd restarted while you were answering")).count(), 1);
+    // Asked once more, the done completion gives its stored result.
+    let again = complete(&c, &t, Aggregation::Vote, None, "c-mid-ballot").await.unwrap();
+    assert_eq!(again.tally.and_then(|t| t.seq), tally.seq);
+}
+
+#[tokio::test]
+async fn kill_9_mid_synthesis_writes_one_synthesis() {
+    let hold = Hold::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let record = tmp.path().join("record").display().to_string();
+    let ws = voters("cursor", &hold, "[Synthesis]", &record);
+    let mut kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let asked = {
+        let (c, t) = (kdd.client().await, t.clone());
+        tokio::spawn(async move { complete(&c, &t, Aggregation::Synthesize, Some("cursor"), "c-mid-synthesis").await })
+    };
+    held_run(&kdd.db, &t, "cursor", "synthesis").await;
+    drop(c);
+    kdd.kill9();
+    assert!(asked.await.unwrap().is_err(), "the first call went with the daemon");
+    hold.release();
+    kdd.launch().unwrap();
+    let c = kdd.client().await;
+    let done =
+        within("the resumed synthesis", complete(&c, &t, Aggregation::Synthesize, Some("cursor"), "c-mid-synthesis"))
+            .await
+            .unwrap();
+    assert_eq!(settled(&kdd.db, &t).await, vec![("done".to_string(), None)]);
+    let synthesis = done.synthesis.expect("the synthesis");
+    assert_eq!((synthesis.member.as_str(), synthesis.text.as_str()), ("cursor", "Final: use a lock."));
+    assert_eq!(done.tally.as_ref().and_then(|t| t.winner.as_deref()), Some("codex"));
+    let all = messages(&c, &t).await;
+    assert_eq!(of(&all, MessageKind::Agent, None).len(), 3, "{all:#?}");
+    assert_eq!(of(&all, MessageKind::Agent, Some(Purpose::Ballot)).len(), 3, "{all:#?}");
+    assert_eq!(of(&all, MessageKind::System, Some(Purpose::Tally)).len(), 1, "{all:#?}");
+    let written = of(&all, MessageKind::Agent, Some(Purpose::Synthesis));
+    assert_eq!(written.len(), 1, "one synthesis: {all:#?}");
+    let cut = of(&all, MessageKind::Interrupted, Some(Purpose::Synthesis));
+    assert_eq!(cut.len(), 1, "{all:#?}");
+    assert_eq!(written[0].replaces, Some(cut[0].seq));
+    assert_eq!(Some(written[0].seq), synthesis.seq);
+    assert_eq!(prompts_with(&record, "[Evaluation]").len(), 3, "no ballot asked again");
+    assert_eq!(prompts_with(&record, "[Synthesis]").len(), 2, "the cut synthesis asked again, once");
+}
+
+/// The label `needle` is shown under in a ballot prompt.
+fn label_of(prompt: &str, needle: &str) -> Option<String> {
+    let at = prompt.find(needle)?;
+    prompt[..at]
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("Response ") && l.ends_with(':'))
+        .map(|l| l.trim_end_matches(':').to_string())
+}
+
+#[tokio::test]
+async fn a_kd_work_vote_cut_by_kill_9_tallies_once_after_the_restart() {
+    use kd_client::WorkApiClient;
+    let hold = Hold::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let record = tmp.path().join("record").display().to_string();
+    let work_of = |m: &str| match m {
+        "claude" => "alpha work",
+        "codex" => "beta work",
+        _ => "gamma work",
+    };
+    // Written in a member's worktree only (where .git is a file).
+    let writes = |m: &str| format!("if test -f .git; then printf '%s\\n' '{}' > impl.txt; fi", work_of(m));
+    let ranking = "FINAL RANKING:\n1. {label:+alpha work}\n2. {label:+beta work}\n3. {label:+gamma work}";
+    let rules = serde_json::json!([["[Evaluation]", ranking]]).to_string();
+    let runs: Vec<String> = ["claude", "codex", "cursor"].iter().map(|m| writes(m)).collect();
+    let env = |i: usize| {
+        let mut env = vec![("FAKE_RUN", runs[i].as_str()), ("FAKE_RULES", rules.as_str()), ("FAKE_RECORD", &record)];
+        if i == 0 {
+            env.extend([("FAKE_HOLD", hold.var()), ("FAKE_HOLD_WHEN", "[Evaluation]")]);
+        }
+        env
+    };
+    let envs = [env(0), env(1), env(2)];
+    let ws = Workspace::new(&[
+        ("claude", "claude", &envs[0]),
+        ("codex", "claude", &envs[1]),
+        ("cursor", "claude", &envs[2]),
+    ]);
+    ws.git_init(&[("a.txt", "one\n")], &[]);
+    let mut kdd = Kdd::start();
+    let c = kdd.client().await;
+    let started = c.work_start(ws.path(), "Write impl.txt".into(), None, Some(true)).await.unwrap();
+    let t = started.thread;
+    // claude's ballot holds; the others are in.
+    held_run(&kdd.db, &t, "claude", "ballot").await;
+    within("two ballots", async {
+        while of(&messages(&c, &t).await, MessageKind::Agent, Some(Purpose::Ballot)).len() < 2 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let before: Vec<String> = prompts_with(&record, "[Evaluation]");
+    assert_eq!(before.len(), 3);
+    drop(c);
+    kdd.kill9();
+    hold.release();
+    kdd.launch().unwrap();
+    let c = kdd.client().await;
+    assert_eq!(settled(&kdd.db, &t).await, vec![("done".to_string(), None)]);
+    let all = messages(&c, &t).await;
+    let tallies = of(&all, MessageKind::System, Some(Purpose::Tally));
+    assert_eq!(tallies.len(), 1, "{all:#?}");
+    assert!(tallies[0].body.starts_with("Vote: claude wins."), "{}", tallies[0].body);
+    // The tally's labels are those the ballots showed before the kill.
+    for m in ["claude", "codex", "cursor"] {
+        let shown: Vec<Option<String>> = before.iter().map(|p| label_of(p, &format!("+{}", work_of(m)))).collect();
+        let label = shown.iter().flatten().next().expect("shown to someone").clone();
+        assert!(shown.iter().flatten().all(|l| *l == label), "{m} shown as {shown:?}");
+        assert!(tallies[0].body.contains(&format!("| {label} | {m} |")), "{m} as {label}: {}", tallies[0].body);
+    }
+    let ballots = of(&all, MessageKind::Agent, Some(Purpose::Ballot));
+    assert_eq!(ballots.len(), 3, "{all:#?}");
+    let cut = of(&all, MessageKind::Interrupted, Some(Purpose::Ballot));
+    assert_eq!(cut.len(), 1, "{all:#?}");
+    assert_eq!(ballots.iter().find(|m| m.from == "claude").and_then(|m| m.replaces), Some(cut[0].seq));
+    assert_eq!(prompts_with(&record, "[Evaluation]").len(), 4, "only claude's ballot asked again");
+    // The work itself was done once by each member.
+    assert_eq!(prompts_with(&record, "Write impl.txt").len() - 4, 3);
+}
+
+#[tokio::test]
+async fn a_completion_named_again_is_joined_and_one_cancelled_is_a_conflict() {
+    let hold = Hold::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let record = tmp.path().join("record").display().to_string();
+    let ws = voters("claude", &hold, "[Evaluation]", &record);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let call = |c: kd_client::Client, id: &'static str| {
+        let t = t.clone();
+        tokio::spawn(async move { complete(&c, &t, Aggregation::Vote, None, id).await })
+    };
+    // Named twice while it runs: one completion, both calls get it.
+    let first = call(kdd.client().await, "c-twice");
+    held_run(&kdd.db, &t, "claude", "ballot").await;
+    let second = call(kdd.client().await, "c-twice");
+    hold.release();
+    let (a, b) = (first.await.unwrap().unwrap(), second.await.unwrap().unwrap());
+    assert_eq!(a.id, "c-twice");
+    assert_eq!(a, b, "the same completion, whole");
+    let scores: Vec<(String, u32)> =
+        a.tally.expect("the tally").scores.into_iter().map(|s| (s.member, s.points)).collect();
+    assert_eq!(scores, [("codex".to_string(), 2), ("claude".to_string(), 1), ("cursor".to_string(), 0)]);
+    assert_eq!(prompts_with(&record, "[Evaluation]").len(), 3, "each ballot asked once");
+    assert_eq!(prompts_with(&record, "How do we share the cache?").len(), 6, "3 answers and 3 ballots");
+    // Cancelled by the King, it is over for good: named again, a conflict.
+    let hold = Hold::new();
+    let ws = voters("cursor", &hold, "[Evaluation]", &record);
+    let t = thread_in(&c, &ws, None).await;
+    let asked = {
+        let (c, t) = (kdd.client().await, t.clone());
+        tokio::spawn(async move { complete(&c, &t, Aggregation::Vote, None, "c-stopped").await })
+    };
+    held_run(&kdd.db, &t, "cursor", "ballot").await;
+    let out = kdd.kd().args(["cancel", &t]).output().await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    hold.release();
+    let e = asked.await.unwrap().expect_err("the cancelled completion");
+    assert!(e.to_string().contains("stopped"), "{e}");
+    let again = complete(&c, &t, Aggregation::Vote, None, "c-stopped").await.expect_err("named again");
+    assert!(
+        e.to_string().contains("cancelled by the King") || again.to_string().contains("cancelled by the King"),
+        "{again}"
+    );
+    assert!(of(&messages(&c, &t).await, MessageKind::System, Some(Purpose::Tally)).is_empty(), "no tally");
 }

@@ -339,12 +339,14 @@ async fn kd_ask_rides_through_kd_daemon_restart_and_the_round_completes() {
     let ws = council_holding_codex(&hold);
     let kdd = Kdd::start();
     let mut ask = ask_a_council(&kdd, &ws).await;
-    hold.release();
+    // codex is cut while it holds; asked again, it is told what it had
+    // written and its prompt no longer holds it.
     let mut k = kdd.kd();
     k.args(["daemon", "restart"]);
     let out = kd_tests::run(k).await;
     assert!(out.status.success(), "{}", out.stderr);
     printed_every_answer_once(&mut ask).await;
+    hold.release();
 }
 
 #[tokio::test(flavor = "multi_thread")]

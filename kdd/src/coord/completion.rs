@@ -15,26 +15,38 @@
 //!
 //! Every answer, ballot and synthesis is a message of the thread; every
 //! step is a `completion.*` event under the completion's id.
+//!
+//! A completion is a journaled exchange (F-J1): [`complete`] writes the
+//! question with its exchange and plan in one transaction, then
+//! [`drive::drive`] takes its steps — each answer, ballot and synthesis a
+//! member's step, the merge and the tally kd's own — over the journal, so
+//! that a daemon started again ([`resume`]) does what is left and nothing
+//! twice. A client calling again with the same `id` attaches to it.
 
-use std::sync::Arc;
+mod drive;
+mod vote;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jsonrpsee::types::ErrorObjectOwned;
 use kd_proto::ErrorCode;
-use kd_proto::names::{KD, KING};
-use kd_proto::types::{
-    Aggregation, Ballot, Completion, Label, MessageKind, Part, PartStatus, Purpose, RouteType, Score, Style, Summary,
-    Tally, Wait,
-};
+use kd_proto::names::KING;
+use kd_proto::types::{Aggregation, Completion, Label, MessageKind, RouteType, Wait};
+use serde::{Deserialize, Serialize};
 use serde_json::json;
+use tokio::sync::watch;
 
 use super::{Coord, check_members};
-use crate::agent::registry::{Claim, Place, Run, StopReason};
+use crate::agent::registry::{Place, Run};
 use crate::client::ClientId;
 use crate::council::Launch;
 use crate::db::events::Record;
+use crate::db::exchanges::{Exchange, ExchangeId, ExchangeState, Kind, NewExchange, Opened, StepKey};
 use crate::db::messages::NewMessage;
-use crate::db::random_id;
+use crate::db::{now_ms, random_id};
+pub use vote::{Vote, ballot_prompt, count, draw_labels, kd_message, parse_ranking, synthesis_prompt, tally_text};
 
 /// A completion, with its parameters checked for form.
 pub struct Params {
@@ -48,10 +60,76 @@ pub struct Params {
     pub vote: bool,
     pub chair: Option<String>,
     pub client: Option<ClientId>,
+    /// The client's own name for it (`c-…`): a second call with it attaches.
+    pub id: Option<String>,
 }
 
-pub async fn complete(co: &Coord, p: Params) -> Result<Completion, ErrorObjectOwned> {
+/// A completion's plan as its journal keeps it: enough to drive it again
+/// after a restart, with the choices fixed on the way.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub members: Vec<String>,
+    pub wait: Wait,
+    /// When late answers are cancelled (ms since the epoch): absolute, so
+    /// that a resumed completion keeps its deadline.
+    pub deadline_ms: Option<i64>,
+    pub aggregation: Aggregation,
+    pub vote: bool,
+    pub chair: Option<String>,
+    /// The vote's labels, drawn once (fixed in the journal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<Vec<Label>>,
+    /// The members whose answers came too late (fixed in the journal).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub late: Vec<String>,
+}
+
+impl Plan {
+    pub fn from_exchange(x: &Exchange) -> Option<Plan> {
+        serde_json::from_value(x.plan.clone()).ok()
+    }
+}
+
+/// The completions driven by this daemon, by thread and id: what a call
+/// attaching to one awaits (`None` while it runs; an error once the daemon
+/// stops under it).
+#[derive(Default)]
+pub struct Driven {
+    by_id: Mutex<HashMap<(String, String), Receiver>>,
+}
+
+type Outcome = Result<Completion, String>;
+
+impl Driven {
+    /// The drive of `thread`'s completion `id`: the one running here, or
+    /// none yet and then the sender for the one to start.
+    fn join(&self, thread: &str, id: &str) -> Result<Receiver, Sender> {
+        let mut map = self.by_id.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (thread.to_string(), id.to_string());
+        if let Some(rx) = map.get(&key) {
+            return Ok(rx.clone());
+        }
+        let (tx, rx) = watch::channel(None);
+        map.insert(key, rx);
+        Err(tx)
+    }
+
+    fn remove(&self, thread: &str, id: &str) {
+        self.by_id.lock().unwrap_or_else(|e| e.into_inner()).remove(&(thread.to_string(), id.to_string()));
+    }
+}
+
+type Sender = watch::Sender<Option<Outcome>>;
+type Receiver = watch::Receiver<Option<Outcome>>;
+
+pub async fn complete(co: &Arc<Coord>, p: Params) -> Result<Completion, ErrorObjectOwned> {
     let (thread, config) = co.thread(&p.thread).await?;
+    let db = &co.council.agents.db;
+    if let Some(id) = &p.id
+        && let Some(x) = db.exchange_by_correlation(thread.id.clone(), id.clone()).await?
+    {
+        return attach(co, x, p.client).await;
+    }
     let members = match &p.agents {
         Some(a) if !a.is_empty() => {
             check_members(&config, a, false)?;
@@ -75,421 +153,171 @@ pub async fn complete(co: &Coord, p: Params) -> Result<Completion, ErrorObjectOw
     if vote && members.len() < 2 {
         return Err(ErrorCode::InvalidArgument.error("a vote needs at least two members"));
     }
-    let db = &co.council.agents.db;
-    let id = format!("c-{}", random_id(10));
-    let question = db
-        .append_message(NewMessage {
-            correlation_id: Some(id.clone()),
-            route: Some(if members.len() == 1 { RouteType::PointToPoint } else { RouteType::Multicast }),
-            ..NewMessage::new(&thread.id, KING, members.clone(), MessageKind::King, p.body.clone())
-        })
-        .await?;
-    let seq = question.seq;
-    let event = |kind: &str, agent: Option<&str>, data: serde_json::Value| Record {
-        kind: kind.to_string(),
-        thread: Some(thread.id.clone()),
-        agent: agent.map(str::to_string),
-        from: Some(KING.to_string()),
-        to: agent.map(|a| vec![a.to_string()]).unwrap_or_else(|| members.clone()),
-        correlation_id: Some(id.clone()),
-        data,
-    };
-    db.record(vec![event(
-        "completion.start",
-        None,
-        json!({"seq": seq, "wait": p.wait, "aggregation": p.aggregation, "chair": chair, "timeout_ms": p.timeout.map(|t| t.as_millis() as u64)}),
-    )])
-    .await?;
-
-    let launch = Launch {
-        thread: thread.clone(),
-        config: config.clone(),
-        style: Style::Council,
-        timeout: None,
-        client: p.client,
-        prompt: None,
-        work: Default::default(),
-    };
-    let place =
-        Place { reply_to: Some(seq), round: Some(1), exchange: Some(seq), replaces: None, purpose: None, step: None };
-    let runs: Vec<Arc<Run>> =
-        members.iter().filter_map(|m| launch.start(&co.council, m, place).map(Claim::into_run)).collect();
-    let late = wait_for(&runs, p.wait, p.timeout).await;
-    let mut parts = Vec::new();
-    let mut events = Vec::new();
-    for run in &runs {
-        run.done().await;
-        let part = part_of(run, late.contains(&run.id), p.wait);
-        let kind = match part.status {
-            PartStatus::Timeout => "completion.timeout",
-            PartStatus::Cancelled => "completion.cancelled",
-            _ => "completion.result",
-        };
-        events.push(event(kind, Some(&part.member), json!({"seq": part.seq, "status": part.status, "run": run.id})));
-        parts.push(part);
-    }
-    db.record(events).await?;
-
-    let mut extra_cost = 0.0;
-    let answered: Vec<&Part> = parts.iter().filter(|x| x.status == PartStatus::Done).collect();
-    let mut merged = None;
-    if p.aggregation == Aggregation::Merge && !answered.is_empty() {
-        let body = answered.iter().map(|x| format!("**{}**:\n{}", x.member, x.text)).collect::<Vec<_>>().join("\n\n");
-        let m = db.append_message(kd_message(&thread.id, seq, body, &id, Purpose::Merge)).await?;
-        db.record(vec![event("completion.merge", None, json!({"seq": m.seq, "contributors": answered.len()}))]).await?;
-        merged = Some(m.seq);
-    }
-    let mut tally = None;
-    if vote && answered.len() >= 2 {
-        let (labels, ballots, cost) = ballots(co, &launch, place, &p.body, &answered).await;
-        extra_cost += cost;
-        let mut t = count(labels, ballots);
-        let body = tally_text(&t);
-        let m = db.append_message(kd_message(&thread.id, seq, body, &id, Purpose::Tally)).await?;
-        t.seq = Some(m.seq);
-        db.record(vec![event(
-            "completion.vote",
-            None,
-            json!({"seq": m.seq, "winner": t.winner, "scores": t.scores, "labels": t.labels, "ballots": t.ballots}),
-        )])
-        .await?;
-        tally = Some(t);
-    }
-    let mut synthesis = None;
-    if let Some(chair) = chair.filter(|_| synthesize && !answered.is_empty()) {
-        let prompt = synthesis_prompt(&p.body, &answered, tally.as_ref());
-        let run_launch = Launch { prompt: Some(prompt), ..launch.clone() };
-        // The chair answers the tally (or the merge) when there is one: its
-        // answer is shown after it.
-        let answers = tally.as_ref().and_then(|t| t.seq).or(merged).or(Some(seq));
-        let synthesis_place = Place { purpose: Some(Purpose::Synthesis), reply_to: answers, ..place };
-        if let Some(run) = run_launch.start(&co.council, &chair, synthesis_place).map(Claim::into_run) {
-            run.done().await;
-            let part = part_of(&run, false, Wait::All);
-            db.record(vec![event(
-                "completion.synthesis",
-                Some(&chair),
-                json!({"seq": part.seq, "status": part.status}),
-            )])
-            .await?;
-            synthesis = Some(part);
-        }
-    }
-    let count_of = |s: PartStatus| parts.iter().filter(|x| x.status == s).count() as u32;
-    let cost: f64 = parts.iter().chain(synthesis.iter()).filter_map(|x| x.cost_usd).sum::<f64>() + extra_cost;
-    let summary = Summary {
-        total: parts.len() as u32,
-        completed: count_of(PartStatus::Done),
-        errors: count_of(PartStatus::Error),
-        timeouts: count_of(PartStatus::Timeout),
-        cancelled: count_of(PartStatus::Cancelled),
-        cost_usd: cost,
-    };
-    db.record(vec![event("completion.done", None, json!({"summary": summary}))]).await?;
-    Ok(Completion {
-        id,
-        thread: thread.id,
-        seq,
-        wait: p.wait,
-        aggregation: p.aggregation,
-        parts,
-        merged,
-        tally,
-        synthesis,
-        summary,
-    })
-}
-
-/// Has every member of `answered` rank the others' answers, shown
-/// anonymised under labels drawn afresh for this vote (so that no member
-/// can tell who wrote what from one vote to the next): the labels, each
-/// voter's ballot, and what the ballots cost.
-pub async fn ballots(
-    co: &Coord,
-    launch: &Launch,
-    place: Place,
-    question: &str,
-    answered: &[&Part],
-) -> (Vec<Label>, Vec<Ballot>, f64) {
-    let mut labelled = answered.to_vec();
-    fastrand::shuffle(&mut labelled);
-    let labels = label(&labelled);
-    let mut voters = Vec::new();
-    for voter in answered.iter().map(|x| x.member.clone()) {
-        let prompt = ballot_prompt(question, &labels, &labelled, &voter);
-        let run_launch = Launch { prompt: Some(prompt), ..launch.clone() };
-        let ballot = Place { purpose: Some(Purpose::Ballot), ..place };
-        if let Some(run) = run_launch.start(&co.council, &voter, ballot).map(Claim::into_run) {
-            voters.push((voter, run));
-        }
-    }
-    let (mut ballots, mut cost) = (Vec::new(), 0.0);
-    for (voter, run) in voters {
-        run.done().await;
-        let message = run.message();
-        cost += message.as_ref().and_then(|m| m.run.as_ref()).and_then(|r| r.cost_usd).unwrap_or(0.0);
-        let own = labels.iter().find(|l| l.member == voter).map(|l| l.label.clone());
-        let ranking = message
-            .as_ref()
-            .filter(|m| m.kind == MessageKind::Agent)
-            .map(|m| parse_ranking(&m.body, &labels, own.as_deref()))
-            .unwrap_or_default();
-        ballots.push(Ballot { voter, ranking, seq: message.map(|m| m.seq) });
-    }
-    (labels, ballots, cost)
-}
-
-/// Waits as `wait` says; returns the runs stopped for being late.
-async fn wait_for(runs: &[Arc<Run>], wait: Wait, timeout: Option<Duration>) -> Vec<String> {
+    let id = p.id.clone().unwrap_or_else(|| format!("c-{}", random_id(10)));
     // A timeout past what the clock holds is no deadline (the RPC edge
     // bounds it anyway).
-    let deadline = timeout.and_then(|t| tokio::time::Instant::now().checked_add(t));
-    let until_deadline = async {
-        match deadline {
-            Some(d) => tokio::time::sleep_until(d).await,
-            None => std::future::pending().await,
-        }
+    let deadline_ms = p.timeout.and_then(|t| now_ms().checked_add(i64::try_from(t.as_millis()).ok()?));
+    let plan = Plan {
+        members: members.clone(),
+        wait: p.wait,
+        deadline_ms,
+        aggregation: p.aggregation,
+        vote,
+        chair: chair.clone(),
+        labels: None,
+        late: vec![],
     };
-    tokio::pin!(until_deadline);
-    let (tx, mut rx) = tokio::sync::mpsc::channel(runs.len().max(1));
-    for run in runs {
-        let (run, tx) = (run.clone(), tx.clone());
-        tokio::spawn(async move {
-            run.done().await;
-            let _ = tx.send(run).await;
-        });
+    let question = NewMessage {
+        correlation_id: Some(id.clone()),
+        route: Some(if members.len() == 1 { RouteType::PointToPoint } else { RouteType::Multicast }),
+        ..NewMessage::new(&thread.id, KING, members.clone(), MessageKind::King, p.body.clone())
+    };
+    let x = NewExchange {
+        thread: thread.id.clone(),
+        seq: 0,
+        kind: Kind::Completion,
+        correlation_id: Some(id.clone()),
+        plan: serde_json::to_value(&plan)
+            .map_err(|e| ErrorCode::Internal.error(format!("a completion's plan: {e}")))?,
+        first_steps: members.iter().map(|m| StepKey::answer(1, m)).collect(),
+    };
+    let asked = db.ask(None, vec![question], x).await?;
+    let start = Record {
+        kind: "completion.start".into(),
+        thread: Some(thread.id.clone()),
+        agent: None,
+        from: Some(KING.to_string()),
+        to: members.clone(),
+        correlation_id: Some(id.clone()),
+        data: json!({"seq": asked.message.seq, "wait": p.wait, "aggregation": p.aggregation, "chair": chair,
+                     "timeout_ms": p.timeout.map(|t| t.as_millis() as u64)}),
+    };
+    db.record(vec![start]).await?;
+    attach(co, asked.exchange, p.client).await
+}
+
+/// Takes a completion a previous daemon left open up again (F-J2); false
+/// when its plan cannot be read.
+pub fn resume(co: &Arc<Coord>, x: &Exchange) -> bool {
+    if Plan::from_exchange(x).is_none() || x.correlation_id.is_none() {
+        return false;
     }
-    drop(tx);
-    let mut late = Vec::new();
-    loop {
-        tokio::select! {
-            done = rx.recv() => match done {
-                Some(run) if wait == Wait::First && run.message().is_some_and(|m| m.kind == MessageKind::Agent) => {
-                    for other in runs.iter().filter(|r| r.id != run.id) {
-                        other.stop(StopReason::Cancelled);
+    spawn(co, x.clone(), None);
+    true
+}
+
+/// Drives `x` in a task of its own (a client going away does not stop
+/// it) unless it is driven here already; what calls naming it await.
+fn spawn(co: &Arc<Coord>, x: Exchange, client: Option<ClientId>) -> Receiver {
+    let id = x.correlation_id.clone().unwrap_or_default();
+    let tx = match co.completions.join(&x.thread, &id) {
+        Ok(driven) => return driven,
+        Err(tx) => tx,
+    };
+    let rx = tx.subscribe();
+    let co = co.clone();
+    tokio::spawn(async move {
+        let thread = x.thread.clone();
+        match drive::drive(&co, x, client).await {
+            Ok(done) => {
+                let _ = tx.send(Some(Ok(done)));
+            }
+            Err(Halt::ShuttingDown) => {}
+            Err(Halt::Failed(why)) => {
+                tracing::warn!(thread, completion = id, "the completion stopped: {why}");
+                let _ = tx.send(Some(Err(why)));
+            }
+        }
+        co.completions.remove(&thread, &id);
+    });
+    rx
+}
+
+/// What a call awaiting a driven completion gets.
+async fn outcome(mut rx: Receiver) -> Result<Completion, ErrorObjectOwned> {
+    match rx.wait_for(Option::is_some).await {
+        Ok(done) => match done.clone() {
+            Some(Ok(c)) => Ok(c),
+            Some(Err(why)) => Err(ErrorCode::Conflict.error(format!("the completion was stopped: {why}"))),
+            None => Err(ErrorCode::Internal.error("the completion ended with nothing")),
+        },
+        Err(_) => Err(ErrorCode::ShuttingDown
+            .error("kd is stopping; the completion resumes at its next start (call again with the same id)")),
+    }
+}
+
+/// A call naming a completion that exists: its result once done, the
+/// drive's when it ends (driven now if no one drives it here), `conflict`
+/// when it was stopped.
+async fn attach(co: &Arc<Coord>, x: Exchange, client: Option<ClientId>) -> Result<Completion, ErrorObjectOwned> {
+    if x.kind != Kind::Completion {
+        return Err(ErrorCode::Conflict.error("that id names another kind of exchange"));
+    }
+    match x.state {
+        ExchangeState::Open => {
+            let id = x.id;
+            match outcome(spawn(co, x, client)).await {
+                Ok(done) => Ok(done),
+                // A drive that had just ended, or one stopped: as the
+                // journal says now.
+                Err(e) => match co.council.agents.db.exchange(id).await? {
+                    x @ Exchange { state: ExchangeState::Done | ExchangeState::Stopped, .. } => {
+                        Box::pin(attach(co, x, None)).await
                     }
-                    return late;
-                }
-                Some(_) => {}
-                None => return late,
-            },
-            _ = &mut until_deadline => {
-                for r in runs.iter().filter(|r| r.is_in_flight()) {
-                    late.push(r.id.clone());
-                    r.stop(StopReason::Cancelled);
-                }
-                return late;
+                    _ => Err(e),
+                },
             }
         }
+        ExchangeState::Done => x
+            .result
+            .and_then(|r| serde_json::from_value(r).ok())
+            .ok_or_else(|| ErrorCode::Internal.error("the completion ended without a result")),
+        ExchangeState::Stopped => Err(ErrorCode::Conflict
+            .error(format!("the completion was stopped: {}", x.reason.as_deref().unwrap_or("stopped")))),
     }
 }
 
-fn part_of(run: &Run, late: bool, wait: Wait) -> Part {
-    let message = run.message();
-    let status = match message.as_ref().map(|m| m.kind) {
-        Some(MessageKind::Agent) => PartStatus::Done,
-        _ if late => PartStatus::Timeout,
-        Some(MessageKind::Interrupted) if wait == Wait::First => PartStatus::Cancelled,
-        _ => PartStatus::Error,
+/// Why a drive ended without a result.
+pub enum Halt {
+    /// The daemon is stopping: nothing was written; the next start resumes.
+    ShuttingDown,
+    /// The exchange was stopped (cancelled) or cannot go on.
+    Failed(String),
+}
+
+impl From<crate::db::DbError> for Halt {
+    fn from(e: crate::db::DbError) -> Halt {
+        Halt::Failed(format!("the registry: {e}"))
+    }
+}
+
+/// Opens step `key` of exchange `x` and starts its run with `launch`
+/// unless the journal holds it over; a step whose member can no longer be
+/// asked (gone from the configuration) is cancelled.
+pub async fn take_step(
+    co: &Arc<Coord>,
+    x: ExchangeId,
+    key: StepKey,
+    launch: &Launch,
+    place: Place,
+) -> Result<Option<Arc<Run>>, Halt> {
+    let db = &co.council.agents.db;
+    let closed = || if co.council.agents.is_closed() { Err(Halt::ShuttingDown) } else { Ok(()) };
+    let step = match db.open_step(x, key.clone()).await? {
+        Opened::Step(s) => s,
+        Opened::Ended(state) => return Err(Halt::Failed(format!("the exchange is {}", state.as_str()))),
     };
-    Part {
-        member: run.member.clone(),
-        status,
-        seq: message.as_ref().map(|m| m.seq),
-        text: message.as_ref().map(|m| m.body.clone()).unwrap_or_default(),
-        cost_usd: message.as_ref().and_then(|m| m.run.as_ref()).and_then(|r| r.cost_usd),
+    if step.state.is_over() {
+        return Ok(None);
     }
-}
-
-pub fn kd_message(thread: &str, reply_to: u64, body: String, id: &str, purpose: Purpose) -> NewMessage {
-    NewMessage {
-        reply_to: Some(reply_to),
-        purpose: Some(purpose),
-        correlation_id: Some(id.to_string()),
-        ..NewMessage::new(thread, KD, vec![KING.to_string()], MessageKind::System, body)
-    }
-}
-
-/// A, B, … Z, then AA, AB, …
-/// `Response A`, `Response B`, … for the answers in the order given.
-fn label(answers: &[&Part]) -> Vec<Label> {
-    answers
-        .iter()
-        .enumerate()
-        .map(|(i, x)| Label { label: format!("Response {}", letter(i)), member: x.member.clone() })
-        .collect()
-}
-
-fn letter(i: usize) -> String {
-    let a = |n: usize| char::from(b'A' + (n % 26) as u8);
-    if i < 26 { a(i).to_string() } else { format!("{}{}", a(i / 26 - 1), a(i)) }
-}
-
-/// The ranking prompt of `voter`: the question and the other members'
-/// answers under their labels only — no member's name appears in it.
-pub fn ballot_prompt(question: &str, labels: &[Label], answers: &[&Part], voter: &str) -> String {
-    let mut out = format!(
-        "[Evaluation]\nThe King asked:\n\n{question}\n\nHere are answers from other council members, anonymised:\n"
-    );
-    let mut shown = Vec::new();
-    for (l, a) in labels.iter().zip(answers) {
-        if a.member != voter {
-            out.push_str(&format!("\n{}:\n{}\n", l.label, a.text));
-            shown.push(l.label.as_str());
+    closed()?;
+    match launch.start_step(&co.council, &key.member, place, &step) {
+        Some(claim) => Ok(Some(claim.into_run())),
+        None => {
+            closed()?;
+            let why = format!("{} is not a member of this workspace any more", key.member);
+            db.cancel_step(step.id, why).await?;
+            Ok(None)
         }
-    }
-    out.push_str(&format!(
-        "\n---\nEvaluate each response: what it does well and what it does poorly. Then end with your ranking, \
-         best first, exactly in this form:\n\nFINAL RANKING:\n{}",
-        shown.iter().enumerate().map(|(i, l)| format!("{}. {l}", i + 1)).collect::<Vec<_>>().join("\n")
-    ));
-    out
-}
-
-/// The labels of a ballot, best first: the `Response X` lines after
-/// `FINAL RANKING:` (anywhere in the text when it has no such line),
-/// known labels only, each once, never the voter's own.
-pub fn parse_ranking(text: &str, labels: &[Label], own: Option<&str>) -> Vec<String> {
-    let section = text.rfind("FINAL RANKING:").map(|i| &text[i..]).unwrap_or(text);
-    let mut out: Vec<String> = Vec::new();
-    let mut rest = section;
-    while let Some(i) = rest.find("Response ") {
-        let after = &rest[i + "Response ".len()..];
-        let name: String = after.chars().take_while(|c| c.is_ascii_uppercase()).collect();
-        let label = format!("Response {name}");
-        if !name.is_empty()
-            && labels.iter().any(|l| l.label == label)
-            && own != Some(label.as_str())
-            && !out.contains(&label)
-        {
-            out.push(label);
-        }
-        rest = &after[name.len()..];
-    }
-    out
-}
-
-/// Tallies ballots: a first place among k ranked answers is worth k-1
-/// points, down to 0 for the last; ties go to more first places, then to
-/// the earlier label.
-pub fn count(labels: Vec<Label>, ballots: Vec<Ballot>) -> Tally {
-    let mut scores: Vec<Score> = labels
-        .iter()
-        .map(|l| Score { member: l.member.clone(), label: l.label.clone(), points: 0, firsts: 0 })
-        .collect();
-    for b in &ballots {
-        let k = b.ranking.len() as u32;
-        for (i, label) in b.ranking.iter().enumerate() {
-            if let Some(s) = scores.iter_mut().find(|s| &s.label == label) {
-                s.points += k - 1 - i as u32;
-                if i == 0 {
-                    s.firsts += 1;
-                }
-            }
-        }
-    }
-    let voted = ballots.iter().any(|b| !b.ranking.is_empty());
-    scores.sort_by(|a, b| b.points.cmp(&a.points).then(b.firsts.cmp(&a.firsts)));
-    let winner = scores.first().filter(|_| voted).map(|s| s.member.clone());
-    Tally { labels, ballots, scores, winner, seq: None }
-}
-
-/// The tally as the thread shows it.
-pub fn tally_text(t: &Tally) -> String {
-    let mut out = match &t.winner {
-        Some(w) => format!("Vote: {w} wins.\n\n"),
-        None => "Vote: no ranking could be read.\n\n".to_string(),
-    };
-    out.push_str("| answer | member | points | first places |\n|---|---|---|---|\n");
-    for s in &t.scores {
-        out.push_str(&format!("| {} | {} | {} | {} |\n", s.label, s.member, s.points, s.firsts));
-    }
-    for b in &t.ballots {
-        let ranking = if b.ranking.is_empty() { "(no ranking)".to_string() } else { b.ranking.join(" > ") };
-        out.push_str(&format!("\n{}: {ranking}", b.voter));
-    }
-    out
-}
-
-/// The chair's prompt: the question, every answer under its member's name,
-/// and the tally when there was a vote.
-pub fn synthesis_prompt(question: &str, answers: &[&Part], tally: Option<&Tally>) -> String {
-    let mut out = format!("[Synthesis]\nThe King asked:\n\n{question}\n\nThe council answered:\n");
-    for a in answers {
-        out.push_str(&format!("\n{}:\n{}\n", a.member, a.text));
-    }
-    if let Some(t) = tally {
-        out.push_str("\nThe council's vote, best first: ");
-        out.push_str(
-            &t.scores.iter().map(|s| format!("{} ({} points)", s.member, s.points)).collect::<Vec<_>>().join(", "),
-        );
-        out.push('\n');
-    }
-    out.push_str(
-        "\n---\nAs chair, write the council's one final answer to the King: take the best of every answer, \
-         settle where they disagree, and say plainly what the King should do.",
-    );
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn labels(members: &[&str]) -> Vec<Label> {
-        members
-            .iter()
-            .enumerate()
-            .map(|(i, m)| Label { label: format!("Response {}", letter(i)), member: m.to_string() })
-            .collect()
-    }
-
-    #[test]
-    fn rankings_are_read_from_the_final_ranking_known_labels_once_never_ones_own() {
-        let l = labels(&["claude", "codex", "cursor"]);
-        let text = "Response A is thorough. Response C misses a case.\n\nFINAL RANKING:\n1. Response C\n2. Response A\n3. Response C\n4. Response Z";
-        assert_eq!(parse_ranking(text, &l, Some("Response B")), ["Response C", "Response A"]);
-        assert_eq!(parse_ranking("I prefer Response B over Response A", &l, Some("Response A")), ["Response B"]);
-        assert!(parse_ranking("no opinion", &l, None).is_empty());
-    }
-
-    #[test]
-    fn the_tally_gives_borda_points_and_breaks_ties_by_first_places() {
-        let l = labels(&["claude", "codex", "cursor"]);
-        let ballot = |voter: &str, r: &[&str]| Ballot {
-            voter: voter.into(),
-            ranking: r.iter().map(|s| format!("Response {s}")).collect(),
-            seq: None,
-        };
-        let t =
-            count(l, vec![ballot("claude", &["B", "C"]), ballot("codex", &["A", "C"]), ballot("cursor", &["B", "A"])]);
-        let points: Vec<(&str, u32, u32)> = t.scores.iter().map(|s| (s.member.as_str(), s.points, s.firsts)).collect();
-        assert_eq!(points, [("codex", 2, 2), ("claude", 1, 1), ("cursor", 0, 0)]);
-        assert_eq!(t.winner.as_deref(), Some("codex"));
-        let none = count(labels(&["a", "b"]), vec![ballot("a", &[])]);
-        assert_eq!(none.winner, None);
-    }
-
-    #[test]
-    fn a_ballot_names_no_member() {
-        let l = labels(&["claude", "codex", "cursor"]);
-        let parts: Vec<Part> = ["claude", "codex", "cursor"]
-            .iter()
-            .map(|m| Part {
-                member: m.to_string(),
-                status: PartStatus::Done,
-                seq: None,
-                text: format!("text {}", m.len()),
-                cost_usd: None,
-            })
-            .collect();
-        let refs: Vec<&Part> = parts.iter().collect();
-        let prompt = ballot_prompt("Which?", &l, &refs, "codex");
-        for m in ["claude", "codex", "cursor"] {
-            assert!(!prompt.contains(m), "{prompt}");
-        }
-        assert!(prompt.contains("Response A:") && prompt.contains("Response C:") && !prompt.contains("Response B:"));
-        assert!(prompt.ends_with("FINAL RANKING:\n1. Response A\n2. Response C"), "{prompt}");
-        assert_eq!(letter(27), "AB");
     }
 }

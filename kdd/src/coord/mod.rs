@@ -35,11 +35,13 @@ use crate::council::Council;
 pub struct Coord {
     pub council: Arc<Council>,
     pub races: races::Races,
+    /// The completions this daemon drives, for calls that attach to them.
+    pub completions: completion::Driven,
 }
 
 impl Coord {
     pub fn new(council: Arc<Council>) -> Coord {
-        Coord { council, races: races::Races::default() }
+        Coord { council, races: races::Races::default(), completions: Default::default() }
     }
 
     /// A thread and its workspace's configuration, read afresh.

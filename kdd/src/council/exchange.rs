@@ -33,12 +33,22 @@ pub struct Exchange {
     /// Its journal (F-J1).
     pub id: ExchangeId,
     stop: CancellationToken,
+    /// Cancelled when its driver has returned (what comes after it, a
+    /// work vote, waits on it).
+    ended: CancellationToken,
     round: Mutex<Option<ThreadEvent>>,
 }
 
 impl Exchange {
     pub fn new(thread: String, king: u64, id: ExchangeId) -> Exchange {
-        Exchange { thread, king, id, stop: CancellationToken::new(), round: Mutex::new(None) }
+        Exchange {
+            thread,
+            king,
+            id,
+            stop: CancellationToken::new(),
+            ended: CancellationToken::new(),
+            round: Mutex::new(None),
+        }
     }
 
     /// No further turns start.
@@ -48,6 +58,11 @@ impl Exchange {
 
     pub fn is_stopped(&self) -> bool {
         self.stop.is_cancelled()
+    }
+
+    /// Returns once its driver has returned.
+    pub async fn ended(&self) {
+        self.ended.cancelled().await
     }
 
     /// The last round event published, for subscribers joining now.
@@ -117,6 +132,7 @@ impl Exchanges {
     }
 
     fn end(&self, ex: &Exchange) {
+        ex.ended.cancel();
         let mut map = self.map();
         if map.get(&ex.thread).is_some_and(|cur| cur.king == ex.king) {
             map.remove(&ex.thread);
@@ -139,6 +155,10 @@ pub struct Journal {
     /// The send's own timeout for its runs, if it gave one.
     #[serde(default)]
     pub timeout_s: Option<u64>,
+    /// A vote follows the rounds (`kd work --vote`): its driver, not this
+    /// one, ends the plan.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub vote: bool,
 }
 
 impl Journal {
@@ -232,6 +252,7 @@ pub async fn run(c: Arc<Council>, ex: Arc<Exchange>, plan: Plan) {
     }
     let state = if ex.is_stopped() { RoundState::Stopped } else { RoundState::Done };
     if state == RoundState::Done
+        && !j.vote
         && let Err(e) = c.agents.db.plan_done(ex.id, None).await
     {
         tracing::warn!(thread = ex.thread, "cannot record the exchange's end: {e}");

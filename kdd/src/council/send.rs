@@ -35,6 +35,9 @@ pub struct Request {
     pub client: Option<ClientId>,
     /// Create the thread `thread` with the message.
     pub new_thread: Option<kd_proto::types::NewThread>,
+    /// The members vote over the work once the rounds are over
+    /// (`kd work --vote`): the exchange's plan says so.
+    pub vote: bool,
 }
 
 /// Who a message is for.
@@ -105,6 +108,7 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
         turns: turns.clone(),
         style: req.style,
         timeout_s: req.timeout.map(|t| t.as_secs()),
+        vote: req.vote,
     };
     let exchange = NewExchange {
         thread: req.thread.clone(),

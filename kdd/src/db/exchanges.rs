@@ -412,6 +412,7 @@ pub fn steps(conn: &Connection, x: ExchangeId) -> DbResult<Vec<Step>> {
 }
 
 mod info;
+pub mod kd_step;
 pub mod life;
 #[cfg(test)]
 mod tests;

@@ -140,8 +140,8 @@ pub async fn completion_agents(
 ) -> RpcResult<Completion> {
     validate::thread_id(&thread)?;
     body(&text)?;
-    // The client's own name for the completion, so it can ask again after
-    // a reconnect; not yet used to attach to the running one.
+    // The client's own name for the completion: a second call with it
+    // attaches to the first (after a reconnect, or a restart of kdd).
     if let Some(id) = &id {
         completion_id(id)?;
     }
@@ -161,6 +161,7 @@ pub async fn completion_agents(
         vote: vote.unwrap_or(false),
         chair,
         client: ext.get::<ClientId>().copied(),
+        id,
     };
     completion::complete(&d.coord, p).await
 }

@@ -61,6 +61,7 @@ pub async fn send(
         rounds,
         client: ext.get::<ClientId>().copied(),
         new_thread,
+        vote: false,
     };
     send::send(&d.council, req).await
 }

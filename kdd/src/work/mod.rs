@@ -10,6 +10,7 @@
 
 pub mod review;
 pub mod settle;
+pub mod vote;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -62,7 +63,7 @@ pub struct Task {
 /// the task; for each member a worktree of the King's HEAD on its own
 /// branch `kd/<thread>/<member>`; the King's message giving the task,
 /// which each member answers by doing it in its worktree. With `vote`,
-/// the members rank the diffs once every run ended ([`review::vote`]).
+/// the members rank the diffs once the rounds are over ([`vote`]).
 pub async fn start(co: &Arc<Coord>, t: Task) -> Result<WorkStarted, ErrorObjectOwned> {
     let db = &co.council.agents.db;
     let config = crate::config::load(Path::new(&t.workspace))
@@ -169,15 +170,11 @@ pub async fn start(co: &Arc<Coord>, t: Task) -> Result<WorkStarted, ErrorObjectO
         rounds: Some(0),
         client: t.client,
         new_thread: None,
+        vote: t.vote,
     };
     let sent = send::send(&co.council, req).await?;
     if t.vote {
-        let (co, thread, task, seq) = (co.clone(), thread.id.clone(), t.task.clone(), sent.message.seq);
-        tokio::spawn(async move {
-            if let Err(e) = review::vote_when_done(&co, &thread, &task, seq).await {
-                tracing::warn!(thread, "the vote over the work failed: {}", e.message());
-            }
-        });
+        vote::after_rounds(co, &thread.id, sent.message.seq);
     }
     Ok(WorkStarted {
         thread: thread.id,

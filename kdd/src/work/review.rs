@@ -2,7 +2,7 @@
 //! and each answers with a verdict — approve or request changes, with its
 //! reasons ([`review`]); after a best-of-N task every member ranks the
 //! others' diffs, anonymised as `Response A`, `Response B`, … as `kd ask
-//! --vote` ranks answers, and the tally names the winner ([`vote_when_done`]).
+//! --vote` ranks answers, and the tally names the winner ([`super::vote`]).
 //! Reviews and ballots advise: their runs have a prompt of their own, so
 //! they run read-only, never in a worktree.
 
@@ -12,13 +12,13 @@ use std::sync::Arc;
 use jsonrpsee::types::ErrorObjectOwned;
 use kd_proto::ErrorCode;
 use kd_proto::names::KING;
-use kd_proto::types::{MessageKind, Part, PartStatus, Purpose, Style};
+use kd_proto::types::{MessageKind, Purpose, Style};
 use kd_proto::work::{MemberDiff, WorkState, Worktree};
 
 use super::{git_error, member_diff, worktree};
 use crate::agent::registry::{Claim, Place};
 use crate::client::ClientId;
-use crate::coord::completion::{ballots, count, kd_message, tally_text};
+use crate::coord::completion::kd_message;
 use crate::coord::{Coord, check_members};
 use crate::council::Launch;
 use crate::db::messages::NewMessage;
@@ -228,60 +228,6 @@ fn files(n: usize) -> String {
 
 fn short(commit: &str) -> &str {
     &commit[..commit.len().min(12)]
-}
-
-/// After a best-of-N task: waits until every member's run answering the
-/// task (`seq`) ended and its work was committed, then has the members
-/// rank the others' diffs, anonymised, and writes the tally (a `kd`
-/// message answering the task; the winner is named by member).
-pub async fn vote_when_done(co: &Arc<Coord>, thread: &str, task: &str, seq: u64) -> Result<(), ErrorObjectOwned> {
-    let runs: Vec<_> =
-        co.council.agents.runs.list(Some(thread)).into_iter().filter(|r| r.info().reply_to == Some(seq)).collect();
-    for run in &runs {
-        run.done().await;
-    }
-    let (t, config) = co.thread(thread).await?;
-    let db = &co.council.agents.db;
-    let id = thread.to_string();
-    let trees = db.read(move |c| crate::db::work::of_thread(c, &id)).await?;
-    let mut parts = Vec::new();
-    for w in trees.iter().filter(|w| w.head != w.base && !w.state.is_settled()) {
-        let d = member_diff(w, false, PROMPT_DIFF_BYTES as u64 * 4).await?;
-        parts.push(Part {
-            member: w.member.clone(),
-            status: PartStatus::Done,
-            seq: None,
-            text: diff_text(&d, PROMPT_DIFF_BYTES),
-            cost_usd: None,
-        });
-    }
-    if parts.len() < 2 {
-        let body = format!("No vote over the work: {} of {} members changed anything.", parts.len(), trees.len());
-        db.append_message(kd_message(&t.id, seq, body, &format!("work-vote-{seq}"), Purpose::Tally)).await?;
-        return Ok(());
-    }
-    let answered: Vec<&Part> = parts.iter().collect();
-    let launch = Launch {
-        thread: t.clone(),
-        config,
-        style: Style::Council,
-        timeout: None,
-        client: None,
-        prompt: None,
-        work: Default::default(),
-    };
-    let question = format!(
-        "{task}\n\n(Each response below is one member's implementation of this task, as the diff of its branch.)"
-    );
-    let place = Place { reply_to: Some(seq), round: Some(2), exchange: Some(seq), ..Place::default() };
-    let (labels, ballots, _) = ballots(co, &launch, place, &question, &answered).await;
-    let tally = count(labels, ballots);
-    let mut body = tally_text(&tally);
-    if let Some(w) = &tally.winner {
-        body.push_str(&format!("\n\n`kd accept {w}` merges the winner's work (`kd diff` shows it)."));
-    }
-    db.append_message(kd_message(&t.id, seq, body, &format!("work-vote-{seq}"), Purpose::Tally)).await?;
-    Ok(())
 }
 
 #[cfg(test)]

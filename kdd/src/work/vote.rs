@@ -1,0 +1,117 @@
+//! The vote over a best-of-N task's work (F-W4), journaled (F-J1): once
+//! the council's driver has taken the task's rounds (it leaves the plan
+//! to this vote), every member who changed something ranks the others'
+//! diffs, anonymised as `kd ask --vote` ranks answers — its ballots steps
+//! `(2, voter, Ballot)` under labels fixed once, the tally kd's own step
+//! `(2, Tally)` written once — and the exchange's plan is done. A daemon
+//! started again runs the council's replay, then this vote, over the same
+//! journal: ballots given are not asked again.
+
+use std::sync::Arc;
+
+use kd_proto::types::{Part, PartStatus, Purpose, Style};
+
+use super::member_diff;
+use super::review::{PROMPT_DIFF_BYTES, diff_text};
+use crate::agent::registry::Place;
+use crate::coord::Coord;
+use crate::coord::completion::{Halt, Vote, count, kd_message, tally_text};
+use crate::council::Launch;
+use crate::db::exchanges::kd_step::KdStep;
+use crate::db::exchanges::{ExchangeId, ExchangeState, Kind, Purpose as StepPurpose, StepKey};
+
+/// The round the vote's steps are in (the task's answers are round 1).
+const ROUND: u32 = 2;
+
+/// Votes over the work of task `seq` of `thread` once the council's
+/// driver of its exchange has returned.
+pub fn after_rounds(co: &Arc<Coord>, thread: &str, seq: u64) {
+    let ex = co.council.exchanges.current(thread).filter(|ex| ex.king == seq);
+    let (co, thread) = (co.clone(), thread.to_string());
+    tokio::spawn(async move {
+        let x = match ex {
+            Some(ex) => {
+                ex.ended().await;
+                ex.id
+            }
+            // Its driver has already returned.
+            None => match co.council.agents.db.exchange_at(thread.clone(), seq, Kind::Work).await {
+                Ok(Some(x)) => x,
+                Ok(None) => return,
+                Err(e) => return tracing::warn!(thread, "the vote over the work cannot start: {e}"),
+            },
+        };
+        match drive(&co, x).await {
+            Ok(()) | Err(Halt::ShuttingDown) => {}
+            Err(Halt::Failed(why)) => tracing::warn!(thread, "the vote over the work stopped: {why}"),
+        }
+    });
+}
+
+/// The vote over exchange `x`'s work, as far as its journal says it is to
+/// go: nothing when the exchange was stopped (superseded, cancelled) or the
+/// daemon is stopping.
+pub async fn drive(co: &Arc<Coord>, x: ExchangeId) -> Result<(), Halt> {
+    let db = &co.council.agents.db;
+    if co.council.agents.is_closed() {
+        return Err(Halt::ShuttingDown);
+    }
+    let ex = db.exchange(x).await?;
+    if ex.state != ExchangeState::Open {
+        return Ok(());
+    }
+    let (thread, seq) = (ex.thread.clone(), ex.seq);
+    let (t, config) = co.thread(&thread).await.map_err(|e| Halt::Failed(e.message().to_string()))?;
+    let task = db.message(thread.clone(), seq).await?.body;
+    let id = thread.clone();
+    let trees = db.read(move |c| crate::db::work::of_thread(c, &id)).await?;
+    let mut parts = Vec::new();
+    for w in trees.iter().filter(|w| w.head != w.base && !w.state.is_settled()) {
+        let d = member_diff(w, false, PROMPT_DIFF_BYTES as u64 * 4)
+            .await
+            .map_err(|e| Halt::Failed(format!("{}'s diff: {}", w.member, e.message())))?;
+        parts.push(Part {
+            member: w.member.clone(),
+            status: PartStatus::Done,
+            seq: None,
+            text: diff_text(&d, PROMPT_DIFF_BYTES),
+            cost_usd: None,
+        });
+    }
+    let correlation = format!("work-vote-{seq}");
+    let tally = StepKey { round: ROUND, member: String::new(), purpose: StepPurpose::Tally, cause: 0 };
+    let body = if parts.len() < 2 {
+        format!("No vote over the work: {} of {} members changed anything.", parts.len(), trees.len())
+    } else {
+        let answered: Vec<&Part> = parts.iter().collect();
+        let launch = Launch {
+            thread: t.clone(),
+            config,
+            style: Style::Council,
+            timeout: None,
+            client: None,
+            prompt: None,
+            work: Default::default(),
+        };
+        let question = format!(
+            "{task}\n\n(Each response below is one member's implementation of this task, as the diff of its branch.)"
+        );
+        let place = Place { reply_to: Some(seq), round: Some(ROUND), exchange: Some(seq), ..Place::default() };
+        let v = Vote { co, x, round: ROUND, launch: &launch, place, question: &question };
+        let labels = v.labels(&answered).await?;
+        let (ballots, _) = v.cast(&labels, &answered).await?;
+        let tally = count(labels, ballots);
+        let mut body = tally_text(&tally);
+        if let Some(w) = &tally.winner {
+            body.push_str(&format!("\n\n`kd accept {w}` merges the winner's work (`kd diff` shows it)."));
+        }
+        body
+    };
+    let message = kd_message(&t.id, seq, body, &correlation, Purpose::Tally);
+    match db.kd_step(x, tally, message, |_| vec![]).await? {
+        KdStep::Written(_) | KdStep::Already(_) => {}
+        KdStep::Ended(state) => return Err(Halt::Failed(format!("the exchange is {}", state.as_str()))),
+    }
+    db.plan_done(x, None).await?;
+    Ok(())
+}
