@@ -19,75 +19,9 @@ use kd_client::terminal::safe;
 use kd_proto::names::KD;
 use kd_proto::types::{Message, MessageKind, Purpose, RoundState, Sent, ThreadEvent};
 
-#[derive(Debug, Clone, PartialEq)]
-enum Status {
-    Running,
-    Done,
-    Failed(String),
-    Cancelled,
-    /// Cut short by kdd stopping (its message is `interrupted`); not a
-    /// failure once a later run replaces it.
-    Interrupted,
-}
+mod run;
 
-#[derive(Debug)]
-struct RunView {
-    id: String,
-    member: String,
-    round: Option<u32>,
-    /// A ballot or synthesis run, a tally or merged message.
-    purpose: Option<Purpose>,
-    streamed: String,
-    /// The stored message, when it arrived.
-    body: Option<String>,
-    status: Status,
-    shown: bool,
-    /// Its message, once known (what a run asked again replaces).
-    seq: Option<u64>,
-    /// Characters streamed so far, by the daemon's count (see `Delta`).
-    chars: u64,
-    /// A later run answers in its place.
-    replaced: bool,
-    /// It answers in place of a run whose partial answer was shown: its
-    /// header says so first.
-    after_cut: Option<String>,
-}
-
-impl RunView {
-    /// What of a delta is new: the daemon counts the run's characters
-    /// (`chars`, after the delta; 0 from a daemon that does not), so a
-    /// snapshot re-sent after a reconnect shows only its unseen tail, and
-    /// one already seen nothing.
-    fn new_text(&mut self, text: &str, chars: u64) -> Option<String> {
-        if chars == 0 {
-            return Some(text.to_string());
-        }
-        if chars <= self.chars {
-            return None;
-        }
-        let fresh = (chars - self.chars) as usize;
-        self.chars = chars;
-        let n = text.chars().count();
-        Some(if fresh >= n { text.to_string() } else { text.chars().skip(n - fresh).collect() })
-    }
-
-    fn new(id: String, member: String, round: Option<u32>, purpose: Option<Purpose>) -> RunView {
-        RunView {
-            id,
-            member,
-            round,
-            purpose,
-            streamed: String::new(),
-            body: None,
-            status: Status::Running,
-            shown: false,
-            seq: None,
-            chars: 0,
-            replaced: false,
-            after_cut: None,
-        }
-    }
-}
+use run::{RunView, Status};
 
 /// What the terminal shows: one exchange's runs, round after round,
 /// until the exchange ends; or (watching) everything said on the thread.
