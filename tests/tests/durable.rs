@@ -484,6 +484,21 @@ fn voters(held: &str, hold: &Hold, when: &str, record: &str) -> Workspace {
     Workspace::new(&members)
 }
 
+/// `complete` on a client of its own, left to run (kdd may die under it).
+fn calling(
+    kdd: &Kdd,
+    t: &str,
+    aggregation: Aggregation,
+    chair: Option<&'static str>,
+    id: &'static str,
+) -> tokio::task::JoinHandle<Result<Completion, jsonrpsee::core::client::Error>> {
+    let (socket, t) = (kdd.socket.clone(), t.to_string());
+    tokio::spawn(async move {
+        let c = kd_client::Client::connect(&socket).await.expect("connect");
+        complete(&c, &t, aggregation, chair, id).await
+    })
+}
+
 /// Asks `completion.agents` of every member, as `id`.
 async fn complete(
     c: &kd_client::Client,
@@ -579,10 +594,7 @@ async fn cut_mid_ballot(graceful: bool) {
     let mut kdd = Kdd::start();
     let c = kdd.client().await;
     let t = thread_in(&c, &ws, None).await;
-    let asked = {
-        let (c, t) = (kdd.client().await, t.clone());
-        tokio::spawn(async move { complete(&c, &t, Aggregation::Vote, None, "c-mid-ballot").await })
-    };
+    let asked = calling(&kdd, &t, Aggregation::Vote, None, "c-mid-ballot");
     // claude's ballot holds, the others are in.
     held_run(&kdd.db, &t, "claude", "ballot").await;
     within("two ballots", async {
@@ -651,10 +663,7 @@ async fn kill_9_mid_synthesis_writes_one_synthesis() {
     let mut kdd = Kdd::start();
     let c = kdd.client().await;
     let t = thread_in(&c, &ws, None).await;
-    let asked = {
-        let (c, t) = (kdd.client().await, t.clone());
-        tokio::spawn(async move { complete(&c, &t, Aggregation::Synthesize, Some("cursor"), "c-mid-synthesis").await })
-    };
+    let asked = calling(&kdd, &t, Aggregation::Synthesize, Some("cursor"), "c-mid-synthesis");
     held_run(&kdd.db, &t, "cursor", "synthesis").await;
     drop(c);
     kdd.kill9();
@@ -774,14 +783,10 @@ async fn a_completion_named_again_is_joined_and_one_cancelled_is_a_conflict() {
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = thread_in(&c, &ws, None).await;
-    let call = |c: kd_client::Client, id: &'static str| {
-        let t = t.clone();
-        tokio::spawn(async move { complete(&c, &t, Aggregation::Vote, None, id).await })
-    };
     // Named twice while it runs: one completion, both calls get it.
-    let first = call(kdd.client().await, "c-twice");
+    let first = calling(&kdd, &t, Aggregation::Vote, None, "c-twice");
     held_run(&kdd.db, &t, "claude", "ballot").await;
-    let second = call(kdd.client().await, "c-twice");
+    let second = calling(&kdd, &t, Aggregation::Vote, None, "c-twice");
     hold.release();
     let (a, b) = (first.await.unwrap().unwrap(), second.await.unwrap().unwrap());
     assert_eq!(a.id, "c-twice");
@@ -795,10 +800,7 @@ async fn a_completion_named_again_is_joined_and_one_cancelled_is_a_conflict() {
     let hold = Hold::new();
     let ws = voters("cursor", &hold, "[Evaluation]", &record);
     let t = thread_in(&c, &ws, None).await;
-    let asked = {
-        let (c, t) = (kdd.client().await, t.clone());
-        tokio::spawn(async move { complete(&c, &t, Aggregation::Vote, None, "c-stopped").await })
-    };
+    let asked = calling(&kdd, &t, Aggregation::Vote, None, "c-stopped");
     held_run(&kdd.db, &t, "cursor", "ballot").await;
     let out = kdd.kd().args(["cancel", &t]).output().await.unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
