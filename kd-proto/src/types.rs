@@ -393,6 +393,22 @@ impl RunStatus {
     pub fn is_finished(self) -> bool {
         !matches!(self, RunStatus::Queued | RunStatus::Waiting | RunStatus::Streaming)
     }
+
+    /// The status `as_str` names.
+    pub fn parse(s: &str) -> Option<RunStatus> {
+        [
+            RunStatus::Queued,
+            RunStatus::Waiting,
+            RunStatus::Streaming,
+            RunStatus::Done,
+            RunStatus::Error,
+            RunStatus::TimedOut,
+            RunStatus::Cancelled,
+            RunStatus::Interrupted,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
+    }
 }
 
 /// One agent invocation.
@@ -700,4 +716,17 @@ pub struct Check {
     pub subject: String,
     pub status: CheckStatus,
     pub detail: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RunStatus;
+
+    #[test]
+    fn a_run_status_is_read_back_from_its_name() {
+        for s in ["queued", "waiting", "streaming", "done", "error", "timed_out", "cancelled", "interrupted"] {
+            assert_eq!(RunStatus::parse(s).map(RunStatus::as_str), Some(s));
+        }
+        assert_eq!(RunStatus::parse("lost"), None);
+    }
 }

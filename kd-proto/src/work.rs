@@ -89,6 +89,10 @@ pub struct Worktree {
     #[serde(default)]
     pub removed_at_ms: Option<i64>,
     pub created_at_ms: i64,
+    /// How the member's last run in it ended (none yet: absent) — `done`
+    /// work whose last run failed, was cancelled or cut is said so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_run: Option<crate::types::RunStatus>,
 }
 
 /// What `work.start` began.

@@ -452,3 +452,27 @@ async fn archiving_a_thread_while_a_member_works_says_so_and_keeps_its_work() {
     assert_eq!(git(Path::new(&w.path), &["log", "-1", "--format=%s"]), "Long task (cancelled)");
     assert_eq!(std::fs::read_to_string(Path::new(&w.path).join("wip.txt")).unwrap(), "half done\n");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_list_says_when_a_members_last_run_did_not_answer() {
+    let members: Vec<Member> = vec![
+        ("claude", "claude", vec![("FAKE_RUN", writes("impl.txt", "by claude"))]),
+        ("codex", "codex", vec![("FAKE_ERROR", "overloaded".to_string())]),
+    ];
+    let ws = repo(&members);
+    let kdd = Kdd::start();
+    let out = kd(&kdd, &ws, &["work", "Write impl.txt"]).await;
+    assert!(!out.status.success() && out.stderr.contains("codex"), "a member failed: {}{}", out.stdout, out.stderr);
+    let out = kd(&kdd, &ws, &["work", "--list"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let row = |m: &str| out.stdout.lines().find(|l| l.contains(m)).unwrap_or_default().to_string();
+    assert!(row("codex").contains("done (last run: error)"), "{}", out.stdout);
+    assert!(row("claude").contains("done") && !row("claude").contains("last run"), "{}", out.stdout);
+    let json = kd(&kdd, &ws, &["work", "--list", "--json"]).await;
+    let trees: Vec<Worktree> = serde_json::from_str(&json.stdout).unwrap();
+    let last = |m: &str| trees.iter().find(|w| w.member == m).and_then(|w| w.last_run);
+    assert_eq!(
+        (last("claude"), last("codex")),
+        (Some(kd_proto::types::RunStatus::Done), Some(kd_proto::types::RunStatus::Error))
+    );
+}

@@ -720,6 +720,7 @@ fn worktree(
         removed,
         removed_at_ms: None,
         created_at_ms: 0,
+        last_run: None,
     }
 }
 

@@ -11,7 +11,7 @@ use kd_client::style::{bold, dim, paint};
 use kd_client::terminal::safe;
 use kd_client::{Client, ClientError, KdApiClient, WorkApiClient};
 use kd_proto::names::KD;
-use kd_proto::types::{Purpose, ThreadEvent};
+use kd_proto::types::{Purpose, RunStatus, ThreadEvent};
 use kd_proto::work::{MemberDiff, WorkState, Worktree};
 
 use super::{Ctx, print_json};
@@ -164,7 +164,20 @@ fn line(w: &Worktree, styled: bool) -> String {
             paint(styled, 31, &format!("−{}", w.removed))
         )
     };
-    format!("{}  {}  {size}  {}", bold(styled, &w.member), w.state.as_str(), dim(styled, &w.branch))
+    format!("{}  {}  {size}  {}", bold(styled, &w.member), state(w), dim(styled, &w.branch))
+}
+
+/// Where the work stands, and how its last run ended when that was not an
+/// answer (`done (last run: error)`), or that its worktree is gone.
+fn state(w: &Worktree) -> String {
+    let mut s = w.state.as_str().to_string();
+    if let Some(last) = w.last_run.filter(|r| *r != RunStatus::Done && w.state == WorkState::Done) {
+        s = format!("{s} (last run: {})", last.as_str().replace('_', " "));
+    }
+    if w.removed_at_ms.is_some() {
+        s.push_str(" (removed)");
+    }
+    s
 }
 
 async fn list(ctx: &Ctx, a: WorkArgs) -> anyhow::Result<ExitCode> {
@@ -181,12 +194,10 @@ async fn list(ctx: &Ctx, a: WorkArgs) -> anyhow::Result<ExitCode> {
     }
     let mut t = Table::new(&["THREAD", "MEMBER", "STATE", "FILES", "+/−", "BRANCH", "BASE", "WORKTREE"]);
     for w in &trees {
-        let state =
-            if w.removed_at_ms.is_some() { format!("{} (removed)", w.state.as_str()) } else { w.state.as_str().into() };
         t.row(vec![
             w.thread.clone(),
             w.member.clone(),
-            state,
+            state(w),
             w.files.to_string(),
             format!("+{} −{}", w.added, w.removed),
             w.branch.clone(),

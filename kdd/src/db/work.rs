@@ -3,13 +3,18 @@
 //! the commit it was made at and the last one kd made, where the work
 //! stands — and, on a work run, the commit kd made of its changes.
 
+use kd_proto::types::RunStatus;
 use kd_proto::work::{WorkState, Worktree};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::{DbError, DbResult};
 
+/// The worktree's columns, and how the member's last run on the thread
+/// that answered it (not a ballot or a review) ended.
 const COLUMNS: &str = "thread_id, member, task, repo, path, branch, base, head, state, files, added, removed, \
-                       removed_at, created_at";
+                       removed_at, created_at, (SELECT r.status FROM runs r WHERE r.thread_id = worktrees.thread_id \
+                       AND r.member = worktrees.member AND r.purpose IS NULL AND r.ended_at IS NOT NULL \
+                       ORDER BY r.ended_at DESC, r.ordinal DESC LIMIT 1)";
 
 fn row(r: &Row<'_>) -> rusqlite::Result<Worktree> {
     let state: String = r.get(8)?;
@@ -28,6 +33,7 @@ fn row(r: &Row<'_>) -> rusqlite::Result<Worktree> {
         removed: r.get::<_, i64>(11)?.max(0) as u64,
         removed_at_ms: r.get(12)?,
         created_at_ms: r.get(13)?,
+        last_run: r.get::<_, Option<String>>(14)?.as_deref().and_then(RunStatus::parse),
     })
 }
 
@@ -184,6 +190,7 @@ mod tests {
             removed: 0,
             removed_at_ms: None,
             created_at_ms: at,
+            last_run: None,
         }
     }
 

@@ -147,6 +147,7 @@ pub async fn start(co: &Arc<Coord>, t: Task) -> Result<WorkStarted, ErrorObjectO
             removed: 0,
             removed_at_ms: None,
             created_at_ms: now_ms(),
+            last_run: None,
         };
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)
