@@ -83,6 +83,8 @@ pub struct Options {
     pub kill_grace: std::time::Duration,
     /// How often the lifecycle reaper ages threads.
     pub reap_interval: std::time::Duration,
+    /// How long a codex app-server may sit idle before it is stopped.
+    pub agent_idle: std::time::Duration,
 }
 
 /// Runs the daemon until SIGTERM, SIGINT or `daemon.shutdown`. Prints one
@@ -132,6 +134,7 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
     let coord = daemon.coord.clone();
     tokio::spawn(async move { resume::all(&coord).await });
     lifecycle::spawn_reaper(daemon.db.clone(), archived, opts.reap_interval, daemon.shutdown.clone());
+    agent::spawn_idle_stop(daemon.agents.clone(), opts.agent_idle, daemon.shutdown.clone());
     db::search::spawn_indexer(daemon.db.clone(), db::search::INDEX_INTERVAL, daemon.shutdown.clone());
     shutdown::announce_ready(&opts.socket);
     service::ready(&opts.socket);

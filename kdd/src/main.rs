@@ -53,6 +53,10 @@ struct Args {
     /// read of a thread ages it at once anyway
     #[arg(long, default_value_t = kdd::lifecycle::REAP_INTERVAL.as_millis() as u64, value_parser = millis())]
     reap_interval_ms: u64,
+    /// Milliseconds a codex app-server may sit idle (nothing asked of it)
+    /// before it is stopped; the next run starts another
+    #[arg(long, default_value_t = kdd::agent::APP_SERVER_IDLE.as_millis() as u64, value_parser = millis())]
+    agent_idle_ms: u64,
 }
 
 /// The longest any duration flag may be, in milliseconds: a day.
@@ -114,6 +118,7 @@ fn run(args: Args, args_log_to_file: bool) -> ExitCode {
         },
         kill_grace: std::time::Duration::from_millis(args.kill_grace_ms),
         reap_interval: std::time::Duration::from_millis(args.reap_interval_ms.max(10)),
+        agent_idle: std::time::Duration::from_millis(args.agent_idle_ms.max(10)),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

@@ -333,3 +333,21 @@ async fn an_exec_only_flag_is_named_by_kd_config_check_and_by_the_failed_start()
     assert!(last.body.starts_with(&head), "the error line first: {:?}", last.body);
     assert!(last.body.contains("Usage: codex app-server") && last.body.ends_with("try '--help'."), "{:?}", last.body);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idle_app_server_is_stopped_and_the_next_run_starts_another() {
+    // One started from a configuration since changed would otherwise run
+    // until kdd stops.
+    let ws = Workspace::new(&[("codex", "codex", &[])]);
+    let kdd = Kdd::start_with(&["--agent-idle-ms", "100"]);
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
+    send(&c, &t, "One?").await;
+    let first = collect_until(&mut sub, |e| ended(e) == 1).await;
+    let pid = kd_tests::run_pid(&first);
+    until_gone(pid, "the idle app-server").await;
+    ws.set_agent("codex", "env", serde_json::json!({"FAKE_NAME": "codex", "FAKE_TEXT": "Changed."}));
+    send(&c, &t, "Two?").await;
+    let second = collect_until(&mut sub, |e| ended(e) == 1).await;
+    assert_ne!(kd_tests::run_pid(&second), pid, "another app-server");
+    assert_eq!(kd_tests::last_message(&c, &t).await.body, "Changed.");
+}

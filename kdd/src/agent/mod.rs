@@ -115,6 +115,31 @@ impl Runner {
     }
 }
 
+/// How long a codex app-server may sit idle before it is stopped (by
+/// default; `kdd --agent-idle-ms`).
+pub const APP_SERVER_IDLE: Duration = Duration::from_secs(10 * 60);
+
+/// Stops, every `idle`, the codex app-servers nothing was asked of since
+/// the last time (one started for a member whose configuration changed
+/// since, say), until the daemon stops.
+pub fn spawn_idle_stop(d: Arc<Runner>, idle: Duration, shutdown: tokio_util::sync::CancellationToken) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(idle);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => {
+                    let n = d.appservers.stop_idle().await;
+                    if n > 0 {
+                        tracing::info!("stopped {n} idle codex app-server(s)");
+                    }
+                }
+            }
+        }
+    });
+}
+
 /// At start: kills whatever the runs left in flight by a daemon that died
 /// still have running — the agent, what it started, what moved away from
 /// its group (see [`process::kill_tree`]; a reused pid is never hit) — and

@@ -247,6 +247,15 @@ impl Peer {
         self.shared.lock().map(|s| s.gone.is_some()).unwrap_or(true)
     }
 
+    /// Whether nothing is asked of the process: no request waits for an
+    /// answer, no conversation is followed, no turn is in flight.
+    pub fn is_idle(&self) -> bool {
+        self.shared
+            .lock()
+            .map(|s| s.pending.is_empty() && s.conversations.is_empty() && s.busy.is_empty())
+            .unwrap_or(false)
+    }
+
     /// Why the process ended (or a general reason).
     pub fn gone_reason(&self) -> String {
         self.shared

@@ -3,7 +3,7 @@
 //! a slow start holding up only its own key; all stopped together at
 //! shutdown. The codex app-servers and the ACP agents are each a [`Pool`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -37,21 +37,57 @@ type Slot<T> = Arc<tokio::sync::Mutex<Option<Arc<T>>>>;
 /// it died, never twice at once; a slow start holds up only its own key.
 pub struct Pool<K, T> {
     slots: Mutex<HashMap<K, Slot<T>>>,
+    /// The keys whose process was idle at the last [`Pool::stop_idle`].
+    idle: Mutex<HashSet<K>>,
 }
 
 impl<K, T> Default for Pool<K, T> {
     fn default() -> Pool<K, T> {
-        Pool { slots: Mutex::new(HashMap::new()) }
+        Pool { slots: Mutex::new(HashMap::new()), idle: Mutex::new(HashSet::new()) }
     }
 }
 
-impl<K: Eq + std::hash::Hash, T: AsRef<Peer>> Pool<K, T> {
+impl<K: Eq + std::hash::Hash + Clone, T: AsRef<Peer>> Pool<K, T> {
+    /// Stops the processes idle now and at the last call too (called every
+    /// idle period: a process nothing asked anything of for that long —
+    /// one started from a member's configuration since changed, say — does
+    /// not run until the daemon stops). Returns how many.
+    pub async fn stop_idle(&self) -> usize {
+        let slots: Vec<(K, Slot<T>)> =
+            self.slots.lock().map(|s| s.iter().map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default();
+        let before: HashSet<K> = self.idle.lock().map(|mut i| std::mem::take(&mut *i)).unwrap_or_default();
+        let mut idle_now = HashSet::new();
+        let mut stopping = Vec::new();
+        for (key, slot) in slots {
+            // A slot being started or in use is left alone.
+            let Ok(mut held) = slot.try_lock() else { continue };
+            if !held.as_ref().is_some_and(|t| (**t).as_ref().is_idle()) {
+                continue;
+            }
+            if before.contains(&key) {
+                stopping.extend(held.take());
+            } else {
+                idle_now.insert(key);
+            }
+        }
+        if let Ok(mut i) = self.idle.lock() {
+            i.extend(idle_now);
+        }
+        let n = stopping.len();
+        futures_util::future::join_all(stopping.iter().map(|t| (**t).as_ref().stop(EXIT_GRACE))).await;
+        n
+    }
+
     /// The live process of `key`, or the one `start` starts.
     pub async fn get_or_start<F, Fut>(&self, key: K, start: F) -> Result<Arc<T>, String>
     where
         F: FnOnce() -> Fut,
         Fut: std::future::Future<Output = Result<T, String>>,
     {
+        // Used now: not idle.
+        if let Ok(mut i) = self.idle.lock() {
+            i.remove(&key);
+        }
         let slot = self.slots.lock().map_err(|_| "pool lock poisoned".to_string())?.entry(key).or_default().clone();
         let mut slot = slot.lock().await;
         if let Some(live) = slot.as_ref().filter(|t| !(***t).as_ref().is_gone()) {

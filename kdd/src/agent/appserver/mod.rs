@@ -87,4 +87,11 @@ impl AppServers {
     pub async fn stop_all(&self) {
         self.running.stop_all().await;
     }
+
+    /// Stops the app-servers nothing was asked of for an idle period (see
+    /// [`Pool::stop_idle`]); codex keeps their threads on disk, so a later
+    /// run resumes them in a new one.
+    pub async fn stop_idle(&self) -> usize {
+        self.running.stop_idle().await
+    }
 }
