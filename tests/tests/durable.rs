@@ -126,6 +126,24 @@ async fn a_later_question(kdd: &Kdd, t: &str) {
     collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::RunFinished { .. }))).await;
 }
 
+/// A question to `ws`'s one member, `member` (held by `hold`), cut by
+/// kill -9 of kdd while it streams (its text saved), then kdd started
+/// again with the hold released; kdd and the thread.
+async fn cut_by_a_kill(ws: &Workspace, hold: &Hold, member: &str, context: Option<ContextMode>) -> (Kdd, String) {
+    let mut kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, ws, context).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    ask(&c, &t, "Plan the release.", 0).await;
+    let cut = streaming(&mut sub, member, 1).await;
+    saved(&kdd.db, &cut).await;
+    drop((sub, c));
+    kdd.kill9();
+    hold.release();
+    kdd.launch().unwrap();
+    (kdd, t)
+}
+
 #[tokio::test]
 async fn kill_9_mid_broadcast_and_two_auto_rounds_resumes_every_answer_exactly_once() {
     // codex holds in round 2: only then does its prompt hold cursor's answer.
@@ -201,17 +219,7 @@ async fn a_cut_run_is_resumed_in_its_backend_session_with_what_it_had_said() {
         let record = tmp.path().join("record").display().to_string();
         let env: &[(&str, &str)] = &[("FAKE_HOLD", hold.var()), ("FAKE_RECORD", &record), ("FAKE_DELTAS", "4")];
         let ws = Workspace::new(&[("claude", "claude", env)]);
-        let mut kdd = Kdd::start();
-        let c = kdd.client().await;
-        let t = thread_in(&c, &ws, Some(context)).await;
-        let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
-        ask(&c, &t, "Plan the release.", 0).await;
-        let cut = streaming(&mut sub, "claude", 1).await;
-        saved(&kdd.db, &cut).await;
-        drop((sub, c));
-        kdd.kill9();
-        hold.release();
-        kdd.launch().unwrap();
+        let (kdd, t) = cut_by_a_kill(&ws, &hold, "claude", Some(context)).await;
         let c = kdd.client().await;
         settled(&kdd.db, &t).await;
         let runs = records(&record);
@@ -294,17 +302,7 @@ async fn a_cut_codex_turn_is_asked_again_in_its_app_server_thread() {
     let record = tmp.path().join("record").display().to_string();
     let env: &[(&str, &str)] = &[("FAKE_HOLD", hold.var()), ("FAKE_RECORD", &record), ("FAKE_DELTAS", "4")];
     let ws = Workspace::new(&[("codex", "codex", env)]);
-    let mut kdd = Kdd::start();
-    let c = kdd.client().await;
-    let t = thread_in(&c, &ws, None).await;
-    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
-    ask(&c, &t, "Plan the release.", 0).await;
-    let cut = streaming(&mut sub, "codex", 1).await;
-    saved(&kdd.db, &cut).await;
-    drop((sub, c));
-    kdd.kill9();
-    hold.release();
-    kdd.launch().unwrap();
+    let (kdd, t) = cut_by_a_kill(&ws, &hold, "codex", None).await;
     assert_eq!(settled(&kdd.db, &t).await, vec![("done".to_string(), None)]);
     let turns = records(&record);
     assert_eq!(turns.len(), 2, "{turns:#?}");
