@@ -369,3 +369,28 @@ async fn kd_watch_shows_the_answers_given_while_kdd_was_away() {
     assert_eq!(watch.exit().await, Some(0), "{}", watch.stderr());
     assert_eq!(watch.stdout().matches("Whole answer.").count(), 1, "{}", watch.stdout());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_resuming_off_kd_ask_reports_every_cut_member_after_a_kill_9() {
+    // Found trying it: kd ask hung after "kd: reconnected" when two of the
+    // three cut answers had not been shown before kdd went away.
+    let hold = kd_tests::Hold::new();
+    let held: &[(&str, &str)] = &[("FAKE_HOLD", hold.var())];
+    let ws = Workspace::new(&[("claude", "claude", held), ("codex", "gemini", held), ("cursor", "cursor", held)]);
+    ws.without_resume();
+    let mut kdd = Kdd::start();
+    let mut k = kdd.kd();
+    k.current_dir(ws.dir.path()).args(["ask", "--rounds", "0", "--reconnect", "30", "Long one?"]);
+    let mut ask = Piped::spawn(k);
+    ask.until(false, "── ").await;
+    kdd.kill9();
+    ask.until(true, "kd: kdd went away").await;
+    kdd.launch().expect("kdd starts again");
+    let code = ask.exit().await;
+    hold.release();
+    let err = ask.stderr();
+    assert_eq!(code, Some(4), "{}\n{err}", ask.stdout());
+    for m in ["claude", "codex", "cursor"] {
+        assert!(err.contains(&format!("kd: {m}: interrupted (kdd stopped)")), "{err}");
+    }
+}

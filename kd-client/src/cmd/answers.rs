@@ -195,7 +195,10 @@ impl View {
 
     pub fn all_done(&self) -> bool {
         let over = self.exchange_over || self.ends_at.is_some_and(|seq| self.last_seq >= seq);
-        over && self.runs.iter().all(|r| r.status != Status::Running && (self.json || r.shown))
+        // A run its message ended but no later event has shown yet is shown
+        // by `finish` (no event may follow it: the exchange is over).
+        let shown = |r: &RunView| self.json || r.shown || self.unclosed.as_deref() == Some(r.id.as_str());
+        over && self.runs.iter().all(|r| r.status != Status::Running && shown(r))
     }
 
     pub fn pending(&self) -> Vec<String> {

@@ -384,8 +384,9 @@ fn after_a_reconnect_answers_of_runs_never_seen_are_shown_and_the_end_waits_for_
         ThreadEvent::Message { message: Box::new(m) }
     };
     // Before a reconnect, a message of a run never seen is not this view's.
-    out += &play(&mut v, vec![answer(9, "cursor", "Not ours.", "r-other", None)]);
-    assert!(!out.contains("Not ours."), "{out}");
+    let mut before = View::new(&sent(&["claude", "codex"]), false, false);
+    let not_ours = play(&mut before, vec![answer(9, "cursor", "Not ours.", "r-other", None)]);
+    assert!(!not_ours.contains("Not ours."), "{not_ours}");
     v.reconnected();
     v.exchange_ends_at(5);
     out += &play(
@@ -409,4 +410,24 @@ fn after_a_reconnect_answers_of_runs_never_seen_are_shown_and_the_end_waits_for_
     for said in ["Codex again.", "Claude's second.", "interrupted (kdd restarted); asked again"] {
         assert_eq!(out.matches(said).count(), 1, "{said:?} once: {out}");
     }
+}
+
+#[test]
+fn a_backlog_that_ends_with_a_cut_answer_not_yet_shown_still_ends_the_view() {
+    // Resuming off: kdd came back, recorded every run interrupted and
+    // stopped the exchange; the backlog is the three cut answers, and no
+    // event follows them (found trying it: kd ask hung).
+    let mut v = View::new(&sent(&["claude", "codex", "cursor"]), false, false);
+    let mut out = play(&mut v, vec![delta("cursor", "Half")]);
+    v.reconnected();
+    v.exchange_ends_at(0);
+    out += &play(&mut v, vec![cut("cursor", 2, "Half"), cut("claude", 3, ""), cut("codex", 4, "")]);
+    assert!(v.all_done(), "nothing more will come: {out}");
+    let mut end = Vec::new();
+    v.finish(&mut end).unwrap();
+    let out = out + &String::from_utf8(end).unwrap();
+    for m in ["claude", "codex", "cursor"] {
+        assert_eq!(out.matches(&format!("── {m}")).count(), 1, "{out}");
+    }
+    assert_eq!(v.failures().len(), 3, "{:?}", v.failures());
 }
