@@ -159,7 +159,10 @@ impl View {
     /// An answer of a run of this exchange (or, watching, of the thread)
     /// the view never saw start: it ran while kdd was out of reach.
     fn adopt(&mut self, m: &Message) -> Option<RunView> {
-        let run = m.run.as_ref()?.run_id.clone()?;
+        // A member's answer given up after its cuts is an error no run
+        // wrote, in the place of the cut answer.
+        let given_up = || (m.kind == MessageKind::Error && m.replaces.is_some()).then(|| format!("message {}", m.seq));
+        let run = m.run.as_ref().and_then(|r| r.run_id.clone()).or_else(given_up)?;
         if !self.reconnected || m.from == kd_proto::names::KING {
             return None;
         }

@@ -431,3 +431,21 @@ fn a_backlog_that_ends_with_a_cut_answer_not_yet_shown_still_ends_the_view() {
     }
     assert_eq!(v.failures().len(), 3, "{:?}", v.failures());
 }
+
+#[test]
+fn an_answer_given_up_after_its_cuts_is_reported_by_kds_word_on_it() {
+    // kd gave codex up after council.resume_attempts cuts: its error
+    // message, which no run wrote, replaces the cut answer.
+    let mut v = View::new(&sent(&["codex"]), false, false);
+    let mut out = play(&mut v, vec![delta("codex", "Half")]);
+    v.reconnected();
+    v.exchange_ends_at(3);
+    let mut given_up =
+        testkit::message(3, "codex", MessageKind::Error, "codex was cut 2 times …; `kd retry` asks it", None);
+    (given_up.reply_to, given_up.replaces) = (Some(1), Some(2));
+    out += &play(&mut v, vec![cut("codex", 2, "Half"), ThreadEvent::Message { message: Box::new(given_up) }]);
+    let mut end = Vec::new();
+    v.finish(&mut end).unwrap();
+    assert!(v.all_done(), "{out}");
+    assert_eq!(v.failures(), vec!["codex: codex was cut 2 times …; `kd retry` asks it"]);
+}
