@@ -139,7 +139,7 @@ fn render_message(m: &Message, styled: bool, palette: &Palette) -> String {
         meta.push_str(&format!(" (re #{r})"));
     }
     if let Some(r) = m.replaces {
-        meta.push_str(&format!(" (retry of #{r})"));
+        meta.push_str(&format!(" (replaces #{r})"));
     }
     if let Some(round) = m.round {
         meta.push_str(&format!(" · round {round}"));
@@ -414,4 +414,19 @@ pub(super) fn status_name(s: ThreadStatus) -> &'static str {
 fn parse_session_status(s: &str) -> Result<SessionStatus, String> {
     serde_json::from_value(serde_json::Value::String(s.to_string()))
         .map_err(|_| format!("{s:?} is not a session status (active, completed, expired, idle, archived)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit;
+
+    #[test]
+    fn an_answer_in_anothers_place_says_which_without_calling_it_a_retry() {
+        // Also a cut answer asked again after a restart, which no one retried.
+        let mut m = testkit::message(7, "claude", MessageKind::Agent, "Whole.", Some("r-2"));
+        m.replaces = Some(2);
+        let shown = render_message(&m, false, &Palette::new(&["claude".to_string()], vec![]));
+        assert!(shown.contains("(replaces #2)") && !shown.contains("retry"), "{shown}");
+    }
 }
