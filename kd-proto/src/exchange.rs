@@ -62,6 +62,44 @@ pub enum StepPurpose {
     Verdicts,
 }
 
+macro_rules! names {
+    ($t:ident { $($v:ident = $s:literal),* $(,)? }) => {
+        impl $t {
+            /// Its name, as on the wire and in the registry.
+            pub fn as_str(self) -> &'static str {
+                match self { $($t::$v => $s),* }
+            }
+
+            /// The value `as_str` names.
+            pub fn parse(s: &str) -> Option<$t> {
+                match s {
+                    $($s => Some($t::$v),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+names!(ExchangeKind { Council = "council", Route = "route", Completion = "completion", Work = "work", Review = "review", Retry = "retry" });
+names!(ExchangeState { Open = "open", Done = "done", Stopped = "stopped" });
+names!(StepState { Pending = "pending", Running = "running", Done = "done", Failed = "failed", Cancelled = "cancelled" });
+names!(StepPurpose {
+    Answer = "answer",
+    Handoff = "handoff",
+    Ballot = "ballot",
+    Tally = "tally",
+    Merge = "merge",
+    Synthesis = "synthesis",
+    Verdicts = "verdicts",
+});
+
+impl StepState {
+    /// Done, failed or cancelled: nothing more happens to it.
+    pub fn is_over(self) -> bool {
+        matches!(self, StepState::Done | StepState::Failed | StepState::Cancelled)
+    }
+}
+
 /// One step of an exchange: a member's answer in a round, a ballot, kd's
 /// own tally or merge, ….
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -20,80 +20,13 @@ use super::{DbError, DbResult};
 pub type ExchangeId = i64;
 pub type StepId = i64;
 
-/// What began an exchange.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Council,
-    Route,
-    Completion,
-    Work,
-    Review,
-    Retry,
-}
+/// What began an exchange, where it and its steps stand, what a step is
+/// for: the wire's names, which the registry stores.
+pub use kd_proto::types::{ExchangeKind as Kind, ExchangeState, StepPurpose as Purpose, StepState};
 
-/// Where an exchange stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExchangeState {
-    Open,
-    Done,
-    Stopped,
-}
-
-/// Where a step stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StepState {
-    Pending,
-    Running,
-    Done,
-    Failed,
-    Cancelled,
-}
-
-/// What a step is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Purpose {
-    Answer,
-    Handoff,
-    Ballot,
-    Tally,
-    Merge,
-    Synthesis,
-    Verdicts,
-}
-
-macro_rules! names {
-    ($t:ident { $($v:ident = $s:literal),* $(,)? }) => {
-        impl $t {
-            pub fn as_str(self) -> &'static str {
-                match self { $($t::$v => $s),* }
-            }
-            fn parse(s: &str) -> rusqlite::Result<$t> {
-                match s {
-                    $($s => Ok($t::$v),)*
-                    other => Err(rusqlite::Error::InvalidColumnType(0, other.to_string(), rusqlite::types::Type::Text)),
-                }
-            }
-        }
-    };
-}
-names!(Kind { Council = "council", Route = "route", Completion = "completion", Work = "work", Review = "review", Retry = "retry" });
-names!(ExchangeState { Open = "open", Done = "done", Stopped = "stopped" });
-names!(StepState { Pending = "pending", Running = "running", Done = "done", Failed = "failed", Cancelled = "cancelled" });
-names!(Purpose {
-    Answer = "answer",
-    Handoff = "handoff",
-    Ballot = "ballot",
-    Tally = "tally",
-    Merge = "merge",
-    Synthesis = "synthesis",
-    Verdicts = "verdicts",
-});
-
-impl StepState {
-    /// Done, failed or cancelled: nothing more happens to it.
-    pub fn is_over(self) -> bool {
-        matches!(self, StepState::Done | StepState::Failed | StepState::Cancelled)
-    }
+/// A name the registry holds, read back (a bad one is a bad row).
+fn named<T>(parsed: Option<T>, i: usize, s: &str) -> rusqlite::Result<T> {
+    parsed.ok_or_else(|| rusqlite::Error::InvalidColumnType(i, s.to_string(), rusqlite::types::Type::Text))
 }
 
 /// What makes a step itself: one per exchange, round, member, purpose and
@@ -198,10 +131,16 @@ fn exchange(r: &Row<'_>) -> rusqlite::Result<Exchange> {
         id: r.get(0)?,
         thread: r.get(1)?,
         seq: r.get::<_, i64>(2)? as u64,
-        kind: Kind::parse(&r.get::<_, String>(3)?)?,
+        kind: {
+            let k: String = r.get(3)?;
+            named(Kind::parse(&k), 3, &k)?
+        },
         correlation_id: r.get(4)?,
         plan: json(r, 5)?,
-        state: ExchangeState::parse(&r.get::<_, String>(6)?)?,
+        state: {
+            let v: String = r.get(6)?;
+            named(ExchangeState::parse(&v), 6, &v)?
+        },
         reason: r.get(7)?,
         plan_done: r.get(8)?,
         result: result.and_then(|t| serde_json::from_str(&t).ok()),
@@ -218,10 +157,16 @@ fn step(r: &Row<'_>) -> rusqlite::Result<Step> {
         key: StepKey {
             round: r.get::<_, i64>(2)? as u32,
             member: r.get(3)?,
-            purpose: Purpose::parse(&r.get::<_, String>(4)?)?,
+            purpose: {
+                let p: String = r.get(4)?;
+                named(Purpose::parse(&p), 4, &p)?
+            },
             cause: r.get::<_, i64>(5)? as u64,
         },
-        state: StepState::parse(&r.get::<_, String>(6)?)?,
+        state: {
+            let v: String = r.get(6)?;
+            named(StepState::parse(&v), 6, &v)?
+        },
         run_id: r.get(7)?,
         reply_to: seq(8)?,
         backend_session: r.get(9)?,

@@ -1,12 +1,10 @@
 //! `exchange.get`'s read of the journal: the exchange a message began,
 //! with its steps, as the wire's [`ExchangeInfo`].
 
-use kd_proto::types::{
-    Completion, ExchangeInfo, ExchangeKind, ExchangeState as WireState, StepInfo, StepPurpose, StepState as WireStep,
-};
+use kd_proto::types::{Completion, ExchangeInfo, StepInfo};
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{EXCHANGE, Exchange, ExchangeState, Kind, Purpose, Step, StepState, exchange, steps};
+use super::{EXCHANGE, Exchange, Step, exchange, steps};
 use crate::db::DbResult;
 
 /// The exchange begun by message `seq` of `thread` — the council or work
@@ -34,19 +32,8 @@ fn wire(x: Exchange, steps: Vec<Step>) -> ExchangeInfo {
         result: x.result.and_then(|r| serde_json::from_value::<Completion>(r).ok()),
         thread: x.thread,
         seq: x.seq,
-        kind: match x.kind {
-            Kind::Council => ExchangeKind::Council,
-            Kind::Route => ExchangeKind::Route,
-            Kind::Completion => ExchangeKind::Completion,
-            Kind::Work => ExchangeKind::Work,
-            Kind::Review => ExchangeKind::Review,
-            Kind::Retry => ExchangeKind::Retry,
-        },
-        state: match x.state {
-            ExchangeState::Open => WireState::Open,
-            ExchangeState::Done => WireState::Done,
-            ExchangeState::Stopped => WireState::Stopped,
-        },
+        kind: x.kind,
+        state: x.state,
         reason: x.reason,
         steps: steps.into_iter().map(step).collect(),
     }
@@ -56,22 +43,8 @@ fn step(s: Step) -> StepInfo {
     StepInfo {
         round: s.key.round,
         member: s.key.member,
-        purpose: match s.key.purpose {
-            Purpose::Answer => StepPurpose::Answer,
-            Purpose::Handoff => StepPurpose::Handoff,
-            Purpose::Ballot => StepPurpose::Ballot,
-            Purpose::Tally => StepPurpose::Tally,
-            Purpose::Merge => StepPurpose::Merge,
-            Purpose::Synthesis => StepPurpose::Synthesis,
-            Purpose::Verdicts => StepPurpose::Verdicts,
-        },
-        state: match s.state {
-            StepState::Pending => WireStep::Pending,
-            StepState::Running => WireStep::Running,
-            StepState::Done => WireStep::Done,
-            StepState::Failed => WireStep::Failed,
-            StepState::Cancelled => WireStep::Cancelled,
-        },
+        purpose: s.key.purpose,
+        state: s.state,
         run: s.run_id,
         message_seq: s.message_seq,
         attempts: s.attempts,
@@ -88,10 +61,11 @@ impl crate::db::Db {
 
 #[cfg(test)]
 mod tests {
+    use kd_proto::types::{ExchangeKind, ExchangeState as WireState, StepState as WireStep};
     use serde_json::json;
 
     use super::super::{
-        NewExchange, Opened, RunEnd, StepKey, begin, open_step, plan_done, step_finished, step_started,
+        Kind, NewExchange, Opened, Purpose, RunEnd, StepKey, begin, open_step, plan_done, step_finished, step_started,
     };
     use super::*;
 
