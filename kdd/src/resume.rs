@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kd_proto::names::{KD, KING};
-use kd_proto::types::{MessageKind, ThreadStatus};
+use kd_proto::types::{MessageKind, RoundState, ThreadEvent, ThreadStatus};
 
 use crate::config::{self, Config};
 use crate::coord::Coord;
@@ -69,7 +69,7 @@ async fn one(co: &Arc<Coord>, x: &Exchange, done: &mut Resumed) -> Result<bool, 
         Err(e) => return Err(e),
     };
     if thread.status == ThreadStatus::Archived {
-        db.stop_exchange(x.id, "the thread is archived".into()).await?;
+        stop(co, x, "the thread is archived".into()).await?;
         return Ok(false);
     }
     let config = match config::load(std::path::Path::new(&thread.workspace)) {
@@ -82,7 +82,7 @@ async fn one(co: &Arc<Coord>, x: &Exchange, done: &mut Resumed) -> Result<bool, 
     };
     let within = config.council.resume_within;
     if within.is_zero() {
-        db.stop_exchange(x.id, "resuming is off (council.resume_within is 0)".into()).await?;
+        stop(co, x, "resuming is off (council.resume_within is 0)".into()).await?;
         return Ok(false);
     }
     let age = Duration::from_millis(now_ms().saturating_sub(x.created_at_ms).max(0) as u64);
@@ -119,7 +119,7 @@ async fn one(co: &Arc<Coord>, x: &Exchange, done: &mut Resumed) -> Result<bool, 
         Kind::Review => false,
     };
     if !resumed {
-        db.stop_exchange(x.id, format!("kd cannot resume this {} exchange", x.kind.as_str())).await?;
+        stop(co, x, format!("kd cannot resume this {} exchange", x.kind.as_str())).await?;
     }
     Ok(resumed)
 }
@@ -169,7 +169,24 @@ async fn stop_saying(co: &Arc<Coord>, x: &Exchange, reason: &str, why: String) -
         ..NewMessage::new(&x.thread, KD, vec![KING.to_string()], MessageKind::System, why)
     };
     co.council.agents.db.stop_exchange_with_notice(x.id, reason.into(), notice).await?;
+    stopped(co, x);
     Ok(())
+}
+
+/// Stops `x` for good with `reason`.
+async fn stop(co: &Arc<Coord>, x: &Exchange, reason: String) -> Result<(), DbError> {
+    co.council.agents.db.stop_exchange(x.id, reason).await?;
+    stopped(co, x);
+    Ok(())
+}
+
+/// Tells the thread's subscribers that `x` is over — a client that waited
+/// on it through the restart (`kd ask`) may have asked before it was
+/// stopped, and hears it now.
+fn stopped(co: &Arc<Coord>, x: &Exchange) {
+    let rounds = Journal::from_plan(&x.plan).map_or(1, |j| j.rounds);
+    let event = ThreadEvent::Round { exchange: x.seq, round: 1, rounds, state: RoundState::Stopped, expected: vec![] };
+    co.council.agents.hub.publish(&x.thread, event);
 }
 
 /// `3 h 20 min`, `45 s`.

@@ -176,23 +176,29 @@ async fn kill_9_mid_broadcast_and_two_auto_rounds_resumes_every_answer_exactly_o
     assert_eq!(codex_again, 1, "one run was asked again");
 }
 
+/// Waits until the fakes have recorded `n` runs in `record`.
+async fn ran(record: &str, n: usize) {
+    within("the fakes to record their runs", async {
+        while records(record).len() < n {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_member_cut_twice_is_left_failed_and_the_round_goes_on() {
     // codex holds in every run: it never finishes.
     let (Scene { hold, record, mut kdd, t, .. }, _ws) = scene("", 0, 1, |_| {}).await;
     // claude and cursor answer; codex holds.
     answered(&kdd.client().await, &t, 2).await;
+    // codex's fake has started (it records its prompt before it holds).
+    ran(&record, 3).await;
     kdd.kill9();
     kdd.launch().unwrap();
-    // Resumed: codex is asked again and holds again.
-    let c = kdd.client().await;
-    within("codex asked again", async {
-        while !c.run_list(Some(t.clone())).await.unwrap().iter().any(|r| r.member == "codex" && r.pid.is_some()) {
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    })
-    .await;
-    drop(c);
+    // Resumed: codex is asked again and holds again (found in CI: its run
+    // having a pid does not mean the fake has recorded it yet).
+    ran(&record, 4).await;
     kdd.kill9();
     kdd.launch().unwrap();
     let c = kdd.client().await;

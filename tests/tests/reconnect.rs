@@ -53,7 +53,10 @@ impl Piped {
 
     /// Waits for the exit; the status code.
     async fn exit(&mut self) -> Option<i32> {
-        let status = within("kd to exit", self.child.wait()).await.unwrap();
+        let Ok(status) = tokio::time::timeout(kd_tests::DEADLINE, self.child.wait()).await else {
+            panic!("kd did not exit; stdout: {}\nstderr: {}", self.stdout(), self.stderr());
+        };
+        let status = status.unwrap();
         // What it wrote last is read to the end once it exited.
         within("kd's output", async {
             while Arc::strong_count(&self.out) > 1 || Arc::strong_count(&self.err) > 1 {

@@ -199,8 +199,9 @@ impl View {
     pub fn all_done(&self) -> bool {
         let over = self.exchange_over || self.ends_at.is_some_and(|seq| self.last_seq >= seq);
         // A run its message ended but no later event has shown yet is shown
-        // by `finish` (no event may follow it: the exchange is over).
-        let shown = |r: &RunView| self.json || r.shown || self.unclosed.as_deref() == Some(r.id.as_str());
+        // by `finish` (no event may follow it: the exchange is over), and
+        // with it every other ended run still waiting behind it.
+        let shown = |r: &RunView| self.json || r.shown || self.unclosed.is_some();
         over && self.runs.iter().all(|r| r.status != Status::Running && shown(r))
     }
 

@@ -433,6 +433,26 @@ fn a_backlog_that_ends_with_a_cut_answer_not_yet_shown_still_ends_the_view() {
 }
 
 #[test]
+fn cut_answers_that_had_all_streamed_end_the_view_whichever_was_live() {
+    // CI found kd ask hanging: every member had streamed, claude was live;
+    // after the restart closing claude's answer made cursor live before its
+    // own cut message came, and codex's, which came first, was never shown.
+    let mut v = View::new(&sent(&["claude", "codex", "cursor"]), false, false);
+    let mut out = play(&mut v, vec![delta("claude", "Answer"), delta("codex", "Answer"), delta("cursor", "Answer")]);
+    v.reconnected();
+    v.exchange_ends_at(4);
+    out += &play(&mut v, vec![cut("claude", 2, "Answer"), cut("codex", 3, "Answer"), cut("cursor", 4, "Answer")]);
+    assert!(v.all_done(), "nothing more will come: {out}");
+    let mut end = Vec::new();
+    v.finish(&mut end).unwrap();
+    let out = out + &String::from_utf8(end).unwrap();
+    for m in ["claude", "codex", "cursor"] {
+        assert_eq!(out.matches(&format!("── {m}")).count(), 1, "{out}");
+    }
+    assert_eq!(out.matches("(interrupted)").count(), 3, "{out}");
+}
+
+#[test]
 fn an_answer_given_up_after_its_cuts_is_reported_by_kds_word_on_it() {
     // kd gave codex up after council.resume_attempts cuts: its error
     // message, which no run wrote, replaces the cut answer.
