@@ -19,8 +19,8 @@ use super::argv::Invocation;
 use super::process;
 use super::registry::Run;
 use super::spec::{Spec, WorkRun};
+use crate::db::Db;
 use crate::db::runs::Finish;
-use crate::db::{self, Db};
 use crate::git;
 
 /// Bytes of a setup's output kept (its tail).
@@ -341,8 +341,7 @@ pub async fn finish(d: &Runner, run: &Run, work: &WorkRun, finish: &mut Finish) 
     }
     let plain: Vec<&str> = notes.iter().map(|n| n.strip_prefix(SAID).unwrap_or(n)).collect();
     let note = (!plain.is_empty()).then(|| tail_chars(&plain.join("\n"), MAX_NOTE));
-    let (id, c, n) = (run.id.clone(), commit.clone(), note);
-    if let Err(e) = d.db.write(move |conn, _| db::work::set_run_work(conn, &id, c.as_deref(), n.as_deref())).await {
+    if let Err(e) = d.db.set_run_work(run.id.clone(), commit.clone(), note).await {
         tracing::error!(run = run.id, "cannot record the run's work: {e}");
     }
     // Working while another run of the member is in flight on the thread.
@@ -372,7 +371,7 @@ pub async fn commit(
         stats.iter().map(|s| s.removed).sum::<u64>(),
     );
     let (t, m) = (thread.to_string(), member.to_string());
-    db.write(move |conn, _| db::work::set_head(conn, &t, &m, &head, totals)).await.map_err(|e| e.to_string())?;
+    db.set_worktree_head(t, m, head, totals).await.map_err(|e| e.to_string())?;
     Ok(commit)
 }
 
@@ -380,16 +379,7 @@ pub async fn commit(
 /// settled meanwhile stays as the King left it).
 async fn set_state(d: &Runner, run: &Run, state: WorkState) {
     let (t, m) = (run.thread.clone(), run.member.clone());
-    let moved =
-        d.db.write(move |conn, _| {
-            let Some(w) = db::work::get(conn, &t, &m)? else { return Ok(None) };
-            if w.state.is_settled() || w.removed_at_ms.is_some() {
-                return Ok(Some(w));
-            }
-            db::work::set_state(conn, &t, &m, state)?;
-            db::work::get(conn, &t, &m)
-        })
-        .await;
+    let moved = d.db.move_worktree_state(t, m, state).await;
     match moved {
         Ok(Some(w)) => d.hub.publish(&run.thread, ThreadEvent::Work { worktree: Box::new(w) }),
         Ok(None) => {}
@@ -403,7 +393,7 @@ async fn set_state(d: &Runner, run: &Run, state: WorkState) {
 /// kept. Returns how many worktrees. `orphans`: the runs left in flight,
 /// by thread and member.
 pub async fn recover(db: &Db, orphans: &[(String, String, String)]) -> usize {
-    let trees = match db.read(db::work::unsettled).await {
+    let trees = match db.unsettled_worktrees().await {
         Ok(t) => t,
         Err(e) => {
             tracing::error!("cannot read the worktrees: {e}");
@@ -430,14 +420,7 @@ pub async fn recover(db: &Db, orphans: &[(String, String, String)]) -> usize {
         tracing::warn!(thread = w.thread, member = w.member, "{note}");
         let run = orphans.iter().rev().find(|(_, t, m)| *t == w.thread && *m == w.member).map(|(id, _, _)| id.clone());
         let (t, m, commit) = (w.thread.clone(), w.member.clone(), committed.ok().flatten());
-        let recorded = db
-            .write(move |conn, _| {
-                if let Some(run) = run {
-                    db::work::set_run_work(conn, &run, commit.as_deref(), Some(&note))?;
-                }
-                db::work::set_state(conn, &t, &m, WorkState::Done)
-            })
-            .await;
+        let recorded = db.work_interrupted(t, m, run, commit, note.clone()).await;
         if let Err(e) = recorded {
             tracing::error!(thread = w.thread, member = w.member, "cannot record the interrupted work: {e}");
         }

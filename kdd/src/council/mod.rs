@@ -81,15 +81,7 @@ pub async fn work_runs(db: &crate::db::Db, thread: &str) -> crate::db::DbResult<
     let id = thread.to_string();
     // A worktree none of its member's runs has worked in yet is fresh: its
     // first run sets it up (work.copy, work.setup).
-    let trees = db
-        .read(move |conn| {
-            let trees = crate::db::work::of_thread(conn, &id)?;
-            trees
-                .into_iter()
-                .map(|w| Ok((crate::db::work::has_run(conn, &id, &w.member)?, w)))
-                .collect::<crate::db::DbResult<Vec<_>>>()
-        })
-        .await?;
+    let trees = db.worktrees_with_runs(id).await?;
     Ok(Arc::new(
         trees
             .into_iter()

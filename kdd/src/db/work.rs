@@ -166,6 +166,108 @@ pub fn run_work(conn: &Connection, run: &str) -> DbResult<(Option<String>, Optio
         .unwrap_or((None, None)))
 }
 
+/// The operations kdd's work runs and `kd work` call: one transaction each.
+impl super::Db {
+    /// Records a member's new worktree (`vote`: the task is a best-of-N).
+    pub async fn add_worktree(&self, w: Worktree, vote: bool) -> DbResult<()> {
+        self.write(move |c, _| insert(c, &w, vote)).await
+    }
+
+    /// The worktree of `member` on `thread`, if it has one.
+    pub async fn worktree(&self, thread: String, member: String) -> DbResult<Option<Worktree>> {
+        self.read(move |c| get(c, &thread, &member)).await
+    }
+
+    /// The worktrees of a work thread.
+    pub async fn worktrees_of(&self, thread: String) -> DbResult<Vec<Worktree>> {
+        self.read(move |c| of_thread(c, &thread)).await
+    }
+
+    /// The worktrees of a work thread, each with whether its member has had
+    /// a run on the thread (a worktree none has worked in yet is fresh).
+    pub async fn worktrees_with_runs(&self, thread: String) -> DbResult<Vec<(bool, Worktree)>> {
+        self.read(move |c| {
+            of_thread(c, &thread)?.into_iter().map(|w| Ok((has_run(c, &thread, &w.member)?, w))).collect()
+        })
+        .await
+    }
+
+    /// Every worktree kd made (of one repository).
+    pub async fn worktrees(&self, repo: Option<String>) -> DbResult<Vec<Worktree>> {
+        self.read(move |c| list(c, repo.as_deref())).await
+    }
+
+    /// Every worktree whose work is not settled.
+    pub async fn unsettled_worktrees(&self) -> DbResult<Vec<Worktree>> {
+        self.read(unsettled).await
+    }
+
+    /// Sets where the member's work stands.
+    pub async fn set_worktree_state(&self, thread: String, member: String, state: WorkState) -> DbResult<()> {
+        self.write(move |c, _| set_state(c, &thread, &member, state)).await
+    }
+
+    /// Moves the member's work to `state` unless the King settled it or its
+    /// worktree is gone; the worktree as it stands then (none: no work).
+    pub async fn move_worktree_state(
+        &self,
+        thread: String,
+        member: String,
+        state: WorkState,
+    ) -> DbResult<Option<Worktree>> {
+        self.write(move |c, _| {
+            let Some(w) = get(c, &thread, &member)? else { return Ok(None) };
+            if w.state.is_settled() || w.removed_at_ms.is_some() {
+                return Ok(Some(w));
+            }
+            set_state(c, &thread, &member, state)?;
+            get(c, &thread, &member)
+        })
+        .await
+    }
+
+    /// The branch's new head and the diff's size (files, added, removed)
+    /// from the base.
+    pub async fn set_worktree_head(
+        &self,
+        thread: String,
+        member: String,
+        head: String,
+        totals: (u32, u64, u64),
+    ) -> DbResult<()> {
+        self.write(move |c, _| set_head(c, &thread, &member, &head, totals)).await
+    }
+
+    /// The worktree is gone from disk since `at`.
+    pub async fn set_worktree_removed(&self, thread: String, member: String, at: i64) -> DbResult<()> {
+        self.write(move |c, _| set_removed(c, &thread, &member, at)).await
+    }
+
+    /// Records on a run the commit kd made of its changes and its note.
+    pub async fn set_run_work(&self, run: String, commit: Option<String>, note: Option<String>) -> DbResult<()> {
+        self.write(move |c, _| set_run_work(c, &run, commit.as_deref(), note.as_deref())).await
+    }
+
+    /// A member's work a dead daemon cut: what kd committed of it recorded
+    /// on its interrupted run (when known), and the work `done`.
+    pub async fn work_interrupted(
+        &self,
+        thread: String,
+        member: String,
+        run: Option<String>,
+        commit: Option<String>,
+        note: String,
+    ) -> DbResult<()> {
+        self.write(move |c, _| {
+            if let Some(run) = run {
+                set_run_work(c, &run, commit.as_deref(), Some(&note))?;
+            }
+            set_state(c, &thread, &member, WorkState::Done)
+        })
+        .await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -155,7 +155,7 @@ pub async fn start(co: &Arc<Coord>, t: Task) -> Result<WorkStarted, ErrorObjectO
         }
         git::worktree_add(&repo, &path, &w.branch, &base).await.map_err(git_error)?;
         let (row, vote) = (w.clone(), t.vote);
-        db.write(move |c, _| crate::db::work::insert(c, &row, vote)).await?;
+        db.add_worktree(row, vote).await?;
         co.council.agents.hub.publish(&thread.id, ThreadEvent::Work { worktree: Box::new(w.clone()) });
         trees.push(w);
     }
@@ -196,7 +196,7 @@ pub async fn list(
 ) -> Result<Vec<Worktree>, ErrorObjectOwned> {
     if let Some(thread) = thread {
         db.thread(thread.clone()).await?;
-        return Ok(db.read(move |c| crate::db::work::of_thread(c, &thread)).await?);
+        return Ok(db.worktrees_of(thread).await?);
     }
     let repo = match workspace {
         Some(ws) => match git::top(Path::new(&ws)).await {
@@ -205,13 +205,13 @@ pub async fn list(
         },
         None => None,
     };
-    Ok(db.read(move |c| crate::db::work::list(c, repo.as_deref())).await?)
+    Ok(db.worktrees(repo).await?)
 }
 
 /// The member's worktree on the thread, or a clear refusal.
 pub async fn worktree(db: &Db, thread: &str, member: &str) -> Result<Worktree, ErrorObjectOwned> {
     let (t, m) = (thread.to_string(), member.to_string());
-    db.read(move |c| crate::db::work::get(c, &t, &m)).await?.ok_or_else(|| {
+    db.worktree(t, m).await?.ok_or_else(|| {
         ErrorCode::NotFound
             .error(format!("{member} has no work on thread {thread} (kd work --list shows what there is)"))
     })
@@ -231,7 +231,7 @@ pub async fn diff(
         Some(m) => vec![worktree(db, &thread, m).await?],
         None => {
             let t = thread.clone();
-            db.read(move |c| crate::db::work::of_thread(c, &t)).await?
+            db.worktrees_of(t).await?
         }
     };
     if trees.is_empty() {

@@ -30,7 +30,7 @@ fn not_working(w: &Worktree) -> Result<(), ErrorObjectOwned> {
 
 async fn set_state(db: &Db, hub: &Hub, w: &Worktree, state: WorkState) -> Result<Worktree, ErrorObjectOwned> {
     let (t, m) = (w.thread.clone(), w.member.clone());
-    db.write(move |c, _| crate::db::work::set_state(c, &t, &m, state)).await?;
+    db.set_worktree_state(t, m, state).await?;
     let w = Worktree { state, ..w.clone() };
     hub.publish(&w.thread, ThreadEvent::Work { worktree: Box::new(w.clone()) });
     Ok(w)
@@ -100,11 +100,7 @@ pub async fn accept(
     }
     let others: Vec<Worktree> = {
         let t = thread.to_string();
-        db.read(move |c| crate::db::work::of_thread(c, &t))
-            .await?
-            .into_iter()
-            .filter(|o| o.member != member && !o.state.is_settled())
-            .collect()
+        db.worktrees_of(t).await?.into_iter().filter(|o| o.member != member && !o.state.is_settled()).collect()
     };
     let superseded: Vec<String> = others.iter().map(|o| o.member.clone()).collect();
     if check {
@@ -166,7 +162,7 @@ async fn may_go(w: &Worktree) -> bool {
 /// worktree; a rejected or superseded one too (the King decided).
 pub async fn tidy(db: &Db, hub: &Hub, thread: &str, force: bool) -> Result<Vec<Worktree>, ErrorObjectOwned> {
     let t = thread.to_string();
-    let trees = db.read(move |c| crate::db::work::of_thread(c, &t)).await?;
+    let trees = db.worktrees_of(t).await?;
     let mut kept = Vec::new();
     for w in trees.into_iter().filter(|w| w.removed_at_ms.is_none()) {
         if !(force || may_go(&w).await) {
@@ -185,7 +181,7 @@ pub async fn tidy(db: &Db, hub: &Hub, thread: &str, force: bool) -> Result<Vec<W
             git::branch_delete(repo, &w.branch).await.map_err(git_error)?;
         }
         let (t, m, now) = (w.thread.clone(), w.member.clone(), now_ms());
-        db.write(move |c, _| crate::db::work::set_removed(c, &t, &m, now)).await?;
+        db.set_worktree_removed(t, m, now).await?;
         let thread = w.thread.clone();
         hub.publish(&thread, ThreadEvent::Work { worktree: Box::new(Worktree { removed_at_ms: Some(now), ..w }) });
     }
@@ -217,7 +213,7 @@ fn remove_leftovers(worktree: &Path) {
 /// Refuses to delete a thread whose work would be lost with it.
 pub async fn check_delete(db: &Db, thread: &str) -> Result<(), ErrorObjectOwned> {
     let t = thread.to_string();
-    let trees = db.read(move |c| crate::db::work::of_thread(c, &t)).await?;
+    let trees = db.worktrees_of(t).await?;
     let mut unsettled = Vec::new();
     for w in trees.iter().filter(|w| w.removed_at_ms.is_none()) {
         if !may_go(w).await {

@@ -64,7 +64,7 @@ pub async fn drive(co: &Arc<Coord>, x: ExchangeId) -> Result<(), Halt> {
     let (t, config) = co.thread(&thread).await.map_err(|e| Halt::Failed(e.message().to_string()))?;
     let task = db.message(thread.clone(), seq).await?.body;
     let id = thread.clone();
-    let trees = db.read(move |c| crate::db::work::of_thread(c, &id)).await?;
+    let trees = db.worktrees_of(id).await?;
     let mut parts = Vec::new();
     for w in trees.iter().filter(|w| w.head != w.base && !w.state.is_settled()) {
         let d = member_diff(w, false, PROMPT_DIFF_BYTES as u64 * 4)
