@@ -27,6 +27,7 @@ pub mod lifecycle;
 pub mod locks;
 pub mod messages;
 mod page_json;
+pub mod pg;
 mod pool;
 mod registry;
 pub mod runs;
@@ -57,6 +58,12 @@ pub use writer::MAX_BATCH;
 pub enum DbError {
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    #[error("database error: {0}")]
+    Postgres(String),
+    /// The database cannot be reached (connection lost or refused, no free
+    /// connection in time): this operation fails, kdd keeps serving.
+    #[error("the database is unavailable: {0}")]
+    Unavailable(String),
     #[error("{0} not found")]
     NotFound(String),
     #[error("{0}")]
