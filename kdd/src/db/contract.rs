@@ -28,8 +28,17 @@ async fn engines() -> Vec<Engine> {
     let mut all = Vec::new();
     let dir = tempfile::tempdir().unwrap();
     let hub = Arc::new(Hub::new());
-    let db = Db::open(&DbLocation::File(dir.path().join("kd.sqlite3")), hub.clone()).await.unwrap();
+    let db = Db::open(&DbLocation::File(dir.path().join("kd.sqlite3")), hub.clone(), crate::db::Node::here("test"))
+        .await
+        .unwrap();
     all.push(Engine { name: "sqlite", db: Arc::new(db), hub, _keep: Box::new(dir) });
+    if let Some((pg, keep)) = super::pg::testing::fresh().await {
+        pg.close().await;
+        let hub = Arc::new(Hub::new());
+        let url = DbLocation::Url(keep.url().to_string());
+        let db = Db::open(&url, hub.clone(), crate::db::Node::here("contract")).await.unwrap();
+        all.push(Engine { name: "postgres", db: Arc::new(db), hub, _keep: Box::new(keep) });
+    }
     all
 }
 

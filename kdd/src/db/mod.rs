@@ -52,7 +52,7 @@ use crate::hub::Hub;
 use pool::ReadPool;
 use writer::Job;
 
-pub use registry::Db;
+pub use registry::{Db, Node};
 pub use writer::MAX_BATCH;
 
 /// Errors of the registry. Mapped once, at the RPC edge, to error codes.

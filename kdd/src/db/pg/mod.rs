@@ -29,6 +29,8 @@
 #![allow(dead_code)]
 
 mod error;
+pub mod nodes;
+mod pending;
 pub mod schema;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -151,6 +153,11 @@ impl Pg {
     /// Transactions in progress finish on the connections they hold.
     pub async fn close(&self) {
         self.pool.close();
+    }
+
+    /// Whether the registry was closed.
+    pub fn is_closed(&self) -> bool {
+        self.pool.is_closed()
     }
 
     /// A pooled connection (reads; and `.transaction()` for writes).
