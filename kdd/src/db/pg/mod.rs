@@ -28,11 +28,20 @@
 // registry's enum of engines): remove this then.
 #![allow(dead_code)]
 
+mod acks;
 mod error;
+mod inbox;
+mod lifecycle;
+mod locks;
 pub mod schema;
+mod sessions;
+mod stand_in;
+#[cfg(test)]
+mod test_rows;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod url;
+mod work;
 
 use std::path::PathBuf;
 use std::sync::Arc;

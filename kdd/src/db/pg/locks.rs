@@ -1,0 +1,245 @@
+//! Conversation locks on PostgreSQL: the operations of
+//! [`crate::db::locks`], with the same rules ([`Held::is_free`]). What the
+//! SQLite writer's serial execution gave for free is a lock here: every
+//! acquirer and releaser of one resource first takes a transaction-scoped
+//! advisory lock on it (two first acquirers serialise even when no row
+//! exists yet), then the row's lock; the fencing token is drawn from the
+//! `fencing_token` sequence only once those are held, so the tokens of one
+//! resource grow in commit order.
+
+use deadpool_postgres::GenericClient;
+use kd_proto::types::{Fence, Lock, LockOutcome, LockReleased};
+use serde_json::json;
+use tokio_postgres::Row;
+
+use super::Pg;
+use super::stand_in::events;
+use crate::db::events::NewEvent;
+use crate::db::locks::Held;
+use crate::db::{DbError, DbResult, now_ms};
+
+const COLUMNS: &str = "resource, holder, pid, token, acquired_at, expires_at";
+
+/// Serialises the writers of `resource` until the transaction ends.
+async fn serialise(c: &impl GenericClient, resource: &str) -> DbResult<()> {
+    c.execute(
+        &c.prepare_cached("SELECT pg_advisory_xact_lock(hashtextextended('kd.lock:' || $1, 0))").await?,
+        &[&resource],
+    )
+    .await?;
+    Ok(())
+}
+
+pub(crate) async fn acquire(
+    c: &impl GenericClient,
+    now: i64,
+    resource: &str,
+    holder: &str,
+    ttl_ms: u64,
+    pid: Option<u32>,
+    alive: &(dyn Fn(u32) -> bool + Sync),
+) -> DbResult<LockOutcome> {
+    let expires_at = now.saturating_add(ttl_ms as i64);
+    serialise(c, resource).await?;
+    let previous = held(c, resource, true).await?;
+    let mut took_over = None;
+    if let Some(h) = &previous {
+        match h.is_free(now, alive) {
+            None if h.holder == holder && h.pid == pid => {
+                c.execute(
+                    &c.prepare_cached("UPDATE locks SET expires_at = $2 WHERE resource = $1").await?,
+                    &[&resource, &expires_at],
+                )
+                .await?;
+                record(c, now, "lock.renew", resource, holder, json!({"token": h.token, "ttl_ms": ttl_ms})).await?;
+                return Ok(LockOutcome::Acquired {
+                    resource: resource.into(),
+                    token: h.token,
+                    expires_at_ms: expires_at,
+                    renewed: true,
+                });
+            }
+            None => {
+                let expires_in_ms = (h.expires_at - now).max(0) as u64;
+                record(
+                    c,
+                    now,
+                    "lock.deny",
+                    resource,
+                    holder,
+                    json!({"holder": h.holder, "pid": h.pid, "expires_in_ms": expires_in_ms}),
+                )
+                .await?;
+                return Ok(LockOutcome::Denied {
+                    resource: resource.into(),
+                    holder: h.holder.clone(),
+                    pid: h.pid,
+                    expires_in_ms,
+                });
+            }
+            Some(reason) => took_over = Some((reason, h.holder.clone(), h.token)),
+        }
+    }
+    // Drawn while the resource is held: a later acquirer of it, which
+    // waits for this transaction, draws a larger one.
+    let token: i64 = c.query_one(&c.prepare_cached("SELECT nextval('fencing_token')").await?, &[]).await?.get(0);
+    c.execute(
+        &c.prepare_cached(
+            "INSERT INTO locks (resource, holder, pid, token, acquired_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT (resource) DO UPDATE SET holder = excluded.holder, pid = excluded.pid, token = excluded.token,
+                 acquired_at = excluded.acquired_at, expires_at = excluded.expires_at",
+        )
+        .await?,
+        &[&resource, &holder, &pid.map(i64::from), &token, &now, &expires_at],
+    )
+    .await?;
+    let data = match took_over {
+        Some((reason, prev, prev_token)) => {
+            json!({"token": token, "ttl_ms": ttl_ms, "pid": pid, "freed": reason, "previous_holder": prev, "previous_token": prev_token})
+        }
+        None => json!({"token": token, "ttl_ms": ttl_ms, "pid": pid}),
+    };
+    record(c, now, "lock.acquire", resource, holder, data).await?;
+    Ok(LockOutcome::Acquired {
+        resource: resource.into(),
+        token: token as u64,
+        expires_at_ms: expires_at,
+        renewed: false,
+    })
+}
+
+pub(crate) async fn release(c: &impl GenericClient, now: i64, resource: &str, token: u64) -> DbResult<LockReleased> {
+    serialise(c, resource).await?;
+    match held(c, resource, true).await? {
+        Some(h) if h.token == token => {
+            c.execute(&c.prepare_cached("DELETE FROM locks WHERE resource = $1").await?, &[&resource]).await?;
+            record(c, now, "lock.release", resource, &h.holder, json!({"token": token})).await?;
+            Ok(LockReleased { resource: resource.into(), token })
+        }
+        other => Err(DbError::StaleToken { resource: resource.into(), token, current: other.map(|h| h.token) }),
+    }
+}
+
+/// Refuses a fenced write unless `fence.token` is the lock's current,
+/// unexpired token. The lock row is read `FOR SHARE`: a takeover of the
+/// resource waits for the fenced write to commit, or the write sees it.
+pub(crate) async fn check_fence(c: &impl GenericClient, now: i64, fence: &Fence) -> DbResult<()> {
+    let row = c
+        .query_opt(
+            &c.prepare_cached(&format!("SELECT {COLUMNS} FROM locks WHERE resource = $1 FOR SHARE")).await?,
+            &[&fence.resource],
+        )
+        .await?;
+    match row.as_ref().map(from_row).transpose()? {
+        Some(h) if h.token == fence.token && h.expires_at > now => Ok(()),
+        other => Err(DbError::StaleToken {
+            resource: fence.resource.clone(),
+            token: fence.token,
+            current: other.filter(|h| h.expires_at > now).map(|h| h.token),
+        }),
+    }
+}
+
+/// Locks that are held now: expired and dead-holder locks are left out.
+pub(crate) async fn list(
+    c: &impl GenericClient,
+    now: i64,
+    resource: Option<&str>,
+    alive: &(dyn Fn(u32) -> bool + Sync),
+) -> DbResult<Vec<Lock>> {
+    let rows = c
+        .query(
+            &c.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM locks WHERE ($1::text IS NULL OR resource = $1) ORDER BY resource"
+            ))
+            .await?,
+            &[&resource],
+        )
+        .await?;
+    let mut out = Vec::new();
+    for row in &rows {
+        let h = from_row(row)?;
+        if h.is_free(now, alive).is_none() {
+            out.push(Lock {
+                resource: row.try_get(0)?,
+                holder: h.holder,
+                pid: h.pid,
+                token: h.token,
+                acquired_at_ms: h.acquired_at,
+                expires_at_ms: h.expires_at,
+                expires_in_ms: (h.expires_at - now).max(0) as u64,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The lock on `resource`; `lock`: its row locked until the transaction
+/// ends.
+async fn held(c: &impl GenericClient, resource: &str, lock: bool) -> DbResult<Option<Held>> {
+    let sql = format!("SELECT {COLUMNS} FROM locks WHERE resource = $1{}", if lock { " FOR UPDATE" } else { "" });
+    let row = c.query_opt(&c.prepare_cached(&sql).await?, &[&resource]).await?;
+    row.as_ref().map(from_row).transpose()
+}
+
+fn from_row(r: &Row) -> DbResult<Held> {
+    Ok(Held {
+        holder: r.try_get(1)?,
+        pid: r.try_get::<_, Option<i64>>(2)?.map(|p| p as u32),
+        token: r.try_get::<_, i64>(3)? as u64,
+        acquired_at: r.try_get(4)?,
+        expires_at: r.try_get(5)?,
+    })
+}
+
+async fn record(
+    c: &impl GenericClient,
+    now: i64,
+    kind: &str,
+    resource: &str,
+    holder: &str,
+    mut data: serde_json::Value,
+) -> DbResult<()> {
+    data["resource"] = json!(resource);
+    // A lock on a thread id is that thread's conversation lock.
+    let thread: Option<String> = c
+        .query_opt(&c.prepare_cached("SELECT id FROM threads WHERE id = $1").await?, &[&resource])
+        .await?
+        .map(|r| r.try_get(0))
+        .transpose()?;
+    events::record(
+        c,
+        now,
+        &NewEvent { kind, thread: thread.as_deref(), from: Some(holder), data, ..Default::default() },
+    )
+    .await
+}
+
+impl Pg {
+    pub async fn acquire_lock(
+        &self,
+        resource: String,
+        holder: String,
+        ttl_ms: u64,
+        pid: Option<u32>,
+    ) -> DbResult<LockOutcome> {
+        let mut c = self.conn().await?;
+        let tx = c.transaction().await?;
+        let got = acquire(&tx, now_ms(), &resource, &holder, ttl_ms, pid, &crate::proc::pid_alive).await?;
+        self.commit(tx, Default::default()).await?;
+        Ok(got)
+    }
+
+    pub async fn release_lock(&self, resource: String, token: u64) -> DbResult<LockReleased> {
+        let mut c = self.conn().await?;
+        let tx = c.transaction().await?;
+        let released = release(&tx, now_ms(), &resource, token).await?;
+        self.commit(tx, Default::default()).await?;
+        Ok(released)
+    }
+
+    pub async fn locks(&self, resource: Option<String>) -> DbResult<Vec<Lock>> {
+        let c = self.conn().await?;
+        list(&c, now_ms(), resource.as_deref(), &crate::proc::pid_alive).await
+    }
+}
