@@ -20,7 +20,8 @@ use crate::db::{DbError, DbResult, now_ms};
 
 const COLUMNS: &str = "resource, holder, pid, token, acquired_at, expires_at";
 
-/// Serialises the writers of `resource` until the transaction ends.
+/// Serialises the writers of `resource` until the transaction ends (taken
+/// again, it is already held).
 async fn serialise(c: &impl GenericClient, resource: &str) -> DbResult<()> {
     c.execute(
         &c.prepare_cached("SELECT pg_advisory_xact_lock(hashtextextended('kd.lock:' || $1, 0))").await?,
@@ -225,6 +226,9 @@ impl Pg {
     ) -> DbResult<LockOutcome> {
         let mut c = self.conn().await?;
         let tx = c.transaction().await?;
+        // The time is read once the resource is ours: an acquirer that
+        // waited for another sees its lock with a clock as late as its own.
+        serialise(&tx, &resource).await?;
         let got = acquire(&tx, now_ms(), &resource, &holder, ttl_ms, pid, &crate::proc::pid_alive).await?;
         self.commit(tx, Default::default()).await?;
         Ok(got)
@@ -241,5 +245,147 @@ impl Pg {
     pub async fn locks(&self, resource: Option<String>) -> DbResult<Vec<Lock>> {
         let c = self.conn().await?;
         list(&c, now_ms(), resource.as_deref(), &crate::proc::pid_alive).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::db::pg::test_rows::{dead_pid, events, thread};
+    use crate::db::pg::testing;
+
+    fn token(o: &LockOutcome) -> u64 {
+        match o {
+            LockOutcome::Acquired { token, .. } => *token,
+            other => panic!("not acquired: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_second_acquirer_is_denied_with_the_holder_and_the_holder_renews_with_its_token() {
+        let Some((pg, _db)) = testing::fresh().await else { return };
+        let first = pg.acquire_lock("conv-1".into(), "alice".into(), 60_000, None).await.unwrap();
+        assert!(token(&first) > 0);
+        match pg.acquire_lock("conv-1".into(), "bob".into(), 60_000, Some(std::process::id())).await.unwrap() {
+            LockOutcome::Denied { holder, pid, expires_in_ms, .. } => {
+                assert_eq!((holder.as_str(), pid), ("alice", None));
+                assert!(expires_in_ms > 50_000 && expires_in_ms <= 60_000, "{expires_in_ms}");
+            }
+            other => panic!("bob got {other:?}"),
+        }
+        // Other resources are independent, and their tokens larger.
+        assert!(token(&pg.acquire_lock("conv-2".into(), "bob".into(), 60_000, None).await.unwrap()) > token(&first));
+        match pg.acquire_lock("conv-1".into(), "alice".into(), 90_000, None).await.unwrap() {
+            LockOutcome::Acquired { token: t, renewed, .. } => assert_eq!((t, renewed), (token(&first), true)),
+            other => panic!("{other:?}"),
+        }
+        let listed = pg.locks(None).await.unwrap();
+        assert_eq!(
+            listed.iter().map(|l| (l.resource.as_str(), l.holder.as_str())).collect::<Vec<_>>(),
+            [("conv-1", "alice"), ("conv-2", "bob")]
+        );
+        assert_eq!(pg.locks(Some("conv-2".into())).await.unwrap().len(), 1);
+        assert_eq!(events(&pg, "lock.deny").await.len(), 1);
+        assert_eq!(events(&pg, "lock.renew").await.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn after_the_ttl_the_next_acquirer_gets_a_larger_token_and_the_old_one_is_stale() {
+        let Some((pg, _db)) = testing::fresh().await else { return };
+        thread(&pg, "t").await;
+        let old = token(&pg.acquire_lock("t".into(), "alice".into(), 60_000, None).await.unwrap());
+        let fence = |token| Fence { resource: "t".into(), token };
+        let c = pg.conn().await.unwrap();
+        check_fence(&c, now_ms(), &fence(old)).await.unwrap();
+        // Renewed for no time at all: expired at once.
+        assert_eq!(token(&pg.acquire_lock("t".into(), "alice".into(), 0, None).await.unwrap()), old);
+        assert!(pg.locks(None).await.unwrap().is_empty(), "an expired lock is not listed");
+        assert!(matches!(check_fence(&c, now_ms(), &fence(old)).await, Err(DbError::StaleToken { current: None, .. })));
+        let new = token(&pg.acquire_lock("t".into(), "bob".into(), 60_000, None).await.unwrap());
+        assert!(new > old, "fencing token did not grow: {old} then {new}");
+        match check_fence(&c, now_ms(), &fence(old)).await {
+            Err(DbError::StaleToken { token, current, .. }) => assert_eq!((token, current), (old, Some(new))),
+            other => panic!("a stale token passed: {other:?}"),
+        }
+        match pg.release_lock("t".into(), old).await {
+            Err(DbError::StaleToken { current, .. }) => assert_eq!(current, Some(new)),
+            other => panic!("released with a stale token: {other:?}"),
+        }
+        let acquired = events(&pg, "lock.acquire").await;
+        assert_eq!(
+            (&acquired[1]["freed"], &acquired[1]["previous_holder"], &acquired[1]["previous_token"]),
+            (&json!("expired"), &json!("alice"), &json!(old))
+        );
+        // A lock on a thread id is recorded on that thread.
+        let on_thread: i64 = c
+            .query_one("SELECT count(*) FROM conversation_events WHERE thread_id = 't' AND kind LIKE 'lock.%'", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(on_thread, 3);
+        assert_eq!(pg.release_lock("t".into(), new).await.unwrap(), LockReleased { resource: "t".into(), token: new });
+        assert!(pg.locks(None).await.unwrap().is_empty());
+        assert!(matches!(pg.release_lock("t".into(), new).await, Err(DbError::StaleToken { current: None, .. })));
+    }
+
+    #[tokio::test]
+    async fn a_lock_held_by_a_dead_process_is_free() {
+        let Some((pg, _db)) = testing::fresh().await else { return };
+        let first = token(&pg.acquire_lock("r".into(), "worker".into(), 3_600_000, Some(dead_pid())).await.unwrap());
+        assert!(pg.locks(None).await.unwrap().is_empty(), "a dead holder's lock is not listed");
+        let second = token(&pg.acquire_lock("r".into(), "other".into(), 1000, None).await.unwrap());
+        assert!(second > first);
+        assert_eq!(events(&pg, "lock.acquire").await[1]["freed"], "holder_dead");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn concurrent_acquirers_of_one_resource_get_one_holder_and_tokens_growing_in_commit_order() {
+        let Some((pg, _db)) = testing::fresh().await else { return };
+        let pg = Arc::new(pg);
+        // Held for an hour: one of eight first acquirers gets it.
+        let tasks: Vec<_> = (0..8)
+            .map(|i| {
+                let pg = pg.clone();
+                tokio::spawn(async move { pg.acquire_lock("r".into(), format!("h{i}"), 3_600_000, None).await })
+            })
+            .collect();
+        let mut acquired = 0;
+        for t in tasks {
+            match t.await.unwrap().unwrap() {
+                LockOutcome::Acquired { renewed: false, .. } => acquired += 1,
+                LockOutcome::Denied { .. } => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(acquired, 1);
+        assert_eq!(pg.locks(None).await.unwrap().len(), 1);
+        // Held for no time: every acquirer takes it over from the one that
+        // committed before it, whose token must be smaller.
+        let tasks: Vec<_> = (0..32)
+            .map(|i| {
+                let pg = pg.clone();
+                tokio::spawn(async move { pg.acquire_lock("s".into(), format!("h{i}"), 0, None).await })
+            })
+            .collect();
+        let mut tokens = Vec::new();
+        for t in tasks {
+            tokens.push(token(&t.await.unwrap().unwrap()));
+        }
+        let taken: Vec<_> =
+            events(&pg, "lock.acquire").await.into_iter().filter(|d| d["resource"] == "s").collect::<Vec<_>>();
+        assert_eq!(taken.len(), 32);
+        let mut chain: Vec<(u64, u64)> = taken
+            .iter()
+            .filter(|d| d.get("previous_token").is_some())
+            .map(|d| (d["previous_token"].as_u64().unwrap(), d["token"].as_u64().unwrap()))
+            .collect();
+        assert_eq!(chain.len(), 31, "every later acquirer took over from another");
+        assert!(chain.iter().all(|(prev, token)| prev < token), "a takeover got a smaller token: {chain:?}");
+        chain.sort_unstable();
+        tokens.sort_unstable();
+        assert_eq!(chain.iter().map(|c| c.0).collect::<Vec<_>>(), tokens[..31]);
+        assert_eq!(chain.iter().map(|c| c.1).collect::<Vec<_>>(), tokens[1..]);
     }
 }
