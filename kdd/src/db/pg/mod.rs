@@ -29,9 +29,14 @@
 #![allow(dead_code)]
 
 mod error;
+pub(crate) mod events;
+pub(crate) mod lifecycle;
+pub(crate) mod locks;
+pub(crate) mod messages;
 pub mod schema;
 #[cfg(test)]
 pub(crate) mod testing;
+pub(crate) mod threads;
 pub mod url;
 
 use std::path::PathBuf;
@@ -108,9 +113,9 @@ impl Pg {
         };
         let mut c = pool.get().await.map_err(|e| unreachable(e.into()))?;
         let schema_version = schema::migrate(&mut c, &location).await.map_err(unreachable)?;
-        let count: i64 = c.query_one("SELECT count(*) FROM threads", &[]).await?.get(0);
+        let count = threads::count(&c).await?;
         drop(c);
-        Ok(Pg { pool, hub, location, schema_version, threads: AtomicU64::new(count as u64) })
+        Ok(Pg { pool, hub, location, schema_version, threads: AtomicU64::new(count) })
     }
 
     /// The database's address, without its password.
