@@ -33,7 +33,10 @@ pub(crate) mod events;
 pub(crate) mod lifecycle;
 pub(crate) mod locks;
 pub(crate) mod messages;
+pub(crate) mod page_json;
 pub mod schema;
+pub(crate) mod search;
+pub(crate) mod search_query;
 #[cfg(test)]
 pub(crate) mod testing;
 pub(crate) mod threads;
