@@ -28,6 +28,7 @@
 // registry's enum of engines): remove this then.
 #![allow(dead_code)]
 
+pub(crate) mod cost;
 mod error;
 pub(crate) mod events;
 pub(crate) mod lifecycle;
