@@ -7,7 +7,7 @@ use serde_json::json;
 use tokio_postgres::Row;
 
 use super::Pg;
-use super::stand_in::events;
+use super::events;
 use crate::db::events::NewEvent;
 use crate::db::{DbResult, Outbox, now_ms};
 

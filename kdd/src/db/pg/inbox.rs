@@ -10,7 +10,7 @@ use serde_json::json;
 use tokio_postgres::Row;
 
 use super::Pg;
-use super::stand_in::events;
+use super::events;
 use crate::db::events::NewEvent;
 use crate::db::inbox::{Entry, Kept, Query, role_str};
 use crate::db::{DbResult, now_ms};

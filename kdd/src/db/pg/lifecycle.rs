@@ -8,7 +8,7 @@ use kd_proto::types::{Thread, ThreadEvent, ThreadStatus};
 use serde_json::json;
 
 use super::Pg;
-use super::stand_in::{events, threads};
+use super::{events, threads};
 use crate::db::events::NewEvent;
 use crate::db::lifecycle::{Material, Summary};
 use crate::db::threads::status_str;

@@ -13,7 +13,7 @@ use serde_json::json;
 use tokio_postgres::Row;
 
 use super::Pg;
-use super::stand_in::events;
+use super::events;
 use crate::db::events::NewEvent;
 use crate::db::locks::Held;
 use crate::db::{DbError, DbResult, now_ms};

@@ -28,20 +28,26 @@
 // registry's enum of engines): remove this then.
 #![allow(dead_code)]
 
-mod acks;
+pub(crate) mod acks;
+pub(crate) mod cost;
 mod error;
-mod inbox;
-mod lifecycle;
-mod locks;
+pub(crate) mod events;
+pub(crate) mod inbox;
+pub(crate) mod lifecycle;
+pub(crate) mod locks;
+pub(crate) mod messages;
+pub(crate) mod page_json;
 pub mod schema;
-mod sessions;
-mod stand_in;
+pub(crate) mod search;
+pub(crate) mod search_query;
+pub(crate) mod sessions;
 #[cfg(test)]
 mod test_rows;
 #[cfg(test)]
 pub(crate) mod testing;
+pub(crate) mod threads;
 pub mod url;
-mod work;
+pub(crate) mod work;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -117,9 +123,9 @@ impl Pg {
         };
         let mut c = pool.get().await.map_err(|e| unreachable(e.into()))?;
         let schema_version = schema::migrate(&mut c, &location).await.map_err(unreachable)?;
-        let count: i64 = c.query_one("SELECT count(*) FROM threads", &[]).await?.get(0);
+        let count = threads::count(&c).await?;
         drop(c);
-        Ok(Pg { pool, hub, location, schema_version, threads: AtomicU64::new(count as u64) })
+        Ok(Pg { pool, hub, location, schema_version, threads: AtomicU64::new(count) })
     }
 
     /// The database's address, without its password.

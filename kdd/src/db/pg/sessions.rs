@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use tokio_postgres::Row;
 
 use super::Pg;
-use super::stand_in::{events, threads};
+use super::{events, threads};
 use crate::db::events::NewEvent;
 use crate::db::sessions::{NewSession, SessionEnd, Taken, candidates, dead_holder, status_of};
 use crate::db::{DbError, DbResult, now_ms, random_id};
