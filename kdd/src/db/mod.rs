@@ -19,6 +19,8 @@
 pub mod acks;
 mod checkpoint;
 pub mod compose;
+#[cfg(test)]
+mod contract;
 pub mod cost;
 pub mod events;
 pub mod exchanges;
