@@ -339,6 +339,7 @@ impl Db {
                     }
                 };
                 pg::nodes::beat(pg.clone(), me.clone(), incarnation);
+                pg::relay::start(pg.clone(), url.clone(), me.id.clone(), hub);
                 Ok(Db { engine: Engine::Postgres { pg, incarnation }, data, me })
             }
         }

@@ -38,6 +38,7 @@ pub(crate) mod messages;
 pub mod nodes;
 pub(crate) mod page_json;
 mod pending;
+pub(crate) mod relay;
 pub mod schema;
 pub(crate) mod search;
 pub(crate) mod search_query;
