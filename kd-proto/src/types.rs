@@ -32,7 +32,13 @@ pub struct DaemonStatus {
     pub pid: u32,
     pub uptime_ms: u64,
     pub socket: String,
+    /// Where the registry is: a file, or a PostgreSQL database's URL
+    /// without its password.
     pub db: String,
+    /// The registry's engine: `sqlite` or `postgres` (older daemons: none,
+    /// which was SQLite).
+    #[serde(default)]
+    pub engine: String,
     pub schema_version: u32,
     /// Number of threads in the registry.
     pub threads: u64,

@@ -74,7 +74,7 @@ use state::Daemon;
 #[derive(Debug, Clone)]
 pub struct Options {
     pub socket: PathBuf,
-    pub db: PathBuf,
+    pub db: kd_proto::paths::DbLocation,
     /// Whether kd chose the database's place (no `--db` or `KD_DB`): then its
     /// directory is kd's and is kept private too.
     pub db_dir_is_kds: bool,
@@ -107,8 +107,10 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
     // confined (identity).
     identity::reaper::become_subreaper();
     let hub = Arc::new(Hub::new());
-    private::tighten_database(&opts.db, opts.db_dir_is_kds);
-    let db = Db::open(&opts.db, hub.clone())?;
+    if let Some(file) = opts.db.file() {
+        private::tighten_database(file, opts.db_dir_is_kds);
+    }
+    let db = Db::open(&opts.db, hub.clone()).await?;
     let recovered = agent::recover(&db, &opts.socket).await.context("cannot recover runs left in flight")?;
     if recovered > 0 {
         tracing::warn!("recorded {recovered} run(s) left in flight by the previous daemon as interrupted");
@@ -123,7 +125,7 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
     identity::reaper::spawn(daemon.close.clone());
     tracing::info!(
         socket = %opts.socket.display(),
-        db = %opts.db.display(),
+        db = %daemon.db.location(),
         schema = daemon.db.schema_version(),
         "kdd {} listening",
         kd_proto::VERSION

@@ -16,8 +16,9 @@ struct Args {
     /// Socket to listen on [default: $KD_SOCKET, $XDG_RUNTIME_DIR/kd/kdd.sock, /tmp/kd-$UID/kdd.sock]
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
-    /// SQLite database [default: $KD_DB, $XDG_DATA_HOME/kd/kd.sqlite3]
-    #[arg(long, value_name = "PATH")]
+    /// The registry: a SQLite file, or a PostgreSQL database's URL
+    /// (postgres://user@host/db) shared by several kdd [default: $KD_DB, $XDG_DATA_HOME/kd/kd.sqlite3]
+    #[arg(long, value_name = "PATH|URL")]
     db: Option<PathBuf>,
     /// Write logs to this file instead of stderr (RUST_LOG sets the level)
     #[arg(long, value_name = "PATH")]
@@ -95,7 +96,7 @@ fn say(line: &str) {
 }
 
 fn run(args: Args, args_log_to_file: bool) -> ExitCode {
-    let db = match kd_proto::paths::db_path(args.db.as_deref()) {
+    let db = match kd_proto::paths::db_location(args.db.as_deref()) {
         Ok(db) => db,
         Err(e) => {
             say(&format!("kdd: {e}"));

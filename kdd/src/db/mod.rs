@@ -29,6 +29,7 @@ pub mod messages;
 mod page_json;
 pub mod pg;
 mod pool;
+mod registry;
 pub mod runs;
 pub mod schema;
 pub mod search;
@@ -49,6 +50,7 @@ use crate::hub::Hub;
 use pool::ReadPool;
 use writer::Job;
 
+pub use registry::Db;
 pub use writer::MAX_BATCH;
 
 /// Errors of the registry. Mapped once, at the RPC edge, to error codes.
@@ -121,8 +123,8 @@ impl Outbox {
     }
 }
 
-/// Handle to the registry; cheap to share behind an `Arc`.
-pub struct Db {
+/// The SQLite engine: one writer thread, a pool of readers.
+pub struct Sqlite {
     jobs: mpsc::Sender<Job>,
     readers: Arc<ReadPool>,
     path: PathBuf,
@@ -131,10 +133,10 @@ pub struct Db {
     writer: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
-impl Db {
+impl Sqlite {
     /// Opens (creating if needed) and migrates the database, and starts the
     /// writer thread. Refuses a database whose schema is newer than ours.
-    pub fn open(path: &Path, hub: Arc<Hub>) -> DbResult<Db> {
+    pub fn open(path: &Path, hub: Arc<Hub>) -> DbResult<Sqlite> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| DbError::Migration {
                 path: path.to_path_buf(),
@@ -170,7 +172,7 @@ impl Db {
             path: path.to_path_buf(),
             reason: format!("cannot start writer: {e}"),
         })?;
-        Ok(Db {
+        Ok(Sqlite {
             jobs: tx,
             readers: Arc::new(ReadPool::new(path.to_path_buf())),
             path: path.to_path_buf(),

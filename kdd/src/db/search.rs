@@ -192,7 +192,7 @@ fn bad_query(e: rusqlite::Error) -> DbError {
     if unreadable.iter().any(|u| text.contains(u)) { self::unreadable(&text) } else { DbError::Sqlite(e) }
 }
 
-impl super::Db {
+impl super::Sqlite {
     /// Searches, after indexing every message written before.
     pub async fn search(&self, q: String, f: Filter) -> DbResult<Vec<SearchHit>> {
         self.index_messages().await?;

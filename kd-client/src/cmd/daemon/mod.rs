@@ -216,7 +216,8 @@ async fn status(ctx: &Ctx, a: StatusArgs) -> anyhow::Result<ExitCode> {
     }
     plainln!("kdd {} running (pid {}, up {})", s.version, s.pid, fmt::duration_ms(s.uptime_ms))?;
     plainln!("  socket    {}", s.socket)?;
-    plainln!("  database  {} (schema {})", s.db, s.schema_version)?;
+    let engine = if s.engine.is_empty() { "sqlite" } else { s.engine.as_str() };
+    plainln!("  database  {} ({engine}, schema {})", s.db, s.schema_version)?;
     plainln!("  protocol  {}", s.protocol)?;
     if s.socket_activated {
         plainln!("  started   by the service manager (socket activation)")?;

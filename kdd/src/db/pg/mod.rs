@@ -28,8 +28,10 @@
 // registry's enum of engines): remove this then.
 #![allow(dead_code)]
 
+mod acks;
 mod error;
 pub(crate) mod events;
+mod inbox;
 pub(crate) mod lifecycle;
 pub(crate) mod locks;
 pub(crate) mod messages;
@@ -37,10 +39,14 @@ pub(crate) mod page_json;
 pub mod schema;
 pub(crate) mod search;
 pub(crate) mod search_query;
+mod sessions;
+#[cfg(test)]
+mod test_rows;
 #[cfg(test)]
 pub(crate) mod testing;
 pub(crate) mod threads;
 pub mod url;
+mod work;
 
 use std::path::PathBuf;
 use std::sync::Arc;
