@@ -29,6 +29,7 @@
 #![allow(dead_code)]
 
 mod acks;
+pub(crate) mod cost;
 mod error;
 pub(crate) mod events;
 mod inbox;
