@@ -153,3 +153,63 @@ impl Pg {
         list(&self.conn().await?, thread.as_deref(), all).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::pg::test_rows::{events, message, thread};
+    use crate::db::pg::testing;
+
+    fn names(n: &[&str]) -> Vec<String> {
+        n.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[tokio::test]
+    async fn acknowledgements_owed_are_settled_by_an_answer_or_kd_ack_and_subscribers_told_who_still_owes() {
+        let Some((pg, _db)) = testing::fresh().await else { return };
+        thread(&pg, "t").await;
+        thread(&pg, "u").await;
+        message(&pg, "t", 1, "king", "king", "stop everything").await;
+        message(&pg, "t", 2, "claude", "agent", "me too").await;
+        message(&pg, "u", 1, "king", "king", "elsewhere").await;
+        let c = pg.conn().await.unwrap();
+        owe(&c, "e-1", "t", 1, &names(&["codex", "claude", "gemini"])).await.unwrap();
+        owe(&c, "e-1", "t", 1, &names(&["codex"])).await.unwrap();
+        owe(&c, "e-2", "t", 2, &names(&["codex"])).await.unwrap();
+        owe(&c, "e-3", "u", 1, &names(&["codex"])).await.unwrap();
+        assert_eq!(pending_members(&c, "e-1").await.unwrap(), ["claude", "codex", "gemini"]);
+        let all = pg.acks(None, false).await.unwrap();
+        assert_eq!(
+            all.iter().map(|a| (a.thread.as_str(), a.seq, a.member.as_str())).collect::<Vec<_>>(),
+            [("t", 1, "claude"), ("t", 1, "codex"), ("t", 1, "gemini"), ("t", 2, "codex"), ("u", 1, "codex")]
+        );
+        // An answer to message 1 settles what was owed up to it.
+        let settled = settle(&c, 10, "t", "codex", 1, None, "answer").await.unwrap();
+        assert_eq!(settled.iter().map(|a| a.broadcast.as_str()).collect::<Vec<_>>(), ["e-1"]);
+        assert!(settled[0].acknowledged && settled[0].acked_at_ms == Some(10));
+        // kd ack settles everything else owed on the thread, and says who still owes.
+        let mut rx = pg.hub.subscribe("t");
+        let acked = pg.acknowledge("t".into(), "codex".into(), None).await.unwrap();
+        assert_eq!(
+            acked.iter().map(|a| (a.broadcast.as_str(), a.how.as_deref())).collect::<Vec<_>>(),
+            [("e-2", Some("kd ack"))]
+        );
+        let told: serde_json::Value = serde_json::from_str(rx.try_recv().unwrap().json.get()).unwrap();
+        assert_eq!(told["broadcast"], "e-2");
+        assert_eq!(told["from"], "claude");
+        assert_eq!(told["pending"], json!([]));
+        let only = pg.acknowledge("t".into(), "claude".into(), Some("e-9".into())).await.unwrap();
+        assert!(only.is_empty());
+        pg.acknowledge("t".into(), "claude".into(), Some("e-1".into())).await.unwrap();
+        let told: serde_json::Value = serde_json::from_str(rx.try_recv().unwrap().json.get()).unwrap();
+        assert_eq!((&told["from"], &told["pending"]), (&json!("king"), &json!(["gemini"])));
+        assert_eq!(pg.acks(Some("t".into()), false).await.unwrap().len(), 1);
+        assert_eq!(pg.acks(Some("t".into()), true).await.unwrap().len(), 4);
+        assert_eq!(pg.acks(Some("u".into()), false).await.unwrap().len(), 1);
+        let recorded = events(&pg, "system.emergency_acknowledge").await;
+        assert_eq!(
+            recorded.iter().map(|d| d["how"].as_str().unwrap()).collect::<Vec<_>>(),
+            ["answer", "kd ack", "kd ack"]
+        );
+    }
+}

@@ -1,8 +1,8 @@
 //! Members' inboxes, participants and delivery modes on PostgreSQL: the
-//! operations of [`crate::db::inbox`]. A member's inbox on a thread is
-//! counted and trimmed by one writer at a time: [`keep`] takes a
-//! transaction-scoped advisory lock on it first, as the SQLite writer's
-//! serial execution did.
+//! operations of [`crate::db::inbox`]. The inboxes of a thread are counted
+//! and trimmed by one writer at a time: [`keep`] takes a
+//! transaction-scoped advisory lock on the thread first, as the SQLite
+//! writer's serial execution did.
 
 use deadpool_postgres::GenericClient;
 use kd_proto::types::{DeliveryMode, InboxItem, InboxStatus, Overflow, Role, RouteType};
@@ -31,11 +31,12 @@ async fn pending(c: &impl GenericClient, thread: &str, member: &str) -> DbResult
 /// Keeps `e` in its member's inbox, making room or refusing by the
 /// member's overflow rule when it is full.
 pub(crate) async fn keep(c: &impl GenericClient, now: i64, e: &Entry) -> DbResult<Kept> {
-    // Two routings to one member count its inbox one after the other.
+    // Two routings on one thread count its inboxes one after the other (a
+    // lock per thread, not per member: a routing keeps entries for several
+    // members, in any order, and takes one lock).
     c.execute(
-        &c.prepare_cached("SELECT pg_advisory_xact_lock(hashtextextended('kd.inbox:' || $1 || chr(0) || $2, 0))")
-            .await?,
-        &[&e.thread, &e.member],
+        &c.prepare_cached("SELECT pg_advisory_xact_lock(hashtextextended('kd.inbox:' || $1, 0))").await?,
+        &[&e.thread],
     )
     .await?;
     let mut size = pending(c, &e.thread, &e.member).await?;
@@ -352,5 +353,164 @@ impl Pg {
         member: String,
     ) -> DbResult<Vec<(RouteType, DeliveryMode)>> {
         overrides(&self.conn().await?, &workspace, &member).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::db::pg::test_rows::{events, message, thread};
+    use crate::db::pg::testing;
+
+    fn entry(member: &str, seq: u64, route: RouteType, limit: u32, overflow: Overflow) -> Entry {
+        Entry {
+            thread: "t".into(),
+            member: member.into(),
+            seq,
+            from: "king".into(),
+            route,
+            role: Role::To,
+            limit,
+            overflow,
+            correlation_id: format!("c-{seq}"),
+        }
+    }
+
+    async fn kept(pg: &Pg, e: Entry) -> Kept {
+        let mut c = pg.conn().await.unwrap();
+        let tx = c.transaction().await.unwrap();
+        let k = keep(&tx, now_ms(), &e).await.unwrap();
+        pg.commit(tx, Outbox::default()).await.unwrap();
+        k
+    }
+
+    fn query(member: &str) -> Query {
+        Query {
+            member: member.into(),
+            thread: None,
+            types: vec![],
+            status: None,
+            also_read: false,
+            limit: 100,
+            mark_read: false,
+        }
+    }
+
+    use crate::db::Outbox;
+
+    #[tokio::test]
+    async fn a_full_inbox_drops_its_oldest_or_refuses_by_the_members_rule() {
+        let Some((pg, _db)) = testing::fresh().await else { return };
+        thread(&pg, "t").await;
+        let p2p = RouteType::PointToPoint;
+        let Kept::Queued { id: first, size: 1, dropped: None } =
+            kept(&pg, entry("a", 1, p2p, 2, Overflow::DropOldest)).await
+        else {
+            panic!("not queued")
+        };
+        assert!(matches!(kept(&pg, entry("a", 2, p2p, 2, Overflow::DropOldest)).await, Kept::Queued { size: 2, .. }));
+        match kept(&pg, entry("a", 3, p2p, 2, Overflow::DropOldest)).await {
+            Kept::Queued { size, dropped, .. } => assert_eq!((size, dropped), (2, Some(first))),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(kept(&pg, entry("a", 4, p2p, 2, Overflow::RejectNew)).await, Kept::Rejected { size: 2 });
+        let pending = pg.inbox(query("a")).await.unwrap();
+        assert_eq!(pending.iter().map(|i| i.seq).collect::<Vec<_>>(), [2, 3]);
+        let dropped = events(&pg, "queue.dropped").await;
+        assert_eq!(dropped, [json!({"inbox": first, "for_seq": 3, "limit": 2})]);
+        assert_eq!(events(&pg, "queue.rejected").await, [json!({"seq": 4, "queue_size": 2, "limit": 2})]);
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn concurrent_routings_to_one_member_never_overfill_its_inbox() {
+        let Some((pg, _db)) = testing::fresh().await else { return };
+        thread(&pg, "t").await;
+        let pg = Arc::new(pg);
+        for (member, overflow) in [("a", Overflow::RejectNew), ("b", Overflow::DropOldest)] {
+            let tasks: Vec<_> = (1..=8)
+                .map(|seq| {
+                    let pg = pg.clone();
+                    tokio::spawn(async move { kept(&pg, entry(member, seq, RouteType::Broadcast, 3, overflow)).await })
+                })
+                .collect();
+            let mut outcomes = Vec::new();
+            for t in tasks {
+                outcomes.push(t.await.unwrap());
+            }
+            let pending = pg.inbox(query(member)).await.unwrap();
+            assert_eq!(pending.len(), 3, "{member}: {outcomes:?}");
+            let queued = outcomes.iter().filter(|k| matches!(k, Kept::Queued { .. })).count();
+            let dropped = outcomes.iter().filter(|k| matches!(k, Kept::Queued { dropped: Some(_), .. })).count();
+            match overflow {
+                Overflow::RejectNew => assert_eq!((queued, dropped), (3, 0)),
+                Overflow::DropOldest => assert_eq!((queued, dropped), (8, 5)),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_member_reads_its_inbox_is_given_it_in_a_prompt_and_processes_it() {
+        let Some((pg, _db)) = testing::fresh().await else { return };
+        thread(&pg, "t").await;
+        for seq in 1..=4 {
+            message(&pg, "t", seq, "king", "king", &format!("body {seq}")).await;
+        }
+        for (seq, route) in [(1, RouteType::PointToPoint), (2, RouteType::Broadcast), (3, RouteType::Broadcast)] {
+            kept(&pg, entry("a", seq, route, 10, Overflow::DropOldest)).await;
+        }
+        kept(&pg, entry("b", 4, RouteType::Broadcast, 10, Overflow::DropOldest)).await;
+        let broadcasts = Query { types: vec![RouteType::Broadcast], mark_read: true, ..query("a") };
+        let read = pg.inbox(broadcasts.clone()).await.unwrap();
+        assert_eq!(read.iter().map(|i| (i.seq, i.body.as_str())).collect::<Vec<_>>(), [(2, "body 2"), (3, "body 3")]);
+        assert!(read.iter().all(|i| i.status == InboxStatus::Read && i.read_at_ms.is_some()));
+        assert!(pg.inbox(broadcasts.clone()).await.unwrap().is_empty(), "read entries are no longer pending");
+        assert_eq!(pg.inbox(Query { also_read: true, ..broadcasts }).await.unwrap().len(), 2);
+        let one = Query { limit: 1, thread: Some("t".into()), ..query("a") };
+        assert_eq!(pg.inbox(one).await.unwrap()[0].seq, 1);
+        assert_eq!(events(&pg, "queue.read").await.len(), 4);
+        // A prompt that gave the member up to seq 2: pending and read alike.
+        assert_eq!(pg.inbox_given("t".into(), "a".into(), 2, "r1".into()).await.unwrap(), [1, 2]);
+        assert!(pg.inbox_given("t".into(), "a".into(), 2, "r2".into()).await.unwrap().is_empty());
+        assert_eq!(events(&pg, "delivery.prompt").await, [json!({"seqs": [1, 2], "run": "r1"})]);
+        let rest = pg.inbox(Query { also_read: true, ..query("a") }).await.unwrap();
+        assert_eq!(rest.iter().map(|i| i.seq).collect::<Vec<_>>(), [3]);
+        // Processing counts only the member's own entries.
+        let b = pg.inbox(query("b")).await.unwrap()[0].id;
+        let n = pg.inbox_process("a".into(), vec![rest[0].id, b], InboxStatus::Dismissed).await.unwrap();
+        assert_eq!(n, 1);
+        let dismissed = Query { status: Some(InboxStatus::Dismissed), ..query("a") };
+        assert_eq!(pg.inbox(dismissed).await.unwrap()[0].seq, 3);
+        assert_eq!(events(&pg, "queue.process").await[0]["updated"], 1);
+    }
+
+    #[tokio::test]
+    async fn participants_are_listed_first_seen_first_and_delivery_modes_kept_per_type() {
+        let Some((pg, _db)) = testing::fresh().await else { return };
+        thread(&pg, "t").await;
+        let c = pg.conn().await.unwrap();
+        let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(participate(&c, 5, "t", &names(&["king", "zed", "amy"])).await.unwrap(), ["king", "zed", "amy"]);
+        assert_eq!(participate(&c, 6, "t", &names(&["bob", "zed"])).await.unwrap(), ["king", "zed", "amy", "bob"]);
+        pg.delivery_subscribe(
+            "/w".into(),
+            "a".into(),
+            vec![RouteType::Broadcast, RouteType::Multicast],
+            DeliveryMode::Queued,
+        )
+        .await
+        .unwrap();
+        pg.delivery_subscribe("/w".into(), "a".into(), vec![RouteType::Multicast], DeliveryMode::Immediate)
+            .await
+            .unwrap();
+        let mut modes = pg.delivery_overrides("/w".into(), "a".into()).await.unwrap();
+        modes.sort_by_key(|(t, _)| t.as_str());
+        assert_eq!(
+            modes,
+            [(RouteType::Broadcast, DeliveryMode::Queued), (RouteType::Multicast, DeliveryMode::Immediate)]
+        );
+        assert!(pg.delivery_overrides("/v".into(), "a".into()).await.unwrap().is_empty());
+        assert_eq!(events(&pg, "queue.subscribe").await.len(), 2);
     }
 }

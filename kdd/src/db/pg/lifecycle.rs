@@ -289,3 +289,141 @@ impl Pg {
         Ok(messages)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use kd_proto::types::SessionStatus;
+
+    use super::*;
+    use crate::db::pg::test_rows::{events, message, run, thread};
+    use crate::db::pg::testing;
+    use crate::db::sessions::NewSession;
+
+    async fn session(pg: &Pg, thread: &str, agent: &str) -> String {
+        let s = NewSession {
+            thread: thread.into(),
+            agent: agent.into(),
+            backend_session_id: None,
+            holder: Some("h".into()),
+            pid: None,
+            metadata: json!({}),
+        };
+        pg.start_session(s).await.unwrap().id
+    }
+
+    #[tokio::test]
+    async fn idle_suspends_sessions_archive_archives_them_with_a_summary_and_unarchive_opens_the_thread_again() {
+        let Some((pg, _db)) = testing::fresh().await else { return };
+        thread(&pg, "t").await;
+        let s = session(&pg, "t", "claude").await;
+        let mut rx = pg.hub.subscribe("t");
+        let idle = pg.set_thread_status("t".into(), ThreadStatus::Idle, "age", None).await.unwrap();
+        assert_eq!(idle.status, ThreadStatus::Idle);
+        assert_eq!(pg.session(s.clone()).await.unwrap().status, SessionStatus::Idle);
+        assert_eq!(events(&pg, "thread.idle").await[0]["sessions_suspended"], 1);
+        let told: serde_json::Value = serde_json::from_str(rx.try_recv().unwrap().json.get()).unwrap();
+        assert_eq!(told["reason"], "age");
+        // There already: nothing happens, nothing is told.
+        pg.set_thread_status("t".into(), ThreadStatus::Idle, "age", None).await.unwrap();
+        assert!(rx.try_recv().is_err());
+        assert_eq!(events(&pg, "thread.idle").await.len(), 1);
+        let summary = Summary { text: "what came of it".into(), by: "kd".into() };
+        let archived =
+            pg.set_thread_status("t".into(), ThreadStatus::Archived, "archive", Some(summary)).await.unwrap();
+        assert_eq!((archived.status, archived.summary.as_deref()), (ThreadStatus::Archived, Some("what came of it")));
+        assert_eq!(pg.session(s).await.unwrap().status, SessionStatus::Archived);
+        assert_eq!(events(&pg, "thread.archive").await[0]["summary_by"], "kd");
+        let open = pg.set_thread_status("t".into(), ThreadStatus::Active, "unarchive", None).await.unwrap();
+        assert_eq!(open.status, ThreadStatus::Active);
+        assert!(open.last_activity_at_ms > 1, "opening a thread again is activity");
+        assert_eq!(events(&pg, "thread.unarchive").await[0]["from"], "archived");
+        assert!(matches!(
+            pg.set_thread_status("nope".into(), ThreadStatus::Idle, "age", None).await,
+            Err(DbError::NotFound(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_thread_ages_only_as_the_reaper_saw_it() {
+        let Some((pg, _db)) = testing::fresh().await else { return };
+        thread(&pg, "t").await;
+        assert!(!pg.age_thread("t".into(), 2, ThreadStatus::Idle, None).await.unwrap(), "activity since");
+        run(&pg, "r1", "t", "claude", "streaming").await;
+        assert!(!pg.age_thread("t".into(), 1, ThreadStatus::Idle, None).await.unwrap(), "a run in flight");
+        pg.conn().await.unwrap().execute("UPDATE runs SET status = 'done'", &[]).await.unwrap();
+        assert!(pg.age_thread("t".into(), 1, ThreadStatus::Idle, None).await.unwrap());
+        assert!(!pg.age_thread("t".into(), 1, ThreadStatus::Idle, None).await.unwrap(), "there already");
+        assert_eq!(pg.thread_status("t").await, ThreadStatus::Idle);
+        assert_eq!(events(&pg, "thread.idle").await[0]["reason"], "age");
+    }
+
+    #[tokio::test]
+    async fn summary_material_is_the_first_questions_and_each_members_last_answer() {
+        let Some((pg, _db)) = testing::fresh().await else { return };
+        thread(&pg, "t").await;
+        for (seq, from, kind, body) in [
+            (1, "king", "king", "q1"),
+            (2, "claude", "agent", "c1"),
+            (3, "codex", "agent", "x1"),
+            (4, "king", "king", "q2"),
+            (5, "claude", "agent", "c2"),
+            (6, "king", "king", "q3"),
+        ] {
+            message(&pg, "t", seq, from, kind, body).await;
+        }
+        let m = pg.summary_material("t".into(), 2).await.unwrap();
+        assert_eq!(m.questions, ["q1", "q2"]);
+        assert_eq!(m.last_answers, [("codex".to_string(), "x1".to_string()), ("claude".into(), "c2".into())]);
+        let t = pg.set_thread_summary("t".into(), Summary { text: "s".into(), by: "claude".into() }).await.unwrap();
+        assert_eq!((t.summary.as_deref(), t.status), (Some("s"), ThreadStatus::Active));
+        assert_eq!(pg.set_thread_title("t".into(), "named".into()).await.unwrap().title.as_deref(), Some("named"));
+        assert_eq!(events(&pg, "thread.title").await, [json!({"title": "named"})]);
+        assert!(matches!(pg.set_thread_title("nope".into(), "x".into()).await, Err(DbError::NotFound(_))));
+    }
+
+    #[tokio::test]
+    async fn a_thread_is_deleted_with_all_it_holds_but_not_while_runs_are_in_flight() {
+        let Some((pg, _db)) = testing::fresh().await else { return };
+        thread(&pg, "t").await;
+        thread(&pg, "u").await;
+        message(&pg, "t", 1, "king", "king", "q").await;
+        message(&pg, "t", 2, "claude", "agent", "a").await;
+        session(&pg, "t", "claude").await;
+        run(&pg, "r1", "t", "claude", "waiting").await;
+        match pg.delete_thread("t".into()).await {
+            Err(DbError::Invalid(why)) => assert!(why.contains("1 run in flight; cancel it"), "{why}"),
+            other => panic!("deleted with a run in flight: {other:?}"),
+        }
+        pg.conn().await.unwrap().execute("UPDATE runs SET status = 'cancelled'", &[]).await.unwrap();
+        // Counted at open (0: these threads were written directly), kept by deletes.
+        let before = pg.thread_count();
+        assert_eq!(pg.delete_thread("t".into()).await.unwrap(), 2);
+        assert_eq!(pg.thread_count(), before.wrapping_sub(1));
+        let c = pg.conn().await.unwrap();
+        for table in ["threads", "messages", "runs", "sessions"] {
+            let n: i64 = c
+                .query_one(
+                    &format!(
+                        "SELECT count(*) FROM {table} WHERE {} = 't'",
+                        if table == "threads" { "id" } else { "thread_id" }
+                    ),
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            assert_eq!(n, 0, "{table}");
+        }
+        let left: i64 =
+            c.query_one("SELECT count(*) FROM conversation_events WHERE thread_id = 't'", &[]).await.unwrap().get(0);
+        assert_eq!(left, 0);
+        assert_eq!(events(&pg, "thread.delete").await, [json!({"thread": "t", "messages": 2})]);
+        assert!(matches!(pg.delete_thread("t".into()).await, Err(DbError::NotFound(_))));
+    }
+
+    impl Pg {
+        async fn thread_status(&self, id: &str) -> ThreadStatus {
+            threads::get(&self.conn().await.unwrap(), id).await.unwrap().status
+        }
+    }
+}
