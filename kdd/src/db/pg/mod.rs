@@ -29,14 +29,17 @@
 #![allow(dead_code)]
 
 mod acks;
+mod compose;
 pub(crate) mod cost;
 mod error;
 pub(crate) mod events;
+pub(crate) mod exchanges;
 mod inbox;
 pub(crate) mod lifecycle;
 pub(crate) mod locks;
 pub(crate) mod messages;
 pub(crate) mod page_json;
+mod runs;
 pub mod schema;
 pub(crate) mod search;
 pub(crate) mod search_query;
