@@ -20,6 +20,10 @@ struct Args {
     /// (postgres://user@host/db) shared by several kdd [default: $KD_DB, $XDG_DATA_HOME/kd/kd.sqlite3]
     #[arg(long, value_name = "PATH|URL")]
     db: Option<PathBuf>,
+    /// This daemon's name among the nodes of a shared (PostgreSQL) registry
+    /// [default: $KD_NODE, the host name]
+    #[arg(long, value_name = "NAME", env = "KD_NODE", value_parser = node_name)]
+    node: Option<String>,
     /// Write logs to this file instead of stderr (RUST_LOG sets the level)
     #[arg(long, value_name = "PATH")]
     log_file: Option<PathBuf>,
@@ -58,6 +62,11 @@ struct Args {
     /// before it is stopped; the next run starts another
     #[arg(long, default_value_t = kdd::agent::APP_SERVER_IDLE.as_millis() as u64, value_parser = millis())]
     agent_idle_ms: u64,
+}
+
+/// A node name, as `kd_proto::names` allows it.
+fn node_name(s: &str) -> Result<String, String> {
+    kd_proto::names::check_node_name(s).map(|()| s.to_string()).map_err(|e| e.to_string())
 }
 
 /// The longest any duration flag may be, in milliseconds: a day.
@@ -107,6 +116,7 @@ fn run(args: Args, args_log_to_file: bool) -> ExitCode {
         socket: kd_proto::paths::socket_path(args.socket.as_deref()),
         db,
         db_dir_is_kds: !kd_proto::paths::db_place_chosen(args.db.as_deref()),
+        node: args.node.clone().unwrap_or_else(kdd::default_node),
         limits: Limits {
             max_connections: args.max_connections.max(1),
             max_request_bytes: args.max_request_bytes,

@@ -19,6 +19,8 @@
 pub mod acks;
 mod checkpoint;
 pub mod compose;
+#[cfg(test)]
+mod contract;
 pub mod cost;
 pub mod events;
 pub mod exchanges;
@@ -50,7 +52,7 @@ use crate::hub::Hub;
 use pool::ReadPool;
 use writer::Job;
 
-pub use registry::Db;
+pub use registry::{Db, Node};
 pub use writer::MAX_BATCH;
 
 /// Errors of the registry. Mapped once, at the RPC edge, to error codes.

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use kd_proto::paths::DbLocation;
 use kd_proto::types::{
     Ack, CostBy, CostReport, DeliveryMode, Event, ExchangeInfo, InboxItem, InboxStatus, Lock, LockOutcome,
-    LockReleased, Message, RouteType, RunInfo, SearchHit, Session, SessionStatus, Thread, ThreadStatus,
+    LockReleased, Message, NodeStatus, RouteType, RunInfo, SearchHit, Session, SessionStatus, Thread, ThreadStatus,
 };
 use kd_proto::work::{WorkState, Worktree};
 use serde_json::Value;
@@ -33,6 +33,7 @@ use super::exchanges::kd_step::{EventsOf, KdStep};
 use super::exchanges::{Exchange, ExchangeId, Kind, NewExchange, Opened, Purpose, Step, StepId, StepKey};
 use super::lifecycle::{Material, Summary};
 use super::messages::{NewMessage, Page};
+use super::pg::{self, Pg};
 use super::runs::{Finish, Orphan};
 use super::sessions::{NewSession, SessionEnd};
 use super::threads::NewThread;
@@ -44,12 +45,35 @@ pub struct Db {
     engine: Engine,
     /// kd's data directory on this machine (members' worktrees live there).
     data: PathBuf,
+    /// This daemon, as the registry knows it.
+    me: Node,
+}
+
+/// A kdd process of the registry: one per host and socket.
+#[derive(Debug, Clone)]
+pub struct Node {
+    /// Its name (`kdd --node`, by default the host name).
+    pub id: String,
+    pub host: String,
+    pub pid: u32,
+    pub socket: String,
+}
+
+#[cfg(test)]
+impl Node {
+    /// This process as a node named `id`.
+    pub fn here(id: &str) -> Node {
+        Node { id: id.into(), host: "localhost".into(), pid: std::process::id(), socket: "/test.sock".into() }
+    }
 }
 
 /// The engine in use.
 enum Engine {
     /// One file on this machine (the default).
     Sqlite(Sqlite),
+    /// A PostgreSQL database several nodes may share; this node's
+    /// incarnation there.
+    Postgres { pg: Arc<Pg>, incarnation: i64 },
 }
 
 /// Declares the operations of the interface: each becomes a method of
@@ -62,6 +86,7 @@ macro_rules! operations {
                 pub async fn $name(&self $(, $arg: $ty)*) -> $ret {
                     match &self.engine {
                         Engine::Sqlite(e) => e.$name($($arg),*).await,
+                        Engine::Postgres { pg, .. } => pg.$name($($arg),*).await,
                     }
                 }
             )*
@@ -292,17 +317,49 @@ operations! {
 
 /// What the handle says of itself, and its life.
 impl Db {
-    /// Opens the registry at `at` (creating and migrating it if needed).
-    /// A file's directory is kd's data directory.
-    pub async fn open(at: &DbLocation, hub: Arc<Hub>) -> DbResult<Db> {
+    /// Opens the registry at `at` (creating and migrating it if needed) as
+    /// node `me`. A file's directory is kd's data directory; on a shared
+    /// database this node joins the others (refused while another live
+    /// process holds its name), keeps itself live and hears what they
+    /// publish.
+    pub async fn open(at: &DbLocation, hub: Arc<Hub>, me: Node) -> DbResult<Db> {
         match at {
             DbLocation::File(file) => {
                 let data = file.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
-                Ok(Db { engine: Engine::Sqlite(Sqlite::open(file, hub)?), data })
+                Ok(Db { engine: Engine::Sqlite(Sqlite::open(file, hub)?), data, me })
             }
-            DbLocation::Url(_) => {
-                Err(DbError::Invalid("this kdd cannot open a PostgreSQL database yet; point --db at a file".into()))
+            DbLocation::Url(url) => {
+                let data = kd_proto::paths::data_dir().map_err(|e| DbError::Invalid(e.to_string()))?;
+                let pg = Arc::new(Pg::open(url, hub.clone()).await?);
+                let incarnation = match pg.join(&me, &crate::proc::pid_alive).await {
+                    Ok(i) => i,
+                    Err(e) => {
+                        pg.close().await;
+                        return Err(e);
+                    }
+                };
+                pg::nodes::beat(pg.clone(), me.clone(), incarnation);
+                Ok(Db { engine: Engine::Postgres { pg, incarnation }, data, me })
             }
+        }
+    }
+
+    /// This daemon's node.
+    pub fn node(&self) -> &Node {
+        &self.me
+    }
+
+    /// The live nodes of the registry, this one included.
+    pub async fn nodes(&self) -> DbResult<Vec<NodeStatus>> {
+        match &self.engine {
+            Engine::Sqlite(_) => Ok(vec![NodeStatus {
+                id: self.me.id.clone(),
+                host: self.me.host.clone(),
+                pid: self.me.pid,
+                heartbeat_ms_ago: 0,
+                this: true,
+            }]),
+            Engine::Postgres { pg, .. } => pg.nodes(&self.me).await,
         }
     }
 
@@ -315,6 +372,7 @@ impl Db {
     pub fn engine(&self) -> &'static str {
         match &self.engine {
             Engine::Sqlite(_) => "sqlite",
+            Engine::Postgres { .. } => "postgres",
         }
     }
 
@@ -323,6 +381,7 @@ impl Db {
     pub fn location(&self) -> String {
         match &self.engine {
             Engine::Sqlite(e) => e.path().display().to_string(),
+            Engine::Postgres { pg, .. } => pg.location().to_string(),
         }
     }
 
@@ -330,12 +389,14 @@ impl Db {
     pub fn path(&self) -> Option<&Path> {
         match &self.engine {
             Engine::Sqlite(e) => Some(e.path()),
+            Engine::Postgres { .. } => None,
         }
     }
 
     pub fn schema_version(&self) -> u32 {
         match &self.engine {
             Engine::Sqlite(e) => e.schema_version(),
+            Engine::Postgres { pg, .. } => pg.schema_version(),
         }
     }
 
@@ -343,6 +404,7 @@ impl Db {
     pub fn thread_count(&self) -> u64 {
         match &self.engine {
             Engine::Sqlite(e) => e.thread_count(),
+            Engine::Postgres { pg, .. } => pg.thread_count(),
         }
     }
 
@@ -350,6 +412,7 @@ impl Db {
     pub async fn integrity_check(&self) -> DbResult<Vec<String>> {
         match &self.engine {
             Engine::Sqlite(e) => e.integrity_check().await,
+            Engine::Postgres { pg, .. } => pg.integrity_check().await,
         }
     }
 
@@ -358,6 +421,12 @@ impl Db {
     pub async fn close(&self) {
         match &self.engine {
             Engine::Sqlite(e) => e.close().await,
+            Engine::Postgres { pg, incarnation } => {
+                if let Err(e) = pg.leave(&self.me, *incarnation).await {
+                    tracing::warn!("cannot tell the other nodes this one stops: {e}");
+                }
+                pg.close().await
+            }
         }
     }
 }

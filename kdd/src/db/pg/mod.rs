@@ -24,33 +24,33 @@
 //! thread's row lock for long), `TimeZone = UTC`, `application_name = kdd`.
 //! Times stay Unix milliseconds computed by kdd, as in SQLite.
 
-// Nothing outside the engine calls it until `Db` delegates to it (the
-// registry's enum of engines): remove this then.
+// Table functions the runs and the journal call land with them: remove then.
 #![allow(dead_code)]
 
-mod acks;
+pub(crate) mod acks;
 mod compose;
 pub(crate) mod cost;
 mod error;
 pub(crate) mod events;
 pub(crate) mod exchanges;
-mod inbox;
+pub(crate) mod inbox;
 pub(crate) mod lifecycle;
 pub(crate) mod locks;
 pub(crate) mod messages;
+pub mod nodes;
 pub(crate) mod page_json;
 mod runs;
 pub mod schema;
 pub(crate) mod search;
 pub(crate) mod search_query;
-mod sessions;
+pub(crate) mod sessions;
 #[cfg(test)]
 mod test_rows;
 #[cfg(test)]
 pub(crate) mod testing;
 pub(crate) mod threads;
 pub mod url;
-mod work;
+pub(crate) mod work;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -169,6 +169,11 @@ impl Pg {
     /// Transactions in progress finish on the connections they hold.
     pub async fn close(&self) {
         self.pool.close();
+    }
+
+    /// Whether the registry was closed.
+    pub fn is_closed(&self) -> bool {
+        self.pool.is_closed()
     }
 
     /// A pooled connection (reads; and `.transaction()` for writes).
