@@ -426,6 +426,10 @@ impl Db {
                 if let Err(e) = pg.leave(&self.me, *incarnation).await {
                     tracing::warn!("cannot tell the other nodes this one stops: {e}");
                 }
+                let dropped = pg::relay::dropped();
+                if dropped > 0 {
+                    tracing::warn!("{dropped} event(s) were not relayed to or from the other nodes (queues full)");
+                }
                 pg.close().await
             }
         }

@@ -24,21 +24,20 @@
 //! thread's row lock for long), `TimeZone = UTC`, `application_name = kdd`.
 //! Times stay Unix milliseconds computed by kdd, as in SQLite.
 
-// Table functions the runs and the journal call land with them: remove then.
-#![allow(dead_code)]
-
 pub(crate) mod acks;
+mod compose;
 pub(crate) mod cost;
 mod error;
 pub(crate) mod events;
+pub(crate) mod exchanges;
 pub(crate) mod inbox;
 pub(crate) mod lifecycle;
 pub(crate) mod locks;
 pub(crate) mod messages;
 pub mod nodes;
 pub(crate) mod page_json;
-mod pending;
 pub(crate) mod relay;
+mod runs;
 pub mod schema;
 pub(crate) mod search;
 pub(crate) mod search_query;
@@ -51,7 +50,6 @@ pub(crate) mod threads;
 pub mod url;
 pub(crate) mod work;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -133,11 +131,6 @@ impl Pg {
     /// The database's address, without its password.
     pub fn location(&self) -> &str {
         &self.location
-    }
-
-    /// [`Pg::location`] where a path is expected (errors built for SQLite).
-    pub(crate) fn location_path(&self) -> PathBuf {
-        PathBuf::from(&self.location)
     }
 
     pub fn schema_version(&self) -> u32 {
@@ -224,7 +217,7 @@ mod tests {
         match Pg::open(db.url(), Arc::new(Hub::new())).await {
             Err(DbError::SchemaTooNew { path, found: 999, known }) => {
                 assert_eq!(known, schema::known());
-                assert_eq!(path, pg.location_path());
+                assert_eq!(path, std::path::PathBuf::from(pg.location()));
                 let msg = DbError::SchemaTooNew { path, found: 999, known }.to_string();
                 assert!(!msg.contains("password"), "{msg}");
             }
