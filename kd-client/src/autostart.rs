@@ -46,8 +46,8 @@ pub fn kdd_binary() -> PathBuf {
 /// Where an auto-started daemon logs: next to the database, or next to the
 /// socket when no data directory can be found.
 pub fn log_file(socket: &Path) -> PathBuf {
-    match paths::db_path(None) {
-        Ok(db) => paths::log_path(&db),
+    match paths::db_location(None).and_then(|db| paths::log_file_of(&db)) {
+        Ok(log) => log,
         Err(_) => socket.with_file_name("kdd.log"),
     }
 }

@@ -35,6 +35,14 @@ pub fn check_member_name(name: &str) -> Result<(), NameError> {
     })
 }
 
+/// A node of a shared registry (`kdd --node`): `[a-z0-9][a-z0-9_.-]*`, at
+/// most 64 characters — a lowercased host name fits.
+pub fn check_node_name(name: &str) -> Result<(), NameError> {
+    check(name, "node name", "a-z, 0-9, '_', '.' and '-'", |c| {
+        c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '.' | '-')
+    })
+}
+
 fn check(name: &str, what: &'static str, allowed: &'static str, ok: impl Fn(char) -> bool) -> Result<(), NameError> {
     let mut chars = name.chars();
     let Some(first) = chars.next() else {

@@ -3,7 +3,9 @@
 //! Socket: `--socket` > `KD_SOCKET` > `$XDG_RUNTIME_DIR/kd/kdd.sock` >
 //! `/tmp/kd-$UID/kdd.sock`. Database: `--db` > `KD_DB` >
 //! `$XDG_DATA_HOME/kd/kd.sqlite3` (the platform data directory when
-//! `XDG_DATA_HOME` is unset, e.g. `~/.local/share/kd/kd.sqlite3`).
+//! `XDG_DATA_HOME` is unset, e.g. `~/.local/share/kd/kd.sqlite3`); a
+//! `postgres://` (or `postgresql://`) URL there names a PostgreSQL database
+//! instead, shared by several daemons.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -40,6 +42,68 @@ pub fn socket_path_with(explicit: Option<&Path>, env: impl Fn(&str) -> Option<Os
     }
 }
 
+/// Where the registry is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DbLocation {
+    /// A SQLite file on this machine.
+    File(PathBuf),
+    /// A PostgreSQL database (`postgres://…`), perhaps with a password.
+    Url(String),
+}
+
+impl DbLocation {
+    /// The file, for a SQLite database.
+    pub fn file(&self) -> Option<&Path> {
+        match self {
+            DbLocation::File(p) => Some(p),
+            DbLocation::Url(_) => None,
+        }
+    }
+}
+
+/// Whether `--db`/`KD_DB` names a PostgreSQL database rather than a file.
+pub fn is_db_url(s: &str) -> bool {
+    ["postgres://", "postgresql://"].iter().any(|p| s.get(..p.len()).is_some_and(|h| h.eq_ignore_ascii_case(p)))
+}
+
+/// The registry's place, from an explicit flag, the environment, or the
+/// default file.
+pub fn db_location(explicit: Option<&Path>) -> Result<DbLocation, PathError> {
+    let path = db_path(explicit)?;
+    Ok(match path.to_str().filter(|s| is_db_url(s)) {
+        Some(url) => DbLocation::Url(url.to_string()),
+        None => DbLocation::File(path),
+    })
+}
+
+/// kd's data directory on this machine (`$XDG_DATA_HOME/kd`): the default
+/// database's, and what a daemon on a PostgreSQL database keeps here
+/// (members' worktrees, its log).
+pub fn data_dir() -> Result<PathBuf, PathError> {
+    data_dir_with(|k| std::env::var_os(k), || directories::BaseDirs::new().map(|d| d.data_dir().to_path_buf()))
+}
+
+fn data_dir_with(
+    env: impl Fn(&str) -> Option<OsString>,
+    platform_data_dir: impl FnOnce() -> Option<PathBuf>,
+) -> Result<PathBuf, PathError> {
+    let data = env("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(platform_data_dir)
+        .ok_or(PathError::NoDataDir)?;
+    Ok(data.join("kd"))
+}
+
+/// Where the daemon logs when it runs on its own: beside a database file,
+/// or in kd's data directory.
+pub fn log_file_of(db: &DbLocation) -> Result<PathBuf, PathError> {
+    match db {
+        DbLocation::File(f) => Ok(log_path(f)),
+        DbLocation::Url(_) => Ok(data_dir()?.join("kdd.log")),
+    }
+}
+
 /// The database path, from an explicit flag, the environment, or the default.
 pub fn db_path(explicit: Option<&Path>) -> Result<PathBuf, PathError> {
     db_path_with(explicit, |k| std::env::var_os(k), || directories::BaseDirs::new().map(|d| d.data_dir().to_path_buf()))
@@ -63,12 +127,7 @@ pub fn db_path_with(
     if let Some(p) = env(ENV_DB).filter(|p| !p.is_empty()) {
         return Ok(PathBuf::from(p));
     }
-    let data = env("XDG_DATA_HOME")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .or_else(platform_data_dir)
-        .ok_or(PathError::NoDataDir)?;
-    Ok(data.join("kd").join("kd.sqlite3"))
+    Ok(data_dir_with(env, platform_data_dir)?.join("kd.sqlite3"))
 }
 
 /// Why a socket directory cannot be trusted: someone else could listen
@@ -151,6 +210,16 @@ pub fn log_path(db: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_postgres_url_is_told_from_a_file() {
+        for url in ["postgres://kd@db/kd", "postgresql://db/kd?sslmode=verify-full", "POSTGRES://x"] {
+            assert!(is_db_url(url), "{url}");
+        }
+        for file in ["/data/kd.sqlite3", "postgres.db", "./postgres:/x", "", "postgres:/x"] {
+            assert!(!is_db_url(file), "{file}");
+        }
+    }
 
     fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<OsString> {
         move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| OsString::from(v))

@@ -24,6 +24,18 @@ pub struct Hello {
     pub max_request_bytes: Option<u32>,
 }
 
+/// A kdd node of the registry, as `daemon.status` lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct NodeStatus {
+    pub id: String,
+    pub host: String,
+    pub pid: u32,
+    /// How long ago its last heartbeat was, by the registry's clock.
+    pub heartbeat_ms_ago: u64,
+    /// Whether it is the daemon that answered.
+    pub this: bool,
+}
+
 /// Answer to `daemon.status`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct DaemonStatus {
@@ -32,7 +44,19 @@ pub struct DaemonStatus {
     pub pid: u32,
     pub uptime_ms: u64,
     pub socket: String,
+    /// Where the registry is: a file, or a PostgreSQL database's URL
+    /// without its password.
     pub db: String,
+    /// The registry's engine: `sqlite` or `postgres` (older daemons: none,
+    /// which was SQLite).
+    #[serde(default)]
+    pub engine: String,
+    /// This daemon's node (`kdd --node`, by default the host name).
+    #[serde(default)]
+    pub node: String,
+    /// The live nodes of the registry, this one included (one for SQLite).
+    #[serde(default)]
+    pub nodes: Vec<NodeStatus>,
     pub schema_version: u32,
     /// Number of threads in the registry.
     pub threads: u64,

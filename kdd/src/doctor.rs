@@ -139,7 +139,7 @@ async fn probe_mcp(kd: &Path) -> Result<(), String> {
 }
 
 async fn database(db: &Db) -> Check {
-    let what = format!("{} (schema {})", db.path().display(), db.schema_version());
+    let what = format!("{} (schema {})", db.location(), db.schema_version());
     match db.integrity_check().await {
         Ok(rows) if rows == ["ok"] => check("database", CheckStatus::Ok, format!("{what}, integrity ok")),
         Ok(rows) => check("database", CheckStatus::Fail, format!("{what}: {}", rows.join("; "))),

@@ -5,6 +5,11 @@
 //! the same JSON. A subscriber that falls more than [`CAPACITY`] events
 //! behind loses the oldest and is told how many (`lagged`); messages are
 //! then re-read from the registry, so only transient items are lost.
+//!
+//! On a registry several nodes share, an engine installs a **relay**
+//! ([`Hub::relay_to`]): everything published here also goes to it, for
+//! the other nodes; what comes from them is published with
+//! [`Hub::publish_here`], which reaches this node's subscribers only.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -39,9 +44,13 @@ pub enum RunMark {
     Delta(String, u64),
 }
 
+/// Where every event published on this node also goes.
+type Relay = Box<dyn Fn(Arc<str>, Arc<Published>) + Send + Sync>;
+
 #[derive(Default)]
 pub struct Hub {
     threads: Mutex<HashMap<String, broadcast::Sender<Arc<Published>>>>,
+    relay: std::sync::OnceLock<Relay>,
     subscriptions: AtomicU64,
     /// Told whenever a subscription ends.
     ended: tokio::sync::Notify,
@@ -65,17 +74,52 @@ impl Hub {
         }
     }
 
-    /// Sends `event` to the thread's subscribers; free when there are none.
+    /// Sends `event` to the thread's subscribers (and to the relay, when
+    /// there is one); free when there are none.
     pub fn publish(&self, thread: &str, event: ThreadEvent) {
+        self.send(thread, event, self.relay.get());
+    }
+
+    /// Sends `event`, which came from another node, to this node's
+    /// subscribers of the thread only.
+    pub fn publish_here(&self, thread: &str, event: ThreadEvent) {
+        self.send(thread, event, None);
+    }
+
+    /// From now on every event published on this node also goes to `relay`
+    /// (set once: by the engine that shares the registry with other nodes).
+    pub fn relay_to(&self, relay: impl Fn(Arc<str>, Arc<Published>) + Send + Sync + 'static) {
+        if self.relay.set(Box::new(relay)).is_err() {
+            tracing::error!("a second relay of the hub was refused");
+        }
+    }
+
+    /// The threads this node has subscribers of.
+    pub fn watched(&self) -> Vec<String> {
+        let threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
+        threads.iter().filter(|(_, tx)| tx.receiver_count() > 0).map(|(t, _)| t.clone()).collect()
+    }
+
+    /// Whether this node has subscribers of `thread`.
+    pub fn is_watched(&self, thread: &str) -> bool {
+        let threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
+        threads.get(thread).is_some_and(|tx| tx.receiver_count() > 0)
+    }
+
+    fn send(&self, thread: &str, event: ThreadEvent, relay: Option<&Relay>) {
         let tx = {
             let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
-            let Some(tx) = threads.get(thread) else { return };
-            if tx.receiver_count() == 0 {
-                threads.remove(thread);
-                return;
+            match threads.get(thread) {
+                Some(tx) if tx.receiver_count() == 0 => {
+                    threads.remove(thread);
+                    None
+                }
+                tx => tx.cloned(),
             }
-            tx.clone()
         };
+        if tx.is_none() && relay.is_none() {
+            return;
+        }
         // Serialised outside the map lock: other threads publish meanwhile.
         let seq = match &event {
             ThreadEvent::Message { message } => Some(message.seq),
@@ -91,7 +135,13 @@ impl Hub {
         };
         match serde_json::value::to_raw_value(&event) {
             Ok(json) => {
-                let _ = tx.send(Arc::new(Published { seq, run, json }));
+                let published = Arc::new(Published { seq, run, json });
+                if let Some(relay) = relay {
+                    relay(Arc::from(thread), published.clone());
+                }
+                if let Some(tx) = tx {
+                    let _ = tx.send(published);
+                }
             }
             Err(e) => tracing::error!("cannot serialise a thread event: {e}"),
         }
@@ -166,5 +216,23 @@ mod tests {
             hub.publish("t", message(seq));
         }
         assert!(matches!(rx.try_recv(), Err(broadcast::error::TryRecvError::Lagged(5))));
+    }
+
+    #[test]
+    fn the_relay_gets_what_is_published_here_and_not_what_came_from_elsewhere() {
+        let hub = Hub::new();
+        let relayed = Arc::new(Mutex::new(Vec::new()));
+        let into = relayed.clone();
+        hub.relay_to(move |thread, p| into.lock().unwrap().push((thread.to_string(), p.seq)));
+        let mut rx = hub.subscribe("t");
+        // Relayed even with no subscriber here: other nodes may have some.
+        hub.publish("unwatched", message(1));
+        hub.publish("t", message(2));
+        hub.publish_here("t", message(3));
+        assert_eq!(*relayed.lock().unwrap(), vec![("unwatched".to_string(), Some(1)), ("t".to_string(), Some(2))]);
+        assert_eq!(rx.try_recv().unwrap().seq, Some(2));
+        assert_eq!(rx.try_recv().unwrap().seq, Some(3), "another node's event reaches this node's subscribers");
+        assert_eq!(hub.watched(), vec!["t".to_string()]);
+        assert!(hub.is_watched("t") && !hub.is_watched("unwatched"));
     }
 }

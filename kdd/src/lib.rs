@@ -74,7 +74,9 @@ use state::Daemon;
 #[derive(Debug, Clone)]
 pub struct Options {
     pub socket: PathBuf,
-    pub db: PathBuf,
+    pub db: kd_proto::paths::DbLocation,
+    /// This daemon's node name on a shared registry (`--node`).
+    pub node: String,
     /// Whether kd chose the database's place (no `--db` or `KD_DB`): then its
     /// directory is kd's and is kept private too.
     pub db_dir_is_kds: bool,
@@ -85,6 +87,24 @@ pub struct Options {
     pub reap_interval: std::time::Duration,
     /// How long a codex app-server may sit idle before it is stopped.
     pub agent_idle: std::time::Duration,
+}
+
+/// This machine's name, as the kernel has it.
+pub fn host_name() -> String {
+    rustix::system::uname().nodename().to_string_lossy().into_owned()
+}
+
+/// The node name a daemon takes by default: the host name, lowercased,
+/// with what a node name may not hold made `-`.
+pub fn default_node() -> String {
+    let name: String = host_name()
+        .to_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') { c } else { '-' })
+        .skip_while(|c| !c.is_ascii_alphanumeric())
+        .take(kd_proto::names::MAX_NAME_LEN)
+        .collect();
+    if name.is_empty() { "kdd".into() } else { name }
 }
 
 /// Runs the daemon until SIGTERM, SIGINT or `daemon.shutdown`. Prints one
@@ -107,8 +127,16 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
     // confined (identity).
     identity::reaper::become_subreaper();
     let hub = Arc::new(Hub::new());
-    private::tighten_database(&opts.db, opts.db_dir_is_kds);
-    let db = Db::open(&opts.db, hub.clone())?;
+    if let Some(file) = opts.db.file() {
+        private::tighten_database(file, opts.db_dir_is_kds);
+    }
+    let me = db::Node {
+        id: opts.node.clone(),
+        host: host_name(),
+        pid: std::process::id(),
+        socket: opts.socket.display().to_string(),
+    };
+    let db = Db::open(&opts.db, hub.clone(), me).await?;
     let recovered = agent::recover(&db, &opts.socket).await.context("cannot recover runs left in flight")?;
     if recovered > 0 {
         tracing::warn!("recorded {recovered} run(s) left in flight by the previous daemon as interrupted");
@@ -123,7 +151,7 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
     identity::reaper::spawn(daemon.close.clone());
     tracing::info!(
         socket = %opts.socket.display(),
-        db = %opts.db.display(),
+        db = %daemon.db.location(),
         schema = daemon.db.schema_version(),
         "kdd {} listening",
         kd_proto::VERSION

@@ -16,9 +16,14 @@ struct Args {
     /// Socket to listen on [default: $KD_SOCKET, $XDG_RUNTIME_DIR/kd/kdd.sock, /tmp/kd-$UID/kdd.sock]
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
-    /// SQLite database [default: $KD_DB, $XDG_DATA_HOME/kd/kd.sqlite3]
-    #[arg(long, value_name = "PATH")]
+    /// The registry: a SQLite file, or a PostgreSQL database's URL
+    /// (postgres://user@host/db) shared by several kdd [default: $KD_DB, $XDG_DATA_HOME/kd/kd.sqlite3]
+    #[arg(long, value_name = "PATH|URL")]
     db: Option<PathBuf>,
+    /// This daemon's name among the nodes of a shared (PostgreSQL) registry
+    /// [default: $KD_NODE, the host name]
+    #[arg(long, value_name = "NAME", env = "KD_NODE", value_parser = node_name)]
+    node: Option<String>,
     /// Write logs to this file instead of stderr (RUST_LOG sets the level)
     #[arg(long, value_name = "PATH")]
     log_file: Option<PathBuf>,
@@ -59,6 +64,11 @@ struct Args {
     agent_idle_ms: u64,
 }
 
+/// A node name, as `kd_proto::names` allows it.
+fn node_name(s: &str) -> Result<String, String> {
+    kd_proto::names::check_node_name(s).map(|()| s.to_string()).map_err(|e| e.to_string())
+}
+
 /// The longest any duration flag may be, in milliseconds: a day.
 const MAX_FLAG_MS: u64 = 24 * 60 * 60 * 1000;
 
@@ -95,7 +105,7 @@ fn say(line: &str) {
 }
 
 fn run(args: Args, args_log_to_file: bool) -> ExitCode {
-    let db = match kd_proto::paths::db_path(args.db.as_deref()) {
+    let db = match kd_proto::paths::db_location(args.db.as_deref()) {
         Ok(db) => db,
         Err(e) => {
             say(&format!("kdd: {e}"));
@@ -106,6 +116,7 @@ fn run(args: Args, args_log_to_file: bool) -> ExitCode {
         socket: kd_proto::paths::socket_path(args.socket.as_deref()),
         db,
         db_dir_is_kds: !kd_proto::paths::db_place_chosen(args.db.as_deref()),
+        node: args.node.clone().unwrap_or_else(kdd::default_node),
         limits: Limits {
             max_connections: args.max_connections.max(1),
             max_request_bytes: args.max_request_bytes,

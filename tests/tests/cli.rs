@@ -316,6 +316,8 @@ async fn daemon_start_status_restart_and_stop() {
     assert!(out.stdout.starts_with("kdd already running"), "{}", out.stdout);
     let out = run(kd(&["daemon", "status"])).await;
     assert!(out.status.success() && out.stdout.contains("threads   0"), "{}", out.stdout);
+    // The registry's engine is named.
+    assert!(out.stdout.contains("(sqlite, schema "), "{}", out.stdout);
     let first_pid = pid_of(&run(kd(&["daemon", "status", "--json"])).await.stdout);
     let out = run(kd(&["daemon", "restart"])).await;
     assert!(out.status.success(), "{}", out.stderr);

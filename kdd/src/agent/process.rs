@@ -25,6 +25,21 @@ pub fn spawn(inv: &Invocation, cwd: &Path) -> std::io::Result<Child> {
     spawn_for(inv, cwd, cwd)
 }
 
+/// The variables that may hold the registry's credentials: a PostgreSQL
+/// password (in `KD_DB`'s URL, or libpq's own variables) is kdd's, never an
+/// agent's.
+const REGISTRY_SECRETS: &[&str] = &["PGPASSWORD", "PGPASSFILE", "PGSERVICEFILE", "PGSERVICE"];
+
+/// Keeps the registry's credentials out of an agent's environment.
+fn keep_registry_secrets(cmd: &mut Command) {
+    for var in REGISTRY_SECRETS {
+        cmd.env_remove(var);
+    }
+    if std::env::var(kd_proto::paths::ENV_DB).is_ok_and(|db| kd_proto::paths::is_db_url(&db)) {
+        cmd.env_remove(kd_proto::paths::ENV_DB);
+    }
+}
+
 /// [`spawn`] in `cwd` of a long-lived agent serving `workspace` (an ACP
 /// agent working in a member's worktree serves the King's workspace).
 pub fn spawn_for(inv: &Invocation, cwd: &Path, workspace: &Path) -> std::io::Result<Child> {
@@ -44,6 +59,7 @@ pub fn spawn_for(inv: &Invocation, cwd: &Path, workspace: &Path) -> std::io::Res
     for var in crate::service::MANAGER_VARS {
         cmd.env_remove(var);
     }
+    keep_registry_secrets(&mut cmd);
     set_up_child(&mut cmd);
     children::spawn(&mut cmd, origin(inv, workspace))
 }
@@ -203,6 +219,17 @@ fn kill_while(doomed: impl Fn(u32, &Stat) -> bool) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_agent_never_inherits_the_registrys_credentials() {
+        let mut cmd = Command::new("true");
+        cmd.env("PGPASSWORD", "secret");
+        keep_registry_secrets(&mut cmd);
+        let envs: Vec<_> = cmd.as_std().get_envs().collect();
+        for var in REGISTRY_SECRETS {
+            assert!(envs.contains(&(std::ffi::OsStr::new(var), None)), "{var} removed: {envs:?}");
+        }
+    }
 
     #[tokio::test]
     async fn children_get_their_own_group_and_cwd() {

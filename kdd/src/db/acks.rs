@@ -104,7 +104,7 @@ pub fn progress(conn: &Connection, thread: &str, acked: &[Ack], out: &mut Outbox
     Ok(())
 }
 
-impl super::Db {
+impl super::Sqlite {
     /// `kd ack`: settles what `member` owes on `thread` (for `broadcast`
     /// only, when given) and tells subscribers who still owes.
     pub async fn acknowledge(&self, thread: String, member: String, broadcast: Option<String>) -> DbResult<Vec<Ack>> {

@@ -130,7 +130,7 @@ pub fn ask(
     Ok(Asked { thread, message, exchange, steps })
 }
 
-impl super::Db {
+impl super::Sqlite {
     pub async fn ask(&self, t: Option<NewThread>, messages: Vec<NewMessage>, x: NewExchange) -> DbResult<Asked> {
         self.write(move |c, out| ask(c, super::now_ms(), t, messages, x, out)).await
     }
@@ -260,7 +260,7 @@ pub fn route(conn: &Connection, now: i64, r: Routing, out: &mut Outbox) -> DbRes
     Ok(Routed { message, kept, participants })
 }
 
-impl super::Db {
+impl super::Sqlite {
     pub async fn route(&self, r: Routing) -> DbResult<Routed> {
         self.write(move |c, out| route(c, super::now_ms(), r, out)).await
     }

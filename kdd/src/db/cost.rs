@@ -201,7 +201,7 @@ pub fn exchange(conn: &Connection, thread: &str, king: u64) -> DbResult<f64> {
     Ok(micro_dollars(cost))
 }
 
-impl super::Db {
+impl super::Sqlite {
     pub async fn cost_report(&self, f: Filter, by: CostBy) -> DbResult<CostReport> {
         self.read(move |c| report(c, &f, by)).await
     }

@@ -118,7 +118,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Event> {
     })
 }
 
-impl super::Db {
+impl super::Sqlite {
     pub async fn events(&self, filter: EventFilter) -> DbResult<Vec<Event>> {
         self.read(move |c| list(c, &filter)).await
     }
@@ -155,7 +155,7 @@ impl Record {
     }
 }
 
-impl super::Db {
+impl super::Sqlite {
     /// Records events that change nothing else (decisions, warnings).
     pub async fn record(&self, events: Vec<Record>) -> DbResult<()> {
         self.write(move |c, _| {

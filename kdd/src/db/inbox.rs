@@ -277,7 +277,7 @@ pub fn overrides(conn: &Connection, workspace: &str, member: &str) -> DbResult<V
     Ok(out)
 }
 
-impl super::Db {
+impl super::Sqlite {
     pub async fn inbox(&self, q: Query) -> DbResult<Vec<InboxItem>> {
         self.write(move |c, _| read(c, super::now_ms(), &q)).await
     }

@@ -189,7 +189,7 @@ pub fn delete(conn: &Connection, now: i64, id: &str, out: &mut Outbox) -> DbResu
     Ok(messages as u64)
 }
 
-impl super::Db {
+impl super::Sqlite {
     pub async fn set_thread_status(
         &self,
         id: String,

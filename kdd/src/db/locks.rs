@@ -186,7 +186,7 @@ fn record(
     )
 }
 
-impl super::Db {
+impl super::Sqlite {
     pub async fn acquire_lock(
         &self,
         resource: String,

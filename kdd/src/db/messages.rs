@@ -285,7 +285,7 @@ pub(super) fn parse_kind(s: &str) -> MessageKind {
     }
 }
 
-impl super::Db {
+impl super::Sqlite {
     pub async fn append_message(&self, m: NewMessage) -> DbResult<Message> {
         self.write(move |c, out| append(c, super::now_ms(), m, out)).await
     }

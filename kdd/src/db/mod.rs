@@ -19,6 +19,8 @@
 pub mod acks;
 mod checkpoint;
 pub mod compose;
+#[cfg(test)]
+mod contract;
 pub mod cost;
 pub mod events;
 pub mod exchanges;
@@ -27,7 +29,9 @@ pub mod lifecycle;
 pub mod locks;
 pub mod messages;
 mod page_json;
+pub mod pg;
 mod pool;
+mod registry;
 pub mod runs;
 pub mod schema;
 pub mod search;
@@ -48,6 +52,7 @@ use crate::hub::Hub;
 use pool::ReadPool;
 use writer::Job;
 
+pub use registry::{Db, Node};
 pub use writer::MAX_BATCH;
 
 /// Errors of the registry. Mapped once, at the RPC edge, to error codes.
@@ -55,6 +60,12 @@ pub use writer::MAX_BATCH;
 pub enum DbError {
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    #[error("database error: {0}")]
+    Postgres(String),
+    /// The database cannot be reached (connection lost or refused, no free
+    /// connection in time): this operation fails, kdd keeps serving.
+    #[error("the database is unavailable: {0}")]
+    Unavailable(String),
     #[error("{0} not found")]
     NotFound(String),
     #[error("{0}")]
@@ -114,8 +125,8 @@ impl Outbox {
     }
 }
 
-/// Handle to the registry; cheap to share behind an `Arc`.
-pub struct Db {
+/// The SQLite engine: one writer thread, a pool of readers.
+pub struct Sqlite {
     jobs: mpsc::Sender<Job>,
     readers: Arc<ReadPool>,
     path: PathBuf,
@@ -124,10 +135,10 @@ pub struct Db {
     writer: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
-impl Db {
+impl Sqlite {
     /// Opens (creating if needed) and migrates the database, and starts the
     /// writer thread. Refuses a database whose schema is newer than ours.
-    pub fn open(path: &Path, hub: Arc<Hub>) -> DbResult<Db> {
+    pub fn open(path: &Path, hub: Arc<Hub>) -> DbResult<Sqlite> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| DbError::Migration {
                 path: path.to_path_buf(),
@@ -163,7 +174,7 @@ impl Db {
             path: path.to_path_buf(),
             reason: format!("cannot start writer: {e}"),
         })?;
-        Ok(Db {
+        Ok(Sqlite {
             jobs: tx,
             readers: Arc::new(ReadPool::new(path.to_path_buf())),
             path: path.to_path_buf(),

@@ -263,7 +263,7 @@ impl<'a> RowJson<'a> {
     }
 }
 
-impl super::Db {
+impl super::Sqlite {
     /// A page for `thread.messages`: read forwards, it is written as JSON
     /// from the rows (this module); from the end, it is a list.
     pub async fn messages_page(&self, thread: String, page: Page) -> DbResult<kd_proto::types::Messages> {

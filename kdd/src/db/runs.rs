@@ -321,7 +321,7 @@ pub fn recover(conn: &Connection, now: i64, out: &mut Outbox) -> DbResult<usize>
     Ok(orphans.len())
 }
 
-impl super::Db {
+impl super::Sqlite {
     pub async fn insert_run(&self, run: RunInfo, step: Option<StepId>) -> DbResult<()> {
         self.write(move |c, out| insert(c, super::now_ms(), &run, step, out)).await
     }

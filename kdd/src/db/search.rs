@@ -186,7 +186,7 @@ fn bad_query(e: rusqlite::Error) -> DbError {
     }
 }
 
-impl super::Db {
+impl super::Sqlite {
     /// Searches, after indexing every message written before.
     pub async fn search(&self, q: String, f: Filter) -> DbResult<Vec<SearchHit>> {
         self.index_messages().await?;

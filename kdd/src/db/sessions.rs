@@ -311,7 +311,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Session> {
     })
 }
 
-impl super::Db {
+impl super::Sqlite {
     /// Starts a session; a refusal is [`DbError::SessionActive`] (and is
     /// recorded in the event log).
     pub async fn start_session(&self, s: NewSession) -> DbResult<Session> {

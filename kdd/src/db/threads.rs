@@ -233,7 +233,7 @@ fn lineage_str(l: Lineage) -> &'static str {
     }
 }
 
-impl super::Db {
+impl super::Sqlite {
     pub async fn create_thread(&self, t: NewThread) -> DbResult<Thread> {
         self.write(move |c, out| create(c, super::now_ms(), t, out)).await
     }

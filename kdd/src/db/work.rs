@@ -167,7 +167,7 @@ pub fn run_work(conn: &Connection, run: &str) -> DbResult<(Option<String>, Optio
 }
 
 /// The operations kdd's work runs and `kd work` call: one transaction each.
-impl super::Db {
+impl super::Sqlite {
     /// Records a member's new worktree (`vote`: the task is a best-of-N).
     pub async fn add_worktree(&self, w: Worktree, vote: bool) -> DbResult<()> {
         self.write(move |c, _| insert(c, &w, vote)).await

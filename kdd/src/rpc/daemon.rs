@@ -26,7 +26,13 @@ pub async fn status(d: &Daemon) -> RpcResult<DaemonStatus> {
         pid: std::process::id(),
         uptime_ms: d.started.elapsed().as_millis() as u64,
         socket: d.socket.display().to_string(),
-        db: d.db.path().display().to_string(),
+        db: d.db.location(),
+        engine: d.db.engine().to_string(),
+        node: d.db.node().id.clone(),
+        nodes: d.db.nodes().await.unwrap_or_else(|e| {
+            tracing::warn!("cannot list the registry's nodes: {e}");
+            Vec::new()
+        }),
         schema_version: d.db.schema_version(),
         threads: d.db.thread_count(),
         runs_in_flight: d.agents.runs.count() as u64,

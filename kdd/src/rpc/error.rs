@@ -27,7 +27,12 @@ impl From<DbError> for ErrorObjectOwned {
             }
             DbError::StepTaken(_) => ErrorCode::Conflict.error(msg),
             DbError::Closed => ErrorCode::ShuttingDown.error("the daemon is shutting down"),
+            DbError::Unavailable(_) => {
+                tracing::error!("database unavailable: {msg}");
+                ErrorCode::Internal.error(msg)
+            }
             DbError::Sqlite(_)
+            | DbError::Postgres(_)
             | DbError::Internal(_)
             | DbError::SchemaTooNew { .. }
             | DbError::Migration { .. }

@@ -457,7 +457,13 @@ mod tests {
     async fn every_served_method_is_documented_and_every_documented_method_is_served() {
         let tmp = tempfile::tempdir().unwrap();
         let hub = Arc::new(Hub::new());
-        let db = Db::open(&tmp.path().join("kd.sqlite3"), hub.clone()).unwrap();
+        let db = Db::open(
+            &kd_proto::paths::DbLocation::File(tmp.path().join("kd.sqlite3")),
+            hub.clone(),
+            crate::db::Node::here("test"),
+        )
+        .await
+        .unwrap();
         let module = module(Arc::new(Daemon::new(
             db,
             hub,

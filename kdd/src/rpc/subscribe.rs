@@ -171,14 +171,14 @@ pub async fn run(
                     // Stopping: what is queued (the runs' ends) goes out first.
                     loop {
                         match rx.try_recv() {
-                            Ok(p) => forward(&out, &p, &snapshots, &mut last).await?,
+                            Ok(p) => forward(&out, &thread, &p, &snapshots, &mut last).await?,
                             Err(TryRecvError::Lagged(_)) => continue,
                             Err(_) => return Ok(()),
                         }
                     }
                 }
                 event = rx.recv() => match event {
-                    Ok(p) => forward(&out, &p, &snapshots, &mut last).await?,
+                    Ok(p) => forward(&out, &thread, &p, &snapshots, &mut last).await?,
                     Err(RecvError::Lagged(missed)) => {
                         tracing::debug!(thread, missed, "subscriber lagged");
                         out.event(&ThreadEvent::Lagged { missed }).await?;
@@ -202,11 +202,23 @@ fn backlog_page(d: &Daemon, after: u64) -> Page {
 }
 
 /// Sends a live event unless the backlog or a snapshot already covered it.
-async fn forward(out: &Out<'_>, p: &Published, snapshots: &HashMap<String, Seen>, last: &mut u64) -> Result<(), Stop> {
+async fn forward(
+    out: &Out<'_>,
+    thread: &str,
+    p: &Published,
+    snapshots: &HashMap<String, Seen>,
+    last: &mut u64,
+) -> Result<(), Stop> {
     if already_sent(snapshots, p.run.as_ref()) {
         return Ok(());
     }
     if let Some(seq) = p.seq {
+        // A seq further on than the next: messages committed before it were
+        // not told here (another node's, a lost notification, or published
+        // after it): they are read from the registry first, in order.
+        if seq > *last + 1 {
+            out.backlog(thread, last).await?;
+        }
         if seq <= *last {
             return Ok(());
         }

@@ -42,7 +42,7 @@ pub fn git_error(e: GitError) -> ErrorObjectOwned {
 /// <repo name>-<thread>/`, beside the database, never inside the King's
 /// tree.
 pub fn worktrees_dir(db: &Db, repo: &Path, thread: &str) -> PathBuf {
-    let data = db.path().parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+    let data = db.data_dir();
     let name: String = repo
         .file_name()
         .map(|n| n.to_string_lossy().chars().map(|c| if c.is_alphanumeric() || c == '-' { c } else { '_' }).collect())

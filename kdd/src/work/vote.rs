@@ -108,7 +108,7 @@ pub async fn drive(co: &Arc<Coord>, x: ExchangeId) -> Result<(), Halt> {
         body
     };
     let message = kd_message(&t.id, seq, body, &correlation, Purpose::Tally);
-    match db.kd_step(x, tally, message, |_| vec![]).await? {
+    match db.kd_step(x, tally, message, Box::new(|_| vec![])).await? {
         KdStep::Written(_) | KdStep::Already(_) => {}
         KdStep::Ended(state) => return Err(Halt::Failed(format!("the exchange is {}", state.as_str()))),
     }

@@ -216,7 +216,23 @@ async fn status(ctx: &Ctx, a: StatusArgs) -> anyhow::Result<ExitCode> {
     }
     plainln!("kdd {} running (pid {}, up {})", s.version, s.pid, fmt::duration_ms(s.uptime_ms))?;
     plainln!("  socket    {}", s.socket)?;
-    plainln!("  database  {} (schema {})", s.db, s.schema_version)?;
+    let engine = if s.engine.is_empty() { "sqlite" } else { s.engine.as_str() };
+    plainln!("  database  {} ({engine}, schema {})", s.db, s.schema_version)?;
+    if !s.node.is_empty() {
+        plainln!("  node      {}", kd_client::terminal::safe(&s.node))?;
+    }
+    let others: Vec<String> = s
+        .nodes
+        .iter()
+        .filter(|n| !n.this)
+        .map(|n| {
+            let (id, host) = (kd_client::terminal::safe(&n.id), kd_client::terminal::safe(&n.host));
+            format!("{id} ({host}, pid {}, {} ms ago)", n.pid, n.heartbeat_ms_ago)
+        })
+        .collect();
+    if !others.is_empty() {
+        plainln!("  others    {}", others.join(", "))?;
+    }
     plainln!("  protocol  {}", s.protocol)?;
     if s.socket_activated {
         plainln!("  started   by the service manager (socket activation)")?;

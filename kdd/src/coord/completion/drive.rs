@@ -231,7 +231,7 @@ async fn kd_step(
         _ => kd_proto::types::Purpose::Tally,
     };
     let m = kd_message(&d.x.thread, d.x.seq, body, &d.id, wire);
-    match d.co.council.agents.db.kd_step(d.x.id, key, m, events).await? {
+    match d.co.council.agents.db.kd_step(d.x.id, key, m, Box::new(events)).await? {
         KdStep::Written(m) | KdStep::Already(m) => Ok(m),
         KdStep::Ended(state) => Err(Halt::Failed(format!("the completion is {}", state.as_str()))),
     }

@@ -52,7 +52,7 @@ fn step(s: Step) -> StepInfo {
     }
 }
 
-impl crate::db::Db {
+impl crate::db::Sqlite {
     /// `exchange.get`: see [`info`].
     pub async fn exchange_info(&self, thread: String, seq: u64) -> DbResult<Option<ExchangeInfo>> {
         self.read(move |c| info(c, &thread, seq)).await

@@ -16,7 +16,7 @@ use super::{
 };
 use crate::db::events::Record;
 use crate::db::messages::{self, NewMessage, Page};
-use crate::db::{Db, DbError, DbResult, Outbox, now_ms};
+use crate::db::{DbError, DbResult, Outbox, Sqlite, now_ms};
 
 /// What came of a kd step.
 #[derive(Debug, Clone, PartialEq)]
@@ -169,11 +169,11 @@ pub fn steps_with_messages(conn: &Connection, x: ExchangeId) -> DbResult<Vec<(St
     Ok(out)
 }
 
-impl Db {
-    pub async fn kd_step<F>(&self, x: ExchangeId, key: StepKey, m: NewMessage, events: F) -> DbResult<KdStep>
-    where
-        F: FnOnce(&Message) -> Vec<Record> + Send + 'static,
-    {
+/// The events a kd step records with its message, made from it.
+pub type EventsOf = Box<dyn FnOnce(&Message) -> Vec<Record> + Send>;
+
+impl Sqlite {
+    pub async fn kd_step(&self, x: ExchangeId, key: StepKey, m: NewMessage, events: EventsOf) -> DbResult<KdStep> {
         self.write(move |c, out| kd_step(c, now_ms(), x, &key, m, events, out)).await
     }
 

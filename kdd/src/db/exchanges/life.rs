@@ -13,7 +13,7 @@ use super::{
 };
 use crate::db::events::{self, NewEvent};
 use crate::db::messages::{self, NewMessage};
-use crate::db::{Db, DbError, DbResult, Outbox, now_ms};
+use crate::db::{DbError, DbResult, Outbox, Sqlite, now_ms};
 
 fn event(conn: &Connection, now: i64, kind: &str, x: &Exchange, data: serde_json::Value) -> DbResult<()> {
     let correlation = format!("x-{}", x.seq);
@@ -168,7 +168,7 @@ pub fn open_at(conn: &Connection, thread: &str, seq: u64) -> DbResult<Option<Exc
         .optional()?)
 }
 
-impl Db {
+impl Sqlite {
     pub async fn open_exchange_at(&self, thread: String, seq: u64) -> DbResult<Option<ExchangeId>> {
         self.read(move |c| open_at(c, &thread, seq)).await
     }

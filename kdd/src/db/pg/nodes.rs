@@ -1,0 +1,158 @@
+//! This kdd among the others on one PostgreSQL registry: its row in
+//! `nodes` (who it is, where, since when), its heartbeat, and who is live.
+//!
+//! Liveness is decided by one clock, the database's: a node is live while
+//! its last heartbeat is younger than the lease. A node name is held by one
+//! process at a time: a second kdd taking a live name is refused, unless the
+//! holder is a dead process of this same host (a restart after a crash
+//! takes its name back at once). Every start is a new incarnation: what the
+//! previous one held is not this one's.
+
+use std::time::Duration;
+
+use kd_proto::types::NodeStatus;
+
+use super::Pg;
+use crate::db::{DbError, DbResult, Node, now_ms};
+
+/// How long a node stays live after its last heartbeat.
+pub const LEASE: Duration = Duration::from_secs(15);
+
+impl Pg {
+    /// Takes the name `me.id` for this process (refused while another live
+    /// process holds it); this start's incarnation.
+    pub async fn join(&self, me: &Node, alive: &(dyn Fn(u32) -> bool + Sync)) -> DbResult<i64> {
+        let mut c = self.conn().await?;
+        let tx = c.transaction().await?;
+        tx.execute("SELECT pg_advisory_xact_lock(hashtextextended('kd.node:' || $1, 0))", &[&me.id]).await?;
+        let held = tx
+            .query_opt(
+                "SELECT host, pid, (extract(epoch FROM now() - heartbeat_at) * 1000)::bigint FROM nodes \
+                 WHERE id = $1 AND state = 'live' AND heartbeat_at > now() - make_interval(secs => $2)",
+                &[&me.id, &LEASE.as_secs_f64()],
+            )
+            .await?;
+        if let Some(row) = held {
+            let (host, pid, ago): (String, i64, i64) = (row.get(0), row.get(1), row.get(2));
+            let pid = u32::try_from(pid).unwrap_or(0);
+            let ours = host == me.host && (pid == me.pid || !alive(pid));
+            if !ours {
+                return Err(DbError::Invalid(format!(
+                    "node {} is already live (host {host}, pid {pid}, heartbeat {} ms ago); give this kdd another \
+                     --node (or KD_NODE)",
+                    me.id,
+                    ago.max(0)
+                )));
+            }
+        }
+        let row = tx
+            .query_one(
+                "INSERT INTO nodes (id, host, pid, socket, kdd_version, started_at, heartbeat_at, clock_ms, \
+                 incarnation, state) VALUES ($1, $2, $3, $4, $5, now(), now(), $6, 1, 'live') \
+                 ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid, socket = excluded.socket, \
+                 kdd_version = excluded.kdd_version, started_at = now(), heartbeat_at = now(), \
+                 clock_ms = excluded.clock_ms, incarnation = nodes.incarnation + 1, state = 'live', reaped_at = NULL \
+                 RETURNING incarnation",
+                &[&me.id, &me.host, &i64::from(me.pid), &me.socket, &kd_proto::VERSION, &now_ms()],
+            )
+            .await?;
+        tx.commit().await?;
+        Ok(row.get(0))
+    }
+
+    /// Says this node is live; false when another process took its name.
+    pub async fn heartbeat(&self, me: &Node, incarnation: i64) -> DbResult<bool> {
+        let c = self.conn().await?;
+        let n = c
+            .execute(
+                "UPDATE nodes SET heartbeat_at = now(), clock_ms = $2, state = 'live' \
+                 WHERE id = $1 AND incarnation = $3",
+                &[&me.id, &now_ms(), &incarnation],
+            )
+            .await?;
+        Ok(n == 1)
+    }
+
+    /// This node stops: it is no longer live.
+    pub async fn leave(&self, me: &Node, incarnation: i64) -> DbResult<()> {
+        let c = self.conn().await?;
+        c.execute("UPDATE nodes SET state = 'stopped' WHERE id = $1 AND incarnation = $2", &[&me.id, &incarnation])
+            .await?;
+        Ok(())
+    }
+
+    /// The live nodes, by name.
+    pub async fn nodes(&self, me: &Node) -> DbResult<Vec<NodeStatus>> {
+        let c = self.conn().await?;
+        let rows = c
+            .query(
+                "SELECT id, host, pid, (extract(epoch FROM now() - heartbeat_at) * 1000)::bigint FROM nodes \
+                 WHERE state = 'live' AND heartbeat_at > now() - make_interval(secs => $1) ORDER BY id",
+                &[&LEASE.as_secs_f64()],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let id: String = r.get(0);
+                NodeStatus {
+                    this: id == me.id,
+                    id,
+                    host: r.get(1),
+                    pid: u32::try_from(r.get::<_, i64>(2)).unwrap_or(0),
+                    heartbeat_ms_ago: u64::try_from(r.get::<_, i64>(3)).unwrap_or(0),
+                }
+            })
+            .collect())
+    }
+}
+
+/// Keeps `me` live until the registry closes, a heartbeat every third of
+/// the lease.
+pub(crate) fn beat(pg: std::sync::Arc<Pg>, me: Node, incarnation: i64) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(LEASE / 3);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if pg.is_closed() {
+                return;
+            }
+            match pg.heartbeat(&me, incarnation).await {
+                Ok(true) => {}
+                Ok(false) => tracing::error!(node = me.id, "another kdd took this node's name"),
+                Err(e) => tracing::warn!(node = me.id, "cannot say this node is live: {e}"),
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(id: &str, pid: u32) -> Node {
+        Node { id: id.into(), host: "h1".into(), pid, socket: "/s".into() }
+    }
+
+    #[tokio::test]
+    async fn a_live_name_is_one_processs_until_it_dies() {
+        let Some((pg, _db)) = super::super::testing::fresh().await else { return };
+        let a = node("a", 100);
+        let first = pg.join(&a, &|_| true).await.unwrap();
+        // Another live process of the same name is refused, naming the holder.
+        let e = pg.join(&node("a", 200), &|_| true).await.unwrap_err().to_string();
+        assert!(e.contains("node a is already live (host h1, pid 100"), "{e}");
+        // A restart after a crash (the holder's pid is dead) takes it back.
+        let again = pg.join(&node("a", 200), &|pid| pid != 100).await.unwrap();
+        assert_eq!(again, first + 1, "a new incarnation");
+        assert!(!pg.heartbeat(&a, first).await.unwrap(), "the old incarnation's heartbeat is refused");
+        pg.join(&node("b", 300), &|_| true).await.unwrap();
+        let live: Vec<String> = pg.nodes(&node("b", 300)).await.unwrap().into_iter().map(|n| n.id).collect();
+        assert_eq!(live, ["a", "b"]);
+        pg.leave(&node("b", 300), 1).await.unwrap();
+        let live = pg.nodes(&a).await.unwrap();
+        assert_eq!(live.len(), 1);
+        assert!(live[0].this && live[0].pid == 200);
+    }
+}
