@@ -235,13 +235,25 @@ pub fn migrations(engine: Engine) -> usize {
 }
 
 impl fmt::Display for TestDb {
-    /// As kdd names its registry (`daemon.status`'s `db`).
+    /// As kdd names its registry (`daemon.status`'s `db`): the path, or the
+    /// URL as `postgres://` without a password.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             TestDb::File(p) => write!(f, "{}", p.display()),
-            TestDb::Postgres(pg) => f.write_str(&pg.url),
+            TestDb::Postgres(pg) => f.write_str(&shown(&pg.url)),
         }
     }
+}
+
+/// `url` as kdd shows it: scheme `postgres://`, no password.
+fn shown(url: &str) -> String {
+    let rest = url.strip_prefix("postgresql://").or_else(|| url.strip_prefix("postgres://")).unwrap_or(url);
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let authority = match authority.rsplit_once('@') {
+        Some((user, host)) => format!("{}@{host}", user.split(':').next().unwrap_or(user)),
+        None => authority.to_string(),
+    };
+    format!("postgres://{authority}{path}")
 }
 
 impl fmt::Debug for TestDb {
@@ -578,6 +590,8 @@ mod tests {
             "postgresql://kd:pw@db:5433/t?sslmode=require"
         );
         assert_eq!(with_dbname("postgres://kd@db", "t"), "postgres://kd@db/t");
+        assert_eq!(shown("postgresql://kd:pw@db:5433/t?sslmode=require"), "postgres://kd@db:5433/t?sslmode=require");
+        assert_eq!(shown("postgres://postgres@%2Ftmp%2Fkd-pg.Ab12/t"), "postgres://postgres@%2Ftmp%2Fkd-pg.Ab12/t");
     }
 
     #[test]
