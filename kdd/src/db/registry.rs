@@ -330,7 +330,7 @@ impl Db {
             }
             DbLocation::Url(url) => {
                 let data = kd_proto::paths::data_dir().map_err(|e| DbError::Invalid(e.to_string()))?;
-                let pg = Arc::new(Pg::open(url, hub.clone()).await?);
+                let pg = Arc::new(Pg::open_as(url, hub.clone(), &me.id).await?);
                 let incarnation = match pg.join(&me, &crate::proc::pid_alive).await {
                     Ok(i) => i,
                     Err(e) => {

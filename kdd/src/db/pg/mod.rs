@@ -84,16 +84,26 @@ impl Pg {
     /// and counts its threads. Refuses a database whose schema is newer than
     /// ours.
     pub async fn open(url: &str, hub: Arc<Hub>) -> DbResult<Pg> {
-        Self::open_sized(url, hub, POOL_SIZE).await
+        Self::open_sized(url, hub, POOL_SIZE, None).await
+    }
+
+    /// [`Pg::open`] for node `node`: every connection names it
+    /// (`kd.node`), so what this node writes records where it runs.
+    pub async fn open_as(url: &str, hub: Arc<Hub>, node: &str) -> DbResult<Pg> {
+        Self::open_sized(url, hub, POOL_SIZE, Some(node)).await
     }
 
     /// [`Pg::open`] with a pool of `size` connections.
-    pub async fn open_sized(url: &str, hub: Arc<Hub>, size: usize) -> DbResult<Pg> {
+    pub async fn open_sized(url: &str, hub: Arc<Hub>, size: usize, node: Option<&str>) -> DbResult<Pg> {
         let mut target = url::parse(url)?;
-        let options = match target.config.get_options() {
+        let mut options = match target.config.get_options() {
             Some(own) if !own.is_empty() => format!("{own} {SESSION_OPTIONS}"),
             _ => SESSION_OPTIONS.to_string(),
         };
+        // A node name is `[a-z0-9_.-]` (kd_proto::names): nothing to quote.
+        if let Some(node) = node.filter(|n| kd_proto::names::check_node_name(n).is_ok()) {
+            options.push_str(&format!(" -c kd.node={node}"));
+        }
         target.config.options(options);
         if target.config.get_application_name().is_none() {
             target.config.application_name("kdd");

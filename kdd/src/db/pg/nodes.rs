@@ -107,6 +107,24 @@ impl Pg {
     }
 }
 
+/// Where the holder of a row of `table` (`sessions` by `id`, `locks` by
+/// `resource`) runs, when it is another node than this connection's
+/// (`kd.node`), and whether that node is live.
+pub(crate) async fn holder_node(
+    c: &impl deadpool_postgres::GenericClient,
+    table: &'static str,
+    key: &'static str,
+    value: &str,
+) -> DbResult<Option<(String, bool)>> {
+    let sql = format!(
+        "SELECT r.node_id, coalesce(n.state = 'live' AND n.heartbeat_at > now() - make_interval(secs => $2), false) \
+         FROM {table} r LEFT JOIN nodes n ON n.id = r.node_id \
+         WHERE r.{key} = $1 AND r.node_id IS DISTINCT FROM current_setting('kd.node', true) AND r.node_id IS NOT NULL"
+    );
+    let row = c.query_opt(&c.prepare_cached(&sql).await?, &[&value, &LEASE.as_secs_f64()]).await?;
+    Ok(row.map(|r| (r.get(0), r.get(1))))
+}
+
 /// Keeps `me` live until the registry closes, a heartbeat every third of
 /// the lease.
 pub(crate) fn beat(pg: std::sync::Arc<Pg>, me: Node, incarnation: i64) {

@@ -99,7 +99,8 @@ pub(crate) async fn resume(
     }
     c.execute(
         &c.prepare_cached(
-            "UPDATE sessions SET status = 'active', holder = $2, pid = $3, last_active_at = $4 WHERE id = $1",
+            "UPDATE sessions SET status = 'active', holder = $2, pid = $3, last_active_at = $4, \
+             node_id = current_setting('kd.node', true) WHERE id = $1",
         )
         .await?,
         &[&id, &holder, &pid.map(i64::from), &now],
@@ -190,7 +191,8 @@ async fn refuse(
         )
         .await?;
     }
-    Ok(Taken::Rejected { session: active.id, holder: active.holder, pid: active.pid })
+    let node = super::nodes::holder_node(c, "sessions", "id", &active.id).await?.map(|(node, _)| node);
+    Ok(Taken::Rejected { session: active.id, holder: active.holder, pid: active.pid, node })
 }
 
 pub(crate) async fn end(c: &impl GenericClient, now: i64, e: &SessionEnd) -> DbResult<Session> {
@@ -297,6 +299,11 @@ async fn active_for(c: &impl GenericClient, thread: &str, agent: &str) -> DbResu
 /// If the active session's holder process is dead, expires it and returns
 /// true; a session without a pid is never reclaimed.
 async fn reclaim_if_dead(c: &impl GenericClient, now: i64, s: &Session, alive: Alive<'_>) -> DbResult<bool> {
+    // A holder on another node lives as long as its node does.
+    let elsewhere = super::nodes::holder_node(c, "sessions", "id", &s.id).await?;
+    let node_alive = elsewhere.as_ref().map(|(_, live)| *live);
+    let by_node = |_: u32| node_alive.unwrap_or(false);
+    let alive: Alive<'_> = if node_alive.is_some() { &by_node } else { alive };
     let Some(pid) = dead_holder(s, alive) else { return Ok(false) };
     c.execute(
         &c.prepare_cached(
@@ -464,7 +471,7 @@ mod tests {
         for t in tasks {
             match t.await.unwrap() {
                 Ok(s) => allowed.push(s),
-                Err(DbError::SessionActive { session, holder, pid }) => refused.push((session, holder, pid)),
+                Err(DbError::SessionActive { session, holder, pid, .. }) => refused.push((session, holder, pid)),
                 Err(e) => panic!("neither allowed nor refused: {e}"),
             }
         }
@@ -514,7 +521,7 @@ mod tests {
         let first = pg.start_session(new("t", "claude", None, "a", Some(dead))).await.unwrap();
         let held = pg.start_session(new("t", "codex", None, "a", Some(std::process::id()))).await.unwrap();
         match pg.start_session(new("t", "codex", None, "b", None)).await {
-            Err(DbError::SessionActive { session, holder, pid }) => {
+            Err(DbError::SessionActive { session, holder, pid, .. }) => {
                 assert_eq!((session, holder.as_deref(), pid), (held.id.clone(), Some("a"), Some(std::process::id())))
             }
             other => panic!("not refused: {other:?}"),
