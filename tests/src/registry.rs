@@ -86,6 +86,9 @@ pub struct PgDb {
     /// The database's own URL, as kdd gets it.
     pub url: String,
     pub name: String,
+    /// Whether it is dropped with this value (the first node's is; a
+    /// second node on it shares it).
+    owned: bool,
 }
 
 impl TestDb {
@@ -117,6 +120,20 @@ impl TestDb {
         match self {
             TestDb::File(p) => p,
             TestDb::Postgres(pg) => panic!("{} is no file: a test of the SQLite file needs sqlite_only!", pg.url),
+        }
+    }
+
+    /// The same PostgreSQL database, for another node (dropped with this
+    /// one, not with the copy). A SQLite file is no registry to share.
+    pub fn shared(&self) -> TestDb {
+        match self {
+            TestDb::File(p) => panic!("{} cannot be shared by two nodes: that takes PostgreSQL", p.display()),
+            TestDb::Postgres(pg) => TestDb::Postgres(PgDb {
+                admin: pg.admin.clone(),
+                url: pg.url.clone(),
+                name: pg.name.clone(),
+                owned: false,
+            }),
         }
     }
 
@@ -277,13 +294,16 @@ impl PgDb {
         let (a, n) = (admin.clone(), name.clone());
         block_on(async move { postgres::admin(&a, &format!("CREATE DATABASE \"{n}\"")).await })
             .unwrap_or_else(|e| panic!("cannot make the test's database {name} on {admin}: {e}"));
-        PgDb { admin, url, name }
+        PgDb { admin, url, name, owned: true }
     }
 }
 
 impl Drop for PgDb {
     /// Drops the database, whoever is still connected; never panics.
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         let (admin, name) = (self.admin.clone(), self.name.clone());
         let sql = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
         let dropped = try_block_on(async move { postgres::admin(&admin, &sql).await });
