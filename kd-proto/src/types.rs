@@ -34,6 +34,10 @@ pub struct NodeStatus {
     pub heartbeat_ms_ago: u64,
     /// Whether it is the daemon that answered.
     pub this: bool,
+    /// How far its clock was from the registry's at its last heartbeat
+    /// (positive: ahead).
+    #[serde(default)]
+    pub clock_skew_ms: i64,
 }
 
 /// Answer to `daemon.status`.

@@ -21,6 +21,9 @@ fn check(subject: &str, status: CheckStatus, detail: impl Into<String>) -> Check
 
 pub async fn run(db: &Db, workspace: &Path) -> Vec<Check> {
     let mut checks = vec![database(db).await];
+    if db.engine() != "sqlite" {
+        checks.push(nodes(db).await);
+    }
     let (config_checks, members) = council(workspace);
     for c in config_checks {
         // kd's MCP server is started as the agent CLIs start it, and must
@@ -144,6 +147,35 @@ async fn database(db: &Db) -> Check {
         Ok(rows) if rows == ["ok"] => check("database", CheckStatus::Ok, format!("{what}, integrity ok")),
         Ok(rows) => check("database", CheckStatus::Fail, format!("{what}: {}", rows.join("; "))),
         Err(e) => check("database", CheckStatus::Fail, format!("{what}: {e}")),
+    }
+}
+
+/// The largest clock skew between a node and the registry kd accepts
+/// quietly: lock expiries and thread ages use each node's clock.
+const MAX_SKEW_MS: i64 = 1_000;
+
+/// The live nodes of a shared registry, and how far their clocks are from
+/// the registry's.
+async fn nodes(db: &Db) -> Check {
+    let nodes = match db.nodes().await {
+        Ok(n) => n,
+        Err(e) => return check("nodes", CheckStatus::Fail, format!("cannot list the nodes: {e}")),
+    };
+    let skewed: Vec<String> = nodes
+        .iter()
+        .filter(|n| n.clock_skew_ms.abs() > MAX_SKEW_MS)
+        .map(|n| format!("{} is {} ms {}", n.id, n.clock_skew_ms.abs(), if n.clock_skew_ms > 0 { "ahead" } else { "behind" }))
+        .collect();
+    let names: Vec<&str> = nodes.iter().map(|n| n.id.as_str()).collect();
+    let live = format!("{} live ({}), this one {}", nodes.len(), names.join(", "), db.node().id);
+    if skewed.is_empty() {
+        check("nodes", CheckStatus::Ok, format!("{live}; clocks within {MAX_SKEW_MS} ms of the registry's"))
+    } else {
+        check(
+            "nodes",
+            CheckStatus::Warn,
+            format!("{live}; clock skew: {} — lock expiries and thread ages use each node's clock", skewed.join(", ")),
+        )
     }
 }
 

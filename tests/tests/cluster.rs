@@ -90,7 +90,7 @@ async fn a_session_held_on_node_a_is_refused_on_b_naming_the_holder_and_the_node
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn kd_daemon_status_names_the_engine_this_node_and_the_other() {
+async fn kd_daemon_status_and_kd_doctor_name_the_engine_this_node_and_the_other() {
     let Some((a, b)) = two_nodes() else { return };
     let mut k = b.kd();
     k.args(["daemon", "status"]);
@@ -100,6 +100,11 @@ async fn kd_daemon_status_names_the_engine_this_node_and_the_other() {
     assert!(out.stdout.contains("  node      b\n"), "{}", out.stdout);
     assert!(out.stdout.contains("  others    a ("), "{}", out.stdout);
     assert!(out.stdout.contains(&format!("pid {}", a.pid)), "{}", out.stdout);
+    // kd doctor checks the nodes and their clocks.
+    let mut k = b.kd();
+    k.arg("doctor");
+    let out = run(k).await;
+    assert!(out.stdout.contains("2 live (a, b), this one b; clocks within 1000 ms"), "{}", out.stdout);
     // A third kdd may not take a live node's name.
     let taken = tokio::task::spawn_blocking({
         let db = a.db.shared();

@@ -359,6 +359,7 @@ impl Db {
                 pid: self.me.pid,
                 heartbeat_ms_ago: 0,
                 this: true,
+                clock_skew_ms: 0,
             }]),
             Engine::Postgres { pg, .. } => pg.nodes(&self.me).await,
         }

@@ -4,6 +4,7 @@
 //! and goes on.
 
 pub mod chat;
+pub mod cluster;
 pub mod codex;
 pub mod cost;
 pub mod daemon;

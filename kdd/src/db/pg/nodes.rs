@@ -86,7 +86,8 @@ impl Pg {
         let c = self.conn().await?;
         let rows = c
             .query(
-                "SELECT id, host, pid, (extract(epoch FROM now() - heartbeat_at) * 1000)::bigint FROM nodes \
+                "SELECT id, host, pid, (extract(epoch FROM now() - heartbeat_at) * 1000)::bigint, \
+                 clock_ms - (extract(epoch FROM heartbeat_at) * 1000)::bigint FROM nodes \
                  WHERE state = 'live' AND heartbeat_at > now() - make_interval(secs => $1) ORDER BY id",
                 &[&LEASE.as_secs_f64()],
             )
@@ -101,6 +102,7 @@ impl Pg {
                     host: r.get(1),
                     pid: u32::try_from(r.get::<_, i64>(2)).unwrap_or(0),
                     heartbeat_ms_ago: u64::try_from(r.get::<_, i64>(3)).unwrap_or(0),
+                    clock_skew_ms: r.get(4),
                 }
             })
             .collect())
