@@ -259,7 +259,7 @@ pub(crate) async fn in_flight(c: &impl GenericClient) -> DbResult<Vec<Orphan>> {
     let st = c
         .prepare_cached(
             "SELECT id, thread_id, member, pid, pid_start FROM runs WHERE status = 'waiting' OR status = 'streaming' \
-             ORDER BY started_at, id",
+             ORDER BY started_at, ordinal, id",
         )
         .await?;
     c.query(&st, &[])
