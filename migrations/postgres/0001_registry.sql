@@ -70,7 +70,8 @@ CREATE TABLE threads (
     summary          text COLLATE "C",
     summary_by       text COLLATE "C",
     -- The node whose host holds the workspace (the creator); NULL: any.
-    node_id          text COLLATE "C",
+    -- A node names itself on every connection (`-c kd.node=…`).
+    node_id          text COLLATE "C" DEFAULT current_setting('kd.node', true),
     search           tsvector GENERATED ALWAYS AS (
         setweight(to_tsvector('kd', coalesce(title, '')), 'A')
         || setweight(to_tsvector('kd', coalesce(summary, '')), 'B')) STORED
@@ -132,7 +133,7 @@ CREATE TABLE sessions (
     -- The last message seq the session's agent was given.
     seen_seq           bigint,
     -- The holder's node while active.
-    node_id            text COLLATE "C"
+    node_id            text COLLATE "C" DEFAULT current_setting('kd.node', true)
 );
 -- Single resume: at most one active session per thread and agent.
 CREATE UNIQUE INDEX sessions_one_active ON sessions (thread_id, agent) WHERE status = 'active';
@@ -146,7 +147,7 @@ CREATE TABLE locks (
     acquired_at bigint NOT NULL,
     expires_at  bigint NOT NULL,
     -- The holder pid's node.
-    node_id     text COLLATE "C"
+    node_id     text COLLATE "C" DEFAULT current_setting('kd.node', true)
 );
 
 -- The event log (F-R6). Not tied to threads by a foreign key: it is an
@@ -184,7 +185,7 @@ CREATE TABLE exchanges (
     ended_at       bigint,
     -- The node that must drive it (the thread's owner when begun), the node
     -- driving it now, until when, and the lease's fencing token.
-    node_id        text COLLATE "C" NOT NULL DEFAULT 'local',
+    node_id        text COLLATE "C" NOT NULL DEFAULT coalesce(current_setting('kd.node', true), 'local'),
     lease_owner    text COLLATE "C",
     lease_until    timestamptz,
     lease_epoch    bigint NOT NULL DEFAULT 0,
@@ -258,7 +259,7 @@ CREATE TABLE runs (
     -- The step the run was started for.
     step_id     bigint REFERENCES exchange_steps (id) ON DELETE SET NULL,
     -- Where its process runs.
-    node_id     text COLLATE "C" NOT NULL DEFAULT 'local'
+    node_id     text COLLATE "C" NOT NULL DEFAULT coalesce(current_setting('kd.node', true), 'local')
 );
 CREATE INDEX runs_by_thread ON runs (thread_id, started_at);
 CREATE INDEX runs_in_flight ON runs (status) WHERE status IN ('waiting', 'streaming');

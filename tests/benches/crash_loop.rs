@@ -36,8 +36,7 @@ use std::time::{Duration, Instant};
 
 use kd_client::KdApiClient;
 use kd_proto::types::ThreadEvent;
-use kd_tests::{Kdd, Workspace, collect_until};
-use rusqlite::{Connection, OpenFlags};
+use kd_tests::{Kdd, TestDb, Workspace, collect_until};
 
 /// What a round found wrong, if anything.
 #[derive(Default)]
@@ -213,40 +212,20 @@ async fn crash_loop(rounds: usize) -> Tally {
 /// Steps answered twice: an answer (kind `agent`) given twice by one member
 /// in one round of one exchange — read from the messages alone — or two
 /// answers of one journal step.
-fn answered_twice(db: &std::path::Path) -> Vec<String> {
-    let conn = open(db);
-    let mut twice: Vec<String> = conn
-        .prepare(
-            "SELECT thread_id || ' ' || sender || ' round ' || round || ' ' || coalesce(purpose, 'answer') FROM messages
-             WHERE kind = 'agent' AND thread_id IN (SELECT thread_id FROM exchanges)
-             GROUP BY thread_id, sender, round, purpose HAVING count(*) > 1",
-        )
-        .expect("query")
-        .query_map([], |r| r.get(0))
-        .expect("rows")
-        .collect::<Result<_, _>>()
-        .expect("rows");
-    let steps: Vec<String> = conn
-        .prepare(
-            "SELECT 'step ' || r.step_id FROM runs r JOIN messages m ON m.thread_id = r.thread_id AND m.seq = r.message_seq
-             WHERE m.kind = 'agent' AND r.step_id IS NOT NULL GROUP BY r.step_id HAVING count(*) > 1",
-        )
-        .expect("query")
-        .query_map([], |r| r.get(0))
-        .expect("rows")
-        .collect::<Result<_, _>>()
-        .expect("rows");
-    twice.extend(steps);
-    let tallies: Vec<String> = conn
-        .prepare(
-            "SELECT thread_id || ' tally' FROM messages WHERE purpose = 'tally' GROUP BY thread_id HAVING count(*) > 1",
-        )
-        .expect("query")
-        .query_map([], |r| r.get(0))
-        .expect("rows")
-        .collect::<Result<_, _>>()
-        .expect("rows");
-    twice.extend(tallies);
+fn answered_twice(db: &TestDb) -> Vec<String> {
+    let texts = |sql: &str| -> Vec<String> { db.query(sql, &[]).iter().map(|r| r[0].text().to_string()).collect() };
+    let mut twice = texts(
+        "SELECT thread_id || ' ' || sender || ' round ' || round || ' ' || coalesce(purpose, 'answer') FROM messages
+         WHERE kind = 'agent' AND thread_id IN (SELECT thread_id FROM exchanges)
+         GROUP BY thread_id, sender, round, purpose HAVING count(*) > 1",
+    );
+    twice.extend(texts(
+        "SELECT 'step ' || r.step_id FROM runs r JOIN messages m ON m.thread_id = r.thread_id AND m.seq = r.message_seq
+         WHERE m.kind = 'agent' AND r.step_id IS NOT NULL GROUP BY r.step_id HAVING count(*) > 1",
+    ));
+    twice.extend(texts(
+        "SELECT thread_id || ' tally' FROM messages WHERE purpose = 'tally' GROUP BY thread_id HAVING count(*) > 1",
+    ));
     twice
 }
 
@@ -257,24 +236,20 @@ async fn finish_councils(kdd: &Kdd, threads: &[String], votes: &[String], tally:
     tally.exchanges = threads.len() + votes.len();
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
-        let open: i64 = open(&kdd.db)
-            .query_row("SELECT count(*) FROM exchanges WHERE state = 'open'", [], |r| r.get(0))
-            .expect("exchanges");
+        let open = kdd.db.one("SELECT count(*) FROM exchanges WHERE state = 'open'", &[]).int();
         if open == 0 || Instant::now() > deadline {
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let conn = open(&kdd.db);
     for t in threads {
-        let (state, answers): (String, i64) = conn
-            .query_row(
-                "SELECT x.state, (SELECT count(*) FROM messages m WHERE m.thread_id = x.thread_id AND m.kind = 'agent')
-                 FROM exchanges x WHERE x.thread_id = ?1",
-                [t],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .unwrap_or_else(|_| ("missing".into(), 0));
+        let found = kdd.db.query(
+            "SELECT x.state, (SELECT count(*) FROM messages m WHERE m.thread_id = x.thread_id AND m.kind = 'agent')
+             FROM exchanges x WHERE x.thread_id = $1",
+            &[t.into()],
+        );
+        let (state, answers) =
+            found.first().map_or(("missing".to_string(), 0), |r| (r[0].text().to_string(), r[1].int()));
         if state == "done" && answers == 9 {
             tally.completed += 1;
         } else {
@@ -282,22 +257,23 @@ async fn finish_councils(kdd: &Kdd, threads: &[String], votes: &[String], tally:
         }
     }
     for t in votes {
-        let counted: rusqlite::Result<(String, i64, i64, i64, i64)> = conn.query_row(
+        let counted = kdd.db.query(
             "SELECT x.state,
                  (SELECT count(*) FROM messages m WHERE m.thread_id = x.thread_id AND m.kind = 'agent' AND m.purpose IS NULL),
                  (SELECT count(*) FROM messages m WHERE m.thread_id = x.thread_id AND m.kind = 'agent' AND m.purpose = 'ballot'),
                  (SELECT count(*) FROM messages m WHERE m.thread_id = x.thread_id AND m.purpose = 'tally'),
                  (SELECT count(*) FROM messages m WHERE m.thread_id = x.thread_id AND m.kind = 'agent' AND m.purpose = 'synthesis')
-             FROM exchanges x WHERE x.thread_id = ?1",
-            [t],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+             FROM exchanges x WHERE x.thread_id = $1",
+            &[t.into()],
         );
+        let counted =
+            counted.first().map(|r| (r[0].text().to_string(), r[1].int(), r[2].int(), r[3].int(), r[4].int()));
         match counted {
-            Ok((state, 3, 3, 1, 1)) if state == "done" => tally.completed += 1,
+            Some((state, 3, 3, 1, 1)) if state == "done" => tally.completed += 1,
             other => tally.failures.push(format!("vote of {t}: {other:?}, expected done with 3, 3, 1, 1")),
         }
     }
-    let count = |sql: &str| -> usize { conn.query_row(sql, [], |r| r.get::<_, i64>(0)).expect(sql) as usize };
+    let count = |sql: &str| -> usize { kdd.db.one(sql, &[]).int() as usize };
     tally.rerun = count("SELECT count(*) FROM exchange_steps WHERE attempts > 1");
     tally.replaced = count(
         "SELECT count(*) FROM messages m WHERE m.kind = 'agent' AND m.replaces IS NOT NULL AND EXISTS
@@ -310,25 +286,21 @@ async fn finish_councils(kdd: &Kdd, threads: &[String], votes: &[String], tally:
     }
 }
 
-fn open(db: &std::path::Path) -> Connection {
-    Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY).expect("open the database")
-}
-
 /// The runs the dead daemon had in flight, with their agents' pids and the
 /// text saved for them.
-fn read_in_flight(db: &std::path::Path) -> Vec<InFlight> {
-    let conn = open(db);
-    let mut stmt = conn
-        .prepare(
-            "SELECT r.id, r.pid, r.partial || coalesce((SELECT group_concat(text, '') FROM
-                 (SELECT text FROM run_partials p WHERE p.run_id = r.id ORDER BY p.id)), '')
-             FROM runs r WHERE r.status IN ('waiting', 'streaming')",
-        )
-        .expect("query runs");
-    stmt.query_map([], |r| Ok(InFlight { id: r.get(0)?, pid: r.get(1)?, saved: r.get(2)? }))
-        .expect("runs")
-        .collect::<Result<_, _>>()
-        .expect("runs")
+fn read_in_flight(db: &TestDb) -> Vec<InFlight> {
+    let sql = db.pick(
+        "SELECT r.id, r.pid, r.partial || coalesce((SELECT group_concat(text, '') FROM
+             (SELECT text FROM run_partials p WHERE p.run_id = r.id ORDER BY p.id)), '')
+         FROM runs r WHERE r.status IN ('waiting', 'streaming')",
+        "SELECT r.id, r.pid, r.partial || coalesce((SELECT string_agg(text, '' ORDER BY p.id)
+             FROM run_partials p WHERE p.run_id = r.id), '')
+         FROM runs r WHERE r.status IN ('waiting', 'streaming')",
+    );
+    let rows = db.query(sql, &[]);
+    rows.iter()
+        .map(|r| InFlight { id: r[0].text().to_string(), pid: r[1].opt_int(), saved: r[2].text().to_string() })
+        .collect()
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -369,19 +341,18 @@ async fn check_round(
     if !ms.iter().enumerate().all(|(i, m)| m.seq == i as u64 + 1) {
         fail("seq not dense in the round's thread".into());
     }
-    let conn = open(&kdd.db);
     tally.in_flight += in_flight.len();
     for run in in_flight {
-        let (status, seq): (String, Option<i64>) = conn
-            .query_row("SELECT status, message_seq FROM runs WHERE id = ?1", [&run.id], |r| Ok((r.get(0)?, r.get(1)?)))
-            .expect("run");
+        let found = kdd.db.query("SELECT status, message_seq FROM runs WHERE id = $1", &[(&run.id).into()]);
+        let (status, seq) = (found[0][0].text().to_string(), found[0][1].opt_int());
         let body: Option<String> = seq.and_then(|s| {
-            conn.query_row(
-                "SELECT body FROM messages m JOIN runs r ON r.thread_id = m.thread_id WHERE r.id = ?1 AND m.seq = ?2 AND m.kind = 'interrupted'",
-                rusqlite::params![run.id, s],
-                |r| r.get(0),
-            )
-            .ok()
+            kdd.db
+                .query(
+                    "SELECT body FROM messages m JOIN runs r ON r.thread_id = m.thread_id WHERE r.id = $1 AND m.seq = $2 AND m.kind = 'interrupted'",
+                    &[(&run.id).into(), s.into()],
+                )
+                .first()
+                .map(|r| r[0].text().to_string())
         });
         let expected = if run.saved.is_empty() { "(interrupted before it said anything)" } else { run.saved.as_str() };
         match body {
@@ -399,23 +370,22 @@ async fn check_round(
         }
     }
     // Resumed council runs hold their sessions; the streaming ones none.
-    let active: i64 = conn
-        .query_row(
+    let active = kdd
+        .db
+        .one(
             "SELECT count(*) FROM sessions WHERE status = 'active'
-             AND thread_id NOT IN (SELECT id FROM threads WHERE workspace = ?1)",
-            [councils],
-            |r| r.get(0),
+             AND thread_id NOT IN (SELECT id FROM threads WHERE workspace = $1)",
+            &[councils.into()],
         )
-        .expect("sessions");
+        .int();
     if active > 0 {
         fail(format!("{active} session(s) left active"));
     }
-    let locks: i64 =
-        conn.query_row("SELECT count(*) FROM locks WHERE pid = ?1", [dead_pid], |r| r.get(0)).expect("locks");
+    let locks = kdd.db.one("SELECT count(*) FROM locks WHERE pid = $1", &[i64::from(dead_pid).into()]).int();
     if locks > 0 {
         fail(format!("{locks} lock(s) held by the dead daemon"));
     }
-    let integrity: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).expect("integrity");
+    let integrity = kdd.db.integrity();
     if integrity != "ok" {
         fail(format!("integrity_check: {integrity}"));
     }

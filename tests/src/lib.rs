@@ -5,14 +5,19 @@
 //! ([`Kdd::kd`]), the Rust client ([`Kdd::client`]) or raw HTTP
 //! ([`http_post`]). Binaries are taken from the cargo target directory, so
 //! build them first: `cargo build --workspace --bins` (the README's test
-//! command does).
+//! command does). The registry is a SQLite file, or with
+//! `KD_TEST_DB=postgres` a database of its own on a PostgreSQL cluster
+//! (see [`registry`]).
 //!
 //! Waiting is always on an event with a deadline ([`within`]), never a sleep.
 
 pub mod bench;
 pub mod kd_mcp;
 pub mod other_user;
+pub mod registry;
 pub mod tmux;
+
+pub use registry::{Engine, TestDb, Val, engine};
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream as StdUnixStream;
@@ -206,14 +211,13 @@ pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) ->
 
 /// The state and reason of each exchange of `thread`, as the journal holds
 /// them (oldest first).
-pub fn exchanges(db: &std::path::Path, thread: &str) -> Vec<(String, Option<String>)> {
-    let conn = rusqlite::Connection::open(db).expect("open the registry");
-    let mut stmt = conn.prepare("SELECT state, reason FROM exchanges WHERE thread_id = ?1 ORDER BY id").expect("sql");
-    stmt.query_map([thread], |r| Ok((r.get(0)?, r.get(1)?))).expect("query").collect::<Result<_, _>>().expect("rows")
+pub fn exchanges(db: &TestDb, thread: &str) -> Vec<(String, Option<String>)> {
+    let rows = db.query("SELECT state, reason FROM exchanges WHERE thread_id = $1 ORDER BY id", &[thread.into()]);
+    rows.iter().map(|r| (r[0].text().to_string(), r[1].opt_text())).collect()
 }
 
 /// Waits until no exchange of `thread` is open (the journal says so).
-pub async fn settled(db: &std::path::Path, thread: &str) -> Vec<(String, Option<String>)> {
+pub async fn settled(db: &TestDb, thread: &str) -> Vec<(String, Option<String>)> {
     within("the exchange to end", async {
         loop {
             let x = exchanges(db, thread);
@@ -230,7 +234,9 @@ pub async fn settled(db: &std::path::Path, thread: &str) -> Vec<(String, Option<
 pub struct Kdd {
     pub dir: TempDir,
     pub socket: PathBuf,
-    pub db: PathBuf,
+    /// Its registry, on the engine of the run ([`registry::engine`]); kept
+    /// across restarts ([`Kdd::launch`] again), dropped after the process.
+    pub db: TestDb,
     pub pid: u32,
     args: Vec<String>,
     env: Vec<(String, String)>,
@@ -288,14 +294,34 @@ impl Kdd {
     /// is found at `$XDG_DATA_HOME/kd/kd.sqlite3` (`XDG_DATA_HOME` in the
     /// daemon's directory), and `--log-file` beside it; with `umask` (e.g.
     /// `0022`) as a user's shell would have it, whatever the test runner's.
+    /// Always SQLite: the default place is a file.
     pub fn start_in_data_home(umask: &str) -> Kdd {
-        let mut kdd = Kdd::unstarted(&[], &[], Stderr::Drained);
+        let mut kdd = Kdd::unstarted_on(&[], &[], Stderr::Drained, |dir| {
+            TestDb::file(dir.join("data").join("kd").join("kd.sqlite3"))
+        });
         kdd.default_db = true;
         kdd.umask = Some(umask.to_string());
-        kdd.db = kdd.dir.path().join("data").join("kd").join("kd.sqlite3");
-        kdd.args = vec!["--log-file".into(), kd_proto::paths::log_path(&kdd.db).display().to_string()];
+        kdd.args = vec!["--log-file".into(), kd_proto::paths::log_path(kdd.db.path()).display().to_string()];
         kdd.launch().unwrap_or_else(|e| panic!("kdd did not start: {e}"));
         kdd
+    }
+
+    /// Starts a second node beside `other`, on its registry (PostgreSQL),
+    /// with arguments (e.g. `--node b`).
+    pub fn start_node_beside(other: &Kdd, args: &[&str]) -> Kdd {
+        Kdd::try_start_node_beside(other, args).unwrap_or_else(|e| panic!("kdd did not start: {e}"))
+    }
+
+    /// [`Kdd::start_node_beside`], giving back why it did not start.
+    pub fn try_start_node_beside(other: &Kdd, args: &[&str]) -> Result<Kdd, String> {
+        Kdd::try_start_on(other.db.shared(), args)
+    }
+
+    /// A daemon on registry `db`, or why it did not start.
+    pub fn try_start_on(db: TestDb, args: &[&str]) -> Result<Kdd, String> {
+        let mut kdd = Kdd::unstarted_on(args, &[], Stderr::Drained, |_| db);
+        kdd.launch()?;
+        Ok(kdd)
     }
 
     /// Starts a daemon whose stderr goes where `stderr` says.
@@ -306,9 +332,14 @@ impl Kdd {
     }
 
     fn unstarted(args: &[&str], env: &[(&str, &str)], stderr: Stderr) -> Kdd {
+        Kdd::unstarted_on(args, env, stderr, |dir| TestDb::fresh(dir.join("data").join("kd.sqlite3")))
+    }
+
+    /// An unstarted daemon whose registry `db` makes, given its directory.
+    fn unstarted_on(args: &[&str], env: &[(&str, &str)], stderr: Stderr, db: impl FnOnce(&Path) -> TestDb) -> Kdd {
         let dir = tempfile::Builder::new().prefix("kd-e2e-").tempdir().expect("tempdir");
         let socket = dir.path().join("run").join("kdd.sock");
-        let db = dir.path().join("data").join("kd.sqlite3");
+        let db = db(dir.path());
         Kdd {
             dir,
             socket,
@@ -360,7 +391,7 @@ impl Kdd {
         if self.default_db {
             cmd.env("XDG_DATA_HOME", self.dir.path().join("data"));
         } else {
-            cmd.arg("--db").arg(&self.db);
+            cmd.arg("--db").arg(self.db.arg());
         }
         cmd.args(&self.args)
             .env("RUST_LOG", "info")
@@ -444,7 +475,7 @@ impl Kdd {
         cmd.arg("--socket")
             .arg(&self.socket)
             .env("KD_NO_AUTOSTART", "1")
-            .env("KD_DB", &self.db)
+            .env("KD_DB", self.db.arg())
             .env_remove("KD_SOCKET")
             .kill_on_drop(true);
         cmd

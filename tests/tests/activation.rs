@@ -41,7 +41,7 @@ async fn sockets_kd_does_not_take_and_listen_variables_never_reach_an_agent() {
     let dir = tempfile::tempdir().unwrap();
     let run = private_dir(dir.path());
     let socket = run.join("kdd.sock");
-    let db = dir.path().join("kd.sqlite3");
+    let db = kd_tests::TestDb::fresh(dir.path().join("kd.sqlite3"));
     // The agent's shell says which of its descriptors are sockets (kd gives
     // it none: stdin is /dev/null, stdout and stderr pipes) and what it has
     // of the manager's variables.
@@ -68,7 +68,7 @@ async fn sockets_kd_does_not_take_and_listen_variables_never_reach_an_agent() {
             .arg("-l")
             .arg(run.join("b.sock"))
             .arg("--fdname=a:kdd:b")
-            .arg(format!("--setenv=KD_DB={}", db.display()))
+            .arg(format!("--setenv=KD_DB={db}"))
             .arg(format!("--setenv=XDG_CONFIG_HOME={}", dir.path().join("config").display()))
             .arg(kd_tests::bin("kdd"))
             .stdin(std::process::Stdio::null())

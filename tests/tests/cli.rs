@@ -7,7 +7,7 @@ use std::sync::Arc;
 use jsonrpsee::RpcModule;
 use kd_client::KdApiClient;
 use kd_proto::types::Thread;
-use kd_tests::{Kdd, bin, run, within, workspace};
+use kd_tests::{Kdd, TestDb, bin, run, within, workspace};
 use tokio::net::UnixListener;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -239,11 +239,12 @@ async fn a_refusing_daemon_is_one_clear_line() {
     assert!(out.stderr.contains("refused the connection: too many connections"), "{}", out.stderr);
 }
 
-fn kd_autostarting(dir: &std::path::Path) -> tokio::process::Command {
+/// `kd` on a socket in `dir`, free to start a kdd on `db`.
+fn kd_autostarting(dir: &std::path::Path, db: &TestDb) -> tokio::process::Command {
     let mut k = tokio::process::Command::new(bin("kd"));
     k.arg("--socket")
         .arg(dir.join("run/kdd.sock"))
-        .env("KD_DB", dir.join("data/kd.sqlite3"))
+        .env("KD_DB", db.arg())
         .env("KD_KDD", bin("kdd"))
         .env_remove("KD_NO_AUTOSTART")
         .kill_on_drop(true);
@@ -263,10 +264,11 @@ impl Drop for StopDaemon {
 #[tokio::test(flavor = "multi_thread")]
 async fn two_kd_invocations_auto_starting_at_once_end_with_one_daemon() {
     let dir = Arc::new(tempfile::tempdir().unwrap());
+    let db = TestDb::fresh(dir.path().join("data/kd.sqlite3"));
     let _stop = StopDaemon(dir.path().to_path_buf());
     let mut runs = Vec::new();
     for _ in 0..2 {
-        let mut threads = kd_autostarting(dir.path());
+        let mut threads = kd_autostarting(dir.path(), &db);
         threads.args(["threads", "--json"]);
         runs.push(tokio::spawn(run(threads)));
     }
@@ -276,7 +278,7 @@ async fn two_kd_invocations_auto_starting_at_once_end_with_one_daemon() {
         assert_eq!(out.stdout.trim(), "[]");
     }
     let status = run({
-        let mut k = kd_autostarting(dir.path());
+        let mut k = kd_autostarting(dir.path(), &db);
         k.args(["daemon", "status", "--json"]);
         k
     })
@@ -292,15 +294,16 @@ async fn two_kd_invocations_auto_starting_at_once_end_with_one_daemon() {
         .unwrap();
     let pids: Vec<&str> = std::str::from_utf8(&kdds.stdout).unwrap().lines().collect();
     assert_eq!(pids, vec![pid.to_string()], "more than one kdd on the socket");
-    assert_eq!(v["db"], dir.path().join("data/kd.sqlite3").display().to_string());
+    assert_eq!(v["db"], db.to_string());
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn daemon_start_status_restart_and_stop() {
     let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::fresh(dir.path().join("data/kd.sqlite3"));
     let _stop = StopDaemon(dir.path().to_path_buf());
     let kd = |args: &'static [&'static str]| {
-        let mut k = kd_autostarting(dir.path());
+        let mut k = kd_autostarting(dir.path(), &db);
         k.args(args);
         k
     };
@@ -314,7 +317,11 @@ async fn daemon_start_status_restart_and_stop() {
     let out = run(kd(&["daemon", "status"])).await;
     assert!(out.status.success() && out.stdout.contains("threads   0"), "{}", out.stdout);
     // The registry's engine is named.
-    assert!(out.stdout.contains("(sqlite, schema "), "{}", out.stdout);
+    let engine = match kd_tests::engine() {
+        kd_tests::Engine::Sqlite => "(sqlite, schema ",
+        kd_tests::Engine::Postgres => "(postgres, schema ",
+    };
+    assert!(out.stdout.contains(engine), "{}", out.stdout);
     let first_pid = pid_of(&run(kd(&["daemon", "status", "--json"])).await.stdout);
     let out = run(kd(&["daemon", "restart"])).await;
     assert!(out.status.success(), "{}", out.stderr);

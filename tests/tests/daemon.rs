@@ -19,11 +19,8 @@ async fn plain_http_post_answers_a_call() {
     assert_eq!(v["id"], 7);
     assert_eq!(v["result"]["pid"], kdd.pid);
     assert_eq!(v["result"]["socket"], kdd.socket.display().to_string());
-    assert_eq!(v["result"]["db"], kdd.db.display().to_string());
-    let migrations = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../migrations"))
-        .unwrap()
-        .filter(|e| e.as_ref().is_ok_and(|e| e.path().extension().is_some_and(|x| x == "sql")))
-        .count();
+    assert_eq!(v["result"]["db"], kdd.db.to_string());
+    let migrations = kd_tests::registry::migrations(kdd.db.engine());
     assert_eq!(v["result"]["schema_version"], migrations, "every migration is applied");
 }
 
@@ -131,10 +128,7 @@ async fn a_stale_socket_file_is_replaced() {
 async fn a_database_with_a_newer_schema_is_refused() {
     let mut kdd = Kdd::start();
     kdd.stop();
-    {
-        let conn = rusqlite::Connection::open(&kdd.db).unwrap();
-        conn.pragma_update(None, "user_version", 99).unwrap();
-    }
+    kdd.db.claim_schema_version(99);
     let err = kdd.launch().unwrap_err();
     assert!(err.contains("schema version 99"), "{err}");
     assert!(err.contains("newer than this kdd knows"), "{err}");
@@ -149,9 +143,7 @@ async fn sigterm_stops_gracefully_and_removes_the_socket() {
     let status = kdd.stop();
     assert!(status.success(), "{status}");
     assert!(!kdd.socket.exists(), "socket left behind");
-    let conn = rusqlite::Connection::open(&kdd.db).unwrap();
-    let ok: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
-    assert_eq!(ok, "ok");
+    assert_eq!(kdd.db.integrity(), "ok");
 }
 
 #[tokio::test(flavor = "multi_thread")]

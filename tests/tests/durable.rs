@@ -4,11 +4,10 @@
 //! given up, backend sessions resumed.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use kd_client::KdApiClient;
 use kd_proto::types::{Aggregation, Completion, ContextMode, Message, MessageKind, Purpose, ThreadEvent};
-use kd_tests::{Hold, Kdd, Workspace, collect_until, records, settled, thread_in, within};
+use kd_tests::{Hold, Kdd, TestDb, Workspace, collect_until, records, settled, thread_in, within};
 
 /// Sends `body` to `thread` for a first round and `auto` auto-rounds.
 async fn ask(c: &kd_client::Client, thread: &str, body: &str, auto: u32) -> u64 {
@@ -61,12 +60,12 @@ async fn streaming(sub: &mut jsonrpsee::core::client::Subscription<ThreadEvent>,
 }
 
 /// Waits until run `run` has saved some of its text (what a kill keeps).
-async fn saved(db: &Path, run: &str) {
+async fn saved(db: &TestDb, run: &str) {
     within("partial text saved", async {
         loop {
-            let n: i64 = rusqlite::Connection::open(db)
-                .and_then(|c| c.query_row("SELECT count(*) FROM run_partials WHERE run_id = ?1", [run], |r| r.get(0)))
-                .unwrap_or(0);
+            let n = db
+                .try_query("SELECT count(*) FROM run_partials WHERE run_id = $1", &[run.into()])
+                .map_or(0, |rows| rows[0][0].int());
             if n > 0 {
                 return;
             }
@@ -287,9 +286,7 @@ async fn an_exchange_older_than_resume_within_is_stopped_and_said() {
     kdd.kill9();
     hold.release();
     // The exchange began two hours ago, as far as the journal knows.
-    let conn = rusqlite::Connection::open(&kdd.db).unwrap();
-    conn.execute("UPDATE exchanges SET created_at = created_at - 7200000", []).unwrap();
-    drop(conn);
+    kdd.db.execute("UPDATE exchanges SET created_at = created_at - 7200000", &[]);
     let before = records(&record).len();
     kdd.launch().unwrap();
     let x = settled(&kdd.db, &t).await;
@@ -528,18 +525,16 @@ async fn complete(
 
 /// Waits until `member` has a run of `thread` for `purpose` (`ballot`,
 /// `synthesis`) that has saved some of its text; its id.
-async fn held_run(db: &Path, thread: &str, member: &str, purpose: &str) -> String {
+async fn held_run(db: &TestDb, thread: &str, member: &str, purpose: &str) -> String {
     let run = within("the held run", async {
         loop {
-            let run: Option<String> = rusqlite::Connection::open(db)
-                .and_then(|c| {
-                    c.query_row(
-                        "SELECT id FROM runs WHERE thread_id = ?1 AND member = ?2 AND purpose = ?3",
-                        [thread, member, purpose],
-                        |r| r.get(0),
-                    )
-                })
-                .ok();
+            let run: Option<String> = db
+                .try_query(
+                    "SELECT id FROM runs WHERE thread_id = $1 AND member = $2 AND purpose = $3",
+                    &[thread.into(), member.into(), purpose.into()],
+                )
+                .ok()
+                .and_then(|rows| rows.first().map(|r| r[0].text().to_string()));
             if let Some(run) = run {
                 return run;
             }

@@ -175,10 +175,7 @@ async fn an_old_thread_is_aged_when_it_is_read() {
     assert_eq!(t.status, ThreadStatus::Active, "as imported");
     // Nothing has happened on it for two days (the import itself was
     // activity: its time is put back by hand).
-    let db = rusqlite::Connection::open(&kdd.db).unwrap();
-    db.busy_timeout(kd_tests::DEADLINE).unwrap();
-    db.execute("UPDATE threads SET last_activity_at = ?1 WHERE id = ?2", rusqlite::params![two_days_ago, t.id])
-        .unwrap();
+    kdd.db.execute("UPDATE threads SET last_activity_at = $1 WHERE id = $2", &[two_days_ago.into(), (&t.id).into()]);
     let mut sub = c.thread_subscribe(t.id.clone(), None, None).await.unwrap();
     let read = c.thread_get(t.id.clone()).await.unwrap();
     assert_eq!(read.status, ThreadStatus::Idle, "aged on reading");
@@ -244,10 +241,8 @@ async fn archive_unarchive_and_delete_from_the_cli() {
     let gone = ClientError::from(c.thread_get(t.clone()).await.unwrap_err());
     assert_eq!(gone.code(), Some(ErrorCode::NotFound));
     // Nothing of it is left in the registry.
-    let db = rusqlite::Connection::open_with_flags(&kdd.db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
     for table in ["messages", "runs", "sessions", "conversation_events", "inbox", "current_threads"] {
-        let n: i64 =
-            db.query_row(&format!("SELECT count(*) FROM {table} WHERE thread_id = ?1"), [&t], |r| r.get(0)).unwrap();
+        let n = kdd.db.one(&format!("SELECT count(*) FROM {table} WHERE thread_id = $1"), &[(&t).into()]).int();
         assert_eq!(n, 0, "{table} keeps rows of the deleted thread");
     }
     std::fs::remove_file(&hold).unwrap();

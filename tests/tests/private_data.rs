@@ -36,12 +36,13 @@ async fn used_daemon(umask: &str) -> (Kdd, Workspace, String) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_data_directory_and_files_are_private_and_agents_keep_the_users_umask() {
+    kd_tests::sqlite_only!("the modes of the SQLite file, its WAL and the data directory");
     // The usual umask, and one that would leave files open to everyone.
     for umask in ["0022", "0000"] {
         let (kdd, _ws, answer) = used_daemon(umask).await;
-        let dir = kdd.db.parent().unwrap();
+        let dir = kdd.db.path().parent().unwrap();
         assert_eq!(mode(dir), 0o700, "{}", dir.display());
-        for f in files(&kdd.db) {
+        for f in files(kdd.db.path()) {
             assert_eq!(mode(&f), 0o600, "umask {umask}: {}", f.display());
         }
         assert_eq!(answer, format!("my umask is {umask}"), "agents create files as the user would");
@@ -50,38 +51,40 @@ async fn the_data_directory_and_files_are_private_and_agents_keep_the_users_umas
 
 #[tokio::test(flavor = "multi_thread")]
 async fn data_made_readable_before_is_tightened_at_start_and_said_so() {
+    kd_tests::sqlite_only!("the modes of the SQLite file, its WAL and the data directory");
     let (mut kdd, _ws, _) = used_daemon("0022").await;
     kdd.stop();
-    let dir = kdd.db.parent().unwrap().to_path_buf();
+    let dir = kdd.db.path().parent().unwrap().to_path_buf();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    for f in files(&kdd.db) {
+    for f in files(kdd.db.path()) {
         if f.exists() {
             std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
         }
     }
     kdd.launch().unwrap();
     assert_eq!(mode(&dir), 0o700);
-    for f in files(&kdd.db).into_iter().filter(|f| f.exists()) {
+    for f in files(kdd.db.path()).into_iter().filter(|f| f.exists()) {
         assert_eq!(mode(&f), 0o600, "{}", f.display());
     }
     // The log is written by a thread of its own: its lines may come just
     // after kdd said it is ready; the stop writes what is queued.
     kdd.stop();
-    let log = std::fs::read_to_string(kd_proto::paths::log_path(&kdd.db)).unwrap();
+    let log = std::fs::read_to_string(kd_proto::paths::log_path(kdd.db.path())).unwrap();
     assert!(log.contains(&format!("{} was open to other users (mode 755); now 700", dir.display())), "{log}");
-    assert!(log.contains(&format!("{} was open to other users (mode 644); now 600", kdd.db.display())), "{log}");
+    assert!(log.contains(&format!("{} was open to other users (mode 644); now 600", kdd.db)), "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_directory_the_user_chose_is_left_as_it_is_but_the_files_are_private() {
+    kd_tests::sqlite_only!("the modes of the SQLite file and its directory");
     let mut kdd = Kdd::start();
     kdd.stop();
-    let dir = kdd.db.parent().unwrap().to_path_buf();
+    let dir = kdd.db.path().parent().unwrap().to_path_buf();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::set_permissions(&kdd.db, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::set_permissions(kdd.db.path(), std::fs::Permissions::from_mode(0o644)).unwrap();
     kdd.launch().unwrap();
     assert_eq!(mode(&dir), 0o755, "an explicit --db is the user's choice of place");
-    assert_eq!(mode(&kdd.db), 0o600);
+    assert_eq!(mode(kdd.db.path()), 0o600);
 }
 
 /// A scratch special file in `dir`, open to everyone as such files are:
@@ -117,6 +120,7 @@ fn kdd_in(dir: &Path, args: &[&std::ffi::OsStr]) -> std::process::Command {
 
 #[test]
 fn a_device_or_fifo_given_as_the_database_or_log_is_never_tightened() {
+    kd_tests::sqlite_only!("a device or FIFO given as the SQLite file");
     let dir = tempfile::tempdir().unwrap();
     for (node, was) in scratch_nodes(dir.path()) {
         // As the database: refused, saying why, and left as it was.

@@ -37,6 +37,7 @@ fn made_by_kdd(prefix: &str) -> PathBuf {
 
 #[test]
 fn a_read_only_database_file_is_refused_at_start() {
+    kd_tests::sqlite_only!("a SQLite file kdd may not write");
     if !other_user::available("a_read_only_database_file_is_refused_at_start") {
         return;
     }
@@ -52,6 +53,7 @@ fn a_read_only_database_file_is_refused_at_start() {
 
 #[test]
 fn a_database_whose_directory_cannot_be_written_is_refused_at_start() {
+    kd_tests::sqlite_only!("a SQLite file whose directory kdd may not write (no room for its WAL)");
     if !other_user::available("a_database_whose_directory_cannot_be_written_is_refused_at_start") {
         return;
     }

@@ -722,12 +722,10 @@ async fn kill_9_during_three_streaming_runs_leaves_nothing_behind() {
     let t = thread_in(&c, &ws, Some(ContextMode::Resume)).await;
     send(&c, &t, "Stream.").await;
     // Wait until every run's partial text has been saved at least once.
-    let db = kdd.db.clone();
     within("partial text saved", async {
         loop {
-            let saved: i64 = rusqlite::Connection::open(&db)
-                .and_then(|conn| conn.query_row("SELECT count(DISTINCT run_id) FROM run_partials", [], |r| r.get(0)))
-                .unwrap_or(0);
+            let saved =
+                kdd.db.try_query("SELECT count(DISTINCT run_id) FROM run_partials", &[]).map_or(0, |r| r[0][0].int());
             if saved == 3 {
                 break;
             }
@@ -757,9 +755,7 @@ async fn kill_9_during_three_streaming_runs_leaves_nothing_behind() {
     assert!(c.run_list(None).await.unwrap().is_empty());
     drop(c);
     kdd.stop();
-    let conn = rusqlite::Connection::open(&kdd.db).unwrap();
-    let ok: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
-    assert_eq!(ok, "ok");
+    assert_eq!(kdd.db.integrity(), "ok");
 }
 
 #[tokio::test(flavor = "multi_thread")]

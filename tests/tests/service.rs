@@ -6,7 +6,7 @@
 use std::os::unix::net::UnixDatagram;
 
 use kd_client::KdApiClient;
-use kd_tests::{Kdd, Workspace, collect_until};
+use kd_tests::{Kdd, TestDb, Workspace, collect_until};
 
 /// The next notification, waiting at most the test deadline.
 fn next(sock: &UnixDatagram) -> String {
@@ -56,6 +56,7 @@ fn kdd_pings_the_watchdog_the_manager_set_for_it() {
     let manager = UnixDatagram::bind(&path).unwrap();
     let private = dir.path().join("run");
     std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700).create(&private).unwrap();
+    let db = TestDb::fresh(private.join("kd.sqlite3"));
     // WATCHDOG_PID must be kdd's own pid, as systemd sets it: a shell that
     // exports its pid and then becomes kdd.
     let mut child = std::process::Command::new("sh")
@@ -63,7 +64,7 @@ fn kdd_pings_the_watchdog_the_manager_set_for_it() {
         .arg("WATCHDOG_PID=$$ exec \"$0\" --socket \"$1\" --db \"$2\"")
         .arg(kd_tests::bin("kdd"))
         .arg(private.join("kd.sock"))
-        .arg(private.join("kd.sqlite3"))
+        .arg(db.arg())
         .env("NOTIFY_SOCKET", &path)
         .env("WATCHDOG_USEC", "100000")
         .stdout(std::process::Stdio::null())
@@ -129,13 +130,14 @@ fn on_the_journal_kdd_logs_priority_prefixed_lines() {
     let manager = UnixDatagram::bind(dir.path().join("notify.sock")).unwrap();
     let private = dir.path().join("run");
     std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700).create(&private).unwrap();
+    let db = TestDb::fresh(private.join("kd.sqlite3"));
     let log = std::fs::File::create(dir.path().join("journal")).unwrap();
     let meta = log.metadata().unwrap();
     let mut child = std::process::Command::new(kd_tests::bin("kdd"))
         .arg("--socket")
         .arg(private.join("kd.sock"))
         .arg("--db")
-        .arg(private.join("kd.sqlite3"))
+        .arg(db.arg())
         .env("NOTIFY_SOCKET", dir.path().join("notify.sock"))
         .env("JOURNAL_STREAM", format!("{}:{}", meta.dev(), meta.ino()))
         .stdout(std::process::Stdio::null())
@@ -167,8 +169,9 @@ fn have(tool: &str) -> bool {
     ok
 }
 
-/// The real `kd` for `socket`, allowed to auto-start (KD_KDD names ours).
-fn kd_for(socket: &std::path::Path, db: &std::path::Path) -> std::process::Command {
+/// The real `kd` for `socket` and database `db` (`KD_DB`), allowed to
+/// auto-start (KD_KDD names ours).
+fn kd_for(socket: &std::path::Path, db: impl AsRef<std::ffi::OsStr>) -> std::process::Command {
     let mut cmd = std::process::Command::new(kd_tests::bin("kd"));
     cmd.env("KD_SOCKET", socket)
         .env("KD_DB", db)
@@ -191,14 +194,14 @@ fn kdd_started_by_socket_activation_serves_kd_and_no_second_daemon_starts() {
     let dir = tempfile::tempdir().unwrap();
     let run = private_dir(dir.path());
     let socket = run.join("kdd.sock");
-    let db = dir.path().join("kd.sqlite3");
+    let db = TestDb::fresh(dir.path().join("kd.sqlite3"));
     // systemd's own tool: binds, waits for the first connection, then execs
     // kdd with LISTEN_FDS/LISTEN_PID/LISTEN_FDNAMES set, as kdd.socket does.
     let mut manager = std::process::Command::new("systemd-socket-activate")
         .arg("-l")
         .arg(&socket)
         .arg("--fdname=kdd")
-        .arg(format!("--setenv=KD_DB={}", db.display()))
+        .arg(format!("--setenv=KD_DB={db}"))
         .arg(kd_tests::bin("kdd"))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
@@ -218,7 +221,7 @@ fn kdd_started_by_socket_activation_serves_kd_and_no_second_daemon_starts() {
     }
 
     // kd, free to auto-start, connects and is served by the activated kdd.
-    let out = kd_for(&socket, &db).args(["threads"]).output().unwrap();
+    let out = kd_for(&socket, db.arg()).args(["threads"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let status = status_of(&socket);
     assert_eq!(status["socket_activated"], true, "{status}");
@@ -229,7 +232,7 @@ fn kdd_started_by_socket_activation_serves_kd_and_no_second_daemon_starts() {
     assert_eq!(lock.trim(), manager.id().to_string());
 
     // kd daemon status says who started it.
-    let out = kd_for(&socket, &db).args(["daemon", "status"]).output().unwrap();
+    let out = kd_for(&socket, db.arg()).args(["daemon", "status"]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("by the service manager"));
 
     // A kdd started by hand on that path refuses; the manager keeps it.
@@ -240,7 +243,7 @@ fn kdd_started_by_socket_activation_serves_kd_and_no_second_daemon_starts() {
     assert!(said.contains(&format!("already running on {} (pid {})", socket.display(), manager.id())), "{said}");
 
     // kd daemon stop stops it and says the manager still listens.
-    let out = kd_for(&socket, &db).args(["daemon", "stop"]).output().unwrap();
+    let out = kd_for(&socket, db.arg()).args(["daemon", "stop"]).output().unwrap();
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && said.contains("starts kdd on the next connection"), "{said}");
     let exit = manager.wait().unwrap();
@@ -254,12 +257,10 @@ fn kd_daemon_install_writes_units_systemd_verifies_and_uninstall_removes() {
     let run = private_dir(dir.path());
     let socket = run.join("kdd.sock");
     let config = dir.path().join("config");
+    // The units carry KD_DB: the file, or the PostgreSQL URL.
+    let db = TestDb::fresh(dir.path().join("kd.sqlite3"));
     let kd = |args: &[&str]| {
-        let out = kd_for(&socket, &dir.path().join("kd.sqlite3"))
-            .args(args)
-            .env("XDG_CONFIG_HOME", &config)
-            .output()
-            .unwrap();
+        let out = kd_for(&socket, db.arg()).args(args).env("XDG_CONFIG_HOME", &config).output().unwrap();
         assert!(out.status.success(), "kd {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
@@ -279,6 +280,8 @@ fn kd_daemon_install_writes_units_systemd_verifies_and_uninstall_removes() {
     }
     let service = std::fs::read_to_string(units.join("kdd.service")).unwrap();
     assert!(service.contains("Type=notify") && service.contains("WatchdogSec="), "{service}");
+    let carried = format!("Environment=KD_DB={}\n", db.to_string().replace('%', "%%"));
+    assert!(service.contains(&carried), "the unit's kdd runs on the same registry: {service}");
 
     if have("systemd-analyze") {
         // A user manager needs a runtime directory; a private one will do.
@@ -305,7 +308,7 @@ fn kd_daemon_install_writes_units_systemd_verifies_and_uninstall_removes() {
 fn the_launchd_plist_is_well_formed_and_names_the_socket() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("run/kdd.sock");
-    let out = kd_for(&socket, &dir.path().join("kd.sqlite3"))
+    let out = kd_for(&socket, dir.path().join("kd.sqlite3"))
         .args(["daemon", "install", "--launchd", "--dry-run"])
         .env("HOME", dir.path())
         .output()
@@ -344,7 +347,7 @@ fn a_value_with_a_control_character_never_reaches_a_unit_or_plist() {
         let dir = tempfile::tempdir().unwrap();
         let run = private_dir(dir.path());
         let config = dir.path().join("config");
-        let mut kd = kd_for(&run.join("kdd.sock"), &dir.path().join("kd.sqlite3"));
+        let mut kd = kd_for(&run.join("kdd.sock"), dir.path().join("kd.sqlite3"));
         kd.args(["daemon", "install", manager, "--files-only"]).env("XDG_CONFIG_HOME", &config).env("HOME", dir.path());
         // PATH is still the test's for finding programs: kd_for names kdd by KD_KDD.
         kd.env(var, format!("{}{injected}", if var == "PATH" { "/usr/bin:" } else { "" }));

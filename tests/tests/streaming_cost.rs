@@ -44,6 +44,7 @@ async fn until_idle(c: &kd_client::Client, thread: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_long_answer_is_written_a_bounded_number_of_times_and_the_wal_stays_small() {
+    kd_tests::sqlite_only!("it counts kdd's own writes to its SQLite file and the size of its WAL");
     // 12 MiB over about 12 s: a save each second of the whole text so far
     // would write ~78 MiB for the partial text alone.
     let piece = "x".repeat(1024);
@@ -66,7 +67,7 @@ async fn a_long_answer_is_written_a_bounded_number_of_times_and_the_wal_stays_sm
     // The text in the WAL and in the database, as partial text and as the
     // message: 4x, and a little for pages and the log.
     assert!(ratio < 5.0, "kdd wrote {ratio:.1}x the answer");
-    let wal = std::fs::metadata(format!("{}-wal", kdd.db.display())).map(|m| m.len()).unwrap_or(0);
+    let wal = std::fs::metadata(format!("{}-wal", kdd.db.path().display())).map(|m| m.len()).unwrap_or(0);
     eprintln!("WAL after the run: {:.1} MiB", wal as f64 / MIB as f64);
     assert!(wal < 24 * MIB, "the WAL grew to {wal} bytes");
 }
@@ -116,7 +117,14 @@ async fn memory_is_bounded_by_the_default_answer_cap() {
     eprintln!("kdd peak RSS with a 64 MiB answer: {:.0} MiB", peak as f64 / MIB as f64);
     let answer = c.thread_messages(t, Some(1), None, None, None).await.unwrap().pop().unwrap();
     assert_eq!(answer.kind, MessageKind::Error, "cut at 16 MiB");
-    assert!(peak < 160 * MIB, "peak RSS {peak}");
+    // On PostgreSQL the driver also encodes the 16 MiB answer into its send
+    // buffer (measured: 133 MiB on SQLite, 161 MiB on PostgreSQL); either
+    // way far below the 64 MiB the agent said, twice over.
+    let bound = match kd_tests::engine() {
+        kd_tests::Engine::Sqlite => 160 * MIB,
+        kd_tests::Engine::Postgres => 192 * MIB,
+    };
+    assert!(peak < bound, "peak RSS {peak}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -129,9 +137,6 @@ async fn a_message_body_is_stored_once_and_the_event_log_still_gives_it() {
     let events = c.events_list(Some(t.clone()), None, Some("message".into()), None, None, None).await.unwrap();
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].data["body"].as_str(), Some(body.as_str()), "the event log gives the body");
-    let conn = rusqlite::Connection::open(&kdd.db).unwrap();
-    let stored: i64 = conn
-        .query_row("SELECT length(data) FROM conversation_events WHERE kind = 'message'", [], |r| r.get(0))
-        .unwrap();
+    let stored = kdd.db.one("SELECT length(data) FROM conversation_events WHERE kind = 'message'", &[]).int();
     assert!(stored < 1024, "the event copies the body: {stored} bytes");
 }

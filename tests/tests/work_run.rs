@@ -59,11 +59,11 @@ fn tree_of<'a>(trees: &'a [Worktree], member: &str) -> &'a Worktree {
 
 /// The commit and note kd recorded on a member's runs of the thread, newest last.
 fn run_work(kdd: &Kdd, thread: &str, member: &str) -> Vec<(Option<String>, Option<String>)> {
-    let conn = rusqlite::Connection::open(&kdd.db).unwrap();
-    let mut stmt = conn
-        .prepare("SELECT work_commit, work_note FROM runs WHERE thread_id = ?1 AND member = ?2 ORDER BY started_at")
-        .unwrap();
-    stmt.query_map([thread, member], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect()
+    let rows = kdd.db.query(
+        "SELECT work_commit, work_note FROM runs WHERE thread_id = $1 AND member = $2 ORDER BY started_at",
+        &[thread.into(), member.into()],
+    );
+    rows.iter().map(|r| (r[0].opt_text(), r[1].opt_text())).collect()
 }
 
 fn record_path(name: &str) -> String {

@@ -26,14 +26,22 @@ pub struct NewSession {
 #[derive(Debug)]
 pub enum Taken {
     Allowed(Session),
-    Rejected { session: String, holder: Option<String>, pid: Option<u32> },
+    /// `node`: where the holder runs, on a registry several nodes share.
+    Rejected {
+        session: String,
+        holder: Option<String>,
+        pid: Option<u32>,
+        node: Option<String>,
+    },
 }
 
 impl From<Taken> for DbResult<Session> {
     fn from(t: Taken) -> Self {
         match t {
             Taken::Allowed(s) => Ok(s),
-            Taken::Rejected { session, holder, pid } => Err(DbError::SessionActive { session, holder, pid }),
+            Taken::Rejected { session, holder, pid, node } => {
+                Err(DbError::SessionActive { session, holder, pid, node })
+            }
         }
     }
 }
@@ -203,7 +211,7 @@ fn refuse(
             },
         )?;
     }
-    Ok(Taken::Rejected { session: active.id, holder: active.holder, pid: active.pid })
+    Ok(Taken::Rejected { session: active.id, holder: active.holder, pid: active.pid, node: None })
 }
 
 /// How a session ends: its status, the backend id to keep, and the last

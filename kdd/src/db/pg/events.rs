@@ -90,6 +90,7 @@ pub(crate) async fn list(c: &impl GenericClient, f: &EventFilter) -> DbResult<Ve
 }
 
 /// The newest event id (0 when the log is empty).
+#[cfg(test)]
 pub(crate) async fn last_id(c: &impl GenericClient) -> DbResult<u64> {
     let id: Option<i64> = c.query_one("SELECT max(id) FROM conversation_events", &[]).await?.try_get(0)?;
     Ok(id.unwrap_or(0) as u64)

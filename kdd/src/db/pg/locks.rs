@@ -43,6 +43,10 @@ pub(crate) async fn acquire(
     let expires_at = now.saturating_add(ttl_ms as i64);
     serialise(c, resource).await?;
     let previous = held(c, resource, true).await?;
+    // A holder on another node lives as long as its node does.
+    let node_alive = super::nodes::holder_node(c, "locks", "resource", resource).await?.map(|(_, live)| live);
+    let by_node = |_: u32| node_alive.unwrap_or(false);
+    let alive: &(dyn Fn(u32) -> bool + Sync) = if node_alive.is_some() { &by_node } else { alive };
     let mut took_over = None;
     if let Some(h) = &previous {
         match h.is_free(now, alive) {
@@ -88,7 +92,7 @@ pub(crate) async fn acquire(
         &c.prepare_cached(
             "INSERT INTO locks (resource, holder, pid, token, acquired_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6)
              ON CONFLICT (resource) DO UPDATE SET holder = excluded.holder, pid = excluded.pid, token = excluded.token,
-                 acquired_at = excluded.acquired_at, expires_at = excluded.expires_at",
+                 acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, node_id = excluded.node_id",
         )
         .await?,
         &[&resource, &holder, &pid.map(i64::from), &token, &now, &expires_at],

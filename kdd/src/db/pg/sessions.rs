@@ -99,7 +99,8 @@ pub(crate) async fn resume(
     }
     c.execute(
         &c.prepare_cached(
-            "UPDATE sessions SET status = 'active', holder = $2, pid = $3, last_active_at = $4 WHERE id = $1",
+            "UPDATE sessions SET status = 'active', holder = $2, pid = $3, last_active_at = $4, \
+             node_id = current_setting('kd.node', true) WHERE id = $1",
         )
         .await?,
         &[&id, &holder, &pid.map(i64::from), &now],
@@ -190,7 +191,8 @@ async fn refuse(
         )
         .await?;
     }
-    Ok(Taken::Rejected { session: active.id, holder: active.holder, pid: active.pid })
+    let node = super::nodes::holder_node(c, "sessions", "id", &active.id).await?.map(|(node, _)| node);
+    Ok(Taken::Rejected { session: active.id, holder: active.holder, pid: active.pid, node })
 }
 
 pub(crate) async fn end(c: &impl GenericClient, now: i64, e: &SessionEnd) -> DbResult<Session> {
@@ -295,17 +297,29 @@ async fn active_for(c: &impl GenericClient, thread: &str, agent: &str) -> DbResu
 }
 
 /// If the active session's holder process is dead, expires it and returns
-/// true; a session without a pid is never reclaimed.
+/// true; a session without a pid is never reclaimed. Expired only if it is
+/// still as read (active, that pid): one that another transaction released
+/// meanwhile is free too, and its release is recorded once.
 async fn reclaim_if_dead(c: &impl GenericClient, now: i64, s: &Session, alive: Alive<'_>) -> DbResult<bool> {
+    // A holder on another node lives as long as its node does.
+    let elsewhere = super::nodes::holder_node(c, "sessions", "id", &s.id).await?;
+    let node_alive = elsewhere.as_ref().map(|(_, live)| *live);
+    let by_node = |_: u32| node_alive.unwrap_or(false);
+    let alive: Alive<'_> = if node_alive.is_some() { &by_node } else { alive };
     let Some(pid) = dead_holder(s, alive) else { return Ok(false) };
-    c.execute(
-        &c.prepare_cached(
-            "UPDATE sessions SET status = 'expired', holder = NULL, pid = NULL, last_active_at = $2 WHERE id = $1",
+    let expired = c
+        .execute(
+            &c.prepare_cached(
+                "UPDATE sessions SET status = 'expired', holder = NULL, pid = NULL, last_active_at = $2
+                 WHERE id = $1 AND status = 'active' AND pid = $3",
+            )
+            .await?,
+            &[&s.id, &now, &i64::from(pid)],
         )
-        .await?,
-        &[&s.id, &now],
-    )
-    .await?;
+        .await?;
+    if expired == 0 {
+        return Ok(true);
+    }
     events::record(
         c,
         now,
@@ -464,7 +478,7 @@ mod tests {
         for t in tasks {
             match t.await.unwrap() {
                 Ok(s) => allowed.push(s),
-                Err(DbError::SessionActive { session, holder, pid }) => refused.push((session, holder, pid)),
+                Err(DbError::SessionActive { session, holder, pid, .. }) => refused.push((session, holder, pid)),
                 Err(e) => panic!("neither allowed nor refused: {e}"),
             }
         }
@@ -514,7 +528,7 @@ mod tests {
         let first = pg.start_session(new("t", "claude", None, "a", Some(dead))).await.unwrap();
         let held = pg.start_session(new("t", "codex", None, "a", Some(std::process::id()))).await.unwrap();
         match pg.start_session(new("t", "codex", None, "b", None)).await {
-            Err(DbError::SessionActive { session, holder, pid }) => {
+            Err(DbError::SessionActive { session, holder, pid, .. }) => {
                 assert_eq!((session, holder.as_deref(), pid), (held.id.clone(), Some("a"), Some(std::process::id())))
             }
             other => panic!("not refused: {other:?}"),
@@ -532,6 +546,42 @@ mod tests {
         ));
         assert!(matches!(pg.session("s-nope".into()).await, Err(DbError::NotFound(_))));
         assert!(matches!(pg.start_session(new("nope", "claude", None, "a", None)).await, Err(DbError::NotFound(_))));
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_dead_holders_session_released_by_two_at_once_is_released_once() {
+        let Some((pg, _db)) = testing::fresh().await else { return };
+        thread(&pg, "t").await;
+        let dead = pg.start_session(new("t", "claude", None, "a", Some(dead_pid()))).await.unwrap();
+        // A listing releasing it, not yet committed…
+        let mut c = pg.conn().await.unwrap();
+        let tx = c.transaction().await.unwrap();
+        let s = get_locked(&tx, &dead.id).await.unwrap();
+        assert!(reclaim_if_dead(&tx, now_ms(), &s, &crate::proc::pid_alive).await.unwrap());
+        // …while a start finds it blocking and waits for its row.
+        let pg = Arc::new(pg);
+        let start = tokio::spawn({
+            let pg = pg.clone();
+            async move { pg.start_session(new("t", "claude", None, "b", None)).await }
+        });
+        let watcher = pg.conn().await.unwrap();
+        while watcher
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+            == 0
+        {
+            tokio::task::yield_now().await;
+        }
+        pg.commit(tx, Default::default()).await.unwrap();
+        let started = start.await.unwrap().unwrap();
+        assert_eq!((started.status, started.holder.as_deref()), (SessionStatus::Active, Some("b")));
+        assert_eq!(events(&pg, "session.reclaimed").await.len(), 1);
+        assert_eq!(pg.session(dead.id).await.unwrap().status, SessionStatus::Expired);
     }
 
     #[tokio::test]

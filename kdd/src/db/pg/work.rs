@@ -123,6 +123,7 @@ pub(crate) async fn unsettled(c: &impl GenericClient) -> DbResult<Vec<Worktree>>
     rows.iter().map(row).collect()
 }
 
+#[cfg(test)]
 /// Whether the thread's task is a best-of-N.
 pub(crate) async fn is_vote(c: &impl GenericClient, thread: &str) -> DbResult<bool> {
     let vote: Option<i64> = c
@@ -202,6 +203,7 @@ pub(crate) async fn has_run(c: &impl GenericClient, thread: &str, member: &str) 
     .try_get(0)?)
 }
 
+#[cfg(test)]
 /// The commit kd made of a run's changes, and its note.
 pub(crate) async fn run_work(c: &impl GenericClient, run: &str) -> DbResult<(Option<String>, Option<String>)> {
     let found =
