@@ -6,7 +6,7 @@ use kd_proto::names::KING;
 use kd_proto::types::{
     Message, MessageKind, Purpose, RouteType, RunInfo, RunMeta, RunStatus, SessionStatus, ThreadEvent,
 };
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::json;
 
 use super::events::{self, NewEvent};
@@ -134,9 +134,24 @@ pub struct Finish {
     pub to: Vec<String>,
 }
 
+/// A run's end is written once: a run whose row says it ended (a recovery,
+/// or another node's reaper, wrote its end) writes nothing more.
+pub(crate) fn refuse_ended(id: &str, status: &str) -> DbResult<()> {
+    match status {
+        "waiting" | "streaming" => Ok(()),
+        _ => Err(DbError::Invalid(format!("run {id} has ended already ({status}): its end is written once"))),
+    }
+}
+
 /// Writes the run's message, closes its row and session, and tells
-/// subscribers — all in one transaction, so a run is never half-finished.
+/// subscribers — all in one transaction, so a run is never half-finished
+/// (and never finished twice: [`refuse_ended`]).
 pub fn finish(conn: &Connection, now: i64, run: &RunInfo, f: Finish, out: &mut Outbox) -> DbResult<Message> {
+    let status: Option<String> =
+        conn.prepare_cached("SELECT status FROM runs WHERE id = ?1")?.query_row([&run.id], |r| r.get(0)).optional()?;
+    if let Some(status) = status {
+        refuse_ended(&run.id, &status)?;
+    }
     let kind = match f.status {
         RunStatus::Done => MessageKind::Agent,
         RunStatus::Cancelled | RunStatus::Interrupted => MessageKind::Interrupted,

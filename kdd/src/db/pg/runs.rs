@@ -15,7 +15,7 @@ use super::{Pg, acks, cost, events, messages, sessions};
 use crate::db::events::NewEvent;
 use crate::db::exchanges::{RunEnd, StepId};
 use crate::db::messages::NewMessage;
-use crate::db::runs::{Finish, Orphan};
+use crate::db::runs::{Finish, Orphan, refuse_ended};
 use crate::db::sessions::SessionEnd;
 use crate::db::{DbError, DbResult, Outbox, now_ms};
 
@@ -137,7 +137,7 @@ async fn saved_partial(c: &impl GenericClient, id: &str, whole: String) -> DbRes
 /// Writes the run's message, closes its row and session, and tells
 /// subscribers — all in one transaction, so a run is never half-finished.
 /// A run that already ended (its end written by another, such as a
-/// recovery) writes nothing (an error says so). Its row is locked first,
+/// recovery) writes nothing ([`refuse_ended`]). Its row is locked first,
 /// so of two ends at once the second finds the first's.
 pub(crate) async fn finish(
     c: &impl GenericClient,
@@ -148,10 +148,7 @@ pub(crate) async fn finish(
 ) -> DbResult<Message> {
     let st = c.prepare_cached("SELECT status FROM runs WHERE id = $1 FOR NO KEY UPDATE").await?;
     if let Some(row) = c.query_opt(&st, &[&run.id]).await? {
-        let status: &str = row.try_get(0)?;
-        if status != "waiting" && status != "streaming" {
-            return Err(DbError::Invalid(format!("run {} has ended already: its end is written once", run.id)));
-        }
+        refuse_ended(&run.id, row.try_get(0)?)?;
     }
     let kind = match f.status {
         RunStatus::Done => MessageKind::Agent,
@@ -259,7 +256,7 @@ pub(crate) async fn in_flight(c: &impl GenericClient) -> DbResult<Vec<Orphan>> {
     let st = c
         .prepare_cached(
             "SELECT id, thread_id, member, pid, pid_start FROM runs WHERE status = 'waiting' OR status = 'streaming' \
-             ORDER BY started_at, id",
+             ORDER BY started_at, ordinal, id",
         )
         .await?;
     c.query(&st, &[])
@@ -597,8 +594,16 @@ mod tests {
         let f = Finish { session: None, ..answered() };
         let m = pg.finish_run(run.clone(), f.clone()).await.unwrap();
         assert_eq!(m.seq, 2);
-        let again = pg.finish_run(run, f).await;
-        assert!(again.is_err(), "{again:?}");
+        let again = pg.finish_run(run.clone(), f.clone()).await;
+        assert!(matches!(again, Err(DbError::Invalid(_))), "{again:?}");
+        // As SQLite refuses it.
+        let conn = crate::db::schema::in_memory_with_thread("t1");
+        let out = &mut Outbox::default();
+        crate::db::messages::append(&conn, 5, king(), out).unwrap();
+        crate::db::runs::insert(&conn, 21, &run, None, out).unwrap();
+        crate::db::runs::finish(&conn, 30, &run, f.clone(), out).unwrap();
+        let sqlite = crate::db::runs::finish(&conn, 31, &run, f, out);
+        assert_eq!(format!("{sqlite:?}"), format!("{again:?}"));
         let answers: i64 = c.query_one("SELECT count(*) FROM messages WHERE seq > 1", &[]).await.unwrap().get(0);
         assert_eq!(answers, 1);
     }
