@@ -164,7 +164,9 @@ async fn nodes(db: &Db) -> Check {
     let skewed: Vec<String> = nodes
         .iter()
         .filter(|n| n.clock_skew_ms.abs() > MAX_SKEW_MS)
-        .map(|n| format!("{} is {} ms {}", n.id, n.clock_skew_ms.abs(), if n.clock_skew_ms > 0 { "ahead" } else { "behind" }))
+        .map(|n| {
+            format!("{} is {} ms {}", n.id, n.clock_skew_ms.abs(), if n.clock_skew_ms > 0 { "ahead" } else { "behind" })
+        })
         .collect();
     let names: Vec<&str> = nodes.iter().map(|n| n.id.as_str()).collect();
     let live = format!("{} live ({}), this one {}", nodes.len(), names.join(", "), db.node().id);

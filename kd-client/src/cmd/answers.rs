@@ -191,18 +191,30 @@ impl View {
         Some(view)
     }
 
-    /// Shows what is left to show (the end of a run its message ended).
+    /// Shows what is left to show (the end of a run its message ended);
+    /// a run that never said a word is interrupted.
     pub fn finish(&mut self, out: &mut impl Write) -> std::io::Result<()> {
+        if self.reconnected {
+            for r in self.runs.iter_mut().filter(|r| r.status == Status::Running && r.seq.is_none()) {
+                if r.streamed.is_empty() {
+                    r.status = Status::Interrupted;
+                    r.shown = true;
+                }
+            }
+        }
         self.close_unclosed(None, out)
     }
 
     pub fn all_done(&self) -> bool {
         let over = self.exchange_over || self.ends_at.is_some_and(|seq| self.last_seq >= seq);
+        // After a reconnect, a run with no word of its own once the exchange
+        // is over never had one: kdd stopped before it was recorded.
+        let silent = |r: &RunView| self.reconnected && over && r.seq.is_none() && r.streamed.is_empty();
         // A run its message ended but no later event has shown yet is shown
         // by `finish` (no event may follow it: the exchange is over), and
         // with it every other ended run still waiting behind it.
         let shown = |r: &RunView| self.json || r.shown || self.unclosed.is_some();
-        over && self.runs.iter().all(|r| r.status != Status::Running && shown(r))
+        over && self.runs.iter().all(|r| silent(r) || (r.status != Status::Running && shown(r)))
     }
 
     pub fn pending(&self) -> Vec<String> {

@@ -453,6 +453,31 @@ fn cut_answers_that_had_all_streamed_end_the_view_whichever_was_live() {
 }
 
 #[test]
+fn runs_never_recorded_before_the_kill_end_the_view_once_the_exchange_is_over() {
+    // Found on PostgreSQL: kdd was killed before two of the three runs had
+    // their rows; with resuming off their steps were cancelled and no
+    // message of theirs ever comes, so kd ask waited for them forever.
+    let mut v = View::new(&sent(&["claude", "codex", "cursor"]), false, false);
+    let mut out = play(&mut v, vec![delta("claude", "Half")]);
+    v.reconnected();
+    v.exchange_ends_at(2);
+    out += &play(&mut v, vec![cut("claude", 2, "Half")]);
+    assert!(v.all_done(), "nothing more will come: {out}");
+    let mut end = Vec::new();
+    v.finish(&mut end).unwrap();
+    let out = out + &String::from_utf8(end).unwrap();
+    assert_eq!(out.matches("── claude").count(), 1, "{out}");
+    assert_eq!(
+        v.failures(),
+        vec![
+            "claude: interrupted (kdd stopped)",
+            "codex: interrupted (kdd stopped)",
+            "cursor: interrupted (kdd stopped)"
+        ]
+    );
+}
+
+#[test]
 fn an_answer_given_up_after_its_cuts_is_reported_by_kds_word_on_it() {
     // kd gave codex up after council.resume_attempts cuts: its error
     // message, which no run wrote, replaces the cut answer.
