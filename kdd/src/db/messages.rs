@@ -34,6 +34,50 @@ pub struct NewMessage {
 impl NewMessage {
     /// A message of `thread` with only its sender, addressees, kind and
     /// body set; the rest (reply, round, run, routing …) is set with `..`.
+    /// The `message` event its append records (the body is the
+    /// message's: `events.list` reads it from there).
+    pub(crate) fn event(&self, seq: u64) -> NewEvent<'_> {
+        NewEvent {
+            kind: "message",
+            thread: Some(&self.thread),
+            from: Some(&self.from),
+            to: &self.to,
+            correlation_id: self.correlation_id.as_deref(),
+            data: json!({
+                "seq": seq,
+                "kind": self.kind.as_str(),
+                "cc": self.cc,
+                "reply_to": self.reply_to,
+                "round": self.round,
+                "replaces": self.replaces,
+                "route": self.route,
+                "purpose": self.purpose,
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// The message it is once appended as `seq` at `now`.
+    pub(crate) fn into_message(self, seq: u64, now: i64) -> Message {
+        Message {
+            thread: self.thread,
+            seq,
+            from: self.from,
+            to: self.to,
+            cc: self.cc,
+            reply_to: self.reply_to,
+            kind: self.kind,
+            body: self.body,
+            round: self.round,
+            created_at_ms: now,
+            run: self.run,
+            replaces: self.replaces,
+            refs: self.refs,
+            route: self.route,
+            purpose: self.purpose,
+        }
+    }
+
     pub fn new(thread: &str, from: &str, to: Vec<String>, kind: MessageKind, body: String) -> NewMessage {
         NewMessage {
             thread: thread.to_string(),
@@ -130,46 +174,8 @@ fn append_as(conn: &Connection, now: i64, seq: u64, m: NewMessage, out: &mut Out
         m.route.map(RouteType::as_str),
         m.purpose.map(Purpose::as_str)
     ])?;
-    events::record(
-        conn,
-        now,
-        &NewEvent {
-            kind: "message",
-            thread: Some(&m.thread),
-            from: Some(&m.from),
-            to: &m.to,
-            correlation_id: m.correlation_id.as_deref(),
-            data: json!({
-                "seq": seq,
-                "kind": m.kind.as_str(),
-                "cc": m.cc,
-                "reply_to": m.reply_to,
-                "round": m.round,
-                "replaces": m.replaces,
-                "route": m.route,
-                "purpose": m.purpose,
-                // The body is the message's: events.list reads it from there.
-            }),
-            ..Default::default()
-        },
-    )?;
-    let message = Message {
-        thread: m.thread,
-        seq,
-        from: m.from,
-        to: m.to,
-        cc: m.cc,
-        reply_to: m.reply_to,
-        kind: m.kind,
-        body: m.body,
-        round: m.round,
-        created_at_ms: now,
-        run: m.run,
-        replaces: m.replaces,
-        refs: m.refs,
-        route: m.route,
-        purpose: m.purpose,
-    };
+    events::record(conn, now, &m.event(seq))?;
+    let message = m.into_message(seq, now);
     out.publish(&message.thread, ThreadEvent::Message { message: Box::new(message.clone()) });
     Ok(message)
 }

@@ -134,6 +134,41 @@ pub struct Finish {
     pub to: Vec<String>,
 }
 
+impl Finish {
+    /// The message a run's end writes: the member's answer (its error, or
+    /// what it had said when cut), to the King or whom it addressed.
+    /// Takes the body; the rest stays for the run's record.
+    pub(crate) fn message(&mut self, run: &RunInfo) -> NewMessage {
+        let kind = match self.status {
+            RunStatus::Done => MessageKind::Agent,
+            RunStatus::Cancelled | RunStatus::Interrupted => MessageKind::Interrupted,
+            _ => MessageKind::Error,
+        };
+        let route = match self.to.len() {
+            0 => None,
+            1 => Some(RouteType::PointToPoint),
+            _ => Some(RouteType::Multicast),
+        };
+        NewMessage {
+            thread: run.thread.clone(),
+            from: run.member.clone(),
+            to: if self.to.is_empty() { vec![KING.to_string()] } else { self.to.clone() },
+            cc: vec![],
+            reply_to: run.reply_to,
+            kind,
+            body: std::mem::take(&mut self.body),
+            round: run.round,
+            run: Some(self.meta.clone()),
+            correlation_id: Some(run.id.clone()),
+            fence: None,
+            replaces: run.replaces,
+            refs: vec![],
+            purpose: run.purpose,
+            route,
+        }
+    }
+}
+
 /// A run's end is written once: a run whose row says it ended (a recovery,
 /// or another node's reaper, wrote its end) writes nothing more.
 pub(crate) fn refuse_ended(id: &str, status: &str) -> DbResult<()> {
@@ -146,43 +181,13 @@ pub(crate) fn refuse_ended(id: &str, status: &str) -> DbResult<()> {
 /// Writes the run's message, closes its row and session, and tells
 /// subscribers — all in one transaction, so a run is never half-finished
 /// (and never finished twice: [`refuse_ended`]).
-pub fn finish(conn: &Connection, now: i64, run: &RunInfo, f: Finish, out: &mut Outbox) -> DbResult<Message> {
+pub fn finish(conn: &Connection, now: i64, run: &RunInfo, mut f: Finish, out: &mut Outbox) -> DbResult<Message> {
     let status: Option<String> =
         conn.prepare_cached("SELECT status FROM runs WHERE id = ?1")?.query_row([&run.id], |r| r.get(0)).optional()?;
     if let Some(status) = status {
         refuse_ended(&run.id, &status)?;
     }
-    let kind = match f.status {
-        RunStatus::Done => MessageKind::Agent,
-        RunStatus::Cancelled | RunStatus::Interrupted => MessageKind::Interrupted,
-        _ => MessageKind::Error,
-    };
-    let message = messages::append(
-        conn,
-        now,
-        NewMessage {
-            thread: run.thread.clone(),
-            from: run.member.clone(),
-            to: if f.to.is_empty() { vec![KING.to_string()] } else { f.to.clone() },
-            cc: vec![],
-            reply_to: run.reply_to,
-            kind,
-            body: f.body,
-            round: run.round,
-            run: Some(f.meta.clone()),
-            correlation_id: Some(run.id.clone()),
-            fence: None,
-            replaces: run.replaces,
-            refs: vec![],
-            purpose: run.purpose,
-            route: match f.to.len() {
-                0 => None,
-                1 => Some(RouteType::PointToPoint),
-                _ => Some(RouteType::Multicast),
-            },
-        },
-        out,
-    )?;
+    let message = messages::append(conn, now, f.message(run), out)?;
     cost::record(conn, run, &message)?;
     if f.status == RunStatus::Done {
         // An answer given the broadcast acknowledges it.

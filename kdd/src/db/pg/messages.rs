@@ -8,12 +8,10 @@
 use deadpool_postgres::GenericClient;
 use futures_util::TryStreamExt;
 use kd_proto::types::{Message, MessageKind, Purpose, RouteType, ThreadEvent, ThreadStatus};
-use serde_json::json;
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use super::{Pg, events, lifecycle, locks, threads};
-use crate::db::events::NewEvent;
 use crate::db::messages::{NewMessage, Page, ROW_BYTES, parse_kind};
 use crate::db::{DbError, DbResult, Outbox, json_list, now_ms, parse_list};
 
@@ -97,47 +95,8 @@ async fn append_as(c: &impl GenericClient, now: i64, seq: u64, m: NewMessage, ou
         ],
     )
     .await?;
-    events::record(
-        c,
-        now,
-        &NewEvent {
-            kind: "message",
-            thread: Some(&m.thread),
-            from: Some(&m.from),
-            to: &m.to,
-            correlation_id: m.correlation_id.as_deref(),
-            data: json!({
-                "seq": seq,
-                "kind": m.kind.as_str(),
-                "cc": m.cc,
-                "reply_to": m.reply_to,
-                "round": m.round,
-                "replaces": m.replaces,
-                "route": m.route,
-                "purpose": m.purpose,
-                // The body is the message's: events.list reads it from there.
-            }),
-            ..Default::default()
-        },
-    )
-    .await?;
-    let message = Message {
-        thread: m.thread,
-        seq,
-        from: m.from,
-        to: m.to,
-        cc: m.cc,
-        reply_to: m.reply_to,
-        kind: m.kind,
-        body: m.body,
-        round: m.round,
-        created_at_ms: now,
-        run: m.run,
-        replaces: m.replaces,
-        refs: m.refs,
-        route: m.route,
-        purpose: m.purpose,
-    };
+    events::record(c, now, &m.event(seq)).await?;
+    let message = m.into_message(seq, now);
     out.publish(&message.thread, ThreadEvent::Message { message: Box::new(message.clone()) });
     Ok(message)
 }
@@ -366,7 +325,7 @@ mod tests {
         assert!(matches!(e, DbError::Archived(ref id) if *id == t.id), "{e}");
         // The end of a run in flight is still kept.
         let mut answer = NewMessage::new(&t.id, "claude", vec!["king".into()], MessageKind::Agent, "done".into());
-        answer.run = Some(serde_json::from_value(json!({"run_id": "r1", "backend": "claude"})).unwrap());
+        answer.run = Some(serde_json::from_value(serde_json::json!({"run_id": "r1", "backend": "claude"})).unwrap());
         assert_eq!(pg.append_message(answer).await.unwrap().seq, 2);
     }
 

@@ -4,17 +4,13 @@
 //! recovery of runs a dead daemon left in flight.
 
 use deadpool_postgres::GenericClient;
-use kd_proto::names::KING;
-use kd_proto::types::{
-    Message, MessageKind, Purpose, RouteType, RunInfo, RunMeta, RunStatus, SessionStatus, ThreadEvent,
-};
+use kd_proto::types::{Message, Purpose, RunInfo, RunMeta, RunStatus, SessionStatus, ThreadEvent};
 use serde_json::json;
 
 use super::exchanges;
 use super::{Pg, acks, cost, events, messages, sessions};
 use crate::db::events::NewEvent;
 use crate::db::exchanges::{RunEnd, StepId};
-use crate::db::messages::NewMessage;
 use crate::db::runs::{Finish, Orphan, refuse_ended};
 use crate::db::sessions::SessionEnd;
 use crate::db::{DbError, DbResult, Outbox, now_ms};
@@ -143,45 +139,14 @@ pub(crate) async fn finish(
     c: &impl GenericClient,
     now: i64,
     run: &RunInfo,
-    f: Finish,
+    mut f: Finish,
     out: &mut Outbox,
 ) -> DbResult<Message> {
     let st = c.prepare_cached("SELECT status FROM runs WHERE id = $1 FOR NO KEY UPDATE").await?;
     if let Some(row) = c.query_opt(&st, &[&run.id]).await? {
         refuse_ended(&run.id, row.try_get(0)?)?;
     }
-    let kind = match f.status {
-        RunStatus::Done => MessageKind::Agent,
-        RunStatus::Cancelled | RunStatus::Interrupted => MessageKind::Interrupted,
-        _ => MessageKind::Error,
-    };
-    let message = messages::append(
-        c,
-        now,
-        NewMessage {
-            thread: run.thread.clone(),
-            from: run.member.clone(),
-            to: if f.to.is_empty() { vec![KING.to_string()] } else { f.to.clone() },
-            cc: vec![],
-            reply_to: run.reply_to,
-            kind,
-            body: f.body,
-            round: run.round,
-            run: Some(f.meta.clone()),
-            correlation_id: Some(run.id.clone()),
-            fence: None,
-            replaces: run.replaces,
-            refs: vec![],
-            purpose: run.purpose,
-            route: match f.to.len() {
-                0 => None,
-                1 => Some(RouteType::PointToPoint),
-                _ => Some(RouteType::Multicast),
-            },
-        },
-        out,
-    )
-    .await?;
+    let message = messages::append(c, now, f.message(run), out).await?;
     cost::record(c, run, &message).await?;
     if f.status == RunStatus::Done {
         // An answer given the broadcast acknowledges it.
@@ -406,6 +371,7 @@ mod tests {
 
     use super::*;
     use crate::db::exchanges::{Kind, NewExchange, Opened, StepKey};
+    use crate::db::messages::NewMessage;
     use crate::db::pg::exchanges::tests::{db, pg_events, run_of, sqlite_events};
 
     const SESSION: &str = "INSERT INTO sessions (id, thread_id, agent, status, holder, pid, started_at, last_active_at) \
