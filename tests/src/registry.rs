@@ -86,6 +86,10 @@ pub struct PgDb {
     /// The database's own URL, as kdd gets it.
     pub url: String,
     pub name: String,
+    /// What a kdd on a PostgreSQL registry keeps on its machine (its log,
+    /// members' worktrees) goes in `$XDG_DATA_HOME/kd`: here, not the
+    /// home of whoever runs the tests.
+    data_home: tempfile::TempDir,
 }
 
 impl TestDb {
@@ -108,6 +112,26 @@ impl TestDb {
         match self {
             TestDb::File(p) => p.clone().into_os_string(),
             TestDb::Postgres(pg) => OsString::from(&pg.url),
+        }
+    }
+
+    /// The environment of a kdd on this registry started by something
+    /// else than `--db` (`kd`'s auto-start, `kd daemon start`, a service
+    /// manager): `KD_DB`, and [`TestDb::data_env`].
+    pub fn env(&self) -> Vec<(&'static str, OsString)> {
+        let mut env = vec![("KD_DB", self.arg())];
+        env.extend(self.data_env());
+        env
+    }
+
+    /// What a kdd on this registry needs in its environment besides where
+    /// the registry is: on PostgreSQL, `XDG_DATA_HOME`, a temporary
+    /// directory of the test's for what kdd keeps on its machine (its log,
+    /// members' worktrees); nothing on SQLite (kdd keeps them beside the file).
+    pub fn data_env(&self) -> Vec<(&'static str, OsString)> {
+        match self {
+            TestDb::File(_) => Vec::new(),
+            TestDb::Postgres(pg) => vec![("XDG_DATA_HOME", pg.data_home.path().as_os_str().to_owned())],
         }
     }
 
@@ -277,7 +301,8 @@ impl PgDb {
         let (a, n) = (admin.clone(), name.clone());
         block_on(async move { postgres::admin(&a, &format!("CREATE DATABASE \"{n}\"")).await })
             .unwrap_or_else(|e| panic!("cannot make the test's database {name} on {admin}: {e}"));
-        PgDb { admin, url, name }
+        let data_home = tempfile::Builder::new().prefix("kd-e2e-data-").tempdir().expect("tempdir");
+        PgDb { admin, url, name, data_home }
     }
 }
 
