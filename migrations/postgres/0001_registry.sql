@@ -21,9 +21,12 @@
 
 CREATE EXTENSION IF NOT EXISTS unaccent;
 
--- FTS5's `porter unicode61 remove_diacritics 2`: English stems, accents off.
-CREATE TEXT SEARCH CONFIGURATION kd (COPY = english);
-ALTER TEXT SEARCH CONFIGURATION kd ALTER MAPPING FOR hword, hword_part, word WITH unaccent, english_stem;
+-- FTS5's `porter unicode61 remove_diacritics 2`: English stems, accents
+-- off, and no stop words (FTS5 has none: "how" and "the" are found).
+CREATE TEXT SEARCH DICTIONARY kd_stem (TEMPLATE = snowball, Language = english);
+CREATE TEXT SEARCH CONFIGURATION kd (COPY = simple);
+ALTER TEXT SEARCH CONFIGURATION kd ALTER MAPPING FOR asciiword, asciihword, hword_asciipart WITH kd_stem;
+ALTER TEXT SEARCH CONFIGURATION kd ALTER MAPPING FOR word, hword, hword_part WITH unaccent, kd_stem;
 
 -- Fencing tokens of locks: increasing across every resource.
 CREATE SEQUENCE fencing_token AS bigint MINVALUE 1 START 1 CACHE 1;
@@ -67,7 +70,8 @@ CREATE TABLE threads (
     summary          text COLLATE "C",
     summary_by       text COLLATE "C",
     -- The node whose host holds the workspace (the creator); NULL: any.
-    node_id          text COLLATE "C",
+    -- A node names itself on every connection (`-c kd.node=…`).
+    node_id          text COLLATE "C" DEFAULT current_setting('kd.node', true),
     search           tsvector GENERATED ALWAYS AS (
         setweight(to_tsvector('kd', coalesce(title, '')), 'A')
         || setweight(to_tsvector('kd', coalesce(summary, '')), 'B')) STORED
@@ -129,7 +133,7 @@ CREATE TABLE sessions (
     -- The last message seq the session's agent was given.
     seen_seq           bigint,
     -- The holder's node while active.
-    node_id            text COLLATE "C"
+    node_id            text COLLATE "C" DEFAULT current_setting('kd.node', true)
 );
 -- Single resume: at most one active session per thread and agent.
 CREATE UNIQUE INDEX sessions_one_active ON sessions (thread_id, agent) WHERE status = 'active';
@@ -143,7 +147,7 @@ CREATE TABLE locks (
     acquired_at bigint NOT NULL,
     expires_at  bigint NOT NULL,
     -- The holder pid's node.
-    node_id     text COLLATE "C"
+    node_id     text COLLATE "C" DEFAULT current_setting('kd.node', true)
 );
 
 -- The event log (F-R6). Not tied to threads by a foreign key: it is an
@@ -181,7 +185,7 @@ CREATE TABLE exchanges (
     ended_at       bigint,
     -- The node that must drive it (the thread's owner when begun), the node
     -- driving it now, until when, and the lease's fencing token.
-    node_id        text COLLATE "C" NOT NULL DEFAULT 'local',
+    node_id        text COLLATE "C" NOT NULL DEFAULT coalesce(current_setting('kd.node', true), 'local'),
     lease_owner    text COLLATE "C",
     lease_until    timestamptz,
     lease_epoch    bigint NOT NULL DEFAULT 0,
@@ -255,7 +259,7 @@ CREATE TABLE runs (
     -- The step the run was started for.
     step_id     bigint REFERENCES exchange_steps (id) ON DELETE SET NULL,
     -- Where its process runs.
-    node_id     text COLLATE "C" NOT NULL DEFAULT 'local'
+    node_id     text COLLATE "C" NOT NULL DEFAULT coalesce(current_setting('kd.node', true), 'local')
 );
 CREATE INDEX runs_by_thread ON runs (thread_id, started_at);
 CREATE INDEX runs_in_flight ON runs (status) WHERE status IN ('waiting', 'streaming');

@@ -306,6 +306,24 @@ impl Kdd {
         kdd
     }
 
+    /// Starts a second node beside `other`, on its registry (PostgreSQL),
+    /// with arguments (e.g. `--node b`).
+    pub fn start_node_beside(other: &Kdd, args: &[&str]) -> Kdd {
+        Kdd::try_start_node_beside(other, args).unwrap_or_else(|e| panic!("kdd did not start: {e}"))
+    }
+
+    /// [`Kdd::start_node_beside`], giving back why it did not start.
+    pub fn try_start_node_beside(other: &Kdd, args: &[&str]) -> Result<Kdd, String> {
+        Kdd::try_start_on(other.db.shared(), args)
+    }
+
+    /// A daemon on registry `db`, or why it did not start.
+    pub fn try_start_on(db: TestDb, args: &[&str]) -> Result<Kdd, String> {
+        let mut kdd = Kdd::unstarted_on(args, &[], Stderr::Drained, |_| db);
+        kdd.launch()?;
+        Ok(kdd)
+    }
+
     /// Starts a daemon whose stderr goes where `stderr` says.
     pub fn start_full(args: &[&str], env: &[(&str, &str)], stderr: Stderr) -> Kdd {
         let mut kdd = Kdd::unstarted(args, env, stderr);

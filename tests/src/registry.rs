@@ -86,9 +86,12 @@ pub struct PgDb {
     /// The database's own URL, as kdd gets it.
     pub url: String,
     pub name: String,
+    /// Whether it is dropped with this value (the first node's is; a
+    /// second node on it shares it).
+    owned: bool,
     /// What a kdd on a PostgreSQL registry keeps on its machine (its log,
     /// members' worktrees) goes in `$XDG_DATA_HOME/kd`: here, not the
-    /// home of whoever runs the tests.
+    /// home of whoever runs the tests (each node its own).
     data_home: tempfile::TempDir,
 }
 
@@ -141,6 +144,21 @@ impl TestDb {
         match self {
             TestDb::File(p) => p,
             TestDb::Postgres(pg) => panic!("{} is no file: a test of the SQLite file needs sqlite_only!", pg.url),
+        }
+    }
+
+    /// The same PostgreSQL database, for another node (dropped with this
+    /// one, not with the copy). A SQLite file is no registry to share.
+    pub fn shared(&self) -> TestDb {
+        match self {
+            TestDb::File(p) => panic!("{} cannot be shared by two nodes: that takes PostgreSQL", p.display()),
+            TestDb::Postgres(pg) => TestDb::Postgres(PgDb {
+                admin: pg.admin.clone(),
+                url: pg.url.clone(),
+                name: pg.name.clone(),
+                owned: false,
+                data_home: data_home(),
+            }),
         }
     }
 
@@ -301,14 +319,16 @@ impl PgDb {
         let (a, n) = (admin.clone(), name.clone());
         block_on(async move { postgres::admin(&a, &format!("CREATE DATABASE \"{n}\"")).await })
             .unwrap_or_else(|e| panic!("cannot make the test's database {name} on {admin}: {e}"));
-        let data_home = tempfile::Builder::new().prefix("kd-e2e-data-").tempdir().expect("tempdir");
-        PgDb { admin, url, name, data_home }
+        PgDb { admin, url, name, owned: true, data_home: data_home() }
     }
 }
 
 impl Drop for PgDb {
     /// Drops the database, whoever is still connected; never panics.
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         let (admin, name) = (self.admin.clone(), self.name.clone());
         let sql = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
         let dropped = try_block_on(async move { postgres::admin(&admin, &sql).await });
@@ -318,6 +338,11 @@ impl Drop for PgDb {
             None => eprintln!("could not drop the test database {}: no answer in time", self.name),
         }
     }
+}
+
+/// A temporary `XDG_DATA_HOME` for a kdd on a PostgreSQL registry.
+fn data_home() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("kd-e2e-data-").tempdir().expect("tempdir")
 }
 
 /// `url` with its database name replaced by `name` (query kept).

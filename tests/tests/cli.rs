@@ -317,7 +317,11 @@ async fn daemon_start_status_restart_and_stop() {
     let out = run(kd(&["daemon", "status"])).await;
     assert!(out.status.success() && out.stdout.contains("threads   0"), "{}", out.stdout);
     // The registry's engine is named.
-    assert!(out.stdout.contains("(sqlite, schema "), "{}", out.stdout);
+    let engine = match kd_tests::engine() {
+        kd_tests::Engine::Sqlite => "(sqlite, schema ",
+        kd_tests::Engine::Postgres => "(postgres, schema ",
+    };
+    assert!(out.stdout.contains(engine), "{}", out.stdout);
     let first_pid = pid_of(&run(kd(&["daemon", "status", "--json"])).await.stdout);
     let out = run(kd(&["daemon", "restart"])).await;
     assert!(out.status.success(), "{}", out.stderr);

@@ -22,7 +22,7 @@ pub const MAX_ANSWER_USD: f64 = 1e6;
 /// The most tokens one answer is counted to have taken in or given out.
 pub const MAX_ANSWER_TOKENS: u64 = 1_000_000_000_000;
 
-const DAY_MS: i64 = 86_400_000;
+pub(crate) const DAY_MS: i64 = 86_400_000;
 
 /// Which answers a report counts.
 #[derive(Debug, Clone, Default)]
@@ -82,7 +82,7 @@ pub fn record(conn: &Connection, run: &RunInfo, message: &Message) -> DbResult<(
 
 /// A cost as reported: rounded to micro-dollars, so that five answers of
 /// $0.0012 read `0.006`, not `0.005999999999999999`.
-fn micro_dollars(usd: f64) -> f64 {
+pub(crate) fn micro_dollars(usd: f64) -> f64 {
     (usd * 1e6).round() / 1e6
 }
 
@@ -149,15 +149,22 @@ fn statement(f: &Filter, by: CostBy) -> String {
     )
 }
 
+/// Refuses a report across threads that only one thread can have.
+pub(crate) fn without_thread(by: CostBy) -> DbResult<()> {
+    match by {
+        CostBy::Exchange | CostBy::Round => {
+            Err(DbError::Invalid("a report by exchange or round is of one thread: give thread".into()))
+        }
+        _ => Ok(()),
+    }
+}
+
 pub fn report(conn: &Connection, f: &Filter, by: CostBy) -> DbResult<CostReport> {
     match &f.thread {
         Some(t) => {
             threads::get(conn, t)?;
         }
-        None if matches!(by, CostBy::Exchange | CostBy::Round) => {
-            return Err(DbError::Invalid("a report by exchange or round is of one thread: give thread".into()));
-        }
-        None => {}
+        None => without_thread(by)?,
     }
     let day = f.since_ms.map(|s| s.div_euclid(DAY_MS));
     let mut stmt = conn.prepare_cached(&statement(f, by))?;
@@ -168,18 +175,27 @@ pub fn report(conn: &Connection, f: &Filter, by: CostBy) -> DbResult<CostReport>
             stmt.raw_bind_parameter(i, value)?;
         }
     }
-    let mut total = Cost { key: "total".into(), ..Cost::default() };
-    let mut rows = vec![];
+    let mut groups = vec![];
     let mut found = stmt.raw_query();
     while let Some(r) = found.next()? {
         let count = |i: usize| -> rusqlite::Result<u64> { Ok(r.get::<_, f64>(i)? as u64) };
-        let cost = Cost {
+        groups.push(Cost {
             key: r.get::<_, Option<String>>(0)?.unwrap_or_else(|| "-".into()),
             cost_usd: r.get(1)?,
             input_tokens: count(2)?,
             output_tokens: count(3)?,
             answers: r.get::<_, i64>(4)?.max(0) as u64,
-        };
+        });
+    }
+    Ok(summed(by, groups))
+}
+
+/// The report of the groups a statement summed: their total, each cost in
+/// micro-dollars, the costliest first (then by key), at most [`MAX_ROWS`].
+pub(crate) fn summed(by: CostBy, groups: Vec<Cost>) -> CostReport {
+    let mut total = Cost { key: "total".into(), ..Cost::default() };
+    let mut rows = Vec::with_capacity(groups.len());
+    for cost in groups {
         total.cost_usd += cost.cost_usd;
         total.input_tokens = total.input_tokens.saturating_add(cost.input_tokens);
         total.output_tokens = total.output_tokens.saturating_add(cost.output_tokens);
@@ -189,7 +205,7 @@ pub fn report(conn: &Connection, f: &Filter, by: CostBy) -> DbResult<CostReport>
     total.cost_usd = micro_dollars(total.cost_usd);
     rows.sort_by(|a, b| b.cost_usd.total_cmp(&a.cost_usd).then_with(|| a.key.cmp(&b.key)));
     rows.truncate(MAX_ROWS as usize);
-    Ok(CostReport { by, rows, total })
+    CostReport { by, rows, total }
 }
 
 /// What the answers of exchange `king` of `thread` cost so far (they all

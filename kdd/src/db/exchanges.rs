@@ -356,7 +356,7 @@ pub fn steps(conn: &Connection, x: ExchangeId) -> DbResult<Vec<Step>> {
     Ok(rows)
 }
 
-mod info;
+pub(crate) mod info;
 pub mod kd_step;
 pub mod life;
 #[cfg(test)]

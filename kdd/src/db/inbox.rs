@@ -35,7 +35,7 @@ pub enum Kept {
     Rejected { size: u32 },
 }
 
-fn role_str(r: Role) -> &'static str {
+pub(crate) fn role_str(r: Role) -> &'static str {
     match r {
         Role::To => "to",
         Role::Cc => "cc",

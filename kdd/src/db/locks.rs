@@ -10,17 +10,17 @@ use serde_json::json;
 use super::events::{self, NewEvent};
 use super::{DbError, DbResult};
 
-struct Held {
-    holder: String,
-    pid: Option<u32>,
-    token: u64,
-    acquired_at: i64,
-    expires_at: i64,
+pub(crate) struct Held {
+    pub(crate) holder: String,
+    pub(crate) pid: Option<u32>,
+    pub(crate) token: u64,
+    pub(crate) acquired_at: i64,
+    pub(crate) expires_at: i64,
 }
 
 impl Held {
     /// Free when the TTL passed or the holder process died.
-    fn is_free(&self, now: i64, alive: &dyn Fn(u32) -> bool) -> Option<&'static str> {
+    pub(crate) fn is_free(&self, now: i64, alive: &dyn Fn(u32) -> bool) -> Option<&'static str> {
         if self.expires_at <= now {
             Some("expired")
         } else if self.pid.is_some_and(|p| !alive(p)) {

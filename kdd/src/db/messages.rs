@@ -275,7 +275,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Message> {
     })
 }
 
-pub(super) fn parse_kind(s: &str) -> MessageKind {
+pub(crate) fn parse_kind(s: &str) -> MessageKind {
     match s {
         "king" => MessageKind::King,
         "system" => MessageKind::System,

@@ -80,8 +80,12 @@ pub enum DbError {
     TrunkExists { workspace: String, branch: Option<String>, thread: String },
     #[error("{origin} is already imported as thread {thread}")]
     AlreadyImported { origin: String, thread: String },
-    #[error("Session already active: {session} is held by {}", holder.as_deref().unwrap_or("an unnamed holder"))]
-    SessionActive { session: String, holder: Option<String>, pid: Option<u32> },
+    #[error(
+        "Session already active: {session} is held by {}{}",
+        holder.as_deref().unwrap_or("an unnamed holder"),
+        node.as_deref().map(|n| format!(" on node {n}")).unwrap_or_default()
+    )]
+    SessionActive { session: String, holder: Option<String>, pid: Option<u32>, node: Option<String> },
     #[error("stale fencing token {token} for {resource}")]
     StaleToken { resource: String, token: u64, current: Option<u64> },
     #[error(

@@ -203,9 +203,9 @@ impl Serialize for AllRows<'_, '_> {
 
 /// A list column (`["all"]`), read without copying what needs no unescaping;
 /// the two most rows hold are known without parsing.
-type List<'a> = Vec<Cow<'a, str>>;
+pub(crate) type List<'a> = Vec<Cow<'a, str>>;
 
-fn list_of(text: &str) -> List<'_> {
+pub(crate) fn list_of(text: &str) -> List<'_> {
     match text {
         "[]" => Vec::new(),
         r#"["all"]"# => vec![Cow::Borrowed("all")],
@@ -215,26 +215,26 @@ fn list_of(text: &str) -> List<'_> {
 
 /// One row in `Message`'s serde form, borrowed from the row.
 #[derive(Serialize)]
-struct RowJson<'a> {
-    thread: &'a str,
-    seq: u64,
-    from: &'a str,
-    to: List<'a>,
-    cc: List<'a>,
-    reply_to: Option<u64>,
-    kind: MessageKind,
-    body: &'a str,
-    round: Option<u32>,
-    created_at_ms: i64,
-    run: Option<RunMeta>,
+pub(crate) struct RowJson<'a> {
+    pub(crate) thread: &'a str,
+    pub(crate) seq: u64,
+    pub(crate) from: &'a str,
+    pub(crate) to: List<'a>,
+    pub(crate) cc: List<'a>,
+    pub(crate) reply_to: Option<u64>,
+    pub(crate) kind: MessageKind,
+    pub(crate) body: &'a str,
+    pub(crate) round: Option<u32>,
+    pub(crate) created_at_ms: i64,
+    pub(crate) run: Option<RunMeta>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    replaces: Option<u64>,
+    pub(crate) replaces: Option<u64>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    refs: List<'a>,
+    pub(crate) refs: List<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    route: Option<RouteType>,
+    pub(crate) route: Option<RouteType>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    purpose: Option<Purpose>,
+    pub(crate) purpose: Option<Purpose>,
 }
 
 impl<'a> RowJson<'a> {

@@ -330,7 +330,7 @@ impl Db {
             }
             DbLocation::Url(url) => {
                 let data = kd_proto::paths::data_dir().map_err(|e| DbError::Invalid(e.to_string()))?;
-                let pg = Arc::new(Pg::open(url, hub.clone()).await?);
+                let pg = Arc::new(Pg::open_as(url, hub.clone(), &me.id).await?);
                 let incarnation = match pg.join(&me, &crate::proc::pid_alive).await {
                     Ok(i) => i,
                     Err(e) => {
@@ -339,6 +339,7 @@ impl Db {
                     }
                 };
                 pg::nodes::beat(pg.clone(), me.clone(), incarnation);
+                pg::relay::start(pg.clone(), url.clone(), me.id.clone(), hub);
                 Ok(Db { engine: Engine::Postgres { pg, incarnation }, data, me })
             }
         }
@@ -424,6 +425,10 @@ impl Db {
             Engine::Postgres { pg, incarnation } => {
                 if let Err(e) = pg.leave(&self.me, *incarnation).await {
                     tracing::warn!("cannot tell the other nodes this one stops: {e}");
+                }
+                let dropped = pg::relay::dropped();
+                if dropped > 0 {
+                    tracing::warn!("{dropped} event(s) were not relayed to or from the other nodes (queues full)");
                 }
                 pg.close().await
             }

@@ -43,7 +43,7 @@ pub const MAX_HITS: u32 = 200;
 /// Hits by default.
 pub const DEFAULT_HITS: u32 = 20;
 /// Threads found by title or summary listed at most, before the messages.
-const THREAD_HITS: u32 = 5;
+pub(crate) const THREAD_HITS: u32 = 5;
 
 /// Which hits a query keeps.
 #[derive(Debug, Clone, Default)]
@@ -81,13 +81,26 @@ pub fn query(conn: &Connection, q: &str, f: &Filter) -> DbResult<Vec<SearchHit>>
         Searched::NotHere(why) => not_here.push(why),
     }
     if not_here.len() == 1 + usize::from(with_threads) {
-        let only = if with_threads { "" } else { " (with from or since, only message bodies are searched)" };
-        return Err(DbError::Invalid(format!(
-            "cannot read the search query: {}{only}; the columns are body, title and summary, one index at a time",
-            not_here[0]
-        )));
+        return Err(no_index_has(&not_here[0], with_threads));
     }
     Ok(hits)
+}
+
+/// A query naming columns no searched index has (`why`: the first index's
+/// words): the caller's error.
+pub(crate) fn no_index_has(why: &str, with_threads: bool) -> DbError {
+    let only = if with_threads { "" } else { " (with from or since, only message bodies are searched)" };
+    DbError::Invalid(format!(
+        "cannot read the search query: {why}{only}; the columns are body, title and summary, one index at a time"
+    ))
+}
+
+/// A query the engine cannot read (`text`: its words): the caller's error.
+pub(crate) fn unreadable(text: &str) -> DbError {
+    DbError::Invalid(format!(
+        "cannot read the search query: {text}; give words, \"a phrase\", a prefix*, AND, OR, NOT, \
+         or a column: body:, title:, summary:"
+    ))
 }
 
 /// What one index made of a query.
@@ -176,14 +189,7 @@ fn message_hits(conn: &Connection, q: &str, f: &Filter, limit: u32) -> rusqlite:
 fn bad_query(e: rusqlite::Error) -> DbError {
     let text = e.to_string();
     let unreadable = ["fts5", "no such column", "unterminated string", "unknown special query"];
-    if unreadable.iter().any(|u| text.contains(u)) {
-        DbError::Invalid(format!(
-            "cannot read the search query: {text}; give words, \"a phrase\", a prefix*, AND, OR, NOT, \
-             or a column: body:, title:, summary:"
-        ))
-    } else {
-        DbError::Sqlite(e)
-    }
+    if unreadable.iter().any(|u| text.contains(u)) { self::unreadable(&text) } else { DbError::Sqlite(e) }
 }
 
 impl super::Sqlite {

@@ -26,14 +26,22 @@ pub struct NewSession {
 #[derive(Debug)]
 pub enum Taken {
     Allowed(Session),
-    Rejected { session: String, holder: Option<String>, pid: Option<u32> },
+    /// `node`: where the holder runs, on a registry several nodes share.
+    Rejected {
+        session: String,
+        holder: Option<String>,
+        pid: Option<u32>,
+        node: Option<String>,
+    },
 }
 
 impl From<Taken> for DbResult<Session> {
     fn from(t: Taken) -> Self {
         match t {
             Taken::Allowed(s) => Ok(s),
-            Taken::Rejected { session, holder, pid } => Err(DbError::SessionActive { session, holder, pid }),
+            Taken::Rejected { session, holder, pid, node } => {
+                Err(DbError::SessionActive { session, holder, pid, node })
+            }
         }
     }
 }
@@ -118,24 +126,54 @@ fn blocking(
     own: Option<&Session>,
     alive: &dyn Fn(u32) -> bool,
 ) -> DbResult<Option<Session>> {
-    let mut candidates = Vec::new();
-    match own {
-        Some(s) if s.status == SessionStatus::Active => candidates.push(s.clone()),
-        _ => candidates.extend(active_for(conn, thread, agent)?),
-    }
+    let of_thread = match own {
+        Some(s) if s.status == SessionStatus::Active => None,
+        _ => active_for(conn, thread, agent)?,
+    };
+    let mut copies = Vec::new();
     if let Some(backend) = backend {
         let mut stmt = conn.prepare_cached(&format!(
             "SELECT {COLUMNS} FROM sessions WHERE agent = ?1 AND backend_session_id = ?2 AND status = 'active'"
         ))?;
-        let copies = stmt.query_map([agent, backend], from_row)?.collect::<Result<Vec<_>, _>>()?;
-        candidates.extend(copies.into_iter().filter(|c| own.is_none_or(|o| o.id != c.id)));
+        copies = stmt.query_map([agent, backend], from_row)?.collect::<Result<Vec<_>, _>>()?;
     }
-    for active in candidates {
+    for active in candidates(own, of_thread, copies) {
         if !reclaim_if_dead(conn, now, &active, alive)? {
             return Ok(Some(active));
         }
     }
     Ok(None)
+}
+
+/// The sessions that may block, in the order [`blocking`] tries them:
+/// `own` when active, else the thread's active session of the agent
+/// (`of_thread`); then the active `copies` of the same backend
+/// conversation but `own`.
+pub(crate) fn candidates(own: Option<&Session>, of_thread: Option<Session>, copies: Vec<Session>) -> Vec<Session> {
+    let mut candidates = Vec::new();
+    match own {
+        Some(s) if s.status == SessionStatus::Active => candidates.push(s.clone()),
+        _ => candidates.extend(of_thread),
+    }
+    candidates.extend(copies.into_iter().filter(|c| own.is_none_or(|o| o.id != c.id)));
+    candidates
+}
+
+/// The pid of an active session's holder when that process is dead: the
+/// session is free again. A session without a pid is never reclaimed.
+pub(crate) fn dead_holder(s: &Session, alive: &dyn Fn(u32) -> bool) -> Option<u32> {
+    s.pid.filter(|&pid| !alive(pid))
+}
+
+/// A session's status from its column; an unknown one reads as expired.
+pub(crate) fn status_of(text: &str) -> SessionStatus {
+    match text {
+        "active" => SessionStatus::Active,
+        "completed" => SessionStatus::Completed,
+        "idle" => SessionStatus::Idle,
+        "archived" => SessionStatus::Archived,
+        _ => SessionStatus::Expired,
+    }
 }
 
 /// Refuses a start or resume (`session`) that `active` blocks: recorded as
@@ -173,7 +211,7 @@ fn refuse(
             },
         )?;
     }
-    Ok(Taken::Rejected { session: active.id, holder: active.holder, pid: active.pid })
+    Ok(Taken::Rejected { session: active.id, holder: active.holder, pid: active.pid, node: None })
 }
 
 /// How a session ends: its status, the backend id to keep, and the last
@@ -265,10 +303,7 @@ fn active_for(conn: &Connection, thread: &str, agent: &str) -> DbResult<Option<S
 /// If the active session's holder process is dead, expires it and returns
 /// true; a session without a pid is never reclaimed.
 fn reclaim_if_dead(conn: &Connection, now: i64, s: &Session, alive: &dyn Fn(u32) -> bool) -> DbResult<bool> {
-    let Some(pid) = s.pid else { return Ok(false) };
-    if alive(pid) {
-        return Ok(false);
-    }
+    let Some(pid) = dead_holder(s, alive) else { return Ok(false) };
     conn.prepare_cached(
         "UPDATE sessions SET status = 'expired', holder = NULL, pid = NULL, last_active_at = ?2 WHERE id = ?1",
     )?
@@ -295,13 +330,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Session> {
         thread: r.get(1)?,
         agent: r.get(2)?,
         backend_session_id: r.get(3)?,
-        status: match r.get_ref(4)?.as_str()? {
-            "active" => SessionStatus::Active,
-            "completed" => SessionStatus::Completed,
-            "idle" => SessionStatus::Idle,
-            "archived" => SessionStatus::Archived,
-            _ => SessionStatus::Expired,
-        },
+        status: status_of(r.get_ref(4)?.as_str()?),
         holder: r.get(5)?,
         pid: r.get(6)?,
         started_at_ms: r.get(7)?,
@@ -362,7 +391,7 @@ impl super::Sqlite {
         let alive = crate::proc::pid_alive;
         let dead: Vec<Session> = sessions
             .iter()
-            .filter(|s| s.status == SessionStatus::Active && s.pid.is_some_and(|p| !alive(p)))
+            .filter(|s| s.status == SessionStatus::Active && dead_holder(s, &alive).is_some())
             .cloned()
             .collect();
         if dead.is_empty() {

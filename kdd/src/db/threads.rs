@@ -43,23 +43,7 @@ pub fn create(conn: &Connection, now: i64, mut t: NewThread, out: &mut Outbox) -
     }
     // One trunk per workspace and git branch: what is not it branches off.
     let trunk = trunk(conn, &t.workspace, t.branch.as_deref())?;
-    let lineage = match (t.lineage, &t.parent, &trunk) {
-        (Some(Lineage::Trunk), Some(_), _) => {
-            return Err(DbError::Invalid("a trunk thread has no parent; omit parent or make it a branch".into()));
-        }
-        (Some(Lineage::Trunk), None, Some(existing)) => {
-            return Err(DbError::TrunkExists {
-                workspace: t.workspace.clone(),
-                branch: t.branch.clone(),
-                thread: existing.clone(),
-            });
-        }
-        (Some(Lineage::Branch), None, None) => return Err(DbError::Invalid("a branch thread needs a parent".into())),
-        (Some(l), _, _) => l,
-        (None, Some(_), _) => Lineage::Branch,
-        (None, None, None) => Lineage::Trunk,
-        (None, None, Some(_)) => Lineage::Branch,
-    };
+    let lineage = lineage_of(&t, &trunk)?;
     if lineage == Lineage::Branch && t.parent.is_none() {
         t.parent = trunk;
     }
@@ -104,6 +88,28 @@ pub fn create(conn: &Connection, now: i64, mut t: NewThread, out: &mut Outbox) -
         set_current(conn, now, &t.workspace, t.branch.as_deref(), &id)?;
     }
     get(conn, &id)
+}
+
+/// The lineage of new thread `t` given its workspace and branch's `trunk`:
+/// one trunk per workspace and git branch; what is not it branches off.
+pub(crate) fn lineage_of(t: &NewThread, trunk: &Option<String>) -> DbResult<Lineage> {
+    Ok(match (t.lineage, &t.parent, trunk) {
+        (Some(Lineage::Trunk), Some(_), _) => {
+            return Err(DbError::Invalid("a trunk thread has no parent; omit parent or make it a branch".into()));
+        }
+        (Some(Lineage::Trunk), None, Some(existing)) => {
+            return Err(DbError::TrunkExists {
+                workspace: t.workspace.clone(),
+                branch: t.branch.clone(),
+                thread: existing.clone(),
+            });
+        }
+        (Some(Lineage::Branch), None, None) => return Err(DbError::Invalid("a branch thread needs a parent".into())),
+        (Some(l), _, _) => l,
+        (None, Some(_), _) => Lineage::Branch,
+        (None, None, None) => Lineage::Trunk,
+        (None, None, Some(_)) => Lineage::Branch,
+    })
 }
 
 /// A thread id not yet taken: 6 random characters, longer after collisions.
@@ -195,30 +201,42 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Thread> {
         workspace: r.get(1)?,
         branch: r.get(2)?,
         title: r.get(3)?,
-        status: match r.get_ref(4)?.as_str()? {
-            "idle" => ThreadStatus::Idle,
-            "archived" => ThreadStatus::Archived,
-            _ => ThreadStatus::Active,
-        },
-        lineage: match r.get_ref(5)?.as_str()? {
-            "branch" => Lineage::Branch,
-            _ => Lineage::Trunk,
-        },
+        status: parse_status(r.get_ref(4)?.as_str()?),
+        lineage: parse_lineage(r.get_ref(5)?.as_str()?),
         parent: r.get(6)?,
         members: parse_list(&members),
         created_at_ms: r.get(8)?,
         last_activity_at_ms: r.get(9)?,
         last_seq: r.get::<_, i64>(10)? as u64,
-        context: match r.get_ref(11)?.as_str()? {
-            "resume" => ContextMode::Resume,
-            _ => ContextMode::History,
-        },
+        context: parse_context(r.get_ref(11)?.as_str()?),
         origin: r.get(12)?,
         summary: r.get(13)?,
     })
 }
 
-pub(super) fn status_str(s: ThreadStatus) -> &'static str {
+pub(crate) fn parse_status(s: &str) -> ThreadStatus {
+    match s {
+        "idle" => ThreadStatus::Idle,
+        "archived" => ThreadStatus::Archived,
+        _ => ThreadStatus::Active,
+    }
+}
+
+pub(crate) fn parse_lineage(s: &str) -> Lineage {
+    match s {
+        "branch" => Lineage::Branch,
+        _ => Lineage::Trunk,
+    }
+}
+
+pub(crate) fn parse_context(s: &str) -> ContextMode {
+    match s {
+        "resume" => ContextMode::Resume,
+        _ => ContextMode::History,
+    }
+}
+
+pub(crate) fn status_str(s: ThreadStatus) -> &'static str {
     match s {
         ThreadStatus::Active => "active",
         ThreadStatus::Idle => "idle",
@@ -226,7 +244,7 @@ pub(super) fn status_str(s: ThreadStatus) -> &'static str {
     }
 }
 
-fn lineage_str(l: Lineage) -> &'static str {
+pub(crate) fn lineage_str(l: Lineage) -> &'static str {
     match l {
         Lineage::Trunk => "trunk",
         Lineage::Branch => "branch",

@@ -19,9 +19,8 @@ impl From<DbError> for ErrorObjectOwned {
             DbError::AlreadyImported { origin, thread } => {
                 ErrorCode::AlreadyExists.error_with(msg, json!({"thread": thread, "origin": origin}))
             }
-            DbError::SessionActive { session, holder, pid } => {
-                ErrorCode::SessionActive.error_with(msg, json!({"session": session, "holder": holder, "pid": pid}))
-            }
+            DbError::SessionActive { session, holder, pid, node } => ErrorCode::SessionActive
+                .error_with(msg, json!({"session": session, "holder": holder, "pid": pid, "node": node})),
             DbError::StaleToken { resource, token, current } => {
                 ErrorCode::StaleToken.error_with(msg, json!({"resource": resource, "token": token, "current": current}))
             }

@@ -24,7 +24,7 @@ pub fn info(conn: &Connection, thread: &str, seq: u64) -> DbResult<Option<Exchan
     Ok(Some(wire(x, steps)))
 }
 
-fn wire(x: Exchange, steps: Vec<Step>) -> ExchangeInfo {
+pub(crate) fn wire(x: Exchange, steps: Vec<Step>) -> ExchangeInfo {
     ExchangeInfo {
         rounds: x.plan.get("rounds").and_then(|r| r.as_u64()).and_then(|r| u32::try_from(r).ok()),
         // A completion's result is its answer as it was sent; one that

@@ -24,19 +24,32 @@
 //! thread's row lock for long), `TimeZone = UTC`, `application_name = kdd`.
 //! Times stay Unix milliseconds computed by kdd, as in SQLite.
 
-// Nothing outside the engine calls it until `Db` delegates to it (the
-// registry's enum of engines): remove this then.
-#![allow(dead_code)]
-
+pub(crate) mod acks;
+mod compose;
+pub(crate) mod cost;
 mod error;
+pub(crate) mod events;
+pub(crate) mod exchanges;
+pub(crate) mod inbox;
+pub(crate) mod lifecycle;
+pub(crate) mod locks;
+pub(crate) mod messages;
 pub mod nodes;
-mod pending;
+pub(crate) mod page_json;
+pub(crate) mod relay;
+mod runs;
 pub mod schema;
+pub(crate) mod search;
+pub(crate) mod search_query;
+pub(crate) mod sessions;
+#[cfg(test)]
+mod test_rows;
 #[cfg(test)]
 pub(crate) mod testing;
+pub(crate) mod threads;
 pub mod url;
+pub(crate) mod work;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -71,16 +84,26 @@ impl Pg {
     /// and counts its threads. Refuses a database whose schema is newer than
     /// ours.
     pub async fn open(url: &str, hub: Arc<Hub>) -> DbResult<Pg> {
-        Self::open_sized(url, hub, POOL_SIZE).await
+        Self::open_sized(url, hub, POOL_SIZE, None).await
+    }
+
+    /// [`Pg::open`] for node `node`: every connection names it
+    /// (`kd.node`), so what this node writes records where it runs.
+    pub async fn open_as(url: &str, hub: Arc<Hub>, node: &str) -> DbResult<Pg> {
+        Self::open_sized(url, hub, POOL_SIZE, Some(node)).await
     }
 
     /// [`Pg::open`] with a pool of `size` connections.
-    pub async fn open_sized(url: &str, hub: Arc<Hub>, size: usize) -> DbResult<Pg> {
+    pub async fn open_sized(url: &str, hub: Arc<Hub>, size: usize, node: Option<&str>) -> DbResult<Pg> {
         let mut target = url::parse(url)?;
-        let options = match target.config.get_options() {
+        let mut options = match target.config.get_options() {
             Some(own) if !own.is_empty() => format!("{own} {SESSION_OPTIONS}"),
             _ => SESSION_OPTIONS.to_string(),
         };
+        // A node name is `[a-z0-9_.-]` (kd_proto::names): nothing to quote.
+        if let Some(node) = node.filter(|n| kd_proto::names::check_node_name(n).is_ok()) {
+            options.push_str(&format!(" -c kd.node={node}"));
+        }
         target.config.options(options);
         if target.config.get_application_name().is_none() {
             target.config.application_name("kdd");
@@ -110,19 +133,14 @@ impl Pg {
         };
         let mut c = pool.get().await.map_err(|e| unreachable(e.into()))?;
         let schema_version = schema::migrate(&mut c, &location).await.map_err(unreachable)?;
-        let count: i64 = c.query_one("SELECT count(*) FROM threads", &[]).await?.get(0);
+        let count = threads::count(&c).await?;
         drop(c);
-        Ok(Pg { pool, hub, location, schema_version, threads: AtomicU64::new(count as u64) })
+        Ok(Pg { pool, hub, location, schema_version, threads: AtomicU64::new(count) })
     }
 
     /// The database's address, without its password.
     pub fn location(&self) -> &str {
         &self.location
-    }
-
-    /// [`Pg::location`] where a path is expected (errors built for SQLite).
-    pub(crate) fn location_path(&self) -> PathBuf {
-        PathBuf::from(&self.location)
     }
 
     pub fn schema_version(&self) -> u32 {
@@ -209,7 +227,7 @@ mod tests {
         match Pg::open(db.url(), Arc::new(Hub::new())).await {
             Err(DbError::SchemaTooNew { path, found: 999, known }) => {
                 assert_eq!(known, schema::known());
-                assert_eq!(path, pg.location_path());
+                assert_eq!(path, std::path::PathBuf::from(pg.location()));
                 let msg = DbError::SchemaTooNew { path, found: 999, known }.to_string();
                 assert!(!msg.contains("password"), "{msg}");
             }

@@ -107,6 +107,24 @@ impl Pg {
     }
 }
 
+/// Where the holder of a row of `table` (`sessions` by `id`, `locks` by
+/// `resource`) runs, when it is another node than this connection's
+/// (`kd.node`), and whether that node is live.
+pub(crate) async fn holder_node(
+    c: &impl deadpool_postgres::GenericClient,
+    table: &'static str,
+    key: &'static str,
+    value: &str,
+) -> DbResult<Option<(String, bool)>> {
+    let sql = format!(
+        "SELECT r.node_id, coalesce(n.state = 'live' AND n.heartbeat_at > now() - make_interval(secs => $2), false) \
+         FROM {table} r LEFT JOIN nodes n ON n.id = r.node_id \
+         WHERE r.{key} = $1 AND r.node_id IS DISTINCT FROM current_setting('kd.node', true) AND r.node_id IS NOT NULL"
+    );
+    let row = c.query_opt(&c.prepare_cached(&sql).await?, &[&value, &LEASE.as_secs_f64()]).await?;
+    Ok(row.map(|r| (r.get(0), r.get(1))))
+}
+
 /// Keeps `me` live until the registry closes, a heartbeat every third of
 /// the lease.
 pub(crate) fn beat(pg: std::sync::Arc<Pg>, me: Node, incarnation: i64) {
@@ -154,5 +172,68 @@ mod tests {
         let live = pg.nodes(&a).await.unwrap();
         assert_eq!(live.len(), 1);
         assert!(live[0].this && live[0].pid == 200);
+    }
+
+    /// A thread of `pg` to hold sessions on.
+    async fn a_thread(pg: &Pg) -> String {
+        let t = crate::db::threads::NewThread {
+            id: None,
+            workspace: "/w".into(),
+            branch: None,
+            title: None,
+            members: vec![],
+            lineage: None,
+            parent: None,
+            set_current: false,
+            context: Default::default(),
+            origin: None,
+        };
+        pg.create_thread(t).await.unwrap().id
+    }
+
+    #[tokio::test]
+    async fn a_session_or_lock_held_on_a_live_node_is_refused_elsewhere_naming_it_until_that_node_dies() {
+        let Some((pg, db)) = super::super::testing::fresh().await else { return };
+        pg.close().await;
+        let hub = || std::sync::Arc::new(crate::hub::Hub::new());
+        let a = Pg::open_as(db.url(), hub(), "a").await.unwrap();
+        let b = Pg::open_as(db.url(), hub(), "b").await.unwrap();
+        let (node_a, node_b) = (node("a", 100), node("b", 200));
+        let inc_a = a.join(&node_a, &|_| true).await.unwrap();
+        b.join(&node_b, &|_| true).await.unwrap();
+        let thread = a_thread(&a).await;
+        // A pid no process of this host has: seen from b's host, a's holder
+        // would be a dead process; it is alive because node a is.
+        let far = 999_999_999;
+        let s = crate::db::sessions::NewSession {
+            thread: thread.clone(),
+            agent: "claude".into(),
+            backend_session_id: None,
+            holder: Some("claude".into()),
+            pid: Some(far),
+            metadata: serde_json::json!({}),
+        };
+        let held = a.start_session(s).await.unwrap();
+        match b.resume_session(held.id.clone(), Some("claude".into()), Some(std::process::id())).await {
+            Err(e @ DbError::SessionActive { .. }) => {
+                assert!(e.to_string().ends_with("is held by claude on node a"), "{e}")
+            }
+            other => panic!("refused on b: {other:?}"),
+        }
+        let lock = a.acquire_lock("repo".into(), "claude".into(), 60_000, Some(far)).await.unwrap();
+        assert!(matches!(lock, kd_proto::types::LockOutcome::Acquired { .. }), "{lock:?}");
+        let denied = b.acquire_lock("repo".into(), "codex".into(), 60_000, None).await.unwrap();
+        assert!(matches!(denied, kd_proto::types::LockOutcome::Denied { .. }), "{denied:?}");
+        // Node a stops: what it held is free to b.
+        a.leave(&node_a, inc_a).await.unwrap();
+        let resumed = b.resume_session(held.id.clone(), Some("claude".into()), Some(std::process::id())).await;
+        assert!(resumed.is_ok(), "{resumed:?}");
+        let taken = b.acquire_lock("repo".into(), "codex".into(), 60_000, None).await.unwrap();
+        assert!(matches!(taken, kd_proto::types::LockOutcome::Acquired { .. }), "{taken:?}");
+        let c = b.conn().await.unwrap();
+        let on: String = c.query_one("SELECT node_id FROM sessions WHERE id = $1", &[&held.id]).await.unwrap().get(0);
+        assert_eq!(on, "b", "the session is held on b now");
+        a.close().await;
+        b.close().await;
     }
 }

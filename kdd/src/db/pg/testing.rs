@@ -111,8 +111,9 @@ async fn template(admin: String) -> Result<String, String> {
         let building = format!("{name}_building");
         c.batch_execute(&format!("DROP DATABASE IF EXISTS \"{building}\" WITH (FORCE)")).await.map_err(err)?;
         c.batch_execute(&format!("CREATE DATABASE \"{building}\"")).await.map_err(err)?;
-        let pg =
-            Pg::open_sized(&with_db(&admin, &building), Arc::new(Hub::new()), 1).await.map_err(|e| e.to_string())?;
+        let pg = Pg::open_sized(&with_db(&admin, &building), Arc::new(Hub::new()), 1, None)
+            .await
+            .map_err(|e| e.to_string())?;
         pg.close().await;
         drop(pg);
         // Renamed only once migrated: a template that exists is complete.

@@ -1,0 +1,110 @@
+//! Several kdd nodes on one PostgreSQL registry (issue 25): two daemons on
+//! one machine, each with its own socket and `--node`, on one database.
+//! What one writes the other lists and streams live; the registry's
+//! invariants hold across them. PostgreSQL only (SQLite is one node).
+
+use std::collections::BTreeSet;
+
+use kd_client::KdApiClient;
+use kd_proto::types::ThreadEvent;
+use kd_tests::{Kdd, Workspace, collect_until, run, within};
+
+/// Two nodes, `a` and `b`, on one fresh registry; `None` on SQLite.
+fn two_nodes() -> Option<(Kdd, Kdd)> {
+    if kd_tests::engine() != kd_tests::Engine::Postgres {
+        kd_tests::registry::not_on_this_engine("cluster", "several nodes share a PostgreSQL registry");
+        return None;
+    }
+    let a = Kdd::start_with(&["--node", "a"]);
+    let b = Kdd::start_node_beside(&a, &["--node", "b"]);
+    Some((a, b))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_thread_made_on_node_a_is_listed_on_b_and_its_round_streams_live_there() {
+    let Some((a, b)) = two_nodes() else { return };
+    let ws = Workspace::new(&[("claude", "claude", &[("FAKE_TEXT", "Streamed from node a, in pieces.")])]);
+    let (ca, cb) = (a.client().await, b.client().await);
+    let t = kd_tests::new_thread(&ca, &ws.path()).await;
+    let listed = cb.thread_list(None, None, None).await.unwrap();
+    assert!(listed.iter().any(|x| x.id == t), "node b lists node a's thread: {listed:?}");
+    let mut on_b = cb.thread_subscribe(t.clone(), None, None).await.unwrap();
+    kd_tests::send_one_round(&ca, &t, "Who answers?").await;
+    let seen = collect_until(&mut on_b, |events| {
+        events.iter().any(|e| matches!(e, ThreadEvent::Message { message } if message.from == "claude"))
+    })
+    .await;
+    let deltas: String = seen
+        .iter()
+        .filter_map(|e| match e {
+            ThreadEvent::Delta { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deltas, "Streamed from node a, in pieces.", "every delta, in order: {seen:#?}");
+    let king = seen.iter().position(|e| matches!(e, ThreadEvent::Message { message } if message.from == "king"));
+    let first_delta = seen.iter().position(|e| matches!(e, ThreadEvent::Delta { .. }));
+    assert!(king < first_delta, "the question before the answer's deltas: {seen:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn appends_from_both_nodes_at_once_leave_the_threads_seq_dense() {
+    let Some((a, b)) = two_nodes() else { return };
+    let t = kd_tests::new_thread(&a.client().await, &kd_tests::workspace("dense")).await;
+    let per_writer = 40;
+    let mut writers = Vec::new();
+    for (i, kdd) in [&a, &b, &a, &b].into_iter().enumerate() {
+        let c = kdd.client().await;
+        let t = t.clone();
+        writers.push(tokio::spawn(async move {
+            let mut seqs = Vec::new();
+            for n in 0..per_writer {
+                seqs.push(kd_tests::append(&c, &t, "king", format!("writer {i} message {n}"), &[]).await.seq);
+            }
+            seqs
+        }));
+    }
+    let mut all = BTreeSet::new();
+    for w in writers {
+        for seq in w.await.unwrap() {
+            assert!(all.insert(seq), "seq {seq} given twice");
+        }
+    }
+    let total = 4 * per_writer;
+    assert_eq!(all, (1..=total).collect(), "dense: 1..={total}");
+    // Both nodes read the same thread.
+    for kdd in [&a, &b] {
+        let page = kdd.client().await.thread_messages(t.clone(), None, None, None, None).await.unwrap().into_vec();
+        assert_eq!(page.iter().map(|m| m.seq).collect::<Vec<_>>(), (1..=total).collect::<Vec<_>>());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_held_on_node_a_is_refused_on_b_naming_the_holder_and_the_node() {
+    let Some((a, b)) = two_nodes() else { return };
+    let (ca, cb) = (a.client().await, b.client().await);
+    let t = kd_tests::new_thread(&ca, &kd_tests::workspace("resume")).await;
+    let s = ca.session_start(t, "claude".into(), None, Some("claude".into()), Some(a.pid), None).await.unwrap();
+    let refused = cb.session_resume(s.id.clone(), Some("codex".into()), Some(b.pid)).await.unwrap_err().to_string();
+    assert!(refused.contains(&format!("{} is held by claude on node a", s.id)), "{refused}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_daemon_status_names_the_engine_this_node_and_the_other() {
+    let Some((a, b)) = two_nodes() else { return };
+    let mut k = b.kd();
+    k.args(["daemon", "status"]);
+    let out = run(k).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.contains("(postgres, schema "), "{}", out.stdout);
+    assert!(out.stdout.contains("  node      b\n"), "{}", out.stdout);
+    assert!(out.stdout.contains("  others    a ("), "{}", out.stdout);
+    assert!(out.stdout.contains(&format!("pid {}", a.pid)), "{}", out.stdout);
+    // A third kdd may not take a live node's name.
+    let taken = tokio::task::spawn_blocking({
+        let db = a.db.shared();
+        move || Kdd::try_start_on(db, &["--node", "a"])
+    });
+    let why = within("a refused start", taken).await.unwrap().err().expect("node a's name is taken");
+    assert!(why.contains("node a is already live"), "{why}");
+}
