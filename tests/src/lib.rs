@@ -391,7 +391,7 @@ impl Kdd {
         if self.default_db {
             cmd.env("XDG_DATA_HOME", self.dir.path().join("data"));
         } else {
-            cmd.arg("--db").arg(self.db.arg());
+            cmd.arg("--db").arg(self.db.arg()).envs(self.db.data_env());
         }
         cmd.args(&self.args)
             .env("RUST_LOG", "info")

@@ -89,6 +89,10 @@ pub struct PgDb {
     /// Whether it is dropped with this value (the first node's is; a
     /// second node on it shares it).
     owned: bool,
+    /// What a kdd on a PostgreSQL registry keeps on its machine (its log,
+    /// members' worktrees) goes in `$XDG_DATA_HOME/kd`: here, not the
+    /// home of whoever runs the tests (each node its own).
+    data_home: tempfile::TempDir,
 }
 
 impl TestDb {
@@ -114,6 +118,26 @@ impl TestDb {
         }
     }
 
+    /// The environment of a kdd on this registry started by something
+    /// else than `--db` (`kd`'s auto-start, `kd daemon start`, a service
+    /// manager): `KD_DB`, and [`TestDb::data_env`].
+    pub fn env(&self) -> Vec<(&'static str, OsString)> {
+        let mut env = vec![("KD_DB", self.arg())];
+        env.extend(self.data_env());
+        env
+    }
+
+    /// What a kdd on this registry needs in its environment besides where
+    /// the registry is: on PostgreSQL, `XDG_DATA_HOME`, a temporary
+    /// directory of the test's for what kdd keeps on its machine (its log,
+    /// members' worktrees); nothing on SQLite (kdd keeps them beside the file).
+    pub fn data_env(&self) -> Vec<(&'static str, OsString)> {
+        match self {
+            TestDb::File(_) => Vec::new(),
+            TestDb::Postgres(pg) => vec![("XDG_DATA_HOME", pg.data_home.path().as_os_str().to_owned())],
+        }
+    }
+
     /// The SQLite file. Only for tests about the file (after
     /// [`sqlite_only!`](crate::sqlite_only)): panics on PostgreSQL.
     pub fn path(&self) -> &Path {
@@ -133,6 +157,7 @@ impl TestDb {
                 url: pg.url.clone(),
                 name: pg.name.clone(),
                 owned: false,
+                data_home: data_home(),
             }),
         }
     }
@@ -294,7 +319,7 @@ impl PgDb {
         let (a, n) = (admin.clone(), name.clone());
         block_on(async move { postgres::admin(&a, &format!("CREATE DATABASE \"{n}\"")).await })
             .unwrap_or_else(|e| panic!("cannot make the test's database {name} on {admin}: {e}"));
-        PgDb { admin, url, name, owned: true }
+        PgDb { admin, url, name, owned: true, data_home: data_home() }
     }
 }
 
@@ -313,6 +338,11 @@ impl Drop for PgDb {
             None => eprintln!("could not drop the test database {}: no answer in time", self.name),
         }
     }
+}
+
+/// A temporary `XDG_DATA_HOME` for a kdd on a PostgreSQL registry.
+fn data_home() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("kd-e2e-data-").tempdir().expect("tempdir")
 }
 
 /// `url` with its database name replaced by `name` (query kept).

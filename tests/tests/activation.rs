@@ -68,7 +68,7 @@ async fn sockets_kd_does_not_take_and_listen_variables_never_reach_an_agent() {
             .arg("-l")
             .arg(run.join("b.sock"))
             .arg("--fdname=a:kdd:b")
-            .arg(format!("--setenv=KD_DB={db}"))
+            .args(db.env().iter().map(|(k, v)| format!("--setenv={k}={}", v.to_string_lossy())))
             .arg(format!("--setenv=XDG_CONFIG_HOME={}", dir.path().join("config").display()))
             .arg(kd_tests::bin("kdd"))
             .stdin(std::process::Stdio::null())

@@ -244,7 +244,7 @@ fn kd_autostarting(dir: &std::path::Path, db: &TestDb) -> tokio::process::Comman
     let mut k = tokio::process::Command::new(bin("kd"));
     k.arg("--socket")
         .arg(dir.join("run/kdd.sock"))
-        .env("KD_DB", db.arg())
+        .envs(db.env())
         .env("KD_KDD", bin("kdd"))
         .env_remove("KD_NO_AUTOSTART")
         .kill_on_drop(true);

@@ -276,9 +276,11 @@ async fn a_round_keeps_the_order_its_members_were_asked_in_everywhere() {
     assert!(out.status.success(), "{}", out.stderr);
     let c = kdd.client().await;
     let t = c.thread_current(ws.path(), None).await.unwrap().unwrap();
-    let mut sub = c.thread_subscribe(t.id.clone(), None, None).await.unwrap();
+    // From the first message: codex may have answered before this
+    // subscription (its answer then comes from the registry, not live).
+    let mut sub = c.thread_subscribe(t.id.clone(), Some(0), None).await.unwrap();
     kd_tests::collect_until(&mut sub, |e| {
-        e.iter().any(|e| matches!(e, ThreadEvent::RunFinished { member, .. } if member == "codex"))
+        e.iter().any(|e| matches!(e, ThreadEvent::Message { message } if message.from == "codex"))
     })
     .await;
     hold.release();

@@ -65,6 +65,7 @@ fn kdd_pings_the_watchdog_the_manager_set_for_it() {
         .arg(kd_tests::bin("kdd"))
         .arg(private.join("kd.sock"))
         .arg(db.arg())
+        .envs(db.data_env())
         .env("NOTIFY_SOCKET", &path)
         .env("WATCHDOG_USEC", "100000")
         .stdout(std::process::Stdio::null())
@@ -138,6 +139,7 @@ fn on_the_journal_kdd_logs_priority_prefixed_lines() {
         .arg(private.join("kd.sock"))
         .arg("--db")
         .arg(db.arg())
+        .envs(db.data_env())
         .env("NOTIFY_SOCKET", dir.path().join("notify.sock"))
         .env("JOURNAL_STREAM", format!("{}:{}", meta.dev(), meta.ino()))
         .stdout(std::process::Stdio::null())
@@ -169,12 +171,12 @@ fn have(tool: &str) -> bool {
     ok
 }
 
-/// The real `kd` for `socket` and database `db` (`KD_DB`), allowed to
+/// The real `kd` for `socket` and registry `db` (`KD_DB`), allowed to
 /// auto-start (KD_KDD names ours).
-fn kd_for(socket: &std::path::Path, db: impl AsRef<std::ffi::OsStr>) -> std::process::Command {
+fn kd_for(socket: &std::path::Path, db: &TestDb) -> std::process::Command {
     let mut cmd = std::process::Command::new(kd_tests::bin("kd"));
     cmd.env("KD_SOCKET", socket)
-        .env("KD_DB", db)
+        .envs(db.env())
         .env("KD_KDD", kd_tests::bin("kdd"))
         .env_remove("KD_NO_AUTOSTART")
         .stdin(std::process::Stdio::null());
@@ -201,7 +203,7 @@ fn kdd_started_by_socket_activation_serves_kd_and_no_second_daemon_starts() {
         .arg("-l")
         .arg(&socket)
         .arg("--fdname=kdd")
-        .arg(format!("--setenv=KD_DB={db}"))
+        .args(db.env().iter().map(|(k, v)| format!("--setenv={k}={}", v.to_string_lossy())))
         .arg(kd_tests::bin("kdd"))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
@@ -221,7 +223,7 @@ fn kdd_started_by_socket_activation_serves_kd_and_no_second_daemon_starts() {
     }
 
     // kd, free to auto-start, connects and is served by the activated kdd.
-    let out = kd_for(&socket, db.arg()).args(["threads"]).output().unwrap();
+    let out = kd_for(&socket, &db).args(["threads"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let status = status_of(&socket);
     assert_eq!(status["socket_activated"], true, "{status}");
@@ -232,7 +234,7 @@ fn kdd_started_by_socket_activation_serves_kd_and_no_second_daemon_starts() {
     assert_eq!(lock.trim(), manager.id().to_string());
 
     // kd daemon status says who started it.
-    let out = kd_for(&socket, db.arg()).args(["daemon", "status"]).output().unwrap();
+    let out = kd_for(&socket, &db).args(["daemon", "status"]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("by the service manager"));
 
     // A kdd started by hand on that path refuses; the manager keeps it.
@@ -243,7 +245,7 @@ fn kdd_started_by_socket_activation_serves_kd_and_no_second_daemon_starts() {
     assert!(said.contains(&format!("already running on {} (pid {})", socket.display(), manager.id())), "{said}");
 
     // kd daemon stop stops it and says the manager still listens.
-    let out = kd_for(&socket, db.arg()).args(["daemon", "stop"]).output().unwrap();
+    let out = kd_for(&socket, &db).args(["daemon", "stop"]).output().unwrap();
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && said.contains("starts kdd on the next connection"), "{said}");
     let exit = manager.wait().unwrap();
@@ -260,7 +262,7 @@ fn kd_daemon_install_writes_units_systemd_verifies_and_uninstall_removes() {
     // The units carry KD_DB: the file, or the PostgreSQL URL.
     let db = TestDb::fresh(dir.path().join("kd.sqlite3"));
     let kd = |args: &[&str]| {
-        let out = kd_for(&socket, db.arg()).args(args).env("XDG_CONFIG_HOME", &config).output().unwrap();
+        let out = kd_for(&socket, &db).args(args).env("XDG_CONFIG_HOME", &config).output().unwrap();
         assert!(out.status.success(), "kd {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
@@ -308,7 +310,7 @@ fn kd_daemon_install_writes_units_systemd_verifies_and_uninstall_removes() {
 fn the_launchd_plist_is_well_formed_and_names_the_socket() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("run/kdd.sock");
-    let out = kd_for(&socket, dir.path().join("kd.sqlite3"))
+    let out = kd_for(&socket, &TestDb::file(dir.path().join("kd.sqlite3")))
         .args(["daemon", "install", "--launchd", "--dry-run"])
         .env("HOME", dir.path())
         .output()
@@ -347,7 +349,7 @@ fn a_value_with_a_control_character_never_reaches_a_unit_or_plist() {
         let dir = tempfile::tempdir().unwrap();
         let run = private_dir(dir.path());
         let config = dir.path().join("config");
-        let mut kd = kd_for(&run.join("kdd.sock"), dir.path().join("kd.sqlite3"));
+        let mut kd = kd_for(&run.join("kdd.sock"), &TestDb::file(dir.path().join("kd.sqlite3")));
         kd.args(["daemon", "install", manager, "--files-only"]).env("XDG_CONFIG_HOME", &config).env("HOME", dir.path());
         // PATH is still the test's for finding programs: kd_for names kdd by KD_KDD.
         kd.env(var, format!("{}{injected}", if var == "PATH" { "/usr/bin:" } else { "" }));
