@@ -176,6 +176,37 @@ pub(crate) fn status_of(text: &str) -> SessionStatus {
     }
 }
 
+/// What a refused start or resume (`session`) records, whatever the engine:
+/// `race.resume_conflict`, and `session.resume_rejected` for a resume, each
+/// naming the active session that blocked it.
+pub(crate) fn refusal_events<'a>(
+    thread: &'a str,
+    session: Option<&'a str>,
+    agent: &'a str,
+    active: &Session,
+    requested_by: Option<&str>,
+    backend: Option<&str>,
+) -> Vec<NewEvent<'a>> {
+    let data = json!({"holder": active.holder, "pid": active.pid, "requested_by": requested_by,
+                      "active_session": active.id, "active_thread": active.thread, "backend_session_id": backend});
+    let kinds: &[&'static str] = if session.is_some() {
+        &["session.resume_rejected", "race.resume_conflict"]
+    } else {
+        &["race.resume_conflict"]
+    };
+    kinds
+        .iter()
+        .map(|kind| NewEvent {
+            kind,
+            thread: Some(thread),
+            session,
+            agent: Some(agent),
+            data: data.clone(),
+            ..Default::default()
+        })
+        .collect()
+}
+
 /// Refuses a start or resume (`session`) that `active` blocks: recorded as
 /// `race.resume_conflict` (and `session.resume_rejected` for a resume), never
 /// forked.
@@ -190,26 +221,8 @@ fn refuse(
     requested_by: Option<&str>,
     backend: Option<&str>,
 ) -> DbResult<Taken> {
-    let data = json!({"holder": active.holder, "pid": active.pid, "requested_by": requested_by,
-                      "active_session": active.id, "active_thread": active.thread, "backend_session_id": backend});
-    let kinds: &[&str] = if session.is_some() {
-        &["session.resume_rejected", "race.resume_conflict"]
-    } else {
-        &["race.resume_conflict"]
-    };
-    for kind in kinds {
-        events::record(
-            conn,
-            now,
-            &NewEvent {
-                kind,
-                thread: Some(thread),
-                session,
-                agent: Some(agent),
-                data: data.clone(),
-                ..Default::default()
-            },
-        )?;
+    for event in refusal_events(thread, session, agent, &active, requested_by, backend) {
+        events::record(conn, now, &event)?;
     }
     Ok(Taken::Rejected { session: active.id, holder: active.holder, pid: active.pid, node: None })
 }

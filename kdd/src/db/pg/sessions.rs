@@ -15,7 +15,7 @@ use tokio_postgres::Row;
 use super::Pg;
 use super::{events, threads};
 use crate::db::events::NewEvent;
-use crate::db::sessions::{NewSession, SessionEnd, Taken, candidates, dead_holder, status_of};
+use crate::db::sessions::{NewSession, SessionEnd, Taken, candidates, dead_holder, refusal_events, status_of};
 use crate::db::{DbError, DbResult, now_ms, random_id};
 
 const COLUMNS: &str =
@@ -169,27 +169,8 @@ async fn refuse(
     requested_by: Option<&str>,
     backend: Option<&str>,
 ) -> DbResult<Taken> {
-    let data = json!({"holder": active.holder, "pid": active.pid, "requested_by": requested_by,
-                      "active_session": active.id, "active_thread": active.thread, "backend_session_id": backend});
-    let kinds: &[&str] = if session.is_some() {
-        &["session.resume_rejected", "race.resume_conflict"]
-    } else {
-        &["race.resume_conflict"]
-    };
-    for kind in kinds {
-        events::record(
-            c,
-            now,
-            &NewEvent {
-                kind,
-                thread: Some(thread),
-                session,
-                agent: Some(agent),
-                data: data.clone(),
-                ..Default::default()
-            },
-        )
-        .await?;
+    for event in refusal_events(thread, session, agent, &active, requested_by, backend) {
+        events::record(c, now, &event).await?;
     }
     let node = super::nodes::holder_node(c, "sessions", "id", &active.id).await?.map(|(node, _)| node);
     Ok(Taken::Rejected { session: active.id, holder: active.holder, pid: active.pid, node })
