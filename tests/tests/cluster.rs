@@ -6,8 +6,8 @@
 use std::collections::BTreeSet;
 
 use kd_client::KdApiClient;
-use kd_proto::types::ThreadEvent;
-use kd_tests::{Kdd, Workspace, collect_until, run, within};
+use kd_proto::types::{Message, MessageKind, ThreadEvent};
+use kd_tests::{Hold, Kdd, Workspace, collect_until, run, settled, thread_in, within};
 
 /// Two nodes, `a` and `b`, on one fresh registry; `None` on SQLite.
 fn two_nodes() -> Option<(Kdd, Kdd)> {
@@ -18,6 +18,62 @@ fn two_nodes() -> Option<(Kdd, Kdd)> {
     let a = Kdd::start_with(&["--node", "a"]);
     let b = Kdd::start_node_beside(&a, &["--node", "b"]);
     Some((a, b))
+}
+
+/// Node `name` alone on a fresh registry; `None` on SQLite.
+fn first_node(name: &str, args: &[&str]) -> Option<Kdd> {
+    if kd_tests::engine() != kd_tests::Engine::Postgres {
+        kd_tests::registry::not_on_this_engine("cluster", "several nodes share a PostgreSQL registry");
+        return None;
+    }
+    Some(Kdd::start_with(&[&["--node", name], args].concat()))
+}
+
+/// Every message of `thread`.
+async fn messages(c: &kd_client::Client, thread: &str) -> Vec<Message> {
+    c.thread_messages(thread.into(), None, None, None, None).await.expect("thread.messages").into_vec()
+}
+
+/// A one-member council (claude, held on `hold`) in a new workspace, a
+/// thread of it made on `kdd`, a question asked there and claude's run
+/// streaming (held): the workspace, the thread and the run.
+async fn held_question(kdd: &Kdd, hold: &Hold) -> (Workspace, String, String) {
+    let ws = Workspace::new(&[("claude", "claude", &[("FAKE_HOLD", hold.var()), ("FAKE_TEXT", "Answered once.")])]);
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    kd_tests::send_one_round(&c, &t, "Hold on.").await;
+    let mut run = None;
+    collect_until(&mut sub, |events| {
+        run = events.iter().find_map(|e| match e {
+            ThreadEvent::Delta { run, .. } => Some(run.clone()),
+            _ => None,
+        });
+        run.is_some()
+    })
+    .await;
+    (ws, t, run.expect("claude's run streams"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_starting_beside_a_busy_one_leaves_its_runs_and_exchanges_alone() {
+    let Some(a) = first_node("a", &[]) else { return };
+    let hold = Hold::new();
+    let (_ws, t, run) = held_question(&a, &hold).await;
+    // b starts (its recovery and resume pass are over once it is ready) and
+    // serves a while: a's run is a's, in flight, not left by a dead daemon.
+    let b = Kdd::start_node_beside(&a, &["--node", "b"]);
+    kd_tests::new_thread(&b.client().await, &kd_tests::workspace("elsewhere")).await;
+    let status = a.db.one("SELECT status FROM runs WHERE id = $1", &[run.as_str().into()]);
+    assert_eq!(status.text(), "streaming", "node b left node a's run alone");
+    hold.release();
+    assert_eq!(settled(&a.db, &t).await, vec![("done".to_string(), None)]);
+    let all = messages(&a.client().await, &t).await;
+    let said: Vec<(&str, MessageKind)> =
+        all.iter().filter(|m| m.from != "king").map(|m| (m.from.as_str(), m.kind)).collect();
+    assert_eq!(said, [("claude", MessageKind::Agent)], "one answer, nothing interrupted: {all:#?}");
+    let by = a.db.query("SELECT node_id FROM runs WHERE thread_id = $1", &[t.as_str().into()]);
+    assert_eq!(by.iter().map(|r| r[0].text().to_string()).collect::<Vec<_>>(), ["a"], "one run, on a");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -22,6 +22,7 @@ use tokio_postgres::Row;
 use crate::db::exchanges::{
     Exchange, ExchangeId, ExchangeState, Kind, NewExchange, Opened, Purpose, RunEnd, Step, StepId, StepKey, StepState,
 };
+use crate::db::pg::ME;
 use crate::db::{DbError, DbResult};
 
 pub(crate) mod info;
@@ -299,10 +300,13 @@ pub(crate) async fn stop(c: &impl GenericClient, now: i64, x: ExchangeId, reason
     Ok(())
 }
 
-/// Every open exchange, oldest first: what a daemon starting resumes.
+/// This node's open exchanges, oldest first: what a daemon starting
+/// resumes (another node's are that node's to drive).
 pub(crate) async fn unfinished(c: &impl GenericClient) -> DbResult<Vec<Exchange>> {
     let st = c
-        .prepare_cached(&format!("SELECT {EXCHANGE} FROM exchanges WHERE state = 'open' ORDER BY created_at, id"))
+        .prepare_cached(&format!(
+            "SELECT {EXCHANGE} FROM exchanges WHERE state = 'open' AND node_id = {ME} ORDER BY created_at, id"
+        ))
         .await?;
     c.query(&st, &[]).await?.iter().map(exchange).collect()
 }

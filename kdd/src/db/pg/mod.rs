@@ -66,6 +66,11 @@ pub const POOL_SIZE: usize = 16;
 /// How long an operation waits for a free connection (or a new one).
 pub const POOL_WAIT: Duration = Duration::from_secs(5);
 
+/// This connection's node in SQL: what every row it writes records as its
+/// `node_id` (`kd.node`, set at connect; `local` for a connection of no
+/// node, as the columns' defaults say).
+pub(crate) const ME: &str = "coalesce(current_setting('kd.node', true), 'local')";
+
 /// Settings of every connection, sent at its start (no round trip).
 const SESSION_OPTIONS: &str = "-c statement_timeout=30s -c idle_in_transaction_session_timeout=60s -c TimeZone=UTC";
 

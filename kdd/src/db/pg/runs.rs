@@ -8,7 +8,7 @@ use kd_proto::types::{Message, Purpose, RunInfo, RunMeta, RunStatus, SessionStat
 use serde_json::json;
 
 use super::exchanges;
-use super::{Pg, acks, cost, events, messages, sessions};
+use super::{ME, Pg, acks, cost, events, messages, sessions};
 use crate::db::events::NewEvent;
 use crate::db::exchanges::{RunEnd, StepId};
 use crate::db::runs::{Finish, Orphan, refuse_ended};
@@ -216,13 +216,14 @@ pub(crate) async fn finish(
     Ok(message)
 }
 
-/// Runs still `waiting` or `streaming` in the registry.
+/// This node's runs still `waiting` or `streaming` in the registry (another
+/// node's runs in flight are its own, whatever becomes of this one).
 pub(crate) async fn in_flight(c: &impl GenericClient) -> DbResult<Vec<Orphan>> {
     let st = c
-        .prepare_cached(
-            "SELECT id, thread_id, member, pid, pid_start FROM runs WHERE status = 'waiting' OR status = 'streaming' \
-             ORDER BY started_at, ordinal, id",
-        )
+        .prepare_cached(&format!(
+            "SELECT id, thread_id, member, pid, pid_start FROM runs \
+             WHERE (status = 'waiting' OR status = 'streaming') AND node_id = {ME} ORDER BY started_at, ordinal, id"
+        ))
         .await?;
     c.query(&st, &[])
         .await?

@@ -13,7 +13,7 @@ use super::{
 };
 use crate::db::events::NewEvent;
 use crate::db::messages::NewMessage;
-use crate::db::pg::{Pg, events, messages};
+use crate::db::pg::{ME, Pg, events, messages};
 use crate::db::{DbError, DbResult, Outbox, now_ms};
 
 async fn event(c: &impl GenericClient, now: i64, kind: &str, x: &Exchange, data: serde_json::Value) -> DbResult<()> {
@@ -63,7 +63,11 @@ pub(crate) async fn stop_thread(
 /// write over several exchanges locks them in), before a write over all
 /// of them.
 async fn lock_open(c: &impl GenericClient) -> DbResult<()> {
-    let st = c.prepare_cached("SELECT id FROM exchanges WHERE state = 'open' ORDER BY id FOR NO KEY UPDATE").await?;
+    let st = c
+        .prepare_cached(&format!(
+            "SELECT id FROM exchanges WHERE state = 'open' AND node_id = {ME} ORDER BY id FOR NO KEY UPDATE"
+        ))
+        .await?;
     c.query(&st, &[]).await?;
     Ok(())
 }
