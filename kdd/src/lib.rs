@@ -11,6 +11,8 @@
 //! - [`limits`] and [`connections`]: the server's bounds and its open
 //!   connections, below both [`server`] and [`state`];
 //! - [`council`]: who is asked and when (sends, rounds, retries);
+//! - [`cluster`]: this node among others on a shared registry — work
+//!   routed here, dead nodes' work taken over;
 //! - [`agent`]: running the agent CLIs and reading their streams;
 //! - [`prompt`]: what agents are told and the clean-up of what they say;
 //! - [`config`]: the workspace's council configuration;
@@ -33,6 +35,7 @@
 
 pub mod agent;
 pub mod client;
+pub mod cluster;
 pub mod config;
 pub mod connections;
 pub mod coord;
@@ -87,6 +90,8 @@ pub struct Options {
     pub reap_interval: std::time::Duration,
     /// How long a codex app-server may sit idle before it is stopped.
     pub agent_idle: std::time::Duration,
+    /// How the nodes of a shared registry keep track of each other.
+    pub cluster: cluster::Settings,
 }
 
 /// This machine's name, as the kernel has it.
@@ -131,6 +136,7 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
         private::tighten_database(file, opts.db_dir_is_kds);
     }
     let me = db::Node {
+        lease: opts.cluster.lease,
         id: opts.node.clone(),
         host: host_name(),
         pid: std::process::id(),
@@ -158,9 +164,9 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
     );
     // Whichever path archives a thread, what follows an archive follows.
     tokio::spawn(summary::follow(daemon.council.clone(), archives));
-    // What the previous daemon left open goes on (F-J2), beside serving.
-    let coord = daemon.coord.clone();
-    tokio::spawn(async move { resume::all(&coord).await });
+    // What the previous daemon left open goes on (F-J2), beside serving;
+    // then, on a shared registry, work routed here and dead nodes' work.
+    cluster::spawn(daemon.coord.clone(), opts.cluster, daemon.shutdown.clone());
     lifecycle::spawn_reaper(daemon.db.clone(), archived, opts.reap_interval, daemon.shutdown.clone());
     agent::spawn_idle_stop(daemon.agents.clone(), opts.agent_idle, daemon.shutdown.clone());
     db::search::spawn_indexer(daemon.db.clone(), db::search::INDEX_INTERVAL, daemon.shutdown.clone());

@@ -62,6 +62,14 @@ struct Args {
     /// before it is stopped; the next run starts another
     #[arg(long, default_value_t = kdd::agent::APP_SERVER_IDLE.as_millis() as u64, value_parser = millis())]
     agent_idle_ms: u64,
+    /// On a shared (PostgreSQL) registry: milliseconds a node stays live
+    /// after its heartbeat and holds the exchanges it drives (cluster.lease)
+    #[arg(long, default_value_t = kdd::cluster::LEASE.as_millis() as u64, value_parser = millis())]
+    cluster_lease_ms: u64,
+    /// On a shared registry: how often a node looks for work routed to it
+    /// and for dead nodes when it was not told
+    #[arg(long, default_value_t = kdd::cluster::POLL.as_millis() as u64, value_parser = millis())]
+    cluster_poll_ms: u64,
 }
 
 /// A node name, as `kd_proto::names` allows it.
@@ -130,6 +138,10 @@ fn run(args: Args, args_log_to_file: bool) -> ExitCode {
         kill_grace: std::time::Duration::from_millis(args.kill_grace_ms),
         reap_interval: std::time::Duration::from_millis(args.reap_interval_ms.max(10)),
         agent_idle: std::time::Duration::from_millis(args.agent_idle_ms.max(10)),
+        cluster: kdd::cluster::Settings {
+            lease: std::time::Duration::from_millis(args.cluster_lease_ms.max(300)),
+            poll: std::time::Duration::from_millis(args.cluster_poll_ms.max(10)),
+        },
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

@@ -60,9 +60,24 @@ pub async fn all(co: &Arc<Coord>) -> Resumed {
     done
 }
 
+/// Drives exchange `x`, which this node just took from the registry: a
+/// question routed here from another node, or an exchange a dead node
+/// left, resumed as a restart resumes its own ([`crate::cluster`]).
+pub async fn taken(co: &Arc<Coord>, x: &Exchange) {
+    let mut done = Resumed::default();
+    if let Err(e) = one(co, x, &mut done).await {
+        tracing::error!(thread = x.thread, exchange = x.seq, "cannot drive the exchange taken: {e}");
+    }
+}
+
 /// Resumes `x`, or stops it for good when it may not be; true if resumed.
 async fn one(co: &Arc<Coord>, x: &Exchange, done: &mut Resumed) -> Result<bool, DbError> {
     let db = &co.council.agents.db;
+    // A question routed here is not begun yet: it begins (as it would have
+    // on the node that has the workspace).
+    if crate::council::send::Routed::of(&x.plan).is_some() {
+        return crate::council::send::take_routed(&co.council, x).await;
+    }
     let thread = match db.thread(x.thread.clone()).await {
         Ok(t) => t,
         Err(DbError::NotFound(_)) => return Ok(false),

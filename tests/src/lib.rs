@@ -152,6 +152,22 @@ pub async fn send_one_round(c: &Client, thread: &str, body: &str) -> kd_proto::t
     c.council_send(thread.into(), body.into(), None, None, None, None, None, Some(0), None).await.expect("council.send")
 }
 
+/// Waits until run `run` has saved some of its text (what a kill keeps).
+pub async fn saved(db: &registry::TestDb, run: &str) {
+    within("partial text saved", async {
+        loop {
+            let n = db
+                .try_query("SELECT count(*) FROM run_partials WHERE run_id = $1", &[run.into()])
+                .map_or(0, |rows| rows[0][0].int());
+            if n > 0 {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+}
+
 /// The last message of a thread.
 pub async fn last_message(c: &Client, thread: &str) -> kd_proto::types::Message {
     use kd_client::KdApiClient;

@@ -169,3 +169,70 @@ async fn kd_daemon_status_and_kd_doctor_name_the_engine_this_node_and_the_other(
     let why = within("a refused start", taken).await.unwrap().err().expect("node a's name is taken");
     assert!(why.contains("node a is already live"), "{why}");
 }
+
+/// Leases and polls short enough for a test (the defaults: 15 s, 2 s).
+const FAST: [&str; 4] = ["--cluster-lease-ms", "1500", "--cluster-poll-ms", "100"];
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_of_node_a_mid_round_b_records_its_run_interrupted_after_the_lease_and_resumes_it() {
+    let Some(mut a) = first_node("a", &FAST) else { return };
+    let b = Kdd::start_node_beside(&a, &[&["--node", "b"], &FAST[..]].concat());
+    let hold = Hold::new();
+    let (_ws, t, cut) = held_question(&a, &hold).await;
+    kd_tests::saved(&a.db, &cut).await;
+    a.kill9();
+    // What a's agent does now goes nowhere: b asks again, unheld.
+    hold.release();
+    assert_eq!(settled(&b.db, &t).await, vec![("done".to_string(), None)]);
+    let all = messages(&b.client().await, &t).await;
+    let said: Vec<(&str, MessageKind)> =
+        all.iter().filter(|m| m.from != "king").map(|m| (m.from.as_str(), m.kind)).collect();
+    assert_eq!(said, [("claude", MessageKind::Interrupted), ("claude", MessageKind::Agent)], "{all:#?}");
+    assert_eq!(all[2].replaces, Some(all[1].seq), "the new answer replaces the cut one");
+    let runs = b.db.query(
+        "SELECT node_id, status, error FROM runs WHERE thread_id = $1 ORDER BY started_at",
+        &[t.as_str().into()],
+    );
+    let runs: Vec<(String, String, Option<String>)> =
+        runs.iter().map(|r| (r[0].text().to_string(), r[1].text().to_string(), r[2].opt_text())).collect();
+    assert_eq!((runs[0].0.as_str(), runs[0].1.as_str()), ("a", "interrupted"), "{runs:?}");
+    let why = runs[0].2.clone().unwrap_or_default();
+    assert!(why.starts_with("node a was lost while the run was in flight"), "{why}");
+    assert_eq!((runs[1].0.as_str(), runs[1].1.as_str()), ("b", "done"), "asked again on b: {runs:?}");
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    let state = b.db.one("SELECT state FROM nodes WHERE id = 'a'", &[]);
+    assert_eq!(state.text(), "dead");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_question_sent_on_b_to_a_thread_of_as_workspace_is_answered_by_as_members() {
+    let Some(a) = first_node("a", &FAST) else { return };
+    let b = Kdd::start_node_beside(&a, &[&["--node", "b"], &FAST[..]].concat());
+    let ws = Workspace::new(&[("claude", "claude", &[("FAKE_TEXT", "Answered where the code is.")])]);
+    let (ca, cb) = (a.client().await, b.client().await);
+    let t = thread_in(&ca, &ws, None).await;
+    // The thread learns its members from a first question, asked on a.
+    kd_tests::send_one_round(&ca, &t, "First.").await;
+    settled(&a.db, &t).await;
+    let mut on_b = cb.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let sent = kd_tests::send_one_round(&cb, &t, "Second, from b.").await;
+    assert_eq!(sent.notice.as_deref(), Some("node a has this thread's workspace: its members answer there"));
+    let seen = collect_until(&mut on_b, |events| {
+        events.iter().any(|e| matches!(e, ThreadEvent::Message { message } if message.from == "claude"))
+    })
+    .await;
+    assert!(seen.iter().any(|e| matches!(e, ThreadEvent::Delta { .. })), "b's client sees a's run live: {seen:#?}");
+    let x = settled(&b.db, &t).await;
+    assert!(x.iter().all(|(state, _)| state == "done"), "{x:?}");
+    let runs = b.db.query(
+        "SELECT node_id, status, reply_to FROM runs WHERE thread_id = $1 ORDER BY started_at",
+        &[t.as_str().into()],
+    );
+    let runs: Vec<(String, String, i64)> =
+        runs.iter().map(|r| (r[0].text().to_string(), r[1].text().to_string(), r[2].int())).collect();
+    let second = sent.message.seq as i64;
+    assert_eq!(runs.last(), Some(&("a".to_string(), "done".to_string(), second)), "run on a: {runs:?}");
+    let all = messages(&cb, &t).await;
+    let answer = all.iter().find(|m| m.reply_to == Some(sent.message.seq)).expect("an answer to b's question");
+    assert_eq!((answer.from.as_str(), answer.body.as_str()), ("claude", "Answered where the code is."));
+}

@@ -59,22 +59,6 @@ async fn streaming(sub: &mut jsonrpsee::core::client::Subscription<ThreadEvent>,
     run.expect("the run")
 }
 
-/// Waits until run `run` has saved some of its text (what a kill keeps).
-async fn saved(db: &TestDb, run: &str) {
-    within("partial text saved", async {
-        loop {
-            let n = db
-                .try_query("SELECT count(*) FROM run_partials WHERE run_id = $1", &[run.into()])
-                .map_or(0, |rows| rows[0][0].int());
-            if n > 0 {
-                return;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-    })
-    .await;
-}
-
 /// `ws`'s council: three members, codex holding on `hold` when its prompt
 /// holds `when`, each recording its runs in `record`.
 fn council(ws: &Workspace, hold: &Hold, when: &str, record: &str) {
@@ -135,7 +119,7 @@ async fn cut_by_a_kill(ws: &Workspace, hold: &Hold, member: &str, context: Optio
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     ask(&c, &t, "Plan the release.", 0).await;
     let cut = streaming(&mut sub, member, 1).await;
-    saved(&kdd.db, &cut).await;
+    kd_tests::saved(&kdd.db, &cut).await;
     drop((sub, c));
     kdd.kill9();
     hold.release();
@@ -147,7 +131,7 @@ async fn cut_by_a_kill(ws: &Workspace, hold: &Hold, member: &str, context: Optio
 async fn kill_9_mid_broadcast_and_two_auto_rounds_resumes_every_answer_exactly_once() {
     // codex holds in round 2: only then does its prompt hold cursor's answer.
     let (Scene { hold, record, mut kdd, t, cut, .. }, _ws) = scene("Answer from cursor", 2, 2, |_| {}).await;
-    saved(&kdd.db, &cut).await;
+    kd_tests::saved(&kdd.db, &cut).await;
     kdd.kill9();
     hold.release();
     kdd.launch().unwrap();
@@ -542,7 +526,7 @@ async fn held_run(db: &TestDb, thread: &str, member: &str, purpose: &str) -> Str
         }
     })
     .await;
-    saved(db, &run).await;
+    kd_tests::saved(db, &run).await;
     run
 }
 

@@ -9,6 +9,7 @@ use jsonrpsee::types::ErrorObjectOwned;
 use kd_proto::ErrorCode;
 use kd_proto::names::{ALL, KING};
 use kd_proto::types::{MessageKind, Mode, Sent, SentRun, Style, Thread};
+use serde::{Deserialize, Serialize};
 
 use super::exchange::{self, Exchange, Journal, Plan};
 use super::{Council, Launch, WorkRuns};
@@ -51,6 +52,28 @@ pub struct Addressees {
     pub to: Vec<String>,
 }
 
+/// A question asked on another node than the one that has its thread's
+/// workspace, as its exchange's plan holds it until that node plans it
+/// ([`take_routed`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Routed {
+    pub to: Option<Vec<String>>,
+    pub mute: Vec<String>,
+    pub style: Style,
+    pub timeout_s: Option<u64>,
+    pub rounds: Option<u32>,
+    pub vote: bool,
+    /// The node it was asked on.
+    pub from: String,
+}
+
+impl Routed {
+    /// The routed question a plan holds, if it is one.
+    pub fn of(plan: &serde_json::Value) -> Option<Routed> {
+        serde_json::from_value(plan.get("routed")?.clone()).ok()
+    }
+}
+
 pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwned> {
     if c.agents.is_closed() {
         return Err(ErrorCode::ShuttingDown.error("the daemon is shutting down"));
@@ -62,6 +85,14 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
         Some(new) => Target::New(new),
         None => Target::Existing(db.thread(req.thread.clone()).await?),
     };
+    // A thread whose workspace is another node's is answered there; a
+    // dead node's, here when this host has the workspace.
+    if let Target::Existing(t) = &target
+        && let Some((owner, live)) = db.thread_node(t.id.clone()).await?
+        && (live || !std::path::Path::new(&t.workspace).is_dir())
+    {
+        return send_to_node(c, req, t, owner, live).await;
+    }
     let workspace = match &target {
         Target::Existing(t) => &t.workspace,
         Target::New(n) => &n.workspace,
@@ -84,15 +115,8 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
     };
     // The plan is made before anything is written, and written with the
     // question: a written question always has its journal (F-J1).
-    let planned = config.rounds(req.style);
-    let mode = match planned.mode {
-        config::Mode::Broadcast => Mode::Broadcast,
-        config::Mode::Sequential => Mode::Sequential,
-    };
-    // A directed message gets one round, and so does a single member: a
-    // council of one does not argue with itself.
-    let rounds = if who.directed || who.members.len() == 1 { 1 } else { 1 + req.rounds.unwrap_or(planned.auto_rounds) };
-    let turns: Vec<String> = config.council.members.iter().filter(|m| !req.mute.contains(m)).cloned().collect();
+    let journal = plan(&config, &who, &req.mute, req.style, req.rounds, req.timeout.map(|t| t.as_secs()), req.vote);
+    let (mode, rounds) = (journal.mode, journal.rounds);
     let work = match &target {
         Target::Existing(t) => super::work_runs(db, &t.id).await?,
         Target::New(_) => WorkRuns::default(),
@@ -100,15 +124,6 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
     let starting = match mode {
         Mode::Broadcast => &who.members[..],
         Mode::Sequential => &who.members[..who.members.len().min(1)],
-    };
-    let journal = Journal {
-        mode,
-        rounds,
-        first: who.members.clone(),
-        turns: turns.clone(),
-        style: req.style,
-        timeout_s: req.timeout.map(|t| t.as_secs()),
-        vote: req.vote,
     };
     let exchange = NewExchange {
         thread: req.thread.clone(),
@@ -182,6 +197,141 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
     Ok(Sent { message, members: who.members, rounds, mode, notice, runs })
 }
 
+/// The journal of a question to `who`: the council's mode and auto-rounds
+/// for `style` (or `rounds` more), one round for a directed message or a
+/// single member — a council of one does not argue with itself.
+fn plan(
+    config: &Config,
+    who: &Addressees,
+    mute: &[String],
+    style: Style,
+    rounds: Option<u32>,
+    timeout_s: Option<u64>,
+    vote: bool,
+) -> Journal {
+    let planned = config.rounds(style);
+    let mode = match planned.mode {
+        config::Mode::Broadcast => Mode::Broadcast,
+        config::Mode::Sequential => Mode::Sequential,
+    };
+    let rounds = if who.directed || who.members.len() == 1 { 1 } else { 1 + rounds.unwrap_or(planned.auto_rounds) };
+    Journal {
+        mode,
+        rounds,
+        first: who.members.clone(),
+        turns: config.council.members.iter().filter(|m| !mute.contains(m)).cloned().collect(),
+        style,
+        timeout_s,
+        vote,
+    }
+}
+
+/// Writes a question to a thread whose workspace is node `owner`'s, for
+/// that node to begin ([`take_routed`]): the addressees are checked against
+/// the members the thread was last asked with (this node cannot read the
+/// workspace's configuration), the rest is the owner's to decide. Clients
+/// watch it here as any other.
+async fn send_to_node(
+    c: &Arc<Council>,
+    req: Request,
+    thread: &Thread,
+    owner: String,
+    live: bool,
+) -> Result<Sent, ErrorObjectOwned> {
+    let db = &c.agents.db;
+    let who = addressees_among(&thread.members, req.to.as_deref(), &req.body, &req.mute)?;
+    let king = NewMessage {
+        correlation_id: req.correlation_id.clone(),
+        ..NewMessage::new(&req.thread, KING, who.to.clone(), MessageKind::King, req.body.clone())
+    };
+    let work = super::work_runs(db, &thread.id).await?;
+    let routed = Routed {
+        to: req.to.clone(),
+        mute: req.mute.clone(),
+        style: req.style,
+        timeout_s: req.timeout.map(|t| t.as_secs()),
+        rounds: req.rounds,
+        vote: req.vote,
+        from: db.node().id.clone(),
+    };
+    let exchange = NewExchange {
+        thread: req.thread.clone(),
+        seq: 0,
+        kind: if work.is_empty() { Kind::Council } else { Kind::Work },
+        correlation_id: None,
+        plan: serde_json::json!({ "routed": routed }),
+        first_steps: vec![],
+    };
+    let asked = db.ask_node(king, exchange, owner.clone()).await?;
+    let notice = if live {
+        format!("node {owner} has this thread's workspace: its members answer there")
+    } else {
+        format!("node {owner}, which has this thread's workspace, is not live: the question waits for it")
+    };
+    // The owner's configuration decides the rounds; its round events say
+    // how many.
+    let rounds = if who.directed || who.members.len() == 1 { 1 } else { 1 + req.rounds.unwrap_or(0) };
+    Ok(Sent {
+        message: asked.message,
+        members: who.members,
+        rounds,
+        mode: Mode::Broadcast,
+        notice: Some(notice),
+        runs: vec![],
+    })
+}
+
+/// Begins exchange `x`, a question another node routed to this one: its
+/// plan made from this workspace's configuration and written once, then
+/// driven as a question asked here. A question the configuration refuses
+/// is answered by kd saying why, and its exchange ends. False when another
+/// driver had planned it already.
+pub async fn take_routed(c: &Arc<Council>, x: &crate::db::exchanges::Exchange) -> Result<bool, crate::db::DbError> {
+    let Some(routed) = Routed::of(&x.plan) else { return Ok(false) };
+    let db = &c.agents.db;
+    let thread = db.thread(x.thread.clone()).await?;
+    let king = db.message(x.thread.clone(), x.seq).await?;
+    let me = &db.node().id;
+    let refuse = |why: String| {
+        let notice = NewMessage {
+            reply_to: Some(x.seq),
+            correlation_id: Some(format!("x-{}", x.seq)),
+            ..NewMessage::new(&x.thread, kd_proto::names::KD, vec![KING.to_string()], MessageKind::System, why)
+        };
+        db.stop_exchange_with_notice(x.id, "refused".into(), notice)
+    };
+    let config = match config::load(std::path::Path::new(&thread.workspace)) {
+        Ok(config) => config,
+        Err(e) => {
+            refuse(format!("node {me}, which has this workspace, cannot ask the members: configuration: {e}")).await?;
+            return Ok(true);
+        }
+    };
+    let who = match addressees(&config, routed.to.as_deref(), &king.body, &routed.mute) {
+        Ok(who) => who,
+        Err(e) => {
+            refuse(format!("node {me}, which has this workspace, cannot ask the members: {}", e.message())).await?;
+            return Ok(true);
+        }
+    };
+    let journal = plan(&config, &who, &routed.mute, routed.style, routed.rounds, routed.timeout_s, routed.vote);
+    if !db.plan_exchange(x.id, journal.to_plan()).await? {
+        return Ok(false);
+    }
+    if thread.members != config.council.members {
+        db.set_thread_members(thread.id.clone(), config.council.members.clone()).await?;
+    }
+    let work = super::work_runs(db, &thread.id).await?;
+    let timeout = routed.timeout_s.map(Duration::from_secs);
+    let launch = Launch { thread, config, style: routed.style, timeout, client: None, prompt: None, work };
+    let ex = Arc::new(Exchange::new(launch.thread.id.clone(), x.seq, x.id));
+    c.exchanges.begin(ex.clone());
+    // Its first round's steps are taken by the driver, as a resumed
+    // exchange's are.
+    tokio::spawn(exchange::run(c.clone(), ex, Plan { launch, journal, started: vec![] }));
+    Ok(true)
+}
+
 /// The thread a send goes to.
 enum Target {
     Existing(Thread),
@@ -198,7 +348,16 @@ pub fn addressees(
     body: &str,
     mute: &[String],
 ) -> Result<Addressees, ErrorObjectOwned> {
-    let members = &config.council.members;
+    addressees_among(&config.council.members, to, body, mute)
+}
+
+/// [`addressees`] among `members`.
+fn addressees_among(
+    members: &[String],
+    to: Option<&[String]>,
+    body: &str,
+    mute: &[String],
+) -> Result<Addressees, ErrorObjectOwned> {
     if members.is_empty() {
         return Err(ErrorCode::InvalidArgument.error(
             "no council members: install claude, codex, cursor (agent) or gemini, or list members in \
@@ -217,7 +376,7 @@ pub fn addressees(
     }
     let everyone = named.is_empty() || named.iter().any(|n| n == ALL);
     let chosen: Vec<String> =
-        if everyone { members.clone() } else { members.iter().filter(|m| named.contains(m)).cloned().collect() };
+        if everyone { members.to_vec() } else { members.iter().filter(|m| named.contains(m)).cloned().collect() };
     let answering: Vec<String> = chosen.into_iter().filter(|m| !mute.contains(m)).collect();
     if answering.is_empty() {
         return Err(ErrorCode::InvalidArgument.error("every addressed member is muted"));

@@ -28,6 +28,7 @@ pub mod inbox;
 pub mod lifecycle;
 pub mod locks;
 pub mod messages;
+mod one_node;
 mod page_json;
 pub mod pg;
 mod pool;

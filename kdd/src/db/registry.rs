@@ -57,13 +57,22 @@ pub struct Node {
     pub host: String,
     pub pid: u32,
     pub socket: String,
+    /// How long it stays live after a heartbeat, and holds what it leased
+    /// (`kdd --cluster-lease-ms`).
+    pub lease: std::time::Duration,
 }
 
 #[cfg(test)]
 impl Node {
     /// This process as a node named `id`.
     pub fn here(id: &str) -> Node {
-        Node { id: id.into(), host: "localhost".into(), pid: std::process::id(), socket: "/test.sock".into() }
+        Node {
+            id: id.into(),
+            host: "localhost".into(),
+            pid: std::process::id(),
+            socket: "/test.sock".into(),
+            lease: pg::nodes::LEASE,
+        }
     }
 }
 
@@ -310,6 +319,21 @@ operations! {
     /// An exchange's steps, each with the message that ended it.
     fn steps_with_messages(&self, x: ExchangeId) -> DbResult<Vec<(Step, Option<Message>)>>;
 
+    // ---- several nodes (PostgreSQL): who drives what ----
+    /// The node that has a thread's workspace when it is another than this one, and whether it
+    /// is live (`None` on SQLite: one node).
+    fn thread_node(&self, id: String) -> DbResult<Option<(String, bool)>>;
+    /// A King's question and its exchange, for `node` to drive (it is woken at commit).
+    fn ask_node(&self, m: NewMessage, x: NewExchange, node: String) -> DbResult<Asked>;
+    /// Records the runs of nodes dead past the lease as interrupted; the nodes and their runs.
+    fn reap_dead_nodes(&self) -> DbResult<Vec<(String, usize)>>;
+    /// Open exchanges no live node drives, with their thread's workspace.
+    fn orphan_exchanges(&self) -> DbResult<Vec<(ExchangeId, String)>>;
+    /// Leases to this node the exchanges routed to it, and those of `adopt` still orphaned.
+    fn claim_exchanges(&self, adopt: Vec<ExchangeId>) -> DbResult<Vec<Exchange>>;
+    /// Writes the plan of an exchange routed here, once; false when it has one.
+    fn plan_exchange(&self, x: ExchangeId, plan: Value) -> DbResult<bool>;
+
     // ---- the exchange journal: what a client reads ----
     /// `exchange.get`: see [`info`].
     fn exchange_info(&self, thread: String, seq: u64) -> DbResult<Option<ExchangeInfo>>;
@@ -330,7 +354,7 @@ impl Db {
             }
             DbLocation::Url(url) => {
                 let data = kd_proto::paths::data_dir().map_err(|e| DbError::Invalid(e.to_string()))?;
-                let pg = Arc::new(Pg::open_as(url, hub.clone(), &me.id).await?);
+                let pg = Arc::new(Pg::open_node(url, hub.clone(), &me).await?);
                 let incarnation = match pg.join(&me, &crate::proc::pid_alive).await {
                     Ok(i) => i,
                     Err(e) => {
@@ -363,6 +387,28 @@ impl Db {
             }]),
             Engine::Postgres { pg, .. } => pg.nodes(&self.me).await,
         }
+    }
+
+    /// Until work is routed to this node by another (never, on SQLite).
+    pub async fn work_routed(&self) {
+        match &self.engine {
+            Engine::Sqlite(_) => std::future::pending().await,
+            Engine::Postgres { pg, .. } => pg.work_routed().await,
+        }
+    }
+
+    /// Whether the other nodes declared this one dead: what it drove is
+    /// theirs now, and it must stop.
+    pub fn lost(&self) -> bool {
+        match &self.engine {
+            Engine::Sqlite(_) => false,
+            Engine::Postgres { pg, .. } => pg.lost(),
+        }
+    }
+
+    /// Whether other nodes may share this registry.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.engine, Engine::Postgres { .. })
     }
 
     /// kd's data directory on this machine.

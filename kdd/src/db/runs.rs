@@ -15,6 +15,9 @@ use super::messages::{self, NewMessage};
 use super::sessions::{self, SessionEnd};
 use super::{DbError, DbResult, Outbox, acks, cost};
 
+/// Why a run left in flight by a daemon that stopped is interrupted.
+pub const STOPPED_IN_FLIGHT: &str = "the daemon stopped while the run was in flight";
+
 /// Records a run that was accepted; subscribers hear `run_waiting`. A run
 /// taking a journal step takes it here, in the same transaction, only
 /// while it is pending: else it is refused ([`DbError::StepTaken`]) and
@@ -328,7 +331,7 @@ pub fn recover(conn: &Connection, now: i64, out: &mut Outbox) -> DbResult<usize>
             Finish {
                 status: RunStatus::Interrupted,
                 body,
-                error: Some("the daemon stopped while the run was in flight".into()),
+                error: Some(STOPPED_IN_FLIGHT.into()),
                 meta: RunMeta { run_id: Some(o.id.clone()), backend: Some(backend), ordinal, ..RunMeta::default() },
                 session: session
                     .filter(|s| sessions::get(conn, s).is_ok_and(|s| s.status == SessionStatus::Active))

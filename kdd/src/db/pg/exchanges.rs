@@ -22,7 +22,7 @@ use tokio_postgres::Row;
 use crate::db::exchanges::{
     Exchange, ExchangeId, ExchangeState, Kind, NewExchange, Opened, Purpose, RunEnd, Step, StepId, StepKey, StepState,
 };
-use crate::db::pg::ME;
+use crate::db::pg::{LEASE, ME};
 use crate::db::{DbError, DbResult};
 
 pub(crate) mod info;
@@ -123,6 +123,18 @@ pub(crate) async fn locked(c: &impl GenericClient, id: ExchangeId) -> DbResult<O
 /// exchange (council, work) supersedes the thread's open one of those
 /// kinds: it is stopped and its pending steps cancelled.
 pub(crate) async fn begin(c: &impl GenericClient, now: i64, x: &NewExchange) -> DbResult<Exchange> {
+    begin_for(c, now, x, None).await
+}
+
+/// [`begin`], to be driven by `node` when given (a question routed to the
+/// node that has the thread's workspace: it is woken, and takes it with
+/// [`super::leases::claim`]); else by this node, which leases it at once.
+pub(crate) async fn begin_for(
+    c: &impl GenericClient,
+    now: i64,
+    x: &NewExchange,
+    node: Option<&str>,
+) -> DbResult<Exchange> {
     if matches!(x.kind, Kind::Council | Kind::Work) {
         let st = c
             .prepare_cached(
@@ -139,11 +151,20 @@ pub(crate) async fn begin(c: &impl GenericClient, now: i64, x: &NewExchange) -> 
     let plan = serde_json::to_string(&x.plan).map_err(|e| DbError::Invalid(format!("an exchange's plan: {e}")))?;
     let st = c
         .prepare_cached(&format!(
-            "INSERT INTO exchanges (thread_id, seq, kind, correlation_id, plan, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $6) RETURNING {EXCHANGE}"
+            "INSERT INTO exchanges (thread_id, seq, kind, correlation_id, plan, created_at, updated_at, \
+             node_id, lease_owner, lease_until) \
+             SELECT $1, $2, $3, $4, $5, $6, $6, coalesce($7, {ME}), \
+             CASE WHEN $7 IS NULL THEN {ME} END, CASE WHEN $7 IS NULL THEN now() + {LEASE} END \
+             RETURNING {EXCHANGE}"
         ))
         .await?;
-    let row = c.query_one(&st, &[&x.thread, &(x.seq as i64), &x.kind.as_str(), &x.correlation_id, &plan, &now]).await?;
+    let row = c
+        .query_one(&st, &[&x.thread, &(x.seq as i64), &x.kind.as_str(), &x.correlation_id, &plan, &now, &node])
+        .await?;
+    if let Some(node) = node {
+        // Delivered at commit, as the question is.
+        c.execute("SELECT pg_notify('kd_work', $1)", &[&node]).await?;
+    }
     let begun = exchange(&row)?;
     for key in &x.first_steps {
         insert_step(c, now, begun.id, key).await?;

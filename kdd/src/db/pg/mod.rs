@@ -31,6 +31,7 @@ mod error;
 pub(crate) mod events;
 pub(crate) mod exchanges;
 pub(crate) mod inbox;
+pub(crate) mod leases;
 pub(crate) mod lifecycle;
 pub(crate) mod locks;
 pub(crate) mod messages;
@@ -71,6 +72,12 @@ pub const POOL_WAIT: Duration = Duration::from_secs(5);
 /// node, as the columns' defaults say).
 pub(crate) const ME: &str = "coalesce(current_setting('kd.node', true), 'local')";
 
+/// This connection's node's lease in SQL, an interval (`kd.lease_ms`, set
+/// at connect; [`nodes::LEASE`] for a connection of no node): how long a
+/// node stays live after its heartbeat, and an exchange leased to it.
+pub(crate) const LEASE: &str =
+    "make_interval(secs => coalesce(current_setting('kd.lease_ms', true), '15000')::float8 / 1000)";
+
 /// Settings of every connection, sent at its start (no round trip).
 const SESSION_OPTIONS: &str = "-c statement_timeout=30s -c idle_in_transaction_session_timeout=60s -c TimeZone=UTC";
 
@@ -81,6 +88,11 @@ pub struct Pg {
     location: String,
     schema_version: u32,
     threads: AtomicU64,
+    /// Woken when work is routed to this node (`kd_work`, [`relay`]).
+    pub(crate) work: tokio::sync::Notify,
+    /// Set when the others declared this node dead (its heartbeat stalled
+    /// past the lease): what it drove is theirs now.
+    pub(crate) lost: std::sync::atomic::AtomicBool,
 }
 
 impl Pg {
@@ -95,19 +107,24 @@ impl Pg {
     /// [`Pg::open`] for node `node`: every connection names it
     /// (`kd.node`), so what this node writes records where it runs.
     pub async fn open_as(url: &str, hub: Arc<Hub>, node: &str) -> DbResult<Pg> {
-        Self::open_sized(url, hub, POOL_SIZE, Some(node)).await
+        Self::open_sized(url, hub, POOL_SIZE, Some((node, nodes::LEASE))).await
+    }
+
+    /// [`Pg::open`] for node `me`, with its lease.
+    pub async fn open_node(url: &str, hub: Arc<Hub>, me: &crate::db::Node) -> DbResult<Pg> {
+        Self::open_sized(url, hub, POOL_SIZE, Some((&me.id, me.lease))).await
     }
 
     /// [`Pg::open`] with a pool of `size` connections.
-    pub async fn open_sized(url: &str, hub: Arc<Hub>, size: usize, node: Option<&str>) -> DbResult<Pg> {
+    pub async fn open_sized(url: &str, hub: Arc<Hub>, size: usize, node: Option<(&str, Duration)>) -> DbResult<Pg> {
         let mut target = url::parse(url)?;
         let mut options = match target.config.get_options() {
             Some(own) if !own.is_empty() => format!("{own} {SESSION_OPTIONS}"),
             _ => SESSION_OPTIONS.to_string(),
         };
         // A node name is `[a-z0-9_.-]` (kd_proto::names): nothing to quote.
-        if let Some(node) = node.filter(|n| kd_proto::names::check_node_name(n).is_ok()) {
-            options.push_str(&format!(" -c kd.node={node}"));
+        if let Some((node, lease)) = node.filter(|(n, _)| kd_proto::names::check_node_name(n).is_ok()) {
+            options.push_str(&format!(" -c kd.node={node} -c kd.lease_ms={}", lease.as_millis()));
         }
         target.config.options(options);
         if target.config.get_application_name().is_none() {
@@ -140,7 +157,15 @@ impl Pg {
         let schema_version = schema::migrate(&mut c, &location).await.map_err(unreachable)?;
         let count = threads::count(&c).await?;
         drop(c);
-        Ok(Pg { pool, hub, location, schema_version, threads: AtomicU64::new(count) })
+        Ok(Pg {
+            pool,
+            hub,
+            location,
+            schema_version,
+            threads: AtomicU64::new(count),
+            work: tokio::sync::Notify::new(),
+            lost: Default::default(),
+        })
     }
 
     /// The database's address, without its password.

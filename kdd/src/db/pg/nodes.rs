@@ -12,10 +12,11 @@ use std::time::Duration;
 
 use kd_proto::types::NodeStatus;
 
-use super::Pg;
+use super::{LEASE as LEASE_SQL, Pg};
 use crate::db::{DbError, DbResult, Node, now_ms};
 
-/// How long a node stays live after its last heartbeat.
+/// How long a node stays live after its last heartbeat, by default
+/// (`kdd --cluster-lease-ms`).
 pub const LEASE: Duration = Duration::from_secs(15);
 
 impl Pg {
@@ -27,9 +28,11 @@ impl Pg {
         tx.execute("SELECT pg_advisory_xact_lock(hashtextextended('kd.node:' || $1, 0))", &[&me.id]).await?;
         let held = tx
             .query_opt(
-                "SELECT host, pid, (extract(epoch FROM now() - heartbeat_at) * 1000)::bigint FROM nodes \
-                 WHERE id = $1 AND state = 'live' AND heartbeat_at > now() - make_interval(secs => $2)",
-                &[&me.id, &LEASE.as_secs_f64()],
+                &format!(
+                    "SELECT host, pid, (extract(epoch FROM now() - heartbeat_at) * 1000)::bigint FROM nodes \
+                     WHERE id = $1 AND state = 'live' AND heartbeat_at > now() - {LEASE_SQL}"
+                ),
+                &[&me.id],
             )
             .await?;
         if let Some(row) = held {
@@ -60,16 +63,29 @@ impl Pg {
         Ok(row.get(0))
     }
 
-    /// Says this node is live; false when another process took its name.
+    /// Says this node is live and renews the leases of the exchanges it
+    /// drives; false when it may not: another process took its name, or the
+    /// others declared it dead (its heartbeat stalled past the lease).
     pub async fn heartbeat(&self, me: &Node, incarnation: i64) -> DbResult<bool> {
-        let c = self.conn().await?;
-        let n = c
+        let mut c = self.conn().await?;
+        let tx = c.transaction().await?;
+        let n = tx
             .execute(
-                "UPDATE nodes SET heartbeat_at = now(), clock_ms = $2, state = 'live' \
-                 WHERE id = $1 AND incarnation = $3",
+                "UPDATE nodes SET heartbeat_at = now(), clock_ms = $2 \
+                 WHERE id = $1 AND incarnation = $3 AND state = 'live'",
                 &[&me.id, &now_ms(), &incarnation],
             )
             .await?;
+        if n == 1 {
+            tx.execute(
+                &format!(
+                    "UPDATE exchanges SET lease_until = now() + {LEASE_SQL} WHERE lease_owner = $1 AND state = 'open'"
+                ),
+                &[&me.id],
+            )
+            .await?;
+        }
+        tx.commit().await?;
         Ok(n == 1)
     }
 
@@ -86,10 +102,12 @@ impl Pg {
         let c = self.conn().await?;
         let rows = c
             .query(
-                "SELECT id, host, pid, (extract(epoch FROM now() - heartbeat_at) * 1000)::bigint, \
-                 clock_ms - (extract(epoch FROM heartbeat_at) * 1000)::bigint FROM nodes \
-                 WHERE state = 'live' AND heartbeat_at > now() - make_interval(secs => $1) ORDER BY id",
-                &[&LEASE.as_secs_f64()],
+                &format!(
+                    "SELECT id, host, pid, (extract(epoch FROM now() - heartbeat_at) * 1000)::bigint, \
+                     clock_ms - (extract(epoch FROM heartbeat_at) * 1000)::bigint FROM nodes \
+                     WHERE state = 'live' AND heartbeat_at > now() - {LEASE_SQL} ORDER BY id"
+                ),
+                &[],
             )
             .await?;
         Ok(rows
@@ -119,19 +137,20 @@ pub(crate) async fn holder_node(
     value: &str,
 ) -> DbResult<Option<(String, bool)>> {
     let sql = format!(
-        "SELECT r.node_id, coalesce(n.state = 'live' AND n.heartbeat_at > now() - make_interval(secs => $2), false) \
+        "SELECT r.node_id, coalesce(n.state = 'live' AND n.heartbeat_at > now() - {LEASE_SQL}, false) \
          FROM {table} r LEFT JOIN nodes n ON n.id = r.node_id \
          WHERE r.{key} = $1 AND r.node_id IS DISTINCT FROM current_setting('kd.node', true) AND r.node_id IS NOT NULL"
     );
-    let row = c.query_opt(&c.prepare_cached(&sql).await?, &[&value, &LEASE.as_secs_f64()]).await?;
+    let row = c.query_opt(&c.prepare_cached(&sql).await?, &[&value]).await?;
     Ok(row.map(|r| (r.get(0), r.get(1))))
 }
 
 /// Keeps `me` live until the registry closes, a heartbeat every third of
-/// the lease.
+/// the lease. A heartbeat refused says this node lost what it held
+/// ([`Pg::lost`]): the daemon stops rather than act on it.
 pub(crate) fn beat(pg: std::sync::Arc<Pg>, me: Node, incarnation: i64) {
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(LEASE / 3);
+        let mut tick = tokio::time::interval(me.lease / 3);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
@@ -140,7 +159,15 @@ pub(crate) fn beat(pg: std::sync::Arc<Pg>, me: Node, incarnation: i64) {
             }
             match pg.heartbeat(&me, incarnation).await {
                 Ok(true) => {}
-                Ok(false) => tracing::error!(node = me.id, "another kdd took this node's name"),
+                Ok(false) => {
+                    tracing::error!(
+                        node = me.id,
+                        "this node is no longer live in the registry (declared dead after its heartbeat stalled, or \
+                         another kdd took its name): what it drove is another node's now"
+                    );
+                    pg.lost.store(true, std::sync::atomic::Ordering::SeqCst);
+                    return;
+                }
                 Err(e) => tracing::warn!(node = me.id, "cannot say this node is live: {e}"),
             }
         }
@@ -152,7 +179,7 @@ mod tests {
     use super::*;
 
     fn node(id: &str, pid: u32) -> Node {
-        Node { id: id.into(), host: "h1".into(), pid, socket: "/s".into() }
+        Node { id: id.into(), host: "h1".into(), pid, socket: "/s".into(), lease: LEASE }
     }
 
     #[tokio::test]

@@ -37,6 +37,9 @@ use crate::hub::{Hub, Published};
 
 /// The channel every node notifies and listens on.
 pub const CHANNEL: &str = "kd_events";
+/// The channel that wakes a node when work is routed to it (its name as
+/// the payload, [`super::leases`]).
+pub const WORK: &str = "kd_work";
 /// The longest a notification may be (PostgreSQL's limit is 8,000 bytes).
 const MAX_PAYLOAD: usize = 7_900;
 /// How long the relay waits for more events before it notifies.
@@ -172,7 +175,10 @@ async fn listen(pg: Arc<Pg>, url: String, node: String, hub: Arc<Hub>) {
 /// One connection's worth of listening.
 async fn listen_once(pg: &Arc<Pg>, url: &str, node: &str, hub: &Arc<Hub>, first: &mut bool) -> Result<(), String> {
     let (client, mut notes, driver) = connect(url).await?;
-    client.batch_execute(&format!("LISTEN {CHANNEL}")).await.map_err(|e| e.to_string())?;
+    client.batch_execute(&format!("LISTEN {CHANNEL}; LISTEN {WORK}")).await.map_err(|e| e.to_string())?;
+    // Work routed here while this node was not listening is found by the
+    // next claim pass: a wake-up is never the only way in.
+    pg.work.notify_one();
     if !std::mem::take(first) {
         // Back after a loss: what was missed is read by seq.
         for thread in hub.watched() {
@@ -185,7 +191,13 @@ async fn listen_once(pg: &Arc<Pg>, url: &str, node: &str, hub: &Arc<Hub>, first:
             }
         }
     }
-    while let Some(payload) = notes.recv().await {
+    while let Some((channel, payload)) = notes.recv().await {
+        if channel == WORK {
+            if payload == node {
+                pg.work.notify_one();
+            }
+            continue;
+        }
         let Ok(batch) = serde_json::from_str::<Batch<'_>>(&payload) else {
             tracing::warn!("an unreadable notification on {CHANNEL}");
             continue;
@@ -216,7 +228,7 @@ async fn listen_once(pg: &Arc<Pg>, url: &str, node: &str, hub: &Arc<Hub>, first:
 
 /// A connection of its own to `url` (not pooled: it keeps listening), and
 /// the payloads of the notifications it receives, from a task driving it.
-async fn connect(url: &str) -> Result<(Client, mpsc::Receiver<String>, tokio::task::JoinHandle<()>), String> {
+async fn connect(url: &str) -> Result<(Client, mpsc::Receiver<(String, String)>, tokio::task::JoinHandle<()>), String> {
     let target = super::url::parse(url).map_err(|e| e.to_string())?;
     match &target.tls {
         super::url::Tls::None => {
@@ -234,7 +246,7 @@ async fn connect(url: &str) -> Result<(Client, mpsc::Receiver<String>, tokio::ta
 /// Drives `connection`, handing out its notifications' payloads.
 fn drive<S, T>(
     (client, mut connection): (Client, Connection<S, T>),
-) -> (Client, mpsc::Receiver<String>, tokio::task::JoinHandle<()>)
+) -> (Client, mpsc::Receiver<(String, String)>, tokio::task::JoinHandle<()>)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -244,14 +256,16 @@ where
         let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
         while let Some(m) = messages.next().await {
             match m {
-                Ok(AsyncMessage::Notification(n)) => match tx.try_send(n.payload().to_string()) {
-                    Ok(()) => {}
-                    // Behind: what is dropped is read by seq later.
-                    Err(mpsc::error::TrySendError::Full(_)) => {
-                        DROPPED.fetch_add(1, Ordering::Relaxed);
+                Ok(AsyncMessage::Notification(n)) => {
+                    match tx.try_send((n.channel().to_string(), n.payload().to_string())) {
+                        Ok(()) => {}
+                        // Behind: what is dropped is read by seq later.
+                        Err(mpsc::error::TrySendError::Full(_)) => {
+                            DROPPED.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(mpsc::error::TrySendError::Closed(_)) => return,
                     }
-                    Err(mpsc::error::TrySendError::Closed(_)) => return,
-                },
+                }
                 Ok(_) => {}
                 Err(e) => {
                     tracing::debug!("the listening connection ended: {e}");

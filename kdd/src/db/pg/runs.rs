@@ -216,16 +216,18 @@ pub(crate) async fn finish(
     Ok(message)
 }
 
-/// This node's runs still `waiting` or `streaming` in the registry (another
-/// node's runs in flight are its own, whatever becomes of this one).
-pub(crate) async fn in_flight(c: &impl GenericClient) -> DbResult<Vec<Orphan>> {
+/// The runs of `node` (this connection's node when `None`) still `waiting`
+/// or `streaming` in the registry (another node's runs in flight are its
+/// own, whatever becomes of this one).
+pub(crate) async fn in_flight(c: &impl GenericClient, node: Option<&str>) -> DbResult<Vec<Orphan>> {
     let st = c
         .prepare_cached(&format!(
             "SELECT id, thread_id, member, pid, pid_start FROM runs \
-             WHERE (status = 'waiting' OR status = 'streaming') AND node_id = {ME} ORDER BY started_at, ordinal, id"
+             WHERE (status = 'waiting' OR status = 'streaming') AND node_id = coalesce($1, {ME}) \
+             ORDER BY started_at, ordinal, id"
         ))
         .await?;
-    c.query(&st, &[])
+    c.query(&st, &[&node])
         .await?
         .iter()
         .map(|r| {
@@ -240,11 +242,18 @@ pub(crate) async fn in_flight(c: &impl GenericClient) -> DbResult<Vec<Orphan>> {
         .collect()
 }
 
-/// Records every run left in flight as interrupted: an `interrupted`
-/// message with the text saved so far, the run closed, its session
-/// released. Returns how many there were.
-pub(crate) async fn recover(c: &impl GenericClient, now: i64, out: &mut Outbox) -> DbResult<usize> {
-    let orphans = in_flight(c).await?;
+/// Records every run of `node` (this one when `None`) left in flight as
+/// interrupted, saying `why`: an `interrupted` message with the text saved
+/// so far, the run closed, its session released. Returns how many there
+/// were.
+pub(crate) async fn recover(
+    c: &impl GenericClient,
+    now: i64,
+    node: Option<&str>,
+    why: &str,
+    out: &mut Outbox,
+) -> DbResult<usize> {
+    let orphans = in_flight(c, node).await?;
     let st = c
         .prepare_cached(
             "SELECT backend, reply_to, round, partial, session_id, exchange, replaces, ordinal, purpose \
@@ -294,7 +303,7 @@ pub(crate) async fn recover(c: &impl GenericClient, now: i64, out: &mut Outbox) 
             Finish {
                 status: RunStatus::Interrupted,
                 body,
-                error: Some("the daemon stopped while the run was in flight".into()),
+                error: Some(why.to_string()),
                 meta: RunMeta { run_id: Some(o.id.clone()), backend: Some(backend), ordinal, ..RunMeta::default() },
                 session,
                 to: vec![],
@@ -352,14 +361,14 @@ impl Pg {
     }
 
     pub async fn orphan_runs(&self) -> DbResult<Vec<Orphan>> {
-        in_flight(&self.conn().await?).await
+        in_flight(&self.conn().await?, None).await
     }
 
     pub async fn recover_runs(&self) -> DbResult<usize> {
         let mut c = self.conn().await?;
         let tx = c.transaction().await?;
         let mut out = Outbox::default();
-        let n = recover(&tx, now_ms(), &mut out).await?;
+        let n = recover(&tx, now_ms(), None, crate::db::runs::STOPPED_IN_FLIGHT, &mut out).await?;
         self.commit(tx, out).await?;
         Ok(n)
     }

@@ -13,7 +13,7 @@ use super::{
 };
 use crate::db::events::NewEvent;
 use crate::db::messages::NewMessage;
-use crate::db::pg::{ME, Pg, events, messages};
+use crate::db::pg::{LEASE, ME, Pg, events, messages};
 use crate::db::{DbError, DbResult, Outbox, now_ms};
 
 async fn event(c: &impl GenericClient, now: i64, kind: &str, x: &Exchange, data: serde_json::Value) -> DbResult<()> {
@@ -87,7 +87,12 @@ pub(crate) async fn stop_all_open(c: &impl GenericClient, now: i64, reason: &str
 pub(crate) async fn cut_open(c: &impl GenericClient, now: i64) -> DbResult<usize> {
     lock_open(c).await?;
     let open = unfinished(c).await?;
-    let st = c.prepare_cached("UPDATE exchanges SET cut_at = $2, updated_at = $2 WHERE id = $1").await?;
+    // Released: a node serving the same workspace may take them up at once.
+    let st = c
+        .prepare_cached(
+            "UPDATE exchanges SET cut_at = $2, updated_at = $2, lease_owner = NULL, lease_until = NULL WHERE id = $1",
+        )
+        .await?;
     for x in &open {
         c.execute(&st, &[&x.id, &now]).await?;
         let left: Vec<_> = steps(c, x.id)
@@ -107,7 +112,10 @@ pub(crate) async fn cut_open(c: &impl GenericClient, now: i64) -> DbResult<usize
 /// A starting daemon takes exchange `x` up again.
 pub(crate) async fn resumed(c: &impl GenericClient, now: i64, x: &Exchange) -> DbResult<()> {
     let st = c
-        .prepare_cached("UPDATE exchanges SET resumes = resumes + 1, cut_at = NULL, updated_at = $2 WHERE id = $1")
+        .prepare_cached(&format!(
+            "UPDATE exchanges SET resumes = resumes + 1, cut_at = NULL, updated_at = $2, node_id = {ME}, \
+             lease_owner = {ME}, lease_until = now() + {LEASE}, lease_epoch = lease_epoch + 1 WHERE id = $1"
+        ))
         .await?;
     c.execute(&st, &[&x.id, &now]).await?;
     let pending = steps(c, x.id).await?.into_iter().filter(|s| !s.state.is_over()).count();

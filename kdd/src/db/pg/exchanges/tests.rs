@@ -209,7 +209,7 @@ async fn recovery_makes_a_cut_step_pending_with_its_interrupted_message_to_repla
     let s = the_step(&c, x.id, &k).await;
     runs::insert(&c, 21, &run_of("r-1", "claude"), Some(s.id), out).await.unwrap();
     runs::append_partial(&c, "r-1", "half an ans").await.unwrap();
-    assert_eq!(runs::recover(&c, 30, out).await.unwrap(), 1);
+    assert_eq!(runs::recover(&c, 30, None, crate::db::runs::STOPPED_IN_FLIGHT, out).await.unwrap(), 1);
     let s = the_step(&c, x.id, &k).await;
     let row = c
         .query_one(

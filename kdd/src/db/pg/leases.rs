@@ -1,0 +1,204 @@
+//! Which node drives which exchange on a shared registry, and what becomes
+//! of a node that dies.
+//!
+//! A thread belongs to the node that made it (`threads.node_id`): its host
+//! has the workspace. An exchange is driven by one node at a time, its
+//! **lease**: `lease_owner` until `lease_until`, renewed by the owner's
+//! heartbeat ([`super::nodes`]), `lease_epoch` counting its holders. How
+//! Postgres-backed job queues (Oban, graphile-worker) lease jobs:
+//!
+//! - a question asked on another node is written with its exchange for the
+//!   owner ([`ask_for`]) and wakes it (`NOTIFY kd_work`, delivered at
+//!   commit); the owner takes it with [`claim`] — `FOR UPDATE SKIP LOCKED`,
+//!   so of two takers one gets it — at once, or at its next poll;
+//! - a node whose heartbeat is older than the lease is dead: one survivor
+//!   ([`reap`], the node's row lock its mutex) records its runs
+//!   interrupted, which puts their journal steps back to pending;
+//! - its exchanges are then orphans ([`orphans`]): a node that has their
+//!   workspace takes them over with [`claim`] and resumes them.
+
+use deadpool_postgres::GenericClient;
+use serde_json::Value;
+
+use super::exchanges::{self, EXCHANGE, exchange};
+use super::{LEASE, ME, Pg, messages, runs};
+use crate::db::compose::Asked;
+use crate::db::events::NewEvent;
+use crate::db::exchanges::{Exchange, ExchangeId, NewExchange};
+use crate::db::messages::NewMessage;
+use crate::db::{DbResult, Outbox, now_ms};
+
+/// The node that has thread `id`'s workspace when it is another than this
+/// connection's, and whether it is live.
+pub(crate) async fn thread_node(c: &impl GenericClient, id: &str) -> DbResult<Option<(String, bool)>> {
+    let st = c
+        .prepare_cached(&format!(
+            "SELECT t.node_id, coalesce(n.state = 'live' AND n.heartbeat_at > now() - {LEASE}, false) \
+             FROM threads t LEFT JOIN nodes n ON n.id = t.node_id \
+             WHERE t.id = $1 AND t.node_id IS NOT NULL AND t.node_id <> {ME}"
+        ))
+        .await?;
+    Ok(c.query_opt(&st, &[&id]).await?.map(|r| (r.get(0), r.get(1))))
+}
+
+/// Writes question `m` with its exchange `x`, for `node` to drive: the
+/// node is woken at commit.
+pub(crate) async fn ask_for(
+    c: &impl GenericClient,
+    now: i64,
+    m: NewMessage,
+    mut x: NewExchange,
+    node: &str,
+    out: &mut Outbox,
+) -> DbResult<Asked> {
+    let message = messages::append(c, now, m, out).await?;
+    x.thread = message.thread.clone();
+    x.seq = message.seq;
+    let exchange = exchanges::begin_for(c, now, &x, Some(node)).await?;
+    let steps = exchanges::steps(c, exchange.id).await?;
+    Ok(Asked { thread: None, message, exchange, steps })
+}
+
+/// Records the runs of every node dead past the lease as interrupted and
+/// the node dead; the nodes reaped, with how many runs each had in flight.
+/// Nodes another survivor is reaping are skipped.
+pub(crate) async fn reap(c: &impl GenericClient, now: i64, out: &mut Outbox) -> DbResult<Vec<(String, usize)>> {
+    let st = c
+        .prepare_cached(&format!(
+            "SELECT id, (extract(epoch FROM now() - heartbeat_at) * 1000)::bigint FROM nodes \
+             WHERE state = 'live' AND heartbeat_at < now() - {LEASE} AND id <> {ME} ORDER BY id \
+             FOR UPDATE SKIP LOCKED"
+        ))
+        .await?;
+    let dead = c.query(&st, &[]).await?;
+    let mut reaped = Vec::new();
+    for row in dead {
+        let (node, silent_ms): (String, i64) = (row.get(0), row.get(1));
+        let why = format!("node {node} was lost while the run was in flight (no heartbeat for {} s)", silent_ms / 1000);
+        let runs = runs::recover(c, now, Some(&node), &why, out).await?;
+        c.execute("UPDATE nodes SET state = 'dead', reaped_at = now() WHERE id = $1", &[&node]).await?;
+        let data = serde_json::json!({"node": node, "runs": runs, "silent_ms": silent_ms});
+        let e = NewEvent {
+            kind: "node.dead",
+            thread: None,
+            session: None,
+            agent: None,
+            from: None,
+            to: &[],
+            correlation_id: None,
+            data,
+        };
+        super::events::record(c, now, &e).await?;
+        reaped.push((node, runs));
+    }
+    Ok(reaped)
+}
+
+/// Open exchanges no live node drives — their node died or stopped, their
+/// lease is over — with their thread's workspace: a node that has it may
+/// take them over. `kd work`'s are left to their node: the members'
+/// worktrees are on its disk.
+pub(crate) async fn orphans(c: &impl GenericClient) -> DbResult<Vec<(ExchangeId, String)>> {
+    let st = c
+        .prepare_cached(&format!(
+            "SELECT x.id, t.workspace FROM exchanges x JOIN threads t ON t.id = x.thread_id \
+             WHERE x.state = 'open' AND x.kind <> 'work' AND x.node_id <> {ME} \
+             AND (x.lease_until IS NULL OR x.lease_until < now()) \
+             AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.id = x.node_id AND n.state = 'live' \
+                             AND n.heartbeat_at > now() - {LEASE}) \
+             ORDER BY x.created_at, x.id LIMIT 100"
+        ))
+        .await?;
+    Ok(c.query(&st, &[]).await?.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// Leases to this node the exchanges routed to it and not taken yet, and
+/// those of `adopt` still orphaned once their runs are recorded (no step
+/// running): this node drives them from now on. Rows another node is
+/// taking at the same moment are skipped, not waited for.
+pub(crate) async fn claim(c: &impl GenericClient, now: i64, adopt: &[ExchangeId]) -> DbResult<Vec<Exchange>> {
+    let returning: Vec<String> = EXCHANGE.split(", ").map(|col| format!("x.{col}")).collect();
+    let st = c
+        .prepare_cached(&format!(
+            "WITH c AS (SELECT x.id FROM exchanges x WHERE x.state = 'open' AND ( \
+                 (x.node_id = {ME} AND x.lease_owner IS NULL) \
+              OR (x.id = ANY($1) AND x.node_id <> {ME} AND (x.lease_until IS NULL OR x.lease_until < now()) \
+                  AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.id = x.node_id AND n.state = 'live' \
+                                  AND n.heartbeat_at > now() - {LEASE}) \
+                  AND NOT EXISTS (SELECT 1 FROM exchange_steps s WHERE s.exchange_id = x.id \
+                                  AND s.state = 'running'))) \
+               ORDER BY x.created_at, x.id FOR UPDATE OF x SKIP LOCKED) \
+             UPDATE exchanges x SET node_id = {ME}, lease_owner = {ME}, lease_until = now() + {LEASE}, \
+                 lease_epoch = x.lease_epoch + 1, updated_at = $2 \
+             FROM c WHERE x.id = c.id RETURNING {}",
+            returning.join(", ")
+        ))
+        .await?;
+    let mut taken: Vec<Exchange> =
+        c.query(&st, &[&adopt, &now]).await?.iter().map(exchange).collect::<DbResult<_>>()?;
+    taken.sort_by_key(|x| (x.created_at_ms, x.id));
+    Ok(taken)
+}
+
+/// Writes the plan of an exchange routed here, once: false when it has
+/// one already.
+pub(crate) async fn plan(c: &impl GenericClient, now: i64, x: ExchangeId, plan: &Value) -> DbResult<bool> {
+    let plan = plan.to_string();
+    let st = c
+        .prepare_cached(
+            "UPDATE exchanges SET plan = $2, updated_at = $3 WHERE id = $1 AND state = 'open' \
+             AND plan::jsonb ? 'routed'",
+        )
+        .await?;
+    Ok(c.execute(&st, &[&x, &plan, &now]).await? == 1)
+}
+
+impl Pg {
+    pub async fn thread_node(&self, id: String) -> DbResult<Option<(String, bool)>> {
+        thread_node(&self.conn().await?, &id).await
+    }
+
+    pub async fn ask_node(&self, m: NewMessage, x: NewExchange, node: String) -> DbResult<Asked> {
+        let mut c = self.conn().await?;
+        let tx = c.transaction().await?;
+        let mut out = Outbox::default();
+        let asked = ask_for(&tx, now_ms(), m, x, &node, &mut out).await?;
+        self.commit(tx, out).await?;
+        Ok(asked)
+    }
+
+    pub async fn reap_dead_nodes(&self) -> DbResult<Vec<(String, usize)>> {
+        let mut c = self.conn().await?;
+        let tx = c.transaction().await?;
+        let mut out = Outbox::default();
+        let reaped = reap(&tx, now_ms(), &mut out).await?;
+        self.commit(tx, out).await?;
+        Ok(reaped)
+    }
+
+    pub async fn orphan_exchanges(&self) -> DbResult<Vec<(ExchangeId, String)>> {
+        orphans(&self.conn().await?).await
+    }
+
+    pub async fn claim_exchanges(&self, adopt: Vec<ExchangeId>) -> DbResult<Vec<Exchange>> {
+        let mut c = self.conn().await?;
+        let tx = c.transaction().await?;
+        let taken = claim(&tx, now_ms(), &adopt).await?;
+        self.commit(tx, Outbox::default()).await?;
+        Ok(taken)
+    }
+
+    pub async fn plan_exchange(&self, x: ExchangeId, p: Value) -> DbResult<bool> {
+        plan(&self.conn().await?, now_ms(), x, &p).await
+    }
+
+    /// Until work is routed to this node.
+    pub async fn work_routed(&self) {
+        self.work.notified().await
+    }
+
+    /// Whether the others declared this node dead.
+    pub fn lost(&self) -> bool {
+        self.lost.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
