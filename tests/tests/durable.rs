@@ -797,3 +797,30 @@ async fn a_completion_named_again_is_joined_and_one_cancelled_is_a_conflict() {
     );
     assert!(of(&messages(&c, &t).await, MessageKind::System, Some(Purpose::Tally)).is_empty(), "no tally");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cut_acp_member_in_resume_mode_loads_its_session_and_is_told_what_it_had_said() {
+    let hold = Hold::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let record = tmp.path().join("record").display().to_string();
+    let ws = Workspace::new(&[]);
+    let env =
+        serde_json::json!({"FAKE_NAME": "acp", "FAKE_HOLD": hold.var(), "FAKE_RECORD": record, "FAKE_DELTAS": "4"});
+    let agent =
+        serde_json::json!({"backend": "acp", "command": kd_tests::bin("fake-agent"), "args": ["acp"], "env": env});
+    ws.write_config(&serde_json::json!({"council": {"members": ["acp"]}, "agents": {"acp": agent}}));
+    let (kdd, t) = cut_by_a_kill(&ws, &hold, "acp", Some(ContextMode::Resume)).await;
+    assert_eq!(settled(&kdd.db, &t).await, vec![("done".to_string(), None)]);
+    let prompts = records(&record);
+    assert_eq!(prompts.len(), 2, "{prompts:#?}");
+    assert_eq!(prompts[1]["loaded"].as_bool(), Some(true), "its session is loaded: {prompts:#?}");
+    assert_eq!(prompts[1]["session"], prompts[0]["session"], "{prompts:#?}");
+    let prompt = kd_tests::prompt_of(&prompts[1]);
+    assert!(prompt.contains("Plan the release."), "the question it was cut answering: {prompt}");
+    let all = messages(&kdd.client().await, &t).await;
+    let cut = all.iter().find(|m| m.kind == MessageKind::Interrupted).expect("the cut answer");
+    assert!(prompt.contains("What you had written so far"), "{prompt}");
+    assert!(!cut.body.is_empty() && prompt.contains(cut.body.trim()), "the partial is given back: {prompt}");
+    let answer = all.iter().find(|m| m.kind == MessageKind::Agent).expect("the answer");
+    assert_eq!(answer.replaces, Some(cut.seq));
+}

@@ -109,7 +109,10 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
     match session.backend_session_id {
         Some(backend_id) => {
             let new: Vec<Message> = prompt::unseen(&messages, member, session.seen_seq);
-            Ok(Prepared { prompt: prompt::format_new_messages(&new, member), resume: Some(backend_id), session: held })
+            // A cut run's session (an ACP agent's, loaded) is told what it
+            // had written too.
+            let prompt = format!("{}{suffix}", prompt::format_new_messages(&new, member));
+            Ok(Prepared { prompt, resume: Some(backend_id), session: held })
         }
         None => Ok(Prepared { prompt: full(), resume: None, session: held }),
     }
