@@ -20,6 +20,11 @@ fn main() {
                 cluster::append_over_nodes(n, 32, 500).await;
             }
         }
+        if selected("ask") {
+            for n in [1, 2, 4] {
+                cluster::ask_over_nodes(n, 23).await;
+            }
+        }
         if selected("latency") {
             cluster::cross_node_latency(2_000, 1).await;
         }

@@ -110,3 +110,40 @@ pub async fn cross_node_latency(deltas: usize, interval_ms: u64) {
         row("cross-node message latency (the answer)", format!("{:.2} ms", ms(b.saturating_duration_since(a))), "");
     }
 }
+
+/// `kd ask` of three instant members, one round, `asks` times, on a
+/// cluster of `n` nodes whose first has the workspace: asked there, and
+/// (with more than one node) asked on the last node, which routes it to the
+/// first (written for it, woken by `kd_work`, answered there, watched here).
+pub async fn ask_over_nodes(n: usize, asks: usize) {
+    let kdds = nodes(n);
+    let ws = Workspace::new(&[("claude", "claude", &[]), ("codex", "codex", &[]), ("gemini", "gemini", &[])]);
+    let ask = |kdd: &Kdd| {
+        let start = Instant::now();
+        let out = std::process::Command::new(crate::bin("kd"))
+            .arg("--socket")
+            .arg(&kdd.socket)
+            .args(["ask", "--rounds", "0", "Quick?"])
+            .current_dir(ws.dir.path())
+            .env("KD_NO_AUTOSTART", "1")
+            .output()
+            .expect("kd ask");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        start.elapsed()
+    };
+    // The workspace's trunk is made on the first node.
+    ask(&kdds[0]);
+    let mut on: Vec<(&str, &Kdd)> = vec![("on the node that has the workspace", &kdds[0])];
+    if n > 1 {
+        on.push(("on another node (routed)", &kdds[n - 1]));
+    }
+    for (label, kdd) in on {
+        let mut times: Vec<Duration> = (0..asks).map(|_| ask(kdd)).skip(3).collect();
+        times.sort();
+        row(
+            &format!("kd ask, 3 instant members, one round, {n} node(s), asked {label}, p50"),
+            format!("{:.1} ms", ms(percentile(&times, 0.5))),
+            "",
+        );
+    }
+}
