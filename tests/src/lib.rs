@@ -524,6 +524,17 @@ impl Kdd {
         self.launch().unwrap_or_else(|e| panic!("kdd did not restart: {e}"));
     }
 
+    /// Stops the daemon in its tracks (SIGSTOP), as a suspended laptop is;
+    /// [`Kdd::resume`] lets it go on.
+    pub fn pause(&self) {
+        signal(self.pid, rustix::process::Signal::STOP);
+    }
+
+    /// Lets a paused daemon go on (SIGCONT).
+    pub fn resume(&self) {
+        signal(self.pid, rustix::process::Signal::CONT);
+    }
+
     pub fn is_running(&self) -> bool {
         self.child.is_some()
     }

@@ -208,6 +208,23 @@ impl TestDb {
         done.unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
 
+    /// [`TestDb::execute`] without the harness's deadline: for benches
+    /// that write a registry at scale.
+    pub fn execute_at_length(&self, sql: &str, params: &[Val]) -> u64 {
+        let done = match self {
+            TestDb::File(p) => sqlite::execute(p, sql, params),
+            TestDb::Postgres(pg) => {
+                let (url, sql, params) = (pg.url.clone(), sql.to_string(), params.to_vec());
+                let (tx, rx) = std::sync::mpsc::channel();
+                runtime().spawn(async move {
+                    let _ = tx.send(postgres::execute(&url, &sql, &params).await);
+                });
+                rx.recv().unwrap_or_else(|_| Err("the harness's runtime stopped".into()))
+            }
+        };
+        done.unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
     /// `sqlite` on SQLite, `postgres` on PostgreSQL: for the few queries
     /// whose SQL differs (e.g. `group_concat` and `string_agg`).
     pub fn pick<'a>(&self, sqlite: &'a str, postgres: &'a str) -> &'a str {

@@ -235,4 +235,50 @@ async fn a_question_sent_on_b_to_a_thread_of_as_workspace_is_answered_by_as_memb
     let all = messages(&cb, &t).await;
     let answer = all.iter().find(|m| m.reply_to == Some(sent.message.seq)).expect("an answer to b's question");
     assert_eq!((answer.from.as_str(), answer.body.as_str()), ("claude", "Answered where the code is."));
+    // What starts runs without a King's question is done on a, not routed:
+    // refused on b, naming a.
+    let refused = cb.council_retry(t.clone(), None, None).await.unwrap_err().to_string();
+    assert!(refused.contains(&format!("thread {t}'s workspace is node a's: its members run there")), "{refused}");
+    let refused = cb.thread_summarize(t.clone()).await.unwrap_err().to_string();
+    assert!(refused.contains("its members run there"), "{refused}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_stalled_past_its_lease_is_taken_over_writes_nothing_after_and_stops() {
+    let Some(mut a) = first_node("a", &FAST) else { return };
+    let b = Kdd::start_node_beside(&a, &[&["--node", "b"], &FAST[..]].concat());
+    let hold = Hold::new();
+    let (_ws, t, cut) = held_question(&a, &hold).await;
+    kd_tests::saved(&a.db, &cut).await;
+    // A suspended laptop: a stops answering, its agent goes on.
+    a.pause();
+    within("b to record a's run interrupted", async {
+        while b.db.one("SELECT status FROM runs WHERE id = $1", &[cut.as_str().into()]).text() != "interrupted" {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    // a's agent finishes its answer while a cannot read it; b asks again.
+    hold.release();
+    assert_eq!(settled(&b.db, &t).await, vec![("done".to_string(), None)], "b took the question over");
+    // a wakes.
+    a.resume();
+    // (a's registry is the test's: a is kept until the end.)
+    let (_a, status) = tokio::task::spawn_blocking(move || {
+        let status = a.wait_exit();
+        (a, status)
+    })
+    .await
+    .unwrap();
+    assert!(status.success(), "a stops, having been declared dead: {status}");
+    let all = messages(&b.client().await, &t).await;
+    let said: Vec<(&str, MessageKind)> =
+        all.iter().filter(|m| m.from != "king").map(|m| (m.from.as_str(), m.kind)).collect();
+    assert_eq!(
+        said,
+        [("claude", MessageKind::Interrupted), ("claude", MessageKind::Agent)],
+        "a wrote nothing: {all:#?}"
+    );
+    let on_b = b.db.one("SELECT node_id FROM runs WHERE status = 'done' AND thread_id = $1", &[t.as_str().into()]);
+    assert_eq!(on_b.text(), "b");
 }

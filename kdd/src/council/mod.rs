@@ -72,6 +72,24 @@ pub struct Launch {
     pub work: WorkRuns,
 }
 
+/// Refuses to start members' runs here on `thread` when its workspace is
+/// another live node's: its members run there, so that a member answers
+/// one question at a time on a thread, cluster-wide. A dead node's thread
+/// is served here when this host has its workspace. (A King's question,
+/// `council.send`, is not refused: it is routed to that node.)
+pub async fn runs_here(db: &crate::db::Db, thread: &str) -> Result<(), jsonrpsee::types::ErrorObjectOwned> {
+    let Some((owner, live)) = db.thread_node(thread.to_string()).await? else { return Ok(()) };
+    let workspace = db.thread(thread.to_string()).await?.workspace;
+    if !live && std::path::Path::new(&workspace).is_dir() {
+        return Ok(());
+    }
+    let state = if live { "" } else { ", which is not live now" };
+    Err(kd_proto::ErrorCode::Conflict.error(format!(
+        "thread {thread}'s workspace is node {owner}'s{state}: its members run there; do this on node {owner} \
+         (a question sent from here with kd ask goes there)"
+    )))
+}
+
 /// The worktree each member works in, on a work thread.
 pub type WorkRuns = Arc<BTreeMap<String, WorkRun>>;
 

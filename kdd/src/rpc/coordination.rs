@@ -43,6 +43,7 @@ pub async fn message_route(
     let (to, cc) = validate::recipients(to.unwrap_or_default(), cc.unwrap_or_default())?;
     validate::position("reply_to", reply_to)?;
     validate::label("correlation_id", correlation_id.as_deref())?;
+    crate::council::runs_here(&d.db, &thread).await?;
     let p = route::Params {
         thread,
         from,
@@ -148,6 +149,7 @@ pub async fn completion_agents(
     if let Some(a) = &agents {
         validate::addressees("agents", a)?;
     }
+    crate::council::runs_here(&d.db, &thread).await?;
     if let Some(c) = &chair {
         validate::member(c)?;
     }

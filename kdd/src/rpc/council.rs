@@ -97,6 +97,7 @@ pub async fn retry(
 ) -> RpcResult<Vec<RunInfo>> {
     validate::thread_id(&thread)?;
     let timeout = validate::timeout(timeout_s)?;
+    crate::council::runs_here(&d.db, &thread).await?;
     retry::retry(&d.council, thread, style.unwrap_or_default(), timeout, ext.get::<ClientId>().copied()).await
 }
 

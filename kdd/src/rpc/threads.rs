@@ -111,6 +111,7 @@ pub async fn archive(d: &Daemon, thread: String) -> RpcResult<Thread> {
 
 pub async fn summarize(d: &Daemon, thread: String) -> RpcResult<Thread> {
     validate::thread_id(&thread)?;
+    crate::council::runs_here(&d.db, &thread).await?;
     Ok(crate::summary::now(&d.council, thread).await?)
 }
 

@@ -91,6 +91,7 @@ impl WorkApiServer for Work {
         to: Option<Vec<String>>,
     ) -> RpcResult<u64> {
         validate::thread_id(&thread)?;
+        crate::council::runs_here(&self.d.db, &thread).await?;
         let subject = match (member, rev) {
             (Some(m), None) => {
                 self::member(&m)?;

@@ -33,7 +33,7 @@ fn fill(db: &TestDb, messages: usize) {
         Engine::Postgres => (String::new(), format!("FROM generate_series(0, {}) AS s(i)", n - 1)),
     };
     let (with, from) = series(threads);
-    db.execute(
+    db.execute_at_length(
         &format!(
             "{with}INSERT INTO threads (id, workspace, title, created_at, last_activity_at, last_seq, members, \
              lineage, parent_id) \
@@ -44,7 +44,7 @@ fn fill(db: &TestDb, messages: usize) {
         &[],
     );
     let (with, from) = series(messages);
-    db.execute(
+    db.execute_at_length(
         &format!(
             "{with}INSERT INTO messages (thread_id, seq, sender, recipients, kind, body, created_at) \
              SELECT 'b' || (i / {PER_THREAD}), i % {PER_THREAD} + 1, \
