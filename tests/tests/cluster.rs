@@ -68,10 +68,8 @@ async fn a_node_starting_beside_a_busy_one_leaves_its_runs_and_exchanges_alone()
     assert_eq!(status.text(), "streaming", "node b left node a's run alone");
     hold.release();
     assert_eq!(settled(&a.db, &t).await, vec![("done".to_string(), None)]);
-    let all = messages(&a.client().await, &t).await;
-    let said: Vec<(&str, MessageKind)> =
-        all.iter().filter(|m| m.from != "king").map(|m| (m.from.as_str(), m.kind)).collect();
-    assert_eq!(said, [("claude", MessageKind::Agent)], "one answer, nothing interrupted: {all:#?}");
+    let answers = said(&a.client().await, &t).await;
+    assert_eq!(answers, [("claude".to_string(), MessageKind::Agent)], "one answer, nothing interrupted");
     let by = a.db.query("SELECT node_id FROM runs WHERE thread_id = $1", &[t.as_str().into()]);
     assert_eq!(by.iter().map(|r| r[0].text().to_string()).collect::<Vec<_>>(), ["a"], "one run, on a");
 }
@@ -173,10 +171,27 @@ async fn kd_daemon_status_and_kd_doctor_name_the_engine_this_node_and_the_other(
 /// Leases and polls short enough for a test (the defaults: 15 s, 2 s).
 const FAST: [&str; 4] = ["--cluster-lease-ms", "1500", "--cluster-poll-ms", "100"];
 
+/// Nodes `a` and `b` with [`FAST`] leases on one fresh registry; `None` on
+/// SQLite.
+fn fast_nodes() -> Option<(Kdd, Kdd)> {
+    let a = first_node("a", &FAST)?;
+    let b = Kdd::start_node_beside(&a, &[&["--node", "b"], &FAST[..]].concat());
+    Some((a, b))
+}
+
+/// Who said what on `thread`, the King aside.
+async fn said(c: &kd_client::Client, thread: &str) -> Vec<(String, MessageKind)> {
+    messages(c, thread).await.into_iter().filter(|m| m.from != "king").map(|m| (m.from, m.kind)).collect()
+}
+
+/// claude's answer cut, then given again.
+fn cut_then_answered() -> Vec<(String, MessageKind)> {
+    vec![("claude".into(), MessageKind::Interrupted), ("claude".into(), MessageKind::Agent)]
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn kill_9_of_node_a_mid_round_b_records_its_run_interrupted_after_the_lease_and_resumes_it() {
-    let Some(mut a) = first_node("a", &FAST) else { return };
-    let b = Kdd::start_node_beside(&a, &[&["--node", "b"], &FAST[..]].concat());
+    let Some((mut a, b)) = fast_nodes() else { return };
     let hold = Hold::new();
     let (_ws, t, cut) = held_question(&a, &hold).await;
     kd_tests::saved(&a.db, &cut).await;
@@ -184,10 +199,9 @@ async fn kill_9_of_node_a_mid_round_b_records_its_run_interrupted_after_the_leas
     // What a's agent does now goes nowhere: b asks again, unheld.
     hold.release();
     assert_eq!(settled(&b.db, &t).await, vec![("done".to_string(), None)]);
-    let all = messages(&b.client().await, &t).await;
-    let said: Vec<(&str, MessageKind)> =
-        all.iter().filter(|m| m.from != "king").map(|m| (m.from.as_str(), m.kind)).collect();
-    assert_eq!(said, [("claude", MessageKind::Interrupted), ("claude", MessageKind::Agent)], "{all:#?}");
+    let cb = b.client().await;
+    assert_eq!(said(&cb, &t).await, cut_then_answered());
+    let all = messages(&cb, &t).await;
     assert_eq!(all[2].replaces, Some(all[1].seq), "the new answer replaces the cut one");
     let runs = b.db.query(
         "SELECT node_id, status, error FROM runs WHERE thread_id = $1 ORDER BY started_at",
@@ -206,8 +220,7 @@ async fn kill_9_of_node_a_mid_round_b_records_its_run_interrupted_after_the_leas
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_question_sent_on_b_to_a_thread_of_as_workspace_is_answered_by_as_members() {
-    let Some(a) = first_node("a", &FAST) else { return };
-    let b = Kdd::start_node_beside(&a, &[&["--node", "b"], &FAST[..]].concat());
+    let Some((a, b)) = fast_nodes() else { return };
     let ws = Workspace::new(&[("claude", "claude", &[("FAKE_TEXT", "Answered where the code is.")])]);
     let (ca, cb) = (a.client().await, b.client().await);
     let t = thread_in(&ca, &ws, None).await;
@@ -245,8 +258,7 @@ async fn a_question_sent_on_b_to_a_thread_of_as_workspace_is_answered_by_as_memb
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_stalled_past_its_lease_is_taken_over_writes_nothing_after_and_stops() {
-    let Some(mut a) = first_node("a", &FAST) else { return };
-    let b = Kdd::start_node_beside(&a, &[&["--node", "b"], &FAST[..]].concat());
+    let Some((mut a, b)) = fast_nodes() else { return };
     let hold = Hold::new();
     let (_ws, t, cut) = held_question(&a, &hold).await;
     kd_tests::saved(&a.db, &cut).await;
@@ -271,14 +283,7 @@ async fn a_node_stalled_past_its_lease_is_taken_over_writes_nothing_after_and_st
     .await
     .unwrap();
     assert!(status.success(), "a stops, having been declared dead: {status}");
-    let all = messages(&b.client().await, &t).await;
-    let said: Vec<(&str, MessageKind)> =
-        all.iter().filter(|m| m.from != "king").map(|m| (m.from.as_str(), m.kind)).collect();
-    assert_eq!(
-        said,
-        [("claude", MessageKind::Interrupted), ("claude", MessageKind::Agent)],
-        "a wrote nothing: {all:#?}"
-    );
+    assert_eq!(said(&b.client().await, &t).await, cut_then_answered(), "a wrote nothing");
     let on_b = b.db.one("SELECT node_id FROM runs WHERE status = 'done' AND thread_id = $1", &[t.as_str().into()]);
     assert_eq!(on_b.text(), "b");
 }
