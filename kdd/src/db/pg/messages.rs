@@ -189,6 +189,11 @@ pub(crate) fn from_row(r: &Row) -> DbResult<Message> {
 
 impl Pg {
     pub async fn append_message(&self, m: NewMessage) -> DbResult<Message> {
+        // Through the lanes, batched with other appends; a fenced write
+        // alone (its lock is read in its transaction).
+        if m.fence.is_none() {
+            return self.lanes.append(m).await;
+        }
         let mut c = self.conn().await?;
         let tx = c.transaction().await?;
         let mut out = Outbox::default();

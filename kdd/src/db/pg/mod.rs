@@ -31,6 +31,7 @@ mod error;
 pub(crate) mod events;
 pub(crate) mod exchanges;
 pub(crate) mod inbox;
+mod lane;
 pub(crate) mod leases;
 pub(crate) mod lifecycle;
 pub(crate) mod locks;
@@ -90,6 +91,8 @@ pub struct Pg {
     threads: AtomicU64,
     /// Woken when work is routed to this node (`kd_work`, [`relay`]).
     pub(crate) work: tokio::sync::Notify,
+    /// `message.append`, batched ([`lane`]).
+    pub(crate) lanes: lane::Lanes,
     /// Set when the others declared this node dead (its heartbeat stalled
     /// past the lease): what it drove is theirs now.
     pub(crate) lost: std::sync::atomic::AtomicBool,
@@ -157,12 +160,14 @@ impl Pg {
         let schema_version = schema::migrate(&mut c, &location).await.map_err(unreachable)?;
         let count = threads::count(&c).await?;
         drop(c);
+        let lanes = lane::Lanes::start(pool.clone(), hub.clone());
         Ok(Pg {
             pool,
             hub,
             location,
             schema_version,
             threads: AtomicU64::new(count),
+            lanes,
             work: tokio::sync::Notify::new(),
             lost: Default::default(),
         })
