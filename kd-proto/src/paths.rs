@@ -61,9 +61,34 @@ impl DbLocation {
     }
 }
 
-/// Whether `--db`/`KD_DB` names a PostgreSQL database rather than a file.
+/// Whether `--db`/`KD_DB` names a PostgreSQL database rather than a file:
+/// a `postgres://`/`postgresql://` URL, or a libpq `key=value` conninfo
+/// (its first key one libpq knows, with a value: `host=/run/postgresql
+/// dbname=kd`).
 pub fn is_db_url(s: &str) -> bool {
-    ["postgres://", "postgresql://"].iter().any(|p| s.get(..p.len()).is_some_and(|h| h.eq_ignore_ascii_case(p)))
+    const KEYS: &[&str] = &[
+        "host",
+        "hostaddr",
+        "port",
+        "dbname",
+        "user",
+        "password",
+        "passfile",
+        "service",
+        "sslmode",
+        "sslrootcert",
+        "connect_timeout",
+        "application_name",
+        "options",
+        "target_session_attrs",
+    ];
+    let url =
+        ["postgres://", "postgresql://"].iter().any(|p| s.get(..p.len()).is_some_and(|h| h.eq_ignore_ascii_case(p)));
+    let conninfo = s
+        .trim_start()
+        .split_once('=')
+        .is_some_and(|(key, value)| KEYS.contains(&key) && !value.is_empty() && !value.starts_with(' '));
+    url || conninfo
 }
 
 /// The registry's place, from an explicit flag, the environment, or the
@@ -217,6 +242,16 @@ mod tests {
             assert!(is_db_url(url), "{url}");
         }
         for file in ["/data/kd.sqlite3", "postgres.db", "./postgres:/x", "", "postgres:/x"] {
+            assert!(!is_db_url(file), "{file}");
+        }
+    }
+
+    #[test]
+    fn a_conninfo_string_is_a_database_too() {
+        for conninfo in ["host=/run/postgresql dbname=kd", "dbname=kd", "  user=kd host=db.example", "service=kd"] {
+            assert!(is_db_url(conninfo), "{conninfo}");
+        }
+        for file in ["host=", "./host=x dbname=y", "kd=1.sqlite3", "/tmp/dbname=kd", "host = x", "hosts=x"] {
             assert!(!is_db_url(file), "{file}");
         }
     }

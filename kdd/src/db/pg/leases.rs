@@ -21,7 +21,7 @@ use deadpool_postgres::GenericClient;
 use serde_json::Value;
 
 use super::exchanges::{self, EXCHANGE, exchange};
-use super::{LEASE, ME, Pg, messages, runs};
+use super::{LEASE, ME, Pg, live, messages, runs};
 use crate::db::compose::Asked;
 use crate::db::events::NewEvent;
 use crate::db::exchanges::{Exchange, ExchangeId, NewExchange};
@@ -33,9 +33,10 @@ use crate::db::{DbResult, Outbox, now_ms};
 pub(crate) async fn thread_node(c: &impl GenericClient, id: &str) -> DbResult<Option<(String, bool)>> {
     let st = c
         .prepare_cached(&format!(
-            "SELECT t.node_id, coalesce(n.state = 'live' AND n.heartbeat_at > now() - {LEASE}, false) \
+            "SELECT t.node_id, coalesce({}, false) \
              FROM threads t LEFT JOIN nodes n ON n.id = t.node_id \
-             WHERE t.id = $1 AND t.node_id IS NOT NULL AND t.node_id <> {ME}"
+             WHERE t.id = $1 AND t.node_id IS NOT NULL AND t.node_id <> {ME}",
+            live("n")
         ))
         .await?;
     Ok(c.query_opt(&st, &[&id]).await?.map(|r| (r.get(0), r.get(1))))
@@ -65,9 +66,10 @@ pub(crate) async fn ask_for(
 pub(crate) async fn reap(c: &impl GenericClient, now: i64, out: &mut Outbox) -> DbResult<Vec<(String, usize)>> {
     let st = c
         .prepare_cached(&format!(
-            "SELECT id, (extract(epoch FROM now() - heartbeat_at) * 1000)::bigint FROM nodes \
-             WHERE state = 'live' AND heartbeat_at < now() - {LEASE} AND id <> {ME} ORDER BY id \
-             FOR UPDATE SKIP LOCKED"
+            "SELECT id, (extract(epoch FROM now() - heartbeat_at) * 1000)::bigint FROM nodes n \
+             WHERE state = 'live' AND NOT {} AND id <> {ME} ORDER BY id \
+             FOR UPDATE SKIP LOCKED",
+            live("n")
         ))
         .await?;
     let dead = c.query(&st, &[]).await?;
@@ -104,9 +106,9 @@ pub(crate) async fn orphans(c: &impl GenericClient) -> DbResult<Vec<(ExchangeId,
             "SELECT x.id, t.workspace FROM exchanges x JOIN threads t ON t.id = x.thread_id \
              WHERE x.state = 'open' AND x.kind <> 'work' AND x.node_id <> {ME} \
              AND (x.lease_until IS NULL OR x.lease_until < now()) \
-             AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.id = x.node_id AND n.state = 'live' \
-                             AND n.heartbeat_at > now() - {LEASE}) \
-             ORDER BY x.created_at, x.id LIMIT 100"
+             AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.id = x.node_id AND {}) \
+             ORDER BY x.created_at, x.id LIMIT 100",
+            live("n")
         ))
         .await?;
     Ok(c.query(&st, &[]).await?.iter().map(|r| (r.get(0), r.get(1))).collect())
@@ -123,15 +125,15 @@ pub(crate) async fn claim(c: &impl GenericClient, now: i64, adopt: &[ExchangeId]
             "WITH c AS (SELECT x.id FROM exchanges x WHERE x.state = 'open' AND ( \
                  (x.node_id = {ME} AND x.lease_owner IS NULL) \
               OR (x.id = ANY($1) AND x.node_id <> {ME} AND (x.lease_until IS NULL OR x.lease_until < now()) \
-                  AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.id = x.node_id AND n.state = 'live' \
-                                  AND n.heartbeat_at > now() - {LEASE}) \
+                  AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.id = x.node_id AND {live}) \
                   AND NOT EXISTS (SELECT 1 FROM exchange_steps s WHERE s.exchange_id = x.id \
                                   AND s.state = 'running'))) \
                ORDER BY x.created_at, x.id FOR UPDATE OF x SKIP LOCKED) \
              UPDATE exchanges x SET node_id = {ME}, lease_owner = {ME}, lease_until = now() + {LEASE}, \
                  lease_epoch = x.lease_epoch + 1, updated_at = $2 \
              FROM c WHERE x.id = c.id RETURNING {}",
-            returning.join(", ")
+            returning.join(", "),
+            live = live("n")
         ))
         .await?;
     let mut taken: Vec<Exchange> =
@@ -168,6 +170,12 @@ impl Pg {
     }
 
     pub async fn reap_dead_nodes(&self) -> DbResult<Vec<(String, usize)>> {
+        // Not before this node has been steadily live for its lease: after
+        // an outage of the database everyone's heartbeat is old, and the
+        // others need a lease to beat again.
+        if !self.steady_for(self.lease) {
+            return Ok(Vec::new());
+        }
         let mut c = self.conn().await?;
         let tx = c.transaction().await?;
         let mut out = Outbox::default();
@@ -200,5 +208,51 @@ impl Pg {
     /// Whether the others declared this node dead.
     pub fn lost(&self) -> bool {
         self.lost.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::db::Node;
+    use crate::hub::Hub;
+
+    fn node(id: &str, lease: Duration) -> Node {
+        Node { id: id.into(), host: "h1".into(), pid: 100, socket: "/s".into(), lease }
+    }
+
+    #[tokio::test]
+    async fn a_node_is_judged_by_its_own_lease_and_only_by_a_node_steadily_live() {
+        let Some((pg, db)) = super::super::testing::fresh().await else { return };
+        pg.close().await;
+        let (a, b) = (node("a", Duration::from_secs(60)), node("b", Duration::from_secs(1)));
+        let on_a = Pg::open_node(db.url(), Arc::new(Hub::new()), &a).await.unwrap();
+        let on_b = Pg::open_node(db.url(), Arc::new(Hub::new()), &b).await.unwrap();
+        on_a.join(&a, &|_| true).await.unwrap();
+        on_b.join(&b, &|_| true).await.unwrap();
+        // b beat 5 s ago: dead by its lease of 1 s, though a's is a minute.
+        let c = on_a.conn().await.unwrap();
+        c.execute("UPDATE nodes SET heartbeat_at = now() - interval '5 seconds' WHERE id = 'b'", &[]).await.unwrap();
+        // a has just joined (or is back from an outage of the database): it
+        // judges no one yet.
+        assert_eq!(on_a.reap_dead_nodes().await.unwrap(), vec![]);
+        let long_ago = Instant::now().checked_sub(Duration::from_secs(61)).expect("uptime");
+        *on_a.steady_since.lock().unwrap() = Some(long_ago);
+        on_a.heard(false);
+        assert_eq!(on_a.reap_dead_nodes().await.unwrap(), vec![], "a heartbeat of a's failed: not steady");
+        *on_a.steady_since.lock().unwrap() = Some(long_ago);
+        assert_eq!(on_a.reap_dead_nodes().await.unwrap(), vec![("b".to_string(), 0)]);
+        let state: String = c.query_one("SELECT state FROM nodes WHERE id = 'b'", &[]).await.unwrap().get(0);
+        assert_eq!(state, "dead");
+        // a, beating a minute-long lease, stays live to b however long ago
+        // 10 s is.
+        c.execute("UPDATE nodes SET heartbeat_at = now() - interval '10 seconds' WHERE id = 'a'", &[]).await.unwrap();
+        let live: Vec<String> = on_b.nodes(&b).await.unwrap().into_iter().map(|n| n.id).collect();
+        assert_eq!(live, ["a"]);
+        on_a.close().await;
+        on_b.close().await;
     }
 }

@@ -79,6 +79,12 @@ pub(crate) const ME: &str = "coalesce(current_setting('kd.node', true), 'local')
 pub(crate) const LEASE: &str =
     "make_interval(secs => coalesce(current_setting('kd.lease_ms', true), '15000')::float8 / 1000)";
 
+/// Whether the `nodes` row `n` is live, in SQL: its heartbeat younger than
+/// its own lease.
+pub(crate) fn live(n: &str) -> String {
+    format!("({n}.state = 'live' AND {n}.heartbeat_at > now() - make_interval(secs => {n}.lease_ms::float8 / 1000))")
+}
+
 /// Settings of every connection, sent at its start (no round trip).
 const SESSION_OPTIONS: &str = "-c statement_timeout=30s -c idle_in_transaction_session_timeout=60s -c TimeZone=UTC";
 
@@ -93,6 +99,13 @@ pub struct Pg {
     pub(crate) work: tokio::sync::Notify,
     /// `message.append`, batched ([`lane`]).
     pub(crate) lanes: lane::Lanes,
+    /// This node's lease (`kd.lease_ms`).
+    pub(crate) lease: Duration,
+    /// Since when this node's heartbeats have gone through without a
+    /// break (`None` while they fail): it judges others dead only once it
+    /// has been steadily live for a lease — after an outage of the
+    /// database, every node's heartbeat is old, not only the dead ones'.
+    pub(crate) steady_since: std::sync::Mutex<Option<std::time::Instant>>,
     /// Set when the others declared this node dead (its heartbeat stalled
     /// past the lease): what it drove is theirs now.
     pub(crate) lost: std::sync::atomic::AtomicBool,
@@ -168,6 +181,8 @@ impl Pg {
             schema_version,
             threads: AtomicU64::new(count),
             lanes,
+            lease: node.map_or(nodes::LEASE, |(_, lease)| lease),
+            steady_since: Default::default(),
             work: tokio::sync::Notify::new(),
             lost: Default::default(),
         })

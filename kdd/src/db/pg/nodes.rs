@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use kd_proto::types::NodeStatus;
 
-use super::{LEASE as LEASE_SQL, Pg};
+use super::{LEASE as LEASE_SQL, Pg, live};
 use crate::db::{DbError, DbResult, Node, now_ms};
 
 /// How long a node stays live after its last heartbeat, by default
@@ -29,8 +29,9 @@ impl Pg {
         let held = tx
             .query_opt(
                 &format!(
-                    "SELECT host, pid, (extract(epoch FROM now() - heartbeat_at) * 1000)::bigint FROM nodes \
-                     WHERE id = $1 AND state = 'live' AND heartbeat_at > now() - {LEASE_SQL}"
+                    "SELECT host, pid, (extract(epoch FROM now() - heartbeat_at) * 1000)::bigint FROM nodes n \
+                     WHERE id = $1 AND {}",
+                    live("n")
                 ),
                 &[&me.id],
             )
@@ -51,16 +52,43 @@ impl Pg {
         let row = tx
             .query_one(
                 "INSERT INTO nodes (id, host, pid, socket, kdd_version, started_at, heartbeat_at, clock_ms, \
-                 incarnation, state) VALUES ($1, $2, $3, $4, $5, now(), now(), $6, 1, 'live') \
+                 incarnation, state, lease_ms) VALUES ($1, $2, $3, $4, $5, now(), now(), $6, 1, 'live', $7) \
                  ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid, socket = excluded.socket, \
+                 lease_ms = excluded.lease_ms, \
                  kdd_version = excluded.kdd_version, started_at = now(), heartbeat_at = now(), \
                  clock_ms = excluded.clock_ms, incarnation = nodes.incarnation + 1, state = 'live', reaped_at = NULL \
                  RETURNING incarnation",
-                &[&me.id, &me.host, &i64::from(me.pid), &me.socket, &kd_proto::VERSION, &now_ms()],
+                &[
+                    &me.id,
+                    &me.host,
+                    &i64::from(me.pid),
+                    &me.socket,
+                    &kd_proto::VERSION,
+                    &now_ms(),
+                    &(me.lease.as_millis().min(i64::MAX as u128) as i64),
+                ],
             )
             .await?;
         tx.commit().await?;
+        self.heard(true);
         Ok(row.get(0))
+    }
+
+    /// Notes whether a heartbeat went through.
+    pub(crate) fn heard(&self, ok: bool) {
+        if let Ok(mut since) = self.steady_since.lock() {
+            match (ok, *since) {
+                (true, None) => *since = Some(std::time::Instant::now()),
+                (false, _) => *since = None,
+                (true, Some(_)) => {}
+            }
+        }
+    }
+
+    /// Whether this node's heartbeats have gone through for `lease`: only
+    /// then does it judge another node dead.
+    pub(crate) fn steady_for(&self, lease: Duration) -> bool {
+        self.steady_since.lock().ok().and_then(|s| *s).is_some_and(|t| t.elapsed() >= lease)
     }
 
     /// Says this node is live and renews the leases of the exchanges it
@@ -104,8 +132,9 @@ impl Pg {
             .query(
                 &format!(
                     "SELECT id, host, pid, (extract(epoch FROM now() - heartbeat_at) * 1000)::bigint, \
-                     clock_ms - (extract(epoch FROM heartbeat_at) * 1000)::bigint FROM nodes \
-                     WHERE state = 'live' AND heartbeat_at > now() - {LEASE_SQL} ORDER BY id"
+                     clock_ms - (extract(epoch FROM heartbeat_at) * 1000)::bigint FROM nodes n \
+                     WHERE {} ORDER BY id",
+                    live("n")
                 ),
                 &[],
             )
@@ -137,9 +166,10 @@ pub(crate) async fn holder_node(
     value: &str,
 ) -> DbResult<Option<(String, bool)>> {
     let sql = format!(
-        "SELECT r.node_id, coalesce(n.state = 'live' AND n.heartbeat_at > now() - {LEASE_SQL}, false) \
+        "SELECT r.node_id, coalesce({}, false) \
          FROM {table} r LEFT JOIN nodes n ON n.id = r.node_id \
-         WHERE r.{key} = $1 AND r.node_id IS DISTINCT FROM current_setting('kd.node', true) AND r.node_id IS NOT NULL"
+         WHERE r.{key} = $1 AND r.node_id IS DISTINCT FROM current_setting('kd.node', true) AND r.node_id IS NOT NULL",
+        live("n")
     );
     let row = c.query_opt(&c.prepare_cached(&sql).await?, &[&value]).await?;
     Ok(row.map(|r| (r.get(0), r.get(1))))
@@ -157,7 +187,9 @@ pub(crate) fn beat(pg: std::sync::Arc<Pg>, me: Node, incarnation: i64) {
             if pg.is_closed() {
                 return;
             }
-            match pg.heartbeat(&me, incarnation).await {
+            let beat = pg.heartbeat(&me, incarnation).await;
+            pg.heard(matches!(beat, Ok(true)));
+            match beat {
                 Ok(true) => {}
                 Ok(false) => {
                     tracing::error!(

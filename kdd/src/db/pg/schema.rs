@@ -16,7 +16,10 @@ use deadpool_postgres::Object;
 use crate::db::{DbError, DbResult, now_ms};
 
 /// The migrations, in order: (version, SQL).
-pub const MIGRATIONS: &[(u32, &str)] = &[(1, include_str!("../../../../migrations/postgres/0001_registry.sql"))];
+pub const MIGRATIONS: &[(u32, &str)] = &[
+    (1, include_str!("../../../../migrations/postgres/0001_registry.sql")),
+    (2, include_str!("../../../../migrations/postgres/0002_node_leases.sql")),
+];
 
 /// `'kdmigr'` as a number: the advisory lock of migrators.
 const MIGRATION_LOCK: i64 = 0x6b64_6d69_6772;
