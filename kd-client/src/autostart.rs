@@ -52,6 +52,15 @@ pub fn log_file(socket: &Path) -> PathBuf {
     }
 }
 
+/// What a daemon that served `socket` on a shared registry said it was
+/// (`node a of postgres://…`), if one did.
+pub fn stopped_node(socket: &Path) -> Option<String> {
+    let said = std::fs::read_to_string(paths::node_marker(socket)).ok()?;
+    let line = said.lines().next()?.trim();
+    let line: String = line.chars().filter(|c| !c.is_control()).take(300).collect();
+    (!line.is_empty()).then_some(line)
+}
+
 /// Starts the daemon for `socket` unless one answers by the time we hold the
 /// start lock. Returns once the daemon accepts connections.
 pub async fn start(socket: &Path) -> Result<(), ClientError> {

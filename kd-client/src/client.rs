@@ -184,6 +184,15 @@ impl Client {
                 })
             }
             Err(ClientError::Unreachable { nothing_listens: true, .. }) => {
+                // A node of a shared registry is started as one (its --db,
+                // its --node), never replaced by a daemon of kd's choosing.
+                if let Some(node) = autostart::stopped_node(socket) {
+                    return Err(ClientError::Start(format!(
+                        "nothing listens on {}, which served {node}, a shared registry: kd starts no node by \
+                         itself; start that node again (kdd --db … --node …, or its service)",
+                        socket.display()
+                    )));
+                }
                 autostart::start(socket).await?;
                 Client::connect(socket).await
             }

@@ -220,6 +220,15 @@ pub fn open_lock_file(path: &Path) -> std::io::Result<std::fs::File> {
         .open(path)
 }
 
+/// Where a daemon serving a shared registry says so, beside its socket
+/// (`<socket>.node`: one line, its node and the registry's location): kd
+/// does not start a daemon of its own on a socket a node stopped serving.
+pub fn node_marker(socket: &Path) -> PathBuf {
+    let mut name = socket.as_os_str().to_owned();
+    name.push(".node");
+    PathBuf::from(name)
+}
+
 /// The lock file that makes one daemon per socket: `<socket>.lock`.
 pub fn lock_path(socket: &Path) -> PathBuf {
     let mut name = socket.as_os_str().to_owned();

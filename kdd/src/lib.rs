@@ -112,6 +112,26 @@ pub fn default_node() -> String {
     if name.is_empty() { "kdd".into() } else { name }
 }
 
+/// Says beside the socket whether this daemon is a node of a shared
+/// registry (`paths::node_marker`), so that a client finding the socket
+/// dead does not start a daemon on a registry of its own in its place.
+fn mark_node(socket: &std::path::Path, db: &Db) {
+    let marker = kd_proto::paths::node_marker(socket);
+    if !db.is_shared() {
+        let _ = std::fs::remove_file(&marker);
+        return;
+    }
+    let line = format!("node {} of {}\n", db.node().id, db.location());
+    let written = kd_proto::paths::open_lock_file(&marker).and_then(|mut f| {
+        use std::io::Write;
+        f.set_len(0)?;
+        f.write_all(line.as_bytes())
+    });
+    if let Err(e) = written {
+        tracing::warn!("cannot write {}: {e}", marker.display());
+    }
+}
+
 /// Runs the daemon until SIGTERM, SIGINT or `daemon.shutdown`. Prints one
 /// line, `kdd ready …`, on stdout once the socket accepts connections.
 pub async fn run(mut opts: Options) -> anyhow::Result<()> {
@@ -143,6 +163,7 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
         socket: opts.socket.display().to_string(),
     };
     let db = Db::open(&opts.db, hub.clone(), me).await?;
+    mark_node(&opts.socket, &db);
     let recovered = agent::recover(&db, &opts.socket).await.context("cannot recover runs left in flight")?;
     if recovered > 0 {
         tracing::warn!("recorded {recovered} run(s) left in flight by the previous daemon as interrupted");

@@ -287,3 +287,50 @@ async fn a_node_stalled_past_its_lease_is_taken_over_writes_nothing_after_and_st
     let on_b = b.db.one("SELECT node_id FROM runs WHERE status = 'done' AND thread_id = $1", &[t.as_str().into()]);
     assert_eq!(on_b.text(), "b");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_does_not_start_a_daemon_of_its_own_where_a_node_of_a_shared_registry_stopped() {
+    let Some(mut a) = first_node("a", &[]) else { return };
+    assert!(a.stop().success());
+    // kd may start kdd by itself (no KD_NO_AUTOSTART), and would start
+    // one on a registry of its own: it says what stopped instead.
+    let mut k = a.kd();
+    k.env_remove("KD_NO_AUTOSTART").env_remove("KD_DB").env("XDG_DATA_HOME", a.dir.path()).arg("threads");
+    let out = run(k).await;
+    assert_eq!(out.status.code(), Some(3), "{}", out.stderr);
+    assert!(out.stderr.contains("which served node a of postgres://"), "{}", out.stderr);
+    assert!(out.stderr.contains("kd starts no node by itself"), "{}", out.stderr);
+    assert!(std::os::unix::net::UnixStream::connect(&a.socket).is_err(), "no kdd was started on its socket");
+    // Started again, the node serves as before.
+    a.launch().unwrap();
+    let mut k = a.kd();
+    k.arg("threads");
+    assert!(run(k).await.status.success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_ask_on_b_prints_the_answer_given_after_a_stops_gracefully_mid_answer_and_exits_0() {
+    let Some((mut a, b)) = fast_nodes() else { return };
+    let hold = Hold::new();
+    let claude: &[(&str, &str)] =
+        &[("FAKE_HOLD", hold.var()), ("FAKE_HOLD_WHEN", "Second"), ("FAKE_TEXT", "Answered once.")];
+    let ws = Workspace::new(&[("claude", "claude", claude)]);
+    // The workspace's trunk, made on a.
+    let mut k = a.kd();
+    k.current_dir(ws.dir.path()).args(["ask", "First?"]);
+    assert!(run(k).await.status.success());
+    let ca = a.client().await;
+    let t = ca.thread_current(ws.path(), None).await.unwrap().expect("the trunk").id;
+    let mut on_a = ca.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let mut k = b.kd();
+    k.current_dir(ws.dir.path()).args(["ask", "Second?"]);
+    let asking = tokio::spawn(run(k));
+    collect_until(&mut on_a, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))).await;
+    drop((on_a, ca));
+    assert!(a.stop().success());
+    hold.release();
+    let out = asking.await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert_eq!(out.stdout.matches("Answered once.").count(), 1, "{}", out.stdout);
+    assert_eq!(said(&b.client().await, &t).await[1..], cut_then_answered()[..], "asked again on b");
+}

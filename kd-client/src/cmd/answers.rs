@@ -63,6 +63,9 @@ pub struct View {
     /// Runs cut short whose partial answer was shown and forgotten
     /// (watching), by their message: a run asked again in their place says so.
     cut: std::collections::HashMap<u64, String>,
+    /// Messages a run asked again replaces before the view heard of them
+    /// (the cut one's message comes later, relayed from another node).
+    replaced_early: std::collections::HashSet<u64>,
 }
 
 impl View {
@@ -91,6 +94,7 @@ impl View {
             answers: Default::default(),
             unclosed: None,
             cut: Default::default(),
+            replaced_early: Default::default(),
         }
     }
 
@@ -128,6 +132,7 @@ impl View {
             answers: Default::default(),
             unclosed: None,
             cut: Default::default(),
+            replaced_early: Default::default(),
         }
     }
 
@@ -321,6 +326,9 @@ impl View {
                 if let Some(i) = message.run.as_ref().and_then(|m| m.run_id.as_deref()).and_then(|id| self.index(id)) {
                     self.runs[i].body = Some(message.body.clone());
                     self.runs[i].seq = Some(message.seq);
+                    if self.replaced_early.remove(&message.seq) {
+                        self.runs[i].replaced = true;
+                    }
                     self.answers.insert(message.seq);
                     // After a reconnect the backlog brings the message
                     // alone: it ends the run. Its end event, when it comes
@@ -408,9 +416,14 @@ impl View {
         if let Some(member) = self.cut.remove(&cut) {
             return Some(member);
         }
-        let r = self.runs.iter_mut().find(|r| {
-            r.seq == Some(cut) && matches!(r.status, Status::Interrupted | Status::Cancelled) && !r.replaced
-        })?;
+        let Some(r) = self
+            .runs
+            .iter_mut()
+            .find(|r| r.seq == Some(cut) && matches!(r.status, Status::Interrupted | Status::Cancelled) && !r.replaced)
+        else {
+            self.replaced_early.insert(cut);
+            return None;
+        };
         r.replaced = true;
         if r.shown {
             Some(r.member.clone())

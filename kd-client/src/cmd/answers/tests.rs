@@ -494,3 +494,29 @@ fn an_answer_given_up_after_its_cuts_is_reported_by_kds_word_on_it() {
     assert!(v.all_done(), "{out}");
     assert_eq!(v.failures(), vec!["codex: codex was cut 2 times …; `kd retry` asks it"]);
 }
+
+#[test]
+fn a_run_asked_again_on_another_node_before_the_cut_one_is_heard_of_still_replaces_it() {
+    // Node a stopped gracefully mid-answer; node b, watched here, asked
+    // claude again at once: its run's start arrives before a's interrupted
+    // message, relayed from a.
+    let mut v = View::new(&sent(&["claude"]), false, false);
+    let (again, id) = asked_again("claude", 2);
+    let mut answer = message(3, "claude", "Hello there.", Some(&id));
+    answer.replaces = Some(2);
+    play(
+        &mut v,
+        vec![
+            delta("claude", "Hel"),
+            again,
+            cut("claude", 2, "Hel"),
+            ThreadEvent::RunCancelled { run: "r-claude".into(), member: "claude".into(), seq: 2, interrupted: true },
+            ThreadEvent::Delta { run: id.clone(), member: "claude".into(), text: "Hello there.".into(), chars: 12 },
+            ThreadEvent::Message { message: Box::new(answer) },
+            ThreadEvent::RunFinished { run: id, member: "claude".into(), seq: 3 },
+            over(),
+        ],
+    );
+    assert!(v.all_done());
+    assert!(v.failures().is_empty(), "{:?}", v.failures());
+}
