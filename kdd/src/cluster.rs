@@ -10,6 +10,9 @@
 //!   interrupted, and takes over that node's exchanges whose workspace it
 //!   has, resuming them as a restart would.
 //!
+//! It also stops the runs other nodes ask it to stop (`kd cancel`, Ctrl+C
+//! of a `kd ask` there, on a thread whose members run here).
+//!
 //! A node the others declared dead (its heartbeat stalled past the lease:
 //! a suspended laptop) stops: what it drove is driven elsewhere now.
 //! On SQLite (one node) only the resume at start runs.
@@ -50,61 +53,66 @@ pub fn spawn(co: Arc<Coord>, settings: Settings, shutdown: CancellationToken) {
     tokio::spawn(async move {
         crate::resume::all(&co).await;
         let db = co.council.agents.db.clone();
-        if !db.is_shared() {
-            return;
-        }
+        let Some(mut cancels) = db.cancels() else { return };
+        // Said once per outage of the registry, not at every look.
+        let mut failing = false;
         loop {
             if db.lost() {
                 tracing::error!("the other nodes declared this one dead: it stops");
                 shutdown.cancel();
                 return;
             }
-            pass(&co).await;
+            match (pass(&co).await, failing) {
+                (Ok(()), true) => {
+                    tracing::info!("the registry answers again");
+                    failing = false;
+                }
+                (Err(e), false) => {
+                    tracing::warn!("cannot look for work routed here or for dead nodes: {e}; kdd keeps trying");
+                    failing = true;
+                }
+                _ => {}
+            }
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 () = db.work_routed() => {}
+                Some(c) = cancels.recv() => cancel(&co, &c),
                 () = tokio::time::sleep(settings.poll) => {}
             }
         }
     });
 }
 
+/// Stops what another node asked this one to stop on one of its threads.
+fn cancel(co: &Arc<Coord>, c: &crate::db::runs::Cancel) {
+    if c.turns {
+        co.council.exchanges.stop(&c.thread);
+    }
+    let runs = co.council.agents.runs.list(Some(&c.thread));
+    for r in runs
+        .iter()
+        .filter(|r| c.member.as_ref().is_none_or(|m| &r.member == m) && c.run.as_ref().is_none_or(|id| &r.id == id))
+    {
+        r.stop(crate::agent::registry::StopReason::Cancelled);
+    }
+}
+
 /// One look: dead nodes reaped, then the exchanges routed here or left by
 /// them taken and driven.
-async fn pass(co: &Arc<Coord>) {
+async fn pass(co: &Arc<Coord>) -> Result<(), crate::db::DbError> {
     let db = &co.council.agents.db;
     if co.council.agents.is_closed() {
-        return;
+        return Ok(());
     }
-    match db.reap_dead_nodes().await {
-        Ok(reaped) => {
-            for (node, runs) in reaped {
-                tracing::warn!(
-                    node,
-                    runs,
-                    "node {node} stopped answering: its runs in flight are recorded interrupted"
-                );
-            }
-        }
-        Err(e) => tracing::warn!("cannot look for dead nodes: {e}"),
+    for (node, runs) in db.reap_dead_nodes().await? {
+        tracing::warn!(node, runs, "node {node} stopped answering: its runs in flight are recorded interrupted");
     }
-    let adopt = match db.orphan_exchanges().await {
-        // Another node's workspace path that exists here is the same
-        // workspace (one checkout, or a shared file system).
-        Ok(orphans) => orphans.into_iter().filter(|(_, ws)| Path::new(ws).is_dir()).map(|(id, _)| id).collect(),
-        Err(e) => {
-            tracing::warn!("cannot look for exchanges left by dead nodes: {e}");
-            Vec::new()
-        }
-    };
-    let taken = match db.claim_exchanges(adopt).await {
-        Ok(taken) => taken,
-        Err(e) => {
-            tracing::warn!("cannot take the exchanges routed to this node: {e}");
-            return;
-        }
-    };
-    for x in taken {
+    // Another node's workspace path that exists here is the same workspace
+    // (one checkout, or a shared file system).
+    let adopt =
+        db.orphan_exchanges().await?.into_iter().filter(|(_, ws)| Path::new(ws).is_dir()).map(|(id, _)| id).collect();
+    for x in db.claim_exchanges(adopt).await? {
         crate::resume::taken(co, &x).await;
     }
+    Ok(())
 }

@@ -254,6 +254,8 @@ async fn a_question_sent_on_b_to_a_thread_of_as_workspace_is_answered_by_as_memb
     assert!(refused.contains(&format!("thread {t}'s workspace is node a's: its members run there")), "{refused}");
     let refused = cb.thread_summarize(t.clone()).await.unwrap_err().to_string();
     assert!(refused.contains("its members run there"), "{refused}");
+    let refused = cb.thread_delete(t.clone(), Some(true)).await.unwrap_err().to_string();
+    assert!(refused.contains("its members run there"), "{refused}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -333,4 +335,48 @@ async fn kd_ask_on_b_prints_the_answer_given_after_a_stops_gracefully_mid_answer
     assert_eq!(out.status.code(), Some(0), "{}\n{}", out.stdout, out.stderr);
     assert_eq!(out.stdout.matches("Answered once.").count(), 1, "{}", out.stdout);
     assert_eq!(said(&b.client().await, &t).await[1..], cut_then_answered()[..], "asked again on b");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancel_on_b_stops_the_runs_of_as_thread_on_a() {
+    let Some((a, b)) = fast_nodes() else { return };
+    let hold = Hold::new();
+    let (_ws, t, first) = held_question(&a, &hold).await;
+    let cb = b.client().await;
+    // kd cancel on b: the run on a is stopped there.
+    let stopped = cb.council_interrupt(t.clone(), Some(true)).await.unwrap();
+    assert_eq!(stopped.runs.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), [first.as_str()]);
+    assert!(stopped.stopped_exchange);
+    let ended = |db: &kd_tests::TestDb, run: &str| {
+        db.one("SELECT status FROM runs WHERE id = $1", &[run.into()]).text().to_string()
+    };
+    within("a to stop its run", async {
+        while ended(&b.db, &first) != "cancelled" {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    // Ctrl+C of a kd ask on b: one run, by its id.
+    let ca = a.client().await;
+    let mut on_a = ca.thread_subscribe(t.clone(), None, None).await.unwrap();
+    kd_tests::send_one_round(&cb, &t, "Again?").await;
+    let mut second = None;
+    collect_until(&mut on_a, |events| {
+        second = events.iter().find_map(|e| match e {
+            ThreadEvent::Delta { run, .. } if *run != first => Some(run.clone()),
+            _ => None,
+        });
+        second.is_some()
+    })
+    .await;
+    let second = second.unwrap();
+    let stopped = cb.run_cancel(t.clone(), None, Some(second.clone())).await.unwrap();
+    assert_eq!(stopped.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), [second.as_str()]);
+    within("a to stop the second run", async {
+        while ended(&b.db, &second) != "cancelled" {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    hold.release();
 }

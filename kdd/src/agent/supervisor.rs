@@ -62,6 +62,9 @@ pub async fn supervise(d: Arc<Runner>, run: Arc<Run>, spec: Spec) {
     tracing::info!(run = run.id, member = run.member, status = finish.status.as_str(), "run ended");
     match d.db.finish_run(run.info(), finish).await {
         Ok(message) => run.set_message(message),
+        // Recorded by another node while this one was away (it was
+        // declared dead): its end stands.
+        Err(e @ crate::db::DbError::RunEnded { .. }) => tracing::info!(run = run.id, "{e}"),
         Err(e) => tracing::error!(run = run.id, "cannot record the end of the run: {e}"),
     }
     d.runs.remove(&run.id);

@@ -90,6 +90,12 @@ pub async fn runs_here(db: &crate::db::Db, thread: &str) -> Result<(), jsonrpsee
     )))
 }
 
+/// The node whose members run on `thread`, when it is another live node
+/// than this one: what is cancelled here is cancelled there.
+pub async fn live_owner(db: &crate::db::Db, thread: &str) -> crate::db::DbResult<Option<String>> {
+    Ok(db.thread_node(thread.to_string()).await?.filter(|(_, live)| *live).map(|(owner, _)| owner))
+}
+
 /// The worktree each member works in, on a work thread.
 pub type WorkRuns = Arc<BTreeMap<String, WorkRun>>;
 

@@ -107,6 +107,10 @@ pub enum DbError {
     /// asking for it must not start.
     #[error("step {0} of an exchange is taken or over")]
     StepTaken(i64),
+    /// A run whose end is written already (a recovery, or another node's
+    /// reaper, wrote it): its end is written once.
+    #[error("run {run} has ended already ({status}): its end is written once")]
+    RunEnded { run: String, status: String },
     #[error("internal registry error: {0}")]
     Internal(String),
     #[error("the registry is closed")]

@@ -2,6 +2,7 @@
 //! SQLite: one file, one kdd — every thread is this node's, nothing is
 //! routed here from elsewhere, no node dies while another goes on.
 
+use kd_proto::types::RunInfo;
 use serde_json::Value;
 
 use super::compose::Asked;
@@ -15,6 +16,10 @@ impl Sqlite {
     }
 
     pub async fn ask_node(&self, _m: NewMessage, _x: NewExchange, node: String) -> DbResult<Asked> {
+        Err(DbError::Invalid(format!("node {node} does not share this registry: a SQLite registry has one node")))
+    }
+
+    pub async fn cancel_on_node(&self, node: String, _c: super::runs::Cancel) -> DbResult<Vec<RunInfo>> {
         Err(DbError::Invalid(format!("node {node} does not share this registry: a SQLite registry has one node")))
     }
 

@@ -325,6 +325,8 @@ operations! {
     fn thread_node(&self, id: String) -> DbResult<Option<(String, bool)>>;
     /// A King's question and its exchange, for `node` to drive (it is woken at commit).
     fn ask_node(&self, m: NewMessage, x: NewExchange, node: String) -> DbResult<Asked>;
+    /// Asks `node` to stop its runs on a thread (woken at commit); the runs it has there.
+    fn cancel_on_node(&self, node: String, c: super::runs::Cancel) -> DbResult<Vec<RunInfo>>;
     /// Records the runs of nodes dead past the lease as interrupted; the nodes and their runs.
     fn reap_dead_nodes(&self) -> DbResult<Vec<(String, usize)>>;
     /// Open exchanges no live node drives, with their thread's workspace.
@@ -394,6 +396,14 @@ impl Db {
         match &self.engine {
             Engine::Sqlite(_) => std::future::pending().await,
             Engine::Postgres { pg, .. } => pg.work_routed().await,
+        }
+    }
+
+    /// The cancellations other nodes ask of this one (once; none on SQLite).
+    pub fn cancels(&self) -> Option<tokio::sync::mpsc::Receiver<super::runs::Cancel>> {
+        match &self.engine {
+            Engine::Sqlite(_) => None,
+            Engine::Postgres { pg, .. } => pg.cancels(),
         }
     }
 

@@ -15,6 +15,19 @@ use super::messages::{self, NewMessage};
 use super::sessions::{self, SessionEnd};
 use super::{DbError, DbResult, Outbox, acks, cost};
 
+/// Runs another node is asked to stop on one of its threads (a King's
+/// `kd cancel` or Ctrl+C on a node that is not the thread's).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Cancel {
+    pub thread: String,
+    /// Only this member's runs.
+    pub member: Option<String>,
+    /// Only this run.
+    pub run: Option<String>,
+    /// The thread's pending auto-turns too (`council.interrupt`).
+    pub turns: bool,
+}
+
 /// Why a run left in flight by a daemon that stopped is interrupted.
 pub const STOPPED_IN_FLIGHT: &str = "the daemon stopped while the run was in flight";
 
@@ -177,7 +190,7 @@ impl Finish {
 pub(crate) fn refuse_ended(id: &str, status: &str) -> DbResult<()> {
     match status {
         "waiting" | "streaming" => Ok(()),
-        _ => Err(DbError::Invalid(format!("run {id} has ended already ({status}): its end is written once"))),
+        _ => Err(DbError::RunEnded { run: id.to_string(), status: status.to_string() }),
     }
 }
 

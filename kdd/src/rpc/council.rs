@@ -73,6 +73,12 @@ pub async fn interrupt(d: &Daemon, ext: &Extensions, thread: String, all: Option
     // For good: nothing of the thread's exchanges resumes (F-J2).
     let stopped_journal = d.db.stop_thread_exchanges(thread.clone(), "cancelled by the King".into()).await?;
     let stopped_exchange = stopped_exchange || !stopped_journal.is_empty();
+    // The thread's members run on another node: it stops them there.
+    if let Some(owner) = crate::council::live_owner(&d.db, &thread).await? {
+        let cancel = crate::db::runs::Cancel { thread, member: None, run: None, turns: true };
+        let runs = d.db.cancel_on_node(owner, cancel).await?;
+        return Ok(Interrupted { stopped_exchange: stopped_exchange || !runs.is_empty(), runs });
+    }
     let caller = ext.get::<ClientId>().copied();
     let all = all.unwrap_or(false);
     let runs: Vec<_> = d

@@ -26,6 +26,11 @@ pub async fn run_cancel(
     validate::label("member", member.as_deref())?;
     validate::label("run", run.as_deref())?;
     d.db.thread(thread.clone()).await?;
+    // The thread's members run on another node: it stops them there.
+    if let Some(owner) = crate::council::live_owner(&d.db, &thread).await? {
+        let cancel = crate::db::runs::Cancel { thread, member, run, turns: false };
+        return Ok(d.db.cancel_on_node(owner, cancel).await?);
+    }
     let chosen: Vec<_> = d
         .agents
         .runs

@@ -150,6 +150,10 @@ pub async fn delete(d: &Daemon, thread: String, force: Option<bool>) -> RpcResul
         // Members' work not accepted or rejected is never lost unasked.
         crate::work::settle::check_delete(&d.db, &thread).await?;
     }
+    if force {
+        // Its runs are stopped, and its worktrees removed, where they are.
+        crate::council::runs_here(&d.db, &thread).await?;
+    }
     let cancelled = if force { stop_runs(d, &thread).await } else { 0 };
     crate::work::settle::tidy(&d.db, &d.hub, &thread, force).await?;
     let messages = d.db.delete_thread(thread.clone()).await?;

@@ -22,10 +22,13 @@ use serde_json::Value;
 
 use super::exchanges::{self, EXCHANGE, exchange};
 use super::{LEASE, ME, Pg, live, messages, runs};
+use kd_proto::types::{RunInfo, RunStatus};
+
 use crate::db::compose::Asked;
 use crate::db::events::NewEvent;
 use crate::db::exchanges::{Exchange, ExchangeId, NewExchange};
 use crate::db::messages::NewMessage;
+use crate::db::runs::Cancel;
 use crate::db::{DbResult, Outbox, now_ms};
 
 /// The node that has thread `id`'s workspace when it is another than this
@@ -155,7 +158,58 @@ pub(crate) async fn plan(c: &impl GenericClient, now: i64, x: ExchangeId, plan: 
     Ok(c.execute(&st, &[&x, &plan, &now]).await? == 1)
 }
 
+/// Asks `node` to stop its runs in flight on `c.thread` (those of
+/// `c.member`, or run `c.run`), woken at commit; the runs it has, as the
+/// registry knows them.
+pub(crate) async fn cancel_on(c: &impl GenericClient, node: &str, cancel: &Cancel) -> DbResult<Vec<RunInfo>> {
+    let st = c
+        .prepare_cached(
+            "SELECT id, member, backend, status, pid, started_at, reply_to, round, exchange, replaces, ordinal, \
+             purpose FROM runs WHERE thread_id = $1 AND node_id = $2 AND status IN ('waiting', 'streaming') \
+             AND ($3::text IS NULL OR member = $3) AND ($4::text IS NULL OR id = $4) ORDER BY started_at, ordinal",
+        )
+        .await?;
+    let rows = c.query(&st, &[&cancel.thread, &node, &cancel.member, &cancel.run]).await?;
+    let payload = serde_json::json!({"node": node, "cancel": cancel}).to_string();
+    c.execute("SELECT pg_notify('kd_cancel', $1)", &[&payload]).await?;
+    rows.iter()
+        .map(|r| {
+            let opt = |i: usize| r.try_get::<_, Option<i64>>(i).map(|v| v.map(|v| v as u64));
+            Ok(RunInfo {
+                id: r.try_get(0)?,
+                thread: cancel.thread.clone(),
+                member: r.try_get(1)?,
+                backend: r.try_get(2)?,
+                status: if r.try_get::<_, &str>(3)? == "streaming" { RunStatus::Streaming } else { RunStatus::Waiting },
+                pid: opt(4)?.map(|p| p as u32),
+                started_at_ms: r.try_get(5)?,
+                chars: 0,
+                reply_to: opt(6)?,
+                round: opt(7)?.map(|v| v as u32),
+                exchange: opt(8)?,
+                replaces: opt(9)?,
+                ordinal: opt(10)?.unwrap_or(0),
+                purpose: r.try_get::<_, Option<&str>>(11)?.and_then(kd_proto::types::Purpose::parse),
+            })
+        })
+        .collect()
+}
+
 impl Pg {
+    pub async fn cancel_on_node(&self, node: String, cancel: Cancel) -> DbResult<Vec<RunInfo>> {
+        let mut c = self.conn().await?;
+        let tx = c.transaction().await?;
+        let runs = cancel_on(&tx, &node, &cancel).await?;
+        self.commit(tx, Outbox::default()).await?;
+        Ok(runs)
+    }
+
+    /// The cancellations other nodes asked of this one, once: its cluster
+    /// task takes them.
+    pub fn cancels(&self) -> Option<tokio::sync::mpsc::Receiver<Cancel>> {
+        self.cancels.1.lock().ok()?.take()
+    }
+
     pub async fn thread_node(&self, id: String) -> DbResult<Option<(String, bool)>> {
         thread_node(&self.conn().await?, &id).await
     }

@@ -86,7 +86,8 @@ pub(crate) fn live(n: &str) -> String {
 }
 
 /// Settings of every connection, sent at its start (no round trip).
-const SESSION_OPTIONS: &str = "-c statement_timeout=30s -c idle_in_transaction_session_timeout=60s -c TimeZone=UTC";
+const SESSION_OPTIONS: &str = "-c statement_timeout=30s -c idle_in_transaction_session_timeout=60s -c TimeZone=UTC \
+                               -c client_min_messages=warning";
 
 /// Handle to a PostgreSQL registry; cheap to share behind an `Arc`.
 pub struct Pg {
@@ -99,6 +100,12 @@ pub struct Pg {
     pub(crate) work: tokio::sync::Notify,
     /// `message.append`, batched ([`lane`]).
     pub(crate) lanes: lane::Lanes,
+    /// Cancellations other nodes asked of this one (`kd_cancel`, [`relay`]):
+    /// the sender the listener feeds, the receiver the cluster task takes.
+    pub(crate) cancels: (
+        tokio::sync::mpsc::Sender<crate::db::runs::Cancel>,
+        std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<crate::db::runs::Cancel>>>,
+    ),
     /// This node's lease (`kd.lease_ms`).
     pub(crate) lease: Duration,
     /// Since when this node's heartbeats have gone through without a
@@ -174,6 +181,7 @@ impl Pg {
         let count = threads::count(&c).await?;
         drop(c);
         let lanes = lane::Lanes::start(pool.clone(), hub.clone());
+        let (cancel_tx, cancel_rx) = tokio::sync::mpsc::channel(64);
         Ok(Pg {
             pool,
             hub,
@@ -181,6 +189,7 @@ impl Pg {
             schema_version,
             threads: AtomicU64::new(count),
             lanes,
+            cancels: (cancel_tx, std::sync::Mutex::new(Some(cancel_rx))),
             lease: node.map_or(nodes::LEASE, |(_, lease)| lease),
             steady_since: Default::default(),
             work: tokio::sync::Notify::new(),

@@ -40,6 +40,8 @@ pub const CHANNEL: &str = "kd_events";
 /// The channel that wakes a node when work is routed to it (its name as
 /// the payload, [`super::leases`]).
 pub const WORK: &str = "kd_work";
+/// The channel that asks a node to stop runs of one of its threads.
+pub const CANCEL: &str = "kd_cancel";
 /// The longest a notification may be (PostgreSQL's limit is 8,000 bytes).
 const MAX_PAYLOAD: usize = 7_900;
 /// How long the relay waits for more events before it notifies.
@@ -175,7 +177,10 @@ async fn listen(pg: Arc<Pg>, url: String, node: String, hub: Arc<Hub>) {
 /// One connection's worth of listening.
 async fn listen_once(pg: &Arc<Pg>, url: &str, node: &str, hub: &Arc<Hub>, first: &mut bool) -> Result<(), String> {
     let (client, mut notes, driver) = connect(url).await?;
-    client.batch_execute(&format!("LISTEN {CHANNEL}; LISTEN {WORK}")).await.map_err(|e| e.to_string())?;
+    client
+        .batch_execute(&format!("LISTEN {CHANNEL}; LISTEN {WORK}; LISTEN {CANCEL}"))
+        .await
+        .map_err(|e| e.to_string())?;
     // Work routed here while this node was not listening is found by the
     // next claim pass: a wake-up is never the only way in.
     pg.work.notify_one();
@@ -195,6 +200,23 @@ async fn listen_once(pg: &Arc<Pg>, url: &str, node: &str, hub: &Arc<Hub>, first:
         if channel == WORK {
             if payload == node {
                 pg.work.notify_one();
+            }
+            continue;
+        }
+        if channel == CANCEL {
+            #[derive(serde::Deserialize)]
+            struct Asked {
+                node: String,
+                cancel: crate::db::runs::Cancel,
+            }
+            match serde_json::from_str::<Asked>(&payload) {
+                Ok(a) if a.node == node => {
+                    if pg.cancels.0.try_send(a.cancel).is_err() {
+                        tracing::warn!("a cancellation from another node was dropped (queue full)");
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!("an unreadable notification on {CANCEL}: {e}"),
             }
             continue;
         }

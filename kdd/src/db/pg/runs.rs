@@ -571,7 +571,7 @@ mod tests {
         let m = pg.finish_run(run.clone(), f.clone()).await.unwrap();
         assert_eq!(m.seq, 2);
         let again = pg.finish_run(run.clone(), f.clone()).await;
-        assert!(matches!(again, Err(DbError::Invalid(_))), "{again:?}");
+        assert!(matches!(again, Err(DbError::RunEnded { .. })), "{again:?}");
         // As SQLite refuses it.
         let conn = crate::db::schema::in_memory_with_thread("t1");
         let out = &mut Outbox::default();
