@@ -43,18 +43,7 @@ async fn engines() -> Vec<Engine> {
 }
 
 fn thread(workspace: &str) -> NewThread {
-    NewThread {
-        id: None,
-        workspace: workspace.into(),
-        branch: None,
-        title: None,
-        members: vec!["claude".into()],
-        lineage: None,
-        parent: None,
-        set_current: false,
-        context: Default::default(),
-        origin: None,
-    }
+    NewThread::in_workspace(workspace)
 }
 
 fn said(thread: &str, body: String) -> NewMessage {

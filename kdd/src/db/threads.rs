@@ -25,6 +25,26 @@ pub struct NewThread {
     pub origin: Option<String>,
 }
 
+#[cfg(test)]
+impl NewThread {
+    /// A thread of `workspace` with claude as its member, made as kd makes
+    /// one with nothing more said (tests).
+    pub fn in_workspace(workspace: &str) -> NewThread {
+        NewThread {
+            id: None,
+            workspace: workspace.into(),
+            branch: None,
+            title: None,
+            members: vec!["claude".into()],
+            lineage: None,
+            parent: None,
+            set_current: false,
+            context: ContextMode::History,
+            origin: None,
+        }
+    }
+}
+
 const COLUMNS: &str = "id, workspace, branch, title, status, lineage, parent_id, members, created_at, last_activity_at, last_seq, context_mode, origin, summary";
 
 /// The trunk thread of a workspace and git branch (F-L1), if it has one.

@@ -257,7 +257,7 @@ impl Pg {
 
 #[cfg(test)]
 mod tests {
-    use kd_proto::types::{ContextMode, Overflow, Role, RouteType};
+    use kd_proto::types::{Overflow, Role, RouteType};
     use serde_json::json;
 
     use super::*;
@@ -285,18 +285,7 @@ mod tests {
     }
 
     fn new_thread(id: &str) -> NewThread {
-        NewThread {
-            id: Some(id.into()),
-            workspace: format!("/w/{id}"),
-            branch: None,
-            title: None,
-            members: vec!["claude".into()],
-            lineage: None,
-            parent: None,
-            set_current: false,
-            context: ContextMode::History,
-            origin: None,
-        }
+        NewThread { id: Some(id.into()), ..NewThread::in_workspace(&format!("/w/{id}")) }
     }
 
     fn routing(thread: &str, emergency: bool) -> Routing {

@@ -281,8 +281,6 @@ async fn insert(c: &impl GenericClient, now: i64, group: &[(usize, NewMessage)],
 mod tests {
     use std::sync::atomic::Ordering;
 
-    use kd_proto::types::ContextMode;
-
     use super::*;
     use crate::db::events::EventFilter;
     use crate::db::messages::Page;
@@ -297,19 +295,7 @@ mod tests {
     async fn appends_queued_together_are_written_together_and_a_refused_one_alone() {
         let Some((pg, _db)) = testing::fresh().await else { return };
         let pg = Arc::new(pg);
-        let new = NewThread {
-            id: None,
-            workspace: "/w".into(),
-            branch: None,
-            title: None,
-            members: vec!["claude".into()],
-            lineage: None,
-            parent: None,
-            set_current: false,
-            context: ContextMode::History,
-            origin: None,
-        };
-        let t = pg.create_thread(new).await.unwrap().id;
+        let t = pg.create_thread(NewThread::in_workspace("/w")).await.unwrap().id;
         let before = BATCHED.load(Ordering::Relaxed);
         // 64 at once, two of them refused: one replies to a message to
         // come, one goes to no thread.

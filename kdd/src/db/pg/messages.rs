@@ -220,7 +220,7 @@ impl Pg {
 mod tests {
     use std::sync::Arc;
 
-    use kd_proto::types::{ContextMode, Fence, ThreadStatus};
+    use kd_proto::types::{Fence, ThreadStatus};
 
     use super::*;
     use crate::db::events::EventFilter;
@@ -228,18 +228,7 @@ mod tests {
     use crate::db::threads::NewThread;
 
     fn thread(workspace: &str) -> NewThread {
-        NewThread {
-            id: None,
-            workspace: workspace.into(),
-            branch: None,
-            title: None,
-            members: vec!["claude".into()],
-            lineage: None,
-            parent: None,
-            set_current: false,
-            context: ContextMode::History,
-            origin: None,
-        }
+        NewThread::in_workspace(workspace)
     }
 
     fn king(thread: &str, body: &str) -> NewMessage {
