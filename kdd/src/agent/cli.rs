@@ -88,7 +88,10 @@ pub(super) async fn execute(d: &Runner, run: &Run, spec: &Spec, prepared: Prepar
         return with_session(failed(&member, RunStatus::Error, "the agent exited before it could be watched".into()));
     };
     let started = process::start_time(pid);
-    record_start(d, run, pid, started, held.as_ref()).await;
+    if let Err(busy) = record_start(d, run, pid, started, held.as_ref()).await {
+        let _ = child.start_kill();
+        return with_session(failed(&member, RunStatus::Error, busy));
+    }
     if let (Some(input), Some(mut stdin)) = (inv.stdin.clone(), child.stdin.take()) {
         tokio::spawn(async move {
             // An agent that exits without reading its input is not an error here.

@@ -8,10 +8,23 @@ use super::registry::{Run, StopReason};
 
 /// The run's agent is `pid` (started at `started`): said to subscribers
 /// and recorded, with the session the run holds.
-pub(super) async fn record_start(d: &Runner, run: &Run, pid: u32, started: Option<u64>, held: Option<&Held>) {
+/// Refused (`Err`, saying why) when the registry has the member answering
+/// on the thread already, on another node: the run must not go on.
+pub(super) async fn record_start(
+    d: &Runner,
+    run: &Run,
+    pid: u32,
+    started: Option<u64>,
+    held: Option<&Held>,
+) -> Result<(), String> {
     run.set_started(pid);
-    if let Err(e) = d.db.run_started(run.info(), pid, started, held.map(|h| h.id.clone())).await {
-        tracing::error!(run = run.id, "cannot record the pid: {e}");
+    match d.db.run_started(run.info(), pid, started, held.map(|h| h.id.clone())).await {
+        Ok(()) => Ok(()),
+        Err(e @ crate::db::DbError::MemberBusy { .. }) => Err(e.to_string()),
+        Err(e) => {
+            tracing::error!(run = run.id, "cannot record the pid: {e}");
+            Ok(())
+        }
     }
 }
 

@@ -107,6 +107,10 @@ pub enum DbError {
     /// asking for it must not start.
     #[error("step {0} of an exchange is taken or over")]
     StepTaken(i64),
+    /// A member already answering on the thread, on another node: a run
+    /// of it may not start there too (one run per member per thread).
+    #[error("{member} is already answering on thread {thread}{}", node.as_deref().map(|n| format!(" on node {n}")).unwrap_or_default())]
+    MemberBusy { member: String, thread: String, node: Option<String> },
     /// A run whose end is written already (a recovery, or another node's
     /// reaper, wrote it): its end is written once.
     #[error("run {run} has ended already ({status}): its end is written once")]

@@ -24,7 +24,9 @@ impl From<DbError> for ErrorObjectOwned {
             DbError::StaleToken { resource, token, current } => {
                 ErrorCode::StaleToken.error_with(msg, json!({"resource": resource, "token": token, "current": current}))
             }
-            DbError::StepTaken(_) | DbError::RunEnded { .. } => ErrorCode::Conflict.error(msg),
+            DbError::StepTaken(_) | DbError::RunEnded { .. } | DbError::MemberBusy { .. } => {
+                ErrorCode::Conflict.error(msg)
+            }
             DbError::Closed => ErrorCode::ShuttingDown.error("the daemon is shutting down"),
             DbError::Unavailable(_) => {
                 tracing::error!("database unavailable: {msg}");

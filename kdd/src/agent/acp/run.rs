@@ -46,7 +46,9 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
             None => return cut("the ACP agent to start"),
         };
     let peer = &agent.peer;
-    record_start(d, run, peer.pid, peer.started, held.as_ref()).await;
+    if let Err(busy) = record_start(d, run, peer.pid, peer.started, held.as_ref()).await {
+        return with_session(fail(busy), false);
+    }
     let cwd = spec.cwd().display().to_string();
     // kd's MCP server for the session: a session loaded again keeps its
     // token; a new one gets a new token, the session's once it is named.

@@ -43,7 +43,9 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
         None => return cut("the codex app-server to start", false),
     };
     let server = &app.peer;
-    record_start(d, run, server.pid, server.started, held.as_ref()).await;
+    if let Err(busy) = record_start(d, run, server.pid, server.started, held.as_ref()).await {
+        return with_session(failed(&member, RunStatus::Error, busy), false);
+    }
     let cwd = spec.cwd().display().to_string();
     // kd's MCP server for the thread: a thread already loaded keeps the
     // server (and token) it was opened with; a new one gets a new token,

@@ -86,7 +86,14 @@ pub(crate) async fn started(
     let st = c
         .prepare_cached("UPDATE runs SET status = 'streaming', pid = $2, pid_start = $3, session_id = $4 WHERE id = $1")
         .await?;
-    c.execute(&st, &[&run.id, &i64::from(pid), &pid_start.map(|s| s as i64), &session]).await?;
+    if let Err(e) = c.execute(&st, &[&run.id, &i64::from(pid), &pid_start.map(|s| s as i64), &session]).await {
+        if super::unique_violation(&e) != Some("runs_one_streaming") {
+            return Err(e.into());
+        }
+        // Another run of the member answers on this thread (another
+        // node's: this one queues its own). The caller names the node.
+        return Err(DbError::MemberBusy { member: run.member.clone(), thread: run.thread.clone(), node: None });
+    }
     if let Some(session) = session {
         // The session is held by this process now.
         let st = c.prepare_cached("UPDATE sessions SET pid = $2 WHERE id = $1 AND status = 'active'").await?;
@@ -334,8 +341,23 @@ impl Pg {
         let mut c = self.conn().await?;
         let tx = c.transaction().await?;
         let mut out = Outbox::default();
-        started(&tx, now_ms(), &run, pid, pid_start, session.as_deref(), &mut out).await?;
-        self.commit(tx, out).await
+        match started(&tx, now_ms(), &run, pid, pid_start, session.as_deref(), &mut out).await {
+            Ok(()) => self.commit(tx, out).await,
+            Err(DbError::MemberBusy { member, thread, .. }) => {
+                drop(tx);
+                let node = self
+                    .conn()
+                    .await?
+                    .query_opt(
+                        "SELECT node_id FROM runs WHERE thread_id = $1 AND member = $2 AND status = 'streaming' LIMIT 1",
+                        &[&thread, &member],
+                    )
+                    .await?
+                    .map(|r| r.get(0));
+                Err(DbError::MemberBusy { member, thread, node })
+            }
+            Err(e) => Err(e),
+        }
     }
 
     pub async fn append_run_partial(&self, id: String, text: String) -> DbResult<()> {
@@ -541,6 +563,32 @@ mod tests {
         let sqlite = sqlite_script(failed());
         let postgres = pg_script(&c, failed()).await.unwrap();
         assert_eq!(postgres, sqlite);
+    }
+
+    #[tokio::test]
+    async fn a_member_streams_one_run_on_a_thread_at_a_time_whatever_node_starts_it() {
+        let Some((pg, _db)) = db().await else { return };
+        let c = pg.conn().await.unwrap();
+        let out = &mut Outbox::default();
+        messages::append(&c, 5, king(), out).await.unwrap();
+        let (first, second) = (run_of("r-1", "claude"), run_of("r-2", "claude"));
+        insert(&c, 21, &first, None, out).await.unwrap();
+        insert(&c, 22, &second, None, out).await.unwrap();
+        pg.run_started(first.clone(), 100, None, None).await.unwrap();
+        // Another node's queue knows nothing of the first run: the
+        // registry refuses the second, naming where the first runs.
+        match pg.run_started(second.clone(), 200, None, None).await {
+            Err(e @ DbError::MemberBusy { .. }) => {
+                assert_eq!(e.to_string(), "claude is already answering on thread t1 on node local")
+            }
+            other => panic!("refused: {other:?}"),
+        }
+        // Another member, or the next run once the first has ended, starts.
+        let codex = run_of("r-3", "codex");
+        insert(&c, 23, &codex, None, out).await.unwrap();
+        pg.run_started(codex, 300, None, None).await.unwrap();
+        pg.finish_run(first, Finish { session: None, ..answered() }).await.unwrap();
+        pg.run_started(second, 200, None, None).await.unwrap();
     }
 
     #[tokio::test]
