@@ -199,7 +199,7 @@ pub fn begin(conn: &Connection, now: i64, x: &NewExchange) -> DbResult<Exchange>
             .query_map(params![x.thread], |r| r.get(0))?
             .collect::<Result<_, _>>()?;
         for id in open {
-            stop(conn, now, id, "superseded by a new message of the King")?;
+            stop(conn, now, id, SUPERSEDED)?;
         }
     }
     let plan = serde_json::to_string(&x.plan).map_err(|e| DbError::Invalid(format!("an exchange's plan: {e}")))?;
@@ -246,13 +246,19 @@ pub fn open_step(conn: &Connection, now: i64, x: ExchangeId, key: &StepKey) -> D
 /// Takes a pending step for run `run`, at `reply_to` (kept from its first
 /// start): false when it was not pending — another run holds it or it is
 /// over — and then the run must not start.
+/// Why an exchange a new message of the King began stopped. Its
+/// question's first answers were asked all the same: a run launched for one
+/// before the new message came still takes its step (none is lost).
+pub const SUPERSEDED: &str = "superseded by a new message of the King";
+
 pub fn step_started(conn: &Connection, now: i64, id: StepId, run: &str, reply_to: Option<u64>) -> DbResult<bool> {
     let n = conn
         .prepare_cached(
             "UPDATE exchange_steps SET state = 'running', run_id = ?2, attempts = attempts + 1, \
-             reply_to = coalesce(reply_to, ?3), updated_at = ?4 WHERE id = ?1 AND state = 'pending'",
+             reply_to = coalesce(reply_to, ?3), updated_at = ?4 WHERE id = ?1 AND (state = 'pending' OR (state = \
+             'cancelled' AND run_id IS NULL AND reason = ?5 AND round = 1 AND purpose = 'answer'))",
         )?
-        .execute(params![id, run, reply_to.map(|s| s as i64), now])?;
+        .execute(params![id, run, reply_to.map(|s| s as i64), now, SUPERSEDED])?;
     Ok(n == 1)
 }
 

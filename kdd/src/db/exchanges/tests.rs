@@ -107,6 +107,12 @@ fn a_new_king_message_supersedes_the_open_exchange_and_a_stopped_one_takes_no_st
     let by_member: Vec<(String, StepState)> =
         steps(&conn, old.id).unwrap().into_iter().map(|s| (s.key.member, s.state)).collect();
     assert_eq!(by_member, [("claude".to_string(), StepState::Running), ("codex".to_string(), StepState::Cancelled)]);
+    // The question's first answers were asked all the same: a run launched
+    // for codex's before the new message came still takes its step (CI
+    // found a question lost so), and only once.
+    let codex = steps(&conn, old.id).unwrap()[1].id;
+    assert!(step_started(&conn, 22, codex, "r-2", Some(1)).unwrap(), "codex's launched run takes its step");
+    assert!(!step_started(&conn, 23, codex, "r-3", Some(1)).unwrap(), "once");
     assert_eq!(
         open_step(&conn, 30, old.id, &key(2, "codex", Purpose::Answer, 0)).unwrap(),
         Opened::Ended(ExchangeState::Stopped)

@@ -20,7 +20,8 @@ use serde_json::Value;
 use tokio_postgres::Row;
 
 use crate::db::exchanges::{
-    Exchange, ExchangeId, ExchangeState, Kind, NewExchange, Opened, Purpose, RunEnd, Step, StepId, StepKey, StepState,
+    Exchange, ExchangeId, ExchangeState, Kind, NewExchange, Opened, Purpose, RunEnd, SUPERSEDED, Step, StepId, StepKey,
+    StepState,
 };
 use crate::db::pg::{LEASE, ME};
 use crate::db::{DbError, DbResult};
@@ -145,7 +146,7 @@ pub(crate) async fn begin_for(
         let open: Vec<ExchangeId> =
             c.query(&st, &[&x.thread]).await?.iter().map(|r| r.try_get(0)).collect::<Result<_, _>>()?;
         for id in open {
-            stop(c, now, id, "superseded by a new message of the King").await?;
+            stop(c, now, id, SUPERSEDED).await?;
         }
     }
     let plan = serde_json::to_string(&x.plan).map_err(|e| DbError::Invalid(format!("an exchange's plan: {e}")))?;
@@ -214,10 +215,11 @@ pub(crate) async fn step_started(
     let st = c
         .prepare_cached(
             "UPDATE exchange_steps SET state = 'running', run_id = $2, attempts = attempts + 1, \
-             reply_to = coalesce(reply_to, $3), updated_at = $4 WHERE id = $1 AND state = 'pending' RETURNING id",
+             reply_to = coalesce(reply_to, $3), updated_at = $4 WHERE id = $1 AND (state = 'pending' OR (state = \
+             'cancelled' AND run_id IS NULL AND reason = $5 AND round = 1 AND purpose = 'answer')) RETURNING id",
         )
         .await?;
-    let taken = c.query_opt(&st, &[&id, &run, &reply_to.map(|s| s as i64), &now]).await?;
+    let taken = c.query_opt(&st, &[&id, &run, &reply_to.map(|s| s as i64), &now, &SUPERSEDED]).await?;
     Ok(taken.is_some())
 }
 
