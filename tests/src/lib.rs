@@ -553,6 +553,25 @@ impl Drop for Kdd {
             let _ = child.kill();
             let _ = child.wait();
         }
+        // A daemon the test's kd started on this socket (`kd daemon
+        // restart`, an auto-start) is no child of the harness: it goes too,
+        // or it would outlive the test.
+        kill_daemons_on(&self.socket);
+    }
+}
+
+/// Kills every `kdd --socket SOCKET` process of this user.
+fn kill_daemons_on(socket: &Path) {
+    let Ok(procs) = std::fs::read_dir("/proc") else { return };
+    let socket = socket.as_os_str().as_encoded_bytes();
+    for entry in procs.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let is_kdd = args.first().is_some_and(|a| a.ends_with(b"/kdd") || *a == b"kdd");
+        if is_kdd && args.windows(2).any(|w| w[0] == b"--socket" && w[1] == socket) {
+            signal(pid, rustix::process::Signal::KILL);
+        }
     }
 }
 
