@@ -66,16 +66,24 @@ pub(crate) async fn ask_for(
 /// Records the runs of every node dead past the lease as interrupted and
 /// the node dead; the nodes reaped, with how many runs each had in flight.
 /// Nodes another survivor is reaping are skipped.
-pub(crate) async fn reap(c: &impl GenericClient, now: i64, out: &mut Outbox) -> DbResult<Vec<(String, usize)>> {
+/// Only nodes whose lease is at most `steady_ms` are judged: this node's
+/// heartbeats have gone through that long, so each of them had its whole
+/// lease to beat since the registry last answered everyone.
+pub(crate) async fn reap(
+    c: &impl GenericClient,
+    now: i64,
+    steady_ms: i64,
+    out: &mut Outbox,
+) -> DbResult<Vec<(String, usize)>> {
     let st = c
         .prepare_cached(&format!(
             "SELECT id, (extract(epoch FROM now() - heartbeat_at) * 1000)::bigint FROM nodes n \
-             WHERE state = 'live' AND NOT {} AND id <> {ME} ORDER BY id \
+             WHERE state = 'live' AND NOT {} AND id <> {ME} AND n.lease_ms <= $1 ORDER BY id \
              FOR UPDATE SKIP LOCKED",
             live("n")
         ))
         .await?;
-    let dead = c.query(&st, &[]).await?;
+    let dead = c.query(&st, &[&steady_ms]).await?;
     let mut reaped = Vec::new();
     for row in dead {
         let (node, silent_ms): (String, i64) = (row.get(0), row.get(1));
@@ -224,16 +232,17 @@ impl Pg {
     }
 
     pub async fn reap_dead_nodes(&self) -> DbResult<Vec<(String, usize)>> {
-        // Not before this node has been steadily live for its lease: after
-        // an outage of the database everyone's heartbeat is old, and the
-        // others need a lease to beat again.
-        if !self.steady_for(self.lease) {
+        // A node is judged only once this one has been steadily live for
+        // that node's lease: after an outage of the database everyone's
+        // heartbeat is old, and each needs its own lease to beat again.
+        let steady_ms = self.steady_ms();
+        if steady_ms == 0 {
             return Ok(Vec::new());
         }
         let mut c = self.conn().await?;
         let tx = c.transaction().await?;
         let mut out = Outbox::default();
-        let reaped = reap(&tx, now_ms(), &mut out).await?;
+        let reaped = reap(&tx, now_ms(), steady_ms, &mut out).await?;
         self.commit(tx, out).await?;
         Ok(reaped)
     }
@@ -279,26 +288,31 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_node_is_judged_by_its_own_lease_and_only_by_a_node_steadily_live() {
+    async fn a_node_is_judged_by_its_own_lease_and_only_by_a_node_steadily_live_that_long() {
         let Some((pg, db)) = super::super::testing::fresh().await else { return };
         pg.close().await;
-        let (a, b) = (node("a", Duration::from_secs(60)), node("b", Duration::from_secs(1)));
+        let (a, b, d) =
+            (node("a", Duration::from_secs(60)), node("b", Duration::from_secs(1)), node("d", Duration::from_secs(30)));
         let on_a = Pg::open_node(db.url(), Arc::new(Hub::new()), &a).await.unwrap();
         let on_b = Pg::open_node(db.url(), Arc::new(Hub::new()), &b).await.unwrap();
+        let on_d = Pg::open_node(db.url(), Arc::new(Hub::new()), &d).await.unwrap();
         on_a.join(&a, &|_| true).await.unwrap();
         on_b.join(&b, &|_| true).await.unwrap();
-        // b beat 5 s ago: dead by its lease of 1 s, though a's is a minute.
+        on_d.join(&d, &|_| true).await.unwrap();
+        // b beat 5 s ago, d 40 s ago: each dead by its own lease (1 s, 30
+        // s), though a's is a minute.
         let c = on_a.conn().await.unwrap();
         c.execute("UPDATE nodes SET heartbeat_at = now() - interval '5 seconds' WHERE id = 'b'", &[]).await.unwrap();
-        // a has just joined (or is back from an outage of the database): it
-        // judges no one yet.
-        assert_eq!(on_a.reap_dead_nodes().await.unwrap(), vec![]);
-        let long_ago = Instant::now().checked_sub(Duration::from_secs(61)).expect("uptime");
-        *on_a.steady_since.lock().unwrap() = Some(long_ago);
+        c.execute("UPDATE nodes SET heartbeat_at = now() - interval '40 seconds' WHERE id = 'd'", &[]).await.unwrap();
+        // a failed to beat (an outage of the database): it judges no one.
         on_a.heard(false);
-        assert_eq!(on_a.reap_dead_nodes().await.unwrap(), vec![], "a heartbeat of a's failed: not steady");
-        *on_a.steady_since.lock().unwrap() = Some(long_ago);
+        assert_eq!(on_a.reap_dead_nodes().await.unwrap(), vec![]);
+        // Steady for 2 s: b has had its lease to beat again since, d not yet.
+        let ago = |s: u64| Some(Instant::now().checked_sub(Duration::from_secs(s)).expect("uptime"));
+        *on_a.steady_since.lock().unwrap() = ago(2);
         assert_eq!(on_a.reap_dead_nodes().await.unwrap(), vec![("b".to_string(), 0)]);
+        *on_a.steady_since.lock().unwrap() = ago(31);
+        assert_eq!(on_a.reap_dead_nodes().await.unwrap(), vec![("d".to_string(), 0)]);
         let state: String = c.query_one("SELECT state FROM nodes WHERE id = 'b'", &[]).await.unwrap().get(0);
         assert_eq!(state, "dead");
         // a, beating a minute-long lease, stays live to b however long ago
@@ -306,6 +320,7 @@ mod tests {
         c.execute("UPDATE nodes SET heartbeat_at = now() - interval '10 seconds' WHERE id = 'a'", &[]).await.unwrap();
         let live: Vec<String> = on_b.nodes(&b).await.unwrap().into_iter().map(|n| n.id).collect();
         assert_eq!(live, ["a"]);
+        on_d.close().await;
         on_a.close().await;
         on_b.close().await;
     }

@@ -106,8 +106,6 @@ pub struct Pg {
         tokio::sync::mpsc::Sender<crate::db::runs::Cancel>,
         std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<crate::db::runs::Cancel>>>,
     ),
-    /// This node's lease (`kd.lease_ms`).
-    pub(crate) lease: Duration,
     /// Since when this node's heartbeats have gone through without a
     /// break (`None` while they fail): it judges others dead only once it
     /// has been steadily live for a lease — after an outage of the
@@ -190,7 +188,6 @@ impl Pg {
             threads: AtomicU64::new(count),
             lanes,
             cancels: (cancel_tx, std::sync::Mutex::new(Some(cancel_rx))),
-            lease: node.map_or(nodes::LEASE, |(_, lease)| lease),
             steady_since: Default::default(),
             work: tokio::sync::Notify::new(),
             lost: Default::default(),

@@ -85,10 +85,12 @@ impl Pg {
         }
     }
 
-    /// Whether this node's heartbeats have gone through for `lease`: only
-    /// then does it judge another node dead.
-    pub(crate) fn steady_for(&self, lease: Duration) -> bool {
-        self.steady_since.lock().ok().and_then(|s| *s).is_some_and(|t| t.elapsed() >= lease)
+    /// For how long this node's heartbeats have gone through without a
+    /// break, in milliseconds (0 while they fail): it judges another node
+    /// dead only when that is at least the other's lease.
+    pub(crate) fn steady_ms(&self) -> i64 {
+        let since = self.steady_since.lock().ok().and_then(|s| *s);
+        since.map_or(0, |t| t.elapsed().as_millis().min(i64::MAX as u128) as i64)
     }
 
     /// Says this node is live and renews the leases of the exchanges it
