@@ -293,7 +293,21 @@ async fn a_node_stalled_past_its_lease_is_taken_over_writes_nothing_after_and_st
 #[tokio::test(flavor = "multi_thread")]
 async fn kd_does_not_start_a_daemon_of_its_own_where_a_node_of_a_shared_registry_stopped() {
     let Some(mut a) = first_node("a", &[]) else { return };
+    // kd daemon restart would start a daemon of kd's choosing in its place:
+    // it leaves the node running and says so.
+    let mut k = a.kd();
+    k.env_remove("KD_DB").args(["daemon", "restart"]);
+    let out = run(k).await;
+    assert!(!out.status.success(), "{}", out.stdout);
+    assert!(out.stderr.contains("is node a of a shared registry"), "{}", out.stderr);
+    assert!(a.is_running() && std::os::unix::net::UnixStream::connect(&a.socket).is_ok(), "a serves on");
     assert!(a.stop().success());
+    let mut k = a.kd();
+    k.env_remove("KD_NO_AUTOSTART").env_remove("KD_DB").env("XDG_DATA_HOME", a.dir.path());
+    k.args(["daemon", "start"]);
+    let out = run(k).await;
+    assert!(!out.status.success(), "{}", out.stdout);
+    assert!(out.stderr.contains("was served by node a of postgres://"), "{}", out.stderr);
     // kd may start kdd by itself (no KD_NO_AUTOSTART), and would start
     // one on a registry of its own: it says what stopped instead.
     let mut k = a.kd();

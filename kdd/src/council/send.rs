@@ -314,7 +314,15 @@ pub async fn take_routed(c: &Arc<Council>, x: &crate::db::exchanges::Exchange) -
             return Ok(true);
         }
     };
-    let journal = plan(&config, &who, &routed.mute, routed.style, routed.rounds, routed.timeout_s, routed.vote);
+    let mut journal = plan(&config, &who, &routed.mute, routed.style, routed.rounds, routed.timeout_s, routed.vote);
+    // A question of the King's came after it (asked here before this one
+    // was taken): this one's first answers are owed, its auto-rounds are
+    // not, and the later question's exchange goes on undisturbed.
+    let later = db.messages(x.thread.clone(), crate::db::messages::Page::all_after(x.seq)).await?;
+    let superseded = later.iter().any(|m| m.kind == MessageKind::King);
+    if superseded {
+        journal.rounds = 1;
+    }
     if !db.plan_exchange(x.id, journal.to_plan()).await? {
         return Ok(false);
     }
@@ -325,7 +333,9 @@ pub async fn take_routed(c: &Arc<Council>, x: &crate::db::exchanges::Exchange) -
     let timeout = routed.timeout_s.map(Duration::from_secs);
     let launch = Launch { thread, config, style: routed.style, timeout, client: None, prompt: None, work };
     let ex = Arc::new(Exchange::new(launch.thread.id.clone(), x.seq, x.id));
-    c.exchanges.begin(ex.clone());
+    if !superseded {
+        c.exchanges.begin(ex.clone());
+    }
     // Its first round's steps are taken by the driver, as a resumed
     // exchange's are.
     tokio::spawn(exchange::run(c.clone(), ex, Plan { launch, journal, started: vec![] }));

@@ -56,6 +56,21 @@ pub async fn run(ctx: &Ctx, cmd: DaemonCommand) -> anyhow::Result<ExitCode> {
         DaemonCommand::Stop(a) => stop(ctx, !a.no_resume).await,
         DaemonCommand::Status(a) => status(ctx, a).await,
         DaemonCommand::Restart => {
+            // A node of a shared registry is started as one (its --db, its
+            // --node), by its service or by hand: kd would start another
+            // daemon in its place, so it leaves it running.
+            if let Ok(s) = http::call::<DaemonStatus>(&ctx.socket, "daemon.status", serde_json::json!({})).await
+                && s.engine == "postgres"
+            {
+                anyhow::bail!(
+                    "kdd on {} is node {} of a shared registry: kd starts no node by itself, so it does not \
+                     restart it; restart it by its service, or stop it and start it as it was started \
+                     (kdd --db … --node {})",
+                    ctx.socket.display(),
+                    s.node,
+                    s.node
+                );
+            }
             // What was in flight resumes in the daemon started again.
             stop(ctx, true).await?;
             start(ctx).await
@@ -80,6 +95,13 @@ async fn start(ctx: &Ctx) -> anyhow::Result<ExitCode> {
         // may well have a daemon behind it.
         Err(ClientError::Unreachable { nothing_listens: true, .. }) => {}
         Err(e) => return Err(e.into()),
+    }
+    if let Some(node) = autostart::stopped_node(&ctx.socket) {
+        anyhow::bail!(
+            "{} was served by {node}, a shared registry: kd starts no node by itself; start that node again \
+             (kdd --db … --node …, or its service)",
+            ctx.socket.display()
+        );
     }
     autostart::start(&ctx.socket).await?;
     let h = hello(ctx).await?;

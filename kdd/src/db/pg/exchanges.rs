@@ -122,7 +122,9 @@ pub(crate) async fn locked(c: &impl GenericClient, id: ExchangeId) -> DbResult<O
 
 /// Begins an exchange with its first steps pending. A King message's
 /// exchange (council, work) supersedes the thread's open one of those
-/// kinds: it is stopped and its pending steps cancelled.
+/// kinds: it is stopped and its pending steps cancelled — but not a
+/// question routed to a node that has not begun it yet (its first answers
+/// are owed all the same: `council::send::take_routed`).
 pub(crate) async fn begin(c: &impl GenericClient, now: i64, x: &NewExchange) -> DbResult<Exchange> {
     begin_for(c, now, x, None).await
 }
@@ -140,7 +142,7 @@ pub(crate) async fn begin_for(
         let st = c
             .prepare_cached(
                 "SELECT id FROM exchanges WHERE thread_id = $1 AND state = 'open' \
-                 AND (kind = 'council' OR kind = 'work') ORDER BY id",
+                 AND (kind = 'council' OR kind = 'work') AND NOT (plan::jsonb ? 'routed') ORDER BY id",
             )
             .await?;
         let open: Vec<ExchangeId> =

@@ -562,3 +562,27 @@ async fn of_two_last_steps_ending_in_transactions_at_once_the_second_to_commit_s
     b.await.unwrap();
     assert_eq!(get(&c, x.id).await.unwrap().unwrap().state, ExchangeState::Done);
 }
+
+#[tokio::test]
+async fn a_question_routed_to_a_node_and_not_yet_taken_is_not_superseded_by_a_later_one() {
+    let Some((pg, _db)) = db().await else { return };
+    let c = pg.conn().await.unwrap();
+    // Asked on another node for this one (plan {routed}), not yet taken.
+    let routed = NewExchange {
+        thread: "t1".into(),
+        seq: 2,
+        kind: Kind::Council,
+        correlation_id: None,
+        plan: json!({"routed": {"to": null, "mute": [], "style": "ask", "timeout_s": null, "rounds": 0,
+                                "vote": false, "from": "b"}}),
+        first_steps: vec![],
+    };
+    let waiting = super::begin_for(&c, 10, &routed, Some("local")).await.unwrap();
+    // This node's own question right after it: it supersedes what was
+    // asked before it, but not a question nobody has begun yet.
+    let own = council(&c, 3, &["claude"]).await;
+    assert_eq!(get(&c, waiting.id).await.unwrap().unwrap().state, ExchangeState::Open);
+    assert_eq!(get(&c, own.id).await.unwrap().unwrap().state, ExchangeState::Open);
+    let taken = crate::db::pg::leases::claim(&c, 12, &[]).await.unwrap();
+    assert_eq!(taken.iter().map(|x| x.id).collect::<Vec<_>>(), [waiting.id], "this node takes it");
+}
