@@ -52,9 +52,19 @@ pub fn log_file(socket: &Path) -> PathBuf {
     }
 }
 
+/// Whether kd would start kdd on a shared registry itself: `KD_DB` names a
+/// PostgreSQL database (the daemon started inherits it, and `KD_NODE`).
+pub fn starts_a_node() -> bool {
+    std::env::var(paths::ENV_DB).is_ok_and(|db| paths::is_db_url(&db))
+}
+
 /// What a daemon that served `socket` on a shared registry said it was
-/// (`node a of postgres://…`), if one did.
+/// (`node a of postgres://…`), if one did — unless kd would start a node
+/// on a shared registry itself ([`starts_a_node`]).
 pub fn stopped_node(socket: &Path) -> Option<String> {
+    if starts_a_node() {
+        return None;
+    }
     let said = std::fs::read_to_string(paths::node_marker(socket)).ok()?;
     let line = said.lines().next()?.trim();
     let line: String = line.chars().filter(|c| !c.is_control()).take(300).collect();

@@ -57,9 +57,11 @@ pub async fn run(ctx: &Ctx, cmd: DaemonCommand) -> anyhow::Result<ExitCode> {
         DaemonCommand::Status(a) => status(ctx, a).await,
         DaemonCommand::Restart => {
             // A node of a shared registry is started as one (its --db, its
-            // --node), by its service or by hand: kd would start another
-            // daemon in its place, so it leaves it running.
-            if let Ok(s) = http::call::<DaemonStatus>(&ctx.socket, "daemon.status", serde_json::json!({})).await
+            // --node), by its service or by hand: unless KD_DB names a
+            // shared registry, kd would start another daemon in its place,
+            // so it leaves it running.
+            if !autostart::starts_a_node()
+                && let Ok(s) = http::call::<DaemonStatus>(&ctx.socket, "daemon.status", serde_json::json!({})).await
                 && s.engine == "postgres"
             {
                 anyhow::bail!(
