@@ -396,10 +396,20 @@ async fn commands_whose_reader_went_away_end_quietly() {
         &["ask", "--rounds", "0", "Once more?"],
     ] {
         // A question whose kd went away is still answered by the daemon;
-        // the next one starts once it is (not queued behind it).
+        // the next one starts once its answer is written (not queued
+        // behind it: a run writing its message still counts, though it is
+        // no longer listed in flight).
         let c = kdd.client().await;
-        within("the runs in flight to end", async {
-            while !c.run_list(None).await.unwrap().is_empty() {
+        within("the last question's answer", async {
+            loop {
+                let t = c.thread_current(ws.path(), None).await.unwrap().expect("the trunk").id;
+                let all = c.thread_messages(t, None, None, None, None).await.unwrap().into_vec();
+                let last_king = all.iter().rposition(|m| m.from == "king");
+                if c.run_list(None).await.unwrap().is_empty()
+                    && last_king.is_some_and(|k| all[k..].iter().any(|m| m.from == "claude"))
+                {
+                    return;
+                }
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
         })
