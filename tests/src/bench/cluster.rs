@@ -34,18 +34,7 @@ pub async fn append_over_nodes(n: usize, writers: usize, each: usize) {
         clients.push(kdds[w % n].client().await);
     }
     let start = Instant::now();
-    let mut tasks = Vec::new();
-    for c in clients {
-        let thread = thread.clone();
-        tasks.push(tokio::spawn(async move {
-            for i in 0..each {
-                crate::append(&c, &thread, "claude", format!("message {i}"), &[]).await;
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.expect("writer");
-    }
+    super::append_from(clients, &thread, each).await;
     let elapsed = start.elapsed();
     let total = writers * each;
     let msgs = setup.thread_messages(thread, None, None, None, None).await.expect("messages").into_vec();

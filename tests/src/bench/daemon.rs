@@ -38,18 +38,7 @@ pub async fn append_throughput(writers: usize, each: usize) {
     }
     let cpu_before = cpu_time(kdd.pid);
     let start = Instant::now();
-    let mut tasks = Vec::new();
-    for c in clients {
-        let thread = thread.clone();
-        tasks.push(tokio::spawn(async move {
-            for i in 0..each {
-                crate::append(&c, &thread, "claude", format!("message {i}"), &[]).await;
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.expect("writer");
-    }
+    super::append_from(clients, &thread, each).await;
     let elapsed = start.elapsed();
     let cpu = cpu_time(kdd.pid) - cpu_before;
     let total = writers * each;

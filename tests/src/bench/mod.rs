@@ -47,6 +47,23 @@ fn record(row: Row) {
 }
 
 /// A figure without a verdict (context for the rows around it).
+/// Each of `clients` appends `each` messages to `thread`, all at once;
+/// returns when every one has been answered.
+pub async fn append_from(clients: Vec<kd_client::Client>, thread: &str, each: usize) {
+    let mut tasks = Vec::new();
+    for c in clients {
+        let thread = thread.to_string();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..each {
+                crate::append(&c, &thread, "claude", format!("message {i}"), &[]).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("writer");
+    }
+}
+
 pub fn row(what: &str, measured: String, target: &str) {
     record(Row { what: what.into(), measured, target: target.into(), pass: None });
 }
