@@ -265,7 +265,7 @@ fn streaming_panels_grow_in_place_and_become_the_message() {
 }
 
 /// A fast member answered before the chat had the answer to its own send
-/// (seen under load in tests/tests/chat.rs): its run is done, no panel
+/// (seen under load in tests/e2e/chat.rs): its run is done, no panel
 /// waits for it.
 #[test]
 fn a_send_answered_before_its_reply_came_leaves_no_waiting_panel() {
