@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use kd_client::KdApiClient;
 use kd_tests::outage::Outage;
 use kd_tests::{Hold, Kdd, records, settled, within};
 
@@ -171,4 +172,49 @@ async fn an_answer_finished_while_another_program_holds_the_sqlite_write_lock_is
         None,
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kdd_stopped_while_the_registry_is_away_stops_at_once_and_its_next_start_asks_again() {
+    let test = "kdd_stopped_while_the_registry_is_away_stops_at_once_and_its_next_start_asks_again";
+    let Some((mut kdd, outage)) = Outage::kdd(test, &[]) else { return };
+    let hold = Hold::new();
+    let ws = kd_tests::Workspace::new(&[]);
+    let record = ws.file("record.jsonl");
+    council(&ws, &hold, &record);
+    let c = kdd.client().await;
+    let t = kd_tests::thread_in(&c, &ws, None).await;
+    c.council_send(t.clone(), "Plan the release.".into(), None, None, None, None, None, Some(2), None)
+        .await
+        .expect("council.send");
+    within("the first round but codex's answer", async {
+        while records(&record).len() < 3 || count(&kdd, "SELECT count(*) FROM messages WHERE kind = 'agent'") < 2 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    drop(c);
+    outage.begin(&kdd);
+    hold.release();
+    outage.logged("the end of the run").await;
+    // What kdd kept cannot outlive it: it stops without waiting for the
+    // registry.
+    let stopping = Instant::now();
+    let status = kdd.stop();
+    assert!(status.success(), "kdd exited with {status}; its log:\n{}", outage.log());
+    eprintln!("{test}: kdd stopped in {} ms", stopping.elapsed().as_millis());
+    outage.end(&kdd);
+    kdd.launch().expect("kdd starts again");
+    // The next start records codex's run interrupted and asks it again;
+    // the rounds go on.
+    assert_eq!(settled(&kdd.db, &t).await, vec![("done".to_string(), None)]);
+    let rows = kdd.db.query("SELECT sender, round, kind FROM messages WHERE kind <> 'king' ORDER BY seq", &[]);
+    let said: Vec<(String, i64, String)> =
+        rows.iter().map(|r| (r[0].text().to_string(), r[1].int(), r[2].text().to_string())).collect();
+    let answers = said.iter().filter(|(_, _, kind)| kind == "agent").count();
+    assert_eq!(answers, 9, "{said:?}");
+    let cut: Vec<_> = said.iter().filter(|(_, _, kind)| kind == "interrupted").collect();
+    assert_eq!(cut.len(), 1, "{said:?}");
+    assert_eq!((cut[0].0.as_str(), cut[0].1), ("codex", 1));
+    assert_eq!(records(&record).len(), 10, "codex was asked its first answer again, once");
 }
