@@ -14,6 +14,7 @@
 pub mod bench;
 pub mod kd_mcp;
 pub mod other_user;
+pub mod outage;
 pub mod registry;
 pub mod tmux;
 

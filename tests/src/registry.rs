@@ -260,6 +260,26 @@ impl TestDb {
         }
     }
 
+    /// On PostgreSQL, whether the database takes connections: refused, it
+    /// takes none (`ALLOW_CONNECTIONS false`) and every connection to it is
+    /// cut (`pg_terminate_backend`, as a stopping server cuts them); the
+    /// cluster's other databases go on. Panics on SQLite.
+    pub fn take_connections(&self, allowed: bool) {
+        let TestDb::Postgres(pg) = self else { panic!("{self} is no PostgreSQL database") };
+        let (admin, name) = (pg.admin.clone(), pg.name.clone());
+        block_on(async move {
+            postgres::admin(&admin, &format!("ALTER DATABASE \"{name}\" ALLOW_CONNECTIONS {allowed}")).await?;
+            // A connection being made as it was refused may still come
+            // in: cut until none is left.
+            let cut = "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1";
+            while !allowed && postgres::query(&admin, cut, &[Val::Text(name.clone())]).await?[0][0] != Val::Int(0) {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            Ok::<(), String>(())
+        })
+        .unwrap_or_else(|e| panic!("cannot change whether {self} takes connections: {e}"));
+    }
+
     /// Makes the registry say it is at schema `version`, newer than any kdd
     /// knows: SQLite's `user_version`; on PostgreSQL a row of `kd_schema`
     /// copied from the newest one.

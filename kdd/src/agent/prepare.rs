@@ -52,10 +52,9 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
     let member = &run.member;
     // The thread as of the message the run answers: members of a parallel
     // round do not see each other's answers.
-    let messages =
-        d.db.messages(run.thread.clone(), Page::all_after(0))
-            .await
-            .map_err(|e| failed(member, RunStatus::Error, format!("cannot read the thread: {e}")))?;
+    let messages = waiting(d, run, || d.db.messages(run.thread.clone(), Page::all_after(0)))
+        .await
+        .map_err(|e| failed(member, RunStatus::Error, format!("cannot read the thread: {e}")))?;
     // Asked again after a restart: what the cut run had written.
     let partial = spec.resume_from.as_ref().map(|_| {
         run.replaces.and_then(|seq| messages.iter().find(|m| m.seq == seq)).map(|m| m.body.clone()).unwrap_or_default()
@@ -96,7 +95,8 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
     }
     // What waited in the member's inbox reaches it in this prompt, once (a
     // ballot or synthesis, with a prompt of its own, leaves it waiting).
-    if let Err(e) = d.db.inbox_given(run.thread.clone(), member.clone(), seen_seq, run.id.clone()).await {
+    let given = waiting(d, run, || d.db.inbox_given(run.thread.clone(), member.clone(), seen_seq, run.id.clone()));
+    if let Err(e) = given.await {
         tracing::warn!(run = run.id, "cannot mark the inbox given: {e}");
     }
     if spec.context == ContextMode::History {
@@ -127,6 +127,17 @@ fn given_up_to(messages: &[Message]) -> u64 {
     seqs.iter().zip(1..).take_while(|(seq, n)| **seq == *n).last().map(|(seq, _)| *seq).unwrap_or(0)
 }
 
+/// `op`, a read or write of the registry before the agent starts, waiting
+/// while the registry is away (`db::outage`): nothing of the run has
+/// started yet.
+async fn waiting<T, F, Fut>(d: &Runner, run: &Run, op: F) -> crate::db::DbResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = crate::db::DbResult<T>>,
+{
+    d.db.until_back(&format!("the prompt and session of the run {}", run.id), || d.is_closed(), op).await
+}
+
 fn holder(run: &Run) -> Option<String> {
     Some(format!("run {}", run.id))
 }
@@ -142,7 +153,7 @@ async fn one_off_session(d: &Runner, run: &Run) -> Option<String> {
         pid: None,
         metadata: serde_json::json!({"context": "history", "run": run.id}),
     };
-    match d.db.start_session(new).await {
+    match waiting(d, run, || d.db.start_session(new.clone())).await {
         Ok(s) => Some(s.id),
         Err(e) => {
             tracing::warn!(run = run.id, "runs without a session record: {e}");
@@ -155,13 +166,12 @@ async fn one_off_session(d: &Runner, run: &Run) -> Option<String> {
 /// single-resume rule.
 async fn resumed_session(d: &Runner, run: &Run) -> Result<Session, Finish> {
     let member = &run.member;
-    let sessions =
-        d.db.sessions(Some(run.thread.clone()), Some(member.clone()), None)
-            .await
-            .map_err(|e| failed(member, RunStatus::Error, format!("cannot read sessions: {e}")))?;
+    let sessions = waiting(d, run, || d.db.sessions(Some(run.thread.clone()), Some(member.clone()), None))
+        .await
+        .map_err(|e| failed(member, RunStatus::Error, format!("cannot read sessions: {e}")))?;
     let latest = sessions.into_iter().find(|s| s.status != SessionStatus::Archived);
     let session = match latest {
-        Some(s) => d.db.resume_session(s.id.clone(), holder(run), None).await,
+        Some(s) => waiting(d, run, || d.db.resume_session(s.id.clone(), holder(run), None)).await,
         None => {
             let new = NewSession {
                 thread: run.thread.clone(),
@@ -171,7 +181,7 @@ async fn resumed_session(d: &Runner, run: &Run) -> Result<Session, Finish> {
                 pid: None,
                 metadata: serde_json::json!({"context": "resume"}),
             };
-            d.db.start_session(new).await
+            waiting(d, run, || d.db.start_session(new.clone())).await
         }
     };
     session.map_err(|e| match e {

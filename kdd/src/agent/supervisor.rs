@@ -21,7 +21,12 @@ use crate::db::runs::Finish;
 
 /// Runs `run` to its end and writes its message. Spawned by the council.
 pub async fn supervise(d: Arc<Runner>, run: Arc<Run>, spec: Spec) {
-    if let Err(e) = d.db.insert_run(run.info(), run.step).await {
+    // While the registry is away the run waits to be recorded (nothing of
+    // it has started); and its end, once it has one, is kept until it is
+    // written (`db::outage`).
+    let stopping = || d.is_closed();
+    let start = format!("the start of the run {}", run.id);
+    if let Err(e) = d.db.until_back(&start, stopping, || d.db.insert_run(run.info(), run.step)).await {
         match e {
             // Its step was answered, or is being answered, by another run.
             crate::db::DbError::StepTaken(_) => tracing::info!(run = run.id, "not started: {e}"),
@@ -60,11 +65,17 @@ pub async fn supervise(d: Arc<Runner>, run: Arc<Run>, spec: Spec) {
     finish.meta.ordinal = Some(run.ordinal);
     run.set_status(finish.status);
     tracing::info!(run = run.id, member = run.member, status = finish.status.as_str(), "run ended");
-    match d.db.finish_run(run.info(), finish).await {
+    let end = format!("the end of the run {}", run.id);
+    match d.db.until_back(&end, stopping, || d.db.finish_run(run.info(), finish.clone())).await {
         Ok(message) => run.set_message(message),
         // Recorded by another node while this one was away (it was
         // declared dead): its end stands.
         Err(e @ crate::db::DbError::RunEnded { .. }) => tracing::info!(run = run.id, "{e}"),
+        // kdd is stopping with the registry away: the next start records
+        // the run interrupted and asks its member again.
+        Err(e) if e.is_outage() => {
+            tracing::warn!(run = run.id, "the end of the run is not written ({e}): the next start asks again")
+        }
         Err(e) => tracing::error!(run = run.id, "cannot record the end of the run: {e}"),
     }
     d.runs.remove(&run.id);

@@ -253,7 +253,7 @@ pub async fn run(c: Arc<Council>, ex: Arc<Exchange>, plan: Plan) {
     let state = if ex.is_stopped() { RoundState::Stopped } else { RoundState::Done };
     if state == RoundState::Done
         && !j.vote
-        && let Err(e) = c.agents.db.plan_done(ex.id, None).await
+        && let Err(e) = waiting(&c, &ex, "the end of the exchange", || c.agents.db.plan_done(ex.id, None)).await
     {
         tracing::warn!(thread = ex.thread, "cannot record the exchange's end: {e}");
     }
@@ -289,9 +289,22 @@ pub async fn resume(c: Arc<Council>, x: &crate::db::exchanges::Exchange, launch:
     true
 }
 
+/// `op`, a read or write of the exchange's journal, waiting while the
+/// registry is away (`db::outage`) — the exchange waits where it stands
+/// and goes on once the registry is back — unless the daemon stops or the
+/// exchange is stopped meanwhile. `what` names it for the log.
+async fn waiting<T, F, Fut>(c: &Council, ex: &Exchange, what: &str, op: F) -> crate::db::DbResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = crate::db::DbResult<T>>,
+{
+    let what = format!("{what} (exchange {} of thread {})", ex.king, ex.thread);
+    c.agents.db.until_back(&what, || c.agents.is_closed() || ex.is_stopped(), op).await
+}
+
 /// The members whose answer in exchange `ex` failed or was cancelled.
 async fn sat_out(c: &Council, ex: &Exchange) -> HashSet<String> {
-    match c.agents.db.exchange_steps(ex.id).await {
+    match waiting(c, ex, "the reading of the journal", || c.agents.db.exchange_steps(ex.id)).await {
         Ok(steps) => steps
             .into_iter()
             .filter(|s| matches!(s.state, StepState::Failed | StepState::Cancelled))
@@ -327,7 +340,8 @@ enum Taken {
 /// journal says it was answered or given up.
 async fn take(c: &Arc<Council>, ex: &Exchange, plan: &Plan, member: &str, round: u32) -> Taken {
     let db = &c.agents.db;
-    let step = match db.open_step(ex.id, StepKey::answer(round, member)).await {
+    let turn = format!("{member}'s turn of round {round}");
+    let step = match waiting(c, ex, &turn, || db.open_step(ex.id, StepKey::answer(round, member))).await {
         Ok(Opened::Step(s)) => s,
         Ok(Opened::Ended(_)) => return Taken::Ended,
         Err(e) => {
@@ -343,7 +357,7 @@ async fn take(c: &Arc<Council>, ex: &Exchange, plan: &Plan, member: &str, round:
     // A turn sees the whole thread as it stands when it is first taken.
     let reply_to = match step.reply_to {
         Some(seq) => seq,
-        None => match db.thread(plan.launch.thread.id.clone()).await {
+        None => match waiting(c, ex, "the reading of the thread", || db.thread(plan.launch.thread.id.clone())).await {
             Ok(t) => t.last_seq,
             Err(e) => {
                 tracing::error!(thread = ex.thread, "cannot read the thread for a turn: {e}");

@@ -29,6 +29,7 @@ pub mod lifecycle;
 pub mod locks;
 pub mod messages;
 mod one_node;
+pub mod outage;
 mod page_json;
 pub mod pg;
 mod pool;

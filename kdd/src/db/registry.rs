@@ -47,6 +47,8 @@ pub struct Db {
     data: PathBuf,
     /// This daemon, as the registry knows it.
     me: Node,
+    /// Whether the registry is away, as the writes kept for it see it.
+    pub(super) outage: super::outage::Outage,
 }
 
 /// A kdd process of the registry: one per host and socket.
@@ -352,7 +354,7 @@ impl Db {
         match at {
             DbLocation::File(file) => {
                 let data = file.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
-                Ok(Db { engine: Engine::Sqlite(Sqlite::open(file, hub)?), data, me })
+                Ok(Db { engine: Engine::Sqlite(Sqlite::open(file, hub)?), data, me, outage: Default::default() })
             }
             DbLocation::Url(url) => {
                 let data = kd_proto::paths::data_dir().map_err(|e| DbError::Invalid(e.to_string()))?;
@@ -366,7 +368,7 @@ impl Db {
                 };
                 pg::nodes::beat(pg.clone(), me.clone(), incarnation);
                 pg::relay::start(pg.clone(), url.clone(), me.id.clone(), hub);
-                Ok(Db { engine: Engine::Postgres { pg, incarnation }, data, me })
+                Ok(Db { engine: Engine::Postgres { pg, incarnation }, data, me, outage: Default::default() })
             }
         }
     }

@@ -14,10 +14,31 @@ use crate::hub::Hub;
 /// Most jobs committed in one transaction.
 pub const MAX_BATCH: usize = 512;
 
-type Reply = Box<dyn FnOnce(Option<String>) + Send>;
+type Reply = Box<dyn FnOnce(Option<Failed>) + Send>;
 /// Runs the job against the transaction, or, given the reason it cannot
 /// run, only prepares the failure reply.
-type Body = Box<dyn FnOnce(Result<&Connection, String>, &mut Outbox) -> (bool, Reply) + Send>;
+type Body = Box<dyn FnOnce(Result<&Connection, Failed>, &mut Outbox) -> (bool, Reply) + Send>;
+
+/// Why a whole batch failed (its transaction could not begin or commit):
+/// every job of it answers with it.
+#[derive(Debug, Clone)]
+pub(super) struct Failed {
+    why: String,
+    /// The database is away for now (a full or read-only disk, an I/O
+    /// error, another process holding the write lock), not the job wrong:
+    /// [`DbError::Unavailable`], which callers may try again.
+    outage: bool,
+}
+
+impl Failed {
+    fn of(doing: &str, e: &rusqlite::Error) -> Failed {
+        Failed { why: format!("{doing}: {e}"), outage: super::outage::is_outage_code(e.sqlite_error_code()) }
+    }
+
+    fn into_error(self) -> DbError {
+        if self.outage { DbError::Unavailable(self.why) } else { DbError::Internal(self.why) }
+    }
+}
 
 /// A unit of work for the writer.
 pub(super) enum Job {
@@ -35,12 +56,12 @@ impl Job {
         Job::Run(Box::new(move |conn, out| {
             let result = match conn {
                 Ok(conn) => f(conn, out),
-                Err(reason) => Err(DbError::Internal(reason)),
+                Err(failed) => Err(failed.into_error()),
             };
             let ok = result.is_ok();
             let reply: Reply = Box::new(move |commit_error| {
                 let _ = reply.send(match commit_error {
-                    Some(e) => Err(DbError::Internal(format!("commit failed: {e}"))),
+                    Some(failed) => Err(failed.into_error()),
                     None => result,
                 });
             });
@@ -110,12 +131,11 @@ fn execute(conn: &mut Connection, batch: &mut Vec<Job>, hub: &Hub, threads: &Ato
         Ok(tx) => tx,
         Err(e) => {
             tracing::error!("cannot begin a write transaction: {e}");
-            let msg = e.to_string();
+            let failed = Failed::of("cannot begin a transaction", &e);
             for job in batch.drain(..) {
                 match job {
                     Job::Run(body) => {
-                        let (_, reply) =
-                            body(Err(format!("cannot begin a transaction: {msg}")), &mut Outbox::default());
+                        let (_, reply) = body(Err(failed.clone()), &mut Outbox::default());
                         reply(None);
                     }
                     Job::Close(r) => close = Some(r),
@@ -134,7 +154,7 @@ fn execute(conn: &mut Connection, batch: &mut Vec<Job>, hub: &Hub, threads: &Ato
         };
         let mut out = Outbox::default();
         if let Err(e) = savepoint(&tx, "SAVEPOINT job") {
-            let (_, reply) = body(Err(format!("cannot open a savepoint: {e}")), &mut out);
+            let (_, reply) = body(Err(Failed::of("cannot open a savepoint", &e)), &mut out);
             done.push((reply, None));
             continue;
         }
@@ -155,7 +175,7 @@ fn execute(conn: &mut Connection, batch: &mut Vec<Job>, hub: &Hub, threads: &Ato
     batch.clear();
     let commit_error = tx.commit().err().map(|e| {
         tracing::error!("commit failed: {e}");
-        e.to_string()
+        Failed::of("commit failed", &e)
     });
     // Events go out before the reply: whatever the caller does next (and
     // publishes) must reach subscribers after what this job wrote.

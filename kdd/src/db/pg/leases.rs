@@ -107,19 +107,27 @@ pub(crate) async fn reap(
     Ok(reaped)
 }
 
-/// Open exchanges no live node drives — their node died or stopped, their
-/// lease is over — with their thread's workspace: a node that has it may
-/// take them over. `kd work`'s are left to their node: the members'
-/// worktrees are on its disk.
+/// Whether the `nodes` row `n` still holds its exchanges, in SQL: it has
+/// not stopped, and [`reap`] has not declared it dead (however late its
+/// heartbeat).
+const STILL_ITS: &str = "n.state = 'live'";
+
+/// Open exchanges no node drives — their node stopped, or was declared
+/// dead by [`reap`], their lease is over — with their thread's workspace:
+/// a node that has it may take them over. A node whose heartbeat is late
+/// but that nobody declared dead yet keeps them: after an outage of the
+/// database every heartbeat and lease is late, and [`reap`] judges a node
+/// only once the judge has been steadily live for that node's lease.
+/// `kd work`'s are left to their node: the members' worktrees are on its
+/// disk.
 pub(crate) async fn orphans(c: &impl GenericClient) -> DbResult<Vec<(ExchangeId, String)>> {
     let st = c
         .prepare_cached(&format!(
             "SELECT x.id, t.workspace FROM exchanges x JOIN threads t ON t.id = x.thread_id \
              WHERE x.state = 'open' AND x.kind <> 'work' AND x.node_id <> {ME} \
              AND (x.lease_until IS NULL OR x.lease_until < now()) \
-             AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.id = x.node_id AND {}) \
-             ORDER BY x.created_at, x.id LIMIT 100",
-            live("n")
+             AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.id = x.node_id AND {STILL_ITS}) \
+             ORDER BY x.created_at, x.id LIMIT 100"
         ))
         .await?;
     Ok(c.query(&st, &[]).await?.iter().map(|r| (r.get(0), r.get(1))).collect())
@@ -136,7 +144,7 @@ pub(crate) async fn claim(c: &impl GenericClient, now: i64, adopt: &[ExchangeId]
             "WITH c AS (SELECT x.id FROM exchanges x WHERE x.state = 'open' AND ( \
                  (x.node_id = {ME} AND x.lease_owner IS NULL) \
               OR (x.id = ANY($1) AND x.node_id <> {ME} AND (x.lease_until IS NULL OR x.lease_until < now()) \
-                  AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.id = x.node_id AND {live}) \
+                  AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.id = x.node_id AND {STILL_ITS}) \
                   AND NOT EXISTS (SELECT 1 FROM exchange_steps s WHERE s.exchange_id = x.id \
                                   AND s.state = 'running'))) \
                ORDER BY x.created_at, x.id FOR UPDATE OF x SKIP LOCKED) \
@@ -144,7 +152,6 @@ pub(crate) async fn claim(c: &impl GenericClient, now: i64, adopt: &[ExchangeId]
                  lease_epoch = x.lease_epoch + 1, updated_at = $2 \
              FROM c WHERE x.id = c.id RETURNING {}",
             returning.join(", "),
-            live = live("n")
         ))
         .await?;
     let mut taken: Vec<Exchange> =
@@ -321,6 +328,54 @@ mod tests {
         let live: Vec<String> = on_b.nodes(&b).await.unwrap().into_iter().map(|n| n.id).collect();
         assert_eq!(live, ["a"]);
         on_d.close().await;
+        on_a.close().await;
+        on_b.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_late_node_keeps_its_exchanges_until_a_node_steadily_live_declares_it_dead() {
+        let Some((pg, db)) = super::super::testing::fresh().await else { return };
+        pg.close().await;
+        let (a, b) = (node("a", Duration::from_secs(1)), node("b", Duration::from_secs(1)));
+        let on_a = Pg::open_node(db.url(), Arc::new(Hub::new()), &a).await.unwrap();
+        let on_b = Pg::open_node(db.url(), Arc::new(Hub::new()), &b).await.unwrap();
+        on_a.join(&a, &|_| true).await.unwrap();
+        on_b.join(&b, &|_| true).await.unwrap();
+        // An exchange a drives, as an outage of the database leaves it: its
+        // lease over, a's heartbeat late.
+        let c = on_a.conn().await.unwrap();
+        let ws = std::env::temp_dir().display().to_string();
+        c.execute("INSERT INTO threads (id, workspace, created_at, last_activity_at) VALUES ('t', $1, 1, 1)", &[&ws])
+            .await
+            .unwrap();
+        let x: i64 = c
+            .query_one(
+                "INSERT INTO exchanges (thread_id, seq, kind, plan, created_at, updated_at, lease_owner, lease_until) \
+                 VALUES ('t', 1, 'council', '{}', 1, 1, 'a', now() - interval '5 seconds') RETURNING id",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        c.execute("UPDATE nodes SET heartbeat_at = now() - interval '5 seconds' WHERE id = 'a'", &[]).await.unwrap();
+        // b is back from the outage too, not yet steadily: a is not judged,
+        // and what a drives is a's.
+        on_b.heard(false);
+        on_b.heard(true);
+        assert_eq!(on_b.reap_dead_nodes().await.unwrap(), vec![]);
+        assert_eq!(on_b.orphan_exchanges().await.unwrap(), vec![]);
+        assert!(on_b.claim_exchanges(vec![x]).await.unwrap().is_empty());
+        // a beats again: it still drives it.
+        assert!(on_a.heartbeat(&a, 1).await.unwrap());
+        // Then a stops beating; b, steadily live past a's lease, declares
+        // it dead and may take its exchange.
+        c.execute("UPDATE nodes SET heartbeat_at = now() - interval '5 seconds' WHERE id = 'a'", &[]).await.unwrap();
+        c.execute("UPDATE exchanges SET lease_until = now() - interval '1 second'", &[]).await.unwrap();
+        *on_b.steady_since.lock().unwrap() = Instant::now().checked_sub(Duration::from_secs(2));
+        assert_eq!(on_b.reap_dead_nodes().await.unwrap(), vec![("a".to_string(), 0)]);
+        assert_eq!(on_b.orphan_exchanges().await.unwrap(), vec![(x, ws)]);
+        let taken = on_b.claim_exchanges(vec![x]).await.unwrap();
+        assert_eq!(taken.iter().map(|x| x.id).collect::<Vec<_>>(), [x]);
         on_a.close().await;
         on_b.close().await;
     }

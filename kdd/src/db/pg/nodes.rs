@@ -184,6 +184,8 @@ pub(crate) fn beat(pg: std::sync::Arc<Pg>, me: Node, incarnation: i64) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(me.lease / 3);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Said once per outage of the registry, not at every beat.
+        let mut failing = false;
         loop {
             tick.tick().await;
             if pg.is_closed() {
@@ -192,6 +194,10 @@ pub(crate) fn beat(pg: std::sync::Arc<Pg>, me: Node, incarnation: i64) {
             let beat = pg.heartbeat(&me, incarnation).await;
             pg.heard(matches!(beat, Ok(true)));
             match beat {
+                Ok(true) if failing => {
+                    tracing::info!(node = me.id, "this node's heartbeat goes through again");
+                    failing = false;
+                }
                 Ok(true) => {}
                 Ok(false) => {
                     tracing::error!(
@@ -202,7 +208,11 @@ pub(crate) fn beat(pg: std::sync::Arc<Pg>, me: Node, incarnation: i64) {
                     pg.lost.store(true, std::sync::atomic::Ordering::SeqCst);
                     return;
                 }
-                Err(e) => tracing::warn!(node = me.id, "cannot say this node is live: {e}"),
+                Err(e) if !failing => {
+                    tracing::warn!(node = me.id, "cannot say this node is live: {e}; kdd keeps trying");
+                    failing = true;
+                }
+                Err(_) => {}
             }
         }
     });

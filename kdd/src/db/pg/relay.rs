@@ -93,6 +93,8 @@ pub(crate) fn start(pg: Arc<Pg>, url: String, node: String, hub: Arc<Hub>) {
 /// Packs queued events into notifications until the queue closes.
 async fn relay(pg: Arc<Pg>, node: String, mut rx: mpsc::Receiver<(Arc<str>, Arc<Published>)>) {
     let mut next = None;
+    // Events not told while the registry is away, said once per outage.
+    let mut untold = 0usize;
     loop {
         let first = match next.take() {
             Some(first) => first,
@@ -140,11 +142,22 @@ async fn relay(pg: Arc<Pg>, node: String, mut rx: mpsc::Receiver<(Arc<str>, Arc<
                 .map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         };
-        if let Err(e) = sent {
-            if pg.is_closed() {
-                return;
+        match sent {
+            Err(_) if pg.is_closed() => return,
+            Err(e) => {
+                if untold == 0 {
+                    tracing::warn!(
+                        "cannot tell the other nodes of {} event(s): {e} (said once until the registry answers)",
+                        batch.i.len()
+                    );
+                }
+                untold += batch.i.len();
             }
-            tracing::warn!("cannot tell the other nodes of {} event(s): {e}", batch.i.len());
+            Ok(()) if untold > 0 => {
+                tracing::info!("the other nodes are told events again ({untold} could not be told)");
+                untold = 0;
+            }
+            Ok(()) => {}
         }
     }
 }
@@ -159,14 +172,24 @@ fn weight((thread, p): &(Arc<str>, Arc<Published>)) -> usize {
 async fn listen(pg: Arc<Pg>, url: String, node: String, hub: Arc<Hub>) {
     let mut wait = Duration::from_millis(100);
     let mut first = true;
+    // Whether not listening was said (once per loss, however many tries).
+    let mut lost = false;
     while !pg.is_closed() {
-        match listen_once(&pg, &url, &node, &hub, &mut first).await {
+        match listen_once(&pg, &url, &node, &hub, &mut first, &mut lost).await {
             Ok(()) => wait = Duration::from_millis(100),
             Err(e) => {
                 if pg.is_closed() {
                     return;
                 }
-                tracing::warn!("not listening to the other nodes ({e}); again in {} ms", wait.as_millis());
+                if lost {
+                    tracing::debug!("not listening to the other nodes ({e}); again in {} ms", wait.as_millis());
+                } else {
+                    tracing::warn!(
+                        "not listening to the other nodes ({e}); trying again, every {} s at most",
+                        MAX_BACKOFF.as_secs()
+                    );
+                    lost = true;
+                }
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(MAX_BACKOFF);
             }
@@ -175,12 +198,22 @@ async fn listen(pg: Arc<Pg>, url: String, node: String, hub: Arc<Hub>) {
 }
 
 /// One connection's worth of listening.
-async fn listen_once(pg: &Arc<Pg>, url: &str, node: &str, hub: &Arc<Hub>, first: &mut bool) -> Result<(), String> {
+async fn listen_once(
+    pg: &Arc<Pg>,
+    url: &str,
+    node: &str,
+    hub: &Arc<Hub>,
+    first: &mut bool,
+    lost: &mut bool,
+) -> Result<(), String> {
     let (client, mut notes, driver) = connect(url).await?;
     client
         .batch_execute(&format!("LISTEN {CHANNEL}; LISTEN {WORK}; LISTEN {CANCEL}"))
         .await
         .map_err(|e| e.to_string())?;
+    if std::mem::take(lost) {
+        tracing::info!("listening to the other nodes again");
+    }
     // Work routed here while this node was not listening is found by the
     // next claim pass: a wake-up is never the only way in.
     pg.work.notify_one();

@@ -1,0 +1,220 @@
+//! A database outage never stalls an exchange (SPEC §10, issue 31): with
+//! the registry gone mid-exchange — PostgreSQL refusing and cutting every
+//! connection, a SQLite file's disk full — and back, the exchange goes on
+//! without a restart of kdd: an answer finished while the registry was
+//! down is written once it is back, the later rounds are asked, `kd ask`
+//! ends. The outage is made by [`kd_tests::outage`].
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use kd_client::KdApiClient;
+use kd_tests::outage::Outage;
+use kd_tests::{Hold, Kdd, records, settled, within};
+
+/// `ws`'s council: three members, codex holding (while `hold` exists) in
+/// the first run it is asked, every run recorded in `record`.
+fn council(ws: &kd_tests::Workspace, hold: &Hold, record: &str) {
+    let held: &[(&str, &str)] = &[("FAKE_HOLD", hold.var()), ("FAKE_RECORD", record)];
+    let free: &[(&str, &str)] = &[("FAKE_RECORD", record)];
+    let agents = serde_json::json!({
+        "claude": kd_tests::fake("claude", "claude", free),
+        "codex": kd_tests::fake("gemini", "codex", held),
+        "cursor": kd_tests::fake("cursor", "cursor", free),
+    });
+    ws.write_config(&serde_json::json!({"council": {"members": ["claude", "codex", "cursor"]}, "agents": agents}));
+}
+
+/// The number of rows `sql` counts.
+fn count(kdd: &Kdd, sql: &str) -> i64 {
+    kdd.db.one(sql, &[]).int()
+}
+
+/// Asks a council of three a question with two auto-rounds through `kd
+/// ask`; takes the registry away while codex's first answer is in flight,
+/// lets codex finish it while the registry is down, keeps the registry
+/// away `past` more, and gives it back. The exchange must then end on its
+/// own — every round asked, every answer once, codex's kept — and `kd ask`
+/// exit 0; how long after the registry came back it took is printed.
+/// With `beside`, a second node (PostgreSQL) runs with those arguments on
+/// the same registry: it must neither take the exchange over nor have
+/// either node declared dead.
+async fn an_exchange_rides_through_an_outage(test: &str, args: &[&str], past: Duration, beside: Option<&[&str]>) {
+    let Some(made) = Outage::kdd(test, args) else { return };
+    rides_through(test, made, past, beside).await;
+}
+
+/// [`an_exchange_rides_through_an_outage`] on `kdd`, whose registry
+/// `outage` takes away.
+async fn rides_through(test: &str, (kdd, outage): (Kdd, Outage), past: Duration, beside: Option<&[&str]>) {
+    let other = beside.map(|args| Kdd::start_node_beside(&kdd, args));
+    let hold = Hold::new();
+    let ws = kd_tests::Workspace::new(&[]);
+    let record = ws.file("record.jsonl");
+    council(&ws, &hold, &record);
+    let mut k = kdd.kd();
+    k.current_dir(ws.dir.path()).args(["ask", "--rounds", "2", "Plan the release."]);
+    let asking = tokio::spawn(async move {
+        let out = k.output().await.expect("kd ask runs");
+        (out, Instant::now())
+    });
+    // claude and cursor have answered the first round; codex holds, mid-answer.
+    within("the first round but codex's answer", async {
+        while records(&record).len() < 3 || count(&kdd, "SELECT count(*) FROM messages WHERE kind = 'agent'") < 2 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let lease = |kdd: &Kdd| {
+        let row = kdd.db.query("SELECT node_id, lease_epoch FROM exchanges", &[]);
+        (row[0][0].text().to_string(), row[0][1].int())
+    };
+    let leased = other.as_ref().map(|_| lease(&kdd));
+
+    outage.begin(&kdd);
+    hold.release();
+    // codex finished its answer while the registry is away: kdd could not
+    // write it.
+    outage.logged("the end of the run").await;
+    tokio::time::sleep(past).await;
+    outage.end(&kdd);
+    let back = Instant::now();
+
+    let Ok(done) = tokio::time::timeout(kd_tests::DEADLINE, asking).await else {
+        panic!("kd ask did not end once the registry was back; kdd's log:\n{}", outage.log());
+    };
+    let (out, exited) = done.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}\nkdd's log:\n{}", outage.log());
+    eprintln!("{test}: kd ask ended {} ms after the registry came back", exited.duration_since(back).as_millis());
+
+    let thread = kdd.db.one("SELECT id FROM threads", &[]).text().to_string();
+    assert_eq!(settled(&kdd.db, &thread).await, vec![("done".to_string(), None)]);
+    let rows = kdd.db.query("SELECT sender, round, body FROM messages WHERE kind = 'agent' ORDER BY seq", &[]);
+    let mut by: BTreeMap<(String, i64), Vec<String>> = BTreeMap::new();
+    for r in &rows {
+        by.entry((r[0].text().to_string(), r[1].int())).or_default().push(r[2].text().to_string());
+    }
+    for member in ["claude", "codex", "cursor"] {
+        for round in 1..=3 {
+            let n = by.get(&(member.to_string(), round)).map_or(0, Vec::len);
+            assert_eq!(n, 1, "{member} answered round {round} {n} times: {by:#?}\nkdd's log:\n{}", outage.log());
+        }
+    }
+    assert_eq!(by[&("codex".to_string(), 1)], ["Answer from codex."], "the answer finished in the outage is kept");
+    assert_eq!(count(&kdd, "SELECT count(*) FROM messages WHERE kind IN ('error', 'interrupted')"), 0);
+    assert_eq!(records(&record).len(), 9, "nobody was asked twice");
+    assert_eq!(count(&kdd, "SELECT count(*) FROM runs WHERE status IN ('waiting', 'streaming')"), 0);
+    assert_eq!(count(&kdd, "SELECT count(*) FROM exchange_steps WHERE state IN ('pending', 'running')"), 0);
+    for said in ["Answer from claude.", "Answer from codex.", "Answer from cursor."] {
+        assert_eq!(stdout.matches(said).count(), 3, "{said:?} once a round: {stdout}");
+    }
+    if let Some(other) = &other {
+        assert_eq!(Some(lease(&kdd)), leased, "the exchange stayed with the node that drove it");
+        assert!(kd_tests::alive(kdd.pid) && kd_tests::alive(other.pid), "no node was declared dead");
+        let dead = count(&kdd, "SELECT count(*) FROM nodes WHERE state <> 'live'");
+        assert_eq!(dead, 0, "{:?}", kdd.db.query("SELECT id, state FROM nodes", &[]));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_finished_while_the_registry_is_down_is_written_when_it_is_back_and_the_rounds_go_on() {
+    an_exchange_rides_through_an_outage(
+        "an_answer_finished_while_the_registry_is_down_is_written_when_it_is_back_and_the_rounds_go_on",
+        &[],
+        Duration::ZERO,
+        None,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_outage_longer_than_the_nodes_lease_stalls_nothing() {
+    // The outage outlasts the lease three times over: this node's
+    // heartbeats and its exchanges' leases all lapse meanwhile.
+    let lease = Duration::from_millis(1000);
+    an_exchange_rides_through_an_outage(
+        "an_outage_longer_than_the_nodes_lease_stalls_nothing",
+        &["--cluster-lease-ms", &lease.as_millis().to_string()],
+        lease * 3,
+        None,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_an_outage_longer_than_the_lease_no_node_takes_anothers_exchange_or_is_declared_dead() {
+    if kd_tests::engine() != kd_tests::Engine::Postgres {
+        kd_tests::registry::not_on_this_engine("outage", "several nodes share a PostgreSQL registry");
+        return;
+    }
+    // Both nodes lose the registry past their lease, and look for dead
+    // nodes and their exchanges every 100 ms once it is back.
+    let fast = ["--cluster-lease-ms", "1000", "--cluster-poll-ms", "100"];
+    let lease = Duration::from_millis(1000);
+    an_exchange_rides_through_an_outage(
+        "after_an_outage_longer_than_the_lease_no_node_takes_anothers_exchange_or_is_declared_dead",
+        &[&["--node", "a"], &fast[..]].concat(),
+        lease * 3,
+        Some(&[&["--node", "b"], &fast[..]].concat()),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_finished_while_another_program_holds_the_sqlite_write_lock_is_written_once_it_lets_go() {
+    let Some(made) = Outage::locked(&[]) else { return };
+    rides_through(
+        "an_answer_finished_while_another_program_holds_the_sqlite_write_lock_is_written_once_it_lets_go",
+        made,
+        Duration::ZERO,
+        None,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kdd_stopped_while_the_registry_is_away_stops_at_once_and_its_next_start_asks_again() {
+    let test = "kdd_stopped_while_the_registry_is_away_stops_at_once_and_its_next_start_asks_again";
+    let Some((mut kdd, outage)) = Outage::kdd(test, &[]) else { return };
+    let hold = Hold::new();
+    let ws = kd_tests::Workspace::new(&[]);
+    let record = ws.file("record.jsonl");
+    council(&ws, &hold, &record);
+    let c = kdd.client().await;
+    let t = kd_tests::thread_in(&c, &ws, None).await;
+    c.council_send(t.clone(), "Plan the release.".into(), None, None, None, None, None, Some(2), None)
+        .await
+        .expect("council.send");
+    within("the first round but codex's answer", async {
+        while records(&record).len() < 3 || count(&kdd, "SELECT count(*) FROM messages WHERE kind = 'agent'") < 2 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    drop(c);
+    outage.begin(&kdd);
+    hold.release();
+    outage.logged("the end of the run").await;
+    // What kdd kept cannot outlive it: it stops without waiting for the
+    // registry.
+    let stopping = Instant::now();
+    let status = kdd.stop();
+    assert!(status.success(), "kdd exited with {status}; its log:\n{}", outage.log());
+    eprintln!("{test}: kdd stopped in {} ms", stopping.elapsed().as_millis());
+    outage.end(&kdd);
+    kdd.launch().expect("kdd starts again");
+    // The next start records codex's run interrupted and asks it again;
+    // the rounds go on.
+    assert_eq!(settled(&kdd.db, &t).await, vec![("done".to_string(), None)]);
+    let rows = kdd.db.query("SELECT sender, round, kind FROM messages WHERE kind <> 'king' ORDER BY seq", &[]);
+    let said: Vec<(String, i64, String)> =
+        rows.iter().map(|r| (r[0].text().to_string(), r[1].int(), r[2].text().to_string())).collect();
+    let answers = said.iter().filter(|(_, _, kind)| kind == "agent").count();
+    assert_eq!(answers, 9, "{said:?}");
+    let cut: Vec<_> = said.iter().filter(|(_, _, kind)| kind == "interrupted").collect();
+    assert_eq!(cut.len(), 1, "{said:?}");
+    assert_eq!((cut[0].0.as_str(), cut[0].1), ("codex", 1));
+    assert_eq!(records(&record).len(), 10, "codex was asked its first answer again, once");
+}
