@@ -5,6 +5,10 @@ pub const NAMES: &[&str] = &[
     "/mute",
     "/unmute",
     "/retry",
+    "/vote",
+    "/synthesize",
+    "/cancel",
+    "/cost",
     "/help",
     "/quit",
     "/exit",
@@ -27,6 +31,14 @@ pub const HELP: &[(&str, &str)] = &[
     ("/mute NAME", "stop asking a member (until /unmute)"),
     ("/unmute NAME", "ask a muted member again"),
     ("/retry", "ask again the members whose last answer failed"),
+    (
+        "/vote [--synthesize CHAIR] QUESTION",
+        "every member answers, then ranks the others' answers (anonymised); the tally names the winner or says it \
+         is a tie; with --synthesize the chair then writes one final answer",
+    ),
+    ("/synthesize CHAIR QUESTION", "every member answers, then the chair writes one final answer from them all"),
+    ("/cancel [MEMBER]", "stop the thread's runs (or one member's), whoever started them: asks first for others'"),
+    ("/cost", "what this thread cost, in all and by member"),
     ("/new", "start a new thread"),
     ("/threads", "open another thread"),
     ("/title TEXT", "name this thread"),
@@ -47,8 +59,10 @@ pub const HELP: &[(&str, &str)] = &[
 pub const KEYS: &[(&str, &str)] = &[
     ("Enter", "send"),
     ("Shift+Enter, Alt+Enter, Ctrl+J", "new line"),
-    ("Esc", "interrupt your runs and the pending auto-turns"),
+    ("Esc", "interrupt your runs and the pending auto-turns (/cancel stops the others')"),
     ("Tab", "complete @member or /command"),
+    ("Ctrl+U", "delete back to the start of the line"),
+    ("Ctrl+Z", "undo an edit (Ctrl+R redoes it)"),
     ("PgUp PgDn Home End, wheel", "scroll"),
     ("Ctrl+C", "quit now (runs go on in the daemon)"),
 ];
@@ -58,6 +72,15 @@ pub enum Command {
     Mute(String),
     Unmute(String),
     Retry,
+    /// A multicast completion (`kd ask --vote` / `--synthesize CHAIR`).
+    Complete {
+        question: String,
+        vote: bool,
+        chair: Option<String>,
+    },
+    /// Stop the thread's runs, or one member's, whoever started them.
+    Cancel(Option<String>),
+    Cost,
     Help,
     Quit,
     New,
@@ -117,6 +140,39 @@ fn work(rest: &str) -> Result<Command, String> {
     Ok(Command::Work { task: task.to_string(), to, vote })
 }
 
+/// `/vote [--synthesize CHAIR] QUESTION` and `/synthesize CHAIR QUESTION`.
+fn complete(name: &str, rest: &str) -> Result<Command, String> {
+    let chair_then = |rest: &str| -> Result<(String, String), String> {
+        let rest = rest.trim_start();
+        let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+        let chair = rest[..end].trim_start_matches('@').to_lowercase();
+        if chair.is_empty() || chair.starts_with('-') {
+            return Err(format!("{name} needs the chair's name, e.g. /synthesize claude Which design?"));
+        }
+        Ok((chair, rest[end..].trim().to_string()))
+    };
+    let (vote, chair, question) = match name {
+        "/synthesize" => {
+            let (chair, question) = chair_then(rest)?;
+            (false, Some(chair), question)
+        }
+        _ => match rest.strip_prefix("--synthesize").filter(|a| a.is_empty() || a.starts_with(char::is_whitespace)) {
+            Some(after) => {
+                let (chair, question) = chair_then(after)?;
+                (true, Some(chair), question)
+            }
+            None => (true, None, rest.to_string()),
+        },
+    };
+    if question.is_empty() {
+        return Err(format!(
+            "{name} needs a question, e.g. {name} {}Which design?",
+            if chair.is_some() && !vote { "claude " } else { "" }
+        ));
+    }
+    Ok(Command::Complete { question, vote, chair })
+}
+
 /// Parses a line that starts with `/`; the error is a one-line notice.
 pub fn parse(line: &str) -> Result<Command, String> {
     let mut words = line.split_whitespace();
@@ -130,6 +186,7 @@ pub fn parse(line: &str) -> Result<Command, String> {
         ("/search", true) => return Err("/search needs words to find, e.g. /search shard".into()),
         ("/search", false) => return Ok(Command::Search(rest.to_string())),
         ("/work", _) => return work(rest),
+        ("/vote" | "/synthesize", _) => return complete(name, rest),
         _ => {}
     }
     let squash = name == "/accept" && words.clone().next() == Some("--squash");
@@ -144,6 +201,8 @@ pub fn parse(line: &str) -> Result<Command, String> {
         "/mute" => Command::Mute(need(&arg)?),
         "/unmute" => Command::Unmute(need(&arg)?),
         "/retry" => Command::Retry,
+        "/cancel" => Command::Cancel(arg.clone()),
+        "/cost" => Command::Cost,
         "/help" => Command::Help,
         "/quit" | "/exit" => Command::Quit,
         "/new" => Command::New,
@@ -158,7 +217,12 @@ pub fn parse(line: &str) -> Result<Command, String> {
     };
     let takes_arg = matches!(
         cmd,
-        Command::Mute(_) | Command::Unmute(_) | Command::Diff(_) | Command::Accept { .. } | Command::Reject(_)
+        Command::Mute(_)
+            | Command::Unmute(_)
+            | Command::Diff(_)
+            | Command::Accept { .. }
+            | Command::Reject(_)
+            | Command::Cancel(_)
     );
     if extra || (!takes_arg && arg.is_some()) {
         return Err(format!("{name} takes {}", if takes_arg { "one member name" } else { "no argument" }));
@@ -214,5 +278,30 @@ mod tests {
         assert_eq!(parse("/accept --squash codex"), Ok(Command::Accept { member: "codex".into(), squash: true }));
         assert_eq!(parse("/accept"), Err("/accept needs a member name, e.g. /accept codex".into()));
         assert_eq!(parse("/reject claude"), Ok(Command::Reject("claude".into())));
+    }
+
+    #[test]
+    fn vote_synthesize_cancel_and_cost_parse() {
+        let complete = |question: &str, vote, chair: Option<&str>| Command::Complete {
+            question: question.into(),
+            vote,
+            chair: chair.map(str::to_string),
+        };
+        assert_eq!(parse("/vote Which design\nwins? "), Ok(complete("Which design\nwins?", true, None)));
+        assert_eq!(parse("/vote --synthesize @Claude Which?"), Ok(complete("Which?", true, Some("claude"))));
+        assert_eq!(parse("/synthesize codex  Which?"), Ok(complete("Which?", false, Some("codex"))));
+        assert_eq!(parse("/vote --synthesizer x"), Ok(complete("--synthesizer x", true, None)));
+        assert_eq!(parse("/vote"), Err("/vote needs a question, e.g. /vote Which design?".into()));
+        assert_eq!(
+            parse("/synthesize claude"),
+            Err("/synthesize needs a question, e.g. /synthesize claude Which design?".into())
+        );
+        assert!(parse("/synthesize").unwrap_err().contains("the chair's name"));
+        assert!(parse("/vote --synthesize").unwrap_err().contains("the chair's name"));
+        assert_eq!(parse("/cancel"), Ok(Command::Cancel(None)));
+        assert_eq!(parse("/cancel @Codex"), Ok(Command::Cancel(Some("codex".into()))));
+        assert_eq!(parse("/cancel a b"), Err("/cancel takes one member name".into()));
+        assert_eq!(parse("/cost"), Ok(Command::Cost));
+        assert_eq!(parse("/cost x"), Err("/cost takes no argument".into()));
     }
 }
