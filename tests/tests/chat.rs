@@ -440,3 +440,45 @@ async fn a_vote_in_a_new_chat_makes_its_thread_first() {
     tmux.type_line("/quit");
     tmux.wait_for("the shell again", |_| tmux.display("#{alternate_on}") == "0").await;
 }
+
+/// `/fork` in the chat opens the branch, whose bundle carries the
+/// conversation the chat was showing (issue 31 item 3); `--carry none`
+/// gives only the bundle's files.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fork_in_the_chat_opens_the_branch_carrying_the_conversation() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = Workspace::new(&[("claude", "claude", &[("FAKE_TEXT", "Shard by tenant.")])]);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::thread_in(&c, &ws, None).await;
+    kd_tests::send_one_round(&c, &t, "How do we scale orders?").await;
+    kd_tests::within("the answer", async {
+        while c.thread_get(t.clone()).await.unwrap().last_seq < 2 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let tmux = Tmux::start_sized(dir.path(), ws.dir.path(), 120, 40);
+    tmux.wait_for("the shell prompt", |s| s.contains('$')).await;
+    tmux.type_line(&format!("KD_NO_AUTOSTART=1 {} --socket {} chat {t}", bin("kd").display(), kdd.socket.display()));
+    tmux.wait_for("the chat", |s| s.contains("kd chat") && s.contains("Shard by tenant.")).await;
+    tmux.type_line("/fork Try tenants");
+    let screen =
+        tmux.wait_for("the branch", |s| s.contains(&format!("forked from {t}")) && s.contains("kd · bundle")).await;
+    assert!(screen.contains(&format!("conversation of thread {t}, up to #2")), "{screen}");
+    assert!(
+        screen.contains("king: How do we scale orders?") && screen.contains("claude: Shard by tenant."),
+        "{screen}"
+    );
+    let branch = c.thread_current(ws.path(), None).await.unwrap().unwrap();
+    assert_eq!((branch.parent.as_deref(), branch.title.as_deref()), (Some(t.as_str()), Some("Try tenants")));
+    assert!(screen.contains(&format!("kd chat · {}", branch.id)), "the branch is open: {screen}");
+
+    tmux.type_line("/fork --carry none");
+    tmux.wait_for("the second branch", |s| s.contains(&format!("forked from {}", branch.id))).await;
+    let bare = c.thread_current(ws.path(), None).await.unwrap().unwrap();
+    assert_eq!(bare.parent.as_deref(), Some(branch.id.as_str()));
+    assert_eq!(bare.last_seq, 0, "no bundle files, nothing carried: {bare:?}");
+    tmux.type_line("/quit");
+    tmux.wait_for("the shell again", |_| tmux.display("#{alternate_on}") == "0").await;
+}

@@ -130,7 +130,10 @@ pub enum Effect {
     OpenAt(String, u64),
     SetTitle(String),
     /// Branch this thread (with an optional title) and open the branch.
-    Fork(Option<String>),
+    Fork {
+        title: Option<String>,
+        carry: Option<kd_proto::types::Carry>,
+    },
     Search(String),
     Archive,
     Unarchive,

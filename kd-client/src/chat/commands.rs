@@ -42,7 +42,11 @@ pub const HELP: &[(&str, &str)] = &[
     ("/new", "start a new thread"),
     ("/threads", "open another thread"),
     ("/title TEXT", "name this thread"),
-    ("/fork [TITLE]", "branch this thread (with the context bundle) and open the branch"),
+    (
+        "/fork [--carry WHAT] [TITLE]",
+        "branch this thread and open the branch; it carries the conversation (or: --carry summary, --carry none) \
+         with the context bundle",
+    ),
     ("/search WORDS", "find words in every thread; Enter opens the hit"),
     ("/archive", "archive this thread: runs stop, sessions end, a summary is kept"),
     ("/unarchive", "open this archived thread to messages again"),
@@ -86,7 +90,12 @@ pub enum Command {
     New,
     Threads,
     Title(String),
-    Fork(Option<String>),
+    /// Branch this thread: its title, and what it carries (default: the
+    /// workspace's `lifecycle.fork_carry`).
+    Fork {
+        title: Option<String>,
+        carry: Option<kd_proto::types::Carry>,
+    },
     Search(String),
     Archive,
     Unarchive,
@@ -140,6 +149,23 @@ fn work(rest: &str) -> Result<Command, String> {
     Ok(Command::Work { task: task.to_string(), to, vote })
 }
 
+/// `/fork [--carry conversation|summary|none] [TITLE]`.
+fn fork(rest: &str) -> Result<Command, String> {
+    let bad =
+        || "/fork --carry takes conversation, summary or none, e.g. /fork --carry summary Try tenants".to_string();
+    let (carry, title) = match rest.strip_prefix("--carry").filter(|a| a.is_empty() || a.starts_with([' ', '\t', '=']))
+    {
+        Some(after) => {
+            let after = after.trim_start_matches('=').trim_start();
+            let end = after.find(char::is_whitespace).unwrap_or(after.len());
+            let carry = kd_proto::types::Carry::parse(&after[..end]).ok_or_else(bad)?;
+            (Some(carry), after[end..].trim())
+        }
+        None => (None, rest),
+    };
+    Ok(Command::Fork { title: (!title.is_empty()).then(|| title.to_string()), carry })
+}
+
 /// `/vote [--synthesize CHAIR] QUESTION` and `/synthesize CHAIR QUESTION`.
 fn complete(name: &str, rest: &str) -> Result<Command, String> {
     let chair_then = |rest: &str| -> Result<(String, String), String> {
@@ -182,7 +208,7 @@ pub fn parse(line: &str) -> Result<Command, String> {
     match (name, rest.is_empty()) {
         ("/title", true) => return Err("/title needs the title, e.g. /title Orders sharding".into()),
         ("/title", false) => return Ok(Command::Title(rest.to_string())),
-        ("/fork", empty) => return Ok(Command::Fork((!empty).then(|| rest.to_string()))),
+        ("/fork", _) => return fork(rest),
         ("/search", true) => return Err("/search needs words to find, e.g. /search shard".into()),
         ("/search", false) => return Ok(Command::Search(rest.to_string())),
         ("/work", _) => return work(rest),
@@ -245,8 +271,15 @@ mod tests {
         assert_eq!(parse("/retry now"), Err("/retry takes no argument".into()));
         assert_eq!(parse("/mute a b"), Err("/mute takes one member name".into()));
         assert_eq!(parse("/title  Orders Sharding "), Ok(Command::Title("Orders Sharding".into())));
-        assert_eq!(parse("/fork"), Ok(Command::Fork(None)));
-        assert_eq!(parse("/fork Try it"), Ok(Command::Fork(Some("Try it".into()))));
+        let fork = |title: Option<&str>, carry| Command::Fork { title: title.map(str::to_string), carry };
+        assert_eq!(parse("/fork"), Ok(fork(None, None)));
+        assert_eq!(parse("/fork Try it"), Ok(fork(Some("Try it"), None)));
+        use kd_proto::types::Carry;
+        assert_eq!(parse("/fork --carry summary Try it"), Ok(fork(Some("Try it"), Some(Carry::Summary))));
+        assert_eq!(parse("/fork --carry=none"), Ok(fork(None, Some(Carry::None))));
+        assert_eq!(parse("/fork --carry conversation"), Ok(fork(None, Some(Carry::Conversation))));
+        assert!(parse("/fork --carry all").unwrap_err().contains("conversation, summary or none"));
+        assert_eq!(parse("/fork --carryon"), Ok(fork(Some("--carryon"), None)));
         assert_eq!(parse("/search \"orders table\""), Ok(Command::Search("\"orders table\"".into())));
         assert!(parse("/search").is_err() && parse("/title ").is_err());
         assert_eq!(parse("/delete"), Ok(Command::Delete));

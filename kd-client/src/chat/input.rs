@@ -50,7 +50,10 @@ impl App {
             Ok(Command::New) => vec![Effect::NewThread],
             Ok(Command::Threads) => vec![Effect::ListThreads],
             Ok(Command::Title(t)) => vec![Effect::SetTitle(t)],
-            Ok(Command::Fork(t)) => vec![Effect::Fork(t)],
+            Ok(Command::Fork { title, carry }) => {
+                self.set_notice("forking…");
+                vec![Effect::Fork { title, carry }]
+            }
             Ok(Command::Search(q)) => vec![Effect::Search(q)],
             Ok(Command::Archive | Command::Unarchive | Command::Delete) if self.pending_new.is_some() => {
                 self.set_notice("this thread has no message yet: there is nothing to archive or delete");

@@ -218,14 +218,14 @@ pub async fn run(ctx: &Ctx, args: ChatArgs) -> anyhow::Result<ExitCode> {
                     }
                     app.jump_to(seq);
                 }
-                Effect::Fork(title) => match client.thread_fork(app.thread.id.clone(), title).await {
-                    Ok(t) => {
-                        let parent = app.thread.id.clone();
-                        sub = open(&client, &mut app, t, None).await.ok();
-                        app.set_notice(format!("forked from {parent}: this branch is the current thread"));
+                // A summary made at the fork is a member's run: asked on a
+                // connection without a request timeout.
+                fork @ Effect::Fork { carry: Some(kd_proto::types::Carry::Summary), .. } => {
+                    match Client::connect_with(client.socket(), kd_client::NO_REQUEST_TIMEOUT).await {
+                        Ok(c) => request(&Arc::new(c), &app, fork, tx.clone()),
+                        Err(e) => app.set_notice(e.to_string()),
                     }
-                    Err(e) => app.set_notice(ClientError::from(e).to_string()),
-                },
+                }
                 // A new thread is made by its first message (a refused one
                 // leaves none behind); /new keeps the context mode.
                 Effect::NewThread => {

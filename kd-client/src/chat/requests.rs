@@ -33,6 +33,7 @@ pub(super) enum Reply {
     Completed(Result<Box<Completion>, ClientError>),
     Cancelled(Result<(Vec<RunInfo>, bool), ClientError>),
     Cost(Result<CostReport, ClientError>),
+    Forked(Result<Thread, ClientError>),
 }
 
 /// Sends a request without blocking the loop; the answer comes back as a [`Reply`].
@@ -92,18 +93,16 @@ pub(super) fn request(client: &Arc<Client>, app: &App, effect: Effect, tx: mpsc:
                     .map(|i| (i.runs, i.stopped_exchange))
                     .map_err(ClientError::from),
             ),
+            Effect::Fork { title, carry } => {
+                Reply::Forked(client.thread_fork(thread, title, carry).await.map_err(ClientError::from))
+            }
             Effect::Cost => Reply::Cost(
                 client
                     .cost_report(Some(thread), None, None, Some(kd_proto::types::CostBy::Member))
                     .await
                     .map_err(ClientError::from),
             ),
-            Effect::NewThread
-            | Effect::Open(_)
-            | Effect::OpenAt(..)
-            | Effect::Fork(_)
-            | Effect::Complete { .. }
-            | Effect::Exit => return,
+            Effect::NewThread | Effect::Open(_) | Effect::OpenAt(..) | Effect::Complete { .. } | Effect::Exit => return,
         };
         let _ = tx.send(reply);
     });
@@ -168,6 +167,11 @@ pub(super) fn on_reply(app: &mut App, reply: Reply) -> Vec<Effect> {
         Reply::Completed(Ok(c)) => app.on_completed(&c),
         Reply::Cancelled(Ok((runs, stopped))) => app.on_cancelled(&runs, stopped),
         Reply::Cost(Ok(report)) => app.on_cost(&report),
+        // The branch is opened (the bundle, with what it carries, first).
+        Reply::Forked(Ok(t)) => {
+            app.set_notice(format!("forked from {}: this branch is the current thread", app.thread.id));
+            return vec![Effect::Open(t.id)];
+        }
         Reply::Sent(Ok(sent)) => {
             // The thread exists now.
             app.pending_new = None;
@@ -256,6 +260,7 @@ pub(super) fn on_reply(app: &mut App, reply: Reply) -> Vec<Effect> {
         Reply::Sent(Err(e))
         | Reply::Cancelled(Err(e))
         | Reply::Cost(Err(e))
+        | Reply::Forked(Err(e))
         | Reply::WorkStarted(Err(e))
         | Reply::Diffed(Err(e))
         | Reply::Accepted(Err(e))

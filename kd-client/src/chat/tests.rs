@@ -607,7 +607,7 @@ fn title_fork_and_search_commands_and_a_hit_brought_into_view() {
     app.load(thread(), &history);
     for (line, effect) in [
         ("/title Orders sharding", Effect::SetTitle("Orders sharding".into())),
-        ("/fork Try tenants", Effect::Fork(Some("Try tenants".into()))),
+        ("/fork Try tenants", Effect::Fork { title: Some("Try tenants".into()), carry: None }),
         ("/search shard*", Effect::Search("shard*".into())),
     ] {
         typed(&mut app, line);
