@@ -482,3 +482,32 @@ async fn a_fork_in_the_chat_opens_the_branch_carrying_the_conversation() {
     tmux.type_line("/quit");
     tmux.wait_for("the shell again", |_| tmux.display("#{alternate_on}") == "0").await;
 }
+
+/// A vote asked in the chat is the chat's: Esc stops its runs, though the
+/// daemon runs it on a connection of its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn esc_stops_the_runs_of_a_vote_asked_in_the_chat() {
+    let dir = tempfile::tempdir().unwrap();
+    let hold = kd_tests::Hold::new();
+    let ws = Workspace::new(&[
+        ("claude", "claude", &[("FAKE_HOLD", hold.var()), ("FAKE_TEXT", "Use a queue.")]),
+        ("codex", "codex", &[("FAKE_HOLD", hold.var()), ("FAKE_TEXT", "Use a lock.")]),
+    ]);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::thread_in(&c, &ws, None).await;
+    let tmux = Tmux::start_sized(dir.path(), ws.dir.path(), 120, 40);
+    tmux.wait_for("the shell prompt", |s| s.contains('$')).await;
+    tmux.type_line(&format!("KD_NO_AUTOSTART=1 {} --socket {} chat {t}", bin("kd").display(), kdd.socket.display()));
+    tmux.wait_for("the chat header", |s| s.contains("kd chat") && s.contains(&t)).await;
+    tmux.type_line("/vote Queue or lock?");
+    tmux.wait_for("both answering", |s| s.matches("(streaming · ").count() == 2).await;
+    assert_eq!(c.run_list(Some(t.clone())).await.unwrap().len(), 2);
+    tmux.send_keys(&["Escape"]);
+    let screen = tmux.wait_for("the vote stopped", |s| s.matches("· interrupted").count() == 2).await;
+    assert!(!screen.contains("nothing of yours was running"), "{screen}");
+    assert!(c.run_list(Some(t.clone())).await.unwrap().is_empty(), "no run left");
+    tmux.wait_for("the vote's end", |s| s.contains("no vote: too few answers · 0 of 2 answered · 2 failed")).await;
+    tmux.type_line("/quit");
+    tmux.wait_for("the shell again", |_| tmux.display("#{alternate_on}") == "0").await;
+}

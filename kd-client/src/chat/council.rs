@@ -5,7 +5,7 @@
 //! sends, retries and completions: Esc stops them, `/quit` waits for them)
 //! or another client's (`/cancel` asks before it stops them).
 
-use kd_proto::types::{Completion, CostReport, MessageKind, RunInfo, ThreadEvent};
+use kd_proto::types::{Aggregation, Completion, CostReport, MessageKind, RunInfo, ThreadEvent};
 
 use super::app::{App, Confirm, Effect, Kind};
 
@@ -65,13 +65,11 @@ impl App {
     pub fn on_completed(&mut self, c: &Completion) {
         self.completing = None;
         let m = &c.summary;
-        let outcome = match (&c.tally, &c.synthesis) {
-            (_, Some(s)) => format!("synthesis by {}", s.member),
-            (Some(t), None) => format!("vote: {}", t.verdict()),
-            (None, None) if m.completed < 2 && c.aggregation != kd_proto::types::Aggregation::None => {
-                "no vote or synthesis: too few answers".to_string()
-            }
-            (None, None) => "done".to_string(),
+        let outcome = match (&c.tally, &c.synthesis, c.aggregation) {
+            (_, Some(s), _) => format!("synthesis by {}", s.member),
+            (Some(t), None, _) => format!("vote: {}", t.verdict()),
+            (None, None, Aggregation::Synthesize) => "no synthesis: nobody answered".to_string(),
+            (None, None, _) => "no vote: too few answers".to_string(),
         };
         let failed = m.errors + m.timeouts + m.cancelled;
         let failed = if failed > 0 { format!(" · {failed} failed or stopped") } else { String::new() };

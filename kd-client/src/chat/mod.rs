@@ -188,15 +188,21 @@ pub async fn run(ctx: &Ctx, args: ChatArgs) -> anyhow::Result<ExitCode> {
                     // Leaving anyway: a daemon too slow to answer is not waited for.
                     let _ = tokio::time::timeout(Duration::from_secs(2), stop).await;
                 }
+                // The runs of this chat's completion are its connection's:
+                // both are interrupted, and the reply counts both.
                 Effect::Interrupt => {
-                    // The runs of this chat's completion are its connection's.
-                    if let Some(side) = completion.clone() {
-                        let thread = app.thread.id.clone();
-                        tokio::spawn(async move {
-                            let _ = side.council_interrupt(thread, None).await;
-                        });
-                    }
-                    request(&client, &app, Effect::Interrupt, tx.clone());
+                    let (side, main, thread, tx) =
+                        (completion.clone(), client.clone(), app.thread.id.clone(), tx.clone());
+                    tokio::spawn(async move {
+                        let mut n = 0;
+                        if let Some(side) = side
+                            && let Ok(i) = side.council_interrupt(thread.clone(), None).await
+                        {
+                            n = i.runs.len();
+                        }
+                        let r = main.council_interrupt(thread, None).await.map(|i| n + i.runs.len());
+                        let _ = tx.send(Reply::Interrupted(r.map_err(ClientError::from)));
+                    });
                 }
                 Effect::Complete { question, vote, chair } => {
                     match Client::connect_with(client.socket(), kd_client::NO_REQUEST_TIMEOUT).await {
