@@ -97,7 +97,7 @@ pub trait KdApi {
     async fn thread_summarize(&self, thread: String) -> RpcResult<Thread>;
 
     #[method(name = "thread.fork", param_kind = map)]
-    async fn thread_fork(&self, thread: String, title: Option<String>) -> RpcResult<Thread>;
+    async fn thread_fork(&self, thread: String, title: Option<String>, carry: Option<Carry>) -> RpcResult<Thread>;
 
     #[method(name = "thread.unarchive", param_kind = map)]
     async fn thread_unarchive(&self, thread: String) -> RpcResult<Thread>;

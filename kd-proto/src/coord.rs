@@ -340,10 +340,92 @@ pub struct Tally {
     pub ballots: Vec<Ballot>,
     /// Best first.
     pub scores: Vec<Score>,
-    /// The member with most points (ties: most first places, then label order).
+    /// The member with most points; on a tie, the one [`Tally::tie`] says
+    /// broke it, or none when the tie is left to the King.
     pub winner: Option<String>,
     /// The message holding the tally, as shown in the thread.
     pub seq: Option<u64>,
+    /// When two or more members share the most points: who, and how it was
+    /// settled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tie: Option<Tie>,
+}
+
+/// A tie at the top of a vote: the members sharing the most points, and
+/// what settled it — more first places, then the chair's ballot, else
+/// nothing (left to the King, no winner).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Tie {
+    /// The members sharing the most points, in score order.
+    pub members: Vec<String>,
+    pub broken_by: TieBreak,
+    /// The chair whose ballot broke it (`broken_by: chair`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chair: Option<String>,
+}
+
+/// What settled a tie.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TieBreak {
+    /// One of the tied members has more first places.
+    FirstPlaces,
+    /// Still tied on first places: the chair's ballot ranks one of them
+    /// above the others.
+    Chair,
+    /// Nothing settled it: no winner, the King decides.
+    King,
+}
+
+impl Tally {
+    /// The tally's one-line verdict, as the thread, `kd ask` and the chat
+    /// say it: `codex wins.`, `tie between … : left to the King.`, …
+    pub fn verdict(&self) -> String {
+        let Some(tie) = &self.tie else {
+            return match &self.winner {
+                Some(w) => format!("{w} wins."),
+                None => "no ranking could be read.".to_string(),
+            };
+        };
+        let score = |m: &str| self.scores.iter().find(|s| s.member == m);
+        let points = tie.members.first().and_then(|m| score(m)).map(|s| s.points).unwrap_or(0);
+        let firsts = |m: &str| score(m).map(|s| s.firsts).unwrap_or(0);
+        let top_firsts = tie.members.iter().map(|m| firsts(m)).max().unwrap_or(0);
+        let still: Vec<&String> = tie.members.iter().filter(|m| firsts(m) == top_firsts).collect();
+        let mut out = format!("tie between {} on {}", and_list(&tie.members), plural(points, "point"));
+        if tie.broken_by == TieBreak::FirstPlaces {
+            let w = self.winner.as_deref().unwrap_or_default();
+            out.push_str(&format!(", broken by first places ({w} has {}): {w} wins.", top_firsts));
+            return out;
+        }
+        if still.len() == tie.members.len() {
+            out.push_str(&format!(" and {} each", plural(top_firsts, "first place")));
+        } else {
+            out.push_str(&format!(", {} with {} each", and_list(&still), plural(top_firsts, "first place")));
+        }
+        match (tie.broken_by, &self.winner, &tie.chair) {
+            (TieBreak::Chair, Some(w), Some(chair)) => {
+                out.push_str(&format!(", broken by the chair's ballot ({chair} ranks {w} higher): {w} wins."))
+            }
+            _ => out.push_str(": left to the King."),
+        }
+        out
+    }
+}
+
+/// `a`, `a and b`, `a, b and c`.
+fn and_list(names: &[impl AsRef<str>]) -> String {
+    match names {
+        [] => String::new(),
+        [one] => one.as_ref().to_string(),
+        [rest @ .., last] => {
+            format!("{} and {}", rest.iter().map(AsRef::as_ref).collect::<Vec<_>>().join(", "), last.as_ref())
+        }
+    }
+}
+
+fn plural(n: u32, what: &str) -> String {
+    if n == 1 { format!("1 {what}") } else { format!("{n} {what}s") }
 }
 
 /// Totals of a completion.

@@ -107,6 +107,35 @@ pub enum Lineage {
     Branch,
 }
 
+/// What a fork carries of its parent into the branch's context bundle
+/// (`thread.fork`'s `carry`, `lifecycle.fork_carry`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Carry {
+    /// The parent's conversation so far, as history (the default).
+    #[default]
+    Conversation,
+    /// A summary of the parent made at fork time (the summarizer's, else
+    /// the extractive one).
+    Summary,
+    /// Only the identity and policy files and the parent's stored summary.
+    None,
+}
+
+impl Carry {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Carry::Conversation => "conversation",
+            Carry::Summary => "summary",
+            Carry::None => "none",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Carry> {
+        [Carry::Conversation, Carry::Summary, Carry::None].into_iter().find(|c| c.as_str() == s)
+    }
+}
+
 /// How an agent is given the conversation on each turn (F-A4).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]

@@ -10,6 +10,9 @@
 //! reaper, a read, `thread.archive` — tells [`Archived`], and what follows
 //! an archive (the summarizer, the summary offered to the parent:
 //! [`crate::summary`]) takes it from there: one path for every archive.
+//! Forks are here too (F-L1): a branch starts with its context bundle, which
+//! carries the parent's conversation, a summary of it, or neither
+//! ([`Carried`]).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -22,9 +25,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, Lifecycle};
 use crate::db::lifecycle::{Material, Summary};
-use crate::db::messages::NewMessage;
+use crate::db::messages::{NewMessage, Page};
 use crate::db::threads::NewThread;
 use crate::db::{Db, DbResult, now_ms};
+use crate::prompt;
 
 /// How often the reaper looks at every thread, by default.
 pub const REAP_INTERVAL: Duration = Duration::from_secs(60);
@@ -46,7 +50,7 @@ pub fn due(thread: &Thread, l: &Lifecycle, now: i64) -> Option<ThreadStatus> {
 
 /// The workspace's lifecycle settings; the defaults when its configuration
 /// cannot be read (the reaper must not stop on one bad file).
-fn settings(workspace: &str) -> Lifecycle {
+pub fn settings(workspace: &str) -> Lifecycle {
     match config::load(Path::new(workspace)) {
         Ok(c) => c.lifecycle,
         Err(e) => {
@@ -182,13 +186,39 @@ fn cut(text: &str) -> String {
 const BUNDLE_FILE_BYTES: u64 = 64 * 1024;
 /// Most bytes of a whole bundle.
 const BUNDLE_BYTES: usize = 256 * 1024;
+/// Most bytes of the parent's conversation a fork carries (its newest
+/// messages, whole): about what an agent's context holds.
+const CARRY_BYTES: usize = 1024 * 1024;
+
+/// What a fork carries of its parent into the branch's bundle, beside the
+/// identity and policy files (`thread.fork`'s `carry`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Carried {
+    /// Nothing more: the seed's minimal bundle (with the parent's summary
+    /// if it has one).
+    Nothing,
+    /// The parent's conversation so far, as the history format writes it:
+    /// the branch's members are given it as the conversation their own
+    /// continues.
+    Conversation,
+    /// A summary of the parent made at fork time, in place of its stored one.
+    Summary(String),
+}
 
 /// Forks a branch of `parent` (F-L1): same workspace, members and context
 /// mode, its own sessions, made current, and as its first message the
 /// context bundle — the `lifecycle.bundle` files present in the workspace,
-/// read now, and the parent's summary.
-pub async fn fork(db: &Db, parent: String, title: Option<String>) -> DbResult<Thread> {
+/// read now, the parent's summary, and what is `carried`.
+pub async fn fork(db: &Db, parent: String, title: Option<String>, carried: Carried) -> DbResult<Thread> {
     let p = db.thread(parent).await?;
+    // A summary made now stands in place of the stored one.
+    let (extra, stored_summary) = match carried {
+        Carried::Nothing => (None, true),
+        Carried::Conversation => (conversation(db, &p).await?, true),
+        Carried::Summary(s) => {
+            (Some(format!("=== summary of thread {}, made at the fork ===\n{}", p.id, s.trim())), false)
+        }
+    };
     let t = NewThread {
         id: None,
         workspace: p.workspace.clone(),
@@ -201,7 +231,30 @@ pub async fn fork(db: &Db, parent: String, title: Option<String>) -> DbResult<Th
         context: p.context,
         origin: None,
     };
-    create(db, t).await
+    match bundle(&p, &settings(&p.workspace).bundle, stored_summary, extra.as_deref()) {
+        Some(body) => Ok(db.create_thread_with_message(t, bundle_message(body)).await?.0),
+        None => db.create_thread(t).await,
+    }
+}
+
+/// The parent's conversation as a fork carries it: its newest messages up
+/// to [`CARRY_BYTES`], in the history format, under a heading; `None` when
+/// nothing was said.
+async fn conversation(db: &Db, parent: &Thread) -> DbResult<Option<String>> {
+    let page = Page { from_end: true, budget: CARRY_BYTES, ..Page::all_after(0) };
+    let messages = db.messages(parent.id.clone(), page).await?;
+    let said = prompt::format_conversation(&messages);
+    if said.is_empty() {
+        return Ok(None);
+    }
+    let upto = messages.iter().map(|m| m.seq).max().unwrap_or(0);
+    let earlier = messages.iter().map(|m| m.seq).min().unwrap_or(1).saturating_sub(1);
+    let left_out = match earlier {
+        0 => String::new(),
+        1 => format!("(1 earlier message is left out: `kd show {}` has it.)\n\n", parent.id),
+        n => format!("({n} earlier messages are left out: `kd show {}` has them.)\n\n", parent.id),
+    };
+    Ok(Some(format!("=== conversation of thread {}, up to #{upto} ===\n{left_out}{said}", parent.id)))
 }
 
 /// Creates thread `t`, with its context bundle first when it is a branch.
@@ -224,14 +277,20 @@ pub async fn bundle_for(db: &Db, t: &NewThread) -> DbResult<Option<NewMessage>> 
     };
     let Some(parent) = parent else { return Ok(None) };
     let p = db.thread(parent).await?;
-    Ok(bundle(&p, &settings(&p.workspace).bundle).map(|body| NewMessage {
-        purpose: Some(Purpose::Bundle),
-        ..NewMessage::new("", KD, vec![ALL.to_string()], MessageKind::System, body)
-    }))
+    Ok(bundle(&p, &settings(&p.workspace).bundle, true, None).map(bundle_message))
 }
 
-/// The bundle's text, or `None` when there is nothing to give.
-fn bundle(parent: &Thread, files: &[String]) -> Option<String> {
+fn bundle_message(body: String) -> NewMessage {
+    NewMessage {
+        purpose: Some(Purpose::Bundle),
+        ..NewMessage::new("", KD, vec![ALL.to_string()], MessageKind::System, body)
+    }
+}
+
+/// The bundle's text, or `None` when there is nothing to give: the files,
+/// the parent's stored summary (when `summary`), then `extra` (what a fork
+/// carries; last, so that the branch's own conversation follows it).
+fn bundle(parent: &Thread, files: &[String], summary: bool, extra: Option<&str>) -> Option<String> {
     let root = Path::new(&parent.workspace);
     let mut out = String::new();
     for name in files {
@@ -242,8 +301,11 @@ fn bundle(parent: &Thread, files: &[String]) -> Option<String> {
         }
         out.push_str(&format!("=== {name} ===\n{}\n\n", text.trim_end()));
     }
-    if let Some(s) = &parent.summary {
+    if let Some(s) = parent.summary.as_ref().filter(|_| summary) {
         out.push_str(&format!("=== summary of thread {} ===\n{s}\n\n", parent.id));
+    }
+    if let Some(extra) = extra {
+        out.push_str(extra);
     }
     (!out.is_empty()).then(|| format!("[Context for this branch of thread {}]\n\n{}", parent.id, out.trim_end()))
 }
@@ -337,6 +399,56 @@ mod tests {
         assert_eq!(due(&thread(Trunk, Idle, 4000), &l, now), None);
         assert_eq!(due(&thread(Trunk, Active, 4000), &l, now), Some(Idle));
         assert_eq!(due(&thread(Branch, Archived, 4000), &l, now), None);
+    }
+
+    #[test]
+    fn a_bundle_gives_the_files_then_the_stored_summary_then_what_the_fork_carries() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("AGENTS.md"), "Run the tests.\n").unwrap();
+        let mut p = thread(Lineage::Trunk, ThreadStatus::Active, 0);
+        p.workspace = dir.path().display().to_string();
+        p.summary = Some("Sharding was discussed.".into());
+        let files = vec!["AGENTS.md".to_string(), "CLAUDE.md".to_string()];
+        let carried = "=== conversation of thread t, up to #2 ===\nking: Q?\n\nclaude: A.";
+        assert_eq!(
+            bundle(&p, &files, true, Some(carried)).unwrap(),
+            format!(
+                "[Context for this branch of thread t]\n\n=== AGENTS.md ===\nRun the tests.\n\n=== summary of thread t \
+                 ===\nSharding was discussed.\n\n{carried}"
+            )
+        );
+        // A summary made at the fork stands in place of the stored one.
+        let b = bundle(&p, &files, false, Some("=== summary of thread t, made at the fork ===\nNew.")).unwrap();
+        assert!(!b.contains("Sharding was discussed.") && b.ends_with("made at the fork ===\nNew."), "{b}");
+        p.summary = None;
+        assert_eq!(bundle(&p, &[], true, None), None, "nothing to give");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_fork_carries_the_newest_of_a_long_conversation_and_says_what_is_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = kd_proto::paths::DbLocation::File(dir.path().join("kd.sqlite3"));
+        let db = Db::open(&at, Arc::new(crate::hub::Hub::new()), crate::db::Node::here("test")).await.unwrap();
+        let ws = dir.path().display().to_string();
+        let parent = db.create_thread(NewThread::in_workspace(&ws)).await.unwrap();
+        // Five answers of 300 KB: the newest three fit in CARRY_BYTES.
+        for i in 1..=5 {
+            let body = format!("answer {i} {}", "x".repeat(300 * 1024));
+            db.append_message(NewMessage::new(&parent.id, "claude", vec![], MessageKind::Agent, body)).await.unwrap();
+        }
+        let branch = fork(&db, parent.id.clone(), None, Carried::Conversation).await.unwrap();
+        let bundle = &db.messages(branch.id.clone(), Page::all_after(0)).await.unwrap()[0];
+        assert_eq!(bundle.purpose, Some(Purpose::Bundle));
+        let b = &bundle.body;
+        assert!(b.contains(&format!("=== conversation of thread {}, up to #5 ===", parent.id)), "{}", &b[..200]);
+        assert!(b.contains(&format!("(2 earlier messages are left out: `kd show {}` has them.)", parent.id)));
+        assert!(!b.contains("answer 2 ") && b.contains("claude: answer 3 ") && b.contains("claude: answer 5 "));
+        assert!(b.len() <= CARRY_BYTES + 4096, "bounded: {}", b.len());
+        // Nothing said, nothing carried, no bundle files: no bundle.
+        let quiet = db.create_thread(NewThread::in_workspace(&ws)).await.unwrap();
+        let branch = fork(&db, quiet.id, None, Carried::Conversation).await.unwrap();
+        assert_eq!(branch.last_seq, 0);
+        db.close().await;
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! extractive one kept meanwhile, and on `kd summarize`. Without a
 //! summarizer, or when its run fails, the extractive summary stands. A
 //! branch's summary is then offered to its parent (`lifecycle.summary_to_
-//! trunk`, on by default) as a message from kd the members are given.
+//! trunk`, on by default) as a message from kd the members are given. A
+//! fork told to carry a summary gets one made the same way ([`at_fork`]).
 //! Above the council (a summary is a run like any other); the ageing itself
 //! is [`crate::lifecycle`]'s.
 
@@ -78,6 +79,21 @@ pub async fn now(c: &Council, id: String) -> DbResult<Thread> {
         None => lifecycle::summarize(db, &id).await?,
     };
     db.set_thread_summary(id, summary).await
+}
+
+/// A summary of `parent` for a fork to carry (`--carry summary`): the
+/// summarizer's, made now, where its run can start (on the node that owns
+/// the thread), else the extractive one. Not kept as the parent's summary.
+pub async fn at_fork(c: &Council, parent: &Thread) -> DbResult<String> {
+    let db = &c.agents.db;
+    let by_member = match load(parent) {
+        Some(config) if crate::council::runs_here(db, &parent.id).await.is_ok() => by_member(c, parent, &config).await,
+        _ => None,
+    };
+    Ok(match by_member {
+        Some(s) => s.text,
+        None => lifecycle::summarize(db, &parent.id).await?.text,
+    })
 }
 
 /// Follows every archive, whichever path made it ([`lifecycle::Archived`]):

@@ -312,3 +312,202 @@ async fn work_in_the_chat_opens_the_tasks_thread_with_each_members_work() {
     tmux.type_line("/quit");
     tmux.wait_for("the shell again", |_| tmux.display("#{alternate_on}") == "0").await;
 }
+
+/// The chat does what the CLI does (issue 31 item 5): `/vote` and
+/// `/synthesize` run a completion on the chat's thread (its panels, ballots
+/// and tally in the log), `/cost` says what the thread cost, and Ctrl+U
+/// clears the line being typed.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_chat_votes_synthesizes_and_says_what_the_thread_cost() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = |ranking: &str| {
+        serde_json::json!([
+            ["[Evaluation]", format!("Fine.\nFINAL RANKING:\n1. {{label:{ranking}}}")],
+            ["[Synthesis]", "Chair: use a lock."]
+        ])
+        .to_string()
+    };
+    let (a, b) = (rules("Use a lock."), rules("Use a queue."));
+    // Both speak claude's format, which reports a cost.
+    let ws = Workspace::new(&[
+        ("claude", "claude", &[("FAKE_TEXT", "Use a queue."), ("FAKE_RULES", &a)]),
+        ("codex", "claude", &[("FAKE_TEXT", "Use a lock."), ("FAKE_RULES", &b)]),
+    ]);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::thread_in(&c, &ws, None).await;
+    let tmux = Tmux::start_sized(dir.path(), ws.dir.path(), 120, 60);
+    tmux.wait_for("the shell prompt", |s| s.contains('$')).await;
+    tmux.type_line(&format!("KD_NO_AUTOSTART=1 {} --socket {} chat {t}", bin("kd").display(), kdd.socket.display()));
+    tmux.wait_for("the chat header", |s| s.contains("kd chat") && s.contains(&t)).await;
+
+    tmux.send_keys(&["-l", "a typo here"]);
+    tmux.wait_for("the typed line", |s| s.contains("a typo here")).await;
+    tmux.send_keys(&["C-u"]);
+    tmux.wait_for("the line cleared", |s| !s.contains("a typo")).await;
+
+    tmux.type_line("/vote Queue or lock?");
+    let screen = tmux
+        .wait_for("the tally and the vote's notice", |s| s.contains("Vote: tie between") && s.contains("vote: tie"))
+        .await;
+    assert!(screen.contains("Queue or lock?") && screen.contains("· ballot"), "{screen}");
+    let messages = c.thread_messages(t.clone(), None, None, None, None).await.unwrap().into_vec();
+    let purposes = messages.iter().filter_map(|m| m.purpose).collect::<Vec<_>>();
+    assert_eq!(purposes.len(), 3, "two ballots and the tally: {messages:?}");
+
+    tmux.type_line("/synthesize claude Which, then?");
+    tmux.wait_for("the synthesis", |s| s.contains("claude · synthesis") && s.contains("Chair: use a lock.")).await;
+
+    tmux.type_line("/cost");
+    let cost = c.cost_report(Some(t.clone()), None, None, None).await.unwrap();
+    let said = format!("cost ${:.4}", cost.total.cost_usd);
+    assert!(cost.total.cost_usd > 0.0, "{cost:?}");
+    tmux.wait_for("the cost", |s| s.contains(&said) && s.contains("claude $") && s.contains("codex $")).await;
+    tmux.type_line("/quit");
+    tmux.wait_for("the shell again", |_| tmux.display("#{alternate_on}") == "0").await;
+}
+
+/// Runs another client started (`kd ask --async`) are shown in the chat;
+/// Esc leaves them (they are not the chat's), `/cancel` stops them after
+/// asking (issue 31 item 5).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_chat_cancels_runs_it_did_not_start_after_asking() {
+    let dir = tempfile::tempdir().unwrap();
+    let hold = kd_tests::Hold::new();
+    let ws = Workspace::new(&[("claude", "claude", &[("FAKE_HOLD", hold.var()), ("FAKE_TEXT", "Done at last.")])]);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::thread_in(&c, &ws, None).await;
+    let mut ask = kdd.kd();
+    ask.current_dir(ws.dir.path()).args(["ask", "--thread", &t, "--async", "Take your time."]);
+    let out = kd_tests::run(ask).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let tmux = Tmux::start_sized(dir.path(), ws.dir.path(), 120, 30);
+    tmux.wait_for("the shell prompt", |s| s.contains('$')).await;
+    tmux.type_line(&format!("KD_NO_AUTOSTART=1 {} --socket {} chat {t}", bin("kd").display(), kdd.socket.display()));
+    tmux.wait_for("the run started elsewhere", |s| s.contains("claude (streaming · ")).await;
+
+    tmux.send_keys(&["Escape"]);
+    tmux.wait_for("Esc's notice", |s| s.contains("nothing of yours was running")).await;
+    assert_eq!(c.run_list(Some(t.clone())).await.unwrap().len(), 1, "Esc stops only the chat's own runs");
+
+    tmux.type_line("/cancel");
+    tmux.wait_for("the question", |s| s.contains("Stop 1 run started elsewhere (claude)?")).await;
+    tmux.send_keys(&["n"]);
+    tmux.wait_for("kept", |s| s.contains("kept the runs")).await;
+    assert_eq!(c.run_list(Some(t.clone())).await.unwrap().len(), 1, "n keeps them");
+
+    tmux.type_line("/cancel");
+    tmux.wait_for("the question again", |s| s.contains("Stop 1 run started elsewhere (claude)?")).await;
+    tmux.send_keys(&["y"]);
+    tmux.wait_for("the run cancelled", |s| s.contains("cancelled claude") && s.contains("· interrupted")).await;
+    assert!(c.run_list(Some(t.clone())).await.unwrap().is_empty());
+    tmux.type_line("/quit");
+    tmux.wait_for("the shell again", |_| tmux.display("#{alternate_on}") == "0").await;
+}
+
+/// `/vote` as the first thing said in `kd chat --new` makes the thread (the
+/// one the chat shows) and votes there.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_vote_in_a_new_chat_makes_its_thread_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = |ranking: &str| {
+        serde_json::json!([["[Evaluation]", format!("FINAL RANKING:\n1. {{label:{ranking}}}")]]).to_string()
+    };
+    // claude ranks codex's answer first; codex has nothing it can rank.
+    let (a, b) = (rules("Use a lock."), rules("Use a lock."));
+    let ws = Workspace::new(&[
+        ("claude", "claude", &[("FAKE_TEXT", "Use a queue."), ("FAKE_RULES", &a)]),
+        ("codex", "codex", &[("FAKE_TEXT", "Use a lock."), ("FAKE_RULES", &b)]),
+    ]);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let tmux = Tmux::start_sized(dir.path(), ws.dir.path(), 120, 50);
+    tmux.wait_for("the shell prompt", |s| s.contains('$')).await;
+    tmux.type_line(&format!("KD_NO_AUTOSTART=1 {} --socket {} chat --new", bin("kd").display(), kdd.socket.display()));
+    tmux.wait_for("the chat header", |s| s.contains("kd chat")).await;
+    tmux.type_line("/vote Queue or lock?");
+    tmux.wait_for("the tally and its notice", |s| {
+        s.matches("broken by first places (codex has 1): codex wins.").count() == 2
+    })
+    .await;
+    let threads = c.thread_list(None, None, None).await.unwrap();
+    assert_eq!(threads.len(), 1, "{threads:?}");
+    assert_eq!(c.thread_current(ws.path(), None).await.unwrap().map(|t| t.id), Some(threads[0].id.clone()));
+    tmux.type_line("Thanks.");
+    tmux.wait_for("the next answers", |s| s.contains("Thanks.")).await;
+    assert_eq!(c.thread_list(None, None, None).await.unwrap().len(), 1, "the same thread");
+    tmux.type_line("/quit");
+    tmux.wait_for("the shell again", |_| tmux.display("#{alternate_on}") == "0").await;
+}
+
+/// `/fork` in the chat opens the branch, whose bundle carries the
+/// conversation the chat was showing (issue 31 item 3); `--carry none`
+/// gives only the bundle's files.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fork_in_the_chat_opens_the_branch_carrying_the_conversation() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = Workspace::new(&[("claude", "claude", &[("FAKE_TEXT", "Shard by tenant.")])]);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::thread_in(&c, &ws, None).await;
+    kd_tests::send_one_round(&c, &t, "How do we scale orders?").await;
+    kd_tests::within("the answer", async {
+        while c.thread_get(t.clone()).await.unwrap().last_seq < 2 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let tmux = Tmux::start_sized(dir.path(), ws.dir.path(), 120, 40);
+    tmux.wait_for("the shell prompt", |s| s.contains('$')).await;
+    tmux.type_line(&format!("KD_NO_AUTOSTART=1 {} --socket {} chat {t}", bin("kd").display(), kdd.socket.display()));
+    tmux.wait_for("the chat", |s| s.contains("kd chat") && s.contains("Shard by tenant.")).await;
+    tmux.type_line("/fork Try tenants");
+    let screen =
+        tmux.wait_for("the branch", |s| s.contains(&format!("forked from {t}")) && s.contains("kd · bundle")).await;
+    assert!(screen.contains(&format!("conversation of thread {t}, up to #2")), "{screen}");
+    assert!(
+        screen.contains("king: How do we scale orders?") && screen.contains("claude: Shard by tenant."),
+        "{screen}"
+    );
+    let branch = c.thread_current(ws.path(), None).await.unwrap().unwrap();
+    assert_eq!((branch.parent.as_deref(), branch.title.as_deref()), (Some(t.as_str()), Some("Try tenants")));
+    assert!(screen.contains(&format!("kd chat · {}", branch.id)), "the branch is open: {screen}");
+
+    tmux.type_line("/fork --carry none");
+    tmux.wait_for("the second branch", |s| s.contains(&format!("forked from {}", branch.id))).await;
+    let bare = c.thread_current(ws.path(), None).await.unwrap().unwrap();
+    assert_eq!(bare.parent.as_deref(), Some(branch.id.as_str()));
+    assert_eq!(bare.last_seq, 0, "no bundle files, nothing carried: {bare:?}");
+    tmux.type_line("/quit");
+    tmux.wait_for("the shell again", |_| tmux.display("#{alternate_on}") == "0").await;
+}
+
+/// A vote asked in the chat is the chat's: Esc stops its runs, though the
+/// daemon runs it on a connection of its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn esc_stops_the_runs_of_a_vote_asked_in_the_chat() {
+    let dir = tempfile::tempdir().unwrap();
+    let hold = kd_tests::Hold::new();
+    let ws = Workspace::new(&[
+        ("claude", "claude", &[("FAKE_HOLD", hold.var()), ("FAKE_TEXT", "Use a queue.")]),
+        ("codex", "codex", &[("FAKE_HOLD", hold.var()), ("FAKE_TEXT", "Use a lock.")]),
+    ]);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::thread_in(&c, &ws, None).await;
+    let tmux = Tmux::start_sized(dir.path(), ws.dir.path(), 120, 40);
+    tmux.wait_for("the shell prompt", |s| s.contains('$')).await;
+    tmux.type_line(&format!("KD_NO_AUTOSTART=1 {} --socket {} chat {t}", bin("kd").display(), kdd.socket.display()));
+    tmux.wait_for("the chat header", |s| s.contains("kd chat") && s.contains(&t)).await;
+    tmux.type_line("/vote Queue or lock?");
+    tmux.wait_for("both answering", |s| s.matches("(streaming · ").count() == 2).await;
+    assert_eq!(c.run_list(Some(t.clone())).await.unwrap().len(), 2);
+    tmux.send_keys(&["Escape"]);
+    let screen = tmux.wait_for("the vote stopped", |s| s.matches("· interrupted").count() == 2).await;
+    assert!(!screen.contains("nothing of yours was running"), "{screen}");
+    assert!(c.run_list(Some(t.clone())).await.unwrap().is_empty(), "no run left");
+    tmux.wait_for("the vote's end", |s| s.contains("no vote: too few answers · 0 of 2 answered · 2 failed")).await;
+    tmux.type_line("/quit");
+    tmux.wait_for("the shell again", |_| tmux.display("#{alternate_on}") == "0").await;
+}

@@ -560,6 +560,79 @@ async fn kd_ask_vote_streams_the_answers_and_ballots_then_prints_the_tally() {
     assert_eq!(o.matches("Use a queue.").count(), 1, "each answer once:\n{o}");
 }
 
+/// claude ("Use a queue.") and codex ("Use a lock."), each ranking the
+/// other's answer first: a tie on points and on first places.
+fn two_each_ranking_the_other(ws: &Workspace) {
+    let rules = |ranking: &str| ballot_rules(&format!("Fine.\nFINAL RANKING:\n{ranking}"), "Chair: both work.");
+    config(
+        ws,
+        &[
+            ("claude", &[("FAKE_TEXT", "Use a queue."), ("FAKE_RULES", &rules("1. {label:Use a lock.}"))], none()),
+            ("codex", &[("FAKE_TEXT", "Use a lock."), ("FAKE_RULES", &rules("1. {label:Use a queue.}"))], none()),
+        ],
+        none(),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tie_is_a_tie_left_to_the_king_in_the_thread_and_in_kd_ask() {
+    let ws = Workspace::new(&[]);
+    two_each_ranking_the_other(&ws);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let vote = c.completion_agents(t.clone(), "Q?".into(), None, None, None, Some(Aggregation::Vote), None, None, None);
+    let done = within("the vote", vote).await.unwrap();
+    let tally = done.tally.clone().unwrap();
+    assert_eq!(tally.winner, None, "nobody wins a tie nothing breaks: {tally:?}");
+    let tie = tally.tie.clone().expect("a tie");
+    assert_eq!((tie.members.len(), tie.broken_by), (2, TieBreak::King));
+    let verdict = "Vote: tie between claude and codex on 0 points and 1 first place each: left to the King.";
+    let verdict_swapped = verdict.replace("claude and codex", "codex and claude");
+    let messages = c.thread_messages(t.clone(), None, None, None, None).await.unwrap();
+    let stored = messages.iter().find(|m| Some(m.seq) == tally.seq).unwrap();
+    assert!(stored.body.starts_with(verdict) || stored.body.starts_with(&verdict_swapped), "{}", stored.body);
+    // kd ask --vote says so as it streams; --json carries no winner.
+    let mut ask = kdd.kd();
+    ask.current_dir(ws.path()).args(["ask", "--thread", &t, "--vote", "Again?"]);
+    let out = run(ask).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.contains(verdict) || out.stdout.contains(&verdict_swapped), "{}", out.stdout);
+    assert!(!out.stdout.contains(" wins."), "{}", out.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tie_still_tied_on_first_places_goes_to_the_chairs_ballot() {
+    let ws = Workspace::new(&[]);
+    two_each_ranking_the_other(&ws);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let vote = c.completion_agents(
+        t.clone(),
+        "Q?".into(),
+        None,
+        None,
+        None,
+        Some(Aggregation::Synthesize),
+        Some(true),
+        Some("claude".into()),
+        None,
+    );
+    let done = within("the vote", vote).await.unwrap();
+    let tally = done.tally.clone().unwrap();
+    // claude chairs and ranked codex's answer first.
+    assert_eq!(tally.winner.as_deref(), Some("codex"), "{tally:?}");
+    assert_eq!(tally.scores[0].member, "codex", "the winner heads the scores: {tally:?}");
+    let tie = tally.tie.clone().expect("a tie");
+    assert_eq!((tie.broken_by, tie.chair.as_deref()), (TieBreak::Chair, Some("claude")));
+    let messages = c.thread_messages(t.clone(), None, None, None, None).await.unwrap();
+    let stored = messages.iter().find(|m| Some(m.seq) == tally.seq).unwrap();
+    let broken =
+        "on 0 points and 1 first place each, broken by the chair's ballot (claude ranks codex higher): codex wins.";
+    assert!(stored.body.starts_with("Vote: tie between ") && stored.body.contains(broken), "{}", stored.body);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn kd_broadcast_emergency_stop_stops_the_runs_in_flight_then_asks_each_member() {
     let ws = Workspace::new(&[]);

@@ -32,7 +32,7 @@ async fn ask(c: &kd_client::Client, t: &str, body: &str) -> Result<Sent, ClientE
 /// the workspace's `members` answered; their ids.
 async fn sharding_branch(c: &kd_client::Client, ws: &Workspace, members: usize) -> (String, String) {
     let trunk = kd_tests::new_thread(c, &ws.path()).await;
-    let branch = c.thread_fork(trunk.clone(), Some("Sharding".into())).await.unwrap().id;
+    let branch = c.thread_fork(trunk.clone(), Some("Sharding".into()), None).await.unwrap().id;
     let mut sub = c.thread_subscribe(branch.clone(), None, None).await.unwrap();
     ask(c, &branch, "How do we scale orders?").await.unwrap();
     collect_until(&mut sub, |e| kd_tests::ended(e) == members).await;
@@ -359,7 +359,7 @@ async fn after_the_current_branch_is_deleted_kd_ask_goes_back_to_the_trunk() {
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let trunk = kd_tests::new_thread(&c, &ws.path()).await;
-    let branch = c.thread_fork(trunk.clone(), None).await.unwrap().id;
+    let branch = c.thread_fork(trunk.clone(), None, None).await.unwrap().id;
     assert_eq!(c.thread_current(ws.path(), None).await.unwrap().unwrap().id, branch);
     c.thread_delete(branch.clone(), None).await.unwrap();
     let mut k = kdd.kd();
@@ -395,7 +395,7 @@ async fn a_fork_starts_with_the_bundle_and_its_own_sessions() {
     assert!(parent_session.backend_session_id.is_some());
 
     let mut k = kdd.kd();
-    k.current_dir(ws.path()).args(["fork", "--title", "Try sharding"]);
+    k.current_dir(ws.path()).args(["fork", "--title", "Try sharding", "--carry", "none"]);
     let out = run(k).await;
     assert!(out.status.success(), "{}", out.stderr);
     let branch = c.thread_get(out.stdout.trim().to_string()).await.unwrap();
@@ -441,6 +441,152 @@ async fn a_fork_starts_with_the_bundle_and_its_own_sessions() {
     let messages = c.thread_messages(asked.id.clone(), None, None, None, None).await.unwrap();
     assert_eq!((messages[1].kind, messages[1].body.as_str()), (MessageKind::King, "A new topic"));
     assert_eq!(asked.title.as_deref(), Some("A new topic"), "titled from the question, not the bundle");
+}
+
+/// The prompts `record` holds that contain `needle`.
+fn prompts_with(record: &str, needle: &str) -> Vec<String> {
+    kd_tests::records(record).iter().map(kd_tests::prompt_of).filter(|p| p.contains(needle)).collect()
+}
+
+/// `kd fork` in `ws` with `args`; the branch.
+async fn fork(kdd: &Kdd, ws: &Workspace, args: &[&str]) -> String {
+    fork_saying(kdd, ws, args).await.0
+}
+
+/// `kd fork` in `ws` with `args`; the branch and what kd said of it.
+async fn fork_saying(kdd: &Kdd, ws: &Workspace, args: &[&str]) -> (String, String) {
+    let mut k = kdd.kd();
+    k.current_dir(ws.path()).arg("fork").args(args);
+    let out = run(k).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    (out.stdout.trim().to_string(), out.stderr)
+}
+
+/// Asks `body` in `thread` and waits for its `members` answers.
+async fn ask_and_wait(c: &kd_client::Client, thread: &str, body: &str, members: usize) {
+    let mut sub = c.thread_subscribe(thread.into(), None, None).await.unwrap();
+    ask(c, thread, body).await.unwrap();
+    collect_until(&mut sub, |e| kd_tests::ended(e) == members).await;
+}
+
+/// Issue 31 item 3: a fork carries its parent's conversation into the
+/// branch's prompt by default (`--carry conversation`), or a summary made
+/// at fork time (`--carry summary`), or only the bundle (`--carry none`);
+/// `lifecycle.fork_carry` sets the default, and a client that names no
+/// carry gets it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fork_carries_the_parents_conversation_or_a_summary_or_nothing() {
+    let ws = Workspace::new(&[]);
+    let record = ws.file("record.jsonl");
+    let rules = serde_json::json!([["[Summary]", "They chose to shard orders by tenant."]]).to_string();
+    let configure = |lifecycle: serde_json::Value| {
+        ws.write_config(&serde_json::json!({
+            "council": {"members": ["claude", "codex"]},
+            "agents": {
+                "claude": kd_tests::fake("claude", "claude", &[("FAKE_RECORD", &record), ("FAKE_TEXT", "Shard by tenant."), ("FAKE_RULES", &rules)]),
+                "codex": kd_tests::fake("codex", "codex", &[("FAKE_TEXT", "Add an index first.")])
+            },
+            "lifecycle": lifecycle,
+        }))
+    };
+    configure(serde_json::json!({"summarizer": "claude"}));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let trunk = kd_tests::new_thread(&c, &ws.path()).await;
+    ask_and_wait(&c, &trunk, "How do we scale orders?", 2).await;
+    let conversation = "king: How do we scale orders?\n\nclaude: Shard by tenant.\n\ncodex: Add an index first.";
+
+    // By default: the conversation, in the history format, then the branch's own.
+    let (carried, said) = fork_saying(&kdd, &ws, &["--title", "Try tenants", &trunk]).await;
+    assert!(said.contains(&format!("kd: its context bundle: conversation of thread {trunk}, up to #3")), "{said}");
+    ask_and_wait(&c, &carried, "Question A in the branch", 2).await;
+    let p = prompts_with(&record, "Question A in the branch").pop().expect("claude was asked in the branch");
+    assert!(p.contains(conversation), "the parent's conversation is carried:\n{p}");
+    assert!(p.find(conversation) < p.find("king: Question A in the branch"), "before the branch's own:\n{p}");
+    let bundle = &c.thread_messages(carried.clone(), None, None, None, None).await.unwrap()[0];
+    assert_eq!(bundle.purpose, Some(Purpose::Bundle));
+    assert!(bundle.body.contains(conversation), "{}", bundle.body);
+
+    // --carry none: the seed's minimal bundle.
+    let bare = fork(&kdd, &ws, &["--carry", "none", &trunk]).await;
+    ask_and_wait(&c, &bare, "Question B in the branch", 2).await;
+    let p = prompts_with(&record, "Question B in the branch").pop().unwrap();
+    assert!(!p.contains("How do we scale orders?") && !p.contains("Shard by tenant."), "nothing carried:\n{p}");
+
+    // --carry summary: the summarizer's summary, made now.
+    let (summed, said) = fork_saying(&kdd, &ws, &["--carry", "summary", &trunk]).await;
+    assert!(said.contains(&format!("kd: its context bundle: summary of thread {trunk}, made at the fork")), "{said}");
+    ask_and_wait(&c, &summed, "Question C in the branch", 2).await;
+    let p = prompts_with(&record, "Question C in the branch").pop().unwrap();
+    assert!(p.contains("They chose to shard orders by tenant."), "the summary is carried:\n{p}");
+    assert!(!p.contains(conversation), "not the conversation:\n{p}");
+
+    // The workspace's default, for kd fork and for a client that names none.
+    configure(serde_json::json!({"fork_carry": "none"}));
+    let by_config = fork(&kdd, &ws, &[&trunk]).await;
+    let old_client = kd_tests::rpc_post(
+        &kdd.socket,
+        &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "thread.fork", "params": {"thread": trunk}})
+            .to_string(),
+    );
+    let old_client = old_client["result"]["id"].as_str().expect("thread.fork without carry").to_string();
+    for branch in [by_config, old_client] {
+        let first = &c.thread_messages(branch.clone(), None, None, None, None).await.unwrap();
+        assert!(first.iter().all(|m| !m.body.contains("Shard by tenant.")), "{branch}: {first:?}");
+    }
+    // A carry kd does not know is refused, and nothing is made.
+    let before = c.thread_list(None, None, None).await.unwrap().len();
+    let bad = kd_tests::rpc_post(
+        &kdd.socket,
+        &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "thread.fork", "params": {"thread": trunk, "carry": "all"}})
+            .to_string(),
+    );
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+    let why = bad["error"]["data"].as_str().unwrap_or_default();
+    assert!(why.contains("expected one of `conversation`, `summary`, `none`"), "{bad}");
+    assert_eq!(c.thread_list(None, None, None).await.unwrap().len(), before);
+    configure(serde_json::json!({}));
+    let old_client = kd_tests::rpc_post(
+        &kdd.socket,
+        &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "thread.fork", "params": {"thread": trunk}})
+            .to_string(),
+    );
+    let branch = old_client["result"]["id"].as_str().unwrap().to_string();
+    let first = &c.thread_messages(branch, None, None, None, None).await.unwrap()[0];
+    assert!(first.body.contains(conversation), "the default carries the conversation: {}", first.body);
+}
+
+/// In resume mode the branch's members start sessions of their own, given
+/// the carried conversation once, in their first prompt.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resume_mode_fork_gives_the_carried_conversation_once() {
+    let ws = Workspace::new(&[]);
+    let record = ws.file("record.jsonl");
+    ws.write_config(&serde_json::json!({
+        "council": {"members": ["claude"]},
+        "agents": {"claude": kd_tests::fake("claude", "claude", &[("FAKE_RECORD", &record), ("FAKE_TEXT", "Shard by tenant.")])},
+    }));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let trunk = c
+        .thread_create(ws.path(), None, None, None, None, None, None, Some(true), Some(ContextMode::Resume))
+        .await
+        .unwrap()
+        .id;
+    ask_and_wait(&c, &trunk, "How do we scale orders?", 1).await;
+    let branch = fork(&kdd, &ws, &[&trunk]).await;
+    ask_and_wait(&c, &branch, "First in the branch", 1).await;
+    ask_and_wait(&c, &branch, "Second in the branch", 1).await;
+    let recs = kd_tests::records(&record);
+    let argv = |r: &serde_json::Value| -> Vec<String> {
+        r["argv"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_string()).collect()
+    };
+    let first = recs.iter().find(|r| kd_tests::prompt_of(r).contains("First in the branch")).unwrap();
+    assert!(kd_tests::prompt_of(first).contains("king: How do we scale orders?\n\nclaude: Shard by tenant."));
+    assert!(!argv(first).contains(&"--resume".to_string()), "a session of its own: {:?}", argv(first));
+    let second = recs.iter().find(|r| kd_tests::prompt_of(r).contains("Second in the branch")).unwrap();
+    assert!(argv(second).contains(&"--resume".to_string()), "{:?}", argv(second));
+    assert!(!kd_tests::prompt_of(second).contains("How do we scale orders?"), "given once");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -555,7 +701,7 @@ async fn when_the_current_branch_is_archived_the_trunk_is_current_again() {
     let kdd = reaping();
     let c = kdd.client().await;
     let trunk = kd_tests::new_thread(&c, &ws.path()).await;
-    let branch = c.thread_fork(trunk.clone(), None).await.unwrap().id;
+    let branch = c.thread_fork(trunk.clone(), None, None).await.unwrap().id;
     assert_eq!(c.thread_current(ws.path(), None).await.unwrap().unwrap().id, branch);
     let mut sub = c.thread_subscribe(branch.clone(), None, None).await.unwrap();
     config(&ws, serde_json::json!({"idle_after": "1s", "archive_after": "2s"}));

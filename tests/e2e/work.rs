@@ -265,6 +265,29 @@ async fn best_of_n_ranks_the_diffs_anonymised_and_names_the_winner() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn best_of_two_each_ranking_the_other_first_is_a_tie_left_to_the_king() {
+    let rank = |other: &str| {
+        let ranking = format!("FINAL RANKING:\n1. {{label:+{other} work}}");
+        serde_json::json!([["[Evaluation]", ranking]]).to_string()
+    };
+    let ws = repo(&[
+        ("claude", "claude", vec![("FAKE_RUN", writes("impl.txt", "alpha work")), ("FAKE_RULES", rank("beta"))]),
+        ("codex", "codex", vec![("FAKE_RUN", writes("impl.txt", "beta work")), ("FAKE_RULES", rank("alpha"))]),
+    ]);
+    let kdd = Kdd::start();
+    let (thread, _) = two_at_work(&kdd, &ws, &["--vote"]).await;
+    let c = kdd.client().await;
+    let messages = c.thread_messages(thread.clone(), None, None, None, None).await.unwrap().into_vec();
+    let tally = messages.iter().find(|m| m.purpose == Some(Purpose::Tally)).expect("a tally");
+    let tie = "on 0 points and 1 first place each: left to the King.";
+    assert!(tally.body.starts_with("Vote: tie between ") && tally.body.contains(tie), "{}", tally.body);
+    assert!(!tally.body.contains(" wins."), "{}", tally.body);
+    for m in ["claude", "codex"] {
+        assert!(tally.body.contains(&format!("`kd diff {m}`")), "{}", tally.body);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn review_gives_the_reviewers_the_diff_and_counts_their_verdicts() {
     let record = format!("/tmp/kd-work-review-{}.jsonl", std::process::id());
     let ws = repo(&[

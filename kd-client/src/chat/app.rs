@@ -1,14 +1,13 @@
-//! The chat's state and how it changes: daemon events and user input come
-//! in, [`Effect`]s (things to ask the daemon) go out. No I/O here, so all of
-//! it is tested directly.
+//! The chat's state: the log's entries, the input, overlays, questions,
+//! the members' work. Daemon events ([`super::live`]) and user input
+//! ([`super::keys`], [`super::input`]) change it, and [`Effect`]s (things
+//! to ask the daemon) go out. No I/O here, so all of it is tested directly.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use kd_proto::order::{Place, message_place, run_place};
-use kd_proto::types::{
-    Message, MessageKind, Purpose, RoundState, RouteType, RunStatus, Sent, Thread, ThreadEvent, display_order,
-};
+use kd_proto::order::{Place, message_place};
+use kd_proto::types::{Message, MessageKind, Purpose, RouteType, Thread, display_order};
 use kd_proto::work::Worktree;
 use ratatui::text::Line;
 use ratatui_textarea::TextArea;
@@ -59,7 +58,7 @@ pub struct Entry {
 }
 
 impl Entry {
-    fn new(kind: Kind, member: &str, text: String) -> Entry {
+    pub(super) fn new(kind: Kind, member: &str, text: String) -> Entry {
         Entry {
             activity: None,
             queued: false,
@@ -78,7 +77,7 @@ impl Entry {
         }
     }
 
-    fn from_message(m: &Message) -> Entry {
+    pub(super) fn from_message(m: &Message) -> Entry {
         let kind = match m.kind {
             MessageKind::King => Kind::King,
             MessageKind::Agent => Kind::Answer,
@@ -96,13 +95,13 @@ impl Entry {
         e
     }
 
-    fn changed(&self) {
+    pub(super) fn changed(&self) {
         *self.cache.borrow_mut() = None;
     }
 }
 
 /// The place of a panel nothing is known of yet.
-const AT_THE_END: Place = Place { anchor: u64::MAX, class: 2, ordinal: u64::MAX, seq: u64::MAX };
+pub(super) const AT_THE_END: Place = Place { anchor: u64::MAX, class: 2, ordinal: u64::MAX, seq: u64::MAX };
 
 /// Something the chat asks of the daemon (or of its own process).
 #[derive(Debug, Clone, PartialEq)]
@@ -114,6 +113,16 @@ pub enum Effect {
     /// Cancel this client's runs and stop the pending auto-turns.
     Interrupt,
     Retry,
+    /// A multicast completion on this thread (`/vote`, `/synthesize`).
+    Complete {
+        question: String,
+        vote: bool,
+        chair: Option<String>,
+    },
+    /// Stop the thread's runs (or one member's), whoever started them.
+    Cancel(Option<String>),
+    /// What the thread cost.
+    Cost,
     NewThread,
     ListThreads,
     Open(String),
@@ -121,7 +130,10 @@ pub enum Effect {
     OpenAt(String, u64),
     SetTitle(String),
     /// Branch this thread (with an optional title) and open the branch.
-    Fork(Option<String>),
+    Fork {
+        title: Option<String>,
+        carry: Option<kd_proto::types::Carry>,
+    },
     Search(String),
     Archive,
     Unarchive,
@@ -144,9 +156,14 @@ pub enum Effect {
 }
 
 /// A question the chat asks before it acts; the next key answers it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Confirm {
     Delete,
+    /// `/cancel` would stop runs other clients started (their members).
+    Cancel {
+        member: Option<String>,
+        others: Vec<String>,
+    },
 }
 
 /// Where an exchange stands, for the header.
@@ -216,6 +233,9 @@ pub struct App {
     pub work: BTreeMap<String, Worktree>,
     /// A member's diff shown over the log (`/diff MEMBER`).
     pub diff: Option<super::diff::DiffView>,
+    /// This chat's completion in flight (`/vote`, `/synthesize`): its runs
+    /// are this chat's.
+    pub completing: Option<super::council::Completing>,
 }
 
 impl App {
@@ -242,6 +262,7 @@ impl App {
             confirm: None,
             work: BTreeMap::new(),
             diff: None,
+            completing: None,
             palette: kd_client::style::Palette::default(),
             colors: std::env::var_os("NO_COLOR").is_none(),
         }
@@ -290,7 +311,7 @@ impl App {
 
     /// Puts each member's work under its latest answer's panel (one of
     /// its own runs, not a ballot, a review or kd's) and nowhere else.
-    fn place_work(&mut self) {
+    pub(super) fn place_work(&mut self) {
         if self.work.is_empty() && self.entries.iter().all(|e| e.work.is_none()) {
             return;
         }
@@ -315,276 +336,6 @@ impl App {
                 self.dirty = true;
             }
         }
-    }
-
-    /// Members currently writing.
-    pub fn streaming(&self) -> Vec<&str> {
-        self.entries.iter().filter(|e| e.kind == Kind::Streaming).map(|e| e.member.as_str()).collect()
-    }
-
-    fn index_of_run(&self, run: &str) -> Option<usize> {
-        self.entries
-            .iter()
-            .rposition(|e| e.run.as_deref() == Some(run) && matches!(e.kind, Kind::Streaming | Kind::Waiting))
-    }
-
-    fn index_of_seq(&self, seq: u64) -> Option<usize> {
-        self.entries.iter().rposition(|e| e.seq == Some(seq))
-    }
-
-    fn placeholder_for(&self, member: &str) -> Option<usize> {
-        self.entries.iter().rposition(|e| e.kind == Kind::Waiting && e.run.is_none() && e.member == member)
-    }
-
-    /// Content changed: follow it if at the bottom, else say so.
-    fn grew(&mut self) {
-        self.dirty = true;
-        if self.scroll > 0 {
-            self.new_below = true;
-        }
-    }
-
-    fn push(&mut self, e: Entry) {
-        self.entries.push(e);
-        self.sort();
-        self.grew();
-    }
-
-    /// Puts every entry in its place (a stable sort: equal places keep
-    /// their order).
-    fn sort(&mut self) {
-        if !self.entries.is_sorted_by_key(|e| e.place) {
-            self.entries.sort_by_key(|e| e.place);
-        }
-    }
-
-    /// The place of a member expected to answer whose run has not started:
-    /// after what the thread holds, `nth` among those waiting.
-    fn waiting_place(&self, nth: u64) -> Place {
-        let last = self.entries.iter().filter_map(|e| e.seq).max().unwrap_or(0);
-        Place { anchor: last, class: 2, ordinal: nth, seq: u64::MAX }
-    }
-
-    /// Applies an event from the thread's subscription.
-    pub fn apply(&mut self, event: &ThreadEvent) {
-        self.apply_event(event);
-        // A new panel of a member may now carry its work.
-        self.place_work();
-    }
-
-    fn apply_event(&mut self, event: &ThreadEvent) {
-        match event {
-            ThreadEvent::Message { message } => self.on_message(message),
-            ThreadEvent::RunWaiting { run } => {
-                let queued = run.status == RunStatus::Queued;
-                if let Some(i) = self.index_of_run(&run.id) {
-                    // Its deltas came first, or it left the queue; now its
-                    // place is known.
-                    self.entries[i].purpose = run.purpose;
-                    self.entries[i].queued = queued;
-                    self.entries[i].changed();
-                    if run.replaces.is_none() {
-                        self.entries[i].place = run_place(run);
-                        self.sort();
-                    }
-                    return;
-                }
-                let at =
-                    run.replaces.and_then(|seq| self.index_of_seq(seq)).or_else(|| self.placeholder_for(&run.member));
-                match at {
-                    Some(i) => {
-                        let e = &mut self.entries[i];
-                        e.kind = Kind::Waiting;
-                        e.queued = queued;
-                        e.run = Some(run.id.clone());
-                        e.round = run.round;
-                        e.purpose = run.purpose;
-                        e.text.clear();
-                        e.chars = 0;
-                        // A retry stands where the failure stood.
-                        if run.replaces.is_none() {
-                            e.place = run_place(run);
-                        }
-                        e.changed();
-                        self.sort();
-                        self.dirty = true;
-                    }
-                    None => {
-                        let mut e = Entry::new(Kind::Waiting, &run.member, String::new());
-                        e.queued = queued;
-                        e.run = Some(run.id.clone());
-                        e.round = run.round;
-                        e.purpose = run.purpose;
-                        e.place = run_place(run);
-                        self.push(e);
-                    }
-                }
-            }
-            ThreadEvent::RunStarted { run, .. } => {
-                if let Some(i) = self.index_of_run(run).filter(|i| self.entries[*i].queued) {
-                    self.entries[i].queued = false;
-                    self.entries[i].changed();
-                    self.dirty = true;
-                }
-            }
-            ThreadEvent::Work { worktree } => self.on_work(worktree),
-            ThreadEvent::Status { status, .. } => {
-                self.thread.status = *status;
-                if *status == kd_proto::types::ThreadStatus::Archived {
-                    self.notice =
-                        Some(format!("this thread is archived: `kd unarchive {}` opens it again", self.thread.id));
-                }
-                self.dirty = true;
-            }
-            ThreadEvent::Emergency { from, pending, .. } => {
-                self.emergency = (!pending.is_empty()).then(|| (from.clone(), pending.clone()));
-                self.dirty = true;
-            }
-            ThreadEvent::Delta { run, member, text, chars } => {
-                let i = match self.index_of_run(run) {
-                    Some(i) => i,
-                    None => {
-                        let mut e = Entry::new(Kind::Streaming, member, String::new());
-                        e.run = Some(run.clone());
-                        e.place = self.waiting_place(u64::MAX);
-                        self.push(e);
-                        self.index_of_run(run).unwrap_or(self.entries.len() - 1)
-                    }
-                };
-                let e = &mut self.entries[i];
-                e.kind = Kind::Streaming;
-                e.queued = false;
-                e.text.push_str(text);
-                e.chars = *chars;
-                e.changed();
-                self.grew();
-            }
-            ThreadEvent::Activity { run, what, .. } => {
-                if let Some(i) = self.index_of_run(run) {
-                    self.entries[i].activity = Some(what.clone());
-                    self.entries[i].changed();
-                    self.dirty = true;
-                }
-            }
-            ThreadEvent::RunFinished { run, .. }
-            | ThreadEvent::RunError { run, .. }
-            | ThreadEvent::RunCancelled { run, .. } => {
-                self.my_runs.remove(run);
-            }
-            ThreadEvent::Round { exchange, round, rounds, state, expected } => {
-                let running = *state == RoundState::Running;
-                self.round = Some(Round {
-                    exchange: *exchange,
-                    round: *round,
-                    rounds: *rounds,
-                    running,
-                    expected: expected.clone(),
-                });
-                if running && *round > 1 {
-                    // Sequential turns: show who speaks next.
-                    self.expect_next(None);
-                }
-                if !running {
-                    // The exchange is over: nobody else is coming.
-                    self.entries.retain(|e| !(e.kind == Kind::Waiting && e.run.is_none()));
-                }
-                self.dirty = true;
-            }
-            ThreadEvent::Lagged { .. } => {
-                self.notice = Some("some live output was skipped (the view fell behind)".into());
-                self.dirty = true;
-            }
-        }
-    }
-
-    fn on_message(&mut self, m: &Message) {
-        if self.index_of_seq(m.seq).is_some() {
-            return;
-        }
-        if let Some(run) = m.run.as_ref().filter(|r| r.run_id.is_some()) {
-            self.cost_usd += run.cost_usd.unwrap_or(0.0);
-        }
-        let run = m.run.as_ref().and_then(|r| r.run_id.clone());
-        let at = run
-            .as_deref()
-            .and_then(|r| self.index_of_run(r))
-            .or_else(|| m.replaces.and_then(|r| self.index_of_seq(r)))
-            .or_else(|| if m.from == "king" { None } else { self.placeholder_for(&m.from) });
-        let mut entry = Entry::from_message(m);
-        match at {
-            Some(i) => {
-                if m.replaces.is_some() {
-                    entry.place = self.entries[i].place;
-                }
-                self.entries[i] = entry;
-                self.sort();
-                self.dirty = true;
-            }
-            None => self.push(entry),
-        }
-        // In a sequential round the next member's turn comes now.
-        if m.kind != MessageKind::King
-            && m.round.is_some()
-            && self.round.as_ref().is_some_and(|r| r.running && r.round > 1)
-        {
-            self.expect_next(Some(&m.from));
-        }
-    }
-
-    /// Adds a waiting panel for the member after `after` in this round's
-    /// order (the first one when `after` is None), unless it already has one.
-    fn expect_next(&mut self, after: Option<&str>) {
-        let Some(round) = &self.round else { return };
-        let next = match after {
-            None => round.expected.first(),
-            Some(a) => round.expected.iter().skip_while(|m| m.as_str() != a).nth(1),
-        };
-        let Some(next) = next.cloned() else { return };
-        let busy = self.entries.iter().any(|e| e.member == next && matches!(e.kind, Kind::Waiting | Kind::Streaming));
-        if !busy {
-            let mut e = Entry::new(Kind::Waiting, &next, String::new());
-            e.place = self.waiting_place(0);
-            self.push(e);
-        }
-    }
-
-    /// Our own send came back: waiting panels for those who will answer.
-    pub fn on_sent(&mut self, sent: &Sent) {
-        for r in &sent.runs {
-            self.my_runs.insert(r.run.id.clone());
-        }
-        self.on_message(&sent.message);
-        let starting: Vec<String> = if sent.mode == kd_proto::types::Mode::Broadcast {
-            sent.members.clone()
-        } else {
-            sent.members.iter().take(1).cloned().collect()
-        };
-        for (nth, member) in starting.into_iter().enumerate() {
-            let started = sent.runs.iter().find(|r| r.run.member == member);
-            // A fast run may have answered (or failed) before this reply came.
-            let seen =
-                started.is_some_and(|r| self.entries.iter().any(|e| e.run.as_deref() == Some(r.run.id.as_str())));
-            let known = seen
-                || self.entries.iter().any(|e| {
-                    e.member == member
-                        && matches!(e.kind, Kind::Waiting | Kind::Streaming)
-                        && (started.is_none() || e.run == started.map(|r| r.run.id.clone()))
-                });
-            if !known {
-                let mut e = Entry::new(Kind::Waiting, &member, String::new());
-                e.run = started.map(|r| r.run.id.clone());
-                e.queued = started.is_some_and(|r| r.run.status == RunStatus::Queued);
-                e.place = match started {
-                    Some(r) => run_place(&r.run),
-                    None => self.waiting_place(nth as u64),
-                };
-                self.push(e);
-            }
-        }
-        if let Some(notice) = &sent.notice {
-            self.notice = Some(notice.clone());
-        }
-        self.place_work();
     }
 
     /// Brings message `seq` into view at the next draw, or says why not.

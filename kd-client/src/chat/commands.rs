@@ -5,6 +5,10 @@ pub const NAMES: &[&str] = &[
     "/mute",
     "/unmute",
     "/retry",
+    "/vote",
+    "/synthesize",
+    "/cancel",
+    "/cost",
     "/help",
     "/quit",
     "/exit",
@@ -27,10 +31,22 @@ pub const HELP: &[(&str, &str)] = &[
     ("/mute NAME", "stop asking a member (until /unmute)"),
     ("/unmute NAME", "ask a muted member again"),
     ("/retry", "ask again the members whose last answer failed"),
+    (
+        "/vote [--synthesize CHAIR] QUESTION",
+        "every member answers, then ranks the others' answers (anonymised); the tally names the winner or says it \
+         is a tie; with --synthesize the chair then writes one final answer",
+    ),
+    ("/synthesize CHAIR QUESTION", "every member answers, then the chair writes one final answer from them all"),
+    ("/cancel [MEMBER]", "stop the thread's runs (or one member's), whoever started them: asks first for others'"),
+    ("/cost", "what this thread cost, in all and by member"),
     ("/new", "start a new thread"),
     ("/threads", "open another thread"),
     ("/title TEXT", "name this thread"),
-    ("/fork [TITLE]", "branch this thread (with the context bundle) and open the branch"),
+    (
+        "/fork [--carry WHAT] [TITLE]",
+        "branch this thread and open the branch; it carries the conversation (or: --carry summary, --carry none) \
+         with the context bundle",
+    ),
     ("/search WORDS", "find words in every thread; Enter opens the hit"),
     ("/archive", "archive this thread: runs stop, sessions end, a summary is kept"),
     ("/unarchive", "open this archived thread to messages again"),
@@ -47,8 +63,10 @@ pub const HELP: &[(&str, &str)] = &[
 pub const KEYS: &[(&str, &str)] = &[
     ("Enter", "send"),
     ("Shift+Enter, Alt+Enter, Ctrl+J", "new line"),
-    ("Esc", "interrupt your runs and the pending auto-turns"),
+    ("Esc", "interrupt your runs and the pending auto-turns (/cancel stops the others')"),
     ("Tab", "complete @member or /command"),
+    ("Ctrl+U", "delete back to the start of the line"),
+    ("Ctrl+Z", "undo an edit (Ctrl+R redoes it)"),
     ("PgUp PgDn Home End, wheel", "scroll"),
     ("Ctrl+C", "quit now (runs go on in the daemon)"),
 ];
@@ -58,12 +76,26 @@ pub enum Command {
     Mute(String),
     Unmute(String),
     Retry,
+    /// A multicast completion (`kd ask --vote` / `--synthesize CHAIR`).
+    Complete {
+        question: String,
+        vote: bool,
+        chair: Option<String>,
+    },
+    /// Stop the thread's runs, or one member's, whoever started them.
+    Cancel(Option<String>),
+    Cost,
     Help,
     Quit,
     New,
     Threads,
     Title(String),
-    Fork(Option<String>),
+    /// Branch this thread: its title, and what it carries (default: the
+    /// workspace's `lifecycle.fork_carry`).
+    Fork {
+        title: Option<String>,
+        carry: Option<kd_proto::types::Carry>,
+    },
     Search(String),
     Archive,
     Unarchive,
@@ -117,6 +149,56 @@ fn work(rest: &str) -> Result<Command, String> {
     Ok(Command::Work { task: task.to_string(), to, vote })
 }
 
+/// `/fork [--carry conversation|summary|none] [TITLE]`.
+fn fork(rest: &str) -> Result<Command, String> {
+    let bad =
+        || "/fork --carry takes conversation, summary or none, e.g. /fork --carry summary Try tenants".to_string();
+    let (carry, title) = match rest.strip_prefix("--carry").filter(|a| a.is_empty() || a.starts_with([' ', '\t', '=']))
+    {
+        Some(after) => {
+            let after = after.trim_start_matches('=').trim_start();
+            let end = after.find(char::is_whitespace).unwrap_or(after.len());
+            let carry = kd_proto::types::Carry::parse(&after[..end]).ok_or_else(bad)?;
+            (Some(carry), after[end..].trim())
+        }
+        None => (None, rest),
+    };
+    Ok(Command::Fork { title: (!title.is_empty()).then(|| title.to_string()), carry })
+}
+
+/// `/vote [--synthesize CHAIR] QUESTION` and `/synthesize CHAIR QUESTION`.
+fn complete(name: &str, rest: &str) -> Result<Command, String> {
+    let chair_then = |rest: &str| -> Result<(String, String), String> {
+        let rest = rest.trim_start();
+        let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+        let chair = rest[..end].trim_start_matches('@').to_lowercase();
+        if chair.is_empty() || chair.starts_with('-') {
+            return Err(format!("{name} needs the chair's name, e.g. /synthesize claude Which design?"));
+        }
+        Ok((chair, rest[end..].trim().to_string()))
+    };
+    let (vote, chair, question) = match name {
+        "/synthesize" => {
+            let (chair, question) = chair_then(rest)?;
+            (false, Some(chair), question)
+        }
+        _ => match rest.strip_prefix("--synthesize").filter(|a| a.is_empty() || a.starts_with(char::is_whitespace)) {
+            Some(after) => {
+                let (chair, question) = chair_then(after)?;
+                (true, Some(chair), question)
+            }
+            None => (true, None, rest.to_string()),
+        },
+    };
+    if question.is_empty() {
+        return Err(format!(
+            "{name} needs a question, e.g. {name} {}Which design?",
+            if chair.is_some() && !vote { "claude " } else { "" }
+        ));
+    }
+    Ok(Command::Complete { question, vote, chair })
+}
+
 /// Parses a line that starts with `/`; the error is a one-line notice.
 pub fn parse(line: &str) -> Result<Command, String> {
     let mut words = line.split_whitespace();
@@ -126,10 +208,11 @@ pub fn parse(line: &str) -> Result<Command, String> {
     match (name, rest.is_empty()) {
         ("/title", true) => return Err("/title needs the title, e.g. /title Orders sharding".into()),
         ("/title", false) => return Ok(Command::Title(rest.to_string())),
-        ("/fork", empty) => return Ok(Command::Fork((!empty).then(|| rest.to_string()))),
+        ("/fork", _) => return fork(rest),
         ("/search", true) => return Err("/search needs words to find, e.g. /search shard".into()),
         ("/search", false) => return Ok(Command::Search(rest.to_string())),
         ("/work", _) => return work(rest),
+        ("/vote" | "/synthesize", _) => return complete(name, rest),
         _ => {}
     }
     let squash = name == "/accept" && words.clone().next() == Some("--squash");
@@ -144,6 +227,8 @@ pub fn parse(line: &str) -> Result<Command, String> {
         "/mute" => Command::Mute(need(&arg)?),
         "/unmute" => Command::Unmute(need(&arg)?),
         "/retry" => Command::Retry,
+        "/cancel" => Command::Cancel(arg.clone()),
+        "/cost" => Command::Cost,
         "/help" => Command::Help,
         "/quit" | "/exit" => Command::Quit,
         "/new" => Command::New,
@@ -158,7 +243,12 @@ pub fn parse(line: &str) -> Result<Command, String> {
     };
     let takes_arg = matches!(
         cmd,
-        Command::Mute(_) | Command::Unmute(_) | Command::Diff(_) | Command::Accept { .. } | Command::Reject(_)
+        Command::Mute(_)
+            | Command::Unmute(_)
+            | Command::Diff(_)
+            | Command::Accept { .. }
+            | Command::Reject(_)
+            | Command::Cancel(_)
     );
     if extra || (!takes_arg && arg.is_some()) {
         return Err(format!("{name} takes {}", if takes_arg { "one member name" } else { "no argument" }));
@@ -181,8 +271,15 @@ mod tests {
         assert_eq!(parse("/retry now"), Err("/retry takes no argument".into()));
         assert_eq!(parse("/mute a b"), Err("/mute takes one member name".into()));
         assert_eq!(parse("/title  Orders Sharding "), Ok(Command::Title("Orders Sharding".into())));
-        assert_eq!(parse("/fork"), Ok(Command::Fork(None)));
-        assert_eq!(parse("/fork Try it"), Ok(Command::Fork(Some("Try it".into()))));
+        let fork = |title: Option<&str>, carry| Command::Fork { title: title.map(str::to_string), carry };
+        assert_eq!(parse("/fork"), Ok(fork(None, None)));
+        assert_eq!(parse("/fork Try it"), Ok(fork(Some("Try it"), None)));
+        use kd_proto::types::Carry;
+        assert_eq!(parse("/fork --carry summary Try it"), Ok(fork(Some("Try it"), Some(Carry::Summary))));
+        assert_eq!(parse("/fork --carry=none"), Ok(fork(None, Some(Carry::None))));
+        assert_eq!(parse("/fork --carry conversation"), Ok(fork(None, Some(Carry::Conversation))));
+        assert!(parse("/fork --carry all").unwrap_err().contains("conversation, summary or none"));
+        assert_eq!(parse("/fork --carryon"), Ok(fork(Some("--carryon"), None)));
         assert_eq!(parse("/search \"orders table\""), Ok(Command::Search("\"orders table\"".into())));
         assert!(parse("/search").is_err() && parse("/title ").is_err());
         assert_eq!(parse("/delete"), Ok(Command::Delete));
@@ -214,5 +311,30 @@ mod tests {
         assert_eq!(parse("/accept --squash codex"), Ok(Command::Accept { member: "codex".into(), squash: true }));
         assert_eq!(parse("/accept"), Err("/accept needs a member name, e.g. /accept codex".into()));
         assert_eq!(parse("/reject claude"), Ok(Command::Reject("claude".into())));
+    }
+
+    #[test]
+    fn vote_synthesize_cancel_and_cost_parse() {
+        let complete = |question: &str, vote, chair: Option<&str>| Command::Complete {
+            question: question.into(),
+            vote,
+            chair: chair.map(str::to_string),
+        };
+        assert_eq!(parse("/vote Which design\nwins? "), Ok(complete("Which design\nwins?", true, None)));
+        assert_eq!(parse("/vote --synthesize @Claude Which?"), Ok(complete("Which?", true, Some("claude"))));
+        assert_eq!(parse("/synthesize codex  Which?"), Ok(complete("Which?", false, Some("codex"))));
+        assert_eq!(parse("/vote --synthesizer x"), Ok(complete("--synthesizer x", true, None)));
+        assert_eq!(parse("/vote"), Err("/vote needs a question, e.g. /vote Which design?".into()));
+        assert_eq!(
+            parse("/synthesize claude"),
+            Err("/synthesize needs a question, e.g. /synthesize claude Which design?".into())
+        );
+        assert!(parse("/synthesize").unwrap_err().contains("the chair's name"));
+        assert!(parse("/vote --synthesize").unwrap_err().contains("the chair's name"));
+        assert_eq!(parse("/cancel"), Ok(Command::Cancel(None)));
+        assert_eq!(parse("/cancel @Codex"), Ok(Command::Cancel(Some("codex".into()))));
+        assert_eq!(parse("/cancel a b"), Err("/cancel takes one member name".into()));
+        assert_eq!(parse("/cost"), Ok(Command::Cost));
+        assert_eq!(parse("/cost x"), Err("/cost takes no argument".into()));
     }
 }

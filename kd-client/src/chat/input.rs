@@ -1,8 +1,8 @@
 //! What the user types does: a submitted line (a message or a slash
 //! command), `/quit`, Esc, Tab completion, and the answer to a question
-//! the chat asked (`/delete`).
+//! the chat asked (`/delete`, `/cancel`).
 
-use super::app::{App, Confirm, Effect, Kind, Overlay, new_input};
+use super::app::{App, Confirm, Effect, Overlay, new_input};
 use super::commands::{self, Command};
 
 impl App {
@@ -35,6 +35,13 @@ impl App {
                 vec![]
             }
             Ok(Command::Retry) => vec![Effect::Retry],
+            Ok(Command::Complete { question, vote, chair }) => self.ask_completion(question, vote, chair),
+            Ok(Command::Cancel(member)) => self.cancel(member),
+            Ok(Command::Cost) if self.pending_new.is_some() => {
+                self.set_notice("nothing spent on this thread yet");
+                vec![]
+            }
+            Ok(Command::Cost) => vec![Effect::Cost],
             Ok(Command::Help) => {
                 self.overlay = Some(Overlay::Help);
                 vec![]
@@ -43,7 +50,10 @@ impl App {
             Ok(Command::New) => vec![Effect::NewThread],
             Ok(Command::Threads) => vec![Effect::ListThreads],
             Ok(Command::Title(t)) => vec![Effect::SetTitle(t)],
-            Ok(Command::Fork(t)) => vec![Effect::Fork(t)],
+            Ok(Command::Fork { title, carry }) => {
+                self.set_notice("forking…");
+                vec![Effect::Fork { title, carry }]
+            }
             Ok(Command::Search(q)) => vec![Effect::Search(q)],
             Ok(Command::Archive | Command::Unarchive | Command::Delete) if self.pending_new.is_some() => {
                 self.set_notice("this thread has no message yet: there is nothing to archive or delete");
@@ -101,14 +111,6 @@ impl App {
         vec![]
     }
 
-    pub fn my_runs_in_flight(&self) -> usize {
-        self.entries
-            .iter()
-            .filter(|e| matches!(e.kind, Kind::Waiting | Kind::Streaming))
-            .filter(|e| e.run.as_ref().is_some_and(|r| self.my_runs.contains(r)))
-            .count()
-    }
-
     /// Esc: interrupt; during /quit, force it.
     pub fn escape(&mut self) -> Vec<Effect> {
         if self.overlay.take().is_some() {
@@ -155,7 +157,8 @@ impl App {
 
     /// The question the chat is asking, for the status bar.
     pub fn question(&self) -> Option<String> {
-        match self.confirm? {
+        match self.confirm.as_ref()? {
+            Confirm::Cancel { others, .. } => Some(App::cancel_question(others)),
             Confirm::Delete => {
                 let t = &self.thread;
                 let title =
@@ -174,6 +177,7 @@ impl App {
         let Some(asked) = self.confirm.take() else { return vec![] };
         self.dirty = true;
         match (asked, yes) {
+            (Confirm::Cancel { member, .. }, yes) => self.answer_cancel(member, yes),
             (Confirm::Delete, true) => {
                 self.set_notice(format!("deleting thread {}…", self.thread.id));
                 vec![Effect::Delete]

@@ -47,7 +47,7 @@ pub fn on_key(app: &mut App, key: KeyEvent) -> Vec<Effect> {
     if ctrl && matches!(key.code, KeyCode::Char('c')) {
         return vec![Effect::Exit];
     }
-    // A question asked (`/delete`): this key answers it, and does nothing else.
+    // A question asked (`/delete`, `/cancel`): this key answers it, and does nothing else.
     if app.confirm.is_some() {
         return app.answer(matches!(key.code, KeyCode::Char('y' | 'Y')) && !ctrl);
     }
@@ -81,6 +81,18 @@ pub fn on_key(app: &mut App, key: KeyEvent) -> Vec<Effect> {
             return app.submit();
         }
         KeyCode::Tab => app.complete(),
+        // As readline: the line back to its start (the text area's own
+        // Ctrl+U is undo, which looked like deleting one character).
+        KeyCode::Char('u') if ctrl => {
+            if app.input.delete_line_by_head() {
+                app.notice = None;
+            }
+            app.dirty = true;
+        }
+        KeyCode::Char('z') if ctrl => {
+            app.input.undo();
+            app.dirty = true;
+        }
         KeyCode::PageUp => app.scroll_up(page),
         KeyCode::PageDown => app.scroll_down(page),
         KeyCode::Home => app.scroll_up(usize::MAX / 2),

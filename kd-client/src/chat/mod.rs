@@ -1,18 +1,24 @@
 //! `kd chat`: the streaming group-chat TUI (ratatui + crossterm).
 //!
-//! A view and input layer over the daemon: [`app`] holds the state and how
-//! events change it, [`view`] draws it, [`keys`] maps input, [`commands`]
-//! parses slash commands, [`diff`] shows members' work, [`wrap`] wraps
-//! styled text. This module runs the
-//! loop: one `select!` over terminal input, the thread's subscription,
-//! answers to requests, signals and a capped redraw deadline — nothing
-//! runs while nothing happens.
+//! A view and input layer over the daemon: [`app`] holds the state,
+//! [`live`] is how the thread's events change it, [`view`] draws it,
+//! [`keys`] maps input, [`input`] is what a submitted line does,
+//! [`commands`] parses slash commands, [`council`] is what the chat asks of
+//! the council beyond a message (votes, syntheses, `/cancel`, `/cost`) and
+//! whose runs are in flight, [`requests`] the requests made without waiting
+//! and what their answers do, [`diff`] shows members' work, [`wrap`] wraps
+//! styled text. This module runs the loop: one `select!` over terminal
+//! input, the thread's subscription, answers to requests, signals and a
+//! capped redraw deadline — nothing runs while nothing happens.
 
 pub mod app;
 pub mod commands;
+pub mod council;
 pub mod diff;
 pub mod input;
 pub mod keys;
+pub mod live;
+pub mod requests;
 pub mod view;
 pub mod wrap;
 
@@ -26,8 +32,7 @@ use clap::Args;
 use futures_util::StreamExt;
 use jsonrpsee::core::client::Subscription;
 use kd_client::{Client, ClientError, KdApiClient, WorkApiClient, workspace};
-use kd_proto::types::{ContextMode, Message, NewThread, RunInfo, Sent, Style, Thread, ThreadEvent};
-use kd_proto::work::{Accepted, MemberDiff, WorkStarted, Worktree};
+use kd_proto::types::{ContextMode, Message, NewThread, Thread, ThreadEvent};
 use ratatui::Terminal;
 use ratatui::backend::CrosstermBackend;
 use ratatui::crossterm::event::{
@@ -42,6 +47,7 @@ use tokio::sync::mpsc;
 
 use crate::cmd::Ctx;
 use app::{App, Effect, Overlay};
+use requests::{Reply, complete, on_reply, request};
 
 /// Shortest time between two frames.
 const FRAME: Duration = Duration::from_millis(33);
@@ -58,23 +64,6 @@ pub struct ChatArgs {
     /// How the new thread gives agents the conversation
     #[arg(long, value_enum, requires = "new", value_name = "MODE")]
     context: Option<crate::cmd::Context>,
-}
-
-/// Answers to requests made from the loop.
-enum Reply {
-    Sent(Result<Box<Sent>, ClientError>),
-    Interrupted(Result<usize, ClientError>),
-    Retried(Result<Vec<RunInfo>, ClientError>),
-    Threads(Result<Vec<Thread>, ClientError>),
-    Titled(Result<Thread, ClientError>),
-    Found(Result<Vec<kd_proto::types::SearchHit>, ClientError>),
-    Archived(Result<Thread, ClientError>),
-    Unarchived(Result<Thread, ClientError>),
-    Deleted(Result<kd_proto::types::Deleted, ClientError>),
-    WorkStarted(Result<Box<WorkStarted>, ClientError>),
-    Diffed(Result<Vec<MemberDiff>, ClientError>),
-    Accepted(Result<Accepted, ClientError>),
-    Rejected(Result<Worktree, ClientError>),
 }
 
 pub async fn run(ctx: &Ctx, args: ChatArgs) -> anyhow::Result<ExitCode> {
@@ -110,6 +99,9 @@ pub async fn run(ctx: &Ctx, args: ChatArgs) -> anyhow::Result<ExitCode> {
     let mut last_frame = Instant::now() - FRAME;
     let mut first_paint = true;
     let mut reconnect_at: Option<tokio::time::Instant> = None;
+    // The connection of this chat's completion in flight: it has no request
+    // timeout, and Esc interrupts the runs it started.
+    let mut completion: Option<Arc<Client>> = None;
     let mut exit = false;
     let mut terminated = false;
     while !exit {
@@ -146,7 +138,12 @@ pub async fn run(ctx: &Ctx, args: ChatArgs) -> anyhow::Result<ExitCode> {
                     vec![]
                 }
             }
-            Some(reply) = rx.recv() => on_reply(&mut app, reply),
+            Some(reply) = rx.recv() => {
+                if matches!(reply, Reply::Completed(_)) {
+                    completion = None;
+                }
+                on_reply(&mut app, reply)
+            }
             _ = tokio::time::sleep_until(redraw_at), if app.dirty => vec![],
             _ = sleep_until(reconnect_at) => {
                 reconnect_at = None;
@@ -180,9 +177,45 @@ pub async fn run(ctx: &Ctx, args: ChatArgs) -> anyhow::Result<ExitCode> {
                 Effect::Exit => exit = true,
                 // Esc during /quit: the runs are stopped before the process goes.
                 Effect::Interrupt if leaving => {
-                    let stop = client.council_interrupt(app.thread.id.clone(), None);
+                    let thread = app.thread.id.clone();
+                    let side = completion.clone();
+                    let stop = async {
+                        if let Some(side) = side {
+                            let _ = side.council_interrupt(thread.clone(), None).await;
+                        }
+                        client.council_interrupt(thread, None).await
+                    };
                     // Leaving anyway: a daemon too slow to answer is not waited for.
                     let _ = tokio::time::timeout(Duration::from_secs(2), stop).await;
+                }
+                // The runs of this chat's completion are its connection's:
+                // both are interrupted, and the reply counts both.
+                Effect::Interrupt => {
+                    let (side, main, thread, tx) =
+                        (completion.clone(), client.clone(), app.thread.id.clone(), tx.clone());
+                    tokio::spawn(async move {
+                        let mut n = 0;
+                        if let Some(side) = side
+                            && let Ok(i) = side.council_interrupt(thread.clone(), None).await
+                        {
+                            n = i.runs.len();
+                        }
+                        let r = main.council_interrupt(thread, None).await.map(|i| n + i.runs.len());
+                        let _ = tx.send(Reply::Interrupted(r.map_err(ClientError::from)));
+                    });
+                }
+                Effect::Complete { question, vote, chair } => {
+                    match Client::connect_with(client.socket(), kd_client::NO_REQUEST_TIMEOUT).await {
+                        Ok(c) => {
+                            let c = Arc::new(c);
+                            completion = Some(c.clone());
+                            complete(c, &app, question, vote, chair, tx.clone());
+                        }
+                        Err(e) => {
+                            app.completing = None;
+                            app.set_notice(e.to_string());
+                        }
+                    }
                 }
                 Effect::Open(id) => switch(&client, &mut app, id, &mut sub).await,
                 Effect::OpenAt(id, seq) => {
@@ -191,14 +224,14 @@ pub async fn run(ctx: &Ctx, args: ChatArgs) -> anyhow::Result<ExitCode> {
                     }
                     app.jump_to(seq);
                 }
-                Effect::Fork(title) => match client.thread_fork(app.thread.id.clone(), title).await {
-                    Ok(t) => {
-                        let parent = app.thread.id.clone();
-                        sub = open(&client, &mut app, t, None).await.ok();
-                        app.set_notice(format!("forked from {parent}: this branch is the current thread"));
+                // A summary made at the fork is a member's run: asked on a
+                // connection without a request timeout.
+                fork @ Effect::Fork { carry: Some(kd_proto::types::Carry::Summary), .. } => {
+                    match Client::connect_with(client.socket(), kd_client::NO_REQUEST_TIMEOUT).await {
+                        Ok(c) => request(&Arc::new(c), &app, fork, tx.clone()),
+                        Err(e) => app.set_notice(e.to_string()),
                     }
-                    Err(e) => app.set_notice(ClientError::from(e).to_string()),
-                },
+                }
                 // A new thread is made by its first message (a refused one
                 // leaves none behind); /new keeps the context mode.
                 Effect::NewThread => {
@@ -317,161 +350,6 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
-}
-
-/// Sends a request without blocking the loop; the answer comes back as a [`Reply`].
-fn request(client: &Arc<Client>, app: &App, effect: Effect, tx: mpsc::UnboundedSender<Reply>) {
-    let client = client.clone();
-    let thread = app.thread.id.clone();
-    let workspace = app.thread.workspace.clone();
-    let new_thread = app.pending_new.clone();
-    tokio::spawn(async move {
-        let reply = match effect {
-            Effect::Send { body, mute } => Reply::Sent(
-                client
-                    .council_send(thread, body, None, Some(mute), Some(Style::Chat), None, None, None, new_thread)
-                    .await
-                    .map(Box::new)
-                    .map_err(ClientError::from),
-            ),
-            Effect::Interrupt => Reply::Interrupted(
-                client.council_interrupt(thread, None).await.map(|i| i.runs.len()).map_err(ClientError::from),
-            ),
-            Effect::Retry => {
-                Reply::Retried(client.council_retry(thread, Some(Style::Chat), None).await.map_err(ClientError::from))
-            }
-            Effect::ListThreads => {
-                Reply::Threads(client.thread_list(Some(workspace), None, Some(20)).await.map_err(ClientError::from))
-            }
-            Effect::SetTitle(title) => {
-                Reply::Titled(client.thread_set_title(thread, title).await.map_err(ClientError::from))
-            }
-            Effect::Search(q) => {
-                Reply::Found(client.search_query(q, None, None, None, Some(50)).await.map_err(ClientError::from))
-            }
-            Effect::Archive => Reply::Archived(client.thread_archive(thread).await.map_err(ClientError::from)),
-            Effect::Unarchive => Reply::Unarchived(client.thread_unarchive(thread).await.map_err(ClientError::from)),
-            // Runs in flight refuse it: the daemon's message says so.
-            Effect::Delete => Reply::Deleted(client.thread_delete(thread, None).await.map_err(ClientError::from)),
-            Effect::Work { task, to, vote } => Reply::WorkStarted(
-                client.work_start(workspace, task, to, Some(vote)).await.map(Box::new).map_err(ClientError::from),
-            ),
-            // The daemon bounds the patch; the view shows where it is cut.
-            Effect::Diff(member) => Reply::Diffed(
-                client.work_diff(thread, Some(member), Some(false), None).await.map_err(ClientError::from),
-            ),
-            Effect::Accept { member, squash } => {
-                Reply::Accepted(client.work_accept(thread, member, Some(squash), None).await.map_err(ClientError::from))
-            }
-            Effect::Reject(member) => {
-                Reply::Rejected(client.work_reject(thread, member).await.map_err(ClientError::from))
-            }
-            Effect::NewThread | Effect::Open(_) | Effect::OpenAt(..) | Effect::Fork(_) | Effect::Exit => return,
-        };
-        let _ = tx.send(reply);
-    });
-}
-
-fn on_reply(app: &mut App, reply: Reply) -> Vec<Effect> {
-    match reply {
-        Reply::Sent(Ok(sent)) => {
-            // The thread exists now.
-            app.pending_new = None;
-            app.on_sent(&sent);
-        }
-        Reply::Interrupted(Ok(n)) => {
-            if n == 0 {
-                app.set_notice("nothing of yours was running; pending auto-turns are stopped");
-            }
-        }
-        Reply::Retried(Ok(runs)) if runs.is_empty() => app.set_notice("no failed members to retry"),
-        Reply::Retried(Ok(runs)) => {
-            for r in &runs {
-                app.my_runs.insert(r.id.clone());
-            }
-            app.set_notice(format!(
-                "retrying {}",
-                runs.iter().map(|r| r.member.as_str()).collect::<Vec<_>>().join(", ")
-            ));
-        }
-        Reply::Threads(Ok(threads)) => app.overlay = Some(Overlay::Threads { threads, selected: 0 }),
-        Reply::Titled(Ok(t)) => {
-            app.thread.title = t.title;
-            app.set_notice("titled");
-        }
-        Reply::Found(Ok(hits)) if hits.is_empty() => app.set_notice("no match"),
-        Reply::Found(Ok(hits)) => app.overlay = Some(Overlay::Search { hits, selected: 0 }),
-        Reply::Archived(Ok(t)) => {
-            app.thread.status = t.status;
-            app.thread.summary = t.summary;
-            app.set_notice(format!(
-                "archived: its runs stopped, its sessions ended, a summary is kept (`kd show {}`); /unarchive opens it again",
-                t.id
-            ));
-        }
-        Reply::Unarchived(Ok(t)) => {
-            app.thread.status = t.status;
-            app.set_notice(format!("unarchived: thread {} takes messages again", t.id));
-        }
-        // The thread is gone: a new one waits for its first message, and
-        // the workspace's threads are offered.
-        Reply::Deleted(Ok(d)) => {
-            app.set_notice(format!("deleted thread {} ({} messages)", d.thread, d.messages));
-            app.dirty = true;
-            return vec![Effect::NewThread, Effect::ListThreads];
-        }
-        // The task's thread is opened: the members are seen at work there.
-        Reply::WorkStarted(Ok(started)) => {
-            app.my_runs.extend(started.runs.iter().cloned());
-            let who: Vec<&str> = started.worktrees.iter().map(|w| w.member.as_str()).collect();
-            app.set_notice(format!(
-                "thread {}: {} at work, each in its own worktree{} · /diff MEMBER shows one's work",
-                started.thread,
-                who.join(", "),
-                if started.vote { "; then they rank the diffs" } else { "" }
-            ));
-            return vec![Effect::Open(started.thread)];
-        }
-        Reply::Diffed(Ok(diffs)) => match diffs.first() {
-            Some(d) => app.diff = Some(diff::DiffView::new(d)),
-            None => app.set_notice("no diff"),
-        },
-        Reply::Accepted(Ok(a)) => {
-            let commit = a.commit.as_deref().map(|c| format!(" as {}", &c[..c.len().min(10)])).unwrap_or_default();
-            let others = if a.superseded.is_empty() {
-                String::new()
-            } else {
-                format!("; superseded: {}", a.superseded.join(", "))
-            };
-            app.set_notice(format!(
-                "{}{} {}'s work into {}{commit}{others}",
-                if a.squash { "squashed" } else { "merged" },
-                if a.checked { " (check only)" } else { "" },
-                a.member,
-                kd_client::terminal::safe(&a.into)
-            ));
-        }
-        Reply::Rejected(Ok(w)) => {
-            app.on_work(&w);
-            app.set_notice(format!("rejected {}'s work", w.member));
-        }
-        Reply::Sent(Err(e))
-        | Reply::WorkStarted(Err(e))
-        | Reply::Diffed(Err(e))
-        | Reply::Accepted(Err(e))
-        | Reply::Rejected(Err(e))
-        | Reply::Interrupted(Err(e))
-        | Reply::Retried(Err(e))
-        | Reply::Threads(Err(e))
-        | Reply::Titled(Err(e))
-        | Reply::Found(Err(e))
-        | Reply::Archived(Err(e))
-        | Reply::Unarchived(Err(e))
-        // A refusal may quote what a member or git wrote (a conflicting path).
-        | Reply::Deleted(Err(e)) => app.set_notice(kd_client::terminal::safe(&e.to_string()).into_owned()),
-    }
-    app.dirty = true;
-    vec![]
 }
 
 /// Writes the time to the first full paint where `KD_CHAT_TIMINGS` says (for the bench).

@@ -10,7 +10,7 @@ use super::app::{App, Effect, Kind, Overlay};
 use super::{keys, view};
 use crate::testkit::{THREAD, answer, message, run_at, run_info};
 
-fn thread() -> Thread {
+pub(super) fn thread() -> Thread {
     Thread {
         id: THREAD.into(),
         workspace: "/repo".into(),
@@ -33,17 +33,17 @@ fn delta(run: &str, member: &str, text: &str, chars: u64) -> ThreadEvent {
     ThreadEvent::Delta { run: run.into(), member: member.into(), text: text.into(), chars }
 }
 
-fn key(code: KeyCode) -> KeyEvent {
+pub(super) fn key(code: KeyCode) -> KeyEvent {
     KeyEvent::new(code, KeyModifiers::NONE)
 }
 
-fn typed(app: &mut App, text: &str) {
+pub(super) fn typed(app: &mut App, text: &str) {
     for c in text.chars() {
         keys::on_key(app, key(KeyCode::Char(c)));
     }
 }
 
-fn screen(app: &mut App, width: u16, height: u16) -> String {
+pub(super) fn screen(app: &mut App, width: u16, height: u16) -> String {
     let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
     terminal.draw(|f| view::draw(f, app)).unwrap();
     format!("{}", terminal.backend())
@@ -193,6 +193,50 @@ fn unknown_commands_and_members_get_a_notice_not_a_send() {
     }
     keys::on_key(&mut app, key(KeyCode::Char('x')));
     assert_eq!(app.overlay, None, "any key closes help");
+}
+
+/// Every word of `text`, in order, somewhere on `screen` (borders, the
+/// quotes TestBackend puts around each row and line breaks aside): nothing
+/// is cut.
+fn shows_whole(screen: &str, text: &str) -> bool {
+    let rows: Vec<&str> = screen.lines().map(|l| l.trim_matches('"')).collect();
+    let words = |s: &str| {
+        s.split(|c: char| c.is_whitespace() || c == '│').filter(|w| !w.is_empty()).collect::<Vec<_>>().join(" ")
+    };
+    words(&rows.join("\n")).contains(&words(text))
+}
+
+#[test]
+fn help_wraps_long_lines_instead_of_cutting_them() {
+    use super::commands::{HELP, KEYS};
+    for width in [80, 60] {
+        let mut app = App::new(thread());
+        app.overlay = Some(Overlay::Help);
+        let s = screen(&mut app, width, 80);
+        for (k, v) in KEYS.iter().chain(HELP) {
+            assert!(shows_whole(&s, k) && shows_whole(&s, v), "{k}: {v:?} is cut at {width} columns:\n{s}");
+        }
+    }
+}
+
+#[test]
+fn ctrl_u_deletes_back_to_the_start_of_the_line() {
+    let ctrl = |c| KeyEvent::new(KeyCode::Char(c), KeyModifiers::CONTROL);
+    let mut app = App::new(thread());
+    typed(&mut app, "first line");
+    keys::on_key(&mut app, KeyEvent::new(KeyCode::Enter, KeyModifiers::ALT));
+    typed(&mut app, "a typo here");
+    keys::on_key(&mut app, ctrl('u'));
+    assert_eq!(app.input.lines(), ["first line", ""], "the line, not one character");
+    typed(&mut app, "keep this");
+    for _ in 0..4 {
+        keys::on_key(&mut app, key(KeyCode::Left));
+    }
+    keys::on_key(&mut app, ctrl('u'));
+    assert_eq!(app.input.lines(), ["first line", "this"], "as readline: what is before the cursor");
+    // Undo is still there, on Ctrl+Z.
+    keys::on_key(&mut app, ctrl('z'));
+    assert_eq!(app.input.lines(), ["first line", "keep this"]);
 }
 
 #[test]
@@ -563,7 +607,7 @@ fn title_fork_and_search_commands_and_a_hit_brought_into_view() {
     app.load(thread(), &history);
     for (line, effect) in [
         ("/title Orders sharding", Effect::SetTitle("Orders sharding".into())),
-        ("/fork Try tenants", Effect::Fork(Some("Try tenants".into()))),
+        ("/fork Try tenants", Effect::Fork { title: Some("Try tenants".into()), carry: None }),
         ("/search shard*", Effect::Search("shard*".into())),
     ] {
         typed(&mut app, line);
@@ -645,7 +689,7 @@ fn kds_own_panels_name_kd_once() {
     assert!(!s.contains("· kd "), "kd named twice: {s}");
 }
 
-fn enter_line(app: &mut App, text: &str) -> Vec<Effect> {
+pub(super) fn enter_line(app: &mut App, text: &str) -> Vec<Effect> {
     typed(app, text);
     keys::on_key(app, key(KeyCode::Enter))
 }

@@ -427,25 +427,49 @@ fn centered(area: Rect, width: u16, height: u16) -> Rect {
     Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h }
 }
 
+/// Columns of a help row's key.
+const HELP_KEY: usize = 33;
+
 fn draw_help(frame: &mut Frame<'_>, area: Rect) {
-    let mut lines = vec![Line::from(Span::styled("Keys", Style::default().add_modifier(Modifier::BOLD)))];
-    for (k, v) in KEYS {
-        lines.push(Line::from(vec![
-            Span::styled(format!("  {k:<31}"), Style::default().fg(Color::Cyan)),
-            Span::raw(*v),
-        ]));
-    }
-    lines.push(Line::default());
-    lines.push(Line::from(Span::styled("Commands", Style::default().add_modifier(Modifier::BOLD))));
-    for (k, v) in HELP {
-        lines.push(Line::from(vec![
-            Span::styled(format!("  {k:<31}"), Style::default().fg(Color::Cyan)),
-            Span::raw(*v),
-        ]));
-    }
-    let rect = centered(area, 84, lines.len() as u16 + 2);
+    let width = area.width.min(92);
+    let lines = help_lines(width.saturating_sub(2) as usize);
+    let rect = centered(area, width, lines.len() as u16 + 2);
     frame.render_widget(Clear, rect);
     frame.render_widget(Paragraph::new(lines).block(Block::bordered().title(" help · Esc to close ")), rect);
+}
+
+/// The help's rows for `inner` columns: each description wrapped beside
+/// its key (under it, when the key is too long or the width too narrow),
+/// never cut.
+fn help_lines(inner: usize) -> Vec<Line<'static>> {
+    let bold = |s: &str| Line::from(Span::styled(s.to_string(), Style::default().add_modifier(Modifier::BOLD)));
+    let key_style = Style::default().fg(Color::Cyan);
+    // Too narrow for two columns: each description under its key.
+    let column = if inner >= HELP_KEY + 24 { HELP_KEY } else { 4 };
+    let mut lines = vec![bold("Keys")];
+    let rows = |lines: &mut Vec<Line<'static>>, table: &[(&str, &str)]| {
+        for (k, v) in table {
+            let key = format!("  {k}");
+            let text = super::wrap::wrap(&[Line::from(v.to_string())], inner.saturating_sub(column));
+            let beside = key.chars().count() < column;
+            if !beside {
+                lines.push(Line::from(Span::styled(key.clone(), key_style)));
+            }
+            let mut first = beside;
+            for t in text {
+                let lead = if first { format!("{key:<column$}") } else { " ".repeat(column) };
+                first = false;
+                let mut spans = vec![Span::styled(lead, key_style)];
+                spans.extend(t.spans);
+                lines.push(Line::from(spans));
+            }
+        }
+    };
+    rows(&mut lines, KEYS);
+    lines.push(Line::default());
+    lines.push(bold("Commands"));
+    rows(&mut lines, HELP);
+    lines
 }
 
 fn draw_threads(frame: &mut Frame<'_>, area: Rect, threads: &[kd_proto::types::Thread], selected: usize) {

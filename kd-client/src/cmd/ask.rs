@@ -371,10 +371,7 @@ fn print_completion(c: &Completion, out: &mut impl Write) -> anyhow::Result<()> 
         for s in &t.scores {
             writeln!(out, "{:>3} points · {} first · {} ({})", s.points, s.firsts, s.member, s.label)?;
         }
-        match &t.winner {
-            Some(w) => writeln!(out, "winner: {w}\n")?,
-            None => writeln!(out, "no ranking could be read\n")?,
-        }
+        writeln!(out, "Vote: {}\n", safe(&t.verdict()))?;
     }
     if let Some(s) = &c.synthesis {
         writeln!(out, "── synthesis by {} ──\n{}", s.member, safe(s.text.trim()))?;
@@ -423,4 +420,46 @@ async fn resolve_thread(
         // the same time share it, whichever creates it.
         lineage: (!new).then_some(Lineage::Trunk),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use kd_proto::types::*;
+
+    use super::print_completion;
+
+    #[test]
+    fn a_completion_printed_whole_says_a_tie_is_a_tie() {
+        let score =
+            |member: &str, label: &str| Score { member: member.into(), label: label.into(), points: 0, firsts: 1 };
+        let tally = Tally {
+            labels: vec![],
+            ballots: vec![],
+            scores: vec![score("alpha", "Response A"), score("beta", "Response B")],
+            winner: None,
+            seq: Some(5),
+            tie: Some(Tie { members: vec!["alpha".into(), "beta".into()], broken_by: TieBreak::King, chair: None }),
+        };
+        let summary = Summary { total: 2, completed: 2, errors: 0, timeouts: 0, cancelled: 0, cost_usd: 0.0 };
+        let c = Completion {
+            id: "c-1".into(),
+            thread: "t".into(),
+            seq: 1,
+            wait: Wait::All,
+            aggregation: Aggregation::Vote,
+            parts: vec![],
+            merged: None,
+            tally: Some(tally),
+            synthesis: None,
+            summary,
+        };
+        let mut out = Vec::new();
+        print_completion(&c, &mut out).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert!(
+            out.contains("Vote: tie between alpha and beta on 0 points and 1 first place each: left to the King."),
+            "{out}"
+        );
+        assert!(!out.contains("winner") && !out.contains("no ranking"), "{out}");
+    }
 }

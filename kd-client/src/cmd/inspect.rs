@@ -66,7 +66,7 @@ pub async fn show(ctx: &Ctx, a: ShowArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `cost $0.0036 · 20 in / 10 out tokens · claude $0.0024, codex $0.0012`.
-fn cost_footer(c: &kd_proto::types::CostReport) -> String {
+pub(crate) fn cost_footer(c: &kd_proto::types::CostReport) -> String {
     let t = &c.total;
     let members: Vec<String> = c.rows.iter().map(|r| format!("{} {}", r.key, super::cost::usd(r.cost_usd))).collect();
     format!(

@@ -17,16 +17,71 @@ pub struct ForkArgs {
     /// The branch's title
     #[arg(long)]
     title: Option<String>,
+    /// What the branch carries of its parent beside the context bundle's files
+    /// [default: lifecycle.fork_carry, else conversation]
+    #[arg(long, value_enum, value_name = "WHAT")]
+    carry: Option<Carry>,
+}
+
+/// What a fork carries of its parent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Carry {
+    /// The parent's conversation so far, as history
+    Conversation,
+    /// A summary of the parent made now (by lifecycle.summarizer, else extractive)
+    Summary,
+    /// Only the identity and policy files (and the parent's stored summary)
+    None,
+}
+
+impl From<Carry> for kd_proto::types::Carry {
+    fn from(c: Carry) -> Self {
+        match c {
+            Carry::Conversation => kd_proto::types::Carry::Conversation,
+            Carry::Summary => kd_proto::types::Carry::Summary,
+            Carry::None => kd_proto::types::Carry::None,
+        }
+    }
 }
 
 pub async fn fork(ctx: &Ctx, a: ForkArgs) -> anyhow::Result<ExitCode> {
-    let client = ctx.client().await?;
+    // A summary made at the fork is a member's run: no request timeout.
+    let client = match a.carry {
+        Some(Carry::Summary) => ctx.client_waiting().await?,
+        _ => ctx.client().await?,
+    };
     let parent = thread_or_current(&client, a.thread).await?.id;
-    let t = client.thread_fork(parent.clone(), a.title).await.map_err(ClientError::from)?;
-    let bundled = if t.last_seq > 0 { ", with its context bundle" } else { "" };
+    let t = client.thread_fork(parent.clone(), a.title, a.carry.map(Into::into)).await.map_err(ClientError::from)?;
+    let bundle = match t.last_seq {
+        0 => None,
+        _ => {
+            client.thread_messages(t.id.clone(), None, Some(1), None, None).await.ok().and_then(|m| m.into_vec().pop())
+        }
+    };
+    let carried = bundle.map(|m| bundle_parts(&m.body)).filter(|p| !p.is_empty());
     outln!("{}", t.id)?;
-    errln!("kd: forked {parent} into branch {}{bundled}; it is now the current thread", t.id);
+    errln!("kd: forked {parent} into branch {}; it is now the current thread", t.id);
+    match carried {
+        Some(parts) => errln!("kd: its context bundle: {}", safe(&parts.join(" · "))),
+        None => errln!("kd: it starts with nothing of {parent}'s (no bundle files, nothing said)"),
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The parts of a context bundle, from its `=== … ===` headings: the files,
+/// the parent's summary, and what the fork carried (last; what follows its
+/// heading is the parent's conversation, whose own headings are not the
+/// bundle's).
+fn bundle_parts(body: &str) -> Vec<String> {
+    let mut parts = Vec::new();
+    for line in body.lines() {
+        let Some(part) = line.strip_prefix("=== ").and_then(|l| l.strip_suffix(" ===")) else { continue };
+        parts.push(part.to_string());
+        if part.starts_with("conversation of thread ") || part.contains("made at the fork") {
+            break;
+        }
+    }
+    parts
 }
 
 #[derive(Debug, Args)]

@@ -212,11 +212,20 @@ fn build() -> (Vec<MethodDoc>, Value) {
         "thread",
         "Fork a branch thread (F-L1) from thread: same workspace, members and context mode, its own sessions, made \
          current. Its first message (kind system, purpose bundle) is the context bundle: the files of \
-         lifecycle.bundle present in the workspace (default AGENTS.md, CLAUDE.md), read now, and the parent's \
-         summary if it has one; members are given it with the history.",
+         lifecycle.bundle present in the workspace (default AGENTS.md, CLAUDE.md), read now, the parent's \
+         summary if it has one, and what carry says: the parent's conversation so far in the history format \
+         (conversation, the default: lifecycle.fork_carry), a summary of it made now (summary: by the \
+         lifecycle.summarizer member, else extractive) or nothing more (none); members are given it with the \
+         history, in resume mode in each member's first prompt of the branch.",
     );
     b.param::<String>("thread", true, "the parent thread");
-    b.param::<String>("title", false, "the branch's title").errors(&[NotFound, InvalidArgument]);
+    b.param::<String>("title", false, "the branch's title");
+    b.param::<Carry>(
+        "carry",
+        false,
+        "conversation, summary or none; default the workspace's lifecycle.fork_carry (conversation)",
+    )
+    .errors(&[NotFound, InvalidArgument]);
     b.method::<Thread>("thread.unarchive", "thread", "Open an archived thread again: active, taking messages.");
     b.param::<String>("thread", true, "thread id").errors(&[NotFound]);
     b.method::<Deleted>(

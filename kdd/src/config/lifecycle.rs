@@ -1,6 +1,7 @@
-//! The thread lifecycle's settings (SPEC §8, F-L2): `lifecycle.idle_after`
-//! and `lifecycle.archive_after`, as seconds or a duration such as `90s`,
-//! `30m`, `24h`, `3d`.
+//! The thread lifecycle's settings (SPEC §8, F-L1, F-L2):
+//! `lifecycle.idle_after` and `lifecycle.archive_after`, as seconds or a
+//! duration such as `90s`, `30m`, `24h`, `3d`; what a fork gives its branch
+//! (`lifecycle.bundle`, `lifecycle.fork_carry`); summaries.
 
 use std::time::Duration;
 
@@ -30,6 +31,8 @@ pub struct Lifecycle {
     pub summarizer: Option<String>,
     /// Whether a branch's summary is posted to its parent at archive.
     pub summary_to_trunk: bool,
+    /// What a fork carries of its parent when it is not told.
+    pub fork_carry: kd_proto::types::Carry,
 }
 
 impl Default for Lifecycle {
@@ -40,6 +43,7 @@ impl Default for Lifecycle {
             bundle: DEFAULT_BUNDLE.iter().map(|s| s.to_string()).collect(),
             summarizer: None,
             summary_to_trunk: true,
+            fork_carry: kd_proto::types::Carry::default(),
         }
     }
 }
@@ -51,6 +55,7 @@ pub(super) fn lifecycle(r: &mut Resolver, raw: RawLifecycle) -> Result<Lifecycle
         ("lifecycle.bundle", raw.bundle.is_some()),
         ("lifecycle.summarizer", raw.summarizer.is_some()),
         ("lifecycle.summary_to_trunk", raw.summary_to_trunk.is_some()),
+        ("lifecycle.fork_carry", raw.fork_carry.is_some()),
     ] {
         r.set(key, set);
     }
@@ -63,6 +68,11 @@ pub(super) fn lifecycle(r: &mut Resolver, raw: RawLifecycle) -> Result<Lifecycle
     }) {
         return Err(r.err("lifecycle.bundle", format!("{bad:?}: give paths inside the workspace, such as AGENTS.md")));
     }
+    let fork_carry = match raw.fork_carry.as_deref() {
+        None => kd_proto::types::Carry::default(),
+        Some(s) => kd_proto::types::Carry::parse(s)
+            .ok_or_else(|| r.err("lifecycle.fork_carry", format!("{s:?}: use conversation, summary or none")))?,
+    };
     let read = |key: &str, v: Option<&Value>, default: Duration| match v {
         None => Ok(default),
         Some(v) => duration(v).map_err(|e| r.err(key, e)),
@@ -78,6 +88,7 @@ pub(super) fn lifecycle(r: &mut Resolver, raw: RawLifecycle) -> Result<Lifecycle
         bundle: raw.bundle.unwrap_or_else(|| Lifecycle::default().bundle),
         summarizer: raw.summarizer,
         summary_to_trunk: raw.summary_to_trunk.unwrap_or(true),
+        fork_carry,
     })
 }
 

@@ -50,6 +50,8 @@ pub struct RawLifecycle {
     pub summarizer: Option<String>,
     /// Whether a branch's summary is posted to its parent at archive.
     pub summary_to_trunk: Option<bool>,
+    /// What a fork carries of its parent: conversation, summary or none.
+    pub fork_carry: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -107,6 +107,11 @@ impl Config {
             source(&["lifecycle.summary_to_trunk"], "default"),
         );
         add("lifecycle.bundle".into(), json!(self.lifecycle.bundle), source(&["lifecycle.bundle"], "default"));
+        add(
+            "lifecycle.fork_carry".into(),
+            json!(self.lifecycle.fork_carry.as_str()),
+            source(&["lifecycle.fork_carry"], "default"),
+        );
         let w = &self.work;
         add("work.allowed_tools".into(), json!(w.allowed_tools), source(&["work.allowed_tools"], "default"));
         add("work.copy".into(), json!(w.copy), source(&["work.copy"], "default (.worktreeinclude's entries)"));

@@ -8,8 +8,9 @@
 //! - `vote`: each member ranks the *others'* answers, shown anonymised as
 //!   `Response A`, `Response B`, … (as llm-council does, so that no one
 //!   favours a name) and ending with a `FINAL RANKING:` list; the rankings
-//!   are tallied (Borda points, then first places) and the tally, with the
-//!   label → member mapping, is stored as a message;
+//!   are tallied (Borda points, then first places, then the chair's
+//!   ballot, else a tie left to the King) and the tally, with the label →
+//!   member mapping, is stored as a message;
 //! - `synthesize`: a chair member writes one final answer from every
 //!   answer (and the tally, after a vote).
 //!

@@ -44,12 +44,25 @@ pub fn as_of(messages: Vec<Message>, reply_to: Option<u64>) -> Vec<Message> {
 /// not `king`); `suffix` replaces the last line when given.
 pub fn format_thread_history(messages: &[Message], target: &str, suffix: Option<&str>) -> String {
     let mut out = String::from("[Previous conversation]\n");
-    let mut first = true;
+    let said = format_conversation(messages);
+    out.push_str(&said);
+    out.push_str(if said.is_empty() { "\n---\n" } else { "\n\n---\n" });
+    match suffix {
+        Some(s) => out.push_str(s),
+        None => out.push_str(&format!("You are {target}. Continue the discussion.")),
+    }
+    out
+}
+
+/// The conversation alone, as [`format_thread_history`] gives it between
+/// its head and its last lines (`king: …\n\nclaude: …`): what a fork
+/// carries into its branch. Empty when nothing was said.
+pub fn format_conversation(messages: &[Message]) -> String {
+    let mut out = String::new();
     for m in display_order(messages).into_iter().filter(|m| is_history(m)) {
-        if !first {
+        if !out.is_empty() {
             out.push_str("\n\n");
         }
-        first = false;
         out.push_str(&m.from);
         let directed: Vec<&str> = m.to.iter().map(String::as_str).filter(|t| *t != KING && *t != ALL).collect();
         if !directed.is_empty() && !m.to.iter().any(|t| t == ALL) {
@@ -57,11 +70,6 @@ pub fn format_thread_history(messages: &[Message], target: &str, suffix: Option<
         }
         out.push_str(": ");
         out.push_str(&m.body);
-    }
-    out.push_str(if first { "\n---\n" } else { "\n\n---\n" });
-    match suffix {
-        Some(s) => out.push_str(s),
-        None => out.push_str(&format!("You are {target}. Continue the discussion.")),
     }
     out
 }
@@ -176,6 +184,15 @@ mod tests {
             None,
         );
         assert!(h.contains("king (to claude, codex): You two?\n\ncodex: Sure."), "{h}");
+    }
+
+    #[test]
+    fn the_conversation_a_fork_carries_is_the_history_between_its_head_and_last_lines() {
+        let t = [msg(1, "king", &["all"], "Q?"), msg(2, "claude", &["king"], "A."), msg(3, "codex", &["claude"], "B.")];
+        let said = format_conversation(&t);
+        assert_eq!(said, "king: Q?\n\nclaude: A.\n\ncodex (to claude): B.");
+        assert_eq!(format_thread_history(&t, "x", Some("S")), format!("[Previous conversation]\n{said}\n\n---\nS"));
+        assert_eq!(format_conversation(&[]), "");
     }
 
     #[test]

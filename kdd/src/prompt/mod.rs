@@ -14,5 +14,7 @@ pub mod label;
 pub mod mentions;
 pub mod resumed;
 
-pub use history::{as_of, assemble, format_new_messages, format_thread_history, is_history, unseen};
+pub use history::{
+    as_of, assemble, format_conversation, format_new_messages, format_thread_history, is_history, unseen,
+};
 pub use label::{LabelStripper, strip_label};

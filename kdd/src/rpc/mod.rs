@@ -157,8 +157,8 @@ impl KdApiServer for Rpc {
         threads::summarize(&self.d, thread).await
     }
 
-    async fn thread_fork(&self, thread: String, title: Option<String>) -> RpcResult<Thread> {
-        threads::fork(&self.d, thread, title).await
+    async fn thread_fork(&self, thread: String, title: Option<String>, carry: Option<Carry>) -> RpcResult<Thread> {
+        threads::fork(&self.d, thread, title, carry).await
     }
 
     async fn thread_unarchive(&self, thread: String) -> RpcResult<Thread> {

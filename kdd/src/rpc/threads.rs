@@ -129,10 +129,18 @@ async fn stop_runs(d: &Daemon, thread: &str) -> u32 {
     runs.len() as u32
 }
 
-pub async fn fork(d: &Daemon, thread: String, title: Option<String>) -> RpcResult<Thread> {
+/// Forks a branch carrying what `carry` says of its parent (by default
+/// the workspace's `lifecycle.fork_carry`).
+pub async fn fork(d: &Daemon, thread: String, title: Option<String>, carry: Option<Carry>) -> RpcResult<Thread> {
     validate::thread_id(&thread)?;
     let title = validate::title("title", title.as_deref())?;
-    Ok(lifecycle::fork(&d.db, thread, title).await?)
+    let parent = d.db.thread(thread.clone()).await?;
+    let carried = match carry.unwrap_or_else(|| lifecycle::settings(&parent.workspace).fork_carry) {
+        Carry::None => lifecycle::Carried::Nothing,
+        Carry::Conversation => lifecycle::Carried::Conversation,
+        Carry::Summary => lifecycle::Carried::Summary(crate::summary::at_fork(&d.council, &parent).await?),
+    };
+    Ok(lifecycle::fork(&d.db, thread, title, carried).await?)
 }
 
 pub async fn unarchive(d: &Daemon, thread: String) -> RpcResult<Thread> {

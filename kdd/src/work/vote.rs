@@ -100,10 +100,21 @@ pub async fn drive(co: &Arc<Coord>, x: ExchangeId) -> Result<(), Halt> {
         let v = Vote { co, x, round: ROUND, launch: &launch, place, question: &question };
         let labels = v.labels(&answered).await?;
         let (ballots, _) = v.cast(&labels, &answered).await?;
-        let tally = count(labels, ballots);
+        // No chair: a tie first places do not break is the King's.
+        let tally = count(labels, ballots, None);
         let mut body = tally_text(&tally);
-        if let Some(w) = &tally.winner {
-            body.push_str(&format!("\n\n`kd accept {w}` merges the winner's work (`kd diff` shows it)."));
+        match (&tally.winner, &tally.tie) {
+            (Some(w), _) => {
+                body.push_str(&format!("\n\n`kd accept {w}` merges the winner's work (`kd diff` shows it)."))
+            }
+            (None, Some(tie)) => {
+                let diffs: Vec<String> = tie.members.iter().map(|m| format!("`kd diff {m}`")).collect();
+                body.push_str(&format!(
+                    "\n\n{} show the tied work; `kd accept NAME` merges the one you choose.",
+                    diffs.join(", ")
+                ));
+            }
+            (None, None) => {}
         }
         body
     };

@@ -413,3 +413,17 @@ fn exchanges_resume_for_a_day_twice_by_default_and_0_turns_it_off() {
         assert!(f.load().unwrap().council.resume_within.is_zero(), "{off}");
     }
 }
+
+#[test]
+fn what_a_fork_carries_is_the_conversation_unless_the_workspace_says_otherwise() {
+    use kd_proto::types::Carry;
+    let f = Fixture::new();
+    f.write("{}");
+    assert_eq!(f.load().unwrap().lifecycle.fork_carry, Carry::Conversation);
+    for (value, carry) in [("summary", Carry::Summary), ("none", Carry::None), ("conversation", Carry::Conversation)] {
+        f.write(&format!(r#"{{"lifecycle": {{"fork_carry": "{value}"}}}}"#));
+        assert_eq!(f.load().unwrap().lifecycle.fork_carry, carry);
+    }
+    let e = f.error(r#"{"lifecycle": {"fork_carry": "all"}}"#);
+    assert!(e.contains("lifecycle.fork_carry") && e.contains("\"all\"") && e.contains("conversation, summary or none"));
+}

@@ -200,15 +200,17 @@ async fn vote(d: &mut Drive<'_>, answered: &[&Part]) -> Result<(Tally, f64), Hal
     let labels = v.labels(answered).await?;
     d.plan.labels = Some(labels.clone());
     let (ballots, cost) = v.cast(&labels, answered).await?;
-    let mut t = count(labels, ballots);
+    // The chair, when there is one, breaks a tie its ballot can.
+    let chair = d.plan.chair.clone().filter(|_| d.plan.aggregation == Aggregation::Synthesize);
+    let mut t = count(labels, ballots, chair.as_deref());
     let body = tally_text(&t);
     let written = {
         let t = t.clone();
         let event = d.event("completion.vote", None, json!({}));
         move |m: &Message| {
             vec![Record {
-                data: json!({"seq": m.seq, "winner": t.winner, "scores": t.scores, "labels": t.labels,
-                             "ballots": t.ballots}),
+                data: json!({"seq": m.seq, "winner": t.winner, "tie": t.tie, "scores": t.scores,
+                             "labels": t.labels, "ballots": t.ballots}),
                 ..event
             }]
         }

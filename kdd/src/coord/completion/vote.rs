@@ -3,7 +3,7 @@
 //! rankings read back, the Borda tally and the chair's prompt.
 
 use kd_proto::names::{KD, KING};
-use kd_proto::types::{Ballot, Label, MessageKind, Part, Purpose, Score, Tally};
+use kd_proto::types::{Ballot, Label, MessageKind, Part, Purpose, Score, Tally, Tie, TieBreak};
 
 use std::sync::Arc;
 
@@ -156,9 +156,12 @@ pub fn parse_ranking(text: &str, labels: &[Label], own: Option<&str>) -> Vec<Str
 }
 
 /// Tallies ballots: a first place among k ranked answers is worth k-1
-/// points, down to 0 for the last; ties go to more first places, then to
-/// the earlier label.
-pub fn count(labels: Vec<Label>, ballots: Vec<Ballot>) -> Tally {
+/// points, down to 0 for the last. A tie on points goes to the member with
+/// more first places; still tied, to the one `chair` (the synthesis chair,
+/// when there is one) ranks highest on its ballot — its own answer, which
+/// it cannot rank, counts below those it ranked; else there is no winner:
+/// the tie is left to the King.
+pub fn count(labels: Vec<Label>, ballots: Vec<Ballot>, chair: Option<&str>) -> Tally {
     let mut scores: Vec<Score> = labels
         .iter()
         .map(|l| Score { member: l.member.clone(), label: l.label.clone(), points: 0, firsts: 0 })
@@ -176,16 +179,44 @@ pub fn count(labels: Vec<Label>, ballots: Vec<Ballot>) -> Tally {
     }
     let voted = ballots.iter().any(|b| !b.ranking.is_empty());
     scores.sort_by(|a, b| b.points.cmp(&a.points).then(b.firsts.cmp(&a.firsts)));
-    let winner = scores.first().filter(|_| voted).map(|s| s.member.clone());
-    Tally { labels, ballots, scores, winner, seq: None }
+    let (winner, tie) = if voted { settle(&scores, &ballots, chair) } else { (None, None) };
+    let winner = winner.map(str::to_string);
+    // Best first: the winner of a tie heads it.
+    if let Some(w) = &winner {
+        scores.sort_by_key(|s| (std::cmp::Reverse((s.points, s.firsts)), &s.member != w));
+    }
+    Tally { labels, ballots, scores, winner, seq: None, tie }
+}
+
+/// The winner of `scores` (sorted by points, then first places) and the
+/// tie at the top, if any, with what settled it.
+fn settle<'a>(scores: &'a [Score], ballots: &[Ballot], chair: Option<&str>) -> (Option<&'a str>, Option<Tie>) {
+    let Some(top) = scores.first() else { return (None, None) };
+    let tied: Vec<&Score> = scores.iter().filter(|s| s.points == top.points).collect();
+    if tied.len() == 1 {
+        return (Some(&top.member), None);
+    }
+    let members = tied.iter().map(|s| s.member.clone()).collect();
+    let still: Vec<&Score> = tied.iter().filter(|s| s.firsts == top.firsts).copied().collect();
+    if let [one] = still.as_slice() {
+        return (Some(&one.member), Some(Tie { members, broken_by: TieBreak::FirstPlaces, chair: None }));
+    }
+    let chosen = chair.and_then(|chair| {
+        let ballot = ballots.iter().find(|b| b.voter == chair)?;
+        let pick = ballot.ranking.iter().find_map(|l| still.iter().find(|s| &s.label == l))?;
+        Some((chair, pick))
+    });
+    match chosen {
+        Some((chair, pick)) => {
+            (Some(&pick.member), Some(Tie { members, broken_by: TieBreak::Chair, chair: Some(chair.to_string()) }))
+        }
+        None => (None, Some(Tie { members, broken_by: TieBreak::King, chair: None })),
+    }
 }
 
 /// The tally as the thread shows it.
 pub fn tally_text(t: &Tally) -> String {
-    let mut out = match &t.winner {
-        Some(w) => format!("Vote: {w} wins.\n\n"),
-        None => "Vote: no ranking could be read.\n\n".to_string(),
-    };
+    let mut out = format!("Vote: {}\n\n", t.verdict());
     out.push_str("| answer | member | points | first places |\n|---|---|---|---|\n");
     for s in &t.scores {
         out.push_str(&format!("| {} | {} | {} | {} |\n", s.label, s.member, s.points, s.firsts));
@@ -210,6 +241,9 @@ pub fn synthesis_prompt(question: &str, answers: &[&Part], tally: Option<&Tally>
             &t.scores.iter().map(|s| format!("{} ({} points)", s.member, s.points)).collect::<Vec<_>>().join(", "),
         );
         out.push('\n');
+        if t.tie.is_some() {
+            out.push_str(&format!("Its verdict: {}\n", t.verdict()));
+        }
     }
     out.push_str(
         "\n---\nAs chair, write the council's one final answer to the King: take the best of every answer, \
@@ -249,13 +283,89 @@ mod tests {
             ranking: r.iter().map(|s| format!("Response {s}")).collect(),
             seq: None,
         };
-        let t =
-            count(l, vec![ballot("claude", &["B", "C"]), ballot("codex", &["A", "C"]), ballot("cursor", &["B", "A"])]);
+        let ballots = vec![ballot("claude", &["B", "C"]), ballot("codex", &["A", "C"]), ballot("cursor", &["B", "A"])];
+        let t = count(l, ballots, None);
         let points: Vec<(&str, u32, u32)> = t.scores.iter().map(|s| (s.member.as_str(), s.points, s.firsts)).collect();
         assert_eq!(points, [("codex", 2, 2), ("claude", 1, 1), ("cursor", 0, 0)]);
-        assert_eq!(t.winner.as_deref(), Some("codex"));
-        let none = count(labels(&["a", "b"]), vec![ballot("a", &[])]);
-        assert_eq!(none.winner, None);
+        assert_eq!((t.winner.as_deref(), &t.tie), (Some("codex"), &None));
+        assert_eq!(t.verdict(), "codex wins.");
+        let none = count(labels(&["a", "b"]), vec![ballot("a", &[])], Some("a"));
+        assert_eq!((none.winner, none.tie), (None, None));
+    }
+
+    fn ballot(voter: &str, r: &[&str]) -> Ballot {
+        Ballot { voter: voter.into(), ranking: r.iter().map(|s| format!("Response {s}")).collect(), seq: None }
+    }
+
+    #[test]
+    fn a_tie_on_points_goes_to_more_first_places() {
+        // a and c 4 points each, a with 2 first places, c with one.
+        let l = labels(&["a", "b", "c", "d"]);
+        let ballots = vec![
+            ballot("a", &["B", "C", "D"]),
+            ballot("b", &["A", "C", "D"]),
+            ballot("c", &["A", "D", "B"]),
+            ballot("d", &["C", "B", "A"]),
+        ];
+        let t = count(l, ballots, None);
+        let top: Vec<(&str, u32, u32)> = t.scores.iter().map(|s| (s.member.as_str(), s.points, s.firsts)).collect();
+        assert_eq!(&top[..2], [("a", 4, 2), ("c", 4, 1)], "{top:?}");
+        assert_eq!(t.winner.as_deref(), Some("a"));
+        let tie = t.tie.clone().unwrap();
+        assert_eq!((tie.members, tie.broken_by), (vec!["a".to_string(), "c".to_string()], TieBreak::FirstPlaces));
+        assert_eq!(t.verdict(), "tie between a and c on 4 points, broken by first places (a has 2): a wins.");
+    }
+
+    #[test]
+    fn two_each_ranking_the_other_first_tie_left_to_the_king_unless_a_chair_ranked_one() {
+        let l = labels(&["alpha", "beta"]);
+        let ballots = vec![ballot("alpha", &["B"]), ballot("beta", &["A"])];
+        let t = count(l.clone(), ballots.clone(), None);
+        assert_eq!(t.winner, None);
+        let tie = t.tie.clone().unwrap();
+        assert_eq!((tie.members.len(), tie.broken_by, tie.chair), (2, TieBreak::King, None));
+        let verdict = t.verdict();
+        assert!(verdict.starts_with("tie between ") && verdict.contains("alpha") && verdict.contains("beta"));
+        assert!(verdict.ends_with(" on 0 points and 1 first place each: left to the King."), "{verdict}");
+        assert!(tally_text(&t).starts_with(&format!("Vote: {verdict}\n\n")));
+        // The chair alpha ranked beta's answer (it cannot rank its own).
+        let t = count(l.clone(), ballots.clone(), Some("alpha"));
+        assert_eq!(t.winner.as_deref(), Some("beta"));
+        assert_eq!(t.scores[0].member, "beta", "the winner heads the scores");
+        assert_eq!(t.tie.as_ref().map(|t| (t.broken_by, t.chair.as_deref())), Some((TieBreak::Chair, Some("alpha"))));
+        assert!(
+            t.verdict().ends_with(
+                " on 0 points and 1 first place each, broken by the chair's ballot (alpha ranks beta higher): beta wins."
+            ),
+            "{}",
+            t.verdict()
+        );
+        // A chair without a ballot breaks nothing.
+        let t = count(l, ballots, Some("gamma"));
+        assert_eq!((t.winner, t.tie.map(|t| t.broken_by)), (None, Some(TieBreak::King)));
+    }
+
+    #[test]
+    fn the_chair_breaks_only_the_tie_left_after_first_places() {
+        // a, b and c 9 points each; a and b 2 first places each, c one; the
+        // chair e ranks c, then a, then b.
+        let l = labels(&["a", "b", "c", "d", "e"]);
+        let ballots = vec![
+            ballot("a", &["B", "C", "D", "E"]),
+            ballot("b", &["A", "C", "D", "E"]),
+            ballot("c", &["A", "B", "D", "E"]),
+            ballot("d", &["B", "C", "A", "E"]),
+            ballot("e", &["C", "A", "B", "D"]),
+        ];
+        let t = count(l, ballots, Some("e"));
+        let top: Vec<(&str, u32, u32)> = t.scores.iter().map(|s| (s.member.as_str(), s.points, s.firsts)).collect();
+        assert_eq!(&top[..3], [("a", 9, 2), ("b", 9, 2), ("c", 9, 1)]);
+        assert_eq!(t.winner.as_deref(), Some("a"));
+        assert_eq!(
+            t.verdict(),
+            "tie between a, b and c on 9 points, a and b with 2 first places each, broken by the chair's ballot \
+             (e ranks a higher): a wins."
+        );
     }
 
     #[test]

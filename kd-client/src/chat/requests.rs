@@ -1,0 +1,280 @@
+//! The requests the chat's loop makes without waiting: each runs as a task
+//! whose answer comes back on a channel as a [`Reply`], and [`on_reply`]
+//! says what each answer does to the state. (What must happen before the
+//! loop goes on — opening a thread, a fork — is the loop's own.)
+
+use std::sync::Arc;
+
+use kd_client::{Client, ClientError, KdApiClient, WorkApiClient};
+use kd_proto::types::{Aggregation, Completion, CostReport, RunInfo, Sent, Style, Thread};
+use kd_proto::work::{Accepted, MemberDiff, WorkStarted, Worktree};
+use tokio::sync::mpsc;
+
+use super::app::{App, Effect, Overlay};
+use super::diff;
+
+/// Answers to requests made from the loop.
+pub(super) enum Reply {
+    Sent(Result<Box<Sent>, ClientError>),
+    Interrupted(Result<usize, ClientError>),
+    Retried(Result<Vec<RunInfo>, ClientError>),
+    Threads(Result<Vec<Thread>, ClientError>),
+    Titled(Result<Thread, ClientError>),
+    Found(Result<Vec<kd_proto::types::SearchHit>, ClientError>),
+    Archived(Result<Thread, ClientError>),
+    Unarchived(Result<Thread, ClientError>),
+    Deleted(Result<kd_proto::types::Deleted, ClientError>),
+    WorkStarted(Result<Box<WorkStarted>, ClientError>),
+    Diffed(Result<Vec<MemberDiff>, ClientError>),
+    Accepted(Result<Accepted, ClientError>),
+    Rejected(Result<Worktree, ClientError>),
+    /// The chat's pending thread, made for a completion.
+    Created(Thread),
+    Completed(Result<Box<Completion>, ClientError>),
+    Cancelled(Result<(Vec<RunInfo>, bool), ClientError>),
+    Cost(Result<CostReport, ClientError>),
+    Forked(Result<Thread, ClientError>),
+}
+
+/// Sends a request without blocking the loop; the answer comes back as a [`Reply`].
+pub(super) fn request(client: &Arc<Client>, app: &App, effect: Effect, tx: mpsc::UnboundedSender<Reply>) {
+    let client = client.clone();
+    let thread = app.thread.id.clone();
+    let workspace = app.thread.workspace.clone();
+    let new_thread = app.pending_new.clone();
+    tokio::spawn(async move {
+        let reply = match effect {
+            Effect::Send { body, mute } => Reply::Sent(
+                client
+                    .council_send(thread, body, None, Some(mute), Some(Style::Chat), None, None, None, new_thread)
+                    .await
+                    .map(Box::new)
+                    .map_err(ClientError::from),
+            ),
+            Effect::Interrupt => Reply::Interrupted(
+                client.council_interrupt(thread, None).await.map(|i| i.runs.len()).map_err(ClientError::from),
+            ),
+            Effect::Retry => {
+                Reply::Retried(client.council_retry(thread, Some(Style::Chat), None).await.map_err(ClientError::from))
+            }
+            Effect::ListThreads => {
+                Reply::Threads(client.thread_list(Some(workspace), None, Some(20)).await.map_err(ClientError::from))
+            }
+            Effect::SetTitle(title) => {
+                Reply::Titled(client.thread_set_title(thread, title).await.map_err(ClientError::from))
+            }
+            Effect::Search(q) => {
+                Reply::Found(client.search_query(q, None, None, None, Some(50)).await.map_err(ClientError::from))
+            }
+            Effect::Archive => Reply::Archived(client.thread_archive(thread).await.map_err(ClientError::from)),
+            Effect::Unarchive => Reply::Unarchived(client.thread_unarchive(thread).await.map_err(ClientError::from)),
+            // Runs in flight refuse it: the daemon's message says so.
+            Effect::Delete => Reply::Deleted(client.thread_delete(thread, None).await.map_err(ClientError::from)),
+            Effect::Work { task, to, vote } => Reply::WorkStarted(
+                client.work_start(workspace, task, to, Some(vote)).await.map(Box::new).map_err(ClientError::from),
+            ),
+            // The daemon bounds the patch; the view shows where it is cut.
+            Effect::Diff(member) => Reply::Diffed(
+                client.work_diff(thread, Some(member), Some(false), None).await.map_err(ClientError::from),
+            ),
+            Effect::Accept { member, squash } => {
+                Reply::Accepted(client.work_accept(thread, member, Some(squash), None).await.map_err(ClientError::from))
+            }
+            Effect::Reject(member) => {
+                Reply::Rejected(client.work_reject(thread, member).await.map_err(ClientError::from))
+            }
+            Effect::Cancel(Some(member)) => Reply::Cancelled(
+                client.run_cancel(thread, Some(member), None).await.map(|r| (r, false)).map_err(ClientError::from),
+            ),
+            Effect::Cancel(None) => Reply::Cancelled(
+                client
+                    .council_interrupt(thread, Some(true))
+                    .await
+                    .map(|i| (i.runs, i.stopped_exchange))
+                    .map_err(ClientError::from),
+            ),
+            Effect::Fork { title, carry } => {
+                Reply::Forked(client.thread_fork(thread, title, carry).await.map_err(ClientError::from))
+            }
+            Effect::Cost => Reply::Cost(
+                client
+                    .cost_report(Some(thread), None, None, Some(kd_proto::types::CostBy::Member))
+                    .await
+                    .map_err(ClientError::from),
+            ),
+            Effect::NewThread | Effect::Open(_) | Effect::OpenAt(..) | Effect::Complete { .. } | Effect::Exit => return,
+        };
+        let _ = tx.send(reply);
+    });
+}
+
+/// A completion on the chat's thread (made first when it is still
+/// pending), over `c`, a connection without a request timeout; what it
+/// writes comes by the subscription, its outcome as a [`Reply`].
+pub(super) fn complete(
+    c: Arc<Client>,
+    app: &App,
+    question: String,
+    vote: bool,
+    chair: Option<String>,
+    tx: mpsc::UnboundedSender<Reply>,
+) {
+    let thread = app.thread.id.clone();
+    let pending = app.pending_new.clone();
+    tokio::spawn(async move {
+        if let Some(n) = pending {
+            let made = c
+                .thread_create(
+                    n.workspace,
+                    n.branch,
+                    n.title,
+                    None,
+                    Some(thread.clone()),
+                    n.lineage,
+                    None,
+                    Some(n.set_current),
+                    n.context,
+                )
+                .await
+                .map_err(ClientError::from);
+            match made {
+                Ok(t) => {
+                    let _ = tx.send(Reply::Created(t));
+                }
+                Err(e) => {
+                    let _ = tx.send(Reply::Completed(Err(e)));
+                    return;
+                }
+            }
+        }
+        let aggregation = if chair.is_some() { Aggregation::Synthesize } else { Aggregation::Vote };
+        let done = c
+            .completion_agents(thread, question, None, None, None, Some(aggregation), Some(vote), chair, None)
+            .await
+            .map(Box::new)
+            .map_err(ClientError::from);
+        let _ = tx.send(Reply::Completed(done));
+    });
+}
+
+pub(super) fn on_reply(app: &mut App, reply: Reply) -> Vec<Effect> {
+    match reply {
+        Reply::Created(t) => {
+            app.pending_new = None;
+            app.thread.lineage = t.lineage;
+            app.thread.parent = t.parent;
+        }
+        Reply::Completed(Ok(c)) => app.on_completed(&c),
+        Reply::Cancelled(Ok((runs, stopped))) => app.on_cancelled(&runs, stopped),
+        Reply::Cost(Ok(report)) => app.on_cost(&report),
+        // The branch is opened (the bundle, with what it carries, first).
+        Reply::Forked(Ok(t)) => {
+            app.set_notice(format!("forked from {}: this branch is the current thread", app.thread.id));
+            return vec![Effect::Open(t.id)];
+        }
+        Reply::Sent(Ok(sent)) => {
+            // The thread exists now.
+            app.pending_new = None;
+            app.on_sent(&sent);
+        }
+        Reply::Interrupted(Ok(n)) => {
+            if n == 0 {
+                app.set_notice("nothing of yours was running; pending auto-turns are stopped");
+            }
+        }
+        Reply::Retried(Ok(runs)) if runs.is_empty() => app.set_notice("no failed members to retry"),
+        Reply::Retried(Ok(runs)) => {
+            for r in &runs {
+                app.my_runs.insert(r.id.clone());
+            }
+            app.set_notice(format!(
+                "retrying {}",
+                runs.iter().map(|r| r.member.as_str()).collect::<Vec<_>>().join(", ")
+            ));
+        }
+        Reply::Threads(Ok(threads)) => app.overlay = Some(Overlay::Threads { threads, selected: 0 }),
+        Reply::Titled(Ok(t)) => {
+            app.thread.title = t.title;
+            app.set_notice("titled");
+        }
+        Reply::Found(Ok(hits)) if hits.is_empty() => app.set_notice("no match"),
+        Reply::Found(Ok(hits)) => app.overlay = Some(Overlay::Search { hits, selected: 0 }),
+        Reply::Archived(Ok(t)) => {
+            app.thread.status = t.status;
+            app.thread.summary = t.summary;
+            app.set_notice(format!(
+                "archived: its runs stopped, its sessions ended, a summary is kept (`kd show {}`); /unarchive opens it again",
+                t.id
+            ));
+        }
+        Reply::Unarchived(Ok(t)) => {
+            app.thread.status = t.status;
+            app.set_notice(format!("unarchived: thread {} takes messages again", t.id));
+        }
+        // The thread is gone: a new one waits for its first message, and
+        // the workspace's threads are offered.
+        Reply::Deleted(Ok(d)) => {
+            app.set_notice(format!("deleted thread {} ({} messages)", d.thread, d.messages));
+            app.dirty = true;
+            return vec![Effect::NewThread, Effect::ListThreads];
+        }
+        // The task's thread is opened: the members are seen at work there.
+        Reply::WorkStarted(Ok(started)) => {
+            app.my_runs.extend(started.runs.iter().cloned());
+            let who: Vec<&str> = started.worktrees.iter().map(|w| w.member.as_str()).collect();
+            app.set_notice(format!(
+                "thread {}: {} at work, each in its own worktree{} · /diff MEMBER shows one's work",
+                started.thread,
+                who.join(", "),
+                if started.vote { "; then they rank the diffs" } else { "" }
+            ));
+            return vec![Effect::Open(started.thread)];
+        }
+        Reply::Diffed(Ok(diffs)) => match diffs.first() {
+            Some(d) => app.diff = Some(diff::DiffView::new(d)),
+            None => app.set_notice("no diff"),
+        },
+        Reply::Accepted(Ok(a)) => {
+            let commit = a.commit.as_deref().map(|c| format!(" as {}", &c[..c.len().min(10)])).unwrap_or_default();
+            let others = if a.superseded.is_empty() {
+                String::new()
+            } else {
+                format!("; superseded: {}", a.superseded.join(", "))
+            };
+            app.set_notice(format!(
+                "{}{} {}'s work into {}{commit}{others}",
+                if a.squash { "squashed" } else { "merged" },
+                if a.checked { " (check only)" } else { "" },
+                a.member,
+                kd_client::terminal::safe(&a.into)
+            ));
+        }
+        Reply::Rejected(Ok(w)) => {
+            app.on_work(&w);
+            app.set_notice(format!("rejected {}'s work", w.member));
+        }
+        Reply::Completed(Err(e)) => {
+            app.completing = None;
+            app.set_notice(kd_client::terminal::safe(&e.to_string()).into_owned());
+        }
+        Reply::Sent(Err(e))
+        | Reply::Cancelled(Err(e))
+        | Reply::Cost(Err(e))
+        | Reply::Forked(Err(e))
+        | Reply::WorkStarted(Err(e))
+        | Reply::Diffed(Err(e))
+        | Reply::Accepted(Err(e))
+        | Reply::Rejected(Err(e))
+        | Reply::Interrupted(Err(e))
+        | Reply::Retried(Err(e))
+        | Reply::Threads(Err(e))
+        | Reply::Titled(Err(e))
+        | Reply::Found(Err(e))
+        | Reply::Archived(Err(e))
+        | Reply::Unarchived(Err(e))
+        // A refusal may quote what a member or git wrote (a conflicting path).
+        | Reply::Deleted(Err(e)) => app.set_notice(kd_client::terminal::safe(&e.to_string()).into_owned()),
+    }
+    app.dirty = true;
+    vec![]
+}
