@@ -3,7 +3,8 @@
 //! each recorded CLI answered as that CLI expects (tests/fixtures/mcp, from
 //! shared/captures/mcp: claude, codex exec, codex app-server, codex-acp,
 //! claude-code-acp), rmcp's own client, failures as tool results with the
-//! reason, and a quiet end on stdin EOF, SIGTERM and SIGINT.
+//! reason, lines that are no request answered as JSON-RPC says, and a
+//! quiet end on stdin EOF, SIGTERM and SIGINT.
 
 use std::path::Path;
 use std::time::Duration;
@@ -235,6 +236,20 @@ fn codex_gets_its_protocol_version_back() {
     mcp.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
     mcp.send(CODEX_TOOLS_LIST);
     assert_eq!(mcp.answer()["result"]["tools"][0]["name"], "send");
+}
+
+#[test]
+fn a_line_that_is_no_request_is_answered_not_dropped() {
+    let mut mcp = KdMcp::spawn(&[]);
+    mcp.handshake();
+    mcp.send("this is not json");
+    let a = mcp.answer();
+    assert_eq!((&a["id"], &a["error"]["code"]), (&Value::Null, &json!(-32700)), "{a}");
+    mcp.send(r#"{"jsonrpc":"2.0","id":2.5,"method":"tools/list"}"#);
+    let a = mcp.answer();
+    assert_eq!((&a["id"], &a["error"]["code"]), (&json!(2.5), &json!(-32600)), "{a}");
+    let listed = mcp.request(3, "tools/list", json!({}));
+    assert_eq!(listed["result"]["tools"].as_array().map(Vec::len), Some(6), "{listed}");
 }
 
 #[test]
