@@ -338,3 +338,26 @@ async fn a_member_acts_as_itself_through_kd_mcp() {
     assert_eq!(late["isError"], true, "{late}");
     assert!(text_of(&late).starts_with("refused by kd (forbidden): "), "{late}");
 }
+
+/// Claude Code 2.1.332 defers MCP tools behind `ToolSearch` unless told
+/// otherwise (the fake claude does so too, see mcp_wiring.rs): kd's tools
+/// are listed to the model at once, so its first call is kd's own.
+#[tokio::test(flavor = "multi_thread")]
+async fn claude_has_kds_tools_at_once_without_searching_for_them() {
+    let ws = kd_tests::Workspace::new(&[]);
+    let record = ws.file("record.jsonl");
+    let env = [("FAKE_MCP_CALL", "thread {}"), ("FAKE_RECORD", record.as_str())];
+    ws.write_config(
+        &json!({"council": {"members": ["claude"]}, "agents": {"claude": kd_tests::fake("claude", "claude", &env)}}),
+    );
+    let kdd = Kdd::start();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
+    kd_tests::send_one_round(&c, &t, "Read the thread.").await;
+    kd_tests::collect_until(&mut sub, |e| kd_tests::ended(e) == 1).await;
+    let call =
+        kd_tests::records(&record).into_iter().find(|r| r["mcp"]["call"].is_object()).expect("a call")["mcp"].clone();
+    assert_eq!(call["deferred"], false, "kd's tool was deferred behind ToolSearch: {call}");
+    assert_eq!(call["is_error"], false, "{call}");
+    let last = kd_tests::last_message(&c, &t).await;
+    assert!(last.body.starts_with("Tool said: "), "{last:?}");
+}
