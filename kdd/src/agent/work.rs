@@ -2,8 +2,9 @@
 //! worktree's own temporary directory; before the agent starts on a new
 //! worktree, `work.copy` from the King's tree and `work.setup` run in it;
 //! at the end of every run, whatever its outcome, a commit of what the
-//! member changed on its branch, recorded on the run and the worktree and
-//! told to the thread; and at the daemon's start, a commit of what a run
+//! member changed on its branch (never through a `.git` the member could
+//! have replaced: [`crate::git::member`]), recorded on the run and the
+//! worktree and told to the thread; and at the daemon's start, a commit of what a run
 //! the last daemon died in left. The backends' write modes are in
 //! [`super::argv`], [`super::appserver`] and [`super::acp`].
 
@@ -309,7 +310,9 @@ fn copy_tree(from: &Path, to: &Path, budget: &mut (usize, u64)) -> std::io::Resu
 /// member changed on its branch (before anything else can happen to the
 /// worktree), records the commit and the run's notes on the run, moves the
 /// worktree's head and size, and tells the thread. What the run's notes
-/// say (a setup's output, writes claude refused) is said in its message.
+/// say (a setup's output, writes claude refused, a worktree kd would not
+/// commit) is said in its message. A worktree whose `.git` is not what kd
+/// made is not committed: its work is `tampered`.
 pub async fn finish(d: &Runner, run: &Run, work: &WorkRun, finish: &mut Finish) {
     let message = if finish.status == RunStatus::Done {
         work.task.clone()
@@ -318,8 +321,15 @@ pub async fn finish(d: &Runner, run: &Run, work: &WorkRun, finish: &mut Finish) 
     };
     let committed = commit(&d.db, &run.thread, &run.member, work, &message).await;
     let mut notes = run.work_notes();
+    let mut tampered = false;
     let commit = match committed {
-        Ok(c) => c,
+        Ok(Committed::Commit(c)) => c,
+        Ok(Committed::Tampered(why)) => {
+            tracing::warn!(run = run.id, member = run.member, "not committing a worktree tampered with: {why}");
+            notes.push(format!("{SAID}{}", tampered_note(&run.member, work, &why)));
+            tampered = true;
+            None
+        }
         Err(e) => {
             tracing::error!(run = run.id, "cannot commit the member's work: {e}");
             notes.push(format!("{SAID}kd could not commit the work in {}: {e}", work.dir.display()));
@@ -346,24 +356,51 @@ pub async fn finish(d: &Runner, run: &Run, work: &WorkRun, finish: &mut Finish) 
     }
     // Working while another run of the member is in flight on the thread.
     let busy = d.runs.list(Some(&run.thread)).iter().any(|r| r.member == run.member && r.id != run.id);
-    set_state(d, run, if busy { WorkState::Working } else { WorkState::Done }).await;
+    let state = if tampered {
+        WorkState::Tampered
+    } else if busy {
+        WorkState::Working
+    } else {
+        WorkState::Done
+    };
+    set_state(d, run, state).await;
+}
+
+/// What the King is told of a worktree kd would not commit.
+pub fn tampered_note(member: &str, work: &WorkRun, why: &str) -> String {
+    format!(
+        "kd did not commit {member}'s work: its worktree {} is not as kd made it — {why}. kd runs no git the \
+         worktree names, so nothing of this run is on {}; its files are kept there. The work is marked tampered: \
+         look at the files yourself, then kd reject {member} (or kd delete --force the thread).",
+        work.dir.display(),
+        work.branch
+    )
+}
+
+/// What became of a member's work at the end of a run.
+#[derive(Debug)]
+pub enum Committed {
+    /// The new commit, if anything changed.
+    Commit(Option<String>),
+    /// Not committed: the worktree is not as kd made it (why).
+    Tampered(String),
 }
 
 /// Commits everything changed in the worktree as `member` with `message`,
-/// then records the branch's head and its diff's size from its base. The
-/// new commit, if anything changed.
-pub async fn commit(
-    db: &Db,
-    thread: &str,
-    member: &str,
-    work: &WorkRun,
-    message: &str,
-) -> Result<Option<String>, String> {
+/// then records the branch's head and its diff's size from its base — with
+/// the git directory kd made for the worktree, running nothing the
+/// worktree names ([`git::member`]). A worktree whose `.git` is not what kd
+/// made is left as it is.
+pub async fn commit(db: &Db, thread: &str, member: &str, work: &WorkRun, message: &str) -> Result<Committed, String> {
     if !work.dir.is_dir() {
         return Err(format!("the worktree {} is gone", work.dir.display()));
     }
-    let commit = git::commit_all(&work.repo, &work.dir, member, message).await.map_err(|e| e.to_string())?;
-    let head = git::head(&work.dir).await.map_err(|e| e.to_string())?;
+    let tree = match git::member::open(&work.repo, &work.dir, &work.base).await.map_err(|e| e.to_string())? {
+        git::member::Found::Ours(tree) => tree,
+        git::member::Found::Tampered(why) => return Ok(Committed::Tampered(why)),
+    };
+    let commit = tree.commit_all(member, message).await.map_err(|e| e.to_string())?;
+    let head = tree.head().await.map_err(|e| e.to_string())?;
     let stats = git::diff_stat(&work.repo, &work.base, &head).await.map_err(|e| e.to_string())?;
     let totals = (
         u32::try_from(stats.len()).unwrap_or(u32::MAX),
@@ -372,7 +409,7 @@ pub async fn commit(
     );
     let (t, m) = (thread.to_string(), member.to_string());
     db.set_worktree_head(t, m, head, totals).await.map_err(|e| e.to_string())?;
-    Ok(commit)
+    Ok(Committed::Commit(commit))
 }
 
 /// Sets the member's work state and tells the thread (a worktree the King
@@ -412,15 +449,22 @@ pub async fn recover(db: &Db, orphans: &[(String, String, String)]) -> usize {
         };
         let message = format!("{} (interrupted)", w.task);
         let committed = commit(db, &w.thread, &w.member, &work, &message).await;
-        let note = match &committed {
-            Ok(Some(c)) => format!("kdd stopped mid-run: kd committed what was left as {c}"),
-            Ok(None) => "kdd stopped mid-run: nothing was left to commit".to_string(),
-            Err(e) => format!("kdd stopped mid-run; kd could not commit what was left: {e}"),
+        let (note, commit, state) = match committed {
+            Ok(Committed::Commit(Some(c))) => {
+                (format!("kdd stopped mid-run: kd committed what was left as {c}"), Some(c), WorkState::Done)
+            }
+            Ok(Committed::Commit(None)) => {
+                ("kdd stopped mid-run: nothing was left to commit".to_string(), None, WorkState::Done)
+            }
+            Ok(Committed::Tampered(why)) => {
+                (format!("kdd stopped mid-run; {}", tampered_note(&w.member, &work, &why)), None, WorkState::Tampered)
+            }
+            Err(e) => (format!("kdd stopped mid-run; kd could not commit what was left: {e}"), None, WorkState::Done),
         };
         tracing::warn!(thread = w.thread, member = w.member, "{note}");
         let run = orphans.iter().rev().find(|(_, t, m)| *t == w.thread && *m == w.member).map(|(id, _, _)| id.clone());
-        let (t, m, commit) = (w.thread.clone(), w.member.clone(), committed.ok().flatten());
-        let recorded = db.work_interrupted(t, m, run, commit, note.clone()).await;
+        let (t, m) = (w.thread.clone(), w.member.clone());
+        let recorded = db.work_interrupted(t, m, run, commit, note.clone(), state).await;
         if let Err(e) = recorded {
             tracing::error!(thread = w.thread, member = w.member, "cannot record the interrupted work: {e}");
         }
