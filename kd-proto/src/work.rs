@@ -30,6 +30,11 @@ pub enum WorkState {
     Rejected,
     /// Another member's work of the same task was accepted.
     Superseded,
+    /// Its worktree's `.git` is not what kd made (replaced by a repository
+    /// of the member's own, a symlink, gone): kd did not commit the run's
+    /// changes and will not run the member there again. Its files are kept
+    /// for the King to look at; it can be rejected, never accepted.
+    Tampered,
 }
 
 impl WorkState {
@@ -40,6 +45,7 @@ impl WorkState {
             WorkState::Accepted => "accepted",
             WorkState::Rejected => "rejected",
             WorkState::Superseded => "superseded",
+            WorkState::Tampered => "tampered",
         }
     }
 
@@ -50,6 +56,7 @@ impl WorkState {
             "accepted" => WorkState::Accepted,
             "rejected" => WorkState::Rejected,
             "superseded" => WorkState::Superseded,
+            "tampered" => WorkState::Tampered,
             _ => return None,
         })
     }
@@ -58,6 +65,12 @@ impl WorkState {
     /// want: the work was merged or turned down.
     pub fn is_settled(self) -> bool {
         matches!(self, WorkState::Accepted | WorkState::Rejected | WorkState::Superseded)
+    }
+
+    /// The member works in its worktree when asked again (until the King
+    /// settles it, or kd found it tampered with).
+    pub fn takes_work(self) -> bool {
+        matches!(self, WorkState::Working | WorkState::Done)
     }
 }
 

@@ -203,6 +203,75 @@ async fn an_orphan_an_agent_double_forks_is_reparented_to_kdd_stays_confined_and
     assert!(zombie_children(kdd.pid).is_empty());
 }
 
+/// A member's process reads another member's marker and token from
+/// `/proc/PID/environ` (same user: it may) and double-forks a process
+/// carrying them, which is reparented to kdd: it is still the first
+/// member's, by the session kd started its run in, and the token is
+/// refused — by `kd send` and by `kd mcp` — whatever it carries.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_orphan_carrying_another_runs_marker_and_token_is_refused() {
+    let ws = Workspace::new(&[]);
+    let hold = Hold::new();
+    let kdd = Kdd::start();
+    let kd = kd();
+    let (pid_file, out, done, fifo, mcp_out) =
+        (ws.file("victim.pid"), ws.file("orphan.out"), ws.file("orphan.done"), ws.file("mcp.in"), ws.file("mcp.out"));
+    // claude (the victim) says where its agent is, then is held mid-run.
+    let victim = format!("printf %s $PPID > {pid_file}");
+    // codex's orphan: waits until kdd is its parent, then presents claude's token.
+    let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"0"}}}"#;
+    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    let call = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"send","arguments":{"to":["codex"],"body":"forged by kd mcp"}}}"#;
+    let script = ws.file("orphan.sh");
+    let lines = [
+        format!("while [ \"$(cut -d' ' -f4 /proc/$$/stat)\" != {} ]; do sleep 0.01; done", kdd.pid),
+        "{".to_string(),
+        "echo \"as run=$KD_RUN member=$KD_MEMBER\"".to_string(),
+        format!("{kd} send --to codex 'forged by kd send'; echo send=$?"),
+        format!("mkfifo {fifo}; {kd} mcp < {fifo} > {mcp_out} 2>&1 &"),
+        format!("exec 3>{fifo}"),
+        format!("printf '%s\\n' '{init}' '{initialized}' '{call}' >&3"),
+        format!("while ! grep -q '\"id\":2' {mcp_out}; do sleep 0.02; done"),
+        "exec 3>&-".to_string(),
+        format!("cat {mcp_out}"),
+        format!("}} > {out} 2>&1"),
+        format!("touch {done}"),
+    ];
+    std::fs::write(&script, lines.join("\n")).unwrap();
+    let stolen = [
+        format!("victim=$(cat {pid_file})"),
+        "of() { tr '\\0' '\\n' < /proc/$victim/environ | grep \"^$1=\" | head -n 1 | cut -d= -f2-; }".to_string(),
+        "export KD_RUN=$(of KD_RUN) KD_MEMBER=$(of KD_MEMBER) KD_RUN_TOKEN=$(of KD_RUN_TOKEN) KD_THREAD=$(of KD_THREAD)"
+            .to_string(),
+        format!("(sh {script} </dev/null >/dev/null 2>&1 &)"),
+        format!("while [ ! -f {done} ]; do sleep 0.02; done"),
+        format!("cat {out}"),
+    ]
+    .join("; ");
+    config(
+        &ws,
+        &[
+            ("claude", &[("FAKE_RUN", &victim), ("FAKE_HOLD", hold.var())], none()),
+            ("codex", &[("FAKE_RUN", &stolen), ("FAKE_TEXT", "Ran: {run}")], serde_json::json!({"transport": "exec"})),
+        ],
+    );
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    c.council_send(t.clone(), "@claude go".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))).await;
+    let messages = ask(&c, &t, "codex", 1).await;
+    let said = answer_of(&messages, "codex");
+    assert!(said.contains("as run=r-") && said.contains("member=claude"), "it carried claude's marker: {said}");
+    assert!(said.contains("send=1"), "kd send with claude's token: {said}");
+    assert!(said.contains("this process is codex's agent's (run r-") && said.contains("not its run's"), "{said}");
+    assert!(said.contains(r#""id":2"#) && said.contains(r#""isError":true"#), "kd mcp with claude's token: {said}");
+    hold.release();
+    collect_until(&mut sub, |e| kd_tests::ended(e) == 1).await;
+    let all = c.thread_messages(t, None, None, None, None).await.unwrap().into_vec();
+    assert!(!all.iter().any(|m| m.body.starts_with("forged")), "nothing was posted as claude: {all:#?}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn runs_whose_agents_leave_orphans_all_end_with_their_own_exit_status() {
     let orphan = ("FAKE_RUN", "(true </dev/null >/dev/null 2>&1 &); (sleep 0 </dev/null >/dev/null 2>&1 &)");

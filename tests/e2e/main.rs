@@ -49,3 +49,4 @@ mod subscriptions;
 mod terminal;
 mod work;
 mod work_run;
+mod work_tamper;

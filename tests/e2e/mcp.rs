@@ -3,7 +3,8 @@
 //! each recorded CLI answered as that CLI expects (tests/fixtures/mcp, from
 //! shared/captures/mcp: claude, codex exec, codex app-server, codex-acp,
 //! claude-code-acp), rmcp's own client, failures as tool results with the
-//! reason, and a quiet end on stdin EOF, SIGTERM and SIGINT.
+//! reason, lines that are no request answered as JSON-RPC says, and a
+//! quiet end on stdin EOF, SIGTERM and SIGINT.
 
 use std::path::Path;
 use std::time::Duration;
@@ -238,6 +239,20 @@ fn codex_gets_its_protocol_version_back() {
 }
 
 #[test]
+fn a_line_that_is_no_request_is_answered_not_dropped() {
+    let mut mcp = KdMcp::spawn(&[]);
+    mcp.handshake();
+    mcp.send("this is not json");
+    let a = mcp.answer();
+    assert_eq!((&a["id"], &a["error"]["code"]), (&Value::Null, &json!(-32700)), "{a}");
+    mcp.send(r#"{"jsonrpc":"2.0","id":2.5,"method":"tools/list"}"#);
+    let a = mcp.answer();
+    assert_eq!((&a["id"], &a["error"]["code"]), (&json!(2.5), &json!(-32600)), "{a}");
+    let listed = mcp.request(3, "tools/list", json!({}));
+    assert_eq!(listed["result"]["tools"].as_array().map(Vec::len), Some(6), "{listed}");
+}
+
+#[test]
 fn stdin_eof_ends_it_quietly_over_pipes_and_sockets() {
     for plumbing in [Plumbing::Pipes, Plumbing::Sockets] {
         let mut mcp = KdMcp::spawn_with(&[], plumbing);
@@ -322,4 +337,27 @@ async fn a_member_acts_as_itself_through_kd_mcp() {
     let late = mcp.call(6, "send", json!({"to": ["codex"], "body": "too late"}));
     assert_eq!(late["isError"], true, "{late}");
     assert!(text_of(&late).starts_with("refused by kd (forbidden): "), "{late}");
+}
+
+/// Claude Code 2.1.332 defers MCP tools behind `ToolSearch` unless told
+/// otherwise (the fake claude does so too, see mcp_wiring.rs): kd's tools
+/// are listed to the model at once, so its first call is kd's own.
+#[tokio::test(flavor = "multi_thread")]
+async fn claude_has_kds_tools_at_once_without_searching_for_them() {
+    let ws = kd_tests::Workspace::new(&[]);
+    let record = ws.file("record.jsonl");
+    let env = [("FAKE_MCP_CALL", "thread {}"), ("FAKE_RECORD", record.as_str())];
+    ws.write_config(
+        &json!({"council": {"members": ["claude"]}, "agents": {"claude": kd_tests::fake("claude", "claude", &env)}}),
+    );
+    let kdd = Kdd::start();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
+    kd_tests::send_one_round(&c, &t, "Read the thread.").await;
+    kd_tests::collect_until(&mut sub, |e| kd_tests::ended(e) == 1).await;
+    let call =
+        kd_tests::records(&record).into_iter().find(|r| r["mcp"]["call"].is_object()).expect("a call")["mcp"].clone();
+    assert_eq!(call["deferred"], false, "kd's tool was deferred behind ToolSearch: {call}");
+    assert_eq!(call["is_error"], false, "{call}");
+    let last = kd_tests::last_message(&c, &t).await;
+    assert!(last.body.starts_with("Tool said: "), "{last:?}");
 }

@@ -79,6 +79,24 @@ async fn claude_is_given_kds_server_in_mcp_config_and_its_tools_allowed() {
     assert_eq!(call["tools"], json!(["send", "inbox", "ack", "claim", "thread", "search"]));
 }
 
+/// The fake claude defers a server's tools behind `ToolSearch` as Claude
+/// Code 2.1.332 does (the stand-in's tools say nothing of loading), and
+/// loads them at once when tool search is off: the model searches first,
+/// then calls.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_fake_claude_defers_tools_as_claude_does_unless_told_not_to() {
+    for (env, deferred) in [(vec![], true), (vec![("ENABLE_TOOL_SEARCH", "false")], false)] {
+        let mut vars = vec![("FAKE_MCP_CALL", CALL)];
+        vars.extend(env);
+        let ws = one_member("claude", "claude", &vars, json!({}));
+        let kdd = Kdd::start_beside(Beside::StandIn, &[]);
+        let (answer, t) = ask(&kdd, &ws, None).await;
+        assert_acts_as(&said(&answer), &kdd, "claude", &t);
+        let call = call_record(&ws.file("record.jsonl"));
+        assert_eq!(call["deferred"], deferred, "{call}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn codex_exec_is_given_kds_server_approved_with_the_variables_named() {
     let ws = one_member("codex", "codex", &[("FAKE_MCP_CALL", CALL)], json!({"transport": "exec"}));

@@ -33,6 +33,7 @@ fn stat(files: u32, added: u64, removed: u64, empty: bool, state: WorkState) -> 
         WorkState::Done => Style::default().fg(Color::Cyan),
         WorkState::Accepted => Style::default().fg(Color::Green).add_modifier(Modifier::BOLD),
         WorkState::Rejected | WorkState::Superseded => Style::default().fg(Color::DarkGray),
+        WorkState::Tampered => Style::default().fg(Color::Red).add_modifier(Modifier::BOLD),
     };
     let mut spans = if empty && files == 0 {
         vec![Span::raw("no changes")]

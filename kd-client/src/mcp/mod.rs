@@ -17,6 +17,7 @@
 
 pub mod text;
 pub mod tools;
+pub mod transport;
 
 use std::borrow::Cow;
 use std::path::PathBuf;
@@ -29,7 +30,6 @@ use rmcp::model::{
     PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool, ToolsCapability,
 };
 use rmcp::service::{RequestContext, RoleServer, ServerInitializeError};
-use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 
@@ -41,9 +41,9 @@ use tools::Call;
 pub const NAME: &str = "kd";
 
 /// The longest line (one JSON-RPC message) read from the CLI: a longer one
-/// is dropped unanswered (rmcp's rule: without reading it whole there is no
-/// id to answer). A message of a few MiB is already far more than a model
-/// writes.
+/// is not kept, and answered `-32600` with a null id (without reading it
+/// whole there is no id to answer with). A message of a few MiB is already
+/// far more than a model writes.
 pub const MAX_LINE: usize = 4 * 1024 * 1024;
 
 /// How long connecting to kdd may take, and each call once connected:
@@ -193,14 +193,15 @@ impl ServerHandler for Server {
 }
 
 /// Serves `server` on `read`/`write` until the client closes its end (or
-/// the connection fails). A client that leaves before `initialize` is no
-/// failure.
+/// the connection fails), each line read by [`transport`] (a line that is
+/// not a message is answered there). A client that leaves before
+/// `initialize` is no failure.
 pub async fn serve<R, W>(server: Server, read: R, write: W) -> Result<(), ServerInitializeError>
 where
     R: AsyncRead + Send + Unpin + 'static,
     W: AsyncWrite + Send + Unpin + 'static,
 {
-    let transport = AsyncRwTransport::new_server(read, write).with_max_line_length(MAX_LINE);
+    let transport = transport::Lines::new(read, write, MAX_LINE);
     match server.serve(transport).await {
         Ok(running) => {
             let _ = running.waiting().await;

@@ -12,6 +12,13 @@ struct Cli {
     served: tokio::task::JoinHandle<Result<(), ServerInitializeError>>,
 }
 
+/// The next answer (a line left unanswered fails the test, never hangs it).
+async fn next_answer(from: &mut Lines<BufReader<DuplexStream>>) -> Value {
+    let next = tokio::time::timeout(std::time::Duration::from_secs(20), from.next_line());
+    let line = next.await.expect("an answer within 20 s").unwrap().expect("an answer");
+    serde_json::from_str(&line).unwrap()
+}
+
 impl Cli {
     fn start(token: Option<&str>) -> Cli {
         // A socket that cannot exist: nothing is ever reached there.
@@ -28,8 +35,7 @@ impl Cli {
     }
 
     async fn answer(&mut self) -> Value {
-        let line = self.from.next_line().await.unwrap().expect("an answer");
-        serde_json::from_str(&line).unwrap()
+        next_answer(&mut self.from).await
     }
 
     /// Claude's handshake, as recorded (shared/captures/mcp/claude.mcp.jsonl).
@@ -122,7 +128,7 @@ async fn the_server_ends_when_the_client_closes_its_end() {
 }
 
 #[tokio::test]
-async fn a_line_over_the_bound_is_dropped_and_the_next_answered() {
+async fn a_line_over_the_bound_is_answered_invalid_and_the_next_answered() {
     let mut cli = Cli::start(None);
     cli.handshake().await;
     let huge = format!(
@@ -135,9 +141,91 @@ async fn a_line_over_the_bound_is_dropped_and_the_next_answered() {
         cli.to.write_all(b"\n").await.unwrap();
         cli.to.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"tools/list\"}\n").await.unwrap();
     };
-    let (_, answer) = tokio::join!(writer, async {
-        let line = cli.from.next_line().await.unwrap().unwrap();
-        serde_json::from_str::<Value>(&line).unwrap()
-    });
-    assert_eq!(answer["id"], 8, "the oversized call is dropped, the next line answered: {answer}");
+    let (_, first) = tokio::join!(writer, next_answer(&mut cli.from));
+    let answers = [first, cli.answer().await];
+    // The oversized line is not kept, so its id is unknown.
+    assert_eq!((&answers[0]["id"], &answers[0]["error"]["code"]), (&Value::Null, &json!(-32600)), "{answers:?}");
+    assert_eq!(answers[1]["id"], 8, "the next line is answered: {answers:?}");
+}
+
+impl Cli {
+    async fn send_bytes(&mut self, line: &[u8]) {
+        self.to.write_all(line).await.unwrap();
+        self.to.write_all(b"\n").await.unwrap();
+    }
+
+    /// The answers up to the one with id `last`, as (id, error code).
+    async fn answers_until(&mut self, last: i64) -> Vec<(Value, Value)> {
+        let mut seen = Vec::new();
+        loop {
+            let a = self.answer().await;
+            let done = a["id"] == last;
+            seen.push((a["id"].clone(), a.pointer("/error/code").cloned().unwrap_or(Value::Null)));
+            if done {
+                return seen;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn lines_that_are_not_requests_it_can_hold_are_answered_as_json_rpc_says() {
+    let mut cli = Cli::start(None);
+    cli.handshake().await;
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":"deep","method":"tools/call","params":{{"name":"send","arguments":{}{}}}}}"#,
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let lines: Vec<(&[u8], Value, i64)> = vec![
+        (b"this is not json", Value::Null, -32700),
+        (b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"", Value::Null, -32700),
+        (b"\xff\xfe{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\"}", Value::Null, -32700),
+        (br#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#, json!(1.5), -32600),
+        (
+            br#"{"jsonrpc":"2.0","id":18446744073709551616,"method":"ping"}"#,
+            json!(18446744073709551616u128 as f64),
+            -32600,
+        ),
+        (br#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#, Value::Null, -32600),
+        (br#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#, Value::Null, -32600),
+        (br#"{"jsonrpc":"2.0","id":true,"method":"ping"}"#, Value::Null, -32600),
+        (br#"[{"jsonrpc":"2.0","id":3,"method":"ping"}]"#, Value::Null, -32600),
+        (b"[]", Value::Null, -32600),
+        (b"42", Value::Null, -32600),
+        (br#"{"foo":"boo"}"#, Value::Null, -32600),
+        (br#"{"jsonrpc":"1.0","id":4,"method":"ping"}"#, json!(4), -32600),
+        (br#"{"jsonrpc":"2.0","id":5}"#, json!(5), -32600),
+        (br#"{"jsonrpc":"2.0","id":6,"method":7}"#, json!(6), -32600),
+        (br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":5}"#, json!(7), -32602),
+        (deep.as_bytes(), json!("deep"), -32602),
+    ];
+    for (line, _, _) in &lines {
+        cli.send_bytes(line).await;
+    }
+    // Never answered: notifications (good or bad), blank lines, responses.
+    cli.send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":5}"#).await;
+    cli.send("   ").await;
+    cli.send(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#).await;
+    cli.send(r#"{"jsonrpc":"2.0","id":1.5,"result":{}}"#).await;
+    cli.send(r#"{"jsonrpc":"2.0","id":99,"method":"ping"}"#).await;
+    let answers = cli.answers_until(99).await;
+    let mut expected: Vec<(Value, Value)> = lines.iter().map(|(_, id, code)| (id.clone(), json!(code))).collect();
+    expected.push((json!(99), Value::Null));
+    assert_eq!(answers.len(), expected.len(), "{answers:?}");
+    for (i, (got, want)) in answers.iter().zip(&expected).enumerate() {
+        assert_eq!(
+            got,
+            want,
+            "line {i}: {:?}",
+            String::from_utf8_lossy(lines.get(i).map_or(b"ping".as_slice(), |l| l.0))
+        );
+    }
+    // An id rmcp cannot hold is given back as it was written.
+    cli.send(r#"{"jsonrpc":"2.0","id":1e400,"method":"ping"}"#).await;
+    let line = cli.from.next_line().await.unwrap().unwrap();
+    assert!(line.contains(r#""id":1e400"#) && line.contains("-32600"), "{line}");
+    // And the server still serves.
+    let r = cli.call(100, "send", json!({"to": ["codex"], "body": "hi"})).await;
+    assert_eq!(r["isError"], true);
 }

@@ -2,6 +2,10 @@
 //! schemas, annotations, all static — and the arguments a `tools/call`
 //! brings, read into a [`Call`] of the member surface.
 //!
+//! Each tool carries `_meta` `anthropic/alwaysLoad: true`, so that Claude
+//! Code lists it to the model at once instead of behind `ToolSearch`
+//! ([`ALWAYS_LOAD`]).
+//!
 //! Annotations decide whether a CLI runs a tool without asking: codex (exec,
 //! app-server, codex-acp) runs a tool marked `readOnlyHint: true`, or
 //! `readOnlyHint: false, destructiveHint: false, openWorldHint: false`,
@@ -13,7 +17,7 @@ use std::sync::Arc;
 
 use kd_proto::member::ClaimMode;
 use kd_proto::types::RouteType;
-use rmcp::model::{JsonObject, Tool, ToolAnnotations};
+use rmcp::model::{JsonObject, MetaObject, Tool, ToolAnnotations};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -36,6 +40,15 @@ pub const INSTRUCTIONS: &str = "kd's tools let you, a member of a kd council of 
 council members as yourself on this thread: send messages to other members (send), read your inbox of messages \
 sent or copied to you (inbox), acknowledge emergency broadcasts (ack), claim a shared resource such as a file \
 before writing it (claim), read the thread's recent messages (thread) and search kd's threads (search).";
+
+/// The `_meta` key by which a tool is loaded at once: Claude Code (from
+/// 2.1.332, and claude-code-acp running it) otherwise defers MCP tools
+/// behind `ToolSearch`, so the model must search for `send` before it can
+/// use it (shared/captures/approvals: `claude-332.deferral-*`). On the
+/// tools rather than in the server's configuration entry, so it holds
+/// however a CLI was given the server (claude's `--mcp-config`, an ACP
+/// session's `mcpServers`); other clients ignore it.
+pub const ALWAYS_LOAD: &str = "anthropic/alwaysLoad";
 
 /// Every tool, as `tools/list` answers.
 pub fn all() -> Vec<Tool> {
@@ -133,7 +146,13 @@ pub fn tool(name: &str) -> Option<Tool> {
         ToolAnnotations::new().read_only(false).destructive(false).open_world(false)
     };
     let name = NAMES.iter().find(|n| **n == name)?;
-    Some(Tool::new(Cow::Borrowed(*name), description, Arc::new(schema)).with_annotations(annotations))
+    let mut meta = JsonObject::new();
+    meta.insert(ALWAYS_LOAD.into(), json!(true));
+    Some(
+        Tool::new(Cow::Borrowed(*name), description, Arc::new(schema))
+            .with_annotations(annotations)
+            .with_meta(MetaObject(meta)),
+    )
 }
 
 /// A tool call, its arguments read.
@@ -323,6 +342,16 @@ mod tests {
                     t.name
                 );
             }
+        }
+    }
+
+    #[test]
+    fn every_tool_is_loaded_at_once_by_claude_never_deferred_behind_tool_search() {
+        // Claude Code 2.1.332 defers MCP tools behind ToolSearch unless the
+        // server lists them so (shared/captures/approvals:
+        // claude-332.deferral-alwaysload-meta).
+        for t in all() {
+            assert_eq!(wire(&t)["_meta"], json!({"anthropic/alwaysLoad": true}), "{}", t.name);
         }
     }
 

@@ -59,8 +59,9 @@ pub(super) fn methods(b: &mut Builder) {
         "accepted",
         "Merge a member's branch into the King's current branch in the King's tree (a merge commit; one commit with \
          squash); the task's other members' finished work is superseded. Refused with conflict, nothing changed, \
-         while the member works, when the King's tree has uncommitted changes (named) or the merge would conflict \
-         (the files named). With check, only says whether it would.",
+         while the member works, when the King's tree has uncommitted changes (named), the merge would conflict \
+         (the files named) or the work is tampered (its worktree's .git is not what kd made). With check, only says \
+         whether it would.",
     );
     b.param::<String>("thread", true, "the work thread")
         .param::<String>("member", true, "whose work")

@@ -1,7 +1,8 @@
 //! Spawning agent processes and signalling them.
 //!
-//! Each agent runs in its own process group (so a signal reaches whatever
-//! it started) with the workspace as cwd, and dies with the daemon: the
+//! Each agent runs in a session of its own, which it leads, and so in its
+//! own process group (a signal reaches whatever it started) with the
+//! workspace as cwd, and dies with the daemon: the
 //! kernel sends it SIGKILL when the daemon's thread that spawned it exits
 //! (`PR_SET_PDEATHSIG`). Spawns happen on tokio worker threads, which live
 //! as long as the daemon's runtime. It runs with the umask kdd was started
@@ -54,7 +55,6 @@ pub fn spawn_for(inv: &Invocation, cwd: &Path, workspace: &Path) -> std::io::Res
         .stdin(if inv.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
         .kill_on_drop(true);
     for var in crate::service::MANAGER_VARS {
         cmd.env_remove(var);
@@ -78,16 +78,21 @@ fn origin(inv: &Invocation, workspace: &Path) -> Origin {
     }
 }
 
-/// In the child before exec: it gets the umask kdd was started with (kdd's
-/// is 077), and the kernel is to SIGKILL it when its parent goes away.
+/// In the child before exec: it leads a session of its own (and so its
+/// own process group: the session's id and the group's are its pid), it
+/// gets the umask kdd was started with (kdd's is 077), and the kernel is
+/// to SIGKILL it when its parent goes away. The session is what places an
+/// orphan of it ([`crate::identity`]): a process keeps its session when it
+/// is reparented or changes group, and cannot join another's.
 #[allow(unsafe_code)]
 fn set_up_child(cmd: &mut Command) {
     crate::private::with_user_umask(cmd);
     let parent = rustix::process::getpid();
     // SAFETY: the closure runs in the forked child before exec and only
-    // makes two syscalls (prctl, getppid): no allocation, no locks.
+    // makes three syscalls (setsid, prctl, getppid): no allocation, no locks.
     unsafe {
         cmd.pre_exec(move || {
+            rustix::process::setsid()?;
             rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
             // The parent may have died between fork and prctl.
             if rustix::process::getppid() != Some(parent) {
@@ -157,25 +162,27 @@ fn own_processes() -> impl Iterator<Item = (u32, Stat)> {
 
 /// Kills everything a run, or a long-lived agent, left behind, and returns
 /// how many processes were signalled. `leader` is the agent kd spawned,
-/// which led its own process group, and `started` its start time; without
-/// a start time nothing can be told apart and nothing is killed. `marker`
-/// (`KD_RUN=<run>`, `KD_PEER=<…>`, see [`marker`]) is what the agent and
-/// all it started carry in their environment.
+/// which led its own session and process group, and `started` its start
+/// time; without a start time nothing can be told apart and nothing is
+/// killed. `marker` (`KD_RUN=<run>`, `KD_PEER=<…>`, see [`marker`]) is
+/// what the agent and all it started carry in their environment.
 ///
-/// - The group: every member that started after the leader, when the
-///   leader is still the process that started then (the group is then also
-///   signalled as a whole) or gone. A group id is only reused once the old group is
-///   empty, so a process `leader` with another start time means the id was
-///   reused and the group is not ours.
+/// - The session and the group: every member that started after the
+///   leader, when the leader is still the process that started then (the
+///   group is then also signalled as a whole) or gone. An id is only reused
+///   once the old session or group is empty, so a process `leader` with
+///   another start time means the id was reused and they are not ours.
+///   The session also holds what moved to a group of its own.
 /// - Every process of ours carrying `marker` that started after the
-///   leader, which catches what moved to a group or session of its own
-///   (unless it cleared its environment).
+///   leader, which catches what moved to a session of its own (unless it
+///   cleared its environment).
 pub fn kill_tree(leader: u32, started: Option<u64>, marker: &[u8]) -> usize {
     let Some(started) = started else { return 0 };
     let leader_is_ours = start_time(leader) == Some(started);
     let group_is_ours = leader_is_ours || start_time(leader).is_none();
-    let killed =
-        kill_while(|pid, s| s.start >= started && ((group_is_ours && s.pgrp == leader) || carries(pid, marker)));
+    let killed = kill_while(|pid, s| {
+        s.start >= started && ((group_is_ours && (s.pgrp == leader || s.session == leader)) || carries(pid, marker))
+    });
     if leader_is_ours {
         // What forked between the scans is in the group still.
         signal_group(leader, Signal::KILL);

@@ -100,7 +100,8 @@ pub async fn live_owner(db: &crate::db::Db, thread: &str) -> crate::db::DbResult
 pub type WorkRuns = Arc<BTreeMap<String, WorkRun>>;
 
 /// The worktrees of `thread`'s members whose work is not settled (a member
-/// whose work was accepted, rejected or removed advises again, read-only).
+/// whose work was accepted, rejected or removed, or that kd found tampered
+/// with, advises again, read-only).
 pub async fn work_runs(db: &crate::db::Db, thread: &str) -> crate::db::DbResult<WorkRuns> {
     let id = thread.to_string();
     // A worktree none of its member's runs has worked in yet is fresh: its
@@ -109,7 +110,7 @@ pub async fn work_runs(db: &crate::db::Db, thread: &str) -> crate::db::DbResult<
     Ok(Arc::new(
         trees
             .into_iter()
-            .filter(|(_, w)| !w.state.is_settled() && w.removed_at_ms.is_none())
+            .filter(|(_, w)| w.state.takes_work() && w.removed_at_ms.is_none())
             .map(|(ran, w)| {
                 let run = WorkRun {
                     dir: PathBuf::from(&w.path),

@@ -133,3 +133,37 @@ async fn a_committed_message_is_told_to_subscribers_and_a_refused_one_is_not() {
         assert!(sub.try_recv().is_err(), "{}: nothing told of a refused write", e.name);
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn work_found_tampered_with_is_recorded_so_and_nothing_moves_it_on() {
+    use kd_proto::work::{WorkState, Worktree};
+    for e in engines().await {
+        let t = e.db.create_thread(thread("/w")).await.unwrap();
+        let tree = Worktree {
+            thread: t.id.clone(),
+            member: "claude".into(),
+            task: "do it".into(),
+            repo: "/w".into(),
+            path: "/data/worktrees/w/claude".into(),
+            branch: "kd/t/claude".into(),
+            base: "b".repeat(40),
+            head: "b".repeat(40),
+            state: WorkState::Working,
+            files: 0,
+            added: 0,
+            removed: 0,
+            removed_at_ms: None,
+            created_at_ms: 1,
+            last_run: None,
+        };
+        e.db.add_worktree(tree, false).await.unwrap();
+        let (id, m) = (t.id.clone(), "claude".to_string());
+        e.db.work_interrupted(id.clone(), m.clone(), None, None, "cut".into(), WorkState::Tampered).await.unwrap();
+        let w = e.db.worktree(id.clone(), m.clone()).await.unwrap().unwrap();
+        assert_eq!(w.state, WorkState::Tampered, "{}", e.name);
+        let kept = e.db.move_worktree_state(id.clone(), m.clone(), WorkState::Working).await.unwrap().unwrap();
+        assert_eq!(kept.state, WorkState::Tampered, "{}: no run works there again", e.name);
+        e.db.set_worktree_state(id.clone(), m.clone(), WorkState::Rejected).await.unwrap();
+        assert_eq!(e.db.worktree(id, m).await.unwrap().unwrap().state, WorkState::Rejected, "{}", e.name);
+    }
+}

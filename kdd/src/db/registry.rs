@@ -259,8 +259,9 @@ operations! {
     fn unsettled_worktrees(&self) -> DbResult<Vec<Worktree>>;
     /// Sets where the member's work stands.
     fn set_worktree_state(&self, thread: String, member: String, state: WorkState) -> DbResult<()>;
-    /// Moves the member's work to `state` unless the King settled it or its
-    /// worktree is gone; the worktree as it stands then (none: no work).
+    /// Moves the member's work to `state` unless the King settled it, kd
+    /// found it tampered with, or its worktree is gone; the worktree as it
+    /// stands then (none: no work).
     fn move_worktree_state(&self, thread: String, member: String, state: WorkState) -> DbResult<Option<Worktree>>;
     /// The branch's new head and the diff's size (files, added, removed)
     /// from the base.
@@ -270,8 +271,9 @@ operations! {
     /// Records on a run the commit kd made of its changes and its note.
     fn set_run_work(&self, run: String, commit: Option<String>, note: Option<String>) -> DbResult<()>;
     /// A member's work a dead daemon cut: what kd committed of it recorded
-    /// on its interrupted run (when known), and the work `done`.
-    fn work_interrupted(&self, thread: String, member: String, run: Option<String>, commit: Option<String>, note: String) -> DbResult<()>;
+    /// on its interrupted run (when known), and the work `state` (`done`,
+    /// or `tampered` when kd would not commit it).
+    fn work_interrupted(&self, thread: String, member: String, run: Option<String>, commit: Option<String>, note: String, state: WorkState) -> DbResult<()>;
 
     // ---- the exchange journal: exchanges ----
     /// The open exchange begun by message `seq` of a thread, if any.

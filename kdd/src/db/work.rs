@@ -207,8 +207,9 @@ impl super::Sqlite {
         self.write(move |c, _| set_state(c, &thread, &member, state)).await
     }
 
-    /// Moves the member's work to `state` unless the King settled it or its
-    /// worktree is gone; the worktree as it stands then (none: no work).
+    /// Moves the member's work to `state` unless the King settled it, kd
+    /// found it tampered with, or its worktree is gone; the worktree as it
+    /// stands then (none: no work).
     pub async fn move_worktree_state(
         &self,
         thread: String,
@@ -217,7 +218,7 @@ impl super::Sqlite {
     ) -> DbResult<Option<Worktree>> {
         self.write(move |c, _| {
             let Some(w) = get(c, &thread, &member)? else { return Ok(None) };
-            if w.state.is_settled() || w.removed_at_ms.is_some() {
+            if !w.state.takes_work() || w.removed_at_ms.is_some() {
                 return Ok(Some(w));
             }
             set_state(c, &thread, &member, state)?;
@@ -249,7 +250,8 @@ impl super::Sqlite {
     }
 
     /// A member's work a dead daemon cut: what kd committed of it recorded
-    /// on its interrupted run (when known), and the work `done`.
+    /// on its interrupted run (when known), and the work `state` (`done`,
+    /// or `tampered` when kd would not commit it).
     pub async fn work_interrupted(
         &self,
         thread: String,
@@ -257,12 +259,13 @@ impl super::Sqlite {
         run: Option<String>,
         commit: Option<String>,
         note: String,
+        state: WorkState,
     ) -> DbResult<()> {
         self.write(move |c, _| {
             if let Some(run) = run {
                 set_run_work(c, &run, commit.as_deref(), Some(&note))?;
             }
-            set_state(c, &thread, &member, WorkState::Done)
+            set_state(c, &thread, &member, state)
         })
         .await
     }

@@ -1,13 +1,16 @@
 //! Git, as kd uses it for members' work (F-W1..W6): the `git` CLI driven
 //! by argv (never a shell), porcelain and `-z` output, so that the user's
-//! own configuration and hooks apply, as claude-squad does. Everything a
+//! own configuration and hooks apply in the King's tree, as claude-squad
+//! does. In a member's worktree, where everything is the member's, git
+//! runs as [`member`] says: with the git directory kd made, and nothing
+//! the worktree names. Everything a
 //! repository is asked goes through one lock per repository (the commands
 //! that take its `index.lock` would otherwise fail each other), and every
 //! output is read to a bound.
 //!
 //! What kd needs and nothing more: the top-level directory and HEAD of the
 //! King's tree, a worktree on a new branch, committing all a member changed
-//! as the member, the diff of a branch from its base (stat and patch), a
+//! as the member ([`member`]), the diff of a branch from its base (stat and patch), a
 //! merge checked without touching any tree ([`merge_conflicts`]) and then
 //! made, removing a worktree and its branch.
 
@@ -20,6 +23,8 @@ use kd_proto::work::FileStat;
 use tokio::io::AsyncReadExt;
 
 use crate::identity::children::{self, Origin};
+
+pub mod member;
 
 /// Most bytes of a command's output kept, unless the caller bounds it.
 const OUTPUT: usize = 4 << 20;
@@ -196,25 +201,6 @@ pub async fn branch_delete(repo: &Path, branch: &str) -> GitResult<()> {
 pub async fn has_branch(repo: &Path, branch: &str) -> GitResult<bool> {
     let full = format!("refs/heads/{branch}");
     Ok(git(repo, repo, &["show-ref", "--verify", "--quiet", &full], &[], OUTPUT).await?.ok)
-}
-
-/// Commits everything changed in the worktree `dir` (new, modified and
-/// deleted files; ignored files stay out) as `author <kd@localhost>`, with
-/// `message`. The new commit; none when nothing changed.
-pub async fn commit_all(repo: &Path, dir: &Path, author: &str, message: &str) -> GitResult<Option<String>> {
-    must(repo, dir, &["add", "--all"], &[]).await?;
-    let staged = git(repo, dir, &["diff", "--cached", "--quiet"], &[], OUTPUT).await?;
-    if staged.ok {
-        return Ok(None);
-    }
-    let env = [
-        ("GIT_AUTHOR_NAME", author),
-        ("GIT_AUTHOR_EMAIL", "kd@localhost"),
-        ("GIT_COMMITTER_NAME", "kd"),
-        ("GIT_COMMITTER_EMAIL", "kd@localhost"),
-    ];
-    must(repo, dir, &["commit", "--quiet", "--no-gpg-sign", "-m", message], &env).await?;
-    Ok(Some(head(dir).await?))
 }
 
 /// What changed from `base` to `head`, per file.

@@ -23,6 +23,14 @@ fn repo() -> tempfile::TempDir {
     dir
 }
 
+/// kd's commit of the member's worktree `dir`, made at `base`.
+async fn commit_all(repo: &Path, dir: &Path, base: &str, author: &str, message: &str) -> GitResult<Option<String>> {
+    match member::open(repo, dir, base).await? {
+        member::Found::Ours(tree) => tree.commit_all(author, message).await,
+        member::Found::Tampered(why) => panic!("{} is kd's: {why}", dir.display()),
+    }
+}
+
 #[tokio::test]
 async fn a_directory_outside_git_and_a_repository_without_a_commit_are_refused_plainly() {
     let plain = tempfile::tempdir().unwrap();
@@ -43,12 +51,12 @@ async fn a_worktree_is_committed_as_the_member_diffed_checked_and_merged() {
     let path = wt.path().join("claude");
     worktree_add(&repo, &path, "kd/t1/claude", &base).await.unwrap();
     assert!(has_branch(&repo, "kd/t1/claude").await.unwrap());
-    assert_eq!(commit_all(&repo, &path, "claude", "nothing").await.unwrap(), None, "nothing changed");
+    assert_eq!(commit_all(&repo, &path, &base, "claude", "nothing").await.unwrap(), None, "nothing changed");
 
     std::fs::write(path.join("a.txt"), "one\n2\nthree\n").unwrap();
     std::fs::write(path.join("new file.txt"), "x\n").unwrap();
     std::fs::write(path.join("bin"), [0u8, 1, 2, 0]).unwrap();
-    let commit = commit_all(&repo, &path, "claude", "Add things").await.unwrap().expect("a commit");
+    let commit = commit_all(&repo, &path, &base, "claude", "Add things").await.unwrap().expect("a commit");
     let author = std::process::Command::new("git")
         .args(["-C", path.to_str().unwrap(), "log", "-1", "--format=%an <%ae>|%s"])
         .output()
@@ -89,7 +97,7 @@ async fn a_conflict_and_a_dirty_tree_are_found_without_changing_anything() {
     let path = wt.path().join("codex");
     worktree_add(&repo, &path, "kd/t1/codex", &base).await.unwrap();
     std::fs::write(path.join("a.txt"), "member\n").unwrap();
-    commit_all(&repo, &path, "codex", "Member's change").await.unwrap().unwrap();
+    commit_all(&repo, &path, &base, "codex", "Member's change").await.unwrap().unwrap();
     std::fs::write(repo.join("a.txt"), "king\n").unwrap();
     assert_eq!(dirty(&repo).await.unwrap(), ["a.txt"]);
     sh(&repo, &["commit", "--quiet", "-am", "King's change"]);
@@ -115,7 +123,7 @@ async fn a_squash_makes_one_commit_of_the_kings() {
     worktree_add(&repo, &path, "kd/t/m", &base).await.unwrap();
     for i in 0..3 {
         std::fs::write(path.join(format!("f{i}")), "x\n").unwrap();
-        commit_all(&repo, &path, "m", &format!("step {i}")).await.unwrap().unwrap();
+        commit_all(&repo, &path, &base, "m", &format!("step {i}")).await.unwrap().unwrap();
     }
     let merged = merge(&repo, "kd/t/m", true, "Squashed work").await.unwrap();
     let log = std::process::Command::new("git")
@@ -123,6 +131,86 @@ async fn a_squash_makes_one_commit_of_the_kings() {
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&log.stdout).trim(), "King|Squashed work");
+}
+
+/// Why kd finds the worktree `dir` not its own (none: it is).
+async fn tampered(repo: &Path, dir: &Path, base: &str) -> Option<String> {
+    match member::open(repo, dir, base).await.unwrap() {
+        member::Found::Ours(_) => None,
+        member::Found::Tampered(why) => Some(why),
+    }
+}
+
+#[tokio::test]
+async fn a_worktree_whose_git_is_not_the_file_kd_made_is_found_tampered_with() {
+    let r = repo();
+    let repo = top(r.path()).await.unwrap();
+    let base = head(&repo).await.unwrap();
+    let wt = tempfile::tempdir().unwrap();
+    let path = wt.path().join("m");
+    worktree_add(&repo, &path, "kd/t/m", &base).await.unwrap();
+    let other = wt.path().join("other");
+    worktree_add(&repo, &other, "kd/t/other", &base).await.unwrap();
+    assert_eq!(tampered(&repo, &path, &base).await, None);
+    let dotgit = path.join(".git");
+    let made = std::fs::read_to_string(&dotgit).unwrap();
+    let restore = || {
+        let _ = std::fs::remove_file(&dotgit);
+        let _ = std::fs::remove_dir_all(&dotgit);
+        std::fs::write(&dotgit, &made).unwrap();
+    };
+    // A symlink to the King's .git.
+    std::fs::remove_file(&dotgit).unwrap();
+    std::os::unix::fs::symlink(repo.join(".git"), &dotgit).unwrap();
+    assert!(tampered(&repo, &path, &base).await.unwrap().contains("a symlink"));
+    // A repository of its own.
+    restore();
+    std::fs::remove_file(&dotgit).unwrap();
+    sh(&path, &["init", "--quiet"]);
+    assert!(tampered(&repo, &path, &base).await.unwrap().contains("a repository of its own"));
+    // Another worktree's git directory, or the King's.
+    restore();
+    let others = std::fs::read_to_string(other.join(".git")).unwrap();
+    std::fs::write(&dotgit, &others).unwrap();
+    assert!(tampered(&repo, &path, &base).await.unwrap().contains("points elsewhere"));
+    std::fs::write(&dotgit, format!("gitdir: {}\n", repo.join(".git").display())).unwrap();
+    assert!(tampered(&repo, &path, &base).await.unwrap().contains("points elsewhere"));
+    // Gone.
+    std::fs::remove_file(&dotgit).unwrap();
+    assert!(tampered(&repo, &path, &base).await.unwrap().contains("is gone"));
+    restore();
+    assert_eq!(tampered(&repo, &path, &base).await, None, "as kd made it again");
+}
+
+#[tokio::test]
+async fn kds_commit_runs_no_hook_and_no_filter_the_worktree_names() {
+    let r = repo();
+    let repo = top(r.path()).await.unwrap();
+    let base = head(&repo).await.unwrap();
+    let marks = tempfile::tempdir().unwrap();
+    let spy = marks.path().join("spy.sh");
+    let ran = marks.path().join("ran");
+    std::fs::write(&spy, format!("#!/bin/sh\necho \"$0\" >> {}\ncat\n", ran.display())).unwrap();
+    std::fs::set_permissions(&spy, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // The King's own configuration has a filter and a hook.
+    sh(&repo, &["config", "filter.spy.clean", spy.to_str().unwrap()]);
+    let hooks = repo.join(".git/hooks");
+    std::fs::create_dir_all(&hooks).unwrap();
+    for h in ["pre-commit", "post-commit"] {
+        std::os::unix::fs::symlink(&spy, hooks.join(h)).unwrap();
+    }
+    let wt = tempfile::tempdir().unwrap();
+    let path = wt.path().join("m");
+    worktree_add(&repo, &path, "kd/t/m", &base).await.unwrap();
+    std::fs::write(path.join(".gitattributes"), "* filter=spy\n").unwrap();
+    std::fs::write(path.join("a.txt"), "changed\n").unwrap();
+    let commit = commit_all(&repo, &path, &base, "m", "Change").await.unwrap().expect("a commit");
+    assert!(!ran.exists(), "{}", std::fs::read_to_string(&ran).unwrap_or_default());
+    let shown = std::process::Command::new("git")
+        .args(["-C", repo.to_str().unwrap(), "show", &format!("{commit}:a.txt")])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&shown.stdout), "changed\n");
 }
 
 #[test]

@@ -9,6 +9,10 @@ pub struct Stat {
     pub state: char,
     pub ppid: u32,
     pub pgrp: u32,
+    /// The session it is in (the pid of the session's leader): kept across
+    /// a reparenting and a change of group, left only by `setsid`, which
+    /// makes a new one — a process cannot join another's.
+    pub session: u32,
     /// Clock ticks after boot (field 22).
     pub start: u64,
 }
@@ -34,6 +38,7 @@ pub fn parse(line: &str) -> Option<Stat> {
         state: fields.first()?.chars().next()?,
         ppid: fields.get(1)?.parse().ok()?,
         pgrp: fields.get(2)?.parse().ok()?,
+        session: fields.get(3)?.parse().ok()?,
         start: fields.get(19)?.parse().ok()?,
     })
 }
@@ -97,9 +102,9 @@ mod tests {
 
     #[test]
     fn a_stat_line_is_read_past_a_command_name_with_spaces_and_parentheses() {
-        let line = "4242 (a (b) c) S 17 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
+        let line = "4242 (a (b) c) S 17 4242 4000 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
         let s = parse(line).unwrap();
-        assert_eq!((s.state, s.ppid, s.pgrp, s.start), ('S', 17, 4242, 987654));
+        assert_eq!((s.state, s.ppid, s.pgrp, s.session, s.start), ('S', 17, 4242, 4000, 987654));
         assert!(parse("4242 (cut").is_none() && parse("").is_none() && parse("1 (x) Z").is_none());
         assert!(parse("1 (x) Z 0 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5").is_some_and(|s| s.is_zombie()));
     }

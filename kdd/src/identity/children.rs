@@ -58,14 +58,6 @@ pub fn origin_of(pid: u32) -> Option<Origin> {
     (spawned.start.is_some() && start_time(pid) == spawned.start).then_some(spawned.origin)
 }
 
-/// The long-lived agent whose marker is `marker`, if kdd runs it.
-pub fn peer_by_marker(marker: &str) -> Option<Origin> {
-    spawned()
-        .values()
-        .find(|s| matches!(&s.origin, Origin::Peer { marker: m, .. } if m == marker))
-        .map(|s| s.origin.clone())
-}
-
 /// Forgets the processes that are gone (reaped, or their pid reused). One
 /// whose start time could not be read is kept while its pid exists.
 pub(super) fn forget_gone(spawned: &mut BTreeMap<u32, Spawned>) {

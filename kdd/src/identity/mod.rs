@@ -8,10 +8,18 @@
 //! one of them left, which the kernel reparents to kdd as their child
 //! subreaper ([`reaper`]) — is *confined*: it may say hello, read the API's
 //! description and use the member surface, with a token that agrees with
-//! what its ancestry knows (its run's; for a long-lived agent's processes,
-//! one of that agent's member and workspace). Everything else — every King
+//! where kd put it (its run's; for a long-lived agent's processes, one of
+//! that agent's member and workspace). Everything else — every King
 //! action, acting as another member, another thread — is refused
 //! (`rpc::confine`, `rpc::member`).
+//!
+//! Where kd put a process is its ancestry up to the agent kd spawned, or,
+//! for an orphan (whose parent is now kdd), the session it is in: kd starts
+//! every agent in a session of its own, which a process keeps across a
+//! reparenting and cannot enter from outside. Never an environment marker:
+//! `KD_RUN`, `KD_PEER` and the token can be read from another process's
+//! `/proc/PID/environ` and carried by any process of the user's (the
+//! markers only find what to kill when a run ends).
 //!
 //! - [`ancestry`]: parents from `/proc`, and a bounded walk up to kdd;
 //! - [`children`]: what kdd spawned (the only way it spawns), by pid and
@@ -34,7 +42,8 @@ use std::sync::OnceLock;
 pub use children::Origin;
 
 /// The environment variable that marks every process of a run, however far
-/// it moves from the run's process group: `KD_RUN=<run id>`.
+/// it moves from the run's process group, so that it is killed with the
+/// run: `KD_RUN=<run id>`. Never proof of whose a process is.
 pub const RUN_MARKER: &str = "KD_RUN";
 
 /// The environment variable that marks every process a long-lived agent (a
@@ -85,24 +94,21 @@ fn enabled() -> bool {
 }
 
 /// What kdd's child `child` is: a process kdd spawned, or else an orphan
-/// reparented to kdd, by the marker it carries from the agent it left.
+/// reparented to kdd, by the session it is in — that of the agent whose
+/// process it was, which kd started in a session of its own
+/// (`agent::process`). Never by what it carries: any process of the user's
+/// can read another's environment (`/proc/PID/environ`), marker and token,
+/// and carry them; none can enter another's session. An orphan that left
+/// its agent's session (`setsid`), or whose agent is gone, is no one's.
 fn origin_of(child: u32) -> Option<Origin> {
-    children::origin_of(child).or_else(|| marked(child))
+    children::origin_of(child).or_else(|| by_session(child))
 }
 
-fn marked(pid: u32) -> Option<Origin> {
-    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-    let var = |key: &str| {
-        let prefix = format!("{key}=");
-        env.split(|b| *b == 0)
-            .rev()
-            .find_map(|kv| kv.strip_prefix(prefix.as_bytes()))
-            .map(|v| String::from_utf8_lossy(v).into_owned())
-    };
-    match var(RUN_MARKER) {
-        Some(run) => Some(Origin::Run { run, member: var(MEMBER_VAR) }),
-        None => children::peer_by_marker(&var(PEER_MARKER)?),
-    }
+/// The origin of the agent leading the session `pid` is in: kd started it
+/// there, and it is still that process (its pid and start time).
+fn by_session(pid: u32) -> Option<Origin> {
+    let session = ancestry::stat(pid)?.session;
+    children::origin_of(session).filter(|o| !matches!(o, Origin::Tool))
 }
 
 impl Peer {
@@ -153,8 +159,8 @@ impl Peer {
             return Ok(());
         }
         Err(match origin {
-            None => "kd cannot tell which agent this process belongs to (it left its agent's process tree \
-                     without kd's marker): it may not act as a member"
+            None => "kd cannot tell which agent this process belongs to (it left its agent's process tree and \
+                     session, or its agent is gone): it may not act as a member"
                 .into(),
             _ => format!("{}: that capability is not its run's — an agent acts only as itself", self.whose()),
         })
@@ -217,6 +223,42 @@ mod tests {
         assert_eq!(origin_of(pid), Some(origin));
         assert!(matches!(place(Some(pid as i32)), Peer::Confined { origin: Some(Origin::Run { .. }), .. }));
         child.kill().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_process_is_placed_by_the_session_kd_started_its_agent_in_whatever_it_carries() {
+        use crate::agent::argv::Invocation;
+        let tmp = tempfile::tempdir().unwrap();
+        let pid_file = tmp.path().join("pid");
+        // The agent starts a process that carries another run's marker.
+        let script = format!("KD_RUN=r-other KD_MEMBER=codex sleep 30 & echo $! > {}; wait", pid_file.display());
+        let inv = Invocation {
+            program: "sh".into(),
+            args: vec!["-c".into(), script],
+            stdin: None,
+            env: vec![(RUN_MARKER.into(), "r-session-test".into()), (MEMBER_VAR.into(), "claude".into())],
+        };
+        let mut agent = crate::agent::process::spawn(&inv, tmp.path()).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let child: u32 = loop {
+            if let Some(pid) = std::fs::read_to_string(&pid_file).ok().and_then(|p| p.trim().parse().ok()) {
+                break pid;
+            }
+            assert!(std::time::Instant::now() < deadline, "the agent never started its child");
+            tokio::task::yield_now().await;
+        };
+        let leader = agent.id().unwrap();
+        let stat = ancestry::stat(child).unwrap();
+        assert_eq!(stat.session, leader, "the agent leads its own session");
+        let origin = Origin::Run { run: "r-session-test".into(), member: Some("claude".into()) };
+        assert_eq!(by_session(child), Some(origin), "the session's, not the marker's");
+        assert_eq!(by_session(std::process::id()), None, "a process outside is no one's");
+        crate::agent::process::signal_group(leader, rustix::process::Signal::KILL);
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_raw(child as i32).unwrap(),
+            rustix::process::Signal::KILL,
+        );
+        agent.wait().await.unwrap();
     }
 
     #[test]

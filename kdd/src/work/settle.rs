@@ -1,6 +1,7 @@
 //! Where members' work ends (F-W5, F-W6): the King accepts one member's
 //! branch into their own (refused, with nothing changed, on a tree with
-//! uncommitted changes or a merge that conflicts), or rejects it; and a
+//! uncommitted changes, a merge that conflicts, or work kd found tampered
+//! with), or rejects it; and a
 //! work thread's worktrees and branches go only when nothing in them could
 //! be lost — accepted, rejected, superseded or empty — unless the King
 //! forces it.
@@ -61,6 +62,14 @@ pub async fn accept(
                 "{member}'s work on thread {thread} was superseded when another member's was accepted: \
                  nothing was changed (git merge {} takes it anyway)",
                 w.branch
+            )));
+        }
+        WorkState::Tampered => {
+            return Err(ErrorCode::Conflict.error(format!(
+                "{member}'s work on thread {thread} is tampered: its worktree's .git is not what kd made, so kd \
+                 did not commit its last run (its answer says why); its files are in {}: look at them yourself, \
+                 then kd reject {member}. Nothing was changed",
+                w.path
             )));
         }
         _ => {}
@@ -141,19 +150,24 @@ fn list(files: &[String]) -> String {
 }
 
 /// Whether the worktree's work may go without losing anything: settled,
-/// or nothing committed and nothing changed in it.
+/// or nothing committed and nothing changed in it (asked of git as kd
+/// runs it in a member's worktree: [`git::member`]). Work kd found
+/// tampered with goes only when the King settles it, or forces it.
 async fn may_go(w: &Worktree) -> bool {
     if w.state.is_settled() {
         return true;
     }
-    if w.state == WorkState::Working || w.head != w.base {
+    if !w.state.takes_work() || w.state == WorkState::Working || w.head != w.base {
         return false;
     }
     let dir = Path::new(&w.path);
     if !dir.exists() {
         return true;
     }
-    matches!(git::git(Path::new(&w.repo), dir, &["status", "--porcelain"], &[], 1024).await, Ok(o) if o.ok && o.stdout.is_empty())
+    match git::member::open(Path::new(&w.repo), dir, &w.base).await {
+        Ok(git::member::Found::Ours(tree)) => tree.is_clean().await.unwrap_or(false),
+        _ => false,
+    }
 }
 
 /// Removes the thread's worktrees and branches whose work may go (all of
@@ -171,11 +185,7 @@ pub async fn tidy(db: &Db, hub: &Hub, thread: &str, force: bool) -> Result<Vec<W
         }
         let repo = Path::new(&w.repo);
         let path = Path::new(&w.path);
-        if path.exists() {
-            git::worktree_remove(repo, path).await.map_err(git_error)?;
-        } else {
-            git::prune(repo).await.map_err(git_error)?;
-        }
+        remove_worktree(repo, path, &w.base).await?;
         remove_leftovers(path);
         if git::has_branch(repo, &w.branch).await.map_err(git_error)? {
             git::branch_delete(repo, &w.branch).await.map_err(git_error)?;
@@ -186,6 +196,28 @@ pub async fn tidy(db: &Db, hub: &Hub, thread: &str, force: bool) -> Result<Vec<W
         hub.publish(&thread, ThreadEvent::Work { worktree: Box::new(Worktree { removed_at_ms: Some(now), ..w }) });
     }
     Ok(kept)
+}
+
+/// Removes the worktree at `path` and git's record of it. git removes one
+/// as kd made it; one whose `.git` is not (which git would read, and
+/// refuse), or which git will not remove (it holds a nested repository),
+/// kd removes itself — never following a symlink in it — and git's record
+/// is pruned.
+async fn remove_worktree(repo: &Path, path: &Path, base: &str) -> Result<(), ErrorObjectOwned> {
+    if !std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+        let _ = std::fs::remove_file(path);
+        return git::prune(repo).await.map_err(git_error);
+    }
+    let ours = matches!(git::member::open(repo, path, base).await, Ok(git::member::Found::Ours(_)));
+    if ours && git::worktree_remove(repo, path).await.is_ok() {
+        return Ok(());
+    }
+    let dir = path.to_path_buf();
+    tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&dir))
+        .await
+        .map_err(|e| ErrorCode::Internal.error(e.to_string()))?
+        .map_err(|e| ErrorCode::Internal.error(format!("cannot remove {}: {e}", path.display())))?;
+    git::prune(repo).await.map_err(git_error)
 }
 
 /// Removes what kd made beside a removed worktree: its runs' temporary

@@ -66,7 +66,8 @@ pub async fn drive(co: &Arc<Coord>, x: ExchangeId) -> Result<(), Halt> {
     let id = thread.clone();
     let trees = db.worktrees_of(id).await?;
     let mut parts = Vec::new();
-    for w in trees.iter().filter(|w| w.head != w.base && !w.state.is_settled()) {
+    // Work kd found tampered with is not put to the vote.
+    for w in trees.iter().filter(|w| w.head != w.base && w.state.takes_work()) {
         let d = member_diff(w, false, PROMPT_DIFF_BYTES as u64 * 4)
             .await
             .map_err(|e| Halt::Failed(format!("{}'s diff: {}", w.member, e.message())))?;

@@ -257,8 +257,9 @@ impl Pg {
         set_state(&self.conn().await?, &thread, &member, state).await
     }
 
-    /// Moves the member's work to `state` unless the King settled it or its
-    /// worktree is gone; the worktree as it stands then (none: no work).
+    /// Moves the member's work to `state` unless the King settled it, kd
+    /// found it tampered with, or its worktree is gone; the worktree as it
+    /// stands then (none: no work).
     /// The row is locked while deciding, as the SQLite writer's serial
     /// execution kept it.
     pub async fn move_worktree_state(
@@ -275,7 +276,7 @@ impl Pg {
         )
         .await?;
         let Some(w) = get(&tx, &thread, &member).await? else { return Ok(None) };
-        if w.state.is_settled() || w.removed_at_ms.is_some() {
+        if !w.state.takes_work() || w.removed_at_ms.is_some() {
             return Ok(Some(w));
         }
         set_state(&tx, &thread, &member, state).await?;
@@ -307,7 +308,8 @@ impl Pg {
     }
 
     /// A member's work a dead daemon cut: what kd committed of it recorded
-    /// on its interrupted run (when known), and the work `done`.
+    /// on its interrupted run (when known), and the work `state` (`done`,
+    /// or `tampered` when kd would not commit it).
     pub async fn work_interrupted(
         &self,
         thread: String,
@@ -315,13 +317,14 @@ impl Pg {
         run: Option<String>,
         commit: Option<String>,
         note: String,
+        state: WorkState,
     ) -> DbResult<()> {
         let mut c = self.conn().await?;
         let tx = c.transaction().await?;
         if let Some(run) = run {
             set_run_work(&tx, &run, commit.as_deref(), Some(&note)).await?;
         }
-        set_state(&tx, &thread, &member, WorkState::Done).await?;
+        set_state(&tx, &thread, &member, state).await?;
         self.commit(tx, Default::default()).await
     }
 }
@@ -413,7 +416,9 @@ mod tests {
         // The last answering run's end shows on the worktree.
         c.execute("UPDATE runs SET ended_at = 5 WHERE id = 'r1'", &[]).await.unwrap();
         assert_eq!(pg.worktree("t1".into(), "claude".into()).await.unwrap().unwrap().last_run, Some(RunStatus::Done));
-        pg.work_interrupted("t1".into(), "claude".into(), Some("r1".into()), None, "cut".into()).await.unwrap();
+        pg.work_interrupted("t1".into(), "claude".into(), Some("r1".into()), None, "cut".into(), WorkState::Done)
+            .await
+            .unwrap();
         assert_eq!(run_work(&c, "r1").await.unwrap(), (None, Some("cut".into())));
         assert_eq!(pg.worktree("t1".into(), "claude".into()).await.unwrap().unwrap().state, WorkState::Done);
     }

@@ -32,7 +32,7 @@
 //! | `FAKE_RULES` | a JSON list of `[needle, answer]`: the answer of the first needle found in the prompt (stdin and argv) replaces `FAKE_TEXT` |
 //! | `FAKE_DENIALS` | (claude) `[[TOOL, PATH], …]`: the result's `permission_denials`, as Claude Code reports writes it refused silently |
 //! | `FAKE_RUN` | a shell command run first (as an agent runs tools); `{run}` in the answer becomes its output |
-//! | `FAKE_MCP_CALL` | `TOOL ARGUMENTS`: start kd's MCP server as the CLI was given it, call the tool, answer `Tool said: TEXT` (see `mcp.rs`) |
+//! | `FAKE_MCP_CALL` | `TOOL ARGUMENTS`: start kd's MCP server as the CLI was given it, call the tool, answer `Tool said: TEXT` (see `mcp.rs`; claude first searches for a tool it defers, as 2.1.332 does unless `ENABLE_TOOL_SEARCH=false`, `alwaysLoad` or the tool's `_meta` say not to) |
 //! | `FAKE_MCP_START` | start kd's MCP server as the CLI does (`initialize`, `tools/list`) without calling a tool |
 //! | `FAKE_ACP` | `codex-acp` to play codex-acp's MCP client and permission requests (default: claude-code-acp's) |
 //!
@@ -272,6 +272,15 @@ impl Out {
         }
     }
 
+    /// Claude Code's model loading a deferred tool (claude-332.deferral-default):
+    /// its `ToolSearch` call, and the result naming the tool.
+    fn tool_search(&self, name: &str) {
+        let s = &self.session;
+        let query = format!("select:{name}");
+        self.line(json!({"type":"assistant","message":{"id":"msg_search","type":"message","role":"assistant","content":[{"type":"tool_use","id":"toolu_search","name":"ToolSearch","input":{"query":query,"max_results":5}}]},"parent_tool_use_id":null,"session_id":s}));
+        self.line(json!({"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_search","content":[{"type":"tool_reference","tool_name":name}]}]},"parent_tool_use_id":null,"session_id":s,"tool_use_result":{"matches":[name],"query":query,"total_deferred_tools":12}}));
+    }
+
     /// Claude Code on an API error: the error as a synthetic assistant
     /// message (model `<synthetic>`, `isApiErrorMessage`), then a result
     /// with `is_error` and the same text; exit 1.
@@ -445,7 +454,8 @@ async fn main() {
         };
         let tool_said = match (mcp::wanted(), &given) {
             (Some((tool, arguments)), Some(given)) => {
-                let refusal = |s: &mcp::Session| match cli {
+                let deferred = std::cell::Cell::new(None);
+                let refused = |s: &mcp::Session| match cli {
                     mcp::Cli::Claude if !mcp::claude_allows(&allowed, &tool) => Some(format!(
                         "Claude requested permissions to use mcp__kd__{tool}, but you haven't granted it yet."
                     )),
@@ -457,9 +467,23 @@ async fn main() {
                     )),
                     _ => None,
                 };
-                let out = mcp::call_once(given, cli, &tool, &arguments, refusal).await;
-                mcp::record(out.record);
-                Some(out.text)
+                let refusal = |s: &mcp::Session| {
+                    if cli == mcp::Cli::Claude {
+                        // The model must search for a deferred tool first.
+                        let defers = s.tool(&tool).is_some_and(|t| mcp::claude_defers(given, t));
+                        if defers {
+                            out.tool_search(&format!("mcp__kd__{tool}"));
+                        }
+                        deferred.set(Some(defers));
+                    }
+                    refused(s)
+                };
+                let mut called = mcp::call_once(given, cli, &tool, &arguments, refusal).await;
+                if let Some(d) = deferred.get() {
+                    called.record["deferred"] = json!(d);
+                }
+                mcp::record(called.record);
+                Some(called.text)
             }
             (Some(_), None) => {
                 mcp::record(json!({"error": "no MCP server kd was configured"}));

@@ -23,9 +23,12 @@
 //! codex under approval `never` without `default_tools_approval_mode =
 //! "approve"` (or the tool's `approval_mode`) and without the tool
 //! annotations that need none ("MCP tool call requires approval, but
-//! approval policy is never", nothing sent to the server). `FAKE_RECORD`
-//! gets `{"mcp": …}`: what was configured, the tools listed, the call and
-//! its result.
+//! approval policy is never", nothing sent to the server). The claude fake
+//! defers the tool behind `ToolSearch` as Claude Code 2.1.332 does unless
+//! told not to ([`claude_defers`]): it then first prints the model's
+//! `ToolSearch` call and its result, as claude does. `FAKE_RECORD`
+//! gets `{"mcp": …}`: what was configured, the tools listed, whether the
+//! tool was deferred (claude), the call and its result.
 //!
 //! `fake-agent mcp` is a stand-in for `kd mcp` (installed as a `kd` beside
 //! a test's `kdd`): the tools `send`, `inbox`, `ack`, `claim`, `thread` and
@@ -65,12 +68,14 @@ pub struct Given {
     pub tool_approval: BTreeMap<String, String>,
     /// gemini: `trust`.
     pub trust: bool,
+    /// claude: `alwaysLoad` (its tools never deferred behind ToolSearch).
+    pub always_load: Option<bool>,
 }
 
 impl Given {
     pub fn record(&self) -> Value {
         json!({"command": self.command, "args": self.args, "env": self.env.iter().cloned().collect::<BTreeMap<_, _>>(),
-               "env_vars": self.env_vars, "approval": self.approval, "trust": self.trust})
+               "env_vars": self.env_vars, "approval": self.approval, "trust": self.trust, "always_load": self.always_load})
     }
 
     fn from_json(kd: &Value) -> Option<Given> {
@@ -107,6 +112,7 @@ impl Given {
             approval: kd.get("default_tools_approval_mode").and_then(Value::as_str).map(str::to_string),
             tool_approval,
             trust: kd.get("trust").and_then(Value::as_bool).unwrap_or(false),
+            always_load: kd.get("alwaysLoad").and_then(Value::as_bool),
         })
     }
 }
@@ -413,6 +419,28 @@ pub fn codex_approves(given: &Given, tool: &Value) -> bool {
         || (hint("readOnlyHint") == Some(false)
             && hint("destructiveHint") == Some(false)
             && hint("openWorldHint") == Some(false))
+}
+
+/// Whether claude defers `tool` of kd's server behind `ToolSearch`, as
+/// Claude Code 2.1.332 does by default (shared/captures/approvals,
+/// `claude-332.deferral-*`): not when tool search is off
+/// (`ENABLE_TOOL_SEARCH=false`), nor when the server's entry says
+/// `alwaysLoad: true` (unless the tool's `_meta` says
+/// `anthropic/alwaysLoad: false`), nor when the tool's `_meta` says
+/// `anthropic/alwaysLoad: true`. The model then first calls `ToolSearch`
+/// (`select:mcp__kd__TOOL`) to load it.
+pub fn claude_defers(given: &Given, tool: &Value) -> bool {
+    let search = env("ENABLE_TOOL_SEARCH").map(|v| v.to_ascii_lowercase());
+    // `auto:100`: a threshold no tool list reaches.
+    if matches!(search.as_deref(), Some("false" | "auto:100")) {
+        return false;
+    }
+    let meta = tool.pointer("/_meta/anthropic~1alwaysLoad").and_then(Value::as_bool);
+    match given.always_load {
+        Some(true) => meta == Some(false),
+        Some(false) => true,
+        None => meta != Some(true),
+    }
 }
 
 /// Whether claude runs a tool of kd's server without asking in `-p`.

@@ -1,13 +1,16 @@
 //! A run in a member's worktree (F-W1, F-W2, F-W6), kd's side of it: the
 //! worktree's own temporary directory; before the agent starts on a new
-//! worktree, `work.copy` from the King's tree and `work.setup` run in it;
-//! at the end of every run, whatever its outcome, a commit of what the
-//! member changed on its branch, recorded on the run and the worktree and
-//! told to the thread; and at the daemon's start, a commit of what a run
-//! the last daemon died in left. The backends' write modes are in
+//! worktree, `work.copy` from the King's tree ([`copy`]) and `work.setup`
+//! run in it; at the end of every run, whatever its outcome, a commit of
+//! what the member changed on its branch (never through a `.git` the
+//! member could have replaced: [`crate::git::member`]), recorded on the run
+//! and the worktree and told to the thread; and at the daemon's start, a
+//! commit of what a run the last daemon died in left. The backends' write modes are in
 //! [`super::argv`], [`super::appserver`] and [`super::acp`].
 
-use std::path::{Component, Path, PathBuf};
+mod copy;
+
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use kd_proto::types::{RunStatus, ThreadEvent};
@@ -27,16 +30,10 @@ use crate::git;
 const SETUP_TAIL: usize = 8 * 1024;
 /// Bytes of it said in a failed run's error.
 const ERROR_TAIL: usize = 2 * 1024;
-/// Files and bytes one worktree's `work.copy` may copy.
-const MAX_COPY_FILES: usize = 100_000;
-const MAX_COPY_BYTES: u64 = 4 << 30;
 /// Characters of a run's work note kept.
 const MAX_NOTE: usize = 16 * 1024;
 /// Notes beginning so are said in the run's message, not only kept.
 pub const SAID: &str = "! ";
-
-/// The file listing what a new worktree is given by default.
-pub const WORKTREEINCLUDE: &str = ".worktreeinclude";
 
 /// The worktree's own temporary directory (its `TMPDIR`): beside it, so
 /// never committed, in kd's data directory.
@@ -84,11 +81,11 @@ pub async fn started(d: &Runner, run: &Run) {
 pub async fn set_up(d: &Runner, run: &Run, spec: &Spec, work: &WorkRun) -> Result<(), String> {
     let entries = match &spec.work_settings.copy {
         Some(c) => c.clone(),
-        None => worktreeinclude(&work.repo),
+        None => copy::worktreeinclude(&work.repo),
     };
     if !entries.is_empty() {
         let (repo, dir) = (work.repo.clone(), work.dir.clone());
-        let copied = tokio::task::spawn_blocking(move || copy_entries(&repo, &dir, &entries))
+        let copied = tokio::task::spawn_blocking(move || copy::copy_entries(&repo, &dir, &entries))
             .await
             .map_err(|e| format!("work.copy: {e}"))?
             .map_err(|e| format!("work.copy: {e}"))?;
@@ -193,123 +190,13 @@ async fn run_setup(
 /// Marks what `work.setup` starts, so nothing of it outlives it.
 const SETUP_MARKER: &str = "KD_SETUP";
 
-/// The entries of `.worktreeinclude` at the repository's top: one path a
-/// line, `#` comments and blank lines aside, a leading or trailing `/`
-/// dropped; a pattern (`*`, `?`, `[`, `!`) is not a path and is skipped.
-fn worktreeinclude(repo: &Path) -> Vec<String> {
-    let Ok(text) = read_regular(&repo.join(WORKTREEINCLUDE), 64 * 1024) else { return Vec::new() };
-    text.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.contains(['*', '?', '[', '!']))
-        .map(|l| l.trim_matches('/').to_string())
-        .filter(|l| relative(l).is_some())
-        .take(256)
-        .collect()
-}
-
-/// A regular file's text, not following a symlink, at most `max` bytes.
-fn read_regular(path: &Path, max: u64) -> std::io::Result<String> {
-    use std::io::Read;
-    let meta = std::fs::symlink_metadata(path)?;
-    if !meta.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    let mut text = String::new();
-    std::fs::File::open(path)?.take(max).read_to_string(&mut text)?;
-    Ok(text)
-}
-
-/// `p` as a path inside the repository: relative, with no `..`.
-fn relative(p: &str) -> Option<PathBuf> {
-    let path = Path::new(p);
-    let ok = !p.is_empty() && path.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
-    ok.then(|| path.components().filter(|c| matches!(c, Component::Normal(_))).collect::<PathBuf>())
-        .filter(|p| !p.as_os_str().is_empty())
-}
-
-/// Copies each entry of the King's tree `repo` into the worktree `dir`:
-/// regular files and directories only (a symlink — the entry, a directory
-/// on its way, or one inside a directory copied — is never followed, nor
-/// copied), nothing outside the repository, a missing entry skipped. The
-/// entries copied.
-fn copy_entries(repo: &Path, dir: &Path, entries: &[String]) -> Result<Vec<String>, String> {
-    let mut budget = (MAX_COPY_FILES, MAX_COPY_BYTES);
-    let mut copied = Vec::new();
-    for entry in entries {
-        let Some(rel) = relative(entry) else {
-            return Err(format!("{entry:?} is not a path inside the repository"));
-        };
-        // No component on the way may be a symlink, in either tree.
-        if through_symlink(repo, &rel) || through_symlink(dir, &rel) {
-            continue;
-        }
-        let from = repo.join(&rel);
-        let Ok(meta) = std::fs::symlink_metadata(&from) else { continue };
-        let to = dir.join(&rel);
-        if meta.is_file() || meta.is_dir() {
-            copy_tree(&from, &to, &mut budget).map_err(|e| format!("{entry}: {e}"))?;
-            copied.push(entry.clone());
-        }
-    }
-    Ok(copied)
-}
-
-/// Whether a directory on the way from `root` to `rel` (`rel` itself
-/// aside) is a symlink.
-fn through_symlink(root: &Path, rel: &Path) -> bool {
-    let mut at = root.to_path_buf();
-    let Some(parent) = rel.parent() else { return false };
-    parent.components().any(|c| {
-        at.push(c);
-        std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink())
-    })
-}
-
-/// Copies a regular file or a directory's regular files and directories.
-fn copy_tree(from: &Path, to: &Path, budget: &mut (usize, u64)) -> std::io::Result<()> {
-    let meta = std::fs::symlink_metadata(from)?;
-    if meta.is_dir() {
-        if let Some(parent) = to.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        match std::fs::symlink_metadata(to) {
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => {
-                std::fs::remove_file(to)?;
-                std::fs::create_dir(to)?;
-            }
-            Err(_) => std::fs::create_dir(to)?,
-        }
-        for item in std::fs::read_dir(from)? {
-            let item = item?;
-            copy_tree(&item.path(), &to.join(item.file_name()), budget)?;
-        }
-        return Ok(());
-    }
-    if !meta.is_file() {
-        return Ok(());
-    }
-    if budget.0 == 0 || budget.1 < meta.len() {
-        return Err(std::io::Error::other("work.copy: too much to copy (at most 100,000 files, 4 GiB)"));
-    }
-    budget.0 -= 1;
-    budget.1 -= meta.len();
-    if let Some(parent) = to.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    // A symlink where the copy goes (a tracked one) is replaced, not followed.
-    if std::fs::symlink_metadata(to).is_ok_and(|m| !m.is_file()) {
-        std::fs::remove_file(to)?;
-    }
-    std::fs::copy(from, to)?;
-    Ok(())
-}
-
 /// At the end of every work run, whatever its outcome: commits what the
 /// member changed on its branch (before anything else can happen to the
 /// worktree), records the commit and the run's notes on the run, moves the
 /// worktree's head and size, and tells the thread. What the run's notes
-/// say (a setup's output, writes claude refused) is said in its message.
+/// say (a setup's output, writes claude refused, a worktree kd would not
+/// commit) is said in its message. A worktree whose `.git` is not what kd
+/// made is not committed: its work is `tampered`.
 pub async fn finish(d: &Runner, run: &Run, work: &WorkRun, finish: &mut Finish) {
     let message = if finish.status == RunStatus::Done {
         work.task.clone()
@@ -318,8 +205,15 @@ pub async fn finish(d: &Runner, run: &Run, work: &WorkRun, finish: &mut Finish) 
     };
     let committed = commit(&d.db, &run.thread, &run.member, work, &message).await;
     let mut notes = run.work_notes();
+    let mut tampered = false;
     let commit = match committed {
-        Ok(c) => c,
+        Ok(Committed::Commit(c)) => c,
+        Ok(Committed::Tampered(why)) => {
+            tracing::warn!(run = run.id, member = run.member, "not committing a worktree tampered with: {why}");
+            notes.push(format!("{SAID}{}", tampered_note(&run.member, work, &why)));
+            tampered = true;
+            None
+        }
         Err(e) => {
             tracing::error!(run = run.id, "cannot commit the member's work: {e}");
             notes.push(format!("{SAID}kd could not commit the work in {}: {e}", work.dir.display()));
@@ -346,24 +240,51 @@ pub async fn finish(d: &Runner, run: &Run, work: &WorkRun, finish: &mut Finish) 
     }
     // Working while another run of the member is in flight on the thread.
     let busy = d.runs.list(Some(&run.thread)).iter().any(|r| r.member == run.member && r.id != run.id);
-    set_state(d, run, if busy { WorkState::Working } else { WorkState::Done }).await;
+    let state = if tampered {
+        WorkState::Tampered
+    } else if busy {
+        WorkState::Working
+    } else {
+        WorkState::Done
+    };
+    set_state(d, run, state).await;
+}
+
+/// What the King is told of a worktree kd would not commit.
+pub fn tampered_note(member: &str, work: &WorkRun, why: &str) -> String {
+    format!(
+        "kd did not commit {member}'s work: its worktree {} is not as kd made it — {why}. kd runs no git the \
+         worktree names, so nothing of this run is on {}; its files are kept there. The work is marked tampered: \
+         look at the files yourself, then kd reject {member} (or kd delete --force the thread).",
+        work.dir.display(),
+        work.branch
+    )
+}
+
+/// What became of a member's work at the end of a run.
+#[derive(Debug)]
+pub enum Committed {
+    /// The new commit, if anything changed.
+    Commit(Option<String>),
+    /// Not committed: the worktree is not as kd made it (why).
+    Tampered(String),
 }
 
 /// Commits everything changed in the worktree as `member` with `message`,
-/// then records the branch's head and its diff's size from its base. The
-/// new commit, if anything changed.
-pub async fn commit(
-    db: &Db,
-    thread: &str,
-    member: &str,
-    work: &WorkRun,
-    message: &str,
-) -> Result<Option<String>, String> {
+/// then records the branch's head and its diff's size from its base — with
+/// the git directory kd made for the worktree, running nothing the
+/// worktree names ([`git::member`]). A worktree whose `.git` is not what kd
+/// made is left as it is.
+pub async fn commit(db: &Db, thread: &str, member: &str, work: &WorkRun, message: &str) -> Result<Committed, String> {
     if !work.dir.is_dir() {
         return Err(format!("the worktree {} is gone", work.dir.display()));
     }
-    let commit = git::commit_all(&work.repo, &work.dir, member, message).await.map_err(|e| e.to_string())?;
-    let head = git::head(&work.dir).await.map_err(|e| e.to_string())?;
+    let tree = match git::member::open(&work.repo, &work.dir, &work.base).await.map_err(|e| e.to_string())? {
+        git::member::Found::Ours(tree) => tree,
+        git::member::Found::Tampered(why) => return Ok(Committed::Tampered(why)),
+    };
+    let commit = tree.commit_all(member, message).await.map_err(|e| e.to_string())?;
+    let head = tree.head().await.map_err(|e| e.to_string())?;
     let stats = git::diff_stat(&work.repo, &work.base, &head).await.map_err(|e| e.to_string())?;
     let totals = (
         u32::try_from(stats.len()).unwrap_or(u32::MAX),
@@ -372,7 +293,7 @@ pub async fn commit(
     );
     let (t, m) = (thread.to_string(), member.to_string());
     db.set_worktree_head(t, m, head, totals).await.map_err(|e| e.to_string())?;
-    Ok(commit)
+    Ok(Committed::Commit(commit))
 }
 
 /// Sets the member's work state and tells the thread (a worktree the King
@@ -412,15 +333,22 @@ pub async fn recover(db: &Db, orphans: &[(String, String, String)]) -> usize {
         };
         let message = format!("{} (interrupted)", w.task);
         let committed = commit(db, &w.thread, &w.member, &work, &message).await;
-        let note = match &committed {
-            Ok(Some(c)) => format!("kdd stopped mid-run: kd committed what was left as {c}"),
-            Ok(None) => "kdd stopped mid-run: nothing was left to commit".to_string(),
-            Err(e) => format!("kdd stopped mid-run; kd could not commit what was left: {e}"),
+        let (note, commit, state) = match committed {
+            Ok(Committed::Commit(Some(c))) => {
+                (format!("kdd stopped mid-run: kd committed what was left as {c}"), Some(c), WorkState::Done)
+            }
+            Ok(Committed::Commit(None)) => {
+                ("kdd stopped mid-run: nothing was left to commit".to_string(), None, WorkState::Done)
+            }
+            Ok(Committed::Tampered(why)) => {
+                (format!("kdd stopped mid-run; {}", tampered_note(&w.member, &work, &why)), None, WorkState::Tampered)
+            }
+            Err(e) => (format!("kdd stopped mid-run; kd could not commit what was left: {e}"), None, WorkState::Done),
         };
         tracing::warn!(thread = w.thread, member = w.member, "{note}");
         let run = orphans.iter().rev().find(|(_, t, m)| *t == w.thread && *m == w.member).map(|(id, _, _)| id.clone());
-        let (t, m, commit) = (w.thread.clone(), w.member.clone(), committed.ok().flatten());
-        let recorded = db.work_interrupted(t, m, run, commit, note.clone()).await;
+        let (t, m) = (w.thread.clone(), w.member.clone());
+        let recorded = db.work_interrupted(t, m, run, commit, note.clone(), state).await;
         if let Err(e) = recorded {
             tracing::error!(thread = w.thread, member = w.member, "cannot record the interrupted work: {e}");
         }
@@ -434,14 +362,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn entries_stay_inside_the_repository() {
-        assert_eq!(relative("a/./b"), Some(PathBuf::from("a/b")));
-        for bad in ["", "/etc", "../x", "a/../../b", "."] {
-            assert_eq!(relative(bad), None, "{bad}");
-        }
-    }
-
-    #[test]
     fn the_tmp_dir_is_beside_the_worktree() {
         let w = WorkRun {
             dir: "/d/worktrees/r-t1/claude".into(),
@@ -452,38 +372,5 @@ mod tests {
             fresh: true,
         };
         assert_eq!(tmp_dir(&w), PathBuf::from("/d/worktrees/r-t1/claude.tmp"));
-    }
-
-    #[test]
-    fn copy_takes_files_and_directories_never_a_symlink() {
-        let base = std::env::temp_dir().join(format!("kd-copy-{}", std::process::id()));
-        let (repo, dir, outside) = (base.join("repo"), base.join("wt"), base.join("outside"));
-        for d in [&repo, &dir, &outside, &repo.join("conf/sub")] {
-            std::fs::create_dir_all(d).unwrap();
-        }
-        std::fs::write(repo.join(".env"), "SECRET=1").unwrap();
-        std::fs::write(repo.join("conf/sub/a.toml"), "a").unwrap();
-        std::fs::write(outside.join("x"), "outside").unwrap();
-        std::os::unix::fs::symlink(&outside, repo.join("link")).unwrap();
-        std::os::unix::fs::symlink(outside.join("x"), repo.join("conf/sub/x")).unwrap();
-        std::os::unix::fs::symlink(&outside, repo.join("conf/out")).unwrap();
-        let entries = [".env", "conf", "link", "link/x", "missing"].map(String::from);
-        let copied = copy_entries(&repo, &dir, &entries).unwrap();
-        assert_eq!(copied, [".env", "conf"]);
-        assert_eq!(std::fs::read_to_string(dir.join(".env")).unwrap(), "SECRET=1");
-        assert_eq!(std::fs::read_to_string(dir.join("conf/sub/a.toml")).unwrap(), "a");
-        assert!(std::fs::symlink_metadata(dir.join("conf/sub/x")).is_err());
-        assert!(std::fs::symlink_metadata(dir.join("conf/out")).is_err());
-        assert!(std::fs::symlink_metadata(dir.join("link")).is_err());
-        // A symlink in the worktree where a copy goes is replaced, not written through.
-        std::os::unix::fs::symlink(outside.join("x"), dir.join("dot")).unwrap();
-        std::fs::write(repo.join("dot"), "mine").unwrap();
-        copy_entries(&repo, &dir, &["dot".to_string()]).unwrap();
-        assert_eq!(std::fs::read_to_string(outside.join("x")).unwrap(), "outside");
-        assert_eq!(std::fs::read_to_string(dir.join("dot")).unwrap(), "mine");
-        assert!(copy_entries(&repo, &dir, &["../x".to_string()]).is_err());
-        std::fs::write(repo.join(WORKTREEINCLUDE), "# local files\n.env\n/conf/\n*.key\n../up\n\n").unwrap();
-        assert_eq!(worktreeinclude(&repo), [".env", "conf"]);
-        let _ = std::fs::remove_dir_all(&base);
     }
 }

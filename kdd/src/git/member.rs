@@ -1,0 +1,376 @@
+//! Git in a member's worktree, trusting nothing the member wrote (issue 31
+//! item 9). Everything in the worktree is the member's — its `.git` too,
+//! which it can replace with a repository of its own (whose configuration
+//! names an fsmonitor, hooks, filters: programs kdd would run outside any
+//! sandbox) or with a symlink to the King's `.git` (so that kd's commit
+//! lands on the King's branch). So kd's git there:
+//!
+//! - uses the git directory kd made for the worktree, found in the King's
+//!   repository (`<common dir>/worktrees/*`, whose `gitdir` names the
+//!   worktree), never the one the worktree's `.git` claims
+//!   (`--git-dir`/`--work-tree`);
+//! - refuses a worktree whose `.git` is not the file kd made, pointing at
+//!   that directory ([`Found::Tampered`]);
+//! - runs no hook (`core.hooksPath=/dev/null`, `--no-verify`), no
+//!   fsmonitor, no automatic gc, and no filter the worktree can name: the
+//!   attributes come from the commit the worktree was made at
+//!   (`--attr-source`, git 2.41 and later; before, every filter a
+//!   `.gitattributes` in the worktree names is emptied, so files are
+//!   committed as they are);
+//! - never looks into a repository the member nests in its worktree (a
+//!   gitlink): `git add` would run `git status` in it, under its own
+//!   configuration.
+//!
+//! Configuration given on git's command line reaches every git it starts
+//! (`GIT_CONFIG_PARAMETERS`), and overrides the repository's.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use super::{GitError, GitResult, OUTPUT, Output, failed, git};
+
+/// A member's worktree, as kd made it.
+#[derive(Debug, Clone)]
+pub struct Tree {
+    /// The King's tree (whose lock git runs under).
+    repo: PathBuf,
+    dir: PathBuf,
+    /// The git directory kd made for it, in the King's repository.
+    gitdir: PathBuf,
+    /// The commit it was made at: where attributes are read from.
+    base: String,
+}
+
+/// What kd found at a member's worktree.
+#[derive(Debug)]
+pub enum Found {
+    Ours(Tree),
+    /// Not as kd made it: why, in words for the King.
+    Tampered(String),
+}
+
+/// Most bytes read of a `.git` file or a record of kd's (a path).
+const MAX_RECORD: u64 = 8 * 1024;
+/// Most entries of the worktree looked at for `.gitattributes` files (old
+/// git only).
+const MAX_WALK: usize = 200_000;
+
+/// The member's worktree `dir` of the King's tree `repo`, made at `base`.
+pub async fn open(repo: &Path, dir: &Path, base: &str) -> GitResult<Found> {
+    let args = ["rev-parse", "--path-format=absolute", "--git-common-dir"];
+    let out = git(repo, repo, &args, &[], OUTPUT).await?;
+    if !out.ok {
+        return Err(failed(&args, &out));
+    }
+    let common = PathBuf::from(out.text().trim_end_matches('\n'));
+    let d = dir.to_path_buf();
+    let found = tokio::task::spawn_blocking(move || inspect(&common, &d))
+        .await
+        .map_err(|e| GitError::Spawn(std::io::Error::other(e)))?;
+    Ok(match found {
+        Ok(gitdir) => Found::Ours(Tree { repo: repo.to_path_buf(), dir: dir.to_path_buf(), gitdir, base: base.into() }),
+        Err(why) => Found::Tampered(why),
+    })
+}
+
+/// The git directory kd made for the worktree `dir` of the repository whose
+/// common git directory is `common`, once the worktree's `.git` is found to
+/// be the file kd made pointing at it; else why not.
+fn inspect(common: &Path, dir: &Path) -> Result<PathBuf, String> {
+    let want = std::fs::canonicalize(dir).map_err(|e| format!("kd cannot read the worktree {}: {e}", dir.display()))?;
+    let gitdir = recorded(common, &want).ok_or(
+        "kd's record of it in the King's repository is gone (its .git was removed or replaced, and git pruned it)",
+    )?;
+    let dotgit = dir.join(".git");
+    let meta = match std::fs::symlink_metadata(&dotgit) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err("its .git is gone".into()),
+        Err(e) => return Err(format!("its .git cannot be read: {e}")),
+    };
+    if meta.file_type().is_symlink() {
+        let to = std::fs::read_link(&dotgit).map(|p| p.display().to_string()).unwrap_or_default();
+        return Err(format!("its .git is a symlink (to {to}), not the file kd made"));
+    }
+    if meta.is_dir() {
+        return Err("its .git is a directory: a repository of its own, not the file kd made".into());
+    }
+    if !meta.is_file() || meta.len() > MAX_RECORD {
+        return Err("its .git is not the file kd made".into());
+    }
+    let text = read_small(&dotgit).map_err(|e| format!("its .git cannot be read: {e}"))?;
+    let named = text.strip_prefix("gitdir: ").map(|p| p.trim_end_matches(['\n', '\r']));
+    let points = named.map(|p| dir.join(p)).and_then(|p| std::fs::canonicalize(p).ok());
+    let ours = std::fs::canonicalize(&gitdir).ok();
+    if points.is_none() || points != ours {
+        return Err(format!("its .git points elsewhere ({}), not at the git directory kd made", text.trim()));
+    }
+    Ok(gitdir)
+}
+
+/// The entry of `<common>/worktrees/` whose `gitdir` names `<worktree>/.git`
+/// (`worktree` canonical), and whose `commondir` leads back to `common`.
+fn recorded(common: &Path, worktree: &Path) -> Option<PathBuf> {
+    let common_real = std::fs::canonicalize(common).ok()?;
+    let entries = std::fs::read_dir(common.join("worktrees")).ok()?;
+    for entry in entries.flatten() {
+        let admin = entry.path();
+        if !std::fs::symlink_metadata(&admin).is_ok_and(|m| m.is_dir()) {
+            continue;
+        }
+        let Ok(text) = read_small(&admin.join("gitdir")) else { continue };
+        let target = admin.join(text.trim_end_matches(['\n', '\r']));
+        if target.file_name() != Some(std::ffi::OsStr::new(".git")) {
+            continue;
+        }
+        let names_it = target.parent().and_then(|p| std::fs::canonicalize(p).ok()).is_some_and(|p| p == worktree);
+        if !names_it {
+            continue;
+        }
+        let back = read_small(&admin.join("commondir"))
+            .ok()
+            .and_then(|c| std::fs::canonicalize(admin.join(c.trim_end_matches(['\n', '\r']))).ok());
+        return (back.as_deref() == Some(common_real.as_path())).then_some(admin);
+    }
+    None
+}
+
+/// A regular file's text (never through a symlink), at most [`MAX_RECORD`] bytes.
+fn read_small(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file =
+        std::fs::OpenOptions::new().read(true).custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32).open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut text = String::new();
+    file.take(MAX_RECORD).read_to_string(&mut text)?;
+    Ok(text)
+}
+
+/// Whether this git reads attributes from a tree (`--attr-source`, 2.41).
+async fn attr_source() -> bool {
+    static KNOWN: OnceLock<bool> = OnceLock::new();
+    if let Some(k) = KNOWN.get() {
+        return *k;
+    }
+    let root = Path::new("/");
+    let version = git(root, root, &["version"], &[], 1024).await.map(|o| o.text()).unwrap_or_default();
+    let newer = version_at_least(&version, (2, 41));
+    if !newer {
+        tracing::warn!(
+            "{}: older than 2.41, so kd commits members' work without any filter (git-lfs included)",
+            version.trim()
+        );
+    }
+    *KNOWN.get_or_init(|| newer)
+}
+
+/// Whether `git version X.Y…` says at least `min`.
+fn version_at_least(said: &str, min: (u32, u32)) -> bool {
+    let Some(v) = said.split_whitespace().nth(2) else { return false };
+    let mut parts = v.split('.').map(|p| p.parse::<u32>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor) >= min,
+        _ => false,
+    }
+}
+
+/// The filters the `.gitattributes` files in `dir` name (never through a
+/// symlink, nor into a `.git`).
+fn named_filters(dir: &Path) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut stack = vec![dir.to_path_buf()];
+    let mut seen = 0;
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen > MAX_WALK {
+                return names;
+            }
+            let Ok(kind) = entry.file_type() else { continue };
+            let name = entry.file_name();
+            if kind.is_dir() && name != ".git" {
+                stack.push(entry.path());
+            } else if kind.is_file() && name == ".gitattributes" {
+                let Ok(text) = read_attributes(&entry.path()) else { continue };
+                names.extend(text.split_whitespace().filter_map(|t| t.strip_prefix("filter=")).map(str::to_string));
+            }
+        }
+    }
+    names
+}
+
+/// The variables that empty the filters `names` for one git command (and
+/// the gits it starts): `GIT_CONFIG_COUNT`, `GIT_CONFIG_KEY_n`,
+/// `GIT_CONFIG_VALUE_n`.
+fn filters_emptied(names: &BTreeSet<String>) -> Vec<(String, String)> {
+    let mut env = Vec::new();
+    let mut n = 0;
+    for name in names {
+        for (key, value) in [("clean", ""), ("smudge", ""), ("process", ""), ("required", "false")] {
+            env.push((format!("GIT_CONFIG_KEY_{n}"), format!("filter.{name}.{key}")));
+            env.push((format!("GIT_CONFIG_VALUE_{n}"), value.to_string()));
+            n += 1;
+        }
+    }
+    env.push(("GIT_CONFIG_COUNT".into(), n.to_string()));
+    env
+}
+
+fn read_attributes(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)?.take(1 << 20).read_to_string(&mut text)?;
+    Ok(text)
+}
+
+impl Tree {
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `git ARGS` in the worktree, as the module says.
+    async fn git(&self, args: &[&str], env: &[(&str, &str)], limit: usize) -> GitResult<Output> {
+        let mut full: Vec<String> =
+            vec![format!("--git-dir={}", self.gitdir.display()), format!("--work-tree={}", self.dir.display())];
+        for setting in ["core.hooksPath=/dev/null", "core.fsmonitor=false", "gc.auto=0", "maintenance.auto=false"] {
+            full.extend(["-c".to_string(), setting.to_string()]);
+        }
+        let mut env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        if attr_source().await {
+            full.push(format!("--attr-source={}", self.base));
+        } else {
+            // Every filter the worktree names, emptied (git skips an empty
+            // command), by variables, as a name may hold any character.
+            let dir = self.dir.clone();
+            let names = tokio::task::spawn_blocking(move || named_filters(&dir)).await.unwrap_or_default();
+            env.extend(filters_emptied(&names));
+        }
+        full.extend(args.iter().map(|a| a.to_string()));
+        let args: Vec<&str> = full.iter().map(String::as_str).collect();
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        git(&self.repo, &self.dir, &args, &env, limit).await
+    }
+
+    async fn must(&self, args: &[&str], env: &[(&str, &str)]) -> GitResult<Output> {
+        let out = self.git(args, env, OUTPUT).await?;
+        if out.ok { Ok(out) } else { Err(failed(args, &out)) }
+    }
+
+    /// The repositories the member nested in its worktree that kd committed
+    /// as gitlinks: their paths.
+    async fn gitlinks(&self) -> GitResult<Vec<String>> {
+        let out = self.must(&["ls-files", "--stage", "-z"], &[]).await?;
+        Ok(out
+            .stdout
+            .split(|b| *b == 0)
+            .filter(|r| r.starts_with(b"160000 "))
+            .filter_map(|r| {
+                r.iter().position(|b| *b == b'\t').map(|at| String::from_utf8_lossy(&r[at + 1..]).into_owned())
+            })
+            .collect())
+    }
+
+    /// Commits everything changed in the worktree (new, modified and
+    /// deleted files; ignored files stay out; a nested repository as it was
+    /// first committed) as `author <kd@localhost>`, with `message`. The new
+    /// commit; none when nothing changed.
+    pub async fn commit_all(&self, author: &str, message: &str) -> GitResult<Option<String>> {
+        let links = self.gitlinks().await?;
+        let excluded: Vec<String> = links.iter().map(|l| format!(":(top,exclude,literal){l}")).collect();
+        let mut add = vec!["add", "--all", "--", ":/"];
+        add.extend(excluded.iter().map(String::as_str));
+        self.must(&add, &[]).await?;
+        let staged = self.git(&["diff", "--cached", "--quiet"], &[], OUTPUT).await?;
+        if staged.ok {
+            return Ok(None);
+        }
+        let env = [
+            ("GIT_AUTHOR_NAME", author),
+            ("GIT_AUTHOR_EMAIL", "kd@localhost"),
+            ("GIT_COMMITTER_NAME", "kd"),
+            ("GIT_COMMITTER_EMAIL", "kd@localhost"),
+        ];
+        self.must(&["commit", "--quiet", "--no-verify", "--no-gpg-sign", "-m", message], &env).await?;
+        Ok(Some(self.head().await?))
+    }
+
+    /// The commit the worktree's branch is at.
+    pub async fn head(&self) -> GitResult<String> {
+        let out = self.git(&["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], &[], OUTPUT).await?;
+        if !out.ok {
+            return Err(GitError::NoCommit { repo: self.dir.display().to_string() });
+        }
+        Ok(out.text().trim().to_string())
+    }
+
+    /// Whether nothing in the worktree differs from its last commit (nested
+    /// repositories aside).
+    pub async fn is_clean(&self) -> GitResult<bool> {
+        let out = self.git(&["status", "--porcelain", "--ignore-submodules=all"], &[], 1024).await?;
+        Ok(out.ok && out.stdout.is_empty())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn git_versions_are_read_as_git_prints_them() {
+        assert!(version_at_least("git version 2.47.3\n", (2, 41)));
+        assert!(version_at_least("git version 2.41.0", (2, 41)));
+        assert!(version_at_least("git version 3.0.1", (2, 41)));
+        assert!(!version_at_least("git version 2.39.5 (Apple Git-154)", (2, 41)));
+        assert!(!version_at_least("nonsense", (2, 41)));
+    }
+
+    #[test]
+    // The test runs git itself, as an older git would be run.
+    #[allow(clippy::disallowed_methods)]
+    fn an_emptied_filter_is_not_run_by_git_add() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, ran) = (dir.path().join("r"), dir.path().join("ran"));
+        let spy = dir.path().join("spy.sh");
+        std::fs::write(&spy, format!("#!/bin/sh\necho ran >> {}\ncat\n", ran.display())).unwrap();
+        std::fs::set_permissions(&spy, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let git = |args: &[&str], env: &[(String, String)]| {
+            let out = std::process::Command::new("git")
+                .arg("-C")
+                .arg(&root)
+                .args(args)
+                .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        std::fs::create_dir_all(&root).unwrap();
+        git(&["init", "--quiet"], &[]);
+        for key in ["clean", "smudge", "process"] {
+            git(&["config", &format!("filter.spy.{key}"), spy.to_str().unwrap()], &[]);
+        }
+        git(&["config", "filter.spy.required", "true"], &[]);
+        std::fs::write(root.join(".gitattributes"), "* filter=spy\n").unwrap();
+        std::fs::write(root.join("a.txt"), "a\n").unwrap();
+        let names = named_filters(&root);
+        git(&["add", "--all"], &filters_emptied(&names));
+        assert!(!ran.exists(), "the emptied filter ran");
+    }
+
+    #[test]
+    fn the_filters_a_worktree_names_are_found_in_every_gitattributes() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::write(root.join(".gitattributes"), "*.bin filter=lfs diff=lfs\n[attr]mine filter=x\n").unwrap();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::write(root.join("a/b/.gitattributes"), "* filter=deep\n").unwrap();
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        std::fs::write(root.join(".git/.gitattributes"), "* filter=hidden\n").unwrap();
+        std::os::unix::fs::symlink(root.join("a"), root.join("link")).unwrap();
+        let names: Vec<String> = named_filters(root).into_iter().collect();
+        assert_eq!(names, ["deep", "lfs", "x"]);
+    }
+}
