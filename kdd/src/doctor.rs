@@ -184,12 +184,7 @@ async fn nodes(db: &Db) -> Check {
 /// A member's CLI: found, and what `--version` says.
 async fn member(a: AgentDef, path: Option<PathBuf>) -> Check {
     let Some(path) = path else {
-        let where_ = if a.command.contains('/') { "" } else { " in PATH" };
-        return check(
-            &a.name,
-            CheckStatus::Fail,
-            format!("{} not found{where_} — install it or set agents.{}.command", a.command, a.name),
-        );
+        return check(&a.name, CheckStatus::Fail, crate::config::not_found(&a, &a.command));
     };
     if a.backend == Backend::Command {
         return check(&a.name, CheckStatus::Ok, format!("{} ({})", path.display(), a.backend.as_str()));

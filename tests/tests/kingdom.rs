@@ -163,7 +163,7 @@ async fn import_reads_only_regular_files_of_bounded_size() {
     std::fs::write(dir.join("0004-huge.md"), vec![b'x'; 9 * 1024 * 1024]).unwrap();
     let out = kd(&kdd, project.path(), &["import", dir.to_str().unwrap()]).await;
     assert!(out.status.success(), "{}", out.stderr);
-    assert_eq!(out.stdout.trim(), "imported 1 messages as thread council-0ld1");
+    assert_eq!(out.stdout.trim(), "imported 1 message as thread council-0ld1");
     let skipped: Vec<&str> = out.stderr.lines().filter(|l| l.starts_with("kd: skipped ")).collect();
     assert_eq!(skipped.len(), 3, "{}", out.stderr);
     assert!(skipped.iter().any(|l| l.contains("0002-fifo.md: not a regular file")), "{}", out.stderr);

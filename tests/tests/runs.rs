@@ -471,6 +471,30 @@ async fn a_missing_binary_says_which_and_how_to_configure_it() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_missing_cursor_names_the_binaries_it_looked_for() {
+    // A daemon whose PATH has neither of Cursor's binaries.
+    let empty = tempfile::tempdir().unwrap();
+    let ws = Workspace::new(&[]);
+    ws.write_config(
+        &serde_json::json!({"council": {"members": ["ghost"]}, "agents": {"ghost": {"backend": "cursor"}}}),
+    );
+    let kdd = Kdd::start_env(FAST_KILL, &[("PATH", empty.path().to_str().unwrap())]);
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    send(&c, &t, "Q?").await;
+    collect_until(&mut sub, |e| ended(e) == 1).await;
+    let m = kd_tests::last_message(&c, &t).await;
+    assert_eq!(
+        (m.kind, m.body.as_str()),
+        (
+            MessageKind::Error,
+            "ghost: Cursor's CLI (agent or cursor-agent) not found in PATH — install it or set agents.ghost.command"
+        )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_missing_long_lived_agent_says_which_and_how_to_configure_it() {
     let m = answer_of("codex", serde_json::json!({"command": "kd-no-such-codex"})).await;
     assert_eq!(

@@ -416,7 +416,7 @@ fn on_reply(app: &mut App, reply: Reply) -> Vec<Effect> {
         // The thread is gone: a new one waits for its first message, and
         // the workspace's threads are offered.
         Reply::Deleted(Ok(d)) => {
-            app.set_notice(format!("deleted thread {} ({} messages)", d.thread, d.messages));
+            app.set_notice(format!("deleted thread {} ({})", d.thread, crate::fmt::count(d.messages, "message")));
             app.dirty = true;
             return vec![Effect::NewThread, Effect::ListThreads];
         }

@@ -166,9 +166,7 @@ pub async fn broadcast(ctx: &Ctx, a: BroadcastArgs) -> anyhow::Result<ExitCode> 
     let body = a.message.join(" ");
     if let Some((token, _)) = a.who.capability(&client).await? {
         if a.emergency {
-            anyhow::bail!(
-                "an emergency is raised from outside the runs (kd broadcast --emergency in the King's shell)"
-            );
+            anyhow::bail!("an emergency is raised from outside the runs (kd broadcast --emergency in your own shell)");
         }
         let routed =
             client.member_send(token, vec!["all".into()], body, None, None).await.map_err(ClientError::from)?;

@@ -149,10 +149,14 @@ pub async fn delete(ctx: &Ctx, a: DeleteArgs) -> anyhow::Result<ExitCode> {
     }
     if !a.yes {
         if !std::io::stdin().is_terminal() {
-            anyhow::bail!("deleting thread {} takes its {} messages with it; pass --yes to confirm", t.id, t.last_seq);
+            anyhow::bail!(
+                "deleting thread {} takes its {} with it; pass --yes to confirm",
+                t.id,
+                crate::fmt::count(t.last_seq, "message")
+            );
         }
         let title = t.title.as_deref().map(|x| format!(" ({})", safe(x))).unwrap_or_default();
-        errln!("Delete thread {}{title} and its {} messages? [y/N] ", t.id, t.last_seq);
+        errln!("Delete thread {}{title} and its {}? [y/N] ", t.id, crate::fmt::count(t.last_seq, "message"));
         let _ = std::io::stderr().flush();
         let mut answer = String::new();
         std::io::stdin().lock().read_line(&mut answer)?;
@@ -166,6 +170,6 @@ pub async fn delete(ctx: &Ctx, a: DeleteArgs) -> anyhow::Result<ExitCode> {
         0 => String::new(),
         n => format!(", {n} run{} cancelled", if n == 1 { "" } else { "s" }),
     };
-    outln!("deleted thread {} ({} messages{cancelled})", d.thread, d.messages)?;
+    outln!("deleted thread {} ({}{cancelled})", d.thread, crate::fmt::count(d.messages, "message"))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -16,11 +16,15 @@ pub(super) fn methods(b: &mut Builder) {
          With vote, once every run ended the members rank the others' diffs, anonymised, and a tally names the \
          winner.",
     );
-    b.param::<String>("workspace", true, "the King's tree: a directory of a git repository with a commit")
-        .param::<String>("task", true, "what to do, verbatim (at most 64 KiB)")
-        .param::<Vec<String>>("to", false, "members (default: every member)")
-        .param::<bool>("vote", false, "best of N: the members rank the diffs once all are done (two members at least)")
-        .errors(&[InvalidArgument, NotFound]);
+    b.param::<String>(
+        "workspace",
+        true,
+        "the King's own tree (not a member's worktree): a directory of a git repository with a commit",
+    )
+    .param::<String>("task", true, "what to do, verbatim (at most 64 KiB)")
+    .param::<Vec<String>>("to", false, "members (default: every member)")
+    .param::<bool>("vote", false, "best of N: the members rank the diffs once all are done (two members at least)")
+    .errors(&[InvalidArgument, NotFound]);
     b.method::<Vec<Worktree>>(
         "work.list",
         "worktrees",
@@ -57,9 +61,9 @@ pub(super) fn methods(b: &mut Builder) {
     b.method::<Accepted>(
         "work.accept",
         "accepted",
-        "Merge a member's branch into the King's current branch in the King's tree (a merge commit; one commit with \
+        "Merge a member's branch into the current branch of the King's own tree, the workspace (a merge commit; one commit with \
          squash); the task's other members' finished work is superseded. Refused with conflict, nothing changed, \
-         while the member works, when the King's tree has uncommitted changes (named) or the merge would conflict \
+         while the member works, when that tree has uncommitted changes (named) or the merge would conflict \
          (the files named). With check, only says whether it would.",
     );
     b.param::<String>("thread", true, "the work thread")

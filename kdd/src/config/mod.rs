@@ -32,7 +32,7 @@ use kd_proto::types::Style;
 
 pub use coordination::{COORDINATION_HINT, Coordination, Delivery, MCP_HINT};
 pub use lifecycle::Lifecycle;
-pub use programs::{detect_members, find_kd, find_program};
+pub use programs::{detect_members, find_kd, find_program, not_found};
 pub use work::Work;
 
 /// Seconds a run may take when neither the member nor the council says.
