@@ -307,6 +307,48 @@ fn kd_daemon_install_writes_units_systemd_verifies_and_uninstall_removes() {
 }
 
 #[test]
+fn installed_units_survive_cargo_clean_and_a_new_runtime_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config");
+    std::fs::create_dir(dir.path().join("xdg")).unwrap();
+    let runtime = private_dir(&dir.path().join("xdg"));
+    let db = TestDb::fresh(dir.path().join("kd.sqlite3"));
+    // The default socket, $XDG_RUNTIME_DIR/kd/kdd.sock; kdd is the one in
+    // cargo's build directory (KD_KDD, target/debug).
+    let out = kd_for(&runtime.join("kd/kdd.sock"), &db)
+        .env_remove("KD_SOCKET")
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .env("XDG_CONFIG_HOME", &config)
+        .args(["daemon", "install", "--systemd", "--files-only"])
+        .output()
+        .unwrap();
+    let (said, warned) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{warned}");
+    let units = config.join("systemd/user");
+    // The socket is written as systemd's runtime directory, %t, not as it is today.
+    let socket = std::fs::read_to_string(units.join("kdd.socket")).unwrap();
+    assert!(socket.contains("ListenStream=%t/kd/kdd.sock\n"), "{socket}");
+    if have("systemd-analyze") {
+        let out = std::process::Command::new("systemd-analyze")
+            .args(["verify", "--user", "--man=no"])
+            .arg(units.join("kdd.socket"))
+            .arg(units.join("kdd.service"))
+            .env("XDG_RUNTIME_DIR", &runtime)
+            .env("XDG_CONFIG_HOME", &config)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && said.trim().is_empty(), "systemd-analyze verify: {said}");
+    }
+    // The commands to load it, under one heading.
+    assert_eq!(said.matches("to load it").count(), 1, "{said}");
+    assert!(said.contains("  systemctl --user daemon-reload\n  systemctl --user enable --now kdd.socket\n"), "{said}");
+    // A kdd that `cargo clean` would remove is warned of, naming the way to install it.
+    let kdd = kd_tests::bin("kdd").canonicalize().unwrap();
+    assert!(warned.contains(&kdd.display().to_string()) && warned.contains("cargo install --path kdd"), "{warned}");
+}
+
+#[test]
 fn the_launchd_plist_is_well_formed_and_names_the_socket() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("run/kdd.sock");
