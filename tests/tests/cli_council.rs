@@ -147,6 +147,27 @@ async fn config_show_and_check_name_sources_files_keys_and_values() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_member_name_git_cannot_take_in_a_branch_is_refused_with_the_config() {
+    let kdd = Kdd::start();
+    for name in ["a..b", "x.lock"] {
+        let ws = Workspace::new(&[(name, "claude", &[])]);
+        ws.git_init(&[("a.txt", "a\n")], &[]);
+        let file = ws.dir.path().join(".kd/config.json").display().to_string();
+        for args in [&["config", "check"][..], &["work", "Do it."][..]] {
+            let out = kd(&kdd, &ws, args).await;
+            assert_eq!(out.status.code(), Some(1), "{name} {args:?}: {}", out.stdout);
+            let key = format!("agents.{name}: ");
+            assert!(
+                out.stderr.contains(&file) && out.stderr.contains(&key) && out.stderr.contains("git branch"),
+                "{name} {args:?}: {}",
+                out.stderr
+            );
+            assert!(!out.stderr.contains("fatal:"), "no raw git error: {}", out.stderr);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn without_configuration_the_clis_on_path_answer_and_kd_says_so() {
     let bin_dir = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(bin("fake-agent"), bin_dir.path().join("codex")).unwrap();

@@ -192,6 +192,11 @@ fn every_bad_value_names_file_key_and_value() {
         (r#"{"agents": {"claude": {"prompts": {"planning": "x"}}}}"#, &["unknown field `planning`"]),
         (r#"{"agents": {"Bad Name": {"backend": "claude"}}}"#, &["agents.Bad Name", "member name"]),
         (r#"{"agents": {"claude": {"wat": true}}}"#, &["agents.claude", "unknown field `wat`"]),
+        // Member names are branch names' last part (kd/THREAD/MEMBER): git's rules.
+        (r#"{"agents": {"a..b": {"backend": "claude"}}}"#, &["agents.a..b", "git branch", "\"..\""]),
+        (r#"{"agents": {"x.lock": {"backend": "claude"}}}"#, &["agents.x.lock", "git branch", "\".lock\""]),
+        (r#"{"agents": {"x.": {"backend": "claude"}}}"#, &["agents.x.", "git branch", "\".\""]),
+        (r#"{"council": {"members": ["claude", "a..b"]}}"#, &["council.members", "\"a..b\"", "git branch"]),
         (r#"{"peasant": {"max_iterations": 0}}"#, &["peasant.max_iterations", "positive"]),
         (r#"{"lord": {"agents": "x"}}"#, &["unknown field `agents`"]),
         ("{not json", &["key must be a string"]),
