@@ -464,5 +464,35 @@ pub fn load_with(workspace: &Path, env: &Env<'_>) -> Result<Config, ConfigError>
         Some(f) => raw::read(f)?,
         None => raw::RawConfig::default(),
     };
-    resolve::resolve(raw, file, env)
+    let config = resolve::resolve(raw, file, env)?;
+    log_once(&config);
+    Ok(config)
 }
+
+/// Says each notice and warning of a configuration in the log, once while
+/// the daemon runs (the file is read on every question): a key ignored, a
+/// codex member run through `codex exec` or given fewer arguments than
+/// written. At most [`LOGGED`] lines are remembered; past them, no more
+/// are logged.
+fn log_once(config: &Config) {
+    use std::sync::{LazyLock, Mutex};
+    static SAID: LazyLock<Mutex<BTreeSet<String>>> = LazyLock::new(Default::default);
+    let file =
+        config.file.as_ref().map_or_else(|| "the default configuration".to_string(), |f| f.display().to_string());
+    let Ok(mut said) = SAID.lock() else { return };
+    for (line, warn) in config.notices.iter().map(|n| (n, false)).chain(config.warnings.iter().map(|w| (w, true))) {
+        let line = format!("{file}: {line}");
+        if said.len() >= LOGGED || said.contains(&line) {
+            continue;
+        }
+        if warn {
+            tracing::warn!("{line}");
+        } else {
+            tracing::info!("{line}");
+        }
+        said.insert(line);
+    }
+}
+
+/// The most configuration lines [`log_once`] remembers.
+const LOGGED: usize = 1024;
