@@ -165,6 +165,7 @@ pub trait WorkApi {
         task: String,
         to: Option<Vec<String>>,
         vote: Option<bool>,
+        path: Option<String>,
     ) -> RpcResult<WorkStarted>;
 
     /// The worktrees of a thread, or of every work thread of a workspace.
@@ -191,6 +192,7 @@ pub trait WorkApi {
         member: Option<String>,
         rev: Option<String>,
         to: Option<Vec<String>>,
+        path: Option<String>,
     ) -> RpcResult<u64>;
 
     /// Merges a member's branch into the King's current branch in the

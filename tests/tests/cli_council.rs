@@ -410,7 +410,7 @@ async fn watch_follows_exchanges_started_by_other_clients_until_ctrl_c() {
     let first = within("kd watch to start", lines.next_line()).await.unwrap().unwrap_or_default();
     assert!(first.contains(&t.id), "{first}");
     for question in ["First?", "Second?"] {
-        c.council_send(t.id.clone(), question.into(), None, None, None, None, None, Some(0), None).await.unwrap();
+        c.council_send(t.id.clone(), question.into(), None, None, None, None, None, Some(0), None, None).await.unwrap();
         let mut seen = Vec::new();
         while !seen.iter().any(|l: &String| l.contains("Watched answer.")) {
             let line = within("the answer in kd watch", lines.next_line()).await.unwrap();

@@ -250,9 +250,9 @@ async fn a_question_sent_on_b_to_a_thread_of_as_workspace_is_answered_by_as_memb
     assert_eq!((answer.from.as_str(), answer.body.as_str()), ("claude", "Answered where the code is."));
     // What starts runs without a King's question is done on a, not routed:
     // refused on b, naming a.
-    let refused = cb.council_retry(t.clone(), None, None).await.unwrap_err().to_string();
+    let refused = cb.council_retry(t.clone(), None, None, None).await.unwrap_err().to_string();
     assert!(refused.contains(&format!("thread {t}'s workspace is node a's: its members run there")), "{refused}");
-    let refused = cb.thread_summarize(t.clone()).await.unwrap_err().to_string();
+    let refused = cb.thread_summarize(t.clone(), None).await.unwrap_err().to_string();
     assert!(refused.contains("its members run there"), "{refused}");
     let refused = cb.thread_delete(t.clone(), Some(true)).await.unwrap_err().to_string();
     assert!(refused.contains("its members run there"), "{refused}");

@@ -25,7 +25,9 @@ fn reaping() -> Kdd {
 }
 
 async fn ask(c: &kd_client::Client, t: &str, body: &str) -> Result<Sent, ClientError> {
-    c.council_send(t.into(), body.into(), None, None, None, None, None, Some(0), None).await.map_err(ClientError::from)
+    c.council_send(t.into(), body.into(), None, None, None, None, None, Some(0), None, None)
+        .await
+        .map_err(ClientError::from)
 }
 
 /// A trunk in `ws` and a branch of it titled "Sharding" whose question

@@ -39,7 +39,7 @@ async fn kdd_tells_the_manager_it_is_ready_pings_the_watchdog_and_says_it_stops(
     let c = kdd.client().await;
     let t = kd_tests::new_thread(&c, &ws.path()).await;
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
-    c.council_send(t.clone(), "Env?".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    c.council_send(t.clone(), "Env?".into(), None, None, None, None, None, Some(0), None, None).await.unwrap();
     collect_until(&mut sub, |e| kd_tests::ended(e) == 1).await;
     let answer = c.thread_messages(t, Some(1), None, None, None).await.unwrap().pop().unwrap();
     assert_eq!(answer.body.trim(), "notify=none watchdog=none");
@@ -284,6 +284,13 @@ fn kd_daemon_install_writes_units_systemd_verifies_and_uninstall_removes() {
     assert!(service.contains("Type=notify") && service.contains("WatchdogSec="), "{service}");
     let carried = format!("Environment=KD_DB={}\n", db.to_string().replace('%', "%%"));
     assert!(service.contains(&carried), "the unit's kdd runs on the same registry: {service}");
+    // And with the installing shell's PATH, for requests that carry none.
+    let path = std::env::var("PATH").unwrap().replace('%', "%%").replace('$', "$$");
+    assert!(
+        service.contains(&format!("Environment=PATH={path}\n"))
+            || service.contains(&format!("Environment=\"PATH={path}\"\n")),
+        "{service}"
+    );
 
     if have("systemd-analyze") {
         // A user manager needs a runtime directory; a private one will do.

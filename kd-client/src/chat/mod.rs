@@ -265,7 +265,7 @@ async fn open(
         Some(_) => thread,
         None => client.thread_get(thread.id.clone()).await.unwrap_or(thread),
     };
-    let config = client.config_get(thread.workspace.clone()).await.ok();
+    let config = client.config_get(thread.workspace.clone(), kd_client::shell_path()).await.ok();
     if thread.members.is_empty() {
         // A new thread learns its members at the first message: show the council's now.
         let members = config
@@ -329,7 +329,18 @@ fn request(client: &Arc<Client>, app: &App, effect: Effect, tx: mpsc::UnboundedS
         let reply = match effect {
             Effect::Send { body, mute } => Reply::Sent(
                 client
-                    .council_send(thread, body, None, Some(mute), Some(Style::Chat), None, None, None, new_thread)
+                    .council_send(
+                        thread,
+                        body,
+                        None,
+                        Some(mute),
+                        Some(Style::Chat),
+                        None,
+                        None,
+                        None,
+                        new_thread,
+                        kd_client::shell_path(),
+                    )
                     .await
                     .map(Box::new)
                     .map_err(ClientError::from),
@@ -337,9 +348,12 @@ fn request(client: &Arc<Client>, app: &App, effect: Effect, tx: mpsc::UnboundedS
             Effect::Interrupt => Reply::Interrupted(
                 client.council_interrupt(thread, None).await.map(|i| i.runs.len()).map_err(ClientError::from),
             ),
-            Effect::Retry => {
-                Reply::Retried(client.council_retry(thread, Some(Style::Chat), None).await.map_err(ClientError::from))
-            }
+            Effect::Retry => Reply::Retried(
+                client
+                    .council_retry(thread, Some(Style::Chat), None, kd_client::shell_path())
+                    .await
+                    .map_err(ClientError::from),
+            ),
             Effect::ListThreads => {
                 Reply::Threads(client.thread_list(Some(workspace), None, Some(20)).await.map_err(ClientError::from))
             }
@@ -354,7 +368,11 @@ fn request(client: &Arc<Client>, app: &App, effect: Effect, tx: mpsc::UnboundedS
             // Runs in flight refuse it: the daemon's message says so.
             Effect::Delete => Reply::Deleted(client.thread_delete(thread, None).await.map_err(ClientError::from)),
             Effect::Work { task, to, vote } => Reply::WorkStarted(
-                client.work_start(workspace, task, to, Some(vote)).await.map(Box::new).map_err(ClientError::from),
+                client
+                    .work_start(workspace, task, to, Some(vote), kd_client::shell_path())
+                    .await
+                    .map(Box::new)
+                    .map_err(ClientError::from),
             ),
             // The daemon bounds the patch; the view shows where it is cut.
             Effect::Diff(member) => Reply::Diffed(

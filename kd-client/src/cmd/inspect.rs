@@ -45,7 +45,7 @@ pub async fn show(ctx: &Ctx, a: ShowArgs) -> anyhow::Result<ExitCode> {
     let styled = ctx.styled();
     let palette = match styled {
         true => {
-            let config = client.config_get(thread.workspace.clone()).await.ok();
+            let config = client.config_get(thread.workspace.clone(), kd_client::shell_path()).await.ok();
             let senders: Vec<String> = reader.outline().iter().map(|m| m.from.clone()).collect();
             Palette::from_config(config.as_ref(), &[thread.members.clone(), senders].concat())
         }

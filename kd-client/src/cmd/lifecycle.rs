@@ -88,7 +88,7 @@ pub async fn summarize(ctx: &Ctx, a: ThreadArg) -> anyhow::Result<ExitCode> {
     // The summarizer may take as long as any run: no request timeout.
     let id = thread_or_current(&ctx.client().await?, a.thread).await?.id;
     let client = ctx.client_waiting().await?;
-    let t = client.thread_summarize(id).await.map_err(ClientError::from)?;
+    let t = client.thread_summarize(id, kd_client::shell_path()).await.map_err(ClientError::from)?;
     outln!("{}", safe(t.summary.as_deref().unwrap_or_default()))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -24,6 +24,7 @@ pub(super) fn methods(b: &mut Builder) {
     .param::<String>("task", true, "what to do, verbatim (at most 64 KiB)")
     .param::<Vec<String>>("to", false, "members (default: every member)")
     .param::<bool>("vote", false, "best of N: the members rank the diffs once all are done (two members at least)")
+    .path_param()
     .errors(&[InvalidArgument, NotFound]);
     b.method::<Vec<Worktree>>(
         "work.list",
@@ -57,6 +58,7 @@ pub(super) fn methods(b: &mut Builder) {
         .param::<String>("member", false, "whose work (or rev)")
         .param::<String>("rev", false, "a git revision of the workspace: a commit or a branch (or member)")
         .param::<Vec<String>>("to", false, "reviewers (default: every other member)")
+        .path_param()
         .errors(&[InvalidArgument, NotFound, Conflict]);
     b.method::<Accepted>(
         "work.accept",

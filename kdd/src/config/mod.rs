@@ -250,6 +250,10 @@ pub struct AgentDef {
     pub permissions: Permissions,
     /// Whether its runs get kd's MCP server (`mcp`, else `council.mcp`).
     pub mcp: bool,
+    /// The `PATH` it is found on and run with: the asking client's (see
+    /// [`load_for`]); none: kdd's own. The member's own `env` may still
+    /// set another.
+    pub path: Option<String>,
 }
 
 /// The answer kd gives an ACP agent that asks permission for a tool call.
@@ -292,6 +296,13 @@ impl Default for CodexPolicy {
 }
 
 impl AgentDef {
+    /// The environment the agent runs with besides kdd's own: the `PATH`
+    /// it was found on, then its `env` (which wins).
+    pub fn run_env(&self) -> Vec<(String, String)> {
+        let path = self.path.iter().map(|p| ("PATH".to_string(), p.clone()));
+        path.chain(self.env.iter().map(|(k, v)| (k.clone(), v.clone()))).collect()
+    }
+
     /// The agent's own prompt for a style of conversation.
     pub fn prompt(&self, style: Style) -> Option<&str> {
         match style {
@@ -365,6 +376,9 @@ pub struct Config {
     /// Values kd takes that will not work, e.g. an argument `codex
     /// app-server` refuses (the member cannot start).
     pub warnings: Vec<String>,
+    /// The `PATH` its agents were found on and run with: the asking
+    /// client's; none: kdd's own ([`load_for`]).
+    pub path: Option<String>,
 }
 
 impl Config {
@@ -431,6 +445,12 @@ impl Env<'_> {
         Env { var: &|k| std::env::var_os(k) }
     }
 
+    /// The `PATH` the environment has, as a string (a `PATH` that is not
+    /// UTF-8 is read as none).
+    pub fn path(&self) -> Option<String> {
+        (self.var)("PATH").and_then(|p| p.into_string().ok())
+    }
+
     fn path_dirs(&self) -> Vec<PathBuf> {
         (self.var)("PATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default()
     }
@@ -447,6 +467,21 @@ impl Env<'_> {
 /// Loads the configuration for `workspace` with the process environment.
 pub fn load(workspace: &Path) -> Result<Config, ConfigError> {
     load_with(workspace, &Env::process())
+}
+
+/// Loads the configuration for `workspace` as the client whose shell's
+/// `PATH` is `path` would run it: its agents found on that `PATH` and run
+/// with it (and kdd's own environment otherwise); with none, kdd's own
+/// `PATH`.
+pub fn load_for(workspace: &Path, path: Option<&str>) -> Result<Config, ConfigError> {
+    let Some(path) = path else { return load(workspace) };
+    let var = |k: &str| if k == "PATH" { Some(OsString::from(path)) } else { std::env::var_os(k) };
+    let mut config = load_with(workspace, &Env { var: &var })?;
+    config.path = Some(path.to_string());
+    for a in config.agents.values_mut() {
+        a.path = Some(path.to_string());
+    }
+    Ok(config)
 }
 
 /// Which file applies to `workspace`: its own, else the user's.

@@ -45,6 +45,7 @@ pub(super) fn builtin(backend: Backend, env: &Env<'_>) -> AgentDef {
         policy: Default::default(),
         permissions: Default::default(),
         mcp: true,
+        path: None,
     }
 }
 

@@ -80,6 +80,7 @@ pub(super) fn resolve(raw: RawConfig, file: Option<PathBuf>, env: &Env<'_>) -> R
         mapped_from: r.mapped_from,
         notices: r.notices,
         warnings: r.warnings,
+        path: None,
     })
 }
 
@@ -269,6 +270,7 @@ fn agent(
         policy,
         permissions,
         mcp: a.mcp.unwrap_or(council_mcp),
+        path: None,
     };
     set_prompts(&mut def, own_prompts, a.prompt.as_deref(), top);
     Ok(def)

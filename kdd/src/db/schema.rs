@@ -26,6 +26,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/0010_cost_ledger.sql"),
     include_str!("../../../migrations/0011_work.sql"),
     include_str!("../../../migrations/0012_exchanges.sql"),
+    include_str!("../../../migrations/0013_exchange_path.sql"),
 ];
 
 /// The schema version this build writes.

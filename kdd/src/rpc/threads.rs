@@ -109,10 +109,11 @@ pub async fn archive(d: &Daemon, thread: String) -> RpcResult<Thread> {
     Ok(archived)
 }
 
-pub async fn summarize(d: &Daemon, thread: String) -> RpcResult<Thread> {
+pub async fn summarize(d: &Daemon, thread: String, path: Option<String>) -> RpcResult<Thread> {
     validate::thread_id(&thread)?;
+    validate::search_path(path.as_deref())?;
     crate::council::runs_here(&d.db, &thread).await?;
-    Ok(crate::summary::now(&d.council, thread).await?)
+    Ok(crate::summary::now(&d.council, thread, path).await?)
 }
 
 /// Stops the thread's pending auto-turns and runs in flight, and waits
