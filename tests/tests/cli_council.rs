@@ -171,17 +171,23 @@ async fn a_member_name_git_cannot_take_in_a_branch_is_refused_with_the_config() 
 async fn without_configuration_the_clis_on_path_answer_and_kd_says_so() {
     let bin_dir = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(bin("fake-agent"), bin_dir.path().join("codex")).unwrap();
+    // The PATH of the shell kd runs in (kd sends it): the daemon's is not
+    // the one the agents are found on.
     let path = format!("{}:/usr/bin:/bin", bin_dir.path().display());
-    let kdd = Kdd::start_env(&[], &[("PATH", &path)]);
+    let kdd = Kdd::start_env(&[], &[("PATH", "/usr/bin:/bin")]);
     let ws = Workspace::new(&[]);
     std::fs::remove_file(ws.dir.path().join(".kd/config.json")).unwrap();
-    let out = kd(&kdd, &ws, &["ask", "--rounds", "0", "Hello?"]).await;
+    let ask = |path: &str, args: &'static [&'static str]| {
+        let mut k = kdd.kd();
+        k.current_dir(ws.dir.path()).env("PATH", path).args(args);
+        run(k)
+    };
+    let out = ask(&path, &["ask", "--rounds", "0", "Hello?"]).await;
     assert!(out.status.success(), "{}", out.stderr);
     assert!(out.stderr.contains("found on PATH answer: codex"), "{}", out.stderr);
     assert!(out.stdout.contains("── codex"), "{}", out.stdout);
 
-    let empty = Kdd::start_env(&[], &[("PATH", "/nonexistent")]);
-    let out = kd(&empty, &ws, &["ask", "Hello?"]).await;
+    let out = ask("/nonexistent", &["ask", "Hello?"]).await;
     assert_eq!(out.status.code(), Some(1));
     assert!(out.stderr.contains("no council members") && out.stderr.contains(".kd/config.json"), "{}", out.stderr);
 }
