@@ -38,6 +38,13 @@ pub fn duration_ms(ms: u64) -> String {
     }
 }
 
+/// `n` of `noun`, the noun in the plural unless there is one: `1 message`,
+/// `3 messages` (every noun kd counts takes an `s`).
+pub fn count(n: impl Into<u64>, noun: &str) -> String {
+    let n = n.into();
+    if n == 1 { format!("1 {noun}") } else { format!("{n} {noun}s") }
+}
+
 pub fn now_ms() -> i64 {
     jiff::Timestamp::now().as_millisecond()
 }
@@ -113,6 +120,13 @@ mod tests {
         let mut t = Table::new(&["A"]);
         t.row(vec!["\u{1b}[31mred".into()]);
         assert_eq!(t.render(), "A\n␛[31mred\n");
+    }
+
+    #[test]
+    fn counts_are_singular_for_one() {
+        assert_eq!(count(0u64, "message"), "0 messages");
+        assert_eq!(count(1u64, "message"), "1 message");
+        assert_eq!(count(2u64, "thread"), "2 threads");
     }
 
     #[test]

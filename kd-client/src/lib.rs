@@ -46,6 +46,13 @@ pub fn new_thread_id() -> String {
     const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
     (0..8).map(|_| ALPHABET[fastrand::usize(..ALPHABET.len())] as char).collect()
 }
+/// This process's `PATH`, for the `path` of a request that starts runs:
+/// the daemon finds the members' CLIs on it and runs them with it, as this
+/// shell would. None when unset or not UTF-8 (the daemon then uses its own).
+pub fn shell_path() -> Option<String> {
+    std::env::var("PATH").ok()
+}
+
 pub use error::ClientError;
 pub use kd_proto::paths::socket_path;
 pub use kd_proto::{self, KdApiClient, WorkApiClient};

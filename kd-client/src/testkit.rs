@@ -1,9 +1,29 @@
 //! Wire values for the binary's unit tests (`kd ask` output, the chat).
 
-use kd_proto::types::{Message, MessageKind, RunInfo, RunMeta, RunStatus};
+use kd_proto::types::{ContextMode, Lineage, Message, MessageKind, RunInfo, RunMeta, RunStatus, Thread, ThreadStatus};
 
 /// Thread of every fixture.
 pub const THREAD: &str = "a8b3c1";
+
+/// [`THREAD`] in `/repo` on `main`, with claude, codex and cursor, empty.
+pub fn thread() -> Thread {
+    Thread {
+        id: THREAD.into(),
+        workspace: "/repo".into(),
+        branch: Some("main".into()),
+        title: None,
+        status: ThreadStatus::Active,
+        lineage: Lineage::Trunk,
+        parent: None,
+        members: vec!["claude".into(), "codex".into(), "cursor".into()],
+        context: ContextMode::History,
+        created_at_ms: 0,
+        last_activity_at_ms: 0,
+        last_seq: 0,
+        origin: None,
+        summary: None,
+    }
+}
 
 /// A stored message of [`THREAD`]: the King's goes to all, a member's answers
 /// message 1 in round 1; `run` names the run that produced it.

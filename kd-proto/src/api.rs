@@ -33,7 +33,7 @@ pub trait KdApi {
 
     /// Checks of the database, a workspace's configuration and each member's CLI.
     #[method(name = "daemon.doctor", param_kind = map)]
-    async fn daemon_doctor(&self, workspace: String) -> RpcResult<Vec<Check>>;
+    async fn daemon_doctor(&self, workspace: String, path: Option<String>) -> RpcResult<Vec<Check>>;
 
     /// The OpenRPC document describing every method.
     #[method(name = "rpc.discover", param_kind = map)]
@@ -94,10 +94,16 @@ pub trait KdApi {
     ) -> RpcResult<CostReport>;
 
     #[method(name = "thread.summarize", param_kind = map)]
-    async fn thread_summarize(&self, thread: String) -> RpcResult<Thread>;
+    async fn thread_summarize(&self, thread: String, path: Option<String>) -> RpcResult<Thread>;
 
     #[method(name = "thread.fork", param_kind = map)]
-    async fn thread_fork(&self, thread: String, title: Option<String>, carry: Option<Carry>) -> RpcResult<Thread>;
+    async fn thread_fork(
+        &self,
+        thread: String,
+        title: Option<String>,
+        carry: Option<Carry>,
+        path: Option<String>,
+    ) -> RpcResult<Thread>;
 
     #[method(name = "thread.unarchive", param_kind = map)]
     async fn thread_unarchive(&self, thread: String) -> RpcResult<Thread>;
@@ -162,6 +168,7 @@ pub trait KdApi {
         correlation_id: Option<String>,
         rounds: Option<u32>,
         new_thread: Option<NewThread>,
+        path: Option<String>,
     ) -> RpcResult<Sent>;
 
     /// Cancels this client's runs on the thread (all runs with `all`) and
@@ -177,12 +184,13 @@ pub trait KdApi {
         thread: String,
         style: Option<Style>,
         timeout_s: Option<u64>,
+        path: Option<String>,
     ) -> RpcResult<Vec<RunInfo>>;
 
     /// The effective configuration of a workspace, value by value, with
     /// where each came from; an invalid configuration is an error.
     #[method(name = "config.get", param_kind = map)]
-    async fn config_get(&self, workspace: String) -> RpcResult<ConfigView>;
+    async fn config_get(&self, workspace: String, path: Option<String>) -> RpcResult<ConfigView>;
 
     /// Creates a thread with its messages, in one transaction.
     #[method(name = "thread.import", param_kind = map)]
@@ -264,6 +272,7 @@ pub trait KdApi {
         reply_to: Option<u64>,
         #[argument(rename = "type")] route_type: Option<RouteType>,
         correlation_id: Option<String>,
+        path: Option<String>,
     ) -> RpcResult<Routed>;
 
     /// A member's inbox (F-X3).
@@ -303,6 +312,7 @@ pub trait KdApi {
         vote: Option<bool>,
         chair: Option<String>,
         id: Option<String>,
+        path: Option<String>,
     ) -> RpcResult<Completion>;
 
     /// The daemon's view of the exchange begun by message `seq` of `thread`.
@@ -317,6 +327,7 @@ pub trait KdApi {
         body: String,
         from: Option<String>,
         stop: Option<bool>,
+        path: Option<String>,
     ) -> RpcResult<Emergency>;
 
     #[method(name = "emergency.ack", param_kind = map)]

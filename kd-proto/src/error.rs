@@ -40,7 +40,7 @@ pub enum ErrorCode {
     /// King's actions), or a capability that is unknown or whose run ended.
     Forbidden = 1010,
     /// What is asked cannot be done as things stand, and nothing was
-    /// changed: the King's tree has uncommitted changes, a merge would
+    /// changed: the user's tree has uncommitted changes, a merge would
     /// conflict, a member is still working, work would be lost.
     Conflict = 1011,
 }

@@ -21,6 +21,9 @@ pub enum NameError {
     TooLong { what: &'static str, name: String },
     #[error("{what} {name:?} may only contain {allowed} and must start with a letter or digit")]
     BadChars { what: &'static str, name: String, allowed: &'static str },
+    /// git refuses it as a part of a branch name (`git check-ref-format`).
+    #[error("{what} {name:?} cannot be the last part of a git branch (kd/THREAD/{name}): {why}")]
+    NotInABranch { what: &'static str, name: String, why: &'static str },
 }
 
 /// A thread id: `[a-z0-9][a-z0-9-]*`, at most 64 characters.
@@ -28,11 +31,25 @@ pub fn check_thread_id(id: &str) -> Result<(), NameError> {
     check(id, "thread id", "a-z, 0-9 and '-'", |c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
 }
 
-/// A member, agent or sender name: `[a-z0-9][a-z0-9_.-]*`, at most 64 characters.
+/// A member, agent or sender name: `[a-z0-9][a-z0-9_.-]*`, at most 64
+/// characters, that git takes as a part of a branch name — a member works
+/// on `kd/<thread>/<member>` — so no `..`, and no `.` or `.lock` at the end
+/// (`git check-ref-format`'s rules; the others the characters rule out).
 pub fn check_member_name(name: &str) -> Result<(), NameError> {
-    check(name, "member name", "a-z, 0-9, '_', '.' and '-'", |c| {
+    let what = "member name";
+    check(name, what, "a-z, 0-9, '_', '.' and '-'", |c| {
         c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '.' | '-')
-    })
+    })?;
+    let why = if name.contains("..") {
+        "it contains \"..\""
+    } else if name.ends_with(".lock") {
+        "it ends with \".lock\""
+    } else if name.ends_with('.') {
+        "it ends with \".\""
+    } else {
+        return Ok(());
+    };
+    Err(NameError::NotInABranch { what, name: name.to_string(), why })
 }
 
 /// A node of a shared registry (`kdd --node`): `[a-z0-9][a-z0-9_.-]*`, at
@@ -81,5 +98,20 @@ mod tests {
         }
         let e = check_member_name("a/b").unwrap_err().to_string();
         assert!(e.contains("member name \"a/b\""), "{e}");
+    }
+
+    #[test]
+    fn member_names_are_names_git_takes_in_a_branch() {
+        for bad in ["a..b", "x.lock", "x.", "a...b"] {
+            let e = check_member_name(bad).unwrap_err();
+            assert!(matches!(e, NameError::NotInABranch { .. }), "{bad:?}: {e}");
+        }
+        for good in ["a.b", "x.locks", "lock", "x-lock", "gpt-5.1"] {
+            assert_eq!(check_member_name(good), Ok(()), "{good:?} refused");
+        }
+        assert_eq!(
+            check_member_name("x.lock").unwrap_err().to_string(),
+            "member name \"x.lock\" cannot be the last part of a git branch (kd/THREAD/x.lock): it ends with \".lock\""
+        );
     }
 }

@@ -178,6 +178,7 @@ pub trait WorkApi {
         task: String,
         to: Option<Vec<String>>,
         vote: Option<bool>,
+        path: Option<String>,
     ) -> RpcResult<WorkStarted>;
 
     /// The worktrees of a thread, or of every work thread of a workspace.
@@ -204,6 +205,7 @@ pub trait WorkApi {
         member: Option<String>,
         rev: Option<String>,
         to: Option<Vec<String>>,
+        path: Option<String>,
     ) -> RpcResult<u64>;
 
     /// Merges a member's branch into the King's current branch in the

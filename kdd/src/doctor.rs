@@ -1,7 +1,8 @@
 //! `daemon.doctor`: what `kd doctor` asks the daemon — the database's
 //! integrity, a workspace's configuration, and each member's CLI as the
-//! daemon would run it (found on the daemon's `PATH`, answering
-//! `--version`). One [`Check`] per line.
+//! daemon would run it for the asking client (found on the `PATH` it sent,
+//! else the daemon's own, answering `--version`), saying which `PATH` found
+//! it. One [`Check`] per line.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -19,12 +20,12 @@ fn check(subject: &str, status: CheckStatus, detail: impl Into<String>) -> Check
     Check { subject: subject.to_string(), status, detail: detail.into() }
 }
 
-pub async fn run(db: &Db, workspace: &Path) -> Vec<Check> {
+pub async fn run(db: &Db, workspace: &Path, path: Option<&str>) -> Vec<Check> {
     let mut checks = vec![database(db).await];
     if db.engine() != "sqlite" {
         checks.push(nodes(db).await);
     }
-    let (config_checks, members) = council(workspace);
+    let (config_checks, members) = council(workspace, path);
     for c in config_checks {
         // kd's MCP server is started as the agent CLIs start it, and must
         // answer `initialize` before the quickest of them gives up.
@@ -39,8 +40,8 @@ pub async fn run(db: &Db, workspace: &Path) -> Vec<Check> {
     }
     // Every member's CLI at once: a slow one does not hold up the others.
     let mut set = tokio::task::JoinSet::new();
-    for (i, (agent, path)) in members.into_iter().enumerate() {
-        set.spawn(async move { (i, member(agent, path).await) });
+    for (i, m) in members.into_iter().enumerate() {
+        set.spawn(async move { (i, member(m).await) });
     }
     let mut found: Vec<(usize, Check)> = set.join_all().await;
     found.sort_by_key(|(i, _)| *i);
@@ -48,10 +49,20 @@ pub async fn run(db: &Db, workspace: &Path) -> Vec<Check> {
     checks
 }
 
-/// The configuration's checks, and each member with where its CLI is.
-fn council(workspace: &Path) -> (Vec<Check>, Vec<(AgentDef, Option<PathBuf>)>) {
-    let env = Env::process();
-    let config = match config::load_with(workspace, &env) {
+/// Which `PATH` found the agents: the asking client's, or kdd's own.
+fn whose(path: Option<&str>) -> &'static str {
+    if path.is_some() { "your PATH (kd's)" } else { "kdd's own PATH" }
+}
+
+/// The configuration's checks, and each member with where its CLI is, as
+/// found on `path` (the client's `PATH`; none: kdd's own).
+fn council(workspace: &Path, path: Option<&str>) -> (Vec<Check>, Vec<Member>) {
+    let var = |k: &str| match (k, path) {
+        ("PATH", Some(p)) => Some(std::ffi::OsString::from(p)),
+        _ => std::env::var_os(k),
+    };
+    let env = Env { var: &var };
+    let config = match config::load_for(workspace, path) {
         Ok(c) => c,
         Err(e) => return (vec![check("config", CheckStatus::Fail, e.to_string())], vec![]),
     };
@@ -66,15 +77,37 @@ fn council(workspace: &Path) -> (Vec<Check>, Vec<(AgentDef, Option<PathBuf>)>) {
         check("config", CheckStatus::Ok, format!("{file}; members: {}", config.council.members.join(", ")))
     }];
     checks.extend(config.notices.iter().chain(&config.warnings).map(|n| check("config", CheckStatus::Warn, n.clone())));
-    checks.extend(mcp(&config, config::find_kd(&env).as_deref()));
+    checks.extend(mcp(&config, config::find_kd(&Env::process()).as_deref()));
+    checks.push(check(
+        "path",
+        CheckStatus::Ok,
+        format!("agents are found on {}: {}", whose(path), env.path().unwrap_or_default()),
+    ));
+    let kdds = Env::process();
     let members = config
         .council
         .members
         .iter()
         .filter_map(|m| config.agent(m))
-        .map(|a| (a.clone(), config::find_program(&a.command, &env)))
+        .map(|a| Member {
+            found: config::find_program(&a.command, &env),
+            // Where kdd's own PATH would have found it, when the client's did not.
+            elsewhere: path.and_then(|_| config::find_program(&a.command, &kdds)),
+            on: (!a.command.contains('/')).then(|| whose(path)),
+            agent: a.clone(),
+        })
         .collect();
     (checks, members)
+}
+
+/// A member's CLI, where it was found, and on which `PATH`.
+struct Member {
+    agent: AgentDef,
+    found: Option<PathBuf>,
+    /// Found on kdd's own `PATH`, not on the client's.
+    elsewhere: Option<PathBuf>,
+    /// Which `PATH` it is looked for on (none: a path was given).
+    on: Option<&'static str>,
 }
 
 /// kd's MCP server: which `kd` serves it to which members, or that none
@@ -181,22 +214,28 @@ async fn nodes(db: &Db) -> Check {
     }
 }
 
-/// A member's CLI: found, and what `--version` says.
-async fn member(a: AgentDef, path: Option<PathBuf>) -> Check {
-    let Some(path) = path else {
-        let where_ = if a.command.contains('/') { "" } else { " in PATH" };
-        return check(
-            &a.name,
-            CheckStatus::Fail,
-            format!("{} not found{where_} — install it or set agents.{}.command", a.command, a.name),
-        );
+/// A member's CLI: found (on which `PATH`), and what `--version` says.
+async fn member(m: Member) -> Check {
+    let Member { agent: a, found, elsewhere, on } = m;
+    let Some(path) = found else {
+        let mut why = crate::config::not_found(&a, &a.command);
+        if let Some(there) = elsewhere {
+            why.push_str(&format!(
+                " (kdd's own PATH has it: {}, but agents are found on yours, which kd sends)",
+                there.display()
+            ));
+        }
+        return check(&a.name, CheckStatus::Fail, why);
     };
+    let on = on.map(|on| format!("; found on {on}")).unwrap_or_default();
     if a.backend == Backend::Command {
-        return check(&a.name, CheckStatus::Ok, format!("{} ({})", path.display(), a.backend.as_str()));
+        return check(&a.name, CheckStatus::Ok, format!("{} ({}){on}", path.display(), a.backend.as_str()));
     }
     let mut cmd = tokio::process::Command::new(&path);
+    // As its runs run: with the PATH it was found on (a script's
+    // interpreter is looked for there), then its own variables.
     cmd.arg("--version")
-        .envs(&a.env)
+        .envs(a.run_env())
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -207,7 +246,7 @@ async fn member(a: AgentDef, path: Option<PathBuf>) -> Check {
             let text = String::from_utf8_lossy(&out.stdout);
             let version = text.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("no version printed");
             let version: String = version.chars().take(120).collect();
-            check(&a.name, CheckStatus::Ok, format!("{} ({version})", path.display()))
+            check(&a.name, CheckStatus::Ok, format!("{} ({version}){on}", path.display()))
         }
         Ok(Ok(out)) => check(
             &a.name,

@@ -134,7 +134,36 @@ fn mark_node(socket: &std::path::Path, db: &Db) {
 
 /// Runs the daemon until SIGTERM, SIGINT or `daemon.shutdown`. Prints one
 /// line, `kdd ready …`, on stdout once the socket accepts connections.
-pub async fn run(mut opts: Options) -> anyhow::Result<()> {
+/// Why a daemon that started stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopped {
+    /// A signal, `daemon.shutdown`, `kd daemon stop`.
+    Asked,
+    /// The other nodes of a shared registry declared this one dead (its
+    /// heartbeat stalled past the lease): it stopped so as not to act on
+    /// what is theirs now, and is to be started again.
+    DeclaredDead,
+}
+
+impl Stopped {
+    /// kdd's exit status: 0 when it was asked to stop;
+    /// [`DECLARED_DEAD_STATUS`] when declared dead, which a service manager
+    /// restarts (`Restart=on-failure`; launchd's `KeepAlive` when not a
+    /// successful exit).
+    pub fn status(self) -> u8 {
+        match self {
+            Stopped::Asked => 0,
+            Stopped::DeclaredDead => DECLARED_DEAD_STATUS,
+        }
+    }
+}
+
+/// The exit status of a node that stopped because the others declared it
+/// dead: sysexits' `EX_TEMPFAIL` (try again later), distinct from 1, a
+/// daemon that could not start or failed.
+pub const DECLARED_DEAD_STATUS: u8 = 75;
+
+pub async fn run(mut opts: Options) -> anyhow::Result<Stopped> {
     // A socket passed by systemd or launchd is used as it is, at its path.
     let inherited = server::activation::inherited()?;
     let claim = match &inherited {
@@ -226,8 +255,15 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
     if let Err(e) = serving.await {
         tracing::error!("the server task failed: {e}");
     }
+    let stopped = if daemon.db.lost() { Stopped::DeclaredDead } else { Stopped::Asked };
     daemon.db.close().await;
     drop(claim);
-    tracing::info!("stopped");
-    Ok(())
+    match stopped {
+        Stopped::Asked => tracing::info!("stopped"),
+        Stopped::DeclaredDead => tracing::info!(
+            "stopped, declared dead by the other nodes: exit status {DECLARED_DEAD_STATUS}, for the service manager \
+             to start it again"
+        ),
+    }
+    Ok(stopped)
 }

@@ -151,7 +151,7 @@ fn run(args: Args, args_log_to_file: bool) -> ExitCode {
         }
     };
     match runtime.block_on(kdd::run(opts)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(stopped) => ExitCode::from(stopped.status()),
         Err(e) => {
             if args_log_to_file {
                 tracing::error!("{e:#}");

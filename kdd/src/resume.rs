@@ -87,7 +87,8 @@ async fn one(co: &Arc<Coord>, x: &Exchange, done: &mut Resumed) -> Result<bool, 
         stop(co, x, "the thread is archived".into()).await?;
         return Ok(false);
     }
-    let config = match config::load(std::path::Path::new(&thread.workspace)) {
+    // Its agents are found as when it was asked: on the asking client's PATH.
+    let config = match config::load_for(std::path::Path::new(&thread.workspace), x.path.as_deref()) {
         Ok(c) => c,
         Err(e) => {
             let why = format!("kd restarted and could not resume this exchange: configuration: {e}");

@@ -60,17 +60,19 @@ async fn by_member(c: &Council, thread: &Thread, config: &Config) -> Option<Summ
     Some(Summary { text: answer.body.trim().to_string(), by: member.to_string() })
 }
 
-fn load(thread: &Thread) -> Option<Config> {
-    config::load(Path::new(&thread.workspace))
+/// The configuration of `thread`'s workspace, its agents found on `path`
+/// (the asking client's `PATH`; none: kdd's own).
+fn load(thread: &Thread, path: Option<&str>) -> Option<Config> {
+    config::load_for(Path::new(&thread.workspace), path)
         .inspect_err(|e| tracing::warn!(thread = thread.id, "summary: the configuration is unusable: {e}"))
         .ok()
 }
 
 /// `kd summarize`: the summarizer's summary, else the extractive one, kept.
-pub async fn now(c: &Council, id: String) -> DbResult<Thread> {
+pub async fn now(c: &Council, id: String, path: Option<String>) -> DbResult<Thread> {
     let db = &c.agents.db;
     let thread = db.thread(id.clone()).await?;
-    let by_member = match load(&thread) {
+    let by_member = match load(&thread, path.as_deref()) {
         Some(config) => by_member(c, &thread, &config).await,
         None => None,
     };
@@ -84,9 +86,9 @@ pub async fn now(c: &Council, id: String) -> DbResult<Thread> {
 /// A summary of `parent` for a fork to carry (`--carry summary`): the
 /// summarizer's, made now, where its run can start (on the node that owns
 /// the thread), else the extractive one. Not kept as the parent's summary.
-pub async fn at_fork(c: &Council, parent: &Thread) -> DbResult<String> {
+pub async fn at_fork(c: &Council, parent: &Thread, path: Option<&str>) -> DbResult<String> {
     let db = &c.agents.db;
-    let by_member = match load(parent) {
+    let by_member = match load(parent, path) {
         Some(config) if crate::council::runs_here(db, &parent.id).await.is_ok() => by_member(c, parent, &config).await,
         _ => None,
     };
@@ -115,7 +117,7 @@ async fn after_archive(c: Arc<Council>, id: String) {
     if thread.origin.is_some() {
         return;
     }
-    let Some(config) = load(&thread) else { return };
+    let Some(config) = load(&thread, None) else { return };
     let mut thread = thread;
     if let Some(s) = by_member(&c, &thread, &config).await {
         match db.set_thread_summary(id.clone(), s).await {

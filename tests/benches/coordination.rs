@@ -41,7 +41,7 @@ async fn multicast() {
         async move {
             let start = Instant::now();
             let done = c
-                .completion_agents(t, "Go.".into(), agents, Some(Wait::All), None, None, None, None, None)
+                .completion_agents(t, "Go.".into(), agents, Some(Wait::All), None, None, None, None, None, None)
                 .await
                 .expect("completion");
             assert_eq!(done.summary.errors, 0);
@@ -80,6 +80,7 @@ async fn queue() {
             "claude".into(),
             format!("note {i}"),
             Some(vec!["codex".into()]),
+            None,
             None,
             None,
             None,

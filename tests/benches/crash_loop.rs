@@ -120,7 +120,7 @@ async fn crash_loop(rounds: usize) -> Tally {
         let c = kdd.client().await;
         let t = kd_tests::new_thread(&c, &ws.path()).await;
         let mut sub = c.thread_subscribe(t.clone(), None, None).await.expect("subscribe");
-        c.council_send(t.clone(), "Go on at length.".into(), None, None, None, None, None, Some(0), None)
+        c.council_send(t.clone(), "Go on at length.".into(), None, None, None, None, None, Some(0), None, None)
             .await
             .expect("send");
         // All three streaming before anything else happens.
@@ -139,7 +139,7 @@ async fn crash_loop(rounds: usize) -> Tally {
         .await;
         // A council exchange: a broadcast and two auto-rounds.
         let ct = kd_tests::new_thread(&c, &councils.path()).await;
-        c.council_send(ct.clone(), "Weigh the plan.".into(), None, None, None, None, None, Some(2), None)
+        c.council_send(ct.clone(), "Weigh the plan.".into(), None, None, None, None, None, Some(2), None, None)
             .await
             .expect("council send");
         council_threads.push(ct);
@@ -160,6 +160,7 @@ async fn crash_loop(rounds: usize) -> Tally {
                     Some(true),
                     Some("claude".into()),
                     Some(id),
+                    None,
                 )
                 .await;
         });

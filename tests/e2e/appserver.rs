@@ -298,24 +298,82 @@ async fn tool_calls_and_reasoning_are_shown_as_activity_not_answer_text() {
     assert_eq!((last.kind, last.body.as_str()), (MessageKind::Agent, "It said hi."));
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn an_exec_only_flag_is_named_by_kd_config_check_and_by_the_failed_start() {
-    let ws = Workspace::new(&[]);
-    let mut codex = kd_tests::fake("codex", "codex", &[]);
-    codex["args"] = serde_json::json!(["--skip-git-repo-check"]);
-    ws.write_config(&serde_json::json!({"council": {"members": ["codex"]}, "agents": {"codex": codex}}));
-    let kdd = Kdd::start();
+/// `kd config check` on `ws`, which must pass: its stdout.
+async fn config_check(kdd: &Kdd, ws: &Workspace) -> String {
     let mut check = kdd.kd();
     check.current_dir(ws.dir.path()).args(["config", "check"]);
     let out = kd_tests::run(check).await;
-    assert!(out.status.success(), "a warning, not an error: {}", out.stderr);
+    assert!(out.status.success(), "a note or a warning, not an error: {}", out.stderr);
+    out.stdout
+}
+
+/// A codex member with `extra`'s keys, as the workspace's only member.
+fn codex_with(ws: &Workspace, extra: serde_json::Value, env: &[(&str, &str)]) {
+    let mut codex = kd_tests::fake("codex", "codex", env);
+    codex.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    ws.write_config(&serde_json::json!({"council": {"members": ["codex"]}, "agents": {"codex": codex}}));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn codex_execs_flag_of_no_use_is_left_out_and_the_member_streams() {
+    let ws = Workspace::new(&[]);
+    let record = ws.file("record.jsonl");
+    codex_with(&ws, serde_json::json!({"extra_flags": ["--skip-git-repo-check"]}), &[("FAKE_RECORD", &record)]);
+    let kdd = Kdd::start();
+    let said = config_check(&kdd, &ws).await;
     assert!(
-        out.stdout.lines().any(|l| l.starts_with(
-            "warning: agents.codex.args: codex app-server does not take \
-             --skip-git-repo-check"
-        )),
-        "{}",
-        out.stdout
+        said.lines().any(|l| l
+            == "note: agents.codex.extra_flags: --skip-git-repo-check is a flag of codex exec, \
+                                   which kd's codex app-server has no use for and refuses (ignored)"),
+        "{said}"
+    );
+    assert!(!said.contains("warning"), "{said}");
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
+    send(&c, &t, "Q?").await;
+    let events = collect_until(&mut sub, |e| ended(e) == 1).await;
+    let last = kd_tests::last_message(&c, &t).await;
+    assert_eq!((last.kind, last.body.as_str()), (MessageKind::Agent, "Answer from codex."));
+    let deltas = events.iter().filter(|e| matches!(e, ThreadEvent::Delta { .. })).count();
+    assert!(deltas > 1, "streamed through the app-server: {events:?}");
+    let started = records(&record).remove(0);
+    let argv: Vec<&str> = started["argv"].as_array().unwrap().iter().filter_map(|a| a.as_str()).collect();
+    assert_eq!(argv.first(), Some(&"app-server"), "{argv:?}");
+    assert!(!argv.contains(&"--skip-git-repo-check"), "{argv:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn codex_execs_flag_that_means_something_runs_the_member_through_codex_exec() {
+    let ws = Workspace::new(&[]);
+    let record = ws.file("record.jsonl");
+    codex_with(&ws, serde_json::json!({"extra_flags": ["--full-auto"]}), &[("FAKE_RECORD", &record)]);
+    let kdd = Kdd::start();
+    let said = config_check(&kdd, &ws).await;
+    assert!(
+        said.lines()
+            .any(|l| l.starts_with("note: agents.codex.extra_flags: codex app-server does not take --full-auto")
+                && l.contains("this member runs codex exec")),
+        "{said}"
+    );
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
+    send(&c, &t, "Q?").await;
+    collect_until(&mut sub, |e| ended(e) == 1).await;
+    let last = kd_tests::last_message(&c, &t).await;
+    assert_eq!((last.kind, last.body.as_str()), (MessageKind::Agent, "Answer from codex."));
+    let started = records(&record).remove(0);
+    let argv: Vec<&str> = started["argv"].as_array().unwrap().iter().filter_map(|a| a.as_str()).collect();
+    assert_eq!(argv.first(), Some(&"exec"), "{argv:?}");
+    assert!(argv.contains(&"--full-auto"), "{argv:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_exec_only_flag_given_the_app_server_asked_for_is_named_by_kd_config_check_and_by_the_failed_start() {
+    let ws = Workspace::new(&[]);
+    codex_with(&ws, serde_json::json!({"transport": "app-server", "args": ["--full-auto"]}), &[]);
+    let kdd = Kdd::start();
+    let said = config_check(&kdd, &ws).await;
+    assert!(
+        said.lines().any(|l| l.starts_with("warning: agents.codex.args: codex app-server does not take --full-auto")),
+        "{said}"
     );
 
     // Started anyway, codex refuses it: the message says why, not only
@@ -327,7 +385,7 @@ async fn an_exec_only_flag_is_named_by_kd_config_check_and_by_the_failed_start()
     assert_eq!(last.kind, MessageKind::Error);
     let head = format!(
         "codex: cannot start {} app-server: initialize failed: the codex app-server exited (status 2): error: \
-         unexpected argument '--skip-git-repo-check' found\n",
+         unexpected argument '--full-auto' found\n",
         kd_tests::bin("fake-agent").display()
     );
     assert!(last.body.starts_with(&head), "the error line first: {:?}", last.body);

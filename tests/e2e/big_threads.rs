@@ -31,7 +31,7 @@ async fn big_thread() -> (Kdd, Workspace, String) {
         let codex = kd_tests::fake("codex", "codex", &[("FAKE_TEXT", &big), ("FAKE_DELTAS", "1")]);
         ws.write_config(&serde_json::json!({"council": {"members": ["claude", "codex"]}, "agents": {"claude": claude, "codex": codex}}));
         let body = format!("Question {i}: {}", "why ".repeat(40 * KIB / 4));
-        c.council_send(t.clone(), body, None, None, None, None, None, Some(0), None).await.unwrap();
+        c.council_send(t.clone(), body, None, None, None, None, None, Some(0), None, None).await.unwrap();
         collect_until(&mut sub, |e| {
             e.iter().any(|e| matches!(e, ThreadEvent::RunFinished { member, .. } if member == "codex"))
         })

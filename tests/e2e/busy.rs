@@ -51,7 +51,7 @@ fn answers_of<'a>(messages: &'a [Message], member: &str) -> Vec<(MessageKind, &'
 /// Asks `body` of claude alone, in one round.
 async fn ask_claude(c: &kd_client::Client, t: &str, body: &str) -> kd_proto::types::Sent {
     let to = Some(vec!["claude".to_string()]);
-    c.council_send(t.into(), body.into(), to, None, None, None, None, Some(0), None).await.unwrap()
+    c.council_send(t.into(), body.into(), to, None, None, None, None, Some(0), None, None).await.unwrap()
 }
 
 fn seq_of(messages: &[Message], body: &str) -> u64 {
@@ -116,8 +116,10 @@ async fn council_send_to_two_members_queues_the_busy_one_and_starts_the_other() 
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     let a = ask_claude(&c, &t, "Question Alpha").await;
     until_streaming(&mut sub, "claude").await;
-    let b =
-        c.council_send(t.clone(), "Question Beta".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    let b = c
+        .council_send(t.clone(), "Question Beta".into(), None, None, None, None, None, Some(0), None, None)
+        .await
+        .unwrap();
     let runs: Vec<(&str, RunStatus, bool)> =
         b.runs.iter().map(|r| (r.run.member.as_str(), r.run.status, r.attached)).collect();
     assert_eq!(
@@ -177,6 +179,7 @@ async fn a_routed_message_to_a_busy_member_is_answered_after_its_run_in_flight()
             "codex".into(),
             "Question Gamma".into(),
             Some(vec!["claude".into()]),
+            None,
             None,
             None,
             None,

@@ -55,7 +55,7 @@ async fn chat_in_a_real_terminal_streams_mutes_interrupts_and_restores() {
 
     // Another client starts a (held) exchange before the chat opens.
     std::fs::write(&hold, b"").unwrap();
-    c.council_send(thread.id.clone(), "Started elsewhere.".into(), None, None, None, None, None, Some(0), None)
+    c.council_send(thread.id.clone(), "Started elsewhere.".into(), None, None, None, None, None, Some(0), None, None)
         .await
         .unwrap();
     let streaming = |e: &[ThreadEvent]| {

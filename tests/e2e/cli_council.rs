@@ -147,20 +147,47 @@ async fn config_show_and_check_name_sources_files_keys_and_values() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_member_name_git_cannot_take_in_a_branch_is_refused_with_the_config() {
+    let kdd = Kdd::start();
+    for name in ["a..b", "x.lock"] {
+        let ws = Workspace::new(&[(name, "claude", &[])]);
+        ws.git_init(&[("a.txt", "a\n")], &[]);
+        let file = ws.dir.path().join(".kd/config.json").display().to_string();
+        for args in [&["config", "check"][..], &["work", "Do it."][..]] {
+            let out = kd(&kdd, &ws, args).await;
+            assert_eq!(out.status.code(), Some(1), "{name} {args:?}: {}", out.stdout);
+            let key = format!("agents.{name}: ");
+            assert!(
+                out.stderr.contains(&file) && out.stderr.contains(&key) && out.stderr.contains("git branch"),
+                "{name} {args:?}: {}",
+                out.stderr
+            );
+            assert!(!out.stderr.contains("fatal:"), "no raw git error: {}", out.stderr);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn without_configuration_the_clis_on_path_answer_and_kd_says_so() {
     let bin_dir = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(bin("fake-agent"), bin_dir.path().join("codex")).unwrap();
+    // The PATH of the shell kd runs in (kd sends it): the daemon's is not
+    // the one the agents are found on.
     let path = format!("{}:/usr/bin:/bin", bin_dir.path().display());
-    let kdd = Kdd::start_env(&[], &[("PATH", &path)]);
+    let kdd = Kdd::start_env(&[], &[("PATH", "/usr/bin:/bin")]);
     let ws = Workspace::new(&[]);
     std::fs::remove_file(ws.dir.path().join(".kd/config.json")).unwrap();
-    let out = kd(&kdd, &ws, &["ask", "--rounds", "0", "Hello?"]).await;
+    let ask = |path: &str, args: &'static [&'static str]| {
+        let mut k = kdd.kd();
+        k.current_dir(ws.dir.path()).env("PATH", path).args(args);
+        run(k)
+    };
+    let out = ask(&path, &["ask", "--rounds", "0", "Hello?"]).await;
     assert!(out.status.success(), "{}", out.stderr);
     assert!(out.stderr.contains("found on PATH answer: codex"), "{}", out.stderr);
     assert!(out.stdout.contains("── codex"), "{}", out.stdout);
 
-    let empty = Kdd::start_env(&[], &[("PATH", "/nonexistent")]);
-    let out = kd(&empty, &ws, &["ask", "Hello?"]).await;
+    let out = ask("/nonexistent", &["ask", "Hello?"]).await;
     assert_eq!(out.status.code(), Some(1));
     assert!(out.stderr.contains("no council members") && out.stderr.contains(".kd/config.json"), "{}", out.stderr);
 }
@@ -389,7 +416,7 @@ async fn watch_follows_exchanges_started_by_other_clients_until_ctrl_c() {
     let first = within("kd watch to start", lines.next_line()).await.unwrap().unwrap_or_default();
     assert!(first.contains(&t.id), "{first}");
     for question in ["First?", "Second?"] {
-        c.council_send(t.id.clone(), question.into(), None, None, None, None, None, Some(0), None).await.unwrap();
+        c.council_send(t.id.clone(), question.into(), None, None, None, None, None, Some(0), None, None).await.unwrap();
         let mut seen = Vec::new();
         while !seen.iter().any(|l: &String| l.contains("Watched answer.")) {
             let line = within("the answer in kd watch", lines.next_line()).await.unwrap();

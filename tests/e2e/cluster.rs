@@ -250,9 +250,9 @@ async fn a_question_sent_on_b_to_a_thread_of_as_workspace_is_answered_by_as_memb
     assert_eq!((answer.from.as_str(), answer.body.as_str()), ("claude", "Answered where the code is."));
     // What starts runs without a King's question is done on a, not routed:
     // refused on b, naming a.
-    let refused = cb.council_retry(t.clone(), None, None).await.unwrap_err().to_string();
+    let refused = cb.council_retry(t.clone(), None, None, None).await.unwrap_err().to_string();
     assert!(refused.contains(&format!("thread {t}'s workspace is node a's: its members run there")), "{refused}");
-    let refused = cb.thread_summarize(t.clone()).await.unwrap_err().to_string();
+    let refused = cb.thread_summarize(t.clone(), None).await.unwrap_err().to_string();
     assert!(refused.contains("its members run there"), "{refused}");
     let refused = cb.thread_delete(t.clone(), Some(true)).await.unwrap_err().to_string();
     assert!(refused.contains("its members run there"), "{refused}");
@@ -278,16 +278,23 @@ async fn a_node_stalled_past_its_lease_is_taken_over_writes_nothing_after_and_st
     // a wakes.
     a.resume();
     // (a's registry is the test's: a is kept until the end.)
-    let (_a, status) = tokio::task::spawn_blocking(move || {
+    let (mut a, status) = tokio::task::spawn_blocking(move || {
         let status = a.wait_exit();
         (a, status)
     })
     .await
     .unwrap();
-    assert!(status.success(), "a stops, having been declared dead: {status}");
+    // It stops with the status that says so, which a service manager restarts
+    // (Restart=on-failure): a status of 0 would leave the node down.
+    assert_eq!(status.code(), Some(75), "a stops, having been declared dead: {status}");
     assert_eq!(said(&b.client().await, &t).await, cut_then_answered(), "a wrote nothing");
     let on_b = b.db.one("SELECT node_id FROM runs WHERE status = 'done' AND thread_id = $1", &[t.as_str().into()]);
     assert_eq!(on_b.text(), "b");
+    // Started again, as its service manager does, it is a live node again.
+    a.launch().unwrap();
+    let live = a.db.one("SELECT state FROM nodes WHERE id = 'a'", &[]);
+    assert_eq!(live.text(), "live");
+    a.client().await.daemon_status().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -31,7 +31,7 @@ fn kd() -> String {
 /// `members` have ended; the thread's messages.
 async fn ask(c: &kd_client::Client, t: &str, member: &str, runs: usize) -> Vec<Message> {
     let mut sub = c.thread_subscribe(t.into(), None, None).await.unwrap();
-    c.council_send(t.into(), format!("@{member} go"), None, None, None, None, None, Some(0), None).await.unwrap();
+    c.council_send(t.into(), format!("@{member} go"), None, None, None, None, None, Some(0), None, None).await.unwrap();
     collect_until(&mut sub, |e| kd_tests::ended(e) >= runs).await;
     c.thread_messages(t.into(), None, None, None, None).await.unwrap().into_vec()
 }
@@ -123,7 +123,7 @@ async fn a_runs_process_cannot_use_the_token_of_another_run_or_thread() {
     let a = kd_tests::new_thread(&c, &ws.path()).await;
     let b = kd_tests::new_thread(&c, &ws.path()).await;
     let mut sub_a = c.thread_subscribe(a.clone(), None, None).await.unwrap();
-    c.council_send(a.clone(), "@claude go".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    c.council_send(a.clone(), "@claude go".into(), None, None, None, None, None, Some(0), None, None).await.unwrap();
     collect_until(&mut sub_a, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))).await;
     let messages = ask(&c, &b, "codex", 1).await;
     let answer = answer_of(&messages, "codex");
@@ -258,7 +258,7 @@ async fn an_orphan_carrying_another_runs_marker_and_token_is_refused() {
     let c = kdd.client().await;
     let t = kd_tests::new_thread(&c, &ws.path()).await;
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
-    c.council_send(t.clone(), "@claude go".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    c.council_send(t.clone(), "@claude go".into(), None, None, None, None, None, Some(0), None, None).await.unwrap();
     collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))).await;
     let messages = ask(&c, &t, "codex", 1).await;
     let said = answer_of(&messages, "codex");

@@ -66,7 +66,7 @@ async fn a_hand_off_chain_stops_at_the_hop_limit() {
     let t = kd_tests::new_thread(&c, &ws.path()).await;
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     let sent = c
-        .council_send(t.clone(), "@claude write the parser".into(), None, None, None, None, None, None, None)
+        .council_send(t.clone(), "@claude write the parser".into(), None, None, None, None, None, None, None, None)
         .await
         .unwrap();
     until_exchange_ends(&mut sub, sent.message.seq).await;
@@ -129,6 +129,7 @@ async fn a_copied_member_is_not_run_and_sees_the_message_once_in_its_next_prompt
             None,
             None,
             None,
+            None,
         )
         .await
         .unwrap();
@@ -143,7 +144,7 @@ async fn a_copied_member_is_not_run_and_sees_the_message_once_in_its_next_prompt
     assert_eq!((inbox.len(), inbox[0].role, inbox[0].body.as_str()), (1, Role::Cc, "Rename the crate to kd-core."));
     // cursor's next turn carries it, once, and its inbox is then empty.
     let sent = c
-        .council_send(t.clone(), "@cursor anything to add?".into(), None, None, None, None, None, None, None)
+        .council_send(t.clone(), "@cursor anything to add?".into(), None, None, None, None, None, None, None, None)
         .await
         .unwrap();
     until_exchange_ends(&mut sub, sent.message.seq).await;
@@ -181,7 +182,9 @@ async fn queued_members_keep_messages_and_full_inboxes_drop_or_refuse() {
     for i in 1..=3 {
         let to = Some(vec!["codex".to_string(), "cursor".to_string()]);
         last = Some(
-            c.message_route(t.clone(), "claude".into(), format!("note {i}"), to, None, None, None, None).await.unwrap(),
+            c.message_route(t.clone(), "claude".into(), format!("note {i}"), to, None, None, None, None, None)
+                .await
+                .unwrap(),
         );
     }
     let last = last.unwrap();
@@ -209,7 +212,17 @@ async fn queued_members_keep_messages_and_full_inboxes_drop_or_refuse() {
         .unwrap();
     assert_eq!(prefs.queued_types, [RouteType::PointToPoint]);
     let routed = c
-        .message_route(t.clone(), "codex".into(), "later".into(), Some(vec!["claude".into()]), None, None, None, None)
+        .message_route(
+            t.clone(),
+            "codex".into(),
+            "later".into(),
+            Some(vec!["claude".into()]),
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
         .await
         .unwrap();
     assert_eq!(routed.deliveries[0].status, DeliveryStatus::Queued);
@@ -243,8 +256,10 @@ async fn kd_send_and_kd_inbox_inside_a_run_act_as_that_member() {
     let c = kdd.client().await;
     let t = kd_tests::new_thread(&c, &ws.path()).await;
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
-    let sent =
-        c.council_send(t.clone(), "@claude tell codex".into(), None, None, None, None, None, None, None).await.unwrap();
+    let sent = c
+        .council_send(t.clone(), "@claude tell codex".into(), None, None, None, None, None, None, None, None)
+        .await
+        .unwrap();
     until_exchange_ends(&mut sub, sent.message.seq).await;
     let messages = c.thread_messages(t.clone(), None, None, None, None).await.unwrap();
     let ping = messages.iter().find(|m| m.body == "ping from the shell").expect("the shell's message is in the thread");
@@ -274,7 +289,7 @@ async fn first_takes_one_answer_and_cancels_the_others() {
     let t = kd_tests::new_thread(&c, &ws.path()).await;
     let done = within(
         "the completion",
-        c.completion_agents(t.clone(), "Quick?".into(), None, Some(Wait::First), None, None, None, None, None),
+        c.completion_agents(t.clone(), "Quick?".into(), None, Some(Wait::First), None, None, None, None, None, None),
     )
     .await
     .unwrap();
@@ -320,6 +335,7 @@ async fn a_vote_tallies_anonymised_rankings_and_a_chair_synthesizes() {
             Some(Aggregation::Synthesize),
             Some(true),
             Some("cursor".into()),
+            None,
             None,
         ),
     )
@@ -419,6 +435,7 @@ async fn all_waits_up_to_the_timeout_reports_the_late_and_merges_what_came() {
             None,
             None,
             None,
+            None,
         ),
     )
     .await
@@ -453,7 +470,9 @@ async fn a_chair_outside_the_asked_members_keeps_its_inbox_for_its_next_turn() {
     let c = kdd.client().await;
     let t = kd_tests::new_thread(&c, &ws.path()).await;
     let to = Some(vec!["cursor".to_string()]);
-    c.message_route(t.clone(), "claude".into(), "note for later".into(), to, None, None, None, None).await.unwrap();
+    c.message_route(t.clone(), "claude".into(), "note for later".into(), to, None, None, None, None, None)
+        .await
+        .unwrap();
     let asked = Some(vec!["claude".to_string(), "codex".to_string()]);
     let done = within(
         "the synthesis",
@@ -466,6 +485,7 @@ async fn a_chair_outside_the_asked_members_keeps_its_inbox_for_its_next_turn() {
             Some(Aggregation::Synthesize),
             None,
             Some("cursor".into()),
+            None,
             None,
         ),
     )
@@ -507,6 +527,7 @@ async fn each_vote_draws_its_labels_afresh_and_the_tally_maps_them_back() {
                 None,
                 Some(Aggregation::Vote),
                 Some(true),
+                None,
                 None,
                 None,
             ),
@@ -581,7 +602,8 @@ async fn a_tie_is_a_tie_left_to_the_king_in_the_thread_and_in_kd_ask() {
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = kd_tests::new_thread(&c, &ws.path()).await;
-    let vote = c.completion_agents(t.clone(), "Q?".into(), None, None, None, Some(Aggregation::Vote), None, None, None);
+    let vote =
+        c.completion_agents(t.clone(), "Q?".into(), None, None, None, Some(Aggregation::Vote), None, None, None, None);
     let done = within("the vote", vote).await.unwrap();
     let tally = done.tally.clone().unwrap();
     assert_eq!(tally.winner, None, "nobody wins a tie nothing breaks: {tally:?}");
@@ -618,6 +640,7 @@ async fn a_tie_still_tied_on_first_places_goes_to_the_chairs_ballot() {
         Some(true),
         Some("claude".into()),
         None,
+        None,
     );
     let done = within("the vote", vote).await.unwrap();
     let tally = done.tally.clone().unwrap();
@@ -642,7 +665,7 @@ async fn kd_broadcast_emergency_stop_stops_the_runs_in_flight_then_asks_each_mem
     let c = kdd.client().await;
     let t = kd_tests::new_thread(&c, &ws.path()).await;
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
-    let sent = c.council_send(t.clone(), "@claude long task".into(), None, None, None, None, None, None, None);
+    let sent = c.council_send(t.clone(), "@claude long task".into(), None, None, None, None, None, None, None, None);
     let long = sent.await.unwrap().runs[0].run.id.clone();
     collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))).await;
     let mut k = kdd.kd();
@@ -684,9 +707,11 @@ async fn an_emergency_reaches_a_busy_member_and_is_tracked_until_every_ack() {
     let c = kdd.client().await;
     let t = kd_tests::new_thread(&c, &ws.path()).await;
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
-    c.council_send(t.clone(), "@claude long task".into(), None, None, None, None, None, None, None).await.unwrap();
+    c.council_send(t.clone(), "@claude long task".into(), None, None, None, None, None, None, None, None)
+        .await
+        .unwrap();
     collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))).await;
-    let e = c.emergency_broadcast(t.clone(), "Stop pushing to main.".into(), None, None).await.unwrap();
+    let e = c.emergency_broadcast(t.clone(), "Stop pushing to main.".into(), None, None, None).await.unwrap();
     assert_eq!(e.members, ["claude", "codex"]);
     assert_eq!(e.told_runs.len(), 1, "claude's run in flight is told");
     assert!(e.stopped_runs.is_empty());
@@ -780,7 +805,7 @@ async fn a_forked_backend_session_and_a_second_copy_resumed_at_once_are_races() 
         .id;
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     for q in ["One?", "Two?"] {
-        c.council_send(t.clone(), q.into(), None, None, None, None, None, Some(0), None).await.unwrap();
+        c.council_send(t.clone(), q.into(), None, None, None, None, None, Some(0), None, None).await.unwrap();
         collect_until(&mut sub, |e| kd_tests::ended(e) == 1).await;
     }
     // The second run resumed the first one's backend session and reported another.

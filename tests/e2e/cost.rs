@@ -25,7 +25,8 @@ fn config(ws: &Workspace, council: serde_json::Value) {
 
 async fn ask(c: &kd_client::Client, t: &str, rounds: Option<u32>) {
     let mut sub = c.thread_subscribe(t.into(), None, None).await.unwrap();
-    let sent = c.council_send(t.into(), "How much?".into(), None, None, None, None, None, rounds, None).await.unwrap();
+    let sent =
+        c.council_send(t.into(), "How much?".into(), None, None, None, None, None, rounds, None, None).await.unwrap();
     let king = sent.message.seq;
     collect_until(&mut sub, |e| {
         e.iter().any(|e| matches!(e, ThreadEvent::Round { exchange, state, .. } if *exchange == king && *state != RoundState::Running))
@@ -267,7 +268,7 @@ async fn a_failed_answer_and_the_retry_that_replaces_it_both_count() {
     ask(&c, &t, Some(0)).await;
     failing(false);
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
-    let retried = c.council_retry(t.clone(), None, None).await.unwrap();
+    let retried = c.council_retry(t.clone(), None, None, None).await.unwrap();
     assert_eq!(retried.len(), 1);
     collect_until(&mut sub, |e| {
         e.iter().any(|e| matches!(e, ThreadEvent::RunFinished { member, .. } if member == "claude"))
@@ -342,7 +343,8 @@ async fn the_budget_is_checked_before_a_hand_off() {
     let c = kdd.client().await;
     let t = kd_tests::new_thread(&c, &ws.path()).await;
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
-    let sent = c.council_send(t.clone(), "@claude write the parser".into(), None, None, None, None, None, None, None);
+    let sent =
+        c.council_send(t.clone(), "@claude write the parser".into(), None, None, None, None, None, None, None, None);
     let king = sent.await.unwrap().message.seq;
     collect_until(&mut sub, |e| {
         e.iter().any(|e| matches!(e, ThreadEvent::Round { exchange, state, .. } if *exchange == king && *state != RoundState::Running))

@@ -22,7 +22,7 @@ async fn thread(c: &kd_client::Client, ws: &Workspace) -> String {
 }
 
 async fn send(c: &kd_client::Client, t: &str, body: &str, mute: Option<Vec<String>>) -> Sent {
-    c.council_send(t.into(), body.into(), None, mute, None, None, None, None, None).await.unwrap()
+    c.council_send(t.into(), body.into(), None, mute, None, None, None, None, None, None).await.unwrap()
 }
 
 /// Events until the exchange of `king` has ended; returns them and its final state.
@@ -168,7 +168,7 @@ async fn a_directed_message_gets_only_the_addressed_members_and_no_auto_rounds()
     who.sort();
     assert_eq!(who, ["codex", "gemini"]);
     let e = ClientError::from(
-        c.council_send(t, "@gpt?".into(), None, None, None, None, None, None, None).await.unwrap_err(),
+        c.council_send(t, "@gpt?".into(), None, None, None, None, None, None, None, None).await.unwrap_err(),
     );
     assert_eq!(e.code(), Some(ErrorCode::InvalidArgument));
     assert_eq!(e.to_string(), "unknown member @gpt; the members are claude, codex, gemini");
@@ -284,7 +284,8 @@ async fn a_failing_member_is_asked_once_per_exchange_and_every_round_completes()
         .collect();
     assert_eq!(later_rounds, vec![vec!["claude".to_string()]; 2], "failed members are not expected");
     // The next King message asks everyone again.
-    let sent = c.council_send(t.clone(), "Again.".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    let sent =
+        c.council_send(t.clone(), "Again.".into(), None, None, None, None, None, Some(0), None, None).await.unwrap();
     until_end(&mut sub, sent.message.seq).await;
     assert_eq!(records(&record).len(), 2);
 }
@@ -301,14 +302,15 @@ async fn retry_replaces_the_failed_answer_in_its_place() {
     let c = kdd.client().await;
     let t = thread(&c, &ws).await;
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
-    let sent = c.council_send(t.clone(), "Go.".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    let sent =
+        c.council_send(t.clone(), "Go.".into(), None, None, None, None, None, Some(0), None, None).await.unwrap();
     until_end(&mut sub, sent.message.seq).await;
     let before = c.thread_messages(t.clone(), None, None, None, None).await.unwrap();
     let failed = before.iter().find(|m| m.kind == MessageKind::Error).unwrap().clone();
     assert_eq!(failed.from, "codex");
 
     failing(false);
-    let runs = c.council_retry(t.clone(), None, None).await.unwrap();
+    let runs = c.council_retry(t.clone(), None, None, None).await.unwrap();
     assert_eq!(runs.len(), 1);
     assert_eq!((runs[0].member.as_str(), runs[0].replaces, runs[0].round), ("codex", Some(failed.seq), Some(1)));
     collect_until(&mut sub, |e| {
@@ -324,7 +326,7 @@ async fn retry_replaces_the_failed_answer_in_its_place() {
     let pos = display_order(&before).iter().position(|m| m.seq == failed.seq).unwrap();
     assert_eq!(shown[pos], retried.seq);
     assert_eq!(shown.len(), before.len());
-    assert!(c.council_retry(t, None, None).await.unwrap().is_empty(), "nothing left to retry");
+    assert!(c.council_retry(t, None, None, None).await.unwrap().is_empty(), "nothing left to retry");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -344,8 +346,10 @@ async fn a_new_king_message_stops_the_pending_turns_and_starts_a_new_exchange() 
             && e.iter().any(|e| matches!(e, ThreadEvent::Delta { member, .. } if member == "claude"))
     })
     .await;
-    let second =
-        c.council_send(t.clone(), "New topic.".into(), None, None, None, None, None, Some(1), None).await.unwrap();
+    let second = c
+        .council_send(t.clone(), "New topic.".into(), None, None, None, None, None, Some(1), None, None)
+        .await
+        .unwrap();
     // claude's answer in flight is to the first topic: the new one gets a
     // run of its own, queued behind it; codex starts at once.
     assert_eq!(
@@ -402,8 +406,10 @@ async fn a_chat_send_is_framed_by_the_chat_preamble_and_the_agents_chat_prompt()
     let t = thread(&c, &ws).await;
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     for style in [kd_proto::types::Style::Chat, kd_proto::types::Style::Council] {
-        let sent =
-            c.council_send(t.clone(), "Hi.".into(), None, None, Some(style), None, None, Some(0), None).await.unwrap();
+        let sent = c
+            .council_send(t.clone(), "Hi.".into(), None, None, Some(style), None, None, Some(0), None, None)
+            .await
+            .unwrap();
         until_end(&mut sub, sent.message.seq).await;
     }
     let recs = records(&record);
@@ -438,6 +444,7 @@ async fn chat_falls_back_to_the_council_prompt_and_takes_a_configured_chat_pream
             None,
             None,
             Some(0),
+            None,
             None,
         )
         .await
@@ -487,9 +494,11 @@ async fn interrupt_cancels_only_the_calling_clients_runs_unless_all() {
     let t = thread(&a, &ws).await;
     let mut sub = a.thread_subscribe(t.clone(), None, None).await.unwrap();
     let to = |m: &str| Some(vec![m.to_string()]);
-    let mine = a.council_send(t.clone(), "Yours, claude.".into(), to("claude"), None, None, None, None, None, None);
+    let mine =
+        a.council_send(t.clone(), "Yours, claude.".into(), to("claude"), None, None, None, None, None, None, None);
     let mine = mine.await.unwrap();
-    let theirs = b.council_send(t.clone(), "Yours, codex.".into(), to("codex"), None, None, None, None, None, None);
+    let theirs =
+        b.council_send(t.clone(), "Yours, codex.".into(), to("codex"), None, None, None, None, None, None, None);
     let theirs = theirs.await.unwrap();
     collect_until(&mut sub, |e| {
         ["claude", "codex"]

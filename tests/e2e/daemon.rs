@@ -293,7 +293,7 @@ async fn a_client_that_never_lets_go_is_cut_at_the_shutdown_deadline() {
     let mut watcher = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     let subscribe = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"thread.subscribe","params":{{"thread":"{t}"}}}}"#);
     let _stalled = kd_tests::stalled_websocket(&kdd.socket, &[&subscribe]);
-    c.council_send(t, "Go on and on.".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    c.council_send(t, "Go on and on.".into(), None, None, None, None, None, Some(0), None, None).await.unwrap();
     let mut chars = 0;
     while chars < 4_000_000 {
         if let Some(Ok(kd_proto::types::ThreadEvent::Delta { chars: n, .. })) = within("deltas", watcher.next()).await {

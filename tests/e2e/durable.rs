@@ -11,7 +11,7 @@ use kd_tests::{Hold, Kdd, TestDb, Workspace, collect_until, records, settled, th
 
 /// Sends `body` to `thread` for a first round and `auto` auto-rounds.
 async fn ask(c: &kd_client::Client, thread: &str, body: &str, auto: u32) -> u64 {
-    c.council_send(thread.into(), body.into(), None, None, None, None, None, Some(auto), None)
+    c.council_send(thread.into(), body.into(), None, None, None, None, None, Some(auto), None, None)
         .await
         .expect("council.send")
         .message
@@ -105,7 +105,9 @@ async fn scene(when: &str, auto: u32, round: u32, configure: impl FnOnce(&Worksp
 async fn a_later_question(kdd: &Kdd, t: &str) {
     let c = kdd.client().await;
     let mut sub = c.thread_subscribe(t.to_string(), None, None).await.unwrap();
-    c.council_send(t.to_string(), "@claude next".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    c.council_send(t.to_string(), "@claude next".into(), None, None, None, None, None, Some(0), None, None)
+        .await
+        .unwrap();
     collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::RunFinished { .. }))).await;
 }
 
@@ -349,7 +351,7 @@ async fn a_retry_cut_by_a_kill_is_asked_again_and_replaces_in_order() {
     collect_until(&mut sub, |e| kd_tests::ended(e) == 1).await;
     // The retry holds mid-answer, and kdd dies.
     ws.set_agent("claude", "env", serde_json::json!({"FAKE_NAME": "claude", "FAKE_HOLD": hold.var()}));
-    let retried = c.council_retry(t.clone(), None, None).await.unwrap();
+    let retried = c.council_retry(t.clone(), None, None, None).await.unwrap();
     assert_eq!(retried.len(), 1);
     let cut = retried[0].id.clone();
     collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { run, .. } if *run == cut))).await;
@@ -385,6 +387,7 @@ async fn a_routed_message_cut_by_a_kill_is_answered_once_after_the_restart() {
             "king".into(),
             "Check the numbers.".into(),
             Some(vec!["codex".into()]),
+            None,
             None,
             None,
             None,
@@ -503,6 +506,7 @@ async fn complete(
         vote,
         chair.map(str::to_string),
         Some(id.into()),
+        None,
     )
     .await
 }
@@ -718,7 +722,7 @@ async fn a_kd_work_vote_cut_by_kill_9_tallies_once_after_the_restart() {
     ws.git_init(&[("a.txt", "one\n")], &[]);
     let mut kdd = Kdd::start();
     let c = kdd.client().await;
-    let started = c.work_start(ws.path(), "Write impl.txt".into(), None, Some(true)).await.unwrap();
+    let started = c.work_start(ws.path(), "Write impl.txt".into(), None, Some(true), None).await.unwrap();
     let t = started.thread;
     // claude's ballot holds; the others are in.
     held_run(&kdd.db, &t, "claude", "ballot").await;

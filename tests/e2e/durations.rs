@@ -45,7 +45,7 @@ async fn every_duration_parameter_is_bounded_and_named_when_refused() {
     }
     // The bound itself is accepted, and nothing was asked before.
     assert!(c.thread_messages(t.clone(), None, None, None, None).await.unwrap().is_empty());
-    let sent = c.council_send(t, "hi".into(), None, None, None, Some(max), None, Some(0), None).await.unwrap();
+    let sent = c.council_send(t, "hi".into(), None, None, None, Some(max), None, Some(0), None, None).await.unwrap();
     assert_eq!(sent.runs.len(), 1);
     c.daemon_status().await.unwrap();
 }
@@ -64,7 +64,7 @@ async fn a_configured_timeout_past_the_bound_is_refused_naming_the_key() {
     ] {
         let ws = Workspace::new(&[]);
         ws.write_config(&config);
-        let err = c.config_get(ws.path()).await.err().map(|e| e.to_string()).unwrap_or_default();
+        let err = c.config_get(ws.path(), None).await.err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains(key) && err.contains(&max.to_string()), "{key}: {err}");
     }
 }

@@ -13,7 +13,7 @@ async fn still_serves(kdd: &mut Kdd) -> kd_proto::types::DaemonStatus {
     for i in 0..50 {
         kd_tests::append(&c, &t, "king", format!("note {i}"), &[]).await;
     }
-    c.council_send(t, "Still there?".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    c.council_send(t, "Still there?".into(), None, None, None, None, None, Some(0), None, None).await.unwrap();
     collect_until(&mut sub, |e| ended(e) == 1).await;
     let status = c.daemon_status().await.unwrap();
     drop(sub);
@@ -68,7 +68,7 @@ async fn a_subscriber_that_stops_reading_does_not_hold_up_the_shutdown() {
     let mut watcher = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     let subscribe = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"thread.subscribe","params":{{"thread":"{t}"}}}}"#);
     let _stalled = kd_tests::stalled_websocket(&kdd.socket, &[&subscribe]);
-    c.council_send(t.clone(), "Go on and on.".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    c.council_send(t.clone(), "Go on and on.".into(), None, None, None, None, None, Some(0), None, None).await.unwrap();
     // Well past what the stalled socket and its buffers hold.
     let mut chars = 0;
     while chars < 4_000_000 {
@@ -108,8 +108,8 @@ async fn a_graceful_stop_starts_no_new_turn() {
     let (ta, tb) = (kd_tests::new_thread(&c, &a.path()).await, kd_tests::new_thread(&c, &b.path()).await);
     let mut sub = c.thread_subscribe(ta.clone(), None, None).await.unwrap();
     let mut sub_b = c.thread_subscribe(tb.clone(), None, None).await.unwrap();
-    c.council_send(tb.clone(), "Hang.".into(), None, None, None, None, None, Some(0), None).await.unwrap();
-    c.council_send(ta.clone(), "Discuss.".into(), None, None, None, None, None, None, None).await.unwrap();
+    c.council_send(tb.clone(), "Hang.".into(), None, None, None, None, None, Some(0), None, None).await.unwrap();
+    c.council_send(ta.clone(), "Discuss.".into(), None, None, None, None, None, None, None, None).await.unwrap();
     let started = |e: &[kd_proto::types::ThreadEvent]| {
         e.iter().any(|e| matches!(e, kd_proto::types::ThreadEvent::RunStarted { .. }))
     };
@@ -146,7 +146,7 @@ async fn a_subscriber_that_stops_reading_is_disconnected_and_others_go_on() {
     })
     .await;
     assert_eq!(s.clients, 2);
-    c.council_send(t.clone(), "Go on and on.".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    c.council_send(t.clone(), "Go on and on.".into(), None, None, None, None, None, Some(0), None, None).await.unwrap();
     // The daemon gives up on it while the run goes on.
     let status = within("the stalled client to be cut off", async {
         loop {

@@ -22,7 +22,9 @@ fn council() -> Workspace {
 }
 
 async fn note(c: &kd_client::Client, t: &str, from: &str, to: &str, body: &str) -> kd_proto::types::Routed {
-    c.message_route(t.into(), from.into(), body.into(), Some(vec![to.into()]), None, None, None, None).await.unwrap()
+    c.message_route(t.into(), from.into(), body.into(), Some(vec![to.into()]), None, None, None, None, None)
+        .await
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -145,11 +145,72 @@ async fn kingdoms_config_is_accepted_with_one_notice_per_ignored_key() {
         out.stdout
     );
     let notes: Vec<&str> = out.stdout.lines().filter(|l| l.starts_with("note: ")).collect();
-    assert_eq!(notes.len(), 8, "{}", out.stdout);
+    // Its ignored keys, and codex exec's flag the app-server is not given.
+    assert_eq!(notes.len(), 9, "{}", out.stdout);
     assert!(notes.iter().any(|n| n.starts_with("note: peasant: ")), "{notes:?}");
+    assert!(notes.iter().any(|n| n.starts_with("note: agents.codex.extra_flags: --skip-git-repo-check")), "{notes:?}");
+    assert!(!out.stdout.contains("warning:"), "{}", out.stdout);
     let show = kd(&kdd, project.path(), &["config", "show"]).await;
     assert!(show.stdout.contains("council.mode") && show.stdout.contains("(council.ask.mode)"), "{}", show.stdout);
-    assert_eq!(show.stdout.matches("note ").count() + show.stdout.matches("note: ").count(), 8, "{}", show.stdout);
+    assert_eq!(show.stdout.matches("note ").count() + show.stdout.matches("note: ").count(), 9, "{}", show.stdout);
+}
+
+/// What `kd init` of Kingdom 0.1 and 0.2 wrote (later releases refuse its
+/// `peasant.timeout`), with the codex flag Kingdom's users add for `codex
+/// exec` outside a git repository.
+const KINGDOM_0_2_CONFIG: &str = r#"{
+  "agents": {
+    "claude": {"backend": "claude_code"},
+    "codex": {"backend": "codex", "extra_flags": ["--skip-git-repo-check"]},
+    "cursor": {"backend": "cursor"}
+  },
+  "council": {"members": ["claude", "codex", "cursor"], "timeout": 600},
+  "peasant": {"agent": "claude", "timeout": 900, "max_iterations": 50}
+}
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_config_an_earlier_kingdom_wrote_is_checked_and_answered_unchanged() {
+    // The three CLIs are fakes on PATH, under their own names.
+    let bin_dir = tempfile::tempdir().unwrap();
+    for name in ["claude", "codex", "agent"] {
+        std::os::unix::fs::symlink(kd_tests::bin("fake-agent"), bin_dir.path().join(name)).unwrap();
+    }
+    let path = format!("{}:/usr/bin:/bin", bin_dir.path().display());
+    let project = tempfile::tempdir().unwrap();
+    std::fs::create_dir(project.path().join(".kd")).unwrap();
+    std::fs::write(project.path().join(".kd/config.json"), KINGDOM_0_2_CONFIG).unwrap();
+    let kdd = Kdd::start_env(&[], &[("PATH", &path)]);
+    let kd = |args: &'static [&'static str]| {
+        let mut k = kdd.kd();
+        k.current_dir(project.path()).env("PATH", &path).args(args);
+        run(k)
+    };
+    let out = kd(&["config", "check"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let notes: Vec<&str> = out.stdout.lines().filter(|l| l.starts_with("note: ")).collect();
+    assert_eq!(
+        notes,
+        [
+            "note: peasant: Kingdom's worker settings; kd runs no workers (ignored)",
+            "note: agents.codex.extra_flags: --skip-git-repo-check is a flag of codex exec, which kd's codex \
+             app-server has no use for and refuses (ignored)"
+        ],
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains("warning"), "{}", out.stdout);
+    let out = kd(&["ask", "--rounds", "0", "Hello?"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    for member in ["claude", "codex", "cursor"] {
+        assert!(out.stdout.contains(&format!("── {member}")), "{member}: {}", out.stdout);
+    }
+    assert!(
+        !out.stdout.contains("unexpected argument") && !out.stderr.contains("error"),
+        "{}{}",
+        out.stdout,
+        out.stderr
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -163,7 +224,7 @@ async fn import_reads_only_regular_files_of_bounded_size() {
     std::fs::write(dir.join("0004-huge.md"), vec![b'x'; 9 * 1024 * 1024]).unwrap();
     let out = kd(&kdd, project.path(), &["import", dir.to_str().unwrap()]).await;
     assert!(out.status.success(), "{}", out.stderr);
-    assert_eq!(out.stdout.trim(), "imported 1 messages as thread council-0ld1");
+    assert_eq!(out.stdout.trim(), "imported 1 message as thread council-0ld1");
     let skipped: Vec<&str> = out.stderr.lines().filter(|l| l.starts_with("kd: skipped ")).collect();
     assert_eq!(skipped.len(), 3, "{}", out.stderr);
     assert!(skipped.iter().any(|l| l.contains("0002-fifo.md: not a regular file")), "{}", out.stderr);

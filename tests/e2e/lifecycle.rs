@@ -25,14 +25,16 @@ fn reaping() -> Kdd {
 }
 
 async fn ask(c: &kd_client::Client, t: &str, body: &str) -> Result<Sent, ClientError> {
-    c.council_send(t.into(), body.into(), None, None, None, None, None, Some(0), None).await.map_err(ClientError::from)
+    c.council_send(t.into(), body.into(), None, None, None, None, None, Some(0), None, None)
+        .await
+        .map_err(ClientError::from)
 }
 
 /// A trunk in `ws` and a branch of it titled "Sharding" whose question
 /// the workspace's `members` answered; their ids.
 async fn sharding_branch(c: &kd_client::Client, ws: &Workspace, members: usize) -> (String, String) {
     let trunk = kd_tests::new_thread(c, &ws.path()).await;
-    let branch = c.thread_fork(trunk.clone(), Some("Sharding".into()), None).await.unwrap().id;
+    let branch = c.thread_fork(trunk.clone(), Some("Sharding".into()), None, None).await.unwrap().id;
     let mut sub = c.thread_subscribe(branch.clone(), None, None).await.unwrap();
     ask(c, &branch, "How do we scale orders?").await.unwrap();
     collect_until(&mut sub, |e| kd_tests::ended(e) == members).await;
@@ -359,7 +361,7 @@ async fn after_the_current_branch_is_deleted_kd_ask_goes_back_to_the_trunk() {
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let trunk = kd_tests::new_thread(&c, &ws.path()).await;
-    let branch = c.thread_fork(trunk.clone(), None, None).await.unwrap().id;
+    let branch = c.thread_fork(trunk.clone(), None, None, None).await.unwrap().id;
     assert_eq!(c.thread_current(ws.path(), None).await.unwrap().unwrap().id, branch);
     c.thread_delete(branch.clone(), None).await.unwrap();
     let mut k = kdd.kd();
@@ -701,7 +703,7 @@ async fn when_the_current_branch_is_archived_the_trunk_is_current_again() {
     let kdd = reaping();
     let c = kdd.client().await;
     let trunk = kd_tests::new_thread(&c, &ws.path()).await;
-    let branch = c.thread_fork(trunk.clone(), None, None).await.unwrap().id;
+    let branch = c.thread_fork(trunk.clone(), None, None, None).await.unwrap().id;
     assert_eq!(c.thread_current(ws.path(), None).await.unwrap().unwrap().id, branch);
     let mut sub = c.thread_subscribe(branch.clone(), None, None).await.unwrap();
     config(&ws, serde_json::json!({"idle_after": "1s", "archive_after": "2s"}));

@@ -303,7 +303,7 @@ async fn a_member_acts_as_itself_through_kd_mcp() {
     );
     let kdd = Kdd::start();
     let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
-    c.council_send(t.clone(), "Go".into(), Some(vec!["claude".into()]), None, None, None, None, Some(0), None)
+    c.council_send(t.clone(), "Go".into(), Some(vec!["claude".into()]), None, None, None, None, Some(0), None, None)
         .await
         .unwrap();
     // The run is held after its first piece, its token written before it.

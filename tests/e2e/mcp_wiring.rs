@@ -400,9 +400,20 @@ async fn a_send_through_kds_tool_reaches_the_other_member_as_itself(backend: &st
     let kdd = Kdd::start();
     let Watched { c, t, mut sub } = Watched::open(&kdd, &ws, None).await;
     use kd_client::KdApiClient;
-    c.council_send(t.clone(), "Greet peer.".into(), Some(vec!["sender".into()]), None, None, None, None, Some(0), None)
-        .await
-        .expect("council.send");
+    c.council_send(
+        t.clone(),
+        "Greet peer.".into(),
+        Some(vec!["sender".into()]),
+        None,
+        None,
+        None,
+        None,
+        Some(0),
+        None,
+        None,
+    )
+    .await
+    .expect("council.send");
     collect_until(&mut sub, |e| ended(e) == 2).await;
     let messages = c.thread_messages(t.clone(), None, None, None, None).await.unwrap().into_vec();
     let sent = messages.iter().find(|m| m.body == "hello peer, from my tool").unwrap_or_else(|| panic!("{messages:?}"));

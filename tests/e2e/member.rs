@@ -87,7 +87,7 @@ impl Held {
     /// Asks claude and waits for its run to hold; its token and run id.
     async fn ask_claude(&mut self) -> (String, String) {
         self.c
-            .council_send(self.t.clone(), "@claude go".into(), None, None, None, None, None, Some(0), None)
+            .council_send(self.t.clone(), "@claude go".into(), None, None, None, None, None, Some(0), None, None)
             .await
             .unwrap();
         let run = first_piece(&mut self.sub, "claude").await;
@@ -178,6 +178,7 @@ async fn member_inbox_ack_claim_thread_and_search_act_as_the_member_on_its_threa
             None,
             None,
             None,
+            None,
         )
         .await
         .unwrap();
@@ -192,7 +193,7 @@ async fn member_inbox_ack_claim_thread_and_search_act_as_the_member_on_its_threa
     assert_eq!(code(&e), ErrorCode::InvalidArgument.code());
 
     // An emergency: claude acknowledges as itself, codex still owes one.
-    let em = c.emergency_broadcast(t.clone(), "Stop pushing.".into(), None, None).await.unwrap();
+    let em = c.emergency_broadcast(t.clone(), "Stop pushing.".into(), None, None, None).await.unwrap();
     let acked = c.member_ack(token.clone(), None).await.unwrap();
     assert_eq!(
         acked.iter().map(|a| (a.member.as_str(), a.broadcast.as_str())).collect::<Vec<_>>(),
@@ -235,7 +236,8 @@ async fn member_inbox_ack_claim_thread_and_search_act_as_the_member_on_its_threa
     assert!(!hits.is_empty() && hits.iter().all(|h| h.thread == t), "{hits:?}");
     let most = c.member_search(token, "needle".into(), Some(1000)).await.unwrap();
     // The same hits (their rank moves as the index takes in more messages).
-    let found = |hits: &[kd_proto::types::SearchHit]| hits.iter().map(|h| (h.thread.clone(), h.seq)).collect::<Vec<_>>();
+    let found =
+        |hits: &[kd_proto::types::SearchHit]| hits.iter().map(|h| (h.thread.clone(), h.seq)).collect::<Vec<_>>();
     assert_eq!(found(&most), found(&hits), "a limit past 50 is taken as 50, not refused");
     h.hold.release();
 }
@@ -283,8 +285,10 @@ async fn kd_commands_in_an_agents_shell_act_by_the_runs_capability_and_refuse_an
     let other =
         c.thread_create(ws.path(), None, None, None, Some("t-other".into()), None, None, None, None).await.unwrap();
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
-    let sent =
-        c.council_send(t.clone(), "@claude go".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    let sent = c
+        .council_send(t.clone(), "@claude go".into(), None, None, None, None, None, Some(0), None, None)
+        .await
+        .unwrap();
     until_done(&mut sub, sent.message.seq, &["claude", "codex"]).await;
     let messages = c.thread_messages(t.clone(), None, None, None, None).await.unwrap().into_vec();
     let answer = messages.iter().find(|m| m.from == "claude" && m.body.starts_with("Ran:")).expect("claude answered");
@@ -335,7 +339,7 @@ async fn two_agents_sending_to_each_other_stop_at_the_exchanges_hop_limit() {
     let c = kdd.client().await;
     let t = kd_tests::new_thread(&c, &ws.path()).await;
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
-    c.council_send(t.clone(), "@claude go".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    c.council_send(t.clone(), "@claude go".into(), None, None, None, None, None, Some(0), None, None).await.unwrap();
     // claude → codex → claude → codex (three hand-offs), whose send is refused.
     collect_until(&mut sub, |e| kd_tests::ended(e) == 4).await;
     let left = c.run_list(Some(t.clone())).await.unwrap();

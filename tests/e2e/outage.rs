@@ -184,7 +184,7 @@ async fn kdd_stopped_while_the_registry_is_away_stops_at_once_and_its_next_start
     council(&ws, &hold, &record);
     let c = kdd.client().await;
     let t = kd_tests::thread_in(&c, &ws, None).await;
-    c.council_send(t.clone(), "Plan the release.".into(), None, None, None, None, None, Some(2), None)
+    c.council_send(t.clone(), "Plan the release.".into(), None, None, None, None, None, Some(2), None, None)
         .await
         .expect("council.send");
     within("the first round but codex's answer", async {

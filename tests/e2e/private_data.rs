@@ -28,7 +28,7 @@ async fn used_daemon(umask: &str) -> (Kdd, Workspace, String) {
     let c = kdd.client().await;
     let t = kd_tests::new_thread(&c, &ws.path()).await;
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
-    c.council_send(t.clone(), "Private?".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    c.council_send(t.clone(), "Private?".into(), None, None, None, None, None, Some(0), None, None).await.unwrap();
     collect_until(&mut sub, |e| ended(e) == 1).await;
     let answer = c.thread_messages(t, None, None, None, None).await.unwrap().pop().unwrap().body;
     (kdd, ws, answer)

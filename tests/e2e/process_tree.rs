@@ -23,7 +23,9 @@ async fn run_with_child(kdd: &Kdd, how: &str, more: &[(&str, &str)]) -> Started 
     let c = kdd.client().await;
     let t = kd_tests::new_thread(&c, &ws.path()).await;
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
-    c.council_send(t.clone(), "Start something.".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    c.council_send(t.clone(), "Start something.".into(), None, None, None, None, None, Some(0), None, None)
+        .await
+        .unwrap();
     let events = collect_until(&mut sub, |e| child_of(e).is_some()).await;
     let child = child_of(&events).unwrap();
     assert_ne!(child, 0, "the fake started its child");

@@ -358,7 +358,7 @@ async fn kd_watch_shows_the_answers_given_while_kdd_was_away() {
     let ws = Workspace::new(&[("claude", "claude", &[("FAKE_HOLD", hold.var()), ("FAKE_TEXT", "Whole answer.")])]);
     let mut kdd = Kdd::start();
     let (c, t, mut watch) = watching(&kdd, &ws).await;
-    c.council_send(t.clone(), "Q?".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    c.council_send(t.clone(), "Q?".into(), None, None, None, None, None, Some(0), None, None).await.unwrap();
     watch.until(false, "── claude").await;
     drop(c);
     kdd.kill9();

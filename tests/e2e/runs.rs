@@ -224,7 +224,9 @@ async fn resume_mode_gives_each_member_every_message_it_has_not_seen_exactly_onc
     // held again until codex's is in), then 2 turns.
     let hold = kd_tests::Hold::new();
     configure(&hold);
-    c.council_send(t.clone(), "Second question?".into(), None, None, None, None, None, Some(1), None).await.unwrap();
+    c.council_send(t.clone(), "Second question?".into(), None, None, None, None, None, Some(1), None, None)
+        .await
+        .unwrap();
     let mut events = collect_until(&mut sub, codex_done_claude_held).await;
     hold.release();
     let rest = ended(&events);
@@ -431,7 +433,7 @@ async fn over_timeout(exec: bool) {
     let c = kdd.client().await;
     let t = thread_in(&c, &ws, None).await;
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
-    c.council_send(t.clone(), "Hang.".into(), None, None, None, Some(1), None, Some(0), None).await.unwrap();
+    c.council_send(t.clone(), "Hang.".into(), None, None, None, Some(1), None, Some(0), None, None).await.unwrap();
     let events = collect_until(&mut sub, |e| ended(e) == 1).await;
     let pid = kd_tests::run_pid(&events);
     assert!(
@@ -468,6 +470,30 @@ async fn a_missing_binary_says_which_and_how_to_configure_it() {
     let m = answer_of("claude", serde_json::json!({"command": "kd-no-such-claude"})).await;
     assert_eq!(m.kind, MessageKind::Error);
     assert_eq!(m.body, "claude: kd-no-such-claude not found in PATH — install it or set agents.claude.command");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_cursor_names_the_binaries_it_looked_for() {
+    // A daemon whose PATH has neither of Cursor's binaries.
+    let empty = tempfile::tempdir().unwrap();
+    let ws = Workspace::new(&[]);
+    ws.write_config(
+        &serde_json::json!({"council": {"members": ["ghost"]}, "agents": {"ghost": {"backend": "cursor"}}}),
+    );
+    let kdd = Kdd::start_env(FAST_KILL, &[("PATH", empty.path().to_str().unwrap())]);
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    send(&c, &t, "Q?").await;
+    collect_until(&mut sub, |e| ended(e) == 1).await;
+    let m = kd_tests::last_message(&c, &t).await;
+    assert_eq!(
+        (m.kind, m.body.as_str()),
+        (
+            MessageKind::Error,
+            "ghost: Cursor's CLI (agent or cursor-agent) not found in PATH — install it or set agents.ghost.command"
+        )
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -693,7 +719,7 @@ async fn unknown_members_and_empty_councils_are_refused_with_the_member_list() {
     let c = kdd.client().await;
     let t = thread_in(&c, &ws, None).await;
     let e = ClientError::from(
-        c.council_send(t.clone(), "Q".into(), Some(vec!["gpt".into()]), None, None, None, None, None, None)
+        c.council_send(t.clone(), "Q".into(), Some(vec!["gpt".into()]), None, None, None, None, None, None, None)
             .await
             .unwrap_err(),
     );
@@ -701,7 +727,7 @@ async fn unknown_members_and_empty_councils_are_refused_with_the_member_list() {
     assert_eq!(e.to_string(), "unknown member gpt; the members are claude, codex");
     ws.write_config(&serde_json::json!({"council": {"auto_rounds": 0}}));
     let e = ClientError::from(
-        c.council_send(t.clone(), "Q".into(), None, None, None, None, None, None, None).await.unwrap_err(),
+        c.council_send(t.clone(), "Q".into(), None, None, None, None, None, None, None, None).await.unwrap_err(),
     );
     assert!(e.to_string().contains("council.auto_rounds"), "{e}");
     assert_eq!(c.thread_messages(t, None, None, None, None).await.unwrap().len(), 0, "nothing is sent on a bad config");

@@ -39,7 +39,7 @@ async fn kdd_tells_the_manager_it_is_ready_pings_the_watchdog_and_says_it_stops(
     let c = kdd.client().await;
     let t = kd_tests::new_thread(&c, &ws.path()).await;
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
-    c.council_send(t.clone(), "Env?".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    c.council_send(t.clone(), "Env?".into(), None, None, None, None, None, Some(0), None, None).await.unwrap();
     collect_until(&mut sub, |e| kd_tests::ended(e) == 1).await;
     let answer = c.thread_messages(t, Some(1), None, None, None).await.unwrap().pop().unwrap();
     assert_eq!(answer.body.trim(), "notify=none watchdog=none");
@@ -284,6 +284,13 @@ fn kd_daemon_install_writes_units_systemd_verifies_and_uninstall_removes() {
     assert!(service.contains("Type=notify") && service.contains("WatchdogSec="), "{service}");
     let carried = format!("Environment=KD_DB={}\n", db.to_string().replace('%', "%%"));
     assert!(service.contains(&carried), "the unit's kdd runs on the same registry: {service}");
+    // And with the installing shell's PATH, for requests that carry none.
+    let path = std::env::var("PATH").unwrap().replace('%', "%%").replace('$', "$$");
+    assert!(
+        service.contains(&format!("Environment=PATH={path}\n"))
+            || service.contains(&format!("Environment=\"PATH={path}\"\n")),
+        "{service}"
+    );
 
     if have("systemd-analyze") {
         // A user manager needs a runtime directory; a private one will do.
@@ -304,6 +311,48 @@ fn kd_daemon_install_writes_units_systemd_verifies_and_uninstall_removes() {
     let said = kd(&["daemon", "uninstall", "--files-only"]);
     assert!(said.contains("removed"), "{said}");
     assert!(!units.join("kdd.socket").exists() && !units.join("kdd.service").exists());
+}
+
+#[test]
+fn installed_units_survive_cargo_clean_and_a_new_runtime_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config");
+    std::fs::create_dir(dir.path().join("xdg")).unwrap();
+    let runtime = private_dir(&dir.path().join("xdg"));
+    let db = TestDb::fresh(dir.path().join("kd.sqlite3"));
+    // The default socket, $XDG_RUNTIME_DIR/kd/kdd.sock; kdd is the one in
+    // cargo's build directory (KD_KDD, target/debug).
+    let out = kd_for(&runtime.join("kd/kdd.sock"), &db)
+        .env_remove("KD_SOCKET")
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .env("XDG_CONFIG_HOME", &config)
+        .args(["daemon", "install", "--systemd", "--files-only"])
+        .output()
+        .unwrap();
+    let (said, warned) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{warned}");
+    let units = config.join("systemd/user");
+    // The socket is written as systemd's runtime directory, %t, not as it is today.
+    let socket = std::fs::read_to_string(units.join("kdd.socket")).unwrap();
+    assert!(socket.contains("ListenStream=%t/kd/kdd.sock\n"), "{socket}");
+    if have("systemd-analyze") {
+        let out = std::process::Command::new("systemd-analyze")
+            .args(["verify", "--user", "--man=no"])
+            .arg(units.join("kdd.socket"))
+            .arg(units.join("kdd.service"))
+            .env("XDG_RUNTIME_DIR", &runtime)
+            .env("XDG_CONFIG_HOME", &config)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && said.trim().is_empty(), "systemd-analyze verify: {said}");
+    }
+    // The commands to load it, under one heading.
+    assert_eq!(said.matches("to load it").count(), 1, "{said}");
+    assert!(said.contains("  systemctl --user daemon-reload\n  systemctl --user enable --now kdd.socket\n"), "{said}");
+    // A kdd that `cargo clean` would remove is warned of, naming the way to install it.
+    let kdd = kd_tests::bin("kdd").canonicalize().unwrap();
+    assert!(warned.contains(&kdd.display().to_string()) && warned.contains("cargo install --path kdd"), "{warned}");
 }
 
 #[test]

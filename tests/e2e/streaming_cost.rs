@@ -57,7 +57,7 @@ async fn a_long_answer_is_written_a_bounded_number_of_times_and_the_wal_stays_sm
     let c = kdd.client().await;
     let t = kd_tests::new_thread(&c, &ws.path()).await;
     let before = written_by_threads(kdd.pid);
-    c.council_send(t.clone(), "Write a lot.".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    c.council_send(t.clone(), "Write a lot.".into(), None, None, None, None, None, Some(0), None, None).await.unwrap();
     until_idle(&c, &t).await;
     let written = written_by_threads(kdd.pid) - before;
     let answer = c.thread_messages(t.clone(), Some(1), None, None, None).await.unwrap().pop().unwrap();
@@ -85,7 +85,7 @@ async fn an_answer_past_max_answer_bytes_ends_its_run_with_the_text_up_to_the_ca
     let c = kdd.client().await;
     let t = kd_tests::new_thread(&c, &ws.path()).await;
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
-    c.council_send(t.clone(), "Too much.".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    c.council_send(t.clone(), "Too much.".into(), None, None, None, None, None, Some(0), None, None).await.unwrap();
     let events = collect_until(&mut sub, |e| ended(e) == 1).await;
     let error = events.iter().find_map(|e| match e {
         ThreadEvent::RunError { error, .. } => Some(error.clone()),
@@ -111,7 +111,7 @@ async fn memory_is_bounded_by_the_default_answer_cap() {
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = kd_tests::new_thread(&c, &ws.path()).await;
-    c.council_send(t.clone(), "Even more.".into(), None, None, None, None, None, Some(0), None).await.unwrap();
+    c.council_send(t.clone(), "Even more.".into(), None, None, None, None, None, Some(0), None, None).await.unwrap();
     until_idle(&c, &t).await;
     let peak = proc_figure(kdd.pid, "status", "VmHWM:") * 1024;
     eprintln!("kdd peak RSS with a 64 MiB answer: {:.0} MiB", peak as f64 / MIB as f64);

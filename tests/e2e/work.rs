@@ -168,7 +168,11 @@ async fn accept_with_a_dirty_tree_or_a_conflict_changes_nothing_and_says_why() {
     let head = git(dir, &["rev-parse", "HEAD"]);
     let refused = kd(&kdd, &ws, &["accept", "claude"]).await;
     assert!(!refused.status.success(), "{}", refused.stdout);
-    assert!(refused.stderr.contains("uncommitted changes (a.txt)"), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("your tree ") && refused.stderr.contains("uncommitted changes (a.txt)"),
+        "{}",
+        refused.stderr
+    );
     assert_eq!(std::fs::read_to_string(dir.join("a.txt")).unwrap(), "uncommitted\n");
     assert_eq!(git(dir, &["rev-parse", "HEAD"]), head);
     // A conflict: the King changed a.txt too.
@@ -414,7 +418,7 @@ async fn accept_refuses_work_that_would_overwrite_an_untracked_file_naming_it() 
     for args in [&["accept", "claude", "--check"][..], &["accept", "claude"][..]] {
         let refused = kd(&kdd, &ws, args).await;
         assert!(!refused.status.success(), "{args:?}: {}", refused.stdout);
-        assert!(refused.stderr.contains("untracked in the King's tree (notes.md)"), "{}", refused.stderr);
+        assert!(refused.stderr.contains("untracked in your tree (notes.md)"), "{}", refused.stderr);
     }
     assert_eq!(git(ws.dir.path(), &["rev-parse", "HEAD"]), head);
     assert_eq!(std::fs::read_to_string(ws.dir.path().join("notes.md")).unwrap(), "the King's own notes\n");

@@ -150,7 +150,9 @@ pub async fn thread_in(c: &Client, ws: &Workspace, context: Option<kd_proto::typ
 /// Sends a King message answered in one round (no auto-rounds).
 pub async fn send_one_round(c: &Client, thread: &str, body: &str) -> kd_proto::types::Sent {
     use kd_client::KdApiClient;
-    c.council_send(thread.into(), body.into(), None, None, None, None, None, Some(0), None).await.expect("council.send")
+    c.council_send(thread.into(), body.into(), None, None, None, None, None, Some(0), None, None)
+        .await
+        .expect("council.send")
 }
 
 /// Waits until run `run` has saved some of its text (what a kill keeps).

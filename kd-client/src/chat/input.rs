@@ -164,8 +164,9 @@ impl App {
                 let title =
                     t.title.as_deref().map(|x| format!(" ({})", kd_client::terminal::safe(x))).unwrap_or_default();
                 Some(format!(
-                    "Delete thread {}{title} and its {} messages? y deletes it, any other key keeps it",
-                    t.id, t.last_seq
+                    "Delete thread {}{title} and its {}? y deletes it, any other key keeps it",
+                    t.id,
+                    crate::fmt::count(t.last_seq, "message")
                 ))
             }
         }

@@ -298,7 +298,7 @@ async fn open(
         Some(_) => thread,
         None => client.thread_get(thread.id.clone()).await.unwrap_or(thread),
     };
-    let config = client.config_get(thread.workspace.clone()).await.ok();
+    let config = client.config_get(thread.workspace.clone(), kd_client::shell_path()).await.ok();
     if thread.members.is_empty() {
         // A new thread learns its members at the first message: show the council's now.
         let members = config

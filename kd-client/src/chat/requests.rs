@@ -46,7 +46,18 @@ pub(super) fn request(client: &Arc<Client>, app: &App, effect: Effect, tx: mpsc:
         let reply = match effect {
             Effect::Send { body, mute } => Reply::Sent(
                 client
-                    .council_send(thread, body, None, Some(mute), Some(Style::Chat), None, None, None, new_thread)
+                    .council_send(
+                        thread,
+                        body,
+                        None,
+                        Some(mute),
+                        Some(Style::Chat),
+                        None,
+                        None,
+                        None,
+                        new_thread,
+                        kd_client::shell_path(),
+                    )
                     .await
                     .map(Box::new)
                     .map_err(ClientError::from),
@@ -54,9 +65,12 @@ pub(super) fn request(client: &Arc<Client>, app: &App, effect: Effect, tx: mpsc:
             Effect::Interrupt => Reply::Interrupted(
                 client.council_interrupt(thread, None).await.map(|i| i.runs.len()).map_err(ClientError::from),
             ),
-            Effect::Retry => {
-                Reply::Retried(client.council_retry(thread, Some(Style::Chat), None).await.map_err(ClientError::from))
-            }
+            Effect::Retry => Reply::Retried(
+                client
+                    .council_retry(thread, Some(Style::Chat), None, kd_client::shell_path())
+                    .await
+                    .map_err(ClientError::from),
+            ),
             Effect::ListThreads => {
                 Reply::Threads(client.thread_list(Some(workspace), None, Some(20)).await.map_err(ClientError::from))
             }
@@ -71,7 +85,11 @@ pub(super) fn request(client: &Arc<Client>, app: &App, effect: Effect, tx: mpsc:
             // Runs in flight refuse it: the daemon's message says so.
             Effect::Delete => Reply::Deleted(client.thread_delete(thread, None).await.map_err(ClientError::from)),
             Effect::Work { task, to, vote } => Reply::WorkStarted(
-                client.work_start(workspace, task, to, Some(vote)).await.map(Box::new).map_err(ClientError::from),
+                client
+                    .work_start(workspace, task, to, Some(vote), kd_client::shell_path())
+                    .await
+                    .map(Box::new)
+                    .map_err(ClientError::from),
             ),
             // The daemon bounds the patch; the view shows where it is cut.
             Effect::Diff(member) => Reply::Diffed(
@@ -93,9 +111,9 @@ pub(super) fn request(client: &Arc<Client>, app: &App, effect: Effect, tx: mpsc:
                     .map(|i| (i.runs, i.stopped_exchange))
                     .map_err(ClientError::from),
             ),
-            Effect::Fork { title, carry } => {
-                Reply::Forked(client.thread_fork(thread, title, carry).await.map_err(ClientError::from))
-            }
+            Effect::Fork { title, carry } => Reply::Forked(
+                client.thread_fork(thread, title, carry, kd_client::shell_path()).await.map_err(ClientError::from),
+            ),
             Effect::Cost => Reply::Cost(
                 client
                     .cost_report(Some(thread), None, None, Some(kd_proto::types::CostBy::Member))
@@ -149,7 +167,18 @@ pub(super) fn complete(
         }
         let aggregation = if chair.is_some() { Aggregation::Synthesize } else { Aggregation::Vote };
         let done = c
-            .completion_agents(thread, question, None, None, None, Some(aggregation), Some(vote), chair, None)
+            .completion_agents(
+                thread,
+                question,
+                None,
+                None,
+                None,
+                Some(aggregation),
+                Some(vote),
+                chair,
+                None,
+                kd_client::shell_path(),
+            )
             .await
             .map(Box::new)
             .map_err(ClientError::from);

@@ -11,22 +11,7 @@ use super::{keys, view};
 use crate::testkit::{THREAD, answer, message, run_at, run_info};
 
 pub(super) fn thread() -> Thread {
-    Thread {
-        id: THREAD.into(),
-        workspace: "/repo".into(),
-        branch: Some("main".into()),
-        title: None,
-        status: ThreadStatus::Active,
-        lineage: Lineage::Trunk,
-        parent: None,
-        members: vec!["claude".into(), "codex".into(), "cursor".into()],
-        context: ContextMode::History,
-        created_at_ms: 0,
-        last_activity_at_ms: 0,
-        last_seq: 0,
-        origin: None,
-        summary: None,
-    }
+    crate::testkit::thread()
 }
 
 fn delta(run: &str, member: &str, text: &str, chars: u64) -> ThreadEvent {

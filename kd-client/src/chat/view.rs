@@ -477,7 +477,7 @@ fn draw_threads(frame: &mut Frame<'_>, area: Rect, threads: &[kd_proto::types::T
     let rows = std::iter::once("+ new thread".to_string()).chain(threads.iter().map(|t| {
         let archived = if t.status == kd_proto::types::ThreadStatus::Archived { "  [archived]" } else { "" };
         let title = kd_client::terminal::safe(t.title.as_deref().unwrap_or_default()).replace(['\n', '\t'], " ");
-        format!("{}  {} messages{archived}  {title}", t.id, t.last_seq)
+        format!("{}  {}{archived}  {title}", t.id, crate::fmt::count(t.last_seq, "message"))
     }));
     let lines: Vec<Line<'_>> = rows
         .enumerate()

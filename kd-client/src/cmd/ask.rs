@@ -105,6 +105,7 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
                 None,
                 a.rounds,
                 new_thread.clone(),
+                kd_client::shell_path(),
             )
             .await
             .map_err(ClientError::from);
@@ -137,7 +138,7 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
     let mut view = View::new(&sent, color, a.json);
     if color {
         // Colours as the workspace's council has them (overrides included).
-        let config = client.config_get(workspace_of(&target)).await.ok();
+        let config = client.config_get(workspace_of(&target), kd_client::shell_path()).await.ok();
         view.palette = Palette::from_config(config.as_ref(), &sent.members);
     }
     let mut out = stdout.lock();
@@ -247,7 +248,7 @@ async fn complete(ctx: &Ctx, client: Client, target: Target, question: String, a
     let color = !a.json && ctx.styled();
     let mut view = View::following(color, Palette::default());
     if color {
-        let config = client.config_get(workspace).await.ok();
+        let config = client.config_get(workspace, kd_client::shell_path()).await.ok();
         view.palette = Palette::from_config(config.as_ref(), &[]);
     }
     let stdout = std::io::stdout();
@@ -268,6 +269,7 @@ async fn complete(ctx: &Ctx, client: Client, target: Target, question: String, a
                 Some(a.vote),
                 a.synthesize.clone(),
                 Some(id.clone()),
+                kd_client::shell_path(),
             );
             tokio::pin!(call);
             loop {

@@ -26,7 +26,7 @@ pub struct ShowArgs {
 pub async fn run(ctx: &Ctx, cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
     let ws = workspace::current()?.root.display().to_string();
     let client = ctx.client().await?;
-    let view = client.config_get(ws.clone()).await.map_err(ClientError::from)?;
+    let view = client.config_get(ws.clone(), kd_client::shell_path()).await.map_err(ClientError::from)?;
     match cmd {
         ConfigCommand::Check => {
             let members = view

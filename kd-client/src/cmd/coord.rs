@@ -110,7 +110,17 @@ pub async fn send(ctx: &Ctx, a: SendArgs) -> anyhow::Result<ExitCode> {
         let to = (!a.to.is_empty()).then_some(a.to);
         let cc = (!a.cc.is_empty()).then_some(a.cc);
         client
-            .message_route(thread, a.who.member(), a.message.join(" "), to, cc, a.reply_to, None, None)
+            .message_route(
+                thread,
+                a.who.member(),
+                a.message.join(" "),
+                to,
+                cc,
+                a.reply_to,
+                None,
+                None,
+                kd_client::shell_path(),
+            )
             .await
             .map_err(ClientError::from)?
     };
@@ -166,9 +176,7 @@ pub async fn broadcast(ctx: &Ctx, a: BroadcastArgs) -> anyhow::Result<ExitCode> 
     let body = a.message.join(" ");
     if let Some((token, _)) = a.who.capability(&client).await? {
         if a.emergency {
-            anyhow::bail!(
-                "an emergency is raised from outside the runs (kd broadcast --emergency in the King's shell)"
-            );
+            anyhow::bail!("an emergency is raised from outside the runs (kd broadcast --emergency in your own shell)");
         }
         let routed =
             client.member_send(token, vec!["all".into()], body, None, None).await.map_err(ClientError::from)?;
@@ -182,7 +190,17 @@ pub async fn broadcast(ctx: &Ctx, a: BroadcastArgs) -> anyhow::Result<ExitCode> 
     let thread = a.who.thread(&client).await?;
     if !a.emergency {
         let routed = client
-            .message_route(thread, a.who.member(), body, Some(vec!["all".into()]), None, None, None, None)
+            .message_route(
+                thread,
+                a.who.member(),
+                body,
+                Some(vec!["all".into()]),
+                None,
+                None,
+                None,
+                None,
+                kd_client::shell_path(),
+            )
             .await
             .map_err(ClientError::from)?;
         if a.json {
@@ -193,7 +211,7 @@ pub async fn broadcast(ctx: &Ctx, a: BroadcastArgs) -> anyhow::Result<ExitCode> 
         return Ok(ExitCode::SUCCESS);
     }
     let e = client
-        .emergency_broadcast(thread, body, Some(a.who.member()), Some(a.stop))
+        .emergency_broadcast(thread, body, Some(a.who.member()), Some(a.stop), kd_client::shell_path())
         .await
         .map_err(ClientError::from)?;
     if a.json {

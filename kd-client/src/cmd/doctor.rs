@@ -51,7 +51,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<ExitCode> {
     };
     checks.push(daemon);
     let ws = workspace::current()?.root.display().to_string();
-    checks.extend(client.daemon_doctor(ws).await.map_err(ClientError::from)?);
+    checks.extend(client.daemon_doctor(ws, kd_client::shell_path()).await.map_err(ClientError::from)?);
     finish(&checks)
 }
 

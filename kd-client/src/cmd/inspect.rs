@@ -45,7 +45,7 @@ pub async fn show(ctx: &Ctx, a: ShowArgs) -> anyhow::Result<ExitCode> {
     let styled = ctx.styled();
     let palette = match styled {
         true => {
-            let config = client.config_get(thread.workspace.clone()).await.ok();
+            let config = client.config_get(thread.workspace.clone(), kd_client::shell_path()).await.ok();
             let senders: Vec<String> = reader.outline().iter().map(|m| m.from.clone()).collect();
             Palette::from_config(config.as_ref(), &[thread.members.clone(), senders].concat())
         }
@@ -105,7 +105,11 @@ fn render_header(thread: &Thread, messages: usize) -> String {
     if let Some(b) = &thread.branch {
         out.push_str(&format!(" ({b})"));
     }
-    out.push_str(&format!(" · {messages} messages · context: {}", thread.context.as_str()));
+    out.push_str(&format!(
+        " · {} · context: {}",
+        crate::fmt::count(messages as u64, "message"),
+        thread.context.as_str()
+    ));
     if !thread.members.is_empty() {
         out.push_str(&format!(" · members: {}", thread.members.join(", ")));
     }
@@ -428,5 +432,12 @@ mod tests {
         m.replaces = Some(2);
         let shown = render_message(&m, false, &Palette::new(&["claude".to_string()], vec![]));
         assert!(shown.contains("(replaces #2)") && !shown.contains("retry"), "{shown}");
+    }
+
+    #[test]
+    fn the_header_counts_one_message_in_the_singular() {
+        let t = testkit::thread();
+        assert!(render_header(&t, 1).contains(" · 1 message · "), "{}", render_header(&t, 1));
+        assert!(render_header(&t, 2).contains(" · 2 messages · "), "{}", render_header(&t, 2));
     }
 }

@@ -51,7 +51,10 @@ pub async fn fork(ctx: &Ctx, a: ForkArgs) -> anyhow::Result<ExitCode> {
         _ => ctx.client().await?,
     };
     let parent = thread_or_current(&client, a.thread).await?.id;
-    let t = client.thread_fork(parent.clone(), a.title, a.carry.map(Into::into)).await.map_err(ClientError::from)?;
+    let t = client
+        .thread_fork(parent.clone(), a.title, a.carry.map(Into::into), kd_client::shell_path())
+        .await
+        .map_err(ClientError::from)?;
     let bundle = match t.last_seq {
         0 => None,
         _ => {
@@ -143,7 +146,7 @@ pub async fn summarize(ctx: &Ctx, a: ThreadArg) -> anyhow::Result<ExitCode> {
     // The summarizer may take as long as any run: no request timeout.
     let id = thread_or_current(&ctx.client().await?, a.thread).await?.id;
     let client = ctx.client_waiting().await?;
-    let t = client.thread_summarize(id).await.map_err(ClientError::from)?;
+    let t = client.thread_summarize(id, kd_client::shell_path()).await.map_err(ClientError::from)?;
     outln!("{}", safe(t.summary.as_deref().unwrap_or_default()))?;
     Ok(ExitCode::SUCCESS)
 }
@@ -204,10 +207,14 @@ pub async fn delete(ctx: &Ctx, a: DeleteArgs) -> anyhow::Result<ExitCode> {
     }
     if !a.yes {
         if !std::io::stdin().is_terminal() {
-            anyhow::bail!("deleting thread {} takes its {} messages with it; pass --yes to confirm", t.id, t.last_seq);
+            anyhow::bail!(
+                "deleting thread {} takes its {} with it; pass --yes to confirm",
+                t.id,
+                crate::fmt::count(t.last_seq, "message")
+            );
         }
         let title = t.title.as_deref().map(|x| format!(" ({})", safe(x))).unwrap_or_default();
-        errln!("Delete thread {}{title} and its {} messages? [y/N] ", t.id, t.last_seq);
+        errln!("Delete thread {}{title} and its {}? [y/N] ", t.id, crate::fmt::count(t.last_seq, "message"));
         let _ = std::io::stderr().flush();
         let mut answer = String::new();
         std::io::stdin().lock().read_line(&mut answer)?;
@@ -221,6 +228,6 @@ pub async fn delete(ctx: &Ctx, a: DeleteArgs) -> anyhow::Result<ExitCode> {
         0 => String::new(),
         n => format!(", {n} run{} cancelled", if n == 1 { "" } else { "s" }),
     };
-    outln!("deleted thread {} ({} messages{cancelled})", d.thread, d.messages)?;
+    outln!("deleted thread {} ({}{cancelled})", d.thread, crate::fmt::count(d.messages, "message"))?;
     Ok(ExitCode::SUCCESS)
 }

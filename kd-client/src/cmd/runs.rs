@@ -92,7 +92,8 @@ pub struct RetryArgs {
 pub async fn retry(ctx: &Ctx, a: RetryArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client().await?;
     let thread = super::thread_or_current(&client, a.thread).await?.id;
-    let runs = client.council_retry(thread.clone(), None, None).await.map_err(ClientError::from)?;
+    let runs =
+        client.council_retry(thread.clone(), None, None, kd_client::shell_path()).await.map_err(ClientError::from)?;
     if runs.is_empty() {
         outln!("no failed members to retry on {thread}")?;
     }

@@ -29,7 +29,10 @@ pub async fn run(ctx: &Ctx, a: WatchArgs) -> anyhow::Result<ExitCode> {
     let thread = super::thread_or_current(&client, a.thread).await?;
     let color = ctx.styled();
     let palette = match color {
-        true => Palette::from_config(client.config_get(thread.workspace.clone()).await.ok().as_ref(), &thread.members),
+        true => Palette::from_config(
+            client.config_get(thread.workspace.clone(), kd_client::shell_path()).await.ok().as_ref(),
+            &thread.members,
+        ),
         false => Palette::default(),
     };
     let sub =

@@ -57,7 +57,10 @@ pub async fn run(ctx: &Ctx, a: WorkArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client().await?;
     let task = a.task.join(" ");
     let to = (!a.to.is_empty()).then_some(a.to);
-    let started = client.work_start(workspace()?, task, to, Some(a.vote)).await.map_err(ClientError::from)?;
+    let started = client
+        .work_start(workspace()?, task, to, Some(a.vote), kd_client::shell_path())
+        .await
+        .map_err(ClientError::from)?;
     if a.json && a.no_wait {
         print_json(&started)?;
         return Ok(ExitCode::SUCCESS);
@@ -334,7 +337,10 @@ pub async fn review(ctx: &Ctx, a: ReviewArgs) -> anyhow::Result<ExitCode> {
     let to = (!a.to.is_empty()).then_some(a.to);
     let (thread, seq) = if is_member {
         let thread = work_thread(&client, a.thread, Some(&a.what)).await?;
-        let seq = client.work_review(thread.clone(), Some(a.what), None, to).await.map_err(ClientError::from)?;
+        let seq = client
+            .work_review(thread.clone(), Some(a.what), None, to, kd_client::shell_path())
+            .await
+            .map_err(ClientError::from)?;
         (thread, seq)
     } else {
         if a.thread.is_none() && !ws.root.join(".git").exists() {
@@ -359,7 +365,10 @@ pub async fn review(ctx: &Ctx, a: ReviewArgs) -> anyhow::Result<ExitCode> {
                 }
             },
         };
-        let seq = client.work_review(thread.clone(), None, Some(a.what), to).await.map_err(ClientError::from)?;
+        let seq = client
+            .work_review(thread.clone(), None, Some(a.what), to, kd_client::shell_path())
+            .await
+            .map_err(ClientError::from)?;
         (thread, seq)
     };
     // Follow the reviewers until kd counted their verdicts.

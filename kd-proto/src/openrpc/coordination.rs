@@ -14,6 +14,7 @@ pub(super) fn methods(b: &mut Builder) {
         .param::<u64>("reply_to", false, "seq of the message answered")
         .param::<RouteType>("type", false, "point_to_point, multicast, broadcast or reply (default: derived)")
         .param::<String>("correlation_id", false, "names the routing's events (default generated)")
+        .path_param()
         .errors(&[InvalidArgument, NotFound]);
     b.method::<Vec<InboxItem>>("queue.read", "items", "A member's inbox, oldest first, with each message's body. An entry is processed once the member's prompt gave it the message.");
     b.param::<String>("member", true, "whose inbox")
@@ -44,12 +45,14 @@ pub(super) fn methods(b: &mut Builder) {
         .param::<bool>("vote", false, "with synthesize: vote first, and give the chair the tally")
         .param::<String>("chair", false, "the member who synthesizes")
         .param::<String>("id", false, "a correlation id the client chose (c- and up to 64 of A-Z a-z 0-9 _ -), so it can ask again for the same completion after a reconnect")
+        .path_param()
         .errors(&[InvalidArgument, NotFound]);
     b.method::<Emergency>("emergency.broadcast", "emergency", "An emergency to every member (F-X4): bypasses queues and delivery modes and starts a run for each (after its run in flight, which is told — an event — and stopped only with stop). Each member owes an acknowledgement: its next answer given the broadcast, or emergency.ack. Subscribers get an emergency event with who still owes one, again at every acknowledgement.");
     b.param::<String>("thread", true, "thread id")
         .param::<String>("body", true, "the message")
         .param::<String>("from", false, "king (default) or a member")
         .param::<bool>("stop", false, "cancel the members' runs in flight")
+        .path_param()
         .errors(&[InvalidArgument, NotFound]);
     b.method::<Vec<Ack>>(
         "emergency.ack",

@@ -52,6 +52,12 @@ impl MethodDoc {
     }
 }
 
+/// What the `path` parameter of a request that starts runs (or shows how
+/// they would run) is.
+const PATH_PARAM: &str = "the PATH of the asking client's shell (at most 32 KiB, no NUL): the members' CLIs are found \
+     on it and run with it, as that shell would, and it is kept with the exchange for its later rounds, hand-offs and \
+     a resume after a restart (never logged). Default: the daemon's own PATH";
+
 /// Every method, in reference order.
 pub fn methods() -> &'static [MethodDoc] {
     &api().0
@@ -107,6 +113,12 @@ impl Builder {
         self
     }
 
+    /// `path`: the asking client's `PATH`, which the runs a request starts
+    /// are found and run with.
+    fn path_param(&mut self) -> &mut Self {
+        self.param::<String>("path", false, PATH_PARAM)
+    }
+
     fn errors(&mut self, errors: &[ErrorCode]) -> &mut Self {
         if let Some(m) = self.methods.last_mut() {
             m.errors.extend_from_slice(errors);
@@ -131,6 +143,7 @@ fn build() -> (Vec<MethodDoc>, Value) {
     b.param::<bool>("resume", false, "resume the exchanges cut at the next start (default true)");
     b.method::<Vec<Check>>("daemon.doctor", "checks", "Checks, one per line of `kd doctor`: the database (integrity), the workspace's configuration, and each member's CLI as the daemon would run it (found, `--version`).");
     b.param::<String>("workspace", true, "the workspace whose council is checked (absolute)")
+        .path_param()
         .errors(&[InvalidArgument]);
     b.method::<Value>("rpc.discover", "document", "This OpenRPC document.");
 
@@ -206,7 +219,7 @@ fn build() -> (Vec<MethodDoc>, Value) {
          messages and the summary prompt), or, with none or when it fails, the extractive summary (the King's \
          first questions and each member's last answer). Stored on the thread; answers when it is written.",
     );
-    b.param::<String>("thread", true, "thread id").errors(&[NotFound]);
+    b.param::<String>("thread", true, "thread id").path_param().errors(&[NotFound, InvalidArgument]);
     b.method::<Thread>(
         "thread.fork",
         "thread",
@@ -225,6 +238,7 @@ fn build() -> (Vec<MethodDoc>, Value) {
         false,
         "conversation, summary or none; default the workspace's lifecycle.fork_carry (conversation)",
     )
+    .path_param()
     .errors(&[NotFound, InvalidArgument]);
     b.method::<Thread>("thread.unarchive", "thread", "Open an archived thread again: active, taking messages.");
     b.param::<String>("thread", true, "thread id").errors(&[NotFound]);
@@ -301,6 +315,7 @@ fn build() -> (Vec<MethodDoc>, Value) {
              lineage trunk it must be its workspace's first thread (already_exists when a trunk was made \
              meanwhile: ask the current thread instead)",
         )
+        .path_param()
         .errors(&[InvalidArgument, NotFound, AlreadyExists, ThreadArchived]);
     b.method::<Interrupted>("council.interrupt", "interrupted", "Cancel the runs on the thread started by the calling client (all runs with `all`) and stop further auto-turns until the next King message.");
     b.param::<String>("thread", true, "thread id")
@@ -310,13 +325,14 @@ fn build() -> (Vec<MethodDoc>, Value) {
     b.param::<String>("thread", true, "thread id")
         .param::<Style>("style", false, "council (default) or chat")
         .param::<u64>("timeout_s", false, "per-run timeout in seconds")
+        .path_param()
         .errors(&[NotFound, InvalidArgument]);
     b.method::<ExchangeInfo>("exchange.get", "exchange", "The daemon's view of the exchange begun by a message (a King message's rounds, a completion, a member's work; the council or work one when the message began several): its kind, state (open — kdd goes on with it, after a restart too —, done, or stopped for good), and each step (round, member, purpose, state, run, message, attempts). A client that reconnected after a restart asks it to know whether what it waited on is over. not_found when the message began none (or before the journal).");
     b.param::<String>("thread", true, "thread id")
         .param::<u64>("seq", true, "the message that began it")
         .errors(&[NotFound, InvalidArgument]);
     b.method::<ConfigView>("config.get", "config", "The effective configuration of a workspace, value by value, with where each came from (the file, default, or found on PATH). An invalid file is an invalid_argument error naming the file, the key and the value.");
-    b.param::<String>("workspace", true, "workspace directory (absolute)").errors(&[InvalidArgument]);
+    b.param::<String>("workspace", true, "workspace directory (absolute)").path_param().errors(&[InvalidArgument]);
     b.method::<Thread>("thread.import", "thread", "Create a thread with its messages in one transaction, keeping their times (for `kd import`). Uses `id` when it is free.");
     b.param::<String>("workspace", true, "workspace directory (absolute)")
         .param::<String>("branch", false, "git branch")

@@ -16,11 +16,16 @@ pub(super) fn methods(b: &mut Builder) {
          With vote, once every run ended the members rank the others' diffs, anonymised, and a tally names the \
          winner.",
     );
-    b.param::<String>("workspace", true, "the King's tree: a directory of a git repository with a commit")
-        .param::<String>("task", true, "what to do, verbatim (at most 64 KiB)")
-        .param::<Vec<String>>("to", false, "members (default: every member)")
-        .param::<bool>("vote", false, "best of N: the members rank the diffs once all are done (two members at least)")
-        .errors(&[InvalidArgument, NotFound]);
+    b.param::<String>(
+        "workspace",
+        true,
+        "the King's own tree (not a member's worktree): a directory of a git repository with a commit",
+    )
+    .param::<String>("task", true, "what to do, verbatim (at most 64 KiB)")
+    .param::<Vec<String>>("to", false, "members (default: every member)")
+    .param::<bool>("vote", false, "best of N: the members rank the diffs once all are done (two members at least)")
+    .path_param()
+    .errors(&[InvalidArgument, NotFound]);
     b.method::<Vec<Worktree>>(
         "work.list",
         "worktrees",
@@ -53,13 +58,14 @@ pub(super) fn methods(b: &mut Builder) {
         .param::<String>("member", false, "whose work (or rev)")
         .param::<String>("rev", false, "a git revision of the workspace: a commit or a branch (or member)")
         .param::<Vec<String>>("to", false, "reviewers (default: every other member)")
+        .path_param()
         .errors(&[InvalidArgument, NotFound, Conflict]);
     b.method::<Accepted>(
         "work.accept",
         "accepted",
-        "Merge a member's branch into the King's current branch in the King's tree (a merge commit; one commit with \
+        "Merge a member's branch into the current branch of the King's own tree, the workspace (a merge commit; one commit with \
          squash); the task's other members' finished work is superseded. Refused with conflict, nothing changed, \
-         while the member works, when the King's tree has uncommitted changes (named), the merge would conflict \
+         while the member works, when that tree has uncommitted changes (named), the merge would conflict \
          (the files named) or the work is tampered (its worktree's .git is not what kd made). With check, only says \
          whether it would.",
     );

@@ -158,7 +158,7 @@ pub fn build_for(
             Some(prompt.to_string())
         }
     };
-    let mut env: Vec<(String, String)> = agent.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let mut env = agent.run_env();
     if let Some(tmp) = work.and_then(|w| w.tmp) {
         env.push(("TMPDIR".to_string(), tmp.display().to_string()));
     }
@@ -189,6 +189,7 @@ mod tests {
             policy: Default::default(),
             permissions: Default::default(),
             mcp: false,
+            path: None,
         }
     }
 

@@ -55,12 +55,7 @@ pub(super) fn cut_short(run: &Run, spec: &Spec, waiting_for: &str) -> Finish {
 /// Why `inv` could not be spawned, and what to do about it.
 pub(super) fn spawn_error(inv: &Invocation, agent: &AgentDef, e: &std::io::Error) -> String {
     match e.kind() {
-        std::io::ErrorKind::NotFound => format!(
-            "{} not found{} — install it or set agents.{}.command",
-            inv.program,
-            if inv.program.contains('/') { "" } else { " in PATH" },
-            agent.name
-        ),
+        std::io::ErrorKind::NotFound => crate::config::not_found(agent, &inv.program),
         std::io::ErrorKind::PermissionDenied => {
             format!("{} is not executable — check agents.{}.command", inv.program, agent.name)
         }

@@ -7,7 +7,7 @@
 //! fails and every run following a conversation sees its notifications end.
 //! The processes themselves are kept by [`super::pool`].
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -382,12 +382,13 @@ impl Drop for Peer {
 }
 
 /// How a long-lived agent is started: `program ARGS` with stdin piped (kd
-/// writes its requests there), the member's environment, `KD_SOCKET`, and
-/// the marker every process it starts inherits (`KD_PEER`, see
-/// [`process::PEER_MARKER`]).
-pub fn invocation(program: &str, args: Vec<String>, env: &BTreeMap<String, String>, socket: &Path) -> Invocation {
+/// writes its requests there), the member's environment (`env`: its
+/// `PATH`, then its own variables, see [`crate::config::AgentDef::run_env`]),
+/// `KD_SOCKET`, and the marker every process it starts inherits (`KD_PEER`,
+/// see [`process::PEER_MARKER`]).
+pub fn invocation(program: &str, args: Vec<String>, env: Vec<(String, String)>, socket: &Path) -> Invocation {
     static STARTED: AtomicU64 = AtomicU64::new(1);
-    let mut env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let mut env = env;
     let socket = socket.display().to_string();
     let n = STARTED.fetch_add(1, Ordering::Relaxed);
     env.push((process::PEER_MARKER.to_string(), format!("{}.{n}@{socket}", std::process::id())));

@@ -18,6 +18,8 @@ pub struct Started {
     command: String,
     args: Vec<String>,
     env: BTreeMap<String, String>,
+    /// The `PATH` it is found on and run with (the asking client's).
+    path: Option<String>,
 }
 
 impl Started {
@@ -27,6 +29,7 @@ impl Started {
             command: agent.command.clone(),
             args: agent.args.clone(),
             env: agent.env.clone(),
+            path: agent.path.clone(),
         }
     }
 }

@@ -64,6 +64,9 @@ pub struct Run {
     pub step: Option<crate::db::exchanges::StepId>,
     /// The client whose request started it.
     pub client: Option<ClientId>,
+    /// The `PATH` its agent was found on and run with (the asking
+    /// client's; none: kdd's own): what it hands off to starts with it.
+    pub path: Option<String>,
     place: Place,
     state: Mutex<State>,
     cancel: CancellationToken,
@@ -125,6 +128,12 @@ pub struct Snapshot {
 }
 
 impl Run {
+    /// The run, its agent found on and run with `path` ([`Run::path`]).
+    pub fn found_on(mut self, path: Option<String>) -> Run {
+        self.path = path;
+        self
+    }
+
     pub fn new(
         id: String,
         ordinal: u64,
@@ -148,6 +157,7 @@ impl Run {
             purpose: place.purpose,
             step: place.step,
             client,
+            path: None,
             place,
             state: Mutex::new(State {
                 status: RunStatus::Waiting,

@@ -32,7 +32,7 @@ use kd_proto::types::Style;
 
 pub use coordination::{COORDINATION_HINT, Coordination, Delivery, MCP_HINT};
 pub use lifecycle::Lifecycle;
-pub use programs::{detect_members, find_kd, find_program};
+pub use programs::{detect_members, find_kd, find_program, not_found};
 pub use work::Work;
 
 /// Seconds a run may take when neither the member nor the council says.
@@ -250,6 +250,10 @@ pub struct AgentDef {
     pub permissions: Permissions,
     /// Whether its runs get kd's MCP server (`mcp`, else `council.mcp`).
     pub mcp: bool,
+    /// The `PATH` it is found on and run with: the asking client's (see
+    /// [`load_for`]); none: kdd's own. The member's own `env` may still
+    /// set another.
+    pub path: Option<String>,
 }
 
 /// The answer kd gives an ACP agent that asks permission for a tool call.
@@ -292,6 +296,13 @@ impl Default for CodexPolicy {
 }
 
 impl AgentDef {
+    /// The environment the agent runs with besides kdd's own: the `PATH`
+    /// it was found on, then its `env` (which wins).
+    pub fn run_env(&self) -> Vec<(String, String)> {
+        let path = self.path.iter().map(|p| ("PATH".to_string(), p.clone()));
+        path.chain(self.env.iter().map(|(k, v)| (k.clone(), v.clone()))).collect()
+    }
+
     /// The agent's own prompt for a style of conversation.
     pub fn prompt(&self, style: Style) -> Option<&str> {
         match style {
@@ -365,6 +376,9 @@ pub struct Config {
     /// Values kd takes that will not work, e.g. an argument `codex
     /// app-server` refuses (the member cannot start).
     pub warnings: Vec<String>,
+    /// The `PATH` its agents were found on and run with: the asking
+    /// client's; none: kdd's own ([`load_for`]).
+    pub path: Option<String>,
 }
 
 impl Config {
@@ -431,6 +445,12 @@ impl Env<'_> {
         Env { var: &|k| std::env::var_os(k) }
     }
 
+    /// The `PATH` the environment has, as a string (a `PATH` that is not
+    /// UTF-8 is read as none).
+    pub fn path(&self) -> Option<String> {
+        (self.var)("PATH").and_then(|p| p.into_string().ok())
+    }
+
     fn path_dirs(&self) -> Vec<PathBuf> {
         (self.var)("PATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default()
     }
@@ -449,6 +469,21 @@ pub fn load(workspace: &Path) -> Result<Config, ConfigError> {
     load_with(workspace, &Env::process())
 }
 
+/// Loads the configuration for `workspace` as the client whose shell's
+/// `PATH` is `path` would run it: its agents found on that `PATH` and run
+/// with it (and kdd's own environment otherwise); with none, kdd's own
+/// `PATH`.
+pub fn load_for(workspace: &Path, path: Option<&str>) -> Result<Config, ConfigError> {
+    let Some(path) = path else { return load(workspace) };
+    let var = |k: &str| if k == "PATH" { Some(OsString::from(path)) } else { std::env::var_os(k) };
+    let mut config = load_with(workspace, &Env { var: &var })?;
+    config.path = Some(path.to_string());
+    for a in config.agents.values_mut() {
+        a.path = Some(path.to_string());
+    }
+    Ok(config)
+}
+
 /// Which file applies to `workspace`: its own, else the user's.
 pub fn file_for(workspace: &Path, env: &Env<'_>) -> Option<PathBuf> {
     let own = workspace.join(".kd").join("config.json");
@@ -464,5 +499,35 @@ pub fn load_with(workspace: &Path, env: &Env<'_>) -> Result<Config, ConfigError>
         Some(f) => raw::read(f)?,
         None => raw::RawConfig::default(),
     };
-    resolve::resolve(raw, file, env)
+    let config = resolve::resolve(raw, file, env)?;
+    log_once(&config);
+    Ok(config)
 }
+
+/// Says each notice and warning of a configuration in the log, once while
+/// the daemon runs (the file is read on every question): a key ignored, a
+/// codex member run through `codex exec` or given fewer arguments than
+/// written. At most [`LOGGED`] lines are remembered; past them, no more
+/// are logged.
+fn log_once(config: &Config) {
+    use std::sync::{LazyLock, Mutex};
+    static SAID: LazyLock<Mutex<BTreeSet<String>>> = LazyLock::new(Default::default);
+    let file =
+        config.file.as_ref().map_or_else(|| "the default configuration".to_string(), |f| f.display().to_string());
+    let Ok(mut said) = SAID.lock() else { return };
+    for (line, warn) in config.notices.iter().map(|n| (n, false)).chain(config.warnings.iter().map(|w| (w, true))) {
+        let line = format!("{file}: {line}");
+        if said.len() >= LOGGED || said.contains(&line) {
+            continue;
+        }
+        if warn {
+            tracing::warn!("{line}");
+        } else {
+            tracing::info!("{line}");
+        }
+        said.insert(line);
+    }
+}
+
+/// The most configuration lines [`log_once`] remembers.
+const LOGGED: usize = 1024;

@@ -45,7 +45,21 @@ pub(super) fn builtin(backend: Backend, env: &Env<'_>) -> AgentDef {
         policy: Default::default(),
         permissions: Default::default(),
         mcp: true,
+        path: None,
     }
+}
+
+/// Why `agent`'s `program` cannot be run, and what to do: the program
+/// named as the user knows it (a backend that looks for several binaries
+/// names them all), where it was looked for, and the key that sets it.
+pub fn not_found(agent: &AgentDef, program: &str) -> String {
+    let candidates = binaries(agent.backend);
+    let what = match (agent.backend, candidates.contains(&program)) {
+        (Backend::Cursor, true) => format!("Cursor's CLI ({})", candidates.join(" or ")),
+        _ => program.to_string(),
+    };
+    let where_ = if program.contains('/') { "" } else { " in PATH" };
+    format!("{what} not found{where_} — install it or set agents.{}.command", agent.name)
 }
 
 /// The built-in backends whose CLI is on PATH, in the usual order.
@@ -96,6 +110,20 @@ fn is_executable(p: &Path) -> bool {
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_missing_program_is_named_as_the_user_knows_it() {
+        let none = |_: &str| None;
+        let mut cursor = builtin(Backend::Cursor, &Env { var: &none });
+        cursor.name = "ghost".into();
+        assert_eq!(
+            not_found(&cursor, "agent"),
+            "Cursor's CLI (agent or cursor-agent) not found in PATH — install it or set agents.ghost.command"
+        );
+        assert_eq!(not_found(&cursor, "/opt/agent"), "/opt/agent not found — install it or set agents.ghost.command");
+        let claude = builtin(Backend::Claude, &Env { var: &none });
+        assert_eq!(not_found(&claude, "claude"), "claude not found in PATH — install it or set agents.claude.command");
+    }
 
     #[test]
     fn programs_are_found_on_path_or_by_path() {

@@ -1,6 +1,9 @@
-//! The configuration file as written: kd's keys and Kingdom's (kingdom-cli
-//! 1.1.0, `kingdom/config.py`), each struct refusing keys in neither.
-//! Kingdom-only keys are marked; [`super::resolve`] maps or ignores them.
+//! The configuration file as written: kd's keys and Kingdom's — those of
+//! every kingdom-cli release's `kingdom/config.py`, 0.1.4 to 1.1.0, so that
+//! a file any of them wrote or read is read (`kd init` of 0.1 and 0.2 wrote
+//! `peasant.timeout`, which later releases refuse) — each struct refusing
+//! keys in neither. Kingdom-only keys are marked; [`super::resolve`] maps
+//! or ignores them.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -74,6 +77,8 @@ pub struct RawCouncil {
     pub writable: Option<bool>,
     /// Kingdom: `kd council ask` settings.
     pub ask: Option<RawAsk>,
+    /// Kingdom 0.1: what 0.2 moved to `council.ask.auto_messages`.
+    pub auto_messages: Option<i64>,
     /// Kingdom: chat settings.
     pub chat: Option<RawChat>,
     /// Hand-offs one exchange may make (agents addressing agents).
@@ -129,6 +134,8 @@ pub struct RawAgent {
     /// Kingdom: reasoning effort (claude `--effort`, codex
     /// `model_reasoning_effort`).
     pub effort: Option<String>,
+    /// Kingdom 0.5 to 1.0: codex's `effort`, under its earlier name.
+    pub reasoning_effort: Option<String>,
     /// How messages addressed to the member are delivered (F-X3).
     pub delivery: Option<RawDelivery>,
     /// codex: `app-server` (default) or `exec`.
@@ -172,6 +179,8 @@ pub struct RawPeasant {
     /// Read only to check its type: kd ignores it.
     #[allow(dead_code)]
     pub agent: Option<String>,
+    /// Kingdom 0.1 and 0.2 (`kd init` wrote it).
+    pub timeout: Option<i64>,
     pub max_iterations: Option<i64>,
 }
 

@@ -1,9 +1,12 @@
 //! From the file as written to the effective [`Config`]: defaults, value
 //! checks that name the key, and Kingdom's keys mapped where kd has their
 //! meaning (`claude_code`, `extra_flags`, `effort`, `prompt`, top-level
-//! `prompts`, `council.ask`, `council.chat`, `council.writable`) or ignored
-//! with one notice each (`peasant`, `lord`, `council.review_members`,
-//! `council.thinking_visibility`, design/review/peasant prompts).
+//! `prompts`, `council.ask`, `council.chat`, `council.writable`, and the
+//! earlier releases' `council.auto_messages` and `reasoning_effort`) or
+//! ignored with one notice each (`peasant`, `lord`,
+//! `council.review_members`, `council.thinking_visibility`,
+//! design/review/peasant prompts, `codex exec` flags the app-server has no
+//! use for).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -32,8 +35,10 @@ pub(super) fn resolve(raw: RawConfig, file: Option<PathBuf>, env: &Env<'_>) -> R
     let top_prompts = raw.prompts.unwrap_or_default();
     ignore_phases(&mut r, "prompts", &top_prompts);
     if let Some(p) = &raw.peasant {
-        if let Some(n) = p.max_iterations.filter(|n| *n <= 0) {
-            return Err(r.err("peasant.max_iterations", format!("must be positive, got {n}")));
+        for (key, value) in [("peasant.max_iterations", p.max_iterations), ("peasant.timeout", p.timeout)] {
+            if let Some(n) = value.filter(|n| *n <= 0) {
+                return Err(r.err(key, format!("must be positive, got {n}")));
+            }
         }
         r.ignore("peasant", "Kingdom's worker settings; kd runs no workers");
     }
@@ -75,6 +80,7 @@ pub(super) fn resolve(raw: RawConfig, file: Option<PathBuf>, env: &Env<'_>) -> R
         mapped_from: r.mapped_from,
         notices: r.notices,
         warnings: r.warnings,
+        path: None,
     })
 }
 
@@ -130,6 +136,7 @@ fn agent(
         ("prompt", a.prompt.is_some()),
         ("extra_flags", a.extra_flags.is_some()),
         ("effort", a.effort.is_some()),
+        ("reasoning_effort", a.reasoning_effort.is_some()),
         ("transport", a.transport.is_some()),
         ("sandbox", a.sandbox.is_some()),
         ("approval", a.approval.is_some()),
@@ -182,7 +189,7 @@ fn agent(
         }
     };
     let delivery = super::coordination::delivery(r, name, a.delivery)?;
-    let transport = match (backend, a.transport.as_deref()) {
+    let mut transport = match (backend, a.transport.as_deref()) {
         (_, None) => Transport::default_for(backend),
         (Backend::Codex, Some(t)) => Transport::parse(t)
             .ok_or_else(|| r.err(key("transport"), format!("unknown transport {t:?}; use app-server or exec")))?,
@@ -198,6 +205,8 @@ fn agent(
             return Err(r.err(key("permissions"), format!("only an acp member takes it, not {}", other.as_str())));
         }
     };
+    // The app-server was asked for: by name, or by its own keys.
+    let appserver_asked = a.transport.is_some() || a.sandbox.is_some() || a.approval.is_some();
     let mut policy = CodexPolicy::default();
     for (field, value, allowed, slot) in [
         ("sandbox", a.sandbox, SANDBOXES, &mut policy.sandbox),
@@ -212,17 +221,15 @@ fn agent(
         }
         *slot = v;
     }
+    let (mut given_args, mut given_flags) = (a.args.unwrap_or_default(), a.extra_flags.unwrap_or_default());
     if transport == Transport::AppServer {
-        for (field, given) in [("args", &a.args), ("extra_flags", &a.extra_flags)] {
-            for arg in super::codex::appserver_refuses(given.as_deref().unwrap_or_default()) {
-                r.warnings.push(format!(
-                    "{}: codex app-server does not take {arg} (a flag of codex exec or its TUI): the member \
-                     cannot start; {}",
-                    key(field),
-                    super::codex::instead(arg, name)
-                ));
-            }
-        }
+        codex_args(
+            r,
+            name,
+            appserver_asked,
+            &mut transport,
+            [("args", &mut given_args), ("extra_flags", &mut given_flags)],
+        );
     }
     if a.mcp == Some(true) && !backend.takes_mcp() {
         r.warnings.push(format!(
@@ -232,9 +239,20 @@ fn agent(
             backend.as_str()
         ));
     }
-    let mut args = effort_args(r, name, backend, a.effort.as_deref())?;
-    args.extend(a.args.unwrap_or_default());
-    args.extend(a.extra_flags.unwrap_or_default());
+    let effort = match (a.effort, a.reasoning_effort) {
+        (Some(_), Some(_)) => {
+            return Err(r.err(key("reasoning_effort"), "is Kingdom's earlier name of effort: set only effort"));
+        }
+        (Some(e), None) => Some((e, "effort")),
+        (None, Some(e)) => Some((e, "reasoning_effort")),
+        (None, None) => None,
+    };
+    let mut args = match &effort {
+        Some((e, field)) => effort_args(r, name, field, backend, e)?,
+        None => vec![],
+    };
+    args.extend(given_args);
+    args.extend(given_flags);
     let mut def = AgentDef {
         name: name.to_string(),
         backend,
@@ -252,20 +270,74 @@ fn agent(
         policy,
         permissions,
         mcp: a.mcp.unwrap_or(council_mcp),
+        path: None,
     };
     set_prompts(&mut def, own_prompts, a.prompt.as_deref(), top);
     Ok(def)
 }
 
-/// Kingdom's `effort` as the backend's own flag.
+/// A codex member's `args` and `extra_flags` (`fields`) for the
+/// app-server: flags of `codex exec` it has no use for are left out, each
+/// said in a notice; one it refuses that means something runs the member
+/// through `codex exec`, as Kingdom does, every argument kept — unless the
+/// app-server was `asked` for, when it is warned of (the member cannot
+/// start).
+fn codex_args<const N: usize>(
+    r: &mut Resolver,
+    name: &str,
+    asked: bool,
+    transport: &mut Transport,
+    fields: [(&str, &mut Vec<String>); N],
+) {
+    let key = |field: &str| format!("agents.{name}.{field}");
+    let split: Vec<_> = fields.iter().map(|(_, given)| super::codex::for_appserver(given)).collect();
+    if !asked && split.iter().any(|s| !s.refused.is_empty()) {
+        *transport = Transport::Exec;
+        for ((field, _), s) in fields.iter().zip(&split).filter(|(_, s)| !s.refused.is_empty()) {
+            r.mapped_from.insert(key("transport"), key(field));
+            let (flags, these) = if s.refused.len() == 1 { ("a flag", "it") } else { ("flags", "them") };
+            r.notices.push(format!(
+                "{}: codex app-server does not take {} ({flags} of codex exec or its TUI): this member runs codex \
+                 exec, as Kingdom does, its answers whole instead of streamed; to stream, {}",
+                key(field),
+                s.refused.join(", "),
+                super::codex::to_stream(&s.refused, name).replace("remove it", &format!("remove {these}"))
+            ));
+        }
+        return;
+    }
+    for ((field, given), s) in fields.into_iter().zip(split) {
+        for flag in &s.left_out {
+            r.ignore(
+                &key(field),
+                &format!("{flag} is a flag of codex exec, which kd's codex app-server has no use for and refuses"),
+            );
+        }
+        for flag in &s.refused {
+            r.warnings.push(format!(
+                "{}: codex app-server does not take {flag} (a flag of codex exec or its TUI): the member cannot \
+                 start; {}",
+                key(field),
+                super::codex::instead(flag, name)
+            ));
+        }
+        *given = s.args;
+    }
+}
+
+/// Kingdom's `effort` (`field`: or `reasoning_effort`, its earlier name) as
+/// the backend's own flag.
 fn effort_args(
     r: &mut Resolver,
     name: &str,
+    field: &str,
     backend: Backend,
-    effort: Option<&str>,
+    effort: &str,
 ) -> Result<Vec<String>, ConfigError> {
-    let Some(effort) = effort.filter(|e| !e.is_empty()) else { return Ok(vec![]) };
-    let key = format!("agents.{name}.effort");
+    if effort.is_empty() {
+        return Ok(vec![]);
+    }
+    let key = format!("agents.{name}.{field}");
     let (allowed, args) = match backend {
         Backend::Claude => (CLAUDE_EFFORTS, vec!["--effort".to_string(), effort.to_string()]),
         Backend::Codex => (CODEX_EFFORTS, vec!["-c".to_string(), format!("model_reasoning_effort={effort}")]),
@@ -359,7 +431,26 @@ fn council(
         }
     }
 
-    let ask = ask_rounds(r, c.mode.as_deref(), c.auto_rounds, c.ask.as_ref(), members.len())?;
+    // Kingdom 0.1's `council.auto_messages` is 0.2's `council.ask.auto_messages`.
+    let (auto_messages, auto_messages_key) = match (c.auto_messages, c.ask.as_ref().and_then(|a| a.auto_messages)) {
+        (Some(_), Some(_)) => {
+            return Err(r.err(
+                "council.auto_messages",
+                "is Kingdom 0.1's place of council.ask.auto_messages: set only one of them",
+            ));
+        }
+        (Some(n), None) => (Some(n), "council.auto_messages"),
+        (None, n) => (n, "council.ask.auto_messages"),
+    };
+    let kingdom_mode = c.ask.as_ref().and_then(|a| a.mode.as_deref());
+    let ask = ask_rounds(
+        r,
+        c.mode.as_deref(),
+        c.auto_rounds,
+        kingdom_mode,
+        (auto_messages, auto_messages_key),
+        members.len(),
+    )?;
     let chat = chat_rounds(r, c.chat.as_ref(), ask)?;
     r.set("council.budget_usd", c.budget_usd.is_some());
     if let Some(b) = c.budget_usd.filter(|b| !(b.is_finite() && *b > 0.0)) {
@@ -419,7 +510,8 @@ fn ask_rounds(
     r: &mut Resolver,
     mode: Option<&str>,
     auto_rounds: Option<i64>,
-    kingdom: Option<&super::raw::RawAsk>,
+    kingdom_mode: Option<&str>,
+    (auto_messages, auto_messages_key): (Option<i64>, &str),
     members: usize,
 ) -> Result<Rounds, ConfigError> {
     let parse_mode = |r: &Resolver, key: &str, m: &str| match m {
@@ -427,8 +519,7 @@ fn ask_rounds(
         "sequential" => Ok(Mode::Sequential),
         other => Err(r.err(key, format!("must be \"broadcast\" or \"sequential\", got {other:?}"))),
     };
-    let kingdom_mode =
-        kingdom.and_then(|a| a.mode.as_deref()).map(|m| parse_mode(r, "council.ask.mode", m)).transpose()?;
+    let kingdom_mode = kingdom_mode.map(|m| parse_mode(r, "council.ask.mode", m)).transpose()?;
     let mode = match (mode, kingdom_mode) {
         (Some(m), _) => parse_mode(r, "council.mode", m)?,
         (None, Some(m)) => {
@@ -437,23 +528,20 @@ fn ask_rounds(
         }
         (None, None) => Mode::Broadcast,
     };
-    let from_messages = match kingdom.and_then(|a| a.auto_messages) {
+    let from_messages = match auto_messages {
         Some(n) if n < -1 => {
-            return Err(r.err(
-                "council.ask.auto_messages",
-                format!("must be -1 (auto), 0 (none) or a positive integer, got {n}"),
-            ));
+            return Err(r.err(auto_messages_key, format!("must be -1 (auto), 0 (none) or a positive integer, got {n}")));
         }
         Some(-1) | None => None,
         Some(n) => {
             let per_round = members.max(1) as i64;
-            Some(rounds_in_range(r, "council.ask.auto_messages", (n + per_round - 1) / per_round, 0)?)
+            Some(rounds_in_range(r, auto_messages_key, (n + per_round - 1) / per_round, 0)?)
         }
     };
     let auto_rounds = match (auto_rounds, from_messages) {
         (Some(n), _) => rounds_in_range(r, "council.auto_rounds", n, 1)?,
         (None, Some(n)) => {
-            r.mapped_from.insert("council.auto_rounds".into(), "council.ask.auto_messages".into());
+            r.mapped_from.insert("council.auto_rounds".into(), auto_messages_key.into());
             n
         }
         (None, None) => DEFAULT_AUTO_ROUNDS,

@@ -63,6 +63,8 @@ pub struct Params {
     pub client: Option<ClientId>,
     /// The client's own name for it (`c-…`): a second call with it attaches.
     pub id: Option<String>,
+    /// The asking client's `PATH`, which its runs are found on and run with.
+    pub path: Option<String>,
 }
 
 /// A completion's plan as its journal keeps it: enough to drive it again
@@ -124,7 +126,7 @@ type Sender = watch::Sender<Option<Outcome>>;
 type Receiver = watch::Receiver<Option<Outcome>>;
 
 pub async fn complete(co: &Arc<Coord>, p: Params) -> Result<Completion, ErrorObjectOwned> {
-    let (thread, config) = co.thread(&p.thread).await?;
+    let (thread, config) = co.thread(&p.thread, p.path.as_deref()).await?;
     let db = &co.council.agents.db;
     if let Some(id) = &p.id
         && let Some(x) = db.exchange_by_correlation(thread.id.clone(), id.clone()).await?
@@ -181,6 +183,7 @@ pub async fn complete(co: &Arc<Coord>, p: Params) -> Result<Completion, ErrorObj
         plan: serde_json::to_value(&plan)
             .map_err(|e| ErrorCode::Internal.error(format!("a completion's plan: {e}")))?,
         first_steps: members.iter().map(|m| StepKey::answer(1, m)).collect(),
+        path: config.path.clone(),
     };
     let asked = db.ask(None, vec![question], x).await?;
     let start = Record {

@@ -18,15 +18,16 @@ use crate::db::events::Record;
 use crate::db::messages::NewMessage;
 use crate::db::random_id;
 
+/// An emergency to every member; the runs it starts are found on `path`,
+/// the asking client's `PATH` (none: kdd's own).
 pub async fn broadcast(
     co: &Coord,
     thread: String,
     from: String,
     body: String,
-    stop: bool,
-    client: Option<ClientId>,
+    (stop, client, path): (bool, Option<ClientId>, Option<String>),
 ) -> Result<Emergency, ErrorObjectOwned> {
-    let (thread, config) = co.thread(&thread).await?;
+    let (thread, config) = co.thread(&thread, path.as_deref()).await?;
     check_sender(&config, &from)?;
     let id = format!("e-{}", random_id(10));
     let members: Vec<String> = config.council.members.iter().filter(|m| **m != from).cloned().collect();

@@ -44,10 +44,11 @@ impl Coord {
         Coord { council, races: races::Races::default(), completions: Default::default() }
     }
 
-    /// A thread and its workspace's configuration, read afresh.
-    pub async fn thread(&self, thread: &str) -> Result<(Thread, Config), ErrorObjectOwned> {
+    /// A thread and its workspace's configuration, read afresh; its agents
+    /// found on `path`, the asking client's `PATH` (none: kdd's own).
+    pub async fn thread(&self, thread: &str, path: Option<&str>) -> Result<(Thread, Config), ErrorObjectOwned> {
         let thread = self.council.agents.db.thread(thread.to_string()).await?;
-        let config = config::load(std::path::Path::new(&thread.workspace))
+        let config = config::load_for(std::path::Path::new(&thread.workspace), path)
             .map_err(|e| ErrorCode::InvalidArgument.error(format!("configuration: {e}")))?;
         Ok((thread, config))
     }

@@ -34,6 +34,9 @@ pub struct Params {
     pub client: Option<ClientId>,
     /// Sent by a member from its run: where that run stands.
     pub from_run: Option<FromRun>,
+    /// The `PATH` the runs it starts are found on and run with: the asking
+    /// client's, or the sending run's (none: kdd's own).
+    pub path: Option<String>,
 }
 
 /// Where the run a member sends from stands.
@@ -46,7 +49,7 @@ pub struct FromRun {
 }
 
 pub async fn route(co: &Coord, p: Params) -> Result<Routed, ErrorObjectOwned> {
-    let (thread, config) = co.thread(&p.thread).await?;
+    let (thread, config) = co.thread(&p.thread, p.path.as_deref()).await?;
     check_sender(&config, &p.from)?;
     check_members(&config, &p.to, true)?;
     check_members(&config, &p.cc, false)?;

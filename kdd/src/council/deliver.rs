@@ -167,6 +167,7 @@ pub async fn deliver(c: &Arc<Council>, r: Request) -> DbResult<Delivered> {
                 correlation_id: None,
                 plan: serde_json::to_value(RoutePlan { exchange: r.exchange, style: r.style }).unwrap_or_default(),
                 first_steps: starting,
+                path: r.config.path.clone(),
             };
             if x.first_steps.is_empty() { None } else { db.begin_settling_exchange(x).await?.map(|(x, _)| x.id) }
         }

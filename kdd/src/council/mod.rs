@@ -165,6 +165,7 @@ impl Launch {
                 place,
                 self.client,
             )
+            .found_on(agent.path.clone())
         });
         // kd's MCP server for the run, when the member has it and a kd to
         // serve it is found (else the run goes without, as doctor says).

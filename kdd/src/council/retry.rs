@@ -25,9 +25,10 @@ pub async fn retry(
     style: Style,
     timeout: Option<Duration>,
     client: Option<ClientId>,
+    path: Option<String>,
 ) -> Result<Vec<RunInfo>, ErrorObjectOwned> {
     let thread = c.agents.db.thread(thread).await?;
-    let config = config::load(std::path::Path::new(&thread.workspace))
+    let config = config::load_for(std::path::Path::new(&thread.workspace), path.as_deref())
         .map_err(|e| ErrorCode::InvalidArgument.error(format!("configuration: {e}")))?;
     let messages = c.agents.db.messages(thread.id.clone(), Page::all_after(0)).await?;
     let shown = display_order(&messages);
@@ -70,6 +71,7 @@ pub async fn retry(
             correlation_id: None,
             plan: serde_json::to_value(&plan).unwrap_or_default(),
             first_steps: vec![StepKey::answer(message.round.unwrap_or(0), &member)],
+            path: launch.config.path.clone(),
         };
         let claim = match c.agents.db.begin_settling_exchange(x).await? {
             Some((_, steps)) => steps.first().and_then(|s| launch.start_step(c, &member, place, s)),

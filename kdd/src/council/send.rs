@@ -39,6 +39,9 @@ pub struct Request {
     /// The members vote over the work once the rounds are over
     /// (`kd work --vote`): the exchange's plan says so.
     pub vote: bool,
+    /// The asking client's `PATH`: the members are found on it and run
+    /// with it, in every round of the exchange (none: kdd's own).
+    pub path: Option<String>,
 }
 
 /// Who a message is for.
@@ -97,7 +100,7 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
         Target::Existing(t) => &t.workspace,
         Target::New(n) => &n.workspace,
     };
-    let config = config::load(std::path::Path::new(workspace))
+    let config = config::load_for(std::path::Path::new(workspace), req.path.as_deref())
         .map_err(|e| ErrorCode::InvalidArgument.error(format!("configuration: {e}")))?;
     // Aged first, by the settings just read: a branch quiet past its
     // archive time refuses the message.
@@ -132,6 +135,7 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
         correlation_id: None,
         plan: journal.to_plan(),
         first_steps: starting.iter().map(|m| StepKey::answer(1, m)).collect(),
+        path: req.path.clone(),
     };
     let (thread, asked) = match target {
         Target::Existing(thread) => {
@@ -261,6 +265,9 @@ async fn send_to_node(
         correlation_id: None,
         plan: serde_json::json!({ "routed": routed }),
         first_steps: vec![],
+        // A PATH of this host means nothing on the owner's: it runs the
+        // members with its own.
+        path: None,
     };
     let asked = db.ask_node(king, exchange, owner.clone()).await?;
     let notice = if live {

@@ -57,6 +57,9 @@ pub struct NewExchange {
     pub plan: Value,
     /// The steps known at the start (pending).
     pub first_steps: Vec<StepKey>,
+    /// The asking client's `PATH`, which its agents are found on and run
+    /// with (none: the daemon's own). Kept, never logged.
+    pub path: Option<String>,
 }
 
 /// An exchange as the journal holds it.
@@ -74,6 +77,8 @@ pub struct Exchange {
     pub result: Option<Value>,
     pub resumes: u32,
     pub created_at_ms: i64,
+    /// The `PATH` its agents are found on and run with ([`NewExchange::path`]).
+    pub path: Option<String>,
 }
 
 /// A step as the journal holds it.
@@ -115,7 +120,7 @@ pub enum RunEnd {
 }
 
 const EXCHANGE: &str =
-    "id, thread_id, seq, kind, correlation_id, plan, state, reason, plan_done, result, resumes, created_at";
+    "id, thread_id, seq, kind, correlation_id, plan, state, reason, plan_done, result, resumes, created_at, path";
 const STEP: &str = "id, exchange_id, round, member, purpose, cause, state, run_id, reply_to, backend_session, \
                     replaces_seq, message_seq, attempts, reason";
 
@@ -146,6 +151,7 @@ fn exchange(r: &Row<'_>) -> rusqlite::Result<Exchange> {
         result: result.and_then(|t| serde_json::from_str(&t).ok()),
         resumes: r.get::<_, i64>(10)? as u32,
         created_at_ms: r.get(11)?,
+        path: r.get(12)?,
     })
 }
 
@@ -204,10 +210,10 @@ pub fn begin(conn: &Connection, now: i64, x: &NewExchange) -> DbResult<Exchange>
     }
     let plan = serde_json::to_string(&x.plan).map_err(|e| DbError::Invalid(format!("an exchange's plan: {e}")))?;
     conn.prepare_cached(
-        "INSERT INTO exchanges (thread_id, seq, kind, correlation_id, plan, created_at, updated_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
+        "INSERT INTO exchanges (thread_id, seq, kind, correlation_id, plan, created_at, updated_at, path) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7)",
     )?
-    .execute(params![x.thread, x.seq as i64, x.kind.as_str(), x.correlation_id, plan, now])?;
+    .execute(params![x.thread, x.seq as i64, x.kind.as_str(), x.correlation_id, plan, now, x.path])?;
     let id = conn.last_insert_rowid();
     for key in &x.first_steps {
         insert_step(conn, now, id, key)?;

@@ -27,6 +27,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/0011_work.sql"),
     include_str!("../../../migrations/0012_exchanges.sql"),
     include_str!("../../../migrations/0013_work_tampered.sql"),
+    include_str!("../../../migrations/0014_exchange_path.sql"),
 ];
 
 /// The schema version this build writes.

@@ -36,9 +36,11 @@ pub async fn message_route(
     reply_to: Option<u64>,
     route_type: Option<RouteType>,
     correlation_id: Option<String>,
+    path: Option<String>,
 ) -> RpcResult<Routed> {
     validate::thread_id(&thread)?;
     validate::member(&from)?;
+    validate::search_path(path.as_deref())?;
     body(&text)?;
     let (to, cc) = validate::recipients(to.unwrap_or_default(), cc.unwrap_or_default())?;
     validate::position("reply_to", reply_to)?;
@@ -55,6 +57,7 @@ pub async fn message_route(
         correlation_id,
         client: ext.get::<ClientId>().copied(),
         from_run: None,
+        path,
     };
     route::route(&d.coord, p).await
 }
@@ -106,7 +109,7 @@ pub async fn queue_subscribe(
     validate::thread_id(&thread)?;
     validate::member(&member)?;
     validate::list_len("types", &types)?;
-    let (thread, config) = d.coord.thread(&thread).await?;
+    let (thread, config) = d.coord.thread(&thread, None).await?;
     crate::coord::check_members(&config, std::slice::from_ref(&member), false)?;
     d.db.delivery_subscribe(thread.workspace.clone(), member.clone(), types, mode).await?;
     let overrides = d.db.delivery_overrides(thread.workspace, member.clone()).await?;
@@ -138,9 +141,11 @@ pub async fn completion_agents(
     vote: Option<bool>,
     chair: Option<String>,
     id: Option<String>,
+    path: Option<String>,
 ) -> RpcResult<Completion> {
     validate::thread_id(&thread)?;
     body(&text)?;
+    validate::search_path(path.as_deref())?;
     // The client's own name for the completion: a second call with it
     // attaches to the first (after a reconnect, or a restart of kdd).
     if let Some(id) = &id {
@@ -164,6 +169,7 @@ pub async fn completion_agents(
         chair,
         client: ext.get::<ClientId>().copied(),
         id,
+        path,
     };
     completion::complete(&d.coord, p).await
 }
@@ -175,13 +181,15 @@ pub async fn emergency_broadcast(
     text: String,
     from: Option<String>,
     stop: Option<bool>,
+    path: Option<String>,
 ) -> RpcResult<Emergency> {
     validate::thread_id(&thread)?;
     body(&text)?;
+    validate::search_path(path.as_deref())?;
     let from = from.unwrap_or_else(|| kd_proto::names::KING.to_string());
     validate::member(&from)?;
     let client = ext.get::<ClientId>().copied();
-    emergency::broadcast(&d.coord, thread, from, text, stop.unwrap_or(false), client).await
+    emergency::broadcast(&d.coord, thread, from, text, (stop.unwrap_or(false), client, path)).await
 }
 
 pub async fn emergency_ack(
@@ -193,7 +201,7 @@ pub async fn emergency_ack(
     validate::thread_id(&thread)?;
     validate::member(&member)?;
     validate::label("broadcast", broadcast.as_deref())?;
-    let (_, config) = d.coord.thread(&thread).await?;
+    let (_, config) = d.coord.thread(&thread, None).await?;
     crate::coord::check_members(&config, std::slice::from_ref(&member), false)?;
     Ok(d.db.acknowledge(thread, member, broadcast).await?)
 }

@@ -26,8 +26,10 @@ pub async fn send(
     correlation_id: Option<String>,
     rounds: Option<u32>,
     new_thread: Option<NewThread>,
+    path: Option<String>,
 ) -> RpcResult<Sent> {
     validate::thread_id(&thread)?;
+    validate::search_path(path.as_deref())?;
     let mut new_thread = new_thread;
     if let Some(new) = &mut new_thread {
         validate::workspace(&new.workspace)?;
@@ -62,6 +64,7 @@ pub async fn send(
         client: ext.get::<ClientId>().copied(),
         new_thread,
         vote: false,
+        path,
     };
     send::send(&d.council, req).await
 }
@@ -100,18 +103,27 @@ pub async fn retry(
     thread: String,
     style: Option<Style>,
     timeout_s: Option<u64>,
+    path: Option<String>,
 ) -> RpcResult<Vec<RunInfo>> {
     validate::thread_id(&thread)?;
+    validate::search_path(path.as_deref())?;
     let timeout = validate::timeout(timeout_s)?;
     crate::council::runs_here(&d.db, &thread).await?;
-    retry::retry(&d.council, thread, style.unwrap_or_default(), timeout, ext.get::<ClientId>().copied()).await
+    let client = ext.get::<ClientId>().copied();
+    retry::retry(&d.council, thread, style.unwrap_or_default(), timeout, client, path).await
 }
 
-pub async fn config(workspace: String) -> RpcResult<ConfigView> {
+/// `config.get`: the configuration as a request of the client whose `PATH`
+/// is `path` would run it.
+pub async fn config(workspace: String, path: Option<String>) -> RpcResult<ConfigView> {
     validate::workspace(&workspace)?;
-    let env = crate::config::Env::process();
-    let config = crate::config::load_with(std::path::Path::new(&workspace), &env)
+    validate::search_path(path.as_deref())?;
+    let config = crate::config::load_for(std::path::Path::new(&workspace), path.as_deref())
         .map_err(|e| invalid(format!("configuration: {e}")))?;
-    let kd = crate::config::find_kd(&env);
-    Ok(config.view(&workspace, &env, kd.as_deref()))
+    let kd = crate::config::find_kd(&crate::config::Env::process());
+    let var = |k: &str| match (k, &path) {
+        ("PATH", Some(p)) => Some(std::ffi::OsString::from(p)),
+        _ => std::env::var_os(k),
+    };
+    Ok(config.view(&workspace, &crate::config::Env { var: &var }, kd.as_deref()))
 }

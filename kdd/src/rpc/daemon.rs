@@ -55,9 +55,10 @@ pub async fn shutdown(d: &Daemon, resume: Option<bool>) -> RpcResult<ShutdownAck
     Ok(ShutdownAck { stopping: true, runs_cancelled: runs })
 }
 
-pub async fn doctor(d: &Daemon, workspace: String) -> RpcResult<Vec<Check>> {
+pub async fn doctor(d: &Daemon, workspace: String, path: Option<String>) -> RpcResult<Vec<Check>> {
     validate::workspace(&workspace)?;
-    Ok(crate::doctor::run(&d.db, std::path::Path::new(&workspace)).await)
+    validate::search_path(path.as_deref())?;
+    Ok(crate::doctor::run(&d.db, std::path::Path::new(&workspace), path.as_deref()).await)
 }
 
 pub async fn discover() -> RpcResult<serde_json::Value> {

@@ -113,10 +113,13 @@ impl MemberApiServer for Member {
             return Err(invalid("body is empty"));
         }
         let (to, cc) = validate::recipients(to, cc.unwrap_or_default())?;
-        let (_, config) = self.d.coord.thread(&g.thread).await?;
+        // What it hands off runs as the sending run did: found on its PATH.
+        let run = self.run_of(&g);
+        let path = run.as_ref().and_then(|r| r.path.clone());
+        let (_, config) = self.d.coord.thread(&g.thread, path.as_deref()).await?;
         others_only(&g, "to", &to, &config.council.members)?;
         others_only(&g, "cc", &cc, &config.council.members)?;
-        let from_run = self.run_of(&g).map(|r| FromRun { exchange: r.exchange.or(r.reply_to), round: r.round });
+        let from_run = run.map(|r| FromRun { exchange: r.exchange.or(r.reply_to), round: r.round });
         let p = route::Params {
             thread: g.thread,
             from: g.member,
@@ -128,6 +131,7 @@ impl MemberApiServer for Member {
             correlation_id: None,
             client: ext.get::<ClientId>().copied(),
             from_run,
+            path,
         };
         route::route(&self.d.coord, p).await
     }

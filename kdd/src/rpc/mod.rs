@@ -83,8 +83,8 @@ impl KdApiServer for Rpc {
         daemon::shutdown(&self.d, resume).await
     }
 
-    async fn daemon_doctor(&self, workspace: String) -> RpcResult<Vec<Check>> {
-        daemon::doctor(&self.d, workspace).await
+    async fn daemon_doctor(&self, workspace: String, path: Option<String>) -> RpcResult<Vec<Check>> {
+        daemon::doctor(&self.d, workspace, path).await
     }
 
     async fn rpc_discover(&self) -> RpcResult<serde_json::Value> {
@@ -153,12 +153,18 @@ impl KdApiServer for Rpc {
         library::report(&self.d, thread, workspace, since_ms, by).await
     }
 
-    async fn thread_summarize(&self, thread: String) -> RpcResult<Thread> {
-        threads::summarize(&self.d, thread).await
+    async fn thread_summarize(&self, thread: String, path: Option<String>) -> RpcResult<Thread> {
+        threads::summarize(&self.d, thread, path).await
     }
 
-    async fn thread_fork(&self, thread: String, title: Option<String>, carry: Option<Carry>) -> RpcResult<Thread> {
-        threads::fork(&self.d, thread, title, carry).await
+    async fn thread_fork(
+        &self,
+        thread: String,
+        title: Option<String>,
+        carry: Option<Carry>,
+        path: Option<String>,
+    ) -> RpcResult<Thread> {
+        threads::fork(&self.d, thread, title, carry, path).await
     }
 
     async fn thread_unarchive(&self, thread: String) -> RpcResult<Thread> {
@@ -224,8 +230,10 @@ impl KdApiServer for Rpc {
         correlation_id: Option<String>,
         rounds: Option<u32>,
         new_thread: Option<NewThread>,
+        path: Option<String>,
     ) -> RpcResult<Sent> {
-        council::send(&self.d, ext, thread, body, to, mute, style, timeout_s, correlation_id, rounds, new_thread).await
+        council::send(&self.d, ext, thread, body, to, mute, style, timeout_s, correlation_id, rounds, new_thread, path)
+            .await
     }
 
     async fn council_interrupt(&self, ext: &Extensions, thread: String, all: Option<bool>) -> RpcResult<Interrupted> {
@@ -238,12 +246,13 @@ impl KdApiServer for Rpc {
         thread: String,
         style: Option<Style>,
         timeout_s: Option<u64>,
+        path: Option<String>,
     ) -> RpcResult<Vec<RunInfo>> {
-        council::retry(&self.d, ext, thread, style, timeout_s).await
+        council::retry(&self.d, ext, thread, style, timeout_s, path).await
     }
 
-    async fn config_get(&self, workspace: String) -> RpcResult<ConfigView> {
-        council::config(workspace).await
+    async fn config_get(&self, workspace: String, path: Option<String>) -> RpcResult<ConfigView> {
+        council::config(workspace, path).await
     }
 
     async fn thread_import(
@@ -335,9 +344,22 @@ impl KdApiServer for Rpc {
         reply_to: Option<u64>,
         route_type: Option<RouteType>,
         correlation_id: Option<String>,
+        path: Option<String>,
     ) -> RpcResult<Routed> {
-        coordination::message_route(&self.d, ext, thread, from, body, to, cc, reply_to, route_type, correlation_id)
-            .await
+        coordination::message_route(
+            &self.d,
+            ext,
+            thread,
+            from,
+            body,
+            to,
+            cc,
+            reply_to,
+            route_type,
+            correlation_id,
+            path,
+        )
+        .await
     }
 
     async fn queue_read(
@@ -378,6 +400,7 @@ impl KdApiServer for Rpc {
         vote: Option<bool>,
         chair: Option<String>,
         id: Option<String>,
+        path: Option<String>,
     ) -> RpcResult<Completion> {
         coordination::completion_agents(
             &self.d,
@@ -391,6 +414,7 @@ impl KdApiServer for Rpc {
             vote,
             chair,
             id,
+            path,
         )
         .await
     }
@@ -406,8 +430,9 @@ impl KdApiServer for Rpc {
         body: String,
         from: Option<String>,
         stop: Option<bool>,
+        path: Option<String>,
     ) -> RpcResult<Emergency> {
-        coordination::emergency_broadcast(&self.d, ext, thread, body, from, stop).await
+        coordination::emergency_broadcast(&self.d, ext, thread, body, from, stop, path).await
     }
 
     async fn emergency_ack(&self, thread: String, member: String, broadcast: Option<String>) -> RpcResult<Vec<Ack>> {

@@ -109,10 +109,11 @@ pub async fn archive(d: &Daemon, thread: String) -> RpcResult<Thread> {
     Ok(archived)
 }
 
-pub async fn summarize(d: &Daemon, thread: String) -> RpcResult<Thread> {
+pub async fn summarize(d: &Daemon, thread: String, path: Option<String>) -> RpcResult<Thread> {
     validate::thread_id(&thread)?;
+    validate::search_path(path.as_deref())?;
     crate::council::runs_here(&d.db, &thread).await?;
-    Ok(crate::summary::now(&d.council, thread).await?)
+    Ok(crate::summary::now(&d.council, thread, path).await?)
 }
 
 /// Stops the thread's pending auto-turns and runs in flight, and waits
@@ -130,15 +131,25 @@ async fn stop_runs(d: &Daemon, thread: &str) -> u32 {
 }
 
 /// Forks a branch carrying what `carry` says of its parent (by default
-/// the workspace's `lifecycle.fork_carry`).
-pub async fn fork(d: &Daemon, thread: String, title: Option<String>, carry: Option<Carry>) -> RpcResult<Thread> {
+/// the workspace's `lifecycle.fork_carry`); a summary's run finds its
+/// member on `path` (the asking client's `PATH`).
+pub async fn fork(
+    d: &Daemon,
+    thread: String,
+    title: Option<String>,
+    carry: Option<Carry>,
+    path: Option<String>,
+) -> RpcResult<Thread> {
     validate::thread_id(&thread)?;
     let title = validate::title("title", title.as_deref())?;
+    validate::search_path(path.as_deref())?;
     let parent = d.db.thread(thread.clone()).await?;
     let carried = match carry.unwrap_or_else(|| lifecycle::settings(&parent.workspace).fork_carry) {
         Carry::None => lifecycle::Carried::Nothing,
         Carry::Conversation => lifecycle::Carried::Conversation,
-        Carry::Summary => lifecycle::Carried::Summary(crate::summary::at_fork(&d.council, &parent).await?),
+        Carry::Summary => {
+            lifecycle::Carried::Summary(crate::summary::at_fork(&d.council, &parent, path.as_deref()).await?)
+        }
     };
     Ok(lifecycle::fork(&d.db, thread, title, carried).await?)
 }

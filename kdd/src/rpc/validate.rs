@@ -129,6 +129,21 @@ pub fn workspace(path: &str) -> Result<(), ErrorObjectOwned> {
     Ok(())
 }
 
+/// The longest `PATH` a client may send (`path`): Linux allows one
+/// environment string up to 128 KiB, shells' PATHs are a few hundred bytes.
+pub const MAX_SEARCH_PATH: usize = 32 * 1024;
+
+/// A client's `PATH` (`path`), which the members are found on and run
+/// with: at most [`MAX_SEARCH_PATH`] bytes, no NUL or other control
+/// character (it goes into the agents' environment).
+pub fn search_path(path: Option<&str>) -> Result<(), ErrorObjectOwned> {
+    match path {
+        Some(p) if p.len() > MAX_SEARCH_PATH => Err(invalid(format!("path is longer than {MAX_SEARCH_PATH} bytes"))),
+        Some(p) if p.chars().any(char::is_control) => Err(invalid("path contains control characters")),
+        _ => Ok(()),
+    }
+}
+
 /// A path-like string (an origin, a file a message refers to).
 pub fn path(param: &str, value: Option<&str>) -> Result<(), ErrorObjectOwned> {
     match value {
@@ -174,6 +189,16 @@ mod tests {
 
     fn msg(r: Result<(), ErrorObjectOwned>) -> String {
         r.err().map(|e| e.message().to_string()).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_clients_path_is_bounded_and_has_no_control_character() {
+        assert_eq!(search_path(None), Ok(()));
+        assert_eq!(search_path(Some("/home/u/.nvm/versions/node/v22/bin:/usr/bin")), Ok(()));
+        assert_eq!(search_path(Some("")), Ok(()), "an empty PATH finds nothing, as a shell's");
+        assert!(msg(search_path(Some("/bin\nPATH=/evil"))).contains("control characters"));
+        assert!(msg(search_path(Some("/bin\0"))).contains("control characters"));
+        assert!(msg(search_path(Some(&"/x:".repeat(MAX_SEARCH_PATH)))).contains("longer than 32768"));
     }
 
     #[test]

@@ -42,8 +42,10 @@ impl WorkApiServer for Work {
         task: String,
         to: Option<Vec<String>>,
         vote: Option<bool>,
+        path: Option<String>,
     ) -> RpcResult<WorkStarted> {
         validate::workspace(&workspace)?;
+        validate::search_path(path.as_deref())?;
         if task.trim().is_empty() {
             return Err(invalid("task is empty: say what the members should do"));
         }
@@ -53,7 +55,8 @@ impl WorkApiServer for Work {
         if let Some(to) = &to {
             validate::addressees("to", to)?;
         }
-        let t = work::Task { workspace, task, to, vote: vote.unwrap_or(false), client: ext.get::<ClientId>().copied() };
+        let client = ext.get::<ClientId>().copied();
+        let t = work::Task { workspace, task, to, vote: vote.unwrap_or(false), client, path };
         work::start(&self.d.coord, t).await
     }
 
@@ -89,8 +92,10 @@ impl WorkApiServer for Work {
         member: Option<String>,
         rev: Option<String>,
         to: Option<Vec<String>>,
+        path: Option<String>,
     ) -> RpcResult<u64> {
         validate::thread_id(&thread)?;
+        validate::search_path(path.as_deref())?;
         crate::council::runs_here(&self.d.db, &thread).await?;
         let subject = match (member, rev) {
             (Some(m), None) => {
@@ -104,7 +109,7 @@ impl WorkApiServer for Work {
         if let Some(to) = &to {
             validate::addressees("to", to)?;
         }
-        work::review::review(&self.d.coord, &thread, subject, to, ext.get::<ClientId>().copied()).await
+        work::review::review(&self.d.coord, &thread, subject, to, (ext.get::<ClientId>().copied(), path)).await
     }
 
     async fn work_accept(

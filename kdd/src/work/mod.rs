@@ -57,6 +57,9 @@ pub struct Task {
     pub to: Option<Vec<String>>,
     pub vote: bool,
     pub client: Option<ClientId>,
+    /// The asking client's `PATH`, which the members are found on and run
+    /// with (none: kdd's own).
+    pub path: Option<String>,
 }
 
 /// `work.start`: a new branch thread of the workspace's trunk titled with
@@ -66,7 +69,7 @@ pub struct Task {
 /// the members rank the diffs once the rounds are over ([`vote`]).
 pub async fn start(co: &Arc<Coord>, t: Task) -> Result<WorkStarted, ErrorObjectOwned> {
     let db = &co.council.agents.db;
-    let config = crate::config::load(Path::new(&t.workspace))
+    let config = crate::config::load_for(Path::new(&t.workspace), t.path.as_deref())
         .map_err(|e| ErrorCode::InvalidArgument.error(format!("configuration: {e}")))?;
     let members: Vec<String> = match &t.to {
         Some(to) if !to.is_empty() => {
@@ -172,6 +175,7 @@ pub async fn start(co: &Arc<Coord>, t: Task) -> Result<WorkStarted, ErrorObjectO
         client: t.client,
         new_thread: None,
         vote: t.vote,
+        path: t.path.clone(),
     };
     let sent = send::send(&co.council, req).await?;
     if t.vote {

@@ -113,9 +113,9 @@ pub async fn review(
     thread: &str,
     subject: Subject,
     to: Option<Vec<String>>,
-    client: Option<ClientId>,
+    (client, path): (Option<ClientId>, Option<String>),
 ) -> Result<u64, ErrorObjectOwned> {
-    let (t, config) = co.thread(thread).await?;
+    let (t, config) = co.thread(thread, path.as_deref()).await?;
     let db = &co.council.agents.db;
     let (d, name, what, author) = match subject {
         Subject::Member(member) => {

@@ -87,7 +87,7 @@ pub async fn accept(
     let dirty = git::dirty(repo).await.map_err(git_error)?;
     if !dirty.is_empty() {
         return Err(ErrorCode::Conflict.error(format!(
-            "the King's tree {} has uncommitted changes ({}): commit or stash them first; nothing was changed",
+            "your tree {} has uncommitted changes ({}): commit or stash them first; nothing was changed",
             w.repo,
             list(&dirty)
         )));
@@ -97,7 +97,7 @@ pub async fn accept(
     let in_the_way = git::untracked(repo, &changed).await.map_err(git_error)?;
     if !in_the_way.is_empty() {
         return Err(ErrorCode::Conflict.error(format!(
-            "{member}'s work writes files that are untracked in the King's tree ({}): move or commit them first; \
+            "{member}'s work writes files that are untracked in your tree ({}): move or commit them first; \
              nothing was changed",
             list(&in_the_way)
         )));

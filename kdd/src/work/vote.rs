@@ -61,7 +61,9 @@ pub async fn drive(co: &Arc<Coord>, x: ExchangeId) -> Result<(), Halt> {
         return Ok(());
     }
     let (thread, seq) = (ex.thread.clone(), ex.seq);
-    let (t, config) = co.thread(&thread).await.map_err(|e| Halt::Failed(e.message().to_string()))?;
+    // The ballots run as the work did: found on the task's PATH.
+    let (t, config) =
+        co.thread(&thread, ex.path.as_deref()).await.map_err(|e| Halt::Failed(e.message().to_string()))?;
     let task = db.message(thread.clone(), seq).await?.body;
     let id = thread.clone();
     let trees = db.worktrees_of(id).await?;

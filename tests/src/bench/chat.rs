@@ -52,7 +52,7 @@ pub async fn cpu() {
     let idle = (cpu_time(kd) - before).as_secs_f64() / 3.0;
 
     let mut sub = c.thread_subscribe(thread.id.clone(), None, None).await.expect("subscribe");
-    c.council_send(thread.id.clone(), "Stream.".into(), None, None, None, None, None, Some(0), None)
+    c.council_send(thread.id.clone(), "Stream.".into(), None, None, None, None, None, Some(0), None, None)
         .await
         .expect("send");
     collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))).await;

@@ -46,7 +46,7 @@ async fn first_delta(transport: &str, env: &[(&str, &str)], n: usize) -> f64 {
         let t = crate::new_thread(&c, &ws.path()).await;
         let mut sub = c.thread_subscribe(t.clone(), None, None).await.expect("subscribe");
         let start = Instant::now();
-        c.council_send(t, "go".into(), None, None, None, None, None, Some(0), None).await.expect("send");
+        c.council_send(t, "go".into(), None, None, None, None, None, Some(0), None, None).await.expect("send");
         let mut first = None;
         loop {
             match sub.next().await {

@@ -59,7 +59,7 @@ async fn times(
         let t = crate::new_thread(&c, &ws.path()).await;
         let mut sub = c.thread_subscribe(t.clone(), None, None).await.expect("subscribe");
         let start = Instant::now();
-        c.council_send(t, "go".into(), None, None, None, None, None, Some(0), None).await.expect("send");
+        c.council_send(t, "go".into(), None, None, None, None, None, Some(0), None, None).await.expect("send");
         while let Some(Ok(e)) = sub.next().await {
             if matches!(
                 e,

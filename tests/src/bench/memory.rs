@@ -192,7 +192,7 @@ pub async fn concurrent_runs() {
     // as streaming from its first delta to its end as they happen.
     let start = Instant::now();
     for t in &threads {
-        c.council_send(t.clone(), "go".into(), None, None, None, None, None, Some(0), None).await.expect("send");
+        c.council_send(t.clone(), "go".into(), None, None, None, None, None, Some(0), None, None).await.expect("send");
     }
     let sent = start.elapsed();
     let mut whole = 0;
@@ -233,7 +233,7 @@ pub async fn stalled_subscriber() {
     let call = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"thread.subscribe","params":{{"thread":"{t}"}}}}"#);
     let stalled = crate::stalled_websocket(&kdd.socket, &[&call]);
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.expect("subscribe");
-    c.council_send(t, "go".into(), None, None, None, None, None, Some(0), None).await.expect("send");
+    c.council_send(t, "go".into(), None, None, None, None, None, Some(0), None, None).await.expect("send");
     let mut chars = 0;
     while let Some(Ok(event)) = sub.next().await {
         match event {

@@ -37,7 +37,7 @@ pub(super) async fn stamped_latencies(ws: &Workspace, members: usize) -> Vec<f64
     let c = kdd.client().await;
     let t = crate::new_thread(&c, &ws.path()).await;
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.expect("subscribe");
-    c.council_send(t, "go".into(), None, None, None, None, None, Some(0), None).await.expect("send");
+    c.council_send(t, "go".into(), None, None, None, None, None, Some(0), None, None).await.expect("send");
     let mut samples = Vec::new();
     let mut ended = 0;
     while ended < members {
@@ -92,7 +92,7 @@ pub async fn throughput() {
     let c = kdd.client().await;
     let t = crate::new_thread(&c, &ws.path()).await;
     let mut sub = c.thread_subscribe(t.clone(), None, None).await.expect("subscribe");
-    c.council_send(t, "go".into(), None, None, None, None, None, Some(0), None).await.expect("send");
+    c.council_send(t, "go".into(), None, None, None, None, None, Some(0), None, None).await.expect("send");
     let (chars, lagged, daemon_rate) = received(&mut sub).await;
 
     // The same agent, same argv, its stdout read directly.
@@ -150,7 +150,7 @@ pub async fn fanout() {
             received(&mut sub).await
         }));
     }
-    c.council_send(t, "go".into(), None, None, None, None, None, Some(0), None).await.expect("send");
+    c.council_send(t, "go".into(), None, None, None, None, None, Some(0), None, None).await.expect("send");
     let mut results = Vec::new();
     for task in tasks {
         results.push(task.await.expect("subscriber"));

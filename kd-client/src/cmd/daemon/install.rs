@@ -99,7 +99,14 @@ fn service(ctx: &Ctx) -> anyhow::Result<Service> {
         .iter()
         .filter_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()).map(|v| (k.to_string(), v)))
         .collect();
-    let service = Service { kdd: kdd_path()?, socket: ctx.socket.clone(), env, log: autostart::log_file(&ctx.socket) };
+    let runtime_dir = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|p| p.is_absolute());
+    let service = Service {
+        kdd: kdd_path()?,
+        socket: ctx.socket.clone(),
+        runtime_dir,
+        env,
+        log: autostart::log_file(&ctx.socket),
+    };
     service.check().map_err(anyhow::Error::msg)?;
     Ok(service)
 }
@@ -183,9 +190,25 @@ fn shell_line(words: &[String]) -> String {
         .join(" ")
 }
 
+/// The cargo build directory (`target/release`, `target/debug`, …) `kdd`
+/// is in, if it is in one: a `cargo clean` or a build of another commit
+/// would take the service's binary away or change it under it.
+fn in_cargo_target(kdd: &Path) -> Option<&Path> {
+    kdd.parent().filter(|dir| dir.join(".fingerprint").is_dir() && dir.join("deps").is_dir())
+}
+
 pub async fn install(ctx: &Ctx, a: ServiceArgs) -> anyhow::Result<ExitCode> {
     let manager = a.manager();
     let service = service(ctx)?;
+    if let Some(dir) = in_cargo_target(&service.kdd) {
+        errln!(
+            "kd: warning: the service would run {}, in cargo's build directory {}: `cargo clean` or the next build \
+             changes it under the service. Install kdd where it stays (`cargo install --path kdd`, and kd with \
+             `cargo install --path kd-client`), then run `kd daemon install` again with that kd",
+            service.kdd.display(),
+            dir.display()
+        );
+    }
     let files = files(manager, &service)?;
     let commands = commands(manager, true, &files);
     if a.dry_run {
@@ -213,8 +236,9 @@ pub async fn install(ctx: &Ctx, a: ServiceArgs) -> anyhow::Result<ExitCode> {
         let _ = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir);
     }
     if a.files_only {
+        plainln!("to load it:")?;
         for c in &commands {
-            plainln!("to load it: {}", shell_line(c))?;
+            plainln!("  {}", shell_line(c))?;
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -243,6 +267,7 @@ pub async fn uninstall(ctx: &Ctx, a: ServiceArgs) -> anyhow::Result<ExitCode> {
     let service = service(ctx).unwrap_or_else(|_| Service {
         kdd: PathBuf::from("kdd"),
         socket: ctx.socket.clone(),
+        runtime_dir: None,
         env: Vec::new(),
         log: autostart::log_file(&ctx.socket),
     });

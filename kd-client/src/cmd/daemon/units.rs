@@ -20,6 +20,10 @@ pub struct Service {
     pub kdd: PathBuf,
     /// The socket kd dials.
     pub socket: PathBuf,
+    /// The installing shell's `$XDG_RUNTIME_DIR`: a socket under it is
+    /// written as systemd's `%t`, which stays right if the directory's
+    /// path changes (another uid, a systemd that places it elsewhere).
+    pub runtime_dir: Option<PathBuf>,
     /// Variables the daemon and its agents need from the shell: `PATH`
     /// (agents are found as in the shell), and kd's own when set.
     pub env: Vec<(String, String)>,
@@ -83,8 +87,17 @@ pub fn systemd_socket(s: &Service) -> String {
          \n\
          [Install]\n\
          WantedBy=sockets.target\n",
-        socket = systemd_escape(&s.socket.display().to_string()),
+        socket = systemd_socket_path(s),
     )
+}
+
+/// The socket as `kdd.socket` names it: `%t/…` under the runtime
+/// directory, else its absolute path.
+fn systemd_socket_path(s: &Service) -> String {
+    match s.runtime_dir.as_deref().and_then(|dir| s.socket.strip_prefix(dir).ok()) {
+        Some(rest) if !rest.as_os_str().is_empty() => format!("%t/{}", systemd_escape(&rest.display().to_string())),
+        _ => systemd_escape(&s.socket.display().to_string()),
+    }
 }
 
 /// `kdd.service`: started by the socket, notifies readiness, pinged by the
@@ -195,6 +208,7 @@ mod tests {
         Service {
             kdd: PathBuf::from("/opt/my tools/kdd"),
             socket: PathBuf::from("/run/user/1000/kd/kdd.sock"),
+            runtime_dir: None,
             env: vec![("PATH".into(), "/usr/bin:/home/u/100%/bin".into()), ("KD_DB".into(), "/data/a&b.db".into())],
             log: PathBuf::from("/Users/u/Library/Logs/kd/kdd.log"),
         }
@@ -221,6 +235,17 @@ mod tests {
             unit.contains("Type=notify\n") && unit.contains("WatchdogSec=") && unit.contains("NoNewPrivileges=yes")
         );
         assert!(!unit.contains("PrivateTmp="), "agents must keep the real /tmp");
+    }
+
+    #[test]
+    fn a_socket_in_the_runtime_directory_is_written_as_percent_t() {
+        let mut s = service();
+        s.runtime_dir = Some(PathBuf::from("/run/user/1000"));
+        assert!(systemd_socket(&s).contains("ListenStream=%t/kd/kdd.sock\n"));
+        s.socket = PathBuf::from("/run/user/1000/my 100%/kdd.sock");
+        assert!(systemd_socket(&s).contains("ListenStream=%t/my 100%%/kdd.sock\n"));
+        s.runtime_dir = Some(PathBuf::from("/run/user/1001"));
+        assert!(systemd_socket(&s).contains("ListenStream=/run/user/1000/my 100%%/kdd.sock\n"));
     }
 
     #[test]

@@ -91,7 +91,7 @@ pub async fn export(ctx: &Ctx, a: ExportArgs) -> anyhow::Result<ExitCode> {
         n += 1;
         write(&format!("{n:04}-{}.md", m.from), &write_message(&m)?)?;
     }
-    plainln!("exported {n} messages of {} to {}", thread.id, a.dir.display())?;
+    plainln!("exported {} of {} to {}", crate::fmt::count(n as u64, "message"), thread.id, a.dir.display())?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -113,7 +113,7 @@ pub async fn import(ctx: &Ctx, a: ImportArgs) -> anyhow::Result<ExitCode> {
     if wanted.as_ref().is_some_and(|w| *w != imported.id) {
         errln!("kd: thread id {} is taken; imported as {}", wanted.unwrap_or_default(), imported.id);
     }
-    plainln!("imported {n} messages as thread {}", imported.id)?;
+    plainln!("imported {} as thread {}", crate::fmt::count(n as u64, "message"), imported.id)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -185,7 +185,12 @@ async fn import_kingdom(ctx: &Ctx, a: ImportArgs) -> anyhow::Result<ExitCode> {
             },
         }
     }
-    plainln!("imported {threads} threads ({messages} messages) from {}; {already} already imported", kd_dir.display())?;
+    plainln!(
+        "imported {} ({}) from {}; {already} already imported",
+        crate::fmt::count(threads as u64, "thread"),
+        crate::fmt::count(messages as u64, "message"),
+        kd_dir.display()
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 

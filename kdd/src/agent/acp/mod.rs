@@ -75,7 +75,7 @@ impl AcpAgents {
         let key = (name, Started::of(agent, cwd));
         self.running
             .get_or_start(key, || async {
-                let mut inv = peer::invocation(&agent.command, agent.args.clone(), &agent.env, socket);
+                let mut inv = peer::invocation(&agent.command, agent.args.clone(), agent.run_env(), socket);
                 inv.env.push(("KD_MEMBER".to_string(), agent.name.clone()));
                 // At work: the worktree's own temporary directory.
                 if let Some(tmp) = worktree.and_then(|w| super::work::make_tmp_dir_of(w).ok()) {

@@ -70,7 +70,7 @@ impl AppServers {
         self.running
             .get_or_start(key, || async {
                 let args = ARGS.iter().map(|a| a.to_string()).chain(agent.args.iter().cloned()).collect();
-                let inv = peer::invocation(&agent.command, args, &agent.env, socket);
+                let inv = peer::invocation(&agent.command, args, agent.run_env(), socket);
                 let threads = Arc::new(Conversations::new(grants.clone()));
                 let dialect = Arc::new(protocol::Codex { threads: threads.clone() });
                 let server = Peer::start(&inv, workspace, dialect).map_err(|e| spawn_error(&inv, agent, &e))?;

@@ -135,7 +135,8 @@ async fn run_setup(
     argv: &[String],
 ) -> Result<(bool, String), String> {
     let (program, args) = argv.split_first().ok_or("work.setup names no program")?;
-    let mut env: Vec<(String, String)> = Vec::new();
+    // The PATH the member's agent is found on: `npm ci` as the King's shell runs it.
+    let mut env: Vec<(String, String)> = spec.agent.path.iter().map(|p| ("PATH".to_string(), p.clone())).collect();
     if let Ok(tmp) = make_tmp_dir(work) {
         env.push(("TMPDIR".into(), tmp.display().to_string()));
     }

@@ -192,6 +192,11 @@ fn every_bad_value_names_file_key_and_value() {
         (r#"{"agents": {"claude": {"prompts": {"planning": "x"}}}}"#, &["unknown field `planning`"]),
         (r#"{"agents": {"Bad Name": {"backend": "claude"}}}"#, &["agents.Bad Name", "member name"]),
         (r#"{"agents": {"claude": {"wat": true}}}"#, &["agents.claude", "unknown field `wat`"]),
+        // Member names are branch names' last part (kd/THREAD/MEMBER): git's rules.
+        (r#"{"agents": {"a..b": {"backend": "claude"}}}"#, &["agents.a..b", "git branch", "\"..\""]),
+        (r#"{"agents": {"x.lock": {"backend": "claude"}}}"#, &["agents.x.lock", "git branch", "\".lock\""]),
+        (r#"{"agents": {"x.": {"backend": "claude"}}}"#, &["agents.x.", "git branch", "\".\""]),
+        (r#"{"council": {"members": ["claude", "a..b"]}}"#, &["council.members", "\"a..b\"", "git branch"]),
         (r#"{"peasant": {"max_iterations": 0}}"#, &["peasant.max_iterations", "positive"]),
         (r#"{"lord": {"agents": "x"}}"#, &["unknown field `agents`"]),
         ("{not json", &["key must be a string"]),
@@ -220,7 +225,10 @@ fn a_real_kingdom_config_is_accepted_and_mapped() {
     assert_eq!(claude.args, vec!["--effort", "high"]);
     assert_eq!(claude.prompt(Style::Council), Some("Focus on correctness and failure modes."));
     let codex = c.agent("codex").unwrap();
-    assert_eq!(codex.args, vec!["-c", "model_reasoning_effort=medium", "--skip-git-repo-check"]);
+    // Kingdom runs `codex exec`, whose git check codex app-server has not:
+    // the flag is left out, and the member streams through the app-server.
+    assert_eq!(codex.args, vec!["-c", "model_reasoning_effort=medium"]);
+    assert_eq!(codex.transport, Transport::AppServer);
     assert_eq!(codex.prompt(Style::Council), Some("Think about edge cases.\n\nKeep answers short."));
     assert_eq!(codex.prompt(Style::Chat), codex.prompt(Style::Council));
     assert_eq!(c.agent("cursor").unwrap().prompt(Style::Council), Some("Think about edge cases."));
@@ -236,18 +244,18 @@ fn a_real_kingdom_config_is_accepted_and_mapped() {
             "peasant",
             "lord",
             "agents.claude.prompts.review",
+            "agents.codex.extra_flags",
             "council.review_members",
             "council.thinking_visibility"
         ]
     );
     assert!(c.notices.iter().all(|n| n.ends_with("(ignored)")), "{:?}", c.notices);
-    // Kingdom runs `codex exec`; kd's codex member is an app-server, which
-    // refuses exec's flag at start.
     assert_eq!(
-        c.warnings,
-        ["agents.codex.extra_flags: codex app-server does not take --skip-git-repo-check (a flag of codex exec or \
-          its TUI): the member cannot start; remove it, or set agents.codex.transport to \"exec\""]
+        c.notices[6],
+        "agents.codex.extra_flags: --skip-git-repo-check is a flag of codex exec, which kd's codex app-server has \
+         no use for and refuses (ignored)"
     );
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
     let view = c.view("/ws", &Env { var: &|_| None }, Some(Path::new("/bin/kd")));
     assert_eq!(view.warnings, c.warnings);
     let mode = view.entries.iter().find(|e| e.key == "council.mode").unwrap();
@@ -307,21 +315,98 @@ fn coordination_settings_and_delivery_preferences() {
 }
 
 #[test]
-fn codex_arguments_app_server_refuses_are_warned_of_and_exec_takes_them() {
+fn codex_arguments_app_server_refuses_are_left_out_or_run_through_exec() {
     let f = Fixture::new();
-    f.write(r#"{"agents": {"codex": {"args": ["--json", "-c", "x=1", "--model", "o3"]}}}"#);
+    // Flags of codex exec that mean nothing to the app-server are left out:
+    // the member keeps streaming.
+    f.write(r#"{"agents": {"codex": {"args": ["--json", "-c", "x=1", "--skip-git-repo-check", "--color", "never"]}}}"#);
     let c = f.load().unwrap();
-    let said: Vec<&str> = c.warnings.iter().map(|w| w.split(" (").next().unwrap_or_default()).collect();
+    let codex = c.agent("codex").unwrap();
+    assert_eq!((codex.transport, codex.args.as_slice()), (Transport::AppServer, &["-c".to_string(), "x=1".into()][..]));
+    let noted: Vec<&str> = c.notices.iter().map(|w| w.split(" is a flag").next().unwrap_or_default()).collect();
     assert_eq!(
-        said,
-        [
-            "agents.codex.args: codex app-server does not take --json",
-            "agents.codex.args: codex app-server does not take --model"
-        ]
+        noted,
+        ["agents.codex.args: --json", "agents.codex.args: --skip-git-repo-check", "agents.codex.args: --color never"]
     );
-    assert!(c.warnings[1].ends_with("set agents.codex.model"), "{:?}", c.warnings);
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    // One that means something runs the member as Kingdom did, through
+    // codex exec, every argument kept.
+    f.write(r#"{"agents": {"codex": {"extra_flags": ["--skip-git-repo-check", "--model", "o3", "--full-auto"]}}}"#);
+    let c = f.load().unwrap();
+    let codex = c.agent("codex").unwrap();
+    assert_eq!((codex.transport, codex.args.len()), (Transport::Exec, 4));
+    assert_eq!(
+        c.notices,
+        ["agents.codex.extra_flags: codex app-server does not take --model, --full-auto (flags of codex exec or its \
+          TUI): this member runs codex exec, as Kingdom does, its answers whole instead of streamed; to stream, \
+          set agents.codex.model instead of --model and remove the others"]
+    );
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    // Asked for, the app-server is kept: what it cannot take is warned of.
+    f.write(
+        r#"{"agents": {"codex": {"transport": "app-server", "args": ["--skip-git-repo-check", "--model", "o3"]}}}"#,
+    );
+    let c = f.load().unwrap();
+    assert_eq!(c.agent("codex").unwrap().args, ["--model", "o3"]);
+    let said: Vec<&str> = c.warnings.iter().map(|w| w.split(" (").next().unwrap_or_default()).collect();
+    assert_eq!(said, ["agents.codex.args: codex app-server does not take --model"]);
+    assert!(c.warnings[0].ends_with("set agents.codex.model"), "{:?}", c.warnings);
+    // So is a sandbox or approval policy, which only the app-server takes.
+    f.write(r#"{"agents": {"codex": {"sandbox": "workspace-write", "args": ["--full-auto"]}}}"#);
+    let c = f.load().unwrap();
+    assert_eq!(c.agent("codex").unwrap().transport, Transport::AppServer);
+    assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
     f.write(r#"{"agents": {"codex": {"transport": "exec", "args": ["--json", "--skip-git-repo-check"]}}}"#);
-    assert!(f.load().unwrap().warnings.is_empty(), "codex exec takes them");
+    let c = f.load().unwrap();
+    assert!(c.warnings.is_empty() && c.notices.is_empty(), "codex exec takes them");
+    assert_eq!(c.agent("codex").unwrap().args, ["--json", "--skip-git-repo-check"]);
+}
+
+/// The keys of every kingdom-cli release's schema (0.1.4 to 1.1.0) are
+/// taken: what `kd init` of Kingdom 0.1 and 0.2 wrote, 0.1's flat
+/// `council.auto_messages`, 0.5's `reasoning_effort`.
+#[test]
+fn every_kingdom_releases_keys_are_accepted() {
+    let f = Fixture::new();
+    // Kingdom 0.2.1's `kd init`.
+    f.write(
+        r#"{"agents": {"claude": {"backend": "claude_code"}, "codex": {"backend": "codex"}, "cursor": {"backend": "cursor"}},
+            "council": {"members": ["claude", "codex", "cursor"], "timeout": 600},
+            "peasant": {"agent": "claude", "timeout": 900, "max_iterations": 50}}"#,
+    );
+    let c = f.load().unwrap();
+    assert_eq!(c.council.members, ["claude", "codex", "cursor"]);
+    assert_eq!(c.notices, ["peasant: Kingdom's worker settings; kd runs no workers (ignored)"]);
+    // Kingdom 0.1's council: mode and auto_messages beside the members.
+    f.write(
+        r#"{"council": {"members": ["claude", "codex"], "timeout": 600, "auto_messages": 4, "mode": "sequential",
+                        "preamble": "Advise.", "thinking_visibility": "auto", "writable": false}}"#,
+    );
+    let c = f.load().unwrap();
+    assert_eq!(c.council.ask, Rounds { mode: Mode::Sequential, auto_rounds: 2 }, "4 answers of 2 members");
+    assert_eq!(c.mapped_from.get("council.auto_rounds").map(String::as_str), Some("council.auto_messages"));
+    // Kingdom 0.5 to 1.0's reasoning_effort (codex's effort).
+    f.write(r#"{"agents": {"codex": {"backend": "codex", "reasoning_effort": "high"}}}"#);
+    assert_eq!(f.load().unwrap().agent("codex").unwrap().args, ["-c", "model_reasoning_effort=high"]);
+    for (json, expect) in [
+        (r#"{"peasant": {"timeout": 0}}"#, &["peasant.timeout", "positive", "0"][..]),
+        (r#"{"peasant": {"timeout": "long"}}"#, &["peasant.timeout", "invalid type"][..]),
+        (r#"{"council": {"auto_messages": -2}}"#, &["council.auto_messages", "-2"][..]),
+        (
+            r#"{"council": {"auto_messages": 2, "ask": {"auto_messages": 3}}}"#,
+            &["council.auto_messages", "council.ask.auto_messages", "one"][..],
+        ),
+        (
+            r#"{"agents": {"codex": {"effort": "low", "reasoning_effort": "high"}}}"#,
+            &["agents.codex.reasoning_effort", "effort"][..],
+        ),
+        (r#"{"agents": {"codex": {"reasoning_effort": "huge"}}}"#, &["agents.codex.reasoning_effort", "\"huge\""][..]),
+    ] {
+        let e = f.error(json);
+        for part in expect {
+            assert!(e.contains(part), "{json}: {e:?} lacks {part:?}");
+        }
+    }
 }
 
 #[test]

@@ -61,7 +61,8 @@ impl Drive<'_> {
 pub async fn drive(co: &Arc<Coord>, x: Exchange, client: Option<ClientId>) -> Result<Completion, Halt> {
     let plan = Plan::from_exchange(&x).ok_or_else(|| Halt::Failed("its plan cannot be read".into()))?;
     let id = x.correlation_id.clone().unwrap_or_default();
-    let (thread, config) = co.thread(&x.thread).await.map_err(|e| Halt::Failed(e.message().to_string()))?;
+    let (thread, config) =
+        co.thread(&x.thread, x.path.as_deref()).await.map_err(|e| Halt::Failed(e.message().to_string()))?;
     let db = &co.council.agents.db;
     let question = db.message(x.thread.clone(), x.seq).await?;
     let seq = x.seq;

@@ -212,6 +212,7 @@ mod tests {
 
     fn completion(conn: &Connection) -> Exchange {
         let x = NewExchange {
+            path: None,
             thread: "t1".into(),
             seq: 1,
             kind: Kind::Completion,

@@ -13,16 +13,20 @@ fn key(round: u32, member: &str, purpose: Purpose, cause: u64) -> StepKey {
     StepKey { round, member: member.into(), purpose, cause }
 }
 
-fn council(conn: &Connection, seq: u64, members: &[&str]) -> Exchange {
-    let x = NewExchange {
+fn new_council(seq: u64, members: &[&str]) -> NewExchange {
+    NewExchange {
+        path: None,
         thread: "t1".into(),
         seq,
         kind: Kind::Council,
         correlation_id: None,
         plan: json!({"mode": "broadcast", "rounds": 2, "first": members}),
         first_steps: members.iter().map(|m| key(1, m, Purpose::Answer, 0)).collect(),
-    };
-    begin(conn, 10, &x).unwrap()
+    }
+}
+
+fn council(conn: &Connection, seq: u64, members: &[&str]) -> Exchange {
+    begin(conn, 10, &new_council(seq, members)).unwrap()
 }
 
 fn the_step(conn: &Connection, x: ExchangeId, k: &StepKey) -> Step {
@@ -30,6 +34,15 @@ fn the_step(conn: &Connection, x: ExchangeId, k: &StepKey) -> Step {
         Opened::Step(s) => s,
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn an_exchange_keeps_the_path_its_agents_are_found_on() {
+    let conn = db();
+    let x = NewExchange { path: Some("/home/u/.nvm/bin:/usr/bin".into()), ..new_council(1, &["claude"]) };
+    let begun = begin(&conn, 10, &x).unwrap();
+    assert_eq!(get(&conn, begun.id).unwrap().unwrap().path.as_deref(), Some("/home/u/.nvm/bin:/usr/bin"));
+    assert_eq!(council(&conn, 2, &["claude"]).path, None, "none sent: the daemon's own");
 }
 
 #[test]
@@ -123,6 +136,7 @@ fn a_new_king_message_supersedes_the_open_exchange_and_a_stopped_one_takes_no_st
     assert_eq!(unfinished(&conn).unwrap().iter().map(|x| x.id).collect::<Vec<_>>(), [new.id]);
     // A completion is not superseded by a King message.
     let completion = NewExchange {
+        path: None,
         thread: "t1".into(),
         seq: 6,
         kind: Kind::Completion,
@@ -140,6 +154,7 @@ fn one_message_begins_one_exchange_of_a_kind() {
     let conn = db();
     council(&conn, 1, &["claude"]);
     let again = NewExchange {
+        path: None,
         thread: "t1".into(),
         seq: 1,
         kind: Kind::Council,

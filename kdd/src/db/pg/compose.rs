@@ -275,6 +275,7 @@ mod tests {
 
     fn council() -> NewExchange {
         NewExchange {
+            path: None,
             thread: String::new(),
             seq: 0,
             kind: Kind::Council,

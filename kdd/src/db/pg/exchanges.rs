@@ -33,7 +33,7 @@ pub(crate) mod life;
 pub(crate) mod tests;
 
 pub(crate) const EXCHANGE: &str =
-    "id, thread_id, seq, kind, correlation_id, plan, state, reason, plan_done, result, resumes, created_at";
+    "id, thread_id, seq, kind, correlation_id, plan, state, reason, plan_done, result, resumes, created_at, path";
 const STEP: &str = "id, exchange_id, round, member, purpose, cause, state, run_id, reply_to, backend_session, \
                     replaces_seq, message_seq, attempts, reason";
 
@@ -65,6 +65,7 @@ pub(crate) fn exchange(r: &Row) -> DbResult<Exchange> {
         result: result.and_then(|t| serde_json::from_str(t).ok()),
         resumes: r.try_get::<_, i64>(10)? as u32,
         created_at_ms: r.try_get(11)?,
+        path: r.try_get(12)?,
     })
 }
 
@@ -155,14 +156,14 @@ pub(crate) async fn begin_for(
     let st = c
         .prepare_cached(&format!(
             "INSERT INTO exchanges (thread_id, seq, kind, correlation_id, plan, created_at, updated_at, \
-             node_id, lease_owner, lease_until) \
+             node_id, lease_owner, lease_until, path) \
              SELECT $1, $2, $3, $4, $5, $6, $6, coalesce($7, {ME}), \
-             CASE WHEN $7 IS NULL THEN {ME} END, CASE WHEN $7 IS NULL THEN now() + {LEASE} END \
+             CASE WHEN $7 IS NULL THEN {ME} END, CASE WHEN $7 IS NULL THEN now() + {LEASE} END, $8 \
              RETURNING {EXCHANGE}"
         ))
         .await?;
     let row = c
-        .query_one(&st, &[&x.thread, &(x.seq as i64), &x.kind.as_str(), &x.correlation_id, &plan, &now, &node])
+        .query_one(&st, &[&x.thread, &(x.seq as i64), &x.kind.as_str(), &x.correlation_id, &plan, &now, &node, &x.path])
         .await?;
     if let Some(node) = node {
         // Delivered at commit, as the question is.

@@ -411,6 +411,7 @@ mod tests {
 
     fn council() -> NewExchange {
         NewExchange {
+            path: None,
             thread: "t1".into(),
             seq: 1,
             kind: Kind::Council,

@@ -50,6 +50,7 @@ mod tests {
 
     fn new(seq: u64, kind: Kind, members: &[&str]) -> NewExchange {
         NewExchange {
+            path: None,
             thread: "t1".into(),
             seq,
             kind,

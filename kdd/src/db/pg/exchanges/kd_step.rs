@@ -241,6 +241,7 @@ mod tests {
 
     async fn completion(c: &impl GenericClient) -> Exchange {
         let x = NewExchange {
+            path: None,
             thread: "t1".into(),
             seq: 1,
             kind: Kind::Completion,

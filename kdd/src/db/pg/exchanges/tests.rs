@@ -27,16 +27,20 @@ fn key(round: u32, member: &str, purpose: Purpose, cause: u64) -> StepKey {
     StepKey { round, member: member.into(), purpose, cause }
 }
 
-async fn council(c: &impl GenericClient, seq: u64, members: &[&str]) -> Exchange {
-    let x = NewExchange {
+fn new_council(seq: u64, members: &[&str]) -> NewExchange {
+    NewExchange {
+        path: None,
         thread: "t1".into(),
         seq,
         kind: Kind::Council,
         correlation_id: None,
         plan: json!({"mode": "broadcast", "rounds": 2, "first": members}),
         first_steps: members.iter().map(|m| key(1, m, Purpose::Answer, 0)).collect(),
-    };
-    begin(c, 10, &x).await.unwrap()
+    }
+}
+
+async fn council(c: &impl GenericClient, seq: u64, members: &[&str]) -> Exchange {
+    begin(c, 10, &new_council(seq, members)).await.unwrap()
 }
 
 async fn the_step(c: &impl GenericClient, x: ExchangeId, k: &StepKey) -> Step {
@@ -44,6 +48,17 @@ async fn the_step(c: &impl GenericClient, x: ExchangeId, k: &StepKey) -> Step {
         Opened::Step(s) => s,
         other => panic!("{other:?}"),
     }
+}
+
+#[tokio::test]
+async fn an_exchange_keeps_the_path_its_agents_are_found_on() {
+    let Some((pg, _db)) = db().await else { return };
+    let c = pg.conn().await.unwrap();
+    let x = NewExchange { path: Some("/home/u/.nvm/bin:/usr/bin".into()), ..new_council(1, &["claude"]) };
+    let begun = begin(&c, 10, &x).await.unwrap();
+    assert_eq!(begun.path.as_deref(), Some("/home/u/.nvm/bin:/usr/bin"));
+    assert_eq!(get(&c, begun.id).await.unwrap().unwrap().path, begun.path);
+    assert_eq!(council(&c, 2, &["claude"]).await.path, None, "none sent: the daemon's own");
 }
 
 #[tokio::test]
@@ -141,6 +156,7 @@ async fn a_new_king_message_supersedes_the_open_exchange_and_a_stopped_one_takes
     assert_eq!(unfinished(&c).await.unwrap().iter().map(|x| x.id).collect::<Vec<_>>(), [new.id]);
     // A completion is not superseded by a King message.
     let completion = NewExchange {
+        path: None,
         thread: "t1".into(),
         seq: 6,
         kind: Kind::Completion,
@@ -159,6 +175,7 @@ async fn one_message_begins_one_exchange_of_a_kind() {
     let c = pg.conn().await.unwrap();
     council(&c, 1, &["claude"]).await;
     let again = NewExchange {
+        path: None,
         thread: "t1".into(),
         seq: 1,
         kind: Kind::Council,
@@ -379,6 +396,7 @@ fn error_of(member: &str) -> crate::db::messages::NewMessage {
 
 fn retry() -> NewExchange {
     NewExchange {
+        path: None,
         thread: "t1".into(),
         seq: 1,
         kind: Kind::Retry,
@@ -453,6 +471,7 @@ async fn life_on_postgres(c: &impl GenericClient) -> DbResult<Vec<String>> {
 
 fn council_plan(seq: u64, members: &[&str]) -> NewExchange {
     NewExchange {
+        path: None,
         thread: "t1".into(),
         seq,
         kind: Kind::Council,
@@ -569,6 +588,7 @@ async fn a_question_routed_to_a_node_and_not_yet_taken_is_not_superseded_by_a_la
     let c = pg.conn().await.unwrap();
     // Asked on another node for this one (plan {routed}), not yet taken.
     let routed = NewExchange {
+        path: None,
         thread: "t1".into(),
         seq: 2,
         kind: Kind::Council,
