@@ -446,37 +446,4 @@ impl KdApiServer for Rpc {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::BTreeSet;
-
-    use super::*;
-    use crate::db::Db;
-    use crate::hub::Hub;
-
-    #[tokio::test]
-    async fn every_served_method_is_documented_and_every_documented_method_is_served() {
-        let tmp = tempfile::tempdir().unwrap();
-        let hub = Arc::new(Hub::new());
-        let db = Db::open(
-            &kd_proto::paths::DbLocation::File(tmp.path().join("kd.sqlite3")),
-            hub.clone(),
-            crate::db::Node::here("test"),
-        )
-        .await
-        .unwrap();
-        let module = module(Arc::new(Daemon::new(
-            db,
-            hub,
-            tmp.path().join("s"),
-            &crate::limits::Limits::default(),
-            std::time::Duration::from_secs(1),
-            crate::lifecycle::Archived::channel().0,
-        )));
-        let served: BTreeSet<&str> = module.method_names().collect();
-        let documented: BTreeSet<&str> = kd_proto::openrpc::methods()
-            .iter()
-            .flat_map(|m| std::iter::once(m.name).chain(m.subscription.map(|(_, unsubscribe)| unsubscribe)))
-            .collect();
-        assert_eq!(served, documented);
-    }
-}
+mod tests;
