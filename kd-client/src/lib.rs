@@ -47,5 +47,6 @@ pub fn new_thread_id() -> String {
     (0..8).map(|_| ALPHABET[fastrand::usize(..ALPHABET.len())] as char).collect()
 }
 pub use error::ClientError;
+pub use kd_proto::api::prelude;
 pub use kd_proto::paths::socket_path;
 pub use kd_proto::{self, KdApiClient, WorkApiClient};

@@ -9,12 +9,17 @@
 
 use jsonrpsee::core::SubscriptionResult;
 use jsonrpsee::proc_macros::rpc;
-use jsonrpsee::types::ErrorObjectOwned;
 
+pub use crate::error::RpcResult;
 use crate::types::*;
 
-/// Result type of every method.
-pub type RpcResult<T> = Result<T, ErrorObjectOwned>;
+/// Every client trait, to call any method on a client:
+/// `use kd_proto::api::prelude::*;` (or `kd_client::prelude`).
+pub mod prelude {
+    pub use crate::api::KdApiClient;
+    pub use crate::member::MemberApiClient;
+    pub use crate::work::WorkApiClient;
+}
 
 #[rpc(server, client)]
 pub trait KdApi {

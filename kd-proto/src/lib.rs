@@ -37,8 +37,8 @@ pub mod title;
 pub mod types;
 pub mod work;
 
-pub use api::{KdApiClient, KdApiServer, RpcResult};
-pub use error::ErrorCode;
+pub use api::{KdApiClient, KdApiServer};
+pub use error::{ErrorCode, RpcResult};
 pub use member::{MemberApiClient, MemberApiServer};
 pub use work::{WorkApiClient, WorkApiServer};
 

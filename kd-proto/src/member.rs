@@ -13,8 +13,8 @@ use jsonrpsee::proc_macros::rpc;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::api::RpcResult;
 use crate::coord::{Ack, InboxItem, RaceCheck, RouteType, Routed};
+use crate::error::RpcResult;
 use crate::types::SearchHit;
 
 /// What a run's capability stands for.

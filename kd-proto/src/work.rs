@@ -13,7 +13,7 @@ use jsonrpsee::proc_macros::rpc;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::api::RpcResult;
+use crate::error::RpcResult;
 
 /// Where a member's work stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
