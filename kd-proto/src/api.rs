@@ -17,33 +17,13 @@ use crate::types::*;
 /// `use kd_proto::api::prelude::*;` (or `kd_client::prelude`).
 pub mod prelude {
     pub use crate::api::KdApiClient;
+    pub use crate::daemon::DaemonApiClient;
     pub use crate::member::MemberApiClient;
     pub use crate::work::WorkApiClient;
 }
 
 #[rpc(server, client)]
 pub trait KdApi {
-    /// Protocol version and capabilities; clients call it first.
-    #[method(name = "daemon.hello", param_kind = map)]
-    async fn daemon_hello(&self) -> RpcResult<Hello>;
-
-    /// Version, uptime, paths, counts.
-    #[method(name = "daemon.status", param_kind = map)]
-    async fn daemon_status(&self) -> RpcResult<DaemonStatus>;
-
-    /// Stop gracefully: runs in flight are cancelled and recorded, then exit 0;
-    /// the open exchanges resume at the next start unless `resume` is false.
-    #[method(name = "daemon.shutdown", param_kind = map)]
-    async fn daemon_shutdown(&self, resume: Option<bool>) -> RpcResult<ShutdownAck>;
-
-    /// Checks of the database, a workspace's configuration and each member's CLI.
-    #[method(name = "daemon.doctor", param_kind = map)]
-    async fn daemon_doctor(&self, workspace: String) -> RpcResult<Vec<Check>>;
-
-    /// The OpenRPC document describing every method.
-    #[method(name = "rpc.discover", param_kind = map)]
-    async fn rpc_discover(&self) -> RpcResult<serde_json::Value>;
-
     #[method(name = "thread.create", param_kind = map)]
     async fn thread_create(
         &self,

@@ -24,6 +24,7 @@
 pub mod api;
 pub mod color;
 pub mod coord;
+pub mod daemon;
 pub mod duration;
 pub mod error;
 pub mod exchange;
@@ -38,6 +39,7 @@ pub mod types;
 pub mod work;
 
 pub use api::{KdApiClient, KdApiServer};
+pub use daemon::{DaemonApiClient, DaemonApiServer};
 pub use error::{ErrorCode, RpcResult};
 pub use member::{MemberApiClient, MemberApiServer};
 pub use work::{WorkApiClient, WorkApiServer};

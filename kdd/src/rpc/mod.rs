@@ -32,24 +32,9 @@ use jsonrpsee::core::{SubscriptionResult, async_trait};
 use jsonrpsee::server::PendingSubscriptionSink;
 use jsonrpsee::{Extensions, Methods, RpcModule};
 use kd_proto::types::*;
-use kd_proto::{KdApiServer, MemberApiServer, RpcResult, WorkApiServer};
+use kd_proto::{DaemonApiServer, KdApiServer, MemberApiServer, RpcResult, WorkApiServer};
 
 use crate::state::Daemon;
-
-/// What this daemon offers beyond the basic protocol.
-pub const CAPABILITIES: &[&str] = &[
-    "subscriptions",
-    "sessions",
-    "locks",
-    "events",
-    "openrpc",
-    "routing",
-    "queues",
-    "completions",
-    "emergency",
-    "races",
-    "exchanges.durable",
-];
 
 /// What every method is served with: the daemon's state. Each domain's
 /// file implements its trait on it.
@@ -63,7 +48,8 @@ pub struct Rpc {
 /// method is served).
 pub fn module(d: Arc<Daemon>) -> RpcModule<()> {
     let rpc = Rpc { d };
-    let domains: [(&str, Methods); 3] = [
+    let domains: [(&str, Methods); 4] = [
+        ("daemon", DaemonApiServer::into_rpc(rpc.clone()).into()),
         ("King's", KdApiServer::into_rpc(rpc.clone()).into()),
         // member.*: what an agent does as itself, by its run's capability.
         ("member", MemberApiServer::into_rpc(rpc.clone()).into()),
@@ -81,26 +67,6 @@ pub fn module(d: Arc<Daemon>) -> RpcModule<()> {
 
 #[async_trait]
 impl KdApiServer for Rpc {
-    async fn daemon_hello(&self) -> RpcResult<Hello> {
-        daemon::hello(&self.d).await
-    }
-
-    async fn daemon_status(&self) -> RpcResult<DaemonStatus> {
-        daemon::status(&self.d).await
-    }
-
-    async fn daemon_shutdown(&self, resume: Option<bool>) -> RpcResult<ShutdownAck> {
-        daemon::shutdown(&self.d, resume).await
-    }
-
-    async fn daemon_doctor(&self, workspace: String) -> RpcResult<Vec<Check>> {
-        daemon::doctor(&self.d, workspace).await
-    }
-
-    async fn rpc_discover(&self) -> RpcResult<serde_json::Value> {
-        daemon::discover().await
-    }
-
     async fn thread_create(
         &self,
         workspace: String,
