@@ -18,6 +18,7 @@ use crate::types::*;
 pub mod prelude {
     pub use crate::api::KdApiClient;
     pub use crate::daemon::DaemonApiClient;
+    pub use crate::library::LibraryApiClient;
     pub use crate::member::MemberApiClient;
     pub use crate::work::WorkApiClient;
 }
@@ -58,25 +59,6 @@ pub trait KdApi {
 
     #[method(name = "thread.archive", param_kind = map)]
     async fn thread_archive(&self, thread: String) -> RpcResult<Thread>;
-
-    #[method(name = "search.query", param_kind = map)]
-    async fn search_query(
-        &self,
-        query: String,
-        thread: Option<String>,
-        from: Option<String>,
-        since_ms: Option<i64>,
-        limit: Option<u32>,
-    ) -> RpcResult<Vec<SearchHit>>;
-
-    #[method(name = "cost.report", param_kind = map)]
-    async fn cost_report(
-        &self,
-        thread: Option<String>,
-        workspace: Option<String>,
-        since_ms: Option<i64>,
-        by: Option<CostBy>,
-    ) -> RpcResult<CostReport>;
 
     #[method(name = "thread.summarize", param_kind = map)]
     async fn thread_summarize(&self, thread: String) -> RpcResult<Thread>;

@@ -28,6 +28,7 @@ pub mod daemon;
 pub mod duration;
 pub mod error;
 pub mod exchange;
+pub mod library;
 pub mod member;
 pub mod names;
 pub mod openrpc;
@@ -41,6 +42,7 @@ pub mod work;
 pub use api::{KdApiClient, KdApiServer};
 pub use daemon::{DaemonApiClient, DaemonApiServer};
 pub use error::{ErrorCode, RpcResult};
+pub use library::{LibraryApiClient, LibraryApiServer};
 pub use member::{MemberApiClient, MemberApiServer};
 pub use work::{WorkApiClient, WorkApiServer};
 

@@ -5,6 +5,7 @@
 pub use crate::coord::*;
 pub use crate::daemon::*;
 pub use crate::exchange::*;
+pub use crate::library::*;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -522,58 +523,6 @@ pub enum ThreadEvent {
     /// A member's work moved (F-W1..W6): kd committed its changes, or the
     /// King accepted, rejected or removed it.
     Work { worktree: Box<crate::work::Worktree> },
-}
-
-/// One hit of `search.query`: a message, or a thread by its title or summary.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct SearchHit {
-    pub thread: String,
-    /// The message found; none for a thread found by its title or summary.
-    pub seq: Option<u64>,
-    /// Its sender (a message), or `title` / `summary`.
-    pub from: String,
-    /// The message's time, or the thread's last activity.
-    pub at_ms: i64,
-    /// Words around the hits, each hit marked «like this».
-    pub snippet: String,
-    /// FTS5's bm25 rank: lower is better.
-    pub rank: f64,
-}
-
-/// How `cost.report` groups the answers' cost.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum CostBy {
-    #[default]
-    Member,
-    Thread,
-    /// The UTC day the answer was written, `YYYY-MM-DD`.
-    Day,
-    /// The King's message whose exchange the answer belongs to (one thread).
-    Exchange,
-    /// The exchange and round, `EXCHANGE/ROUND` (one thread).
-    Round,
-}
-
-/// What answers cost, as their agents reported it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct Cost {
-    /// The member, thread id, day or exchange seq; `total` for the sum.
-    pub key: String,
-    pub cost_usd: f64,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    /// Answers (and failures) of runs counted.
-    pub answers: u64,
-}
-
-/// Answer to `cost.report`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct CostReport {
-    pub by: CostBy,
-    /// Highest cost first.
-    pub rows: Vec<Cost>,
-    pub total: Cost,
 }
 
 /// Answer to `thread.delete`.

@@ -32,7 +32,7 @@ use jsonrpsee::core::{SubscriptionResult, async_trait};
 use jsonrpsee::server::PendingSubscriptionSink;
 use jsonrpsee::{Extensions, Methods, RpcModule};
 use kd_proto::types::*;
-use kd_proto::{DaemonApiServer, KdApiServer, MemberApiServer, RpcResult, WorkApiServer};
+use kd_proto::{DaemonApiServer, KdApiServer, LibraryApiServer, MemberApiServer, RpcResult, WorkApiServer};
 
 use crate::state::Daemon;
 
@@ -48,7 +48,8 @@ pub struct Rpc {
 /// method is served).
 pub fn module(d: Arc<Daemon>) -> RpcModule<()> {
     let rpc = Rpc { d };
-    let domains: [(&str, Methods); 4] = [
+    let domains: [(&str, Methods); 5] = [
+        ("library", LibraryApiServer::into_rpc(rpc.clone()).into()),
         ("daemon", DaemonApiServer::into_rpc(rpc.clone()).into()),
         ("King's", KdApiServer::into_rpc(rpc.clone()).into()),
         // member.*: what an agent does as itself, by its run's capability.
@@ -106,27 +107,6 @@ impl KdApiServer for Rpc {
 
     async fn thread_archive(&self, thread: String) -> RpcResult<Thread> {
         threads::archive(&self.d, thread).await
-    }
-
-    async fn search_query(
-        &self,
-        query: String,
-        thread: Option<String>,
-        from: Option<String>,
-        since_ms: Option<i64>,
-        limit: Option<u32>,
-    ) -> RpcResult<Vec<SearchHit>> {
-        library::search(&self.d, query, thread, from, since_ms, limit).await
-    }
-
-    async fn cost_report(
-        &self,
-        thread: Option<String>,
-        workspace: Option<String>,
-        since_ms: Option<i64>,
-        by: Option<CostBy>,
-    ) -> RpcResult<CostReport> {
-        library::report(&self.d, thread, workspace, since_ms, by).await
     }
 
     async fn thread_summarize(&self, thread: String) -> RpcResult<Thread> {
