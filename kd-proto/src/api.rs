@@ -20,6 +20,7 @@ pub mod prelude {
     pub use crate::daemon::DaemonApiClient;
     pub use crate::library::LibraryApiClient;
     pub use crate::member::MemberApiClient;
+    pub use crate::message::MessageApiClient;
     pub use crate::work::WorkApiClient;
 }
 
@@ -74,31 +75,6 @@ pub trait KdApi {
 
     #[method(name = "thread.set_title", param_kind = map)]
     async fn thread_set_title(&self, thread: String, title: String) -> RpcResult<Thread>;
-
-    #[method(name = "thread.messages", param_kind = map)]
-    async fn thread_messages(
-        &self,
-        thread: String,
-        since_seq: Option<u64>,
-        limit: Option<u32>,
-        before_seq: Option<u64>,
-        bodies: Option<bool>,
-    ) -> RpcResult<crate::page::Messages>;
-
-    #[method(name = "message.append", param_kind = map)]
-    async fn message_append(
-        &self,
-        thread: String,
-        from: String,
-        body: String,
-        to: Option<Vec<String>>,
-        cc: Option<Vec<String>>,
-        reply_to: Option<u64>,
-        kind: Option<MessageKind>,
-        round: Option<u32>,
-        correlation_id: Option<String>,
-        fence: Option<Fence>,
-    ) -> RpcResult<Message>;
 
     /// Messages after `since_seq` from the registry, then live events.
     #[subscription(

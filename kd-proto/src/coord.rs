@@ -5,81 +5,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::types::Message;
-
-/// What kind of conversation a routed message is (seed 002).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum RouteType {
-    /// One sender, one addressee.
-    PointToPoint,
-    /// One sender, several named addressees.
-    Multicast,
-    /// One sender, every member.
-    Broadcast,
-    /// An answer to a given message (`reply_to`), to its sender.
-    Reply,
-    /// An emergency broadcast: bypasses queues and delivery modes.
-    Emergency,
-}
-
-impl RouteType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RouteType::PointToPoint => "point_to_point",
-            RouteType::Multicast => "multicast",
-            RouteType::Broadcast => "broadcast",
-            RouteType::Reply => "reply",
-            RouteType::Emergency => "emergency",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<RouteType> {
-        [RouteType::PointToPoint, RouteType::Multicast, RouteType::Broadcast, RouteType::Reply, RouteType::Emergency]
-            .into_iter()
-            .find(|t| t.as_str() == s)
-    }
-}
-
-/// What a message (or the run writing it) is to a multicast completion
-/// (F-X2), when it is more than an answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Purpose {
-    /// A member's ranking of the others' anonymised answers.
-    Ballot,
-    /// The vote's tally, written by kd.
-    Tally,
-    /// The chair's one final answer.
-    Synthesis,
-    /// Every answer under its member's name, written by kd.
-    Merge,
-    /// A branch's context bundle (F-L1): the identity and policy files read
-    /// when it was forked, and its parent's summary; given to the members.
-    Bundle,
-    /// A thread's summary (F-L2): the summarizer's answer, or a branch's
-    /// summary offered to its trunk; given to the members.
-    Summary,
-}
-
-impl Purpose {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Purpose::Ballot => "ballot",
-            Purpose::Tally => "tally",
-            Purpose::Synthesis => "synthesis",
-            Purpose::Merge => "merge",
-            Purpose::Bundle => "bundle",
-            Purpose::Summary => "summary",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Purpose> {
-        [Purpose::Ballot, Purpose::Tally, Purpose::Synthesis, Purpose::Merge, Purpose::Bundle, Purpose::Summary]
-            .into_iter()
-            .find(|p| p.as_str() == s)
-    }
-}
+use crate::message::Message;
+pub use crate::message::{Purpose, RouteType};
 
 /// How a member takes messages addressed to it (F-X3).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]

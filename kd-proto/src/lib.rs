@@ -30,10 +30,10 @@ pub mod error;
 pub mod exchange;
 pub mod library;
 pub mod member;
+pub mod message;
 pub mod names;
 pub mod openrpc;
 pub mod order;
-pub mod page;
 pub mod paths;
 pub mod title;
 pub mod types;
@@ -44,6 +44,7 @@ pub use daemon::{DaemonApiClient, DaemonApiServer};
 pub use error::{ErrorCode, RpcResult};
 pub use library::{LibraryApiClient, LibraryApiServer};
 pub use member::{MemberApiClient, MemberApiServer};
+pub use message::{MessageApiClient, MessageApiServer};
 pub use work::{WorkApiClient, WorkApiServer};
 
 /// Version of the wire protocol, independent of the release version. A

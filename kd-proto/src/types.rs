@@ -6,6 +6,7 @@ pub use crate::coord::*;
 pub use crate::daemon::*;
 pub use crate::exchange::*;
 pub use crate::library::*;
+pub use crate::message::*;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -76,130 +77,7 @@ pub struct Thread {
     pub summary: Option<String>,
 }
 
-/// What a message is, which decides how it is shown and whether it is history.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum MessageKind {
-    /// From the human.
-    King,
-    /// A finished answer from a member.
-    Agent,
-    /// A notice from kd itself.
-    System,
-    /// A failed or timed-out run, with the reason.
-    Error,
-    /// A run cut short (cancelled, daemon stopped); holds the text streamed so far.
-    Interrupted,
-}
-
-impl MessageKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MessageKind::King => "king",
-            MessageKind::Agent => "agent",
-            MessageKind::System => "system",
-            MessageKind::Error => "error",
-            MessageKind::Interrupted => "interrupted",
-        }
-    }
-}
-
-/// What the backend reported about the run that produced a message.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct RunMeta {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backend_session_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub duration_ms: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cost_usd: Option<f64>,
-    /// Token usage as the backend reported it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub usage: Option<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exit_status: Option<i32>,
-    /// The run that produced the message.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backend: Option<String>,
-    /// The run's start order ([`RunInfo::ordinal`]): with `reply_to` it
-    /// fixes the answer's place in the thread (see [`crate::order`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ordinal: Option<u64>,
-    /// The model, when the backend (or an imported file) names it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-}
-
-/// One message of a thread. `seq` is dense per thread: 1, 2, 3 …
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct Message {
-    pub thread: String,
-    pub seq: u64,
-    pub from: String,
-    /// Addressees; `["all"]` for a broadcast.
-    pub to: Vec<String>,
-    pub cc: Vec<String>,
-    /// The seq of the message this one answers.
-    pub reply_to: Option<u64>,
-    pub kind: MessageKind,
-    pub body: String,
-    /// Council round the message belongs to, when it is part of one.
-    pub round: Option<u32>,
-    pub created_at_ms: i64,
-    pub run: Option<RunMeta>,
-    /// The failed message this one replaces (a retry): shown in its place.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replaces: Option<u64>,
-    /// Files the message refers to (Kingdom's `refs:`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub refs: Vec<String>,
-    /// How it was routed, for a message between members (`message.route`,
-    /// a hand-off, an emergency broadcast).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub route: Option<RouteType>,
-    /// What it is to a multicast completion: a ballot, the tally, the
-    /// synthesis, the merged answers.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub purpose: Option<Purpose>,
-}
-
-impl Message {
-    /// A plain message of `thread`: the King's to all, a member's to the
-    /// King; no reply, round or run.
-    pub fn new(thread: &str, seq: u64, from: &str, body: &str) -> Message {
-        let king = from == crate::names::KING;
-        Message {
-            thread: thread.to_string(),
-            seq,
-            from: from.to_string(),
-            to: vec![if king { crate::names::ALL } else { crate::names::KING }.to_string()],
-            cc: vec![],
-            reply_to: None,
-            kind: if king { MessageKind::King } else { MessageKind::Agent },
-            body: body.to_string(),
-            round: None,
-            created_at_ms: 0,
-            run: None,
-            replaces: None,
-            refs: vec![],
-            route: None,
-            purpose: None,
-        }
-    }
-}
-
 pub use crate::order::display_order;
-pub use crate::page::Messages;
-
-/// A lock token to present with a write that must only happen while the
-/// lock is held (fencing).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct Fence {
-    pub resource: String,
-    pub token: u64,
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]

@@ -19,6 +19,7 @@ pub mod error;
 mod exchange;
 mod library;
 mod member;
+mod messages;
 pub mod params;
 mod registry;
 mod subscribe;
@@ -32,7 +33,9 @@ use jsonrpsee::core::{SubscriptionResult, async_trait};
 use jsonrpsee::server::PendingSubscriptionSink;
 use jsonrpsee::{Extensions, Methods, RpcModule};
 use kd_proto::types::*;
-use kd_proto::{DaemonApiServer, KdApiServer, LibraryApiServer, MemberApiServer, RpcResult, WorkApiServer};
+use kd_proto::{
+    DaemonApiServer, KdApiServer, LibraryApiServer, MemberApiServer, MessageApiServer, RpcResult, WorkApiServer,
+};
 
 use crate::state::Daemon;
 
@@ -48,7 +51,8 @@ pub struct Rpc {
 /// method is served).
 pub fn module(d: Arc<Daemon>) -> RpcModule<()> {
     let rpc = Rpc { d };
-    let domains: [(&str, Methods); 5] = [
+    let domains: [(&str, Methods); 6] = [
+        ("message", MessageApiServer::into_rpc(rpc.clone()).into()),
         ("library", LibraryApiServer::into_rpc(rpc.clone()).into()),
         ("daemon", DaemonApiServer::into_rpc(rpc.clone()).into()),
         ("King's", KdApiServer::into_rpc(rpc.clone()).into()),
@@ -127,33 +131,6 @@ impl KdApiServer for Rpc {
 
     async fn thread_set_title(&self, thread: String, title: String) -> RpcResult<Thread> {
         threads::set_title(&self.d, thread, title).await
-    }
-
-    async fn thread_messages(
-        &self,
-        thread: String,
-        since_seq: Option<u64>,
-        limit: Option<u32>,
-        before_seq: Option<u64>,
-        bodies: Option<bool>,
-    ) -> RpcResult<kd_proto::types::Messages> {
-        threads::messages(&self.d, thread, since_seq, limit, before_seq, bodies).await
-    }
-
-    async fn message_append(
-        &self,
-        thread: String,
-        from: String,
-        body: String,
-        to: Option<Vec<String>>,
-        cc: Option<Vec<String>>,
-        reply_to: Option<u64>,
-        kind: Option<MessageKind>,
-        round: Option<u32>,
-        correlation_id: Option<String>,
-        fence: Option<Fence>,
-    ) -> RpcResult<Message> {
-        threads::append(&self.d, thread, from, body, to, cc, reply_to, kind, round, correlation_id, fence).await
     }
 
     async fn thread_subscribe(

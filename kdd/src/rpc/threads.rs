@@ -11,7 +11,6 @@ use super::error::invalid;
 use super::validate;
 use crate::agent::registry::StopReason;
 use crate::db::messages::NewMessage;
-use crate::db::messages::Page;
 use crate::db::threads::NewThread as NewThreadRow;
 use crate::lifecycle;
 use crate::state::Daemon;
@@ -164,55 +163,6 @@ pub async fn set_title(d: &Daemon, thread: String, title: String) -> RpcResult<T
     validate::thread_id(&thread)?;
     let title = validate::title("title", Some(&title))?.unwrap_or_default();
     Ok(d.db.set_thread_title(thread, title).await?)
-}
-
-pub async fn messages(
-    d: &Daemon,
-    thread: String,
-    since_seq: Option<u64>,
-    limit: Option<u32>,
-    before_seq: Option<u64>,
-    bodies: Option<bool>,
-) -> RpcResult<kd_proto::types::Messages> {
-    validate::thread_id(&thread)?;
-    validate::position("since_seq", since_seq)?;
-    validate::position("before_seq", before_seq)?;
-    let page = Page {
-        after: since_seq.unwrap_or(0),
-        before: before_seq,
-        limit,
-        from_end: before_seq.is_some() && since_seq.is_none(),
-        bodies: bodies.unwrap_or(true),
-        budget: d.page_bytes,
-    };
-    Ok(d.db.messages_page(thread, page).await?)
-}
-
-pub async fn append(
-    d: &Daemon,
-    thread: String,
-    from: String,
-    body: String,
-    to: Option<Vec<String>>,
-    cc: Option<Vec<String>>,
-    reply_to: Option<u64>,
-    kind: Option<MessageKind>,
-    round: Option<u32>,
-    correlation_id: Option<String>,
-    fence: Option<Fence>,
-) -> RpcResult<Message> {
-    validate::thread_id(&thread)?;
-    validate::member(&from).map_err(|e| invalid(format!("from: {}", e.message())))?;
-    let to = to.unwrap_or_else(|| vec![ALL.to_string()]);
-    if to.is_empty() {
-        return Err(invalid("to is empty; omit it or use [\"all\"] to address everyone"));
-    }
-    let (to, cc) = validate::recipients(to, cc.unwrap_or_default())?;
-    validate::label("correlation_id", correlation_id.as_deref())?;
-    let kind = kind.unwrap_or(if from == KING { MessageKind::King } else { MessageKind::Agent });
-    let m =
-        NewMessage { cc, reply_to, round, correlation_id, fence, ..NewMessage::new(&thread, &from, to, kind, body) };
-    Ok(d.db.append_message(m).await?)
 }
 
 pub async fn import(
