@@ -21,6 +21,7 @@ pub mod prelude {
     pub use crate::library::LibraryApiClient;
     pub use crate::member::MemberApiClient;
     pub use crate::message::MessageApiClient;
+    pub use crate::registry::RegistryApiClient;
     pub use crate::work::WorkApiClient;
 }
 
@@ -141,60 +142,6 @@ pub trait KdApi {
         origin: Option<String>,
     ) -> RpcResult<Thread>;
 
-    #[method(name = "run.list", param_kind = map)]
-    async fn run_list(&self, thread: Option<String>) -> RpcResult<Vec<RunInfo>>;
-
-    #[method(name = "run.cancel", param_kind = map)]
-    async fn run_cancel(&self, thread: String, member: Option<String>, run: Option<String>) -> RpcResult<Vec<RunInfo>>;
-
-    #[method(name = "session.start", param_kind = map)]
-    async fn session_start(
-        &self,
-        thread: String,
-        agent: String,
-        backend_session_id: Option<String>,
-        holder: Option<String>,
-        pid: Option<u32>,
-        metadata: Option<serde_json::Value>,
-    ) -> RpcResult<Session>;
-
-    #[method(name = "session.resume", param_kind = map)]
-    async fn session_resume(&self, session: String, holder: Option<String>, pid: Option<u32>) -> RpcResult<Session>;
-
-    #[method(name = "session.end", param_kind = map)]
-    async fn session_end(
-        &self,
-        session: String,
-        status: Option<SessionStatus>,
-        backend_session_id: Option<String>,
-    ) -> RpcResult<Session>;
-
-    #[method(name = "session.list", param_kind = map)]
-    async fn session_list(
-        &self,
-        thread: Option<String>,
-        agent: Option<String>,
-        status: Option<SessionStatus>,
-    ) -> RpcResult<Vec<Session>>;
-
-    #[method(name = "session.get", param_kind = map)]
-    async fn session_get(&self, session: String) -> RpcResult<Session>;
-
-    #[method(name = "lock.acquire", param_kind = map)]
-    async fn lock_acquire(
-        &self,
-        resource: String,
-        holder: String,
-        ttl_ms: u64,
-        pid: Option<u32>,
-    ) -> RpcResult<LockOutcome>;
-
-    #[method(name = "lock.release", param_kind = map)]
-    async fn lock_release(&self, resource: String, token: u64) -> RpcResult<LockReleased>;
-
-    #[method(name = "lock.list", param_kind = map)]
-    async fn lock_list(&self, resource: Option<String>) -> RpcResult<Vec<Lock>>;
-
     /// Routes a message from the King or a member to members (F-X1).
     #[method(name = "message.route", param_kind = map, with_extensions)]
     async fn message_route(
@@ -280,18 +227,4 @@ pub trait KdApi {
 
     #[method(name = "resource.read", param_kind = map)]
     async fn resource_read(&self, resource: String, agent: String, thread: Option<String>) -> RpcResult<RaceCheck>;
-
-    /// The newest events (before `before_id`), or the first after
-    /// `since_id`; oldest first either way. At most
-    /// `types::EVENTS_PAGE` at once.
-    #[method(name = "events.list", param_kind = map)]
-    async fn events_list(
-        &self,
-        thread: Option<String>,
-        agent: Option<String>,
-        kind: Option<String>,
-        since_id: Option<u64>,
-        limit: Option<u32>,
-        before_id: Option<u64>,
-    ) -> RpcResult<Vec<Event>>;
 }

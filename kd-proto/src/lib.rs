@@ -35,6 +35,7 @@ pub mod names;
 pub mod openrpc;
 pub mod order;
 pub mod paths;
+pub mod registry;
 pub mod title;
 pub mod types;
 pub mod work;
@@ -45,6 +46,7 @@ pub use error::{ErrorCode, RpcResult};
 pub use library::{LibraryApiClient, LibraryApiServer};
 pub use member::{MemberApiClient, MemberApiServer};
 pub use message::{MessageApiClient, MessageApiServer};
+pub use registry::{RegistryApiClient, RegistryApiServer};
 pub use work::{WorkApiClient, WorkApiServer};
 
 /// Version of the wire protocol, independent of the release version. A

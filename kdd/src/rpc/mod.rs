@@ -34,7 +34,8 @@ use jsonrpsee::server::PendingSubscriptionSink;
 use jsonrpsee::{Extensions, Methods, RpcModule};
 use kd_proto::types::*;
 use kd_proto::{
-    DaemonApiServer, KdApiServer, LibraryApiServer, MemberApiServer, MessageApiServer, RpcResult, WorkApiServer,
+    DaemonApiServer, KdApiServer, LibraryApiServer, MemberApiServer, MessageApiServer, RegistryApiServer, RpcResult,
+    WorkApiServer,
 };
 
 use crate::state::Daemon;
@@ -51,7 +52,8 @@ pub struct Rpc {
 /// method is served).
 pub fn module(d: Arc<Daemon>) -> RpcModule<()> {
     let rpc = Rpc { d };
-    let domains: [(&str, Methods); 6] = [
+    let domains: [(&str, Methods); 7] = [
+        ("registry", RegistryApiServer::into_rpc(rpc.clone()).into()),
         ("message", MessageApiServer::into_rpc(rpc.clone()).into()),
         ("library", LibraryApiServer::into_rpc(rpc.clone()).into()),
         ("daemon", DaemonApiServer::into_rpc(rpc.clone()).into()),
@@ -193,70 +195,6 @@ impl KdApiServer for Rpc {
         threads::import(&self.d, workspace, branch, id, title, members, created_at_ms, messages, origin).await
     }
 
-    async fn run_list(&self, thread: Option<String>) -> RpcResult<Vec<RunInfo>> {
-        registry::run_list(&self.d, thread).await
-    }
-
-    async fn run_cancel(&self, thread: String, member: Option<String>, run: Option<String>) -> RpcResult<Vec<RunInfo>> {
-        registry::run_cancel(&self.d, thread, member, run).await
-    }
-
-    async fn session_start(
-        &self,
-        thread: String,
-        agent: String,
-        backend_session_id: Option<String>,
-        holder: Option<String>,
-        pid: Option<u32>,
-        metadata: Option<serde_json::Value>,
-    ) -> RpcResult<Session> {
-        registry::session_start(&self.d, thread, agent, backend_session_id, holder, pid, metadata).await
-    }
-
-    async fn session_resume(&self, session: String, holder: Option<String>, pid: Option<u32>) -> RpcResult<Session> {
-        registry::session_resume(&self.d, session, holder, pid).await
-    }
-
-    async fn session_end(
-        &self,
-        session: String,
-        status: Option<SessionStatus>,
-        backend_session_id: Option<String>,
-    ) -> RpcResult<Session> {
-        registry::session_end(&self.d, session, status, backend_session_id).await
-    }
-
-    async fn session_list(
-        &self,
-        thread: Option<String>,
-        agent: Option<String>,
-        status: Option<SessionStatus>,
-    ) -> RpcResult<Vec<Session>> {
-        registry::session_list(&self.d, thread, agent, status).await
-    }
-
-    async fn session_get(&self, session: String) -> RpcResult<Session> {
-        registry::session_get(&self.d, session).await
-    }
-
-    async fn lock_acquire(
-        &self,
-        resource: String,
-        holder: String,
-        ttl_ms: u64,
-        pid: Option<u32>,
-    ) -> RpcResult<LockOutcome> {
-        registry::lock_acquire(&self.d, resource, holder, ttl_ms, pid).await
-    }
-
-    async fn lock_release(&self, resource: String, token: u64) -> RpcResult<LockReleased> {
-        registry::lock_release(&self.d, resource, token).await
-    }
-
-    async fn lock_list(&self, resource: Option<String>) -> RpcResult<Vec<Lock>> {
-        registry::lock_list(&self.d, resource).await
-    }
-
     async fn message_route(
         &self,
         ext: &Extensions,
@@ -363,18 +301,6 @@ impl KdApiServer for Rpc {
 
     async fn resource_read(&self, resource: String, agent: String, thread: Option<String>) -> RpcResult<RaceCheck> {
         coordination::resource(&self.d, resource, agent, thread, Access::Read, None).await
-    }
-
-    async fn events_list(
-        &self,
-        thread: Option<String>,
-        agent: Option<String>,
-        kind: Option<String>,
-        since_id: Option<u64>,
-        limit: Option<u32>,
-        before_id: Option<u64>,
-    ) -> RpcResult<Vec<Event>> {
-        registry::events_list(&self.d, thread, agent, kind, since_id, limit, before_id).await
     }
 }
 
