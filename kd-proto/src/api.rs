@@ -22,61 +22,12 @@ pub mod prelude {
     pub use crate::member::MemberApiClient;
     pub use crate::message::MessageApiClient;
     pub use crate::registry::RegistryApiClient;
+    pub use crate::thread::ThreadApiClient;
     pub use crate::work::WorkApiClient;
 }
 
 #[rpc(server, client)]
 pub trait KdApi {
-    #[method(name = "thread.create", param_kind = map)]
-    async fn thread_create(
-        &self,
-        workspace: String,
-        branch: Option<String>,
-        title: Option<String>,
-        members: Option<Vec<String>>,
-        id: Option<String>,
-        lineage: Option<Lineage>,
-        parent: Option<String>,
-        set_current: Option<bool>,
-        // The macro's generated client uses a local named `context`.
-        #[argument(rename = "context")] context_mode: Option<ContextMode>,
-    ) -> RpcResult<Thread>;
-
-    #[method(name = "thread.list", param_kind = map)]
-    async fn thread_list(
-        &self,
-        workspace: Option<String>,
-        status: Option<ThreadStatus>,
-        limit: Option<u32>,
-    ) -> RpcResult<Vec<Thread>>;
-
-    #[method(name = "thread.get", param_kind = map)]
-    async fn thread_get(&self, thread: String) -> RpcResult<Thread>;
-
-    #[method(name = "thread.current", param_kind = map)]
-    async fn thread_current(&self, workspace: String, branch: Option<String>) -> RpcResult<Option<Thread>>;
-
-    #[method(name = "thread.set_current", param_kind = map)]
-    async fn thread_set_current(&self, workspace: String, branch: Option<String>, thread: String) -> RpcResult<Thread>;
-
-    #[method(name = "thread.archive", param_kind = map)]
-    async fn thread_archive(&self, thread: String) -> RpcResult<Thread>;
-
-    #[method(name = "thread.summarize", param_kind = map)]
-    async fn thread_summarize(&self, thread: String) -> RpcResult<Thread>;
-
-    #[method(name = "thread.fork", param_kind = map)]
-    async fn thread_fork(&self, thread: String, title: Option<String>) -> RpcResult<Thread>;
-
-    #[method(name = "thread.unarchive", param_kind = map)]
-    async fn thread_unarchive(&self, thread: String) -> RpcResult<Thread>;
-
-    #[method(name = "thread.delete", param_kind = map)]
-    async fn thread_delete(&self, thread: String, force: Option<bool>) -> RpcResult<Deleted>;
-
-    #[method(name = "thread.set_title", param_kind = map)]
-    async fn thread_set_title(&self, thread: String, title: String) -> RpcResult<Thread>;
-
     /// Messages after `since_seq` from the registry, then live events.
     #[subscription(
         name = "thread.subscribe" => "thread.event",
@@ -127,20 +78,6 @@ pub trait KdApi {
     /// where each came from; an invalid configuration is an error.
     #[method(name = "config.get", param_kind = map)]
     async fn config_get(&self, workspace: String) -> RpcResult<ConfigView>;
-
-    /// Creates a thread with its messages, in one transaction.
-    #[method(name = "thread.import", param_kind = map)]
-    async fn thread_import(
-        &self,
-        workspace: String,
-        branch: Option<String>,
-        id: Option<String>,
-        title: Option<String>,
-        members: Option<Vec<String>>,
-        created_at_ms: Option<i64>,
-        messages: Vec<ImportedMessage>,
-        origin: Option<String>,
-    ) -> RpcResult<Thread>;
 
     /// Routes a message from the King or a member to members (F-X1).
     #[method(name = "message.route", param_kind = map, with_extensions)]

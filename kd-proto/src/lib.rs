@@ -36,6 +36,7 @@ pub mod openrpc;
 pub mod order;
 pub mod paths;
 pub mod registry;
+pub mod thread;
 pub mod title;
 pub mod types;
 pub mod work;
@@ -47,6 +48,7 @@ pub use library::{LibraryApiClient, LibraryApiServer};
 pub use member::{MemberApiClient, MemberApiServer};
 pub use message::{MessageApiClient, MessageApiServer};
 pub use registry::{RegistryApiClient, RegistryApiServer};
+pub use thread::{ThreadApiClient, ThreadApiServer};
 pub use work::{WorkApiClient, WorkApiServer};
 
 /// Version of the wire protocol, independent of the release version. A

@@ -8,75 +8,9 @@ pub use crate::exchange::*;
 pub use crate::library::*;
 pub use crate::message::*;
 pub use crate::registry::*;
+pub use crate::thread::*;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ThreadStatus {
-    Active,
-    Idle,
-    Archived,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Lineage {
-    /// The workspace's main line of conversation.
-    Trunk,
-    /// Forked from a parent thread.
-    Branch,
-}
-
-/// How an agent is given the conversation on each turn (F-A4).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ContextMode {
-    /// The whole thread history goes into every prompt; no backend session.
-    #[default]
-    History,
-    /// The backend's own session for this thread and agent is resumed; the
-    /// prompt carries only what the agent has not seen.
-    Resume,
-}
-
-impl ContextMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ContextMode::History => "history",
-            ContextMode::Resume => "resume",
-        }
-    }
-}
-
-/// A conversation: messages, its members, where it was started.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct Thread {
-    pub id: String,
-    /// The directory the conversation belongs to (the client's git work tree or cwd).
-    pub workspace: String,
-    /// The git branch checked out in the workspace when the thread was created.
-    pub branch: Option<String>,
-    pub title: Option<String>,
-    pub status: ThreadStatus,
-    pub lineage: Lineage,
-    /// The thread this one was forked from (branch lineage).
-    pub parent: Option<String>,
-    /// Council members taking part, in turn order.
-    pub members: Vec<String>,
-    pub context: ContextMode,
-    pub created_at_ms: i64,
-    pub last_activity_at_ms: i64,
-    /// Highest message seq (0 for an empty thread); also the message count.
-    pub last_seq: u64,
-    /// Where an imported thread came from (e.g. `kingdom:/repo/.kd/branches/main/threads/council-a8b3`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub origin: Option<String>,
-    /// What the thread came to, written when it was archived (or by
-    /// `kd summarize`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub summary: Option<String>,
-}
 
 pub use crate::order::display_order;
 
@@ -214,16 +148,6 @@ pub enum ThreadEvent {
     Work { worktree: Box<crate::work::Worktree> },
 }
 
-/// Answer to `thread.delete`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct Deleted {
-    pub thread: String,
-    /// Messages deleted with it.
-    pub messages: u64,
-    /// Runs that were in flight and were cancelled first (`force`).
-    pub cancelled_runs: u32,
-}
-
 /// Answer to `council.interrupt`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Interrupted {
@@ -231,26 +155,6 @@ pub struct Interrupted {
     pub runs: Vec<RunInfo>,
     /// Whether pending auto-turns were stopped.
     pub stopped_exchange: bool,
-}
-
-/// A message of `thread.import`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct ImportedMessage {
-    pub from: String,
-    pub to: Vec<String>,
-    /// Default: king when from is king, else agent.
-    #[serde(default)]
-    pub kind: Option<MessageKind>,
-    pub body: String,
-    pub created_at_ms: i64,
-    /// Files the message refers to.
-    #[serde(default)]
-    pub refs: Vec<String>,
-    /// The backend and model that answered, when the file says.
-    #[serde(default)]
-    pub backend: Option<String>,
-    #[serde(default)]
-    pub model: Option<String>,
 }
 
 /// One effective configuration value and where it came from.

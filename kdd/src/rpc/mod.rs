@@ -35,7 +35,7 @@ use jsonrpsee::{Extensions, Methods, RpcModule};
 use kd_proto::types::*;
 use kd_proto::{
     DaemonApiServer, KdApiServer, LibraryApiServer, MemberApiServer, MessageApiServer, RegistryApiServer, RpcResult,
-    WorkApiServer,
+    ThreadApiServer, WorkApiServer,
 };
 
 use crate::state::Daemon;
@@ -52,7 +52,8 @@ pub struct Rpc {
 /// method is served).
 pub fn module(d: Arc<Daemon>) -> RpcModule<()> {
     let rpc = Rpc { d };
-    let domains: [(&str, Methods); 7] = [
+    let domains: [(&str, Methods); 8] = [
+        ("thread", ThreadApiServer::into_rpc(rpc.clone()).into()),
         ("registry", RegistryApiServer::into_rpc(rpc.clone()).into()),
         ("message", MessageApiServer::into_rpc(rpc.clone()).into()),
         ("library", LibraryApiServer::into_rpc(rpc.clone()).into()),
@@ -74,67 +75,6 @@ pub fn module(d: Arc<Daemon>) -> RpcModule<()> {
 
 #[async_trait]
 impl KdApiServer for Rpc {
-    async fn thread_create(
-        &self,
-        workspace: String,
-        branch: Option<String>,
-        title: Option<String>,
-        members: Option<Vec<String>>,
-        id: Option<String>,
-        lineage: Option<Lineage>,
-        parent: Option<String>,
-        set_current: Option<bool>,
-        context_mode: Option<ContextMode>,
-    ) -> RpcResult<Thread> {
-        threads::create(&self.d, workspace, branch, title, members, id, lineage, parent, set_current, context_mode)
-            .await
-    }
-
-    async fn thread_list(
-        &self,
-        workspace: Option<String>,
-        status: Option<ThreadStatus>,
-        limit: Option<u32>,
-    ) -> RpcResult<Vec<Thread>> {
-        threads::list(&self.d, workspace, status, limit).await
-    }
-
-    async fn thread_get(&self, thread: String) -> RpcResult<Thread> {
-        threads::get(&self.d, thread).await
-    }
-
-    async fn thread_current(&self, workspace: String, branch: Option<String>) -> RpcResult<Option<Thread>> {
-        threads::current(&self.d, workspace, branch).await
-    }
-
-    async fn thread_set_current(&self, workspace: String, branch: Option<String>, thread: String) -> RpcResult<Thread> {
-        threads::set_current(&self.d, workspace, branch, thread).await
-    }
-
-    async fn thread_archive(&self, thread: String) -> RpcResult<Thread> {
-        threads::archive(&self.d, thread).await
-    }
-
-    async fn thread_summarize(&self, thread: String) -> RpcResult<Thread> {
-        threads::summarize(&self.d, thread).await
-    }
-
-    async fn thread_fork(&self, thread: String, title: Option<String>) -> RpcResult<Thread> {
-        threads::fork(&self.d, thread, title).await
-    }
-
-    async fn thread_unarchive(&self, thread: String) -> RpcResult<Thread> {
-        threads::unarchive(&self.d, thread).await
-    }
-
-    async fn thread_delete(&self, thread: String, force: Option<bool>) -> RpcResult<Deleted> {
-        threads::delete(&self.d, thread, force).await
-    }
-
-    async fn thread_set_title(&self, thread: String, title: String) -> RpcResult<Thread> {
-        threads::set_title(&self.d, thread, title).await
-    }
-
     async fn thread_subscribe(
         &self,
         pending: PendingSubscriptionSink,
@@ -179,20 +119,6 @@ impl KdApiServer for Rpc {
 
     async fn config_get(&self, workspace: String) -> RpcResult<ConfigView> {
         council::config(workspace).await
-    }
-
-    async fn thread_import(
-        &self,
-        workspace: String,
-        branch: Option<String>,
-        id: Option<String>,
-        title: Option<String>,
-        members: Option<Vec<String>>,
-        created_at_ms: Option<i64>,
-        messages: Vec<ImportedMessage>,
-        origin: Option<String>,
-    ) -> RpcResult<Thread> {
-        threads::import(&self.d, workspace, branch, id, title, members, created_at_ms, messages, origin).await
     }
 
     async fn message_route(
