@@ -17,6 +17,7 @@ use crate::types::*;
 /// `use kd_proto::api::prelude::*;` (or `kd_client::prelude`).
 pub mod prelude {
     pub use crate::api::KdApiClient;
+    pub use crate::coord::CoordinationApiClient;
     pub use crate::daemon::DaemonApiClient;
     pub use crate::library::LibraryApiClient;
     pub use crate::member::MemberApiClient;
@@ -79,89 +80,7 @@ pub trait KdApi {
     #[method(name = "config.get", param_kind = map)]
     async fn config_get(&self, workspace: String) -> RpcResult<ConfigView>;
 
-    /// Routes a message from the King or a member to members (F-X1).
-    #[method(name = "message.route", param_kind = map, with_extensions)]
-    async fn message_route(
-        &self,
-        thread: String,
-        from: String,
-        body: String,
-        to: Option<Vec<String>>,
-        cc: Option<Vec<String>>,
-        reply_to: Option<u64>,
-        #[argument(rename = "type")] route_type: Option<RouteType>,
-        correlation_id: Option<String>,
-    ) -> RpcResult<Routed>;
-
-    /// A member's inbox (F-X3).
-    #[method(name = "queue.read", param_kind = map)]
-    async fn queue_read(
-        &self,
-        member: String,
-        thread: Option<String>,
-        types: Option<Vec<RouteType>>,
-        status: Option<InboxStatus>,
-        limit: Option<u32>,
-        mark_read: Option<bool>,
-    ) -> RpcResult<Vec<InboxItem>>;
-
-    #[method(name = "queue.process", param_kind = map)]
-    async fn queue_process(&self, member: String, ids: Vec<u64>, action: Option<InboxStatus>) -> RpcResult<Processed>;
-
-    #[method(name = "queue.subscribe", param_kind = map)]
-    async fn queue_subscribe(
-        &self,
-        thread: String,
-        member: String,
-        types: Vec<RouteType>,
-        mode: DeliveryMode,
-    ) -> RpcResult<DeliveryPrefs>;
-
-    /// One prompt to several members in parallel (F-X2).
-    #[method(name = "completion.agents", param_kind = map, with_extensions)]
-    async fn completion_agents(
-        &self,
-        thread: String,
-        body: String,
-        agents: Option<Vec<String>>,
-        wait: Option<Wait>,
-        timeout_s: Option<u64>,
-        aggregation: Option<Aggregation>,
-        vote: Option<bool>,
-        chair: Option<String>,
-        id: Option<String>,
-    ) -> RpcResult<Completion>;
-
     /// The daemon's view of the exchange begun by message `seq` of `thread`.
     #[method(name = "exchange.get", param_kind = map)]
     async fn exchange_get(&self, thread: String, seq: u64) -> RpcResult<ExchangeInfo>;
-
-    /// An emergency to every member (F-X4).
-    #[method(name = "emergency.broadcast", param_kind = map, with_extensions)]
-    async fn emergency_broadcast(
-        &self,
-        thread: String,
-        body: String,
-        from: Option<String>,
-        stop: Option<bool>,
-    ) -> RpcResult<Emergency>;
-
-    #[method(name = "emergency.ack", param_kind = map)]
-    async fn emergency_ack(&self, thread: String, member: String, broadcast: Option<String>) -> RpcResult<Vec<Ack>>;
-
-    #[method(name = "emergency.pending", param_kind = map)]
-    async fn emergency_pending(&self, thread: Option<String>, all: Option<bool>) -> RpcResult<Vec<Ack>>;
-
-    /// Declares a write of a shared resource (F-X5).
-    #[method(name = "resource.write", param_kind = map)]
-    async fn resource_write(
-        &self,
-        resource: String,
-        agent: String,
-        thread: Option<String>,
-        window_ms: Option<u64>,
-    ) -> RpcResult<RaceCheck>;
-
-    #[method(name = "resource.read", param_kind = map)]
-    async fn resource_read(&self, resource: String, agent: String, thread: Option<String>) -> RpcResult<RaceCheck>;
 }

@@ -42,6 +42,7 @@ pub mod types;
 pub mod work;
 
 pub use api::{KdApiClient, KdApiServer};
+pub use coord::{CoordinationApiClient, CoordinationApiServer};
 pub use daemon::{DaemonApiClient, DaemonApiServer};
 pub use error::{ErrorCode, RpcResult};
 pub use library::{LibraryApiClient, LibraryApiServer};

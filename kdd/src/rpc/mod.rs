@@ -34,8 +34,8 @@ use jsonrpsee::server::PendingSubscriptionSink;
 use jsonrpsee::{Extensions, Methods, RpcModule};
 use kd_proto::types::*;
 use kd_proto::{
-    DaemonApiServer, KdApiServer, LibraryApiServer, MemberApiServer, MessageApiServer, RegistryApiServer, RpcResult,
-    ThreadApiServer, WorkApiServer,
+    CoordinationApiServer, DaemonApiServer, KdApiServer, LibraryApiServer, MemberApiServer, MessageApiServer,
+    RegistryApiServer, RpcResult, ThreadApiServer, WorkApiServer,
 };
 
 use crate::state::Daemon;
@@ -52,7 +52,8 @@ pub struct Rpc {
 /// method is served).
 pub fn module(d: Arc<Daemon>) -> RpcModule<()> {
     let rpc = Rpc { d };
-    let domains: [(&str, Methods); 8] = [
+    let domains: [(&str, Methods); 9] = [
+        ("coordination", CoordinationApiServer::into_rpc(rpc.clone()).into()),
         ("thread", ThreadApiServer::into_rpc(rpc.clone()).into()),
         ("registry", RegistryApiServer::into_rpc(rpc.clone()).into()),
         ("message", MessageApiServer::into_rpc(rpc.clone()).into()),
@@ -121,112 +122,8 @@ impl KdApiServer for Rpc {
         council::config(workspace).await
     }
 
-    async fn message_route(
-        &self,
-        ext: &Extensions,
-        thread: String,
-        from: String,
-        body: String,
-        to: Option<Vec<String>>,
-        cc: Option<Vec<String>>,
-        reply_to: Option<u64>,
-        route_type: Option<RouteType>,
-        correlation_id: Option<String>,
-    ) -> RpcResult<Routed> {
-        coordination::message_route(&self.d, ext, thread, from, body, to, cc, reply_to, route_type, correlation_id)
-            .await
-    }
-
-    async fn queue_read(
-        &self,
-        member: String,
-        thread: Option<String>,
-        types: Option<Vec<RouteType>>,
-        status: Option<InboxStatus>,
-        limit: Option<u32>,
-        mark_read: Option<bool>,
-    ) -> RpcResult<Vec<InboxItem>> {
-        coordination::queue_read(&self.d, member, thread, types, status, limit, mark_read).await
-    }
-
-    async fn queue_process(&self, member: String, ids: Vec<u64>, action: Option<InboxStatus>) -> RpcResult<Processed> {
-        coordination::queue_process(&self.d, member, ids, action).await
-    }
-
-    async fn queue_subscribe(
-        &self,
-        thread: String,
-        member: String,
-        types: Vec<RouteType>,
-        mode: DeliveryMode,
-    ) -> RpcResult<DeliveryPrefs> {
-        coordination::queue_subscribe(&self.d, thread, member, types, mode).await
-    }
-
-    async fn completion_agents(
-        &self,
-        ext: &Extensions,
-        thread: String,
-        body: String,
-        agents: Option<Vec<String>>,
-        wait: Option<Wait>,
-        timeout_s: Option<u64>,
-        aggregation: Option<Aggregation>,
-        vote: Option<bool>,
-        chair: Option<String>,
-        id: Option<String>,
-    ) -> RpcResult<Completion> {
-        coordination::completion_agents(
-            &self.d,
-            ext,
-            thread,
-            body,
-            agents,
-            wait,
-            timeout_s,
-            aggregation,
-            vote,
-            chair,
-            id,
-        )
-        .await
-    }
-
     async fn exchange_get(&self, thread: String, seq: u64) -> RpcResult<ExchangeInfo> {
         exchange::get(&self.d, thread, seq).await
-    }
-
-    async fn emergency_broadcast(
-        &self,
-        ext: &Extensions,
-        thread: String,
-        body: String,
-        from: Option<String>,
-        stop: Option<bool>,
-    ) -> RpcResult<Emergency> {
-        coordination::emergency_broadcast(&self.d, ext, thread, body, from, stop).await
-    }
-
-    async fn emergency_ack(&self, thread: String, member: String, broadcast: Option<String>) -> RpcResult<Vec<Ack>> {
-        coordination::emergency_ack(&self.d, thread, member, broadcast).await
-    }
-
-    async fn emergency_pending(&self, thread: Option<String>, all: Option<bool>) -> RpcResult<Vec<Ack>> {
-        coordination::emergency_pending(&self.d, thread, all).await
-    }
-
-    async fn resource_write(
-        &self,
-        resource: String,
-        agent: String,
-        thread: Option<String>,
-        window_ms: Option<u64>,
-    ) -> RpcResult<RaceCheck> {
-        coordination::resource(&self.d, resource, agent, thread, Access::Write, window_ms).await
-    }
-
-    async fn resource_read(&self, resource: String, agent: String, thread: Option<String>) -> RpcResult<RaceCheck> {
-        coordination::resource(&self.d, resource, agent, thread, Access::Read, None).await
     }
 }
 
