@@ -19,6 +19,7 @@ pub mod prelude {
     pub use crate::api::KdApiClient;
     pub use crate::coord::CoordinationApiClient;
     pub use crate::daemon::DaemonApiClient;
+    pub use crate::exchange::ExchangeApiClient;
     pub use crate::library::LibraryApiClient;
     pub use crate::member::MemberApiClient;
     pub use crate::message::MessageApiClient;
@@ -79,8 +80,4 @@ pub trait KdApi {
     /// where each came from; an invalid configuration is an error.
     #[method(name = "config.get", param_kind = map)]
     async fn config_get(&self, workspace: String) -> RpcResult<ConfigView>;
-
-    /// The daemon's view of the exchange begun by message `seq` of `thread`.
-    #[method(name = "exchange.get", param_kind = map)]
-    async fn exchange_get(&self, thread: String, seq: u64) -> RpcResult<ExchangeInfo>;
 }

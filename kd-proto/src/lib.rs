@@ -45,6 +45,7 @@ pub use api::{KdApiClient, KdApiServer};
 pub use coord::{CoordinationApiClient, CoordinationApiServer};
 pub use daemon::{DaemonApiClient, DaemonApiServer};
 pub use error::{ErrorCode, RpcResult};
+pub use exchange::{ExchangeApiClient, ExchangeApiServer};
 pub use library::{LibraryApiClient, LibraryApiServer};
 pub use member::{MemberApiClient, MemberApiServer};
 pub use message::{MessageApiClient, MessageApiServer};

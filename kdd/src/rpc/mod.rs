@@ -34,8 +34,8 @@ use jsonrpsee::server::PendingSubscriptionSink;
 use jsonrpsee::{Extensions, Methods, RpcModule};
 use kd_proto::types::*;
 use kd_proto::{
-    CoordinationApiServer, DaemonApiServer, KdApiServer, LibraryApiServer, MemberApiServer, MessageApiServer,
-    RegistryApiServer, RpcResult, ThreadApiServer, WorkApiServer,
+    CoordinationApiServer, DaemonApiServer, ExchangeApiServer, KdApiServer, LibraryApiServer, MemberApiServer,
+    MessageApiServer, RegistryApiServer, RpcResult, ThreadApiServer, WorkApiServer,
 };
 
 use crate::state::Daemon;
@@ -52,7 +52,8 @@ pub struct Rpc {
 /// method is served).
 pub fn module(d: Arc<Daemon>) -> RpcModule<()> {
     let rpc = Rpc { d };
-    let domains: [(&str, Methods); 9] = [
+    let domains: [(&str, Methods); 10] = [
+        ("exchange", ExchangeApiServer::into_rpc(rpc.clone()).into()),
         ("coordination", CoordinationApiServer::into_rpc(rpc.clone()).into()),
         ("thread", ThreadApiServer::into_rpc(rpc.clone()).into()),
         ("registry", RegistryApiServer::into_rpc(rpc.clone()).into()),
@@ -120,10 +121,6 @@ impl KdApiServer for Rpc {
 
     async fn config_get(&self, workspace: String) -> RpcResult<ConfigView> {
         council::config(workspace).await
-    }
-
-    async fn exchange_get(&self, thread: String, seq: u64) -> RpcResult<ExchangeInfo> {
-        exchange::get(&self.d, thread, seq).await
     }
 }
 
