@@ -18,6 +18,7 @@ use crate::types::*;
 pub mod prelude {
     pub use crate::api::KdApiClient;
     pub use crate::coord::CoordinationApiClient;
+    pub use crate::council::CouncilApiClient;
     pub use crate::daemon::DaemonApiClient;
     pub use crate::exchange::ExchangeApiClient;
     pub use crate::library::LibraryApiClient;
@@ -45,39 +46,4 @@ pub trait KdApi {
         // The macro's generated server uses a local named `pending`.
         #[argument(rename = "pending")] not_yet_created: Option<bool>,
     ) -> SubscriptionResult;
-
-    /// Sends a message from the King and starts a run for each addressed member.
-    #[method(name = "council.send", param_kind = map, with_extensions)]
-    async fn council_send(
-        &self,
-        thread: String,
-        body: String,
-        to: Option<Vec<String>>,
-        mute: Option<Vec<String>>,
-        style: Option<Style>,
-        timeout_s: Option<u64>,
-        correlation_id: Option<String>,
-        rounds: Option<u32>,
-        new_thread: Option<NewThread>,
-    ) -> RpcResult<Sent>;
-
-    /// Cancels this client's runs on the thread (all runs with `all`) and
-    /// stops further auto-turns until the next King message.
-    #[method(name = "council.interrupt", param_kind = map, with_extensions)]
-    async fn council_interrupt(&self, thread: String, all: Option<bool>) -> RpcResult<Interrupted>;
-
-    /// Re-queries the members whose last run failed; each answer replaces
-    /// the failed one.
-    #[method(name = "council.retry", param_kind = map, with_extensions)]
-    async fn council_retry(
-        &self,
-        thread: String,
-        style: Option<Style>,
-        timeout_s: Option<u64>,
-    ) -> RpcResult<Vec<RunInfo>>;
-
-    /// The effective configuration of a workspace, value by value, with
-    /// where each came from; an invalid configuration is an error.
-    #[method(name = "config.get", param_kind = map)]
-    async fn config_get(&self, workspace: String) -> RpcResult<ConfigView>;
 }

@@ -24,6 +24,7 @@
 pub mod api;
 pub mod color;
 pub mod coord;
+pub mod council;
 pub mod daemon;
 pub mod duration;
 pub mod error;
@@ -43,6 +44,7 @@ pub mod work;
 
 pub use api::{KdApiClient, KdApiServer};
 pub use coord::{CoordinationApiClient, CoordinationApiServer};
+pub use council::{CouncilApiClient, CouncilApiServer};
 pub use daemon::{DaemonApiClient, DaemonApiServer};
 pub use error::{ErrorCode, RpcResult};
 pub use exchange::{ExchangeApiClient, ExchangeApiServer};

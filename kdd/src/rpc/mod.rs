@@ -32,10 +32,9 @@ use std::sync::Arc;
 use jsonrpsee::core::{SubscriptionResult, async_trait};
 use jsonrpsee::server::PendingSubscriptionSink;
 use jsonrpsee::{Extensions, Methods, RpcModule};
-use kd_proto::types::*;
 use kd_proto::{
-    CoordinationApiServer, DaemonApiServer, ExchangeApiServer, KdApiServer, LibraryApiServer, MemberApiServer,
-    MessageApiServer, RegistryApiServer, RpcResult, ThreadApiServer, WorkApiServer,
+    CoordinationApiServer, CouncilApiServer, DaemonApiServer, ExchangeApiServer, KdApiServer, LibraryApiServer,
+    MemberApiServer, MessageApiServer, RegistryApiServer, ThreadApiServer, WorkApiServer,
 };
 
 use crate::state::Daemon;
@@ -52,7 +51,8 @@ pub struct Rpc {
 /// method is served).
 pub fn module(d: Arc<Daemon>) -> RpcModule<()> {
     let rpc = Rpc { d };
-    let domains: [(&str, Methods); 10] = [
+    let domains: [(&str, Methods); 11] = [
+        ("council", CouncilApiServer::into_rpc(rpc.clone()).into()),
         ("exchange", ExchangeApiServer::into_rpc(rpc.clone()).into()),
         ("coordination", CoordinationApiServer::into_rpc(rpc.clone()).into()),
         ("thread", ThreadApiServer::into_rpc(rpc.clone()).into()),
@@ -87,40 +87,6 @@ impl KdApiServer for Rpc {
     ) -> SubscriptionResult {
         let client = ext.get::<crate::client::ClientId>().copied();
         subscribe::run(self.d.clone(), pending, client, thread, since_seq, not_yet_created.unwrap_or(false)).await
-    }
-
-    async fn council_send(
-        &self,
-        ext: &Extensions,
-        thread: String,
-        body: String,
-        to: Option<Vec<String>>,
-        mute: Option<Vec<String>>,
-        style: Option<Style>,
-        timeout_s: Option<u64>,
-        correlation_id: Option<String>,
-        rounds: Option<u32>,
-        new_thread: Option<NewThread>,
-    ) -> RpcResult<Sent> {
-        council::send(&self.d, ext, thread, body, to, mute, style, timeout_s, correlation_id, rounds, new_thread).await
-    }
-
-    async fn council_interrupt(&self, ext: &Extensions, thread: String, all: Option<bool>) -> RpcResult<Interrupted> {
-        council::interrupt(&self.d, ext, thread, all).await
-    }
-
-    async fn council_retry(
-        &self,
-        ext: &Extensions,
-        thread: String,
-        style: Option<Style>,
-        timeout_s: Option<u64>,
-    ) -> RpcResult<Vec<RunInfo>> {
-        council::retry(&self.d, ext, thread, style, timeout_s).await
-    }
-
-    async fn config_get(&self, workspace: String) -> RpcResult<ConfigView> {
-        council::config(workspace).await
     }
 }
 
