@@ -5,7 +5,7 @@
 //! `message.route`, `queue.*`, `completion.agents`, `emergency.*` and
 //! `resource.*`.
 
-// Parameter lists are the wire format.
+// Parameter lists are the wire format (see `api.rs`).
 #![allow(clippy::too_many_arguments)]
 
 use jsonrpsee::proc_macros::rpc;

@@ -3,7 +3,7 @@
 //! modes, interrupting and retrying members' runs, and the configuration a
 //! workspace's council runs with (`config.get`).
 
-// Parameter lists are the wire format.
+// Parameter lists are the wire format (see `api.rs`).
 #![allow(clippy::too_many_arguments)]
 
 use jsonrpsee::proc_macros::rpc;

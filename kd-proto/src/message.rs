@@ -9,7 +9,7 @@
 //! rows, so that a 10,000-message thread is not built as values and then
 //! serialised a second time.
 
-// Parameter lists are the wire format.
+// Parameter lists are the wire format (see `api.rs`).
 #![allow(clippy::too_many_arguments)]
 
 use std::ops::{Deref, DerefMut};

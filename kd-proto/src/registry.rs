@@ -3,7 +3,7 @@
 //! sessions (`session.*`), conversation locks (`lock.*`) and the event log
 //! (`events.list`).
 
-// Parameter lists are the wire format.
+// Parameter lists are the wire format (see `api.rs`).
 #![allow(clippy::too_many_arguments)]
 
 use jsonrpsee::proc_macros::rpc;

@@ -3,7 +3,7 @@
 //! workspace and branch, archiving, summaries, forks, titles, deleting and
 //! importing (`thread.*`).
 
-// Parameter lists are the wire format.
+// Parameter lists are the wire format (see `api.rs`).
 #![allow(clippy::too_many_arguments)]
 
 use jsonrpsee::proc_macros::rpc;

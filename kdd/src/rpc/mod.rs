@@ -1,14 +1,16 @@
-//! The JSON-RPC methods: `KdApiServer` implemented over the daemon's state,
-//! one file per domain — [`daemon`], [`threads`], [`council`], [`registry`]
-//! (runs, sessions, locks, events), [`exchange`] (the exchange journal), [`coordination`] (routing, queues,
-//! completions, emergencies, races), [`member`] (what an agent does as
-//! itself by its run's capability) and [`subscribe`] — each a thin adapter:
-//! it checks parameter values ([`validate`]) and calls its subsystem; [`error`]
-//! turns registry errors into stable error codes. The trait's methods here
-//! only delegate.
-
-// Parameter lists are the wire format (see kd_proto::api).
-#![allow(clippy::too_many_arguments)]
+//! The JSON-RPC methods, one file per domain, each implementing its
+//! domain's trait of `kd_proto` on [`Rpc`]: [`daemon`], [`threads`],
+//! [`messages`], [`subscribe`] (`thread.subscribe`), [`council`],
+//! [`registry`] (runs, sessions, locks, events), [`library`] (search,
+//! cost), [`coordination`] (routing, queues, completions, emergencies,
+//! races), [`exchange`] (the exchange journal), [`member`] (what an agent
+//! does as itself by its run's capability) and [`work`] (members' work).
+//! Each is a thin adapter: it checks parameter values ([`validate`], once
+//! per method) and calls its subsystem; [`error`] turns registry errors
+//! into stable error codes. This file only builds the method table
+//! ([`module`]); the checks every call passes first — its parameter names
+//! ([`params`]) and, for an agent's process, which methods it may call
+//! ([`confine`]) — are the server's middleware ([`check`]).
 
 pub mod check;
 pub mod confine;
@@ -29,12 +31,10 @@ mod work;
 
 use std::sync::Arc;
 
-use jsonrpsee::core::{SubscriptionResult, async_trait};
-use jsonrpsee::server::PendingSubscriptionSink;
-use jsonrpsee::{Extensions, Methods, RpcModule};
+use jsonrpsee::{Methods, RpcModule};
 use kd_proto::{
-    CoordinationApiServer, CouncilApiServer, DaemonApiServer, ExchangeApiServer, KdApiServer, LibraryApiServer,
-    MemberApiServer, MessageApiServer, RegistryApiServer, ThreadApiServer, WorkApiServer,
+    CoordinationApiServer, CouncilApiServer, DaemonApiServer, ExchangeApiServer, LibraryApiServer, MemberApiServer,
+    MessageApiServer, RegistryApiServer, SubscribeApiServer, ThreadApiServer, WorkApiServer,
 };
 
 use crate::state::Daemon;
@@ -60,7 +60,7 @@ pub fn module(d: Arc<Daemon>) -> RpcModule<()> {
         ("message", MessageApiServer::into_rpc(rpc.clone()).into()),
         ("library", LibraryApiServer::into_rpc(rpc.clone()).into()),
         ("daemon", DaemonApiServer::into_rpc(rpc.clone()).into()),
-        ("King's", KdApiServer::into_rpc(rpc.clone()).into()),
+        ("subscribe", SubscribeApiServer::into_rpc(rpc.clone()).into()),
         // member.*: what an agent does as itself, by its run's capability.
         ("member", MemberApiServer::into_rpc(rpc.clone()).into()),
         // work.*: the King's methods on members' work.
@@ -73,21 +73,6 @@ pub fn module(d: Arc<Daemon>) -> RpcModule<()> {
         }
     }
     module
-}
-
-#[async_trait]
-impl KdApiServer for Rpc {
-    async fn thread_subscribe(
-        &self,
-        pending: PendingSubscriptionSink,
-        ext: &Extensions,
-        thread: String,
-        since_seq: Option<u64>,
-        not_yet_created: Option<bool>,
-    ) -> SubscriptionResult {
-        let client = ext.get::<crate::client::ClientId>().copied();
-        subscribe::run(self.d.clone(), pending, client, thread, since_seq, not_yet_created.unwrap_or(false)).await
-    }
 }
 
 #[cfg(test)]
