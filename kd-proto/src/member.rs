@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::coord::{Ack, InboxItem, RaceCheck, RouteType, Routed};
 use crate::error::RpcResult;
-use crate::types::SearchHit;
+use crate::library::SearchHit;
 
 /// What a run's capability stands for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -92,7 +92,7 @@ pub struct Worktree {
     /// How the member's last run in it ended (none yet: absent) — `done`
     /// work whose last run failed, was cancelled or cut is said so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_run: Option<crate::types::RunStatus>,
+    pub last_run: Option<crate::registry::RunStatus>,
 }
 
 /// What `work.start` began.
