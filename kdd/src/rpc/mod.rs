@@ -52,15 +52,15 @@ pub struct Rpc {
 pub fn module(d: Arc<Daemon>) -> RpcModule<()> {
     let rpc = Rpc { d };
     let domains: [(&str, Methods); 11] = [
-        ("council", CouncilApiServer::into_rpc(rpc.clone()).into()),
-        ("exchange", ExchangeApiServer::into_rpc(rpc.clone()).into()),
-        ("coordination", CoordinationApiServer::into_rpc(rpc.clone()).into()),
-        ("thread", ThreadApiServer::into_rpc(rpc.clone()).into()),
-        ("registry", RegistryApiServer::into_rpc(rpc.clone()).into()),
-        ("message", MessageApiServer::into_rpc(rpc.clone()).into()),
-        ("library", LibraryApiServer::into_rpc(rpc.clone()).into()),
         ("daemon", DaemonApiServer::into_rpc(rpc.clone()).into()),
+        ("thread", ThreadApiServer::into_rpc(rpc.clone()).into()),
+        ("message", MessageApiServer::into_rpc(rpc.clone()).into()),
         ("subscribe", SubscribeApiServer::into_rpc(rpc.clone()).into()),
+        ("council", CouncilApiServer::into_rpc(rpc.clone()).into()),
+        ("registry", RegistryApiServer::into_rpc(rpc.clone()).into()),
+        ("library", LibraryApiServer::into_rpc(rpc.clone()).into()),
+        ("coordination", CoordinationApiServer::into_rpc(rpc.clone()).into()),
+        ("exchange", ExchangeApiServer::into_rpc(rpc.clone()).into()),
         // member.*: what an agent does as itself, by its run's capability.
         ("member", MemberApiServer::into_rpc(rpc.clone()).into()),
         // work.*: the King's methods on members' work.
