@@ -10,9 +10,10 @@ use jsonrpsee::core::client::{MiddlewareBatchResponse, MiddlewareMethodResponse,
 use jsonrpsee::core::middleware::RpcServiceT;
 use jsonrpsee_client_transport::ws::WsHandshakeError;
 use jsonrpsee_ws_client::{RpcService, RpcServiceBuilder, WsClientBuilder};
+use kd_proto::api::prelude::*;
 use kd_proto::paths::{self, DirError};
 use kd_proto::types::Hello;
-use kd_proto::{KdApiClient, PROTOCOL_VERSION, SOCKET_URL};
+use kd_proto::{PROTOCOL_VERSION, SOCKET_URL};
 use tokio::net::UnixStream;
 
 use crate::autostart;

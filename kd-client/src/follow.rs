@@ -13,8 +13,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use jsonrpsee::core::client::Subscription;
+use kd_proto::ErrorCode;
+use kd_proto::api::prelude::*;
 use kd_proto::types::ThreadEvent;
-use kd_proto::{ErrorCode, KdApiClient};
 use tokio::time::Instant;
 
 use crate::{Client, ClientError};

@@ -4,7 +4,8 @@
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), kd_client::ClientError> {
-//! use kd_client::{Client, KdApiClient};
+//! use kd_client::Client;
+//! use kd_client::prelude::*;
 //! let client = Client::connect_or_start(&kd_client::socket_path(None)).await?;
 //! let threads = client.thread_list(None, None, Some(10)).await?;
 //! # Ok(()) }
@@ -12,7 +13,8 @@
 //!
 //! - [`Client`]: a WebSocket JSON-RPC connection over the daemon's Unix
 //!   socket that has checked the daemon's protocol version; it derefs to the
-//!   jsonrpsee client, so every `KdApiClient` method is available on it;
+//!   jsonrpsee client, so every method of the client traits [`prelude`]
+//!   brings in scope is available on it;
 //! - [`follow::Follow`]: a thread's subscription that rides through a
 //!   restart of the daemon (reconnects, resubscribes after the last message);
 //! - [`autostart`]: starting `kdd` when no one answers (F-D5);
@@ -54,5 +56,6 @@ pub fn shell_path() -> Option<String> {
 }
 
 pub use error::ClientError;
+pub use kd_proto;
+pub use kd_proto::api::prelude;
 pub use kd_proto::paths::socket_path;
-pub use kd_proto::{self, KdApiClient, WorkApiClient};

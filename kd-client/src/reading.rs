@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use kd_proto::KdApiClient;
+use kd_proto::api::prelude::*;
 use kd_proto::types::{Message, display_order};
 
 use crate::{Client, ClientError};

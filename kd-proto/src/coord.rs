@@ -1,85 +1,20 @@
 //! Wire types of the coordination layer (SPEC §7): routed messages and
 //! their deliveries, inboxes, multicast completions, emergency broadcasts
-//! with their acknowledgements, and race checks on shared resources.
+//! with their acknowledgements, and race checks on shared resources; the
+//! methods (`CoordinationApiServer`, `CoordinationApiClient`):
+//! `message.route`, `queue.*`, `completion.agents`, `emergency.*` and
+//! `resource.*`.
 
+// Parameter lists are the wire format (see `api.rs`).
+#![allow(clippy::too_many_arguments)]
+
+use jsonrpsee::proc_macros::rpc;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::types::Message;
-
-/// What kind of conversation a routed message is (seed 002).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum RouteType {
-    /// One sender, one addressee.
-    PointToPoint,
-    /// One sender, several named addressees.
-    Multicast,
-    /// One sender, every member.
-    Broadcast,
-    /// An answer to a given message (`reply_to`), to its sender.
-    Reply,
-    /// An emergency broadcast: bypasses queues and delivery modes.
-    Emergency,
-}
-
-impl RouteType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RouteType::PointToPoint => "point_to_point",
-            RouteType::Multicast => "multicast",
-            RouteType::Broadcast => "broadcast",
-            RouteType::Reply => "reply",
-            RouteType::Emergency => "emergency",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<RouteType> {
-        [RouteType::PointToPoint, RouteType::Multicast, RouteType::Broadcast, RouteType::Reply, RouteType::Emergency]
-            .into_iter()
-            .find(|t| t.as_str() == s)
-    }
-}
-
-/// What a message (or the run writing it) is to a multicast completion
-/// (F-X2), when it is more than an answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Purpose {
-    /// A member's ranking of the others' anonymised answers.
-    Ballot,
-    /// The vote's tally, written by kd.
-    Tally,
-    /// The chair's one final answer.
-    Synthesis,
-    /// Every answer under its member's name, written by kd.
-    Merge,
-    /// A branch's context bundle (F-L1): the identity and policy files read
-    /// when it was forked, and its parent's summary; given to the members.
-    Bundle,
-    /// A thread's summary (F-L2): the summarizer's answer, or a branch's
-    /// summary offered to its trunk; given to the members.
-    Summary,
-}
-
-impl Purpose {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Purpose::Ballot => "ballot",
-            Purpose::Tally => "tally",
-            Purpose::Synthesis => "synthesis",
-            Purpose::Merge => "merge",
-            Purpose::Bundle => "bundle",
-            Purpose::Summary => "summary",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Purpose> {
-        [Purpose::Ballot, Purpose::Tally, Purpose::Synthesis, Purpose::Merge, Purpose::Bundle, Purpose::Summary]
-            .into_iter()
-            .find(|p| p.as_str() == s)
-    }
-}
+use crate::error::RpcResult;
+use crate::message::Message;
+pub use crate::message::{Purpose, RouteType};
 
 /// How a member takes messages addressed to it (F-X3).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -527,4 +462,92 @@ pub struct RaceCheck {
     /// When to retry a rejected write.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff_ms: Option<u64>,
+}
+
+#[rpc(server, client)]
+pub trait CoordinationApi {
+    /// Routes a message from the King or a member to members (F-X1).
+    #[method(name = "message.route", param_kind = map, with_extensions)]
+    async fn message_route(
+        &self,
+        thread: String,
+        from: String,
+        body: String,
+        to: Option<Vec<String>>,
+        cc: Option<Vec<String>>,
+        reply_to: Option<u64>,
+        #[argument(rename = "type")] route_type: Option<RouteType>,
+        correlation_id: Option<String>,
+        path: Option<String>,
+    ) -> RpcResult<Routed>;
+
+    /// A member's inbox (F-X3).
+    #[method(name = "queue.read", param_kind = map)]
+    async fn queue_read(
+        &self,
+        member: String,
+        thread: Option<String>,
+        types: Option<Vec<RouteType>>,
+        status: Option<InboxStatus>,
+        limit: Option<u32>,
+        mark_read: Option<bool>,
+    ) -> RpcResult<Vec<InboxItem>>;
+
+    #[method(name = "queue.process", param_kind = map)]
+    async fn queue_process(&self, member: String, ids: Vec<u64>, action: Option<InboxStatus>) -> RpcResult<Processed>;
+
+    #[method(name = "queue.subscribe", param_kind = map)]
+    async fn queue_subscribe(
+        &self,
+        thread: String,
+        member: String,
+        types: Vec<RouteType>,
+        mode: DeliveryMode,
+    ) -> RpcResult<DeliveryPrefs>;
+
+    /// One prompt to several members in parallel (F-X2).
+    #[method(name = "completion.agents", param_kind = map, with_extensions)]
+    async fn completion_agents(
+        &self,
+        thread: String,
+        body: String,
+        agents: Option<Vec<String>>,
+        wait: Option<Wait>,
+        timeout_s: Option<u64>,
+        aggregation: Option<Aggregation>,
+        vote: Option<bool>,
+        chair: Option<String>,
+        id: Option<String>,
+        path: Option<String>,
+    ) -> RpcResult<Completion>;
+
+    /// An emergency to every member (F-X4).
+    #[method(name = "emergency.broadcast", param_kind = map, with_extensions)]
+    async fn emergency_broadcast(
+        &self,
+        thread: String,
+        body: String,
+        from: Option<String>,
+        stop: Option<bool>,
+        path: Option<String>,
+    ) -> RpcResult<Emergency>;
+
+    #[method(name = "emergency.ack", param_kind = map)]
+    async fn emergency_ack(&self, thread: String, member: String, broadcast: Option<String>) -> RpcResult<Vec<Ack>>;
+
+    #[method(name = "emergency.pending", param_kind = map)]
+    async fn emergency_pending(&self, thread: Option<String>, all: Option<bool>) -> RpcResult<Vec<Ack>>;
+
+    /// Declares a write of a shared resource (F-X5).
+    #[method(name = "resource.write", param_kind = map)]
+    async fn resource_write(
+        &self,
+        resource: String,
+        agent: String,
+        thread: Option<String>,
+        window_ms: Option<u64>,
+    ) -> RpcResult<RaceCheck>;
+
+    #[method(name = "resource.read", param_kind = map)]
+    async fn resource_read(&self, resource: String, agent: String, thread: Option<String>) -> RpcResult<RaceCheck>;
 }

@@ -8,6 +8,9 @@
 use jsonrpsee::types::ErrorObjectOwned;
 use serde::Serialize;
 
+/// Result type of every method.
+pub type RpcResult<T> = Result<T, ErrorObjectOwned>;
+
 /// kd's application error codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(i32)]

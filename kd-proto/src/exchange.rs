@@ -1,13 +1,16 @@
 //! The daemon's view of an exchange's journal (issue 24): what a King
 //! message, a hand-off, a completion or a member's work began, where it
-//! stands, and each of its steps — answered by `exchange.get`, so a client
-//! that reconnected after a restart knows whether the exchange it waited
-//! on is still going. Re-exported by [`crate::types`].
+//! stands, and each of its steps — answered by `exchange.get`
+//! (`ExchangeApiServer`, `ExchangeApiClient`), so a client that reconnected
+//! after a restart knows whether the exchange it waited on is still going.
+//! Re-exported by [`crate::types`].
 
+use jsonrpsee::proc_macros::rpc;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::coord::Completion;
+use crate::error::RpcResult;
 
 /// What began an exchange.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -140,4 +143,11 @@ pub struct ExchangeInfo {
     /// What a completion came to, once it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<Completion>,
+}
+
+#[rpc(server, client)]
+pub trait ExchangeApi {
+    /// The daemon's view of the exchange begun by message `seq` of `thread`.
+    #[method(name = "exchange.get", param_kind = map)]
+    async fn exchange_get(&self, thread: String, seq: u64) -> RpcResult<ExchangeInfo>;
 }

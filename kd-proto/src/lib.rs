@@ -4,15 +4,24 @@
 //! nowhere else; `kdd` converts its database rows into these types at the
 //! edge, and clients use them as they are.
 //!
-//! - [`api`]: the jsonrpsee `#[rpc]` trait — `KdApiServer` for the daemon,
-//!   `KdApiClient` for clients;
-//! - [`member`]: the member surface, what an agent does as itself by its
-//!   run's capability (`MemberApiServer`, `MemberApiClient`);
-//! - [`types`]: params, results and subscription items (serde + JSON Schema);
-//! - [`coord`]: the coordination layer's types (routing, inboxes,
-//!   completions, emergencies, races), re-exported by [`types`];
-//! - [`exchange`]: an exchange's journal as `exchange.get` answers it,
-//!   re-exported by [`types`];
+//! - [`api`]: the methods — one jsonrpsee `#[rpc]` trait per domain,
+//!   each beside its types (`…ApiServer` for the daemon, `…ApiClient` for
+//!   clients; [`api::prelude`] has every client trait):
+//!   - [`daemon`]: `daemon.*` and `rpc.discover`;
+//!   - [`thread`]: `thread.*`, threads and their lineage;
+//!   - [`message`]: a message, `message.append`, `thread.messages`' pages;
+//!   - [`subscribe`]: `thread.subscribe` and its [`types::ThreadEvent`]s;
+//!   - [`council`]: `council.*` and `config.get`;
+//!   - [`registry`]: runs, sessions, locks and the event log;
+//!   - [`library`]: `search.query` and `cost.report`;
+//!   - [`coord`]: the coordination layer (routing, inboxes, completions,
+//!     emergencies, races);
+//!   - [`exchange`]: an exchange's journal as `exchange.get` answers it;
+//!   - [`member`]: the member surface, what an agent does as itself by its
+//!     run's capability;
+//!   - [`work`]: members' work in worktrees of their own;
+//! - [`types`]: every domain's params, results and subscription items
+//!   (serde + JSON Schema) by one path;
 //! - [`color`]: member colours as configured, and the palette;
 //! - [`order`]: the one order a thread is shown in;
 //! - [`error`]: the stable JSON-RPC error codes;
@@ -24,22 +33,36 @@
 pub mod api;
 pub mod color;
 pub mod coord;
+pub mod council;
+pub mod daemon;
 pub mod duration;
 pub mod error;
 pub mod exchange;
+pub mod library;
 pub mod member;
+pub mod message;
 pub mod names;
 pub mod openrpc;
 pub mod order;
-pub mod page;
 pub mod paths;
+pub mod registry;
+pub mod subscribe;
+pub mod thread;
 pub mod title;
 pub mod types;
 pub mod work;
 
-pub use api::{KdApiClient, KdApiServer, RpcResult};
-pub use error::ErrorCode;
+pub use coord::{CoordinationApiClient, CoordinationApiServer};
+pub use council::{CouncilApiClient, CouncilApiServer};
+pub use daemon::{DaemonApiClient, DaemonApiServer};
+pub use error::{ErrorCode, RpcResult};
+pub use exchange::{ExchangeApiClient, ExchangeApiServer};
+pub use library::{LibraryApiClient, LibraryApiServer};
 pub use member::{MemberApiClient, MemberApiServer};
+pub use message::{MessageApiClient, MessageApiServer};
+pub use registry::{RegistryApiClient, RegistryApiServer};
+pub use subscribe::{SubscribeApiClient, SubscribeApiServer};
+pub use thread::{ThreadApiClient, ThreadApiServer};
 pub use work::{WorkApiClient, WorkApiServer};
 
 /// Version of the wire protocol, independent of the release version. A

@@ -13,9 +13,9 @@ use jsonrpsee::proc_macros::rpc;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::api::RpcResult;
 use crate::coord::{Ack, InboxItem, RaceCheck, RouteType, Routed};
-use crate::types::SearchHit;
+use crate::error::RpcResult;
+use crate::library::SearchHit;
 
 /// What a run's capability stands for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -11,7 +11,8 @@
 
 use std::collections::HashMap;
 
-use crate::types::{Message, RunInfo};
+use crate::message::Message;
+use crate::registry::RunInfo;
 
 /// Where something stands in a thread; smaller comes first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -77,7 +78,7 @@ pub fn display_order(messages: &[Message]) -> Vec<&Message> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::{MessageKind, RunMeta};
+    use crate::message::{MessageKind, RunMeta};
 
     fn msg(seq: u64, from: &str, reply_to: Option<u64>, ordinal: Option<u64>) -> Message {
         let run = ordinal.map(|o| RunMeta { ordinal: Some(o), ..RunMeta::default() });

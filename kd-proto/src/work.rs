@@ -13,7 +13,7 @@ use jsonrpsee::proc_macros::rpc;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::api::RpcResult;
+use crate::error::RpcResult;
 
 /// Where a member's work stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -105,7 +105,7 @@ pub struct Worktree {
     /// How the member's last run in it ended (none yet: absent) — `done`
     /// work whose last run failed, was cancelled or cut is said so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_run: Option<crate::types::RunStatus>,
+    pub last_run: Option<crate::registry::RunStatus>,
 }
 
 /// What `work.start` began.

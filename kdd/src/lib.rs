@@ -5,8 +5,8 @@
 //!
 //! - [`server`]: one daemon per socket (lock file), socket permissions,
 //!   peer-uid check, connection bound, HTTP + WebSocket per connection;
-//! - [`rpc`]: the `KdApiServer` implementation, parameter checks, error mapping,
-//!   subscriptions;
+//! - [`rpc`]: each domain's `…ApiServer` trait implemented, parameter
+//!   checks, error mapping, subscriptions;
 //! - [`state`]: what handlers share;
 //! - [`limits`] and [`connections`]: the server's bounds and its open
 //!   connections, below both [`server`] and [`state`];

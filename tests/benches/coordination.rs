@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_proto::types::Wait;
 use kd_tests::{Kdd, Workspace};
 

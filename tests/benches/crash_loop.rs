@@ -34,7 +34,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_proto::types::ThreadEvent;
 use kd_tests::{Kdd, TestDb, Workspace, collect_until};
 

@@ -2,7 +2,7 @@
 //! `fake-agent acp`: it streams, cancels, loads its session in resume mode,
 //! and has its permission requests answered by the member's policy.
 
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_proto::types::{ContextMode, MessageKind, ThreadEvent};
 use kd_tests::{Kdd, Workspace, alive, bin, collect_until, ended, records, send_one_round as send};
 

@@ -2,7 +2,8 @@
 //! passes, the ones kd does not take never reach an agent, and neither do
 //! `LISTEN_FDS`, `LISTEN_PID` and `LISTEN_FDNAMES` (issue 21, items 21 and 27).
 
-use kd_client::{Client, KdApiClient};
+use kd_client::Client;
+use kd_client::prelude::*;
 use kd_tests::{Workspace, collect_until, ended, within};
 
 /// A private directory (0700) for sockets under `dir`.

@@ -126,7 +126,7 @@ async fn a_shell_without_agents_does_not_get_the_daemons() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_exchange_resumed_after_a_restart_finds_its_agents_on_the_path_it_was_asked_with() {
-    use kd_client::KdApiClient;
+    use kd_client::prelude::*;
     use kd_proto::types::{MessageKind, ThreadEvent};
     let agents = AgentsDir::new();
     let hold = kd_tests::Hold::new();
@@ -178,7 +178,7 @@ async fn an_exchange_resumed_after_a_restart_finds_its_agents_on_the_path_it_was
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_request_that_starts_runs_finds_them_on_the_asking_shells_path() {
-    use kd_client::KdApiClient;
+    use kd_client::prelude::*;
     use kd_proto::types::MessageKind;
     let agents = AgentsDir::new();
     let ws = Workspace::new(&[]);

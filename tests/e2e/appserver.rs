@@ -3,7 +3,7 @@
 //! `codex exec` and by app-server, two threads through one process, and
 //! the process killed mid-turn.
 
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_proto::types::{ContextMode, MessageKind, ThreadEvent};
 use kd_tests::{
     Kdd, Workspace, alive, collect_until, ended, records, send_one_round as send, thread_in, until_gone, within,

@@ -1,6 +1,6 @@
 //! `kd ask` against a real daemon and fake agents, as a user runs it.
 
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_proto::types::{MessageKind, ThreadEvent};
 use kd_tests::{Kdd, Output, Workspace, collect_until, run};
 

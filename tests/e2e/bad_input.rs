@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_tests::{Kdd, http_post, http_raw, rpc_post, websocket, within, workspace, ws_frame, ws_read_text};
 
 fn error_code(v: &serde_json::Value) -> i64 {

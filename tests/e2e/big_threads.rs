@@ -3,7 +3,7 @@
 //! display order, and `thread.messages` pages by `limit`, `since_seq`,
 //! `before_seq` and a byte budget.
 
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_proto::types::{Message, ThreadEvent};
 use kd_tests::{Kdd, Workspace, collect_until, ended, run};
 

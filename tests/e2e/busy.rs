@@ -4,7 +4,7 @@
 //! never answered by the earlier answer. Runs are held mid-answer
 //! (`FAKE_HOLD`) while the test acts.
 
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_proto::coord::DeliveryStatus;
 use kd_proto::types::{Message, MessageKind, RoundState, RunStatus, ThreadEvent, display_order};
 use kd_tests::{Hold, Kdd, Workspace, collect_until, prompt_of, records, within};

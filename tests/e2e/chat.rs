@@ -3,7 +3,7 @@
 //! `capture-pane`.
 
 use jsonrpsee::core::client::Subscription;
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_proto::types::{RoundState, ThreadEvent};
 use kd_tests::tmux::Tmux;
 use kd_tests::{Kdd, Workspace, bin, collect_until, records};
@@ -269,7 +269,6 @@ async fn the_chat_archives_unarchives_and_deletes_its_thread_after_asking() {
 /// so what is shown does not depend on kd committing their work.
 #[tokio::test(flavor = "multi_thread")]
 async fn work_in_the_chat_opens_the_tasks_thread_with_each_members_work() {
-    use kd_client::WorkApiClient;
     let dir = tempfile::tempdir().unwrap();
     let ws = Workspace::new(&[
         ("claude", "claude", &[("FAKE_TEXT", "Claude looked at x.")]),

@@ -5,7 +5,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use jsonrpsee::RpcModule;
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_proto::types::Thread;
 use kd_tests::{Kdd, TestDb, bin, run, within, workspace};
 use tokio::net::UnixListener;

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_proto::types::{Message, MessageKind, ThreadEvent};
 use kd_tests::{Hold, Kdd, Workspace, collect_until, run, settled, thread_in, within};
 

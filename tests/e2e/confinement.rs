@@ -6,7 +6,7 @@
 //! reaped without kdd ever taking a child it waits for itself. A human's
 //! shell is the King's as before. Real kdd, fake agents, the real `kd`.
 
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_proto::types::*;
 use kd_tests::{Fake, Hold, Kdd, Workspace, collect_until, run, within};
 

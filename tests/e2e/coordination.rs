@@ -4,7 +4,7 @@
 //! synthesis), emergency broadcasts with acknowledgements, race checks —
 //! with a real kdd and fake agents.
 
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_proto::types::*;
 use kd_tests::{Fake, Kdd, Workspace, bin, collect_until, prompt_of, records, run, within};
 

@@ -6,7 +6,8 @@
 //! The fake claude reports $0.0012 and 10/5 tokens a run, the fake codex
 //! 10/5 tokens and no cost, as the real CLIs report them.
 
-use kd_client::{ClientError, KdApiClient};
+use kd_client::ClientError;
+use kd_client::prelude::*;
 use kd_proto::ErrorCode;
 use kd_proto::types::*;
 use kd_tests::{Kdd, Workspace, collect_until, run};

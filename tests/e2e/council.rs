@@ -2,7 +2,8 @@
 //! directed messages, @all, mute, interrupt, failures, retry, a new King
 //! message during auto-turns.
 
-use kd_client::{ClientError, KdApiClient};
+use kd_client::ClientError;
+use kd_client::prelude::*;
 use kd_proto::ErrorCode;
 use kd_proto::types::{Message, MessageKind, RoundState, Sent, ThreadEvent, display_order};
 use kd_tests::{Kdd, Workspace, collect_until, prompt_of, records, within};

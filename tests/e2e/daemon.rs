@@ -5,7 +5,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
-use kd_client::{Client, ClientError, KdApiClient};
+use kd_client::prelude::*;
+use kd_client::{Client, ClientError};
 use kd_proto::PROTOCOL_VERSION;
 use kd_tests::{Kdd, bin, http_post, rpc_post, within};
 use serde_json::json;

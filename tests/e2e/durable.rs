@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_proto::types::{Aggregation, Completion, ContextMode, Message, MessageKind, Purpose, ThreadEvent};
 use kd_tests::{Hold, Kdd, TestDb, Workspace, collect_until, records, settled, thread_in, within};
 
@@ -692,7 +692,6 @@ fn label_of(prompt: &str, needle: &str) -> Option<String> {
 
 #[tokio::test]
 async fn a_kd_work_vote_cut_by_kill_9_tallies_once_after_the_restart() {
-    use kd_client::WorkApiClient;
     let hold = Hold::new();
     let tmp = tempfile::tempdir().unwrap();
     let record = tmp.path().join("record").display().to_string();

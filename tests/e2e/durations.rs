@@ -3,7 +3,7 @@
 //! naming the parameter and the bound, never added to a clock (issue 21,
 //! item 16).
 
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_tests::{Kdd, Workspace};
 
 /// Past what any clock can add: `i64::MAX` seconds, and `u64::MAX`.

@@ -3,7 +3,7 @@
 //! neither its run past the member's timeout, nor `run.cancel`, nor the
 //! daemon's stop; a process abandoned mid-handshake is killed.
 
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_proto::types::{MessageKind, ThreadEvent};
 use kd_tests::{Kdd, Workspace, alive, collect_until, ended, records, send_one_round as send, until_gone, within};
 

@@ -1,7 +1,7 @@
 //! What a careless process or another local user does must not hang,
 //! crash, leak or impersonate kdd (issue 9, SPEC §10).
 
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_tests::{Kdd, Stderr, Workspace, collect_until, ended, rpc_post, within};
 
 /// The daemon keeps serving, runs agents, and stops on SIGTERM.

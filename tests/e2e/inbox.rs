@@ -4,7 +4,7 @@
 
 use std::process::Stdio;
 
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_proto::types::{DeliveryStatus, InboxStatus};
 use kd_tests::{Kdd, Workspace, fake, run, within};
 use tokio::io::{AsyncBufReadExt, BufReader};

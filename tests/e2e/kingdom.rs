@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_proto::types::{MessageKind, ThreadStatus};
 use kd_tests::{Kdd, Output, run};
 

@@ -4,7 +4,8 @@
 //! message when idle, refused when archived; archive, unarchive and delete
 //! from the CLI; titles. Real kdd (reaping every 100 ms), fake agents.
 
-use kd_client::{ClientError, KdApiClient};
+use kd_client::ClientError;
+use kd_client::prelude::*;
 use kd_proto::ErrorCode;
 use kd_proto::types::*;
 use kd_tests::{Kdd, Workspace, collect_until, run};

@@ -1,6 +1,7 @@
 //! Conversation locks: TTL, fencing tokens, dead holders, restarts.
 
-use kd_client::{ClientError, KdApiClient};
+use kd_client::ClientError;
+use kd_client::prelude::*;
 use kd_proto::ErrorCode;
 use kd_proto::types::{Fence, LockOutcome};
 use kd_tests::{Kdd, workspace};

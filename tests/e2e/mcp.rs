@@ -193,7 +193,7 @@ async fn rmcp_lists_six_annotated_tools_and_a_forged_or_missing_token_is_refused
         assert!(why.starts_with("refused by kd (forbidden): unknown capability"), "{name}: {why}");
     }
     // Nothing was posted anywhere.
-    use kd_client::KdApiClient;
+    use kd_client::prelude::*;
     let threads = kdd.client().await.thread_list(None, None, None).await.unwrap();
     assert!(threads.is_empty(), "{threads:?}");
     client.cancel().await.unwrap();
@@ -290,7 +290,7 @@ fn sigterm_and_sigint_end_it_quietly_while_it_reads() {
 /// run ended, the token is refused.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_member_acts_as_itself_through_kd_mcp() {
-    use kd_client::KdApiClient;
+    use kd_client::prelude::*;
     use kd_proto::types::ThreadEvent as E;
     let hold = kd_tests::Hold::new();
     let ws = kd_tests::Workspace::new(&[("claude", "claude", &[]), ("codex", "codex", &[])]);

@@ -399,7 +399,7 @@ async fn a_send_through_kds_tool_reaches_the_other_member_as_itself(backend: &st
     ws.write_config(&json!({"council": {"members": ["sender", "peer"]}, "agents": {"sender": sender, "peer": peer}}));
     let kdd = Kdd::start();
     let Watched { c, t, mut sub } = Watched::open(&kdd, &ws, None).await;
-    use kd_client::KdApiClient;
+    use kd_client::prelude::*;
     c.council_send(
         t.clone(),
         "Greet peer.".into(),

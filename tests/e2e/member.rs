@@ -5,9 +5,9 @@
 //! the agent's shell — with a real kdd and fake agents.
 
 use jsonrpsee::core::ClientError;
-use kd_client::{Client, KdApiClient};
+use kd_client::Client;
+use kd_client::prelude::*;
 use kd_proto::ErrorCode;
-use kd_proto::MemberApiClient;
 use kd_proto::types::*;
 use kd_tests::{Fake, Hold, Kdd, Workspace, collect_until};
 

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_tests::outage::Outage;
 use kd_tests::{Hold, Kdd, records, settled, within};
 

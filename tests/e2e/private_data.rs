@@ -6,7 +6,7 @@
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_tests::{Kdd, Workspace, collect_until, ended};
 
 fn mode(path: &Path) -> u32 {

@@ -2,7 +2,7 @@
 //! a real CLI starts (node subprocesses, tool commands) must not outlive
 //! the run, whether it ends, is cancelled, or its daemon is killed -9.
 
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_proto::types::ThreadEvent;
 use kd_tests::{Kdd, Workspace, alive, collect_until, ended, until_gone};
 

@@ -6,7 +6,7 @@
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_proto::ErrorCode;
 use kd_proto::types::ThreadEvent;
 use kd_tests::{Kdd, Workspace, append, within};

@@ -4,7 +4,8 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use kd_client::{ClientError, KdApiClient};
+use kd_client::ClientError;
+use kd_client::prelude::*;
 use kd_proto::ErrorCode;
 use kd_proto::types::{MessageKind, SessionStatus, ThreadStatus};
 use kd_tests::{Kdd, append, within, workspace};

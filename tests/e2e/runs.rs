@@ -1,7 +1,8 @@
 //! Agent runs against fake agents: streaming, prompts, resume, cancel,
 //! timeout, bad agents, two clients, crash recovery.
 
-use kd_client::{ClientError, KdApiClient};
+use kd_client::ClientError;
+use kd_client::prelude::*;
 use kd_proto::ErrorCode;
 use kd_proto::types::{ContextMode, MessageKind, RunStatus, SessionStatus, ThreadEvent};
 use kd_tests::{

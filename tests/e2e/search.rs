@@ -2,7 +2,8 @@
 //! and summaries, the index kept in step with writes and deletes, bad
 //! queries refused clearly, and `kd search`.
 
-use kd_client::{ClientError, KdApiClient};
+use kd_client::ClientError;
+use kd_client::prelude::*;
 use kd_proto::ErrorCode;
 use kd_tests::{Kdd, append, run};
 

@@ -5,7 +5,7 @@
 
 use std::os::unix::net::UnixDatagram;
 
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_tests::{Kdd, TestDb, Workspace, collect_until};
 
 /// The next notification, waiting at most the test deadline.

@@ -5,7 +5,7 @@
 //! the cap kept, and message bodies are stored once (the event log refers
 //! to them).
 
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_proto::types::{MessageKind, ThreadEvent};
 use kd_tests::{Kdd, Workspace, collect_until, ended, fake, within};
 

@@ -1,6 +1,7 @@
 //! `thread.subscribe`: backlog, then live messages, in order and without gaps.
 
-use kd_client::{ClientError, KdApiClient};
+use kd_client::ClientError;
+use kd_client::prelude::*;
 use kd_proto::ErrorCode;
 use kd_proto::types::ThreadEvent;
 use kd_tests::{Kdd, within, workspace};

@@ -3,7 +3,7 @@
 //! `kd ask`, `kd show`, `kd threads`, `kd watch`, errors and `kd chat`; a
 //! workspace path with control characters is refused like a title.
 
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_tests::{Kdd, Workspace, bin, collect_until, ended, rpc_post, run, tmux::Tmux};
 
 /// Sets the window title, clears the screen, rings the bell, moves the

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use kd_client::{KdApiClient, WorkApiClient};
+use kd_client::prelude::*;
 use kd_proto::types::Purpose;
 use kd_proto::work::{WorkState, Worktree};
 use kd_tests::{Kdd, Workspace, fake, git};

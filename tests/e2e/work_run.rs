@@ -9,7 +9,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use kd_client::{KdApiClient, WorkApiClient};
+use kd_client::prelude::*;
 use kd_proto::types::ThreadEvent;
 use kd_proto::work::{WorkState, Worktree};
 use kd_tests::{Hold, Kdd, Workspace, bin, collect_until, fake, git, records};

@@ -9,7 +9,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use kd_client::{KdApiClient, WorkApiClient};
+use kd_client::prelude::*;
 use kd_proto::types::ThreadEvent;
 use kd_proto::work::WorkState;
 use kd_tests::{Hold, Kdd, Workspace, collect_until, fake, git};

@@ -84,7 +84,7 @@ pub fn bin(name: &str) -> PathBuf {
 
 /// A new thread in `workspace` with nothing else set; its id.
 pub async fn new_thread(c: &Client, workspace: &str) -> String {
-    use kd_client::KdApiClient;
+    use kd_client::prelude::*;
     c.thread_create(workspace.into(), None, None, None, None, None, None, None, None).await.expect("thread.create").id
 }
 
@@ -133,7 +133,7 @@ pub struct Watched {
 
 impl Watched {
     pub async fn open(kdd: &Kdd, ws: &Workspace, context: Option<kd_proto::types::ContextMode>) -> Watched {
-        use kd_client::KdApiClient;
+        use kd_client::prelude::*;
         let c = kdd.client().await;
         let t = thread_in(&c, ws, context).await;
         let sub = c.thread_subscribe(t.clone(), None, None).await.expect("thread.subscribe");
@@ -143,13 +143,13 @@ impl Watched {
 
 /// A thread in `ws` with the given context mode; its id.
 pub async fn thread_in(c: &Client, ws: &Workspace, context: Option<kd_proto::types::ContextMode>) -> String {
-    use kd_client::KdApiClient;
+    use kd_client::prelude::*;
     c.thread_create(ws.path(), None, None, None, None, None, None, None, context).await.expect("thread.create").id
 }
 
 /// Sends a King message answered in one round (no auto-rounds).
 pub async fn send_one_round(c: &Client, thread: &str, body: &str) -> kd_proto::types::Sent {
-    use kd_client::KdApiClient;
+    use kd_client::prelude::*;
     c.council_send(thread.into(), body.into(), None, None, None, None, None, Some(0), None, None)
         .await
         .expect("council.send")
@@ -173,7 +173,7 @@ pub async fn saved(db: &registry::TestDb, run: &str) {
 
 /// The last message of a thread.
 pub async fn last_message(c: &Client, thread: &str) -> kd_proto::types::Message {
-    use kd_client::KdApiClient;
+    use kd_client::prelude::*;
     let page = c.thread_messages(thread.into(), None, None, None, None).await.expect("thread.messages");
     page.into_vec().pop().expect("a message")
 }
@@ -215,7 +215,7 @@ pub async fn try_append(
     body: impl Into<String>,
     to: &[&str],
 ) -> Result<kd_proto::types::Message, jsonrpsee::core::ClientError> {
-    use kd_client::KdApiClient;
+    use kd_client::prelude::*;
     let to = (!to.is_empty()).then(|| to.iter().map(|s| s.to_string()).collect());
     c.message_append(thread.into(), from.into(), body.into(), to, None, None, None, None, None, None).await
 }

@@ -5,7 +5,8 @@
 
 use std::sync::Arc;
 
-use kd_client::{Client, ClientError, KdApiClient, WorkApiClient};
+use kd_client::prelude::*;
+use kd_client::{Client, ClientError};
 use kd_proto::types::{Aggregation, Completion, CostReport, RunInfo, Sent, Style, Thread};
 use kd_proto::work::{Accepted, MemberDiff, WorkStarted, Worktree};
 use tokio::sync::mpsc;

@@ -8,8 +8,9 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use kd_client::follow::{self, Follow, Next};
+use kd_client::prelude::*;
 use kd_client::style::Palette;
-use kd_client::{Client, ClientError, KdApiClient, workspace};
+use kd_client::{Client, ClientError, workspace};
 use kd_proto::ErrorCode;
 use kd_proto::types::{Completion, ExchangeState, Lineage, NewThread, RunStatus, Thread, ThreadEvent};
 

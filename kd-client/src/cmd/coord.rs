@@ -10,8 +10,8 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use kd_client::{Client, ClientError, KdApiClient};
-use kd_proto::MemberApiClient;
+use kd_client::prelude::*;
+use kd_client::{Client, ClientError};
 use kd_proto::member::{ClaimMode, Grant};
 use kd_proto::names::KING;
 use kd_proto::types::{Access, DeliveryStatus, RaceStatus, Routed};

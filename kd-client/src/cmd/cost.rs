@@ -3,7 +3,8 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use kd_client::{ClientError, KdApiClient, workspace};
+use kd_client::prelude::*;
+use kd_client::{ClientError, workspace};
 use kd_proto::types::{Cost, CostBy};
 
 use super::{Ctx, print_json};

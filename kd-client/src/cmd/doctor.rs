@@ -5,8 +5,9 @@
 
 use std::process::ExitCode;
 
+use kd_client::prelude::*;
 use kd_client::terminal::safe;
-use kd_client::{Client, ClientError, KdApiClient, workspace};
+use kd_client::{Client, ClientError, workspace};
 use kd_proto::types::{Check, CheckStatus};
 use kd_proto::{PROTOCOL_VERSION, VERSION};
 

@@ -6,10 +6,11 @@ use std::process::ExitCode;
 use anyhow::anyhow;
 use clap::Args;
 use kd_client::markdown;
+use kd_client::prelude::*;
 use kd_client::reading::InOrder;
 use kd_client::style::{Palette, bold, dim, paint};
 use kd_client::terminal::safe;
-use kd_client::{ClientError, KdApiClient, workspace};
+use kd_client::{ClientError, workspace};
 use kd_proto::types::{Message, MessageKind, SessionStatus, Thread, ThreadStatus};
 
 use super::{Ctx, print_json};

@@ -5,8 +5,9 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 
 use clap::Args;
+use kd_client::ClientError;
+use kd_client::prelude::*;
 use kd_client::terminal::safe;
-use kd_client::{ClientError, KdApiClient, WorkApiClient};
 
 use super::{Ctx, thread_or_current};
 

@@ -88,7 +88,7 @@ impl Ctx {
 
 /// The named thread, or the current one of this workspace and branch.
 pub async fn thread_or_current(client: &Client, thread: Option<String>) -> anyhow::Result<kd_proto::types::Thread> {
-    use kd_client::KdApiClient;
+    use kd_client::prelude::*;
     if let Some(t) = thread {
         return Ok(client.thread_get(t).await.map_err(ClientError::from)?);
     }

@@ -3,7 +3,8 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use kd_client::{ClientError, KdApiClient};
+use kd_client::ClientError;
+use kd_client::prelude::*;
 
 use super::{Ctx, print_json};
 use crate::fmt::{self, Table};

@@ -3,9 +3,10 @@
 use std::process::ExitCode;
 
 use clap::Args;
+use kd_client::ClientError;
+use kd_client::prelude::*;
 use kd_client::style::bold;
 use kd_client::terminal::safe;
-use kd_client::{ClientError, KdApiClient};
 
 use super::{Ctx, print_json};
 use crate::fmt;

@@ -7,10 +7,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
+use kd_client::ClientError;
 use kd_client::follow::{Follow, Next};
+use kd_client::prelude::*;
 use kd_client::style::Palette;
 use kd_client::terminal::safe;
-use kd_client::{ClientError, KdApiClient};
 
 use super::Ctx;
 use super::answers::View;

@@ -7,9 +7,10 @@
 use std::process::ExitCode;
 
 use clap::Args;
+use kd_client::prelude::*;
 use kd_client::style::{bold, dim, paint};
 use kd_client::terminal::safe;
-use kd_client::{Client, ClientError, KdApiClient, WorkApiClient};
+use kd_client::{Client, ClientError};
 use kd_proto::names::KD;
 use kd_proto::types::{Purpose, RunStatus, ThreadEvent};
 use kd_proto::work::{MemberDiff, WorkState, Worktree};

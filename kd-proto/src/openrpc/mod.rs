@@ -1,4 +1,4 @@
-//! The OpenRPC description of [`crate::api::KdApi`], served by
+//! The OpenRPC description of every method ([`crate::api`]), served by
 //! `rpc.discover`, rendered into docs/api.md's method reference, and used by the
 //! daemon to refuse parameters a method does not take.
 //!

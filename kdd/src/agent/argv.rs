@@ -8,21 +8,12 @@
 use std::path::Path;
 
 use super::mcp;
+use super::process::Invocation;
 use crate::config::{AgentDef, Backend};
 
 /// The longest prompt passed to codex as one argument (Linux refuses an
 /// argument over 128 KiB); a longer one goes on stdin.
 pub const MAX_ARG_PROMPT: usize = 120 * 1024;
-
-/// What to spawn.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Invocation {
-    pub program: String,
-    pub args: Vec<String>,
-    /// Written to the agent's stdin, then closed; `None`: stdin is /dev/null.
-    pub stdin: Option<String>,
-    pub env: Vec<(String, String)>,
-}
 
 /// The invocation of `agent` for `prompt`, resuming `resume` (the backend's
 /// own session id) when given, offered kd's MCP server `server` where the

@@ -4,8 +4,8 @@
 
 use kd_proto::types::{RunMeta, RunStatus};
 
-use super::argv::Invocation;
 use super::parse::Transcript;
+use super::process::Invocation;
 use super::registry::{Run, StopReason};
 use super::spec::Spec;
 use crate::config::AgentDef;

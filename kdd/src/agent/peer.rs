@@ -17,9 +17,9 @@ use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot};
 
-use super::argv::Invocation;
 use super::lines::{Line, LineReader};
 use super::process;
+use super::process::Invocation;
 
 /// How long the agent has to answer a request (codex loads its
 /// configuration and state on `initialize` and `thread/start`).

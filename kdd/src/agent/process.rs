@@ -1,4 +1,5 @@
-//! Spawning agent processes and signalling them.
+//! Spawning agent processes and signalling them. What is spawned is an
+//! [`Invocation`] (built by [`super::argv`] for an agent's CLI).
 //!
 //! Each agent runs in a session of its own, which it leads, and so in its
 //! own process group (a signal reaches whatever it started) with the
@@ -16,8 +17,17 @@ use std::process::Stdio;
 use rustix::process::{Pid, Signal};
 use tokio::process::{Child, Command};
 
-use super::argv::Invocation;
 use crate::identity::children::{self, Origin};
+
+/// What to spawn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invocation {
+    pub program: String,
+    pub args: Vec<String>,
+    /// Written to the agent's stdin, then closed; `None`: stdin is /dev/null.
+    pub stdin: Option<String>,
+    pub env: Vec<(String, String)>,
+}
 
 /// Spawns `inv` in `cwd`. stdout and stderr are piped; stdin is piped when
 /// the invocation has input, otherwise /dev/null. It is recorded as what

@@ -227,7 +227,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_process_is_placed_by_the_session_kd_started_its_agent_in_whatever_it_carries() {
-        use crate::agent::argv::Invocation;
+        use crate::agent::process::Invocation;
         let tmp = tempfile::tempdir().unwrap();
         let pid_file = tmp.path().join("pid");
         // The agent starts a process that carries another run's marker.

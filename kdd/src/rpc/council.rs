@@ -1,129 +1,134 @@
 //! `council.*` and `config.get`: a thin adapter onto [`crate::council`].
 
-// Parameter lists are the wire format (see kd_proto::api).
+// Parameter lists are the wire format (see kd_proto::council).
 #![allow(clippy::too_many_arguments)]
 
 use jsonrpsee::Extensions;
+use jsonrpsee::core::async_trait;
 use kd_proto::RpcResult;
-use kd_proto::types::*;
+use kd_proto::council::*;
+use kd_proto::registry::RunInfo;
 
 use super::error::invalid;
-use super::validate;
+use super::{Rpc, validate};
 use crate::agent::registry::StopReason;
 use crate::client::ClientId;
 use crate::council::{retry, send};
-use crate::state::Daemon;
 
-pub async fn send(
-    d: &Daemon,
-    ext: &Extensions,
-    thread: String,
-    body: String,
-    to: Option<Vec<String>>,
-    mute: Option<Vec<String>>,
-    style: Option<Style>,
-    timeout_s: Option<u64>,
-    correlation_id: Option<String>,
-    rounds: Option<u32>,
-    new_thread: Option<NewThread>,
-    path: Option<String>,
-) -> RpcResult<Sent> {
-    validate::thread_id(&thread)?;
-    validate::search_path(path.as_deref())?;
-    let mut new_thread = new_thread;
-    if let Some(new) = &mut new_thread {
-        validate::workspace(&new.workspace)?;
-        validate::label("new_thread.branch", new.branch.as_deref())?;
-        new.title = validate::title("new_thread.title", new.title.as_deref())?;
-    }
-    if body.trim().is_empty() {
-        return Err(invalid("body is empty"));
-    }
-    if let Some(to) = &to {
-        if to.is_empty() {
-            return Err(invalid("to is empty; omit it to address every member"));
+#[async_trait]
+impl CouncilApiServer for Rpc {
+    async fn council_send(
+        &self,
+        ext: &Extensions,
+        thread: String,
+        body: String,
+        to: Option<Vec<String>>,
+        mute: Option<Vec<String>>,
+        style: Option<Style>,
+        timeout_s: Option<u64>,
+        correlation_id: Option<String>,
+        rounds: Option<u32>,
+        new_thread: Option<NewThread>,
+        path: Option<String>,
+    ) -> RpcResult<Sent> {
+        validate::thread_id(&thread)?;
+        validate::search_path(path.as_deref())?;
+        let mut new_thread = new_thread;
+        if let Some(new) = &mut new_thread {
+            validate::workspace(&new.workspace)?;
+            validate::label("new_thread.branch", new.branch.as_deref())?;
+            new.title = validate::title("new_thread.title", new.title.as_deref())?;
         }
-        validate::addressees("to", to)?;
+        if body.trim().is_empty() {
+            return Err(invalid("body is empty"));
+        }
+        if let Some(to) = &to {
+            if to.is_empty() {
+                return Err(invalid("to is empty; omit it to address every member"));
+            }
+            validate::addressees("to", to)?;
+        }
+        let mute = mute.unwrap_or_default();
+        validate::addressees("mute", &mute)?;
+        validate::label("correlation_id", correlation_id.as_deref())?;
+        let timeout = validate::timeout(timeout_s)?;
+        if rounds.is_some_and(|r| r > validate::MAX_ROUNDS) {
+            return Err(invalid(format!("rounds must be at most {}", validate::MAX_ROUNDS)));
+        }
+        let req = send::Request {
+            thread,
+            body,
+            to,
+            mute,
+            style: style.unwrap_or_default(),
+            timeout,
+            correlation_id,
+            rounds,
+            client: ext.get::<ClientId>().copied(),
+            new_thread,
+            vote: false,
+            path,
+        };
+        send::send(&self.d.council, req).await
     }
-    let mute = mute.unwrap_or_default();
-    validate::addressees("mute", &mute)?;
-    validate::label("correlation_id", correlation_id.as_deref())?;
-    let timeout = validate::timeout(timeout_s)?;
-    if rounds.is_some_and(|r| r > validate::MAX_ROUNDS) {
-        return Err(invalid(format!("rounds must be at most {}", validate::MAX_ROUNDS)));
-    }
-    let req = send::Request {
-        thread,
-        body,
-        to,
-        mute,
-        style: style.unwrap_or_default(),
-        timeout,
-        correlation_id,
-        rounds,
-        client: ext.get::<ClientId>().copied(),
-        new_thread,
-        vote: false,
-        path,
-    };
-    send::send(&d.council, req).await
-}
 
-pub async fn interrupt(d: &Daemon, ext: &Extensions, thread: String, all: Option<bool>) -> RpcResult<Interrupted> {
-    validate::thread_id(&thread)?;
-    d.db.thread(thread.clone()).await?;
-    let stopped_exchange = d.council.exchanges.stop(&thread);
-    // For good: nothing of the thread's exchanges resumes (F-J2).
-    let stopped_journal = d.db.stop_thread_exchanges(thread.clone(), "cancelled by the King".into()).await?;
-    let stopped_exchange = stopped_exchange || !stopped_journal.is_empty();
-    // The thread's members run on another node: it stops them there.
-    if let Some(owner) = crate::council::live_owner(&d.db, &thread).await? {
-        let cancel = crate::db::runs::Cancel { thread, member: None, run: None, turns: true };
-        let runs = d.db.cancel_on_node(owner, cancel).await?;
-        return Ok(Interrupted { stopped_exchange: stopped_exchange || !runs.is_empty(), runs });
+    async fn council_interrupt(&self, ext: &Extensions, thread: String, all: Option<bool>) -> RpcResult<Interrupted> {
+        validate::thread_id(&thread)?;
+        self.d.db.thread(thread.clone()).await?;
+        let stopped_exchange = self.d.council.exchanges.stop(&thread);
+        // For good: nothing of the thread's exchanges resumes (F-J2).
+        let stopped_journal = self.d.db.stop_thread_exchanges(thread.clone(), "cancelled by the King".into()).await?;
+        let stopped_exchange = stopped_exchange || !stopped_journal.is_empty();
+        // The thread's members run on another node: it stops them there.
+        if let Some(owner) = crate::council::live_owner(&self.d.db, &thread).await? {
+            let cancel = crate::db::runs::Cancel { thread, member: None, run: None, turns: true };
+            let runs = self.d.db.cancel_on_node(owner, cancel).await?;
+            return Ok(Interrupted { stopped_exchange: stopped_exchange || !runs.is_empty(), runs });
+        }
+        let caller = ext.get::<ClientId>().copied();
+        let all = all.unwrap_or(false);
+        let runs: Vec<_> = self
+            .d
+            .agents
+            .runs
+            .list(Some(&thread))
+            .into_iter()
+            .filter(|r| all || (caller.is_some() && r.client == caller))
+            .collect();
+        for r in &runs {
+            r.stop(StopReason::Cancelled);
+        }
+        Ok(Interrupted { runs: runs.iter().map(|r| r.info()).collect(), stopped_exchange })
     }
-    let caller = ext.get::<ClientId>().copied();
-    let all = all.unwrap_or(false);
-    let runs: Vec<_> = d
-        .agents
-        .runs
-        .list(Some(&thread))
-        .into_iter()
-        .filter(|r| all || (caller.is_some() && r.client == caller))
-        .collect();
-    for r in &runs {
-        r.stop(StopReason::Cancelled);
+
+    async fn council_retry(
+        &self,
+        ext: &Extensions,
+        thread: String,
+        style: Option<Style>,
+        timeout_s: Option<u64>,
+        path: Option<String>,
+    ) -> RpcResult<Vec<RunInfo>> {
+        validate::thread_id(&thread)?;
+        validate::search_path(path.as_deref())?;
+        let timeout = validate::timeout(timeout_s)?;
+        crate::council::runs_here(&self.d.db, &thread).await?;
+        let client = ext.get::<ClientId>().copied();
+        retry::retry(&self.d.council, thread, style.unwrap_or_default(), timeout, client, path).await
     }
-    Ok(Interrupted { runs: runs.iter().map(|r| r.info()).collect(), stopped_exchange })
-}
 
-pub async fn retry(
-    d: &Daemon,
-    ext: &Extensions,
-    thread: String,
-    style: Option<Style>,
-    timeout_s: Option<u64>,
-    path: Option<String>,
-) -> RpcResult<Vec<RunInfo>> {
-    validate::thread_id(&thread)?;
-    validate::search_path(path.as_deref())?;
-    let timeout = validate::timeout(timeout_s)?;
-    crate::council::runs_here(&d.db, &thread).await?;
-    let client = ext.get::<ClientId>().copied();
-    retry::retry(&d.council, thread, style.unwrap_or_default(), timeout, client, path).await
-}
-
-/// `config.get`: the configuration as a request of the client whose `PATH`
-/// is `path` would run it.
-pub async fn config(workspace: String, path: Option<String>) -> RpcResult<ConfigView> {
-    validate::workspace(&workspace)?;
-    validate::search_path(path.as_deref())?;
-    let config = crate::config::load_for(std::path::Path::new(&workspace), path.as_deref())
-        .map_err(|e| invalid(format!("configuration: {e}")))?;
-    let kd = crate::config::find_kd(&crate::config::Env::process());
-    let var = |k: &str| match (k, &path) {
-        ("PATH", Some(p)) => Some(std::ffi::OsString::from(p)),
-        _ => std::env::var_os(k),
-    };
-    Ok(config.view(&workspace, &crate::config::Env { var: &var }, kd.as_deref()))
+    /// The configuration as a request of the client whose `PATH` is
+    /// `path` would run it.
+    async fn config_get(&self, workspace: String, path: Option<String>) -> RpcResult<ConfigView> {
+        validate::workspace(&workspace)?;
+        validate::search_path(path.as_deref())?;
+        let config = crate::config::load_for(std::path::Path::new(&workspace), path.as_deref())
+            .map_err(|e| invalid(format!("configuration: {e}")))?;
+        let kd = crate::config::find_kd(&crate::config::Env::process());
+        let var = |k: &str| match (k, &path) {
+            ("PATH", Some(p)) => Some(std::ffi::OsString::from(p)),
+            _ => std::env::var_os(k),
+        };
+        Ok(config.view(&workspace, &crate::config::Env { var: &var }, kd.as_deref()))
+    }
 }

@@ -1,9 +1,8 @@
 //! The member surface (`kd_proto::member`, F-B6): what an agent does as
-//! itself, on its own thread, by the capability kd gave its run. It
-//! implements `MemberApiServer` directly (no delegation through
-//! [`super::Rpc`]); every method first turns the token into the grant it
-//! stands for, or refuses the call (`forbidden`), and then acts as exactly
-//! that member on exactly that thread — through the same paths as the
+//! itself, on its own thread, by the capability kd gave its run. Every
+//! method first turns the token into the grant it stands for, or refuses
+//! the call (`forbidden`), and then acts as exactly that member on exactly
+//! that thread — through the same paths as the
 //! King's methods (`message.route`'s delivery, `queue.read`,
 //! `emergency.ack`, `resource.*`, the agents' history, `search.query`).
 
@@ -20,14 +19,13 @@ use kd_proto::types::{Access, Ack, InboxItem, InboxStatus, RaceCheck, RouteType,
 use kd_proto::{ErrorCode, RpcResult};
 
 use super::error::invalid;
-use super::{coordination, library, validate};
+use super::{Rpc, coordination, library, validate};
 use crate::agent::registry::Run;
 use crate::client::ClientId;
 use crate::coord::route::{self, FromRun};
 use crate::db::inbox::Query;
 use crate::db::messages::Page;
 use crate::identity::Peer;
-use crate::state::Daemon;
 
 /// Default and largest `member.thread` page, in messages.
 const THREAD_LAST: u32 = 20;
@@ -39,15 +37,7 @@ const INBOX_MAX: u32 = 1000;
 const SEARCH_HITS: u32 = 10;
 const SEARCH_MAX: u32 = 50;
 
-pub struct Member {
-    d: Arc<Daemon>,
-}
-
-impl Member {
-    pub fn new(d: Arc<Daemon>) -> Member {
-        Member { d }
-    }
-
+impl Rpc {
     /// The grant `token` stands for, while its run is in flight — if the
     /// calling process may use it: the King's may, an agent's process only
     /// its own run's (see [`crate::identity::Peer::may_use`]).
@@ -94,7 +84,7 @@ fn others_only(g: &Grant, param: &str, names: &[String], members: &[String]) -> 
 }
 
 #[async_trait]
-impl MemberApiServer for Member {
+impl MemberApiServer for Rpc {
     async fn member_whoami(&self, ext: &Extensions, token: String) -> RpcResult<Grant> {
         self.grant(ext, &token)
     }

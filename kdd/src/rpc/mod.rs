@@ -1,14 +1,16 @@
-//! The JSON-RPC methods: `KdApiServer` implemented over the daemon's state,
-//! one file per domain — [`daemon`], [`threads`], [`council`], [`registry`]
-//! (runs, sessions, locks, events), [`exchange`] (the exchange journal), [`coordination`] (routing, queues,
-//! completions, emergencies, races), [`member`] (what an agent does as
-//! itself by its run's capability) and [`subscribe`] — each a thin adapter:
-//! it checks parameter values ([`validate`]) and calls its subsystem; [`error`]
-//! turns registry errors into stable error codes. The trait's methods here
-//! only delegate.
-
-// Parameter lists are the wire format (see kd_proto::api).
-#![allow(clippy::too_many_arguments)]
+//! The JSON-RPC methods, one file per domain, each implementing its
+//! domain's trait of `kd_proto` on [`Rpc`]: [`daemon`], [`threads`],
+//! [`messages`], [`subscribe`] (`thread.subscribe`), [`council`],
+//! [`registry`] (runs, sessions, locks, events), [`library`] (search,
+//! cost), [`coordination`] (routing, queues, completions, emergencies,
+//! races), [`exchange`] (the exchange journal), [`member`] (what an agent
+//! does as itself by its run's capability) and [`work`] (members' work).
+//! Each is a thin adapter: it checks parameter values ([`validate`], once
+//! per method) and calls its subsystem; [`error`] turns registry errors
+//! into stable error codes. This file only builds the method table
+//! ([`module`]); the checks every call passes first — its parameter names
+//! ([`params`]) and, for an agent's process, which methods it may call
+//! ([`confine`]) — are the server's middleware ([`check`]).
 
 pub mod check;
 pub mod confine;
@@ -19,6 +21,7 @@ pub mod error;
 mod exchange;
 mod library;
 mod member;
+mod messages;
 pub mod params;
 mod registry;
 mod subscribe;
@@ -28,480 +31,49 @@ mod work;
 
 use std::sync::Arc;
 
-use jsonrpsee::core::{SubscriptionResult, async_trait};
-use jsonrpsee::server::PendingSubscriptionSink;
-use jsonrpsee::{Extensions, RpcModule};
-use kd_proto::types::*;
-use kd_proto::{KdApiServer, RpcResult};
+use jsonrpsee::{Methods, RpcModule};
+use kd_proto::{
+    CoordinationApiServer, CouncilApiServer, DaemonApiServer, ExchangeApiServer, LibraryApiServer, MemberApiServer,
+    MessageApiServer, RegistryApiServer, SubscribeApiServer, ThreadApiServer, WorkApiServer,
+};
 
 use crate::state::Daemon;
 
-/// What this daemon offers beyond the basic protocol.
-pub const CAPABILITIES: &[&str] = &[
-    "subscriptions",
-    "sessions",
-    "locks",
-    "events",
-    "openrpc",
-    "routing",
-    "queues",
-    "completions",
-    "emergency",
-    "races",
-    "exchanges.durable",
-];
-
+/// What every method is served with: the daemon's state. Each domain's
+/// file implements its trait on it.
+#[derive(Clone)]
 pub struct Rpc {
     d: Arc<Daemon>,
 }
 
-/// The method table served on every connection.
-pub fn module(d: Arc<Daemon>) -> RpcModule<Rpc> {
-    let mut module = Rpc { d: d.clone() }.into_rpc();
-    // Method names never clash: member.* is the member surface's alone.
-    if let Err(e) = module.merge(kd_proto::MemberApiServer::into_rpc(member::Member::new(d.clone()))) {
-        tracing::error!("the member methods are not served: {e}");
-    }
-    // work.* are the King's methods on members' work.
-    if let Err(e) = module.merge(kd_proto::WorkApiServer::into_rpc(work::Work::new(d))) {
-        tracing::error!("the work methods are not served: {e}");
+/// The method table served on every connection: each domain's methods,
+/// merged. Their names never clash (a test checks that every documented
+/// method is served).
+pub fn module(d: Arc<Daemon>) -> RpcModule<()> {
+    let rpc = Rpc { d };
+    let domains: [(&str, Methods); 11] = [
+        ("daemon", DaemonApiServer::into_rpc(rpc.clone()).into()),
+        ("thread", ThreadApiServer::into_rpc(rpc.clone()).into()),
+        ("message", MessageApiServer::into_rpc(rpc.clone()).into()),
+        ("subscribe", SubscribeApiServer::into_rpc(rpc.clone()).into()),
+        ("council", CouncilApiServer::into_rpc(rpc.clone()).into()),
+        ("registry", RegistryApiServer::into_rpc(rpc.clone()).into()),
+        ("library", LibraryApiServer::into_rpc(rpc.clone()).into()),
+        ("coordination", CoordinationApiServer::into_rpc(rpc.clone()).into()),
+        ("exchange", ExchangeApiServer::into_rpc(rpc.clone()).into()),
+        // member.*: what an agent does as itself, by its run's capability.
+        ("member", MemberApiServer::into_rpc(rpc.clone()).into()),
+        // work.*: the King's methods on members' work.
+        ("work", WorkApiServer::into_rpc(rpc).into()),
+    ];
+    let mut module = RpcModule::new(());
+    for (domain, methods) in domains {
+        if let Err(e) = module.merge(methods) {
+            tracing::error!("the {domain} methods are not served: {e}");
+        }
     }
     module
 }
 
-#[async_trait]
-impl KdApiServer for Rpc {
-    async fn daemon_hello(&self) -> RpcResult<Hello> {
-        daemon::hello(&self.d).await
-    }
-
-    async fn daemon_status(&self) -> RpcResult<DaemonStatus> {
-        daemon::status(&self.d).await
-    }
-
-    async fn daemon_shutdown(&self, resume: Option<bool>) -> RpcResult<ShutdownAck> {
-        daemon::shutdown(&self.d, resume).await
-    }
-
-    async fn daemon_doctor(&self, workspace: String, path: Option<String>) -> RpcResult<Vec<Check>> {
-        daemon::doctor(&self.d, workspace, path).await
-    }
-
-    async fn rpc_discover(&self) -> RpcResult<serde_json::Value> {
-        daemon::discover().await
-    }
-
-    async fn thread_create(
-        &self,
-        workspace: String,
-        branch: Option<String>,
-        title: Option<String>,
-        members: Option<Vec<String>>,
-        id: Option<String>,
-        lineage: Option<Lineage>,
-        parent: Option<String>,
-        set_current: Option<bool>,
-        context_mode: Option<ContextMode>,
-    ) -> RpcResult<Thread> {
-        threads::create(&self.d, workspace, branch, title, members, id, lineage, parent, set_current, context_mode)
-            .await
-    }
-
-    async fn thread_list(
-        &self,
-        workspace: Option<String>,
-        status: Option<ThreadStatus>,
-        limit: Option<u32>,
-    ) -> RpcResult<Vec<Thread>> {
-        threads::list(&self.d, workspace, status, limit).await
-    }
-
-    async fn thread_get(&self, thread: String) -> RpcResult<Thread> {
-        threads::get(&self.d, thread).await
-    }
-
-    async fn thread_current(&self, workspace: String, branch: Option<String>) -> RpcResult<Option<Thread>> {
-        threads::current(&self.d, workspace, branch).await
-    }
-
-    async fn thread_set_current(&self, workspace: String, branch: Option<String>, thread: String) -> RpcResult<Thread> {
-        threads::set_current(&self.d, workspace, branch, thread).await
-    }
-
-    async fn thread_archive(&self, thread: String) -> RpcResult<Thread> {
-        threads::archive(&self.d, thread).await
-    }
-
-    async fn search_query(
-        &self,
-        query: String,
-        thread: Option<String>,
-        from: Option<String>,
-        since_ms: Option<i64>,
-        limit: Option<u32>,
-    ) -> RpcResult<Vec<SearchHit>> {
-        library::search(&self.d, query, thread, from, since_ms, limit).await
-    }
-
-    async fn cost_report(
-        &self,
-        thread: Option<String>,
-        workspace: Option<String>,
-        since_ms: Option<i64>,
-        by: Option<CostBy>,
-    ) -> RpcResult<CostReport> {
-        library::report(&self.d, thread, workspace, since_ms, by).await
-    }
-
-    async fn thread_summarize(&self, thread: String, path: Option<String>) -> RpcResult<Thread> {
-        threads::summarize(&self.d, thread, path).await
-    }
-
-    async fn thread_fork(
-        &self,
-        thread: String,
-        title: Option<String>,
-        carry: Option<Carry>,
-        path: Option<String>,
-    ) -> RpcResult<Thread> {
-        threads::fork(&self.d, thread, title, carry, path).await
-    }
-
-    async fn thread_unarchive(&self, thread: String) -> RpcResult<Thread> {
-        threads::unarchive(&self.d, thread).await
-    }
-
-    async fn thread_delete(&self, thread: String, force: Option<bool>) -> RpcResult<Deleted> {
-        threads::delete(&self.d, thread, force).await
-    }
-
-    async fn thread_set_title(&self, thread: String, title: String) -> RpcResult<Thread> {
-        threads::set_title(&self.d, thread, title).await
-    }
-
-    async fn thread_messages(
-        &self,
-        thread: String,
-        since_seq: Option<u64>,
-        limit: Option<u32>,
-        before_seq: Option<u64>,
-        bodies: Option<bool>,
-    ) -> RpcResult<kd_proto::types::Messages> {
-        threads::messages(&self.d, thread, since_seq, limit, before_seq, bodies).await
-    }
-
-    async fn message_append(
-        &self,
-        thread: String,
-        from: String,
-        body: String,
-        to: Option<Vec<String>>,
-        cc: Option<Vec<String>>,
-        reply_to: Option<u64>,
-        kind: Option<MessageKind>,
-        round: Option<u32>,
-        correlation_id: Option<String>,
-        fence: Option<Fence>,
-    ) -> RpcResult<Message> {
-        threads::append(&self.d, thread, from, body, to, cc, reply_to, kind, round, correlation_id, fence).await
-    }
-
-    async fn thread_subscribe(
-        &self,
-        pending: PendingSubscriptionSink,
-        ext: &Extensions,
-        thread: String,
-        since_seq: Option<u64>,
-        not_yet_created: Option<bool>,
-    ) -> SubscriptionResult {
-        let client = ext.get::<crate::client::ClientId>().copied();
-        subscribe::run(self.d.clone(), pending, client, thread, since_seq, not_yet_created.unwrap_or(false)).await
-    }
-
-    async fn council_send(
-        &self,
-        ext: &Extensions,
-        thread: String,
-        body: String,
-        to: Option<Vec<String>>,
-        mute: Option<Vec<String>>,
-        style: Option<Style>,
-        timeout_s: Option<u64>,
-        correlation_id: Option<String>,
-        rounds: Option<u32>,
-        new_thread: Option<NewThread>,
-        path: Option<String>,
-    ) -> RpcResult<Sent> {
-        council::send(&self.d, ext, thread, body, to, mute, style, timeout_s, correlation_id, rounds, new_thread, path)
-            .await
-    }
-
-    async fn council_interrupt(&self, ext: &Extensions, thread: String, all: Option<bool>) -> RpcResult<Interrupted> {
-        council::interrupt(&self.d, ext, thread, all).await
-    }
-
-    async fn council_retry(
-        &self,
-        ext: &Extensions,
-        thread: String,
-        style: Option<Style>,
-        timeout_s: Option<u64>,
-        path: Option<String>,
-    ) -> RpcResult<Vec<RunInfo>> {
-        council::retry(&self.d, ext, thread, style, timeout_s, path).await
-    }
-
-    async fn config_get(&self, workspace: String, path: Option<String>) -> RpcResult<ConfigView> {
-        council::config(workspace, path).await
-    }
-
-    async fn thread_import(
-        &self,
-        workspace: String,
-        branch: Option<String>,
-        id: Option<String>,
-        title: Option<String>,
-        members: Option<Vec<String>>,
-        created_at_ms: Option<i64>,
-        messages: Vec<ImportedMessage>,
-        origin: Option<String>,
-    ) -> RpcResult<Thread> {
-        threads::import(&self.d, workspace, branch, id, title, members, created_at_ms, messages, origin).await
-    }
-
-    async fn run_list(&self, thread: Option<String>) -> RpcResult<Vec<RunInfo>> {
-        registry::run_list(&self.d, thread).await
-    }
-
-    async fn run_cancel(&self, thread: String, member: Option<String>, run: Option<String>) -> RpcResult<Vec<RunInfo>> {
-        registry::run_cancel(&self.d, thread, member, run).await
-    }
-
-    async fn session_start(
-        &self,
-        thread: String,
-        agent: String,
-        backend_session_id: Option<String>,
-        holder: Option<String>,
-        pid: Option<u32>,
-        metadata: Option<serde_json::Value>,
-    ) -> RpcResult<Session> {
-        registry::session_start(&self.d, thread, agent, backend_session_id, holder, pid, metadata).await
-    }
-
-    async fn session_resume(&self, session: String, holder: Option<String>, pid: Option<u32>) -> RpcResult<Session> {
-        registry::session_resume(&self.d, session, holder, pid).await
-    }
-
-    async fn session_end(
-        &self,
-        session: String,
-        status: Option<SessionStatus>,
-        backend_session_id: Option<String>,
-    ) -> RpcResult<Session> {
-        registry::session_end(&self.d, session, status, backend_session_id).await
-    }
-
-    async fn session_list(
-        &self,
-        thread: Option<String>,
-        agent: Option<String>,
-        status: Option<SessionStatus>,
-    ) -> RpcResult<Vec<Session>> {
-        registry::session_list(&self.d, thread, agent, status).await
-    }
-
-    async fn session_get(&self, session: String) -> RpcResult<Session> {
-        registry::session_get(&self.d, session).await
-    }
-
-    async fn lock_acquire(
-        &self,
-        resource: String,
-        holder: String,
-        ttl_ms: u64,
-        pid: Option<u32>,
-    ) -> RpcResult<LockOutcome> {
-        registry::lock_acquire(&self.d, resource, holder, ttl_ms, pid).await
-    }
-
-    async fn lock_release(&self, resource: String, token: u64) -> RpcResult<LockReleased> {
-        registry::lock_release(&self.d, resource, token).await
-    }
-
-    async fn lock_list(&self, resource: Option<String>) -> RpcResult<Vec<Lock>> {
-        registry::lock_list(&self.d, resource).await
-    }
-
-    async fn message_route(
-        &self,
-        ext: &Extensions,
-        thread: String,
-        from: String,
-        body: String,
-        to: Option<Vec<String>>,
-        cc: Option<Vec<String>>,
-        reply_to: Option<u64>,
-        route_type: Option<RouteType>,
-        correlation_id: Option<String>,
-        path: Option<String>,
-    ) -> RpcResult<Routed> {
-        coordination::message_route(
-            &self.d,
-            ext,
-            thread,
-            from,
-            body,
-            to,
-            cc,
-            reply_to,
-            route_type,
-            correlation_id,
-            path,
-        )
-        .await
-    }
-
-    async fn queue_read(
-        &self,
-        member: String,
-        thread: Option<String>,
-        types: Option<Vec<RouteType>>,
-        status: Option<InboxStatus>,
-        limit: Option<u32>,
-        mark_read: Option<bool>,
-    ) -> RpcResult<Vec<InboxItem>> {
-        coordination::queue_read(&self.d, member, thread, types, status, limit, mark_read).await
-    }
-
-    async fn queue_process(&self, member: String, ids: Vec<u64>, action: Option<InboxStatus>) -> RpcResult<Processed> {
-        coordination::queue_process(&self.d, member, ids, action).await
-    }
-
-    async fn queue_subscribe(
-        &self,
-        thread: String,
-        member: String,
-        types: Vec<RouteType>,
-        mode: DeliveryMode,
-    ) -> RpcResult<DeliveryPrefs> {
-        coordination::queue_subscribe(&self.d, thread, member, types, mode).await
-    }
-
-    async fn completion_agents(
-        &self,
-        ext: &Extensions,
-        thread: String,
-        body: String,
-        agents: Option<Vec<String>>,
-        wait: Option<Wait>,
-        timeout_s: Option<u64>,
-        aggregation: Option<Aggregation>,
-        vote: Option<bool>,
-        chair: Option<String>,
-        id: Option<String>,
-        path: Option<String>,
-    ) -> RpcResult<Completion> {
-        coordination::completion_agents(
-            &self.d,
-            ext,
-            thread,
-            body,
-            agents,
-            wait,
-            timeout_s,
-            aggregation,
-            vote,
-            chair,
-            id,
-            path,
-        )
-        .await
-    }
-
-    async fn exchange_get(&self, thread: String, seq: u64) -> RpcResult<ExchangeInfo> {
-        exchange::get(&self.d, thread, seq).await
-    }
-
-    async fn emergency_broadcast(
-        &self,
-        ext: &Extensions,
-        thread: String,
-        body: String,
-        from: Option<String>,
-        stop: Option<bool>,
-        path: Option<String>,
-    ) -> RpcResult<Emergency> {
-        coordination::emergency_broadcast(&self.d, ext, thread, body, from, stop, path).await
-    }
-
-    async fn emergency_ack(&self, thread: String, member: String, broadcast: Option<String>) -> RpcResult<Vec<Ack>> {
-        coordination::emergency_ack(&self.d, thread, member, broadcast).await
-    }
-
-    async fn emergency_pending(&self, thread: Option<String>, all: Option<bool>) -> RpcResult<Vec<Ack>> {
-        coordination::emergency_pending(&self.d, thread, all).await
-    }
-
-    async fn resource_write(
-        &self,
-        resource: String,
-        agent: String,
-        thread: Option<String>,
-        window_ms: Option<u64>,
-    ) -> RpcResult<RaceCheck> {
-        coordination::resource(&self.d, resource, agent, thread, Access::Write, window_ms).await
-    }
-
-    async fn resource_read(&self, resource: String, agent: String, thread: Option<String>) -> RpcResult<RaceCheck> {
-        coordination::resource(&self.d, resource, agent, thread, Access::Read, None).await
-    }
-
-    async fn events_list(
-        &self,
-        thread: Option<String>,
-        agent: Option<String>,
-        kind: Option<String>,
-        since_id: Option<u64>,
-        limit: Option<u32>,
-        before_id: Option<u64>,
-    ) -> RpcResult<Vec<Event>> {
-        registry::events_list(&self.d, thread, agent, kind, since_id, limit, before_id).await
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use std::collections::BTreeSet;
-
-    use super::*;
-    use crate::db::Db;
-    use crate::hub::Hub;
-
-    #[tokio::test]
-    async fn every_served_method_is_documented_and_every_documented_method_is_served() {
-        let tmp = tempfile::tempdir().unwrap();
-        let hub = Arc::new(Hub::new());
-        let db = Db::open(
-            &kd_proto::paths::DbLocation::File(tmp.path().join("kd.sqlite3")),
-            hub.clone(),
-            crate::db::Node::here("test"),
-        )
-        .await
-        .unwrap();
-        let module = module(Arc::new(Daemon::new(
-            db,
-            hub,
-            tmp.path().join("s"),
-            &crate::limits::Limits::default(),
-            std::time::Duration::from_secs(1),
-            crate::lifecycle::Archived::channel().0,
-        )));
-        let served: BTreeSet<&str> = module.method_names().collect();
-        let documented: BTreeSet<&str> = kd_proto::openrpc::methods()
-            .iter()
-            .flat_map(|m| std::iter::once(m.name).chain(m.subscription.map(|(_, unsubscribe)| unsubscribe)))
-            .collect();
-        assert_eq!(served, documented);
-    }
-}
+mod tests;

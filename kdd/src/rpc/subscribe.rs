@@ -22,14 +22,17 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use jsonrpsee::core::SubscriptionResult;
+use jsonrpsee::Extensions;
+use jsonrpsee::core::{SubscriptionResult, async_trait};
 use jsonrpsee::server::{PendingSubscriptionSink, SubscriptionMessage, SubscriptionSink};
 use jsonrpsee::types::ErrorObjectOwned;
-use kd_proto::types::{Message, RunStatus, ThreadEvent};
+use kd_proto::message::Message;
+use kd_proto::registry::RunStatus;
+use kd_proto::subscribe::{SubscribeApiServer, ThreadEvent};
 use serde_json::value::RawValue;
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 
-use super::validate;
+use super::{Rpc, validate};
 use crate::client::ClientId;
 use crate::db::messages::Page;
 use crate::db::{DbError, DbResult};
@@ -104,7 +107,22 @@ impl Out<'_> {
     }
 }
 
-pub async fn run(
+#[async_trait]
+impl SubscribeApiServer for Rpc {
+    async fn thread_subscribe(
+        &self,
+        pending: PendingSubscriptionSink,
+        ext: &Extensions,
+        thread: String,
+        since_seq: Option<u64>,
+        not_yet_created: Option<bool>,
+    ) -> SubscriptionResult {
+        let client = ext.get::<ClientId>().copied();
+        run(self.d.clone(), pending, client, thread, since_seq, not_yet_created.unwrap_or(false)).await
+    }
+}
+
+async fn run(
     d: Arc<Daemon>,
     pending: PendingSubscriptionSink,
     client: Option<ClientId>,

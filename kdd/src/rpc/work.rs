@@ -2,39 +2,26 @@
 //! parameters checked here, the work done by [`crate::work`]. An agent's
 //! process may not call them (see [`super::confine`]).
 
-use std::sync::Arc;
-
 use jsonrpsee::Extensions;
 use jsonrpsee::core::async_trait;
 use kd_proto::RpcResult;
 use kd_proto::work::{Accepted, MemberDiff, WorkApiServer, WorkStarted, Worktree};
 
 use super::error::invalid;
-use super::validate;
+use super::{Rpc, validate};
 use crate::client::ClientId;
-use crate::state::Daemon;
 use crate::work::review::Subject;
 use crate::work::{self, settle};
 
 /// Longest task, in bytes: the King's message and every commit's.
 const MAX_TASK_BYTES: usize = 64 << 10;
 
-pub struct Work {
-    d: Arc<Daemon>,
-}
-
-impl Work {
-    pub fn new(d: Arc<Daemon>) -> Work {
-        Work { d }
-    }
-}
-
 fn member(name: &str) -> RpcResult<()> {
     validate::addressees("member", std::slice::from_ref(&name.to_string()))
 }
 
 #[async_trait]
-impl WorkApiServer for Work {
+impl WorkApiServer for Rpc {
     async fn work_start(
         &self,
         ext: &Extensions,

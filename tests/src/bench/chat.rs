@@ -5,7 +5,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use kd_client::{Client, KdApiClient};
+use kd_client::Client;
+use kd_client::prelude::*;
 use kd_proto::types::{MessageKind, ThreadEvent};
 
 use super::{check, cpu_time, row};

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_proto::types::ThreadEvent;
 
 use super::{percentile as pct, row};

@@ -13,7 +13,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_proto::types::CostBy;
 use rusqlite::{Connection, params};
 

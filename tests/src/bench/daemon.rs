@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_proto::types::ThreadEvent;
 
 use super::{check, cpu_time, micros, percentile, row};

@@ -9,7 +9,7 @@
 
 use std::time::Instant;
 
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_proto::types::ThreadEvent;
 use serde_json::{Value, json};
 

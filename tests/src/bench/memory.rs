@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use jsonrpsee::core::client::ClientT;
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_proto::types::ThreadEvent;
 
 use super::{check, ms, peak_rss_mib, percentile, row, rss_mib};

@@ -5,7 +5,7 @@
 use std::process::Stdio;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 use kd_proto::types::ThreadEvent;
 use tokio::io::AsyncReadExt;
 

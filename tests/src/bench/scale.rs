@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use kd_client::KdApiClient;
+use kd_client::prelude::*;
 
 use super::{ms, percentile, row, rss_mib};
 use crate::{Engine, Kdd, TestDb, bin};

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use kd_client::WorkApiClient;
+use kd_client::prelude::*;
 use serde_json::json;
 
 use super::{percentile as pct, row};

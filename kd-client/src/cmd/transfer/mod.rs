@@ -24,8 +24,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context, anyhow, bail};
 use clap::Args;
+use kd_client::prelude::*;
 use kd_client::reading::InOrder;
-use kd_client::{ClientError, KdApiClient, workspace};
+use kd_client::{ClientError, workspace};
 use kd_proto::ErrorCode;
 use kd_proto::names::{KING, check_thread_id};
 use kd_proto::types::{ImportedMessage, Thread};

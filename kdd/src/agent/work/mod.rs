@@ -18,8 +18,8 @@ use kd_proto::work::WorkState;
 use rustix::process::Signal;
 
 use super::Runner;
-use super::argv::Invocation;
 use super::process;
+use super::process::Invocation;
 use super::registry::Run;
 use super::spec::{Spec, WorkRun};
 use crate::db::Db;
