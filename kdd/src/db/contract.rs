@@ -10,6 +10,8 @@ use std::sync::Arc;
 use kd_proto::paths::DbLocation;
 use kd_proto::types::{Lineage, LockOutcome, MessageKind, ThreadEvent};
 
+mod alike;
+
 use super::messages::{NewMessage, Page};
 use super::threads::NewThread;
 use super::{Db, DbError};

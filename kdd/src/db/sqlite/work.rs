@@ -1,13 +1,10 @@
-//! The registry of members' worktrees (F-W1..W6): one row per member a task
-//! was given to, on its work thread — where its worktree and branch are,
-//! the commit it was made at and the last one kd made, where the work
-//! stands — and, on a work run, the commit kd made of its changes.
+//! The SQLite side of [`crate::db::work`]: its SQL and the engine's operations.
 
 use kd_proto::types::RunStatus;
 use kd_proto::work::{WorkState, Worktree};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
-use super::{DbError, DbResult};
+use crate::db::{DbError, DbResult};
 
 /// The worktree's columns, and how the member's last run on the thread
 /// that answered it (not a ballot or a review) ended.
@@ -101,6 +98,7 @@ pub fn unsettled(conn: &Connection) -> DbResult<Vec<Worktree>> {
 }
 
 /// Whether the thread's task is a best-of-N.
+#[cfg(test)]
 pub fn is_vote(conn: &Connection, thread: &str) -> DbResult<bool> {
     Ok(conn
         .prepare_cached("SELECT max(vote) FROM worktrees WHERE thread_id = ?1")?
@@ -158,6 +156,7 @@ pub fn has_run(conn: &Connection, thread: &str, member: &str) -> DbResult<bool> 
 }
 
 /// The commit kd made of a run's changes, and its note.
+#[cfg(test)]
 pub fn run_work(conn: &Connection, run: &str) -> DbResult<(Option<String>, Option<String>)> {
     Ok(conn
         .prepare_cached("SELECT work_commit, work_note FROM runs WHERE id = ?1")?
@@ -273,7 +272,7 @@ mod tests {
     use super::*;
 
     fn db() -> Connection {
-        crate::db::schema::in_memory_with_thread("t1")
+        crate::db::sqlite::schema::in_memory_with_thread("t1")
     }
 
     fn tree(member: &str, at: i64) -> Worktree {

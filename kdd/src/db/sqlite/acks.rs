@@ -1,13 +1,12 @@
-//! Acknowledgements owed for emergency broadcasts (F-X4): one per member
-//! per broadcast, settled by the member's next answer (a run that was given
-//! the broadcast) or by `kd ack`; every settlement is an audit event.
+//! The SQLite side of [`crate::db::acks`]: its SQL and the engine's operations.
 
 use kd_proto::types::{Ack, ThreadEvent};
 use rusqlite::{Connection, Row, params};
 use serde_json::json;
 
-use super::events::{self, NewEvent};
-use super::{DbResult, Outbox};
+use super::events::{self};
+use crate::db::events::NewEvent;
+use crate::db::{DbResult, Outbox};
 
 /// Records that every one of `members` owes an acknowledgement of
 /// `broadcast` (message `seq` of `thread`).
@@ -109,7 +108,7 @@ impl super::Sqlite {
     /// only, when given) and tells subscribers who still owes.
     pub async fn acknowledge(&self, thread: String, member: String, broadcast: Option<String>) -> DbResult<Vec<Ack>> {
         self.write(move |c, out| {
-            let acked = settle(c, super::now_ms(), &thread, &member, u64::MAX, broadcast.as_deref(), "kd ack")?;
+            let acked = settle(c, crate::db::now_ms(), &thread, &member, u64::MAX, broadcast.as_deref(), "kd ack")?;
             progress(c, &thread, &acked, out)?;
             Ok(acked)
         })

@@ -1,19 +1,17 @@
-//! An exchange's life beyond its steps' transitions (F-J1..J3): stopped for
-//! good (by the King, a budget, `--no-resume`, age), cut by a graceful
-//! stop, resumed at start, a step given up after too many attempts — and
-//! the async entry points the rest of kdd calls.
+//! The SQLite side of [`crate::db::exchanges::life`]: its SQL and the engine's operations.
 
 use kd_proto::types::Message;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::json;
 
-use super::{
-    Exchange, ExchangeId, NewExchange, Opened, Step, StepId, StepKey, get, open_step, plan_done, steps, stop,
-    unfinished,
-};
-use crate::db::events::{self, NewEvent};
-use crate::db::messages::{self, NewMessage};
-use crate::db::{DbError, DbResult, Outbox, Sqlite, now_ms};
+use super::{get, open_step, plan_done, steps, stop, unfinished};
+use crate::db::events::NewEvent;
+use crate::db::exchanges::{Exchange, ExchangeId, NewExchange, Opened, Step, StepId, StepKey};
+use crate::db::messages::NewMessage;
+use crate::db::sqlite::Sqlite;
+use crate::db::sqlite::events;
+use crate::db::sqlite::messages;
+use crate::db::{DbError, DbResult, Outbox, now_ms};
 
 fn event(conn: &Connection, now: i64, kind: &str, x: &Exchange, data: serde_json::Value) -> DbResult<()> {
     let correlation = format!("x-{}", x.seq);

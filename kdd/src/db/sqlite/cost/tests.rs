@@ -12,9 +12,11 @@ use rusqlite::Connection;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::db::messages::{self, NewMessage};
-use crate::db::threads::{self, NewThread};
-use crate::db::{Outbox, lifecycle, runs, schema};
+use crate::db::cost::{MAX_ANSWER_TOKENS, MAX_ANSWER_USD};
+use crate::db::messages::NewMessage;
+use crate::db::sqlite::{lifecycle, messages, runs, schema, threads};
+use crate::db::threads::NewThread;
+use crate::db::{DbError, Outbox};
 
 const DAY: i64 = 86_400_000;
 /// A Monday at 00:00 UTC.
@@ -99,7 +101,7 @@ impl Registry {
             usage: r.usage,
             ..RunMeta::default()
         };
-        let finish = runs::Finish {
+        let finish = crate::db::runs::Finish {
             status: r.status,
             body: format!("answer of {}", r.member),
             error: None,
