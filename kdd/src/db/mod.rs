@@ -51,7 +51,6 @@ pub mod threads;
 use std::path::PathBuf;
 
 use kd_proto::types::ThreadEvent;
-
 pub use registry::{Db, Node};
 
 /// Errors of the registry. Mapped once, at the RPC edge, to error codes.

@@ -4,7 +4,7 @@ use kd_proto::types::{Ack, ThreadEvent};
 use rusqlite::{Connection, Row, params};
 use serde_json::json;
 
-use super::events::{self};
+use super::events;
 use crate::db::events::NewEvent;
 use crate::db::{DbResult, Outbox};
 

@@ -1,18 +1,14 @@
 //! The SQLite side of [`crate::db::compose`]: its SQL and the engine's operations.
 
-use crate::db::compose::{Asked, Carrier, Routed, Routing};
-use crate::db::inbox::Kept;
 use kd_proto::types::{Message, MessageKind, Thread};
 use rusqlite::Connection;
 use serde_json::json;
 
-use super::events::{self};
-use super::exchanges::{self};
-use super::messages::{self};
-use super::threads::{self};
-use super::{acks, inbox};
+use super::{acks, events, exchanges, inbox, messages, threads};
+use crate::db::compose::{Asked, Carrier, Routed, Routing};
 use crate::db::events::NewEvent;
 use crate::db::exchanges::NewExchange;
+use crate::db::inbox::Kept;
 use crate::db::messages::NewMessage;
 use crate::db::threads::NewThread;
 use crate::db::{DbError, DbResult, Outbox};

@@ -1,11 +1,11 @@
 //! The SQLite side of [`crate::db::cost`]: its SQL and the engine's operations.
 
-use crate::db::cost::{DAY_MS, Entry, Filter, micro_dollars, summed, without_thread};
 use kd_proto::types::{Cost, CostBy, CostReport, Message, RunInfo};
 use rusqlite::{Connection, ToSql, params};
 
 use super::threads;
 use crate::db::DbResult;
+use crate::db::cost::{DAY_MS, Entry, Filter, micro_dollars, summed, without_thread};
 
 /// Writes the ledger's row for `message`, which `run` wrote: in the
 /// transaction that writes the message ([`super::runs::finish`]).

@@ -1,10 +1,10 @@
 //! The SQLite side of [`crate::db::events`]: its SQL and the engine's operations.
 
-use crate::db::events::{EventFilter, NewEvent, Record};
 use kd_proto::types::Event;
 use rusqlite::{Connection, Row, params};
 use serde_json::Value;
 
+use crate::db::events::{EventFilter, NewEvent, Record};
 use crate::db::{DbResult, json_list, parse_list};
 
 pub fn record(conn: &Connection, at: i64, e: &NewEvent<'_>) -> DbResult<()> {

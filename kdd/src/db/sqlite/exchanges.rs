@@ -1,12 +1,12 @@
 //! The SQLite side of [`crate::db::exchanges`]: its SQL and the engine's operations.
 
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use serde_json::Value;
+
 use crate::db::exchanges::{
     Exchange, ExchangeId, ExchangeState, Kind, NewExchange, Opened, Purpose, RunEnd, SUPERSEDED, Step, StepId, StepKey,
     StepState,
 };
-use rusqlite::{Connection, OptionalExtension, Row, params};
-use serde_json::Value;
-
 use crate::db::{DbError, DbResult};
 
 /// A name the registry holds, read back (a bad one is a bad row).

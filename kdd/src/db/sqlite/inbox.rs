@@ -1,12 +1,12 @@
 //! The SQLite side of [`crate::db::inbox`]: its SQL and the engine's operations.
 
-use crate::db::inbox::{Entry, Kept, Query, role_str};
 use kd_proto::types::{DeliveryMode, InboxItem, InboxStatus, Overflow, Role, RouteType};
 use rusqlite::{Connection, Row, params};
 use serde_json::json;
 
-use super::events::{self};
+use super::events;
 use crate::db::events::NewEvent;
+use crate::db::inbox::{Entry, Kept, Query, role_str};
 use crate::db::{DbResult, json_list};
 
 /// Pending entries of a member on a thread.

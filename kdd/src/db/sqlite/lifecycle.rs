@@ -1,13 +1,12 @@
 //! The SQLite side of [`crate::db::lifecycle`]: its SQL and the engine's operations.
 
-use crate::db::lifecycle::{Material, Summary};
 use kd_proto::types::{Thread, ThreadEvent, ThreadStatus};
 use rusqlite::{Connection, params};
 use serde_json::json;
 
-use super::events::{self};
-use super::threads::{self};
+use super::{events, threads};
 use crate::db::events::NewEvent;
+use crate::db::lifecycle::{Material, Summary};
 use crate::db::threads::status_str;
 use crate::db::{DbError, DbResult, Outbox};
 

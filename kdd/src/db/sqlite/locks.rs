@@ -1,12 +1,12 @@
 //! The SQLite side of [`crate::db::locks`]: its SQL and the engine's operations.
 
-use crate::db::locks::Held;
 use kd_proto::types::{Fence, Lock, LockOutcome, LockReleased};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde_json::json;
 
-use super::events::{self};
+use super::events;
 use crate::db::events::NewEvent;
+use crate::db::locks::Held;
 use crate::db::{DbError, DbResult};
 
 pub fn acquire(

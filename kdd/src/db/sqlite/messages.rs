@@ -1,11 +1,10 @@
 //! The SQLite side of [`crate::db::messages`]: its SQL and the engine's operations.
 
-use crate::db::messages::{NewMessage, Page, ROW_BYTES, parse_kind};
 use kd_proto::types::{Message, MessageKind, Purpose, RouteType, ThreadEvent, ThreadStatus};
 use rusqlite::{Connection, Row, params};
 
-use super::events::{self};
-use super::{lifecycle, locks, threads};
+use super::{events, lifecycle, locks, threads};
+use crate::db::messages::{NewMessage, Page, ROW_BYTES, parse_kind};
 use crate::db::{DbError, DbResult, Outbox, json_list, parse_list};
 
 /// Appends a message with the thread's next seq, records it in the event

@@ -45,13 +45,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use pool::ReadPool;
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
+use writer::{Job, MAX_BATCH};
 
 use crate::db::{Cause, DbError, DbResult, Outbox};
 use crate::hub::Hub;
-use pool::ReadPool;
-use writer::{Job, MAX_BATCH};
 
 /// The SQLite engine: one writer thread, a pool of readers.
 pub struct Sqlite {

@@ -1,6 +1,5 @@
 //! The SQLite side of [`crate::db::page_json`]: its SQL and the engine's operations.
 
-use crate::db::page_json::{RowJson, list_of};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
@@ -14,6 +13,7 @@ use serde_json::value::RawValue;
 use super::pool::ReadPool;
 use super::threads;
 use crate::db::messages::{Page, ROW_BYTES, parse_kind};
+use crate::db::page_json::{RowJson, list_of};
 use crate::db::{DbError, DbResult};
 
 /// The columns, in `from_row`'s order.

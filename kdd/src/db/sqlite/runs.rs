@@ -1,17 +1,13 @@
 //! The SQLite side of [`crate::db::runs`]: its SQL and the engine's operations.
 
-use crate::db::runs::{Finish, Orphan, STOPPED_IN_FLIGHT, refuse_ended};
 use kd_proto::types::{Message, Purpose, RunInfo, RunMeta, RunStatus, SessionStatus, ThreadEvent};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::json;
 
-use super::events::{self};
-use super::exchanges::{self};
-use super::messages::{self};
-use super::sessions::{self};
-use super::{acks, cost};
+use super::{acks, cost, events, exchanges, messages, sessions};
 use crate::db::events::NewEvent;
 use crate::db::exchanges::{RunEnd, StepId};
+use crate::db::runs::{Finish, Orphan, STOPPED_IN_FLIGHT, refuse_ended};
 use crate::db::sessions::SessionEnd;
 use crate::db::{DbError, DbResult, Outbox};
 

@@ -1,12 +1,12 @@
 //! The SQLite side of [`crate::db::search`]: its SQL and the engine's operations.
 
-use crate::db::search::{
-    DEFAULT_HITS, Filter, INDEX_BATCH, INDEXED_CHARS, MAX_HITS, THREAD_HITS, no_index_has, unreadable,
-};
 use kd_proto::types::SearchHit;
 use rusqlite::{Connection, params};
 
 use super::threads;
+use crate::db::search::{
+    DEFAULT_HITS, Filter, INDEX_BATCH, INDEXED_CHARS, MAX_HITS, THREAD_HITS, no_index_has, unreadable,
+};
 use crate::db::{DbError, DbResult};
 
 /// Indexes up to [`INDEX_BATCH`] messages written since the last run;

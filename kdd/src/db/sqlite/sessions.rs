@@ -1,13 +1,12 @@
 //! The SQLite side of [`crate::db::sessions`]: its SQL and the engine's operations.
 
-use crate::db::sessions::{NewSession, SessionEnd, Taken, candidates, dead_holder, refusal_events, status_of};
 use kd_proto::types::{Session, SessionStatus};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde_json::{Value, json};
 
-use super::events::{self};
-use super::threads;
+use super::{events, threads};
 use crate::db::events::NewEvent;
+use crate::db::sessions::{NewSession, SessionEnd, Taken, candidates, dead_holder, refusal_events, status_of};
 use crate::db::{DbError, DbResult, random_id};
 
 const COLUMNS: &str =

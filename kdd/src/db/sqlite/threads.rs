@@ -1,12 +1,12 @@
 //! The SQLite side of [`crate::db::threads`]: its SQL and the engine's operations.
 
-use crate::db::threads::{NewThread, lineage_of, lineage_str, parse_context, parse_lineage, parse_status, status_str};
 use kd_proto::types::{Lineage, Thread, ThreadStatus};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde_json::json;
 
-use super::events::{self};
+use super::events;
 use crate::db::events::NewEvent;
+use crate::db::threads::{NewThread, lineage_of, lineage_str, parse_context, parse_lineage, parse_status, status_str};
 use crate::db::{DbError, DbResult, Outbox, json_list, parse_list, random_id};
 
 const COLUMNS: &str = "id, workspace, branch, title, status, lineage, parent_id, members, created_at, last_activity_at, last_seq, context_mode, origin, summary";

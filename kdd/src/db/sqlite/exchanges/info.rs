@@ -1,11 +1,11 @@
 //! The SQLite side of [`crate::db::exchanges::info`]: its SQL and the engine's operations.
 
-use crate::db::exchanges::info::wire;
 use kd_proto::types::ExchangeInfo;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{EXCHANGE, exchange, steps};
 use crate::db::DbResult;
+use crate::db::exchanges::info::wire;
 
 /// The exchange begun by message `seq` of `thread` — the council or work
 /// one when that message began several, else the newest — with its steps.

@@ -1,12 +1,12 @@
 //! The SQLite side of [`crate::db::exchanges::kd_step`]: its SQL and the engine's operations.
 
-use crate::db::exchanges::kd_step::{EventsOf, KdStep};
 use kd_proto::types::Message;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
 use super::{get, open_step, settle};
 use crate::db::events::Record;
+use crate::db::exchanges::kd_step::{EventsOf, KdStep};
 use crate::db::exchanges::{Exchange, ExchangeId, Kind, Opened, Purpose, Step, StepId, StepKey, StepState};
 use crate::db::messages::{NewMessage, Page};
 use crate::db::sqlite::Sqlite;
