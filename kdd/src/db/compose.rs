@@ -6,8 +6,11 @@
 
 use kd_proto::types::{Message, RouteType, Thread};
 
+use serde_json::json;
+
+use super::events::Record;
 use super::exchanges::{Exchange, Step};
-use super::inbox;
+use super::inbox::{self, Entry, Kept};
 use super::messages::NewMessage;
 
 /// A question written with its journal (F-J1): the King's message (and
@@ -50,4 +53,55 @@ pub struct Routed {
     /// Per entry of [`Routing::entries`], in order.
     pub kept: Vec<inbox::Kept>,
     pub participants: Vec<String>,
+}
+
+/// The routing decision's event: message `m` routed as `route`, its
+/// participants now `participants`.
+pub(crate) fn routed(route: RouteType, correlation_id: &str, m: &Message, participants: &[String]) -> Record {
+    Record {
+        kind: format!("routing.{}", route.as_str()),
+        thread: Some(m.thread.clone()),
+        agent: None,
+        from: Some(m.from.clone()),
+        to: m.to.clone(),
+        correlation_id: Some(correlation_id.to_string()),
+        data: json!({"seq": m.seq, "cc": m.cc, "reply_to": m.reply_to, "participants": participants}),
+    }
+}
+
+/// What keeping `e` in its member's inbox (`how`: queued, delivered…)
+/// records: the delivery, or its refusal by a full inbox.
+pub(crate) fn delivered(e: &Entry, how: &str, kept: &Kept, correlation_id: &str, m: &Message) -> Record {
+    let (kind, data) = match kept {
+        Kept::Queued { id, size, dropped } => (
+            format!("delivery.{how}"),
+            json!({"seq": m.seq, "inbox": id, "queue_size": size, "dropped": dropped, "role": e.role}),
+        ),
+        Kept::Rejected { size } => {
+            ("delivery.rejected".to_string(), json!({"seq": m.seq, "queue_size": size, "limit": e.limit}))
+        }
+    };
+    Record {
+        kind,
+        thread: Some(m.thread.clone()),
+        agent: Some(e.member.clone()),
+        from: Some(m.from.clone()),
+        to: vec![e.member.clone()],
+        correlation_id: Some(correlation_id.to_string()),
+        data,
+    }
+}
+
+/// What an emergency `broadcast` (message `m`) records: the members who
+/// owe its acknowledgement.
+pub(crate) fn emergency(broadcast: &str, m: &Message, members: &[String]) -> Record {
+    Record {
+        kind: "system.emergency_broadcast".into(),
+        thread: Some(m.thread.clone()),
+        agent: None,
+        from: Some(m.from.clone()),
+        to: members.to_vec(),
+        correlation_id: Some(broadcast.to_string()),
+        data: json!({"broadcast": broadcast, "seq": m.seq}),
+    }
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use kd_proto::paths::DbLocation;
 use kd_proto::types::{Lineage, LockOutcome, MessageKind, ThreadEvent};
+use kd_proto::work::{WorkState, Worktree};
 
 mod alike;
 
@@ -133,5 +134,63 @@ async fn a_committed_message_is_told_to_subscribers_and_a_refused_one_is_not() {
         let gone = e.db.append_message(said("no-such-thread", "lost".into())).await;
         assert!(matches!(gone, Err(DbError::NotFound(_))), "{}: {gone:?}", e.name);
         assert!(sub.try_recv().is_err(), "{}: nothing told of a refused write", e.name);
+    }
+}
+
+/// A member's worktree on thread `t1` of `/w`, made at `at`.
+fn tree(member: &str, at: i64) -> Worktree {
+    Worktree {
+        thread: "t1".into(),
+        member: member.into(),
+        task: "do it".into(),
+        repo: "/w".into(),
+        path: format!("/data/worktrees/w-t1/{member}"),
+        branch: format!("kd/t1/{member}"),
+        base: "b".repeat(40),
+        head: "b".repeat(40),
+        state: WorkState::Working,
+        files: 0,
+        added: 0,
+        removed: 0,
+        removed_at_ms: None,
+        created_at_ms: at,
+        last_run: None,
+    }
+}
+
+#[tokio::test]
+async fn a_worktree_is_recorded_moved_on_and_settled() {
+    for e in engines().await {
+        let (db, n) = (&e.db, e.name);
+        db.create_thread(NewThread { id: Some("t1".into()), ..thread("/w") }).await.unwrap();
+        db.add_worktree(tree("codex", 2), true).await.unwrap();
+        db.add_worktree(tree("claude", 1), true).await.unwrap();
+        assert!(db.add_worktree(tree("claude", 3), false).await.is_err(), "{n}: one worktree per member and thread");
+        let members = |ws: Vec<Worktree>| ws.into_iter().map(|w| w.member).collect::<Vec<_>>();
+        assert_eq!(members(db.worktrees_of("t1".into()).await.unwrap()), ["claude", "codex"], "{n}");
+        db.set_worktree_head("t1".into(), "claude".into(), "c".repeat(40), (2, 10, 3)).await.unwrap();
+        db.set_worktree_state("t1".into(), "claude".into(), WorkState::Done).await.unwrap();
+        let w = db.worktree("t1".into(), "claude".into()).await.unwrap().unwrap();
+        assert_eq!(
+            (w.head.as_str(), w.files, w.added, w.removed, w.state),
+            ("c".repeat(40).as_str(), 2, 10, 3, WorkState::Done),
+            "{n}"
+        );
+        assert_eq!(db.unsettled_worktrees().await.unwrap().len(), 2, "{n}");
+        db.set_worktree_state("t1".into(), "codex".into(), WorkState::Rejected).await.unwrap();
+        assert_eq!(db.unsettled_worktrees().await.unwrap().len(), 1, "{n}");
+        // Settled work is not moved on.
+        let kept = db.move_worktree_state("t1".into(), "codex".into(), WorkState::Done).await.unwrap().unwrap();
+        assert_eq!(kept.state, WorkState::Rejected, "{n}");
+        db.set_worktree_removed("t1".into(), "claude".into(), 9).await.unwrap();
+        assert!(db.unsettled_worktrees().await.unwrap().is_empty(), "{n}");
+        let gone = db.move_worktree_state("t1".into(), "claude".into(), WorkState::Working).await.unwrap().unwrap();
+        assert_eq!((gone.state, gone.removed_at_ms), (WorkState::Done, Some(9)), "{n}");
+        assert!(db.move_worktree_state("t1".into(), "gemini".into(), WorkState::Done).await.unwrap().is_none());
+        let unknown = db.set_worktree_state("t1".into(), "gemini".into(), WorkState::Done).await;
+        assert!(matches!(unknown, Err(DbError::NotFound(_))), "{n}: {unknown:?}");
+        assert_eq!(members(db.worktrees(Some("/w".into())).await.unwrap()), ["codex", "claude"], "{n}");
+        assert!(db.worktrees(Some("/v".into())).await.unwrap().is_empty(), "{n}");
+        assert_eq!(db.worktrees(None).await.unwrap().len(), 2, "{n}");
     }
 }

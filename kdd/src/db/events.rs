@@ -41,3 +41,19 @@ pub struct Record {
     pub correlation_id: Option<String>,
     pub data: Value,
 }
+
+impl Record {
+    /// The event to record (no session: a record names none).
+    pub(crate) fn event(&self) -> NewEvent<'_> {
+        NewEvent {
+            kind: &self.kind,
+            thread: self.thread.as_deref(),
+            session: None,
+            agent: self.agent.as_deref(),
+            from: self.from.as_deref(),
+            to: &self.to,
+            correlation_id: self.correlation_id.as_deref(),
+            data: self.data.clone(),
+        }
+    }
+}

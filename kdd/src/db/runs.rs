@@ -1,10 +1,15 @@
-//! Agent runs: their rows, the partial text saved while they stream, their
-//! end (message, event, subscriber notice in one transaction), and the
-//! recovery of runs a dead daemon left in flight.
+//! Agent runs, as both engines record them: how a run ends ([`Finish`]:
+//! the message it writes, how its journal step and session end, the event
+//! it records and what subscribers hear), that it ends once
+//! ([`refuse_ended`]), and how a run a dead daemon left in flight is
+//! recorded interrupted ([`Orphan`], [`Cut`]).
 
 use kd_proto::names::KING;
-use kd_proto::types::{MessageKind, RouteType, RunInfo, RunMeta, RunStatus};
+use kd_proto::types::{MessageKind, Purpose, RouteType, RunInfo, RunMeta, RunStatus, SessionStatus, ThreadEvent};
+use serde_json::json;
 
+use super::events::NewEvent;
+use super::exchanges::RunEnd;
 use super::messages::NewMessage;
 use super::sessions::SessionEnd;
 use super::{DbError, DbResult};
@@ -75,6 +80,129 @@ impl Finish {
             purpose: run.purpose,
             route,
         }
+    }
+}
+
+impl Finish {
+    /// How the run's journal step ends with it: answered once (message
+    /// `seq`), pending again after an interruption, or failed.
+    pub(crate) fn step_end(&self, seq: u64) -> RunEnd {
+        match self.status {
+            RunStatus::Done => RunEnd::Done { seq },
+            RunStatus::Interrupted => RunEnd::Interrupted { seq },
+            RunStatus::Cancelled => {
+                RunEnd::Cancelled { reason: self.error.clone().unwrap_or_else(|| "cancelled".into()) }
+            }
+            _ => RunEnd::Failed { seq, reason: self.error.clone().unwrap_or_else(|| self.status.as_str().into()) },
+        }
+    }
+
+    /// The end of the session the run held, its backend id the run's when
+    /// the end names none.
+    pub(crate) fn session_end(&self) -> Option<SessionEnd> {
+        self.session.clone().map(|mut end| {
+            end.backend_session_id = end.backend_session_id.or_else(|| self.meta.backend_session_id.clone());
+            end
+        })
+    }
+
+    /// The event a run's end records (`run.finish`, `run.timeout`, …), its
+    /// message being `seq`.
+    pub(crate) fn event<'a>(&'a self, run: &'a RunInfo, seq: u64) -> NewEvent<'a> {
+        let kind = match self.status {
+            RunStatus::Done => "run.finish",
+            RunStatus::TimedOut => "run.timeout",
+            RunStatus::Cancelled => "run.cancel",
+            RunStatus::Interrupted => "run.interrupted",
+            _ => "run.error",
+        };
+        NewEvent {
+            kind,
+            thread: Some(&run.thread),
+            agent: Some(&run.member),
+            correlation_id: Some(&run.id),
+            data: json!({"run": run.id, "seq": seq, "error": self.error, "duration_ms": self.meta.duration_ms,
+                         "exit_status": self.meta.exit_status}),
+            ..Default::default()
+        }
+    }
+
+    /// What subscribers of the thread hear of the run's end.
+    pub(crate) fn told(self, run: &RunInfo, seq: u64) -> ThreadEvent {
+        let (id, member) = (run.id.clone(), run.member.clone());
+        match self.status {
+            RunStatus::Done => ThreadEvent::RunFinished { run: id, member, seq },
+            RunStatus::Cancelled | RunStatus::Interrupted => {
+                ThreadEvent::RunCancelled { run: id, member, seq, interrupted: self.status == RunStatus::Interrupted }
+            }
+            status => ThreadEvent::RunError {
+                run: id,
+                member,
+                error: self.error.unwrap_or_default(),
+                timed_out: status == RunStatus::TimedOut,
+                seq,
+            },
+        }
+    }
+}
+
+/// What the registry kept of a run left in flight, read back to record it
+/// interrupted ([`Cut::interrupted`]).
+pub(crate) struct Cut {
+    pub backend: String,
+    pub reply_to: Option<i64>,
+    pub round: Option<u32>,
+    pub session: Option<String>,
+    pub exchange: Option<i64>,
+    pub replaces: Option<i64>,
+    pub ordinal: Option<i64>,
+    pub purpose: Option<String>,
+}
+
+impl Cut {
+    /// The run `o` as it is recorded interrupted at `now`, with what it had
+    /// said (`partial`) and `why`, releasing `session` (its session, when
+    /// still active).
+    pub(crate) fn interrupted(
+        self,
+        o: &Orphan,
+        now: i64,
+        partial: String,
+        why: &str,
+        session: Option<String>,
+    ) -> (RunInfo, Finish) {
+        let ordinal = self.ordinal.map(|o| o as u64);
+        let info = RunInfo {
+            id: o.id.clone(),
+            thread: o.thread.clone(),
+            member: o.member.clone(),
+            backend: self.backend.clone(),
+            status: RunStatus::Interrupted,
+            pid: o.pid,
+            started_at_ms: now,
+            chars: partial.chars().count() as u64,
+            reply_to: self.reply_to.map(|r| r as u64),
+            round: self.round,
+            exchange: self.exchange.map(|r| r as u64),
+            replaces: self.replaces.map(|r| r as u64),
+            ordinal: ordinal.unwrap_or(0),
+            purpose: self.purpose.as_deref().and_then(Purpose::parse),
+        };
+        let body = if partial.is_empty() { "(interrupted before it said anything)".to_string() } else { partial };
+        let finish = Finish {
+            status: RunStatus::Interrupted,
+            body,
+            error: Some(why.to_string()),
+            meta: RunMeta { run_id: Some(o.id.clone()), backend: Some(self.backend), ordinal, ..RunMeta::default() },
+            session: session.map(|id| SessionEnd {
+                id,
+                status: SessionStatus::Idle,
+                backend_session_id: None,
+                seen_seq: None,
+            }),
+            to: vec![],
+        };
+        (info, finish)
     }
 }
 

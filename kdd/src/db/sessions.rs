@@ -1,7 +1,9 @@
 //! Agent sessions per thread (F-R4) and the single-resume rule: at most one
 //! active session per thread and agent, and resuming a session that someone
 //! else has active is refused, never forked. A session whose holder process
-//! died is free again.
+//! died is free again. Here: what a start, resume, end or refusal is
+//! given and records, and who blocks whom ([`candidates`]), for both
+//! engines.
 
 use kd_proto::types::{Session, SessionStatus};
 use serde_json::{Value, json};
@@ -9,7 +11,7 @@ use serde_json::{Value, json};
 use super::events::NewEvent;
 use super::{DbError, DbResult};
 
-/// Parameters of [`start`], already validated.
+/// Parameters of a session's start, already validated.
 #[derive(Debug, Clone)]
 pub struct NewSession {
     pub thread: String,
@@ -45,7 +47,7 @@ impl From<Taken> for DbResult<Session> {
     }
 }
 
-/// The sessions that may block, in the order [`blocking`] tries them:
+/// The sessions that may block, in the order an engine tries them:
 /// `own` when active, else the thread's active session of the agent
 /// (`of_thread`); then the active `copies` of the same backend
 /// conversation but `own`.
@@ -115,4 +117,89 @@ pub struct SessionEnd {
     pub status: SessionStatus,
     pub backend_session_id: Option<String>,
     pub seen_seq: Option<u64>,
+}
+
+/// What a started session (`id`) records.
+pub(crate) fn started<'a>(s: &'a NewSession, id: &'a str) -> NewEvent<'a> {
+    NewEvent {
+        kind: "session.start",
+        thread: Some(&s.thread),
+        session: Some(id),
+        agent: Some(&s.agent),
+        data: json!({"holder": s.holder, "pid": s.pid, "backend_session_id": s.backend_session_id}),
+        ..Default::default()
+    }
+}
+
+/// A session archived with its thread is not resumed.
+pub(crate) fn refuse_archived(session: &Session) -> DbResult<()> {
+    match session.status {
+        SessionStatus::Archived => {
+            Err(DbError::Invalid(format!("session {} is archived with its thread and cannot be resumed", session.id)))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// What a resumed session records, now held by `holder` (`pid`).
+pub(crate) fn resumed<'a>(session: &'a Session, holder: Option<&str>, pid: Option<u32>) -> NewEvent<'a> {
+    NewEvent {
+        kind: "session.resume",
+        thread: Some(&session.thread),
+        session: Some(&session.id),
+        agent: Some(&session.agent),
+        data: json!({"holder": holder, "pid": pid, "backend_session_id": session.backend_session_id}),
+        ..Default::default()
+    }
+}
+
+/// A session is made active by a start or a resume, never by an end.
+pub(crate) fn refuse_active_end(e: &SessionEnd) -> DbResult<()> {
+    match e.status {
+        SessionStatus::Active => {
+            Err(DbError::Invalid("session.end cannot set status active; use session.resume".into()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// What ending `session` as `e` says records: `race.session_fork` when the
+/// backend went on in another conversation than the one resumed
+/// (continuity is broken: kd follows the new one, and says so), then
+/// `session.end`.
+pub(crate) fn end_events<'a>(session: &'a Session, e: &SessionEnd) -> Vec<NewEvent<'a>> {
+    let mut events = Vec::new();
+    if let (Some(expected), Some(got)) = (&session.backend_session_id, &e.backend_session_id)
+        && expected != got
+    {
+        events.push(NewEvent {
+            kind: "race.session_fork",
+            thread: Some(&session.thread),
+            session: Some(&session.id),
+            agent: Some(&session.agent),
+            data: json!({"expected": expected, "got": got, "holder": session.holder}),
+            ..Default::default()
+        });
+    }
+    events.push(NewEvent {
+        kind: "session.end",
+        thread: Some(&session.thread),
+        session: Some(&session.id),
+        agent: Some(&session.agent),
+        data: json!({"status": e.status.as_str(), "previous": session.status.as_str()}),
+        ..Default::default()
+    });
+    events
+}
+
+/// What the release of a session whose holder (`pid`) died records.
+pub(crate) fn reclaimed(s: &Session, pid: u32) -> NewEvent<'_> {
+    NewEvent {
+        kind: "session.reclaimed",
+        thread: Some(&s.thread),
+        session: Some(&s.id),
+        agent: Some(&s.agent),
+        data: json!({"dead_pid": pid, "holder": s.holder}),
+        ..Default::default()
+    }
 }

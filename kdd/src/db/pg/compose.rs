@@ -5,13 +5,10 @@
 
 use deadpool_postgres::GenericClient;
 use kd_proto::types::{Message, MessageKind, Thread};
-use serde_json::json;
 
 use super::{Pg, acks, events, exchanges, inbox, messages, threads};
-use crate::db::compose::{Asked, Carrier, Routed, Routing};
-use crate::db::events::NewEvent;
+use crate::db::compose::{Asked, Carrier, Routed, Routing, delivered, emergency, routed};
 use crate::db::exchanges::NewExchange;
-use crate::db::inbox::Kept;
 use crate::db::messages::NewMessage;
 use crate::db::threads::NewThread;
 use crate::db::{DbError, DbResult, Outbox, now_ms};
@@ -133,68 +130,18 @@ pub(crate) async fn route(c: &impl GenericClient, now: i64, r: Routing, out: &mu
     let mut names = vec![message.from.clone()];
     names.extend(r.entries.iter().map(|(e, _)| e.member.clone()));
     let participants = inbox::participate(c, now, &message.thread, &names).await?;
-    events::record(
-        c,
-        now,
-        &NewEvent {
-            kind: &format!("routing.{}", r.route.as_str()),
-            thread: Some(&message.thread),
-            from: Some(&message.from),
-            to: &message.to,
-            correlation_id: Some(&r.correlation_id),
-            data: json!({"seq": message.seq, "cc": message.cc, "reply_to": message.reply_to,
-                         "participants": participants}),
-            ..Default::default()
-        },
-    )
-    .await?;
+    events::write(c, now, &routed(r.route, &r.correlation_id, &message, &participants)).await?;
     let mut kept = Vec::with_capacity(r.entries.len());
     for (mut e, how) in r.entries {
         e.seq = message.seq;
         let k = inbox::keep(c, now, &e).await?;
-        let (kind, data) = match k {
-            Kept::Queued { id, size, dropped } => (
-                format!("delivery.{how}"),
-                json!({"seq": message.seq, "inbox": id, "queue_size": size, "dropped": dropped, "role": e.role}),
-            ),
-            Kept::Rejected { size } => {
-                ("delivery.rejected".to_string(), json!({"seq": message.seq, "queue_size": size, "limit": e.limit}))
-            }
-        };
-        events::record(
-            c,
-            now,
-            &NewEvent {
-                kind: &kind,
-                thread: Some(&message.thread),
-                agent: Some(&e.member),
-                from: Some(&message.from),
-                to: std::slice::from_ref(&e.member),
-                correlation_id: Some(&r.correlation_id),
-                data,
-                ..Default::default()
-            },
-        )
-        .await?;
+        events::write(c, now, &delivered(&e, how, &k, &r.correlation_id, &message)).await?;
         kept.push(k);
     }
     if let Some(broadcast) = &r.emergency {
         let members: Vec<String> = names.into_iter().skip(1).collect();
         acks::owe(c, broadcast, &message.thread, message.seq, &members).await?;
-        events::record(
-            c,
-            now,
-            &NewEvent {
-                kind: "system.emergency_broadcast",
-                thread: Some(&message.thread),
-                from: Some(&message.from),
-                to: &members,
-                correlation_id: Some(broadcast),
-                data: json!({"broadcast": broadcast, "seq": message.seq}),
-                ..Default::default()
-            },
-        )
-        .await?;
+        events::write(c, now, &emergency(broadcast, &message, &members)).await?;
     }
     Ok(Routed { message, kept, participants })
 }

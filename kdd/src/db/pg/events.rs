@@ -36,23 +36,9 @@ pub(crate) async fn record(c: &impl GenericClient, at: i64, e: &NewEvent<'_>) ->
     Ok(())
 }
 
-/// [`Record::write`] on PostgreSQL.
+/// A [`Record`], recorded.
 pub(crate) async fn write(c: &impl GenericClient, at: i64, r: &Record) -> DbResult<()> {
-    record(
-        c,
-        at,
-        &NewEvent {
-            kind: &r.kind,
-            thread: r.thread.as_deref(),
-            session: None,
-            agent: r.agent.as_deref(),
-            from: r.from.as_deref(),
-            to: &r.to,
-            correlation_id: r.correlation_id.as_deref(),
-            data: r.data.clone(),
-        },
-    )
-    .await
+    record(c, at, &r.event()).await
 }
 
 /// The events that pass the filter, oldest first (see `db::events::list`):

@@ -4,15 +4,14 @@
 //! recovery of runs a dead daemon left in flight.
 
 use deadpool_postgres::GenericClient;
-use kd_proto::types::{Message, Purpose, RunInfo, RunMeta, RunStatus, SessionStatus, ThreadEvent};
+use kd_proto::types::{Message, Purpose, RunInfo, RunStatus, SessionStatus, ThreadEvent};
 use serde_json::json;
 
 use super::exchanges;
 use super::{ME, Pg, acks, cost, events, messages, sessions};
 use crate::db::events::NewEvent;
-use crate::db::exchanges::{RunEnd, StepId};
-use crate::db::runs::{Finish, Orphan, refuse_ended};
-use crate::db::sessions::SessionEnd;
+use crate::db::exchanges::StepId;
+use crate::db::runs::{Cut, Finish, Orphan, refuse_ended};
 use crate::db::{DbError, DbResult, Outbox, now_ms};
 
 /// Records a run that was accepted; subscribers hear `run_waiting`. A run
@@ -170,56 +169,13 @@ pub(crate) async fn finish(
     c.execute(&st, &[&run.id]).await?;
     // The run's journal step ends with it, in the same transaction as its
     // message: answered once, or pending again after an interruption.
-    let seq = message.seq;
-    let end = match f.status {
-        RunStatus::Done => RunEnd::Done { seq },
-        RunStatus::Interrupted => RunEnd::Interrupted { seq },
-        RunStatus::Cancelled => RunEnd::Cancelled { reason: f.error.clone().unwrap_or_else(|| "cancelled".into()) },
-        _ => RunEnd::Failed { seq, reason: f.error.clone().unwrap_or_else(|| f.status.as_str().into()) },
-    };
+    let end = f.step_end(message.seq);
     exchanges::step_finished(c, now, &run.id, &end).await?;
-    if let Some(mut end) = f.session.clone() {
-        end.backend_session_id = end.backend_session_id.or_else(|| f.meta.backend_session_id.clone());
+    if let Some(end) = f.session_end() {
         sessions::end(c, now, &end).await?;
     }
-    let kind = match f.status {
-        RunStatus::Done => "run.finish",
-        RunStatus::TimedOut => "run.timeout",
-        RunStatus::Cancelled => "run.cancel",
-        RunStatus::Interrupted => "run.interrupted",
-        _ => "run.error",
-    };
-    events::record(
-        c,
-        now,
-        &NewEvent {
-            kind,
-            thread: Some(&run.thread),
-            agent: Some(&run.member),
-            correlation_id: Some(&run.id),
-            data: json!({"run": run.id, "seq": message.seq, "error": f.error, "duration_ms": f.meta.duration_ms,
-                         "exit_status": f.meta.exit_status}),
-            ..Default::default()
-        },
-    )
-    .await?;
-    let (id, member, seq) = (run.id.clone(), run.member.clone(), message.seq);
-    out.publish(
-        &run.thread,
-        match f.status {
-            RunStatus::Done => ThreadEvent::RunFinished { run: id, member, seq },
-            RunStatus::Cancelled | RunStatus::Interrupted => {
-                ThreadEvent::RunCancelled { run: id, member, seq, interrupted: f.status == RunStatus::Interrupted }
-            }
-            status => ThreadEvent::RunError {
-                run: id,
-                member,
-                error: f.error.unwrap_or_default(),
-                timed_out: status == RunStatus::TimedOut,
-                seq,
-            },
-        },
-    );
+    events::record(c, now, &f.event(run, message.seq)).await?;
+    out.publish(&run.thread, f.told(run, message.seq));
     Ok(message)
 }
 
@@ -269,55 +225,23 @@ pub(crate) async fn recover(
         .await?;
     for o in &orphans {
         let r = c.query_one(&st, &[&o.id]).await?;
-        let backend: String = r.try_get(0)?;
-        let reply_to: Option<i64> = r.try_get(1)?;
-        let round: Option<i64> = r.try_get(2)?;
-        let partial: String = r.try_get(3)?;
-        let session: Option<String> = r.try_get(4)?;
-        let exchange: Option<i64> = r.try_get(5)?;
-        let replaces: Option<i64> = r.try_get(6)?;
-        let ordinal: Option<i64> = r.try_get(7)?;
-        let purpose: Option<String> = r.try_get(8)?;
-        let partial = saved_partial(c, &o.id, partial).await?;
-        let ordinal = ordinal.map(|o| o as u64);
-        let info = RunInfo {
-            id: o.id.clone(),
-            thread: o.thread.clone(),
-            member: o.member.clone(),
-            backend: backend.clone(),
-            status: RunStatus::Interrupted,
-            pid: o.pid,
-            started_at_ms: now,
-            chars: partial.chars().count() as u64,
-            reply_to: reply_to.map(|r| r as u64),
-            round: round.map(|r| r as u32),
-            exchange: exchange.map(|r| r as u64),
-            replaces: replaces.map(|r| r as u64),
-            ordinal: ordinal.unwrap_or(0),
-            purpose: purpose.as_deref().and_then(Purpose::parse),
+        let cut = Cut {
+            backend: r.try_get(0)?,
+            reply_to: r.try_get(1)?,
+            round: r.try_get::<_, Option<i64>>(2)?.map(|r| r as u32),
+            session: r.try_get(4)?,
+            exchange: r.try_get(5)?,
+            replaces: r.try_get(6)?,
+            ordinal: r.try_get(7)?,
+            purpose: r.try_get(8)?,
         };
-        let body = if partial.is_empty() { "(interrupted before it said anything)".to_string() } else { partial };
-        let session = match session {
-            Some(id) if sessions::get(c, &id).await.is_ok_and(|s| s.status == SessionStatus::Active) => {
-                Some(SessionEnd { id, status: SessionStatus::Idle, backend_session_id: None, seen_seq: None })
-            }
+        let partial = saved_partial(c, &o.id, r.try_get(3)?).await?;
+        let session = match cut.session.clone() {
+            Some(id) if sessions::get(c, &id).await.is_ok_and(|s| s.status == SessionStatus::Active) => Some(id),
             _ => None,
         };
-        finish(
-            c,
-            now,
-            &info,
-            Finish {
-                status: RunStatus::Interrupted,
-                body,
-                error: Some(why.to_string()),
-                meta: RunMeta { run_id: Some(o.id.clone()), backend: Some(backend), ordinal, ..RunMeta::default() },
-                session,
-                to: vec![],
-            },
-            out,
-        )
-        .await?;
+        let (info, f) = cut.interrupted(o, now, partial, why, session);
+        finish(c, now, &info, f, out).await?;
     }
     Ok(orphans.len())
 }
@@ -399,7 +323,10 @@ impl Pg {
 #[cfg(test)]
 pub(crate) mod tests {
     use kd_proto::types::MessageKind;
+    use kd_proto::types::RunMeta;
     use serde_json::json;
+
+    use crate::db::sessions::SessionEnd;
 
     use super::*;
     use crate::db::exchanges::{Kind, NewExchange, Opened, StepKey};

@@ -2,13 +2,10 @@
 
 use kd_proto::types::{Message, MessageKind, Thread};
 use rusqlite::Connection;
-use serde_json::json;
 
 use super::{acks, events, exchanges, inbox, messages, threads};
-use crate::db::compose::{Asked, Carrier, Routed, Routing};
-use crate::db::events::NewEvent;
+use crate::db::compose::{Asked, Carrier, Routed, Routing, delivered, emergency, routed};
 use crate::db::exchanges::NewExchange;
-use crate::db::inbox::Kept;
 use crate::db::messages::NewMessage;
 use crate::db::threads::NewThread;
 use crate::db::{DbError, DbResult, Outbox};
@@ -153,65 +150,18 @@ pub fn route(conn: &Connection, now: i64, r: Routing, out: &mut Outbox) -> DbRes
     let mut names = vec![message.from.clone()];
     names.extend(r.entries.iter().map(|(e, _)| e.member.clone()));
     let participants = inbox::participate(conn, now, &message.thread, &names)?;
-    events::record(
-        conn,
-        now,
-        &NewEvent {
-            kind: &format!("routing.{}", r.route.as_str()),
-            thread: Some(&message.thread),
-            from: Some(&message.from),
-            to: &message.to,
-            correlation_id: Some(&r.correlation_id),
-            data: json!({"seq": message.seq, "cc": message.cc, "reply_to": message.reply_to,
-                         "participants": participants}),
-            ..Default::default()
-        },
-    )?;
+    events::write(conn, now, &routed(r.route, &r.correlation_id, &message, &participants))?;
     let mut kept = Vec::with_capacity(r.entries.len());
     for (mut e, how) in r.entries {
         e.seq = message.seq;
         let k = inbox::keep(conn, now, &e)?;
-        let (kind, data) = match k {
-            Kept::Queued { id, size, dropped } => (
-                format!("delivery.{how}"),
-                json!({"seq": message.seq, "inbox": id, "queue_size": size, "dropped": dropped, "role": e.role}),
-            ),
-            Kept::Rejected { size } => {
-                ("delivery.rejected".to_string(), json!({"seq": message.seq, "queue_size": size, "limit": e.limit}))
-            }
-        };
-        events::record(
-            conn,
-            now,
-            &NewEvent {
-                kind: &kind,
-                thread: Some(&message.thread),
-                agent: Some(&e.member),
-                from: Some(&message.from),
-                to: std::slice::from_ref(&e.member),
-                correlation_id: Some(&r.correlation_id),
-                data,
-                ..Default::default()
-            },
-        )?;
+        events::write(conn, now, &delivered(&e, how, &k, &r.correlation_id, &message))?;
         kept.push(k);
     }
     if let Some(broadcast) = &r.emergency {
         let members: Vec<String> = names.into_iter().skip(1).collect();
         acks::owe(conn, broadcast, &message.thread, message.seq, &members)?;
-        events::record(
-            conn,
-            now,
-            &NewEvent {
-                kind: "system.emergency_broadcast",
-                thread: Some(&message.thread),
-                from: Some(&message.from),
-                to: &members,
-                correlation_id: Some(broadcast),
-                data: json!({"broadcast": broadcast, "seq": message.seq}),
-                ..Default::default()
-            },
-        )?;
+        events::write(conn, now, &emergency(broadcast, &message, &members))?;
     }
     Ok(Routed { message, kept, participants })
 }

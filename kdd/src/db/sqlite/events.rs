@@ -90,23 +90,9 @@ impl super::Sqlite {
     }
 }
 
-impl Record {
-    pub fn write(&self, conn: &Connection, at: i64) -> DbResult<()> {
-        record(
-            conn,
-            at,
-            &NewEvent {
-                kind: &self.kind,
-                thread: self.thread.as_deref(),
-                session: None,
-                agent: self.agent.as_deref(),
-                from: self.from.as_deref(),
-                to: &self.to,
-                correlation_id: self.correlation_id.as_deref(),
-                data: self.data.clone(),
-            },
-        )
-    }
+/// A [`Record`], recorded.
+pub fn write(conn: &Connection, at: i64, r: &Record) -> DbResult<()> {
+    record(conn, at, &r.event())
 }
 
 impl super::Sqlite {
@@ -114,7 +100,7 @@ impl super::Sqlite {
     pub async fn record(&self, events: Vec<Record>) -> DbResult<()> {
         self.write(move |c, _| {
             let now = crate::db::now_ms();
-            events.iter().try_for_each(|e| e.write(c, now))
+            events.iter().try_for_each(|e| write(c, now, e))
         })
         .await
     }

@@ -1,14 +1,13 @@
 //! The SQLite side of [`crate::db::runs`]: its SQL and the engine's operations.
 
-use kd_proto::types::{Message, Purpose, RunInfo, RunMeta, RunStatus, SessionStatus, ThreadEvent};
+use kd_proto::types::{Message, Purpose, RunInfo, RunStatus, SessionStatus, ThreadEvent};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::json;
 
 use super::{acks, cost, events, exchanges, messages, sessions};
 use crate::db::events::NewEvent;
-use crate::db::exchanges::{RunEnd, StepId};
-use crate::db::runs::{Finish, Orphan, STOPPED_IN_FLIGHT, refuse_ended};
-use crate::db::sessions::SessionEnd;
+use crate::db::exchanges::StepId;
+use crate::db::runs::{Cut, Finish, Orphan, STOPPED_IN_FLIGHT, refuse_ended};
 use crate::db::{DbError, DbResult, Outbox};
 
 /// Records a run that was accepted; subscribers hear `run_waiting`. A run
@@ -135,55 +134,13 @@ pub fn finish(conn: &Connection, now: i64, run: &RunInfo, mut f: Finish, out: &m
     conn.prepare_cached("DELETE FROM run_partials WHERE run_id = ?1")?.execute([&run.id])?;
     // The run's journal step ends with it, in the same transaction as its
     // message: answered once, or pending again after an interruption.
-    let seq = message.seq;
-    let end = match f.status {
-        RunStatus::Done => RunEnd::Done { seq },
-        RunStatus::Interrupted => RunEnd::Interrupted { seq },
-        RunStatus::Cancelled => RunEnd::Cancelled { reason: f.error.clone().unwrap_or_else(|| "cancelled".into()) },
-        _ => RunEnd::Failed { seq, reason: f.error.clone().unwrap_or_else(|| f.status.as_str().into()) },
-    };
+    let end = f.step_end(message.seq);
     exchanges::step_finished(conn, now, &run.id, &end)?;
-    if let Some(mut end) = f.session.clone() {
-        end.backend_session_id = end.backend_session_id.or_else(|| f.meta.backend_session_id.clone());
+    if let Some(end) = f.session_end() {
         sessions::end(conn, now, &end)?;
     }
-    let kind = match f.status {
-        RunStatus::Done => "run.finish",
-        RunStatus::TimedOut => "run.timeout",
-        RunStatus::Cancelled => "run.cancel",
-        RunStatus::Interrupted => "run.interrupted",
-        _ => "run.error",
-    };
-    events::record(
-        conn,
-        now,
-        &NewEvent {
-            kind,
-            thread: Some(&run.thread),
-            agent: Some(&run.member),
-            correlation_id: Some(&run.id),
-            data: json!({"run": run.id, "seq": message.seq, "error": f.error, "duration_ms": f.meta.duration_ms,
-                         "exit_status": f.meta.exit_status}),
-            ..Default::default()
-        },
-    )?;
-    let (id, member, seq) = (run.id.clone(), run.member.clone(), message.seq);
-    out.publish(
-        &run.thread,
-        match f.status {
-            RunStatus::Done => ThreadEvent::RunFinished { run: id, member, seq },
-            RunStatus::Cancelled | RunStatus::Interrupted => {
-                ThreadEvent::RunCancelled { run: id, member, seq, interrupted: f.status == RunStatus::Interrupted }
-            }
-            status => ThreadEvent::RunError {
-                run: id,
-                member,
-                error: f.error.unwrap_or_default(),
-                timed_out: status == RunStatus::TimedOut,
-                seq,
-            },
-        },
-    );
+    events::record(conn, now, &f.event(run, message.seq))?;
+    out.publish(&run.thread, f.told(run, message.seq));
     Ok(message)
 }
 
@@ -211,56 +168,29 @@ pub fn in_flight(conn: &Connection) -> DbResult<Vec<Orphan>> {
 pub fn recover(conn: &Connection, now: i64, out: &mut Outbox) -> DbResult<usize> {
     let orphans = in_flight(conn)?;
     for o in &orphans {
-        type Row = (String, Option<i64>, Option<u32>, String, Option<String>, Option<i64>, Option<i64>, Option<i64>);
-        let ((backend, reply_to, round, partial, session, exchange, replaces, ordinal), purpose): (
-            Row,
-            Option<String>,
-        ) = conn.query_row(
-            "SELECT backend, reply_to, round, partial, session_id, exchange, replaces, ordinal, purpose
+        let (cut, partial) = conn.query_row(
+            "SELECT backend, reply_to, round, session_id, exchange, replaces, ordinal, purpose, partial
                  FROM runs WHERE id = ?1",
             [&o.id],
             |r| {
-                Ok((
-                    (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?),
-                    r.get(8)?,
-                ))
+                let cut = Cut {
+                    backend: r.get(0)?,
+                    reply_to: r.get(1)?,
+                    round: r.get(2)?,
+                    session: r.get(3)?,
+                    exchange: r.get(4)?,
+                    replaces: r.get(5)?,
+                    ordinal: r.get(6)?,
+                    purpose: r.get(7)?,
+                };
+                Ok((cut, r.get::<_, String>(8)?))
             },
         )?;
         let partial = saved_partial(conn, &o.id, partial)?;
-        let ordinal = ordinal.map(|o| o as u64);
-        let info = RunInfo {
-            id: o.id.clone(),
-            thread: o.thread.clone(),
-            member: o.member.clone(),
-            backend: backend.clone(),
-            status: RunStatus::Interrupted,
-            pid: o.pid,
-            started_at_ms: now,
-            chars: partial.chars().count() as u64,
-            reply_to: reply_to.map(|r| r as u64),
-            round,
-            exchange: exchange.map(|r| r as u64),
-            replaces: replaces.map(|r| r as u64),
-            ordinal: ordinal.unwrap_or(0),
-            purpose: purpose.as_deref().and_then(Purpose::parse),
-        };
-        let body = if partial.is_empty() { "(interrupted before it said anything)".to_string() } else { partial };
-        finish(
-            conn,
-            now,
-            &info,
-            Finish {
-                status: RunStatus::Interrupted,
-                body,
-                error: Some(STOPPED_IN_FLIGHT.into()),
-                meta: RunMeta { run_id: Some(o.id.clone()), backend: Some(backend), ordinal, ..RunMeta::default() },
-                session: session
-                    .filter(|s| sessions::get(conn, s).is_ok_and(|s| s.status == SessionStatus::Active))
-                    .map(|id| SessionEnd { id, status: SessionStatus::Idle, backend_session_id: None, seen_seq: None }),
-                to: vec![],
-            },
-            out,
-        )?;
+        let session =
+            cut.session.clone().filter(|s| sessions::get(conn, s).is_ok_and(|s| s.status == SessionStatus::Active));
+        let (info, f) = cut.interrupted(o, now, partial, STOPPED_IN_FLIGHT, session);
+        finish(conn, now, &info, f, out)?;
     }
     Ok(orphans.len())
 }

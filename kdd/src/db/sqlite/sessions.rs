@@ -2,11 +2,13 @@
 
 use kd_proto::types::{Session, SessionStatus};
 use rusqlite::{Connection, OptionalExtension, Row, params};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{events, threads};
-use crate::db::events::NewEvent;
-use crate::db::sessions::{NewSession, SessionEnd, Taken, candidates, dead_holder, refusal_events, status_of};
+use crate::db::sessions::{
+    NewSession, SessionEnd, Taken, candidates, dead_holder, end_events, reclaimed, refusal_events, refuse_active_end,
+    refuse_archived, resumed, started, status_of,
+};
 use crate::db::{DbError, DbResult, random_id};
 
 const COLUMNS: &str =
@@ -24,18 +26,7 @@ pub fn start(conn: &Connection, now: i64, s: NewSession, alive: &dyn Fn(u32) -> 
          VALUES (?1, ?2, ?3, ?4, 'active', ?5, ?6, ?7, ?7, ?8)",
     )?
     .execute(params![id, s.thread, s.agent, s.backend_session_id, s.holder, s.pid, now, s.metadata.to_string()])?;
-    events::record(
-        conn,
-        now,
-        &NewEvent {
-            kind: "session.start",
-            thread: Some(&s.thread),
-            session: Some(&id),
-            agent: Some(&s.agent),
-            data: json!({"holder": s.holder, "pid": s.pid, "backend_session_id": s.backend_session_id}),
-            ..Default::default()
-        },
-    )?;
+    events::record(conn, now, &started(&s, &id))?;
     Ok(Taken::Allowed(get(conn, &id)?))
 }
 
@@ -48,9 +39,7 @@ pub fn resume(
     alive: &dyn Fn(u32) -> bool,
 ) -> DbResult<Taken> {
     let session = get(conn, id)?;
-    if session.status == SessionStatus::Archived {
-        return Err(DbError::Invalid(format!("session {id} is archived with its thread and cannot be resumed")));
-    }
+    refuse_archived(&session)?;
     let copy = session.backend_session_id.as_deref();
     if let Some(active) = blocking(conn, now, &session.thread, &session.agent, copy, Some(&session), alive)? {
         return refuse(conn, now, &session.thread, Some(id), &session.agent, active, holder, copy);
@@ -59,18 +48,7 @@ pub fn resume(
         "UPDATE sessions SET status = 'active', holder = ?2, pid = ?3, last_active_at = ?4 WHERE id = ?1",
     )?
     .execute(params![id, holder, pid, now])?;
-    events::record(
-        conn,
-        now,
-        &NewEvent {
-            kind: "session.resume",
-            thread: Some(&session.thread),
-            session: Some(id),
-            agent: Some(&session.agent),
-            data: json!({"holder": holder, "pid": pid, "backend_session_id": session.backend_session_id}),
-            ..Default::default()
-        },
-    )?;
+    events::record(conn, now, &resumed(&session, holder, pid))?;
     Ok(Taken::Allowed(get(conn, id)?))
 }
 
@@ -130,9 +108,7 @@ fn refuse(
 
 pub fn end(conn: &Connection, now: i64, e: &SessionEnd) -> DbResult<Session> {
     let (id, status) = (e.id.as_str(), e.status);
-    if status == SessionStatus::Active {
-        return Err(DbError::Invalid("session.end cannot set status active; use session.resume".into()));
-    }
+    refuse_active_end(e)?;
     let session = get(conn, id)?;
     conn.prepare_cached(
         "UPDATE sessions SET status = ?2, holder = NULL, pid = NULL, last_active_at = ?3,
@@ -140,36 +116,9 @@ pub fn end(conn: &Connection, now: i64, e: &SessionEnd) -> DbResult<Session> {
          WHERE id = ?1",
     )?
     .execute(params![id, status.as_str(), now, e.backend_session_id, e.seen_seq.map(|s| s as i64)])?;
-    if let (Some(expected), Some(got)) = (&session.backend_session_id, &e.backend_session_id)
-        && expected != got
-    {
-        // The backend went on in another conversation than the one resumed:
-        // continuity is broken. kd follows the new one, and says so.
-        events::record(
-            conn,
-            now,
-            &NewEvent {
-                kind: "race.session_fork",
-                thread: Some(&session.thread),
-                session: Some(id),
-                agent: Some(&session.agent),
-                data: json!({"expected": expected, "got": got, "holder": session.holder}),
-                ..Default::default()
-            },
-        )?;
+    for event in end_events(&session, e) {
+        events::record(conn, now, &event)?;
     }
-    events::record(
-        conn,
-        now,
-        &NewEvent {
-            kind: "session.end",
-            thread: Some(&session.thread),
-            session: Some(id),
-            agent: Some(&session.agent),
-            data: json!({"status": status.as_str(), "previous": session.status.as_str()}),
-            ..Default::default()
-        },
-    )?;
     get(conn, id)
 }
 
@@ -212,18 +161,7 @@ fn reclaim_if_dead(conn: &Connection, now: i64, s: &Session, alive: &dyn Fn(u32)
         "UPDATE sessions SET status = 'expired', holder = NULL, pid = NULL, last_active_at = ?2 WHERE id = ?1",
     )?
     .execute(params![s.id, now])?;
-    events::record(
-        conn,
-        now,
-        &NewEvent {
-            kind: "session.reclaimed",
-            thread: Some(&s.thread),
-            session: Some(&s.id),
-            agent: Some(&s.agent),
-            data: json!({"dead_pid": pid, "holder": s.holder}),
-            ..Default::default()
-        },
-    )?;
+    events::record(conn, now, &reclaimed(s, pid))?;
     Ok(true)
 }
 

@@ -296,31 +296,10 @@ mod tests {
     }
 
     #[test]
-    fn a_worktree_is_recorded_moved_on_and_settled() {
+    fn a_best_of_n_task_is_recorded_as_a_vote() {
         let conn = db();
-        insert(&conn, &tree("codex", 2), true).unwrap();
         insert(&conn, &tree("claude", 1), true).unwrap();
-        assert!(insert(&conn, &tree("claude", 3), false).is_err(), "one worktree per member and thread");
-        assert_eq!(
-            of_thread(&conn, "t1").unwrap().iter().map(|w| w.member.as_str()).collect::<Vec<_>>(),
-            ["claude", "codex"]
-        );
         assert!(is_vote(&conn, "t1").unwrap());
-        set_head(&conn, "t1", "claude", &"c".repeat(40), (2, 10, 3)).unwrap();
-        set_state(&conn, "t1", "claude", WorkState::Done).unwrap();
-        let w = get(&conn, "t1", "claude").unwrap().unwrap();
-        assert_eq!(
-            (w.head.as_str(), w.files, w.added, w.removed, w.state),
-            ("c".repeat(40).as_str(), 2, 10, 3, WorkState::Done)
-        );
-        assert_eq!(unsettled(&conn).unwrap().len(), 2);
-        set_state(&conn, "t1", "codex", WorkState::Rejected).unwrap();
-        assert_eq!(unsettled(&conn).unwrap().len(), 1);
-        set_removed(&conn, "t1", "claude", 9).unwrap();
-        assert!(unsettled(&conn).unwrap().is_empty());
-        assert!(set_state(&conn, "t1", "gemini", WorkState::Done).is_err());
-        assert_eq!(list(&conn, Some("/w")).unwrap().len(), 2);
-        assert!(list(&conn, Some("/v")).unwrap().is_empty());
     }
 
     #[test]

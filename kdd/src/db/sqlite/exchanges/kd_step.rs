@@ -10,7 +10,7 @@ use crate::db::exchanges::kd_step::{EventsOf, KdStep};
 use crate::db::exchanges::{Exchange, ExchangeId, Kind, Opened, Purpose, Step, StepId, StepKey, StepState};
 use crate::db::messages::{NewMessage, Page};
 use crate::db::sqlite::Sqlite;
-use crate::db::sqlite::messages;
+use crate::db::sqlite::{events, messages};
 use crate::db::{DbError, DbResult, Outbox, now_ms};
 
 /// Message `seq` of `thread`.
@@ -47,7 +47,7 @@ pub fn kd_step(
     }
     let written = messages::append(conn, now, m, out)?;
     for e in events(&written) {
-        e.write(conn, now)?;
+        events::write(conn, now, &e)?;
     }
     conn.prepare_cached(
         "UPDATE exchange_steps SET state = 'done', message_seq = ?2, attempts = attempts + 1, updated_at = ?3 \
