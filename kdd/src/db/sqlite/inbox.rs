@@ -1,12 +1,10 @@
 //! The SQLite side of [`crate::db::inbox`]: its SQL and the engine's operations.
 
-use kd_proto::types::{DeliveryMode, InboxItem, InboxStatus, Overflow, Role, RouteType};
+use kd_proto::types::{DeliveryMode, InboxItem, InboxStatus, Overflow, RouteType};
 use rusqlite::{Connection, Row, params};
-use serde_json::json;
 
 use super::events;
-use crate::db::events::NewEvent;
-use crate::db::inbox::{Entry, Kept, Query, role_str};
+use crate::db::inbox::{Entry, Kept, Query, mode_of, processed, prompted, role_of, role_str, subscribed, was_read};
 use crate::db::{DbResult, json_list};
 
 /// Pending entries of a member on a thread.
@@ -24,7 +22,7 @@ pub fn keep(conn: &Connection, now: i64, e: &Entry) -> DbResult<Kept> {
     let mut dropped = None;
     if size >= e.limit {
         if e.overflow == Overflow::RejectNew {
-            record(conn, now, "queue.rejected", e, json!({"seq": e.seq, "queue_size": size, "limit": e.limit}))?;
+            events::record(conn, now, &e.rejected(size))?;
             return Ok(Kept::Rejected { size });
         }
         let oldest: i64 = conn
@@ -34,7 +32,7 @@ pub fn keep(conn: &Connection, now: i64, e: &Entry) -> DbResult<Kept> {
             .query_row(params![e.thread, e.member], |r| r.get(0))?;
         conn.prepare_cached("UPDATE inbox SET status = 'dropped', done_at = ?2 WHERE id = ?1")?
             .execute(params![oldest, now])?;
-        record(conn, now, "queue.dropped", e, json!({"inbox": oldest, "for_seq": e.seq, "limit": e.limit}))?;
+        events::record(conn, now, &e.dropped_for(oldest))?;
         dropped = Some(oldest as u64);
         size -= 1;
     }
@@ -45,23 +43,6 @@ pub fn keep(conn: &Connection, now: i64, e: &Entry) -> DbResult<Kept> {
     .execute(params![e.thread, e.member, e.seq as i64, e.from, e.route.as_str(), role_str(e.role), now])?;
     let id = conn.last_insert_rowid() as u64;
     Ok(Kept::Queued { id, size: size + 1, dropped })
-}
-
-fn record(conn: &Connection, now: i64, kind: &str, e: &Entry, data: serde_json::Value) -> DbResult<()> {
-    events::record(
-        conn,
-        now,
-        &NewEvent {
-            kind,
-            thread: Some(&e.thread),
-            agent: Some(&e.member),
-            from: Some(&e.from),
-            to: std::slice::from_ref(&e.member),
-            correlation_id: Some(&e.correlation_id),
-            data,
-            ..Default::default()
-        },
-    )
 }
 
 /// Marks what a member's prompt gave it (every entry of the thread up to
@@ -77,19 +58,7 @@ pub fn given(conn: &Connection, now: i64, thread: &str, member: &str, upto: u64,
         .map(|s| s.map(|s| s as u64))
         .collect::<Result<_, _>>()?;
     if !seqs.is_empty() {
-        events::record(
-            conn,
-            now,
-            &NewEvent {
-                kind: "delivery.prompt",
-                thread: Some(thread),
-                agent: Some(member),
-                to: &[member.to_string()],
-                correlation_id: Some(run),
-                data: json!({"seqs": seqs, "run": run}),
-                ..Default::default()
-            },
-        )?;
+        events::write(conn, now, &prompted(thread, member, run, &seqs))?;
     }
     Ok(seqs)
 }
@@ -118,17 +87,7 @@ pub fn read(conn: &Connection, now: i64, q: &Query) -> DbResult<Vec<InboxItem>> 
         }
     }
     let ids: Vec<u64> = items.iter().map(|i| i.id).collect();
-    events::record(
-        conn,
-        now,
-        &NewEvent {
-            kind: "queue.read",
-            thread: q.thread.as_deref(),
-            agent: Some(&q.member),
-            data: json!({"ids": ids, "status": status, "types": q.types, "mark_read": q.mark_read}),
-            ..Default::default()
-        },
-    )?;
+    events::record(conn, now, &was_read(q, status, &ids))?;
     Ok(items)
 }
 
@@ -143,7 +102,7 @@ fn item(r: &Row<'_>) -> rusqlite::Result<InboxItem> {
         seq: r.get::<_, i64>(3)? as u64,
         from: r.get(4)?,
         route_type: RouteType::parse(&route).unwrap_or(RouteType::PointToPoint),
-        role: if role == "cc" { Role::Cc } else { Role::To },
+        role: role_of(&role),
         status: InboxStatus::parse(&status).unwrap_or(InboxStatus::Pending),
         queued_at_ms: r.get(8)?,
         read_at_ms: r.get(9)?,
@@ -158,16 +117,7 @@ pub fn process(conn: &Connection, now: i64, member: &str, ids: &[u64], status: I
     for id in ids {
         n += stmt.execute(params![*id as i64, member, status.as_str(), now])? as u32;
     }
-    events::record(
-        conn,
-        now,
-        &NewEvent {
-            kind: "queue.process",
-            agent: Some(member),
-            data: json!({"ids": ids, "status": status, "updated": n}),
-            ..Default::default()
-        },
-    )?;
+    events::record(conn, now, &processed(member, ids, status, n))?;
     Ok(n)
 }
 
@@ -203,16 +153,7 @@ pub fn subscribe(
     for t in types {
         stmt.execute(params![workspace, member, t.as_str(), mode.as_str()])?;
     }
-    events::record(
-        conn,
-        now,
-        &NewEvent {
-            kind: "queue.subscribe",
-            agent: Some(member),
-            data: json!({"workspace": workspace, "types": types, "mode": mode}),
-            ..Default::default()
-        },
-    )
+    events::record(conn, now, &subscribed(workspace, member, types, mode))
 }
 
 /// The modes a member chose per type in `workspace`.
@@ -224,7 +165,7 @@ pub fn overrides(conn: &Connection, workspace: &str, member: &str) -> DbResult<V
     for row in rows {
         let (t, m) = row?;
         if let Some(t) = RouteType::parse(&t) {
-            out.push((t, if m == "queued" { DeliveryMode::Queued } else { DeliveryMode::Immediate }));
+            out.push((t, mode_of(&m)));
         }
     }
     Ok(out)

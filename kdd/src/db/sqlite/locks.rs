@@ -5,9 +5,9 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde_json::json;
 
 use super::events;
+use crate::db::DbResult;
 use crate::db::events::NewEvent;
-use crate::db::locks::Held;
-use crate::db::{DbError, DbResult};
+use crate::db::locks::{self, Acquire, Held, acquiring, stale};
 
 pub fn acquire(
     conn: &Connection,
@@ -20,62 +20,30 @@ pub fn acquire(
 ) -> DbResult<LockOutcome> {
     let expires_at = now.saturating_add(ttl_ms as i64);
     let previous = held(conn, resource)?;
-    let mut took_over = None;
-    if let Some(h) = &previous {
-        match h.is_free(now, alive) {
-            None if h.holder == holder && h.pid == pid => {
-                conn.prepare_cached("UPDATE locks SET expires_at = ?2 WHERE resource = ?1")?
-                    .execute(params![resource, expires_at])?;
-                record(conn, now, "lock.renew", resource, holder, json!({"token": h.token, "ttl_ms": ttl_ms}))?;
-                return Ok(LockOutcome::Acquired {
-                    resource: resource.into(),
-                    token: h.token,
-                    expires_at_ms: expires_at,
-                    renewed: true,
-                });
-            }
-            None => {
-                let expires_in_ms = (h.expires_at - now).max(0) as u64;
-                record(
-                    conn,
-                    now,
-                    "lock.deny",
-                    resource,
-                    holder,
-                    json!({"holder": h.holder, "pid": h.pid, "expires_in_ms": expires_in_ms}),
-                )?;
-                return Ok(LockOutcome::Denied {
-                    resource: resource.into(),
-                    holder: h.holder.clone(),
-                    pid: h.pid,
-                    expires_in_ms,
-                });
-            }
-            Some(reason) => took_over = Some((reason, h.holder.clone(), h.token)),
+    let acquire = acquiring(previous.as_ref(), now, holder, pid, alive);
+    let mut token: i64 = 0;
+    match acquire {
+        Acquire::Renew { .. } => {
+            conn.prepare_cached("UPDATE locks SET expires_at = ?2 WHERE resource = ?1")?
+                .execute(params![resource, expires_at])?;
+        }
+        Acquire::Deny { .. } => {}
+        Acquire::Take { .. } => {
+            conn.prepare_cached("UPDATE counters SET value = value + 1 WHERE name = 'fencing_token'")?.execute([])?;
+            token = conn
+                .prepare_cached("SELECT value FROM counters WHERE name = 'fencing_token'")?
+                .query_row([], |r| r.get::<_, i64>(0))?;
+            conn.prepare_cached(
+                "INSERT INTO locks (resource, holder, pid, token, acquired_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (resource) DO UPDATE SET holder = excluded.holder, pid = excluded.pid, token = excluded.token,
+                     acquired_at = excluded.acquired_at, expires_at = excluded.expires_at",
+            )?
+            .execute(params![resource, holder, pid, token, now, expires_at])?;
         }
     }
-    conn.prepare_cached("UPDATE counters SET value = value + 1 WHERE name = 'fencing_token'")?.execute([])?;
-    let token: i64 =
-        conn.prepare_cached("SELECT value FROM counters WHERE name = 'fencing_token'")?.query_row([], |r| r.get(0))?;
-    conn.prepare_cached(
-        "INSERT INTO locks (resource, holder, pid, token, acquired_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-         ON CONFLICT (resource) DO UPDATE SET holder = excluded.holder, pid = excluded.pid, token = excluded.token,
-             acquired_at = excluded.acquired_at, expires_at = excluded.expires_at",
-    )?
-    .execute(params![resource, holder, pid, token, now, expires_at])?;
-    let data = match took_over {
-        Some((reason, prev, prev_token)) => {
-            json!({"token": token, "ttl_ms": ttl_ms, "pid": pid, "freed": reason, "previous_holder": prev, "previous_token": prev_token})
-        }
-        None => json!({"token": token, "ttl_ms": ttl_ms, "pid": pid}),
-    };
-    record(conn, now, "lock.acquire", resource, holder, data)?;
-    Ok(LockOutcome::Acquired {
-        resource: resource.into(),
-        token: token as u64,
-        expires_at_ms: expires_at,
-        renewed: false,
-    })
+    let (kind, data, outcome) = acquire.outcome(resource, token as u64, ttl_ms, pid, expires_at);
+    record(conn, now, kind, resource, holder, data)?;
+    Ok(outcome)
 }
 
 pub fn release(conn: &Connection, now: i64, resource: &str, token: u64) -> DbResult<LockReleased> {
@@ -86,21 +54,14 @@ pub fn release(conn: &Connection, now: i64, resource: &str, token: u64) -> DbRes
             record(conn, now, "lock.release", resource, &h.holder, json!({"token": token}))?;
             Ok(LockReleased { resource: resource.into(), token })
         }
-        other => Err(DbError::StaleToken { resource: resource.into(), token, current: other.map(|h| h.token) }),
+        other => Err(stale(resource, token, other)),
     }
 }
 
 /// Refuses a fenced write unless `fence.token` is the lock's current,
 /// unexpired token.
 pub fn check_fence(conn: &Connection, now: i64, fence: &Fence) -> DbResult<()> {
-    match held(conn, &fence.resource)? {
-        Some(h) if h.token == fence.token && h.expires_at > now => Ok(()),
-        other => Err(DbError::StaleToken {
-            resource: fence.resource.clone(),
-            token: fence.token,
-            current: other.filter(|h| h.expires_at > now).map(|h| h.token),
-        }),
-    }
+    locks::check_fence(held(conn, &fence.resource)?, now, fence)
 }
 
 /// Locks that are held now: expired and dead-holder locks are left out.
@@ -113,17 +74,7 @@ pub fn list(conn: &Connection, now: i64, resource: Option<&str>, alive: &dyn Fn(
     let mut out = Vec::new();
     for row in rows {
         let (resource, h) = row?;
-        if h.is_free(now, alive).is_none() {
-            out.push(Lock {
-                resource,
-                holder: h.holder,
-                pid: h.pid,
-                token: h.token,
-                acquired_at_ms: h.acquired_at,
-                expires_at_ms: h.expires_at,
-                expires_in_ms: (h.expires_at - now).max(0) as u64,
-            });
-        }
+        out.extend(h.shown(resource, now, alive));
     }
     Ok(out)
 }
