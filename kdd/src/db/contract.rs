@@ -194,3 +194,32 @@ async fn a_worktree_is_recorded_moved_on_and_settled() {
         assert_eq!(db.worktrees(None).await.unwrap().len(), 2, "{n}");
     }
 }
+
+#[tokio::test]
+async fn a_second_trunk_is_refused_in_a_sentence_naming_the_trunk() {
+    let new = |workspace: &str, branch: Option<&str>, lineage| NewThread {
+        branch: branch.map(Into::into),
+        lineage,
+        members: vec![],
+        ..thread(workspace)
+    };
+    for e in engines().await {
+        let (db, n) = (&e.db, e.name);
+        let trunk = db.create_thread(new("/w", Some("main"), None)).await.unwrap();
+        let refused = db.create_thread(new("/w", Some("main"), Some(Lineage::Trunk))).await.unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            format!("the trunk of /w (branch main) already exists: thread {}; fork it for a branch", trunk.id),
+            "{n}"
+        );
+        let bare = db.create_thread(new("/v", None, None)).await.unwrap();
+        let refused = db.create_thread(new("/v", None, Some(Lineage::Trunk))).await.unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            format!("the trunk of /v already exists: thread {}; fork it for a branch", bare.id),
+            "{n}"
+        );
+        assert_eq!(db.trunk("/w".into(), Some("main".into())).await.unwrap(), Some(trunk.id), "{n}");
+        assert_eq!(db.trunk("/w".into(), None).await.unwrap(), None, "{n}");
+    }
+}

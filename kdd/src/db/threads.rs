@@ -1,10 +1,16 @@
-//! Threads, their members, and each workspace+branch's current thread.
+//! Threads, their members, and each workspace+branch's current thread:
+//! what a new thread is given ([`NewThread`]), the one-trunk rule
+//! ([`lineage_of`]), how fresh ids are drawn, what creating a thread or
+//! moving a workspace onto one records, and the text forms of a thread's
+//! columns, for both engines.
 
 use kd_proto::types::{ContextMode, Lineage, ThreadStatus};
+use serde_json::json;
 
-use super::{DbError, DbResult};
+use super::events::NewEvent;
+use super::{DbError, DbResult, random_id};
 
-/// Parameters of [`create`], already validated.
+/// Parameters of a new thread, already validated.
 #[derive(Debug, Clone)]
 pub struct NewThread {
     pub id: Option<String>,
@@ -98,5 +104,40 @@ pub(crate) fn lineage_str(l: Lineage) -> &'static str {
     match l {
         Lineage::Trunk => "trunk",
         Lineage::Branch => "branch",
+    }
+}
+
+/// How many fresh ids a new thread draws before giving up.
+pub(crate) const ID_ATTEMPTS: usize = 16;
+
+/// The `attempt`-th fresh thread id to try: 6 random characters, longer
+/// after collisions.
+pub(crate) fn candidate_id(attempt: usize) -> String {
+    random_id(6 + attempt / 4)
+}
+
+/// No fresh thread id was free.
+pub(crate) fn no_free_id() -> DbError {
+    DbError::Internal("cannot find a free thread id".into())
+}
+
+/// What creating thread `id` (`t`, of `lineage`) records.
+pub(crate) fn created<'a>(t: &'a NewThread, id: &'a str, lineage: Lineage) -> NewEvent<'a> {
+    NewEvent {
+        kind: "thread.create",
+        thread: Some(id),
+        to: &t.members,
+        data: json!({"workspace": t.workspace, "branch": t.branch, "lineage": lineage_str(lineage), "parent": t.parent}),
+        ..Default::default()
+    }
+}
+
+/// What putting a workspace and git branch on thread `id` records.
+pub(crate) fn made_current<'a>(id: &'a str, workspace: &str, branch: Option<&str>) -> NewEvent<'a> {
+    NewEvent {
+        kind: "thread.set_current",
+        thread: Some(id),
+        data: json!({"workspace": workspace, "branch": branch}),
+        ..Default::default()
     }
 }

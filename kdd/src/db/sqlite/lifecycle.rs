@@ -2,13 +2,12 @@
 
 use kd_proto::types::{Thread, ThreadEvent, ThreadStatus};
 use rusqlite::{Connection, params};
-use serde_json::json;
 
 use super::{events, threads};
 use crate::db::events::NewEvent;
-use crate::db::lifecycle::{Material, Summary};
+use crate::db::lifecycle::{Material, Summary, deleted, moved, refuse_delete, stale_age, summarised, titled};
 use crate::db::threads::status_str;
-use crate::db::{DbError, DbResult, Outbox};
+use crate::db::{DbResult, Outbox};
 
 /// Moves thread `id` to `to` for `reason` (`age`, `message`, `archive`,
 /// `unarchive`), with `summary` when archiving. Nothing happens when it is
@@ -26,20 +25,13 @@ pub fn set_status(
     if thread.status == to {
         return Ok(thread);
     }
-    let (kind, data) = match to {
-        ThreadStatus::Idle => {
-            let suspended = conn
-                .prepare_cached(
-                    "UPDATE sessions SET status = 'idle', holder = NULL, pid = NULL, last_active_at = ?2
+    let sessions = match to {
+        ThreadStatus::Idle => conn
+            .prepare_cached(
+                "UPDATE sessions SET status = 'idle', holder = NULL, pid = NULL, last_active_at = ?2
                      WHERE thread_id = ?1 AND status = 'active'",
-                )?
-                .execute(params![id, now])?;
-            (
-                "thread.idle",
-                json!({"reason": reason, "sessions_suspended": suspended,
-                                   "idle_for_ms": now - thread.last_activity_at_ms}),
-            )
-        }
+            )?
+            .execute(params![id, now])?,
         ThreadStatus::Archived => {
             let archived = conn
                 .prepare_cached(
@@ -51,17 +43,11 @@ pub fn set_status(
                 conn.prepare_cached("UPDATE threads SET summary = ?2, summary_by = ?3 WHERE id = ?1")?
                     .execute(params![id, s.text, s.by])?;
             }
-            (
-                "thread.archive",
-                json!({"reason": reason, "sessions_archived": archived,
-                                      "summary_by": summary.map(|s| s.by.as_str())}),
-            )
+            archived
         }
-        ThreadStatus::Active => {
-            let kind = if thread.status == ThreadStatus::Archived { "thread.unarchive" } else { "thread.revive" };
-            (kind, json!({"reason": reason, "from": status_str(thread.status)}))
-        }
+        ThreadStatus::Active => 0,
     };
+    let (kind, data) = moved(&thread, to, reason, now, sessions as u64, summary);
     if to == ThreadStatus::Active {
         // Opening a thread again is activity: it starts its idle time anew.
         conn.prepare_cached("UPDATE threads SET last_activity_at = max(last_activity_at, ?2) WHERE id = ?1")?
@@ -85,7 +71,7 @@ pub fn age(
     out: &mut Outbox,
 ) -> DbResult<bool> {
     let thread = threads::get(conn, id)?;
-    if thread.last_activity_at_ms != seen_activity || thread.status == to || in_flight(conn, id)? > 0 {
+    if stale_age(&thread, seen_activity, to, in_flight(conn, id)?) {
         return Ok(false);
     }
     set_status(conn, now, id, to, "age", summary, out)?;
@@ -124,11 +110,7 @@ pub fn set_summary(conn: &Connection, now: i64, id: &str, summary: &Summary) -> 
         summary.text,
         summary.by
     ])?;
-    events::record(
-        conn,
-        now,
-        &NewEvent { kind: "thread.summary", thread: Some(id), data: json!({"by": summary.by}), ..Default::default() },
-    )?;
+    events::record(conn, now, &summarised(id, &summary.by))?;
     threads::get(conn, id)
 }
 
@@ -136,11 +118,7 @@ pub fn set_summary(conn: &Connection, now: i64, id: &str, summary: &Summary) -> 
 pub fn set_title(conn: &Connection, now: i64, id: &str, title: &str) -> DbResult<Thread> {
     threads::get(conn, id)?;
     conn.prepare_cached("UPDATE threads SET title = ?2 WHERE id = ?1")?.execute(params![id, title])?;
-    events::record(
-        conn,
-        now,
-        &NewEvent { kind: "thread.title", thread: Some(id), data: json!({"title": title}), ..Default::default() },
-    )?;
+    events::record(conn, now, &titled(id, title))?;
     threads::get(conn, id)
 }
 
@@ -149,24 +127,14 @@ pub fn set_title(conn: &Connection, now: i64, id: &str, title: &str) -> DbResult
 pub fn delete(conn: &Connection, now: i64, id: &str, out: &mut Outbox) -> DbResult<u64> {
     threads::get(conn, id)?;
     let running = in_flight(conn, id)?;
-    if running > 0 {
-        return Err(DbError::Invalid(format!(
-            "thread {id} has {running} run{} in flight; cancel {} or delete with force",
-            if running == 1 { "" } else { "s" },
-            if running == 1 { "it" } else { "them" }
-        )));
-    }
+    refuse_delete(id, running)?;
     let messages: i64 =
         conn.prepare_cached("SELECT count(*) FROM messages WHERE thread_id = ?1")?.query_row([id], |r| r.get(0))?;
     conn.prepare_cached("DELETE FROM conversation_events WHERE thread_id = ?1")?.execute([id])?;
     // Messages, runs (and their partial text), sessions, inbox, participants,
     // acknowledgements and the current-thread entry go by cascade.
     conn.prepare_cached("DELETE FROM threads WHERE id = ?1")?.execute([id])?;
-    events::record(
-        conn,
-        now,
-        &NewEvent { kind: "thread.delete", data: json!({"thread": id, "messages": messages}), ..Default::default() },
-    )?;
+    events::record(conn, now, &deleted(id, messages))?;
     out.threads_added -= 1;
     Ok(messages as u64)
 }

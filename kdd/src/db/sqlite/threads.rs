@@ -2,12 +2,13 @@
 
 use kd_proto::types::{Lineage, Thread, ThreadStatus};
 use rusqlite::{Connection, OptionalExtension, Row, params};
-use serde_json::json;
 
 use super::events;
-use crate::db::events::NewEvent;
-use crate::db::threads::{NewThread, lineage_of, lineage_str, parse_context, parse_lineage, parse_status, status_str};
-use crate::db::{DbError, DbResult, Outbox, json_list, parse_list, random_id};
+use crate::db::threads::{
+    ID_ATTEMPTS, NewThread, candidate_id, created, lineage_of, lineage_str, made_current, no_free_id, parse_context,
+    parse_lineage, parse_status, status_str,
+};
+use crate::db::{DbError, DbResult, Outbox, json_list, parse_list};
 
 const COLUMNS: &str = "id, workspace, branch, title, status, lineage, parent_id, members, created_at, last_activity_at, last_seq, context_mode, origin, summary";
 
@@ -31,7 +32,7 @@ pub fn create(conn: &Connection, now: i64, mut t: NewThread, out: &mut Outbox) -
     if lineage == Lineage::Branch && t.parent.is_none() {
         t.parent = trunk;
     }
-    let id = match t.id {
+    let id = match t.id.take() {
         Some(id) => {
             if exists(conn, &id)? {
                 return Err(DbError::AlreadyExists(format!("thread {id}")));
@@ -56,17 +57,7 @@ pub fn create(conn: &Connection, now: i64, mut t: NewThread, out: &mut Outbox) -
         t.context.as_str(),
         t.origin
     ])?;
-    events::record(
-        conn,
-        now,
-        &NewEvent {
-            kind: "thread.create",
-            thread: Some(&id),
-            to: &t.members,
-            data: json!({"workspace": t.workspace, "branch": t.branch, "lineage": lineage_str(lineage), "parent": t.parent}),
-            ..Default::default()
-        },
-    )?;
+    events::record(conn, now, &created(&t, &id, lineage))?;
     out.threads_added += 1;
     if t.set_current {
         set_current(conn, now, &t.workspace, t.branch.as_deref(), &id)?;
@@ -76,13 +67,13 @@ pub fn create(conn: &Connection, now: i64, mut t: NewThread, out: &mut Outbox) -
 
 /// A thread id not yet taken: 6 random characters, longer after collisions.
 fn fresh_id(conn: &Connection) -> DbResult<String> {
-    for attempt in 0..16 {
-        let id = random_id(6 + attempt / 4);
+    for attempt in 0..ID_ATTEMPTS {
+        let id = candidate_id(attempt);
         if !exists(conn, &id)? {
             return Ok(id);
         }
     }
-    Err(DbError::Internal("cannot find a free thread id".into()))
+    Err(no_free_id())
 }
 
 pub(super) fn exists(conn: &Connection, id: &str) -> DbResult<bool> {
@@ -137,16 +128,7 @@ pub fn set_current(conn: &Connection, now: i64, workspace: &str, branch: Option<
          ON CONFLICT (workspace, branch) DO UPDATE SET thread_id = excluded.thread_id",
     )?
     .execute(params![workspace, branch.unwrap_or(""), id])?;
-    events::record(
-        conn,
-        now,
-        &NewEvent {
-            kind: "thread.set_current",
-            thread: Some(id),
-            data: json!({"workspace": workspace, "branch": branch}),
-            ..Default::default()
-        },
-    )?;
+    events::record(conn, now, &made_current(id, workspace, branch))?;
     Ok(thread)
 }
 
@@ -209,48 +191,5 @@ impl super::Sqlite {
 
     pub async fn set_thread_members(&self, id: String, members: Vec<String>) -> DbResult<()> {
         self.write(move |c, _| set_members(c, &id, &members)).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use kd_proto::types::ContextMode;
-
-    use crate::db::sqlite::schema;
-
-    fn new(workspace: &str, branch: Option<&str>, lineage: Option<Lineage>) -> NewThread {
-        NewThread {
-            id: None,
-            workspace: workspace.into(),
-            branch: branch.map(Into::into),
-            title: None,
-            members: vec![],
-            lineage,
-            parent: None,
-            set_current: false,
-            context: ContextMode::History,
-            origin: None,
-        }
-    }
-
-    #[test]
-    fn a_second_trunk_is_refused_in_a_sentence_naming_the_trunk() -> DbResult<()> {
-        let dir = tempfile::tempdir().map_err(|e| DbError::Internal(e.to_string()))?;
-        let path = dir.path().join("kd.sqlite3");
-        let mut conn = Connection::open(&path)?;
-        schema::configure(&conn)?;
-        schema::migrate(&mut conn, &path)?;
-        let mut out = Outbox::default();
-        let trunk = create(&conn, 1, new("/w", Some("main"), None), &mut out)?;
-        let e = create(&conn, 2, new("/w", Some("main"), Some(Lineage::Trunk)), &mut out).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            format!("the trunk of /w (branch main) already exists: thread {}; fork it for a branch", trunk.id)
-        );
-        let bare = create(&conn, 3, new("/v", None, None), &mut out)?;
-        let e = create(&conn, 4, new("/v", None, Some(Lineage::Trunk)), &mut out).unwrap_err();
-        assert_eq!(e.to_string(), format!("the trunk of /v already exists: thread {}; fork it for a branch", bare.id));
-        Ok(())
     }
 }
