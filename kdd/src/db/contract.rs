@@ -13,6 +13,7 @@ use kd_proto::work::{WorkState, Worktree};
 
 mod alike;
 
+use super::fixtures::worktree;
 use super::messages::{NewMessage, Page};
 use super::threads::NewThread;
 use super::{Db, DbError};
@@ -137,35 +138,17 @@ async fn a_committed_message_is_told_to_subscribers_and_a_refused_one_is_not() {
     }
 }
 
-/// A member's worktree on thread `t1` of `/w`, made at `at`.
-fn tree(member: &str, at: i64) -> Worktree {
-    Worktree {
-        thread: "t1".into(),
-        member: member.into(),
-        task: "do it".into(),
-        repo: "/w".into(),
-        path: format!("/data/worktrees/w-t1/{member}"),
-        branch: format!("kd/t1/{member}"),
-        base: "b".repeat(40),
-        head: "b".repeat(40),
-        state: WorkState::Working,
-        files: 0,
-        added: 0,
-        removed: 0,
-        removed_at_ms: None,
-        created_at_ms: at,
-        last_run: None,
-    }
-}
-
 #[tokio::test]
 async fn a_worktree_is_recorded_moved_on_and_settled() {
     for e in engines().await {
         let (db, n) = (&e.db, e.name);
         db.create_thread(NewThread { id: Some("t1".into()), ..thread("/w") }).await.unwrap();
-        db.add_worktree(tree("codex", 2), true).await.unwrap();
-        db.add_worktree(tree("claude", 1), true).await.unwrap();
-        assert!(db.add_worktree(tree("claude", 3), false).await.is_err(), "{n}: one worktree per member and thread");
+        db.add_worktree(worktree("codex", 2), true).await.unwrap();
+        db.add_worktree(worktree("claude", 1), true).await.unwrap();
+        assert!(
+            db.add_worktree(worktree("claude", 3), false).await.is_err(),
+            "{n}: one worktree per member and thread"
+        );
         let members = |ws: Vec<Worktree>| ws.into_iter().map(|w| w.member).collect::<Vec<_>>();
         assert_eq!(members(db.worktrees_of("t1".into()).await.unwrap()), ["claude", "codex"], "{n}");
         db.set_worktree_head("t1".into(), "claude".into(), "c".repeat(40), (2, 10, 3)).await.unwrap();

@@ -9,10 +9,13 @@
 //! what is left and nothing twice. The operations are named for what kdd
 //! needs; another engine implements the same list.
 //!
-//! This is the journal's core; the drivers, resume at start and the
+//! This is the journal's vocabulary, and what an exchange's life records
+//! whichever engine keeps it; the drivers, resume at start and the
 //! clients' reconnection build on it (see the design).
 
-use serde_json::Value;
+use serde_json::{Value, json};
+
+use super::events::Record;
 
 pub type ExchangeId = i64;
 pub type StepId = i64;
@@ -116,3 +119,48 @@ pub const SUPERSEDED: &str = "superseded by a new message of the King";
 
 pub(crate) mod info;
 pub mod kd_step;
+
+impl Exchange {
+    /// What a change of the exchange's life (`exchange.stop`, `.cut`,
+    /// `.resume`) records, with its `detail`.
+    pub(crate) fn told(&self, kind: &str, detail: Value) -> Record {
+        Record {
+            kind: kind.into(),
+            thread: Some(self.thread.clone()),
+            correlation_id: Some(format!("x-{}", self.seq)),
+            data: json!({"exchange": self.seq, "kind": self.kind.as_str(), "detail": detail}),
+            ..Default::default()
+        }
+    }
+
+    /// What stopping it for good for `reason` records.
+    pub(crate) fn stopped(&self, reason: &str) -> Record {
+        self.told("exchange.stop", json!({"reason": reason}))
+    }
+
+    /// What a graceful stop cutting it, with its `steps`, records: the
+    /// steps left for the next start.
+    pub(crate) fn cut(&self, steps: Vec<Step>) -> Record {
+        let left: Vec<_> = steps
+            .into_iter()
+            .filter(|s| !s.state.is_over())
+            .map(|s| {
+                json!({"round": s.key.round, "member": s.key.member, "purpose": s.key.purpose.as_str(),
+                       "state": s.state.as_str(), "run": s.run_id})
+            })
+            .collect();
+        self.told("exchange.cut", json!({"steps": left}))
+    }
+
+    /// What a starting daemon taking it up again, with its `steps`,
+    /// records.
+    pub(crate) fn resumed(&self, steps: &[Step]) -> Record {
+        let pending = steps.iter().filter(|s| !s.state.is_over()).count();
+        self.told("exchange.resume", json!({"pending": pending, "resumes": self.resumes + 1}))
+    }
+}
+
+/// Exchange `x` is not in the journal.
+pub(crate) fn no_exchange(x: ExchangeId) -> crate::db::DbError {
+    crate::db::DbError::NotFound(format!("no exchange {x}"))
+}

@@ -34,6 +34,8 @@ mod contract;
 pub mod cost;
 pub mod events;
 pub mod exchanges;
+#[cfg(test)]
+pub(crate) mod fixtures;
 pub mod inbox;
 pub mod lifecycle;
 pub mod locks;

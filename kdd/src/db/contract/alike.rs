@@ -213,7 +213,8 @@ mod exchanges {
 mod runs {
     use super::{Outbox, sqlite_events};
     use crate::db::exchanges::{Opened, StepKey};
-    use crate::db::pg::exchanges::tests::{db, run_of};
+    use crate::db::fixtures::run_of;
+    use crate::db::pg::exchanges::tests::db;
     use crate::db::pg::runs::tests::{Left, ROWS, SESSION, answered, council, king, pg_script};
     use crate::db::runs::Finish;
     use kd_proto::types::RunStatus;

@@ -21,7 +21,7 @@ use tokio_postgres::Row;
 
 use crate::db::exchanges::{
     Exchange, ExchangeId, ExchangeState, Kind, NewExchange, Opened, Purpose, RunEnd, SUPERSEDED, Step, StepId, StepKey,
-    StepState,
+    StepState, no_exchange,
 };
 use crate::db::pg::{LEASE, ME};
 use crate::db::{DbError, DbResult};
@@ -186,7 +186,7 @@ pub(crate) async fn get(c: &impl GenericClient, id: ExchangeId) -> DbResult<Opti
 pub(crate) async fn open_step(c: &impl GenericClient, now: i64, x: ExchangeId, key: &StepKey) -> DbResult<Opened> {
     let state = match locked(c, x).await? {
         Some(e) => e.state,
-        None => return Err(DbError::NotFound(format!("no exchange {x}"))),
+        None => return Err(no_exchange(x)),
     };
     if state != ExchangeState::Open {
         return Ok(Opened::Ended(state));

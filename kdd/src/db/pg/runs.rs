@@ -330,8 +330,9 @@ pub(crate) mod tests {
 
     use super::*;
     use crate::db::exchanges::{Kind, NewExchange, Opened, StepKey};
+    use crate::db::fixtures::run_of;
     use crate::db::messages::NewMessage;
-    use crate::db::pg::exchanges::tests::{db, pg_events, run_of};
+    use crate::db::pg::exchanges::tests::{db, pg_events};
 
     pub(crate) const SESSION: &str = "INSERT INTO sessions (id, thread_id, agent, status, holder, pid, started_at, last_active_at) \
                            VALUES ('s-1', 't1', 'claude', 'active', 'claude', 7, 3, 3)";

@@ -329,38 +329,19 @@ impl Pg {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::db::fixtures::worktree;
     use crate::db::pg::test_rows::{run, thread};
     use crate::db::pg::testing;
-
-    fn tree(member: &str, at: i64) -> Worktree {
-        Worktree {
-            thread: "t1".into(),
-            member: member.into(),
-            task: "do it".into(),
-            repo: "/w".into(),
-            path: format!("/data/worktrees/w-t1/{member}"),
-            branch: format!("kd/t1/{member}"),
-            base: "b".repeat(40),
-            head: "b".repeat(40),
-            state: WorkState::Working,
-            files: 0,
-            added: 0,
-            removed: 0,
-            removed_at_ms: None,
-            created_at_ms: at,
-            last_run: None,
-        }
-    }
 
     #[tokio::test]
     async fn a_member_has_run_once_a_run_of_it_is_recorded_on_the_thread() {
         let Some((pg, _db)) = testing::fresh().await else { return };
         thread(&pg, "t1").await;
-        pg.add_worktree(tree("claude", 1), false).await.unwrap();
-        pg.add_worktree(tree("codex", 2), false).await.unwrap();
+        pg.add_worktree(worktree("claude", 1), false).await.unwrap();
+        pg.add_worktree(worktree("codex", 2), false).await.unwrap();
         assert!(!is_vote(&pg.conn().await.unwrap(), "t1").await.unwrap());
         thread(&pg, "t2").await;
-        pg.add_worktree(Worktree { thread: "t2".into(), ..tree("claude", 3) }, true).await.unwrap();
+        pg.add_worktree(Worktree { thread: "t2".into(), ..worktree("claude", 3) }, true).await.unwrap();
         assert!(is_vote(&pg.conn().await.unwrap(), "t2").await.unwrap(), "a best-of-N task");
         let fresh = pg.worktrees_with_runs("t1".into()).await.unwrap();
         assert!(fresh.iter().all(|(ran, _)| !ran));

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use crate::db::exchanges::{
     Exchange, ExchangeId, ExchangeState, Kind, NewExchange, Opened, Purpose, RunEnd, SUPERSEDED, Step, StepId, StepKey,
-    StepState,
+    StepState, no_exchange,
 };
 use crate::db::{DbError, DbResult};
 
@@ -128,7 +128,7 @@ pub fn get(conn: &Connection, id: ExchangeId) -> DbResult<Option<Exchange>> {
 pub fn open_step(conn: &Connection, now: i64, x: ExchangeId, key: &StepKey) -> DbResult<Opened> {
     let state = match get(conn, x)? {
         Some(e) => e.state,
-        None => return Err(DbError::NotFound(format!("no exchange {x}"))),
+        None => return Err(no_exchange(x)),
     };
     if state != ExchangeState::Open {
         return Ok(Opened::Ended(state));

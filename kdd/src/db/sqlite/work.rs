@@ -270,35 +270,16 @@ impl super::Sqlite {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::db::fixtures::worktree;
 
     fn db() -> Connection {
         crate::db::sqlite::schema::in_memory_with_thread("t1")
     }
 
-    fn tree(member: &str, at: i64) -> Worktree {
-        Worktree {
-            thread: "t1".into(),
-            member: member.into(),
-            task: "do it".into(),
-            repo: "/w".into(),
-            path: format!("/data/worktrees/w-t1/{member}"),
-            branch: format!("kd/t1/{member}"),
-            base: "b".repeat(40),
-            head: "b".repeat(40),
-            state: WorkState::Working,
-            files: 0,
-            added: 0,
-            removed: 0,
-            removed_at_ms: None,
-            created_at_ms: at,
-            last_run: None,
-        }
-    }
-
     #[test]
     fn a_best_of_n_task_is_recorded_as_a_vote() {
         let conn = db();
-        insert(&conn, &tree("claude", 1), true).unwrap();
+        insert(&conn, &worktree("claude", 1), true).unwrap();
         assert!(is_vote(&conn, "t1").unwrap());
     }
 

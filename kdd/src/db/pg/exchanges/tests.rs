@@ -9,6 +9,7 @@ use serde_json::json;
 
 use super::*;
 use crate::db::Outbox;
+use crate::db::fixtures::run_of;
 use crate::db::pg::testing::{self, TestDb};
 use crate::db::pg::{Pg, runs};
 use crate::db::runs::Finish;
@@ -168,25 +169,6 @@ async fn one_message_begins_one_exchange_of_a_kind() {
     };
     // The first was superseded by then, yet one message begins one exchange of a kind.
     assert!(begin(&c, 11, &again).await.is_err());
-}
-
-pub(crate) fn run_of(id: &str, member: &str) -> kd_proto::types::RunInfo {
-    kd_proto::types::RunInfo {
-        id: id.into(),
-        thread: "t1".into(),
-        member: member.into(),
-        backend: "claude".into(),
-        status: kd_proto::types::RunStatus::Waiting,
-        pid: None,
-        started_at_ms: 0,
-        chars: 0,
-        reply_to: Some(1),
-        round: Some(1),
-        exchange: Some(1),
-        replaces: None,
-        ordinal: 1,
-        purpose: None,
-    }
 }
 
 #[tokio::test]

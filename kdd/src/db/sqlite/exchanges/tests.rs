@@ -4,6 +4,7 @@ use kd_proto::types::MessageKind;
 use serde_json::json;
 
 use super::*;
+use crate::db::fixtures::run_of;
 
 fn db() -> Connection {
     crate::db::sqlite::schema::in_memory_with_thread("t1")
@@ -149,25 +150,6 @@ fn one_message_begins_one_exchange_of_a_kind() {
     };
     // The first was superseded by then, yet one message begins one exchange of a kind.
     assert!(begin(&conn, 11, &again).is_err());
-}
-
-fn run_of(id: &str, member: &str) -> kd_proto::types::RunInfo {
-    kd_proto::types::RunInfo {
-        id: id.into(),
-        thread: "t1".into(),
-        member: member.into(),
-        backend: "claude".into(),
-        status: kd_proto::types::RunStatus::Waiting,
-        pid: None,
-        started_at_ms: 0,
-        chars: 0,
-        reply_to: Some(1),
-        round: Some(1),
-        exchange: Some(1),
-        replaces: None,
-        ordinal: 1,
-        purpose: None,
-    }
 }
 
 #[test]
