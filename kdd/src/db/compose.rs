@@ -105,3 +105,20 @@ pub(crate) fn emergency(broadcast: &str, m: &Message, members: &[String]) -> Rec
         data: json!({"broadcast": broadcast, "seq": m.seq}),
     }
 }
+
+/// The title an untitled imported thread takes: as a native thread, from
+/// the King's first message.
+pub(crate) fn import_title(messages: &[(i64, NewMessage)]) -> Option<String> {
+    messages.iter().find(|(_, m)| m.kind == kd_proto::types::MessageKind::King).and_then(|(_, m)| m.title())
+}
+
+/// The messages of an import, moved to the thread they are imported as.
+pub(crate) fn imported_into(thread: &str, messages: Vec<(i64, NewMessage)>) -> Vec<(i64, NewMessage)> {
+    messages
+        .into_iter()
+        .map(|(at, mut m)| {
+            m.thread = thread.to_string();
+            (at, m)
+        })
+        .collect()
+}

@@ -4,6 +4,7 @@ use kd_proto::types::{Fence, Message, MessageKind, Purpose, RouteType, RunMeta};
 use serde_json::json;
 
 use super::events::NewEvent;
+use super::{DbError, DbResult};
 
 /// Parameters of [`append`], already validated.
 #[derive(Debug, Clone)]
@@ -132,5 +133,26 @@ pub(crate) fn parse_kind(s: &str) -> MessageKind {
         "error" => MessageKind::Error,
         "interrupted" => MessageKind::Interrupted,
         _ => MessageKind::Agent,
+    }
+}
+
+impl NewMessage {
+    /// Refuses a reply to what is not an earlier message of the thread,
+    /// the message being appended as `seq`.
+    pub(crate) fn check_reply(&self, seq: u64) -> DbResult<()> {
+        match self.reply_to {
+            Some(r) if r == 0 || r >= seq => Err(DbError::Invalid(format!(
+                "reply_to {r} is not an earlier message of thread {} (it has {} messages)",
+                self.thread,
+                seq - 1
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// The title an untitled thread takes from this message: a King's
+    /// question titles it.
+    pub(crate) fn title(&self) -> Option<String> {
+        (self.kind == MessageKind::King).then(|| kd_proto::title::title_from(&self.body)).flatten()
     }
 }

@@ -5,7 +5,7 @@
 //! speaks: [`Db`], the handle, and its operations ([`registry`]);
 //! [`DbError`]; the vocabulary of those operations, one module per concept
 //! ([`threads`], [`messages`], [`runs`], [`sessions`], [`locks`],
-//! [`events`], [`inbox`], [`lifecycle`], [`compose`], [`exchanges`],
+//! [`events`], [`inbox`], [`acks`], [`lifecycle`], [`compose`], [`exchanges`],
 //! [`search`], [`cost`]: their types and the pure rules both engines follow
 //! — refusals, the events a change records, lineage, who blocks a session);
 //! what kdd does while the registry is away ([`outage`]); and the contract
@@ -28,6 +28,7 @@
 //!
 //! No SQL exists outside the engines.
 
+pub mod acks;
 pub mod compose;
 #[cfg(test)]
 mod contract;

@@ -224,3 +224,29 @@ pub struct Orphan {
     pub pid: Option<u32>,
     pub pid_start: Option<u64>,
 }
+
+/// What recording `run`, waiting to start, records.
+pub(crate) fn waiting(run: &RunInfo) -> NewEvent<'_> {
+    NewEvent {
+        kind: "run.start",
+        thread: Some(&run.thread),
+        agent: Some(&run.member),
+        correlation_id: Some(&run.id),
+        data: json!({"run": run.id, "backend": run.backend, "reply_to": run.reply_to, "round": run.round,
+                     "exchange": run.exchange, "replaces": run.replaces}),
+        ..Default::default()
+    }
+}
+
+/// What `run`'s process starting as `pid` (holding `session`) records.
+pub(crate) fn spawned<'a>(run: &'a RunInfo, pid: u32, session: Option<&'a str>) -> NewEvent<'a> {
+    NewEvent {
+        kind: "run.spawn",
+        thread: Some(&run.thread),
+        agent: Some(&run.member),
+        session,
+        correlation_id: Some(&run.id),
+        data: json!({"run": run.id, "pid": pid}),
+        ..Default::default()
+    }
+}

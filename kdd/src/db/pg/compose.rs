@@ -4,10 +4,10 @@
 //! with its inbox entries.
 
 use deadpool_postgres::GenericClient;
-use kd_proto::types::{Message, MessageKind, Thread};
+use kd_proto::types::{Message, Thread};
 
 use super::{Pg, acks, events, exchanges, inbox, messages, threads};
-use crate::db::compose::{Asked, Carrier, Routed, Routing, delivered, emergency, routed};
+use crate::db::compose::{Asked, Carrier, Routed, Routing, delivered, emergency, import_title, imported_into, routed};
 use crate::db::exchanges::NewExchange;
 use crate::db::messages::NewMessage;
 use crate::db::threads::NewThread;
@@ -37,19 +37,10 @@ pub(crate) async fn import(
     }
     // Untitled, it is titled as a native thread is: by the King's first message.
     if t.title.is_none() {
-        t.title = messages
-            .iter()
-            .find(|(_, m)| m.kind == MessageKind::King)
-            .and_then(|(_, m)| kd_proto::title::title_from(&m.body));
+        t.title = import_title(&messages);
     }
     let thread = threads::create(c, created_at, t, out).await?;
-    let messages = messages
-        .into_iter()
-        .map(|(at, mut m)| {
-            m.thread = thread.id.clone();
-            (at, m)
-        })
-        .collect();
+    let messages = imported_into(&thread.id, messages);
     messages::import(c, &thread.id, messages, out).await?;
     let st =
         c.prepare_cached("UPDATE threads SET last_activity_at = greatest(last_activity_at, $2) WHERE id = $1").await?;
@@ -204,6 +195,7 @@ impl Pg {
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use kd_proto::types::MessageKind;
     use kd_proto::types::{Overflow, Role, RouteType};
     use serde_json::json;
 

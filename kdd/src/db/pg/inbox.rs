@@ -240,7 +240,7 @@ pub(crate) async fn overrides(
     for row in &rows {
         let (t, m): (&str, &str) = (row.try_get(0)?, row.try_get(1)?);
         if let Some(t) = RouteType::parse(t) {
-            out.push((t, mode_of(&m)));
+            out.push((t, mode_of(m)));
         }
     }
     Ok(out)

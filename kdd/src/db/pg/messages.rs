@@ -7,7 +7,7 @@
 
 use deadpool_postgres::GenericClient;
 use futures_util::TryStreamExt;
-use kd_proto::types::{Message, MessageKind, Purpose, RouteType, ThreadEvent, ThreadStatus};
+use kd_proto::types::{Message, Purpose, RouteType, ThreadEvent, ThreadStatus};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
@@ -45,10 +45,7 @@ pub(crate) async fn append(c: &impl GenericClient, now: i64, m: NewMessage, out:
     if status == "idle" {
         lifecycle::set_status(c, now, &m.thread, ThreadStatus::Active, "message", None, out).await?;
     }
-    if untitled
-        && m.kind == MessageKind::King
-        && let Some(title) = kd_proto::title::title_from(&m.body)
-    {
+    if untitled && let Some(title) = m.title() {
         let stmt = c.prepare_cached("UPDATE threads SET title = $2 WHERE id = $1").await?;
         c.execute(&stmt, &[&m.thread, &title]).await?;
     }
@@ -57,15 +54,7 @@ pub(crate) async fn append(c: &impl GenericClient, now: i64, m: NewMessage, out:
 
 /// Inserts `m` with a seq already taken from the thread.
 async fn append_as(c: &impl GenericClient, now: i64, seq: u64, m: NewMessage, out: &mut Outbox) -> DbResult<Message> {
-    if let Some(r) = m.reply_to
-        && (r == 0 || r >= seq)
-    {
-        return Err(DbError::Invalid(format!(
-            "reply_to {r} is not an earlier message of thread {} (it has {} messages)",
-            m.thread,
-            seq - 1
-        )));
-    }
+    m.check_reply(seq)?;
     let run = m.run.as_ref().map(|r| serde_json::to_string(r).unwrap_or_default());
     let stmt = c
         .prepare_cached(
@@ -218,6 +207,7 @@ impl Pg {
 
 #[cfg(test)]
 mod tests {
+    use kd_proto::types::MessageKind;
     use std::sync::Arc;
 
     use kd_proto::types::{Fence, ThreadStatus};

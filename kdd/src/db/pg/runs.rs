@@ -5,13 +5,11 @@
 
 use deadpool_postgres::GenericClient;
 use kd_proto::types::{Message, Purpose, RunInfo, RunStatus, SessionStatus, ThreadEvent};
-use serde_json::json;
 
 use super::exchanges;
 use super::{ME, Pg, acks, cost, events, messages, sessions};
-use crate::db::events::NewEvent;
 use crate::db::exchanges::StepId;
-use crate::db::runs::{Cut, Finish, Orphan, refuse_ended};
+use crate::db::runs::{Cut, Finish, Orphan, refuse_ended, spawned, waiting};
 use crate::db::{DbError, DbResult, Outbox, now_ms};
 
 /// Records a run that was accepted; subscribers hear `run_waiting`. A run
@@ -54,20 +52,7 @@ pub(crate) async fn insert(
         ],
     )
     .await?;
-    events::record(
-        c,
-        now,
-        &NewEvent {
-            kind: "run.start",
-            thread: Some(&run.thread),
-            agent: Some(&run.member),
-            correlation_id: Some(&run.id),
-            data: json!({"run": run.id, "backend": run.backend, "reply_to": run.reply_to, "round": run.round,
-                         "exchange": run.exchange, "replaces": run.replaces}),
-            ..Default::default()
-        },
-    )
-    .await?;
+    events::record(c, now, &waiting(run)).await?;
     out.publish(&run.thread, ThreadEvent::RunWaiting { run: run.clone() });
     Ok(())
 }
@@ -98,20 +83,7 @@ pub(crate) async fn started(
         let st = c.prepare_cached("UPDATE sessions SET pid = $2 WHERE id = $1 AND status = 'active'").await?;
         c.execute(&st, &[&session, &i64::from(pid)]).await?;
     }
-    events::record(
-        c,
-        now,
-        &NewEvent {
-            kind: "run.spawn",
-            thread: Some(&run.thread),
-            agent: Some(&run.member),
-            session,
-            correlation_id: Some(&run.id),
-            data: json!({"run": run.id, "pid": pid}),
-            ..Default::default()
-        },
-    )
-    .await?;
+    events::record(c, now, &spawned(run, pid, session)).await?;
     out.publish(&run.thread, ThreadEvent::RunStarted { run: run.id.clone(), member: run.member.clone(), pid });
     Ok(())
 }

@@ -2,10 +2,9 @@
 
 use kd_proto::types::{Ack, ThreadEvent};
 use rusqlite::{Connection, Row, params};
-use serde_json::json;
 
 use super::events;
-use crate::db::events::NewEvent;
+use crate::db::acks::{broadcasts, settled};
 use crate::db::{DbResult, Outbox};
 
 /// Records that every one of `members` owes an acknowledgement of
@@ -39,19 +38,7 @@ pub fn settle(
         .query_map(params![thread, member, upto.min(i64::MAX as u64) as i64, broadcast, now, how], ack)?
         .collect::<Result<_, _>>()?;
     for a in &acks {
-        events::record(
-            conn,
-            now,
-            &NewEvent {
-                kind: "system.emergency_acknowledge",
-                thread: Some(thread),
-                agent: Some(member),
-                from: Some(member),
-                correlation_id: Some(&a.broadcast),
-                data: json!({"broadcast": a.broadcast, "seq": a.seq, "how": how}),
-                ..Default::default()
-            },
-        )?;
+        events::record(conn, now, &settled(thread, member, a, how))?;
     }
     Ok(acks)
 }
@@ -92,8 +79,7 @@ fn ack(r: &Row<'_>) -> rusqlite::Result<Ack> {
 /// Tells subscribers who still owes an acknowledgement of each broadcast
 /// that `acked` settled.
 pub fn progress(conn: &Connection, thread: &str, acked: &[Ack], out: &mut Outbox) -> DbResult<()> {
-    let mut seen = std::collections::HashSet::new();
-    for a in acked.iter().filter(|a| seen.insert(a.broadcast.clone())) {
+    for a in broadcasts(acked) {
         let from: String = conn
             .prepare_cached("SELECT sender FROM messages WHERE thread_id = ?1 AND seq = ?2")?
             .query_row(params![thread, a.seq as i64], |r| r.get(0))?;

@@ -1,10 +1,10 @@
 //! The SQLite side of [`crate::db::compose`]: its SQL and the engine's operations.
 
-use kd_proto::types::{Message, MessageKind, Thread};
+use kd_proto::types::{Message, Thread};
 use rusqlite::Connection;
 
 use super::{acks, events, exchanges, inbox, messages, threads};
-use crate::db::compose::{Asked, Carrier, Routed, Routing, delivered, emergency, routed};
+use crate::db::compose::{Asked, Carrier, Routed, Routing, delivered, emergency, import_title, imported_into, routed};
 use crate::db::exchanges::NewExchange;
 use crate::db::messages::NewMessage;
 use crate::db::threads::NewThread;
@@ -34,19 +34,10 @@ pub fn import(
     }
     // Untitled, it is titled as a native thread is: by the King's first message.
     if t.title.is_none() {
-        t.title = messages
-            .iter()
-            .find(|(_, m)| m.kind == MessageKind::King)
-            .and_then(|(_, m)| kd_proto::title::title_from(&m.body));
+        t.title = import_title(&messages);
     }
     let thread = threads::create(conn, created_at, t, out)?;
-    let messages = messages
-        .into_iter()
-        .map(|(at, mut m)| {
-            m.thread = thread.id.clone();
-            (at, m)
-        })
-        .collect();
+    let messages = imported_into(&thread.id, messages);
     messages::import(conn, &thread.id, messages, out)?;
     conn.prepare_cached("UPDATE threads SET last_activity_at = max(last_activity_at, ?2) WHERE id = ?1")?
         .execute(rusqlite::params![thread.id, now])?;

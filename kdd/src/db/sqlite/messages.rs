@@ -1,6 +1,6 @@
 //! The SQLite side of [`crate::db::messages`]: its SQL and the engine's operations.
 
-use kd_proto::types::{Message, MessageKind, Purpose, RouteType, ThreadEvent, ThreadStatus};
+use kd_proto::types::{Message, Purpose, RouteType, ThreadEvent, ThreadStatus};
 use rusqlite::{Connection, Row, params};
 
 use super::{events, lifecycle, locks, threads};
@@ -38,10 +38,7 @@ pub fn append(conn: &Connection, now: i64, m: NewMessage, out: &mut Outbox) -> D
     if status == "idle" {
         lifecycle::set_status(conn, now, &m.thread, ThreadStatus::Active, "message", None, out)?;
     }
-    if untitled
-        && m.kind == MessageKind::King
-        && let Some(title) = kd_proto::title::title_from(&m.body)
-    {
+    if untitled && let Some(title) = m.title() {
         conn.prepare_cached("UPDATE threads SET title = ?2 WHERE id = ?1")?.execute(params![m.thread, title])?;
     }
     let seq = seq as u64;
@@ -50,15 +47,7 @@ pub fn append(conn: &Connection, now: i64, m: NewMessage, out: &mut Outbox) -> D
 
 /// Inserts `m` with a seq already taken from the thread.
 fn append_as(conn: &Connection, now: i64, seq: u64, m: NewMessage, out: &mut Outbox) -> DbResult<Message> {
-    if let Some(r) = m.reply_to
-        && (r == 0 || r >= seq)
-    {
-        return Err(DbError::Invalid(format!(
-            "reply_to {r} is not an earlier message of thread {} (it has {} messages)",
-            m.thread,
-            seq - 1
-        )));
-    }
+    m.check_reply(seq)?;
     let run = m.run.as_ref().map(|r| serde_json::to_string(r).unwrap_or_default());
     conn.prepare_cached(
         "INSERT INTO messages

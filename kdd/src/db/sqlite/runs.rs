@@ -2,12 +2,10 @@
 
 use kd_proto::types::{Message, Purpose, RunInfo, RunStatus, SessionStatus, ThreadEvent};
 use rusqlite::{Connection, OptionalExtension, params};
-use serde_json::json;
 
 use super::{acks, cost, events, exchanges, messages, sessions};
-use crate::db::events::NewEvent;
 use crate::db::exchanges::StepId;
-use crate::db::runs::{Cut, Finish, Orphan, STOPPED_IN_FLIGHT, refuse_ended};
+use crate::db::runs::{Cut, Finish, Orphan, STOPPED_IN_FLIGHT, refuse_ended, spawned, waiting};
 use crate::db::{DbError, DbResult, Outbox};
 
 /// Records a run that was accepted; subscribers hear `run_waiting`. A run
@@ -38,19 +36,7 @@ pub fn insert(conn: &Connection, now: i64, run: &RunInfo, step: Option<StepId>, 
         run.purpose.map(Purpose::as_str),
         step
     ])?;
-    events::record(
-        conn,
-        now,
-        &NewEvent {
-            kind: "run.start",
-            thread: Some(&run.thread),
-            agent: Some(&run.member),
-            correlation_id: Some(&run.id),
-            data: json!({"run": run.id, "backend": run.backend, "reply_to": run.reply_to, "round": run.round,
-                         "exchange": run.exchange, "replaces": run.replaces}),
-            ..Default::default()
-        },
-    )?;
+    events::record(conn, now, &waiting(run))?;
     out.publish(&run.thread, ThreadEvent::RunWaiting { run: run.clone() });
     Ok(())
 }
@@ -74,19 +60,7 @@ pub fn started(
         conn.prepare_cached("UPDATE sessions SET pid = ?2 WHERE id = ?1 AND status = 'active'")?
             .execute(params![session, pid])?;
     }
-    events::record(
-        conn,
-        now,
-        &NewEvent {
-            kind: "run.spawn",
-            thread: Some(&run.thread),
-            agent: Some(&run.member),
-            session,
-            correlation_id: Some(&run.id),
-            data: json!({"run": run.id, "pid": pid}),
-            ..Default::default()
-        },
-    )?;
+    events::record(conn, now, &spawned(run, pid, session))?;
     out.publish(&run.thread, ThreadEvent::RunStarted { run: run.id.clone(), member: run.member.clone(), pid });
     Ok(())
 }
