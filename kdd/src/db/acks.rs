@@ -8,6 +8,7 @@ use kd_proto::types::Ack;
 use serde_json::json;
 
 use super::events::NewEvent;
+use super::row::Columns;
 
 /// What `member` settling `a` on `thread` (`how`: by an answer, or `kd
 /// ack`) records.
@@ -28,4 +29,19 @@ pub(crate) fn settled<'a>(thread: &'a str, member: &'a str, a: &'a Ack, how: &st
 pub(crate) fn broadcasts(acked: &[Ack]) -> Vec<&Ack> {
     let mut seen = std::collections::HashSet::new();
     acked.iter().filter(|a| seen.insert(a.broadcast.as_str())).collect()
+}
+
+/// An acknowledgement as both engines select it: broadcast, thread, seq,
+/// member, acked_at, how.
+pub(crate) fn read<R: Columns>(r: &R) -> Result<Ack, R::Error> {
+    let acked_at = r.opt_int(4)?;
+    Ok(Ack {
+        broadcast: r.text(0)?,
+        thread: r.text(1)?,
+        seq: r.count(2)?,
+        member: r.text(3)?,
+        acknowledged: acked_at.is_some(),
+        acked_at_ms: acked_at,
+        how: r.opt_text(5)?,
+    })
 }

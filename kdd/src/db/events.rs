@@ -2,7 +2,10 @@
 //! run transition and lock change, written in the same transaction as the
 //! change it records.
 
+use kd_proto::types::Event;
 use serde_json::Value;
+
+use super::row::Columns;
 
 /// An event to record. Unset fields are stored as NULL.
 #[derive(Debug, Default)]
@@ -56,4 +59,26 @@ impl Record {
             data: self.data.clone(),
         }
     }
+}
+
+/// An event as both engines select it: id, at, kind, thread, session,
+/// agent, from, to, correlation_id, data, and the body of the message it
+/// refers to (joined back into its data).
+pub(crate) fn read<R: Columns>(r: &R) -> Result<Event, R::Error> {
+    let mut data: Value = serde_json::from_str(&r.text(9)?).unwrap_or(Value::Null);
+    if let (Some(body), Some(fields)) = (r.opt_text(10)?, data.as_object_mut()) {
+        fields.insert("body".into(), Value::String(body));
+    }
+    Ok(Event {
+        id: r.count(0)?,
+        at_ms: r.int(1)?,
+        kind: r.text(2)?,
+        thread: r.opt_text(3)?,
+        session: r.opt_text(4)?,
+        agent: r.opt_text(5)?,
+        from: r.opt_text(6)?,
+        to: super::parse_list(&r.text(7)?),
+        correlation_id: r.opt_text(8)?,
+        data,
+    })
 }

@@ -16,6 +16,7 @@
 use serde_json::{Value, json};
 
 use super::events::Record;
+use super::row::Columns;
 
 pub type ExchangeId = i64;
 pub type StepId = i64;
@@ -163,4 +164,48 @@ impl Exchange {
 /// Exchange `x` is not in the journal.
 pub(crate) fn no_exchange(x: ExchangeId) -> crate::db::DbError {
     crate::db::DbError::NotFound(format!("no exchange {x}"))
+}
+
+/// An exchange as both engines select it: id, thread, seq, kind,
+/// correlation_id, plan, state, reason, plan_done, result, resumes,
+/// created_at.
+pub(crate) fn read_exchange<R: Columns>(r: &R) -> Result<Exchange, R::Error> {
+    Ok(Exchange {
+        id: r.int(0)?,
+        thread: r.text(1)?,
+        seq: r.count(2)?,
+        kind: r.named(3, "exchange kind", Kind::parse)?,
+        correlation_id: r.opt_text(4)?,
+        plan: r.json(5, "plan")?,
+        state: r.named(6, "exchange state", ExchangeState::parse)?,
+        reason: r.opt_text(7)?,
+        plan_done: r.int(8)? != 0,
+        result: r.opt_text(9)?.and_then(|t| serde_json::from_str(&t).ok()),
+        resumes: r.int(10)? as u32,
+        created_at_ms: r.int(11)?,
+    })
+}
+
+/// A step as both engines select it: id, exchange, round, member,
+/// purpose, cause, state, run_id, reply_to, backend_session, replaces_seq,
+/// message_seq, attempts, reason.
+pub(crate) fn read_step<R: Columns>(r: &R) -> Result<Step, R::Error> {
+    Ok(Step {
+        id: r.int(0)?,
+        exchange: r.int(1)?,
+        key: StepKey {
+            round: r.int(2)? as u32,
+            member: r.text(3)?,
+            purpose: r.named(4, "step purpose", Purpose::parse)?,
+            cause: r.count(5)?,
+        },
+        state: r.named(6, "step state", StepState::parse)?,
+        run_id: r.opt_text(7)?,
+        reply_to: r.opt_count(8)?,
+        backend_session: r.opt_text(9)?,
+        replaces_seq: r.opt_count(10)?,
+        message_seq: r.opt_count(11)?,
+        attempts: r.int(12)? as u32,
+        reason: r.opt_text(13)?,
+    })
 }

@@ -8,6 +8,7 @@ use kd_proto::types::{DeliveryMode, InboxStatus, Overflow, Role, RouteType};
 use serde_json::{Value, json};
 
 use super::events::{NewEvent, Record};
+use super::row::Columns;
 
 /// A message to keep in a member's inbox.
 #[derive(Debug, Clone)]
@@ -140,4 +141,22 @@ pub(crate) fn role_of(text: &str) -> Role {
 /// A delivery mode from its column.
 pub(crate) fn mode_of(text: &str) -> DeliveryMode {
     if text == "queued" { DeliveryMode::Queued } else { DeliveryMode::Immediate }
+}
+
+/// An inbox entry as both engines select it: id, member, thread, seq,
+/// from, route type, role, status, queued_at, read_at, body.
+pub(crate) fn read<R: Columns>(r: &R) -> Result<kd_proto::types::InboxItem, R::Error> {
+    Ok(kd_proto::types::InboxItem {
+        id: r.count(0)?,
+        member: r.text(1)?,
+        thread: r.text(2)?,
+        seq: r.count(3)?,
+        from: r.text(4)?,
+        route_type: RouteType::parse(&r.text(5)?).unwrap_or(RouteType::PointToPoint),
+        role: role_of(&r.text(6)?),
+        status: InboxStatus::parse(&r.text(7)?).unwrap_or(InboxStatus::Pending),
+        queued_at_ms: r.int(8)?,
+        read_at_ms: r.opt_int(9)?,
+        body: r.text(10)?,
+    })
 }

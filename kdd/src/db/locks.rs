@@ -9,6 +9,7 @@
 use kd_proto::types::{Fence, Lock, LockOutcome};
 use serde_json::{Value, json};
 
+use super::row::Columns;
 use super::{DbError, DbResult};
 
 /// A lock as its row holds it.
@@ -131,4 +132,16 @@ pub(crate) fn check_fence(held: Option<Held>, now: i64, fence: &Fence) -> DbResu
 /// A release with a token the lock (`held`) no longer carries.
 pub(crate) fn stale(resource: &str, token: u64, held: Option<Held>) -> DbError {
     DbError::StaleToken { resource: resource.into(), token, current: held.map(|h| h.token) }
+}
+
+/// A lock's holder as both engines select it: resource, holder, pid,
+/// token, acquired_at, expires_at.
+pub(crate) fn read<R: Columns>(r: &R) -> Result<Held, R::Error> {
+    Ok(Held {
+        holder: r.text(1)?,
+        pid: r.opt_int(2)?.map(|p| p as u32),
+        token: r.count(3)?,
+        acquired_at: r.int(4)?,
+        expires_at: r.int(5)?,
+    })
 }

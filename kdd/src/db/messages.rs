@@ -4,6 +4,7 @@ use kd_proto::types::{Fence, Message, MessageKind, Purpose, RouteType, RunMeta};
 use serde_json::json;
 
 use super::events::NewEvent;
+use super::row::Columns;
 use super::{DbError, DbResult};
 
 /// Parameters of [`append`], already validated.
@@ -155,4 +156,27 @@ impl NewMessage {
     pub(crate) fn title(&self) -> Option<String> {
         (self.kind == MessageKind::King).then(|| kd_proto::title::title_from(&self.body)).flatten()
     }
+}
+
+/// A message as both engines select it: thread, seq, sender, to, cc,
+/// reply_to, kind, body, round, created_at, run, replaces, refs, route,
+/// purpose.
+pub(crate) fn read<R: Columns>(r: &R) -> Result<Message, R::Error> {
+    Ok(Message {
+        thread: r.text(0)?,
+        seq: r.count(1)?,
+        from: r.text(2)?,
+        to: super::parse_list(&r.text(3)?),
+        cc: super::parse_list(&r.text(4)?),
+        reply_to: r.opt_count(5)?,
+        kind: parse_kind(&r.text(6)?),
+        body: r.text(7)?,
+        round: r.opt_int(8)?.map(|v| v as u32),
+        created_at_ms: r.int(9)?,
+        run: r.opt_text(10)?.and_then(|s| serde_json::from_str(&s).ok()),
+        replaces: r.opt_count(11)?,
+        refs: super::parse_list(&r.text(12)?),
+        route: r.opt_text(13)?.and_then(|t| RouteType::parse(&t)),
+        purpose: r.opt_text(14)?.and_then(|t| Purpose::parse(&t)),
+    })
 }

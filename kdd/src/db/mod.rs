@@ -7,7 +7,9 @@
 //! ([`threads`], [`messages`], [`runs`], [`sessions`], [`locks`],
 //! [`events`], [`inbox`], [`acks`], [`lifecycle`], [`compose`], [`exchanges`],
 //! [`search`], [`cost`]: their types and the pure rules both engines follow
-//! — refusals, the events a change records, lineage, who blocks a session);
+//! — refusals, the events a change records, lineage, who blocks a session
+//! — and how each reads its rows, through [`row::Columns`], which each engine
+//! implements over its driver's row);
 //! what kdd does while the registry is away ([`outage`]); and the contract
 //! suite, which runs the same calls on both engines (`contract`). No SQL
 //! and no driver's type lives here.
@@ -45,6 +47,7 @@ pub mod outage;
 mod page_json;
 pub mod pg;
 mod registry;
+mod row;
 pub mod runs;
 pub mod search;
 pub mod sessions;

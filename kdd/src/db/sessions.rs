@@ -9,6 +9,7 @@ use kd_proto::types::{Session, SessionStatus};
 use serde_json::{Value, json};
 
 use super::events::NewEvent;
+use super::row::Columns;
 use super::{DbError, DbResult};
 
 /// Parameters of a session's start, already validated.
@@ -202,4 +203,23 @@ pub(crate) fn reclaimed(s: &Session, pid: u32) -> NewEvent<'_> {
         data: json!({"dead_pid": pid, "holder": s.holder}),
         ..Default::default()
     }
+}
+
+/// A session as both engines select it: id, thread, agent,
+/// backend_session_id, status, holder, pid, started_at, last_active_at,
+/// metadata, seen_seq.
+pub(crate) fn read<R: Columns>(r: &R) -> Result<Session, R::Error> {
+    Ok(Session {
+        id: r.text(0)?,
+        thread: r.text(1)?,
+        agent: r.text(2)?,
+        backend_session_id: r.opt_text(3)?,
+        status: status_of(&r.text(4)?),
+        holder: r.opt_text(5)?,
+        pid: r.opt_int(6)?.map(|p| p as u32),
+        started_at_ms: r.int(7)?,
+        last_active_at_ms: r.int(8)?,
+        metadata: serde_json::from_str(&r.text(9)?).unwrap_or(Value::Null),
+        seen_seq: r.opt_count(10)?,
+    })
 }

@@ -8,6 +8,7 @@ use kd_proto::types::{ContextMode, Lineage, ThreadStatus};
 use serde_json::json;
 
 use super::events::NewEvent;
+use super::row::Columns;
 use super::{DbError, DbResult, random_id};
 
 /// Parameters of a new thread, already validated.
@@ -140,4 +141,26 @@ pub(crate) fn made_current<'a>(id: &'a str, workspace: &str, branch: Option<&str
         data: json!({"workspace": workspace, "branch": branch}),
         ..Default::default()
     }
+}
+
+/// A thread as both engines select it: id, workspace, branch, title,
+/// status, lineage, parent, members, created_at, last_activity_at,
+/// last_seq, context, origin, summary.
+pub(crate) fn read<R: Columns>(r: &R) -> Result<kd_proto::types::Thread, R::Error> {
+    Ok(kd_proto::types::Thread {
+        id: r.text(0)?,
+        workspace: r.text(1)?,
+        branch: r.opt_text(2)?,
+        title: r.opt_text(3)?,
+        status: parse_status(&r.text(4)?),
+        lineage: parse_lineage(&r.text(5)?),
+        parent: r.opt_text(6)?,
+        members: super::parse_list(&r.text(7)?),
+        created_at_ms: r.int(8)?,
+        last_activity_at_ms: r.int(9)?,
+        last_seq: r.count(10)?,
+        context: parse_context(&r.text(11)?),
+        origin: r.opt_text(12)?,
+        summary: r.opt_text(13)?,
+    })
 }

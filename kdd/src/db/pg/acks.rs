@@ -92,16 +92,7 @@ pub(crate) async fn pending_members(c: &impl GenericClient, broadcast: &str) -> 
 }
 
 fn ack(r: &Row) -> DbResult<Ack> {
-    let acked_at: Option<i64> = r.try_get(4)?;
-    Ok(Ack {
-        broadcast: r.try_get(0)?,
-        thread: r.try_get(1)?,
-        seq: r.try_get::<_, i64>(2)? as u64,
-        member: r.try_get(3)?,
-        acknowledged: acked_at.is_some(),
-        acked_at_ms: acked_at,
-        how: r.try_get(5)?,
-    })
+    crate::db::acks::read(r)
 }
 
 /// Tells subscribers who still owes an acknowledgement of each broadcast

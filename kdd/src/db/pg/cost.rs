@@ -171,7 +171,7 @@ impl Pg {
 #[cfg(test)]
 pub(crate) mod tests {
     use kd_proto::names::KING;
-    use kd_proto::types::{ContextMode, MessageKind, RunMeta, RunStatus};
+    use kd_proto::types::{MessageKind, RunMeta, RunStatus};
 
     use serde_json::json;
 
@@ -186,18 +186,7 @@ pub(crate) mod tests {
     pub(crate) const DAY: i64 = 86_400_000;
 
     pub(crate) fn new_thread(id: &str, workspace: &str) -> NewThread {
-        NewThread {
-            id: Some(id.into()),
-            workspace: workspace.into(),
-            branch: None,
-            title: None,
-            members: vec![],
-            lineage: None,
-            parent: None,
-            set_current: false,
-            context: ContextMode::History,
-            origin: None,
-        }
+        NewThread { id: Some(id.into()), members: vec![], ..NewThread::in_workspace(workspace) }
     }
 
     /// One message of the scenario: (thread, member, at, exchange, round,

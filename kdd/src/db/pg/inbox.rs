@@ -11,7 +11,7 @@ use tokio_postgres::Row;
 
 use super::Pg;
 use super::events;
-use crate::db::inbox::{Entry, Kept, Query, mode_of, processed, prompted, role_of, role_str, subscribed, was_read};
+use crate::db::inbox::{Entry, Kept, Query, mode_of, processed, prompted, role_str, subscribed, was_read};
 use crate::db::{DbResult, now_ms};
 
 /// Pending entries of a member on a thread.
@@ -142,22 +142,7 @@ pub(crate) async fn read(c: &impl GenericClient, now: i64, q: &Query) -> DbResul
 }
 
 fn item(r: &Row) -> DbResult<InboxItem> {
-    let route: &str = r.try_get(5)?;
-    let role: &str = r.try_get(6)?;
-    let status: &str = r.try_get(7)?;
-    Ok(InboxItem {
-        id: r.try_get::<_, i64>(0)? as u64,
-        member: r.try_get(1)?,
-        thread: r.try_get(2)?,
-        seq: r.try_get::<_, i64>(3)? as u64,
-        from: r.try_get(4)?,
-        route_type: RouteType::parse(route).unwrap_or(RouteType::PointToPoint),
-        role: role_of(role),
-        status: InboxStatus::parse(status).unwrap_or(InboxStatus::Pending),
-        queued_at_ms: r.try_get(8)?,
-        read_at_ms: r.try_get(9)?,
-        body: r.try_get(10)?,
-    })
+    crate::db::inbox::read(r)
 }
 
 /// Sets the status of a member's entries `ids`; returns how many changed.

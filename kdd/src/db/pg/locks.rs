@@ -136,13 +136,7 @@ async fn held(c: &impl GenericClient, resource: &str, lock: bool) -> DbResult<Op
 }
 
 fn from_row(r: &Row) -> DbResult<Held> {
-    Ok(Held {
-        holder: r.try_get(1)?,
-        pid: r.try_get::<_, Option<i64>>(2)?.map(|p| p as u32),
-        token: r.try_get::<_, i64>(3)? as u64,
-        acquired_at: r.try_get(4)?,
-        expires_at: r.try_get(5)?,
-    })
+    crate::db::locks::read(r)
 }
 
 async fn record(

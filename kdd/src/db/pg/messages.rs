@@ -12,8 +12,8 @@ use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use super::{Pg, events, lifecycle, locks, threads};
-use crate::db::messages::{NewMessage, Page, ROW_BYTES, parse_kind};
-use crate::db::{DbError, DbResult, Outbox, json_list, now_ms, parse_list};
+use crate::db::messages::{NewMessage, Page, ROW_BYTES};
+use crate::db::{DbError, DbResult, Outbox, json_list, now_ms};
 
 /// Appends a message with the thread's next seq, records it in the event
 /// log and queues it for the thread's subscribers. A message revives an
@@ -156,24 +156,7 @@ pub(crate) async fn list(c: &impl GenericClient, thread: &str, page: Page) -> Db
 }
 
 pub(crate) fn from_row(r: &Row) -> DbResult<Message> {
-    let run: Option<&str> = r.try_get(10)?;
-    Ok(Message {
-        thread: r.try_get(0)?,
-        seq: r.try_get::<_, i64>(1)? as u64,
-        from: r.try_get(2)?,
-        to: parse_list(r.try_get(3)?),
-        cc: parse_list(r.try_get(4)?),
-        reply_to: r.try_get::<_, Option<i64>>(5)?.map(|v| v as u64),
-        kind: parse_kind(r.try_get(6)?),
-        body: r.try_get(7)?,
-        round: r.try_get::<_, Option<i64>>(8)?.map(|v| v as u32),
-        created_at_ms: r.try_get(9)?,
-        run: run.and_then(|s| serde_json::from_str(s).ok()),
-        replaces: r.try_get::<_, Option<i64>>(11)?.map(|v| v as u64),
-        refs: parse_list(r.try_get(12)?),
-        route: r.try_get::<_, Option<&str>>(13)?.and_then(RouteType::parse),
-        purpose: r.try_get::<_, Option<&str>>(14)?.and_then(Purpose::parse),
-    })
+    crate::db::messages::read(r)
 }
 
 impl Pg {

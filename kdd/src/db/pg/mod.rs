@@ -39,6 +39,7 @@ pub(crate) mod messages;
 pub mod nodes;
 pub(crate) mod page_json;
 pub(crate) mod relay;
+mod row;
 pub(crate) mod runs;
 pub mod schema;
 pub(crate) mod search;

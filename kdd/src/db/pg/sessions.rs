@@ -9,14 +9,13 @@
 
 use deadpool_postgres::GenericClient;
 use kd_proto::types::{Session, SessionStatus};
-use serde_json::Value;
 use tokio_postgres::Row;
 
 use super::Pg;
 use super::{events, threads};
 use crate::db::sessions::{
     NewSession, SessionEnd, Taken, candidates, dead_holder, end_events, reclaimed, refusal_events, refuse_active_end,
-    refuse_archived, resumed, started, status_of,
+    refuse_archived, resumed, started,
 };
 use crate::db::{DbError, DbResult, now_ms, random_id};
 
@@ -251,20 +250,7 @@ async fn reclaim_if_dead(c: &impl GenericClient, now: i64, s: &Session, alive: A
 }
 
 fn from_row(r: &Row) -> DbResult<Session> {
-    let metadata: String = r.try_get(9)?;
-    Ok(Session {
-        id: r.try_get(0)?,
-        thread: r.try_get(1)?,
-        agent: r.try_get(2)?,
-        backend_session_id: r.try_get(3)?,
-        status: status_of(r.try_get(4)?),
-        holder: r.try_get(5)?,
-        pid: r.try_get::<_, Option<i64>>(6)?.map(|p| p as u32),
-        started_at_ms: r.try_get(7)?,
-        last_active_at_ms: r.try_get(8)?,
-        metadata: serde_json::from_str(&metadata).unwrap_or(Value::Null),
-        seen_seq: r.try_get::<_, Option<i64>>(10)?.map(|v| v as u64),
-    })
+    crate::db::sessions::read(r)
 }
 
 impl Pg {

@@ -14,10 +14,9 @@ use tokio_postgres::Row;
 
 use super::{Pg, events};
 use crate::db::threads::{
-    ID_ATTEMPTS, NewThread, candidate_id, created, lineage_of, lineage_str, made_current, no_free_id, parse_context,
-    parse_lineage, parse_status, status_str,
+    ID_ATTEMPTS, NewThread, candidate_id, created, lineage_of, lineage_str, made_current, no_free_id, status_str,
 };
-use crate::db::{DbError, DbResult, Outbox, json_list, now_ms, parse_list};
+use crate::db::{DbError, DbResult, Outbox, json_list, now_ms};
 
 const COLUMNS: &str = "id, workspace, branch, title, status, lineage, parent_id, members, created_at, last_activity_at, last_seq, context_mode, origin, summary";
 
@@ -177,22 +176,7 @@ pub(crate) async fn set_members(c: &impl GenericClient, id: &str, members: &[Str
 
 /// A row of [`COLUMNS`].
 pub(crate) fn from_row(r: &Row) -> DbResult<Thread> {
-    Ok(Thread {
-        id: r.try_get(0)?,
-        workspace: r.try_get(1)?,
-        branch: r.try_get(2)?,
-        title: r.try_get(3)?,
-        status: parse_status(r.try_get(4)?),
-        lineage: parse_lineage(r.try_get(5)?),
-        parent: r.try_get(6)?,
-        members: parse_list(r.try_get(7)?),
-        created_at_ms: r.try_get(8)?,
-        last_activity_at_ms: r.try_get(9)?,
-        last_seq: r.try_get::<_, i64>(10)? as u64,
-        context: parse_context(r.try_get(11)?),
-        origin: r.try_get(12)?,
-        summary: r.try_get(13)?,
-    })
+    crate::db::threads::read(r)
 }
 
 impl Pg {
@@ -242,24 +226,11 @@ impl Pg {
 
 #[cfg(test)]
 mod tests {
-    use kd_proto::types::ContextMode;
-
     use super::*;
     use crate::db::pg::testing;
 
     fn new(workspace: &str, branch: Option<&str>, lineage: Option<Lineage>) -> NewThread {
-        NewThread {
-            id: None,
-            workspace: workspace.into(),
-            branch: branch.map(Into::into),
-            title: None,
-            members: vec![],
-            lineage,
-            parent: None,
-            set_current: false,
-            context: ContextMode::History,
-            origin: None,
-        }
+        NewThread { branch: branch.map(Into::into), members: vec![], lineage, ..NewThread::in_workspace(workspace) }
     }
 
     #[tokio::test]

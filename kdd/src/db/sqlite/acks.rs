@@ -64,16 +64,7 @@ pub fn pending_members(conn: &Connection, broadcast: &str) -> DbResult<Vec<Strin
 }
 
 fn ack(r: &Row<'_>) -> rusqlite::Result<Ack> {
-    let acked_at: Option<i64> = r.get(4)?;
-    Ok(Ack {
-        broadcast: r.get(0)?,
-        thread: r.get(1)?,
-        seq: r.get::<_, i64>(2)? as u64,
-        member: r.get(3)?,
-        acknowledged: acked_at.is_some(),
-        acked_at_ms: acked_at,
-        how: r.get(5)?,
-    })
+    crate::db::acks::read(r)
 }
 
 /// Tells subscribers who still owes an acknowledgement of each broadcast

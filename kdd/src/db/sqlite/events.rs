@@ -2,10 +2,9 @@
 
 use kd_proto::types::Event;
 use rusqlite::{Connection, Row, params};
-use serde_json::Value;
 
 use crate::db::events::{EventFilter, NewEvent, Record};
-use crate::db::{DbResult, json_list, parse_list};
+use crate::db::{DbResult, json_list};
 
 pub fn record(conn: &Connection, at: i64, e: &NewEvent<'_>) -> DbResult<()> {
     let mut stmt = conn.prepare_cached(
@@ -64,24 +63,7 @@ pub fn list(conn: &Connection, f: &EventFilter) -> DbResult<Vec<Event>> {
 }
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Event> {
-    let to: String = r.get(7)?;
-    let data: String = r.get(9)?;
-    let mut data: Value = serde_json::from_str(&data).unwrap_or(Value::Null);
-    if let (Some(body), Some(fields)) = (r.get::<_, Option<String>>(10)?, data.as_object_mut()) {
-        fields.insert("body".into(), Value::String(body));
-    }
-    Ok(Event {
-        id: r.get::<_, i64>(0)? as u64,
-        at_ms: r.get(1)?,
-        kind: r.get(2)?,
-        thread: r.get(3)?,
-        session: r.get(4)?,
-        agent: r.get(5)?,
-        from: r.get(6)?,
-        to: parse_list(&to),
-        correlation_id: r.get(8)?,
-        data,
-    })
+    crate::db::events::read(r)
 }
 
 impl super::Sqlite {

@@ -4,77 +4,22 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde_json::Value;
 
 use crate::db::exchanges::{
-    Exchange, ExchangeId, ExchangeState, Kind, NewExchange, Opened, Purpose, RunEnd, SUPERSEDED, Step, StepId, StepKey,
-    StepState, no_exchange,
+    Exchange, ExchangeId, ExchangeState, Kind, NewExchange, Opened, RunEnd, SUPERSEDED, Step, StepId, StepKey,
+    no_exchange,
 };
 use crate::db::{DbError, DbResult};
-
-/// A name the registry holds, read back (a bad one is a bad row).
-fn named<T>(parsed: Option<T>, i: usize, s: &str) -> rusqlite::Result<T> {
-    parsed.ok_or_else(|| rusqlite::Error::InvalidColumnType(i, s.to_string(), rusqlite::types::Type::Text))
-}
 
 const EXCHANGE: &str =
     "id, thread_id, seq, kind, correlation_id, plan, state, reason, plan_done, result, resumes, created_at";
 const STEP: &str = "id, exchange_id, round, member, purpose, cause, state, run_id, reply_to, backend_session, \
                     replaces_seq, message_seq, attempts, reason";
 
-fn json(r: &Row<'_>, i: usize) -> rusqlite::Result<Value> {
-    let text: String = r.get(i)?;
-    serde_json::from_str(&text)
-        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, e.into()))
-}
-
 fn exchange(r: &Row<'_>) -> rusqlite::Result<Exchange> {
-    let result: Option<String> = r.get(9)?;
-    Ok(Exchange {
-        id: r.get(0)?,
-        thread: r.get(1)?,
-        seq: r.get::<_, i64>(2)? as u64,
-        kind: {
-            let k: String = r.get(3)?;
-            named(Kind::parse(&k), 3, &k)?
-        },
-        correlation_id: r.get(4)?,
-        plan: json(r, 5)?,
-        state: {
-            let v: String = r.get(6)?;
-            named(ExchangeState::parse(&v), 6, &v)?
-        },
-        reason: r.get(7)?,
-        plan_done: r.get(8)?,
-        result: result.and_then(|t| serde_json::from_str(&t).ok()),
-        resumes: r.get::<_, i64>(10)? as u32,
-        created_at_ms: r.get(11)?,
-    })
+    crate::db::exchanges::read_exchange(r)
 }
 
 fn step(r: &Row<'_>) -> rusqlite::Result<Step> {
-    let seq = |i: usize| r.get::<_, Option<i64>>(i).map(|v| v.map(|v| v as u64));
-    Ok(Step {
-        id: r.get(0)?,
-        exchange: r.get(1)?,
-        key: StepKey {
-            round: r.get::<_, i64>(2)? as u32,
-            member: r.get(3)?,
-            purpose: {
-                let p: String = r.get(4)?;
-                named(Purpose::parse(&p), 4, &p)?
-            },
-            cause: r.get::<_, i64>(5)? as u64,
-        },
-        state: {
-            let v: String = r.get(6)?;
-            named(StepState::parse(&v), 6, &v)?
-        },
-        run_id: r.get(7)?,
-        reply_to: seq(8)?,
-        backend_session: r.get(9)?,
-        replaces_seq: seq(10)?,
-        message_seq: seq(11)?,
-        attempts: r.get::<_, i64>(12)? as u32,
-        reason: r.get(13)?,
-    })
+    crate::db::exchanges::read_step(r)
 }
 
 fn insert_step(conn: &Connection, now: i64, x: ExchangeId, key: &StepKey) -> DbResult<()> {

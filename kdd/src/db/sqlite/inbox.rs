@@ -4,7 +4,7 @@ use kd_proto::types::{DeliveryMode, InboxItem, InboxStatus, Overflow, RouteType}
 use rusqlite::{Connection, Row, params};
 
 use super::events;
-use crate::db::inbox::{Entry, Kept, Query, mode_of, processed, prompted, role_of, role_str, subscribed, was_read};
+use crate::db::inbox::{Entry, Kept, Query, mode_of, processed, prompted, role_str, subscribed, was_read};
 use crate::db::{DbResult, json_list};
 
 /// Pending entries of a member on a thread.
@@ -92,22 +92,7 @@ pub fn read(conn: &Connection, now: i64, q: &Query) -> DbResult<Vec<InboxItem>> 
 }
 
 fn item(r: &Row<'_>) -> rusqlite::Result<InboxItem> {
-    let route: String = r.get(5)?;
-    let role: String = r.get(6)?;
-    let status: String = r.get(7)?;
-    Ok(InboxItem {
-        id: r.get::<_, i64>(0)? as u64,
-        member: r.get(1)?,
-        thread: r.get(2)?,
-        seq: r.get::<_, i64>(3)? as u64,
-        from: r.get(4)?,
-        route_type: RouteType::parse(&route).unwrap_or(RouteType::PointToPoint),
-        role: role_of(&role),
-        status: InboxStatus::parse(&status).unwrap_or(InboxStatus::Pending),
-        queued_at_ms: r.get(8)?,
-        read_at_ms: r.get(9)?,
-        body: r.get(10)?,
-    })
+    crate::db::inbox::read(r)
 }
 
 /// Sets the status of a member's entries `ids`; returns how many changed.

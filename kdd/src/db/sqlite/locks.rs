@@ -87,13 +87,7 @@ fn held(conn: &Connection, resource: &str) -> DbResult<Option<Held>> {
 }
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Held> {
-    Ok(Held {
-        holder: r.get(1)?,
-        pid: r.get(2)?,
-        token: r.get::<_, i64>(3)? as u64,
-        acquired_at: r.get(4)?,
-        expires_at: r.get(5)?,
-    })
+    crate::db::locks::read(r)
 }
 
 fn record(

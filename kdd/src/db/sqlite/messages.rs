@@ -4,8 +4,8 @@ use kd_proto::types::{Message, Purpose, RouteType, ThreadEvent, ThreadStatus};
 use rusqlite::{Connection, Row, params};
 
 use super::{events, lifecycle, locks, threads};
-use crate::db::messages::{NewMessage, Page, ROW_BYTES, parse_kind};
-use crate::db::{DbError, DbResult, Outbox, json_list, parse_list};
+use crate::db::messages::{NewMessage, Page, ROW_BYTES};
+use crate::db::{DbError, DbResult, Outbox, json_list};
 
 /// Appends a message with the thread's next seq, records it in the event
 /// log and queues it for the thread's subscribers. A message revives an
@@ -128,26 +128,7 @@ pub fn list(conn: &Connection, thread: &str, page: Page) -> DbResult<Vec<Message
 }
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Message> {
-    let to: String = r.get(3)?;
-    let cc: String = r.get(4)?;
-    let run: Option<String> = r.get(10)?;
-    Ok(Message {
-        thread: r.get(0)?,
-        seq: r.get::<_, i64>(1)? as u64,
-        from: r.get(2)?,
-        to: parse_list(&to),
-        cc: parse_list(&cc),
-        reply_to: r.get::<_, Option<i64>>(5)?.map(|v| v as u64),
-        kind: parse_kind(r.get_ref(6)?.as_str()?),
-        body: r.get(7)?,
-        round: r.get(8)?,
-        created_at_ms: r.get(9)?,
-        run: run.and_then(|s| serde_json::from_str(&s).ok()),
-        replaces: r.get::<_, Option<i64>>(11)?.map(|v| v as u64),
-        refs: parse_list(&r.get::<_, String>(12)?),
-        route: r.get_ref(13)?.as_str_or_null()?.and_then(RouteType::parse),
-        purpose: r.get_ref(14)?.as_str_or_null()?.and_then(Purpose::parse),
-    })
+    crate::db::messages::read(r)
 }
 
 impl super::Sqlite {

@@ -33,6 +33,7 @@ pub(crate) mod messages;
 mod one_node;
 mod page_json;
 mod pool;
+mod row;
 pub(crate) mod runs;
 pub mod schema;
 pub(crate) mod search;

@@ -238,11 +238,12 @@ impl super::Sqlite {
 
 #[cfg(test)]
 mod tests {
-    use kd_proto::types::{Message, MessageKind, RunMeta};
+    use kd_proto::types::Message;
     use rusqlite::Connection;
 
     use super::*;
-    use crate::db::messages::{NewMessage, Page};
+    use crate::db::fixtures::varied_messages;
+    use crate::db::messages::Page;
     use crate::db::sqlite::messages;
     use crate::db::sqlite::{DbResult, Outbox, schema};
 
@@ -250,35 +251,13 @@ mod tests {
         Page { after: 0, before: None, limit: None, from_end: false, bodies: true, budget }
     }
 
-    /// Messages of every shape: escapes and controls in bodies and names,
-    /// runs, refs, routes, purposes, replies, retries, cc.
-    /// Four of them, `rounds` times over.
+    /// Thread `t` with the messages of [`varied_messages`].
     fn varied(conn: &Connection, rounds: usize) -> DbResult<()> {
         conn.execute_batch(
             "INSERT INTO threads (id, workspace, created_at, last_activity_at) VALUES ('t', '/w', 1, 1)",
         )?;
         let mut out = Outbox::default();
-        let bodies = ["plain", "quote \" backslash \\ tab \t nl \n", "\u{1b}[31mred\u{7} é 漢 🦀", ""];
-        for (i, body) in bodies.iter().cycle().take(4 * rounds).enumerate() {
-            let mut m = NewMessage::new("t", "king", vec!["all".into()], MessageKind::King, body.to_string());
-            if i % 2 == 1 {
-                m.from = "claude".into();
-                m.to = vec!["king".into(), "co\"dex".into()];
-                m.cc = vec!["gemini".into()];
-                m.kind = MessageKind::Agent;
-                m.reply_to = Some(1);
-                m.round = Some(2);
-                m.run = Some(RunMeta {
-                    cost_usd: Some(0.25),
-                    usage: Some(serde_json::json!({"input_tokens": 3})),
-                    run_id: Some("r1".into()),
-                    ..Default::default()
-                });
-                m.refs = vec!["src/a.rs".into()];
-                m.route = Some(RouteType::Multicast);
-                m.purpose = Some(Purpose::Ballot);
-                m.replaces = Some(1);
-            }
+        for (i, m) in varied_messages("t", rounds).into_iter().enumerate() {
             messages::append(conn, 1_000 + i as i64, m, &mut out)?;
         }
         Ok(())

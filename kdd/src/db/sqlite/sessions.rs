@@ -2,12 +2,11 @@
 
 use kd_proto::types::{Session, SessionStatus};
 use rusqlite::{Connection, OptionalExtension, Row, params};
-use serde_json::Value;
 
 use super::{events, threads};
 use crate::db::sessions::{
     NewSession, SessionEnd, Taken, candidates, dead_holder, end_events, reclaimed, refusal_events, refuse_active_end,
-    refuse_archived, resumed, started, status_of,
+    refuse_archived, resumed, started,
 };
 use crate::db::{DbError, DbResult, random_id};
 
@@ -166,20 +165,7 @@ fn reclaim_if_dead(conn: &Connection, now: i64, s: &Session, alive: &dyn Fn(u32)
 }
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Session> {
-    let metadata: String = r.get(9)?;
-    Ok(Session {
-        id: r.get(0)?,
-        thread: r.get(1)?,
-        agent: r.get(2)?,
-        backend_session_id: r.get(3)?,
-        status: status_of(r.get_ref(4)?.as_str()?),
-        holder: r.get(5)?,
-        pid: r.get(6)?,
-        started_at_ms: r.get(7)?,
-        last_active_at_ms: r.get(8)?,
-        metadata: serde_json::from_str(&metadata).unwrap_or(Value::Null),
-        seen_seq: r.get::<_, Option<i64>>(10)?.map(|v| v as u64),
-    })
+    crate::db::sessions::read(r)
 }
 
 impl super::Sqlite {

@@ -5,10 +5,9 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::events;
 use crate::db::threads::{
-    ID_ATTEMPTS, NewThread, candidate_id, created, lineage_of, lineage_str, made_current, no_free_id, parse_context,
-    parse_lineage, parse_status, status_str,
+    ID_ATTEMPTS, NewThread, candidate_id, created, lineage_of, lineage_str, made_current, no_free_id, status_str,
 };
-use crate::db::{DbError, DbResult, Outbox, json_list, parse_list};
+use crate::db::{DbError, DbResult, Outbox, json_list};
 
 const COLUMNS: &str = "id, workspace, branch, title, status, lineage, parent_id, members, created_at, last_activity_at, last_seq, context_mode, origin, summary";
 
@@ -139,23 +138,7 @@ pub fn set_members(conn: &Connection, id: &str, members: &[String]) -> DbResult<
 }
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Thread> {
-    let members: String = r.get(7)?;
-    Ok(Thread {
-        id: r.get(0)?,
-        workspace: r.get(1)?,
-        branch: r.get(2)?,
-        title: r.get(3)?,
-        status: parse_status(r.get_ref(4)?.as_str()?),
-        lineage: parse_lineage(r.get_ref(5)?.as_str()?),
-        parent: r.get(6)?,
-        members: parse_list(&members),
-        created_at_ms: r.get(8)?,
-        last_activity_at_ms: r.get(9)?,
-        last_seq: r.get::<_, i64>(10)? as u64,
-        context: parse_context(r.get_ref(11)?.as_str()?),
-        origin: r.get(12)?,
-        summary: r.get(13)?,
-    })
+    crate::db::threads::read(r)
 }
 
 impl super::Sqlite {

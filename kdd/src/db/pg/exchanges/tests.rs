@@ -443,18 +443,7 @@ fn every_operation_can_be_spawned(pg: Arc<Pg>, x: Exchange, m: crate::db::messag
 
 #[allow(dead_code)]
 fn new_thread() -> crate::db::threads::NewThread {
-    crate::db::threads::NewThread {
-        id: None,
-        workspace: String::new(),
-        branch: None,
-        title: None,
-        members: vec![],
-        lineage: None,
-        parent: None,
-        set_current: false,
-        context: kd_proto::types::ContextMode::History,
-        origin: None,
-    }
+    crate::db::threads::NewThread { members: vec![], ..crate::db::threads::NewThread::in_workspace("") }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use kd_proto::names::KING;
-use kd_proto::types::{ContextMode, Cost, CostBy, MessageKind, RunInfo, RunMeta, RunStatus};
+use kd_proto::types::{Cost, CostBy, MessageKind, RunInfo, RunMeta, RunStatus};
 use rusqlite::Connection;
 use serde_json::{Value, json};
 
@@ -52,18 +52,7 @@ impl Registry {
     }
 
     fn thread(&mut self, workspace: &str) -> String {
-        let t = NewThread {
-            id: None,
-            workspace: workspace.into(),
-            branch: None,
-            title: None,
-            members: vec![],
-            lineage: None,
-            parent: None,
-            set_current: false,
-            context: ContextMode::History,
-            origin: None,
-        };
+        let t = NewThread { members: vec![], ..NewThread::in_workspace(workspace) };
         threads::create(&self.conn, D0, t, &mut Outbox::default()).expect("thread").id
     }
 
