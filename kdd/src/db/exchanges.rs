@@ -110,6 +110,22 @@ pub enum RunEnd {
     Interrupted { seq: u64 },
 }
 
+impl RunEnd {
+    /// What the step of a run that ended so becomes: its state, its
+    /// message, why, and the message the next answer replaces. An
+    /// interrupted run's step is pending again while its exchange is
+    /// `open`, else cancelled.
+    pub(crate) fn step(&self, open: bool) -> (&'static str, Option<u64>, Option<String>, Option<u64>) {
+        match self {
+            RunEnd::Done { seq } => ("done", Some(*seq), None, None),
+            RunEnd::Failed { seq, reason } => ("failed", Some(*seq), Some(reason.clone()), None),
+            RunEnd::Cancelled { reason } => ("cancelled", None, Some(reason.clone()), None),
+            RunEnd::Interrupted { seq } if open => ("pending", None, None, Some(*seq)),
+            RunEnd::Interrupted { .. } => ("cancelled", None, Some("the exchange was stopped".into()), None),
+        }
+    }
+}
+
 /// Takes a pending step for run `run`, at `reply_to` (kept from its first
 /// start): false when it was not pending — another run holds it or it is
 /// over — and then the run must not start.

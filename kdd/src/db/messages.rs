@@ -127,6 +127,42 @@ impl Page {
     }
 }
 
+impl Page {
+    /// The page, empty, to be filled as its rows are read.
+    pub(crate) fn filling(self) -> Filling {
+        Filling { page: self, bytes: 0, out: Vec::new() }
+    }
+}
+
+/// The messages of a [`Page`] as its rows are read: each is kept until the
+/// page's byte budget is spent (one at least); read from the end, they are
+/// put back oldest first.
+pub(crate) struct Filling {
+    page: Page,
+    bytes: usize,
+    out: Vec<Message>,
+}
+
+impl Filling {
+    /// Keeps `m` unless the page is full: false once it is (read no more).
+    pub(crate) fn keep(&mut self, m: Message) -> bool {
+        self.bytes = self.bytes.saturating_add(m.body.len() + ROW_BYTES);
+        if self.bytes > self.page.budget && !self.out.is_empty() {
+            return false;
+        }
+        self.out.push(m);
+        true
+    }
+
+    /// The page's messages, oldest first.
+    pub(crate) fn done(mut self) -> Vec<Message> {
+        if self.page.from_end {
+            self.out.reverse();
+        }
+        self.out
+    }
+}
+
 pub(crate) fn parse_kind(s: &str) -> MessageKind {
     match s {
         "king" => MessageKind::King,

@@ -195,8 +195,7 @@ impl Pg {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use kd_proto::types::MessageKind;
-    use kd_proto::types::{Overflow, Role, RouteType};
+    use kd_proto::types::{MessageKind, Overflow, Role, RouteType};
     use serde_json::json;
 
     use super::*;

@@ -209,13 +209,7 @@ pub(crate) async fn step_finished(c: &impl GenericClient, now: i64, run: &str, e
     };
     let (id, x): (StepId, ExchangeId) = (row.try_get(0)?, row.try_get(1)?);
     let open = locked(c, x).await?.is_some_and(|e| e.state == ExchangeState::Open);
-    let (state, seq, reason, replaces): (&str, Option<u64>, Option<String>, Option<u64>) = match end {
-        RunEnd::Done { seq } => ("done", Some(*seq), None, None),
-        RunEnd::Failed { seq, reason } => ("failed", Some(*seq), Some(reason.clone()), None),
-        RunEnd::Cancelled { reason } => ("cancelled", None, Some(reason.clone()), None),
-        RunEnd::Interrupted { seq } if open => ("pending", None, None, Some(*seq)),
-        RunEnd::Interrupted { .. } => ("cancelled", None, Some("the exchange was stopped".into()), None),
-    };
+    let (state, seq, reason, replaces) = end.step(open);
     let st = c
         .prepare_cached(
             "UPDATE exchange_steps SET state = $2, message_seq = $3, reason = $4, \

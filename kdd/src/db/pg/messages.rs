@@ -12,7 +12,7 @@ use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use super::{Pg, events, lifecycle, locks, threads};
-use crate::db::messages::{NewMessage, Page, ROW_BYTES};
+use crate::db::messages::{NewMessage, Page};
 use crate::db::{DbError, DbResult, Outbox, json_list, now_ms};
 
 /// Appends a message with the thread's next seq, records it in the event
@@ -139,20 +139,13 @@ pub(crate) async fn list(c: &impl GenericClient, thread: &str, page: Page) -> Db
     let params: [&(dyn ToSql + Sync); 5] = [&thread, &after, &before, &limit, &page.bodies];
     // Rows are read as they arrive and the read stops at the byte budget.
     let mut rows = std::pin::pin!(c.query_raw(&stmt, params).await?);
-    let mut out = Vec::new();
-    let mut bytes = 0usize;
+    let mut out = page.filling();
     while let Some(row) = rows.try_next().await? {
-        let m = from_row(&row)?;
-        bytes = bytes.saturating_add(m.body.len() + ROW_BYTES);
-        if bytes > page.budget && !out.is_empty() {
+        if !out.keep(from_row(&row)?) {
             break;
         }
-        out.push(m);
     }
-    if page.from_end {
-        out.reverse();
-    }
-    Ok(out)
+    Ok(out.done())
 }
 
 pub(crate) fn from_row(r: &Row) -> DbResult<Message> {
@@ -190,13 +183,13 @@ impl Pg {
 
 #[cfg(test)]
 mod tests {
-    use kd_proto::types::MessageKind;
     use std::sync::Arc;
 
-    use kd_proto::types::{Fence, ThreadStatus};
+    use kd_proto::types::{Fence, MessageKind, ThreadStatus};
 
     use super::*;
     use crate::db::events::EventFilter;
+    use crate::db::messages::ROW_BYTES;
     use crate::db::pg::testing;
     use crate::db::threads::NewThread;
 

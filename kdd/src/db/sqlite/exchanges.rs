@@ -126,13 +126,7 @@ pub fn step_finished(conn: &Connection, now: i64, run: &str, end: &RunEnd) -> Db
         return Ok(());
     };
     let open = get(conn, x)?.is_some_and(|e| e.state == ExchangeState::Open);
-    let (state, seq, reason, replaces): (&str, Option<u64>, Option<String>, Option<u64>) = match end {
-        RunEnd::Done { seq } => ("done", Some(*seq), None, None),
-        RunEnd::Failed { seq, reason } => ("failed", Some(*seq), Some(reason.clone()), None),
-        RunEnd::Cancelled { reason } => ("cancelled", None, Some(reason.clone()), None),
-        RunEnd::Interrupted { seq } if open => ("pending", None, None, Some(*seq)),
-        RunEnd::Interrupted { .. } => ("cancelled", None, Some("the exchange was stopped".into()), None),
-    };
+    let (state, seq, reason, replaces) = end.step(open);
     conn.prepare_cached(
         "UPDATE exchange_steps SET state = ?2, message_seq = ?3, reason = ?4, \
          replaces_seq = coalesce(?5, replaces_seq), updated_at = ?6 WHERE id = ?1 AND state = 'running'",

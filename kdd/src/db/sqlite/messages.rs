@@ -4,7 +4,7 @@ use kd_proto::types::{Message, Purpose, RouteType, ThreadEvent, ThreadStatus};
 use rusqlite::{Connection, Row, params};
 
 use super::{events, lifecycle, locks, threads};
-use crate::db::messages::{NewMessage, Page, ROW_BYTES};
+use crate::db::messages::{NewMessage, Page};
 use crate::db::{DbError, DbResult, Outbox, json_list};
 
 /// Appends a message with the thread's next seq, records it in the event
@@ -111,20 +111,13 @@ pub fn list(conn: &Connection, thread: &str, page: Page) -> DbResult<Vec<Message
     let limit = page.limit.map(i64::from).unwrap_or(-1);
     let before = page.before.map(|b| b.min(i64::MAX as u64) as i64).unwrap_or(i64::MAX);
     let mut rows = stmt.query(params![thread, page.after as i64, before, limit, page.bodies])?;
-    let mut out = Vec::new();
-    let mut bytes = 0usize;
+    let mut out = page.filling();
     while let Some(row) = rows.next()? {
-        let m = from_row(row)?;
-        bytes = bytes.saturating_add(m.body.len() + ROW_BYTES);
-        if bytes > page.budget && !out.is_empty() {
+        if !out.keep(from_row(row)?) {
             break;
         }
-        out.push(m);
     }
-    if page.from_end {
-        out.reverse();
-    }
-    Ok(out)
+    Ok(out.done())
 }
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Message> {
