@@ -1,122 +1,47 @@
 //! Acknowledgements owed for emergency broadcasts (F-X4): one per member
 //! per broadcast, settled by the member's next answer (a run that was given
-//! the broadcast) or by `kd ack`; every settlement is an audit event.
+//! the broadcast) or by `kd ack`; every settlement is an audit event. Here:
+//! what a settlement records and which broadcasts it tells of, for both
+//! engines.
 
-use kd_proto::types::{Ack, ThreadEvent};
-use rusqlite::{Connection, Row, params};
+use kd_proto::types::Ack;
 use serde_json::json;
 
-use super::events::{self, NewEvent};
-use super::{DbResult, Outbox};
+use super::events::NewEvent;
+use super::row::Columns;
 
-/// Records that every one of `members` owes an acknowledgement of
-/// `broadcast` (message `seq` of `thread`).
-pub fn owe(conn: &Connection, broadcast: &str, thread: &str, seq: u64, members: &[String]) -> DbResult<()> {
-    let mut stmt =
-        conn.prepare_cached("INSERT OR IGNORE INTO acks (broadcast, thread_id, seq, member) VALUES (?1, ?2, ?3, ?4)")?;
-    for m in members {
-        stmt.execute(params![broadcast, thread, seq as i64, m])?;
+/// What `member` settling `a` on `thread` (`how`: by an answer, or `kd
+/// ack`) records.
+pub(crate) fn settled<'a>(thread: &'a str, member: &'a str, a: &'a Ack, how: &str) -> NewEvent<'a> {
+    NewEvent {
+        kind: "system.emergency_acknowledge",
+        thread: Some(thread),
+        agent: Some(member),
+        from: Some(member),
+        correlation_id: Some(&a.broadcast),
+        data: json!({"broadcast": a.broadcast, "seq": a.seq, "how": how}),
+        ..Default::default()
     }
-    Ok(())
 }
 
-/// Settles what `member` owes on `thread` for broadcasts up to message
-/// `upto` (of `broadcast` only, when given); returns the settled acks.
-pub fn settle(
-    conn: &Connection,
-    now: i64,
-    thread: &str,
-    member: &str,
-    upto: u64,
-    broadcast: Option<&str>,
-    how: &str,
-) -> DbResult<Vec<Ack>> {
-    let mut stmt = conn.prepare_cached(
-        "UPDATE acks SET acked_at = ?5, how = ?6
-         WHERE thread_id = ?1 AND member = ?2 AND acked_at IS NULL AND seq <= ?3 AND (?4 IS NULL OR broadcast = ?4)
-         RETURNING broadcast, thread_id, seq, member, acked_at, how",
-    )?;
-    let acks: Vec<Ack> = stmt
-        .query_map(params![thread, member, upto.min(i64::MAX as u64) as i64, broadcast, now, how], ack)?
-        .collect::<Result<_, _>>()?;
-    for a in &acks {
-        events::record(
-            conn,
-            now,
-            &NewEvent {
-                kind: "system.emergency_acknowledge",
-                thread: Some(thread),
-                agent: Some(member),
-                from: Some(member),
-                correlation_id: Some(&a.broadcast),
-                data: json!({"broadcast": a.broadcast, "seq": a.seq, "how": how}),
-                ..Default::default()
-            },
-        )?;
-    }
-    Ok(acks)
+/// The settled acknowledgements `acked`, one per broadcast: subscribers
+/// hear who still owes each.
+pub(crate) fn broadcasts(acked: &[Ack]) -> Vec<&Ack> {
+    let mut seen = std::collections::HashSet::new();
+    acked.iter().filter(|a| seen.insert(a.broadcast.as_str())).collect()
 }
 
-/// Acknowledgements of `thread` (all threads when None), oldest broadcast
-/// first; only the pending ones unless `all`.
-pub fn list(conn: &Connection, thread: Option<&str>, all: bool) -> DbResult<Vec<Ack>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT broadcast, thread_id, seq, member, acked_at, how FROM acks
-         WHERE (?1 IS NULL OR thread_id = ?1) AND (?2 OR acked_at IS NULL)
-         ORDER BY thread_id, seq, member",
-    )?;
-    let rows = stmt.query_map(params![thread, all], ack)?;
-    Ok(rows.collect::<Result<_, _>>()?)
-}
-
-/// Members still owing an acknowledgement of `broadcast`.
-pub fn pending_members(conn: &Connection, broadcast: &str) -> DbResult<Vec<String>> {
-    let mut stmt =
-        conn.prepare_cached("SELECT member FROM acks WHERE broadcast = ?1 AND acked_at IS NULL ORDER BY member")?;
-    let rows = stmt.query_map([broadcast], |r| r.get(0))?;
-    Ok(rows.collect::<Result<_, _>>()?)
-}
-
-fn ack(r: &Row<'_>) -> rusqlite::Result<Ack> {
-    let acked_at: Option<i64> = r.get(4)?;
+/// An acknowledgement as both engines select it: broadcast, thread, seq,
+/// member, acked_at, how.
+pub(crate) fn read<R: Columns>(r: &R) -> Result<Ack, R::Error> {
+    let acked_at = r.opt_int(4)?;
     Ok(Ack {
-        broadcast: r.get(0)?,
-        thread: r.get(1)?,
-        seq: r.get::<_, i64>(2)? as u64,
-        member: r.get(3)?,
+        broadcast: r.text(0)?,
+        thread: r.text(1)?,
+        seq: r.count(2)?,
+        member: r.text(3)?,
         acknowledged: acked_at.is_some(),
         acked_at_ms: acked_at,
-        how: r.get(5)?,
+        how: r.opt_text(5)?,
     })
-}
-
-/// Tells subscribers who still owes an acknowledgement of each broadcast
-/// that `acked` settled.
-pub fn progress(conn: &Connection, thread: &str, acked: &[Ack], out: &mut Outbox) -> DbResult<()> {
-    let mut seen = std::collections::HashSet::new();
-    for a in acked.iter().filter(|a| seen.insert(a.broadcast.clone())) {
-        let from: String = conn
-            .prepare_cached("SELECT sender FROM messages WHERE thread_id = ?1 AND seq = ?2")?
-            .query_row(params![thread, a.seq as i64], |r| r.get(0))?;
-        let pending = pending_members(conn, &a.broadcast)?;
-        out.publish(thread, ThreadEvent::Emergency { broadcast: a.broadcast.clone(), seq: a.seq, from, pending });
-    }
-    Ok(())
-}
-
-impl super::Sqlite {
-    /// `kd ack`: settles what `member` owes on `thread` (for `broadcast`
-    /// only, when given) and tells subscribers who still owes.
-    pub async fn acknowledge(&self, thread: String, member: String, broadcast: Option<String>) -> DbResult<Vec<Ack>> {
-        self.write(move |c, out| {
-            let acked = settle(c, super::now_ms(), &thread, &member, u64::MAX, broadcast.as_deref(), "kd ack")?;
-            progress(c, &thread, &acked, out)?;
-            Ok(acked)
-        })
-        .await
-    }
-
-    pub async fn acks(&self, thread: Option<String>, all: bool) -> DbResult<Vec<Ack>> {
-        self.read(move |c| list(c, thread.as_deref(), all)).await
-    }
 }

@@ -4,89 +4,14 @@
 //! no empty thread); and a routed message with its inbox entries, above
 //! [`super::inbox`] and [`super::acks`].
 
-use kd_proto::types::{Message, MessageKind, RouteType, Thread};
-use rusqlite::Connection;
+use kd_proto::types::{Message, RouteType, Thread};
+
 use serde_json::json;
 
-use super::events::{self, NewEvent};
-use super::exchanges::{self, Exchange, NewExchange, Step};
-use super::messages::{self, NewMessage};
-use super::threads::{self, NewThread};
-use super::{DbError, DbResult, Outbox};
-use super::{acks, inbox};
-
-/// Creates a thread holding `messages` (time, message), as an import: the
-/// chosen id is used when it is free, a fresh one otherwise. Each message
-/// keeps its time; the import itself, `now`, is the thread's last activity,
-/// so that old messages do not make the thread idle or archived at once.
-pub fn import(
-    conn: &Connection,
-    now: i64,
-    mut t: NewThread,
-    created_at: i64,
-    messages: Vec<(i64, NewMessage)>,
-    out: &mut Outbox,
-) -> DbResult<Thread> {
-    if let Some(origin) = &t.origin
-        && let Some(thread) = threads::by_origin(conn, origin)?
-    {
-        return Err(DbError::AlreadyImported { origin: origin.clone(), thread });
-    }
-    if let Some(id) = &t.id
-        && threads::exists(conn, id)?
-    {
-        t.id = None;
-    }
-    // Untitled, it is titled as a native thread is: by the King's first message.
-    if t.title.is_none() {
-        t.title = messages
-            .iter()
-            .find(|(_, m)| m.kind == MessageKind::King)
-            .and_then(|(_, m)| kd_proto::title::title_from(&m.body));
-    }
-    let thread = threads::create(conn, created_at, t, out)?;
-    let messages = messages
-        .into_iter()
-        .map(|(at, mut m)| {
-            m.thread = thread.id.clone();
-            (at, m)
-        })
-        .collect();
-    messages::import(conn, &thread.id, messages, out)?;
-    conn.prepare_cached("UPDATE threads SET last_activity_at = max(last_activity_at, ?2) WHERE id = ?1")?
-        .execute(rusqlite::params![thread.id, now])?;
-    threads::get(conn, &thread.id)
-}
-
-/// Creates the thread `t` (its id must be free) with `m` as its first message.
-pub fn create_with_message(
-    conn: &Connection,
-    now: i64,
-    t: NewThread,
-    m: NewMessage,
-    out: &mut Outbox,
-) -> DbResult<(Thread, Message)> {
-    let (thread, mut messages) = create_with_messages(conn, now, t, vec![m], out)?;
-    let message = messages.pop().ok_or_else(|| DbError::Internal("no message written".into()))?;
-    Ok((thread, message))
-}
-
-/// Creates the thread `t` (its id must be free) with `messages`, in order.
-pub fn create_with_messages(
-    conn: &Connection,
-    now: i64,
-    t: NewThread,
-    messages: Vec<NewMessage>,
-    out: &mut Outbox,
-) -> DbResult<(Thread, Vec<Message>)> {
-    let thread = threads::create(conn, now, t, out)?;
-    let mut written = Vec::with_capacity(messages.len());
-    for mut m in messages {
-        m.thread = thread.id.clone();
-        written.push(messages::append(conn, now, m, out)?);
-    }
-    Ok((threads::get(conn, &thread.id)?, written))
-}
+use super::events::Record;
+use super::exchanges::{Exchange, Step};
+use super::inbox::{self, Entry, Kept};
+use super::messages::NewMessage;
 
 /// A question written with its journal (F-J1): the King's message (and
 /// the thread it creates), its exchange and the exchange's first steps.
@@ -96,65 +21,6 @@ pub struct Asked {
     pub message: Message,
     pub exchange: Exchange,
     pub steps: Vec<Step>,
-}
-
-/// Writes `messages` — the question last — to a thread (created as `t`
-/// when given) and begins exchange `x` at the question, in one
-/// transaction: a written question always has its journal.
-pub fn ask(
-    conn: &Connection,
-    now: i64,
-    t: Option<NewThread>,
-    mut messages: Vec<NewMessage>,
-    mut x: NewExchange,
-    out: &mut Outbox,
-) -> DbResult<Asked> {
-    let (thread, message) = match t {
-        Some(t) => {
-            let (thread, mut written) = create_with_messages(conn, now, t, messages, out)?;
-            let message = written.pop().ok_or_else(|| DbError::Internal("no question written".into()))?;
-            (Some(thread), message)
-        }
-        None => {
-            let question = messages.pop().ok_or_else(|| DbError::Internal("no question to write".into()))?;
-            for m in messages {
-                messages::append(conn, now, m, out)?;
-            }
-            (None, messages::append(conn, now, question, out)?)
-        }
-    };
-    x.thread = message.thread.clone();
-    x.seq = message.seq;
-    let exchange = exchanges::begin(conn, now, &x)?;
-    let steps = exchanges::steps(conn, exchange.id)?;
-    Ok(Asked { thread, message, exchange, steps })
-}
-
-impl super::Sqlite {
-    pub async fn ask(&self, t: Option<NewThread>, messages: Vec<NewMessage>, x: NewExchange) -> DbResult<Asked> {
-        self.write(move |c, out| ask(c, super::now_ms(), t, messages, x, out)).await
-    }
-
-    pub async fn create_thread_with_message(&self, t: NewThread, m: NewMessage) -> DbResult<(Thread, Message)> {
-        self.write(move |c, out| create_with_message(c, super::now_ms(), t, m, out)).await
-    }
-
-    pub async fn create_thread_with_messages(
-        &self,
-        t: NewThread,
-        messages: Vec<NewMessage>,
-    ) -> DbResult<(Thread, Vec<Message>)> {
-        self.write(move |c, out| create_with_messages(c, super::now_ms(), t, messages, out)).await
-    }
-
-    pub async fn import_thread(
-        &self,
-        t: NewThread,
-        created_at: i64,
-        messages: Vec<(i64, NewMessage)>,
-    ) -> DbResult<Thread> {
-        self.write(move |c, out| import(c, super::now_ms(), t, created_at, messages, out)).await
-    }
 }
 
 /// A routed message (F-X1): the message, who keeps it in their inbox and
@@ -189,79 +55,70 @@ pub struct Routed {
     pub participants: Vec<String>,
 }
 
-pub fn route(conn: &Connection, now: i64, r: Routing, out: &mut Outbox) -> DbResult<Routed> {
-    let message = match r.message {
-        Carrier::New(m) => messages::append(conn, now, m, out)?,
-        Carrier::Stored(m) => m,
-    };
-    let mut names = vec![message.from.clone()];
-    names.extend(r.entries.iter().map(|(e, _)| e.member.clone()));
-    let participants = inbox::participate(conn, now, &message.thread, &names)?;
-    events::record(
-        conn,
-        now,
-        &NewEvent {
-            kind: &format!("routing.{}", r.route.as_str()),
-            thread: Some(&message.thread),
-            from: Some(&message.from),
-            to: &message.to,
-            correlation_id: Some(&r.correlation_id),
-            data: json!({"seq": message.seq, "cc": message.cc, "reply_to": message.reply_to,
-                         "participants": participants}),
-            ..Default::default()
-        },
-    )?;
-    let mut kept = Vec::with_capacity(r.entries.len());
-    for (mut e, how) in r.entries {
-        e.seq = message.seq;
-        let k = inbox::keep(conn, now, &e)?;
-        let (kind, data) = match k {
-            inbox::Kept::Queued { id, size, dropped } => (
-                format!("delivery.{how}"),
-                json!({"seq": message.seq, "inbox": id, "queue_size": size, "dropped": dropped, "role": e.role}),
-            ),
-            inbox::Kept::Rejected { size } => {
-                ("delivery.rejected".to_string(), json!({"seq": message.seq, "queue_size": size, "limit": e.limit}))
-            }
-        };
-        events::record(
-            conn,
-            now,
-            &NewEvent {
-                kind: &kind,
-                thread: Some(&message.thread),
-                agent: Some(&e.member),
-                from: Some(&message.from),
-                to: std::slice::from_ref(&e.member),
-                correlation_id: Some(&r.correlation_id),
-                data,
-                ..Default::default()
-            },
-        )?;
-        kept.push(k);
+/// The routing decision's event: message `m` routed as `route`, its
+/// participants now `participants`.
+pub(crate) fn routed(route: RouteType, correlation_id: &str, m: &Message, participants: &[String]) -> Record {
+    Record {
+        kind: format!("routing.{}", route.as_str()),
+        thread: Some(m.thread.clone()),
+        agent: None,
+        from: Some(m.from.clone()),
+        to: m.to.clone(),
+        correlation_id: Some(correlation_id.to_string()),
+        data: json!({"seq": m.seq, "cc": m.cc, "reply_to": m.reply_to, "participants": participants}),
     }
-    if let Some(broadcast) = &r.emergency {
-        let members: Vec<String> = names.into_iter().skip(1).collect();
-        acks::owe(conn, broadcast, &message.thread, message.seq, &members)?;
-        events::record(
-            conn,
-            now,
-            &NewEvent {
-                kind: "system.emergency_broadcast",
-                thread: Some(&message.thread),
-                from: Some(&message.from),
-                to: &members,
-                correlation_id: Some(broadcast),
-                data: json!({"broadcast": broadcast, "seq": message.seq}),
-                ..Default::default()
-            },
-        )?;
-    }
-    Ok(Routed { message, kept, participants })
 }
 
-impl super::Sqlite {
-    pub async fn route(&self, r: Routing) -> DbResult<Routed> {
-        self.write(move |c, out| route(c, super::now_ms(), r, out)).await
+/// What keeping `e` in its member's inbox (`how`: queued, delivered…)
+/// records: the delivery, or its refusal by a full inbox.
+pub(crate) fn delivered(e: &Entry, how: &str, kept: &Kept, correlation_id: &str, m: &Message) -> Record {
+    let (kind, data) = match kept {
+        Kept::Queued { id, size, dropped } => (
+            format!("delivery.{how}"),
+            json!({"seq": m.seq, "inbox": id, "queue_size": size, "dropped": dropped, "role": e.role}),
+        ),
+        Kept::Rejected { size } => {
+            ("delivery.rejected".to_string(), json!({"seq": m.seq, "queue_size": size, "limit": e.limit}))
+        }
+    };
+    Record {
+        kind,
+        thread: Some(m.thread.clone()),
+        agent: Some(e.member.clone()),
+        from: Some(m.from.clone()),
+        to: vec![e.member.clone()],
+        correlation_id: Some(correlation_id.to_string()),
+        data,
     }
+}
+
+/// What an emergency `broadcast` (message `m`) records: the members who
+/// owe its acknowledgement.
+pub(crate) fn emergency(broadcast: &str, m: &Message, members: &[String]) -> Record {
+    Record {
+        kind: "system.emergency_broadcast".into(),
+        thread: Some(m.thread.clone()),
+        agent: None,
+        from: Some(m.from.clone()),
+        to: members.to_vec(),
+        correlation_id: Some(broadcast.to_string()),
+        data: json!({"broadcast": broadcast, "seq": m.seq}),
+    }
+}
+
+/// The title an untitled imported thread takes: as a native thread, from
+/// the King's first message.
+pub(crate) fn import_title(messages: &[(i64, NewMessage)]) -> Option<String> {
+    messages.iter().find(|(_, m)| m.kind == kd_proto::types::MessageKind::King).and_then(|(_, m)| m.title())
+}
+
+/// The messages of an import, moved to the thread they are imported as.
+pub(crate) fn imported_into(thread: &str, messages: Vec<(i64, NewMessage)>) -> Vec<(i64, NewMessage)> {
+    messages
+        .into_iter()
+        .map(|(at, mut m)| {
+            m.thread = thread.to_string();
+            (at, m)
+        })
+        .collect()
 }

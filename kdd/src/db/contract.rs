@@ -9,7 +9,11 @@ use std::sync::Arc;
 
 use kd_proto::paths::DbLocation;
 use kd_proto::types::{Lineage, LockOutcome, MessageKind, ThreadEvent};
+use kd_proto::work::{WorkState, Worktree};
 
+mod alike;
+
+use super::fixtures::worktree;
 use super::messages::{NewMessage, Page};
 use super::threads::NewThread;
 use super::{Db, DbError};
@@ -136,7 +140,6 @@ async fn a_committed_message_is_told_to_subscribers_and_a_refused_one_is_not() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn work_found_tampered_with_is_recorded_so_and_nothing_moves_it_on() {
-    use kd_proto::work::{WorkState, Worktree};
     for e in engines().await {
         let t = e.db.create_thread(thread("/w")).await.unwrap();
         let tree = Worktree {
@@ -165,5 +168,74 @@ async fn work_found_tampered_with_is_recorded_so_and_nothing_moves_it_on() {
         assert_eq!(kept.state, WorkState::Tampered, "{}: no run works there again", e.name);
         e.db.set_worktree_state(id.clone(), m.clone(), WorkState::Rejected).await.unwrap();
         assert_eq!(e.db.worktree(id, m).await.unwrap().unwrap().state, WorkState::Rejected, "{}", e.name);
+    }
+}
+
+#[tokio::test]
+async fn a_worktree_is_recorded_moved_on_and_settled() {
+    for e in engines().await {
+        let (db, n) = (&e.db, e.name);
+        db.create_thread(NewThread { id: Some("t1".into()), ..thread("/w") }).await.unwrap();
+        db.add_worktree(worktree("codex", 2), true).await.unwrap();
+        db.add_worktree(worktree("claude", 1), true).await.unwrap();
+        assert!(
+            db.add_worktree(worktree("claude", 3), false).await.is_err(),
+            "{n}: one worktree per member and thread"
+        );
+        let members = |ws: Vec<Worktree>| ws.into_iter().map(|w| w.member).collect::<Vec<_>>();
+        assert_eq!(members(db.worktrees_of("t1".into()).await.unwrap()), ["claude", "codex"], "{n}");
+        db.set_worktree_head("t1".into(), "claude".into(), "c".repeat(40), (2, 10, 3)).await.unwrap();
+        db.set_worktree_state("t1".into(), "claude".into(), WorkState::Done).await.unwrap();
+        let w = db.worktree("t1".into(), "claude".into()).await.unwrap().unwrap();
+        assert_eq!(
+            (w.head.as_str(), w.files, w.added, w.removed, w.state),
+            ("c".repeat(40).as_str(), 2, 10, 3, WorkState::Done),
+            "{n}"
+        );
+        assert_eq!(db.unsettled_worktrees().await.unwrap().len(), 2, "{n}");
+        db.set_worktree_state("t1".into(), "codex".into(), WorkState::Rejected).await.unwrap();
+        assert_eq!(db.unsettled_worktrees().await.unwrap().len(), 1, "{n}");
+        // Settled work is not moved on.
+        let kept = db.move_worktree_state("t1".into(), "codex".into(), WorkState::Done).await.unwrap().unwrap();
+        assert_eq!(kept.state, WorkState::Rejected, "{n}");
+        db.set_worktree_removed("t1".into(), "claude".into(), 9).await.unwrap();
+        assert!(db.unsettled_worktrees().await.unwrap().is_empty(), "{n}");
+        let gone = db.move_worktree_state("t1".into(), "claude".into(), WorkState::Working).await.unwrap().unwrap();
+        assert_eq!((gone.state, gone.removed_at_ms), (WorkState::Done, Some(9)), "{n}");
+        assert!(db.move_worktree_state("t1".into(), "gemini".into(), WorkState::Done).await.unwrap().is_none());
+        let unknown = db.set_worktree_state("t1".into(), "gemini".into(), WorkState::Done).await;
+        assert!(matches!(unknown, Err(DbError::NotFound(_))), "{n}: {unknown:?}");
+        assert_eq!(members(db.worktrees(Some("/w".into())).await.unwrap()), ["codex", "claude"], "{n}");
+        assert!(db.worktrees(Some("/v".into())).await.unwrap().is_empty(), "{n}");
+        assert_eq!(db.worktrees(None).await.unwrap().len(), 2, "{n}");
+    }
+}
+
+#[tokio::test]
+async fn a_second_trunk_is_refused_in_a_sentence_naming_the_trunk() {
+    let new = |workspace: &str, branch: Option<&str>, lineage| NewThread {
+        branch: branch.map(Into::into),
+        lineage,
+        members: vec![],
+        ..thread(workspace)
+    };
+    for e in engines().await {
+        let (db, n) = (&e.db, e.name);
+        let trunk = db.create_thread(new("/w", Some("main"), None)).await.unwrap();
+        let refused = db.create_thread(new("/w", Some("main"), Some(Lineage::Trunk))).await.unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            format!("the trunk of /w (branch main) already exists: thread {}; fork it for a branch", trunk.id),
+            "{n}"
+        );
+        let bare = db.create_thread(new("/v", None, None)).await.unwrap();
+        let refused = db.create_thread(new("/v", None, Some(Lineage::Trunk))).await.unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            format!("the trunk of /v already exists: thread {}; fork it for a branch", bare.id),
+            "{n}"
+        );
+        assert_eq!(db.trunk("/w".into(), Some("main".into())).await.unwrap(), Some(trunk.id), "{n}");
+        assert_eq!(db.trunk("/w".into(), None).await.unwrap(), None, "{n}");
     }
 }

@@ -3,10 +3,9 @@
 //! change it records.
 
 use kd_proto::types::Event;
-use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde_json::Value;
 
-use super::{DbResult, json_list, parse_list};
+use super::row::Columns;
 
 /// An event to record. Unset fields are stored as NULL.
 #[derive(Debug, Default)]
@@ -19,26 +18,6 @@ pub struct NewEvent<'a> {
     pub to: &'a [String],
     pub correlation_id: Option<&'a str>,
     pub data: Value,
-}
-
-pub fn record(conn: &Connection, at: i64, e: &NewEvent<'_>) -> DbResult<()> {
-    let mut stmt = conn.prepare_cached(
-        "INSERT INTO conversation_events
-             (at, kind, thread_id, session_id, agent, sender, recipients, correlation_id, data)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-    )?;
-    stmt.execute(params![
-        at,
-        e.kind,
-        e.thread,
-        e.session,
-        e.agent,
-        e.from,
-        json_list(e.to),
-        e.correlation_id,
-        e.data.to_string()
-    ])?;
-    Ok(())
 }
 
 /// Filter of [`list`].
@@ -54,76 +33,6 @@ pub struct EventFilter {
     pub limit: u32,
 }
 
-/// The events that pass the filter, oldest first: the first `limit` after
-/// `since_id`, or without it the newest `limit` (before `before_id`, when
-/// given — `tail`, paged back by the primary key). A `message` event
-/// stores no body (the message has it, once); its `data.body` is read from
-/// the message here, so that the log alone still rebuilds a thread.
-pub fn list(conn: &Connection, f: &EventFilter) -> DbResult<Vec<Event>> {
-    const SELECT: &str = "SELECT e.id, e.at, e.kind, e.thread_id, e.session_id, e.agent, e.sender, e.recipients,
-                e.correlation_id, e.data, m.body
-         FROM conversation_events e
-         LEFT JOIN messages m
-           ON e.kind = 'message' AND m.thread_id = e.thread_id AND m.seq = json_extract(e.data, '$.seq')
-         WHERE e.id > ?1 AND e.id < ?8
-           AND (?2 IS NULL OR e.thread_id = ?2)
-           AND (?3 IS NULL OR e.kind = ?3 OR (?6 IS NOT NULL AND e.kind >= ?6 AND e.kind < ?7))
-           AND (?4 IS NULL OR e.agent = ?4 OR e.sender = ?4
-                OR EXISTS (SELECT 1 FROM json_each(e.recipients) WHERE value = ?4))";
-    let newest = f.since_id.is_none();
-    let mut stmt = match newest {
-        true => conn.prepare_cached(&format!("{SELECT} ORDER BY e.id DESC LIMIT ?5"))?,
-        false => conn.prepare_cached(&format!("{SELECT} ORDER BY e.id LIMIT ?5"))?,
-    };
-    // `race.*` is every kind of the family: the range [`race.`, `race/`).
-    let family = f.kind.as_deref().and_then(|k| k.strip_suffix('*')).filter(|p| p.ends_with('.'));
-    let upper = family.map(|p| format!("{}/", &p[..p.len() - 1]));
-    let before = f.before_id.map_or(i64::MAX, |b| b.min(i64::MAX as u64) as i64);
-    let rows = stmt.query_map(
-        params![f.since_id.unwrap_or(0) as i64, f.thread, f.kind, f.agent, f.limit, family, upper, before],
-        from_row,
-    )?;
-    let mut events: Vec<Event> = rows.collect::<Result<_, _>>()?;
-    if newest {
-        events.reverse();
-    }
-    Ok(events)
-}
-
-/// The newest event id (0 when the log is empty).
-pub fn last_id(conn: &Connection) -> DbResult<u64> {
-    let id: Option<i64> =
-        conn.query_row("SELECT max(id) FROM conversation_events", [], |r| r.get(0)).optional()?.flatten();
-    Ok(id.unwrap_or(0) as u64)
-}
-
-fn from_row(r: &Row<'_>) -> rusqlite::Result<Event> {
-    let to: String = r.get(7)?;
-    let data: String = r.get(9)?;
-    let mut data: Value = serde_json::from_str(&data).unwrap_or(Value::Null);
-    if let (Some(body), Some(fields)) = (r.get::<_, Option<String>>(10)?, data.as_object_mut()) {
-        fields.insert("body".into(), Value::String(body));
-    }
-    Ok(Event {
-        id: r.get::<_, i64>(0)? as u64,
-        at_ms: r.get(1)?,
-        kind: r.get(2)?,
-        thread: r.get(3)?,
-        session: r.get(4)?,
-        agent: r.get(5)?,
-        from: r.get(6)?,
-        to: parse_list(&to),
-        correlation_id: r.get(8)?,
-        data,
-    })
-}
-
-impl super::Sqlite {
-    pub async fn events(&self, filter: EventFilter) -> DbResult<Vec<Event>> {
-        self.read(move |c| list(c, &filter)).await
-    }
-}
-
 /// An event to record on its own, owning its fields (see [`NewEvent`]).
 #[derive(Debug, Default, Clone)]
 pub struct Record {
@@ -137,31 +46,39 @@ pub struct Record {
 }
 
 impl Record {
-    pub fn write(&self, conn: &Connection, at: i64) -> DbResult<()> {
-        record(
-            conn,
-            at,
-            &NewEvent {
-                kind: &self.kind,
-                thread: self.thread.as_deref(),
-                session: None,
-                agent: self.agent.as_deref(),
-                from: self.from.as_deref(),
-                to: &self.to,
-                correlation_id: self.correlation_id.as_deref(),
-                data: self.data.clone(),
-            },
-        )
+    /// The event to record (no session: a record names none).
+    pub(crate) fn event(&self) -> NewEvent<'_> {
+        NewEvent {
+            kind: &self.kind,
+            thread: self.thread.as_deref(),
+            session: None,
+            agent: self.agent.as_deref(),
+            from: self.from.as_deref(),
+            to: &self.to,
+            correlation_id: self.correlation_id.as_deref(),
+            data: self.data.clone(),
+        }
     }
 }
 
-impl super::Sqlite {
-    /// Records events that change nothing else (decisions, warnings).
-    pub async fn record(&self, events: Vec<Record>) -> DbResult<()> {
-        self.write(move |c, _| {
-            let now = super::now_ms();
-            events.iter().try_for_each(|e| e.write(c, now))
-        })
-        .await
+/// An event as both engines select it: id, at, kind, thread, session,
+/// agent, from, to, correlation_id, data, and the body of the message it
+/// refers to (joined back into its data).
+pub(crate) fn read<R: Columns>(r: &R) -> Result<Event, R::Error> {
+    let mut data: Value = serde_json::from_str(&r.text(9)?).unwrap_or(Value::Null);
+    if let (Some(body), Some(fields)) = (r.opt_text(10)?, data.as_object_mut()) {
+        fields.insert("body".into(), Value::String(body));
     }
+    Ok(Event {
+        id: r.count(0)?,
+        at_ms: r.int(1)?,
+        kind: r.text(2)?,
+        thread: r.opt_text(3)?,
+        session: r.opt_text(4)?,
+        agent: r.opt_text(5)?,
+        from: r.opt_text(6)?,
+        to: super::parse_list(&r.text(7)?),
+        correlation_id: r.opt_text(8)?,
+        data,
+    })
 }

@@ -9,13 +9,14 @@
 //! what is left and nothing twice. The operations are named for what kdd
 //! needs; another engine implements the same list.
 //!
-//! This is the journal's core; the drivers, resume at start and the
+//! This is the journal's vocabulary, and what an exchange's life records
+//! whichever engine keeps it; the drivers, resume at start and the
 //! clients' reconnection build on it (see the issue's design).
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use super::{DbError, DbResult};
+use super::events::Record;
+use super::row::Columns;
 
 pub type ExchangeId = i64;
 pub type StepId = i64;
@@ -23,11 +24,6 @@ pub type StepId = i64;
 /// What began an exchange, where it and its steps stand, what a step is
 /// for: the wire's names, which the registry stores.
 pub use kd_proto::types::{ExchangeKind as Kind, ExchangeState, StepPurpose as Purpose, StepState};
-
-/// A name the registry holds, read back (a bad one is a bad row).
-fn named<T>(parsed: Option<T>, i: usize, s: &str) -> rusqlite::Result<T> {
-    parsed.ok_or_else(|| rusqlite::Error::InvalidColumnType(i, s.to_string(), rusqlite::types::Type::Text))
-}
 
 /// What makes a step itself: one per exchange, round, member, purpose and
 /// cause (the message handed off, for a hand-off; else 0).
@@ -119,134 +115,20 @@ pub enum RunEnd {
     Interrupted { seq: u64 },
 }
 
-const EXCHANGE: &str =
-    "id, thread_id, seq, kind, correlation_id, plan, state, reason, plan_done, result, resumes, created_at, path";
-const STEP: &str = "id, exchange_id, round, member, purpose, cause, state, run_id, reply_to, backend_session, \
-                    replaces_seq, message_seq, attempts, reason";
-
-fn json(r: &Row<'_>, i: usize) -> rusqlite::Result<Value> {
-    let text: String = r.get(i)?;
-    serde_json::from_str(&text)
-        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, e.into()))
-}
-
-fn exchange(r: &Row<'_>) -> rusqlite::Result<Exchange> {
-    let result: Option<String> = r.get(9)?;
-    Ok(Exchange {
-        id: r.get(0)?,
-        thread: r.get(1)?,
-        seq: r.get::<_, i64>(2)? as u64,
-        kind: {
-            let k: String = r.get(3)?;
-            named(Kind::parse(&k), 3, &k)?
-        },
-        correlation_id: r.get(4)?,
-        plan: json(r, 5)?,
-        state: {
-            let v: String = r.get(6)?;
-            named(ExchangeState::parse(&v), 6, &v)?
-        },
-        reason: r.get(7)?,
-        plan_done: r.get(8)?,
-        result: result.and_then(|t| serde_json::from_str(&t).ok()),
-        resumes: r.get::<_, i64>(10)? as u32,
-        created_at_ms: r.get(11)?,
-        path: r.get(12)?,
-    })
-}
-
-fn step(r: &Row<'_>) -> rusqlite::Result<Step> {
-    let seq = |i: usize| r.get::<_, Option<i64>>(i).map(|v| v.map(|v| v as u64));
-    Ok(Step {
-        id: r.get(0)?,
-        exchange: r.get(1)?,
-        key: StepKey {
-            round: r.get::<_, i64>(2)? as u32,
-            member: r.get(3)?,
-            purpose: {
-                let p: String = r.get(4)?;
-                named(Purpose::parse(&p), 4, &p)?
-            },
-            cause: r.get::<_, i64>(5)? as u64,
-        },
-        state: {
-            let v: String = r.get(6)?;
-            named(StepState::parse(&v), 6, &v)?
-        },
-        run_id: r.get(7)?,
-        reply_to: seq(8)?,
-        backend_session: r.get(9)?,
-        replaces_seq: seq(10)?,
-        message_seq: seq(11)?,
-        attempts: r.get::<_, i64>(12)? as u32,
-        reason: r.get(13)?,
-    })
-}
-
-fn insert_step(conn: &Connection, now: i64, x: ExchangeId, key: &StepKey) -> DbResult<()> {
-    conn.prepare_cached(
-        "INSERT INTO exchange_steps (exchange_id, round, member, purpose, cause, updated_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
-    )?
-    .execute(params![x, key.round, key.member, key.purpose.as_str(), key.cause as i64, now])?;
-    Ok(())
-}
-
-/// Begins an exchange with its first steps pending. A King message's
-/// exchange (council, work) supersedes the thread's open one of those
-/// kinds: it is stopped and its pending steps cancelled.
-pub fn begin(conn: &Connection, now: i64, x: &NewExchange) -> DbResult<Exchange> {
-    if matches!(x.kind, Kind::Council | Kind::Work) {
-        let open: Vec<ExchangeId> = conn
-            .prepare_cached(
-                "SELECT id FROM exchanges WHERE thread_id = ?1 AND state = 'open' \
-                 AND (kind = 'council' OR kind = 'work')",
-            )?
-            .query_map(params![x.thread], |r| r.get(0))?
-            .collect::<Result<_, _>>()?;
-        for id in open {
-            stop(conn, now, id, SUPERSEDED)?;
+impl RunEnd {
+    /// What the step of a run that ended so becomes: its state, its
+    /// message, why, and the message the next answer replaces. An
+    /// interrupted run's step is pending again while its exchange is
+    /// `open`, else cancelled.
+    pub(crate) fn step(&self, open: bool) -> (&'static str, Option<u64>, Option<String>, Option<u64>) {
+        match self {
+            RunEnd::Done { seq } => ("done", Some(*seq), None, None),
+            RunEnd::Failed { seq, reason } => ("failed", Some(*seq), Some(reason.clone()), None),
+            RunEnd::Cancelled { reason } => ("cancelled", None, Some(reason.clone()), None),
+            RunEnd::Interrupted { seq } if open => ("pending", None, None, Some(*seq)),
+            RunEnd::Interrupted { .. } => ("cancelled", None, Some("the exchange was stopped".into()), None),
         }
     }
-    let plan = serde_json::to_string(&x.plan).map_err(|e| DbError::Invalid(format!("an exchange's plan: {e}")))?;
-    conn.prepare_cached(
-        "INSERT INTO exchanges (thread_id, seq, kind, correlation_id, plan, created_at, updated_at, path) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7)",
-    )?
-    .execute(params![x.thread, x.seq as i64, x.kind.as_str(), x.correlation_id, plan, now, x.path])?;
-    let id = conn.last_insert_rowid();
-    for key in &x.first_steps {
-        insert_step(conn, now, id, key)?;
-    }
-    get(conn, id)?.ok_or_else(|| DbError::Internal("the exchange just begun is gone".into()))
-}
-
-/// The exchange `id`.
-pub fn get(conn: &Connection, id: ExchangeId) -> DbResult<Option<Exchange>> {
-    Ok(conn
-        .prepare_cached(&format!("SELECT {EXCHANGE} FROM exchanges WHERE id = ?1"))?
-        .query_row(params![id], exchange)
-        .optional()?)
-}
-
-/// The step `key` of exchange `x`, made pending if it is new — only while
-/// the exchange is open; else the exchange's end.
-pub fn open_step(conn: &Connection, now: i64, x: ExchangeId, key: &StepKey) -> DbResult<Opened> {
-    let state = match get(conn, x)? {
-        Some(e) => e.state,
-        None => return Err(DbError::NotFound(format!("no exchange {x}"))),
-    };
-    if state != ExchangeState::Open {
-        return Ok(Opened::Ended(state));
-    }
-    insert_step(conn, now, x, key)?;
-    let s = conn
-        .prepare_cached(&format!(
-            "SELECT {STEP} FROM exchange_steps WHERE exchange_id = ?1 AND round = ?2 AND member = ?3 \
-             AND purpose = ?4 AND cause = ?5"
-        ))?
-        .query_row(params![x, key.round, key.member, key.purpose.as_str(), key.cause as i64], step)?;
-    Ok(Opened::Step(s))
 }
 
 /// Takes a pending step for run `run`, at `reply_to` (kept from its first
@@ -257,119 +139,101 @@ pub fn open_step(conn: &Connection, now: i64, x: ExchangeId, key: &StepKey) -> D
 /// before the new message came still takes its step (none is lost).
 pub const SUPERSEDED: &str = "superseded by a new message of the King";
 
-pub fn step_started(conn: &Connection, now: i64, id: StepId, run: &str, reply_to: Option<u64>) -> DbResult<bool> {
-    let n = conn
-        .prepare_cached(
-            "UPDATE exchange_steps SET state = 'running', run_id = ?2, attempts = attempts + 1, \
-             reply_to = coalesce(reply_to, ?3), updated_at = ?4 WHERE id = ?1 AND (state = 'pending' OR (state = \
-             'cancelled' AND run_id IS NULL AND reason = ?5 AND round = 1 AND purpose = 'answer'))",
-        )?
-        .execute(params![id, run, reply_to.map(|s| s as i64), now, SUPERSEDED])?;
-    Ok(n == 1)
-}
-
-/// Records the backend's own session id of the run holding a step, as soon
-/// as the agent reports it.
-pub fn step_session(conn: &Connection, run: &str, backend_session: &str) -> DbResult<()> {
-    conn.prepare_cached("UPDATE exchange_steps SET backend_session = ?2 WHERE run_id = ?1 AND state = 'running'")?
-        .execute(params![run, backend_session])?;
-    // A session the backend opened for this run knows it too: a resumed
-    // thread's next run goes on in it even if this one is cut. (A session
-    // that had one keeps it until the run ends, where a fork is told.)
-    conn.prepare_cached(
-        "UPDATE sessions SET backend_session_id = ?2 WHERE id = (SELECT session_id FROM runs WHERE id = ?1) \
-         AND backend_session_id IS NULL",
-    )?
-    .execute(params![run, backend_session])?;
-    Ok(())
-}
-
-/// The end of the run holding a step (only that run's, only once); then
-/// its exchange settles if that was its last unfinished step.
-pub fn step_finished(conn: &Connection, now: i64, run: &str, end: &RunEnd) -> DbResult<()> {
-    let Some((id, x)) = conn
-        .prepare_cached("SELECT id, exchange_id FROM exchange_steps WHERE run_id = ?1 AND state = 'running'")?
-        .query_row(params![run], |r| Ok((r.get::<_, StepId>(0)?, r.get::<_, ExchangeId>(1)?)))
-        .optional()?
-    else {
-        return Ok(());
-    };
-    let open = get(conn, x)?.is_some_and(|e| e.state == ExchangeState::Open);
-    let (state, seq, reason, replaces): (&str, Option<u64>, Option<String>, Option<u64>) = match end {
-        RunEnd::Done { seq } => ("done", Some(*seq), None, None),
-        RunEnd::Failed { seq, reason } => ("failed", Some(*seq), Some(reason.clone()), None),
-        RunEnd::Cancelled { reason } => ("cancelled", None, Some(reason.clone()), None),
-        RunEnd::Interrupted { seq } if open => ("pending", None, None, Some(*seq)),
-        RunEnd::Interrupted { .. } => ("cancelled", None, Some("the exchange was stopped".into()), None),
-    };
-    conn.prepare_cached(
-        "UPDATE exchange_steps SET state = ?2, message_seq = ?3, reason = ?4, \
-         replaces_seq = coalesce(?5, replaces_seq), updated_at = ?6 WHERE id = ?1 AND state = 'running'",
-    )?
-    .execute(params![id, state, seq.map(|s| s as i64), reason, replaces.map(|s| s as i64), now])?;
-    settle(conn, now, x)
-}
-
-/// Ends an open exchange whose driver took every planned step once none
-/// is unfinished.
-pub fn settle(conn: &Connection, now: i64, x: ExchangeId) -> DbResult<()> {
-    conn.prepare_cached(
-        "UPDATE exchanges SET state = 'done', ended_at = ?2, updated_at = ?2 WHERE id = ?1 AND state = 'open' \
-         AND plan_done = 1 AND NOT EXISTS (SELECT 1 FROM exchange_steps WHERE exchange_id = ?1 \
-         AND (state = 'pending' OR state = 'running'))",
-    )?
-    .execute(params![x, now])?;
-    Ok(())
-}
-
-/// The driver took every planned step (with what it came to, for a
-/// completion); the exchange ends once no step is unfinished.
-pub fn plan_done(conn: &Connection, now: i64, x: ExchangeId, result: Option<&Value>) -> DbResult<()> {
-    let result = result.map(Value::to_string);
-    conn.prepare_cached(
-        "UPDATE exchanges SET plan_done = 1, result = coalesce(?2, result), updated_at = ?3 WHERE id = ?1",
-    )?
-    .execute(params![x, result, now])?;
-    settle(conn, now, x)
-}
-
-/// Stops an open exchange for good: its pending steps are cancelled (a
-/// running one ends as its run does).
-pub fn stop(conn: &Connection, now: i64, x: ExchangeId, reason: &str) -> DbResult<()> {
-    let n = conn
-        .prepare_cached(
-            "UPDATE exchanges SET state = 'stopped', reason = ?2, ended_at = ?3, updated_at = ?3 \
-             WHERE id = ?1 AND state = 'open'",
-        )?
-        .execute(params![x, reason, now])?;
-    if n == 1 {
-        conn.prepare_cached(
-            "UPDATE exchange_steps SET state = 'cancelled', reason = ?2, updated_at = ?3 \
-             WHERE exchange_id = ?1 AND state = 'pending'",
-        )?
-        .execute(params![x, reason, now])?;
-    }
-    Ok(())
-}
-
-/// Every open exchange, oldest first: what a daemon starting resumes.
-pub fn unfinished(conn: &Connection) -> DbResult<Vec<Exchange>> {
-    let mut stmt =
-        conn.prepare_cached(&format!("SELECT {EXCHANGE} FROM exchanges WHERE state = 'open' ORDER BY created_at, id"))?;
-    let rows = stmt.query_map([], exchange)?.collect::<Result<Vec<_>, _>>()?;
-    Ok(rows)
-}
-
-/// Every step of an exchange, in the order they were made.
-pub fn steps(conn: &Connection, x: ExchangeId) -> DbResult<Vec<Step>> {
-    let mut stmt =
-        conn.prepare_cached(&format!("SELECT {STEP} FROM exchange_steps WHERE exchange_id = ?1 ORDER BY id"))?;
-    let rows = stmt.query_map(params![x], step)?.collect::<Result<Vec<_>, _>>()?;
-    Ok(rows)
-}
-
 pub(crate) mod info;
 pub mod kd_step;
-pub mod life;
-#[cfg(test)]
-mod tests;
+
+impl Exchange {
+    /// What a change of the exchange's life (`exchange.stop`, `.cut`,
+    /// `.resume`) records, with its `detail`.
+    pub(crate) fn told(&self, kind: &str, detail: Value) -> Record {
+        Record {
+            kind: kind.into(),
+            thread: Some(self.thread.clone()),
+            correlation_id: Some(format!("x-{}", self.seq)),
+            data: json!({"exchange": self.seq, "kind": self.kind.as_str(), "detail": detail}),
+            ..Default::default()
+        }
+    }
+
+    /// What stopping it for good for `reason` records.
+    pub(crate) fn stopped(&self, reason: &str) -> Record {
+        self.told("exchange.stop", json!({"reason": reason}))
+    }
+
+    /// What a graceful stop cutting it, with its `steps`, records: the
+    /// steps left for the next start.
+    pub(crate) fn cut(&self, steps: Vec<Step>) -> Record {
+        let left: Vec<_> = steps
+            .into_iter()
+            .filter(|s| !s.state.is_over())
+            .map(|s| {
+                json!({"round": s.key.round, "member": s.key.member, "purpose": s.key.purpose.as_str(),
+                       "state": s.state.as_str(), "run": s.run_id})
+            })
+            .collect();
+        self.told("exchange.cut", json!({"steps": left}))
+    }
+
+    /// What a starting daemon taking it up again, with its `steps`,
+    /// records.
+    pub(crate) fn resumed(&self, steps: &[Step]) -> Record {
+        let pending = steps.iter().filter(|s| !s.state.is_over()).count();
+        self.told("exchange.resume", json!({"pending": pending, "resumes": self.resumes + 1}))
+    }
+}
+
+/// Exchange `x` is not in the journal.
+pub(crate) fn no_exchange(x: ExchangeId) -> crate::db::DbError {
+    crate::db::DbError::NotFound(format!("no exchange {x}"))
+}
+
+/// The columns both engines select an exchange by, in [`read_exchange`]'s order.
+pub(crate) const EXCHANGE: &str =
+    "id, thread_id, seq, kind, correlation_id, plan, state, reason, plan_done, result, resumes, created_at, path";
+
+/// The columns both engines select a step by, in [`read_step`]'s order.
+pub(crate) const STEP: &str = "id, exchange_id, round, member, purpose, cause, state, run_id, reply_to, \
+                               backend_session, replaces_seq, message_seq, attempts, reason";
+
+/// An exchange as both engines select it ([`EXCHANGE`]).
+pub(crate) fn read_exchange<R: Columns>(r: &R) -> Result<Exchange, R::Error> {
+    Ok(Exchange {
+        id: r.int(0)?,
+        thread: r.text(1)?,
+        seq: r.count(2)?,
+        kind: r.named(3, "exchange kind", Kind::parse)?,
+        correlation_id: r.opt_text(4)?,
+        plan: r.json(5, "plan")?,
+        state: r.named(6, "exchange state", ExchangeState::parse)?,
+        reason: r.opt_text(7)?,
+        plan_done: r.int(8)? != 0,
+        result: r.opt_text(9)?.and_then(|t| serde_json::from_str(&t).ok()),
+        resumes: r.int(10)? as u32,
+        created_at_ms: r.int(11)?,
+        path: r.opt_text(12)?,
+    })
+}
+
+/// A step as both engines select it: id, exchange, round, member,
+/// purpose, cause, state, run_id, reply_to, backend_session, replaces_seq,
+/// message_seq, attempts, reason.
+pub(crate) fn read_step<R: Columns>(r: &R) -> Result<Step, R::Error> {
+    Ok(Step {
+        id: r.int(0)?,
+        exchange: r.int(1)?,
+        key: StepKey {
+            round: r.int(2)? as u32,
+            member: r.text(3)?,
+            purpose: r.named(4, "step purpose", Purpose::parse)?,
+            cause: r.count(5)?,
+        },
+        state: r.named(6, "step state", StepState::parse)?,
+        run_id: r.opt_text(7)?,
+        reply_to: r.opt_count(8)?,
+        backend_session: r.opt_text(9)?,
+        replaces_seq: r.opt_count(10)?,
+        message_seq: r.opt_count(11)?,
+        attempts: r.int(12)? as u32,
+        reason: r.opt_text(13)?,
+    })
+}

@@ -4,12 +4,11 @@
 //! of each thread; and the delivery modes members chose with
 //! `queue.subscribe`. Every change is recorded in the event log.
 
-use kd_proto::types::{DeliveryMode, InboxItem, InboxStatus, Overflow, Role, RouteType};
-use rusqlite::{Connection, Row, params};
-use serde_json::json;
+use kd_proto::types::{DeliveryMode, InboxStatus, Overflow, Role, RouteType};
+use serde_json::{Value, json};
 
-use super::events::{self, NewEvent};
-use super::{DbResult, json_list};
+use super::events::{NewEvent, Record};
+use super::row::Columns;
 
 /// A message to keep in a member's inbox.
 #[derive(Debug, Clone)]
@@ -26,7 +25,7 @@ pub struct Entry {
     pub correlation_id: String,
 }
 
-/// What [`keep`] did.
+/// What keeping an entry did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kept {
     /// Kept as entry `id`; `dropped` was removed to make room.
@@ -40,91 +39,6 @@ pub(crate) fn role_str(r: Role) -> &'static str {
         Role::To => "to",
         Role::Cc => "cc",
     }
-}
-
-/// Pending entries of a member on a thread.
-fn pending(conn: &Connection, thread: &str, member: &str) -> DbResult<u32> {
-    let n: i64 = conn
-        .prepare_cached("SELECT count(*) FROM inbox WHERE thread_id = ?1 AND member = ?2 AND status = 'pending'")?
-        .query_row(params![thread, member], |r| r.get(0))?;
-    Ok(n as u32)
-}
-
-/// Keeps `e` in its member's inbox, making room or refusing by the
-/// member's overflow rule when it is full.
-pub fn keep(conn: &Connection, now: i64, e: &Entry) -> DbResult<Kept> {
-    let mut size = pending(conn, &e.thread, &e.member)?;
-    let mut dropped = None;
-    if size >= e.limit {
-        if e.overflow == Overflow::RejectNew {
-            record(conn, now, "queue.rejected", e, json!({"seq": e.seq, "queue_size": size, "limit": e.limit}))?;
-            return Ok(Kept::Rejected { size });
-        }
-        let oldest: i64 = conn
-            .prepare_cached(
-                "SELECT id FROM inbox WHERE thread_id = ?1 AND member = ?2 AND status = 'pending' ORDER BY id LIMIT 1",
-            )?
-            .query_row(params![e.thread, e.member], |r| r.get(0))?;
-        conn.prepare_cached("UPDATE inbox SET status = 'dropped', done_at = ?2 WHERE id = ?1")?
-            .execute(params![oldest, now])?;
-        record(conn, now, "queue.dropped", e, json!({"inbox": oldest, "for_seq": e.seq, "limit": e.limit}))?;
-        dropped = Some(oldest as u64);
-        size -= 1;
-    }
-    conn.prepare_cached(
-        "INSERT INTO inbox (thread_id, member, seq, sender, type, role, status, queued_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7)",
-    )?
-    .execute(params![e.thread, e.member, e.seq as i64, e.from, e.route.as_str(), role_str(e.role), now])?;
-    let id = conn.last_insert_rowid() as u64;
-    Ok(Kept::Queued { id, size: size + 1, dropped })
-}
-
-fn record(conn: &Connection, now: i64, kind: &str, e: &Entry, data: serde_json::Value) -> DbResult<()> {
-    events::record(
-        conn,
-        now,
-        &NewEvent {
-            kind,
-            thread: Some(&e.thread),
-            agent: Some(&e.member),
-            from: Some(&e.from),
-            to: std::slice::from_ref(&e.member),
-            correlation_id: Some(&e.correlation_id),
-            data,
-            ..Default::default()
-        },
-    )
-}
-
-/// Marks what a member's prompt gave it (every entry of the thread up to
-/// `upto`) processed; returns their message seqs.
-pub fn given(conn: &Connection, now: i64, thread: &str, member: &str, upto: u64, run: &str) -> DbResult<Vec<u64>> {
-    let mut stmt = conn.prepare_cached(
-        "UPDATE inbox SET status = 'processed', done_at = ?4
-         WHERE thread_id = ?1 AND member = ?2 AND seq <= ?3 AND (status = 'pending' OR status = 'read')
-         RETURNING seq",
-    )?;
-    let seqs: Vec<u64> = stmt
-        .query_map(params![thread, member, upto as i64, now], |r| r.get::<_, i64>(0))?
-        .map(|s| s.map(|s| s as u64))
-        .collect::<Result<_, _>>()?;
-    if !seqs.is_empty() {
-        events::record(
-            conn,
-            now,
-            &NewEvent {
-                kind: "delivery.prompt",
-                thread: Some(thread),
-                agent: Some(member),
-                to: &[member.to_string()],
-                correlation_id: Some(run),
-                data: json!({"seqs": seqs, "run": run}),
-                ..Default::default()
-            },
-        )?;
-    }
-    Ok(seqs)
 }
 
 /// What `queue.read` asks for.
@@ -141,170 +55,108 @@ pub struct Query {
     pub mark_read: bool,
 }
 
-/// A member's inbox entries, oldest first, with their messages' bodies.
-pub fn read(conn: &Connection, now: i64, q: &Query) -> DbResult<Vec<InboxItem>> {
-    let types: Vec<String> = q.types.iter().map(|t| t.as_str().to_string()).collect();
-    let status = q.status.unwrap_or(InboxStatus::Pending);
-    let mut stmt = conn.prepare_cached(
-        "SELECT i.id, i.member, i.thread_id, i.seq, i.sender, i.type, i.role, i.status, i.queued_at, i.read_at,
-                coalesce(m.body, '')
-         FROM inbox i LEFT JOIN messages m ON m.thread_id = i.thread_id AND m.seq = i.seq
-         WHERE i.member = ?1 AND (?2 IS NULL OR i.thread_id = ?2) AND (i.status = ?3 OR (?6 AND i.status = 'read'))
-           AND (?4 = '[]' OR i.type IN (SELECT value FROM json_each(?4)))
-         ORDER BY i.id LIMIT ?5",
-    )?;
-    let mut items: Vec<InboxItem> = stmt
-        .query_map(params![q.member, q.thread, status.as_str(), json_list(&types), q.limit, q.also_read], item)?
-        .collect::<Result<_, _>>()?;
-    if q.mark_read && !items.is_empty() {
-        let mut mark = conn.prepare_cached("UPDATE inbox SET status = 'read', read_at = ?2 WHERE id = ?1")?;
-        for i in &mut items {
-            mark.execute(params![i.id as i64, now])?;
-            i.status = InboxStatus::Read;
-            i.read_at_ms = Some(now);
+impl Entry {
+    /// What the refusal of this entry by its full inbox (`size` pending)
+    /// records.
+    pub(crate) fn rejected(&self, size: u32) -> NewEvent<'_> {
+        self.event("queue.rejected", json!({"seq": self.seq, "queue_size": size, "limit": self.limit}))
+    }
+
+    /// What dropping the inbox's `oldest` entry to make room for this one
+    /// records.
+    pub(crate) fn dropped_for(&self, oldest: i64) -> NewEvent<'_> {
+        self.event("queue.dropped", json!({"inbox": oldest, "for_seq": self.seq, "limit": self.limit}))
+    }
+
+    fn event(&self, kind: &'static str, data: Value) -> NewEvent<'_> {
+        NewEvent {
+            kind,
+            thread: Some(&self.thread),
+            agent: Some(&self.member),
+            from: Some(&self.from),
+            to: std::slice::from_ref(&self.member),
+            correlation_id: Some(&self.correlation_id),
+            data,
+            ..Default::default()
         }
     }
-    let ids: Vec<u64> = items.iter().map(|i| i.id).collect();
-    events::record(
-        conn,
-        now,
-        &NewEvent {
-            kind: "queue.read",
-            thread: q.thread.as_deref(),
-            agent: Some(&q.member),
-            data: json!({"ids": ids, "status": status, "types": q.types, "mark_read": q.mark_read}),
-            ..Default::default()
-        },
-    )?;
-    Ok(items)
 }
 
-fn item(r: &Row<'_>) -> rusqlite::Result<InboxItem> {
-    let route: String = r.get(5)?;
-    let role: String = r.get(6)?;
-    let status: String = r.get(7)?;
-    Ok(InboxItem {
-        id: r.get::<_, i64>(0)? as u64,
-        member: r.get(1)?,
-        thread: r.get(2)?,
-        seq: r.get::<_, i64>(3)? as u64,
-        from: r.get(4)?,
-        route_type: RouteType::parse(&route).unwrap_or(RouteType::PointToPoint),
-        role: if role == "cc" { Role::Cc } else { Role::To },
-        status: InboxStatus::parse(&status).unwrap_or(InboxStatus::Pending),
-        queued_at_ms: r.get(8)?,
-        read_at_ms: r.get(9)?,
-        body: r.get(10)?,
-    })
-}
-
-/// Sets the status of a member's entries `ids`; returns how many changed.
-pub fn process(conn: &Connection, now: i64, member: &str, ids: &[u64], status: InboxStatus) -> DbResult<u32> {
-    let mut stmt = conn.prepare_cached("UPDATE inbox SET status = ?3, done_at = ?4 WHERE id = ?1 AND member = ?2")?;
-    let mut n = 0;
-    for id in ids {
-        n += stmt.execute(params![*id as i64, member, status.as_str(), now])? as u32;
+/// What giving `member` its entries `seqs` of `thread` in run `run`'s
+/// prompt records.
+pub(crate) fn prompted(thread: &str, member: &str, run: &str, seqs: &[u64]) -> Record {
+    Record {
+        kind: "delivery.prompt".into(),
+        thread: Some(thread.into()),
+        agent: Some(member.into()),
+        from: None,
+        to: vec![member.to_string()],
+        correlation_id: Some(run.into()),
+        data: json!({"seqs": seqs, "run": run}),
     }
-    events::record(
-        conn,
-        now,
-        &NewEvent {
-            kind: "queue.process",
-            agent: Some(member),
-            data: json!({"ids": ids, "status": status, "updated": n}),
-            ..Default::default()
-        },
-    )?;
-    Ok(n)
 }
 
-/// Records that `names` took part in a routed message of `thread`; returns
-/// the thread's participants, first seen first.
-pub fn participate(conn: &Connection, now: i64, thread: &str, names: &[String]) -> DbResult<Vec<String>> {
-    let mut upsert = conn.prepare_cached(
-        "INSERT INTO participants (thread_id, name, first_at, last_at) VALUES (?1, ?2, ?3, ?3)
-         ON CONFLICT (thread_id, name) DO UPDATE SET last_at = excluded.last_at",
-    )?;
-    for n in names {
-        upsert.execute(params![thread, n, now])?;
+/// What reading entries `ids` (`status`) of `q`'s inbox records.
+pub(crate) fn was_read<'a>(q: &'a Query, status: InboxStatus, ids: &[u64]) -> NewEvent<'a> {
+    NewEvent {
+        kind: "queue.read",
+        thread: q.thread.as_deref(),
+        agent: Some(&q.member),
+        data: json!({"ids": ids, "status": status, "types": q.types, "mark_read": q.mark_read}),
+        ..Default::default()
     }
-    let mut stmt =
-        conn.prepare_cached("SELECT name FROM participants WHERE thread_id = ?1 ORDER BY first_at, rowid")?;
-    let rows = stmt.query_map([thread], |r| r.get(0))?;
-    Ok(rows.collect::<Result<_, _>>()?)
 }
 
-/// `queue.subscribe`: `member` takes `types` in `mode` in `workspace`.
-pub fn subscribe(
-    conn: &Connection,
-    now: i64,
+/// What `member` setting its entries `ids` to `status` (`updated` of
+/// them) records.
+pub(crate) fn processed<'a>(member: &'a str, ids: &[u64], status: InboxStatus, updated: u32) -> NewEvent<'a> {
+    NewEvent {
+        kind: "queue.process",
+        agent: Some(member),
+        data: json!({"ids": ids, "status": status, "updated": updated}),
+        ..Default::default()
+    }
+}
+
+/// What `member` choosing `mode` for `types` in `workspace` records.
+pub(crate) fn subscribed<'a>(
     workspace: &str,
-    member: &str,
+    member: &'a str,
     types: &[RouteType],
     mode: DeliveryMode,
-) -> DbResult<()> {
-    let mut stmt = conn.prepare_cached(
-        "INSERT INTO delivery_overrides (workspace, member, type, mode) VALUES (?1, ?2, ?3, ?4)
-         ON CONFLICT (workspace, member, type) DO UPDATE SET mode = excluded.mode",
-    )?;
-    for t in types {
-        stmt.execute(params![workspace, member, t.as_str(), mode.as_str()])?;
+) -> NewEvent<'a> {
+    NewEvent {
+        kind: "queue.subscribe",
+        agent: Some(member),
+        data: json!({"workspace": workspace, "types": types, "mode": mode}),
+        ..Default::default()
     }
-    events::record(
-        conn,
-        now,
-        &NewEvent {
-            kind: "queue.subscribe",
-            agent: Some(member),
-            data: json!({"workspace": workspace, "types": types, "mode": mode}),
-            ..Default::default()
-        },
-    )
 }
 
-/// The modes a member chose per type in `workspace`.
-pub fn overrides(conn: &Connection, workspace: &str, member: &str) -> DbResult<Vec<(RouteType, DeliveryMode)>> {
-    let mut stmt =
-        conn.prepare_cached("SELECT type, mode FROM delivery_overrides WHERE workspace = ?1 AND member = ?2")?;
-    let rows = stmt.query_map(params![workspace, member], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
-    let mut out = Vec::new();
-    for row in rows {
-        let (t, m) = row?;
-        if let Some(t) = RouteType::parse(&t) {
-            out.push((t, if m == "queued" { DeliveryMode::Queued } else { DeliveryMode::Immediate }));
-        }
-    }
-    Ok(out)
+/// An entry's role from its column.
+pub(crate) fn role_of(text: &str) -> Role {
+    if text == "cc" { Role::Cc } else { Role::To }
 }
 
-impl super::Sqlite {
-    pub async fn inbox(&self, q: Query) -> DbResult<Vec<InboxItem>> {
-        self.write(move |c, _| read(c, super::now_ms(), &q)).await
-    }
+/// A delivery mode from its column.
+pub(crate) fn mode_of(text: &str) -> DeliveryMode {
+    if text == "queued" { DeliveryMode::Queued } else { DeliveryMode::Immediate }
+}
 
-    pub async fn inbox_process(&self, member: String, ids: Vec<u64>, status: InboxStatus) -> DbResult<u32> {
-        self.write(move |c, _| process(c, super::now_ms(), &member, &ids, status)).await
-    }
-
-    pub async fn inbox_given(&self, thread: String, member: String, upto: u64, run: String) -> DbResult<Vec<u64>> {
-        self.write(move |c, _| given(c, super::now_ms(), &thread, &member, upto, &run)).await
-    }
-
-    pub async fn delivery_subscribe(
-        &self,
-        workspace: String,
-        member: String,
-        types: Vec<RouteType>,
-        mode: DeliveryMode,
-    ) -> DbResult<()> {
-        self.write(move |c, _| subscribe(c, super::now_ms(), &workspace, &member, &types, mode)).await
-    }
-
-    pub async fn delivery_overrides(
-        &self,
-        workspace: String,
-        member: String,
-    ) -> DbResult<Vec<(RouteType, DeliveryMode)>> {
-        self.read(move |c| overrides(c, &workspace, &member)).await
-    }
+/// An inbox entry as both engines select it: id, member, thread, seq,
+/// from, route type, role, status, queued_at, read_at, body.
+pub(crate) fn read<R: Columns>(r: &R) -> Result<kd_proto::types::InboxItem, R::Error> {
+    Ok(kd_proto::types::InboxItem {
+        id: r.count(0)?,
+        member: r.text(1)?,
+        thread: r.text(2)?,
+        seq: r.count(3)?,
+        from: r.text(4)?,
+        route_type: RouteType::parse(&r.text(5)?).unwrap_or(RouteType::PointToPoint),
+        role: role_of(&r.text(6)?),
+        status: InboxStatus::parse(&r.text(7)?).unwrap_or(InboxStatus::Pending),
+        queued_at_ms: r.int(8)?,
+        read_at_ms: r.opt_int(9)?,
+        body: r.text(10)?,
+    })
 }

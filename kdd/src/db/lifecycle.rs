@@ -3,113 +3,22 @@
 //! revived by a message or unarchived when asked, and is deleted with all it
 //! holds. Every transition is an event and a `status` notice to the
 //! thread's subscribers. When to age a thread is [`crate::lifecycle`]'s
-//! call; this module only checks, in the writer, that nothing changed
-//! since that call.
+//! call; an engine only checks, in its transaction, that nothing changed
+//! since that call ([`stale_age`]). Here: what each transition and change
+//! records, for both engines.
 
-use kd_proto::types::{Thread, ThreadEvent, ThreadStatus};
-use rusqlite::{Connection, params};
-use serde_json::json;
+use kd_proto::types::{Thread, ThreadStatus};
+use serde_json::{Value, json};
 
-use super::events::{self, NewEvent};
-use super::threads::{self, status_str};
-use super::{DbError, DbResult, Outbox};
+use super::events::NewEvent;
+use super::threads::status_str;
+use super::{DbError, DbResult};
 
 /// A summary and who wrote it (a member, or `kd` for the extractive one).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Summary {
     pub text: String,
     pub by: String,
-}
-
-/// Moves thread `id` to `to` for `reason` (`age`, `message`, `archive`,
-/// `unarchive`), with `summary` when archiving. Nothing happens when it is
-/// there already.
-pub fn set_status(
-    conn: &Connection,
-    now: i64,
-    id: &str,
-    to: ThreadStatus,
-    reason: &str,
-    summary: Option<&Summary>,
-    out: &mut Outbox,
-) -> DbResult<Thread> {
-    let thread = threads::get(conn, id)?;
-    if thread.status == to {
-        return Ok(thread);
-    }
-    let (kind, data) = match to {
-        ThreadStatus::Idle => {
-            let suspended = conn
-                .prepare_cached(
-                    "UPDATE sessions SET status = 'idle', holder = NULL, pid = NULL, last_active_at = ?2
-                     WHERE thread_id = ?1 AND status = 'active'",
-                )?
-                .execute(params![id, now])?;
-            (
-                "thread.idle",
-                json!({"reason": reason, "sessions_suspended": suspended,
-                                   "idle_for_ms": now - thread.last_activity_at_ms}),
-            )
-        }
-        ThreadStatus::Archived => {
-            let archived = conn
-                .prepare_cached(
-                    "UPDATE sessions SET status = 'archived', holder = NULL, pid = NULL, last_active_at = ?2
-                     WHERE thread_id = ?1 AND status != 'archived'",
-                )?
-                .execute(params![id, now])?;
-            if let Some(s) = summary {
-                conn.prepare_cached("UPDATE threads SET summary = ?2, summary_by = ?3 WHERE id = ?1")?
-                    .execute(params![id, s.text, s.by])?;
-            }
-            (
-                "thread.archive",
-                json!({"reason": reason, "sessions_archived": archived,
-                                      "summary_by": summary.map(|s| s.by.as_str())}),
-            )
-        }
-        ThreadStatus::Active => {
-            let kind = if thread.status == ThreadStatus::Archived { "thread.unarchive" } else { "thread.revive" };
-            (kind, json!({"reason": reason, "from": status_str(thread.status)}))
-        }
-    };
-    if to == ThreadStatus::Active {
-        // Opening a thread again is activity: it starts its idle time anew.
-        conn.prepare_cached("UPDATE threads SET last_activity_at = max(last_activity_at, ?2) WHERE id = ?1")?
-            .execute(params![id, now])?;
-    }
-    conn.prepare_cached("UPDATE threads SET status = ?2 WHERE id = ?1")?.execute(params![id, status_str(to)])?;
-    events::record(conn, now, &NewEvent { kind, thread: Some(id), data, ..Default::default() })?;
-    out.publish(id, ThreadEvent::Status { status: to, reason: reason.to_string() });
-    threads::get(conn, id)
-}
-
-/// Ages thread `id` to `to` only if it is as the reaper saw it: no activity
-/// since `seen_activity`, no run in flight. Returns whether it moved.
-pub fn age(
-    conn: &Connection,
-    now: i64,
-    id: &str,
-    seen_activity: i64,
-    to: ThreadStatus,
-    summary: Option<&Summary>,
-    out: &mut Outbox,
-) -> DbResult<bool> {
-    let thread = threads::get(conn, id)?;
-    if thread.last_activity_at_ms != seen_activity || thread.status == to || in_flight(conn, id)? > 0 {
-        return Ok(false);
-    }
-    set_status(conn, now, id, to, "age", summary, out)?;
-    Ok(true)
-}
-
-/// Runs of the thread still waiting or streaming.
-pub fn in_flight(conn: &Connection, id: &str) -> DbResult<u32> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT count(*) FROM runs WHERE thread_id = ?1 AND (status = 'waiting' OR status = 'streaming')",
-        )?
-        .query_row([id], |r| r.get(0))?)
 }
 
 /// What an extractive summary is made of: the King's first questions and
@@ -119,110 +28,64 @@ pub struct Material {
     pub last_answers: Vec<(String, String)>,
 }
 
-/// At most `questions` King messages and the last answer of each member.
-pub fn material(conn: &Connection, id: &str, questions: u32) -> DbResult<Material> {
-    let mut stmt =
-        conn.prepare_cached("SELECT body FROM messages WHERE thread_id = ?1 AND kind = 'king' ORDER BY seq LIMIT ?2")?;
-    let questions = stmt.query_map(params![id, questions], |r| r.get(0))?.collect::<Result<_, _>>()?;
-    let mut stmt = conn.prepare_cached(
-        "SELECT m.sender, m.body FROM messages m
-         JOIN (SELECT sender, max(seq) AS seq FROM messages WHERE thread_id = ?1 AND kind = 'agent' AND purpose IS NULL
-               GROUP BY sender) last ON last.sender = m.sender AND last.seq = m.seq
-         WHERE m.thread_id = ?1 ORDER BY m.seq",
-    )?;
-    let last_answers = stmt.query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
-    Ok(Material { questions, last_answers })
+/// The event a move of `thread` to `to` for `reason` records at `now`,
+/// `sessions` of its sessions moved with it (suspended when it goes idle,
+/// archived with it).
+pub(crate) fn moved(
+    thread: &Thread,
+    to: ThreadStatus,
+    reason: &str,
+    now: i64,
+    sessions: u64,
+    summary: Option<&Summary>,
+) -> (&'static str, Value) {
+    match to {
+        ThreadStatus::Idle => (
+            "thread.idle",
+            json!({"reason": reason, "sessions_suspended": sessions, "idle_for_ms": now - thread.last_activity_at_ms}),
+        ),
+        ThreadStatus::Archived => (
+            "thread.archive",
+            json!({"reason": reason, "sessions_archived": sessions, "summary_by": summary.map(|s| s.by.as_str())}),
+        ),
+        ThreadStatus::Active => {
+            let kind = if thread.status == ThreadStatus::Archived { "thread.unarchive" } else { "thread.revive" };
+            (kind, json!({"reason": reason, "from": status_str(thread.status)}))
+        }
+    }
 }
 
-/// Keeps `summary` as the thread's summary (its status is unchanged).
-pub fn set_summary(conn: &Connection, now: i64, id: &str, summary: &Summary) -> DbResult<Thread> {
-    threads::get(conn, id)?;
-    conn.prepare_cached("UPDATE threads SET summary = ?2, summary_by = ?3 WHERE id = ?1")?.execute(params![
-        id,
-        summary.text,
-        summary.by
-    ])?;
-    events::record(
-        conn,
-        now,
-        &NewEvent { kind: "thread.summary", thread: Some(id), data: json!({"by": summary.by}), ..Default::default() },
-    )?;
-    threads::get(conn, id)
+/// Whether the reaper's view of `thread` (no activity since
+/// `seen_activity`, `running` runs in flight) no longer holds, or it is at
+/// `to` already: it is not aged then.
+pub(crate) fn stale_age(thread: &Thread, seen_activity: i64, to: ThreadStatus, running: u32) -> bool {
+    thread.last_activity_at_ms != seen_activity || thread.status == to || running > 0
 }
 
-/// Names the thread.
-pub fn set_title(conn: &Connection, now: i64, id: &str, title: &str) -> DbResult<Thread> {
-    threads::get(conn, id)?;
-    conn.prepare_cached("UPDATE threads SET title = ?2 WHERE id = ?1")?.execute(params![id, title])?;
-    events::record(
-        conn,
-        now,
-        &NewEvent { kind: "thread.title", thread: Some(id), data: json!({"title": title}), ..Default::default() },
-    )?;
-    threads::get(conn, id)
+/// A thread with `running` runs in flight is not deleted.
+pub(crate) fn refuse_delete(id: &str, running: u32) -> DbResult<()> {
+    if running == 0 {
+        return Ok(());
+    }
+    Err(DbError::Invalid(format!(
+        "thread {id} has {running} run{} in flight; cancel {} or delete with force",
+        if running == 1 { "" } else { "s" },
+        if running == 1 { "it" } else { "them" }
+    )))
 }
 
-/// Deletes the thread with everything it holds; its branches lose their
-/// parent. Refused while runs are in flight. Returns how many messages went.
-pub fn delete(conn: &Connection, now: i64, id: &str, out: &mut Outbox) -> DbResult<u64> {
-    threads::get(conn, id)?;
-    let running = in_flight(conn, id)?;
-    if running > 0 {
-        return Err(DbError::Invalid(format!(
-            "thread {id} has {running} run{} in flight; cancel {} or delete with force",
-            if running == 1 { "" } else { "s" },
-            if running == 1 { "it" } else { "them" }
-        )));
-    }
-    let messages: i64 =
-        conn.prepare_cached("SELECT count(*) FROM messages WHERE thread_id = ?1")?.query_row([id], |r| r.get(0))?;
-    conn.prepare_cached("DELETE FROM conversation_events WHERE thread_id = ?1")?.execute([id])?;
-    // Messages, runs (and their partial text), sessions, inbox, participants,
-    // acknowledgements and the current-thread entry go by cascade.
-    conn.prepare_cached("DELETE FROM threads WHERE id = ?1")?.execute([id])?;
-    events::record(
-        conn,
-        now,
-        &NewEvent { kind: "thread.delete", data: json!({"thread": id, "messages": messages}), ..Default::default() },
-    )?;
-    out.threads_added -= 1;
-    Ok(messages as u64)
+/// What keeping a summary by `by` records.
+pub(crate) fn summarised<'a>(id: &'a str, by: &str) -> NewEvent<'a> {
+    NewEvent { kind: "thread.summary", thread: Some(id), data: json!({"by": by}), ..Default::default() }
 }
 
-impl super::Sqlite {
-    pub async fn set_thread_status(
-        &self,
-        id: String,
-        to: ThreadStatus,
-        reason: &'static str,
-        summary: Option<Summary>,
-    ) -> DbResult<Thread> {
-        self.write(move |c, out| set_status(c, super::now_ms(), &id, to, reason, summary.as_ref(), out)).await
-    }
+/// What naming a thread records.
+pub(crate) fn titled<'a>(id: &'a str, title: &str) -> NewEvent<'a> {
+    NewEvent { kind: "thread.title", thread: Some(id), data: json!({"title": title}), ..Default::default() }
+}
 
-    pub async fn age_thread(
-        &self,
-        id: String,
-        seen_activity: i64,
-        to: ThreadStatus,
-        summary: Option<Summary>,
-    ) -> DbResult<bool> {
-        self.write(move |c, out| age(c, super::now_ms(), &id, seen_activity, to, summary.as_ref(), out)).await
-    }
-
-    pub async fn summary_material(&self, id: String, questions: u32) -> DbResult<Material> {
-        self.read(move |c| material(c, &id, questions)).await
-    }
-
-    pub async fn set_thread_summary(&self, id: String, summary: Summary) -> DbResult<Thread> {
-        self.write(move |c, _| set_summary(c, super::now_ms(), &id, &summary)).await
-    }
-
-    pub async fn set_thread_title(&self, id: String, title: String) -> DbResult<Thread> {
-        self.write(move |c, _| set_title(c, super::now_ms(), &id, &title)).await
-    }
-
-    pub async fn delete_thread(&self, id: String) -> DbResult<u64> {
-        self.write(move |c, out| delete(c, super::now_ms(), &id, out)).await
-    }
+/// What deleting a thread and its `messages` records (under no thread: it
+/// is gone).
+pub(crate) fn deleted(id: &str, messages: i64) -> NewEvent<'static> {
+    NewEvent { kind: "thread.delete", data: json!({"thread": id, "messages": messages}), ..Default::default() }
 }

@@ -1,15 +1,18 @@
 //! Conversation locks (F-R5): TTL, fencing tokens that grow with every
 //! acquisition (persisted, so they keep growing across restarts), and
 //! dead-holder detection. Expiry uses wall-clock times stored in the row, so
-//! a lock expires correctly across a daemon restart.
+//! a lock expires correctly across a daemon restart. Here: the rules both
+//! engines decide by — whether a lock is free ([`Held::is_free`]), what an
+//! acquisition does ([`acquiring`]), what it records and answers, and when
+//! a token is stale.
 
-use kd_proto::types::{Fence, Lock, LockOutcome, LockReleased};
-use rusqlite::{Connection, OptionalExtension, Row, params};
-use serde_json::json;
+use kd_proto::types::{Fence, Lock, LockOutcome};
+use serde_json::{Value, json};
 
-use super::events::{self, NewEvent};
+use super::row::Columns;
 use super::{DbError, DbResult};
 
+/// A lock as its row holds it.
 pub(crate) struct Held {
     pub(crate) holder: String,
     pub(crate) pid: Option<u32>,
@@ -29,93 +32,94 @@ impl Held {
             None
         }
     }
+
+    /// The lock on `resource` as `locks.list` shows it, unless it is free.
+    pub(crate) fn shown(self, resource: String, now: i64, alive: &dyn Fn(u32) -> bool) -> Option<Lock> {
+        self.is_free(now, alive).is_none().then(|| Lock {
+            resource,
+            holder: self.holder,
+            pid: self.pid,
+            token: self.token,
+            acquired_at_ms: self.acquired_at,
+            expires_at_ms: self.expires_at,
+            expires_in_ms: (self.expires_at - now).max(0) as u64,
+        })
+    }
 }
 
-pub fn acquire(
-    conn: &Connection,
+/// What an acquisition of a lock does, given who holds it.
+pub(crate) enum Acquire {
+    /// The holder's own lock (same holder and pid): its TTL is renewed.
+    Renew { token: u64 },
+    /// Held by another, live: refused.
+    Deny { holder: String, pid: Option<u32>, expires_in_ms: u64 },
+    /// Free: taken with a new token; `freed`: why its previous holder lost
+    /// it, who it was and its token.
+    Take { freed: Option<(&'static str, String, u64)> },
+}
+
+/// What `holder` (`pid`) acquiring a lock `previous` holds does at `now`.
+pub(crate) fn acquiring(
+    previous: Option<&Held>,
     now: i64,
-    resource: &str,
     holder: &str,
-    ttl_ms: u64,
     pid: Option<u32>,
     alive: &dyn Fn(u32) -> bool,
-) -> DbResult<LockOutcome> {
-    let expires_at = now.saturating_add(ttl_ms as i64);
-    let previous = held(conn, resource)?;
-    let mut took_over = None;
-    if let Some(h) = &previous {
-        match h.is_free(now, alive) {
-            None if h.holder == holder && h.pid == pid => {
-                conn.prepare_cached("UPDATE locks SET expires_at = ?2 WHERE resource = ?1")?
-                    .execute(params![resource, expires_at])?;
-                record(conn, now, "lock.renew", resource, holder, json!({"token": h.token, "ttl_ms": ttl_ms}))?;
-                return Ok(LockOutcome::Acquired {
-                    resource: resource.into(),
-                    token: h.token,
-                    expires_at_ms: expires_at,
-                    renewed: true,
-                });
-            }
-            None => {
-                let expires_in_ms = (h.expires_at - now).max(0) as u64;
-                record(
-                    conn,
-                    now,
-                    "lock.deny",
-                    resource,
-                    holder,
-                    json!({"holder": h.holder, "pid": h.pid, "expires_in_ms": expires_in_ms}),
-                )?;
-                return Ok(LockOutcome::Denied {
-                    resource: resource.into(),
-                    holder: h.holder.clone(),
-                    pid: h.pid,
-                    expires_in_ms,
-                });
-            }
-            Some(reason) => took_over = Some((reason, h.holder.clone(), h.token)),
+) -> Acquire {
+    let Some(h) = previous else { return Acquire::Take { freed: None } };
+    match h.is_free(now, alive) {
+        None if h.holder == holder && h.pid == pid => Acquire::Renew { token: h.token },
+        None => {
+            Acquire::Deny { holder: h.holder.clone(), pid: h.pid, expires_in_ms: (h.expires_at - now).max(0) as u64 }
         }
-    }
-    conn.prepare_cached("UPDATE counters SET value = value + 1 WHERE name = 'fencing_token'")?.execute([])?;
-    let token: i64 =
-        conn.prepare_cached("SELECT value FROM counters WHERE name = 'fencing_token'")?.query_row([], |r| r.get(0))?;
-    conn.prepare_cached(
-        "INSERT INTO locks (resource, holder, pid, token, acquired_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-         ON CONFLICT (resource) DO UPDATE SET holder = excluded.holder, pid = excluded.pid, token = excluded.token,
-             acquired_at = excluded.acquired_at, expires_at = excluded.expires_at",
-    )?
-    .execute(params![resource, holder, pid, token, now, expires_at])?;
-    let data = match took_over {
-        Some((reason, prev, prev_token)) => {
-            json!({"token": token, "ttl_ms": ttl_ms, "pid": pid, "freed": reason, "previous_holder": prev, "previous_token": prev_token})
-        }
-        None => json!({"token": token, "ttl_ms": ttl_ms, "pid": pid}),
-    };
-    record(conn, now, "lock.acquire", resource, holder, data)?;
-    Ok(LockOutcome::Acquired {
-        resource: resource.into(),
-        token: token as u64,
-        expires_at_ms: expires_at,
-        renewed: false,
-    })
-}
-
-pub fn release(conn: &Connection, now: i64, resource: &str, token: u64) -> DbResult<LockReleased> {
-    let current = held(conn, resource)?;
-    match current {
-        Some(h) if h.token == token => {
-            conn.prepare_cached("DELETE FROM locks WHERE resource = ?1")?.execute([resource])?;
-            record(conn, now, "lock.release", resource, &h.holder, json!({"token": token}))?;
-            Ok(LockReleased { resource: resource.into(), token })
-        }
-        other => Err(DbError::StaleToken { resource: resource.into(), token, current: other.map(|h| h.token) }),
+        Some(reason) => Acquire::Take { freed: Some((reason, h.holder.clone(), h.token)) },
     }
 }
 
-/// Refuses a fenced write unless `fence.token` is the lock's current,
-/// unexpired token.
-pub fn check_fence(conn: &Connection, now: i64, fence: &Fence) -> DbResult<()> {
-    match held(conn, &fence.resource)? {
+impl Acquire {
+    /// What the acquisition records (`lock.renew`, `lock.deny`,
+    /// `lock.acquire`; `token`: the new one, when taken) and answers,
+    /// the lock then expiring at `expires_at`.
+    pub(crate) fn outcome(
+        self,
+        resource: &str,
+        token: u64,
+        ttl_ms: u64,
+        pid: Option<u32>,
+        expires_at: i64,
+    ) -> (&'static str, Value, LockOutcome) {
+        let acquired = |token, renewed| LockOutcome::Acquired {
+            resource: resource.into(),
+            token,
+            expires_at_ms: expires_at,
+            renewed,
+        };
+        match self {
+            Acquire::Renew { token } => {
+                ("lock.renew", json!({"token": token, "ttl_ms": ttl_ms}), acquired(token, true))
+            }
+            Acquire::Deny { holder, pid, expires_in_ms } => (
+                "lock.deny",
+                json!({"holder": holder, "pid": pid, "expires_in_ms": expires_in_ms}),
+                LockOutcome::Denied { resource: resource.into(), holder, pid, expires_in_ms },
+            ),
+            Acquire::Take { freed: Some((reason, prev, prev_token)) } => (
+                "lock.acquire",
+                json!({"token": token, "ttl_ms": ttl_ms, "pid": pid, "freed": reason, "previous_holder": prev,
+                       "previous_token": prev_token}),
+                acquired(token, false),
+            ),
+            Acquire::Take { freed: None } => {
+                ("lock.acquire", json!({"token": token, "ttl_ms": ttl_ms, "pid": pid}), acquired(token, false))
+            }
+        }
+    }
+}
+
+/// Whether a fenced write may go on: `fence.token` is the lock's current,
+/// unexpired token (the lock `held` now).
+pub(crate) fn check_fence(held: Option<Held>, now: i64, fence: &Fence) -> DbResult<()> {
+    match held {
         Some(h) if h.token == fence.token && h.expires_at > now => Ok(()),
         other => Err(DbError::StaleToken {
             resource: fence.resource.clone(),
@@ -125,84 +129,19 @@ pub fn check_fence(conn: &Connection, now: i64, fence: &Fence) -> DbResult<()> {
     }
 }
 
-/// Locks that are held now: expired and dead-holder locks are left out.
-pub fn list(conn: &Connection, now: i64, resource: Option<&str>, alive: &dyn Fn(u32) -> bool) -> DbResult<Vec<Lock>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT resource, holder, pid, token, acquired_at, expires_at FROM locks
-         WHERE (?1 IS NULL OR resource = ?1) ORDER BY resource",
-    )?;
-    let rows = stmt.query_map(params![resource], |r| Ok((r.get::<_, String>(0)?, from_row(r)?)))?;
-    let mut out = Vec::new();
-    for row in rows {
-        let (resource, h) = row?;
-        if h.is_free(now, alive).is_none() {
-            out.push(Lock {
-                resource,
-                holder: h.holder,
-                pid: h.pid,
-                token: h.token,
-                acquired_at_ms: h.acquired_at,
-                expires_at_ms: h.expires_at,
-                expires_in_ms: (h.expires_at - now).max(0) as u64,
-            });
-        }
-    }
-    Ok(out)
+/// A release with a token the lock (`held`) no longer carries.
+pub(crate) fn stale(resource: &str, token: u64, held: Option<Held>) -> DbError {
+    DbError::StaleToken { resource: resource.into(), token, current: held.map(|h| h.token) }
 }
 
-fn held(conn: &Connection, resource: &str) -> DbResult<Option<Held>> {
-    Ok(conn
-        .prepare_cached("SELECT resource, holder, pid, token, acquired_at, expires_at FROM locks WHERE resource = ?1")?
-        .query_row([resource], from_row)
-        .optional()?)
-}
-
-fn from_row(r: &Row<'_>) -> rusqlite::Result<Held> {
+/// A lock's holder as both engines select it: resource, holder, pid,
+/// token, acquired_at, expires_at.
+pub(crate) fn read<R: Columns>(r: &R) -> Result<Held, R::Error> {
     Ok(Held {
-        holder: r.get(1)?,
-        pid: r.get(2)?,
-        token: r.get::<_, i64>(3)? as u64,
-        acquired_at: r.get(4)?,
-        expires_at: r.get(5)?,
+        holder: r.text(1)?,
+        pid: r.opt_int(2)?.map(|p| p as u32),
+        token: r.count(3)?,
+        acquired_at: r.int(4)?,
+        expires_at: r.int(5)?,
     })
-}
-
-fn record(
-    conn: &Connection,
-    now: i64,
-    kind: &str,
-    resource: &str,
-    holder: &str,
-    mut data: serde_json::Value,
-) -> DbResult<()> {
-    data["resource"] = json!(resource);
-    // A lock on a thread id is that thread's conversation lock.
-    let thread: Option<String> =
-        conn.prepare_cached("SELECT id FROM threads WHERE id = ?1")?.query_row([resource], |r| r.get(0)).optional()?;
-    events::record(
-        conn,
-        now,
-        &NewEvent { kind, thread: thread.as_deref(), from: Some(holder), data, ..Default::default() },
-    )
-}
-
-impl super::Sqlite {
-    pub async fn acquire_lock(
-        &self,
-        resource: String,
-        holder: String,
-        ttl_ms: u64,
-        pid: Option<u32>,
-    ) -> DbResult<LockOutcome> {
-        self.write(move |c, _| acquire(c, super::now_ms(), &resource, &holder, ttl_ms, pid, &crate::proc::pid_alive))
-            .await
-    }
-
-    pub async fn release_lock(&self, resource: String, token: u64) -> DbResult<LockReleased> {
-        self.write(move |c, _| release(c, super::now_ms(), &resource, token)).await
-    }
-
-    pub async fn locks(&self, resource: Option<String>) -> DbResult<Vec<Lock>> {
-        self.read(move |c| list(c, super::now_ms(), resource.as_deref(), &crate::proc::pid_alive)).await
-    }
 }

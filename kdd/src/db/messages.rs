@@ -1,11 +1,11 @@
 //! Messages: dense per-thread `seq`, handed out by the writer in commit order.
 
-use kd_proto::types::{Fence, Message, MessageKind, Purpose, RouteType, RunMeta, ThreadEvent, ThreadStatus};
-use rusqlite::{Connection, Row, params};
+use kd_proto::types::{Fence, Message, MessageKind, Purpose, RouteType, RunMeta};
 use serde_json::json;
 
-use super::events::{self, NewEvent};
-use super::{DbError, DbResult, Outbox, json_list, lifecycle, locks, parse_list, threads};
+use super::events::NewEvent;
+use super::row::Columns;
+use super::{DbError, DbResult};
 
 /// Parameters of [`append`], already validated.
 #[derive(Debug, Clone)]
@@ -99,105 +99,6 @@ impl NewMessage {
     }
 }
 
-/// Appends a message with the thread's next seq, records it in the event
-/// log and queues it for the thread's subscribers. A message revives an
-/// idle thread; an archived one refuses it (but for the end of a run that
-/// was in flight). The King's first message names
-/// a thread that has no title.
-pub fn append(conn: &Connection, now: i64, m: NewMessage, out: &mut Outbox) -> DbResult<Message> {
-    if let Some(fence) = &m.fence {
-        locks::check_fence(conn, now, fence)?;
-    }
-    // The next seq, taken unless the thread is archived (the end of a run
-    // already in flight is kept; nothing new is). Two statements, not
-    // UPDATE … RETURNING: RETURNING buffers its rows in an ephemeral table,
-    // which costs more than the second lookup.
-    let updated = conn
-        .prepare_cached(
-            "UPDATE threads SET last_seq = last_seq + 1, last_activity_at = ?2
-             WHERE id = ?1 AND (status != 'archived' OR ?3)",
-        )?
-        .execute(params![m.thread, now, m.run.is_some()])?;
-    if updated == 0 {
-        return Err(match threads::exists(conn, &m.thread)? {
-            true => DbError::Archived(m.thread.clone()),
-            false => DbError::NotFound(format!("thread {}", m.thread)),
-        });
-    }
-    let (seq, status, untitled): (i64, String, bool) = conn
-        .prepare_cached("SELECT last_seq, status, title IS NULL FROM threads WHERE id = ?1")?
-        .query_row([&m.thread], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-    if status == "idle" {
-        lifecycle::set_status(conn, now, &m.thread, ThreadStatus::Active, "message", None, out)?;
-    }
-    if untitled
-        && m.kind == MessageKind::King
-        && let Some(title) = kd_proto::title::title_from(&m.body)
-    {
-        conn.prepare_cached("UPDATE threads SET title = ?2 WHERE id = ?1")?.execute(params![m.thread, title])?;
-    }
-    let seq = seq as u64;
-    append_as(conn, now, seq, m, out)
-}
-
-/// Inserts `m` with a seq already taken from the thread.
-fn append_as(conn: &Connection, now: i64, seq: u64, m: NewMessage, out: &mut Outbox) -> DbResult<Message> {
-    if let Some(r) = m.reply_to
-        && (r == 0 || r >= seq)
-    {
-        return Err(DbError::Invalid(format!(
-            "reply_to {r} is not an earlier message of thread {} (it has {} messages)",
-            m.thread,
-            seq - 1
-        )));
-    }
-    let run = m.run.as_ref().map(|r| serde_json::to_string(r).unwrap_or_default());
-    conn.prepare_cached(
-        "INSERT INTO messages
-             (thread_id, seq, sender, recipients, cc, reply_to, kind, body, round, created_at, run, replaces, refs, route, purpose)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
-    )?
-    .execute(params![
-        m.thread,
-        seq as i64,
-        m.from,
-        json_list(&m.to),
-        json_list(&m.cc),
-        m.reply_to.map(|r| r as i64),
-        m.kind.as_str(),
-        m.body,
-        m.round,
-        now,
-        run,
-        m.replaces.map(|r| r as i64),
-        json_list(&m.refs),
-        m.route.map(RouteType::as_str),
-        m.purpose.map(Purpose::as_str)
-    ])?;
-    events::record(conn, now, &m.event(seq))?;
-    let message = m.into_message(seq, now);
-    out.publish(&message.thread, ThreadEvent::Message { message: Box::new(message.clone()) });
-    Ok(message)
-}
-
-/// Appends messages with their own times (an import); returns how many.
-pub fn import(conn: &Connection, thread: &str, messages: Vec<(i64, NewMessage)>, out: &mut Outbox) -> DbResult<usize> {
-    let n = messages.len();
-    let mut last_at = 0;
-    for (at, m) in messages {
-        conn.prepare_cached("UPDATE threads SET last_seq = last_seq + 1 WHERE id = ?1")?.execute([thread])?;
-        let seq: i64 =
-            conn.prepare_cached("SELECT last_seq FROM threads WHERE id = ?1")?.query_row([thread], |r| r.get(0))?;
-        append_as(conn, at, seq as u64, m, out)?;
-        last_at = last_at.max(at);
-    }
-    if n > 0 {
-        conn.prepare_cached("UPDATE threads SET last_activity_at = max(last_activity_at, ?2) WHERE id = ?1")?
-            .execute(params![thread, last_at])?;
-    }
-    Ok(n)
-}
-
 /// Which messages of a thread [`list`] reads, and how much of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Page {
@@ -226,59 +127,40 @@ impl Page {
     }
 }
 
-/// A page of a thread's messages, in seq order.
-pub fn list(conn: &Connection, thread: &str, page: Page) -> DbResult<Vec<Message>> {
-    threads::get(conn, thread)?;
-    let sql = if page.from_end {
-        "SELECT thread_id, seq, sender, recipients, cc, reply_to, kind, CASE WHEN ?5 THEN body ELSE '' END,
-                round, created_at, run, replaces, refs, route, purpose
-         FROM messages WHERE thread_id = ?1 AND seq > ?2 AND seq < ?3 ORDER BY seq DESC LIMIT ?4"
-    } else {
-        "SELECT thread_id, seq, sender, recipients, cc, reply_to, kind, CASE WHEN ?5 THEN body ELSE '' END,
-                round, created_at, run, replaces, refs, route, purpose
-         FROM messages WHERE thread_id = ?1 AND seq > ?2 AND seq < ?3 ORDER BY seq LIMIT ?4"
-    };
-    let mut stmt = conn.prepare_cached(sql)?;
-    let limit = page.limit.map(i64::from).unwrap_or(-1);
-    let before = page.before.map(|b| b.min(i64::MAX as u64) as i64).unwrap_or(i64::MAX);
-    let mut rows = stmt.query(params![thread, page.after as i64, before, limit, page.bodies])?;
-    let mut out = Vec::new();
-    let mut bytes = 0usize;
-    while let Some(row) = rows.next()? {
-        let m = from_row(row)?;
-        bytes = bytes.saturating_add(m.body.len() + ROW_BYTES);
-        if bytes > page.budget && !out.is_empty() {
-            break;
-        }
-        out.push(m);
+impl Page {
+    /// The page, empty, to be filled as its rows are read.
+    pub(crate) fn filling(self) -> Filling {
+        Filling { page: self, bytes: 0, out: Vec::new() }
     }
-    if page.from_end {
-        out.reverse();
-    }
-    Ok(out)
 }
 
-fn from_row(r: &Row<'_>) -> rusqlite::Result<Message> {
-    let to: String = r.get(3)?;
-    let cc: String = r.get(4)?;
-    let run: Option<String> = r.get(10)?;
-    Ok(Message {
-        thread: r.get(0)?,
-        seq: r.get::<_, i64>(1)? as u64,
-        from: r.get(2)?,
-        to: parse_list(&to),
-        cc: parse_list(&cc),
-        reply_to: r.get::<_, Option<i64>>(5)?.map(|v| v as u64),
-        kind: parse_kind(r.get_ref(6)?.as_str()?),
-        body: r.get(7)?,
-        round: r.get(8)?,
-        created_at_ms: r.get(9)?,
-        run: run.and_then(|s| serde_json::from_str(&s).ok()),
-        replaces: r.get::<_, Option<i64>>(11)?.map(|v| v as u64),
-        refs: parse_list(&r.get::<_, String>(12)?),
-        route: r.get_ref(13)?.as_str_or_null()?.and_then(RouteType::parse),
-        purpose: r.get_ref(14)?.as_str_or_null()?.and_then(Purpose::parse),
-    })
+/// The messages of a [`Page`] as its rows are read: each is kept until the
+/// page's byte budget is spent (one at least); read from the end, they are
+/// put back oldest first.
+pub(crate) struct Filling {
+    page: Page,
+    bytes: usize,
+    out: Vec<Message>,
+}
+
+impl Filling {
+    /// Keeps `m` unless the page is full: false once it is (read no more).
+    pub(crate) fn keep(&mut self, m: Message) -> bool {
+        self.bytes = self.bytes.saturating_add(m.body.len() + ROW_BYTES);
+        if self.bytes > self.page.budget && !self.out.is_empty() {
+            return false;
+        }
+        self.out.push(m);
+        true
+    }
+
+    /// The page's messages, oldest first.
+    pub(crate) fn done(mut self) -> Vec<Message> {
+        if self.page.from_end {
+            self.out.reverse();
+        }
+        self.out
+    }
 }
 
 pub(crate) fn parse_kind(s: &str) -> MessageKind {
@@ -291,21 +173,46 @@ pub(crate) fn parse_kind(s: &str) -> MessageKind {
     }
 }
 
-impl super::Sqlite {
-    pub async fn append_message(&self, m: NewMessage) -> DbResult<Message> {
-        self.write(move |c, out| append(c, super::now_ms(), m, out)).await
+impl NewMessage {
+    /// Refuses a reply to what is not an earlier message of the thread,
+    /// the message being appended as `seq`.
+    pub(crate) fn check_reply(&self, seq: u64) -> DbResult<()> {
+        match self.reply_to {
+            Some(r) if r == 0 || r >= seq => Err(DbError::Invalid(format!(
+                "reply_to {r} is not an earlier message of thread {} (it has {} messages)",
+                self.thread,
+                seq - 1
+            ))),
+            _ => Ok(()),
+        }
     }
 
-    pub async fn messages(&self, thread: String, page: Page) -> DbResult<Vec<Message>> {
-        self.read(move |c| list(c, &thread, page)).await
+    /// The title an untitled thread takes from this message: a King's
+    /// question titles it.
+    pub(crate) fn title(&self) -> Option<String> {
+        (self.kind == MessageKind::King).then(|| kd_proto::title::title_from(&self.body)).flatten()
     }
+}
 
-    /// One message of a thread.
-    pub async fn message(&self, thread: String, seq: u64) -> DbResult<Message> {
-        self.read(move |c| {
-            let page = Page { after: seq.saturating_sub(1), before: Some(seq.saturating_add(1)), ..Page::all_after(0) };
-            list(c, &thread, page)?.pop().ok_or_else(|| DbError::NotFound(format!("message {seq} of thread {thread}")))
-        })
-        .await
-    }
+/// A message as both engines select it: thread, seq, sender, to, cc,
+/// reply_to, kind, body, round, created_at, run, replaces, refs, route,
+/// purpose.
+pub(crate) fn read<R: Columns>(r: &R) -> Result<Message, R::Error> {
+    Ok(Message {
+        thread: r.text(0)?,
+        seq: r.count(1)?,
+        from: r.text(2)?,
+        to: super::parse_list(&r.text(3)?),
+        cc: super::parse_list(&r.text(4)?),
+        reply_to: r.opt_count(5)?,
+        kind: parse_kind(&r.text(6)?),
+        body: r.text(7)?,
+        round: r.opt_int(8)?.map(|v| v as u32),
+        created_at_ms: r.int(9)?,
+        run: r.opt_text(10)?.and_then(|s| serde_json::from_str(&s).ok()),
+        replaces: r.opt_count(11)?,
+        refs: super::parse_list(&r.text(12)?),
+        route: r.opt_text(13)?.and_then(|t| RouteType::parse(&t)),
+        purpose: r.opt_text(14)?.and_then(|t| Purpose::parse(&t)),
+    })
 }

@@ -1,69 +1,71 @@
-//! The registry: every durable fact lives in one SQLite database.
+//! The registry's interface: every durable fact kdd keeps, whichever engine
+//! keeps it.
 //!
-//! **Concurrency design.** One dedicated OS thread owns the only write
-//! connection ([`writer`]). Async callers send it jobs — closures over a
-//! `&Connection` — through a bounded channel and await a oneshot reply. The
-//! writer drains whatever is queued (up to [`writer::MAX_BATCH`] jobs), runs
-//! them in one `BEGIN IMMEDIATE` transaction, each inside its own savepoint so
-//! one failing job does not undo the others, commits, and only then replies
-//! and publishes the jobs' events to subscribers. Everything that must be
-//! serialised — a thread's dense `seq`, single-resume of sessions, fencing
-//! tokens — is therefore decided by one thread, in commit order, without
-//! locks in Rust. Reads run on `spawn_blocking` over a small pool of
-//! read-only connections (WAL lets them proceed beside the writer).
+//! **The interface** (this folder's own modules) is what the rest of kdd
+//! speaks: [`Db`], the handle, and its operations ([`registry`]);
+//! [`DbError`]; the vocabulary of those operations, one module per concept
+//! ([`threads`], [`messages`], [`runs`], [`sessions`], [`locks`],
+//! [`events`], [`inbox`], [`acks`], [`lifecycle`], [`compose`], [`exchanges`],
+//! [`search`], [`cost`]: their types and the pure rules both engines follow
+//! — refusals, the events a change records, lineage, who blocks a session
+//! — and how each reads its rows, through [`row::Columns`], which each engine
+//! implements over its driver's row);
+//! what kdd does while the registry is away ([`outage`]); and the contract
+//! suite, which runs the same calls on both engines (`contract`). No SQL
+//! and no driver's type lives here.
 //!
-//! No SQL exists outside this module: [`threads`], [`messages`],
-//! [`sessions`], [`locks`] and [`events`] hold the queries, [`schema`] the
-//! migrations.
+//! **The engines** are siblings that implement every operation, each as an
+//! inherent `async fn` of the same signature, and import only the
+//! interface, never each other:
+//!
+//! - [`sqlite`]: one file on this machine. One writer thread owns the only
+//!   write connection and runs jobs in batched `IMMEDIATE` transactions,
+//!   publishing their events after the commit; reads run on a pool of
+//!   read-only connections; FTS5 indexes messages for search.
+//! - [`pg`]: a PostgreSQL database several kdd nodes may share. One
+//!   operation is one transaction on a pooled connection; what SQLite's
+//!   single writer serialises, row locks and advisory locks serialise here;
+//!   nodes lease exchanges, hear each other by NOTIFY and batch appends in
+//!   lanes.
+//!
+//! No SQL exists outside the engines.
 
 pub mod acks;
-mod checkpoint;
 pub mod compose;
 #[cfg(test)]
 mod contract;
 pub mod cost;
 pub mod events;
 pub mod exchanges;
+#[cfg(test)]
+pub(crate) mod fixtures;
 pub mod inbox;
 pub mod lifecycle;
 pub mod locks;
 pub mod messages;
-mod one_node;
 pub mod outage;
 mod page_json;
 pub mod pg;
-mod pool;
 mod registry;
+mod row;
 pub mod runs;
-pub mod schema;
 pub mod search;
 pub mod sessions;
+pub mod sqlite;
 pub mod threads;
-pub mod work;
-mod writer;
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::PathBuf;
 
 use kd_proto::types::ThreadEvent;
-use rusqlite::Connection;
-use tokio::sync::{mpsc, oneshot};
-
-use crate::hub::Hub;
-use pool::ReadPool;
-use writer::Job;
-
 pub use registry::{Db, Node};
-pub use writer::MAX_BATCH;
 
 /// Errors of the registry. Mapped once, at the RPC edge, to error codes.
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
-    #[error("database error: {0}")]
-    Sqlite(#[from] rusqlite::Error),
-    #[error("database error: {0}")]
-    Postgres(String),
+    /// What the engine itself reported (SQLite's or PostgreSQL's error, in
+    /// its words); `cause` says whether the database is only away for now.
+    #[error("database error: {text}")]
+    Engine { text: String, cause: Cause },
     /// The database cannot be reached (connection lost or refused, no free
     /// connection in time): this operation fails, kdd keeps serving.
     #[error("the database is unavailable: {0}")]
@@ -124,6 +126,27 @@ pub enum DbError {
 
 pub type DbResult<T> = Result<T, DbError>;
 
+/// Why an engine failed, as far as kdd cares: each engine maps its own
+/// errors (rusqlite's codes, PostgreSQL's SQLSTATEs) to one of these, so
+/// the interface and the outage rules need neither's types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// The statement or the data: the same operation would fail again.
+    Failed,
+    /// The database is away for now (a full disk, an I/O error, its write
+    /// lock held elsewhere, the file not to be opened): see [`outage`].
+    Away,
+    /// The database cannot be written (a read-only file or file system).
+    ReadOnly,
+}
+
+impl DbError {
+    /// An engine's error that trying again will not mend.
+    pub fn engine(text: impl Into<String>) -> DbError {
+        DbError::Engine { text: text.into(), cause: Cause::Failed }
+    }
+}
+
 /// What a write job leaves behind to be done after its transaction commits.
 #[derive(Default)]
 pub struct Outbox {
@@ -136,137 +159,6 @@ pub struct Outbox {
 impl Outbox {
     pub fn publish(&mut self, thread: &str, event: ThreadEvent) {
         self.events.push((thread.to_string(), event));
-    }
-}
-
-/// The SQLite engine: one writer thread, a pool of readers.
-pub struct Sqlite {
-    jobs: mpsc::Sender<Job>,
-    readers: Arc<ReadPool>,
-    path: PathBuf,
-    schema_version: u32,
-    threads: Arc<AtomicU64>,
-    writer: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
-}
-
-impl Sqlite {
-    /// Opens (creating if needed) and migrates the database, and starts the
-    /// writer thread. Refuses a database whose schema is newer than ours.
-    pub fn open(path: &Path, hub: Arc<Hub>) -> DbResult<Sqlite> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| DbError::Migration {
-                path: path.to_path_buf(),
-                reason: format!("cannot create {}: {e}", dir.display()),
-            })?;
-        }
-        let read_only = |e: DbError| match e {
-            DbError::Sqlite(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::ReadOnly) => {
-                DbError::ReadOnly { path: path.to_path_buf(), reason: e.to_string() }
-            }
-            DbError::Migration { reason, .. } if reason.contains("readonly") => {
-                DbError::ReadOnly { path: path.to_path_buf(), reason }
-            }
-            other => other,
-        };
-        if let Ok(meta) = std::fs::metadata(path)
-            && !meta.is_file()
-        {
-            return Err(DbError::Invalid(format!(
-                "the database {} is not a regular file; point --db (or KD_DB) at a file",
-                path.display()
-            )));
-        }
-        let mut conn = Connection::open(path)?;
-        schema::configure(&conn).map_err(read_only)?;
-        schema::check_writable(&conn, path).map_err(read_only)?;
-        let schema_version = schema::migrate(&mut conn, path).map_err(read_only)?;
-        let thread_count = threads::count(&conn)?;
-        let threads = Arc::new(AtomicU64::new(thread_count));
-        let (tx, rx) = mpsc::channel(4 * MAX_BATCH);
-        let checkpointer = checkpoint::Checkpointer::spawn(path)?;
-        let handle = writer::spawn(conn, rx, hub, threads.clone(), checkpointer).map_err(|e| DbError::Migration {
-            path: path.to_path_buf(),
-            reason: format!("cannot start writer: {e}"),
-        })?;
-        Ok(Sqlite {
-            jobs: tx,
-            readers: Arc::new(ReadPool::new(path.to_path_buf())),
-            path: path.to_path_buf(),
-            schema_version,
-            threads,
-            writer: std::sync::Mutex::new(Some(handle)),
-        })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    pub fn schema_version(&self) -> u32 {
-        self.schema_version
-    }
-
-    /// Number of threads, kept current by the writer.
-    pub fn thread_count(&self) -> u64 {
-        self.threads.load(Ordering::Relaxed)
-    }
-
-    /// Runs `f` in the writer's transaction; its outbox is published only if
-    /// the transaction commits, and the reply arrives after the commit.
-    pub async fn write<T, F>(&self, f: F) -> DbResult<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&Connection, &mut Outbox) -> DbResult<T> + Send + 'static,
-    {
-        let (reply, rx) = oneshot::channel();
-        self.jobs.send(Job::new(f, reply)).await.map_err(|_| DbError::Closed)?;
-        rx.await.map_err(|_| DbError::Closed)?
-    }
-
-    /// Runs `f` on a pooled read-only connection on the blocking pool.
-    pub async fn read<T, F>(&self, f: F) -> DbResult<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&Connection) -> DbResult<T> + Send + 'static,
-    {
-        self.read_pooled(move |pool| pool.with(f)).await
-    }
-
-    /// Runs `f` with the pool of read connections on the blocking pool: a
-    /// read that takes more than one connection.
-    async fn read_pooled<T, F>(&self, f: F) -> DbResult<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&Arc<ReadPool>) -> DbResult<T> + Send + 'static,
-    {
-        let pool = self.readers.clone();
-        tokio::task::spawn_blocking(move || f(&pool))
-            .await
-            .map_err(|e| DbError::Internal(format!("read task failed: {e}")))?
-    }
-
-    /// SQLite's `integrity_check`: `ok`, or the problems it found.
-    pub async fn integrity_check(&self) -> DbResult<Vec<String>> {
-        self.read(|c| {
-            let mut stmt = c.prepare("PRAGMA integrity_check")?;
-            let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
-            Ok(rows.collect::<Result<_, _>>()?)
-        })
-        .await
-    }
-
-    /// Finishes every queued write, checkpoints the WAL and stops the writer.
-    /// Later writes fail with [`DbError::Closed`].
-    pub async fn close(&self) {
-        let (reply, rx) = oneshot::channel();
-        if self.jobs.send(Job::close(reply)).await.is_ok() {
-            let _ = rx.await;
-        }
-        let handle = self.writer.lock().ok().and_then(|mut h| h.take());
-        if let Some(h) = handle {
-            let _ = tokio::task::spawn_blocking(move || h.join()).await;
-        }
-        self.readers.clear();
     }
 }
 

@@ -40,29 +40,10 @@ impl DbError {
     pub fn is_outage(&self) -> bool {
         match self {
             DbError::Unavailable(_) | DbError::ReadOnly { .. } => true,
-            DbError::Sqlite(e) => is_outage_code(e.sqlite_error_code()),
+            DbError::Engine { cause, .. } => *cause != super::Cause::Failed,
             _ => false,
         }
     }
-}
-
-/// Whether SQLite's error `code` says the file cannot be written for now:
-/// its disk full or read-only, an I/O error, the write lock held by another
-/// process past the busy timeout, the file not to be opened.
-pub(super) fn is_outage_code(code: Option<rusqlite::ErrorCode>) -> bool {
-    use rusqlite::ErrorCode as C;
-    matches!(
-        code,
-        Some(
-            C::DiskFull
-                | C::ReadOnly
-                | C::SystemIoFailure
-                | C::DatabaseBusy
-                | C::DatabaseLocked
-                | C::CannotOpen
-                | C::FileLockingProtocolFailed
-        )
-    )
 }
 
 /// The wait after `wait` between two tries of a write kept.
@@ -158,25 +139,17 @@ mod tests {
 
     #[test]
     fn a_database_away_is_an_outage_and_a_wrong_operation_is_not() {
-        let sqlite = |code, extended| {
-            DbError::Sqlite(rusqlite::Error::SqliteFailure(
-                rusqlite::ffi::Error { code, extended_code: extended },
-                None,
-            ))
-        };
-        assert!(sqlite(rusqlite::ErrorCode::DiskFull, rusqlite::ffi::SQLITE_FULL).is_outage());
-        assert!(sqlite(rusqlite::ErrorCode::ReadOnly, rusqlite::ffi::SQLITE_READONLY).is_outage());
-        assert!(sqlite(rusqlite::ErrorCode::DatabaseBusy, rusqlite::ffi::SQLITE_BUSY).is_outage());
-        assert!(sqlite(rusqlite::ErrorCode::SystemIoFailure, rusqlite::ffi::SQLITE_IOERR_WRITE).is_outage());
+        let engine = |cause| DbError::Engine { text: "x".into(), cause };
+        assert!(engine(super::super::Cause::Away).is_outage());
+        assert!(engine(super::super::Cause::ReadOnly).is_outage());
         assert!(DbError::Unavailable("connection refused".into()).is_outage());
-        assert!(!sqlite(rusqlite::ErrorCode::ConstraintViolation, rusqlite::ffi::SQLITE_CONSTRAINT).is_outage());
-        assert!(!sqlite(rusqlite::ErrorCode::DatabaseCorrupt, rusqlite::ffi::SQLITE_CORRUPT).is_outage());
+        assert!(DbError::ReadOnly { path: "/x".into(), reason: "x".into() }.is_outage());
         for not in [
             DbError::NotFound("x".into()),
             DbError::Closed,
             DbError::Internal("x".into()),
             DbError::StepTaken(1),
-            DbError::Postgres("syntax error [42601]".into()),
+            DbError::engine("syntax error [42601]"),
         ] {
             assert!(!not.is_outage(), "{not}");
         }

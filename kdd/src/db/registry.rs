@@ -36,8 +36,9 @@ use super::messages::{NewMessage, Page};
 use super::pg::{self, Pg};
 use super::runs::{Finish, Orphan};
 use super::sessions::{NewSession, SessionEnd};
+use super::sqlite::Sqlite;
 use super::threads::NewThread;
-use super::{DbError, DbResult, Sqlite, cost, inbox, search};
+use super::{DbError, DbResult, cost, inbox, search};
 use crate::hub::Hub;
 
 /// The handle to the registry, whichever engine keeps it.

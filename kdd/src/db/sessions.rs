@@ -1,16 +1,18 @@
 //! Agent sessions per thread (F-R4) and the single-resume rule: at most one
 //! active session per thread and agent, and resuming a session that someone
 //! else has active is refused, never forked. A session whose holder process
-//! died is free again.
+//! died is free again. Here: what a start, resume, end or refusal is
+//! given and records, and who blocks whom ([`candidates`]), for both
+//! engines.
 
 use kd_proto::types::{Session, SessionStatus};
-use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde_json::{Value, json};
 
-use super::events::{self, NewEvent};
-use super::{DbError, DbResult, random_id, threads};
+use super::events::NewEvent;
+use super::row::Columns;
+use super::{DbError, DbResult};
 
-/// Parameters of [`start`], already validated.
+/// Parameters of a session's start, already validated.
 #[derive(Debug, Clone)]
 pub struct NewSession {
     pub thread: String,
@@ -46,106 +48,7 @@ impl From<Taken> for DbResult<Session> {
     }
 }
 
-const COLUMNS: &str =
-    "id, thread_id, agent, backend_session_id, status, holder, pid, started_at, last_active_at, metadata, seen_seq";
-
-pub fn start(conn: &Connection, now: i64, s: NewSession, alive: &dyn Fn(u32) -> bool) -> DbResult<Taken> {
-    threads::get(conn, &s.thread)?;
-    let copy = s.backend_session_id.as_deref();
-    if let Some(active) = blocking(conn, now, &s.thread, &s.agent, copy, None, alive)? {
-        return refuse(conn, now, &s.thread, None, &s.agent, active, s.holder.as_deref(), copy);
-    }
-    let id = format!("s-{}", random_id(10));
-    conn.prepare_cached(
-        "INSERT INTO sessions (id, thread_id, agent, backend_session_id, status, holder, pid, started_at, last_active_at, metadata)
-         VALUES (?1, ?2, ?3, ?4, 'active', ?5, ?6, ?7, ?7, ?8)",
-    )?
-    .execute(params![id, s.thread, s.agent, s.backend_session_id, s.holder, s.pid, now, s.metadata.to_string()])?;
-    events::record(
-        conn,
-        now,
-        &NewEvent {
-            kind: "session.start",
-            thread: Some(&s.thread),
-            session: Some(&id),
-            agent: Some(&s.agent),
-            data: json!({"holder": s.holder, "pid": s.pid, "backend_session_id": s.backend_session_id}),
-            ..Default::default()
-        },
-    )?;
-    Ok(Taken::Allowed(get(conn, &id)?))
-}
-
-pub fn resume(
-    conn: &Connection,
-    now: i64,
-    id: &str,
-    holder: Option<&str>,
-    pid: Option<u32>,
-    alive: &dyn Fn(u32) -> bool,
-) -> DbResult<Taken> {
-    let session = get(conn, id)?;
-    if session.status == SessionStatus::Archived {
-        return Err(DbError::Invalid(format!("session {id} is archived with its thread and cannot be resumed")));
-    }
-    let copy = session.backend_session_id.as_deref();
-    if let Some(active) = blocking(conn, now, &session.thread, &session.agent, copy, Some(&session), alive)? {
-        return refuse(conn, now, &session.thread, Some(id), &session.agent, active, holder, copy);
-    }
-    conn.prepare_cached(
-        "UPDATE sessions SET status = 'active', holder = ?2, pid = ?3, last_active_at = ?4 WHERE id = ?1",
-    )?
-    .execute(params![id, holder, pid, now])?;
-    events::record(
-        conn,
-        now,
-        &NewEvent {
-            kind: "session.resume",
-            thread: Some(&session.thread),
-            session: Some(id),
-            agent: Some(&session.agent),
-            data: json!({"holder": holder, "pid": pid, "backend_session_id": session.backend_session_id}),
-            ..Default::default()
-        },
-    )?;
-    Ok(Taken::Allowed(get(conn, id)?))
-}
-
-/// The live session that stops `agent` from taking a session of `thread`
-/// (`own`, when resuming one): `own` itself when active, another active
-/// session of the same thread and agent, or — two copies of one backend
-/// conversation resumed at once would diverge — an active session of the
-/// agent on any thread carrying the same backend id. A holder that died
-/// frees it.
-fn blocking(
-    conn: &Connection,
-    now: i64,
-    thread: &str,
-    agent: &str,
-    backend: Option<&str>,
-    own: Option<&Session>,
-    alive: &dyn Fn(u32) -> bool,
-) -> DbResult<Option<Session>> {
-    let of_thread = match own {
-        Some(s) if s.status == SessionStatus::Active => None,
-        _ => active_for(conn, thread, agent)?,
-    };
-    let mut copies = Vec::new();
-    if let Some(backend) = backend {
-        let mut stmt = conn.prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM sessions WHERE agent = ?1 AND backend_session_id = ?2 AND status = 'active'"
-        ))?;
-        copies = stmt.query_map([agent, backend], from_row)?.collect::<Result<Vec<_>, _>>()?;
-    }
-    for active in candidates(own, of_thread, copies) {
-        if !reclaim_if_dead(conn, now, &active, alive)? {
-            return Ok(Some(active));
-        }
-    }
-    Ok(None)
-}
-
-/// The sessions that may block, in the order [`blocking`] tries them:
+/// The sessions that may block, in the order an engine tries them:
 /// `own` when active, else the thread's active session of the agent
 /// (`of_thread`); then the active `copies` of the same backend
 /// conversation but `own`.
@@ -207,26 +110,6 @@ pub(crate) fn refusal_events<'a>(
         .collect()
 }
 
-/// Refuses a start or resume (`session`) that `active` blocks: recorded as
-/// `race.resume_conflict` (and `session.resume_rejected` for a resume), never
-/// forked.
-#[allow(clippy::too_many_arguments)]
-fn refuse(
-    conn: &Connection,
-    now: i64,
-    thread: &str,
-    session: Option<&str>,
-    agent: &str,
-    active: Session,
-    requested_by: Option<&str>,
-    backend: Option<&str>,
-) -> DbResult<Taken> {
-    for event in refusal_events(thread, session, agent, &active, requested_by, backend) {
-        events::record(conn, now, &event)?;
-    }
-    Ok(Taken::Rejected { session: active.id, holder: active.holder, pid: active.pid, node: None })
-}
-
 /// How a session ends: its status, the backend id to keep, and the last
 /// message seq its agent was given.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -237,189 +120,106 @@ pub struct SessionEnd {
     pub seen_seq: Option<u64>,
 }
 
-pub fn end(conn: &Connection, now: i64, e: &SessionEnd) -> DbResult<Session> {
-    let (id, status) = (e.id.as_str(), e.status);
-    if status == SessionStatus::Active {
-        return Err(DbError::Invalid("session.end cannot set status active; use session.resume".into()));
+/// What a started session (`id`) records.
+pub(crate) fn started<'a>(s: &'a NewSession, id: &'a str) -> NewEvent<'a> {
+    NewEvent {
+        kind: "session.start",
+        thread: Some(&s.thread),
+        session: Some(id),
+        agent: Some(&s.agent),
+        data: json!({"holder": s.holder, "pid": s.pid, "backend_session_id": s.backend_session_id}),
+        ..Default::default()
     }
-    let session = get(conn, id)?;
-    conn.prepare_cached(
-        "UPDATE sessions SET status = ?2, holder = NULL, pid = NULL, last_active_at = ?3,
-             backend_session_id = coalesce(?4, backend_session_id), seen_seq = coalesce(?5, seen_seq)
-         WHERE id = ?1",
-    )?
-    .execute(params![id, status.as_str(), now, e.backend_session_id, e.seen_seq.map(|s| s as i64)])?;
+}
+
+/// A session archived with its thread is not resumed.
+pub(crate) fn refuse_archived(session: &Session) -> DbResult<()> {
+    match session.status {
+        SessionStatus::Archived => {
+            Err(DbError::Invalid(format!("session {} is archived with its thread and cannot be resumed", session.id)))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// What a resumed session records, now held by `holder` (`pid`).
+pub(crate) fn resumed<'a>(session: &'a Session, holder: Option<&str>, pid: Option<u32>) -> NewEvent<'a> {
+    NewEvent {
+        kind: "session.resume",
+        thread: Some(&session.thread),
+        session: Some(&session.id),
+        agent: Some(&session.agent),
+        data: json!({"holder": holder, "pid": pid, "backend_session_id": session.backend_session_id}),
+        ..Default::default()
+    }
+}
+
+/// A session is made active by a start or a resume, never by an end.
+pub(crate) fn refuse_active_end(e: &SessionEnd) -> DbResult<()> {
+    match e.status {
+        SessionStatus::Active => {
+            Err(DbError::Invalid("session.end cannot set status active; use session.resume".into()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// What ending `session` as `e` says records: `race.session_fork` when the
+/// backend went on in another conversation than the one resumed
+/// (continuity is broken: kd follows the new one, and says so), then
+/// `session.end`.
+pub(crate) fn end_events<'a>(session: &'a Session, e: &SessionEnd) -> Vec<NewEvent<'a>> {
+    let mut events = Vec::new();
     if let (Some(expected), Some(got)) = (&session.backend_session_id, &e.backend_session_id)
         && expected != got
     {
-        // The backend went on in another conversation than the one resumed:
-        // continuity is broken. kd follows the new one, and says so.
-        events::record(
-            conn,
-            now,
-            &NewEvent {
-                kind: "race.session_fork",
-                thread: Some(&session.thread),
-                session: Some(id),
-                agent: Some(&session.agent),
-                data: json!({"expected": expected, "got": got, "holder": session.holder}),
-                ..Default::default()
-            },
-        )?;
-    }
-    events::record(
-        conn,
-        now,
-        &NewEvent {
-            kind: "session.end",
+        events.push(NewEvent {
+            kind: "race.session_fork",
             thread: Some(&session.thread),
-            session: Some(id),
+            session: Some(&session.id),
             agent: Some(&session.agent),
-            data: json!({"status": status.as_str(), "previous": session.status.as_str()}),
+            data: json!({"expected": expected, "got": got, "holder": session.holder}),
             ..Default::default()
-        },
-    )?;
-    get(conn, id)
+        });
+    }
+    events.push(NewEvent {
+        kind: "session.end",
+        thread: Some(&session.thread),
+        session: Some(&session.id),
+        agent: Some(&session.agent),
+        data: json!({"status": e.status.as_str(), "previous": session.status.as_str()}),
+        ..Default::default()
+    });
+    events
 }
 
-pub fn get(conn: &Connection, id: &str) -> DbResult<Session> {
-    conn.prepare_cached(&format!("SELECT {COLUMNS} FROM sessions WHERE id = ?1"))?
-        .query_row([id], from_row)
-        .optional()?
-        .ok_or_else(|| DbError::NotFound(format!("session {id}")))
+/// What the release of a session whose holder (`pid`) died records.
+pub(crate) fn reclaimed(s: &Session, pid: u32) -> NewEvent<'_> {
+    NewEvent {
+        kind: "session.reclaimed",
+        thread: Some(&s.thread),
+        session: Some(&s.id),
+        agent: Some(&s.agent),
+        data: json!({"dead_pid": pid, "holder": s.holder}),
+        ..Default::default()
+    }
 }
 
-pub fn list(
-    conn: &Connection,
-    thread: Option<&str>,
-    agent: Option<&str>,
-    status: Option<SessionStatus>,
-) -> DbResult<Vec<Session>> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM sessions
-         WHERE (?1 IS NULL OR thread_id = ?1) AND (?2 IS NULL OR agent = ?2) AND (?3 IS NULL OR status = ?3)
-         ORDER BY started_at DESC, rowid DESC"
-    ))?;
-    let rows = stmt.query_map(params![thread, agent, status.map(SessionStatus::as_str)], from_row)?;
-    Ok(rows.collect::<Result<_, _>>()?)
-}
-
-fn active_for(conn: &Connection, thread: &str, agent: &str) -> DbResult<Option<Session>> {
-    Ok(conn
-        .prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM sessions WHERE thread_id = ?1 AND agent = ?2 AND status = 'active'"
-        ))?
-        .query_row([thread, agent], from_row)
-        .optional()?)
-}
-
-/// If the active session's holder process is dead, expires it and returns
-/// true; a session without a pid is never reclaimed.
-fn reclaim_if_dead(conn: &Connection, now: i64, s: &Session, alive: &dyn Fn(u32) -> bool) -> DbResult<bool> {
-    let Some(pid) = dead_holder(s, alive) else { return Ok(false) };
-    conn.prepare_cached(
-        "UPDATE sessions SET status = 'expired', holder = NULL, pid = NULL, last_active_at = ?2 WHERE id = ?1",
-    )?
-    .execute(params![s.id, now])?;
-    events::record(
-        conn,
-        now,
-        &NewEvent {
-            kind: "session.reclaimed",
-            thread: Some(&s.thread),
-            session: Some(&s.id),
-            agent: Some(&s.agent),
-            data: json!({"dead_pid": pid, "holder": s.holder}),
-            ..Default::default()
-        },
-    )?;
-    Ok(true)
-}
-
-fn from_row(r: &Row<'_>) -> rusqlite::Result<Session> {
-    let metadata: String = r.get(9)?;
+/// A session as both engines select it: id, thread, agent,
+/// backend_session_id, status, holder, pid, started_at, last_active_at,
+/// metadata, seen_seq.
+pub(crate) fn read<R: Columns>(r: &R) -> Result<Session, R::Error> {
     Ok(Session {
-        id: r.get(0)?,
-        thread: r.get(1)?,
-        agent: r.get(2)?,
-        backend_session_id: r.get(3)?,
-        status: status_of(r.get_ref(4)?.as_str()?),
-        holder: r.get(5)?,
-        pid: r.get(6)?,
-        started_at_ms: r.get(7)?,
-        last_active_at_ms: r.get(8)?,
-        metadata: serde_json::from_str(&metadata).unwrap_or(Value::Null),
-        seen_seq: r.get::<_, Option<i64>>(10)?.map(|v| v as u64),
+        id: r.text(0)?,
+        thread: r.text(1)?,
+        agent: r.text(2)?,
+        backend_session_id: r.opt_text(3)?,
+        status: status_of(&r.text(4)?),
+        holder: r.opt_text(5)?,
+        pid: r.opt_int(6)?.map(|p| p as u32),
+        started_at_ms: r.int(7)?,
+        last_active_at_ms: r.int(8)?,
+        metadata: serde_json::from_str(&r.text(9)?).unwrap_or(Value::Null),
+        seen_seq: r.opt_count(10)?,
     })
-}
-
-impl super::Sqlite {
-    /// Starts a session; a refusal is [`DbError::SessionActive`] (and is
-    /// recorded in the event log).
-    pub async fn start_session(&self, s: NewSession) -> DbResult<Session> {
-        self.write(move |c, _| start(c, super::now_ms(), s, &crate::proc::pid_alive)).await?.into()
-    }
-
-    /// Resumes a session; a rejection is [`DbError::SessionActive`] (and is
-    /// recorded in the event log).
-    pub async fn resume_session(&self, id: String, holder: Option<String>, pid: Option<u32>) -> DbResult<Session> {
-        self.write(move |c, _| resume(c, super::now_ms(), &id, holder.as_deref(), pid, &crate::proc::pid_alive))
-            .await?
-            .into()
-    }
-
-    pub async fn end_session(&self, e: SessionEnd) -> DbResult<Session> {
-        self.write(move |c, _| end(c, super::now_ms(), &e)).await
-    }
-
-    /// Sessions, newest first. Active ones whose holder process has died
-    /// are released (expired) first, so none is listed as held by the dead.
-    pub async fn sessions(
-        &self,
-        thread: Option<String>,
-        agent: Option<String>,
-        status: Option<SessionStatus>,
-    ) -> DbResult<Vec<Session>> {
-        let (t, a) = (thread.clone(), agent.clone());
-        let listed = self.read(move |c| list(c, t.as_deref(), a.as_deref(), status)).await?;
-        if !self.release_dead_holders(&listed).await? {
-            return Ok(listed);
-        }
-        self.read(move |c| list(c, thread.as_deref(), agent.as_deref(), status)).await
-    }
-
-    /// One session, released first when its holder has died.
-    pub async fn session(&self, id: String) -> DbResult<Session> {
-        let key = id.clone();
-        let s = self.read(move |c| get(c, &key)).await?;
-        if !self.release_dead_holders(std::slice::from_ref(&s)).await? {
-            return Ok(s);
-        }
-        self.read(move |c| get(c, &id)).await
-    }
-
-    /// Expires the active sessions among `sessions` whose holder process is
-    /// gone (checked again in the writer); true when there were any.
-    async fn release_dead_holders(&self, sessions: &[Session]) -> DbResult<bool> {
-        let alive = crate::proc::pid_alive;
-        let dead: Vec<Session> = sessions
-            .iter()
-            .filter(|s| s.status == SessionStatus::Active && dead_holder(s, &alive).is_some())
-            .cloned()
-            .collect();
-        if dead.is_empty() {
-            return Ok(false);
-        }
-        self.write(move |c, _| {
-            for s in &dead {
-                let current = get(c, &s.id)?;
-                if current.status == SessionStatus::Active {
-                    reclaim_if_dead(c, super::now_ms(), &current, &alive)?;
-                }
-            }
-            Ok(())
-        })
-        .await?;
-        Ok(true)
-    }
 }

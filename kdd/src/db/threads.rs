@@ -1,13 +1,17 @@
-//! Threads, their members, and each workspace+branch's current thread.
+//! Threads, their members, and each workspace+branch's current thread:
+//! what a new thread is given ([`NewThread`]), the one-trunk rule
+//! ([`lineage_of`]), how fresh ids are drawn, what creating a thread or
+//! moving a workspace onto one records, and the text forms of a thread's
+//! columns, for both engines.
 
-use kd_proto::types::{ContextMode, Lineage, Thread, ThreadStatus};
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use kd_proto::types::{ContextMode, Lineage, ThreadStatus};
 use serde_json::json;
 
-use super::events::{self, NewEvent};
-use super::{DbError, DbResult, Outbox, json_list, parse_list, random_id};
+use super::events::NewEvent;
+use super::row::Columns;
+use super::{DbError, DbResult, random_id};
 
-/// Parameters of [`create`], already validated.
+/// Parameters of a new thread, already validated.
 #[derive(Debug, Clone)]
 pub struct NewThread {
     pub id: Option<String>,
@@ -45,71 +49,6 @@ impl NewThread {
     }
 }
 
-const COLUMNS: &str = "id, workspace, branch, title, status, lineage, parent_id, members, created_at, last_activity_at, last_seq, context_mode, origin, summary";
-
-/// The trunk thread of a workspace and git branch (F-L1), if it has one.
-pub fn trunk(conn: &Connection, workspace: &str, branch: Option<&str>) -> DbResult<Option<String>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT id FROM threads WHERE workspace = ?1 AND ifnull(branch, '') = ?2 AND lineage = 'trunk'",
-        )?
-        .query_row(params![workspace, branch.unwrap_or("")], |r| r.get(0))
-        .optional()?)
-}
-
-pub fn create(conn: &Connection, now: i64, mut t: NewThread, out: &mut Outbox) -> DbResult<Thread> {
-    if let Some(parent) = &t.parent {
-        get(conn, parent)?;
-    }
-    // One trunk per workspace and git branch: what is not it branches off.
-    let trunk = trunk(conn, &t.workspace, t.branch.as_deref())?;
-    let lineage = lineage_of(&t, &trunk)?;
-    if lineage == Lineage::Branch && t.parent.is_none() {
-        t.parent = trunk;
-    }
-    let id = match t.id {
-        Some(id) => {
-            if exists(conn, &id)? {
-                return Err(DbError::AlreadyExists(format!("thread {id}")));
-            }
-            id
-        }
-        None => fresh_id(conn)?,
-    };
-    conn.prepare_cached(
-        "INSERT INTO threads (id, workspace, branch, title, lineage, parent_id, members, created_at, last_activity_at, context_mode, origin)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10)",
-    )?
-    .execute(params![
-        id,
-        t.workspace,
-        t.branch,
-        t.title,
-        lineage_str(lineage),
-        t.parent,
-        json_list(&t.members),
-        now,
-        t.context.as_str(),
-        t.origin
-    ])?;
-    events::record(
-        conn,
-        now,
-        &NewEvent {
-            kind: "thread.create",
-            thread: Some(&id),
-            to: &t.members,
-            data: json!({"workspace": t.workspace, "branch": t.branch, "lineage": lineage_str(lineage), "parent": t.parent}),
-            ..Default::default()
-        },
-    )?;
-    out.threads_added += 1;
-    if t.set_current {
-        set_current(conn, now, &t.workspace, t.branch.as_deref(), &id)?;
-    }
-    get(conn, &id)
-}
-
 /// The lineage of new thread `t` given its workspace and branch's `trunk`:
 /// one trunk per workspace and git branch; what is not it branches off.
 pub(crate) fn lineage_of(t: &NewThread, trunk: &Option<String>) -> DbResult<Lineage> {
@@ -129,108 +68,6 @@ pub(crate) fn lineage_of(t: &NewThread, trunk: &Option<String>) -> DbResult<Line
         (None, Some(_), _) => Lineage::Branch,
         (None, None, None) => Lineage::Trunk,
         (None, None, Some(_)) => Lineage::Branch,
-    })
-}
-
-/// A thread id not yet taken: 6 random characters, longer after collisions.
-fn fresh_id(conn: &Connection) -> DbResult<String> {
-    for attempt in 0..16 {
-        let id = random_id(6 + attempt / 4);
-        if !exists(conn, &id)? {
-            return Ok(id);
-        }
-    }
-    Err(DbError::Internal("cannot find a free thread id".into()))
-}
-
-pub(super) fn exists(conn: &Connection, id: &str) -> DbResult<bool> {
-    Ok(conn.prepare_cached("SELECT 1 FROM threads WHERE id = ?1")?.query_row([id], |_| Ok(())).optional()?.is_some())
-}
-
-/// The thread imported from `origin`, if any.
-pub fn by_origin(conn: &Connection, origin: &str) -> DbResult<Option<String>> {
-    Ok(conn.prepare_cached("SELECT id FROM threads WHERE origin = ?1")?.query_row([origin], |r| r.get(0)).optional()?)
-}
-
-pub fn get(conn: &Connection, id: &str) -> DbResult<Thread> {
-    conn.prepare_cached(&format!("SELECT {COLUMNS} FROM threads WHERE id = ?1"))?
-        .query_row([id], from_row)
-        .optional()?
-        .ok_or_else(|| DbError::NotFound(format!("thread {id}")))
-}
-
-pub fn count(conn: &Connection) -> DbResult<u64> {
-    Ok(conn.query_row("SELECT count(*) FROM threads", [], |r| r.get::<_, i64>(0))? as u64)
-}
-
-pub fn list(
-    conn: &Connection,
-    workspace: Option<&str>,
-    status: Option<ThreadStatus>,
-    limit: Option<u32>,
-) -> DbResult<Vec<Thread>> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM threads
-         WHERE (?1 IS NULL OR workspace = ?1) AND (?2 IS NULL OR status = ?2)
-         ORDER BY last_activity_at DESC, rowid DESC
-         LIMIT ?3"
-    ))?;
-    let limit = limit.map(i64::from).unwrap_or(-1);
-    let rows = stmt.query_map(params![workspace, status.map(status_str), limit], from_row)?;
-    Ok(rows.collect::<Result<_, _>>()?)
-}
-
-pub fn current(conn: &Connection, workspace: &str, branch: Option<&str>) -> DbResult<Option<Thread>> {
-    let id: Option<String> = conn
-        .prepare_cached("SELECT thread_id FROM current_threads WHERE workspace = ?1 AND branch = ?2")?
-        .query_row(params![workspace, branch.unwrap_or("")], |r| r.get(0))
-        .optional()?;
-    id.map(|id| get(conn, &id)).transpose()
-}
-
-pub fn set_current(conn: &Connection, now: i64, workspace: &str, branch: Option<&str>, id: &str) -> DbResult<Thread> {
-    let thread = get(conn, id)?;
-    conn.prepare_cached(
-        "INSERT INTO current_threads (workspace, branch, thread_id) VALUES (?1, ?2, ?3)
-         ON CONFLICT (workspace, branch) DO UPDATE SET thread_id = excluded.thread_id",
-    )?
-    .execute(params![workspace, branch.unwrap_or(""), id])?;
-    events::record(
-        conn,
-        now,
-        &NewEvent {
-            kind: "thread.set_current",
-            thread: Some(id),
-            data: json!({"workspace": workspace, "branch": branch}),
-            ..Default::default()
-        },
-    )?;
-    Ok(thread)
-}
-
-/// Replaces the thread's member list (the council as configured now).
-pub fn set_members(conn: &Connection, id: &str, members: &[String]) -> DbResult<()> {
-    conn.prepare_cached("UPDATE threads SET members = ?2 WHERE id = ?1")?.execute(params![id, json_list(members)])?;
-    Ok(())
-}
-
-fn from_row(r: &Row<'_>) -> rusqlite::Result<Thread> {
-    let members: String = r.get(7)?;
-    Ok(Thread {
-        id: r.get(0)?,
-        workspace: r.get(1)?,
-        branch: r.get(2)?,
-        title: r.get(3)?,
-        status: parse_status(r.get_ref(4)?.as_str()?),
-        lineage: parse_lineage(r.get_ref(5)?.as_str()?),
-        parent: r.get(6)?,
-        members: parse_list(&members),
-        created_at_ms: r.get(8)?,
-        last_activity_at_ms: r.get(9)?,
-        last_seq: r.get::<_, i64>(10)? as u64,
-        context: parse_context(r.get_ref(11)?.as_str()?),
-        origin: r.get(12)?,
-        summary: r.get(13)?,
     })
 }
 
@@ -271,79 +108,59 @@ pub(crate) fn lineage_str(l: Lineage) -> &'static str {
     }
 }
 
-impl super::Sqlite {
-    pub async fn create_thread(&self, t: NewThread) -> DbResult<Thread> {
-        self.write(move |c, out| create(c, super::now_ms(), t, out)).await
-    }
+/// How many fresh ids a new thread draws before giving up.
+pub(crate) const ID_ATTEMPTS: usize = 16;
 
-    pub async fn thread(&self, id: String) -> DbResult<Thread> {
-        self.read(move |c| get(c, &id)).await
-    }
+/// The `attempt`-th fresh thread id to try: 6 random characters, longer
+/// after collisions.
+pub(crate) fn candidate_id(attempt: usize) -> String {
+    random_id(6 + attempt / 4)
+}
 
-    pub async fn threads(
-        &self,
-        workspace: Option<String>,
-        status: Option<ThreadStatus>,
-        limit: Option<u32>,
-    ) -> DbResult<Vec<Thread>> {
-        self.read(move |c| list(c, workspace.as_deref(), status, limit)).await
-    }
+/// No fresh thread id was free.
+pub(crate) fn no_free_id() -> DbError {
+    DbError::Internal("cannot find a free thread id".into())
+}
 
-    pub async fn current_thread(&self, workspace: String, branch: Option<String>) -> DbResult<Option<Thread>> {
-        self.read(move |c| current(c, &workspace, branch.as_deref())).await
-    }
-
-    pub async fn set_current_thread(&self, workspace: String, branch: Option<String>, id: String) -> DbResult<Thread> {
-        self.write(move |c, _| set_current(c, super::now_ms(), &workspace, branch.as_deref(), &id)).await
-    }
-
-    /// The trunk thread of a workspace and git branch, if it has one.
-    pub async fn trunk(&self, workspace: String, branch: Option<String>) -> DbResult<Option<String>> {
-        self.read(move |c| trunk(c, &workspace, branch.as_deref())).await
-    }
-
-    pub async fn set_thread_members(&self, id: String, members: Vec<String>) -> DbResult<()> {
-        self.write(move |c, _| set_members(c, &id, &members)).await
+/// What creating thread `id` (`t`, of `lineage`) records.
+pub(crate) fn created<'a>(t: &'a NewThread, id: &'a str, lineage: Lineage) -> NewEvent<'a> {
+    NewEvent {
+        kind: "thread.create",
+        thread: Some(id),
+        to: &t.members,
+        data: json!({"workspace": t.workspace, "branch": t.branch, "lineage": lineage_str(lineage), "parent": t.parent}),
+        ..Default::default()
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::super::schema;
-    use super::*;
-
-    fn new(workspace: &str, branch: Option<&str>, lineage: Option<Lineage>) -> NewThread {
-        NewThread {
-            id: None,
-            workspace: workspace.into(),
-            branch: branch.map(Into::into),
-            title: None,
-            members: vec![],
-            lineage,
-            parent: None,
-            set_current: false,
-            context: ContextMode::History,
-            origin: None,
-        }
+/// What putting a workspace and git branch on thread `id` records.
+pub(crate) fn made_current<'a>(id: &'a str, workspace: &str, branch: Option<&str>) -> NewEvent<'a> {
+    NewEvent {
+        kind: "thread.set_current",
+        thread: Some(id),
+        data: json!({"workspace": workspace, "branch": branch}),
+        ..Default::default()
     }
+}
 
-    #[test]
-    fn a_second_trunk_is_refused_in_a_sentence_naming_the_trunk() -> DbResult<()> {
-        let dir = tempfile::tempdir().map_err(|e| DbError::Internal(e.to_string()))?;
-        let path = dir.path().join("kd.sqlite3");
-        let mut conn = Connection::open(&path)?;
-        schema::configure(&conn)?;
-        schema::migrate(&mut conn, &path)?;
-        let mut out = Outbox::default();
-        let trunk = create(&conn, 1, new("/w", Some("main"), None), &mut out)?;
-        let e = create(&conn, 2, new("/w", Some("main"), Some(Lineage::Trunk)), &mut out).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            format!("the trunk of /w (branch main) already exists: thread {}; fork it for a branch", trunk.id)
-        );
-        let bare = create(&conn, 3, new("/v", None, None), &mut out)?;
-        let e = create(&conn, 4, new("/v", None, Some(Lineage::Trunk)), &mut out).unwrap_err();
-        assert_eq!(e.to_string(), format!("the trunk of /v already exists: thread {}; fork it for a branch", bare.id));
-        Ok(())
-    }
+/// A thread as both engines select it: id, workspace, branch, title,
+/// status, lineage, parent, members, created_at, last_activity_at,
+/// last_seq, context, origin, summary.
+pub(crate) fn read<R: Columns>(r: &R) -> Result<kd_proto::types::Thread, R::Error> {
+    Ok(kd_proto::types::Thread {
+        id: r.text(0)?,
+        workspace: r.text(1)?,
+        branch: r.opt_text(2)?,
+        title: r.opt_text(3)?,
+        status: parse_status(&r.text(4)?),
+        lineage: parse_lineage(&r.text(5)?),
+        parent: r.opt_text(6)?,
+        members: super::parse_list(&r.text(7)?),
+        created_at_ms: r.int(8)?,
+        last_activity_at_ms: r.int(9)?,
+        last_seq: r.count(10)?,
+        context: parse_context(&r.text(11)?),
+        origin: r.opt_text(12)?,
+        summary: r.opt_text(13)?,
+    })
 }

@@ -32,8 +32,7 @@ impl From<DbError> for ErrorObjectOwned {
                 tracing::error!("database unavailable: {msg}");
                 ErrorCode::Internal.error(msg)
             }
-            DbError::Sqlite(_)
-            | DbError::Postgres(_)
+            DbError::Engine { .. }
             | DbError::Internal(_)
             | DbError::SchemaTooNew { .. }
             | DbError::Migration { .. }

@@ -3,12 +3,11 @@
 
 use deadpool_postgres::GenericClient;
 use kd_proto::types::{Ack, ThreadEvent};
-use serde_json::json;
 use tokio_postgres::Row;
 
 use super::Pg;
 use super::events;
-use crate::db::events::NewEvent;
+use crate::db::acks::{broadcasts, settled};
 use crate::db::{DbResult, Outbox, now_ms};
 
 /// Records that every one of `members` owes an acknowledgement of
@@ -58,20 +57,7 @@ pub(crate) async fn settle(
         .await?;
     let acks: Vec<Ack> = rows.iter().map(ack).collect::<DbResult<_>>()?;
     for a in &acks {
-        events::record(
-            c,
-            now,
-            &NewEvent {
-                kind: "system.emergency_acknowledge",
-                thread: Some(thread),
-                agent: Some(member),
-                from: Some(member),
-                correlation_id: Some(&a.broadcast),
-                data: json!({"broadcast": a.broadcast, "seq": a.seq, "how": how}),
-                ..Default::default()
-            },
-        )
-        .await?;
+        events::record(c, now, &settled(thread, member, a, how)).await?;
     }
     Ok(acks)
 }
@@ -106,23 +92,13 @@ pub(crate) async fn pending_members(c: &impl GenericClient, broadcast: &str) -> 
 }
 
 fn ack(r: &Row) -> DbResult<Ack> {
-    let acked_at: Option<i64> = r.try_get(4)?;
-    Ok(Ack {
-        broadcast: r.try_get(0)?,
-        thread: r.try_get(1)?,
-        seq: r.try_get::<_, i64>(2)? as u64,
-        member: r.try_get(3)?,
-        acknowledged: acked_at.is_some(),
-        acked_at_ms: acked_at,
-        how: r.try_get(5)?,
-    })
+    crate::db::acks::read(r)
 }
 
 /// Tells subscribers who still owes an acknowledgement of each broadcast
 /// that `acked` settled.
 pub(crate) async fn progress(c: &impl GenericClient, thread: &str, acked: &[Ack], out: &mut Outbox) -> DbResult<()> {
-    let mut seen = std::collections::HashSet::new();
-    for a in acked.iter().filter(|a| seen.insert(a.broadcast.clone())) {
+    for a in broadcasts(acked) {
         let from: String = c
             .query_one(
                 &c.prepare_cached("SELECT sender FROM messages WHERE thread_id = $1 AND seq = $2").await?,
@@ -156,6 +132,8 @@ impl Pg {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
     use crate::db::pg::test_rows::{events, message, thread};
     use crate::db::pg::testing;

@@ -4,14 +4,11 @@
 //! with its inbox entries.
 
 use deadpool_postgres::GenericClient;
-use kd_proto::types::{Message, MessageKind, Thread};
-use serde_json::json;
+use kd_proto::types::{Message, Thread};
 
 use super::{Pg, acks, events, exchanges, inbox, messages, threads};
-use crate::db::compose::{Asked, Carrier, Routed, Routing};
-use crate::db::events::NewEvent;
+use crate::db::compose::{Asked, Carrier, Routed, Routing, delivered, emergency, import_title, imported_into, routed};
 use crate::db::exchanges::NewExchange;
-use crate::db::inbox::Kept;
 use crate::db::messages::NewMessage;
 use crate::db::threads::NewThread;
 use crate::db::{DbError, DbResult, Outbox, now_ms};
@@ -40,19 +37,10 @@ pub(crate) async fn import(
     }
     // Untitled, it is titled as a native thread is: by the King's first message.
     if t.title.is_none() {
-        t.title = messages
-            .iter()
-            .find(|(_, m)| m.kind == MessageKind::King)
-            .and_then(|(_, m)| kd_proto::title::title_from(&m.body));
+        t.title = import_title(&messages);
     }
     let thread = threads::create(c, created_at, t, out).await?;
-    let messages = messages
-        .into_iter()
-        .map(|(at, mut m)| {
-            m.thread = thread.id.clone();
-            (at, m)
-        })
-        .collect();
+    let messages = imported_into(&thread.id, messages);
     messages::import(c, &thread.id, messages, out).await?;
     let st =
         c.prepare_cached("UPDATE threads SET last_activity_at = greatest(last_activity_at, $2) WHERE id = $1").await?;
@@ -133,68 +121,18 @@ pub(crate) async fn route(c: &impl GenericClient, now: i64, r: Routing, out: &mu
     let mut names = vec![message.from.clone()];
     names.extend(r.entries.iter().map(|(e, _)| e.member.clone()));
     let participants = inbox::participate(c, now, &message.thread, &names).await?;
-    events::record(
-        c,
-        now,
-        &NewEvent {
-            kind: &format!("routing.{}", r.route.as_str()),
-            thread: Some(&message.thread),
-            from: Some(&message.from),
-            to: &message.to,
-            correlation_id: Some(&r.correlation_id),
-            data: json!({"seq": message.seq, "cc": message.cc, "reply_to": message.reply_to,
-                         "participants": participants}),
-            ..Default::default()
-        },
-    )
-    .await?;
+    events::write(c, now, &routed(r.route, &r.correlation_id, &message, &participants)).await?;
     let mut kept = Vec::with_capacity(r.entries.len());
     for (mut e, how) in r.entries {
         e.seq = message.seq;
         let k = inbox::keep(c, now, &e).await?;
-        let (kind, data) = match k {
-            Kept::Queued { id, size, dropped } => (
-                format!("delivery.{how}"),
-                json!({"seq": message.seq, "inbox": id, "queue_size": size, "dropped": dropped, "role": e.role}),
-            ),
-            Kept::Rejected { size } => {
-                ("delivery.rejected".to_string(), json!({"seq": message.seq, "queue_size": size, "limit": e.limit}))
-            }
-        };
-        events::record(
-            c,
-            now,
-            &NewEvent {
-                kind: &kind,
-                thread: Some(&message.thread),
-                agent: Some(&e.member),
-                from: Some(&message.from),
-                to: std::slice::from_ref(&e.member),
-                correlation_id: Some(&r.correlation_id),
-                data,
-                ..Default::default()
-            },
-        )
-        .await?;
+        events::write(c, now, &delivered(&e, how, &k, &r.correlation_id, &message)).await?;
         kept.push(k);
     }
     if let Some(broadcast) = &r.emergency {
         let members: Vec<String> = names.into_iter().skip(1).collect();
         acks::owe(c, broadcast, &message.thread, message.seq, &members).await?;
-        events::record(
-            c,
-            now,
-            &NewEvent {
-                kind: "system.emergency_broadcast",
-                thread: Some(&message.thread),
-                from: Some(&message.from),
-                to: &members,
-                correlation_id: Some(broadcast),
-                data: json!({"broadcast": broadcast, "seq": message.seq}),
-                ..Default::default()
-            },
-        )
-        .await?;
+        events::write(c, now, &emergency(broadcast, &message, &members)).await?;
     }
     Ok(Routed { message, kept, participants })
 }
@@ -256,24 +194,24 @@ impl Pg {
 }
 
 #[cfg(test)]
-mod tests {
-    use kd_proto::types::{Overflow, Role, RouteType};
+pub(crate) mod tests {
+    use kd_proto::types::{MessageKind, Overflow, Role, RouteType};
     use serde_json::json;
 
     use super::*;
     use crate::db::exchanges::{Kind, StepKey};
     use crate::db::inbox::Entry;
-    use crate::db::pg::exchanges::tests::{db, pg_events, sqlite_events};
+    use crate::db::pg::exchanges::tests::{db, pg_events};
 
-    fn note(thread: &str, body: &str) -> NewMessage {
+    pub(crate) fn note(thread: &str, body: &str) -> NewMessage {
         NewMessage::new(thread, "kd", vec!["king".into()], MessageKind::System, body.into())
     }
 
-    fn question(thread: &str) -> NewMessage {
+    pub(crate) fn question(thread: &str) -> NewMessage {
         NewMessage::new(thread, "king", vec!["all".into()], MessageKind::King, "What now?".into())
     }
 
-    fn council() -> NewExchange {
+    pub(crate) fn council() -> NewExchange {
         NewExchange {
             path: None,
             thread: String::new(),
@@ -285,11 +223,11 @@ mod tests {
         }
     }
 
-    fn new_thread(id: &str) -> NewThread {
+    pub(crate) fn new_thread(id: &str) -> NewThread {
         NewThread { id: Some(id.into()), ..NewThread::in_workspace(&format!("/w/{id}")) }
     }
 
-    fn routing(thread: &str, emergency: bool) -> Routing {
+    pub(crate) fn routing(thread: &str, emergency: bool) -> Routing {
         let entry = |member: &str, role: Role| {
             (
                 Entry {
@@ -319,36 +257,7 @@ mod tests {
         }
     }
 
-    /// The same writes on SQLite: what each returned, published and logged.
-    fn on_sqlite() -> Vec<String> {
-        use crate::db::compose as s;
-        let conn = crate::db::schema::in_memory_with_thread("t1");
-        let mut out = Outbox::default();
-        let mut got = vec![];
-        let asked = s::ask(&conn, 20, None, vec![note("t1", "context"), question("t1")], council(), &mut out).unwrap();
-        got.push(format!("{asked:?}"));
-        let asked = s::ask(&conn, 21, Some(new_thread("t2")), vec![question("")], council(), &mut out).unwrap();
-        got.push(format!("{asked:?}"));
-        // A second King message supersedes the first's exchange.
-        let asked = s::ask(&conn, 22, None, vec![question("t1")], council(), &mut out).unwrap();
-        got.push(format!("{asked:?}"));
-        got.push(format!(
-            "{:?}",
-            s::create_with_message(&conn, 23, new_thread("t3"), note("", "hi"), &mut out).unwrap()
-        ));
-        let imported = vec![(5, question("")), (6, note("", "an old answer"))];
-        let t = NewThread { origin: Some("kingdom:/x".into()), ..new_thread("t4") };
-        got.push(format!("{:?}", s::import(&conn, 24, t.clone(), 4, imported.clone(), &mut out).unwrap()));
-        got.push(format!("{:?}", s::import(&conn, 25, t, 4, imported, &mut out)));
-        got.push(format!("{:?}", s::route(&conn, 26, routing("t1", false), &mut out).unwrap()));
-        got.push(format!("{:?}", s::route(&conn, 27, routing("t1", true), &mut out).unwrap()));
-        got.push(format!("{:?}", out.events));
-        got.push(format!("{}", out.threads_added));
-        got.push(format!("{:?}", sqlite_events(&conn)));
-        got
-    }
-
-    async fn on_postgres(c: &impl GenericClient) -> DbResult<Vec<String>> {
+    pub(crate) async fn on_postgres(c: &impl GenericClient) -> DbResult<Vec<String>> {
         let mut out = Outbox::default();
         let mut got = vec![];
         let asked = ask(c, 20, None, vec![note("t1", "context"), question("t1")], council(), &mut out).await?;
@@ -368,19 +277,6 @@ mod tests {
         got.push(format!("{}", out.threads_added));
         got.push(format!("{:?}", pg_events(c).await));
         Ok(got)
-    }
-
-    #[tokio::test]
-    async fn questions_threads_imports_and_routes_are_written_as_sqlite_writes_them() {
-        let Some((pg, _db)) = db().await else { return };
-        let c = pg.conn().await.unwrap();
-        let sqlite = on_sqlite();
-        let postgres = on_postgres(&c).await.unwrap();
-        for (i, (p, s)) in postgres.iter().zip(&sqlite).enumerate() {
-            assert_eq!(p, s, "write {i}");
-        }
-        assert_eq!(postgres.len(), sqlite.len());
-        assert!(sqlite[5].contains("AlreadyImported"), "{}", sqlite[5]);
     }
 
     #[tokio::test]

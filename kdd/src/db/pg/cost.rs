@@ -169,42 +169,31 @@ impl Pg {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use kd_proto::names::KING;
-    use kd_proto::types::{ContextMode, MessageKind, RunMeta, RunStatus};
-    use rusqlite::Connection;
+    use kd_proto::types::{MessageKind, RunMeta, RunStatus};
+
     use serde_json::json;
 
     use super::*;
+    use crate::db::Outbox;
     use crate::db::messages::NewMessage;
-    use crate::db::pg::{messages, testing};
+    use crate::db::pg::messages;
     use crate::db::threads::NewThread;
-    use crate::db::{DbError, Outbox, schema};
 
     /// A Monday at 00:00 UTC.
-    const D0: i64 = 1_767_571_200_000;
-    const DAY: i64 = 86_400_000;
+    pub(crate) const D0: i64 = 1_767_571_200_000;
+    pub(crate) const DAY: i64 = 86_400_000;
 
-    fn new_thread(id: &str, workspace: &str) -> NewThread {
-        NewThread {
-            id: Some(id.into()),
-            workspace: workspace.into(),
-            branch: None,
-            title: None,
-            members: vec![],
-            lineage: None,
-            parent: None,
-            set_current: false,
-            context: ContextMode::History,
-            origin: None,
-        }
+    pub(crate) fn new_thread(id: &str, workspace: &str) -> NewThread {
+        NewThread { id: Some(id.into()), members: vec![], ..NewThread::in_workspace(workspace) }
     }
 
     /// One message of the scenario: (thread, member, at, exchange, round,
     /// what the agent reported); `None` member: the King's question.
     type Step = (&'static str, Option<&'static str>, i64, Option<u64>, Option<u32>, serde_json::Value);
 
-    fn scenario() -> Vec<Step> {
+    pub(crate) fn scenario() -> Vec<Step> {
         let r = |c: f64, i: u64, o: u64| json!({"cost_usd": c, "usage": {"input_tokens": i, "output_tokens": o}});
         vec![
             ("a", None, D0 + 10, None, None, json!(null)),
@@ -219,7 +208,7 @@ mod tests {
         ]
     }
 
-    fn message(thread: &str, member: Option<&str>, run: &serde_json::Value) -> NewMessage {
+    pub(crate) fn message(thread: &str, member: Option<&str>, run: &serde_json::Value) -> NewMessage {
         match member {
             None => NewMessage::new(thread, KING, vec!["all".into()], MessageKind::King, "How much?".into()),
             Some(m) => {
@@ -230,7 +219,7 @@ mod tests {
         }
     }
 
-    fn run_info(thread: &str, member: &str, exchange: Option<u64>, round: Option<u32>) -> RunInfo {
+    pub(crate) fn run_info(thread: &str, member: &str, exchange: Option<u64>, round: Option<u32>) -> RunInfo {
         serde_json::from_value(json!({
             "id": "r", "thread": thread, "member": member, "backend": "fake", "status": RunStatus::Done,
             "started_at_ms": 0, "chars": 0, "pid": null, "reply_to": null, "exchange": exchange, "round": round,
@@ -238,26 +227,7 @@ mod tests {
         .unwrap()
     }
 
-    fn sqlite() -> (tempfile::TempDir, Connection) {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("kd.sqlite3");
-        let mut conn = Connection::open(&path).unwrap();
-        schema::configure(&conn).unwrap();
-        schema::migrate(&mut conn, &path).unwrap();
-        let mut out = Outbox::default();
-        for (id, ws) in [("a", "/w"), ("b", "/w"), ("c", "/v")] {
-            crate::db::threads::create(&conn, D0, new_thread(id, ws), &mut out).unwrap();
-        }
-        for (thread, member, at, x, round, run) in scenario() {
-            let m = crate::db::messages::append(&conn, at, message(thread, member, &run), &mut out).unwrap();
-            if let Some(member) = member {
-                cost::record(&conn, &run_info(thread, member, x, round), &m).unwrap();
-            }
-        }
-        (dir, conn)
-    }
-
-    async fn postgres(pg: &Pg) {
+    pub(crate) async fn postgres(pg: &Pg) {
         let mut c = pg.conn().await.unwrap();
         let tx = c.transaction().await.unwrap();
         let mut out = Outbox::default();
@@ -271,57 +241,6 @@ mod tests {
             }
         }
         pg.commit(tx, out).await.unwrap();
-    }
-
-    /// Every grouping and filter gives SQLite's report, row for row.
-    #[tokio::test]
-    async fn reports_and_exchange_costs_are_sqlites() {
-        let Some((pg, _db)) = testing::fresh().await else { return };
-        postgres(&pg).await;
-        let (_dir, conn) = sqlite();
-        let bys = [CostBy::Member, CostBy::Thread, CostBy::Day, CostBy::Exchange, CostBy::Round];
-        let mut compared = 0;
-        for thread in [None, Some("a"), Some("b")] {
-            for workspace in [None, Some("/w"), Some("/v")] {
-                for since in [None, Some(D0 + 25), Some(D0 + DAY + 15), Some(D0 - 2 * DAY)] {
-                    let f = Filter {
-                        thread: thread.map(Into::into),
-                        workspace: workspace.map(Into::into),
-                        since_ms: since,
-                    };
-                    for by in bys {
-                        let want = cost::report(&conn, &f, by);
-                        let got = pg.cost_report(f.clone(), by).await;
-                        match (want, got) {
-                            (Ok(want), Ok(got)) => {
-                                assert_eq!(
-                                    serde_json::to_value(&got).unwrap(),
-                                    serde_json::to_value(&want).unwrap(),
-                                    "{f:?} by {by:?}"
-                                );
-                                compared += want.rows.len();
-                            }
-                            (Err(DbError::Invalid(a)), Err(DbError::Invalid(b))) => assert_eq!(a, b),
-                            (want, got) => panic!("{f:?} by {by:?}: {want:?} vs {got:?}"),
-                        }
-                    }
-                }
-            }
-        }
-        assert!(compared > 50, "the reports hold rows: {compared}");
-        for (thread, king) in [("a", 1), ("b", 1), ("c", 7), ("a", 2)] {
-            assert_eq!(
-                pg.exchange_cost(thread.into(), king).await.unwrap(),
-                cost::exchange(&conn, thread, king).unwrap(),
-                "{thread} {king}"
-            );
-        }
-        let f = Filter { thread: Some("nope".into()), ..Filter::default() };
-        assert!(matches!(pg.cost_report(f, CostBy::Member).await, Err(DbError::NotFound(_))));
-        // Deleting a thread takes its sums with it.
-        pg.conn().await.unwrap().execute("DELETE FROM threads WHERE id = 'a'", &[]).await.unwrap();
-        let all = pg.cost_report(Filter::default(), CostBy::Thread).await.unwrap();
-        assert_eq!(all.rows.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(), ["b", "c"]);
     }
 
     #[test]

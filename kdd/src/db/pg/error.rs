@@ -2,7 +2,7 @@
 //!
 //! A lost or refused connection is [`DbError::Unavailable`] (kdd keeps
 //! serving; each operation fails until the database is back); anything else
-//! the server reports is [`DbError::Postgres`] with its message and SQLSTATE.
+//! the server reports is [`DbError::Engine`] with its message and SQLSTATE.
 //! A unique violation is mapped to its domain variant by the caller, which
 //! knows which constraint means what: [`unique_violation`].
 
@@ -18,7 +18,7 @@ impl From<tokio_postgres::Error> for DbError {
         if is_unavailable(&e) {
             return DbError::Unavailable(text(&e));
         }
-        DbError::Postgres(text(&e))
+        DbError::engine(text(&e))
     }
 }
 
@@ -91,7 +91,7 @@ mod tests {
         assert_eq!(unique_violation(&e), Some("threads_pkey"));
         let e = c.execute("SELECT nonsense FROM threads", &[]).await.unwrap_err();
         assert_eq!(unique_violation(&e), None);
-        let DbError::Postgres(text) = DbError::from(e) else { panic!("not a Postgres error") };
+        let DbError::Engine { text, .. } = DbError::from(e) else { panic!("not an engine error") };
         assert!(text.contains("nonsense") && text.contains("[42703]"), "{text}");
     }
 }

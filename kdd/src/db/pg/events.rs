@@ -3,12 +3,11 @@
 
 use deadpool_postgres::GenericClient;
 use kd_proto::types::Event;
-use serde_json::Value;
 use tokio_postgres::Row;
 
 use super::Pg;
 use crate::db::events::{EventFilter, NewEvent, Record};
-use crate::db::{DbResult, Outbox, json_list, now_ms, parse_list};
+use crate::db::{DbResult, Outbox, json_list, now_ms};
 
 pub(crate) async fn record(c: &impl GenericClient, at: i64, e: &NewEvent<'_>) -> DbResult<()> {
     let stmt = c
@@ -36,23 +35,9 @@ pub(crate) async fn record(c: &impl GenericClient, at: i64, e: &NewEvent<'_>) ->
     Ok(())
 }
 
-/// [`Record::write`] on PostgreSQL.
+/// A [`Record`], recorded.
 pub(crate) async fn write(c: &impl GenericClient, at: i64, r: &Record) -> DbResult<()> {
-    record(
-        c,
-        at,
-        &NewEvent {
-            kind: &r.kind,
-            thread: r.thread.as_deref(),
-            session: None,
-            agent: r.agent.as_deref(),
-            from: r.from.as_deref(),
-            to: &r.to,
-            correlation_id: r.correlation_id.as_deref(),
-            data: r.data.clone(),
-        },
-    )
-    .await
+    record(c, at, &r.event()).await
 }
 
 /// The events that pass the filter, oldest first (see `db::events::list`):
@@ -97,22 +82,7 @@ pub(crate) async fn last_id(c: &impl GenericClient) -> DbResult<u64> {
 }
 
 fn from_row(r: &Row) -> DbResult<Event> {
-    let mut data: Value = serde_json::from_str(r.try_get(9)?).unwrap_or(Value::Null);
-    if let (Some(body), Some(fields)) = (r.try_get::<_, Option<String>>(10)?, data.as_object_mut()) {
-        fields.insert("body".into(), Value::String(body));
-    }
-    Ok(Event {
-        id: r.try_get::<_, i64>(0)? as u64,
-        at_ms: r.try_get(1)?,
-        kind: r.try_get(2)?,
-        thread: r.try_get(3)?,
-        session: r.try_get(4)?,
-        agent: r.try_get(5)?,
-        from: r.try_get(6)?,
-        to: parse_list(r.try_get(7)?),
-        correlation_id: r.try_get(8)?,
-        data,
-    })
+    crate::db::events::read(r)
 }
 
 impl Pg {

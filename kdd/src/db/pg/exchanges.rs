@@ -21,7 +21,7 @@ use tokio_postgres::Row;
 
 use crate::db::exchanges::{
     Exchange, ExchangeId, ExchangeState, Kind, NewExchange, Opened, Purpose, RunEnd, SUPERSEDED, Step, StepId, StepKey,
-    StepState,
+    StepState, no_exchange,
 };
 use crate::db::pg::{LEASE, ME};
 use crate::db::{DbError, DbResult};
@@ -32,66 +32,16 @@ pub(crate) mod life;
 #[cfg(test)]
 pub(crate) mod tests;
 
-pub(crate) const EXCHANGE: &str =
-    "id, thread_id, seq, kind, correlation_id, plan, state, reason, plan_done, result, resumes, created_at, path";
-const STEP: &str = "id, exchange_id, round, member, purpose, cause, state, run_id, reply_to, backend_session, \
-                    replaces_seq, message_seq, attempts, reason";
-
-/// A name the registry holds, read back (a bad one is a bad row).
-fn named<T>(parsed: Option<T>, what: &str, s: &str) -> DbResult<T> {
-    parsed.ok_or_else(|| DbError::Internal(format!("the journal holds an unknown {what} {s:?}")))
-}
-
-fn json(r: &Row, i: usize) -> DbResult<Value> {
-    let text: &str = r.try_get(i)?;
-    serde_json::from_str(text).map_err(|e| DbError::Internal(format!("the journal holds bad JSON: {e}")))
-}
+pub(crate) use crate::db::exchanges::{EXCHANGE, STEP};
 
 /// An `exchanges` row read with [`EXCHANGE`].
 pub(crate) fn exchange(r: &Row) -> DbResult<Exchange> {
-    let kind: &str = r.try_get(3)?;
-    let state: &str = r.try_get(6)?;
-    let result: Option<&str> = r.try_get(9)?;
-    Ok(Exchange {
-        id: r.try_get(0)?,
-        thread: r.try_get(1)?,
-        seq: r.try_get::<_, i64>(2)? as u64,
-        kind: named(Kind::parse(kind), "exchange kind", kind)?,
-        correlation_id: r.try_get(4)?,
-        plan: json(r, 5)?,
-        state: named(ExchangeState::parse(state), "exchange state", state)?,
-        reason: r.try_get(7)?,
-        plan_done: r.try_get::<_, i64>(8)? != 0,
-        result: result.and_then(|t| serde_json::from_str(t).ok()),
-        resumes: r.try_get::<_, i64>(10)? as u32,
-        created_at_ms: r.try_get(11)?,
-        path: r.try_get(12)?,
-    })
+    crate::db::exchanges::read_exchange(r)
 }
 
 /// An `exchange_steps` row read with [`STEP`].
 fn step(r: &Row) -> DbResult<Step> {
-    let seq = |i: usize| r.try_get::<_, Option<i64>>(i).map(|v| v.map(|v| v as u64));
-    let purpose: &str = r.try_get(4)?;
-    let state: &str = r.try_get(6)?;
-    Ok(Step {
-        id: r.try_get(0)?,
-        exchange: r.try_get(1)?,
-        key: StepKey {
-            round: r.try_get::<_, i64>(2)? as u32,
-            member: r.try_get(3)?,
-            purpose: named(Purpose::parse(purpose), "step purpose", purpose)?,
-            cause: r.try_get::<_, i64>(5)? as u64,
-        },
-        state: named(StepState::parse(state), "step state", state)?,
-        run_id: r.try_get(7)?,
-        reply_to: seq(8)?,
-        backend_session: r.try_get(9)?,
-        replaces_seq: seq(10)?,
-        message_seq: seq(11)?,
-        attempts: r.try_get::<_, i64>(12)? as u32,
-        reason: r.try_get(13)?,
-    })
+    crate::db::exchanges::read_step(r)
 }
 
 async fn insert_step(c: &impl GenericClient, now: i64, x: ExchangeId, key: &StepKey) -> DbResult<()> {
@@ -187,7 +137,7 @@ pub(crate) async fn get(c: &impl GenericClient, id: ExchangeId) -> DbResult<Opti
 pub(crate) async fn open_step(c: &impl GenericClient, now: i64, x: ExchangeId, key: &StepKey) -> DbResult<Opened> {
     let state = match locked(c, x).await? {
         Some(e) => e.state,
-        None => return Err(DbError::NotFound(format!("no exchange {x}"))),
+        None => return Err(no_exchange(x)),
     };
     if state != ExchangeState::Open {
         return Ok(Opened::Ended(state));
@@ -256,13 +206,7 @@ pub(crate) async fn step_finished(c: &impl GenericClient, now: i64, run: &str, e
     };
     let (id, x): (StepId, ExchangeId) = (row.try_get(0)?, row.try_get(1)?);
     let open = locked(c, x).await?.is_some_and(|e| e.state == ExchangeState::Open);
-    let (state, seq, reason, replaces): (&str, Option<u64>, Option<String>, Option<u64>) = match end {
-        RunEnd::Done { seq } => ("done", Some(*seq), None, None),
-        RunEnd::Failed { seq, reason } => ("failed", Some(*seq), Some(reason.clone()), None),
-        RunEnd::Cancelled { reason } => ("cancelled", None, Some(reason.clone()), None),
-        RunEnd::Interrupted { seq } if open => ("pending", None, None, Some(*seq)),
-        RunEnd::Interrupted { .. } => ("cancelled", None, Some("the exchange was stopped".into()), None),
-    };
+    let (state, seq, reason, replaces) = end.step(open);
     let st = c
         .prepare_cached(
             "UPDATE exchange_steps SET state = $2, message_seq = $3, reason = $4, \

@@ -5,14 +5,13 @@
 //! writer's serial execution did.
 
 use deadpool_postgres::GenericClient;
-use kd_proto::types::{DeliveryMode, InboxItem, InboxStatus, Overflow, Role, RouteType};
-use serde_json::json;
+use kd_proto::types::{DeliveryMode, InboxItem, InboxStatus, Overflow, RouteType};
+
 use tokio_postgres::Row;
 
 use super::Pg;
 use super::events;
-use crate::db::events::NewEvent;
-use crate::db::inbox::{Entry, Kept, Query, role_str};
+use crate::db::inbox::{Entry, Kept, Query, mode_of, processed, prompted, role_str, subscribed, was_read};
 use crate::db::{DbResult, now_ms};
 
 /// Pending entries of a member on a thread.
@@ -43,7 +42,7 @@ pub(crate) async fn keep(c: &impl GenericClient, now: i64, e: &Entry) -> DbResul
     let mut dropped = None;
     if size >= e.limit {
         if e.overflow == Overflow::RejectNew {
-            record(c, now, "queue.rejected", e, json!({"seq": e.seq, "queue_size": size, "limit": e.limit})).await?;
+            events::record(c, now, &e.rejected(size)).await?;
             return Ok(Kept::Rejected { size });
         }
         let oldest: i64 = c
@@ -61,7 +60,7 @@ pub(crate) async fn keep(c: &impl GenericClient, now: i64, e: &Entry) -> DbResul
             &[&oldest, &now],
         )
         .await?;
-        record(c, now, "queue.dropped", e, json!({"inbox": oldest, "for_seq": e.seq, "limit": e.limit})).await?;
+        events::record(c, now, &e.dropped_for(oldest)).await?;
         dropped = Some(oldest as u64);
         size -= 1;
     }
@@ -77,24 +76,6 @@ pub(crate) async fn keep(c: &impl GenericClient, now: i64, e: &Entry) -> DbResul
         .await?
         .try_get(0)?;
     Ok(Kept::Queued { id: id as u64, size: size + 1, dropped })
-}
-
-async fn record(c: &impl GenericClient, now: i64, kind: &str, e: &Entry, data: serde_json::Value) -> DbResult<()> {
-    events::record(
-        c,
-        now,
-        &NewEvent {
-            kind,
-            thread: Some(&e.thread),
-            agent: Some(&e.member),
-            from: Some(&e.from),
-            to: std::slice::from_ref(&e.member),
-            correlation_id: Some(&e.correlation_id),
-            data,
-            ..Default::default()
-        },
-    )
-    .await
 }
 
 /// Marks what a member's prompt gave it (every entry of the thread up to
@@ -122,20 +103,7 @@ pub(crate) async fn given(
         .await?;
     let seqs: Vec<u64> = rows.iter().map(|r| r.try_get::<_, i64>(0).map(|s| s as u64)).collect::<Result<_, _>>()?;
     if !seqs.is_empty() {
-        events::record(
-            c,
-            now,
-            &NewEvent {
-                kind: "delivery.prompt",
-                thread: Some(thread),
-                agent: Some(member),
-                to: &[member.to_string()],
-                correlation_id: Some(run),
-                data: json!({"seqs": seqs, "run": run}),
-                ..Default::default()
-            },
-        )
-        .await?;
+        events::write(c, now, &prompted(thread, member, run, &seqs)).await?;
     }
     Ok(seqs)
 }
@@ -169,38 +137,12 @@ pub(crate) async fn read(c: &impl GenericClient, now: i64, q: &Query) -> DbResul
         }
     }
     let ids: Vec<u64> = items.iter().map(|i| i.id).collect();
-    events::record(
-        c,
-        now,
-        &NewEvent {
-            kind: "queue.read",
-            thread: q.thread.as_deref(),
-            agent: Some(&q.member),
-            data: json!({"ids": ids, "status": status, "types": q.types, "mark_read": q.mark_read}),
-            ..Default::default()
-        },
-    )
-    .await?;
+    events::record(c, now, &was_read(q, status, &ids)).await?;
     Ok(items)
 }
 
 fn item(r: &Row) -> DbResult<InboxItem> {
-    let route: &str = r.try_get(5)?;
-    let role: &str = r.try_get(6)?;
-    let status: &str = r.try_get(7)?;
-    Ok(InboxItem {
-        id: r.try_get::<_, i64>(0)? as u64,
-        member: r.try_get(1)?,
-        thread: r.try_get(2)?,
-        seq: r.try_get::<_, i64>(3)? as u64,
-        from: r.try_get(4)?,
-        route_type: RouteType::parse(route).unwrap_or(RouteType::PointToPoint),
-        role: if role == "cc" { Role::Cc } else { Role::To },
-        status: InboxStatus::parse(status).unwrap_or(InboxStatus::Pending),
-        queued_at_ms: r.try_get(8)?,
-        read_at_ms: r.try_get(9)?,
-        body: r.try_get(10)?,
-    })
+    crate::db::inbox::read(r)
 }
 
 /// Sets the status of a member's entries `ids`; returns how many changed.
@@ -216,17 +158,7 @@ pub(crate) async fn process(
     for id in ids {
         n += c.execute(&stmt, &[&(*id as i64), &member, &status.as_str(), &now]).await? as u32;
     }
-    events::record(
-        c,
-        now,
-        &NewEvent {
-            kind: "queue.process",
-            agent: Some(member),
-            data: json!({"ids": ids, "status": status, "updated": n}),
-            ..Default::default()
-        },
-    )
-    .await?;
+    events::record(c, now, &processed(member, ids, status, n)).await?;
     Ok(n)
 }
 
@@ -274,17 +206,7 @@ pub(crate) async fn subscribe(
     for t in types {
         c.execute(&stmt, &[&workspace, &member, &t.as_str(), &mode.as_str()]).await?;
     }
-    events::record(
-        c,
-        now,
-        &NewEvent {
-            kind: "queue.subscribe",
-            agent: Some(member),
-            data: json!({"workspace": workspace, "types": types, "mode": mode}),
-            ..Default::default()
-        },
-    )
-    .await
+    events::record(c, now, &subscribed(workspace, member, types, mode)).await
 }
 
 /// The modes a member chose per type in `workspace`.
@@ -303,7 +225,7 @@ pub(crate) async fn overrides(
     for row in &rows {
         let (t, m): (&str, &str) = (row.try_get(0)?, row.try_get(1)?);
         if let Some(t) = RouteType::parse(t) {
-            out.push((t, if m == "queued" { DeliveryMode::Queued } else { DeliveryMode::Immediate }));
+            out.push((t, mode_of(m)));
         }
     }
     Ok(out)
@@ -358,6 +280,8 @@ impl Pg {
 
 #[cfg(test)]
 mod tests {
+    use kd_proto::types::Role;
+    use serde_json::json;
     use std::sync::Arc;
 
     use super::*;

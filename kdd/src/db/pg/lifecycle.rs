@@ -5,12 +5,11 @@
 
 use deadpool_postgres::GenericClient;
 use kd_proto::types::{Thread, ThreadEvent, ThreadStatus};
-use serde_json::json;
 
 use super::Pg;
 use super::{events, threads};
 use crate::db::events::NewEvent;
-use crate::db::lifecycle::{Material, Summary};
+use crate::db::lifecycle::{Material, Summary, deleted, moved, refuse_delete, stale_age, summarised, titled};
 use crate::db::threads::status_str;
 use crate::db::{DbError, DbResult, Outbox, now_ms};
 
@@ -45,23 +44,17 @@ pub(crate) async fn set_status(
     if thread.status == to {
         return Ok(thread);
     }
-    let (kind, data) = match to {
+    let sessions = match to {
         ThreadStatus::Idle => {
-            let suspended = c
-                .execute(
-                    &c.prepare_cached(
-                        "UPDATE sessions SET status = 'idle', holder = NULL, pid = NULL, last_active_at = $2
+            c.execute(
+                &c.prepare_cached(
+                    "UPDATE sessions SET status = 'idle', holder = NULL, pid = NULL, last_active_at = $2
                          WHERE thread_id = $1 AND status = 'active'",
-                    )
-                    .await?,
-                    &[&id, &now],
                 )
-                .await?;
-            (
-                "thread.idle",
-                json!({"reason": reason, "sessions_suspended": suspended,
-                                   "idle_for_ms": now - thread.last_activity_at_ms}),
+                .await?,
+                &[&id, &now],
             )
+            .await?
         }
         ThreadStatus::Archived => {
             let archived = c
@@ -81,17 +74,11 @@ pub(crate) async fn set_status(
                 )
                 .await?;
             }
-            (
-                "thread.archive",
-                json!({"reason": reason, "sessions_archived": archived,
-                                      "summary_by": summary.map(|s| s.by.as_str())}),
-            )
+            archived
         }
-        ThreadStatus::Active => {
-            let kind = if thread.status == ThreadStatus::Archived { "thread.unarchive" } else { "thread.revive" };
-            (kind, json!({"reason": reason, "from": status_str(thread.status)}))
-        }
+        ThreadStatus::Active => 0,
     };
+    let (kind, data) = moved(&thread, to, reason, now, sessions as u64, summary);
     if to == ThreadStatus::Active {
         // Opening a thread again is activity: it starts its idle time anew.
         c.execute(
@@ -121,7 +108,7 @@ pub(crate) async fn age(
 ) -> DbResult<bool> {
     lock_thread(c, id, "NO KEY UPDATE").await?;
     let thread = threads::get(c, id).await?;
-    if thread.last_activity_at_ms != seen_activity || thread.status == to || in_flight(c, id).await? > 0 {
+    if stale_age(&thread, seen_activity, to, in_flight(c, id).await?) {
         return Ok(false);
     }
     set_status(c, now, id, to, "age", summary, out).await?;
@@ -177,12 +164,7 @@ pub(crate) async fn set_summary(c: &impl GenericClient, now: i64, id: &str, summ
         &[&id, &summary.text, &summary.by],
     )
     .await?;
-    events::record(
-        c,
-        now,
-        &NewEvent { kind: "thread.summary", thread: Some(id), data: json!({"by": summary.by}), ..Default::default() },
-    )
-    .await?;
+    events::record(c, now, &summarised(id, &summary.by)).await?;
     threads::get(c, id).await
 }
 
@@ -190,12 +172,7 @@ pub(crate) async fn set_summary(c: &impl GenericClient, now: i64, id: &str, summ
 pub(crate) async fn set_title(c: &impl GenericClient, now: i64, id: &str, title: &str) -> DbResult<Thread> {
     threads::get(c, id).await?;
     c.execute(&c.prepare_cached("UPDATE threads SET title = $2 WHERE id = $1").await?, &[&id, &title]).await?;
-    events::record(
-        c,
-        now,
-        &NewEvent { kind: "thread.title", thread: Some(id), data: json!({"title": title}), ..Default::default() },
-    )
-    .await?;
+    events::record(c, now, &titled(id, title)).await?;
     threads::get(c, id).await
 }
 
@@ -204,13 +181,7 @@ pub(crate) async fn set_title(c: &impl GenericClient, now: i64, id: &str, title:
 pub(crate) async fn delete(c: &impl GenericClient, now: i64, id: &str, out: &mut Outbox) -> DbResult<u64> {
     lock_thread(c, id, "UPDATE").await?;
     let running = in_flight(c, id).await?;
-    if running > 0 {
-        return Err(DbError::Invalid(format!(
-            "thread {id} has {running} run{} in flight; cancel {} or delete with force",
-            if running == 1 { "" } else { "s" },
-            if running == 1 { "it" } else { "them" }
-        )));
-    }
+    refuse_delete(id, running)?;
     let messages: i64 = c
         .query_one(&c.prepare_cached("SELECT count(*) FROM messages WHERE thread_id = $1").await?, &[&id])
         .await?
@@ -219,12 +190,7 @@ pub(crate) async fn delete(c: &impl GenericClient, now: i64, id: &str, out: &mut
     // Messages, runs (and their partial text), sessions, inbox, participants,
     // acknowledgements and the current-thread entry go by cascade.
     c.execute(&c.prepare_cached("DELETE FROM threads WHERE id = $1").await?, &[&id]).await?;
-    events::record(
-        c,
-        now,
-        &NewEvent { kind: "thread.delete", data: json!({"thread": id, "messages": messages}), ..Default::default() },
-    )
-    .await?;
+    events::record(c, now, &deleted(id, messages)).await?;
     out.threads_added -= 1;
     Ok(messages as u64)
 }
@@ -293,6 +259,7 @@ impl Pg {
 #[cfg(test)]
 mod tests {
     use kd_proto::types::SessionStatus;
+    use serde_json::json;
 
     use super::*;
     use crate::db::pg::test_rows::{events, message, run, thread};

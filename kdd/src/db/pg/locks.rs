@@ -15,8 +15,8 @@ use tokio_postgres::Row;
 use super::Pg;
 use super::events;
 use crate::db::events::NewEvent;
-use crate::db::locks::Held;
-use crate::db::{DbError, DbResult, now_ms};
+use crate::db::locks::{self, Acquire, Held, acquiring, stale};
+use crate::db::{DbResult, now_ms};
 
 const COLUMNS: &str = "resource, holder, pid, token, acquired_at, expires_at";
 
@@ -47,70 +47,36 @@ pub(crate) async fn acquire(
     let node_alive = super::nodes::holder_node(c, "locks", "resource", resource).await?.map(|(_, live)| live);
     let by_node = |_: u32| node_alive.unwrap_or(false);
     let alive: &(dyn Fn(u32) -> bool + Sync) = if node_alive.is_some() { &by_node } else { alive };
-    let mut took_over = None;
-    if let Some(h) = &previous {
-        match h.is_free(now, alive) {
-            None if h.holder == holder && h.pid == pid => {
-                c.execute(
-                    &c.prepare_cached("UPDATE locks SET expires_at = $2 WHERE resource = $1").await?,
-                    &[&resource, &expires_at],
+    let acquire = acquiring(previous.as_ref(), now, holder, pid, alive);
+    let mut token: i64 = 0;
+    match acquire {
+        Acquire::Renew { .. } => {
+            c.execute(
+                &c.prepare_cached("UPDATE locks SET expires_at = $2 WHERE resource = $1").await?,
+                &[&resource, &expires_at],
+            )
+            .await?;
+        }
+        Acquire::Deny { .. } => {}
+        Acquire::Take { .. } => {
+            // Drawn while the resource is held: a later acquirer of it, which
+            // waits for this transaction, draws a larger one.
+            token = c.query_one(&c.prepare_cached("SELECT nextval('fencing_token')").await?, &[]).await?.get(0);
+            c.execute(
+                &c.prepare_cached(
+                    "INSERT INTO locks (resource, holder, pid, token, acquired_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6)
+                     ON CONFLICT (resource) DO UPDATE SET holder = excluded.holder, pid = excluded.pid, token = excluded.token,
+                         acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, node_id = excluded.node_id",
                 )
-                .await?;
-                record(c, now, "lock.renew", resource, holder, json!({"token": h.token, "ttl_ms": ttl_ms})).await?;
-                return Ok(LockOutcome::Acquired {
-                    resource: resource.into(),
-                    token: h.token,
-                    expires_at_ms: expires_at,
-                    renewed: true,
-                });
-            }
-            None => {
-                let expires_in_ms = (h.expires_at - now).max(0) as u64;
-                record(
-                    c,
-                    now,
-                    "lock.deny",
-                    resource,
-                    holder,
-                    json!({"holder": h.holder, "pid": h.pid, "expires_in_ms": expires_in_ms}),
-                )
-                .await?;
-                return Ok(LockOutcome::Denied {
-                    resource: resource.into(),
-                    holder: h.holder.clone(),
-                    pid: h.pid,
-                    expires_in_ms,
-                });
-            }
-            Some(reason) => took_over = Some((reason, h.holder.clone(), h.token)),
+                .await?,
+                &[&resource, &holder, &pid.map(i64::from), &token, &now, &expires_at],
+            )
+            .await?;
         }
     }
-    // Drawn while the resource is held: a later acquirer of it, which
-    // waits for this transaction, draws a larger one.
-    let token: i64 = c.query_one(&c.prepare_cached("SELECT nextval('fencing_token')").await?, &[]).await?.get(0);
-    c.execute(
-        &c.prepare_cached(
-            "INSERT INTO locks (resource, holder, pid, token, acquired_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6)
-             ON CONFLICT (resource) DO UPDATE SET holder = excluded.holder, pid = excluded.pid, token = excluded.token,
-                 acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, node_id = excluded.node_id",
-        )
-        .await?,
-        &[&resource, &holder, &pid.map(i64::from), &token, &now, &expires_at],
-    )
-    .await?;
-    let data = match took_over {
-        Some((reason, prev, prev_token)) => {
-            json!({"token": token, "ttl_ms": ttl_ms, "pid": pid, "freed": reason, "previous_holder": prev, "previous_token": prev_token})
-        }
-        None => json!({"token": token, "ttl_ms": ttl_ms, "pid": pid}),
-    };
-    record(c, now, "lock.acquire", resource, holder, data).await?;
-    Ok(LockOutcome::Acquired {
-        resource: resource.into(),
-        token: token as u64,
-        expires_at_ms: expires_at,
-        renewed: false,
-    })
+    let (kind, data, outcome) = acquire.outcome(resource, token as u64, ttl_ms, pid, expires_at);
+    record(c, now, kind, resource, holder, data).await?;
+    Ok(outcome)
 }
 
 pub(crate) async fn release(c: &impl GenericClient, now: i64, resource: &str, token: u64) -> DbResult<LockReleased> {
@@ -121,7 +87,7 @@ pub(crate) async fn release(c: &impl GenericClient, now: i64, resource: &str, to
             record(c, now, "lock.release", resource, &h.holder, json!({"token": token})).await?;
             Ok(LockReleased { resource: resource.into(), token })
         }
-        other => Err(DbError::StaleToken { resource: resource.into(), token, current: other.map(|h| h.token) }),
+        other => Err(stale(resource, token, other)),
     }
 }
 
@@ -135,14 +101,7 @@ pub(crate) async fn check_fence(c: &impl GenericClient, now: i64, fence: &Fence)
             &[&fence.resource],
         )
         .await?;
-    match row.as_ref().map(from_row).transpose()? {
-        Some(h) if h.token == fence.token && h.expires_at > now => Ok(()),
-        other => Err(DbError::StaleToken {
-            resource: fence.resource.clone(),
-            token: fence.token,
-            current: other.filter(|h| h.expires_at > now).map(|h| h.token),
-        }),
-    }
+    locks::check_fence(row.as_ref().map(from_row).transpose()?, now, fence)
 }
 
 /// Locks that are held now: expired and dead-holder locks are left out.
@@ -163,18 +122,7 @@ pub(crate) async fn list(
         .await?;
     let mut out = Vec::new();
     for row in &rows {
-        let h = from_row(row)?;
-        if h.is_free(now, alive).is_none() {
-            out.push(Lock {
-                resource: row.try_get(0)?,
-                holder: h.holder,
-                pid: h.pid,
-                token: h.token,
-                acquired_at_ms: h.acquired_at,
-                expires_at_ms: h.expires_at,
-                expires_in_ms: (h.expires_at - now).max(0) as u64,
-            });
-        }
+        out.extend(from_row(row)?.shown(row.try_get(0)?, now, alive));
     }
     Ok(out)
 }
@@ -188,13 +136,7 @@ async fn held(c: &impl GenericClient, resource: &str, lock: bool) -> DbResult<Op
 }
 
 fn from_row(r: &Row) -> DbResult<Held> {
-    Ok(Held {
-        holder: r.try_get(1)?,
-        pid: r.try_get::<_, Option<i64>>(2)?.map(|p| p as u32),
-        token: r.try_get::<_, i64>(3)? as u64,
-        acquired_at: r.try_get(4)?,
-        expires_at: r.try_get(5)?,
-    })
+    crate::db::locks::read(r)
 }
 
 async fn record(
@@ -254,6 +196,7 @@ impl Pg {
 
 #[cfg(test)]
 mod tests {
+    use crate::db::DbError;
     use std::sync::Arc;
 
     use super::*;

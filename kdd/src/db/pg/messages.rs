@@ -7,13 +7,13 @@
 
 use deadpool_postgres::GenericClient;
 use futures_util::TryStreamExt;
-use kd_proto::types::{Message, MessageKind, Purpose, RouteType, ThreadEvent, ThreadStatus};
+use kd_proto::types::{Message, Purpose, RouteType, ThreadEvent, ThreadStatus};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use super::{Pg, events, lifecycle, locks, threads};
-use crate::db::messages::{NewMessage, Page, ROW_BYTES, parse_kind};
-use crate::db::{DbError, DbResult, Outbox, json_list, now_ms, parse_list};
+use crate::db::messages::{NewMessage, Page};
+use crate::db::{DbError, DbResult, Outbox, json_list, now_ms};
 
 /// Appends a message with the thread's next seq, records it in the event
 /// log and queues it for the thread's subscribers. A message revives an
@@ -45,10 +45,7 @@ pub(crate) async fn append(c: &impl GenericClient, now: i64, m: NewMessage, out:
     if status == "idle" {
         lifecycle::set_status(c, now, &m.thread, ThreadStatus::Active, "message", None, out).await?;
     }
-    if untitled
-        && m.kind == MessageKind::King
-        && let Some(title) = kd_proto::title::title_from(&m.body)
-    {
+    if untitled && let Some(title) = m.title() {
         let stmt = c.prepare_cached("UPDATE threads SET title = $2 WHERE id = $1").await?;
         c.execute(&stmt, &[&m.thread, &title]).await?;
     }
@@ -57,15 +54,7 @@ pub(crate) async fn append(c: &impl GenericClient, now: i64, m: NewMessage, out:
 
 /// Inserts `m` with a seq already taken from the thread.
 async fn append_as(c: &impl GenericClient, now: i64, seq: u64, m: NewMessage, out: &mut Outbox) -> DbResult<Message> {
-    if let Some(r) = m.reply_to
-        && (r == 0 || r >= seq)
-    {
-        return Err(DbError::Invalid(format!(
-            "reply_to {r} is not an earlier message of thread {} (it has {} messages)",
-            m.thread,
-            seq - 1
-        )));
-    }
+    m.check_reply(seq)?;
     let run = m.run.as_ref().map(|r| serde_json::to_string(r).unwrap_or_default());
     let stmt = c
         .prepare_cached(
@@ -150,41 +139,17 @@ pub(crate) async fn list(c: &impl GenericClient, thread: &str, page: Page) -> Db
     let params: [&(dyn ToSql + Sync); 5] = [&thread, &after, &before, &limit, &page.bodies];
     // Rows are read as they arrive and the read stops at the byte budget.
     let mut rows = std::pin::pin!(c.query_raw(&stmt, params).await?);
-    let mut out = Vec::new();
-    let mut bytes = 0usize;
+    let mut out = page.filling();
     while let Some(row) = rows.try_next().await? {
-        let m = from_row(&row)?;
-        bytes = bytes.saturating_add(m.body.len() + ROW_BYTES);
-        if bytes > page.budget && !out.is_empty() {
+        if !out.keep(from_row(&row)?) {
             break;
         }
-        out.push(m);
     }
-    if page.from_end {
-        out.reverse();
-    }
-    Ok(out)
+    Ok(out.done())
 }
 
 pub(crate) fn from_row(r: &Row) -> DbResult<Message> {
-    let run: Option<&str> = r.try_get(10)?;
-    Ok(Message {
-        thread: r.try_get(0)?,
-        seq: r.try_get::<_, i64>(1)? as u64,
-        from: r.try_get(2)?,
-        to: parse_list(r.try_get(3)?),
-        cc: parse_list(r.try_get(4)?),
-        reply_to: r.try_get::<_, Option<i64>>(5)?.map(|v| v as u64),
-        kind: parse_kind(r.try_get(6)?),
-        body: r.try_get(7)?,
-        round: r.try_get::<_, Option<i64>>(8)?.map(|v| v as u32),
-        created_at_ms: r.try_get(9)?,
-        run: run.and_then(|s| serde_json::from_str(s).ok()),
-        replaces: r.try_get::<_, Option<i64>>(11)?.map(|v| v as u64),
-        refs: parse_list(r.try_get(12)?),
-        route: r.try_get::<_, Option<&str>>(13)?.and_then(RouteType::parse),
-        purpose: r.try_get::<_, Option<&str>>(14)?.and_then(Purpose::parse),
-    })
+    crate::db::messages::read(r)
 }
 
 impl Pg {
@@ -220,10 +185,11 @@ impl Pg {
 mod tests {
     use std::sync::Arc;
 
-    use kd_proto::types::{Fence, ThreadStatus};
+    use kd_proto::types::{Fence, MessageKind, ThreadStatus};
 
     use super::*;
     use crate::db::events::EventFilter;
+    use crate::db::messages::ROW_BYTES;
     use crate::db::pg::testing;
     use crate::db::threads::NewThread;
 

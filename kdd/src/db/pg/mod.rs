@@ -25,7 +25,7 @@
 //! Times stay Unix milliseconds computed by kdd, as in SQLite.
 
 pub(crate) mod acks;
-mod compose;
+pub(crate) mod compose;
 pub(crate) mod cost;
 mod error;
 pub(crate) mod events;
@@ -39,7 +39,8 @@ pub(crate) mod messages;
 pub mod nodes;
 pub(crate) mod page_json;
 pub(crate) mod relay;
-mod runs;
+mod row;
+pub(crate) mod runs;
 pub mod schema;
 pub(crate) mod search;
 pub(crate) mod search_query;

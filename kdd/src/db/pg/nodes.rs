@@ -249,18 +249,7 @@ mod tests {
 
     /// A thread of `pg` to hold sessions on.
     async fn a_thread(pg: &Pg) -> String {
-        let t = crate::db::threads::NewThread {
-            id: None,
-            workspace: "/w".into(),
-            branch: None,
-            title: None,
-            members: vec![],
-            lineage: None,
-            parent: None,
-            set_current: false,
-            context: Default::default(),
-            origin: None,
-        };
+        let t = crate::db::threads::NewThread { members: vec![], ..crate::db::threads::NewThread::in_workspace("/w") };
         pg.create_thread(t).await.unwrap().id
     }
 

@@ -86,11 +86,11 @@ impl Pg {
 
 #[cfg(test)]
 mod tests {
-    use kd_proto::types::{ContextMode, Message, MessageKind, RunMeta};
+    use kd_proto::types::Message;
     use serde::Serialize;
 
     use super::*;
-    use crate::db::messages::NewMessage;
+    use crate::db::fixtures::varied_messages;
     use crate::db::pg::testing;
     use crate::db::threads::NewThread;
 
@@ -98,45 +98,10 @@ mod tests {
         Page { after: 0, before: None, limit: None, from_end: false, bodies: true, budget }
     }
 
-    /// Messages of every shape: escapes and controls in bodies and names,
-    /// runs, refs, routes, purposes, replies, retries, cc.
+    /// A thread with the messages of [`varied_messages`]; its id.
     async fn varied(pg: &Pg, rounds: usize) -> String {
-        let t = pg
-            .create_thread(NewThread {
-                id: None,
-                workspace: "/w".into(),
-                branch: None,
-                title: None,
-                members: vec![],
-                lineage: None,
-                parent: None,
-                set_current: false,
-                context: ContextMode::History,
-                origin: None,
-            })
-            .await
-            .unwrap();
-        let bodies = ["plain", "quote \" backslash \\ tab \t nl \n", "\u{1b}[31mred\u{7} é 漢 🦀", ""];
-        for (i, body) in bodies.iter().cycle().take(4 * rounds).enumerate() {
-            let mut m = NewMessage::new(&t.id, "king", vec!["all".into()], MessageKind::King, body.to_string());
-            if i % 2 == 1 {
-                m.from = "claude".into();
-                m.to = vec!["king".into(), "co\"dex".into()];
-                m.cc = vec!["gemini".into()];
-                m.kind = MessageKind::Agent;
-                m.reply_to = Some(1);
-                m.round = Some(2);
-                m.run = Some(RunMeta {
-                    cost_usd: Some(0.25),
-                    usage: Some(serde_json::json!({"input_tokens": 3})),
-                    run_id: Some("r1".into()),
-                    ..Default::default()
-                });
-                m.refs = vec!["src/a.rs".into()];
-                m.route = Some(RouteType::Multicast);
-                m.purpose = Some(Purpose::Ballot);
-                m.replaces = Some(1);
-            }
+        let t = pg.create_thread(NewThread { members: vec![], ..NewThread::in_workspace("/w") }).await.unwrap();
+        for m in varied_messages(&t.id, rounds) {
             pg.append_message(m).await.unwrap();
         }
         t.id

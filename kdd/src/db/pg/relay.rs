@@ -364,21 +364,7 @@ mod tests {
         let (hub_a, hub_b) = (std::sync::Arc::new(Hub::new()), std::sync::Arc::new(Hub::new()));
         let a = Db::open(&url, hub_a.clone(), Node::here("a")).await.unwrap();
         let b = Db::open(&url, hub_b.clone(), Node::here("b")).await.unwrap();
-        let t = a
-            .create_thread(NewThread {
-                id: None,
-                workspace: "/w".into(),
-                branch: None,
-                title: None,
-                members: vec![],
-                lineage: None,
-                parent: None,
-                set_current: false,
-                context: Default::default(),
-                origin: None,
-            })
-            .await
-            .unwrap();
+        let t = a.create_thread(NewThread { members: vec![], ..NewThread::in_workspace("/w") }).await.unwrap();
         let mut on_b = hub_b.subscribe(&t.id);
         // Until b listens, what a says is lost to it: a says it again.
         let mut chars = 0;

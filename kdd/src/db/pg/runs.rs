@@ -4,15 +4,12 @@
 //! recovery of runs a dead daemon left in flight.
 
 use deadpool_postgres::GenericClient;
-use kd_proto::types::{Message, Purpose, RunInfo, RunMeta, RunStatus, SessionStatus, ThreadEvent};
-use serde_json::json;
+use kd_proto::types::{Message, Purpose, RunInfo, RunStatus, SessionStatus, ThreadEvent};
 
 use super::exchanges;
 use super::{ME, Pg, acks, cost, events, messages, sessions};
-use crate::db::events::NewEvent;
-use crate::db::exchanges::{RunEnd, StepId};
-use crate::db::runs::{Finish, Orphan, refuse_ended};
-use crate::db::sessions::SessionEnd;
+use crate::db::exchanges::StepId;
+use crate::db::runs::{Cut, Finish, Orphan, refuse_ended, spawned, waiting};
 use crate::db::{DbError, DbResult, Outbox, now_ms};
 
 /// Records a run that was accepted; subscribers hear `run_waiting`. A run
@@ -55,20 +52,7 @@ pub(crate) async fn insert(
         ],
     )
     .await?;
-    events::record(
-        c,
-        now,
-        &NewEvent {
-            kind: "run.start",
-            thread: Some(&run.thread),
-            agent: Some(&run.member),
-            correlation_id: Some(&run.id),
-            data: json!({"run": run.id, "backend": run.backend, "reply_to": run.reply_to, "round": run.round,
-                         "exchange": run.exchange, "replaces": run.replaces}),
-            ..Default::default()
-        },
-    )
-    .await?;
+    events::record(c, now, &waiting(run)).await?;
     out.publish(&run.thread, ThreadEvent::RunWaiting { run: run.clone() });
     Ok(())
 }
@@ -99,20 +83,7 @@ pub(crate) async fn started(
         let st = c.prepare_cached("UPDATE sessions SET pid = $2 WHERE id = $1 AND status = 'active'").await?;
         c.execute(&st, &[&session, &i64::from(pid)]).await?;
     }
-    events::record(
-        c,
-        now,
-        &NewEvent {
-            kind: "run.spawn",
-            thread: Some(&run.thread),
-            agent: Some(&run.member),
-            session,
-            correlation_id: Some(&run.id),
-            data: json!({"run": run.id, "pid": pid}),
-            ..Default::default()
-        },
-    )
-    .await?;
+    events::record(c, now, &spawned(run, pid, session)).await?;
     out.publish(&run.thread, ThreadEvent::RunStarted { run: run.id.clone(), member: run.member.clone(), pid });
     Ok(())
 }
@@ -170,56 +141,13 @@ pub(crate) async fn finish(
     c.execute(&st, &[&run.id]).await?;
     // The run's journal step ends with it, in the same transaction as its
     // message: answered once, or pending again after an interruption.
-    let seq = message.seq;
-    let end = match f.status {
-        RunStatus::Done => RunEnd::Done { seq },
-        RunStatus::Interrupted => RunEnd::Interrupted { seq },
-        RunStatus::Cancelled => RunEnd::Cancelled { reason: f.error.clone().unwrap_or_else(|| "cancelled".into()) },
-        _ => RunEnd::Failed { seq, reason: f.error.clone().unwrap_or_else(|| f.status.as_str().into()) },
-    };
+    let end = f.step_end(message.seq);
     exchanges::step_finished(c, now, &run.id, &end).await?;
-    if let Some(mut end) = f.session.clone() {
-        end.backend_session_id = end.backend_session_id.or_else(|| f.meta.backend_session_id.clone());
+    if let Some(end) = f.session_end() {
         sessions::end(c, now, &end).await?;
     }
-    let kind = match f.status {
-        RunStatus::Done => "run.finish",
-        RunStatus::TimedOut => "run.timeout",
-        RunStatus::Cancelled => "run.cancel",
-        RunStatus::Interrupted => "run.interrupted",
-        _ => "run.error",
-    };
-    events::record(
-        c,
-        now,
-        &NewEvent {
-            kind,
-            thread: Some(&run.thread),
-            agent: Some(&run.member),
-            correlation_id: Some(&run.id),
-            data: json!({"run": run.id, "seq": message.seq, "error": f.error, "duration_ms": f.meta.duration_ms,
-                         "exit_status": f.meta.exit_status}),
-            ..Default::default()
-        },
-    )
-    .await?;
-    let (id, member, seq) = (run.id.clone(), run.member.clone(), message.seq);
-    out.publish(
-        &run.thread,
-        match f.status {
-            RunStatus::Done => ThreadEvent::RunFinished { run: id, member, seq },
-            RunStatus::Cancelled | RunStatus::Interrupted => {
-                ThreadEvent::RunCancelled { run: id, member, seq, interrupted: f.status == RunStatus::Interrupted }
-            }
-            status => ThreadEvent::RunError {
-                run: id,
-                member,
-                error: f.error.unwrap_or_default(),
-                timed_out: status == RunStatus::TimedOut,
-                seq,
-            },
-        },
-    );
+    events::record(c, now, &f.event(run, message.seq)).await?;
+    out.publish(&run.thread, f.told(run, message.seq));
     Ok(message)
 }
 
@@ -269,55 +197,23 @@ pub(crate) async fn recover(
         .await?;
     for o in &orphans {
         let r = c.query_one(&st, &[&o.id]).await?;
-        let backend: String = r.try_get(0)?;
-        let reply_to: Option<i64> = r.try_get(1)?;
-        let round: Option<i64> = r.try_get(2)?;
-        let partial: String = r.try_get(3)?;
-        let session: Option<String> = r.try_get(4)?;
-        let exchange: Option<i64> = r.try_get(5)?;
-        let replaces: Option<i64> = r.try_get(6)?;
-        let ordinal: Option<i64> = r.try_get(7)?;
-        let purpose: Option<String> = r.try_get(8)?;
-        let partial = saved_partial(c, &o.id, partial).await?;
-        let ordinal = ordinal.map(|o| o as u64);
-        let info = RunInfo {
-            id: o.id.clone(),
-            thread: o.thread.clone(),
-            member: o.member.clone(),
-            backend: backend.clone(),
-            status: RunStatus::Interrupted,
-            pid: o.pid,
-            started_at_ms: now,
-            chars: partial.chars().count() as u64,
-            reply_to: reply_to.map(|r| r as u64),
-            round: round.map(|r| r as u32),
-            exchange: exchange.map(|r| r as u64),
-            replaces: replaces.map(|r| r as u64),
-            ordinal: ordinal.unwrap_or(0),
-            purpose: purpose.as_deref().and_then(Purpose::parse),
+        let cut = Cut {
+            backend: r.try_get(0)?,
+            reply_to: r.try_get(1)?,
+            round: r.try_get::<_, Option<i64>>(2)?.map(|r| r as u32),
+            session: r.try_get(4)?,
+            exchange: r.try_get(5)?,
+            replaces: r.try_get(6)?,
+            ordinal: r.try_get(7)?,
+            purpose: r.try_get(8)?,
         };
-        let body = if partial.is_empty() { "(interrupted before it said anything)".to_string() } else { partial };
-        let session = match session {
-            Some(id) if sessions::get(c, &id).await.is_ok_and(|s| s.status == SessionStatus::Active) => {
-                Some(SessionEnd { id, status: SessionStatus::Idle, backend_session_id: None, seen_seq: None })
-            }
+        let partial = saved_partial(c, &o.id, r.try_get(3)?).await?;
+        let session = match cut.session.clone() {
+            Some(id) if sessions::get(c, &id).await.is_ok_and(|s| s.status == SessionStatus::Active) => Some(id),
             _ => None,
         };
-        finish(
-            c,
-            now,
-            &info,
-            Finish {
-                status: RunStatus::Interrupted,
-                body,
-                error: Some(why.to_string()),
-                meta: RunMeta { run_id: Some(o.id.clone()), backend: Some(backend), ordinal, ..RunMeta::default() },
-                session,
-                to: vec![],
-            },
-            out,
-        )
-        .await?;
+        let (info, f) = cut.interrupted(o, now, partial, why, session);
+        finish(c, now, &info, f, out).await?;
     }
     Ok(orphans.len())
 }
@@ -397,19 +293,23 @@ impl Pg {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use kd_proto::types::MessageKind;
+    use kd_proto::types::RunMeta;
     use serde_json::json;
+
+    use crate::db::sessions::SessionEnd;
 
     use super::*;
     use crate::db::exchanges::{Kind, NewExchange, Opened, StepKey};
+    use crate::db::fixtures::run_of;
     use crate::db::messages::NewMessage;
-    use crate::db::pg::exchanges::tests::{db, pg_events, run_of, sqlite_events};
+    use crate::db::pg::exchanges::tests::{db, pg_events};
 
-    const SESSION: &str = "INSERT INTO sessions (id, thread_id, agent, status, holder, pid, started_at, last_active_at) \
+    pub(crate) const SESSION: &str = "INSERT INTO sessions (id, thread_id, agent, status, holder, pid, started_at, last_active_at) \
                            VALUES ('s-1', 't1', 'claude', 'active', 'claude', 7, 3, 3)";
 
-    fn council() -> NewExchange {
+    pub(crate) fn council() -> NewExchange {
         NewExchange {
             path: None,
             thread: "t1".into(),
@@ -421,11 +321,11 @@ mod tests {
         }
     }
 
-    fn king() -> NewMessage {
+    pub(crate) fn king() -> NewMessage {
         NewMessage::new("t1", "king", vec!["all".into()], MessageKind::King, "Q".into())
     }
 
-    fn answered() -> Finish {
+    pub(crate) fn answered() -> Finish {
         Finish {
             status: RunStatus::Done,
             body: "yes".into(),
@@ -448,48 +348,10 @@ mod tests {
 
     /// What a script left: the events published, the message written, the
     /// event log, and the rows of the run, its session, step and exchange.
-    type Left = (String, String, Vec<crate::db::pg::exchanges::tests::EventRow>, Vec<String>);
-
-    fn sqlite_script(f: Finish) -> Left {
-        use crate::db::{acks as s_acks, exchanges as s_x, messages as s_messages, runs as s_runs};
-        let conn = crate::db::schema::in_memory_with_thread("t1");
-        let mut out = Outbox::default();
-        s_messages::append(&conn, 5, king(), &mut out).unwrap();
-        s_acks::owe(&conn, "b-1", "t1", 1, &["claude".to_string()]).unwrap();
-        conn.execute(SESSION, []).unwrap();
-        let x = s_x::begin(&conn, 10, &council()).unwrap();
-        let Opened::Step(s) = s_x::open_step(&conn, 11, x.id, &StepKey::answer(1, "claude")).unwrap() else {
-            panic!("open")
-        };
-        s_x::plan_done(&conn, 12, x.id, None).unwrap();
-        let run = run_of("r-1", "claude");
-        s_runs::insert(&conn, 21, &run, Some(s.id), &mut out).unwrap();
-        s_runs::started(&conn, 22, &run, 42, Some(9), Some("s-1"), &mut out).unwrap();
-        s_runs::append_partial(&conn, "r-1", "ye").unwrap();
-        let m = s_runs::finish(&conn, 30, &run, f, &mut out).unwrap();
-        let mut rows = vec![];
-        for sql in ROWS {
-            let mut stmt = conn.prepare(sql).unwrap();
-            let n = stmt.column_count();
-            let mut q = stmt.query([]).unwrap();
-            while let Some(r) = q.next().unwrap() {
-                let cols: Vec<String> = (0..n)
-                    .map(|i| match r.get_ref(i).unwrap() {
-                        rusqlite::types::ValueRef::Null => "NULL".into(),
-                        rusqlite::types::ValueRef::Integer(v) => v.to_string(),
-                        rusqlite::types::ValueRef::Real(v) => v.to_string(),
-                        rusqlite::types::ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned(),
-                        rusqlite::types::ValueRef::Blob(_) => "BLOB".into(),
-                    })
-                    .collect();
-                rows.push(cols.join("|"));
-            }
-        }
-        (format!("{:?}", out.events), format!("{m:?}"), sqlite_events(&conn), rows)
-    }
+    pub(crate) type Left = (String, String, Vec<crate::db::pg::exchanges::tests::EventRow>, Vec<String>);
 
     /// The rows a finished run leaves, as text (the same in both engines).
-    const ROWS: [&str; 8] = [
+    pub(crate) const ROWS: [&str; 8] = [
         "SELECT id, status, pid, pid_start, session_id, ended_at, message_seq, error, partial, step_id FROM runs",
         "SELECT count(*) FROM run_partials",
         "SELECT id, status, holder, pid, backend_session_id, seen_seq, last_active_at FROM sessions",
@@ -518,7 +380,7 @@ mod tests {
         rows
     }
 
-    async fn pg_script(c: &impl GenericClient, f: Finish) -> DbResult<Left> {
+    pub(crate) async fn pg_script(c: &impl GenericClient, f: Finish) -> DbResult<Left> {
         let mut out = Outbox::default();
         messages::append(c, 5, king(), &mut out).await?;
         acks::owe(c, "b-1", "t1", 1, &["claude".to_string()]).await?;
@@ -534,36 +396,6 @@ mod tests {
         append_partial(c, "r-1", "ye").await?;
         let m = finish(c, 30, &run, f, &mut out).await?;
         Ok((format!("{:?}", out.events), format!("{m:?}"), pg_events(c).await, pg_rows(c).await))
-    }
-
-    #[tokio::test]
-    async fn a_run_recorded_and_finished_leaves_what_sqlite_leaves_with_the_same_events_in_the_same_order() {
-        let Some((pg, _db)) = db().await else { return };
-        let c = pg.conn().await.unwrap();
-        let sqlite = sqlite_script(answered());
-        let postgres = pg_script(&c, answered()).await.unwrap();
-        assert_eq!(postgres.0, sqlite.0, "published");
-        assert_eq!(postgres.1, sqlite.1, "the message");
-        assert_eq!(postgres.2, sqlite.2, "the event log");
-        assert_eq!(postgres.3, sqlite.3, "the rows");
-        assert!(sqlite.0.contains("RunFinished") && sqlite.3.iter().any(|r| r.starts_with("done|")), "{sqlite:?}");
-        assert!(sqlite.3.iter().any(|r| r.starts_with("t1|2|claude|1|1|")), "a cost row: {sqlite:?}");
-        assert!(sqlite.3.iter().any(|r| r.starts_with("b-1|claude|30|answer")), "the ack settled: {sqlite:?}");
-    }
-
-    #[tokio::test]
-    async fn a_run_that_fails_leaves_what_sqlite_leaves() {
-        let Some((pg, _db)) = db().await else { return };
-        let c = pg.conn().await.unwrap();
-        let failed = || Finish {
-            status: RunStatus::TimedOut,
-            error: Some("too slow".into()),
-            to: vec!["codex".into()],
-            ..answered()
-        };
-        let sqlite = sqlite_script(failed());
-        let postgres = pg_script(&c, failed()).await.unwrap();
-        assert_eq!(postgres, sqlite);
     }
 
     #[tokio::test]
@@ -621,14 +453,9 @@ mod tests {
         assert_eq!(m.seq, 2);
         let again = pg.finish_run(run.clone(), f.clone()).await;
         assert!(matches!(again, Err(DbError::RunEnded { .. })), "{again:?}");
-        // As SQLite refuses it.
-        let conn = crate::db::schema::in_memory_with_thread("t1");
-        let out = &mut Outbox::default();
-        crate::db::messages::append(&conn, 5, king(), out).unwrap();
-        crate::db::runs::insert(&conn, 21, &run, None, out).unwrap();
-        crate::db::runs::finish(&conn, 30, &run, f.clone(), out).unwrap();
-        let sqlite = crate::db::runs::finish(&conn, 31, &run, f, out);
-        assert_eq!(format!("{sqlite:?}"), format!("{again:?}"));
+        // In the words of the rule both engines follow.
+        let rule = refuse_ended("r-1", "done").unwrap_err();
+        assert_eq!(format!("{:?}", again.unwrap_err()), format!("{rule:?}"));
         let answers: i64 = c.query_one("SELECT count(*) FROM messages WHERE seq > 1", &[]).await.unwrap().get(0);
         assert_eq!(answers, 1);
     }

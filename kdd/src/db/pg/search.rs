@@ -184,7 +184,7 @@ impl Pg {
 
 #[cfg(test)]
 mod tests {
-    use kd_proto::types::{ContextMode, MessageKind};
+    use kd_proto::types::MessageKind;
 
     use super::*;
     use crate::db::messages::NewMessage;
@@ -192,18 +192,7 @@ mod tests {
     use crate::db::threads::NewThread;
 
     async fn thread(pg: &Pg, workspace: &str) -> String {
-        let t = NewThread {
-            id: None,
-            workspace: workspace.into(),
-            branch: None,
-            title: None,
-            members: vec![],
-            lineage: None,
-            parent: None,
-            set_current: false,
-            context: ContextMode::History,
-            origin: None,
-        };
+        let t = NewThread { members: vec![], ..NewThread::in_workspace(workspace) };
         pg.create_thread(t).await.unwrap().id
     }
 

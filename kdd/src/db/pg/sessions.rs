@@ -9,13 +9,14 @@
 
 use deadpool_postgres::GenericClient;
 use kd_proto::types::{Session, SessionStatus};
-use serde_json::{Value, json};
 use tokio_postgres::Row;
 
 use super::Pg;
 use super::{events, threads};
-use crate::db::events::NewEvent;
-use crate::db::sessions::{NewSession, SessionEnd, Taken, candidates, dead_holder, refusal_events, status_of};
+use crate::db::sessions::{
+    NewSession, SessionEnd, Taken, candidates, dead_holder, end_events, reclaimed, refusal_events, refuse_active_end,
+    refuse_archived, resumed, started,
+};
 use crate::db::{DbError, DbResult, now_ms, random_id};
 
 const COLUMNS: &str =
@@ -52,19 +53,7 @@ pub(crate) async fn start(c: &impl GenericClient, now: i64, s: NewSession, alive
         &[&id, &s.thread, &s.agent, &s.backend_session_id, &s.holder, &s.pid.map(i64::from), &now, &s.metadata.to_string()],
     )
     .await?;
-    events::record(
-        c,
-        now,
-        &NewEvent {
-            kind: "session.start",
-            thread: Some(&s.thread),
-            session: Some(&id),
-            agent: Some(&s.agent),
-            data: json!({"holder": s.holder, "pid": s.pid, "backend_session_id": s.backend_session_id}),
-            ..Default::default()
-        },
-    )
-    .await?;
+    events::record(c, now, &started(&s, &id)).await?;
     Ok(Taken::Allowed(get(c, &id).await?))
 }
 
@@ -90,9 +79,7 @@ pub(crate) async fn resume(
         )
         .await?;
     }
-    if session.status == SessionStatus::Archived {
-        return Err(DbError::Invalid(format!("session {id} is archived with its thread and cannot be resumed")));
-    }
+    refuse_archived(&session)?;
     let copy = session.backend_session_id.as_deref();
     if let Some(active) = blocking(c, now, &session.thread, &session.agent, copy, Some(&session), alive).await? {
         return refuse(c, now, &session.thread, Some(id), &session.agent, active, holder, copy).await;
@@ -106,19 +93,7 @@ pub(crate) async fn resume(
         &[&id, &holder, &pid.map(i64::from), &now],
     )
     .await?;
-    events::record(
-        c,
-        now,
-        &NewEvent {
-            kind: "session.resume",
-            thread: Some(&session.thread),
-            session: Some(id),
-            agent: Some(&session.agent),
-            data: json!({"holder": holder, "pid": pid, "backend_session_id": session.backend_session_id}),
-            ..Default::default()
-        },
-    )
-    .await?;
+    events::record(c, now, &resumed(&session, holder, pid)).await?;
     Ok(Taken::Allowed(get(c, id).await?))
 }
 
@@ -178,9 +153,7 @@ async fn refuse(
 
 pub(crate) async fn end(c: &impl GenericClient, now: i64, e: &SessionEnd) -> DbResult<Session> {
     let (id, status) = (e.id.as_str(), e.status);
-    if status == SessionStatus::Active {
-        return Err(DbError::Invalid("session.end cannot set status active; use session.resume".into()));
-    }
+    refuse_active_end(e)?;
     let session = get_locked(c, id).await?;
     c.execute(
         &c.prepare_cached(
@@ -192,38 +165,9 @@ pub(crate) async fn end(c: &impl GenericClient, now: i64, e: &SessionEnd) -> DbR
         &[&id, &status.as_str(), &now, &e.backend_session_id, &e.seen_seq.map(|s| s as i64)],
     )
     .await?;
-    if let (Some(expected), Some(got)) = (&session.backend_session_id, &e.backend_session_id)
-        && expected != got
-    {
-        // The backend went on in another conversation than the one resumed:
-        // continuity is broken. kd follows the new one, and says so.
-        events::record(
-            c,
-            now,
-            &NewEvent {
-                kind: "race.session_fork",
-                thread: Some(&session.thread),
-                session: Some(id),
-                agent: Some(&session.agent),
-                data: json!({"expected": expected, "got": got, "holder": session.holder}),
-                ..Default::default()
-            },
-        )
-        .await?;
+    for event in end_events(&session, e) {
+        events::record(c, now, &event).await?;
     }
-    events::record(
-        c,
-        now,
-        &NewEvent {
-            kind: "session.end",
-            thread: Some(&session.thread),
-            session: Some(id),
-            agent: Some(&session.agent),
-            data: json!({"status": status.as_str(), "previous": session.status.as_str()}),
-            ..Default::default()
-        },
-    )
-    .await?;
     get(c, id).await
 }
 
@@ -301,37 +245,12 @@ async fn reclaim_if_dead(c: &impl GenericClient, now: i64, s: &Session, alive: A
     if expired == 0 {
         return Ok(true);
     }
-    events::record(
-        c,
-        now,
-        &NewEvent {
-            kind: "session.reclaimed",
-            thread: Some(&s.thread),
-            session: Some(&s.id),
-            agent: Some(&s.agent),
-            data: json!({"dead_pid": pid, "holder": s.holder}),
-            ..Default::default()
-        },
-    )
-    .await?;
+    events::record(c, now, &reclaimed(s, pid)).await?;
     Ok(true)
 }
 
 fn from_row(r: &Row) -> DbResult<Session> {
-    let metadata: String = r.try_get(9)?;
-    Ok(Session {
-        id: r.try_get(0)?,
-        thread: r.try_get(1)?,
-        agent: r.try_get(2)?,
-        backend_session_id: r.try_get(3)?,
-        status: status_of(r.try_get(4)?),
-        holder: r.try_get(5)?,
-        pid: r.try_get::<_, Option<i64>>(6)?.map(|p| p as u32),
-        started_at_ms: r.try_get(7)?,
-        last_active_at_ms: r.try_get(8)?,
-        metadata: serde_json::from_str(&metadata).unwrap_or(Value::Null),
-        seen_seq: r.try_get::<_, Option<i64>>(10)?.map(|v| v as u64),
-    })
+    crate::db::sessions::read(r)
 }
 
 impl Pg {
@@ -417,6 +336,8 @@ impl Pg {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use std::sync::Arc;
 
     use kd_proto::types::ThreadStatus;

@@ -10,13 +10,13 @@
 
 use deadpool_postgres::GenericClient;
 use kd_proto::types::{Lineage, Thread, ThreadStatus};
-use serde_json::json;
 use tokio_postgres::Row;
 
 use super::{Pg, events};
-use crate::db::events::NewEvent;
-use crate::db::threads::{NewThread, lineage_of, lineage_str, parse_context, parse_lineage, parse_status, status_str};
-use crate::db::{DbError, DbResult, Outbox, json_list, now_ms, parse_list, random_id};
+use crate::db::threads::{
+    ID_ATTEMPTS, NewThread, candidate_id, created, lineage_of, lineage_str, made_current, no_free_id, status_str,
+};
+use crate::db::{DbError, DbResult, Outbox, json_list, now_ms};
 
 const COLUMNS: &str = "id, workspace, branch, title, status, lineage, parent_id, members, created_at, last_activity_at, last_seq, context_mode, origin, summary";
 
@@ -55,12 +55,11 @@ pub(crate) async fn create(c: &impl GenericClient, now: i64, mut t: NewThread, o
     let members = json_list(&t.members);
     let (given, attempts) = match &t.id {
         Some(id) => (Some(id.clone()), 1),
-        None => (None, 16),
+        None => (None, ID_ATTEMPTS),
     };
     let mut id = None;
     for attempt in 0..attempts {
-        // A thread id not yet taken: 6 random characters, longer after collisions.
-        let candidate = given.clone().unwrap_or_else(|| random_id(6 + attempt / 4));
+        let candidate = given.clone().unwrap_or_else(|| candidate_id(attempt));
         let inserted = c
             .execute(
                 &insert,
@@ -86,20 +85,9 @@ pub(crate) async fn create(c: &impl GenericClient, now: i64, mut t: NewThread, o
     let id = match (id, given) {
         (Some(id), _) => id,
         (None, Some(given)) => return Err(DbError::AlreadyExists(format!("thread {given}"))),
-        (None, None) => return Err(DbError::Internal("cannot find a free thread id".into())),
+        (None, None) => return Err(no_free_id()),
     };
-    events::record(
-        c,
-        now,
-        &NewEvent {
-            kind: "thread.create",
-            thread: Some(&id),
-            to: &t.members,
-            data: json!({"workspace": t.workspace, "branch": t.branch, "lineage": lineage_str(lineage), "parent": t.parent}),
-            ..Default::default()
-        },
-    )
-    .await?;
+    events::record(c, now, &created(&t, &id, lineage)).await?;
     out.threads_added += 1;
     if t.set_current {
         set_current(c, now, &t.workspace, t.branch.as_deref(), &id).await?;
@@ -175,17 +163,7 @@ pub(crate) async fn set_current(
         )
         .await?;
     c.execute(&stmt, &[&workspace, &branch.unwrap_or(""), &id]).await?;
-    events::record(
-        c,
-        now,
-        &NewEvent {
-            kind: "thread.set_current",
-            thread: Some(id),
-            data: json!({"workspace": workspace, "branch": branch}),
-            ..Default::default()
-        },
-    )
-    .await?;
+    events::record(c, now, &made_current(id, workspace, branch)).await?;
     Ok(thread)
 }
 
@@ -198,22 +176,7 @@ pub(crate) async fn set_members(c: &impl GenericClient, id: &str, members: &[Str
 
 /// A row of [`COLUMNS`].
 pub(crate) fn from_row(r: &Row) -> DbResult<Thread> {
-    Ok(Thread {
-        id: r.try_get(0)?,
-        workspace: r.try_get(1)?,
-        branch: r.try_get(2)?,
-        title: r.try_get(3)?,
-        status: parse_status(r.try_get(4)?),
-        lineage: parse_lineage(r.try_get(5)?),
-        parent: r.try_get(6)?,
-        members: parse_list(r.try_get(7)?),
-        created_at_ms: r.try_get(8)?,
-        last_activity_at_ms: r.try_get(9)?,
-        last_seq: r.try_get::<_, i64>(10)? as u64,
-        context: parse_context(r.try_get(11)?),
-        origin: r.try_get(12)?,
-        summary: r.try_get(13)?,
-    })
+    crate::db::threads::read(r)
 }
 
 impl Pg {
@@ -263,40 +226,11 @@ impl Pg {
 
 #[cfg(test)]
 mod tests {
-    use kd_proto::types::ContextMode;
-
     use super::*;
     use crate::db::pg::testing;
 
     fn new(workspace: &str, branch: Option<&str>, lineage: Option<Lineage>) -> NewThread {
-        NewThread {
-            id: None,
-            workspace: workspace.into(),
-            branch: branch.map(Into::into),
-            title: None,
-            members: vec![],
-            lineage,
-            parent: None,
-            set_current: false,
-            context: ContextMode::History,
-            origin: None,
-        }
-    }
-
-    #[tokio::test]
-    async fn a_second_trunk_is_refused_in_a_sentence_naming_the_trunk() {
-        let Some((pg, _db)) = testing::fresh().await else { return };
-        let trunk = pg.create_thread(new("/w", Some("main"), None)).await.unwrap();
-        let e = pg.create_thread(new("/w", Some("main"), Some(Lineage::Trunk))).await.unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            format!("the trunk of /w (branch main) already exists: thread {}; fork it for a branch", trunk.id)
-        );
-        let bare = pg.create_thread(new("/v", None, None)).await.unwrap();
-        let e = pg.create_thread(new("/v", None, Some(Lineage::Trunk))).await.unwrap_err();
-        assert_eq!(e.to_string(), format!("the trunk of /v already exists: thread {}; fork it for a branch", bare.id));
-        assert_eq!(pg.trunk("/w".into(), Some("main".into())).await.unwrap(), Some(trunk.id));
-        assert_eq!(pg.trunk("/w".into(), None).await.unwrap(), None);
+        NewThread { branch: branch.map(Into::into), members: vec![], lineage, ..NewThread::in_workspace(workspace) }
     }
 
     #[tokio::test]

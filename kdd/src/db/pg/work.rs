@@ -332,73 +332,20 @@ impl Pg {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::db::fixtures::worktree;
     use crate::db::pg::test_rows::{run, thread};
     use crate::db::pg::testing;
-
-    fn tree(member: &str, at: i64) -> Worktree {
-        Worktree {
-            thread: "t1".into(),
-            member: member.into(),
-            task: "do it".into(),
-            repo: "/w".into(),
-            path: format!("/data/worktrees/w-t1/{member}"),
-            branch: format!("kd/t1/{member}"),
-            base: "b".repeat(40),
-            head: "b".repeat(40),
-            state: WorkState::Working,
-            files: 0,
-            added: 0,
-            removed: 0,
-            removed_at_ms: None,
-            created_at_ms: at,
-            last_run: None,
-        }
-    }
-
-    #[tokio::test]
-    async fn a_worktree_is_recorded_moved_on_and_settled() {
-        let Some((pg, _db)) = testing::fresh().await else { return };
-        thread(&pg, "t1").await;
-        pg.add_worktree(tree("codex", 2), true).await.unwrap();
-        pg.add_worktree(tree("claude", 1), true).await.unwrap();
-        assert!(pg.add_worktree(tree("claude", 3), false).await.is_err(), "one worktree per member and thread");
-        let members = |ws: Vec<Worktree>| ws.into_iter().map(|w| w.member).collect::<Vec<_>>();
-        assert_eq!(members(pg.worktrees_of("t1".into()).await.unwrap()), ["claude", "codex"]);
-        assert!(is_vote(&pg.conn().await.unwrap(), "t1").await.unwrap());
-        pg.set_worktree_head("t1".into(), "claude".into(), "c".repeat(40), (2, 10, 3)).await.unwrap();
-        pg.set_worktree_state("t1".into(), "claude".into(), WorkState::Done).await.unwrap();
-        let w = pg.worktree("t1".into(), "claude".into()).await.unwrap().unwrap();
-        assert_eq!(
-            (w.head.as_str(), w.files, w.added, w.removed, w.state),
-            ("c".repeat(40).as_str(), 2, 10, 3, WorkState::Done)
-        );
-        assert_eq!(pg.unsettled_worktrees().await.unwrap().len(), 2);
-        pg.set_worktree_state("t1".into(), "codex".into(), WorkState::Rejected).await.unwrap();
-        assert_eq!(pg.unsettled_worktrees().await.unwrap().len(), 1);
-        // Settled work is not moved on.
-        let kept = pg.move_worktree_state("t1".into(), "codex".into(), WorkState::Done).await.unwrap().unwrap();
-        assert_eq!(kept.state, WorkState::Rejected);
-        pg.set_worktree_removed("t1".into(), "claude".into(), 9).await.unwrap();
-        assert!(pg.unsettled_worktrees().await.unwrap().is_empty());
-        let gone = pg.move_worktree_state("t1".into(), "claude".into(), WorkState::Working).await.unwrap().unwrap();
-        assert_eq!((gone.state, gone.removed_at_ms), (WorkState::Done, Some(9)));
-        assert!(pg.move_worktree_state("t1".into(), "gemini".into(), WorkState::Done).await.unwrap().is_none());
-        assert!(matches!(
-            pg.set_worktree_state("t1".into(), "gemini".into(), WorkState::Done).await,
-            Err(DbError::NotFound(_))
-        ));
-        assert_eq!(members(pg.worktrees(Some("/w".into())).await.unwrap()), ["codex", "claude"]);
-        assert!(pg.worktrees(Some("/v".into())).await.unwrap().is_empty());
-        assert_eq!(pg.worktrees(None).await.unwrap().len(), 2);
-    }
 
     #[tokio::test]
     async fn a_member_has_run_once_a_run_of_it_is_recorded_on_the_thread() {
         let Some((pg, _db)) = testing::fresh().await else { return };
         thread(&pg, "t1").await;
-        pg.add_worktree(tree("claude", 1), false).await.unwrap();
-        pg.add_worktree(tree("codex", 2), false).await.unwrap();
+        pg.add_worktree(worktree("claude", 1), false).await.unwrap();
+        pg.add_worktree(worktree("codex", 2), false).await.unwrap();
         assert!(!is_vote(&pg.conn().await.unwrap(), "t1").await.unwrap());
+        thread(&pg, "t2").await;
+        pg.add_worktree(Worktree { thread: "t2".into(), ..worktree("claude", 3) }, true).await.unwrap();
+        assert!(is_vote(&pg.conn().await.unwrap(), "t2").await.unwrap(), "a best-of-N task");
         let fresh = pg.worktrees_with_runs("t1".into()).await.unwrap();
         assert!(fresh.iter().all(|(ran, _)| !ran));
         run(&pg, "r1", "t1", "claude", "done").await;

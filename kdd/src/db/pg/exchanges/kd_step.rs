@@ -13,7 +13,8 @@ use super::{
     settle,
 };
 use crate::db::events::Record;
-use crate::db::exchanges::kd_step::{EventsOf, KdStep};
+use crate::db::exchanges::kd_step::{EventsOf, Fix, KdStep, fixing};
+use crate::db::exchanges::no_exchange;
 use crate::db::messages::{NewMessage, Page};
 use crate::db::pg::{Pg, events, messages};
 use crate::db::{DbError, DbResult, Outbox, now_ms};
@@ -71,16 +72,11 @@ pub(crate) async fn kd_step(
 /// fixed before (null is not fixed); the choice as it stands (the first
 /// write wins: the plan is read under its row's lock).
 pub(crate) async fn fix(c: &impl GenericClient, now: i64, x: ExchangeId, name: &str, value: Value) -> DbResult<Value> {
-    let ex = locked(c, x).await?.ok_or_else(|| DbError::NotFound(format!("no exchange {x}")))?;
-    let mut plan = ex.plan;
-    if let Some(fixed) = plan.get(name).filter(|v| !v.is_null()) {
-        return Ok(fixed.clone());
-    }
-    let Some(map) = plan.as_object_mut() else {
-        return Err(DbError::Invalid(format!("exchange {x}'s plan is not an object")));
+    let ex = locked(c, x).await?.ok_or_else(|| no_exchange(x))?;
+    let text = match fixing(x, ex.plan, name, &value)? {
+        Fix::Fixed(fixed) => return Ok(fixed),
+        Fix::Write(text) => text,
     };
-    map.insert(name.to_string(), value.clone());
-    let text = serde_json::to_string(&plan).map_err(|e| DbError::Invalid(format!("an exchange's plan: {e}")))?;
     let st = c.prepare_cached("UPDATE exchanges SET plan = $2, updated_at = $3 WHERE id = $1").await?;
     c.execute(&st, &[&x, &text, &now]).await?;
     Ok(value)

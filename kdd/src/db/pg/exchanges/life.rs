@@ -5,32 +5,14 @@
 
 use deadpool_postgres::GenericClient;
 use kd_proto::types::Message;
-use serde_json::json;
 
 use super::{
     Exchange, ExchangeId, ExchangeState, NewExchange, Opened, Step, StepId, StepKey, get, lock_thread, locked,
     open_step, plan_done, settle, steps, stop, unfinished,
 };
-use crate::db::events::NewEvent;
 use crate::db::messages::NewMessage;
 use crate::db::pg::{LEASE, ME, Pg, events, messages};
 use crate::db::{DbError, DbResult, Outbox, now_ms};
-
-async fn event(c: &impl GenericClient, now: i64, kind: &str, x: &Exchange, data: serde_json::Value) -> DbResult<()> {
-    let correlation = format!("x-{}", x.seq);
-    events::record(
-        c,
-        now,
-        &NewEvent {
-            kind,
-            thread: Some(&x.thread),
-            correlation_id: Some(&correlation),
-            data: json!({"exchange": x.seq, "kind": x.kind.as_str(), "detail": data}),
-            ..Default::default()
-        },
-    )
-    .await
-}
 
 /// Stops exchange `x` for good, with an `exchange.stop` event (once: its
 /// row is locked while it is read open).
@@ -40,7 +22,7 @@ pub(crate) async fn stop_for_good(c: &impl GenericClient, now: i64, x: ExchangeI
         return Ok(());
     }
     stop(c, now, x, reason).await?;
-    event(c, now, "exchange.stop", &ex, json!({"reason": reason})).await
+    events::write(c, now, &ex.stopped(reason)).await
 }
 
 /// Stops every open exchange of `thread` (`kd cancel`): none resumes.
@@ -95,16 +77,7 @@ pub(crate) async fn cut_open(c: &impl GenericClient, now: i64) -> DbResult<usize
         .await?;
     for x in &open {
         c.execute(&st, &[&x.id, &now]).await?;
-        let left: Vec<_> = steps(c, x.id)
-            .await?
-            .into_iter()
-            .filter(|s| !s.state.is_over())
-            .map(|s| {
-                json!({"round": s.key.round, "member": s.key.member, "purpose": s.key.purpose.as_str(),
-                            "state": s.state.as_str(), "run": s.run_id})
-            })
-            .collect();
-        event(c, now, "exchange.cut", x, json!({"steps": left})).await?;
+        events::write(c, now, &x.cut(steps(c, x.id).await?)).await?;
     }
     Ok(open.len())
 }
@@ -118,8 +91,7 @@ pub(crate) async fn resumed(c: &impl GenericClient, now: i64, x: &Exchange) -> D
         ))
         .await?;
     c.execute(&st, &[&x.id, &now]).await?;
-    let pending = steps(c, x.id).await?.into_iter().filter(|s| !s.state.is_over()).count();
-    event(c, now, "exchange.resume", x, json!({"pending": pending, "resumes": x.resumes + 1})).await
+    events::write(c, now, &x.resumed(&steps(c, x.id).await?)).await
 }
 
 /// Gives up pending step `step` (it was cut too often): `error` — the

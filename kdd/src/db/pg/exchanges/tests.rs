@@ -1,4 +1,4 @@
-//! The journal's rules on PostgreSQL: SQLite's cases (`db/exchanges/tests.rs`)
+//! The journal's rules on PostgreSQL: SQLite's cases (`db/sqlite/exchanges/tests.rs`)
 //! on a fresh database, and what only concurrency shows — one run of many
 //! takes a step, two steps ending at once settle their exchange.
 
@@ -9,6 +9,7 @@ use serde_json::json;
 
 use super::*;
 use crate::db::Outbox;
+use crate::db::fixtures::run_of;
 use crate::db::pg::testing::{self, TestDb};
 use crate::db::pg::{Pg, runs};
 use crate::db::runs::Finish;
@@ -23,7 +24,7 @@ pub(crate) async fn db() -> Option<(Pg, TestDb)> {
     Some((pg, db))
 }
 
-fn key(round: u32, member: &str, purpose: Purpose, cause: u64) -> StepKey {
+pub(crate) fn key(round: u32, member: &str, purpose: Purpose, cause: u64) -> StepKey {
     StepKey { round, member: member.into(), purpose, cause }
 }
 
@@ -185,25 +186,6 @@ async fn one_message_begins_one_exchange_of_a_kind() {
     };
     // The first was superseded by then, yet one message begins one exchange of a kind.
     assert!(begin(&c, 11, &again).await.is_err());
-}
-
-pub(crate) fn run_of(id: &str, member: &str) -> kd_proto::types::RunInfo {
-    kd_proto::types::RunInfo {
-        id: id.into(),
-        thread: "t1".into(),
-        member: member.into(),
-        backend: "claude".into(),
-        status: kd_proto::types::RunStatus::Waiting,
-        pid: None,
-        started_at_ms: 0,
-        chars: 0,
-        reply_to: Some(1),
-        round: Some(1),
-        exchange: Some(1),
-        replaces: None,
-        ordinal: 1,
-        purpose: None,
-    }
 }
 
 #[tokio::test]
@@ -368,19 +350,8 @@ async fn an_exchange_whose_last_steps_end_at_once_is_done() {
 pub(crate) type EventRow =
     (i64, String, Option<String>, Option<String>, Option<String>, Option<String>, String, Option<String>, String);
 
-const EVENTS: &str = "SELECT at, kind, thread_id, session_id, agent, sender, recipients, correlation_id, data \
+pub(crate) const EVENTS: &str = "SELECT at, kind, thread_id, session_id, agent, sender, recipients, correlation_id, data \
                       FROM conversation_events ORDER BY id";
-
-/// SQLite's event log, oldest first.
-pub(crate) fn sqlite_events(conn: &rusqlite::Connection) -> Vec<EventRow> {
-    let mut stmt = conn.prepare(EVENTS).unwrap();
-    let rows = stmt
-        .query_map([], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?, r.get(8)?))
-        })
-        .unwrap();
-    rows.collect::<Result<_, _>>().unwrap()
-}
 
 /// PostgreSQL's event log, oldest first.
 pub(crate) async fn pg_events(c: &impl GenericClient) -> Vec<EventRow> {
@@ -390,11 +361,11 @@ pub(crate) async fn pg_events(c: &impl GenericClient) -> Vec<EventRow> {
         .collect()
 }
 
-fn error_of(member: &str) -> crate::db::messages::NewMessage {
+pub(crate) fn error_of(member: &str) -> crate::db::messages::NewMessage {
     crate::db::messages::NewMessage::new("t1", member, vec!["king".into()], MessageKind::Error, "gave up".into())
 }
 
-fn retry() -> NewExchange {
+pub(crate) fn retry() -> NewExchange {
     NewExchange {
         path: None,
         thread: "t1".into(),
@@ -406,40 +377,7 @@ fn retry() -> NewExchange {
     }
 }
 
-/// An exchange's life on SQLite: retried, cut, resumed, a step given up,
-/// stopped with a notice, the thread's and every exchange stopped.
-fn life_on_sqlite() -> Vec<String> {
-    use crate::db::exchanges::{self as x, life};
-    let conn = crate::db::schema::in_memory_with_thread("t1");
-    let mut out = Outbox::default();
-    let mut got = vec![];
-    let first = x::begin(&conn, 10, &council_plan(1, &["claude", "codex"])).unwrap();
-    got.push(format!("{:?}", life::begin_settling(&conn, 11, &retry()).unwrap()));
-    got.push(format!("{:?}", life::begin_settling(&conn, 12, &retry()).unwrap()));
-    got.push(format!("{:?}", life::cut_open(&conn, 13).unwrap()));
-    let ex = x::get(&conn, first.id).unwrap().unwrap();
-    life::resumed(&conn, 14, &ex).unwrap();
-    let claude = x::steps(&conn, first.id).unwrap()[0].id;
-    got.push(format!("{:?}", life::give_up(&conn, 15, claude, error_of("claude"), "cut too often", &mut out).unwrap()));
-    got.push(format!("{:?}", life::give_up(&conn, 16, claude, error_of("claude"), "again", &mut out).unwrap()));
-    let notice =
-        || crate::db::messages::NewMessage::new("t1", "kd", vec!["king".into()], MessageKind::System, "budget".into());
-    got.push(format!("{:?}", life::stop_with_notice(&conn, 17, first.id, "budget", notice(), &mut out).unwrap()));
-    got.push(format!("{:?}", life::stop_with_notice(&conn, 18, first.id, "budget", notice(), &mut out).unwrap()));
-    let second = x::begin(&conn, 19, &council_plan(5, &["codex"])).unwrap();
-    got.push(format!("{:?}", life::stop_thread(&conn, 20, "t1", "kd cancel").unwrap()));
-    x::begin(&conn, 21, &council_plan(6, &["codex"])).unwrap();
-    got.push(format!("{:?}", life::stop_all_open(&conn, 22, "no resume").unwrap()));
-    got.push(format!("{:?}", life::open_at(&conn, "t1", 6).unwrap()));
-    for id in [first.id, second.id] {
-        got.push(format!("{:?} {:?}", x::get(&conn, id).unwrap(), x::steps(&conn, id).unwrap()));
-    }
-    got.push(format!("{:?}", out.events));
-    got.push(format!("{:?}", sqlite_events(&conn)));
-    got
-}
-
-async fn life_on_postgres(c: &impl GenericClient) -> DbResult<Vec<String>> {
+pub(crate) async fn life_on_postgres(c: &impl GenericClient) -> DbResult<Vec<String>> {
     use super::life;
     let mut out = Outbox::default();
     let mut got = vec![];
@@ -469,7 +407,7 @@ async fn life_on_postgres(c: &impl GenericClient) -> DbResult<Vec<String>> {
     Ok(got)
 }
 
-fn council_plan(seq: u64, members: &[&str]) -> NewExchange {
+pub(crate) fn council_plan(seq: u64, members: &[&str]) -> NewExchange {
     NewExchange {
         path: None,
         thread: "t1".into(),
@@ -479,19 +417,6 @@ fn council_plan(seq: u64, members: &[&str]) -> NewExchange {
         plan: json!({"mode": "broadcast", "rounds": 2, "first": members}),
         first_steps: members.iter().map(|m| key(1, m, Purpose::Answer, 0)).collect(),
     }
-}
-
-#[tokio::test]
-async fn an_exchanges_life_is_written_as_sqlite_writes_it() {
-    let Some((pg, _db)) = db().await else { return };
-    let c = pg.conn().await.unwrap();
-    let sqlite = life_on_sqlite();
-    let postgres = life_on_postgres(&c).await.unwrap();
-    for (i, (p, s)) in postgres.iter().zip(&sqlite).enumerate() {
-        assert_eq!(p, s, "step {i} of the script");
-    }
-    assert_eq!(postgres.len(), sqlite.len());
-    assert!(sqlite.last().is_some_and(|e| e.contains("exchange.resume") && e.contains("exchange.stop")), "{sqlite:?}");
 }
 
 /// Every operation's future is `Send` (callers spawn them): checked by the
@@ -537,18 +462,7 @@ fn every_operation_can_be_spawned(pg: Arc<Pg>, x: Exchange, m: crate::db::messag
 
 #[allow(dead_code)]
 fn new_thread() -> crate::db::threads::NewThread {
-    crate::db::threads::NewThread {
-        id: None,
-        workspace: String::new(),
-        branch: None,
-        title: None,
-        members: vec![],
-        lineage: None,
-        parent: None,
-        set_current: false,
-        context: kd_proto::types::ContextMode::History,
-        origin: None,
-    }
+    crate::db::threads::NewThread { members: vec![], ..crate::db::threads::NewThread::in_workspace("") }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,20 +14,20 @@ use super::{DbError, DbResult};
 
 /// The migrations, in order. Version N is the state after the N-th.
 pub const MIGRATIONS: &[&str] = &[
-    include_str!("../../../migrations/0001_init.sql"),
-    include_str!("../../../migrations/0002_runs.sql"),
-    include_str!("../../../migrations/0003_rounds.sql"),
-    include_str!("../../../migrations/0004_sessions_seen_refs_origin.sql"),
-    include_str!("../../../migrations/0005_run_partials.sql"),
-    include_str!("../../../migrations/0006_coordination.sql"),
-    include_str!("../../../migrations/0007_purpose.sql"),
-    include_str!("../../../migrations/0008_lifecycle.sql"),
-    include_str!("../../../migrations/0009_search.sql"),
-    include_str!("../../../migrations/0010_cost_ledger.sql"),
-    include_str!("../../../migrations/0011_work.sql"),
-    include_str!("../../../migrations/0012_exchanges.sql"),
-    include_str!("../../../migrations/0013_work_tampered.sql"),
-    include_str!("../../../migrations/0014_exchange_path.sql"),
+    include_str!("../../../../migrations/0001_init.sql"),
+    include_str!("../../../../migrations/0002_runs.sql"),
+    include_str!("../../../../migrations/0003_rounds.sql"),
+    include_str!("../../../../migrations/0004_sessions_seen_refs_origin.sql"),
+    include_str!("../../../../migrations/0005_run_partials.sql"),
+    include_str!("../../../../migrations/0006_coordination.sql"),
+    include_str!("../../../../migrations/0007_purpose.sql"),
+    include_str!("../../../../migrations/0008_lifecycle.sql"),
+    include_str!("../../../../migrations/0009_search.sql"),
+    include_str!("../../../../migrations/0010_cost_ledger.sql"),
+    include_str!("../../../../migrations/0011_work.sql"),
+    include_str!("../../../../migrations/0012_exchanges.sql"),
+    include_str!("../../../../migrations/0013_work_tampered.sql"),
+    include_str!("../../../../migrations/0014_exchange_path.sql"),
 ];
 
 /// The schema version this build writes.
@@ -176,16 +176,16 @@ mod tests {
         )?;
         assert_eq!(migrate(&mut conn, &path)?, latest_version());
         // Every new thread used to be a trunk: the oldest stays one.
-        let lineage = |id: &str| super::super::threads::get(&conn, id).map(|t| (t.lineage, t.parent));
+        let lineage = |id: &str| crate::db::sqlite::threads::get(&conn, id).map(|t| (t.lineage, t.parent));
         use kd_proto::types::Lineage::*;
         assert_eq!(lineage("tr1")?, (Trunk, None));
         assert_eq!(lineage("tr2")?, (Branch, Some("tr1".to_string())));
         assert_eq!(lineage("tr3")?, (Trunk, None), "another git branch has its own trunk");
-        let t = super::super::threads::get(&conn, "old1")?;
+        let t = crate::db::sqlite::threads::get(&conn, "old1")?;
         assert_eq!((t.title.as_deref(), t.summary, t.last_seq), (Some("kept"), None, 1));
-        let summary = super::super::lifecycle::Summary { text: "s".into(), by: "kd".into() };
-        let mut out = super::super::Outbox::default();
-        super::super::lifecycle::set_status(
+        let summary = crate::db::lifecycle::Summary { text: "s".into(), by: "kd".into() };
+        let mut out = crate::db::sqlite::Outbox::default();
+        crate::db::sqlite::lifecycle::set_status(
             &conn,
             3,
             "old1",
@@ -195,9 +195,9 @@ mod tests {
             &mut out,
         )?;
         // What the database held is in the search index.
-        let hits = super::super::search::query(&conn, "hello", &Default::default())?;
+        let hits = crate::db::sqlite::search::query(&conn, "hello", &Default::default())?;
         assert_eq!(hits.iter().map(|h| (h.thread.as_str(), h.seq)).collect::<Vec<_>>(), [("old1", Some(1))]);
-        let m = super::super::messages::list(&conn, "old1", super::super::messages::Page::all_after(0))?;
+        let m = crate::db::sqlite::messages::list(&conn, "old1", crate::db::messages::Page::all_after(0))?;
         assert_eq!((m.len(), m[0].purpose, m[0].body.as_str()), (1, None, "hello"));
         Ok(())
     }

@@ -1,14 +1,16 @@
-//! What several nodes ask of a shared registry ([`super::pg::leases`]), on
+//! What several nodes ask of a shared registry (PostgreSQL's leases), on
 //! SQLite: one file, one kdd — every thread is this node's, nothing is
 //! routed here from elsewhere, no node dies while another goes on.
 
 use kd_proto::types::RunInfo;
 use serde_json::Value;
 
-use super::compose::Asked;
-use super::exchanges::{Exchange, ExchangeId, NewExchange};
-use super::messages::NewMessage;
-use super::{DbError, DbResult, Sqlite, now_ms};
+use super::Sqlite;
+use crate::db::compose::Asked;
+use crate::db::exchanges::{Exchange, ExchangeId, NewExchange};
+use crate::db::messages::NewMessage;
+use crate::db::runs::Cancel;
+use crate::db::{DbError, DbResult, now_ms};
 
 impl Sqlite {
     pub async fn thread_node(&self, _id: String) -> DbResult<Option<(String, bool)>> {
@@ -19,7 +21,7 @@ impl Sqlite {
         Err(DbError::Invalid(format!("node {node} does not share this registry: a SQLite registry has one node")))
     }
 
-    pub async fn cancel_on_node(&self, node: String, _c: super::runs::Cancel) -> DbResult<Vec<RunInfo>> {
+    pub async fn cancel_on_node(&self, node: String, _c: Cancel) -> DbResult<Vec<RunInfo>> {
         Err(DbError::Invalid(format!("node {node} does not share this registry: a SQLite registry has one node")))
     }
 

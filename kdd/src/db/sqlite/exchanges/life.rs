@@ -1,34 +1,15 @@
-//! An exchange's life beyond its steps' transitions (F-J1..J3): stopped for
-//! good (by the King, a budget, `--no-resume`, age), cut by a graceful
-//! stop, resumed at start, a step given up after too many attempts — and
-//! the async entry points the rest of kdd calls.
+//! The SQLite side of [`crate::db::exchanges::life`]: its SQL and the engine's operations.
 
 use kd_proto::types::Message;
 use rusqlite::{Connection, OptionalExtension, params};
-use serde_json::json;
 
-use super::{
-    Exchange, ExchangeId, NewExchange, Opened, Step, StepId, StepKey, get, open_step, plan_done, steps, stop,
-    unfinished,
-};
-use crate::db::events::{self, NewEvent};
-use crate::db::messages::{self, NewMessage};
-use crate::db::{DbError, DbResult, Outbox, Sqlite, now_ms};
-
-fn event(conn: &Connection, now: i64, kind: &str, x: &Exchange, data: serde_json::Value) -> DbResult<()> {
-    let correlation = format!("x-{}", x.seq);
-    events::record(
-        conn,
-        now,
-        &NewEvent {
-            kind,
-            thread: Some(&x.thread),
-            correlation_id: Some(&correlation),
-            data: json!({"exchange": x.seq, "kind": x.kind.as_str(), "detail": data}),
-            ..Default::default()
-        },
-    )
-}
+use super::{get, open_step, plan_done, steps, stop, unfinished};
+use crate::db::exchanges::{Exchange, ExchangeId, NewExchange, Opened, Step, StepId, StepKey};
+use crate::db::messages::NewMessage;
+use crate::db::sqlite::Sqlite;
+use crate::db::sqlite::events;
+use crate::db::sqlite::messages;
+use crate::db::{DbError, DbResult, Outbox, now_ms};
 
 /// Stops exchange `x` for good, with an `exchange.stop` event.
 pub fn stop_for_good(conn: &Connection, now: i64, x: ExchangeId, reason: &str) -> DbResult<()> {
@@ -37,7 +18,7 @@ pub fn stop_for_good(conn: &Connection, now: i64, x: ExchangeId, reason: &str) -
         return Ok(());
     }
     stop(conn, now, x, reason)?;
-    event(conn, now, "exchange.stop", &ex, json!({"reason": reason}))
+    events::write(conn, now, &ex.stopped(reason))
 }
 
 /// Stops every open exchange of `thread` (`kd cancel`): none resumes.
@@ -68,15 +49,7 @@ pub fn cut_open(conn: &Connection, now: i64) -> DbResult<usize> {
     for x in &open {
         conn.prepare_cached("UPDATE exchanges SET cut_at = ?2, updated_at = ?2 WHERE id = ?1")?
             .execute(params![x.id, now])?;
-        let left: Vec<_> = steps(conn, x.id)?
-            .into_iter()
-            .filter(|s| !s.state.is_over())
-            .map(|s| {
-                json!({"round": s.key.round, "member": s.key.member, "purpose": s.key.purpose.as_str(),
-                            "state": s.state.as_str(), "run": s.run_id})
-            })
-            .collect();
-        event(conn, now, "exchange.cut", x, json!({"steps": left}))?;
+        events::write(conn, now, &x.cut(steps(conn, x.id)?))?;
     }
     Ok(open.len())
 }
@@ -85,8 +58,7 @@ pub fn cut_open(conn: &Connection, now: i64) -> DbResult<usize> {
 pub fn resumed(conn: &Connection, now: i64, x: &Exchange) -> DbResult<()> {
     conn.prepare_cached("UPDATE exchanges SET resumes = resumes + 1, cut_at = NULL, updated_at = ?2 WHERE id = ?1")?
         .execute(params![x.id, now])?;
-    let pending = steps(conn, x.id)?.into_iter().filter(|s| !s.state.is_over()).count();
-    event(conn, now, "exchange.resume", x, json!({"pending": pending, "resumes": x.resumes + 1}))
+    events::write(conn, now, &x.resumed(&steps(conn, x.id)?))
 }
 
 /// Gives up pending step `step` (it was cut too often): `error` — the

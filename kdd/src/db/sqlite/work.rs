@@ -1,13 +1,10 @@
-//! The registry of members' worktrees (F-W1..W6): one row per member a task
-//! was given to, on its work thread — where its worktree and branch are,
-//! the commit it was made at and the last one kd made, where the work
-//! stands — and, on a work run, the commit kd made of its changes.
+//! The SQLite side of [`crate::db::work`]: its SQL and the engine's operations.
 
 use kd_proto::types::RunStatus;
 use kd_proto::work::{WorkState, Worktree};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
-use super::{DbError, DbResult};
+use crate::db::{DbError, DbResult};
 
 /// The worktree's columns, and how the member's last run on the thread
 /// that answered it (not a ballot or a review) ended.
@@ -101,6 +98,7 @@ pub fn unsettled(conn: &Connection) -> DbResult<Vec<Worktree>> {
 }
 
 /// Whether the thread's task is a best-of-N.
+#[cfg(test)]
 pub fn is_vote(conn: &Connection, thread: &str) -> DbResult<bool> {
     Ok(conn
         .prepare_cached("SELECT max(vote) FROM worktrees WHERE thread_id = ?1")?
@@ -158,6 +156,7 @@ pub fn has_run(conn: &Connection, thread: &str, member: &str) -> DbResult<bool> 
 }
 
 /// The commit kd made of a run's changes, and its note.
+#[cfg(test)]
 pub fn run_work(conn: &Connection, run: &str) -> DbResult<(Option<String>, Option<String>)> {
     Ok(conn
         .prepare_cached("SELECT work_commit, work_note FROM runs WHERE id = ?1")?
@@ -274,57 +273,17 @@ impl super::Sqlite {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::db::fixtures::worktree;
 
     fn db() -> Connection {
-        crate::db::schema::in_memory_with_thread("t1")
-    }
-
-    fn tree(member: &str, at: i64) -> Worktree {
-        Worktree {
-            thread: "t1".into(),
-            member: member.into(),
-            task: "do it".into(),
-            repo: "/w".into(),
-            path: format!("/data/worktrees/w-t1/{member}"),
-            branch: format!("kd/t1/{member}"),
-            base: "b".repeat(40),
-            head: "b".repeat(40),
-            state: WorkState::Working,
-            files: 0,
-            added: 0,
-            removed: 0,
-            removed_at_ms: None,
-            created_at_ms: at,
-            last_run: None,
-        }
+        crate::db::sqlite::schema::in_memory_with_thread("t1")
     }
 
     #[test]
-    fn a_worktree_is_recorded_moved_on_and_settled() {
+    fn a_best_of_n_task_is_recorded_as_a_vote() {
         let conn = db();
-        insert(&conn, &tree("codex", 2), true).unwrap();
-        insert(&conn, &tree("claude", 1), true).unwrap();
-        assert!(insert(&conn, &tree("claude", 3), false).is_err(), "one worktree per member and thread");
-        assert_eq!(
-            of_thread(&conn, "t1").unwrap().iter().map(|w| w.member.as_str()).collect::<Vec<_>>(),
-            ["claude", "codex"]
-        );
+        insert(&conn, &worktree("claude", 1), true).unwrap();
         assert!(is_vote(&conn, "t1").unwrap());
-        set_head(&conn, "t1", "claude", &"c".repeat(40), (2, 10, 3)).unwrap();
-        set_state(&conn, "t1", "claude", WorkState::Done).unwrap();
-        let w = get(&conn, "t1", "claude").unwrap().unwrap();
-        assert_eq!(
-            (w.head.as_str(), w.files, w.added, w.removed, w.state),
-            ("c".repeat(40).as_str(), 2, 10, 3, WorkState::Done)
-        );
-        assert_eq!(unsettled(&conn).unwrap().len(), 2);
-        set_state(&conn, "t1", "codex", WorkState::Rejected).unwrap();
-        assert_eq!(unsettled(&conn).unwrap().len(), 1);
-        set_removed(&conn, "t1", "claude", 9).unwrap();
-        assert!(unsettled(&conn).unwrap().is_empty());
-        assert!(set_state(&conn, "t1", "gemini", WorkState::Done).is_err());
-        assert_eq!(list(&conn, Some("/w")).unwrap().len(), 2);
-        assert!(list(&conn, Some("/v")).unwrap().is_empty());
     }
 
     #[test]

@@ -7,14 +7,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use kd_proto::names::KING;
-use kd_proto::types::{ContextMode, Cost, CostBy, MessageKind, RunInfo, RunMeta, RunStatus};
+use kd_proto::types::{Cost, CostBy, MessageKind, RunInfo, RunMeta, RunStatus};
 use rusqlite::Connection;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::db::messages::{self, NewMessage};
-use crate::db::threads::{self, NewThread};
-use crate::db::{Outbox, lifecycle, runs, schema};
+use crate::db::cost::{MAX_ANSWER_TOKENS, MAX_ANSWER_USD};
+use crate::db::messages::NewMessage;
+use crate::db::sqlite::{lifecycle, messages, runs, schema, threads};
+use crate::db::threads::NewThread;
+use crate::db::{DbError, Outbox};
 
 const DAY: i64 = 86_400_000;
 /// A Monday at 00:00 UTC.
@@ -50,18 +52,7 @@ impl Registry {
     }
 
     fn thread(&mut self, workspace: &str) -> String {
-        let t = NewThread {
-            id: None,
-            workspace: workspace.into(),
-            branch: None,
-            title: None,
-            members: vec![],
-            lineage: None,
-            parent: None,
-            set_current: false,
-            context: ContextMode::History,
-            origin: None,
-        };
+        let t = NewThread { members: vec![], ..NewThread::in_workspace(workspace) };
         threads::create(&self.conn, D0, t, &mut Outbox::default()).expect("thread").id
     }
 
@@ -99,7 +90,7 @@ impl Registry {
             usage: r.usage,
             ..RunMeta::default()
         };
-        let finish = runs::Finish {
+        let finish = crate::db::runs::Finish {
             status: r.status,
             body: format!("answer of {}", r.member),
             error: None,

@@ -32,7 +32,7 @@ pub(super) struct Failed {
 
 impl Failed {
     fn of(doing: &str, e: &rusqlite::Error) -> Failed {
-        Failed { why: format!("{doing}: {e}"), outage: super::outage::is_outage_code(e.sqlite_error_code()) }
+        Failed { why: format!("{doing}: {e}"), outage: super::error::is_outage_code(e.sqlite_error_code()) }
     }
 
     fn into_error(self) -> DbError {

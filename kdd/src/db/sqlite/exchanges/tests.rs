@@ -4,9 +4,11 @@ use kd_proto::types::MessageKind;
 use serde_json::json;
 
 use super::*;
+use crate::db::exchanges::{Purpose, StepState};
+use crate::db::fixtures::run_of;
 
 fn db() -> Connection {
-    crate::db::schema::in_memory_with_thread("t1")
+    crate::db::sqlite::schema::in_memory_with_thread("t1")
 }
 
 fn key(round: u32, member: &str, purpose: Purpose, cause: u64) -> StepKey {
@@ -166,33 +168,14 @@ fn one_message_begins_one_exchange_of_a_kind() {
     assert!(begin(&conn, 11, &again).is_err());
 }
 
-fn run_of(id: &str, member: &str) -> kd_proto::types::RunInfo {
-    kd_proto::types::RunInfo {
-        id: id.into(),
-        thread: "t1".into(),
-        member: member.into(),
-        backend: "claude".into(),
-        status: kd_proto::types::RunStatus::Waiting,
-        pid: None,
-        started_at_ms: 0,
-        chars: 0,
-        reply_to: Some(1),
-        round: Some(1),
-        exchange: Some(1),
-        replaces: None,
-        ordinal: 1,
-        purpose: None,
-    }
-}
-
 #[test]
 fn a_run_takes_its_step_as_it_is_recorded_and_a_second_one_is_refused_whole() {
     let conn = db();
     let out = &mut crate::db::Outbox::default();
     let x = council(&conn, 1, &["claude"]);
     let s = the_step(&conn, x.id, &key(1, "claude", Purpose::Answer, 0));
-    crate::db::runs::insert(&conn, 21, &run_of("r-1", "claude"), Some(s.id), out).unwrap();
-    let refused = crate::db::runs::insert(&conn, 22, &run_of("r-2", "claude"), Some(s.id), out);
+    crate::db::sqlite::runs::insert(&conn, 21, &run_of("r-1", "claude"), Some(s.id), out).unwrap();
+    let refused = crate::db::sqlite::runs::insert(&conn, 22, &run_of("r-2", "claude"), Some(s.id), out);
     assert!(matches!(refused, Err(DbError::StepTaken(id)) if id == s.id), "{refused:?}");
     let rows: i64 = conn.query_row("SELECT count(*) FROM runs WHERE id = 'r-2'", [], |r| r.get(0)).unwrap();
     assert_eq!(rows, 0, "the refused run left no row");
@@ -203,13 +186,13 @@ fn recovery_makes_a_cut_step_pending_with_its_interrupted_message_to_replace() {
     let conn = db();
     let out = &mut crate::db::Outbox::default();
     let king = crate::db::messages::NewMessage::new("t1", "king", vec!["all".into()], MessageKind::King, "Q".into());
-    crate::db::messages::append(&conn, 5, king, out).unwrap();
+    crate::db::sqlite::messages::append(&conn, 5, king, out).unwrap();
     let x = council(&conn, 1, &["claude"]);
     let k = key(1, "claude", Purpose::Answer, 0);
     let s = the_step(&conn, x.id, &k);
-    crate::db::runs::insert(&conn, 21, &run_of("r-1", "claude"), Some(s.id), out).unwrap();
-    crate::db::runs::append_partial(&conn, "r-1", "half an ans").unwrap();
-    assert_eq!(crate::db::runs::recover(&conn, 30, out).unwrap(), 1);
+    crate::db::sqlite::runs::insert(&conn, 21, &run_of("r-1", "claude"), Some(s.id), out).unwrap();
+    crate::db::sqlite::runs::append_partial(&conn, "r-1", "half an ans").unwrap();
+    assert_eq!(crate::db::sqlite::runs::recover(&conn, 30, out).unwrap(), 1);
     let s = the_step(&conn, x.id, &k);
     let (kind, body): (String, String) = conn
         .query_row(
@@ -223,7 +206,7 @@ fn recovery_makes_a_cut_step_pending_with_its_interrupted_message_to_replace() {
         (StepState::Pending, 1, "interrupted", "half an ans")
     );
     // Its next run answers, once.
-    crate::db::runs::insert(&conn, 40, &run_of("r-2", "claude"), Some(s.id), out).unwrap();
+    crate::db::sqlite::runs::insert(&conn, 40, &run_of("r-2", "claude"), Some(s.id), out).unwrap();
     let s = the_step(&conn, x.id, &k);
     assert_eq!((s.state, s.attempts, s.run_id.as_deref()), (StepState::Running, 2, Some("r-2")));
 }

@@ -1,0 +1,186 @@
+//! The SQLite engine of the registry: every operation of the interface
+//! ([`crate::db`]) over one file on this machine.
+//!
+//! **Concurrency design.** One dedicated OS thread owns the only write
+//! connection ([`writer`]). Async callers send it jobs — closures over a
+//! `&Connection` — through a bounded channel and await a oneshot reply. The
+//! writer drains whatever is queued (up to [`writer::MAX_BATCH`] jobs), runs
+//! them in one `BEGIN IMMEDIATE` transaction, each inside its own savepoint so
+//! one failing job does not undo the others, commits, and only then replies
+//! and publishes the jobs' events to subscribers. Everything that must be
+//! serialised — a thread's dense `seq`, single-resume of sessions, fencing
+//! tokens — is therefore decided by one thread, in commit order, without
+//! locks in Rust. Reads run on `spawn_blocking` over a small pool of
+//! read-only connections ([`pool`]; WAL lets them proceed beside the
+//! writer); the WAL is checkpointed on a thread of its own ([`checkpoint`]).
+//!
+//! One module per table (or concern) holds its SQL and its `impl Sqlite`
+//! operations; [`schema`] holds the migrations, [`search`] the FTS5 index,
+//! [`page_json`] pages of messages written as JSON from the rows, [`error`]
+//! how rusqlite's errors become [`DbError`]s.
+
+pub(crate) mod acks;
+mod checkpoint;
+pub(crate) mod compose;
+pub(crate) mod cost;
+mod error;
+pub(crate) mod events;
+pub(crate) mod exchanges;
+pub(crate) mod inbox;
+pub(crate) mod lifecycle;
+pub(crate) mod locks;
+pub(crate) mod messages;
+mod one_node;
+mod page_json;
+mod pool;
+mod row;
+pub(crate) mod runs;
+pub mod schema;
+pub(crate) mod search;
+pub(crate) mod sessions;
+pub(crate) mod threads;
+pub(crate) mod work;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use pool::ReadPool;
+use rusqlite::Connection;
+use tokio::sync::{mpsc, oneshot};
+use writer::{Job, MAX_BATCH};
+
+use crate::db::{Cause, DbError, DbResult, Outbox};
+use crate::hub::Hub;
+
+/// The SQLite engine: one writer thread, a pool of readers.
+pub struct Sqlite {
+    jobs: mpsc::Sender<Job>,
+    readers: Arc<ReadPool>,
+    path: PathBuf,
+    schema_version: u32,
+    threads: Arc<AtomicU64>,
+    writer: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Sqlite {
+    /// Opens (creating if needed) and migrates the database, and starts the
+    /// writer thread. Refuses a database whose schema is newer than ours.
+    pub fn open(path: &Path, hub: Arc<Hub>) -> DbResult<Sqlite> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| DbError::Migration {
+                path: path.to_path_buf(),
+                reason: format!("cannot create {}: {e}", dir.display()),
+            })?;
+        }
+        let read_only = |e: DbError| match e {
+            DbError::Engine { text, cause: Cause::ReadOnly } => {
+                DbError::ReadOnly { path: path.to_path_buf(), reason: text }
+            }
+            DbError::Migration { reason, .. } if reason.contains("readonly") => {
+                DbError::ReadOnly { path: path.to_path_buf(), reason }
+            }
+            other => other,
+        };
+        if let Ok(meta) = std::fs::metadata(path)
+            && !meta.is_file()
+        {
+            return Err(DbError::Invalid(format!(
+                "the database {} is not a regular file; point --db (or KD_DB) at a file",
+                path.display()
+            )));
+        }
+        let mut conn = Connection::open(path)?;
+        schema::configure(&conn).map_err(read_only)?;
+        schema::check_writable(&conn, path).map_err(read_only)?;
+        let schema_version = schema::migrate(&mut conn, path).map_err(read_only)?;
+        let thread_count = threads::count(&conn)?;
+        let threads = Arc::new(AtomicU64::new(thread_count));
+        let (tx, rx) = mpsc::channel(4 * MAX_BATCH);
+        let checkpointer = checkpoint::Checkpointer::spawn(path)?;
+        let handle = writer::spawn(conn, rx, hub, threads.clone(), checkpointer).map_err(|e| DbError::Migration {
+            path: path.to_path_buf(),
+            reason: format!("cannot start writer: {e}"),
+        })?;
+        Ok(Sqlite {
+            jobs: tx,
+            readers: Arc::new(ReadPool::new(path.to_path_buf())),
+            path: path.to_path_buf(),
+            schema_version,
+            threads,
+            writer: std::sync::Mutex::new(Some(handle)),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn schema_version(&self) -> u32 {
+        self.schema_version
+    }
+
+    /// Number of threads, kept current by the writer.
+    pub fn thread_count(&self) -> u64 {
+        self.threads.load(Ordering::Relaxed)
+    }
+
+    /// Runs `f` in the writer's transaction; its outbox is published only if
+    /// the transaction commits, and the reply arrives after the commit.
+    pub async fn write<T, F>(&self, f: F) -> DbResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, &mut Outbox) -> DbResult<T> + Send + 'static,
+    {
+        let (reply, rx) = oneshot::channel();
+        self.jobs.send(Job::new(f, reply)).await.map_err(|_| DbError::Closed)?;
+        rx.await.map_err(|_| DbError::Closed)?
+    }
+
+    /// Runs `f` on a pooled read-only connection on the blocking pool.
+    pub async fn read<T, F>(&self, f: F) -> DbResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> DbResult<T> + Send + 'static,
+    {
+        self.read_pooled(move |pool| pool.with(f)).await
+    }
+
+    /// Runs `f` with the pool of read connections on the blocking pool: a
+    /// read that takes more than one connection.
+    async fn read_pooled<T, F>(&self, f: F) -> DbResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Arc<ReadPool>) -> DbResult<T> + Send + 'static,
+    {
+        let pool = self.readers.clone();
+        tokio::task::spawn_blocking(move || f(&pool))
+            .await
+            .map_err(|e| DbError::Internal(format!("read task failed: {e}")))?
+    }
+
+    /// SQLite's `integrity_check`: `ok`, or the problems it found.
+    pub async fn integrity_check(&self) -> DbResult<Vec<String>> {
+        self.read(|c| {
+            let mut stmt = c.prepare("PRAGMA integrity_check")?;
+            let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+        .await
+    }
+
+    /// Finishes every queued write, checkpoints the WAL and stops the writer.
+    /// Later writes fail with [`DbError::Closed`].
+    pub async fn close(&self) {
+        let (reply, rx) = oneshot::channel();
+        if self.jobs.send(Job::close(reply)).await.is_ok() {
+            let _ = rx.await;
+        }
+        let handle = self.writer.lock().ok().and_then(|mut h| h.take());
+        if let Some(h) = handle {
+            let _ = tokio::task::spawn_blocking(move || h.join()).await;
+        }
+        self.readers.clear();
+    }
+}
