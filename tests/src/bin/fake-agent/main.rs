@@ -35,6 +35,8 @@
 //! | `FAKE_MCP_CALL` | `TOOL ARGUMENTS`: start kd's MCP server as the CLI was given it, call the tool, answer `Tool said: TEXT` (see `mcp.rs`; claude first searches for a tool it defers, as 2.1.332 does unless `ENABLE_TOOL_SEARCH=false`, `alwaysLoad` or the tool's `_meta` say not to) |
 //! | `FAKE_MCP_START` | start kd's MCP server as the CLI does (`initialize`, `tools/list`) without calling a tool |
 //! | `FAKE_ACP` | `codex-acp` to play codex-acp's MCP client and permission requests (default: claude-code-acp's) |
+//! | `FAKE_STEPS` | (app-server) `C:CMD ;; E:CMD ;; P:PATH`: commands, escalated commands and patches the turn makes first, asked for approval as the thread's policy says (see `approvals.rs`) |
+//! | `FAKE_COMMAND` | (acp) a command the turn asks permission to run, as the adapter `FAKE_ACP` names asks it, run in the session's cwd when allowed (see `acp.rs`) |
 //!
 //! `FAKE_RECORD` lines also carry `mcp` (kd's MCP server as the fake was
 //! given it, or null), `allowed` (claude's `--allowedTools`) and `env` (its
@@ -55,8 +57,10 @@
 //! line and exits 130, as Claude Code does; otherwise SIGINT/SIGTERM end it.
 
 mod acp;
+mod approvals;
 mod appserver;
 mod mcp;
+mod permission;
 
 use std::io::{Read, Write};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
