@@ -11,6 +11,8 @@
 //! - [`process`]: spawning in a process group that dies with the daemon, signals;
 //! - [`lines`]: bounded line reading of stdout;
 //! - [`peer`]: a long-lived agent process spoken to in JSON-RPC over stdio;
+//! - [`asking`]: a permission such an agent asks, answered by the approvals
+//!   service beside the run's loop, never in the peer's reading loop;
 //! - [`pool`]: such processes by what they are started from;
 //! - [`parse`]: per-backend `parse_line` and the [`parse::Transcript`] that folds lines;
 //! - `prepare`: the prompt a run is given and the session it holds;
@@ -31,6 +33,7 @@
 pub mod acp;
 pub mod appserver;
 pub mod argv;
+pub mod asking;
 mod cli;
 pub mod grants;
 pub mod lines;
