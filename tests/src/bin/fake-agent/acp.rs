@@ -18,8 +18,8 @@
 //! asks to run a command as the adapter `FAKE_ACP` names does (see
 //! `permission.rs`). Every permission request is recorded when sent
 //! (`{"asked", "id", "us"}`) and every answer when it comes (`{"answered":
-//! ID, "result", "error", "us"}`, also one nobody waits for any more, as
-//! after `session/cancel`). `FAKE_RUN`
+//! "session/request_permission", "id", "result", "error", "us"}`, also one
+//! nobody waits for any more, as after `session/cancel`). `FAKE_RUN`
 //! reports a tool call. The answer follows the usual
 //! `FAKE_*` knobs; `FAKE_ERROR` fails the prompt with a JSON-RPC error.
 //! `FAKE_SILENT=METHOD` never answers that request (e.g. `initialize`,
@@ -150,7 +150,8 @@ pub async fn serve(args: Vec<String>) -> i32 {
         let Some(method) = msg.get("method").and_then(Value::as_str) else {
             // The client's answer to one of our requests (recorded with
             // its time in µs, also when nobody waits for it any more).
-            record(json!({"answered": msg.get("id"), "result": msg.get("result"), "error": msg.get("error"),
+            record(json!({"answered": "session/request_permission", "id": msg.get("id"),
+                          "result": msg.get("result"), "error": msg.get("error"),
                           "us": super::now_us() as u64}));
             let waiting = msg.get("id").map(Value::to_string).and_then(|id| state.lock().ok()?.asked.remove(&id));
             if let Some(tx) = waiting {
