@@ -176,7 +176,9 @@ pub async fn recover(db: &Db, socket: &Path) -> DbResult<usize> {
     let orphans: Vec<(String, String, String)> =
         db.orphan_runs().await?.into_iter().map(|o| (o.id, o.thread, o.member)).collect();
     work::recover(db, &orphans).await;
-    db.recover_runs().await
+    let recovered = db.recover_runs().await;
+    crate::approvals::recover(db).await;
+    recovered
 }
 
 /// Stops every run (recorded as interrupted) and waits until their messages

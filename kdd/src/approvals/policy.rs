@@ -1,71 +1,14 @@
-//! The `approvals` policy: what kd answers a member's CLI that asks to use a
-//! tool, before anyone is asked — `allow`, `deny` or `ask` (the King) — by
-//! member, backend and tool kind, and the built-in defaults that keep the
-//! safety kd had before approvals: reads allowed, edits inside the run's own
+//! The policy's verdict on a tool call: the configured rule
+//! ([`crate::config::approvals`]), else kd's defaults, which keep the safety
+//! kd had before approvals — reads allowed, edits inside the run's own
 //! worktree allowed, anything else asked.
 
-use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
 use kd_proto::approval::ToolKind;
 
 use crate::config::Backend;
-
-/// What the policy says of a tool call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Verdict {
-    Allow,
-    Deny,
-    /// The King decides (when a King's client can answer; else the CLI's
-    /// policy of before).
-    Ask,
-}
-
-impl Verdict {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Allow => "allow",
-            Verdict::Deny => "deny",
-            Verdict::Ask => "ask",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Verdict> {
-        match s {
-            "allow" => Some(Verdict::Allow),
-            "deny" => Some(Verdict::Deny),
-            "ask" => Some(Verdict::Ask),
-            _ => None,
-        }
-    }
-}
-
-/// Rules of one subject (every member, a backend, a member): by tool kind,
-/// and for any kind (`*`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Rules {
-    pub kinds: BTreeMap<ToolKind, Verdict>,
-    pub any: Option<Verdict>,
-}
-
-impl Rules {
-    fn of(&self, kind: ToolKind) -> Option<Verdict> {
-        self.kinds.get(&kind).copied().or(self.any)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.kinds.is_empty() && self.any.is_none()
-    }
-}
-
-/// The configured rules (`approvals.tools`, `approvals.backends.B`,
-/// `approvals.members.M`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Policy {
-    pub all: Rules,
-    pub backends: BTreeMap<String, Rules>,
-    pub members: BTreeMap<String, Rules>,
-}
+pub use crate::config::approvals::{Approvals as Policy, Rules, Verdict};
 
 /// Where a verdict came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,31 +19,18 @@ pub enum Source {
     Default,
 }
 
-impl Policy {
-    /// The configured rule for `member` (of `backend`) and `kind`: the
-    /// member's own, else its backend's, else everyone's; within each, the
-    /// kind's rule before `*`.
-    pub fn rule(&self, member: &str, backend: Backend, kind: ToolKind) -> Option<Verdict> {
-        self.members
-            .get(member)
-            .and_then(|r| r.of(kind))
-            .or_else(|| self.backends.get(backend.as_str()).and_then(|r| r.of(kind)))
-            .or_else(|| self.all.of(kind))
-    }
-
-    /// The verdict on a call: a rule, else the default.
-    pub fn verdict(
-        &self,
-        member: &str,
-        backend: Backend,
-        kind: ToolKind,
-        paths: &[String],
-        worktree: Option<&Path>,
-    ) -> (Verdict, Source) {
-        match self.rule(member, backend, kind) {
-            Some(v) => (v, Source::Rule),
-            None => (default_verdict(kind, paths, worktree), Source::Default),
-        }
+/// The verdict on a call: a rule, else the default.
+pub fn verdict(
+    policy: &Policy,
+    member: &str,
+    backend: Backend,
+    kind: ToolKind,
+    paths: &[String],
+    worktree: Option<&Path>,
+) -> (Verdict, Source) {
+    match policy.rule(member, backend, kind) {
+        Some(v) => (v, Source::Rule),
+        None => (default_verdict(kind, paths, worktree), Source::Default),
     }
 }
 
@@ -154,20 +84,10 @@ mod tests {
     }
 
     #[test]
-    fn a_member_rule_beats_its_backend_and_everyone_and_a_kind_beats_any() {
+    fn a_rule_beats_the_default() {
         let mut p = Policy::default();
-        p.all.any = Some(Verdict::Deny);
-        p.all.kinds.insert(ToolKind::Read, Verdict::Allow);
-        p.backends.insert("claude".into(), Rules { kinds: [(ToolKind::Execute, Verdict::Ask)].into(), any: None });
-        p.members.insert("c2".into(), Rules { kinds: BTreeMap::new(), any: Some(Verdict::Allow) });
-        assert_eq!(p.rule("c1", Backend::Claude, ToolKind::Execute), Some(Verdict::Ask));
-        assert_eq!(p.rule("c1", Backend::Claude, ToolKind::Fetch), Some(Verdict::Deny));
-        assert_eq!(p.rule("c1", Backend::Claude, ToolKind::Read), Some(Verdict::Allow));
-        assert_eq!(p.rule("c2", Backend::Claude, ToolKind::Execute), Some(Verdict::Allow));
-        assert_eq!(p.rule("x", Backend::Codex, ToolKind::Execute), Some(Verdict::Deny));
-        assert_eq!(
-            Policy::default().verdict("x", Backend::Codex, ToolKind::Read, &[], None),
-            (Verdict::Allow, Source::Default)
-        );
+        assert_eq!(verdict(&p, "x", Backend::Codex, ToolKind::Read, &[], None), (Verdict::Allow, Source::Default));
+        p.all.kinds.insert(ToolKind::Read, Verdict::Deny);
+        assert_eq!(verdict(&p, "x", Backend::Codex, ToolKind::Read, &[], None), (Verdict::Deny, Source::Rule));
     }
 }
