@@ -3,7 +3,9 @@
 //! service beside the run's loop: what each CLI is answered, what the run
 //! says, and that a run waiting on one still ends.
 
-use kd_proto::types::{MessageKind, ThreadEvent};
+use kd_client::prelude::*;
+use kd_proto::approval::{Approval, ApprovalState, DecidedBy, Decision, Scope};
+use kd_proto::types::{Message, MessageKind, ThreadEvent};
 use kd_tests::{Kdd, Workspace, bin, collect_until, ended, records, send_one_round as send};
 
 /// A codex member through app-server opened `untrusted` (codex asks for
@@ -60,13 +62,38 @@ fn answers(record: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Sends `body` on a new thread nobody follows (no King's client can
+/// answer: the CLI is answered as before approvals) and waits on the
+/// journal for the exchange to end; the last message.
+async fn unwatched(kdd: &Kdd, ws: &Workspace, body: &str) -> (kd_client::Client, String, Message) {
+    let c = kdd.client().await;
+    let t = kd_tests::thread_in(&c, ws, None).await;
+    send(&c, &t, body).await;
+    kd_tests::settled(&kdd.db, &t).await;
+    let last = kd_tests::last_message(&c, &t).await;
+    (c, t, last)
+}
+
+/// The first `n` answers the fake was given, waiting for them (an ACP
+/// agent may end the prompt before it reads the answer that follows).
+async fn answered(record: &str, n: usize) -> Vec<(String, String)> {
+    kd_tests::within("the agent's answers", async {
+        loop {
+            let got = answers(record);
+            if got.len() >= n {
+                return got;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn codex_asks_a_command_and_a_patch_and_is_declined_as_before_when_no_king_answers() {
+async fn codex_asks_a_command_and_a_patch_and_is_declined_as_before_when_no_king_listens() {
     let (ws, record) = codex_untrusted("C:touch x-cmd ;; P:x-patch.txt");
     let kdd = Kdd::start();
-    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
-    send(&c, &t, "Make them.").await;
-    let events = collect_until(&mut sub, |e| ended(e) == 1).await;
+    let (_c, _t, last) = unwatched(&kdd, &ws, "Make them.").await;
     assert_eq!(
         answers(&record),
         [
@@ -74,10 +101,6 @@ async fn codex_asks_a_command_and_a_patch_and_is_declined_as_before_when_no_king
             ("item/fileChange/requestApproval".to_string(), "decline".to_string())
         ]
     );
-    let shown = activities(&events);
-    assert!(shown.contains(&"waiting for approval: touch x-cmd"), "{shown:?}");
-    assert!(shown.contains(&format!("waiting for approval: Edit {}/x-patch.txt", ws.path()).as_str()), "{shown:?}");
-    let last = kd_tests::last_message(&c, &t).await;
     assert_eq!(
         (last.kind, last.body.as_str()),
         (MessageKind::Agent, "Tool said: exec command rejected by user\npatch rejected by user")
@@ -86,16 +109,13 @@ async fn codex_asks_a_command_and_a_patch_and_is_declined_as_before_when_no_king
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_acp_command_is_refused_by_the_read_only_default_when_no_king_answers() {
+async fn an_acp_command_is_refused_by_the_read_only_default_when_no_king_listens() {
     for adapter in ["claude-code-acp", "codex-acp"] {
         let (ws, record) = acp_asking(adapter, "touch x-acp", serde_json::json!({}));
         let kdd = Kdd::start();
-        let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
-        send(&c, &t, "Touch it.").await;
-        collect_until(&mut sub, |e| ended(e) == 1).await;
+        let (_c, _t, last) = unwatched(&kdd, &ws, "Touch it.").await;
         let refused = if adapter == "codex-acp" { "abort" } else { "reject" };
         assert_eq!(answers(&record), [("session/request_permission".to_string(), refused.to_string())], "{adapter}");
-        let last = kd_tests::last_message(&c, &t).await;
         assert_eq!(last.kind, MessageKind::Error, "{adapter}");
         assert!(last.body.starts_with("acp: refused by policy read-only: "), "{adapter}: {}", last.body);
         assert!(!ws.dir.path().join("x-acp").exists(), "{adapter}");
@@ -105,11 +125,13 @@ async fn an_acp_command_is_refused_by_the_read_only_default_when_no_king_answers
 #[tokio::test(flavor = "multi_thread")]
 async fn an_acp_member_configured_to_allow_runs_the_command_once_never_always() {
     for adapter in ["claude-code-acp", "codex-acp"] {
+        // Configured: answered so even with a King's client following.
         let (ws, record) = acp_asking(adapter, "touch x-acp", serde_json::json!({"permissions": "allow"}));
         let kdd = Kdd::start();
         let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
         send(&c, &t, "Touch it.").await;
-        collect_until(&mut sub, |e| ended(e) == 1).await;
+        let events = collect_until(&mut sub, |e| ended(e) == 1).await;
+        assert!(!events.iter().any(|e| matches!(e, ThreadEvent::ApprovalRequested { .. })), "{events:?}");
         let once = if adapter == "codex-acp" { "approved" } else { "allow" };
         assert_eq!(answers(&record), [("session/request_permission".to_string(), once.to_string())], "{adapter}");
         let last = kd_tests::last_message(&c, &t).await;
@@ -119,4 +141,158 @@ async fn an_acp_member_configured_to_allow_runs_the_command_once_never_always() 
         // No rule written into the user's files.
         assert!(!ws.dir.path().join(".claude/settings.local.json").exists(), "{adapter}");
     }
+}
+
+/// The next approval requested on the thread `sub` follows.
+async fn requested(sub: &mut jsonrpsee::core::client::Subscription<ThreadEvent>) -> (Approval, Vec<ThreadEvent>) {
+    let events = collect_until(sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::ApprovalRequested { .. }))).await;
+    let approval = events
+        .iter()
+        .find_map(|e| if let ThreadEvent::ApprovalRequested { approval } = e { Some(*approval.clone()) } else { None })
+        .unwrap();
+    (approval, events)
+}
+
+/// The approval's state once decided, as `approval.list` tells it.
+async fn state_of(c: &kd_client::Client, t: &str, id: &str) -> Approval {
+    let all = c.approval_list(Some(true), Some(t.to_string()), None).await.unwrap();
+    all.into_iter().find(|a| a.id == id).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn codex_waits_for_the_king_who_approves_the_command_and_denies_the_patch() {
+    let (ws, record) = codex_untrusted("C:touch x-cmd ;; P:x-patch.txt");
+    let kdd = Kdd::start();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
+    send(&c, &t, "Make them.").await;
+    let (cmd, events) = requested(&mut sub).await;
+    assert_eq!((cmd.member.as_str(), cmd.state), ("codex", ApprovalState::Pending));
+    assert_eq!(cmd.tool.title, "touch x-cmd");
+    assert_eq!(cmd.tool.command.as_deref(), Some("/bin/bash -lc 'touch x-cmd'"));
+    assert_eq!(cmd.scopes, [Scope::Once, Scope::Run], "codex can accept for its session");
+    assert!(cmd.run.is_some());
+    assert!(activities(&events).contains(&"waiting for approval: touch x-cmd"), "{events:?}");
+    assert!(answers(&record).is_empty(), "codex waits for the King");
+    c.approval_decide(cmd.id.clone(), Decision::Approve, None, None).await.unwrap();
+    let (patch, _) = requested(&mut sub).await;
+    assert_eq!(patch.tool.paths, [format!("{}/x-patch.txt", ws.path())]);
+    assert_eq!(patch.tool.input["changes"][0]["diff"], "written by the stub\n", "the diff codex showed before");
+    c.approval_decide(patch.id.clone(), Decision::Deny, None, Some("Not that file.".into())).await.unwrap();
+    collect_until(&mut sub, |e| ended(e) == 1).await;
+    assert_eq!(
+        answers(&record),
+        [
+            ("item/commandExecution/requestApproval".to_string(), "accept".to_string()),
+            ("item/fileChange/requestApproval".to_string(), "decline".to_string())
+        ]
+    );
+    let last = kd_tests::last_message(&c, &t).await;
+    assert_eq!(
+        (last.kind, last.body.as_str()),
+        (MessageKind::Agent, "Tool said: ran `touch x-cmd`: exit code 0\npatch rejected by user")
+    );
+    assert!(ws.dir.path().join("x-cmd").exists() && !ws.dir.path().join("x-patch.txt").exists());
+    let (cmd, patch) = (state_of(&c, &t, &cmd.id).await, state_of(&c, &t, &patch.id).await);
+    assert_eq!((cmd.state, cmd.decided_by), (ApprovalState::Approved, Some(DecidedBy::King)));
+    assert_eq!((patch.state, patch.message.as_deref()), (ApprovalState::Denied, Some("Not that file.")));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn codex_approved_for_the_run_accepts_for_its_session_and_is_not_asked_again() {
+    let (ws, record) = codex_untrusted("C:touch x1 ;; C:touch x2");
+    let kdd = Kdd::start();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
+    send(&c, &t, "Make them.").await;
+    let (first, _) = requested(&mut sub).await;
+    c.approval_decide(first.id.clone(), Decision::Approve, Some(Scope::Run), None).await.unwrap();
+    let events = collect_until(&mut sub, |e| ended(e) == 1).await;
+    // The second command is asked by codex (another command) but allowed
+    // by the King's grant for the run, without asking him again.
+    assert!(!events.iter().any(|e| matches!(e, ThreadEvent::ApprovalRequested { .. })), "{events:?}");
+    assert_eq!(
+        answers(&record).into_iter().map(|(_, d)| d).collect::<Vec<_>>(),
+        ["acceptForSession", "acceptForSession"]
+    );
+    assert!(ws.dir.path().join("x1").exists() && ws.dir.path().join("x2").exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_approval_nobody_decides_expires_and_the_agent_is_told_no() {
+    for member in ["codex", "acp"] {
+        let (ws, record) = if member == "codex" {
+            codex_untrusted("C:touch x-cmd")
+        } else {
+            acp_asking("codex-acp", "touch x-acp", serde_json::json!({}))
+        };
+        let mut config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(ws.dir.path().join(".kd/config.json")).unwrap())
+                .unwrap_or_default();
+        config["approvals"] = serde_json::json!({"timeout": "1s"});
+        ws.write_config(&config);
+        let kdd = Kdd::start();
+        let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
+        send(&c, &t, "Go.").await;
+        let (asked, _) = requested(&mut sub).await;
+        collect_until(&mut sub, |e| ended(e) == 1).await;
+        let expired = state_of(&c, &t, &asked.id).await;
+        assert_eq!((expired.state, expired.decided_by), (ApprovalState::Expired, Some(DecidedBy::Timeout)), "{member}");
+        let refused = if member == "codex" { "decline" } else { "abort" };
+        assert_eq!(answers(&record).into_iter().map(|(_, d)| d).collect::<Vec<_>>(), [refused], "{member}");
+        let last = kd_tests::last_message(&c, &t).await;
+        if member == "acp" {
+            // codex-acp ends the prompt `cancelled`: the run says why.
+            assert!(last.body.contains("nobody answered within 1 second"), "{}", last.body);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancelling_a_run_waiting_on_an_approval_answers_the_agent_cancelled_at_once() {
+    for (member, cancelled) in [("codex", "cancel"), ("claude-code-acp", "cancelled"), ("codex-acp", "cancelled")] {
+        let (ws, record) = if member == "codex" {
+            codex_untrusted("C:touch x-cmd")
+        } else {
+            acp_asking(member, "touch x-acp", serde_json::json!({}))
+        };
+        let kdd = Kdd::start();
+        let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
+        send(&c, &t, "Go.").await;
+        let (asked, _) = requested(&mut sub).await;
+        c.run_cancel(t.clone(), None, None).await.unwrap();
+        let events = collect_until(&mut sub, |e| ended(e) == 1).await;
+        assert!(events.iter().any(|e| matches!(e, ThreadEvent::RunCancelled { .. })), "{member}: {events:?}");
+        let got = answered(&record, 1).await;
+        assert_eq!(got.into_iter().map(|(_, d)| d).collect::<Vec<_>>(), [cancelled], "{member}");
+        // Recorded by the service when the run let it go (in the background).
+        let state = kd_tests::within("the approval cancelled", async {
+            loop {
+                let a = state_of(&c, &t, &asked.id).await;
+                if a.state != ApprovalState::Pending {
+                    return a.state;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        assert_eq!(state, ApprovalState::Cancelled, "{member}");
+        assert!(!ws.dir.path().join("x-cmd").exists() && !ws.dir.path().join("x-acp").exists());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_acp_agent_approved_by_the_king_runs_the_command_once() {
+    let (ws, record) = acp_asking("claude-code-acp", "touch x-acp", serde_json::json!({}));
+    let kdd = Kdd::start();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
+    send(&c, &t, "Touch it.").await;
+    let (asked, _) = requested(&mut sub).await;
+    assert_eq!((asked.tool.title.as_str(), asked.tool.name.as_deref()), ("touch x-acp", Some("Bash")));
+    assert_eq!(asked.scopes, [Scope::Once]);
+    c.approval_decide(asked.id.clone(), Decision::Approve, None, None).await.unwrap();
+    collect_until(&mut sub, |e| ended(e) == 1).await;
+    assert_eq!(answers(&record), [("session/request_permission".to_string(), "allow".to_string())]);
+    let last = kd_tests::last_message(&c, &t).await;
+    assert_eq!(last.kind, MessageKind::Agent, "{}", last.body);
+    assert!(ws.dir.path().join("x-acp").exists());
+    assert!(!ws.dir.path().join(".claude/settings.local.json").exists(), "no rule written");
 }

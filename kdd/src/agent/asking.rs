@@ -7,19 +7,21 @@
 //! [`Later`] (the tool as the agent described it, the scopes its CLI can
 //! honour, what kd answered before approvals, how an answer is written);
 //! the peer hands it as a [`Question`] to the run following the request's
-//! conversation, and writes the reply when the run answers. Nobody
-//! following the conversation: the agent gets today's answer at once. A run
-//! that lets a question go unanswered (it ended, it was stopped) answers it
-//! `cancelled`. The run keeps its questions in [`Asking`]: each asked of
+//! conversation, whose answer is queued straight to the agent's stdin.
+//! Nobody following the conversation: the agent gets today's answer at
+//! once. A question let go unanswered (the run ended) is answered
+//! `cancelled`; a run that stops answers its questions `cancelled` before
+//! it sends its cancel. The run keeps its questions in [`Asking`]: each asked of
 //! [`crate::approvals::Approvals::ask`] in a task of its own, all of them
 //! cancelled (and the agent told so) when the run stops, dropped (the
 //! service records them cancelled) when the run ends.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use kd_proto::approval::{ApprovalTool, Scope};
 use serde_json::Value;
-use tokio::sync::oneshot;
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::Runner;
@@ -41,21 +43,23 @@ pub struct Later {
 }
 
 impl Later {
-    /// The question for the run, and where its reply comes.
-    pub fn question(self) -> (Question, oneshot::Receiver<Value>) {
-        let (responder, reply) = oneshot::channel();
+    /// The question for the run; its reply goes to `replies` (the agent's
+    /// stdin).
+    pub fn question(self, replies: mpsc::Sender<String>) -> Question {
         let Later { tool, scopes, today, write } = self;
-        (Question { tool, scopes, today, write, responder }, reply)
+        Question { tool, scopes, today, write, replies: Some(replies) }
     }
 }
 
-/// A permission the run following a conversation is to answer.
+/// A permission the run following a conversation is to answer. Dropped
+/// unanswered, it is answered `cancelled`.
 pub struct Question {
     pub tool: ApprovalTool,
     pub scopes: Vec<Scope>,
     pub today: Answer,
     write: Writer,
-    responder: oneshot::Sender<Value>,
+    /// Where the reply goes; taken once it went.
+    replies: Option<mpsc::Sender<String>>,
 }
 
 impl std::fmt::Debug for Question {
@@ -65,16 +69,39 @@ impl std::fmt::Debug for Question {
 }
 
 impl Question {
-    /// Answers the agent (dropping a question answers it `cancelled`).
-    pub fn answer(self, answer: &Answer) {
-        let _ = self.responder.send((self.write)(answer));
+    /// Answers the agent: the reply is queued at once, before anything
+    /// kd sends it after (a cancel follows its `cancelled`).
+    pub fn answer(mut self, answer: &Answer) {
+        self.reply(answer);
+    }
+
+    fn reply(&mut self, answer: &Answer) {
+        let Some(replies) = self.replies.take() else { return };
+        let line = (self.write)(answer).to_string();
+        // A full queue (the agent does not read): sent when there is room.
+        if let Err(mpsc::error::TrySendError::Full(line)) = replies.try_send(line)
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            rt.spawn(async move {
+                let _ = replies.send(line).await;
+            });
+        }
+    }
+}
+
+impl Drop for Question {
+    fn drop(&mut self) {
+        self.reply(&Answer::Cancelled);
     }
 }
 
 /// The questions of a run being asked.
 #[derive(Default)]
 pub struct Asking {
-    asks: JoinSet<(Question, Answer)>,
+    /// The asks in flight, each answering its question's key.
+    asks: JoinSet<(u64, Answer)>,
+    questions: HashMap<u64, Question>,
+    keys: u64,
     /// Once the run stopped: questions are answered `cancelled` at once.
     stopped: bool,
 }
@@ -91,11 +118,11 @@ impl Asking {
         ask.run = Some(run.id.clone());
         ask.scopes = question.scopes.clone();
         ask.worktree = spec.work.as_ref().map(|w| w.dir.clone());
-        let approvals = d.approvals.clone();
-        self.asks.spawn(async move {
-            let answer = approvals.ask(ask, question.today.clone()).await;
-            (question, answer)
-        });
+        let (approvals, today) = (d.approvals.clone(), question.today.clone());
+        let key = self.keys;
+        self.keys += 1;
+        self.questions.insert(key, question);
+        self.asks.spawn(async move { (key, approvals.ask(ask, today).await) });
     }
 
     /// The next question decided, answered to the agent: its answer and
@@ -103,12 +130,13 @@ impl Asking {
     pub async fn next(&mut self) -> (Answer, ApprovalTool) {
         loop {
             match self.asks.join_next().await {
-                Some(Ok((question, answer))) => {
+                Some(Ok((key, answer))) => {
+                    let Some(question) = self.questions.remove(&key) else { continue };
                     let tool = question.tool.clone();
                     question.answer(&answer);
                     return (answer, tool);
                 }
-                // Aborted (the run stopped): already answered `cancelled`.
+                // Aborted (the run stopped): answered `cancelled` then.
                 Some(Err(_)) => continue,
                 None => std::future::pending::<()>().await,
             }
@@ -116,11 +144,14 @@ impl Asking {
     }
 
     /// The run stopped (cancelled, timed out, kd stops): every question
-    /// pending is answered `cancelled` (its ask dropped: the service
+    /// pending is answered `cancelled` now (its ask dropped: the service
     /// records it so), and so is any later one.
     pub fn stop(&mut self) {
         self.stopped = true;
         self.asks.abort_all();
+        for (_, question) in self.questions.drain() {
+            question.answer(&Answer::Cancelled);
+        }
     }
 }
 
@@ -221,12 +252,14 @@ read reply; printf '{"method":"got","params":{"c":"g","reply":%s}}\n' "$reply"; 
     }
 
     #[tokio::test]
-    async fn a_question_answered_or_let_go_replies_to_the_agent() {
-        let (q, reply) = later().question();
-        q.answer(&Answer::Allow { scope: Scope::Once });
-        assert_eq!(reply.await.unwrap(), json!({"allowed": true, "cancelled": false}));
-        let (q, reply) = later().question();
-        drop(q);
-        assert!(reply.await.is_err(), "the peer answers a question let go `cancelled`");
+    async fn a_question_answered_or_let_go_replies_to_the_agent_once() {
+        let (tx, mut rx) = mpsc::channel(4);
+        later().question(tx.clone()).answer(&Answer::Allow { scope: Scope::Once });
+        let line: Value = serde_json::from_str(&rx.recv().await.unwrap()).unwrap();
+        assert_eq!(line, json!({"allowed": true, "cancelled": false}));
+        drop(later().question(tx));
+        let line: Value = serde_json::from_str(&rx.recv().await.unwrap()).unwrap();
+        assert_eq!(line, json!({"allowed": false, "cancelled": true}), "let go: cancelled");
+        assert!(rx.recv().await.is_none(), "nothing more");
     }
 }

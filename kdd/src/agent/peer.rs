@@ -324,6 +324,17 @@ impl Peer {
         self.outbox.send(message.to_string()).await.map_err(|_| self.gone_reason())
     }
 
+    /// Queues a message that has no answer now, before whatever is sent
+    /// after (sent when there is room if the queue is full).
+    pub fn notify_now(&self, message: Value) {
+        if let Err(mpsc::error::TrySendError::Full(line)) = self.outbox.try_send(message.to_string()) {
+            let outbox = self.outbox.clone();
+            tokio::spawn(async move {
+                let _ = outbox.send(line).await;
+            });
+        }
+    }
+
     /// Follows the notifications of `conversation`.
     pub fn follow(&self, conversation: &str) -> Result<Following, String> {
         let (tx, notes) = mpsc::channel(PER_CONVERSATION);
@@ -446,11 +457,9 @@ async fn route(shared: &Mutex<Shared>, dialect: &dyn Dialect, replies: &mpsc::Se
     }
 }
 
-/// Hands a permission to the run following its conversation and replies
-/// when the run answers, from a task of its own: the reading goes on
-/// meanwhile. The task ends with the run's answer, or when the run lets
-/// the question go (`cancelled`), or with the process (the outbox closes).
-/// Nobody following the conversation: today's answer, at once.
+/// Hands a permission to the run following its conversation, which
+/// replies when it is decided (see [`super::asking`]): the reading goes on
+/// meanwhile. Nobody following the conversation: today's answer, at once.
 async fn ask(
     shared: &Mutex<Shared>,
     dialect: &dyn Dialect,
@@ -460,23 +469,16 @@ async fn ask(
     later: Later,
 ) {
     let conversation = dialect.conversation(&method, &params);
-    let (write, today) = (later.write.clone(), later.today.clone());
-    let (question, reply) = later.question();
-    let note = Note { method, params, question: Some(question) };
+    let note = Note { method, params, question: Some(later.question(replies.clone())) };
     let undelivered = match conversation {
         Some(c) => deliver(shared, &c, note).await,
         None => Some(note),
     };
-    if undelivered.is_some() {
+    if let Some(question) = undelivered.and_then(|mut n| n.question.take()) {
         tracing::debug!("a permission nobody follows: answered as before approvals");
-        let _ = replies.send(write(&today).to_string()).await;
-        return;
+        let today = question.today.clone();
+        question.answer(&today);
     }
-    let replies = replies.clone();
-    tokio::spawn(async move {
-        let reply = reply.await.unwrap_or_else(|_| write(&crate::approvals::Answer::Cancelled));
-        let _ = replies.send(reply.to_string()).await;
-    });
 }
 
 /// Hands `note` to the run following `conversation`, if one does; gives

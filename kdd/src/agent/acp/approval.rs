@@ -14,7 +14,8 @@
 //! `once` is honoured. A call of kd's own MCP server, a request kd cannot
 //! read or one offering no option is answered at once, as before; so is
 //! every request of a member whose `agents.NAME.permissions` is `allow` or
-//! `deny` (outside a worktree): its configuration already answered. A
+//! `deny` (outside a worktree): its configuration already answered; and a
+//! write outside the member's worktree at work is refused, never asked. A
 //! member of the default `read-only` is asked (reads stay allowed by the
 //! approvals policy's default; the rest goes to the King when one can
 //! answer, else is refused as before).
@@ -56,7 +57,9 @@ pub fn asked(params: &Value, policy: Permissions, kd_tools: bool, calls: &ToolCa
     // A member configured `permissions: allow` or `deny` said what it is
     // answered, whatever the tool (its worktree aside).
     let settled = confine.is_none() && matches!(policy, Permissions::Allow | Permissions::Deny);
-    if kds || settled || req.options.is_empty() {
+    // A write outside the member's worktree is refused, never asked (F-W1).
+    let escapes = confine.is_some() && before.refused.is_some();
+    if kds || settled || escapes || req.options.is_empty() {
         return Asked::Now(before);
     }
     let today = match before.refused {
@@ -223,6 +226,27 @@ mod tests {
                             "options": [{"optionId": "y", "name": "Allow", "kind": "allow_once"}]});
         let a = asked(&theirs, Permissions::ReadOnly, true, &calls, None);
         assert_eq!(later(&a).0.kind, ToolKind::Mcp);
+    }
+
+    #[test]
+    fn at_work_a_write_outside_the_worktree_is_refused_at_once_and_a_command_asked() {
+        let root = std::env::temp_dir().join(format!("kd-approval-wt-{}", std::process::id()));
+        std::fs::create_dir_all(&root).unwrap();
+        let calls = ToolCalls::default();
+        let ask = |kind: &str, input: Value| {
+            let p = json!({"sessionId": "s", "toolCall": {"toolCallId": "c", "title": "T", "kind": kind, "rawInput": input},
+                           "options": [{"optionId": "y", "name": "Allow", "kind": "allow_once"},
+                                       {"optionId": "n", "name": "Reject", "kind": "reject_once"}]});
+            asked(&p, Permissions::Allow, false, &calls, Some(&root))
+        };
+        match ask("edit", json!({"file_path": "../x"})) {
+            Asked::Now(d) => assert_eq!(d.answer["outcome"]["optionId"], "n"),
+            other => panic!("{other:?}"),
+        }
+        let command = ask("execute", json!({"command": "make"}));
+        let (tool, today, _) = later(&command);
+        assert_eq!((tool.kind, today), (ToolKind::Execute, &Answer::Allow { scope: Scope::Once }));
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]

@@ -167,17 +167,11 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
             _ = &mut clocks.timeout, if !cancelled => run.stop(StopReason::TimedOut),
             _ = run.stopped(), if !cancelled => {
                 cancelled = true;
-                // Every permission pending is answered `cancelled`, as ACP
-                // asks of a client that cancels.
+                // `session/cancel`, then every permission pending answered
+                // `cancelled`, as ACP asks of a client that cancels. Queued
+                // at once: this loop keeps reading the agent's updates.
+                agent.peer.notify_now(protocol::session_cancel(&session));
                 asking.stop();
-                // Sent from a task: this loop must keep reading the
-                // agent's updates while the cancel waits for room on stdin.
-                let (agent, session) = (agent.clone(), session.clone());
-                tokio::spawn(async move {
-                    if let Err(e) = agent.peer.notify(protocol::session_cancel(&session)).await {
-                        tracing::debug!("session/cancel: {e}");
-                    }
-                });
                 clocks.stopping(d.kill_grace);
             }
             _ = &mut clocks.give_up => break,
