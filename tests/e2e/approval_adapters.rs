@@ -296,3 +296,18 @@ async fn an_acp_agent_approved_by_the_king_runs_the_command_once() {
     assert!(ws.dir.path().join("x-acp").exists());
     assert!(!ws.dir.path().join(".claude/settings.local.json").exists(), "no rule written");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kdd_stops_in_bounded_time_with_a_run_waiting_on_an_approval() {
+    let (ws, record) = codex_untrusted("C:touch x-cmd");
+    let mut kdd = Kdd::start();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
+    send(&c, &t, "Go.").await;
+    requested(&mut sub).await;
+    // Ends (within the harness's deadline, not the approval's 10 minutes).
+    let status = kdd.stop();
+    assert!(status.success(), "{status:?}");
+    assert!(!ws.dir.path().join("x-cmd").exists());
+    // codex was answered `cancel` before it went (when it read it in time).
+    assert!(answers(&record).iter().all(|(_, d)| d == "cancel"), "{:?}", answers(&record));
+}
