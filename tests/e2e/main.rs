@@ -6,6 +6,7 @@
 mod acp;
 mod activation;
 mod agent_env;
+mod approvals;
 mod appserver;
 mod ask;
 mod bad_input;
