@@ -110,3 +110,31 @@ async fn nobody_answering_expires_the_approval_and_claude_is_told_so() {
     let all = c.approval_list(Some(true), None, None).await.unwrap();
     assert_eq!((all[0].id.as_str(), all[0].state), (a.id.as_str(), ApprovalState::Expired));
 }
+
+/// The King's CLI: `kd approvals` lists the pending one, `kd approve ID
+/// --run` allows it for the run, `kd deny` of a decided one is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_approvals_lists_it_and_kd_approve_lets_the_tool_run() {
+    let ws = kd_tests::Workspace::new(&[]);
+    let file = asking(&ws, "x-cli", json!({}));
+    let kdd = Kdd::start();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
+    kd_tests::send_one_round(&c, &t, "Touch the file.").await;
+    let a = requested(&mut sub).await;
+    let listed = kdd.kd().arg("approvals").output().await.unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(listed.contains(&a.id) && listed.contains(&format!("execute: touch {file}")), "{listed}");
+    let json = kdd.kd().args(["approvals", "--json"]).output().await.unwrap();
+    let json: Vec<kd_proto::approval::Approval> = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(json.len(), 1);
+    let ok = kdd.kd().args(["approve", &a.id, "--run"]).output().await.unwrap();
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("[approved by king]"));
+    kd_tests::collect_until(&mut sub, |e| kd_tests::ended(e) == 1).await;
+    assert!(std::path::Path::new(&file).exists(), "the approved command ran");
+    let all = c.approval_list(Some(true), None, None).await.unwrap();
+    assert_eq!(all[0].scope, Some(kd_proto::approval::Scope::Run));
+    let late = kdd.kd().args(["deny", &a.id, "-m", "too late"]).output().await.unwrap();
+    assert!(!late.status.success());
+    assert!(String::from_utf8_lossy(&late.stderr).contains("approved already"), "{late:?}");
+}
