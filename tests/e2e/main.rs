@@ -7,6 +7,7 @@ mod acp;
 mod activation;
 mod agent_env;
 mod approval_adapters;
+mod approvals;
 mod appserver;
 mod ask;
 mod bad_input;

@@ -11,6 +11,7 @@
 //!
 //! Below `agent/` (the transports call it), above `db/`.
 
+pub mod claude;
 pub mod policy;
 
 use std::path::PathBuf;
