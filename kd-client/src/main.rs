@@ -50,6 +50,12 @@ enum Command {
     Accept(cmd::work::AcceptArgs),
     /// Turn a member's work down
     Reject(cmd::work::RejectArgs),
+    /// What members' CLIs ask permission for (pending; --all, --follow)
+    Approvals(cmd::approvals::ApprovalsArgs),
+    /// Allow what a member's CLI asks (--run, --thread for more)
+    Approve(cmd::approvals::ApproveArgs),
+    /// Refuse what a member's CLI asks; --message tells it why
+    Deny(cmd::approvals::DenyArgs),
     /// Ask again the members whose last answer failed
     Retry(cmd::runs::RetryArgs),
     /// Follow a thread live, whoever asks in it, until Ctrl+C
@@ -201,6 +207,9 @@ fn main() -> ExitCode {
             Command::Review(a) => cmd::work::review(&ctx, a).await,
             Command::Accept(a) => cmd::work::accept(&ctx, a).await,
             Command::Reject(a) => cmd::work::reject(&ctx, a).await,
+            Command::Approvals(a) => cmd::approvals::list(&ctx, a).await,
+            Command::Approve(a) => cmd::approvals::approve(&ctx, a).await,
+            Command::Deny(a) => cmd::approvals::deny(&ctx, a).await,
             Command::Watch(a) => cmd::watch::run(&ctx, a).await,
             Command::Send(a) => cmd::coord::send(&ctx, a).await,
             Command::Inbox(a) => cmd::inbox::run(&ctx, a).await,

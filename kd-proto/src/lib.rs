@@ -20,6 +20,8 @@
 //!   - [`member`]: the member surface, what an agent does as itself by its
 //!     run's capability;
 //!   - [`work`]: members' work in worktrees of their own;
+//!   - [`approval`]: the permissions members' CLIs ask, decided by policy
+//!     or by the King;
 //! - [`types`]: every domain's params, results and subscription items
 //!   (serde + JSON Schema) by one path;
 //! - [`color`]: member colours as configured, and the palette;
@@ -31,6 +33,7 @@
 //! - [`title`]: what a thread's title may be, wherever it is set.
 
 pub mod api;
+pub mod approval;
 pub mod color;
 pub mod coord;
 pub mod council;
@@ -52,6 +55,7 @@ pub mod title;
 pub mod types;
 pub mod work;
 
+pub use approval::{ApprovalApiClient, ApprovalApiServer};
 pub use coord::{CoordinationApiClient, CoordinationApiServer};
 pub use council::{CouncilApiClient, CouncilApiServer};
 pub use daemon::{DaemonApiClient, DaemonApiServer};

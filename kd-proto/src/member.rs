@@ -85,4 +85,16 @@ pub trait MemberApi {
     /// Full-text search over the threads of the member's workspace.
     #[method(name = "member.search", param_kind = map, with_extensions)]
     async fn member_search(&self, token: String, query: String, limit: Option<u32>) -> RpcResult<Vec<SearchHit>>;
+
+    /// The member's CLI asks permission to use a tool (claude's permission
+    /// prompt tool, relayed by `kd mcp`): allow with the input, or deny
+    /// with a message. Waits for the King when the policy says `ask`.
+    #[method(name = "member.permission", param_kind = map, with_extensions)]
+    async fn member_permission(
+        &self,
+        token: String,
+        tool_name: String,
+        input: serde_json::Value,
+        tool_use_id: Option<String>,
+    ) -> RpcResult<crate::approval::PermissionAnswer>;
 }

@@ -1,13 +1,14 @@
 //! Agent-run benchmarks: delta latency, delta throughput against a raw
 //! pipe, delta fan-out to 50 subscribers, `kd ask` wall time, and codex
 //! through app-server against claude and `codex exec` (`-- codex`), `kd mcp`'s
-//! start to its `initialize` and `tools/list` answers (`-- mcp`), with
+//! start to its `initialize` and `tools/list` answers (`-- mcp`), an
+//! approval's round trip agent → King's client → agent (`-- approval`), with
 //! fake agents. Figures are printed next to the SPEC §9 targets
 //! (`kd_tests::bench::runs`).
 //!
 //! Run: `cargo build --release --workspace --bins && cargo bench -p kd-tests --bench runs`
 
-use kd_tests::bench::{self, codex, kd_mcp, runs, selected};
+use kd_tests::bench::{self, approval, codex, kd_mcp, runs, selected};
 
 fn main() {
     kd_tests::bench::block_on(async {
@@ -30,6 +31,9 @@ fn main() {
         }
         if selected("mcp") {
             kd_mcp::startup();
+        }
+        if selected("approval") {
+            approval::round_trip(50).await;
         }
     });
 }

@@ -45,6 +45,9 @@ fn main() {
         if selected("cost") {
             cost::report().await;
         }
+        if selected("approval") {
+            bench::approval::round_trip(50).await;
+        }
     });
     let rows = bench::checked();
     println!("\nSPEC §9");

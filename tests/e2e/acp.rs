@@ -118,15 +118,18 @@ async fn an_agent_that_cannot_load_sessions_is_a_clear_error_in_resume_mode() {
 
 /// The option the agent got for a tool call of `kind` under `extra`
 /// config, and the run's message. The fake asks as claude-code-acp does:
-/// the kind only in the `tool_call` update before the request.
+/// the kind only in the `tool_call` update before the request. No King's
+/// client follows the thread (the test waits on the journal): what the
+/// policy does not allow is answered by the member's `permissions`.
 async fn permission(kind: &str, extra: serde_json::Value) -> (String, kd_proto::types::Message, Workspace) {
     let scratch = tempfile::tempdir().unwrap();
     let record = scratch.path().join("r.jsonl").display().to_string();
     let ws = acp_member(&[("FAKE_PERMISSION", kind), ("FAKE_RECORD", &record)], extra);
     let kdd = Kdd::start();
-    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
+    let c = kdd.client().await;
+    let t = kd_tests::thread_in(&c, &ws, None).await;
     send(&c, &t, "Edit it.").await;
-    collect_until(&mut sub, |e| ended(e) == 1).await;
+    kd_tests::settled(&kdd.db, &t).await;
     let last = kd_tests::last_message(&c, &t).await;
     let recs = records(&record);
     let chosen = recs.iter().find_map(|r| r["permission"].as_str().map(str::to_string)).unwrap();

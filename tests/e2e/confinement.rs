@@ -295,3 +295,31 @@ async fn runs_whose_agents_leave_orphans_all_end_with_their_own_exit_status() {
     }
     until("the orphans to be reaped", || zombie_children(kdd.pid).is_empty()).await;
 }
+
+/// Only the King decides approvals (issue 33): an agent's shell, with its
+/// run's token or without, can neither list nor decide them.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agents_shell_can_neither_list_nor_decide_approvals() {
+    let ws = Workspace::new(&[]);
+    let kd = kd();
+    let shell = [
+        format!("{kd} approvals; echo list=$?"),
+        format!("{kd} approve ap-x1; echo approve=$?"),
+        format!("{kd} deny ap-x1; echo deny=$?"),
+        "unset KD_RUN_TOKEN".to_string(),
+        format!("{kd} approvals --all; echo list_no_token=$?"),
+    ]
+    .join("; ");
+    config(&ws, &[("claude", &[("FAKE_RUN", &shell), ("FAKE_TEXT", "Ran: {run}")], none()), codex()]);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let messages = ask(&c, &t, "claude", 1).await;
+    let answer = answer_of(&messages, "claude");
+    for refused in ["list=1", "approve=1", "deny=1", "list_no_token=1"] {
+        assert!(answer.contains(refused), "{refused} missing from: {answer}");
+    }
+    for why in ["approval.list is refused", "approval.decide is refused"] {
+        assert!(answer.contains(why), "{why:?} missing from: {answer}");
+    }
+}

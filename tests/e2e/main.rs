@@ -6,6 +6,8 @@
 mod acp;
 mod activation;
 mod agent_env;
+mod approval_adapters;
+mod approvals;
 mod appserver;
 mod ask;
 mod bad_input;

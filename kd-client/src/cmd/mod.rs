@@ -2,6 +2,7 @@
 //! RPC API (F-K3).
 
 pub mod answers;
+pub mod approvals;
 pub mod ask;
 pub mod config;
 pub mod coord;

@@ -31,6 +31,7 @@ use rmcp::model::{
 };
 use rmcp::service::{RequestContext, RoleServer, ServerInitializeError};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
+use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::{Client, ClientError};
@@ -50,6 +51,11 @@ pub const MAX_LINE: usize = 4 * 1024 * 1024;
 /// codex gives a tool call 60 s by default, so kd answers first.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest a permission prompt waits (past the longest approvals.timeout).
+const PERMISSION_TIMEOUT: Duration = Duration::from_secs(25 * 3600);
+/// Set to 1 in the environment of a server claude uses as its permission
+/// prompt tool.
+pub const PERMISSION_VAR: &str = "KD_PERMISSION_TOOL";
 
 /// The newest protocol version kd answers `initialize` with; a client asking
 /// for one of the older ones gets its own back.
@@ -60,6 +66,8 @@ pub struct Server {
     socket: PathBuf,
     token: Option<String>,
     client: tokio::sync::Mutex<Option<Arc<Client>>>,
+    /// Whether it serves claude's permission prompt tool too.
+    approve: bool,
 }
 
 impl Server {
@@ -67,12 +75,22 @@ impl Server {
     /// daemon at `socket`.
     pub fn new(socket: PathBuf, token: Option<String>) -> Server {
         let token = token.filter(|t| !t.trim().is_empty());
-        Server { socket, token, client: tokio::sync::Mutex::new(None) }
+        Server { socket, token, client: tokio::sync::Mutex::new(None), approve: false }
     }
 
     /// A server as kdd starts it: the token from `KD_RUN_TOKEN`.
     pub fn from_env(socket: PathBuf) -> Server {
-        Server::new(socket, std::env::var("KD_RUN_TOKEN").ok())
+        let approve = std::env::var(PERMISSION_VAR).is_ok_and(|v| v == "1");
+        Server { approve, ..Server::new(socket, std::env::var("KD_RUN_TOKEN").ok()) }
+    }
+
+    /// The tools it lists.
+    fn tools(&self) -> Vec<Tool> {
+        let mut all = tools::all();
+        if self.approve {
+            all.extend(tools::tool(tools::APPROVE));
+        }
+        all
     }
 
     /// The connection to kdd: the one made earlier while it lasts, else a
@@ -103,6 +121,9 @@ impl Server {
 
     /// What the tool `name` answers to `arguments`.
     pub async fn call(&self, name: &str, arguments: Option<rmcp::model::JsonObject>) -> Reply {
+        if name == tools::APPROVE && !self.approve {
+            return Reply::error(format!("kd has no tool named {name:?}; its tools are {}", tools::NAMES.join(", ")));
+        }
         let call = match tools::parse(name, arguments) {
             Ok(call) => call,
             Err(why) => return Reply::error(why),
@@ -110,6 +131,9 @@ impl Server {
         let Some(token) = self.token.clone() else {
             return Reply::error(text::NO_TOKEN.into());
         };
+        if let Call::Approve { tool_name, input, tool_use_id } = call {
+            return self.approve(token, tool_name, input, tool_use_id).await;
+        }
         let client = match self.client().await {
             Ok(c) => c,
             Err(e) => return text::failure(&e),
@@ -130,6 +154,21 @@ impl Server {
     }
 }
 
+impl Server {
+    /// claude's permission prompt, on a connection of its own: the King
+    /// may take minutes (kdd bounds the wait by approvals.timeout).
+    async fn approve(&self, token: String, tool_name: String, input: Value, tool_use_id: Option<String>) -> Reply {
+        let c = match Client::connect_with(&self.socket, PERMISSION_TIMEOUT).await {
+            Ok(c) => c,
+            Err(e) => return text::failure(&e),
+        };
+        match c.member_permission(token, tool_name, input, tool_use_id).await {
+            Ok(answer) => Reply { text: serde_json::to_string(&answer).unwrap_or_default(), is_error: false },
+            Err(e) => text::failure(&ClientError::from(e)),
+        }
+    }
+}
+
 /// One call of the member surface, and its answer as text.
 async fn run(c: &Client, token: String, call: Call) -> Result<Reply, ClientError> {
     Ok(match call {
@@ -141,6 +180,7 @@ async fn run(c: &Client, token: String, call: Call) -> Result<Reply, ClientError
         Call::Ack { broadcast } => text::acked(&c.member_ack(token, broadcast).await?),
         Call::Claim { resource, mode } => text::claimed(&c.member_claim(token, resource, mode).await?),
         Call::Thread { last } => text::thread(&c.member_thread(token, Some(last)).await?),
+        Call::Approve { .. } => Reply::error("the permission tool is answered apart".into()),
         Call::Search { query, limit } => {
             let hits = c.member_search(token, query.clone(), Some(limit)).await?;
             text::found(&query, &hits)
@@ -173,11 +213,11 @@ impl ServerHandler for Server {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(tools::all()))
+        Ok(ListToolsResult::with_all_items(self.tools()))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        tools::tool(name)
+        tools::tool(name).filter(|_| name != tools::APPROVE || self.approve)
     }
 
     async fn call_tool(

@@ -21,6 +21,10 @@ use rmcp::model::{JsonObject, MetaObject, Tool, ToolAnnotations};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+/// The permission prompt tool claude is pointed at (`mcp__kd__approve`),
+/// listed only by a server started for it (`KD_PERMISSION_TOOL=1`).
+pub const APPROVE: &str = "approve";
+
 /// The tools' names, in the order `tools/list` gives them.
 pub const NAMES: [&str; 6] = ["send", "inbox", "ack", "claim", "thread", "search"];
 
@@ -131,6 +135,17 @@ pub fn tool(name: &str) -> Option<Tool> {
             &["query"],
             true,
         ),
+        APPROVE => (
+            "kd's permission prompt for claude (--permission-prompt-tool mcp__kd__approve): whether a tool may run, \
+             decided by the workspace's approvals policy or the King. Not for the model.",
+            json!({
+                "tool_name": {"type": "string", "description": "the tool claude asks to use"},
+                "input": {"type": "object", "description": "its input"},
+                "tool_use_id": {"type": "string", "description": "claude's id of the call"}
+            }),
+            &["tool_name", "input"],
+            false,
+        ),
         _ => return None,
     };
     let mut schema = JsonObject::new();
@@ -139,13 +154,15 @@ pub fn tool(name: &str) -> Option<Tool> {
     if !required.is_empty() {
         schema.insert("required".into(), json!(required));
     }
-    schema.insert("additionalProperties".into(), json!(false));
+    if name != APPROVE {
+        schema.insert("additionalProperties".into(), json!(false));
+    }
     let annotations = if read_only {
         ToolAnnotations::new().read_only(true).open_world(false)
     } else {
         ToolAnnotations::new().read_only(false).destructive(false).open_world(false)
     };
-    let name = NAMES.iter().find(|n| **n == name)?;
+    let name = NAMES.iter().chain([APPROVE].iter()).find(|n| **n == name)?;
     let mut meta = JsonObject::new();
     meta.insert(ALWAYS_LOAD.into(), json!(true));
     Some(
@@ -158,12 +175,45 @@ pub fn tool(name: &str) -> Option<Tool> {
 /// A tool call, its arguments read.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Call {
-    Send { to: Vec<String>, cc: Option<Vec<String>>, body: String, route: Option<RouteType> },
-    Inbox { unread: bool, types: Option<Vec<RouteType>>, limit: u32, mark_read: bool },
-    Ack { broadcast: Option<String> },
-    Claim { resource: String, mode: Option<ClaimMode> },
-    Thread { last: u32 },
-    Search { query: String, limit: u32 },
+    Send {
+        to: Vec<String>,
+        cc: Option<Vec<String>>,
+        body: String,
+        route: Option<RouteType>,
+    },
+    Inbox {
+        unread: bool,
+        types: Option<Vec<RouteType>>,
+        limit: u32,
+        mark_read: bool,
+    },
+    Ack {
+        broadcast: Option<String>,
+    },
+    Claim {
+        resource: String,
+        mode: Option<ClaimMode>,
+    },
+    Thread {
+        last: u32,
+    },
+    Search {
+        query: String,
+        limit: u32,
+    },
+    /// claude's permission prompt: answered with the JSON claude takes.
+    Approve {
+        tool_name: String,
+        input: Value,
+        tool_use_id: Option<String>,
+    },
+}
+
+#[derive(Deserialize)]
+struct ApproveArgs {
+    tool_name: String,
+    input: Value,
+    tool_use_id: Option<String>,
 }
 
 /// One name or several: a model sometimes writes `"codex"` for `["codex"]`.
@@ -260,6 +310,10 @@ pub fn parse(name: &str, arguments: Option<JsonObject>) -> Result<Call, String> 
         "search" => {
             let a: SearchArgs = serde_json::from_value(args).map_err(bad)?;
             Call::Search { query: a.query, limit: count(a.limit, DEFAULT_HITS) }
+        }
+        APPROVE => {
+            let a: ApproveArgs = serde_json::from_value(args).map_err(bad)?;
+            Call::Approve { tool_name: a.tool_name, input: a.input, tool_use_id: a.tool_use_id }
         }
         _ => return Err(format!("kd has no tool named {name:?}; its tools are {}", NAMES.join(", "))),
     })

@@ -56,4 +56,18 @@ pub(super) fn methods(b: &mut Builder) {
         .param::<String>("query", true, "words, \"a phrase\", prefix*, body:/title:/summary: filters")
         .param::<u32>("limit", false, "at most this many hits (default 10; more than 50 is taken as 50)")
         .errors(&[Forbidden, InvalidArgument]);
+    b.method::<crate::approval::PermissionAnswer>(
+        "member.permission",
+        "answer",
+        "The member's CLI asks permission to use a tool (claude's --permission-prompt-tool, relayed by kd's MCP \
+         server): decided by the workspace's approvals policy, else by the King when a client of his follows the \
+         thread or the approvals (bounded by approvals.timeout), else denied as before. The answer is what claude's \
+         permission tool takes: allow with the input to run, or deny with a message for the model. A member may \
+         ask, never list or decide.",
+    );
+    b.param::<String>("token", true, TOKEN)
+        .param::<String>("tool_name", true, "the CLI's name of the tool: Bash, Write, Edit, WebFetch, mcp__S__T…")
+        .param::<serde_json::Value>("input", true, "the tool's input as the model gave it (a JSON object)")
+        .param::<String>("tool_use_id", false, "the CLI's id of the call")
+        .errors(&[Forbidden, InvalidArgument]);
 }

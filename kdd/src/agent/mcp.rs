@@ -42,6 +42,11 @@ use super::process::{RUN_MARKER, TOKEN_VAR};
 pub const NAME: &str = "kd";
 /// `--allowedTools` value allowing every tool of the server (claude).
 pub const CLAUDE_ALLOWED: &str = "mcp__kd";
+/// claude's `--permission-prompt-tool`: kd's `approve`.
+pub const CLAUDE_PERMISSION_TOOL: &str = "mcp__kd__approve";
+/// Set to 1 in the environment of the server claude asks permissions of
+/// (`kd mcp` then lists `approve`).
+pub const PERMISSION_VAR: &str = "KD_PERMISSION_TOOL";
 /// The prefix of the server's tools as claude names them.
 pub const CLAUDE_TOOL_PREFIX: &str = "mcp__kd__";
 /// The variable naming the daemon's socket.
@@ -103,10 +108,21 @@ impl Server {
     /// `claude -p`'s arguments: the server in `--mcp-config` and its tools
     /// allowed. The token comes from claude's environment (the run's).
     pub fn claude_args(&self) -> Vec<String> {
+        let mut env = self.env_without_token();
+        env.insert(PERMISSION_VAR.into(), json!("1"));
         let config = json!({"mcpServers": {NAME: {
-            "type": "stdio", "command": self.command(), "args": Self::args(), "env": self.env_without_token(),
+            "type": "stdio", "command": self.command(), "args": Self::args(), "env": env,
         }}});
-        vec!["--mcp-config".into(), config.to_string(), "--allowedTools".into(), CLAUDE_ALLOWED.into()]
+        // claude asks kd's `approve` whenever its flags do not allow a tool
+        // (issue 33): the approvals policy, else the King, decides.
+        vec![
+            "--mcp-config".into(),
+            config.to_string(),
+            "--allowedTools".into(),
+            CLAUDE_ALLOWED.into(),
+            "--permission-prompt-tool".into(),
+            CLAUDE_PERMISSION_TOOL.into(),
+        ]
     }
 
     /// `codex exec`'s arguments: `-c mcp_servers.kd.KEY=VALUE`, values in
@@ -346,9 +362,17 @@ mod tests {
         env.sort();
         assert_eq!(
             env,
-            [("KD_MEMBER", "claude"), ("KD_RUN", "r-1"), ("KD_SOCKET", "/run/kd/kdd.sock"), ("KD_THREAD", "t1")]
-                .map(|(k, v)| (k.to_string(), v.to_string()))
+            [
+                ("KD_MEMBER", "claude"),
+                ("KD_PERMISSION_TOOL", "1"),
+                ("KD_RUN", "r-1"),
+                ("KD_SOCKET", "/run/kd/kdd.sock"),
+                ("KD_THREAD", "t1")
+            ]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
         );
+        // claude asks kd's approve what its flags do not allow (issue 33).
+        assert_eq!(&args[4..], ["--permission-prompt-tool", "mcp__kd__approve"]);
         assert!(!args.iter().any(|a| a.contains("kdcap_")), "no token on a command line: {args:?}");
     }
 

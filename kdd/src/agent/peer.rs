@@ -17,6 +17,7 @@ use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot};
 
+use super::asking::{Later, Question};
 use super::lines::{Line, LineReader};
 use super::process;
 use super::process::Invocation;
@@ -47,16 +48,33 @@ pub trait Dialect: Send + Sync + 'static {
     /// Takes note of a notification before it is routed (in the order the
     /// agent sent them, before any later request is answered).
     fn observe(&self, _method: &str, _params: &Value) {}
-    /// The answer to request `id` from the agent, and what the run
-    /// following the request's conversation is to be told of it.
-    fn answer(&self, id: &Value, method: &str, params: &Value) -> (Value, Option<Note>);
+    /// kd's answer to request `id` from the agent.
+    fn answer(&self, id: &Value, method: &str, params: &Value) -> Reply;
 }
 
-/// A notification for a run.
+/// What kd answers a request from the agent.
+pub enum Reply {
+    /// This reply at once, and what the run following the request's
+    /// conversation is to be told of it.
+    Now(Value, Option<Note>),
+    /// A permission, asked of the run following the request's
+    /// conversation off the reading loop (see [`super::asking`]).
+    Later(Later),
+}
+
+/// A notification for a run, or a permission it is to answer.
 #[derive(Debug)]
 pub struct Note {
     pub method: String,
     pub params: Value,
+    /// A request the run answers ([`Reply::Later`]).
+    pub question: Option<Question>,
+}
+
+impl Note {
+    pub fn new(method: impl Into<String>, params: Value) -> Note {
+        Note { method: method.into(), params, question: None }
+    }
 }
 
 /// One message from the agent.
@@ -306,6 +324,17 @@ impl Peer {
         self.outbox.send(message.to_string()).await.map_err(|_| self.gone_reason())
     }
 
+    /// Queues a message that has no answer now, before whatever is sent
+    /// after (sent when there is room if the queue is full).
+    pub fn notify_now(&self, message: Value) {
+        if let Err(mpsc::error::TrySendError::Full(line)) = self.outbox.try_send(message.to_string()) {
+            let outbox = self.outbox.clone();
+            tokio::spawn(async move {
+                let _ = outbox.send(line).await;
+            });
+        }
+    }
+
     /// Follows the notifications of `conversation`.
     pub fn follow(&self, conversation: &str) -> Result<Following, String> {
         let (tx, notes) = mpsc::channel(PER_CONVERSATION);
@@ -405,13 +434,15 @@ async fn route(shared: &Mutex<Shared>, dialect: &dyn Dialect, replies: &mpsc::Se
                 let _ = tx.send(result);
             }
         }
-        Some(Incoming::Request { id, method, params }) => {
-            let (reply, note) = dialect.answer(&id, &method, &params);
-            let _ = replies.send(reply.to_string()).await;
-            if let (Some(note), Some(conversation)) = (note, dialect.conversation(&method, &params)) {
-                deliver(shared, &conversation, note).await;
+        Some(Incoming::Request { id, method, params }) => match dialect.answer(&id, &method, &params) {
+            Reply::Now(reply, note) => {
+                let _ = replies.send(reply.to_string()).await;
+                if let (Some(note), Some(conversation)) = (note, dialect.conversation(&method, &params)) {
+                    deliver(shared, &conversation, note).await;
+                }
             }
-        }
+            Reply::Later(later) => ask(shared, dialect, replies, method, params, later).await,
+        },
         Some(Incoming::Notification { method, params }) => {
             dialect.observe(&method, &params);
             let Some(conversation) = dialect.conversation(&method, &params) else { return };
@@ -420,18 +451,44 @@ async fn route(shared: &Mutex<Shared>, dialect: &dyn Dialect, replies: &mpsc::Se
             {
                 s.busy.remove(&conversation);
             }
-            deliver(shared, &conversation, Note { method, params }).await;
+            deliver(shared, &conversation, Note::new(method, params)).await;
         }
         None => tracing::debug!("skipped a line from {} that is no JSON-RPC message", dialect.name()),
     }
 }
 
-/// Hands `note` to the run following `conversation`, if one does.
-async fn deliver(shared: &Mutex<Shared>, conversation: &str, note: Note) {
+/// Hands a permission to the run following its conversation, which
+/// replies when it is decided (see [`super::asking`]): the reading goes on
+/// meanwhile. Nobody following the conversation: today's answer, at once.
+async fn ask(
+    shared: &Mutex<Shared>,
+    dialect: &dyn Dialect,
+    replies: &mpsc::Sender<String>,
+    method: String,
+    params: Value,
+    later: Later,
+) {
+    let conversation = dialect.conversation(&method, &params);
+    let note = Note { method, params, question: Some(later.question(replies.clone())) };
+    let undelivered = match conversation {
+        Some(c) => deliver(shared, &c, note).await,
+        None => Some(note),
+    };
+    if let Some(question) = undelivered.and_then(|mut n| n.question.take()) {
+        tracing::debug!("a permission nobody follows: answered as before approvals");
+        let today = question.today.clone();
+        question.answer(&today);
+    }
+}
+
+/// Hands `note` to the run following `conversation`, if one does; gives
+/// it back if none does.
+async fn deliver(shared: &Mutex<Shared>, conversation: &str, note: Note) -> Option<Note> {
     let tx = shared.lock().ok().and_then(|s| s.conversations.get(conversation).cloned());
-    if let Some(tx) = tx {
-        // A run that stopped following dropped its receiver: nothing to do.
-        let _ = tx.send(note).await;
+    match tx {
+        // A run that stopped following dropped its receiver.
+        Some(tx) => tx.send(note).await.err().map(|e| e.0),
+        None => Some(note),
     }
 }
 
@@ -451,8 +508,8 @@ mod tests {
         fn ends_turn(&self, _method: &str) -> bool {
             false
         }
-        fn answer(&self, id: &Value, _method: &str, _params: &Value) -> (Value, Option<Note>) {
-            (serde_json::json!({"id": id, "result": null}), None)
+        fn answer(&self, id: &Value, _method: &str, _params: &Value) -> Reply {
+            Reply::Now(serde_json::json!({"id": id, "result": null}), None)
         }
     }
 

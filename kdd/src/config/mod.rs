@@ -14,6 +14,7 @@
 //! - `codex`: the arguments `codex app-server` takes (others are warned of);
 //! - [`view`]: every effective value with where it came from (`config.get`).
 
+pub mod approvals;
 mod codex;
 pub mod coordination;
 pub mod lifecycle;
@@ -365,6 +366,8 @@ pub struct Config {
     pub lifecycle: Lifecycle,
     /// `work.*`: members' work in their worktrees.
     pub work: Work,
+    /// `approvals.*`: what members' CLIs may do without asking the King.
+    pub approvals: approvals::Approvals,
     pub agents: BTreeMap<String, AgentDef>,
     /// The dotted keys the file sets (the rest are defaults).
     pub set_keys: BTreeSet<String>,

@@ -12,6 +12,7 @@ use kd_proto::types::{Lineage, LockOutcome, MessageKind, ThreadEvent};
 use kd_proto::work::{WorkState, Worktree};
 
 mod alike;
+mod approvals;
 
 use super::fixtures::worktree;
 use super::messages::{NewMessage, Page};

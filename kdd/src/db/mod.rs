@@ -31,6 +31,7 @@
 //! No SQL exists outside the engines.
 
 pub mod acks;
+pub mod approvals;
 pub mod compose;
 #[cfg(test)]
 mod contract;

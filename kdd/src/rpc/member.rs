@@ -201,4 +201,39 @@ impl MemberApiServer for Rpc {
         let f = crate::db::search::Filter { workspace: Some(g.workspace), limit: Some(limit), ..Default::default() };
         library::search_in(&self.d, query, f).await
     }
+
+    async fn member_permission(
+        &self,
+        ext: &Extensions,
+        token: String,
+        tool_name: String,
+        input: serde_json::Value,
+        tool_use_id: Option<String>,
+    ) -> RpcResult<kd_proto::approval::PermissionAnswer> {
+        let g = self.grant(ext, &token)?;
+        if tool_name.is_empty() || tool_name.len() > 200 {
+            return Err(invalid("tool_name must name the tool (at most 200 bytes)"));
+        }
+        if tool_use_id.as_ref().is_some_and(|id| id.len() > 200) {
+            return Err(invalid("tool_use_id is longer than 200 bytes"));
+        }
+        if !input.is_object() {
+            return Err(invalid("input must be the tool's input, a JSON object"));
+        }
+        use crate::approvals::{Ask, claude};
+        let tool = claude::tool(&tool_name, &input);
+        let today = claude::today(&tool);
+        let backend = self.run_of(&g).and_then(|r| crate::config::Backend::parse(&r.backend));
+        let mut ask = Ask::new(&g.thread, &g.member, backend.unwrap_or(crate::config::Backend::Claude), tool);
+        ask.run = g.run.clone();
+        // kd honours the broader grants itself: claude asks again each time.
+        ask.scopes =
+            vec![kd_proto::approval::Scope::Once, kd_proto::approval::Scope::Run, kd_proto::approval::Scope::Thread];
+        ask.worktree = match self.d.db.worktree(g.thread.clone(), g.member.clone()).await {
+            Ok(Some(w)) if w.removed_at_ms.is_none() => Some(std::path::PathBuf::from(w.path)),
+            _ => None,
+        };
+        let answer = self.d.agents.approvals.ask(ask, today).await;
+        Ok(claude::answer(&answer, input))
+    }
 }

@@ -3,6 +3,7 @@
 //! prints at the end. Figures are measured, never asserted: a bench prints
 //! and goes on.
 
+pub mod approval;
 pub mod chat;
 pub mod cluster;
 pub mod codex;

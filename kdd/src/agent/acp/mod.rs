@@ -6,6 +6,8 @@
 //!   and ACP's [`protocol::Acp`] dialect of [`crate::agent::peer`];
 //! - [`permission`]: the answer to a permission request by the member's
 //!   policy, on the kind the tool call announced;
+//! - [`approval`]: such a request asked of the approvals service instead,
+//!   that answer its fallback;
 //! - `run`: one run as a `session/prompt` turn.
 //!
 //! [`AcpAgents`] owns the processes: one per member and workspace (and
@@ -15,6 +17,7 @@
 //! mode, the thread's session loaded (`session/load`) in resume mode when
 //! the agent can load sessions.
 
+pub mod approval;
 pub mod permission;
 pub mod protocol;
 mod run;

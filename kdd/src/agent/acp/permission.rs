@@ -36,7 +36,7 @@ const MAX_LOCATIONS: usize = 4;
 pub const REFUSED: &str = "kd/refused";
 
 /// What a tool call announced of itself.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Tool {
     pub kind: Option<ToolKind>,
     pub title: Option<String>,
@@ -44,6 +44,11 @@ pub struct Tool {
     pub locations: Vec<String>,
     /// The paths its input names (`file_path`, `path`, …).
     pub inputs: Vec<String>,
+    /// The agent's own name of the tool (claude-code-acp's
+    /// `_meta.claudeCode.toolName`: `Bash`, `Write`).
+    pub name: Option<String>,
+    /// Its input, as the agent last gave it (non-empty).
+    pub input: Option<Value>,
 }
 
 /// The keys of a tool call's input that name a path it writes.
@@ -65,7 +70,7 @@ fn bounded(s: &str) -> String {
 
 impl Tool {
     /// Takes what `fields` set.
-    fn update(&mut self, fields: &ToolCallUpdateFields) {
+    pub(super) fn update(&mut self, fields: &ToolCallUpdateFields) {
         if let Some(kind) = fields.kind {
             self.kind = Some(kind);
         }
@@ -75,6 +80,9 @@ impl Tool {
         if let Some(locations) = &fields.locations {
             self.locations =
                 locations.iter().take(MAX_LOCATIONS).map(|l| bounded(&l.path.display().to_string())).collect();
+        }
+        if let Some(raw) = fields.raw_input.as_ref().filter(|r| r.as_object().is_none_or(|o| !o.is_empty())) {
+            self.input = Some(raw.clone());
         }
         if let Some(input) = fields.raw_input.as_ref().and_then(Value::as_object) {
             let paths: Vec<String> = PATH_KEYS
@@ -90,7 +98,7 @@ impl Tool {
     }
 
     /// How the tool is named to the user: its title, else what it touches.
-    fn named(&self) -> String {
+    pub fn named(&self) -> String {
         match (&self.title, self.locations.first()) {
             (Some(t), _) => t.clone(),
             (None, Some(path)) => path.clone(),
@@ -117,21 +125,25 @@ impl ToolCalls {
         }
         let Ok(n) = serde_json::from_value::<SessionNotification>(params.clone()) else { return };
         let session = n.session_id.0.to_string();
+        let name = params.pointer("/update/_meta/claudeCode/toolName").and_then(Value::as_str);
         match n.update {
             SessionUpdate::ToolCall(call) => {
                 let fields = ToolCallUpdateFields::new()
                     .kind(call.kind)
                     .title(call.title)
                     .locations(call.locations)
-                    .status(call.status);
-                self.update(&session, &call.tool_call_id.0, &fields);
+                    .status(call.status)
+                    .raw_input(call.raw_input);
+                self.update(&session, &call.tool_call_id.0, &fields, name);
             }
-            SessionUpdate::ToolCallUpdate(update) => self.update(&session, &update.tool_call_id.0, &update.fields),
+            SessionUpdate::ToolCallUpdate(update) => {
+                self.update(&session, &update.tool_call_id.0, &update.fields, name)
+            }
             _ => {}
         }
     }
 
-    fn update(&mut self, session: &str, id: &str, fields: &ToolCallUpdateFields) {
+    fn update(&mut self, session: &str, id: &str, fields: &ToolCallUpdateFields, name: Option<&str>) {
         let at = self.calls.iter().position(|(s, i, _)| s == session && i == id);
         if matches!(fields.status, Some(ToolCallStatus::Completed | ToolCallStatus::Failed)) {
             if let Some(at) = at {
@@ -143,11 +155,15 @@ impl ToolCalls {
             Some(at) => {
                 if let Some((_, _, tool)) = self.calls.get_mut(at) {
                     tool.update(fields);
+                    if let Some(name) = name {
+                        tool.name = Some(bounded(name));
+                    }
                 }
             }
             None => {
                 let mut tool = Tool::default();
                 tool.update(fields);
+                tool.name = name.map(bounded);
                 if self.calls.len() >= MAX_CALLS {
                     self.calls.pop_front();
                 }
@@ -163,7 +179,7 @@ impl ToolCalls {
 }
 
 /// The kinds of tool call a read-only member may make.
-fn reads(kind: Option<ToolKind>) -> bool {
+pub(super) fn reads(kind: Option<ToolKind>) -> bool {
     matches!(kind, Some(ToolKind::Read | ToolKind::Search | ToolKind::Think | ToolKind::Fetch))
 }
 
@@ -178,7 +194,7 @@ fn policy_name(policy: Permissions) -> &'static str {
 /// Whether a tool call is one of kd's own MCP server's: codex-acp asks
 /// "Approve MCP tool call" with `rawInput.server_name: "kd"`;
 /// claude-code-acp names the tool `mcp__kd__send` (title).
-fn is_kds(tool: &Tool, raw_input: Option<&Value>) -> bool {
+pub(super) fn is_kds(tool: &Tool, raw_input: Option<&Value>) -> bool {
     let server = raw_input.and_then(|r| r.get("server_name").or_else(|| r.get("server"))).and_then(Value::as_str);
     server == Some(mcp::NAME) || tool.title.as_deref().is_some_and(|t| t.starts_with(mcp::CLAUDE_TOOL_PREFIX))
 }

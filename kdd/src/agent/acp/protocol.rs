@@ -1,11 +1,13 @@
 //! The Agent Client Protocol as kd speaks it, with the types of the
 //! `agent-client-protocol-schema` crate: the requests kd sends (kd offers
 //! the agent no file system and no terminal of its own), what a
-//! `session/update` means for a run, and the [`Acp`] dialect, which answers
-//! a permission request by the member's policy ([`super::permission`]).
+//! `session/update` means for a run, and the [`Acp`] dialect, which asks a
+//! permission of the run following its session ([`super::approval`]), the
+//! member's policy ([`super::permission`]) being the fallback.
 
 use agent_client_protocol_schema::ProtocolVersion;
-use std::sync::Mutex;
+use kd_proto::approval::Scope;
+use std::sync::{Arc, Mutex};
 
 use agent_client_protocol_schema::v1::{
     AGENT_METHOD_NAMES, CLIENT_METHOD_NAMES, CancelNotification, ContentBlock, Implementation, InitializeRequest,
@@ -15,10 +17,12 @@ use agent_client_protocol_schema::v1::{
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::approval::{self, Asked};
 use super::permission::{self, ToolCalls};
+use crate::agent::asking::{Later, Writer};
 use crate::agent::mcp::Server;
 use crate::agent::parse::Parsed;
-use crate::agent::peer::{Dialect, Note};
+use crate::agent::peer::{Dialect, Note, Reply};
 use crate::config::Permissions;
 
 fn request(id: u64, method: &str, params: impl Serialize) -> Value {
@@ -167,13 +171,11 @@ impl Dialect for Acp {
         }
     }
 
-    fn answer(&self, id: &Value, method: &str, params: &Value) -> (Value, Option<Note>) {
+    fn answer(&self, id: &Value, method: &str, params: &Value) -> Reply {
         if method == CLIENT_METHOD_NAMES.session_request_permission {
-            let decision = match self.calls.lock() {
-                Ok(calls) => {
-                    permission::decide_in(params, self.permissions, self.kd_tools, &calls, self.confine.as_deref())
-                }
-                Err(_) => permission::decide_in(
+            let asked = match self.calls.lock() {
+                Ok(calls) => approval::asked(params, self.permissions, self.kd_tools, &calls, self.confine.as_deref()),
+                Err(_) => approval::asked(
                     params,
                     self.permissions,
                     self.kd_tools,
@@ -181,15 +183,23 @@ impl Dialect for Acp {
                     self.confine.as_deref(),
                 ),
             };
+            let decision = match asked {
+                Asked::Now(decision) => decision,
+                Asked::Later { tool, today, options } => {
+                    let id = id.clone();
+                    let write: Writer = Arc::new(
+                        move |answer| json!({"jsonrpc": "2.0", "id": id, "result": approval::outcome(&options, answer)}),
+                    );
+                    return Reply::Later(Later { tool, scopes: vec![Scope::Once], today, write });
+                }
+            };
             tracing::debug!(answer = %decision.answer, "answered a permission request");
-            let note = decision
-                .refused
-                .map(|reason| Note { method: permission::REFUSED.to_string(), params: json!({"reason": reason}) });
-            return (json!({"jsonrpc": "2.0", "id": id, "result": decision.answer}), note);
+            let note = decision.refused.map(|reason| Note::new(permission::REFUSED, json!({"reason": reason})));
+            return Reply::Now(json!({"jsonrpc": "2.0", "id": id, "result": decision.answer}), note);
         }
         // kd offered no file system and no terminal.
         let error = json!({"code": -32601, "message": format!("kd does not offer {method}")});
-        (json!({"jsonrpc": "2.0", "id": id, "error": error}), None)
+        Reply::Now(json!({"jsonrpc": "2.0", "id": id, "error": error}), None)
     }
 }
 

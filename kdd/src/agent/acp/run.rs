@@ -3,8 +3,10 @@
 //! then `session/prompt`, whose answer ends the turn. `agent_message_chunk`
 //! updates stream to subscribers as they come; a stop sends
 //! `session/cancel` and keeps the text streamed so far. A turn that fails
-//! after the member's policy refused a tool call says so (`refused by
-//! policy read-only: TITLE`) instead of the agent's own error.
+//! after a tool call was refused says why (`refused by policy read-only:
+//! TITLE`, the King's message) instead of the agent's own error. A
+//! permission the agent asks is decided beside the loop ([`Asking`]); a
+//! stop answers it `cancelled`.
 
 use std::sync::Arc;
 
@@ -14,6 +16,7 @@ use tokio::time::Instant;
 
 use super::protocol::{self, TurnEnd};
 use crate::agent::Runner;
+use crate::agent::asking::Asking;
 use crate::agent::mcp::{self, Conversations};
 use crate::agent::outcome::{cut_short, failed};
 use crate::agent::parse::{Outcome, Parsed, Transcript};
@@ -23,6 +26,7 @@ use crate::agent::registry::{Run, StopReason};
 use crate::agent::spec::Spec;
 use crate::agent::stream::record_start;
 use crate::agent::turn::{self, Clocks, Streamed};
+use crate::approvals::Answer;
 use crate::db::runs::Finish;
 
 pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec, prepared: Prepared) -> Finish {
@@ -133,12 +137,29 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
     // The last tool call the member's policy refused: why the turn failed,
     // if it then did (claude-code-acp ends it with an internal error).
     let mut refused: Option<String> = None;
+    // The permissions the agent asks, decided beside this loop.
+    let mut asking = Asking::default();
     loop {
         tokio::select! {
             note = following.notes.recv() => match note {
-                Some(note) => take(note, &mut streamed, &mut transcript, &mut refused),
+                Some(mut note) => match note.question.take() {
+                    Some(question) => {
+                        let waiting = format!("waiting for approval: {}", question.tool.title);
+                        streamed.take(&mut transcript, vec![Parsed::Activity(waiting)]);
+                        asking.ask(d, run, spec, question);
+                    }
+                    None => take(note, &mut streamed, &mut transcript, &mut refused),
+                },
                 None => break,
             },
+            (answer, tool) = asking.next() => {
+                // A denial is why the turn fails, if it then does
+                // (claude-code-acp ends it with an internal error).
+                if let Answer::Deny { message } = answer {
+                    tracing::debug!(run = run.id, tool = tool.title, "denied: {message}");
+                    refused = Some(message);
+                }
+            }
             answer = &mut ended_rx => {
                 ended = Some(protocol::turn_end(answer.unwrap_or_else(|_| Err(peer.gone_reason()))));
                 break;
@@ -146,14 +167,11 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
             _ = &mut clocks.timeout, if !cancelled => run.stop(StopReason::TimedOut),
             _ = run.stopped(), if !cancelled => {
                 cancelled = true;
-                // Sent from a task: this loop must keep reading the
-                // agent's updates while the cancel waits for room on stdin.
-                let (agent, session) = (agent.clone(), session.clone());
-                tokio::spawn(async move {
-                    if let Err(e) = agent.peer.notify(protocol::session_cancel(&session)).await {
-                        tracing::debug!("session/cancel: {e}");
-                    }
-                });
+                // `session/cancel`, then every permission pending answered
+                // `cancelled`, as ACP asks of a client that cancels. Queued
+                // at once: this loop keeps reading the agent's updates.
+                agent.peer.notify_now(protocol::session_cancel(&session));
+                asking.stop();
                 clocks.stopping(d.kill_grace);
             }
             _ = &mut clocks.give_up => break,

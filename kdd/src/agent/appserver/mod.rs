@@ -3,6 +3,8 @@
 //!
 //! - [`protocol`]: the messages, as pure functions, and codex's [`protocol::Codex`]
 //!   dialect of the JSON-RPC process client ([`crate::agent::peer`]);
+//! - [`approval`]: codex's approval requests (commands, file changes), asked
+//!   of the approvals service;
 //! - `run`: one run as a turn of a codex thread.
 //!
 //! [`AppServers`] owns the processes: one per workspace, command, arguments
@@ -16,6 +18,7 @@
 //! the thread (`thread/closed`), when kd unsubscribes a thread it will not
 //! use again (a run of history mode), or when the process ends.
 
+pub mod approval;
 pub mod protocol;
 mod run;
 
@@ -72,7 +75,7 @@ impl AppServers {
                 let args = ARGS.iter().map(|a| a.to_string()).chain(agent.args.iter().cloned()).collect();
                 let inv = peer::invocation(&agent.command, args, agent.run_env(), socket);
                 let threads = Arc::new(Conversations::new(grants.clone()));
-                let dialect = Arc::new(protocol::Codex { threads: threads.clone() });
+                let dialect = Arc::new(protocol::Codex::new(threads.clone()));
                 let server = Peer::start(&inv, workspace, dialect).map_err(|e| spawn_error(&inv, agent, &e))?;
                 let failed = |e: String| format!("cannot start {} app-server: {e}", agent.command);
                 server.request(protocol::initialize).await.map_err(|e| failed(format!("initialize failed: {e}")))?;

@@ -5,13 +5,15 @@
 //! the server, or a notification, which [`interpret`] turns into the
 //! [`Parsed`] items a run's [`super::super::parse::Transcript`] folds.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
+use super::approval;
+use crate::agent::asking::{Later, Writer};
 use crate::agent::mcp::Conversations;
 use crate::agent::parse::{Outcome, Parsed};
-use crate::agent::peer::{Dialect, Note};
+use crate::agent::peer::{Dialect, Reply};
 use crate::config::CodexPolicy;
 
 /// The notifications kd has no use for: codex is asked not to send them.
@@ -132,10 +134,20 @@ pub fn decline(id: &Value, method: &str) -> Value {
 
 /// The codex app-server's side of [`Peer`](crate::agent::peer::Peer):
 /// notifications name their thread in `threadId` (or `thread.id`), a turn
-/// ends with `turn/completed`, what codex asks is declined, and a thread
-/// codex closed (`thread/closed`) takes its MCP server's capability with it.
+/// ends with `turn/completed`, an approval codex asks is asked of the run
+/// following its thread (see [`approval`]), anything else it asks is
+/// declined, and a thread codex closed (`thread/closed`) takes its MCP
+/// server's capability with it.
 pub struct Codex {
     pub threads: Arc<Conversations>,
+    /// The file changes started, whose approval requests carry no diff.
+    changes: Mutex<approval::Changes>,
+}
+
+impl Codex {
+    pub fn new(threads: Arc<Conversations>) -> Codex {
+        Codex { threads, changes: Default::default() }
+    }
 }
 
 impl Dialect for Codex {
@@ -144,6 +156,9 @@ impl Dialect for Codex {
             && let Some(thread) = params.get("threadId").and_then(Value::as_str)
         {
             self.threads.forget(thread);
+        }
+        if let Ok(mut changes) = self.changes.lock() {
+            changes.observe(method, params);
         }
     }
 
@@ -159,9 +174,15 @@ impl Dialect for Codex {
         method == "turn/completed"
     }
 
-    fn answer(&self, id: &Value, method: &str, _params: &Value) -> (Value, Option<Note>) {
-        tracing::debug!(method, "declined a request from codex");
-        (decline(id, method), None)
+    fn answer(&self, id: &Value, method: &str, params: &Value) -> Reply {
+        let tool = self.changes.lock().ok().and_then(|changes| approval::tool(method, params, &changes));
+        let Some(tool) = tool else {
+            tracing::debug!(method, "declined a request from codex");
+            return Reply::Now(decline(id, method), None);
+        };
+        let id = id.clone();
+        let write: Writer = Arc::new(move |answer| approval::reply(&id, answer));
+        Reply::Later(Later { tool, scopes: approval::SCOPES.to_vec(), today: approval::today(), write })
     }
 }
 
@@ -333,7 +354,7 @@ mod tests {
     use crate::agent::peer::{Incoming, incoming};
 
     fn codex() -> Codex {
-        Codex { threads: Arc::new(Conversations::new(Default::default())) }
+        Codex::new(Arc::new(Conversations::new(Default::default())))
     }
 
     #[test]
@@ -377,7 +398,7 @@ mod tests {
     #[test]
     fn a_closed_thread_takes_its_servers_capability_with_it() {
         let grants = Arc::new(crate::agent::grants::Grants::default());
-        let c = Codex { threads: Arc::new(Conversations::new(grants.clone())) };
+        let c = Codex::new(Arc::new(Conversations::new(grants.clone())));
         c.threads.token("th", crate::agent::mcp::conversation_grant("t", "codex", std::path::Path::new("/w")));
         c.observe("thread/status/changed", &json!({"threadId": "th", "status": {"type": "idle"}}));
         assert_eq!(grants.len(), 1);

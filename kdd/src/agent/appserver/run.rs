@@ -5,6 +5,8 @@
 //! `turn/interrupt` and keeps the text streamed so far (codex keeps none of
 //! an interrupted message). If the process dies mid-turn, the run is an
 //! error with its partial text, and the next run starts a new process.
+//! An approval codex asks is decided beside the loop ([`Asking`]): the
+//! turn's other notifications keep streaming, a stop answers it `cancel`.
 
 use std::sync::Arc;
 
@@ -12,8 +14,10 @@ use kd_proto::types::{ContextMode, RunStatus};
 use tokio::time::Instant;
 
 use super::AppServer;
+use super::approval;
 use super::protocol::{self, Event};
 use crate::agent::Runner;
+use crate::agent::asking::Asking;
 use crate::agent::mcp;
 use crate::agent::outcome::{cut_short, failed, stopped_early};
 use crate::agent::parse::{Parsed, Transcript};
@@ -147,10 +151,18 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
     let mut interrupted = false;
     let mut ended: Option<(String, Option<String>)> = None;
     let mut usage: Option<protocol::Usage> = None;
+    // The approvals codex asks, decided beside this loop.
+    let mut asking = Asking::default();
     loop {
         tokio::select! {
             note = following.notes.recv() => {
-                let Some(note) = note else { break };
+                let Some(mut note) = note else { break };
+                if let Some(question) = note.question.take() {
+                    let waiting = format!("waiting for approval: {}", question.tool.title);
+                    streamed.take(&mut transcript, vec![Parsed::Activity(waiting)]);
+                    asking.ask(d, run, spec, question);
+                    continue;
+                }
                 match protocol::interpret(&note.method, &note.params, turn.as_deref()) {
                     Event::Items(items) => streamed.take(&mut transcript, items),
                     Event::Usage(u) => usage.get_or_insert_with(Default::default).add(u),
@@ -162,8 +174,13 @@ pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Sp
                 }
             }
             _ = &mut clocks.timeout, if !interrupted => run.stop(StopReason::TimedOut),
+            (answer, tool) = asking.next() => {
+                tracing::debug!(run = run.id, tool = tool.title, "answered codex: {}", approval::decision(&answer));
+            }
             _ = run.stopped(), if !interrupted => {
                 interrupted = true;
+                // What codex waits on is answered `cancel` (the turn is interrupted).
+                asking.stop();
                 if let Some(turn) = &turn {
                     let (app, thread, turn) = (app.clone(), thread.clone(), turn.clone());
                     tokio::spawn(async move {

@@ -20,6 +20,7 @@
 //! how rusqlite's errors become [`DbError`]s.
 
 pub(crate) mod acks;
+pub(crate) mod approvals;
 mod checkpoint;
 pub(crate) mod compose;
 pub(crate) mod cost;

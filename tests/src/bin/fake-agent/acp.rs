@@ -14,7 +14,12 @@
 //! claude-code-acp's `Internal error: [ede_diagnostic] …`. `FAKE_EDIT=PATH`
 //! asks to write PATH (relative to the session's cwd as written, so `../x`
 //! is outside it), writes it only when allowed and goes on either way,
-//! recording `{"permission", "kind": "edit", "edit": PATH}`. `FAKE_RUN`
+//! recording `{"permission", "kind": "edit", "edit": PATH}`. `FAKE_COMMAND`
+//! asks to run a command as the adapter `FAKE_ACP` names does (see
+//! `permission.rs`). Every permission request is recorded when sent
+//! (`{"asked", "id", "us"}`) and every answer when it comes (`{"answered":
+//! "session/request_permission", "id", "result", "error", "us"}`, also one
+//! nobody waits for any more, as after `session/cancel`). `FAKE_RUN`
 //! reports a tool call. The answer follows the usual
 //! `FAKE_*` knobs; `FAKE_ERROR` fails the prompt with a JSON-RPC error.
 //! `FAKE_SILENT=METHOD` never answers that request (e.g. `initialize`,
@@ -41,7 +46,7 @@ use tokio::sync::oneshot;
 use super::{env, env_num, hold, mcp, pieces};
 
 #[derive(Default)]
-struct State {
+pub struct State {
     sessions: HashMap<String, Session>,
     /// The running prompt of a session: its request id and task.
     active: HashMap<String, (Value, tokio::task::AbortHandle)>,
@@ -92,11 +97,16 @@ async fn server_of(state: &Shared, session: &str) -> Option<Arc<tokio::sync::Mut
     Some(server)
 }
 
-type Shared = Arc<Mutex<State>>;
+pub type Shared = Arc<Mutex<State>>;
 
 static NEXT: AtomicU64 = AtomicU64::new(1);
 /// The ids of our requests to the client: numbers from 0, as claude-code-acp's.
 static ASKED: AtomicU64 = AtomicU64::new(0);
+
+/// The id of our next numbered request to the client.
+pub fn next_request() -> u64 {
+    ASKED.fetch_add(1, Ordering::Relaxed)
+}
 
 fn send(v: &Value) {
     let mut out = std::io::stdout().lock();
@@ -112,7 +122,7 @@ fn error(id: &Value, code: i64, message: &str) {
     send(&json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}));
 }
 
-fn update(session: &str, update: Value) {
+pub fn update(session: &str, update: Value) {
     send(&json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session, "update": update}}));
 }
 
@@ -120,7 +130,7 @@ fn chunk(session: &str, text: &str) {
     update(session, json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}));
 }
 
-fn record(line: Value) {
+pub fn record(line: Value) {
     let Some(path) = env("FAKE_RECORD") else { return };
     if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
         let _ = f.write_all(format!("{line}\n").as_bytes());
@@ -138,7 +148,11 @@ pub async fn serve(args: Vec<String>) -> i32 {
         let params = msg.get("params").cloned().unwrap_or(Value::Null);
         let session = params.get("sessionId").and_then(Value::as_str).unwrap_or_default().to_string();
         let Some(method) = msg.get("method").and_then(Value::as_str) else {
-            // The client's answer to one of our requests.
+            // The client's answer to one of our requests (recorded with
+            // its time in µs, also when nobody waits for it any more).
+            record(json!({"answered": "session/request_permission", "id": msg.get("id"),
+                          "result": msg.get("result"), "error": msg.get("error"),
+                          "us": super::now_us() as u64}));
             let waiting = msg.get("id").map(Value::to_string).and_then(|id| state.lock().ok()?.asked.remove(&id));
             if let Some(tx) = waiting {
                 let _ = tx.send(msg.get("result").cloned().unwrap_or(Value::Null));
@@ -253,11 +267,12 @@ async fn ask_permission(state: &Shared, session: &str, call: &Value) -> String {
 
 /// Asks `session/request_permission` with request id `id`; the chosen
 /// option id (or `cancelled`).
-async fn ask(state: &Shared, id: Value, session: &str, tool_call: Value, options: Value) -> String {
+pub async fn ask(state: &Shared, id: Value, session: &str, tool_call: Value, options: Value) -> String {
     let (tx, rx) = oneshot::channel();
     if let Ok(mut s) = state.lock() {
         s.asked.insert(id.to_string(), tx);
     }
+    record(json!({"asked": "session/request_permission", "id": id, "us": super::now_us() as u64}));
     send(&json!({"jsonrpc": "2.0", "id": id, "method": "session/request_permission", "params": {
         "options": options, "sessionId": session, "toolCall": tool_call}}));
     let answer = rx.await.unwrap_or(Value::Null);
@@ -324,6 +339,26 @@ async fn turn(state: Shared, id: Value, session: String, cwd: String, prompt: St
             json!({"toolCallId": call["toolCallId"], "sessionUpdate": "tool_call_update", "status": "completed"}),
         );
     }
+    let mut said = None;
+    if let Some(cmd) = env("FAKE_COMMAND") {
+        match super::permission::command(&state, &session, &cwd, &cmd).await {
+            super::permission::Asked::Ran(text) => said = Some(format!("Tool said: {text}")),
+            super::permission::Asked::Failed(message) => {
+                if let Ok(mut s) = state.lock() {
+                    s.active.remove(&session);
+                }
+                error(&id, -32603, message);
+                return;
+            }
+            super::permission::Asked::Cancelled => {
+                if let Ok(mut s) = state.lock() {
+                    s.active.remove(&session);
+                }
+                reply(&id, json!({"stopReason": "cancelled"}));
+                return;
+            }
+        }
+    }
     if let Some(target) = env("FAKE_EDIT") {
         // An edit of TARGET (relative to the session's cwd, as written),
         // asked as claude-code-acp asks it; written only when allowed.
@@ -345,7 +380,6 @@ async fn turn(state: Shared, id: Value, session: String, cwd: String, prompt: St
             json!({"toolCallId": "toolu_fake0002", "sessionUpdate": "tool_call_update", "status": status}),
         );
     }
-    let mut said = None;
     if mcp::wanted().is_none() {
         // As the adapter does: claude-code-acp's server started with the
         // session, codex-acp's with its first prompt.

@@ -30,10 +30,10 @@ use serde_json::{Value, json};
 use super::{env, env_num, hold, mcp, now_us, pieces};
 
 #[derive(Default)]
-struct Thread {
-    cwd: String,
+pub struct Thread {
+    pub cwd: String,
     /// `sandbox` and `approvalPolicy` of the thread/start or thread/resume.
-    policy: (Value, Value),
+    pub policy: (Value, Value),
     /// The `config` it was opened with.
     config: Value,
     resumed: bool,
@@ -44,23 +44,32 @@ struct Thread {
     /// while the thread stays loaded (as codex keeps it).
     mcp: Option<mcp::Given>,
     server: Option<Arc<tokio::sync::Mutex<mcp::Session>>>,
+    /// Commands accepted for the session (`acceptForSession`): not asked again.
+    pub accepted: Vec<String>,
+    /// Our requests of the running turn that wait for an answer.
+    pub pending: Vec<u64>,
 }
 
 #[derive(Default)]
-struct State {
+pub struct State {
     initialized: bool,
     opted_out: Vec<String>,
-    threads: HashMap<String, Thread>,
+    pub threads: HashMap<String, Thread>,
     counter: u64,
+    /// The id of our next request to the client (from 0, as codex's).
+    pub next_request: u64,
+    /// Our requests waiting for the client's answer, by id: their method
+    /// and who waits.
+    pub asked: HashMap<String, (String, tokio::sync::oneshot::Sender<Result<Value, Value>>)>,
 }
 
-type Shared = Arc<Mutex<State>>;
+pub type Shared = Arc<Mutex<State>>;
 
 fn now_ms() -> u128 {
     now_us() / 1000
 }
 
-fn send(v: &Value) {
+pub fn send(v: &Value) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{v}");
     let _ = out.flush();
@@ -74,7 +83,7 @@ fn error(id: &Value, message: &str) {
     send(&json!({"error": {"code": -32600, "message": message}, "id": id}));
 }
 
-fn note(state: &Shared, method: &str, params: Value) {
+pub fn note(state: &Shared, method: &str, params: Value) {
     let muted = state.lock().map(|s| s.opted_out.iter().any(|m| m == method)).unwrap_or(false);
     if !muted {
         send(&json!({"method": method, "params": params, "emittedAtMs": now_ms()}));
@@ -128,6 +137,11 @@ pub async fn serve(args: Vec<String>) -> i32 {
     while let Some(line) = lines.recv().await {
         let Ok(msg) = serde_json::from_str::<Value>(&line) else { continue };
         let method = msg.get("method").and_then(Value::as_str).unwrap_or_default().to_string();
+        if method.is_empty() && msg.get("id").is_some() {
+            // The client's answer to one of our requests.
+            super::approvals::answered(&state, &msg);
+            continue;
+        }
         let Some(id) = msg.get("id").cloned() else {
             continue; // `initialized`, or an answer to a request of ours
         };
@@ -215,6 +229,8 @@ pub async fn serve(args: Vec<String>) -> i32 {
                             active: None,
                             mcp,
                             server,
+                            accepted: Vec::new(),
+                            pending: Vec::new(),
                         },
                     );
                 }
@@ -284,11 +300,15 @@ pub async fn serve(args: Vec<String>) -> i32 {
                 }
                 let active = state.lock().ok().and_then(|mut s| {
                     let t = s.threads.get_mut(&thread)?;
-                    if t.active.as_ref().is_some_and(|(a, _)| *a == turn) { t.active.take() } else { None }
+                    if t.active.as_ref().is_some_and(|(a, _)| *a == turn) {
+                        t.active.take().map(|a| (a, std::mem::take(&mut t.pending)))
+                    } else {
+                        None
+                    }
                 });
                 match active {
                     None => error(&id, "no active turn to interrupt"),
-                    Some((turn, task)) => {
+                    Some(((turn, task), pending)) => {
                         task.abort();
                         if let Some(path) = env("FAKE_RECORD")
                             && let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path)
@@ -302,6 +322,10 @@ pub async fn serve(args: Vec<String>) -> i32 {
                             "turn/completed",
                             json!({"threadId": thread, "turn": turn_json(&turn, "interrupted", Value::Null)}),
                         );
+                        // A request the turn waited on is settled with it.
+                        for id in pending {
+                            note(&state, "serverRequest/resolved", json!({"threadId": thread, "requestId": id}));
+                        }
                     }
                 }
             }
@@ -376,6 +400,14 @@ async fn run_turn(state: Shared, thread: String, turn: String, prompt: String) {
         with(json!({"itemId": format!("{turn}-rs"), "delta": "**Planning**"})),
     );
     note(&state, "item/completed", with(json!({"item": reasoning})));
+    // What the model asks for first (`FAKE_STEPS`), as codex asks it.
+    let said = match super::approvals::run(&state, &thread, &turn, &with).await {
+        super::approvals::Stepped::Said(said) => said,
+        super::approvals::Stepped::Interrupted => {
+            end("interrupted", Value::Null);
+            return;
+        }
+    };
     let ran = match env("FAKE_RUN") {
         Some(cmd) => {
             let item = |status: &str, output: &str| {
@@ -404,6 +436,7 @@ async fn run_turn(state: Shared, thread: String, turn: String, prompt: String) {
     let name = env("FAKE_NAME").unwrap_or_else(|| "fake".into());
     let answer = match mcp::wanted() {
         Some((tool, arguments)) => format!("Tool said: {}", call_tool(&state, &thread, &turn, &tool, &arguments).await),
+        None if !said.is_empty() => format!("Tool said: {}", said.join("\n")),
         None => super::answer_for(&prompt, &name),
     };
     let mut text =

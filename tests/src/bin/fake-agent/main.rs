@@ -35,6 +35,8 @@
 //! | `FAKE_MCP_CALL` | `TOOL ARGUMENTS`: start kd's MCP server as the CLI was given it, call the tool, answer `Tool said: TEXT` (see `mcp.rs`; claude first searches for a tool it defers, as 2.1.332 does unless `ENABLE_TOOL_SEARCH=false`, `alwaysLoad` or the tool's `_meta` say not to) |
 //! | `FAKE_MCP_START` | start kd's MCP server as the CLI does (`initialize`, `tools/list`) without calling a tool |
 //! | `FAKE_ACP` | `codex-acp` to play codex-acp's MCP client and permission requests (default: claude-code-acp's) |
+//! | `FAKE_STEPS` | (app-server) `C:CMD ;; E:CMD ;; P:PATH`: commands, escalated commands and patches the turn makes first, asked for approval as the thread's policy says (see `approvals.rs`) |
+//! | `FAKE_COMMAND` | (acp) a command the turn asks permission to run, as the adapter `FAKE_ACP` names asks it, run in the session's cwd when allowed (see `acp.rs`) |
 //!
 //! `FAKE_RECORD` lines also carry `mcp` (kd's MCP server as the fake was
 //! given it, or null), `allowed` (claude's `--allowedTools`) and `env` (its
@@ -55,8 +57,10 @@
 //! line and exits 130, as Claude Code does; otherwise SIGINT/SIGTERM end it.
 
 mod acp;
+mod approvals;
 mod appserver;
 mod mcp;
+mod permission;
 
 use std::io::{Read, Write};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -452,7 +456,12 @@ async fn main() {
             (Some(given), None) if mcp::starts() => mcp::start_noted(given, cli).await.ok(),
             _ => None,
         };
+        let permission = match (env("FAKE_PERMISSION"), &given) {
+            (Some(asked), _) if format == Format::Claude => Some(permission(&args, given.as_ref(), &out, &asked).await),
+            _ => None,
+        };
         let tool_said = match (mcp::wanted(), &given) {
+            _ if permission.is_some() => permission,
             (Some((tool, arguments)), Some(given)) => {
                 let deferred = std::cell::Cell::new(None);
                 let refused = |s: &mcp::Session| match cli {
@@ -617,4 +626,50 @@ fn long_lived_child(how: &str) -> u32 {
         cmd.process_group(0);
     }
     cmd.spawn().map(|c| c.id()).unwrap_or(0)
+}
+
+/// claude -p asking its permission prompt tool (`FAKE_PERMISSION`: the
+/// tool's name and input as JSON, `{"tool_name": "Bash", "input":
+/// {"command": …}}`), as shared/captures/approvals shows it: the assistant's
+/// `tool_use` printed, then (nothing on stdout) a `tools/call` of the
+/// `--permission-prompt-tool` `mcp__S__T` with `{tool_name, input,
+/// tool_use_id}`; an allow runs the tool with `updatedInput` (a Bash
+/// command by `sh -c`), a denial's message is the tool's result. Without
+/// the flag, the tool is denied as claude's flags deny it. Returns what the
+/// tool said.
+async fn permission(args: &[String], given: Option<&mcp::Given>, out: &Out, asked: &str) -> String {
+    let asked: serde_json::Value = serde_json::from_str(asked).unwrap_or_default();
+    let tool_name = asked["tool_name"].as_str().unwrap_or("Bash").to_string();
+    let input = asked.get("input").cloned().unwrap_or_else(|| json!({}));
+    let id = "toolu_fake0001";
+    let s = &out.session;
+    out.line(json!({"type":"assistant","message":{"id":"msg_perm","type":"message","role":"assistant","content":[{"type":"tool_use","id":id,"name":tool_name,"input":input}]},"parent_tool_use_id":null,"session_id":s}));
+    let prompt_tool = args.iter().position(|a| a == "--permission-prompt-tool").and_then(|i| args.get(i + 1));
+    let said = match (prompt_tool, given) {
+        (Some(t), Some(given)) => {
+            let tool = t.rsplit("__").next().unwrap_or_default().to_string();
+            let arguments = json!({"tool_name": tool_name, "input": input, "tool_use_id": id});
+            let called = mcp::call_once(given, mcp::Cli::Claude, &tool, &arguments, |_| None).await;
+            mcp::record(json!({"permission": called.record}));
+            let answer: serde_json::Value = serde_json::from_str(&called.text).unwrap_or_default();
+            match answer["behavior"].as_str() {
+                Some("allow") if answer["updatedInput"].is_object() => {
+                    let command = answer["updatedInput"]["command"].as_str().unwrap_or_default().to_string();
+                    let ran = std::process::Command::new("sh")
+                        .arg("-c")
+                        .arg(&command)
+                        .stdin(std::process::Stdio::null())
+                        .status()
+                        .map(|st| st.success())
+                        .unwrap_or(false);
+                    format!("allowed, ran {command} ({})", if ran { "ok" } else { "failed" })
+                }
+                Some("deny") => format!("denied: {}", answer["message"].as_str().unwrap_or_default()),
+                _ => format!("<tool_use_error>Error calling tool ({tool_name}): {}</tool_use_error>", called.text),
+            }
+        }
+        _ => format!("denied: Claude requested permissions to use {tool_name}, but you haven't granted it yet."),
+    };
+    out.line(json!({"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":id,"content":said,"is_error":!said.starts_with("allowed")}]},"parent_tool_use_id":null,"session_id":s}));
+    said
 }

@@ -1,0 +1,140 @@
+//! Approvals (issue 33) end to end with the fake claude speaking claude's
+//! permission prompt tool as captured (shared/captures/approvals
+//! `claude-*.allow`, `claude-*.deny`): claude asks kd's MCP server's
+//! `approve`, kdd records a pending approval and tells the King's clients,
+//! the King decides over the socket, and the tool runs — or the agent is
+//! told the King's message. The policy decides without asking.
+
+use kd_client::prelude::*;
+use kd_proto::approval::{ApprovalState, DecidedBy, Decision, ToolKind};
+use kd_proto::types::ThreadEvent;
+use kd_tests::Kdd;
+use serde_json::json;
+
+/// A workspace whose claude asks to run `touch <file>`, and the file.
+fn asking(ws: &kd_tests::Workspace, file: &str, approvals: serde_json::Value) -> String {
+    let path = ws.file(file);
+    let asked = json!({"tool_name": "Bash", "input": {"command": format!("touch {path}"), "description": "touch it"}});
+    let asked = asked.to_string();
+    let env = [("FAKE_PERMISSION", asked.as_str())];
+    ws.write_config(&json!({
+        "council": {"members": ["claude"]},
+        "agents": {"claude": kd_tests::fake("claude", "claude", &env)},
+        "approvals": approvals,
+    }));
+    path
+}
+
+/// The approval the thread's subscription tells, once it does.
+async fn requested(sub: &mut jsonrpsee::core::client::Subscription<ThreadEvent>) -> kd_proto::approval::Approval {
+    let events =
+        kd_tests::collect_until(sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::ApprovalRequested { .. }))).await;
+    events
+        .into_iter()
+        .find_map(|e| match e {
+            ThreadEvent::ApprovalRequested { approval } => Some(*approval),
+            _ => None,
+        })
+        .expect("an approval requested")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_king_approves_and_claudes_tool_runs() {
+    let ws = kd_tests::Workspace::new(&[]);
+    let file = asking(&ws, "x-approved", json!({}));
+    let kdd = Kdd::start();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
+    kd_tests::send_one_round(&c, &t, "Touch the file.").await;
+    let a = requested(&mut sub).await;
+    assert_eq!((a.member.as_str(), a.tool.kind, a.state), ("claude", ToolKind::Execute, ApprovalState::Pending));
+    assert_eq!(a.tool.command.as_deref(), Some(format!("touch {file}").as_str()));
+    assert!(!std::path::Path::new(&file).exists(), "nothing runs before the King says so");
+    let pending = c.approval_list(None, None, None).await.unwrap();
+    assert_eq!(pending.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(), [a.id.as_str()]);
+    let decided = c.approval_decide(a.id.clone(), Decision::Approve, None, None).await.unwrap();
+    assert_eq!((decided.state, decided.decided_by), (ApprovalState::Approved, Some(DecidedBy::King)));
+    kd_tests::collect_until(&mut sub, |e| kd_tests::ended(e) == 1).await;
+    let last = kd_tests::last_message(&c, &t).await;
+    assert!(last.body.contains("allowed, ran touch"), "{last:?}");
+    assert!(std::path::Path::new(&file).exists(), "the approved command ran");
+    // Decided once.
+    let again = c.approval_decide(a.id.clone(), Decision::Deny, None, None).await.unwrap_err();
+    assert!(again.to_string().contains("approved already"), "{again}");
+    assert!(c.approval_list(None, None, None).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_king_denies_and_claude_is_told_his_message() {
+    let ws = kd_tests::Workspace::new(&[]);
+    let file = asking(&ws, "x-denied", json!({}));
+    let kdd = Kdd::start();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
+    kd_tests::send_one_round(&c, &t, "Touch the file.").await;
+    let a = requested(&mut sub).await;
+    c.approval_decide(a.id.clone(), Decision::Deny, None, Some("not this one".into())).await.unwrap();
+    kd_tests::collect_until(&mut sub, |e| kd_tests::ended(e) == 1).await;
+    let last = kd_tests::last_message(&c, &t).await;
+    assert!(last.body.contains("denied: not this one"), "{last:?}");
+    assert!(!std::path::Path::new(&file).exists());
+    let all = c.approval_list(Some(true), Some(t.clone()), None).await.unwrap();
+    assert_eq!((all[0].state, all[0].message.as_deref()), (ApprovalState::Denied, Some("not this one")));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_policy_denies_without_asking_the_king() {
+    let ws = kd_tests::Workspace::new(&[]);
+    let file = asking(&ws, "x-policy", json!({"tools": {"execute": "deny"}}));
+    let kdd = Kdd::start();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
+    kd_tests::send_one_round(&c, &t, "Touch the file.").await;
+    let events = kd_tests::collect_until(&mut sub, |e| kd_tests::ended(e) == 1).await;
+    assert!(!events.iter().any(|e| matches!(e, ThreadEvent::ApprovalRequested { .. })), "the King was asked");
+    let last = kd_tests::last_message(&c, &t).await;
+    assert!(last.body.contains("denied: kd's approvals policy denies execute"), "{last:?}");
+    assert!(!std::path::Path::new(&file).exists());
+    let all = c.approval_list(Some(true), None, None).await.unwrap();
+    assert_eq!((all[0].state, all[0].decided_by), (ApprovalState::Denied, Some(DecidedBy::Policy)));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nobody_answering_expires_the_approval_and_claude_is_told_so() {
+    let ws = kd_tests::Workspace::new(&[]);
+    asking(&ws, "x-expired", json!({"timeout": 1}));
+    let kdd = Kdd::start();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
+    kd_tests::send_one_round(&c, &t, "Touch the file.").await;
+    let a = requested(&mut sub).await;
+    kd_tests::collect_until(&mut sub, |e| kd_tests::ended(e) == 1).await;
+    let last = kd_tests::last_message(&c, &t).await;
+    assert!(last.body.contains("expired"), "{last:?}");
+    let all = c.approval_list(Some(true), None, None).await.unwrap();
+    assert_eq!((all[0].id.as_str(), all[0].state), (a.id.as_str(), ApprovalState::Expired));
+}
+
+/// The King's CLI: `kd approvals` lists the pending one, `kd approve ID
+/// --run` allows it for the run, `kd deny` of a decided one is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_approvals_lists_it_and_kd_approve_lets_the_tool_run() {
+    let ws = kd_tests::Workspace::new(&[]);
+    let file = asking(&ws, "x-cli", json!({}));
+    let kdd = Kdd::start();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
+    kd_tests::send_one_round(&c, &t, "Touch the file.").await;
+    let a = requested(&mut sub).await;
+    let listed = kdd.kd().arg("approvals").output().await.unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(listed.contains(&a.id) && listed.contains(&format!("execute: touch {file}")), "{listed}");
+    let json = kdd.kd().args(["approvals", "--json"]).output().await.unwrap();
+    let json: Vec<kd_proto::approval::Approval> = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(json.len(), 1);
+    let ok = kdd.kd().args(["approve", &a.id, "--run"]).output().await.unwrap();
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("[approved by king]"));
+    kd_tests::collect_until(&mut sub, |e| kd_tests::ended(e) == 1).await;
+    assert!(std::path::Path::new(&file).exists(), "the approved command ran");
+    let all = c.approval_list(Some(true), None, None).await.unwrap();
+    assert_eq!(all[0].scope, Some(kd_proto::approval::Scope::Run));
+    let late = kdd.kd().args(["deny", &a.id, "-m", "too late"]).output().await.unwrap();
+    assert!(!late.status.success());
+    assert!(String::from_utf8_lossy(&late.stderr).contains("approved already"), "{late:?}");
+}
