@@ -48,6 +48,8 @@ pub mod doctor;
 pub mod git;
 pub mod hub;
 pub mod identity;
+#[cfg(test)]
+mod layers;
 pub mod lifecycle;
 pub mod limits;
 pub mod log;
