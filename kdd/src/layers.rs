@@ -17,6 +17,7 @@ const LAYERS: &[&[&str]] = &[
     &["lifecycle"],
     &["agent"],
     &["prompt"],
+    &["approvals"],
     &["git", "config", "identity"],
     &["db"],
     &["hub"],

@@ -198,11 +198,14 @@ impl Approvals {
         let id = a.id.clone();
         // Subscribed before it is told: no decision is missed.
         let mut told = self.hub.subscribe(&ask.thread);
+        // Armed before it is recorded: an asker gone while it is written
+        // still cancels it (the cancellation is written after it).
+        let mut guard = Pending { id: id.clone(), db: Some(self.db.clone()) };
         if let Err(e) = self.db.add_approval(a, self.db.node().id.clone()).await {
+            guard.db = None;
             tracing::warn!("cannot record approval {id} ({e}): the CLI is answered as before approvals");
             return today;
         }
-        let mut guard = Pending { id: id.clone(), db: Some(self.db.clone()) };
         let deadline = tokio::time::Instant::now() + timeout;
         let decided = loop {
             tokio::select! {
