@@ -20,6 +20,8 @@
 //!   - [`member`]: the member surface, what an agent does as itself by its
 //!     run's capability;
 //!   - [`work`]: members' work in worktrees of their own;
+//!   - [`notify`]: attention, what kd sends the King's notification sinks,
+//!     and `notify.test`;
 //! - [`types`]: every domain's params, results and subscription items
 //!   (serde + JSON Schema) by one path;
 //! - [`color`]: member colours as configured, and the palette;
@@ -42,6 +44,7 @@ pub mod library;
 pub mod member;
 pub mod message;
 pub mod names;
+pub mod notify;
 pub mod openrpc;
 pub mod order;
 pub mod paths;
@@ -60,6 +63,7 @@ pub use exchange::{ExchangeApiClient, ExchangeApiServer};
 pub use library::{LibraryApiClient, LibraryApiServer};
 pub use member::{MemberApiClient, MemberApiServer};
 pub use message::{MessageApiClient, MessageApiServer};
+pub use notify::{NotifyApiClient, NotifyApiServer};
 pub use registry::{RegistryApiClient, RegistryApiServer};
 pub use subscribe::{SubscribeApiClient, SubscribeApiServer};
 pub use thread::{ThreadApiClient, ThreadApiServer};

@@ -8,6 +8,7 @@
 
 mod coordination;
 mod member;
+mod notify;
 mod work;
 
 use std::sync::OnceLock;
@@ -408,6 +409,7 @@ fn build() -> (Vec<MethodDoc>, Value) {
     coordination::methods(&mut b);
     member::methods(&mut b);
     work::methods(&mut b);
+    notify::methods(&mut b);
 
     b.method::<Vec<Event>>(
         "events.list",

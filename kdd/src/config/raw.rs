@@ -28,6 +28,8 @@ pub struct RawConfig {
     pub lifecycle: Option<RawLifecycle>,
     /// Members' work in their worktrees.
     pub work: Option<RawWork>,
+    /// Where kd calls the King when it is needed.
+    pub notify: Option<super::notify::RawNotify>,
 }
 
 #[derive(Debug, Default, Deserialize)]

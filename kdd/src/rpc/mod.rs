@@ -22,6 +22,7 @@ mod exchange;
 mod library;
 mod member;
 mod messages;
+mod notify;
 pub mod params;
 mod registry;
 mod subscribe;
@@ -34,7 +35,7 @@ use std::sync::Arc;
 use jsonrpsee::{Methods, RpcModule};
 use kd_proto::{
     CoordinationApiServer, CouncilApiServer, DaemonApiServer, ExchangeApiServer, LibraryApiServer, MemberApiServer,
-    MessageApiServer, RegistryApiServer, SubscribeApiServer, ThreadApiServer, WorkApiServer,
+    MessageApiServer, NotifyApiServer, RegistryApiServer, SubscribeApiServer, ThreadApiServer, WorkApiServer,
 };
 
 use crate::state::Daemon;
@@ -51,7 +52,7 @@ pub struct Rpc {
 /// method is served).
 pub fn module(d: Arc<Daemon>) -> RpcModule<()> {
     let rpc = Rpc { d };
-    let domains: [(&str, Methods); 11] = [
+    let domains: [(&str, Methods); 12] = [
         ("daemon", DaemonApiServer::into_rpc(rpc.clone()).into()),
         ("thread", ThreadApiServer::into_rpc(rpc.clone()).into()),
         ("message", MessageApiServer::into_rpc(rpc.clone()).into()),
@@ -64,7 +65,9 @@ pub fn module(d: Arc<Daemon>) -> RpcModule<()> {
         // member.*: what an agent does as itself, by its run's capability.
         ("member", MemberApiServer::into_rpc(rpc.clone()).into()),
         // work.*: the King's methods on members' work.
-        ("work", WorkApiServer::into_rpc(rpc).into()),
+        ("work", WorkApiServer::into_rpc(rpc.clone()).into()),
+        // notify.*: the King's notification sinks.
+        ("notify", NotifyApiServer::into_rpc(rpc).into()),
     ];
     let mut module = RpcModule::new(());
     for (domain, methods) in domains {
