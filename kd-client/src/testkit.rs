@@ -79,5 +79,6 @@ pub fn run_info(id: &str, member: &str) -> RunInfo {
         replaces: None,
         ordinal: 0,
         purpose: None,
+        approval: None,
     }
 }

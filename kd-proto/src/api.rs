@@ -3,7 +3,7 @@
 //! [`crate::thread`], [`crate::message`], [`crate::subscribe`],
 //! [`crate::council`], [`crate::registry`], [`crate::library`],
 //! [`crate::coord`], [`crate::exchange`], [`crate::member`],
-//! [`crate::work`], [`crate::notify`]. `kdd` implements each generated `…ApiServer` trait;
+//! [`crate::work`], [`crate::approval`], [`crate::notify`]. `kdd` implements each generated `…ApiServer` trait;
 //! clients call through the `…ApiClient` traits (parameters are sent by
 //! name), all in scope at once with [`prelude`]. Every method is also
 //! described, with its parameters, in [`crate::openrpc`]; a test in `kdd`
@@ -18,6 +18,7 @@ pub use crate::error::RpcResult;
 /// Every client trait, to call any method on a client:
 /// `use kd_proto::api::prelude::*;` (or `use kd_client::prelude::*;`).
 pub mod prelude {
+    pub use crate::approval::ApprovalApiClient;
     pub use crate::coord::CoordinationApiClient;
     pub use crate::council::CouncilApiClient;
     pub use crate::daemon::DaemonApiClient;

@@ -20,6 +20,8 @@
 //!   - [`member`]: the member surface, what an agent does as itself by its
 //!     run's capability;
 //!   - [`work`]: members' work in worktrees of their own;
+//!   - [`approval`]: the permissions members' CLIs ask, decided by policy
+//!     or by the King;
 //!   - [`notify`]: attention, what kd sends the King's notification sinks,
 //!     and `notify.test`;
 //! - [`types`]: every domain's params, results and subscription items
@@ -33,6 +35,7 @@
 //! - [`title`]: what a thread's title may be, wherever it is set.
 
 pub mod api;
+pub mod approval;
 pub mod color;
 pub mod coord;
 pub mod council;
@@ -55,6 +58,7 @@ pub mod title;
 pub mod types;
 pub mod work;
 
+pub use approval::{ApprovalApiClient, ApprovalApiServer};
 pub use coord::{CoordinationApiClient, CoordinationApiServer};
 pub use council::{CouncilApiClient, CouncilApiServer};
 pub use daemon::{DaemonApiClient, DaemonApiServer};

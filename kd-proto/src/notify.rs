@@ -88,6 +88,10 @@ pub struct Notification {
     pub workspace: Option<String>,
     /// The King's message whose exchange it is about, when one is.
     pub exchange: Option<u64>,
+    /// The approval that waits (kind `approval`): `kd approve ID`,
+    /// `approval.decide`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<String>,
     pub at_ms: i64,
 }
 

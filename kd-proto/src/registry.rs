@@ -98,6 +98,10 @@ pub struct RunInfo {
     /// synthesis), when it is more than an answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub purpose: Option<Purpose>,
+    /// The pending approval the run waits on (its status reads `waiting`
+    /// meanwhile).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]

@@ -62,6 +62,13 @@ pub enum ThreadEvent {
     /// A member's work moved (F-W1..W6): kd committed its changes, or the
     /// King accepted, rejected or removed it.
     Work { worktree: Box<crate::work::Worktree> },
+    /// A member's CLI asks permission for a tool and the King is asked
+    /// (the policy said `ask`): the approval is pending until decided,
+    /// expired or cancelled. Its run is `waiting` meanwhile.
+    ApprovalRequested { approval: Box<crate::approval::Approval> },
+    /// An approval was decided (by the policy, the King or the timeout) or
+    /// cancelled.
+    ApprovalDecided { approval: Box<crate::approval::Approval> },
 }
 
 #[rpc(server, client)]

@@ -6,6 +6,7 @@
 //! re-exported here. Times are Unix milliseconds (`*_ms`), durations are
 //! milliseconds, ids are short strings of `[a-z0-9-]`.
 
+pub use crate::approval::*;
 pub use crate::coord::*;
 pub use crate::council::*;
 pub use crate::daemon::*;

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use kd_proto::approval::ApprovalEvent;
 use kd_proto::types::{RunStatus, ThreadEvent};
 use serde_json::value::RawValue;
 use tokio::sync::broadcast;
@@ -59,6 +60,18 @@ pub struct Hub {
     subscriptions: AtomicU64,
     /// Told whenever a subscription ends.
     ended: tokio::sync::Notify,
+    /// Every thread's approval events (`approval.subscribe`), whichever
+    /// node published them.
+    approvals: ApprovalFeed,
+}
+
+/// The approval events of every thread, for the King's clients.
+pub struct ApprovalFeed(broadcast::Sender<Arc<ApprovalEvent>>);
+
+impl Default for ApprovalFeed {
+    fn default() -> ApprovalFeed {
+        ApprovalFeed(broadcast::channel(1024).0)
+    }
 }
 
 impl Hub {
@@ -112,6 +125,17 @@ impl Hub {
         }
     }
 
+    /// A receiver of every thread's approval events from now on.
+    pub fn subscribe_approvals(&self) -> broadcast::Receiver<Arc<ApprovalEvent>> {
+        self.approvals.0.subscribe()
+    }
+
+    /// Whether a King's client can answer an approval of `thread` now: it
+    /// follows every approval, or this thread.
+    pub fn king_listens(&self, thread: &str) -> bool {
+        self.approvals.0.receiver_count() > 0 || self.is_watched(thread)
+    }
+
     /// The threads this node has subscribers of.
     pub fn watched(&self) -> Vec<String> {
         let threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
@@ -125,6 +149,18 @@ impl Hub {
     }
 
     fn send(&self, thread: &str, event: ThreadEvent, relay: Option<&Relay>) {
+        let approval = match &event {
+            ThreadEvent::ApprovalRequested { approval } => {
+                Some(ApprovalEvent::Requested { approval: approval.clone() })
+            }
+            ThreadEvent::ApprovalDecided { approval } => Some(ApprovalEvent::Decided { approval: approval.clone() }),
+            _ => None,
+        };
+        if let Some(a) = approval
+            && self.approvals.0.receiver_count() > 0
+        {
+            let _ = self.approvals.0.send(Arc::new(a));
+        }
         let tx = {
             let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
             match threads.get(thread) {

@@ -14,6 +14,8 @@
 //! - [`cluster`]: this node among others on a shared registry — work
 //!   routed here, dead nodes' work taken over;
 //! - [`agent`]: running the agent CLIs and reading their streams;
+//! - [`approvals`]: the permissions members' CLIs ask, decided by policy or
+//!   by the King;
 //! - [`prompt`]: what agents are told and the clean-up of what they say;
 //! - [`config`]: the workspace's council configuration;
 //! - [`db`]: the SQLite registry — one writer thread, pooled readers, all SQL;
@@ -36,6 +38,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod agent;
+pub mod approvals;
 pub mod client;
 pub mod cluster;
 pub mod config;

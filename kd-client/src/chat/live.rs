@@ -122,6 +122,8 @@ impl App {
                 }
             }
             ThreadEvent::Work { worktree } => self.on_work(worktree),
+            // Shown by the chat's approvals (issue 33); nothing in a panel yet.
+            ThreadEvent::ApprovalRequested { .. } | ThreadEvent::ApprovalDecided { .. } => {}
             ThreadEvent::Status { status, .. } => {
                 self.thread.status = *status;
                 if *status == kd_proto::types::ThreadStatus::Archived {

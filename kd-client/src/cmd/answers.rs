@@ -260,6 +260,9 @@ impl View {
                 | ThreadEvent::RunError { run, .. }
                 | ThreadEvent::RunCancelled { run, .. } => self.index(run).is_some(),
                 ThreadEvent::RunWaiting { run } => self.index(&run.id).is_some() || self.ours(run.exchange),
+                ThreadEvent::ApprovalRequested { approval } | ThreadEvent::ApprovalDecided { approval } => {
+                    approval.run.as_deref().is_some_and(|id| self.index(id).is_some())
+                }
                 ThreadEvent::Round { exchange, .. } => self.ours(Some(*exchange)),
                 ThreadEvent::Message { message } => {
                     message.run.as_ref().and_then(|m| m.run_id.as_deref()).is_some_and(|id| self.index(id).is_some())

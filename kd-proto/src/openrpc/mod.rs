@@ -6,6 +6,7 @@
 //! cannot drift from the types; method and parameter names are listed here
 //! once and checked against the server's method table by a test in `kdd`.
 
+mod approval;
 mod coordination;
 mod member;
 mod notify;
@@ -409,6 +410,7 @@ fn build() -> (Vec<MethodDoc>, Value) {
     coordination::methods(&mut b);
     member::methods(&mut b);
     work::methods(&mut b);
+    approval::methods(&mut b);
     notify::methods(&mut b);
 
     b.method::<Vec<Event>>(

@@ -75,6 +75,8 @@ pub struct Runner {
     /// The capabilities runs were given (shared with the long-lived
     /// agents, whose conversations hold some).
     pub grants: Arc<grants::Grants>,
+    /// The permissions members' CLIs ask (policy, the King, the timeout).
+    pub approvals: Arc<crate::approvals::Approvals>,
     /// Set once the daemon stops: no run starts after it.
     closed: std::sync::atomic::AtomicBool,
 }
@@ -82,6 +84,7 @@ pub struct Runner {
 impl Runner {
     pub fn new(db: Arc<Db>, hub: Arc<Hub>, kill_grace: Duration, socket: PathBuf) -> Runner {
         Runner {
+            approvals: Arc::new(crate::approvals::Approvals::new(db.clone(), hub.clone())),
             db,
             hub,
             runs: Registry::default(),
@@ -170,7 +173,9 @@ pub async fn recover(db: &Db, socket: &Path) -> DbResult<usize> {
     let orphans: Vec<(String, String, String)> =
         db.orphan_runs().await?.into_iter().map(|o| (o.id, o.thread, o.member)).collect();
     work::recover(db, &orphans).await;
-    db.recover_runs().await
+    let recovered = db.recover_runs().await;
+    crate::approvals::recover(db).await;
+    recovered
 }
 
 /// Stops every run (recorded as interrupted) and waits until their messages

@@ -199,6 +199,7 @@ impl Run {
             replaces: self.replaces,
             ordinal: self.ordinal,
             purpose: self.purpose,
+            approval: None,
         }
     }
 

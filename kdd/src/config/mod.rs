@@ -16,6 +16,7 @@
 //! - [`notify`]: the King's notification sinks, the user's and the
 //!   workspace's sections added.
 
+pub mod approvals;
 mod codex;
 pub mod coordination;
 pub mod lifecycle;
@@ -368,6 +369,8 @@ pub struct Config {
     pub lifecycle: Lifecycle,
     /// `work.*`: members' work in their worktrees.
     pub work: Work,
+    /// `approvals.*`: what members' CLIs may do without asking the King.
+    pub approvals: approvals::Approvals,
     pub agents: BTreeMap<String, AgentDef>,
     /// The dotted keys the file sets (the rest are defaults).
     pub set_keys: BTreeSet<String>,

@@ -28,6 +28,8 @@ pub struct RawConfig {
     pub lifecycle: Option<RawLifecycle>,
     /// Members' work in their worktrees.
     pub work: Option<RawWork>,
+    /// What members' CLIs may do without asking the King.
+    pub approvals: Option<super::approvals::RawApprovals>,
     /// Where kd calls the King when it is needed.
     pub notify: Option<super::notify::RawNotify>,
 }

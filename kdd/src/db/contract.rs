@@ -167,3 +167,5 @@ async fn work_found_tampered_with_is_recorded_so_and_nothing_moves_it_on() {
         assert_eq!(e.db.worktree(id, m).await.unwrap().unwrap().state, WorkState::Rejected, "{}", e.name);
     }
 }
+
+mod approvals;

@@ -17,6 +17,7 @@
 //! migrations.
 
 pub mod acks;
+pub mod approvals;
 mod checkpoint;
 pub mod compose;
 #[cfg(test)]

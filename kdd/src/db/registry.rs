@@ -27,6 +27,9 @@ use kd_proto::types::{
 use kd_proto::work::{WorkState, Worktree};
 use serde_json::Value;
 
+use kd_proto::approval::Approval;
+
+use super::approvals::{Decide, Decided};
 use super::compose::{Asked, Routed, Routing};
 use super::events::{EventFilter, Record};
 use super::exchanges::kd_step::{EventsOf, KdStep};
@@ -106,6 +109,19 @@ macro_rules! operations {
 }
 
 operations! {
+    // ---- approvals ----
+    /// Records an approval (pending, or decided by the policy) asked by a run of `node`; tells the thread.
+    fn add_approval(&self, a: Approval, node: String) -> DbResult<()>;
+    /// One approval.
+    fn approval(&self, id: String) -> DbResult<Option<Approval>>;
+    /// Approvals, newest first: pending only unless `all`; of one thread or all; at most `limit`.
+    fn approvals(&self, all: bool, thread: Option<String>, limit: u32) -> DbResult<Vec<Approval>>;
+    /// Ends a pending approval (decided, expired, cancelled) once; tells the thread.
+    fn decide_approval(&self, d: Decide) -> DbResult<Decided>;
+    /// What the King granted `member` on `thread` for the thread, or for the run `run`.
+    fn approvals_granted(&self, thread: String, member: String, run: Option<String>) -> DbResult<Vec<Approval>>;
+    /// Cancels the pending approvals of `node`'s runs (the node starts again).
+    fn cancel_node_approvals(&self, node: String, message: String) -> DbResult<Vec<Approval>>;
     // ---- threads ----
     /// A new thread (a trunk, or a branch of its workspace's trunk); at most one trunk per
     /// workspace and git branch.

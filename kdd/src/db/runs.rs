@@ -335,6 +335,7 @@ pub fn recover(conn: &Connection, now: i64, out: &mut Outbox) -> DbResult<usize>
             replaces: replaces.map(|r| r as u64),
             ordinal: ordinal.unwrap_or(0),
             purpose: purpose.as_deref().and_then(Purpose::parse),
+            approval: None,
         };
         let body = if partial.is_empty() { "(interrupted before it said anything)".to_string() } else { partial };
         finish(

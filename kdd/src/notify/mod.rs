@@ -18,6 +18,8 @@
 //! it (the tap sees no other node's events), so nothing is sent twice.
 
 mod sinks;
+#[cfg(test)]
+mod tests;
 pub mod what;
 
 use std::path::Path;
@@ -183,6 +185,7 @@ impl Notifier {
             link: config.link.as_ref().map(|l| l.replace("{thread}", &t.id)),
             workspace: Some(t.workspace.clone()),
             exchange: draft.exchange,
+            approval: draft.approval,
             at_ms: crate::db::now_ms(),
         };
         for a in self.call_all(&config, &n).await {
@@ -227,6 +230,7 @@ impl Notifier {
             link: config.link.as_ref().map(|l| l.replace("{thread}", "")),
             workspace: Some(workspace.display().to_string()),
             exchange: None,
+            approval: None,
             at_ms: crate::db::now_ms(),
         };
         let sinks = self.call_all(&config, &n).await;

@@ -210,6 +210,7 @@ mod tests {
             link: None,
             workspace: None,
             exchange: None,
+            approval: None,
             at_ms: 1,
         }
     }

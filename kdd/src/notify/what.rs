@@ -19,6 +19,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 
+use kd_proto::approval::ApprovalState;
 use kd_proto::names::KD;
 use kd_proto::notify::NotifyKind;
 use kd_proto::types::{MessageKind, RoundState, ThreadEvent};
@@ -93,6 +94,12 @@ pub fn glance(e: &ThreadEvent) -> Option<Seen> {
         {
             Seen::Budget { exchange: message.reply_to, text: clip(&message.body, TEXT_CHARS) }
         }
+        ThreadEvent::ApprovalRequested { approval } if approval.state == ApprovalState::Pending => Seen::Approval {
+            id: approval.id.clone(),
+            run: approval.run.clone(),
+            member: approval.member.clone(),
+            what: clip(&approval.tool.title, TITLE_CHARS),
+        },
         ThreadEvent::Emergency { broadcast, from, pending, .. } => {
             Seen::Emergency { broadcast: broadcast.clone(), from: from.clone(), pending: pending.clone() }
         }
@@ -109,6 +116,8 @@ pub struct Draft {
     /// One line; the thread's title is added after it.
     pub title: String,
     pub text: String,
+    /// The approval that waits (kind `approval`).
+    pub approval: Option<String>,
 }
 
 /// What to do after an event.
@@ -164,7 +173,11 @@ impl Attention {
                 } else {
                     (NotifyKind::Failed, format!("{member} failed"))
                 };
-                self.once(thread, key, Draft { kind, exchange, member: Some(member), title, text: error })
+                self.once(
+                    thread,
+                    key,
+                    Draft { kind, exchange, member: Some(member), title, text: error, approval: None },
+                )
             }
             Seen::Done { exchange, expected } => {
                 let (kind, title, text) = match self.work.get(&thread.to_string()) {
@@ -182,13 +195,17 @@ impl Attention {
                 self.once(
                     thread,
                     Key::Exchange(exchange),
-                    Draft { kind, exchange: Some(exchange), member: None, title, text },
+                    Draft { kind, exchange: Some(exchange), member: None, title, text, approval: None },
                 )
             }
             Seen::Budget { exchange, text } => {
                 let key = exchange.map_or_else(|| Key::Run(thread.to_string()), Key::Exchange);
                 let title = "the budget stopped an exchange".to_string();
-                self.once(thread, key, Draft { kind: NotifyKind::Budget, exchange, member: None, title, text })
+                self.once(
+                    thread,
+                    key,
+                    Draft { kind: NotifyKind::Budget, exchange, member: None, title, text, approval: None },
+                )
             }
             Seen::Emergency { broadcast, from, pending } => {
                 let known = self.emergencies.get(&broadcast).is_some();
@@ -197,15 +214,15 @@ impl Attention {
             }
             Seen::Approval { id, run, member, what } => {
                 let exchange = run.as_ref().and_then(|r| self.runs.get(r).copied().flatten());
-                let key = exchange.map_or(Key::Approval(id), Key::Exchange);
                 let draft = Draft {
                     kind: NotifyKind::Approval,
                     exchange,
                     member: Some(member.clone()),
-                    title: format!("{member} asks to {}", clip(&what, TITLE_CHARS)),
-                    text: format!("{member} asks: {what}. Answer with kd approvals."),
+                    title: format!("{member} asks: {what}"),
+                    text: format!("{member} asks: {what}. Answer: kd approve {id}, or kd deny {id}."),
+                    approval: Some(id.clone()),
                 };
-                self.once(thread, key, draft)
+                self.once(thread, exchange.map_or(Key::Approval(id), Key::Exchange), draft)
             }
         }
     }
@@ -223,6 +240,7 @@ impl Attention {
             member: Some(from.clone()),
             title: format!("emergency from {from} not acknowledged"),
             text: format!("Not acknowledged by: {}.", pending.join(", ")),
+            approval: None,
         };
         match self.once(&thread, Key::Broadcast(broadcast.to_string()), draft) {
             Next::Send(d) => Some((thread, d)),
@@ -341,6 +359,7 @@ mod tests {
                 replaces: None,
                 ordinal: 0,
                 purpose: None,
+                approval: None,
             },
         }
     }
@@ -438,6 +457,48 @@ mod tests {
         assert_eq!(see(&mut a, e(vec!["codex"])), Next::Arm { broadcast: "b1".into() });
         assert_eq!(see(&mut a, e(vec![])), Next::Nothing);
         assert!(a.due("b1").is_none(), "acknowledged by all in time");
+    }
+
+    fn approval(id: &str, run: &str, state: ApprovalState) -> ThreadEvent {
+        use kd_proto::approval::{Approval, ApprovalTool, Scope, ToolKind};
+        ThreadEvent::ApprovalRequested {
+            approval: Box::new(Approval {
+                id: id.into(),
+                thread: "t".into(),
+                member: "claude".into(),
+                run: Some(run.into()),
+                tool: ApprovalTool {
+                    kind: ToolKind::Execute,
+                    name: Some("Bash".into()),
+                    title: "npm test\u{1b}]0;x\u{7}".into(),
+                    command: Some("npm test".into()),
+                    paths: vec![],
+                    input: serde_json::json!({"command": "npm test"}),
+                    reason: None,
+                },
+                scopes: vec![Scope::Once],
+                state,
+                decided_by: None,
+                scope: None,
+                message: None,
+                requested_at_ms: 0,
+                decided_at_ms: None,
+                expires_at_ms: None,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_waiting_approval_is_told_once_per_exchange() {
+        let mut a = Attention::default();
+        see(&mut a, run("r1", 3));
+        let Next::Send(d) = see(&mut a, approval("ap-1", "r1", ApprovalState::Pending)) else { panic!() };
+        assert_eq!((d.kind, d.exchange, d.approval.as_deref()), (NotifyKind::Approval, Some(3), Some("ap-1")));
+        assert_eq!(d.title, "claude asks: npm test ]0;x");
+        assert!(d.text.contains("kd approve ap-1"), "{}", d.text);
+        assert_eq!(see(&mut a, approval("ap-2", "r1", ApprovalState::Pending)), Next::Nothing);
+        assert_eq!(see(&mut a, approval("ap-3", "r9", ApprovalState::Approved)), Next::Nothing, "decided already");
+        assert_eq!(kind(&see(&mut a, approval("ap-4", "r9", ApprovalState::Pending))), Some(NotifyKind::Approval));
     }
 
     #[test]

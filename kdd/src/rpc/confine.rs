@@ -41,7 +41,17 @@ mod tests {
         for open in ["daemon.hello", "rpc.discover", "member.send", "member.whoami"] {
             assert!(check(open, Some(&agent)).is_ok(), "{open}");
         }
-        for king in ["message.route", "council.send", "daemon.shutdown", "emergency.ack", "thread.subscribe", "x.y"] {
+        for king in [
+            "message.route",
+            "council.send",
+            "daemon.shutdown",
+            "emergency.ack",
+            "thread.subscribe",
+            "approval.list",
+            "approval.decide",
+            "approval.subscribe",
+            "x.y",
+        ] {
             let e = check(king, Some(&agent)).unwrap_err();
             assert_eq!(e.code(), ErrorCode::Forbidden.code(), "{king}");
             assert!(e.message().starts_with(&format!("{king} is refused")), "{}", e.message());

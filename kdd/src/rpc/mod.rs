@@ -12,6 +12,7 @@
 //! ([`params`]) and, for an agent's process, which methods it may call
 //! ([`confine`]) — are the server's middleware ([`check`]).
 
+mod approval;
 pub mod check;
 pub mod confine;
 mod coordination;
@@ -34,8 +35,9 @@ use std::sync::Arc;
 
 use jsonrpsee::{Methods, RpcModule};
 use kd_proto::{
-    CoordinationApiServer, CouncilApiServer, DaemonApiServer, ExchangeApiServer, LibraryApiServer, MemberApiServer,
-    MessageApiServer, NotifyApiServer, RegistryApiServer, SubscribeApiServer, ThreadApiServer, WorkApiServer,
+    ApprovalApiServer, CoordinationApiServer, CouncilApiServer, DaemonApiServer, ExchangeApiServer, LibraryApiServer,
+    MemberApiServer, MessageApiServer, NotifyApiServer, RegistryApiServer, SubscribeApiServer, ThreadApiServer,
+    WorkApiServer,
 };
 
 use crate::state::Daemon;
@@ -52,7 +54,7 @@ pub struct Rpc {
 /// method is served).
 pub fn module(d: Arc<Daemon>) -> RpcModule<()> {
     let rpc = Rpc { d };
-    let domains: [(&str, Methods); 12] = [
+    let domains: [(&str, Methods); 13] = [
         ("daemon", DaemonApiServer::into_rpc(rpc.clone()).into()),
         ("thread", ThreadApiServer::into_rpc(rpc.clone()).into()),
         ("message", MessageApiServer::into_rpc(rpc.clone()).into()),
@@ -66,6 +68,8 @@ pub fn module(d: Arc<Daemon>) -> RpcModule<()> {
         ("member", MemberApiServer::into_rpc(rpc.clone()).into()),
         // work.*: the King's methods on members' work.
         ("work", WorkApiServer::into_rpc(rpc.clone()).into()),
+        // approval.*: the King's inbox of what members' CLIs ask.
+        ("approval", ApprovalApiServer::into_rpc(rpc.clone()).into()),
         // notify.*: the King's notification sinks.
         ("notify", NotifyApiServer::into_rpc(rpc).into()),
     ];

@@ -89,6 +89,7 @@ impl Registry {
             replaces: r.replaces,
             ordinal: self.runs,
             purpose: None,
+            approval: None,
         };
         let out = &mut Outbox::default();
         runs::insert(&self.conn, r.at, &info, None, out).expect("run");

@@ -182,6 +182,7 @@ fn run_of(id: &str, member: &str) -> kd_proto::types::RunInfo {
         replaces: None,
         ordinal: 1,
         purpose: None,
+        approval: None,
     }
 }
 

@@ -205,6 +205,7 @@ pub(crate) async fn cancel_on(c: &impl GenericClient, node: &str, cancel: &Cance
                 replaces: opt(9)?,
                 ordinal: opt(10)?.unwrap_or(0),
                 purpose: r.try_get::<_, Option<&str>>(11)?.and_then(kd_proto::types::Purpose::parse),
+                approval: None,
             })
         })
         .collect()

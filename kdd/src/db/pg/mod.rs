@@ -25,6 +25,7 @@
 //! Times stay Unix milliseconds computed by kdd, as in SQLite.
 
 pub(crate) mod acks;
+mod approvals;
 mod compose;
 pub(crate) mod cost;
 mod error;

@@ -22,6 +22,7 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
     (3, include_str!("../../../../migrations/postgres/0003_one_run_answering.sql")),
     (4, include_str!("../../../../migrations/postgres/0004_work_tampered.sql")),
     (5, include_str!("../../../../migrations/postgres/0005_exchange_path.sql")),
+    (6, include_str!("../../../../migrations/postgres/0006_approvals.sql")),
 ];
 
 /// `'kdmigr'` as a number: the advisory lock of migrators.

@@ -203,6 +203,7 @@ pub(crate) fn run_of(id: &str, member: &str) -> kd_proto::types::RunInfo {
         replaces: None,
         ordinal: 1,
         purpose: None,
+        approval: None,
     }
 }
 
