@@ -110,6 +110,9 @@ enum Command {
     /// Show or check the council configuration of this workspace
     #[command(subcommand)]
     Config(cmd::config::ConfigCommand),
+    /// Test the notification sinks of this workspace (notify.*)
+    #[command(subcommand)]
+    Notify(cmd::notify::NotifyCommand),
     /// Serve kd's tools to an agent over MCP on stdin/stdout (kd starts it for each agent run)
     Mcp,
     /// Print shell completions
@@ -220,6 +223,7 @@ fn main() -> ExitCode {
             Command::Export(a) => cmd::transfer::export(&ctx, a).await,
             Command::Import(a) => cmd::transfer::import(&ctx, a).await,
             Command::Config(c) => cmd::config::run(&ctx, c).await,
+            Command::Notify(c) => cmd::notify::run(&ctx, c).await,
             // Served above, on a runtime of its own shutdown.
             Command::Mcp => Ok(ExitCode::SUCCESS),
             Command::Completions { .. } => Ok(ExitCode::SUCCESS),

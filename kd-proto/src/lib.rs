@@ -22,6 +22,8 @@
 //!   - [`work`]: members' work in worktrees of their own;
 //!   - [`approval`]: the permissions members' CLIs ask, decided by policy
 //!     or by the King;
+//!   - [`notify`]: attention, what kd sends the King's notification sinks,
+//!     and `notify.test`;
 //! - [`types`]: every domain's params, results and subscription items
 //!   (serde + JSON Schema) by one path;
 //! - [`color`]: member colours as configured, and the palette;
@@ -45,6 +47,7 @@ pub mod library;
 pub mod member;
 pub mod message;
 pub mod names;
+pub mod notify;
 pub mod openrpc;
 pub mod order;
 pub mod paths;
@@ -64,6 +67,7 @@ pub use exchange::{ExchangeApiClient, ExchangeApiServer};
 pub use library::{LibraryApiClient, LibraryApiServer};
 pub use member::{MemberApiClient, MemberApiServer};
 pub use message::{MessageApiClient, MessageApiServer};
+pub use notify::{NotifyApiClient, NotifyApiServer};
 pub use registry::{RegistryApiClient, RegistryApiServer};
 pub use subscribe::{SubscribeApiClient, SubscribeApiServer};
 pub use thread::{ThreadApiClient, ThreadApiServer};

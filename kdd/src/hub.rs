@@ -48,10 +48,15 @@ pub enum RunMark {
 /// Where every event published on this node also goes.
 type Relay = Box<dyn Fn(Arc<str>, Arc<Published>) + Send + Sync>;
 
+/// What looks at every event published on this node, before it is
+/// serialised (the notifier): it must only glance and hand off.
+type Tap = Box<dyn Fn(&str, &ThreadEvent) + Send + Sync>;
+
 #[derive(Default)]
 pub struct Hub {
     threads: Mutex<HashMap<String, broadcast::Sender<Arc<Published>>>>,
     relay: std::sync::OnceLock<Relay>,
+    tap: std::sync::OnceLock<Tap>,
     subscriptions: AtomicU64,
     /// Told whenever a subscription ends.
     ended: tokio::sync::Notify,
@@ -90,6 +95,9 @@ impl Hub {
     /// Sends `event` to the thread's subscribers (and to the relay, when
     /// there is one); free when there are none.
     pub fn publish(&self, thread: &str, event: ThreadEvent) {
+        if let Some(tap) = self.tap.get() {
+            tap(thread, &event);
+        }
         self.send(thread, event, self.relay.get());
     }
 
@@ -104,6 +112,16 @@ impl Hub {
     pub fn relay_to(&self, relay: impl Fn(Arc<str>, Arc<Published>) + Send + Sync + 'static) {
         if self.relay.set(Box::new(relay)).is_err() {
             tracing::error!("a second relay of the hub was refused");
+        }
+    }
+
+    /// From now on `tap` sees every event published on this node (not what
+    /// came from other nodes, which theirs see), whether or not anyone
+    /// subscribes to its thread. Set once, by the notifier; it runs on the
+    /// publisher's path, so it must not block.
+    pub fn tap(&self, tap: impl Fn(&str, &ThreadEvent) + Send + Sync + 'static) {
+        if self.tap.set(Box::new(tap)).is_err() {
+            tracing::error!("a second tap of the hub was refused");
         }
     }
 
@@ -270,5 +288,20 @@ mod tests {
         assert_eq!(rx.try_recv().unwrap().seq, Some(3), "another node's event reaches this node's subscribers");
         assert_eq!(hub.watched(), vec!["t".to_string()]);
         assert!(hub.is_watched("t") && !hub.is_watched("unwatched"));
+    }
+
+    #[test]
+    fn the_tap_sees_every_event_published_here_watched_or_not() {
+        let hub = Hub::new();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let into = seen.clone();
+        hub.tap(move |thread, e| {
+            if let ThreadEvent::Message { message } = e {
+                into.lock().unwrap().push((thread.to_string(), message.seq))
+            }
+        });
+        hub.publish("unwatched", message(1));
+        hub.publish_here("t", message(2));
+        assert_eq!(*seen.lock().unwrap(), vec![("unwatched".to_string(), 1)]);
     }
 }

@@ -20,6 +20,8 @@
 //! - [`config`]: the workspace's council configuration;
 //! - [`db`]: the SQLite registry — one writer thread, pooled readers, all SQL;
 //! - [`hub`]: fan-out of thread events to subscribers;
+//! - [`notify`]: telling the King when kd needs them (webhook, command,
+//!   desktop), off every run's path;
 //! - [`client`]: the identity of a client connection;
 //! - [`doctor`]: the checks behind `kd doctor`;
 //! - [`log`]: logging that never panics or blocks;
@@ -54,6 +56,7 @@ pub mod lifecycle;
 pub mod limits;
 pub mod log;
 pub mod memory;
+pub mod notify;
 pub mod private;
 pub mod proc;
 pub mod prompt;
@@ -210,6 +213,7 @@ pub async fn run(mut opts: Options) -> anyhow::Result<Stopped> {
     let daemon = Arc::new(Daemon::new(db, hub, opts.socket.clone(), &opts.limits, opts.kill_grace, archived.clone()));
     shutdown::on_signals(daemon.shutdown.clone()).context("cannot install signal handlers")?;
     identity::reaper::spawn(daemon.close.clone());
+    daemon.notify.start(&daemon.hub, daemon.shutdown.clone());
     tracing::info!(
         socket = %opts.socket.display(),
         db = %daemon.db.location(),

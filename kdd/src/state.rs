@@ -19,6 +19,7 @@ use crate::db::Db;
 use crate::hub::Hub;
 use crate::lifecycle::Archived;
 use crate::limits::Limits;
+use crate::notify::Notifier;
 
 pub struct Daemon {
     pub db: Arc<Db>,
@@ -57,6 +58,8 @@ pub struct Daemon {
     pub council: Arc<Council>,
     /// The coordination layer: routing, completions, emergencies, races.
     pub coord: Arc<Coord>,
+    /// Tells the King when kd needs them (started by [`crate::run`]).
+    pub notify: Arc<Notifier>,
 }
 
 impl Daemon {
@@ -72,6 +75,7 @@ impl Daemon {
         let agents = Arc::new(Runner::new(db.clone(), hub.clone(), kill_grace, socket.clone()));
         let max_connections = limits.max_connections;
         let council = Arc::new(Council::new(agents.clone(), archived));
+        let notify = Arc::new(Notifier::new(db.clone()));
         Daemon {
             db,
             hub,
@@ -91,6 +95,7 @@ impl Daemon {
             next_client_id: AtomicU64::new(1),
             council: council.clone(),
             coord: Arc::new(Coord::new(council)),
+            notify,
             agents,
         }
     }

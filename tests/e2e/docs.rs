@@ -149,7 +149,7 @@ fn without_comments(jsonc: &str) -> String {
 /// `json` or `jsonc` block whose keys are all top-level configuration keys,
 /// with where it is.
 fn configuration_examples() -> Vec<(String, serde_json::Value)> {
-    const KEYS: [&str; 6] = ["council", "agents", "prompts", "peasant", "lord", "lifecycle"];
+    const KEYS: [&str; 7] = ["council", "agents", "prompts", "peasant", "lord", "lifecycle", "notify"];
     let mut examples = Vec::new();
     for page in pages() {
         let text = std::fs::read_to_string(&page).expect("a page");

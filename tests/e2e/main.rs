@@ -36,6 +36,7 @@ mod locks;
 mod mcp;
 mod mcp_wiring;
 mod member;
+mod notify;
 mod outage;
 mod private_data;
 mod process_tree;

@@ -84,6 +84,28 @@ async fn kd_chat_shows_agent_text_without_obeying_it() {
     collect_until(&mut sub, |e| ended(e) == 1).await;
     let screen = tmux.wait_for("the answer, visible", |s| s.contains("␛]2;pwned␇ ␛[2J there")).await;
     assert!(screen.contains("kd chat"), "the screen was not cleared:\n{screen}");
-    assert_eq!(tmux.display("#{pane_title}"), title_before, "the window title was not set");
+    // The agent's escape set no title; kd's own call (issue 33) does: the
+    // exchange ended, the title says so.
+    let title = kd_tests::within("kd's title", async {
+        loop {
+            let title = tmux.display("#{pane_title}");
+            if title != title_before {
+                return title;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(!title.contains("pwned"), "the agent set the title: {title}");
+    assert!(title.starts_with("kd: the council answered — "), "{title}");
+    // A key puts it back to the chat's own.
+    tmux.send_keys(&["x"]);
+    tmux.wait_for("the key typed", |s| s.contains('x')).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !tmux.display("#{pane_title}").starts_with("kd chat — ") {
+        assert!(std::time::Instant::now() < deadline, "the title stayed {}", tmux.display("#{pane_title}"));
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    tmux.send_keys(&["BSpace"]);
     tmux.type_line("/quit");
 }

@@ -236,6 +236,8 @@ pub struct App {
     /// This chat's completion in flight (`/vote`, `/synthesize`): its runs
     /// are this chat's.
     pub completing: Option<super::council::Completing>,
+    /// What rings the bell and sets the terminal's title (issue 33).
+    pub attention: super::attention::Attention,
 }
 
 impl App {
@@ -263,6 +265,7 @@ impl App {
             work: BTreeMap::new(),
             diff: None,
             completing: None,
+            attention: Default::default(),
             palette: kd_client::style::Palette::default(),
             colors: std::env::var_os("NO_COLOR").is_none(),
         }

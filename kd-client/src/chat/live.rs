@@ -61,6 +61,7 @@ impl App {
     /// Applies an event from the thread's subscription.
     pub fn apply(&mut self, event: &ThreadEvent) {
         self.own_completion_runs(event);
+        self.attention.see(event);
         self.apply_event(event);
         // A new panel of a member may now carry its work.
         self.place_work();

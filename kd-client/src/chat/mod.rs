@@ -12,6 +12,7 @@
 //! capped redraw deadline — nothing runs while nothing happens.
 
 pub mod app;
+pub mod attention;
 pub mod commands;
 pub mod council;
 pub mod diff;
@@ -120,12 +121,31 @@ pub async fn run(ctx: &Ctx, args: ChatArgs) -> anyhow::Result<ExitCode> {
         let redraw_at = tokio::time::Instant::from_std(last_frame + FRAME);
         let effects: Vec<Effect> = tokio::select! {
             ev = input.next() => match ev {
-                Some(Ok(ev)) => keys::on_event(&mut app, ev),
+                Some(Ok(ev)) => {
+                    // The King is here: the title no longer calls them.
+                    if app.attention.flagged {
+                        app.attention.flagged = false;
+                        let plain = attention::title(None, app.thread.title.as_deref().unwrap_or(&app.thread.id));
+                        let _ = execute!(std::io::stdout(), ratatui::crossterm::terminal::SetTitle(plain));
+                    }
+                    keys::on_event(&mut app, ev)
+                }
                 Some(Err(_)) | None => vec![Effect::Exit],
             },
             ev = next_event(&mut sub) => {
                 match ev {
-                    Some(e) => app.apply(&e),
+                    Some(e) => {
+                        app.apply(&e);
+                        if let Some(what) = app.attention.take() {
+                            // The bell, and the title says what needs the King.
+                            let about = attention::title(Some(&what), app.thread.title.as_deref().unwrap_or(&app.thread.id));
+                            let _ = execute!(
+                                std::io::stdout(),
+                                ratatui::crossterm::style::Print("\x07"),
+                                ratatui::crossterm::terminal::SetTitle(about)
+                            );
+                        }
+                    }
                     None => {
                         sub = None;
                         app.connected = false;

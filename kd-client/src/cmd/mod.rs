@@ -14,6 +14,7 @@ pub mod inspect;
 pub mod kingdom;
 pub mod lifecycle;
 pub mod mcp;
+pub mod notify;
 pub mod runs;
 pub mod search;
 pub mod threads;

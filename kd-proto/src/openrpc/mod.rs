@@ -9,6 +9,7 @@
 mod approval;
 mod coordination;
 mod member;
+mod notify;
 mod work;
 
 use std::sync::OnceLock;
@@ -410,6 +411,7 @@ fn build() -> (Vec<MethodDoc>, Value) {
     member::methods(&mut b);
     work::methods(&mut b);
     approval::methods(&mut b);
+    notify::methods(&mut b);
 
     b.method::<Vec<Event>>(
         "events.list",

@@ -12,12 +12,15 @@
 //!   sections it calls ([`coordination`], [`lifecycle`]);
 //! - [`programs`]: the agent CLIs on `PATH`;
 //! - `codex`: the arguments `codex app-server` takes (others are warned of);
-//! - [`view`]: every effective value with where it came from (`config.get`).
+//! - [`view`]: every effective value with where it came from (`config.get`);
+//! - [`notify`]: the King's notification sinks, the user's and the
+//!   workspace's sections added.
 
 pub mod approvals;
 mod codex;
 pub mod coordination;
 pub mod lifecycle;
+pub mod notify;
 mod programs;
 pub mod raw;
 mod resolve;
@@ -458,7 +461,7 @@ impl Env<'_> {
         (self.var)("PATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default()
     }
 
-    fn user_config_file(&self) -> Option<PathBuf> {
+    pub(crate) fn user_config_file(&self) -> Option<PathBuf> {
         let base = (self.var)("XDG_CONFIG_HOME")
             .map(PathBuf::from)
             .filter(|p| p.is_absolute())

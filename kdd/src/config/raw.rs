@@ -30,6 +30,8 @@ pub struct RawConfig {
     pub work: Option<RawWork>,
     /// What members' CLIs may do without asking the King.
     pub approvals: Option<super::approvals::RawApprovals>,
+    /// Where kd calls the King when it is needed.
+    pub notify: Option<super::notify::RawNotify>,
 }
 
 #[derive(Debug, Default, Deserialize)]

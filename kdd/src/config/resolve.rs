@@ -70,6 +70,9 @@ pub(super) fn resolve(raw: RawConfig, file: Option<PathBuf>, env: &Env<'_>) -> R
     let council = council(&mut r, raw_council, &agents, env)?;
     let work = super::work::work(&mut r, raw.work.unwrap_or_default())?;
     let approvals = super::approvals::approvals(&mut r, raw.approvals.unwrap_or_default(), &agents)?;
+    // Checked here so a bad section is said at once; the notifier reads
+    // the user's and the workspace's sections itself (`notify::load`).
+    super::notify::section(&mut r, raw.notify)?;
     Ok(Config {
         approvals,
         file: r.file,

@@ -13,6 +13,9 @@ use crate::db::events::Record;
 use crate::db::exchanges::ExchangeId;
 use crate::db::messages::NewMessage;
 
+/// How the notice begins (the notifier knows a budget stop by it).
+pub const NOTICE: &str = "This exchange has cost";
+
 /// Whether exchange `king` of `thread` has spent `budget`; if so (the first
 /// time it is asked), the notice and event are written — with the
 /// journal's exchange `x` stopped, in one transaction, when it has one.
@@ -30,7 +33,7 @@ pub async fn spent(c: &Council, thread: &str, king: u64, x: Option<ExchangeId>, 
         return false;
     }
     let body = format!(
-        "This exchange has cost ${cost:.4}, which reaches council.budget_usd (${budget:.4}): its pending auto-turns \
+        "{NOTICE} ${cost:.4}, which reaches council.budget_usd (${budget:.4}): its pending auto-turns \
          are stopped."
     );
     let notice = NewMessage {

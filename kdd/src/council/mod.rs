@@ -5,7 +5,7 @@
 //! ([`retry`]). It decides who is asked and when;
 //! [`crate::agent`] runs them and [`crate::prompt`] says what they are told.
 
-mod budget;
+pub mod budget;
 pub mod deliver;
 pub mod exchange;
 pub mod hops;

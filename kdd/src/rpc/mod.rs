@@ -23,6 +23,7 @@ mod exchange;
 mod library;
 mod member;
 mod messages;
+mod notify;
 pub mod params;
 mod registry;
 mod subscribe;
@@ -35,7 +36,8 @@ use std::sync::Arc;
 use jsonrpsee::{Methods, RpcModule};
 use kd_proto::{
     ApprovalApiServer, CoordinationApiServer, CouncilApiServer, DaemonApiServer, ExchangeApiServer, LibraryApiServer,
-    MemberApiServer, MessageApiServer, RegistryApiServer, SubscribeApiServer, ThreadApiServer, WorkApiServer,
+    MemberApiServer, MessageApiServer, NotifyApiServer, RegistryApiServer, SubscribeApiServer, ThreadApiServer,
+    WorkApiServer,
 };
 
 use crate::state::Daemon;
@@ -52,7 +54,7 @@ pub struct Rpc {
 /// method is served).
 pub fn module(d: Arc<Daemon>) -> RpcModule<()> {
     let rpc = Rpc { d };
-    let domains: [(&str, Methods); 12] = [
+    let domains: [(&str, Methods); 13] = [
         ("daemon", DaemonApiServer::into_rpc(rpc.clone()).into()),
         ("thread", ThreadApiServer::into_rpc(rpc.clone()).into()),
         ("message", MessageApiServer::into_rpc(rpc.clone()).into()),
@@ -67,7 +69,9 @@ pub fn module(d: Arc<Daemon>) -> RpcModule<()> {
         // work.*: the King's methods on members' work.
         ("work", WorkApiServer::into_rpc(rpc.clone()).into()),
         // approval.*: the King's inbox of what members' CLIs ask.
-        ("approval", ApprovalApiServer::into_rpc(rpc).into()),
+        ("approval", ApprovalApiServer::into_rpc(rpc.clone()).into()),
+        // notify.*: the King's notification sinks.
+        ("notify", NotifyApiServer::into_rpc(rpc).into()),
     ];
     let mut module = RpcModule::new(());
     for (domain, methods) in domains {

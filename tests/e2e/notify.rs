@@ -1,0 +1,368 @@
+//! Attention (issue 33, item 6): kd tells the King through the `notify`
+//! sinks — a webhook (a loopback HTTP server here), a command (a shell
+//! writing each event it reads to a file) and the desktop (a notification
+//! server of the test's own on a private D-Bus session bus) — at most once
+//! per exchange and kind; a sink that hangs never holds an exchange; `kd
+//! notify test` says what each sink answered.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+use std::time::Duration;
+
+use kd_client::prelude::*;
+use kd_proto::notify::{Notification, NotifyKind, NotifyTest};
+use kd_proto::types::*;
+use kd_tests::{Kdd, Workspace, collect_until, run, within};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+/// A loopback webhook: every POST's JSON body, answered `status` (none:
+/// never answered).
+struct Hook {
+    url: String,
+    got: mpsc::UnboundedReceiver<Notification>,
+}
+
+impl Hook {
+    async fn start(status: Option<u16>) -> Hook {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/kd-topic", listener.local_addr().unwrap());
+        let (tx, got) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    let Some(body) = read_request(&mut s).await else { return };
+                    tx.send(serde_json::from_slice(&body).expect("a notification")).unwrap();
+                    match status {
+                        Some(code) => {
+                            let answer =
+                                format!("HTTP/1.1 {code} X\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
+                            let _ = s.write_all(answer.as_bytes()).await;
+                        }
+                        None => {
+                            let _ = s.read(&mut [0u8; 1]).await;
+                        }
+                    }
+                });
+            }
+        });
+        Hook { url, got }
+    }
+
+    /// The next `n` notifications.
+    async fn next(&mut self, n: usize) -> Vec<Notification> {
+        let mut out = Vec::new();
+        within("webhook notifications", async {
+            while out.len() < n {
+                out.push(self.got.recv().await.unwrap());
+            }
+        })
+        .await;
+        out
+    }
+}
+
+/// A POST's body (its head read up to the blank line, then content-length bytes).
+async fn read_request(s: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = s.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
+    assert!(head.starts_with("post /kd-topic http/1.1"), "{head}");
+    assert!(head.contains("content-type: application/json"), "{head}");
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map(|v| v.trim().parse().unwrap())
+        .expect("content-length");
+    while buf.len() < head_end + len {
+        let n = s.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    Some(buf[head_end..head_end + len].to_vec())
+}
+
+/// A command sink writing each event it reads into a file of its own in `dir`.
+fn writer(dir: &Path) -> serde_json::Value {
+    serde_json::json!(["/bin/sh", "-c", "cat > \"$0/$$.json.part\" && mv \"$0/$$.json.part\" \"$0/$$.json\"", dir])
+}
+
+/// The notifications the command sink wrote, once there are `n`.
+async fn written(dir: &Path, n: usize) -> Vec<Notification> {
+    within("command notifications", async {
+        loop {
+            let files: Vec<_> = std::fs::read_dir(dir)
+                .unwrap()
+                .filter_map(|e| e.ok())
+                .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+                .collect();
+            if files.len() >= n {
+                return files
+                    .iter()
+                    .map(|f| serde_json::from_slice(&std::fs::read(f.path()).unwrap()).unwrap())
+                    .collect::<Vec<Notification>>();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+}
+
+/// claude answers, codex and gemini fail; `notify` as given.
+fn council(ws: &Workspace, notify: serde_json::Value) {
+    ws.write_config(&serde_json::json!({
+        "council": {"members": ["claude", "codex", "gemini"]},
+        "agents": {
+            "claude": kd_tests::fake("claude", "claude", &[]),
+            "codex": kd_tests::fake("codex", "codex", &[("FAKE_ERROR", "codex broke")]),
+            "gemini": kd_tests::fake("gemini", "gemini", &[("FAKE_ERROR", "gemini broke")]),
+        },
+        "notify": notify,
+    }));
+}
+
+/// Asks `body` in `t` with `rounds` auto-rounds and waits for the exchange's end; its id.
+async fn ask(c: &kd_client::Client, t: &str, body: &str, rounds: u32) -> u64 {
+    let mut sub = c.thread_subscribe(t.into(), None, None).await.unwrap();
+    let sent =
+        c.council_send(t.into(), body.into(), None, None, None, None, None, Some(rounds), None, None).await.unwrap();
+    let king = sent.message.seq;
+    collect_until(&mut sub, |e| {
+        e.iter().any(|e| matches!(e, ThreadEvent::Round { exchange, state, .. } if *exchange == king && *state != RoundState::Running))
+    })
+    .await;
+    king
+}
+
+fn kinds(notes: &[Notification]) -> BTreeSet<(NotifyKind, Option<u64>)> {
+    notes.iter().map(|n| (n.kind, n.exchange)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_webhook_and_a_command_are_told_each_end_and_failure_once_per_exchange() {
+    let mut hook = Hook::start(Some(200)).await;
+    let out = tempfile::tempdir().unwrap();
+    let ws = Workspace::new(&[]);
+    council(
+        &ws,
+        serde_json::json!({"webhook": hook.url, "command": writer(out.path()), "link": "kd://thread/{thread}"}),
+    );
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+
+    // Two rounds: codex and gemini fail (one `failed` for both), the
+    // exchange ends once.
+    let x1 = ask(&c, &t, "Plan the release", 1).await;
+    let first = hook.next(2).await;
+    assert_eq!(kinds(&first), BTreeSet::from([(NotifyKind::Failed, Some(x1)), (NotifyKind::Done, Some(x1))]));
+    // The next exchange is told again: the first one's are not repeated before it.
+    let x2 = ask(&c, &t, "And the changelog?", 0).await;
+    let second = hook.next(2).await;
+    assert_eq!(kinds(&second), BTreeSet::from([(NotifyKind::Failed, Some(x2)), (NotifyKind::Done, Some(x2))]));
+
+    let failed = first.iter().find(|n| n.kind == NotifyKind::Failed).unwrap();
+    let member = failed.member.clone().unwrap();
+    assert!(member == "codex" || member == "gemini", "{member}");
+    assert!(failed.title.starts_with(&format!("kd: {member} failed")), "{}", failed.title);
+    assert!(failed.text.contains(&format!("{member} broke")), "{}", failed.text);
+    for n in first.iter().chain(&second) {
+        assert_eq!(n.thread.as_deref(), Some(t.as_str()));
+        assert_eq!(n.workspace.as_deref(), Some(ws.path().as_str()));
+        assert_eq!(n.link.as_deref(), Some(format!("kd://thread/{t}").as_str()));
+    }
+    let done = first.iter().find(|n| n.kind == NotifyKind::Done).unwrap();
+    assert!(done.text.contains("claude"), "{}", done.text);
+
+    // The command got the same four, each once.
+    let mut by_command = kinds(&written(out.path(), 4).await).into_iter().collect::<Vec<_>>();
+    let mut by_hook = kinds(&first).into_iter().chain(kinds(&second)).collect::<Vec<_>>();
+    by_command.sort();
+    by_hook.sort();
+    assert_eq!(by_command, by_hook);
+    assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 4, "one file per notification");
+
+    // Kinds not listed in notify.kinds are not sent.
+    council(&ws, serde_json::json!({"webhook": hook.url, "kinds": ["done"]}));
+    let x3 = ask(&c, &t, "Once more", 0).await;
+    assert_eq!(kinds(&hook.next(1).await), BTreeSet::from([(NotifyKind::Done, Some(x3))]));
+    let x4 = ask(&c, &t, "Last", 0).await;
+    assert_eq!(kinds(&hook.next(1).await), BTreeSet::from([(NotifyKind::Done, Some(x4))]), "no failed of x3 came");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sink_that_hangs_never_holds_an_exchange() {
+    let mut hook = Hook::start(None).await;
+    let ws = Workspace::new(&[]);
+    council(
+        &ws,
+        serde_json::json!({"webhook": hook.url, "command": ["/bin/sh", "-c", "exec sleep 600"], "timeout": "120s"}),
+    );
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    // Each exchange ends while the sinks of the one before still hang.
+    for i in 0..3 {
+        ask(&c, &t, &format!("Question {i}"), 0).await;
+        hook.next(2).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_notify_test_says_what_each_sink_answered() {
+    let mut ok = Hook::start(Some(200)).await;
+    let mut refusing = Hook::start(Some(500)).await;
+    let out = tempfile::tempdir().unwrap();
+    let ws = Workspace::new(&[]);
+    council(
+        &ws,
+        serde_json::json!({
+            "webhook": [ok.url, refusing.url],
+            "command": ["/bin/sh", "-c", "cat > \"$0/test.json\"; echo 'no pager here' >&2; exit 3", out.path()],
+        }),
+    );
+    let kdd = Kdd::start();
+    let mut kd = kdd.kd();
+    kd.current_dir(ws.dir.path()).args(["notify", "test"]);
+    let o = run(kd).await;
+    let stdout = &o.stdout;
+    assert_eq!(o.status.code(), Some(1), "a sink failed: {stdout} {}", o.stderr.as_str());
+    assert!(stdout.contains("HTTP 200"), "{stdout}");
+    assert!(stdout.contains("FAILED: HTTP 500"), "{stdout}");
+    assert!(stdout.contains("FAILED: exit status 3: no pager here"), "{stdout}");
+    assert_eq!(ok.next(1).await[0].kind, NotifyKind::Test);
+    assert_eq!(refusing.next(1).await[0].kind, NotifyKind::Test);
+    let got: Notification = serde_json::from_slice(&std::fs::read(out.path().join("test.json")).unwrap()).unwrap();
+    assert_eq!((got.kind, got.workspace.as_deref()), (NotifyKind::Test, Some(ws.path().as_str())));
+
+    let mut kd = kdd.kd();
+    kd.current_dir(ws.dir.path()).args(["notify", "test", "--json"]);
+    let o = run(kd).await;
+    let tested: NotifyTest = serde_json::from_str(&o.stdout).unwrap();
+    let answers: Vec<(&str, bool)> = tested.sinks.iter().map(|s| (s.sink.as_str(), s.ok)).collect();
+    assert_eq!(answers, [("webhook", true), ("webhook", false), ("command", false)]);
+    assert!(tested.stats.sent >= 2 && tested.stats.failed >= 4, "{:?}", tested.stats);
+
+    // Nothing configured: said, and not a failure.
+    council(&ws, serde_json::json!({}));
+    let mut kd = kdd.kd();
+    kd.current_dir(ws.dir.path()).args(["notify", "test"]);
+    let o = run(kd).await;
+    assert!(o.status.success());
+    assert!(o.stdout.as_str().contains("No notification sink is configured"));
+
+    // A bad section is refused with its key.
+    council(&ws, serde_json::json!({"webhook": "ftp://example.com/x"}));
+    let mut kd = kdd.kd();
+    kd.current_dir(ws.dir.path()).args(["notify", "test"]);
+    let o = run(kd).await;
+    assert!(!o.status.success());
+    assert!(o.stderr.as_str().contains("notify.webhook"), "{}", o.stderr.as_str());
+}
+
+/// The freedesktop notification server of the test: each notification's
+/// application, summary, body and category.
+struct Desktop {
+    tx: mpsc::UnboundedSender<(String, String, String, String)>,
+    next: u32,
+}
+
+#[zbus::interface(name = "org.freedesktop.Notifications")]
+impl Desktop {
+    #[allow(clippy::too_many_arguments)]
+    async fn notify(
+        &mut self,
+        app_name: String,
+        _replaces_id: u32,
+        _app_icon: String,
+        summary: String,
+        body: String,
+        _actions: Vec<String>,
+        hints: HashMap<String, zbus::OwnedVariant>,
+        _expire_timeout: i32,
+    ) -> u32 {
+        let category = hints.get("category").and_then(|v| String::try_from(v.clone()).ok()).unwrap_or_default();
+        let _ = self.tx.send((app_name, summary, body, category));
+        self.next += 1;
+        self.next
+    }
+}
+
+/// A private session bus (`dbus-daemon`), killed when dropped.
+struct Bus(std::process::Child);
+
+impl Drop for Bus {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_desktop_is_told_over_the_session_bus() {
+    let dir = tempfile::tempdir().unwrap();
+    let spawned = std::process::Command::new("dbus-daemon")
+        .args(["--session", "--nofork", "--nosyslog", "--print-address=1"])
+        .arg(format!("--address=unix:path={}", dir.path().join("bus").display()))
+        .stdout(std::process::Stdio::piped())
+        .spawn();
+    let Ok(mut child) = spawned else {
+        kd_tests::skip("the_desktop_is_told_over_the_session_bus", "no dbus-daemon (Debian: dbus-daemon)");
+        return;
+    };
+    let stdout = child.stdout.take().unwrap();
+    let _bus = Bus(child);
+    let address = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).unwrap();
+        line.trim().to_string()
+    })
+    .await
+    .unwrap();
+    assert!(address.starts_with("unix:"), "{address}");
+    let (tx, mut shown) = mpsc::unbounded_channel();
+    let _server = zbus::conn::Builder::address(address.as_str())
+        .name("org.freedesktop.Notifications")
+        .serve_at("/org/freedesktop/Notifications", Desktop { tx, next: 0 })
+        .build()
+        .await
+        .unwrap();
+
+    let ws = Workspace::new(&[]);
+    council(&ws, serde_json::json!({"desktop": true}));
+    let kdd = Kdd::start_env(&[], &[("DBUS_SESSION_BUS_ADDRESS", &address)]);
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    c.thread_set_title(t.clone(), "Release plan".into()).await.unwrap();
+    ask(&c, &t, "Plan the release", 1).await;
+    let mut got = Vec::new();
+    within("desktop notifications", async {
+        while got.len() < 2 {
+            got.push(shown.recv().await.unwrap());
+        }
+    })
+    .await;
+    got.sort_by(|a, b| a.3.cmp(&b.3));
+    assert_eq!(got[0].0, "kd");
+    assert_eq!((got[0].1.as_str(), got[0].3.as_str()), ("kd: the council answered — Release plan", "kd.done"));
+    assert_eq!(got[1].3.as_str(), "kd.failed");
+    assert!(got[1].1.ends_with(" failed — Release plan") && got[1].2.contains(" broke"), "{:?}", got[1]);
+
+    let tested = c.notify_test(ws.path()).await.unwrap();
+    assert_eq!(tested.sinks.len(), 1);
+    assert!(tested.sinks[0].ok && tested.sinks[0].answer.starts_with("notification "), "{:?}", tested.sinks);
+    assert_eq!(within("the test notification", shown.recv()).await.unwrap().1, "kd: a test notification");
+}
