@@ -1,5 +1,6 @@
 //! Agent-run benchmarks: delta latency, delta throughput against a raw
-//! pipe, delta fan-out to 50 subscribers, `kd ask` wall time, and codex
+//! pipe, delta fan-out to 50 subscribers, `kd ask` wall time (and beside
+//! the same agents run directly by a shell, `-- ask-direct`), and codex
 //! through app-server against claude and `codex exec` (`-- codex`), `kd mcp`'s
 //! start to its `initialize` and `tools/list` answers (`-- mcp`), an
 //! approval's round trip agent → King's client → agent (`-- approval`), with
@@ -24,6 +25,9 @@ fn main() {
         }
         if selected("ask") {
             runs::ask_wall_time().await;
+        }
+        if selected("ask-direct") {
+            runs::ask_direct().await;
         }
         if selected("codex") {
             codex::latency().await;

@@ -24,6 +24,9 @@ fn main() {
         if selected("ask") {
             runs::ask_wall_time().await;
         }
+        if selected("ask-direct") {
+            runs::ask_direct().await;
+        }
         if selected("append") {
             daemon::append_throughput(32, 2_000).await;
         }

@@ -156,18 +156,25 @@ fn carries(pid: u32, marker: &[u8]) -> bool {
     carries_any(pid, |kv| kv == marker)
 }
 
-/// This user's live processes (zombies are already dead), but this one.
-fn own_processes() -> impl Iterator<Item = (u32, Stat)> {
-    use std::os::unix::fs::MetadataExt;
-    let uid = rustix::process::getuid().as_raw();
+/// The live processes (zombies are already dead) but this one, each with
+/// a check of whether it is this user's, made only for those a scan picks
+/// (one `stat` of its `/proc` entry, where most processes of a scan are
+/// told apart by their `/proc/PID/stat` alone).
+fn live_processes() -> impl Iterator<Item = (u32, Stat, std::fs::DirEntry)> {
     let me = std::process::id();
     std::fs::read_dir("/proc").into_iter().flatten().flatten().filter_map(move |e| {
         let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-        if pid == me || e.metadata().ok()?.uid() != uid {
+        if pid == me {
             return None;
         }
-        stat(pid).filter(|s| !s.is_zombie()).map(|s| (pid, s))
+        stat(pid).filter(|s| !s.is_zombie()).map(|s| (pid, s, e))
     })
+}
+
+/// Whether the `/proc` entry is a process of this user's.
+fn is_own(entry: &std::fs::DirEntry) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    entry.metadata().is_ok_and(|m| m.uid() == rustix::process::getuid().as_raw())
 }
 
 /// Kills everything a run, or a long-lived agent, left behind, and returns
@@ -218,8 +225,10 @@ pub fn kill_left_by_peers(socket: &str, before: u64) -> usize {
 fn kill_while(doomed: impl Fn(u32, &Stat) -> bool) -> usize {
     let mut killed = std::collections::HashSet::new();
     for _ in 0..4 {
-        let left: Vec<u32> =
-            own_processes().filter(|(pid, s)| !killed.contains(pid) && doomed(*pid, s)).map(|(pid, _)| pid).collect();
+        let left: Vec<u32> = live_processes()
+            .filter(|(pid, s, entry)| !killed.contains(pid) && doomed(*pid, s) && is_own(entry))
+            .map(|(pid, _, _)| pid)
+            .collect();
         if left.is_empty() {
             break;
         }

@@ -25,22 +25,57 @@ impl Stat {
 
 /// Reads `/proc/PID/stat`; `None` when the process is gone (or the line is
 /// not one kd can read).
+///
+/// Read as the scans of every process call it (a run's end, each
+/// `SIGCHLD`): one `open`, one `read` into a buffer on the stack, no
+/// allocation — the kernel writes the line whole in one read.
 pub fn stat(pid: u32) -> Option<Stat> {
-    parse(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    use std::io::Read;
+    let mut path = [0u8; 32];
+    let path = proc_path(&mut path, pid)?;
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut buf = [0u8; STAT_BYTES];
+    let mut len = 0;
+    // A line longer than the buffer (it never is: the command name is at
+    // most 64 bytes) is read to its end and not understood.
+    loop {
+        match file.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+        if len == buf.len() {
+            return None;
+        }
+    }
+    parse(std::str::from_utf8(&buf[..len]).ok()?)
+}
+
+/// Room for a `/proc/PID/stat` line: 52 numeric fields and a command name.
+const STAT_BYTES: usize = 2048;
+
+/// `/proc/PID/stat`, written into `buf`.
+fn proc_path(buf: &mut [u8; 32], pid: u32) -> Option<&str> {
+    use std::io::Write;
+    let mut cursor = std::io::Cursor::new(&mut buf[..]);
+    write!(cursor, "/proc/{pid}/stat").ok()?;
+    let len = usize::try_from(cursor.position()).ok()?;
+    std::str::from_utf8(&buf[..len]).ok()
 }
 
 /// Parses a `/proc/PID/stat` line. The command name is in parentheses and
 /// may itself hold spaces and parentheses: the fields start after the last
 /// `)`.
 pub fn parse(line: &str) -> Option<Stat> {
-    let fields: Vec<&str> = line.rsplit_once(')')?.1.split_whitespace().collect();
-    Some(Stat {
-        state: fields.first()?.chars().next()?,
-        ppid: fields.get(1)?.parse().ok()?,
-        pgrp: fields.get(2)?.parse().ok()?,
-        session: fields.get(3)?.parse().ok()?,
-        start: fields.get(19)?.parse().ok()?,
-    })
+    let mut fields = line.rsplit_once(')')?.1.split_ascii_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    let session = fields.next()?.parse().ok()?;
+    // Fields 8 to 21 (after the session), then the start time (22).
+    let start = fields.nth(15)?.parse().ok()?;
+    Some(Stat { state, ppid, pgrp, session, start })
 }
 
 /// How far up a walk goes at most. A chain of processes deeper than this is

@@ -62,7 +62,9 @@ pub fn spawn(stop: CancellationToken) {
 
 /// Reaps every zombie child of kdd it did not spawn; their pids.
 pub fn reap() -> Vec<u32> {
-    let zombies = zombie_children(std::process::id());
+    // Most SIGCHLDs are a run's agent exiting, which tokio has reaped by
+    // now: with no zombie child at all, /proc is not scanned.
+    let zombies = if any_zombie_child() { zombie_children(std::process::id()) } else { Vec::new() };
     if zombies.is_empty() {
         children::forget_gone(&mut children::spawned());
         return Vec::new();
@@ -87,6 +89,20 @@ pub fn reap() -> Vec<u32> {
 /// reaps the others.
 fn reapable(zombies: &[u32], spawned: &BTreeMap<u32, Spawned>) -> Vec<u32> {
     zombies.iter().copied().filter(|pid| !spawned.contains_key(pid)).collect()
+}
+
+/// Whether kdd has a zombie child — any, one tokio waits for or an
+/// orphan's — asked without reaping it (`waitid(P_ALL, WNOHANG | WNOWAIT)`).
+/// A zombie that comes later comes with its own SIGCHLD.
+fn any_zombie_child() -> bool {
+    use rustix::process::{WaitId, WaitIdOptions, waitid};
+    match waitid(WaitId::All, WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT) {
+        Ok(found) => found.is_some(),
+        // No children at all.
+        Err(rustix::io::Errno::CHILD) => false,
+        // Not known: look.
+        Err(_) => true,
+    }
 }
 
 /// The zombies whose parent is `parent`.
@@ -122,6 +138,8 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "true never became a zombie");
             std::thread::yield_now();
         }
+        assert!(any_zombie_child(), "its zombie is seen without being reaped");
+        assert!(zombie_children(std::process::id()).contains(&pid), "still there");
         child.wait().unwrap();
         assert!(!zombie_children(std::process::id()).contains(&pid), "reaped by its own wait");
     }

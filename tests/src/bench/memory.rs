@@ -71,6 +71,9 @@ pub async fn history() {
         p50 < 20.0,
     );
     row("  p99", format!("{:.1} ms", ms(percentile(&raw, 0.99))), "");
+    if kdd.db.engine() == crate::registry::Engine::Sqlite {
+        beside_sqlite3(&kdd, &thread, &call);
+    }
     // Through kd's WebSocket client, the answer left as JSON: the
     // transport and the envelope, without building the messages.
     let mut untyped = Vec::new();
@@ -112,6 +115,49 @@ pub async fn history() {
     std::thread::sleep(std::time::Duration::from_secs(1));
     row("  kdd RSS 1 s later, idle", format!("{:.1} MiB", rss_mib(kdd.pid)), "");
     row("  kdd peak RSS", format!("{:.1} MiB", peak_rss_mib(kdd.pid)), "");
+}
+
+/// The same rows read by `sqlite3 -json` from kdd's own database file (the
+/// columns `thread.messages` answers with, in seq order), to a pipe read to
+/// its end, process start to exit — beside the call over the socket, timed
+/// in turns so that both see the machine as it is.
+fn beside_sqlite3(kdd: &Kdd, thread: &str, call: &str) {
+    let sql = format!(
+        "SELECT thread_id, seq, sender, recipients, cc, reply_to, kind, body, round, created_at, run, replaces, \
+         refs, route, purpose FROM messages WHERE thread_id = '{thread}' ORDER BY seq"
+    );
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    let mut rows_bytes = 0;
+    for i in 0..25 {
+        let t = Instant::now();
+        let out = std::process::Command::new("sqlite3")
+            .arg("-json")
+            .arg(kdd.db.path())
+            .arg(&sql)
+            .stdin(std::process::Stdio::null())
+            .output();
+        let took = t.elapsed();
+        let Ok(out) = out.inspect_err(|e| row("  sqlite3 -json (not run)", e.to_string(), "")) else { return };
+        assert!(out.status.success(), "sqlite3: {}", String::from_utf8_lossy(&out.stderr));
+        rows_bytes = out.stdout.len();
+        let t = Instant::now();
+        crate::http_post_bytes(&kdd.socket, call).expect("http");
+        let call_took = t.elapsed();
+        if i >= 5 {
+            theirs.push(took);
+            ours.push(call_took);
+        }
+    }
+    theirs.sort_unstable();
+    ours.sort_unstable();
+    let (sq, kd) = (ms(percentile(&theirs, 0.5)), ms(percentile(&ours, 0.5)));
+    row(
+        &format!("  sqlite3 -json, the same rows ({:.1} MB), start → exit, p50", rows_bytes as f64 / 1e6),
+        format!("{sq:.1} ms"),
+        "",
+    );
+    row("  thread.messages in turn with it, p50", format!("{kd:.1} ms"), "");
+    check("  thread.messages ÷ sqlite3 -json", format!("{:.2}×", kd / sq), "<= 0.5×", kd / sq <= 0.5);
 }
 
 /// The daemon's resident memory when idle, and with 1,000 threads.

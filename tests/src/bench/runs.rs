@@ -179,6 +179,107 @@ pub async fn ask_wall_time() {
     row("kd ask, 3 instant members, 1 + 3 rounds, start → exit, p50", format!("{p50:.1} ms"), "");
 }
 
+/// `kd ask --rounds 0` beside the same agents run directly by a shell:
+/// three members (the SPEC row), then one.
+pub async fn ask_direct() {
+    ask_beside_direct(&["claude", "codex", "gemini"], true).await;
+    ask_beside_direct(&["claude"], false).await;
+}
+
+/// `kd ask --rounds 0` to `members` (instant fakes, each named for its
+/// backend) beside the same agents run directly, in parallel, by a shell:
+/// the same argv, standard input and working directory as kdd gave them
+/// (recorded by the fakes on one ask), each started with `&` and waited
+/// for (codex as `codex exec`, a process per run as the others). The two
+/// are timed in turns, start to exit, so that both see the
+/// machine as it is; p50 of each and their ratio.
+async fn ask_beside_direct(members: &[&str], spec_row: bool) {
+    const N: usize = 40;
+    let ws = Workspace::new(&[]);
+    let record = ws.file("record.jsonl");
+    let configure = |record: Option<&str>| {
+        // codex as `codex exec`: a process per run, as the others.
+        let extra =
+            |m: &str| if m == "codex" { serde_json::json!({"transport": "exec"}) } else { serde_json::json!({}) };
+        let fakes: Vec<crate::Fake<'_>> = members.iter().map(|m| (*m, &[][..], extra(m))).collect();
+        ws.configure(&fakes, serde_json::json!({}));
+        if let Some(path) = record {
+            for m in members {
+                ws.set_agent(m, "env", serde_json::json!({ "FAKE_NAME": m, "FAKE_RECORD": path }));
+            }
+        }
+    };
+    let kdd = Kdd::start();
+    let ask = || {
+        let start = Instant::now();
+        let out = std::process::Command::new(bin("kd"))
+            .arg("--socket")
+            .arg(&kdd.socket)
+            .args(["ask", "--rounds", "0", "Quick?"])
+            .current_dir(ws.dir.path())
+            .env("KD_NO_AUTOSTART", "1")
+            .output()
+            .expect("kd ask");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        start.elapsed()
+    };
+    // Warm: the thread made, each member's session taken once.
+    configure(None);
+    for _ in 0..5 {
+        ask();
+    }
+    configure(Some(&record));
+    ask();
+    configure(None);
+    let runs = crate::records(&record);
+    assert_eq!(runs.len(), members.len(), "one record per member: {runs:?}");
+    // One shell starting every agent as kdd did, then waiting for them all.
+    let mut script = String::new();
+    for (i, r) in runs.iter().enumerate() {
+        let argv: Vec<String> =
+            r["argv"].as_array().expect("argv").iter().map(|a| quote(a.as_str().expect("arg"))).collect();
+        let stdin = ws.file(&format!("stdin-{i}"));
+        std::fs::write(&stdin, r["stdin"].as_str().unwrap_or_default()).expect("stdin file");
+        let name = r["env"]["KD_MEMBER"].as_str().expect("KD_MEMBER");
+        script.push_str(&format!(
+            "cd {} && FAKE_NAME={name} {} {} < {} > /dev/null &\n",
+            quote(r["cwd"].as_str().expect("cwd")),
+            quote(&bin("fake-agent").display().to_string()),
+            argv.join(" "),
+            quote(&stdin),
+        ));
+    }
+    script.push_str("wait\n");
+    let direct = || {
+        let start = Instant::now();
+        let status = std::process::Command::new("sh").arg("-c").arg(&script).status().expect("sh");
+        assert!(status.success());
+        start.elapsed()
+    };
+    let (mut kd, mut sh) = (Vec::new(), Vec::new());
+    for _ in 0..N {
+        kd.push(ask().as_secs_f64() * 1e3);
+        sh.push(direct().as_secs_f64() * 1e3);
+    }
+    kd.sort_by(|a, b| a.total_cmp(b));
+    sh.sort_by(|a, b| a.total_cmp(b));
+    let (kd, sh) = (pct(&kd, 0.5), pct(&sh, 0.5));
+    let n = members.len();
+    row(&format!("kd ask --rounds 0, {n} instant member(s), p50"), format!("{kd:.1} ms"), "");
+    row(&format!("  the same {n} agent(s) run directly by a shell, p50"), format!("{sh:.1} ms"), "");
+    let ratio = kd / sh;
+    if spec_row {
+        check("  kd ask ÷ the agents run directly", format!("{ratio:.2}×"), "<= 1.3×", ratio <= 1.3);
+    } else {
+        row("  kd ask ÷ the agents run directly", format!("{ratio:.2}×"), "");
+    }
+}
+
+/// `s` quoted for sh.
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
 /// The p50 of `n` asks (after five to warm up), in ms; prints the minimum.
 async fn ask_rounds(rounds: u32, n: usize, what: &str) -> f64 {
     let ws = Workspace::new(&[("claude", "claude", &[]), ("codex", "codex", &[]), ("gemini", "gemini", &[])]);
