@@ -3,7 +3,6 @@
 //! records and what subscribers hear. The SQL is each engine's
 //! (`sqlite::approvals`, `pg::approvals`).
 
-
 use kd_proto::approval::{Approval, ApprovalState, DecidedBy, Scope};
 use kd_proto::types::ThreadEvent;
 use serde_json::json;

@@ -25,6 +25,7 @@ pub(crate) fn run_of(id: &str, member: &str) -> RunInfo {
         replaces: None,
         ordinal: 1,
         purpose: None,
+        approval: None,
     }
 }
 

@@ -187,6 +187,7 @@ impl Cut {
             replaces: self.replaces.map(|r| r as u64),
             ordinal: ordinal.unwrap_or(0),
             purpose: self.purpose.as_deref().and_then(Purpose::parse),
+            approval: None,
         };
         let body = if partial.is_empty() { "(interrupted before it said anything)".to_string() } else { partial };
         let finish = Finish {

@@ -64,7 +64,7 @@ fn insert(conn: &Connection, a: &Approval, node: &str, out: &mut Outbox) -> DbRe
         a.decided_at_ms,
         a.expires_at_ms,
     ])?;
-    record(a).write(conn, a.requested_at_ms)?;
+    super::events::write(conn, a.requested_at_ms, &record(a))?;
     told(a, out);
     Ok(())
 }
@@ -87,7 +87,7 @@ fn decide(conn: &Connection, now: i64, d: &Decide, out: &mut Outbox) -> DbResult
         new.message,
         now
     ])?;
-    record(&new).write(conn, now)?;
+    super::events::write(conn, now, &record(&new))?;
     told(&new, out);
     Ok(Decided::Now(new))
 }
