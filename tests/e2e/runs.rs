@@ -116,8 +116,13 @@ async fn the_agent_receives_exactly_preamble_agent_prompt_and_history() {
         recs.iter().find(|r| r["argv"].as_array().unwrap().iter().any(|a| a == "--include-partial-messages")).unwrap();
     let argv: Vec<&str> = claude["argv"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
     assert_eq!(argv[..5], ["-p", "--output-format", "stream-json", "--verbose", "--include-partial-messages"]);
-    // …and kd's MCP server (see mcp_wiring.rs), nothing else.
-    assert_eq!((argv.len(), argv[5], argv[7], argv[8]), (9, "--mcp-config", "--allowedTools", "mcp__kd"), "{argv:?}");
+    // …and kd's MCP server (see mcp_wiring.rs) with its permission tool
+    // (approvals.rs), nothing else.
+    assert_eq!(
+        (argv.len(), argv[5], argv[7], argv[8], argv[9], argv[10]),
+        (11, "--mcp-config", "--allowedTools", "mcp__kd", "--permission-prompt-tool", "mcp__kd__approve"),
+        "{argv:?}"
+    );
     assert_eq!(claude["stdin"], history("claude"), "claude reads the prompt on stdin");
     assert_eq!(claude["cwd"], ws.path(), "the agent runs in the thread's workspace");
     let codex = recs.iter().find(|r| r["argv"][0] == "app-server").unwrap();
