@@ -111,6 +111,36 @@ async fn nobody_answering_expires_the_approval_and_claude_is_told_so() {
     assert_eq!((all[0].id.as_str(), all[0].state), (a.id.as_str(), ApprovalState::Expired));
 }
 
+/// A claude run cancelled while its permission tool waits for the King:
+/// the approval is cancelled with it, at once, not left pending until
+/// `approvals.timeout`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claude_run_cancelled_while_it_waits_cancels_its_approval() {
+    let ws = kd_tests::Workspace::new(&[]);
+    let file = asking(&ws, "x-cancelled", json!({}));
+    let kdd = Kdd::start();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
+    kd_tests::send_one_round(&c, &t, "Touch the file.").await;
+    let a = requested(&mut sub).await;
+    c.run_cancel(t.clone(), None, None).await.unwrap();
+    let events = kd_tests::collect_until(&mut sub, |e| {
+        e.iter().any(|e| matches!(e, ThreadEvent::ApprovalDecided { approval } if approval.id == a.id))
+    })
+    .await;
+    let decided = events
+        .iter()
+        .find_map(|e| match e {
+            ThreadEvent::ApprovalDecided { approval } if approval.id == a.id => Some(approval.clone()),
+            _ => None,
+        })
+        .expect("decided");
+    assert_eq!((decided.state, decided.decided_by), (ApprovalState::Cancelled, None), "{decided:?}");
+    assert!(c.approval_list(None, None, None).await.unwrap().is_empty(), "nothing left pending");
+    let late = c.approval_decide(a.id.clone(), Decision::Approve, None, None).await;
+    assert!(late.is_err(), "a cancelled approval cannot be approved: {late:?}");
+    assert!(!std::path::Path::new(&file).exists(), "the tool never ran");
+}
+
 /// The King's CLI: `kd approvals` lists the pending one, `kd approve ID
 /// --run` allows it for the run, `kd deny` of a decided one is refused.
 #[tokio::test(flavor = "multi_thread")]
