@@ -141,6 +141,30 @@ async fn a_claude_run_cancelled_while_it_waits_cancels_its_approval() {
     assert!(!std::path::Path::new(&file).exists(), "the tool never ran");
 }
 
+/// kdd killed while an approval waits: started again, the dead run's
+/// approval is `cancelled` (by no one), never left pending, and the
+/// exchange it was part of settles.
+#[tokio::test(flavor = "multi_thread")]
+async fn kdd_killed_with_an_approval_pending_cancels_it_at_the_next_start() {
+    let ws = kd_tests::Workspace::new(&[]);
+    let file = asking(&ws, "x-killed", json!({}));
+    let mut kdd = Kdd::start();
+    let (a, t) = {
+        let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
+        kd_tests::send_one_round(&c, &t, "Touch the file.").await;
+        (requested(&mut sub).await, t)
+    };
+    kdd.kill9();
+    kdd.launch().unwrap();
+    let c = kdd.client().await;
+    let all = c.approval_list(Some(true), Some(t.clone()), None).await.unwrap();
+    let before = all.iter().find(|x| x.id == a.id).expect("the approval is kept");
+    assert_eq!((before.state, before.decided_by), (ApprovalState::Cancelled, None), "{before:?}");
+    assert!(before.message.is_some(), "it says why: {before:?}");
+    kd_tests::settled(&kdd.db, &t).await;
+    assert!(!std::path::Path::new(&file).exists() || all.len() > 1, "the tool ran only if asked again");
+}
+
 /// The King's CLI: `kd approvals` lists the pending one, `kd approve ID
 /// --run` allows it for the run, `kd deny` of a decided one is refused.
 #[tokio::test(flavor = "multi_thread")]
