@@ -20,7 +20,8 @@ pub enum RunStatus {
     /// Accepted while its member is busy on the thread: it starts when
     /// the member's run in flight has ended (F-C5).
     Queued,
-    /// Accepted; the agent is being prepared or spawned.
+    /// Accepted; the agent is being prepared or spawned — or, once it
+    /// runs, it waits on the King's approval (`RunInfo::approval`).
     Waiting,
     /// The agent process runs.
     Streaming,

@@ -7,7 +7,7 @@
 
 use kd_client::prelude::*;
 use kd_proto::approval::{ApprovalState, DecidedBy, Decision, ToolKind};
-use kd_proto::types::ThreadEvent;
+use kd_proto::types::{RunStatus, ThreadEvent};
 use kd_tests::Kdd;
 use serde_json::json;
 
@@ -49,6 +49,11 @@ async fn the_king_approves_and_claudes_tool_runs() {
     assert_eq!((a.member.as_str(), a.tool.kind, a.state), ("claude", ToolKind::Execute, ApprovalState::Pending));
     assert_eq!(a.tool.command.as_deref(), Some(format!("touch {file}").as_str()));
     assert!(!std::path::Path::new(&file).exists(), "nothing runs before the King says so");
+    // The run waits on it, and says which.
+    let runs = c.run_list(Some(t.clone())).await.unwrap();
+    let waiting: Vec<_> = runs.iter().map(|r| (r.status, r.approval.as_deref())).collect();
+    assert_eq!(waiting, [(RunStatus::Waiting, Some(a.id.as_str()))], "{runs:?}");
+    assert_eq!(a.run.as_deref(), Some(runs[0].id.as_str()));
     let pending = c.approval_list(None, None, None).await.unwrap();
     assert_eq!(pending.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(), [a.id.as_str()]);
     let decided = c.approval_decide(a.id.clone(), Decision::Approve, None, None).await.unwrap();
@@ -178,6 +183,9 @@ async fn kd_approvals_lists_it_and_kd_approve_lets_the_tool_run() {
     let listed = kdd.kd().arg("approvals").output().await.unwrap();
     let listed = String::from_utf8_lossy(&listed.stdout);
     assert!(listed.contains(&a.id) && listed.contains(&format!("execute: touch {file}")), "{listed}");
+    let runs = kdd.kd().arg("runs").output().await.unwrap();
+    let runs = String::from_utf8_lossy(&runs.stdout);
+    assert!(runs.contains(&format!("waiting on {}", a.id)), "{runs}");
     let json = kdd.kd().args(["approvals", "--json"]).output().await.unwrap();
     let json: Vec<kd_proto::approval::Approval> = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(json.len(), 1);

@@ -38,7 +38,10 @@ pub async fn list(ctx: &Ctx, a: RunsArgs) -> anyhow::Result<ExitCode> {
             r.thread.clone(),
             r.member.clone(),
             r.backend.clone(),
-            r.status.as_str().into(),
+            match &r.approval {
+                Some(a) => format!("waiting on {a}"),
+                None => r.status.as_str().into(),
+            },
             r.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
             r.chars.to_string(),
             fmt::ago_ms(r.started_at_ms, now),

@@ -65,7 +65,7 @@ pub struct Runner {
     pub db: Arc<Db>,
     pub hub: Arc<Hub>,
     /// Runs in flight.
-    pub runs: Registry,
+    pub runs: Arc<Registry>,
     /// How long a signalled agent has before SIGKILL.
     pub kill_grace: Duration,
     /// The daemon's socket, named to agents as `KD_SOCKET` so that `kd`
@@ -86,11 +86,12 @@ pub struct Runner {
 
 impl Runner {
     pub fn new(db: Arc<Db>, hub: Arc<Hub>, kill_grace: Duration, socket: PathBuf) -> Runner {
+        let runs = Arc::new(Registry::default());
         Runner {
-            approvals: Arc::new(crate::approvals::Approvals::new(db.clone(), hub.clone())),
+            approvals: Arc::new(crate::approvals::Approvals::new(db.clone(), hub.clone(), runs.clone())),
             db,
             hub,
-            runs: Registry::default(),
+            runs,
             kill_grace,
             socket,
             appservers: Default::default(),

@@ -42,6 +42,9 @@ struct State {
     /// What the run's work should say (a setup's output, claude's refused
     /// writes), kept on its row when kd commits its work.
     work_notes: Vec<String>,
+    /// The pending approval the run waits on (its status reads `waiting`
+    /// meanwhile).
+    approval: Option<String>,
 }
 
 /// One run in flight.
@@ -168,6 +171,7 @@ impl Run {
                 message: None,
                 token: None,
                 work_notes: Vec::new(),
+                approval: None,
             }),
             cancel: CancellationToken::new(),
             done: watch::channel(false).0,
@@ -199,7 +203,7 @@ impl Run {
             replaces: self.replaces,
             ordinal: self.ordinal,
             purpose: self.purpose,
-            approval: None,
+            approval: s.approval.clone(),
         }
     }
 
@@ -440,6 +444,32 @@ impl Registry {
 
     pub fn count(&self) -> usize {
         self.runs().values().filter(|r| r.is_in_flight()).count()
+    }
+
+    fn get(&self, id: &str) -> Option<Arc<Run>> {
+        self.runs().get(id).cloned()
+    }
+}
+
+impl crate::approvals::Waits for Registry {
+    fn waiting(&self, run: &str, approval: &str) {
+        let Some(run) = self.get(run) else { return };
+        let mut s = run.state();
+        if matches!(s.status, RunStatus::Streaming | RunStatus::Waiting) {
+            s.status = RunStatus::Waiting;
+            s.approval = Some(approval.to_string());
+        }
+    }
+
+    fn answered(&self, run: &str, approval: &str) {
+        let Some(run) = self.get(run) else { return };
+        let mut s = run.state();
+        if s.approval.as_deref() == Some(approval) {
+            s.approval = None;
+            if s.status == RunStatus::Waiting {
+                s.status = RunStatus::Streaming;
+            }
+        }
     }
 }
 

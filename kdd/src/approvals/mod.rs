@@ -88,6 +88,25 @@ impl Answer {
 pub struct Approvals {
     db: Arc<Db>,
     hub: Arc<Hub>,
+    waits: Arc<dyn Waits>,
+}
+
+/// The runs in flight (the agent's run registry), told when one waits on
+/// an approval — its status reads `waiting` with the approval's id — and
+/// when it waits no more.
+pub trait Waits: Send + Sync {
+    /// `run` waits on `approval`.
+    fn waiting(&self, run: &str, approval: &str);
+    /// `run` no longer waits on `approval` (decided, expired, cancelled).
+    fn answered(&self, run: &str, approval: &str);
+}
+
+/// No run is told (tests of the service alone).
+pub struct NoWaits;
+
+impl Waits for NoWaits {
+    fn waiting(&self, _: &str, _: &str) {}
+    fn answered(&self, _: &str, _: &str) {}
 }
 
 /// The message a denial by the timeout carries to the agent.
@@ -100,8 +119,8 @@ pub fn expired_message(timeout: Duration) -> String {
 }
 
 impl Approvals {
-    pub fn new(db: Arc<Db>, hub: Arc<Hub>) -> Approvals {
-        Approvals { db, hub }
+    pub fn new(db: Arc<Db>, hub: Arc<Hub>, waits: Arc<dyn Waits>) -> Approvals {
+        Approvals { db, hub, waits }
     }
 
     /// Decides `ask`: by the policy when it says allow or deny; else, when
@@ -200,7 +219,13 @@ impl Approvals {
         let mut told = self.hub.subscribe(&ask.thread);
         // Armed before it is recorded: an asker gone while it is written
         // still cancels it (the cancellation is written after it).
-        let mut guard = Pending { id: id.clone(), db: Some(self.db.clone()) };
+        // Told the run before it is recorded: whoever hears of the approval
+        // finds its run waiting on it.
+        let waits = ask.run.clone().map(|run| {
+            self.waits.waiting(&run, &id);
+            (self.waits.clone(), run)
+        });
+        let mut guard = Pending { id: id.clone(), db: Some(self.db.clone()), waits };
         if let Err(e) = self.db.add_approval(a, self.db.node().id.clone()).await {
             guard.db = None;
             tracing::warn!("cannot record approval {id} ({e}): the CLI is answered as before approvals");
@@ -275,14 +300,19 @@ pub fn answer_of(a: &Approval) -> Answer {
 
 /// A pending approval whose asker may go away: dropped while still armed
 /// (the run cancelled, the transport gone, kdd stopping), it is recorded
-/// `cancelled`.
+/// `cancelled`. However it ends, its run waits on it no more.
 struct Pending {
     id: String,
     db: Option<Arc<Db>>,
+    /// The runs to tell, and the run that waits.
+    waits: Option<(Arc<dyn Waits>, String)>,
 }
 
 impl Drop for Pending {
     fn drop(&mut self) {
+        if let Some((waits, run)) = self.waits.take() {
+            waits.answered(&run, &self.id);
+        }
         let Some(db) = self.db.take() else { return };
         let id = std::mem::take(&mut self.id);
         if let Ok(rt) = tokio::runtime::Handle::try_current() {

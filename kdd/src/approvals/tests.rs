@@ -35,7 +35,13 @@ async fn fixture(config: serde_json::Value) -> Fixture {
     .unwrap();
     let db = Arc::new(db);
     let t = db.create_thread(NewThread::in_workspace(ws.to_str().unwrap())).await.unwrap();
-    Fixture { approvals: Arc::new(Approvals::new(db.clone(), hub.clone())), db, hub, thread: t.id, _dir: dir }
+    Fixture {
+        approvals: Arc::new(Approvals::new(db.clone(), hub.clone(), Arc::new(crate::approvals::NoWaits))),
+        db,
+        hub,
+        thread: t.id,
+        _dir: dir,
+    }
 }
 
 fn ask(f: &Fixture, kind: ToolKind, title: &str) -> Ask {

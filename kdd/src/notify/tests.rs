@@ -57,7 +57,7 @@ async fn an_approval_that_waits_for_the_king_is_told_once_with_its_id() {
     let t = db.create_thread(NewThread::in_workspace(ws.to_str().unwrap())).await.unwrap();
     // A King's client follows the thread: the approval waits for them.
     let _king = hub.subscribe(&t.id);
-    let approvals = Arc::new(Approvals::new(db.clone(), hub.clone()));
+    let approvals = Arc::new(Approvals::new(db.clone(), hub.clone(), Arc::new(crate::approvals::NoWaits)));
     let ask = |title: &str| {
         let mut a = Ask::new(&t.id, "claude", Backend::Claude, ApprovalTool::new(ToolKind::Execute, title));
         a.run = Some("r1".into());
