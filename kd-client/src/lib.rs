@@ -21,6 +21,7 @@
 //! - [`http`]: one call over plain HTTP, which gets in when WebSockets cannot;
 //! - [`ClientError`]: failures worded for a one-line message;
 //! - [`terminal::safe`]: text made safe to print on a terminal;
+//! - [`keys::Keys`]: single keys from the terminal, as they are pressed;
 //! - [`reading::InOrder`]: a thread of any length, in display order, page by page;
 //! - [`mcp`]: `kd mcp`, the MCP server through which an agent acts as its member.
 
@@ -32,6 +33,7 @@ mod error;
 pub mod follow;
 pub mod frontmatter;
 pub mod http;
+pub mod keys;
 pub mod markdown;
 pub mod mcp;
 pub mod reading;

@@ -8,6 +8,7 @@ mod activation;
 mod agent_env;
 mod approval_adapters;
 mod approvals;
+mod approvals_inline;
 mod appserver;
 mod ask;
 mod bad_input;

@@ -250,6 +250,21 @@ impl View {
         self.runs.iter().position(|r| r.id == run)
     }
 
+    /// Whether `run` is one the view follows.
+    pub fn owns(&self, run: &str) -> bool {
+        self.index(run).is_some()
+    }
+
+    /// Ends the line an answer streams on, so that what is said beside
+    /// the answers (on stderr, to the same terminal) starts a line.
+    pub fn break_line(&mut self, out: &mut impl Write) -> std::io::Result<()> {
+        if !self.at_line_start {
+            writeln!(out)?;
+            self.at_line_start = true;
+        }
+        out.flush()
+    }
+
     pub fn on_event(&mut self, e: &ThreadEvent, out: &mut impl Write) -> std::io::Result<()> {
         if self.json {
             let ours = match e {

@@ -16,6 +16,7 @@ use kd_proto::types::{Completion, ExchangeState, Lineage, NewThread, RunStatus, 
 
 use super::Ctx;
 use super::answers::View;
+use super::asking::Asking;
 
 /// Exit status when one or more members failed, timed out or were cancelled.
 pub const EXIT_MEMBER_FAILED: u8 = 4;
@@ -150,10 +151,15 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
     // One listener for the whole exchange: a Ctrl+C that comes while an
     // event is being shown is not lost.
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    // An approval a member waits on is asked here, answered with a key.
+    let mut asking = Asking::new(!a.json, color);
     while !view.all_done() {
         tokio::select! {
             next = follow.next() => match next {
-                Next::Event(e) => view.on_event(&e, &mut out)?,
+                Next::Event(e) => {
+                    view.on_event(&e, &mut out)?;
+                    asking.follow(&e, &mut view, &mut out)?;
+                }
                 Next::Reconnecting => errln!("kd: kdd went away; reconnecting (up to {} s)…", a.reconnect),
                 Next::Reconnected => {
                     errln!("kd: reconnected");
@@ -161,9 +167,11 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
                     if let Some(last) = exchange_end(follow.client(), &thread, sent.message.seq).await {
                         view.exchange_ends_at(last);
                     }
+                    asking.reconnected(follow.client(), &thread, |ap| ap.run.as_deref().is_some_and(|r| view.owns(r))).await?;
                 }
                 Next::Gone(e) => return Err(e.into()),
             },
+            choice = asking.choice() => asking.decide(choice, follow.client()).await?,
             _ = interrupt.recv() => {
                 // The first Ctrl+C cancels the runs (through the connection
                 // of the moment); the second leaves at once.
@@ -258,6 +266,7 @@ async fn complete(ctx: &Ctx, client: Client, target: Target, question: String, a
     let mut interrupted = false;
     let mut live = !a.json;
     let mut follow = Follow::new(client, sub, thread.clone(), since, patience);
+    let mut asking = Asking::new(!a.json, color);
     let c = loop {
         let answered = {
             let call = long.completion_agents(
@@ -283,12 +292,16 @@ async fn complete(ctx: &Ctx, client: Client, target: Target, question: String, a
                         Err(e) => return Err(e.into()),
                     },
                     next = follow.next(), if live => match next {
-                        Next::Event(e) => view.on_event(&e, &mut out)?,
+                        Next::Event(e) => {
+                            view.on_event(&e, &mut out)?;
+                            asking.follow(&e, &mut view, &mut out)?;
+                        }
                         Next::Reconnecting => errln!("kd: kdd went away; reconnecting (up to {} s)…", a.reconnect),
                         Next::Reconnected => errln!("kd: reconnected"),
                         // The result still comes whole at the end.
                         Next::Gone(_) => live = false,
                     },
+                    choice = asking.choice() => asking.decide(choice, follow.client()).await?,
                     _ = interrupt.recv() => {
                         // The first Ctrl+C cancels the runs (the completion then
                         // ends with what it has); the second leaves at once.

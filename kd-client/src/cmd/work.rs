@@ -11,10 +11,12 @@ use kd_client::prelude::*;
 use kd_client::style::{bold, dim, paint};
 use kd_client::terminal::safe;
 use kd_client::{Client, ClientError};
+use kd_proto::approval::ApprovalEvent;
 use kd_proto::names::KD;
 use kd_proto::types::{Purpose, RunStatus, ThreadEvent};
 use kd_proto::work::{MemberDiff, WorkState, Worktree};
 
+use super::asking::Asking;
 use super::{Ctx, print_json};
 use crate::fmt::Table;
 
@@ -58,6 +60,13 @@ pub async fn run(ctx: &Ctx, a: WorkArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client().await?;
     let task = a.task.join(" ");
     let to = (!a.to.is_empty()).then_some(a.to);
+    // Listening for approvals before the members start, the King is asked
+    // what they ask from their first step (the work's thread is made by
+    // `work.start`: its subscription comes after).
+    let mut approvals = match a.no_wait || a.json {
+        true => None,
+        false => Some(client.approval_subscribe().await.map_err(ClientError::from)?),
+    };
     let started = client
         .work_start(workspace()?, task, to, Some(a.vote), kd_client::shell_path())
         .await
@@ -88,9 +97,26 @@ pub async fn run(ctx: &Ctx, a: WorkArgs) -> anyhow::Result<ExitCode> {
     let mut failed = false;
     let mut tally = None;
     let mut interrupted = false;
+    // An approval a member waits on is asked here, answered with a key.
+    let mut asking = Asking::new(!a.json, styled);
     loop {
         let event = tokio::select! {
             event = sub.next() => event,
+            Some(Ok(e)) = next_approval(&mut approvals) => {
+                let e = match e {
+                    ApprovalEvent::Requested { approval } => ThreadEvent::ApprovalRequested { approval },
+                    ApprovalEvent::Decided { approval } => ThreadEvent::ApprovalDecided { approval },
+                    ApprovalEvent::Lagged { .. } => continue,
+                };
+                if asking.concerns(&e, |ap| ap.thread == started.thread) {
+                    asking.on_event(&e, &mut std::io::stderr().lock())?;
+                }
+                continue;
+            }
+            choice = asking.choice() => {
+                asking.decide(choice, &client).await?;
+                continue;
+            }
             _ = interrupt.recv() => {
                 if interrupted {
                     return Ok(ExitCode::from(130));
@@ -149,6 +175,16 @@ pub async fn run(ctx: &Ctx, a: WorkArgs) -> anyhow::Result<ExitCode> {
         )?;
     }
     Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+/// The next approval event, when subscribed; else never.
+async fn next_approval(
+    sub: &mut Option<jsonrpsee::core::client::Subscription<ApprovalEvent>>,
+) -> Option<Result<ApprovalEvent, jsonrpsee::core::client::Error>> {
+    match sub {
+        Some(sub) => sub.next().await.map(|e| e.map_err(Into::into)),
+        None => std::future::pending().await,
+    }
 }
 
 /// `1 file`, `3 files`.
