@@ -51,6 +51,9 @@ fn main() {
         if selected("approval") {
             bench::approval::round_trip(50).await;
         }
+        if selected("notify") {
+            bench::notify::cost().await;
+        }
     });
     let rows = bench::checked();
     println!("\nSPEC §9");

@@ -366,3 +366,61 @@ async fn the_desktop_is_told_over_the_session_bus() {
     assert!(tested.sinks[0].ok && tested.sinks[0].answer.starts_with("notification "), "{:?}", tested.sinks);
     assert_eq!(within("the test notification", shown.recv()).await.unwrap().1, "kd: a test notification");
 }
+
+/// The other kinds, end to end: an approval that waits for the King (the
+/// event names it), a member timed out, and a work task ended — each told
+/// once for its exchange.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_king_is_told_an_approval_waits_a_member_timed_out_and_work_ended() {
+    let mut hook = Hook::start(Some(200)).await;
+    let ws = Workspace::new(&[]);
+    ws.git_init(&[("a.txt", "one\n")], &[]);
+    let file = ws.file("x-notified");
+    let asked = serde_json::json!({"tool_name": "Bash", "input": {"command": format!("touch {file}")}}).to_string();
+    let mut codex = kd_tests::fake("codex", "codex", &[("FAKE_HANG", "1")]);
+    codex["timeout"] = 1.into();
+    ws.write_config(&serde_json::json!({
+        "council": {"members": ["claude", "codex"]},
+        "agents": {
+            "claude": kd_tests::fake("claude", "claude", &[("FAKE_PERMISSION", asked.as_str())]),
+            "codex": codex,
+        },
+        "notify": {"webhook": hook.url, "kinds": ["approval", "timeout", "work"]},
+    }));
+    let kdd = Kdd::start_with(&["--kill-grace-ms", "300"]);
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let sent =
+        c.council_send(t.clone(), "Touch it.".into(), None, None, None, None, None, Some(0), None, None).await.unwrap();
+    let x = sent.message.seq;
+    let approval = collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::ApprovalRequested { .. })))
+        .await
+        .into_iter()
+        .find_map(|e| match e {
+            ThreadEvent::ApprovalRequested { approval } => Some(approval.id),
+            _ => None,
+        })
+        .unwrap();
+    let told = hook.next(2).await;
+    assert_eq!(kinds(&told), BTreeSet::from([(NotifyKind::Approval, Some(x)), (NotifyKind::Timeout, Some(x))]));
+    let waits = told.iter().find(|n| n.kind == NotifyKind::Approval).unwrap();
+    assert_eq!((waits.approval.as_deref(), waits.member.as_deref()), (Some(approval.as_str()), Some("claude")));
+    let timed_out = told.iter().find(|n| n.kind == NotifyKind::Timeout).unwrap();
+    assert_eq!(timed_out.member.as_deref(), Some("codex"));
+    c.approval_decide(approval, kd_proto::approval::Decision::Approve, None, None).await.unwrap();
+    collect_until(&mut sub, |e| {
+        e.iter().any(|e| matches!(e, ThreadEvent::Round { exchange, state, .. } if *exchange == x && *state != RoundState::Running))
+    })
+    .await;
+
+    // A work task: told once when the members' work is committed.
+    let started =
+        c.work_start(ws.path(), "Write notes.".into(), Some(vec!["claude".into()]), None, None).await.unwrap();
+    let told = hook.next(1).await;
+    assert_eq!(
+        (told[0].kind, told[0].thread.as_deref()),
+        (NotifyKind::Work, Some(started.thread.as_str())),
+        "{told:?}"
+    );
+}

@@ -12,6 +12,7 @@ pub mod daemon;
 pub mod kd_mcp;
 pub mod mcp_start;
 pub mod memory;
+pub mod notify;
 pub mod runs;
 pub mod scale;
 pub mod work_start;

@@ -1,0 +1,114 @@
+//! A notification's cost to the exchange (SPEC §9, issue 33): `kd ask` to
+//! three instant members, start to exit, with no `notify` sinks and with
+//! sinks that take their time — a loopback webhook that answers after
+//! [`SLOW`], a command that sleeps as long — timed in turns. Every exchange
+//! ends with a `done` notification to both sinks; none is on the
+//! exchange's path, so the two p50s should match. The webhook's count
+//! says the sinks were called.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::{check, percentile as pct, row};
+use crate::{Kdd, Workspace, bin};
+
+/// How long each sink takes to answer.
+const SLOW: Duration = Duration::from_millis(300);
+
+/// A loopback webhook answering each request after [`SLOW`]; the number
+/// of requests it was sent.
+async fn slow_hook() -> (String, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}/kd", listener.local_addr().expect("address"));
+    let got = Arc::new(AtomicUsize::new(0));
+    let count = got.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let count = count.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 8192];
+                if s.read(&mut buf).await.unwrap_or(0) > 0 {
+                    count.fetch_add(1, Ordering::SeqCst);
+                }
+                tokio::time::sleep(SLOW).await;
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await;
+            });
+        }
+    });
+    (url, got)
+}
+
+/// `kd ask` p50 without sinks and with slow ones, and their ratio.
+pub async fn cost() {
+    const N: usize = 30;
+    let ws = Workspace::new(&[]);
+    let (url, hooked) = slow_hook().await;
+    let config = |notify: bool| {
+        let mut c = serde_json::json!({
+            "council": {"members": ["claude", "codex", "gemini"]},
+            "agents": {
+                "claude": crate::fake("claude", "claude", &[]),
+                "codex": crate::fake("codex", "codex", &[]),
+                "gemini": crate::fake("gemini", "gemini", &[]),
+            },
+        });
+        if notify {
+            let sleep = format!("cat > /dev/null; sleep {}", SLOW.as_secs_f64());
+            c["notify"] = serde_json::json!({"webhook": url, "command": ["sh", "-c", sleep], "kinds": ["done"]});
+        }
+        ws.write_config(&c);
+    };
+    let kdd = Kdd::start();
+    let ask = || {
+        let start = Instant::now();
+        let out = std::process::Command::new(bin("kd"))
+            .arg("--socket")
+            .arg(&kdd.socket)
+            .args(["ask", "--rounds", "0", "Quick?"])
+            .current_dir(ws.dir.path())
+            .env("KD_NO_AUTOSTART", "1")
+            .output()
+            .expect("kd ask");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        start.elapsed().as_secs_f64() * 1000.0
+    };
+    config(false);
+    for _ in 0..5 {
+        ask();
+    }
+    let (mut without, mut with) = (Vec::new(), Vec::new());
+    for _ in 0..N {
+        config(false);
+        without.push(ask());
+        config(true);
+        with.push(ask());
+    }
+    // The last exchange's notification is on its way: wait for it, bounded.
+    let deadline = Instant::now() + SLOW * 20;
+    while hooked.load(Ordering::SeqCst) < N && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    without.sort_by(|a, b| a.total_cmp(b));
+    with.sort_by(|a, b| a.total_cmp(b));
+    let (a, b) = (pct(&without, 0.5), pct(&with, 0.5));
+    row(
+        "notify: exchanges with sinks / webhooks received",
+        format!("{N} / {}", hooked.load(Ordering::SeqCst)),
+        &format!("{N} / {N}"),
+    );
+    row("kd ask, 3 instant members, no sinks, p50", format!("{a:.1} ms"), "");
+    row(
+        &format!("kd ask, the same with a webhook and a command each taking {} ms, p50", SLOW.as_millis()),
+        format!("{b:.1} ms"),
+        "",
+    );
+    check(
+        "notification's cost to the exchange (p50 with sinks ÷ without)",
+        format!("{:.2}×", b / a),
+        "≤ 1.10 (none on its path)",
+        b / a <= 1.10,
+    );
+}
