@@ -9,9 +9,15 @@ use kd_tests::tmux::Tmux;
 use kd_tests::{Kdd, Workspace, bin, fake};
 use serde_json::json;
 
-/// claude's `FAKE_PERMISSION`: it asks to run `touch <path>`.
-fn touch(path: &str) -> String {
-    json!({"tool_name": "Bash", "input": {"command": format!("touch {path}"), "description": "touch it"}}).to_string()
+/// A council of claude alone, which asks (`FAKE_PERMISSION`) to run
+/// `touch <path>`.
+fn asks_to_touch(ws: &Workspace, path: &str) {
+    let asked = json!({"tool_name": "Bash", "input": {"command": format!("touch {path}"), "description": "touch it"}});
+    let asked = asked.to_string();
+    ws.write_config(&json!({
+        "council": {"members": ["claude"]},
+        "agents": {"claude": fake("claude", "claude", &[("FAKE_PERMISSION", asked.as_str())])},
+    }));
 }
 
 /// Whether the command's exit status is on the screen (not only in the
@@ -37,11 +43,7 @@ async fn kd_ask_shows_the_approval_and_y_lets_the_tool_run() {
     let dir = tempfile::tempdir().unwrap();
     let ws = Workspace::new(&[]);
     let file = ws.file("x-inline");
-    let asked = touch(&file);
-    ws.write_config(&json!({
-        "council": {"members": ["claude"]},
-        "agents": {"claude": fake("claude", "claude", &[("FAKE_PERMISSION", asked.as_str())])},
-    }));
+    asks_to_touch(&ws, &file);
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let tmux = kd_in_a_terminal(dir.path(), &ws, &kdd, "ask 'Touch the file.'").await;
@@ -73,11 +75,7 @@ async fn kd_ask_shows_the_approval_and_y_lets_the_tool_run() {
 async fn kd_ask_without_a_terminal_says_how_to_answer() {
     let ws = Workspace::new(&[]);
     let file = ws.file("x-piped");
-    let asked = touch(&file);
-    ws.write_config(&json!({
-        "council": {"members": ["claude"]},
-        "agents": {"claude": fake("claude", "claude", &[("FAKE_PERMISSION", asked.as_str())])},
-    }));
+    asks_to_touch(&ws, &file);
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let mut asked = c.approval_subscribe().await.unwrap();
@@ -108,11 +106,7 @@ async fn kd_work_takes_n_and_the_member_is_told_no() {
     let ws = Workspace::new(&[]);
     ws.git_init(&[("a.txt", "one\n")], &[]);
     let file = ws.file("x-work");
-    let asked = touch(&file);
-    ws.write_config(&json!({
-        "council": {"members": ["claude"]},
-        "agents": {"claude": fake("claude", "claude", &[("FAKE_PERMISSION", asked.as_str())])},
-    }));
+    asks_to_touch(&ws, &file);
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let tmux = kd_in_a_terminal(dir.path(), &ws, &kdd, "work 'Touch the file.'").await;

@@ -107,19 +107,7 @@ pub async fn cross_node_latency(deltas: usize, interval_ms: u64) {
 pub async fn ask_over_nodes(n: usize, asks: usize) {
     let kdds = nodes(n);
     let ws = Workspace::new(&[("claude", "claude", &[]), ("codex", "codex", &[]), ("gemini", "gemini", &[])]);
-    let ask = |kdd: &Kdd| {
-        let start = Instant::now();
-        let out = std::process::Command::new(crate::bin("kd"))
-            .arg("--socket")
-            .arg(&kdd.socket)
-            .args(["ask", "--rounds", "0", "Quick?"])
-            .current_dir(ws.dir.path())
-            .env("KD_NO_AUTOSTART", "1")
-            .output()
-            .expect("kd ask");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        start.elapsed()
-    };
+    let ask = |kdd: &Kdd| super::kd_ask(&kdd.socket, ws.dir.path());
     // The workspace's trunk is made on the first node.
     ask(&kdds[0]);
     let mut on: Vec<(&str, &Kdd)> = vec![("on the node that has the workspace", &kdds[0])];

@@ -66,6 +66,22 @@ pub async fn append_from(clients: Vec<kd_client::Client>, thread: &str, each: us
     }
 }
 
+/// `kd ask --rounds 0 Quick?` in `ws` against the daemon on `socket`,
+/// start to exit (it must succeed).
+pub fn kd_ask(socket: &std::path::Path, ws: &std::path::Path) -> std::time::Duration {
+    let start = std::time::Instant::now();
+    let out = std::process::Command::new(crate::bin("kd"))
+        .arg("--socket")
+        .arg(socket)
+        .args(["ask", "--rounds", "0", "Quick?"])
+        .current_dir(ws)
+        .env("KD_NO_AUTOSTART", "1")
+        .output()
+        .expect("kd ask");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    start.elapsed()
+}
+
 pub fn row(what: &str, measured: String, target: &str) {
     record(Row { what: what.into(), measured, target: target.into(), pass: None });
 }

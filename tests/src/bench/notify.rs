@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{check, percentile as pct, row};
-use crate::{Kdd, Workspace, bin};
+use crate::{Kdd, Workspace};
 
 /// How long each sink takes to answer.
 const SLOW: Duration = Duration::from_millis(300);
@@ -62,19 +62,7 @@ pub async fn cost() {
         ws.write_config(&c);
     };
     let kdd = Kdd::start();
-    let ask = || {
-        let start = Instant::now();
-        let out = std::process::Command::new(bin("kd"))
-            .arg("--socket")
-            .arg(&kdd.socket)
-            .args(["ask", "--rounds", "0", "Quick?"])
-            .current_dir(ws.dir.path())
-            .env("KD_NO_AUTOSTART", "1")
-            .output()
-            .expect("kd ask");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        start.elapsed().as_secs_f64() * 1000.0
-    };
+    let ask = || super::kd_ask(&kdd.socket, ws.dir.path()).as_secs_f64() * 1000.0;
     config(false);
     for _ in 0..5 {
         ask();

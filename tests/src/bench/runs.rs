@@ -210,19 +210,7 @@ async fn ask_beside_direct(members: &[&str], spec_row: bool) {
         }
     };
     let kdd = Kdd::start();
-    let ask = || {
-        let start = Instant::now();
-        let out = std::process::Command::new(bin("kd"))
-            .arg("--socket")
-            .arg(&kdd.socket)
-            .args(["ask", "--rounds", "0", "Quick?"])
-            .current_dir(ws.dir.path())
-            .env("KD_NO_AUTOSTART", "1")
-            .output()
-            .expect("kd ask");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        start.elapsed()
-    };
+    let ask = || super::kd_ask(&kdd.socket, ws.dir.path());
     // Warm: the thread made, each member's session taken once.
     configure(None);
     for _ in 0..5 {
