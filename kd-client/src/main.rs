@@ -4,6 +4,7 @@
 
 #[macro_use]
 mod out;
+mod approval_text;
 mod chat;
 mod cmd;
 mod fmt;

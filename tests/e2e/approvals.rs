@@ -12,7 +12,7 @@ use kd_tests::Kdd;
 use serde_json::json;
 
 /// A workspace whose claude asks to run `touch <file>`, and the file.
-fn asking(ws: &kd_tests::Workspace, file: &str, approvals: serde_json::Value) -> String {
+pub(crate) fn asking(ws: &kd_tests::Workspace, file: &str, approvals: serde_json::Value) -> String {
     let path = ws.file(file);
     let asked = json!({"tool_name": "Bash", "input": {"command": format!("touch {path}"), "description": "touch it"}});
     let asked = asked.to_string();
@@ -26,7 +26,9 @@ fn asking(ws: &kd_tests::Workspace, file: &str, approvals: serde_json::Value) ->
 }
 
 /// The approval the thread's subscription tells, once it does.
-async fn requested(sub: &mut jsonrpsee::core::client::Subscription<ThreadEvent>) -> kd_proto::approval::Approval {
+pub(crate) async fn requested(
+    sub: &mut jsonrpsee::core::client::Subscription<ThreadEvent>,
+) -> kd_proto::approval::Approval {
     let events =
         kd_tests::collect_until(sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::ApprovalRequested { .. }))).await;
     events

@@ -510,3 +510,78 @@ async fn esc_stops_the_runs_of_a_vote_asked_in_the_chat() {
     tmux.type_line("/quit");
     tmux.wait_for("the shell again", |_| tmux.display("#{alternate_on}") == "0").await;
 }
+
+/// Approvals in the chat (issue 33): the fake claude asks kd's permission
+/// tool to run `touch FILE` at every answer. One asked before the chat
+/// opens is listed when it opens; `n` denies it. One asked while the chat
+/// is open: `y` allows it and the tool runs. One decided by another
+/// client: the prompt goes and the panel says how.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_king_answers_approvals_in_the_chat_and_claudes_tool_runs() {
+    use kd_proto::approval::{ApprovalState, DecidedBy, Decision, Scope};
+    let dir = tempfile::tempdir().unwrap();
+    let ws = Workspace::new(&[]);
+    let file = crate::approvals::asking(&ws, "x-chat", serde_json::json!({}));
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(ws.dir.path().join(".kd/config.json")).unwrap()).unwrap();
+    config["council"]["auto_rounds"] = 1.into();
+    ws.write_config(&config);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::thread_in(&c, &ws, None).await;
+    // This test's subscription is a King's client: the approval waits.
+    let mut sub = c.thread_subscribe(t.clone(), Some(0), None).await.unwrap();
+    kd_tests::send_one_round(&c, &t, "Touch the file.").await;
+    let first = crate::approvals::requested(&mut sub).await;
+
+    let tmux = Tmux::start_sized(dir.path(), ws.dir.path(), 120, 40);
+    tmux.wait_for("the shell prompt", |s| s.contains('$')).await;
+    tmux.type_line(&format!("KD_NO_AUTOSTART=1 {} --socket {} chat {t}", bin("kd").display(), kdd.socket.display()));
+    let asked = |id: String| {
+        let file = file.clone();
+        move |s: &str| {
+            s.contains(&format!("claude asks to execute (Bash) · {id}"))
+                && s.contains(&format!("touch {file}"))
+                && s.contains("claude asks: y allow once · a allow for the rest of the run · n deny")
+        }
+    };
+    tmux.wait_for("the approval asked before the chat opened", asked(first.id.clone())).await;
+    tmux.send_keys(&["n"]);
+    collect_until(&mut sub, |e| kd_tests::ended(e) == 1).await;
+    tmux.wait_for("the denial in claude's panel", |s| {
+        s.contains(&format!("✗ execute: touch {file} — denied by king")) && !s.contains("claude asks:")
+    })
+    .await;
+    assert!(!std::path::Path::new(&file).exists(), "denied: the tool did not run");
+
+    tmux.type_line("Touch it now.");
+    let second = crate::approvals::requested(&mut sub).await;
+    tmux.wait_for("the approval asked in the chat", asked(second.id.clone())).await;
+    assert!(!std::path::Path::new(&file).exists(), "nothing runs before the King says so");
+    tmux.send_keys(&["y"]);
+    collect_until(&mut sub, |e| kd_tests::ended(e) == 1).await;
+    tmux.wait_for("the tool ran and the panel says it was allowed", |s| {
+        s.contains("allowed, ran touch") && s.contains("— approved by king, once")
+    })
+    .await;
+    assert!(std::path::Path::new(&file).exists(), "the approved command ran");
+    let all = c.approval_list(Some(true), Some(t.clone()), None).await.unwrap();
+    let state = |id: &str| all.iter().find(|a| a.id == id).map(|a| (a.state, a.decided_by, a.scope));
+    assert_eq!(state(&first.id), Some((ApprovalState::Denied, Some(DecidedBy::King), None)));
+    assert_eq!(state(&second.id), Some((ApprovalState::Approved, Some(DecidedBy::King), Some(Scope::Once))));
+
+    // Decided by another client: the prompt goes, the panel says how.
+    std::fs::remove_file(&file).unwrap();
+    tmux.type_line("Once more.");
+    let third = crate::approvals::requested(&mut sub).await;
+    tmux.wait_for("the third approval asked", asked(third.id.clone())).await;
+    c.approval_decide(third.id.clone(), Decision::Approve, Some(Scope::Run), None).await.unwrap();
+    collect_until(&mut sub, |e| kd_tests::ended(e) == 1).await;
+    tmux.wait_for("the prompt gone, the panel saying how", |s| {
+        s.contains("— approved by king, for the rest of the run") && !s.contains("claude asks:")
+    })
+    .await;
+    assert!(std::path::Path::new(&file).exists(), "approved elsewhere: the command ran");
+    tmux.type_line("/quit");
+    tmux.wait_for("the shell again", |_| tmux.display("#{alternate_on}") == "0").await;
+}

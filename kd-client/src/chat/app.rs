@@ -53,6 +53,9 @@ pub struct Entry {
     /// The member's work on this thread, shown under its latest answer's
     /// panel (F-W3).
     pub work: Option<Worktree>,
+    /// Approvals its member's CLI asked on this run, pending or decided
+    /// (the latest few; [`super::approvals`]).
+    pub approvals: Vec<kd_proto::approval::Approval>,
     /// Rendered lines for a width, kept until the entry changes.
     pub cache: RefCell<Option<(u16, Vec<Line<'static>>)>>,
 }
@@ -63,6 +66,7 @@ impl Entry {
             activity: None,
             queued: false,
             work: None,
+            approvals: Vec::new(),
             kind,
             member: member.to_string(),
             chars: text.chars().count() as u64,
@@ -152,6 +156,15 @@ pub enum Effect {
         squash: bool,
     },
     Reject(String),
+    /// Every thread's pending approvals (`/approvals`).
+    ListApprovals,
+    /// The King's decision on an approval.
+    Decide {
+        id: String,
+        decision: kd_proto::approval::Decision,
+        scope: Option<kd_proto::approval::Scope>,
+        message: Option<String>,
+    },
     Exit,
 }
 
@@ -190,6 +203,8 @@ pub enum Overlay {
         hits: Vec<kd_proto::types::SearchHit>,
         selected: usize,
     },
+    /// Every thread's pending approvals (`/approvals`); any key closes it.
+    Approvals(Vec<kd_proto::approval::Approval>),
 }
 
 pub struct App {
@@ -238,6 +253,8 @@ pub struct App {
     pub completing: Option<super::council::Completing>,
     /// What rings the bell and sets the terminal's title (issue 33).
     pub attention: super::attention::Attention,
+    /// The thread's approvals: pending ones, the one asked (issue 33).
+    pub approvals: super::approvals::Approvals,
 }
 
 impl App {
@@ -266,6 +283,7 @@ impl App {
             diff: None,
             completing: None,
             attention: Default::default(),
+            approvals: Default::default(),
             palette: kd_client::style::Palette::default(),
             colors: std::env::var_os("NO_COLOR").is_none(),
         }
@@ -273,6 +291,7 @@ impl App {
 
     /// Replaces the log with the thread's messages (on open and after a reconnect).
     pub fn load(&mut self, thread: Thread, messages: &[Message]) {
+        let same = thread.id == self.thread.id;
         self.thread = thread;
         self.entries = display_order(messages).into_iter().map(Entry::from_message).collect();
         // A long thread is opened at its end: say what is not shown.
@@ -292,6 +311,7 @@ impl App {
         self.round = None;
         self.work.clear();
         self.diff = None;
+        self.approvals_reloaded(same);
         self.dirty = true;
     }
 

@@ -24,6 +24,9 @@ pub const NAMES: &[&str] = &[
     "/diff",
     "/accept",
     "/reject",
+    "/approvals",
+    "/approve",
+    "/deny",
 ];
 
 /// What each command does, for `/help`.
@@ -55,6 +58,12 @@ pub const HELP: &[(&str, &str)] = &[
     ("/diff [MEMBER]", "a member's diff here (alone: who has work)"),
     ("/accept [--squash] MEMBER", "merge a member's work into your branch"),
     ("/reject MEMBER", "turn a member's work down"),
+    ("/approvals", "what members' CLIs ask permission for, every thread's (● this thread's)"),
+    (
+        "/approve ID [run|thread]",
+        "allow it once, or for the rest of the member's run, or for the member on this thread",
+    ),
+    ("/deny ID [MESSAGE]", "refuse it; the member is told the message"),
     ("/help", "this help"),
     ("/quit, /exit", "leave once your runs finish (Esc to force)"),
 ];
@@ -67,6 +76,11 @@ pub const KEYS: &[(&str, &str)] = &[
     ("Tab", "complete @member or /command"),
     ("Ctrl+U", "delete back to the start of the line"),
     ("Ctrl+Z", "undo an edit (Ctrl+R redoes it)"),
+    (
+        "y a n N, Esc",
+        "an approval asked (the input empty): allow once, allow for the run, deny, deny with a message; Esc leaves \
+         it for later",
+    ),
     ("PgUp PgDn Home End, wheel", "scroll"),
     ("Ctrl+C", "quit now (runs go on in the daemon)"),
 ];
@@ -112,6 +126,15 @@ pub enum Command {
         squash: bool,
     },
     Reject(String),
+    Approvals,
+    Approve {
+        id: String,
+        scope: Option<kd_proto::approval::Scope>,
+    },
+    Deny {
+        id: String,
+        message: Option<String>,
+    },
 }
 
 /// `/work`'s options, then its task as typed.
@@ -199,6 +222,27 @@ fn complete(name: &str, rest: &str) -> Result<Command, String> {
     Ok(Command::Complete { question, vote, chair })
 }
 
+/// `/approve ID [once|run|thread]` and `/deny ID [MESSAGE]`.
+fn decide(name: &str, rest: &str) -> Result<Command, String> {
+    let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+    let (id, after) = (&rest[..end], rest[end..].trim());
+    if id.is_empty() {
+        return Err(format!("{name} needs the approval's id (/approvals lists them), e.g. {name} ap-3k9x2b7q"));
+    }
+    let id = id.to_string();
+    if name == "/deny" {
+        return Ok(Command::Deny { id, message: (!after.is_empty()).then(|| after.to_string()) });
+    }
+    let scope = match after {
+        "" => None,
+        s => match kd_proto::approval::Scope::parse(s) {
+            Some(scope) => Some(scope),
+            None => return Err(format!("/approve takes once, run or thread after the id, not {s:?}")),
+        },
+    };
+    Ok(Command::Approve { id, scope })
+}
+
 /// Parses a line that starts with `/`; the error is a one-line notice.
 pub fn parse(line: &str) -> Result<Command, String> {
     let mut words = line.split_whitespace();
@@ -213,6 +257,7 @@ pub fn parse(line: &str) -> Result<Command, String> {
         ("/search", false) => return Ok(Command::Search(rest.to_string())),
         ("/work", _) => return work(rest),
         ("/vote" | "/synthesize", _) => return complete(name, rest),
+        ("/approve" | "/deny", _) => return decide(name, rest),
         _ => {}
     }
     let squash = name == "/accept" && words.clone().next() == Some("--squash");
@@ -239,6 +284,7 @@ pub fn parse(line: &str) -> Result<Command, String> {
         "/diff" => Command::Diff(arg.clone()),
         "/accept" => Command::Accept { member: need(&arg)?, squash },
         "/reject" => Command::Reject(need(&arg)?),
+        "/approvals" => Command::Approvals,
         other => return Err(format!("unknown command {other}; /help lists them")),
     };
     let takes_arg = matches!(
@@ -336,5 +382,26 @@ mod tests {
         assert_eq!(parse("/cancel a b"), Err("/cancel takes one member name".into()));
         assert_eq!(parse("/cost"), Ok(Command::Cost));
         assert_eq!(parse("/cost x"), Err("/cost takes no argument".into()));
+    }
+
+    #[test]
+    fn approval_commands_parse_their_id_scope_and_message() {
+        use kd_proto::approval::Scope;
+        assert_eq!(parse("/approvals"), Ok(Command::Approvals));
+        assert_eq!(parse("/approvals x"), Err("/approvals takes no argument".into()));
+        assert_eq!(parse("/approve ap-1"), Ok(Command::Approve { id: "ap-1".into(), scope: None }));
+        assert_eq!(parse("/approve ap-1 run"), Ok(Command::Approve { id: "ap-1".into(), scope: Some(Scope::Run) }));
+        assert_eq!(
+            parse("/approve  ap-1  thread "),
+            Ok(Command::Approve { id: "ap-1".into(), scope: Some(Scope::Thread) })
+        );
+        assert!(parse("/approve ap-1 forever").unwrap_err().contains("once, run or thread"));
+        assert!(parse("/approve").unwrap_err().contains("needs the approval's id"));
+        assert_eq!(parse("/deny ap-1"), Ok(Command::Deny { id: "ap-1".into(), message: None }));
+        assert_eq!(
+            parse("/deny ap-1 use the test\ndatabase "),
+            Ok(Command::Deny { id: "ap-1".into(), message: Some("use the test\ndatabase".into()) })
+        );
+        assert!(parse("/deny").unwrap_err().contains("needs the approval's id"));
     }
 }

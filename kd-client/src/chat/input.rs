@@ -84,6 +84,9 @@ impl App {
             Ok(Command::Diff(Some(m))) => vec![Effect::Diff(m)],
             Ok(Command::Accept { member, squash }) => vec![Effect::Accept { member, squash }],
             Ok(Command::Reject(m)) => vec![Effect::Reject(m)],
+            Ok(Command::Approvals) => self.list_approvals(),
+            Ok(Command::Approve { id, scope }) => self.decide(id, kd_proto::approval::Decision::Approve, scope, None),
+            Ok(Command::Deny { id, message }) => self.decide(id, kd_proto::approval::Decision::Deny, None, message),
             Err(msg) => {
                 self.set_notice(msg);
                 vec![]

@@ -66,6 +66,10 @@ pub fn on_key(app: &mut App, key: KeyEvent) -> Vec<Effect> {
         }
         return vec![];
     }
+    // An approval asked, the input empty: its keys answer it (Esc: later).
+    if let Some(effects) = app.approval_key(key) {
+        return effects;
+    }
     if key.code == KeyCode::Esc {
         return app.escape();
     }
@@ -115,7 +119,7 @@ fn newline(app: &mut App) {
 fn on_overlay_key(app: &mut App, overlay: Overlay, key: KeyEvent) -> Vec<Effect> {
     app.dirty = true;
     match overlay {
-        Overlay::Help => {
+        Overlay::Help | Overlay::Approvals(_) => {
             app.overlay = None;
             vec![]
         }

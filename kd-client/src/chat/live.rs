@@ -63,8 +63,10 @@ impl App {
         self.own_completion_runs(event);
         self.attention.see(event);
         self.apply_event(event);
-        // A new panel of a member may now carry its work.
+        // A new panel of a member may now carry its work, and show an
+        // approval its run asked.
         self.place_work();
+        self.place_approvals();
     }
 
     fn apply_event(&mut self, event: &ThreadEvent) {
@@ -96,6 +98,7 @@ impl App {
                         e.purpose = run.purpose;
                         e.text.clear();
                         e.chars = 0;
+                        e.approvals.clear();
                         // A retry stands where the failure stood.
                         if run.replaces.is_none() {
                             e.place = run_place(run);
@@ -123,8 +126,9 @@ impl App {
                 }
             }
             ThreadEvent::Work { worktree } => self.on_work(worktree),
-            // Shown by the chat's approvals (issue 33); nothing in a panel yet.
-            ThreadEvent::ApprovalRequested { .. } | ThreadEvent::ApprovalDecided { .. } => {}
+            ThreadEvent::ApprovalRequested { approval } | ThreadEvent::ApprovalDecided { approval } => {
+                self.on_approval(approval)
+            }
             ThreadEvent::Status { status, .. } => {
                 self.thread.status = *status;
                 if *status == kd_proto::types::ThreadStatus::Archived {
@@ -213,6 +217,8 @@ impl App {
                 if m.replaces.is_some() {
                     entry.place = self.entries[i].place;
                 }
+                // What its run asked stays in the panel, decided.
+                entry.approvals = std::mem::take(&mut self.entries[i].approvals);
                 self.entries[i] = entry;
                 self.sort();
                 self.dirty = true;

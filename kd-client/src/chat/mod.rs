@@ -6,12 +6,14 @@
 //! [`commands`] parses slash commands, [`council`] is what the chat asks of
 //! the council beyond a message (votes, syntheses, `/cancel`, `/cost`) and
 //! whose runs are in flight, [`requests`] the requests made without waiting
-//! and what their answers do, [`diff`] shows members' work, [`wrap`] wraps
+//! and what their answers do, [`diff`] shows members' work, [`approvals`]
+//! asks the King what members' CLIs ask permission for, [`wrap`] wraps
 //! styled text. This module runs the loop: one `select!` over terminal
 //! input, the thread's subscription, answers to requests, signals and a
 //! capped redraw deadline — nothing runs while nothing happens.
 
 pub mod app;
+pub mod approvals;
 pub mod attention;
 pub mod commands;
 pub mod council;
@@ -349,7 +351,15 @@ async fn open(
     let pending = new.is_some().then_some(true);
     app.pending_new = new;
     app.connected = true;
-    Ok(client.thread_subscribe(thread.id, Some(last), pending).await?)
+    let sub = client.thread_subscribe(thread.id.clone(), Some(last), pending).await?;
+    // The approvals waiting on this thread, read after subscribing: one
+    // asked meanwhile comes by the subscription too (the same id, once).
+    if pending.is_none()
+        && let Ok(waiting) = client.approval_list(None, Some(thread.id), None).await
+    {
+        app.set_approvals(&waiting);
+    }
+    Ok(sub)
 }
 
 async fn next_event(sub: &mut Option<Subscription<ThreadEvent>>) -> Option<ThreadEvent> {
@@ -429,5 +439,7 @@ fn restore(enhanced: bool) {
     let _ = disable_raw_mode();
 }
 
+#[cfg(test)]
+mod approval_tests;
 #[cfg(test)]
 mod tests;

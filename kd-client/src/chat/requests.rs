@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use kd_client::prelude::*;
 use kd_client::{Client, ClientError};
+use kd_proto::approval::Approval;
 use kd_proto::types::{Aggregation, Completion, CostReport, RunInfo, Sent, Style, Thread};
 use kd_proto::work::{Accepted, MemberDiff, WorkStarted, Worktree};
 use tokio::sync::mpsc;
@@ -35,6 +36,9 @@ pub(super) enum Reply {
     Cancelled(Result<(Vec<RunInfo>, bool), ClientError>),
     Cost(Result<CostReport, ClientError>),
     Forked(Result<Thread, ClientError>),
+    Approvals(Result<Vec<Approval>, ClientError>),
+    /// The answer to a decision on approval `.0`.
+    Decided(String, Result<Approval, ClientError>),
 }
 
 /// Sends a request without blocking the loop; the answer comes back as a [`Reply`].
@@ -121,6 +125,13 @@ pub(super) fn request(client: &Arc<Client>, app: &App, effect: Effect, tx: mpsc:
                     .await
                     .map_err(ClientError::from),
             ),
+            Effect::ListApprovals => {
+                Reply::Approvals(client.approval_list(None, None, None).await.map_err(ClientError::from))
+            }
+            Effect::Decide { id, decision, scope, message } => {
+                let answer = client.approval_decide(id.clone(), decision, scope, message).await;
+                Reply::Decided(id, answer.map_err(ClientError::from))
+            }
             Effect::NewThread | Effect::Open(_) | Effect::OpenAt(..) | Effect::Complete { .. } | Effect::Exit => return,
         };
         let _ = tx.send(reply);
@@ -283,6 +294,15 @@ pub(super) fn on_reply(app: &mut App, reply: Reply) -> Vec<Effect> {
             app.on_work(&w);
             app.set_notice(format!("rejected {}'s work", w.member));
         }
+        Reply::Approvals(Ok(list)) => {
+            app.set_approvals(&list);
+            if list.is_empty() {
+                app.set_notice("no approval is pending");
+            } else {
+                app.overlay = Some(Overlay::Approvals(list));
+            }
+        }
+        Reply::Decided(id, answer) => app.on_decided(&id, answer.map_err(|e| e.to_string())),
         Reply::Completed(Err(e)) => {
             app.completing = None;
             app.set_notice(kd_client::terminal::safe(&e.to_string()).into_owned());
@@ -300,6 +320,7 @@ pub(super) fn on_reply(app: &mut App, reply: Reply) -> Vec<Effect> {
         | Reply::Threads(Err(e))
         | Reply::Titled(Err(e))
         | Reply::Found(Err(e))
+        | Reply::Approvals(Err(e))
         | Reply::Archived(Err(e))
         | Reply::Unarchived(Err(e))
         // A refusal may quote what a member or git wrote (a conflicting path).

@@ -197,7 +197,7 @@ fn help_wraps_long_lines_instead_of_cutting_them() {
     for width in [80, 60] {
         let mut app = App::new(thread());
         app.overlay = Some(Overlay::Help);
-        let s = screen(&mut app, width, 80);
+        let s = screen(&mut app, width, 100);
         for (k, v) in KEYS.iter().chain(HELP) {
             assert!(shows_whole(&s, k) && shows_whole(&s, v), "{k}: {v:?} is cut at {width} columns:\n{s}");
         }

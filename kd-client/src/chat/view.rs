@@ -48,6 +48,7 @@ pub fn draw(frame: &mut Frame<'_>, app: &mut App) {
         Some(Overlay::Help) => draw_help(frame, log),
         Some(Overlay::Threads { threads, selected }) => draw_threads(frame, log, threads, *selected),
         Some(Overlay::Search { hits, selected }) => draw_hits(frame, log, hits, *selected),
+        Some(Overlay::Approvals(list)) => draw_approvals(frame, log, list, &app.thread.id),
         None => {}
     }
     if let Some(diff) = app.diff.as_mut() {
@@ -137,7 +138,10 @@ fn status_line(app: &App, width: u16) -> Line<'static> {
     } else {
         " Enter send · Esc interrupt · /help"
     };
-    let left = match (app.question(), &app.notice) {
+    // A question asked first; an approval's prompt while the input is
+    // empty (typing, a notice may say more).
+    let asked = app.approval_prompt(width).filter(|_| app.input.is_empty() || app.notice.is_none());
+    let left = match (app.question().or(asked), &app.notice) {
         (Some(q), _) => Span::styled(format!(" {q}"), Style::default().fg(Color::Black).bg(Color::Yellow)),
         (None, Some(n)) => Span::styled(format!(" {n}"), Style::default().fg(Color::Yellow)),
         (None, None) => Span::styled(hints.to_string(), dim),
@@ -281,6 +285,9 @@ fn build_panel(entry: &Entry, width: u16, palette: &Palette) -> Vec<Line<'static
             title.push(Span::styled(format!(" (streaming · {} chars{doing})", thousands(entry.chars)), dim))
         }
         Kind::Waiting if entry.queued => title.push(Span::styled(" ── queued behind its answer in flight", dim)),
+        Kind::Waiting if entry.approvals.iter().any(|a| a.state.is_pending()) => {
+            title.push(Span::styled(" ── waits for your approval", Style::default().fg(Color::Yellow)))
+        }
         Kind::Waiting => title.push(Span::styled(" ── waiting...", dim)),
         Kind::Error { timed_out: true } => title.push(Span::styled(" · timed out", border)),
         Kind::Error { timed_out: false } => title.push(Span::styled(" · error", border)),
@@ -312,7 +319,7 @@ fn build_panel(entry: &Entry, width: u16, palette: &Palette) -> Vec<Line<'static
     let fill = width.saturating_sub(title_width + 5);
     top.push(Span::styled(format!(" {}{tr}", h.to_string().repeat(fill)), border));
     let mut out = vec![Line::from(top)];
-    let body: Vec<Line<'static>> = match entry.kind {
+    let mut body: Vec<Line<'static>> = match entry.kind {
         Kind::Waiting => Vec::new(),
         Kind::Answer => from_markdown(&entry.text),
         Kind::Streaming => {
@@ -337,6 +344,7 @@ fn build_panel(entry: &Entry, width: u16, palette: &Palette) -> Vec<Line<'static
         Kind::System if tally => from_markdown(&entry.text),
         Kind::King | Kind::System => plain(&entry.text),
     };
+    body.extend(super::approvals::lines(&entry.member, &entry.approvals));
     for line in wrap(&body, inner) {
         let used: usize = line.spans.iter().map(|s| display_width(&s.content)).sum();
         let mut spans = vec![Span::styled(format!("{v} "), border)];
@@ -490,6 +498,32 @@ fn draw_threads(frame: &mut Frame<'_>, area: Rect, threads: &[kd_proto::types::T
     let rect = centered(area, 70, lines.len() as u16 + 2);
     frame.render_widget(Clear, rect);
     frame.render_widget(Paragraph::new(lines).block(Block::bordered().title(" threads · ↑↓ Enter · Esc ")), rect);
+}
+
+/// Every thread's pending approvals, the oldest first; this thread's marked.
+fn draw_approvals(frame: &mut Frame<'_>, area: Rect, list: &[kd_proto::approval::Approval], thread: &str) {
+    let width = area.width.saturating_sub(4).clamp(20, 110) as usize;
+    let mut list: Vec<&kd_proto::approval::Approval> = list.iter().collect();
+    list.sort_by(|a, b| (a.requested_at_ms, &a.id).cmp(&(b.requested_at_ms, &b.id)));
+    let mut lines: Vec<Line<'_>> = list
+        .iter()
+        .map(|a| {
+            let mark = if a.thread == thread { "●" } else { " " };
+            let what = crate::fmt::one_line(&crate::approval_text::what(a));
+            let member = crate::fmt::one_line(&kd_client::terminal::safe(&a.member));
+            let row = format!("{mark} {}  {}  {member}  {what}", a.id, a.thread);
+            Line::from(row.chars().take(width.saturating_sub(1)).collect::<String>())
+        })
+        .collect();
+    lines.push(Line::default());
+    lines.push(Line::from(Span::styled(
+        "● this thread · /approve ID [run|thread] · /deny ID [MESSAGE]",
+        Style::default().fg(Color::DarkGray),
+    )));
+    let height = (lines.len() as u16 + 2).min(area.height);
+    let rect = centered(area, width as u16 + 2, height);
+    frame.render_widget(Clear, rect);
+    frame.render_widget(Paragraph::new(lines).block(Block::bordered().title(" approvals · any key closes ")), rect);
 }
 
 fn draw_hits(frame: &mut Frame<'_>, area: Rect, hits: &[kd_proto::types::SearchHit], selected: usize) {

@@ -13,6 +13,7 @@ use kd_client::terminal::safe;
 use kd_proto::approval::{Approval, ApprovalEvent, Decision, Scope};
 
 use super::{Ctx, print_json};
+use crate::approval_text;
 
 #[derive(Debug, Args)]
 pub struct ApprovalsArgs {
@@ -53,13 +54,8 @@ pub struct DenyArgs {
 
 /// One approval on one line: id, state, thread, member, what.
 pub fn line(a: &Approval) -> String {
-    let what = a.tool.command.as_deref().unwrap_or(&a.tool.title);
-    let decided = match (a.state.is_pending(), a.decided_by) {
-        (true, _) => String::new(),
-        (false, Some(by)) => format!("  [{} by {}]", a.state.as_str(), by.as_str()),
-        (false, None) => format!("  [{}]", a.state.as_str()),
-    };
-    format!("{}  {}  {}  {}: {}{}", a.id, a.thread, safe(&a.member), a.tool.kind.as_str(), safe(what), decided)
+    let decided = approval_text::decided(a).map(|d| format!("  [{d}]")).unwrap_or_default();
+    format!("{}  {}  {}  {}{}", a.id, a.thread, safe(&a.member), approval_text::what(a), decided)
 }
 
 pub async fn list(ctx: &Ctx, a: ApprovalsArgs) -> anyhow::Result<ExitCode> {
