@@ -67,7 +67,7 @@ fn verb(kind: ToolKind) -> &'static str {
 
 /// How `a` was decided, in a line.
 pub fn decided_line(a: &Approval) -> String {
-    let by = a.decided_by.map(|b| format!(" by {}", b.as_str())).unwrap_or_default();
+    let how = crate::approval_text::decided(a).unwrap_or_else(|| a.state.as_str().to_string());
     let scope = match a.scope {
         Some(Scope::Run) => " for the rest of its run",
         Some(Scope::Thread) => " for it on this thread",
@@ -77,7 +77,7 @@ pub fn decided_line(a: &Approval) -> String {
         (ApprovalState::Approved, _) | (_, None) => String::new(),
         (_, Some(m)) => format!(": {}", safe(m)),
     };
-    format!("kd: {} {} {}{by}{scope}{why}", a.id, safe(&a.member), a.state.as_str())
+    format!("kd: {} {} {how}{scope}{why}", a.id, safe(&a.member))
 }
 
 impl Asking {
