@@ -103,6 +103,34 @@ async fn the_policy_denies_without_asking_the_king() {
     assert_eq!((all[0].state, all[0].decided_by), (ApprovalState::Denied, Some(DecidedBy::Policy)));
 }
 
+/// The user's configuration's `approvals` apply beside the workspace's
+/// own file (which sets none): the user's denial of `execute` decides
+/// without asking the King, and `kd config show` says where it comes from.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_users_policy_denies_without_asking_beside_the_workspaces_file() {
+    let ws = kd_tests::Workspace::new(&[]);
+    let file = asking(&ws, "x-user-policy", json!({"timeout": "5m"}));
+    let kdd = Kdd::start();
+    let user = kdd.dir.path().join("config/kd/config.json");
+    std::fs::create_dir_all(user.parent().unwrap()).unwrap();
+    std::fs::write(&user, json!({"approvals": {"tools": {"execute": "deny"}}}).to_string()).unwrap();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
+    kd_tests::send_one_round(&c, &t, "Touch the file.").await;
+    let events = kd_tests::collect_until(&mut sub, |e| kd_tests::ended(e) == 1).await;
+    assert!(!events.iter().any(|e| matches!(e, ThreadEvent::ApprovalRequested { .. })), "the King was asked");
+    let last = kd_tests::last_message(&c, &t).await;
+    assert!(last.body.contains("denied: kd's approvals policy denies execute"), "{last:?}");
+    assert!(!std::path::Path::new(&file).exists());
+    let all = c.approval_list(Some(true), None, None).await.unwrap();
+    assert_eq!((all[0].state, all[0].decided_by), (ApprovalState::Denied, Some(DecidedBy::Policy)));
+    let view = c.config_get(ws.path(), None).await.unwrap();
+    let entry = |key: &str| view.entries.iter().find(|e| e.key == key).cloned();
+    let rule = entry("approvals.tools.execute").expect("the user's rule is shown");
+    assert_eq!((rule.value, rule.source), (json!("deny"), user.display().to_string()));
+    let timeout = entry("approvals.timeout").unwrap();
+    assert_eq!((timeout.value, timeout.source), (json!(300), ws.file(".kd/config.json")));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn nobody_answering_expires_the_approval_and_claude_is_told_so() {
     let ws = kd_tests::Workspace::new(&[]);
