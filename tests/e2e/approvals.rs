@@ -14,7 +14,7 @@ use crate::reconnect::Piped;
 use serde_json::json;
 
 /// A workspace whose claude asks to run `touch <file>`, and the file.
-fn asking(ws: &kd_tests::Workspace, file: &str, approvals: serde_json::Value) -> String {
+pub(crate) fn asking(ws: &kd_tests::Workspace, file: &str, approvals: serde_json::Value) -> String {
     let path = ws.file(file);
     let asked = json!({"tool_name": "Bash", "input": {"command": format!("touch {path}"), "description": "touch it"}});
     let asked = asked.to_string();
