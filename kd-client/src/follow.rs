@@ -1,21 +1,29 @@
-//! Following a thread across a restart of `kdd` (issue 24): a
+//! Following a subscription across a restart of `kdd` (issue 24): a
 //! subscription that, when the daemon goes away, says so once, connects
 //! again (starting `kdd` as [`Client::connect_or_start`] does, so a
 //! socket-activated daemon starts on the connect; not with
 //! `KD_NO_AUTOSTART=1`) with a backoff from 100 ms doubling to 2 s for at
-//! most its patience, and subscribes again after the last message it saw:
-//! no message is repeated or lost (the daemon sends the backlog after
-//! `since_seq`, then live events). What streamed of a run still in flight
-//! comes again as one snapshot delta; [`ThreadEvent::Delta::chars`] tells
-//! what is new.
+//! most its patience, and subscribes again as its [`Feed`] says.
+//!
+//! A thread's ([`Follow`], [`ThreadFeed`]) subscribes again after the last
+//! message it saw: no message is repeated or lost (the daemon sends the
+//! backlog after `since_seq`, then live events). What streamed of a run
+//! still in flight comes again as one snapshot delta;
+//! [`ThreadEvent::Delta::chars`] tells what is new. The approvals'
+//! ([`ApprovalFeed`], `kd approvals --follow`) subscribes again from the
+//! pending ones: what was decided meanwhile is the follower's to ask
+//! (`approval.list`) on [`Next::Reconnected`].
 
+use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use jsonrpsee::core::client::Subscription;
 use kd_proto::ErrorCode;
 use kd_proto::api::prelude::*;
+use kd_proto::approval::ApprovalEvent;
 use kd_proto::types::ThreadEvent;
+use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use crate::{Client, ClientError};
@@ -25,33 +33,86 @@ pub const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 /// The longest wait between two attempts.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
-/// What [`Follow::next`] brings.
+/// What [`Following::next`] brings.
 #[derive(Debug)]
-pub enum Next {
-    /// An event of the thread.
-    Event(ThreadEvent),
+pub enum Next<T = ThreadEvent> {
+    /// An item of the subscription.
+    Event(T),
     /// The daemon went away; connecting again (said once per outage).
     Reconnecting,
-    /// Subscribed again: the messages missed come next.
+    /// Subscribed again: the items missed come next (as the feed can).
     Reconnected,
     /// The end: the daemon did not come back in time, refused, or speaks
     /// another protocol (one line).
     Gone(ClientError),
 }
 
-/// A thread's subscription that rides through a restart of the daemon.
-pub struct Follow {
-    client: Client,
-    sub: Option<Subscription<ThreadEvent>>,
-    socket: PathBuf,
+/// What is followed: how to subscribe again after what was seen.
+pub trait Feed: Send {
+    /// An item of the subscription.
+    type Item: DeserializeOwned + Send + 'static;
+
+    /// Notes an item seen (to subscribe again after it).
+    fn seen(&mut self, item: &Self::Item);
+
+    /// Subscribes again on `client`.
+    fn subscribe<'a>(
+        &'a self,
+        client: &'a Client,
+    ) -> impl Future<Output = Result<Subscription<Self::Item>, ClientError>> + Send + 'a;
+}
+
+/// A thread's messages, after the last one seen.
+#[derive(Debug, Clone)]
+pub struct ThreadFeed {
     thread: String,
     last_seq: u64,
+}
+
+impl Feed for ThreadFeed {
+    type Item = ThreadEvent;
+
+    fn seen(&mut self, e: &ThreadEvent) {
+        if let ThreadEvent::Message { message } = e {
+            self.last_seq = self.last_seq.max(message.seq);
+        }
+    }
+
+    async fn subscribe<'a>(&'a self, client: &'a Client) -> Result<Subscription<ThreadEvent>, ClientError> {
+        Ok(client.thread_subscribe(self.thread.clone(), Some(self.last_seq), None).await?)
+    }
+}
+
+/// Every thread's approvals (`approval.subscribe`): subscribed again, the
+/// pending ones come first.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApprovalFeed;
+
+impl Feed for ApprovalFeed {
+    type Item = ApprovalEvent;
+
+    fn seen(&mut self, _: &ApprovalEvent) {}
+
+    async fn subscribe<'a>(&'a self, client: &'a Client) -> Result<Subscription<ApprovalEvent>, ClientError> {
+        Ok(client.approval_subscribe().await?)
+    }
+}
+
+/// A subscription that rides through a restart of the daemon.
+pub struct Following<F: Feed> {
+    client: Client,
+    sub: Option<Subscription<F::Item>>,
+    socket: PathBuf,
+    feed: F,
     patience: Duration,
     /// While reconnecting: until when, and the next wait.
     outage: Option<(Instant, Duration)>,
 }
 
-impl Follow {
+/// A thread's subscription that rides through a restart of the daemon.
+pub type Follow = Following<ThreadFeed>;
+
+impl Following<ThreadFeed> {
     /// Follows `sub`, a subscription of `thread` made on `client` after
     /// message `since`; `patience` is how long to try to reconnect (zero:
     /// the first disconnection is the end).
@@ -62,8 +123,22 @@ impl Follow {
         since: u64,
         patience: Duration,
     ) -> Follow {
+        Following::of(client, sub, ThreadFeed { thread, last_seq: since }, patience)
+    }
+
+    /// The last message seen.
+    pub fn last_seq(&self) -> u64 {
+        self.feed.last_seq
+    }
+}
+
+impl<F: Feed> Following<F> {
+    /// Follows `sub`, made on `client` as `feed` makes one; `patience` is
+    /// how long to try to reconnect (zero: the first disconnection is the
+    /// end).
+    pub fn of(client: Client, sub: Subscription<F::Item>, feed: F, patience: Duration) -> Following<F> {
         let socket = client.socket().to_path_buf();
-        Follow { client, sub: Some(sub), socket, thread, last_seq: since, patience, outage: None }
+        Following { client, sub: Some(sub), socket, feed, patience, outage: None }
     }
 
     /// The connection in use (a new one after a reconnect).
@@ -71,20 +146,13 @@ impl Follow {
         &self.client
     }
 
-    /// The last message seen.
-    pub fn last_seq(&self) -> u64 {
-        self.last_seq
-    }
-
-    /// The next event, or what happened to the connection. Cancel-safe:
+    /// The next item, or what happened to the connection. Cancel-safe:
     /// dropped while reconnecting, the next call goes on where it was.
-    pub async fn next(&mut self) -> Next {
+    pub async fn next(&mut self) -> Next<F::Item> {
         if let Some(sub) = &mut self.sub {
             return match sub.next().await {
                 Some(Ok(e)) => {
-                    if let ThreadEvent::Message { message } = &e {
-                        self.last_seq = self.last_seq.max(message.seq);
-                    }
+                    self.feed.seen(&e);
                     Next::Event(e)
                 }
                 Some(Err(e)) => Next::Gone(ClientError::Transport(format!("bad event from kdd: {e}"))),
@@ -121,7 +189,7 @@ impl Follow {
 
     async fn resubscribe(&mut self) -> Result<(), ClientError> {
         let client = Client::connect_or_start(&self.socket).await?;
-        let sub = client.thread_subscribe(self.thread.clone(), Some(self.last_seq), None).await?;
+        let sub = self.feed.subscribe(&client).await?;
         self.client = client;
         self.sub = Some(sub);
         Ok(())
@@ -134,8 +202,8 @@ pub fn backoff(wait: Duration) -> Duration {
 }
 
 /// Whether connecting again may help: not against a daemon of another
-/// protocol, an impostor, or one that refused the thread (but one still
-/// shutting down may be followed by a new one).
+/// protocol, an impostor, or one that refused the subscription (but one
+/// still shutting down may be followed by a new one).
 fn retried(e: &ClientError) -> bool {
     match e {
         ClientError::Protocol { .. } | ClientError::Untrusted { .. } => false,

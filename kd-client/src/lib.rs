@@ -17,6 +17,7 @@
 //!   brings in scope is available on it;
 //! - [`follow::Follow`]: a thread's subscription that rides through a
 //!   restart of the daemon (reconnects, resubscribes after the last message);
+//!   [`follow::Following`] any other, e.g. the approvals';
 //! - [`autostart`]: starting `kdd` when no one answers (F-D5);
 //! - [`http`]: one call over plain HTTP, which gets in when WebSockets cannot;
 //! - [`ClientError`]: failures worded for a one-line message;

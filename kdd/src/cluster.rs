@@ -7,8 +7,9 @@
 //!   moment one is written, and by polling every `--cluster-poll-ms` when a
 //!   wake-up is lost;
 //! - records the runs of a node dead past the lease (`--cluster-lease-ms`)
-//!   interrupted, and takes over that node's exchanges whose workspace it
-//!   has, resuming them as a restart would.
+//!   interrupted and its pending approvals cancelled, and takes over that
+//!   node's exchanges whose workspace it has, resuming them as a restart
+//!   would.
 //!
 //! It also stops the runs other nodes ask it to stop (`kd cancel`, Ctrl+C
 //! of a `kd ask` there, on a thread whose members run here).

@@ -9,6 +9,8 @@ use kd_client::prelude::*;
 use kd_proto::approval::{ApprovalState, DecidedBy, Decision, ToolKind};
 use kd_proto::types::{RunStatus, ThreadEvent};
 use kd_tests::Kdd;
+
+use crate::reconnect::Piped;
 use serde_json::json;
 
 /// A workspace whose claude asks to run `touch <file>`, and the file.
@@ -101,6 +103,34 @@ async fn the_policy_denies_without_asking_the_king() {
     assert!(!std::path::Path::new(&file).exists());
     let all = c.approval_list(Some(true), None, None).await.unwrap();
     assert_eq!((all[0].state, all[0].decided_by), (ApprovalState::Denied, Some(DecidedBy::Policy)));
+}
+
+/// The user's configuration's `approvals` apply beside the workspace's
+/// own file (which sets none): the user's denial of `execute` decides
+/// without asking the King, and `kd config show` says where it comes from.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_users_policy_denies_without_asking_beside_the_workspaces_file() {
+    let ws = kd_tests::Workspace::new(&[]);
+    let file = asking(&ws, "x-user-policy", json!({"timeout": "5m"}));
+    let kdd = Kdd::start();
+    let user = kdd.dir.path().join("config/kd/config.json");
+    std::fs::create_dir_all(user.parent().unwrap()).unwrap();
+    std::fs::write(&user, json!({"approvals": {"tools": {"execute": "deny"}}}).to_string()).unwrap();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
+    kd_tests::send_one_round(&c, &t, "Touch the file.").await;
+    let events = kd_tests::collect_until(&mut sub, |e| kd_tests::ended(e) == 1).await;
+    assert!(!events.iter().any(|e| matches!(e, ThreadEvent::ApprovalRequested { .. })), "the King was asked");
+    let last = kd_tests::last_message(&c, &t).await;
+    assert!(last.body.contains("denied: kd's approvals policy denies execute"), "{last:?}");
+    assert!(!std::path::Path::new(&file).exists());
+    let all = c.approval_list(Some(true), None, None).await.unwrap();
+    assert_eq!((all[0].state, all[0].decided_by), (ApprovalState::Denied, Some(DecidedBy::Policy)));
+    let view = c.config_get(ws.path(), None).await.unwrap();
+    let entry = |key: &str| view.entries.iter().find(|e| e.key == key).cloned();
+    let rule = entry("approvals.tools.execute").expect("the user's rule is shown");
+    assert_eq!((rule.value, rule.source), (json!("deny"), user.display().to_string()));
+    let timeout = entry("approvals.timeout").unwrap();
+    assert_eq!((timeout.value, timeout.source), (json!(300), ws.file(".kd/config.json")));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -201,4 +231,69 @@ async fn kd_approvals_lists_it_and_kd_approve_lets_the_tool_run() {
     let late = kdd.kd().args(["deny", &a.id, "-m", "too late"]).output().await.unwrap();
     assert!(!late.status.success());
     assert!(String::from_utf8_lossy(&late.stderr).contains("approved already"), "{late:?}");
+}
+
+/// `kd approvals --follow` rides through a kill -9 of kdd as `kd watch`
+/// does: it says the daemon went away, connects again when it is back,
+/// tells what was decided meanwhile (the dead run's approval, cancelled
+/// at the start) without repeating what it showed, and goes on with new
+/// requests. (It exited 0 without a word when kdd died.)
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_approvals_follow_rides_through_a_kill_9_of_kdd() {
+    let ws = kd_tests::Workspace::new(&[]);
+    asking(&ws, "x-follow", json!({}));
+    let mut kdd = Kdd::start();
+    let a = {
+        let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
+        kd_tests::send_one_round(&c, &t, "Touch the file.").await;
+        requested(&mut sub).await
+    };
+    let mut k = kdd.kd();
+    k.args(["approvals", "--follow", "--reconnect", "30"]);
+    let mut follow = Piped::spawn(k);
+    follow.until(false, &a.id).await;
+
+    kdd.kill9();
+    follow.until(true, "kd: kdd went away; reconnecting (up to 30 s)…").await;
+    kdd.launch().expect("kdd starts again");
+    follow.until(true, "kd: reconnected").await;
+    // The dead run's approval, cancelled at the start, is told.
+    follow.until(false, "[cancelled]").await;
+    // And new requests come.
+    let b = {
+        let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
+        kd_tests::send_one_round(&c, &t, "Touch the file.").await;
+        requested(&mut sub).await
+    };
+    follow.until(false, &b.id).await;
+    follow.interrupt();
+    assert_eq!(follow.exit().await, Some(0), "{}", follow.stderr());
+    let out = follow.stdout();
+    let of_a: Vec<&str> = out.lines().filter(|l| l.contains(&a.id)).collect();
+    assert_eq!(of_a.len(), 2, "pending once, then cancelled once: {out}");
+    assert!(of_a[1].ends_with("[cancelled]"), "{out}");
+    assert_eq!(out.lines().filter(|l| l.contains(&b.id)).count(), 1, "{out}");
+}
+
+/// With no patience (`--reconnect 0`), `kd approvals --follow` says on
+/// stderr that it lost kdd and exits non-zero, as `kd watch` does.
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_approvals_follow_without_reconnecting_says_kdd_went_away() {
+    let mut kdd = Kdd::start();
+    let mut k = kdd.kd();
+    k.args(["approvals", "--follow", "--reconnect", "0"]);
+    let mut follow = Piped::spawn(k);
+    // Subscribed once kdd counts it.
+    kd_tests::within("the follow to subscribe", async {
+        let c = kdd.client().await;
+        while c.daemon_status().await.unwrap().subscriptions == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    kdd.kill9();
+    let code = follow.exit().await;
+    let err = follow.stderr();
+    assert_eq!(code, Some(3), "kd's exit for a daemon it lost: {err}");
+    assert!(err.contains("lost the connection to kdd") && !err.contains("reconnecting"), "{err}");
 }

@@ -401,3 +401,50 @@ async fn a_cancel_on_b_stops_the_runs_of_as_thread_on_a() {
     .await;
     hold.release();
 }
+
+/// Node a killed -9 while one of its runs waits on the King's approval,
+/// and never started again: when b reaps a, that approval is `cancelled`
+/// (by no one, saying the node was lost) and the King's clients on b are
+/// told (`approval_decided`), rather than left pending forever (a node
+/// cancels its own only at its next start).
+#[tokio::test(flavor = "multi_thread")]
+async fn approvals_pending_on_a_node_killed_for_good_are_cancelled_when_it_is_reaped() {
+    use kd_proto::approval::{ApprovalEvent, ApprovalState};
+    let Some((mut a, b)) = fast_nodes() else { return };
+    let ws = Workspace::new(&[]);
+    crate::approvals::asking(&ws, "x-lost", serde_json::json!({}));
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&a, &ws, None).await;
+    kd_tests::send_one_round(&c, &t, "Touch the file.").await;
+    let events =
+        collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::ApprovalRequested { .. }))).await;
+    let id = events
+        .iter()
+        .find_map(|e| match e {
+            ThreadEvent::ApprovalRequested { approval } => Some(approval.id.clone()),
+            _ => None,
+        })
+        .unwrap();
+    // The King follows the approvals on b.
+    let cb = b.client().await;
+    let mut king = cb.approval_subscribe().await.unwrap();
+    drop((sub, c));
+    a.kill9();
+    let decided = within("b to cancel a's approval", async {
+        while let Some(e) = king.next().await {
+            if let ApprovalEvent::Decided { approval } = e.unwrap()
+                && approval.id == id
+            {
+                return approval;
+            }
+        }
+        panic!("the approvals subscription ended");
+    })
+    .await;
+    assert_eq!((decided.state, decided.decided_by), (ApprovalState::Cancelled, None), "{decided:?}");
+    let why = decided.message.clone().unwrap_or_default();
+    assert!(why.contains("node a was lost"), "{why}");
+    let listed = cb.approval_list(Some(true), Some(t.clone()), None).await.unwrap();
+    let kept = listed.iter().find(|x| x.id == id).expect("kept");
+    assert_eq!(kept.state, ApprovalState::Cancelled);
+    assert_eq!(b.db.one("SELECT state FROM nodes WHERE id = 'a'", &[]).text(), "dead");
+}

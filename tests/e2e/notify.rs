@@ -243,6 +243,7 @@ async fn kd_notify_test_says_what_each_sink_answered() {
     assert!(stdout.contains("HTTP 200"), "{stdout}");
     assert!(stdout.contains("FAILED: HTTP 500"), "{stdout}");
     assert!(stdout.contains("FAILED: exit status 3: no pager here"), "{stdout}");
+    assert!(stdout.ends_with('\n') && !stdout.ends_with("\n\n"), "the table ends its last line: {stdout:?}");
     assert_eq!(ok.next(1).await[0].kind, NotifyKind::Test);
     assert_eq!(refusing.next(1).await[0].kind, NotifyKind::Test);
     let got: Notification = serde_json::from_slice(&std::fs::read(out.path().join("test.json")).unwrap()).unwrap();
@@ -263,6 +264,7 @@ async fn kd_notify_test_says_what_each_sink_answered() {
     let o = run(kd).await;
     assert!(o.status.success());
     assert!(o.stdout.as_str().contains("No notification sink is configured"));
+    assert!(o.stdout.ends_with(".\n"), "one whole line: {:?}", o.stdout);
 
     // A bad section is refused with its key.
     council(&ws, serde_json::json!({"webhook": "ftp://example.com/x"}));

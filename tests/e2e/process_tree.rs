@@ -89,3 +89,61 @@ async fn after_kill_9_the_next_daemon_kills_what_the_agents_left() {
         until_gone(run.child, &format!("recovery to kill the child ({how})")).await;
     }
 }
+
+/// The harness leaves nothing behind: a test's `Kdd` dropped after its
+/// daemon was killed also kills what the agents started that outlived it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dropped_test_daemon_leaves_nothing_its_agents_started() {
+    let mut kdd = Kdd::start();
+    let run = run_with_child(&kdd, "own-group", &[("FAKE_HANG", "1")]).await;
+    kdd.kill9();
+    until_gone(run.leader(), "the agent to die with its daemon").await;
+    assert!(alive(run.child), "the child outlived the crash, as it would");
+    drop(kdd);
+    until_gone(run.child, "the harness to kill the orphan").await;
+}
+
+/// A command an agent started that outlives its daemon (kill -9) and then
+/// runs `kd` (as an agent's shell does `kd send`) starts no daemon: kd
+/// run by an agent never auto-starts kdd (its env says
+/// `KD_NO_AUTOSTART=1`), or such an orphan would start one of its own on
+/// the socket — on the default registry, not the daemon's — that nobody
+/// stops (found: a kdd left by the e2e suite, parent 1, its socket in a
+/// deleted /tmp/kd-e2e-* dir, logging to ~/.local/share/kd/kdd.log).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agents_command_outliving_a_killed_kdd_starts_no_daemon() {
+    let mut kdd = Kdd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let out = dir.path().join("out");
+    let kd = kd_tests::bin("kd");
+    let later = format!(
+        "(while [ ! -e {go} ]; do sleep 0.02; done; {kd} threads >/dev/null 2>&1; echo $? > {out}.tmp; mv {out}.tmp {out}) \
+         </dev/null >/dev/null 2>&1 &",
+        go = go.display(),
+        kd = kd.display(),
+        out = out.display()
+    );
+    let ws = Workspace::new(&[("claude", "claude", &[("FAKE_RUN", later.as_str()), ("FAKE_HANG", "1")])]);
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    c.council_send(t.clone(), "Go.".into(), None, None, None, None, None, Some(0), None, None).await.unwrap();
+    // The command ran (it is in the background) once the answer streams.
+    collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))).await;
+    drop((sub, c));
+    kdd.kill9();
+    std::fs::write(&go, "").unwrap();
+    let code = kd_tests::within("the orphan's kd to end", async {
+        loop {
+            if let Ok(code) = std::fs::read_to_string(&out) {
+                return code;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let started = kd_tests::daemons_on(&kdd.socket);
+    assert_eq!(code.trim(), "3", "kd could not reach kdd and said so (exit 3); daemons on the socket: {started:?}");
+    assert!(started.is_empty(), "no daemon was started on the socket: {started:?}");
+}

@@ -12,15 +12,16 @@ use kd_proto::types::ThreadEvent;
 use kd_tests::{Kdd, Workspace, append, within};
 use tokio::io::AsyncReadExt;
 
-/// A `kd` process whose stdout and stderr are read as they come.
-struct Piped {
+/// A `kd` process whose stdout and stderr are read as they come (also
+/// used by other modules: `crate::reconnect::Piped`).
+pub(crate) struct Piped {
     child: tokio::process::Child,
     out: Arc<Mutex<String>>,
     err: Arc<Mutex<String>>,
 }
 
 impl Piped {
-    fn spawn(mut cmd: tokio::process::Command) -> Piped {
+    pub(crate) fn spawn(mut cmd: tokio::process::Command) -> Piped {
         let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
         let out = Arc::new(Mutex::new(String::new()));
         let err = Arc::new(Mutex::new(String::new()));
@@ -29,16 +30,16 @@ impl Piped {
         Piped { child, out, err }
     }
 
-    fn stdout(&self) -> String {
+    pub(crate) fn stdout(&self) -> String {
         self.out.lock().unwrap().clone()
     }
 
-    fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         self.err.lock().unwrap().clone()
     }
 
     /// Waits until stdout (or stderr) holds `needle`.
-    async fn until(&self, stderr: bool, needle: &str) {
+    pub(crate) async fn until(&self, stderr: bool, needle: &str) {
         let text = if stderr { &self.err } else { &self.out };
         let said = tokio::time::timeout(kd_tests::DEADLINE, async {
             while !text.lock().unwrap().contains(needle) {
@@ -52,7 +53,7 @@ impl Piped {
     }
 
     /// Waits for the exit; the status code.
-    async fn exit(&mut self) -> Option<i32> {
+    pub(crate) async fn exit(&mut self) -> Option<i32> {
         let Ok(status) = tokio::time::timeout(kd_tests::DEADLINE, self.child.wait()).await else {
             panic!("kd did not exit; stdout: {}\nstderr: {}", self.stdout(), self.stderr());
         };
@@ -67,7 +68,7 @@ impl Piped {
         status.code()
     }
 
-    fn interrupt(&self) {
+    pub(crate) fn interrupt(&self) {
         let pid = rustix::process::Pid::from_raw(self.child.id().unwrap() as i32).unwrap();
         rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
     }

@@ -558,24 +558,54 @@ impl Drop for Kdd {
         }
         // A daemon the test's kd started on this socket (`kd daemon
         // restart`, an auto-start) is no child of the harness: it goes too,
-        // or it would outlive the test.
-        kill_daemons_on(&self.socket);
+        // or it would outlive the test; and so does what its agents started
+        // that outlived them (their environment names the socket).
+        kill_strays(self.dir.path(), &self.socket);
     }
 }
 
-/// Kills every `kdd --socket SOCKET` process of this user.
-fn kill_daemons_on(socket: &Path) {
+/// Kills every `kdd` of this user serving a socket under `dir`, and every
+/// other process whose environment says `KD_SOCKET=socket` (what a test's
+/// agents started, orphaned when their daemon was killed), but this one.
+fn kill_strays(dir: &Path, socket: &Path) {
     let Ok(procs) = std::fs::read_dir("/proc") else { return };
+    let dir = dir.as_os_str().as_encoded_bytes();
+    let mut marker = b"KD_SOCKET=".to_vec();
+    marker.extend_from_slice(socket.as_os_str().as_encoded_bytes());
+    let me = std::process::id();
+    for entry in procs.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if pid == me {
+            continue;
+        }
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let is_kdd = args.first().is_some_and(|a| a.ends_with(b"/kdd") || *a == b"kdd");
+        let under = |s: &[u8]| s.strip_prefix(dir).is_some_and(|rest| rest.starts_with(b"/"));
+        let ours = is_kdd && args.windows(2).any(|w| w[0] == b"--socket" && under(w[1]));
+        let orphan =
+            || std::fs::read(entry.path().join("environ")).is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == marker));
+        if ours || orphan() {
+            signal(pid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
+/// The `kdd --socket SOCKET` processes of this user.
+pub fn daemons_on(socket: &Path) -> Vec<u32> {
+    let Ok(procs) = std::fs::read_dir("/proc") else { return Vec::new() };
     let socket = socket.as_os_str().as_encoded_bytes();
+    let mut pids = Vec::new();
     for entry in procs.flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else { continue };
         let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
         let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
         let is_kdd = args.first().is_some_and(|a| a.ends_with(b"/kdd") || *a == b"kdd");
-        if is_kdd && args.windows(2).any(|w| w[0] == b"--socket" && w[1] == socket) {
-            signal(pid, rustix::process::Signal::KILL);
+        if is_kdd && args.windows(2).any(|w| w[0] == b"--socket" && w[1] == socket) && alive(pid) {
+            pids.push(pid);
         }
     }
+    pids
 }
 
 /// A hard link of `from` at `to` (same file system), else a copy.

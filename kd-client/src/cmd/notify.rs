@@ -36,7 +36,7 @@ pub async fn run(ctx: &Ctx, cmd: NotifyCommand) -> anyhow::Result<ExitCode> {
     if a.json {
         print_json(&tested)?;
     } else if tested.sinks.is_empty() {
-        out!(
+        outln!(
             "No notification sink is configured: set notify.webhook, notify.command or notify.desktop (docs/notify.md)."
         )?;
     } else {

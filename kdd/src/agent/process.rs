@@ -1,6 +1,9 @@
 //! Spawning agent processes and signalling them. What is spawned is an
 //! [`Invocation`] (built by [`super::argv`] for an agent's CLI).
 //!
+//! An agent's environment says `KD_NO_AUTOSTART=1`: a `kd` it runs never
+//! starts a daemon.
+//!
 //! Each agent runs in a session of its own, which it leads, and so in its
 //! own process group (a signal reaches whatever it started) with the
 //! workspace as cwd, and dies with the daemon: the
@@ -70,6 +73,11 @@ pub fn spawn_for(inv: &Invocation, cwd: &Path, workspace: &Path) -> std::io::Res
         cmd.env_remove(var);
     }
     keep_registry_secrets(&mut cmd);
+    // A `kd` the agent runs (`kd send` from its shell) never starts a
+    // daemon: it knows neither this daemon's registry nor its node, and
+    // one of its commands that outlives this daemon would start a kdd of
+    // its own that nobody stops.
+    cmd.env(kd_proto::paths::ENV_NO_AUTOSTART, "1");
     set_up_child(&mut cmd);
     children::spawn(&mut cmd, origin(inv, workspace))
 }

@@ -56,7 +56,7 @@ pub fn answer(a: &Answer, input: Value) -> PermissionAnswer {
 pub fn today(tool: &ApprovalTool) -> Answer {
     Answer::Deny {
         message: format!(
-            "kd did not allow {} here, and no King's client is there to ask (approvals in the workspace's \
+            "kd did not allow {} here, and no King's client is there to ask (the approvals section of kd's \
              configuration can allow it).",
             tool.name.as_deref().unwrap_or("this tool")
         ),

@@ -157,9 +157,12 @@ impl Approvals {
         self.pending(ask, policy.timeout, today).await
     }
 
-    /// The thread's workspace's `approvals` policy (its defaults when the
-    /// thread or its configuration cannot be read: the configuration's
-    /// errors are told where it is loaded for a run).
+    /// The thread's workspace's `approvals` policy, the user's section and
+    /// the workspace's (its defaults when the thread or its configuration
+    /// cannot be read: the configuration's errors are told where it is
+    /// loaded for a run). Read from disk on each request, as every
+    /// question reads the configuration afresh (the config module keeps
+    /// no cache).
     async fn policy_of(&self, thread: &str) -> Policy {
         let Ok(t) = self.db.thread(thread.to_string()).await else { return Policy::default() };
         let workspace = PathBuf::from(t.workspace);
@@ -345,7 +348,7 @@ pub async fn recover(db: &Db) {
 /// The message of a denial by the policy.
 fn denied_by_policy(ask: &Ask) -> String {
     format!(
-        "kd's approvals policy denies {} tools to {} (approvals in the workspace's configuration): {}",
+        "kd's approvals policy denies {} tools to {} (the approvals section of kd's configuration): {}",
         ask.tool.kind.as_str(),
         ask.member,
         ask.tool.title

@@ -1,5 +1,7 @@
 //! Council configuration (F-C1): `.kd/config.json` in the workspace, else
-//! `$XDG_CONFIG_HOME/kd/config.json`, else built-in defaults.
+//! `$XDG_CONFIG_HOME/kd/config.json`, else built-in defaults — but for
+//! `notify` and `approvals`, which are the user's file's and the
+//! workspace's together.
 //!
 //! Read again on every send, so edits take effect at once. Every error names
 //! the file, the key and the bad value. A Kingdom `.kd/config.json` is read
@@ -14,7 +16,8 @@
 //! - `codex`: the arguments `codex app-server` takes (others are warned of);
 //! - [`view`]: every effective value with where it came from (`config.get`);
 //! - [`notify`]: the King's notification sinks, the user's and the
-//!   workspace's sections added.
+//!   workspace's sections added; [`approvals`], the policy of members'
+//!   permissions, the same way.
 
 pub mod approvals;
 mod codex;
@@ -505,7 +508,11 @@ pub fn load_with(workspace: &Path, env: &Env<'_>) -> Result<Config, ConfigError>
         Some(f) => raw::read(f)?,
         None => raw::RawConfig::default(),
     };
-    let config = resolve::resolve(raw, file, env)?;
+    let mut config = resolve::resolve(raw, file, env)?;
+    // `approvals` is the user's and the workspace's together.
+    let user = env.user_config_file().filter(|f| f.is_file());
+    let own = std::mem::take(&mut config.approvals);
+    config.approvals = approvals::with_users(own, config.file.as_deref(), user.as_deref(), &config.agents)?;
     log_once(&config);
     Ok(config)
 }

@@ -1,5 +1,6 @@
 //! `config.get`: every effective value with where it came from — the file,
-//! another key of it that kd maps (Kingdom's), or a default.
+//! another key of it that kd maps (Kingdom's), or a default; an
+//! `approvals` rule, the file it is in (the user's or the workspace's).
 
 use kd_proto::types::{ConfigEntry, ConfigView};
 use serde_json::{Value, json};
@@ -116,6 +117,14 @@ impl Config {
         add("work.allowed_tools".into(), json!(w.allowed_tools), source(&["work.allowed_tools"], "default"));
         add("work.copy".into(), json!(w.copy), source(&["work.copy"], "default (.worktreeinclude's entries)"));
         add("work.setup".into(), json!(w.setup), source(&["work.setup"], "default (none)"));
+        // The user's file's and the workspace's together: each from its own.
+        let from = |f: Option<&Path>| f.map_or_else(|| "set".to_string(), |f| f.display().to_string());
+        let a = &self.approvals;
+        let timeout_from = a.timeout_source().map_or_else(|| "default (10 min)".to_string(), from);
+        add("approvals.timeout".into(), secs(a.timeout), timeout_from);
+        for (key, verdict, file) in a.rules() {
+            add(key, json!(verdict.as_str()), from(file));
+        }
         let shown = self.agents.iter().filter(|(n, _)| {
             c.members.contains(n) || self.set_keys.iter().any(|k| k.starts_with(&format!("agents.{n}.")))
         });

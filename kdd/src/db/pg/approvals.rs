@@ -147,30 +147,44 @@ impl Pg {
         c.query(&c.prepare_cached(&sql).await?, &[&thread, &member, &run]).await?.iter().map(row).collect()
     }
 
-    /// Cancels every pending approval asked by a run of `node` (which
-    /// starts again: its runs died with it); returns them.
+    /// Cancels every pending approval asked by a run of `node` (its runs
+    /// died with it), saying `message`; the approvals cancelled.
     pub async fn cancel_node_approvals(&self, node: String, message: String) -> DbResult<Vec<Approval>> {
         let mut c = self.conn().await?;
         let tx = c.transaction().await?;
-        let ids: Vec<String> = tx
-            .query(
-                &tx.prepare_cached("SELECT id FROM approvals WHERE node_id = $1 AND state = 'pending' FOR UPDATE")
-                    .await?,
-                &[&node],
-            )
-            .await?
-            .iter()
-            .map(|r| r.try_get(0))
-            .collect::<Result<_, _>>()?;
-        let (now, mut out, mut done) = (now_ms(), Outbox::default(), Vec::new());
-        for id in ids {
-            let d =
-                Decide { id, state: ApprovalState::Cancelled, by: None, scope: None, message: Some(message.clone()) };
-            if let Decided::Now(a) = decide(&tx, now, &d, &mut out).await? {
-                done.push(a);
-            }
-        }
+        let mut out = Outbox::default();
+        let done = cancel_of_node(&tx, now_ms(), &node, &message, &mut out).await?;
         self.commit(tx, out).await?;
         Ok(done)
     }
+}
+
+/// Cancels every pending approval asked by a run of `node`, saying
+/// `message`, and tells their threads (after the commit): at `node`'s next
+/// start, or when a survivor reaps it ([`super::leases::reap`]).
+pub(crate) async fn cancel_of_node(
+    c: &impl GenericClient,
+    now: i64,
+    node: &str,
+    message: &str,
+    out: &mut Outbox,
+) -> DbResult<Vec<Approval>> {
+    let ids: Vec<String> = c
+        .query(
+            &c.prepare_cached("SELECT id FROM approvals WHERE node_id = $1 AND state = 'pending' FOR UPDATE").await?,
+            &[&node],
+        )
+        .await?
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<Result<_, _>>()?;
+    let mut done = Vec::new();
+    for id in ids {
+        let d =
+            Decide { id, state: ApprovalState::Cancelled, by: None, scope: None, message: Some(message.to_string()) };
+        if let Decided::Now(a) = decide(c, now, &d, out).await? {
+            done.push(a);
+        }
+    }
+    Ok(done)
 }

@@ -13,7 +13,8 @@
 //!   so of two takers one gets it — at once, or at its next poll;
 //! - a node whose heartbeat is older than the lease is dead: one survivor
 //!   ([`reap`], the node's row lock its mutex) records its runs
-//!   interrupted, which puts their journal steps back to pending;
+//!   interrupted, which puts their journal steps back to pending, and its
+//!   pending approvals cancelled (nobody is left to ask them);
 //! - its exchanges are then orphans ([`orphans`]): a node that has their
 //!   workspace takes them over with [`claim`] and resumes them.
 
@@ -63,8 +64,9 @@ pub(crate) async fn ask_for(
     Ok(Asked { thread: None, message, exchange, steps })
 }
 
-/// Records the runs of every node dead past the lease as interrupted and
-/// the node dead; the nodes reaped, with how many runs each had in flight.
+/// Records the runs of every node dead past the lease as interrupted, its
+/// pending approvals cancelled (their threads told) and the node dead; the
+/// nodes reaped, with how many runs each had in flight.
 /// Nodes another survivor is reaping are skipped.
 /// Only nodes whose lease is at most `steady_ms` are judged: this node's
 /// heartbeats have gone through that long, so each of them had its whole
@@ -89,8 +91,12 @@ pub(crate) async fn reap(
         let (node, silent_ms): (String, i64) = (row.get(0), row.get(1));
         let why = format!("node {node} was lost while the run was in flight (no heartbeat for {} s)", silent_ms / 1000);
         let runs = runs::recover(c, now, Some(&node), &why, out).await?;
+        // Its pending approvals' runs died with it: nobody is left to ask.
+        let lost =
+            format!("node {node} was lost while this approval was pending (no heartbeat for {} s)", silent_ms / 1000);
+        let approvals = super::approvals::cancel_of_node(c, now, &node, &lost, out).await?.len();
         c.execute("UPDATE nodes SET state = 'dead', reaped_at = now() WHERE id = $1", &[&node]).await?;
-        let data = serde_json::json!({"node": node, "runs": runs, "silent_ms": silent_ms});
+        let data = serde_json::json!({"node": node, "runs": runs, "approvals": approvals, "silent_ms": silent_ms});
         let e = NewEvent {
             kind: "node.dead",
             thread: None,
