@@ -219,3 +219,40 @@ async fn ballots_show_each_diffs_check_result_beside_it() {
         let _ = std::fs::remove_file(record(m));
     }
 }
+
+/// The member's worktree on `thread` once `done` holds of it (polled, with a deadline).
+async fn until(kdd: &Kdd, thread: &str, what: &str, done: impl Fn(&Worktree) -> bool) -> Worktree {
+    let c = kdd.client().await;
+    kd_tests::within(what, async {
+        loop {
+            let trees = c.work_list(None, Some(thread.to_string())).await.unwrap();
+            if let Some(w) = trees.into_iter().find(|w| done(w)) {
+                return w;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_check_holds_no_shutdown_and_runs_again_after_the_restart() {
+    let marker = tempfile::tempdir().unwrap();
+    let flag = marker.path().join("green");
+    let ws = repo(
+        &[("claude", vec![("FAKE_RUN", in_worktree("echo x > impl.txt"))])],
+        json!({"check": ["sh", "-c", format!("test -f {} || sleep 600", flag.display())]}),
+    );
+    let mut kdd = Kdd::start();
+    let out = kd(&kdd, &ws, &["work", "Do the task", "--async"]).await;
+    let thread = out.stdout.trim().to_string();
+    let w = until(&kdd, &thread, "the check running", |w| w.state == WorkState::Done && w.checking()).await;
+    let begun = w.check.unwrap();
+    std::fs::write(&flag, "").unwrap();
+    // The check sleeps on: kdd stops anyway (SIGTERM), and the check is not recorded.
+    kdd.restart();
+    let w = until(&kdd, &thread, "the check run again", |w| !w.checking()).await;
+    let c = w.check.unwrap();
+    assert_eq!((c.status, c.commit.as_str()), (CheckStatus::Pass, begun.commit.as_str()), "{c:?}");
+    assert!(c.started_at_ms == begun.started_at_ms, "the check left running is the one that ran again");
+}

@@ -19,7 +19,7 @@ pub enum Started {
 pub enum CheckEnded {
     /// The result is recorded; `fixing`: the member is sent back to fix its
     /// work (one more try counted, its work `working`).
-    Recorded { worktree: Worktree, fixing: bool },
+    Recorded { worktree: Box<Worktree>, fixing: bool },
     /// Another check began since, or the work is gone: nothing recorded.
     Superseded,
 }

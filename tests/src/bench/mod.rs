@@ -14,6 +14,7 @@ pub mod mcp_start;
 pub mod memory;
 pub mod runs;
 pub mod scale;
+pub mod work_check;
 pub mod work_start;
 
 use std::sync::Mutex;

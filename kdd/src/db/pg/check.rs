@@ -118,7 +118,7 @@ impl Pg {
         let mut out = Outbox::default();
         out.publish(&thread, ThreadEvent::Work { worktree: Box::new(w.clone()) });
         self.commit(tx, out).await?;
-        Ok(CheckEnded::Recorded { worktree: w, fixing })
+        Ok(CheckEnded::Recorded { worktree: Box::new(w), fixing })
     }
 
     /// The worktrees whose check was running when a daemon stopped.

@@ -99,7 +99,7 @@ pub fn end(
     }
     let Some(w) = get(conn, thread, member)? else { return Ok(CheckEnded::Superseded) };
     out.publish(thread, ThreadEvent::Work { worktree: Box::new(w.clone()) });
-    Ok(CheckEnded::Recorded { worktree: w, fixing })
+    Ok(CheckEnded::Recorded { worktree: Box::new(w), fixing })
 }
 
 /// The worktrees still on disk whose check was running when the daemon

@@ -50,7 +50,7 @@ const PROMPT_TAIL: usize = 4 * 1024;
 pub struct Checks {
     me: Weak<Checks>,
     council: Weak<Council>,
-    running: Mutex<HashMap<(String, String), (u64, CancellationToken, JoinHandle<()>)>>,
+    running: Mutex<Running>,
     next: std::sync::atomic::AtomicU64,
     stop: CancellationToken,
 }
