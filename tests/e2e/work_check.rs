@@ -256,3 +256,29 @@ async fn a_slow_check_holds_no_shutdown_and_runs_again_after_the_restart() {
     assert_eq!((c.status, c.commit.as_str()), (CheckStatus::Pass, begun.commit.as_str()), "{c:?}");
     assert!(c.started_at_ms == begun.started_at_ms, "the check left running is the one that ran again");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_member_sent_back_early_leaves_another_members_run_undisturbed() {
+    let marker = tempfile::tempdir().unwrap();
+    let go = marker.path().join("go");
+    let fixes = in_worktree("if test -f tried; then echo ok > fixed.txt; fi; touch tried");
+    // codex works until claude's fix has been asked for (its second run began).
+    let slow = in_worktree(&format!("while ! test -f {}; do sleep 0.05; done; echo ok > fixed.txt", go.display()));
+    let ws = repo(
+        &[("claude", vec![("FAKE_RUN", fixes)]), ("codex", vec![("FAKE_RUN", slow)])],
+        json!({"check": ["test", "-f", "fixed.txt"]}),
+    );
+    let kdd = Kdd::start();
+    let out = kd(&kdd, &ws, &["work", "Do the task", "--async", "--until-green", "1"]).await;
+    let thread = out.stdout.trim().to_string();
+    until(&kdd, &thread, "claude sent back", |w| w.member == "claude" && w.fixes == 1).await;
+    std::fs::write(&go, "").unwrap();
+    for m in ["claude", "codex"] {
+        let w = until(&kdd, &thread, "both checked", |w| {
+            w.member == m && w.state == WorkState::Done && !w.checking() && w.check.is_some()
+        })
+        .await;
+        assert_eq!(status(&w), CheckStatus::Pass, "{w:?}");
+        assert!(Path::new(&w.path).join("fixed.txt").exists(), "{m}");
+    }
+}
