@@ -51,6 +51,8 @@ enum Command {
     Accept(cmd::work::AcceptArgs),
     /// Turn a member's work down
     Reject(cmd::work::RejectArgs),
+    /// Run the check (work.check) again in a member's worktree, or in each member's
+    Check(cmd::check::CheckArgs),
     /// What members' CLIs ask permission for (pending; --all, --follow)
     Approvals(cmd::approvals::ApprovalsArgs),
     /// Allow what a member's CLI asks (--run, --thread for more)
@@ -211,6 +213,7 @@ fn main() -> ExitCode {
             Command::Review(a) => cmd::work::review(&ctx, a).await,
             Command::Accept(a) => cmd::work::accept(&ctx, a).await,
             Command::Reject(a) => cmd::work::reject(&ctx, a).await,
+            Command::Check(a) => cmd::check::run(&ctx, a).await,
             Command::Approvals(a) => cmd::approvals::list(&ctx, a).await,
             Command::Approve(a) => cmd::approvals::approve(&ctx, a).await,
             Command::Deny(a) => cmd::approvals::deny(&ctx, a).await,

@@ -106,6 +106,100 @@ pub struct Worktree {
     /// work whose last run failed, was cancelled or cut is said so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_run: Option<crate::registry::RunStatus>,
+    /// The check (`work.check`) of its last commit, when one ran or runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<WorkCheck>,
+    /// Fix until green (`kd work --until-green N`): how many times a member
+    /// whose check fails is sent back to fix it (0: never).
+    #[serde(default)]
+    pub until_green: u32,
+    /// How many times it was sent back so far (`fixing 1/2`).
+    #[serde(default)]
+    pub fixes: u32,
+}
+
+impl Worktree {
+    /// `fixing 1/2` while the member is sent back to fix its work.
+    pub fn fixing(&self) -> Option<String> {
+        (self.state == WorkState::Working && self.fixes > 0)
+            .then(|| format!("fixing {}/{}", self.fixes, self.until_green))
+    }
+
+    /// Its check runs now (the work is not final yet).
+    pub fn checking(&self) -> bool {
+        self.check.as_ref().is_some_and(|c| c.status == CheckStatus::Running)
+    }
+}
+
+/// How a check of a member's work came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckStatus {
+    /// It runs now.
+    Running,
+    /// It exited 0.
+    Pass,
+    /// It exited otherwise.
+    Fail,
+    /// It ran past `work.check_timeout` and was killed.
+    Timeout,
+    /// kd could not run it (no such program, no confinement on this system, …).
+    Error,
+}
+
+impl CheckStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckStatus::Running => "running",
+            CheckStatus::Pass => "pass",
+            CheckStatus::Fail => "fail",
+            CheckStatus::Timeout => "timeout",
+            CheckStatus::Error => "error",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<CheckStatus> {
+        Some(match s {
+            "running" => CheckStatus::Running,
+            "pass" => CheckStatus::Pass,
+            "fail" => CheckStatus::Fail,
+            "timeout" => CheckStatus::Timeout,
+            "error" => CheckStatus::Error,
+            _ => return None,
+        })
+    }
+}
+
+/// The check (`work.check`) run in a member's worktree on one of its
+/// commits, confined to the worktree, bounded in time and output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct WorkCheck {
+    pub status: CheckStatus,
+    /// The commit it ran on.
+    pub commit: String,
+    /// Its exit code (none: running, killed, or not run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// How long it ran, in milliseconds (0 while it runs).
+    #[serde(default)]
+    pub duration_ms: u64,
+    /// The tail of what it printed (stdout, then stderr; at most 16 KiB), or
+    /// why kd could not run it.
+    #[serde(default)]
+    pub output: String,
+    /// When it started.
+    pub started_at_ms: i64,
+}
+
+impl WorkCheck {
+    /// `check pass`, `check fail (exit 1)`, `check timeout`, `checking`.
+    pub fn summary(&self) -> String {
+        match (self.status, self.exit_code) {
+            (CheckStatus::Running, _) => "checking".into(),
+            (CheckStatus::Fail, Some(c)) => format!("check fail (exit {c})"),
+            (s, _) => format!("check {}", s.as_str()),
+        }
+    }
 }
 
 /// What `work.start` began.
@@ -150,6 +244,9 @@ pub struct MemberDiff {
     /// The patch was cut.
     #[serde(default)]
     pub truncated: bool,
+    /// The check of its last commit, when one ran or runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<WorkCheck>,
 }
 
 /// What an accept did, or would do (`check`).
@@ -170,7 +267,9 @@ pub struct Accepted {
 #[rpc(server, client)]
 pub trait WorkApi {
     /// Gives a task to members, each in a worktree of its own, in a new
-    /// branch thread of the workspace's trunk titled with the task.
+    /// branch thread of the workspace's trunk titled with the task. With
+    /// `until_green` (default `work.fix_rounds`), a member whose check fails
+    /// is sent back to fix it, up to that many times.
     #[method(name = "work.start", param_kind = map, with_extensions)]
     async fn work_start(
         &self,
@@ -179,6 +278,7 @@ pub trait WorkApi {
         to: Option<Vec<String>>,
         vote: Option<bool>,
         path: Option<String>,
+        until_green: Option<u32>,
     ) -> RpcResult<WorkStarted>;
 
     /// The worktrees of a thread, or of every work thread of a workspace.
@@ -222,4 +322,10 @@ pub trait WorkApi {
     /// Marks a member's work rejected.
     #[method(name = "work.reject", param_kind = map)]
     async fn work_reject(&self, thread: String, member: String) -> RpcResult<Worktree>;
+
+    /// Runs the check (`work.check`) again in a member's worktree, on its
+    /// last commit: returns the worktree with the check `running`; its
+    /// result is told on the thread (a `work` event) and in `work.list`.
+    #[method(name = "work.check", param_kind = map, with_extensions)]
+    async fn work_check(&self, thread: String, member: String, path: Option<String>) -> RpcResult<Worktree>;
 }

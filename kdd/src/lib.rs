@@ -221,6 +221,14 @@ pub async fn run(mut opts: Options) -> anyhow::Result<Stopped> {
         "kdd {} listening",
         kd_proto::VERSION
     );
+    // Checks a stopped daemon left running run again, beside serving.
+    let checks = daemon.checks.clone();
+    tokio::spawn(async move {
+        let n = checks.resume().await;
+        if n > 0 {
+            tracing::info!("{n} check(s) left running by the previous daemon run again");
+        }
+    });
     // Whichever path archives a thread, what follows an archive follows.
     tokio::spawn(summary::follow(daemon.council.clone(), archives));
     // What the previous daemon left open goes on (F-J2), beside serving;
@@ -250,7 +258,9 @@ pub async fn run(mut opts: Options) -> anyhow::Result<Stopped> {
             Err(e) => tracing::warn!("cannot end the open exchanges: {e}"),
         }
     }
-    let n = agent::stop_all(&daemon.agents).await;
+    // Checks in flight are killed beside the runs, left to run again at
+    // the next start.
+    let (n, ()) = tokio::join!(agent::stop_all(&daemon.agents), daemon.checks.stop(opts.kill_grace));
     if n > 0 {
         tracing::info!("{n} run(s) recorded as interrupted");
     }

@@ -60,6 +60,8 @@ pub struct Daemon {
     pub coord: Arc<Coord>,
     /// Tells the King when kd needs them (started by [`crate::run`]).
     pub notify: Arc<Notifier>,
+    /// The checks in members' worktrees.
+    pub checks: Arc<crate::work::check::Checks>,
 }
 
 impl Daemon {
@@ -76,6 +78,7 @@ impl Daemon {
         let max_connections = limits.max_connections;
         let council = Arc::new(Council::new(agents.clone(), archived));
         let notify = Arc::new(Notifier::new(db.clone()));
+        let checks = crate::work::check::Checks::install(&council);
         Daemon {
             db,
             hub,
@@ -96,6 +99,7 @@ impl Daemon {
             council: council.clone(),
             coord: Arc::new(Coord::new(council)),
             notify,
+            checks,
             agents,
         }
     }

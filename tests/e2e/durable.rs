@@ -721,7 +721,7 @@ async fn a_kd_work_vote_cut_by_kill_9_tallies_once_after_the_restart() {
     ws.git_init(&[("a.txt", "one\n")], &[]);
     let mut kdd = Kdd::start();
     let c = kdd.client().await;
-    let started = c.work_start(ws.path(), "Write impl.txt".into(), None, Some(true), None).await.unwrap();
+    let started = c.work_start(ws.path(), "Write impl.txt".into(), None, Some(true), None, None).await.unwrap();
     let t = started.thread;
     // claude's ballot holds; the others are in.
     held_run(&kdd.db, &t, "claude", "ballot").await;

@@ -310,7 +310,7 @@ async fn kill_9_mid_work_resumes_the_member_in_its_worktree_on_what_it_had_commi
     );
     let mut kdd = Kdd::start();
     let c = kdd.client().await;
-    let started = c.work_start(ws.path(), "Do it all".into(), None, None, None).await.expect("work.start");
+    let started = c.work_start(ws.path(), "Do it all".into(), None, None, None, None).await.expect("work.start");
     let path = PathBuf::from(&started.worktrees[0].path);
     let mut sub = c.thread_subscribe(started.thread.clone(), None, None).await.unwrap();
     collect_until(&mut sub, |events| events.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))).await;
@@ -347,7 +347,7 @@ async fn kill_9_mid_work_then_restart_commits_what_the_member_left_and_keeps_the
     ws.without_resume();
     let mut kdd = Kdd::start();
     let c = kdd.client().await;
-    let started = c.work_start(ws.path(), "Do it all".into(), None, None, None).await.expect("work.start");
+    let started = c.work_start(ws.path(), "Do it all".into(), None, None, None, None).await.expect("work.start");
     let w = &started.worktrees[0];
     assert_eq!(w.state, WorkState::Working, "a fresh member starts working");
     let mut sub = c.thread_subscribe(started.thread.clone(), None, None).await.unwrap();

@@ -206,7 +206,7 @@ async fn a_daemon_started_after_a_crash_does_not_commit_a_worktree_tampered_with
     ws.without_resume();
     let mut kdd = Kdd::start();
     let c = kdd.client().await;
-    let started = c.work_start(ws.path(), "Change a".into(), None, None, None).await.expect("work.start");
+    let started = c.work_start(ws.path(), "Change a".into(), None, None, None, None).await.expect("work.start");
     let mut sub = c.thread_subscribe(started.thread.clone(), None, None).await.unwrap();
     collect_until(&mut sub, |events| events.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))).await;
     drop(sub);

@@ -4,7 +4,7 @@
 //! terminal; long lines are wrapped, nothing is cut but what the daemon
 //! cut.
 
-use kd_proto::work::{MemberDiff, WorkState, Worktree};
+use kd_proto::work::{CheckStatus, MemberDiff, WorkState, Worktree};
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier, Style};
@@ -17,14 +17,29 @@ use super::wrap::display_width;
 /// Columns a tab of the diff takes.
 const TAB: &str = "    ";
 
-/// A member's work in a line: `3 files +42 −7 · done`.
+/// A member's work in a line: `3 files +42 −7 · done · check pass`.
 pub fn stat_text(w: &Worktree) -> String {
     stat_spans(w).iter().map(|s| s.content.as_ref()).collect()
 }
 
 /// [`stat_text`], coloured: lines added green, removed red.
 pub fn stat_spans(w: &Worktree) -> Vec<Span<'static>> {
-    stat(w.files, w.added, w.removed, w.head == w.base, w.state)
+    let mut spans = stat(w.files, w.added, w.removed, w.head == w.base, w.state);
+    // Which try of fix until green, and the check of its last commit.
+    if let Some(fixing) = w.fixing() {
+        spans.push(Span::raw(" · "));
+        spans.push(Span::styled(fixing, Style::default().fg(Color::Yellow)));
+    }
+    if let Some(c) = &w.check {
+        let colour = match c.status {
+            CheckStatus::Pass => Color::Green,
+            CheckStatus::Running => Color::Yellow,
+            CheckStatus::Fail | CheckStatus::Timeout | CheckStatus::Error => Color::Red,
+        };
+        spans.push(Span::raw(" · "));
+        spans.push(Span::styled(c.summary(), Style::default().fg(colour)));
+    }
+    spans
 }
 
 fn stat(files: u32, added: u64, removed: u64, empty: bool, state: WorkState) -> Vec<Span<'static>> {

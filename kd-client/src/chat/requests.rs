@@ -91,7 +91,7 @@ pub(super) fn request(client: &Arc<Client>, app: &App, effect: Effect, tx: mpsc:
             Effect::Delete => Reply::Deleted(client.thread_delete(thread, None).await.map_err(ClientError::from)),
             Effect::Work { task, to, vote } => Reply::WorkStarted(
                 client
-                    .work_start(workspace, task, to, Some(vote), kd_client::shell_path())
+                    .work_start(workspace, task, to, Some(vote), kd_client::shell_path(), None)
                     .await
                     .map(Box::new)
                     .map_err(ClientError::from),

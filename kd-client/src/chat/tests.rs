@@ -750,6 +750,9 @@ fn worktree(
         removed_at_ms: None,
         created_at_ms: 0,
         last_run: None,
+        check: None,
+        until_green: 0,
+        fixes: 0,
     }
 }
 
@@ -819,6 +822,7 @@ fn member_diff() -> kd_proto::work::MemberDiff {
         ],
         patch: Some(patch),
         truncated: false,
+        check: None,
     }
 }
 

@@ -2,7 +2,8 @@
 //! members, each in a git worktree of its own, and follows their runs;
 //! `kd work --list` lists the worktrees; `kd diff` shows what each changed;
 //! `kd review` has the council judge a member's diff; `kd accept` merges
-//! one into the King's branch; `kd reject` turns one down.
+//! one into the King's branch; `kd reject` turns one down; `kd check`
+//! (`check.rs`) runs a member's check again.
 
 use std::process::ExitCode;
 
@@ -14,7 +15,7 @@ use kd_client::{Client, ClientError};
 use kd_proto::approval::ApprovalEvent;
 use kd_proto::names::KD;
 use kd_proto::types::{Purpose, RunStatus, ThreadEvent};
-use kd_proto::work::{MemberDiff, WorkState, Worktree};
+use kd_proto::work::{CheckStatus, MemberDiff, WorkCheck, WorkState, Worktree};
 
 use super::asking::Asking;
 use super::{Ctx, print_json};
@@ -34,6 +35,9 @@ pub struct WorkArgs {
     /// Return once the task is given, without following the runs
     #[arg(long = "async")]
     no_wait: bool,
+    /// Send a member whose check (work.check) fails back to fix it, up to N times [default: work.fix_rounds]
+    #[arg(long = "until-green", value_name = "N")]
+    until_green: Option<u32>,
     /// List the worktrees of this workspace (or of --thread) instead
     #[arg(long)]
     list: bool,
@@ -68,7 +72,7 @@ pub async fn run(ctx: &Ctx, a: WorkArgs) -> anyhow::Result<ExitCode> {
         false => Some(client.approval_subscribe().await.map_err(ClientError::from)?),
     };
     let started = client
-        .work_start(workspace()?, task, to, Some(a.vote), kd_client::shell_path())
+        .work_start(workspace()?, task, to, Some(a.vote), kd_client::shell_path(), a.until_green)
         .await
         .map_err(ClientError::from)?;
     if a.json && a.no_wait {
@@ -94,6 +98,10 @@ pub async fn run(ctx: &Ctx, a: WorkArgs) -> anyhow::Result<ExitCode> {
     let mut sub =
         waiting.thread_subscribe(started.thread.clone(), Some(started.seq), None).await.map_err(ClientError::from)?;
     let mut pending: Vec<String> = started.runs.clone();
+    // Once the runs ended, the members whose check runs or who are sent back
+    // to fix their work (none known yet: read when the runs have ended).
+    let mut open: Option<std::collections::BTreeSet<String>> = None;
+    let mut said: std::collections::BTreeMap<String, String> = Default::default();
     let mut failed = false;
     let mut tally = None;
     let mut interrupted = false;
@@ -144,15 +152,39 @@ pub async fn run(ctx: &Ctx, a: WorkArgs) -> anyhow::Result<ExitCode> {
                 }
                 pending.retain(|r| *r != run);
             }
-            ThreadEvent::Work { worktree } if worktree.state != WorkState::Working && !a.json => {
-                outln!("{}", line(&worktree, styled))?;
+            ThreadEvent::Work { worktree } => {
+                if let Some(open) = &mut open {
+                    if in_flight(&worktree) {
+                        open.insert(worktree.member.clone());
+                    } else {
+                        open.remove(&worktree.member);
+                    }
+                }
+                // The work as each run left it once its check is done, and
+                // each try of a member sent back to fix it.
+                let told = !worktree.checking()
+                    && (worktree.state != WorkState::Working
+                        || worktree.fixing().is_some() && worktree.check.is_some());
+                if told && !a.json {
+                    let l = line(&worktree, styled);
+                    if said.get(&worktree.member) != Some(&l) {
+                        outln!("{l}")?;
+                        said.insert(worktree.member.clone(), l);
+                    }
+                }
             }
             ThreadEvent::Message { message } if message.from == KD && message.purpose == Some(Purpose::Tally) => {
                 tally = Some(message.body.clone());
             }
             _ => {}
         }
-        if pending.is_empty() && (!started.vote || tally.is_some()) {
+        if pending.is_empty() && open.is_none() {
+            // What ended before this client listened is read once; what
+            // changes after comes as events.
+            let trees = client.work_list(None, Some(started.thread.clone())).await.map_err(ClientError::from)?;
+            open = Some(trees.iter().filter(|w| in_flight(w)).map(|w| w.member.clone()).collect());
+        }
+        if pending.is_empty() && open.as_ref().is_some_and(|o| o.is_empty()) && (!started.vote || tally.is_some()) {
             break;
         }
     }
@@ -187,6 +219,12 @@ async fn next_approval(
     }
 }
 
+/// Whether a member's work goes on once its runs ended: its check runs, or
+/// it is sent back to fix its work.
+fn in_flight(w: &Worktree) -> bool {
+    w.checking() || w.fixing().is_some()
+}
+
 /// `1 file`, `3 files`.
 fn files(n: usize) -> String {
     if n == 1 { "1 file".into() } else { format!("{n} files") }
@@ -204,13 +242,24 @@ fn line(w: &Worktree, styled: bool) -> String {
             paint(styled, 31, &format!("−{}", w.removed))
         )
     };
-    format!("{}  {}  {size}  {}", bold(styled, &w.member), state(w), dim(styled, &w.branch))
+    let check = match &w.check {
+        Some(c) => {
+            let code = match c.status {
+                CheckStatus::Pass => 32,
+                CheckStatus::Running => 33,
+                _ => 31,
+            };
+            format!("  {}", paint(styled, code, &c.summary()))
+        }
+        None => String::new(),
+    };
+    format!("{}  {}  {size}{check}  {}", bold(styled, &w.member), state(w), dim(styled, &w.branch))
 }
 
 /// Where the work stands, and how its last run ended when that was not an
 /// answer (`done (last run: error)`), or that its worktree is gone.
 fn state(w: &Worktree) -> String {
-    let mut s = w.state.as_str().to_string();
+    let mut s = w.fixing().unwrap_or_else(|| w.state.as_str().to_string());
     if let Some(last) = w.last_run.filter(|r| *r != RunStatus::Done && w.state == WorkState::Done) {
         s = format!("{s} (last run: {})", last.as_str().replace('_', " "));
     }
@@ -232,12 +281,13 @@ async fn list(ctx: &Ctx, a: WorkArgs) -> anyhow::Result<ExitCode> {
         outln!("no work here: kd work \"TASK\" gives members some")?;
         return Ok(ExitCode::SUCCESS);
     }
-    let mut t = Table::new(&["THREAD", "MEMBER", "STATE", "FILES", "+/−", "BRANCH", "BASE", "WORKTREE"]);
+    let mut t = Table::new(&["THREAD", "MEMBER", "STATE", "CHECK", "FILES", "+/−", "BRANCH", "BASE", "WORKTREE"]);
     for w in &trees {
         t.row(vec![
             w.thread.clone(),
             w.member.clone(),
             state(w),
+            w.check.as_ref().map(|c| c.summary().trim_start_matches("check ").to_string()).unwrap_or("-".into()),
             w.files.to_string(),
             format!("+{} −{}", w.added, w.removed),
             w.branch.clone(),
@@ -251,7 +301,7 @@ async fn list(ctx: &Ctx, a: WorkArgs) -> anyhow::Result<ExitCode> {
 
 /// The work thread named, or the newest of this workspace that has work
 /// of `member` (any member when none is named).
-async fn work_thread(client: &Client, thread: Option<String>, member: Option<&str>) -> anyhow::Result<String> {
+pub async fn work_thread(client: &Client, thread: Option<String>, member: Option<&str>) -> anyhow::Result<String> {
     if let Some(t) = thread {
         return Ok(t);
     }
@@ -317,6 +367,9 @@ fn print_diff(d: &MemberDiff, styled: bool) -> anyhow::Result<()> {
         files(d.files.len()),
         dim(styled, &format!("{} {}..{}", d.branch, short(&d.base), short(&d.head)))
     )?;
+    if let Some(c) = &d.check {
+        outln!("  {}", check_line(c, styled))?;
+    }
     for f in &d.files {
         let counts = if f.binary { "binary".into() } else { format!("+{} −{}", f.added, f.removed) };
         outln!("  {}  {counts}", safe(&f.path))?;
@@ -348,6 +401,21 @@ fn print_diff(d: &MemberDiff, styled: bool) -> anyhow::Result<()> {
 
 fn short(commit: &str) -> &str {
     &commit[..commit.len().min(12)]
+}
+
+/// A check in a line: `check fail (exit 1) on 1a2b3c4d5e6f, 2.1 s`.
+pub fn check_line(c: &WorkCheck, styled: bool) -> String {
+    let code = match c.status {
+        CheckStatus::Pass => 32,
+        CheckStatus::Running => 33,
+        _ => 31,
+    };
+    let took = if c.status == CheckStatus::Running {
+        String::new()
+    } else {
+        format!(", {:.1} s", c.duration_ms as f64 / 1000.0)
+    };
+    format!("{} on {}{took}", paint(styled, code, &c.summary()), short(&c.commit))
 }
 
 #[derive(Debug, Args)]

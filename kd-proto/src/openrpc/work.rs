@@ -13,8 +13,9 @@ pub(super) fn methods(b: &mut Builder) {
          titled with the task; for each member a worktree of the King's HEAD on branch kd/<thread>/<member> under \
          the data directory; the King's message giving the task, which each member answers by doing it, run \
          writable in its worktree and nowhere else. kd commits what a member changed when each of its runs ends. \
-         With vote, once every run ended the members rank the others' diffs, anonymised, and a tally names the \
-         winner.",
+         With vote, once every run ended the members rank the others' diffs, anonymised, each with its check's \
+         result, and a tally names the winner. With work.check configured, the check runs in the worktree after \
+         each commit; with until_green, a member whose check fails is sent back to fix it.",
     );
     b.param::<String>(
         "workspace",
@@ -25,6 +26,12 @@ pub(super) fn methods(b: &mut Builder) {
     .param::<Vec<String>>("to", false, "members (default: every member)")
     .param::<bool>("vote", false, "best of N: the members rank the diffs once all are done (two members at least)")
     .path_param()
+    .param::<u32>(
+        "until_green",
+        false,
+        "fix until green: a member whose check (work.check) does not pass is sent back to fix it, up to this many \
+         times (default work.fix_rounds; at most 20; needs work.check; not with vote)",
+    )
     .errors(&[InvalidArgument, NotFound]);
     b.method::<Vec<Worktree>>(
         "work.list",
@@ -80,4 +87,17 @@ pub(super) fn methods(b: &mut Builder) {
         NotFound,
         Conflict,
     ]);
+    b.method::<Worktree>(
+        "work.check",
+        "worktree",
+        "Run the check (work.check, an argv) again in a member's worktree on its last commit, confined to the \
+         worktree (it may write nowhere else), killed at work.check_timeout, its output's tail (16 KiB) kept. \
+         Returns the worktree with check.status running; the result (pass, fail, timeout, error) is told on the \
+         thread as a work event and in work.list. Refused while the member works, for settled or tampered work, \
+         and when no check is configured.",
+    );
+    b.param::<String>("thread", true, "the work thread")
+        .param::<String>("member", true, "whose work")
+        .path_param()
+        .errors(&[InvalidArgument, NotFound, Conflict]);
 }

@@ -80,6 +80,9 @@ pub struct Runner {
     pub grants: Arc<grants::Grants>,
     /// The permissions members' CLIs ask (policy, the King, the timeout).
     pub approvals: Arc<crate::approvals::Approvals>,
+    /// What follows a work run once its changes are committed (the check
+    /// in the worktree), installed by the layer that decides it.
+    pub after_work: std::sync::OnceLock<Arc<dyn work::after::AfterWork>>,
     /// Set once the daemon stops: no run starts after it.
     closed: std::sync::atomic::AtomicBool,
 }
@@ -97,6 +100,7 @@ impl Runner {
             appservers: Default::default(),
             acp: Default::default(),
             grants: Default::default(),
+            after_work: Default::default(),
             closed: Default::default(),
         }
     }

@@ -57,6 +57,30 @@ fn keep_registry_secrets(cmd: &mut Command) {
 /// [`spawn`] in `cwd` of a long-lived agent serving `workspace` (an ACP
 /// agent working in a member's worktree serves the King's workspace).
 pub fn spawn_for(inv: &Invocation, cwd: &Path, workspace: &Path) -> std::io::Result<Child> {
+    let mut cmd = command(inv, cwd);
+    children::spawn(&mut cmd, origin(inv, workspace))
+}
+
+/// [`spawn`], with `confine` run in the child before exec, after its own
+/// set-up (a session of its own, the death signal): what confines it (a
+/// check in a member's worktree: [`crate::work::check`]). `confine` runs
+/// in a forked child: it may only make system calls, never allocate or lock.
+#[allow(unsafe_code)]
+pub fn spawn_confined(
+    inv: &Invocation,
+    cwd: &Path,
+    confine: impl FnMut() -> std::io::Result<()> + Send + Sync + 'static,
+) -> std::io::Result<Child> {
+    let mut cmd = command(inv, cwd);
+    // SAFETY: the caller's closure only makes system calls (see above).
+    unsafe {
+        cmd.pre_exec(confine);
+    }
+    children::spawn(&mut cmd, origin(inv, cwd))
+}
+
+/// The command of `inv` in `cwd`, set up as every process kd spawns is.
+fn command(inv: &Invocation, cwd: &Path) -> Command {
     let mut cmd = Command::new(&inv.program);
     // kd's markers and a capability come from the invocation alone, never
     // from kdd's own environment (a kdd started from an agent's shell
@@ -79,7 +103,7 @@ pub fn spawn_for(inv: &Invocation, cwd: &Path, workspace: &Path) -> std::io::Res
     // its own that nobody stops.
     cmd.env(kd_proto::paths::ENV_NO_AUTOSTART, "1");
     set_up_child(&mut cmd);
-    children::spawn(&mut cmd, origin(inv, workspace))
+    cmd
 }
 
 /// What an agent is, by the markers of its invocation (the last value of a

@@ -56,7 +56,7 @@ pub async fn supervise(d: Arc<Runner>, run: Arc<Run>, spec: Spec) {
     // Whatever the outcome, what the member changed is committed before
     // anything else (F-W1, F-W6).
     if let Some(work) = &spec.work {
-        super::work::finish(&d, &run, work, &mut finish).await;
+        super::work::finish(&d, &run, work, &mut finish, spec.work_settings.check.is_some()).await;
     }
     d.grants.revoke_run(&run.id);
     finish.meta.duration_ms = Some(started.elapsed().as_millis() as u64);
@@ -80,6 +80,10 @@ pub async fn supervise(d: Arc<Runner>, run: Arc<Run>, spec: Spec) {
     }
     d.runs.remove(&run.id);
     run.mark_done();
+    // Then what follows committed work: its check, a fix.
+    if spec.work.is_some() {
+        super::work::after::committed(&d, &run, &spec, finish.status);
+    }
 }
 
 async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec) -> Finish {

@@ -43,6 +43,12 @@ pub struct RawWork {
     pub copy: Option<Vec<String>>,
     /// The command run once in a new worktree: an argv (or plain words).
     pub setup: Option<Value>,
+    /// The check run in a worktree after each commit: an argv (or plain words).
+    pub check: Option<Value>,
+    /// Seconds, or "30s", "10m".
+    pub check_timeout: Option<Value>,
+    /// How many times a member whose check fails is sent back to fix it.
+    pub fix_rounds: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]

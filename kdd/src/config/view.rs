@@ -117,6 +117,13 @@ impl Config {
         add("work.allowed_tools".into(), json!(w.allowed_tools), source(&["work.allowed_tools"], "default"));
         add("work.copy".into(), json!(w.copy), source(&["work.copy"], "default (.worktreeinclude's entries)"));
         add("work.setup".into(), json!(w.setup), source(&["work.setup"], "default (none)"));
+        add("work.check".into(), json!(w.check), source(&["work.check"], "default (none)"));
+        add(
+            "work.check_timeout".into(),
+            json!(w.check_timeout.as_secs()),
+            source(&["work.check_timeout"], "default (10 min)"),
+        );
+        add("work.fix_rounds".into(), json!(w.fix_rounds), source(&["work.fix_rounds"], "default"));
         // The user's file's and the workspace's together: each from its own.
         let from = |f: Option<&Path>| f.map_or_else(|| "set".to_string(), |f| f.display().to_string());
         let a = &self.approvals;

@@ -34,8 +34,15 @@ const WRITE_ANYWHERE: &[&str] = &[
     "git", "make", "npx", "npm", "pnpm", "yarn", "cargo", "go", "tar", "unzip", "sed", "awk", "curl", "wget",
 ];
 
+/// The default `work.check_timeout`.
+pub const CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+/// The longest `work.check_timeout`.
+const MAX_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+/// The most `work.fix_rounds` (and `kd work --until-green`).
+pub const MAX_FIX_ROUNDS: u32 = 20;
+
 /// The `work` settings.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Work {
     /// claude's `--allowedTools` of work runs, e.g. `Bash(cargo test:*)`.
     pub allowed_tools: Vec<String>,
@@ -45,6 +52,26 @@ pub struct Work {
     /// The command run once in each new worktree (an argv; never a shell
     /// unless it says `["sh", "-c", …]`).
     pub setup: Option<Vec<String>>,
+    /// The check run in a worktree after each commit of the member's work
+    /// (an argv; never a shell unless it says so).
+    pub check: Option<Vec<String>>,
+    /// How long a check may run before it is killed.
+    pub check_timeout: std::time::Duration,
+    /// How many times a member whose check fails is sent back to fix it.
+    pub fix_rounds: u32,
+}
+
+impl Default for Work {
+    fn default() -> Work {
+        Work {
+            allowed_tools: Vec::new(),
+            copy: None,
+            setup: None,
+            check: None,
+            check_timeout: CHECK_TIMEOUT,
+            fix_rounds: 0,
+        }
+    }
 }
 
 pub(super) fn work(r: &mut Resolver, raw: RawWork) -> Result<Work, ConfigError> {
@@ -52,6 +79,9 @@ pub(super) fn work(r: &mut Resolver, raw: RawWork) -> Result<Work, ConfigError> 
         ("work.allowed_tools", raw.allowed_tools.is_some()),
         ("work.copy", raw.copy.is_some()),
         ("work.setup", raw.setup.is_some()),
+        ("work.check", raw.check.is_some()),
+        ("work.check_timeout", raw.check_timeout.is_some()),
+        ("work.fix_rounds", raw.fix_rounds.is_some()),
     ] {
         r.set(key, set);
     }
@@ -82,7 +112,28 @@ pub(super) fn work(r: &mut Resolver, raw: RawWork) -> Result<Work, ConfigError> 
         None | Some(Value::Null) => None,
         Some(v) => Some(argv(&v).map_err(|e| r.err("work.setup", e))?),
     };
-    Ok(Work { allowed_tools, copy: raw.copy, setup })
+    let check = match raw.check {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(argv(&v).map_err(|e| r.err("work.check", e))?),
+    };
+    let check_timeout = match &raw.check_timeout {
+        None | Some(Value::Null) => CHECK_TIMEOUT,
+        Some(v) => {
+            let d = super::lifecycle::duration(v).map_err(|e| r.err("work.check_timeout", e))?;
+            if d.is_zero() || d > MAX_CHECK_TIMEOUT {
+                return Err(r.err("work.check_timeout", "give a time between 1 second and 24 hours, e.g. \"10m\""));
+            }
+            d
+        }
+    };
+    let fix_rounds = raw.fix_rounds.unwrap_or(0);
+    if fix_rounds > MAX_FIX_ROUNDS {
+        return Err(r.err("work.fix_rounds", format!("at most {MAX_FIX_ROUNDS}")));
+    }
+    if fix_rounds > 0 && check.is_none() {
+        r.warnings.push("work.fix_rounds is set but work.check is not: no member is sent back".into());
+    }
+    Ok(Work { allowed_tools, copy: raw.copy, setup, check, check_timeout, fix_rounds })
 }
 
 /// Why a `work.allowed_tools` entry is refused: a tool with no rule
@@ -217,6 +268,31 @@ mod tests {
             let (w, _) = resolve(json!({"copy": [bad]}));
             assert_eq!(w.unwrap_err().key, "work.copy", "{bad}");
         }
+    }
+
+    #[test]
+    fn the_check_is_an_argv_with_a_bounded_timeout_and_fix_rounds() {
+        let (w, _) = resolve(json!({}));
+        let w = w.unwrap();
+        assert_eq!((w.check, w.check_timeout, w.fix_rounds), (None, CHECK_TIMEOUT, 0));
+        let (w, _) = resolve(json!({"check": ["cargo", "test"], "check_timeout": "90s", "fix_rounds": 2}));
+        let w = w.unwrap();
+        assert_eq!(w.check, Some(vec!["cargo".into(), "test".into()]));
+        assert_eq!((w.check_timeout.as_secs(), w.fix_rounds), (90, 2));
+        let (w, _) = resolve(json!({"check": "make test"}));
+        assert_eq!(w.unwrap().check, Some(vec!["make".into(), "test".into()]));
+        for (bad, key) in [
+            (json!({"check": "cargo test && echo"}), "work.check"),
+            (json!({"check": []}), "work.check"),
+            (json!({"check": ["ok"], "check_timeout": 0}), "work.check_timeout"),
+            (json!({"check": ["ok"], "check_timeout": "2d"}), "work.check_timeout"),
+            (json!({"check": ["ok"], "fix_rounds": 21}), "work.fix_rounds"),
+        ] {
+            let (w, _) = resolve(bad.clone());
+            assert_eq!(w.unwrap_err().key, key, "{bad}");
+        }
+        let (_, warnings) = resolve(json!({"fix_rounds": 1}));
+        assert!(warnings.iter().any(|w| w.contains("work.check")), "{warnings:?}");
     }
 
     #[test]

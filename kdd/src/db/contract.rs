@@ -13,6 +13,7 @@ use kd_proto::work::{WorkState, Worktree};
 
 mod alike;
 mod approvals;
+mod check;
 
 use super::fixtures::worktree;
 use super::messages::{NewMessage, Page};
@@ -159,6 +160,9 @@ async fn work_found_tampered_with_is_recorded_so_and_nothing_moves_it_on() {
             removed_at_ms: None,
             created_at_ms: 1,
             last_run: None,
+            check: None,
+            until_green: 0,
+            fixes: 0,
         };
         e.db.add_worktree(tree, false).await.unwrap();
         let (id, m) = (t.id.clone(), "claude".to_string());

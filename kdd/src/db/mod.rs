@@ -32,6 +32,7 @@
 
 pub mod acks;
 pub mod approvals;
+pub mod check;
 pub mod compose;
 #[cfg(test)]
 mod contract;

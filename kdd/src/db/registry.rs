@@ -24,12 +24,13 @@ use kd_proto::types::{
     Ack, CostBy, CostReport, DeliveryMode, Event, ExchangeInfo, InboxItem, InboxStatus, Lock, LockOutcome,
     LockReleased, Message, NodeStatus, RouteType, RunInfo, SearchHit, Session, SessionStatus, Thread, ThreadStatus,
 };
-use kd_proto::work::{WorkState, Worktree};
+use kd_proto::work::{WorkCheck, WorkState, Worktree};
 use serde_json::Value;
 
 use kd_proto::approval::Approval;
 
 use super::approvals::{Decide, Decided};
+use super::check::{CheckEnded, Started};
 use super::compose::{Asked, Routed, Routing};
 use super::events::{EventFilter, Record};
 use super::exchanges::kd_step::{EventsOf, KdStep};
@@ -285,6 +286,14 @@ operations! {
     fn set_worktree_head(&self, thread: String, member: String, head: String, totals: (u32, u64, u64)) -> DbResult<()>;
     /// The worktree is gone from disk since `at`.
     fn set_worktree_removed(&self, thread: String, member: String, at: i64) -> DbResult<()>;
+    /// Marks the check of the member's head running since `at` (told on the thread), unless the
+    /// work is settled, tampered with or gone.
+    fn begin_check(&self, thread: String, member: String, at: i64) -> DbResult<Started>;
+    /// Records a check's result if it is still the running one (told on the thread); with `fix`,
+    /// a member whose check did not pass and has tries left is sent back (a try counted, `working`).
+    fn end_check(&self, thread: String, member: String, check: WorkCheck, fix: bool) -> DbResult<CheckEnded>;
+    /// The worktrees on disk whose check was running when a daemon stopped.
+    fn running_checks(&self) -> DbResult<Vec<Worktree>>;
     /// Records on a run the commit kd made of its changes and its note.
     fn set_run_work(&self, run: String, commit: Option<String>, note: Option<String>) -> DbResult<()>;
     /// A member's work a dead daemon cut: what kd committed of it recorded

@@ -30,6 +30,7 @@ impl WorkApiServer for Rpc {
         to: Option<Vec<String>>,
         vote: Option<bool>,
         path: Option<String>,
+        until_green: Option<u32>,
     ) -> RpcResult<WorkStarted> {
         validate::workspace(&workspace)?;
         validate::search_path(path.as_deref())?;
@@ -42,8 +43,11 @@ impl WorkApiServer for Rpc {
         if let Some(to) = &to {
             validate::addressees("to", to)?;
         }
+        if until_green.is_some_and(|n| n > crate::config::work::MAX_FIX_ROUNDS) {
+            return Err(invalid(format!("until_green is at most {}", crate::config::work::MAX_FIX_ROUNDS)));
+        }
         let client = ext.get::<ClientId>().copied();
-        let t = work::Task { workspace, task, to, vote: vote.unwrap_or(false), client, path };
+        let t = work::Task { workspace, task, to, vote: vote.unwrap_or(false), client, path, until_green };
         work::start(&self.d.coord, t).await
     }
 
@@ -115,5 +119,19 @@ impl WorkApiServer for Rpc {
         validate::thread_id(&thread)?;
         self::member(&member)?;
         settle::reject(&self.d.db, &self.d.hub, &thread, &member).await
+    }
+
+    async fn work_check(
+        &self,
+        _ext: &Extensions,
+        thread: String,
+        member: String,
+        path: Option<String>,
+    ) -> RpcResult<Worktree> {
+        validate::thread_id(&thread)?;
+        self::member(&member)?;
+        validate::search_path(path.as_deref())?;
+        crate::council::runs_here(&self.d.db, &thread).await?;
+        self.d.checks.check_now(&thread, &member, path).await
     }
 }

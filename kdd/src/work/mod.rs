@@ -3,11 +3,13 @@
 //! diffs ([`diff`]), having the council review or rank them
 //! ([`review`]), accepting one into the King's branch or rejecting it, and
 //! removing worktrees only when nothing in them could be lost
-//! ([`settle`]). The runs themselves — writable in the worktree and
+//! ([`settle`]); the check run in each worktree after each commit, and
+//! fix until green ([`check`]). The runs themselves — writable in the worktree and
 //! nowhere else, their changes committed when they end — are the agent's
 //! ([`crate::agent`]); which run works where is the council's
 //! ([`crate::council::work_runs`]).
 
+pub mod check;
 pub mod review;
 pub mod settle;
 pub mod vote;
@@ -60,6 +62,9 @@ pub struct Task {
     /// The asking client's `PATH`, which the members are found on and run
     /// with (none: kdd's own).
     pub path: Option<String>,
+    /// Fix until green: how many times a member whose check fails is sent
+    /// back (none: `work.fix_rounds`).
+    pub until_green: Option<u32>,
 }
 
 /// `work.start`: a new branch thread of the workspace's trunk titled with
@@ -84,6 +89,7 @@ pub async fn start(co: &Arc<Coord>, t: Task) -> Result<WorkStarted, ErrorObjectO
     if t.vote && members.len() < 2 {
         return Err(ErrorCode::InvalidArgument.error("a vote over the work needs at least two members"));
     }
+    let until_green = check::until_green(&config, t.until_green, t.vote)?;
     let repo = git::top(Path::new(&t.workspace)).await.map_err(git_error)?;
     let base = git::head(&repo).await.map_err(git_error)?;
     let branch = git::branch(&repo).await.map_err(git_error)?;
@@ -151,6 +157,9 @@ pub async fn start(co: &Arc<Coord>, t: Task) -> Result<WorkStarted, ErrorObjectO
             removed_at_ms: None,
             created_at_ms: now_ms(),
             last_run: None,
+            check: None,
+            until_green,
+            fixes: 0,
         };
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)
@@ -270,5 +279,6 @@ pub async fn member_diff(w: &Worktree, stat: bool, max_bytes: u64) -> Result<Mem
         files,
         patch,
         truncated,
+        check: w.check.clone(),
     })
 }

@@ -126,8 +126,10 @@ pub async fn review(
                 );
             }
             let d = member_diff(&w, false, PROMPT_DIFF_BYTES as u64 * 4).await?;
+            let check = super::check::prompt_text(&w).map(|c| format!("\n\n{c}")).unwrap_or_default();
             let what = format!(
-                "The King gave {member} this task:\n\n{}\n\n{member} did it on branch {}. Here is its diff from {}:",
+                "The King gave {member} this task:\n\n{}\n\n{member} did it on branch {}.{check}\n\nHere is its diff \
+                 from {}:",
                 w.task,
                 w.branch,
                 short(&w.base)
@@ -157,6 +159,9 @@ pub async fn review(
                 removed_at_ms: None,
                 created_at_ms: 0,
                 last_run: None,
+                check: None,
+                until_green: 0,
+                fixes: 0,
             };
             let d = member_diff(&w, false, PROMPT_DIFF_BYTES as u64 * 4).await?;
             let what =
@@ -261,6 +266,7 @@ mod tests {
                 .collect(),
             patch: Some(patch.into()),
             truncated: false,
+            check: None,
         }
     }
 

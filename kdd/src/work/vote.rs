@@ -65,6 +65,8 @@ pub async fn drive(co: &Arc<Coord>, x: ExchangeId) -> Result<(), Halt> {
     let (t, config) =
         co.thread(&thread, ex.path.as_deref()).await.map_err(|e| Halt::Failed(e.message().to_string()))?;
     let task = db.message(thread.clone(), seq).await?.body;
+    // Each diff is ranked with its check's result.
+    super::check::settled(&co.council, &thread, config.work.check_timeout + std::time::Duration::from_secs(30)).await;
     let id = thread.clone();
     let trees = db.worktrees_of(id).await?;
     let mut parts = Vec::new();
@@ -77,7 +79,7 @@ pub async fn drive(co: &Arc<Coord>, x: ExchangeId) -> Result<(), Halt> {
             member: w.member.clone(),
             status: PartStatus::Done,
             seq: None,
-            text: diff_text(&d, PROMPT_DIFF_BYTES),
+            text: super::check::with_diff(w, diff_text(&d, PROMPT_DIFF_BYTES)),
             cost_usd: None,
         });
     }

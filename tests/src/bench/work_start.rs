@@ -41,7 +41,7 @@ fn git_alone(ws: &Workspace, scratch: &Path, i: usize) -> f64 {
 /// (empty) work, so that no start waits on the repository behind them.
 async fn work_start(c: &kd_client::Client, ws: &Workspace, members: usize) -> f64 {
     let start = Instant::now();
-    let started = c.work_start(ws.path(), "Bench task".into(), None, None, None).await.expect("work.start");
+    let started = c.work_start(ws.path(), "Bench task".into(), None, None, None, None).await.expect("work.start");
     let took = super::ms(start.elapsed()) / members as f64;
     assert_eq!(started.worktrees.len(), members);
     loop {

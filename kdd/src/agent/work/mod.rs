@@ -8,6 +8,7 @@
 //! commit of what a run the last daemon died in left. The backends' write modes are in
 //! [`super::argv`], [`super::appserver`] and [`super::acp`].
 
+pub mod after;
 mod copy;
 
 use std::path::{Path, PathBuf};
@@ -198,7 +199,10 @@ const SETUP_MARKER: &str = "KD_SETUP";
 /// say (a setup's output, writes claude refused, a worktree kd would not
 /// commit) is said in its message. A worktree whose `.git` is not what kd
 /// made is not committed: its work is `tampered`.
-pub async fn finish(d: &Runner, run: &Run, work: &WorkRun, finish: &mut Finish) {
+///
+/// With a check configured (`checked`), work that is done gets its check
+/// marked running in the same move ([`after::mark_check`]).
+pub async fn finish(d: &Runner, run: &Run, work: &WorkRun, finish: &mut Finish, checked: bool) {
     let message = if finish.status == RunStatus::Done {
         work.task.clone()
     } else {
@@ -248,6 +252,9 @@ pub async fn finish(d: &Runner, run: &Run, work: &WorkRun, finish: &mut Finish) 
     } else {
         WorkState::Done
     };
+    if checked && state == WorkState::Done {
+        after::mark_check(d, run).await;
+    }
     set_state(d, run, state).await;
 }
 

@@ -14,7 +14,8 @@ use crate::db::{DbError, DbResult};
 const COLUMNS: &str = "thread_id, member, task, repo, path, branch, base, head, state, files, added, removed, \
                        removed_at, created_at, (SELECT r.status FROM runs r WHERE r.thread_id = worktrees.thread_id \
                        AND r.member = worktrees.member AND r.purpose IS NULL AND r.ended_at IS NOT NULL \
-                       ORDER BY r.ended_at DESC, r.ordinal DESC NULLS LAST LIMIT 1)";
+                       ORDER BY r.ended_at DESC, r.ordinal DESC NULLS LAST LIMIT 1), check_status, check_commit, \
+                       check_exit, check_ms, check_output, check_at, until_green, fixes";
 
 fn row(r: &Row) -> DbResult<Worktree> {
     let state: &str = r.try_get(8)?;
@@ -34,6 +35,9 @@ fn row(r: &Row) -> DbResult<Worktree> {
         removed_at_ms: r.try_get(12)?,
         created_at_ms: r.try_get(13)?,
         last_run: r.try_get::<_, Option<&str>>(14)?.and_then(RunStatus::parse),
+        check: super::check::from_row(r, 15)?,
+        until_green: r.try_get::<_, i32>(21)?.max(0) as u32,
+        fixes: r.try_get::<_, i32>(22)?.max(0) as u32,
     })
 }
 
@@ -42,7 +46,8 @@ pub(crate) async fn insert(c: &impl GenericClient, w: &Worktree, vote: bool) -> 
     c.execute(
         &c.prepare_cached(
             "INSERT INTO worktrees (thread_id, member, task, repo, path, branch, base, head, state, files, added, \
-             removed, vote, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+             removed, vote, created_at, until_green) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, \
+             $14, $15)",
         )
         .await?,
         &[
@@ -60,6 +65,7 @@ pub(crate) async fn insert(c: &impl GenericClient, w: &Worktree, vote: bool) -> 
             &(w.removed as i64),
             &i64::from(vote),
             &w.created_at_ms,
+            &i32::try_from(w.until_green).unwrap_or(i32::MAX),
         ],
     )
     .await?;

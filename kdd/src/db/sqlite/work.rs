@@ -11,7 +11,8 @@ use crate::db::{DbError, DbResult};
 const COLUMNS: &str = "thread_id, member, task, repo, path, branch, base, head, state, files, added, removed, \
                        removed_at, created_at, (SELECT r.status FROM runs r WHERE r.thread_id = worktrees.thread_id \
                        AND r.member = worktrees.member AND r.purpose IS NULL AND r.ended_at IS NOT NULL \
-                       ORDER BY r.ended_at DESC, r.ordinal DESC LIMIT 1)";
+                       ORDER BY r.ended_at DESC, r.ordinal DESC LIMIT 1), check_status, check_commit, check_exit, \
+                       check_ms, check_output, check_at, until_green, fixes";
 
 fn row(r: &Row<'_>) -> rusqlite::Result<Worktree> {
     let state: String = r.get(8)?;
@@ -31,6 +32,9 @@ fn row(r: &Row<'_>) -> rusqlite::Result<Worktree> {
         removed_at_ms: r.get(12)?,
         created_at_ms: r.get(13)?,
         last_run: r.get::<_, Option<String>>(14)?.as_deref().and_then(RunStatus::parse),
+        check: super::check::from_row(r, 15)?,
+        until_green: r.get::<_, i64>(21)?.clamp(0, u32::MAX as i64) as u32,
+        fixes: r.get::<_, i64>(22)?.clamp(0, u32::MAX as i64) as u32,
     })
 }
 
@@ -38,7 +42,8 @@ fn row(r: &Row<'_>) -> rusqlite::Result<Worktree> {
 pub fn insert(conn: &Connection, w: &Worktree, vote: bool) -> DbResult<()> {
     conn.prepare_cached(
         "INSERT INTO worktrees (thread_id, member, task, repo, path, branch, base, head, state, files, added, \
-         removed, vote, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+         removed, vote, created_at, until_green) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, \
+         ?15)",
     )?
     .execute(params![
         w.thread,
@@ -54,7 +59,8 @@ pub fn insert(conn: &Connection, w: &Worktree, vote: bool) -> DbResult<()> {
         w.added as i64,
         w.removed as i64,
         vote,
-        w.created_at_ms
+        w.created_at_ms,
+        w.until_green
     ])?;
     Ok(())
 }

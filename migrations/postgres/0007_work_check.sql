@@ -1,0 +1,15 @@
+-- A check in every worktree, and fix until green (issue 34 items 1-2): the
+-- check (`work.check`) of a member's last commit — its status, exit code,
+-- duration, the commit, the output's tail, when it started — and how many
+-- times a member whose check fails is sent back to fix it (`until_green`)
+-- and was so far (`fixes`). Never edit after it lands.
+
+ALTER TABLE worktrees
+    ADD COLUMN check_status TEXT CHECK (check_status IN ('running', 'pass', 'fail', 'timeout', 'error')),
+    ADD COLUMN check_commit TEXT,
+    ADD COLUMN check_exit INTEGER,
+    ADD COLUMN check_ms BIGINT,
+    ADD COLUMN check_output TEXT,
+    ADD COLUMN check_at BIGINT,
+    ADD COLUMN until_green INTEGER NOT NULL DEFAULT 0,
+    ADD COLUMN fixes INTEGER NOT NULL DEFAULT 0;
