@@ -81,7 +81,9 @@ async fn the_policy_decides_without_asking_and_what_it_denies_is_recorded() {
     let denied = f.approvals.ask(ask(&f, ToolKind::Fetch, "GET https://x"), TODAY).await;
     assert!(matches!(&denied, Answer::Deny { message } if message.contains("policy denies fetch")), "{denied:?}");
     let all = f.db.approvals(true, None, 10).await.unwrap();
-    let states: Vec<_> = all.iter().map(|a| (a.tool.title.as_str(), a.state, a.decided_by)).collect();
+    // (Two asked in the same millisecond have no order between them.)
+    let mut states: Vec<_> = all.iter().map(|a| (a.tool.title.as_str(), a.state, a.decided_by)).collect();
+    states.sort_by_key(|s| s.0);
     assert_eq!(
         states,
         [
