@@ -418,7 +418,7 @@ async fn the_king_is_told_an_approval_waits_a_member_timed_out_and_work_ended() 
 
     // A work task: told once when the members' work is committed.
     let started =
-        c.work_start(ws.path(), "Write notes.".into(), Some(vec!["claude".into()]), None, None).await.unwrap();
+        c.work_start(ws.path(), "Write notes.".into(), Some(vec!["claude".into()]), None, None, None).await.unwrap();
     let told = hook.next(1).await;
     assert_eq!(
         (told[0].kind, told[0].thread.as_deref()),
