@@ -50,6 +50,8 @@ enum Command {
     Accept(cmd::work::AcceptArgs),
     /// Turn a member's work down
     Reject(cmd::work::RejectArgs),
+    /// Bring a member's work up to date: merge your HEAD into its branch; it resolves any conflict
+    Rebase(cmd::ship::RebaseArgs),
     /// What members' CLIs ask permission for (pending; --all, --follow)
     Approvals(cmd::approvals::ApprovalsArgs),
     /// Allow what a member's CLI asks (--run, --thread for more)
@@ -210,6 +212,7 @@ fn main() -> ExitCode {
             Command::Review(a) => cmd::work::review(&ctx, a).await,
             Command::Accept(a) => cmd::work::accept(&ctx, a).await,
             Command::Reject(a) => cmd::work::reject(&ctx, a).await,
+            Command::Rebase(a) => cmd::ship::rebase(&ctx, a).await,
             Command::Approvals(a) => cmd::approvals::list(&ctx, a).await,
             Command::Approve(a) => cmd::approvals::approve(&ctx, a).await,
             Command::Deny(a) => cmd::approvals::deny(&ctx, a).await,

@@ -167,6 +167,40 @@ pub struct Accepted {
     pub superseded: Vec<String>,
 }
 
+/// How `work.rebase` left a member's work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RebaseOutcome {
+    /// Its branch already holds the King's HEAD: nothing was done.
+    UpToDate,
+    /// The King's HEAD merged cleanly into its branch.
+    Merged,
+    /// The merge conflicts: the member is asked to resolve the markers in
+    /// its worktree (a work run); kd commits the merge once none is left,
+    /// and says how it ended in a message of kd's answering `seq`.
+    Resolving,
+}
+
+/// What `work.rebase` did.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Rebased {
+    pub member: String,
+    pub branch: String,
+    /// The King's branch, and the commit of it merged in.
+    pub from: String,
+    pub onto: String,
+    pub outcome: RebaseOutcome,
+    /// `merged`: the branch's new head.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// `resolving`: the files that conflict.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conflicts: Vec<String>,
+    /// `resolving`: the King's message asking the member to resolve them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+}
+
 #[rpc(server, client)]
 pub trait WorkApi {
     /// Gives a task to members, each in a worktree of its own, in a new
@@ -222,4 +256,11 @@ pub trait WorkApi {
     /// Marks a member's work rejected.
     #[method(name = "work.reject", param_kind = map)]
     async fn work_reject(&self, thread: String, member: String) -> RpcResult<Worktree>;
+
+    /// Brings a member's work up to date: merges the King's current HEAD
+    /// into the member's branch in its worktree (a merge: every commit of
+    /// the member stays). When it conflicts, the member is asked to resolve
+    /// the markers; kd commits the merge once none is left.
+    #[method(name = "work.rebase", param_kind = map, with_extensions)]
+    async fn work_rebase(&self, thread: String, member: String, path: Option<String>) -> RpcResult<Rebased>;
 }

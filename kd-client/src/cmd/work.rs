@@ -251,7 +251,11 @@ async fn list(ctx: &Ctx, a: WorkArgs) -> anyhow::Result<ExitCode> {
 
 /// The work thread named, or the newest of this workspace that has work
 /// of `member` (any member when none is named).
-async fn work_thread(client: &Client, thread: Option<String>, member: Option<&str>) -> anyhow::Result<String> {
+pub(super) async fn work_thread(
+    client: &Client,
+    thread: Option<String>,
+    member: Option<&str>,
+) -> anyhow::Result<String> {
     if let Some(t) = thread {
         return Ok(t);
     }

@@ -5,7 +5,7 @@
 use jsonrpsee::Extensions;
 use jsonrpsee::core::async_trait;
 use kd_proto::RpcResult;
-use kd_proto::work::{Accepted, MemberDiff, WorkApiServer, WorkStarted, Worktree};
+use kd_proto::work::{Accepted, MemberDiff, Rebased, WorkApiServer, WorkStarted, Worktree};
 
 use super::error::invalid;
 use super::{Rpc, validate};
@@ -115,5 +115,19 @@ impl WorkApiServer for Rpc {
         validate::thread_id(&thread)?;
         self::member(&member)?;
         settle::reject(&self.d.db, &self.d.hub, &thread, &member).await
+    }
+
+    async fn work_rebase(
+        &self,
+        ext: &Extensions,
+        thread: String,
+        member: String,
+        path: Option<String>,
+    ) -> RpcResult<Rebased> {
+        validate::thread_id(&thread)?;
+        self::member(&member)?;
+        validate::search_path(path.as_deref())?;
+        let asker = (ext.get::<ClientId>().copied(), path);
+        work::rebase::rebase(&self.d.coord, &thread, &member, asker).await
     }
 }

@@ -3,11 +3,13 @@
 //! diffs ([`diff`]), having the council review or rank them
 //! ([`review`]), accepting one into the King's branch or rejecting it, and
 //! removing worktrees only when nothing in them could be lost
-//! ([`settle`]). The runs themselves — writable in the worktree and
+//! ([`settle`]); bringing a member's work up to date with the King's
+//! branch ([`rebase`]). The runs themselves — writable in the worktree and
 //! nowhere else, their changes committed when they end — are the agent's
 //! ([`crate::agent`]); which run works where is the council's
 //! ([`crate::council::work_runs`]).
 
+pub mod rebase;
 pub mod review;
 pub mod settle;
 pub mod vote;

@@ -297,6 +297,28 @@ impl Pg {
         set_head(&self.conn().await?, &thread, &member, &head, totals).await
     }
 
+    /// The work brought up to date: its new base, head and size.
+    pub async fn set_worktree_base(
+        &self,
+        thread: String,
+        member: String,
+        base: String,
+        head: String,
+        (files, added, removed): (u32, u64, u64),
+    ) -> DbResult<()> {
+        let c = self.conn().await?;
+        c.execute(
+            &c.prepare_cached(
+                "UPDATE worktrees SET base = $3, head = $4, files = $5, added = $6, removed = $7 \
+                 WHERE thread_id = $1 AND member = $2",
+            )
+            .await?,
+            &[&thread, &member, &base, &head, &i64::from(files), &(added as i64), &(removed as i64)],
+        )
+        .await?;
+        Ok(())
+    }
+
     /// The worktree is gone from disk since `at`.
     pub async fn set_worktree_removed(&self, thread: String, member: String, at: i64) -> DbResult<()> {
         set_removed(&self.conn().await?, &thread, &member, at).await

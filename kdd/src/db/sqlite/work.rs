@@ -238,6 +238,26 @@ impl super::Sqlite {
         self.write(move |c, _| set_head(c, &thread, &member, &head, totals)).await
     }
 
+    /// The work brought up to date: its new base, head and size.
+    pub async fn set_worktree_base(
+        &self,
+        thread: String,
+        member: String,
+        base: String,
+        head: String,
+        (files, added, removed): (u32, u64, u64),
+    ) -> DbResult<()> {
+        self.write(move |c, _| {
+            c.prepare_cached(
+                "UPDATE worktrees SET base = ?3, head = ?4, files = ?5, added = ?6, removed = ?7 \
+                 WHERE thread_id = ?1 AND member = ?2",
+            )?
+            .execute(params![thread, member, base, head, files, added as i64, removed as i64])?;
+            Ok(())
+        })
+        .await
+    }
+
     /// The worktree is gone from disk since `at`.
     pub async fn set_worktree_removed(&self, thread: String, member: String, at: i64) -> DbResult<()> {
         self.write(move |c, _| set_removed(c, &thread, &member, at)).await
