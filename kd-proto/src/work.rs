@@ -106,6 +106,24 @@ pub struct Worktree {
     /// work whose last run failed, was cancelled or cut is said so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_run: Option<crate::registry::RunStatus>,
+    /// Its branch was pushed for a pull request (`work.pr`), last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shipped: Option<Shipped>,
+}
+
+/// A member's branch pushed to the remote for a pull request (`work.pr`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Shipped {
+    /// The git remote it was pushed to, and the commit pushed.
+    pub remote: String,
+    pub commit: String,
+    pub at_ms: i64,
+    /// The pull request gh opened (`pr`), or the host's page to open one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// `url` is a pull request gh opened, not a page to open one.
+    #[serde(default)]
+    pub pr: bool,
 }
 
 /// What `work.start` began.
@@ -201,6 +219,27 @@ pub struct Rebased {
     pub seq: Option<u64>,
 }
 
+/// What `work.pr` did.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct PullRequest {
+    pub member: String,
+    /// The member's branch, pushed under the same name.
+    pub branch: String,
+    /// The King's branch the pull request is to merge into.
+    pub base: String,
+    pub shipped: Shipped,
+    /// Why no pull request was opened (no gh on the PATH, or a host gh
+    /// does not serve), when none was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// With `accept`: the work is accepted (by the pull request), and the
+    /// other members of the task whose work is now superseded.
+    #[serde(default)]
+    pub accepted: bool,
+    #[serde(default)]
+    pub superseded: Vec<String>,
+}
+
 #[rpc(server, client)]
 pub trait WorkApi {
     /// Gives a task to members, each in a worktree of its own, in a new
@@ -263,4 +302,18 @@ pub trait WorkApi {
     /// the markers; kd commits the merge once none is left.
     #[method(name = "work.rebase", param_kind = map, with_extensions)]
     async fn work_rebase(&self, thread: String, member: String, path: Option<String>) -> RpcResult<Rebased>;
+
+    /// Pushes a member's branch to the remote (`work.remote`, default
+    /// `origin`) and opens a pull request into the King's current branch
+    /// with gh when it is on the PATH, else gives the host's page to open
+    /// one; with `accept`, the work is accepted by it (the others
+    /// superseded), nothing merged in the King's tree.
+    #[method(name = "work.pr", param_kind = map)]
+    async fn work_pr(
+        &self,
+        thread: String,
+        member: String,
+        accept: Option<bool>,
+        path: Option<String>,
+    ) -> RpcResult<PullRequest>;
 }

@@ -163,3 +163,143 @@ async fn a_clean_rebase_merges_at_once_and_an_up_to_date_one_does_nothing() {
     assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
     assert!(is_ancestor(dir, &w.head, "HEAD"));
 }
+
+/// A bare repository standing for the King's GitHub remote: `origin` is
+/// `https://github.com/king/kd.git`, which git pushes to the bare one
+/// (`insteadOf`), `main` pushed there first.
+fn github_remote(ws: &Workspace) -> tempfile::TempDir {
+    let bare = tempfile::tempdir().unwrap();
+    git(bare.path(), &["init", "--quiet", "--bare"]);
+    let dir = ws.dir.path();
+    git(dir, &["remote", "add", "origin", "https://github.com/king/kd.git"]);
+    let rewrite = format!("url.{}.insteadOf", bare.path().display());
+    git(dir, &["config", &rewrite, "https://github.com/king/kd.git"]);
+    git(dir, &["push", "--quiet", "origin", "main"]);
+    bare
+}
+
+/// The commit `branch` is at in the bare repository, if it is there.
+fn remote_branch(bare: &Path, branch: &str) -> Option<String> {
+    let out = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(bare)
+        .args(["rev-parse", "--verify", "--quiet", &format!("refs/heads/{branch}")])
+        .output()
+        .unwrap();
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// This test's PATH without any real gh, with `first` before it.
+fn path_without_gh(first: Option<&Path>) -> String {
+    let own = std::env::var("PATH").unwrap_or_default();
+    let dirs = own.split(':').filter(|d| !Path::new(d).join("gh").exists()).map(str::to_string);
+    first.map(|f| f.display().to_string()).into_iter().chain(dirs).collect::<Vec<_>>().join(":")
+}
+
+/// A fake `gh` in a directory of its own: records its argv (NUL after
+/// each) to `argv` beside it and prints a pull request's URL, as gh does.
+fn fake_gh() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = tempfile::tempdir().unwrap();
+    let record = bin.path().join("argv");
+    let script = format!(
+        "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\0' \"$a\"; done > '{}'\necho 'Creating pull request' >&2\n\
+         echo https://github.com/king/kd/pull/7\n",
+        record.display()
+    );
+    let gh = bin.path().join("gh");
+    std::fs::write(&gh, script).unwrap();
+    std::fs::set_permissions(&gh, std::fs::Permissions::from_mode(0o755)).unwrap();
+    bin
+}
+
+async fn kd_with_path(kdd: &Kdd, ws: &Workspace, path: &str, args: &[&str]) -> kd_tests::Output {
+    let mut cmd = kdd.kd();
+    cmd.current_dir(ws.dir.path()).env("PATH", path).args(args);
+    kd_tests::run(cmd).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_pr_pushes_the_branch_and_gh_opens_a_pull_request_with_the_task_and_the_review() {
+    let ws = Workspace::new(&[]);
+    ws.git_init(&[("a.txt", "one\ntwo\n")], &[]);
+    let writes = "if test -f .git; then printf 'new\\n' > b.txt; fi".to_string();
+    let approves = json!([["[Review]", "Fine.\nVERDICT: APPROVE"]]).to_string();
+    let agents = json!({
+        "claude": fake("claude", "claude", &[("FAKE_RUN", writes.as_str())]),
+        "codex": fake("codex", "codex", &[("FAKE_RULES", approves.as_str())]),
+    });
+    ws.write_config(&json!({"council": {"members": ["claude", "codex"]}, "agents": agents}));
+    let bare = github_remote(&ws);
+    let kdd = Kdd::start();
+    let out = kd(&kdd, &ws, &["work", "--to", "claude", "Write b.txt\n\nWith one line.", "--json"]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    let w: Worktree = serde_json::from_str::<Vec<Worktree>>(&out.stdout).unwrap().remove(0);
+    let review = kd(&kdd, &ws, &["review", "claude"]).await;
+    assert!(review.stdout.contains("Review of claude's work: 1 approve (codex)"), "{}", review.stdout);
+
+    let bin = fake_gh();
+    let out = kd_with_path(&kdd, &ws, &path_without_gh(Some(bin.path())), &["pr", "claude"]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    assert_eq!(out.stdout.trim(), "https://github.com/king/kd/pull/7");
+    assert_eq!(remote_branch(bare.path(), &w.branch).as_deref(), Some(w.head.as_str()), "the branch was pushed");
+    let argv = std::fs::read_to_string(bin.path().join("argv")).expect("gh was run");
+    let argv: Vec<&str> = argv.trim_end_matches('\0').split('\0').collect();
+    assert_eq!(
+        argv[..10],
+        ["pr", "create", "--head", w.branch.as_str(), "--base", "main", "--title", "Write b.txt", "--body", argv[9]]
+    );
+    assert_eq!(argv[10..], ["--repo", "github.com/king/kd"]);
+    let body = argv[9];
+    assert!(body.starts_with("Write b.txt\n\nWith one line.\n"), "the task: {body}");
+    assert!(body.contains("Review of claude's work: 1 approve (codex)"), "the council's review: {body}");
+    // Recorded on the work.
+    let c = kdd.client().await;
+    let after = c.work_list(None, Some(w.thread.clone())).await.unwrap().remove(0);
+    let shipped = after.shipped.expect("shipped");
+    assert_eq!((shipped.remote.as_str(), shipped.commit.as_str(), shipped.pr), ("origin", w.head.as_str(), true));
+    assert_eq!(shipped.url.as_deref(), Some("https://github.com/king/kd/pull/7"));
+    assert_eq!(after.state, WorkState::Done, "kd pr does not settle the work");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn accept_pr_without_gh_pushes_prints_the_compare_page_and_accepts() {
+    let ws = repo("printf 'new\\n' > b.txt");
+    let bare = github_remote(&ws);
+    let kdd = Kdd::start();
+    let w = at_work(&kdd, &ws, "Write b.txt").await;
+    let king = git(ws.dir.path(), &["rev-parse", "HEAD"]);
+    let out = kd_with_path(&kdd, &ws, &path_without_gh(None), &["accept", "claude", "--pr"]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    let page = format!("https://github.com/king/kd/compare/main...{}?expand=1", w.branch);
+    assert_eq!(out.stdout.trim(), page);
+    assert!(out.stderr.contains("gh is not on your PATH"), "{}", out.stderr);
+    assert_eq!(remote_branch(bare.path(), &w.branch).as_deref(), Some(w.head.as_str()));
+    assert_eq!(git(ws.dir.path(), &["rev-parse", "HEAD"]), king, "nothing merged in the King's tree");
+    let c = kdd.client().await;
+    let after = c.work_list(None, Some(w.thread.clone())).await.unwrap().remove(0);
+    assert_eq!(after.state, WorkState::Accepted);
+    let shipped = after.shipped.expect("shipped");
+    assert_eq!((shipped.url.as_deref(), shipped.pr), (Some(page.as_str()), false));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pr_without_the_remote_is_refused_and_nothing_is_pushed() {
+    let ws = repo("printf 'new\\n' > b.txt");
+    // A remote there is, but not the one kd pushes to (origin).
+    let bare = tempfile::tempdir().unwrap();
+    git(bare.path(), &["init", "--quiet", "--bare"]);
+    git(ws.dir.path(), &["remote", "add", "mirror", &bare.path().display().to_string()]);
+    let kdd = Kdd::start();
+    let w = at_work(&kdd, &ws, "Write b.txt").await;
+    let bin = fake_gh();
+    let out = kd_with_path(&kdd, &ws, &path_without_gh(Some(bin.path())), &["pr", "claude"]).await;
+    assert!(!out.status.success(), "{}", out.stdout);
+    assert!(out.stderr.contains("has no remote named origin (work.remote)"), "{}", out.stderr);
+    assert!(out.stderr.contains("nothing was pushed"), "{}", out.stderr);
+    assert_eq!(remote_branch(bare.path(), &w.branch), None);
+    assert!(!bin.path().join("argv").exists(), "gh was not run");
+    let c = kdd.client().await;
+    let after = c.work_list(None, Some(w.thread.clone())).await.unwrap().remove(0);
+    assert_eq!((after.shipped, after.state), (None, WorkState::Done));
+}

@@ -750,6 +750,7 @@ fn worktree(
         removed_at_ms: None,
         created_at_ms: 0,
         last_run: None,
+        shipped: None,
     }
 }
 

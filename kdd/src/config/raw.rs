@@ -43,6 +43,8 @@ pub struct RawWork {
     pub copy: Option<Vec<String>>,
     /// The command run once in a new worktree: an argv (or plain words).
     pub setup: Option<Value>,
+    /// The git remote `kd pr` pushes members' branches to.
+    pub remote: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

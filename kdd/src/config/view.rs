@@ -116,6 +116,7 @@ impl Config {
         add("work.allowed_tools".into(), json!(w.allowed_tools), source(&["work.allowed_tools"], "default"));
         add("work.copy".into(), json!(w.copy), source(&["work.copy"], "default (.worktreeinclude's entries)"));
         add("work.setup".into(), json!(w.setup), source(&["work.setup"], "default (none)"));
+        add("work.remote".into(), json!(w.remote), source(&["work.remote"], "default"));
         let shown = self.agents.iter().filter(|(n, _)| {
             c.members.contains(n) || self.set_keys.iter().any(|k| k.starts_with(&format!("agents.{n}.")))
         });

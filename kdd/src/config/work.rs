@@ -2,7 +2,8 @@
 //! `work.allowed_tools` (claude's tools allowed beside `acceptEdits` in a
 //! worktree), `work.copy` (paths of the King's tree copied into a new
 //! worktree; default the entries of `.worktreeinclude`), `work.setup` (a
-//! command run once in each new worktree, as an argv) — and the default of
+//! command run once in each new worktree, as an argv), `work.remote` (the
+//! git remote `kd pr` pushes to, default `origin`) — and the default of
 //! `council.work_preamble`.
 
 use serde_json::Value;
@@ -35,7 +36,7 @@ const WRITE_ANYWHERE: &[&str] = &[
 ];
 
 /// The `work` settings.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Work {
     /// claude's `--allowedTools` of work runs, e.g. `Bash(cargo test:*)`.
     pub allowed_tools: Vec<String>,
@@ -45,6 +46,15 @@ pub struct Work {
     /// The command run once in each new worktree (an argv; never a shell
     /// unless it says `["sh", "-c", …]`).
     pub setup: Option<Vec<String>>,
+    /// The git remote `kd pr` pushes a member's branch to (default
+    /// `origin`).
+    pub remote: String,
+}
+
+impl Default for Work {
+    fn default() -> Work {
+        Work { allowed_tools: Vec::new(), copy: None, setup: None, remote: "origin".into() }
+    }
 }
 
 pub(super) fn work(r: &mut Resolver, raw: RawWork) -> Result<Work, ConfigError> {
@@ -52,6 +62,7 @@ pub(super) fn work(r: &mut Resolver, raw: RawWork) -> Result<Work, ConfigError> 
         ("work.allowed_tools", raw.allowed_tools.is_some()),
         ("work.copy", raw.copy.is_some()),
         ("work.setup", raw.setup.is_some()),
+        ("work.remote", raw.remote.is_some()),
     ] {
         r.set(key, set);
     }
@@ -82,7 +93,15 @@ pub(super) fn work(r: &mut Resolver, raw: RawWork) -> Result<Work, ConfigError> 
         None | Some(Value::Null) => None,
         Some(v) => Some(argv(&v).map_err(|e| r.err("work.setup", e))?),
     };
-    Ok(Work { allowed_tools, copy: raw.copy, setup })
+    let remote = raw.remote.unwrap_or_else(|| "origin".into());
+    let named = !remote.is_empty()
+        && remote.len() <= 100
+        && !remote.starts_with('-')
+        && remote.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c));
+    if !named {
+        return Err(r.err("work.remote", format!("{remote:?}: name a git remote, such as origin")));
+    }
+    Ok(Work { allowed_tools, copy: raw.copy, setup, remote })
 }
 
 /// Why a `work.allowed_tools` entry is refused: a tool with no rule

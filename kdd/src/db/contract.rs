@@ -159,6 +159,7 @@ async fn work_found_tampered_with_is_recorded_so_and_nothing_moves_it_on() {
             removed_at_ms: None,
             created_at_ms: 1,
             last_run: None,
+            shipped: None,
         };
         e.db.add_worktree(tree, false).await.unwrap();
         let (id, m) = (t.id.clone(), "claude".to_string());

@@ -47,6 +47,7 @@ pub(crate) fn worktree(member: &str, at: i64) -> Worktree {
         removed_at_ms: None,
         created_at_ms: at,
         last_run: None,
+        shipped: None,
     }
 }
 

@@ -286,6 +286,8 @@ operations! {
     /// The work brought up to date: its new base (the King's commit merged
     /// into its branch), head, and the diff's size from that base.
     fn set_worktree_base(&self, thread: String, member: String, base: String, head: String, totals: (u32, u64, u64)) -> DbResult<()>;
+    /// The member's branch was pushed for a pull request.
+    fn set_worktree_shipped(&self, thread: String, member: String, shipped: kd_proto::work::Shipped) -> DbResult<()>;
     /// The worktree is gone from disk since `at`.
     fn set_worktree_removed(&self, thread: String, member: String, at: i64) -> DbResult<()>;
     /// Records on a run the commit kd made of its changes and its note.

@@ -13,7 +13,8 @@
 //! as the member ([`member`]), the diff of a branch from its base (stat and patch), a
 //! merge checked without touching any tree ([`merge_conflicts`]) and then
 //! made, removing a worktree and its branch; the King's HEAD merged into a
-//! member's branch ([`merge`]).
+//! member's branch ([`merge`]); a member's branch pushed to a remote
+//! ([`remote`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -27,6 +28,7 @@ use crate::identity::children::{self, Origin};
 
 pub mod member;
 pub mod merge;
+pub mod remote;
 
 /// Most bytes of a command's output kept, unless the caller bounds it.
 const OUTPUT: usize = 4 << 20;

@@ -4,11 +4,12 @@
 //! ([`review`]), accepting one into the King's branch or rejecting it, and
 //! removing worktrees only when nothing in them could be lost
 //! ([`settle`]); bringing a member's work up to date with the King's
-//! branch ([`rebase`]). The runs themselves — writable in the worktree and
+//! branch ([`rebase`]) and shipping it as a pull request ([`pr`]). The runs themselves — writable in the worktree and
 //! nowhere else, their changes committed when they end — are the agent's
 //! ([`crate::agent`]); which run works where is the council's
 //! ([`crate::council::work_runs`]).
 
+pub mod pr;
 pub mod rebase;
 pub mod review;
 pub mod settle;
@@ -153,6 +154,7 @@ pub async fn start(co: &Arc<Coord>, t: Task) -> Result<WorkStarted, ErrorObjectO
             removed_at_ms: None,
             created_at_ms: now_ms(),
             last_run: None,
+            shipped: None,
         };
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)

@@ -157,6 +157,7 @@ pub async fn review(
                 removed_at_ms: None,
                 created_at_ms: 0,
                 last_run: None,
+                shipped: None,
             };
             let d = member_diff(&w, false, PROMPT_DIFF_BYTES as u64 * 4).await?;
             let what =

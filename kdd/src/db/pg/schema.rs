@@ -23,6 +23,9 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
     (4, include_str!("../../../../migrations/postgres/0004_work_tampered.sql")),
     (5, include_str!("../../../../migrations/postgres/0005_exchange_path.sql")),
     (6, include_str!("../../../../migrations/postgres/0006_approvals.sql")),
+    // Version 8 once the check's 0007 (issue 34, branch i34-check) is merged
+    // before it; 7 on this branch alone, which has no gap.
+    (7, include_str!("../../../../migrations/postgres/0008_work_shipped.sql")),
 ];
 
 /// `'kdmigr'` as a number: the advisory lock of migrators.

@@ -14,7 +14,7 @@ use crate::db::{DbError, DbResult};
 const COLUMNS: &str = "thread_id, member, task, repo, path, branch, base, head, state, files, added, removed, \
                        removed_at, created_at, (SELECT r.status FROM runs r WHERE r.thread_id = worktrees.thread_id \
                        AND r.member = worktrees.member AND r.purpose IS NULL AND r.ended_at IS NOT NULL \
-                       ORDER BY r.ended_at DESC, r.ordinal DESC NULLS LAST LIMIT 1)";
+                       ORDER BY r.ended_at DESC, r.ordinal DESC NULLS LAST LIMIT 1), shipped";
 
 fn row(r: &Row) -> DbResult<Worktree> {
     let state: &str = r.try_get(8)?;
@@ -34,6 +34,7 @@ fn row(r: &Row) -> DbResult<Worktree> {
         removed_at_ms: r.try_get(12)?,
         created_at_ms: r.try_get(13)?,
         last_run: r.try_get::<_, Option<&str>>(14)?.and_then(RunStatus::parse),
+        shipped: r.try_get::<_, Option<&str>>(15)?.and_then(|j| serde_json::from_str(j).ok()),
     })
 }
 
@@ -314,6 +315,23 @@ impl Pg {
             )
             .await?,
             &[&thread, &member, &base, &head, &i64::from(files), &(added as i64), &(removed as i64)],
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// The member's branch was pushed for a pull request.
+    pub async fn set_worktree_shipped(
+        &self,
+        thread: String,
+        member: String,
+        shipped: kd_proto::work::Shipped,
+    ) -> DbResult<()> {
+        let json = serde_json::to_string(&shipped).map_err(|e| DbError::Invalid(e.to_string()))?;
+        let c = self.conn().await?;
+        c.execute(
+            &c.prepare_cached("UPDATE worktrees SET shipped = $3 WHERE thread_id = $1 AND member = $2").await?,
+            &[&thread, &member, &json],
         )
         .await?;
         Ok(())

@@ -29,6 +29,8 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("../../../../migrations/0013_work_tampered.sql"),
     include_str!("../../../../migrations/0014_exchange_path.sql"),
     include_str!("../../../../migrations/0015_approvals.sql"),
+    // 0016 is the check's (issue 34, branch i34-check), to go before it.
+    include_str!("../../../../migrations/0017_work_shipped.sql"),
 ];
 
 /// The schema version this build writes.

@@ -11,7 +11,7 @@ use crate::db::{DbError, DbResult};
 const COLUMNS: &str = "thread_id, member, task, repo, path, branch, base, head, state, files, added, removed, \
                        removed_at, created_at, (SELECT r.status FROM runs r WHERE r.thread_id = worktrees.thread_id \
                        AND r.member = worktrees.member AND r.purpose IS NULL AND r.ended_at IS NOT NULL \
-                       ORDER BY r.ended_at DESC, r.ordinal DESC LIMIT 1)";
+                       ORDER BY r.ended_at DESC, r.ordinal DESC LIMIT 1), shipped";
 
 fn row(r: &Row<'_>) -> rusqlite::Result<Worktree> {
     let state: String = r.get(8)?;
@@ -31,6 +31,7 @@ fn row(r: &Row<'_>) -> rusqlite::Result<Worktree> {
         removed_at_ms: r.get(12)?,
         created_at_ms: r.get(13)?,
         last_run: r.get::<_, Option<String>>(14)?.as_deref().and_then(RunStatus::parse),
+        shipped: r.get::<_, Option<String>>(15)?.and_then(|j| serde_json::from_str(&j).ok()),
     })
 }
 
@@ -253,6 +254,22 @@ impl super::Sqlite {
                  WHERE thread_id = ?1 AND member = ?2",
             )?
             .execute(params![thread, member, base, head, files, added as i64, removed as i64])?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// The member's branch was pushed for a pull request.
+    pub async fn set_worktree_shipped(
+        &self,
+        thread: String,
+        member: String,
+        shipped: kd_proto::work::Shipped,
+    ) -> DbResult<()> {
+        let json = serde_json::to_string(&shipped).map_err(|e| DbError::Invalid(e.to_string()))?;
+        self.write(move |c, _| {
+            c.prepare_cached("UPDATE worktrees SET shipped = ?3 WHERE thread_id = ?1 AND member = ?2")?
+                .execute(params![thread, member, json])?;
             Ok(())
         })
         .await
