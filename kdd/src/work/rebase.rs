@@ -148,7 +148,14 @@ pub async fn rebase(
             Ok(done(RebaseOutcome::Merged, Some(new), Vec::new(), None))
         }
         Merged::Conflicts(files) => {
-            let seq = ask(co, &w, (&from, &onto), &files, (client, path)).await?;
+            // Not asked (the member cannot run): the merge is undone.
+            let seq = match ask(co, &w, (&from, &onto), &files, (client, path)).await {
+                Ok(seq) => seq,
+                Err(e) => {
+                    let _ = tree.merge_abort().await;
+                    return Err(e);
+                }
+            };
             Ok(done(RebaseOutcome::Resolving, None, files, Some(seq)))
         }
     }
