@@ -53,6 +53,10 @@ enum Command {
     Reject(cmd::work::RejectArgs),
     /// Run the check (work.check) again in a member's worktree, or in each member's
     Check(cmd::check::CheckArgs),
+    /// Bring a member's work up to date: merge your HEAD into its branch; it resolves any conflict
+    Rebase(cmd::ship::RebaseArgs),
+    /// Push a member's branch and open a pull request (gh), or print the host's page to open one
+    Pr(cmd::ship::PrArgs),
     /// What members' CLIs ask permission for (pending; --all, --follow)
     Approvals(cmd::approvals::ApprovalsArgs),
     /// Allow what a member's CLI asks (--run, --thread for more)
@@ -214,6 +218,8 @@ fn main() -> ExitCode {
             Command::Accept(a) => cmd::work::accept(&ctx, a).await,
             Command::Reject(a) => cmd::work::reject(&ctx, a).await,
             Command::Check(a) => cmd::check::run(&ctx, a).await,
+            Command::Rebase(a) => cmd::ship::rebase(&ctx, a).await,
+            Command::Pr(a) => cmd::ship::pr(&ctx, a).await,
             Command::Approvals(a) => cmd::approvals::list(&ctx, a).await,
             Command::Approve(a) => cmd::approvals::approve(&ctx, a).await,
             Command::Deny(a) => cmd::approvals::deny(&ctx, a).await,

@@ -116,6 +116,9 @@ pub struct Worktree {
     /// How many times it was sent back so far (`fixing 1/2`).
     #[serde(default)]
     pub fixes: u32,
+    /// Its branch was pushed for a pull request (`work.pr`), last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shipped: Option<Shipped>,
 }
 
 impl Worktree {
@@ -202,6 +205,21 @@ impl WorkCheck {
     }
 }
 
+/// A member's branch pushed to the remote for a pull request (`work.pr`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Shipped {
+    /// The git remote it was pushed to, and the commit pushed.
+    pub remote: String,
+    pub commit: String,
+    pub at_ms: i64,
+    /// The pull request gh opened (`pr`), or the host's page to open one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// `url` is a pull request gh opened, not a page to open one.
+    #[serde(default)]
+    pub pr: bool,
+}
+
 /// What `work.start` began.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct WorkStarted {
@@ -261,6 +279,61 @@ pub struct Accepted {
     /// Only checked: nothing changed.
     pub checked: bool,
     /// The other members of the task whose work is now superseded.
+    pub superseded: Vec<String>,
+}
+
+/// How `work.rebase` left a member's work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RebaseOutcome {
+    /// Its branch already holds the King's HEAD: nothing was done.
+    UpToDate,
+    /// The King's HEAD merged cleanly into its branch.
+    Merged,
+    /// The merge conflicts: the member is asked to resolve the markers in
+    /// its worktree (a work run); kd commits the merge once none is left,
+    /// and says how it ended in a message of kd's answering `seq`.
+    Resolving,
+}
+
+/// What `work.rebase` did.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Rebased {
+    pub member: String,
+    pub branch: String,
+    /// The King's branch, and the commit of it merged in.
+    pub from: String,
+    pub onto: String,
+    pub outcome: RebaseOutcome,
+    /// `merged`: the branch's new head.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// `resolving`: the files that conflict.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conflicts: Vec<String>,
+    /// `resolving`: the King's message asking the member to resolve them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+}
+
+/// What `work.pr` did.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct PullRequest {
+    pub member: String,
+    /// The member's branch, pushed under the same name.
+    pub branch: String,
+    /// The King's branch the pull request is to merge into.
+    pub base: String,
+    pub shipped: Shipped,
+    /// Why no pull request was opened (no gh on the PATH, or a host gh
+    /// does not serve), when none was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// With `accept`: the work is accepted (by the pull request), and the
+    /// other members of the task whose work is now superseded.
+    #[serde(default)]
+    pub accepted: bool,
+    #[serde(default)]
     pub superseded: Vec<String>,
 }
 
@@ -328,4 +401,25 @@ pub trait WorkApi {
     /// result is told on the thread (a `work` event) and in `work.list`.
     #[method(name = "work.check", param_kind = map, with_extensions)]
     async fn work_check(&self, thread: String, member: String, path: Option<String>) -> RpcResult<Worktree>;
+
+    /// Brings a member's work up to date: merges the King's current HEAD
+    /// into the member's branch in its worktree (a merge: every commit of
+    /// the member stays). When it conflicts, the member is asked to resolve
+    /// the markers; kd commits the merge once none is left.
+    #[method(name = "work.rebase", param_kind = map, with_extensions)]
+    async fn work_rebase(&self, thread: String, member: String, path: Option<String>) -> RpcResult<Rebased>;
+
+    /// Pushes a member's branch to the remote (`work.remote`, default
+    /// `origin`) and opens a pull request into the King's current branch
+    /// with gh when it is on the PATH, else gives the host's page to open
+    /// one; with `accept`, the work is accepted by it (the others
+    /// superseded), nothing merged in the King's tree.
+    #[method(name = "work.pr", param_kind = map)]
+    async fn work_pr(
+        &self,
+        thread: String,
+        member: String,
+        accept: Option<bool>,
+        path: Option<String>,
+    ) -> RpcResult<PullRequest>;
 }

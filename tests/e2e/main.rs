@@ -47,6 +47,7 @@ mod registry;
 mod runs;
 mod search;
 mod service;
+mod ship;
 mod streaming_cost;
 mod subscribe;
 mod subscriptions;

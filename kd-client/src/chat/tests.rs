@@ -753,6 +753,7 @@ fn worktree(
         check: None,
         until_green: 0,
         fixes: 0,
+        shipped: None,
     }
 }
 

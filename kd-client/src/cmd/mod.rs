@@ -19,6 +19,7 @@ pub mod mcp;
 pub mod notify;
 pub mod runs;
 pub mod search;
+pub mod ship;
 pub mod threads;
 pub mod transfer;
 pub mod watch;

@@ -505,6 +505,9 @@ pub struct AcceptArgs {
     /// Only check that it would merge cleanly; change nothing
     #[arg(long)]
     check: bool,
+    /// Accept it by a pull request instead: push its branch and open one (see kd pr)
+    #[arg(long, conflicts_with_all = ["squash", "check"])]
+    pr: bool,
     /// The work thread [default: this workspace's newest with MEMBER's work]
     #[arg(long)]
     thread: Option<String>,
@@ -513,6 +516,9 @@ pub struct AcceptArgs {
 pub async fn accept(ctx: &Ctx, a: AcceptArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client().await?;
     let thread = work_thread(&client, a.thread, Some(&a.member)).await?;
+    if a.pr {
+        return super::ship::open_pr(&client, thread, a.member, true).await;
+    }
     let done = client.work_accept(thread, a.member, Some(a.squash), Some(a.check)).await.map_err(ClientError::from)?;
     if done.checked {
         outln!("{}'s work merges cleanly into {}", done.member, done.into)?;

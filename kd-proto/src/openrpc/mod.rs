@@ -10,6 +10,7 @@ mod approval;
 mod coordination;
 mod member;
 mod notify;
+mod ship;
 mod work;
 
 use std::sync::OnceLock;
@@ -410,6 +411,7 @@ fn build() -> (Vec<MethodDoc>, Value) {
     coordination::methods(&mut b);
     member::methods(&mut b);
     work::methods(&mut b);
+    ship::methods(&mut b);
     approval::methods(&mut b);
     notify::methods(&mut b);
 

@@ -49,6 +49,8 @@ pub struct RawWork {
     pub check_timeout: Option<Value>,
     /// How many times a member whose check fails is sent back to fix it.
     pub fix_rounds: Option<u32>,
+    /// The git remote `kd pr` pushes members' branches to.
+    pub remote: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

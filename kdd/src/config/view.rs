@@ -132,6 +132,7 @@ impl Config {
         for (key, verdict, file) in a.rules() {
             add(key, json!(verdict.as_str()), from(file));
         }
+        add("work.remote".into(), json!(w.remote), source(&["work.remote"], "default"));
         let shown = self.agents.iter().filter(|(n, _)| {
             c.members.contains(n) || self.set_keys.iter().any(|k| k.starts_with(&format!("agents.{n}.")))
         });

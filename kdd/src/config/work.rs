@@ -2,7 +2,8 @@
 //! `work.allowed_tools` (claude's tools allowed beside `acceptEdits` in a
 //! worktree), `work.copy` (paths of the King's tree copied into a new
 //! worktree; default the entries of `.worktreeinclude`), `work.setup` (a
-//! command run once in each new worktree, as an argv) — and the default of
+//! command run once in each new worktree, as an argv), `work.remote` (the
+//! git remote `kd pr` pushes to, default `origin`) — and the default of
 //! `council.work_preamble`.
 
 use serde_json::Value;
@@ -59,6 +60,9 @@ pub struct Work {
     pub check_timeout: std::time::Duration,
     /// How many times a member whose check fails is sent back to fix it.
     pub fix_rounds: u32,
+    /// The git remote `kd pr` pushes a member's branch to (default
+    /// `origin`).
+    pub remote: String,
 }
 
 impl Default for Work {
@@ -70,6 +74,7 @@ impl Default for Work {
             check: None,
             check_timeout: CHECK_TIMEOUT,
             fix_rounds: 0,
+            remote: "origin".into(),
         }
     }
 }
@@ -82,6 +87,7 @@ pub(super) fn work(r: &mut Resolver, raw: RawWork) -> Result<Work, ConfigError> 
         ("work.check", raw.check.is_some()),
         ("work.check_timeout", raw.check_timeout.is_some()),
         ("work.fix_rounds", raw.fix_rounds.is_some()),
+        ("work.remote", raw.remote.is_some()),
     ] {
         r.set(key, set);
     }
@@ -133,7 +139,15 @@ pub(super) fn work(r: &mut Resolver, raw: RawWork) -> Result<Work, ConfigError> 
     if fix_rounds > 0 && check.is_none() {
         r.warnings.push("work.fix_rounds is set but work.check is not: no member is sent back".into());
     }
-    Ok(Work { allowed_tools, copy: raw.copy, setup, check, check_timeout, fix_rounds })
+    let remote = raw.remote.unwrap_or_else(|| "origin".into());
+    let named = !remote.is_empty()
+        && remote.len() <= 100
+        && !remote.starts_with('-')
+        && remote.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c));
+    if !named {
+        return Err(r.err("work.remote", format!("{remote:?}: name a git remote, such as origin")));
+    }
+    Ok(Work { allowed_tools, copy: raw.copy, setup, check, check_timeout, fix_rounds, remote })
 }
 
 /// Why a `work.allowed_tools` entry is refused: a tool with no rule

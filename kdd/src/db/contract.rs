@@ -163,6 +163,7 @@ async fn work_found_tampered_with_is_recorded_so_and_nothing_moves_it_on() {
             check: None,
             until_green: 0,
             fixes: 0,
+            shipped: None,
         };
         e.db.add_worktree(tree, false).await.unwrap();
         let (id, m) = (t.id.clone(), "claude".to_string());

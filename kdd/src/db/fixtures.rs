@@ -50,6 +50,7 @@ pub(crate) fn worktree(member: &str, at: i64) -> Worktree {
         check: None,
         until_green: 0,
         fixes: 0,
+        shipped: None,
     }
 }
 

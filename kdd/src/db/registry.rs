@@ -284,6 +284,11 @@ operations! {
     /// The branch's new head and the diff's size (files, added, removed)
     /// from the base.
     fn set_worktree_head(&self, thread: String, member: String, head: String, totals: (u32, u64, u64)) -> DbResult<()>;
+    /// The work brought up to date: its new base (the King's commit merged
+    /// into its branch), head, and the diff's size from that base.
+    fn set_worktree_base(&self, thread: String, member: String, base: String, head: String, totals: (u32, u64, u64)) -> DbResult<()>;
+    /// The member's branch was pushed for a pull request.
+    fn set_worktree_shipped(&self, thread: String, member: String, shipped: kd_proto::work::Shipped) -> DbResult<()>;
     /// The worktree is gone from disk since `at`.
     fn set_worktree_removed(&self, thread: String, member: String, at: i64) -> DbResult<()>;
     /// Marks the check of the member's head running since `at` (told on the thread), unless the

@@ -233,7 +233,7 @@ impl Tree {
     }
 
     /// `git ARGS` in the worktree, as the module says.
-    async fn git(&self, args: &[&str], env: &[(&str, &str)], limit: usize) -> GitResult<Output> {
+    pub(super) async fn git(&self, args: &[&str], env: &[(&str, &str)], limit: usize) -> GitResult<Output> {
         let mut full: Vec<String> =
             vec![format!("--git-dir={}", self.gitdir.display()), format!("--work-tree={}", self.dir.display())];
         for setting in ["core.hooksPath=/dev/null", "core.fsmonitor=false", "gc.auto=0", "maintenance.auto=false"] {
@@ -255,14 +255,14 @@ impl Tree {
         git(&self.repo, &self.dir, &args, &env, limit).await
     }
 
-    async fn must(&self, args: &[&str], env: &[(&str, &str)]) -> GitResult<Output> {
+    pub(super) async fn must(&self, args: &[&str], env: &[(&str, &str)]) -> GitResult<Output> {
         let out = self.git(args, env, OUTPUT).await?;
         if out.ok { Ok(out) } else { Err(failed(args, &out)) }
     }
 
     /// The repositories the member nested in its worktree that kd committed
     /// as gitlinks: their paths.
-    async fn gitlinks(&self) -> GitResult<Vec<String>> {
+    pub(super) async fn gitlinks(&self) -> GitResult<Vec<String>> {
         let out = self.must(&["ls-files", "--stage", "-z"], &[]).await?;
         Ok(out
             .stdout
@@ -279,11 +279,7 @@ impl Tree {
     /// first committed) as `author <kd@localhost>`, with `message`. The new
     /// commit; none when nothing changed.
     pub async fn commit_all(&self, author: &str, message: &str) -> GitResult<Option<String>> {
-        let links = self.gitlinks().await?;
-        let excluded: Vec<String> = links.iter().map(|l| format!(":(top,exclude,literal){l}")).collect();
-        let mut add = vec!["add", "--all", "--", ":/"];
-        add.extend(excluded.iter().map(String::as_str));
-        self.must(&add, &[]).await?;
+        self.stage_all().await?;
         let staged = self.git(&["diff", "--cached", "--quiet"], &[], OUTPUT).await?;
         if staged.ok {
             return Ok(None);
@@ -296,6 +292,17 @@ impl Tree {
         ];
         self.must(&["commit", "--quiet", "--no-verify", "--no-gpg-sign", "-m", message], &env).await?;
         Ok(Some(self.head().await?))
+    }
+
+    /// Stages everything changed in the worktree but the repositories the
+    /// member nested in it ([`Tree::commit_all`]).
+    pub(super) async fn stage_all(&self) -> GitResult<()> {
+        let links = self.gitlinks().await?;
+        let excluded: Vec<String> = links.iter().map(|l| format!(":(top,exclude,literal){l}")).collect();
+        let mut add = vec!["add", "--all", "--", ":/"];
+        add.extend(excluded.iter().map(String::as_str));
+        self.must(&add, &[]).await?;
+        Ok(())
     }
 
     /// The commit the worktree's branch is at.

@@ -12,7 +12,9 @@
 //! King's tree, a worktree on a new branch, committing all a member changed
 //! as the member ([`member`]), the diff of a branch from its base (stat and patch), a
 //! merge checked without touching any tree ([`merge_conflicts`]) and then
-//! made, removing a worktree and its branch.
+//! made, removing a worktree and its branch; the King's HEAD merged into a
+//! member's branch ([`merge`]); a member's branch pushed to a remote
+//! ([`remote`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -25,6 +27,8 @@ use tokio::io::AsyncReadExt;
 use crate::identity::children::{self, Origin};
 
 pub mod member;
+pub mod merge;
+pub mod remote;
 
 /// Most bytes of a command's output kept, unless the caller bounds it.
 const OUTPUT: usize = 4 << 20;

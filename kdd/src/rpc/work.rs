@@ -5,7 +5,7 @@
 use jsonrpsee::Extensions;
 use jsonrpsee::core::async_trait;
 use kd_proto::RpcResult;
-use kd_proto::work::{Accepted, MemberDiff, WorkApiServer, WorkStarted, Worktree};
+use kd_proto::work::{Accepted, MemberDiff, PullRequest, Rebased, WorkApiServer, WorkStarted, Worktree};
 
 use super::error::invalid;
 use super::{Rpc, validate};
@@ -133,5 +133,33 @@ impl WorkApiServer for Rpc {
         validate::search_path(path.as_deref())?;
         crate::council::runs_here(&self.d.db, &thread).await?;
         self.d.checks.check_now(&thread, &member, path).await
+    }
+
+    async fn work_rebase(
+        &self,
+        ext: &Extensions,
+        thread: String,
+        member: String,
+        path: Option<String>,
+    ) -> RpcResult<Rebased> {
+        validate::thread_id(&thread)?;
+        self::member(&member)?;
+        validate::search_path(path.as_deref())?;
+        let asker = (ext.get::<ClientId>().copied(), path);
+        work::rebase::rebase(&self.d.coord, &thread, &member, asker).await
+    }
+
+    async fn work_pr(
+        &self,
+        thread: String,
+        member: String,
+        accept: Option<bool>,
+        path: Option<String>,
+    ) -> RpcResult<PullRequest> {
+        validate::thread_id(&thread)?;
+        self::member(&member)?;
+        validate::search_path(path.as_deref())?;
+        crate::council::runs_here(&self.d.db, &thread).await?;
+        work::pr::pr(&self.d.coord, &thread, &member, accept.unwrap_or(false), path).await
     }
 }

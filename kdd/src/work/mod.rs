@@ -4,12 +4,16 @@
 //! ([`review`]), accepting one into the King's branch or rejecting it, and
 //! removing worktrees only when nothing in them could be lost
 //! ([`settle`]); the check run in each worktree after each commit, and
-//! fix until green ([`check`]). The runs themselves — writable in the worktree and
+//! fix until green ([`check`]); bringing a member's work up to date with
+//! the King's branch ([`rebase`]) and shipping it as a pull request
+//! ([`pr`]). The runs themselves — writable in the worktree and
 //! nowhere else, their changes committed when they end — are the agent's
 //! ([`crate::agent`]); which run works where is the council's
 //! ([`crate::council::work_runs`]).
 
 pub mod check;
+pub mod pr;
+pub mod rebase;
 pub mod review;
 pub mod settle;
 pub mod vote;
@@ -160,6 +164,7 @@ pub async fn start(co: &Arc<Coord>, t: Task) -> Result<WorkStarted, ErrorObjectO
             check: None,
             until_green,
             fixes: 0,
+            shipped: None,
         };
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)

@@ -104,8 +104,11 @@ pub async fn accept(
     }
     let conflicts = git::merge_conflicts(repo, &w.branch).await.map_err(git_error)?;
     if !conflicts.is_empty() {
-        return Err(ErrorCode::Conflict
-            .error(format!("{member}'s work conflicts with {into} in {}: nothing was changed", list(&conflicts))));
+        return Err(ErrorCode::Conflict.error(format!(
+            "{member}'s work conflicts with {into} in {}: nothing was changed. `kd rebase {member} --thread {thread}` \
+             merges {into} into {member}'s branch and has {member} resolve the conflicts",
+            list(&conflicts)
+        )));
     }
     let others: Vec<Worktree> = {
         let t = thread.to_string();

@@ -291,17 +291,65 @@ pub async fn commit(db: &Db, thread: &str, member: &str, work: &WorkRun, message
         git::member::Found::Ours(tree) => tree,
         git::member::Found::Tampered(why) => return Ok(Committed::Tampered(why)),
     };
-    let commit = tree.commit_all(member, message).await.map_err(|e| e.to_string())?;
+    // A merge bringing the work up to date (`kd rebase`) is concluded
+    // only once no conflict marker is left; its base becomes the King's
+    // commit merged in.
+    let merging = tree.merging().await.map_err(|e| e.to_string())?;
+    let commit = match &merging {
+        Some(theirs) => Some(conclude_merge(&tree, member, work, theirs).await?),
+        None => tree.commit_all(member, message).await.map_err(|e| e.to_string())?,
+    };
     let head = tree.head().await.map_err(|e| e.to_string())?;
-    let stats = git::diff_stat(&work.repo, &work.base, &head).await.map_err(|e| e.to_string())?;
+    let base = merging.as_deref().unwrap_or(&work.base);
+    record_head(db, thread, member, work, base, &head, merging.is_some()).await?;
+    Ok(Committed::Commit(commit))
+}
+
+/// Concludes the merge of `theirs` in progress in the member's worktree,
+/// refused while a conflicted file still holds a marker.
+async fn conclude_merge(
+    tree: &git::member::Tree,
+    member: &str,
+    work: &WorkRun,
+    theirs: &str,
+) -> Result<String, String> {
+    let left = tree.unresolved().await.map_err(|e| e.to_string())?;
+    if !left.is_empty() {
+        return Err(format!(
+            "conflict markers remain in {}: kd commits the merge bringing {} up to date once they are resolved",
+            left.join(", "),
+            work.branch
+        ));
+    }
+    let message =
+        format!("Merge {} into {} (conflicts resolved by {member})", &theirs[..theirs.len().min(12)], work.branch);
+    tree.commit_merge(member, &message).await.map_err(|e| e.to_string())
+}
+
+/// Records the branch's head and its diff's size from `base` (the work's
+/// new base when `rebased`).
+pub async fn record_head(
+    db: &Db,
+    thread: &str,
+    member: &str,
+    work: &WorkRun,
+    base: &str,
+    head: &str,
+    rebased: bool,
+) -> Result<(), String> {
+    let stats = git::diff_stat(&work.repo, base, head).await.map_err(|e| e.to_string())?;
     let totals = (
         u32::try_from(stats.len()).unwrap_or(u32::MAX),
         stats.iter().map(|s| s.added).sum::<u64>(),
         stats.iter().map(|s| s.removed).sum::<u64>(),
     );
-    let (t, m) = (thread.to_string(), member.to_string());
-    db.set_worktree_head(t, m, head, totals).await.map_err(|e| e.to_string())?;
-    Ok(Committed::Commit(commit))
+    let (t, m, h) = (thread.to_string(), member.to_string(), head.to_string());
+    let done = if rebased {
+        db.set_worktree_base(t, m, base.to_string(), h, totals).await
+    } else {
+        db.set_worktree_head(t, m, h, totals).await
+    };
+    done.map_err(|e| e.to_string())
 }
 
 /// Sets the member's work state and tells the thread (a worktree the King

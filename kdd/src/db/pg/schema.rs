@@ -24,6 +24,7 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
     (5, include_str!("../../../../migrations/postgres/0005_exchange_path.sql")),
     (6, include_str!("../../../../migrations/postgres/0006_approvals.sql")),
     (7, include_str!("../../../../migrations/postgres/0007_work_check.sql")),
+    (8, include_str!("../../../../migrations/postgres/0008_work_shipped.sql")),
 ];
 
 /// `'kdmigr'` as a number: the advisory lock of migrators.

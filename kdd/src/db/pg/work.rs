@@ -15,7 +15,7 @@ const COLUMNS: &str = "thread_id, member, task, repo, path, branch, base, head, 
                        removed_at, created_at, (SELECT r.status FROM runs r WHERE r.thread_id = worktrees.thread_id \
                        AND r.member = worktrees.member AND r.purpose IS NULL AND r.ended_at IS NOT NULL \
                        ORDER BY r.ended_at DESC, r.ordinal DESC NULLS LAST LIMIT 1), check_status, check_commit, \
-                       check_exit, check_ms, check_output, check_at, until_green, fixes";
+                       check_exit, check_ms, check_output, check_at, until_green, fixes, shipped";
 
 fn row(r: &Row) -> DbResult<Worktree> {
     let state: &str = r.try_get(8)?;
@@ -38,6 +38,7 @@ fn row(r: &Row) -> DbResult<Worktree> {
         check: super::check::from_row(r, 15)?,
         until_green: r.try_get::<_, i32>(21)?.max(0) as u32,
         fixes: r.try_get::<_, i32>(22)?.max(0) as u32,
+        shipped: r.try_get::<_, Option<&str>>(23)?.and_then(|j| serde_json::from_str(j).ok()),
     })
 }
 
@@ -301,6 +302,45 @@ impl Pg {
         totals: (u32, u64, u64),
     ) -> DbResult<()> {
         set_head(&self.conn().await?, &thread, &member, &head, totals).await
+    }
+
+    /// The work brought up to date: its new base, head and size.
+    pub async fn set_worktree_base(
+        &self,
+        thread: String,
+        member: String,
+        base: String,
+        head: String,
+        (files, added, removed): (u32, u64, u64),
+    ) -> DbResult<()> {
+        let c = self.conn().await?;
+        c.execute(
+            &c.prepare_cached(
+                "UPDATE worktrees SET base = $3, head = $4, files = $5, added = $6, removed = $7 \
+                 WHERE thread_id = $1 AND member = $2",
+            )
+            .await?,
+            &[&thread, &member, &base, &head, &i64::from(files), &(added as i64), &(removed as i64)],
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// The member's branch was pushed for a pull request.
+    pub async fn set_worktree_shipped(
+        &self,
+        thread: String,
+        member: String,
+        shipped: kd_proto::work::Shipped,
+    ) -> DbResult<()> {
+        let json = serde_json::to_string(&shipped).map_err(|e| DbError::Invalid(e.to_string()))?;
+        let c = self.conn().await?;
+        c.execute(
+            &c.prepare_cached("UPDATE worktrees SET shipped = $3 WHERE thread_id = $1 AND member = $2").await?,
+            &[&thread, &member, &json],
+        )
+        .await?;
+        Ok(())
     }
 
     /// The worktree is gone from disk since `at`.

@@ -30,6 +30,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("../../../../migrations/0014_exchange_path.sql"),
     include_str!("../../../../migrations/0015_approvals.sql"),
     include_str!("../../../../migrations/0016_work_check.sql"),
+    include_str!("../../../../migrations/0017_work_shipped.sql"),
 ];
 
 /// The schema version this build writes.

@@ -12,7 +12,7 @@ const COLUMNS: &str = "thread_id, member, task, repo, path, branch, base, head, 
                        removed_at, created_at, (SELECT r.status FROM runs r WHERE r.thread_id = worktrees.thread_id \
                        AND r.member = worktrees.member AND r.purpose IS NULL AND r.ended_at IS NOT NULL \
                        ORDER BY r.ended_at DESC, r.ordinal DESC LIMIT 1), check_status, check_commit, check_exit, \
-                       check_ms, check_output, check_at, until_green, fixes";
+                       check_ms, check_output, check_at, until_green, fixes, shipped";
 
 fn row(r: &Row<'_>) -> rusqlite::Result<Worktree> {
     let state: String = r.get(8)?;
@@ -35,6 +35,7 @@ fn row(r: &Row<'_>) -> rusqlite::Result<Worktree> {
         check: super::check::from_row(r, 15)?,
         until_green: r.get::<_, i64>(21)?.clamp(0, u32::MAX as i64) as u32,
         fixes: r.get::<_, i64>(22)?.clamp(0, u32::MAX as i64) as u32,
+        shipped: r.get::<_, Option<String>>(23)?.and_then(|j| serde_json::from_str(&j).ok()),
     })
 }
 
@@ -242,6 +243,42 @@ impl super::Sqlite {
         totals: (u32, u64, u64),
     ) -> DbResult<()> {
         self.write(move |c, _| set_head(c, &thread, &member, &head, totals)).await
+    }
+
+    /// The work brought up to date: its new base, head and size.
+    pub async fn set_worktree_base(
+        &self,
+        thread: String,
+        member: String,
+        base: String,
+        head: String,
+        (files, added, removed): (u32, u64, u64),
+    ) -> DbResult<()> {
+        self.write(move |c, _| {
+            c.prepare_cached(
+                "UPDATE worktrees SET base = ?3, head = ?4, files = ?5, added = ?6, removed = ?7 \
+                 WHERE thread_id = ?1 AND member = ?2",
+            )?
+            .execute(params![thread, member, base, head, files, added as i64, removed as i64])?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// The member's branch was pushed for a pull request.
+    pub async fn set_worktree_shipped(
+        &self,
+        thread: String,
+        member: String,
+        shipped: kd_proto::work::Shipped,
+    ) -> DbResult<()> {
+        let json = serde_json::to_string(&shipped).map_err(|e| DbError::Invalid(e.to_string()))?;
+        self.write(move |c, _| {
+            c.prepare_cached("UPDATE worktrees SET shipped = ?3 WHERE thread_id = ?1 AND member = ?2")?
+                .execute(params![thread, member, json])?;
+            Ok(())
+        })
+        .await
     }
 
     /// The worktree is gone from disk since `at`.

@@ -1,0 +1,164 @@
+//! Bringing a member's work up to date (issue 34): the King's HEAD merged
+//! into the member's branch in its worktree — a merge, never a rewrite, so
+//! every commit of the member stays on its branch — by kd's git as
+//! [`super::member`] runs it there (the git directory kd made, no hook, no
+//! filter or merge driver the worktree names). When it conflicts, the merge
+//! is left in progress, its conflicted files holding git's markers for the
+//! member to resolve; kd concludes it ([`Tree::commit_merge`]) only once no
+//! marker is left ([`Tree::unresolved`]), or undoes it
+//! ([`Tree::merge_abort`]), which leaves the branch as it was.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+
+use super::member::Tree;
+use super::{GitResult, OUTPUT, failed};
+
+/// Most bytes of a conflicted file looked at for markers.
+const MAX_SCAN: u64 = 64 << 20;
+
+/// What a merge into a member's branch did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Merged {
+    /// Merged (or fast-forwarded): the branch's new head.
+    Clean(String),
+    /// Left in progress: the files that conflict.
+    Conflicts(Vec<String>),
+}
+
+fn identity(author: &str) -> [(&'static str, &str); 4] {
+    [
+        ("GIT_AUTHOR_NAME", author),
+        ("GIT_AUTHOR_EMAIL", "kd@localhost"),
+        ("GIT_COMMITTER_NAME", "kd"),
+        ("GIT_COMMITTER_EMAIL", "kd@localhost"),
+    ]
+}
+
+impl Tree {
+    /// The commit being merged into the worktree's branch, while a merge is
+    /// in progress there (`MERGE_HEAD`).
+    pub async fn merging(&self) -> GitResult<Option<String>> {
+        let out = self.git(&["rev-parse", "--verify", "--quiet", "MERGE_HEAD^{commit}"], &[], OUTPUT).await?;
+        Ok(out.ok.then(|| out.text().trim().to_string()))
+    }
+
+    /// Merges `theirs` into the worktree's branch, as `author` with
+    /// `message`: a merge commit, or a fast-forward when the branch has
+    /// nothing `theirs` lacks. The worktree must be clean (its changes
+    /// committed). On a conflict the merge is left in progress.
+    pub async fn merge(&self, theirs: &str, author: &str, message: &str) -> GitResult<Merged> {
+        let head = self.head().await?;
+        let behind = self.git(&["merge-base", "--is-ancestor", &head, theirs], &[], OUTPUT).await?.ok;
+        let how = if behind { "--ff-only" } else { "--no-ff" };
+        let args = ["merge", how, "--no-edit", "--no-verify", "--no-gpg-sign", "--quiet", "-m", message, theirs];
+        let out = self.git(&args, &identity(author), OUTPUT).await?;
+        if out.ok {
+            return Ok(Merged::Clean(self.head().await?));
+        }
+        let conflicts = self.unmerged().await?;
+        if self.merging().await?.is_some() && !conflicts.is_empty() {
+            return Ok(Merged::Conflicts(conflicts));
+        }
+        // It failed another way: nothing is left half done.
+        if self.merging().await?.is_some() {
+            let _ = self.merge_abort().await;
+        }
+        Err(failed(&args, &out))
+    }
+
+    /// The files the merge in progress left unmerged (in git's index: kd
+    /// has not staged them yet).
+    pub async fn unmerged(&self) -> GitResult<Vec<String>> {
+        let out = self.must(&["ls-files", "--unmerged", "-z"], &[]).await?;
+        let mut files: Vec<String> = out
+            .stdout
+            .split(|b| *b == 0)
+            .filter_map(|r| r.iter().position(|b| *b == b'\t').map(|at| String::from_utf8_lossy(&r[at + 1..])))
+            .map(|p| p.into_owned())
+            .collect();
+        files.dedup();
+        Ok(files)
+    }
+
+    /// The unmerged files that still hold a conflict marker.
+    pub async fn unresolved(&self) -> GitResult<Vec<String>> {
+        let files = self.unmerged().await?;
+        let dir = self.dir().to_path_buf();
+        let left = tokio::task::spawn_blocking(move || {
+            files.into_iter().filter(|f| has_markers(&dir.join(f))).collect::<Vec<String>>()
+        })
+        .await
+        .map_err(|e| super::GitError::Spawn(std::io::Error::other(e)))?;
+        Ok(left)
+    }
+
+    /// Concludes the merge in progress with what is in the worktree (all of
+    /// it staged, as [`Tree::commit_all`] does), as `author`: the merge
+    /// commit. The caller checked no marker is left.
+    pub async fn commit_merge(&self, author: &str, message: &str) -> GitResult<String> {
+        self.stage_all().await?;
+        self.must(&["commit", "--quiet", "--no-verify", "--no-gpg-sign", "-m", message], &identity(author)).await?;
+        self.head().await
+    }
+
+    /// Undoes the merge in progress: the branch, the index and the files
+    /// are as they were before it.
+    pub async fn merge_abort(&self) -> GitResult<()> {
+        self.must(&["merge", "--abort"], &[]).await?;
+        Ok(())
+    }
+}
+
+/// Whether the regular file at `path` (never through a symlink) has a line
+/// git writes around a conflict: `<<<<<<< `, `>>>>>>> ` or `|||||||`, or a
+/// lone `=======`, at its start.
+fn has_markers(path: &Path) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(file) =
+        std::fs::OpenOptions::new().read(true).custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32).open(path)
+    else {
+        return false;
+    };
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        return false;
+    }
+    let mut reader = BufReader::new(file.take(MAX_SCAN));
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return false,
+            Ok(_) => {}
+        }
+        let l = line.strip_suffix(b"\n").unwrap_or(&line);
+        let l = l.strip_suffix(b"\r").unwrap_or(l);
+        let marker = |m: &[u8]| l.starts_with(m) && (l.len() == 7 || l[7] == b' ');
+        if marker(b"<<<<<<<") || marker(b">>>>>>>") || marker(b"|||||||") || l == b"=======" {
+            return true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conflict_markers_are_found_at_the_start_of_a_line_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = |name: &str, text: &str| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, text).unwrap();
+            has_markers(&p)
+        };
+        assert!(f("a", "x\n<<<<<<< HEAD\nmine\n=======\ntheirs\n>>>>>>> abc\n"));
+        assert!(f("b", "x\r\n=======\r\n"), "CRLF");
+        assert!(f("c", "end\n>>>>>>> main"), "no final newline");
+        assert!(!f("d", "resolved\nsay <<<<<<< here\n========\n"));
+        assert!(!f("e", ""));
+        std::os::unix::fs::symlink(dir.path().join("a"), dir.path().join("link")).unwrap();
+        assert!(!has_markers(&dir.path().join("link")), "never through a symlink");
+        assert!(!has_markers(&dir.path().join("gone")));
+    }
+}

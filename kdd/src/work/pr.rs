@@ -1,0 +1,236 @@
+//! A member's work as a pull request (issue 34 item 5, `work.pr`): its
+//! branch `kd/<thread>/<member>` pushed to the remote (`work.remote`,
+//! default `origin`) under the same name, then a pull request into the
+//! King's current branch opened with `gh pr create` when gh is on the
+//! client's PATH — titled with the task; its body the task, the council's
+//! vote or review of the work if any — or, without gh, the host's page to
+//! open one (GitHub, GitLab). git and gh run by argv with the user's own
+//! configuration, bounded in time and stopped when the caller goes away
+//! ([`git::remote`]), outside the repository's lock. Without the remote,
+//! nothing is pushed. What was pushed, and the pull request's URL, are
+//! recorded on the work (`shipped`). With `accept` (`kd accept --pr`),
+//! the work is accepted by the pull request (the task's others
+//! superseded) and nothing is merged in the King's tree.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jsonrpsee::types::ErrorObjectOwned;
+use kd_proto::ErrorCode;
+use kd_proto::names::KD;
+use kd_proto::types::{Purpose, ThreadEvent};
+use kd_proto::work::{PullRequest, Shipped, WorkState, Worktree};
+
+use super::{git_error, worktree};
+use crate::coord::Coord;
+use crate::db::messages::Page;
+use crate::db::now_ms;
+use crate::git::{self, remote};
+
+/// How long a push may take.
+pub const PUSH_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long `gh pr create` may take.
+pub const GH_TIMEOUT: Duration = Duration::from_secs(60);
+/// Most bytes of the council's word on the work put in the body.
+const COUNCIL_BYTES: usize = 4 << 10;
+/// Longest title, in characters.
+const TITLE_CHARS: usize = 200;
+
+/// `work.pr`: see the module.
+pub async fn pr(
+    co: &Arc<Coord>,
+    thread: &str,
+    member: &str,
+    accept: bool,
+    path: Option<String>,
+) -> Result<PullRequest, ErrorObjectOwned> {
+    let db = &co.council.agents.db;
+    let (_, config) = co.thread(thread, path.as_deref()).await?;
+    let w = worktree(db, thread, member).await?;
+    refuse_unless_ready(&w)?;
+    let repo = PathBuf::from(&w.repo);
+    let base = git::branch(&repo).await.map_err(git_error)?.ok_or_else(|| {
+        ErrorCode::Conflict
+            .error(format!("{} has no branch checked out (a detached HEAD): check one out first", w.repo))
+    })?;
+    let name = &config.work.remote;
+    let urls = git::remote::urls_of(&repo, name).await.map_err(git_error)?.ok_or_else(|| {
+        ErrorCode::Conflict.error(format!(
+            "{} has no remote named {name} (work.remote): add it (git remote add {name} URL) or name another in \
+             .kd/config.json; nothing was pushed",
+            w.repo
+        ))
+    })?;
+
+    // The branch, pushed as it is under its own name (never forced: after
+    // kd rebase its history only grew).
+    let git_program = remote::find_program("git", path.as_deref()).unwrap_or_else(|| PathBuf::from("git"));
+    let refspec = format!("refs/heads/{0}:refs/heads/{0}", w.branch);
+    let pushed = remote::run(&git_program, &["push", "--", name, &refspec], &repo, path.as_deref(), PUSH_TIMEOUT)
+        .await
+        .map_err(|e| ErrorCode::Conflict.error(format!("git push {name} {}: {e}", w.branch)))?;
+    if !pushed.ok {
+        return Err(ErrorCode::Conflict.error(format!("git push {name} {} failed: {}", w.branch, pushed.reason())));
+    }
+    let forge = remote::forge_of(&urls);
+    let compare = forge.as_ref().and_then(|r| r.compare_url(&base, &w.branch));
+    let mut shipped =
+        Shipped { remote: name.clone(), commit: w.head.clone(), at_ms: now_ms(), url: compare.clone(), pr: false };
+    let gitlab = forge.as_ref().and_then(|r| r.forge()) == Some(remote::Forge::GitLab);
+    let gh = if gitlab { None } else { remote::find_program("gh", path.as_deref()) };
+    let mut note = None;
+    let mut error = None;
+    match gh {
+        Some(gh) => {
+            let body = body(co, &w).await;
+            let title = title(&w.task);
+            let mut args =
+                vec!["pr", "create", "--head", &w.branch, "--base", &base, "--title", &title, "--body", &body];
+            let named = forge.as_ref().filter(|r| r.forge() == Some(remote::Forge::GitHub));
+            let repo_arg = named.map(|r| format!("{}/{}", r.host, r.path));
+            if let Some(r) = &repo_arg {
+                args.extend(["--repo", r.as_str()]);
+            }
+            match remote::run(&gh, &args, &repo, path.as_deref(), GH_TIMEOUT).await {
+                Ok(ran) if ran.ok => {
+                    let opened = ran.stdout.lines().rev().map(str::trim).find(|l| l.starts_with("http"));
+                    shipped.url = opened.map(str::to_string).or(shipped.url);
+                    shipped.pr = opened.is_some();
+                }
+                Ok(ran) => error = Some(format!("gh pr create failed: {}", ran.reason())),
+                Err(e) => error = Some(format!("gh pr create: {e}")),
+            }
+        }
+        None if gitlab => note = Some("a GitLab remote: open the merge request on its page".to_string()),
+        None => note = Some("gh is not on your PATH, so no pull request was opened".to_string()),
+    }
+    db.set_worktree_shipped(thread.to_string(), member.to_string(), shipped.clone()).await?;
+    let mut superseded = Vec::new();
+    if accept && error.is_none() {
+        superseded = settle_by_pr(co, &w).await?;
+    }
+    if let Ok(Some(now)) = db.worktree(thread.to_string(), member.to_string()).await {
+        co.council.agents.hub.publish(thread, ThreadEvent::Work { worktree: Box::new(now) });
+    }
+    if let Some(e) = error {
+        let page = shipped.url.as_deref().map(|u| format!(" (open one yourself: {u})")).unwrap_or_default();
+        return Err(ErrorCode::Internal.error(format!("{} was pushed to {name}, but {e}{page}", w.branch)));
+    }
+    Ok(PullRequest {
+        member: member.into(),
+        branch: w.branch.clone(),
+        base,
+        shipped,
+        note,
+        accepted: accept,
+        superseded,
+    })
+}
+
+/// Refuses work there is nothing to ship of, or that is not the King's to.
+fn refuse_unless_ready(w: &Worktree) -> Result<(), ErrorObjectOwned> {
+    let (m, t) = (&w.member, &w.thread);
+    let why = match w.state {
+        WorkState::Working => {
+            format!("{m} is still working on thread {t}: wait for its run to end (or kd cancel {t} stops it)")
+        }
+        WorkState::Tampered => {
+            format!("{m}'s work on thread {t} is tampered: its worktree's .git is not what kd made; nothing was pushed")
+        }
+        WorkState::Rejected | WorkState::Superseded | WorkState::Accepted => {
+            format!("{m}'s work on thread {t} is {}: nothing was pushed", w.state.as_str())
+        }
+        WorkState::Done if w.head == w.base => format!("{m} changed nothing on thread {t}: nothing to push"),
+        WorkState::Done => return Ok(()),
+    };
+    Err(ErrorCode::Conflict.error(why))
+}
+
+/// The pull request's title: the task's first line.
+fn title(task: &str) -> String {
+    let first = task.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("kd work");
+    first.chars().take(TITLE_CHARS).collect()
+}
+
+/// The pull request's body: the task, the council's vote or review of the
+/// work if any, and where it was made.
+async fn body(co: &Arc<Coord>, w: &Worktree) -> String {
+    let mut out = format!("{}\n", w.task.trim_end());
+    // The check's result (issue 34 item 1) goes here once works carry one:
+    // `w.check`'s status, exit code and commit.
+    let council = council_word(co, w).await;
+    if !council.is_empty() {
+        out.push_str("\n## The council\n\n");
+        out.push_str(&council);
+        out.push('\n');
+    }
+    out.push_str(&format!(
+        "\n---\n{}'s work, made with kd (thread {}, branch {}, commit {}).\n",
+        w.member,
+        w.thread,
+        w.branch,
+        &w.head[..w.head.len().min(12)]
+    ));
+    out
+}
+
+/// What kd counted of the council on the work: the latest review of the
+/// member's work and the vote's tally, if any.
+async fn council_word(co: &Arc<Coord>, w: &Worktree) -> String {
+    let page = Page { after: 0, before: None, limit: Some(500), from_end: true, bodies: true, budget: 4 << 20 };
+    let Ok(messages) = co.council.agents.db.messages(w.thread.clone(), page).await else { return String::new() };
+    let review_of = format!("Review of {}'s work:", w.member);
+    let review = messages.iter().rev().find(|m| m.from == KD && m.body.starts_with(&review_of));
+    let tally = messages.iter().rev().find(|m| m.from == KD && m.purpose == Some(Purpose::Tally));
+    let mut out = String::new();
+    for m in [review, tally].into_iter().flatten() {
+        let mut text = m.body.trim().to_string();
+        if text.len() > COUNCIL_BYTES {
+            let mut at = COUNCIL_BYTES;
+            while !text.is_char_boundary(at) {
+                at -= 1;
+            }
+            text.truncate(at);
+            text.push_str(" …");
+        }
+        if !out.is_empty() {
+            out.push_str("\n\n");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
+/// `kd accept --pr`: the work is accepted by its pull request, and the
+/// task's other finished work superseded (a member still working keeps
+/// working). Their names.
+async fn settle_by_pr(co: &Arc<Coord>, w: &Worktree) -> Result<Vec<String>, ErrorObjectOwned> {
+    let db = &co.council.agents.db;
+    db.set_worktree_state(w.thread.clone(), w.member.clone(), WorkState::Accepted).await?;
+    let mut superseded = Vec::new();
+    for o in db.worktrees_of(w.thread.clone()).await? {
+        if o.member == w.member || o.state.is_settled() {
+            continue;
+        }
+        superseded.push(o.member.clone());
+        if o.state == WorkState::Done {
+            db.set_worktree_state(o.thread.clone(), o.member.clone(), WorkState::Superseded).await?;
+            let o = Worktree { state: WorkState::Superseded, ..o };
+            co.council.agents.hub.publish(&w.thread, ThreadEvent::Work { worktree: Box::new(o) });
+        }
+    }
+    Ok(superseded)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_title_is_the_tasks_first_line() {
+        assert_eq!(title("\n  Add a --dry-run flag\nto the importer"), "Add a --dry-run flag");
+        assert_eq!(title(&"x".repeat(500)).len(), TITLE_CHARS);
+        assert_eq!(title(""), "kd work");
+    }
+}

@@ -1,0 +1,383 @@
+//! A member brings its work up to date (issue 34, `work.rebase`): when the
+//! King's branch has moved on so that `kd accept` would conflict, kd
+//! merges the King's current HEAD into the member's branch in its worktree
+//! — a merge, never a rewrite: every commit of the member stays on its
+//! branch ([`crate::git::merge`]). A clean merge is committed at once. A
+//! conflicted one is left in progress and the member is asked, in a King's
+//! message to it on the work thread (so a work run in its worktree), to
+//! resolve the markers, told the files and what the King's side changed in
+//! them. When that run ends, kd's commit of the member's work
+//! ([`crate::agent::work::commit`]) concludes the merge — refused while a
+//! marker is left. Markers left, the member is told again, once; then the
+//! merge is undone (the branch as it was, every commit kept) and kd says
+//! so. Whatever the outcome, kd says it on the thread, answering the
+//! King's message. The work's base becomes the King's commit merged in, so
+//! its diff is what the member adds to the King's current code.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use jsonrpsee::types::ErrorObjectOwned;
+use kd_proto::ErrorCode;
+use kd_proto::names::{KD, KING};
+use kd_proto::types::{MessageKind, ThreadEvent};
+use kd_proto::work::{RebaseOutcome, Rebased, WorkState, Worktree};
+
+use super::{git_error, worktree};
+use crate::agent::spec::WorkRun;
+use crate::agent::work::{Committed, commit, record_head};
+use crate::client::ClientId;
+use crate::coord::Coord;
+use crate::council::send;
+use crate::db::messages::NewMessage;
+use crate::git::merge::Merged;
+use crate::git::{self, member};
+
+/// How many times a member is asked to resolve the conflicts.
+const TRIES: u32 = 2;
+/// Most bytes of the King's side's changes told the member.
+const THEIR_DIFF_BYTES: usize = 24 << 10;
+
+fn short(commit: &str) -> &str {
+    &commit[..commit.len().min(12)]
+}
+
+fn work_run(w: &Worktree) -> WorkRun {
+    WorkRun {
+        dir: PathBuf::from(&w.path),
+        repo: PathBuf::from(&w.repo),
+        branch: w.branch.clone(),
+        base: w.base.clone(),
+        task: w.task.clone(),
+        fresh: false,
+    }
+}
+
+/// The member's worktree as kd made it, or a refusal.
+async fn open(w: &Worktree) -> Result<member::Tree, ErrorObjectOwned> {
+    match member::open(Path::new(&w.repo), Path::new(&w.path), &w.base).await.map_err(git_error)? {
+        member::Found::Ours(tree) => Ok(tree),
+        member::Found::Tampered(why) => Err(ErrorCode::Conflict.error(format!(
+            "{}'s worktree {} is not as kd made it — {why}: kd does not touch it; kd reject {} it",
+            w.member, w.path, w.member
+        ))),
+    }
+}
+
+/// `work.rebase`: merges the King's current HEAD into the member's branch
+/// in its worktree; see the module.
+pub async fn rebase(
+    co: &Arc<Coord>,
+    thread: &str,
+    member: &str,
+    (client, path): (Option<ClientId>, Option<String>),
+) -> Result<Rebased, ErrorObjectOwned> {
+    let db = &co.council.agents.db;
+    crate::council::runs_here(db, thread).await?;
+    let w = worktree(db, thread, member).await?;
+    match w.state {
+        WorkState::Working => {
+            return Err(ErrorCode::Conflict.error(format!(
+                "{member} is still working on thread {thread}: bring its work up to date once its run ended (or kd \
+                 cancel {thread} stops it)"
+            )));
+        }
+        WorkState::Tampered => {
+            return Err(ErrorCode::Conflict.error(format!(
+                "{member}'s work on thread {thread} is tampered: kd does not touch its worktree; kd reject {member}"
+            )));
+        }
+        s if s.is_settled() => {
+            return Err(ErrorCode::Conflict.error(format!(
+                "{member}'s work on thread {thread} is {}: there is nothing to bring up to date",
+                s.as_str()
+            )));
+        }
+        _ => {}
+    }
+    if w.removed_at_ms.is_some() || !Path::new(&w.path).is_dir() {
+        return Err(ErrorCode::Conflict.error(format!("{member}'s worktree {} is gone", w.path)));
+    }
+    let repo = Path::new(&w.repo);
+    let from = git::branch(repo).await.map_err(git_error)?.unwrap_or_else(|| "HEAD".into());
+    let onto = git::head(repo).await.map_err(git_error)?;
+    let tree = open(&w).await?;
+    let done = |outcome, commit, conflicts, seq| Rebased {
+        member: member.into(),
+        branch: w.branch.clone(),
+        from: from.clone(),
+        onto: onto.clone(),
+        outcome,
+        commit,
+        conflicts,
+        seq,
+    };
+
+    // A merge a restart cut: concluded if its markers are gone, else the
+    // member is asked again.
+    if let Some(theirs) = tree.merging().await.map_err(git_error)? {
+        let left = tree.unresolved().await.map_err(git_error)?;
+        if left.is_empty() {
+            let head = conclude(co, &w).await?;
+            let onto = theirs.clone();
+            return Ok(Rebased { onto, ..done(RebaseOutcome::Merged, Some(head), Vec::new(), None) });
+        }
+        let seq = ask(co, &w, (&from, &theirs), &left, (client, path)).await?;
+        return Ok(Rebased { onto: theirs, ..done(RebaseOutcome::Resolving, None, left, Some(seq)) });
+    }
+
+    // What the member left uncommitted is committed before anything else.
+    let message = format!("{} (before bringing it up to date)", w.task);
+    match commit(db, thread, member, &work_run(&w), &message).await.map_err(|e| ErrorCode::Internal.error(e))? {
+        Committed::Commit(_) => {}
+        Committed::Tampered(why) => {
+            return Err(ErrorCode::Conflict.error(format!("{member}'s worktree is not as kd made it — {why}")));
+        }
+    }
+    let head = tree.head().await.map_err(git_error)?;
+    if git::git(repo, repo, &["merge-base", "--is-ancestor", &onto, &head], &[], 1024).await.map_err(git_error)?.ok {
+        return Ok(done(RebaseOutcome::UpToDate, None, Vec::new(), None));
+    }
+    let message = format!("Merge {from} ({}) into {}", short(&onto), w.branch);
+    match tree.merge(&onto, member, &message).await.map_err(git_error)? {
+        Merged::Clean(new) => {
+            record_head(db, thread, member, &work_run(&w), &onto, &new, true)
+                .await
+                .map_err(|e| ErrorCode::Internal.error(e))?;
+            publish(co, thread, member).await;
+            Ok(done(RebaseOutcome::Merged, Some(new), Vec::new(), None))
+        }
+        Merged::Conflicts(files) => {
+            // Not asked (the member cannot run): the merge is undone.
+            let seq = match ask(co, &w, (&from, &onto), &files, (client, path)).await {
+                Ok(seq) => seq,
+                Err(e) => {
+                    let _ = tree.merge_abort().await;
+                    return Err(e);
+                }
+            };
+            Ok(done(RebaseOutcome::Resolving, None, files, Some(seq)))
+        }
+    }
+}
+
+/// Tells the thread how the member's work stands now.
+async fn publish(co: &Arc<Coord>, thread: &str, member: &str) {
+    let (t, m) = (thread.to_string(), member.to_string());
+    if let Ok(Some(w)) = co.council.agents.db.worktree(t, m).await {
+        co.council.agents.hub.publish(thread, ThreadEvent::Work { worktree: Box::new(w) });
+    }
+}
+
+/// Concludes the merge in progress (its markers gone) by kd's commit of
+/// the member's work; the new head.
+async fn conclude(co: &Arc<Coord>, w: &Worktree) -> Result<String, ErrorObjectOwned> {
+    let db = &co.council.agents.db;
+    match commit(db, &w.thread, &w.member, &work_run(w), &w.task).await.map_err(|e| ErrorCode::Conflict.error(e))? {
+        Committed::Commit(_) => {}
+        Committed::Tampered(why) => {
+            return Err(ErrorCode::Conflict.error(format!("{}'s worktree is not as kd made it — {why}", w.member)));
+        }
+    }
+    publish(co, &w.thread, &w.member).await;
+    let tree = open(w).await?;
+    tree.head().await.map_err(git_error)
+}
+
+/// What the King's side changed in `files` since the member's branch left
+/// it, cut to [`THEIR_DIFF_BYTES`].
+async fn their_changes(w: &Worktree, onto: &str, files: &[String]) -> String {
+    let repo = Path::new(&w.repo);
+    let base = match git::git(repo, repo, &["merge-base", &w.head, onto], &[], 1024).await {
+        Ok(out) if out.ok => out.text().trim().to_string(),
+        _ => return String::new(),
+    };
+    let mut args: Vec<String> = ["diff", "--no-color", "--no-ext-diff", "--no-renames", &base, onto, "--"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.extend(files.iter().map(|f| format!(":(literal){f}")));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    match git::git(repo, repo, &args, &[], THEIR_DIFF_BYTES).await {
+        Ok(out) if out.ok => {
+            let mut text = out.text().trim_end_matches('\u{FFFD}').to_string();
+            if out.cut {
+                text.push_str("\n… (cut: the rest is in git diff)");
+            }
+            text
+        }
+        _ => String::new(),
+    }
+}
+
+/// Asks the member, in a King's message to it on the work thread, to
+/// resolve the conflicts in `files` (the King's branch `from` at `onto`
+/// merged in), then follows its run ([`follow`]). The message's seq.
+async fn ask(
+    co: &Arc<Coord>,
+    w: &Worktree,
+    (from, onto): (&str, &str),
+    files: &[String],
+    asker: (Option<ClientId>, Option<String>),
+) -> Result<u64, ErrorObjectOwned> {
+    let (seq, runs) = request(co, w, (from, onto), files, 1, asker.clone()).await?;
+    let (co, w, from, onto) = (co.clone(), w.clone(), from.to_string(), onto.to_string());
+    tokio::spawn(async move { follow(co, w, (from, onto), (seq, runs), asker).await });
+    Ok(seq)
+}
+
+/// The King's message to the member asking it (the `attempt`th time) to
+/// resolve the conflicts in `files`: its seq and the member's runs.
+async fn request(
+    co: &Arc<Coord>,
+    w: &Worktree,
+    (from, onto): (&str, &str),
+    files: &[String],
+    attempt: u32,
+    (client, path): (Option<ClientId>, Option<String>),
+) -> Result<(u64, Vec<String>), ErrorObjectOwned> {
+    let list = files.iter().map(|f| format!("- {f}")).collect::<Vec<_>>().join("\n");
+    let body = if attempt == 1 {
+        let theirs = their_changes(w, onto, files).await;
+        let theirs = if theirs.is_empty() {
+            String::new()
+        } else {
+            format!("\n\nWhat {from} changed in them since your work began:\n\n```diff\n{theirs}\n```")
+        };
+        format!(
+            "Bring your work up to date: kd merged {from} ({}) into your branch {}, and it conflicts in:\n\n{list}\n\n\
+             Those files in your worktree now hold git's conflict markers (`<<<<<<<`, `=======`, `>>>>>>>`). \
+             Resolve each conflict so that both sides' changes work together, and remove every marker; change \
+             nothing else. kd commits the merge when your run ends.{theirs}",
+            short(onto),
+            w.branch
+        )
+    } else {
+        format!(
+            "Conflict markers are still in:\n\n{list}\n\nResolve those conflicts and remove every marker \
+             (`<<<<<<<`, `=======`, `>>>>>>>`): kd commits the merge of {from} only once none is left."
+        )
+    };
+    let req = send::Request {
+        thread: w.thread.clone(),
+        body,
+        to: Some(vec![w.member.clone()]),
+        mute: Vec::new(),
+        style: Default::default(),
+        timeout: None,
+        correlation_id: None,
+        rounds: Some(0),
+        client,
+        new_thread: None,
+        vote: false,
+        path,
+    };
+    let sent = send::send(&co.council, req).await?;
+    Ok((sent.message.seq, sent.runs.iter().map(|r| r.run.id.clone()).collect()))
+}
+
+/// What became of the merge after the member's run.
+enum After {
+    /// kd's word on the outcome.
+    Said(String),
+    /// Markers are left in these files: the member is told again.
+    Again(Vec<String>),
+}
+
+/// Follows the member's resolving runs: once each ended, the merge is
+/// concluded (kd's commit at the run's end found no marker), or the member
+/// is told again, or the merge is undone. kd says the outcome answering
+/// the first request (`first`).
+async fn follow(
+    co: Arc<Coord>,
+    w: Worktree,
+    (from, onto): (String, String),
+    (first, mut runs): (u64, Vec<String>),
+    asker: (Option<ClientId>, Option<String>),
+) {
+    let mut attempt = 1;
+    let body = loop {
+        let mut stopped = false;
+        for id in &runs {
+            let run = co.council.agents.runs.all().into_iter().find(|r| r.id == *id);
+            if let Some(run) = run {
+                run.done().await;
+                stopped |= run.stop_reason().is_some();
+            }
+        }
+        if co.council.agents.is_closed() {
+            return;
+        }
+        let again = attempt < TRIES && !stopped;
+        match settle_after(&co, &w, (&from, &onto), attempt, again).await {
+            Ok(After::Said(body)) => break body,
+            Ok(After::Again(left)) => {
+                attempt += 1;
+                match request(&co, &w, (&from, &onto), &left, attempt, asker.clone()).await {
+                    Ok((_, next)) => runs = next,
+                    Err(e) => break format!("kd could not ask {} again: {}", w.member, e.message()),
+                }
+            }
+            Err(e) => break format!("kd could not bring {}'s work up to date: {}", w.member, e.message()),
+        }
+    };
+    let m = NewMessage {
+        reply_to: Some(first),
+        correlation_id: Some(format!("rebase-{first}")),
+        ..NewMessage::new(&w.thread, KD, vec![KING.to_string()], MessageKind::System, body)
+    };
+    if let Err(e) = co.council.agents.db.append_message(m).await {
+        tracing::warn!(thread = w.thread, "the rebase's outcome was not written: {e}");
+    }
+}
+
+/// What became of the merge after the member's `attempt`th run (`again`:
+/// it may be asked again).
+async fn settle_after(
+    co: &Arc<Coord>,
+    w: &Worktree,
+    (from, onto): (&str, &str),
+    attempt: u32,
+    again: bool,
+) -> Result<After, ErrorObjectOwned> {
+    let member = &w.member;
+    let tree = open(w).await?;
+    let resolved = |head: &str| {
+        format!(
+            "{member}'s work is up to date with {from}: {member} resolved the conflicts and kd committed the merge \
+             ({}). `kd accept {member}` merges it.",
+            short(head)
+        )
+    };
+    if tree.merging().await.map_err(git_error)?.is_none() {
+        let head = tree.head().await.map_err(git_error)?;
+        let repo = Path::new(&w.repo);
+        let args = ["merge-base", "--is-ancestor", onto, &head];
+        let holds = git::git(repo, repo, &args, &[], 1024).await.map_err(git_error)?.ok;
+        return Ok(After::Said(if holds {
+            resolved(&head)
+        } else {
+            format!("The merge of {from} into {member}'s work is no longer in progress: nothing was committed.")
+        }));
+    }
+    let left = tree.unresolved().await.map_err(git_error)?;
+    if left.is_empty() {
+        // Resolved, but the run's commit did not conclude it (it failed).
+        let head = conclude(co, w).await?;
+        return Ok(After::Said(resolved(&head)));
+    }
+    if again {
+        return Ok(After::Again(left));
+    }
+    tree.merge_abort().await.map_err(git_error)?;
+    publish(co, &w.thread, member).await;
+    let why = if attempt < TRIES { " (its run was stopped)".to_string() } else { format!(" after {attempt} tries") };
+    Ok(After::Said(format!(
+        "{member}'s work was not brought up to date: conflict markers remain in {}{why}. kd undid the merge: {} is \
+         as it was, every commit of {member}'s kept. Merge {from} into it yourself in {} (git merge {from}), or kd \
+         reject {member}.",
+        left.join(", "),
+        w.branch,
+        w.path
+    )))
+}

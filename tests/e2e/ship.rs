@@ -1,0 +1,305 @@
+//! From a member's work to shipping it (issue 34), end to end: a real
+//! kdd, the real `kd`, real git; fake members that write files in their
+//! worktree (`FAKE_RUN`). `kd rebase` brings a member's work up to date
+//! with the King's branch — a conflict on both sides resolved by the
+//! member, or a clean merge — so that `kd accept` merges it.
+
+use std::path::Path;
+
+use kd_client::prelude::*;
+use kd_proto::work::{WorkState, Worktree};
+use kd_tests::{Kdd, Workspace, fake, git};
+use serde_json::json;
+
+/// A git repository (branch main, one commit of `a.txt`) whose council is
+/// claude alone, running `run` (in its worktree only, where `.git` is a
+/// file) at each of its runs.
+fn repo(run: &str) -> Workspace {
+    let ws = Workspace::new(&[]);
+    ws.git_init(&[("a.txt", "one\ntwo\n")], &[]);
+    let run = format!("if test -f .git; then {run}; fi");
+    let agents = json!({ "claude": fake("claude", "claude", &[("FAKE_RUN", run.as_str())]) });
+    ws.write_config(&json!({"council": {"members": ["claude"]}, "agents": agents}));
+    ws
+}
+
+async fn kd(kdd: &Kdd, ws: &Workspace, args: &[&str]) -> kd_tests::Output {
+    let mut cmd = kdd.kd();
+    cmd.current_dir(ws.dir.path()).args(args);
+    kd_tests::run(cmd).await
+}
+
+/// `kd work TASK`: claude's worktree once its work is committed.
+async fn at_work(kdd: &Kdd, ws: &Workspace, task: &str) -> Worktree {
+    let out = kd(kdd, ws, &["work", task, "--json"]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    let trees: Vec<Worktree> = serde_json::from_str(&out.stdout).expect("kd work --json: the worktrees");
+    let w = trees.into_iter().next().expect("claude's worktree");
+    assert_eq!(w.state, WorkState::Done, "{w:?}");
+    assert_ne!(w.head, w.base, "claude committed something: {w:?}");
+    w
+}
+
+/// The King changes `file` in their own tree and commits it.
+fn king_commits(dir: &Path, file: &str, text: &str) -> String {
+    std::fs::write(dir.join(file), text).unwrap();
+    git(dir, &["commit", "--quiet", "-am", &format!("King's {file}")]);
+    git(dir, &["rev-parse", "HEAD"])
+}
+
+fn is_ancestor(dir: &Path, a: &str, b: &str) -> bool {
+    std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["merge-base", "--is-ancestor", a, b])
+        .status()
+        .unwrap()
+        .success()
+}
+
+/// The member's line 2 on a first run; on a run that finds git's conflict
+/// markers in a.txt, both sides' line 2 together, markers gone.
+const RESOLVES: &str = "if grep -q '^<<<<<<<' a.txt; then printf 'one\\nking and claude\\n' > a.txt; \
+                        else printf 'one\\nclaude\\n' > a.txt; fi";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_conflict_on_both_sides_is_resolved_by_the_member_and_then_accepted_with_every_commit_kept() {
+    let ws = repo(RESOLVES);
+    let dir = ws.dir.path();
+    let kdd = Kdd::start();
+    let w = at_work(&kdd, &ws, "Change line two").await;
+    let member_commit = w.head.clone();
+    let king = king_commits(dir, "a.txt", "one\nking\n");
+
+    // kd accept is refused, naming the way on.
+    let refused = kd(&kdd, &ws, &["accept", "claude"]).await;
+    assert!(!refused.status.success(), "{}", refused.stdout);
+    assert!(refused.stderr.contains("conflicts with main in a.txt"), "{}", refused.stderr);
+    assert!(refused.stderr.contains(&format!("kd rebase claude --thread {}", w.thread)), "{}", refused.stderr);
+    assert_eq!(git(dir, &["rev-parse", "HEAD"]), king, "nothing changed");
+
+    // kd rebase: the merge conflicts, claude resolves the markers, kd
+    // commits the merge.
+    let out = kd(&kdd, &ws, &["rebase", "claude"]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("conflicts with claude's work in a.txt"), "{}", out.stderr);
+    assert!(out.stdout.contains("claude's work is up to date with main"), "{}", out.stdout);
+    let c = kdd.client().await;
+    let trees = c.work_list(None, Some(w.thread.clone())).await.unwrap();
+    let after = &trees[0];
+    assert_eq!(after.state, WorkState::Done, "{after:?}");
+    assert_eq!(after.base, king, "its base is the King's commit merged in: {after:?}");
+    let path = Path::new(&w.path);
+    assert_eq!(std::fs::read_to_string(path.join("a.txt")).unwrap(), "one\nking and claude\n");
+    assert_eq!(git(path, &["status", "--porcelain"]), "", "everything committed");
+    let parents = git(path, &["log", "-1", "--format=%P"]);
+    assert_eq!(parents, format!("{member_commit} {king}"), "a merge of the King's HEAD into claude's branch");
+    assert!(is_ancestor(dir, &member_commit, &after.head), "claude's commit is kept on its branch");
+    // The member was told the file and what the King's side changed.
+    let messages = c.thread_messages(w.thread.clone(), None, None, None, None).await.unwrap().into_vec();
+    let asked = messages.iter().find(|m| m.body.starts_with("Bring your work up to date")).expect("the request");
+    assert!(asked.body.contains("- a.txt") && asked.body.contains("+king"), "{}", asked.body);
+    // Its diff is what it adds to the King's current code.
+    let out = kd(&kdd, &ws, &["diff", "claude"]).await;
+    assert!(out.stdout.contains("-king") && out.stdout.contains("+king and claude"), "{}", out.stdout);
+
+    // Now kd accept merges cleanly, and every commit of claude's is in the
+    // King's history.
+    let out = kd(&kdd, &ws, &["accept", "claude"]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    assert_eq!(std::fs::read_to_string(dir.join("a.txt")).unwrap(), "one\nking and claude\n");
+    assert!(is_ancestor(dir, &member_commit, "HEAD") && is_ancestor(dir, &after.head, "HEAD"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn markers_left_are_never_committed_the_member_is_told_again_then_the_merge_is_undone() {
+    // claude changes line two on its first run, and never resolves.
+    let ws = repo("grep -q '^<<<<<<<' a.txt || printf 'one\\nclaude\\n' > a.txt");
+    let dir = ws.dir.path();
+    let kdd = Kdd::start();
+    let w = at_work(&kdd, &ws, "Change line two").await;
+    king_commits(dir, "a.txt", "one\nking\n");
+    let out = kd(&kdd, &ws, &["rebase", "claude"]).await;
+    assert!(!out.status.success(), "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("conflict markers remain in a.txt after 2 tries"), "{}", out.stdout);
+    assert!(out.stdout.contains("kd undid the merge"), "{}", out.stdout);
+    // Its branch is as it was, its worktree clean, nothing with markers
+    // committed; the member was told again once.
+    let path = Path::new(&w.path);
+    assert_eq!(git(path, &["rev-parse", "HEAD"]), w.head);
+    assert_eq!(git(path, &["status", "--porcelain"]), "");
+    assert_eq!(std::fs::read_to_string(path.join("a.txt")).unwrap(), "one\nclaude\n");
+    let c = kdd.client().await;
+    let trees = c.work_list(None, Some(w.thread.clone())).await.unwrap();
+    assert_eq!((trees[0].base.as_str(), trees[0].head.as_str()), (w.base.as_str(), w.head.as_str()));
+    let messages = c.thread_messages(w.thread.clone(), None, None, None, None).await.unwrap().into_vec();
+    let again = messages.iter().filter(|m| m.body.starts_with("Conflict markers are still in")).count();
+    assert_eq!(again, 1, "told again once");
+    let said = messages.iter().filter(|m| m.body.contains("kd could not commit the work")).count();
+    assert_eq!(said, 2, "each run's answer says kd did not commit the markers");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_clean_rebase_merges_at_once_and_an_up_to_date_one_does_nothing() {
+    let ws = repo("printf 'new\\n' > b.txt");
+    let dir = ws.dir.path();
+    let kdd = Kdd::start();
+    let w = at_work(&kdd, &ws, "Write b.txt").await;
+    // Nothing to bring in yet.
+    let out = kd(&kdd, &ws, &["rebase", "claude"]).await;
+    assert!(out.status.success() && out.stdout.contains("already up to date with main"), "{}", out.stdout);
+    let king = king_commits(dir, "a.txt", "one\nking\n");
+    let out = kd(&kdd, &ws, &["rebase", "claude", "--thread", &w.thread]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("merged into claude's work cleanly"), "{}", out.stdout);
+    let c = kdd.client().await;
+    let after = c.work_list(None, Some(w.thread.clone())).await.unwrap().remove(0);
+    assert_eq!(after.base, king);
+    assert_eq!((after.files, after.added), (1, 1), "its diff is b.txt alone: {after:?}");
+    let path = Path::new(&w.path);
+    assert_eq!(git(path, &["log", "-1", "--format=%P"]), format!("{} {king}", w.head));
+    assert_eq!(std::fs::read_to_string(path.join("a.txt")).unwrap(), "one\nking\n");
+    let out = kd(&kdd, &ws, &["accept", "claude"]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    assert!(is_ancestor(dir, &w.head, "HEAD"));
+}
+
+/// A bare repository standing for the King's GitHub remote: `origin` is
+/// `https://github.com/king/kd.git`, which git pushes to the bare one
+/// (`insteadOf`), `main` pushed there first.
+fn github_remote(ws: &Workspace) -> tempfile::TempDir {
+    let bare = tempfile::tempdir().unwrap();
+    git(bare.path(), &["init", "--quiet", "--bare"]);
+    let dir = ws.dir.path();
+    git(dir, &["remote", "add", "origin", "https://github.com/king/kd.git"]);
+    let rewrite = format!("url.{}.insteadOf", bare.path().display());
+    git(dir, &["config", &rewrite, "https://github.com/king/kd.git"]);
+    git(dir, &["push", "--quiet", "origin", "main"]);
+    bare
+}
+
+/// The commit `branch` is at in the bare repository, if it is there.
+fn remote_branch(bare: &Path, branch: &str) -> Option<String> {
+    let out = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(bare)
+        .args(["rev-parse", "--verify", "--quiet", &format!("refs/heads/{branch}")])
+        .output()
+        .unwrap();
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// This test's PATH without any real gh, with `first` before it.
+fn path_without_gh(first: Option<&Path>) -> String {
+    let own = std::env::var("PATH").unwrap_or_default();
+    let dirs = own.split(':').filter(|d| !Path::new(d).join("gh").exists()).map(str::to_string);
+    first.map(|f| f.display().to_string()).into_iter().chain(dirs).collect::<Vec<_>>().join(":")
+}
+
+/// A fake `gh` in a directory of its own: records its argv (NUL after
+/// each) to `argv` beside it and prints a pull request's URL, as gh does.
+fn fake_gh() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = tempfile::tempdir().unwrap();
+    let record = bin.path().join("argv");
+    let script = format!(
+        "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\0' \"$a\"; done > '{}'\necho 'Creating pull request' >&2\n\
+         echo https://github.com/king/kd/pull/7\n",
+        record.display()
+    );
+    let gh = bin.path().join("gh");
+    std::fs::write(&gh, script).unwrap();
+    std::fs::set_permissions(&gh, std::fs::Permissions::from_mode(0o755)).unwrap();
+    bin
+}
+
+async fn kd_with_path(kdd: &Kdd, ws: &Workspace, path: &str, args: &[&str]) -> kd_tests::Output {
+    let mut cmd = kdd.kd();
+    cmd.current_dir(ws.dir.path()).env("PATH", path).args(args);
+    kd_tests::run(cmd).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_pr_pushes_the_branch_and_gh_opens_a_pull_request_with_the_task_and_the_review() {
+    let ws = Workspace::new(&[]);
+    ws.git_init(&[("a.txt", "one\ntwo\n")], &[]);
+    let writes = "if test -f .git; then printf 'new\\n' > b.txt; fi".to_string();
+    let approves = json!([["[Review]", "Fine.\nVERDICT: APPROVE"]]).to_string();
+    let agents = json!({
+        "claude": fake("claude", "claude", &[("FAKE_RUN", writes.as_str())]),
+        "codex": fake("codex", "codex", &[("FAKE_RULES", approves.as_str())]),
+    });
+    ws.write_config(&json!({"council": {"members": ["claude", "codex"]}, "agents": agents}));
+    let bare = github_remote(&ws);
+    let kdd = Kdd::start();
+    let out = kd(&kdd, &ws, &["work", "--to", "claude", "Write b.txt\n\nWith one line.", "--json"]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    let w: Worktree = serde_json::from_str::<Vec<Worktree>>(&out.stdout).unwrap().remove(0);
+    let review = kd(&kdd, &ws, &["review", "claude"]).await;
+    assert!(review.stdout.contains("Review of claude's work: 1 approve (codex)"), "{}", review.stdout);
+
+    let bin = fake_gh();
+    let out = kd_with_path(&kdd, &ws, &path_without_gh(Some(bin.path())), &["pr", "claude"]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    assert_eq!(out.stdout.trim(), "https://github.com/king/kd/pull/7");
+    assert_eq!(remote_branch(bare.path(), &w.branch).as_deref(), Some(w.head.as_str()), "the branch was pushed");
+    let argv = std::fs::read_to_string(bin.path().join("argv")).expect("gh was run");
+    let argv: Vec<&str> = argv.trim_end_matches('\0').split('\0').collect();
+    assert_eq!(
+        argv[..10],
+        ["pr", "create", "--head", w.branch.as_str(), "--base", "main", "--title", "Write b.txt", "--body", argv[9]]
+    );
+    assert_eq!(argv[10..], ["--repo", "github.com/king/kd"]);
+    let body = argv[9];
+    assert!(body.starts_with("Write b.txt\n\nWith one line.\n"), "the task: {body}");
+    assert!(body.contains("Review of claude's work: 1 approve (codex)"), "the council's review: {body}");
+    // Recorded on the work.
+    let c = kdd.client().await;
+    let after = c.work_list(None, Some(w.thread.clone())).await.unwrap().remove(0);
+    let shipped = after.shipped.expect("shipped");
+    assert_eq!((shipped.remote.as_str(), shipped.commit.as_str(), shipped.pr), ("origin", w.head.as_str(), true));
+    assert_eq!(shipped.url.as_deref(), Some("https://github.com/king/kd/pull/7"));
+    assert_eq!(after.state, WorkState::Done, "kd pr does not settle the work");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn accept_pr_without_gh_pushes_prints_the_compare_page_and_accepts() {
+    let ws = repo("printf 'new\\n' > b.txt");
+    let bare = github_remote(&ws);
+    let kdd = Kdd::start();
+    let w = at_work(&kdd, &ws, "Write b.txt").await;
+    let king = git(ws.dir.path(), &["rev-parse", "HEAD"]);
+    let out = kd_with_path(&kdd, &ws, &path_without_gh(None), &["accept", "claude", "--pr"]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    let page = format!("https://github.com/king/kd/compare/main...{}?expand=1", w.branch);
+    assert_eq!(out.stdout.trim(), page);
+    assert!(out.stderr.contains("gh is not on your PATH"), "{}", out.stderr);
+    assert_eq!(remote_branch(bare.path(), &w.branch).as_deref(), Some(w.head.as_str()));
+    assert_eq!(git(ws.dir.path(), &["rev-parse", "HEAD"]), king, "nothing merged in the King's tree");
+    let c = kdd.client().await;
+    let after = c.work_list(None, Some(w.thread.clone())).await.unwrap().remove(0);
+    assert_eq!(after.state, WorkState::Accepted);
+    let shipped = after.shipped.expect("shipped");
+    assert_eq!((shipped.url.as_deref(), shipped.pr), (Some(page.as_str()), false));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pr_without_the_remote_is_refused_and_nothing_is_pushed() {
+    let ws = repo("printf 'new\\n' > b.txt");
+    // A remote there is, but not the one kd pushes to (origin).
+    let bare = tempfile::tempdir().unwrap();
+    git(bare.path(), &["init", "--quiet", "--bare"]);
+    git(ws.dir.path(), &["remote", "add", "mirror", &bare.path().display().to_string()]);
+    let kdd = Kdd::start();
+    let w = at_work(&kdd, &ws, "Write b.txt").await;
+    let bin = fake_gh();
+    let out = kd_with_path(&kdd, &ws, &path_without_gh(Some(bin.path())), &["pr", "claude"]).await;
+    assert!(!out.status.success(), "{}", out.stdout);
+    assert!(out.stderr.contains("has no remote named origin (work.remote)"), "{}", out.stderr);
+    assert!(out.stderr.contains("nothing was pushed"), "{}", out.stderr);
+    assert_eq!(remote_branch(bare.path(), &w.branch), None);
+    assert!(!bin.path().join("argv").exists(), "gh was not run");
+    let c = kdd.client().await;
+    let after = c.work_list(None, Some(w.thread.clone())).await.unwrap().remove(0);
+    assert_eq!((after.shipped, after.state), (None, WorkState::Done));
+}
