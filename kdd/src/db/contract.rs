@@ -13,6 +13,7 @@ use kd_proto::work::{WorkState, Worktree};
 
 mod alike;
 mod approvals;
+mod comments;
 
 use super::fixtures::worktree;
 use super::messages::{NewMessage, Page};

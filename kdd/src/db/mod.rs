@@ -32,6 +32,7 @@
 
 pub mod acks;
 pub mod approvals;
+pub mod comments;
 pub mod compose;
 #[cfg(test)]
 mod contract;

@@ -1,13 +1,16 @@
 //! Members do the work (F-W1..W6), the King's side of it: giving a task to
 //! members, each in a git worktree of its own ([`start`]), seeing their
 //! diffs ([`diff`]), having the council review or rank them
-//! ([`review`]), accepting one into the King's branch or rejecting it, and
+//! ([`review`]), commenting on their lines and sending the comments back
+//! as one review ([`comments`]), accepting one into the King's branch or rejecting it, and
 //! removing worktrees only when nothing in them could be lost
 //! ([`settle`]). The runs themselves — writable in the worktree and
 //! nowhere else, their changes committed when they end — are the agent's
 //! ([`crate::agent`]); which run works where is the council's
 //! ([`crate::council::work_runs`]).
 
+pub mod comments;
+pub mod hunks;
 pub mod review;
 pub mod settle;
 pub mod vote;

@@ -26,6 +26,7 @@
 
 pub(crate) mod acks;
 mod approvals;
+mod comments;
 pub(crate) mod compose;
 pub(crate) mod cost;
 mod error;

@@ -23,6 +23,7 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
     (4, include_str!("../../../../migrations/postgres/0004_work_tampered.sql")),
     (5, include_str!("../../../../migrations/postgres/0005_exchange_path.sql")),
     (6, include_str!("../../../../migrations/postgres/0006_approvals.sql")),
+    (7, include_str!("../../../../migrations/postgres/0009_work_comments.sql")),
 ];
 
 /// `'kdmigr'` as a number: the advisory lock of migrators.

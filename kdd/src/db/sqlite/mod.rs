@@ -22,6 +22,7 @@
 pub(crate) mod acks;
 pub(crate) mod approvals;
 mod checkpoint;
+pub(crate) mod comments;
 pub(crate) mod compose;
 pub(crate) mod cost;
 mod error;

@@ -29,6 +29,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("../../../../migrations/0013_work_tampered.sql"),
     include_str!("../../../../migrations/0014_exchange_path.sql"),
     include_str!("../../../../migrations/0015_approvals.sql"),
+    include_str!("../../../../migrations/0018_work_comments.sql"),
 ];
 
 /// The schema version this build writes.
