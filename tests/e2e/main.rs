@@ -52,5 +52,6 @@ mod subscribe;
 mod subscriptions;
 mod terminal;
 mod work;
+mod work_comments;
 mod work_run;
 mod work_tamper;

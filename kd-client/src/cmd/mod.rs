@@ -5,6 +5,7 @@ pub mod answers;
 pub mod approvals;
 pub mod ask;
 pub mod asking;
+pub mod comment;
 pub mod config;
 pub mod coord;
 pub mod cost;

@@ -7,6 +7,7 @@
 //! once and checked against the server's method table by a test in `kdd`.
 
 mod approval;
+mod comment;
 mod coordination;
 mod member;
 mod notify;
@@ -410,6 +411,7 @@ fn build() -> (Vec<MethodDoc>, Value) {
     coordination::methods(&mut b);
     member::methods(&mut b);
     work::methods(&mut b);
+    comment::methods(&mut b);
     approval::methods(&mut b);
     notify::methods(&mut b);
 

@@ -175,13 +175,12 @@ fn header(l: &str) -> Option<Hunk> {
 pub fn location(s: &str) -> Option<(String, u32, u32)> {
     let (path, lines) = s.rsplit_once(':')?;
     let (a, b) = match lines.split_once('-') {
-        Some((a, b)) => (a.trim().parse::<u32>().ok()?, b.trim().parse::<u32>().ok()?),
+        Some((a, b)) => (a.parse::<u32>().ok()?, b.parse::<u32>().ok()?),
         None => {
-            let a = lines.trim().parse::<u32>().ok()?;
+            let a = lines.parse::<u32>().ok()?;
             (a, a)
         }
     };
-    let path = path.trim();
     (!path.is_empty() && a >= 1 && a <= b && !path.contains(char::is_whitespace)).then(|| (path.to_string(), a, b))
 }
 
@@ -293,7 +292,7 @@ index 1..2 100644
         assert_eq!(location("src/a.rs:12"), Some(("src/a.rs".into(), 12, 12)));
         assert_eq!(location("src/a.rs:12-14"), Some(("src/a.rs".into(), 12, 14)));
         assert_eq!(location("c:/x:3"), Some(("c:/x".into(), 3, 3)));
-        for bad in ["a.rs", "a.rs:0", "a.rs:5-4", ":3", "a.rs:x", "a b:3"] {
+        for bad in ["a.rs", "a.rs:0", "a.rs:5-4", ":3", "a.rs:x", "a b:3", "sh: 1", "a.rs: 3"] {
             assert_eq!(location(bad), None, "{bad}");
         }
         let review = "The diff looks fine except:\n\
@@ -302,6 +301,7 @@ index 1..2 100644
             * **c.txt:7**: typo\n\
             See http://example.com:8080/x for more.\n\
             Note: a.rs:4 is fine.\n\
+            sh: 1: kd: not found\n\
             d.txt:9:\n\
             VERDICT: REQUEST CHANGES";
         assert_eq!(
