@@ -47,6 +47,10 @@ enum Command {
     Diff(cmd::work::DiffArgs),
     /// Have the council review a member's work: approve or request changes
     Review(cmd::work::ReviewArgs),
+    /// Comment on lines of a member's diff (pending until kd review --send); --resolve ID
+    Comment(cmd::comment::CommentArgs),
+    /// List the line comments on members' work (pending, sent, resolved)
+    Comments(cmd::comment::CommentsArgs),
     /// Merge a member's work into your current branch (refused on a dirty tree or a conflict)
     Accept(cmd::work::AcceptArgs),
     /// Turn a member's work down
@@ -215,6 +219,8 @@ fn main() -> ExitCode {
             Command::Work(a) => cmd::work::run(&ctx, a).await,
             Command::Diff(a) => cmd::work::diff(&ctx, a).await,
             Command::Review(a) => cmd::work::review(&ctx, a).await,
+            Command::Comment(a) => cmd::comment::comment(&ctx, a).await,
+            Command::Comments(a) => cmd::comment::comments(&ctx, a).await,
             Command::Accept(a) => cmd::work::accept(&ctx, a).await,
             Command::Reject(a) => cmd::work::reject(&ctx, a).await,
             Command::Check(a) => cmd::check::run(&ctx, a).await,

@@ -37,6 +37,7 @@
 pub mod api;
 pub mod approval;
 pub mod color;
+pub mod comment;
 pub mod coord;
 pub mod council;
 pub mod daemon;

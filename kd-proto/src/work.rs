@@ -422,4 +422,36 @@ pub trait WorkApi {
         accept: Option<bool>,
         path: Option<String>,
     ) -> RpcResult<PullRequest>;
+
+    /// Adds the King's pending comment on lines of a member's diff (its
+    /// new side, at the work's head): `kd_proto::comment`.
+    #[method(name = "work.comment", param_kind = map)]
+    async fn work_comment(
+        &self,
+        thread: String,
+        member: String,
+        path: String,
+        line: u32,
+        end_line: Option<u32>,
+        body: String,
+    ) -> RpcResult<crate::comment::Comment>;
+
+    /// The comments on a work thread's work (of one member), oldest first.
+    #[method(name = "work.comments", param_kind = map)]
+    async fn work_comments(&self, thread: String, member: Option<String>) -> RpcResult<Vec<crate::comment::Comment>>;
+
+    /// Sends every pending comment on a member's work as one King's
+    /// message to it; the member revises in its worktree.
+    #[method(name = "work.send_review", param_kind = map, with_extensions)]
+    async fn work_send_review(
+        &self,
+        thread: String,
+        member: String,
+        message: Option<String>,
+        path: Option<String>,
+    ) -> RpcResult<crate::comment::ReviewSent>;
+
+    /// Marks a comment resolved.
+    #[method(name = "work.resolve_comment", param_kind = map)]
+    async fn work_resolve_comment(&self, id: String) -> RpcResult<crate::comment::Comment>;
 }

@@ -54,5 +54,6 @@ mod subscriptions;
 mod terminal;
 mod work;
 mod work_check;
+mod work_comments;
 mod work_run;
 mod work_tamper;

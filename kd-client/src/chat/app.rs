@@ -156,6 +156,13 @@ pub enum Effect {
         squash: bool,
     },
     Reject(String),
+    /// A line comment on a member's diff (`/comment`).
+    Comment {
+        member: String,
+        path: String,
+        lines: (u32, u32),
+        text: String,
+    },
     /// Every thread's pending approvals (`/approvals`).
     ListApprovals,
     /// The King's decision on an approval.

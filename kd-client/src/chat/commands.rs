@@ -24,6 +24,7 @@ pub const NAMES: &[&str] = &[
     "/diff",
     "/accept",
     "/reject",
+    "/comment",
     "/approvals",
     "/approve",
     "/deny",
@@ -58,6 +59,10 @@ pub const HELP: &[(&str, &str)] = &[
     ("/diff [MEMBER]", "a member's diff here (alone: who has work)"),
     ("/accept [--squash] MEMBER", "merge a member's work into your branch"),
     ("/reject MEMBER", "turn a member's work down"),
+    (
+        "/comment MEMBER PATH:LINE[-LINE] TEXT",
+        "comment on lines of a member's diff (pending until kd review --send MEMBER)",
+    ),
     ("/approvals", "what members' CLIs ask permission for, every thread's (● this thread's)"),
     (
         "/approve ID [run|thread]",
@@ -126,6 +131,13 @@ pub enum Command {
         squash: bool,
     },
     Reject(String),
+    /// A line comment on a member's diff.
+    Comment {
+        member: String,
+        path: String,
+        lines: (u32, u32),
+        text: String,
+    },
     Approvals,
     Approve {
         id: String,
@@ -243,6 +255,23 @@ fn decide(name: &str, rest: &str) -> Result<Command, String> {
     Ok(Command::Approve { id, scope })
 }
 
+/// `/comment MEMBER PATH:LINE[-LINE] TEXT`.
+fn comment(rest: &str) -> Result<Command, String> {
+    let usage = "/comment needs a member, the lines and the text, e.g. /comment codex src/a.rs:12 check for None";
+    let mut words = rest.splitn(3, char::is_whitespace);
+    let (Some(member), Some(at), Some(text)) = (words.next(), words.next(), words.next()) else {
+        return Err(usage.into());
+    };
+    let text = text.trim();
+    let Some((path, lines)) = crate::cmd::comment::location(at) else {
+        return Err(format!("/comment: {at} is not PATH:LINE or PATH:FIRST-LAST"));
+    };
+    if member.is_empty() || text.is_empty() {
+        return Err(usage.into());
+    }
+    Ok(Command::Comment { member: member.trim_start_matches('@').to_lowercase(), path, lines, text: text.into() })
+}
+
 /// Parses a line that starts with `/`; the error is a one-line notice.
 pub fn parse(line: &str) -> Result<Command, String> {
     let mut words = line.split_whitespace();
@@ -258,6 +287,7 @@ pub fn parse(line: &str) -> Result<Command, String> {
         ("/work", _) => return work(rest),
         ("/vote" | "/synthesize", _) => return complete(name, rest),
         ("/approve" | "/deny", _) => return decide(name, rest),
+        ("/comment", _) => return comment(rest),
         _ => {}
     }
     let squash = name == "/accept" && words.clone().next() == Some("--squash");
@@ -357,6 +387,20 @@ mod tests {
         assert_eq!(parse("/accept --squash codex"), Ok(Command::Accept { member: "codex".into(), squash: true }));
         assert_eq!(parse("/accept"), Err("/accept needs a member name, e.g. /accept codex".into()));
         assert_eq!(parse("/reject claude"), Ok(Command::Reject("claude".into())));
+        assert_eq!(
+            parse("/comment @Codex src/a.rs:12-14  check for None here"),
+            Ok(Command::Comment {
+                member: "codex".into(),
+                path: "src/a.rs".into(),
+                lines: (12, 14),
+                text: "check for None here".into()
+            })
+        );
+        assert_eq!(
+            parse("/comment codex src/a.rs check"),
+            Err("/comment: src/a.rs is not PATH:LINE or PATH:FIRST-LAST".into())
+        );
+        assert!(parse("/comment codex a.rs:3").unwrap_err().starts_with("/comment needs a member, the lines"));
     }
 
     #[test]

@@ -74,9 +74,12 @@ impl App {
                 self.set_notice(self.work_here());
                 vec![]
             }
-            Ok(Command::Diff(Some(m)) | Command::Reject(m) | Command::Accept { member: m, .. })
-                if !self.work.contains_key(&m) =>
-            {
+            Ok(
+                Command::Diff(Some(m))
+                | Command::Reject(m)
+                | Command::Accept { member: m, .. }
+                | Command::Comment { member: m, .. },
+            ) if !self.work.contains_key(&m) => {
                 let notice = format!("{m} has no work on this thread; {}", self.work_here());
                 self.set_notice(notice);
                 vec![]
@@ -84,6 +87,7 @@ impl App {
             Ok(Command::Diff(Some(m))) => vec![Effect::Diff(m)],
             Ok(Command::Accept { member, squash }) => vec![Effect::Accept { member, squash }],
             Ok(Command::Reject(m)) => vec![Effect::Reject(m)],
+            Ok(Command::Comment { member, path, lines, text }) => vec![Effect::Comment { member, path, lines, text }],
             Ok(Command::Approvals) => self.list_approvals(),
             Ok(Command::Approve { id, scope }) => self.decide(id, kd_proto::approval::Decision::Approve, scope, None),
             Ok(Command::Deny { id, message }) => self.decide(id, kd_proto::approval::Decision::Deny, None, message),

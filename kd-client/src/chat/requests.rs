@@ -30,6 +30,7 @@ pub(super) enum Reply {
     Diffed(Result<Vec<MemberDiff>, ClientError>),
     Accepted(Result<Accepted, ClientError>),
     Rejected(Result<Worktree, ClientError>),
+    Commented(Result<kd_proto::comment::Comment, ClientError>),
     /// The chat's pending thread, made for a completion.
     Created(Thread),
     Completed(Result<Box<Completion>, ClientError>),
@@ -103,6 +104,9 @@ pub(super) fn request(client: &Arc<Client>, app: &App, effect: Effect, tx: mpsc:
             Effect::Accept { member, squash } => {
                 Reply::Accepted(client.work_accept(thread, member, Some(squash), None).await.map_err(ClientError::from))
             }
+            Effect::Comment { member, path, lines: (first, last), text } => Reply::Commented(
+                client.work_comment(thread, member, path, first, Some(last), text).await.map_err(ClientError::from),
+            ),
             Effect::Reject(member) => {
                 Reply::Rejected(client.work_reject(thread, member).await.map_err(ClientError::from))
             }
@@ -290,6 +294,13 @@ pub(super) fn on_reply(app: &mut App, reply: Reply) -> Vec<Effect> {
                 kd_client::terminal::safe(&a.into)
             ));
         }
+        Reply::Commented(Ok(c)) => app.set_notice(format!(
+            "comment {} on {}'s {} (pending: kd review --send {} sends it)",
+            c.id,
+            c.member,
+            kd_client::terminal::safe(&c.location()),
+            c.member
+        )),
         Reply::Rejected(Ok(w)) => {
             app.on_work(&w);
             app.set_notice(format!("rejected {}'s work", w.member));
@@ -315,6 +326,7 @@ pub(super) fn on_reply(app: &mut App, reply: Reply) -> Vec<Effect> {
         | Reply::Diffed(Err(e))
         | Reply::Accepted(Err(e))
         | Reply::Rejected(Err(e))
+        | Reply::Commented(Err(e))
         | Reply::Interrupted(Err(e))
         | Reply::Retried(Err(e))
         | Reply::Threads(Err(e))

@@ -930,6 +930,42 @@ fn work_accept_and_reject_are_asked_of_the_daemon_and_say_what_came_of_it() {
     typed(&mut app, "/reject codex");
     assert_eq!(keys::on_key(&mut app, key(KeyCode::Enter)), vec![]);
     assert!(app.notice.as_deref().unwrap().starts_with("codex has no work"), "{:?}", app.notice);
+    typed(&mut app, "/comment codex a.txt:2 why?");
+    assert_eq!(keys::on_key(&mut app, key(KeyCode::Enter)), vec![]);
+    assert!(app.notice.as_deref().unwrap().starts_with("codex has no work"), "{:?}", app.notice);
+    typed(&mut app, "/comment claude a.txt:2-3 lower case, please");
+    assert_eq!(
+        keys::on_key(&mut app, key(KeyCode::Enter)),
+        vec![Effect::Comment {
+            member: "claude".into(),
+            path: "a.txt".into(),
+            lines: (2, 3),
+            text: "lower case, please".into()
+        }]
+    );
+    let comment = kd_proto::comment::Comment {
+        id: "c1234567".into(),
+        thread: "w0rk01".into(),
+        member: "claude".into(),
+        author: "king".into(),
+        path: "a.txt".into(),
+        line: 2,
+        end_line: 3,
+        commit: "h".into(),
+        body: "lower case, please".into(),
+        hunk: String::new(),
+        state: kd_proto::comment::CommentState::Pending,
+        created_at_ms: 0,
+        sent_seq: None,
+        sent_at_ms: None,
+        resolved_by: None,
+        resolved_at_ms: None,
+    };
+    super::on_reply(&mut app, super::Reply::Commented(Ok(comment)));
+    assert_eq!(
+        app.notice.as_deref(),
+        Some("comment c1234567 on claude's a.txt:2-3 (pending: kd review --send claude sends it)")
+    );
     typed(&mut app, "/reject claude");
     assert_eq!(keys::on_key(&mut app, key(KeyCode::Enter)), vec![Effect::Reject("claude".into())]);
     super::on_reply(&mut app, super::Reply::Rejected(Ok(worktree("claude", WorkState::Rejected, 1, 1, 0))));

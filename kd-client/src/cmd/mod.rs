@@ -6,6 +6,7 @@ pub mod approvals;
 pub mod ask;
 pub mod asking;
 pub mod check;
+pub mod comment;
 pub mod config;
 pub mod coord;
 pub mod cost;

@@ -429,12 +429,21 @@ pub struct ReviewArgs {
     /// The thread [default: MEMBER's newest work thread; for a revision, the current thread]
     #[arg(long)]
     thread: Option<String>,
+    /// Send MEMBER the pending line comments on its work (kd comment) as one review; it revises
+    #[arg(long, conflicts_with = "to")]
+    send: bool,
+    /// With --send: your words before the comments
+    #[arg(long, requires = "send")]
+    message: Option<String>,
 }
 
 /// `kd review MEMBER|REV`: a lone word is a member when this workspace has
 /// work of a member of that name, else a git revision, reviewed in the
 /// current thread (made if there is none).
 pub async fn review(ctx: &Ctx, a: ReviewArgs) -> anyhow::Result<ExitCode> {
+    if a.send {
+        return super::comment::send(ctx, a.what, a.thread, a.message).await;
+    }
     let client = ctx.client().await?;
     let ws = kd_client::workspace::current()?;
     let trees = client.work_list(Some(ws.root.display().to_string()), None).await.map_err(ClientError::from)?;

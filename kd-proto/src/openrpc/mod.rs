@@ -7,6 +7,7 @@
 //! once and checked against the server's method table by a test in `kdd`.
 
 mod approval;
+mod comment;
 mod coordination;
 mod member;
 mod notify;
@@ -412,6 +413,7 @@ fn build() -> (Vec<MethodDoc>, Value) {
     member::methods(&mut b);
     work::methods(&mut b);
     ship::methods(&mut b);
+    comment::methods(&mut b);
     approval::methods(&mut b);
     notify::methods(&mut b);
 

@@ -14,6 +14,7 @@ use kd_proto::work::{WorkState, Worktree};
 mod alike;
 mod approvals;
 mod check;
+mod comments;
 
 use super::fixtures::worktree;
 use super::messages::{NewMessage, Page};

@@ -33,6 +33,7 @@
 pub mod acks;
 pub mod approvals;
 pub mod check;
+pub mod comments;
 pub mod compose;
 #[cfg(test)]
 mod contract;

@@ -28,6 +28,7 @@ use kd_proto::work::{WorkCheck, WorkState, Worktree};
 use serde_json::Value;
 
 use kd_proto::approval::Approval;
+use kd_proto::comment::Comment;
 
 use super::approvals::{Decide, Decided};
 use super::check::{CheckEnded, Started};
@@ -260,6 +261,18 @@ operations! {
     fn cost_report(&self, f: cost::Filter, by: CostBy) -> DbResult<CostReport>;
     /// What the exchange begun by King message `king` has cost so far.
     fn exchange_cost(&self, thread: String, king: u64) -> DbResult<f64>;
+
+    // ---- line comments on members' work ----
+    /// Records a new comment on a member's work (refused past `comments::MAX_PER_WORK`).
+    fn add_comment(&self, c: Comment) -> DbResult<()>;
+    /// One comment.
+    fn comment(&self, id: String) -> DbResult<Option<Comment>>;
+    /// The comments on a thread's work (of one member), oldest first.
+    fn comments(&self, thread: String, member: Option<String>) -> DbResult<Vec<Comment>>;
+    /// Marks pending comments sent in the King's message `seq`; those it marked.
+    fn send_comments(&self, ids: Vec<String>, seq: u64, at: i64) -> DbResult<Vec<Comment>>;
+    /// Resolves a comment (by a member's commit, or the King) once; the comment as it stands.
+    fn resolve_comment(&self, id: String, by: Option<String>, at: i64) -> DbResult<Comment>;
 
     // ---- members' worktrees ----
     /// Records a member's new worktree (`vote`: the task is a best-of-N).

@@ -5,13 +5,14 @@
 use jsonrpsee::Extensions;
 use jsonrpsee::core::async_trait;
 use kd_proto::RpcResult;
+use kd_proto::comment::{Comment, ReviewSent};
 use kd_proto::work::{Accepted, MemberDiff, PullRequest, Rebased, WorkApiServer, WorkStarted, Worktree};
 
 use super::error::invalid;
 use super::{Rpc, validate};
 use crate::client::ClientId;
 use crate::work::review::Subject;
-use crate::work::{self, settle};
+use crate::work::{self, comments, settle};
 
 /// Longest task, in bytes: the King's message and every commit's.
 const MAX_TASK_BYTES: usize = 64 << 10;
@@ -161,5 +162,63 @@ impl WorkApiServer for Rpc {
         validate::search_path(path.as_deref())?;
         crate::council::runs_here(&self.d.db, &thread).await?;
         work::pr::pr(&self.d.coord, &thread, &member, accept.unwrap_or(false), path).await
+    }
+
+    async fn work_comment(
+        &self,
+        thread: String,
+        member: String,
+        path: String,
+        line: u32,
+        end_line: Option<u32>,
+        body: String,
+    ) -> RpcResult<Comment> {
+        validate::thread_id(&thread)?;
+        self::member(&member)?;
+        if path.is_empty() || path.len() > 4096 || path.contains('\0') {
+            return Err(invalid("path is not a file of the diff"));
+        }
+        if body.trim().is_empty() {
+            return Err(invalid("the comment is empty: say what should change"));
+        }
+        if body.len() > comments::MAX_BODY {
+            return Err(invalid(format!("the comment is longer than {} bytes", comments::MAX_BODY)));
+        }
+        let w = work::worktree(&self.d.db, &thread, &member).await?;
+        let lines = (line, end_line.unwrap_or(line));
+        comments::add(&self.d.db, &w, kd_proto::names::KING, &path, lines, &body).await
+    }
+
+    async fn work_comments(&self, thread: String, member: Option<String>) -> RpcResult<Vec<Comment>> {
+        validate::thread_id(&thread)?;
+        if let Some(m) = &member {
+            self::member(m)?;
+        }
+        comments::list(&self.d.db, &thread, member.as_deref()).await
+    }
+
+    async fn work_send_review(
+        &self,
+        ext: &Extensions,
+        thread: String,
+        member: String,
+        message: Option<String>,
+        path: Option<String>,
+    ) -> RpcResult<ReviewSent> {
+        validate::thread_id(&thread)?;
+        self::member(&member)?;
+        validate::search_path(path.as_deref())?;
+        if message.as_ref().is_some_and(|m| m.len() > MAX_TASK_BYTES) {
+            return Err(invalid(format!("message is longer than {MAX_TASK_BYTES} bytes")));
+        }
+        crate::council::runs_here(&self.d.db, &thread).await?;
+        comments::send(&self.d.coord, &thread, &member, message, (ext.get::<ClientId>().copied(), path)).await
+    }
+
+    async fn work_resolve_comment(&self, id: String) -> RpcResult<Comment> {
+        if id.is_empty() || id.len() > 32 || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+            return Err(invalid("id is not a comment's id (kd comments lists them)"));
+        }
+        comments::resolve(&self.d.db, &id).await
     }
 }

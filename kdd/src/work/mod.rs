@@ -1,7 +1,8 @@
 //! Members do the work (F-W1..W6), the King's side of it: giving a task to
 //! members, each in a git worktree of its own ([`start`]), seeing their
 //! diffs ([`diff`]), having the council review or rank them
-//! ([`review`]), accepting one into the King's branch or rejecting it, and
+//! ([`review`]), commenting on their lines and sending the comments back
+//! as one review ([`comments`]), accepting one into the King's branch or rejecting it, and
 //! removing worktrees only when nothing in them could be lost
 //! ([`settle`]); the check run in each worktree after each commit, and
 //! fix until green ([`check`]); bringing a member's work up to date with
@@ -12,6 +13,8 @@
 //! ([`crate::council::work_runs`]).
 
 pub mod check;
+pub mod comments;
+pub mod hunks;
 pub mod pr;
 pub mod rebase;
 pub mod review;

@@ -75,8 +75,9 @@ fn split_files(patch: &str) -> Vec<&str> {
 fn review_prompt(what: &str, diff: &str) -> String {
     format!(
         "[Review]\n{what}\n\n{diff}\n\n---\nReview it: is it correct, complete, and well made? Say what is wrong \
-         and what should change. End with your verdict on a line of its own, exactly one of:\n\nVERDICT: APPROVE\n\
-         VERDICT: REQUEST CHANGES"
+         and what should change; a remark on particular lines goes on a line of its own as `PATH:LINE: remark` (or \
+         `PATH:FIRST-LAST: remark`), the lines of the changed file. End with your verdict on a line of its own, \
+         exactly one of:\n\nVERDICT: APPROVE\nVERDICT: REQUEST CHANGES"
     )
 }
 
@@ -117,9 +118,13 @@ pub async fn review(
 ) -> Result<u64, ErrorObjectOwned> {
     let (t, config) = co.thread(thread, path.as_deref()).await?;
     let db = &co.council.agents.db;
+    // A member's work reviewed: its reviewers' `PATH:LINE: text` lines
+    // become their comments on it (`super::comments`).
+    let mut commented: Option<Worktree> = None;
     let (d, name, what, author) = match subject {
         Subject::Member(member) => {
             let w = worktree(db, thread, &member).await?;
+            commented = Some(w.clone());
             if w.state == WorkState::Working {
                 return Err(
                     ErrorCode::Conflict.error(format!("{member} is still working: review its work once its run ended"))
@@ -200,9 +205,15 @@ pub async fn review(
     let (co, seq) = (co.clone(), request.seq);
     tokio::spawn(async move {
         let (mut approve, mut changes, mut silent) = (Vec::new(), Vec::new(), Vec::new());
+        let mut noted = Vec::new();
         for run in runs {
             run.done().await;
-            let said = run.message().filter(|m| m.kind == MessageKind::Agent).and_then(|m| verdict(&m.body));
+            let answer = run.message().filter(|m| m.kind == MessageKind::Agent);
+            if let (Some(w), Some(m)) = (&commented, &answer) {
+                let (n, skipped) = super::comments::from_review(&co.council.agents.db, w, &run.member, &m.body).await;
+                noted.push(super::comments::noted(&run.member, n, &skipped));
+            }
+            let said = answer.and_then(|m| verdict(&m.body));
             match said {
                 Some(true) => approve.push(run.member.clone()),
                 Some(false) => changes.push(run.member.clone()),
@@ -219,6 +230,10 @@ pub async fn review(
         );
         if !silent.is_empty() {
             body.push_str(&format!(" No verdict from {}.", silent.join(", ")));
+        }
+        body.push_str(&noted.concat());
+        if let Some(w) = commented.as_ref().filter(|_| noted.iter().any(|n| !n.is_empty())) {
+            body.push_str(&format!(" kd comments {m} lists them; kd review --send {m} sends them.", m = w.member));
         }
         let message = kd_message(&t.id, seq, body, &format!("review-{seq}"), Purpose::Merge);
         if let Err(e) = co.council.agents.db.append_message(message).await {

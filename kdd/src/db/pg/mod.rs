@@ -27,6 +27,7 @@
 pub(crate) mod acks;
 mod approvals;
 pub(crate) mod check;
+mod comments;
 pub(crate) mod compose;
 pub(crate) mod cost;
 mod error;

@@ -25,6 +25,7 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
     (6, include_str!("../../../../migrations/postgres/0006_approvals.sql")),
     (7, include_str!("../../../../migrations/postgres/0007_work_check.sql")),
     (8, include_str!("../../../../migrations/postgres/0008_work_shipped.sql")),
+    (9, include_str!("../../../../migrations/postgres/0009_work_comments.sql")),
 ];
 
 /// `'kdmigr'` as a number: the advisory lock of migrators.

@@ -23,6 +23,7 @@ pub(crate) mod acks;
 pub(crate) mod approvals;
 pub(crate) mod check;
 mod checkpoint;
+pub(crate) mod comments;
 pub(crate) mod compose;
 pub(crate) mod cost;
 mod error;

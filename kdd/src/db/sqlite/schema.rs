@@ -31,6 +31,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("../../../../migrations/0015_approvals.sql"),
     include_str!("../../../../migrations/0016_work_check.sql"),
     include_str!("../../../../migrations/0017_work_shipped.sql"),
+    include_str!("../../../../migrations/0018_work_comments.sql"),
 ];
 
 /// The schema version this build writes.
