@@ -89,6 +89,23 @@ async fn the_king_denies_and_claude_is_told_his_message() {
     assert_eq!((all[0].state, all[0].message.as_deref()), (ApprovalState::Denied, Some("not this one")));
 }
 
+/// The run ends without the King being asked, claude told the policy's
+/// denial, nothing run, the denial recorded as the policy's.
+async fn denied_by_the_policy(
+    c: &kd_client::Client,
+    t: &str,
+    sub: &mut jsonrpsee::core::client::Subscription<ThreadEvent>,
+    file: &str,
+) {
+    let events = kd_tests::collect_until(sub, |e| kd_tests::ended(e) == 1).await;
+    assert!(!events.iter().any(|e| matches!(e, ThreadEvent::ApprovalRequested { .. })), "the King was asked");
+    let last = kd_tests::last_message(c, t).await;
+    assert!(last.body.contains("denied: kd's approvals policy denies execute"), "{last:?}");
+    assert!(!std::path::Path::new(file).exists());
+    let all = c.approval_list(Some(true), None, None).await.unwrap();
+    assert_eq!((all[0].state, all[0].decided_by), (ApprovalState::Denied, Some(DecidedBy::Policy)));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_policy_denies_without_asking_the_king() {
     let ws = kd_tests::Workspace::new(&[]);
@@ -96,13 +113,7 @@ async fn the_policy_denies_without_asking_the_king() {
     let kdd = Kdd::start();
     let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
     kd_tests::send_one_round(&c, &t, "Touch the file.").await;
-    let events = kd_tests::collect_until(&mut sub, |e| kd_tests::ended(e) == 1).await;
-    assert!(!events.iter().any(|e| matches!(e, ThreadEvent::ApprovalRequested { .. })), "the King was asked");
-    let last = kd_tests::last_message(&c, &t).await;
-    assert!(last.body.contains("denied: kd's approvals policy denies execute"), "{last:?}");
-    assert!(!std::path::Path::new(&file).exists());
-    let all = c.approval_list(Some(true), None, None).await.unwrap();
-    assert_eq!((all[0].state, all[0].decided_by), (ApprovalState::Denied, Some(DecidedBy::Policy)));
+    denied_by_the_policy(&c, &t, &mut sub, &file).await;
 }
 
 /// The user's configuration's `approvals` apply beside the workspace's
@@ -118,13 +129,7 @@ async fn the_users_policy_denies_without_asking_beside_the_workspaces_file() {
     std::fs::write(&user, json!({"approvals": {"tools": {"execute": "deny"}}}).to_string()).unwrap();
     let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
     kd_tests::send_one_round(&c, &t, "Touch the file.").await;
-    let events = kd_tests::collect_until(&mut sub, |e| kd_tests::ended(e) == 1).await;
-    assert!(!events.iter().any(|e| matches!(e, ThreadEvent::ApprovalRequested { .. })), "the King was asked");
-    let last = kd_tests::last_message(&c, &t).await;
-    assert!(last.body.contains("denied: kd's approvals policy denies execute"), "{last:?}");
-    assert!(!std::path::Path::new(&file).exists());
-    let all = c.approval_list(Some(true), None, None).await.unwrap();
-    assert_eq!((all[0].state, all[0].decided_by), (ApprovalState::Denied, Some(DecidedBy::Policy)));
+    denied_by_the_policy(&c, &t, &mut sub, &file).await;
     let view = c.config_get(ws.path(), None).await.unwrap();
     let entry = |key: &str| view.entries.iter().find(|e| e.key == key).cloned();
     let rule = entry("approvals.tools.execute").expect("the user's rule is shown");

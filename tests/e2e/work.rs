@@ -18,13 +18,18 @@ fn writes(file: &str, text: &str) -> String {
 }
 
 /// A fake member: its name, backend and `FAKE_*` environment.
-type Member = (&'static str, &'static str, Vec<(&'static str, String)>);
+pub(crate) type Member<'a> = (&'a str, &'a str, Vec<(&'a str, String)>);
 
 /// A git repository (branch main, one commit of `a.txt`, the King's own
 /// identity) whose council is `members`: (name, backend, FAKE_* env).
-fn repo(members: &[Member]) -> Workspace {
+fn repo(members: &[Member<'_>]) -> Workspace {
+    repo_of("one\ntwo\n", members)
+}
+
+/// The same, `a.txt` holding `a`.
+pub(crate) fn repo_of(a: &str, members: &[Member<'_>]) -> Workspace {
     let ws = Workspace::new(&[]);
-    ws.git_init(&[("a.txt", "one\ntwo\n")], &[]);
+    ws.git_init(&[("a.txt", a)], &[]);
     let mut agents = serde_json::Map::new();
     for (name, backend, env) in members {
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -74,7 +79,7 @@ async fn two_at_work(kdd: &Kdd, ws: &Workspace, extra: &[&str]) -> (String, Vec<
     (thread, trees)
 }
 
-fn two_members() -> Vec<Member> {
+fn two_members() -> Vec<Member<'static>> {
     vec![
         ("claude", "claude", vec![("FAKE_RUN", writes("impl.txt", "by claude"))]),
         ("codex", "codex", vec![("FAKE_RUN", writes("impl.txt", "by codex"))]),

@@ -5,8 +5,7 @@
 
 use kd_proto::comment::{Comment, CommentState};
 use kd_proto::work::Worktree;
-use kd_tests::{Kdd, Workspace, fake, records};
-use serde_json::json;
+use kd_tests::{Kdd, Workspace, records};
 
 /// `a.txt` of 20 lines, `line 1` to `line 20`.
 fn twenty() -> String {
@@ -20,20 +19,11 @@ const SHOUT_THEN_FIX: &str = "if test -f .git; then \
      else sed -i 's/^LINE 3$/Line 3/' a.txt; fi; fi";
 
 /// A fake member: its name, backend and `FAKE_*` environment.
-type Member<'a> = (&'a str, &'a str, Vec<(&'a str, String)>);
+use super::work::Member;
 
 /// A repository of `a.txt` whose council is `members`.
 fn repo(members: &[Member<'_>]) -> Workspace {
-    let ws = Workspace::new(&[]);
-    ws.git_init(&[("a.txt", &twenty())], &[]);
-    let mut agents = serde_json::Map::new();
-    for (name, backend, env) in members {
-        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        agents.insert(name.to_string(), fake(backend, name, &env));
-    }
-    let names: Vec<&str> = members.iter().map(|m| m.0).collect();
-    ws.write_config(&json!({"council": {"members": names}, "agents": agents}));
-    ws
+    super::work::repo_of(&twenty(), members)
 }
 
 async fn kd(kdd: &Kdd, ws: &Workspace, args: &[&str]) -> kd_tests::Output {

@@ -80,20 +80,8 @@ pub async fn git(repo: &Path, dir: &Path, args: &[&str], env: &[(&str, &str)], l
     let lock = lock_of(repo);
     let _serial = lock.lock().await;
     let mut cmd = tokio::process::Command::new("git");
-    cmd.arg("-C")
-        .arg(dir)
-        .args(args)
-        .envs(env.iter().copied())
-        // Never a prompt (a credential, an editor): kdd has no terminal.
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .env("GIT_EDITOR", "true")
-        .env_remove("GIT_DIR")
-        .env_remove("GIT_WORK_TREE")
-        .env_remove("GIT_INDEX_FILE")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
+    cmd.arg("-C").arg(dir).args(args).envs(env.iter().copied()).env("GIT_EDITOR", "true");
+    unattended(&mut cmd);
     // A checkout or merge writes the King's files as their own git would.
     crate::private::with_user_umask(&mut cmd);
     let mut child = children::spawn(&mut cmd, Origin::Tool).map_err(GitError::Spawn)?;
@@ -365,6 +353,20 @@ pub async fn is_merged(repo: &Path, branch: &str) -> GitResult<bool> {
 pub async fn prune(repo: &Path) -> GitResult<()> {
     must(repo, repo, &["worktree", "prune"], &[]).await?;
     Ok(())
+}
+
+/// `cmd` (git, or gh) run with no terminal: never a prompt for a
+/// credential, the repository named by its arguments and directory only
+/// (not by the caller's `GIT_DIR`…), its output read, killed if dropped.
+pub(crate) fn unattended(cmd: &mut tokio::process::Command) {
+    cmd.env("GIT_TERMINAL_PROMPT", "0")
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE")
+        .env_remove("GIT_INDEX_FILE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
 }
 
 #[cfg(test)]

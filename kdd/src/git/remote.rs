@@ -10,7 +10,6 @@
 //! a hanging push stalls nothing else.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use rustix::process::{Pid, Signal};
@@ -203,17 +202,10 @@ pub async fn run(
     cmd.args(args)
         .current_dir(dir)
         // Never a prompt: kdd has no terminal.
-        .env("GIT_TERMINAL_PROMPT", "0")
         .env("GH_PROMPT_DISABLED", "1")
         .env("GCM_INTERACTIVE", "never")
-        .env_remove("GIT_DIR")
-        .env_remove("GIT_WORK_TREE")
-        .env_remove("GIT_INDEX_FILE")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
+        .process_group(0);
+    super::unattended(&mut cmd);
     if let Some(p) = path {
         cmd.env("PATH", p);
     }

@@ -251,20 +251,7 @@ pub async fn send(
         }
     }
     let body = review_message(member, message.as_deref(), &going);
-    let req = send::Request {
-        thread: thread.to_string(),
-        body,
-        to: Some(vec![member.to_string()]),
-        mute: Vec::new(),
-        style: Default::default(),
-        timeout: None,
-        correlation_id: None,
-        rounds: Some(0),
-        client,
-        new_thread: None,
-        vote: false,
-        path,
-    };
+    let req = super::to_member(thread, member, body, (client, path));
     let sent = send::send(&co.council, req).await?;
     let ids = going.iter().map(|c| c.id.clone()).collect();
     let comments = db.send_comments(ids, sent.message.seq, now_ms()).await?;

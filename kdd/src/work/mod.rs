@@ -290,3 +290,28 @@ pub async fn member_diff(w: &Worktree, stat: bool, max_bytes: u64) -> Result<Mem
         check: w.check.clone(),
     })
 }
+
+/// A King's message to `member` alone on its work thread, answered in one
+/// round by a work run in its worktree (a review to act on, a conflict to
+/// resolve, a check to fix), asked by `client` with its `PATH`.
+pub(crate) fn to_member(
+    thread: &str,
+    member: &str,
+    body: String,
+    (client, path): (Option<ClientId>, Option<String>),
+) -> send::Request {
+    send::Request {
+        thread: thread.to_string(),
+        body,
+        to: Some(vec![member.to_string()]),
+        mute: Vec::new(),
+        style: Default::default(),
+        timeout: None,
+        correlation_id: None,
+        rounds: Some(0),
+        client,
+        new_thread: None,
+        vote: false,
+        path,
+    }
+}

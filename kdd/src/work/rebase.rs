@@ -258,20 +258,7 @@ async fn request(
              (`<<<<<<<`, `=======`, `>>>>>>>`): kd commits the merge of {from} only once none is left."
         )
     };
-    let req = send::Request {
-        thread: w.thread.clone(),
-        body,
-        to: Some(vec![w.member.clone()]),
-        mute: Vec::new(),
-        style: Default::default(),
-        timeout: None,
-        correlation_id: None,
-        rounds: Some(0),
-        client,
-        new_thread: None,
-        vote: false,
-        path,
-    };
+    let req = super::to_member(&w.thread, &w.member, body, (client, path));
     let sent = send::send(&co.council, req).await?;
     Ok((sent.message.seq, sent.runs.iter().map(|r| r.run.id.clone()).collect()))
 }

@@ -269,20 +269,8 @@ fn error(output: String) -> run::Outcome {
 /// on the work thread, so a work run like any other. When it cannot be
 /// sent, the work is done again and the log says why.
 async fn send_fix(council: &Arc<Council>, w: &Worktree, path: Option<String>) {
-    let req = send::Request {
-        thread: w.thread.clone(),
-        body: fix_message(w),
-        to: Some(vec![w.member.clone()]),
-        mute: Vec::new(),
-        style: Default::default(),
-        timeout: None,
-        correlation_id: Some(format!("fix-{}-{}", w.member, w.fixes)),
-        rounds: Some(0),
-        client: None,
-        new_thread: None,
-        vote: false,
-        path,
-    };
+    let mut req = crate::work::to_member(&w.thread, &w.member, fix_message(w), (None, path));
+    req.correlation_id = Some(format!("fix-{}-{}", w.member, w.fixes));
     if let Err(e) = send::send(council, req).await {
         tracing::warn!(
             thread = w.thread,
