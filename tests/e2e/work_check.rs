@@ -282,3 +282,39 @@ async fn a_member_sent_back_early_leaves_another_members_run_undisturbed() {
         assert!(Path::new(&w.path).join("fixed.txt").exists(), "{m}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn until_green_with_a_vote_ranks_the_work_once_it_is_fixed() {
+    let record = |m: &str| format!("/tmp/kd-work-check-green-vote-{m}-{}.jsonl", std::process::id());
+    let rules = json!([["[Evaluation]", "FINAL RANKING:\n1. {label:+alpha}\n2. {label:+beta}"]]).to_string();
+    // claude's first try fails the check, its second passes; codex's first passes.
+    let fixes = in_worktree("if test -f tried; then echo alpha > fixed.txt; fi; touch tried");
+    let member =
+        |m: &str, run: String| vec![("FAKE_RUN", run), ("FAKE_RULES", rules.clone()), ("FAKE_RECORD", record(m))];
+    let ws = repo(
+        &[("claude", member("claude", fixes)), ("codex", member("codex", in_worktree("echo beta > fixed.txt")))],
+        json!({"check": ["test", "-f", "fixed.txt"]}),
+    );
+    let kdd = Kdd::start();
+    let trees = work(&kdd, &ws, &["--vote", "--until-green", "2"]).await;
+    let claude = tree_of(&trees, "claude");
+    assert_eq!(
+        (status(claude), claude.fixes, status(tree_of(&trees, "codex"))),
+        (CheckStatus::Pass, 1, CheckStatus::Pass)
+    );
+    // codex's ballot ranks claude's fixed work, its check passing on the fix's commit.
+    let prompts: Vec<String> = kd_tests::records(&record("codex")).iter().map(kd_tests::prompt_of).collect();
+    let ballot = prompts.iter().find(|p| p.contains("[Evaluation]")).expect("a ballot prompt");
+    let shown = &ballot[ballot.find("[Evaluation]").unwrap()..];
+    assert!(shown.contains("Check (work.check) on its last commit: pass in"), "codex's ballot: {shown}");
+    assert!(shown.contains("fixed.txt") && !shown.contains("fail"), "the fixed diff is ranked: {shown}");
+    let c = kdd.client().await;
+    let messages = c.thread_messages(claude.thread.clone(), None, None, None, None).await.unwrap().into_vec();
+    let tallies: Vec<_> = messages.iter().filter(|m| m.purpose == Some(Purpose::Tally)).collect();
+    assert_eq!(tallies.len(), 1, "one vote, after the fix: {messages:?}");
+    let fix_answered = messages.iter().filter(|m| m.from == "claude").map(|m| m.seq).max().unwrap();
+    assert!(tallies[0].seq > fix_answered, "the vote came after the fix");
+    for m in ["claude", "codex"] {
+        let _ = std::fs::remove_file(record(m));
+    }
+}

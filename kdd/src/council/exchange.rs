@@ -159,6 +159,10 @@ pub struct Journal {
     /// one, ends the plan.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub vote: bool,
+    /// Begun beside the thread's open exchange, superseding none
+    /// ([`crate::db::exchanges::NewExchange::supersedes`] reads it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub beside: bool,
 }
 
 impl Journal {

@@ -42,6 +42,10 @@ pub struct Request {
     /// The asking client's `PATH`: the members are found on it and run
     /// with it, in every round of the exchange (none: kdd's own).
     pub path: Option<String>,
+    /// Its exchange begins beside the thread's open one and supersedes
+    /// none: kd sending a member back to fix its work while the vote over
+    /// the task waits for the fix.
+    pub beside: bool,
 }
 
 /// Who a message is for.
@@ -118,7 +122,10 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
     };
     // The plan is made before anything is written, and written with the
     // question: a written question always has its journal (F-J1).
-    let journal = plan(&config, &who, &req.mute, req.style, req.rounds, req.timeout.map(|t| t.as_secs()), req.vote);
+    let journal = Journal {
+        beside: req.beside,
+        ..plan(&config, &who, &req.mute, req.style, req.rounds, req.timeout.map(|t| t.as_secs()), req.vote)
+    };
     let (mode, rounds) = (journal.mode, journal.rounds);
     let work = match &target {
         Target::Existing(t) => super::work_runs(db, &t.id).await?,
@@ -176,8 +183,11 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
     let launch =
         Launch { thread, config, style: req.style, timeout: req.timeout, client: req.client, prompt: None, work };
     let ex = Arc::new(Exchange::new(launch.thread.id.clone(), message.seq, asked.exchange.id));
-    // The new exchange replaces (stops) the thread's pending one.
-    c.exchanges.begin(ex.clone());
+    // The new exchange replaces (stops) the thread's pending one, unless
+    // it goes beside it.
+    if !req.beside {
+        c.exchanges.begin(ex.clone());
+    }
     let first_round = Place {
         reply_to: Some(message.seq),
         round: Some(1),
@@ -227,6 +237,7 @@ fn plan(
         style,
         timeout_s,
         vote,
+        beside: false,
     }
 }
 

@@ -246,3 +246,31 @@ async fn a_second_trunk_is_refused_in_a_sentence_naming_the_trunk() {
         assert_eq!(db.trunk("/w".into(), None).await.unwrap(), None, "{n}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_beside_the_open_exchange_supersedes_it_not_and_the_next_kings_does() {
+    use super::exchanges::{ExchangeState, Kind, NewExchange, StepKey};
+    let work = |beside: bool| NewExchange {
+        thread: "t1".into(),
+        seq: 0,
+        kind: Kind::Work,
+        correlation_id: None,
+        plan: serde_json::json!({"mode": "broadcast", "rounds": 1, "first": ["claude"], "vote": true, "beside": beside}),
+        first_steps: vec![StepKey::answer(1, "claude")],
+        path: None,
+    };
+    for e in engines().await {
+        let (db, n) = (&e.db, e.name);
+        db.create_thread(NewThread { id: Some("t1".into()), ..thread("/w") }).await.unwrap();
+        let task = db.ask(None, vec![said("t1", "the task".into())], work(false)).await.unwrap().exchange;
+        // kd sends a member back to fix its work: the task's vote still waits.
+        let fix = db.ask(None, vec![said("t1", "fix it".into())], work(true)).await.unwrap().exchange;
+        assert_eq!(db.exchange(task.id).await.unwrap().state, ExchangeState::Open, "{n}");
+        // A King's next question supersedes both.
+        db.ask(None, vec![said("t1", "next".into())], work(false)).await.unwrap();
+        for x in [task.id, fix.id] {
+            let x = db.exchange(x).await.unwrap();
+            assert_eq!(x.state, ExchangeState::Stopped, "{n}: {x:?}");
+        }
+    }
+}

@@ -58,6 +58,17 @@ pub struct NewExchange {
     pub path: Option<String>,
 }
 
+impl NewExchange {
+    /// Whether beginning it stops the thread's open exchange of a King's
+    /// message ([`SUPERSEDED`]): a King's message does, unless its plan
+    /// says it goes beside (`"beside": true`: kd sending a member back to
+    /// fix its work while the vote over the task waits for it).
+    pub fn supersedes(&self) -> bool {
+        matches!(self.kind, Kind::Council | Kind::Work)
+            && !self.plan.get("beside").and_then(Value::as_bool).unwrap_or(false)
+    }
+}
+
 /// An exchange as the journal holds it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Exchange {

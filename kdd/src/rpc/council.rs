@@ -68,6 +68,7 @@ impl CouncilApiServer for Rpc {
             new_thread,
             vote: false,
             path,
+            beside: false,
         };
         send::send(&self.d.council, req).await
     }

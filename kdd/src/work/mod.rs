@@ -96,7 +96,7 @@ pub async fn start(co: &Arc<Coord>, t: Task) -> Result<WorkStarted, ErrorObjectO
     if t.vote && members.len() < 2 {
         return Err(ErrorCode::InvalidArgument.error("a vote over the work needs at least two members"));
     }
-    let until_green = check::until_green(&config, t.until_green, t.vote)?;
+    let until_green = check::until_green(&config, t.until_green)?;
     let repo = git::top(Path::new(&t.workspace)).await.map_err(git_error)?;
     let base = git::head(&repo).await.map_err(git_error)?;
     let branch = git::branch(&repo).await.map_err(git_error)?;
@@ -193,6 +193,7 @@ pub async fn start(co: &Arc<Coord>, t: Task) -> Result<WorkStarted, ErrorObjectO
         new_thread: None,
         vote: t.vote,
         path: t.path.clone(),
+        beside: false,
     };
     let sent = send::send(&co.council, req).await?;
     if t.vote {
@@ -313,5 +314,6 @@ pub(crate) fn to_member(
         new_thread: None,
         vote: false,
         path,
+        beside: false,
     }
 }

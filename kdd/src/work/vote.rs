@@ -65,10 +65,12 @@ pub async fn drive(co: &Arc<Coord>, x: ExchangeId) -> Result<(), Halt> {
     let (t, config) =
         co.thread(&thread, ex.path.as_deref()).await.map_err(|e| Halt::Failed(e.message().to_string()))?;
     let task = db.message(thread.clone(), seq).await?.body;
-    // Each diff is ranked with its check's result.
-    super::check::settled(&co.council, &thread, config.work.check_timeout + std::time::Duration::from_secs(30)).await;
-    let id = thread.clone();
-    let trees = db.worktrees_of(id).await?;
+    // Each diff is ranked as its last try left it, with its check's result.
+    let trees = db.worktrees_of(thread.clone()).await?;
+    let tries = trees.iter().map(|w| w.until_green).max().unwrap_or(0);
+    let members: Vec<String> = trees.iter().map(|w| w.member.clone()).collect();
+    super::check::settled(&co.council, &thread, super::check::settle_time(&config, &members, tries)).await;
+    let trees = db.worktrees_of(thread.clone()).await?;
     let mut parts = Vec::new();
     // Work kd found tampered with is not put to the vote.
     for w in trees.iter().filter(|w| w.head != w.base && w.state.takes_work()) {

@@ -89,7 +89,7 @@ pub(crate) async fn begin_for(
     x: &NewExchange,
     node: Option<&str>,
 ) -> DbResult<Exchange> {
-    if matches!(x.kind, Kind::Council | Kind::Work) {
+    if x.supersedes() {
         let st = c
             .prepare_cached(
                 "SELECT id FROM exchanges WHERE thread_id = $1 AND state = 'open' \

@@ -4,8 +4,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde_json::Value;
 
 use crate::db::exchanges::{
-    Exchange, ExchangeId, ExchangeState, Kind, NewExchange, Opened, RunEnd, SUPERSEDED, Step, StepId, StepKey,
-    no_exchange,
+    Exchange, ExchangeId, ExchangeState, NewExchange, Opened, RunEnd, SUPERSEDED, Step, StepId, StepKey, no_exchange,
 };
 use crate::db::{DbError, DbResult};
 
@@ -32,7 +31,7 @@ fn insert_step(conn: &Connection, now: i64, x: ExchangeId, key: &StepKey) -> DbR
 /// exchange (council, work) supersedes the thread's open one of those
 /// kinds: it is stopped and its pending steps cancelled.
 pub fn begin(conn: &Connection, now: i64, x: &NewExchange) -> DbResult<Exchange> {
-    if matches!(x.kind, Kind::Council | Kind::Work) {
+    if x.supersedes() {
         let open: Vec<ExchangeId> = conn
             .prepare_cached(
                 "SELECT id FROM exchanges WHERE thread_id = ?1 AND state = 'open' \

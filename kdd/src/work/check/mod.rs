@@ -271,6 +271,8 @@ fn error(output: String) -> run::Outcome {
 async fn send_fix(council: &Arc<Council>, w: &Worktree, path: Option<String>) {
     let mut req = crate::work::to_member(&w.thread, &w.member, fix_message(w), (None, path));
     req.correlation_id = Some(format!("fix-{}-{}", w.member, w.fixes));
+    // A vote over the task waits for the fix: it is not superseded.
+    req.beside = true;
     if let Err(e) = send::send(council, req).await {
         tracing::warn!(
             thread = w.thread,
@@ -334,33 +336,49 @@ pub fn with_diff(w: &Worktree, diff: String) -> String {
     }
 }
 
-/// Waits until no check of `thread`'s work runs (at most `longest`), so
-/// that a vote sees every check's result.
+/// Waits until no check of `thread`'s work runs and no member sent back
+/// to fix its work is still at it (at most `longest`), so that a vote
+/// sees every diff as its last try left it, with its check's result.
 pub async fn settled(council: &Council, thread: &str, longest: Duration) {
     let db = &council.agents.db;
     let mut events = council.agents.hub.subscribe(thread);
     let deadline = tokio::time::Instant::now() + longest;
     loop {
-        let running = match db.worktrees_of(thread.to_string()).await {
-            Ok(trees) => trees.iter().any(|w| w.check.as_ref().is_some_and(|c| c.status == CheckStatus::Running)),
+        let busy = match db.worktrees_of(thread.to_string()).await {
+            Ok(trees) => trees.iter().any(unsettled),
             Err(_) => false,
         };
-        if !running || council.agents.is_closed() {
+        if !busy || council.agents.is_closed() {
             return;
         }
         match tokio::time::timeout_at(deadline, events.recv()).await {
-            Err(_) => return tracing::warn!(thread, "a check still runs: the vote goes on without its result"),
+            Err(_) => return tracing::warn!(thread, "a check or a fix still runs: the vote goes on without it"),
             Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => return,
             Ok(_) => {}
         }
     }
 }
 
+/// Whether `w` is still to change before a vote: its check runs, or it
+/// was sent back to fix its work (the failed check and the try counted
+/// at once, so no moment falls between them).
+fn unsettled(w: &Worktree) -> bool {
+    w.checking() || (w.state == WorkState::Working && w.fixes > 0)
+}
+
+/// The longest a vote over `config`'s work waits for it to settle: each
+/// try (the first and every fix) a run and a check, at their timeouts.
+pub fn settle_time(config: &crate::config::Config, members: &[String], until_green: u32) -> Duration {
+    let run = members.iter().map(|m| config.timeout_s(m)).max().unwrap_or(config.council.timeout_s);
+    let one_try = Duration::from_secs(run) + config.work.check_timeout;
+    one_try * (until_green + 1) + Duration::from_secs(30)
+}
+
 /// How many times a member of a new task whose check fails is sent back:
 /// `asked` (`kd work --until-green N`), else `work.fix_rounds`. Refused
-/// with no check configured, and with a vote (its ballots are cast once the
-/// task's runs end, before any fix).
-pub fn until_green(config: &crate::config::Config, asked: Option<u32>, vote: bool) -> Result<u32, ErrorObjectOwned> {
+/// with no check configured. With a vote, the ballots wait for the fixes
+/// ([`settled`]).
+pub fn until_green(config: &crate::config::Config, asked: Option<u32>) -> Result<u32, ErrorObjectOwned> {
     let n = asked.unwrap_or(config.work.fix_rounds);
     if n == 0 {
         return Ok(0);
@@ -370,13 +388,6 @@ pub fn until_green(config: &crate::config::Config, asked: Option<u32>, vote: boo
             return Err(ErrorCode::InvalidArgument.error(
                 "--until-green needs a check: set work.check in .kd/config.json, e.g. \"work\": {\"check\":                  [\"cargo\", \"test\"]}",
             ));
-        }
-        return Ok(0);
-    }
-    if vote {
-        if asked.is_some() {
-            return Err(ErrorCode::InvalidArgument
-                .error("--until-green does not go with --vote yet: the ballots would be cast before the fixes"));
         }
         return Ok(0);
     }

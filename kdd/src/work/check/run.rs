@@ -139,8 +139,12 @@ pub fn tail(s: &str, max: usize) -> String {
 mod tests {
     use super::*;
 
+    /// Each its own marker: the tests run at once, and the one's kill of
+    /// what its check left must not find the other's (it did: a check
+    /// killed by another test's clean-up read `fail`).
     fn spec<'a>(argv: &'a [String], dir: &'a Path, timeout: Duration) -> Spec<'a> {
-        Spec { argv, dir, tmp: None, path: None, timeout, grace: Duration::from_millis(500), id: "c-test" }
+        let id = Box::leak(format!("c-test-{}", crate::db::random_id(8)).into_boxed_str());
+        Spec { argv, dir, tmp: None, path: None, timeout, grace: Duration::from_millis(500), id }
     }
 
     fn argv(v: &[&str]) -> Vec<String> {

@@ -37,10 +37,10 @@ mod tests {
     use serde_json::json;
 
     use super::super::{
-        Kind, NewExchange, Opened, RunEnd, StepKey, begin, open_step, plan_done, step_finished, step_started,
+        NewExchange, Opened, RunEnd, StepKey, begin, open_step, plan_done, step_finished, step_started,
     };
     use super::*;
-    use crate::db::exchanges::Purpose;
+    use crate::db::exchanges::{Kind, Purpose};
 
     fn key(round: u32, member: &str, purpose: Purpose) -> StepKey {
         StepKey { round, member: member.into(), purpose, cause: 0 }

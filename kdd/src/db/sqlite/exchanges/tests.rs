@@ -4,7 +4,7 @@ use kd_proto::types::MessageKind;
 use serde_json::json;
 
 use super::*;
-use crate::db::exchanges::{Purpose, StepState};
+use crate::db::exchanges::{Kind, Purpose, StepState};
 use crate::db::fixtures::run_of;
 
 fn db() -> Connection {
