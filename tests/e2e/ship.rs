@@ -220,7 +220,7 @@ async fn kd_with_path(kdd: &Kdd, ws: &Workspace, path: &str, args: &[&str]) -> k
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn kd_pr_pushes_the_branch_and_gh_opens_a_pull_request_with_the_task_and_the_review() {
+async fn kd_pr_pushes_the_branch_and_gh_opens_a_pull_request_with_the_task_the_check_and_the_review() {
     let ws = Workspace::new(&[]);
     ws.git_init(&[("a.txt", "one\ntwo\n")], &[]);
     let writes = "if test -f .git; then printf 'new\\n' > b.txt; fi".to_string();
@@ -229,7 +229,8 @@ async fn kd_pr_pushes_the_branch_and_gh_opens_a_pull_request_with_the_task_and_t
         "claude": fake("claude", "claude", &[("FAKE_RUN", writes.as_str())]),
         "codex": fake("codex", "codex", &[("FAKE_RULES", approves.as_str())]),
     });
-    ws.write_config(&json!({"council": {"members": ["claude", "codex"]}, "agents": agents}));
+    let check = json!({"check": ["test", "-f", "b.txt"]});
+    ws.write_config(&json!({"council": {"members": ["claude", "codex"]}, "agents": agents, "work": check}));
     let bare = github_remote(&ws);
     let kdd = Kdd::start();
     let out = kd(&kdd, &ws, &["work", "--to", "claude", "Write b.txt\n\nWith one line.", "--json"]).await;
@@ -253,6 +254,9 @@ async fn kd_pr_pushes_the_branch_and_gh_opens_a_pull_request_with_the_task_and_t
     let body = argv[9];
     assert!(body.starts_with("Write b.txt\n\nWith one line.\n"), "the task: {body}");
     assert!(body.contains("Review of claude's work: 1 approve (codex)"), "the council's review: {body}");
+    let checked = format!("`test -f b.txt`: pass in ");
+    assert!(body.contains("## Check") && body.contains(&checked), "the check's result: {body}");
+    assert!(body.contains(&format!("on commit {}", &w.head[..12])) && !body.contains("not the pushed"), "{body}");
     // Recorded on the work.
     let c = kdd.client().await;
     let after = c.work_list(None, Some(w.thread.clone())).await.unwrap().remove(0);

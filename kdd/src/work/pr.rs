@@ -20,7 +20,7 @@ use jsonrpsee::types::ErrorObjectOwned;
 use kd_proto::ErrorCode;
 use kd_proto::names::KD;
 use kd_proto::types::{Purpose, ThreadEvent};
-use kd_proto::work::{PullRequest, Shipped, WorkState, Worktree};
+use kd_proto::work::{CheckStatus, PullRequest, Shipped, WorkState, Worktree};
 
 use super::{git_error, worktree};
 use crate::coord::Coord;
@@ -34,6 +34,8 @@ pub const PUSH_TIMEOUT: Duration = Duration::from_secs(120);
 pub const GH_TIMEOUT: Duration = Duration::from_secs(60);
 /// Most bytes of the council's word on the work put in the body.
 const COUNCIL_BYTES: usize = 4 << 10;
+/// Most bytes of a failed check's output put in the body.
+const CHECK_BYTES: usize = 2 << 10;
 /// Longest title, in characters.
 const TITLE_CHARS: usize = 200;
 
@@ -83,7 +85,7 @@ pub async fn pr(
     let mut error = None;
     match gh {
         Some(gh) => {
-            let body = body(co, &w).await;
+            let body = body(co, &w, config.work.check.as_deref()).await;
             let title = title(&w.task);
             let mut args =
                 vec!["pr", "create", "--head", &w.branch, "--base", &base, "--title", &title, "--body", &body];
@@ -153,12 +155,16 @@ fn title(task: &str) -> String {
     first.chars().take(TITLE_CHARS).collect()
 }
 
-/// The pull request's body: the task, the council's vote or review of the
-/// work if any, and where it was made.
-async fn body(co: &Arc<Coord>, w: &Worktree) -> String {
+/// The pull request's body: the task, the check's result (`check`: its
+/// argv), the council's vote or review of the work if any, and where it
+/// was made.
+async fn body(co: &Arc<Coord>, w: &Worktree, check: Option<&[String]>) -> String {
     let mut out = format!("{}\n", w.task.trim_end());
-    // The check's result (issue 34 item 1) goes here once works carry one:
-    // `w.check`'s status, exit code and commit.
+    if let Some(checked) = check_section(w, check) {
+        out.push_str("\n## Check\n\n");
+        out.push_str(&checked);
+        out.push('\n');
+    }
     let council = council_word(co, w).await;
     if !council.is_empty() {
         out.push_str("\n## The council\n\n");
@@ -173,6 +179,35 @@ async fn body(co: &Arc<Coord>, w: &Worktree) -> String {
         &w.head[..w.head.len().min(12)]
     ));
     out
+}
+
+/// The check's word on the work: its command, how it came out and on
+/// which commit (said when that is not the one pushed), and for one that
+/// did not pass the end of its output, fenced so that nothing in it ends
+/// the fence. None when no check ran.
+fn check_section(w: &Worktree, argv: Option<&[String]>) -> Option<String> {
+    let c = w.check.as_ref()?;
+    let command = argv.map(|a| format!("`{}`", a.join(" ").replace('`', "'"))).unwrap_or_else(|| "work.check".into());
+    let commit = &c.commit[..c.commit.len().min(12)];
+    let mut out = match c.status {
+        CheckStatus::Running => format!("{command}: still running on commit {commit}."),
+        _ => format!(
+            "{command}: {} in {:.1} s on commit {commit}.",
+            c.summary().trim_start_matches("check "),
+            c.duration_ms as f64 / 1000.0
+        ),
+    };
+    if c.commit != w.head {
+        out.push_str(" (That is not the pushed commit: `kd check` runs it again.)");
+    }
+    let failed = matches!(c.status, CheckStatus::Fail | CheckStatus::Timeout | CheckStatus::Error);
+    if failed && !c.output.trim().is_empty() {
+        let tail = super::check::run::tail(&c.output, CHECK_BYTES);
+        let longest = tail.split(|ch| ch != '`').map(str::len).max().unwrap_or(0);
+        let fence = "`".repeat(longest.max(2) + 1);
+        out.push_str(&format!("\n\nThe end of its output:\n\n{fence}\n{}\n{fence}", tail.trim_end()));
+    }
+    Some(out)
 }
 
 /// What kd counted of the council on the work: the latest review of the
@@ -226,6 +261,29 @@ async fn settle_by_pr(co: &Arc<Coord>, w: &Worktree) -> Result<Vec<String>, Erro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_body_says_how_the_check_came_out_and_on_which_commit() {
+        let mut w = crate::db::fixtures::worktree("claude", 1);
+        w.head = "a".repeat(40);
+        assert_eq!(check_section(&w, None), None, "no check ran");
+        let argv = ["cargo".to_string(), "test".to_string()];
+        w.check = Some(kd_proto::work::WorkCheck {
+            status: CheckStatus::Fail,
+            commit: "b".repeat(40),
+            exit_code: Some(101),
+            duration_ms: 2500,
+            output: "test a ... FAILED\n```\nnot the end\n".into(),
+            started_at_ms: 1,
+        });
+        let text = check_section(&w, Some(&argv)).unwrap();
+        assert!(text.starts_with("`cargo test`: fail (exit 101) in 2.5 s on commit bbbbbbbbbbbb."), "{text}");
+        assert!(text.contains("not the pushed commit"), "{text}");
+        assert!(text.contains("\n````\ntest a ... FAILED\n```\nnot the end\n````"), "fenced past its own: {text}");
+        let c = w.check.as_mut().unwrap();
+        (c.status, c.exit_code, c.commit) = (CheckStatus::Pass, Some(0), "a".repeat(40));
+        assert_eq!(check_section(&w, None).unwrap(), "work.check: pass in 2.5 s on commit aaaaaaaaaaaa.");
+    }
 
     #[test]
     fn the_title_is_the_tasks_first_line() {
