@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use kd_client::prelude::*;
-use kd_proto::work::{WorkState, Worktree};
+use kd_proto::work::{CheckStatus, WorkState, Worktree};
 use kd_tests::{Kdd, Workspace, fake, git};
 use serde_json::json;
 
@@ -162,6 +162,34 @@ async fn a_clean_rebase_merges_at_once_and_an_up_to_date_one_does_nothing() {
     let out = kd(&kdd, &ws, &["accept", "claude"]).await;
     assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
     assert!(is_ancestor(dir, &w.head, "HEAD"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_clean_rebase_checks_the_merged_work_again() {
+    let ws = repo("printf 'new\\n' > b.txt");
+    let agents = json!({ "claude": fake("claude", "claude", &[("FAKE_RUN", "if test -f .git; then printf 'new\\n' > b.txt; fi")]) });
+    let check = json!({"check": ["grep", "-q", "king", "a.txt"]});
+    ws.write_config(&json!({"council": {"members": ["claude"]}, "agents": agents, "work": check}));
+    let kdd = Kdd::start();
+    let w = at_work(&kdd, &ws, "Write b.txt").await;
+    assert_eq!(w.check.as_ref().map(|c| c.status), Some(CheckStatus::Fail), "no King's line yet: {w:?}");
+    king_commits(ws.dir.path(), "a.txt", "one\nking\n");
+    let out = kd(&kdd, &ws, &["rebase", "claude"]).await;
+    assert!(out.stdout.contains("merged into claude's work cleanly"), "{}{}", out.stdout, out.stderr);
+    let c = kdd.client().await;
+    let merged = c.work_list(None, Some(w.thread.clone())).await.unwrap().remove(0).head;
+    assert_ne!(merged, w.head);
+    let checked = kd_tests::within("the merge's check", async {
+        loop {
+            let now = c.work_list(None, Some(w.thread.clone())).await.unwrap().remove(0);
+            if now.check.as_ref().is_some_and(|c| c.commit == merged && c.status != CheckStatus::Running) {
+                return now.check.unwrap();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(checked.status, CheckStatus::Pass, "the merged work has the King's line: {checked:?}");
 }
 
 /// A bare repository standing for the King's GitHub remote: `origin` is

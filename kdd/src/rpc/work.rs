@@ -6,7 +6,7 @@ use jsonrpsee::Extensions;
 use jsonrpsee::core::async_trait;
 use kd_proto::RpcResult;
 use kd_proto::comment::{Comment, ReviewSent};
-use kd_proto::work::{Accepted, MemberDiff, PullRequest, Rebased, WorkApiServer, WorkStarted, Worktree};
+use kd_proto::work::{Accepted, MemberDiff, PullRequest, RebaseOutcome, Rebased, WorkApiServer, WorkStarted, Worktree};
 
 use super::error::invalid;
 use super::{Rpc, validate};
@@ -146,8 +146,14 @@ impl WorkApiServer for Rpc {
         validate::thread_id(&thread)?;
         self::member(&member)?;
         validate::search_path(path.as_deref())?;
-        let asker = (ext.get::<ClientId>().copied(), path);
-        work::rebase::rebase(&self.d.coord, &thread, &member, asker).await
+        let asker = (ext.get::<ClientId>().copied(), path.clone());
+        let rebased = work::rebase::rebase(&self.d.coord, &thread, &member, asker).await?;
+        // A merge kd committed (not the member's run) is checked here; a
+        // member's resolving run is checked at its end.
+        if rebased.outcome == RebaseOutcome::Merged && rebased.commit.is_some() {
+            self.d.checks.after_change(&thread, &member, path).await;
+        }
+        Ok(rebased)
     }
 
     async fn work_pr(

@@ -149,6 +149,29 @@ impl Checks {
         }
     }
 
+    /// kd changed the member's work itself (a clean `kd rebase` committed
+    /// a merge): with a check configured, the check of its new head runs,
+    /// as after a run — a failure sends the member back when it has tries
+    /// left. Nothing without a check.
+    pub async fn after_change(&self, thread: &str, member: &str, path: Option<String>) {
+        let Some(council) = self.council.upgrade() else { return };
+        let db = &council.agents.db;
+        let configured = match db.thread(thread.to_string()).await {
+            Ok(t) => {
+                crate::config::load_for(Path::new(&t.workspace), path.as_deref()).is_ok_and(|c| c.work.check.is_some())
+            }
+            Err(_) => false,
+        };
+        if !configured || self.stop.is_cancelled() {
+            return;
+        }
+        match db.begin_check(thread.to_string(), member.to_string(), now_ms()).await {
+            Ok(Started::Begun(_)) => self.spawn(thread, member, path, true),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(thread, member, "cannot check the work kd changed: {e}"),
+        }
+    }
+
     /// At start: the checks a stopped daemon left running (of worktrees on
     /// this host) run again.
     pub async fn resume(&self) -> usize {
