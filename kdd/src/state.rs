@@ -78,7 +78,8 @@ impl Daemon {
         let max_connections = limits.max_connections;
         let council = Arc::new(Council::new(agents.clone(), archived));
         let notify = Arc::new(Notifier::new(db.clone()));
-        let checks = crate::work::check::Checks::install(&council);
+        let checks = crate::work::check::Checks::new(&council);
+        crate::work::after::install(&council, checks.clone());
         Daemon {
             db,
             hub,

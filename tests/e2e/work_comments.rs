@@ -172,3 +172,29 @@ async fn a_reviewers_path_line_remarks_become_its_comments_and_an_agent_cannot_c
     assert!(sent.status.success(), "{}{}", sent.stdout, sent.stderr);
     assert!(sent.stderr.contains("sent 2 comments to claude"), "{}", sent.stderr);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_members_commit_resolves_the_comment_when_it_is_made_not_when_comments_are_read() {
+    use kd_client::prelude::*;
+    let ws = repo(&[("claude", "claude", vec![("FAKE_RUN", SHOUT_THEN_FIX.into())])]);
+    let kdd = Kdd::start();
+    let w = claude_works(&kdd, &ws).await;
+    let one = kd(&kdd, &ws, &["comment", "claude", "a.txt:3", "lower case, please", "--json"]).await;
+    assert!(one.status.success(), "{}{}", one.stdout, one.stderr);
+    let id = serde_json::from_str::<Comment>(&one.stdout).expect("kd comment --json").id;
+    let c = kdd.client().await;
+    c.work_send_review(w.thread.clone(), "claude".into(), None, None).await.unwrap();
+    // Nothing lists the comments: the registry says it once the revision is committed.
+    let (state, by) = kd_tests::within("the comment resolved by claude's commit", async {
+        loop {
+            let rows = kdd.db.query("SELECT state, resolved_by FROM work_comments WHERE id = $1", &[id.clone().into()]);
+            if rows[0][0].text() == "resolved" {
+                return (rows[0][0].text().to_string(), rows[0][1].opt_text());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let head = kd_tests::git(std::path::Path::new(&w.path), &["rev-parse", "HEAD"]);
+    assert_eq!((state.as_str(), by), ("resolved", Some(head)));
+}

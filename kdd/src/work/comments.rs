@@ -7,8 +7,9 @@
 //! revises in its worktree — a work run like any other ([`send`]). A
 //! comment is resolved when a later commit of the member changes its lines
 //! (the old side of the diff from the comment's commit to the work's head:
-//! kd looks when comments are listed or sent, [`refresh`]) or by the King
-//! ([`resolve`]).
+//! kd looks as each work run of the member is committed,
+//! [`super::after`], and again when comments are listed or sent,
+//! [`refresh`]) or by the King ([`resolve`]).
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -12,6 +12,7 @@
 //! ([`crate::agent`]); which run works where is the council's
 //! ([`crate::council::work_runs`]).
 
+pub mod after;
 pub mod check;
 pub mod comments;
 pub mod hunks;

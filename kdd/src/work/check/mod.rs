@@ -36,7 +36,6 @@ use kd_proto::work::{CheckStatus, WorkCheck, WorkState, Worktree};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::work::after::AfterWork;
 use crate::council::{Council, send};
 use crate::db::check::{CheckEnded, Started};
 use crate::db::{now_ms, random_id};
@@ -58,21 +57,16 @@ pub struct Checks {
 type Running = HashMap<(String, String), (u64, CancellationToken, JoinHandle<()>)>;
 
 impl Checks {
-    /// The checks of `council`'s work runs: installed on its runner, told
-    /// each work run's end.
-    pub fn install(council: &Arc<Council>) -> Arc<Checks> {
-        let checks = Arc::new_cyclic(|me| Checks {
+    /// The checks of `council`'s work runs, told each work run's end
+    /// ([`super::after`]).
+    pub fn new(council: &Arc<Council>) -> Arc<Checks> {
+        Arc::new_cyclic(|me| Checks {
             me: me.clone(),
             council: Arc::downgrade(council),
             running: Mutex::default(),
             next: Default::default(),
             stop: CancellationToken::new(),
-        });
-        let after: Arc<dyn AfterWork> = checks.clone();
-        if council.agents.after_work.set(after).is_err() {
-            tracing::error!("the checks of work runs were installed twice");
-        }
-        checks
+        })
     }
 
     fn running(&self) -> std::sync::MutexGuard<'_, Running> {
@@ -204,8 +198,10 @@ impl Checks {
     }
 }
 
-impl AfterWork for Checks {
-    fn committed(&self, thread: &str, member: &str, status: RunStatus, path: Option<String>) {
+impl Checks {
+    /// A member's work run ended with `status` and its work was committed
+    /// (its check marked running when one is configured): the check runs.
+    pub fn committed(&self, thread: &str, member: &str, status: RunStatus, path: Option<String>) {
         // A run the King cancelled, or the daemon cut, is not sent back.
         let fix = !matches!(status, RunStatus::Cancelled | RunStatus::Interrupted);
         self.spawn(thread, member, path, fix);
