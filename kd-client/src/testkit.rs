@@ -65,20 +65,10 @@ pub fn run_at(id: &str, member: &str, ordinal: u64) -> RunInfo {
 /// A run of `member` answering message 1 in round 1, waiting to start.
 pub fn run_info(id: &str, member: &str) -> RunInfo {
     RunInfo {
-        id: id.into(),
-        thread: THREAD.into(),
-        member: member.into(),
-        backend: member.into(),
         status: RunStatus::Waiting,
-        pid: None,
-        started_at_ms: 0,
-        chars: 0,
         reply_to: Some(1),
         round: Some(1),
         exchange: Some(1),
-        replaces: None,
-        ordinal: 0,
-        purpose: None,
-        approval: None,
+        ..RunInfo::new(id, THREAD, member)
     }
 }

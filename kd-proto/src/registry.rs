@@ -105,6 +105,30 @@ pub struct RunInfo {
     pub approval: Option<String>,
 }
 
+impl RunInfo {
+    /// Run `id` of `member` (its backend named as it) on `thread`, queued:
+    /// not answering anything yet, nothing streamed.
+    pub fn new(id: &str, thread: &str, member: &str) -> RunInfo {
+        RunInfo {
+            id: id.into(),
+            thread: thread.into(),
+            member: member.into(),
+            backend: member.into(),
+            status: RunStatus::Queued,
+            pid: None,
+            started_at_ms: 0,
+            chars: 0,
+            reply_to: None,
+            round: None,
+            exchange: None,
+            replaces: None,
+            ordinal: 0,
+            purpose: None,
+            approval: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SessionStatus {

@@ -84,26 +84,15 @@ pub fn title(what: Option<&str>, thread: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kd_proto::types::{RunInfo, RunStatus};
+    use kd_proto::types::RunInfo;
 
     fn waiting(id: &str, exchange: u64) -> ThreadEvent {
         ThreadEvent::RunWaiting {
             run: RunInfo {
-                id: id.into(),
-                thread: "t".into(),
-                member: "codex".into(),
-                backend: "codex".into(),
-                status: RunStatus::Queued,
-                pid: None,
-                started_at_ms: 0,
-                chars: 0,
                 reply_to: Some(exchange),
                 round: Some(1),
                 exchange: Some(exchange),
-                replaces: None,
-                ordinal: 0,
-                purpose: None,
-                approval: None,
+                ..RunInfo::new(id, "t", "codex")
             },
         }
     }

@@ -340,26 +340,15 @@ impl Attention {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kd_proto::types::{Message, RunInfo, RunStatus};
+    use kd_proto::types::{Message, RunInfo};
 
     fn run(id: &str, exchange: u64) -> ThreadEvent {
         ThreadEvent::RunWaiting {
             run: RunInfo {
-                id: id.into(),
-                thread: "t".into(),
-                member: "claude".into(),
-                backend: "claude".into(),
-                status: RunStatus::Queued,
-                pid: None,
-                started_at_ms: 0,
-                chars: 0,
                 reply_to: Some(exchange),
                 round: Some(1),
                 exchange: Some(exchange),
-                replaces: None,
-                ordinal: 0,
-                purpose: None,
-                approval: None,
+                ..RunInfo::new(id, "t", "claude")
             },
         }
     }

@@ -220,11 +220,13 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn run_info(thread: &str, member: &str, exchange: Option<u64>, round: Option<u32>) -> RunInfo {
-        serde_json::from_value(json!({
-            "id": "r", "thread": thread, "member": member, "backend": "fake", "status": RunStatus::Done,
-            "started_at_ms": 0, "chars": 0, "pid": null, "reply_to": null, "exchange": exchange, "round": round,
-        }))
-        .unwrap()
+        RunInfo {
+            backend: "fake".into(),
+            status: RunStatus::Done,
+            exchange,
+            round,
+            ..RunInfo::new("r", thread, member)
+        }
     }
 
     pub(crate) async fn postgres(pg: &Pg) {
