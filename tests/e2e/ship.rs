@@ -242,7 +242,14 @@ async fn kd_pr_pushes_the_branch_and_gh_opens_a_pull_request_with_the_task_and_t
     let out = kd_with_path(&kdd, &ws, &path_without_gh(Some(bin.path())), &["pr", "claude"]).await;
     assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
     assert_eq!(out.stdout.trim(), "https://github.com/king/kd/pull/7");
+    assert!(out.stderr.contains(&format!("kd: {} pushed to origin ({})", w.branch, &w.head[..12])), "{}", out.stderr);
     assert_eq!(remote_branch(bare.path(), &w.branch).as_deref(), Some(w.head.as_str()), "the branch was pushed");
+    // What was shipped is in the text views too, not only in --json.
+    let list = kd(&kdd, &ws, &["work", "--list"]).await;
+    assert!(list.stdout.contains("done (pull request)"), "{}", list.stdout);
+    let diff = kd(&kdd, &ws, &["diff", "claude", "--stat"]).await;
+    let shipped = format!("pull request https://github.com/king/kd/pull/7 (pushed to origin, {})", &w.head[..12]);
+    assert!(diff.stdout.contains(&shipped), "{}", diff.stdout);
     let argv = std::fs::read_to_string(bin.path().join("argv")).expect("gh was run");
     let argv: Vec<&str> = argv.trim_end_matches('\0').split('\0').collect();
     assert_eq!(
@@ -274,6 +281,16 @@ async fn accept_pr_without_gh_pushes_prints_the_compare_page_and_accepts() {
     let page = format!("https://github.com/king/kd/compare/main...{}?expand=1", w.branch);
     assert_eq!(out.stdout.trim(), page);
     assert!(out.stderr.contains("gh is not on your PATH"), "{}", out.stderr);
+    assert!(out.stderr.contains(&format!("kd: {} pushed to origin ({})", w.branch, &w.head[..12])), "{}", out.stderr);
+    assert!(out.stderr.contains("claude's work is accepted by its pull request"), "{}", out.stderr);
+    let list = kd(&kdd, &ws, &["work", "--list"]).await;
+    assert!(list.stdout.contains("accepted (pushed)"), "{}", list.stdout);
+    let diff = kd(&kdd, &ws, &["diff", "claude", "--stat"]).await;
+    assert!(
+        diff.stdout.contains(&format!("pushed to origin ({}): open a pull request at {page}", &w.head[..12])),
+        "{}",
+        diff.stdout
+    );
     assert_eq!(remote_branch(bare.path(), &w.branch).as_deref(), Some(w.head.as_str()));
     assert_eq!(git(ws.dir.path(), &["rev-parse", "HEAD"]), king, "nothing merged in the King's tree");
     let c = kdd.client().await;

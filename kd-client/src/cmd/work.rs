@@ -15,7 +15,7 @@ use kd_client::{Client, ClientError};
 use kd_proto::approval::ApprovalEvent;
 use kd_proto::names::KD;
 use kd_proto::types::{Purpose, RunStatus, ThreadEvent};
-use kd_proto::work::{CheckStatus, MemberDiff, WorkCheck, WorkState, Worktree};
+use kd_proto::work::{CheckStatus, MemberDiff, Shipped, WorkCheck, WorkState, Worktree};
 
 use super::asking::Asking;
 use super::{Ctx, print_json};
@@ -263,10 +263,25 @@ fn state(w: &Worktree) -> String {
     if let Some(last) = w.last_run.filter(|r| *r != RunStatus::Done && w.state == WorkState::Done) {
         s = format!("{s} (last run: {})", last.as_str().replace('_', " "));
     }
+    if let Some(shipped) = &w.shipped {
+        s.push_str(if shipped.pr { " (pull request)" } else { " (pushed)" });
+    }
     if w.removed_at_ms.is_some() {
         s.push_str(" (removed)");
     }
     s
+}
+
+/// What was shipped of a member's work (`kd pr`), in a line: `pull request
+/// URL (pushed to origin, 1a2b3c4d5e6f)`, or the page to open one.
+pub fn shipped_line(s: &Shipped) -> String {
+    let (remote, commit) = (safe(&s.remote), short(&s.commit));
+    let pushed = format!("pushed to {remote} ({commit})");
+    match (&s.url, s.pr) {
+        (Some(url), true) => format!("pull request {} (pushed to {remote}, {commit})", safe(url)),
+        (Some(url), false) => format!("{pushed}: open a pull request at {}", safe(url)),
+        (None, _) => format!("{pushed}: open a pull request on your host"),
+    }
 }
 
 async fn list(ctx: &Ctx, a: WorkArgs) -> anyhow::Result<ExitCode> {
@@ -343,22 +358,25 @@ pub async fn diff(ctx: &Ctx, a: DiffArgs) -> anyhow::Result<ExitCode> {
         [t, m, ..] => (Some(t.clone()), Some(m.clone())),
     };
     let thread = work_thread(&client, thread, member.as_deref()).await?;
-    let diffs = client.work_diff(thread, member, Some(a.stat), None).await.map_err(ClientError::from)?;
+    let diffs = client.work_diff(thread.clone(), member, Some(a.stat), None).await.map_err(ClientError::from)?;
     if a.json {
         print_json(&diffs)?;
         return Ok(ExitCode::SUCCESS);
     }
+    // What of it was pushed is on the worktree.
+    let trees = client.work_list(None, Some(thread)).await.map_err(ClientError::from)?;
     let styled = ctx.styled();
     for (i, d) in diffs.iter().enumerate() {
         if i > 0 {
             outln!()?;
         }
-        print_diff(d, styled)?;
+        let shipped = trees.iter().find(|w| w.member == d.member).and_then(|w| w.shipped.as_ref());
+        print_diff(d, shipped, styled)?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_diff(d: &MemberDiff, styled: bool) -> anyhow::Result<()> {
+fn print_diff(d: &MemberDiff, shipped: Option<&Shipped>, styled: bool) -> anyhow::Result<()> {
     let (added, removed) = d.files.iter().fold((0, 0), |(a, r), f| (a + f.added, r + f.removed));
     outln!(
         "{} {}  {}, +{added} −{removed}  {}",
@@ -369,6 +387,9 @@ fn print_diff(d: &MemberDiff, styled: bool) -> anyhow::Result<()> {
     )?;
     if let Some(c) = &d.check {
         outln!("  {}", check_line(c, styled))?;
+    }
+    if let Some(s) = shipped {
+        outln!("  {}", shipped_line(s))?;
     }
     for f in &d.files {
         let counts = if f.binary { "binary".into() } else { format!("+{} −{}", f.added, f.removed) };
