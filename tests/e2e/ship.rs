@@ -23,7 +23,7 @@ fn repo(run: &str) -> Workspace {
     ws
 }
 
-async fn kd(kdd: &Kdd, ws: &Workspace, args: &[&str]) -> kd_tests::Output {
+pub(super) async fn kd(kdd: &Kdd, ws: &Workspace, args: &[&str]) -> kd_tests::Output {
     let mut cmd = kdd.kd();
     cmd.current_dir(ws.dir.path()).args(args);
     kd_tests::run(cmd).await
@@ -41,7 +41,7 @@ async fn at_work(kdd: &Kdd, ws: &Workspace, task: &str) -> Worktree {
 }
 
 /// The King changes `file` in their own tree and commits it.
-fn king_commits(dir: &Path, file: &str, text: &str) -> String {
+pub(super) fn king_commits(dir: &Path, file: &str, text: &str) -> String {
     std::fs::write(dir.join(file), text).unwrap();
     git(dir, &["commit", "--quiet", "-am", &format!("King's {file}")]);
     git(dir, &["rev-parse", "HEAD"])
@@ -167,7 +167,7 @@ async fn a_clean_rebase_merges_at_once_and_an_up_to_date_one_does_nothing() {
 /// A bare repository standing for the King's GitHub remote: `origin` is
 /// `https://github.com/king/kd.git`, which git pushes to the bare one
 /// (`insteadOf`), `main` pushed there first.
-fn github_remote(ws: &Workspace) -> tempfile::TempDir {
+pub(super) fn github_remote(ws: &Workspace) -> tempfile::TempDir {
     let bare = tempfile::tempdir().unwrap();
     git(bare.path(), &["init", "--quiet", "--bare"]);
     let dir = ws.dir.path();
@@ -179,7 +179,7 @@ fn github_remote(ws: &Workspace) -> tempfile::TempDir {
 }
 
 /// The commit `branch` is at in the bare repository, if it is there.
-fn remote_branch(bare: &Path, branch: &str) -> Option<String> {
+pub(super) fn remote_branch(bare: &Path, branch: &str) -> Option<String> {
     let out = std::process::Command::new("git")
         .arg("--git-dir")
         .arg(bare)
@@ -190,7 +190,7 @@ fn remote_branch(bare: &Path, branch: &str) -> Option<String> {
 }
 
 /// This test's PATH without any real gh, with `first` before it.
-fn path_without_gh(first: Option<&Path>) -> String {
+pub(super) fn path_without_gh(first: Option<&Path>) -> String {
     let own = std::env::var("PATH").unwrap_or_default();
     let dirs = own.split(':').filter(|d| !Path::new(d).join("gh").exists()).map(str::to_string);
     first.map(|f| f.display().to_string()).into_iter().chain(dirs).collect::<Vec<_>>().join(":")
@@ -198,7 +198,7 @@ fn path_without_gh(first: Option<&Path>) -> String {
 
 /// A fake `gh` in a directory of its own: records its argv (NUL after
 /// each) to `argv` beside it and prints a pull request's URL, as gh does.
-fn fake_gh() -> tempfile::TempDir {
+pub(super) fn fake_gh() -> tempfile::TempDir {
     use std::os::unix::fs::PermissionsExt;
     let bin = tempfile::tempdir().unwrap();
     let record = bin.path().join("argv");
