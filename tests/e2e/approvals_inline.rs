@@ -118,3 +118,97 @@ async fn kd_work_takes_n_and_the_member_is_told_no() {
     let all = c.approval_list(Some(true), None, None).await.unwrap();
     assert_eq!((all[0].state, all[0].decided_by), (ApprovalState::Denied, Some(DecidedBy::King)));
 }
+
+/// A council of claude alone that writes `b.txt` in its worktree (a later
+/// run adds a line) and then asks to run `touch <path>`; a check that passes.
+fn writes_then_asks_to_touch(ws: &Workspace, path: &str) {
+    let asked = json!({"tool_name": "Bash", "input": {"command": format!("touch {path}"), "description": "touch it"}});
+    let asked = asked.to_string();
+    let run = "if test -f .git; then if test -f b.txt; then echo revised >> b.txt; else echo new > b.txt; fi; fi";
+    let env = [("FAKE_RUN", run), ("FAKE_PERMISSION", asked.as_str())];
+    ws.write_config(&json!({
+        "council": {"members": ["claude"]},
+        "agents": {"claude": fake("claude", "claude", &env)},
+        "work": {"check": ["true"]},
+    }));
+}
+
+/// `kd work --async`, its approval denied by another client, its work
+/// committed and checked; then a pending comment on it. Returns the thread.
+async fn at_work_with_a_comment(kdd: &Kdd, ws: &Workspace) -> String {
+    let c = kdd.client().await;
+    let mut asked = c.approval_subscribe().await.unwrap();
+    let out = kdd.kd().current_dir(ws.dir.path()).args(["work", "--async", "Write b.txt"]).output().await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let thread = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let mut sub = c.thread_subscribe(thread.clone(), Some(0), None).await.unwrap();
+    let id = loop {
+        if let Some(Ok(ApprovalEvent::Requested { approval })) = asked.next().await {
+            break approval.id;
+        }
+    };
+    c.approval_decide(id, kd_proto::approval::Decision::Deny, None, None).await.unwrap();
+    kd_tests::collect_until(&mut sub, |events| {
+        events.iter().any(|e| {
+            matches!(e, kd_proto::types::ThreadEvent::Work { worktree }
+                if worktree.check.as_ref().is_some_and(|c| c.status == kd_proto::work::CheckStatus::Pass))
+        })
+    })
+    .await;
+    let out = kdd.kd().current_dir(ws.dir.path()).args(["comment", "claude", "b.txt:1", "say more"]).output();
+    let out = out.await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    thread
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_review_send_asks_inline_takes_n_and_follows_the_revision_to_its_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = Workspace::new(&[]);
+    ws.git_init(&[("a.txt", "one\n")], &[]);
+    let file = ws.file("x-review");
+    writes_then_asks_to_touch(&ws, &file);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let thread = at_work_with_a_comment(&kdd, &ws).await;
+    let tmux = kd_in_a_terminal(dir.path(), &ws, &kdd, "review --send claude --message 'Please.'").await;
+    let screen = tmux.wait_for("the approval asked", |s| s.contains("n deny")).await;
+    assert!(screen.contains(&format!("claude asks to run: touch {file}")), "{screen}");
+    tmux.send_keys(&["n"]);
+    let screen = tmux.wait_for("the command's end", ended).await;
+    assert!(screen.contains("exit=0"), "{screen}");
+    assert!(screen.contains("claude denied by king"), "{screen}");
+    assert!(screen.contains(&format!("claude  done  1 file, +2 −0  check pass  kd/{thread}/claude")), "{screen}");
+    assert!(screen.contains("comments resolved by its commit"), "{screen}");
+    assert!(!std::path::Path::new(&file).exists());
+    let all = c.approval_list(Some(true), None, None).await.unwrap();
+    assert!(all.iter().all(|a| a.state == ApprovalState::Denied), "{all:?}");
+    assert_eq!(all.iter().filter(|a| a.decided_by == Some(DecidedBy::King)).count(), 2, "{all:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_review_send_async_returns_at_once_saying_how_to_follow() {
+    let ws = Workspace::new(&[]);
+    ws.git_init(&[("a.txt", "one\n")], &[]);
+    let file = ws.file("x-review-async");
+    writes_then_asks_to_touch(&ws, &file);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let thread = at_work_with_a_comment(&kdd, &ws).await;
+    let mut asked = c.approval_subscribe().await.unwrap();
+    // It returns while claude waits on the King: nothing follows the run.
+    let out = kdd.kd().current_dir(ws.dir.path()).args(["review", "--send", "claude", "--async"]).output();
+    let out = out.await.unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), thread);
+    assert!(err.contains("sent 1 comment to claude"), "{err}");
+    assert!(err.contains(&format!("kd watch {thread}")), "{err}");
+    let approval = loop {
+        if let Some(Ok(ApprovalEvent::Requested { approval })) = asked.next().await {
+            break approval;
+        }
+    };
+    assert!(err.contains(approval.run.as_deref().unwrap()), "the run is named: {err}");
+    assert_eq!(c.approval_list(None, None, None).await.unwrap().len(), 1, "still pending: nobody answered it");
+}

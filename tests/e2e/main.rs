@@ -16,6 +16,7 @@ mod big_threads;
 mod build;
 mod busy;
 mod chat;
+mod chat_ship;
 mod cli;
 mod cli_council;
 mod cluster;

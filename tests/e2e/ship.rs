@@ -23,7 +23,7 @@ fn repo(run: &str) -> Workspace {
     ws
 }
 
-async fn kd(kdd: &Kdd, ws: &Workspace, args: &[&str]) -> kd_tests::Output {
+pub(super) async fn kd(kdd: &Kdd, ws: &Workspace, args: &[&str]) -> kd_tests::Output {
     let mut cmd = kdd.kd();
     cmd.current_dir(ws.dir.path()).args(args);
     kd_tests::run(cmd).await
@@ -41,7 +41,7 @@ async fn at_work(kdd: &Kdd, ws: &Workspace, task: &str) -> Worktree {
 }
 
 /// The King changes `file` in their own tree and commits it.
-fn king_commits(dir: &Path, file: &str, text: &str) -> String {
+pub(super) fn king_commits(dir: &Path, file: &str, text: &str) -> String {
     std::fs::write(dir.join(file), text).unwrap();
     git(dir, &["commit", "--quiet", "-am", &format!("King's {file}")]);
     git(dir, &["rev-parse", "HEAD"])
@@ -195,7 +195,7 @@ async fn a_clean_rebase_checks_the_merged_work_again() {
 /// A bare repository standing for the King's GitHub remote: `origin` is
 /// `https://github.com/king/kd.git`, which git pushes to the bare one
 /// (`insteadOf`), `main` pushed there first.
-fn github_remote(ws: &Workspace) -> tempfile::TempDir {
+pub(super) fn github_remote(ws: &Workspace) -> tempfile::TempDir {
     let bare = tempfile::tempdir().unwrap();
     git(bare.path(), &["init", "--quiet", "--bare"]);
     let dir = ws.dir.path();
@@ -207,7 +207,7 @@ fn github_remote(ws: &Workspace) -> tempfile::TempDir {
 }
 
 /// The commit `branch` is at in the bare repository, if it is there.
-fn remote_branch(bare: &Path, branch: &str) -> Option<String> {
+pub(super) fn remote_branch(bare: &Path, branch: &str) -> Option<String> {
     let out = std::process::Command::new("git")
         .arg("--git-dir")
         .arg(bare)
@@ -218,7 +218,7 @@ fn remote_branch(bare: &Path, branch: &str) -> Option<String> {
 }
 
 /// This test's PATH without any real gh, with `first` before it.
-fn path_without_gh(first: Option<&Path>) -> String {
+pub(super) fn path_without_gh(first: Option<&Path>) -> String {
     let own = std::env::var("PATH").unwrap_or_default();
     let dirs = own.split(':').filter(|d| !Path::new(d).join("gh").exists()).map(str::to_string);
     first.map(|f| f.display().to_string()).into_iter().chain(dirs).collect::<Vec<_>>().join(":")
@@ -226,7 +226,7 @@ fn path_without_gh(first: Option<&Path>) -> String {
 
 /// A fake `gh` in a directory of its own: records its argv (NUL after
 /// each) to `argv` beside it and prints a pull request's URL, as gh does.
-fn fake_gh() -> tempfile::TempDir {
+pub(super) fn fake_gh() -> tempfile::TempDir {
     use std::os::unix::fs::PermissionsExt;
     let bin = tempfile::tempdir().unwrap();
     let record = bin.path().join("argv");
@@ -271,7 +271,14 @@ async fn kd_pr_pushes_the_branch_and_gh_opens_a_pull_request_with_the_task_the_c
     let out = kd_with_path(&kdd, &ws, &path_without_gh(Some(bin.path())), &["pr", "claude"]).await;
     assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
     assert_eq!(out.stdout.trim(), "https://github.com/king/kd/pull/7");
+    assert!(out.stderr.contains(&format!("kd: {} pushed to origin ({})", w.branch, &w.head[..12])), "{}", out.stderr);
     assert_eq!(remote_branch(bare.path(), &w.branch).as_deref(), Some(w.head.as_str()), "the branch was pushed");
+    // What was shipped is in the text views too, not only in --json.
+    let list = kd(&kdd, &ws, &["work", "--list"]).await;
+    assert!(list.stdout.contains("done (pull request)"), "{}", list.stdout);
+    let diff = kd(&kdd, &ws, &["diff", "claude", "--stat"]).await;
+    let shipped = format!("pull request https://github.com/king/kd/pull/7 (pushed to origin, {})", &w.head[..12]);
+    assert!(diff.stdout.contains(&shipped), "{}", diff.stdout);
     let argv = std::fs::read_to_string(bin.path().join("argv")).expect("gh was run");
     let argv: Vec<&str> = argv.trim_end_matches('\0').split('\0').collect();
     assert_eq!(
@@ -305,6 +312,16 @@ async fn accept_pr_without_gh_pushes_prints_the_compare_page_and_accepts() {
     let page = format!("https://github.com/king/kd/compare/main...{}?expand=1", w.branch);
     assert_eq!(out.stdout.trim(), page);
     assert!(out.stderr.contains("gh is not on your PATH"), "{}", out.stderr);
+    assert!(out.stderr.contains(&format!("kd: {} pushed to origin ({})", w.branch, &w.head[..12])), "{}", out.stderr);
+    assert!(out.stderr.contains("claude's work is accepted by its pull request"), "{}", out.stderr);
+    let list = kd(&kdd, &ws, &["work", "--list"]).await;
+    assert!(list.stdout.contains("accepted (pushed)"), "{}", list.stdout);
+    let diff = kd(&kdd, &ws, &["diff", "claude", "--stat"]).await;
+    assert!(
+        diff.stdout.contains(&format!("pushed to origin ({}): open a pull request at {page}", &w.head[..12])),
+        "{}",
+        diff.stdout
+    );
     assert_eq!(remote_branch(bare.path(), &w.branch).as_deref(), Some(w.head.as_str()));
     assert_eq!(git(ws.dir.path(), &["rev-parse", "HEAD"]), king, "nothing merged in the King's tree");
     let c = kdd.client().await;

@@ -163,6 +163,22 @@ pub enum Effect {
         lines: (u32, u32),
         text: String,
     },
+    /// Run the check again on these members' work (`/check`).
+    Check(Vec<String>),
+    /// Bring a member's work up to date (`/rebase`).
+    Rebase(String),
+    /// Push a member's branch and open a pull request (`/pr`, `/accept --pr`).
+    Pr {
+        member: String,
+        accept: bool,
+    },
+    /// The council reviews a member's diff (`/review`).
+    Review(String),
+    /// The pending line comments go to the member (`/review --send`).
+    SendReview {
+        member: String,
+        message: Option<String>,
+    },
     /// Every thread's pending approvals (`/approvals`).
     ListApprovals,
     /// The King's decision on an approval.
@@ -262,6 +278,11 @@ pub struct App {
     pub attention: super::attention::Attention,
     /// The thread's approvals: pending ones, the one asked (issue 33).
     pub approvals: super::approvals::Approvals,
+    /// Checks `/check` asked, by member, whose result is to be said: when
+    /// the one asked started (unknown until `work.check` answers).
+    pub checks: BTreeMap<String, Option<i64>>,
+    /// Lines the help is scrolled down (kept within it when drawn).
+    pub help_scroll: usize,
 }
 
 impl App {
@@ -291,6 +312,8 @@ impl App {
             completing: None,
             attention: Default::default(),
             approvals: Default::default(),
+            checks: BTreeMap::new(),
+            help_scroll: 0,
             palette: kd_client::style::Palette::default(),
             colors: std::env::var_os("NO_COLOR").is_none(),
         }
@@ -335,6 +358,7 @@ impl App {
             return;
         }
         self.work.insert(w.member.clone(), w.clone());
+        self.check_ended(w);
         self.place_work();
         self.dirty = true;
     }

@@ -25,6 +25,10 @@ pub const NAMES: &[&str] = &[
     "/accept",
     "/reject",
     "/comment",
+    "/check",
+    "/rebase",
+    "/pr",
+    "/review",
     "/approvals",
     "/approve",
     "/deny",
@@ -57,12 +61,18 @@ pub const HELP: &[(&str, &str)] = &[
     ("/delete", "delete this thread and all it holds (asks first)"),
     ("/work [--vote] [--to A,B] TASK", "members do TASK in worktrees; opens its thread"),
     ("/diff [MEMBER]", "a member's diff here (alone: who has work)"),
-    ("/accept [--squash] MEMBER", "merge a member's work into your branch"),
-    ("/reject MEMBER", "turn a member's work down"),
+    ("/check [MEMBER]", "run the check (work.check) again on a member's work (alone: on everyone's); says how it went"),
+    ("/review MEMBER", "the council reviews a member's diff: approve or request changes"),
     (
         "/comment MEMBER PATH:LINE[-LINE] TEXT",
-        "comment on lines of a member's diff (pending until kd review --send MEMBER)",
+        "comment on lines of a member's diff (pending until /review --send MEMBER)",
     ),
+    ("/review --send MEMBER [MESSAGE]", "send the pending comments to the member as one review; it revises"),
+    ("/rebase MEMBER", "merge your HEAD into a member's work; it resolves any conflict"),
+    ("/accept [--squash] MEMBER", "merge a member's work into your branch"),
+    ("/pr MEMBER", "push a member's branch and open a pull request (gh), or show the page to open one"),
+    ("/accept --pr MEMBER", "accept a member's work by a pull request instead of a merge here"),
+    ("/reject MEMBER", "turn a member's work down"),
     ("/approvals", "what members' CLIs ask permission for, every thread's (● this thread's)"),
     (
         "/approve ID [run|thread]",
@@ -137,6 +147,23 @@ pub enum Command {
         path: String,
         lines: (u32, u32),
         text: String,
+    },
+    /// Run the check again on a member's work (none: everyone's).
+    Check(Option<String>),
+    /// Bring a member's work up to date with the King's HEAD.
+    Rebase(String),
+    /// Push a member's branch and open a pull request (`accept`: the work
+    /// is accepted by it).
+    Pr {
+        member: String,
+        accept: bool,
+    },
+    /// The council reviews a member's diff.
+    Review(String),
+    /// The pending line comments go to the member as one review.
+    SendReview {
+        member: String,
+        message: Option<String>,
     },
     Approvals,
     Approve {
@@ -272,6 +299,49 @@ fn comment(rest: &str) -> Result<Command, String> {
     Ok(Command::Comment { member: member.trim_start_matches('@').to_lowercase(), path, lines, text: text.into() })
 }
 
+/// `/accept [--squash|--pr] MEMBER`, the options before or after the member.
+fn accept(rest: &str) -> Result<Command, String> {
+    let (mut squash, mut pr, mut member) = (false, false, None);
+    for word in rest.split_whitespace() {
+        match word {
+            "--squash" => squash = true,
+            "--pr" => pr = true,
+            w if w.starts_with("--") => return Err(format!("/accept takes --squash or --pr, not {w}")),
+            w if member.is_none() => member = Some(w.trim_start_matches('@').to_lowercase()),
+            _ => return Err("/accept takes one member name".into()),
+        }
+    }
+    let Some(member) = member else { return Err("/accept needs a member name, e.g. /accept codex".into()) };
+    match (squash, pr) {
+        (true, true) => Err("/accept takes --squash or --pr, not both".into()),
+        (_, true) => Ok(Command::Pr { member, accept: true }),
+        (squash, false) => Ok(Command::Accept { member, squash }),
+    }
+}
+
+/// `/review MEMBER` and `/review --send MEMBER [MESSAGE]`.
+fn review(rest: &str) -> Result<Command, String> {
+    let (send, rest) = match rest.strip_prefix("--send").filter(|a| a.is_empty() || a.starts_with(char::is_whitespace))
+    {
+        Some(after) => (true, after.trim_start()),
+        None => (false, rest),
+    };
+    let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+    let (member, after) = (rest[..end].trim_start_matches('@').to_lowercase(), rest[end..].trim());
+    if member.is_empty() || member.starts_with('-') {
+        return Err(if send {
+            "/review --send needs a member name, e.g. /review --send codex Two things.".into()
+        } else {
+            "/review needs a member name, e.g. /review codex (or /review --send codex)".into()
+        });
+    }
+    match send {
+        true => Ok(Command::SendReview { member, message: (!after.is_empty()).then(|| after.to_string()) }),
+        false if after.is_empty() => Ok(Command::Review(member)),
+        false => Err("/review takes one member name (/review --send MEMBER MESSAGE sends your comments)".into()),
+    }
+}
+
 /// Parses a line that starts with `/`; the error is a one-line notice.
 pub fn parse(line: &str) -> Result<Command, String> {
     let mut words = line.split_whitespace();
@@ -288,11 +358,9 @@ pub fn parse(line: &str) -> Result<Command, String> {
         ("/vote" | "/synthesize", _) => return complete(name, rest),
         ("/approve" | "/deny", _) => return decide(name, rest),
         ("/comment", _) => return comment(rest),
+        ("/accept", _) => return accept(rest),
+        ("/review", _) => return review(rest),
         _ => {}
-    }
-    let squash = name == "/accept" && words.clone().next() == Some("--squash");
-    if squash {
-        words.next();
     }
     let arg = words.next().map(|a| a.trim_start_matches('@').to_lowercase());
     let extra = words.next().is_some();
@@ -312,8 +380,10 @@ pub fn parse(line: &str) -> Result<Command, String> {
         "/unarchive" => Command::Unarchive,
         "/delete" => Command::Delete,
         "/diff" => Command::Diff(arg.clone()),
-        "/accept" => Command::Accept { member: need(&arg)?, squash },
         "/reject" => Command::Reject(need(&arg)?),
+        "/check" => Command::Check(arg.clone()),
+        "/rebase" => Command::Rebase(need(&arg)?),
+        "/pr" => Command::Pr { member: need(&arg)?, accept: false },
         "/approvals" => Command::Approvals,
         other => return Err(format!("unknown command {other}; /help lists them")),
     };
@@ -322,9 +392,11 @@ pub fn parse(line: &str) -> Result<Command, String> {
         Command::Mute(_)
             | Command::Unmute(_)
             | Command::Diff(_)
-            | Command::Accept { .. }
             | Command::Reject(_)
             | Command::Cancel(_)
+            | Command::Check(_)
+            | Command::Rebase(_)
+            | Command::Pr { .. }
     );
     if extra || (!takes_arg && arg.is_some()) {
         return Err(format!("{name} takes {}", if takes_arg { "one member name" } else { "no argument" }));
@@ -386,6 +458,9 @@ mod tests {
         assert_eq!(parse("/accept codex"), Ok(Command::Accept { member: "codex".into(), squash: false }));
         assert_eq!(parse("/accept --squash codex"), Ok(Command::Accept { member: "codex".into(), squash: true }));
         assert_eq!(parse("/accept"), Err("/accept needs a member name, e.g. /accept codex".into()));
+        assert_eq!(parse("/accept codex --squash"), Ok(Command::Accept { member: "codex".into(), squash: true }));
+        assert_eq!(parse("/accept a b"), Err("/accept takes one member name".into()));
+        assert_eq!(parse("/accept --ff codex"), Err("/accept takes --squash or --pr, not --ff".into()));
         assert_eq!(parse("/reject claude"), Ok(Command::Reject("claude".into())));
         assert_eq!(
             parse("/comment @Codex src/a.rs:12-14  check for None here"),
@@ -401,6 +476,30 @@ mod tests {
             Err("/comment: src/a.rs is not PATH:LINE or PATH:FIRST-LAST".into())
         );
         assert!(parse("/comment codex a.rs:3").unwrap_err().starts_with("/comment needs a member, the lines"));
+    }
+
+    #[test]
+    fn shipping_commands_parse_as_the_cli_takes_them() {
+        assert_eq!(parse("/check"), Ok(Command::Check(None)));
+        assert_eq!(parse("/check @Codex"), Ok(Command::Check(Some("codex".into()))));
+        assert_eq!(parse("/check a b"), Err("/check takes one member name".into()));
+        assert_eq!(parse("/rebase claude"), Ok(Command::Rebase("claude".into())));
+        assert_eq!(parse("/rebase"), Err("/rebase needs a member name, e.g. /rebase codex".into()));
+        assert_eq!(parse("/pr claude"), Ok(Command::Pr { member: "claude".into(), accept: false }));
+        assert_eq!(parse("/pr"), Err("/pr needs a member name, e.g. /pr codex".into()));
+        assert_eq!(parse("/accept --pr claude"), Ok(Command::Pr { member: "claude".into(), accept: true }));
+        assert_eq!(parse("/accept claude --pr"), Ok(Command::Pr { member: "claude".into(), accept: true }));
+        assert_eq!(parse("/accept --pr --squash claude"), Err("/accept takes --squash or --pr, not both".into()));
+        assert_eq!(parse("/review @Claude"), Ok(Command::Review("claude".into())));
+        assert!(parse("/review claude now").unwrap_err().starts_with("/review takes one member name"));
+        assert!(parse("/review").unwrap_err().starts_with("/review needs a member name"));
+        assert_eq!(parse("/review --send claude"), Ok(Command::SendReview { member: "claude".into(), message: None }));
+        assert_eq!(
+            parse("/review --send @claude Close,\ntwo things. "),
+            Ok(Command::SendReview { member: "claude".into(), message: Some("Close,\ntwo things.".into()) })
+        );
+        assert!(parse("/review --send").unwrap_err().starts_with("/review --send needs a member name"));
+        assert!(parse("/review --sender x").unwrap_err().starts_with("/review needs a member name"));
     }
 
     #[test]

@@ -17,7 +17,7 @@ use super::wrap::display_width;
 /// Columns a tab of the diff takes.
 const TAB: &str = "    ";
 
-/// A member's work in a line: `3 files +42 −7 · done · check pass`.
+/// A member's work in a line: `3 files +42 −7 · done · check pass · pull request`.
 pub fn stat_text(w: &Worktree) -> String {
     stat_spans(w).iter().map(|s| s.content.as_ref()).collect()
 }
@@ -38,6 +38,11 @@ pub fn stat_spans(w: &Worktree) -> Vec<Span<'static>> {
         };
         spans.push(Span::raw(" · "));
         spans.push(Span::styled(c.summary(), Style::default().fg(colour)));
+    }
+    // Pushed for a pull request (`/pr`).
+    if let Some(s) = &w.shipped {
+        spans.push(Span::raw(" · "));
+        spans.push(Span::styled(if s.pr { "pull request" } else { "pushed" }, Style::default().fg(Color::Magenta)));
     }
     spans
 }

@@ -78,7 +78,12 @@ impl App {
                 Command::Diff(Some(m))
                 | Command::Reject(m)
                 | Command::Accept { member: m, .. }
-                | Command::Comment { member: m, .. },
+                | Command::Comment { member: m, .. }
+                | Command::Check(Some(m))
+                | Command::Rebase(m)
+                | Command::Pr { member: m, .. }
+                | Command::Review(m)
+                | Command::SendReview { member: m, .. },
             ) if !self.work.contains_key(&m) => {
                 let notice = format!("{m} has no work on this thread; {}", self.work_here());
                 self.set_notice(notice);
@@ -88,6 +93,17 @@ impl App {
             Ok(Command::Accept { member, squash }) => vec![Effect::Accept { member, squash }],
             Ok(Command::Reject(m)) => vec![Effect::Reject(m)],
             Ok(Command::Comment { member, path, lines, text }) => vec![Effect::Comment { member, path, lines, text }],
+            Ok(Command::Check(member)) => self.check(member),
+            Ok(Command::Rebase(m)) => {
+                self.set_notice(format!("bringing {m}'s work up to date…"));
+                vec![Effect::Rebase(m)]
+            }
+            Ok(Command::Pr { member, accept }) => {
+                self.set_notice(format!("pushing {member}'s work…"));
+                vec![Effect::Pr { member, accept }]
+            }
+            Ok(Command::Review(m)) => vec![Effect::Review(m)],
+            Ok(Command::SendReview { member, message }) => vec![Effect::SendReview { member, message }],
             Ok(Command::Approvals) => self.list_approvals(),
             Ok(Command::Approve { id, scope }) => self.decide(id, kd_proto::approval::Decision::Approve, scope, None),
             Ok(Command::Deny { id, message }) => self.decide(id, kd_proto::approval::Decision::Deny, None, message),

@@ -119,8 +119,27 @@ fn newline(app: &mut App) {
 fn on_overlay_key(app: &mut App, overlay: Overlay, key: KeyEvent) -> Vec<Effect> {
     app.dirty = true;
     match overlay {
+        // The help scrolls when it is taller than the log; any other key closes it.
+        Overlay::Help
+            if matches!(
+                key.code,
+                KeyCode::Up | KeyCode::Down | KeyCode::PageUp | KeyCode::PageDown | KeyCode::Home | KeyCode::End
+            ) =>
+        {
+            let page = app.log_height.saturating_sub(3).max(1);
+            app.help_scroll = match key.code {
+                KeyCode::Up => app.help_scroll.saturating_sub(1),
+                KeyCode::Down => app.help_scroll.saturating_add(1),
+                KeyCode::PageUp => app.help_scroll.saturating_sub(page),
+                KeyCode::PageDown => app.help_scroll.saturating_add(page),
+                KeyCode::Home => 0,
+                _ => usize::MAX,
+            };
+            vec![]
+        }
         Overlay::Help | Overlay::Approvals(_) => {
             app.overlay = None;
+            app.help_scroll = 0;
             vec![]
         }
         Overlay::Threads { threads, selected } => {

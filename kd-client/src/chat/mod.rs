@@ -6,7 +6,8 @@
 //! [`commands`] parses slash commands, [`council`] is what the chat asks of
 //! the council beyond a message (votes, syntheses, `/cancel`, `/cost`) and
 //! whose runs are in flight, [`requests`] the requests made without waiting
-//! and what their answers do, [`diff`] shows members' work, [`approvals`]
+//! and what their answers do, [`diff`] shows members' work, [`ship`] takes
+//! it on to shipping (`/check`, `/rebase`, `/pr`, `/review`), [`approvals`]
 //! asks the King what members' CLIs ask permission for, [`wrap`] wraps
 //! styled text. This module runs the loop: one `select!` over terminal
 //! input, the thread's subscription, answers to requests, signals and a
@@ -22,6 +23,7 @@ pub mod input;
 pub mod keys;
 pub mod live;
 pub mod requests;
+pub mod ship;
 pub mod view;
 pub mod wrap;
 
@@ -249,9 +251,10 @@ pub async fn run(ctx: &Ctx, args: ChatArgs) -> anyhow::Result<ExitCode> {
                 }
                 // A summary made at the fork is a member's run: asked on a
                 // connection without a request timeout.
-                fork @ Effect::Fork { carry: Some(kd_proto::types::Carry::Summary), .. } => {
+                // So is a push and gh's pull request (each bounded by kdd).
+                effect @ (Effect::Fork { carry: Some(kd_proto::types::Carry::Summary), .. } | Effect::Pr { .. }) => {
                     match Client::connect_with(client.socket(), kd_client::NO_REQUEST_TIMEOUT).await {
-                        Ok(c) => request(&Arc::new(c), &app, fork, tx.clone()),
+                        Ok(c) => request(&Arc::new(c), &app, effect, tx.clone()),
                         Err(e) => app.set_notice(e.to_string()),
                     }
                 }
@@ -441,5 +444,7 @@ fn restore(enhanced: bool) {
 
 #[cfg(test)]
 mod approval_tests;
+#[cfg(test)]
+mod ship_tests;
 #[cfg(test)]
 mod tests;

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use kd_client::prelude::*;
 use kd_client::{Client, ClientError};
 use kd_proto::approval::Approval;
+use kd_proto::comment::ReviewSent;
 use kd_proto::types::{Aggregation, Completion, CostReport, RunInfo, Sent, Style, Thread};
-use kd_proto::work::{Accepted, MemberDiff, WorkStarted, Worktree};
+use kd_proto::work::{Accepted, MemberDiff, PullRequest, Rebased, WorkStarted, Worktree};
 use tokio::sync::mpsc;
 
 use super::app::{App, Effect, Overlay};
@@ -31,6 +32,13 @@ pub(super) enum Reply {
     Accepted(Result<Accepted, ClientError>),
     Rejected(Result<Worktree, ClientError>),
     Commented(Result<kd_proto::comment::Comment, ClientError>),
+    /// `work.check`'s answers, the checks running.
+    Checking(Result<Vec<Worktree>, ClientError>),
+    Rebased(Result<Rebased, ClientError>),
+    Shipped(Result<PullRequest, ClientError>),
+    /// The council reviews member `.0`'s work: the review's message.
+    Reviewing(String, Result<u64, ClientError>),
+    ReviewSent(String, Result<ReviewSent, ClientError>),
     /// The chat's pending thread, made for a completion.
     Created(Thread),
     Completed(Result<Box<Completion>, ClientError>),
@@ -107,6 +115,40 @@ pub(super) fn request(client: &Arc<Client>, app: &App, effect: Effect, tx: mpsc:
             Effect::Comment { member, path, lines: (first, last), text } => Reply::Commented(
                 client.work_comment(thread, member, path, first, Some(last), text).await.map_err(ClientError::from),
             ),
+            Effect::Check(members) => {
+                let mut trees = Vec::new();
+                let mut failed = None;
+                for m in members {
+                    match client.work_check(thread.clone(), m, kd_client::shell_path()).await {
+                        Ok(w) => trees.push(w),
+                        Err(e) => {
+                            failed = Some(ClientError::from(e));
+                            break;
+                        }
+                    }
+                }
+                match failed {
+                    // Those asked before the refusal still run: said when they end.
+                    Some(e) if trees.is_empty() => Reply::Checking(Err(e)),
+                    _ => Reply::Checking(Ok(trees)),
+                }
+            }
+            Effect::Rebase(member) => Reply::Rebased(
+                client.work_rebase(thread, member, kd_client::shell_path()).await.map_err(ClientError::from),
+            ),
+            // Over a connection without a request timeout (the loop's): a
+            // push and gh are bounded by the daemon.
+            Effect::Pr { member, accept } => Reply::Shipped(
+                client.work_pr(thread, member, Some(accept), kd_client::shell_path()).await.map_err(ClientError::from),
+            ),
+            Effect::Review(member) => {
+                let seq = client.work_review(thread, Some(member.clone()), None, None, kd_client::shell_path()).await;
+                Reply::Reviewing(member, seq.map_err(ClientError::from))
+            }
+            Effect::SendReview { member, message } => {
+                let sent = client.work_send_review(thread, member.clone(), message, kd_client::shell_path()).await;
+                Reply::ReviewSent(member, sent.map_err(ClientError::from))
+            }
             Effect::Reject(member) => {
                 Reply::Rejected(client.work_reject(thread, member).await.map_err(ClientError::from))
             }
@@ -301,6 +343,17 @@ pub(super) fn on_reply(app: &mut App, reply: Reply) -> Vec<Effect> {
             kd_client::terminal::safe(&c.location()),
             c.member
         )),
+        Reply::Checking(Ok(trees)) => app.on_checking(trees),
+        Reply::Checking(Err(e)) => {
+            app.checks.clear();
+            app.set_notice(kd_client::terminal::safe(&e.to_string()).into_owned());
+        }
+        Reply::Rebased(Ok(r)) => app.on_rebased(&r),
+        Reply::Shipped(Ok(p)) => app.on_shipped(&p),
+        Reply::Reviewing(member, Ok(seq)) => app.set_notice(format!(
+            "the council reviews {member}'s work (message #{seq}); kd counts the verdicts here"
+        )),
+        Reply::ReviewSent(member, Ok(sent)) => app.on_review_sent(&member, &sent),
         Reply::Rejected(Ok(w)) => {
             app.on_work(&w);
             app.set_notice(format!("rejected {}'s work", w.member));
@@ -327,6 +380,10 @@ pub(super) fn on_reply(app: &mut App, reply: Reply) -> Vec<Effect> {
         | Reply::Accepted(Err(e))
         | Reply::Rejected(Err(e))
         | Reply::Commented(Err(e))
+        | Reply::Rebased(Err(e))
+        | Reply::Shipped(Err(e))
+        | Reply::Reviewing(_, Err(e))
+        | Reply::ReviewSent(_, Err(e))
         | Reply::Interrupted(Err(e))
         | Reply::Retried(Err(e))
         | Reply::Threads(Err(e))

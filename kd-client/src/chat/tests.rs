@@ -172,7 +172,7 @@ fn unknown_commands_and_members_get_a_notice_not_a_send() {
     typed(&mut app, "/help");
     keys::on_key(&mut app, key(KeyCode::Enter));
     assert_eq!(app.overlay, Some(Overlay::Help));
-    let help = screen(&mut app, 100, 50);
+    let help = screen(&mut app, 100, 90);
     for command in ["/work [--vote] [--to A,B] TASK", "/diff [MEMBER]", "/accept [--squash] MEMBER", "/reject MEMBER"] {
         assert!(help.contains(command), "help lists {command}: {help}");
     }
@@ -197,10 +197,34 @@ fn help_wraps_long_lines_instead_of_cutting_them() {
     for width in [80, 60] {
         let mut app = App::new(thread());
         app.overlay = Some(Overlay::Help);
-        let s = screen(&mut app, width, 100);
-        for (k, v) in KEYS.iter().chain(HELP) {
-            assert!(shows_whole(&s, k) && shows_whole(&s, v), "{k}: {v:?} is cut at {width} columns:\n{s}");
+        // Taller than the terminal: it scrolls, a line at a time, to its end.
+        let mut screens = vec![screen(&mut app, width, 40)];
+        loop {
+            assert!(screens.len() < 200, "the help never reaches its end at {width} columns");
+            let before = app.help_scroll;
+            keys::on_key(&mut app, key(KeyCode::Down));
+            screens.push(screen(&mut app, width, 40));
+            if app.help_scroll == before {
+                break;
+            }
         }
+        assert!(screens.last().unwrap().contains("/quit, /exit"), "the end is reached");
+        for (k, v) in KEYS.iter().chain(HELP) {
+            assert!(
+                screens.iter().any(|s| shows_whole(s, k) && shows_whole(s, v)),
+                "{k}: {v:?} is cut at {width} columns"
+            );
+        }
+        assert!(screens[0].contains(" help · ↑↓ PgUp PgDn 1-"), "it says it scrolls:\n{}", screens[0]);
+        // Not past its end; Home goes back; another key closes it.
+        let end = app.help_scroll;
+        keys::on_key(&mut app, key(KeyCode::End));
+        screen(&mut app, width, 40);
+        assert_eq!(app.help_scroll, end);
+        keys::on_key(&mut app, key(KeyCode::Home));
+        assert_eq!(screen(&mut app, width, 40), screens[0]);
+        keys::on_key(&mut app, key(KeyCode::Char('q')));
+        assert_eq!((app.overlay.clone(), app.help_scroll), (None, 0));
     }
 }
 
@@ -727,7 +751,7 @@ fn after_a_delete_the_chat_offers_the_workspaces_threads() {
     assert!(app.notice.as_deref().is_some_and(|n| n.contains("/unarchive")), "{:?}", app.notice);
 }
 
-fn worktree(
+pub(super) fn worktree(
     member: &str,
     state: kd_proto::work::WorkState,
     files: u32,
@@ -758,7 +782,7 @@ fn worktree(
 }
 
 /// A work thread: the King's task and two members' answers.
-fn at_work() -> App {
+pub(super) fn at_work() -> App {
     let mut app = App::new(thread());
     app.load(
         thread(),

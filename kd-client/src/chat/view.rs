@@ -45,7 +45,7 @@ pub fn draw(frame: &mut Frame<'_>, app: &mut App) {
     app.input.set_block(block);
     frame.render_widget(&app.input, input);
     match &app.overlay {
-        Some(Overlay::Help) => draw_help(frame, log),
+        Some(Overlay::Help) => draw_help(frame, log, &mut app.help_scroll),
         Some(Overlay::Threads { threads, selected }) => draw_threads(frame, log, threads, *selected),
         Some(Overlay::Search { hits, selected }) => draw_hits(frame, log, hits, *selected),
         Some(Overlay::Approvals(list)) => draw_approvals(frame, log, list, &app.thread.id),
@@ -438,12 +438,22 @@ fn centered(area: Rect, width: u16, height: u16) -> Rect {
 /// Columns of a help row's key.
 const HELP_KEY: usize = 33;
 
-fn draw_help(frame: &mut Frame<'_>, area: Rect) {
+/// The help over the log; taller than it, it scrolls (`scroll` lines down,
+/// kept within it).
+fn draw_help(frame: &mut Frame<'_>, area: Rect, scroll: &mut usize) {
     let width = area.width.min(92);
     let lines = help_lines(width.saturating_sub(2) as usize);
-    let rect = centered(area, width, lines.len() as u16 + 2);
+    let rect = centered(area, width, lines.len().saturating_add(2).min(u16::MAX as usize) as u16);
+    let shown = rect.height.saturating_sub(2) as usize;
+    *scroll = (*scroll).min(lines.len().saturating_sub(shown));
+    let title = if lines.len() > shown {
+        format!(" help · ↑↓ PgUp PgDn {}-{} of {} · Esc to close ", *scroll + 1, *scroll + shown, lines.len())
+    } else {
+        " help · Esc to close ".to_string()
+    };
+    let lines: Vec<Line<'static>> = lines.into_iter().skip(*scroll).collect();
     frame.render_widget(Clear, rect);
-    frame.render_widget(Paragraph::new(lines).block(Block::bordered().title(" help · Esc to close ")), rect);
+    frame.render_widget(Paragraph::new(lines).block(Block::bordered().title(title)), rect);
 }
 
 /// The help's rows for `inner` columns: each description wrapped beside

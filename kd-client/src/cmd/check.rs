@@ -12,7 +12,7 @@ use kd_client::prelude::*;
 use kd_client::style::{bold, dim};
 use kd_client::terminal::safe;
 use kd_proto::types::ThreadEvent;
-use kd_proto::work::{CheckStatus, Worktree};
+use kd_proto::work::{CheckStatus, WorkCheck, Worktree};
 
 use super::work::{check_line, work_thread};
 use super::{Ctx, print_json};
@@ -88,14 +88,20 @@ pub async fn run(ctx: &Ctx, a: CheckArgs) -> anyhow::Result<ExitCode> {
         for w in &done {
             let Some(c) = &w.check else { continue };
             outln!("{}  {}", bold(styled, &w.member), check_line(c, styled))?;
-            if c.status != CheckStatus::Pass && !c.output.trim().is_empty() {
-                let lines: Vec<&str> = c.output.lines().collect();
-                let last = &lines[lines.len().saturating_sub(20)..];
-                for l in last {
-                    outln!("  {}", dim(styled, &safe(l)))?;
-                }
+            for l in failure_tail(c) {
+                outln!("  {}", dim(styled, &l))?;
             }
         }
     }
     Ok(if passed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// The last 20 lines of what a check that did not pass printed, escaped
+/// for a terminal (none for a pass).
+pub fn failure_tail(c: &WorkCheck) -> Vec<String> {
+    if c.status == CheckStatus::Pass || c.output.trim().is_empty() {
+        return Vec::new();
+    }
+    let lines: Vec<&str> = c.output.lines().collect();
+    lines[lines.len().saturating_sub(20)..].iter().map(|l| safe(l).into_owned()).collect()
 }

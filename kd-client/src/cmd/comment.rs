@@ -8,12 +8,11 @@ use std::process::ExitCode;
 use clap::Args;
 use kd_client::ClientError;
 use kd_client::prelude::*;
-use kd_client::style::{bold, dim};
 use kd_client::terminal::safe;
 use kd_proto::comment::{Comment, CommentState};
-use kd_proto::types::ThreadEvent;
 
 use super::work::work_thread;
+use super::work_follow::{Followed, Runs, follow};
 use super::{Ctx, print_json};
 use crate::fmt::Table;
 
@@ -136,18 +135,28 @@ fn state(c: &Comment) -> String {
     }
 }
 
-/// `kd review --send MEMBER [--message TEXT]`: the pending comments as one
-/// review to the member; follows its revising run until it ended and kd
-/// committed it.
+/// `kd review --send MEMBER [--message TEXT] [--async]`: the pending
+/// comments as one review to the member; follows its revising run as `kd
+/// work` follows its runs (approvals asked inline, Ctrl+C cancels) until
+/// its work is committed and checked, then says how many comments its
+/// commit resolved. `--async` returns at once, saying how to follow.
 pub async fn send(
     ctx: &Ctx,
     member: String,
     thread: Option<String>,
     message: Option<String>,
+    no_wait: bool,
 ) -> anyhow::Result<ExitCode> {
+    // Listened for from the start, so that none is lost.
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let client = ctx.client().await?;
     let thread = work_thread(&client, thread, Some(&member)).await?;
-    let waiting = ctx.client_waiting().await?;
+    // Listening for approvals before the member starts, the King is asked
+    // what it asks from its first step.
+    let approvals = match no_wait {
+        true => None,
+        false => Some(client.approval_subscribe().await.map_err(ClientError::from)?),
+    };
     let sent = client
         .work_send_review(thread.clone(), member.clone(), message, kd_client::shell_path())
         .await
@@ -158,38 +167,18 @@ pub async fn send(
         if n == 1 { "" } else { "s" },
         sent.seq
     );
-    let mut sub = waiting.thread_subscribe(thread.clone(), Some(sent.seq), None).await.map_err(ClientError::from)?;
-    let mut pending = sent.runs.clone();
-    let mut failed = false;
-    while !pending.is_empty() {
-        let Some(Ok(event)) = sub.next().await else { break };
-        match event {
-            ThreadEvent::RunFinished { run, .. } | ThreadEvent::RunCancelled { run, .. } => {
-                pending.retain(|r| *r != run)
-            }
-            ThreadEvent::RunError { run, error, .. } => {
-                if pending.contains(&run) {
-                    failed = true;
-                    errln!("kd: {member}: {}", safe(&error));
-                }
-                pending.retain(|r| *r != run);
-            }
-            _ => {}
-        }
+    if no_wait {
+        errln!(
+            "kd: its run {}: kd watch {thread} follows it, kd work --list --thread {thread} shows its work",
+            sent.runs.join(", ")
+        );
+        outln!("{thread}")?;
+        return Ok(ExitCode::SUCCESS);
     }
-    let styled = ctx.styled();
-    let trees = client.work_list(None, Some(thread.clone())).await.map_err(ClientError::from)?;
-    if let Some(w) = trees.iter().find(|w| w.member == member) {
-        outln!(
-            "{}  {}  {} files, +{} −{}  {}",
-            bold(styled, &w.member),
-            w.state.as_str(),
-            w.files,
-            w.added,
-            w.removed,
-            dim(styled, &w.branch)
-        )?;
-    }
+    let runs = Runs { thread: &thread, seq: sent.seq, runs: sent.runs.clone(), vote: false, lines: true };
+    let Followed::Ended { failed, .. } = follow(ctx, &client, approvals, &mut interrupt, runs).await? else {
+        return Ok(ExitCode::from(130));
+    };
     let now = client.work_comments(thread.clone(), Some(member.clone())).await.map_err(ClientError::from)?;
     let resolved =
         now.iter().filter(|c| sent.comments.iter().any(|s| s.id == c.id) && c.state == CommentState::Resolved);

@@ -25,6 +25,7 @@ pub mod threads;
 pub mod transfer;
 pub mod watch;
 pub mod work;
+pub mod work_follow;
 
 use std::path::PathBuf;
 

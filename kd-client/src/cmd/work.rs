@@ -12,12 +12,11 @@ use kd_client::prelude::*;
 use kd_client::style::{bold, dim, paint};
 use kd_client::terminal::safe;
 use kd_client::{Client, ClientError};
-use kd_proto::approval::ApprovalEvent;
 use kd_proto::names::KD;
-use kd_proto::types::{Purpose, RunStatus, ThreadEvent};
-use kd_proto::work::{CheckStatus, MemberDiff, WorkCheck, WorkState, Worktree};
+use kd_proto::types::{RunStatus, ThreadEvent};
+use kd_proto::work::{CheckStatus, MemberDiff, Shipped, WorkCheck, WorkState, Worktree};
 
-use super::asking::Asking;
+use super::work_follow::{Followed, Runs, follow};
 use super::{Ctx, print_json};
 use crate::fmt::Table;
 
@@ -67,7 +66,7 @@ pub async fn run(ctx: &Ctx, a: WorkArgs) -> anyhow::Result<ExitCode> {
     // Listening for approvals before the members start, the King is asked
     // what they ask from their first step (the work's thread is made by
     // `work.start`: its subscription comes after).
-    let mut approvals = match a.no_wait || a.json {
+    let approvals = match a.no_wait || a.json {
         true => None,
         false => Some(client.approval_subscribe().await.map_err(ClientError::from)?),
     };
@@ -94,100 +93,16 @@ pub async fn run(ctx: &Ctx, a: WorkArgs) -> anyhow::Result<ExitCode> {
     }
     // Follow the runs until each ended and its work was committed (and,
     // for a vote, until the tally is written).
-    let waiting = ctx.client_waiting().await?;
-    let mut sub =
-        waiting.thread_subscribe(started.thread.clone(), Some(started.seq), None).await.map_err(ClientError::from)?;
-    let mut pending: Vec<String> = started.runs.clone();
-    // Once the runs ended, the members whose check runs or who are sent back
-    // to fix their work (none known yet: read when the runs have ended).
-    let mut open: Option<std::collections::BTreeSet<String>> = None;
-    let mut said: std::collections::BTreeMap<String, String> = Default::default();
-    let mut failed = false;
-    let mut tally = None;
-    let mut interrupted = false;
-    // An approval a member waits on is asked here, answered with a key.
-    let mut asking = Asking::new(!a.json, styled);
-    loop {
-        let event = tokio::select! {
-            event = sub.next() => event,
-            Some(Ok(e)) = next_approval(&mut approvals) => {
-                let e = match e {
-                    ApprovalEvent::Requested { approval } => ThreadEvent::ApprovalRequested { approval },
-                    ApprovalEvent::Decided { approval } => ThreadEvent::ApprovalDecided { approval },
-                    ApprovalEvent::Lagged { .. } => continue,
-                };
-                if asking.concerns(&e, |ap| ap.thread == started.thread) {
-                    asking.on_event(&e, &mut std::io::stderr().lock())?;
-                }
-                continue;
-            }
-            choice = asking.choice() => {
-                asking.decide(choice, &client).await?;
-                continue;
-            }
-            _ = interrupt.recv() => {
-                if interrupted {
-                    return Ok(ExitCode::from(130));
-                }
-                interrupted = true;
-                errln!("kd: cancelling the runs; kd commits what each member did so far (Ctrl+C again leaves)");
-                for id in &pending {
-                    let _ = client.run_cancel(started.thread.clone(), None, Some(id.clone())).await;
-                }
-                continue;
-            }
-        };
-        let Some(Ok(event)) = event else { break };
-        match event {
-            ThreadEvent::RunFinished { run, .. } | ThreadEvent::RunCancelled { run, .. } => {
-                pending.retain(|r| *r != run);
-            }
-            ThreadEvent::RunError { run, member, error, .. } => {
-                if pending.contains(&run) {
-                    failed = true;
-                    // The reason names the member already as a rule.
-                    let said =
-                        if error.starts_with(&format!("{member}:")) { error } else { format!("{member}: {error}") };
-                    errln!("kd: {}", safe(&said));
-                }
-                pending.retain(|r| *r != run);
-            }
-            ThreadEvent::Work { worktree } => {
-                if let Some(open) = &mut open {
-                    if in_flight(&worktree) {
-                        open.insert(worktree.member.clone());
-                    } else {
-                        open.remove(&worktree.member);
-                    }
-                }
-                // The work as each run left it once its check is done, and
-                // each try of a member sent back to fix it.
-                let told = !worktree.checking()
-                    && (worktree.state != WorkState::Working
-                        || worktree.fixing().is_some() && worktree.check.is_some());
-                if told && !a.json {
-                    let l = line(&worktree, styled);
-                    if said.get(&worktree.member) != Some(&l) {
-                        outln!("{l}")?;
-                        said.insert(worktree.member.clone(), l);
-                    }
-                }
-            }
-            ThreadEvent::Message { message } if message.from == KD && message.purpose == Some(Purpose::Tally) => {
-                tally = Some(message.body.clone());
-            }
-            _ => {}
-        }
-        if pending.is_empty() && open.is_none() {
-            // What ended before this client listened is read once; what
-            // changes after comes as events.
-            let trees = client.work_list(None, Some(started.thread.clone())).await.map_err(ClientError::from)?;
-            open = Some(trees.iter().filter(|w| in_flight(w)).map(|w| w.member.clone()).collect());
-        }
-        if pending.is_empty() && open.as_ref().is_some_and(|o| o.is_empty()) && (!started.vote || tally.is_some()) {
-            break;
-        }
-    }
+    let runs = Runs {
+        thread: &started.thread,
+        seq: started.seq,
+        runs: started.runs.clone(),
+        vote: started.vote,
+        lines: !a.json,
+    };
+    let Followed::Ended { failed, tally } = follow(ctx, &client, approvals, &mut interrupt, runs).await? else {
+        return Ok(ExitCode::from(130));
+    };
     let trees = client.work_list(None, Some(started.thread.clone())).await.map_err(ClientError::from)?;
     if a.json {
         print_json(&trees)?;
@@ -209,29 +124,13 @@ pub async fn run(ctx: &Ctx, a: WorkArgs) -> anyhow::Result<ExitCode> {
     Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
-/// The next approval event, when subscribed; else never.
-async fn next_approval(
-    sub: &mut Option<jsonrpsee::core::client::Subscription<ApprovalEvent>>,
-) -> Option<Result<ApprovalEvent, jsonrpsee::core::client::Error>> {
-    match sub {
-        Some(sub) => sub.next().await.map(|e| e.map_err(Into::into)),
-        None => std::future::pending().await,
-    }
-}
-
-/// Whether a member's work goes on once its runs ended: its check runs, or
-/// it is sent back to fix its work.
-fn in_flight(w: &Worktree) -> bool {
-    w.checking() || w.fixing().is_some()
-}
-
 /// `1 file`, `3 files`.
 fn files(n: usize) -> String {
     if n == 1 { "1 file".into() } else { format!("{n} files") }
 }
 
-/// One member's work in a line: member, state, size, branch.
-fn line(w: &Worktree, styled: bool) -> String {
+/// One member's work in a line: member, state, size, check, branch.
+pub(super) fn line(w: &Worktree, styled: bool) -> String {
     let size = if w.head == w.base {
         "no changes".to_string()
     } else {
@@ -263,10 +162,25 @@ fn state(w: &Worktree) -> String {
     if let Some(last) = w.last_run.filter(|r| *r != RunStatus::Done && w.state == WorkState::Done) {
         s = format!("{s} (last run: {})", last.as_str().replace('_', " "));
     }
+    if let Some(shipped) = &w.shipped {
+        s.push_str(if shipped.pr { " (pull request)" } else { " (pushed)" });
+    }
     if w.removed_at_ms.is_some() {
         s.push_str(" (removed)");
     }
     s
+}
+
+/// What was shipped of a member's work (`kd pr`), in a line: `pull request
+/// URL (pushed to origin, 1a2b3c4d5e6f)`, or the page to open one.
+pub fn shipped_line(s: &Shipped) -> String {
+    let (remote, commit) = (safe(&s.remote), short(&s.commit));
+    let pushed = format!("pushed to {remote} ({commit})");
+    match (&s.url, s.pr) {
+        (Some(url), true) => format!("pull request {} (pushed to {remote}, {commit})", safe(url)),
+        (Some(url), false) => format!("{pushed}: open a pull request at {}", safe(url)),
+        (None, _) => format!("{pushed}: open a pull request on your host"),
+    }
 }
 
 async fn list(ctx: &Ctx, a: WorkArgs) -> anyhow::Result<ExitCode> {
@@ -343,22 +257,25 @@ pub async fn diff(ctx: &Ctx, a: DiffArgs) -> anyhow::Result<ExitCode> {
         [t, m, ..] => (Some(t.clone()), Some(m.clone())),
     };
     let thread = work_thread(&client, thread, member.as_deref()).await?;
-    let diffs = client.work_diff(thread, member, Some(a.stat), None).await.map_err(ClientError::from)?;
+    let diffs = client.work_diff(thread.clone(), member, Some(a.stat), None).await.map_err(ClientError::from)?;
     if a.json {
         print_json(&diffs)?;
         return Ok(ExitCode::SUCCESS);
     }
+    // What of it was pushed is on the worktree.
+    let trees = client.work_list(None, Some(thread)).await.map_err(ClientError::from)?;
     let styled = ctx.styled();
     for (i, d) in diffs.iter().enumerate() {
         if i > 0 {
             outln!()?;
         }
-        print_diff(d, styled)?;
+        let shipped = trees.iter().find(|w| w.member == d.member).and_then(|w| w.shipped.as_ref());
+        print_diff(d, shipped, styled)?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_diff(d: &MemberDiff, styled: bool) -> anyhow::Result<()> {
+fn print_diff(d: &MemberDiff, shipped: Option<&Shipped>, styled: bool) -> anyhow::Result<()> {
     let (added, removed) = d.files.iter().fold((0, 0), |(a, r), f| (a + f.added, r + f.removed));
     outln!(
         "{} {}  {}, +{added} −{removed}  {}",
@@ -369,6 +286,9 @@ fn print_diff(d: &MemberDiff, styled: bool) -> anyhow::Result<()> {
     )?;
     if let Some(c) = &d.check {
         outln!("  {}", check_line(c, styled))?;
+    }
+    if let Some(s) = shipped {
+        outln!("  {}", shipped_line(s))?;
     }
     for f in &d.files {
         let counts = if f.binary { "binary".into() } else { format!("+{} −{}", f.added, f.removed) };
@@ -435,6 +355,9 @@ pub struct ReviewArgs {
     /// With --send: your words before the comments
     #[arg(long, requires = "send")]
     message: Option<String>,
+    /// With --send: return once the review is sent, without following the member's run
+    #[arg(long = "async", requires = "send")]
+    no_wait: bool,
 }
 
 /// `kd review MEMBER|REV`: a lone word is a member when this workspace has
@@ -442,7 +365,7 @@ pub struct ReviewArgs {
 /// current thread (made if there is none).
 pub async fn review(ctx: &Ctx, a: ReviewArgs) -> anyhow::Result<ExitCode> {
     if a.send {
-        return super::comment::send(ctx, a.what, a.thread, a.message).await;
+        return super::comment::send(ctx, a.what, a.thread, a.message, a.no_wait).await;
     }
     let client = ctx.client().await?;
     let ws = kd_client::workspace::current()?;
