@@ -96,7 +96,9 @@ pub struct PrArgs {
 
 /// `kd pr MEMBER`.
 pub async fn pr(ctx: &Ctx, a: PrArgs) -> anyhow::Result<ExitCode> {
-    let client = ctx.client().await?;
+    // A push and gh may take longer than a request's usual bound: kdd
+    // bounds each (2 min, 1 min) and stops them when this client goes.
+    let client = ctx.client_waiting().await?;
     let thread = work_thread(&client, a.thread, Some(&a.member)).await?;
     open_pr(&client, thread, a.member, false).await
 }

@@ -449,7 +449,8 @@ pub async fn accept(ctx: &Ctx, a: AcceptArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client().await?;
     let thread = work_thread(&client, a.thread, Some(&a.member)).await?;
     if a.pr {
-        return super::ship::open_pr(&client, thread, a.member, true).await;
+        let waiting = ctx.client_waiting().await?;
+        return super::ship::open_pr(&waiting, thread, a.member, true).await;
     }
     let done = client.work_accept(thread, a.member, Some(a.squash), Some(a.check)).await.map_err(ClientError::from)?;
     if done.checked {
