@@ -68,7 +68,20 @@ pub async fn follow(
     let mut interrupted = false;
     // An approval a member waits on is asked here, answered with a key.
     let mut asking = Asking::new(r.lines, styled);
+    // A run that ended before this client listened sends no end: the
+    // runs in flight now say which are still to come.
+    let live = client.run_list(Some(r.thread.to_string())).await.map_err(ClientError::from)?;
+    pending.retain(|id| live.iter().any(|run| run.id == *id));
     loop {
+        if pending.is_empty() && open.is_none() {
+            // What ended before this client listened is read once; what
+            // changes after comes as events.
+            let trees = client.work_list(None, Some(r.thread.to_string())).await.map_err(ClientError::from)?;
+            open = Some(trees.iter().filter(|w| in_flight(w)).map(|w| w.member.clone()).collect());
+        }
+        if pending.is_empty() && open.as_ref().is_some_and(|o| o.is_empty()) && (!r.vote || tally.is_some()) {
+            break;
+        }
         let event = tokio::select! {
             event = sub.next() => event,
             Some(Ok(e)) = next_approval(&mut approvals) => {
@@ -138,15 +151,6 @@ pub async fn follow(
                 tally = Some(message.body.clone());
             }
             _ => {}
-        }
-        if pending.is_empty() && open.is_none() {
-            // What ended before this client listened is read once; what
-            // changes after comes as events.
-            let trees = client.work_list(None, Some(r.thread.to_string())).await.map_err(ClientError::from)?;
-            open = Some(trees.iter().filter(|w| in_flight(w)).map(|w| w.member.clone()).collect());
-        }
-        if pending.is_empty() && open.as_ref().is_some_and(|o| o.is_empty()) && (!r.vote || tally.is_some()) {
-            break;
         }
     }
     Ok(Followed::Ended { failed, tally })
