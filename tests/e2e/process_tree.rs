@@ -55,7 +55,10 @@ impl Started {
 #[tokio::test(flavor = "multi_thread")]
 async fn what_an_agent_started_dies_when_its_run_ends() {
     let kdd = Kdd::start();
-    for how in ["group", "own-group"] {
+    // own-session: a child in a session of its own, reparented to kdd (the
+    // agents' subreaper) when the agent exits — found among kdd's
+    // descendants, where a run's end looks (issue 31).
+    for how in ["group", "own-group", "own-session"] {
         let mut run = run_with_child(&kdd, how, &[]).await;
         run.until_ended().await;
         until_gone(run.child, &format!("the agent's child ({how}) to die with the run")).await;

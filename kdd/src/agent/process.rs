@@ -188,25 +188,61 @@ fn carries(pid: u32, marker: &[u8]) -> bool {
     carries_any(pid, |kv| kv == marker)
 }
 
-/// The live processes (zombies are already dead) but this one, each with
-/// a check of whether it is this user's, made only for those a scan picks
-/// (one `stat` of its `/proc` entry, where most processes of a scan are
-/// told apart by their `/proc/PID/stat` alone).
-fn live_processes() -> impl Iterator<Item = (u32, Stat, std::fs::DirEntry)> {
-    let me = std::process::id();
-    std::fs::read_dir("/proc").into_iter().flatten().flatten().filter_map(move |e| {
-        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-        if pid == me {
-            return None;
-        }
-        stat(pid).filter(|s| !s.is_zombie()).map(|s| (pid, s, e))
-    })
+/// Where a kill looks for what a run left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    /// kdd's descendants: what an agent this daemon started, as their child
+    /// subreaper, left — however it moved (to a group or a session of its
+    /// own, a double fork: an orphan is reparented to kdd) — is below it.
+    /// Read from `/proc/PID/task/TID/children`, a few files, where a scan of
+    /// every process reads one per process (issue 31: it was a tenth of
+    /// kdd's time at the end of each run).
+    Descendants,
+    /// Every process: an agent a previous daemon started (after a crash),
+    /// or kdd is no subreaper.
+    Everything,
 }
 
-/// Whether the `/proc` entry is a process of this user's.
-fn is_own(entry: &std::fs::DirEntry) -> bool {
+/// Where to look for what the agent started at `started` left: below kdd
+/// when this daemon started it as their subreaper.
+fn scope(started: u64) -> Scope {
+    static OWN_START: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    let own = *OWN_START.get_or_init(|| start_time(std::process::id()));
+    if crate::identity::reaper::is_subreaper() && own.is_some_and(|own| started >= own) {
+        Scope::Descendants
+    } else {
+        Scope::Everything
+    }
+}
+
+/// The live processes (zombies are already dead) but this one, in `scope`
+/// (every process when kdd's descendants cannot be read).
+fn live_processes(scope: Scope) -> Vec<(u32, Stat)> {
+    let me = std::process::id();
+    let pids: Vec<u32> = match scope {
+        Scope::Descendants => crate::identity::ancestry::descendants(me).unwrap_or_else(every_pid),
+        Scope::Everything => every_pid(),
+    };
+    pids.into_iter()
+        .filter(|pid| *pid != me)
+        .filter_map(|pid| stat(pid).filter(|s| !s.is_zombie()).map(|s| (pid, s)))
+        .collect()
+}
+
+/// Every process's pid, from `/proc`.
+fn every_pid() -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// Whether process `pid` is this user's (its `/proc` entry's owner).
+fn is_own(pid: u32) -> bool {
     use std::os::unix::fs::MetadataExt;
-    entry.metadata().is_ok_and(|m| m.uid() == rustix::process::getuid().as_raw())
+    std::fs::metadata(format!("/proc/{pid}")).is_ok_and(|m| m.uid() == rustix::process::getuid().as_raw())
 }
 
 /// Kills everything a run, or a long-lived agent, left behind, and returns
@@ -225,11 +261,17 @@ fn is_own(entry: &std::fs::DirEntry) -> bool {
 /// - Every process of ours carrying `marker` that started after the
 ///   leader, which catches what moved to a session of its own (unless it
 ///   cleared its environment).
+///
+/// Looked for among kdd's descendants when this daemon started the leader
+/// as their child subreaper (a process an agent had another program start
+/// for it — a terminal multiplexer's server, the service manager — is then
+/// beyond reach, as it is beyond confinement: [`crate::identity`]); among
+/// every process otherwise (what a previous daemon's agents left).
 pub fn kill_tree(leader: u32, started: Option<u64>, marker: &[u8]) -> usize {
     let Some(started) = started else { return 0 };
     let leader_is_ours = start_time(leader) == Some(started);
     let group_is_ours = leader_is_ours || start_time(leader).is_none();
-    let killed = kill_while(|pid, s| {
+    let killed = kill_while(scope(started), |pid, s| {
         s.start >= started && ((group_is_ours && (s.pgrp == leader || s.session == leader)) || carries(pid, marker))
     });
     if leader_is_ours {
@@ -248,18 +290,19 @@ pub fn kill_tree(leader: u32, started: Option<u64>, marker: &[u8]) -> usize {
 pub fn kill_left_by_peers(socket: &str, before: u64) -> usize {
     let prefix = format!("{PEER_MARKER}=").into_bytes();
     let ours = |kv: &[u8]| kv.strip_prefix(prefix.as_slice()).and_then(peer_socket) == Some(socket.as_bytes());
-    kill_while(|pid, s| s.start <= before && carries_any(pid, ours))
+    kill_while(Scope::Everything, |pid, s| s.start <= before && carries_any(pid, ours))
 }
 
-/// SIGKILLs every process of ours `doomed` picks; a process forking
+/// SIGKILLs every process of ours in `scope` that `doomed` picks; a process forking
 /// meanwhile may leave a child behind, so the scan is repeated until it
 /// finds nothing (at most four times). How many were signalled.
-fn kill_while(doomed: impl Fn(u32, &Stat) -> bool) -> usize {
+fn kill_while(scope: Scope, doomed: impl Fn(u32, &Stat) -> bool) -> usize {
     let mut killed = std::collections::HashSet::new();
     for _ in 0..4 {
-        let left: Vec<u32> = live_processes()
-            .filter(|(pid, s, entry)| !killed.contains(pid) && doomed(*pid, s) && is_own(entry))
-            .map(|(pid, _, _)| pid)
+        let left: Vec<u32> = live_processes(scope)
+            .into_iter()
+            .filter(|(pid, s)| !killed.contains(pid) && doomed(*pid, s) && is_own(*pid))
+            .map(|(pid, _)| pid)
             .collect();
         if left.is_empty() {
             break;
@@ -353,6 +396,26 @@ mod tests {
         assert_eq!(status.signal(), Some(9), "the marked process was SIGKILLed: {status}");
         assert!(start_time(other_pid).is_some(), "another run's process is left alone");
         other.kill().await.unwrap();
+    }
+
+    /// Looking only among this process's descendants finds a marked child,
+    /// and no other process.
+    #[tokio::test]
+    async fn among_the_descendants_what_carries_the_marker_is_killed() {
+        let run = format!("run-desc-{}", std::process::id());
+        let (mut marked, pid, started) = sleeper(&[(RUN_MARKER, &run)]);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|e| e.windows(6).any(|w| w == b"KD_RUN")) {
+            assert!(std::time::Instant::now() < deadline, "sleep {pid} never started");
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        let started = started.unwrap();
+        let ours = marker(RUN_MARKER, &run);
+        let doomed = |p: u32, s: &Stat| s.start >= started && carries(p, &ours);
+        assert!(live_processes(Scope::Descendants).iter().any(|(p, _)| *p == pid), "a child is a descendant");
+        assert_eq!(kill_while(Scope::Descendants, doomed), 1);
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(marked.wait().await.unwrap().signal(), Some(9), "killed");
     }
 
     #[tokio::test]

@@ -131,6 +131,51 @@ pub fn walk_proc(pid: u32, ancestor: u32) -> Walk {
     last
 }
 
+/// The children of process `pid` — of every thread of it, since a child
+/// is its forking thread's, and an orphan is given to any thread of its
+/// subreaper — from `/proc/PID/task/TID/children`. `None` when they cannot
+/// be read: the process is gone, or the kernel keeps no such files
+/// (`CONFIG_PROC_CHILDREN`).
+pub fn children_of(pid: u32) -> Option<Vec<u32>> {
+    let mut out = Vec::new();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut read_any = false;
+    for task in tasks.flatten() {
+        // A thread that ended meanwhile has no children left to give.
+        let Ok(text) = std::fs::read_to_string(task.path().join("children")) else { continue };
+        read_any = true;
+        out.extend(text.split_ascii_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+    }
+    read_any.then_some(out)
+}
+
+/// Most processes a walk of descendants visits: past it the walk is cut
+/// short and the caller falls back to scanning every process.
+pub const MAX_DESCENDANTS: usize = 100_000;
+
+/// Every descendant of `root` (not `root` itself): its children, theirs,
+/// and so on — the processes kdd, as its agents' child subreaper, can have
+/// started, however they moved (an orphan is reparented to kdd, and stays
+/// below it). `None` when the children files cannot be read at `root` or
+/// the walk passes [`MAX_DESCENDANTS`]; a process that ends during the walk
+/// leaves its own descendants out of this one (its orphans are then kdd's
+/// children, seen by the next walk).
+pub fn descendants(root: u32) -> Option<Vec<u32>> {
+    let mut found = children_of(root)?;
+    let mut next = 0;
+    while next < found.len() {
+        if found.len() > MAX_DESCENDANTS {
+            return None;
+        }
+        let pid = found[next];
+        next += 1;
+        if let Some(children) = children_of(pid) {
+            found.extend(children);
+        }
+    }
+    Some(found)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,5 +227,33 @@ mod tests {
         assert_eq!(walk_proc(child.id(), me), Walk::Below { child: child.id() });
         child.kill().unwrap();
         child.wait().unwrap();
+    }
+
+    #[test]
+    // No reaper runs in unit tests: a child spawned directly is safe here.
+    #[allow(clippy::disallowed_methods)]
+    fn the_descendants_are_the_children_and_theirs() {
+        let me = std::process::id();
+        // sh, and a sleep it starts in the background (its grandchild).
+        let mut sh = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & echo $!; wait"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(sh.stdout.take().unwrap()), &mut line).unwrap();
+        let sleep: u32 = line.trim().parse().unwrap();
+        assert!(children_of(me).unwrap().contains(&sh.id()), "a child of this process");
+        assert!(!children_of(me).unwrap().contains(&sleep), "the grandchild is not a child");
+        let all = descendants(me).unwrap();
+        assert!(all.contains(&sh.id()) && all.contains(&sleep), "{all:?}");
+        assert!(!all.contains(&me), "not itself");
+        assert!(descendants(sleep).unwrap().is_empty(), "a leaf has none");
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_raw(sleep as i32).unwrap(),
+            rustix::process::Signal::KILL,
+        );
+        sh.wait().unwrap();
+        assert_eq!(children_of(u32::MAX), None, "no such process");
     }
 }

@@ -8,7 +8,7 @@
 //! from.
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockWriteGuard};
 
 /// What a process kdd spawned is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,21 +33,33 @@ pub struct Spawned {
 
 static SPAWNED: Mutex<BTreeMap<u32, Spawned>> = Mutex::new(BTreeMap::new());
 
-/// The processes kdd spawned, by pid; held by [`spawn`] from the fork to
-/// the record, and by the reaper from its decision to its `waitpid`.
+/// Held shared by each [`spawn`] from its fork to its record, so that
+/// spawns go on side by side (a fork and an exec take a worker thread for
+/// a while: three members' agents are not started one after another), and
+/// whole by the reaper from its decision to its `waitpid`.
+static SPAWNING: RwLock<()> = RwLock::new(());
+
+/// The processes kdd spawned, by pid.
 pub(super) fn spawned() -> MutexGuard<'static, BTreeMap<u32, Spawned>> {
     SPAWNED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// No spawn is under way while this is held: every child kdd has is
+/// recorded.
+pub(super) fn no_spawn_under_way() -> RwLockWriteGuard<'static, ()> {
+    SPAWNING.write().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Spawns `cmd` and records the child as `origin`. The only way kdd starts
 /// a process.
 #[allow(clippy::disallowed_methods)]
 pub fn spawn(cmd: &mut tokio::process::Command, origin: Origin) -> std::io::Result<tokio::process::Child> {
-    let mut spawned = spawned();
+    let _spawning = SPAWNING.read().unwrap_or_else(|e| e.into_inner());
     let child = cmd.spawn()?;
     if let Some(pid) = child.id() {
         // Not waited for yet, so not reaped: the pid is still this child.
-        spawned.insert(pid, Spawned { start: start_time(pid), origin });
+        let start = start_time(pid);
+        spawned().insert(pid, Spawned { start, origin });
     }
     Ok(child)
 }

@@ -8,11 +8,21 @@
 //! run's exit status.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio_util::sync::CancellationToken;
 
 use super::ancestry;
 use super::children::{self, Spawned};
+
+/// Whether this process became its children's subreaper.
+static SUBREAPER: AtomicBool = AtomicBool::new(false);
+
+/// Whether kdd is the subreaper of what it starts ([`become_subreaper`]
+/// said yes): then every process its agents started is below it.
+pub fn is_subreaper() -> bool {
+    SUBREAPER.load(Ordering::Relaxed)
+}
 
 /// Makes kdd the subreaper of what it starts; false (with a warning) when
 /// the system refuses, or is not Linux — then an orphan escapes its agent's
@@ -22,7 +32,10 @@ pub fn become_subreaper() -> bool {
     {
         let me = rustix::process::getpid();
         match rustix::process::set_child_subreaper(Some(me)) {
-            Ok(()) => true,
+            Ok(()) => {
+                SUBREAPER.store(true, Ordering::Relaxed);
+                true
+            }
             Err(e) => {
                 tracing::warn!("cannot become the agents' child subreaper: {e}; their orphans escape confinement");
                 false
@@ -71,6 +84,7 @@ pub fn reap() -> Vec<u32> {
     }
     // Held until the reaping is done: a spawn registers its child before
     // anyone can see it here unregistered.
+    let _no_spawn = children::no_spawn_under_way();
     let mut spawned = children::spawned();
     children::forget_gone(&mut spawned);
     let mut reaped = Vec::new();
@@ -105,13 +119,15 @@ fn any_zombie_child() -> bool {
     }
 }
 
-/// The zombies whose parent is `parent`.
+/// The zombies whose parent is `parent`: of its children
+/// (`/proc/PID/task/TID/children`, which keep a zombie until it is
+/// reaped), or, where those cannot be read, of every process.
 fn zombie_children(parent: u32) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| ancestry::stat(*pid).is_some_and(|s| s.ppid == parent && s.is_zombie()))
-        .collect()
+    let pids = ancestry::children_of(parent).unwrap_or_else(|| {
+        let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+        dir.flatten().filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok()).collect()
+    });
+    pids.into_iter().filter(|pid| ancestry::stat(*pid).is_some_and(|s| s.ppid == parent && s.is_zombie())).collect()
 }
 
 #[cfg(test)]
