@@ -137,16 +137,39 @@ pub fn walk_proc(pid: u32, ancestor: u32) -> Walk {
 /// be read: the process is gone, or the kernel keeps no such files
 /// (`CONFIG_PROC_CHILDREN`).
 pub fn children_of(pid: u32) -> Option<Vec<u32>> {
-    let mut out = Vec::new();
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-    let mut read_any = false;
-    for task in tasks.flatten() {
-        // A thread that ended meanwhile has no children left to give.
-        let Ok(text) = std::fs::read_to_string(task.path().join("children")) else { continue };
-        read_any = true;
-        out.extend(text.split_ascii_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+    // A thread that ends hands its children to another of its process's:
+    // read while the threads change, one already read may get them after
+    // its file was read. So the threads are listed again after, and the
+    // children read again while the list moved (a thread pool's threads
+    // come and go: CI found a child missed so, 1 run in 25 under load).
+    let mut before = threads_of(pid)?;
+    for _ in 0..4 {
+        let mut out = Vec::new();
+        let mut read_any = false;
+        for tid in &before {
+            // A thread that ended meanwhile has no children left to give.
+            let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/children")) else { continue };
+            read_any = true;
+            out.extend(text.split_ascii_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+        }
+        let after = threads_of(pid)?;
+        if after == before {
+            return read_any.then_some(out);
+        }
+        before = after;
     }
-    read_any.then_some(out)
+    None
+}
+
+/// The ids of `pid`'s threads, sorted.
+fn threads_of(pid: u32) -> Option<Vec<u32>> {
+    let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+        .filter_map(|t| t.file_name().to_str().and_then(|n| n.parse().ok()))
+        .collect();
+    tids.sort_unstable();
+    Some(tids)
 }
 
 /// Most processes a walk of descendants visits: past it the walk is cut
