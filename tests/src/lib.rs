@@ -17,6 +17,7 @@ pub mod other_user;
 pub mod outage;
 pub mod registry;
 pub mod tmux;
+pub mod web;
 
 pub use registry::{Engine, TestDb, Val, engine};
 
