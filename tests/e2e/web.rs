@@ -210,3 +210,5 @@ async fn a_daemon_with_a_page_open_stops_at_once() {
     assert!(status.success(), "{status:?}");
     assert!(started.elapsed() < std::time::Duration::from_secs(15), "{:?}", started.elapsed());
 }
+
+mod browser;

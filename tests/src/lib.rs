@@ -12,6 +12,7 @@
 //! Waiting is always on an event with a deadline ([`within`]), never a sleep.
 
 pub mod bench;
+pub mod browser;
 pub mod kd_mcp;
 pub mod other_user;
 pub mod outage;
