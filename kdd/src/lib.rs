@@ -240,9 +240,6 @@ pub async fn run(mut opts: Options) -> anyhow::Result<Stopped> {
     lifecycle::spawn_reaper(daemon.db.clone(), archived, opts.reap_interval, daemon.shutdown.clone());
     agent::spawn_idle_stop(daemon.agents.clone(), opts.agent_idle, daemon.shutdown.clone());
     db::search::spawn_indexer(daemon.db.clone(), db::search::INDEX_INTERVAL, daemon.shutdown.clone());
-    shutdown::announce_ready(&opts.socket);
-    service::ready(&opts.socket);
-    service::spawn_watchdog(daemon.shutdown.clone());
     let methods: jsonrpsee::Methods = rpc::module(daemon.clone()).into();
     let state_dir = kd_proto::paths::log_file_of(&opts.db)
         .ok()
@@ -252,6 +249,11 @@ pub async fn run(mut opts: Options) -> anyhow::Result<Stopped> {
     if daemon.web.set(web.clone()).is_err() {
         tracing::warn!("kd web was installed twice");
     }
+    // `web.listen` in the user's configuration: served from the start.
+    web.serve_configured().await;
+    shutdown::announce_ready(&opts.socket);
+    service::ready(&opts.socket);
+    service::spawn_watchdog(daemon.shutdown.clone());
     let serving = tokio::spawn(server::serve(listener, methods, daemon.clone(), opts.limits.clone()));
     daemon.shutdown.cancelled().await;
     tracing::info!("stopping");

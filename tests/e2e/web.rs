@@ -212,3 +212,27 @@ async fn a_daemon_with_a_page_open_stops_at_once() {
 }
 
 mod browser;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn web_listen_in_the_users_configuration_serves_from_the_start() {
+    let config = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    std::fs::create_dir_all(config.path().join("kd")).unwrap();
+    std::fs::write(
+        config.path().join("kd/config.json"),
+        serde_json::json!({"web": {"listen": format!("127.0.0.1:{port}")}}).to_string(),
+    )
+    .unwrap();
+    let xdg = config.path().display().to_string();
+    let kdd = Kdd::start_env(&[], &[("XDG_CONFIG_HOME", xdg.as_str())]);
+    let a = format!("127.0.0.1:{port}");
+    // Served before any kd web: nothing without a session.
+    assert_eq!(get(&a, &a, "/", "").status, 401);
+    let mut kd = kdd.kd();
+    kd.arg("web");
+    let out = kd_tests::run(kd).await;
+    assert!(out.status.success(), "{} {}", out.stdout, out.stderr);
+    let url = out.stdout.lines().last().unwrap_or_default().to_string();
+    assert!(url.starts_with(&format!("http://{a}/pair?token=")), "{}", out.stdout);
+    pair(&a, &url);
+}

@@ -23,7 +23,7 @@ pub mod listen;
 pub mod routes;
 pub mod tls;
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,13 +69,19 @@ fn invalid(why: impl Into<String>) -> ErrorObjectOwned {
 
 /// `listen` as an address: `IP:PORT`, or `localhost:PORT`.
 fn parse_listen(listen: &str) -> Result<SocketAddr, ErrorObjectOwned> {
-    if let Some(port) = listen.strip_prefix("localhost:") {
-        let port: u16 = port.parse().map_err(|_| invalid(format!("listen: {listen:?} has no port number")))?;
-        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
+    crate::config::web::listen_addr(listen).map_err(|m| invalid(format!("listen: {m}")))
+}
+
+/// `req` with what it leaves unsaid taken from the user's `web` section.
+fn configured(mut req: WebServe) -> Result<WebServe, ErrorObjectOwned> {
+    let web = crate::config::web::load(&crate::config::Env::process()).map_err(|e| invalid(e.to_string()))?;
+    if req.listen.is_none() {
+        req.listen = web.listen;
     }
-    listen
-        .parse()
-        .map_err(|_| invalid(format!("listen: {listen:?} is not IP:PORT (e.g. 127.0.0.1:7433 or 0.0.0.0:7433)")))
+    if req.tls_cert.is_none() && req.tls_key.is_none() {
+        (req.tls_cert, req.tls_key) = (web.tls_cert, web.tls_key);
+    }
+    Ok(req)
 }
 
 impl Web {
@@ -88,6 +94,27 @@ impl Web {
             auth: Arc::new(auth::Auth::default()),
             open: Arc::new(Connections::default()),
             serving: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// Serves from kdd's start when the user's configuration sets
+    /// `web.listen` (no token is made: `kd web` makes one).
+    pub async fn serve_configured(&self) {
+        let req = match configured(WebServe::default()) {
+            Ok(req) if req.listen.is_some() => req,
+            Ok(_) => return,
+            Err(e) => {
+                tracing::warn!("kd web is not served: {}", e.message());
+                return;
+            }
+        };
+        let mut serving = self.serving.lock().await;
+        if serving.is_some() {
+            return;
+        }
+        match self.start(req).await {
+            Ok(s) => *serving = Some(s),
+            Err(e) => tracing::warn!("kd web is not served: {}", e.message()),
         }
     }
 
@@ -208,7 +235,7 @@ impl WebControl for Web {
             }
             return self.answer(s, false);
         }
-        let s = self.start(req).await?;
+        let s = self.start(configured(req)?).await?;
         let answer = self.answer(&s, true);
         *serving = Some(s);
         answer
