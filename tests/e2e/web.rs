@@ -236,3 +236,39 @@ async fn web_listen_in_the_users_configuration_serves_from_the_start() {
     assert!(url.starts_with(&format!("http://{a}/pair?token=")), "{}", out.stdout);
     pair(&a, &url);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lan_address_pairs_over_tls_with_a_secure_cookie() {
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let lan = c.web_serve(Some("0.0.0.0:0".into()), None, None, None).await.unwrap();
+    let port = lan.listen.rsplit(':').next().unwrap().to_string();
+    let a = format!("127.0.0.1:{port}");
+    let path = &lan.url[lan.url.find("/pair").unwrap()..];
+    // curl over TLS (-k: kd's certificate is self-signed; its fingerprint is
+    // what the King checks), headers only.
+    let curl = |path: &str| {
+        let out = std::process::Command::new("curl")
+            .args(["-sk", "-o", "/dev/null", "-D", "-", "--max-time", "20", &format!("https://{a}{path}")])
+            .output()
+            .expect("curl");
+        String::from_utf8_lossy(&out.stdout).to_ascii_lowercase()
+    };
+    let paired = curl(path);
+    assert!(paired.starts_with("http/1.1 303"), "{paired}");
+    assert!(paired.contains("; httponly; samesite=strict; path=/; secure"), "a Secure cookie over TLS: {paired}");
+    assert!(curl("/").starts_with("http/1.1 401"), "no session, over TLS too");
+    // Plain HTTP to the TLS port is no HTTP answer.
+    let mut plain = std::net::TcpStream::connect(&a).unwrap();
+    use std::io::{Read, Write};
+    plain.set_read_timeout(Some(kd_tests::DEADLINE)).unwrap();
+    plain.write_all(format!("GET / HTTP/1.1\r\nHost: {a}\r\nConnection: close\r\n\r\n").as_bytes()).unwrap();
+    let mut got = Vec::new();
+    let _ = plain.read_to_end(&mut got);
+    assert!(
+        !got.starts_with(b"HTTP/1.1 200") && !got.starts_with(b"HTTP/1.1 401"),
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
+    c.web_stop().await.unwrap();
+}
