@@ -272,3 +272,36 @@ async fn a_lan_address_pairs_over_tls_with_a_secure_cookie() {
     );
     c.web_stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_revoked_session_loses_its_open_websocket() {
+    use std::io::{Read, Write};
+    let kdd = Kdd::start();
+    let web = serve(&kdd).await;
+    let a = &web.addr;
+    let cookie = pair(a, &web.url);
+    let mut ws = std::net::TcpStream::connect(a).unwrap();
+    ws.set_read_timeout(Some(kd_tests::DEADLINE)).unwrap();
+    ws.write_all(
+        format!(
+            "GET /rpc HTTP/1.1\r\nHost: {a}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: \
+             dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nCookie: {cookie}\r\nOrigin: http://{a}\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        ws.read_exact(&mut byte).expect("the upgrade's answer");
+        head.push(byte[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
+    let c = kdd.client().await;
+    assert_eq!(c.web_revoke(None, Some(true)).await.unwrap().revoked, 1);
+    // The page's WebSocket ends (EOF or a reset), well before any ping.
+    let mut rest = Vec::new();
+    let started = std::time::Instant::now();
+    let _ = ws.read_to_end(&mut rest);
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
+}
