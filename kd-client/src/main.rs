@@ -124,6 +124,8 @@ enum Command {
     /// Test the notification sinks of this workspace (notify.*)
     #[command(subcommand)]
     Notify(cmd::notify::NotifyCommand),
+    /// Serve the web client and print a one-time pairing URL (kd web --stop, sessions, revoke)
+    Web(cmd::web::WebArgs),
     /// Serve kd's tools to an agent over MCP on stdin/stdout (kd starts it for each agent run)
     Mcp,
     /// Print shell completions
@@ -240,6 +242,7 @@ fn main() -> ExitCode {
             Command::Import(a) => cmd::transfer::import(&ctx, a).await,
             Command::Config(c) => cmd::config::run(&ctx, c).await,
             Command::Notify(c) => cmd::notify::run(&ctx, c).await,
+            Command::Web(a) => cmd::web::run(&ctx, a).await,
             // Served above, on a runtime of its own shutdown.
             Command::Mcp => Ok(ExitCode::SUCCESS),
             Command::Completions { .. } => Ok(ExitCode::SUCCESS),

@@ -3,7 +3,7 @@
 //! [`crate::thread`], [`crate::message`], [`crate::subscribe`],
 //! [`crate::council`], [`crate::registry`], [`crate::library`],
 //! [`crate::coord`], [`crate::exchange`], [`crate::member`],
-//! [`crate::work`], [`crate::approval`], [`crate::notify`]. `kdd` implements each generated `…ApiServer` trait;
+//! [`crate::work`], [`crate::approval`], [`crate::notify`], [`crate::web`]. `kdd` implements each generated `…ApiServer` trait;
 //! clients call through the `…ApiClient` traits (parameters are sent by
 //! name), all in scope at once with [`prelude`]. Every method is also
 //! described, with its parameters, in [`crate::openrpc`]; a test in `kdd`
@@ -30,5 +30,6 @@ pub mod prelude {
     pub use crate::registry::RegistryApiClient;
     pub use crate::subscribe::SubscribeApiClient;
     pub use crate::thread::ThreadApiClient;
+    pub use crate::web::WebApiClient;
     pub use crate::work::WorkApiClient;
 }

@@ -24,6 +24,7 @@
 //!     or by the King;
 //!   - [`notify`]: attention, what kd sends the King's notification sinks,
 //!     and `notify.test`;
+//!   - [`web`]: kd web, the web client kdd serves, and its paired browsers;
 //! - [`types`]: every domain's params, results and subscription items
 //!   (serde + JSON Schema) by one path;
 //! - [`color`]: member colours as configured, and the palette;
@@ -57,6 +58,7 @@ pub mod subscribe;
 pub mod thread;
 pub mod title;
 pub mod types;
+pub mod web;
 pub mod work;
 
 pub use approval::{ApprovalApiClient, ApprovalApiServer};
@@ -72,6 +74,7 @@ pub use notify::{NotifyApiClient, NotifyApiServer};
 pub use registry::{RegistryApiClient, RegistryApiServer};
 pub use subscribe::{SubscribeApiClient, SubscribeApiServer};
 pub use thread::{ThreadApiClient, ThreadApiServer};
+pub use web::{WebApiClient, WebApiServer};
 pub use work::{WorkApiClient, WorkApiServer};
 
 /// Version of the wire protocol, independent of the release version. A

@@ -7,8 +7,6 @@ use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tokio::net::UnixStream;
-
 use crate::client::ClientId;
 
 #[derive(Default)]
@@ -36,7 +34,7 @@ impl Connections {
     /// Keeps a duplicate of the connection's descriptor until the returned
     /// guard drops. Without one (out of descriptors) the connection works
     /// but cannot be cut short.
-    pub fn register(self: &Arc<Self>, client: ClientId, stream: &UnixStream) -> Registered {
+    pub fn register(self: &Arc<Self>, client: ClientId, stream: &impl AsFd) -> Registered {
         match stream.as_fd().try_clone_to_owned() {
             Ok(fd) => {
                 self.map().insert(client, fd);
@@ -72,6 +70,7 @@ impl Connections {
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::UnixStream;
 
     #[tokio::test]
     async fn a_cut_connection_ends_for_its_peer_and_leaves_the_registry_when_dropped() {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 /// kdd's top-level modules by layer, highest first: a module may use
 /// those after it, not those before.
 const LAYERS: &[&[&str]] = &[
-    &["server"],
+    &["server", "web"],
     &["rpc"],
     &["state"],
     &["resume", "cluster", "summary"],

@@ -5,6 +5,8 @@
 //!
 //! - [`server`]: one daemon per socket (lock file), socket permissions,
 //!   peer-uid check, connection bound, HTTP + WebSocket per connection;
+//! - [`web`]: kd web, the web client served on a TCP address (paired
+//!   browsers, the same methods at `/rpc`);
 //! - [`rpc`]: each domain's `…ApiServer` trait implemented, parameter
 //!   checks, error mapping, subscriptions;
 //! - [`state`]: what handlers share;
@@ -69,6 +71,7 @@ pub mod service;
 pub mod shutdown;
 pub mod state;
 pub mod summary;
+pub mod web;
 pub mod work;
 
 use anyhow::Context;
@@ -237,11 +240,21 @@ pub async fn run(mut opts: Options) -> anyhow::Result<Stopped> {
     lifecycle::spawn_reaper(daemon.db.clone(), archived, opts.reap_interval, daemon.shutdown.clone());
     agent::spawn_idle_stop(daemon.agents.clone(), opts.agent_idle, daemon.shutdown.clone());
     db::search::spawn_indexer(daemon.db.clone(), db::search::INDEX_INTERVAL, daemon.shutdown.clone());
+    let methods: jsonrpsee::Methods = rpc::module(daemon.clone()).into();
+    let state_dir = kd_proto::paths::log_file_of(&opts.db)
+        .ok()
+        .and_then(|f| f.parent().map(std::path::Path::to_path_buf))
+        .unwrap_or_else(|| opts.socket.with_file_name(""));
+    let web = Arc::new(web::Web::new(daemon.clone(), methods.clone(), opts.limits.clone(), state_dir));
+    if daemon.web.set(web.clone()).is_err() {
+        tracing::warn!("kd web was installed twice");
+    }
+    // `web.listen` in the user's configuration: served from the start.
+    web.serve_configured().await;
     shutdown::announce_ready(&opts.socket);
     service::ready(&opts.socket);
     service::spawn_watchdog(daemon.shutdown.clone());
-    let serving =
-        tokio::spawn(server::serve(listener, rpc::module(daemon.clone()), daemon.clone(), opts.limits.clone()));
+    let serving = tokio::spawn(server::serve(listener, methods, daemon.clone(), opts.limits.clone()));
     daemon.shutdown.cancelled().await;
     tracing::info!("stopping");
     service::stopping();
@@ -271,7 +284,8 @@ pub async fn run(mut opts: Options) -> anyhow::Result<Stopped> {
         Err(e) => tracing::warn!("cannot record the exchanges cut: {e}"),
     }
     daemon.close.cancel();
-    if let Err(e) = serving.await {
+    let (served, ()) = tokio::join!(serving, web.shutdown());
+    if let Err(e) = served {
         tracing::error!("the server task failed: {e}");
     }
     let stopped = if daemon.db.lost() { Stopped::DeclaredDead } else { Stopped::Asked };

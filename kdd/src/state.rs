@@ -62,6 +62,30 @@ pub struct Daemon {
     pub notify: Arc<Notifier>,
     /// The checks in members' worktrees.
     pub checks: Arc<crate::work::check::Checks>,
+    /// kd web, installed by [`crate::run`] once the method table exists.
+    pub web: std::sync::OnceLock<Arc<dyn WebControl>>,
+}
+
+/// What `web.serve` asks.
+#[derive(Debug, Clone, Default)]
+pub struct WebServe {
+    pub listen: Option<String>,
+    pub insecure_http: bool,
+    pub tls_cert: Option<String>,
+    pub tls_key: Option<String>,
+}
+
+/// kd web as the `web.*` methods drive it: served by `crate::web`, above
+/// the rpc layer, hence behind this trait.
+#[jsonrpsee::core::async_trait]
+pub trait WebControl: Send + Sync {
+    /// Serves (started if it is not) and makes a new pairing token.
+    async fn serve(&self, req: WebServe) -> Result<kd_proto::web::WebServing, jsonrpsee::types::ErrorObjectOwned>;
+    /// Stops serving; whether it served.
+    async fn stop(&self) -> bool;
+    fn sessions(&self) -> Vec<kd_proto::web::WebSession>;
+    /// Ends the session `id` (every one with `None`): how many ended.
+    fn revoke(&self, id: Option<&str>) -> usize;
 }
 
 impl Daemon {
@@ -102,6 +126,7 @@ impl Daemon {
             notify,
             checks,
             agents,
+            web: std::sync::OnceLock::new(),
         }
     }
 

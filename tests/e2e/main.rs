@@ -53,6 +53,7 @@ mod streaming_cost;
 mod subscribe;
 mod subscriptions;
 mod terminal;
+mod web;
 mod work;
 mod work_check;
 mod work_comments;

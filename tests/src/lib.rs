@@ -12,11 +12,13 @@
 //! Waiting is always on an event with a deadline ([`within`]), never a sleep.
 
 pub mod bench;
+pub mod browser;
 pub mod kd_mcp;
 pub mod other_user;
 pub mod outage;
 pub mod registry;
 pub mod tmux;
+pub mod web;
 
 pub use registry::{Engine, TestDb, Val, engine};
 

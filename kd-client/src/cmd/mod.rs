@@ -24,6 +24,7 @@ pub mod ship;
 pub mod threads;
 pub mod transfer;
 pub mod watch;
+pub mod web;
 pub mod work;
 pub mod work_follow;
 

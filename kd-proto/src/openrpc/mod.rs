@@ -12,6 +12,7 @@ mod coordination;
 mod member;
 mod notify;
 mod ship;
+mod web;
 mod work;
 
 use std::sync::OnceLock;
@@ -416,6 +417,7 @@ fn build() -> (Vec<MethodDoc>, Value) {
     comment::methods(&mut b);
     approval::methods(&mut b);
     notify::methods(&mut b);
+    web::methods(&mut b);
 
     b.method::<Vec<Event>>(
         "events.list",

@@ -17,7 +17,8 @@
 //! - [`view`]: every effective value with where it came from (`config.get`);
 //! - [`notify`]: the King's notification sinks, the user's and the
 //!   workspace's sections added; [`approvals`], the policy of members'
-//!   permissions, the same way.
+//!   permissions, the same way; [`web`], where kd web serves (the user's
+//!   file only).
 
 pub mod approvals;
 mod codex;
@@ -29,6 +30,7 @@ pub mod raw;
 mod resolve;
 mod resolver;
 mod view;
+pub mod web;
 pub mod work;
 
 use std::collections::{BTreeMap, BTreeSet};

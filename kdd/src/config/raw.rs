@@ -32,6 +32,8 @@ pub struct RawConfig {
     pub approvals: Option<super::approvals::RawApprovals>,
     /// Where kd calls the King when it is needed.
     pub notify: Option<super::notify::RawNotify>,
+    /// Where kd web serves (the user's file only).
+    pub web: Option<super::web::RawWeb>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -73,6 +73,8 @@ pub(super) fn resolve(raw: RawConfig, file: Option<PathBuf>, env: &Env<'_>) -> R
     // Checked here so a bad section is said at once; the notifier reads
     // the user's and the workspace's sections itself (`notify::load`).
     super::notify::section(&mut r, raw.notify)?;
+    // kd web reads the user's section itself (`web::load`).
+    super::web::section(&mut r, raw.web)?;
     Ok(Config {
         approvals,
         file: r.file,

@@ -50,6 +50,9 @@ mod tests {
             "approval.list",
             "approval.decide",
             "approval.subscribe",
+            "web.serve",
+            "web.sessions",
+            "web.revoke",
             "x.y",
         ] {
             let e = check(king, Some(&agent)).unwrap_err();

@@ -4,7 +4,8 @@
 //! [`registry`] (runs, sessions, locks, events), [`library`] (search,
 //! cost), [`coordination`] (routing, queues, completions, emergencies,
 //! races), [`exchange`] (the exchange journal), [`member`] (what an agent
-//! does as itself by its run's capability) and [`work`] (members' work).
+//! does as itself by its run's capability), [`work`] (members' work) and
+//! [`web`] (kd web).
 //! Each is a thin adapter: it checks parameter values ([`validate`], once
 //! per method) and calls its subsystem; [`error`] turns registry errors
 //! into stable error codes. This file only builds the method table
@@ -29,6 +30,7 @@ mod registry;
 mod subscribe;
 mod threads;
 pub mod validate;
+mod web;
 mod work;
 
 use std::sync::Arc;
@@ -37,7 +39,7 @@ use jsonrpsee::{Methods, RpcModule};
 use kd_proto::{
     ApprovalApiServer, CoordinationApiServer, CouncilApiServer, DaemonApiServer, ExchangeApiServer, LibraryApiServer,
     MemberApiServer, MessageApiServer, NotifyApiServer, RegistryApiServer, SubscribeApiServer, ThreadApiServer,
-    WorkApiServer,
+    WebApiServer, WorkApiServer,
 };
 
 use crate::state::Daemon;
@@ -54,7 +56,7 @@ pub struct Rpc {
 /// method is served).
 pub fn module(d: Arc<Daemon>) -> RpcModule<()> {
     let rpc = Rpc { d };
-    let domains: [(&str, Methods); 13] = [
+    let domains: [(&str, Methods); 14] = [
         ("daemon", DaemonApiServer::into_rpc(rpc.clone()).into()),
         ("thread", ThreadApiServer::into_rpc(rpc.clone()).into()),
         ("message", MessageApiServer::into_rpc(rpc.clone()).into()),
@@ -71,7 +73,9 @@ pub fn module(d: Arc<Daemon>) -> RpcModule<()> {
         // approval.*: the King's inbox of what members' CLIs ask.
         ("approval", ApprovalApiServer::into_rpc(rpc.clone()).into()),
         // notify.*: the King's notification sinks.
-        ("notify", NotifyApiServer::into_rpc(rpc).into()),
+        ("notify", NotifyApiServer::into_rpc(rpc.clone()).into()),
+        // web.*: kd web, the King's.
+        ("web", WebApiServer::into_rpc(rpc).into()),
     ];
     let mut module = RpcModule::new(());
     for (domain, methods) in domains {

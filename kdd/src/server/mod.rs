@@ -19,9 +19,9 @@
 
 pub mod activation;
 mod claim;
-mod frames;
-mod http_request;
-mod idle;
+pub(crate) mod frames;
+pub(crate) mod http_request;
+pub(crate) mod idle;
 pub mod ids;
 pub mod request_check;
 
@@ -64,30 +64,7 @@ pub fn check_peer(peer_uid: Option<u32>, own_uid: u32) -> Result<(), String> {
 pub async fn serve(listener: UnixListener, methods: impl Into<Methods>, d: Arc<Daemon>, limits: Limits) {
     let methods: Methods = methods.into();
     let (stop_handle, server_handle) = jsonrpsee::server::stop_channel();
-    let config = ServerConfig::builder()
-        .max_request_body_size(limits.max_request_bytes)
-        .max_response_body_size(limits.max_response_bytes)
-        .max_subscriptions_per_connection(limits.max_subscriptions_per_connection)
-        // We bound connections ourselves (one permit per socket); jsonrpsee's
-        // own guard counts HTTP requests and WebSocket sessions.
-        .max_connections(u32::MAX)
-        // A WebSocket that does not answer pings for the idle timeout is closed.
-        .enable_ws_ping(
-            PingConfig::new()
-                .ping_interval(limits.idle_timeout / 3)
-                .inactive_limit(limits.idle_timeout)
-                .max_failures(1),
-        )
-        .build();
-    let builder = jsonrpsee::server::Server::builder()
-        .set_config(config)
-        .set_rpc_middleware(
-            RpcServiceBuilder::new()
-                .layer(CheckLayer(request_check::check_request))
-                .layer(CheckLayer(crate::rpc::confine::check_request))
-                .layer(CheckLayer(crate::rpc::params::check_request)),
-        )
-        .to_service_builder();
+    let builder = rpc_service(&limits);
     let own_uid = rustix::process::getuid().as_raw();
     loop {
         let stream = tokio::select! {
@@ -160,7 +137,75 @@ pub async fn serve(listener: UnixListener, methods: impl Into<Methods>, d: Arc<D
 }
 
 type Checks<L> = tower::layer::util::Stack<CheckLayer, L>;
-type Builder = TowerServiceBuilder<Checks<Checks<Checks<tower::layer::util::Identity>>>, tower::layer::util::Identity>;
+/// jsonrpsee's service with kd's checks, as every connection is served.
+pub(crate) type Builder =
+    TowerServiceBuilder<Checks<Checks<Checks<tower::layer::util::Identity>>>, tower::layer::util::Identity>;
+
+/// jsonrpsee's service as every connection is served, on the Unix socket
+/// and on kd web's `/rpc` alike: the limits, WebSocket pings, and the
+/// checks every call passes (ids, who may call what, parameter names).
+pub(crate) fn rpc_service(limits: &Limits) -> Builder {
+    let config = ServerConfig::builder()
+        .max_request_body_size(limits.max_request_bytes)
+        .max_response_body_size(limits.max_response_bytes)
+        .max_subscriptions_per_connection(limits.max_subscriptions_per_connection)
+        // We bound connections ourselves (one permit per socket); jsonrpsee's
+        // own guard counts HTTP requests and WebSocket sessions.
+        .max_connections(u32::MAX)
+        // A WebSocket that does not answer pings for the idle timeout is closed.
+        .enable_ws_ping(
+            PingConfig::new()
+                .ping_interval(limits.idle_timeout / 3)
+                .inactive_limit(limits.idle_timeout)
+                .max_failures(1),
+        )
+        .build();
+    jsonrpsee::server::Server::builder()
+        .set_config(config)
+        .set_rpc_middleware(
+            RpcServiceBuilder::new()
+                .layer(CheckLayer(request_check::check_request))
+                .layer(CheckLayer(crate::rpc::confine::check_request))
+                .layer(CheckLayer(crate::rpc::params::check_request)),
+        )
+        .to_service_builder()
+}
+
+/// Drives a connection's serving to its end, closing it once it has been an
+/// idle HTTP connection for `idle_timeout` (a WebSocket's pings decide
+/// whether it lives: see [`rpc_service`]).
+pub(crate) async fn until_idle<E: std::fmt::Display>(
+    serving: impl std::future::Future<Output = Result<(), E>>,
+    watched: &idle::Activity,
+    idle_timeout: Duration,
+    client: ClientId,
+) {
+    tokio::pin!(serving);
+    let mut watch = tokio::time::interval(idle_timeout / 4);
+    loop {
+        tokio::select! {
+            ended = &mut serving => {
+                if let Err(e) = ended {
+                    tracing::debug!("connection ended: {e}");
+                }
+                return;
+            }
+            _ = watch.tick() => {
+                if watched.upgraded() {
+                    // A WebSocket now: its pings tell whether it lives.
+                    break;
+                }
+                if watched.idle_for(idle_timeout) {
+                    tracing::debug!(?client, "closed an idle HTTP connection");
+                    return;
+                }
+            }
+        }
+    }
+    if let Err(e) = serving.await {
+        tracing::debug!("connection ended: {e}");
+    }
+}
 
 /// Serves one accepted connection. What it holds ([`Held`]) is kept until
 /// the socket closes — for a WebSocket, until its session ends, which
@@ -248,31 +293,7 @@ async fn connection(
         })
     });
     let serving = serve_with_graceful_shutdown(stream, per_request, stop.shutdown());
-    tokio::pin!(serving);
-    let mut watch = tokio::time::interval(idle_timeout / 4);
-    loop {
-        tokio::select! {
-            ended = &mut serving => {
-                if let Err(e) = ended {
-                    tracing::debug!("connection ended: {e}");
-                }
-                return;
-            }
-            _ = watch.tick() => {
-                if watched.upgraded() {
-                    // A WebSocket now: its pings tell whether it lives.
-                    break;
-                }
-                if watched.idle_for(idle_timeout) {
-                    tracing::debug!(?client, "closed an idle HTTP connection");
-                    return;
-                }
-            }
-        }
-    }
-    if let Err(e) = serving.await {
-        tracing::debug!("connection ended: {e}");
-    }
+    until_idle(serving, &watched, idle_timeout, client).await;
 }
 
 /// The answer to a WebSocket upgrade on a slot kept for plain HTTP calls.

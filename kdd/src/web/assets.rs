@@ -1,0 +1,79 @@
+//! The page's files, embedded in kdd at compile time (no build step: plain
+//! ES modules and a style sheet, served as they are from `web/page/`), and
+//! the page's own URLs, each of which is `index.html` (the page routes on
+//! the client with the history API).
+
+/// One embedded file: its body and content type.
+pub struct Asset {
+    pub body: &'static [u8],
+    pub content_type: &'static str,
+}
+
+const HTML: &str = "text/html; charset=utf-8";
+const JS: &str = "text/javascript; charset=utf-8";
+const CSS: &str = "text/css; charset=utf-8";
+
+const INDEX: Asset = Asset { body: include_bytes!("page/index.html"), content_type: HTML };
+
+/// The file at `path`, or the page for one of its views.
+pub fn find(path: &str) -> Option<Asset> {
+    let file = match path {
+        "/app.js" => Asset { body: include_bytes!("page/app.js"), content_type: JS },
+        "/rpc.js" => Asset { body: include_bytes!("page/rpc.js"), content_type: JS },
+        "/views.js" => Asset { body: include_bytes!("page/views.js"), content_type: JS },
+        "/style.css" => Asset { body: include_bytes!("page/style.css"), content_type: CSS },
+        p if is_view(p) => INDEX,
+        _ => return None,
+    };
+    Some(file)
+}
+
+/// The page's own URLs: `/`, `/approvals`, a thread `/t/<id>`, a work's
+/// `/work/<thread>`.
+pub fn is_view(path: &str) -> bool {
+    let one_segment = |rest: &str| !rest.is_empty() && !rest.contains('/');
+    match path {
+        "/" | "/approvals" => true,
+        p => p.strip_prefix("/t/").is_some_and(one_segment) || p.strip_prefix("/work/").is_some_and(one_segment),
+    }
+}
+
+/// The page shown without a session: how to pair (no script, no style).
+pub const PAIR_FIRST: &str = "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>kd — pair first</title></head>\
+<body><h1>Pair first</h1><p>This browser is not paired with kd. Run <code>kd web</code> on the machine kdd runs \
+on and open the URL it prints (once: it is a one-time link).</p></body></html>\n";
+
+/// The page shown for a pairing link that is unknown, used or expired.
+pub const PAIR_FAILED: &str = "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>kd — pairing refused</title></head>\
+<body><h1>Pairing refused</h1><p>This pairing link was used already, has expired, or is not kd's. Run \
+<code>kd web</code> again for a new one.</p></body></html>\n";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_views_are_the_page_and_nothing_else_is_served() {
+        for view in ["/", "/approvals", "/t/t-1", "/work/t-1"] {
+            assert_eq!(find(view).map(|a| a.content_type), Some(HTML), "{view}");
+        }
+        for other in ["/t/", "/t/a/b", "/index.html/x", "/../Cargo.toml", "/work", "/rpc"] {
+            assert!(find(other).is_none(), "{other}");
+        }
+        assert_eq!(find("/app.js").map(|a| a.content_type), Some(JS));
+    }
+
+    #[test]
+    fn no_page_file_holds_inline_script_or_style() {
+        let index = std::str::from_utf8(INDEX.body).unwrap();
+        assert!(!index.contains("<script>") && !index.contains("style="), "{index}");
+        assert!(!index.contains("onclick") && !index.contains("<style"), "{index}");
+        for js in ["/app.js", "/rpc.js", "/views.js"] {
+            let text = std::str::from_utf8(find(js).unwrap().body).unwrap();
+            assert!(!text.contains("innerHTML") && !text.contains("insertAdjacentHTML"), "{js} inserts HTML");
+            assert!(!text.contains("eval("), "{js}");
+        }
+    }
+}
