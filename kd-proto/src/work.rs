@@ -37,6 +37,14 @@ pub enum WorkState {
     Tampered,
 }
 
+/// A commit as kd shows it: its first 12 characters.
+pub fn short_commit(commit: &str) -> &str {
+    match commit.char_indices().nth(12) {
+        Some((at, _)) => &commit[..at],
+        None => commit,
+    }
+}
+
 impl WorkState {
     pub fn as_str(self) -> &'static str {
         match self {

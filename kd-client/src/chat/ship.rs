@@ -13,9 +13,7 @@ use kd_proto::work::{PullRequest, RebaseOutcome, Rebased, Worktree};
 
 use super::app::{App, Effect, Entry, Kind};
 
-fn short(commit: &str) -> &str {
-    &commit[..commit.len().min(12)]
-}
+use kd_proto::work::short_commit as short;
 
 impl App {
     /// `/check [MEMBER]`: runs the check again on a member's work, or on

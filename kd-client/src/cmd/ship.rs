@@ -18,9 +18,7 @@ use kd_proto::work::RebaseOutcome;
 use super::Ctx;
 use super::work::work_thread;
 
-fn short(commit: &str) -> &str {
-    &commit[..commit.len().min(12)]
-}
+use kd_proto::work::short_commit as short;
 
 #[derive(Debug, Args)]
 pub struct RebaseArgs {

@@ -319,9 +319,7 @@ fn print_diff(d: &MemberDiff, shipped: Option<&Shipped>, styled: bool) -> anyhow
     Ok(())
 }
 
-fn short(commit: &str) -> &str {
-    &commit[..commit.len().min(12)]
-}
+use kd_proto::work::short_commit as short;
 
 /// A check in a line: `check fail (exit 1) on 1a2b3c4d5e6f, 2.1 s`.
 pub fn check_line(c: &WorkCheck, styled: bool) -> String {

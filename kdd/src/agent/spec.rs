@@ -73,3 +73,17 @@ pub struct WorkRun {
     /// `work.setup` before the agent starts.
     pub fresh: bool,
 }
+
+impl WorkRun {
+    /// A run in the worktree kd recorded, made before (no setup).
+    pub fn of(w: &kd_proto::work::Worktree) -> WorkRun {
+        WorkRun {
+            dir: PathBuf::from(&w.path),
+            repo: PathBuf::from(&w.repo),
+            branch: w.branch.clone(),
+            base: w.base.clone(),
+            task: w.task.clone(),
+            fresh: false,
+        }
+    }
+}

@@ -1,7 +1,7 @@
 //! The check in a member's worktree, as the registry keeps it (issue 34):
 //! what beginning and ending a check come to, whichever engine records it.
 
-use kd_proto::work::Worktree;
+use kd_proto::work::{CheckStatus, WorkCheck, Worktree};
 
 /// What [`crate::db::Db::begin_check`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,4 +22,39 @@ pub enum CheckEnded {
     Recorded { worktree: Box<Worktree>, fixing: bool },
     /// Another check began since, or the work is gone: nothing recorded.
     Superseded,
+}
+
+/// The rules both engines record a check by.
+pub mod rules {
+    use super::*;
+
+    /// The running check a worktree's head gets since `at`; None when the
+    /// work takes no check (settled, tampered, its worktree gone).
+    pub fn begins(w: &Worktree, at: i64) -> Option<WorkCheck> {
+        (w.state.takes_work() && w.removed_at_ms.is_none()).then(|| WorkCheck {
+            status: CheckStatus::Running,
+            commit: w.head.clone(),
+            exit_code: None,
+            duration_ms: 0,
+            output: String::new(),
+            started_at_ms: at,
+        })
+    }
+
+    /// Whether `result` is of the check `w` has running (begun at the same
+    /// time, on the same commit): a newer check supersedes it.
+    pub fn is_current(w: &Worktree, result: &WorkCheck) -> bool {
+        w.check.as_ref().is_some_and(|c| {
+            c.status == CheckStatus::Running && c.started_at_ms == result.started_at_ms && c.commit == result.commit
+        })
+    }
+
+    /// Whether `result`, recorded with `fix`, sends the member back: it did
+    /// not pass and the work, still taking work, has tries left.
+    pub fn sends_back(w: &Worktree, result: &WorkCheck, fix: bool) -> bool {
+        fix && result.status != CheckStatus::Pass
+            && w.fixes < w.until_green
+            && w.state.takes_work()
+            && w.removed_at_ms.is_none()
+    }
 }

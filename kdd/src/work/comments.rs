@@ -197,7 +197,7 @@ pub fn review_message(member: &str, message: Option<&str>, comments: &[Comment])
             "\n{}. {} ({lines}, at commit {}){by}:\n{}\n\n```diff\n{}```\n",
             i + 1,
             c.location(),
-            &c.commit[..c.commit.len().min(12)],
+            kd_proto::work::short_commit(&c.commit),
             c.body.trim_end(),
             c.hunk
         ));

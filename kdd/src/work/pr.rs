@@ -176,7 +176,7 @@ async fn body(co: &Arc<Coord>, w: &Worktree, check: Option<&[String]>) -> String
         w.member,
         w.thread,
         w.branch,
-        &w.head[..w.head.len().min(12)]
+        kd_proto::work::short_commit(&w.head)
     ));
     out
 }
@@ -188,7 +188,7 @@ async fn body(co: &Arc<Coord>, w: &Worktree, check: Option<&[String]>) -> String
 fn check_section(w: &Worktree, argv: Option<&[String]>) -> Option<String> {
     let c = w.check.as_ref()?;
     let command = argv.map(|a| format!("`{}`", a.join(" ").replace('`', "'"))).unwrap_or_else(|| "work.check".into());
-    let commit = &c.commit[..c.commit.len().min(12)];
+    let commit = kd_proto::work::short_commit(&c.commit);
     let mut out = match c.status {
         CheckStatus::Running => format!("{command}: still running on commit {commit}."),
         _ => format!(

@@ -14,7 +14,7 @@
 //! King's message. The work's base becomes the King's commit merged in, so
 //! its diff is what the member adds to the King's current code.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use jsonrpsee::types::ErrorObjectOwned;
@@ -38,20 +38,7 @@ const TRIES: u32 = 2;
 /// Most bytes of the King's side's changes told the member.
 const THEIR_DIFF_BYTES: usize = 24 << 10;
 
-fn short(commit: &str) -> &str {
-    &commit[..commit.len().min(12)]
-}
-
-fn work_run(w: &Worktree) -> WorkRun {
-    WorkRun {
-        dir: PathBuf::from(&w.path),
-        repo: PathBuf::from(&w.repo),
-        branch: w.branch.clone(),
-        base: w.base.clone(),
-        task: w.task.clone(),
-        fresh: false,
-    }
-}
+use kd_proto::work::short_commit as short;
 
 /// The member's worktree as kd made it, or a refusal.
 async fn open(w: &Worktree) -> Result<member::Tree, ErrorObjectOwned> {
@@ -128,7 +115,7 @@ pub async fn rebase(
 
     // What the member left uncommitted is committed before anything else.
     let message = format!("{} (before bringing it up to date)", w.task);
-    match commit(db, thread, member, &work_run(&w), &message).await.map_err(|e| ErrorCode::Internal.error(e))? {
+    match commit(db, thread, member, &WorkRun::of(&w), &message).await.map_err(|e| ErrorCode::Internal.error(e))? {
         Committed::Commit(_) => {}
         Committed::Tampered(why) => {
             return Err(ErrorCode::Conflict.error(format!("{member}'s worktree is not as kd made it — {why}")));
@@ -141,7 +128,7 @@ pub async fn rebase(
     let message = format!("Merge {from} ({}) into {}", short(&onto), w.branch);
     match tree.merge(&onto, member, &message).await.map_err(git_error)? {
         Merged::Clean(new) => {
-            record_head(db, thread, member, &work_run(&w), &onto, &new, true)
+            record_head(db, thread, member, &WorkRun::of(&w), &onto, &new, true)
                 .await
                 .map_err(|e| ErrorCode::Internal.error(e))?;
             publish(co, thread, member).await;
@@ -173,7 +160,7 @@ async fn publish(co: &Arc<Coord>, thread: &str, member: &str) {
 /// the member's work; the new head.
 async fn conclude(co: &Arc<Coord>, w: &Worktree) -> Result<String, ErrorObjectOwned> {
     let db = &co.council.agents.db;
-    match commit(db, &w.thread, &w.member, &work_run(w), &w.task).await.map_err(|e| ErrorCode::Conflict.error(e))? {
+    match commit(db, &w.thread, &w.member, &WorkRun::of(w), &w.task).await.map_err(|e| ErrorCode::Conflict.error(e))? {
         Committed::Commit(_) => {}
         Committed::Tampered(why) => {
             return Err(ErrorCode::Conflict.error(format!("{}'s worktree is not as kd made it — {why}", w.member)));

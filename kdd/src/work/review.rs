@@ -248,9 +248,7 @@ fn files(n: usize) -> String {
     if n == 1 { "1 file".into() } else { format!("{n} files") }
 }
 
-fn short(commit: &str) -> &str {
-    &commit[..commit.len().min(12)]
-}
+use kd_proto::work::short_commit as short;
 
 #[cfg(test)]
 mod tests {

@@ -322,7 +322,7 @@ async fn conclude_merge(
         ));
     }
     let message =
-        format!("Merge {} into {} (conflicts resolved by {member})", &theirs[..theirs.len().min(12)], work.branch);
+        format!("Merge {} into {} (conflicts resolved by {member})", kd_proto::work::short_commit(theirs), work.branch);
     tree.commit_merge(member, &message).await.map_err(|e| e.to_string())
 }
 
@@ -379,14 +379,7 @@ pub async fn recover(db: &Db, orphans: &[(String, String, String)]) -> usize {
     };
     let mut n = 0;
     for w in trees.into_iter().filter(|w| w.state == WorkState::Working) {
-        let work = WorkRun {
-            dir: PathBuf::from(&w.path),
-            repo: PathBuf::from(&w.repo),
-            branch: w.branch.clone(),
-            base: w.base.clone(),
-            task: w.task.clone(),
-            fresh: false,
-        };
+        let work = WorkRun::of(&w);
         let message = format!("{} (interrupted)", w.task);
         let committed = commit(db, &w.thread, &w.member, &work, &message).await;
         let (note, commit, state) = match committed {

@@ -9,7 +9,7 @@ use tokio_postgres::Row;
 
 use super::Pg;
 use super::work::get;
-use crate::db::check::{CheckEnded, Started};
+use crate::db::check::{CheckEnded, Started, rules};
 use crate::db::{DbResult, Outbox};
 
 /// The check of a worktree row, from its columns at `at` (status, commit,
@@ -65,17 +65,7 @@ impl Pg {
         let tx = c.transaction().await?;
         lock(&tx, &thread, &member).await?;
         let Some(w) = get(&tx, &thread, &member).await? else { return Ok(Started::NoWork) };
-        if !w.state.takes_work() || w.removed_at_ms.is_some() {
-            return Ok(Started::Settled(w));
-        }
-        let check = WorkCheck {
-            status: CheckStatus::Running,
-            commit: w.head.clone(),
-            exit_code: None,
-            duration_ms: 0,
-            output: String::new(),
-            started_at_ms: at,
-        };
+        let Some(check) = rules::begins(&w, at) else { return Ok(Started::Settled(w)) };
         set(&tx, &w, &check).await?;
         let Some(w) = get(&tx, &thread, &member).await? else { return Ok(Started::NoWork) };
         let mut out = Outbox::default();
@@ -92,18 +82,11 @@ impl Pg {
         let tx = c.transaction().await?;
         lock(&tx, &thread, &member).await?;
         let Some(w) = get(&tx, &thread, &member).await? else { return Ok(CheckEnded::Superseded) };
-        let current = w.check.as_ref().is_some_and(|c| {
-            c.status == CheckStatus::Running && c.started_at_ms == check.started_at_ms && c.commit == check.commit
-        });
-        if !current {
+        if !rules::is_current(&w, &check) {
             return Ok(CheckEnded::Superseded);
         }
         set(&tx, &w, &check).await?;
-        let fixing = fix
-            && check.status != CheckStatus::Pass
-            && w.fixes < w.until_green
-            && w.state.takes_work()
-            && w.removed_at_ms.is_none();
+        let fixing = rules::sends_back(&w, &check, fix);
         if fixing {
             tx.execute(
                 &tx.prepare_cached(

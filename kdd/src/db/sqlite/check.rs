@@ -9,7 +9,7 @@ use rusqlite::{Connection, Row, params};
 use super::Outbox;
 use super::work::get;
 use crate::db::DbResult;
-use crate::db::check::{CheckEnded, Started};
+use crate::db::check::{CheckEnded, Started, rules};
 
 /// The check of a worktree row, from its columns at `at` (status, commit,
 /// exit, ms, output, started).
@@ -49,17 +49,7 @@ fn set(conn: &Connection, w: &Worktree, c: &WorkCheck) -> DbResult<()> {
 /// work does not take work (settled, tampered) or its worktree is gone.
 pub fn begin(conn: &Connection, out: &mut Outbox, thread: &str, member: &str, at: i64) -> DbResult<Started> {
     let Some(w) = get(conn, thread, member)? else { return Ok(Started::NoWork) };
-    if !w.state.takes_work() || w.removed_at_ms.is_some() {
-        return Ok(Started::Settled(w));
-    }
-    let check = WorkCheck {
-        status: CheckStatus::Running,
-        commit: w.head.clone(),
-        exit_code: None,
-        duration_ms: 0,
-        output: String::new(),
-        started_at_ms: at,
-    };
+    let Some(check) = rules::begins(&w, at) else { return Ok(Started::Settled(w)) };
     set(conn, &w, &check)?;
     let Some(w) = get(conn, thread, member)? else { return Ok(Started::NoWork) };
     out.publish(thread, ThreadEvent::Work { worktree: Box::new(w.clone()) });
@@ -79,18 +69,11 @@ pub fn end(
     fix: bool,
 ) -> DbResult<CheckEnded> {
     let Some(w) = get(conn, thread, member)? else { return Ok(CheckEnded::Superseded) };
-    let current = w.check.as_ref().is_some_and(|c| {
-        c.status == CheckStatus::Running && c.started_at_ms == check.started_at_ms && c.commit == check.commit
-    });
-    if !current {
+    if !rules::is_current(&w, check) {
         return Ok(CheckEnded::Superseded);
     }
     set(conn, &w, check)?;
-    let fixing = fix
-        && check.status != CheckStatus::Pass
-        && w.fixes < w.until_green
-        && w.state.takes_work()
-        && w.removed_at_ms.is_none();
+    let fixing = rules::sends_back(&w, check, fix);
     if fixing {
         conn.prepare_cached(
             "UPDATE worktrees SET fixes = fixes + 1, state = 'working' WHERE thread_id = ?1 AND member = ?2",

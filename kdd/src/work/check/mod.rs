@@ -413,9 +413,7 @@ pub fn until_green(config: &crate::config::Config, asked: Option<u32>) -> Result
     Ok(n)
 }
 
-fn short(commit: &str) -> &str {
-    &commit[..commit.len().min(12)]
-}
+use kd_proto::work::short_commit as short;
 
 #[cfg(test)]
 mod tests {
