@@ -4,6 +4,7 @@
 //! the client with the history API).
 
 /// One embedded file: its body and content type.
+#[derive(Clone, Copy)]
 pub struct Asset {
     pub body: &'static [u8],
     pub content_type: &'static str,
@@ -15,17 +16,27 @@ const CSS: &str = "text/css; charset=utf-8";
 
 const INDEX: Asset = Asset { body: include_bytes!("page/index.html"), content_type: HTML };
 
+/// The page's scripts and style sheet, by URL: one ES module per view
+/// (`threads.js`, `thread.js`, `work.js`, `approvals.js`) beside the router
+/// (`app.js`), the JSON-RPC connection (`rpc.js`) and the helpers they share
+/// (`dom.js`).
+const FILES: &[(&str, Asset)] = &[
+    ("/app.js", Asset { body: include_bytes!("page/app.js"), content_type: JS }),
+    ("/rpc.js", Asset { body: include_bytes!("page/rpc.js"), content_type: JS }),
+    ("/dom.js", Asset { body: include_bytes!("page/dom.js"), content_type: JS }),
+    ("/threads.js", Asset { body: include_bytes!("page/threads.js"), content_type: JS }),
+    ("/thread.js", Asset { body: include_bytes!("page/thread.js"), content_type: JS }),
+    ("/work.js", Asset { body: include_bytes!("page/work.js"), content_type: JS }),
+    ("/approvals.js", Asset { body: include_bytes!("page/approvals.js"), content_type: JS }),
+    ("/style.css", Asset { body: include_bytes!("page/style.css"), content_type: CSS }),
+];
+
 /// The file at `path`, or the page for one of its views.
 pub fn find(path: &str) -> Option<Asset> {
-    let file = match path {
-        "/app.js" => Asset { body: include_bytes!("page/app.js"), content_type: JS },
-        "/rpc.js" => Asset { body: include_bytes!("page/rpc.js"), content_type: JS },
-        "/views.js" => Asset { body: include_bytes!("page/views.js"), content_type: JS },
-        "/style.css" => Asset { body: include_bytes!("page/style.css"), content_type: CSS },
-        p if is_view(p) => INDEX,
-        _ => return None,
-    };
-    Some(file)
+    if is_view(path) {
+        return Some(INDEX);
+    }
+    FILES.iter().find(|(url, _)| *url == path).map(|(_, asset)| *asset)
 }
 
 /// The page's own URLs: `/`, `/approvals`, a thread `/t/<id>`, a work's
@@ -70,8 +81,8 @@ mod tests {
         let index = std::str::from_utf8(INDEX.body).unwrap();
         assert!(!index.contains("<script>") && !index.contains("style="), "{index}");
         assert!(!index.contains("onclick") && !index.contains("<style"), "{index}");
-        for js in ["/app.js", "/rpc.js", "/views.js"] {
-            let text = std::str::from_utf8(find(js).unwrap().body).unwrap();
+        for (js, asset) in FILES.iter().filter(|(url, _)| url.ends_with(".js")) {
+            let text = std::str::from_utf8(asset.body).unwrap();
             assert!(!text.contains("innerHTML") && !text.contains("insertAdjacentHTML"), "{js} inserts HTML");
             assert!(!text.contains("eval("), "{js}");
         }

@@ -3,7 +3,10 @@
 // history API, without reloading.
 
 import { Rpc } from '/rpc.js';
-import { threadsView, threadView, approvalsView, workView, watchPending } from '/views.js';
+import { threadsView } from '/threads.js';
+import { threadView } from '/thread.js';
+import { approvalsView, watchPending } from '/approvals.js';
+import { workView } from '/work.js';
 
 const conn = document.getElementById('conn');
 const rpc = new Rpc((state) => { conn.textContent = state; conn.dataset.state = state; });
