@@ -3,11 +3,13 @@
 //! ended, a member failed or timed out, a budget stopped an exchange, an
 //! emergency broadcast is not acknowledged — and `notify.test`
 //! (`NotifyApiServer`, `NotifyApiClient`), which sends one to each sink a
-//! workspace's configuration names and says what each answered.
+//! workspace's configuration names and says what each answered, and
+//! `notify.subscribe`, every notification live (kd web's attention view).
 //!
 //! [`Notification`] is also what a sink receives: the JSON body a
 //! `notify.webhook` POSTs and the JSON a `notify.command` reads on stdin.
 
+use jsonrpsee::core::SubscriptionResult;
 use jsonrpsee::proc_macros::rpc;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -71,6 +73,11 @@ impl NotifyKind {
 /// One notification, as every sink gets it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Notification {
+    /// Its number on the daemon that sent it: increasing, and larger after
+    /// a restart than before it (`notify.subscribe`'s `since`); 0 for a
+    /// test.
+    #[serde(default)]
+    pub id: u64,
     pub kind: NotifyKind,
     /// The thread it is about (none for `test`).
     pub thread: Option<String>,
@@ -133,10 +140,35 @@ pub struct NotifyTest {
     pub stats: NotifyStats,
 }
 
+/// How many notifications kdd keeps for `notify.subscribe` (the newest).
+pub const KEPT: usize = 100;
+
+/// An item of a `notify.subscribe` subscription.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum NotifyEvent {
+    /// A notification kd sent (first the kept ones after `since`, oldest
+    /// first; then each as it is sent).
+    Notified { notification: Box<Notification> },
+    /// The subscriber fell behind and `missed` notifications were dropped.
+    Lagged { missed: u64 },
+}
+
 #[rpc(server, client)]
 pub trait NotifyApi {
     /// Sends one `test` notification to each sink the workspace's
     /// configuration names and says what each answered.
     #[method(name = "notify.test", param_kind = map)]
     async fn notify_test(&self, workspace: String) -> RpcResult<NotifyTest>;
+
+    /// kd's notifications on this daemon, live, whether or not a sink is
+    /// configured (kd web's attention view): first the kept ones (at most
+    /// [`KEPT`]) numbered after `since`, then each as it is sent.
+    #[subscription(
+        name = "notify.subscribe" => "notify.event",
+        unsubscribe = "notify.unsubscribe",
+        item = NotifyEvent,
+        param_kind = map
+    )]
+    async fn notify_subscribe(&self, since: Option<u64>) -> SubscriptionResult;
 }

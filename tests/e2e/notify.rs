@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use kd_client::prelude::*;
-use kd_proto::notify::{Notification, NotifyKind, NotifyTest};
+use kd_proto::notify::{Notification, NotifyEvent, NotifyKind, NotifyTest};
 use kd_proto::types::*;
 use kd_tests::{Kdd, Workspace, collect_until, run, within};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -425,4 +425,44 @@ async fn the_king_is_told_an_approval_waits_a_member_timed_out_and_work_ended() 
         (NotifyKind::Work, Some(started.thread.as_str())),
         "{told:?}"
     );
+}
+
+/// The next `n` notifications of a `notify.subscribe` subscription.
+async fn notified(sub: &mut jsonrpsee::core::client::Subscription<NotifyEvent>, n: usize) -> Vec<Notification> {
+    let mut out = Vec::new();
+    within("notify.subscribe", async {
+        while out.len() < n {
+            match sub.next().await.unwrap().unwrap() {
+                NotifyEvent::Notified { notification } => out.push(*notification),
+                NotifyEvent::Lagged { missed } => panic!("lagged {missed}"),
+            }
+        }
+    })
+    .await;
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn notify_subscribe_streams_every_notification_without_a_sink_and_keeps_them_for_a_later_page() {
+    let ws = Workspace::new(&[]);
+    council(&ws, serde_json::json!({}));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let mut live = c.notify_subscribe(None).await.unwrap();
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let king = ask(&c, &t, "Anyone?", 0).await;
+    // codex and gemini failed, the exchange ended: no sink is configured,
+    // the subscriber is told each once (one failure per exchange).
+    let got = notified(&mut live, 2).await;
+    let want = BTreeSet::from([(NotifyKind::Failed, Some(king)), (NotifyKind::Done, Some(king))]);
+    assert_eq!(kinds(&got), want, "{got:?}");
+    assert!(got.windows(2).all(|w| w[0].id < w[1].id), "numbered in order: {got:?}");
+    assert!(got.iter().all(|n| n.thread.as_deref() == Some(t.as_str())));
+
+    // A page opening later gets the kept ones; one that saw the first gets
+    // the rest only.
+    let mut later = c.notify_subscribe(None).await.unwrap();
+    assert_eq!(notified(&mut later, 2).await, got);
+    let mut since = c.notify_subscribe(Some(got[0].id)).await.unwrap();
+    assert_eq!(notified(&mut since, 1).await, got[1..]);
 }

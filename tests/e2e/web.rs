@@ -211,6 +211,7 @@ async fn a_daemon_with_a_page_open_stops_at_once() {
     assert!(started.elapsed() < std::time::Duration::from_secs(15), "{:?}", started.elapsed());
 }
 
+mod attention;
 mod browser;
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,8 +1,9 @@
-//! Attention (issue 33) in the OpenRPC document: `notify.test`.
+//! Attention (issue 33) in the OpenRPC document: `notify.test` and
+//! `notify.subscribe`.
 
 use super::Builder;
 use crate::error::ErrorCode::*;
-use crate::notify::NotifyTest;
+use crate::notify::{NotifyEvent, NotifyTest};
 
 pub(super) fn methods(b: &mut Builder) {
     b.method::<NotifyTest>(
@@ -16,4 +17,17 @@ pub(super) fn methods(b: &mut Builder) {
     );
     b.param::<String>("workspace", true, "the workspace whose configuration names the sinks (absolute)")
         .errors(&[InvalidArgument]);
+    b.method::<NotifyEvent>(
+        "notify.subscribe",
+        "event",
+        "kd's notifications on this daemon, live, whether or not a sink is configured (kd web's attention view): \
+         first the kept ones (the newest 100) numbered after since, oldest first (notified), then each as it is \
+         sent; lagged when the subscriber fell behind. Numbers grow and are larger after a restart. Notifications \
+         are notify.event; cancel with notify.unsubscribe. Refused to an agent's processes.",
+    );
+    b.param::<u64>("since", false, "only the kept notifications numbered after this one (default: every kept one)")
+        .errors(&[Forbidden]);
+    if let Some(m) = b.methods.last_mut() {
+        m.subscription = Some(("notify.event", "notify.unsubscribe"));
+    }
 }

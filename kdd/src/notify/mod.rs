@@ -13,10 +13,13 @@
 //! and the configuration read, each sink called at once, each call bounded
 //! by `notify.timeout` — and at most [`SLOTS`] deliveries run at a time
 //! (past them, one is dropped and counted). A failing sink is logged.
+//! Each notification is also numbered and kept in the [`feed::Feed`] for
+//! `notify.subscribe` (kd web's attention view), sinks or none.
 //!
 //! On a registry several nodes share, each node notifies what happened on
 //! it (the tap sees no other node's events), so nothing is sent twice.
 
+pub mod feed;
 mod sinks;
 #[cfg(test)]
 mod tests;
@@ -43,6 +46,8 @@ pub const SLOTS: usize = 32;
 
 pub struct Notifier {
     db: Arc<Db>,
+    /// Every notification made, for `notify.subscribe`.
+    pub feed: feed::Feed,
     http: Result<sinks::Http, String>,
     sent: AtomicU64,
     failed: AtomicU64,
@@ -58,6 +63,7 @@ impl Notifier {
         }
         Notifier {
             db,
+            feed: feed::Feed::new(crate::db::now_ms()),
             http,
             sent: AtomicU64::new(0),
             failed: AtomicU64::new(0),
@@ -172,11 +178,12 @@ impl Notifier {
 
     async fn deliver(&self, thread: &str, draft: Draft) {
         let Some((t, config)) = self.config_of(thread).await else { return };
-        if !config.has_sinks() || !config.kinds.contains(&draft.kind) {
+        if !config.kinds.contains(&draft.kind) {
             return;
         }
         let about = t.title.as_deref().map(|s| what::clip(s, 80)).unwrap_or_else(|| t.id.clone());
         let n = Notification {
+            id: 0,
             kind: draft.kind,
             thread: Some(t.id.clone()),
             title: what::clip(&format!("kd: {} — {about}", draft.title), 200),
@@ -188,6 +195,10 @@ impl Notifier {
             approval: draft.approval,
             at_ms: crate::db::now_ms(),
         };
+        let n = self.feed.publish(n);
+        if !config.has_sinks() {
+            return;
+        }
         for a in self.call_all(&config, &n).await {
             if !a.ok {
                 tracing::warn!(thread, kind = n.kind.as_str(), sink = a.sink, target = a.target, "{}", a.answer);
@@ -222,6 +233,7 @@ impl Notifier {
             .await
             .map_err(|e| ConfigError { file: None, key: "notify".into(), message: e.to_string() })??;
         let n = Notification {
+            id: 0,
             kind: NotifyKind::Test,
             thread: None,
             title: "kd: a test notification".into(),

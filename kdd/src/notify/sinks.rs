@@ -202,6 +202,7 @@ mod tests {
 
     fn note() -> Notification {
         Notification {
+            id: 0,
             kind: NotifyKind::Test,
             thread: None,
             title: "kd: a test".into(),

@@ -50,6 +50,7 @@ mod tests {
             "approval.list",
             "approval.decide",
             "approval.subscribe",
+            "notify.subscribe",
             "web.serve",
             "web.sessions",
             "web.revoke",

@@ -17,7 +17,8 @@ const CSS: &str = "text/css; charset=utf-8";
 const INDEX: Asset = Asset { body: include_bytes!("page/index.html"), content_type: HTML };
 
 /// The page's scripts and style sheet, by URL: one ES module per view
-/// (`threads.js`, `thread.js`, `work.js`, `approvals.js`) beside the router
+/// (`threads.js`, `thread.js`, `work.js`, `approvals.js`,
+/// `attention.js`) beside the router
 /// (`app.js`), the JSON-RPC connection (`rpc.js`) and the helpers they share
 /// (`dom.js`).
 const FILES: &[(&str, Asset)] = &[
@@ -28,6 +29,7 @@ const FILES: &[(&str, Asset)] = &[
     ("/thread.js", Asset { body: include_bytes!("page/thread.js"), content_type: JS }),
     ("/work.js", Asset { body: include_bytes!("page/work.js"), content_type: JS }),
     ("/approvals.js", Asset { body: include_bytes!("page/approvals.js"), content_type: JS }),
+    ("/attention.js", Asset { body: include_bytes!("page/attention.js"), content_type: JS }),
     ("/style.css", Asset { body: include_bytes!("page/style.css"), content_type: CSS }),
 ];
 
@@ -39,12 +41,12 @@ pub fn find(path: &str) -> Option<Asset> {
     FILES.iter().find(|(url, _)| *url == path).map(|(_, asset)| *asset)
 }
 
-/// The page's own URLs: `/`, `/approvals`, a thread `/t/<id>`, a work's
+/// The page's own URLs: `/`, `/approvals`, `/attention`, a thread `/t/<id>`, a work's
 /// `/work/<thread>`.
 pub fn is_view(path: &str) -> bool {
     let one_segment = |rest: &str| !rest.is_empty() && !rest.contains('/');
     match path {
-        "/" | "/approvals" => true,
+        "/" | "/approvals" | "/attention" => true,
         p => p.strip_prefix("/t/").is_some_and(one_segment) || p.strip_prefix("/work/").is_some_and(one_segment),
     }
 }
@@ -67,7 +69,7 @@ mod tests {
 
     #[test]
     fn the_views_are_the_page_and_nothing_else_is_served() {
-        for view in ["/", "/approvals", "/t/t-1", "/work/t-1"] {
+        for view in ["/", "/approvals", "/attention", "/t/t-1", "/work/t-1"] {
             assert_eq!(find(view).map(|a| a.content_type), Some(HTML), "{view}");
         }
         for other in ["/t/", "/t/a/b", "/index.html/x", "/../Cargo.toml", "/work", "/rpc"] {

@@ -12,7 +12,7 @@ use serde_json::json;
 
 /// A browser paired with `kdd`'s web client, on the threads view; the
 /// page's origin.
-async fn paired(kdd: &Kdd, test: &str) -> Option<(Browser, String)> {
+pub(super) async fn paired(kdd: &Kdd, test: &str) -> Option<(Browser, String)> {
     let browser = Browser::start(test).await?;
     let web = serve(kdd).await;
     browser.client.goto(&web.url).await.expect("open the pairing URL");
@@ -22,7 +22,7 @@ async fn paired(kdd: &Kdd, test: &str) -> Option<(Browser, String)> {
     Some((browser, origin))
 }
 
-fn js_str(s: &str) -> String {
+pub(super) fn js_str(s: &str) -> String {
     serde_json::to_string(s).expect("a JSON string")
 }
 

@@ -1,5 +1,5 @@
 // kd web: the page's router. Each view has its own URL (/, /t/<id>,
-// /approvals, /work/<thread>); links marked data-link move with the
+// /approvals, /attention, /work/<thread>); links marked data-link move with the
 // history API, without reloading.
 
 import { Rpc } from '/rpc.js';
@@ -7,6 +7,7 @@ import { threadsView } from '/threads.js';
 import { threadView } from '/thread.js';
 import { approvalsView, watchPending } from '/approvals.js';
 import { workView } from '/work.js';
+import { attentionView, watchAttention } from '/attention.js';
 
 const conn = document.getElementById('conn');
 const rpc = new Rpc((state) => { conn.textContent = state; conn.dataset.state = state; });
@@ -21,6 +22,7 @@ function route() {
   let m;
   if (path === '/') leave = threadsView(rpc, main);
   else if (path === '/approvals') leave = approvalsView(rpc, main);
+  else if (path === '/attention') leave = attentionView(rpc, main);
   else if ((m = path.match(/^\/t\/([^/]+)$/))) leave = threadView(rpc, main, decodeURIComponent(m[1]));
   else if ((m = path.match(/^\/work\/([^/]+)$/))) leave = workView(rpc, main, decodeURIComponent(m[1]));
   else main.textContent = 'Not found.';
@@ -40,4 +42,5 @@ document.addEventListener('click', (e) => {
 });
 window.addEventListener('popstate', route);
 watchPending(rpc, document.getElementById('pending-count'));
+watchAttention(rpc, document.getElementById('attention-count'));
 route();
