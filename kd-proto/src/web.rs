@@ -35,6 +35,11 @@ pub struct WebServing {
     /// Whether this call started the serving (false: it was serving already,
     /// only a new token was made).
     pub started: bool,
+    /// The names the page answers to beyond loopback's and the machine's
+    /// host name: `web.names`, and on a wildcard address the machine's
+    /// interface addresses (a `Host` naming anything else is refused).
+    #[serde(default)]
+    pub names: Vec<String>,
 }
 
 /// A browser paired with kd web.
@@ -77,6 +82,7 @@ pub trait WebApi {
         insecure_http: Option<bool>,
         tls_cert: Option<String>,
         tls_key: Option<String>,
+        names: Option<Vec<String>>,
     ) -> RpcResult<WebServing>;
 
     /// Stops serving the web client; every page's connection is closed.

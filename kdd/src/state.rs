@@ -73,6 +73,8 @@ pub struct WebServe {
     pub insecure_http: bool,
     pub tls_cert: Option<String>,
     pub tls_key: Option<String>,
+    /// More names the page is reached by (a DNS name, a reverse proxy's).
+    pub names: Vec<String>,
 }
 
 /// kd web as the `web.*` methods drive it: served by `crate::web`, above

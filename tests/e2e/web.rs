@@ -151,21 +151,21 @@ async fn web_stop_closes_the_listener_and_a_lan_address_wants_tls() {
     let web = serve(&kdd).await;
     let c = kdd.client().await;
     // Another address while serving: refused, naming the one served.
-    let e = c.web_serve(Some("127.0.0.2:7999".into()), None, None, None).await.unwrap_err();
+    let e = c.web_serve(Some("127.0.0.2:7999".into()), None, None, None, None).await.unwrap_err();
     assert!(e.to_string().contains(&format!("serves on {} already", web.addr)), "{e}");
     assert!(c.web_stop().await.unwrap().stopped);
     assert!(std::net::TcpStream::connect(&web.addr).is_err(), "the listener is closed");
     assert!(!c.web_stop().await.unwrap().stopped);
     // A non-loopback address: TLS with kd's own certificate, or plain HTTP
     // only when asked.
-    let lan = c.web_serve(Some("0.0.0.0:0".into()), None, None, None).await.unwrap();
+    let lan = c.web_serve(Some("0.0.0.0:0".into()), None, None, None, None).await.unwrap();
     assert!(lan.tls && lan.self_signed && lan.url.starts_with("https://"), "{lan:?}");
     assert_eq!(lan.fingerprint.as_deref().map(str::len), Some(95), "{lan:?}");
     c.web_stop().await.unwrap();
-    let again = c.web_serve(Some("0.0.0.0:0".into()), None, None, None).await.unwrap();
+    let again = c.web_serve(Some("0.0.0.0:0".into()), None, None, None, None).await.unwrap();
     assert_eq!(again.fingerprint, lan.fingerprint, "kd's certificate is kept");
     c.web_stop().await.unwrap();
-    let plain = c.web_serve(Some("0.0.0.0:0".into()), Some(true), None, None).await.unwrap();
+    let plain = c.web_serve(Some("0.0.0.0:0".into()), Some(true), None, None, None).await.unwrap();
     assert!(!plain.tls && plain.url.starts_with("http://"), "{plain:?}");
     c.web_stop().await.unwrap();
 }
@@ -242,7 +242,7 @@ async fn web_listen_in_the_users_configuration_serves_from_the_start() {
 async fn a_lan_address_pairs_over_tls_with_a_secure_cookie() {
     let kdd = Kdd::start();
     let c = kdd.client().await;
-    let lan = c.web_serve(Some("0.0.0.0:0".into()), None, None, None).await.unwrap();
+    let lan = c.web_serve(Some("0.0.0.0:0".into()), None, None, None, None).await.unwrap();
     let port = lan.listen.rsplit(':').next().unwrap().to_string();
     let a = format!("127.0.0.1:{port}");
     let path = &lan.url[lan.url.find("/pair").unwrap()..];
@@ -305,4 +305,35 @@ async fn a_revoked_session_loses_its_open_websocket() {
     let started = std::time::Instant::now();
     let _ = ws.read_to_end(&mut rest);
     assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lan_listener_answers_to_the_names_given_and_the_machines_addresses_only() {
+    let kdd = Kdd::start();
+    let mut kd = kdd.kd();
+    kd.args(["web", "--listen", "0.0.0.0:0", "--insecure-http", "--name", "KD.Example.LAN", "--json"]);
+    let out = kd_tests::run(kd).await;
+    assert!(out.status.success(), "{} {}", out.stdout, out.stderr);
+    let serving: kd_proto::web::WebServing = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(serving.names.first().map(String::as_str), Some("kd.example.lan"), "{serving:?}");
+    let port = serving.listen.rsplit(':').next().unwrap().to_string();
+    let a = format!("127.0.0.1:{port}");
+    // The given name and each interface address are kd web's (pair first:
+    // 401); any other name is a rebinding (421).
+    for name in &serving.names {
+        let page = get(&a, &format!("{name}:{port}"), "/", "");
+        assert_eq!(page.status, 401, "{name}: {page:?}");
+    }
+    assert!(serving.names.len() > 1, "the machine's interface addresses: {serving:?}");
+    assert_eq!(get(&a, &format!("evil.example:{port}"), "/", "").status, 421);
+    // A name it was not started with: refused while it serves.
+    let mut kd = kdd.kd();
+    kd.args(["web", "--name", "other.lan"]);
+    let out = kd_tests::run(kd).await;
+    assert!(!out.status.success() && out.stderr.contains("not as other.lan"), "{} {}", out.stdout, out.stderr);
+    // A bad name: a clear error.
+    let c = kdd.client().await;
+    let e = c.web_serve(None, None, None, None, Some(vec!["evil.com:80".into()])).await.unwrap_err();
+    assert!(e.to_string().contains("not a host name"), "{e}");
+    c.web_stop().await.unwrap();
 }

@@ -19,13 +19,13 @@ pub struct Served {
 /// Serves the web client of `kdd` on a free loopback port.
 pub async fn serve(kdd: &Kdd) -> Served {
     let c = kdd.client().await;
-    let s = c.web_serve(Some("127.0.0.1:0".into()), None, None, None).await.expect("web.serve");
+    let s = c.web_serve(Some("127.0.0.1:0".into()), None, None, None, None).await.expect("web.serve");
     Served { addr: s.listen, url: s.url }
 }
 
 /// A new pairing URL of the web client `kdd` serves.
 pub async fn token_url(kdd: &Kdd) -> String {
-    kdd.client().await.web_serve(None, None, None, None).await.expect("web.serve").url
+    kdd.client().await.web_serve(None, None, None, None, None).await.expect("web.serve").url
 }
 
 /// An HTTP answer: status, headers (names lowercased), body.

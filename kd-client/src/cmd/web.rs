@@ -36,6 +36,9 @@ pub struct WebArgs {
     /// Its PEM private key
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_key: Option<std::path::PathBuf>,
+    /// Another name the page is reached by (a DNS name, a reverse proxy's); repeatable; also web.names
+    #[arg(long = "name", value_name = "NAME")]
+    names: Vec<String>,
     /// Stop serving the web client
     #[arg(long, conflicts_with_all = ["listen", "open", "qr", "insecure_http", "tls_cert"])]
     stop: bool,
@@ -105,7 +108,13 @@ pub async fn run(ctx: &Ctx, a: WebArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let serving = client
-        .web_serve(a.listen, a.insecure_http.then_some(true), absolute(a.tls_cert)?, absolute(a.tls_key)?)
+        .web_serve(
+            a.listen,
+            a.insecure_http.then_some(true),
+            absolute(a.tls_cert)?,
+            absolute(a.tls_key)?,
+            (!a.names.is_empty()).then_some(a.names),
+        )
         .await
         .map_err(ClientError::from)?;
     if a.json {
@@ -118,6 +127,9 @@ pub async fn run(ctx: &Ctx, a: WebArgs) -> anyhow::Result<ExitCode> {
         if serving.started { "serving" } else { "serves" },
         serving.listen
     )?;
+    if !serving.names.is_empty() {
+        outln!("Also reached as: {}", serving.names.join(", "))?;
+    }
     if let Some(fp) = &serving.fingerprint {
         let whose = if serving.self_signed { "kd's self-signed certificate" } else { "the certificate" };
         outln!("TLS: {whose}, SHA-256 fingerprint {fp}")?;

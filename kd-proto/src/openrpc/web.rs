@@ -18,6 +18,12 @@ pub(super) fn methods(b: &mut Builder) {
         .param::<bool>("insecure_http", false, "serve a non-loopback address without TLS (not recommended)")
         .param::<String>("tls_cert", false, "a PEM certificate chain to serve (absolute path, with tls_key)")
         .param::<String>("tls_key", false, "its PEM private key (absolute path)")
+        .param::<Vec<String>>(
+            "names",
+            false,
+            "more host names the page is reached by (a DNS name, a reverse proxy's; also web.names); a Host naming \
+             anything else is refused",
+        )
         .errors(&[InvalidArgument, Internal, Forbidden]);
     b.method::<WebStopped>(
         "web.stop",

@@ -1,6 +1,7 @@
 //! `web.*` (issue 35): where kd web serves — `web.listen` (an `IP:PORT`,
 //! or `localhost:PORT`), `web.tls_cert` and `web.tls_key` (absolute paths
-//! of PEM files, together). kd web is the daemon's, not a workspace's, so
+//! of PEM files, together), `web.names` (more host names the page is
+//! reached by: a DNS name, a reverse proxy's, a tailnet's). kd web is the daemon's, not a workspace's, so
 //! only the user's file (`$XDG_CONFIG_HOME/kd/config.json`) is read for it
 //! ([`load`]); a workspace's section is checked like any other key but
 //! does not move the listener. With `web.listen` set, kdd serves kd web
@@ -20,6 +21,7 @@ pub struct RawWeb {
     pub listen: Option<String>,
     pub tls_cert: Option<String>,
     pub tls_key: Option<String>,
+    pub names: Option<Vec<String>>,
 }
 
 /// The section, checked.
@@ -28,6 +30,35 @@ pub struct Web {
     pub listen: Option<String>,
     pub tls_cert: Option<String>,
     pub tls_key: Option<String>,
+    pub names: Vec<String>,
+}
+
+/// At most this many `web.names`.
+pub const MAX_NAMES: usize = 16;
+
+/// A name kd web may be reached by: a DNS name (letters, digits, `-`,
+/// labels of at most 63 between dots) or an IP address (IPv6 in brackets
+/// or not); lowercased.
+pub fn host_name(name: &str) -> Result<String, String> {
+    let n = name.trim_end_matches('.').to_ascii_lowercase();
+    let bare = n.strip_prefix('[').and_then(|v| v.strip_suffix(']')).unwrap_or(&n);
+    if let Ok(ip) = bare.parse::<IpAddr>() {
+        return Ok(match ip {
+            IpAddr::V4(ip) => ip.to_string(),
+            IpAddr::V6(ip) => format!("[{ip}]"),
+        });
+    }
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    };
+    if n.is_empty() || n.len() > 253 || !n.split('.').all(label_ok) {
+        return Err(format!("{name:?} is not a host name or an IP address (e.g. kd.example.lan)"));
+    }
+    Ok(n)
 }
 
 /// `listen` as an address: `IP:PORT`, or `localhost:PORT`.
@@ -57,7 +88,17 @@ pub(super) fn section(r: &mut Resolver, raw: Option<RawWeb>) -> Result<Web, Conf
     if raw.tls_cert.is_some() != raw.tls_key.is_some() {
         return Err(r.err("web.tls_cert", "web.tls_cert and web.tls_key go together"));
     }
-    Ok(Web { listen: raw.listen, tls_cert: raw.tls_cert, tls_key: raw.tls_key })
+    let mut names = Vec::new();
+    if let Some(given) = raw.names {
+        if given.len() > MAX_NAMES {
+            return Err(r.err("web.names", format!("at most {MAX_NAMES} names, got {}", given.len())));
+        }
+        for n in &given {
+            names.push(host_name(n).map_err(|m| r.err("web.names", m))?);
+        }
+        r.set("web.names", true);
+    }
+    Ok(Web { listen: raw.listen, tls_cert: raw.tls_cert, tls_key: raw.tls_key, names })
 }
 
 /// The user's `web` section (none: every key unset).
@@ -91,6 +132,20 @@ mod tests {
         ] {
             assert_eq!(parse(v.clone()).unwrap_err().key, key, "{v}");
         }
+    }
+
+    #[test]
+    fn names_are_host_names_or_addresses_lowercased() {
+        let web =
+            parse(json!({"names": ["KD.Example.LAN.", "10.0.0.7", "::1", "[fe80::1]", "tail-1.ts.net"]})).unwrap();
+        assert_eq!(web.names, ["kd.example.lan", "10.0.0.7", "[::1]", "[fe80::1]", "tail-1.ts.net"]);
+        for bad in ["evil.com:80", "a b", "-x.lan", "x..lan", "", "é.lan", "a/b"] {
+            let e = parse(json!({"names": [bad]})).unwrap_err();
+            assert_eq!(e.key, "web.names", "{bad}");
+            assert!(e.message.contains("not a host name"), "{bad}: {}", e.message);
+        }
+        let many: Vec<String> = (0..MAX_NAMES + 1).map(|i| format!("n{i}.lan")).collect();
+        assert!(parse(json!({"names": many})).unwrap_err().message.contains("at most"));
     }
 
     #[test]

@@ -24,13 +24,22 @@ impl WebApiServer for Rpc {
         insecure_http: Option<bool>,
         tls_cert: Option<String>,
         tls_key: Option<String>,
+        names: Option<Vec<String>>,
     ) -> RpcResult<WebServing> {
         for path in [&tls_cert, &tls_key].into_iter().flatten() {
             if !std::path::Path::new(path).is_absolute() {
                 return Err(invalid(format!("tls_cert and tls_key are absolute paths, not {path:?}")));
             }
         }
-        let req = WebServe { listen, insecure_http: insecure_http.unwrap_or(false), tls_cert, tls_key };
+        let names = names.unwrap_or_default();
+        if names.len() > crate::config::web::MAX_NAMES {
+            return Err(invalid(format!("at most {} names", crate::config::web::MAX_NAMES)));
+        }
+        let names = names
+            .iter()
+            .map(|n| crate::config::web::host_name(n).map_err(|m| invalid(format!("names: {m}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        let req = WebServe { listen, insecure_http: insecure_http.unwrap_or(false), tls_cert, tls_key, names };
         self.web()?.serve(req).await
     }
 

@@ -25,8 +25,9 @@ impl Names {
     /// The names of a listener on `addr`: on a loopback address,
     /// `localhost`, `127.0.0.1` and `[::1]` (also what an SSH tunnel to it
     /// gives, on the same port); else the address itself when it is not a
-    /// wildcard, the machine's host name (and `NAME.local`), loopback's
-    /// names, and `extra` names.
+    /// wildcard, the machine's host name (and `NAME.local`) and loopback's
+    /// names; on any address, the `extra` names (`web.names`, a wildcard's
+    /// interface addresses).
     pub fn new(addr: SocketAddr, tls: bool, host_name: &str, extra: &[String]) -> Names {
         let port = addr.port();
         let mut names: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "[::1]".into()];
@@ -41,8 +42,8 @@ impl Names {
                 names.push(host_name.to_lowercase());
                 names.push(format!("{}.local", host_name.to_lowercase()));
             }
-            names.extend(extra.iter().map(|n| n.to_lowercase()));
         }
+        names.extend(extra.iter().map(|n| n.to_lowercase()));
         let default_port = if tls { 443 } else { 80 };
         let mut hosts = Vec::new();
         for n in names {
@@ -109,6 +110,10 @@ mod tests {
             assert!(names.host(&headers(&[(http::header::HOST, refused)])).is_none(), "{refused}");
         }
         assert!(names.host(&http::HeaderMap::new()).is_none(), "no Host");
+        // A name the King gave (a reverse proxy on this machine) is one too.
+        let named = Names::new("127.0.0.1:7433".parse().unwrap(), false, "box", &["kd.example.lan".into()]);
+        assert!(named.host(&headers(&[(http::header::HOST, "kd.example.lan:7433")])).is_some());
+        assert!(named.host(&headers(&[(http::header::HOST, "box:7433")])).is_none());
     }
 
     #[test]

@@ -61,6 +61,8 @@ struct Serving {
     self_signed: bool,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
+    /// The names it answers to beyond loopback's and the host name's.
+    names: Vec<String>,
 }
 
 fn invalid(why: impl Into<String>) -> ErrorObjectOwned {
@@ -72,6 +74,29 @@ fn parse_listen(listen: &str) -> Result<SocketAddr, ErrorObjectOwned> {
     crate::config::web::listen_addr(listen).map_err(|m| invalid(format!("listen: {m}")))
 }
 
+/// The names beyond loopback's and the host name's a listener on `addr`
+/// answers to: `given` (`web.names`, `kd web --name`), and on a wildcard
+/// address every address of the machine's interfaces (a phone on the LAN
+/// types one).
+fn names_for(addr: SocketAddr, given: &[String]) -> Vec<String> {
+    let mut names = given.to_vec();
+    if addr.ip().is_unspecified() {
+        let ifaces = if_addrs::get_if_addrs().unwrap_or_default();
+        for ip in ifaces.iter().map(|i| i.ip()).filter(|ip| !ip.is_loopback()) {
+            let wanted = match ip {
+                std::net::IpAddr::V4(_) => true,
+                std::net::IpAddr::V6(v6) => addr.is_ipv6() && (v6.segments()[0] & 0xffc0) != 0xfe80,
+            };
+            if let (true, Ok(n)) = (wanted, crate::config::web::host_name(&ip.to_string())) {
+                if !names.contains(&n) {
+                    names.push(n);
+                }
+            }
+        }
+    }
+    names
+}
+
 /// `req` with what it leaves unsaid taken from the user's `web` section.
 fn configured(mut req: WebServe) -> Result<WebServe, ErrorObjectOwned> {
     let web = crate::config::web::load(&crate::config::Env::process()).map_err(|e| invalid(e.to_string()))?;
@@ -80,6 +105,11 @@ fn configured(mut req: WebServe) -> Result<WebServe, ErrorObjectOwned> {
     }
     if req.tls_cert.is_none() && req.tls_key.is_none() {
         (req.tls_cert, req.tls_key) = (web.tls_cert, web.tls_key);
+    }
+    for n in web.names {
+        if !req.names.contains(&n) {
+            req.names.push(n);
+        }
     }
     Ok(req)
 }
@@ -141,6 +171,7 @@ impl Web {
             self_signed: s.self_signed,
             token_expires_ms,
             started,
+            names: s.names.clone(),
         })
     }
 
@@ -149,6 +180,7 @@ impl Web {
         let addr = parse_listen(asked)?;
         let loopback = addr.ip().is_loopback();
         let host_name = crate::host_name();
+        let extra = names_for(addr, &req.names);
         let tls = match (&req.tls_cert, &req.tls_key) {
             (Some(cert), Some(key)) => Some(
                 tls::load(std::path::Path::new(cert), std::path::Path::new(key))
@@ -160,6 +192,7 @@ impl Web {
                 if !addr.ip().is_unspecified() {
                     names.push(addr.ip().to_string());
                 }
+                names.extend(extra.iter().map(|n| n.trim_start_matches('[').trim_end_matches(']').to_string()));
                 Some(
                     tls::self_signed(&self.state_dir.join("web"), names)
                         .map_err(|e| ErrorCode::Internal.error(format!("tls: {e}")))?,
@@ -171,7 +204,7 @@ impl Web {
             tokio::net::TcpListener::bind(addr).await.map_err(|e| invalid(format!("cannot listen on {addr}: {e}")))?;
         let bound = listener.local_addr().map_err(|e| ErrorCode::Internal.error(e.to_string()))?;
         let on_tls = tls.is_some();
-        let names = guard::Names::new(bound, on_tls, &host_name, &[]);
+        let names = guard::Names::new(bound, on_tls, &host_name, &extra);
         let scheme = if on_tls { "https" } else { "http" };
         let url_host = if bound.ip().is_unspecified() {
             format!("{}:{}", host_name.to_lowercase(), bound.port())
@@ -209,6 +242,7 @@ impl Web {
             self_signed,
             stop,
             task,
+            names: extra,
         })
     }
 }
@@ -232,6 +266,11 @@ impl WebControl for Web {
                         s.listen
                     )));
                 }
+            }
+            if let Some(new) = req.names.iter().find(|n| !s.names.contains(n)) {
+                return Err(invalid(format!(
+                    "kd web serves already, not as {new}: stop it first (kd web --stop) to add a name"
+                )));
             }
             return self.answer(s, false);
         }

@@ -44,10 +44,15 @@ pub fn load(cert: &Path, key: &Path) -> Result<Tls, String> {
 }
 
 /// kd's own self-signed certificate in `dir`, made for `names` the first
-/// time and reused after.
+/// time and reused after — until it is asked for a name it was not made
+/// for (`names` beside it lists them): then a new one is made for them
+/// all, with a new fingerprint.
 pub fn self_signed(dir: &Path, names: Vec<String>) -> Result<Tls, String> {
-    let (cert_path, key_path) = (dir.join("cert.pem"), dir.join("key.pem"));
-    if cert_path.exists() && key_path.exists() {
+    let (cert_path, key_path, names_path) = (dir.join("cert.pem"), dir.join("key.pem"), dir.join("names"));
+    let made_for: Vec<String> =
+        std::fs::read_to_string(&names_path).map(|s| s.lines().map(str::to_string).collect()).unwrap_or_default();
+    let covered = names.iter().all(|n| made_for.contains(n));
+    if cert_path.exists() && key_path.exists() && covered {
         return build(&read_pem(&cert_path)?, &read_pem(&key_path)?, true)
             .map_err(|e| format!("kd's certificate in {}: {e} (remove it for a new one)", dir.display()));
     }
@@ -56,9 +61,17 @@ pub fn self_signed(dir: &Path, names: Vec<String>) -> Result<Tls, String> {
         .mode(0o700)
         .create(dir)
         .map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
-    let made = rcgen::generate_simple_self_signed(names).map_err(|e| format!("cannot make a certificate: {e}"))?;
+    let mut all = made_for;
+    for n in names {
+        if !all.contains(&n) {
+            all.push(n);
+        }
+    }
+    let made =
+        rcgen::generate_simple_self_signed(all.clone()).map_err(|e| format!("cannot make a certificate: {e}"))?;
     let (cert, key) = (made.cert.pem(), made.signing_key.serialize_pem());
-    for (path, text) in [(&key_path, &key), (&cert_path, &cert)] {
+    let listed = all.join("\n") + "\n";
+    for (path, text) in [(&key_path, &key), (&cert_path, &cert), (&names_path, &listed)] {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create(true)
@@ -110,11 +123,17 @@ mod tests {
         for (p, mode) in [(web.clone(), 0o700), (web.join("key.pem"), 0o600), (web.join("cert.pem"), 0o600)] {
             assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, mode, "{}", p.display());
         }
-        let again = self_signed(&web, vec!["other".into()]).unwrap();
+        let again = self_signed(&web, vec!["localhost".into()]).unwrap();
         assert_eq!(again.fingerprint, first.fingerprint, "reused");
         let loaded = load(&web.join("cert.pem"), &web.join("key.pem")).unwrap();
         assert_eq!(loaded.fingerprint, first.fingerprint);
         assert!(!loaded.self_signed);
+        // A name it was not made for: a new one, for every name.
+        let more = self_signed(&web, vec!["kd.example.lan".into(), "10.0.0.7".into()]).unwrap();
+        assert_ne!(more.fingerprint, first.fingerprint);
+        assert_eq!(std::fs::read_to_string(web.join("names")).unwrap(), "localhost\nkd.example.lan\n10.0.0.7\n");
+        assert_eq!(std::fs::metadata(web.join("names")).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(self_signed(&web, vec!["10.0.0.7".into()]).unwrap().fingerprint, more.fingerprint);
     }
 
     #[test]
