@@ -87,10 +87,10 @@ fn names_for(addr: SocketAddr, given: &[String]) -> Vec<String> {
                 std::net::IpAddr::V4(_) => true,
                 std::net::IpAddr::V6(v6) => addr.is_ipv6() && (v6.segments()[0] & 0xffc0) != 0xfe80,
             };
-            if let (true, Ok(n)) = (wanted, crate::config::web::host_name(&ip.to_string())) {
-                if !names.contains(&n) {
-                    names.push(n);
-                }
+            if let (true, Ok(n)) = (wanted, crate::config::web::host_name(&ip.to_string()))
+                && !names.contains(&n)
+            {
+                names.push(n);
             }
         }
     }
