@@ -15,6 +15,7 @@ pub mod memory;
 pub mod notify;
 pub mod runs;
 pub mod scale;
+pub mod web;
 pub mod work_check;
 pub mod work_start;
 
