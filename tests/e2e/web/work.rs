@@ -185,6 +185,21 @@ async fn the_work_view_highlights_the_diff_sends_a_line_comment_as_a_review_and_
     )
     .await;
 
+    // The comment, sent, is listed below the diff (it was made on the
+    // earlier commit); resolved by the King, it is marked so.
+    let sent = format!("{cl}.querySelector('.elsewhere li.comment[data-state=sent]')");
+    b.until("the sent comment", &format!("return {sent} !== null")).await;
+    b.eval(&format!("{sent}.querySelector('button.resolve').click()")).await;
+    b.until(
+        "the comment marked resolved",
+        &format!(
+            "return {cl}.querySelector('.elsewhere li.comment[data-state=resolved]')?.textContent.includes('resolved by the King')"
+        ),
+    )
+    .await;
+    let now = c.work_comments(t.clone(), Some("claude".into())).await.unwrap();
+    assert_eq!(now[0].state, CommentState::Resolved, "{now:?}");
+
     // On a phone: unified, the page no wider than the screen (the diff
     // scrolls in its box).
     b.client.set_window_size(390, 844).await.unwrap();
