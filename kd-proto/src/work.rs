@@ -273,6 +273,106 @@ pub struct MemberDiff {
     /// The check of its last commit, when one ran or runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check: Option<WorkCheck>,
+    /// With `highlight`: the patch parsed file by file, each line cut into
+    /// syntax-highlighted tokens — what a page draws (kd web) without
+    /// parsing or highlighting anything itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub highlighted: Option<Vec<DiffFile>>,
+    /// With `commits`: its commits from the base, newest first (at most
+    /// [`MAX_COMMITS`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commits: Option<Vec<CommitLine>>,
+}
+
+/// How many commits `work.diff` lists at most.
+pub const MAX_COMMITS: usize = 50;
+
+/// A commit of a member's branch: its id and the first line of its
+/// message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CommitLine {
+    pub commit: String,
+    pub subject: String,
+}
+
+/// One file of a highlighted patch (`work.diff` with `highlight`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct DiffFile {
+    /// Its path (relative to the repository's top; the old one when the
+    /// work deletes it).
+    pub path: String,
+    /// The work deletes it: it has no new side.
+    #[serde(default)]
+    pub deleted: bool,
+    /// A binary file: no hunks.
+    #[serde(default)]
+    pub binary: bool,
+    /// The grammar it was highlighted with (`Rust`, `Plain Text`, …).
+    pub syntax: String,
+    pub hunks: Vec<DiffHunk>,
+}
+
+/// One hunk of a highlighted patch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct DiffHunk {
+    /// `@@ -a,b +c,d @@ …`.
+    pub header: String,
+    pub lines: Vec<DiffLine>,
+}
+
+/// How a line of a diff stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LineKind {
+    /// On both sides.
+    Context,
+    /// On the new side only.
+    Added,
+    /// On the old side only.
+    Removed,
+    /// `\ No newline at end of file`.
+    Note,
+}
+
+/// One line of a highlighted hunk: its numbers on each side (1-based)
+/// and its text (without the leading ` `, `+`, `-`) as tokens.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct DiffLine {
+    pub kind: LineKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new: Option<u32>,
+    pub tokens: Vec<Token>,
+}
+
+/// A piece of a line and what the grammar says it is (none: plain text).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Token {
+    pub text: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<TokenClass>,
+}
+
+/// The kinds of token a highlighted diff tells apart (a page styles each
+/// as it likes: kd web's classes are `hl-<kind>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenClass {
+    Comment,
+    String,
+    Number,
+    Constant,
+    Keyword,
+    Operator,
+    Function,
+    Type,
+    Tag,
+    Attribute,
+    Variable,
+    Heading,
+    Inserted,
+    Deleted,
 }
 
 /// What an accept did, or would do (`check`).
@@ -366,7 +466,9 @@ pub trait WorkApi {
     #[method(name = "work.list", param_kind = map)]
     async fn work_list(&self, workspace: Option<String>, thread: Option<String>) -> RpcResult<Vec<Worktree>>;
 
-    /// Each member's diff (or one member's) from its base.
+    /// Each member's diff (or one member's) from its base; with
+    /// `highlight`, also parsed and syntax highlighted (`highlighted`), with
+    /// `commits` its commits.
     #[method(name = "work.diff", param_kind = map)]
     async fn work_diff(
         &self,
@@ -374,6 +476,8 @@ pub trait WorkApi {
         member: Option<String>,
         stat: Option<bool>,
         max_bytes: Option<u64>,
+        highlight: Option<bool>,
+        commits: Option<bool>,
     ) -> RpcResult<Vec<MemberDiff>>;
 
     /// Asks members for a verdict on a diff — a member's work on a work

@@ -107,7 +107,7 @@ pub(super) fn request(client: &Arc<Client>, app: &App, effect: Effect, tx: mpsc:
             ),
             // The daemon bounds the patch; the view shows where it is cut.
             Effect::Diff(member) => Reply::Diffed(
-                client.work_diff(thread, Some(member), Some(false), None).await.map_err(ClientError::from),
+                client.work_diff(thread, Some(member), Some(false), None, None, None).await.map_err(ClientError::from),
             ),
             Effect::Accept { member, squash } => {
                 Reply::Accepted(client.work_accept(thread, member, Some(squash), None).await.map_err(ClientError::from))

@@ -848,6 +848,8 @@ fn member_diff() -> kd_proto::work::MemberDiff {
         patch: Some(patch),
         truncated: false,
         check: None,
+        highlighted: None,
+        commits: None,
     }
 }
 

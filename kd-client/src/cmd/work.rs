@@ -257,7 +257,8 @@ pub async fn diff(ctx: &Ctx, a: DiffArgs) -> anyhow::Result<ExitCode> {
         [t, m, ..] => (Some(t.clone()), Some(m.clone())),
     };
     let thread = work_thread(&client, thread, member.as_deref()).await?;
-    let diffs = client.work_diff(thread.clone(), member, Some(a.stat), None).await.map_err(ClientError::from)?;
+    let diffs =
+        client.work_diff(thread.clone(), member, Some(a.stat), None, None, None).await.map_err(ClientError::from)?;
     if a.json {
         print_json(&diffs)?;
         return Ok(ExitCode::SUCCESS);

@@ -45,12 +45,22 @@ pub(super) fn methods(b: &mut Builder) {
         "work.diff",
         "diffs",
         "Each member's diff (or one member's) from the commit its worktree was made at to the last commit kd made of \
-         its work: the files with lines added and removed, and the patch unless stat.",
+         its work: the files with lines added and removed, and the patch unless stat; with highlight, the patch \
+         parsed file by file into numbered lines of syntax-highlighted tokens (text and class, never HTML: what kd web \
+         draws); with commits, the member's commits.",
     );
     b.param::<String>("thread", true, "the work thread")
         .param::<String>("member", false, "only this member's")
         .param::<bool>("stat", false, "the files only, no patch")
         .param::<u64>("max_bytes", false, "cut each patch here (default 1 MiB, at most 8 MiB)")
+        .param::<bool>(
+            "highlight",
+            false,
+            "also highlighted: each file's hunks and lines (numbered on both sides) as tokens classed by the \
+             file's grammar (by extension, name or first line); a line over 2,000 bytes, and what is left after 2 s, \
+             plain",
+        )
+        .param::<bool>("commits", false, "also the member's commits from the base, newest first (at most 50)")
         .errors(&[InvalidArgument, NotFound]);
     b.method::<u64>(
         "work.review",

@@ -217,6 +217,15 @@ pub async fn diff_patch(repo: &Path, base: &str, head: &str, max: usize) -> GitR
     Ok((text, out.cut))
 }
 
+/// The commits from `base` to `head`, newest first, at most `max`: each
+/// id and the first line of its message.
+pub async fn commits(repo: &Path, base: &str, head: &str, max: usize) -> GitResult<Vec<(String, String)>> {
+    let range = format!("{base}..{head}");
+    let n = format!("--max-count={max}");
+    let out = must(repo, repo, &["log", "--no-color", "--format=%H%x00%s", &n, &range, "--"], &[]).await?;
+    Ok(out.text().lines().filter_map(|l| l.split_once('\0')).map(|(c, s)| (c.to_string(), s.to_string())).collect())
+}
+
 /// `git diff --numstat -z`: `ADDED\tREMOVED\tPATH\0` (`-\t-\t` for a
 /// binary file).
 fn parse_numstat(out: &[u8]) -> Vec<FileStat> {

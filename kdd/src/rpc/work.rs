@@ -68,13 +68,16 @@ impl WorkApiServer for Rpc {
         member: Option<String>,
         stat: Option<bool>,
         max_bytes: Option<u64>,
+        highlight: Option<bool>,
+        commits: Option<bool>,
     ) -> RpcResult<Vec<MemberDiff>> {
         validate::thread_id(&thread)?;
         if let Some(m) = &member {
             self::member(m)?;
         }
         let max = max_bytes.unwrap_or(work::PATCH_BYTES).min(work::PATCH_BYTES * 8);
-        work::diff(&self.d.db, thread, member, stat.unwrap_or(false), max).await
+        let wants = (highlight.unwrap_or(false), commits.unwrap_or(false));
+        work::diff(&self.d.db, thread, member, stat.unwrap_or(false), max, wants).await
     }
 
     async fn work_review(

@@ -20,7 +20,7 @@ const INDEX: Asset = Asset { body: include_bytes!("page/index.html"), content_ty
 /// (`threads.js`, `thread.js`, `work.js`, `approvals.js`,
 /// `attention.js`) beside the router
 /// (`app.js`), the JSON-RPC connection (`rpc.js`) and the helpers they share
-/// (`dom.js`).
+/// (`dom.js`); the work view's own style sheet (`work.css`, which it loads).
 const FILES: &[(&str, Asset)] = &[
     ("/app.js", Asset { body: include_bytes!("page/app.js"), content_type: JS }),
     ("/rpc.js", Asset { body: include_bytes!("page/rpc.js"), content_type: JS }),
@@ -31,6 +31,7 @@ const FILES: &[(&str, Asset)] = &[
     ("/approvals.js", Asset { body: include_bytes!("page/approvals.js"), content_type: JS }),
     ("/attention.js", Asset { body: include_bytes!("page/attention.js"), content_type: JS }),
     ("/style.css", Asset { body: include_bytes!("page/style.css"), content_type: CSS }),
+    ("/work.css", Asset { body: include_bytes!("page/work.css"), content_type: CSS }),
 ];
 
 /// The file at `path`, or the page for one of its views.
@@ -76,6 +77,7 @@ mod tests {
             assert!(find(other).is_none(), "{other}");
         }
         assert_eq!(find("/app.js").map(|a| a.content_type), Some(JS));
+        assert_eq!(find("/work.css").map(|a| a.content_type), Some(CSS));
     }
 
     #[test]

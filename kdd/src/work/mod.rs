@@ -15,6 +15,7 @@
 pub mod after;
 pub mod check;
 pub mod comments;
+pub mod highlight;
 pub mod hunks;
 pub mod pr;
 pub mod rebase;
@@ -248,6 +249,7 @@ pub async fn diff(
     member: Option<String>,
     stat: bool,
     max_bytes: u64,
+    (highlight, commits): (bool, bool),
 ) -> Result<Vec<MemberDiff>, ErrorObjectOwned> {
     db.thread(thread.clone()).await?;
     let trees = match &member {
@@ -264,7 +266,23 @@ pub async fn diff(
     }
     let mut out = Vec::new();
     for w in trees {
-        out.push(member_diff(&w, stat, max_bytes).await?);
+        let mut d = member_diff(&w, stat, max_bytes).await?;
+        if highlight && let Some(patch) = d.patch.clone() {
+            let deadline = std::time::Instant::now() + highlight::BUDGET;
+            let files = tokio::task::spawn_blocking(move || highlight::files(&patch, deadline))
+                .await
+                .map_err(|e| ErrorCode::Internal.error(format!("cannot highlight the diff: {e}")))?;
+            d.highlighted = Some(files);
+        }
+        if commits {
+            let list = git::commits(Path::new(&w.repo), &w.base, &w.head, kd_proto::work::MAX_COMMITS)
+                .await
+                .map_err(git_error)?;
+            d.commits = Some(
+                list.into_iter().map(|(commit, subject)| kd_proto::work::CommitLine { commit, subject }).collect(),
+            );
+        }
+        out.push(d);
     }
     Ok(out)
 }
@@ -290,6 +308,8 @@ pub async fn member_diff(w: &Worktree, stat: bool, max_bytes: u64) -> Result<Mem
         patch,
         truncated,
         check: w.check.clone(),
+        highlighted: None,
+        commits: None,
     })
 }
 

@@ -281,6 +281,8 @@ mod tests {
             patch: Some(patch.into()),
             truncated: false,
             check: None,
+            highlighted: None,
+            commits: None,
         }
     }
 

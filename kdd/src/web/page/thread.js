@@ -15,7 +15,8 @@ function block(cls, from, attrs) {
 export function threadView(rpc, main, id) {
   const title = el('h1', {}, id);
   const list = el('div', { id: 'messages', 'aria-live': 'polite' });
-  main.append(el('p', {}, el('a', { href: '/', 'data-link': '' }, '← Threads')), title, list);
+  main.append(el('p', {}, el('a', { href: '/', 'data-link': '' }, '← Threads'), ' · ',
+    el('a', { href: `/work/${encodeURIComponent(id)}`, 'data-link': '', class: 'work-link' }, 'Work')), title, list);
   rpc.call('thread.get', { thread: id }).then((t) => {
     title.textContent = t.title || t.id;
     main.insertBefore(el('p', { class: 'meta' }, `${t.workspace} · ${t.status} · ${t.members.join(', ')}`),
