@@ -9,7 +9,7 @@ import { approvalsView, watchPending } from '/approvals.js';
 import { workView } from '/work.js';
 
 const conn = document.getElementById('conn');
-const rpc = new Rpc((state) => { conn.textContent = state; conn.dataset.state = state; });
+const rpc = new Rpc((state, text) => { conn.textContent = text || state; conn.dataset.state = state; });
 const main = document.getElementById('view');
 let leave = () => {};
 
