@@ -429,3 +429,39 @@ async fn a_thread_on_a_phone_has_touch_sized_targets() {
     b.screenshot("ask").await;
     b.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_streaming_across_a_drop_is_shown_once() {
+    let hold = kd_tests::Hold::new();
+    let full = "First piece, second piece, and the last piece.";
+    let ws = Workspace::new(&[(
+        "claude",
+        "claude",
+        &[("FAKE_TEXT", full), ("FAKE_DELTAS", "3"), ("FAKE_HOLD", hold.var())],
+    )]);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let Some((b, origin)) = paired(&kdd, "web::thread::midstream").await else { return };
+    open_thread(&b, &origin, &t).await;
+    kd_tests::send_one_round(&c, &t, "Stream across the drop.").await;
+    let streaming = "return document.querySelector('.msg.streaming .body')?.textContent";
+    let before = b.until("the first piece", streaming).await;
+    // kd web goes and comes back while the member is held mid-answer.
+    let addr = origin.trim_start_matches("http://").to_string();
+    c.web_stop().await.unwrap();
+    b.until("the drop", "return document.querySelector('#conn').dataset.state === 'reconnecting'").await;
+    c.web_serve(Some(addr), None, None, None).await.unwrap();
+    b.until("the page connected again", "return document.querySelector('#conn').dataset.state === 'connected'").await;
+    // The text so far comes again on the new subscription: shown once.
+    let again = b.until("the streaming answer again", streaming).await;
+    assert_eq!(again, before, "the text so far, once");
+    assert_eq!(b.eval("return document.querySelectorAll('.msg.streaming').length").await, json!(1));
+    b.screenshot("streaming-again").await;
+    hold.release();
+    kd_tests::settled(&kdd.db, &t).await;
+    shows_every_message_once(&b, &c, &t).await;
+    let answer = b.eval("return document.querySelector('.msg.agent .body').textContent.trim()").await;
+    assert_eq!(answer, json!(full));
+    b.close().await;
+}
