@@ -318,6 +318,18 @@ impl JsonSchema for Messages {
     }
 }
 
+/// Messages rendered in one `thread.render` call at most.
+pub const MAX_RENDER: usize = 100;
+
+/// A message's body rendered as HTML by kdd (`thread.render`): its
+/// markdown turned into HTML and sanitised (no script, no event handler,
+/// no `javascript:` link, no image; raw HTML in the text shows as text).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Rendered {
+    pub seq: u64,
+    pub html: String,
+}
+
 #[rpc(server, client)]
 pub trait MessageApi {
     #[method(name = "thread.messages", param_kind = map)]
@@ -329,6 +341,11 @@ pub trait MessageApi {
         before_seq: Option<u64>,
         bodies: Option<bool>,
     ) -> RpcResult<Messages>;
+
+    /// The bodies of messages `seqs` rendered from markdown to sanitised
+    /// HTML, for a page to show (at most [`MAX_RENDER`] at once).
+    #[method(name = "thread.render", param_kind = map)]
+    async fn thread_render(&self, thread: String, seqs: Vec<u64>) -> RpcResult<Vec<Rendered>>;
 
     #[method(name = "message.append", param_kind = map)]
     async fn message_append(

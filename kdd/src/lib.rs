@@ -57,6 +57,7 @@ mod layers;
 pub mod lifecycle;
 pub mod limits;
 pub mod log;
+pub mod markdown;
 pub mod memory;
 pub mod notify;
 pub mod private;

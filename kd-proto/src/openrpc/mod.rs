@@ -275,6 +275,16 @@ fn build() -> (Vec<MethodDoc>, Value) {
             "false: the messages without their text (body \"\"), e.g. to fix the display order first (default true)",
         )
         .errors(&[NotFound]);
+    b.method::<Vec<Rendered>>(
+        "thread.render",
+        "rendered",
+        "Messages' bodies rendered from markdown to sanitised HTML (what kd web shows): no script, event handler, \
+         style, image or link other than http, https and mailto; raw HTML in a body shows as text. In the order \
+         of seqs.",
+    );
+    b.param::<String>("thread", true, "thread id")
+        .param::<Vec<u64>>("seqs", true, "the messages' seqs, at most 100")
+        .errors(&[NotFound, InvalidArgument]);
     b.method::<Message>("message.append", "message", "Append a message; it gets the next seq of the thread.");
     b.param::<String>("thread", true, "thread id")
         .param::<String>("from", true, "sender: king or a member name")

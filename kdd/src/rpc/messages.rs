@@ -6,7 +6,7 @@
 
 use jsonrpsee::core::async_trait;
 use kd_proto::RpcResult;
-use kd_proto::message::{Fence, Message, MessageApiServer, MessageKind, Messages};
+use kd_proto::message::{Fence, MAX_RENDER, Message, MessageApiServer, MessageKind, Messages, Rendered};
 use kd_proto::names::{ALL, KING};
 
 use super::error::invalid;
@@ -35,6 +35,26 @@ impl MessageApiServer for Rpc {
             budget: self.d.page_bytes,
         };
         Ok(self.d.db.messages_page(thread, page).await?)
+    }
+
+    async fn thread_render(&self, thread: String, seqs: Vec<u64>) -> RpcResult<Vec<Rendered>> {
+        validate::thread_id(&thread)?;
+        if seqs.len() > MAX_RENDER {
+            return Err(invalid(format!("seqs: at most {MAX_RENDER} messages at once, got {}", seqs.len())));
+        }
+        let mut bodies = Vec::with_capacity(seqs.len());
+        for seq in seqs {
+            validate::position("seqs", Some(seq))?;
+            bodies.push((seq, self.d.db.message(thread.clone(), seq).await?.body));
+        }
+        // Rendering is CPU work (bodies are bounded by the request limit,
+        // a batch by MAX_RENDER): off the async workers.
+        let out = tokio::task::spawn_blocking(move || {
+            bodies.into_iter().map(|(seq, body)| Rendered { seq, html: crate::markdown::render(&body) }).collect()
+        })
+        .await
+        .map_err(|e| kd_proto::ErrorCode::Internal.error(format!("rendering the messages: {e}")))?;
+        Ok(out)
     }
 
     async fn message_append(

@@ -85,10 +85,31 @@ mod tests {
         let index = std::str::from_utf8(INDEX.body).unwrap();
         assert!(!index.contains("<script>") && !index.contains("style="), "{index}");
         assert!(!index.contains("onclick") && !index.contains("<style"), "{index}");
+        let mut inserts = Vec::new();
         for (js, asset) in FILES.iter().filter(|(url, _)| url.ends_with(".js")) {
             let text = std::str::from_utf8(asset.body).unwrap();
-            assert!(!text.contains("innerHTML") && !text.contains("insertAdjacentHTML"), "{js} inserts HTML");
-            assert!(!text.contains("eval("), "{js}");
+            for html in ["innerHTML", "outerHTML", "insertAdjacentHTML", "createContextualFragment", "DOMParser"] {
+                for (at, _) in text.match_indices(html) {
+                    // The function the insertion is in.
+                    let before = &text[..at];
+                    let function = before.rfind("function ").map(|f| &before[f..]).unwrap_or("");
+                    let name: String = function["function ".len().min(function.len())..]
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    inserts.push((*js, html, name));
+                }
+            }
+            assert!(!text.contains("eval(") && !text.contains("new Function"), "{js}");
+            assert!(!text.contains("document.write"), "{js}");
         }
+        // HTML enters the page in one place: dom.js's renderMarkdown, which
+        // takes kdd's thread.render answer (sanitised there) and nothing else.
+        assert_eq!(inserts, vec![("/dom.js", "innerHTML", "renderMarkdown".to_string())]);
+        let dom = std::str::from_utf8(find("/dom.js").unwrap().body).unwrap();
+        let helper = &dom[dom.find("export async function renderMarkdown(").unwrap()..];
+        let helper = &helper[..helper.find("\n}\n").unwrap()];
+        assert!(helper.contains("rpc.call('thread.render'"), "{helper}");
+        assert_eq!(helper.matches("innerHTML = r.html").count(), 1, "{helper}");
     }
 }

@@ -178,10 +178,10 @@ async fn an_answer_holding_markup_shows_as_text() {
     let text = b
         .until(
             "the answer",
-            "const m = document.querySelector('.msg[data-from=\"claude\"] .body'); return m && m.textContent",
+            "const m = document.querySelector('.msg[data-from=\"claude\"] .body.markdown'); return m && m.textContent.trim()",
         )
         .await;
-    assert_eq!(text.as_str(), Some(hostile), "the answer's text, as it is");
+    assert_eq!(text.as_str(), Some(hostile), "the answer's text, as it is, rendered by kdd");
     let visible = b.eval("return document.querySelector('.msg[data-from=\"claude\"] .body').innerText").await;
     assert!(visible.as_str().unwrap().contains("<script>"), "{visible}");
     let markup = b.eval("return document.querySelectorAll('main script, main img, main b').length").await;

@@ -10,7 +10,7 @@ import { workView } from '/work.js';
 import { attentionView, watchAttention } from '/attention.js';
 
 const conn = document.getElementById('conn');
-const rpc = new Rpc((state) => { conn.textContent = state; conn.dataset.state = state; });
+const rpc = new Rpc((state, text) => { conn.textContent = text || state; conn.dataset.state = state; });
 const main = document.getElementById('view');
 let leave = () => {};
 

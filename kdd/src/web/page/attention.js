@@ -61,7 +61,9 @@ export function watchAttention(rpc, badge) {
     badge.textContent = unseen ? String(unseen) : '';
   };
   listeners.add(show);
-  rpc.subscribe('notify.subscribe', {}, 'notify.unsubscribe', (e) => {
+  // Made again after a drop from the last one seen: nothing twice.
+  const since = () => (notes.length ? { since: notes[notes.length - 1].id } : {});
+  rpc.subscribe('notify.subscribe', since, 'notify.unsubscribe', (e) => {
     if (e.type !== 'notified') return;
     const n = e.notification;
     if (notes.some((m) => m.id === n.id)) return;
