@@ -68,9 +68,17 @@ pub fn methods() -> &'static [MethodDoc] {
     &api().0
 }
 
-/// Look a method up by its wire name.
+/// Look a method up by its wire name: its name, parameters, errors and
+/// subscription, without its schemas (empty here; [`methods`] has them).
+///
+/// The daemon reads this on every call (which parameters a method takes,
+/// whether it is a subscription), so it is built without generating a
+/// schema: building the whole document on a daemon's first call cost
+/// ~2 MB of heap and the code of every type's schema (`kdd idle RSS` in
+/// the §9 bench), for a document only `rpc.discover` serves.
 pub fn method(name: &str) -> Option<&'static MethodDoc> {
-    methods().iter().find(|m| m.name == name)
+    static SIGNATURES: OnceLock<Vec<MethodDoc>> = OnceLock::new();
+    SIGNATURES.get_or_init(signatures).iter().find(|m| m.name == name)
 }
 
 /// The OpenRPC 1.2 document.
@@ -84,7 +92,8 @@ fn api() -> &'static (Vec<MethodDoc>, Value) {
 }
 
 struct Builder {
-    generator: SchemaGenerator,
+    /// None: the methods' signatures only, no schema generated.
+    generator: Option<SchemaGenerator>,
     methods: Vec<MethodDoc>,
 }
 
@@ -95,7 +104,7 @@ impl Builder {
         result_name: &'static str,
         summary: &'static str,
     ) -> &mut MethodDoc {
-        let result = self.generator.subschema_for::<R>();
+        let result = self.generator.as_mut().map(|g| g.subschema_for::<R>()).unwrap_or_default();
         self.methods.push(MethodDoc {
             name,
             summary,
@@ -111,7 +120,7 @@ impl Builder {
 
     /// Adds a parameter to the last method.
     fn param<T: JsonSchema>(&mut self, name: &'static str, required: bool, summary: &'static str) -> &mut Self {
-        let schema = self.generator.subschema_for::<T>();
+        let schema = self.generator.as_mut().map(|g| g.subschema_for::<T>()).unwrap_or_default();
         if let Some(m) = self.methods.last_mut() {
             m.params.push(ParamDoc { name, required, summary, schema });
         }
@@ -133,11 +142,37 @@ impl Builder {
 }
 
 fn build() -> (Vec<MethodDoc>, Value) {
-    use ErrorCode::*;
     let mut settings = SchemaSettings::draft2020_12();
     settings.definitions_path = "/components/schemas/".into();
-    let mut b = Builder { generator: settings.into_generator(), methods: Vec::new() };
+    let mut b = Builder { generator: Some(settings.into_generator()), methods: Vec::new() };
+    declare(&mut b);
+    let definitions = b.generator.as_mut().map(|g| g.take_definitions(true)).unwrap_or_default();
+    let doc = json!({
+        "openrpc": "1.2.6",
+        "info": {
+            "title": "kdd",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": format!("The kd daemon. Protocol version {}. Times are Unix milliseconds.", crate::PROTOCOL_VERSION),
+        },
+        "methods": b.methods.iter().map(method_json).collect::<Vec<_>>(),
+        "components": {
+            "schemas": definitions,
+            "errors": ErrorCode::ALL.iter().map(|c| (c.name().to_string(), json!({"code": c.code(), "message": c.name()}))).collect::<serde_json::Map<_, _>>(),
+        },
+    });
+    (b.methods, doc)
+}
 
+/// Every method without its schemas.
+fn signatures() -> Vec<MethodDoc> {
+    let mut b = Builder { generator: None, methods: Vec::new() };
+    declare(&mut b);
+    b.methods
+}
+
+/// Every method, in reference order.
+fn declare(b: &mut Builder) {
+    use ErrorCode::*;
     b.method::<Hello>(
         "daemon.hello",
         "hello",
@@ -420,14 +455,14 @@ fn build() -> (Vec<MethodDoc>, Value) {
     b.method::<Vec<Lock>>("lock.list", "locks", "Locks currently held (expired and dead-holder locks are not listed).");
     b.param::<String>("resource", false, "only this resource");
 
-    coordination::methods(&mut b);
-    member::methods(&mut b);
-    work::methods(&mut b);
-    ship::methods(&mut b);
-    comment::methods(&mut b);
-    approval::methods(&mut b);
-    notify::methods(&mut b);
-    web::methods(&mut b);
+    coordination::methods(b);
+    member::methods(b);
+    work::methods(b);
+    ship::methods(b);
+    comment::methods(b);
+    approval::methods(b);
+    notify::methods(b);
+    web::methods(b);
 
     b.method::<Vec<Event>>(
         "events.list",
@@ -445,22 +480,6 @@ fn build() -> (Vec<MethodDoc>, Value) {
         .param::<u32>("limit", false, "at most this many (default and most: 1000; more is refused, not cut)")
         .param::<u64>("before_id", false, "only events with a smaller id, the newest of them")
         .errors(&[InvalidArgument]);
-
-    let definitions = b.generator.take_definitions(true);
-    let doc = json!({
-        "openrpc": "1.2.6",
-        "info": {
-            "title": "kdd",
-            "version": env!("CARGO_PKG_VERSION"),
-            "description": format!("The kd daemon. Protocol version {}. Times are Unix milliseconds.", crate::PROTOCOL_VERSION),
-        },
-        "methods": b.methods.iter().map(method_json).collect::<Vec<_>>(),
-        "components": {
-            "schemas": definitions,
-            "errors": ErrorCode::ALL.iter().map(|c| (c.name().to_string(), json!({"code": c.code(), "message": c.name()}))).collect::<serde_json::Map<_, _>>(),
-        },
-    });
-    (b.methods, doc)
 }
 
 fn method_json(m: &MethodDoc) -> Value {
@@ -555,6 +574,21 @@ mod tests {
         }
     }
 
+    /// What the daemon checks calls against (built without schemas) is
+    /// the document's methods, name for name and parameter for parameter.
+    #[test]
+    fn the_signatures_are_the_documents_methods() {
+        let key = |m: &MethodDoc| {
+            let params: Vec<_> = m.params.iter().map(|p| (p.name, p.required, p.summary)).collect();
+            (m.name, m.summary, params, m.result_name, m.errors.clone(), m.subscription)
+        };
+        let documented: Vec<_> = methods().iter().map(key).collect();
+        let signed: Vec<_> = signatures().iter().map(key).collect();
+        assert_eq!(signed, documented);
+        assert!(methods().iter().all(|m| method(m.name).map(key) == Some(key(m))));
+        assert!(method("no.such").is_none());
+    }
+
     #[test]
     fn document_refs_resolve() {
         let doc = document().to_string();
@@ -582,6 +616,7 @@ mod tests {
 
     #[test]
     fn type_names_read_well() {
+        let method = |name: &str| methods().iter().find(|m| m.name == name);
         let m = method("thread.messages").map(|m| (type_name(&m.result), type_name(&m.params[1].schema)));
         assert_eq!(m, Some(("array of Message".to_string(), "integer".to_string())));
         let m = method("thread.current").map(|m| type_name(&m.result));

@@ -167,6 +167,8 @@ pub async fn resident() {
     c.daemon_status().await.expect("status");
     let idle = rss_mib(kdd.pid);
     check("kdd idle RSS", format!("{idle:.1} MiB"), "< 15 MB", idle * 1.048_576 < 15.0);
+    let (file, anon) = super::rss_split_mib(kdd.pid);
+    row("  of it mapped from files (kdd's code first) / anonymous", format!("{file:.1} / {anon:.1} MiB"), "");
     let ws = workspace("many");
     for _ in 0..1_000 {
         crate::new_thread(&c, &ws).await;

@@ -141,6 +141,13 @@ pub fn peak_rss_mib(pid: u32) -> f64 {
     status_kib(pid, "VmHWM:") as f64 / 1024.0
 }
 
+/// Resident memory of a process in MiB: (mapped from files, its code
+/// first; anonymous: heaps and stacks). `RssFile` depends on the page
+/// cache: the kernel maps the cached pages around each page touched.
+pub fn rss_split_mib(pid: u32) -> (f64, f64) {
+    (status_kib(pid, "RssFile:") as f64 / 1024.0, status_kib(pid, "RssAnon:") as f64 / 1024.0)
+}
+
 fn status_kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
