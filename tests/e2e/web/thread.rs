@@ -351,7 +351,7 @@ async fn the_page_reconnects_when_kd_web_comes_back_and_misses_nothing() {
     // Meanwhile the thread goes on.
     kd_tests::send_one_round(&c, &t, "While the page was away.").await;
     kd_tests::settled(&kdd.db, &t).await;
-    c.web_serve(Some(addr), None, None, None).await.unwrap();
+    c.web_serve(Some(addr), None, None, None, None).await.unwrap();
     b.until("the page connected again", "return document.querySelector('#conn').dataset.state === 'connected'").await;
     let seqs = shows_every_message_once(&b, &c, &t).await;
     assert_eq!(seqs.len(), 4, "two questions and their answers: {seqs:?}");
@@ -381,7 +381,7 @@ async fn after_kdd_restarts_the_page_pairs_again_and_catches_up() {
     kdd.restart();
     let c = kdd.client().await;
     let addr = origin.trim_start_matches("http://").to_string();
-    let url = c.web_serve(Some(addr), None, None, None).await.unwrap().url;
+    let url = c.web_serve(Some(addr), None, None, None, None).await.unwrap().url;
     b.until("the page told to pair again", "return document.querySelector('#conn').dataset.state === 'unpaired'").await;
     b.screenshot("unpaired").await;
     kd_tests::send_one_round(&c, &t, "While kdd was away.").await;
@@ -451,7 +451,7 @@ async fn an_answer_streaming_across_a_drop_is_shown_once() {
     let addr = origin.trim_start_matches("http://").to_string();
     c.web_stop().await.unwrap();
     b.until("the drop", "return document.querySelector('#conn').dataset.state === 'reconnecting'").await;
-    c.web_serve(Some(addr), None, None, None).await.unwrap();
+    c.web_serve(Some(addr), None, None, None, None).await.unwrap();
     b.until("the page connected again", "return document.querySelector('#conn').dataset.state === 'connected'").await;
     // The text so far comes again on the new subscription: shown once.
     let again = b.until("the streaming answer again", streaming).await;
