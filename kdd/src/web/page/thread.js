@@ -146,14 +146,24 @@ export function threadView(rpc, main, id) {
   }
   const messagePlace = (m) => (m.reply_to && m.run && m.run.ordinal != null && m.reply_to < m.seq
     ? [m.reply_to, 1, m.run.ordinal, m.seq] : [m.seq, 0, 0, m.seq]);
+  // The view follows the end while the reader is at it (as they scroll:
+  // reading the layout for each message of a long history would lay the
+  // page out once per message); one scroll per frame.
   const nearBottom = () => window.innerHeight + window.scrollY >= document.body.scrollHeight - 200;
-  const scroll = (was) => { if (was) window.scrollTo(0, document.body.scrollHeight); };
+  let pinned = true;
+  let scrollQueued = false;
+  const onScroll = () => { if (!scrollQueued) pinned = nearBottom(); };
+  window.addEventListener('scroll', onScroll, { passive: true });
+  const scroll = () => {
+    if (!pinned || scrollQueued) return;
+    scrollQueued = true;
+    requestAnimationFrame(() => { window.scrollTo(0, document.body.scrollHeight); scrollQueued = false; });
+  };
   const streaming = () => { interrupt.hidden = byRun.size === 0; };
 
   function message(m) {
     if (m.seq > lastSeq) lastSeq = m.seq;
     if (bySeq.has(m.seq)) return;
-    const was = nearBottom();
     const runId = m.run && m.run.run_id;
     const live = runId && byRun.get(runId);
     const b = block(`${m.kind}`, m.from, { 'data-seq': String(m.seq), 'data-from': m.from, 'data-kind': m.kind });
@@ -182,7 +192,7 @@ export function threadView(rpc, main, id) {
       place(b.node, messagePlace(m));
     }
     bySeq.set(m.seq, b);
-    scroll(was);
+    scroll();
   }
   function run(runId, member, info) {
     let b = byRun.get(runId);
@@ -209,9 +219,8 @@ export function threadView(rpc, main, id) {
       case 'run_waiting': run(e.run.id, e.run.member, e.run).state.textContent = 'waiting'; break;
       case 'run_started': run(e.run, e.member).state.textContent = 'writing'; break;
       case 'delta': {
-        const was = nearBottom();
         run(e.run, e.member).stream.appendData(e.text);
-        scroll(was);
+        scroll();
         break;
       }
       case 'activity': run(e.run, e.member).state.textContent = e.what; break;
@@ -245,7 +254,7 @@ export function threadView(rpc, main, id) {
   main.append(askBox(rpc, id, tell));
   const members = main.querySelector('#ask-members');
   const chair = main.querySelector('#ask-chair');
-  return () => { left = true; stop(); };
+  return () => { left = true; stop(); window.removeEventListener('scroll', onScroll); };
 }
 
 // The ask box: the question, whom to ask (ticked members, or leading
