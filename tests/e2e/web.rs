@@ -213,8 +213,8 @@ async fn a_daemon_with_a_page_open_stops_at_once() {
 
 mod attention;
 mod browser;
-mod work;
 mod thread;
+mod work;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn web_listen_in_the_users_configuration_serves_from_the_start() {

@@ -4,13 +4,11 @@
 
 use jsonrpsee::PendingSubscriptionSink;
 use jsonrpsee::core::{SubscriptionResult, async_trait};
-use jsonrpsee::server::SubscriptionMessage;
 use jsonrpsee::types::ErrorObjectOwned;
 use kd_proto::approval::{
     Approval, ApprovalApiServer, ApprovalEvent, ApprovalState, Decision, LIST_PAGE, MAX_TEXT, Scope,
 };
 use kd_proto::{ErrorCode, RpcResult};
-use tokio::sync::broadcast::error::RecvError;
 
 use super::error::invalid;
 use super::{Rpc, validate};
@@ -94,7 +92,7 @@ impl ApprovalApiServer for Rpc {
     async fn approval_subscribe(&self, pending: PendingSubscriptionSink) -> SubscriptionResult {
         let d = self.d.clone();
         // Subscribed before the pending ones are read: nothing falls between.
-        let mut rx = d.hub.subscribe_approvals();
+        let rx = d.hub.subscribe_approvals();
         let now = match d.db.approvals(false, None, LIST_PAGE).await {
             Ok(a) => a,
             Err(e) => {
@@ -104,35 +102,9 @@ impl ApprovalApiServer for Rpc {
         };
         let _counted = d.hub.track();
         let sink = pending.accept().await?;
-        let send = |e: &ApprovalEvent| {
-            let json = serde_json::value::to_raw_value(e);
-            let sink = &sink;
-            let timeout = d.client_timeout;
-            async move {
-                let Ok(json) = json else { return false };
-                sink.send_timeout(SubscriptionMessage::from(json), timeout).await.is_ok()
-            }
-        };
-        for a in now.into_iter().rev() {
-            if !send(&ApprovalEvent::Requested { approval: Box::new(a) }).await {
-                return Ok(());
-            }
-        }
-        loop {
-            tokio::select! {
-                _ = sink.closed() => return Ok(()),
-                _ = d.close.cancelled() => return Ok(()),
-                got = rx.recv() => {
-                    let ok = match got {
-                        Ok(e) => send(&e).await,
-                        Err(RecvError::Lagged(missed)) => send(&ApprovalEvent::Lagged { missed }).await,
-                        Err(RecvError::Closed) => return Ok(()),
-                    };
-                    if !ok {
-                        return Ok(());
-                    }
-                }
-            }
-        }
+        let first = now.into_iter().rev().map(|a| ApprovalEvent::Requested { approval: Box::new(a) });
+        let item = |e: std::sync::Arc<ApprovalEvent>| ApprovalEvent::clone(&e);
+        super::feed::serve(&d, sink, first, rx, item, |missed| ApprovalEvent::Lagged { missed }).await;
+        Ok(())
     }
 }

@@ -21,6 +21,7 @@ mod council;
 mod daemon;
 pub mod error;
 mod exchange;
+mod feed;
 mod library;
 mod member;
 mod messages;
