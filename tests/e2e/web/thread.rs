@@ -465,3 +465,42 @@ async fn an_answer_streaming_across_a_drop_is_shown_once() {
     assert_eq!(answer, json!(full));
     b.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_vote_asked_in_the_page_says_a_tie_is_a_tie() {
+    // Each member ranks the other first: a tie nothing breaks.
+    let ballot = |other: &str| {
+        json!([["[Evaluation]", format!("Fine.\nFINAL RANKING:\n1. {{label:{other}}}")], ["[Synthesis]", "Both."]])
+            .to_string()
+    };
+    let ws = Workspace::new(&[
+        ("claude", "claude", &[("FAKE_TEXT", "Use a queue."), ("FAKE_RULES", &ballot("Use a lock."))]),
+        ("codex", "codex", &[("FAKE_TEXT", "Use a lock."), ("FAKE_RULES", &ballot("Use a queue."))]),
+    ]);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let Some((b, origin)) = paired(&kdd, "web::thread::vote").await else { return };
+    open_thread(&b, &origin, &t).await;
+    b.eval("const h = document.querySelector('#ask-how'); h.value = 'vote'; h.dispatchEvent(new Event('change'))")
+        .await;
+    b.client.find(Locator::Css("#ask-text")).await.unwrap().send_keys("Queue or lock?").await.unwrap();
+    b.client.find(Locator::Css("#ask-send")).await.unwrap().click().await.unwrap();
+    let said = b
+        .until(
+            "the vote done",
+            "const s = document.querySelector('#view > .said').textContent; return s.startsWith('the vote:') && s",
+        )
+        .await;
+    let said = said.as_str().unwrap();
+    assert!(said.starts_with("the vote: tie between ") && said.ends_with(": left to you"), "{said}");
+    assert!(said.contains("claude") && said.contains("codex") && !said.contains("wins"), "{said}");
+    kd_tests::settled(&kdd.db, &t).await;
+    // The tally is in the thread, shown once like every message.
+    let messages = shows_every_message_once(&b, &c, &t).await;
+    assert!(!messages.is_empty());
+    let tally = c.thread_messages(t.clone(), None, None, None, None).await.unwrap();
+    assert!(tally.iter().any(|m| m.body.starts_with("Vote: tie between")), "{tally:?}");
+    b.screenshot("vote").await;
+    b.close().await;
+}

@@ -260,6 +260,18 @@ export function threadView(rpc, main, id) {
 // The ask box: the question, whom to ask (ticked members, or leading
 // @member words), and how: rounds, or a vote, or a synthesis by a chair —
 // council.send, or completion.agents as kd ask --vote / --synthesize.
+// A vote's outcome in a few words: a tie is said as a tie, with what
+// broke it (the tally's message in the thread says it in full).
+function verdict(tally) {
+  if (!tally) return 'done';
+  const tie = tally.tie;
+  if (!tie) return tally.winner ? `${tally.winner} wins` : 'no winner';
+  const who = tie.members.join(' and ');
+  if (tie.broken_by === 'king' || !tally.winner) return `tie between ${who}: left to you`;
+  const how = tie.broken_by === 'chair' ? `the chair's ballot (${tie.chair})` : 'first places';
+  return `tie between ${who}, broken by ${how}: ${tally.winner} wins`;
+}
+
 function askBox(rpc, id, tell) {
   const text = el('textarea', { id: 'ask-text', rows: 3, required: true,
     placeholder: 'Ask the council… (@member to ask one; Ctrl+Enter sends)' });
@@ -320,9 +332,7 @@ function askBox(rpc, id, tell) {
     done();
     tell(how.value === 'vote' ? 'the members answer, then vote…' : `the members answer, then ${chair.value} synthesizes…`);
     rpc.call('completion.agents', params).then((c) => {
-      const winner = c.tally && c.tally.winner;
-      tell(c.synthesis ? `${c.synthesis.member || chair.value} wrote the synthesis`
-        : winner ? `the vote: ${winner} wins` : 'the vote is done');
+      tell(c.synthesis ? `${c.synthesis.member || chair.value} wrote the synthesis` : `the vote: ${verdict(c.tally)}`);
     }, (err) => tell(`kdd said: ${err.message}`));
   });
   text.addEventListener('keydown', (e) => {
