@@ -6,6 +6,10 @@ import { go } from '/app.js';
 
 // Kinds of message whose body is a member's markdown, rendered by kdd.
 const MARKDOWN = new Set(['agent', 'interrupted']);
+// Answers shown as text are rendered together, this long after the first
+// of them arrived: a history of a thousand comes as a few calls, not one
+// per message, while kdd is still sending it.
+const RENDER_AFTER_MS = 50;
 
 // A message or a streaming answer, as a block.
 function block(cls, from, attrs) {
@@ -127,7 +131,7 @@ export function threadView(rpc, main, id) {
       const nodes = new Map(seqs.map((s) => [s, bodies.get(s)]));
       for (const s of seqs) bodies.delete(s);
       renderMarkdown(rpc, id, seqs, nodes).catch(() => {});
-    }, 0);
+    }, RENDER_AFTER_MS);
   }
   // Where each block stands (kd-proto's order.rs, as kd chat shows a
   // thread): an answer right after the message it answers, among its
@@ -245,9 +249,16 @@ export function threadView(rpc, main, id) {
     load();
   };
   let stop = () => {};
-  rpc.subscribe('thread.subscribe', () => ({ thread: id, since_seq: lastSeq }), 'thread.unsubscribe', event,
-    { onResume: resume, onError: (e) => failure(main, e) })
-    .then((s) => { if (left) s(); else stop = s; }, (e) => failure(main, e));
+  // The history in one call, shown in one task (the page laid out once,
+  // not once per message as a subscription's backlog would), then the
+  // subscription from the last message shown.
+  rpc.call('thread.messages', { thread: id }).catch(() => []).then((history) => {
+    if (left) return;
+    for (const m of history) message(m);
+    rpc.subscribe('thread.subscribe', () => ({ thread: id, since_seq: lastSeq }), 'thread.unsubscribe', event,
+      { onResume: resume, onError: (e) => failure(main, e) })
+      .then((s) => { if (left) s(); else stop = s; }, (e) => failure(main, e));
+  });
   load();
   loadCost();
 
