@@ -286,7 +286,7 @@ async fn an_answer_in_markdown_is_rendered_and_nothing_in_it_runs() {
     let Some((b, origin)) = paired(&kdd, "web::thread::markdown").await else { return };
     open_thread(&b, &origin, &t).await;
     let body = "document.querySelector('.msg[data-from=claude] .body.markdown')";
-    b.until("the rendered answer", &format!("return {body}?.querySelector('h1') !== null")).await;
+    b.until("the rendered answer", &format!("return {body}?.querySelector('h1') != null")).await;
     let shape = b
         .eval(&format!(
             "const m = {body}; return {{ h1: m.querySelector('h1').textContent, items: m.querySelectorAll('li').length, \

@@ -125,11 +125,8 @@ async fn the_work_view_highlights_the_diff_sends_a_line_comment_as_a_review_and_
     .await;
     b.screenshot("side-by-side").await;
     b.client.refresh().await.unwrap();
-    b.until(
-        "the side-by-side diff after a reload",
-        &format!("return {cl}?.querySelector('table.diff.split') !== null"),
-    )
-    .await;
+    b.until("the side-by-side diff after a reload", &format!("return {cl}?.querySelector('table.diff.split') != null"))
+        .await;
     b.client.find(Locator::Css("button.mode[data-mode=unified]")).await.unwrap().click().await.unwrap();
     b.until("the unified diff", &format!("return {cl}.querySelector('table.diff.unified') !== null")).await;
 
@@ -282,7 +279,7 @@ async fn what_kdd_refuses_is_shown_and_kept() {
     b.until("the threads view", "return document.querySelector('#threads') !== null").await;
     b.client.goto(&format!("http://{}/work/{t}", web.addr)).await.unwrap();
     let cl = "document.querySelector('section.member[data-member=claude]')";
-    b.until("claude's buttons", &format!("return {cl}?.querySelector('button.accept') !== null")).await;
+    b.until("claude's buttons", &format!("return {cl}?.querySelector('button.accept') != null")).await;
     // Nothing pending: Send review is off.
     assert_eq!(b.eval(&format!("return {cl}.querySelector('button.send-review').disabled")).await, json!(true));
     b.eval(&format!("{cl}.querySelector('button.accept').click()")).await;
