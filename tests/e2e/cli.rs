@@ -436,6 +436,40 @@ fn both_binaries_say_their_version_and_the_commit_they_were_built_from() {
     }
 }
 
+/// On glibc 2.36 or newer, both binaries carry their relative relocations
+/// packed (a `SHT_RELR` section; `build/relr.rs`): 18 KB instead of 1.4 MB
+/// the loader reads at each start, ~3 MB less of kdd resident at idle.
+#[test]
+fn both_binaries_pack_their_relative_relocations_where_glibc_applies_them() {
+    let glibc = Command::new("getconf").arg("GNU_LIBC_VERSION").output().ok();
+    let version = glibc.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
+    let Some((major, minor)) = version.strip_prefix("glibc ").and_then(|v| v.split_once('.')) else {
+        eprintln!("skipped: not glibc ({version:?})");
+        return;
+    };
+    let minor: u32 = minor.split('.').next().and_then(|m| m.parse().ok()).unwrap_or(0);
+    if (major.parse::<u32>().unwrap_or(0), minor) < (2, 36) || std::env::var_os("KD_NO_RELR").is_some() {
+        eprintln!("skipped: {version} does not apply packed relocations");
+        return;
+    }
+    for name in ["kd", "kdd"] {
+        let elf = std::fs::read(bin(name)).unwrap();
+        assert!(section_types(&elf).contains(&SHT_RELR), "{name} has no packed relocations");
+    }
+}
+
+const SHT_RELR: u32 = 19;
+
+/// The types of an ELF64 little-endian file's sections.
+fn section_types(elf: &[u8]) -> Vec<u32> {
+    assert_eq!(&elf[..6], b"\x7fELF\x02\x01", "an ELF64 little-endian file");
+    let u16_at = |at: usize| u16::from_le_bytes([elf[at], elf[at + 1]]) as usize;
+    let u32_at = |at: usize| u32::from_le_bytes(elf[at..at + 4].try_into().unwrap());
+    let table = u64::from_le_bytes(elf[0x28..0x30].try_into().unwrap()) as usize;
+    let (size, count) = (u16_at(0x3a), u16_at(0x3c));
+    (0..count).map(|i| u32_at(table + i * size + 4)).collect()
+}
+
 /// A listener on a socket kd is not allowed to connect to: the socket is
 /// mode 000, so `connect()` fails with EACCES as it does inside an agent's
 /// sandbox that forbids Unix sockets. As root (who passes any mode) the

@@ -48,7 +48,9 @@ pub struct Notifier {
     db: Arc<Db>,
     /// Every notification made, for `notify.subscribe`.
     pub feed: feed::Feed,
-    http: Result<sinks::Http, String>,
+    /// The webhook client, made at the first webhook: a daemon without
+    /// one never loads TLS and HTTP client code (idle memory, issue 31).
+    http: std::sync::OnceLock<Result<sinks::Http, String>>,
     sent: AtomicU64,
     failed: AtomicU64,
     dropped: Arc<AtomicU64>,
@@ -57,19 +59,25 @@ pub struct Notifier {
 
 impl Notifier {
     pub fn new(db: Arc<Db>) -> Notifier {
-        let http = sinks::http();
-        if let Err(e) = &http {
-            tracing::error!("{e}");
-        }
         Notifier {
             db,
             feed: feed::Feed::new(crate::db::now_ms()),
-            http,
+            http: std::sync::OnceLock::new(),
             sent: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             dropped: Arc::new(AtomicU64::new(0)),
             slots: Arc::new(Semaphore::new(SLOTS)),
         }
+    }
+
+    fn http(&self) -> &Result<sinks::Http, String> {
+        self.http.get_or_init(|| {
+            let http = sinks::http();
+            if let Err(e) = &http {
+                tracing::error!("{e}");
+            }
+            http
+        })
     }
 
     pub fn stats(&self) -> NotifyStats {
@@ -210,7 +218,7 @@ impl Notifier {
     async fn call_all(&self, config: &Notify, n: &Notification) -> Vec<SinkAnswer> {
         let mut calls: Vec<std::pin::Pin<Box<dyn Future<Output = SinkAnswer> + Send + '_>>> = Vec::new();
         for url in &config.webhooks {
-            calls.push(Box::pin(sinks::webhook(self.http.as_ref(), url, n, config.timeout)));
+            calls.push(Box::pin(sinks::webhook(self.http().as_ref(), url, n, config.timeout)));
         }
         for argv in &config.commands {
             calls.push(Box::pin(sinks::command(argv, n, config.timeout)));

@@ -1,0 +1,8 @@
+//! Link options of kdd's binary (see `build/relr.rs`).
+
+include!("../build/relr.rs");
+
+fn main() {
+    println!("cargo:rerun-if-changed=../build/relr.rs");
+    pack_relative_relocations();
+}
