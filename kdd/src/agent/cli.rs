@@ -80,7 +80,7 @@ pub(super) async fn execute(d: &Runner, run: &Run, spec: &Spec, prepared: Prepar
     // The run's capability: `kd send` & co. act as the member only by it
     // (KD_MEMBER and KD_THREAD are information; a name is no identity).
     inv.env.extend(run.token().map(|t| (process::TOKEN_VAR.to_string(), t)));
-    let mut child = match process::spawn(&inv, spec.cwd()) {
+    let mut child = match process::spawn_off(&inv, spec.cwd()).await {
         Ok(c) => c,
         Err(e) => return with_session(failed(&member, RunStatus::Error, spawn_error(&inv, agent, &e))),
     };

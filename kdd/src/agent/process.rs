@@ -9,10 +9,11 @@
 //! workspace as cwd, and dies with the daemon: the
 //! kernel sends it SIGKILL when the daemon's thread that spawned it exits
 //! (`PR_SET_PDEATHSIG`). Spawns happen on tokio worker threads, which live
-//! as long as the daemon's runtime. It runs with the umask kdd was started
-//! with. The pid and the process's start time
-//! are recorded, so that after a crash a pid is only killed if it still
-//! names the same process.
+//! as long as the daemon's runtime, or (a run's agent, [`spawn_off`]) on
+//! kdd's spawning threads, which live as long as kdd. It runs with the
+//! umask kdd was started with. The pid and the process's start time are
+//! recorded, so that after a crash a pid is only killed if it still names
+//! the same process.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -37,6 +38,12 @@ pub struct Invocation {
 /// its markers say it is (see [`crate::identity`]).
 pub fn spawn(inv: &Invocation, cwd: &Path) -> std::io::Result<Child> {
     spawn_for(inv, cwd, cwd)
+}
+
+/// [`spawn`] on a spawning thread of kdd's ([`children::spawn_off`]): a
+/// run's agent, started without holding a runtime worker.
+pub async fn spawn_off(inv: &Invocation, cwd: &Path) -> std::io::Result<Child> {
+    children::spawn_off(command(inv, cwd), origin(inv, cwd)).await
 }
 
 /// The variables that may hold the registry's credentials: a PostgreSQL
@@ -437,6 +444,27 @@ mod tests {
         assert_eq!(left.wait().await.unwrap().signal(), Some(9), "killed");
         assert!(start_time(other_pid).is_some(), "another socket's agents are left alone");
         other.kill().await.unwrap();
+    }
+
+    /// A run's agent, spawned on kdd's spawning threads, leads a session
+    /// of its own and is known as its run's, as one spawned in place is.
+    #[tokio::test]
+    async fn an_agent_spawned_off_the_runtime_leads_its_session_and_is_known_as_its_runs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let inv = Invocation {
+            program: "sh".into(),
+            args: vec!["-c".into(), "ps -o sid= -p $$".into()],
+            stdin: None,
+            env: vec![(RUN_MARKER.into(), "r-off".into())],
+        };
+        let child = spawn_off(&inv, tmp.path()).await.unwrap();
+        let pid = child.id().unwrap();
+        let run = children::Origin::Run { run: "r-off".into(), member: None };
+        assert_eq!(children::origin_of(pid), Some(run));
+        let out = child.wait_with_output().await.unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), pid.to_string(), "its own session");
+        let missing = Invocation { program: "kd-no-such-agent".into(), args: vec![], stdin: None, env: vec![] };
+        assert_eq!(spawn_off(&missing, tmp.path()).await.unwrap_err().kind(), std::io::ErrorKind::NotFound);
     }
 
     #[tokio::test]

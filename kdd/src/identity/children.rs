@@ -64,6 +64,71 @@ pub fn spawn(cmd: &mut tokio::process::Command, origin: Origin) -> std::io::Resu
     Ok(child)
 }
 
+/// A spawn handed to a spawning thread ([`spawn_off`]).
+struct Request {
+    cmd: tokio::process::Command,
+    origin: Origin,
+    /// The runtime the child belongs to (its reaping and its pipes).
+    runtime: tokio::runtime::Handle,
+    reply: tokio::sync::oneshot::Sender<std::io::Result<tokio::process::Child>>,
+}
+
+/// How many spawning threads: two spawns go on side by side, as on the
+/// runtime's two workers of a 2-core machine before.
+const SPAWNING_THREADS: usize = 2;
+
+/// The spawning threads' queue; `None` when they could not be started.
+fn spawning_threads() -> Option<&'static std::sync::mpsc::Sender<Request>> {
+    static QUEUE: std::sync::OnceLock<Option<std::sync::mpsc::Sender<Request>>> = std::sync::OnceLock::new();
+    QUEUE
+        .get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel::<Request>();
+            let rx = std::sync::Arc::new(Mutex::new(rx));
+            let mut started = 0;
+            for n in 0..SPAWNING_THREADS {
+                let rx = rx.clone();
+                let thread = std::thread::Builder::new().name(format!("kdd-spawn-{n}")).spawn(move || {
+                    loop {
+                        // Held only while taking one request: the other
+                        // thread takes the next meanwhile.
+                        let next = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                        let Ok(mut r) = next else { return };
+                        let _runtime = r.runtime.enter();
+                        let _ = r.reply.send(spawn(&mut r.cmd, r.origin));
+                    }
+                });
+                match thread {
+                    Ok(_) => started += 1,
+                    Err(e) => tracing::warn!("cannot start a spawning thread: {e}"),
+                }
+            }
+            (started > 0).then_some(tx)
+        })
+        .as_ref()
+}
+
+/// [`spawn`] on one of kdd's spawning threads, which live as long as kdd
+/// does (an agent's parent-death signal is sent when the *thread* that
+/// spawned it exits): a spawn forks kdd and waits for the child's exec,
+/// milliseconds during which a runtime worker would run nothing else
+/// (issue 31: with three agents started at once both workers of 2 cores
+/// were held, and the replies of the registry and the client waited).
+/// Where no spawning thread could be started, spawns here.
+pub async fn spawn_off(cmd: tokio::process::Command, origin: Origin) -> std::io::Result<tokio::process::Child> {
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    let request = Request { cmd, origin, runtime: tokio::runtime::Handle::current(), reply };
+    let mut request = match spawning_threads() {
+        Some(queue) => match queue.send(request) {
+            Ok(()) => {
+                return answer.await.unwrap_or_else(|_| Err(std::io::Error::other("the spawning thread is gone")));
+            }
+            Err(std::sync::mpsc::SendError(r)) => r,
+        },
+        None => request,
+    };
+    spawn(&mut request.cmd, request.origin)
+}
+
 /// What process `pid` is, if kdd spawned it (and it is still that process).
 pub fn origin_of(pid: u32) -> Option<Origin> {
     let spawned = spawned().get(&pid).cloned()?;
