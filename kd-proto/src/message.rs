@@ -16,8 +16,8 @@ use std::ops::{Deref, DerefMut};
 
 use jsonrpsee::proc_macros::rpc;
 use schemars::JsonSchema;
+use serde::ser::SerializeStruct;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use serde_json::value::RawValue;
 
 use crate::error::RpcResult;
 
@@ -223,12 +223,14 @@ pub struct Messages {
     list: Vec<Message>,
     /// The same page as a JSON array, when the daemon wrote it directly;
     /// then `list` is empty.
-    json: Option<Box<RawValue>>,
+    json: Option<String>,
 }
 
 impl Messages {
-    /// A page already written as a JSON array of messages (daemon side).
-    pub fn from_json(json: Box<RawValue>) -> Messages {
+    /// A page already written as a JSON array of messages (daemon side):
+    /// serialised as it is, neither parsed nor checked, so `json` must be
+    /// one JSON value with nothing around it, as serde_json writes one.
+    pub fn written(json: String) -> Messages {
         Messages { list: Vec::new(), json: Some(json) }
     }
 
@@ -281,7 +283,7 @@ impl<'a> IntoIterator for &'a Messages {
 
 impl PartialEq for Messages {
     fn eq(&self, other: &Messages) -> bool {
-        self.list == other.list && self.json.as_ref().map(|j| j.get()) == other.json.as_ref().map(|j| j.get())
+        self.list == other.list && self.json == other.json
     }
 }
 
@@ -294,9 +296,28 @@ impl PartialEq<Vec<Message>> for Messages {
 impl Serialize for Messages {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match &self.json {
-            Some(json) => json.serialize(s),
+            Some(json) => Verbatim(json).serialize(s),
             None => self.list.serialize(s),
         }
+    }
+}
+
+/// JSON already written, which serde_json writes out as it is, the way it
+/// writes a [`serde_json::value::RawValue`] (whose `Serialize` is the same
+/// struct: one field, both named by serde_json's raw-value token), without
+/// the copy into a `RawValue` and without parsing it again. Another
+/// serializer would see a struct holding a string.
+/// (`written_json_reads_back_as_the_messages` fails if serde_json stops
+/// honouring the token.)
+struct Verbatim<'a>(&'a str);
+
+impl Serialize for Verbatim<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        /// serde_json's `raw::TOKEN`.
+        const RAW_VALUE: &str = "$serde_json::private::RawValue";
+        let mut raw = s.serialize_struct(RAW_VALUE, 1)?;
+        raw.serialize_field(RAW_VALUE, self.0)?;
+        raw.end()
     }
 }
 
@@ -370,10 +391,19 @@ mod tests {
     #[test]
     fn written_json_reads_back_as_the_messages() {
         let m = vec![Message::new("t1", 1, "king", "Hi?"), Message::new("t1", 2, "claude", "Hello.")];
-        let raw = serde_json::value::to_raw_value(&m).unwrap();
-        let page = Messages::from_json(raw);
+        let page = Messages::written(serde_json::to_string(&m).unwrap());
         let wire = serde_json::to_string(&page).unwrap();
-        assert_eq!(wire, serde_json::to_string(&m).unwrap());
+        assert_eq!(wire, serde_json::to_string(&m).unwrap(), "written out as it is");
+        // As jsonrpsee writes an answer: into a writer, inside its envelope.
+        #[derive(Serialize)]
+        struct Answer<'a, T> {
+            id: u64,
+            result: &'a T,
+        }
+        let mut answer = Vec::new();
+        serde_json::to_writer(&mut answer, &Answer { id: 1, result: &page }).unwrap();
+        assert_eq!(answer, serde_json::to_vec(&Answer { id: 1, result: &m }).unwrap());
+        assert_eq!(serde_json::to_value(&page).unwrap(), serde_json::to_value(&m).unwrap());
         let back: Messages = serde_json::from_str(&wire).unwrap();
         assert_eq!(back, m);
         assert_eq!(back.into_vec(), m);

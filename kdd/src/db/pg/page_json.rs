@@ -1,13 +1,12 @@
 //! `thread.messages` written as JSON straight from the rows (PostgreSQL;
 //! mirrors `db/page_json.rs`): no [`kd_proto::types::Message`] is built.
 //! Each row is written in `Message`'s serde form by the same [`RowJson`] as
-//! SQLite's, as it arrives from the server (the network overlaps the
+//! SQLite's, into one buffer, as it arrives from the server (the network overlaps the
 //! rendering, so no second reader is needed), until the page's byte budget.
 
 use deadpool_postgres::GenericClient;
 use futures_util::TryStreamExt;
 use kd_proto::types::{Messages, Purpose, RouteType};
-use serde_json::value::RawValue;
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
@@ -30,19 +29,24 @@ pub(crate) async fn list(c: &impl GenericClient, thread: &str, page: &Page) -> D
     let before = page.before.map(|b| b.min(i64::MAX as u64) as i64).unwrap_or(i64::MAX);
     let params: [&(dyn ToSql + Sync); 5] = [&thread, &after, &before, &limit, &page.bodies];
     let mut rows = std::pin::pin!(c.query_raw(&stmt, params).await?);
-    let mut written: Vec<Box<RawValue>> = Vec::new();
+    let mut out = String::from("[");
     let mut bytes = 0usize;
+    let mut count = 0usize;
     while let Some(row) = rows.try_next().await? {
         let json = row_json(&row)?;
         // One row at least, then while the page's budget holds them.
         bytes = bytes.saturating_add(json.body.len() + ROW_BYTES);
-        if bytes > page.budget && !written.is_empty() {
+        if bytes > page.budget && count > 0 {
             break;
         }
-        written.push(serde_json::value::to_raw_value(&json).map_err(cannot_write)?);
+        if count > 0 {
+            out.push(',');
+        }
+        json.write(&mut out).map_err(cannot_write)?;
+        count += 1;
     }
-    // Raw values are copied as they are: the page is not parsed again.
-    Ok(Messages::from_json(serde_json::value::to_raw_value(&written).map_err(cannot_write)?))
+    out.push(']');
+    Ok(Messages::written(out))
 }
 
 fn cannot_write(e: serde_json::Error) -> DbError {

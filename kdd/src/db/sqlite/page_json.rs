@@ -1,14 +1,10 @@
 //! The SQLite side of [`crate::db::page_json`]: its SQL and the engine's operations.
 
-use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
 
 use kd_proto::types::{Messages, Purpose, RouteType};
 use rusqlite::{Connection, Row, Rows, Statement, params};
-use serde::ser::{Error as _, SerializeSeq};
-use serde::{Serialize, Serializer};
-use serde_json::value::RawValue;
 
 use super::pool::ReadPool;
 use super::threads;
@@ -47,8 +43,14 @@ fn list_split(pool: &Arc<ReadPool>, thread: &str, page: &Page, split_at: u64) ->
     })
 }
 
-/// Rows written as JSON, each with its body's length (for the budget).
-type Rendered = Vec<(Box<RawValue>, usize)>;
+/// Rows written as JSON into one buffer, separated by commas, with each
+/// row's end in it and its body's length (for the budget): the page takes
+/// them with one copy.
+#[derive(Default)]
+struct Rendered {
+    json: String,
+    rows: Vec<(usize, usize)>,
+}
 
 /// The second half of a long page, rendered by whichever thread claims it
 /// first: the helper, or the first half's writer once it is done (so a
@@ -124,13 +126,53 @@ impl Drop for SecondHalf {
 
 fn write(conn: &Connection, thread: &str, page: &Page, rest: Option<&SecondHalf>) -> DbResult<Messages> {
     let mut stmt = conn.prepare_cached(SQL)?;
-    let rows = query(&mut stmt, thread, page)?;
-    let all = AllRows { rows: RefCell::new(rows), budget: page.budget, rest };
-    // Written without a second pass: `to_raw_value` trusts serde_json's own
-    // output, where `RawValue::from_string` would parse it again.
-    let json =
-        serde_json::value::to_raw_value(&all).map_err(|e| DbError::Invalid(format!("cannot write the page: {e}")))?;
-    Ok(Messages::from_json(json))
+    let mut rows = query(&mut stmt, thread, page)?;
+    let mut budget = Budget { budget: page.budget, bytes: 0, count: 0 };
+    let mut out = String::from("[");
+    let mut full = false;
+    while let Some(row) = rows.next()? {
+        let body = row.get_ref(7).and_then(|v| Ok(v.as_str()?))?;
+        if !budget.fits(body.len()) {
+            full = true;
+            break;
+        }
+        if out.len() > 1 {
+            out.push(',');
+        }
+        RowJson::of(row)?.write(&mut out).map_err(cannot_write)?;
+    }
+    if let Some(rest) = rest.filter(|_| !full) {
+        let rendered = rest.take()?;
+        let fit = rendered.rows.iter().take_while(|(_, body)| budget.fits(*body)).count();
+        if let Some((end, _)) = fit.checked_sub(1).and_then(|last| rendered.rows.get(last)) {
+            if out.len() > 1 {
+                out.push(',');
+            }
+            out.push_str(rendered.json.get(..*end).unwrap_or_default());
+        }
+    }
+    out.push(']');
+    Ok(Messages::written(out))
+}
+
+/// The page's byte budget, as [`super::messages::list`] counts it: one
+/// row at least, then while the bodies and [`ROW_BYTES`] each fit.
+struct Budget {
+    budget: usize,
+    bytes: usize,
+    count: usize,
+}
+
+impl Budget {
+    fn fits(&mut self, body: usize) -> bool {
+        self.bytes = self.bytes.saturating_add(body + ROW_BYTES);
+        self.count += 1;
+        self.count == 1 || self.bytes <= self.budget
+    }
+}
+
+fn cannot_write(e: serde_json::Error) -> DbError {
+    DbError::Invalid(format!("cannot write the page: {e}"))
 }
 
 fn query<'s>(stmt: &'s mut Statement<'_>, thread: &str, page: &Page) -> DbResult<Rows<'s>> {
@@ -145,58 +187,21 @@ fn query<'s>(stmt: &'s mut Statement<'_>, thread: &str, page: &Page) -> DbResult
 fn rendered(conn: &Connection, thread: &str, page: &Page, abandoned: &AtomicBool) -> DbResult<Rendered> {
     let mut stmt = conn.prepare_cached(SQL)?;
     let mut rows = query(&mut stmt, thread, page)?;
-    let mut out = Vec::new();
+    let mut out = Rendered::default();
     let mut bytes = 0usize;
     while let Some(row) = rows.next()? {
         let json = RowJson::of(row)?;
         bytes = bytes.saturating_add(json.body.len() + ROW_BYTES);
-        if (bytes > page.budget && !out.is_empty()) || abandoned.load(Ordering::Relaxed) {
+        if (bytes > page.budget && !out.rows.is_empty()) || abandoned.load(Ordering::Relaxed) {
             break;
         }
-        let raw = serde_json::value::to_raw_value(&json).map_err(|e| DbError::Invalid(e.to_string()))?;
-        out.push((raw, json.body.len()));
+        if !out.rows.is_empty() {
+            out.json.push(',');
+        }
+        json.write(&mut out.json).map_err(cannot_write)?;
+        out.rows.push((out.json.len(), json.body.len()));
     }
     Ok(out)
-}
-
-/// The rows of the query as a JSON array, then the second half's, up to
-/// the byte budget (one row at least, as [`super::messages::list`] counts
-/// it).
-struct AllRows<'s, 'h> {
-    rows: RefCell<Rows<'s>>,
-    budget: usize,
-    rest: Option<&'h SecondHalf>,
-}
-
-impl Serialize for AllRows<'_, '_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut rows = self.rows.try_borrow_mut().map_err(S::Error::custom)?;
-        let mut seq = s.serialize_seq(None)?;
-        let mut bytes = 0usize;
-        let mut count = 0usize;
-        let mut fits = |body: usize| {
-            bytes = bytes.saturating_add(body + ROW_BYTES);
-            let fits = count == 0 || bytes <= self.budget;
-            count += 1;
-            fits
-        };
-        while let Some(row) = rows.next().map_err(S::Error::custom)? {
-            let body = row.get_ref(7).and_then(|v| Ok(v.as_str()?)).map_err(S::Error::custom)?;
-            if !fits(body.len()) {
-                return seq.end();
-            }
-            seq.serialize_element(&RowJson::of(row).map_err(S::Error::custom)?)?;
-        }
-        if let Some(rest) = self.rest {
-            for (json, body) in rest.take().map_err(S::Error::custom)? {
-                if !fits(body) {
-                    break;
-                }
-                seq.serialize_element(&json)?;
-            }
-        }
-        seq.end()
-    }
 }
 
 impl<'a> RowJson<'a> {
@@ -240,6 +245,7 @@ impl super::Sqlite {
 mod tests {
     use kd_proto::types::Message;
     use rusqlite::Connection;
+    use serde::Serialize;
 
     use super::*;
     use crate::db::fixtures::varied_messages;
@@ -331,7 +337,7 @@ mod tests {
         .map_err(|_| DbError::Internal("the helper never started".into()))?;
         let rows = tokio::task::block_in_place(|| second.take())?;
         assert!(second.job.helped.load(Ordering::Acquire), "rendered by the helper");
-        assert_eq!(rows.len(), 20);
+        assert_eq!(rows.rows.len(), 20);
         let pool2 = pool.clone();
         let page = tokio::task::spawn_blocking(move || list_split(&pool2, "t", &all, 2))
             .await
@@ -347,13 +353,13 @@ mod tests {
         let (_dir, conn, _pool) = open()?;
         varied(&conn, 100)?;
         let rows = |budget| rendered(&conn, "t", &Page { after: 10, ..page(budget) }, &AtomicBool::new(false));
-        assert_eq!(rows(usize::MAX)?.len(), 390);
-        assert_eq!(rows(1)?.len(), 1);
-        let some = rows(10 * ROW_BYTES)?;
+        assert_eq!(rows(usize::MAX)?.rows.len(), 390);
+        assert_eq!(rows(1)?.rows.len(), 1);
+        let some = rows(10 * ROW_BYTES)?.rows;
         assert!(!some.is_empty() && some.iter().map(|(_, b)| b + ROW_BYTES).sum::<usize>() <= 10 * ROW_BYTES);
         assert!(some.len() < 10, "{}", some.len());
         let abandoned = rendered(&conn, "t", &Page { after: 10, ..page(usize::MAX) }, &AtomicBool::new(true))?;
-        assert!(abandoned.is_empty(), "a page that ended without it stops the helper");
+        assert!(abandoned.rows.is_empty(), "a page that ended without it stops the helper");
         Ok(())
     }
 
