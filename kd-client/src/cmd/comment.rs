@@ -175,7 +175,8 @@ pub async fn send(
         outln!("{thread}")?;
         return Ok(ExitCode::SUCCESS);
     }
-    let runs = Runs { thread: &thread, seq: sent.seq, runs: sent.runs.clone(), vote: false, lines: true };
+    let members = vec![member.to_string()];
+    let runs = Runs { thread: &thread, seq: sent.seq, runs: sent.runs.clone(), members, vote: false, lines: true };
     let Followed::Ended { failed, .. } = follow(ctx, &client, approvals, &mut interrupt, runs).await? else {
         return Ok(ExitCode::from(130));
     };

@@ -97,6 +97,7 @@ pub async fn run(ctx: &Ctx, a: WorkArgs) -> anyhow::Result<ExitCode> {
         thread: &started.thread,
         seq: started.seq,
         runs: started.runs.clone(),
+        members: names.iter().map(|m| m.to_string()).collect(),
         vote: started.vote,
         lines: !a.json,
     };

@@ -29,6 +29,10 @@ pub struct Runs<'a> {
     pub seq: u64,
     /// Their ids.
     pub runs: Vec<String>,
+    /// The members they are for: a member whose work settled before this
+    /// client read it is told from the work list (its event may still be
+    /// on its way when the list says nothing is left to wait for).
+    pub members: Vec<String>,
     /// A vote: followed until its tally is written.
     pub vote: bool,
     /// Print each member's line (not with `--json`), and ask approvals on
@@ -78,6 +82,9 @@ pub async fn follow(
             // changes after comes as events.
             let trees = client.work_list(None, Some(r.thread.to_string())).await.map_err(ClientError::from)?;
             open = Some(trees.iter().filter(|w| in_flight(w)).map(|w| w.member.clone()).collect());
+            for w in trees.iter().filter(|w| r.members.contains(&w.member)) {
+                tell(w, r.lines, styled, &mut said)?;
+            }
         }
         if pending.is_empty() && open.as_ref().is_some_and(|o| o.is_empty()) && (!r.vote || tally.is_some()) {
             break;
@@ -134,18 +141,7 @@ pub async fn follow(
                         open.remove(&worktree.member);
                     }
                 }
-                // The work as each run left it once its check is done, and
-                // each try of a member sent back to fix it.
-                let told = !worktree.checking()
-                    && (worktree.state != WorkState::Working
-                        || worktree.fixing().is_some() && worktree.check.is_some());
-                if told && r.lines {
-                    let l = line(&worktree, styled);
-                    if said.get(&worktree.member) != Some(&l) {
-                        outln!("{l}")?;
-                        said.insert(worktree.member.clone(), l);
-                    }
-                }
+                tell(&worktree, r.lines, styled, &mut said)?;
             }
             ThreadEvent::Message { message } if message.from == KD && message.purpose == Some(Purpose::Tally) => {
                 tally = Some(message.body.clone());
@@ -154,6 +150,20 @@ pub async fn follow(
         }
     }
     Ok(Followed::Ended { failed, tally })
+}
+
+/// Prints `w`'s line, once per change, when it says how a run left the
+/// work (its check done) or how a try of a member sent back to fix it went.
+fn tell(w: &Worktree, lines: bool, styled: bool, said: &mut BTreeMap<String, String>) -> anyhow::Result<()> {
+    let told = !w.checking() && (w.state != WorkState::Working || w.fixing().is_some() && w.check.is_some());
+    if told && lines {
+        let l = line(w, styled);
+        if said.get(&w.member) != Some(&l) {
+            outln!("{l}")?;
+            said.insert(w.member.clone(), l);
+        }
+    }
+    Ok(())
 }
 
 /// The next approval event, when subscribed; else never.
