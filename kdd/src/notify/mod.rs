@@ -13,8 +13,9 @@
 //! and the configuration read, each sink called at once, each call bounded
 //! by `notify.timeout` — and at most [`SLOTS`] deliveries run at a time
 //! (past them, one is dropped and counted). A failing sink is logged.
-//! Each notification is also numbered and kept in the [`feed::Feed`] for
-//! `notify.subscribe` (kd web's attention view), sinks or none.
+//! Each notification is also numbered when it is decided, and kept in the
+//! [`feed::Feed`] for `notify.subscribe` (kd web's attention view) in that
+//! order, sinks or none.
 //!
 //! On a registry several nodes share, each node notifies what happened on
 //! it (the tap sees no other node's events), so nothing is sent twice.
@@ -43,6 +44,9 @@ use what::{Attention, Draft, Next, Seen};
 pub const QUEUE: usize = 1024;
 /// Deliveries (and emergency timers) at once.
 pub const SLOTS: usize = 32;
+/// How long a delivery may take to read its thread and configuration
+/// before it is given up (the notifications after it wait for it).
+const READ: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub struct Notifier {
     db: Arc<Db>,
@@ -132,9 +136,12 @@ impl Notifier {
             tracing::warn!(thread, kind = draft.kind.as_str(), "a notification was dropped: too many in flight");
             return;
         };
+        // Numbered here, in the order kd decided, not when the delivery
+        // has read the thread and configuration.
+        let turn = self.feed.turn();
         let me = self.clone();
         tokio::spawn(async move {
-            me.deliver(&thread, draft).await;
+            me.deliver(&thread, draft, turn).await;
             drop(slot);
         });
     }
@@ -184,8 +191,11 @@ impl Notifier {
         }
     }
 
-    async fn deliver(&self, thread: &str, draft: Draft) {
-        let Some((t, config)) = self.config_of(thread).await else { return };
+    /// Delivers `draft` in its `turn` of the feed (given up if nothing is
+    /// told).
+    async fn deliver(&self, thread: &str, draft: Draft, turn: feed::Turn) {
+        // Bounded: a later notification waits for this one's turn.
+        let Ok(Some((t, config))) = tokio::time::timeout(READ, self.config_of(thread)).await else { return };
         if !config.kinds.contains(&draft.kind) {
             return;
         }
@@ -203,7 +213,7 @@ impl Notifier {
             approval: draft.approval,
             at_ms: crate::db::now_ms(),
         };
-        let n = self.feed.publish(n);
+        let n = turn.publish(n);
         if !config.has_sinks() {
             return;
         }
