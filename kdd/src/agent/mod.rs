@@ -9,6 +9,7 @@
 //!   run ends: failures, early stops, the outcome from what the agent said),
 //!   `stream` (a run's start and its capped text, told as they happen);
 //! - [`process`]: spawning in a process group that dies with the daemon, signals;
+//!   `launch`: how such a process is set up before it runs (by `kdd-exec`);
 //! - [`lines`]: bounded line reading of stdout;
 //! - [`peer`]: a long-lived agent process spoken to in JSON-RPC over stdio;
 //! - [`asking`]: a permission such an agent asks, answered by the approvals
@@ -36,6 +37,7 @@ pub mod argv;
 pub mod asking;
 mod cli;
 pub mod grants;
+mod launch;
 pub mod lines;
 pub mod mcp;
 mod outcome;

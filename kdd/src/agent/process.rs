@@ -8,7 +8,7 @@
 //! own process group (a signal reaches whatever it started) with the
 //! workspace as cwd, and dies with the daemon: the
 //! kernel sends it SIGKILL when the daemon's thread that spawned it exits
-//! (`PR_SET_PDEATHSIG`). Spawns happen on tokio worker threads, which live
+//! (`PR_SET_PDEATHSIG`). How that is set up is [`super::launch`]'s. Spawns happen on tokio worker threads, which live
 //! as long as the daemon's runtime, or (a run's agent, [`spawn_off`]) on
 //! kdd's spawning threads, which live as long as kdd. It runs with the
 //! umask kdd was started with. The pid and the process's start time are
@@ -78,7 +78,8 @@ pub fn spawn_confined(
     cwd: &Path,
     confine: impl FnMut() -> std::io::Result<()> + Send + Sync + 'static,
 ) -> std::io::Result<Child> {
-    let mut cmd = command(inv, cwd);
+    let mut cmd = super::launch::forked(inv);
+    set_up(&mut cmd, inv, cwd);
     // SAFETY: the caller's closure only makes system calls (see above).
     unsafe {
         cmd.pre_exec(confine);
@@ -86,15 +87,22 @@ pub fn spawn_confined(
     children::spawn(&mut cmd, origin(inv, cwd))
 }
 
-/// The command of `inv` in `cwd`, set up as every process kd spawns is.
+/// The command of `inv` in `cwd`, set up as every process kd spawns is
+/// ([`super::launch`]).
 fn command(inv: &Invocation, cwd: &Path) -> Command {
-    let mut cmd = Command::new(&inv.program);
+    let mut cmd = super::launch::command(inv, cwd);
+    set_up(&mut cmd, inv, cwd);
+    cmd
+}
+
+/// What every process kd spawns is given besides its program and
+/// arguments: its environment, `cwd` and pipes.
+fn set_up(cmd: &mut Command, inv: &Invocation, cwd: &Path) {
     // kd's markers and a capability come from the invocation alone, never
     // from kdd's own environment (a kdd started from an agent's shell
     // carries its marker and its token).
     cmd.env_remove(RUN_MARKER).env_remove(PEER_MARKER).env_remove(TOKEN_VAR);
-    cmd.args(&inv.args)
-        .envs(inv.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+    cmd.envs(inv.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .current_dir(cwd)
         .stdin(if inv.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
@@ -103,14 +111,12 @@ fn command(inv: &Invocation, cwd: &Path) -> Command {
     for var in crate::service::MANAGER_VARS {
         cmd.env_remove(var);
     }
-    keep_registry_secrets(&mut cmd);
+    keep_registry_secrets(cmd);
     // A `kd` the agent runs (`kd send` from its shell) never starts a
     // daemon: it knows neither this daemon's registry nor its node, and
     // one of its commands that outlives this daemon would start a kdd of
     // its own that nobody stops.
     cmd.env(kd_proto::paths::ENV_NO_AUTOSTART, "1");
-    set_up_child(&mut cmd);
-    cmd
 }
 
 /// What an agent is, by the markers of its invocation (the last value of a
@@ -124,31 +130,6 @@ fn origin(inv: &Invocation, workspace: &Path) -> Origin {
     match var(PEER_MARKER) {
         Some(marker) => Origin::Peer { marker, member, workspace: workspace.display().to_string() },
         None => Origin::Tool,
-    }
-}
-
-/// In the child before exec: it leads a session of its own (and so its
-/// own process group: the session's id and the group's are its pid), it
-/// gets the umask kdd was started with (kdd's is 077), and the kernel is
-/// to SIGKILL it when its parent goes away. The session is what places an
-/// orphan of it ([`crate::identity`]): a process keeps its session when it
-/// is reparented or changes group, and cannot join another's.
-#[allow(unsafe_code)]
-fn set_up_child(cmd: &mut Command) {
-    crate::private::with_user_umask(cmd);
-    let parent = rustix::process::getpid();
-    // SAFETY: the closure runs in the forked child before exec and only
-    // makes three syscalls (setsid, prctl, getppid): no allocation, no locks.
-    unsafe {
-        cmd.pre_exec(move || {
-            rustix::process::setsid()?;
-            rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
-            // The parent may have died between fork and prctl.
-            if rustix::process::getppid() != Some(parent) {
-                return Err(std::io::Error::other("parent exited"));
-            }
-            Ok(())
-        });
     }
 }
 
