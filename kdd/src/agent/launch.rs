@@ -42,8 +42,7 @@ fn trampoline() -> Option<&'static Path> {
 /// `kdd-exec` in the directory of `exe`, if it is an executable file.
 fn beside(exe: &Path) -> Option<PathBuf> {
     let path = exe.with_file_name(TRAMPOLINE);
-    let meta = std::fs::metadata(&path).ok()?;
-    (meta.is_file() && meta.permissions().mode() & 0o111 != 0).then_some(path)
+    executable(&path).then_some(path)
 }
 
 /// The command that runs `inv` in `cwd`, set up as every process kd
@@ -72,11 +71,12 @@ pub fn forked(inv: &Invocation) -> Command {
 }
 
 /// Where `inv`'s program is, as exec would find it with the `PATH` of its
-/// environment (the last `PATH` it sets, else kdd's own): a name with a `/`
-/// is taken as it is (relative to `cwd`, where the program starts).
+/// environment (the last `PATH` it sets, else kdd's own); a name with a `/`
+/// is where it says (relative to `cwd`, where the program starts). `None`
+/// if it is not an executable file there.
 fn found(inv: &Invocation, cwd: &Path) -> Option<PathBuf> {
     if inv.program.contains('/') {
-        return Some(PathBuf::from(&inv.program));
+        return executable(&cwd.join(&inv.program)).then(|| PathBuf::from(&inv.program));
     }
     if inv.program.is_empty() {
         return None;
@@ -85,11 +85,15 @@ fn found(inv: &Invocation, cwd: &Path) -> Option<PathBuf> {
         Some((_, v)) => v.into(),
         None => std::env::var_os("PATH")?,
     };
-    std::env::split_paths(&path).filter(|dir| !dir.as_os_str().is_empty()).find_map(|dir| {
-        let candidate = cwd.join(dir).join(&inv.program);
-        let meta = std::fs::metadata(&candidate).ok()?;
-        (meta.is_file() && meta.permissions().mode() & 0o111 != 0).then_some(candidate)
-    })
+    std::env::split_paths(&path)
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .map(|dir| cwd.join(dir).join(&inv.program))
+        .find(|candidate| executable(candidate))
+}
+
+/// Whether `path` is a file someone may execute.
+fn executable(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
 }
 
 /// In the child before exec: it leads a session of its own (and so its
@@ -131,7 +135,7 @@ mod tests {
         }
     }
 
-    fn executable(path: &Path) {
+    fn make_executable(path: &Path) {
         std::fs::write(path, "#!/bin/sh\n").unwrap();
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
@@ -142,13 +146,15 @@ mod tests {
         let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
         std::fs::create_dir_all(&a).unwrap();
         std::fs::create_dir_all(&b).unwrap();
-        executable(&b.join("agent"));
+        make_executable(&b.join("agent"));
         std::fs::write(a.join("agent"), "not executable").unwrap();
         let path = format!("{}:{}", a.display(), b.display());
         assert_eq!(found(&inv("agent", Some(&path)), tmp.path()), Some(b.join("agent")));
         assert_eq!(found(&inv("agent", Some(&a.display().to_string())), tmp.path()), None, "not executable");
         assert_eq!(found(&inv("kd-no-such-agent", None), tmp.path()), None);
-        assert_eq!(found(&inv("./x/agent", Some("")), tmp.path()), Some(PathBuf::from("./x/agent")), "a path as it is");
+        make_executable(&tmp.path().join("x"));
+        assert_eq!(found(&inv("./x", Some("")), tmp.path()), Some(PathBuf::from("./x")), "a path as it is");
+        assert_eq!(found(&inv("/opt/none/agent", None), tmp.path()), None, "a path to nothing");
         // A relative directory of PATH is where the program starts.
         assert_eq!(found(&inv("agent", Some("b")), tmp.path()), Some(tmp.path().join("b/agent")));
     }
@@ -160,7 +166,7 @@ mod tests {
         assert_eq!(beside(&kdd), None);
         std::fs::write(tmp.path().join(TRAMPOLINE), "").unwrap();
         assert_eq!(beside(&kdd), None, "not executable");
-        executable(&tmp.path().join(TRAMPOLINE));
+        make_executable(&tmp.path().join(TRAMPOLINE));
         assert_eq!(beside(&kdd), Some(tmp.path().join(TRAMPOLINE)));
     }
 }
