@@ -138,6 +138,19 @@ async fn the_work_view_highlights_the_diff_sends_a_line_comment_as_a_review_and_
     b.until("the comment box", "return document.activeElement?.tagName === 'TEXTAREA'").await;
     b.client.active_element().await.unwrap().send_keys("Say why it is 42.").await.unwrap();
     b.screenshot("comment-box").await;
+    // What is being typed outlives the diff drawn again (here by the
+    // layout, side by side and back).
+    let draft = |mode: &str| {
+        format!(
+            "const box = {cl}.querySelector('table.diff.{mode} tr.comment-box[data-line=\"3\"]'); \
+             return box && box.previousSibling.dataset.line === '3' && box.querySelector('textarea').value"
+        )
+    };
+    b.client.find(Locator::Css("button.mode[data-mode=split]")).await.unwrap().click().await.unwrap();
+    assert_eq!(b.until("the draft, side by side", &draft("split")).await, json!("Say why it is 42."));
+    b.client.find(Locator::Css("button.mode[data-mode=unified]")).await.unwrap().click().await.unwrap();
+    assert_eq!(b.until("the draft, unified again", &draft("unified")).await, json!("Say why it is 42."));
+    b.eval(&format!("{cl}.querySelector('tr.comment-box textarea').focus()")).await;
     press(&b, Some(Key::Control), &[Key::Enter]).await;
     let shown = b
         .until(
@@ -153,6 +166,18 @@ async fn the_work_view_highlights_the_diff_sends_a_line_comment_as_a_review_and_
     assert_eq!((first.path.as_str(), first.line, first.state), ("src/lib.rs", 3, CommentState::Pending));
     assert_eq!((first.body.as_str(), first.commit.as_str()), ("Say why it is 42.", claude.head.as_str()));
 
+    // Two comments being typed when the review goes: the revision keeps
+    // the line of one (its box stays) and changes the other's (its text
+    // is kept above the diff, to be copied).
+    let type_at = |line: u32, text: &str| {
+        format!(
+            "const tr = {cl}.querySelector('tr.commentable[data-path=\"src/lib.rs\"][data-line=\"{line}\"]'); \
+             tr.click(); const t = tr.nextSibling.querySelector('textarea'); t.value = {}; return t.value",
+            js_str(text)
+        )
+    };
+    assert_eq!(b.eval(&type_at(3, "And test 0.")).await, json!("And test 0."));
+    assert_eq!(b.eval(&type_at(5, "Name it better.")).await, json!("Name it better."));
     // Sent as a review: claude revises, and the page follows it live.
     b.eval(&format!("{cl}.querySelector('button.send-review').click()")).await;
     let revised = b
@@ -181,6 +206,28 @@ async fn the_work_view_highlights_the_diff_sends_a_line_comment_as_a_review_and_
         ),
     )
     .await;
+    let kept = b
+        .until(
+            "the drafts after the revision",
+            &format!(
+                "const box = {cl}.querySelector('tr.comment-box[data-line=\"3\"] textarea'); \
+                 const kept = {cl}.querySelector('.kept .draft-kept[data-line=\"5\"]'); \
+                 return box && kept && [box.value, kept.querySelector('textarea').value, kept.textContent]"
+            ),
+        )
+        .await;
+    assert_eq!(kept[0], json!("And test 0."), "the draft at an unchanged line keeps its box");
+    assert_eq!(kept[1], json!("Name it better."), "the draft whose line changed is kept");
+    assert!(kept[2].as_str().unwrap().contains("src/lib.rs:5 was not sent"), "{kept}");
+    b.screenshot("draft-kept").await;
+    b.eval(&format!("{cl}.querySelector('.draft-kept button.dismiss').click()")).await;
+    b.eval(&format!("{cl}.querySelector('tr.comment-box button.comment-cancel').click()")).await;
+    assert_eq!(
+        b.eval(&format!("return {cl}.querySelectorAll('.draft-kept, tr.comment-box').length")).await,
+        json!(0),
+        "dismissed and cancelled"
+    );
+    assert_eq!(c.work_comments(t.clone(), Some("claude".into())).await.unwrap().len(), 1, "drafts are not comments");
 
     // The comment, sent, is listed below the diff (it was made on the
     // earlier commit); resolved by the King, it is marked so.

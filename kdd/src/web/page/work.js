@@ -32,6 +32,14 @@ function code(tokens) {
 
 const SIGN = { added: '+', removed: '-', context: ' ', note: '' };
 
+// The text of a diff row's line on the new side, without its sign.
+function lineText(tr) {
+  const cells = tr ? tr.querySelectorAll('td.code') : [];
+  const td = cells[cells.length - 1];
+  if (!td) return null;
+  return [...td.childNodes].filter((n) => !(n.classList && n.classList.contains('sign'))).map((n) => n.textContent).join('');
+}
+
 // One member's card: its state, check, commits, buttons, diff and comments.
 class Member {
   constructor(view, tree) {
@@ -49,9 +57,11 @@ class Member {
     this.answers.setAttribute('aria-live', 'polite');
     this.buttons = el('div', { class: 'buttons' });
     this.files = el('div', { class: 'files' });
+    // Comments whose line a revision took away, kept until dismissed.
+    this.kept = el('div', { class: 'kept' });
     this.elsewhere = el('div', { class: 'elsewhere' });
     this.node.append(this.head, this.check, this.commits, this.buttons, this.activity, this.answers,
-      this.files, this.elsewhere);
+      this.kept, this.files, this.elsewhere);
     this.drawHead();
     this.drawButtons();
   }
@@ -183,10 +193,42 @@ class Member {
       (e) => failure(this.files, e));
   }
 
+  // The comments being typed, to draw again with the diff: nothing typed
+  // is lost to a redraw (a revision, the layout, another comment).
+  drafts() {
+    return [...this.files.querySelectorAll('tr.comment-box')].map((row) => {
+      const t = row.querySelector('textarea');
+      return { path: row.dataset.path, line: Number(row.dataset.line), code: lineText(row.previousSibling),
+        text: t.value, focused: document.activeElement === t, start: t.selectionStart, end: t.selectionEnd };
+    }).filter((d) => d.text || d.focused);
+  }
+
+  // Each draft back in its box at its line — where the line's text is
+  // now, if a revision moved it; one whose line is gone is kept above the
+  // diff, to be copied, until dismissed.
+  restore(drafts) {
+    for (const d of drafts) {
+      const rows = [...this.files.querySelectorAll(`tr.commentable[data-path="${CSS.escape(d.path)}"]`)]
+        .filter((tr) => lineText(tr) === d.code);
+      const tr = rows.sort((a, b) => Math.abs(a.dataset.line - d.line) - Math.abs(b.dataset.line - d.line))[0];
+      if (tr) { this.commentBox(tr, d.path, Number(tr.dataset.line), d); continue; }
+      if (!d.text) continue;
+      const kept = el('textarea', { rows: 3, readOnly: true }, d.text);
+      kept.setAttribute('aria-label', `Your comment on ${d.path} line ${d.line}, not sent`);
+      const dismiss = el('button', { type: 'button', class: 'dismiss' }, 'Dismiss');
+      const notice = el('div', { class: 'draft-kept', role: 'status', 'data-path': d.path, 'data-line': String(d.line) },
+        el('p', {}, `Your comment on ${d.path}:${d.line} was not sent: that line is no longer in the diff. Its text:`),
+        kept, el('div', { class: 'buttons' }, dismiss));
+      dismiss.addEventListener('click', () => notice.remove());
+      this.kept.append(notice);
+    }
+  }
+
   drawDiff() {
     const d = this.diff;
     if (!d) return;
     const mode = modeNow();
+    const drafts = this.drafts();
     this.files.replaceChildren();
     const placed = new Set();
     for (const f of d.highlighted || []) {
@@ -212,6 +254,7 @@ class Member {
       this.files.append(el('div', { class: 'file-diff' }, h, el('div', { class: 'scroll' }, table)));
     }
     if (d.truncated) this.files.append(el('p', { class: 'notice' }, 'The diff was cut: kd diff shows it whole.'));
+    this.restore(drafts);
     const other = this.comments.filter((c) => !placed.has(c.id));
     this.elsewhere.replaceChildren();
     if (other.length) {
@@ -285,16 +328,20 @@ class Member {
     });
   }
 
-  commentBox(tr, path, line) {
-    const open = this.files.querySelector('tr.comment-box');
-    if (open) { if (open.previousSibling === tr) { open.querySelector('textarea').focus(); return; } open.remove(); }
+  // A box to comment on `line` under its row (its text and caret back from
+  // `draft` when the diff is drawn again). Several may be open at once.
+  commentBox(tr, path, line, draft = null) {
+    const open = tr.nextSibling;
+    if (open && open.classList.contains('comment-box')) { open.querySelector('textarea').focus(); return; }
     const text = el('textarea', { rows: 3, placeholder: `A comment on ${path}:${line} (Ctrl+Enter sends)`, required: true });
     text.setAttribute('aria-label', `Comment on ${path} line ${line}`);
+    if (draft) text.value = draft.text;
     const save = el('button', { type: 'submit', class: 'comment-save' }, 'Comment');
     const cancel = el('button', { type: 'button', class: 'comment-cancel' }, 'Cancel');
     const said = el('p', { class: 'said', role: 'status' });
     const form = el('form', { class: 'comment-form' }, text, el('div', { class: 'buttons' }, save, cancel, said));
-    const row = el('tr', { class: 'comment-box' }, el('td', { colSpan: tr.children.length }, form));
+    const row = el('tr', { class: 'comment-box', 'data-path': path, 'data-line': String(line) },
+      el('td', { colSpan: tr.children.length }, form));
     const close = () => { row.remove(); tr.focus(); };
     cancel.addEventListener('click', close);
     text.addEventListener('keydown', (e) => {
@@ -316,7 +363,8 @@ class Member {
       }, (err) => { said.textContent = `kdd said: ${err.message}`; said.className = 'said error'; save.disabled = false; });
     });
     tr.after(row);
-    text.focus();
+    if (!draft || draft.focused) text.focus();
+    if (draft) text.setSelectionRange(draft.start, draft.end);
   }
 
   commentRow(comments, mode) {
