@@ -8,7 +8,13 @@
 //! (`kdd/src/bin/kdd-exec.rs`, installed beside kdd): the standard library
 //! `posix_spawn`s it (nothing runs between its fork and exec, so the child
 //! shares kdd's memory until the exec), and it sets the three up and execs
-//! the program in its place — the same pid and session.
+//! the program in its place — the same pid, and the session it leads.
+//! Until `kdd-exec` has made that session (a moment after the spawn
+//! returns), the child leads no process group:
+//! [`super::process::signal_group`] then signals it alone. std uses
+//! `posix_spawn` with a working directory only where glibc has
+//! `posix_spawn_file_actions_addchdir_np` (2.29 and newer); on an older
+//! glibc it forks anyway, and `kdd-exec` only adds an exec.
 //!
 //! The program is found on the `PATH` it is given, as the standard library
 //! would find it, so that one that is not there is still an error of the
@@ -17,7 +23,6 @@
 //! found, the set-up runs in a fork, as before.
 
 use std::ffi::OsString;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -29,10 +34,18 @@ use super::process::Invocation;
 /// The trampoline's name, beside kdd's executable.
 pub const TRAMPOLINE: &str = "kdd-exec";
 
-/// `kdd-exec` beside kdd's executable, if it is there and executable.
+/// What `kdd-exec` is asked to speak: its first argument. A `kdd-exec`
+/// of another kd refuses, saying so.
+pub const TRAMPOLINE_VERSION: &str = "1";
+
+/// `kdd-exec` beside kdd's executable, if it is there and executable
+/// (Linux: elsewhere kdd has no parent-death signal to set).
 fn trampoline() -> Option<&'static Path> {
     static AT: OnceLock<Option<PathBuf>> = OnceLock::new();
     AT.get_or_init(|| {
+        if !cfg!(target_os = "linux") {
+            return None;
+        }
         let exe = std::env::current_exe().ok()?;
         beside(&exe)
     })
@@ -45,20 +58,21 @@ fn beside(exe: &Path) -> Option<PathBuf> {
     executable(&path).then_some(path)
 }
 
-/// The command that runs `inv` in `cwd`, set up as every process kd
-/// spawns is: by `kdd-exec` where it can be, else in the fork.
-pub fn command(inv: &Invocation, cwd: &Path) -> Command {
-    match trampoline().and_then(|t| Some((t, found(inv, cwd)?))) {
-        Some((trampoline, program)) => {
-            let mut cmd = Command::new(trampoline);
-            cmd.arg(rustix::process::getpid().as_raw_nonzero().to_string())
-                .arg(format!("{:o}", crate::private::inherited_umask().bits()))
-                .arg(program)
-                .args(&inv.args);
-            cmd
-        }
-        None => forked(inv),
-    }
+/// The command that runs `inv` in `cwd` through `kdd-exec` — `kdd-exec
+/// VERSION PARENT UMASK PATH ARGV0 ARG…` — or `None` where it cannot
+/// (no `kdd-exec`, or the program is not found: the fork says so as an
+/// error of the spawn).
+pub fn trampolined(inv: &Invocation, cwd: &Path) -> Option<Command> {
+    let trampoline = trampoline()?;
+    let program = found(inv, cwd)?;
+    let mut cmd = Command::new(trampoline);
+    cmd.arg(TRAMPOLINE_VERSION)
+        .arg(rustix::process::getpid().as_raw_nonzero().to_string())
+        .arg(format!("{:o}", crate::private::inherited_umask().bits()))
+        .arg(program)
+        .arg(&inv.program)
+        .args(&inv.args);
+    Some(cmd)
 }
 
 /// The command that runs `inv`, set up in its fork before exec: for a
@@ -85,15 +99,18 @@ fn found(inv: &Invocation, cwd: &Path) -> Option<PathBuf> {
         Some((_, v)) => v.into(),
         None => std::env::var_os("PATH")?,
     };
+    // As execvp: an empty entry is the working directory; an entry where
+    // the program cannot be run is passed over.
     std::env::split_paths(&path)
-        .filter(|dir| !dir.as_os_str().is_empty())
+        .map(|dir| if dir.as_os_str().is_empty() { PathBuf::from(".") } else { dir })
         .map(|dir| cwd.join(dir).join(&inv.program))
         .find(|candidate| executable(candidate))
 }
 
-/// Whether `path` is a file someone may execute.
+/// Whether `path` is a file kdd's user may execute.
 fn executable(path: &Path) -> bool {
-    std::fs::metadata(path).is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+    std::fs::metadata(path).is_ok_and(|meta| meta.is_file())
+        && rustix::fs::access(path, rustix::fs::Access::EXEC_OK).is_ok()
 }
 
 /// In the child before exec: it leads a session of its own (and so its
@@ -136,6 +153,7 @@ mod tests {
     }
 
     fn make_executable(path: &Path) {
+        use std::os::unix::fs::PermissionsExt;
         std::fs::write(path, "#!/bin/sh\n").unwrap();
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
@@ -149,6 +167,9 @@ mod tests {
         make_executable(&b.join("agent"));
         std::fs::write(a.join("agent"), "not executable").unwrap();
         let path = format!("{}:{}", a.display(), b.display());
+        // An empty entry is the working directory, as for execvp.
+        make_executable(&tmp.path().join("here"));
+        assert_eq!(found(&inv("here", Some(":/nonexistent")), tmp.path()), Some(tmp.path().join("./here")));
         assert_eq!(found(&inv("agent", Some(&path)), tmp.path()), Some(b.join("agent")));
         assert_eq!(found(&inv("agent", Some(&a.display().to_string())), tmp.path()), None, "not executable");
         assert_eq!(found(&inv("kd-no-such-agent", None), tmp.path()), None);

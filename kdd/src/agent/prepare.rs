@@ -95,16 +95,22 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
     }
     // What waited in the member's inbox reaches it in this prompt, once (a
     // ballot or synthesis, with a prompt of its own, leaves it waiting).
-    let given = waiting(d, run, || d.db.inbox_given(run.thread.clone(), member.clone(), seen_seq, run.id.clone()));
-    if let Err(e) = given.await {
-        tracing::warn!(run = run.id, "cannot mark the inbox given: {e}");
-    }
+    // Marked while the session is taken: the two are independent, and the
+    // registry's writer commits them together (one commit fewer before the
+    // agent starts, issue 31 item 17).
+    let given = async {
+        let given = waiting(d, run, || d.db.inbox_given(run.thread.clone(), member.clone(), seen_seq, run.id.clone()));
+        if let Err(e) = given.await {
+            tracing::warn!(run = run.id, "cannot mark the inbox given: {e}");
+        }
+    };
     if spec.context == ContextMode::History {
-        let session = one_off_session(d, run).await;
+        let ((), session) = tokio::join!(given, one_off_session(d, run));
         let held = session.map(|id| Held { id, release_as: SessionStatus::Completed, seen_seq });
         return Ok(Prepared { prompt: full(), resume: None, session: held });
     }
-    let session = resumed_session(d, run).await?;
+    let ((), session) = tokio::join!(given, resumed_session(d, run));
+    let session = session?;
     let held = Some(Held { id: session.id.clone(), release_as: SessionStatus::Idle, seen_seq });
     match session.backend_session_id {
         Some(backend_id) => {

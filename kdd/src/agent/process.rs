@@ -7,8 +7,8 @@
 //! Each agent runs in a session of its own, which it leads, and so in its
 //! own process group (a signal reaches whatever it started) with the
 //! workspace as cwd, and dies with the daemon: the
-//! kernel sends it SIGKILL when the daemon's thread that spawned it exits
-//! (`PR_SET_PDEATHSIG`). How that is set up is [`super::launch`]'s. Spawns happen on tokio worker threads, which live
+//! kernel sends it SIGKILL when the daemon's thread that is its parent
+//! exits (`PR_SET_PDEATHSIG`). How that is set up is [`super::launch`]'s. Spawns happen on tokio worker threads, which live
 //! as long as the daemon's runtime, or (a run's agent, [`spawn_off`]) on
 //! kdd's spawning threads, which live as long as kdd. It runs with the
 //! umask kdd was started with. The pid and the process's start time are
@@ -42,8 +42,11 @@ pub fn spawn(inv: &Invocation, cwd: &Path) -> std::io::Result<Child> {
 
 /// [`spawn`] on a spawning thread of kdd's ([`children::spawn_off`]): a
 /// run's agent, started without holding a runtime worker.
+/// The program is found and the command made there too: a `PATH` entry on
+/// a hung file system holds a spawning thread, not a runtime worker.
 pub async fn spawn_off(inv: &Invocation, cwd: &Path) -> std::io::Result<Child> {
-    children::spawn_off(command(inv, cwd), origin(inv, cwd)).await
+    let (inv, cwd) = (inv.clone(), cwd.to_path_buf());
+    children::spawn_off(move || start(&inv, &cwd, &cwd)).await
 }
 
 /// The variables that may hold the registry's credentials: a PostgreSQL
@@ -64,8 +67,27 @@ fn keep_registry_secrets(cmd: &mut Command) {
 /// [`spawn`] in `cwd` of a long-lived agent serving `workspace` (an ACP
 /// agent working in a member's worktree serves the King's workspace).
 pub fn spawn_for(inv: &Invocation, cwd: &Path, workspace: &Path) -> std::io::Result<Child> {
-    let mut cmd = command(inv, cwd);
-    children::spawn(&mut cmd, origin(inv, workspace))
+    start(inv, cwd, workspace)
+}
+
+/// Spawns `inv` in `cwd`, serving `workspace`: through `kdd-exec` where it
+/// can be ([`super::launch`]), else set up in a fork. A `kdd-exec` that
+/// cannot be run (removed since kdd started) leaves the spawn to the fork,
+/// with a log line, rather than failing it as the agent's.
+fn start(inv: &Invocation, cwd: &Path, workspace: &Path) -> std::io::Result<Child> {
+    let origin = origin(inv, workspace);
+    if let Some(mut cmd) = super::launch::trampolined(inv, cwd) {
+        set_up(&mut cmd, inv, cwd);
+        match children::spawn(&mut cmd, origin.clone()) {
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied) => {
+                tracing::warn!("cannot run {} ({e}): {} is started without it", super::launch::TRAMPOLINE, inv.program);
+            }
+            spawned => return spawned,
+        }
+    }
+    let mut cmd = super::launch::forked(inv);
+    set_up(&mut cmd, inv, cwd);
+    children::spawn(&mut cmd, origin)
 }
 
 /// [`spawn`], with `confine` run in the child before exec, after its own
@@ -85,14 +107,6 @@ pub fn spawn_confined(
         cmd.pre_exec(confine);
     }
     children::spawn(&mut cmd, origin(inv, cwd))
-}
-
-/// The command of `inv` in `cwd`, set up as every process kd spawns is
-/// ([`super::launch`]).
-fn command(inv: &Invocation, cwd: &Path) -> Command {
-    let mut cmd = super::launch::command(inv, cwd);
-    set_up(&mut cmd, inv, cwd);
-    cmd
 }
 
 /// What every process kd spawns is given besides its program and
@@ -133,10 +147,17 @@ fn origin(inv: &Invocation, workspace: &Path) -> Origin {
     }
 }
 
-/// Sends `signal` to the process group led by `pid`.
+/// Sends `signal` to the process group led by `pid`. A child kdd spawned
+/// that leads no group yet — `kdd-exec` makes its session a moment after
+/// the spawn returns — has started nothing, so it gets the signal alone
+/// (only while it is still the process kdd spawned: a pid reused after it
+/// was reaped is left alone).
 pub fn signal_group(pid: u32, signal: Signal) {
-    if let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) {
-        let _ = rustix::process::kill_process_group(pid, signal);
+    let Some(p) = i32::try_from(pid).ok().and_then(Pid::from_raw) else { return };
+    if rustix::process::kill_process_group(p, signal) == Err(rustix::io::Errno::SRCH)
+        && children::origin_of(pid).is_some()
+    {
+        let _ = rustix::process::kill_process(p, signal);
     }
 }
 
@@ -318,6 +339,21 @@ mod tests {
         for var in REGISTRY_SECRETS {
             assert!(envs.contains(&(std::ffi::OsStr::new(var), None)), "{var} removed: {envs:?}");
         }
+    }
+
+    /// A child that leads no group yet (kdd-exec has not made its session)
+    /// still gets a stop: alone, as kdd spawned it.
+    #[tokio::test]
+    async fn a_child_that_leads_no_group_yet_is_signalled_alone() {
+        let mut cmd = Command::new("sleep");
+        cmd.arg("30").kill_on_drop(true);
+        let origin = children::Origin::Run { run: "r-no-group".into(), member: None };
+        let mut child = children::spawn(&mut cmd, origin).unwrap();
+        let pid = child.id().unwrap();
+        signal_group(pid, Signal::KILL);
+        let status = tokio::time::timeout(std::time::Duration::from_secs(20), child.wait()).await.unwrap().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(9), "killed although it leads no group");
     }
 
     #[tokio::test]

@@ -1,5 +1,5 @@
-//! `kdd-exec PARENT UMASK PROGRAM [ARG…]`: how kdd starts an agent without
-//! forking itself (issue 31, item 17).
+//! `kdd-exec 1 PARENT UMASK PATH ARGV0 [ARG…]`: how kdd starts an agent
+//! without forking itself (issue 31, item 17).
 //!
 //! An agent must lead a session of its own, get the user's umask and die
 //! with kdd (`PR_SET_PDEATHSIG`). Done in the child of a `fork` of kdd,
@@ -12,10 +12,14 @@
 //! and execs the agent in its place: the same pid, the same session, and
 //! the death signal kept across the exec (`prctl(2)`).
 //!
-//! `PARENT` is kdd's pid: if kdd died before the death signal was set, the
-//! agent is not started. `UMASK` is octal. `PROGRAM` is a path kdd
-//! resolved; it is run with `ARG…` and the environment given. If it cannot
-//! be run, this says why on standard error and exits 127.
+//! `1` is the version of these arguments: a `kdd-exec` of another kd
+//! refuses them. `PARENT` is kdd's pid: if kdd died before the death
+//! signal was set, the agent is not started. (The signal follows the kdd
+//! thread that is the parent when it is set: the spawning thread, which
+//! lives as long as kdd.) `UMASK` is octal. `PATH` is the program kdd
+//! found; it is run with `ARGV0 ARG…` (its name as kd was told it) and the
+//! environment given. If it cannot be run, this says why on standard error
+//! and exits 127.
 //!
 //! No `main` of the standard library's: nothing runs before this (the
 //! standard library's start would ignore SIGPIPE, which an exec keeps).
@@ -30,17 +34,28 @@ use std::ffi::{CStr, c_char, c_int};
 #[cfg(target_os = "linux")]
 const CANNOT: c_int = 127;
 
+/// The version of the arguments this takes (kdd's `TRAMPOLINE_VERSION`).
+#[cfg(target_os = "linux")]
+const VERSION: &str = "1";
+
 #[cfg(target_os = "linux")]
 #[unsafe(no_mangle)]
 extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
-    if argc < 4 || argv.is_null() {
-        say("usage: kdd-exec PARENT UMASK PROGRAM [ARG...] (kdd runs this to start an agent)");
+    if argc < 6 || argv.is_null() {
+        say("usage: kdd-exec 1 PARENT UMASK PATH ARGV0 [ARG...] (kdd runs this to start an agent)");
         return CANNOT;
     }
     // SAFETY: the kernel gives `argc` valid NUL-terminated strings in
     // `argv`, followed by a null pointer.
     let arg = |i: usize| unsafe { CStr::from_ptr(*argv.add(i)) }.to_bytes();
-    let (Some(parent), Some(umask)) = (number(arg(1), 10), number(arg(2), 8)) else {
+    if arg(1) != VERSION.as_bytes() {
+        say(&format!(
+            "kdd asked for version {} of kdd-exec, this is version {VERSION}: install kdd and kdd-exec together",
+            String::from_utf8_lossy(arg(1))
+        ));
+        return CANNOT;
+    }
+    let (Some(parent), Some(umask)) = (number(arg(2), 10), number(arg(3), 8)) else {
         say("PARENT must be a pid and UMASK an octal mask");
         return CANNOT;
     };
@@ -58,10 +73,9 @@ extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
         if i64::from(libc::getppid()) != parent {
             return CANNOT;
         }
-        let program = *argv.add(3);
-        libc::execv(program, argv.add(3));
+        libc::execv(*argv.add(4), argv.add(5));
     }
-    failed_to_run(arg(3))
+    failed_to_run(arg(4))
 }
 
 /// `digits` in `radix`, if that is all they are.
@@ -95,5 +109,7 @@ fn say(what: &str) {
 #[cfg(not(target_os = "linux"))]
 #[unsafe(no_mangle)]
 extern "C" fn main() -> i32 {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "kdd-exec: only for Linux (kdd starts agents without it elsewhere)");
     127
 }

@@ -64,10 +64,12 @@ pub fn spawn(cmd: &mut tokio::process::Command, origin: Origin) -> std::io::Resu
     Ok(child)
 }
 
+/// What a spawning thread runs: a spawn (through [`spawn`]).
+type Spawn = Box<dyn FnOnce() -> std::io::Result<tokio::process::Child> + Send>;
+
 /// A spawn handed to a spawning thread ([`spawn_off`]).
 struct Request {
-    cmd: tokio::process::Command,
-    origin: Origin,
+    spawn: Spawn,
     /// The runtime the child belongs to (its reaping and its pipes).
     runtime: tokio::runtime::Handle,
     reply: tokio::sync::oneshot::Sender<std::io::Result<tokio::process::Child>>,
@@ -92,9 +94,9 @@ fn spawning_threads() -> Option<&'static std::sync::mpsc::Sender<Request>> {
                         // Held only while taking one request: the other
                         // thread takes the next meanwhile.
                         let next = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
-                        let Ok(mut r) = next else { return };
+                        let Ok(r) = next else { return };
                         let _runtime = r.runtime.enter();
-                        let _ = r.reply.send(spawn(&mut r.cmd, r.origin));
+                        let _ = r.reply.send((r.spawn)());
                     }
                 });
                 match thread {
@@ -107,17 +109,20 @@ fn spawning_threads() -> Option<&'static std::sync::mpsc::Sender<Request>> {
         .as_ref()
 }
 
-/// [`spawn`] on one of kdd's spawning threads, which live as long as kdd
-/// does (an agent's parent-death signal is sent when the *thread* that
-/// spawned it exits): a spawn forks kdd and waits for the child's exec,
-/// milliseconds during which a runtime worker would run nothing else
-/// (issue 31: with three agents started at once both workers of 2 cores
-/// were held, and the replies of the registry and the client waited).
-/// Where no spawning thread could be started, spawns here.
-pub async fn spawn_off(cmd: tokio::process::Command, origin: Origin) -> std::io::Result<tokio::process::Child> {
+/// `spawn` (which spawns through [`spawn`]) on one of kdd's spawning
+/// threads, which live as long as kdd does (an agent's parent-death signal
+/// is sent when the *thread* that is its parent exits): a spawn waits for
+/// the child's exec — milliseconds after a fork of kdd — during which a
+/// runtime worker would run nothing else (issue 31: with three agents
+/// started at once both workers of 2 cores were held, and the replies of
+/// the registry and the client waited). Where no spawning thread could be
+/// started, spawns here.
+pub async fn spawn_off(
+    spawn: impl FnOnce() -> std::io::Result<tokio::process::Child> + Send + 'static,
+) -> std::io::Result<tokio::process::Child> {
     let (reply, answer) = tokio::sync::oneshot::channel();
-    let request = Request { cmd, origin, runtime: tokio::runtime::Handle::current(), reply };
-    let mut request = match spawning_threads() {
+    let request = Request { spawn: Box::new(spawn), runtime: tokio::runtime::Handle::current(), reply };
+    let request = match spawning_threads() {
         Some(queue) => match queue.send(request) {
             Ok(()) => {
                 return answer.await.unwrap_or_else(|_| Err(std::io::Error::other("the spawning thread is gone")));
@@ -126,7 +131,7 @@ pub async fn spawn_off(cmd: tokio::process::Command, origin: Origin) -> std::io:
         },
         None => request,
     };
-    spawn(&mut request.cmd, request.origin)
+    (request.spawn)()
 }
 
 /// What process `pid` is, if kdd spawned it (and it is still that process).
