@@ -137,26 +137,43 @@ pub fn walk_proc(pid: u32, ancestor: u32) -> Walk {
 /// be read: the process is gone, or the kernel keeps no such files
 /// (`CONFIG_PROC_CHILDREN`).
 pub fn children_of(pid: u32) -> Option<Vec<u32>> {
-    // A thread that ends hands its children to another of its process's:
-    // read while the threads change, one already read may get them after
-    // its file was read. So the threads are listed again after, and the
-    // children read again while the list moved (a thread pool's threads
-    // come and go: CI found a child missed so, 1 run in 25 under load).
-    let mut before = threads_of(pid)?;
-    for _ in 0..4 {
+    // Two ways a child is missed, each guarded by reading again:
+    // - A thread that ends hands its children to another of its
+    //   process's: read while the threads change, one already read may get
+    //   them after its file was read. So the threads are listed again
+    //   after (a thread pool's threads come and go: CI found a child missed
+    //   so, 1 run in 25 under load).
+    // - A children file is read a child at a time, the next found by its
+    //   place in the list: a child that exits (is reaped) meanwhile moves
+    //   the ones after it up, and one of them is skipped (fs/proc/array.c
+    //   says so). It happened when a run's end looked for what its agent
+    //   left while the previous run's leftovers were being reaped (e2e
+    //   process_tree, 3 runs in 42 with three suites side by side). So the
+    //   files are read until two reads agree, and every pid read is kept.
+    let mut threads = threads_of(pid)?;
+    let mut seen = std::collections::BTreeSet::new();
+    let mut last: Option<Vec<u32>> = None;
+    for _ in 0..6 {
         let mut out = Vec::new();
         let mut read_any = false;
-        for tid in &before {
+        for tid in &threads {
             // A thread that ended meanwhile has no children left to give.
             let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/children")) else { continue };
             read_any = true;
             out.extend(text.split_ascii_whitespace().filter_map(|p| p.parse::<u32>().ok()));
         }
-        let after = threads_of(pid)?;
-        if after == before {
-            return read_any.then_some(out);
+        if !read_any {
+            return None;
         }
-        before = after;
+        out.sort_unstable();
+        seen.extend(out.iter().copied());
+        let after = threads_of(pid)?;
+        let settled = after == threads && last.as_ref() == Some(&out);
+        threads = after;
+        last = Some(out);
+        if settled {
+            return Some(seen.into_iter().collect());
+        }
     }
     None
 }
