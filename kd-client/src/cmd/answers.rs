@@ -180,9 +180,7 @@ impl View {
         let status = match m.kind {
             MessageKind::Agent => Status::Done,
             MessageKind::Interrupted => Status::Interrupted,
-            MessageKind::Error => {
-                Status::Failed(format!("{}: {}", m.from, m.body.trim().lines().next().unwrap_or("failed")))
-            }
+            MessageKind::Error => Status::Failed(failure(&m.from, &m.body)),
             _ => return None,
         };
         let mut view = RunView::new(run, m.from.clone(), m.round, m.purpose);
@@ -354,11 +352,7 @@ impl View {
                     if self.runs[i].status == Status::Running {
                         let r = &mut self.runs[i];
                         r.status = match message.kind {
-                            MessageKind::Error => Status::Failed(format!(
-                                "{}: {}",
-                                r.member,
-                                message.body.trim().lines().next().unwrap_or("failed")
-                            )),
+                            MessageKind::Error => Status::Failed(failure(&r.member, &message.body)),
                             MessageKind::Interrupted => Status::Interrupted,
                             _ => Status::Done,
                         };
@@ -564,6 +558,17 @@ impl View {
             Status::Interrupted => writeln!(out, "{}", dim(self.color, "(interrupted)")),
             _ => Ok(()),
         }
+    }
+}
+
+/// Why `member`'s run failed, from the first line of its error message,
+/// as its end event says it: kdd's error messages name the member already
+/// (`claude: API Error …`), others are given its name.
+fn failure(member: &str, body: &str) -> String {
+    let first = body.trim().lines().next().unwrap_or("failed");
+    match first.strip_prefix(member).and_then(|rest| rest.strip_prefix(": ")) {
+        Some(_) => first.to_string(),
+        None => format!("{member}: {first}"),
     }
 }
 

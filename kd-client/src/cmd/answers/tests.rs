@@ -241,6 +241,33 @@ fn after_a_reconnect_a_runs_message_alone_ends_it() {
 }
 
 #[test]
+fn a_failure_read_from_its_message_names_the_member_once() {
+    // kdd's error message names the member; its end event may come after
+    // the message, or (after a reconnect) not at all.
+    let error = "claude: API Error: 400 prompt is too long";
+    for with_end in [false, true] {
+        let mut v = View::new(&sent(&["claude"]), false, false);
+        let mut events = vec![ThreadEvent::Message {
+            message: Box::new(testkit::message(2, "claude", MessageKind::Error, error, Some("r-claude"))),
+        }];
+        if with_end {
+            events.push(ThreadEvent::RunError {
+                run: "r-claude".into(),
+                member: "claude".into(),
+                error: error.into(),
+                timed_out: false,
+                seq: 2,
+            });
+        }
+        events.push(over());
+        let out = play(&mut v, events);
+        v.finish(&mut Vec::new()).unwrap();
+        assert!(!out.contains("claude: claude:"), "{out}");
+        assert_eq!(v.failures(), vec![error], "{out}");
+    }
+}
+
+#[test]
 fn a_runs_end_event_after_its_message_says_how_it_ended() {
     // Ctrl+C: the interrupted message, then the run's cancellation.
     let mut v = View::new(&sent(&["claude"]), false, false);
