@@ -52,6 +52,12 @@ fn trampoline() -> Option<&'static Path> {
     .as_deref()
 }
 
+/// Whether `kdd-exec` is still there to run (it may be removed while kdd
+/// runs).
+pub fn trampoline_runs() -> bool {
+    trampoline().is_some_and(executable)
+}
+
 /// `kdd-exec` in the directory of `exe`, if it is an executable file.
 fn beside(exe: &Path) -> Option<PathBuf> {
     let path = exe.with_file_name(TRAMPOLINE);

@@ -79,7 +79,9 @@ fn start(inv: &Invocation, cwd: &Path, workspace: &Path) -> std::io::Result<Chil
     if let Some(mut cmd) = super::launch::trampolined(inv, cwd) {
         set_up(&mut cmd, inv, cwd);
         match children::spawn(&mut cmd, origin.clone()) {
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied) => {
+            // Only when kdd-exec itself is what is missing: a working
+            // directory that is gone fails the fork the same way.
+            Err(e) if !super::launch::trampoline_runs() => {
                 tracing::warn!("cannot run {} ({e}): {} is started without it", super::launch::TRAMPOLINE, inv.program);
             }
             spawned => return spawned,
