@@ -250,6 +250,16 @@ async fn the_work_view_highlights_the_diff_sends_a_line_comment_as_a_review_and_
     b.until("the phone's layout", "return document.querySelector('button.mode[data-mode=split]').disabled").await;
     let wide = b.eval("return document.documentElement.scrollWidth").await;
     assert!(wide.as_u64().unwrap() <= 400, "the page scrolls sideways on a phone: {wide}");
+    // Scrolled, nothing of the page draws over the sticky header (the
+    // diff's layout buttons did).
+    let covered = b
+        .eval(
+            "window.scrollTo(0, 300); const h = document.querySelector('header').getBoundingClientRect(); \
+             return [40, 120, 200, 280, 360].map(x => document.elementFromPoint(x, h.top + h.height / 2)) \
+             .filter(e => e && !e.closest('header')).map(e => e.outerHTML.slice(0, 80))",
+        )
+        .await;
+    assert_eq!(covered, json!([]), "drawn over the header");
     b.screenshot("phone").await;
     b.client.set_window_size(1100, 900).await.unwrap();
 
