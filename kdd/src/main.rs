@@ -9,6 +9,10 @@ use std::process::ExitCode;
 use clap::Parser;
 use kdd::limits::Limits;
 
+/// Large buffers in huge pages (`kdd::memory`).
+#[global_allocator]
+static ALLOCATOR: kdd::memory::Allocator = kdd::memory::Allocator;
+
 /// The kd daemon: registry, agent runner and JSON-RPC server on a Unix socket.
 #[derive(Debug, Parser)]
 #[command(name = "kdd", version = kd_proto::LONG_VERSION)]
@@ -150,7 +154,7 @@ fn run(args: Args, args_log_to_file: bool) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(kdd::run(opts)) {
+    match kdd::run_on(&runtime, opts) {
         Ok(stopped) => ExitCode::from(stopped.status()),
         Err(e) => {
             if args_log_to_file {
