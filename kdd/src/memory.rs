@@ -26,7 +26,9 @@
 //! (e2e `streaming_cost`, debug build) went from 142 to 148 MiB on SQLite,
 //! from 186 to 180–205 MiB on PostgreSQL.
 //!
-//! Other C libraries (musl, macOS) are left as they are.
+//! The mapping threshold is glibc's alone: other C libraries (musl, macOS)
+//! keep theirs. [`Allocator`] maps its buffers on any Linux; elsewhere it
+//! is the system's allocator.
 
 /// From this size on, a buffer is a mapping of its own.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -192,8 +194,8 @@ mod huge {
         }
 
         /// A buffer grown from small to huge and back keeps what it holds
-        /// at every step, and a huge one is a mapping of its own that is
-        /// gone once freed.
+        /// at every step, and a huge one is a mapping of its own, of whole
+        /// huge pages, advised for them.
         #[test]
         #[allow(unsafe_code)]
         fn a_buffer_keeps_its_bytes_across_the_size_and_a_huge_one_is_a_mapping_advised_for_huge_pages() {
