@@ -14,6 +14,7 @@
 pub mod bench;
 pub mod browser;
 pub mod kd_mcp;
+pub mod order;
 pub mod other_user;
 pub mod outage;
 pub mod registry;
@@ -389,6 +390,15 @@ impl Kdd {
             link_or_copy(&bin("fake-agent"), &dir.join("kd"));
         }
         kdd.exe = Some(dir.join("kdd"));
+        kdd.launch().unwrap_or_else(|e| panic!("kdd did not start: {e}"));
+        kdd
+    }
+
+    /// Starts a daemon run by `exe` in place of the built `kdd` (e.g. a
+    /// script running it under a profiler), on the daemon's arguments.
+    pub fn start_as(exe: PathBuf) -> Kdd {
+        let mut kdd = Kdd::unstarted(&[], &[], Stderr::Drained);
+        kdd.exe = Some(exe);
         kdd.launch().unwrap_or_else(|e| panic!("kdd did not start: {e}"));
         kdd
     }
