@@ -51,19 +51,19 @@ impl Held {
 pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepared, Finish> {
     let member = &run.member;
     // The thread as of the message the run answers: members of a parallel
-    // round do not see each other's answers.
-    let messages = waiting(d, run, || d.db.messages(run.thread.clone(), Page::all_after(0)))
-        .await
-        .map_err(|e| failed(member, RunStatus::Error, format!("cannot read the thread: {e}")))?;
+    // round do not see each other's answers. Read from where the session
+    // the run resumes has seen, when that is all it is given.
+    let from = read_from(d, run, spec).await;
+    let messages = read_thread(d, run, from).await?;
     // Asked again after a restart: what the cut run had written.
     let partial = spec.resume_from.as_ref().map(|_| {
         run.replaces.and_then(|seq| messages.iter().find(|m| m.seq == seq)).map(|m| m.body.clone()).unwrap_or_default()
     });
     let messages = prompt::as_of(messages, run.reply_to);
-    let seen_seq = given_up_to(&messages);
+    let seen_seq = given_up_to(&messages, from);
     let suffix = partial.as_deref().map(prompt::resumed::resumed_suffix).unwrap_or_default();
-    let full = || {
-        let history = prompt::format_thread_history(&messages, member, None);
+    let full = |messages: &[Message]| {
+        let history = prompt::format_thread_history(messages, member, None);
         prompt::assemble(&spec.preamble, spec.agent.prompt(spec.style), &format!("{history}{suffix}"))
     };
     if let Some(own) = &spec.prompt {
@@ -107,11 +107,16 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
     if spec.context == ContextMode::History {
         let ((), session) = tokio::join!(given, one_off_session(d, run));
         let held = session.map(|id| Held { id, release_as: SessionStatus::Completed, seen_seq });
-        return Ok(Prepared { prompt: full(), resume: None, session: held });
+        return Ok(Prepared { prompt: full(&messages), resume: None, session: held });
     }
     let ((), session) = tokio::join!(given, resumed_session(d, run));
     let session = session?;
     let held = Some(Held { id: session.id.clone(), release_as: SessionStatus::Idle, seen_seq });
+    // Read from a later seq than the session taken has seen, or for one
+    // given the whole thread (another session was taken meanwhile): the
+    // whole thread, then.
+    let enough = from == 0 || (session.backend_session_id.is_some() && session.seen_seq.is_some_and(|s| s >= from));
+    let messages = if enough { messages } else { prompt::as_of(read_thread(d, run, 0).await?, run.reply_to) };
     match session.backend_session_id {
         Some(backend_id) => {
             let new: Vec<Message> = prompt::unseen(&messages, member, session.seen_seq);
@@ -120,17 +125,44 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
             let prompt = format!("{}{suffix}", prompt::format_new_messages(&new, member));
             Ok(Prepared { prompt, resume: Some(backend_id), session: held })
         }
-        None => Ok(Prepared { prompt: full(), resume: None, session: held }),
+        None => Ok(Prepared { prompt: full(&messages), resume: None, session: held }),
     }
 }
 
 /// The last seq up to which the prompt gives every message: what a
 /// resumed session has seen (a later message left out, such as another
-/// member's answer in a parallel round, is given next time).
-fn given_up_to(messages: &[Message]) -> u64 {
-    let mut seqs: Vec<u64> = messages.iter().map(|m| m.seq).collect();
+/// member's answer in a parallel round, is given next time). `messages`
+/// are those after `from`, every one up to which is in the thread (its
+/// seqs are dense and the run answers a later one).
+fn given_up_to(messages: &[Message], from: u64) -> u64 {
+    let mut seqs: Vec<u64> = messages.iter().map(|m| m.seq).filter(|s| *s > from).collect();
     seqs.sort_unstable();
-    seqs.iter().zip(1..).take_while(|(seq, n)| **seq == *n).last().map(|(seq, _)| *seq).unwrap_or(0)
+    seqs.iter().zip(from + 1..).take_while(|(seq, n)| **seq == *n).last().map(|(seq, _)| *seq).unwrap_or(from)
+}
+
+/// The seq after which the thread is read for `run`: what the session it
+/// is to resume has seen, where the run gives that session only what it
+/// has not (resume mode, a session the backend resumes, no prompt of the
+/// run's own, not a cut run asked again); else 0, the whole thread. A
+/// thread of thousands of messages is then not read again by each run
+/// (issue 31, item 17).
+async fn read_from(d: &Runner, run: &Run, spec: &Spec) -> u64 {
+    if spec.prompt.is_some() || spec.resume_from.is_some() || spec.context == ContextMode::History {
+        return 0;
+    }
+    let sessions = waiting(d, run, || d.db.sessions(Some(run.thread.clone()), Some(run.member.clone()), None)).await;
+    let latest = sessions.ok().and_then(|s| s.into_iter().find(|s| s.status != SessionStatus::Archived));
+    let seen = latest.filter(|s| s.backend_session_id.is_some()).and_then(|s| s.seen_seq).unwrap_or(0);
+    // A run answering an earlier message than the session has seen (a
+    // retry) is given the thread as of that message: read it all.
+    if run.reply_to.is_some_and(|r| r < seen) { 0 } else { seen }
+}
+
+/// The thread's messages after seq `from`.
+async fn read_thread(d: &Runner, run: &Run, from: u64) -> Result<Vec<Message>, Finish> {
+    waiting(d, run, || d.db.messages(run.thread.clone(), Page::all_after(from)))
+        .await
+        .map_err(|e| failed(&run.member, RunStatus::Error, format!("cannot read the thread: {e}")))
 }
 
 /// `op`, a read or write of the registry before the agent starts, waiting
@@ -194,4 +226,25 @@ async fn resumed_session(d: &Runner, run: &Run) -> Result<Session, Finish> {
         DbError::SessionActive { .. } => failed(member, RunStatus::Error, e.to_string()),
         e => failed(member, RunStatus::Error, format!("cannot take the session: {e}")),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use kd_proto::types::Message;
+
+    use super::given_up_to;
+
+    fn at(seqs: &[u64]) -> Vec<Message> {
+        seqs.iter().map(|&seq| Message::new("t", seq, "king", "m")).collect()
+    }
+
+    #[test]
+    fn what_is_given_runs_up_to_the_first_message_left_out() {
+        assert_eq!(given_up_to(&at(&[1, 2, 3, 5]), 0), 3);
+        assert_eq!(given_up_to(&at(&[]), 0), 0);
+        // Read after 10 (the session saw up to 10): counted on from 11.
+        assert_eq!(given_up_to(&at(&[11, 12, 14]), 10), 12);
+        assert_eq!(given_up_to(&at(&[12, 13]), 10), 10);
+        assert_eq!(given_up_to(&at(&[]), 10), 10);
+    }
 }

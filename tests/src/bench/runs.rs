@@ -184,6 +184,51 @@ pub async fn ask_wall_time() {
 pub async fn ask_direct() {
     ask_beside_direct(&["claude", "codex", "gemini"], true).await;
     ask_beside_direct(&["claude"], false).await;
+    ask_in_a_long_thread(5_000).await;
+}
+
+/// `kd ask --rounds 0` to one instant member in a resume-mode thread of
+/// `n` messages beside the same in a thread of its own, timed in turns,
+/// p50 of each: a run reads of the thread what its session has not seen,
+/// not the whole thread (issue 31, item 17). (A history-mode run is given
+/// the whole thread, and reads it.)
+async fn ask_in_a_long_thread(n: u64) {
+    const N: usize = 30;
+    let ws = Workspace::new(&[("claude", "claude", &[])]);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let resume = Some(kd_proto::types::ContextMode::Resume);
+    let (long, short) = (crate::thread_in(&c, &ws, resume).await, crate::thread_in(&c, &ws, resume).await);
+    crate::fill(&kdd, &long, n, 4, |i| format!("message {i}: {}", "words ".repeat(40))).await;
+    let ask = |thread: &str| {
+        let start = Instant::now();
+        let out = std::process::Command::new(bin("kd"))
+            .arg("--socket")
+            .arg(&kdd.socket)
+            .args(["ask", "--thread", thread, "--rounds", "0", "Quick?"])
+            .current_dir(ws.dir.path())
+            .env("KD_NO_AUTOSTART", "1")
+            .output()
+            .expect("kd ask");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        start.elapsed().as_secs_f64() * 1e3
+    };
+    // Warm: each thread's session of the member taken once.
+    for _ in 0..3 {
+        ask(&long);
+        ask(&short);
+    }
+    let (mut in_long, mut in_short) = (Vec::new(), Vec::new());
+    for _ in 0..N {
+        in_long.push(ask(&long));
+        in_short.push(ask(&short));
+    }
+    in_long.sort_by(|a, b| a.total_cmp(b));
+    in_short.sort_by(|a, b| a.total_cmp(b));
+    let (l, s) = (pct(&in_long, 0.5), pct(&in_short, 0.5));
+    row(&format!("kd ask --rounds 0, 1 member, in a resume-mode thread of {n} messages, p50"), format!("{l:.1} ms"), "");
+    row("  the same in a thread of a few messages, p50", format!("{s:.1} ms"), "");
+    row("  long thread ÷ short", format!("{:.2}×", l / s), "");
 }
 
 /// `kd ask --rounds 0` to `members` (instant fakes, each named for its
