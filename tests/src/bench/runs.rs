@@ -226,7 +226,11 @@ async fn ask_in_a_long_thread(n: u64) {
     in_long.sort_by(|a, b| a.total_cmp(b));
     in_short.sort_by(|a, b| a.total_cmp(b));
     let (l, s) = (pct(&in_long, 0.5), pct(&in_short, 0.5));
-    row(&format!("kd ask --rounds 0, 1 member, in a resume-mode thread of {n} messages, p50"), format!("{l:.1} ms"), "");
+    row(
+        &format!("kd ask --rounds 0, 1 member, in a resume-mode thread of {n} messages, p50"),
+        format!("{l:.1} ms"),
+        "",
+    );
     row("  the same in a thread of a few messages, p50", format!("{s:.1} ms"), "");
     row("  long thread ÷ short", format!("{:.2}×", l / s), "");
 }
