@@ -105,15 +105,7 @@ fn council() -> Workspace {
 
 /// `kd ask --rounds 0` in `ws`, run by `kd` (the built one, or a wrapper).
 fn ask(kd: &Path, kdd: &Kdd, ws: &Workspace) {
-    let out = Command::new(kd)
-        .arg("--socket")
-        .arg(&kdd.socket)
-        .args(["ask", "--rounds", "0", "Quick?"])
-        .current_dir(ws.dir.path())
-        .env("KD_NO_AUTOSTART", "1")
-        .output()
-        .expect("kd ask");
-    assert!(out.status.success(), "kd ask: {}", String::from_utf8_lossy(&out.stderr));
+    kd_tests::bench::kd_ask_by(kd, &kdd.socket, ws.dir.path(), &[]);
 }
 
 /// kdd answering two asks (the first makes the thread and the sessions).

@@ -53,7 +53,10 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
     // The thread as of the message the run answers: members of a parallel
     // round do not see each other's answers. Read from where the session
     // the run resumes has seen, when that is all it is given.
-    let from = read_from(d, run, spec).await;
+    // Resume mode: the session the run is to take, read once.
+    let resumes = spec.context != ContextMode::History && spec.prompt.is_none();
+    let latest = if resumes { Some(latest_session(d, run).await?) } else { None };
+    let from = read_from(run, spec, latest.as_ref().and_then(Option::as_ref));
     let messages = read_thread(d, run, from).await?;
     // Asked again after a restart: what the cut run had written.
     let partial = spec.resume_from.as_ref().map(|_| {
@@ -84,7 +87,7 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
     if let (Some(backend_id), Some(partial)) = (cut.filter(|_| spec.agent.backend.resumes()), &partial) {
         let (release_as, session) = match spec.context {
             ContextMode::History => (SessionStatus::Completed, one_off_session(d, run).await),
-            _ => (SessionStatus::Idle, resumed_session(d, run).await.ok().map(|s| s.id)),
+            _ => (SessionStatus::Idle, resumed_session(d, run, latest.flatten()).await.ok().map(|s| s.id)),
         };
         let held = session.map(|id| Held { id, release_as, seen_seq });
         return Ok(Prepared {
@@ -109,7 +112,7 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
         let held = session.map(|id| Held { id, release_as: SessionStatus::Completed, seen_seq });
         return Ok(Prepared { prompt: full(&messages), resume: None, session: held });
     }
-    let ((), session) = tokio::join!(given, resumed_session(d, run));
+    let ((), session) = tokio::join!(given, resumed_session(d, run, latest.flatten()));
     let session = session?;
     let held = Some(Held { id: session.id.clone(), release_as: SessionStatus::Idle, seen_seq });
     // Read from a later seq than the session taken has seen, or for one
@@ -140,18 +143,16 @@ fn given_up_to(messages: &[Message], from: u64) -> u64 {
     seqs.iter().zip(from + 1..).take_while(|(seq, n)| **seq == *n).last().map(|(seq, _)| *seq).unwrap_or(from)
 }
 
-/// The seq after which the thread is read for `run`: what the session it
-/// is to resume has seen, where the run gives that session only what it
-/// has not (resume mode, a session the backend resumes, no prompt of the
-/// run's own, not a cut run asked again); else 0, the whole thread. A
-/// thread of thousands of messages is then not read again by each run
-/// (issue 31, item 17).
-async fn read_from(d: &Runner, run: &Run, spec: &Spec) -> u64 {
+/// The seq after which the thread is read for `run`: what `latest`, the
+/// session it is to resume, has seen, where the run gives that session
+/// only what it has not (resume mode, a session the backend resumes, no
+/// prompt of the run's own, not a cut run asked again); else 0, the whole
+/// thread. A thread of thousands of messages is then not read again by
+/// each run (issue 31, item 17).
+fn read_from(run: &Run, spec: &Spec, latest: Option<&Session>) -> u64 {
     if spec.prompt.is_some() || spec.resume_from.is_some() || spec.context == ContextMode::History {
         return 0;
     }
-    let sessions = waiting(d, run, || d.db.sessions(Some(run.thread.clone()), Some(run.member.clone()), None)).await;
-    let latest = sessions.ok().and_then(|s| s.into_iter().find(|s| s.status != SessionStatus::Archived));
     let seen = latest.filter(|s| s.backend_session_id.is_some()).and_then(|s| s.seen_seq).unwrap_or(0);
     // A run answering an earlier message than the session has seen (a
     // retry) is given the thread as of that message: read it all.
@@ -200,14 +201,19 @@ async fn one_off_session(d: &Runner, run: &Run) -> Option<String> {
     }
 }
 
-/// Resume mode: the thread's own session of this agent, taken under the
-/// single-resume rule.
-async fn resumed_session(d: &Runner, run: &Run) -> Result<Session, Finish> {
-    let member = &run.member;
-    let sessions = waiting(d, run, || d.db.sessions(Some(run.thread.clone()), Some(member.clone()), None))
+/// The thread's latest session of the run's member that is not archived:
+/// the one a resume-mode run takes.
+async fn latest_session(d: &Runner, run: &Run) -> Result<Option<Session>, Finish> {
+    let sessions = waiting(d, run, || d.db.sessions(Some(run.thread.clone()), Some(run.member.clone()), None))
         .await
-        .map_err(|e| failed(member, RunStatus::Error, format!("cannot read sessions: {e}")))?;
-    let latest = sessions.into_iter().find(|s| s.status != SessionStatus::Archived);
+        .map_err(|e| failed(&run.member, RunStatus::Error, format!("cannot read sessions: {e}")))?;
+    Ok(sessions.into_iter().find(|s| s.status != SessionStatus::Archived))
+}
+
+/// Resume mode: `latest` (see [`latest_session`]) taken under the
+/// single-resume rule, or a new session where there is none.
+async fn resumed_session(d: &Runner, run: &Run, latest: Option<Session>) -> Result<Session, Finish> {
+    let member = &run.member;
     let session = match latest {
         Some(s) => waiting(d, run, || d.db.resume_session(s.id.clone(), holder(run), None)).await,
         None => {

@@ -71,11 +71,24 @@ pub async fn append_from(clients: Vec<kd_client::Client>, thread: &str, each: us
 /// `kd ask --rounds 0 Quick?` in `ws` against the daemon on `socket`,
 /// start to exit (it must succeed).
 pub fn kd_ask(socket: &std::path::Path, ws: &std::path::Path) -> std::time::Duration {
+    kd_ask_by(&crate::bin("kd"), socket, ws, &[])
+}
+
+/// [`kd_ask`] run by `kd` (the built one, or a program running it), with
+/// `more` arguments of `kd ask` (e.g. `--thread ID`).
+pub fn kd_ask_by(
+    kd: &std::path::Path,
+    socket: &std::path::Path,
+    ws: &std::path::Path,
+    more: &[&str],
+) -> std::time::Duration {
     let start = std::time::Instant::now();
-    let out = std::process::Command::new(crate::bin("kd"))
+    let out = std::process::Command::new(kd)
         .arg("--socket")
         .arg(socket)
-        .args(["ask", "--rounds", "0", "Quick?"])
+        .args(["ask", "--rounds", "0"])
+        .args(more)
+        .arg("Quick?")
         .current_dir(ws)
         .env("KD_NO_AUTOSTART", "1")
         .output()

@@ -201,17 +201,7 @@ async fn ask_in_a_long_thread(n: u64) {
     let (long, short) = (crate::thread_in(&c, &ws, resume).await, crate::thread_in(&c, &ws, resume).await);
     crate::fill(&kdd, &long, n, 4, |i| format!("message {i}: {}", "words ".repeat(40))).await;
     let ask = |thread: &str| {
-        let start = Instant::now();
-        let out = std::process::Command::new(bin("kd"))
-            .arg("--socket")
-            .arg(&kdd.socket)
-            .args(["ask", "--thread", thread, "--rounds", "0", "Quick?"])
-            .current_dir(ws.dir.path())
-            .env("KD_NO_AUTOSTART", "1")
-            .output()
-            .expect("kd ask");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        start.elapsed().as_secs_f64() * 1e3
+        super::kd_ask_by(&bin("kd"), &kdd.socket, ws.dir.path(), &["--thread", thread]).as_secs_f64() * 1e3
     };
     // Warm: each thread's session of the member taken once.
     for _ in 0..3 {
