@@ -385,7 +385,6 @@ impl Kdd {
         let dir = kdd.dir.path().join("bin");
         std::fs::create_dir_all(&dir).expect("bin dir");
         link_or_copy(&bin("kdd"), &dir.join("kdd"));
-        link_or_copy(&bin("kdd-exec"), &dir.join("kdd-exec"));
         if beside == Beside::StandIn {
             link_or_copy(&bin("fake-agent"), &dir.join("kd"));
         }

@@ -9,7 +9,8 @@
 //!   run ends: failures, early stops, the outcome from what the agent said),
 //!   `stream` (a run's start and its capped text, told as they happen);
 //! - [`process`]: spawning in a process group that dies with the daemon, signals;
-//!   `launch`: how such a process is set up before it runs (by `kdd-exec`);
+//!   `launch`: how such a process is started and set up before it runs
+//!   (kdd's own clone); `child`: the process as its caller holds it;
 //! - [`lines`]: bounded line reading of stdout;
 //! - [`peer`]: a long-lived agent process spoken to in JSON-RPC over stdio;
 //! - [`asking`]: a permission such an agent asks, answered by the approvals
@@ -35,6 +36,7 @@ pub mod acp;
 pub mod appserver;
 pub mod argv;
 pub mod asking;
+mod child;
 mod cli;
 pub mod grants;
 mod launch;

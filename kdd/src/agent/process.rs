@@ -1,26 +1,24 @@
 //! Spawning agent processes and signalling them. What is spawned is an
 //! [`Invocation`] (built by [`super::argv`] for an agent's CLI).
 //!
-//! An agent's environment says `KD_NO_AUTOSTART=1`: a `kd` it runs never
-//! starts a daemon.
-//!
 //! Each agent runs in a session of its own, which it leads, and so in its
 //! own process group (a signal reaches whatever it started) with the
-//! workspace as cwd, and dies with the daemon: the
-//! kernel sends it SIGKILL when the daemon's thread that is its parent
-//! exits (`PR_SET_PDEATHSIG`). How that is set up is [`super::launch`]'s. Spawns happen on tokio worker threads, which live
-//! as long as the daemon's runtime, or (a run's agent, [`spawn_off`]) on
-//! kdd's spawning threads, which live as long as kdd. It runs with the
-//! umask kdd was started with. The pid and the process's start time are
-//! recorded, so that after a crash a pid is only killed if it still names
-//! the same process.
+//! workspace as cwd, and dies with the daemon: the kernel sends it SIGKILL
+//! when the daemon's thread that is its parent exits (`PR_SET_PDEATHSIG`).
+//! It runs with the umask kdd was started with, and an environment that
+//! says `KD_NO_AUTOSTART=1` (a `kd` it runs never starts a daemon). How it
+//! is started and set up is [`super::launch`]'s; what the caller holds is a
+//! [`Child`]. Spawns happen on tokio worker threads, which live as long as
+//! the daemon's runtime, or (a run's agent, [`spawn_off`]) on kdd's
+//! spawning threads, which live as long as kdd. The pid and the process's
+//! start time are recorded, so that after a crash a pid is only killed if
+//! it still names the same process.
 
 use std::path::Path;
-use std::process::Stdio;
 
 use rustix::process::{Pid, Signal};
-use tokio::process::{Child, Command};
 
+pub use super::child::Child;
 use crate::identity::children::{self, Origin};
 
 /// What to spawn.
@@ -46,93 +44,26 @@ pub fn spawn(inv: &Invocation, cwd: &Path) -> std::io::Result<Child> {
 /// a hung file system holds a spawning thread, not a runtime worker.
 pub async fn spawn_off(inv: &Invocation, cwd: &Path) -> std::io::Result<Child> {
     let (inv, cwd) = (inv.clone(), cwd.to_path_buf());
-    children::spawn_off(move || start(&inv, &cwd, &cwd)).await
-}
-
-/// The variables that may hold the registry's credentials: a PostgreSQL
-/// password (in `KD_DB`'s URL, or libpq's own variables) is kdd's, never an
-/// agent's.
-const REGISTRY_SECRETS: &[&str] = &["PGPASSWORD", "PGPASSFILE", "PGSERVICEFILE", "PGSERVICE"];
-
-/// Keeps the registry's credentials out of an agent's environment.
-fn keep_registry_secrets(cmd: &mut Command) {
-    for var in REGISTRY_SECRETS {
-        cmd.env_remove(var);
-    }
-    if std::env::var(kd_proto::paths::ENV_DB).is_ok_and(|db| kd_proto::paths::is_db_url(&db)) {
-        cmd.env_remove(kd_proto::paths::ENV_DB);
-    }
+    children::spawn_off(move || spawn(&inv, &cwd)).await
 }
 
 /// [`spawn`] in `cwd` of a long-lived agent serving `workspace` (an ACP
 /// agent working in a member's worktree serves the King's workspace).
 pub fn spawn_for(inv: &Invocation, cwd: &Path, workspace: &Path) -> std::io::Result<Child> {
-    start(inv, cwd, workspace)
-}
-
-/// Spawns `inv` in `cwd`, serving `workspace`: through `kdd-exec` where it
-/// can be ([`super::launch`]), else set up in a fork. A `kdd-exec` that
-/// cannot be run (removed since kdd started) leaves the spawn to the fork,
-/// with a log line, rather than failing it as the agent's.
-fn start(inv: &Invocation, cwd: &Path, workspace: &Path) -> std::io::Result<Child> {
-    let origin = origin(inv, workspace);
-    if let Some(mut cmd) = super::launch::trampolined(inv, cwd) {
-        set_up(&mut cmd, inv, cwd);
-        match children::spawn(&mut cmd, origin.clone()) {
-            // Only when kdd-exec itself is what is missing: a working
-            // directory that is gone fails the fork the same way.
-            Err(e) if !super::launch::trampoline_runs() => {
-                tracing::warn!("cannot run {} ({e}): {} is started without it", super::launch::TRAMPOLINE, inv.program);
-            }
-            spawned => return spawned,
-        }
-    }
-    let mut cmd = super::launch::forked(inv);
-    set_up(&mut cmd, inv, cwd);
-    children::spawn(&mut cmd, origin)
+    super::launch::start(inv, cwd, origin(inv, workspace), None)
 }
 
 /// [`spawn`], with `confine` run in the child before exec, after its own
 /// set-up (a session of its own, the death signal): what confines it (a
 /// check in a member's worktree: [`crate::work::check`]). `confine` runs
-/// in a forked child: it may only make system calls, never allocate or lock.
-#[allow(unsafe_code)]
+/// in the child before exec: it may only make system calls, never allocate
+/// or lock.
 pub fn spawn_confined(
     inv: &Invocation,
     cwd: &Path,
     confine: impl FnMut() -> std::io::Result<()> + Send + Sync + 'static,
 ) -> std::io::Result<Child> {
-    let mut cmd = super::launch::forked(inv);
-    set_up(&mut cmd, inv, cwd);
-    // SAFETY: the caller's closure only makes system calls (see above).
-    unsafe {
-        cmd.pre_exec(confine);
-    }
-    children::spawn(&mut cmd, origin(inv, cwd))
-}
-
-/// What every process kd spawns is given besides its program and
-/// arguments: its environment, `cwd` and pipes.
-fn set_up(cmd: &mut Command, inv: &Invocation, cwd: &Path) {
-    // kd's markers and a capability come from the invocation alone, never
-    // from kdd's own environment (a kdd started from an agent's shell
-    // carries its marker and its token).
-    cmd.env_remove(RUN_MARKER).env_remove(PEER_MARKER).env_remove(TOKEN_VAR);
-    cmd.envs(inv.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .current_dir(cwd)
-        .stdin(if inv.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    for var in crate::service::MANAGER_VARS {
-        cmd.env_remove(var);
-    }
-    keep_registry_secrets(cmd);
-    // A `kd` the agent runs (`kd send` from its shell) never starts a
-    // daemon: it knows neither this daemon's registry nor its node, and
-    // one of its commands that outlives this daemon would start a kdd of
-    // its own that nobody stops.
-    cmd.env(kd_proto::paths::ENV_NO_AUTOSTART, "1");
+    super::launch::start(inv, cwd, origin(inv, cwd), Some(Box::new(confine)))
 }
 
 /// What an agent is, by the markers of its invocation (the last value of a
@@ -150,10 +81,9 @@ fn origin(inv: &Invocation, workspace: &Path) -> Origin {
 }
 
 /// Sends `signal` to the process group led by `pid`. A child kdd spawned
-/// that leads no group yet — `kdd-exec` makes its session a moment after
-/// the spawn returns — has started nothing, so it gets the signal alone
-/// (only while it is still the process kdd spawned: a pid reused after it
-/// was reaped is left alone).
+/// that leads no group (one started by a fork elsewhere than through
+/// [`spawn`]) gets the signal alone — only while it is still the process
+/// kdd spawned: a pid reused after it was reaped is left alone.
 pub fn signal_group(pid: u32, signal: Signal) {
     let Some(p) = i32::try_from(pid).ok().and_then(Pid::from_raw) else { return };
     if rustix::process::kill_process_group(p, signal) == Err(rustix::io::Errno::SRCH)
@@ -355,22 +285,11 @@ mod tests {
         assert!(matches!(scope_of(101, None, true), Scope::Everything));
     }
 
-    #[test]
-    fn an_agent_never_inherits_the_registrys_credentials() {
-        let mut cmd = Command::new("true");
-        cmd.env("PGPASSWORD", "secret");
-        keep_registry_secrets(&mut cmd);
-        let envs: Vec<_> = cmd.as_std().get_envs().collect();
-        for var in REGISTRY_SECRETS {
-            assert!(envs.contains(&(std::ffi::OsStr::new(var), None)), "{var} removed: {envs:?}");
-        }
-    }
-
-    /// A child that leads no group yet (kdd-exec has not made its session)
+    /// A child that leads no group (spawned by tokio without a session)
     /// still gets a stop: alone, as kdd spawned it.
     #[tokio::test]
     async fn a_child_that_leads_no_group_yet_is_signalled_alone() {
-        let mut cmd = Command::new("sleep");
+        let mut cmd = tokio::process::Command::new("sleep");
         cmd.arg("30").kill_on_drop(true);
         let origin = children::Origin::Run { run: "r-no-group".into(), member: None };
         let mut child = children::spawn(&mut cmd, origin).unwrap();
@@ -402,8 +321,9 @@ mod tests {
     /// A `sleep 30` in a process group of its own, with `env`.
     // No reaper runs in unit tests: a child spawned directly is safe here.
     #[allow(clippy::disallowed_methods)]
-    fn sleeper(env: &[(&str, &str)]) -> (Child, u32, Option<u64>) {
-        let child = Command::new("sleep").arg("30").envs(env.iter().copied()).process_group(0).spawn().unwrap();
+    fn sleeper(env: &[(&str, &str)]) -> (tokio::process::Child, u32, Option<u64>) {
+        let child =
+            tokio::process::Command::new("sleep").arg("30").envs(env.iter().copied()).process_group(0).spawn().unwrap();
         let pid = child.id().unwrap();
         (child, pid, start_time(pid))
     }

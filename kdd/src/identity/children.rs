@@ -51,12 +51,24 @@ pub(super) fn no_spawn_under_way() -> RwLockWriteGuard<'static, ()> {
 }
 
 /// Spawns `cmd` and records the child as `origin`. The only way kdd starts
-/// a process.
+/// a process with tokio's `Command` (kdd's own clone goes through
+/// [`record`]).
 #[allow(clippy::disallowed_methods)]
 pub fn spawn(cmd: &mut tokio::process::Command, origin: Origin) -> std::io::Result<tokio::process::Child> {
+    record(origin, || cmd.spawn(), tokio::process::Child::id)
+}
+
+/// Starts a process by `start` and records it as `origin` by the pid
+/// `pid_of` tells, under the lock the reaper takes: it is known before the
+/// reaper could see its zombie.
+pub fn record<T>(
+    origin: Origin,
+    start: impl FnOnce() -> std::io::Result<T>,
+    pid_of: impl FnOnce(&T) -> Option<u32>,
+) -> std::io::Result<T> {
     let _spawning = SPAWNING.read().unwrap_or_else(|e| e.into_inner());
-    let child = cmd.spawn()?;
-    if let Some(pid) = child.id() {
+    let child = start()?;
+    if let Some(pid) = pid_of(&child) {
         // Not waited for yet, so not reaped: the pid is still this child.
         let start = start_time(pid);
         spawned().insert(pid, Spawned { start, origin });
@@ -64,39 +76,36 @@ pub fn spawn(cmd: &mut tokio::process::Command, origin: Origin) -> std::io::Resu
     Ok(child)
 }
 
-/// What a spawning thread runs: a spawn (through [`spawn`]).
-type Spawn = Box<dyn FnOnce() -> std::io::Result<tokio::process::Child> + Send>;
-
-/// A spawn handed to a spawning thread ([`spawn_off`]).
-struct Request {
-    spawn: Spawn,
-    /// The runtime the child belongs to (its reaping and its pipes).
-    runtime: tokio::runtime::Handle,
-    reply: tokio::sync::oneshot::Sender<std::io::Result<tokio::process::Child>>,
+/// Forgets `pid`, a child no longer waited for: the reaper takes its
+/// zombie.
+pub fn forget(pid: u32) {
+    spawned().remove(&pid);
 }
+
+/// What a spawning thread runs: a spawn, which replies itself.
+type Job = Box<dyn FnOnce() + Send>;
 
 /// How many spawning threads: two spawns go on side by side, as on the
 /// runtime's two workers of a 2-core machine before.
 const SPAWNING_THREADS: usize = 2;
 
 /// The spawning threads' queue; `None` when they could not be started.
-fn spawning_threads() -> Option<&'static std::sync::mpsc::Sender<Request>> {
-    static QUEUE: std::sync::OnceLock<Option<std::sync::mpsc::Sender<Request>>> = std::sync::OnceLock::new();
+fn spawning_threads() -> Option<&'static std::sync::mpsc::Sender<Job>> {
+    static QUEUE: std::sync::OnceLock<Option<std::sync::mpsc::Sender<Job>>> = std::sync::OnceLock::new();
     QUEUE
         .get_or_init(|| {
-            let (tx, rx) = std::sync::mpsc::channel::<Request>();
+            let (tx, rx) = std::sync::mpsc::channel::<Job>();
             let rx = std::sync::Arc::new(Mutex::new(rx));
             let mut started = 0;
             for n in 0..SPAWNING_THREADS {
                 let rx = rx.clone();
                 let thread = std::thread::Builder::new().name(format!("kdd-spawn-{n}")).spawn(move || {
                     loop {
-                        // Held only while taking one request: the other
+                        // Held only while taking one job: the other
                         // thread takes the next meanwhile.
                         let next = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
-                        let Ok(r) = next else { return };
-                        let _runtime = r.runtime.enter();
-                        let _ = r.reply.send((r.spawn)());
+                        let Ok(job) = next else { return };
+                        job();
                     }
                 });
                 match thread {
@@ -109,29 +118,30 @@ fn spawning_threads() -> Option<&'static std::sync::mpsc::Sender<Request>> {
         .as_ref()
 }
 
-/// `spawn` (which spawns through [`spawn`]) on one of kdd's spawning
-/// threads, which live as long as kdd does (an agent's parent-death signal
-/// is sent when the *thread* that is its parent exits): a spawn waits for
-/// the child's exec — milliseconds after a fork of kdd — during which a
-/// runtime worker would run nothing else (issue 31: with three agents
-/// started at once both workers of 2 cores were held, and the replies of
-/// the registry and the client waited). Where no spawning thread could be
-/// started, spawns here.
-pub async fn spawn_off(
-    spawn: impl FnOnce() -> std::io::Result<tokio::process::Child> + Send + 'static,
-) -> std::io::Result<tokio::process::Child> {
+/// `spawn` (which spawns through [`spawn`] or [`record`]) on one of kdd's
+/// spawning threads, in the runtime of the caller (the child's pipes and
+/// its waiting belong to it). They live as long as kdd does (an agent's
+/// parent-death signal is sent when the *thread* that is its parent
+/// exits), and a spawn there holds no runtime worker while the program is
+/// found on a `PATH` that may hang and the child execs. Where no spawning
+/// thread could be started, spawns here.
+pub async fn spawn_off<T: Send + 'static>(
+    spawn: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> std::io::Result<T> {
     let (reply, answer) = tokio::sync::oneshot::channel();
-    let request = Request { spawn: Box::new(spawn), runtime: tokio::runtime::Handle::current(), reply };
-    let request = match spawning_threads() {
-        Some(queue) => match queue.send(request) {
-            Ok(()) => {
-                return answer.await.unwrap_or_else(|_| Err(std::io::Error::other("the spawning thread is gone")));
-            }
-            Err(std::sync::mpsc::SendError(r)) => r,
-        },
-        None => request,
+    let runtime = tokio::runtime::Handle::current();
+    let job: Job = Box::new(move || {
+        let _runtime = runtime.enter();
+        let _ = reply.send(spawn());
+    });
+    let here = match spawning_threads() {
+        Some(queue) => queue.send(job).err().map(|std::sync::mpsc::SendError(job)| job),
+        None => Some(job),
     };
-    (request.spawn)()
+    if let Some(job) = here {
+        job();
+    }
+    answer.await.unwrap_or_else(|_| Err(std::io::Error::other("the spawning thread is gone")))
 }
 
 /// What process `pid` is, if kdd spawned it (and it is still that process).
