@@ -162,15 +162,20 @@ fn scope_of(started: u64, own: Option<u64>, subreaper: bool) -> Scope {
 }
 
 /// The live processes (zombies are already dead) but this one, in `scope`
-/// (every process when kdd's descendants cannot be read).
-fn live_processes(scope: Scope) -> Vec<(u32, Stat)> {
+/// (every process when kdd's descendants cannot be read). Another process
+/// kdd spawned itself than `leader` — another run's agent, a long-lived
+/// agent, a tool — is left out with all below it: nothing a run left is
+/// there (issue 31: each run's end read every other agent's threads,
+/// children and environment).
+fn live_processes(scope: Scope, leader: Option<u32>) -> Vec<(u32, Stat)> {
     let me = std::process::id();
+    let spawned_else = |pid: u32| Some(pid) != leader && children::origin_of(pid).is_some();
     let pids: Vec<u32> = match scope {
-        Scope::Descendants => crate::identity::ancestry::descendants(me).unwrap_or_else(every_pid),
+        Scope::Descendants => crate::identity::ancestry::descendants(me, spawned_else).unwrap_or_else(every_pid),
         Scope::Everything => every_pid(),
     };
     pids.into_iter()
-        .filter(|pid| *pid != me)
+        .filter(|pid| *pid != me && !spawned_else(*pid))
         .filter_map(|pid| stat(pid).filter(|s| !s.is_zombie()).map(|s| (pid, s)))
         .collect()
 }
@@ -217,7 +222,7 @@ pub fn kill_tree(leader: u32, started: Option<u64>, marker: &[u8]) -> usize {
     let Some(started) = started else { return 0 };
     let leader_is_ours = start_time(leader) == Some(started);
     let group_is_ours = leader_is_ours || start_time(leader).is_none();
-    let killed = kill_while(scope(started), |pid, s| {
+    let killed = kill_while(scope(started), Some(leader), |pid, s| {
         s.start >= started && ((group_is_ours && (s.pgrp == leader || s.session == leader)) || carries(pid, marker))
     });
     if leader_is_ours {
@@ -236,20 +241,21 @@ pub fn kill_tree(leader: u32, started: Option<u64>, marker: &[u8]) -> usize {
 pub fn kill_left_by_peers(socket: &str, before: u64) -> usize {
     let prefix = format!("{PEER_MARKER}=").into_bytes();
     let ours = |kv: &[u8]| kv.strip_prefix(prefix.as_slice()).and_then(peer_socket) == Some(socket.as_bytes());
-    kill_while(Scope::Everything, |pid, s| s.start <= before && carries_any(pid, ours))
+    kill_while(Scope::Everything, None, |pid, s| s.start <= before && carries_any(pid, ours))
 }
 
-/// SIGKILLs every process of ours in `scope` that `doomed` picks; a process forking
+/// SIGKILLs every process of ours in `scope` that `doomed` picks (of what
+/// kdd spawned, only `leader`: [`live_processes`]); a process forking
 /// meanwhile may leave a child behind, so the scan is repeated until two
 /// scans in a row find nothing (at most six): an orphan the agent's end
 /// handed to kdd was, rarely, not yet in kdd's children files at the first
 /// scan (e2e process_tree, 2 runs in 144 with three suites side by side).
 /// How many were signalled.
-fn kill_while(scope: Scope, doomed: impl Fn(u32, &Stat) -> bool) -> usize {
+fn kill_while(scope: Scope, leader: Option<u32>, doomed: impl Fn(u32, &Stat) -> bool) -> usize {
     let mut killed = std::collections::HashSet::new();
     let mut empty = 0;
     for _ in 0..6 {
-        let left: Vec<u32> = live_processes(scope)
+        let left: Vec<u32> = live_processes(scope, leader)
             .into_iter()
             .filter(|(pid, s)| !killed.contains(pid) && doomed(*pid, s) && is_own(*pid))
             .map(|(pid, _)| pid)
@@ -381,8 +387,8 @@ mod tests {
         let started = started.unwrap();
         let ours = marker(RUN_MARKER, &run);
         let doomed = |p: u32, s: &Stat| s.start >= started && carries(p, &ours);
-        assert!(live_processes(Scope::Descendants).iter().any(|(p, _)| *p == pid), "a child is a descendant");
-        assert_eq!(kill_while(Scope::Descendants, doomed), 1);
+        assert!(live_processes(Scope::Descendants, None).iter().any(|(p, _)| *p == pid), "a child is a descendant");
+        assert_eq!(kill_while(Scope::Descendants, None, doomed), 1);
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(marked.wait().await.unwrap().signal(), Some(9), "killed");
     }

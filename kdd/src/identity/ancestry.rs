@@ -199,9 +199,10 @@ pub const MAX_DESCENDANTS: usize = 100_000;
 /// below it). `None` when the children files cannot be read at `root` or
 /// the walk passes [`MAX_DESCENDANTS`]; a process that ends during the walk
 /// leaves its own descendants out of this one (its orphans are then kdd's
-/// children, seen by the next walk).
-pub fn descendants(root: u32) -> Option<Vec<u32>> {
-    let mut found = children_of(root)?;
+/// children, seen by the next walk). A process `pruned` says is not
+/// wanted is left out with all below it (not looked into).
+pub fn descendants(root: u32, pruned: impl Fn(u32) -> bool) -> Option<Vec<u32>> {
+    let mut found: Vec<u32> = children_of(root)?.into_iter().filter(|pid| !pruned(*pid)).collect();
     let mut next = 0;
     while next < found.len() {
         if found.len() > MAX_DESCENDANTS {
@@ -210,7 +211,7 @@ pub fn descendants(root: u32) -> Option<Vec<u32>> {
         let pid = found[next];
         next += 1;
         if let Some(children) = children_of(pid) {
-            found.extend(children);
+            found.extend(children.into_iter().filter(|pid| !pruned(*pid)));
         }
     }
     Some(found)
@@ -285,10 +286,12 @@ mod tests {
         let sleep: u32 = line.trim().parse().unwrap();
         assert!(children_of(me).unwrap().contains(&sh.id()), "a child of this process");
         assert!(!children_of(me).unwrap().contains(&sleep), "the grandchild is not a child");
-        let all = descendants(me).unwrap();
+        let all = descendants(me, |_| false).unwrap();
         assert!(all.contains(&sh.id()) && all.contains(&sleep), "{all:?}");
         assert!(!all.contains(&me), "not itself");
-        assert!(descendants(sleep).unwrap().is_empty(), "a leaf has none");
+        assert!(descendants(sleep, |_| false).unwrap().is_empty(), "a leaf has none");
+        let pruned = descendants(me, |pid| pid == sh.id()).unwrap();
+        assert!(!pruned.contains(&sh.id()) && !pruned.contains(&sleep), "nor what is below it: {pruned:?}");
         let _ = rustix::process::kill_process(
             rustix::process::Pid::from_raw(sleep as i32).unwrap(),
             rustix::process::Signal::KILL,

@@ -49,8 +49,16 @@ pub fn become_subreaper() -> bool {
     }
 }
 
-/// Reaps the orphans that become kdd's children, on every SIGCHLD, until
-/// `stop`.
+/// How long the reaper lets a burst of SIGCHLDs settle before it looks:
+/// the children kdd waits for itself (a run's agent, through its pidfd)
+/// are reaped by their waiters meanwhile, so that a look usually finds no
+/// zombie at all and reads nothing of `/proc` (issue 31: every agent's end
+/// cost a look, on the blocking pool, while its waiter reaped it). An
+/// orphan's zombie waits that long more.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Reaps the orphans that become kdd's children, on every SIGCHLD (once
+/// the burst has settled), until `stop`.
 pub fn spawn(stop: CancellationToken) {
     let mut sigchld = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()) {
         Ok(s) => s,
@@ -64,6 +72,17 @@ pub fn spawn(stop: CancellationToken) {
             tokio::select! {
                 _ = stop.cancelled() => return,
                 got = sigchld.recv() => if got.is_none() { return },
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(SETTLE) => {}
+            }
+            // The SIGCHLDs of the burst are one look.
+            while futures_util::FutureExt::now_or_never(sigchld.recv()).flatten().is_some() {}
+            // One system call: most looks end here.
+            if !any_zombie_child() {
+                children::forget_gone(&mut children::spawned());
+                continue;
             }
             let reaped = tokio::task::spawn_blocking(reap).await.unwrap_or_default();
             if !reaped.is_empty() {

@@ -110,12 +110,10 @@ impl Sqlite {
         self.read(move |c| {
             let sql = format!(
                 "SELECT {COLUMNS} FROM approvals WHERE (?1 OR state = 'pending') AND (?2 IS NULL OR thread_id = ?2) \
-                 ORDER BY requested_at DESC, id DESC LIMIT ?3"
+                 ORDER BY requested_at DESC, id DESC {}",
+                super::limit(Some(limit.min(MAX_LIST)))
             );
-            let rows = c
-                .prepare_cached(&sql)?
-                .query_map(params![all, thread, limit.min(MAX_LIST)], row)?
-                .collect::<Result<Vec<_>, _>>()?;
+            let rows = c.prepare_cached(&sql)?.query_map(params![all, thread], row)?.collect::<Result<Vec<_>, _>>()?;
             Ok(rows)
         })
         .await

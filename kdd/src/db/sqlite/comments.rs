@@ -87,12 +87,11 @@ impl Sqlite {
         self.read(move |c| {
             let sql = format!(
                 "SELECT {COLUMNS} FROM work_comments WHERE thread_id = ?1 AND (?2 IS NULL OR member = ?2) \
-                 ORDER BY created_at, id LIMIT ?3"
+                 ORDER BY created_at, id {}",
+                super::limit(Some(MAX_PER_WORK * 16))
             );
-            let rows = c
-                .prepare_cached(&sql)?
-                .query_map(params![thread, member, MAX_PER_WORK * 16], row)?
-                .collect::<Result<Vec<_>, _>>()?;
+            let rows =
+                c.prepare_cached(&sql)?.query_map(params![thread, member], row)?.collect::<Result<Vec<_>, _>>()?;
             Ok(rows)
         })
         .await

@@ -37,22 +37,22 @@ pub fn list(conn: &Connection, f: &EventFilter) -> DbResult<Vec<Event>> {
          FROM conversation_events e
          LEFT JOIN messages m
            ON e.kind = 'message' AND m.thread_id = e.thread_id AND m.seq = json_extract(e.data, '$.seq')
-         WHERE e.id > ?1 AND e.id < ?8
+         WHERE e.id > ?1 AND e.id < ?7
            AND (?2 IS NULL OR e.thread_id = ?2)
-           AND (?3 IS NULL OR e.kind = ?3 OR (?6 IS NOT NULL AND e.kind >= ?6 AND e.kind < ?7))
+           AND (?3 IS NULL OR e.kind = ?3 OR (?5 IS NOT NULL AND e.kind >= ?5 AND e.kind < ?6))
            AND (?4 IS NULL OR e.agent = ?4 OR e.sender = ?4
                 OR EXISTS (SELECT 1 FROM json_each(e.recipients) WHERE value = ?4))";
     let newest = f.since_id.is_none();
     let mut stmt = match newest {
-        true => conn.prepare_cached(&format!("{SELECT} ORDER BY e.id DESC LIMIT ?5"))?,
-        false => conn.prepare_cached(&format!("{SELECT} ORDER BY e.id LIMIT ?5"))?,
+        true => conn.prepare_cached(&format!("{SELECT} ORDER BY e.id DESC {}", super::limit(Some(f.limit))))?,
+        false => conn.prepare_cached(&format!("{SELECT} ORDER BY e.id {}", super::limit(Some(f.limit))))?,
     };
     // `race.*` is every kind of the family: the range [`race.`, `race/`).
     let family = f.kind.as_deref().and_then(|k| k.strip_suffix('*')).filter(|p| p.ends_with('.'));
     let upper = family.map(|p| format!("{}/", &p[..p.len() - 1]));
     let before = f.before_id.map_or(i64::MAX, |b| b.min(i64::MAX as u64) as i64);
     let rows = stmt.query_map(
-        params![f.since_id.unwrap_or(0) as i64, f.thread, f.kind, f.agent, f.limit, family, upper, before],
+        params![f.since_id.unwrap_or(0) as i64, f.thread, f.kind, f.agent, family, upper, before],
         from_row,
     )?;
     let mut events: Vec<Event> = rows.collect::<Result<_, _>>()?;

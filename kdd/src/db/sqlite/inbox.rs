@@ -67,16 +67,17 @@ pub fn given(conn: &Connection, now: i64, thread: &str, member: &str, upto: u64,
 pub fn read(conn: &Connection, now: i64, q: &Query) -> DbResult<Vec<InboxItem>> {
     let types: Vec<String> = q.types.iter().map(|t| t.as_str().to_string()).collect();
     let status = q.status.unwrap_or(InboxStatus::Pending);
-    let mut stmt = conn.prepare_cached(
+    let mut stmt = conn.prepare_cached(&format!(
         "SELECT i.id, i.member, i.thread_id, i.seq, i.sender, i.type, i.role, i.status, i.queued_at, i.read_at,
                 coalesce(m.body, '')
          FROM inbox i LEFT JOIN messages m ON m.thread_id = i.thread_id AND m.seq = i.seq
-         WHERE i.member = ?1 AND (?2 IS NULL OR i.thread_id = ?2) AND (i.status = ?3 OR (?6 AND i.status = 'read'))
+         WHERE i.member = ?1 AND (?2 IS NULL OR i.thread_id = ?2) AND (i.status = ?3 OR (?5 AND i.status = 'read'))
            AND (?4 = '[]' OR i.type IN (SELECT value FROM json_each(?4)))
-         ORDER BY i.id LIMIT ?5",
-    )?;
+         ORDER BY i.id {}",
+        super::limit(Some(q.limit))
+    ))?;
     let mut items: Vec<InboxItem> = stmt
-        .query_map(params![q.member, q.thread, status.as_str(), json_list(&types), q.limit, q.also_read], item)?
+        .query_map(params![q.member, q.thread, status.as_str(), json_list(&types), q.also_read], item)?
         .collect::<Result<_, _>>()?;
     if q.mark_read && !items.is_empty() {
         let mut mark = conn.prepare_cached("UPDATE inbox SET status = 'read', read_at = ?2 WHERE id = ?1")?;

@@ -89,9 +89,11 @@ pub fn in_flight(conn: &Connection, id: &str) -> DbResult<u32> {
 
 /// At most `questions` King messages and the last answer of each member.
 pub fn material(conn: &Connection, id: &str, questions: u32) -> DbResult<Material> {
-    let mut stmt =
-        conn.prepare_cached("SELECT body FROM messages WHERE thread_id = ?1 AND kind = 'king' ORDER BY seq LIMIT ?2")?;
-    let questions = stmt.query_map(params![id, questions], |r| r.get(0))?.collect::<Result<_, _>>()?;
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT body FROM messages WHERE thread_id = ?1 AND kind = 'king' ORDER BY seq {}",
+        super::limit(Some(questions))
+    ))?;
+    let questions = stmt.query_map(params![id], |r| r.get(0))?.collect::<Result<_, _>>()?;
     let mut stmt = conn.prepare_cached(
         "SELECT m.sender, m.body FROM messages m
          JOIN (SELECT sender, max(seq) AS seq FROM messages WHERE thread_id = ?1 AND kind = 'agent' AND purpose IS NULL

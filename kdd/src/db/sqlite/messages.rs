@@ -98,19 +98,9 @@ pub fn import(conn: &Connection, thread: &str, messages: Vec<(i64, NewMessage)>,
 /// A page of a thread's messages, in seq order.
 pub fn list(conn: &Connection, thread: &str, page: Page) -> DbResult<Vec<Message>> {
     threads::get(conn, thread)?;
-    let sql = if page.from_end {
-        "SELECT thread_id, seq, sender, recipients, cc, reply_to, kind, CASE WHEN ?5 THEN body ELSE '' END,
-                round, created_at, run, replaces, refs, route, purpose
-         FROM messages WHERE thread_id = ?1 AND seq > ?2 AND seq < ?3 ORDER BY seq DESC LIMIT ?4"
-    } else {
-        "SELECT thread_id, seq, sender, recipients, cc, reply_to, kind, CASE WHEN ?5 THEN body ELSE '' END,
-                round, created_at, run, replaces, refs, route, purpose
-         FROM messages WHERE thread_id = ?1 AND seq > ?2 AND seq < ?3 ORDER BY seq LIMIT ?4"
-    };
-    let mut stmt = conn.prepare_cached(sql)?;
-    let limit = page.limit.map(i64::from).unwrap_or(-1);
+    let mut stmt = conn.prepare_cached(&list_sql(&page))?;
     let before = page.before.map(|b| b.min(i64::MAX as u64) as i64).unwrap_or(i64::MAX);
-    let mut rows = stmt.query(params![thread, page.after as i64, before, limit, page.bodies])?;
+    let mut rows = stmt.query(params![thread, page.after as i64, before, page.bodies])?;
     let mut out = page.filling();
     while let Some(row) = rows.next()? {
         if !out.keep(from_row(row)?) {
@@ -118,6 +108,17 @@ pub fn list(conn: &Connection, thread: &str, page: Page) -> DbResult<Vec<Message
         }
     }
     Ok(out.done())
+}
+
+/// [`list`]'s query of `page`.
+fn list_sql(page: &Page) -> String {
+    let order = if page.from_end { "DESC" } else { "" };
+    format!(
+        "SELECT thread_id, seq, sender, recipients, cc, reply_to, kind, CASE WHEN ?4 THEN body ELSE '' END,
+                round, created_at, run, replaces, refs, route, purpose
+         FROM messages WHERE thread_id = ?1 AND seq > ?2 AND seq < ?3 ORDER BY seq {order} {}",
+        super::limit(page.limit)
+    )
 }
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Message> {
@@ -140,5 +141,30 @@ impl super::Sqlite {
             list(c, &thread, page)?.pop().ok_or_else(|| DbError::NotFound(format!("message {seq} of thread {thread}")))
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A statement whose LIMIT is a bound parameter is prepared again at
+    /// every run (SQLite plans with the value): a thread read again and
+    /// again — each run's history, each page — reuses its statement.
+    #[test]
+    fn reading_a_thread_again_does_not_prepare_its_statement_again() {
+        let conn = super::super::schema::in_memory_with_thread("t1");
+        let limited = Page { limit: Some(10), ..Page::all_after(0) };
+        let pages = [Page::all_after(0), limited, Page { from_end: true, ..limited }];
+        for after in 0..3 {
+            for page in pages {
+                list(&conn, "t1", Page { after, ..page }).unwrap();
+            }
+        }
+        for page in pages {
+            let stmt = conn.prepare_cached(&list_sql(&page)).unwrap();
+            assert_eq!(stmt.get_status(rusqlite::StatementStatus::Run), 3, "the cached statement, run three times");
+            assert_eq!(stmt.get_status(rusqlite::StatementStatus::RePrepare), 0, "{}", list_sql(&page));
+        }
     }
 }

@@ -12,7 +12,9 @@
 //! tokens — is therefore decided by one thread, in commit order, without
 //! locks in Rust. Reads run on `spawn_blocking` over a small pool of
 //! read-only connections ([`pool`]; WAL lets them proceed beside the
-//! writer); the WAL is checkpointed on a thread of its own ([`checkpoint`]).
+//! writer) — those of a few rows by their keys on the caller's thread
+//! ([`Sqlite::read_now`]); the WAL is checkpointed on a thread of its own
+//! ([`checkpoint`]).
 //!
 //! One module per table (or concern) holds its SQL and its `impl Sqlite`
 //! operations; [`schema`] holds the migrations, [`search`] the FTS5 index,
@@ -56,6 +58,14 @@ use writer::{Job, MAX_BATCH};
 
 use crate::db::{Cause, DbError, DbResult, Outbox};
 use crate::hub::Hub;
+
+/// `LIMIT n` to write into a statement's SQL (`None`: no limit): SQLite
+/// plans with a LIMIT's value, so a cached statement whose LIMIT is a
+/// bound parameter is prepared again at every run (issue 31: a third of
+/// reading a thread went in that). A statement is cached per limit.
+pub(super) fn limit(n: Option<u32>) -> String {
+    n.map(|n| format!("LIMIT {n}")).unwrap_or_default()
+}
 
 /// The SQLite engine: one writer thread, a pool of readers.
 pub struct Sqlite {
@@ -148,6 +158,16 @@ impl Sqlite {
         F: FnOnce(&Connection) -> DbResult<T> + Send + 'static,
     {
         self.read_pooled(move |pool| pool.with(f)).await
+    }
+
+    /// Runs `f` on a pooled read-only connection on the caller's thread (a
+    /// runtime worker): a read of a few rows by their keys, which takes
+    /// microseconds — less than the hop to the blocking pool and back,
+    /// two thread switches, each a wake of a parked thread (issue 31, item
+    /// 17: a tenth of kdd's time in an ask went in such switches). A read
+    /// that may take many rows goes through [`Sqlite::read`].
+    pub fn read_now<T>(&self, f: impl FnOnce(&Connection) -> DbResult<T>) -> DbResult<T> {
+        self.readers.with(f)
     }
 
     /// Runs `f` with the pool of read connections on the blocking pool: a

@@ -12,10 +12,15 @@ use crate::db::messages::{Page, ROW_BYTES, parse_kind};
 use crate::db::page_json::{RowJson, list_of};
 use crate::db::{DbError, DbResult};
 
-/// The columns, in `from_row`'s order.
-const SQL: &str = "SELECT thread_id, seq, sender, recipients, cc, reply_to, kind, CASE WHEN ?5 THEN body ELSE '' END,
+/// The query of `page`, its columns in `from_row`'s order.
+fn sql(page: &Page) -> String {
+    format!(
+        "SELECT thread_id, seq, sender, recipients, cc, reply_to, kind, CASE WHEN ?4 THEN body ELSE '' END,
         round, created_at, run, replaces, refs, route, purpose
- FROM messages WHERE thread_id = ?1 AND seq > ?2 AND seq < ?3 ORDER BY seq LIMIT ?4";
+ FROM messages WHERE thread_id = ?1 AND seq > ?2 AND seq < ?3 ORDER BY seq {}",
+        super::limit(page.limit)
+    )
+}
 
 /// Messages from which a page is written by two threads at once.
 const SPLIT_AT: u64 = 2_000;
@@ -125,7 +130,7 @@ impl Drop for SecondHalf {
 }
 
 fn write(conn: &Connection, thread: &str, page: &Page, rest: Option<&SecondHalf>) -> DbResult<Messages> {
-    let mut stmt = conn.prepare_cached(SQL)?;
+    let mut stmt = conn.prepare_cached(&sql(page))?;
     let mut rows = query(&mut stmt, thread, page)?;
     let mut budget = Budget { budget: page.budget, bytes: 0, count: 0 };
     let mut out = String::from("[");
@@ -176,16 +181,15 @@ fn cannot_write(e: serde_json::Error) -> DbError {
 }
 
 fn query<'s>(stmt: &'s mut Statement<'_>, thread: &str, page: &Page) -> DbResult<Rows<'s>> {
-    let limit = page.limit.map(i64::from).unwrap_or(-1);
     let before = page.before.map(|b| b.min(i64::MAX as u64) as i64).unwrap_or(i64::MAX);
-    Ok(stmt.query(params![thread, page.after as i64, before, limit, page.bodies])?)
+    Ok(stmt.query(params![thread, page.after as i64, before, page.bodies])?)
 }
 
 /// The rows of `page`, each written as JSON, up to its byte budget (one
 /// row at least; rows past it could not join the page), or until the page
 /// is `abandoned`.
 fn rendered(conn: &Connection, thread: &str, page: &Page, abandoned: &AtomicBool) -> DbResult<Rendered> {
-    let mut stmt = conn.prepare_cached(SQL)?;
+    let mut stmt = conn.prepare_cached(&sql(page))?;
     let mut rows = query(&mut stmt, thread, page)?;
     let mut out = Rendered::default();
     let mut bytes = 0usize;

@@ -15,8 +15,10 @@ pub fn index_pending(conn: &Connection) -> DbResult<u32> {
     let done: i64 =
         conn.prepare_cached("SELECT value FROM counters WHERE name = 'search_indexed'")?.query_row([], |r| r.get(0))?;
     let last: Option<i64> = conn
-        .prepare_cached("SELECT max(id) FROM (SELECT id FROM messages WHERE id > ?1 ORDER BY id LIMIT ?2)")?
-        .query_row(params![done, INDEX_BATCH], |r| r.get(0))?;
+        .prepare_cached(&format!(
+            "SELECT max(id) FROM (SELECT id FROM messages WHERE id > ?1 ORDER BY id LIMIT {INDEX_BATCH})"
+        ))?
+        .query_row(params![done], |r| r.get(0))?;
     let Some(last) = last else { return Ok(0) };
     let n = conn
         .prepare_cached(&format!(

@@ -105,10 +105,10 @@ pub fn list(
         "SELECT {COLUMNS} FROM threads
          WHERE (?1 IS NULL OR workspace = ?1) AND (?2 IS NULL OR status = ?2)
          ORDER BY last_activity_at DESC, rowid DESC
-         LIMIT ?3"
+         {}",
+        super::limit(limit)
     ))?;
-    let limit = limit.map(i64::from).unwrap_or(-1);
-    let rows = stmt.query_map(params![workspace, status.map(status_str), limit], from_row)?;
+    let rows = stmt.query_map(params![workspace, status.map(status_str)], from_row)?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
@@ -147,7 +147,7 @@ impl super::Sqlite {
     }
 
     pub async fn thread(&self, id: String) -> DbResult<Thread> {
-        self.read(move |c| get(c, &id)).await
+        self.read_now(|c| get(c, &id))
     }
 
     pub async fn threads(
@@ -160,7 +160,7 @@ impl super::Sqlite {
     }
 
     pub async fn current_thread(&self, workspace: String, branch: Option<String>) -> DbResult<Option<Thread>> {
-        self.read(move |c| current(c, &workspace, branch.as_deref())).await
+        self.read_now(|c| current(c, &workspace, branch.as_deref()))
     }
 
     pub async fn set_current_thread(&self, workspace: String, branch: Option<String>, id: String) -> DbResult<Thread> {
