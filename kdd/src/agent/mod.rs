@@ -18,6 +18,7 @@
 //! - [`pool`]: such processes by what they are started from;
 //! - [`parse`]: per-backend `parse_line` and the [`parse::Transcript`] that folds lines;
 //! - `prepare`: the prompt a run is given and the session it holds;
+//!   [`shared_read`]: the thread read once for the runs of a round;
 //! - [`registry`]: the runs in flight, in memory;
 //! - [`grants`]: the capability each run is given, by which its agent acts
 //!   through kd as its member;
@@ -49,6 +50,7 @@ pub mod pool;
 mod prepare;
 pub mod process;
 pub mod registry;
+pub mod shared_read;
 pub mod spec;
 mod stream;
 pub mod supervisor;
@@ -87,8 +89,10 @@ pub struct Runner {
     /// What follows a work run once its changes are committed (the check
     /// in the worktree), installed by the layer that decides it.
     pub after_work: std::sync::OnceLock<Arc<dyn work::after::AfterWork>>,
+    /// Reads of a thread the runs of a round share.
+    pub shared_reads: shared_read::SharedReads,
     /// Set once the daemon stops: no run starts after it.
-    closed: std::sync::atomic::AtomicBool,
+    closed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Runner {
@@ -105,6 +109,7 @@ impl Runner {
             acp: Default::default(),
             grants: Default::default(),
             after_work: Default::default(),
+            shared_reads: Default::default(),
             closed: Default::default(),
         }
     }
@@ -116,6 +121,11 @@ impl Runner {
 
     pub fn is_closed(&self) -> bool {
         self.closed.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// [`Runner::is_closed`], to ask where the runner is not at hand.
+    pub fn closed_flag(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        self.closed.clone()
     }
 
     /// The backend named `run`'s session `backend`: saved at once on its

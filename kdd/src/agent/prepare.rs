@@ -160,9 +160,22 @@ fn read_from(run: &Run, spec: &Spec, latest: Option<&Session>) -> u64 {
 }
 
 /// The thread's messages after seq `from`.
+/// The thread after `from`, as the run answering `run.reply_to` reads it:
+/// one read for the members of a round ([`super::shared_read`]), waiting
+/// while the registry is away.
 async fn read_thread(d: &Runner, run: &Run, from: u64) -> Result<Vec<Message>, Finish> {
-    waiting(d, run, || d.db.messages(run.thread.clone(), Page::all_after(from)))
+    use futures_util::FutureExt;
+    let (db, closed, thread) = (d.db.clone(), d.closed_flag(), run.thread.clone());
+    let what = format!("the prompt and session of the run {}", run.id);
+    let read = async move {
+        let stop = || closed.load(std::sync::atomic::Ordering::SeqCst);
+        let read = db.until_back(&what, stop, || db.messages(thread.clone(), Page::all_after(from))).await;
+        read.map(std::sync::Arc::new).map_err(|e| std::sync::Arc::from(e.to_string()))
+    };
+    d.shared_reads
+        .read(&run.thread, from, run.reply_to, read.boxed())
         .await
+        .map(std::sync::Arc::unwrap_or_clone)
         .map_err(|e| failed(&run.member, RunStatus::Error, format!("cannot read the thread: {e}")))
 }
 

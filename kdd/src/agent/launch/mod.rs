@@ -42,6 +42,11 @@ pub type Confine = Box<ConfineFn>;
 /// `origin`. stdout and stderr are piped; stdin is piped when the
 /// invocation has input, otherwise /dev/null.
 pub fn start(inv: &Invocation, cwd: &Path, origin: Origin, confine: Option<Confine>) -> io::Result<Child> {
+    // A child is waited for, and its pipes read, by the runtime (which
+    // panics to be asked without one).
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Err(io::Error::other("a child is started only within kdd's runtime"));
+    }
     let env = environment(inv);
     #[cfg(target_os = "linux")]
     let confine = match cloned(inv, cwd, &env, &origin, confine)? {

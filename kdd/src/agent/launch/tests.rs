@@ -211,3 +211,15 @@ async fn a_forked_child_is_set_up_as_a_cloned_one() {
     assert_eq!(u32::from_str_radix(lines[0], 8).unwrap(), crate::private::inherited_umask().bits());
     assert_eq!(lines[1], pid.to_string(), "its own session");
 }
+
+/// Outside kdd's runtime a child cannot be waited for: the start is an
+/// error, not a panic, and nothing is started.
+#[test]
+fn a_start_outside_the_runtime_is_refused_without_a_panic() {
+    let started =
+        std::thread::spawn(|| start(&inv("sleep", &["60"], &[]), Path::new("/"), Origin::Tool, None).map(drop))
+            .join()
+            .expect("no panic");
+    let e = started.expect_err("refused");
+    assert!(e.to_string().contains("runtime"), "{e}");
+}
