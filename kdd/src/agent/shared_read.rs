@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use futures_util::FutureExt;
-use futures_util::future::{BoxFuture, Shared};
+use futures_util::future::{BoxFuture, WeakShared};
 use kd_proto::types::Message;
 
 /// What a shared read comes to: the messages, or why not.
@@ -20,10 +20,12 @@ pub type Read = Result<Arc<Vec<Message>>, Arc<str>>;
 /// A read: the thread, from which seq, for the message answered.
 type Key = (String, u64, Option<u64>);
 
-/// The reads under way.
+/// The reads under way, held weakly: a read every waiter gave up (its
+/// runs stopped) is dropped with them, not kept for a later run to
+/// resume.
 #[derive(Default)]
 pub struct SharedReads {
-    under_way: Mutex<HashMap<Key, Shared<BoxFuture<'static, Read>>>>,
+    under_way: Mutex<HashMap<Key, WeakShared<BoxFuture<'static, Read>>>>,
 }
 
 impl SharedReads {
@@ -33,20 +35,26 @@ impl SharedReads {
         let key: Key = (thread.to_string(), from, reply_to);
         let shared = {
             let mut under_way = self.under_way.lock().unwrap_or_else(|e| e.into_inner());
-            under_way.entry(key.clone()).or_insert_with(|| read.shared()).clone()
+            // A read done, or given up by all its waiters, is no longer
+            // under way.
+            under_way.retain(|_, read| read.upgrade().is_some());
+            match under_way.get(&key).and_then(WeakShared::upgrade) {
+                Some(joined) => joined,
+                None => {
+                    let shared = read.shared();
+                    if let Some(weak) = shared.downgrade() {
+                        under_way.insert(key, weak);
+                    }
+                    shared
+                }
+            }
         };
-        let result = shared.clone().await;
-        // Done: the next read of it is a new one.
-        let mut under_way = self.under_way.lock().unwrap_or_else(|e| e.into_inner());
-        if under_way.get(&key).is_some_and(|s| s.peek().is_some()) {
-            under_way.remove(&key);
-        }
-        result
+        shared.await
     }
 
     #[cfg(test)]
     fn under_way(&self) -> usize {
-        self.under_way.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.under_way.lock().unwrap_or_else(|e| e.into_inner()).values().filter(|r| r.upgrade().is_some()).count()
     }
 }
 
@@ -95,5 +103,26 @@ mod tests {
         let again = shared.read("t1", 0, Some(7), counted(&reads, gate.clone())).await;
         assert!(again.is_ok());
         assert_eq!(reads.load(Ordering::SeqCst), 3, "a read after the first is done is new");
+    }
+
+    /// A read all its waiters gave up is not kept for a later run to take.
+    #[tokio::test]
+    async fn a_read_given_up_by_every_waiter_is_not_resumed() {
+        let shared = Arc::new(SharedReads::default());
+        let reads = Arc::new(AtomicUsize::new(0));
+        let (open, gate) = tokio::sync::watch::channel(false);
+        let waiter = tokio::spawn({
+            let (shared, fut) = (shared.clone(), counted(&reads, gate.clone()));
+            async move { shared.read("t1", 0, Some(7), fut).await }
+        });
+        while shared.under_way() < 1 {
+            tokio::task::yield_now().await;
+        }
+        waiter.abort();
+        let _ = waiter.await;
+        assert_eq!(shared.under_way(), 0, "given up");
+        open.send(true).unwrap();
+        assert!(shared.read("t1", 0, Some(7), counted(&reads, gate.clone())).await.is_ok());
+        assert_eq!(reads.load(Ordering::SeqCst), 2, "read afresh");
     }
 }

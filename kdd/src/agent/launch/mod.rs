@@ -6,8 +6,8 @@
 //! but with that set-up done in the child (issue 31, item 17: a fork of
 //! kdd cost it a copy of its page tables and copy-on-write faults, and the
 //! `kdd-exec` program that did the set-up after a `posix_spawn` cost ~1.3
-//! ms of CPU an agent). Elsewhere, or on a kernel without `CLONE_PIDFD`
-//! (before 5.2), tokio forks and the same set-up runs in the fork.
+//! ms of CPU an agent). Elsewhere, or on a kernel without pollable pidfds
+//! (before 5.3), tokio forks and the same set-up runs in the fork.
 //!
 //! The program is found on the `PATH` of the environment it is given, as
 //! `execvp` would find it, so that one that is not there is an error of the
@@ -86,7 +86,7 @@ fn cloned(
     )?;
     let Some((pid, pidfd)) = started else {
         CLONE_WORKS.store(false, Ordering::Relaxed);
-        tracing::warn!("this kernel cannot clone with a pidfd (Linux 5.2 or newer can): agents are started by fork");
+        tracing::warn!("this kernel has no pollable pidfds (Linux 5.3 or newer has): agents are started by fork");
         return Ok(Err(confine));
     };
     let (stdin, stdout, stderr) = pipes.for_kdd();
@@ -222,9 +222,11 @@ fn found(program: &str, env: &[(OsString, OsString)], cwd: &Path) -> io::Result<
     if program.is_empty() {
         return Err(not_found());
     }
-    let path = env.iter().rfind(|(k, _)| k == "PATH").map(|(_, v)| v.clone()).unwrap_or_default();
-    // As execvp: an empty entry is the working directory; an entry where
-    // the program cannot be run is passed over.
+    // As execvp: without a PATH, the system's default one (not the working
+    // directory, where a repository could name the program); an empty
+    // entry is the working directory; one where the program cannot be run
+    // is passed over.
+    let path = env.iter().rfind(|(k, _)| k == "PATH").map(|(_, v)| v.clone()).unwrap_or_else(|| DEFAULT_PATH.into());
     let mut denied = false;
     for dir in std::env::split_paths(&path) {
         let dir = if dir.as_os_str().is_empty() { PathBuf::from(".") } else { dir };
@@ -237,6 +239,9 @@ fn found(program: &str, env: &[(OsString, OsString)], cwd: &Path) -> io::Result<
     }
     Err(if denied { io::Error::from(io::ErrorKind::PermissionDenied) } else { not_found() })
 }
+
+/// Where a program is looked for without a `PATH` (glibc's `execvp`).
+const DEFAULT_PATH: &str = "/bin:/usr/bin";
 
 /// Whether `path` is a file kdd's user may execute; `None` if it is no file.
 fn runnable(path: &Path) -> Option<bool> {

@@ -30,7 +30,9 @@ fn a_program_is_found_on_the_path_it_is_given_as_execvp_finds_it() {
     assert_eq!(found("agent", Some(&path)).unwrap(), b.join("agent"), "one that cannot run is passed over");
     assert_eq!(kind(found("agent", Some(&a.display().to_string()))), io::ErrorKind::PermissionDenied);
     assert_eq!(kind(found("kd-no-such-agent", Some(&path))), io::ErrorKind::NotFound);
-    assert_eq!(kind(found("agent", None)), io::ErrorKind::NotFound, "no PATH: nowhere");
+    make_executable(&tmp.path().join("agent"));
+    assert_eq!(kind(found("agent", None)), io::ErrorKind::NotFound, "no PATH: not the working directory");
+    assert_eq!(found("sh", None).unwrap(), PathBuf::from("/bin/sh"), "no PATH: the system's");
     make_executable(&tmp.path().join("x"));
     assert_eq!(found("./x", Some("")).unwrap(), PathBuf::from("./x"), "a path as it is");
     assert_eq!(kind(found("/opt/none/agent", None)), io::ErrorKind::NotFound, "a path to nothing");

@@ -157,16 +157,19 @@ impl Step {
 /// (descriptors above 2, close-on-exec: the child's copies are not), and
 /// `confine` run last before exec. Returns its pid and a pidfd for it once
 /// it has exec'd; an error (and no process left) if anything before the
-/// exec failed. `None` when this kernel cannot (no `CLONE_PIDFD`, before
-/// Linux 5.2): the caller starts it another way.
+/// exec failed. `None` when this kernel cannot (no pollable pidfds, before
+/// Linux 5.3): the caller starts it another way.
 #[allow(unsafe_code)]
 pub fn spawn(
     program: &Program,
     stdio: [RawFd; 3],
     confine: Option<&mut ConfineFn>,
 ) -> Option<io::Result<(u32, OwnedFd)>> {
+    if !pidfds_work() {
+        return None;
+    }
     let parent = rustix::process::getpid().as_raw_nonzero().get();
-    let shared = Shared { program, parent, stdio, confine, errno: AtomicI32::new(0), step: AtomicI32::new(0) };
+    let mut shared = Shared { program, parent, stdio, confine, errno: AtomicI32::new(0), step: AtomicI32::new(0) };
     let mut stack = vec![0u128; STACK_BYTES / 16];
     // The stack grows down (x86-64 and AArch64): the child starts at its
     // end, which is 16-byte aligned.
@@ -185,7 +188,7 @@ pub fn spawn(
             child,
             top,
             libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD,
-            std::ptr::from_ref(&shared).cast_mut().cast::<c_void>(),
+            (&raw mut shared).cast::<c_void>(),
             &mut pidfd as *mut c_int,
         );
         let clone_errno = io::Error::last_os_error();
@@ -194,8 +197,17 @@ pub fn spawn(
     };
     drop(stack);
     if pid < 0 {
-        // EINVAL: no CLONE_PIDFD here (an old kernel); the caller forks.
-        return if clone_errno.raw_os_error() == Some(libc::EINVAL) { None } else { Some(Err(clone_errno)) };
+        return Some(Err(clone_errno));
+    }
+    if pidfd < 0 {
+        // No pidfd came (a kernel that ignores the flag): the child, not
+        // reaped yet, is killed by its pid and reaped; the caller forks.
+        // SAFETY: a signal to, and a wait for, our own unreaped child.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+        reap(pid);
+        return None;
     }
     // SAFETY: with CLONE_PIDFD the kernel wrote a new descriptor, ours.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
@@ -208,6 +220,15 @@ pub fn spawn(
         return Some(Err(step.error(failed, program)));
     }
     Some(Ok((pid as u32, pidfd)))
+}
+
+/// Whether this kernel has pidfds that can be polled (Linux 5.3): asked
+/// once, by opening one for kdd itself.
+fn pidfds_work() -> bool {
+    static WORK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WORK.get_or_init(|| {
+        rustix::process::pidfd_open(rustix::process::getpid(), rustix::process::PidfdFlags::empty()).is_ok()
+    })
 }
 
 /// Waits for the child `pid` to be gone.

@@ -192,10 +192,10 @@ impl super::Sqlite {
     /// The worktrees of a work thread, each with whether its member has had
     /// a run on the thread (a worktree none has worked in yet is fresh).
     pub async fn worktrees_with_runs(&self, thread: String) -> DbResult<Vec<(bool, Worktree)>> {
-        // One row a member of the thread.
-        self.read_now(|c| {
+        self.read(move |c| {
             of_thread(c, &thread)?.into_iter().map(|w| Ok((has_run(c, &thread, &w.member)?, w))).collect()
         })
+        .await
     }
 
     /// Every worktree kd made (of one repository).
