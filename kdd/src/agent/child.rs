@@ -2,7 +2,7 @@
 //! its caller holds it: its pipes, its pid while it is not reaped, its
 //! exit. Started by kdd's own clone ([`super::launch`]), it is waited for
 //! through its pidfd; where that cannot be (not Linux, a kernel before
-//! 5.2), it is tokio's child. Dropped before it was waited for, it is
+//! 5.3), it is tokio's child. Dropped before it was waited for, it is
 //! killed, as tokio's `kill_on_drop`, and left to the reaper.
 
 use std::io;
