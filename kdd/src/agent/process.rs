@@ -170,12 +170,15 @@ fn scope_of(started: u64, own: Option<u64>, subreaper: bool) -> Scope {
 fn live_processes(scope: Scope, leader: Option<u32>) -> Vec<(u32, Stat)> {
     let me = std::process::id();
     let spawned_else = |pid: u32| Some(pid) != leader && children::origin_of(pid).is_some();
-    let pids: Vec<u32> = match scope {
-        Scope::Descendants => crate::identity::ancestry::descendants(me, spawned_else).unwrap_or_else(every_pid),
-        Scope::Everything => every_pid(),
+    // The walk of descendants leaves them out as it goes; a scan of every
+    // process (or where the walk cannot be made), here.
+    let walked = match scope {
+        Scope::Descendants => crate::identity::ancestry::descendants(me, spawned_else),
+        Scope::Everything => None,
     };
+    let pids = walked.unwrap_or_else(|| every_pid().into_iter().filter(|pid| !spawned_else(*pid)).collect());
     pids.into_iter()
-        .filter(|pid| *pid != me && !spawned_else(*pid))
+        .filter(|pid| *pid != me)
         .filter_map(|pid| stat(pid).filter(|s| !s.is_zombie()).map(|s| (pid, s)))
         .collect()
 }

@@ -92,11 +92,11 @@ pub fn spawn(stop: CancellationToken) {
     });
 }
 
-/// Reaps every zombie child of kdd it did not spawn; their pids.
+/// Reaps every zombie child of kdd it did not spawn; their pids. (The
+/// reaper asks [`any_zombie_child`] first: without one, /proc is not
+/// scanned.)
 pub fn reap() -> Vec<u32> {
-    // Most SIGCHLDs are a run's agent exiting, which tokio has reaped by
-    // now: with no zombie child at all, /proc is not scanned.
-    let zombies = if any_zombie_child() { zombie_children(std::process::id()) } else { Vec::new() };
+    let zombies = zombie_children(std::process::id());
     if zombies.is_empty() {
         children::forget_gone(&mut children::spawned());
         return Vec::new();
