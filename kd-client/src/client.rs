@@ -135,6 +135,19 @@ impl Client {
     /// Connects with another request timeout ([`NO_REQUEST_TIMEOUT`] for
     /// calls that last as long as agents take).
     pub async fn connect_with(socket: &Path, request_timeout: Duration) -> Result<Client, ClientError> {
+        Ok(Client::connect_then(socket, request_timeout, async |_: &WsClient| ()).await?.0)
+    }
+
+    /// Connects, with `first` — the command's first call — sent beside
+    /// `daemon.hello` rather than after its answer: one round trip to the
+    /// daemon fewer (issue 31, item 17). What `first` got is dropped when
+    /// the daemon is of another protocol (refused as [`Client::connect`]
+    /// refuses it), so it must be a call that changes nothing.
+    async fn connect_then<T>(
+        socket: &Path,
+        request_timeout: Duration,
+        first: impl AsyncFnOnce(&WsClient) -> T,
+    ) -> Result<(Client, T), ClientError> {
         let stream = connect_checked(socket).await?;
         // No RPC logger middleware: it serialises every request a second time.
         let limit = Arc::new(AtomicU64::new(u64::MAX));
@@ -147,7 +160,8 @@ impl Client {
             .build_with_stream(SOCKET_URL, stream)
             .await
             .map_err(|e| handshake_error(socket, e))?;
-        let hello = rpc.daemon_hello().await.map_err(|e| match ClientError::from(e) {
+        let (hello, first) = tokio::join!(rpc.daemon_hello(), first(&rpc));
+        let hello = hello.map_err(|e| match ClientError::from(e) {
             // A daemon of another generation may not even know the method.
             ClientError::Rpc { code: -32601, .. } => ClientError::Protocol {
                 socket: socket.to_path_buf(),
@@ -168,14 +182,23 @@ impl Client {
                 version: hello.version,
             });
         }
-        Ok(Client { rpc, socket: socket.to_path_buf(), hello })
+        Ok((Client { rpc, socket: socket.to_path_buf(), hello }, first))
     }
 
     /// Connects, starting `kdd` first when nothing listens on the socket
     /// (no socket, or a stale one), unless `KD_NO_AUTOSTART=1`. A refused
     /// or forbidden connection is reported, never answered with a start.
     pub async fn connect_or_start(socket: &Path) -> Result<Client, ClientError> {
-        match Client::connect(socket).await {
+        Ok(Client::connect_or_start_then(socket, async |_: &WsClient| ()).await?.0)
+    }
+
+    /// [`Client::connect_or_start`], with `first` (a call that changes
+    /// nothing) sent beside `daemon.hello`, as [`Client::connect_then`].
+    pub async fn connect_or_start_then<T>(
+        socket: &Path,
+        first: impl AsyncFn(&WsClient) -> T,
+    ) -> Result<(Client, T), ClientError> {
+        match Client::connect_then(socket, REQUEST_TIMEOUT, &first).await {
             Err(ClientError::Unreachable { reason, nothing_listens: true, .. }) if autostart::disabled() => {
                 Err(ClientError::Unreachable {
                     socket: socket.to_path_buf(),
@@ -195,7 +218,7 @@ impl Client {
                     )));
                 }
                 autostart::start(socket).await?;
-                Client::connect(socket).await
+                Client::connect_then(socket, REQUEST_TIMEOUT, &first).await
             }
             other => other,
         }

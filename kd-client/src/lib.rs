@@ -42,7 +42,7 @@ pub mod style;
 pub mod terminal;
 pub mod workspace;
 
-pub use client::{Client, NO_REQUEST_TIMEOUT, REQUEST_TIMEOUT};
+pub use client::{Client, NO_REQUEST_TIMEOUT, REQUEST_TIMEOUT, WsClient};
 
 /// A fresh thread id, `[a-z0-9]{8}`, for a thread `council.send` is to
 /// create (`new_thread`): the client subscribes to it first, so it misses

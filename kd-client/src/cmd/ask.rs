@@ -81,8 +81,25 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
     if question.trim().is_empty() {
         anyhow::bail!("the question is empty");
     }
-    let client = ctx.client().await?;
-    let mut target = resolve_thread(&client, a.thread.clone(), a.new, a.context, a.title.clone()).await?;
+    // The workspace's current thread is asked for beside the greeting (one
+    // round trip fewer), when that is the thread asked in.
+    let here = match (&a.thread, a.new) {
+        (None, false) => Some(workspace::current()?),
+        _ => None,
+    };
+    let (client, current) = ctx
+        .client_then(async |rpc: &kd_client::WsClient| match &here {
+            Some(ws) => Some(rpc.thread_current(ws.root.display().to_string(), ws.branch.clone()).await),
+            None => None,
+        })
+        .await?;
+    let mut target = match (current, here) {
+        (Some(current), Some(ws)) => match current.map_err(ClientError::from)? {
+            Some(t) => Target::Existing(t),
+            None => new_target(ws, false, a.context, a.title.clone()),
+        },
+        _ => resolve_thread(&client, a.thread.clone(), a.new, a.context, a.title.clone()).await?,
+    };
     if a.first || a.vote || a.synthesize.is_some() {
         return complete(ctx, client, target, question, a).await;
     }
@@ -423,11 +440,17 @@ async fn resolve_thread(
     }
     let ws = workspace::current()?;
     let root = ws.root.display().to_string();
-    if !new && let Some(t) = client.thread_current(root.clone(), ws.branch.clone()).await.map_err(ClientError::from)? {
+    if !new && let Some(t) = client.thread_current(root, ws.branch.clone()).await.map_err(ClientError::from)? {
         return Ok(Target::Existing(t));
     }
-    Ok(Target::New(NewThread {
-        workspace: root,
+    Ok(new_target(ws, new, context, title))
+}
+
+/// The thread a question in `ws` creates: a new one (`new`), or the
+/// workspace's first.
+fn new_target(ws: workspace::Workspace, new: bool, context: Option<super::Context>, title: Option<String>) -> Target {
+    Target::New(NewThread {
+        workspace: ws.root.display().to_string(),
         branch: ws.branch,
         title,
         context: context.map(Into::into),
@@ -435,7 +458,7 @@ async fn resolve_thread(
         // Without --new, the workspace's first thread: questions asked at
         // the same time share it, whichever creates it.
         lineage: (!new).then_some(Lineage::Trunk),
-    }))
+    })
 }
 
 #[cfg(test)]

@@ -87,6 +87,15 @@ impl Ctx {
         Client::connect_or_start(&self.socket).await
     }
 
+    /// [`Ctx::client`], with `first` — a call that changes nothing — sent
+    /// beside the greeting ([`Client::connect_or_start_then`]).
+    pub async fn client_then<T>(
+        &self,
+        first: impl AsyncFn(&kd_client::WsClient) -> T,
+    ) -> Result<(Client, T), ClientError> {
+        Client::connect_or_start_then(&self.socket, first).await
+    }
+
     /// A connection for a call that lasts as long as agents take (a
     /// completion): no request timeout. The daemon's going away still ends it.
     pub async fn client_waiting(&self) -> Result<Client, ClientError> {

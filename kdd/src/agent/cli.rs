@@ -88,15 +88,28 @@ pub(super) async fn execute(d: &Runner, run: &Run, spec: &Spec, prepared: Prepar
         return with_session(failed(&member, RunStatus::Error, "the agent exited before it could be watched".into()));
     };
     let started = process::start_time(pid);
+    let mut feed = || {
+        if let (Some(input), Some(mut stdin)) = (inv.stdin.clone(), child.stdin.take()) {
+            tokio::spawn(async move {
+                // An agent that exits without reading its input is not an error here.
+                let _ = stdin.write_all(input.as_bytes()).await;
+            });
+        }
+    };
+    // Only a shared registry can refuse the start (another node's run of
+    // the member streams on the thread): there the agent is given nothing
+    // before it is recorded. Elsewhere the prompt goes in at once, while
+    // the start is written (issue 31, item 17).
+    let refusable = d.db.is_shared();
+    if !refusable {
+        feed();
+    }
     if let Err(busy) = record_start(d, run, pid, started, held.as_ref()).await {
         let _ = child.start_kill();
         return with_session(failed(&member, RunStatus::Error, busy));
     }
-    if let (Some(input), Some(mut stdin)) = (inv.stdin.clone(), child.stdin.take()) {
-        tokio::spawn(async move {
-            // An agent that exits without reading its input is not an error here.
-            let _ = stdin.write_all(input.as_bytes()).await;
-        });
+    if refusable {
+        feed();
     }
     let stderr = child.stderr.take().map(|err| super::lines::tail(err, STDERR_TAIL));
     let Some(stdout) = child.stdout.take() else {
@@ -194,9 +207,18 @@ pub(super) async fn execute(d: &Runner, run: &Run, spec: &Spec, prepared: Prepar
             }
         },
     };
-    // Nothing the agent started outlives its run.
+    // Nothing the agent started outlives its run. Once it is reaped, what
+    // it left went to kdd's main thread.
     let marker = process::marker(process::RUN_MARKER, &run.id);
-    let killed = tokio::task::spawn_blocking(move || process::kill_tree(pid, started, &marker)).await.unwrap_or(0);
+    let reaped = exit.is_some();
+    let killed = if reaped && process::left_nothing(pid, started) {
+        0
+    } else {
+        let kill = move || {
+            if reaped { process::kill_left(pid, started, &marker) } else { process::kill_tree(pid, started, &marker) }
+        };
+        tokio::task::spawn_blocking(kill).await.unwrap_or(0)
+    };
     if killed > 0 {
         tracing::debug!(run = run.id, "killed {killed} process(es) the agent left running");
     }

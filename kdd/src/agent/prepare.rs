@@ -57,12 +57,12 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
     let resumes = spec.context != ContextMode::History && spec.prompt.is_none();
     let latest = if resumes { Some(latest_session(d, run).await?) } else { None };
     let from = read_from(run, spec, latest.as_ref().and_then(Option::as_ref));
-    let messages = read_thread(d, run, from).await?;
+    let read = read_thread(d, run, from).await?;
     // Asked again after a restart: what the cut run had written.
     let partial = spec.resume_from.as_ref().map(|_| {
-        run.replaces.and_then(|seq| messages.iter().find(|m| m.seq == seq)).map(|m| m.body.clone()).unwrap_or_default()
+        run.replaces.and_then(|seq| read.iter().find(|m| m.seq == seq)).map(|m| m.body.clone()).unwrap_or_default()
     });
-    let messages = prompt::as_of(messages, run.reply_to);
+    let messages = prompt::as_of(&read, run.reply_to);
     let seen_seq = given_up_to(&messages, from);
     let suffix = partial.as_deref().map(prompt::resumed::resumed_suffix).unwrap_or_default();
     let full = |messages: &[Message]| {
@@ -119,7 +119,13 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
     // given the whole thread (another session was taken meanwhile): the
     // whole thread, then.
     let enough = from == 0 || (session.backend_session_id.is_some() && session.seen_seq.is_some_and(|s| s >= from));
-    let messages = if enough { messages } else { prompt::as_of(read_thread(d, run, 0).await?, run.reply_to) };
+    let whole;
+    let messages = if enough {
+        messages
+    } else {
+        whole = read_thread(d, run, 0).await?;
+        prompt::as_of(&whole, run.reply_to)
+    };
     match session.backend_session_id {
         Some(backend_id) => {
             let new: Vec<Message> = prompt::unseen(&messages, member, session.seen_seq);
@@ -163,7 +169,7 @@ fn read_from(run: &Run, spec: &Spec, latest: Option<&Session>) -> u64 {
 /// The thread after `from`, as the run answering `run.reply_to` reads it:
 /// one read for the members of a round ([`super::shared_read`]), waiting
 /// while the registry is away.
-async fn read_thread(d: &Runner, run: &Run, from: u64) -> Result<Vec<Message>, Finish> {
+async fn read_thread(d: &Runner, run: &Run, from: u64) -> Result<std::sync::Arc<Vec<Message>>, Finish> {
     use futures_util::FutureExt;
     let (db, closed, thread) = (d.db.clone(), d.closed_flag(), run.thread.clone());
     let what = format!("the prompt and session of the run {}", run.id);
@@ -175,7 +181,6 @@ async fn read_thread(d: &Runner, run: &Run, from: u64) -> Result<Vec<Message>, F
     d.shared_reads
         .read(&run.thread, from, run.reply_to, read.boxed())
         .await
-        .map(std::sync::Arc::unwrap_or_clone)
         .map_err(|e| failed(&run.member, RunStatus::Error, format!("cannot read the thread: {e}")))
 }
 

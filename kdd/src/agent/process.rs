@@ -139,6 +139,13 @@ enum Scope {
     /// every process reads one per process (issue 31: it was a tenth of
     /// kdd's time at the end of each run).
     Descendants,
+    /// Of kdd's descendants, what its main thread took in (and all below):
+    /// what an agent kdd started, which exited and was reaped, left — its
+    /// orphans went to kdd's main thread ([`crate::identity::ancestry::orphans`]).
+    /// One children file for kdd where the threads of [`Scope::Descendants`]
+    /// are a dozen, read twice a scan and two scans at least (issue 31, item
+    /// 17: the end of every run).
+    Orphans,
     /// Every process: an agent a previous daemon started (after a crash),
     /// or kdd is no subreaper.
     Everything,
@@ -174,6 +181,8 @@ fn live_processes(scope: Scope, leader: Option<u32>) -> Vec<(u32, Stat)> {
     // process (or where the walk cannot be made), here.
     let walked = match scope {
         Scope::Descendants => crate::identity::ancestry::descendants(me, spawned_else),
+        Scope::Orphans => crate::identity::ancestry::orphans(me, spawned_else)
+            .or_else(|| crate::identity::ancestry::descendants(me, spawned_else)),
         Scope::Everything => None,
     };
     let pids = walked.unwrap_or_else(|| every_pid().into_iter().filter(|pid| !spawned_else(*pid)).collect());
@@ -223,9 +232,38 @@ fn is_own(pid: u32) -> bool {
 /// every process otherwise (what a previous daemon's agents left).
 pub fn kill_tree(leader: u32, started: Option<u64>, marker: &[u8]) -> usize {
     let Some(started) = started else { return 0 };
+    kill_below(leader, started, marker, scope(started))
+}
+
+/// [`kill_tree`] for a leader that exited and was reaped by kdd (its
+/// waiter took its status): what it left is only where its orphans went,
+/// below kdd's main thread ([`Scope::Orphans`]), when it is looked for
+/// below kdd at all.
+pub fn kill_left(leader: u32, started: Option<u64>, marker: &[u8]) -> usize {
+    let Some(started) = started else { return 0 };
+    let scope = match scope(started) {
+        Scope::Descendants => Scope::Orphans,
+        other => other,
+    };
+    kill_below(leader, started, marker, scope)
+}
+
+/// Whether a leader kdd reaped left nothing at all: kdd's main thread took
+/// in no orphan, in two reads in a row as [`kill_while`] makes them (the
+/// leader started after this daemon, which is its subreaper). Reads only
+/// kdd's own children file — quick, and never held up by another process
+/// as a read of its environment may be — so it is made on the caller's
+/// thread, and [`kill_left`] goes to the blocking pool only when something
+/// is there.
+pub fn left_nothing(leader: u32, started: Option<u64>) -> bool {
+    let Some(started) = started else { return true };
+    scope(started) == Scope::Descendants && (0..2).all(|_| live_processes(Scope::Orphans, Some(leader)).is_empty())
+}
+
+fn kill_below(leader: u32, started: u64, marker: &[u8], scope: Scope) -> usize {
     let leader_is_ours = start_time(leader) == Some(started);
     let group_is_ours = leader_is_ours || start_time(leader).is_none();
-    let killed = kill_while(scope(started), Some(leader), |pid, s| {
+    let killed = kill_while(scope, Some(leader), |pid, s| {
         s.start >= started && ((group_is_ours && (s.pgrp == leader || s.session == leader)) || carries(pid, marker))
     });
     if leader_is_ours {

@@ -18,16 +18,19 @@ fn binaries(backend: Backend) -> &'static [&'static str] {
 }
 
 /// The built-in agent of a backend: its binary as found on PATH (the first
-/// candidate when none is).
+/// candidate when none is). A backend of one binary is not looked for: it
+/// is that name either way, found when it is run (a configuration is
+/// resolved at every question, for every built-in backend; issue 31).
 pub(super) fn builtin(backend: Backend, env: &Env<'_>) -> AgentDef {
-    let dirs = env.path_dirs();
-    let candidates = binaries(backend);
-    let command = candidates
-        .iter()
-        .find(|b| find_in(&dirs, b).is_some())
-        .or(candidates.first())
-        .map(|b| b.to_string())
-        .unwrap_or_default();
+    let command = match binaries(backend) {
+        [] => String::new(),
+        [only] => only.to_string(),
+        candidates => {
+            let dirs = env.path_dirs();
+            let found = candidates.iter().find(|b| find_in(&dirs, b).is_some());
+            found.unwrap_or(&candidates[0]).to_string()
+        }
+    };
     AgentDef {
         name: backend.as_str().to_string(),
         backend,
@@ -123,6 +126,23 @@ mod tests {
         assert_eq!(not_found(&cursor, "/opt/agent"), "/opt/agent not found — install it or set agents.ghost.command");
         let claude = builtin(Backend::Claude, &Env { var: &none });
         assert_eq!(not_found(&claude, "claude"), "claude not found in PATH — install it or set agents.claude.command");
+    }
+
+    #[test]
+    fn a_backend_of_one_binary_is_named_without_a_look_at_path() {
+        let asked = std::cell::Cell::new(0);
+        let var = |k: &str| {
+            if k == "PATH" {
+                asked.set(asked.get() + 1);
+            }
+            None
+        };
+        for backend in [Backend::Claude, Backend::Codex, Backend::Gemini] {
+            assert_eq!(builtin(backend, &Env { var: &var }).command, backend.as_str());
+        }
+        assert_eq!(asked.get(), 0, "PATH was searched for a backend with one binary");
+        assert_eq!(builtin(Backend::Cursor, &Env { var: &var }).command, "agent", "none found: the first");
+        assert!(asked.get() > 0, "two binaries: looked for");
     }
 
     #[test]

@@ -172,7 +172,8 @@ operations! {
     /// Records a run waiting to start, taking its journal step (pending → running) or failing with
     /// [`DbError::StepTaken`].
     fn insert_run(&self, run: RunInfo, step: Option<StepId>) -> DbResult<()>;
-    /// The run's process started (its pid and backend session).
+    /// The run's process started (its pid and backend session). Only a shared registry refuses it:
+    /// [`DbError::MemberBusy`] when another node's run of the member streams on the thread.
     fn run_started(&self, run: RunInfo, pid: u32, pid_start: Option<u64>, session: Option<String>) -> DbResult<()>;
     /// What a run has said so far (kept so a cut run's partial answer survives).
     fn append_run_partial(&self, id: String, text: String) -> DbResult<()>;

@@ -150,13 +150,19 @@ pub fn children_of(pid: u32) -> Option<Vec<u32>> {
     //   left while the previous run's leftovers were being reaped (e2e
     //   process_tree, 3 runs in 42 with three suites side by side). So the
     //   files are read until two reads agree, and every pid read is kept.
-    let mut threads = threads_of(pid)?;
+    children_of_threads(pid, || threads_of(pid))
+}
+
+/// The children of the threads `threads` lists (again after each read),
+/// read until two reads agree, every pid read kept ([`children_of`]).
+fn children_of_threads(pid: u32, threads: impl Fn() -> Option<Vec<u32>>) -> Option<Vec<u32>> {
+    let mut listed = threads()?;
     let mut seen = std::collections::BTreeSet::new();
     let mut last: Option<Vec<u32>> = None;
     for _ in 0..6 {
         let mut out = Vec::new();
         let mut read_any = false;
-        for tid in &threads {
+        for tid in &listed {
             // A thread that ended meanwhile has no children left to give.
             let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/children")) else { continue };
             read_any = true;
@@ -167,15 +173,31 @@ pub fn children_of(pid: u32) -> Option<Vec<u32>> {
         }
         out.sort_unstable();
         seen.extend(out.iter().copied());
-        let after = threads_of(pid)?;
-        let settled = after == threads && last.as_ref() == Some(&out);
-        threads = after;
+        let after = threads()?;
+        let settled = after == listed && last.as_ref() == Some(&out);
+        listed = after;
         last = Some(out);
         if settled {
             return Some(seen.into_iter().collect());
         }
     }
     None
+}
+
+/// The orphans process `pid` took in as their child subreaper, and all
+/// below them (as [`descendants`]): the kernel gives an orphan to the
+/// first live thread of its subreaper — the main one, whose id is the
+/// process's — so one children file is read instead of every thread's.
+/// What a process that exited and was reaped left is there. `None` when
+/// the main thread is not alive (it ended, or is ending: orphans then go to
+/// another thread), or the file cannot be read.
+pub fn orphans(pid: u32, pruned: impl Fn(u32) -> bool) -> Option<Vec<u32>> {
+    let main_alive = || {
+        let line = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/stat")).ok()?;
+        parse(&line).filter(|s| !matches!(s.state, 'Z' | 'X' | 'x')).map(|_| vec![pid])
+    };
+    let found = children_of_threads(pid, main_alive)?;
+    below(found.into_iter().filter(|p| !pruned(*p)).collect(), pruned)
 }
 
 /// The ids of `pid`'s threads, sorted.
@@ -202,7 +224,13 @@ pub const MAX_DESCENDANTS: usize = 100_000;
 /// children, seen by the next walk). A process `pruned` says is not
 /// wanted is left out with all below it (not looked into).
 pub fn descendants(root: u32, pruned: impl Fn(u32) -> bool) -> Option<Vec<u32>> {
-    let mut found: Vec<u32> = children_of(root)?.into_iter().filter(|pid| !pruned(*pid)).collect();
+    let found: Vec<u32> = children_of(root)?.into_iter().filter(|pid| !pruned(*pid)).collect();
+    below(found, pruned)
+}
+
+/// `found` and every descendant of theirs that `pruned` does not leave out
+/// ([`descendants`]).
+fn below(mut found: Vec<u32>, pruned: impl Fn(u32) -> bool) -> Option<Vec<u32>> {
     let mut next = 0;
     while next < found.len() {
         if found.len() > MAX_DESCENDANTS {
@@ -228,6 +256,24 @@ mod tests {
         assert_eq!((s.state, s.ppid, s.pgrp, s.session, s.start), ('S', 17, 4242, 4000, 987654));
         assert!(parse("4242 (cut").is_none() && parse("").is_none() && parse("1 (x) Z").is_none());
         assert!(parse("1 (x) Z 0 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5").is_some_and(|s| s.is_zombie()));
+    }
+
+    /// The kernel gives a child whose parent thread ends to the first live
+    /// thread of its process, as it gives an orphan to its subreaper's: the
+    /// main thread, whose file [`orphans`] reads.
+    #[test]
+    #[allow(clippy::disallowed_methods)]
+    fn a_child_whose_thread_ended_is_found_below_the_main_thread() {
+        let spawned = std::thread::spawn(|| std::process::Command::new("sleep").arg("30").spawn().unwrap());
+        let mut child = spawned.join().unwrap();
+        let pid = child.id();
+        let me = std::process::id();
+        let found = orphans(me, |_| false);
+        let pruned = orphans(me, |p| p == pid);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(found.is_some_and(|f| f.contains(&pid)), "{pid} not below the main thread");
+        assert!(pruned.is_some_and(|f| !f.contains(&pid)), "pruned");
     }
 
     #[test]

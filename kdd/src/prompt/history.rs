@@ -18,10 +18,16 @@ pub fn is_history(m: &Message) -> bool {
 /// since (by runs that were in flight when it came). So the members of a
 /// parallel round do not see each other's answers, while a run that waited
 /// behind its member's run in flight sees the answer that run gave.
-/// Without a `reply_to`, the whole thread.
-pub fn as_of(messages: Vec<Message>, reply_to: Option<u64>) -> Vec<Message> {
-    let Some(upto) = reply_to else { return messages };
-    messages.into_iter().filter(|m| m.seq <= upto || message_place(m).anchor < upto).collect()
+/// Without a `reply_to`, the whole thread. Borrowed when every message is
+/// given (a run answering the latest one): the thread read once for a
+/// round is not copied for each of its runs (issue 31, item 17).
+pub fn as_of(messages: &[Message], reply_to: Option<u64>) -> std::borrow::Cow<'_, [Message]> {
+    let Some(upto) = reply_to else { return messages.into() };
+    let given = |m: &Message| m.seq <= upto || message_place(m).anchor < upto;
+    if messages.iter().all(given) {
+        return messages.into();
+    }
+    messages.iter().filter(|m| given(m)).cloned().collect::<Vec<_>>().into()
 }
 
 /// The thread as a multi-party conversation, for `target`:
@@ -131,15 +137,18 @@ mod tests {
             answer(3, "codex", 2, 20),
             answer(4, "claude", 1, 10),
         ];
-        assert_eq!(seqs(&as_of(t.clone(), Some(2))), [1, 2, 4], "its own earlier answer, not codex's to B");
-        assert_eq!(seqs(&as_of(t.clone(), Some(1))), [1], "a parallel answer to A sees only A");
-        assert_eq!(seqs(&as_of(t.clone(), Some(3))), [1, 2, 3, 4], "a turn after codex's answer sees it all");
-        assert_eq!(seqs(&as_of(t.clone(), None)), [1, 2, 3, 4]);
-        assert_eq!(seqs(&as_of(t, Some(9))), [1, 2, 3, 4]);
+        assert_eq!(seqs(&as_of(&t, Some(2))), [1, 2, 4], "its own earlier answer, not codex's to B");
+        assert_eq!(seqs(&as_of(&t, Some(1))), [1], "a parallel answer to A sees only A");
+        assert_eq!(seqs(&as_of(&t, Some(3))), [1, 2, 3, 4], "a turn after codex's answer sees it all");
+        assert_eq!(seqs(&as_of(&t, None)), [1, 2, 3, 4]);
+        assert_eq!(seqs(&as_of(&t, Some(9))), [1, 2, 3, 4]);
+        use std::borrow::Cow;
+        assert!(matches!(as_of(&t, Some(9)), Cow::Borrowed(_)), "all of it given: not copied");
+        assert!(matches!(as_of(&t, Some(1)), Cow::Owned(_)));
         // A parallel round: codex (asked second) answered first; the next
         // turn answers the last message and sees both answers.
         let round = vec![msg(1, "king", &["all"], "Q"), answer(2, "codex", 1, 20), answer(3, "claude", 1, 10)];
-        assert_eq!(seqs(&as_of(round.clone(), Some(3))), [1, 2, 3]);
+        assert_eq!(seqs(&as_of(&round, Some(3))), [1, 2, 3]);
     }
 
     #[test]

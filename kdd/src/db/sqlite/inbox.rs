@@ -167,7 +167,7 @@ impl super::Sqlite {
     }
 
     pub async fn inbox_given(&self, thread: String, member: String, upto: u64, run: String) -> DbResult<Vec<u64>> {
-        self.write(move |c, _| given(c, crate::db::now_ms(), &thread, &member, upto, &run)).await
+        self.write_now(move |c, _| given(c, crate::db::now_ms(), &thread, &member, upto, &run)).await
     }
 
     pub async fn delivery_subscribe(

@@ -7,10 +7,13 @@
 //! writer drains whatever is queued (up to [`writer::MAX_BATCH`] jobs), runs
 //! them in one `BEGIN IMMEDIATE` transaction, each inside its own savepoint so
 //! one failing job does not undo the others, commits, and only then replies
-//! and publishes the jobs' events to subscribers. Everything that must be
-//! serialised — a thread's dense `seq`, single-resume of sessions, fencing
-//! tokens — is therefore decided by one thread, in commit order, without
-//! locks in Rust. Reads run on `spawn_blocking` over a small pool of
+//! and publishes the jobs' events to subscribers. A write of a few rows
+//! ([`Sqlite::write_now`]: a run's start and end) runs on its caller's
+//! thread instead when nothing is queued and the connection is free — the
+//! connection is behind a mutex its holder of the moment owns. Everything
+//! that must be serialised — a thread's dense `seq`, single-resume of
+//! sessions, fencing tokens — is therefore decided by one writer at a
+//! time, in commit order. Reads run on `spawn_blocking` over a small pool of
 //! read-only connections ([`pool`]; WAL lets them proceed beside the
 //! writer) — those of a few rows by their keys on the caller's thread
 //! ([`Sqlite::read_now`]); the WAL is checkpointed on a thread of its own
@@ -67,9 +70,15 @@ pub(super) fn limit(n: Option<u32>) -> String {
     n.map(|n| format!("LIMIT {n}")).unwrap_or_default()
 }
 
-/// The SQLite engine: one writer thread, a pool of readers.
+/// The most text a write on its caller's thread carries ([`Sqlite::write_now`]):
+/// a longer question or answer is indexed for search on the writer thread.
+pub(super) const SMALL_TEXT: usize = 64 * 1024;
+
+/// The SQLite engine: one write connection (its writer thread, or a small
+/// write's caller), a pool of readers.
 pub struct Sqlite {
     jobs: mpsc::Sender<Job>,
+    core: Arc<writer::Core>,
     readers: Arc<ReadPool>,
     path: PathBuf,
     schema_version: u32,
@@ -112,12 +121,14 @@ impl Sqlite {
         let threads = Arc::new(AtomicU64::new(thread_count));
         let (tx, rx) = mpsc::channel(4 * MAX_BATCH);
         let checkpointer = checkpoint::Checkpointer::spawn(path)?;
-        let handle = writer::spawn(conn, rx, hub, threads.clone(), checkpointer).map_err(|e| DbError::Migration {
+        let core = Arc::new(writer::Core::new(conn, hub, threads.clone(), checkpointer));
+        let handle = writer::spawn(core.clone(), rx).map_err(|e| DbError::Migration {
             path: path.to_path_buf(),
             reason: format!("cannot start writer: {e}"),
         })?;
         Ok(Sqlite {
             jobs: tx,
+            core,
             readers: Arc::new(ReadPool::new(path.to_path_buf())),
             path: path.to_path_buf(),
             schema_version,
@@ -148,6 +159,25 @@ impl Sqlite {
     {
         let (reply, rx) = oneshot::channel();
         self.jobs.send(Job::new(f, reply)).await.map_err(|_| DbError::Closed)?;
+        rx.await.map_err(|_| DbError::Closed)?
+    }
+
+    /// [`Sqlite::write`] of a few rows by their keys (a run's start, its
+    /// end with an answer of ordinary length): on the caller's thread (a
+    /// runtime worker) when no one else writes — it takes less than the
+    /// hop to the writer thread and back; queued for the writer otherwise,
+    /// as [`Sqlite::write`] (`writer::Core::try_now`). A write that may take
+    /// many rows or a large text goes through [`Sqlite::write`].
+    pub async fn write_now<T, F>(&self, f: F) -> DbResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, &mut Outbox) -> DbResult<T> + Send + 'static,
+    {
+        let (reply, rx) = oneshot::channel();
+        let queue_empty = self.jobs.capacity() == self.jobs.max_capacity();
+        if let Some(job) = self.core.try_now(Job::new(f, reply), queue_empty) {
+            self.jobs.send(job).await.map_err(|_| DbError::Closed)?;
+        }
         rx.await.map_err(|_| DbError::Closed)?
     }
 

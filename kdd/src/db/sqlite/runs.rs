@@ -171,7 +171,7 @@ pub fn recover(conn: &Connection, now: i64, out: &mut Outbox) -> DbResult<usize>
 
 impl super::Sqlite {
     pub async fn insert_run(&self, run: RunInfo, step: Option<StepId>) -> DbResult<()> {
-        self.write(move |c, out| insert(c, crate::db::now_ms(), &run, step, out)).await
+        self.write_now(move |c, out| insert(c, crate::db::now_ms(), &run, step, out)).await
     }
 
     pub async fn run_started(
@@ -181,7 +181,8 @@ impl super::Sqlite {
         pid_start: Option<u64>,
         session: Option<String>,
     ) -> DbResult<()> {
-        self.write(move |c, out| started(c, crate::db::now_ms(), &run, pid, pid_start, session.as_deref(), out)).await
+        self.write_now(move |c, out| started(c, crate::db::now_ms(), &run, pid, pid_start, session.as_deref(), out))
+            .await
     }
 
     pub async fn append_run_partial(&self, id: String, text: String) -> DbResult<()> {
@@ -189,12 +190,14 @@ impl super::Sqlite {
     }
 
     pub async fn finish_run(&self, run: RunInfo, f: Finish) -> DbResult<Message> {
-        self.write(move |c, out| finish(c, crate::db::now_ms(), &run, f, out)).await
+        let small = f.body.len() <= super::SMALL_TEXT;
+        let job = move |c: &rusqlite::Connection, out: &mut Outbox| finish(c, crate::db::now_ms(), &run, f, out);
+        if small { self.write_now(job).await } else { self.write(job).await }
     }
 
     /// The backend's own session id of a run, as soon as it is known.
     pub async fn run_session_seen(&self, run: String, backend: String) -> DbResult<()> {
-        self.write(move |c, _| exchanges::step_session(c, &run, &backend)).await
+        self.write_now(move |c, _| exchanges::step_session(c, &run, &backend)).await
     }
 
     pub async fn orphan_runs(&self) -> DbResult<Vec<Orphan>> {

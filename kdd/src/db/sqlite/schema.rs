@@ -43,9 +43,14 @@ fn migrations() -> Migrations<'static> {
     Migrations::new(MIGRATIONS.iter().map(|sql| M::up(sql)).collect())
 }
 
+/// How long the write connection waits for another program's lock on the
+/// file before a write fails as an outage (the writer thread's; a write on
+/// its caller's thread does not wait: `writer::Core::try_now`).
+pub const WRITE_BUSY: Duration = Duration::from_secs(5);
+
 /// PRAGMAs of the write connection.
 pub fn configure(conn: &Connection) -> DbResult<()> {
-    conn.busy_timeout(Duration::from_secs(5))?;
+    conn.busy_timeout(WRITE_BUSY)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;

@@ -172,19 +172,19 @@ impl super::Sqlite {
     /// Starts a session; a refusal is [`DbError::SessionActive`] (and is
     /// recorded in the event log).
     pub async fn start_session(&self, s: NewSession) -> DbResult<Session> {
-        self.write(move |c, _| start(c, crate::db::now_ms(), s, &crate::proc::pid_alive)).await?.into()
+        self.write_now(move |c, _| start(c, crate::db::now_ms(), s, &crate::proc::pid_alive)).await?.into()
     }
 
     /// Resumes a session; a rejection is [`DbError::SessionActive`] (and is
     /// recorded in the event log).
     pub async fn resume_session(&self, id: String, holder: Option<String>, pid: Option<u32>) -> DbResult<Session> {
-        self.write(move |c, _| resume(c, crate::db::now_ms(), &id, holder.as_deref(), pid, &crate::proc::pid_alive))
+        self.write_now(move |c, _| resume(c, crate::db::now_ms(), &id, holder.as_deref(), pid, &crate::proc::pid_alive))
             .await?
             .into()
     }
 
     pub async fn end_session(&self, e: SessionEnd) -> DbResult<Session> {
-        self.write(move |c, _| end(c, crate::db::now_ms(), &e)).await
+        self.write_now(move |c, _| end(c, crate::db::now_ms(), &e)).await
     }
 
     /// Sessions, newest first. Active ones whose holder process has died

@@ -2,12 +2,13 @@
 //! concurrency design in the parent module.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use rusqlite::{Connection, TransactionBehavior};
+use rusqlite::{Connection, Transaction, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot};
 
 use super::checkpoint::{self, Checkpointer, EVERY_JOBS, NUDGE_PAGES};
+use super::schema::WRITE_BUSY;
 use super::{DbError, DbResult, Outbox};
 use crate::hub::Hub;
 
@@ -74,26 +75,80 @@ impl Job {
     }
 }
 
-pub(super) fn spawn(
-    conn: Connection,
-    rx: mpsc::Receiver<Job>,
+/// The write connection and what a commit tells, shared by the writer
+/// thread and the small writes that run on their caller's thread
+/// ([`Core::try_now`]). Whoever holds `conn` is the one writer of the
+/// moment, so writes are still one at a time, in commit order; `None` once
+/// the writer closed it.
+pub(super) struct Core {
+    conn: std::sync::Mutex<Option<Connection>>,
     hub: Arc<Hub>,
     threads: Arc<AtomicU64>,
-    checkpointer: Checkpointer,
-) -> std::io::Result<std::thread::JoinHandle<()>> {
-    std::thread::Builder::new().name("kdd-db-writer".into()).spawn(move || run(conn, rx, &hub, &threads, checkpointer))
+    checkpointer: std::sync::Mutex<Checkpointer>,
+    since_checkpoint: AtomicUsize,
 }
 
-fn run(
-    mut conn: Connection,
-    mut rx: mpsc::Receiver<Job>,
-    hub: &Hub,
-    threads: &AtomicU64,
-    mut checkpointer: Checkpointer,
-) {
+impl Core {
+    pub(super) fn new(conn: Connection, hub: Arc<Hub>, threads: Arc<AtomicU64>, checkpointer: Checkpointer) -> Core {
+        checkpoint::watch_wal(&conn);
+        Core {
+            conn: std::sync::Mutex::new(Some(conn)),
+            hub,
+            threads,
+            checkpointer: std::sync::Mutex::new(checkpointer),
+            since_checkpoint: AtomicUsize::new(0),
+        }
+    }
+
+    /// Runs `job` — a write of a few rows — at once on this thread, in a
+    /// transaction of its own, when no one else writes: nothing is queued
+    /// (`queue_empty`), the connection is free, and no other program holds
+    /// the file's write lock (which is not waited for here). No hop to the
+    /// writer thread and back: two thread switches, each a wake of a
+    /// parked thread (issue 31, item 17: a run's start and end took about
+    /// five such writes). Gives the job back otherwise, for the queue.
+    pub(super) fn try_now(&self, job: Job, queue_empty: bool) -> Option<Job> {
+        if !queue_empty {
+            return Some(job);
+        }
+        let Ok(mut guard) = self.conn.try_lock() else { return Some(job) };
+        let Some(conn) = guard.as_mut() else { return Some(job) };
+        let Some(tx) = begin_at_once(conn) else { return Some(job) };
+        run_batch(tx, &mut vec![job], &self.hub, &self.threads);
+        drop(guard);
+        self.committed(1);
+        None
+    }
+
+    /// After `jobs` committed: a checkpoint, when one is due.
+    fn committed(&self, jobs: usize) {
+        let since = self.since_checkpoint.fetch_add(jobs, Ordering::Relaxed) + jobs;
+        if since >= EVERY_JOBS || checkpoint::wal_pages() >= NUDGE_PAGES {
+            self.since_checkpoint.store(0, Ordering::Relaxed);
+            self.checkpointer.lock().unwrap_or_else(|e| e.into_inner()).nudge();
+        }
+    }
+}
+
+/// `BEGIN IMMEDIATE` without waiting for another program's write lock;
+/// `None` when it is held (or the transaction cannot begin for another
+/// reason: the writer thread then meets it, and answers it). The writer
+/// thread sets its own wait again before each batch ([`execute`]).
+fn begin_at_once(conn: &mut Connection) -> Option<Transaction<'_>> {
+    conn.busy_timeout(std::time::Duration::ZERO).ok()?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).ok()?;
+    if let Err(e) = tx.busy_timeout(WRITE_BUSY) {
+        tracing::warn!("cannot restore the write connection's busy timeout: {e}");
+    }
+    Some(tx)
+}
+
+pub(super) fn spawn(core: Arc<Core>, rx: mpsc::Receiver<Job>) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new().name("kdd-db-writer".into()).spawn(move || run(&core, rx))
+}
+
+fn run(core: &Core, mut rx: mpsc::Receiver<Job>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
-    let mut since_checkpoint = 0;
-    checkpoint::watch_wal(&conn);
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
         while batch.len() < MAX_BATCH {
@@ -102,22 +157,26 @@ fn run(
                 Err(_) => break,
             }
         }
-        since_checkpoint += batch.len();
-        let closed = execute(&mut conn, &mut batch, hub, threads);
-        if since_checkpoint >= EVERY_JOBS || checkpoint::wal_pages() >= NUDGE_PAGES {
-            checkpointer.nudge();
-            since_checkpoint = 0;
-        }
+        let jobs = batch.len();
+        let mut guard = core.conn.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(conn) = guard.as_mut() else { return };
+        let closed = execute(conn, &mut batch, &core.hub, &core.threads);
         if let Some(closed) = closed {
+            let conn = guard.take();
+            drop(guard);
             rx.close();
-            checkpointer.stop();
-            if let Err(e) = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)") {
-                tracing::warn!("checkpoint at close failed: {e}");
+            core.checkpointer.lock().unwrap_or_else(|e| e.into_inner()).stop();
+            if let Some(conn) = conn {
+                if let Err(e) = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)") {
+                    tracing::warn!("checkpoint at close failed: {e}");
+                }
+                drop(conn);
             }
-            drop(conn);
             let _ = closed.send(());
             return;
         }
+        drop(guard);
+        core.committed(jobs);
     }
 }
 
@@ -125,13 +184,17 @@ fn run(
 /// batch contained one (jobs after it are dropped unanswered: their callers
 /// see [`DbError::Closed`]).
 fn execute(conn: &mut Connection, batch: &mut Vec<Job>, hub: &Hub, threads: &AtomicU64) -> Option<oneshot::Sender<()>> {
-    let mut done: Vec<(Reply, Option<Outbox>)> = Vec::with_capacity(batch.len());
-    let mut close = None;
-    let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
-        Ok(tx) => tx,
+    // Waits for another program's lock, which a write on its caller's
+    // thread did not ([`begin_at_once`]).
+    if let Err(e) = conn.busy_timeout(WRITE_BUSY) {
+        tracing::warn!("cannot set the write connection's busy timeout: {e}");
+    }
+    match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+        Ok(tx) => run_batch(tx, batch, hub, threads),
         Err(e) => {
             tracing::error!("cannot begin a write transaction: {e}");
             let failed = Failed::of("cannot begin a transaction", &e);
+            let mut close = None;
             for job in batch.drain(..) {
                 match job {
                     Job::Run(body) => {
@@ -141,9 +204,17 @@ fn execute(conn: &mut Connection, batch: &mut Vec<Job>, hub: &Hub, threads: &Ato
                     Job::Close(r) => close = Some(r),
                 }
             }
-            return close;
+            close
         }
-    };
+    }
+}
+
+/// Runs `batch` in `tx`, each job in a savepoint of its own, commits, then
+/// publishes what committed and replies. Returns the close request if the
+/// batch held one.
+fn run_batch(tx: Transaction<'_>, batch: &mut Vec<Job>, hub: &Hub, threads: &AtomicU64) -> Option<oneshot::Sender<()>> {
+    let mut done: Vec<(Reply, Option<Outbox>)> = Vec::with_capacity(batch.len());
+    let mut close = None;
     for job in batch.drain(..) {
         let body = match job {
             Job::Run(body) => body,

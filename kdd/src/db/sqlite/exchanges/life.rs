@@ -154,7 +154,7 @@ impl Sqlite {
     }
 
     pub async fn open_step(&self, x: ExchangeId, key: StepKey) -> DbResult<Opened> {
-        self.write(move |c, _| open_step(c, now_ms(), x, &key)).await
+        self.write_now(move |c, _| open_step(c, now_ms(), x, &key)).await
     }
 
     pub async fn exchange_steps(&self, x: ExchangeId) -> DbResult<Vec<Step>> {
@@ -163,7 +163,7 @@ impl Sqlite {
     }
 
     pub async fn plan_done(&self, x: ExchangeId, result: Option<serde_json::Value>) -> DbResult<()> {
-        self.write(move |c, _| plan_done(c, now_ms(), x, result.as_ref())).await
+        self.write_now(move |c, _| plan_done(c, now_ms(), x, result.as_ref())).await
     }
 
     pub async fn stop_exchange(&self, x: ExchangeId, reason: String) -> DbResult<()> {
