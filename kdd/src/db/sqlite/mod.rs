@@ -237,3 +237,51 @@ impl Sqlite {
         self.readers.clear();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open(dir: &tempfile::TempDir) -> Sqlite {
+        Sqlite::open(&dir.path().join("kd.sqlite3"), Arc::new(Hub::new())).unwrap()
+    }
+
+    /// The name of the thread a write ran on.
+    fn on_thread(_: &Connection, _: &mut Outbox) -> DbResult<Option<String>> {
+        Ok(std::thread::current().name().map(str::to_string))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_small_write_runs_on_its_callers_thread_when_no_one_else_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        let here = std::thread::current().name().map(str::to_string);
+        assert_eq!(db.write_now(on_thread).await.unwrap(), here, "on the caller's thread");
+        assert_eq!(db.write(on_thread).await.unwrap().as_deref(), Some("kdd-db-writer"));
+        // What it wrote is committed, and seen by the next write.
+        db.write_now(|c, _| Ok(c.execute_batch("CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (1)")?))
+            .await
+            .unwrap();
+        let n: i64 = db.write(|c, _| Ok(c.query_row("SELECT count(*) FROM t", [], |r| r.get(0))?)).await.unwrap();
+        assert_eq!(n, 1);
+    }
+
+    /// Another program holding the file's write lock (a `sqlite3` shell's
+    /// open `BEGIN IMMEDIATE`) is not waited for on the caller's thread: the
+    /// write goes to the writer thread, which waits for it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_small_write_does_not_wait_on_its_callers_thread_for_another_programs_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        let other = Connection::open(dir.path().join("kd.sqlite3")).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let started = std::time::Instant::now();
+        let waited = tokio::time::timeout(std::time::Duration::from_millis(300), db.write_now(on_thread)).await;
+        assert!(waited.is_err(), "written while another program held the lock: {waited:?}");
+        assert!(started.elapsed() < schema::WRITE_BUSY / 2, "the caller's thread waited for the lock");
+        other.execute_batch("COMMIT").unwrap();
+        assert_eq!(db.write(on_thread).await.unwrap().as_deref(), Some("kdd-db-writer"), "the queue goes on");
+        let here = std::thread::current().name().map(str::to_string);
+        assert_eq!(db.write_now(on_thread).await.unwrap(), here, "and the caller's thread writes again");
+    }
+}
