@@ -137,8 +137,14 @@ async fn run(
     let mut rx = d.hub.subscribe(&thread);
     // The first page of the backlog now (the thread must exist), the rest
     // page by page once the subscription is accepted.
+    // A client that has seen the whole thread (`kd ask`, asking next) is
+    // told so by the thread's row, without reading messages.
     let start: DbResult<(Vec<Message>, u64)> = match since_seq {
-        Some(since) => d.db.messages(thread.clone(), backlog_page(&d, since)).await.map(|m| (m, since)),
+        Some(since) => match d.db.thread(thread.clone()).await {
+            Ok(t) if t.last_seq <= since => Ok((Vec::new(), since)),
+            Ok(_) => d.db.messages(thread.clone(), backlog_page(&d, since)).await.map(|m| (m, since)),
+            Err(e) => Err(e),
+        },
         None => d.db.thread(thread.clone()).await.map(|t| (Vec::new(), t.last_seq)),
     };
     let (backlog, mut last) = match start {

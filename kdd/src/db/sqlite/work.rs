@@ -192,10 +192,14 @@ impl super::Sqlite {
     /// The worktrees of a work thread, each with whether its member has had
     /// a run on the thread (a worktree none has worked in yet is fresh).
     pub async fn worktrees_with_runs(&self, thread: String) -> DbResult<Vec<(bool, Worktree)>> {
-        self.read(move |c| {
-            of_thread(c, &thread)?.into_iter().map(|w| Ok((has_run(c, &thread, &w.member)?, w))).collect()
-        })
-        .await
+        // Most threads have none: a key lookup, on the caller's thread (every
+        // question asks; issue 31, item 17). A member's runs are scanned on
+        // the blocking pool.
+        let trees = self.read_now(|c| of_thread(c, &thread))?;
+        if trees.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.read(move |c| trees.into_iter().map(|w| Ok((has_run(c, &thread, &w.member)?, w))).collect()).await
     }
 
     /// Every worktree kd made (of one repository).
