@@ -142,7 +142,8 @@ impl Client {
     /// `daemon.hello` rather than after its answer: one round trip to the
     /// daemon fewer (issue 31, item 17). What `first` got is dropped when
     /// the daemon is of another protocol (refused as [`Client::connect`]
-    /// refuses it), so it must be a call that changes nothing.
+    /// refuses it), so it must be a call such a daemon may answer: a read
+    /// (`thread.current`, which ages the thread as any read of it does).
     async fn connect_then<T>(
         socket: &Path,
         request_timeout: Duration,
@@ -192,8 +193,8 @@ impl Client {
         Ok(Client::connect_or_start_then(socket, async |_: &WsClient| ()).await?.0)
     }
 
-    /// [`Client::connect_or_start`], with `first` (a call that changes
-    /// nothing) sent beside `daemon.hello`, as [`Client::connect_then`].
+    /// [`Client::connect_or_start`], with `first` (a read) sent beside
+    /// `daemon.hello`, as [`Client::connect_then`].
     pub async fn connect_or_start_then<T>(
         socket: &Path,
         first: impl AsyncFn(&WsClient) -> T,

@@ -87,8 +87,8 @@ impl Ctx {
         Client::connect_or_start(&self.socket).await
     }
 
-    /// [`Ctx::client`], with `first` — a call that changes nothing — sent
-    /// beside the greeting ([`Client::connect_or_start_then`]).
+    /// [`Ctx::client`], with `first` — a read — sent beside the greeting
+    /// ([`Client::connect_or_start_then`]).
     pub async fn client_then<T>(
         &self,
         first: impl AsyncFn(&kd_client::WsClient) -> T,

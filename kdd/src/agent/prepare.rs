@@ -98,9 +98,9 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
     }
     // What waited in the member's inbox reaches it in this prompt, once (a
     // ballot or synthesis, with a prompt of its own, leaves it waiting).
-    // Marked while the session is taken: the two are independent, and the
-    // registry's writer commits them together (one commit fewer before the
-    // agent starts, issue 31 item 17).
+    // Marked while the session is taken: the two are independent (on
+    // SQLite each a small write on this thread, or the writer's together
+    // when it is busy; issue 31 item 17).
     let given = async {
         let given = waiting(d, run, || d.db.inbox_given(run.thread.clone(), member.clone(), seen_seq, run.id.clone()));
         if let Err(e) = given.await {

@@ -190,14 +190,33 @@ fn children_of_threads(pid: u32, threads: impl Fn() -> Option<Vec<u32>>) -> Opti
 /// process's — so one children file is read instead of every thread's.
 /// What a process that exited and was reaped left is there. `None` when
 /// the main thread is not alive (it ended, or is ending: orphans then go to
-/// another thread), or the file cannot be read.
+/// another thread), the kernel gives orphans elsewhere
+/// ([`orphans_go_to_the_main_thread`]), or the file cannot be read.
 pub fn orphans(pid: u32, pruned: impl Fn(u32) -> bool) -> Option<Vec<u32>> {
+    if !orphans_go_to_the_main_thread() {
+        return None;
+    }
     let main_alive = || {
         let line = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/stat")).ok()?;
         parse(&line).filter(|s| !matches!(s.state, 'Z' | 'X' | 'x')).map(|_| vec![pid])
     };
     let found = children_of_threads(pid, main_alive)?;
     below(found.into_iter().filter(|p| !pruned(*p)).collect(), pruned)
+}
+
+/// Whether this kernel gives an orphan to the first live thread of its
+/// subreaper, the main one: Linux 3.19 on (before, to the thread that had
+/// forked its parent — one of kdd's spawning threads).
+pub fn orphans_go_to_the_main_thread() -> bool {
+    static KNOWN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *KNOWN.get_or_init(|| release_at_least(&rustix::system::uname().release().to_string_lossy(), (3, 19)))
+}
+
+/// Whether a kernel release (`6.1.0-13-amd64`) is `major.minor` or later.
+fn release_at_least(release: &str, (major, minor): (u32, u32)) -> bool {
+    let mut numbers = release.split(|c: char| !c.is_ascii_digit()).map(|n| n.parse::<u32>().unwrap_or(0));
+    let found = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
+    found >= (major, minor)
 }
 
 /// The ids of `pid`'s threads, sorted.
@@ -256,6 +275,14 @@ mod tests {
         assert_eq!((s.state, s.ppid, s.pgrp, s.session, s.start), ('S', 17, 4242, 4000, 987654));
         assert!(parse("4242 (cut").is_none() && parse("").is_none() && parse("1 (x) Z").is_none());
         assert!(parse("1 (x) Z 0 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5").is_some_and(|s| s.is_zombie()));
+    }
+
+    #[test]
+    fn a_kernel_release_is_compared_by_its_major_and_minor() {
+        for (release, at_least) in [("6.18.0-13-amd64", true), ("3.19", true), ("3.18.140", false), ("4.4.0", true)] {
+            assert_eq!(release_at_least(release, (3, 19)), at_least, "{release}");
+        }
+        assert!(!release_at_least("", (3, 19)) && !release_at_least("x", (3, 19)));
     }
 
     /// The kernel gives a child whose parent thread ends to the first live

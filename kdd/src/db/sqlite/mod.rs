@@ -266,6 +266,31 @@ mod tests {
         assert_eq!(n, 1);
     }
 
+    /// Small writes on their callers' threads and queued ones at once are
+    /// still one writer at a time: each takes the next number after what
+    /// committed before it, and none is taken twice or skipped.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn small_and_queued_writes_at_once_write_one_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Arc::new(open(&dir));
+        db.write(|c, _| Ok(c.execute_batch("CREATE TABLE n (seq INTEGER PRIMARY KEY)")?)).await.unwrap();
+        let next = |c: &Connection, _: &mut Outbox| -> DbResult<i64> {
+            Ok(c.query_row("INSERT INTO n SELECT coalesce(max(seq), 0) + 1 FROM n RETURNING seq", [], |r| r.get(0))?)
+        };
+        let writes: Vec<_> = (0..200)
+            .map(|i| {
+                let db = db.clone();
+                tokio::spawn(async move { if i % 2 == 0 { db.write_now(next).await } else { db.write(next).await } })
+            })
+            .collect();
+        let mut taken = Vec::new();
+        for w in writes {
+            taken.push(w.await.unwrap().unwrap());
+        }
+        taken.sort_unstable();
+        assert_eq!(taken, (1..=200).collect::<Vec<i64>>());
+    }
+
     /// Another program holding the file's write lock (a `sqlite3` shell's
     /// open `BEGIN IMMEDIATE`) is not waited for on the caller's thread: the
     /// write goes to the writer thread, which waits for it.

@@ -84,7 +84,8 @@ pub(super) struct Core {
     conn: std::sync::Mutex<Option<Connection>>,
     hub: Arc<Hub>,
     threads: Arc<AtomicU64>,
-    checkpointer: std::sync::Mutex<Checkpointer>,
+    /// `None` once stopped (the connection closed).
+    checkpointer: std::sync::Mutex<Option<Checkpointer>>,
     since_checkpoint: AtomicUsize,
 }
 
@@ -95,7 +96,7 @@ impl Core {
             conn: std::sync::Mutex::new(Some(conn)),
             hub,
             threads,
-            checkpointer: std::sync::Mutex::new(checkpointer),
+            checkpointer: std::sync::Mutex::new(Some(checkpointer)),
             since_checkpoint: AtomicUsize::new(0),
         }
     }
@@ -125,7 +126,9 @@ impl Core {
         let since = self.since_checkpoint.fetch_add(jobs, Ordering::Relaxed) + jobs;
         if since >= EVERY_JOBS || checkpoint::wal_pages() >= NUDGE_PAGES {
             self.since_checkpoint.store(0, Ordering::Relaxed);
-            self.checkpointer.lock().unwrap_or_else(|e| e.into_inner()).nudge();
+            if let Some(checkpointer) = self.checkpointer.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+                checkpointer.nudge();
+            }
         }
     }
 }
@@ -165,7 +168,12 @@ fn run(core: &Core, mut rx: mpsc::Receiver<Job>) {
             let conn = guard.take();
             drop(guard);
             rx.close();
-            core.checkpointer.lock().unwrap_or_else(|e| e.into_inner()).stop();
+            // Taken out first: a write finishing meanwhile does not wait
+            // for the last checkpoint to nudge it.
+            let checkpointer = core.checkpointer.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(mut checkpointer) = checkpointer {
+                checkpointer.stop();
+            }
             if let Some(conn) = conn {
                 if let Err(e) = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)") {
                     tracing::warn!("checkpoint at close failed: {e}");
