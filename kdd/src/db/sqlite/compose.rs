@@ -109,8 +109,7 @@ pub fn ask(
 impl super::Sqlite {
     pub async fn ask(&self, t: Option<NewThread>, messages: Vec<NewMessage>, x: NewExchange) -> DbResult<Asked> {
         let small = messages.iter().map(|m| m.body.len()).sum::<usize>() <= super::SMALL_TEXT;
-        let job = move |c: &rusqlite::Connection, out: &mut Outbox| ask(c, crate::db::now_ms(), t, messages, x, out);
-        if small { self.write_now(job).await } else { self.write(job).await }
+        self.write_if_small(small, move |c, out| ask(c, crate::db::now_ms(), t, messages, x, out)).await
     }
 
     pub async fn create_thread_with_message(&self, t: NewThread, m: NewMessage) -> DbResult<(Thread, Message)> {

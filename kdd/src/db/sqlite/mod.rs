@@ -181,6 +181,16 @@ impl Sqlite {
         rx.await.map_err(|_| DbError::Closed)?
     }
 
+    /// [`Sqlite::write_now`] when `small` (the text it carries is at most
+    /// [`SMALL_TEXT`]), [`Sqlite::write`] otherwise.
+    pub async fn write_if_small<T, F>(&self, small: bool, f: F) -> DbResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, &mut Outbox) -> DbResult<T> + Send + 'static,
+    {
+        if small { self.write_now(f).await } else { self.write(f).await }
+    }
+
     /// Runs `f` on a pooled read-only connection on the blocking pool.
     pub async fn read<T, F>(&self, f: F) -> DbResult<T>
     where

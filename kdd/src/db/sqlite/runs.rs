@@ -191,8 +191,7 @@ impl super::Sqlite {
 
     pub async fn finish_run(&self, run: RunInfo, f: Finish) -> DbResult<Message> {
         let small = f.body.len() <= super::SMALL_TEXT;
-        let job = move |c: &rusqlite::Connection, out: &mut Outbox| finish(c, crate::db::now_ms(), &run, f, out);
-        if small { self.write_now(job).await } else { self.write(job).await }
+        self.write_if_small(small, move |c, out| finish(c, crate::db::now_ms(), &run, f, out)).await
     }
 
     /// The backend's own session id of a run, as soon as it is known.

@@ -163,11 +163,10 @@ impl Sqlite {
     }
 
     pub async fn plan_done(&self, x: ExchangeId, result: Option<serde_json::Value>) -> DbResult<()> {
-        let result_is_none = result.is_none();
         // A completion's result holds its answers whole: written by the
         // writer thread. An exchange's end alone is a few rows.
-        let job = move |c: &Connection, _: &mut crate::db::Outbox| plan_done(c, now_ms(), x, result.as_ref());
-        if result_is_none { self.write_now(job).await } else { self.write(job).await }
+        let small = result.is_none();
+        self.write_if_small(small, move |c, _| plan_done(c, now_ms(), x, result.as_ref())).await
     }
 
     pub async fn stop_exchange(&self, x: ExchangeId, reason: String) -> DbResult<()> {
