@@ -276,6 +276,20 @@ mod tests {
         assert_eq!(n, 1);
     }
 
+    /// A queued write answers its caller after the writer let go of the
+    /// connection: the caller's next small write finds it free and runs on
+    /// its own thread, never queued behind a writer that has finished.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_queued_write_answers_after_the_connection_is_free() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        let here = std::thread::current().name().map(str::to_string);
+        for i in 0..2000 {
+            assert_eq!(db.write(on_thread).await.unwrap().as_deref(), Some("kdd-db-writer"));
+            assert_eq!(db.write_now(on_thread).await.unwrap(), here, "write {i} found the connection held");
+        }
+    }
+
     /// Small writes on their callers' threads and queued ones at once are
     /// still one writer at a time: each takes the next number after what
     /// committed before it, and none is taken twice or skipped.

@@ -115,8 +115,9 @@ impl Core {
         let Ok(mut guard) = self.conn.try_lock() else { return Some(job) };
         let Some(conn) = guard.as_mut() else { return Some(job) };
         let Some(tx) = begin_at_once(conn) else { return Some(job) };
-        run_batch(tx, &mut vec![job], &self.hub, &self.threads);
+        let (_, answers) = run_batch(tx, &mut vec![job], &self.hub, &self.threads);
         drop(guard);
+        answers.send();
         self.committed(1);
         None
     }
@@ -163,10 +164,11 @@ fn run(core: &Core, mut rx: mpsc::Receiver<Job>) {
         let jobs = batch.len();
         let mut guard = core.conn.lock().unwrap_or_else(|e| e.into_inner());
         let Some(conn) = guard.as_mut() else { return };
-        let closed = execute(conn, &mut batch, &core.hub, &core.threads);
+        let (closed, answers) = execute(conn, &mut batch, &core.hub, &core.threads);
         if let Some(closed) = closed {
             let conn = guard.take();
             drop(guard);
+            answers.send();
             rx.close();
             // Taken out first: a write finishing meanwhile does not wait
             // for the last checkpoint to nudge it.
@@ -184,14 +186,38 @@ fn run(core: &Core, mut rx: mpsc::Receiver<Job>) {
             return;
         }
         drop(guard);
+        answers.send();
         core.committed(jobs);
+    }
+}
+
+/// The replies of a batch that ended, sent once its writer let go of the
+/// connection: a caller woken by its reply finds the connection free for
+/// its next small write ([`Core::try_now`]) rather than queueing it behind
+/// a writer that has finished.
+#[must_use]
+struct Answers {
+    replies: Vec<Reply>,
+    commit_error: Option<Failed>,
+}
+
+impl Answers {
+    fn send(self) {
+        for reply in self.replies {
+            reply(self.commit_error.clone());
+        }
     }
 }
 
 /// Runs one batch in one transaction. Returns the close request if the
 /// batch contained one (jobs after it are dropped unanswered: their callers
-/// see [`DbError::Closed`]).
-fn execute(conn: &mut Connection, batch: &mut Vec<Job>, hub: &Hub, threads: &AtomicU64) -> Option<oneshot::Sender<()>> {
+/// see [`DbError::Closed`]), and the replies to send.
+fn execute(
+    conn: &mut Connection,
+    batch: &mut Vec<Job>,
+    hub: &Hub,
+    threads: &AtomicU64,
+) -> (Option<oneshot::Sender<()>>, Answers) {
     // Waits for another program's lock, which a write on its caller's
     // thread did not ([`begin_at_once`]).
     if let Err(e) = conn.busy_timeout(WRITE_BUSY) {
@@ -203,24 +229,28 @@ fn execute(conn: &mut Connection, batch: &mut Vec<Job>, hub: &Hub, threads: &Ato
             tracing::error!("cannot begin a write transaction: {e}");
             let failed = Failed::of("cannot begin a transaction", &e);
             let mut close = None;
+            let mut replies = Vec::with_capacity(batch.len());
             for job in batch.drain(..) {
                 match job {
-                    Job::Run(body) => {
-                        let (_, reply) = body(Err(failed.clone()), &mut Outbox::default());
-                        reply(None);
-                    }
+                    Job::Run(body) => replies.push(body(Err(failed.clone()), &mut Outbox::default()).1),
                     Job::Close(r) => close = Some(r),
                 }
             }
-            close
+            (close, Answers { replies, commit_error: None })
         }
     }
 }
 
 /// Runs `batch` in `tx`, each job in a savepoint of its own, commits, then
-/// publishes what committed and replies. Returns the close request if the
-/// batch held one.
-fn run_batch(tx: Transaction<'_>, batch: &mut Vec<Job>, hub: &Hub, threads: &AtomicU64) -> Option<oneshot::Sender<()>> {
+/// publishes what committed — still holding the connection, so events go
+/// out in commit order. Returns the close request if the batch held one,
+/// and the replies, for after the connection is let go.
+fn run_batch(
+    tx: Transaction<'_>,
+    batch: &mut Vec<Job>,
+    hub: &Hub,
+    threads: &AtomicU64,
+) -> (Option<oneshot::Sender<()>>, Answers) {
     let mut done: Vec<(Reply, Option<Outbox>)> = Vec::with_capacity(batch.len());
     let mut close = None;
     for job in batch.drain(..) {
@@ -256,8 +286,9 @@ fn run_batch(tx: Transaction<'_>, batch: &mut Vec<Job>, hub: &Hub, threads: &Ato
         tracing::error!("commit failed: {e}");
         Failed::of("commit failed", &e)
     });
-    // Events go out before the reply: whatever the caller does next (and
-    // publishes) must reach subscribers after what this job wrote.
+    // Events go out before the replies: whatever a caller does next (and
+    // publishes) must reach subscribers after what its job wrote.
+    let mut replies = Vec::with_capacity(done.len());
     for (reply, out) in done {
         if let (None, Some(out)) = (&commit_error, out) {
             if out.threads_added != 0 {
@@ -267,9 +298,9 @@ fn run_batch(tx: Transaction<'_>, batch: &mut Vec<Job>, hub: &Hub, threads: &Ato
                 hub.publish(&thread, event);
             }
         }
-        reply(commit_error.clone());
+        replies.push(reply);
     }
-    close
+    (close, Answers { replies, commit_error })
 }
 
 fn savepoint(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
