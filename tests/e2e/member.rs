@@ -162,7 +162,11 @@ async fn member_send_routes_as_the_member_and_starts_the_addressees_run() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn member_inbox_ack_claim_thread_and_search_act_as_the_member_on_its_thread() {
-    let codex: Fake<'_> = ("codex", &[], serde_json::json!({"delivery": {"mode": "queued"}}));
+    // codex's run the emergency starts holds (its answer would acknowledge
+    // the emergency) until the end, so codex still owes one when asked.
+    let hold = Hold::new();
+    let env = [("FAKE_HOLD", hold.var()), ("FAKE_HOLD_WHEN", "Stop pushing.")];
+    let codex: Fake<'_> = ("codex", &env[..], serde_json::json!({"delivery": {"mode": "queued"}}));
     let mut h = Held::start(&[codex], none()).await;
     let (token, _) = h.ask_claude().await;
     let (c, t) = (&h.c, h.t.clone());
@@ -240,6 +244,7 @@ async fn member_inbox_ack_claim_thread_and_search_act_as_the_member_on_its_threa
         |hits: &[kd_proto::types::SearchHit]| hits.iter().map(|h| (h.thread.clone(), h.seq)).collect::<Vec<_>>();
     assert_eq!(found(&most), found(&hits), "a limit past 50 is taken as 50, not refused");
     h.hold.release();
+    hold.release();
 }
 
 /// Waits until the exchange of King message `king` has ended and every
