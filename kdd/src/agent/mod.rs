@@ -19,6 +19,7 @@
 //! - [`parse`]: per-backend `parse_line` and the [`parse::Transcript`] that folds lines;
 //! - `prepare`: the prompt a run is given and the session it holds;
 //!   [`shared_read`]: the thread read once for the runs of a round;
+//!   [`thread_cache`]: a thread read whole kept for the next round;
 //! - [`registry`]: the runs in flight, in memory;
 //! - [`grants`]: the capability each run is given, by which its agent acts
 //!   through kd as its member;
@@ -54,6 +55,7 @@ pub mod shared_read;
 pub mod spec;
 mod stream;
 pub mod supervisor;
+pub mod thread_cache;
 mod turn;
 pub mod work;
 
@@ -91,6 +93,8 @@ pub struct Runner {
     pub after_work: std::sync::OnceLock<Arc<dyn work::after::AfterWork>>,
     /// Reads of a thread the runs of a round share.
     pub shared_reads: shared_read::SharedReads,
+    /// Threads read whole, kept for the next round's history prompts.
+    pub thread_cache: Arc<thread_cache::ThreadCache>,
     /// Set once the daemon stops: no run starts after it.
     closed: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -110,6 +114,7 @@ impl Runner {
             grants: Default::default(),
             after_work: Default::default(),
             shared_reads: Default::default(),
+            thread_cache: Default::default(),
             closed: Default::default(),
         }
     }

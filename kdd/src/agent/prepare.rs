@@ -5,6 +5,8 @@
 //! another thread's, never twice at once) and sends only what that session
 //! has not been given.
 
+use std::sync::Arc;
+
 use kd_proto::types::{ContextMode, Message, RunStatus, Session, SessionStatus};
 
 use super::Runner;
@@ -165,18 +167,22 @@ fn read_from(run: &Run, spec: &Spec, latest: Option<&Session>) -> u64 {
     if run.reply_to.is_some_and(|r| r < seen) { 0 } else { seen }
 }
 
-/// The thread's messages after seq `from`.
 /// The thread after `from`, as the run answering `run.reply_to` reads it:
-/// one read for the members of a round ([`super::shared_read`]), waiting
-/// while the registry is away.
-async fn read_thread(d: &Runner, run: &Run, from: u64) -> Result<std::sync::Arc<Vec<Message>>, Finish> {
+/// one read for the members of a round ([`super::shared_read`]), the whole
+/// thread from what is kept of it ([`super::thread_cache`]), waiting while
+/// the registry is away.
+async fn read_thread(d: &Runner, run: &Run, from: u64) -> Result<Arc<Vec<Message>>, Finish> {
     use futures_util::FutureExt;
-    let (db, closed, thread) = (d.db.clone(), d.closed_flag(), run.thread.clone());
+    let (db, closed, thread, cache) = (d.db.clone(), d.closed_flag(), run.thread.clone(), d.thread_cache.clone());
     let what = format!("the prompt and session of the run {}", run.id);
     let read = async move {
         let stop = || closed.load(std::sync::atomic::Ordering::SeqCst);
-        let read = db.until_back(&what, stop, || db.messages(thread.clone(), Page::all_after(from))).await;
-        read.map(std::sync::Arc::new).map_err(|e| std::sync::Arc::from(e.to_string()))
+        let read = match from {
+            // The whole thread: what is kept of it, and what came since.
+            0 => db.until_back(&what, stop, || cache.whole(&db, &thread)).await,
+            _ => db.until_back(&what, stop, || db.messages(thread.clone(), Page::all_after(from))).await.map(Arc::new),
+        };
+        read.map_err(|e| Arc::from(e.to_string()))
     };
     d.shared_reads
         .read(&run.thread, from, run.reply_to, read.boxed())

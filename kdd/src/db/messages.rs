@@ -120,10 +120,27 @@ pub struct Page {
 /// What a message costs in a page besides its body.
 pub const ROW_BYTES: usize = 256;
 
+/// Messages a [`Page::small`] holds at most.
+pub const SMALL_ROWS: u32 = 32;
+/// Bytes a [`Page::small`] holds at most (one message at least).
+pub const SMALL_BYTES: usize = 64 * 1024;
+
 impl Page {
     /// Every message after `after`, bodies and all, however many.
     pub fn all_after(after: u64) -> Page {
         Page { after, before: None, limit: None, from_end: false, bodies: true, budget: usize::MAX }
+    }
+
+    /// The few messages after `after`: at most [`SMALL_ROWS`] and
+    /// [`SMALL_BYTES`]. An engine may read such a page on its caller's
+    /// thread (SQLite does: it takes less than a hop to a reading thread).
+    pub fn small(after: u64) -> Page {
+        Page { limit: Some(SMALL_ROWS), budget: SMALL_BYTES, ..Page::all_after(after) }
+    }
+
+    /// Whether the page is no larger than [`Page::small`].
+    pub fn is_small(&self) -> bool {
+        self.limit.is_some_and(|l| l <= SMALL_ROWS) && self.budget <= SMALL_BYTES
     }
 }
 

@@ -130,7 +130,11 @@ impl super::Sqlite {
         self.write(move |c, out| append(c, crate::db::now_ms(), m, out)).await
     }
 
+    /// A [`Page::is_small`] page is read on the caller's thread.
     pub async fn messages(&self, thread: String, page: Page) -> DbResult<Vec<Message>> {
+        if page.is_small() {
+            return self.read_now(|c| list(c, &thread, page));
+        }
         self.read(move |c| list(c, &thread, page)).await
     }
 
