@@ -21,14 +21,40 @@ use kd_client::ClientError;
 #[derive(Debug, Parser)]
 #[command(name = "kd", version = kd_proto::LONG_VERSION, propagate_version = true)]
 struct Cli {
+    #[command(flatten)]
+    globals: Globals,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The options of every command.
+#[derive(Debug, clap::Args)]
+struct Globals {
     /// Daemon socket [default: $KD_SOCKET, $XDG_RUNTIME_DIR/kd/kdd.sock, /tmp/kd-$UID/kdd.sock]
     #[arg(long, global = true, value_name = "PATH")]
     socket: Option<PathBuf>,
     /// When to use colour and styles
     #[arg(long, global = true, value_enum, default_value_t = cmd::Color::Auto)]
     color: cmd::Color,
+}
+
+/// `kd ask` alone: the command kd is started for at every question, read
+/// by a parser of that command only — making the arguments of every
+/// command took a third of kd's start (issue 31, item 17). What it does
+/// not read as a question (help, the version, a mistake) is read by
+/// [`Cli`], which answers it as always.
+#[derive(Debug, Parser)]
+#[command(name = "kd", version = kd_proto::LONG_VERSION, propagate_version = true)]
+struct AskCli {
+    #[command(flatten)]
+    globals: Globals,
     #[command(subcommand)]
-    command: Command,
+    command: AskOnly,
+}
+
+#[derive(Debug, Subcommand)]
+enum AskOnly {
+    Ask(cmd::ask::AskArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -145,7 +171,7 @@ enum Command {
 /// The command line, Kingdom's `kd council VERB …` read as kd's command
 /// (with a notice on stderr).
 fn parse() -> Result<Cli, ExitCode> {
-    let cli = Cli::parse();
+    let cli = parse_from(std::env::args_os());
     let Command::Council(council) = cli.command else {
         return Ok(cli);
     };
@@ -160,16 +186,28 @@ fn parse() -> Result<Cli, ExitCode> {
         }
     };
     let mut argv: Vec<std::ffi::OsString> = vec![std::env::args_os().next().unwrap_or_else(|| "kd".into())];
-    if let Some(socket) = cli.socket {
+    if let Some(socket) = cli.globals.socket {
         argv.extend(["--socket".into(), socket.into_os_string()]);
     }
-    if cli.color != cmd::Color::Auto
-        && let Some(color) = clap::ValueEnum::to_possible_value(&cli.color)
+    if cli.globals.color != cmd::Color::Auto
+        && let Some(color) = clap::ValueEnum::to_possible_value(&cli.globals.color)
     {
         argv.extend(["--color".into(), color.get_name().into()]);
     }
     argv.extend(args);
     Ok(Cli::parse_from(argv))
+}
+
+/// The command line `argv`: a question by [`AskCli`], anything else (or
+/// what it refuses) by [`Cli`].
+fn parse_from(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Cli {
+    let argv: Vec<std::ffi::OsString> = argv.into_iter().collect();
+    if argv.iter().any(|a| a == "ask")
+        && let Ok(AskCli { globals, command: AskOnly::Ask(ask) }) = AskCli::try_parse_from(&argv)
+    {
+        return Cli { globals, command: Command::Ask(ask) };
+    }
+    Cli::parse_from(argv)
 }
 
 /// Exit status when the daemon cannot be reached, refuses, or speaks
@@ -197,7 +235,7 @@ fn main() -> ExitCode {
         let _ = std::io::stdout().lock().write_all(&script);
         return ExitCode::SUCCESS;
     }
-    let ctx = cmd::Ctx::new(cli.socket, cli.color);
+    let ctx = cmd::Ctx::new(cli.globals.socket, cli.globals.color);
     if let Command::Mcp = cli.command {
         let result = runtime.block_on(cmd::mcp::run(ctx.socket));
         // A read of a stdin that is no pipe (a socket, as node gives its
@@ -279,6 +317,48 @@ fn main() -> ExitCode {
                 Some(c) if c.is_connection() => ExitCode::from(EXIT_DAEMON),
                 _ => ExitCode::FAILURE,
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(args: &[&str]) -> Vec<std::ffi::OsString> {
+        std::iter::once("kd").chain(args.iter().copied()).map(Into::into).collect()
+    }
+
+    /// A question is read by the parser of `kd ask` alone exactly as the
+    /// whole command line reads it; anything else is read by the whole.
+    #[test]
+    fn a_question_is_read_by_the_parser_of_ask_alone_as_the_whole_reads_it() {
+        let asks: &[&[&str]] = &[
+            &["ask", "hi"],
+            &["ask", "--rounds", "0", "Quick?"],
+            &["--socket", "/s", "ask", "--to", "a,b", "--mute", "c", "hello", "there"],
+            &["ask", "--color", "never", "--json", "--timeout", "5", "-"],
+            &["--color=always", "ask", "--new", "--context", "resume", "--title", "T", "ask"],
+            &["ask", "--thread", "t1", "--vote", "--synthesize", "claude", "which?"],
+        ];
+        for args in asks {
+            let fast = AskCli::try_parse_from(argv(args)).expect("read by the parser of ask");
+            let whole = Cli::try_parse_from(argv(args)).expect("read by the whole");
+            let fast = Cli {
+                globals: fast.globals,
+                command: match fast.command {
+                    AskOnly::Ask(a) => Command::Ask(a),
+                },
+            };
+            assert_eq!(format!("{fast:?}"), format!("{whole:?}"), "{args:?}");
+            assert_eq!(format!("{:?}", parse_from(argv(args))), format!("{whole:?}"), "{args:?}");
+        }
+        // Not a question: the whole parser reads it.
+        let runs = parse_from(argv(&["--socket", "/s", "runs"]));
+        assert!(matches!(runs.command, Command::Runs(_)) && runs.globals.socket.is_some());
+        assert!(matches!(parse_from(argv(&["send", "--to", "codex", "ask"])).command, Command::Send(_)));
+        for refused in [&["ask", "--help"][..], &["ask", "--bogus", "x"], &["help", "ask"], &["ask"]] {
+            assert!(AskCli::try_parse_from(argv(refused)).is_err(), "{refused:?}");
         }
     }
 }
