@@ -96,3 +96,28 @@ async fn kd_inbox_follow_prints_each_entry_as_it_arrives() {
     assert_eq!(next().await, "  third", "nothing of another member's inbox");
     child.start_kill().unwrap();
 }
+
+/// What waited in a member's inbox reaches it in the prompt of its next
+/// run, once: it is marked given before the agent is given the prompt, so
+/// the inbox the agent reads then no longer holds it.
+#[tokio::test(flavor = "multi_thread")]
+async fn what_waited_in_the_inbox_is_in_the_prompt_and_no_longer_in_the_inbox_the_agent_reads() {
+    let ws = Workspace::new(&[]);
+    let record = ws.file("record.jsonl");
+    let mut claude = fake("claude", "claude", &[("FAKE_MCP_CALL", "inbox {}"), ("FAKE_RECORD", &record)]);
+    claude["delivery"] = serde_json::json!({"mode": "queued"});
+    ws.write_config(&serde_json::json!({"council": {"members": ["claude"]}, "agents": {"claude": claude}}));
+    let kdd = Kdd::start();
+    let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
+    let routed = note(&c, &t, "king", "claude", "a note that waited").await;
+    assert_eq!(routed.deliveries[0].status, DeliveryStatus::Queued);
+    kd_tests::send_one_round(&c, &t, "Read your inbox.").await;
+    kd_tests::collect_until(&mut sub, |e| kd_tests::ended(e) == 1).await;
+    let prompt = kd_tests::records(&record).into_iter().find_map(|r| r["stdin"].as_str().map(str::to_string));
+    assert!(prompt.is_some_and(|p| p.contains("a note that waited")), "the note is in the prompt");
+    let last = kd_tests::last_message(&c, &t).await;
+    assert!(last.body.starts_with("Tool said: "), "{last:?}");
+    assert!(!last.body.contains("a note that waited"), "given in the prompt, yet still in the inbox: {}", last.body);
+    let pending = c.queue_read("claude".into(), Some(t.clone()), None, None, None, None).await.unwrap();
+    assert!(pending.is_empty(), "{pending:?}");
+}
