@@ -38,7 +38,12 @@ const STDERR_TAIL: usize = 8 * 1024;
 pub(super) async fn execute(d: &Runner, run: &Run, spec: &Spec, prepared: Prepared) -> Finish {
     let member = run.member.clone();
     let agent = &spec.agent;
-    let mut prepared = prepared;
+    let held = prepared.session.clone();
+    // Before the agent runs, the session saw nothing new.
+    let with_session = |mut f: Finish| {
+        f.session = held.as_ref().map(|h| h.end(false));
+        f
+    };
     // kd's MCP server for the run (see super::mcp).
     let server = match (&spec.kd, run.token()) {
         (Some(kd), Some(token)) => Some(mcp::Server::new(kd, &d.socket, &token, &run.thread, &member, Some(&run.id))),
@@ -75,16 +80,7 @@ pub(super) async fn execute(d: &Runner, run: &Run, spec: &Spec, prepared: Prepar
     // The run's capability: `kd send` & co. act as the member only by it
     // (KD_MEMBER and KD_THREAD are information; a name is no identity).
     inv.env.extend(run.token().map(|t| (process::TOKEN_VAR.to_string(), t)));
-    // The run's writes its prompt does not wait for are made while the
-    // agent starts (on a spawning thread), before it is given the prompt.
-    let (spawned, ()) = tokio::join!(process::spawn_off(&inv, spec.cwd()), prepared.settle(d, run));
-    let held = prepared.session.clone();
-    // Before the agent runs, the session saw nothing new.
-    let with_session = |mut f: Finish| {
-        f.session = held.as_ref().map(|h| h.end(false));
-        f
-    };
-    let mut child = match spawned {
+    let mut child = match process::spawn_off(&inv, spec.cwd()).await {
         Ok(c) => c,
         Err(e) => return with_session(failed(&member, RunStatus::Error, spawn_error(&inv, agent, &e))),
     };

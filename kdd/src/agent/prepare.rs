@@ -25,40 +25,6 @@ pub(super) struct Prepared {
     pub prompt: String,
     pub resume: Option<String>,
     pub session: Option<Held>,
-    /// What is written as the agent starts ([`Prepared::settle`]).
-    pub later: Option<Later>,
-}
-
-/// The writes of a run that its prompt does not wait for, made while its
-/// agent is started (issue 31, item 17: two writes on the way to each
-/// agent's start, contending with the other members' runs).
-pub(super) struct Later {
-    /// What waited in the member's inbox, up to this seq, is in the prompt.
-    given_upto: u64,
-    /// A session of the run's own is opened (history mode).
-    one_off: bool,
-}
-
-impl Prepared {
-    /// Writes what was left for the agent's start: the member's inbox
-    /// marked given, a session of the run's own opened (then held). Done
-    /// before the agent is given its prompt.
-    pub async fn settle(&mut self, d: &Runner, run: &Run) {
-        let Some(later) = self.later.take() else { return };
-        let given = async {
-            let given = waiting(d, run, || {
-                d.db.inbox_given(run.thread.clone(), run.member.clone(), later.given_upto, run.id.clone())
-            });
-            if let Err(e) = given.await {
-                tracing::warn!(run = run.id, "cannot mark the inbox given: {e}");
-            }
-        };
-        let one_off = async { if later.one_off { one_off_session(d, run).await } else { None } };
-        let ((), opened) = tokio::join!(given, one_off);
-        if let Some(id) = opened {
-            self.session = Some(Held { id, release_as: SessionStatus::Completed, seen_seq: later.given_upto });
-        }
-    }
 }
 
 /// The registry session a run holds, and how it is released.
@@ -109,7 +75,7 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
         let session = one_off_session(d, run).await;
         let held = session.map(|id| Held { id, release_as: SessionStatus::Completed, seen_seq });
         let prompt = prompt::assemble(&spec.preamble, spec.agent.prompt(spec.style), &format!("{own}{suffix}"));
-        return Ok(Prepared { prompt, resume: None, session: held, later: None });
+        return Ok(Prepared { prompt, resume: None, session: held });
     }
     // The cut run's own backend session, resumed where the backend can:
     // it holds the question, and is told what it had written.
@@ -130,19 +96,26 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
             prompt: prompt::resumed::resumed_turn(partial),
             resume: Some(backend_id),
             session: held,
-            later: None,
         });
     }
     // What waited in the member's inbox reaches it in this prompt, once (a
-    // ballot or synthesis, with a prompt of its own, leaves it waiting):
-    // marked as the agent starts ([`Prepared::settle`]), with a history-mode
-    // run's own session.
+    // ballot or synthesis, with a prompt of its own, leaves it waiting).
+    // Marked while the session is taken: the two are independent (on
+    // SQLite each a small write on this thread, or the writer's together
+    // when it is busy; issue 31 item 17).
+    let given = async {
+        let given = waiting(d, run, || d.db.inbox_given(run.thread.clone(), member.clone(), seen_seq, run.id.clone()));
+        if let Err(e) = given.await {
+            tracing::warn!(run = run.id, "cannot mark the inbox given: {e}");
+        }
+    };
     if spec.context == ContextMode::History {
-        let later = Later { given_upto: seen_seq, one_off: true };
-        return Ok(Prepared { prompt: full(&messages), resume: None, session: None, later: Some(later) });
+        let ((), session) = tokio::join!(given, one_off_session(d, run));
+        let held = session.map(|id| Held { id, release_as: SessionStatus::Completed, seen_seq });
+        return Ok(Prepared { prompt: full(&messages), resume: None, session: held });
     }
-    let later = Some(Later { given_upto: seen_seq, one_off: false });
-    let session = resumed_session(d, run, latest.flatten()).await?;
+    let ((), session) = tokio::join!(given, resumed_session(d, run, latest.flatten()));
+    let session = session?;
     let held = Some(Held { id: session.id.clone(), release_as: SessionStatus::Idle, seen_seq });
     // Read from a later seq than the session taken has seen, or for one
     // given the whole thread (another session was taken meanwhile): the
@@ -161,9 +134,9 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
             // A cut run's session (an ACP agent's, loaded) is told what it
             // had written too.
             let prompt = format!("{}{suffix}", prompt::format_new_messages(&new, member));
-            Ok(Prepared { prompt, resume: Some(backend_id), session: held, later })
+            Ok(Prepared { prompt, resume: Some(backend_id), session: held })
         }
-        None => Ok(Prepared { prompt: full(&messages), resume: None, session: held, later }),
+        None => Ok(Prepared { prompt: full(&messages), resume: None, session: held }),
     }
 }
 

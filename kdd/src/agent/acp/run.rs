@@ -31,8 +31,6 @@ use crate::db::runs::Finish;
 
 pub(in crate::agent) async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec, prepared: Prepared) -> Finish {
     let member = run.member.clone();
-    let mut prepared = prepared;
-    prepared.settle(d, run).await;
     let held = prepared.session.clone();
     let with_session = |mut f: Finish, given: bool| {
         f.session = held.as_ref().map(|h| h.end(given));
