@@ -1,7 +1,7 @@
 use std::sync::Arc;
 
 use kd_proto::paths::DbLocation;
-use kd_proto::types::MessageKind;
+use kd_proto::types::{MessageKind, Thread};
 
 use super::*;
 use crate::db::Node;
@@ -34,14 +34,22 @@ fn bodies(messages: &[Message]) -> Vec<&str> {
     messages.iter().map(|m| m.body.as_str()).collect()
 }
 
+/// A database with thread `t1` of one message, `first`, read once whole
+/// into a new cache.
+async fn kept(dir: &tempfile::TempDir, first: &str) -> (Db, Thread, ThreadCache) {
+    let db = open(dir).await;
+    let t = db.create_thread(NewThread { id: Some("t1".into()), ..NewThread::in_workspace("/tmp/ws") }).await.unwrap();
+    say(&db, &t.id, first).await;
+    let cache = ThreadCache::default();
+    assert_eq!(bodies(&cache.whole(&db, &t.id).await.unwrap()), [first]);
+    (db, t, cache)
+}
+
 #[tokio::test]
 async fn a_thread_kept_is_not_read_again_but_what_came_since_is() {
     let dir = tempfile::tempdir().unwrap();
-    let db = open(&dir).await;
-    let t = thread(&db, "t1").await;
-    say(&db, &t, "one").await;
-    let cache = ThreadCache::default();
-    assert_eq!(bodies(&cache.whole(&db, &t).await.unwrap()), ["one"]);
+    let (db, t, cache) = kept(&dir, "one").await;
+    let t = t.id;
     change_first_body(&dir, &t);
     say(&db, &t, "two").await;
     say(&db, &t, "three").await;
@@ -63,14 +71,12 @@ async fn a_thread_kept_is_not_read_again_but_what_came_since_is() {
 #[tokio::test]
 async fn a_thread_deleted_and_made_again_under_its_id_is_read_afresh() {
     let dir = tempfile::tempdir().unwrap();
-    let db = open(&dir).await;
-    let t = thread(&db, "t1").await;
-    say(&db, &t, "old").await;
-    let cache = ThreadCache::default();
-    assert_eq!(bodies(&cache.whole(&db, &t).await.unwrap()), ["old"]);
-    db.delete_thread(t.clone()).await.unwrap();
-    // Made again a millisecond later at least (its moment tells it apart).
-    std::thread::sleep(std::time::Duration::from_millis(2));
+    let (db, t, cache) = kept(&dir, "old").await;
+    db.delete_thread(t.id.clone()).await.unwrap();
+    // Made again once the clock has moved on (its moment tells it apart).
+    while crate::db::now_ms() <= t.created_at_ms {
+        tokio::task::yield_now().await;
+    }
     let again = thread(&db, "t1").await;
     say(&db, &again, "new one").await;
     say(&db, &again, "new two").await;
