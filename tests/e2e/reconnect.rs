@@ -398,3 +398,29 @@ async fn with_resuming_off_kd_ask_reports_every_cut_member_after_a_kill_9() {
         assert!(err.contains(&format!("kd: {m}: interrupted (kdd stopped)")), "{err}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_ask_queued_behind_another_ask_answers_after_a_kill_9_and_exits_0() {
+    // Found trying it: the queued run was never recorded, so the restart
+    // asks its member again in a run of another id; kd ask showed the
+    // answer and still said "interrupted (kdd stopped)", exit 4.
+    let hold = kd_tests::Hold::new();
+    let ws = Workspace::new(&[("claude", "claude", &[("FAKE_HOLD", hold.var())])]);
+    let mut kdd = Kdd::start();
+    let mut first = ask_held(&kdd, &ws, "30").await;
+    let mut k = kdd.kd();
+    k.current_dir(ws.dir.path()).args(["ask", "--rounds", "0", "--reconnect", "30", "Short one?"]);
+    let mut queued = Piped::spawn(k);
+    queued.until(true, "yours is queued behind it").await;
+    kdd.kill9();
+    queued.until(true, "kd: kdd went away").await;
+    hold.release();
+    kdd.launch().expect("kdd starts again");
+    let code = queued.exit().await;
+    let (out, err) = (queued.stdout(), queued.stderr());
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(err.contains("kd: reconnected"), "{err}");
+    assert!(!err.contains("interrupted"), "{err}");
+    assert_eq!(out.matches("Answer from claude.").count(), 1, "{out}\n{err}");
+    first.exit().await;
+}

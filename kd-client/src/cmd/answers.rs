@@ -184,8 +184,9 @@ impl View {
             _ => return None,
         };
         let mut view = RunView::new(run, m.from.clone(), m.round, m.purpose);
-        if let Some(cut) = m.replaces {
-            view.after_cut = self.replace(cut);
+        match m.replaces {
+            Some(cut) => view.after_cut = self.replace(cut),
+            None => self.lost(&view),
         }
         view.body = Some(m.body.clone());
         view.seq = Some(m.seq);
@@ -300,8 +301,9 @@ impl View {
         match e {
             ThreadEvent::RunWaiting { run } if self.ours(run.exchange) && self.index(&run.id).is_none() => {
                 let mut view = RunView::new(run.id.clone(), run.member.clone(), run.round, run.purpose);
-                if let Some(cut) = run.replaces {
-                    view.after_cut = self.replace(cut);
+                match run.replaces {
+                    Some(cut) => view.after_cut = self.replace(cut),
+                    None => self.lost(&view),
                 }
                 self.runs.push(view);
             }
@@ -442,6 +444,24 @@ impl View {
         } else {
             r.shown = true;
             None
+        }
+    }
+
+    /// A run of the same turn as `new`, seen since a reconnect, that this
+    /// view knew but kdd never started (queued behind another run when kdd
+    /// went away, so never recorded): `new` is its member asked again in
+    /// its place, no failure of its own.
+    fn lost(&mut self, new: &RunView) {
+        if !self.reconnected {
+            return;
+        }
+        let same_turn = |r: &RunView| r.member == new.member && r.round == new.round && r.purpose == new.purpose;
+        let never_started =
+            |r: &RunView| r.status == Status::Running && r.seq.is_none() && r.streamed.is_empty() && !r.replaced;
+        if let Some(r) = self.runs.iter_mut().find(|r| same_turn(r) && never_started(r)) {
+            r.replaced = true;
+            r.shown = true;
+            r.status = Status::Interrupted;
         }
     }
 
