@@ -52,9 +52,13 @@ impl ThreadCache {
     /// or all of it read afresh.
     pub async fn whole(&self, db: &Db, thread: &str) -> DbResult<Arc<Vec<Message>>> {
         let row = db.thread(thread.to_string()).await?;
-        let kept = self
-            .take(thread)
-            .filter(|k| k.created_at_ms == row.created_at_ms && k.messages.last().map_or(0, |m| m.seq) <= row.last_seq);
+        let same = |k: &Kept| k.created_at_ms == row.created_at_ms;
+        // Kept as it stands (another member of the round read it a moment
+        // ago): shared, not copied.
+        if let Some(current) = self.current(thread, |k| same(k) && last_seq(k) == row.last_seq) {
+            return Ok(current);
+        }
+        let kept = self.take(thread).filter(|k| same(k) && last_seq(k) <= row.last_seq);
         let mut all = match kept {
             Some(k) => Arc::unwrap_or_clone(k.messages),
             None => Vec::new(),
@@ -79,8 +83,19 @@ impl ThreadCache {
         Ok(self.keep(thread, row.created_at_ms, all))
     }
 
+    /// What is kept of `thread` when it is `whole`, as the most recently
+    /// read.
+    fn current(&self, thread: &str, whole: impl Fn(&Kept) -> bool) -> Option<Arc<Vec<Message>>> {
+        let mut kept = self.kept();
+        let at = kept.iter().position(|k| k.thread == thread && whole(k))?;
+        let k = kept.remove(at)?;
+        let messages = k.messages.clone();
+        kept.push_back(k);
+        Some(messages)
+    }
+
     /// Takes `thread` out: a round's read has it alone, and extends it in
-    /// place.
+    /// place (a copy, when a run still holds what was kept).
     fn take(&self, thread: &str) -> Option<Kept> {
         let mut kept = self.kept();
         let at = kept.iter().position(|k| k.thread == thread)?;
@@ -115,6 +130,11 @@ impl ThreadCache {
     fn threads(&self) -> Vec<String> {
         self.kept().iter().map(|k| k.thread.clone()).collect()
     }
+}
+
+/// The last seq of what is kept (0: nothing).
+fn last_seq(k: &Kept) -> u64 {
+    k.messages.last().map_or(0, |m| m.seq)
 }
 
 #[cfg(test)]

@@ -104,3 +104,20 @@ async fn a_few_threads_are_kept_and_none_too_large() {
     assert_eq!(cache.whole(&db, &big).await.unwrap().len(), 1);
     assert!(!cache.threads().contains(&big), "a thread past the bound is read, not kept");
 }
+
+#[tokio::test]
+async fn members_of_a_round_share_the_thread_kept_without_a_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, t, cache) = kept(&dir, "one").await;
+    say(&db, &t.id, "two").await;
+    // The first member's prompt still holds the thread when the next reads it.
+    let first = cache.whole(&db, &t.id).await.unwrap();
+    let second = cache.whole(&db, &t.id).await.unwrap();
+    assert!(Arc::ptr_eq(&first, &second), "the same messages, not a copy");
+    assert_eq!(bodies(&second), ["one", "two"]);
+    // Something new: what was kept and is still held is extended in a copy.
+    say(&db, &t.id, "three").await;
+    let third = cache.whole(&db, &t.id).await.unwrap();
+    assert_eq!(bodies(&third), ["one", "two", "three"]);
+    assert_eq!(bodies(&first), ["one", "two"], "a held read is never changed under its holder");
+}
