@@ -197,9 +197,10 @@ pub async fn run(c: Arc<Council>, ex: Arc<Exchange>, plan: Plan) {
         expected,
     };
     ex.publish(&c, round_event(1, RoundState::Running, j.first.clone()));
-    // Who erred, timed out or was cancelled earlier sits out (a resumed
-    // exchange reads it from its journal).
-    let mut failed: HashSet<String> = sat_out(&c, &ex).await;
+    // Who erred, timed out or was cancelled earlier sits out: a resumed
+    // exchange reads it from its journal (a new one has no earlier turn;
+    // its first round's failures are seen as its runs end).
+    let mut failed: HashSet<String> = if plan.started.is_empty() { sat_out(&c, &ex).await } else { HashSet::new() };
     let mut last_round = 1;
     let mut first = plan.started.clone();
     let mut sequential = &j.first[..];
