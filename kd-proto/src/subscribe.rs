@@ -73,7 +73,10 @@ pub enum ThreadEvent {
 
 #[rpc(server, client)]
 pub trait SubscribeApi {
-    /// Messages after `since_seq` from the registry, then live events.
+    /// Messages after `since_seq` from the registry; where the thread's
+    /// exchanges stand (the last round of those begun after `since_seq`
+    /// that are over, the round of the one under way) and its runs in
+    /// flight; then live events.
     #[subscription(
         name = "thread.subscribe" => "thread.event",
         unsubscribe = "thread.unsubscribe",

@@ -119,3 +119,43 @@ async fn subscriptions_over_the_per_connection_bound_get_an_error() {
     let other = kdd.client().await;
     let _c = other.thread_subscribe(t, None, None).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subscription_begun_after_an_exchange_ended_is_told_how_it_ended() {
+    // `kd ask` subscribes beside its question: kdd may take the question
+    // first, and the exchange may be over before the subscription is.
+    let ws = kd_tests::Workspace::new(&[("claude", "claude", &[])]);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.dir.path().display().to_string()).await;
+    let mut live = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let sent = c.council_send(t.clone(), "Q?".into(), None, None, None, None, None, Some(0), None, None).await.unwrap();
+    let king = sent.message.seq;
+    let ended = |e: &ThreadEvent| matches!(e, ThreadEvent::Round { exchange, state, .. } if *exchange == king && *state != kd_proto::types::RoundState::Running);
+    within("the exchange's end, live", async { while !ended(&live.next().await.expect("open").unwrap()) {} }).await;
+    let mut late = c.thread_subscribe(t.clone(), Some(king - 1), None).await.unwrap();
+    let mut told = Vec::new();
+    within("the backlog, then how the exchange ended", async {
+        loop {
+            let e = late.next().await.expect("open").unwrap();
+            if ended(&e) {
+                break;
+            }
+            told.push(e);
+        }
+    })
+    .await;
+    let seqs: Vec<u64> = told
+        .iter()
+        .filter_map(|e| match e {
+            ThreadEvent::Message { message } => Some(message.seq),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(seqs, [king, king + 1], "the question and the answer first: {told:?}");
+    // A subscriber from a later point is not told of it.
+    let mut after = c.thread_subscribe(t.clone(), Some(king + 1), None).await.unwrap();
+    c.council_send(t.clone(), "Next?".into(), None, None, None, None, None, Some(0), None, None).await.unwrap();
+    let first = within("the next question", after.next()).await.expect("open").unwrap();
+    assert!(matches!(first, ThreadEvent::Message { ref message } if message.seq == king + 2), "{first:?}");
+}

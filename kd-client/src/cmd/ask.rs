@@ -110,11 +110,15 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
             Target::Existing(t) => (t.id.clone(), t.last_seq, None),
             Target::New(spec) => (kd_client::new_thread_id(), 0, Some(spec.clone())),
         };
-        // Subscribed before sending, so nothing of the exchange is missed.
+        // Subscribed beside the sending, one round trip fewer (issue 31,
+        // item 17): from the thread as it was before, so nothing of the
+        // exchange is missed whichever kdd takes first — what came before
+        // the subscription is in its backlog, with how the exchange ended
+        // if it is already over.
         let pending = new_thread.is_some().then_some(true);
-        let sub = client.thread_subscribe(id.clone(), Some(since), pending).await.map_err(ClientError::from)?;
-        let sent = client
-            .council_send(
+        let (sub, sent) = tokio::join!(
+            client.thread_subscribe(id.clone(), Some(since), pending),
+            client.council_send(
                 id.clone(),
                 question.clone(),
                 to.clone(),
@@ -126,8 +130,8 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
                 new_thread.clone(),
                 kd_client::shell_path(),
             )
-            .await
-            .map_err(ClientError::from);
+        );
+        let sent = sent.map_err(ClientError::from);
         match sent {
             // The workspace's trunk was made meanwhile (by a question asked
             // at the same time): ask there. Or a new thread's id was taken:
@@ -135,7 +139,10 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
             Err(e) if new_thread.is_some() && e.code() == Some(ErrorCode::AlreadyExists) => {
                 target = resolve_thread(&client, None, a.new, a.context, a.title.clone()).await?;
             }
-            sent => break (id, since, sub, sent?),
+            sent => {
+                let sent = sent?;
+                break (id, since, sub.map_err(ClientError::from)?, sent);
+            }
         }
     };
     if let Some(notice) = &sent.notice {

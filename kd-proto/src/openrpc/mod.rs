@@ -332,7 +332,7 @@ fn declare(b: &mut Builder) {
         .param::<String>("correlation_id", false, "recorded in the event log")
         .param::<Fence>("fence", false, "lock token that must still be current for the write to happen")
         .errors(&[InvalidArgument, NotFound, StaleToken, ThreadArchived]);
-    b.method::<ThreadEvent>("thread.subscribe", "event", "Subscribe to a thread: first the messages after since_seq (if given), then live events, in order and without a gap. Notifications are thread.event; cancel with thread.unsubscribe.");
+    b.method::<ThreadEvent>("thread.subscribe", "event", "Subscribe to a thread: first the messages after since_seq (if given) and where the thread's exchanges stand (the last round of those begun after since_seq that are over, the round under way, the runs in flight), then live events, in order and without a gap. Notifications are thread.event; cancel with thread.unsubscribe.");
     b.param::<String>("thread", true, "thread id")
         .param::<u64>("since_seq", false, "send the backlog of messages after this seq first (0 for all)")
         .param::<bool>(

@@ -10,135 +10,20 @@
 //! new King message stops the pending turns of the previous one (runs in
 //! flight finish), as does an interrupt.
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
 
 use kd_proto::types::{MessageKind, Mode, RoundState, RunStatus, Style, ThreadEvent};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
 use super::deliver::{Journaled, Request, deliver};
+pub use super::exchanges::{Exchange, Exchanges};
 use super::hops::{self, HandOff};
 use super::{Council, Launch};
 use crate::agent::registry::{Place, Run};
 use crate::db::compose::Carrier;
-use crate::db::exchanges::{ExchangeId, Opened, Purpose, StepKey, StepState};
-
-/// An exchange in progress.
-pub struct Exchange {
-    pub thread: String,
-    /// The King's message that started it.
-    pub king: u64,
-    /// Its journal (F-J1).
-    pub id: ExchangeId,
-    stop: CancellationToken,
-    /// Cancelled when its driver has returned (what comes after it, a
-    /// work vote, waits on it).
-    ended: CancellationToken,
-    round: Mutex<Option<ThreadEvent>>,
-}
-
-impl Exchange {
-    pub fn new(thread: String, king: u64, id: ExchangeId) -> Exchange {
-        Exchange {
-            thread,
-            king,
-            id,
-            stop: CancellationToken::new(),
-            ended: CancellationToken::new(),
-            round: Mutex::new(None),
-        }
-    }
-
-    /// No further turns start.
-    pub fn stop(&self) {
-        self.stop.cancel();
-    }
-
-    pub fn is_stopped(&self) -> bool {
-        self.stop.is_cancelled()
-    }
-
-    /// Returns once its driver has returned.
-    pub async fn ended(&self) {
-        self.ended.cancelled().await
-    }
-
-    /// The last round event published, for subscribers joining now.
-    pub fn round_event(&self) -> Option<ThreadEvent> {
-        self.round.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    fn publish(&self, c: &Council, event: ThreadEvent) {
-        *self.round.lock().unwrap_or_else(|e| e.into_inner()) = Some(event.clone());
-        c.agents.hub.publish(&self.thread, event);
-    }
-}
-
-/// The exchange of each thread.
-#[derive(Default)]
-pub struct Exchanges {
-    by_thread: Mutex<HashMap<String, Arc<Exchange>>>,
-}
-
-impl Exchanges {
-    fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<Exchange>>> {
-        self.by_thread.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Makes `ex` the thread's exchange, stopping the one it replaces.
-    pub fn begin(&self, ex: Arc<Exchange>) {
-        if let Some(old) = self.map().insert(ex.thread.clone(), ex) {
-            old.stop();
-        }
-    }
-
-    /// Makes `ex`, resumed, the thread's exchange — unless a newer one
-    /// began meanwhile (a King message while kdd was starting), which it
-    /// must not stop: then false.
-    pub fn resume(&self, ex: Arc<Exchange>) -> bool {
-        let mut map = self.map();
-        if map.get(&ex.thread).is_some_and(|cur| cur.king >= ex.king) {
-            return false;
-        }
-        if let Some(old) = map.insert(ex.thread.clone(), ex) {
-            old.stop();
-        }
-        true
-    }
-
-    /// Stops the thread's exchange; true if there was one running.
-    pub fn stop(&self, thread: &str) -> bool {
-        match self.map().remove(thread) {
-            Some(ex) => {
-                let was_running = !ex.is_stopped();
-                ex.stop();
-                was_running
-            }
-            None => false,
-        }
-    }
-
-    /// Stops every exchange (the daemon is stopping).
-    pub fn stop_all(&self) {
-        for ex in self.map().drain().map(|(_, ex)| ex) {
-            ex.stop();
-        }
-    }
-
-    pub fn current(&self, thread: &str) -> Option<Arc<Exchange>> {
-        self.map().get(thread).cloned()
-    }
-
-    fn end(&self, ex: &Exchange) {
-        ex.ended.cancel();
-        let mut map = self.map();
-        if map.get(&ex.thread).is_some_and(|cur| cur.king == ex.king) {
-            map.remove(&ex.thread);
-        }
-    }
-}
+use crate::db::exchanges::{Opened, Purpose, StepKey, StepState};
 
 /// An exchange's plan as its journal keeps it: enough to drive it again
 /// after a restart.
@@ -264,7 +149,9 @@ pub async fn run(c: Arc<Council>, ex: Arc<Exchange>, plan: Plan) {
     }
     let expected = if last_round == 1 { j.first.clone() } else { j.turns.clone() };
     let expected = expected.into_iter().filter(|m| !failed.contains(m)).collect();
-    ex.publish(&c, round_event(last_round, state, expected));
+    let last = round_event(last_round, state, expected);
+    c.exchanges.remember_end(&ex, &last);
+    ex.publish(&c, last);
     c.exchanges.end(&ex);
 }
 

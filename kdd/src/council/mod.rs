@@ -8,6 +8,7 @@
 pub mod budget;
 pub mod deliver;
 pub mod exchange;
+pub mod exchanges;
 pub mod hops;
 pub mod retry;
 pub mod send;

@@ -166,7 +166,12 @@ async fn run(
             out.messages(backlog, &mut last).await?;
             out.backlog(&thread, &mut last).await?;
         }
-        // Where the thread's exchange stands.
+        // Where the thread's exchanges stand: how those begun in the
+        // backlog that are over ended (a client subscribing beside the
+        // question it sends may come after its end), then the one under way.
+        for round in since_seq.map(|since| d.council.exchanges.ended_after(&thread, since)).unwrap_or_default() {
+            out.event(&round).await?;
+        }
         if let Some(round) = d.council.exchanges.current(&thread).and_then(|ex| ex.round_event()) {
             out.event(&round).await?;
         }

@@ -1,0 +1,153 @@
+//! The exchange under way on each thread, and the last few that ended:
+//! what a subscriber joining now is told of where the thread's exchange
+//! stands ([`Exchanges::current`], [`Exchanges::ended_after`]).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use kd_proto::types::ThreadEvent;
+use tokio_util::sync::CancellationToken;
+
+use super::Council;
+use crate::db::exchanges::ExchangeId;
+
+/// An exchange in progress.
+pub struct Exchange {
+    pub thread: String,
+    /// The King's message that started it.
+    pub king: u64,
+    /// Its journal (F-J1).
+    pub id: ExchangeId,
+    stop: CancellationToken,
+    /// Cancelled when its driver has returned (what comes after it, a
+    /// work vote, waits on it).
+    ended: CancellationToken,
+    round: Mutex<Option<ThreadEvent>>,
+}
+
+impl Exchange {
+    pub fn new(thread: String, king: u64, id: ExchangeId) -> Exchange {
+        Exchange {
+            thread,
+            king,
+            id,
+            stop: CancellationToken::new(),
+            ended: CancellationToken::new(),
+            round: Mutex::new(None),
+        }
+    }
+
+    /// No further turns start.
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.stop.is_cancelled()
+    }
+
+    /// Returns once its driver has returned.
+    pub async fn ended(&self) {
+        self.ended.cancelled().await
+    }
+
+    /// The last round event published, for subscribers joining now.
+    pub fn round_event(&self) -> Option<ThreadEvent> {
+        self.round.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub(super) fn publish(&self, c: &Council, event: ThreadEvent) {
+        *self.round.lock().unwrap_or_else(|e| e.into_inner()) = Some(event.clone());
+        c.agents.hub.publish(&self.thread, event);
+    }
+}
+
+/// Ended exchanges remembered, at most (their last round events).
+const ENDED: usize = 64;
+
+/// The exchange of each thread, and the last ones that ended.
+#[derive(Default)]
+pub struct Exchanges {
+    by_thread: Mutex<HashMap<String, Arc<Exchange>>>,
+    /// The last round event of the exchanges that ended last (done or
+    /// stopped), oldest first: the thread, the King's message, the event.
+    ended: Mutex<VecDeque<(String, u64, ThreadEvent)>>,
+}
+
+impl Exchanges {
+    fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<Exchange>>> {
+        self.by_thread.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Makes `ex` the thread's exchange, stopping the one it replaces.
+    pub fn begin(&self, ex: Arc<Exchange>) {
+        if let Some(old) = self.map().insert(ex.thread.clone(), ex) {
+            old.stop();
+        }
+    }
+
+    /// Makes `ex`, resumed, the thread's exchange — unless a newer one
+    /// began meanwhile (a King message while kdd was starting), which it
+    /// must not stop: then false.
+    pub fn resume(&self, ex: Arc<Exchange>) -> bool {
+        let mut map = self.map();
+        if map.get(&ex.thread).is_some_and(|cur| cur.king >= ex.king) {
+            return false;
+        }
+        if let Some(old) = map.insert(ex.thread.clone(), ex) {
+            old.stop();
+        }
+        true
+    }
+
+    /// Stops the thread's exchange; true if there was one running.
+    pub fn stop(&self, thread: &str) -> bool {
+        match self.map().remove(thread) {
+            Some(ex) => {
+                let was_running = !ex.is_stopped();
+                ex.stop();
+                was_running
+            }
+            None => false,
+        }
+    }
+
+    /// Stops every exchange (the daemon is stopping).
+    pub fn stop_all(&self) {
+        for ex in self.map().drain().map(|(_, ex)| ex) {
+            ex.stop();
+        }
+    }
+
+    pub fn current(&self, thread: &str) -> Option<Arc<Exchange>> {
+        self.map().get(thread).cloned()
+    }
+
+    /// The last round events of `thread`'s exchanges begun after message
+    /// `since` that have ended, oldest first: told to a subscriber whose
+    /// backlog holds their questions and answers — `kd ask` subscribes
+    /// beside its question, so its exchange may be over before its
+    /// subscription is.
+    pub fn ended_after(&self, thread: &str, since: u64) -> Vec<ThreadEvent> {
+        let ended = self.ended.lock().unwrap_or_else(|e| e.into_inner());
+        ended.iter().filter(|(t, king, _)| t == thread && *king > since).map(|(_, _, e)| e.clone()).collect()
+    }
+
+    /// Remembers how `ex` ended (`last`, its last round), before it is
+    /// told: a subscriber that hears nothing of it live is told it then.
+    pub(super) fn remember_end(&self, ex: &Exchange, last: &ThreadEvent) {
+        let mut ended = self.ended.lock().unwrap_or_else(|e| e.into_inner());
+        ended.push_back((ex.thread.clone(), ex.king, last.clone()));
+        while ended.len() > ENDED {
+            ended.pop_front();
+        }
+    }
+
+    pub(super) fn end(&self, ex: &Exchange) {
+        ex.ended.cancel();
+        let mut map = self.map();
+        if map.get(&ex.thread).is_some_and(|cur| cur.king == ex.king) {
+            map.remove(&ex.thread);
+        }
+    }
+}
