@@ -236,3 +236,23 @@ async fn json_carries_each_stored_answer_before_its_runs_end() {
     let ThreadEvent::Message { message } = &events[stored] else { unreachable!() };
     assert_eq!(message.body, "Answer from claude.");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn json_tells_each_round_once_though_kd_subscribes_beside_its_question() {
+    // kdd may take the question before the subscription: the round under
+    // way is then told as it stands, and heard live as well — once on the
+    // wire. (Seen in 1 ask of 5 before it was told once.)
+    let ws = Workspace::new(&[("claude", "claude", &[]), ("codex", "gemini", &[]), ("cursor", "cursor", &[])]);
+    let kdd = Kdd::start();
+    for _ in 0..20 {
+        let out = ask(&kdd, &ws, &["--json", "Q?"]).await;
+        assert!(out.status.success(), "{}", out.stderr);
+        let rounds: Vec<ThreadEvent> = out
+            .stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("an event per line"))
+            .filter(|e| matches!(e, ThreadEvent::Round { .. }))
+            .collect();
+        assert_eq!(rounds.len(), 2, "running, then done: {rounds:?}");
+    }
+}

@@ -161,6 +161,7 @@ async fn run(
     let sink = pending.accept().await?;
     let out = Out { d: &d, sink: &sink, client };
     let mut snapshots: HashMap<String, Seen> = HashMap::new();
+    let mut told_rounds: Vec<Box<RawValue>> = Vec::new();
     let result = async {
         if !backlog.is_empty() {
             out.messages(backlog, &mut last).await?;
@@ -169,11 +170,14 @@ async fn run(
         // Where the thread's exchanges stand: how those begun in the
         // backlog that are over ended (a client subscribing beside the
         // question it sends may come after its end), then the one under way.
-        for round in since_seq.map(|since| d.council.exchanges.ended_after(&thread, since)).unwrap_or_default() {
-            out.event(&round).await?;
-        }
-        if let Some(round) = d.council.exchanges.current(&thread).and_then(|ex| ex.round_event()) {
-            out.event(&round).await?;
+        let ended = since_seq.map(|since| d.council.exchanges.ended_after(&thread, since)).unwrap_or_default();
+        let current = d.council.exchanges.current(&thread).and_then(|ex| ex.round_event());
+        for round in ended.into_iter().chain(current) {
+            // Published meanwhile, it is in the receiver too: told once.
+            if let Ok(json) = serde_json::value::to_raw_value(&round) {
+                out.raw(json.clone()).await?;
+                told_rounds.push(json);
+            }
         }
         // Runs in flight: what they streamed so far, then only what is newer.
         for run in d.agents.runs.list(Some(&thread)) {
@@ -200,14 +204,14 @@ async fn run(
                     // Stopping: what is queued (the runs' ends) goes out first.
                     loop {
                         match rx.try_recv() {
-                            Ok(p) => forward(&out, &thread, &p, &snapshots, &mut last).await?,
+                            Ok(p) => forward(&out, &thread, &p, &snapshots, &mut told_rounds, &mut last).await?,
                             Err(TryRecvError::Lagged(_)) => continue,
                             Err(_) => return Ok(()),
                         }
                     }
                 }
                 event = rx.recv() => match event {
-                    Ok(p) => forward(&out, &thread, &p, &snapshots, &mut last).await?,
+                    Ok(p) => forward(&out, &thread, &p, &snapshots, &mut told_rounds, &mut last).await?,
                     Err(RecvError::Lagged(missed)) => {
                         tracing::debug!(thread, missed, "subscriber lagged");
                         out.event(&ThreadEvent::Lagged { missed }).await?;
@@ -230,15 +234,21 @@ fn backlog_page(d: &Daemon, after: u64) -> Page {
     Page { budget: d.page_bytes, ..Page::all_after(after) }
 }
 
-/// Sends a live event unless the backlog or a snapshot already covered it.
+/// Sends a live event unless the backlog or a snapshot already covered it
+/// (a round told as it stood: `told_rounds`, each skipped once).
 async fn forward(
     out: &Out<'_>,
     thread: &str,
     p: &Published,
     snapshots: &HashMap<String, Seen>,
+    told_rounds: &mut Vec<Box<RawValue>>,
     last: &mut u64,
 ) -> Result<(), Stop> {
     if already_sent(snapshots, p.run.as_ref()) {
+        return Ok(());
+    }
+    if let Some(i) = told_rounds.iter().position(|told| told.get() == p.json.get()) {
+        told_rounds.swap_remove(i);
         return Ok(());
     }
     if let Some(seq) = p.seq {
