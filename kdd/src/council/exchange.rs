@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::deliver::{Journaled, Request, deliver};
-pub use super::exchanges::{Exchange, Exchanges};
+use super::exchanges::Exchange;
 use super::hops::{self, HandOff};
 use super::{Council, Launch};
 use crate::agent::registry::{Place, Run};
@@ -367,23 +367,5 @@ async fn follow(c: &Arc<Council>, ex: &Exchange, plan: &Plan, first: Arc<Run>, r
             }
             Err(e) => tracing::warn!(thread = ex.thread, "cannot hand off {}'s answer: {e}", run.member),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_resumed_exchange_never_stops_a_newer_one() {
-        let xs = Exchanges::default();
-        let newer = Arc::new(Exchange::new("t".into(), 9, 2));
-        xs.begin(newer.clone());
-        let resumed = Arc::new(Exchange::new("t".into(), 4, 1));
-        assert!(!xs.resume(resumed.clone()), "a King message came first");
-        assert!(!newer.is_stopped());
-        assert_eq!(xs.current("t").map(|x| x.king), Some(9));
-        let other = Arc::new(Exchange::new("u".into(), 4, 3));
-        assert!(xs.resume(other), "a thread with none takes it");
     }
 }

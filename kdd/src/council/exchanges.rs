@@ -151,3 +151,44 @@ impl Exchanges {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resumed_exchange_never_stops_a_newer_one() {
+        let xs = Exchanges::default();
+        let newer = Arc::new(Exchange::new("t".into(), 9, 2));
+        xs.begin(newer.clone());
+        let resumed = Arc::new(Exchange::new("t".into(), 4, 1));
+        assert!(!xs.resume(resumed.clone()), "a King message came first");
+        assert!(!newer.is_stopped());
+        assert_eq!(xs.current("t").map(|x| x.king), Some(9));
+        let other = Arc::new(Exchange::new("u".into(), 4, 3));
+        assert!(xs.resume(other), "a thread with none takes it");
+    }
+
+    #[test]
+    fn the_ends_told_are_those_begun_after_the_seq_on_the_thread_and_a_few() {
+        let xs = Exchanges::default();
+        let done = |king| ThreadEvent::Round {
+            exchange: king,
+            round: 1,
+            rounds: 1,
+            state: kd_proto::types::RoundState::Done,
+            expected: vec![],
+        };
+        for (thread, king) in [("t", 1), ("u", 2), ("t", 5)] {
+            xs.remember_end(&Exchange::new(thread.into(), king, king as i64), &done(king));
+        }
+        assert_eq!(xs.ended_after("t", 0), [done(1), done(5)]);
+        assert_eq!(xs.ended_after("t", 1), [done(5)]);
+        assert!(xs.ended_after("t", 5).is_empty());
+        for king in 10..10 + ENDED as u64 {
+            xs.remember_end(&Exchange::new("v".into(), king, king as i64), &done(king));
+        }
+        assert!(xs.ended_after("t", 0).is_empty(), "the oldest are forgotten past {ENDED}");
+        assert_eq!(xs.ended_after("v", 0).len(), ENDED);
+    }
+}

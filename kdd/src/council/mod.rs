@@ -29,7 +29,7 @@ use crate::config::Config;
 use crate::db::exchanges::Step;
 use crate::db::random_id;
 use crate::lifecycle::Archived;
-use exchange::Exchanges;
+use exchanges::Exchanges;
 
 /// What the council's operations share: the runner that starts runs, the
 /// exchange in progress on each thread, and where threads archived on the

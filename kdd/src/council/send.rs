@@ -11,7 +11,8 @@ use kd_proto::names::{ALL, KING};
 use kd_proto::types::{MessageKind, Mode, Sent, SentRun, Style, Thread};
 use serde::{Deserialize, Serialize};
 
-use super::exchange::{self, Exchange, Journal, Plan};
+use super::exchange::{self, Journal, Plan};
+use super::exchanges::Exchange;
 use super::{Council, Launch, WorkRuns};
 use crate::agent::registry::{Claim, Place};
 use crate::client::ClientId;
