@@ -128,13 +128,23 @@ async fn kd_watch_rides_through_a_kill_9_and_shows_every_message_once() {
     assert_eq!(err.matches("reconnecting").count(), 1, "said once per outage: {err}");
 }
 
+/// `kd ask --rounds 0 QUESTION` in `ws`, its output piped.
+fn ask_piped(kdd: &Kdd, ws: &Workspace, reconnect: &str, question: &str) -> Piped {
+    let mut k = kdd.kd();
+    k.current_dir(ws.dir.path()).args(["ask", "--rounds", "0", "--reconnect", reconnect, question]);
+    Piped::spawn(k)
+}
+
 /// `kd ask` in `ws` with its output piped, once its member is streaming.
 async fn ask_held(kdd: &Kdd, ws: &Workspace, reconnect: &str) -> Piped {
-    let mut k = kdd.kd();
-    k.current_dir(ws.dir.path()).args(["ask", "--rounds", "0", "--reconnect", reconnect, "Long one?"]);
-    let ask = Piped::spawn(k);
+    let ask = ask_piped(kdd, ws, reconnect, "Long one?");
     ask.until(false, "── claude").await;
     ask
+}
+
+/// A workspace of claude alone, holding while `hold` is there.
+fn claude_holding(hold: &kd_tests::Hold) -> Workspace {
+    Workspace::new(&[("claude", "claude", &[("FAKE_HOLD", hold.var())])])
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -172,7 +182,7 @@ async fn kd_ask_reconnects_after_a_kill_9_and_reports_the_member_interrupted() {
 #[tokio::test(flavor = "multi_thread")]
 async fn kd_ask_with_reconnect_0_exits_when_kdd_goes_away() {
     let hold = kd_tests::Hold::new();
-    let ws = Workspace::new(&[("claude", "claude", &[("FAKE_HOLD", hold.var())])]);
+    let ws = claude_holding(&hold);
     let mut kdd = Kdd::start();
     let mut ask = ask_held(&kdd, &ws, "0").await;
     kdd.kill9();
@@ -228,7 +238,7 @@ fn cancelled(events: &[ThreadEvent]) -> Option<bool> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_cut_by_a_graceful_stop_ends_interrupted_and_a_cancelled_one_does_not() {
     let hold = kd_tests::Hold::new();
-    let ws = Workspace::new(&[("claude", "claude", &[("FAKE_HOLD", hold.var())])]);
+    let ws = claude_holding(&hold);
     let mut kdd = Kdd::start_with(&["--kill-grace-ms", "300"]);
     let c = kdd.client().await;
     let t = kd_tests::new_thread(&c, &ws.path()).await;
@@ -383,9 +393,7 @@ async fn with_resuming_off_kd_ask_reports_every_cut_member_after_a_kill_9() {
     let ws = Workspace::new(&[("claude", "claude", held), ("codex", "gemini", held), ("cursor", "cursor", held)]);
     ws.without_resume();
     let mut kdd = Kdd::start();
-    let mut k = kdd.kd();
-    k.current_dir(ws.dir.path()).args(["ask", "--rounds", "0", "--reconnect", "30", "Long one?"]);
-    let mut ask = Piped::spawn(k);
+    let mut ask = ask_piped(&kdd, &ws, "30", "Long one?");
     ask.until(false, "── ").await;
     kdd.kill9();
     ask.until(true, "kd: kdd went away").await;
@@ -405,12 +413,10 @@ async fn kd_ask_queued_behind_another_ask_answers_after_a_kill_9_and_exits_0() {
     // asks its member again in a run of another id; kd ask showed the
     // answer and still said "interrupted (kdd stopped)", exit 4.
     let hold = kd_tests::Hold::new();
-    let ws = Workspace::new(&[("claude", "claude", &[("FAKE_HOLD", hold.var())])]);
+    let ws = claude_holding(&hold);
     let mut kdd = Kdd::start();
     let mut first = ask_held(&kdd, &ws, "30").await;
-    let mut k = kdd.kd();
-    k.current_dir(ws.dir.path()).args(["ask", "--rounds", "0", "--reconnect", "30", "Short one?"]);
-    let mut queued = Piped::spawn(k);
+    let mut queued = ask_piped(&kdd, &ws, "30", "Short one?");
     queued.until(true, "yours is queued behind it").await;
     kdd.kill9();
     queued.until(true, "kd: kdd went away").await;
