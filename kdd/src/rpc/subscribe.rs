@@ -247,7 +247,10 @@ async fn forward(
     if already_sent(snapshots, p.run.as_ref()) {
         return Ok(());
     }
-    if let Some(i) = told_rounds.iter().position(|told| told.get() == p.json.get()) {
+    // Only an event of no run and no message may be a round: a delta is
+    // never compared.
+    let maybe_round = p.run.is_none() && p.seq.is_none();
+    if maybe_round && let Some(i) = told_rounds.iter().position(|told| told.get() == p.json.get()) {
         told_rounds.swap_remove(i);
         return Ok(());
     }
