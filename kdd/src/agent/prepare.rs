@@ -3,7 +3,8 @@
 //! per run (so `kd sessions` shows what ran and can be resumed by hand);
 //! resume mode resumes this thread's own session of the agent (never
 //! another thread's, never twice at once) and sends only what that session
-//! has not been given.
+//! has not been given. The run is recorded as it takes its session, with
+//! the inbox items its prompt gives, in one write ([`record`]).
 
 use std::sync::Arc;
 
@@ -14,10 +15,10 @@ use super::outcome::failed;
 use super::registry::Run;
 use super::spec::Spec;
 use crate::config::Backend;
-use crate::db::DbError;
 use crate::db::messages::Page;
-use crate::db::runs::Finish;
+use crate::db::runs::{Finish, RunStart, TakeSession};
 use crate::db::sessions::{NewSession, SessionEnd};
+use crate::db::{DbError, DbResult};
 use crate::prompt;
 
 /// The prompt, the backend session to resume, and the registry session held.
@@ -72,7 +73,7 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
         prompt::assemble(&spec.preamble, spec.agent.prompt(spec.style), &format!("{history}{suffix}"))
     };
     if let Some(own) = &spec.prompt {
-        let session = one_off_session(d, run).await;
+        let session = one_off(run, record(d, run, one_off_session(run), None).await?);
         let held = session.map(|id| Held { id, release_as: SessionStatus::Completed, seen_seq });
         let prompt = prompt::assemble(&spec.preamble, spec.agent.prompt(spec.style), &format!("{own}{suffix}"));
         return Ok(Prepared { prompt, resume: None, session: held });
@@ -87,10 +88,11 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
         .and_then(|r| r.backend_session.clone())
         .filter(|_| spec.agent.backend != Backend::Acp);
     if let (Some(backend_id), Some(partial)) = (cut.filter(|_| spec.agent.backend.resumes()), &partial) {
-        let (release_as, session) = match spec.context {
-            ContextMode::History => (SessionStatus::Completed, one_off_session(d, run).await),
-            _ => (SessionStatus::Idle, resumed_session(d, run, latest.flatten()).await.ok().map(|s| s.id)),
+        let (release_as, take) = match spec.context {
+            ContextMode::History => (SessionStatus::Completed, one_off_session(run)),
+            _ => (SessionStatus::Idle, resumed_session(run, latest.flatten())),
         };
+        let session = one_off(run, record(d, run, take, None).await?);
         let held = session.map(|id| Held { id, release_as, seen_seq });
         return Ok(Prepared {
             prompt: prompt::resumed::resumed_turn(partial),
@@ -99,23 +101,18 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
         });
     }
     // What waited in the member's inbox reaches it in this prompt, once (a
-    // ballot or synthesis, with a prompt of its own, leaves it waiting).
-    // Marked while the session is taken: the two are independent (on
-    // SQLite each a small write on this thread, or the writer's together
-    // when it is busy; issue 31 item 17).
-    let given = async {
-        let given = waiting(d, run, || d.db.inbox_given(run.thread.clone(), member.clone(), seen_seq, run.id.clone()));
-        if let Err(e) = given.await {
-            tracing::warn!(run = run.id, "cannot mark the inbox given: {e}");
-        }
-    };
+    // ballot or synthesis, with a prompt of its own, leaves it waiting):
+    // marked given as the session is taken.
     if spec.context == ContextMode::History {
-        let ((), session) = tokio::join!(given, one_off_session(d, run));
+        let session = one_off(run, record(d, run, one_off_session(run), Some(seen_seq)).await?);
         let held = session.map(|id| Held { id, release_as: SessionStatus::Completed, seen_seq });
         return Ok(Prepared { prompt: full(&messages), resume: None, session: held });
     }
-    let ((), session) = tokio::join!(given, resumed_session(d, run, latest.flatten()));
-    let session = session?;
+    let session =
+        record(d, run, resumed_session(run, latest.flatten()), Some(seen_seq)).await?.map_err(|e| match e {
+            DbError::SessionActive { .. } => failed(member, RunStatus::Error, e.to_string()),
+            e => failed(member, RunStatus::Error, format!("cannot take the session: {e}")),
+        })?;
     let held = Some(Held { id: session.id.clone(), release_as: SessionStatus::Idle, seen_seq });
     // Read from a later seq than the session taken has seen, or for one
     // given the whole thread (another session was taken meanwhile): the
@@ -205,24 +202,46 @@ fn holder(run: &Run) -> Option<String> {
     Some(format!("run {}", run.id))
 }
 
-/// History mode: a session of its own for this run, to record the
-/// backend's session id. Not having one never stops the run.
-async fn one_off_session(d: &Runner, run: &Run) -> Option<String> {
-    let new = NewSession {
-        thread: run.thread.clone(),
-        agent: run.member.clone(),
-        backend_session_id: None,
-        holder: holder(run),
-        pid: None,
-        metadata: serde_json::json!({"context": "history", "run": run.id}),
-    };
-    match waiting(d, run, || d.db.start_session(new.clone())).await {
+/// Records `run` with the session it takes (`take`) and, once it is taken,
+/// the inbox items up to `given` given to it — one write
+/// ([`crate::db::runs::RunStart`]) — waiting while the registry is away.
+/// The session, or why it was refused; the run cannot be recorded: the
+/// run's failure (its supervisor then records it alone, or finds its step
+/// taken).
+async fn record(d: &Runner, run: &Run, take: TakeSession, given: Option<u64>) -> Result<DbResult<Session>, Finish> {
+    let start = RunStart { run: run.info(), step: run.step, session: take, given };
+    match waiting(d, run, || d.db.record_run(start.clone())).await {
+        Ok(taken) => {
+            run.set_recorded();
+            Ok(taken.into())
+        }
+        Err(e) => Err(failed(&run.member, RunStatus::Error, format!("cannot record the run: {e}"))),
+    }
+}
+
+/// A session a run can do without (history mode, a prompt of its own, a
+/// cut run asked again): its id, or none.
+fn one_off(run: &Run, session: DbResult<Session>) -> Option<String> {
+    match session {
         Ok(s) => Some(s.id),
         Err(e) => {
             tracing::warn!(run = run.id, "runs without a session record: {e}");
             None
         }
     }
+}
+
+/// History mode: a session of its own for this run, to record the
+/// backend's session id.
+fn one_off_session(run: &Run) -> TakeSession {
+    TakeSession::New(NewSession {
+        thread: run.thread.clone(),
+        agent: run.member.clone(),
+        backend_session_id: None,
+        holder: holder(run),
+        pid: None,
+        metadata: serde_json::json!({"context": "history", "run": run.id}),
+    })
 }
 
 /// The thread's latest session of the run's member that is not archived:
@@ -236,26 +255,18 @@ async fn latest_session(d: &Runner, run: &Run) -> Result<Option<Session>, Finish
 
 /// Resume mode: `latest` (see [`latest_session`]) taken under the
 /// single-resume rule, or a new session where there is none.
-async fn resumed_session(d: &Runner, run: &Run, latest: Option<Session>) -> Result<Session, Finish> {
-    let member = &run.member;
-    let session = match latest {
-        Some(s) => waiting(d, run, || d.db.resume_session(s.id.clone(), holder(run), None)).await,
-        None => {
-            let new = NewSession {
-                thread: run.thread.clone(),
-                agent: member.clone(),
-                backend_session_id: None,
-                holder: holder(run),
-                pid: None,
-                metadata: serde_json::json!({"context": "resume"}),
-            };
-            waiting(d, run, || d.db.start_session(new.clone())).await
-        }
-    };
-    session.map_err(|e| match e {
-        DbError::SessionActive { .. } => failed(member, RunStatus::Error, e.to_string()),
-        e => failed(member, RunStatus::Error, format!("cannot take the session: {e}")),
-    })
+fn resumed_session(run: &Run, latest: Option<Session>) -> TakeSession {
+    match latest {
+        Some(s) => TakeSession::Resume { id: s.id, holder: holder(run) },
+        None => TakeSession::New(NewSession {
+            thread: run.thread.clone(),
+            agent: run.member.clone(),
+            backend_session_id: None,
+            holder: holder(run),
+            pid: None,
+            metadata: serde_json::json!({"context": "resume"}),
+        }),
+    }
 }
 
 #[cfg(test)]

@@ -45,6 +45,9 @@ struct State {
     /// The pending approval the run waits on (its status reads `waiting`
     /// meanwhile).
     approval: Option<String>,
+    /// Whether the registry has the run's row (written with its session,
+    /// as the run is about to start, or alone where it ends before).
+    recorded: bool,
 }
 
 /// One run in flight.
@@ -172,6 +175,7 @@ impl Run {
                 token: None,
                 work_notes: Vec::new(),
                 approval: None,
+                recorded: false,
             }),
             cancel: CancellationToken::new(),
             done: watch::channel(false).0,
@@ -246,6 +250,15 @@ impl Run {
     }
 
     /// Gives the run its capability (once, before its agent starts).
+    /// The registry has the run's row.
+    pub fn set_recorded(&self) {
+        self.state().recorded = true;
+    }
+
+    pub fn recorded(&self) -> bool {
+        self.state().recorded
+    }
+
     pub fn set_token(&self, token: String) {
         self.state().token = Some(token);
     }

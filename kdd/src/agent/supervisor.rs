@@ -1,5 +1,6 @@
-//! One run, from start to its message (F-A3): record the run, prepare its
-//! prompt and session, check the workspace and an early stop, hand it to
+//! One run, from start to its message (F-A3): prepare its prompt and
+//! session (recording the run with them; alone, where it ends before),
+//! check the workspace and an early stop, hand it to
 //! its transport — a CLI process per run ([`super::cli`]), a turn of a
 //! codex app-server ([`super::appserver`]) or of an ACP agent
 //! ([`super::acp`]) — and write the outcome as a message. Transports are
@@ -21,22 +22,6 @@ use crate::db::runs::Finish;
 
 /// Runs `run` to its end and writes its message. Spawned by the council.
 pub async fn supervise(d: Arc<Runner>, run: Arc<Run>, spec: Spec) {
-    // While the registry is away the run waits to be recorded (nothing of
-    // it has started); and its end, once it has one, is kept until it is
-    // written (`db::outage`).
-    let stopping = || d.is_closed();
-    let start = format!("the start of the run {}", run.id);
-    if let Err(e) = d.db.until_back(&start, stopping, || d.db.insert_run(run.info(), run.step)).await {
-        match e {
-            // Its step was answered, or is being answered, by another run.
-            crate::db::DbError::StepTaken(_) => tracing::info!(run = run.id, "not started: {e}"),
-            e => tracing::error!(run = run.id, "cannot record the run: {e}"),
-        }
-        run.set_status(RunStatus::Error);
-        d.runs.remove(&run.id);
-        run.mark_done();
-        return;
-    }
     // The run's capability: by it, and only by it, its agent acts through
     // kd as its member on its thread (F-B6).
     let grant = Grant {
@@ -48,11 +33,19 @@ pub async fn supervise(d: Arc<Runner>, run: Arc<Run>, spec: Spec) {
     if let Some(token) = d.grants.issue(grant) {
         run.set_token(token);
     }
-    if spec.work.is_some() {
-        super::work::started(&d, &run).await;
-    }
     let started = Instant::now();
+    // The run is recorded as it takes its session (`prepare`), or alone
+    // here where it ends before; while the registry is away it waits to be
+    // recorded (nothing of it has started), and its end, once it has one,
+    // is kept until it is written (`db::outage`).
     let mut finish = execute(&d, &run, &spec).await;
+    if !run.recorded() && !record_alone(&d, &run).await {
+        d.grants.revoke_run(&run.id);
+        run.set_status(RunStatus::Error);
+        d.runs.remove(&run.id);
+        run.mark_done();
+        return;
+    }
     // Whatever the outcome, what the member changed is committed before
     // anything else (F-W1, F-W6).
     if let Some(work) = &spec.work {
@@ -66,7 +59,7 @@ pub async fn supervise(d: Arc<Runner>, run: Arc<Run>, spec: Spec) {
     run.set_status(finish.status);
     tracing::info!(run = run.id, member = run.member, status = finish.status.as_str(), "run ended");
     let end = format!("the end of the run {}", run.id);
-    match d.db.until_back(&end, stopping, || d.db.finish_run(run.info(), finish.clone())).await {
+    match d.db.until_back(&end, || d.is_closed(), || d.db.finish_run(run.info(), finish.clone())).await {
         Ok(message) => run.set_message(message),
         // Recorded by another node while this one was away (it was
         // declared dead): its end stands.
@@ -86,6 +79,24 @@ pub async fn supervise(d: Arc<Runner>, run: Arc<Run>, spec: Spec) {
     }
 }
 
+/// Records a run that ended before it took its session (stopped while
+/// queued, its thread unreadable): whether it is recorded. Not when its
+/// journal step was answered, or is being answered, by another run.
+async fn record_alone(d: &Runner, run: &Run) -> bool {
+    let start = format!("the start of the run {}", run.id);
+    match d.db.until_back(&start, || d.is_closed(), || d.db.insert_run(run.info(), run.step)).await {
+        Ok(()) => true,
+        Err(e @ crate::db::DbError::StepTaken(_)) => {
+            tracing::info!(run = run.id, "not started: {e}");
+            false
+        }
+        Err(e) => {
+            tracing::error!(run = run.id, "cannot record the run: {e}");
+            false
+        }
+    }
+}
+
 async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec) -> Finish {
     if run.stop_reason().is_some() {
         // Stopped while queued: it takes no session and reads nothing.
@@ -95,6 +106,9 @@ async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec) -> Finish {
         Ok(p) => p,
         Err(f) => return f,
     };
+    if spec.work.is_some() {
+        super::work::started(d, run).await;
+    }
     let held = prepared.session.clone();
     // Before the agent runs, the session saw nothing new.
     let with_session = |mut f: Finish| {

@@ -15,6 +15,7 @@ mod alike;
 mod approvals;
 mod check;
 mod comments;
+mod runs;
 
 use super::fixtures::worktree;
 use super::messages::{NewMessage, Page};

@@ -39,8 +39,8 @@ use super::exchanges::{Exchange, ExchangeId, Kind, NewExchange, Opened, Purpose,
 use super::lifecycle::{Material, Summary};
 use super::messages::{NewMessage, Page};
 use super::pg::{self, Pg};
-use super::runs::{Finish, Orphan};
-use super::sessions::{NewSession, SessionEnd};
+use super::runs::{Finish, Orphan, RunStart};
+use super::sessions::{NewSession, SessionEnd, Taken};
 use super::sqlite::Sqlite;
 use super::threads::NewThread;
 use super::{DbError, DbResult, cost, inbox, search};
@@ -172,6 +172,10 @@ operations! {
     /// Records a run waiting to start, taking its journal step (pending → running) or failing with
     /// [`DbError::StepTaken`].
     fn insert_run(&self, run: RunInfo, step: Option<StepId>) -> DbResult<()>;
+    /// A run recorded as `insert_run` records it, with the session it takes (or is refused: the
+    /// refusal recorded, the run all the same) and the inbox items its prompt gives, in one
+    /// transaction ([`RunStart`]).
+    fn record_run(&self, start: RunStart) -> DbResult<Taken>;
     /// The run's process started (its pid and backend session). Only a shared registry refuses it:
     /// [`DbError::MemberBusy`] when another node's run of the member streams on the thread.
     fn run_started(&self, run: RunInfo, pid: u32, pid_start: Option<u64>, session: Option<String>) -> DbResult<()>;
@@ -222,8 +226,6 @@ operations! {
     fn inbox(&self, q: inbox::Query) -> DbResult<Vec<InboxItem>>;
     /// Marks inbox items of a member processed (or another status); how many changed.
     fn inbox_process(&self, member: String, ids: Vec<u64>, status: InboxStatus) -> DbResult<u32>;
-    /// Marks a member's pending items of a thread up to `upto` as given to run `run`; their ids.
-    fn inbox_given(&self, thread: String, member: String, upto: u64, run: String) -> DbResult<Vec<u64>>;
     /// How a member of a workspace takes routed messages of some types.
     fn delivery_subscribe(&self, workspace: String, member: String, types: Vec<RouteType>, mode: DeliveryMode) -> DbResult<()>;
     /// A member's delivery modes by route type, where set.

@@ -10,8 +10,9 @@ use serde_json::json;
 
 use super::events::NewEvent;
 use super::exchanges::RunEnd;
+use super::exchanges::StepId;
 use super::messages::NewMessage;
-use super::sessions::SessionEnd;
+use super::sessions::{NewSession, SessionEnd};
 use super::{DbError, DbResult};
 
 /// Runs another node is asked to stop on one of its threads (a King's
@@ -214,6 +215,32 @@ pub(crate) fn refuse_ended(id: &str, status: &str) -> DbResult<()> {
         "waiting" | "streaming" => Ok(()),
         _ => Err(DbError::RunEnded { run: id.to_string(), status: status.to_string() }),
     }
+}
+
+/// A run recorded as it is about to start, with what it takes then, in
+/// one transaction (issue 31 item 17: one commit, not three): its row
+/// waiting (and its journal step, or [`DbError::StepTaken`] and nothing
+/// written), the session it holds — taken, or refused and the refusal
+/// recorded, the run all the same — and, once the session is taken, its
+/// member's inbox items of the thread its prompt gives it.
+#[derive(Debug, Clone)]
+pub struct RunStart {
+    pub run: RunInfo,
+    pub step: Option<StepId>,
+    pub session: TakeSession,
+    /// The member's pending inbox items of the thread up to this seq are
+    /// given to the run.
+    pub given: Option<u64>,
+}
+
+/// The session a starting run holds.
+#[derive(Debug, Clone)]
+pub enum TakeSession {
+    /// A new one.
+    New(NewSession),
+    /// The thread's session of its member (the single-resume rule: refused
+    /// while another holds it).
+    Resume { id: String, holder: Option<String> },
 }
 
 /// A run a previous daemon left in flight.

@@ -248,14 +248,6 @@ impl Pg {
         Ok(n)
     }
 
-    pub async fn inbox_given(&self, thread: String, member: String, upto: u64, run: String) -> DbResult<Vec<u64>> {
-        let mut c = self.conn().await?;
-        let tx = c.transaction().await?;
-        let seqs = given(&tx, now_ms(), &thread, &member, upto, &run).await?;
-        self.commit(tx, Default::default()).await?;
-        Ok(seqs)
-    }
-
     pub async fn delivery_subscribe(
         &self,
         workspace: String,
@@ -395,8 +387,9 @@ mod tests {
         assert_eq!(pg.inbox(one).await.unwrap()[0].seq, 1);
         assert_eq!(events(&pg, "queue.read").await.len(), 4);
         // A prompt that gave the member up to seq 2: pending and read alike.
-        assert_eq!(pg.inbox_given("t".into(), "a".into(), 2, "r1".into()).await.unwrap(), [1, 2]);
-        assert!(pg.inbox_given("t".into(), "a".into(), 2, "r2".into()).await.unwrap().is_empty());
+        let c = pg.conn().await.unwrap();
+        assert_eq!(given(&c, now_ms(), "t", "a", 2, "r1").await.unwrap(), [1, 2]);
+        assert!(given(&c, now_ms(), "t", "a", 2, "r2").await.unwrap().is_empty());
         assert_eq!(events(&pg, "delivery.prompt").await, [json!({"seqs": [1, 2], "run": "r1"})]);
         let rest = pg.inbox(Query { also_read: true, ..query("a") }).await.unwrap();
         assert_eq!(rest.iter().map(|i| i.seq).collect::<Vec<_>>(), [3]);

@@ -7,9 +7,10 @@ use deadpool_postgres::GenericClient;
 use kd_proto::types::{Message, Purpose, RunInfo, RunStatus, SessionStatus, ThreadEvent};
 
 use super::exchanges;
-use super::{ME, Pg, acks, cost, events, messages, sessions};
+use super::{ME, Pg, acks, cost, events, inbox, messages, sessions};
 use crate::db::exchanges::StepId;
-use crate::db::runs::{Cut, Finish, Orphan, refuse_ended, spawned, waiting};
+use crate::db::runs::{Cut, Finish, Orphan, RunStart, TakeSession, refuse_ended, spawned, waiting};
+use crate::db::sessions::Taken;
 use crate::db::{DbError, DbResult, Outbox, now_ms};
 
 /// Records a run that was accepted; subscribers hear `run_waiting`. A run
@@ -218,6 +219,27 @@ pub(crate) async fn recover(
     Ok(orphans.len())
 }
 
+/// [`RunStart`]: the run recorded as [`insert`] records it, its session
+/// taken, its inbox items given.
+pub(crate) async fn record(
+    c: &impl GenericClient,
+    now: i64,
+    start: RunStart,
+    alive: sessions::Alive<'_>,
+    out: &mut Outbox,
+) -> DbResult<Taken> {
+    let RunStart { run, step, session, given } = start;
+    insert(c, now, &run, step, out).await?;
+    let taken = match session {
+        TakeSession::New(s) => sessions::start(c, now, s, alive).await?,
+        TakeSession::Resume { id, holder } => sessions::resume(c, now, &id, holder.as_deref(), None, alive).await?,
+    };
+    if let (Some(upto), Taken::Allowed(_)) = (given, &taken) {
+        inbox::given(c, now, &run.thread, &run.member, upto, &run.id).await?;
+    }
+    Ok(taken)
+}
+
 impl Pg {
     pub async fn insert_run(&self, run: RunInfo, step: Option<StepId>) -> DbResult<()> {
         let mut c = self.conn().await?;
@@ -225,6 +247,15 @@ impl Pg {
         let mut out = Outbox::default();
         insert(&tx, now_ms(), &run, step, &mut out).await?;
         self.commit(tx, out).await
+    }
+
+    pub async fn record_run(&self, start: RunStart) -> DbResult<Taken> {
+        let mut c = self.conn().await?;
+        let tx = c.transaction().await?;
+        let mut out = Outbox::default();
+        let taken = record(&tx, now_ms(), start, &crate::proc::pid_alive, &mut out).await?;
+        self.commit(tx, out).await?;
+        Ok(taken)
     }
 
     pub async fn run_started(

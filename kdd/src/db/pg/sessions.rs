@@ -22,7 +22,7 @@ use crate::db::{DbError, DbResult, now_ms, random_id};
 const COLUMNS: &str =
     "id, thread_id, agent, backend_session_id, status, holder, pid, started_at, last_active_at, metadata, seen_seq";
 
-type Alive<'a> = &'a (dyn Fn(u32) -> bool + Sync);
+pub(crate) type Alive<'a> = &'a (dyn Fn(u32) -> bool + Sync);
 
 /// Serialises the starts and resumes of `agent` on `thread` (and, when
 /// given, of the backend conversation `backend`) until the transaction

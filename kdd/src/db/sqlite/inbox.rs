@@ -166,10 +166,6 @@ impl super::Sqlite {
         self.write(move |c, _| process(c, crate::db::now_ms(), &member, &ids, status)).await
     }
 
-    pub async fn inbox_given(&self, thread: String, member: String, upto: u64, run: String) -> DbResult<Vec<u64>> {
-        self.write_now(move |c, _| given(c, crate::db::now_ms(), &thread, &member, upto, &run)).await
-    }
-
     pub async fn delivery_subscribe(
         &self,
         workspace: String,

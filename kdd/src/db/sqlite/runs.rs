@@ -3,9 +3,10 @@
 use kd_proto::types::{Message, Purpose, RunInfo, RunStatus, SessionStatus, ThreadEvent};
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{acks, cost, events, exchanges, messages, sessions};
+use super::{acks, cost, events, exchanges, inbox, messages, sessions};
 use crate::db::exchanges::StepId;
-use crate::db::runs::{Cut, Finish, Orphan, STOPPED_IN_FLIGHT, refuse_ended, spawned, waiting};
+use crate::db::runs::{Cut, Finish, Orphan, RunStart, STOPPED_IN_FLIGHT, TakeSession, refuse_ended, spawned, waiting};
+use crate::db::sessions::Taken;
 use crate::db::{DbError, DbResult, Outbox};
 
 /// Records a run that was accepted; subscribers hear `run_waiting`. A run
@@ -39,6 +40,27 @@ pub fn insert(conn: &Connection, now: i64, run: &RunInfo, step: Option<StepId>, 
     events::record(conn, now, &waiting(run))?;
     out.publish(&run.thread, ThreadEvent::RunWaiting { run: run.clone() });
     Ok(())
+}
+
+/// [`RunStart`]: the run recorded as [`insert`] records it, its session
+/// taken, its inbox items given.
+pub fn record(
+    conn: &Connection,
+    now: i64,
+    start: RunStart,
+    alive: &dyn Fn(u32) -> bool,
+    out: &mut Outbox,
+) -> DbResult<Taken> {
+    let RunStart { run, step, session, given } = start;
+    insert(conn, now, &run, step, out)?;
+    let taken = match session {
+        TakeSession::New(s) => sessions::start(conn, now, s, alive)?,
+        TakeSession::Resume { id, holder } => sessions::resume(conn, now, &id, holder.as_deref(), None, alive)?,
+    };
+    if let (Some(upto), Taken::Allowed(_)) = (given, &taken) {
+        inbox::given(conn, now, &run.thread, &run.member, upto, &run.id)?;
+    }
+    Ok(taken)
 }
 
 /// Records the agent's pid (and start time) the moment it is spawned.
@@ -172,6 +194,10 @@ pub fn recover(conn: &Connection, now: i64, out: &mut Outbox) -> DbResult<usize>
 impl super::Sqlite {
     pub async fn insert_run(&self, run: RunInfo, step: Option<StepId>) -> DbResult<()> {
         self.write_now(move |c, out| insert(c, crate::db::now_ms(), &run, step, out)).await
+    }
+
+    pub async fn record_run(&self, start: RunStart) -> DbResult<Taken> {
+        self.write_now(move |c, out| record(c, crate::db::now_ms(), start, &crate::proc::pid_alive, out)).await
     }
 
     pub async fn run_started(

@@ -1,0 +1,100 @@
+//! A run recorded as it is about to start ([`RunStart`]), alike on every
+//! engine: its row, its journal step, its session and its member's inbox
+//! items given, all or nothing.
+
+use kd_proto::types::{InboxStatus, RunInfo, SessionStatus};
+
+use super::{NewThread, engines, said, thread};
+use crate::db::events::EventFilter;
+use crate::db::exchanges::{Kind, NewExchange, StepKey};
+use crate::db::inbox::Query;
+use crate::db::pg::compose::tests::routing;
+use crate::db::runs::{RunStart, TakeSession};
+use crate::db::sessions::{NewSession, Taken};
+use crate::db::{Db, DbError, fixtures};
+
+/// Run `id` of codex answering the King's message 1 on `t1`.
+fn codex_run(id: &str) -> RunInfo {
+    RunInfo { reply_to: Some(1), round: Some(1), exchange: Some(1), ..fixtures::run_of(id, "codex") }
+}
+
+fn new_session(run: &str) -> TakeSession {
+    TakeSession::New(NewSession {
+        thread: "t1".into(),
+        agent: "codex".into(),
+        backend_session_id: None,
+        holder: Some(format!("run {run}")),
+        pid: None,
+        metadata: serde_json::json!({"context": "resume"}),
+    })
+}
+
+/// codex's inbox items of `t1` in `status`.
+async fn inbox(db: &Db, status: InboxStatus) -> Vec<u64> {
+    let q = Query {
+        member: "codex".into(),
+        thread: Some("t1".into()),
+        types: vec![],
+        status: Some(status),
+        also_read: true,
+        limit: 100,
+        mark_read: false,
+    };
+    db.inbox(q).await.unwrap().iter().map(|i| i.seq).collect()
+}
+
+async fn run_starts(db: &Db) -> Vec<String> {
+    let filter = EventFilter { kind: Some("run.start".into()), limit: 100, ..Default::default() };
+    db.events(filter).await.unwrap().into_iter().filter_map(|e| e.correlation_id).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_is_recorded_with_its_session_and_inbox_all_or_nothing() {
+    let council = NewExchange {
+        path: None,
+        thread: "t1".into(),
+        seq: 0,
+        kind: Kind::Council,
+        correlation_id: None,
+        plan: serde_json::json!({"rounds": 1}),
+        first_steps: vec![StepKey::answer(1, "codex")],
+    };
+    for e in engines().await {
+        let (db, n) = (&e.db, e.name);
+        db.create_thread(NewThread { id: Some("t1".into()), ..thread("/w") }).await.unwrap();
+        let asked = db.ask(None, vec![said("t1", "the question".into())], council.clone()).await.unwrap();
+        let step = asked.steps[0].id;
+        // claude's message to codex waits in codex's inbox (seq 2).
+        db.route(routing("t1", false)).await.unwrap();
+        assert_eq!(inbox(db, InboxStatus::Pending).await, [2], "{n}");
+        let mut told = e.hub.subscribe("t1");
+
+        // The run takes its step, a session, and what its prompt gives.
+        let start = RunStart { run: codex_run("r-1"), step: Some(step), session: new_session("r-1"), given: Some(2) };
+        let Taken::Allowed(session) = db.record_run(start).await.unwrap() else { panic!("{n}: refused") };
+        assert_eq!((session.status, session.holder.as_deref()), (SessionStatus::Active, Some("run r-1")), "{n}");
+        assert_eq!(run_starts(db).await, ["r-1"], "{n}");
+        assert!(db.orphan_runs().await.unwrap().iter().any(|o| o.id == "r-1"), "{n}: the run's row");
+        assert_eq!(inbox(db, InboxStatus::Processed).await, [2], "{n}: given");
+        let event = told.try_recv().expect("told after the commit");
+        assert!(format!("{event:?}").contains("run_waiting"), "{n}: {event:?}");
+
+        // Another run for the same step: refused, and nothing of it written
+        // (no session taken, no row).
+        let again = RunStart { run: codex_run("r-2"), step: Some(step), session: new_session("r-2"), given: Some(2) };
+        assert!(matches!(db.record_run(again).await, Err(DbError::StepTaken(_))), "{n}");
+        assert_eq!(run_starts(db).await, ["r-1"], "{n}");
+        let sessions = db.sessions(Some("t1".into()), Some("codex".into()), None).await.unwrap();
+        assert_eq!(sessions.len(), 1, "{n}: {sessions:?}");
+
+        // A run refused the session another holds: recorded all the same,
+        // the refusal too, and it gives nothing of the inbox.
+        db.route(routing("t1", false)).await.unwrap();
+        let resume = TakeSession::Resume { id: session.id.clone(), holder: Some("run r-3".into()) };
+        let refused = RunStart { run: codex_run("r-3"), step: None, session: resume, given: Some(3) };
+        let taken = db.record_run(refused).await.unwrap();
+        assert!(matches!(taken, Taken::Rejected { ref session, .. } if *session == sessions[0].id), "{n}: {taken:?}");
+        assert_eq!(run_starts(db).await, ["r-1", "r-3"], "{n}");
+        assert_eq!(inbox(db, InboxStatus::Pending).await, [3], "{n}: not given");
+    }
+}
