@@ -7,6 +7,11 @@
 //! After a lag, messages are re-read from the registry from the last seq
 //! sent.
 //!
+//! Rounds are told in the order they went: after the backlog, what was
+//! published since the subscription began is sent first; an exchange not
+//! heard of there is then told as it stood when the backlog was sent (how
+//! it ended, or the round under way), never an older round after a newer.
+//!
 //! A *pending* subscription may name a thread that does not exist yet: the
 //! client subscribes to the id a `council.send` with `new_thread` is about
 //! to create, so it sees everything from the first message on.
@@ -19,7 +24,7 @@
 //! shutdown, subscriptions deliver what is queued — the runs' ends among it
 //! — and end.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use jsonrpsee::Extensions;
@@ -169,16 +174,12 @@ async fn run(
         }
         // Where the thread's exchanges stand: how those begun in the
         // backlog that are over ended (a client subscribing beside the
-        // question it sends may come after its end), then the one under way.
+        // question it sends may come after its end), then the one under
+        // way. Taken before what was published since the subscription
+        // began is sent, so it is never older than what that says.
         let ended = since_seq.map(|since| d.council.exchanges.ended_after(&thread, since)).unwrap_or_default();
-        let current = d.council.exchanges.current(&thread).and_then(|ex| ex.round_event());
-        for round in ended.into_iter().chain(current) {
-            // Published meanwhile, it is in the receiver too: told once.
-            if let Ok(json) = serde_json::value::to_raw_value(&round) {
-                out.raw(json.clone()).await?;
-                told_rounds.push(json);
-            }
-        }
+        let stood: Vec<ThreadEvent> =
+            ended.into_iter().chain(d.council.exchanges.current(&thread).and_then(|ex| ex.round_event())).collect();
         // Runs in flight: what they streamed so far, then only what is newer.
         for run in d.agents.runs.list(Some(&thread)) {
             let snap = run.snapshot();
@@ -196,6 +197,36 @@ async fn run(
             }
             let queued = status == RunStatus::Queued;
             snapshots.insert(id, Seen { queued, started: pid.is_some(), chars });
+        }
+        // What was published since the subscription began: an exchange
+        // heard of there goes on being told live, in the order it went;
+        // the others are told as they stood (each once: published
+        // meanwhile, a round is in the receiver too).
+        let mut heard = HashSet::new();
+        loop {
+            match rx.try_recv() {
+                Ok(p) => {
+                    heard.extend(round_of(&p));
+                    forward(&out, &thread, &p, &snapshots, &mut told_rounds, &mut last).await?;
+                }
+                Err(TryRecvError::Lagged(missed)) => {
+                    out.event(&ThreadEvent::Lagged { missed }).await?;
+                    out.backlog(&thread, &mut last).await?;
+                }
+                Err(_) => break,
+            }
+        }
+        for round in stood {
+            let ThreadEvent::Round { exchange, .. } = &round else { continue };
+            if heard.contains(exchange) {
+                continue;
+            }
+            if let Ok(json) = serde_json::value::to_raw_value(&round)
+                && !told_rounds.iter().any(|told| told.get() == json.get())
+            {
+                out.raw(json.clone()).await?;
+                told_rounds.push(json);
+            }
         }
         loop {
             tokio::select! {
@@ -267,6 +298,21 @@ async fn forward(
         *last = seq;
     }
     out.raw(p.json.clone()).await
+}
+
+/// The exchange a published round event is of (a round is of no run and
+/// no message).
+fn round_of(p: &Published) -> Option<u64> {
+    #[derive(serde::Deserialize)]
+    struct Round {
+        #[serde(rename = "type")]
+        kind: String,
+        exchange: Option<u64>,
+    }
+    if p.run.is_some() || p.seq.is_some() {
+        return None;
+    }
+    serde_json::from_str::<Round>(p.json.get()).ok().filter(|r| r.kind == "round").and_then(|r| r.exchange)
 }
 
 /// What a run's snapshot told a subscriber.
