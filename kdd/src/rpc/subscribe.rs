@@ -7,10 +7,10 @@
 //! After a lag, messages are re-read from the registry from the last seq
 //! sent.
 //!
-//! Rounds are told in the order they went: after the backlog, what was
-//! published since the subscription began is sent first; an exchange not
-//! heard of there is then told as it stood when the backlog was sent (how
-//! it ended, or the round under way), never an older round after a newer.
+//! Rounds are told in the order they went: an exchange heard of in what
+//! was published since the subscription began is told from there; the
+//! others as they stood once the backlog was sent (how they ended, or the
+//! round under way) — never an older round after a newer.
 //!
 //! A *pending* subscription may name a thread that does not exist yet: the
 //! client subscribes to the id a `council.send` with `new_thread` is about
@@ -175,11 +175,36 @@ async fn run(
         // Where the thread's exchanges stand: how those begun in the
         // backlog that are over ended (a client subscribing beside the
         // question it sends may come after its end), then the one under
-        // way. Taken before what was published since the subscription
-        // began is sent, so it is never older than what that says.
+        // way; and what was published since the subscription began, taken
+        // after. An exchange heard of there goes on being told as it went;
+        // the others are told as they stood (each once: published
+        // meanwhile, a round is in the receiver too) — never an older
+        // round after a newer.
         let ended = since_seq.map(|since| d.council.exchanges.ended_after(&thread, since)).unwrap_or_default();
         let stood: Vec<ThreadEvent> =
             ended.into_iter().chain(d.council.exchanges.current(&thread).and_then(|ex| ex.round_event())).collect();
+        let mut since_begun = Vec::new();
+        loop {
+            match rx.try_recv() {
+                Ok(p) => since_begun.push(Ok(p)),
+                Err(TryRecvError::Lagged(missed)) => since_begun.push(Err(missed)),
+                Err(_) => break,
+            }
+        }
+        let heard: HashSet<u64> =
+            since_begun.iter().filter_map(|p| p.as_ref().ok().and_then(|p| round_of(p))).collect();
+        for round in stood {
+            let ThreadEvent::Round { exchange, .. } = &round else { continue };
+            if heard.contains(exchange) {
+                continue;
+            }
+            if let Ok(json) = serde_json::value::to_raw_value(&round)
+                && !told_rounds.iter().any(|told| told.get() == json.get())
+            {
+                out.raw(json.clone()).await?;
+                told_rounds.push(json);
+            }
+        }
         // Runs in flight: what they streamed so far, then only what is newer.
         for run in d.agents.runs.list(Some(&thread)) {
             let snap = run.snapshot();
@@ -198,34 +223,13 @@ async fn run(
             let queued = status == RunStatus::Queued;
             snapshots.insert(id, Seen { queued, started: pid.is_some(), chars });
         }
-        // What was published since the subscription began: an exchange
-        // heard of there goes on being told live, in the order it went;
-        // the others are told as they stood (each once: published
-        // meanwhile, a round is in the receiver too).
-        let mut heard = HashSet::new();
-        loop {
-            match rx.try_recv() {
-                Ok(p) => {
-                    heard.extend(round_of(&p));
-                    forward(&out, &thread, &p, &snapshots, &mut told_rounds, &mut last).await?;
-                }
-                Err(TryRecvError::Lagged(missed)) => {
+        for p in since_begun {
+            match p {
+                Ok(p) => forward(&out, &thread, &p, &snapshots, &mut told_rounds, &mut last).await?,
+                Err(missed) => {
                     out.event(&ThreadEvent::Lagged { missed }).await?;
                     out.backlog(&thread, &mut last).await?;
                 }
-                Err(_) => break,
-            }
-        }
-        for round in stood {
-            let ThreadEvent::Round { exchange, .. } = &round else { continue };
-            if heard.contains(exchange) {
-                continue;
-            }
-            if let Ok(json) = serde_json::value::to_raw_value(&round)
-                && !told_rounds.iter().any(|told| told.get() == json.get())
-            {
-                out.raw(json.clone()).await?;
-                told_rounds.push(json);
             }
         }
         loop {
