@@ -73,7 +73,7 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
         prompt::assemble(&spec.preamble, spec.agent.prompt(spec.style), &format!("{history}{suffix}"))
     };
     if let Some(own) = &spec.prompt {
-        let session = one_off(run, record(d, run, one_off_session(run), None).await?);
+        let session = one_off(run, record(d, run, one_off_session(run), false, None).await?);
         let held = session.map(|id| Held { id, release_as: SessionStatus::Completed, seen_seq });
         let prompt = prompt::assemble(&spec.preamble, spec.agent.prompt(spec.style), &format!("{own}{suffix}"));
         return Ok(Prepared { prompt, resume: None, session: held });
@@ -92,7 +92,7 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
             ContextMode::History => (SessionStatus::Completed, one_off_session(run)),
             _ => (SessionStatus::Idle, resumed_session(run, latest.flatten())),
         };
-        let session = one_off(run, record(d, run, take, None).await?);
+        let session = one_off(run, record(d, run, take, false, None).await?);
         let held = session.map(|id| Held { id, release_as, seen_seq });
         return Ok(Prepared {
             prompt: prompt::resumed::resumed_turn(partial),
@@ -104,12 +104,12 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
     // ballot or synthesis, with a prompt of its own, leaves it waiting):
     // marked given as the session is taken.
     if spec.context == ContextMode::History {
-        let session = one_off(run, record(d, run, one_off_session(run), Some(seen_seq)).await?);
+        let session = one_off(run, record(d, run, one_off_session(run), false, Some(seen_seq)).await?);
         let held = session.map(|id| Held { id, release_as: SessionStatus::Completed, seen_seq });
         return Ok(Prepared { prompt: full(&messages), resume: None, session: held });
     }
     let session =
-        record(d, run, resumed_session(run, latest.flatten()), Some(seen_seq)).await?.map_err(|e| match e {
+        record(d, run, resumed_session(run, latest.flatten()), true, Some(seen_seq)).await?.map_err(|e| match e {
             DbError::SessionActive { .. } => failed(member, RunStatus::Error, e.to_string()),
             e => failed(member, RunStatus::Error, format!("cannot take the session: {e}")),
         })?;
@@ -202,18 +202,26 @@ fn holder(run: &Run) -> Option<String> {
     Some(format!("run {}", run.id))
 }
 
-/// Records `run` with the session it takes (`take`) and, once it is taken,
-/// the inbox items up to `given` given to it — one write
+/// Records `run` (unless it is already: a work run) with the session it
+/// takes (`take`, which it `needs_session` or can do without) and the
+/// inbox items up to `given` given to it — one write
 /// ([`crate::db::runs::RunStart`]) — waiting while the registry is away.
 /// The session, or why it was refused; the run cannot be recorded: the
 /// run's failure (its supervisor then records it alone, or finds its step
 /// taken).
-async fn record(d: &Runner, run: &Run, take: TakeSession, given: Option<u64>) -> Result<DbResult<Session>, Finish> {
-    let start = RunStart { run: run.info(), step: run.step, session: take, given };
+async fn record(
+    d: &Runner,
+    run: &Run,
+    take: TakeSession,
+    needs_session: bool,
+    given: Option<u64>,
+) -> Result<DbResult<Session>, Finish> {
+    let recorded = run.recorded();
+    let start = RunStart { run: run.info(), step: run.step, recorded, session: take, needs_session, given };
     match waiting(d, run, || d.db.record_run(start.clone())).await {
-        Ok(taken) => {
+        Ok(session) => {
             run.set_recorded();
-            Ok(taken.into())
+            Ok(session)
         }
         Err(e) => Err(failed(&run.member, RunStatus::Error, format!("cannot record the run: {e}"))),
     }

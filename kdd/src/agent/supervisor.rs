@@ -35,16 +35,20 @@ pub async fn supervise(d: Arc<Runner>, run: Arc<Run>, spec: Spec) {
     }
     let started = Instant::now();
     // The run is recorded as it takes its session (`prepare`), or alone
-    // here where it ends before; while the registry is away it waits to be
-    // recorded (nothing of it has started), and its end, once it has one,
-    // is kept until it is written (`db::outage`).
+    // where it ends before, or first when it works in a worktree (which is
+    // then marked working, so its work cannot be settled meanwhile); while
+    // the registry is away it waits to be recorded (nothing of it has
+    // started), and its end, once it has one, is kept until it is written
+    // (`db::outage`).
+    if spec.work.is_some() {
+        if !record_alone(&d, &run).await {
+            return not_recorded(&d, &run);
+        }
+        super::work::started(&d, &run).await;
+    }
     let mut finish = execute(&d, &run, &spec).await;
     if !run.recorded() && !record_alone(&d, &run).await {
-        d.grants.revoke_run(&run.id);
-        run.set_status(RunStatus::Error);
-        d.runs.remove(&run.id);
-        run.mark_done();
-        return;
+        return not_recorded(&d, &run);
     }
     // Whatever the outcome, what the member changed is committed before
     // anything else (F-W1, F-W6).
@@ -79,13 +83,24 @@ pub async fn supervise(d: Arc<Runner>, run: Arc<Run>, spec: Spec) {
     }
 }
 
+/// A run that could not be recorded: it leaves no trace.
+fn not_recorded(d: &Runner, run: &Run) {
+    d.grants.revoke_run(&run.id);
+    run.set_status(RunStatus::Error);
+    d.runs.remove(&run.id);
+    run.mark_done();
+}
+
 /// Records a run that ended before it took its session (stopped while
 /// queued, its thread unreadable): whether it is recorded. Not when its
 /// journal step was answered, or is being answered, by another run.
 async fn record_alone(d: &Runner, run: &Run) -> bool {
     let start = format!("the start of the run {}", run.id);
     match d.db.until_back(&start, || d.is_closed(), || d.db.insert_run(run.info(), run.step)).await {
-        Ok(()) => true,
+        Ok(()) => {
+            run.set_recorded();
+            true
+        }
         Err(e @ crate::db::DbError::StepTaken(_)) => {
             tracing::info!(run = run.id, "not started: {e}");
             false
@@ -106,9 +121,6 @@ async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec) -> Finish {
         Ok(p) => p,
         Err(f) => return f,
     };
-    if spec.work.is_some() {
-        super::work::started(d, run).await;
-    }
     let held = prepared.session.clone();
     // Before the agent runs, the session saw nothing new.
     let with_session = |mut f: Finish| {

@@ -40,7 +40,7 @@ use super::lifecycle::{Material, Summary};
 use super::messages::{NewMessage, Page};
 use super::pg::{self, Pg};
 use super::runs::{Finish, Orphan, RunStart};
-use super::sessions::{NewSession, SessionEnd, Taken};
+use super::sessions::{NewSession, SessionEnd};
 use super::sqlite::Sqlite;
 use super::threads::NewThread;
 use super::{DbError, DbResult, cost, inbox, search};
@@ -172,10 +172,10 @@ operations! {
     /// Records a run waiting to start, taking its journal step (pending → running) or failing with
     /// [`DbError::StepTaken`].
     fn insert_run(&self, run: RunInfo, step: Option<StepId>) -> DbResult<()>;
-    /// A run recorded as `insert_run` records it, with the session it takes (or is refused: the
-    /// refusal recorded, the run all the same) and the inbox items its prompt gives, in one
-    /// transaction ([`RunStart`]).
-    fn record_run(&self, start: RunStart) -> DbResult<Taken>;
+    /// A run recorded as `insert_run` records it, with the session it takes and the inbox items its
+    /// prompt gives, in one transaction ([`RunStart`]); the session, or why the run has none (a
+    /// refusal is recorded, the run all the same).
+    fn record_run(&self, start: RunStart) -> DbResult<DbResult<Session>>;
     /// The run's process started (its pid and backend session). Only a shared registry refuses it:
     /// [`DbError::MemberBusy`] when another node's run of the member streams on the thread.
     fn run_started(&self, run: RunInfo, pid: u32, pid_start: Option<u64>, session: Option<String>) -> DbResult<()>;

@@ -5,14 +5,16 @@
 //! recorded interrupted ([`Orphan`], [`Cut`]).
 
 use kd_proto::names::KING;
-use kd_proto::types::{MessageKind, Purpose, RouteType, RunInfo, RunMeta, RunStatus, SessionStatus, ThreadEvent};
+use kd_proto::types::{
+    MessageKind, Purpose, RouteType, RunInfo, RunMeta, RunStatus, Session, SessionStatus, ThreadEvent,
+};
 use serde_json::json;
 
 use super::events::NewEvent;
 use super::exchanges::RunEnd;
 use super::exchanges::StepId;
 use super::messages::NewMessage;
-use super::sessions::{NewSession, SessionEnd};
+use super::sessions::{NewSession, SessionEnd, Taken};
 use super::{DbError, DbResult};
 
 /// Runs another node is asked to stop on one of its threads (a King's
@@ -221,16 +223,42 @@ pub(crate) fn refuse_ended(id: &str, status: &str) -> DbResult<()> {
 /// one transaction (issue 31 item 17: one commit, not three): its row
 /// waiting (and its journal step, or [`DbError::StepTaken`] and nothing
 /// written), the session it holds — taken, or refused and the refusal
-/// recorded, the run all the same — and, once the session is taken, its
-/// member's inbox items of the thread its prompt gives it.
+/// recorded, the run all the same — and its member's inbox items of the
+/// thread its prompt gives it.
 #[derive(Debug, Clone)]
 pub struct RunStart {
     pub run: RunInfo,
     pub step: Option<StepId>,
+    /// Its row is written already (a work run: recorded before its
+    /// worktree is marked working): only what it takes here.
+    pub recorded: bool,
     pub session: TakeSession,
+    /// The run fails without its session (resume mode): then its inbox
+    /// items are given only with the session. Else (history mode, a prompt
+    /// of its own, a cut run asked again) a session refused, gone or
+    /// archived leaves the run without one, its items given all the same.
+    pub needs_session: bool,
     /// The member's pending inbox items of the thread up to this seq are
     /// given to the run.
     pub given: Option<u64>,
+}
+
+impl RunStart {
+    /// What the session's take comes to: its outcome for the run (a
+    /// refusal, or an error of a session it can do without), or an error
+    /// of the whole write.
+    pub(crate) fn took(needs_session: bool, taken: DbResult<Taken>) -> DbResult<DbResult<Session>> {
+        match taken {
+            Ok(t) => Ok(t.into()),
+            Err(e @ (DbError::NotFound(_) | DbError::Invalid(_))) if !needs_session => Ok(Err(e)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether the inbox items are given, the session having come to `session`.
+    pub(crate) fn gives(needs_session: bool, session: &DbResult<Session>) -> bool {
+        session.is_ok() || !needs_session
+    }
 }
 
 /// The session a starting run holds.

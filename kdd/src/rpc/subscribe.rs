@@ -181,8 +181,7 @@ async fn run(
         // meanwhile, a round is in the receiver too) — never an older
         // round after a newer.
         let ended = since_seq.map(|since| d.council.exchanges.ended_after(&thread, since)).unwrap_or_default();
-        let stood: Vec<ThreadEvent> =
-            ended.into_iter().chain(d.council.exchanges.current(&thread).and_then(|ex| ex.round_event())).collect();
+        let stood = as_they_stood(ended, d.council.exchanges.current(&thread).and_then(|ex| ex.round_event()));
         let mut since_begun = Vec::new();
         loop {
             match rx.try_recv() {
@@ -194,8 +193,7 @@ async fn run(
         let heard: HashSet<u64> =
             since_begun.iter().filter_map(|p| p.as_ref().ok().and_then(|p| round_of(p))).collect();
         for round in stood {
-            let ThreadEvent::Round { exchange, .. } = &round else { continue };
-            if heard.contains(exchange) {
+            if exchange_of(&round).is_none_or(|x| heard.contains(&x)) {
                 continue;
             }
             if let Ok(json) = serde_json::value::to_raw_value(&round)
@@ -304,6 +302,28 @@ async fn forward(
     out.raw(p.json.clone()).await
 }
 
+/// The rounds told as the exchanges stood: how the `ended` ones ended,
+/// then the `current` round — unless its exchange is among them: it is
+/// ending, and how it ended is remembered before its round is set, so the
+/// end is the newer (told after it, the round under way would be the last
+/// word of an exchange that is over).
+fn as_they_stood(mut ended: Vec<ThreadEvent>, current: Option<ThreadEvent>) -> Vec<ThreadEvent> {
+    if let Some(round) = current
+        && !ended.iter().any(|e| exchange_of(e) == exchange_of(&round))
+    {
+        ended.push(round);
+    }
+    ended
+}
+
+/// The exchange a round event is of.
+fn exchange_of(e: &ThreadEvent) -> Option<u64> {
+    match e {
+        ThreadEvent::Round { exchange, .. } => Some(*exchange),
+        _ => None,
+    }
+}
+
 /// The exchange a published round event is of (a round is of no run and
 /// no message).
 fn round_of(p: &Published) -> Option<u64> {
@@ -335,5 +355,29 @@ fn already_sent(snapshots: &HashMap<String, Seen>, mark: Option<&RunMark>) -> bo
         Some(RunMark::Started(id)) => snapshots.get(id).is_some_and(|s| s.started),
         Some(RunMark::Delta(id, chars)) => snapshots.get(id).is_some_and(|s| *chars <= s.chars),
         None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kd_proto::types::{RoundState, ThreadEvent};
+
+    use super::as_they_stood;
+
+    fn round(exchange: u64, state: RoundState) -> ThreadEvent {
+        ThreadEvent::Round { exchange, round: 1, rounds: 1, state, expected: vec!["claude".into()] }
+    }
+
+    #[test]
+    fn an_exchange_ended_and_current_is_told_as_it_ended_only() {
+        let (done, running) = (round(5, RoundState::Done), round(5, RoundState::Running));
+        let told = as_they_stood(vec![done.clone()], Some(running.clone()));
+        assert!(matches!(told.as_slice(), [ThreadEvent::Round { state: RoundState::Done, .. }]), "{told:?}");
+        // Another exchange under way is told after those that ended.
+        assert_eq!(
+            as_they_stood(vec![done.clone()], Some(round(7, RoundState::Running))),
+            [done, round(7, RoundState::Running)]
+        );
+        assert_eq!(as_they_stood(vec![], Some(running.clone())), [running]);
     }
 }

@@ -10,7 +10,7 @@ use crate::db::exchanges::{Kind, NewExchange, StepKey};
 use crate::db::inbox::Query;
 use crate::db::pg::compose::tests::routing;
 use crate::db::runs::{RunStart, TakeSession};
-use crate::db::sessions::{NewSession, Taken};
+use crate::db::sessions::NewSession;
 use crate::db::{Db, DbError, fixtures};
 
 /// Run `id` of codex answering the King's message 1 on `t1`.
@@ -70,8 +70,16 @@ async fn a_run_is_recorded_with_its_session_and_inbox_all_or_nothing() {
         let mut told = e.hub.subscribe("t1");
 
         // The run takes its step, a session, and what its prompt gives.
-        let start = RunStart { run: codex_run("r-1"), step: Some(step), session: new_session("r-1"), given: Some(2) };
-        let Taken::Allowed(session) = db.record_run(start).await.unwrap() else { panic!("{n}: refused") };
+        let start = |id: &str, step, session, needs_session, given| RunStart {
+            run: codex_run(id),
+            step,
+            recorded: false,
+            session,
+            needs_session,
+            given,
+        };
+        let session =
+            db.record_run(start("r-1", Some(step), new_session("r-1"), true, Some(2))).await.unwrap().unwrap();
         assert_eq!((session.status, session.holder.as_deref()), (SessionStatus::Active, Some("run r-1")), "{n}");
         assert_eq!(run_starts(db).await, ["r-1"], "{n}");
         assert!(db.orphan_runs().await.unwrap().iter().any(|o| o.id == "r-1"), "{n}: the run's row");
@@ -81,20 +89,39 @@ async fn a_run_is_recorded_with_its_session_and_inbox_all_or_nothing() {
 
         // Another run for the same step: refused, and nothing of it written
         // (no session taken, no row).
-        let again = RunStart { run: codex_run("r-2"), step: Some(step), session: new_session("r-2"), given: Some(2) };
-        assert!(matches!(db.record_run(again).await, Err(DbError::StepTaken(_))), "{n}");
+        let again = db.record_run(start("r-2", Some(step), new_session("r-2"), true, Some(2))).await;
+        assert!(matches!(again, Err(DbError::StepTaken(_))), "{n}: {again:?}");
         assert_eq!(run_starts(db).await, ["r-1"], "{n}");
         let sessions = db.sessions(Some("t1".into()), Some("codex".into()), None).await.unwrap();
         assert_eq!(sessions.len(), 1, "{n}: {sessions:?}");
 
-        // A run refused the session another holds: recorded all the same,
-        // the refusal too, and it gives nothing of the inbox.
+        // A run that needs the session another holds (resume mode): recorded
+        // all the same, the refusal too, and it gives nothing of the inbox.
         db.route(routing("t1", false)).await.unwrap();
-        let resume = TakeSession::Resume { id: session.id.clone(), holder: Some("run r-3".into()) };
-        let refused = RunStart { run: codex_run("r-3"), step: None, session: resume, given: Some(3) };
-        let taken = db.record_run(refused).await.unwrap();
-        assert!(matches!(taken, Taken::Rejected { ref session, .. } if *session == sessions[0].id), "{n}: {taken:?}");
+        let resume = |run: &str| TakeSession::Resume { id: session.id.clone(), holder: Some(format!("run {run}")) };
+        let refused = db.record_run(start("r-3", None, resume("r-3"), true, Some(3))).await.unwrap();
+        assert!(
+            matches!(refused, Err(DbError::SessionActive { ref session, .. }) if *session == sessions[0].id),
+            "{n}: {refused:?}"
+        );
         assert_eq!(run_starts(db).await, ["r-1", "r-3"], "{n}");
         assert_eq!(inbox(db, InboxStatus::Pending).await, [3], "{n}: not given");
+
+        // One that can do without it (history mode) runs without it, and
+        // what its prompt gives is given; a session gone is no error to it.
+        let refused = db.record_run(start("r-4", None, resume("r-4"), false, Some(3))).await.unwrap();
+        assert!(matches!(refused, Err(DbError::SessionActive { .. })), "{n}: {refused:?}");
+        assert_eq!(inbox(db, InboxStatus::Pending).await, Vec::<u64>::new(), "{n}: given");
+        let gone = TakeSession::Resume { id: "s-gone".into(), holder: None };
+        let without = db.record_run(start("r-5", None, gone.clone(), false, None)).await.unwrap();
+        assert!(matches!(without, Err(DbError::NotFound(_))), "{n}: {without:?}");
+        assert!(matches!(db.record_run(start("r-6", None, gone, true, None)).await, Err(DbError::NotFound(_))), "{n}");
+        assert_eq!(run_starts(db).await, ["r-1", "r-3", "r-4", "r-5"], "{n}: r-6 not recorded");
+
+        // A run recorded before (a work run): only its session here.
+        let mut work = start("r-5", None, new_session("r-5"), false, None);
+        work.recorded = true;
+        assert!(db.record_run(work).await.unwrap().is_err(), "{n}: r-1 holds codex's session");
+        assert_eq!(run_starts(db).await, ["r-1", "r-3", "r-4", "r-5"], "{n}: not recorded twice");
     }
 }

@@ -4,13 +4,12 @@
 //! recovery of runs a dead daemon left in flight.
 
 use deadpool_postgres::GenericClient;
-use kd_proto::types::{Message, Purpose, RunInfo, RunStatus, SessionStatus, ThreadEvent};
+use kd_proto::types::{Message, Purpose, RunInfo, RunStatus, Session, SessionStatus, ThreadEvent};
 
 use super::exchanges;
 use super::{ME, Pg, acks, cost, events, inbox, messages, sessions};
 use crate::db::exchanges::StepId;
 use crate::db::runs::{Cut, Finish, Orphan, RunStart, TakeSession, refuse_ended, spawned, waiting};
-use crate::db::sessions::Taken;
 use crate::db::{DbError, DbResult, Outbox, now_ms};
 
 /// Records a run that was accepted; subscribers hear `run_waiting`. A run
@@ -227,17 +226,20 @@ pub(crate) async fn record(
     start: RunStart,
     alive: sessions::Alive<'_>,
     out: &mut Outbox,
-) -> DbResult<Taken> {
-    let RunStart { run, step, session, given } = start;
-    insert(c, now, &run, step, out).await?;
+) -> DbResult<DbResult<Session>> {
+    let RunStart { run, step, recorded, session, needs_session, given } = start;
+    if !recorded {
+        insert(c, now, &run, step, out).await?;
+    }
     let taken = match session {
-        TakeSession::New(s) => sessions::start(c, now, s, alive).await?,
-        TakeSession::Resume { id, holder } => sessions::resume(c, now, &id, holder.as_deref(), None, alive).await?,
+        TakeSession::New(s) => sessions::start(c, now, s, alive).await,
+        TakeSession::Resume { id, holder } => sessions::resume(c, now, &id, holder.as_deref(), None, alive).await,
     };
-    if let (Some(upto), Taken::Allowed(_)) = (given, &taken) {
+    let session = RunStart::took(needs_session, taken)?;
+    if let Some(upto) = given.filter(|_| RunStart::gives(needs_session, &session)) {
         inbox::given(c, now, &run.thread, &run.member, upto, &run.id).await?;
     }
-    Ok(taken)
+    Ok(session)
 }
 
 impl Pg {
@@ -249,7 +251,7 @@ impl Pg {
         self.commit(tx, out).await
     }
 
-    pub async fn record_run(&self, start: RunStart) -> DbResult<Taken> {
+    pub async fn record_run(&self, start: RunStart) -> DbResult<DbResult<Session>> {
         let mut c = self.conn().await?;
         let tx = c.transaction().await?;
         let mut out = Outbox::default();

@@ -1,12 +1,11 @@
 //! The SQLite side of [`crate::db::runs`]: its SQL and the engine's operations.
 
-use kd_proto::types::{Message, Purpose, RunInfo, RunStatus, SessionStatus, ThreadEvent};
+use kd_proto::types::{Message, Purpose, RunInfo, RunStatus, Session, SessionStatus, ThreadEvent};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{acks, cost, events, exchanges, inbox, messages, sessions};
 use crate::db::exchanges::StepId;
 use crate::db::runs::{Cut, Finish, Orphan, RunStart, STOPPED_IN_FLIGHT, TakeSession, refuse_ended, spawned, waiting};
-use crate::db::sessions::Taken;
 use crate::db::{DbError, DbResult, Outbox};
 
 /// Records a run that was accepted; subscribers hear `run_waiting`. A run
@@ -50,17 +49,20 @@ pub fn record(
     start: RunStart,
     alive: &dyn Fn(u32) -> bool,
     out: &mut Outbox,
-) -> DbResult<Taken> {
-    let RunStart { run, step, session, given } = start;
-    insert(conn, now, &run, step, out)?;
+) -> DbResult<DbResult<Session>> {
+    let RunStart { run, step, recorded, session, needs_session, given } = start;
+    if !recorded {
+        insert(conn, now, &run, step, out)?;
+    }
     let taken = match session {
-        TakeSession::New(s) => sessions::start(conn, now, s, alive)?,
-        TakeSession::Resume { id, holder } => sessions::resume(conn, now, &id, holder.as_deref(), None, alive)?,
+        TakeSession::New(s) => sessions::start(conn, now, s, alive),
+        TakeSession::Resume { id, holder } => sessions::resume(conn, now, &id, holder.as_deref(), None, alive),
     };
-    if let (Some(upto), Taken::Allowed(_)) = (given, &taken) {
+    let session = RunStart::took(needs_session, taken)?;
+    if let Some(upto) = given.filter(|_| RunStart::gives(needs_session, &session)) {
         inbox::given(conn, now, &run.thread, &run.member, upto, &run.id)?;
     }
-    Ok(taken)
+    Ok(session)
 }
 
 /// Records the agent's pid (and start time) the moment it is spawned.
@@ -196,7 +198,7 @@ impl super::Sqlite {
         self.write_now(move |c, out| insert(c, crate::db::now_ms(), &run, step, out)).await
     }
 
-    pub async fn record_run(&self, start: RunStart) -> DbResult<Taken> {
+    pub async fn record_run(&self, start: RunStart) -> DbResult<DbResult<Session>> {
         self.write_now(move |c, out| record(c, crate::db::now_ms(), start, &crate::proc::pid_alive, out)).await
     }
 
