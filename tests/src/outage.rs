@@ -136,9 +136,12 @@ impl Outage {
         std::fs::read_to_string(self.dir.path().join("kdd.log")).unwrap_or_default()
     }
 
-    /// Waits until kdd's log holds `needle`.
+    /// Waits until kdd's log holds `needle`: up to twice [`crate::DEADLINE`],
+    /// since against a write lock another program holds each write kdd
+    /// tries first waits out its busy timeout (5 s), and several may come
+    /// before the one looked for (a CI run saw six in a row, 30 s).
     pub async fn logged(&self, needle: &str) {
-        let found = tokio::time::timeout(crate::DEADLINE, async {
+        let found = tokio::time::timeout(crate::DEADLINE * 2, async {
             while !self.log().contains(needle) {
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
