@@ -27,7 +27,8 @@ use crate::db::runs::Finish;
 use crate::prompt;
 use kd_proto::types::RunStatus;
 
-/// How often the text streamed so far is saved.
+/// How often the text streamed so far (and, once, the backend's session) is
+/// saved.
 const SAVE_EVERY: Duration = Duration::from_secs(1);
 /// How long output may keep coming after the agent exited (children that
 /// inherited its stdout are killed after this).
@@ -150,12 +151,6 @@ pub(super) async fn execute(d: &Runner, run: &Run, spec: &Spec, prepared: Prepar
                         take_line(line, agent.format, &mut transcript, &mut delta, &run.id);
                         next = reader.next_buffered();
                     }
-                    // The backend's session is saved the moment it is known,
-                    // so that a run cut by a crash is resumed in it (F-J2).
-                    if !session_seen && let Some(id) = &transcript.session_id {
-                        session_seen = true;
-                        d.session_seen(run, id).await;
-                    }
                     over_cap = !publish(d, run, &label.push(&delta), cap);
                 }
                 Ok(None) | Err(_) => break,
@@ -183,6 +178,14 @@ pub(super) async fn execute(d: &Runner, run: &Run, spec: &Spec, prepared: Prepar
                 kill_at.as_mut().reset(tokio::time::Instant::now() + far);
             }
             _ = save.tick() => {
+                // The backend's session is saved with the text, before it,
+                // so that a run cut by a crash is resumed in it (F-J2); a
+                // run that ends sooner carries it in its end — one write
+                // fewer a run (issue 31, item 17).
+                if !session_seen && let Some(id) = &transcript.session_id {
+                    session_seen = true;
+                    d.session_seen(run, id).await;
+                }
                 // Only what is new since the last save.
                 let (new, len) = run.text_since(saved_bytes);
                 if !new.is_empty() {
@@ -193,6 +196,15 @@ pub(super) async fn execute(d: &Runner, run: &Run, spec: &Spec, prepared: Prepar
                 }
             }
         }
+    }
+    // A run stopped before its first save (kdd stopping cuts it, to be
+    // asked again after the restart in its backend session): saved now,
+    // before its end.
+    if !session_seen
+        && run.stop_reason().is_some()
+        && let Some(id) = &transcript.session_id
+    {
+        d.session_seen(run, id).await;
     }
     if !over_cap {
         publish(d, run, &label.finish(), cap);

@@ -184,7 +184,8 @@ operations! {
     /// A run ended: its message, cost, acknowledgements, run row, journal step and session end, in
     /// one transaction.
     fn finish_run(&self, run: RunInfo, f: Finish) -> DbResult<Message>;
-    /// The backend's own session id of a run, as soon as it is known.
+    /// The backend's own session id of a run, saved while it runs (a CLI
+    /// agent's with its partial text: `agent::cli`).
     fn run_session_seen(&self, run: String, backend: String) -> DbResult<()>;
     /// The runs a dead daemon left in flight.
     fn orphan_runs(&self) -> DbResult<Vec<Orphan>>;

@@ -303,7 +303,8 @@ impl Pg {
         Ok(message)
     }
 
-    /// The backend's own session id of a run, as soon as it is known.
+    /// The backend's own session id of a run, saved while it runs (a CLI
+    /// agent's with its partial text: `agent::cli`).
     pub async fn run_session_seen(&self, run: String, backend: String) -> DbResult<()> {
         let mut c = self.conn().await?;
         let tx = c.transaction().await?;

@@ -222,7 +222,8 @@ impl super::Sqlite {
         self.write_if_small(small, move |c, out| finish(c, crate::db::now_ms(), &run, f, out)).await
     }
 
-    /// The backend's own session id of a run, as soon as it is known.
+    /// The backend's own session id of a run, saved while it runs (a CLI
+    /// agent's with its partial text: `agent::cli`).
     pub async fn run_session_seen(&self, run: String, backend: String) -> DbResult<()> {
         self.write_now(move |c, _| exchanges::step_session(c, &run, &backend)).await
     }
