@@ -180,8 +180,9 @@ pub(super) async fn execute(d: &Runner, run: &Run, spec: &Spec, prepared: Prepar
             _ = save.tick() => {
                 // The backend's session is saved with the text, before it,
                 // so that a run cut by a crash is resumed in it (F-J2); a
-                // run that ends sooner carries it in its end — one write
-                // fewer a run (issue 31, item 17).
+                // run that ends sooner gives it with its end (kdd stopping
+                // cuts it: its step keeps the session for the answer asked
+                // again) — one write fewer a run (issue 31, item 17).
                 if !session_seen && let Some(id) = &transcript.session_id {
                     session_seen = true;
                     d.session_seen(run, id).await;
@@ -196,15 +197,6 @@ pub(super) async fn execute(d: &Runner, run: &Run, spec: &Spec, prepared: Prepar
                 }
             }
         }
-    }
-    // A run stopped before its first save (kdd stopping cuts it, to be
-    // asked again after the restart in its backend session): saved now,
-    // before its end.
-    if !session_seen
-        && run.stop_reason().is_some()
-        && let Some(id) = &transcript.session_id
-    {
-        d.session_seen(run, id).await;
     }
     if !over_cap {
         publish(d, run, &label.finish(), cap);

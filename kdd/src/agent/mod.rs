@@ -133,8 +133,9 @@ impl Runner {
         self.closed.clone()
     }
 
-    /// The backend named `run`'s session `backend`: saved at once on its
-    /// journal step, so that a run cut by a crash resumes in it (F-J2).
+    /// The backend named `run`'s session `backend`: saved on its journal
+    /// step while it runs, so that a run cut by a crash resumes in it
+    /// (F-J2). (A run that ends first gives it with its end.)
     pub async fn session_seen(&self, run: &registry::Run, backend: &str) {
         if run.step.is_none() {
             return;

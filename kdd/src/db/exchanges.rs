@@ -122,22 +122,42 @@ pub enum RunEnd {
     /// Cancelled by the King.
     Cancelled { reason: String },
     /// The daemon stopped or died while it ran: message `seq` holds what it
-    /// had said, which the next answer replaces.
-    Interrupted { seq: u64 },
+    /// had said, which the next answer replaces, in `backend_session` (the
+    /// backend's own session it ran in, when known) if the step has none
+    /// yet — a run saves it only every second while it streams.
+    Interrupted { seq: u64, backend_session: Option<String> },
+}
+
+/// What the step of a run becomes as the run ends ([`RunEnd::step`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StepEnd<'a> {
+    pub state: &'static str,
+    /// Its message.
+    pub seq: Option<u64>,
+    /// Why it failed or was cancelled.
+    pub reason: Option<String>,
+    /// The message the next answer replaces.
+    pub replaces: Option<u64>,
+    /// The backend session the next answer resumes, kept where the step
+    /// has none.
+    pub backend_session: Option<&'a str>,
 }
 
 impl RunEnd {
-    /// What the step of a run that ended so becomes: its state, its
-    /// message, why, and the message the next answer replaces. An
-    /// interrupted run's step is pending again while its exchange is
-    /// `open`, else cancelled.
-    pub(crate) fn step(&self, open: bool) -> (&'static str, Option<u64>, Option<String>, Option<u64>) {
+    /// What the step of a run that ended so becomes. An interrupted run's
+    /// step is pending again while its exchange is `open`, else cancelled.
+    pub(crate) fn step(&self, open: bool) -> StepEnd<'_> {
+        let end = |state, seq, reason| StepEnd { state, seq, reason, replaces: None, backend_session: None };
         match self {
-            RunEnd::Done { seq } => ("done", Some(*seq), None, None),
-            RunEnd::Failed { seq, reason } => ("failed", Some(*seq), Some(reason.clone()), None),
-            RunEnd::Cancelled { reason } => ("cancelled", None, Some(reason.clone()), None),
-            RunEnd::Interrupted { seq } if open => ("pending", None, None, Some(*seq)),
-            RunEnd::Interrupted { .. } => ("cancelled", None, Some("the exchange was stopped".into()), None),
+            RunEnd::Done { seq } => end("done", Some(*seq), None),
+            RunEnd::Failed { seq, reason } => end("failed", Some(*seq), Some(reason.clone())),
+            RunEnd::Cancelled { reason } => end("cancelled", None, Some(reason.clone())),
+            RunEnd::Interrupted { seq, backend_session } if open => StepEnd {
+                replaces: Some(*seq),
+                backend_session: backend_session.as_deref(),
+                ..end("pending", None, None)
+            },
+            RunEnd::Interrupted { .. } => end("cancelled", None, Some("the exchange was stopped".into())),
         }
     }
 }

@@ -92,7 +92,9 @@ impl Finish {
     pub(crate) fn step_end(&self, seq: u64) -> RunEnd {
         match self.status {
             RunStatus::Done => RunEnd::Done { seq },
-            RunStatus::Interrupted => RunEnd::Interrupted { seq },
+            RunStatus::Interrupted => {
+                RunEnd::Interrupted { seq, backend_session: self.meta.backend_session_id.clone() }
+            }
             RunStatus::Cancelled => {
                 RunEnd::Cancelled { reason: self.error.clone().unwrap_or_else(|| "cancelled".into()) }
             }

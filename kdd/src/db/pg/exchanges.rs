@@ -176,8 +176,8 @@ pub(crate) async fn step_started(
     Ok(taken.is_some())
 }
 
-/// Records the backend's own session id of the run holding a step, as soon
-/// as the agent reports it.
+/// Records the backend's own session id of the run holding a step while it
+/// runs (a run that is interrupted before gives it with its end).
 pub(crate) async fn step_session(c: &impl GenericClient, run: &str, backend_session: &str) -> DbResult<()> {
     let st = c
         .prepare_cached("UPDATE exchange_steps SET backend_session = $2 WHERE run_id = $1 AND state = 'running'")
@@ -206,15 +206,16 @@ pub(crate) async fn step_finished(c: &impl GenericClient, now: i64, run: &str, e
     };
     let (id, x): (StepId, ExchangeId) = (row.try_get(0)?, row.try_get(1)?);
     let open = locked(c, x).await?.is_some_and(|e| e.state == ExchangeState::Open);
-    let (state, seq, reason, replaces) = end.step(open);
+    let e = end.step(open);
     let st = c
         .prepare_cached(
             "UPDATE exchange_steps SET state = $2, message_seq = $3, reason = $4, \
-             replaces_seq = coalesce($5, replaces_seq), updated_at = $6 \
-             WHERE id = $1 AND state = 'running' AND run_id = $7",
+             replaces_seq = coalesce($5, replaces_seq), backend_session = coalesce(backend_session, $8), \
+             updated_at = $6 WHERE id = $1 AND state = 'running' AND run_id = $7",
         )
         .await?;
-    c.execute(&st, &[&id, &state, &seq.map(|s| s as i64), &reason, &replaces.map(|s| s as i64), &now, &run]).await?;
+    let (seq, replaces) = (e.seq.map(|s| s as i64), e.replaces.map(|s| s as i64));
+    c.execute(&st, &[&id, &e.state, &seq, &e.reason, &replaces, &now, &run, &e.backend_session]).await?;
     settle(c, now, x).await
 }
 

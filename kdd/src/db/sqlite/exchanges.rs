@@ -95,8 +95,8 @@ pub fn step_started(conn: &Connection, now: i64, id: StepId, run: &str, reply_to
     Ok(n == 1)
 }
 
-/// Records the backend's own session id of the run holding a step, as soon
-/// as the agent reports it.
+/// Records the backend's own session id of the run holding a step while it
+/// runs (a run that is interrupted before gives it with its end).
 pub fn step_session(conn: &Connection, run: &str, backend_session: &str) -> DbResult<()> {
     conn.prepare_cached("UPDATE exchange_steps SET backend_session = ?2 WHERE run_id = ?1 AND state = 'running'")?
         .execute(params![run, backend_session])?;
@@ -122,12 +122,21 @@ pub fn step_finished(conn: &Connection, now: i64, run: &str, end: &RunEnd) -> Db
         return Ok(());
     };
     let open = get(conn, x)?.is_some_and(|e| e.state == ExchangeState::Open);
-    let (state, seq, reason, replaces) = end.step(open);
+    let e = end.step(open);
     conn.prepare_cached(
         "UPDATE exchange_steps SET state = ?2, message_seq = ?3, reason = ?4, \
-         replaces_seq = coalesce(?5, replaces_seq), updated_at = ?6 WHERE id = ?1 AND state = 'running'",
+         replaces_seq = coalesce(?5, replaces_seq), backend_session = coalesce(backend_session, ?7), \
+         updated_at = ?6 WHERE id = ?1 AND state = 'running'",
     )?
-    .execute(params![id, state, seq.map(|s| s as i64), reason, replaces.map(|s| s as i64), now])?;
+    .execute(params![
+        id,
+        e.state,
+        e.seq.map(|s| s as i64),
+        e.reason,
+        e.replaces.map(|s| s as i64),
+        now,
+        e.backend_session
+    ])?;
     settle(conn, now, x)
 }
 

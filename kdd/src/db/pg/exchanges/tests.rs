@@ -81,6 +81,20 @@ async fn a_step_exists_once_and_is_taken_by_one_run_only() {
 }
 
 #[tokio::test]
+async fn an_interrupted_step_keeps_the_backend_session_its_run_ended_in_when_none_was_saved() {
+    let Some((pg, _db)) = db().await else { return };
+    let c = pg.conn().await.unwrap();
+    let x = council(&c, 1, &["claude"]).await;
+    let k = key(1, "claude", Purpose::Answer, 0);
+    let s = the_step(&c, x.id, &k).await;
+    step_started(&c, 21, s.id, "r-1", Some(1)).await.unwrap();
+    let end = RunEnd::Interrupted { seq: 2, backend_session: Some("claude-session-7".into()) };
+    step_finished(&c, 30, "r-1", &end).await.unwrap();
+    let s = the_step(&c, x.id, &k).await;
+    assert_eq!((s.state, s.backend_session.as_deref()), (StepState::Pending, Some("claude-session-7")));
+}
+
+#[tokio::test]
 async fn an_interrupted_step_is_pending_again_with_what_the_next_answer_replaces() {
     let Some((pg, _db)) = db().await else { return };
     let c = pg.conn().await.unwrap();
@@ -89,7 +103,9 @@ async fn an_interrupted_step_is_pending_again_with_what_the_next_answer_replaces
     let s = the_step(&c, x.id, &k).await;
     step_started(&c, 21, s.id, "r-1", Some(1)).await.unwrap();
     step_session(&c, "r-1", "claude-session-9").await.unwrap();
-    step_finished(&c, 30, "r-1", &RunEnd::Interrupted { seq: 2 }).await.unwrap();
+    // The backend session saved while it ran is kept.
+    let end = RunEnd::Interrupted { seq: 2, backend_session: Some("claude-session-10".into()) };
+    step_finished(&c, 30, "r-1", &end).await.unwrap();
     let s = the_step(&c, x.id, &k).await;
     assert_eq!(
         (s.state, s.replaces_seq, s.backend_session.as_deref()),
@@ -152,7 +168,7 @@ async fn a_new_king_message_supersedes_the_open_exchange_and_a_stopped_one_takes
         Opened::Ended(ExchangeState::Stopped)
     );
     // Its run in flight, interrupted, is not asked again.
-    step_finished(&c, 31, "r-1", &RunEnd::Interrupted { seq: 3 }).await.unwrap();
+    step_finished(&c, 31, "r-1", &RunEnd::Interrupted { seq: 3, backend_session: None }).await.unwrap();
     assert_eq!(steps(&c, old.id).await.unwrap()[0].state, StepState::Cancelled);
     assert_eq!(unfinished(&c).await.unwrap().iter().map(|x| x.id).collect::<Vec<_>>(), [new.id]);
     // A completion is not superseded by a King message.

@@ -65,6 +65,19 @@ fn a_step_exists_once_and_is_taken_by_one_run_only() {
 }
 
 #[test]
+fn an_interrupted_step_keeps_the_backend_session_its_run_ended_in_when_none_was_saved() {
+    let conn = db();
+    let x = council(&conn, 1, &["claude"]);
+    let k = key(1, "claude", Purpose::Answer, 0);
+    let s = the_step(&conn, x.id, &k);
+    step_started(&conn, 21, s.id, "r-1", Some(1)).unwrap();
+    let end = RunEnd::Interrupted { seq: 2, backend_session: Some("claude-session-7".into()) };
+    step_finished(&conn, 30, "r-1", &end).unwrap();
+    let s = the_step(&conn, x.id, &k);
+    assert_eq!((s.state, s.backend_session.as_deref()), (StepState::Pending, Some("claude-session-7")));
+}
+
+#[test]
 fn an_interrupted_step_is_pending_again_with_what_the_next_answer_replaces() {
     let conn = db();
     let x = council(&conn, 1, &["claude"]);
@@ -72,7 +85,9 @@ fn an_interrupted_step_is_pending_again_with_what_the_next_answer_replaces() {
     let s = the_step(&conn, x.id, &k);
     step_started(&conn, 21, s.id, "r-1", Some(1)).unwrap();
     step_session(&conn, "r-1", "claude-session-9").unwrap();
-    step_finished(&conn, 30, "r-1", &RunEnd::Interrupted { seq: 2 }).unwrap();
+    // The backend session saved while it ran is kept.
+    let end = RunEnd::Interrupted { seq: 2, backend_session: Some("claude-session-10".into()) };
+    step_finished(&conn, 30, "r-1", &end).unwrap();
     let s = the_step(&conn, x.id, &k);
     assert_eq!(
         (s.state, s.replaces_seq, s.backend_session.as_deref()),
@@ -133,7 +148,7 @@ fn a_new_king_message_supersedes_the_open_exchange_and_a_stopped_one_takes_no_st
         Opened::Ended(ExchangeState::Stopped)
     );
     // Its run in flight, interrupted, is not asked again.
-    step_finished(&conn, 31, "r-1", &RunEnd::Interrupted { seq: 3 }).unwrap();
+    step_finished(&conn, 31, "r-1", &RunEnd::Interrupted { seq: 3, backend_session: None }).unwrap();
     assert_eq!(steps(&conn, old.id).unwrap()[0].state, StepState::Cancelled);
     assert_eq!(unfinished(&conn).unwrap().iter().map(|x| x.id).collect::<Vec<_>>(), [new.id]);
     // A completion is not superseded by a King message.
