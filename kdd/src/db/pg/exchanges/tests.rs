@@ -81,24 +81,10 @@ async fn a_step_exists_once_and_is_taken_by_one_run_only() {
 }
 
 #[tokio::test]
-async fn an_interrupted_step_keeps_the_backend_session_its_run_ended_in_when_none_was_saved() {
-    let Some((pg, _db)) = db().await else { return };
-    let c = pg.conn().await.unwrap();
-    let x = council(&c, 1, &["claude"]).await;
-    let k = key(1, "claude", Purpose::Answer, 0);
-    let s = the_step(&c, x.id, &k).await;
-    step_started(&c, 21, s.id, "r-1", Some(1)).await.unwrap();
-    let end = RunEnd::Interrupted { seq: 2, backend_session: Some("claude-session-7".into()) };
-    step_finished(&c, 30, "r-1", &end).await.unwrap();
-    let s = the_step(&c, x.id, &k).await;
-    assert_eq!((s.state, s.backend_session.as_deref()), (StepState::Pending, Some("claude-session-7")));
-}
-
-#[tokio::test]
 async fn an_interrupted_step_is_pending_again_with_what_the_next_answer_replaces() {
     let Some((pg, _db)) = db().await else { return };
     let c = pg.conn().await.unwrap();
-    let x = council(&c, 1, &["claude"]).await;
+    let x = council(&c, 1, &["claude", "codex"]).await;
     let k = key(1, "claude", Purpose::Answer, 0);
     let s = the_step(&c, x.id, &k).await;
     step_started(&c, 21, s.id, "r-1", Some(1)).await.unwrap();
@@ -121,6 +107,14 @@ async fn an_interrupted_step_is_pending_again_with_what_the_next_answer_replaces
     step_finished(&c, 50, "r-2", &RunEnd::Done { seq: 3 }).await.unwrap();
     let s = the_step(&c, x.id, &k).await;
     assert_eq!((s.state, s.message_seq), (StepState::Done, Some(3)));
+    // A run that saved no backend session while it ran leaves the one its
+    // end gives on the step.
+    let k = key(1, "codex", Purpose::Answer, 0);
+    step_started(&c, 60, the_step(&c, x.id, &k).await.id, "r-3", Some(1)).await.unwrap();
+    let end = RunEnd::Interrupted { seq: 4, backend_session: Some("codex-session-7".into()) };
+    step_finished(&c, 61, "r-3", &end).await.unwrap();
+    let s = the_step(&c, x.id, &k).await;
+    assert_eq!((s.state, s.backend_session.as_deref()), (StepState::Pending, Some("codex-session-7")));
 }
 
 #[tokio::test]

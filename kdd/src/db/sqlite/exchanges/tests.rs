@@ -65,22 +65,9 @@ fn a_step_exists_once_and_is_taken_by_one_run_only() {
 }
 
 #[test]
-fn an_interrupted_step_keeps_the_backend_session_its_run_ended_in_when_none_was_saved() {
-    let conn = db();
-    let x = council(&conn, 1, &["claude"]);
-    let k = key(1, "claude", Purpose::Answer, 0);
-    let s = the_step(&conn, x.id, &k);
-    step_started(&conn, 21, s.id, "r-1", Some(1)).unwrap();
-    let end = RunEnd::Interrupted { seq: 2, backend_session: Some("claude-session-7".into()) };
-    step_finished(&conn, 30, "r-1", &end).unwrap();
-    let s = the_step(&conn, x.id, &k);
-    assert_eq!((s.state, s.backend_session.as_deref()), (StepState::Pending, Some("claude-session-7")));
-}
-
-#[test]
 fn an_interrupted_step_is_pending_again_with_what_the_next_answer_replaces() {
     let conn = db();
-    let x = council(&conn, 1, &["claude"]);
+    let x = council(&conn, 1, &["claude", "codex"]);
     let k = key(1, "claude", Purpose::Answer, 0);
     let s = the_step(&conn, x.id, &k);
     step_started(&conn, 21, s.id, "r-1", Some(1)).unwrap();
@@ -103,6 +90,14 @@ fn an_interrupted_step_is_pending_again_with_what_the_next_answer_replaces() {
     step_finished(&conn, 50, "r-2", &RunEnd::Done { seq: 3 }).unwrap();
     let s = the_step(&conn, x.id, &k);
     assert_eq!((s.state, s.message_seq), (StepState::Done, Some(3)));
+    // A run that saved no backend session while it ran leaves the one its
+    // end gives on the step.
+    let k = key(1, "codex", Purpose::Answer, 0);
+    step_started(&conn, 60, the_step(&conn, x.id, &k).id, "r-3", Some(1)).unwrap();
+    let end = RunEnd::Interrupted { seq: 4, backend_session: Some("codex-session-7".into()) };
+    step_finished(&conn, 61, "r-3", &end).unwrap();
+    let s = the_step(&conn, x.id, &k);
+    assert_eq!((s.state, s.backend_session.as_deref()), (StepState::Pending, Some("codex-session-7")));
 }
 
 #[test]
