@@ -1,6 +1,11 @@
 //! Fan-out of thread events to subscribers.
 //!
 //! One `tokio::sync::broadcast` channel per thread that has subscribers.
+//! A channel whose last subscriber left is kept for the thread's next one
+//! (a few, [`IDLE_KEPT`]): `kd ask` subscribes to a thread at every
+//! question, and making and dropping a channel of [`CAPACITY`] slots each
+//! time (320 KiB, written whole) was a few per cent of kdd's work on an
+//! ask (issue 31, item 17).
 //! An event is serialised once, when published, and every subscriber sends
 //! the same JSON. A subscriber that falls more than [`CAPACITY`] events
 //! behind loses the oldest and is told how many (`lagged`); messages are
@@ -23,6 +28,11 @@ use tokio::sync::broadcast;
 
 /// Events buffered per thread for the slowest subscriber.
 pub const CAPACITY: usize = 8192;
+
+/// Channels kept without a subscriber, for their threads' next: past it,
+/// those without one are dropped when another thread's channel is made.
+/// (A channel holds no event once every subscriber has read or left it.)
+pub const IDLE_KEPT: usize = 4;
 
 /// An event as published: its JSON, and what subscribers need to skip
 /// what they already sent (the message seq, the run it concerns).
@@ -85,6 +95,9 @@ impl Hub {
         match threads.get(thread) {
             Some(tx) => tx.subscribe(),
             None => {
+                if threads.values().filter(|tx| tx.receiver_count() == 0).nth(IDLE_KEPT.saturating_sub(1)).is_some() {
+                    threads.retain(|_, tx| tx.receiver_count() > 0);
+                }
                 let (tx, rx) = broadcast::channel(CAPACITY);
                 threads.insert(thread.to_string(), tx);
                 rx
@@ -162,14 +175,8 @@ impl Hub {
             let _ = self.approvals.0.send(Arc::new(a));
         }
         let tx = {
-            let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
-            match threads.get(thread) {
-                Some(tx) if tx.receiver_count() == 0 => {
-                    threads.remove(thread);
-                    None
-                }
-                tx => tx.cloned(),
-            }
+            let threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
+            threads.get(thread).filter(|tx| tx.receiver_count() > 0).cloned()
         };
         if tx.is_none() && relay.is_none() {
             return;
@@ -255,11 +262,33 @@ mod tests {
     }
 
     #[test]
-    fn a_thread_without_subscribers_is_forgotten() {
+    fn a_few_threads_without_subscribers_are_kept_for_their_next_one() {
         let hub = Hub::new();
-        drop(hub.subscribe("t"));
+        let kept = |hub: &Hub| {
+            let mut t: Vec<String> = hub.threads.lock().unwrap().keys().cloned().collect();
+            t.sort();
+            t
+        };
+        let mut first = hub.subscribe("t");
         hub.publish("t", message(1));
-        assert!(hub.threads.lock().map(|t| t.is_empty()).unwrap_or(false));
+        drop(first);
+        hub.publish("t", message(2));
+        assert_eq!(kept(&hub), ["t"], "kept for the thread's next subscriber");
+        // The next subscriber has the same channel, and nothing of before.
+        first = hub.subscribe("t");
+        assert!(first.try_recv().is_err(), "nothing of before");
+        hub.publish("t", message(3));
+        assert_eq!(first.try_recv().unwrap().seq, Some(3));
+        assert!(!hub.is_watched("u") && hub.watched() == ["t"]);
+        // Past the bound, those without a subscriber go as a thread's is made.
+        for t in ["a", "b", "c", "d"] {
+            drop(hub.subscribe(t));
+        }
+        assert_eq!(kept(&hub), ["a", "b", "c", "d", "t"]);
+        drop(hub.subscribe("e"));
+        assert_eq!(kept(&hub), ["e", "t"], "the watched thread stays");
+        drop(first);
+        assert!(hub.watched().is_empty());
     }
 
     #[test]

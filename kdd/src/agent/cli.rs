@@ -17,13 +17,13 @@ use super::lines::{Line, LineReader};
 use super::mcp;
 use super::outcome::{failed, outcome, spawn_error};
 use super::parse::{self, Transcript};
-use super::prepare::Prepared;
+use super::prepare::{Held, Prepared, record_deferred};
 use super::process;
 use super::registry::{Run, StopReason};
 use super::spec::Spec;
 use super::stream::{publish, record_start};
 use crate::config::Backend;
-use crate::db::runs::Finish;
+use crate::db::runs::{Finish, Spawned};
 use crate::prompt;
 use kd_proto::types::RunStatus;
 
@@ -39,9 +39,9 @@ const STDERR_TAIL: usize = 8 * 1024;
 pub(super) async fn execute(d: &Runner, run: &Run, spec: &Spec, prepared: Prepared) -> Finish {
     let member = run.member.clone();
     let agent = &spec.agent;
-    let held = prepared.session.clone();
+    let mut held = prepared.session.clone();
     // Before the agent runs, the session saw nothing new.
-    let with_session = |mut f: Finish| {
+    let with_session = |held: &Option<Held>, mut f: Finish| {
         f.session = held.as_ref().map(|h| h.end(false));
         f
     };
@@ -83,10 +83,11 @@ pub(super) async fn execute(d: &Runner, run: &Run, spec: &Spec, prepared: Prepar
     inv.env.extend(run.token().map(|t| (process::TOKEN_VAR.to_string(), t)));
     let mut child = match process::spawn_off(&inv, spec.cwd()).await {
         Ok(c) => c,
-        Err(e) => return with_session(failed(&member, RunStatus::Error, spawn_error(&inv, agent, &e))),
+        Err(e) => return with_session(&held, failed(&member, RunStatus::Error, spawn_error(&inv, agent, &e))),
     };
     let Some(pid) = child.id() else {
-        return with_session(failed(&member, RunStatus::Error, "the agent exited before it could be watched".into()));
+        let why = "the agent exited before it could be watched".into();
+        return with_session(&held, failed(&member, RunStatus::Error, why));
     };
     let started = process::start_time(pid);
     let mut feed = || {
@@ -105,16 +106,31 @@ pub(super) async fn execute(d: &Runner, run: &Run, spec: &Spec, prepared: Prepar
     if !refusable {
         feed();
     }
-    if let Err(busy) = record_start(d, run, pid, started, held.as_ref()).await {
-        let _ = child.start_kill();
-        return with_session(failed(&member, RunStatus::Error, busy));
+    match prepared.deferred {
+        // Recorded now, started (prepare::Deferred).
+        Some(deferred) => {
+            run.set_started(pid);
+            match record_deferred(d, run, deferred, Some(Spawned { pid, start: started })).await {
+                Ok(h) => held = h,
+                Err(f) => {
+                    let _ = child.start_kill();
+                    return f;
+                }
+            }
+        }
+        None => {
+            if let Err(busy) = record_start(d, run, pid, started, held.as_ref()).await {
+                let _ = child.start_kill();
+                return with_session(&held, failed(&member, RunStatus::Error, busy));
+            }
+        }
     }
     if refusable {
         feed();
     }
     let stderr = child.stderr.take().map(|err| super::lines::tail(err, STDERR_TAIL));
     let Some(stdout) = child.stdout.take() else {
-        return with_session(failed(&member, RunStatus::Error, "no stdout from the agent".into()));
+        return with_session(&held, failed(&member, RunStatus::Error, "no stdout from the agent".into()));
     };
 
     let mut label = prompt::LabelStripper::new(&member);

@@ -4,7 +4,10 @@
 //! resume mode resumes this thread's own session of the agent (never
 //! another thread's, never twice at once) and sends only what that session
 //! has not been given. The run is recorded as it takes its session, with
-//! the inbox items its prompt gives, in one write ([`record`]).
+//! the inbox items its prompt gives, in one write ([`record`]) — on a
+//! registry no other node shares, a run with a session it can do without
+//! is recorded only once its agent is spawned, with its pid, in that one
+//! write ([`Deferred`]).
 
 use std::sync::Arc;
 
@@ -16,16 +19,45 @@ use super::registry::Run;
 use super::spec::Spec;
 use crate::config::Backend;
 use crate::db::messages::Page;
-use crate::db::runs::{Finish, RunStart, TakeSession};
+use crate::db::runs::{Finish, RunStart, Spawned, TakeSession};
 use crate::db::sessions::{NewSession, SessionEnd};
 use crate::db::{DbError, DbResult};
 use crate::prompt;
 
-/// The prompt, the backend session to resume, and the registry session held.
+/// The prompt, the backend session to resume, and the registry session held
+/// — or the run's record, left for its agent's spawn.
 pub(super) struct Prepared {
     pub prompt: String,
     pub resume: Option<String>,
     pub session: Option<Held>,
+    pub deferred: Option<Deferred>,
+}
+
+/// A run's record left for the moment its agent is spawned, to be written
+/// with its pid in one write ([`record_deferred`]): one write a run fewer
+/// (issue 31, item 17). Only where nothing can refuse the run's start (a
+/// registry no other node shares) and its session is one it can do without
+/// (history mode, a prompt of its own, a cut run asked again): a session
+/// it needs decides whether the agent may run at all, so it is taken first.
+pub(super) struct Deferred {
+    take: TakeSession,
+    given: Option<u64>,
+    release_as: SessionStatus,
+    seen_seq: u64,
+}
+
+/// Records the run left for its spawn, with `spawned`, its agent (`None`:
+/// a transport that starts its agent otherwise records it first); the
+/// session it holds, or none. The run cannot be recorded: its failure.
+pub(super) async fn record_deferred(
+    d: &Runner,
+    run: &Run,
+    deferred: Deferred,
+    spawned: Option<Spawned>,
+) -> Result<Option<Held>, Finish> {
+    let Deferred { take, given, release_as, seen_seq } = deferred;
+    let session = one_off(run, record(d, run, take, false, given, spawned).await?);
+    Ok(session.map(|id| Held { id, release_as, seen_seq }))
 }
 
 /// The registry session a run holds, and how it is released.
@@ -72,11 +104,20 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
         let history = prompt::format_thread_history(messages, member, None);
         prompt::assemble(&spec.preamble, spec.agent.prompt(spec.style), &format!("{history}{suffix}"))
     };
+    // A session the run can do without is taken as its agent is spawned,
+    // where nothing can refuse the run.
+    let at_spawn = !d.db.is_shared() && !run.recorded();
+    let one_off_take = async |take, given, release_as| match at_spawn {
+        true => Ok((None, Some(Deferred { take, given, release_as, seen_seq }))),
+        false => {
+            let session = one_off(run, record(d, run, take, false, given, None).await?);
+            Ok((session.map(|id| Held { id, release_as, seen_seq }), None))
+        }
+    };
     if let Some(own) = &spec.prompt {
-        let session = one_off(run, record(d, run, one_off_session(run), false, None).await?);
-        let held = session.map(|id| Held { id, release_as: SessionStatus::Completed, seen_seq });
+        let (session, deferred) = one_off_take(one_off_session(run), None, SessionStatus::Completed).await?;
         let prompt = prompt::assemble(&spec.preamble, spec.agent.prompt(spec.style), &format!("{own}{suffix}"));
-        return Ok(Prepared { prompt, resume: None, session: held });
+        return Ok(Prepared { prompt, resume: None, session, deferred });
     }
     // The cut run's own backend session, resumed where the backend can:
     // it holds the question, and is told what it had written.
@@ -92,27 +133,27 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
             ContextMode::History => (SessionStatus::Completed, one_off_session(run)),
             _ => (SessionStatus::Idle, resumed_session(run, latest.flatten())),
         };
-        let session = one_off(run, record(d, run, take, false, None).await?);
-        let held = session.map(|id| Held { id, release_as, seen_seq });
+        let (session, deferred) = one_off_take(take, None, release_as).await?;
         return Ok(Prepared {
             prompt: prompt::resumed::resumed_turn(partial),
             resume: Some(backend_id),
-            session: held,
+            session,
+            deferred,
         });
     }
     // What waited in the member's inbox reaches it in this prompt, once (a
     // ballot or synthesis, with a prompt of its own, leaves it waiting):
     // marked given as the session is taken.
     if spec.context == ContextMode::History {
-        let session = one_off(run, record(d, run, one_off_session(run), false, Some(seen_seq)).await?);
-        let held = session.map(|id| Held { id, release_as: SessionStatus::Completed, seen_seq });
-        return Ok(Prepared { prompt: full(&messages), resume: None, session: held });
+        let (session, deferred) = one_off_take(one_off_session(run), Some(seen_seq), SessionStatus::Completed).await?;
+        return Ok(Prepared { prompt: full(&messages), resume: None, session, deferred });
     }
-    let session =
-        record(d, run, resumed_session(run, latest.flatten()), true, Some(seen_seq)).await?.map_err(|e| match e {
+    let session = record(d, run, resumed_session(run, latest.flatten()), true, Some(seen_seq), None).await?.map_err(
+        |e| match e {
             DbError::SessionActive { .. } => failed(member, RunStatus::Error, e.to_string()),
             e => failed(member, RunStatus::Error, format!("cannot take the session: {e}")),
-        })?;
+        },
+    )?;
     let held = Some(Held { id: session.id.clone(), release_as: SessionStatus::Idle, seen_seq });
     // Read from a later seq than the session taken has seen, or for one
     // given the whole thread (another session was taken meanwhile): the
@@ -131,9 +172,9 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
             // A cut run's session (an ACP agent's, loaded) is told what it
             // had written too.
             let prompt = format!("{}{suffix}", prompt::format_new_messages(&new, member));
-            Ok(Prepared { prompt, resume: Some(backend_id), session: held })
+            Ok(Prepared { prompt, resume: Some(backend_id), session: held, deferred: None })
         }
-        None => Ok(Prepared { prompt: full(&messages), resume: None, session: held }),
+        None => Ok(Prepared { prompt: full(&messages), resume: None, session: held, deferred: None }),
     }
 }
 
@@ -203,9 +244,10 @@ fn holder(run: &Run) -> Option<String> {
 }
 
 /// Records `run` (unless it is already: a work run) with the session it
-/// takes (`take`, which it `needs_session` or can do without) and the
-/// inbox items up to `given` given to it — one write
-/// ([`crate::db::runs::RunStart`]) — waiting while the registry is away.
+/// takes (`take`, which it `needs_session` or can do without), the inbox
+/// items up to `given` given to it, and its agent's start when it was
+/// `spawned` — one write ([`crate::db::runs::RunStart`]) — waiting while
+/// the registry is away.
 /// The session, or why it was refused; the run cannot be recorded: the
 /// run's failure (its supervisor then records it alone, or finds its step
 /// taken).
@@ -215,9 +257,10 @@ async fn record(
     take: TakeSession,
     needs_session: bool,
     given: Option<u64>,
+    spawned: Option<Spawned>,
 ) -> Result<DbResult<Session>, Finish> {
     let recorded = run.recorded();
-    let start = RunStart { run: run.info(), step: run.step, recorded, session: take, needs_session, given };
+    let start = RunStart { run: run.info(), step: run.step, recorded, session: take, needs_session, given, spawned };
     match waiting(d, run, || d.db.record_run(start.clone())).await {
         Ok(session) => {
             run.set_recorded();

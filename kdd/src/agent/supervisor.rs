@@ -148,6 +148,15 @@ async fn execute(d: &Arc<Runner>, run: &Arc<Run>, spec: &Spec) -> Finish {
     if run.stop_reason().is_some() {
         return with_session(stopped_early(run));
     }
+    let cli = spec.agent.transport != Transport::AppServer && spec.agent.backend != Backend::Acp;
+    let mut prepared = prepared;
+    // Only a CLI agent's spawn records a run left for it.
+    if !cli && let Some(deferred) = prepared.deferred.take() {
+        prepared.session = match super::prepare::record_deferred(d, run, deferred, None).await {
+            Ok(held) => held,
+            Err(f) => return f,
+        };
+    }
     if spec.agent.transport == Transport::AppServer {
         return super::appserver::execute(d, run, spec, prepared).await;
     }

@@ -173,8 +173,9 @@ operations! {
     /// [`DbError::StepTaken`].
     fn insert_run(&self, run: RunInfo, step: Option<StepId>) -> DbResult<()>;
     /// A run recorded as `insert_run` records it, with the session it takes and the inbox items its
-    /// prompt gives, in one transaction ([`RunStart`]); the session, or why the run has none (a
-    /// refusal is recorded, the run all the same).
+    /// prompt gives — and, its agent spawned already, as `run_started` records that — in one
+    /// transaction ([`RunStart`]); the session, or why the run has none (a refusal is recorded, the
+    /// run all the same).
     fn record_run(&self, start: RunStart) -> DbResult<DbResult<Session>>;
     /// The run's process started (its pid and backend session). Only a shared registry refuses it:
     /// [`DbError::MemberBusy`] when another node's run of the member streams on the thread.

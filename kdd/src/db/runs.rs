@@ -243,6 +243,17 @@ pub struct RunStart {
     /// The member's pending inbox items of the thread up to this seq are
     /// given to the run.
     pub given: Option<u64>,
+    /// The run's agent, spawned already: recorded as started in the same
+    /// write (a CLI agent on a registry no other node shares, where nothing
+    /// can refuse the run: one write a run fewer, issue 31, item 17).
+    pub spawned: Option<Spawned>,
+}
+
+/// A run's agent process: its pid and start time (clock ticks after boot).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spawned {
+    pub pid: u32,
+    pub start: Option<u64>,
 }
 
 impl RunStart {

@@ -197,6 +197,11 @@ pub fn orphans(pid: u32, pruned: impl Fn(u32) -> bool) -> Option<Vec<u32>> {
         return None;
     }
     let main_alive = || {
+        // This process's main thread ends only with the process: no read
+        // (a run's end looks twice, issue 31, item 17).
+        if pid == std::process::id() {
+            return Some(vec![pid]);
+        }
         let line = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/stat")).ok()?;
         parse(&line).filter(|s| !matches!(s.state, 'Z' | 'X' | 'x')).map(|_| vec![pid])
     };

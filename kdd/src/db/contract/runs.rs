@@ -9,7 +9,7 @@ use crate::db::events::EventFilter;
 use crate::db::exchanges::{Kind, NewExchange, StepKey};
 use crate::db::inbox::Query;
 use crate::db::pg::compose::tests::routing;
-use crate::db::runs::{RunStart, TakeSession};
+use crate::db::runs::{RunStart, Spawned, TakeSession};
 use crate::db::sessions::NewSession;
 use crate::db::{Db, DbError, fixtures};
 
@@ -48,9 +48,9 @@ async fn run_starts(db: &Db) -> Vec<String> {
     db.events(filter).await.unwrap().into_iter().filter_map(|e| e.correlation_id).collect()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_run_is_recorded_with_its_session_and_inbox_all_or_nothing() {
-    let council = NewExchange {
+/// The King's question on `t1` asked of codex.
+fn council() -> NewExchange {
+    NewExchange {
         path: None,
         thread: "t1".into(),
         seq: 0,
@@ -58,7 +58,12 @@ async fn a_run_is_recorded_with_its_session_and_inbox_all_or_nothing() {
         correlation_id: None,
         plan: serde_json::json!({"rounds": 1}),
         first_steps: vec![StepKey::answer(1, "codex")],
-    };
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_is_recorded_with_its_session_and_inbox_all_or_nothing() {
+    let council = council();
     for e in engines().await {
         let (db, n) = (&e.db, e.name);
         db.create_thread(NewThread { id: Some("t1".into()), ..thread("/w") }).await.unwrap();
@@ -77,6 +82,7 @@ async fn a_run_is_recorded_with_its_session_and_inbox_all_or_nothing() {
             session,
             needs_session,
             given,
+            spawned: None,
         };
         let session =
             db.record_run(start("r-1", Some(step), new_session("r-1"), true, Some(2))).await.unwrap().unwrap();
@@ -123,5 +129,39 @@ async fn a_run_is_recorded_with_its_session_and_inbox_all_or_nothing() {
         work.recorded = true;
         assert!(db.record_run(work).await.unwrap().is_err(), "{n}: r-1 holds codex's session");
         assert_eq!(run_starts(db).await, ["r-1", "r-3", "r-4", "r-5"], "{n}: not recorded twice");
+    }
+}
+
+/// A run whose agent was spawned before it was recorded (a CLI agent on a
+/// registry no other node shares): its row, session and inbox, and its
+/// start — streaming, its pid on the run and on the session it holds, the
+/// waiting then the started event — in the one write.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_recorded_with_its_agent_spawned_is_streaming_in_the_one_write() {
+    for e in engines().await {
+        let (db, n) = (&e.db, e.name);
+        db.create_thread(NewThread { id: Some("t1".into()), ..thread("/w") }).await.unwrap();
+        db.ask(None, vec![said("t1", "the question".into())], council()).await.unwrap();
+        db.route(routing("t1", false)).await.unwrap();
+        let mut told = e.hub.subscribe("t1");
+        // A live process: a session held by a dead one is free.
+        let pid = std::process::id();
+        let start = RunStart {
+            run: codex_run("r-1"),
+            step: None,
+            recorded: false,
+            session: new_session("r-1"),
+            needs_session: false,
+            given: Some(2),
+            spawned: Some(Spawned { pid, start: Some(77) }),
+        };
+        let session = db.record_run(start).await.unwrap().unwrap();
+        let orphan = db.orphan_runs().await.unwrap().into_iter().find(|o| o.id == "r-1").expect("the run's row");
+        assert_eq!((orphan.pid, orphan.pid_start), (Some(pid), Some(77)), "{n}");
+        let held = db.sessions(Some("t1".into()), Some("codex".into()), None).await.unwrap();
+        assert_eq!(held.iter().map(|s| (s.id.clone(), s.pid)).collect::<Vec<_>>(), [(session.id, Some(pid))], "{n}");
+        assert_eq!(inbox(db, InboxStatus::Processed).await, [2], "{n}: given");
+        let told: Vec<String> = std::iter::from_fn(|| told.try_recv().ok()).map(|p| p.json.get().to_string()).collect();
+        assert!(told.len() == 2 && told[0].contains("run_waiting") && told[1].contains("run_started"), "{n}: {told:?}");
     }
 }

@@ -9,7 +9,7 @@ use kd_proto::types::{Message, Purpose, RunInfo, RunStatus, Session, SessionStat
 use super::exchanges;
 use super::{ME, Pg, acks, cost, events, inbox, messages, sessions};
 use crate::db::exchanges::StepId;
-use crate::db::runs::{Cut, Finish, Orphan, RunStart, TakeSession, refuse_ended, spawned, waiting};
+use crate::db::runs::{Cut, Finish, Orphan, RunStart, Spawned, TakeSession, refuse_ended, spawned, waiting};
 use crate::db::{DbError, DbResult, Outbox, now_ms};
 
 /// Records a run that was accepted; subscribers hear `run_waiting`. A run
@@ -227,7 +227,7 @@ pub(crate) async fn record(
     alive: sessions::Alive<'_>,
     out: &mut Outbox,
 ) -> DbResult<DbResult<Session>> {
-    let RunStart { run, step, recorded, session, needs_session, given } = start;
+    let RunStart { run, step, recorded, session, needs_session, given, spawned } = start;
     if !recorded {
         insert(c, now, &run, step, out).await?;
     }
@@ -238,6 +238,9 @@ pub(crate) async fn record(
     let session = RunStart::took(needs_session, taken)?;
     if let Some(upto) = given.filter(|_| RunStart::gives(needs_session, &session)) {
         inbox::given(c, now, &run.thread, &run.member, upto, &run.id).await?;
+    }
+    if let Some(Spawned { pid, start }) = spawned {
+        started(c, now, &run, pid, start, session.as_ref().ok().map(|s| s.id.as_str()), out).await?;
     }
     Ok(session)
 }

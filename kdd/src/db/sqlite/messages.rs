@@ -97,7 +97,6 @@ pub fn import(conn: &Connection, thread: &str, messages: Vec<(i64, NewMessage)>,
 
 /// A page of a thread's messages, in seq order.
 pub fn list(conn: &Connection, thread: &str, page: Page) -> DbResult<Vec<Message>> {
-    threads::get(conn, thread)?;
     let mut stmt = conn.prepare_cached(&list_sql(&page))?;
     let before = page.before.map(|b| b.min(i64::MAX as u64) as i64).unwrap_or(i64::MAX);
     let mut rows = stmt.query(params![thread, page.after as i64, before, page.bodies])?;
@@ -107,7 +106,13 @@ pub fn list(conn: &Connection, thread: &str, page: Page) -> DbResult<Vec<Message
             break;
         }
     }
-    Ok(out.done())
+    let out = out.done();
+    // A thread that has messages is there (they go with it); an empty
+    // page is of a thread, or of none.
+    if out.is_empty() {
+        threads::get(conn, thread)?;
+    }
+    Ok(out)
 }
 
 /// [`list`]'s query of `page`.
@@ -170,5 +175,26 @@ mod tests {
             assert_eq!(stmt.get_status(rusqlite::StatementStatus::Run), 3, "the cached statement, run three times");
             assert_eq!(stmt.get_status(rusqlite::StatementStatus::RePrepare), 0, "{}", list_sql(&page));
         }
+    }
+
+    /// The thread is looked up only for an empty page (issue 31, item
+    /// 17): a page of a thread that is not there is still an error, an
+    /// empty page of one that is, no error.
+    #[test]
+    fn a_page_of_a_thread_not_there_is_not_found_and_an_empty_one_is_empty() {
+        let conn = super::super::schema::in_memory_with_thread("t1");
+        assert!(list(&conn, "t1", Page::all_after(0)).unwrap().is_empty());
+        assert!(matches!(list(&conn, "t2", Page::all_after(0)), Err(DbError::NotFound(_))));
+        let mut out = Outbox::default();
+        append(
+            &conn,
+            1,
+            NewMessage::new("t1", "king", vec![], kd_proto::types::MessageKind::King, "hi".into()),
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(list(&conn, "t1", Page::all_after(0)).unwrap().len(), 1);
+        assert!(list(&conn, "t1", Page::all_after(1)).unwrap().is_empty(), "after the last");
+        assert!(matches!(list(&conn, "t2", Page::all_after(1)), Err(DbError::NotFound(_))));
     }
 }

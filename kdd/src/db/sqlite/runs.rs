@@ -5,7 +5,9 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{acks, cost, events, exchanges, inbox, messages, sessions};
 use crate::db::exchanges::StepId;
-use crate::db::runs::{Cut, Finish, Orphan, RunStart, STOPPED_IN_FLIGHT, TakeSession, refuse_ended, spawned, waiting};
+use crate::db::runs::{
+    Cut, Finish, Orphan, RunStart, STOPPED_IN_FLIGHT, Spawned, TakeSession, refuse_ended, spawned, waiting,
+};
 use crate::db::{DbError, DbResult, Outbox};
 
 /// Records a run that was accepted; subscribers hear `run_waiting`. A run
@@ -50,7 +52,7 @@ pub fn record(
     alive: &dyn Fn(u32) -> bool,
     out: &mut Outbox,
 ) -> DbResult<DbResult<Session>> {
-    let RunStart { run, step, recorded, session, needs_session, given } = start;
+    let RunStart { run, step, recorded, session, needs_session, given, spawned } = start;
     if !recorded {
         insert(conn, now, &run, step, out)?;
     }
@@ -61,6 +63,9 @@ pub fn record(
     let session = RunStart::took(needs_session, taken)?;
     if let Some(upto) = given.filter(|_| RunStart::gives(needs_session, &session)) {
         inbox::given(conn, now, &run.thread, &run.member, upto, &run.id)?;
+    }
+    if let Some(Spawned { pid, start }) = spawned {
+        started(conn, now, &run, pid, start, session.as_ref().ok().map(|s| s.id.as_str()), out)?;
     }
     Ok(session)
 }
