@@ -108,16 +108,20 @@ pub(super) async fn execute(d: &Runner, run: &Run, spec: &Spec, prepared: Prepar
     }
     match prepared.deferred {
         // Recorded now, started (prepare::Deferred).
-        Some(deferred) => {
-            run.set_started(pid);
-            match record_deferred(d, run, deferred, Some(Spawned { pid, start: started })).await {
-                Ok(h) => held = h,
-                Err(f) => {
-                    let _ = child.start_kill();
-                    return f;
-                }
+        Some(deferred) => match record_deferred(d, run, deferred, Some(Spawned { pid, start: started })).await {
+            Ok(h) => {
+                held = h;
+                run.set_started(pid);
             }
-        }
+            Err(f) => {
+                // Unrecorded, so no later start can find what it left.
+                process::signal_group(pid, Signal::KILL);
+                let _ = child.wait().await;
+                let marker = process::marker(process::RUN_MARKER, &run.id);
+                let _ = tokio::task::spawn_blocking(move || process::kill_left(pid, started, &marker)).await;
+                return f;
+            }
+        },
         None => {
             if let Err(busy) = record_start(d, run, pid, started, held.as_ref()).await {
                 let _ = child.start_kill();

@@ -39,6 +39,10 @@ pub(super) struct Prepared {
 /// registry no other node shares) and its session is one it can do without
 /// (history mode, a prompt of its own, a cut run asked again): a session
 /// it needs decides whether the agent may run at all, so it is taken first.
+/// Not while the registry is known to be away: the agent would run
+/// unrecorded, unwatched, until it is back. Should the write still fail
+/// (kdd stopping in an outage that began meanwhile, the run's journal step
+/// taken by a cancel), the agent and all it started are killed.
 pub(super) struct Deferred {
     take: TakeSession,
     given: Option<u64>,
@@ -106,7 +110,7 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
     };
     // A session the run can do without is taken as its agent is spawned,
     // where nothing can refuse the run.
-    let at_spawn = !d.db.is_shared() && !run.recorded();
+    let at_spawn = !d.db.is_shared() && !run.recorded() && !d.db.is_away();
     let one_off_take = async |take, given, release_as| match at_spawn {
         true => Ok((None, Some(Deferred { take, given, release_as, seen_seq }))),
         false => {
@@ -228,9 +232,9 @@ async fn read_thread(d: &Runner, run: &Run, from: u64) -> Result<Arc<Vec<Message
         .map_err(|e| failed(&run.member, RunStatus::Error, format!("cannot read the thread: {e}")))
 }
 
-/// `op`, a read or write of the registry before the agent starts, waiting
-/// while the registry is away (`db::outage`): nothing of the run has
-/// started yet.
+/// `op`, a read or write of the registry before the agent starts (or, for
+/// a run recorded at its spawn, as it starts: [`Deferred`]), waiting while
+/// the registry is away (`db::outage`).
 async fn waiting<T, F, Fut>(d: &Runner, run: &Run, op: F) -> crate::db::DbResult<T>
 where
     F: FnMut() -> Fut,

@@ -1,5 +1,6 @@
 //! One run, from start to its message (F-A3): prepare its prompt and
-//! session (recording the run with them; alone, where it ends before),
+//! session (recording the run with them, or as its agent is spawned —
+//! [`super::prepare::Deferred`]; alone, where it ends before),
 //! check the workspace and an early stop, hand it to
 //! its transport — a CLI process per run ([`super::cli`]), a turn of a
 //! codex app-server ([`super::appserver`]) or of an ACP agent
@@ -34,12 +35,14 @@ pub async fn supervise(d: Arc<Runner>, run: Arc<Run>, spec: Spec) {
         run.set_token(token);
     }
     let started = Instant::now();
-    // The run is recorded as it takes its session (`prepare`), or alone
-    // where it ends before, or first when it works in a worktree (which is
-    // then marked working, so its work cannot be settled meanwhile); while
-    // the registry is away it waits to be recorded (nothing of it has
-    // started), and its end, once it has one, is kept until it is written
-    // (`db::outage`).
+    // The run is recorded as it takes its session (`prepare`; a CLI agent's
+    // on a registry no other node shares, as its agent is spawned), or
+    // alone where it ends before, or first when it works in a worktree
+    // (which is then marked working, so its work cannot be settled
+    // meanwhile); while the registry is away it waits to be recorded
+    // (nothing of it has started: no run is recorded at its spawn in a
+    // known outage), and its end, once it has one, is kept until it is
+    // written (`db::outage`).
     if spec.work.is_some() {
         if !record_alone(&d, &run).await {
             return not_recorded(&d, &run);
@@ -91,8 +94,10 @@ fn not_recorded(d: &Runner, run: &Run) {
     run.mark_done();
 }
 
-/// Records a run that ended before it took its session (stopped while
-/// queued, its thread unreadable): whether it is recorded. Not when its
+/// Records a run that ended before it took its session, or before the
+/// record left for its spawn was written (stopped while queued, its thread
+/// unreadable, its workspace gone, its agent not started): whether it is
+/// recorded. Not when its
 /// journal step was answered, or is being answered, by another run.
 async fn record_alone(d: &Runner, run: &Run) -> bool {
     let start = format!("the start of the run {}", run.id);

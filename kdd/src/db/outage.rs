@@ -14,7 +14,8 @@
 //! exchange's next turn after it), [`RETRY_FIRST`] after the first failure,
 //! doubling up to every [`RETRY_MAX`], for as long as kdd runs. What is kept
 //! is bounded by what was in flight when the outage began: nothing new
-//! starts without the registry. An exchange therefore waits where it
+//! starts without the registry (a run recorded as its agent is spawned,
+//! `agent::prepare::Deferred`, is not so recorded while an outage is known). An exchange therefore waits where it
 //! stands and goes on by itself when the registry is back. If kdd stops
 //! first, what was not written is what the next start's recovery handles:
 //! the run is recorded interrupted and its member asked again.
@@ -92,6 +93,12 @@ impl Db {
     {
         self.outage.until_back(what, stop, op).await
     }
+
+    /// Whether the registry is away, as the writes kept found it last
+    /// (an outage said and not yet over).
+    pub fn is_away(&self) -> bool {
+        self.outage.is_on()
+    }
 }
 
 impl Outage {
@@ -127,7 +134,6 @@ impl Outage {
     }
 
     /// Whether an outage is going on, as the writes kept see it.
-    #[cfg(test)]
     fn is_on(&self) -> bool {
         self.since.lock().unwrap_or_else(|p| p.into_inner()).is_some()
     }
