@@ -355,7 +355,13 @@ async fn the_chat_votes_synthesizes_and_says_what_the_thread_cost() {
     assert_eq!(purposes.len(), 3, "two ballots and the tally: {messages:?}");
 
     tmux.type_line("/synthesize claude Which, then?");
-    tmux.wait_for("the synthesis", |s| s.contains("claude · synthesis") && s.contains("Chair: use a lock.")).await;
+    // Its end said (the chair's text shows as it streams, before the run
+    // and its cost are written; the end's notice would also take the
+    // place of `/cost`'s).
+    tmux.wait_for("the synthesis", |s| {
+        s.contains("claude · synthesis") && s.contains("Chair: use a lock.") && s.contains("synthesis by claude")
+    })
+    .await;
 
     tmux.type_line("/cost");
     let cost = c.cost_report(Some(t.clone()), None, None, None).await.unwrap();
