@@ -111,11 +111,11 @@ pub(super) async fn prepare(d: &Runner, run: &Run, spec: &Spec) -> Result<Prepar
     // A session the run can do without is taken as its agent is spawned,
     // where nothing can refuse the run.
     let at_spawn = !d.db.is_shared() && !run.recorded() && !d.db.is_away();
-    let one_off_take = async |take, given, release_as| match at_spawn {
-        true => Ok((None, Some(Deferred { take, given, release_as, seen_seq }))),
-        false => {
-            let session = one_off(run, record(d, run, take, false, given, None).await?);
-            Ok((session.map(|id| Held { id, release_as, seen_seq }), None))
+    let one_off_take = async |take, given, release_as| {
+        let deferred = Deferred { take, given, release_as, seen_seq };
+        match at_spawn {
+            true => Ok((None, Some(deferred))),
+            false => Ok((record_deferred(d, run, deferred, None).await?, None)),
         }
     };
     if let Some(own) = &spec.prompt {

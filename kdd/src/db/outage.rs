@@ -15,8 +15,9 @@
 //! doubling up to every [`RETRY_MAX`], for as long as kdd runs. What is kept
 //! is bounded by what was in flight when the outage began: nothing new
 //! starts without the registry (a run recorded as its agent is spawned,
-//! `agent::prepare::Deferred`, is not so recorded while an outage is known). An exchange therefore waits where it
-//! stands and goes on by itself when the registry is back. If kdd stops
+//! `agent::prepare::Deferred`, is not so recorded while an outage is
+//! known). An exchange therefore waits where it stands and goes on by
+//! itself when the registry is back. If kdd stops
 //! first, what was not written is what the next start's recovery handles:
 //! the run is recorded interrupted and its member asked again.
 //!

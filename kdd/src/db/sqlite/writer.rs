@@ -160,14 +160,9 @@ impl<'c> Tx<'c> {
     }
 
     fn commit(self) -> rusqlite::Result<()> {
-        let tx = std::mem::ManuallyDrop::new(self);
-        let committed = tx.0.prepare_cached("COMMIT").and_then(|mut c| c.execute([]));
         // A commit that failed (SQLITE_BUSY leaves the transaction open) is
-        // rolled back, as rusqlite's drop of an uncommitted one does.
-        if committed.is_err() {
-            Tx::rollback(tx.0);
-        }
-        committed.map(|_| ())
+        // rolled back by the drop, as rusqlite's `Transaction` does.
+        self.0.prepare_cached("COMMIT")?.execute([]).map(|_| ())
     }
 
     fn rollback(conn: &Connection) {
