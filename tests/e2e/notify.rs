@@ -369,6 +369,42 @@ async fn the_desktop_is_told_over_the_session_bus() {
     assert_eq!(within("the test notification", shown.recv()).await.unwrap().1, "kd: a test notification");
 }
 
+/// A session bus that takes kdd's connection and never answers: each `kd
+/// notify test` is answered at `notify.timeout` (the desktop's call is
+/// left to end on its own), the calls behind it are not held longer or
+/// are answered at once that the desktop is busy, and kdd stops at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_desktop_that_never_answers_is_given_up_at_the_timeout_and_holds_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bus");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        for s in listener.incoming() {
+            kept.push(s);
+        }
+    });
+    let ws = Workspace::new(&[]);
+    council(&ws, serde_json::json!({"desktop": true, "timeout": "1s"}));
+    let mut kdd = Kdd::start_env(&[], &[("DBUS_SESSION_BUS_ADDRESS", &format!("unix:path={}", path.display()))]);
+    let c = kdd.client().await;
+    let mut answers = Vec::new();
+    for _ in 0..8 {
+        let tested = within("notify.test", c.notify_test(ws.path())).await.unwrap();
+        assert_eq!(tested.sinks.len(), 1);
+        let a = &tested.sinks[0];
+        assert!(!a.ok && a.ms < 10_000, "{a:?}");
+        answers.push(a.answer.clone());
+    }
+    assert_eq!(answers[0], "no answer within 1 s");
+    assert!(
+        answers.iter().all(|a| a == "no answer within 1 s" || a.starts_with("the desktop has not answered")),
+        "{answers:?}"
+    );
+    let status = kdd.stop();
+    assert!(status.success(), "{status}");
+}
+
 /// The other kinds, end to end: an approval that waits for the King (the
 /// event names it), a member timed out, and a work task ended — each told
 /// once for its exchange.

@@ -20,6 +20,7 @@
 //! On a registry several nodes share, each node notifies what happened on
 //! it (the tap sees no other node's events), so nothing is sent twice.
 
+mod desktop;
 pub mod feed;
 mod sinks;
 #[cfg(test)]
@@ -234,7 +235,7 @@ impl Notifier {
             calls.push(Box::pin(sinks::command(argv, n, config.timeout)));
         }
         if config.desktop {
-            calls.push(Box::pin(sinks::desktop(n, config.timeout)));
+            calls.push(Box::pin(desktop::desktop(n, config.timeout)));
         }
         let answers = futures_util::future::join_all(calls).await;
         for a in &answers {

@@ -6,9 +6,7 @@
 //! - `command`: the argv run directly (no shell), the notification as JSON
 //!   on its stdin, stdout discarded, the end of its stderr kept; killed at
 //!   the timeout; success is exit status 0;
-//! - `desktop`: a freedesktop notification over the D-Bus session bus
-//!   (notify-rust on zbus; Notification Center on macOS); the answer is the
-//!   notification's id.
+//! - `desktop`: in [`super::desktop`].
 
 use std::process::Stdio;
 use std::sync::Arc;
@@ -44,7 +42,7 @@ pub fn http() -> Result<Http, String> {
     Ok(Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(https))
 }
 
-fn answer(sink: &str, target: String, started: Instant, result: Result<String, String>) -> SinkAnswer {
+pub(super) fn answer(sink: &str, target: String, started: Instant, result: Result<String, String>) -> SinkAnswer {
     let ms = started.elapsed().as_millis() as u64;
     match result {
         Ok(answer) => SinkAnswer { sink: sink.into(), target, ok: true, answer, ms },
@@ -100,7 +98,7 @@ pub async fn webhook(http: Result<&Http, &String>, url: &str, n: &Notification, 
 }
 
 /// An error with its causes, on one line.
-fn describe(e: &dyn std::error::Error) -> String {
+pub(super) fn describe(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut source = e.source();
     while let Some(c) = source {
@@ -156,43 +154,6 @@ pub async fn command(argv: &[String], n: &Notification, timeout: Duration) -> Si
     }
     .await;
     answer("command", target, started, result)
-}
-
-/// Shows `n` on the desktop.
-pub async fn desktop(n: &Notification, timeout: Duration) -> SinkAnswer {
-    let started = Instant::now();
-    let mut note = notify_rust::Notification::new();
-    note.appname("kd").summary(&n.title).body(&n.text);
-    #[cfg(all(unix, not(target_os = "macos")))]
-    {
-        note.hint(notify_rust::Hint::Category(format!("kd.{}", n.kind.as_str())));
-        if n.kind == kd_proto::notify::NotifyKind::Approval {
-            note.urgency(notify_rust::Urgency::Critical);
-        }
-    }
-    let result = match tokio::time::timeout(timeout, note.show_async()).await {
-        Ok(Ok(handle)) => Ok(shown(&handle)),
-        Ok(Err(e)) => Err(describe(&e)),
-        Err(_) => Err(format!("no answer within {} s", timeout.as_secs_f32())),
-    };
-    answer("desktop", TARGET.into(), started, result)
-}
-
-#[cfg(all(unix, not(target_os = "macos")))]
-const TARGET: &str = "org.freedesktop.Notifications";
-#[cfg(target_os = "macos")]
-const TARGET: &str = "Notification Center";
-#[cfg(not(unix))]
-const TARGET: &str = "the desktop";
-
-#[cfg(all(unix, not(target_os = "macos")))]
-fn shown(h: &notify_rust::NotificationHandle) -> String {
-    format!("notification {}", h.id())
-}
-
-#[cfg(not(all(unix, not(target_os = "macos"))))]
-fn shown<T>(_: &T) -> String {
-    "shown".into()
 }
 
 #[cfg(test)]
