@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use kd_client::prelude::*;
+use kd_tests::commit_cut::CommitCut;
 use kd_tests::outage::Outage;
 use kd_tests::{Hold, Kdd, records, settled, within};
 
@@ -217,4 +218,70 @@ async fn kdd_stopped_while_the_registry_is_away_stops_at_once_and_its_next_start
     assert_eq!(cut.len(), 1, "{said:?}");
     assert_eq!((cut[0].0.as_str(), cut[0].1), ("codex", 1));
     assert_eq!(records(&record).len(), 10, "codex was asked its first answer again, once");
+}
+
+/// A run's start whose commit went through and whose answer was lost
+/// (PostgreSQL's connection cut as it committed: [`CommitCut`]): kdd tries
+/// the write again, finds the run it had written, and the run goes on —
+/// its agent asked once, its answer written, `kd ask` ending. Before,
+/// the second try was refused (the run's own journal step taken), the run
+/// failed and the exchange waited for it until kdd restarted.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_start_whose_commit_answer_was_lost_is_found_written_and_the_run_goes_on() {
+    cut_as_it_commits(None).await;
+}
+
+/// The same, the `COMMIT` reaching the server only after kdd's second try
+/// began (its connection cut first): the second try waits for the first
+/// to end rather than find the step taken by it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_start_whose_commit_lands_after_its_second_try_began_is_found_written() {
+    cut_as_it_commits(Some(Duration::from_millis(400))).await;
+}
+
+/// `kd ask` to one member, the commit of its run's start cut (`late`:
+/// reaching the server that long after kdd's side is cut).
+async fn cut_as_it_commits(late: Option<Duration>) {
+    if kd_tests::engine() != kd_tests::Engine::Postgres {
+        kd_tests::registry::not_on_this_engine(
+            "outage",
+            "a commit in doubt is PostgreSQL's (SQLite's commit is never)",
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut db = kd_tests::TestDb::fresh(dir.path().join("unused"));
+    let kd_tests::TestDb::Postgres(pg) = &mut db else { unreachable!("on PostgreSQL") };
+    let cut = CommitCut::start(&pg.url).expect("the test cluster listens on a Unix socket");
+    pg.url = cut.url(&pg.url);
+    let log = dir.path().join("kdd.log");
+    let kdd = Kdd::try_start_on(db, &["--log-file", log.to_str().expect("UTF-8")]).expect("kdd starts");
+    let ws = kd_tests::Workspace::new(&[]);
+    let record = ws.file("record.jsonl");
+    let agents = serde_json::json!({"claude": kd_tests::fake("claude", "claude", &[("FAKE_RECORD", record.as_str())])});
+    ws.write_config(&serde_json::json!({"council": {"members": ["claude"]}, "agents": agents}));
+    match late {
+        Some(after) => cut.arm_late("INSERT INTO runs", after),
+        None => cut.arm("INSERT INTO runs"),
+    }
+    let mut k = kdd.kd();
+    k.current_dir(ws.dir.path()).args(["ask", "--rounds", "0", "Quick?"]);
+    let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    let Ok(out) = tokio::time::timeout(kd_tests::DEADLINE, k.output()).await else {
+        panic!("kd ask did not end; kdd's log:\n{}", read_log());
+    };
+    let out = out.expect("kd ask runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}\nkdd's log:\n{}", read_log());
+    assert_eq!(cut.cuts(), 1, "the run's start was cut as it committed");
+    assert!(read_log().contains("is written"), "the start was tried again: {}", read_log());
+    assert!(stdout.contains("Answer from claude."), "{stdout}");
+    assert_eq!(records(&record).len(), 1, "claude was asked once");
+    let runs = kdd.db.query("SELECT member, status FROM runs", &[]);
+    let runs: Vec<(String, String)> = runs.iter().map(|r| (r[0].text().to_string(), r[1].text().to_string())).collect();
+    assert_eq!(runs, [("claude".to_string(), "done".to_string())]);
+    assert_eq!(count(&kdd, "SELECT count(*) FROM messages WHERE kind = 'agent'"), 1);
+    assert_eq!(count(&kdd, "SELECT count(*) FROM sessions WHERE status = 'active'"), 0, "no session left held");
+    assert_eq!(count(&kdd, "SELECT count(*) FROM exchange_steps WHERE state IN ('pending', 'running')"), 0);
 }

@@ -13,6 +13,7 @@
 
 pub mod bench;
 pub mod browser;
+pub mod commit_cut;
 pub mod kd_mcp;
 pub mod order;
 pub mod other_user;

@@ -19,7 +19,7 @@ use super::registry::Run;
 use super::spec::Spec;
 use crate::config::Backend;
 use crate::db::messages::Page;
-use crate::db::runs::{Finish, RunStart, Spawned, TakeSession};
+use crate::db::runs::{Again, Finish, RunStart, Spawned, TakeSession};
 use crate::db::sessions::{NewSession, SessionEnd};
 use crate::db::{DbError, DbResult};
 use crate::prompt;
@@ -264,8 +264,24 @@ async fn record(
     spawned: Option<Spawned>,
 ) -> Result<DbResult<Session>, Finish> {
     let recorded = run.recorded();
-    let start = RunStart { run: run.info(), step: run.step, recorded, session: take, needs_session, given, spawned };
-    match waiting(d, run, || d.db.record_run(start.clone())).await {
+    let first = RunStart {
+        run: run.info(),
+        step: run.step,
+        recorded,
+        session: take,
+        needs_session,
+        given,
+        spawned,
+        again: Again::First,
+    };
+    // A try after a failure may follow a commit whose answer was lost.
+    let mut tries = 0;
+    let start = || {
+        let again = Again::after(tries);
+        tries += 1;
+        d.db.record_run(RunStart { again, ..first.clone() })
+    };
+    match waiting(d, run, start).await {
         Ok(session) => {
             run.set_recorded();
             Ok(session)

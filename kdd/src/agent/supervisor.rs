@@ -19,7 +19,7 @@ use super::prepare::prepare;
 use super::registry::Run;
 pub use super::spec::Spec;
 use crate::config::{Backend, Transport};
-use crate::db::runs::Finish;
+use crate::db::runs::{Again, Finish};
 
 /// Runs `run` to its end and writes its message. Spawned by the council.
 pub async fn supervise(d: Arc<Runner>, run: Arc<Run>, spec: Spec) {
@@ -101,7 +101,14 @@ fn not_recorded(d: &Runner, run: &Run) {
 /// journal step was answered, or is being answered, by another run.
 async fn record_alone(d: &Runner, run: &Run) -> bool {
     let start = format!("the start of the run {}", run.id);
-    match d.db.until_back(&start, || d.is_closed(), || d.db.insert_run(run.info(), run.step)).await {
+    // A try after a failure may follow a commit whose answer was lost.
+    let mut tries = 0;
+    let insert = || {
+        let again = Again::after(tries);
+        tries += 1;
+        d.db.insert_run(run.info(), run.step, again)
+    };
+    match d.db.until_back(&start, || d.is_closed(), insert).await {
         Ok(()) => {
             run.set_recorded();
             true

@@ -39,7 +39,7 @@ use super::exchanges::{Exchange, ExchangeId, Kind, NewExchange, Opened, Purpose,
 use super::lifecycle::{Material, Summary};
 use super::messages::{NewMessage, Page};
 use super::pg::{self, Pg};
-use super::runs::{Finish, Orphan, RunStart};
+use super::runs::{Again, Finish, Orphan, RunStart};
 use super::sessions::{NewSession, SessionEnd};
 use super::sqlite::Sqlite;
 use super::threads::NewThread;
@@ -170,8 +170,8 @@ operations! {
 
     // ---- runs ----
     /// Records a run waiting to start, taking its journal step (pending → running) or failing with
-    /// [`DbError::StepTaken`].
-    fn insert_run(&self, run: RunInfo, step: Option<StepId>) -> DbResult<()>;
+    /// [`DbError::StepTaken`]; tried [`Again`], a row of the run already there is its first try's.
+    fn insert_run(&self, run: RunInfo, step: Option<StepId>, again: Again) -> DbResult<()>;
     /// A run recorded as `insert_run` records it, with the session it takes and the inbox items its
     /// prompt gives — and, its agent spawned already, as `run_started` records that — in one
     /// transaction ([`RunStart`]); the session, or why the run has none (a refusal is recorded, the

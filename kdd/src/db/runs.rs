@@ -15,7 +15,7 @@ use super::exchanges::RunEnd;
 use super::exchanges::StepId;
 use super::messages::NewMessage;
 use super::sessions::{NewSession, SessionEnd, Taken};
-use super::{DbError, DbResult};
+use super::{DbError, DbResult, Outbox};
 
 /// Runs another node is asked to stop on one of its threads (a King's
 /// `kd cancel` or Ctrl+C on a node that is not the thread's).
@@ -212,6 +212,16 @@ impl Cut {
     }
 }
 
+/// Subscribers told of a run recorded waiting.
+pub(crate) fn tell_waiting(run: &RunInfo, out: &mut Outbox) {
+    out.publish(&run.thread, ThreadEvent::RunWaiting { run: run.clone() });
+}
+
+/// Subscribers told of a run's agent started.
+pub(crate) fn tell_started(run: &RunInfo, pid: u32, out: &mut Outbox) {
+    out.publish(&run.thread, ThreadEvent::RunStarted { run: run.id.clone(), member: run.member.clone(), pid });
+}
+
 /// A run's end is written once: a run whose row says it ended (a recovery,
 /// or another node's reaper, wrote its end) writes nothing more.
 pub(crate) fn refuse_ended(id: &str, status: &str) -> DbResult<()> {
@@ -247,6 +257,35 @@ pub struct RunStart {
     /// write (a CLI agent on a registry no other node shares, where nothing
     /// can refuse the run: one write a run fewer, issue 31, item 17).
     pub spawned: Option<Spawned>,
+    /// The write is tried again after a failure that may have come after
+    /// its commit ([`Again`]).
+    pub again: Again,
+}
+
+/// Whether a write of a run's start is a second try: kept through an
+/// outage ([`super::Db::until_back`]), it may have failed *after* its
+/// commit — PostgreSQL's connection cut as it committed, the answer lost.
+/// A second try then finds the run's row its first try wrote, and answers
+/// what that try wrote ([`RunStart::written`]): no second row, no journal
+/// step refused to its own run, no session taken twice — and tells
+/// subscribers what the first try could not (its events go out only after
+/// a commit that answered). Else the run would fail with its agent
+/// started, its row streaming and its step taken, and its exchange would
+/// wait for it until kdd restarts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Again {
+    /// The first try.
+    #[default]
+    First,
+    /// A later try: a row of the run already there is its own.
+    Retry,
+}
+
+impl Again {
+    /// `tries` made before this one.
+    pub fn after(tries: u32) -> Again {
+        if tries == 0 { Again::First } else { Again::Retry }
+    }
 }
 
 /// A run's agent process: its pid and start time (clock ticks after boot).
@@ -271,6 +310,49 @@ impl RunStart {
     /// Whether the inbox items are given, the session having come to `session`.
     pub(crate) fn gives(needs_session: bool, session: &DbResult<Session>) -> bool {
         session.is_ok() || !needs_session
+    }
+
+    /// Who holds the session the run takes.
+    pub(crate) fn holder(&self) -> Option<&str> {
+        match &self.session {
+            TakeSession::New(s) => s.holder.as_deref(),
+            TakeSession::Resume { holder, .. } => holder.as_deref(),
+        }
+    }
+
+    /// Of the member's active session on the thread (`active`), the one
+    /// this run took: held by the run's holder.
+    pub(crate) fn own(&self, active: Option<Session>) -> Option<Session> {
+        active.filter(|s| self.holder().is_some() && s.holder.as_deref() == self.holder())
+    }
+
+    /// What a start tried again answers when its first try was written
+    /// ([`Again`]): the session that try took (`held`, [`RunStart::own`]),
+    /// or, without one, that the run has none — as the first try answered
+    /// a refusal, or a session the run could do without gone. `None`: the
+    /// first try was not written (no row of the run; for a run recorded
+    /// before, no session of its), and the write goes on as a first try.
+    pub(crate) fn written(&self, row: bool, held: Option<Session>) -> Option<DbResult<Session>> {
+        match (self.recorded, row, held) {
+            (_, _, Some(s)) => Some(Ok(s)),
+            (false, true, None) => Some(Err(DbError::NotFound(format!(
+                "a session of the run {}: its start was written without one",
+                self.run.id
+            )))),
+            _ => None,
+        }
+    }
+
+    /// What the first try told subscribers, told again by a second try
+    /// that found it written: its events went out only had its commit
+    /// answered.
+    pub(crate) fn tell_again(&self, out: &mut Outbox) {
+        if !self.recorded {
+            tell_waiting(&self.run, out);
+        }
+        if let Some(Spawned { pid, .. }) = self.spawned {
+            tell_started(&self.run, pid, out);
+        }
     }
 }
 

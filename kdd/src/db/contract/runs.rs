@@ -9,7 +9,7 @@ use crate::db::events::EventFilter;
 use crate::db::exchanges::{Kind, NewExchange, StepKey};
 use crate::db::inbox::Query;
 use crate::db::pg::compose::tests::routing;
-use crate::db::runs::{RunStart, Spawned, TakeSession};
+use crate::db::runs::{Again, RunStart, Spawned, TakeSession};
 use crate::db::sessions::NewSession;
 use crate::db::{Db, DbError, fixtures};
 
@@ -83,6 +83,7 @@ async fn a_run_is_recorded_with_its_session_and_inbox_all_or_nothing() {
             needs_session,
             given,
             spawned: None,
+            again: Again::First,
         };
         let session =
             db.record_run(start("r-1", Some(step), new_session("r-1"), true, Some(2))).await.unwrap().unwrap();
@@ -154,6 +155,7 @@ async fn a_run_recorded_with_its_agent_spawned_is_streaming_in_the_one_write() {
             needs_session: false,
             given: Some(2),
             spawned: Some(Spawned { pid, start: Some(77) }),
+            again: Again::First,
         };
         let session = db.record_run(start).await.unwrap().unwrap();
         let orphan = db.orphan_runs().await.unwrap().into_iter().find(|o| o.id == "r-1").expect("the run's row");
@@ -163,5 +165,63 @@ async fn a_run_recorded_with_its_agent_spawned_is_streaming_in_the_one_write() {
         assert_eq!(inbox(db, InboxStatus::Processed).await, [2], "{n}: given");
         let told: Vec<String> = std::iter::from_fn(|| told.try_recv().ok()).map(|p| p.json.get().to_string()).collect();
         assert!(told.len() == 2 && told[0].contains("run_waiting") && told[1].contains("run_started"), "{n}: {told:?}");
+    }
+}
+
+/// A run's start tried again after a failure that came after its commit
+/// (PostgreSQL's connection cut as it committed, the write kept through the
+/// outage and tried again, `db::runs::Again`): the second try finds what
+/// the first wrote and answers it — the same session, the run's own step
+/// not refused to it, no second row, session or event — and tells
+/// subscribers what the first could not. A first try of another run for
+/// the step is still refused; a second try of a run whose first was not
+/// written writes it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_start_tried_again_after_its_commit_answers_what_the_first_try_wrote() {
+    for e in engines().await {
+        let (db, n) = (&e.db, e.name);
+        db.create_thread(NewThread { id: Some("t1".into()), ..thread("/w") }).await.unwrap();
+        let asked = db.ask(None, vec![said("t1", "the question".into())], council()).await.unwrap();
+        let step = asked.steps[0].id;
+        db.route(routing("t1", false)).await.unwrap();
+        let pid = std::process::id();
+        let start = |id: &str, again| RunStart {
+            run: codex_run(id),
+            step: Some(step),
+            recorded: false,
+            session: new_session(id),
+            needs_session: false,
+            given: Some(2),
+            spawned: Some(Spawned { pid, start: Some(77) }),
+            again,
+        };
+        let first = db.record_run(start("r-1", Again::First)).await.unwrap().unwrap();
+        let mut told = e.hub.subscribe("t1");
+        let second = db.record_run(start("r-1", Again::Retry)).await;
+        let second = second.unwrap_or_else(|e| panic!("{n}: the second try: {e}"));
+        assert_eq!(second.map(|s| s.id).ok(), Some(first.id.clone()), "{n}: the session the first try took");
+        assert_eq!(run_starts(db).await, ["r-1"], "{n}: one start recorded");
+        let runs: Vec<_> = db.orphan_runs().await.unwrap().into_iter().map(|o| (o.id, o.pid)).collect();
+        assert_eq!(runs, [("r-1".to_string(), Some(pid))], "{n}: one row, streaming");
+        let held = db.sessions(Some("t1".into()), Some("codex".into()), None).await.unwrap();
+        assert_eq!(held.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), [first.id.as_str()], "{n}: one session");
+        assert_eq!(inbox(db, InboxStatus::Processed).await, [2], "{n}: given once");
+        let told: Vec<String> = std::iter::from_fn(|| told.try_recv().ok()).map(|p| p.json.get().to_string()).collect();
+        assert!(told.len() == 2 && told[0].contains("run_waiting") && told[1].contains("run_started"), "{n}: {told:?}");
+
+        // Another run's first try for the step: refused as before.
+        let other = db.record_run(start("r-2", Again::First)).await;
+        assert!(matches!(other, Err(DbError::StepTaken(_))), "{n}: {other:?}");
+        // The run recorded alone, tried again: its first try's row.
+        db.insert_run(codex_run("r-1"), Some(step), Again::Retry).await.unwrap();
+        assert_eq!(run_starts(db).await, ["r-1"], "{n}: still one");
+
+        // A second try whose first was not written: written now.
+        let fresh = RunStart { step: None, spawned: None, ..start("r-3", Again::Retry) };
+        let session = db.record_run(fresh).await.unwrap();
+        assert!(matches!(session, Err(DbError::SessionActive { .. })), "{n}: r-1 holds codex's session: {session:?}");
+        assert_eq!(run_starts(db).await, ["r-1", "r-3"], "{n}");
+        db.insert_run(codex_run("r-4"), None, Again::Retry).await.unwrap();
+        assert_eq!(run_starts(db).await, ["r-1", "r-3", "r-4"], "{n}");
     }
 }

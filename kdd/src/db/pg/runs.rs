@@ -4,12 +4,15 @@
 //! recovery of runs a dead daemon left in flight.
 
 use deadpool_postgres::GenericClient;
-use kd_proto::types::{Message, Purpose, RunInfo, RunStatus, Session, SessionStatus, ThreadEvent};
+use kd_proto::types::{Message, Purpose, RunInfo, RunStatus, Session, SessionStatus};
 
 use super::exchanges;
 use super::{ME, Pg, acks, cost, events, inbox, messages, sessions};
 use crate::db::exchanges::StepId;
-use crate::db::runs::{Cut, Finish, Orphan, RunStart, Spawned, TakeSession, refuse_ended, spawned, waiting};
+use crate::db::runs::{
+    Again, Cut, Finish, Orphan, RunStart, Spawned, TakeSession, refuse_ended, spawned, tell_started, tell_waiting,
+    waiting,
+};
 use crate::db::{DbError, DbResult, Outbox, now_ms};
 
 /// Records a run that was accepted; subscribers hear `run_waiting`. A run
@@ -53,7 +56,26 @@ pub(crate) async fn insert(
     )
     .await?;
     events::record(c, now, &waiting(run)).await?;
-    out.publish(&run.thread, ThreadEvent::RunWaiting { run: run.clone() });
+    tell_waiting(run, out);
+    Ok(())
+}
+
+/// Whether run `id` has its row.
+async fn exists(c: &impl GenericClient, id: &str) -> DbResult<bool> {
+    let st = c.prepare_cached("SELECT EXISTS (SELECT 1 FROM runs WHERE id = $1)").await?;
+    Ok(c.query_one(&st, &[&id]).await?.try_get(0)?)
+}
+
+/// Waits until a first try of the run's start has ended, committed or
+/// not: its connection cut, its `COMMIT` may still be on its way to the
+/// server when the second try begins — which would then not see its row,
+/// and find its journal step taken (by itself) once it commits. The first
+/// try holds the step's row from its update to its end.
+async fn first_try_ended(c: &impl GenericClient, step: Option<StepId>) -> DbResult<()> {
+    if let Some(step) = step {
+        let st = c.prepare_cached("SELECT 1 FROM exchange_steps WHERE id = $1 FOR UPDATE").await?;
+        c.query_opt(&st, &[&step]).await?;
+    }
     Ok(())
 }
 
@@ -84,7 +106,7 @@ pub(crate) async fn started(
         c.execute(&st, &[&session, &i64::from(pid)]).await?;
     }
     events::record(c, now, &spawned(run, pid, session)).await?;
-    out.publish(&run.thread, ThreadEvent::RunStarted { run: run.id.clone(), member: run.member.clone(), pid });
+    tell_started(run, pid, out);
     Ok(())
 }
 
@@ -227,7 +249,15 @@ pub(crate) async fn record(
     alive: sessions::Alive<'_>,
     out: &mut Outbox,
 ) -> DbResult<DbResult<Session>> {
-    let RunStart { run, step, recorded, session, needs_session, given, spawned } = start;
+    if start.again == Again::Retry {
+        first_try_ended(c, start.step).await?;
+        let held = start.own(sessions::active_for(c, &start.run.thread, &start.run.member).await?);
+        if let Some(written) = start.written(exists(c, &start.run.id).await?, held) {
+            start.tell_again(out);
+            return Ok(written);
+        }
+    }
+    let RunStart { run, step, recorded, session, needs_session, given, spawned, again: _ } = start;
     if !recorded {
         insert(c, now, &run, step, out).await?;
     }
@@ -246,11 +276,19 @@ pub(crate) async fn record(
 }
 
 impl Pg {
-    pub async fn insert_run(&self, run: RunInfo, step: Option<StepId>) -> DbResult<()> {
+    /// [`insert`]; tried `again`, a row of the run already there is its
+    /// first try's ([`Again`]), told again.
+    pub async fn insert_run(&self, run: RunInfo, step: Option<StepId>, again: Again) -> DbResult<()> {
         let mut c = self.conn().await?;
         let tx = c.transaction().await?;
         let mut out = Outbox::default();
-        insert(&tx, now_ms(), &run, step, &mut out).await?;
+        if again == Again::Retry {
+            first_try_ended(&tx, step).await?;
+        }
+        match again == Again::Retry && exists(&tx, &run.id).await? {
+            true => tell_waiting(&run, &mut out),
+            false => insert(&tx, now_ms(), &run, step, &mut out).await?,
+        }
         self.commit(tx, out).await
     }
 

@@ -208,7 +208,7 @@ pub(crate) async fn list(
     rows.iter().map(from_row).collect()
 }
 
-async fn active_for(c: &impl GenericClient, thread: &str, agent: &str) -> DbResult<Option<Session>> {
+pub(super) async fn active_for(c: &impl GenericClient, thread: &str, agent: &str) -> DbResult<Option<Session>> {
     let row = c
         .query_opt(
             &c.prepare_cached(&format!(

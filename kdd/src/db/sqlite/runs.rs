@@ -1,12 +1,13 @@
 //! The SQLite side of [`crate::db::runs`]: its SQL and the engine's operations.
 
-use kd_proto::types::{Message, Purpose, RunInfo, RunStatus, Session, SessionStatus, ThreadEvent};
+use kd_proto::types::{Message, Purpose, RunInfo, RunStatus, Session, SessionStatus};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{acks, cost, events, exchanges, inbox, messages, sessions};
 use crate::db::exchanges::StepId;
 use crate::db::runs::{
-    Cut, Finish, Orphan, RunStart, STOPPED_IN_FLIGHT, Spawned, TakeSession, refuse_ended, spawned, waiting,
+    Again, Cut, Finish, Orphan, RunStart, STOPPED_IN_FLIGHT, Spawned, TakeSession, refuse_ended, spawned, tell_started,
+    tell_waiting, waiting,
 };
 use crate::db::{DbError, DbResult, Outbox};
 
@@ -39,8 +40,13 @@ pub fn insert(conn: &Connection, now: i64, run: &RunInfo, step: Option<StepId>, 
         step
     ])?;
     events::record(conn, now, &waiting(run))?;
-    out.publish(&run.thread, ThreadEvent::RunWaiting { run: run.clone() });
+    tell_waiting(run, out);
     Ok(())
+}
+
+/// Whether run `id` has its row.
+fn exists(conn: &Connection, id: &str) -> DbResult<bool> {
+    Ok(conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM runs WHERE id = ?1)")?.query_row([id], |r| r.get(0))?)
 }
 
 /// [`RunStart`]: the run recorded as [`insert`] records it, its session
@@ -52,7 +58,14 @@ pub fn record(
     alive: &dyn Fn(u32) -> bool,
     out: &mut Outbox,
 ) -> DbResult<DbResult<Session>> {
-    let RunStart { run, step, recorded, session, needs_session, given, spawned } = start;
+    if start.again == Again::Retry {
+        let held = start.own(sessions::active_for(conn, &start.run.thread, &start.run.member)?);
+        if let Some(written) = start.written(exists(conn, &start.run.id)?, held) {
+            start.tell_again(out);
+            return Ok(written);
+        }
+    }
+    let RunStart { run, step, recorded, session, needs_session, given, spawned, again: _ } = start;
     if !recorded {
         insert(conn, now, &run, step, out)?;
     }
@@ -90,7 +103,7 @@ pub fn started(
             .execute(params![session, pid])?;
     }
     events::record(conn, now, &spawned(run, pid, session))?;
-    out.publish(&run.thread, ThreadEvent::RunStarted { run: run.id.clone(), member: run.member.clone(), pid });
+    tell_started(run, pid, out);
     Ok(())
 }
 
@@ -199,8 +212,17 @@ pub fn recover(conn: &Connection, now: i64, out: &mut Outbox) -> DbResult<usize>
 }
 
 impl super::Sqlite {
-    pub async fn insert_run(&self, run: RunInfo, step: Option<StepId>) -> DbResult<()> {
-        self.write_now(move |c, out| insert(c, crate::db::now_ms(), &run, step, out)).await
+    /// [`insert`]; tried `again`, a row of the run already there is its
+    /// first try's ([`Again`]), told again.
+    pub async fn insert_run(&self, run: RunInfo, step: Option<StepId>, again: Again) -> DbResult<()> {
+        self.write_now(move |c, out| {
+            if again == Again::Retry && exists(c, &run.id)? {
+                tell_waiting(&run, out);
+                return Ok(());
+            }
+            insert(c, crate::db::now_ms(), &run, step, out)
+        })
+        .await
     }
 
     pub async fn record_run(&self, start: RunStart) -> DbResult<DbResult<Session>> {

@@ -143,7 +143,7 @@ pub fn list(
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
-fn active_for(conn: &Connection, thread: &str, agent: &str) -> DbResult<Option<Session>> {
+pub(super) fn active_for(conn: &Connection, thread: &str, agent: &str) -> DbResult<Option<Session>> {
     Ok(conn
         .prepare_cached(&format!(
             "SELECT {COLUMNS} FROM sessions WHERE thread_id = ?1 AND agent = ?2 AND status = 'active'"

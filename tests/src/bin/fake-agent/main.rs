@@ -39,8 +39,9 @@
 //! | `FAKE_COMMAND` | (acp) a command the turn asks permission to run, as the adapter `FAKE_ACP` names asks it, run in the session's cwd when allowed (see `acp.rs`) |
 //!
 //! `FAKE_RECORD` lines also carry `mcp` (kd's MCP server as the fake was
-//! given it, or null), `allowed` (claude's `--allowedTools`) and `env` (its
-//! `KD_*` variables); a call adds a line `{"mcp": …}`.
+//! given it, or null), `allowed` (claude's `--allowedTools`), `env` (its
+//! `KD_*` variables) and `build` (`debug` or `release`: the benches say
+//! which played the agents); a call adds a line `{"mcp": …}`.
 //!
 //! In any answer, `{label:TEXT}` becomes the label heading the part of the
 //! prompt where TEXT appears (the nearest `Response X:` line before it), so
@@ -398,7 +399,7 @@ async fn main() {
     });
     record_line(json!({"argv": args, "stdin": stdin, "cwd": cwd(), "pid": std::process::id(),
                        "mcp": given.as_ref().map(mcp::Given::record), "allowed": allowed, "env": mcp::kd_env(),
-                       "gemini_defaults": gemini}));
+                       "gemini_defaults": gemini, "build": if cfg!(debug_assertions) { "debug" } else { "release" }}));
     if let Some(e) = env("FAKE_STDERR") {
         eprintln!("{e}");
     }

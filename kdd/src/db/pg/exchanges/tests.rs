@@ -12,7 +12,7 @@ use crate::db::Outbox;
 use crate::db::fixtures::run_of;
 use crate::db::pg::testing::{self, TestDb};
 use crate::db::pg::{Pg, runs};
-use crate::db::runs::Finish;
+use crate::db::runs::{Again, Finish};
 
 /// A fresh registry holding thread `t1`.
 pub(crate) async fn db() -> Option<(Pg, TestDb)> {
@@ -279,7 +279,9 @@ async fn of_many_runs_taking_one_step_at_once_one_takes_it_and_the_others_are_re
     let takers: Vec<_> = (1..=8)
         .map(|i| {
             let pg = pg.clone();
-            tokio::spawn(async move { pg.insert_run(run_of(&format!("r-{i}"), "claude"), Some(s.id)).await })
+            tokio::spawn(
+                async move { pg.insert_run(run_of(&format!("r-{i}"), "claude"), Some(s.id), Again::First).await },
+            )
         })
         .collect();
     until_waiting_for_a_lock(&c, 8).await;
@@ -298,7 +300,9 @@ async fn of_many_runs_taking_one_step_at_once_one_takes_it_and_the_others_are_re
     let takers: Vec<_> = (10..26)
         .map(|i| {
             let pg = pg.clone();
-            tokio::spawn(async move { pg.insert_run(run_of(&format!("r-{i}"), "claude"), Some(s.id)).await })
+            tokio::spawn(
+                async move { pg.insert_run(run_of(&format!("r-{i}"), "claude"), Some(s.id), Again::First).await },
+            )
         })
         .collect();
     let mut taken = 0;
@@ -337,7 +341,7 @@ async fn an_exchange_whose_last_steps_end_at_once_is_done() {
     for m in &names {
         let s = the_step(&c, x.id, &key(1, m, Purpose::Answer, 0)).await;
         let run = run_of(&format!("r-{m}"), m);
-        pg.insert_run(run.clone(), Some(s.id)).await.unwrap();
+        pg.insert_run(run.clone(), Some(s.id), Again::First).await.unwrap();
         runs.push(run);
     }
     pg.plan_done(x.id, None).await.unwrap();
@@ -457,7 +461,7 @@ fn every_operation_can_be_spawned(pg: Arc<Pg>, x: Exchange, m: crate::db::messag
     spawnable(pg.exchange_at(String::new(), 1, Kind::Council));
     spawnable(pg.steps_with_messages(1));
     spawnable(pg.exchange_info(String::new(), 1));
-    spawnable(pg.insert_run(run.clone(), None));
+    spawnable(pg.insert_run(run.clone(), None, Again::First));
     spawnable(pg.run_started(run.clone(), 1, None, None));
     spawnable(pg.append_run_partial(String::new(), String::new()));
     spawnable(pg.finish_run(run, done("")));
