@@ -143,6 +143,8 @@ fn relay(client: UnixStream, server: UnixStream, state: &State) {
                 break;
             }
         }
+        // The server closed: so is kdd's side.
+        let _ = to_client.shutdown(std::net::Shutdown::Both);
     });
     let mut statements: HashMap<String, String> = HashMap::new();
     let mut touched = false;

@@ -54,7 +54,15 @@ pub(crate) async fn insert(
             &step,
         ],
     )
-    .await?;
+    .await
+    .map_err(|e| match super::unique_violation(&e) {
+        // The run's row, not committed yet when this began: its own first
+        // try, its `COMMIT` still on its way to the server (a start tried
+        // again without a journal step to wait on, `Again`). An outage for
+        // now: the next try finds it written.
+        Some("runs_pkey") => DbError::Unavailable(format!("the run {} is still being written by a first try", run.id)),
+        _ => e.into(),
+    })?;
     events::record(c, now, &waiting(run)).await?;
     tell_waiting(run, out);
     Ok(())
@@ -70,11 +78,19 @@ async fn exists(c: &impl GenericClient, id: &str) -> DbResult<bool> {
 /// not: its connection cut, its `COMMIT` may still be on its way to the
 /// server when the second try begins — which would then not see its row,
 /// and find its journal step taken (by itself) once it commits. The first
-/// try holds the step's row from its update to its end.
+/// try holds the step's row from its update to its end. A first try the
+/// server holds open longer than a statement may wait (a client gone
+/// without a word: until `idle_in_transaction_session_timeout`) is an
+/// outage for now, tried again.
 async fn first_try_ended(c: &impl GenericClient, step: Option<StepId>) -> DbResult<()> {
     if let Some(step) = step {
         let st = c.prepare_cached("SELECT 1 FROM exchange_steps WHERE id = $1 FOR UPDATE").await?;
-        c.query_opt(&st, &[&step]).await?;
+        c.query_opt(&st, &[&step]).await.map_err(|e| match e.code() {
+            Some(code) if *code == tokio_postgres::error::SqlState::QUERY_CANCELED => {
+                DbError::Unavailable(format!("a first try of the run's start is still open: {e}"))
+            }
+            _ => e.into(),
+        })?;
     }
     Ok(())
 }
@@ -497,6 +513,43 @@ pub(crate) mod tests {
         pg.run_started(codex, 300, None, None).await.unwrap();
         pg.finish_run(first, Finish { session: None, ..answered() }).await.unwrap();
         pg.run_started(second, 200, None, None).await.unwrap();
+    }
+
+    /// A run's start tried again without a journal step, while its first
+    /// try is still open on the server (its `COMMIT` on its way, the
+    /// connection cut): the second try meets the first's row once it
+    /// commits, and is told to try again — an outage — rather than failed;
+    /// the third finds it written.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_start_tried_again_while_its_first_try_is_open_is_told_to_try_again() {
+        let Some((pg, _db)) = db().await else { return };
+        let mut first = pg.conn().await.unwrap();
+        let out = &mut Outbox::default();
+        messages::append(&first, 5, king(), out).await.unwrap();
+        let run = run_of("r-1", "claude");
+        let open = first.transaction().await.unwrap();
+        insert(&open, 21, &run, None, out).await.unwrap();
+        let pg = std::sync::Arc::new(pg);
+        let retry = tokio::spawn({
+            let (pg, run) = (pg.clone(), run.clone());
+            async move { pg.insert_run(run, None, Again::Retry).await }
+        });
+        // The second try waits on the first's row before the first commits.
+        let watch = pg.conn().await.unwrap();
+        let waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted";
+        tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            while watch.query_one(waiting, &[]).await.unwrap().get::<_, i64>(0) == 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("the second try waits on the first's row");
+        open.commit().await.unwrap();
+        let told = retry.await.unwrap();
+        assert!(matches!(&told, Err(e) if e.is_outage()), "{told:?}");
+        pg.insert_run(run, None, Again::Retry).await.unwrap();
+        let rows: i64 = watch.query_one("SELECT count(*) FROM runs", &[]).await.unwrap().get(0);
+        assert_eq!(rows, 1);
     }
 
     #[tokio::test]
