@@ -228,7 +228,7 @@ async fn kdd_stopped_while_the_registry_is_away_stops_at_once_and_its_next_start
 /// failed and the exchange waited for it until kdd restarted.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_start_whose_commit_answer_was_lost_is_found_written_and_the_run_goes_on() {
-    cut_as_it_commits(None).await;
+    cut_as_it_commits(Write::Start, None).await;
 }
 
 /// The same, the `COMMIT` reaching the server only after kdd's second try
@@ -236,12 +236,55 @@ async fn a_run_start_whose_commit_answer_was_lost_is_found_written_and_the_run_g
 /// to end rather than find the step taken by it.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_start_whose_commit_lands_after_its_second_try_began_is_found_written() {
-    cut_as_it_commits(Some(Duration::from_secs(1))).await;
+    cut_as_it_commits(Write::Start, Some(Duration::from_secs(1))).await;
 }
 
-/// `kd ask` to one member, the commit of its run's start cut (`late`:
-/// reaching the server that long after kdd's side is cut).
-async fn cut_as_it_commits(late: Option<Duration>) {
+/// A run's end whose commit went through and whose answer was lost: kdd
+/// tries the write again, finds the end it had written, and tells what
+/// its first try could not — the answer and the run's end — so `kd ask`
+/// prints the answer and ends. Before, the second try met the run ended
+/// (taken for another node's end): the answer was never told and `kd ask`
+/// waited.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_end_whose_commit_answer_was_lost_is_found_written_and_told() {
+    cut_as_it_commits(Write::End, None).await;
+}
+
+/// The same, the end's `COMMIT` reaching the server only after kdd's
+/// second try began: the second try waits for the first to end.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_end_whose_commit_lands_after_its_second_try_began_is_found_written() {
+    cut_as_it_commits(Write::End, Some(Duration::from_secs(1))).await;
+}
+
+/// Which write of a run is cut as it commits.
+#[derive(Clone, Copy)]
+enum Write {
+    Start,
+    End,
+}
+
+impl Write {
+    /// A statement only that write's transaction runs.
+    fn statement(self) -> &'static str {
+        match self {
+            Write::Start => "INSERT INTO runs",
+            Write::End => "UPDATE runs SET status = $2, ended_at",
+        }
+    }
+
+    /// What kdd logs of the write, written after it waited.
+    fn written(self) -> &'static str {
+        match self {
+            Write::Start => "the prompt and session of the run",
+            Write::End => "the end of the run",
+        }
+    }
+}
+
+/// `kd ask` to one member, the commit of its run's start or end cut
+/// (`late`: reaching the server that long after kdd's side is cut).
+async fn cut_as_it_commits(write: Write, late: Option<Duration>) {
     if kd_tests::engine() != kd_tests::Engine::Postgres {
         kd_tests::registry::not_on_this_engine(
             "outage",
@@ -261,8 +304,8 @@ async fn cut_as_it_commits(late: Option<Duration>) {
     let agents = serde_json::json!({"claude": kd_tests::fake("claude", "claude", &[("FAKE_RECORD", record.as_str())])});
     ws.write_config(&serde_json::json!({"council": {"members": ["claude"]}, "agents": agents}));
     match late {
-        Some(after) => cut.arm_late("INSERT INTO runs", after),
-        None => cut.arm("INSERT INTO runs"),
+        Some(after) => cut.arm_late(write.statement(), after),
+        None => cut.arm(write.statement()),
     }
     let mut k = kdd.kd();
     k.current_dir(ws.dir.path()).args(["ask", "--rounds", "0", "Quick?"]);
@@ -274,9 +317,9 @@ async fn cut_as_it_commits(late: Option<Duration>) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}\nkdd's log:\n{}", read_log());
-    assert_eq!(cut.cuts(), 1, "the run's start was cut as it committed");
-    let tried_again = |l: &str| l.contains("the prompt and session of the run") && l.contains("is written");
-    assert!(read_log().lines().any(tried_again), "the run's start was tried again: {}", read_log());
+    assert_eq!(cut.cuts(), 1, "the write was cut as it committed");
+    let tried_again = |l: &str| l.contains(write.written()) && l.contains("is written");
+    assert!(read_log().lines().any(tried_again), "the write was tried again: {}", read_log());
     assert!(stdout.contains("Answer from claude."), "{stdout}");
     assert_eq!(records(&record).len(), 1, "claude was asked once");
     let runs = kdd.db.query("SELECT member, status FROM runs", &[]);

@@ -19,7 +19,8 @@ use super::registry::Run;
 use super::spec::Spec;
 use crate::config::Backend;
 use crate::db::messages::Page;
-use crate::db::runs::{Again, Finish, RunStart, Spawned, TakeSession};
+use crate::db::outage::Again;
+use crate::db::runs::{Finish, RunStart, Spawned, TakeSession};
 use crate::db::sessions::{NewSession, SessionEnd};
 use crate::db::{DbError, DbResult};
 use crate::prompt;
@@ -221,8 +222,8 @@ async fn read_thread(d: &Runner, run: &Run, from: u64) -> Result<Arc<Vec<Message
         let stop = || closed.load(std::sync::atomic::Ordering::SeqCst);
         let read = match from {
             // The whole thread: what is kept of it, and what came since.
-            0 => db.until_back(&what, stop, || cache.whole(&db, &thread)).await,
-            _ => db.until_back(&what, stop, || db.messages(thread.clone(), Page::all_after(from))).await.map(Arc::new),
+            0 => db.until_back(&what, stop, |_| cache.whole(&db, &thread)).await,
+            _ => db.until_back(&what, stop, |_| db.messages(thread.clone(), Page::all_after(from))).await.map(Arc::new),
         };
         read.map_err(|e| Arc::from(e.to_string()))
     };
@@ -237,7 +238,7 @@ async fn read_thread(d: &Runner, run: &Run, from: u64) -> Result<Arc<Vec<Message
 /// the registry is away (`db::outage`).
 async fn waiting<T, F, Fut>(d: &Runner, run: &Run, op: F) -> crate::db::DbResult<T>
 where
-    F: FnMut() -> Fut,
+    F: FnMut(Again) -> Fut,
     Fut: Future<Output = crate::db::DbResult<T>>,
 {
     d.db.until_back(&format!("the prompt and session of the run {}", run.id), || d.is_closed(), op).await
@@ -275,13 +276,7 @@ async fn record(
         again: Again::First,
     };
     // A try after a failure may follow a commit whose answer was lost.
-    let mut tries = 0;
-    let start = || {
-        let again = Again::after(tries);
-        tries += 1;
-        d.db.record_run(RunStart { again, ..first.clone() })
-    };
-    match waiting(d, run, start).await {
+    match waiting(d, run, |again| d.db.record_run(RunStart { again, ..first.clone() })).await {
         Ok(session) => {
             run.set_recorded();
             Ok(session)
@@ -318,7 +313,7 @@ fn one_off_session(run: &Run) -> TakeSession {
 /// The thread's latest session of the run's member that is not archived:
 /// the one a resume-mode run takes.
 async fn latest_session(d: &Runner, run: &Run) -> Result<Option<Session>, Finish> {
-    let sessions = waiting(d, run, || d.db.sessions(Some(run.thread.clone()), Some(run.member.clone()), None))
+    let sessions = waiting(d, run, |_| d.db.sessions(Some(run.thread.clone()), Some(run.member.clone()), None))
         .await
         .map_err(|e| failed(&run.member, RunStatus::Error, format!("cannot read sessions: {e}")))?;
     Ok(sessions.into_iter().find(|s| s.status != SessionStatus::Archived))

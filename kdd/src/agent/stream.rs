@@ -21,7 +21,7 @@ pub(super) async fn record_start(
     let what = format!("the start of the agent of the run {}", run.id);
     let session = held.map(|h| h.id.clone());
     let recorded =
-        d.db.until_back(&what, || d.is_closed(), || d.db.run_started(run.info(), pid, started, session.clone())).await;
+        d.db.until_back(&what, || d.is_closed(), |_| d.db.run_started(run.info(), pid, started, session.clone())).await;
     match recorded {
         Ok(()) => Ok(()),
         Err(e @ crate::db::DbError::MemberBusy { .. }) => Err(e.to_string()),

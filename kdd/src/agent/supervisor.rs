@@ -19,7 +19,7 @@ use super::prepare::prepare;
 use super::registry::Run;
 pub use super::spec::Spec;
 use crate::config::{Backend, Transport};
-use crate::db::runs::{Again, Finish};
+use crate::db::runs::Finish;
 
 /// Runs `run` to its end and writes its message. Spawned by the council.
 pub async fn supervise(d: Arc<Runner>, run: Arc<Run>, spec: Spec) {
@@ -66,7 +66,9 @@ pub async fn supervise(d: Arc<Runner>, run: Arc<Run>, spec: Spec) {
     run.set_status(finish.status);
     tracing::info!(run = run.id, member = run.member, status = finish.status.as_str(), "run ended");
     let end = format!("the end of the run {}", run.id);
-    match d.db.until_back(&end, || d.is_closed(), || d.db.finish_run(run.info(), finish.clone())).await {
+    // A try after a failure may follow a commit whose answer was lost.
+    let write = |again| d.db.finish_run(run.info(), finish.clone(), again);
+    match d.db.until_back(&end, || d.is_closed(), write).await {
         Ok(message) => run.set_message(message),
         // Recorded by another node while this one was away (it was
         // declared dead): its end stands.
@@ -102,12 +104,7 @@ fn not_recorded(d: &Runner, run: &Run) {
 async fn record_alone(d: &Runner, run: &Run) -> bool {
     let start = format!("the start of the run {}", run.id);
     // A try after a failure may follow a commit whose answer was lost.
-    let mut tries = 0;
-    let insert = || {
-        let again = Again::after(tries);
-        tries += 1;
-        d.db.insert_run(run.info(), run.step, again)
-    };
+    let insert = |again| d.db.insert_run(run.info(), run.step, again);
     match d.db.until_back(&start, || d.is_closed(), insert).await {
         Ok(()) => {
             run.set_recorded();

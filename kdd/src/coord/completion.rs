@@ -310,7 +310,7 @@ pub async fn take_step(
     // While the registry is away the drive waits here (`db::outage`).
     let turn = format!("{}'s step of round {} (exchange {x})", key.member, key.round);
     let stopping = || co.council.agents.is_closed();
-    let step = match db.until_back(&turn, stopping, || db.open_step(x, key.clone())).await? {
+    let step = match db.until_back(&turn, stopping, |_| db.open_step(x, key.clone())).await? {
         Opened::Step(s) => s,
         Opened::Ended(state) => return Err(Halt::Failed(format!("the exchange is {}", state.as_str()))),
     };

@@ -185,13 +185,13 @@ pub async fn resume(c: Arc<Council>, x: &crate::db::exchanges::Exchange, launch:
 /// registry is away (`db::outage`) — the exchange waits where it stands
 /// and goes on once the registry is back — unless the daemon stops or the
 /// exchange is stopped meanwhile. `what` names it for the log.
-async fn waiting<T, F, Fut>(c: &Council, ex: &Exchange, what: &str, op: F) -> crate::db::DbResult<T>
+async fn waiting<T, F, Fut>(c: &Council, ex: &Exchange, what: &str, mut op: F) -> crate::db::DbResult<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = crate::db::DbResult<T>>,
 {
     let what = format!("{what} (exchange {} of thread {})", ex.king, ex.thread);
-    c.agents.db.until_back(&what, || c.agents.is_closed() || ex.is_stopped(), op).await
+    c.agents.db.until_back(&what, || c.agents.is_closed() || ex.is_stopped(), |_| op()).await
 }
 
 /// The members whose answer in exchange `ex` failed or was cancelled.

@@ -138,6 +138,11 @@ impl Page {
         Page { limit: Some(SMALL_ROWS), budget: SMALL_BYTES, ..Page::all_after(after) }
     }
 
+    /// Message `seq` alone.
+    pub fn one(seq: u64) -> Page {
+        Page { after: seq.saturating_sub(1), before: Some(seq.saturating_add(1)), ..Page::all_after(0) }
+    }
+
     /// Whether the page is no larger than [`Page::small`].
     pub fn is_small(&self) -> bool {
         self.limit.is_some_and(|l| l <= SMALL_ROWS) && self.budget <= SMALL_BYTES

@@ -81,15 +81,35 @@ impl Outage {
     }
 }
 
+/// Whether a write is a second try: kept through an outage
+/// ([`Db::until_back`]), it may have failed *after* its commit —
+/// PostgreSQL's connection cut as it committed, the answer lost. A write
+/// that cannot be written twice (a run's start and end) then finds what
+/// its first try wrote and answers it — no second row, no journal step
+/// refused to its own run, no end refused as another's — and tells
+/// subscribers what the first try could not (its events go out only after
+/// a commit that answered): `db::runs::RunStart::written`,
+/// `db::runs::Finish::wrote`. Else the run would fail with its agent
+/// started, or its answer never be told, and its exchange wait for it
+/// until kdd restarts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Again {
+    /// The first try.
+    First,
+    /// A later try: what the write finds of its own may be its first try's.
+    Retry,
+}
+
 impl Db {
     /// Runs `op` until it goes through or fails for another reason than an
     /// outage — retried as the module says while the registry is away,
     /// unless `stop` (the daemon stopping) says to give up, which then
-    /// returns the outage's error. `what` names what is written, for the
-    /// log (`the end of the run r-…`).
+    /// returns the outage's error. `op` is told whether it is tried
+    /// [`Again`]. `what` names what is written, for the log (`the end of
+    /// the run r-…`).
     pub async fn until_back<T, F, Fut>(&self, what: &str, stop: impl Fn() -> bool, op: F) -> DbResult<T>
     where
-        F: FnMut() -> Fut,
+        F: FnMut(Again) -> Fut,
         Fut: Future<Output = DbResult<T>>,
     {
         self.outage.until_back(what, stop, op).await
@@ -105,13 +125,14 @@ impl Db {
 impl Outage {
     async fn until_back<T, F, Fut>(&self, what: &str, stop: impl Fn() -> bool, mut op: F) -> DbResult<T>
     where
-        F: FnMut() -> Fut,
+        F: FnMut(Again) -> Fut,
         Fut: Future<Output = DbResult<T>>,
     {
         let mut wait = RETRY_FIRST;
         let mut kept: Option<Instant> = None;
         loop {
-            match op().await {
+            let again = if kept.is_some() { Again::Retry } else { Again::First };
+            match op(again).await {
                 Err(e) if e.is_outage() && !stop() => {
                     self.failed(&e);
                     if kept.is_none() {
@@ -178,7 +199,8 @@ mod tests {
             .until_back(
                 "a test write",
                 || false,
-                || {
+                |again| {
+                    assert_eq!(again == Again::Retry, tries.get() > 0, "a try after a failure says so");
                     tries.set(tries.get() + 1);
                     let n = tries.get();
                     async move { if n < 4 { Err(DbError::Unavailable("refused".into())) } else { Ok(n) } }
@@ -199,7 +221,7 @@ mod tests {
             .until_back(
                 "a test write",
                 || false,
-                || {
+                |_| {
                     tries.set(tries.get() + 1);
                     async { Err::<(), _>(DbError::NotFound("thread t".into())) }
                 },
@@ -212,7 +234,7 @@ mod tests {
             .until_back(
                 "a test write",
                 || stopping.get(),
-                || {
+                |_| {
                     tries.set(tries.get() + 1);
                     if tries.get() == 4 {
                         stopping.set(true);

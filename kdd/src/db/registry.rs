@@ -38,8 +38,9 @@ use super::exchanges::kd_step::{EventsOf, KdStep};
 use super::exchanges::{Exchange, ExchangeId, Kind, NewExchange, Opened, Purpose, Step, StepId, StepKey};
 use super::lifecycle::{Material, Summary};
 use super::messages::{NewMessage, Page};
+use super::outage::Again;
 use super::pg::{self, Pg};
-use super::runs::{Again, Finish, Orphan, RunStart};
+use super::runs::{Finish, Orphan, RunStart};
 use super::sessions::{NewSession, SessionEnd};
 use super::sqlite::Sqlite;
 use super::threads::NewThread;
@@ -183,8 +184,8 @@ operations! {
     /// What a run has said so far (kept so a cut run's partial answer survives).
     fn append_run_partial(&self, id: String, text: String) -> DbResult<()>;
     /// A run ended: its message, cost, acknowledgements, run row, journal step and session end, in
-    /// one transaction.
-    fn finish_run(&self, run: RunInfo, f: Finish) -> DbResult<Message>;
+    /// one transaction. Tried [`Again`], a run ended by its first try answers that try's message.
+    fn finish_run(&self, run: RunInfo, f: Finish, again: Again) -> DbResult<Message>;
     /// The backend's own session id of a run, saved while it runs (a CLI
     /// agent's with its partial text: `agent::cli`).
     fn run_session_seen(&self, run: String, backend: String) -> DbResult<()>;

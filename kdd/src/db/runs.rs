@@ -6,7 +6,7 @@
 
 use kd_proto::names::KING;
 use kd_proto::types::{
-    MessageKind, Purpose, RouteType, RunInfo, RunMeta, RunStatus, Session, SessionStatus, ThreadEvent,
+    Message, MessageKind, Purpose, RouteType, RunInfo, RunMeta, RunStatus, Session, SessionStatus, ThreadEvent,
 };
 use serde_json::json;
 
@@ -14,6 +14,7 @@ use super::events::NewEvent;
 use super::exchanges::RunEnd;
 use super::exchanges::StepId;
 use super::messages::NewMessage;
+use super::outage::Again;
 use super::sessions::{NewSession, SessionEnd, Taken};
 use super::{DbError, DbResult, Outbox};
 
@@ -130,6 +131,30 @@ impl Finish {
                          "exit_status": self.meta.exit_status}),
             ..Default::default()
         }
+    }
+
+    /// Whether `m`, the message of the run's row found ended by an end
+    /// tried again ([`Again::Retry`]), is this end's own — written by its
+    /// first try, whose commit's answer was lost: from this run, with the
+    /// body and time this end writes (a recovery's or another node's end
+    /// of the run has no time). Then the try answers it and tells what the
+    /// first try could not ([`Finish::tell_again`]); else the end written
+    /// stands ([`refuse_ended`]).
+    pub(crate) fn wrote(&self, run: &RunInfo, m: &Message) -> bool {
+        let meta = m.run.as_ref();
+        m.from == run.member
+            && m.body == self.body
+            && self.meta.duration_ms.is_some()
+            && meta.is_some_and(|r| r.run_id == self.meta.run_id && r.duration_ms == self.meta.duration_ms)
+    }
+
+    /// What the first try of the end that wrote `m` told subscribers, told
+    /// again: the message and the run's end (its events went out only had
+    /// its commit answered). An emergency broadcast's progress it told is
+    /// not (`kd ack` reads it).
+    pub(crate) fn tell_again(self, run: &RunInfo, m: &Message, out: &mut Outbox) {
+        out.publish(&run.thread, ThreadEvent::Message { message: Box::new(m.clone()) });
+        out.publish(&run.thread, self.told(run, m.seq));
     }
 
     /// What subscribers of the thread hear of the run's end.
@@ -260,32 +285,6 @@ pub struct RunStart {
     /// The write is tried again after a failure that may have come after
     /// its commit ([`Again`]).
     pub again: Again,
-}
-
-/// Whether a write of a run's start is a second try: kept through an
-/// outage ([`super::Db::until_back`]), it may have failed *after* its
-/// commit — PostgreSQL's connection cut as it committed, the answer lost.
-/// A second try then finds the run's row its first try wrote, and answers
-/// what that try wrote ([`RunStart::written`]): no second row, no journal
-/// step refused to its own run, no session taken twice — and tells
-/// subscribers what the first try could not (its events go out only after
-/// a commit that answered). Else the run would fail with its agent
-/// started, its row streaming and its step taken, and its exchange would
-/// wait for it until kdd restarts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Again {
-    /// The first try.
-    #[default]
-    First,
-    /// A later try: a row of the run already there is its own.
-    Retry,
-}
-
-impl Again {
-    /// `tries` made before this one.
-    pub fn after(tries: u32) -> Again {
-        if tries == 0 { Again::First } else { Again::Retry }
-    }
 }
 
 /// A run's agent process: its pid and start time (clock ticks after boot).

@@ -130,7 +130,7 @@ pub async fn drive(co: &Arc<Coord>, x: ExchangeId) -> Result<(), Halt> {
         KdStep::Written(_) | KdStep::Already(_) => {}
         KdStep::Ended(state) => return Err(Halt::Failed(format!("the exchange is {}", state.as_str()))),
     }
-    db.until_back(&format!("the end of the vote {x}"), || co.council.agents.is_closed(), || db.plan_done(x, None))
+    db.until_back(&format!("the end of the vote {x}"), || co.council.agents.is_closed(), |_| db.plan_done(x, None))
         .await?;
     Ok(())
 }

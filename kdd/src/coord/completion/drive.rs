@@ -120,7 +120,7 @@ pub async fn drive(co: &Arc<Coord>, x: Exchange, client: Option<ClientId>) -> Re
     };
     let result = serde_json::to_value(&done).map_err(|e| Halt::Failed(format!("its result: {e}")))?;
     let end = format!("the end of the completion {}", d.x.id);
-    db.until_back(&end, || d.co.council.agents.is_closed(), || db.plan_done(d.x.id, Some(result.clone()))).await?;
+    db.until_back(&end, || d.co.council.agents.is_closed(), |_| db.plan_done(d.x.id, Some(result.clone()))).await?;
     db.record(vec![d.event("completion.done", None, json!({"summary": done.summary}))]).await?;
     Ok(done)
 }

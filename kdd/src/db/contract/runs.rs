@@ -8,8 +8,9 @@ use super::{NewThread, engines, said, thread};
 use crate::db::events::EventFilter;
 use crate::db::exchanges::{Kind, NewExchange, StepKey};
 use crate::db::inbox::Query;
+use crate::db::outage::Again;
 use crate::db::pg::compose::tests::routing;
-use crate::db::runs::{Again, RunStart, Spawned, TakeSession};
+use crate::db::runs::{RunStart, Spawned, TakeSession};
 use crate::db::sessions::NewSession;
 use crate::db::{Db, DbError, fixtures};
 
@@ -223,5 +224,83 @@ async fn a_run_start_tried_again_after_its_commit_answers_what_the_first_try_wro
         assert_eq!(run_starts(db).await, ["r-1", "r-3"], "{n}");
         db.insert_run(codex_run("r-4"), None, Again::Retry).await.unwrap();
         assert_eq!(run_starts(db).await, ["r-1", "r-3", "r-4"], "{n}");
+    }
+}
+
+/// A run's end tried again after a failure that came after its commit (the
+/// answer of PostgreSQL's `COMMIT` lost, the write kept through the outage
+/// and tried again): the second try finds the message its first try wrote
+/// and answers it — no second message, cost or event, its run not taken
+/// for one another ended — and tells subscribers the message and the run's
+/// end the first try could not. An end of the run that is not its own (a
+/// recovery's) is still refused; an end tried again whose first try was
+/// not written writes it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_end_tried_again_after_its_commit_answers_the_message_its_first_try_wrote() {
+    use kd_proto::types::{RunMeta, RunStatus};
+
+    use crate::db::runs::Finish;
+    use crate::db::sessions::SessionEnd;
+
+    for e in engines().await {
+        let (db, n) = (&e.db, e.name);
+        db.create_thread(NewThread { id: Some("t1".into()), ..thread("/w") }).await.unwrap();
+        let asked = db.ask(None, vec![said("t1", "the question".into())], council()).await.unwrap();
+        let start = |id: &str, step| RunStart {
+            run: codex_run(id),
+            step,
+            recorded: false,
+            session: new_session(id),
+            needs_session: false,
+            given: None,
+            spawned: None,
+            again: Again::First,
+        };
+        let session = db.record_run(start("r-1", Some(asked.steps[0].id))).await.unwrap().unwrap();
+        let end = |id: &str, session: Option<String>| Finish {
+            status: RunStatus::Done,
+            body: format!("the answer of {id}"),
+            error: None,
+            meta: RunMeta { run_id: Some(id.into()), duration_ms: Some(40), ..RunMeta::default() },
+            session: session.map(|id| SessionEnd {
+                id,
+                status: SessionStatus::Idle,
+                backend_session_id: None,
+                seen_seq: None,
+            }),
+            to: vec![],
+        };
+        let first = db.finish_run(codex_run("r-1"), end("r-1", Some(session.id.clone())), Again::First).await.unwrap();
+        let mut told = e.hub.subscribe("t1");
+        let second = db.finish_run(codex_run("r-1"), end("r-1", Some(session.id)), Again::Retry).await;
+        let second = second.unwrap_or_else(|e| panic!("{n}: the second try: {e}"));
+        assert_eq!(second, first, "{n}: the message the first try wrote");
+        let told: Vec<String> = std::iter::from_fn(|| told.try_recv().ok()).map(|p| p.json.get().to_string()).collect();
+        assert!(
+            told.len() == 2 && told[0].contains(r#""type":"message""#) && told[0].contains("the answer of r-1"),
+            "{n}: {told:?}"
+        );
+        assert!(
+            told[1].contains("run_finished") && told[1].contains(&format!(r#""seq":{}"#, first.seq)),
+            "{n}: {told:?}"
+        );
+        let answers = db.messages("t1".into(), crate::db::messages::Page::all_after(first.seq - 1)).await.unwrap();
+        assert_eq!(answers.len(), 1, "{n}: one answer");
+        let filter = EventFilter { kind: Some("run.finish".into()), limit: 100, ..Default::default() };
+        assert_eq!(db.events(filter).await.unwrap().len(), 1, "{n}: one end recorded");
+
+        // An end that is not the one written (a recovery's, without a time):
+        // refused, as any end of a run ended.
+        let other = Finish { meta: RunMeta { run_id: Some("r-1".into()), ..RunMeta::default() }, ..end("r-1", None) };
+        let refused = db.finish_run(codex_run("r-1"), other, Again::Retry).await;
+        assert!(matches!(refused, Err(DbError::RunEnded { .. })), "{n}: {refused:?}");
+        let differs = Finish { body: "another answer".into(), ..end("r-1", None) };
+        let refused = db.finish_run(codex_run("r-1"), differs, Again::Retry).await;
+        assert!(matches!(refused, Err(DbError::RunEnded { .. })), "{n}: {refused:?}");
+
+        // An end tried again whose first try was not written: written now.
+        db.insert_run(codex_run("r-2"), None, Again::First).await.unwrap();
+        let written = db.finish_run(codex_run("r-2"), end("r-2", None), Again::Retry).await.unwrap();
+        assert_eq!((written.seq, written.body.as_str()), (first.seq + 1, "the answer of r-2"), "{n}");
     }
 }

@@ -127,6 +127,11 @@ const SELECT: &str =
  FROM messages WHERE thread_id = $1 AND seq > $2 AND seq < $3";
 
 /// A page of a thread's messages, in seq order.
+/// Message `seq` of `thread`, if there is one.
+pub(crate) async fn one(c: &impl GenericClient, thread: &str, seq: u64) -> DbResult<Option<Message>> {
+    Ok(list(c, thread, Page::one(seq)).await?.pop())
+}
+
 pub(crate) async fn list(c: &impl GenericClient, thread: &str, page: Page) -> DbResult<Vec<Message>> {
     threads::get(c, thread).await?;
     let stmt = match page.from_end {
@@ -173,10 +178,8 @@ impl Pg {
 
     /// One message of a thread.
     pub async fn message(&self, thread: String, seq: u64) -> DbResult<Message> {
-        let page = Page { after: seq.saturating_sub(1), before: Some(seq.saturating_add(1)), ..Page::all_after(0) };
-        list(&self.conn().await?, &thread, page)
+        one(&self.conn().await?, &thread, seq)
             .await?
-            .pop()
             .ok_or_else(|| DbError::NotFound(format!("message {seq} of thread {thread}")))
     }
 }

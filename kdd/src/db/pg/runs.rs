@@ -9,9 +9,9 @@ use kd_proto::types::{Message, Purpose, RunInfo, RunStatus, Session, SessionStat
 use super::exchanges;
 use super::{ME, Pg, acks, cost, events, inbox, messages, sessions};
 use crate::db::exchanges::StepId;
+use crate::db::outage::Again;
 use crate::db::runs::{
-    Again, Cut, Finish, Orphan, RunStart, Spawned, TakeSession, refuse_ended, spawned, tell_started, tell_waiting,
-    waiting,
+    Cut, Finish, Orphan, RunStart, Spawned, TakeSession, refuse_ended, spawned, tell_started, tell_waiting, waiting,
 };
 use crate::db::{DbError, DbResult, Outbox, now_ms};
 
@@ -78,21 +78,37 @@ async fn exists(c: &impl GenericClient, id: &str) -> DbResult<bool> {
 /// not: its connection cut, its `COMMIT` may still be on its way to the
 /// server when the second try begins — which would then not see its row,
 /// and find its journal step taken (by itself) once it commits. The first
-/// try holds the step's row from its update to its end. A first try the
-/// server holds open longer than a statement may wait (a client gone
-/// without a word: until `idle_in_transaction_session_timeout`) is an
-/// outage for now, tried again.
+/// try holds the step's row from its update to its end ([`still_open`]).
 async fn first_try_ended(c: &impl GenericClient, step: Option<StepId>) -> DbResult<()> {
     if let Some(step) = step {
         let st = c.prepare_cached("SELECT 1 FROM exchange_steps WHERE id = $1 FOR UPDATE").await?;
-        c.query_opt(&st, &[&step]).await.map_err(|e| match e.code() {
-            Some(code) if *code == tokio_postgres::error::SqlState::QUERY_CANCELED => {
-                DbError::Unavailable(format!("a first try of the run's start is still open: {e}"))
-            }
-            _ => e.into(),
-        })?;
+        c.query_opt(&st, &[&step]).await.map_err(still_open)?;
     }
     Ok(())
+}
+
+/// A wait for a first try still open, cut by the statement's timeout: an
+/// outage for now, tried again (the server holds a try whose client went
+/// without a word until `idle_in_transaction_session_timeout`).
+fn still_open(e: tokio_postgres::Error) -> DbError {
+    match e.code() {
+        Some(code) if *code == tokio_postgres::error::SqlState::QUERY_CANCELED => {
+            DbError::Unavailable(format!("a first try of the write is still open: {e}"))
+        }
+        _ => e.into(),
+    }
+}
+
+/// The end of `run` its first try wrote, found by `f` tried again
+/// ([`Finish::wrote`]): the run's row ended with its message. The first
+/// try holds the row from its first statement: one whose `COMMIT` is still
+/// on its way to the server is waited out.
+async fn written_end(c: &impl GenericClient, run: &RunInfo, f: &Finish) -> DbResult<Option<Message>> {
+    let st = c.prepare_cached("SELECT status, message_seq FROM runs WHERE id = $1 FOR NO KEY UPDATE").await?;
+    let Some(row) = c.query_opt(&st, &[&run.id]).await.map_err(still_open)? else { return Ok(None) };
+    let (status, seq): (&str, Option<i64>) = (row.try_get(0)?, row.try_get(1)?);
+    let Some(seq) = seq.filter(|_| refuse_ended(&run.id, status).is_err()) else { return Ok(None) };
+    Ok(messages::one(c, &run.thread, seq as u64).await?.filter(|m| f.wrote(run, m)))
 }
 
 /// Records the agent's pid (and start time) the moment it is spawned.
@@ -351,10 +367,17 @@ impl Pg {
         append_partial(&self.conn().await?, &id, &text).await
     }
 
-    pub async fn finish_run(&self, run: RunInfo, f: Finish) -> DbResult<Message> {
+    pub async fn finish_run(&self, run: RunInfo, f: Finish, again: Again) -> DbResult<Message> {
         let mut c = self.conn().await?;
         let tx = c.transaction().await?;
         let mut out = Outbox::default();
+        if again == Again::Retry
+            && let Some(m) = written_end(&tx, &run, &f).await?
+        {
+            f.tell_again(&run, &m, &mut out);
+            self.commit(tx, out).await?;
+            return Ok(m);
+        }
         let message = finish(&tx, now_ms(), &run, f, &mut out).await?;
         self.commit(tx, out).await?;
         Ok(message)
@@ -511,7 +534,7 @@ pub(crate) mod tests {
         let codex = run_of("r-3", "codex");
         insert(&c, 23, &codex, None, out).await.unwrap();
         pg.run_started(codex, 300, None, None).await.unwrap();
-        pg.finish_run(first, Finish { session: None, ..answered() }).await.unwrap();
+        pg.finish_run(first, Finish { session: None, ..answered() }, Again::First).await.unwrap();
         pg.run_started(second, 200, None, None).await.unwrap();
     }
 
@@ -570,16 +593,16 @@ pub(crate) mod tests {
             }),
             ..answered()
         };
-        let refused = pg.finish_run(run.clone(), f).await;
+        let refused = pg.finish_run(run.clone(), f, Again::First).await;
         assert!(matches!(refused, Err(DbError::NotFound(_))), "{refused:?}");
         let answers: i64 = c.query_one("SELECT count(*) FROM messages WHERE seq > 1", &[]).await.unwrap().get(0);
         let status: String = c.query_one("SELECT status FROM runs", &[]).await.unwrap().get(0);
         assert_eq!((answers, status.as_str()), (0, "waiting"));
         // Ended once, a run ends for good: a second end writes nothing.
         let f = Finish { session: None, ..answered() };
-        let m = pg.finish_run(run.clone(), f.clone()).await.unwrap();
+        let m = pg.finish_run(run.clone(), f.clone(), Again::First).await.unwrap();
         assert_eq!(m.seq, 2);
-        let again = pg.finish_run(run.clone(), f.clone()).await;
+        let again = pg.finish_run(run.clone(), f.clone(), Again::First).await;
         assert!(matches!(again, Err(DbError::RunEnded { .. })), "{again:?}");
         // In the words of the rule both engines follow.
         let rule = refuse_ended("r-1", "done").unwrap_err();

@@ -96,6 +96,11 @@ pub fn import(conn: &Connection, thread: &str, messages: Vec<(i64, NewMessage)>,
 }
 
 /// A page of a thread's messages, in seq order.
+/// Message `seq` of `thread`, if there is one.
+pub fn one(conn: &Connection, thread: &str, seq: u64) -> DbResult<Option<Message>> {
+    Ok(list(conn, thread, Page::one(seq))?.pop())
+}
+
 pub fn list(conn: &Connection, thread: &str, page: Page) -> DbResult<Vec<Message>> {
     let mut stmt = conn.prepare_cached(&list_sql(&page))?;
     let before = page.before.map(|b| b.min(i64::MAX as u64) as i64).unwrap_or(i64::MAX);
@@ -146,8 +151,7 @@ impl super::Sqlite {
     /// One message of a thread.
     pub async fn message(&self, thread: String, seq: u64) -> DbResult<Message> {
         self.read(move |c| {
-            let page = Page { after: seq.saturating_sub(1), before: Some(seq.saturating_add(1)), ..Page::all_after(0) };
-            list(c, &thread, page)?.pop().ok_or_else(|| DbError::NotFound(format!("message {seq} of thread {thread}")))
+            one(c, &thread, seq)?.ok_or_else(|| DbError::NotFound(format!("message {seq} of thread {thread}")))
         })
         .await
     }

@@ -5,8 +5,9 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{acks, cost, events, exchanges, inbox, messages, sessions};
 use crate::db::exchanges::StepId;
+use crate::db::outage::Again;
 use crate::db::runs::{
-    Again, Cut, Finish, Orphan, RunStart, STOPPED_IN_FLIGHT, Spawned, TakeSession, refuse_ended, spawned, tell_started,
+    Cut, Finish, Orphan, RunStart, STOPPED_IN_FLIGHT, Spawned, TakeSession, refuse_ended, spawned, tell_started,
     tell_waiting, waiting,
 };
 use crate::db::{DbError, DbResult, Outbox};
@@ -160,6 +161,18 @@ pub fn finish(conn: &Connection, now: i64, run: &RunInfo, mut f: Finish, out: &m
     Ok(message)
 }
 
+/// The end of `run` its first try wrote, found by `f` tried again
+/// ([`Finish::wrote`]): the run's row ended with its message.
+fn written_end(conn: &Connection, run: &RunInfo, f: &Finish) -> DbResult<Option<Message>> {
+    let seq: Option<i64> = conn
+        .prepare_cached("SELECT message_seq FROM runs WHERE id = ?1 AND status NOT IN ('waiting', 'streaming')")?
+        .query_row([&run.id], |r| r.get(0))
+        .optional()?
+        .flatten();
+    let Some(seq) = seq else { return Ok(None) };
+    Ok(messages::one(conn, &run.thread, seq as u64)?.filter(|m| f.wrote(run, m)))
+}
+
 /// Runs still `waiting` or `streaming` in the registry.
 pub fn in_flight(conn: &Connection) -> DbResult<Vec<Orphan>> {
     let mut stmt = conn.prepare(
@@ -244,9 +257,20 @@ impl super::Sqlite {
         self.write(move |c, _| append_partial(c, &id, &text)).await
     }
 
-    pub async fn finish_run(&self, run: RunInfo, f: Finish) -> DbResult<Message> {
+    pub async fn finish_run(&self, run: RunInfo, f: Finish, again: Again) -> DbResult<Message> {
         let small = f.body.len() <= super::SMALL_TEXT;
-        self.write_if_small(small, move |c, out| finish(c, crate::db::now_ms(), &run, f, out)).await
+        self.write_if_small(small, move |c, out| {
+            // SQLite's commit is never in doubt (one that failed rolled
+            // back): a try again finds its first try's end only by contract.
+            if again == Again::Retry
+                && let Some(m) = written_end(c, &run, &f)?
+            {
+                f.tell_again(&run, &m, out);
+                return Ok(m);
+            }
+            finish(c, crate::db::now_ms(), &run, f, out)
+        })
+        .await
     }
 
     /// The backend's own session id of a run, saved while it runs (a CLI

@@ -270,7 +270,7 @@ async fn check(
         .until_back(
             &format!("the check of {member}'s work"),
             || council.agents.is_closed(),
-            || db.end_check(thread.to_string(), member.to_string(), result.clone(), fix),
+            |_| db.end_check(thread.to_string(), member.to_string(), result.clone(), fix),
         )
         .await;
     match ended {

@@ -15,15 +15,9 @@ use super::{
 use crate::db::events::Record;
 use crate::db::exchanges::kd_step::{EventsOf, Fix, KdStep, fixing};
 use crate::db::exchanges::no_exchange;
-use crate::db::messages::{NewMessage, Page};
+use crate::db::messages::NewMessage;
 use crate::db::pg::{Pg, events, messages};
 use crate::db::{DbError, DbResult, Outbox, now_ms};
-
-/// Message `seq` of `thread`.
-async fn message(c: &impl GenericClient, thread: &str, seq: u64) -> DbResult<Option<Message>> {
-    let page = Page { after: seq.saturating_sub(1), before: Some(seq.saturating_add(1)), ..Page::all_after(0) };
-    Ok(messages::list(c, thread, page).await?.pop())
-}
 
 /// Takes kd's own step `key` of exchange `x`: unless it is done, writes
 /// `m` and the events made from it, and marks the step done with the
@@ -45,7 +39,7 @@ pub(crate) async fn kd_step(
     };
     if step.state == StepState::Done {
         let seq = step.message_seq.unwrap_or(0);
-        return message(c, &m.thread, seq)
+        return messages::one(c, &m.thread, seq)
             .await?
             .map(KdStep::Already)
             .ok_or_else(|| DbError::Internal(format!("kd's step {} lost its message {seq}", step.id)));
@@ -172,7 +166,7 @@ pub(crate) async fn steps_with_messages(
             },
         };
         let m = match seq {
-            Some(seq) => message(c, &ex.thread, seq).await?,
+            Some(seq) => messages::one(c, &ex.thread, seq).await?,
             None => None,
         };
         out.push((s, m));

@@ -10,9 +10,10 @@ use serde_json::json;
 use super::*;
 use crate::db::Outbox;
 use crate::db::fixtures::run_of;
+use crate::db::outage::Again;
 use crate::db::pg::testing::{self, TestDb};
 use crate::db::pg::{Pg, runs};
-use crate::db::runs::{Again, Finish};
+use crate::db::runs::Finish;
 
 /// A fresh registry holding thread `t1`.
 pub(crate) async fn db() -> Option<(Pg, TestDb)> {
@@ -349,7 +350,7 @@ async fn an_exchange_whose_last_steps_end_at_once_is_done() {
         .into_iter()
         .map(|run| {
             let pg = pg.clone();
-            tokio::spawn(async move { pg.finish_run(run, done("yes")).await })
+            tokio::spawn(async move { pg.finish_run(run, done("yes"), Again::First).await })
         })
         .collect();
     for e in ends {
@@ -464,7 +465,7 @@ fn every_operation_can_be_spawned(pg: Arc<Pg>, x: Exchange, m: crate::db::messag
     spawnable(pg.insert_run(run.clone(), None, Again::First));
     spawnable(pg.run_started(run.clone(), 1, None, None));
     spawnable(pg.append_run_partial(String::new(), String::new()));
-    spawnable(pg.finish_run(run, done("")));
+    spawnable(pg.finish_run(run, done(""), Again::First));
     spawnable(pg.run_session_seen(String::new(), String::new()));
     spawnable(pg.orphan_runs());
     spawnable(pg.recover_runs());

@@ -9,16 +9,10 @@ use crate::db::events::Record;
 use crate::db::exchanges::kd_step::{EventsOf, Fix, KdStep, fixing};
 use crate::db::exchanges::no_exchange;
 use crate::db::exchanges::{Exchange, ExchangeId, Kind, Opened, Purpose, Step, StepId, StepKey, StepState};
-use crate::db::messages::{NewMessage, Page};
+use crate::db::messages::NewMessage;
 use crate::db::sqlite::Sqlite;
 use crate::db::sqlite::{events, messages};
 use crate::db::{DbError, DbResult, Outbox, now_ms};
-
-/// Message `seq` of `thread`.
-fn message(conn: &Connection, thread: &str, seq: u64) -> DbResult<Option<Message>> {
-    let page = Page { after: seq.saturating_sub(1), before: Some(seq.saturating_add(1)), ..Page::all_after(0) };
-    Ok(messages::list(conn, thread, page)?.pop())
-}
 
 /// Takes kd's own step `key` of exchange `x`: unless it is done, writes
 /// `m` and the events made from it, and marks the step done with the
@@ -39,7 +33,7 @@ pub fn kd_step(
     if step.state == StepState::Done {
         let thread = m.thread.clone();
         let seq = step.message_seq.unwrap_or(0);
-        return message(conn, &thread, seq)?
+        return messages::one(conn, &thread, seq)?
             .map(KdStep::Already)
             .ok_or_else(|| DbError::Internal(format!("kd's step {} lost its message {seq}", step.id)));
     }
@@ -141,7 +135,7 @@ pub fn steps_with_messages(conn: &Connection, x: ExchangeId) -> DbResult<Vec<(St
             },
         };
         let m = match seq {
-            Some(seq) => message(conn, &ex.thread, seq)?,
+            Some(seq) => messages::one(conn, &ex.thread, seq)?,
             None => None,
         };
         out.push((s, m));
@@ -218,7 +212,7 @@ mod tests {
         let KdStep::Written(m) = first else { panic!("{first:?}") };
         let again = kd_step(&conn, 30, x.id, &tally(), note("Vote: b wins."), |_| vec![], &mut out).unwrap();
         assert_eq!(again, KdStep::Already(m.clone()), "the second write reads the first back");
-        let page = Page::all_after(0);
+        let page = crate::db::messages::Page::all_after(0);
         let tallies = messages::list(&conn, "t1", page).unwrap().into_iter().filter(|m| m.from == "kd").count();
         assert_eq!(tallies, 1);
         let s = steps(&conn, x.id).unwrap().into_iter().find(|s| s.key == tally()).unwrap();
