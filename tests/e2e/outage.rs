@@ -329,3 +329,81 @@ async fn cut_as_it_commits(write: Write, late: Option<Duration>) {
     assert_eq!(count(&kdd, "SELECT count(*) FROM sessions WHERE status = 'active'"), 0, "no session left held");
     assert_eq!(count(&kdd, "SELECT count(*) FROM exchange_steps WHERE state IN ('pending', 'running')"), 0);
 }
+
+/// A check's end whose commit went through and whose answer was lost
+/// (`kd work --until-green`, the check failing, the member sent back in
+/// the same write): kdd tries the write again, finds the result its first
+/// try recorded, and sends the member back to fix its work all the same.
+/// Before, the second try found the check no longer running and took its
+/// own result for another check's: the work stayed `working` with a try
+/// counted and no run, and `kd work` waited.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_check_end_whose_commit_answer_was_lost_still_sends_the_member_back() {
+    check_end_cut(None).await;
+}
+
+/// The same, the check's `COMMIT` reaching the server only after kdd's
+/// second try began: the second try waits for the first to end.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_check_end_whose_commit_lands_after_its_second_try_began_still_sends_the_member_back() {
+    check_end_cut(Some(Duration::from_secs(1))).await;
+}
+
+/// `kd work --until-green 2`, the end of the failing check cut as it
+/// commits (`late`: reaching the server that long after kdd's side is cut).
+async fn check_end_cut(late: Option<Duration>) {
+    use kd_proto::work::{CheckStatus, WorkState, Worktree};
+
+    use crate::work_check::{in_worktree, repo};
+
+    if kd_tests::engine() != kd_tests::Engine::Postgres {
+        kd_tests::registry::not_on_this_engine(
+            "outage",
+            "a commit in doubt is PostgreSQL's (SQLite's commit is never)",
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut db = kd_tests::TestDb::fresh(dir.path().join("unused"));
+    let kd_tests::TestDb::Postgres(pg) = &mut db else { unreachable!("on PostgreSQL") };
+    let cut = CommitCut::start(&pg.url).expect("the test cluster listens on a Unix socket");
+    pg.url = cut.url(&pg.url);
+    let log = dir.path().join("kdd.log");
+    let kdd = Kdd::try_start_on(db, &["--log-file", log.to_str().expect("UTF-8")]).expect("kdd starts");
+    // Its first try leaves a mark; its second, seeing it, fixes the work.
+    let fixes = in_worktree("if test -f tried; then echo ok > fixed.txt; fi; touch tried");
+    let ws = repo(&[("claude", vec![("FAKE_RUN", fixes)])], serde_json::json!({"check": ["test", "-f", "fixed.txt"]}));
+    // Only the end of a check that sends its member back counts a fix.
+    let sends_back = "UPDATE worktrees SET fixes = fixes + 1";
+    match late {
+        Some(after) => cut.arm_late(sends_back, after),
+        None => cut.arm(sends_back),
+    }
+    let mut k = kdd.kd();
+    k.current_dir(ws.dir.path()).args(["work", "Do the task", "--until-green", "2"]);
+    let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    let Ok(out) = tokio::time::timeout(kd_tests::DEADLINE, k.output()).await else {
+        panic!("kd work did not end; kdd's log:\n{}", read_log());
+    };
+    let out = out.expect("kd work runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}\nkdd's log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        read_log()
+    );
+    assert_eq!(cut.cuts(), 1, "the check's end was cut as it committed");
+    let tried_again = |l: &str| l.contains("the check of claude's work") && l.contains("is written");
+    assert!(read_log().lines().any(tried_again), "the check's end was tried again: {}", read_log());
+    assert!(stdout.contains("fixing 1/2") && stdout.contains("check fail (exit 1)"), "{stdout}");
+    let mut list = kdd.kd();
+    list.current_dir(ws.dir.path()).args(["work", "--list", "--json"]);
+    let trees: Vec<Worktree> = serde_json::from_slice(&list.output().await.expect("kd work --list").stdout).unwrap();
+    let w = &trees[0];
+    let status = w.check.as_ref().map(|c| c.status);
+    assert_eq!((status, w.fixes, w.state), (Some(CheckStatus::Pass), 1, WorkState::Done), "{w:?}");
+    let sent_back = count(&kdd, "SELECT count(*) FROM messages WHERE body LIKE '%did not pass%'");
+    assert_eq!(sent_back, 1, "the member was sent back once");
+}

@@ -13,13 +13,13 @@ use kd_tests::{Kdd, Workspace, fake, git};
 use serde_json::{Value, json};
 
 /// In a member's worktree only (where `.git` is a file), runs `cmd`.
-fn in_worktree(cmd: &str) -> String {
+pub(crate) fn in_worktree(cmd: &str) -> String {
     format!("if test -f .git; then {cmd}; fi")
 }
 
 /// A git repository whose council is `members` (name → FAKE_* env, claude's
 /// format), with `work` as its work settings.
-fn repo(members: &[(&str, Vec<(&str, String)>)], work: Value) -> Workspace {
+pub(crate) fn repo(members: &[(&str, Vec<(&str, String)>)], work: Value) -> Workspace {
     let ws = Workspace::new(&[]);
     ws.git_init(&[("a.txt", "one\n")], &[]);
     let mut agents = serde_json::Map::new();

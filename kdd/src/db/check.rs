@@ -1,7 +1,7 @@
 //! The check in a member's worktree, as the registry keeps it (issue 34):
 //! what beginning and ending a check come to, whichever engine records it.
 
-use kd_proto::work::{CheckStatus, WorkCheck, Worktree};
+use kd_proto::work::{CheckStatus, WorkCheck, WorkState, Worktree};
 
 /// What [`crate::db::Db::begin_check`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +47,19 @@ pub mod rules {
         w.check.as_ref().is_some_and(|c| {
             c.status == CheckStatus::Running && c.started_at_ms == result.started_at_ms && c.commit == result.commit
         })
+    }
+
+    /// What an end of a check tried again (`db::outage::Again`) finds its
+    /// first try wrote — `result` recorded as `w`'s check, the answer of
+    /// its commit lost — and whether that try sent the member back: with
+    /// `fix`, a result that did not pass leaves the work `working` only
+    /// then (a check ends on work that is done: `kd check` refuses work in
+    /// progress, and a run's end marks its check running as its work is
+    /// done). `None`: that result is not recorded — the first try was not
+    /// written, or another check's is.
+    pub fn written(w: &Worktree, result: &WorkCheck, fix: bool) -> Option<bool> {
+        let failed = result.status != CheckStatus::Pass;
+        (w.check.as_ref() == Some(result)).then_some(fix && failed && w.state == WorkState::Working)
     }
 
     /// Whether `result`, recorded with `fix`, sends the member back: it did

@@ -315,7 +315,8 @@ operations! {
     fn begin_check(&self, thread: String, member: String, at: i64) -> DbResult<Started>;
     /// Records a check's result if it is still the running one (told on the thread); with `fix`,
     /// a member whose check did not pass and has tries left is sent back (a try counted, `working`).
-    fn end_check(&self, thread: String, member: String, check: WorkCheck, fix: bool) -> DbResult<CheckEnded>;
+    /// Tried [`Again`], a result its first try recorded is answered as that try was.
+    fn end_check(&self, thread: String, member: String, check: WorkCheck, fix: bool, again: Again) -> DbResult<CheckEnded>;
     /// The worktrees on disk whose check was running when a daemon stopped.
     fn running_checks(&self) -> DbResult<Vec<Worktree>>;
     /// Records on a run the commit kd made of its changes and its note.

@@ -10,6 +10,7 @@ use tokio_postgres::Row;
 use super::Pg;
 use super::work::get;
 use crate::db::check::{CheckEnded, Started, rules};
+use crate::db::outage::Again;
 use crate::db::{DbResult, Outbox};
 
 /// The check of a worktree row, from its columns at `at` (status, commit,
@@ -53,7 +54,8 @@ async fn lock(c: &impl GenericClient, thread: &str, member: &str) -> DbResult<()
         &c.prepare_cached("SELECT 1 FROM worktrees WHERE thread_id = $1 AND member = $2 FOR UPDATE").await?,
         &[&thread, &member],
     )
-    .await?;
+    .await
+    .map_err(super::still_open)?;
     Ok(())
 }
 
@@ -76,12 +78,30 @@ impl Pg {
 
     /// Records a check's result if it is still the running one (told on
     /// the thread); with `fix`, sends the member back when it failed and
-    /// tries are left.
-    pub async fn end_check(&self, thread: String, member: String, check: WorkCheck, fix: bool) -> DbResult<CheckEnded> {
+    /// tries are left. Tried [`Again`], a result its first try recorded is
+    /// answered as that try would have been ([`rules::written`]).
+    pub async fn end_check(
+        &self,
+        thread: String,
+        member: String,
+        check: WorkCheck,
+        fix: bool,
+        again: Again,
+    ) -> DbResult<CheckEnded> {
         let mut c = self.conn().await?;
         let tx = c.transaction().await?;
+        // A first try whose `COMMIT` is still on its way holds the row:
+        // waited out.
         lock(&tx, &thread, &member).await?;
         let Some(w) = get(&tx, &thread, &member).await? else { return Ok(CheckEnded::Superseded) };
+        if again == Again::Retry
+            && let Some(fixing) = rules::written(&w, &check, fix)
+        {
+            let mut out = Outbox::default();
+            out.publish(&thread, ThreadEvent::Work { worktree: Box::new(w.clone()) });
+            self.commit(tx, out).await?;
+            return Ok(CheckEnded::Recorded { worktree: Box::new(w), fixing });
+        }
         if !rules::is_current(&w, &check) {
             return Ok(CheckEnded::Superseded);
         }

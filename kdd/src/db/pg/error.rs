@@ -42,6 +42,19 @@ pub fn unique_violation(e: &tokio_postgres::Error) -> Option<&str> {
     Some(db.constraint().unwrap_or(""))
 }
 
+/// A wait for a row a first try of a write holds, cut by the statement's
+/// timeout: an outage for now, tried again (the server holds a try whose
+/// client went without a word until `idle_in_transaction_session_timeout`;
+/// `db::outage::Again`).
+pub(crate) fn still_open(e: tokio_postgres::Error) -> DbError {
+    match e.code() {
+        Some(code) if *code == SqlState::QUERY_CANCELED => {
+            DbError::Unavailable(format!("a first try of the write is still open: {e}"))
+        }
+        _ => e.into(),
+    }
+}
+
 /// Connection lost, server shutting down, or the database refused us.
 fn is_unavailable(e: &tokio_postgres::Error) -> bool {
     if e.is_closed() {

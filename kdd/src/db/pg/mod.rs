@@ -65,6 +65,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use crate::db::{DbError, DbResult, Outbox};
 use crate::hub::Hub;
 
+use error::still_open;
 pub use error::unique_violation;
 
 /// Connections in the pool.

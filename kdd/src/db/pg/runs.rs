@@ -7,7 +7,7 @@ use deadpool_postgres::GenericClient;
 use kd_proto::types::{Message, Purpose, RunInfo, RunStatus, Session, SessionStatus};
 
 use super::exchanges;
-use super::{ME, Pg, acks, cost, events, inbox, messages, sessions};
+use super::{ME, Pg, acks, cost, events, inbox, messages, sessions, still_open};
 use crate::db::exchanges::StepId;
 use crate::db::outage::Again;
 use crate::db::runs::{
@@ -85,18 +85,6 @@ async fn first_try_ended(c: &impl GenericClient, step: Option<StepId>) -> DbResu
         c.query_opt(&st, &[&step]).await.map_err(still_open)?;
     }
     Ok(())
-}
-
-/// A wait for a first try still open, cut by the statement's timeout: an
-/// outage for now, tried again (the server holds a try whose client went
-/// without a word until `idle_in_transaction_session_timeout`).
-fn still_open(e: tokio_postgres::Error) -> DbError {
-    match e.code() {
-        Some(code) if *code == tokio_postgres::error::SqlState::QUERY_CANCELED => {
-            DbError::Unavailable(format!("a first try of the write is still open: {e}"))
-        }
-        _ => e.into(),
-    }
 }
 
 /// The end of `run` its first try wrote, found by `f` tried again

@@ -10,6 +10,7 @@ use super::Outbox;
 use super::work::get;
 use crate::db::DbResult;
 use crate::db::check::{CheckEnded, Started, rules};
+use crate::db::outage::Again;
 
 /// The check of a worktree row, from its columns at `at` (status, commit,
 /// exit, ms, output, started).
@@ -67,8 +68,15 @@ pub fn end(
     member: &str,
     check: &WorkCheck,
     fix: bool,
+    again: Again,
 ) -> DbResult<CheckEnded> {
     let Some(w) = get(conn, thread, member)? else { return Ok(CheckEnded::Superseded) };
+    if again == Again::Retry
+        && let Some(fixing) = rules::written(&w, check, fix)
+    {
+        out.publish(thread, ThreadEvent::Work { worktree: Box::new(w.clone()) });
+        return Ok(CheckEnded::Recorded { worktree: Box::new(w), fixing });
+    }
     if !rules::is_current(&w, check) {
         return Ok(CheckEnded::Superseded);
     }
@@ -111,8 +119,15 @@ impl super::Sqlite {
     /// Records a check's result if it is still the running one (told on
     /// the thread); with `fix`, sends the member back when it failed and
     /// tries are left.
-    pub async fn end_check(&self, thread: String, member: String, check: WorkCheck, fix: bool) -> DbResult<CheckEnded> {
-        self.write(move |c, out| end(c, out, &thread, &member, &check, fix)).await
+    pub async fn end_check(
+        &self,
+        thread: String,
+        member: String,
+        check: WorkCheck,
+        fix: bool,
+        again: Again,
+    ) -> DbResult<CheckEnded> {
+        self.write(move |c, out| end(c, out, &thread, &member, &check, fix, again)).await
     }
 
     /// The worktrees whose check was running when a daemon stopped.

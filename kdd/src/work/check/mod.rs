@@ -270,7 +270,8 @@ async fn check(
         .until_back(
             &format!("the check of {member}'s work"),
             || council.agents.is_closed(),
-            |_| db.end_check(thread.to_string(), member.to_string(), result.clone(), fix),
+            // A try after a failure may follow a commit whose answer was lost.
+            |again| db.end_check(thread.to_string(), member.to_string(), result.clone(), fix, again),
         )
         .await;
     match ended {
