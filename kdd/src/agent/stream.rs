@@ -20,8 +20,9 @@ pub(super) async fn record_start(
     run.set_started(pid);
     let what = format!("the start of the agent of the run {}", run.id);
     let session = held.map(|h| h.id.clone());
-    let recorded =
-        d.db.until_back(&what, || d.is_closed(), |_| d.db.run_started(run.info(), pid, started, session.clone())).await;
+    // A try after a failure may follow a commit whose answer was lost.
+    let write = |again| d.db.run_started(run.info(), pid, started, session.clone(), again);
+    let recorded = d.db.until_back(&what, || d.is_closed(), write).await;
     match recorded {
         Ok(()) => Ok(()),
         Err(e @ crate::db::DbError::MemberBusy { .. }) => Err(e.to_string()),

@@ -180,7 +180,15 @@ operations! {
     fn record_run(&self, start: RunStart) -> DbResult<DbResult<Session>>;
     /// The run's process started (its pid and backend session). Only a shared registry refuses it:
     /// [`DbError::MemberBusy`] when another node's run of the member streams on the thread.
-    fn run_started(&self, run: RunInfo, pid: u32, pid_start: Option<u64>, session: Option<String>) -> DbResult<()>;
+    /// Tried [`Again`], a start its first try wrote is told, not recorded again.
+    fn run_started(
+        &self,
+        run: RunInfo,
+        pid: u32,
+        pid_start: Option<u64>,
+        session: Option<String>,
+        again: Again,
+    ) -> DbResult<()>;
     /// What a run has said so far (kept so a cut run's partial answer survives).
     fn append_run_partial(&self, id: String, text: String) -> DbResult<()>;
     /// A run ended: its message, cost, acknowledgements, run row, journal step and session end, in

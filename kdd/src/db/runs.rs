@@ -247,6 +247,14 @@ pub(crate) fn tell_started(run: &RunInfo, pid: u32, out: &mut Outbox) {
     out.publish(&run.thread, ThreadEvent::RunStarted { run: run.id.clone(), member: run.member.clone(), pid });
 }
 
+/// Whether a run's row — its `status` and `pid` — says its agent's start
+/// (`pid`), tried again ([`Again::Retry`]), was written by its first try,
+/// whose commit's answer was lost: then the start is told, not recorded a
+/// second time.
+pub(crate) fn start_written(status: &str, row_pid: Option<i64>, pid: u32) -> bool {
+    status == "streaming" && row_pid == Some(i64::from(pid))
+}
+
 /// A run's end is written once: a run whose row says it ended (a recovery,
 /// or another node's reaper, wrote its end) writes nothing more.
 pub(crate) fn refuse_ended(id: &str, status: &str) -> DbResult<()> {

@@ -304,3 +304,23 @@ async fn a_run_end_tried_again_after_its_commit_answers_the_message_its_first_tr
         assert_eq!((written.seq, written.body.as_str()), (first.seq + 1, "the answer of r-2"), "{n}");
     }
 }
+
+/// A run's agent start tried again after its commit (the answer lost): the
+/// second try finds the start written — the run streaming with that pid —
+/// and tells it without recording it a second time.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_agent_start_tried_again_after_its_commit_is_told_not_recorded_twice() {
+    for e in engines().await {
+        let (db, n) = (&e.db, e.name);
+        db.create_thread(NewThread { id: Some("t1".into()), ..thread("/w") }).await.unwrap();
+        db.insert_run(codex_run("r-1"), None, Again::First).await.unwrap();
+        let pid = std::process::id();
+        db.run_started(codex_run("r-1"), pid, Some(77), None, Again::First).await.unwrap();
+        let mut told = e.hub.subscribe("t1");
+        db.run_started(codex_run("r-1"), pid, Some(77), None, Again::Retry).await.unwrap();
+        let told: Vec<String> = std::iter::from_fn(|| told.try_recv().ok()).map(|p| p.json.get().to_string()).collect();
+        assert!(told.len() == 1 && told[0].contains("run_started"), "{n}: {told:?}");
+        let filter = EventFilter { kind: Some("run.spawn".into()), limit: 100, ..Default::default() };
+        assert_eq!(db.events(filter).await.unwrap().len(), 1, "{n}: one start recorded");
+    }
+}

@@ -11,7 +11,8 @@ use super::{ME, Pg, acks, cost, events, inbox, messages, sessions, still_open};
 use crate::db::exchanges::StepId;
 use crate::db::outage::Again;
 use crate::db::runs::{
-    Cut, Finish, Orphan, RunStart, Spawned, TakeSession, refuse_ended, spawned, tell_started, tell_waiting, waiting,
+    Cut, Finish, Orphan, RunStart, Spawned, TakeSession, refuse_ended, spawned, start_written, tell_started,
+    tell_waiting, waiting,
 };
 use crate::db::{DbError, DbResult, Outbox, now_ms};
 
@@ -128,6 +129,14 @@ pub(crate) async fn started(
     events::record(c, now, &spawned(run, pid, session)).await?;
     tell_started(run, pid, out);
     Ok(())
+}
+
+/// Whether the start of `id`'s agent `pid` was written ([`start_written`]).
+/// A first try whose `COMMIT` is still on its way holds the row: waited out.
+async fn started_before(c: &impl GenericClient, id: &str, pid: u32) -> DbResult<bool> {
+    let st = c.prepare_cached("SELECT status, pid FROM runs WHERE id = $1 FOR NO KEY UPDATE").await?;
+    let Some(row) = c.query_opt(&st, &[&id]).await.map_err(still_open)? else { return Ok(false) };
+    Ok(start_written(row.try_get(0)?, row.try_get(1)?, pid))
 }
 
 /// Saves what the run streamed since its last save (crash insurance):
@@ -327,10 +336,15 @@ impl Pg {
         pid: u32,
         pid_start: Option<u64>,
         session: Option<String>,
+        again: Again,
     ) -> DbResult<()> {
         let mut c = self.conn().await?;
         let tx = c.transaction().await?;
         let mut out = Outbox::default();
+        if again == Again::Retry && started_before(&tx, &run.id, pid).await? {
+            tell_started(&run, pid, &mut out);
+            return self.commit(tx, out).await;
+        }
         match started(&tx, now_ms(), &run, pid, pid_start, session.as_deref(), &mut out).await {
             Ok(()) => self.commit(tx, out).await,
             Err(DbError::MemberBusy { member, thread, .. }) => {
@@ -509,10 +523,10 @@ pub(crate) mod tests {
         let (first, second) = (run_of("r-1", "claude"), run_of("r-2", "claude"));
         insert(&c, 21, &first, None, out).await.unwrap();
         insert(&c, 22, &second, None, out).await.unwrap();
-        pg.run_started(first.clone(), 100, None, None).await.unwrap();
+        pg.run_started(first.clone(), 100, None, None, Again::First).await.unwrap();
         // Another node's queue knows nothing of the first run: the
         // registry refuses the second, naming where the first runs.
-        match pg.run_started(second.clone(), 200, None, None).await {
+        match pg.run_started(second.clone(), 200, None, None, Again::First).await {
             Err(e @ DbError::MemberBusy { .. }) => {
                 assert_eq!(e.to_string(), "claude is already answering on thread t1 on node local")
             }
@@ -521,9 +535,9 @@ pub(crate) mod tests {
         // Another member, or the next run once the first has ended, starts.
         let codex = run_of("r-3", "codex");
         insert(&c, 23, &codex, None, out).await.unwrap();
-        pg.run_started(codex, 300, None, None).await.unwrap();
+        pg.run_started(codex, 300, None, None, Again::First).await.unwrap();
         pg.finish_run(first, Finish { session: None, ..answered() }, Again::First).await.unwrap();
-        pg.run_started(second, 200, None, None).await.unwrap();
+        pg.run_started(second, 200, None, None, Again::First).await.unwrap();
     }
 
     /// A run's start tried again without a journal step, while its first

@@ -7,8 +7,8 @@ use super::{acks, cost, events, exchanges, inbox, messages, sessions};
 use crate::db::exchanges::StepId;
 use crate::db::outage::Again;
 use crate::db::runs::{
-    Cut, Finish, Orphan, RunStart, STOPPED_IN_FLIGHT, Spawned, TakeSession, refuse_ended, spawned, tell_started,
-    tell_waiting, waiting,
+    Cut, Finish, Orphan, RunStart, STOPPED_IN_FLIGHT, Spawned, TakeSession, refuse_ended, spawned, start_written,
+    tell_started, tell_waiting, waiting,
 };
 use crate::db::{DbError, DbResult, Outbox};
 
@@ -106,6 +106,15 @@ pub fn started(
     events::record(conn, now, &spawned(run, pid, session))?;
     tell_started(run, pid, out);
     Ok(())
+}
+
+/// Whether the start of `id`'s agent `pid` was written ([`start_written`]).
+fn started_before(conn: &Connection, id: &str, pid: u32) -> DbResult<bool> {
+    let row: Option<(String, Option<i64>)> = conn
+        .prepare_cached("SELECT status, pid FROM runs WHERE id = ?1")?
+        .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    Ok(row.is_some_and(|(status, row_pid)| start_written(&status, row_pid, pid)))
 }
 
 /// Saves what the run streamed since its last save (crash insurance):
@@ -248,9 +257,16 @@ impl super::Sqlite {
         pid: u32,
         pid_start: Option<u64>,
         session: Option<String>,
+        again: Again,
     ) -> DbResult<()> {
-        self.write_now(move |c, out| started(c, crate::db::now_ms(), &run, pid, pid_start, session.as_deref(), out))
-            .await
+        self.write_now(move |c, out| {
+            if again == Again::Retry && started_before(c, &run.id, pid)? {
+                tell_started(&run, pid, out);
+                return Ok(());
+            }
+            started(c, crate::db::now_ms(), &run, pid, pid_start, session.as_deref(), out)
+        })
+        .await
     }
 
     pub async fn append_run_partial(&self, id: String, text: String) -> DbResult<()> {

@@ -463,7 +463,7 @@ fn every_operation_can_be_spawned(pg: Arc<Pg>, x: Exchange, m: crate::db::messag
     spawnable(pg.steps_with_messages(1));
     spawnable(pg.exchange_info(String::new(), 1));
     spawnable(pg.insert_run(run.clone(), None, Again::First));
-    spawnable(pg.run_started(run.clone(), 1, None, None));
+    spawnable(pg.run_started(run.clone(), 1, None, None, Again::First));
     spawnable(pg.append_run_partial(String::new(), String::new()));
     spawnable(pg.finish_run(run, done(""), Again::First));
     spawnable(pg.run_session_seen(String::new(), String::new()));
