@@ -282,52 +282,88 @@ impl Write {
     }
 }
 
+/// A kdd on PostgreSQL whose connections pass through a [`CommitCut`],
+/// its log in a file.
+struct BehindCut {
+    _dir: tempfile::TempDir,
+    kdd: Kdd,
+    cut: CommitCut,
+    log: std::path::PathBuf,
+}
+
+impl BehindCut {
+    /// Started; `None` on SQLite, whose commit is never in doubt (said so).
+    fn start() -> Option<BehindCut> {
+        if kd_tests::engine() != kd_tests::Engine::Postgres {
+            kd_tests::registry::not_on_this_engine(
+                "outage",
+                "a commit in doubt is PostgreSQL's (SQLite's commit is never)",
+            );
+            return None;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut db = kd_tests::TestDb::fresh(dir.path().join("unused"));
+        let kd_tests::TestDb::Postgres(pg) = &mut db else { unreachable!("on PostgreSQL") };
+        let cut = CommitCut::start(&pg.url).expect("the test cluster listens on a Unix socket");
+        pg.url = cut.url(&pg.url);
+        let log = dir.path().join("kdd.log");
+        let kdd = Kdd::try_start_on(db, &["--log-file", log.to_str().expect("UTF-8")]).expect("kdd starts");
+        Some(BehindCut { _dir: dir, kdd, cut, log })
+    }
+
+    /// Cuts the commit of the next transaction that runs `statement`
+    /// (`late`: its `COMMIT` reaching the server that long after kdd's
+    /// side is cut).
+    fn arm(&self, statement: &str, late: Option<Duration>) {
+        match late {
+            Some(after) => self.cut.arm_late(statement, after),
+            None => self.cut.arm(statement),
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `kd ARGS` in `ws`, which must exit 0 within the suite's deadline;
+    /// then one commit was cut and `write` (as the log names it) was
+    /// written after waiting. Its standard output.
+    async fn kd(&self, ws: &kd_tests::Workspace, args: &[&str], write: &str) -> String {
+        let mut k = self.kdd.kd();
+        k.current_dir(ws.dir.path()).args(args);
+        let Ok(out) = tokio::time::timeout(kd_tests::DEADLINE, k.output()).await else {
+            panic!("kd {args:?} did not end; kdd's log:\n{}", self.log());
+        };
+        let out = out.expect("kd runs");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}\nkdd's log:\n{}", self.log());
+        assert_eq!(self.cut.cuts(), 1, "the write was cut as it committed");
+        let tried_again = |l: &str| l.contains(write) && l.contains("is written");
+        assert!(self.log().lines().any(tried_again), "{write} was tried again: {}", self.log());
+        stdout
+    }
+}
+
 /// `kd ask` to one member, the commit of its run's start or end cut
 /// (`late`: reaching the server that long after kdd's side is cut).
 async fn cut_as_it_commits(write: Write, late: Option<Duration>) {
-    if kd_tests::engine() != kd_tests::Engine::Postgres {
-        kd_tests::registry::not_on_this_engine(
-            "outage",
-            "a commit in doubt is PostgreSQL's (SQLite's commit is never)",
-        );
-        return;
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut db = kd_tests::TestDb::fresh(dir.path().join("unused"));
-    let kd_tests::TestDb::Postgres(pg) = &mut db else { unreachable!("on PostgreSQL") };
-    let cut = CommitCut::start(&pg.url).expect("the test cluster listens on a Unix socket");
-    pg.url = cut.url(&pg.url);
-    let log = dir.path().join("kdd.log");
-    let kdd = Kdd::try_start_on(db, &["--log-file", log.to_str().expect("UTF-8")]).expect("kdd starts");
+    let Some(b) = BehindCut::start() else { return };
     let ws = kd_tests::Workspace::new(&[]);
     let record = ws.file("record.jsonl");
     let agents = serde_json::json!({"claude": kd_tests::fake("claude", "claude", &[("FAKE_RECORD", record.as_str())])});
     ws.write_config(&serde_json::json!({"council": {"members": ["claude"]}, "agents": agents}));
-    match late {
-        Some(after) => cut.arm_late(write.statement(), after),
-        None => cut.arm(write.statement()),
-    }
-    let mut k = kdd.kd();
-    k.current_dir(ws.dir.path()).args(["ask", "--rounds", "0", "Quick?"]);
-    let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
-    let Ok(out) = tokio::time::timeout(kd_tests::DEADLINE, k.output()).await else {
-        panic!("kd ask did not end; kdd's log:\n{}", read_log());
-    };
-    let out = out.expect("kd ask runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}\nkdd's log:\n{}", read_log());
-    assert_eq!(cut.cuts(), 1, "the write was cut as it committed");
-    let tried_again = |l: &str| l.contains(write.written()) && l.contains("is written");
-    assert!(read_log().lines().any(tried_again), "the write was tried again: {}", read_log());
+    b.arm(write.statement(), late);
+    let stdout = b.kd(&ws, &["ask", "--rounds", "0", "Quick?"], write.written()).await;
     assert!(stdout.contains("Answer from claude."), "{stdout}");
     assert_eq!(records(&record).len(), 1, "claude was asked once");
+    let kdd = &b.kdd;
     let runs = kdd.db.query("SELECT member, status FROM runs", &[]);
     let runs: Vec<(String, String)> = runs.iter().map(|r| (r[0].text().to_string(), r[1].text().to_string())).collect();
     assert_eq!(runs, [("claude".to_string(), "done".to_string())]);
-    assert_eq!(count(&kdd, "SELECT count(*) FROM messages WHERE kind = 'agent'"), 1);
-    assert_eq!(count(&kdd, "SELECT count(*) FROM sessions WHERE status = 'active'"), 0, "no session left held");
-    assert_eq!(count(&kdd, "SELECT count(*) FROM exchange_steps WHERE state IN ('pending', 'running')"), 0);
+    assert_eq!(count(kdd, "SELECT count(*) FROM messages WHERE kind = 'agent'"), 1);
+    assert_eq!(count(kdd, "SELECT count(*) FROM sessions WHERE status = 'active'"), 0, "no session left held");
+    assert_eq!(count(kdd, "SELECT count(*) FROM exchange_steps WHERE state IN ('pending', 'running')"), 0);
 }
 
 /// A check's end whose commit went through and whose answer was lost
@@ -356,54 +392,20 @@ async fn check_end_cut(late: Option<Duration>) {
 
     use crate::work_check::{in_worktree, repo};
 
-    if kd_tests::engine() != kd_tests::Engine::Postgres {
-        kd_tests::registry::not_on_this_engine(
-            "outage",
-            "a commit in doubt is PostgreSQL's (SQLite's commit is never)",
-        );
-        return;
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut db = kd_tests::TestDb::fresh(dir.path().join("unused"));
-    let kd_tests::TestDb::Postgres(pg) = &mut db else { unreachable!("on PostgreSQL") };
-    let cut = CommitCut::start(&pg.url).expect("the test cluster listens on a Unix socket");
-    pg.url = cut.url(&pg.url);
-    let log = dir.path().join("kdd.log");
-    let kdd = Kdd::try_start_on(db, &["--log-file", log.to_str().expect("UTF-8")]).expect("kdd starts");
+    let Some(b) = BehindCut::start() else { return };
     // Its first try leaves a mark; its second, seeing it, fixes the work.
     let fixes = in_worktree("if test -f tried; then echo ok > fixed.txt; fi; touch tried");
     let ws = repo(&[("claude", vec![("FAKE_RUN", fixes)])], serde_json::json!({"check": ["test", "-f", "fixed.txt"]}));
     // Only the end of a check that sends its member back counts a fix.
-    let sends_back = "UPDATE worktrees SET fixes = fixes + 1";
-    match late {
-        Some(after) => cut.arm_late(sends_back, after),
-        None => cut.arm(sends_back),
-    }
-    let mut k = kdd.kd();
-    k.current_dir(ws.dir.path()).args(["work", "Do the task", "--until-green", "2"]);
-    let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
-    let Ok(out) = tokio::time::timeout(kd_tests::DEADLINE, k.output()).await else {
-        panic!("kd work did not end; kdd's log:\n{}", read_log());
-    };
-    let out = out.expect("kd work runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}\nkdd's log:\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        read_log()
-    );
-    assert_eq!(cut.cuts(), 1, "the check's end was cut as it committed");
-    let tried_again = |l: &str| l.contains("the check of claude's work") && l.contains("is written");
-    assert!(read_log().lines().any(tried_again), "the check's end was tried again: {}", read_log());
+    b.arm("UPDATE worktrees SET fixes = fixes + 1", late);
+    let stdout = b.kd(&ws, &["work", "Do the task", "--until-green", "2"], "the check of claude's work").await;
     assert!(stdout.contains("fixing 1/2") && stdout.contains("check fail (exit 1)"), "{stdout}");
-    let mut list = kdd.kd();
+    let mut list = b.kdd.kd();
     list.current_dir(ws.dir.path()).args(["work", "--list", "--json"]);
     let trees: Vec<Worktree> = serde_json::from_slice(&list.output().await.expect("kd work --list").stdout).unwrap();
     let w = &trees[0];
     let status = w.check.as_ref().map(|c| c.status);
     assert_eq!((status, w.fixes, w.state), (Some(CheckStatus::Pass), 1, WorkState::Done), "{w:?}");
-    let sent_back = count(&kdd, "SELECT count(*) FROM messages WHERE body LIKE '%did not pass%'");
+    let sent_back = count(&b.kdd, "SELECT count(*) FROM messages WHERE body LIKE '%did not pass%'");
     assert_eq!(sent_back, 1, "the member was sent back once");
 }

@@ -1,7 +1,7 @@
 //! The check in a member's worktree, as the registry keeps it (issue 34):
 //! what beginning and ending a check come to, whichever engine records it.
 
-use kd_proto::work::{CheckStatus, WorkCheck, WorkState, Worktree};
+use kd_proto::work::{CheckStatus, WorkCheck, Worktree};
 
 /// What [`crate::db::Db::begin_check`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -12,6 +12,19 @@ pub enum Started {
     Settled(Worktree),
     /// The member has no work on the thread.
     NoWork,
+}
+
+/// Whether a check that does not pass sends its member back to fix its
+/// work ([`crate::db::Db::end_check`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fix {
+    /// Not sent back (a run the King cancelled or the daemon cut, `kd
+    /// check`).
+    No,
+    /// Sent back while tries are left; the work had counted `fixes` tries
+    /// as its check began (so an end tried again knows whether its first
+    /// try sent it back: [`rules::written`]).
+    Yes { fixes: u32 },
 }
 
 /// What [`crate::db::Db::end_check`] did.
@@ -51,21 +64,21 @@ pub mod rules {
 
     /// What an end of a check tried again (`db::outage::Again`) finds its
     /// first try wrote — `result` recorded as `w`'s check, the answer of
-    /// its commit lost — and whether that try sent the member back: with
-    /// `fix`, a result that did not pass leaves the work `working` only
-    /// then (a check ends on work that is done: `kd check` refuses work in
-    /// progress, and a run's end marks its check running as its work is
-    /// done). `None`: that result is not recorded — the first try was not
-    /// written, or another check's is.
-    pub fn written(w: &Worktree, result: &WorkCheck, fix: bool) -> Option<bool> {
-        let failed = result.status != CheckStatus::Pass;
-        (w.check.as_ref() == Some(result)).then_some(fix && failed && w.state == WorkState::Working)
+    /// its commit lost — and whether that try sent the member back: it
+    /// counted one more try than the work had as its check began (only a
+    /// check's end counts one, and no later check has ended: its result
+    /// would be recorded). `None`: that result is not recorded — the first
+    /// try was not written, or another check's is.
+    pub fn written(w: &Worktree, result: &WorkCheck, fix: Fix) -> Option<bool> {
+        let sent_back = matches!(fix, Fix::Yes { fixes } if w.fixes == fixes + 1);
+        (w.check.as_ref() == Some(result)).then_some(sent_back)
     }
 
     /// Whether `result`, recorded with `fix`, sends the member back: it did
     /// not pass and the work, still taking work, has tries left.
-    pub fn sends_back(w: &Worktree, result: &WorkCheck, fix: bool) -> bool {
-        fix && result.status != CheckStatus::Pass
+    pub fn sends_back(w: &Worktree, result: &WorkCheck, fix: Fix) -> bool {
+        fix != Fix::No
+            && result.status != CheckStatus::Pass
             && w.fixes < w.until_green
             && w.state.takes_work()
             && w.removed_at_ms.is_none()

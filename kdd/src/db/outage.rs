@@ -84,14 +84,17 @@ impl Outage {
 /// Whether a write is a second try: kept through an outage
 /// ([`Db::until_back`]), it may have failed *after* its commit —
 /// PostgreSQL's connection cut as it committed, the answer lost. A write
-/// that cannot be written twice (a run's start and end) then finds what
-/// its first try wrote and answers it — no second row, no journal step
-/// refused to its own run, no end refused as another's — and tells
-/// subscribers what the first try could not (its events go out only after
-/// a commit that answered): `db::runs::RunStart::written`,
-/// `db::runs::Finish::wrote`. Else the run would fail with its agent
-/// started, or its answer never be told, and its exchange wait for it
-/// until kdd restarts.
+/// that cannot be written twice then finds what its first try wrote and
+/// answers it — no second row, no journal step refused to its own run, no
+/// end or check result refused as another's — and does what the first try
+/// could not (its events go out only after a commit that answered): a
+/// run's start (`db::runs::RunStart::written`), its agent's start
+/// (`db::runs::start_written`), its end (`db::runs::Finish::wrote`), a
+/// check's end (`db::check::rules::written`). Else the run would fail
+/// with its agent started, its answer never be told, or a failing member
+/// never be sent back, and its exchange or work wait until kdd restarts.
+/// The other writes kept are idempotent (the journal's steps, an
+/// exchange's end).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Again {
     /// The first try.

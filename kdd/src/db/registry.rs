@@ -31,7 +31,7 @@ use kd_proto::approval::Approval;
 use kd_proto::comment::Comment;
 
 use super::approvals::{Decide, Decided};
-use super::check::{CheckEnded, Started};
+use super::check::{CheckEnded, Fix, Started};
 use super::compose::{Asked, Routed, Routing};
 use super::events::{EventFilter, Record};
 use super::exchanges::kd_step::{EventsOf, KdStep};
@@ -324,7 +324,7 @@ operations! {
     /// Records a check's result if it is still the running one (told on the thread); with `fix`,
     /// a member whose check did not pass and has tries left is sent back (a try counted, `working`).
     /// Tried [`Again`], a result its first try recorded is answered as that try was.
-    fn end_check(&self, thread: String, member: String, check: WorkCheck, fix: bool, again: Again) -> DbResult<CheckEnded>;
+    fn end_check(&self, thread: String, member: String, check: WorkCheck, fix: Fix, again: Again) -> DbResult<CheckEnded>;
     /// The worktrees on disk whose check was running when a daemon stopped.
     fn running_checks(&self) -> DbResult<Vec<Worktree>>;
     /// Records on a run the commit kd made of its changes and its note.

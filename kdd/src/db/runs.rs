@@ -137,7 +137,7 @@ impl Finish {
     /// tried again ([`Again::Retry`]), is this end's own — written by its
     /// first try, whose commit's answer was lost: from this run, with the
     /// body and time this end writes (a recovery's or another node's end
-    /// of the run has no time). Then the try answers it and tells what the
+    /// of the run has no time, whatever its text). Then the try answers it and tells what the
     /// first try could not ([`Finish::tell_again`]); else the end written
     /// stands ([`refuse_ended`]).
     pub(crate) fn wrote(&self, run: &RunInfo, m: &Message) -> bool {
@@ -150,8 +150,9 @@ impl Finish {
 
     /// What the first try of the end that wrote `m` told subscribers, told
     /// again: the message and the run's end (its events went out only had
-    /// its commit answered). An emergency broadcast's progress it told is
-    /// not (`kd ack` reads it).
+    /// its commit answered). Not told again: an emergency broadcast's
+    /// progress (`kd ack` reads it) and the thread's waking from idle (its
+    /// status reads it).
     pub(crate) fn tell_again(self, run: &RunInfo, m: &Message, out: &mut Outbox) {
         out.publish(&run.thread, ThreadEvent::Message { message: Box::new(m.clone()) });
         out.publish(&run.thread, self.told(run, m.seq));
@@ -258,10 +259,15 @@ pub(crate) fn start_written(status: &str, row_pid: Option<i64>, pid: u32) -> boo
 /// A run's end is written once: a run whose row says it ended (a recovery,
 /// or another node's reaper, wrote its end) writes nothing more.
 pub(crate) fn refuse_ended(id: &str, status: &str) -> DbResult<()> {
-    match status {
-        "waiting" | "streaming" => Ok(()),
-        _ => Err(DbError::RunEnded { run: id.to_string(), status: status.to_string() }),
+    match is_ended(status) {
+        false => Ok(()),
+        true => Err(DbError::RunEnded { run: id.to_string(), status: status.to_string() }),
     }
+}
+
+/// Whether a run whose row says `status` has ended.
+pub(crate) fn is_ended(status: &str) -> bool {
+    !matches!(status, "waiting" | "streaming")
 }
 
 /// A run recorded as it is about to start, with what it takes then, in

@@ -7,7 +7,7 @@ use kd_proto::types::ThreadEvent;
 use kd_proto::work::{CheckStatus, WorkCheck, WorkState};
 
 use super::{engines, thread};
-use crate::db::check::{CheckEnded, Started};
+use crate::db::check::{CheckEnded, Fix, Started};
 use crate::db::fixtures::worktree;
 use crate::db::outage::Again;
 use crate::db::threads::NewThread;
@@ -46,12 +46,16 @@ async fn a_check_is_begun_on_the_head_ended_once_and_a_failure_sends_the_member_
         assert_eq!(db.running_checks().await.unwrap().len(), 1, "{n}: a stopped daemon's check is found again");
         // A check begun later wins: the earlier one's result is not recorded.
         let Started::Begun(w2) = db.begin_check(t.clone(), m.clone(), 200).await.unwrap() else { panic!("{n}") };
-        let late =
-            db.end_check(t.clone(), m.clone(), result(&begun, CheckStatus::Pass), true, Again::First).await.unwrap();
+        let late = db
+            .end_check(t.clone(), m.clone(), result(&begun, CheckStatus::Pass), Fix::Yes { fixes: 0 }, Again::First)
+            .await
+            .unwrap();
         assert_eq!(late, CheckEnded::Superseded, "{n}");
         let begun = w2.check.unwrap();
-        let CheckEnded::Recorded { worktree, fixing } =
-            db.end_check(t.clone(), m.clone(), result(&begun, CheckStatus::Fail), true, Again::First).await.unwrap()
+        let CheckEnded::Recorded { worktree, fixing } = db
+            .end_check(t.clone(), m.clone(), result(&begun, CheckStatus::Fail), Fix::Yes { fixes: 0 }, Again::First)
+            .await
+            .unwrap()
         else {
             panic!("{n}")
         };
@@ -68,37 +72,64 @@ async fn a_check_is_begun_on_the_head_ended_once_and_a_failure_sends_the_member_
             "{n}"
         );
         assert_eq!(
-            db.end_check(t.clone(), m.clone(), result(&begun, CheckStatus::Fail), true, Again::First).await.unwrap(),
+            db.end_check(t.clone(), m.clone(), result(&begun, CheckStatus::Fail), Fix::Yes { fixes: 0 }, Again::First)
+                .await
+                .unwrap(),
             CheckEnded::Superseded,
             "{n}: ended once"
         );
         // Tried again after a commit whose answer was lost, the end finds
-        // its result recorded and answers as its first try did: the member
-        // sent back, no second try counted.
-        let again = db.end_check(t.clone(), m.clone(), result(&begun, CheckStatus::Fail), true, Again::Retry).await;
+        // its result recorded and answers as its first try did, told again:
+        // the member sent back, no second try counted.
+        while sub.try_recv().is_ok() {}
+        let again = db
+            .end_check(t.clone(), m.clone(), result(&begun, CheckStatus::Fail), Fix::Yes { fixes: 0 }, Again::Retry)
+            .await;
         assert!(
             matches!(&again, Ok(CheckEnded::Recorded { fixing: true, worktree }) if worktree.fixes == 1 && worktree.state == WorkState::Working),
             "{n}: {again:?}"
         );
+        let told: ThreadEvent = serde_json::from_str(sub.try_recv().unwrap().json.get()).unwrap();
+        assert!(matches!(told, ThreadEvent::Work { worktree } if worktree.fixes == 1), "{n}: told again");
         // Not so the result of a check another superseded, nor another result.
-        let late = db.end_check(t.clone(), m.clone(), result(&w.check.unwrap(), CheckStatus::Pass), true, Again::Retry);
+        let late = db.end_check(
+            t.clone(),
+            m.clone(),
+            result(&w.check.unwrap(), CheckStatus::Pass),
+            Fix::Yes { fixes: 0 },
+            Again::Retry,
+        );
         assert_eq!(late.await.unwrap(), CheckEnded::Superseded, "{n}");
-        let other = db.end_check(t.clone(), m.clone(), result(&begun, CheckStatus::Pass), true, Again::Retry);
+        let other =
+            db.end_check(t.clone(), m.clone(), result(&begun, CheckStatus::Pass), Fix::Yes { fixes: 0 }, Again::Retry);
         assert_eq!(other.await.unwrap(), CheckEnded::Superseded, "{n}");
         assert!(db.running_checks().await.unwrap().is_empty(), "{n}");
         // The try is spent: the next failure is recorded, nobody is sent back.
         db.set_worktree_state(t.clone(), m.clone(), WorkState::Done).await.unwrap();
         let Started::Begun(w3) = db.begin_check(t.clone(), m.clone(), 300).await.unwrap() else { panic!("{n}") };
         let w3_check = w3.check.unwrap();
+        // A first try not written: the retry records the result as a first.
         let ended = db
-            .end_check(t.clone(), m.clone(), result(&w3_check, CheckStatus::Timeout), true, Again::First)
+            .end_check(
+                t.clone(),
+                m.clone(),
+                result(&w3_check, CheckStatus::Timeout),
+                Fix::Yes { fixes: 1 },
+                Again::Retry,
+            )
             .await
             .unwrap();
         assert!(
             matches!(&ended, CheckEnded::Recorded { fixing: false, worktree } if worktree.state == WorkState::Done && worktree.fixes == 1),
             "{n}: {ended:?}"
         );
-        let again = db.end_check(t.clone(), m.clone(), result(&w3_check, CheckStatus::Timeout), true, Again::Retry);
+        let again = db.end_check(
+            t.clone(),
+            m.clone(),
+            result(&w3_check, CheckStatus::Timeout),
+            Fix::Yes { fixes: 1 },
+            Again::Retry,
+        );
         assert_eq!(again.await.unwrap(), ended, "{n}: tried again, as the first try answered");
         // Settled work is not checked.
         db.set_worktree_state(t.clone(), m.clone(), WorkState::Rejected).await.unwrap();

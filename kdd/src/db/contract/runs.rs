@@ -171,7 +171,7 @@ async fn a_run_recorded_with_its_agent_spawned_is_streaming_in_the_one_write() {
 
 /// A run's start tried again after a failure that came after its commit
 /// (PostgreSQL's connection cut as it committed, the write kept through the
-/// outage and tried again, `db::runs::Again`): the second try finds what
+/// outage and tried again, `db::outage::Again`): the second try finds what
 /// the first wrote and answers it — the same session, the run's own step
 /// not refused to it, no second row, session or event — and tells
 /// subscribers what the first could not. A first try of another run for
@@ -230,11 +230,11 @@ async fn a_run_start_tried_again_after_its_commit_answers_what_the_first_try_wro
 /// A run's end tried again after a failure that came after its commit (the
 /// answer of PostgreSQL's `COMMIT` lost, the write kept through the outage
 /// and tried again): the second try finds the message its first try wrote
-/// and answers it — no second message, cost or event, its run not taken
-/// for one another ended — and tells subscribers the message and the run's
-/// end the first try could not. An end of the run that is not its own (a
-/// recovery's) is still refused; an end tried again whose first try was
-/// not written writes it.
+/// and answers it — no second message or event, its run not taken for one
+/// another ended — and tells subscribers the message and the run's end the
+/// first try could not. An end of the run that is not its own (a
+/// recovery's, even of the same text) is still refused; an end tried again
+/// whose first try was not written writes it.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_end_tried_again_after_its_commit_answers_the_message_its_first_try_wrote() {
     use kd_proto::types::{RunMeta, RunStatus};
@@ -302,6 +302,14 @@ async fn a_run_end_tried_again_after_its_commit_answers_the_message_its_first_tr
         db.insert_run(codex_run("r-2"), None, Again::First).await.unwrap();
         let written = db.finish_run(codex_run("r-2"), end("r-2", None), Again::Retry).await.unwrap();
         assert_eq!((written.seq, written.body.as_str()), (first.seq + 1, "the answer of r-2"), "{n}");
+
+        // A run a recovery ended, with all the text the run had said: its
+        // end tried again is refused — the recovery's end stands.
+        db.insert_run(codex_run("r-3"), None, Again::First).await.unwrap();
+        db.append_run_partial("r-3".into(), "the answer of r-3".into()).await.unwrap();
+        assert_eq!(db.recover_runs().await.unwrap(), 1, "{n}");
+        let refused = db.finish_run(codex_run("r-3"), end("r-3", None), Again::Retry).await;
+        assert!(matches!(refused, Err(DbError::RunEnded { .. })), "{n}: {refused:?}");
     }
 }
 

@@ -9,7 +9,7 @@ use tokio_postgres::Row;
 
 use super::Pg;
 use super::work::get;
-use crate::db::check::{CheckEnded, Started, rules};
+use crate::db::check::{CheckEnded, Fix, Started, rules};
 use crate::db::outage::Again;
 use crate::db::{DbResult, Outbox};
 
@@ -85,7 +85,7 @@ impl Pg {
         thread: String,
         member: String,
         check: WorkCheck,
-        fix: bool,
+        fix: Fix,
         again: Again,
     ) -> DbResult<CheckEnded> {
         let mut c = self.conn().await?;
@@ -94,29 +94,28 @@ impl Pg {
         // waited out.
         lock(&tx, &thread, &member).await?;
         let Some(w) = get(&tx, &thread, &member).await? else { return Ok(CheckEnded::Superseded) };
-        if again == Again::Retry
-            && let Some(fixing) = rules::written(&w, &check, fix)
-        {
-            let mut out = Outbox::default();
-            out.publish(&thread, ThreadEvent::Work { worktree: Box::new(w.clone()) });
-            self.commit(tx, out).await?;
-            return Ok(CheckEnded::Recorded { worktree: Box::new(w), fixing });
-        }
-        if !rules::is_current(&w, &check) {
-            return Ok(CheckEnded::Superseded);
-        }
-        set(&tx, &w, &check).await?;
-        let fixing = rules::sends_back(&w, &check, fix);
-        if fixing {
-            tx.execute(
-                &tx.prepare_cached(
-                    "UPDATE worktrees SET fixes = fixes + 1, state = 'working' WHERE thread_id = $1 AND member = $2",
-                )
-                .await?,
-                &[&thread, &member],
-            )
-            .await?;
-        }
+        // Tried again, its first try's result is answered as that try was.
+        let written = if again == Again::Retry { rules::written(&w, &check, fix) } else { None };
+        let fixing = match written {
+            Some(fixing) => fixing,
+            None if !rules::is_current(&w, &check) => return Ok(CheckEnded::Superseded),
+            None => {
+                set(&tx, &w, &check).await?;
+                let fixing = rules::sends_back(&w, &check, fix);
+                if fixing {
+                    tx.execute(
+                        &tx.prepare_cached(
+                            "UPDATE worktrees SET fixes = fixes + 1, state = 'working' \
+                             WHERE thread_id = $1 AND member = $2",
+                        )
+                        .await?,
+                        &[&thread, &member],
+                    )
+                    .await?;
+                }
+                fixing
+            }
+        };
         let Some(w) = get(&tx, &thread, &member).await? else { return Ok(CheckEnded::Superseded) };
         let mut out = Outbox::default();
         out.publish(&thread, ThreadEvent::Work { worktree: Box::new(w.clone()) });

@@ -126,12 +126,12 @@ const SELECT: &str =
         round, created_at, run, replaces, refs, route, purpose
  FROM messages WHERE thread_id = $1 AND seq > $2 AND seq < $3";
 
-/// A page of a thread's messages, in seq order.
 /// Message `seq` of `thread`, if there is one.
 pub(crate) async fn one(c: &impl GenericClient, thread: &str, seq: u64) -> DbResult<Option<Message>> {
     Ok(list(c, thread, Page::one(seq)).await?.pop())
 }
 
+/// A page of a thread's messages, in seq order.
 pub(crate) async fn list(c: &impl GenericClient, thread: &str, page: Page) -> DbResult<Vec<Message>> {
     threads::get(c, thread).await?;
     let stmt = match page.from_end {

@@ -11,7 +11,7 @@ use super::{ME, Pg, acks, cost, events, inbox, messages, sessions, still_open};
 use crate::db::exchanges::StepId;
 use crate::db::outage::Again;
 use crate::db::runs::{
-    Cut, Finish, Orphan, RunStart, Spawned, TakeSession, refuse_ended, spawned, start_written, tell_started,
+    Cut, Finish, Orphan, RunStart, Spawned, TakeSession, is_ended, refuse_ended, spawned, start_written, tell_started,
     tell_waiting, waiting,
 };
 use crate::db::{DbError, DbResult, Outbox, now_ms};
@@ -96,7 +96,7 @@ async fn written_end(c: &impl GenericClient, run: &RunInfo, f: &Finish) -> DbRes
     let st = c.prepare_cached("SELECT status, message_seq FROM runs WHERE id = $1 FOR NO KEY UPDATE").await?;
     let Some(row) = c.query_opt(&st, &[&run.id]).await.map_err(still_open)? else { return Ok(None) };
     let (status, seq): (&str, Option<i64>) = (row.try_get(0)?, row.try_get(1)?);
-    let Some(seq) = seq.filter(|_| refuse_ended(&run.id, status).is_err()) else { return Ok(None) };
+    let Some(seq) = seq.filter(|_| is_ended(status)) else { return Ok(None) };
     Ok(messages::one(c, &run.thread, seq as u64).await?.filter(|m| f.wrote(run, m)))
 }
 

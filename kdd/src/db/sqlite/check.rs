@@ -9,7 +9,7 @@ use rusqlite::{Connection, Row, params};
 use super::Outbox;
 use super::work::get;
 use crate::db::DbResult;
-use crate::db::check::{CheckEnded, Started, rules};
+use crate::db::check::{CheckEnded, Fix, Started, rules};
 use crate::db::outage::Again;
 
 /// The check of a worktree row, from its columns at `at` (status, commit,
@@ -67,27 +67,27 @@ pub fn end(
     thread: &str,
     member: &str,
     check: &WorkCheck,
-    fix: bool,
+    fix: Fix,
     again: Again,
 ) -> DbResult<CheckEnded> {
     let Some(w) = get(conn, thread, member)? else { return Ok(CheckEnded::Superseded) };
-    if again == Again::Retry
-        && let Some(fixing) = rules::written(&w, check, fix)
-    {
-        out.publish(thread, ThreadEvent::Work { worktree: Box::new(w.clone()) });
-        return Ok(CheckEnded::Recorded { worktree: Box::new(w), fixing });
-    }
-    if !rules::is_current(&w, check) {
-        return Ok(CheckEnded::Superseded);
-    }
-    set(conn, &w, check)?;
-    let fixing = rules::sends_back(&w, check, fix);
-    if fixing {
-        conn.prepare_cached(
-            "UPDATE worktrees SET fixes = fixes + 1, state = 'working' WHERE thread_id = ?1 AND member = ?2",
-        )?
-        .execute(params![thread, member])?;
-    }
+    // Tried again, its first try's result is answered as that try was.
+    let written = if again == Again::Retry { rules::written(&w, check, fix) } else { None };
+    let fixing = match written {
+        Some(fixing) => fixing,
+        None if !rules::is_current(&w, check) => return Ok(CheckEnded::Superseded),
+        None => {
+            set(conn, &w, check)?;
+            let fixing = rules::sends_back(&w, check, fix);
+            if fixing {
+                conn.prepare_cached(
+                    "UPDATE worktrees SET fixes = fixes + 1, state = 'working' WHERE thread_id = ?1 AND member = ?2",
+                )?
+                .execute(params![thread, member])?;
+            }
+            fixing
+        }
+    };
     let Some(w) = get(conn, thread, member)? else { return Ok(CheckEnded::Superseded) };
     out.publish(thread, ThreadEvent::Work { worktree: Box::new(w.clone()) });
     Ok(CheckEnded::Recorded { worktree: Box::new(w), fixing })
@@ -124,7 +124,7 @@ impl super::Sqlite {
         thread: String,
         member: String,
         check: WorkCheck,
-        fix: bool,
+        fix: Fix,
         again: Again,
     ) -> DbResult<CheckEnded> {
         self.write(move |c, out| end(c, out, &thread, &member, &check, fix, again)).await

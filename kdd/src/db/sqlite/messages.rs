@@ -95,12 +95,12 @@ pub fn import(conn: &Connection, thread: &str, messages: Vec<(i64, NewMessage)>,
     Ok(n)
 }
 
-/// A page of a thread's messages, in seq order.
 /// Message `seq` of `thread`, if there is one.
 pub fn one(conn: &Connection, thread: &str, seq: u64) -> DbResult<Option<Message>> {
     Ok(list(conn, thread, Page::one(seq))?.pop())
 }
 
+/// A page of a thread's messages, in seq order.
 pub fn list(conn: &Connection, thread: &str, page: Page) -> DbResult<Vec<Message>> {
     let mut stmt = conn.prepare_cached(&list_sql(&page))?;
     let before = page.before.map(|b| b.min(i64::MAX as u64) as i64).unwrap_or(i64::MAX);

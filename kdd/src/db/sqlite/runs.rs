@@ -7,8 +7,8 @@ use super::{acks, cost, events, exchanges, inbox, messages, sessions};
 use crate::db::exchanges::StepId;
 use crate::db::outage::Again;
 use crate::db::runs::{
-    Cut, Finish, Orphan, RunStart, STOPPED_IN_FLIGHT, Spawned, TakeSession, refuse_ended, spawned, start_written,
-    tell_started, tell_waiting, waiting,
+    Cut, Finish, Orphan, RunStart, STOPPED_IN_FLIGHT, Spawned, TakeSession, is_ended, refuse_ended, spawned,
+    start_written, tell_started, tell_waiting, waiting,
 };
 use crate::db::{DbError, DbResult, Outbox};
 
@@ -173,12 +173,11 @@ pub fn finish(conn: &Connection, now: i64, run: &RunInfo, mut f: Finish, out: &m
 /// The end of `run` its first try wrote, found by `f` tried again
 /// ([`Finish::wrote`]): the run's row ended with its message.
 fn written_end(conn: &Connection, run: &RunInfo, f: &Finish) -> DbResult<Option<Message>> {
-    let seq: Option<i64> = conn
-        .prepare_cached("SELECT message_seq FROM runs WHERE id = ?1 AND status NOT IN ('waiting', 'streaming')")?
-        .query_row([&run.id], |r| r.get(0))
-        .optional()?
-        .flatten();
-    let Some(seq) = seq else { return Ok(None) };
+    let row: Option<(String, Option<i64>)> = conn
+        .prepare_cached("SELECT status, message_seq FROM runs WHERE id = ?1")?
+        .query_row([&run.id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let Some(seq) = row.and_then(|(status, seq)| seq.filter(|_| is_ended(&status))) else { return Ok(None) };
     Ok(messages::one(conn, &run.thread, seq as u64)?.filter(|m| f.wrote(run, m)))
 }
 

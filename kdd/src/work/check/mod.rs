@@ -37,7 +37,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::council::{Council, send};
-use crate::db::check::{CheckEnded, Started};
+use crate::db::check::{CheckEnded, Fix, Started};
 use crate::db::{now_ms, random_id};
 
 /// Bytes of a failed check's output a member sent back to fix it is given,
@@ -266,6 +266,7 @@ async fn check(
         started_at_ms: begun.started_at_ms,
     };
     tracing::info!(thread, member, status = result.status.as_str(), ms = result.duration_ms, "work checked");
+    let fix = if fix { Fix::Yes { fixes: w.fixes } } else { Fix::No };
     let ended = db
         .until_back(
             &format!("the check of {member}'s work"),
