@@ -273,6 +273,15 @@ impl Write {
         }
     }
 
+    /// The statement the write's second try begins with (waiting for its
+    /// first try's row).
+    fn retry(self) -> &'static str {
+        match self {
+            Write::Start => "SELECT 1 FROM exchange_steps WHERE id = $1 FOR UPDATE",
+            Write::End => "SELECT status, message_seq FROM runs WHERE id = $1 FOR NO KEY UPDATE",
+        }
+    }
+
     /// What kdd logs of the write, written after it waited.
     fn written(self) -> &'static str {
         match self {
@@ -321,6 +330,14 @@ impl BehindCut {
         }
     }
 
+    /// That kdd's second try ran `retry` (a statement only it runs) while
+    /// its first try's `COMMIT` was held back from the server: the late
+    /// case was the one tested.
+    fn tried_while_held(&self, retry: &str) {
+        let sent = self.cut.sent_while_held();
+        assert!(sent.iter().any(|sql| sql.contains(retry)), "the second try began while the first was open: {sent:?}");
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -355,6 +372,9 @@ async fn cut_as_it_commits(write: Write, late: Option<Duration>) {
     ws.write_config(&serde_json::json!({"council": {"members": ["claude"]}, "agents": agents}));
     b.arm(write.statement(), late);
     let stdout = b.kd(&ws, &["ask", "--rounds", "0", "Quick?"], write.written()).await;
+    if late.is_some() {
+        b.tried_while_held(write.retry());
+    }
     assert!(stdout.contains("Answer from claude."), "{stdout}");
     assert_eq!(records(&record).len(), 1, "claude was asked once");
     let kdd = &b.kdd;
@@ -399,6 +419,9 @@ async fn check_end_cut(late: Option<Duration>) {
     // Only the end of a check that sends its member back counts a fix.
     b.arm("UPDATE worktrees SET fixes = fixes + 1", late);
     let stdout = b.kd(&ws, &["work", "Do the task", "--until-green", "2"], "the check of claude's work").await;
+    if late.is_some() {
+        b.tried_while_held("SELECT 1 FROM worktrees WHERE thread_id = $1 AND member = $2 FOR UPDATE");
+    }
     assert!(stdout.contains("fixing 1/2") && stdout.contains("check fail (exit 1)"), "{stdout}");
     let mut list = b.kdd.kd();
     list.current_dir(ws.dir.path()).args(["work", "--list", "--json"]);

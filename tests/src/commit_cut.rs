@@ -13,13 +13,15 @@
 //! dropped, and the connection closed both ways. Or, armed late
 //! ([`CommitCut::arm_late`]), kdd's side is closed first and the `COMMIT`
 //! reaches the server a while after: kdd tries again while its first try
-//! is still open on the server. Once: the next transactions pass.
+//! is still open on the server — what kdd sent on its other connections
+//! meanwhile is kept ([`CommitCut::sent_while_held`]), for a test to see
+//! that it did. Once: the next transactions pass.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -39,6 +41,10 @@ struct State {
     armed: Mutex<Option<(String, Option<Duration>)>>,
     /// Commits cut so far.
     cuts: AtomicUsize,
+    /// A commit cut late is held back from the server now.
+    holding: AtomicBool,
+    /// The SQL kdd ran on other connections while a commit was held back.
+    while_held: Mutex<Vec<String>>,
 }
 
 impl CommitCut {
@@ -81,6 +87,12 @@ impl CommitCut {
     /// `after` that.
     pub fn arm_late(&self, sql: &str, after: Duration) {
         *self.state.armed.lock().expect("lock") = Some((sql.to_string(), Some(after)));
+    }
+
+    /// The SQL kdd ran on its other connections while a commit cut late
+    /// was held back from the server.
+    pub fn sent_while_held(&self) -> Vec<String> {
+        self.state.while_held.lock().expect("lock").clone()
     }
 
     /// How many commits were cut.
@@ -181,6 +193,11 @@ fn relay(client: UnixStream, server: UnixStream, state: &State) {
                 let _portal = parts.next();
                 let name = String::from_utf8_lossy(parts.next().unwrap_or_default()).to_string();
                 touched |= statements.get(&name).is_some_and(|sql| armed_for(state, sql));
+                if state.holding.load(Ordering::SeqCst)
+                    && let Some(sql) = statements.get(&name)
+                {
+                    state.while_held.lock().expect("lock").push(sql.clone());
+                }
                 None
             }
             b'Q' => {
@@ -201,10 +218,16 @@ fn relay(client: UnixStream, server: UnixStream, state: &State) {
             if let Some(after) = late {
                 // kdd's side first; the commit reaches the server later.
                 let _ = from_client.shutdown(std::net::Shutdown::Both);
+                state.holding.store(true, Ordering::SeqCst);
                 std::thread::sleep(*after);
             }
         }
-        if to_server.write_all(&frame).is_err() {
+        let written = to_server.write_all(&frame);
+        if cut.is_some() {
+            // The commit held back (if it was) is on its way now.
+            state.holding.store(false, Ordering::SeqCst);
+        }
+        if written.is_err() {
             break;
         }
         if cut.is_some() {
