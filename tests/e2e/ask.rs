@@ -256,3 +256,65 @@ async fn json_tells_each_round_once_though_kd_subscribes_beside_its_question() {
         assert_eq!(rounds.len(), 2, "running, then done: {rounds:?}");
     }
 }
+
+/// The methods a daemon started with `--log-file log` (calls traced) was
+/// called with, in order, from `from` bytes into its log on.
+fn calls(log: &std::path::Path, from: usize) -> Vec<String> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.get(from..)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(" call"))
+        .filter_map(|l| l.split("method=").nth(1)?.split_whitespace().next().map(str::to_string))
+        .collect()
+}
+
+/// `kd ask` in the current thread sends its question beside its greeting,
+/// not after asking which thread is current: the agents start a round
+/// trip sooner (issue 31, item 17). The first question makes the trunk,
+/// the next goes there; `--json` (every event as it came) subscribes
+/// before it sends.
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_ask_sends_its_question_in_its_first_round_trip() {
+    let ws = Workspace::new(&[("claude", "claude", &[("FAKE_DELTAS", "3")]), ("codex", "codex", &[])]);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("kdd.log");
+    let kdd = Kdd::start_env(
+        &["--log-file", log.to_str().unwrap()],
+        &[("RUST_LOG", "info,kdd::server::request_check=trace")],
+    );
+    let mut trunk = None;
+    for question in ["First?", "Second?"] {
+        let from = std::fs::metadata(&log).map(|m| m.len() as usize).unwrap_or(0);
+        let out = ask(&kdd, &ws, &[question]).await;
+        assert!(out.status.success(), "{}", out.stderr);
+        assert!(out.stdout.contains(&format!("{}\nAnswer from claude.\n", header("claude"))), "{}", out.stdout);
+        assert!(out.stdout.contains(&format!("{}\nAnswer from codex.\n", header("codex"))), "{}", out.stdout);
+        let calls = calls(&log, from);
+        let subscribed = calls.iter().position(|m| m == "thread.subscribe");
+        let subscribed = subscribed.unwrap_or_else(|| {
+            panic!("a subscription: {calls:?} in {}", std::fs::read_to_string(&log).unwrap_or_default())
+        });
+        let mut first: Vec<&str> = calls[..subscribed].iter().map(String::as_str).collect();
+        first.sort_unstable();
+        assert_eq!(first, ["council.send", "daemon.hello"], "{question} sent beside the greeting: {calls:?}");
+        assert!(!calls.iter().any(|m| m == "thread.current"), "{calls:?}");
+        let c = kdd.client().await;
+        let current = c.thread_current(ws.path(), None).await.unwrap().expect("the trunk").id;
+        assert_eq!(*trunk.get_or_insert(current.clone()), current, "{question} asked in the trunk");
+    }
+    let c = kdd.client().await;
+    assert_eq!(c.thread_list(Some(ws.path()), None, None).await.unwrap().len(), 1, "one thread");
+    let bodies: Vec<String> =
+        c.thread_messages(trunk.unwrap(), None, None, None, None).await.unwrap().into_iter().map(|m| m.body).collect();
+    assert_eq!(bodies.iter().filter(|b| *b == "First?" || *b == "Second?").count(), 2, "{bodies:?}");
+    assert_eq!(bodies.len(), 6, "{bodies:?}");
+    // --json: subscribed before the question is sent.
+    let from = std::fs::metadata(&log).map(|m| m.len() as usize).unwrap_or(0);
+    let out = ask(&kdd, &ws, &["--json", "Third?"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let calls = calls(&log, from);
+    let at = |m: &str| calls.iter().position(|c| c == m).unwrap_or_else(|| panic!("no {m}: {calls:?}"));
+    let current = at("thread.current");
+    assert!(current < at("council.send") && current < at("thread.subscribe"), "{calls:?}");
+}

@@ -525,3 +525,55 @@ async fn interrupt_cancels_only_the_calling_clients_runs_unless_all() {
     .await;
     assert!(a.run_list(Some(t)).await.unwrap().is_empty());
 }
+
+/// `council.send` told to ask the current thread (`new_thread.or_current`):
+/// the thread it names is made only while its workspace has no thread; then
+/// the question goes to the current one, whichever it is — a fork made
+/// current included — and questions asked at once on a new workspace share
+/// one thread.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_question_for_the_current_thread_goes_where_the_workspace_is_asked() {
+    let ws = Workspace::new(&[("claude", "claude", &[])]);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let current = |workspace: String| kd_proto::types::NewThread {
+        workspace,
+        branch: None,
+        title: None,
+        context: None,
+        set_current: true,
+        lineage: Some(kd_proto::types::Lineage::Trunk),
+        or_current: true,
+    };
+    let ask = |id: &str, workspace: String| {
+        let c = &c;
+        let id = id.to_string();
+        async move {
+            c.council_send(id, "Q?".into(), None, None, None, None, None, Some(0), Some(current(workspace)), None)
+                .await
+                .unwrap()
+        }
+    };
+    // None yet: the thread named is made, the trunk and current.
+    let made = ask("orcur1", ws.path()).await;
+    assert_eq!(made.message.thread, "orcur1");
+    let trunk = c.thread_current(ws.path(), None).await.unwrap().expect("current");
+    assert_eq!((trunk.id.as_str(), trunk.lineage), ("orcur1", kd_proto::types::Lineage::Trunk));
+    // Then the current thread: the one named is not made.
+    let again = ask("orcur2", ws.path()).await;
+    assert_eq!(again.message.thread, "orcur1");
+    let missing = c.thread_get("orcur2".into()).await.unwrap_err();
+    assert_eq!(ClientError::from(missing).code(), Some(ErrorCode::NotFound));
+    // A fork made current is where the next question goes.
+    let fork = c.thread_fork("orcur1".into(), None, None, None).await.unwrap().id;
+    c.thread_set_current(ws.path(), None, fork.clone()).await.unwrap();
+    assert_eq!(ask("orcur3", ws.path()).await.message.thread, fork);
+    // Questions asked at once on a workspace without a thread: one thread.
+    let fresh = Workspace::new(&[("claude", "claude", &[])]);
+    for round in 0..5 {
+        let (a, b) = (format!("orcura{round}"), format!("orcurb{round}"));
+        let (a, b) = tokio::join!(ask(&a, fresh.path()), ask(&b, fresh.path()));
+        assert_eq!(a.message.thread, b.message.thread, "round {round}: one thread");
+    }
+    assert_eq!(c.thread_list(Some(fresh.path()), None, None).await.unwrap().len(), 1);
+}

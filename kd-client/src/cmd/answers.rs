@@ -317,6 +317,12 @@ impl View {
             }
             ThreadEvent::Delta { run, text, chars, .. } => {
                 let Some(i) = self.index(run) else { return Ok(()) };
+                // Its message is in (a subscription that began as the run
+                // ended brings it from the registry before the deltas it
+                // hears live): the answer is shown from it, once.
+                if self.runs[i].seq.is_some() {
+                    return Ok(());
+                }
                 let Some(text) = self.runs[i].new_text(text, *chars) else { return Ok(()) };
                 let text = &text;
                 self.runs[i].streamed.push_str(text);

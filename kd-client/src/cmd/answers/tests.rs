@@ -547,3 +547,21 @@ fn a_run_asked_again_on_another_node_before_the_cut_one_is_heard_of_still_replac
     assert!(v.all_done());
     assert!(v.failures().is_empty(), "{:?}", v.failures());
 }
+
+/// A subscription that began as a run ended may bring the run's message
+/// (from the registry) before the deltas it streamed (live): the answer is
+/// shown once, whole.
+#[test]
+fn deltas_that_come_after_their_runs_message_are_not_shown_again() {
+    let mut v = View::new(&sent(&["claude"]), false, false);
+    let mut events = vec![ThreadEvent::Message { message: Box::new(message(2, "claude", "Hello.", Some("r-claude"))) }];
+    events.extend([delta("claude", "Hel"), delta("claude", "lo.")]);
+    events.push(ThreadEvent::RunFinished { run: "r-claude".into(), member: "claude".into(), seq: 2 });
+    events.push(over());
+    let mut out = play(&mut v, events).into_bytes();
+    v.finish(&mut out).unwrap();
+    let out = String::from_utf8(out).unwrap();
+    let rule = format!("── claude {}", "─".repeat(40 - 4 - 6));
+    assert_eq!(out, format!("{rule}\nHello.\n"), "once");
+    assert!(v.all_done());
+}
