@@ -126,15 +126,6 @@ impl Following<ThreadFeed> {
         Following::of(client, sub, ThreadFeed { thread, last_seq: since }, patience)
     }
 
-    /// Follows `thread` after message `since` on `client`, whose
-    /// subscription could not be made (kdd went away meanwhile): the first
-    /// [`Following::next`] connects again and subscribes.
-    pub fn reconnecting(client: Client, thread: String, since: u64, patience: Duration) -> Follow {
-        let socket = client.socket().to_path_buf();
-        let feed = ThreadFeed { thread, last_seq: since };
-        Following { client, sub: None, socket, feed, patience, outage: None }
-    }
-
     /// The last message seen.
     pub fn last_seq(&self) -> u64 {
         self.feed.last_seq
@@ -213,7 +204,7 @@ pub fn backoff(wait: Duration) -> Duration {
 /// Whether connecting again may help: not against a daemon of another
 /// protocol, an impostor, or one that refused the subscription (but one
 /// still shutting down may be followed by a new one).
-pub fn retried(e: &ClientError) -> bool {
+fn retried(e: &ClientError) -> bool {
     match e {
         ClientError::Protocol { .. } | ClientError::Untrusted { .. } => false,
         ClientError::Rpc { .. } => e.code() == Some(ErrorCode::ShuttingDown),

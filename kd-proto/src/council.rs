@@ -70,13 +70,6 @@ pub struct NewThread {
     /// the trunk when there is none, else a branch of it.
     #[serde(default)]
     pub lineage: Option<Lineage>,
-    /// Ask in the current thread of its workspace and branch when it has
-    /// one (the message is sent there — `Sent.message.thread` names it —
-    /// and nothing else here is used); only without one is this thread
-    /// made. How `kd ask` asks the current thread in the same round trip
-    /// as its greeting, without asking which thread that is first.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub or_current: bool,
 }
 
 /// Answer to `council.send`.

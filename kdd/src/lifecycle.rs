@@ -126,34 +126,6 @@ pub async fn check(db: &Db, archived: &Archived, thread: Thread, settings: &mut 
     }
 }
 
-/// The current thread of `workspace` and `branch`, aged on the spot
-/// ([`check`]): the one made current, unless it is an archived branch (no
-/// place to ask) or gone — then the trunk, made current again. `None`
-/// before the workspace has a thread. What `thread.current` answers, and
-/// where `council.send` asks when told to ask the current thread.
-pub async fn current(
-    db: &Db,
-    archived: &Archived,
-    workspace: String,
-    branch: Option<String>,
-) -> DbResult<Option<Thread>> {
-    let mut settings = Settings::default();
-    let current = match db.current_thread(workspace.clone(), branch.clone()).await? {
-        Some(t) => Some(check(db, archived, t, &mut settings).await),
-        None => None,
-    };
-    if let Some(t) = current.as_ref().filter(|t| t.status != ThreadStatus::Archived || t.lineage == Lineage::Trunk) {
-        return Ok(Some(t.clone()));
-    }
-    match db.trunk(workspace.clone(), branch.clone()).await? {
-        Some(trunk) => {
-            let trunk = db.set_current_thread(workspace, branch, trunk).await?;
-            Ok(Some(check(db, archived, trunk, &mut settings).await))
-        }
-        None => Ok(current),
-    }
-}
-
 /// [`check`] for each thread of a list.
 pub async fn check_all(db: &Db, archived: &Archived, threads: Vec<Thread>) -> Vec<Thread> {
     let mut settings = Settings::default();

@@ -302,15 +302,8 @@ fn pending_thread(root: &str, branch: Option<String>, context: Option<ContextMod
         origin: None,
         summary: None,
     };
-    let spec = NewThread {
-        workspace: root.to_string(),
-        branch,
-        title: None,
-        context,
-        set_current: true,
-        lineage: None,
-        or_current: false,
-    };
+    let spec =
+        NewThread { workspace: root.to_string(), branch, title: None, context, set_current: true, lineage: None };
     (thread, spec)
 }
 

@@ -7,13 +7,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use jsonrpsee::core::client::Subscription;
 use kd_client::follow::{self, Follow, Next};
 use kd_client::prelude::*;
 use kd_client::style::Palette;
 use kd_client::{Client, ClientError, workspace};
 use kd_proto::ErrorCode;
-use kd_proto::types::{Completion, ExchangeState, Lineage, NewThread, RunStatus, Sent, Thread, ThreadEvent};
+use kd_proto::types::{Completion, ExchangeState, Lineage, NewThread, RunStatus, Thread, ThreadEvent};
 
 use super::Ctx;
 use super::answers::View;
@@ -82,61 +81,30 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
     if question.trim().is_empty() {
         anyhow::bail!("the question is empty");
     }
-    let complete_after = a.first || a.vote || a.synthesize.is_some();
-    // In the workspace's current thread, the question itself goes beside
-    // the greeting, kdd finding which thread that is (issue 31, item 17:
-    // the agents start a round trip sooner); the subscription follows,
-    // its backlog bringing what it missed (a run's text so far, an answer
-    // already given). Not with --json, whose lines are every event as it
-    // came; nor a question larger than [`FIRST_TRIP_BYTES`]. Otherwise the
-    // current thread is asked for beside the greeting, when that is the
-    // thread asked in.
+    // The workspace's current thread is asked for beside the greeting (one
+    // round trip fewer), when that is the thread asked in.
     let here = match (&a.thread, a.new) {
         (None, false) => Some(workspace::current()?),
         _ => None,
     };
-    let in_current = |ws: &workspace::Workspace| NewThread {
-        or_current: true,
-        ..new_spec(ws.clone(), false, a.context, a.title.clone())
-    };
-    let (client, first) = ctx
+    let (client, current) = ctx
         .client_then(async |rpc: &kd_client::WsClient| match &here {
-            Some(ws) if !complete_after && !a.json && question.len() <= FIRST_TRIP_BYTES => {
-                let sent = send_question(rpc, kd_client::new_thread_id(), &question, &a, Some(in_current(ws))).await;
-                Some(First::Sent(Box::new(sent)))
-            }
-            Some(ws) => Some(First::Current(Box::new(
-                rpc.thread_current(ws.root.display().to_string(), ws.branch.clone()).await,
-            ))),
+            Some(ws) => Some(rpc.thread_current(ws.root.display().to_string(), ws.branch.clone()).await),
             None => None,
         })
         .await?;
-    let mut target = match (first, here) {
-        (Some(First::Current(current)), Some(ws)) => match (*current).map_err(ClientError::from)? {
+    let mut target = match (current, here) {
+        (Some(current), Some(ws)) => match current.map_err(ClientError::from)? {
             Some(t) => Target::Existing(t),
             None => new_target(ws, false, a.context, a.title.clone()),
         },
-        (Some(First::Sent(sent)), Some(ws)) => match (*sent).map_err(ClientError::from) {
-            Ok(sent) => {
-                // Subscribed once the thread is known, from just before the
-                // question: its exchange is all in the backlog.
-                let thread = sent.message.thread.clone();
-                let since = sent.message.seq.saturating_sub(1);
-                let workspace = ws.root.display().to_string();
-                return follow_exchange(ctx, client, (thread, since, None), sent, workspace, a).await;
-            }
-            // A daemon that does not ask the current thread by itself
-            // refuses a second trunk: ask it which thread is current.
-            Err(e) if e.code() == Some(ErrorCode::AlreadyExists) => {
-                resolve_thread(&client, None, false, a.context, a.title.clone()).await?
-            }
-            Err(e) => return Err(e.into()),
-        },
         _ => resolve_thread(&client, a.thread.clone(), a.new, a.context, a.title.clone()).await?,
     };
-    if complete_after {
+    if a.first || a.vote || a.synthesize.is_some() {
         return complete(ctx, client, target, question, a).await;
     }
+    let to = (!a.to.is_empty()).then_some(a.to);
+    let mute = (!a.mute.is_empty()).then_some(a.mute);
     let (thread, since, sub, sent) = loop {
         let (id, since, new_thread) = match &target {
             Target::Existing(t) => (t.id.clone(), t.last_seq, None),
@@ -150,7 +118,18 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
         let pending = new_thread.is_some().then_some(true);
         let (sub, sent) = tokio::join!(
             client.thread_subscribe(id.clone(), Some(since), pending),
-            send_question(&client, id.clone(), &question, &a, new_thread.clone())
+            client.council_send(
+                id.clone(),
+                question.clone(),
+                to.clone(),
+                mute.clone(),
+                None,
+                a.timeout,
+                None,
+                a.rounds,
+                new_thread.clone(),
+                kd_client::shell_path(),
+            )
         );
         let sent = sent.map_err(ClientError::from);
         match sent {
@@ -166,48 +145,6 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
             }
         }
     };
-    let workspace = workspace_of(&target);
-    follow_exchange(ctx, client, (thread, since, Some(sub)), sent, workspace, a).await
-}
-
-/// `council.send` of `question` as `a` asks it, to thread `id` (made as
-/// `new` says, when given).
-async fn send_question(
-    rpc: &kd_client::WsClient,
-    id: String,
-    question: &str,
-    a: &AskArgs,
-    new: Option<NewThread>,
-) -> Result<Sent, jsonrpsee::core::client::Error> {
-    let to = (!a.to.is_empty()).then(|| a.to.clone());
-    let mute = (!a.mute.is_empty()).then(|| a.mute.clone());
-    rpc.council_send(id, question.to_string(), to, mute, None, a.timeout, None, a.rounds, new, kd_client::shell_path())
-        .await
-}
-
-/// The largest question sent beside the greeting: a larger one waits for
-/// the greeting's answer, which says how large a request kdd reads (one
-/// it would not read is refused before it is sent, with the reason).
-const FIRST_TRIP_BYTES: usize = 64 * 1024;
-
-/// What `kd ask` sends beside its greeting: the question itself, or the
-/// question which thread is current.
-enum First {
-    Sent(Box<Result<Sent, jsonrpsee::core::client::Error>>),
-    Current(Box<Result<Option<Thread>, jsonrpsee::core::client::Error>>),
-}
-
-/// Shows the exchange `sent` began on `thread` as it goes, from the
-/// subscription `sub` (made here, from `since`, when there is none yet),
-/// until every answer is in.
-async fn follow_exchange(
-    ctx: &Ctx,
-    client: Client,
-    (thread, since, sub): (String, u64, Option<Subscription<ThreadEvent>>),
-    sent: Sent,
-    workspace: String,
-    a: AskArgs,
-) -> anyhow::Result<ExitCode> {
     if let Some(notice) = &sent.notice {
         errln!("kd: {notice}");
     }
@@ -222,47 +159,24 @@ async fn follow_exchange(
         }
         return Ok(ExitCode::SUCCESS);
     }
-    // Subscribed after the question was sent: kdd may have gone away
-    // meanwhile, and then it is followed as after any other outage.
-    let late = sub.is_none();
-    let sub = match sub {
-        Some(sub) => Some(sub),
-        None => match client.thread_subscribe(thread.clone(), Some(since), None).await.map_err(ClientError::from) {
-            Ok(sub) => Some(sub),
-            Err(e) if a.reconnect > 0 && follow::retried(&e) => None,
-            Err(e) => return Err(e.into()),
-        },
-    };
     let stdout = std::io::stdout();
     let color = !a.json && ctx.styled();
     let mut view = View::new(&sent, color, a.json);
     if color {
         // Colours as the workspace's council has them (overrides included).
-        let config = client.config_get(workspace, kd_client::shell_path()).await.ok();
+        let config = client.config_get(workspace_of(&target), kd_client::shell_path()).await.ok();
         view.palette = Palette::from_config(config.as_ref(), &sent.members);
     }
     let mut out = stdout.lock();
     let mut interrupted = false;
     // Rides through a restart of kdd: the notices go to stderr, so stdout
     // stays the answers.
-    let patience = Duration::from_secs(a.reconnect);
-    let subscribed = sub.is_some();
-    let mut follow = match sub {
-        Some(sub) => Follow::new(client, sub, thread.clone(), since, patience),
-        None => {
-            errln!("kd: kdd went away; reconnecting (up to {} s)…", a.reconnect);
-            Follow::reconnecting(client, thread.clone(), since, patience)
-        }
-    };
+    let mut follow = Follow::new(client, sub, thread.clone(), since, Duration::from_secs(a.reconnect));
     // One listener for the whole exchange: a Ctrl+C that comes while an
     // event is being shown is not lost.
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     // An approval a member waits on is asked here, answered with a key.
     let mut asking = Asking::new(!a.json, color);
-    if late && subscribed {
-        // Subscribed after the question was sent: one asked meanwhile.
-        asking.reconnected(follow.client(), &thread, |ap| ap.run.as_deref().is_some_and(|r| view.owns(r))).await?;
-    }
     while !view.all_done() {
         tokio::select! {
             next = follow.next() => match next {
@@ -542,12 +456,7 @@ async fn resolve_thread(
 /// The thread a question in `ws` creates: a new one (`new`), or the
 /// workspace's first.
 fn new_target(ws: workspace::Workspace, new: bool, context: Option<super::Context>, title: Option<String>) -> Target {
-    Target::New(new_spec(ws, new, context, title))
-}
-
-/// [`new_target`]'s thread.
-fn new_spec(ws: workspace::Workspace, new: bool, context: Option<super::Context>, title: Option<String>) -> NewThread {
-    NewThread {
+    Target::New(NewThread {
         workspace: ws.root.display().to_string(),
         branch: ws.branch,
         title,
@@ -556,8 +465,7 @@ fn new_spec(ws: workspace::Workspace, new: bool, context: Option<super::Context>
         // Without --new, the workspace's first thread: questions asked at
         // the same time share it, whichever creates it.
         lineage: (!new).then_some(Lineage::Trunk),
-        or_current: false,
-    }
+    })
 }
 
 #[cfg(test)]

@@ -363,10 +363,7 @@ fn declare(b: &mut Builder) {
             false,
             "create the thread `thread` with its first message; nothing is created if the message is refused. With \
              lineage trunk it must be its workspace's first thread (already_exists when a trunk was made \
-             meanwhile: ask the current thread instead). With `or_current: true` the message goes to the current \
-             thread of the workspace and branch when there is one (`Sent.message.thread` names it; nothing else of \
-             `new_thread` is used), and the thread is made only when there is none — questions asked at once on a \
-             new workspace share the one made first: how `kd ask` sends its question beside its greeting",
+             meanwhile: ask the current thread instead)",
         )
         .path_param()
         .errors(&[InvalidArgument, NotFound, AlreadyExists, ThreadArchived]);

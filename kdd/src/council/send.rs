@@ -86,33 +86,6 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
     if c.agents.is_closed() {
         return Err(ErrorCode::ShuttingDown.error("the daemon is shutting down"));
     }
-    if !req.new_thread.as_ref().is_some_and(|n| n.or_current) {
-        return send_to(c, req).await;
-    }
-    // Asked in the current thread, whichever it is: there when there is
-    // one, else in the thread the request makes — unless another question
-    // made the workspace's first thread meanwhile, which is then current.
-    let first = in_current(c, req.clone()).await?;
-    match send_to(c, first).await {
-        Err(e) if e.code() == ErrorCode::AlreadyExists.code() => send_to(c, in_current(c, req).await?).await,
-        sent => sent,
-    }
-}
-
-/// `req`, which makes a thread unless its workspace and branch have a
-/// current one (`NewThread::or_current`), sent to that one if they do.
-async fn in_current(c: &Council, mut req: Request) -> Result<Request, ErrorObjectOwned> {
-    let Some(new) = &req.new_thread else { return Ok(req) };
-    let (workspace, branch) = (new.workspace.clone(), new.branch.clone());
-    if let Some(t) = crate::lifecycle::current(&c.agents.db, &c.archived, workspace, branch).await? {
-        req.thread = t.id;
-        req.new_thread = None;
-    }
-    Ok(req)
-}
-
-/// [`send`] to the thread `req` names, or makes.
-async fn send_to(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwned> {
     let db = &c.agents.db;
     // Everything is checked before anything is written: a refused question
     // leaves no message, and no thread when it was to create one.

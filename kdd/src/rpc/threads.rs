@@ -85,7 +85,24 @@ impl ThreadApiServer for Rpc {
 
     async fn thread_current(&self, workspace: String, branch: Option<String>) -> RpcResult<Option<Thread>> {
         validate::workspace(&workspace)?;
-        Ok(lifecycle::current(&self.d.db, &self.d.council.archived, workspace, branch).await?)
+        let mut settings = lifecycle::Settings::default();
+        let current = match self.d.db.current_thread(workspace.clone(), branch.clone()).await? {
+            Some(t) => Some(lifecycle::check(&self.d.db, &self.d.council.archived, t, &mut settings).await),
+            None => None,
+        };
+        if let Some(t) = current.as_ref().filter(|t| t.status != ThreadStatus::Archived || t.lineage == Lineage::Trunk)
+        {
+            return Ok(Some(t.clone()));
+        }
+        // An archived branch is no place to ask, and a deleted one is gone: the
+        // trunk, the workspace's default context, is current again.
+        match self.d.db.trunk(workspace.clone(), branch.clone()).await? {
+            Some(trunk) => {
+                let trunk = self.d.db.set_current_thread(workspace, branch, trunk).await?;
+                Ok(Some(lifecycle::check(&self.d.db, &self.d.council.archived, trunk, &mut settings).await))
+            }
+            None => Ok(current),
+        }
     }
 
     async fn thread_set_current(&self, workspace: String, branch: Option<String>, thread: String) -> RpcResult<Thread> {

@@ -1,6 +1,5 @@
 //! The request check (run by [`crate::rpc::check::CheckLayer`]) that
-//! traces each call's method (at `trace`) and answers what jsonrpsee
-//! would not answer well: a
+//! answers what jsonrpsee would not answer well: a
 //! request whose id is not a valid JSON-RPC id (see [`super::ids`]) gets
 //! -32600 instead of silence, and a subscription asked over plain HTTP
 //! gets -32600 saying it needs a WebSocket instead of "Internal error".
@@ -16,9 +15,6 @@ pub struct OverHttp;
 /// The check for [`crate::rpc::check::CheckLayer`]: a request with a
 /// valid id, and no subscription over plain HTTP.
 pub fn check_request(request: &Request<'_>) -> Result<(), ErrorObject<'static>> {
-    // The method alone, never its parameters (a client's PATH, the King's
-    // words): which calls a client makes, in which order.
-    tracing::trace!(method = %request.method, "call");
     if matches!(&request.id, Id::Str(id) if id.as_ref() == INVALID) {
         return Err(invalid_request("the id must be a string, an integer or null".into()));
     }
