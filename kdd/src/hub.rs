@@ -43,7 +43,8 @@ pub struct Published {
     pub json: Box<RawValue>,
 }
 
-/// The run events a subscriber may already have sent from a snapshot.
+/// The events of a run in flight, which a subscriber may already have
+/// sent (from a snapshot of the run, or as its message, from the backlog).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunMark {
     Waiting {
@@ -53,6 +54,18 @@ pub enum RunMark {
     Started(String),
     /// The run and its character count after the delta.
     Delta(String, u64),
+    Activity(String),
+}
+
+impl RunMark {
+    /// The run the event is of.
+    pub fn run(&self) -> &str {
+        match self {
+            RunMark::Waiting { run, .. } | RunMark::Started(run) | RunMark::Delta(run, _) | RunMark::Activity(run) => {
+                run
+            }
+        }
+    }
 }
 
 /// Where every event published on this node also goes.
@@ -192,6 +205,7 @@ impl Hub {
             }
             ThreadEvent::RunStarted { run, .. } => Some(RunMark::Started(run.clone())),
             ThreadEvent::Delta { run, chars, .. } => Some(RunMark::Delta(run.clone(), *chars)),
+            ThreadEvent::Activity { run, .. } => Some(RunMark::Activity(run.clone())),
             _ => None,
         };
         match serde_json::value::to_raw_value(&event) {

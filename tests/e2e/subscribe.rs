@@ -212,3 +212,54 @@ async fn an_exchange_begun_and_ended_while_the_backlog_is_sent_is_told_in_order_
     assert_eq!(rounds.first().map(String::as_str), Some("running"), "{rounds:?}");
     assert_eq!(rounds.last().map(String::as_str), Some("done"), "{rounds:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_runs_events_are_not_told_after_its_message_came_in_the_backlog() {
+    // A subscriber reading a long backlog slowly while a member streams
+    // its answer and ends: the answer comes in the backlog, and the run's
+    // events published meanwhile wait in the subscription's receiver. Sent
+    // after the answer, they told the web page the run was writing again
+    // (a block with a Cancel button that nothing ended) and `kd ask` the
+    // answer twice.
+    let ws = kd_tests::Workspace::new(&[("claude", "claude", &[("FAKE_DELTAS", "20")])]);
+    let kdd = Kdd::start_with(&["--client-timeout-ms", "120000"]);
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.dir.path().display().to_string()).await;
+    // More than the subscription's and the socket's buffers hold.
+    kd_tests::fill(&kdd, &t, 4_000, 4, |i| format!("message {i} {}", "x".repeat(300))).await;
+    let subscribe =
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"thread.subscribe","params":{{"thread":"{t}","since_seq":0}}}}"#);
+    let mut slow = kd_tests::stalled_websocket(&kdd.socket, &[&subscribe]);
+    let answer: serde_json::Value = serde_json::from_str(&kd_tests::ws_read_text(&mut slow)).unwrap();
+    assert!(!answer["result"].is_null(), "subscribed: {answer}");
+    let mut live = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let sent = c.council_send(t.clone(), "Q?".into(), None, None, None, None, None, Some(0), None, None).await.unwrap();
+    let king = sent.message.seq;
+    let over = |e: &ThreadEvent| matches!(e, ThreadEvent::Round { exchange, state, .. } if *exchange == king && *state != kd_proto::types::RoundState::Running);
+    within("the exchange's end, live", async { while !over(&live.next().await.expect("open").unwrap()) {} }).await;
+    let events = tokio::task::spawn_blocking(move || {
+        let mut events = Vec::new();
+        loop {
+            let frame: serde_json::Value = serde_json::from_str(&kd_tests::ws_read_text(&mut slow)).unwrap();
+            let e = frame["params"]["result"].clone();
+            let end = e["type"] == "round" && e["exchange"] == king && e["state"] != "running";
+            events.push(e);
+            if end {
+                return events;
+            }
+        }
+    })
+    .await
+    .unwrap();
+    let answered =
+        events.iter().position(|e| e["type"] == "message" && e["message"]["seq"] == king + 1).unwrap_or_else(|| {
+            panic!("the answer, in the backlog: {:?}", events.iter().map(|e| &e["type"]).collect::<Vec<_>>())
+        });
+    let run = events[answered]["message"]["run"]["run_id"].as_str().expect("the answer's run").to_string();
+    // Its end is told (`run_finished`); nothing that says it is under way.
+    let in_flight = ["run_waiting", "run_started", "delta", "activity"];
+    let of_run = |e: &serde_json::Value| e["run"] == run.as_str() || e["run"]["id"] == run.as_str();
+    let after: Vec<&serde_json::Value> =
+        events[answered..].iter().filter(|e| of_run(e) && in_flight.iter().any(|t| e["type"] == *t)).collect();
+    assert!(after.is_empty(), "the run's events after its message: {after:?}");
+}

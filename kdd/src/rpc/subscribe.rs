@@ -7,6 +7,10 @@
 //! After a lag, messages are re-read from the registry from the last seq
 //! sent.
 //!
+//! A run's live events (waiting, started, deltas, activity) are not sent
+//! after its message: a subscription that begins as the run ends has its
+//! message from the backlog and its last events in the receiver, stale.
+//!
 //! Rounds are told in the order they went: an exchange heard of in what
 //! was published since the subscription began is told from there; the
 //! others as they stood once the backlog was sent (how they ended, or the
@@ -24,7 +28,7 @@
 //! shutdown, subscriptions deliver what is queued — the runs' ends among it
 //! — and end.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use jsonrpsee::Extensions;
@@ -79,22 +83,27 @@ impl Out<'_> {
         }
     }
 
-    async fn messages(&self, messages: Vec<Message>, last: &mut u64) -> Result<(), Stop> {
+    /// Sends messages from the registry.
+    async fn messages(&self, messages: Vec<Message>, told: &mut Told) -> Result<(), Stop> {
         for message in messages {
-            let seq = message.seq;
+            let (seq, run) = (message.seq, message.run.as_ref().and_then(|r| r.run_id.clone()));
             self.event(&ThreadEvent::Message { message: Box::new(message) }).await?;
-            *last = seq;
+            told.last = seq;
+            if let Some(run) = run {
+                told.ended(run);
+            }
         }
         Ok(())
     }
 
-    /// Sends the messages after `last` from the registry, a page at a time
-    /// (memory stays bounded however long the thread), until none is left.
-    async fn backlog(&self, thread: &str, last: &mut u64) -> Result<(), Stop> {
+    /// Sends the messages after the last told from the registry, a page at
+    /// a time (memory stays bounded however long the thread), until none is
+    /// left.
+    async fn backlog(&self, thread: &str, told: &mut Told) -> Result<(), Stop> {
         loop {
-            match self.d.db.messages(thread.to_string(), backlog_page(self.d, *last)).await {
+            match self.d.db.messages(thread.to_string(), backlog_page(self.d, told.last)).await {
                 Ok(page) if page.is_empty() => return Ok(()),
-                Ok(page) => self.messages(page, last).await?,
+                Ok(page) => self.messages(page, told).await?,
                 Err(e) => {
                     tracing::warn!(thread, "cannot read the messages to send: {e}");
                     return Err(Stop::Gone);
@@ -152,7 +161,7 @@ async fn run(
         },
         None => d.db.thread(thread.clone()).await.map(|t| (Vec::new(), t.last_seq)),
     };
-    let (backlog, mut last) = match start {
+    let (backlog, last) = match start {
         Ok(s) => s,
         Err(DbError::NotFound(_)) if pending_thread => (Vec::new(), 0),
         Err(e) => {
@@ -165,12 +174,13 @@ async fn run(
     let _counted = d.hub.track();
     let sink = pending.accept().await?;
     let out = Out { d: &d, sink: &sink, client };
+    let mut told = Told { last, ..Told::default() };
     let mut snapshots: HashMap<String, Seen> = HashMap::new();
     let mut told_rounds: Vec<Box<RawValue>> = Vec::new();
     let result = async {
         if !backlog.is_empty() {
-            out.messages(backlog, &mut last).await?;
-            out.backlog(&thread, &mut last).await?;
+            out.messages(backlog, &mut told).await?;
+            out.backlog(&thread, &mut told).await?;
         }
         // Where the thread's exchanges stand: how those begun in the
         // backlog that are over ended (a client subscribing beside the
@@ -206,7 +216,7 @@ async fn run(
         // Runs in flight: what they streamed so far, then only what is newer.
         for run in d.agents.runs.list(Some(&thread)) {
             let snap = run.snapshot();
-            if snap.info.status.is_finished() {
+            if snap.info.status.is_finished() || told.has_ended(&snap.info.id) {
                 continue;
             }
             let (id, member, pid, chars, status) =
@@ -223,10 +233,10 @@ async fn run(
         }
         for p in since_begun {
             match p {
-                Ok(p) => forward(&out, &thread, &p, &snapshots, &mut told_rounds, &mut last).await?,
+                Ok(p) => forward(&out, &thread, &p, &snapshots, &mut told_rounds, &mut told).await?,
                 Err(missed) => {
                     out.event(&ThreadEvent::Lagged { missed }).await?;
-                    out.backlog(&thread, &mut last).await?;
+                    out.backlog(&thread, &mut told).await?;
                 }
             }
         }
@@ -237,18 +247,18 @@ async fn run(
                     // Stopping: what is queued (the runs' ends) goes out first.
                     loop {
                         match rx.try_recv() {
-                            Ok(p) => forward(&out, &thread, &p, &snapshots, &mut told_rounds, &mut last).await?,
+                            Ok(p) => forward(&out, &thread, &p, &snapshots, &mut told_rounds, &mut told).await?,
                             Err(TryRecvError::Lagged(_)) => continue,
                             Err(_) => return Ok(()),
                         }
                     }
                 }
                 event = rx.recv() => match event {
-                    Ok(p) => forward(&out, &thread, &p, &snapshots, &mut told_rounds, &mut last).await?,
+                    Ok(p) => forward(&out, &thread, &p, &snapshots, &mut told_rounds, &mut told).await?,
                     Err(RecvError::Lagged(missed)) => {
                         tracing::debug!(thread, missed, "subscriber lagged");
                         out.event(&ThreadEvent::Lagged { missed }).await?;
-                        out.backlog(&thread, &mut last).await?;
+                        out.backlog(&thread, &mut told).await?;
                     }
                     Err(RecvError::Closed) => return Ok(()),
                 },
@@ -268,16 +278,17 @@ fn backlog_page(d: &Daemon, after: u64) -> Page {
 }
 
 /// Sends a live event unless the backlog or a snapshot already covered it
-/// (a round told as it stood: `told_rounds`, each skipped once).
+/// (a round told as it stood: `told_rounds`, each skipped once; a run's
+/// event after its message: [`Told::covers`]).
 async fn forward(
     out: &Out<'_>,
     thread: &str,
     p: &Published,
     snapshots: &HashMap<String, Seen>,
     told_rounds: &mut Vec<Box<RawValue>>,
-    last: &mut u64,
+    told: &mut Told,
 ) -> Result<(), Stop> {
-    if already_sent(snapshots, p.run.as_ref()) {
+    if already_sent(snapshots, p.run.as_ref()) || told.covers(p.run.as_ref()) {
         return Ok(());
     }
     // Only an event of no run and no message may be a round: a delta is
@@ -291,13 +302,13 @@ async fn forward(
         // A seq further on than the next: messages committed before it were
         // not told here (another node's, a lost notification, or published
         // after it): they are read from the registry first, in order.
-        if seq > *last + 1 {
-            out.backlog(thread, last).await?;
+        if seq > told.last + 1 {
+            out.backlog(thread, told).await?;
         }
-        if seq <= *last {
+        if seq <= told.last {
             return Ok(());
         }
-        *last = seq;
+        told.last = seq;
     }
     out.raw(p.json.clone()).await
 }
@@ -339,6 +350,45 @@ fn round_of(p: &Published) -> Option<u64> {
     serde_json::from_str::<Round>(p.json.get()).ok().filter(|r| r.kind == "round").and_then(|r| r.exchange)
 }
 
+/// What a subscriber was told of the thread's messages.
+#[derive(Debug, Default)]
+struct Told {
+    /// The seq of the last message sent.
+    last: u64,
+    /// The runs whose message a backlog gave, the last [`Told::ENDED`]:
+    /// a run's events published before its message was read are still in
+    /// the receiver, stale once the message is sent (a page would show the
+    /// run writing again, with no end to come). Such a run ended as the
+    /// backlog was read, so the last few are enough.
+    ended: HashSet<String>,
+    order: VecDeque<String>,
+}
+
+impl Told {
+    const ENDED: usize = 256;
+
+    /// `run`'s message was sent from the registry.
+    fn ended(&mut self, run: String) {
+        if self.ended.insert(run.clone()) {
+            self.order.push_back(run);
+            if self.order.len() > Told::ENDED
+                && let Some(oldest) = self.order.pop_front()
+            {
+                self.ended.remove(&oldest);
+            }
+        }
+    }
+
+    fn has_ended(&self, run: &str) -> bool {
+        self.ended.contains(run)
+    }
+
+    /// Whether a live run event is stale: its run's message was sent.
+    fn covers(&self, mark: Option<&RunMark>) -> bool {
+        mark.is_some_and(|m| self.has_ended(m.run()))
+    }
+}
+
 /// What a run's snapshot told a subscriber.
 struct Seen {
     /// It was queued behind its member's run in flight.
@@ -354,7 +404,7 @@ fn already_sent(snapshots: &HashMap<String, Seen>, mark: Option<&RunMark>) -> bo
         Some(RunMark::Waiting { run, queued }) => snapshots.get(run).is_some_and(|s| *queued || !s.queued),
         Some(RunMark::Started(id)) => snapshots.get(id).is_some_and(|s| s.started),
         Some(RunMark::Delta(id, chars)) => snapshots.get(id).is_some_and(|s| *chars <= s.chars),
-        None => false,
+        Some(RunMark::Activity(_)) | None => false,
     }
 }
 
@@ -362,7 +412,8 @@ fn already_sent(snapshots: &HashMap<String, Seen>, mark: Option<&RunMark>) -> bo
 mod tests {
     use kd_proto::types::{RoundState, ThreadEvent};
 
-    use super::as_they_stood;
+    use super::{Told, as_they_stood};
+    use crate::hub::RunMark;
 
     fn round(exchange: u64, state: RoundState) -> ThreadEvent {
         ThreadEvent::Round { exchange, round: 1, rounds: 1, state, expected: vec!["claude".into()] }
@@ -379,5 +430,33 @@ mod tests {
             [done, round(7, RoundState::Running)]
         );
         assert_eq!(as_they_stood(vec![], Some(running.clone())), [running]);
+    }
+
+    /// A subscription that begins as a run ends has the run's message from
+    /// the backlog and the run's last events in its receiver: they are not
+    /// sent after the message (the web page would show the run writing
+    /// again, with no end to come); another run's are.
+    #[test]
+    fn a_runs_events_after_its_message_from_the_backlog_are_stale() {
+        let mut told = Told::default();
+        told.ended("r1".into());
+        for stale in [
+            RunMark::Waiting { run: "r1".into(), queued: false },
+            RunMark::Started("r1".into()),
+            RunMark::Delta("r1".into(), 12),
+            RunMark::Activity("r1".into()),
+        ] {
+            assert!(told.covers(Some(&stale)), "{stale:?}");
+        }
+        assert!(!told.covers(Some(&RunMark::Delta("r2".into(), 3))));
+        assert!(!told.covers(None), "a message or a round is not a run's event");
+        // Only the last ones are kept: a stale event is of a run that ended
+        // as the backlog was read.
+        for i in 0..Told::ENDED {
+            told.ended(format!("later-{i}"));
+        }
+        assert!(!told.has_ended("r1") && told.has_ended("later-0") && told.ended.len() == Told::ENDED);
+        told.ended("later-0".into());
+        assert_eq!(told.order.len(), Told::ENDED, "a run told twice is kept once");
     }
 }
