@@ -21,7 +21,9 @@ pub enum ThreadEvent {
     Message { message: Box<Message> },
     /// The subscriber fell behind and `missed` live items were dropped.
     /// Messages are resent from the registry after this notice; only
-    /// transient items (such as token deltas) are lost.
+    /// transient items (token deltas, and the `run_waiting`, `run_started`
+    /// and `activity` of runs whose message is resent) are lost: a run
+    /// never heard of is known by its message.
     Lagged { missed: u64 },
     /// A run was accepted; its agent is about to start.
     RunWaiting { run: RunInfo },

@@ -9,7 +9,8 @@
 //! An event is serialised once, when published, and every subscriber sends
 //! the same JSON. A subscriber that falls more than [`CAPACITY`] events
 //! behind loses the oldest and is told how many (`lagged`); messages are
-//! then re-read from the registry, so only transient items are lost.
+//! then re-read from the registry, so only transient items are lost (a
+//! run's events before its message: `rpc::subscribe`).
 //!
 //! On a registry several nodes share, an engine installs a **relay**
 //! ([`Hub::relay_to`]): everything published here also goes to it, for

@@ -215,12 +215,10 @@ async fn an_exchange_begun_and_ended_while_the_backlog_is_sent_is_told_in_order_
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_runs_events_are_not_told_after_its_message_came_in_the_backlog() {
-    // A subscriber reading a long backlog slowly while a member streams
-    // its answer and ends: the answer comes in the backlog, and the run's
-    // events published meanwhile wait in the subscription's receiver. Sent
-    // after the answer, they told the web page the run was writing again
-    // (a block with a Cancel button that nothing ended) and `kd ask` the
-    // answer twice.
+    // A subscriber reading a long backlog slowly while a member answers:
+    // the answer comes in the backlog, the run's events published
+    // meanwhile wait in the receiver (sent after the answer, the web page
+    // showed the run writing again, with no end).
     let ws = kd_tests::Workspace::new(&[("claude", "claude", &[("FAKE_DELTAS", "20")])]);
     let kdd = Kdd::start_with(&["--client-timeout-ms", "120000"]);
     let c = kdd.client().await;
@@ -262,4 +260,8 @@ async fn a_runs_events_are_not_told_after_its_message_came_in_the_backlog() {
     let after: Vec<&serde_json::Value> =
         events[answered..].iter().filter(|e| of_run(e) && in_flight.iter().any(|t| e["type"] == *t)).collect();
     assert!(after.is_empty(), "the run's events after its message: {after:?}");
+    assert!(
+        events[answered..].iter().any(|e| e["type"] == "run_finished" && e["run"] == run.as_str()),
+        "its end is told: {events:?}"
+    );
 }

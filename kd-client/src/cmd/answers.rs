@@ -35,8 +35,10 @@ pub struct View {
     /// Over, as `exchange.get` said after a reconnect, once the backlog up
     /// to this message is shown.
     ends_at: Option<u64>,
-    /// Since a reconnect, answers of runs this view never saw start (they
-    /// ran while it was away) are shown from their messages.
+    /// Since a gap in what the view heard — kdd went away and it
+    /// reconnected, or it fell behind (`lagged`) — answers of runs this
+    /// view never saw start (they ran meanwhile) are shown from their
+    /// messages.
     reconnected: bool,
     live: Option<usize>,
     color: bool,
@@ -162,13 +164,17 @@ impl View {
     }
 
     /// An answer of a run of this exchange (or, watching, of the thread)
-    /// the view never saw start: it ran while kdd was out of reach.
+    /// the view never saw start: it ran while kdd was out of reach or the
+    /// view behind, or (watching) it began and ended as the view
+    /// subscribed — kdd sends no run's events after its message.
     fn adopt(&mut self, m: &Message) -> Option<RunView> {
         // A member's answer given up after its cuts is an error no run
         // wrote, in the place of the cut answer.
         let given_up = || (m.kind == MessageKind::Error && m.replaces.is_some()).then(|| format!("message {}", m.seq));
         let run = m.run.as_ref().and_then(|r| r.run_id.clone()).or_else(given_up)?;
-        if !self.reconnected || m.from == kd_proto::names::KING {
+        // Following one exchange, an answer of a run never seen is another
+        // exchange's but after a gap (a message does not say its exchange).
+        if (self.exchange.is_some() && !self.reconnected) || m.from == kd_proto::names::KING {
             return None;
         }
         // Following one exchange: an answer from its question on.
@@ -387,6 +393,9 @@ impl View {
                 }
             }
             ThreadEvent::RunFinished { run, .. } => self.end(run, Status::Done, out)?,
+            // Events were missed: the messages come again from the
+            // registry, the runs' own events may not.
+            ThreadEvent::Lagged { .. } => self.reconnected = true,
             ThreadEvent::RunError { run, error, .. } => self.end(run, Status::Failed(error.clone()), out)?,
             ThreadEvent::RunCancelled { run, interrupted, .. } => {
                 let status = if *interrupted { Status::Interrupted } else { Status::Cancelled };

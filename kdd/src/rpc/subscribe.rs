@@ -7,9 +7,10 @@
 //! After a lag, messages are re-read from the registry from the last seq
 //! sent.
 //!
-//! A run's live events (waiting, started, deltas, activity) are not sent
-//! after its message: a subscription that begins as the run ends has its
-//! message from the backlog and its last events in the receiver, stale.
+//! A run whose message was sent from a backlog (at the start, or again
+//! after a lag) is over for the subscriber: its events still in the
+//! receiver (waiting, started, deltas, activity) are stale and not sent
+//! after it ([`Told`], the last 256 such runs); its end event is.
 //!
 //! Rounds are told in the order they went: an exchange heard of in what
 //! was published since the subscription began is told from there; the
@@ -90,7 +91,7 @@ impl Out<'_> {
             self.event(&ThreadEvent::Message { message: Box::new(message) }).await?;
             told.last = seq;
             if let Some(run) = run {
-                told.ended(run);
+                told.run_over(run);
             }
         }
         Ok(())
@@ -355,11 +356,8 @@ fn round_of(p: &Published) -> Option<u64> {
 struct Told {
     /// The seq of the last message sent.
     last: u64,
-    /// The runs whose message a backlog gave, the last [`Told::ENDED`]:
-    /// a run's events published before its message was read are still in
-    /// the receiver, stale once the message is sent (a page would show the
-    /// run writing again, with no end to come). Such a run ended as the
-    /// backlog was read, so the last few are enough.
+    /// The runs whose message a backlog gave, the last [`Told::ENDED`]
+    /// (a stale event is of a run that ended as the backlog was read).
     ended: HashSet<String>,
     order: VecDeque<String>,
 }
@@ -368,7 +366,7 @@ impl Told {
     const ENDED: usize = 256;
 
     /// `run`'s message was sent from the registry.
-    fn ended(&mut self, run: String) {
+    fn run_over(&mut self, run: String) {
         if self.ended.insert(run.clone()) {
             self.order.push_back(run);
             if self.order.len() > Told::ENDED
@@ -432,14 +430,12 @@ mod tests {
         assert_eq!(as_they_stood(vec![], Some(running.clone())), [running]);
     }
 
-    /// A subscription that begins as a run ends has the run's message from
-    /// the backlog and the run's last events in its receiver: they are not
-    /// sent after the message (the web page would show the run writing
-    /// again, with no end to come); another run's are.
+    /// A run's events are stale once its message came from a backlog;
+    /// another run's are not.
     #[test]
     fn a_runs_events_after_its_message_from_the_backlog_are_stale() {
         let mut told = Told::default();
-        told.ended("r1".into());
+        told.run_over("r1".into());
         for stale in [
             RunMark::Waiting { run: "r1".into(), queued: false },
             RunMark::Started("r1".into()),
@@ -453,10 +449,10 @@ mod tests {
         // Only the last ones are kept: a stale event is of a run that ended
         // as the backlog was read.
         for i in 0..Told::ENDED {
-            told.ended(format!("later-{i}"));
+            told.run_over(format!("later-{i}"));
         }
         assert!(!told.has_ended("r1") && told.has_ended("later-0") && told.ended.len() == Told::ENDED);
-        told.ended("later-0".into());
+        told.run_over("later-0".into());
         assert_eq!(told.order.len(), Told::ENDED, "a run told twice is kept once");
     }
 }

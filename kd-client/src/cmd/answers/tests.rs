@@ -565,3 +565,30 @@ fn deltas_that_come_after_their_runs_message_are_not_shown_again() {
     assert_eq!(out, format!("{rule}\nHello.\n"), "once");
     assert!(v.all_done());
 }
+
+/// kdd sends no run's events after its message, which a subscription that
+/// falls behind (or, watching, begins as the run ends) has from the
+/// registry: the message alone shows the answer.
+#[test]
+fn after_lagged_or_watching_an_answer_of_a_run_never_seen_is_shown_from_its_message() {
+    let answer = |seq: u64, from: &str, body: &str, run: &str| {
+        let mut m = message(seq, from, body, Some(run));
+        (m.reply_to, m.round) = (Some(1), Some(2));
+        ThreadEvent::Message { message: Box::new(m) }
+    };
+    let mut asking = View::new(&sent(&["claude"]), false, false);
+    let out = play(
+        &mut asking,
+        vec![
+            delta("claude", "Mine."),
+            ThreadEvent::Lagged { missed: 40 },
+            answer(2, "claude", "Mine.", "r-claude"),
+            answer(3, "codex", "Codex's turn.", "r-codex-2"),
+        ],
+    );
+    assert_eq!(out.matches("Codex's turn.").count(), 1, "{out}");
+    assert_eq!(out.matches("Mine.").count(), 1, "{out}");
+    let mut watching = View::watching(false, Palette::default());
+    let out = play(&mut watching, vec![answer(5, "gemini", "Seen whole.", "r-gemini")]);
+    assert_eq!(out.matches("Seen whole.").count(), 1, "{out}");
+}
