@@ -160,6 +160,40 @@ async fn a_subscription_begun_after_an_exchange_ended_is_told_how_it_ended() {
     assert!(matches!(first, ThreadEvent::Message { ref message } if message.seq == king + 2), "{first:?}");
 }
 
+/// A thread of 4,000 messages — more than the subscription's and the
+/// socket's buffers hold — with one member, and a subscriber from its
+/// start that reads nothing yet: kdd is held sending it the backlog.
+struct Slow {
+    _ws: kd_tests::Workspace,
+    kdd: Kdd,
+    c: kd_client::Client,
+    t: String,
+    slow: std::os::unix::net::UnixStream,
+}
+
+impl Slow {
+    async fn subscribed(claude_env: &[(&str, &str)]) -> Slow {
+        let ws = kd_tests::Workspace::new(&[("claude", "claude", claude_env)]);
+        let kdd = Kdd::start_with(&["--client-timeout-ms", "120000"]);
+        let c = kdd.client().await;
+        let t = kd_tests::new_thread(&c, &ws.dir.path().display().to_string()).await;
+        kd_tests::fill(&kdd, &t, 4_000, 4, |i| format!("message {i} {}", "x".repeat(300))).await;
+        let subscribe = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"thread.subscribe","params":{{"thread":"{t}","since_seq":0}}}}"#
+        );
+        let mut slow = kd_tests::stalled_websocket(&kdd.socket, &[&subscribe]);
+        let answer: serde_json::Value = serde_json::from_str(&kd_tests::ws_read_text(&mut slow)).unwrap();
+        assert!(!answer["result"].is_null(), "subscribed: {answer}");
+        Slow { _ws: ws, kdd, c, t, slow }
+    }
+}
+
+/// Waits on `live` for exchange `x` to end.
+async fn ended(live: &mut jsonrpsee::core::client::Subscription<ThreadEvent>, x: u64) {
+    let over = |e: &ThreadEvent| matches!(e, ThreadEvent::Round { exchange, state, .. } if *exchange == x && *state != kd_proto::types::RoundState::Running);
+    within("the exchange's end, live", async { while !over(&live.next().await.expect("open").unwrap()) {} }).await
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_exchange_begun_and_ended_while_the_backlog_is_sent_is_told_in_order_ending_over() {
     // A subscriber reading a long backlog slowly: the question asked
@@ -167,26 +201,12 @@ async fn an_exchange_begun_and_ended_while_the_backlog_is_sent_is_told_in_order_
     // hear the exchange's rounds in the order they happened, the last
     // saying it is over (a `kd ask` waited forever when it heard `done`
     // first, then `running`: 1 ask in a few hundred to an instant member).
-    let ws = kd_tests::Workspace::new(&[("claude", "claude", &[])]);
-    let kdd = Kdd::start_with(&["--client-timeout-ms", "120000"]);
-    let c = kdd.client().await;
-    let t = kd_tests::new_thread(&c, &ws.dir.path().display().to_string()).await;
-    // More than the subscription's and the socket's buffers hold.
-    kd_tests::fill(&kdd, &t, 4_000, 4, |i| format!("message {i} {}", "x".repeat(300))).await;
-    let subscribe =
-        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"thread.subscribe","params":{{"thread":"{t}","since_seq":0}}}}"#);
-    let mut slow = kd_tests::stalled_websocket(&kdd.socket, &[&subscribe]);
-    let answer: serde_json::Value = serde_json::from_str(&kd_tests::ws_read_text(&mut slow)).unwrap();
-    assert!(!answer["result"].is_null(), "subscribed: {answer}");
+    let Slow { _ws, kdd: _kdd, c, t, mut slow } = Slow::subscribed(&[]).await;
     let mut live = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     let sent = c.council_send(t.clone(), "Q?".into(), None, None, None, None, None, Some(0), None, None).await.unwrap();
     let king = sent.message.seq;
     let over =
         |x: u64| move |e: &serde_json::Value| e["type"] == "round" && e["exchange"] == x && e["state"] != "running";
-    async fn ended(live: &mut jsonrpsee::core::client::Subscription<ThreadEvent>, x: u64) {
-        let over = |e: &ThreadEvent| matches!(e, ThreadEvent::Round { exchange, state, .. } if *exchange == x && *state != kd_proto::types::RoundState::Running);
-        within("the exchange's end, live", async { while !over(&live.next().await.expect("open").unwrap()) {} }).await
-    }
     ended(&mut live, king).await;
     // A second question, begun and ended as well: the last said of it on
     // the slow subscription ends the reading.
@@ -219,22 +239,11 @@ async fn a_runs_events_are_not_told_after_its_message_came_in_the_backlog() {
     // the answer comes in the backlog, the run's events published
     // meanwhile wait in the receiver (sent after the answer, the web page
     // showed the run writing again, with no end).
-    let ws = kd_tests::Workspace::new(&[("claude", "claude", &[("FAKE_DELTAS", "20")])]);
-    let kdd = Kdd::start_with(&["--client-timeout-ms", "120000"]);
-    let c = kdd.client().await;
-    let t = kd_tests::new_thread(&c, &ws.dir.path().display().to_string()).await;
-    // More than the subscription's and the socket's buffers hold.
-    kd_tests::fill(&kdd, &t, 4_000, 4, |i| format!("message {i} {}", "x".repeat(300))).await;
-    let subscribe =
-        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"thread.subscribe","params":{{"thread":"{t}","since_seq":0}}}}"#);
-    let mut slow = kd_tests::stalled_websocket(&kdd.socket, &[&subscribe]);
-    let answer: serde_json::Value = serde_json::from_str(&kd_tests::ws_read_text(&mut slow)).unwrap();
-    assert!(!answer["result"].is_null(), "subscribed: {answer}");
+    let Slow { _ws, kdd: _kdd, c, t, mut slow } = Slow::subscribed(&[("FAKE_DELTAS", "20")]).await;
     let mut live = c.thread_subscribe(t.clone(), None, None).await.unwrap();
     let sent = c.council_send(t.clone(), "Q?".into(), None, None, None, None, None, Some(0), None, None).await.unwrap();
     let king = sent.message.seq;
-    let over = |e: &ThreadEvent| matches!(e, ThreadEvent::Round { exchange, state, .. } if *exchange == king && *state != kd_proto::types::RoundState::Running);
-    within("the exchange's end, live", async { while !over(&live.next().await.expect("open").unwrap()) {} }).await;
+    ended(&mut live, king).await;
     let events = tokio::task::spawn_blocking(move || {
         let mut events = Vec::new();
         loop {

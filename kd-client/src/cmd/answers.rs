@@ -39,7 +39,7 @@ pub struct View {
     /// reconnected, or it fell behind (`lagged`) — answers of runs this
     /// view never saw start (they ran meanwhile) are shown from their
     /// messages.
-    reconnected: bool,
+    after_gap: bool,
     live: Option<usize>,
     color: bool,
     /// The members' colours.
@@ -83,7 +83,7 @@ impl View {
             rounds: sent.rounds,
             exchange_over: false,
             ends_at: None,
-            reconnected: false,
+            after_gap: false,
             live: None,
             color,
             palette: Palette::new(&sent.members, vec![]),
@@ -121,7 +121,7 @@ impl View {
             rounds: 1,
             exchange_over: false,
             ends_at: None,
-            reconnected: false,
+            after_gap: false,
             live: None,
             color,
             palette,
@@ -154,7 +154,7 @@ impl View {
 
     /// The view came back after kdd went away.
     pub fn reconnected(&mut self) {
-        self.reconnected = true;
+        self.after_gap = true;
     }
 
     /// The exchange is over, as `exchange.get` said after a reconnect, its
@@ -174,7 +174,7 @@ impl View {
         let run = m.run.as_ref().and_then(|r| r.run_id.clone()).or_else(given_up)?;
         // Following one exchange, an answer of a run never seen is another
         // exchange's but after a gap (a message does not say its exchange).
-        if (self.exchange.is_some() && !self.reconnected) || m.from == kd_proto::names::KING {
+        if (self.exchange.is_some() && !self.after_gap) || m.from == kd_proto::names::KING {
             return None;
         }
         // Following one exchange: an answer from its question on.
@@ -204,7 +204,7 @@ impl View {
     /// Shows what is left to show (the end of a run its message ended);
     /// a run that never said a word is interrupted.
     pub fn finish(&mut self, out: &mut impl Write) -> std::io::Result<()> {
-        if self.reconnected {
+        if self.after_gap {
             for r in self.runs.iter_mut().filter(|r| r.status == Status::Running && r.seq.is_none()) {
                 if r.streamed.is_empty() {
                     r.status = Status::Interrupted;
@@ -219,7 +219,7 @@ impl View {
         let over = self.exchange_over || self.ends_at.is_some_and(|seq| self.last_seq >= seq);
         // After a reconnect, a run with no word of its own once the exchange
         // is over never had one: kdd stopped before it was recorded.
-        let silent = |r: &RunView| self.reconnected && over && r.seq.is_none() && r.streamed.is_empty();
+        let silent = |r: &RunView| self.after_gap && over && r.seq.is_none() && r.streamed.is_empty();
         // A run its message ended but no later event has shown yet is shown
         // by `finish` (no event may follow it: the exchange is over), and
         // with it every other ended run still waiting behind it.
@@ -395,7 +395,7 @@ impl View {
             ThreadEvent::RunFinished { run, .. } => self.end(run, Status::Done, out)?,
             // Events were missed: the messages come again from the
             // registry, the runs' own events may not.
-            ThreadEvent::Lagged { .. } => self.reconnected = true,
+            ThreadEvent::Lagged { .. } => self.after_gap = true,
             ThreadEvent::RunError { run, error, .. } => self.end(run, Status::Failed(error.clone()), out)?,
             ThreadEvent::RunCancelled { run, interrupted, .. } => {
                 let status = if *interrupted { Status::Interrupted } else { Status::Cancelled };
@@ -467,7 +467,7 @@ impl View {
     /// went away, so never recorded): `new` is its member asked again in
     /// its place, no failure of its own.
     fn lost(&mut self, new: &RunView) {
-        if !self.reconnected {
+        if !self.after_gap {
             return;
         }
         let same_turn = |r: &RunView| r.member == new.member && r.round == new.round && r.purpose == new.purpose;
