@@ -96,20 +96,35 @@ pub enum Walk {
     Unknown,
 }
 
-/// Walks up from `pid` through the parents `parent_of` gives, looking for
-/// `ancestor`.
-pub fn walk(pid: u32, ancestor: u32, parent_of: impl Fn(u32) -> Option<u32>) -> Walk {
+/// What a walk reads of a process: its parent, and when it started (clock
+/// ticks after boot, as [`Stat::start`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Up {
+    pub parent: u32,
+    pub start: u64,
+}
+
+/// Walks up from `pid` through what `up` reads of each process, looking for
+/// `ancestor`, which started at `born` (when known). A process that
+/// started before the ancestor ends the walk: neither it nor anything above
+/// it can descend from the ancestor (a parent is always older than its
+/// child, and a process is only ever handed to one of its ancestors), so a
+/// client run from a shell older than kdd costs two reads, not one for
+/// every process up to pid 1.
+pub fn walk(pid: u32, ancestor: u32, born: Option<u64>, up: impl Fn(u32) -> Option<Up>) -> Walk {
     let mut current = pid;
     for _ in 0..MAX_DEPTH {
         if current == ancestor {
             // The walk started at the ancestor itself.
             return Walk::Elsewhere;
         }
-        let Some(parent) = parent_of(current) else { return Walk::Unknown };
+        let Some(Up { parent, start }) = up(current) else { return Walk::Unknown };
         if parent == ancestor {
             return Walk::Below { child: current };
         }
-        if parent <= 1 {
+        // Strictly before: a child started in the same clock tick as its
+        // parent has the same start.
+        if parent <= 1 || born.is_some_and(|born| start < born) {
             return Walk::Elsewhere;
         }
         current = parent;
@@ -121,14 +136,24 @@ pub fn walk(pid: u32, ancestor: u32, parent_of: impl Fn(u32) -> Option<u32>) -> 
 /// children were reparented meanwhile, so a second walk sees where they
 /// went), at most three times.
 pub fn walk_proc(pid: u32, ancestor: u32) -> Walk {
+    let born = started(ancestor);
     let mut last = Walk::Unknown;
     for _ in 0..3 {
-        last = walk(pid, ancestor, |p| stat(p).map(|s| s.ppid));
+        last = walk(pid, ancestor, born, |p| stat(p).map(|s| Up { parent: s.ppid, start: s.start }));
         if last != Walk::Unknown || stat(pid).is_none() {
             break;
         }
     }
     last
+}
+
+/// When process `pid` started; kdd's own, read once.
+fn started(pid: u32) -> Option<u64> {
+    static OWN: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    if pid == std::process::id() {
+        return *OWN.get_or_init(|| stat(pid).map(|s| s.start));
+    }
+    stat(pid).map(|s| s.start)
 }
 
 /// The children of process `pid` — of every thread of it, since a child
@@ -311,27 +336,52 @@ mod tests {
     #[test]
     fn a_walk_finds_the_child_of_the_ancestor_it_passes_through() {
         // 1 ← 10 (kdd) ← 20 (agent) ← 30 (shell) ← 40 (kd); 1 ← 50 (a user's shell) ← 60.
+        let tree = |p: u32| {
+            let parent = match p {
+                10 | 50 => 1,
+                20 => 10,
+                30 => 20,
+                40 => 30,
+                60 => 50,
+                _ => return None,
+            };
+            Some(Up { parent, start: u64::from(p) })
+        };
+        assert_eq!(walk(40, 10, None, tree), Walk::Below { child: 20 });
+        assert_eq!(walk(20, 10, None, tree), Walk::Below { child: 20 }, "the agent itself");
+        assert_eq!(walk(60, 10, None, tree), Walk::Elsewhere);
+        assert_eq!(walk(10, 10, None, tree), Walk::Elsewhere, "kdd is not below itself");
+        assert_eq!(walk(99, 10, None, tree), Walk::Unknown, "a process gone");
+        // Knowing when kdd started changes none of it.
+        assert_eq!(walk(40, 10, Some(10), tree), Walk::Below { child: 20 });
+        assert_eq!(walk(60, 10, Some(10), tree), Walk::Elsewhere);
+    }
+
+    #[test]
+    fn a_walk_ends_at_a_process_older_than_the_ancestor_without_reading_above_it() {
+        // kdd (10) started at tick 100. A user's shell (70, tick 5) runs kd
+        // (71, tick 300); above the shell nothing can be read — the walk
+        // must not need it. A process of the same tick as kdd is walked on.
         let tree = |p: u32| match p {
-            10 | 50 => Some(1),
-            20 => Some(10),
-            30 => Some(20),
-            40 => Some(30),
-            60 => Some(50),
+            71 => Some(Up { parent: 70, start: 300 }),
+            70 => Some(Up { parent: 69, start: 5 }),
+            80 => Some(Up { parent: 81, start: 100 }),
+            81 => Some(Up { parent: 10, start: 100 }),
             _ => None,
         };
-        assert_eq!(walk(40, 10, tree), Walk::Below { child: 20 });
-        assert_eq!(walk(20, 10, tree), Walk::Below { child: 20 }, "the agent itself");
-        assert_eq!(walk(60, 10, tree), Walk::Elsewhere);
-        assert_eq!(walk(10, 10, tree), Walk::Elsewhere, "kdd is not below itself");
-        assert_eq!(walk(99, 10, tree), Walk::Unknown, "a process gone");
+        assert_eq!(walk(71, 10, Some(100), tree), Walk::Elsewhere);
+        assert_eq!(walk(70, 10, Some(100), tree), Walk::Elsewhere, "the old process itself");
+        assert_eq!(walk(80, 10, Some(100), tree), Walk::Below { child: 81 }, "started in kdd's tick");
+        // Without kdd's start the walk goes up, and a parent gone is unknown.
+        assert_eq!(walk(71, 10, None, tree), Walk::Unknown);
     }
 
     #[test]
     fn a_walk_deeper_than_its_bound_is_unknown_not_elsewhere() {
-        let deep = |p: u32| Some(p + 1);
-        assert_eq!(walk(2, 1_000_000, deep), Walk::Unknown);
-        let cycle = |p: u32| Some(if p == 5 { 6 } else { 5 });
-        assert_eq!(walk(5, 1_000_000, cycle), Walk::Unknown, "a cycle (a pid reused mid-walk) ends");
+        let deep = |p: u32| Some(Up { parent: p + 1, start: 1 });
+        assert_eq!(walk(2, 1_000_000, None, deep), Walk::Unknown);
+        let cycle = |p: u32| Some(Up { parent: if p == 5 { 6 } else { 5 }, start: 1 });
+        assert_eq!(walk(5, 1_000_000, None, cycle), Walk::Unknown, "a cycle (a pid reused mid-walk) ends");
     }
 
     #[test]
