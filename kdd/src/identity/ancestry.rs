@@ -85,8 +85,8 @@ pub const MAX_DEPTH: usize = 1024;
 /// Where walking up from a process led.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Walk {
-    /// To the top (pid 1, or a parent outside this pid namespace) without
-    /// meeting `ancestor`.
+    /// To the top (pid 1, or a parent outside this pid namespace), or to a
+    /// process that started before `ancestor`, without meeting it.
     Elsewhere,
     /// To `ancestor`, through its child `child` (the process itself when
     /// `ancestor` is its parent).
@@ -107,10 +107,11 @@ pub struct Up {
 /// Walks up from `pid` through what `up` reads of each process, looking for
 /// `ancestor`, which started at `born` (when known). A process that
 /// started before the ancestor ends the walk: neither it nor anything above
-/// it can descend from the ancestor (a parent is always older than its
-/// child, and a process is only ever handed to one of its ancestors), so a
-/// client run from a shell older than kdd costs two reads, not one for
-/// every process up to pid 1.
+/// it can descend from the ancestor (a parent never started after its
+/// child: an orphan is handed only to a process that started no later than
+/// it — another thread of its parent, a subreaper above it, or its pid
+/// namespace's init), so a client run from a shell older than kdd costs two
+/// reads, not one for every process up to pid 1.
 pub fn walk(pid: u32, ancestor: u32, born: Option<u64>, up: impl Fn(u32) -> Option<Up>) -> Walk {
     let mut current = pid;
     for _ in 0..MAX_DEPTH {
@@ -147,13 +148,19 @@ pub fn walk_proc(pid: u32, ancestor: u32) -> Walk {
     last
 }
 
-/// When process `pid` started; kdd's own, read once.
+/// When process `pid` started; kdd's own kept once read (a read that
+/// failed — no descriptor left, say — is tried again next time).
 fn started(pid: u32) -> Option<u64> {
-    static OWN: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
-    if pid == std::process::id() {
-        return *OWN.get_or_init(|| stat(pid).map(|s| s.start));
+    static OWN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let own = pid == std::process::id();
+    if own && let Some(start) = OWN.get() {
+        return Some(*start);
     }
-    stat(pid).map(|s| s.start)
+    let start = stat(pid).map(|s| s.start)?;
+    if own {
+        let _ = OWN.set(start);
+    }
+    Some(start)
 }
 
 /// The children of process `pid` — of every thread of it, since a child

@@ -30,8 +30,10 @@
 //! A peer is placed once, when it connects. Where `/proc` cannot be read
 //! (not Linux), nothing is confined. Beyond its reach: a process an agent
 //! has another program of the user's start for it (a terminal multiplexer's
-//! server, the service manager) does not descend from kdd — the agent CLI's
-//! own sandbox is what keeps an agent from those.
+//! server, the service manager, or a process it enters a container's pid
+//! namespace through and double-forks in, which that namespace's init
+//! adopts) does not descend from kdd — the agent CLI's own sandbox is what
+//! keeps an agent from those.
 
 pub mod ancestry;
 pub mod children;
