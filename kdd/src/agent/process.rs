@@ -154,9 +154,7 @@ enum Scope {
 /// Where to look for what the agent started at `started` left: below kdd
 /// when this daemon started it as their subreaper.
 fn scope(started: u64) -> Scope {
-    static OWN_START: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
-    let own = *OWN_START.get_or_init(|| start_time(std::process::id()));
-    scope_of(started, own, crate::identity::reaper::is_subreaper())
+    scope_of(started, crate::identity::ancestry::own_start(), crate::identity::reaper::is_subreaper())
 }
 
 /// [`scope`] of an agent started at `started` by a kdd started at `own`.

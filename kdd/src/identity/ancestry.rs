@@ -148,19 +148,21 @@ pub fn walk_proc(pid: u32, ancestor: u32) -> Walk {
     last
 }
 
-/// When process `pid` started; kdd's own kept once read (a read that
-/// failed — no descriptor left, say — is tried again next time).
+/// When process `pid` started: kdd's own by [`own_start`].
 fn started(pid: u32) -> Option<u64> {
+    if pid == std::process::id() { own_start() } else { stat(pid).map(|s| s.start) }
+}
+
+/// When this process (kdd) started, in clock ticks after boot: read once,
+/// kept (a read that failed — no descriptor left, say — is tried again
+/// next time).
+pub fn own_start() -> Option<u64> {
     static OWN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    let own = pid == std::process::id();
-    if own && let Some(start) = OWN.get() {
+    if let Some(start) = OWN.get() {
         return Some(*start);
     }
-    let start = stat(pid).map(|s| s.start)?;
-    if own {
-        let _ = OWN.set(start);
-    }
-    Some(start)
+    let start = stat(std::process::id())?.start;
+    Some(*OWN.get_or_init(|| start))
 }
 
 /// The children of process `pid` — of every thread of it, since a child
