@@ -11,6 +11,9 @@
 //! no run events), a snapshot delta re-sends what streamed already (only
 //! what is new past the daemon's `chars` counter is shown), and a run cut
 //! by the restart and asked again (`replaces` its message) is no failure.
+//!
+//! The view writes; its caller flushes, when the next event is not there
+//! yet ([`super::burst`]), and before anything is said on stderr.
 
 use std::io::Write;
 
@@ -345,7 +348,6 @@ impl View {
                     Some(l) if l == i => self.emit(out, text)?,
                     Some(_) => {}
                 }
-                out.flush()?;
             }
             ThreadEvent::Message { message } => {
                 self.last_seq = self.last_seq.max(message.seq);
@@ -542,7 +544,7 @@ impl View {
             }
             self.runs.retain(|r| !r.shown || r.status == Status::Running);
         }
-        out.flush()
+        Ok(())
     }
 
     fn emit(&mut self, out: &mut impl Write, text: &str) -> std::io::Result<()> {

@@ -17,6 +17,7 @@ use kd_proto::types::{Completion, ExchangeState, Lineage, NewThread, RunStatus, 
 use super::Ctx;
 use super::answers::View;
 use super::asking::Asking;
+use super::burst::Burst;
 
 /// Exit status when one or more members failed, timed out or were cancelled.
 pub const EXIT_MEMBER_FAILED: u8 = 4;
@@ -167,7 +168,7 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
         let config = client.config_get(workspace_of(&target), kd_client::shell_path()).await.ok();
         view.palette = Palette::from_config(config.as_ref(), &sent.members);
     }
-    let mut out = stdout.lock();
+    let mut out = Burst::new(stdout.lock());
     let mut interrupted = false;
     // Rides through a restart of kdd: the notices go to stderr, so stdout
     // stays the answers.
@@ -179,23 +180,9 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
     let mut asking = Asking::new(!a.json, color);
     while !view.all_done() {
         tokio::select! {
-            next = follow.next() => match next {
-                Next::Event(e) => {
-                    view.on_event(&e, &mut out)?;
-                    asking.follow(&e, &mut view, &mut out)?;
-                }
-                Next::Reconnecting => errln!("kd: kdd went away; reconnecting (up to {} s)…", a.reconnect),
-                Next::Reconnected => {
-                    errln!("kd: reconnected");
-                    view.reconnected();
-                    if let Some(last) = exchange_end(follow.client(), &thread, sent.message.seq).await {
-                        view.exchange_ends_at(last);
-                    }
-                    asking.reconnected(follow.client(), &thread, |ap| ap.run.as_deref().is_some_and(|r| view.owns(r))).await?;
-                }
-                Next::Gone(e) => return Err(e.into()),
-            },
-            choice = asking.choice() => asking.decide(choice, follow.client()).await?,
+            // In this order: what came at once is shown at once, written
+            // when nothing more is there (one write, not one a line).
+            biased;
             _ = interrupt.recv() => {
                 // The first Ctrl+C cancels the runs (through the connection
                 // of the moment); the second leaves at once.
@@ -207,6 +194,28 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
                     let _ = follow.client().run_cancel(thread.clone(), None, Some(id)).await;
                 }
             }
+            next = follow.next() => match next {
+                Next::Event(e) => {
+                    view.on_event(&e, &mut out)?;
+                    asking.follow(&e, &mut view, &mut out)?;
+                }
+                Next::Reconnecting => {
+                    out.flush()?;
+                    errln!("kd: kdd went away; reconnecting (up to {} s)…", a.reconnect);
+                }
+                Next::Reconnected => {
+                    out.flush()?;
+                    errln!("kd: reconnected");
+                    view.reconnected();
+                    if let Some(last) = exchange_end(follow.client(), &thread, sent.message.seq).await {
+                        view.exchange_ends_at(last);
+                    }
+                    asking.reconnected(follow.client(), &thread, |ap| ap.run.as_deref().is_some_and(|r| view.owns(r))).await?;
+                }
+                Next::Gone(e) => return Err(e.into()),
+            },
+            () = std::future::ready(()), if out.holds() => out.flush()?,
+            choice = asking.choice() => asking.decide(choice, follow.client()).await?,
         }
     }
     view.finish(&mut out)?;
@@ -285,7 +294,7 @@ async fn complete(ctx: &Ctx, client: Client, target: Target, question: String, a
         view.palette = Palette::from_config(config.as_ref(), &[]);
     }
     let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut out = Burst::new(stdout.lock());
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut interrupted = false;
     let mut live = !a.json;
@@ -308,24 +317,8 @@ async fn complete(ctx: &Ctx, client: Client, target: Target, question: String, a
             tokio::pin!(call);
             loop {
                 tokio::select! {
-                    done = &mut call => match done.map_err(ClientError::from) {
-                        Ok(c) => break Some(c),
-                        // kdd went away during the call: once it is back, ask
-                        // again under the same name.
-                        Err(e) if e.is_connection() && !patience.is_zero() => break None,
-                        Err(e) => return Err(e.into()),
-                    },
-                    next = follow.next(), if live => match next {
-                        Next::Event(e) => {
-                            view.on_event(&e, &mut out)?;
-                            asking.follow(&e, &mut view, &mut out)?;
-                        }
-                        Next::Reconnecting => errln!("kd: kdd went away; reconnecting (up to {} s)…", a.reconnect),
-                        Next::Reconnected => errln!("kd: reconnected"),
-                        // The result still comes whole at the end.
-                        Next::Gone(_) => live = false,
-                    },
-                    choice = asking.choice() => asking.decide(choice, follow.client()).await?,
+                    // Events first, written when nothing more is there.
+                    biased;
                     _ = interrupt.recv() => {
                         // The first Ctrl+C cancels the runs (the completion then
                         // ends with what it has); the second leaves at once.
@@ -335,6 +328,31 @@ async fn complete(ctx: &Ctx, client: Client, target: Target, question: String, a
                         interrupted = true;
                         let _ = follow.client().run_cancel(thread.clone(), None, None).await;
                     }
+                    next = follow.next(), if live => match next {
+                        Next::Event(e) => {
+                            view.on_event(&e, &mut out)?;
+                            asking.follow(&e, &mut view, &mut out)?;
+                        }
+                        Next::Reconnecting => {
+                            out.flush()?;
+                            errln!("kd: kdd went away; reconnecting (up to {} s)…", a.reconnect);
+                        }
+                        Next::Reconnected => {
+                            out.flush()?;
+                            errln!("kd: reconnected");
+                        }
+                        // The result still comes whole at the end.
+                        Next::Gone(_) => live = false,
+                    },
+                    () = std::future::ready(()), if out.holds() => out.flush()?,
+                    done = &mut call => match done.map_err(ClientError::from) {
+                        Ok(c) => break Some(c),
+                        // kdd went away during the call: once it is back, ask
+                        // again under the same name.
+                        Err(e) if e.is_connection() && !patience.is_zero() => break None,
+                        Err(e) => return Err(e.into()),
+                    },
+                    choice = asking.choice() => asking.decide(choice, follow.client()).await?,
                 }
             }
         };
@@ -349,6 +367,7 @@ async fn complete(ctx: &Ctx, client: Client, target: Target, question: String, a
         // What the completion wrote may still be on its way to us.
         let last = completion_seqs(&c).max().unwrap_or(c.seq);
         while live && !view.settled(last) {
+            out.flush()?;
             match follow.next().await {
                 Next::Event(e) if !matches!(e, ThreadEvent::Lagged { .. }) => view.on_event(&e, &mut out)?,
                 Next::Reconnecting | Next::Reconnected => {}

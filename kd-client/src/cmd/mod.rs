@@ -5,6 +5,7 @@ pub mod answers;
 pub mod approvals;
 pub mod ask;
 pub mod asking;
+pub mod burst;
 pub mod check;
 pub mod comment;
 pub mod config;

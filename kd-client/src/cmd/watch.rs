@@ -15,6 +15,7 @@ use kd_client::terminal::safe;
 
 use super::Ctx;
 use super::answers::View;
+use super::burst::Burst;
 
 #[derive(Debug, Args)]
 pub struct WatchArgs {
@@ -46,19 +47,26 @@ pub async fn run(ctx: &Ctx, a: WatchArgs) -> anyhow::Result<ExitCode> {
     // is being shown is not lost.
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut out = Burst::new(stdout.lock());
     loop {
         tokio::select! {
+            // Events first, written when nothing more is there.
+            biased;
+            _ = interrupt.recv() => break,
             next = follow.next() => match next {
                 Next::Event(e) => view.on_event(&e, &mut out)?,
-                Next::Reconnecting => errln!("kd: kdd went away; reconnecting (up to {} s)…", a.reconnect),
+                Next::Reconnecting => {
+                    out.flush()?;
+                    errln!("kd: kdd went away; reconnecting (up to {} s)…", a.reconnect);
+                }
                 Next::Reconnected => {
+                    out.flush()?;
                     errln!("kd: reconnected");
                     view.reconnected();
                 }
                 Next::Gone(e) => return Err(e.into()),
             },
-            _ = interrupt.recv() => break,
+            () = std::future::ready(()), if out.holds() => out.flush()?,
         }
     }
     view.finish(&mut out)?;
