@@ -431,6 +431,50 @@ async fn watch_follows_exchanges_started_by_other_clients_until_ctrl_c() {
     assert_eq!(status.code(), Some(0));
 }
 
+/// kd watch writes what streams in before it waits for more: a member's
+/// first piece shows while its run goes on.
+#[tokio::test(flavor = "multi_thread")]
+async fn watch_shows_a_members_first_piece_while_the_member_works() {
+    use tokio::io::AsyncReadExt;
+    let hold = kd_tests::Hold::new();
+    let env = [("FAKE_DELTAS", "2"), ("FAKE_TEXT", "Early words. Later words."), ("FAKE_HOLD", hold.var())];
+    let ws = Workspace::new(&[("claude", "claude", &env)]);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = c.thread_create(ws.path(), None, None, None, None, None, None, Some(true), None).await.unwrap();
+    let mut k = kdd.kd();
+    k.current_dir(ws.dir.path())
+        .args(["watch"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut watch = k.spawn().unwrap();
+    let mut out = watch.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    let mut read_until = async |wanted: &str| {
+        within(&format!("{wanted:?} in kd watch"), async {
+            while !String::from_utf8_lossy(&seen).contains(wanted) {
+                let mut buf = [0; 4096];
+                let n = out.read(&mut buf).await.unwrap();
+                assert!(n > 0, "kd watch ended: {}", String::from_utf8_lossy(&seen));
+                seen.extend_from_slice(&buf[..n]);
+            }
+        })
+        .await;
+        String::from_utf8_lossy(&seen).into_owned()
+    };
+    // The first line says what is watched: the subscription is open.
+    read_until(&t.id).await;
+    c.council_send(t.id.clone(), "Words?".into(), None, None, None, None, None, Some(0), None, None).await.unwrap();
+    let early = read_until("Early words.").await;
+    assert!(!early.contains("Later words."), "the member is held mid-answer: {early}");
+    hold.release();
+    read_until("Later words.").await;
+    let pid = rustix::process::Pid::from_raw(watch.id().unwrap() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    let status = within("kd watch to stop", watch.wait()).await.unwrap();
+    assert_eq!(status.code(), Some(0));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn doctor_checks_daemon_database_config_and_each_member() {
     let ws = Workspace::new(&[("claude", "claude", &[]), ("codex", "codex", &[])]);
