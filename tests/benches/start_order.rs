@@ -192,7 +192,7 @@ fn write(name: &str, phases: &[Vec<String>], cold: &HashSet<String>, fresh: bool
     };
     let merged = order::merge(old, new);
     let about = format!(
-        "What {name} runs first, side by side: written by `cargo bench -p kd-tests --bench start_order`, see docs/development.md"
+        "What {name} runs first, side by side: written by `cargo bench -p kd-tests --bench start_order`, see docs/performance.md"
     );
     std::fs::create_dir_all(path.parent().expect("dir")).expect("mkdir build/order");
     std::fs::write(&path, order::script(&about, &merged)).expect("write the script");

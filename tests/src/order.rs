@@ -16,7 +16,7 @@
 //! seconds), and keeps the lists' order.
 //!
 //! Made by `cargo bench -p kd-tests --bench start_order` (see
-//! docs/development.md); linked by `build/order.rs`.
+//! docs/performance.md); linked by `build/order.rs`.
 
 use std::collections::{HashMap, HashSet};
 
