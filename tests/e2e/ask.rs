@@ -163,22 +163,6 @@ async fn ask_streaming(kdd: &Kdd, ws: &Workspace, question: &str) -> tokio::proc
     child
 }
 
-/// Reads `from` until what came holds `wanted`; all that came.
-async fn read_until(from: &mut (impl tokio::io::AsyncRead + Unpin), wanted: &str) -> String {
-    use tokio::io::AsyncReadExt;
-    let mut seen = Vec::new();
-    kd_tests::within(&format!("{wanted:?} on kd's output"), async {
-        while !String::from_utf8_lossy(&seen).contains(wanted) {
-            let mut buf = [0; 4096];
-            let n = from.read(&mut buf).await.unwrap();
-            assert!(n > 0, "kd ended first: {}", String::from_utf8_lossy(&seen));
-            seen.extend_from_slice(&buf[..n]);
-        }
-    })
-    .await;
-    String::from_utf8_lossy(&seen).into_owned()
-}
-
 /// What comes at once is written at once (`cmd::burst`), and written
 /// before kd waits for more: a member's first piece is on kd's output
 /// while the member is still at work, not held until its run ends.
@@ -189,15 +173,15 @@ async fn what_a_member_streams_is_on_kd_asks_output_before_its_run_ends() {
     let ws = Workspace::new(&[("claude", "claude", &env)]);
     let kdd = Kdd::start();
     let mut child = ask_streaming(&kdd, &ws, "Halves?").await;
-    let mut stdout = child.stdout.take().unwrap();
-    let first = read_until(&mut stdout, "First half.").await;
+    let (mut stdout, mut seen) = (child.stdout.take().unwrap(), Vec::new());
+    let first = kd_tests::read_until(&mut stdout, &mut seen, "First half.").await;
     assert!(first.contains(&header("claude")), "{first}");
     assert!(!first.contains("Second half."), "the member is held mid-answer: {first}");
     hold.release();
-    let rest = read_until(&mut stdout, "Second half.").await;
+    let all = kd_tests::read_until(&mut stdout, &mut seen, "Second half.").await;
     let status = kd_tests::within("kd ask to end", child.wait()).await.unwrap();
     assert!(status.success());
-    assert_eq!(format!("{first}{rest}").matches("Second half.").count(), 1);
+    assert_eq!(all.matches("Second half.").count(), 1);
 }
 
 fn interrupt(child: &tokio::process::Child) {

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use kd_client::prelude::*;
 use kd_proto::types::ThreadEvent;
-use kd_tests::{Kdd, Output, Workspace, bin, run, within};
+use kd_tests::{Kdd, Output, Workspace, bin, read_until, run, within};
 
 async fn kd(kdd: &Kdd, ws: &Workspace, args: &[&str]) -> Output {
     let mut k = kdd.kd();
@@ -398,6 +398,16 @@ async fn ask_mute_leaves_a_member_out() {
     assert!(refused.stderr.contains("unknown member nobody"), "{}", refused.stderr);
 }
 
+/// `kd watch` in the workspace, its output piped.
+fn watch(kdd: &Kdd, ws: &Workspace) -> tokio::process::Child {
+    let mut k = kdd.kd();
+    k.current_dir(ws.dir.path())
+        .args(["watch"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    k.spawn().unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn watch_follows_exchanges_started_by_other_clients_until_ctrl_c() {
     use tokio::io::AsyncBufReadExt;
@@ -405,12 +415,7 @@ async fn watch_follows_exchanges_started_by_other_clients_until_ctrl_c() {
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = c.thread_create(ws.path(), None, None, None, None, None, None, Some(true), None).await.unwrap();
-    let mut k = kdd.kd();
-    k.current_dir(ws.dir.path())
-        .args(["watch"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut watch = k.spawn().unwrap();
+    let mut watch = watch(&kdd, &ws);
     let mut lines = tokio::io::BufReader::new(watch.stdout.take().unwrap()).lines();
     // The first line says what is watched: the subscription is open.
     let first = within("kd watch to start", lines.next_line()).await.unwrap().unwrap_or_default();
@@ -435,40 +440,21 @@ async fn watch_follows_exchanges_started_by_other_clients_until_ctrl_c() {
 /// first piece shows while its run goes on.
 #[tokio::test(flavor = "multi_thread")]
 async fn watch_shows_a_members_first_piece_while_the_member_works() {
-    use tokio::io::AsyncReadExt;
     let hold = kd_tests::Hold::new();
     let env = [("FAKE_DELTAS", "2"), ("FAKE_TEXT", "Early words. Later words."), ("FAKE_HOLD", hold.var())];
     let ws = Workspace::new(&[("claude", "claude", &env)]);
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = c.thread_create(ws.path(), None, None, None, None, None, None, Some(true), None).await.unwrap();
-    let mut k = kdd.kd();
-    k.current_dir(ws.dir.path())
-        .args(["watch"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut watch = k.spawn().unwrap();
-    let mut out = watch.stdout.take().unwrap();
-    let mut seen = Vec::new();
-    let mut read_until = async |wanted: &str| {
-        within(&format!("{wanted:?} in kd watch"), async {
-            while !String::from_utf8_lossy(&seen).contains(wanted) {
-                let mut buf = [0; 4096];
-                let n = out.read(&mut buf).await.unwrap();
-                assert!(n > 0, "kd watch ended: {}", String::from_utf8_lossy(&seen));
-                seen.extend_from_slice(&buf[..n]);
-            }
-        })
-        .await;
-        String::from_utf8_lossy(&seen).into_owned()
-    };
+    let mut watch = watch(&kdd, &ws);
+    let (mut out, mut seen) = (watch.stdout.take().unwrap(), Vec::new());
     // The first line says what is watched: the subscription is open.
-    read_until(&t.id).await;
+    read_until(&mut out, &mut seen, &t.id).await;
     c.council_send(t.id.clone(), "Words?".into(), None, None, None, None, None, Some(0), None, None).await.unwrap();
-    let early = read_until("Early words.").await;
+    let early = read_until(&mut out, &mut seen, "Early words.").await;
     assert!(!early.contains("Later words."), "the member is held mid-answer: {early}");
     hold.release();
-    read_until("Later words.").await;
+    read_until(&mut out, &mut seen, "Later words.").await;
     let pid = rustix::process::Pid::from_raw(watch.id().unwrap() as i32).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
     let status = within("kd watch to stop", watch.wait()).await.unwrap();

@@ -232,6 +232,23 @@ pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) ->
     }
 }
 
+/// Reads `from` into `seen` until `seen` holds `wanted` (within the
+/// deadline); all of `seen`, as text. A process's output read piece by
+/// piece, e.g. to see what it wrote before it goes on.
+pub async fn read_until(from: &mut (impl tokio::io::AsyncRead + Unpin), seen: &mut Vec<u8>, wanted: &str) -> String {
+    use tokio::io::AsyncReadExt;
+    within(&format!("{wanted:?} in the output"), async {
+        while !String::from_utf8_lossy(seen).contains(wanted) {
+            let mut buf = [0; 4096];
+            let n = from.read(&mut buf).await.expect("read the output");
+            assert!(n > 0, "the output ended first: {}", String::from_utf8_lossy(seen));
+            seen.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await;
+    String::from_utf8_lossy(seen).into_owned()
+}
+
 /// The state and reason of each exchange of `thread`, as the journal holds
 /// them (oldest first).
 pub fn exchanges(db: &TestDb, thread: &str) -> Vec<(String, Option<String>)> {
