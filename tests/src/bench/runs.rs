@@ -180,11 +180,48 @@ pub async fn ask_wall_time() {
 }
 
 /// `kd ask --rounds 0` beside the same agents run directly by a shell:
-/// three members (the SPEC row), then one.
+/// three members (the SPEC row), then one; then in a long thread, and what
+/// a process that does nothing takes here.
 pub async fn ask_direct() {
     ask_beside_direct(&["claude", "codex", "gemini"], true).await;
     ask_beside_direct(&["claude"], false).await;
     ask_in_a_long_thread(5_000).await;
+    process_starts();
+}
+
+/// What a process's start and exit alone take on this machine — `sh`,
+/// the fake agent and `kd`, each doing nothing, timed in turns, p50 of
+/// each: the floor under both sides of the rows above. (On a virtual
+/// machine where the CPUID instruction traps, the C library's start alone
+/// can take most of a millisecond: docs/performance.md.)
+fn process_starts() {
+    const N: usize = 100;
+    let programs: [(&str, std::path::PathBuf, &[&str]); 3] = [
+        ("sh -c true", "sh".into(), &["-c", "true"]),
+        ("fake-agent --version", bin("fake-agent"), &["--version"]),
+        ("kd --version", bin("kd"), &["--version"]),
+    ];
+    let run = |program: &std::path::Path, args: &[&str]| {
+        let start = Instant::now();
+        let status =
+            std::process::Command::new(program).args(args).stdout(Stdio::null()).status().expect("start the program");
+        assert!(status.success(), "{} {args:?}", program.display());
+        start.elapsed().as_secs_f64() * 1e3
+    };
+    let mut times = vec![Vec::new(); programs.len()];
+    for i in 0..N + 5 {
+        for (p, (_, program, args)) in programs.iter().enumerate() {
+            let ms = run(program, args);
+            if i >= 5 {
+                times[p].push(ms);
+            }
+        }
+    }
+    for (p, (what, _, _)) in programs.iter().enumerate() {
+        times[p].sort_by(|a, b| a.total_cmp(b));
+        let label = if p == 0 { format!("a process that does nothing, p50: {what}") } else { format!("  {what}") };
+        row(&label, format!("{:.2} ms", pct(&times[p], 0.5)), "");
+    }
 }
 
 /// `kd ask --rounds 0` to one instant member in a resume-mode thread of
