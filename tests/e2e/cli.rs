@@ -212,16 +212,21 @@ async fn a_daemon_speaking_another_protocol_is_refused_in_one_line() {
             tokio::spawn(jsonrpsee::server::serve(stream, svc));
         }
     });
-    let out = run({
-        let mut k = tokio::process::Command::new(bin("kd"));
-        k.arg("--socket").arg(&socket).arg("threads").env("KD_NO_AUTOSTART", "1");
-        k
-    })
-    .await;
+    let ws = kd_tests::Workspace::new(&[("claude", "claude", &[])]);
+    // Any command; `kd ask` too, which asks for the current thread beside
+    // the greeting: nothing is asked of such a daemon.
+    for args in [&["threads"][..], &["ask", "Q?"]] {
+        let out = run({
+            let mut k = tokio::process::Command::new(bin("kd"));
+            k.arg("--socket").arg(&socket).args(args).env("KD_NO_AUTOSTART", "1").current_dir(ws.dir.path());
+            k
+        })
+        .await;
+        assert_eq!(out.status.code(), Some(3), "{args:?}: {}", out.stderr);
+        assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+        assert!(out.stderr.contains("speaks protocol 99 (version 9.9.9), this kd speaks 1"), "{}", out.stderr);
+    }
     server.abort();
-    assert_eq!(out.status.code(), Some(3), "{}", out.stderr);
-    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
-    assert!(out.stderr.contains("speaks protocol 99 (version 9.9.9), this kd speaks 1"), "{}", out.stderr);
 }
 
 #[tokio::test(flavor = "multi_thread")]
