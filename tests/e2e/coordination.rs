@@ -298,6 +298,9 @@ async fn first_takes_one_answer_and_cancels_the_others() {
     assert_eq!((done.summary.completed, done.summary.cancelled), (1, 1));
     let k = kinds(&c, &t).await;
     assert!(k.contains(&"completion.cancelled".to_string()) && k.contains(&"completion.done".to_string()), "{k:?}");
+    // The thread lists the council it asked, as after council.send (a
+    // thread made for a completion had none: `kd threads` showed no members).
+    assert_eq!(c.thread_get(t).await.unwrap().members, ["claude", "codex"]);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -75,7 +75,7 @@ pub const HELP: &[(&str, &str)] = &[
     ("/reject MEMBER", "turn a member's work down"),
     ("/approvals", "what members' CLIs ask permission for, every thread's (● this thread's)"),
     (
-        "/approve ID [run|thread]",
+        "/approve ID [once|run|thread]",
         "allow it once, or for the rest of the member's run, or for the member on this thread",
     ),
     ("/deny ID [MESSAGE]", "refuse it; the member is told the message"),

@@ -43,7 +43,7 @@ impl App {
             }
             Ok(Command::Cost) => vec![Effect::Cost],
             Ok(Command::Help) => {
-                self.overlay = Some(Overlay::Help);
+                (self.overlay, self.help_scroll) = (Some(Overlay::Help), 0);
                 vec![]
             }
             Ok(Command::Quit) => self.quit(),

@@ -192,6 +192,25 @@ fn shows_whole(screen: &str, text: &str) -> bool {
 }
 
 #[test]
+fn help_opens_at_its_top_however_it_was_closed() {
+    let mut app = App::new(thread());
+    app.overlay = Some(Overlay::Help);
+    let top = screen(&mut app, 60, 20);
+    for _ in 0..5 {
+        keys::on_key(&mut app, key(KeyCode::Down));
+    }
+    assert_ne!(screen(&mut app, 60, 20), top, "it scrolled");
+    keys::on_key(&mut app, key(KeyCode::Esc));
+    assert_eq!(app.overlay, None);
+    for c in "/help".chars() {
+        keys::on_key(&mut app, key(KeyCode::Char(c)));
+    }
+    keys::on_key(&mut app, key(KeyCode::Enter));
+    assert_eq!(app.overlay, Some(Overlay::Help));
+    assert_eq!(screen(&mut app, 60, 20), top);
+}
+
+#[test]
 fn help_wraps_long_lines_instead_of_cutting_them() {
     use super::commands::{HELP, KEYS};
     for width in [80, 60] {

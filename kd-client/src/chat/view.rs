@@ -527,7 +527,7 @@ fn draw_approvals(frame: &mut Frame<'_>, area: Rect, list: &[kd_proto::approval:
         .collect();
     lines.push(Line::default());
     lines.push(Line::from(Span::styled(
-        "● this thread · /approve ID [run|thread] · /deny ID [MESSAGE]",
+        "● this thread · /approve ID [once|run|thread] · /deny ID [MESSAGE]",
         Style::default().fg(Color::DarkGray),
     )));
     let height = (lines.len() as u16 + 2).min(area.height);

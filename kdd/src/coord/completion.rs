@@ -186,6 +186,7 @@ pub async fn complete(co: &Arc<Coord>, p: Params) -> Result<Completion, ErrorObj
         path: config.path.clone(),
     };
     let asked = db.ask(None, vec![question], x).await?;
+    crate::council::keep_members(db, &thread, &config).await?;
     let start = Record {
         kind: "completion.start".into(),
         thread: Some(thread.id.clone()),

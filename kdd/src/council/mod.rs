@@ -91,6 +91,15 @@ pub async fn runs_here(db: &crate::db::Db, thread: &str) -> Result<(), jsonrpsee
     )))
 }
 
+/// Lists the council of `config` as `thread`'s members when the thread
+/// lists others (or none): what `kd threads` and `kd show` say it asks.
+pub async fn keep_members(db: &crate::db::Db, thread: &Thread, config: &Config) -> crate::db::DbResult<()> {
+    if thread.members != config.council.members {
+        db.set_thread_members(thread.id.clone(), config.council.members.clone()).await?;
+    }
+    Ok(())
+}
+
 /// The node whose members run on `thread`, when it is another live node
 /// than this one: what is cancelled here is cancelled there.
 pub async fn live_owner(db: &crate::db::Db, thread: &str) -> crate::db::DbResult<Option<String>> {

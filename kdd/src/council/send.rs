@@ -147,9 +147,7 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
     };
     let (thread, asked) = match target {
         Target::Existing(thread) => {
-            if thread.members != config.council.members {
-                db.set_thread_members(thread.id.clone(), config.council.members.clone()).await?;
-            }
+            super::keep_members(db, &thread, &config).await?;
             let asked = db.ask(None, vec![king], exchange).await?;
             (thread, asked)
         }
@@ -345,9 +343,7 @@ pub async fn take_routed(c: &Arc<Council>, x: &crate::db::exchanges::Exchange) -
     if !db.plan_exchange(x.id, journal.to_plan()).await? {
         return Ok(false);
     }
-    if thread.members != config.council.members {
-        db.set_thread_members(thread.id.clone(), config.council.members.clone()).await?;
-    }
+    super::keep_members(db, &thread, &config).await?;
     let work = super::work_runs(db, &thread.id).await?;
     let timeout = routed.timeout_s.map(Duration::from_secs);
     let launch = Launch { thread, config, style: routed.style, timeout, client: None, prompt: None, work };

@@ -221,9 +221,16 @@ pub fn tally_text(t: &Tally) -> String {
     for s in &t.scores {
         out.push_str(&format!("| {} | {} | {} | {} |\n", s.label, s.member, s.points, s.firsts));
     }
+    // Under a table of which answer is whose, `claude: Response A` would
+    // read as one more such pair: each ballot says it is one.
+    if !t.ballots.is_empty() {
+        out.push_str("\nBallots:");
+    }
     for b in &t.ballots {
-        let ranking = if b.ranking.is_empty() { "(no ranking)".to_string() } else { b.ranking.join(" > ") };
-        out.push_str(&format!("\n{}: {ranking}", b.voter));
+        match b.ranking.is_empty() {
+            true => out.push_str(&format!("\n- {} gave no ranking that could be read", b.voter)),
+            false => out.push_str(&format!("\n- {} ranks {}", b.voter, b.ranking.join(" > "))),
+        }
     }
     out
 }
@@ -328,6 +335,12 @@ mod tests {
         assert!(verdict.starts_with("tie between ") && verdict.contains("alpha") && verdict.contains("beta"));
         assert!(verdict.ends_with(" on 0 points and 1 first place each: left to the King."), "{verdict}");
         assert!(tally_text(&t).starts_with(&format!("Vote: {verdict}\n\n")));
+        // Each ballot is said to be one (under the table of labels, `alpha:
+        // Response B` read as which member wrote which answer).
+        let text = tally_text(&t);
+        assert!(text.ends_with("\n\nBallots:\n- alpha ranks Response B\n- beta ranks Response A"), "{text}");
+        let silent = count(l.clone(), vec![ballot("alpha", &["B"]), ballot("beta", &[])], None);
+        assert!(tally_text(&silent).ends_with("- beta gave no ranking that could be read"), "{}", tally_text(&silent));
         // The chair alpha ranked beta's answer (it cannot rank its own).
         let t = count(l.clone(), ballots.clone(), Some("alpha"));
         assert_eq!(t.winner.as_deref(), Some("beta"));
