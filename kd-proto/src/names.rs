@@ -12,6 +12,11 @@ pub const ALL: &str = "all";
 /// summaries offered to a trunk, budget notices.
 pub const KD: &str = "kd";
 
+/// Whether `name` is one no member may take: the King, every member, kd.
+pub fn is_reserved(name: &str) -> bool {
+    [KING, ALL, KD].contains(&name)
+}
+
 /// Why a name was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NameError {

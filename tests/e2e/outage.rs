@@ -432,3 +432,62 @@ async fn check_end_cut(late: Option<Duration>) {
     let sent_back = count(&b.kdd, "SELECT count(*) FROM messages WHERE body LIKE '%did not pass%'");
     assert_eq!(sent_back, 1, "the member was sent back once");
 }
+
+/// A member's work run that ends while the registry is away: its commit is
+/// made in its worktree at once, and what kd records of it — the branch's
+/// head and size, the run's work, the work's state — is written once the
+/// registry is back, without a restart: the work `done` with its commit,
+/// `kd work` ending. Before, those three writes failed for good: the work
+/// stayed `working` with no change recorded, `kd accept` refused it as
+/// still working, until kdd restarted (found by a hostile trial, stop 61).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_work_run_ending_while_the_registry_is_away_is_recorded_once_it_is_back() {
+    let test = "a_work_run_ending_while_the_registry_is_away_is_recorded_once_it_is_back";
+    let Some((kdd, outage)) = Outage::kdd(test, &[]) else { return };
+    let hold = Hold::new();
+    let member = vec![
+        ("FAKE_RUN", "if test -f .git; then printf 'member\\n' > b.txt; fi".to_string()),
+        ("FAKE_HOLD", hold.var().to_string()),
+    ];
+    let ws = crate::work::repo_of("one\n", &[("claude", "claude", member)]);
+    let mut k = kdd.kd();
+    k.current_dir(ws.dir.path()).args(["work", "Add b."]);
+    let working = tokio::spawn(async move { k.output().await.expect("kd work runs") });
+    let c = kdd.client().await;
+    let thread = within("claude at work", async {
+        loop {
+            if let Some(r) = c.run_list(None).await.unwrap().into_iter().find(|r| r.chars > 0) {
+                break r.thread;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+
+    outage.begin(&kdd);
+    hold.release();
+    outage.logged("waits for the registry").await;
+    outage.end(&kdd);
+
+    let Ok(done) = tokio::time::timeout(kd_tests::DEADLINE, working).await else {
+        panic!("kd work did not end once the registry was back; kdd's log:\n{}", outage.log());
+    };
+    let out = done.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}\nkdd's log:\n{}", outage.log());
+    let w = within("the work recorded", async {
+        loop {
+            let w = c.work_list(None, Some(thread.clone())).await.unwrap().remove(0);
+            if w.state != kd_proto::work::WorkState::Working {
+                break w;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(w.state, kd_proto::work::WorkState::Done, "{w:?}\nkdd's log:\n{}", outage.log());
+    assert_ne!(w.head, w.base, "its commit is recorded: {w:?}");
+    assert_eq!((w.files, w.added), (1, 1), "{w:?}");
+    let commit = kdd.db.one("SELECT work_commit FROM runs", &[]);
+    assert_eq!(commit.text(), w.head, "the run's work is its commit");
+}

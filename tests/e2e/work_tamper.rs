@@ -136,6 +136,36 @@ async fn a_git_symlinked_to_the_kings_commits_nothing_onto_the_kings_branch() {
     assert_eq!(std::fs::read_to_string(dir.join("evil.txt")).unwrap(), "evil\n", "the files are kept");
 }
 
+/// A member that moves its worktree's HEAD off the branch kd made — onto
+/// the King's own branch, which git lets a worktree check out with
+/// `--ignore-other-worktrees`, or by writing HEAD — gets nothing
+/// committed there: kd commits only on its branch (found by a hostile
+/// trial, stop 61: before, the work was committed onto the King's `main`).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worktree_switched_to_the_kings_branch_commits_nothing_onto_it() {
+    for (how, shell) in [
+        ("git checkout", "if test -f .git; then git checkout -q --ignore-other-worktrees main; echo evil > a.txt; fi"),
+        (
+            "HEAD written",
+            "if test -f .git; then g=$(sed -n 's/^gitdir: //p' .git); echo 'ref: refs/heads/main' > \"$g/HEAD\"; \
+             echo evil > a.txt; fi",
+        ),
+    ] {
+        let ws = repo(shell);
+        let kdd = Kdd::start();
+        let base = git(ws.dir.path(), &["rev-parse", "HEAD"]);
+        let w = work(&kdd, &ws, "Write evil").await;
+        let thread = w["thread"].as_str().unwrap().to_string();
+        assert_eq!(git(ws.dir.path(), &["rev-parse", "HEAD"]), base, "{how}: a commit landed on the King's branch");
+        assert_eq!(git(ws.dir.path(), &["log", "--all", "--format=%s"]).lines().count(), 1, "{how}: no commit");
+        let said = answer(&kdd, &thread).await;
+        assert_eq!((&w["state"], &w["head"]), (&json!("tampered"), &w["base"]), "{how}: {w}");
+        assert!(said.contains("kd did not commit") && said.contains("its HEAD is on refs/heads/main"), "{said}");
+        let dir = Path::new(w["path"].as_str().unwrap());
+        assert_eq!(std::fs::read_to_string(dir.join("a.txt")).unwrap(), "evil\n", "{how}: the files are kept");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_filter_a_members_gitattributes_names_is_never_run() {
     // The King's configuration has a filter (for files of its own); the

@@ -1022,9 +1022,10 @@ pub async fn until_gone(pid: u32, what: &str) {
 }
 
 /// Whether a process exists (it may be a zombie of ours: reap before asking).
+/// One reaped between two looks is gone: its `stat` is read once, and a
+/// `stat` that cannot be read is no process.
 pub fn alive(pid: u32) -> bool {
-    std::path::Path::new(&format!("/proc/{pid}")).exists()
-        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z ")
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| !stat.contains(") Z "))
 }
 
 /// Runs `cmd` (a `kdd` command line) expecting it to refuse to start:

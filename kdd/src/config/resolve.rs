@@ -422,7 +422,7 @@ fn council(
     };
     for (i, m) in members.iter().enumerate() {
         names::check_member_name(m).map_err(|e| r.err("council.members", e.to_string()))?;
-        if m == names::KING || m == names::ALL {
+        if names::is_reserved(m) {
             return Err(r.err("council.members", format!("{m:?} is reserved and cannot be a member")));
         }
         if members[..i].contains(m) {

@@ -56,8 +56,10 @@ const MAX_RECORD: u64 = 8 * 1024;
 /// git only).
 const MAX_WALK: usize = 200_000;
 
-/// The member's worktree `dir` of the King's tree `repo`, made at `base`.
-pub async fn open(repo: &Path, dir: &Path, base: &str) -> GitResult<Found> {
+/// The member's worktree `dir` of the King's tree `repo`, made at `base`
+/// on the branch `branch` (`kd/THREAD/MEMBER`): kd's only when its `.git`
+/// is the file kd made and its HEAD is still on that branch.
+pub async fn open(repo: &Path, dir: &Path, base: &str, branch: &str) -> GitResult<Found> {
     let args = ["rev-parse", "--path-format=absolute", "--git-common-dir"];
     let out = git(repo, repo, &args, &[], OUTPUT).await?;
     if !out.ok {
@@ -65,7 +67,8 @@ pub async fn open(repo: &Path, dir: &Path, base: &str) -> GitResult<Found> {
     }
     let common = PathBuf::from(out.text().trim_end_matches('\n'));
     let d = dir.to_path_buf();
-    let found = tokio::task::spawn_blocking(move || inspect(&common, &d))
+    let b = branch.to_string();
+    let found = tokio::task::spawn_blocking(move || inspect(&common, &d, &b))
         .await
         .map_err(|e| GitError::Spawn(std::io::Error::other(e)))?;
     Ok(match found {
@@ -76,8 +79,9 @@ pub async fn open(repo: &Path, dir: &Path, base: &str) -> GitResult<Found> {
 
 /// The git directory kd made for the worktree `dir` of the repository whose
 /// common git directory is `common`, once the worktree's `.git` is found to
-/// be the file kd made pointing at it; else why not.
-fn inspect(common: &Path, dir: &Path) -> Result<PathBuf, String> {
+/// be the file kd made pointing at it and its HEAD on `branch`; else why
+/// not.
+fn inspect(common: &Path, dir: &Path, branch: &str) -> Result<PathBuf, String> {
     let want = std::fs::canonicalize(dir).map_err(|e| format!("kd cannot read the worktree {}: {e}", dir.display()))?;
     let gitdir = recorded(common, &want).ok_or(
         "kd's record of it in the King's repository is gone (its .git was removed or replaced, and git pruned it)",
@@ -104,6 +108,17 @@ fn inspect(common: &Path, dir: &Path) -> Result<PathBuf, String> {
     let ours = std::fs::canonicalize(&gitdir).ok();
     if points.is_none() || points != ours {
         return Err(format!("its .git points elsewhere ({}), not at the git directory kd made", text.trim()));
+    }
+    // A worktree may check out another branch (the King's own, with
+    // `--ignore-other-worktrees`): kd's commit would land there.
+    let head = read_small(&gitdir.join("HEAD")).map_err(|e| format!("its HEAD cannot be read: {e}"))?;
+    let head = head.trim_end_matches(['\n', '\r']);
+    if head.strip_prefix("ref: refs/heads/") != Some(branch) {
+        let what = match head.strip_prefix("ref: ") {
+            Some(r) => format!("on {r}"),
+            None => "detached".to_string(),
+        };
+        return Err(format!("its HEAD is {what}, not on kd's branch {branch}"));
     }
     Ok(gitdir)
 }
@@ -135,18 +150,9 @@ fn recorded(common: &Path, worktree: &Path) -> Option<PathBuf> {
     None
 }
 
-/// A regular file's text (never through a symlink), at most [`MAX_RECORD`] bytes.
+/// A regular file's text ([`super::open_regular`]), at most [`MAX_RECORD`] bytes.
 fn read_small(path: &Path) -> std::io::Result<String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let file =
-        std::fs::OpenOptions::new().read(true).custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32).open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    let mut text = String::new();
-    file.take(MAX_RECORD).read_to_string(&mut text)?;
-    Ok(text)
+    super::read_regular(path, MAX_RECORD)
 }
 
 /// Whether this git reads attributes from a tree (`--attr-source`, 2.41).
@@ -195,7 +201,7 @@ fn named_filters(dir: &Path) -> BTreeSet<String> {
             if kind.is_dir() && name != ".git" {
                 stack.push(entry.path());
             } else if kind.is_file() && name == ".gitattributes" {
-                let Ok(text) = read_attributes(&entry.path()) else { continue };
+                let Ok(text) = super::read_regular(&entry.path(), 1 << 20) else { continue };
                 names.extend(text.split_whitespace().filter_map(|t| t.strip_prefix("filter=")).map(str::to_string));
             }
         }
@@ -218,13 +224,6 @@ fn filters_emptied(names: &BTreeSet<String>) -> Vec<(String, String)> {
     }
     env.push(("GIT_CONFIG_COUNT".into(), n.to_string()));
     env
-}
-
-fn read_attributes(path: &Path) -> std::io::Result<String> {
-    use std::io::Read;
-    let mut text = String::new();
-    std::fs::File::open(path)?.take(1 << 20).read_to_string(&mut text)?;
-    Ok(text)
 }
 
 impl Tree {

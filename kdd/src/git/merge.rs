@@ -110,19 +110,11 @@ impl Tree {
     }
 }
 
-/// Whether the regular file at `path` (never through a symlink) has a line
+/// Whether the regular file at `path` ([`super::open_regular`]) has a line
 /// git writes around a conflict: `<<<<<<< `, `>>>>>>> ` or `|||||||`, or a
 /// lone `=======`, at its start.
 fn has_markers(path: &Path) -> bool {
-    use std::os::unix::fs::OpenOptionsExt;
-    let Ok(file) =
-        std::fs::OpenOptions::new().read(true).custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32).open(path)
-    else {
-        return false;
-    };
-    if !file.metadata().is_ok_and(|m| m.is_file()) {
-        return false;
-    }
+    let Ok(file) = super::open_regular(path) else { return false };
     let mut reader = BufReader::new(file.take(MAX_SCAN));
     let mut line = Vec::new();
     loop {
@@ -160,5 +152,19 @@ mod tests {
         std::os::unix::fs::symlink(dir.path().join("a"), dir.path().join("link")).unwrap();
         assert!(!has_markers(&dir.path().join("link")), "never through a symlink");
         assert!(!has_markers(&dir.path().join("gone")));
+    }
+
+    /// A member that leaves a FIFO where a conflicted file was: kd's look
+    /// for markers is not stuck opening it (nothing will ever write it).
+    #[test]
+    fn a_fifo_left_as_a_conflicted_file_is_not_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("a.txt");
+        let fifo_type = rustix::fs::FileType::Fifo;
+        rustix::fs::mknodat(rustix::fs::CWD, &fifo, fifo_type, rustix::fs::Mode::from(0o600), 0).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(has_markers(&fifo)));
+        let found = rx.recv_timeout(std::time::Duration::from_secs(10)).expect("has_markers returns");
+        assert!(!found);
     }
 }

@@ -66,6 +66,28 @@ impl Output {
     }
 }
 
+/// Opens the regular file at `path` to read it, as a file a member may
+/// have made: never through a symlink, and never waiting on a FIFO or a
+/// device (opened without blocking, then refused as not a regular file).
+pub fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(flags.bits() as i32).open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    Ok(file)
+}
+
+/// The text of the regular file at `path` ([`open_regular`]), at most
+/// `max` bytes of it.
+pub fn read_regular(path: &Path, max: u64) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    open_regular(path)?.take(max).read_to_string(&mut text)?;
+    Ok(text)
+}
+
 /// One lock per repository (by its common git directory's path): what one
 /// git command does to a repository is done before the next starts.
 fn lock_of(repo: &Path) -> Arc<tokio::sync::Mutex<()>> {

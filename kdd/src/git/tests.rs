@@ -24,8 +24,15 @@ fn repo() -> tempfile::TempDir {
 }
 
 /// kd's commit of the member's worktree `dir`, made at `base`.
-async fn commit_all(repo: &Path, dir: &Path, base: &str, author: &str, message: &str) -> GitResult<Option<String>> {
-    match member::open(repo, dir, base).await? {
+async fn commit_all(
+    repo: &Path,
+    dir: &Path,
+    base: &str,
+    branch: &str,
+    author: &str,
+    message: &str,
+) -> GitResult<Option<String>> {
+    match member::open(repo, dir, base, branch).await? {
         member::Found::Ours(tree) => tree.commit_all(author, message).await,
         member::Found::Tampered(why) => panic!("{} is kd's: {why}", dir.display()),
     }
@@ -51,12 +58,17 @@ async fn a_worktree_is_committed_as_the_member_diffed_checked_and_merged() {
     let path = wt.path().join("claude");
     worktree_add(&repo, &path, "kd/t1/claude", &base).await.unwrap();
     assert!(has_branch(&repo, "kd/t1/claude").await.unwrap());
-    assert_eq!(commit_all(&repo, &path, &base, "claude", "nothing").await.unwrap(), None, "nothing changed");
+    assert_eq!(
+        commit_all(&repo, &path, &base, "kd/t1/claude", "claude", "nothing").await.unwrap(),
+        None,
+        "nothing changed"
+    );
 
     std::fs::write(path.join("a.txt"), "one\n2\nthree\n").unwrap();
     std::fs::write(path.join("new file.txt"), "x\n").unwrap();
     std::fs::write(path.join("bin"), [0u8, 1, 2, 0]).unwrap();
-    let commit = commit_all(&repo, &path, &base, "claude", "Add things").await.unwrap().expect("a commit");
+    let commit =
+        commit_all(&repo, &path, &base, "kd/t1/claude", "claude", "Add things").await.unwrap().expect("a commit");
     let author = std::process::Command::new("git")
         .args(["-C", path.to_str().unwrap(), "log", "-1", "--format=%an <%ae>|%s"])
         .output()
@@ -97,7 +109,7 @@ async fn a_conflict_and_a_dirty_tree_are_found_without_changing_anything() {
     let path = wt.path().join("codex");
     worktree_add(&repo, &path, "kd/t1/codex", &base).await.unwrap();
     std::fs::write(path.join("a.txt"), "member\n").unwrap();
-    commit_all(&repo, &path, &base, "codex", "Member's change").await.unwrap().unwrap();
+    commit_all(&repo, &path, &base, "kd/t1/codex", "codex", "Member's change").await.unwrap().unwrap();
     std::fs::write(repo.join("a.txt"), "king\n").unwrap();
     assert_eq!(dirty(&repo).await.unwrap(), ["a.txt"]);
     sh(&repo, &["commit", "--quiet", "-am", "King's change"]);
@@ -123,7 +135,7 @@ async fn a_squash_makes_one_commit_of_the_kings() {
     worktree_add(&repo, &path, "kd/t/m", &base).await.unwrap();
     for i in 0..3 {
         std::fs::write(path.join(format!("f{i}")), "x\n").unwrap();
-        commit_all(&repo, &path, &base, "m", &format!("step {i}")).await.unwrap().unwrap();
+        commit_all(&repo, &path, &base, "kd/t/m", "m", &format!("step {i}")).await.unwrap().unwrap();
     }
     let merged = merge(&repo, "kd/t/m", true, "Squashed work").await.unwrap();
     let log = std::process::Command::new("git")
@@ -134,8 +146,8 @@ async fn a_squash_makes_one_commit_of_the_kings() {
 }
 
 /// Why kd finds the worktree `dir` not its own (none: it is).
-async fn tampered(repo: &Path, dir: &Path, base: &str) -> Option<String> {
-    match member::open(repo, dir, base).await.unwrap() {
+async fn tampered(repo: &Path, dir: &Path, base: &str, branch: &str) -> Option<String> {
+    match member::open(repo, dir, base, branch).await.unwrap() {
         member::Found::Ours(_) => None,
         member::Found::Tampered(why) => Some(why),
     }
@@ -151,7 +163,7 @@ async fn a_worktree_whose_git_is_not_the_file_kd_made_is_found_tampered_with() {
     worktree_add(&repo, &path, "kd/t/m", &base).await.unwrap();
     let other = wt.path().join("other");
     worktree_add(&repo, &other, "kd/t/other", &base).await.unwrap();
-    assert_eq!(tampered(&repo, &path, &base).await, None);
+    assert_eq!(tampered(&repo, &path, &base, "kd/t/m").await, None);
     let dotgit = path.join(".git");
     let made = std::fs::read_to_string(&dotgit).unwrap();
     let restore = || {
@@ -162,24 +174,35 @@ async fn a_worktree_whose_git_is_not_the_file_kd_made_is_found_tampered_with() {
     // A symlink to the King's .git.
     std::fs::remove_file(&dotgit).unwrap();
     std::os::unix::fs::symlink(repo.join(".git"), &dotgit).unwrap();
-    assert!(tampered(&repo, &path, &base).await.unwrap().contains("a symlink"));
+    assert!(tampered(&repo, &path, &base, "kd/t/m").await.unwrap().contains("a symlink"));
     // A repository of its own.
     restore();
     std::fs::remove_file(&dotgit).unwrap();
     sh(&path, &["init", "--quiet"]);
-    assert!(tampered(&repo, &path, &base).await.unwrap().contains("a repository of its own"));
+    assert!(tampered(&repo, &path, &base, "kd/t/m").await.unwrap().contains("a repository of its own"));
     // Another worktree's git directory, or the King's.
     restore();
     let others = std::fs::read_to_string(other.join(".git")).unwrap();
     std::fs::write(&dotgit, &others).unwrap();
-    assert!(tampered(&repo, &path, &base).await.unwrap().contains("points elsewhere"));
+    assert!(tampered(&repo, &path, &base, "kd/t/m").await.unwrap().contains("points elsewhere"));
     std::fs::write(&dotgit, format!("gitdir: {}\n", repo.join(".git").display())).unwrap();
-    assert!(tampered(&repo, &path, &base).await.unwrap().contains("points elsewhere"));
+    assert!(tampered(&repo, &path, &base, "kd/t/m").await.unwrap().contains("points elsewhere"));
     // Gone.
     std::fs::remove_file(&dotgit).unwrap();
-    assert!(tampered(&repo, &path, &base).await.unwrap().contains("is gone"));
+    assert!(tampered(&repo, &path, &base, "kd/t/m").await.unwrap().contains("is gone"));
     restore();
-    assert_eq!(tampered(&repo, &path, &base).await, None, "as kd made it again");
+    assert_eq!(tampered(&repo, &path, &base, "kd/t/m").await, None, "as kd made it again");
+    // Its HEAD moved off kd's branch: onto the King's, onto another, detached.
+    let king = branch(&repo).await.unwrap().unwrap();
+    sh(&path, &["checkout", "--quiet", "--ignore-other-worktrees", &king]);
+    let why = tampered(&repo, &path, &base, "kd/t/m").await.unwrap();
+    assert!(why.contains(&format!("its HEAD is on refs/heads/{king}, not on kd's branch kd/t/m")), "{why}");
+    sh(&path, &["checkout", "--quiet", "-b", "side"]);
+    assert!(tampered(&repo, &path, &base, "kd/t/m").await.unwrap().contains("refs/heads/side"));
+    sh(&path, &["checkout", "--quiet", "--detach"]);
+    assert!(tampered(&repo, &path, &base, "kd/t/m").await.unwrap().contains("its HEAD is detached"));
+    sh(&path, &["checkout", "--quiet", "kd/t/m"]);
+    assert_eq!(tampered(&repo, &path, &base, "kd/t/m").await, None, "back on its branch");
 }
 
 #[tokio::test]
@@ -204,7 +227,7 @@ async fn kds_commit_runs_no_hook_and_no_filter_the_worktree_names() {
     worktree_add(&repo, &path, "kd/t/m", &base).await.unwrap();
     std::fs::write(path.join(".gitattributes"), "* filter=spy\n").unwrap();
     std::fs::write(path.join("a.txt"), "changed\n").unwrap();
-    let commit = commit_all(&repo, &path, &base, "m", "Change").await.unwrap().expect("a commit");
+    let commit = commit_all(&repo, &path, &base, "kd/t/m", "m", "Change").await.unwrap().expect("a commit");
     assert!(!ran.exists(), "{}", std::fs::read_to_string(&ran).unwrap_or_default());
     let shown = std::process::Command::new("git")
         .args(["-C", repo.to_str().unwrap(), "show", &format!("{commit}:a.txt")])

@@ -3,7 +3,7 @@
 //! message that names the parameter.
 
 use jsonrpsee::types::ErrorObjectOwned;
-use kd_proto::names::{self, ALL, KING};
+use kd_proto::names;
 
 use super::error::{bad_name, invalid};
 
@@ -57,13 +57,13 @@ pub fn member(name: &str) -> Result<(), ErrorObjectOwned> {
 }
 
 /// Council members of a thread: at most [`MAX_LIST`], valid names, no
-/// duplicates, not `king`/`all`.
+/// duplicates, none reserved (`king`, `all`, `kd`).
 pub fn members(list: &[String]) -> Result<(), ErrorObjectOwned> {
     list_len("members", list)?;
     let mut seen = std::collections::HashSet::with_capacity(list.len());
     for m in list {
         member(m)?;
-        if m == KING || m == ALL {
+        if names::is_reserved(m) {
             return Err(invalid(format!("members: {m:?} is reserved and cannot be a member")));
         }
         if !seen.insert(m) {

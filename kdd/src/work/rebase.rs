@@ -25,7 +25,7 @@ use kd_proto::work::{RebaseOutcome, Rebased, WorkState, Worktree};
 
 use super::{git_error, worktree};
 use crate::agent::spec::WorkRun;
-use crate::agent::work::{Committed, commit, record_head};
+use crate::agent::work::{Committed, at_once, commit, record_head};
 use crate::client::ClientId;
 use crate::coord::Coord;
 use crate::council::send;
@@ -42,7 +42,7 @@ use kd_proto::work::short_commit as short;
 
 /// The member's worktree as kd made it, or a refusal.
 async fn open(w: &Worktree) -> Result<member::Tree, ErrorObjectOwned> {
-    match member::open(Path::new(&w.repo), Path::new(&w.path), &w.base).await.map_err(git_error)? {
+    match member::open(Path::new(&w.repo), Path::new(&w.path), &w.base, &w.branch).await.map_err(git_error)? {
         member::Found::Ours(tree) => Ok(tree),
         member::Found::Tampered(why) => Err(ErrorCode::Conflict.error(format!(
             "{}'s worktree {} is not as kd made it — {why}: kd does not touch it; kd reject {} it",
@@ -115,7 +115,10 @@ pub async fn rebase(
 
     // What the member left uncommitted is committed before anything else.
     let message = format!("{} (before bringing it up to date)", w.task);
-    match commit(db, thread, member, &WorkRun::of(&w), &message).await.map_err(|e| ErrorCode::Internal.error(e))? {
+    match commit(db, thread, member, &WorkRun::of(&w), &message, &at_once)
+        .await
+        .map_err(|e| ErrorCode::Internal.error(e))?
+    {
         Committed::Commit(_) => {}
         Committed::Tampered(why) => {
             return Err(ErrorCode::Conflict.error(format!("{member}'s worktree is not as kd made it — {why}")));
@@ -128,7 +131,7 @@ pub async fn rebase(
     let message = format!("Merge {from} ({}) into {}", short(&onto), w.branch);
     match tree.merge(&onto, member, &message).await.map_err(git_error)? {
         Merged::Clean(new) => {
-            record_head(db, thread, member, &WorkRun::of(&w), &onto, &new, true)
+            record_head(db, thread, member, &WorkRun::of(&w), (&onto, &new, true), &at_once)
                 .await
                 .map_err(|e| ErrorCode::Internal.error(e))?;
             publish(co, thread, member).await;
@@ -160,7 +163,10 @@ async fn publish(co: &Arc<Coord>, thread: &str, member: &str) {
 /// the member's work; the new head.
 async fn conclude(co: &Arc<Coord>, w: &Worktree) -> Result<String, ErrorObjectOwned> {
     let db = &co.council.agents.db;
-    match commit(db, &w.thread, &w.member, &WorkRun::of(w), &w.task).await.map_err(|e| ErrorCode::Conflict.error(e))? {
+    match commit(db, &w.thread, &w.member, &WorkRun::of(w), &w.task, &at_once)
+        .await
+        .map_err(|e| ErrorCode::Conflict.error(e))?
+    {
         Committed::Commit(_) => {}
         Committed::Tampered(why) => {
             return Err(ErrorCode::Conflict.error(format!("{}'s worktree is not as kd made it — {why}", w.member)));

@@ -167,7 +167,7 @@ async fn may_go(w: &Worktree) -> bool {
     if !dir.exists() {
         return true;
     }
-    match git::member::open(Path::new(&w.repo), dir, &w.base).await {
+    match git::member::open(Path::new(&w.repo), dir, &w.base, &w.branch).await {
         Ok(git::member::Found::Ours(tree)) => tree.is_clean().await.unwrap_or(false),
         _ => false,
     }
@@ -188,7 +188,7 @@ pub async fn tidy(db: &Db, hub: &Hub, thread: &str, force: bool) -> Result<Vec<W
         }
         let repo = Path::new(&w.repo);
         let path = Path::new(&w.path);
-        remove_worktree(repo, path, &w.base).await?;
+        remove_worktree(repo, path, (&w.base, &w.branch)).await?;
         remove_leftovers(path);
         if git::has_branch(repo, &w.branch).await.map_err(git_error)? {
             git::branch_delete(repo, &w.branch).await.map_err(git_error)?;
@@ -206,12 +206,12 @@ pub async fn tidy(db: &Db, hub: &Hub, thread: &str, force: bool) -> Result<Vec<W
 /// refuse), or which git will not remove (it holds a nested repository),
 /// kd removes itself — never following a symlink in it — and git's record
 /// is pruned.
-async fn remove_worktree(repo: &Path, path: &Path, base: &str) -> Result<(), ErrorObjectOwned> {
+async fn remove_worktree(repo: &Path, path: &Path, (base, branch): (&str, &str)) -> Result<(), ErrorObjectOwned> {
     if !std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
         let _ = std::fs::remove_file(path);
         return git::prune(repo).await.map_err(git_error);
     }
-    let ours = matches!(git::member::open(repo, path, base).await, Ok(git::member::Found::Ours(_)));
+    let ours = matches!(git::member::open(repo, path, base, branch).await, Ok(git::member::Found::Ours(_)));
     if ours && git::worktree_remove(repo, path).await.is_ok() {
         return Ok(());
     }

@@ -29,7 +29,9 @@ pub async fn mark_check(d: &Runner, run: &Run) {
     if d.after_work.get().is_none() {
         return;
     }
-    match d.db.begin_check(run.thread.clone(), run.member.clone(), now_ms()).await {
+    let what = format!("the check of {}'s work on {}", run.member, run.thread);
+    let begin = |_| d.db.begin_check(run.thread.clone(), run.member.clone(), now_ms());
+    match d.db.until_back(&what, || d.is_closed(), begin).await {
         Ok(Started::Begun(_) | Started::Settled(_) | Started::NoWork) => {}
         Err(e) => tracing::error!(run = run.id, "cannot record the check as running: {e}"),
     }

@@ -16,7 +16,7 @@ pub const WORKTREEINCLUDE: &str = ".worktreeinclude";
 /// line, `#` comments and blank lines aside, a leading or trailing `/`
 /// dropped; a pattern (`*`, `?`, `[`, `!`) is not a path and is skipped.
 pub(super) fn worktreeinclude(repo: &Path) -> Vec<String> {
-    let Ok(text) = read_regular(&repo.join(WORKTREEINCLUDE), 64 * 1024) else { return Vec::new() };
+    let Ok(text) = crate::git::read_regular(&repo.join(WORKTREEINCLUDE), 64 * 1024) else { return Vec::new() };
     text.lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.contains(['*', '?', '[', '!']))
@@ -24,18 +24,6 @@ pub(super) fn worktreeinclude(repo: &Path) -> Vec<String> {
         .filter(|l| relative(l).is_some())
         .take(256)
         .collect()
-}
-
-/// A regular file's text, not following a symlink, at most `max` bytes.
-fn read_regular(path: &Path, max: u64) -> std::io::Result<String> {
-    use std::io::Read;
-    let meta = std::fs::symlink_metadata(path)?;
-    if !meta.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    let mut text = String::new();
-    std::fs::File::open(path)?.take(max).read_to_string(&mut text)?;
-    Ok(text)
 }
 
 /// `p` as a path inside the repository: relative, with no `..`.

@@ -208,7 +208,8 @@ pub async fn finish(d: &Runner, run: &Run, work: &WorkRun, finish: &mut Finish, 
     } else {
         format!("{} ({})", work.task, finish.status.as_str())
     };
-    let committed = commit(&d.db, &run.thread, &run.member, work, &message).await;
+    let stop = || d.is_closed();
+    let committed = commit(&d.db, &run.thread, &run.member, work, &message, &stop).await;
     let mut notes = run.work_notes();
     let mut tampered = false;
     let commit = match committed {
@@ -240,7 +241,10 @@ pub async fn finish(d: &Runner, run: &Run, work: &WorkRun, finish: &mut Finish, 
     }
     let plain: Vec<&str> = notes.iter().map(|n| n.strip_prefix(SAID).unwrap_or(n)).collect();
     let note = (!plain.is_empty()).then(|| tail_chars(&plain.join("\n"), MAX_NOTE));
-    if let Err(e) = d.db.set_run_work(run.id.clone(), commit.clone(), note).await {
+    let what = format!("the work of the run {}", run.id);
+    let recorded =
+        d.db.until_back(&what, stop, |_| d.db.set_run_work(run.id.clone(), commit.clone(), note.clone())).await;
+    if let Err(e) = recorded {
         tracing::error!(run = run.id, "cannot record the run's work: {e}");
     }
     // Working while another run of the member is in flight on the thread.
@@ -278,19 +282,35 @@ pub enum Committed {
     Tampered(String),
 }
 
+/// A client's request fails at once while the registry is away (it may ask
+/// again): what it writes is not kept.
+pub fn at_once() -> bool {
+    true
+}
+
 /// Commits everything changed in the worktree as `member` with `message`,
 /// then records the branch's head and its diff's size from its base — with
 /// the git directory kd made for the worktree, running nothing the
 /// worktree names ([`git::member`]). A worktree whose `.git` is not what kd
-/// made is left as it is.
-pub async fn commit(db: &Db, thread: &str, member: &str, work: &WorkRun, message: &str) -> Result<Committed, String> {
+/// made is left as it is. The record is kept through an outage of the
+/// registry until `stop` says to give up (the daemon stopping, at the end
+/// of a run; [`at_once`] for what a client asks): the commit is made already.
+pub async fn commit(
+    db: &Db,
+    thread: &str,
+    member: &str,
+    work: &WorkRun,
+    message: &str,
+    stop: &(dyn Fn() -> bool + Send + Sync),
+) -> Result<Committed, String> {
     if !work.dir.is_dir() {
         return Err(format!("the worktree {} is gone", work.dir.display()));
     }
-    let tree = match git::member::open(&work.repo, &work.dir, &work.base).await.map_err(|e| e.to_string())? {
-        git::member::Found::Ours(tree) => tree,
-        git::member::Found::Tampered(why) => return Ok(Committed::Tampered(why)),
-    };
+    let tree =
+        match git::member::open(&work.repo, &work.dir, &work.base, &work.branch).await.map_err(|e| e.to_string())? {
+            git::member::Found::Ours(tree) => tree,
+            git::member::Found::Tampered(why) => return Ok(Committed::Tampered(why)),
+        };
     // A merge bringing the work up to date (`kd rebase`) is concluded
     // only once no conflict marker is left; its base becomes the King's
     // commit merged in.
@@ -301,7 +321,7 @@ pub async fn commit(db: &Db, thread: &str, member: &str, work: &WorkRun, message
     };
     let head = tree.head().await.map_err(|e| e.to_string())?;
     let base = merging.as_deref().unwrap_or(&work.base);
-    record_head(db, thread, member, work, base, &head, merging.is_some()).await?;
+    record_head(db, thread, member, work, (base, &head, merging.is_some()), stop).await?;
     Ok(Committed::Commit(commit))
 }
 
@@ -327,15 +347,14 @@ async fn conclude_merge(
 }
 
 /// Records the branch's head and its diff's size from `base` (the work's
-/// new base when `rebased`).
+/// new base when `rebased`), kept through an outage until `stop`.
 pub async fn record_head(
     db: &Db,
     thread: &str,
     member: &str,
     work: &WorkRun,
-    base: &str,
-    head: &str,
-    rebased: bool,
+    (base, head, rebased): (&str, &str, bool),
+    stop: &(dyn Fn() -> bool + Send + Sync),
 ) -> Result<(), String> {
     let stats = git::diff_stat(&work.repo, base, head).await.map_err(|e| e.to_string())?;
     let totals = (
@@ -344,19 +363,27 @@ pub async fn record_head(
         stats.iter().map(|s| s.removed).sum::<u64>(),
     );
     let (t, m, h) = (thread.to_string(), member.to_string(), head.to_string());
-    let done = if rebased {
-        db.set_worktree_base(t, m, base.to_string(), h, totals).await
-    } else {
-        db.set_worktree_head(t, m, h, totals).await
-    };
+    let what = format!("the head of {member}'s work on {thread}");
+    let done = db
+        .until_back(&what, stop, |_| {
+            let (t, m, h) = (t.clone(), m.clone(), h.clone());
+            async move {
+                match rebased {
+                    true => db.set_worktree_base(t, m, base.to_string(), h, totals).await,
+                    false => db.set_worktree_head(t, m, h, totals).await,
+                }
+            }
+        })
+        .await;
     done.map_err(|e| e.to_string())
 }
 
 /// Sets the member's work state and tells the thread (a worktree the King
 /// settled meanwhile stays as the King left it).
 async fn set_state(d: &Runner, run: &Run, state: WorkState) {
-    let (t, m) = (run.thread.clone(), run.member.clone());
-    let moved = d.db.move_worktree_state(t, m, state).await;
+    let what = format!("the state of {}'s work on {}", run.member, run.thread);
+    let move_it = |_| d.db.move_worktree_state(run.thread.clone(), run.member.clone(), state);
+    let moved = d.db.until_back(&what, || d.is_closed(), move_it).await;
     match moved {
         Ok(Some(w)) => d.hub.publish(&run.thread, ThreadEvent::Work { worktree: Box::new(w) }),
         Ok(None) => {}
@@ -381,7 +408,7 @@ pub async fn recover(db: &Db, orphans: &[(String, String, String)]) -> usize {
     for w in trees.into_iter().filter(|w| w.state == WorkState::Working) {
         let work = WorkRun::of(&w);
         let message = format!("{} (interrupted)", w.task);
-        let committed = commit(db, &w.thread, &w.member, &work, &message).await;
+        let committed = commit(db, &w.thread, &w.member, &work, &message, &at_once).await;
         let (note, commit, state) = match committed {
             Ok(Committed::Commit(Some(c))) => {
                 (format!("kdd stopped mid-run: kd committed what was left as {c}"), Some(c), WorkState::Done)

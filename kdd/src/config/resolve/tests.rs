@@ -197,6 +197,11 @@ fn every_bad_value_names_file_key_and_value() {
         (r#"{"agents": {"x.lock": {"backend": "claude"}}}"#, &["agents.x.lock", "git branch", "\".lock\""]),
         (r#"{"agents": {"x.": {"backend": "claude"}}}"#, &["agents.x.", "git branch", "\".\""]),
         (r#"{"council": {"members": ["claude", "a..b"]}}"#, &["council.members", "\"a..b\"", "git branch"]),
+        // kd writes as `kd` (tallies, merges, notices): no member may.
+        (
+            r#"{"council": {"members": ["kd"]}, "agents": {"kd": {"backend": "claude"}}}"#,
+            &["council.members", "\"kd\" is reserved"],
+        ),
         (r#"{"peasant": {"max_iterations": 0}}"#, &["peasant.max_iterations", "positive"]),
         (r#"{"lord": {"agents": "x"}}"#, &["unknown field `agents`"]),
         ("{not json", &["key must be a string"]),
