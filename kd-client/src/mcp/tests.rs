@@ -198,6 +198,9 @@ async fn lines_that_are_not_requests_it_can_hold_are_answered_as_json_rpc_says()
         (br#"{"jsonrpc":"2.0","id":5}"#, json!(5), -32600),
         (br#"{"jsonrpc":"2.0","id":6,"method":7}"#, json!(6), -32600),
         (br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":5}"#, json!(7), -32602),
+        (br#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":null}"#, json!(8), -32602),
+        (br#"{"jsonrpc":"2.0","id":9,"method":"\ud800"}"#, json!(9), -32600),
+        (br#"{"jsonrpc":"2.0","id":"\ud800","method":"ping"}"#, Value::Null, -32600),
         (deep.as_bytes(), json!("deep"), -32602),
     ];
     for (line, _, _) in &lines {

@@ -5,12 +5,15 @@
 //!
 //! - not UTF-8, not JSON: `-32700` (parse error), id null;
 //! - JSON that is no request: a batch (MCP has none since 2025-06-18), not
-//!   an object, `jsonrpc` not `"2.0"`, no `method` where one is needed:
-//!   `-32600` (invalid request), with the request's id when it has one;
+//!   an object, `jsonrpc` not `"2.0"`, no `method` (a string) where one is
+//!   needed: `-32600` (invalid request), with the request's id when it has
+//!   one;
 //! - an id rmcp cannot hold (MCP's ids are strings and integers: `1.5`,
-//!   `1e400`, `2^64`, `null`, an object): `-32600`, the id given back as
-//!   it was written (a number up to 64 characters; null otherwise);
-//! - a request whose parameters rmcp cannot read: `-32602`;
+//!   `1e400`, `2^64`, `null`, an object, a string with a lone surrogate):
+//!   `-32600`, the id given back as it was written (a number up to 64
+//!   characters; null otherwise);
+//! - a request whose parameters are neither an object nor an array
+//!   (`null`, `5`), or that rmcp cannot read: `-32602`;
 //! - a line longer than the bound: `-32600`, id null (the line is not
 //!   kept, so its id is unknown).
 //!
@@ -74,6 +77,8 @@ struct Envelope<'a> {
     #[serde(default, borrow, deserialize_with = "present")]
     method: Option<&'a RawValue>,
     #[serde(default, borrow, deserialize_with = "present")]
+    params: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
     result: Option<&'a RawValue>,
     #[serde(default, borrow, deserialize_with = "present")]
     error: Option<&'a RawValue>,
@@ -93,7 +98,8 @@ enum Id<'a> {
 fn id_of(raw: &RawValue) -> Id<'_> {
     let text = raw.get();
     match text.as_bytes().first() {
-        Some(b'"') => Id::Held,
+        // A string rmcp can read (not one holding a lone surrogate).
+        Some(b'"') if serde_json::from_str::<String>(text).is_ok() => Id::Held,
         Some(b'-' | b'0'..=b'9') => {
             if text.parse::<i64>().is_ok() {
                 Id::Held
@@ -126,7 +132,7 @@ pub fn read(line: &[u8]) -> Line {
         Ok(e) => e,
         Err(e) => return Line::Answer(error("null", INVALID_REQUEST, &format!("Invalid Request: {e}"))),
     };
-    let is_string = |raw: Option<&RawValue>| raw.is_some_and(|r| r.get().starts_with('"'));
+    let is_string = |raw: Option<&RawValue>| raw.is_some_and(|r| serde_json::from_str::<String>(r.get()).is_ok());
     // A response is never answered, whatever it holds.
     if envelope.method.is_none() && (envelope.result.is_some() || envelope.error.is_some()) {
         return match serde_json::from_str(text) {
@@ -162,6 +168,12 @@ pub fn read(line: &[u8]) -> Line {
         // No request, nor a notification: answered, by its id if it has one.
         let why = if version_ok { "no method (a string)" } else { "jsonrpc must be \"2.0\"" };
         return Line::Answer(error(id.unwrap_or("null"), INVALID_REQUEST, &format!("Invalid Request: {why}")));
+    }
+    // Parameters, when given, are an object or an array (JSON-RPC 4.2).
+    if let (Some(id), Some(p)) = (id, envelope.params)
+        && !p.get().starts_with(['{', '['])
+    {
+        return Line::Answer(error(id, INVALID_PARAMS, "Invalid params: params must be an object or an array"));
     }
     match serde_json::from_str::<RxJsonRpcMessage<RoleServer>>(text) {
         Ok(m) => Line::Message(Box::new(m)),
