@@ -138,7 +138,8 @@ async fn a_git_symlinked_to_the_kings_commits_nothing_onto_the_kings_branch() {
 
 /// A member that moves its worktree's HEAD off the branch kd made — onto
 /// the King's own branch, which git lets a worktree check out with
-/// `--ignore-other-worktrees`, or by writing HEAD — gets nothing
+/// `--ignore-other-worktrees`, or by writing HEAD — or makes kd's branch
+/// a symbolic ref to the King's, gets nothing
 /// committed there: kd commits only on its branch (found by a hostile
 /// trial, stop 61: before, the work was committed onto the King's `main`).
 #[tokio::test(flavor = "multi_thread")]
@@ -148,6 +149,11 @@ async fn a_worktree_switched_to_the_kings_branch_commits_nothing_onto_it() {
         (
             "HEAD written",
             "if test -f .git; then g=$(sed -n 's/^gitdir: //p' .git); echo 'ref: refs/heads/main' > \"$g/HEAD\"; \
+             echo evil > a.txt; fi",
+        ),
+        (
+            "kd's branch a symbolic ref",
+            "if test -f .git; then git symbolic-ref \"refs/heads/$(git symbolic-ref --short HEAD)\" refs/heads/main; \
              echo evil > a.txt; fi",
         ),
     ] {
@@ -160,7 +166,7 @@ async fn a_worktree_switched_to_the_kings_branch_commits_nothing_onto_it() {
         assert_eq!(git(ws.dir.path(), &["log", "--all", "--format=%s"]).lines().count(), 1, "{how}: no commit");
         let said = answer(&kdd, &thread).await;
         assert_eq!((&w["state"], &w["head"]), (&json!("tampered"), &w["base"]), "{how}: {w}");
-        assert!(said.contains("kd did not commit") && said.contains("its HEAD is on refs/heads/main"), "{said}");
+        assert!(said.contains("kd did not commit") && said.contains("refs/heads/main"), "{how}: {said}");
         let dir = Path::new(w["path"].as_str().unwrap());
         assert_eq!(std::fs::read_to_string(dir.join("a.txt")).unwrap(), "evil\n", "{how}: the files are kept");
     }

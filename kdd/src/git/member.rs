@@ -120,6 +120,15 @@ fn inspect(common: &Path, dir: &Path, branch: &str) -> Result<PathBuf, String> {
         };
         return Err(format!("its HEAD is {what}, not on kd's branch {branch}"));
     }
+    // The branch itself a symbolic ref (to the King's branch, say): kd's
+    // commit would move what it points at. (A packed ref is never one.)
+    let loose = common.join("refs/heads").join(branch);
+    if std::fs::symlink_metadata(&loose).is_ok() {
+        let text = read_small(&loose).map_err(|e| format!("kd's branch {branch} cannot be read: {e}"))?;
+        if let Some(to) = text.strip_prefix("ref:") {
+            return Err(format!("kd's branch {branch} is made a symbolic ref (to {})", to.trim()));
+        }
+    }
     Ok(gitdir)
 }
 

@@ -203,6 +203,11 @@ async fn a_worktree_whose_git_is_not_the_file_kd_made_is_found_tampered_with() {
     assert!(tampered(&repo, &path, &base, "kd/t/m").await.unwrap().contains("its HEAD is detached"));
     sh(&path, &["checkout", "--quiet", "kd/t/m"]);
     assert_eq!(tampered(&repo, &path, &base, "kd/t/m").await, None, "back on its branch");
+    // HEAD left alone, kd's branch made a symbolic ref to the King's: kd's
+    // commit would move the King's branch.
+    sh(&path, &["symbolic-ref", "refs/heads/kd/t/m", &format!("refs/heads/{king}")]);
+    let why = tampered(&repo, &path, &base, "kd/t/m").await.unwrap();
+    assert!(why.contains(&format!("kd's branch kd/t/m is made a symbolic ref (to refs/heads/{king})")), "{why}");
 }
 
 #[tokio::test]
