@@ -104,6 +104,9 @@ pub struct Options {
     pub agent_idle: std::time::Duration,
     /// How the nodes of a shared registry keep track of each other.
     pub cluster: cluster::Settings,
+    /// How long kd's git in a member's worktree may take before it is
+    /// stopped ([`git::set_time_bound`]).
+    pub git_timeout: std::time::Duration,
 }
 
 /// This machine's name, as the kernel has it.
@@ -215,9 +218,10 @@ pub async fn run(mut opts: Options) -> anyhow::Result<Stopped> {
     };
     let db = Db::open(&opts.db, hub.clone(), me).await?;
     mark_node(&opts.socket, &db);
+    git::set_time_bound(opts.git_timeout);
     let recovered = agent::recover(&db, &opts.socket).await.context("cannot recover runs left in flight")?;
-    if recovered > 0 {
-        tracing::warn!("recorded {recovered} run(s) left in flight by the previous daemon as interrupted");
+    if recovered.runs > 0 {
+        tracing::warn!("recorded {} run(s) left in flight by the previous daemon as interrupted", recovered.runs);
     }
     let listener = match inherited {
         Some(i) => tokio::net::UnixListener::from_std(i.listener).context("cannot use the passed socket")?,
@@ -235,9 +239,16 @@ pub async fn run(mut opts: Options) -> anyhow::Result<Stopped> {
         "kdd {} listening",
         kd_proto::VERSION
     );
-    // Checks a stopped daemon left running run again, beside serving.
-    let checks = daemon.checks.clone();
+    // Beside serving, in order: what runs a stopped daemon left in their
+    // worktrees is committed (each git there bounded in time); then the
+    // checks it left running run again, and what it left open goes on
+    // (F-J2) — then, on a shared registry, work routed here and dead
+    // nodes' work.
+    let (checks, coord, shutdown) = (daemon.checks.clone(), daemon.coord.clone(), daemon.shutdown.clone());
+    let db = daemon.db.clone();
     tokio::spawn(async move {
+        recovered.commit_work(&db).await;
+        cluster::spawn(coord, opts.cluster, shutdown);
         let n = checks.resume().await;
         if n > 0 {
             tracing::info!("{n} check(s) left running by the previous daemon run again");
@@ -245,9 +256,6 @@ pub async fn run(mut opts: Options) -> anyhow::Result<Stopped> {
     });
     // Whichever path archives a thread, what follows an archive follows.
     tokio::spawn(summary::follow(daemon.council.clone(), archives));
-    // What the previous daemon left open goes on (F-J2), beside serving;
-    // then, on a shared registry, work routed here and dead nodes' work.
-    cluster::spawn(daemon.coord.clone(), opts.cluster, daemon.shutdown.clone());
     lifecycle::spawn_reaper(daemon.db.clone(), archived, opts.reap_interval, daemon.shutdown.clone());
     agent::spawn_idle_stop(daemon.agents.clone(), opts.agent_idle, daemon.shutdown.clone());
     db::search::spawn_indexer(daemon.db.clone(), db::search::INDEX_INTERVAL, daemon.shutdown.clone());

@@ -74,6 +74,11 @@ struct Args {
     /// and for dead nodes when it was not told
     #[arg(long, default_value_t = kdd::cluster::POLL.as_millis() as u64, value_parser = millis())]
     cluster_poll_ms: u64,
+    /// Milliseconds a git command kd runs in a member's worktree (the
+    /// commit at the end of a run) may take before it is stopped; in your
+    /// tree, where your hooks run, five times that
+    #[arg(long, default_value_t = kdd::git::TIME_BOUND.as_millis() as u64, value_parser = millis())]
+    git_timeout_ms: u64,
 }
 
 /// A node name, as `kd_proto::names` allows it.
@@ -146,6 +151,7 @@ fn run(args: Args, args_log_to_file: bool) -> ExitCode {
             lease: std::time::Duration::from_millis(args.cluster_lease_ms.max(300)),
             poll: std::time::Duration::from_millis(args.cluster_poll_ms.max(10)),
         },
+        git_timeout: std::time::Duration::from_millis(args.git_timeout_ms),
     };
     let runtime = match runtime() {
         Ok(rt) => rt,

@@ -58,4 +58,5 @@ mod work;
 mod work_check;
 mod work_comments;
 mod work_run;
+mod work_stuck;
 mod work_tamper;

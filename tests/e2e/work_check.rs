@@ -9,7 +9,7 @@ use std::path::Path;
 use kd_client::prelude::*;
 use kd_proto::types::Purpose;
 use kd_proto::work::{CheckStatus, WorkState, Worktree};
-use kd_tests::{Kdd, Workspace, fake, git};
+use kd_tests::{Kdd, Workspace, fake, git, worktree_until as until};
 use serde_json::{Value, json};
 
 /// In a member's worktree only (where `.git` is a file), runs `cmd`.
@@ -218,21 +218,6 @@ async fn ballots_show_each_diffs_check_result_beside_it() {
         assert!(!shown.contains("claude") && !shown.contains("codex"), "anonymised: {shown}");
         let _ = std::fs::remove_file(record(m));
     }
-}
-
-/// The member's worktree on `thread` once `done` holds of it (polled, with a deadline).
-async fn until(kdd: &Kdd, thread: &str, what: &str, done: impl Fn(&Worktree) -> bool) -> Worktree {
-    let c = kdd.client().await;
-    kd_tests::within(what, async {
-        loop {
-            let trees = c.work_list(None, Some(thread.to_string())).await.unwrap();
-            if let Some(w) = trees.into_iter().find(|w| done(w)) {
-                return w;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    })
-    .await
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -359,9 +359,9 @@ async fn kill_9_mid_work_then_restart_commits_what_the_member_left_and_keeps_the
     drop(c);
     kdd.kill9();
     kdd.launch().expect("kdd starts again");
-    let c = kdd.client().await;
-    let trees = c.work_list(None, Some(started.thread.clone())).await.unwrap();
-    let w = tree_of(&trees, "claude");
+    // Committed beside serving, once kdd listens.
+    let w =
+        &kd_tests::worktree_until(&kdd, &started.thread, "the work recovered", |w| w.state != WorkState::Working).await;
     assert_eq!(w.state, WorkState::Done, "{w:?}");
     assert!(path.is_dir(), "the worktree is kept");
     assert_ne!(w.head, w.base);

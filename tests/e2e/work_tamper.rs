@@ -249,12 +249,44 @@ async fn a_daemon_started_after_a_crash_does_not_commit_a_worktree_tampered_with
     drop(c);
     kdd.kill9();
     kdd.launch().expect("kdd starts again");
-    let c = kdd.client().await;
-    let trees = c.work_list(None, Some(started.thread.clone())).await.unwrap();
-    let w = trees.iter().find(|w| w.member == "claude").unwrap();
+    let w =
+        &kd_tests::worktree_until(&kdd, &started.thread, "the work recovered", |w| w.state != WorkState::Working).await;
     assert_eq!(w.state, WorkState::Tampered, "{w:?}");
     assert_eq!(w.head, w.base);
     assert!(!Path::new(&monitor_ran).exists(), "the restarted kdd ran the member's fsmonitor");
     assert_eq!(std::fs::read_to_string(Path::new(&w.path).join("a.txt")).unwrap(), "one\ntwo\n", "kept");
     hold.release();
+}
+
+/// A member that moves kd's branch to a history without the commit kd
+/// made its worktree at, deletes the branch, or moves or removes the
+/// worktree itself gets nothing committed and its work `tampered` (found
+/// by a hostile trial, stop 61: before, the work was `done`, with kd's
+/// commit starting a history of its own, or with no files).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_branch_moved_off_its_history_or_a_worktree_moved_away_is_tampered_with() {
+    let mine = "b=$(git symbolic-ref --short HEAD)";
+    let unrelated = "$(git -c user.name=m -c user.email=m@x commit-tree $(git mktree </dev/null) -m other)";
+    for (how, shell, said) in [
+        (
+            "moved to another history",
+            format!("{mine}; git update-ref \"refs/heads/$b\" {unrelated}; echo evil > a.txt"),
+            "moved to a history without",
+        ),
+        ("deleted", format!("{mine}; git update-ref -d \"refs/heads/$b\"; echo evil > a.txt"), "is gone"),
+        ("worktree moved", "echo evil > a.txt; git worktree move \"$PWD\" \"$PWD.moved\"".into(), "gone"),
+        ("worktree removed", "echo evil > a.txt; git worktree remove --force \"$PWD\"".into(), "gone"),
+    ] {
+        let ws = repo(&format!("if test -f .git; then {shell}; fi"));
+        let kdd = Kdd::start();
+        let base = git(ws.dir.path(), &["rev-parse", "HEAD"]);
+        let w = work(&kdd, &ws, "Write evil").await;
+        let thread = w["thread"].as_str().unwrap().to_string();
+        assert_eq!((&w["state"], &w["head"]), (&json!("tampered"), &w["base"]), "{how}: {w}");
+        let told = answer(&kdd, &thread).await;
+        assert!(told.contains("kd did not commit") && told.contains(said), "{how}: {told}");
+        assert_eq!(git(ws.dir.path(), &["rev-parse", "HEAD"]), base, "{how}: the King's branch moved");
+        let out = kd(&kdd, &ws, &["accept", "claude", "--thread", &thread]).await;
+        assert!(!out.status.success() && out.stderr.contains("tampered"), "{how}: {}", out.stderr);
+    }
 }

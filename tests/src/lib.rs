@@ -232,6 +232,29 @@ pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) ->
     }
 }
 
+/// The first worktree of `thread` of which `done` holds, polled until
+/// one does (within the deadline): e.g. the work a restarted daemon
+/// recovers, beside serving.
+pub async fn worktree_until(
+    kdd: &Kdd,
+    thread: &str,
+    what: &str,
+    done: impl Fn(&kd_proto::work::Worktree) -> bool,
+) -> kd_proto::work::Worktree {
+    use kd_client::prelude::*;
+    let c = kdd.client().await;
+    within(what, async {
+        loop {
+            let trees = c.work_list(None, Some(thread.to_string())).await.expect("work.list");
+            if let Some(w) = trees.into_iter().find(|w| done(w)) {
+                return w;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+}
+
 /// Reads `from` into `seen` until `seen` holds `wanted` (within the
 /// deadline); all of `seen`, as text. A process's output read piece by
 /// piece, e.g. to see what it wrote before it goes on.

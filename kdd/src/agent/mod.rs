@@ -171,14 +171,16 @@ pub fn spawn_idle_stop(d: Arc<Runner>, idle: Duration, shutdown: tokio_util::syn
     });
 }
 
-/// At start: kills whatever the runs left in flight by a daemon that died
-/// still have running — the agent, what it started, what moved away from
-/// its group (see [`process::kill_tree`]; a reused pid is never hit) — and
-/// what that daemon's long-lived agents started (they died with it; a child
-/// in a session of its own did not, see [`process::kill_left_by_peers`]),
-/// then records those runs as interrupted. `socket` is the daemon's.
-/// Returns how many runs.
-pub async fn recover(db: &Db, socket: &Path) -> DbResult<usize> {
+/// At start, before kdd listens: kills whatever the runs left in flight
+/// by a daemon that died still have running — the agent, what it started,
+/// what moved away from its group (see [`process::kill_tree`]; a reused
+/// pid is never hit) — and what that daemon's long-lived agents started
+/// (they died with it; a child in a session of its own did not, see
+/// [`process::kill_left_by_peers`]), then records those runs as
+/// interrupted. `socket` is the daemon's. What those runs left in their
+/// worktrees is committed after, beside serving ([`Recovered::commit_work`]):
+/// git there may take up to its time bound.
+pub async fn recover(db: &Db, socket: &Path) -> DbResult<Recovered> {
     for orphan in db.orphan_runs().await? {
         if let Some(pid) = orphan.pid {
             let marker = process::marker(process::RUN_MARKER, &orphan.id);
@@ -196,14 +198,27 @@ pub async fn recover(db: &Db, socket: &Path) -> DbResult<usize> {
     if killed > 0 {
         tracing::warn!("killed {killed} process(es) the previous daemon's long-lived agents left");
     }
-    // What a member working in its worktree left is committed before its
-    // run is recorded as interrupted (F-W6).
     let orphans: Vec<(String, String, String)> =
         db.orphan_runs().await?.into_iter().map(|o| (o.id, o.thread, o.member)).collect();
-    work::recover(db, &orphans).await;
-    let recovered = db.recover_runs().await;
+    let runs = db.recover_runs().await?;
     crate::approvals::recover(db).await;
-    recovered
+    Ok(Recovered { runs, orphans })
+}
+
+/// What [`recover`] found: how many runs it recorded as interrupted, and
+/// those runs (by thread and member), whose worktrees are still to commit.
+pub struct Recovered {
+    pub runs: usize,
+    orphans: Vec<(String, String, String)>,
+}
+
+impl Recovered {
+    /// Commits what a member working in its worktree left ("TASK
+    /// (interrupted)"), recorded on its interrupted run (F-W6). Before
+    /// anything else runs in those worktrees.
+    pub async fn commit_work(&self, db: &Db) -> usize {
+        work::recover(db, &self.orphans).await
+    }
 }
 
 /// Stops every run (recorded as interrupted) and waits until their messages

@@ -19,7 +19,12 @@
 //!   committed as they are);
 //! - never looks into a repository the member nests in its worktree (a
 //!   gitlink): `git add` would run `git status` in it, under its own
-//!   configuration.
+//!   configuration;
+//! - refuses a git directory holding anything but files and directories
+//!   (a FIFO for its `index` or `MERGE_HEAD`: git would wait on it for
+//!   good), as it refuses kd's branch made a FIFO or a symbolic ref; what
+//!   git would still wait on in the worktree itself (a FIFO `.gitignore`)
+//!   is stopped at the time bound ([`super::member_bound`]).
 //!
 //! Configuration given on git's command line reaches every git it starts
 //! (`GIT_CONFIG_PARAMETERS`), and overrides the repository's.
@@ -28,7 +33,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use super::{GitError, GitResult, OUTPUT, Output, failed, git};
+use super::{GitError, GitResult, OUTPUT, Output, bounded, failed, git};
 
 /// A member's worktree, as kd made it.
 #[derive(Debug, Clone)]
@@ -58,7 +63,8 @@ const MAX_WALK: usize = 200_000;
 
 /// The member's worktree `dir` of the King's tree `repo`, made at `base`
 /// on the branch `branch` (`kd/THREAD/MEMBER`): kd's only when its `.git`
-/// is the file kd made and its HEAD is still on that branch.
+/// is the file kd made, its HEAD is still on that branch, and that branch
+/// still holds `base`.
 pub async fn open(repo: &Path, dir: &Path, base: &str, branch: &str) -> GitResult<Found> {
     let args = ["rev-parse", "--path-format=absolute", "--git-common-dir"];
     let out = git(repo, repo, &args, &[], OUTPUT).await?;
@@ -71,9 +77,25 @@ pub async fn open(repo: &Path, dir: &Path, base: &str, branch: &str) -> GitResul
     let found = tokio::task::spawn_blocking(move || inspect(&common, &d, &b))
         .await
         .map_err(|e| GitError::Spawn(std::io::Error::other(e)))?;
-    Ok(match found {
-        Ok(gitdir) => Found::Ours(Tree { repo: repo.to_path_buf(), dir: dir.to_path_buf(), gitdir, base: base.into() }),
-        Err(why) => Found::Tampered(why),
+    let tree = match found {
+        Ok(gitdir) => Tree { repo: repo.to_path_buf(), dir: dir.to_path_buf(), gitdir, base: base.into() },
+        Err(why) => return Ok(Found::Tampered(why)),
+    };
+    // kd's branch moved to a history without the commit kd made the
+    // worktree at (`git update-ref`, `git reset` past it), or deleted: kd's
+    // commit would start a history of its own.
+    let args = ["merge-base", "--is-ancestor", base, "HEAD"];
+    let out = tree.git(&args, &[], OUTPUT).await?;
+    Ok(match out.code {
+        Some(0) => Found::Ours(tree),
+        Some(1) => Found::Tampered(format!(
+            "kd's branch {branch} was moved to a history without {}, the commit kd made the worktree at",
+            kd_proto::work::short_commit(base)
+        )),
+        _ if tree.git(&["rev-parse", "--verify", "--quiet", "HEAD"], &[], OUTPUT).await?.ok => {
+            return Err(failed(&args, &out));
+        }
+        _ => Found::Tampered(format!("kd's branch {branch} is gone")),
     })
 }
 
@@ -109,6 +131,9 @@ fn inspect(common: &Path, dir: &Path, branch: &str) -> Result<PathBuf, String> {
     if points.is_none() || points != ours {
         return Err(format!("its .git points elsewhere ({}), not at the git directory kd made", text.trim()));
     }
+    if let Some(odd) = not_a_file(&gitdir) {
+        return Err(format!("its git directory holds {odd}, which git would wait on or follow"));
+    }
     // A worktree may check out another branch (the King's own, with
     // `--ignore-other-worktrees`): kd's commit would land there.
     let head = read_small(&gitdir.join("HEAD")).map_err(|e| format!("its HEAD cannot be read: {e}"))?;
@@ -122,6 +147,12 @@ fn inspect(common: &Path, dir: &Path, branch: &str) -> Result<PathBuf, String> {
     }
     // The branch itself a symbolic ref (to the King's branch, say): kd's
     // commit would move what it points at. (A packed ref is never one.)
+    for of_branch in [common.join("refs/heads").join(branch), common.join("logs/refs/heads").join(branch)] {
+        let odd = std::fs::symlink_metadata(&of_branch).is_ok_and(|m| !m.is_file());
+        if odd {
+            return Err(format!("kd's branch {branch} is not a file ({})", of_branch.display()));
+        }
+    }
     let loose = common.join("refs/heads").join(branch);
     if std::fs::symlink_metadata(&loose).is_ok() {
         let text = read_small(&loose).map_err(|e| format!("kd's branch {branch} cannot be read: {e}"))?;
@@ -130,6 +161,42 @@ fn inspect(common: &Path, dir: &Path, branch: &str) -> Result<PathBuf, String> {
         }
     }
     Ok(gitdir)
+}
+
+/// Most entries of a worktree's git directory looked at.
+const MAX_GITDIR: usize = 10_000;
+
+/// The first thing in the git directory `dir` (its files, `logs/`, its
+/// own `refs/`) that is neither a regular file nor a directory — a FIFO,
+/// a socket, a device, a symlink — with what it is; none when all are.
+pub(super) fn not_a_file(dir: &Path) -> Option<String> {
+    let mut stack = vec![dir.to_path_buf()];
+    let mut seen = 0;
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen > MAX_GITDIR {
+                return Some(format!("more than {MAX_GITDIR} entries"));
+            }
+            let Ok(kind) = entry.file_type() else { continue };
+            let path = entry.path();
+            let name = path.strip_prefix(dir).unwrap_or(&path).display().to_string();
+            if kind.is_dir() {
+                stack.push(path);
+            } else if !kind.is_file() {
+                use std::os::unix::fs::FileTypeExt;
+                let what = match kind {
+                    k if k.is_fifo() => "a FIFO",
+                    k if k.is_symlink() => "a symlink",
+                    k if k.is_socket() => "a socket",
+                    _ => "a device",
+                };
+                return Some(format!("{what} ({name})"));
+            }
+        }
+    }
+    None
 }
 
 /// The entry of `<common>/worktrees/` whose `gitdir` names `<worktree>/.git`
@@ -260,7 +327,8 @@ impl Tree {
         full.extend(args.iter().map(|a| a.to_string()));
         let args: Vec<&str> = full.iter().map(String::as_str).collect();
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        git(&self.repo, &self.dir, &args, &env, limit).await
+        let lock = self.gitdir.join("index.lock");
+        bounded(&self.repo, &self.dir, &args, &env, limit, (super::member_bound(), Some(&lock))).await
     }
 
     pub(super) async fn must(&self, args: &[&str], env: &[(&str, &str)]) -> GitResult<Output> {

@@ -15,11 +15,20 @@
 //! made, removing a worktree and its branch; the King's HEAD merged into a
 //! member's branch ([`merge`]); a member's branch pushed to a remote
 //! ([`remote`]).
+//!
+//! Every git command kd runs is killed at a time bound (with what it
+//! started: it runs in a process group of its own), so that nothing a
+//! member leaves where git reads — a FIFO git opens and waits on — holds
+//! the repository's lock, a run's end or a restart for good: in a member's
+//! worktree the bound `kdd --git-timeout-ms` sets ([`set_time_bound`]), in
+//! the King's tree, where the King's own hooks run, five times that.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use kd_proto::work::FileStat;
 use tokio::io::AsyncReadExt;
@@ -46,6 +55,8 @@ pub enum GitError {
     Failed { args: String, reason: String },
     #[error("cannot run git: {0}")]
     Spawn(std::io::Error),
+    #[error("git {args}: timed out after {} s and was stopped", within.as_secs_f32())]
+    TimedOut { args: String, within: Duration },
 }
 
 pub type GitResult<T> = Result<T, GitError>;
@@ -96,17 +107,81 @@ fn lock_of(repo: &Path) -> Arc<tokio::sync::Mutex<()>> {
     locks.get_or_insert_with(HashMap::new).entry(repo.to_path_buf()).or_default().clone()
 }
 
+/// The default time bound of kd's git in a member's worktree.
+pub const TIME_BOUND: Duration = Duration::from_secs(120);
+/// How many times the member's bound the King's tree has (a merge there
+/// runs the King's own hooks, which may test the whole project).
+const KINGS_TIMES: u32 = 5;
+
+/// The bound of kd's git in a member's worktree, in milliseconds.
+static BOUND_MS: AtomicU64 = AtomicU64::new(TIME_BOUND.as_millis() as u64);
+
+/// Sets the time bound of kd's git in a member's worktree (at least a
+/// tenth of a second); the King's tree gets five times it.
+pub fn set_time_bound(bound: Duration) {
+    let ms = u64::try_from(bound.as_millis()).unwrap_or(u64::MAX).max(100);
+    BOUND_MS.store(ms, Ordering::Relaxed);
+}
+
+/// The time bound of kd's git in a member's worktree.
+pub fn member_bound() -> Duration {
+    Duration::from_millis(BOUND_MS.load(Ordering::Relaxed))
+}
+
+/// The time bound of kd's git in the King's tree.
+fn kings_bound() -> Duration {
+    member_bound().saturating_mul(KINGS_TIMES)
+}
+
 /// Runs `git -C dir ARGS` with `env`, under the lock of `repo`, reading at
-/// most `limit` bytes of its output.
+/// most `limit` bytes of its output, for at most the King's tree's time
+/// bound.
 pub async fn git(repo: &Path, dir: &Path, args: &[&str], env: &[(&str, &str)], limit: usize) -> GitResult<Output> {
-    let lock = lock_of(repo);
-    let _serial = lock.lock().await;
+    bounded(repo, dir, args, env, limit, (kings_bound(), None)).await
+}
+
+/// [`git`] for at most `within`; when it is stopped there, the git lock
+/// `lock` (an `index.lock`) it leaves is removed — one that was there
+/// before it started is not its own.
+async fn bounded(
+    repo: &Path,
+    dir: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    limit: usize,
+    (within, lock): (Duration, Option<&Path>),
+) -> GitResult<Output> {
+    let serial = lock_of(repo);
+    let _serial = serial.lock().await;
+    let locked_before = lock.is_some_and(|l| std::fs::symlink_metadata(l).is_ok());
     let mut cmd = tokio::process::Command::new("git");
     cmd.arg("-C").arg(dir).args(args).envs(env.iter().copied()).env("GIT_EDITOR", "true");
     unattended(&mut cmd);
+    // A group of its own: what it starts (a hook) is stopped with it.
+    cmd.process_group(0);
     // A checkout or merge writes the King's files as their own git would.
     crate::private::with_user_umask(&mut cmd);
     let mut child = children::spawn(&mut cmd, Origin::Tool).map_err(GitError::Spawn)?;
+    let pid = child.id();
+    match tokio::time::timeout(within, read_and_wait(&mut child, limit)).await {
+        Ok(out) => out,
+        Err(_) => {
+            if let Some(group) = pid.and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
+                let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+            }
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+            if let Some(lock) = lock.filter(|_| !locked_before) {
+                let _ = std::fs::remove_file(lock);
+            }
+            tracing::warn!("git {}: stopped after {} s", args.join(" "), within.as_secs_f32());
+            Err(GitError::TimedOut { args: args.join(" "), within })
+        }
+    }
+}
+
+/// What `child` (a git) prints, read to its bounds, and how it ended.
+async fn read_and_wait(child: &mut tokio::process::Child, limit: usize) -> GitResult<Output> {
     let (mut out, mut err) = (child.stdout.take(), child.stderr.take());
     let read_out = async {
         let mut buf = Vec::new();

@@ -249,3 +249,38 @@ fn numstat_records_are_read_with_odd_paths() {
     assert_eq!((got[0].path.as_str(), got[0].added, got[0].removed), ("src/a b.rs", 3, 1));
     assert!(got[1].binary);
 }
+
+#[tokio::test]
+async fn a_git_stopped_at_its_bound_leaves_no_lock_but_one_that_was_there_stays() {
+    let dir = repo();
+    let (root, lock) = (dir.path(), dir.path().join(".git/index.lock"));
+    // `git add` opens a new .gitignore to read its rules, and waits on a FIFO.
+    std::fs::write(root.join("a.txt"), "changed\n").unwrap();
+    std::fs::create_dir(root.join("new")).unwrap();
+    rustix::fs::mknodat(rustix::fs::CWD, root.join("new/.gitignore"), rustix::fs::FileType::Fifo, 0o600.into(), 0)
+        .unwrap();
+    let within = Duration::from_millis(300);
+    let add = ["add", "--all"];
+    let stopped = bounded(root, root, &add, &[], OUTPUT, (within, Some(&lock))).await;
+    assert!(matches!(stopped, Err(GitError::TimedOut { .. })), "{stopped:?}", stopped = stopped.err());
+    assert!(!lock.exists(), "the stopped git's index.lock is left");
+    // A lock that was there before is another git's: kept (git refuses).
+    std::fs::write(&lock, "").unwrap();
+    let refused = bounded(root, root, &add, &[], OUTPUT, (within, Some(&lock))).await.unwrap();
+    assert!(!refused.ok && lock.exists(), "{}", refused.stderr);
+}
+
+#[test]
+fn a_git_directory_holding_a_fifo_or_a_symlink_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let gitdir = dir.path();
+    std::fs::write(gitdir.join("HEAD"), "ref: refs/heads/x\n").unwrap();
+    std::fs::create_dir_all(gitdir.join("logs/refs")).unwrap();
+    assert_eq!(member::not_a_file(gitdir), None);
+    rustix::fs::mknodat(rustix::fs::CWD, gitdir.join("logs/HEAD"), rustix::fs::FileType::Fifo, 0o600.into(), 0)
+        .unwrap();
+    assert_eq!(member::not_a_file(gitdir).as_deref(), Some("a FIFO (logs/HEAD)"));
+    std::fs::remove_file(gitdir.join("logs/HEAD")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", gitdir.join("index")).unwrap();
+    assert_eq!(member::not_a_file(gitdir).as_deref(), Some("a symlink (index)"));
+}

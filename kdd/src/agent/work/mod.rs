@@ -303,8 +303,9 @@ pub async fn commit(
     message: &str,
     stop: &(dyn Fn() -> bool + Send + Sync),
 ) -> Result<Committed, String> {
-    if !work.dir.is_dir() {
-        return Err(format!("the worktree {} is gone", work.dir.display()));
+    if std::fs::symlink_metadata(&work.dir).is_err() {
+        // `git worktree move` or `remove`, or the directory deleted.
+        return Ok(Committed::Tampered("it is gone (moved or removed)".into()));
     }
     let tree =
         match git::member::open(&work.repo, &work.dir, &work.base, &work.branch).await.map_err(|e| e.to_string())? {
