@@ -127,6 +127,12 @@ pub struct Worktree {
     /// Its branch was pushed for a pull request (`work.pr`), last.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shipped: Option<Shipped>,
+    /// Why kd could not commit what the member's last run changed (git
+    /// failed, or was stopped at its time bound): those changes are in the
+    /// worktree only, not on the branch, until a later run's commit goes
+    /// through. Such work is not accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uncommitted: Option<String>,
 }
 
 impl Worktree {

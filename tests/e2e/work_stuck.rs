@@ -90,20 +90,34 @@ async fn kds_git_in_a_worktree_is_stopped_at_its_time_bound_and_the_next_run_com
                  else mkdir new; mkfifo new/.gitignore; fi; fi";
     let ws = repo(shell, None);
     let mut kdd = Kdd::start_with(&["--git-timeout-ms", "1500"]);
-    let w = work(&kdd, &ws, "Leave a FIFO").await;
-    let thread = w["thread"].as_str().unwrap().to_string();
-    assert_eq!(w["head"], w["base"], "nothing could be committed: {w}");
+    let out = kd(&kdd, &ws, &["work", "Leave a FIFO"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    // Said where the King looks: kd work, the list, the worktree's record
+    // (before, `done  no changes`, as if the member had changed nothing).
+    assert!(
+        out.stderr.contains("claude's last run is not committed") && out.stderr.contains("timed out"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stdout.contains("done (last run not committed)"), "{}", out.stdout);
+    let thread = out.stderr.split_whitespace().nth(2).unwrap().to_string();
+    let w = until(&kdd, &thread, "claude's work", |w| w.member == "claude").await;
+    assert_eq!((w.state, &w.head), (WorkState::Done, &w.base), "nothing could be committed: {w:?}");
+    assert!(w.uncommitted.as_deref().is_some_and(|why| why.contains("git add") && why.contains("timed out")), "{w:?}");
     let said = answer(&kdd, &thread).await;
     assert!(said.contains("kd could not commit") && said.contains("timed out"), "{said}");
     let out = kd(&kdd, &ws, &["work", "--list", "--thread", &thread]).await;
-    assert!(out.status.success(), "{}", out.stderr);
-    let dir = Path::new(w["path"].as_str().unwrap());
+    assert!(out.status.success() && out.stdout.contains("not committed"), "{}{}", out.stdout, out.stderr);
+    let dir = Path::new(&w.path);
     assert!(!gitdir_of(dir).join("index.lock").exists(), "the killed git's lock is left behind");
+    // Accepting the branch would leave the changes out: refused.
+    let out = kd(&kdd, &ws, &["accept", "claude", "--thread", &thread]).await;
+    assert!(!out.status.success() && out.stderr.contains("not committed"), "{}", out.stderr);
     // The member's next run, with the FIFO gone, gets both changes committed.
     let out = kd(&kdd, &ws, &["ask", "--thread", &thread, "--to", "claude", "--rounds", "0", "Again"]).await;
     assert!(out.status.success(), "{}", out.stderr);
     let w = until(&kdd, &thread, "the work committed", |w| w.member == "claude" && w.head != w.base).await;
-    assert_eq!(w.state, WorkState::Done);
+    assert_eq!((w.state, w.uncommitted), (WorkState::Done, None));
     let shown = kd_tests::git(dir, &["show", &format!("{}:a.txt", w.head)]);
     assert_eq!(shown, "one\nmore\nmore");
     assert!(kdd.stop().success());
@@ -128,6 +142,7 @@ async fn a_restarted_daemon_listens_while_a_stuck_worktree_is_recovered() {
     kdd.launch().expect("kdd starts again");
     let w = until(&kdd, &started.thread, "the work recovered", |w| w.state != WorkState::Working).await;
     assert_eq!((w.state, &w.head), (WorkState::Done, &w.base), "{w:?}");
+    assert!(w.uncommitted.as_deref().is_some_and(|why| why.contains("timed out")), "{w:?}");
     assert!(!gitdir_of(Path::new(&w.path)).join("index.lock").exists(), "the killed git's lock is left behind");
     assert_eq!(std::fs::read_to_string(Path::new(&w.path).join("a.txt")).unwrap(), "one\ntwo\n", "kept");
     assert!(kdd.stop().success());

@@ -39,6 +39,11 @@ pub fn stat_spans(w: &Worktree) -> Vec<Span<'static>> {
         spans.push(Span::raw(" · "));
         spans.push(Span::styled(c.summary(), Style::default().fg(colour)));
     }
+    // kd could not commit its last run: its changes are in the worktree only.
+    if w.uncommitted.is_some() {
+        spans.push(Span::raw(" · "));
+        spans.push(Span::styled("last run not committed", Style::default().fg(Color::Red)));
+    }
     // Pushed for a pull request (`/pr`).
     if let Some(s) = &w.shipped {
         spans.push(Span::raw(" · "));

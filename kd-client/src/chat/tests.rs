@@ -797,6 +797,7 @@ pub(super) fn worktree(
         until_green: 0,
         fixes: 0,
         shipped: None,
+        uncommitted: None,
     }
 }
 
@@ -844,6 +845,13 @@ fn a_members_work_shows_its_diff_stat_under_its_latest_panel() {
     let mut later = at_work();
     later.set_work(vec![worktree("codex", WorkState::Done, 2, 5, 1)]);
     assert!(screen(&mut later, 80, 20).contains("└─ 2 files +5 −1 · done ─"));
+    // Work whose last run kd could not commit says so.
+    let uncommitted = Some("git add --all timed out after 120 s and was stopped".to_string());
+    later.apply(&ThreadEvent::Work {
+        worktree: Box::new(kd_proto::work::Worktree { uncommitted, ..worktree("codex", WorkState::Done, 2, 5, 1) }),
+    });
+    let s = screen(&mut later, 80, 20);
+    assert!(s.contains("└─ 2 files +5 −1 · done · last run not committed ─"), "{s}");
 }
 
 fn member_diff() -> kd_proto::work::MemberDiff {

@@ -108,6 +108,16 @@ pub async fn run(ctx: &Ctx, a: WorkArgs) -> anyhow::Result<ExitCode> {
     if a.json {
         print_json(&trees)?;
     } else {
+        for w in trees.iter().filter(|w| w.uncommitted.is_some()) {
+            let why = w.uncommitted.as_deref().unwrap_or_default();
+            errln!(
+                "kd: {}'s last run is not committed ({}): its changes are in {} only, until its next run's end \
+                 commits them",
+                safe(&w.member),
+                safe(why),
+                safe(&w.path)
+            );
+        }
         if let Some(t) = &tally {
             outln!("\n{}", safe(t))?;
         }
@@ -162,6 +172,9 @@ fn state(w: &Worktree) -> String {
     let mut s = w.fixing().unwrap_or_else(|| w.state.as_str().to_string());
     if let Some(last) = w.last_run.filter(|r| *r != RunStatus::Done && w.state == WorkState::Done) {
         s = format!("{s} (last run: {})", last.as_str().replace('_', " "));
+    }
+    if w.uncommitted.is_some() {
+        s.push_str(" (last run not committed)");
     }
     if let Some(shipped) = &w.shipped {
         s.push_str(if shipped.pr { " (pull request)" } else { " (pushed)" });

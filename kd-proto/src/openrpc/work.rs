@@ -83,8 +83,8 @@ pub(super) fn methods(b: &mut Builder) {
         "Merge a member's branch into the current branch of the King's own tree, the workspace (a merge commit; one commit with \
          squash); the task's other members' finished work is superseded. Refused with conflict, nothing changed, \
          while the member works, when that tree has uncommitted changes (named), the merge would conflict \
-         (the files named) or the work is tampered (its worktree's .git is not what kd made). With check, only says \
-         whether it would.",
+         (the files named), the work is tampered (its worktree's .git is not what kd made) or its last run is not \
+         committed (uncommitted: its changes are in the worktree only). With check, only says whether it would.",
     );
     b.param::<String>("thread", true, "the work thread")
         .param::<String>("member", true, "whose work")

@@ -166,6 +166,7 @@ async fn work_found_tampered_with_is_recorded_so_and_nothing_moves_it_on() {
             until_green: 0,
             fixes: 0,
             shipped: None,
+            uncommitted: None,
         };
         e.db.add_worktree(tree, false).await.unwrap();
         let (id, m) = (t.id.clone(), "claude".to_string());
@@ -192,12 +193,16 @@ async fn a_worktree_is_recorded_moved_on_and_settled() {
         );
         let members = |ws: Vec<Worktree>| ws.into_iter().map(|w| w.member).collect::<Vec<_>>();
         assert_eq!(members(db.worktrees_of("t1".into()).await.unwrap()), ["claude", "codex"], "{n}");
+        // Why kd could not commit a run is kept until a head is recorded.
+        db.set_worktree_uncommitted("t1".into(), "claude".into(), "git add timed out".into()).await.unwrap();
+        let w = db.worktree("t1".into(), "claude".into()).await.unwrap().unwrap();
+        assert_eq!(w.uncommitted.as_deref(), Some("git add timed out"), "{n}");
         db.set_worktree_head("t1".into(), "claude".into(), "c".repeat(40), (2, 10, 3)).await.unwrap();
         db.set_worktree_state("t1".into(), "claude".into(), WorkState::Done).await.unwrap();
         let w = db.worktree("t1".into(), "claude".into()).await.unwrap().unwrap();
         assert_eq!(
-            (w.head.as_str(), w.files, w.added, w.removed, w.state),
-            ("c".repeat(40).as_str(), 2, 10, 3, WorkState::Done),
+            (w.head.as_str(), w.files, w.added, w.removed, w.state, w.uncommitted),
+            ("c".repeat(40).as_str(), 2, 10, 3, WorkState::Done, None),
             "{n}"
         );
         assert_eq!(db.unsettled_worktrees().await.unwrap().len(), 2, "{n}");

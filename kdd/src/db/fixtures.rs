@@ -51,6 +51,7 @@ pub(crate) fn worktree(member: &str, at: i64) -> Worktree {
         until_green: 0,
         fixes: 0,
         shipped: None,
+        uncommitted: None,
     }
 }
 

@@ -314,6 +314,9 @@ operations! {
     /// The work brought up to date: its new base (the King's commit merged
     /// into its branch), head, and the diff's size from that base.
     fn set_worktree_base(&self, thread: String, member: String, base: String, head: String, totals: (u32, u64, u64)) -> DbResult<()>;
+    /// Why kd could not commit the member's last run (its changes are in
+    /// the worktree only); a new head or base recorded clears it.
+    fn set_worktree_uncommitted(&self, thread: String, member: String, why: String) -> DbResult<()>;
     /// The member's branch was pushed for a pull request.
     fn set_worktree_shipped(&self, thread: String, member: String, shipped: kd_proto::work::Shipped) -> DbResult<()>;
     /// The worktree is gone from disk since `at`.

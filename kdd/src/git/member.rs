@@ -309,6 +309,7 @@ impl Tree {
 
     /// `git ARGS` in the worktree, as the module says.
     pub(super) async fn git(&self, args: &[&str], env: &[(&str, &str)], limit: usize) -> GitResult<Output> {
+        let asked = args.join(" ");
         let mut full: Vec<String> =
             vec![format!("--git-dir={}", self.gitdir.display()), format!("--work-tree={}", self.dir.display())];
         for setting in ["core.hooksPath=/dev/null", "core.fsmonitor=false", "gc.auto=0", "maintenance.auto=false"] {
@@ -328,7 +329,11 @@ impl Tree {
         let args: Vec<&str> = full.iter().map(String::as_str).collect();
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let lock = self.gitdir.join("index.lock");
-        bounded(&self.repo, &self.dir, &args, &env, limit, (super::member_bound(), Some(&lock))).await
+        match bounded(&self.repo, &self.dir, &args, &env, limit, (super::member_bound(), Some(&lock))).await {
+            // Said as it was asked, without kd's own options.
+            Err(GitError::TimedOut { within, .. }) => Err(GitError::TimedOut { args: asked, within }),
+            done => done,
+        }
     }
 
     pub(super) async fn must(&self, args: &[&str], env: &[(&str, &str)]) -> GitResult<Output> {

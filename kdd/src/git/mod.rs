@@ -55,7 +55,7 @@ pub enum GitError {
     Failed { args: String, reason: String },
     #[error("cannot run git: {0}")]
     Spawn(std::io::Error),
-    #[error("git {args}: timed out after {} s and was stopped", within.as_secs_f32())]
+    #[error("git {args} timed out after {} s and was stopped", within.as_secs_f32())]
     TimedOut { args: String, within: Duration },
 }
 

@@ -170,6 +170,7 @@ pub async fn start(co: &Arc<Coord>, t: Task) -> Result<WorkStarted, ErrorObjectO
             until_green,
             fixes: 0,
             shipped: None,
+            uncommitted: None,
         };
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)

@@ -168,6 +168,7 @@ pub async fn review(
                 until_green: 0,
                 fixes: 0,
                 shipped: None,
+                uncommitted: None,
             };
             let d = member_diff(&w, false, PROMPT_DIFF_BYTES as u64 * 4).await?;
             let what =

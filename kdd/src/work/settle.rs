@@ -74,6 +74,14 @@ pub async fn accept(
         }
         _ => {}
     }
+    if let Some(why) = &w.uncommitted {
+        return Err(ErrorCode::Conflict.error(format!(
+            "{member}'s last run on thread {thread} is not committed ({why}): its changes are in {} only, so \
+             accepting its branch would leave them out. Ask {member} again (its next run's end commits them), or \
+             kd reject {member}. Nothing was changed",
+            w.path
+        )));
+    }
     let repo = Path::new(&w.repo);
     let into = git::branch(repo).await.map_err(git_error)?.ok_or_else(|| {
         ErrorCode::Conflict

@@ -362,3 +362,45 @@ async fn what_kdd_refuses_is_shown_and_kept() {
     b.screenshot("refused").await;
     b.close().await;
 }
+
+/// Work whose last run kd could not commit (git stopped at its time bound
+/// on a FIFO the member left) says so in the work view, and its accept is
+/// refused there: the changes are in the worktree only.
+#[tokio::test(flavor = "multi_thread")]
+async fn work_whose_last_run_is_not_committed_says_so_and_is_not_accepted() {
+    let ws = Workspace::new(&[]);
+    ws.git_init(&[("src/lib.rs", LIB)], &[]);
+    let fifo = "if test -f .git; then sed -i 's/41/42/' src/lib.rs; mkdir new; mkfifo new/.gitignore; fi";
+    ws.write_config(&json!({
+        "council": {"members": ["claude"]},
+        "agents": {"claude": fake("claude", "claude", &[("FAKE_RUN", fifo)])},
+    }));
+    let kdd = Kdd::start_with(&["--git-timeout-ms", "1000"]);
+    let mut kd = kdd.kd();
+    kd.current_dir(ws.dir.path()).args(["work", "Give the right answer", "--json"]);
+    let out = kd_tests::run(kd).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    let trees: Vec<Worktree> = serde_json::from_str(&out.stdout).expect("kd work --json");
+    assert!(trees[0].uncommitted.is_some(), "{:?}", trees[0]);
+    let t = trees[0].thread.clone();
+    let Some(b) = Browser::start("web::work::uncommitted").await else { return };
+    let web = serve(&kdd).await;
+    b.client.goto(&web.url).await.expect("open the pairing URL");
+    b.until("the threads view", "return document.querySelector('#threads') !== null").await;
+    b.client.goto(&format!("http://{}/work/{t}", web.addr)).await.unwrap();
+    let cl = "document.querySelector('section.member[data-member=claude]')";
+    let said =
+        b.until("the note", &format!("const u = {cl}?.querySelector('.uncommitted'); return u && u.textContent")).await;
+    let said = said.as_str().unwrap();
+    assert!(said.starts_with("last run not committed (git add") && said.contains("timed out"), "{said}");
+    b.eval(&format!("{cl}.querySelector('button.accept').click()")).await;
+    let refused = b
+        .until(
+            "kdd's refusal",
+            &format!("const a = {cl}.querySelector('.answers li.error'); return a && a.textContent"),
+        )
+        .await;
+    assert!(refused.as_str().unwrap().contains("not committed"), "{refused}");
+    b.screenshot("uncommitted").await;
+    b.close().await;
+}

@@ -223,6 +223,7 @@ pub async fn finish(d: &Runner, run: &Run, work: &WorkRun, finish: &mut Finish, 
         Err(e) => {
             tracing::error!(run = run.id, "cannot commit the member's work: {e}");
             notes.push(format!("{SAID}kd could not commit the work in {}: {e}", work.dir.display()));
+            uncommitted(&d.db, (&run.thread, &run.member), e, &stop).await;
             None
         }
     };
@@ -260,6 +261,16 @@ pub async fn finish(d: &Runner, run: &Run, work: &WorkRun, finish: &mut Finish, 
         after::mark_check(d, run).await;
     }
     set_state(d, run, state).await;
+}
+
+/// Records why kd could not commit the member's work (kept through an
+/// outage until `stop`): its changes are in the worktree only.
+async fn uncommitted(db: &Db, (thread, member): (&str, &str), why: String, stop: &(dyn Fn() -> bool + Send + Sync)) {
+    let what = format!("why {member}'s work on {thread} is not committed");
+    let set = |_| db.set_worktree_uncommitted(thread.to_string(), member.to_string(), why.clone());
+    if let Err(e) = db.until_back(&what, stop, set).await {
+        tracing::error!(thread, member, "cannot record why the work is not committed: {e}");
+    }
 }
 
 /// What the King is told of a worktree kd would not commit.
@@ -420,7 +431,10 @@ pub async fn recover(db: &Db, orphans: &[(String, String, String)]) -> usize {
             Ok(Committed::Tampered(why)) => {
                 (format!("kdd stopped mid-run; {}", tampered_note(&w.member, &work, &why)), None, WorkState::Tampered)
             }
-            Err(e) => (format!("kdd stopped mid-run; kd could not commit what was left: {e}"), None, WorkState::Done),
+            Err(e) => {
+                uncommitted(db, (&w.thread, &w.member), e.clone(), &at_once).await;
+                (format!("kdd stopped mid-run; kd could not commit what was left: {e}"), None, WorkState::Done)
+            }
         };
         tracing::warn!(thread = w.thread, member = w.member, "{note}");
         let run = orphans.iter().rev().find(|(_, t, m)| *t == w.thread && *m == w.member).map(|(id, _, _)| id.clone());

@@ -26,6 +26,7 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
     (7, include_str!("../../../../migrations/postgres/0007_work_check.sql")),
     (8, include_str!("../../../../migrations/postgres/0008_work_shipped.sql")),
     (9, include_str!("../../../../migrations/postgres/0009_work_comments.sql")),
+    (10, include_str!("../../../../migrations/postgres/0010_work_uncommitted.sql")),
 ];
 
 /// `'kdmigr'` as a number: the advisory lock of migrators.

@@ -15,7 +15,7 @@ const COLUMNS: &str = "thread_id, member, task, repo, path, branch, base, head, 
                        removed_at, created_at, (SELECT r.status FROM runs r WHERE r.thread_id = worktrees.thread_id \
                        AND r.member = worktrees.member AND r.purpose IS NULL AND r.ended_at IS NOT NULL \
                        ORDER BY r.ended_at DESC, r.ordinal DESC NULLS LAST LIMIT 1), check_status, check_commit, \
-                       check_exit, check_ms, check_output, check_at, until_green, fixes, shipped";
+                       check_exit, check_ms, check_output, check_at, until_green, fixes, shipped, uncommitted";
 
 fn row(r: &Row) -> DbResult<Worktree> {
     let state: &str = r.try_get(8)?;
@@ -39,6 +39,7 @@ fn row(r: &Row) -> DbResult<Worktree> {
         until_green: r.try_get::<_, i32>(21)?.max(0) as u32,
         fixes: r.try_get::<_, i32>(22)?.max(0) as u32,
         shipped: r.try_get::<_, Option<&str>>(23)?.and_then(|j| serde_json::from_str(j).ok()),
+        uncommitted: r.try_get(24)?,
     })
 }
 
@@ -164,7 +165,8 @@ pub(crate) async fn set_head(
 ) -> DbResult<()> {
     c.execute(
         &c.prepare_cached(
-            "UPDATE worktrees SET head = $3, files = $4, added = $5, removed = $6 WHERE thread_id = $1 AND member = $2",
+            "UPDATE worktrees SET head = $3, files = $4, added = $5, removed = $6, uncommitted = NULL \
+             WHERE thread_id = $1 AND member = $2",
         )
         .await?,
         &[&thread, &member, &head, &i64::from(files), &(added as i64), &(removed as i64)],
@@ -316,11 +318,22 @@ impl Pg {
         let c = self.conn().await?;
         c.execute(
             &c.prepare_cached(
-                "UPDATE worktrees SET base = $3, head = $4, files = $5, added = $6, removed = $7 \
-                 WHERE thread_id = $1 AND member = $2",
+                "UPDATE worktrees SET base = $3, head = $4, files = $5, added = $6, removed = $7, \
+                 uncommitted = NULL WHERE thread_id = $1 AND member = $2",
             )
             .await?,
             &[&thread, &member, &base, &head, &i64::from(files), &(added as i64), &(removed as i64)],
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Why kd could not commit the member's last run.
+    pub async fn set_worktree_uncommitted(&self, thread: String, member: String, why: String) -> DbResult<()> {
+        let c = self.conn().await?;
+        c.execute(
+            &c.prepare_cached("UPDATE worktrees SET uncommitted = $3 WHERE thread_id = $1 AND member = $2").await?,
+            &[&thread, &member, &why],
         )
         .await?;
         Ok(())

@@ -32,6 +32,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("../../../../migrations/0016_work_check.sql"),
     include_str!("../../../../migrations/0017_work_shipped.sql"),
     include_str!("../../../../migrations/0018_work_comments.sql"),
+    include_str!("../../../../migrations/0019_work_uncommitted.sql"),
 ];
 
 /// The schema version this build writes.

@@ -12,7 +12,7 @@ const COLUMNS: &str = "thread_id, member, task, repo, path, branch, base, head, 
                        removed_at, created_at, (SELECT r.status FROM runs r WHERE r.thread_id = worktrees.thread_id \
                        AND r.member = worktrees.member AND r.purpose IS NULL AND r.ended_at IS NOT NULL \
                        ORDER BY r.ended_at DESC, r.ordinal DESC LIMIT 1), check_status, check_commit, check_exit, \
-                       check_ms, check_output, check_at, until_green, fixes, shipped";
+                       check_ms, check_output, check_at, until_green, fixes, shipped, uncommitted";
 
 fn row(r: &Row<'_>) -> rusqlite::Result<Worktree> {
     let state: String = r.get(8)?;
@@ -36,6 +36,7 @@ fn row(r: &Row<'_>) -> rusqlite::Result<Worktree> {
         until_green: r.get::<_, i64>(21)?.clamp(0, u32::MAX as i64) as u32,
         fixes: r.get::<_, i64>(22)?.clamp(0, u32::MAX as i64) as u32,
         shipped: r.get::<_, Option<String>>(23)?.and_then(|j| serde_json::from_str(&j).ok()),
+        uncommitted: r.get(24)?,
     })
 }
 
@@ -133,7 +134,8 @@ pub fn set_head(
     (files, added, removed): (u32, u64, u64),
 ) -> DbResult<()> {
     conn.prepare_cached(
-        "UPDATE worktrees SET head = ?3, files = ?4, added = ?5, removed = ?6 WHERE thread_id = ?1 AND member = ?2",
+        "UPDATE worktrees SET head = ?3, files = ?4, added = ?5, removed = ?6, uncommitted = NULL \
+         WHERE thread_id = ?1 AND member = ?2",
     )?
     .execute(params![thread, member, head, files, added as i64, removed as i64])?;
     Ok(())
@@ -260,10 +262,20 @@ impl super::Sqlite {
     ) -> DbResult<()> {
         self.write(move |c, _| {
             c.prepare_cached(
-                "UPDATE worktrees SET base = ?3, head = ?4, files = ?5, added = ?6, removed = ?7 \
-                 WHERE thread_id = ?1 AND member = ?2",
+                "UPDATE worktrees SET base = ?3, head = ?4, files = ?5, added = ?6, removed = ?7, \
+                 uncommitted = NULL WHERE thread_id = ?1 AND member = ?2",
             )?
             .execute(params![thread, member, base, head, files, added as i64, removed as i64])?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Why kd could not commit the member's last run.
+    pub async fn set_worktree_uncommitted(&self, thread: String, member: String, why: String) -> DbResult<()> {
+        self.write(move |c, _| {
+            c.prepare_cached("UPDATE worktrees SET uncommitted = ?3 WHERE thread_id = ?1 AND member = ?2")?
+                .execute(params![thread, member, why])?;
             Ok(())
         })
         .await

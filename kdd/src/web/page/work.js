@@ -84,9 +84,14 @@ class Member {
     const shipped = t.shipped ? el('span', { class: 'shipped' }, ' · ', t.shipped.url
       ? el('a', { href: t.shipped.url, rel: 'noreferrer noopener', target: '_blank' }, t.shipped.pr ? 'pull request' : 'open a pull request')
       : `pushed to ${t.shipped.remote}`) : null;
+    // kd could not commit its last run: its changes are in the worktree only.
+    const uncommitted = t.uncommitted
+      ? el('p', { class: 'uncommitted', role: 'status' }, `last run not committed (${t.uncommitted}): its changes are in the worktree only`)
+      : null;
     this.head.replaceChildren(
       el('h2', {}, this.name, ' ', el('span', { class: `state ${t.state}`, 'data-state': t.state }, state)),
-      el('p', { class: 'meta' }, el('code', {}, t.branch), ` · ${short(t.base)}..${short(t.head)} · ${stat}${run}`, shipped));
+      el('p', { class: 'meta' }, el('code', {}, t.branch), ` · ${short(t.base)}..${short(t.head)} · ${stat}${run}`, shipped),
+      ...(uncommitted ? [uncommitted] : []));
     const c = t.check;
     this.check.replaceChildren();
     if (c) {
