@@ -280,6 +280,7 @@ pub async fn run(mut opts: Options) -> anyhow::Result<Stopped> {
     // In order: nothing new starts; the runs in flight stop and are recorded
     // (subscribers hear it); then subscriptions end and connections close.
     daemon.council.close();
+    daemon.db.stopping();
     // `kd daemon stop --no-resume`: every open exchange ends for good (its
     // runs then end cancelled, not to be asked again).
     let resume = !daemon.no_resume.load(std::sync::atomic::Ordering::SeqCst);

@@ -118,14 +118,31 @@ pub fn start_time(pid: u32) -> Option<u64> {
     children::start_time(pid)
 }
 
+/// What a scan makes of a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Kill,
+    Spare,
+    /// Its environment reads empty: a process in the middle of `execve`
+    /// (between the switch to its new memory and the setting of its
+    /// environment — a tool's `setsid` exec'ing `sleep`, say: the marker is
+    /// there a moment later) or one started with no environment at all.
+    /// Looked at again.
+    Unsure,
+}
+
 /// Whether process `pid` has an environment entry (`KEY=value`) for which
 /// `wanted` holds. Only our own processes can be read, which is all we kill.
-fn carries_any(pid: u32, wanted: impl Fn(&[u8]) -> bool) -> bool {
-    std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| env.split(|b| *b == 0).any(wanted))
+fn carries_any(pid: u32, wanted: impl Fn(&[u8]) -> bool) -> Verdict {
+    match std::fs::read(format!("/proc/{pid}/environ")) {
+        Ok(env) if env.is_empty() => Verdict::Unsure,
+        Ok(env) if env.split(|b| *b == 0).any(wanted) => Verdict::Kill,
+        _ => Verdict::Spare,
+    }
 }
 
 /// Whether process `pid` carries `marker` (`KD_RUN=<id>`) in its environment.
-fn carries(pid: u32, marker: &[u8]) -> bool {
+fn carries(pid: u32, marker: &[u8]) -> Verdict {
     carries_any(pid, |kv| kv == marker)
 }
 
@@ -262,7 +279,13 @@ fn kill_below(leader: u32, started: u64, marker: &[u8], scope: Scope) -> usize {
     let leader_is_ours = start_time(leader) == Some(started);
     let group_is_ours = leader_is_ours || start_time(leader).is_none();
     let killed = kill_while(scope, Some(leader), |pid, s| {
-        s.start >= started && ((group_is_ours && (s.pgrp == leader || s.session == leader)) || carries(pid, marker))
+        if s.start < started {
+            Verdict::Spare
+        } else if group_is_ours && (s.pgrp == leader || s.session == leader) {
+            Verdict::Kill
+        } else {
+            carries(pid, marker)
+        }
     });
     if leader_is_ours {
         // What forked between the scans is in the group still.
@@ -280,29 +303,54 @@ fn kill_below(leader: u32, started: u64, marker: &[u8], scope: Scope) -> usize {
 pub fn kill_left_by_peers(socket: &str, before: u64) -> usize {
     let prefix = format!("{PEER_MARKER}=").into_bytes();
     let ours = |kv: &[u8]| kv.strip_prefix(prefix.as_slice()).and_then(peer_socket) == Some(socket.as_bytes());
-    kill_while(Scope::Everything, None, |pid, s| s.start <= before && carries_any(pid, ours))
+    kill_while(
+        Scope::Everything,
+        None,
+        |pid, s| if s.start <= before { carries_any(pid, ours) } else { Verdict::Spare },
+    )
 }
 
 /// SIGKILLs every process of ours in `scope` that `doomed` picks (of what
 /// kdd spawned, only `leader`: [`live_processes`]); a process forking
 /// meanwhile may leave a child behind, so the scan is repeated until two
-/// scans in a row find nothing (at most six): an orphan the agent's end
+/// scans in a row find nothing (at most eight): an orphan the agent's end
 /// handed to kdd was, rarely, not yet in kdd's children files at the first
 /// scan (e2e process_tree, 2 runs in 144 with three suites side by side).
-/// How many were signalled.
-fn kill_while(scope: Scope, leader: Option<u32>, doomed: impl Fn(u32, &Stat) -> bool) -> usize {
+/// A scan that could not tell a process ([`Verdict::Unsure`]: in the
+/// middle of an exec) finds something: the next scan comes after a pause,
+/// 1 ms doubling (≤ 127 ms in all) — a child in a session of its own
+/// exec'ing past two quick scans outlived its run (e2e process_tree, once
+/// in CI under load). How many were signalled.
+fn kill_while(scope: Scope, leader: Option<u32>, doomed: impl Fn(u32, &Stat) -> Verdict) -> usize {
     let mut killed = std::collections::HashSet::new();
     let mut empty = 0;
-    for _ in 0..6 {
+    let mut pause = std::time::Duration::from_millis(1);
+    for _ in 0..8 {
+        let mut unsure = false;
         let left: Vec<u32> = live_processes(scope, leader)
             .into_iter()
-            .filter(|(pid, s)| !killed.contains(pid) && doomed(*pid, s) && is_own(*pid))
+            .filter(|(pid, _)| !killed.contains(pid))
+            .filter(|(pid, s)| match doomed(*pid, s) {
+                Verdict::Kill => is_own(*pid),
+                Verdict::Unsure => {
+                    unsure |= is_own(*pid);
+                    false
+                }
+                Verdict::Spare => false,
+            })
             .map(|(pid, _)| pid)
             .collect();
+        if unsure {
+            empty = 0;
+            std::thread::sleep(pause);
+            pause *= 2;
+        }
         if left.is_empty() {
-            empty += 1;
-            if empty == 2 {
-                break;
+            if !unsure {
+                empty += 1;
+                if empty == 2 {
+                    break;
+                }
             }
             continue;
         }
@@ -425,11 +473,54 @@ mod tests {
         }
         let started = started.unwrap();
         let ours = marker(RUN_MARKER, &run);
-        let doomed = |p: u32, s: &Stat| s.start >= started && carries(p, &ours);
+        let doomed = |p: u32, s: &Stat| if s.start >= started { carries(p, &ours) } else { Verdict::Spare };
         assert!(live_processes(Scope::Descendants, None).iter().any(|(p, _)| *p == pid), "a child is a descendant");
         assert_eq!(kill_while(Scope::Descendants, None, doomed), 1);
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(marked.wait().await.unwrap().signal(), Some(9), "killed");
+    }
+
+    /// A process whose environment could not be told yet (in the middle of
+    /// an exec: it reads empty) is looked at again, after a pause, and
+    /// killed once it shows the marker — not spared by two quick scans. A
+    /// process that stays unsure is spared, within a bounded wait.
+    // No reaper runs in unit tests: a child spawned directly is safe here.
+    #[allow(clippy::disallowed_methods)]
+    #[tokio::test]
+    async fn a_process_caught_in_the_middle_of_an_exec_is_looked_at_again() {
+        use std::os::unix::process::ExitStatusExt;
+        let (mut child, pid, _) = sleeper(&[]);
+        let looks = std::sync::atomic::AtomicUsize::new(0);
+        let doomed = |p: u32, _: &Stat| {
+            if p != pid {
+                return Verdict::Spare;
+            }
+            // Unsure at the first three looks, then the marker is there.
+            if looks.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < 3 { Verdict::Unsure } else { Verdict::Kill }
+        };
+        assert_eq!(kill_while(Scope::Descendants, None, doomed), 1);
+        assert_eq!(child.wait().await.unwrap().signal(), Some(9), "killed once its marker showed");
+
+        let (mut child, pid, _) = sleeper(&[]);
+        let began = std::time::Instant::now();
+        let never = |p: u32, _: &Stat| if p == pid { Verdict::Unsure } else { Verdict::Spare };
+        assert_eq!(kill_while(Scope::Descendants, None, never), 0);
+        assert!(began.elapsed() < std::time::Duration::from_secs(2), "the looks are bounded: {:?}", began.elapsed());
+        assert!(start_time(pid).is_some(), "a process never told apart is left alone");
+        child.kill().await.unwrap();
+        // An empty environment reads as unsure; one without the marker as spared.
+        let (mut bare, bare_pid, _) = sleeper(&[]);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::fs::read(format!("/proc/{bare_pid}/environ")).is_ok_and(|e| e.is_empty()) {
+            assert!(std::time::Instant::now() < deadline, "sleep {bare_pid} never started");
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        assert_eq!(carries(bare_pid, b"KD_RUN=r-none"), Verdict::Spare);
+        bare.kill().await.unwrap();
+        let mut empty = tokio::process::Command::new("sleep").arg("30").env_clear().spawn().unwrap();
+        let empty_pid = empty.id().unwrap();
+        assert_eq!(carries(empty_pid, b"KD_RUN=r-none"), Verdict::Unsure);
+        empty.kill().await.unwrap();
     }
 
     #[tokio::test]

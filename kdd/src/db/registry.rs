@@ -540,6 +540,15 @@ impl Db {
         }
     }
 
+    /// kdd is stopping: what it still writes does not wait long for the
+    /// registry (SQLite: another program's lock on the file). PostgreSQL's
+    /// waits are bounded as always (a connection, a statement).
+    pub fn stopping(&self) {
+        if let Engine::Sqlite(e) = &self.engine {
+            e.stopping();
+        }
+    }
+
     /// Finishes what is under way and closes the registry; later
     /// operations fail with [`super::DbError::Closed`].
     pub async fn close(&self) {

@@ -333,7 +333,12 @@ pub async fn commit(
     };
     let head = tree.head().await.map_err(|e| e.to_string())?;
     let base = merging.as_deref().unwrap_or(&work.base);
-    record_head(db, thread, member, work, (base, &head, merging.is_some()), stop).await?;
+    // The commit is made: a head kd could not record (kdd stopping in an
+    // outage) is no failure to commit — the next start's recovery, or the
+    // member's next run, records it.
+    if let Err(e) = record_head(db, thread, member, work, (base, &head, merging.is_some()), stop).await {
+        tracing::error!(thread, member, "cannot record the head of the work kd committed: {e}");
+    }
     Ok(Committed::Commit(commit))
 }
 

@@ -235,6 +235,12 @@ impl Sqlite {
 
     /// Finishes every queued write, checkpoints the WAL and stops the writer.
     /// Later writes fail with [`DbError::Closed`].
+    /// kdd is stopping: another program's lock on the file is waited for
+    /// briefly ([`schema::STOPPING_BUSY`]) by what is still written.
+    pub fn stopping(&self) {
+        self.core.stopping();
+    }
+
     pub async fn close(&self) {
         let (reply, rx) = oneshot::channel();
         if self.jobs.send(Job::close(reply)).await.is_ok() {
@@ -332,5 +338,34 @@ mod tests {
         assert_eq!(db.write(on_thread).await.unwrap().as_deref(), Some("kdd-db-writer"), "the queue goes on");
         let here = std::thread::current().name().map(str::to_string);
         assert_eq!(db.write_now(on_thread).await.unwrap(), here, "and the caller's thread writes again");
+    }
+
+    /// Once kdd is stopping, a write waits for another program's lock
+    /// [`schema::STOPPING_BUSY`] at most — a wait begun before the stop
+    /// too — and the last checkpoint does not wait it out either (a
+    /// hostile trial, stop 61: `kd daemon stop` took 12 s, then 30 s, with
+    /// the file's write lock held). Before the stop it waits and then writes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn once_kdd_stops_a_write_waits_for_another_programs_lock_only_briefly() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Arc::new(open(&dir));
+        let other = Connection::open(dir.path().join("kd.sqlite3")).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let waiting = tokio::spawn({
+            let db = db.clone();
+            async move { db.write(on_thread).await }
+        });
+        // Still waiting past the stopping wait: its wait is the long one.
+        tokio::time::sleep(schema::STOPPING_BUSY * 3).await;
+        assert!(!waiting.is_finished(), "the write gave up before kdd stopped");
+        let stopping = std::time::Instant::now();
+        db.stopping();
+        let failed = waiting.await.unwrap();
+        assert!(matches!(failed, Err(DbError::Unavailable(_))), "{failed:?}");
+        assert!(stopping.elapsed() < schema::WRITE_BUSY / 2, "the wait begun went on: {:?}", stopping.elapsed());
+        let closing = std::time::Instant::now();
+        db.close().await;
+        assert!(closing.elapsed() < schema::WRITE_BUSY / 2, "the last checkpoint waited: {:?}", closing.elapsed());
+        other.execute_batch("COMMIT").unwrap();
     }
 }

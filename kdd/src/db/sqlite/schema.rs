@@ -49,6 +49,14 @@ fn migrations() -> Migrations<'static> {
 /// its caller's thread does not wait: `writer::Core::try_now`).
 pub const WRITE_BUSY: Duration = Duration::from_secs(5);
 
+/// The same wait once kdd is stopping ([`super::Sqlite::stopping`]): what
+/// it writes then (runs recorded interrupted, the exchanges cut, the last
+/// checkpoint) is not worth a stop held up by another program's lock — a
+/// write that fails is lost as in a crash, and the next start finds it out
+/// (a hostile trial, stop 61: `kd daemon stop` took 12 s with the file's
+/// write lock held).
+pub const STOPPING_BUSY: Duration = Duration::from_millis(100);
+
 /// PRAGMAs of the write connection.
 pub fn configure(conn: &Connection) -> DbResult<()> {
     conn.busy_timeout(WRITE_BUSY)?;

@@ -2,13 +2,14 @@
 //! concurrency design in the parent module.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
 use super::checkpoint::{self, Checkpointer, EVERY_JOBS, NUDGE_PAGES};
-use super::schema::WRITE_BUSY;
+use super::schema::{STOPPING_BUSY, WRITE_BUSY};
+
 use super::{DbError, DbResult, Outbox};
 use crate::hub::Hub;
 
@@ -87,6 +88,9 @@ pub(super) struct Core {
     /// `None` once stopped (the connection closed).
     checkpointer: std::sync::Mutex<Option<Checkpointer>>,
     since_checkpoint: AtomicUsize,
+    /// kdd is stopping: another program's lock is waited for
+    /// [`STOPPING_BUSY`], not [`WRITE_BUSY`] ([`lock_wait`]).
+    stopping: Arc<AtomicBool>,
 }
 
 impl Core {
@@ -98,6 +102,7 @@ impl Core {
             threads,
             checkpointer: std::sync::Mutex::new(Some(checkpointer)),
             since_checkpoint: AtomicUsize::new(0),
+            stopping: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -122,6 +127,13 @@ impl Core {
         None
     }
 
+    /// kdd is stopping: from now on the writer waits [`STOPPING_BUSY`] at
+    /// most for another program's lock — a wait already begun too — at
+    /// each write and at the last checkpoint.
+    pub(super) fn stopping(&self) {
+        self.stopping.store(true, Ordering::Relaxed);
+    }
+
     /// After `jobs` committed: a checkpoint, when one is due.
     fn committed(&self, jobs: usize) {
         let since = self.since_checkpoint.fetch_add(jobs, Ordering::Relaxed) + jobs;
@@ -140,11 +152,7 @@ impl Core {
 /// thread sets its own wait again before each batch ([`execute`]).
 fn begin_at_once(conn: &mut Connection) -> Option<Tx<'_>> {
     conn.busy_timeout(std::time::Duration::ZERO).ok()?;
-    let tx = Tx::begin(conn).ok()?;
-    if let Err(e) = tx.0.busy_timeout(WRITE_BUSY) {
-        tracing::warn!("cannot restore the write connection's busy timeout: {e}");
-    }
-    Some(tx)
+    Tx::begin(conn).ok()
 }
 
 /// A write transaction (`BEGIN IMMEDIATE`), rolled back unless committed:
@@ -189,7 +197,56 @@ impl std::ops::Deref for Tx<'_> {
 }
 
 pub(super) fn spawn(core: Arc<Core>, rx: mpsc::Receiver<Job>) -> std::io::Result<std::thread::JoinHandle<()>> {
-    std::thread::Builder::new().name("kdd-db-writer".into()).spawn(move || run(&core, rx))
+    std::thread::Builder::new().name("kdd-db-writer".into()).spawn(move || {
+        lock_wait::STOPPING.with(|s| *s.borrow_mut() = Some(core.stopping.clone()));
+        run(&core, rx)
+    })
+}
+
+/// The writer thread's wait for another program's write lock on the file:
+/// SQLite's busy handler, retrying for [`WRITE_BUSY`], or only
+/// [`STOPPING_BUSY`] once kdd is stopping — also a wait begun before
+/// (a busy *timeout* set at the start of a wait cannot be shortened).
+mod lock_wait {
+    use std::cell::{Cell, RefCell};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+
+    use super::{STOPPING_BUSY, WRITE_BUSY};
+
+    thread_local! {
+        /// The writer's [`super::Core::stopping`], on its thread.
+        pub(super) static STOPPING: RefCell<Option<Arc<AtomicBool>>> = const { RefCell::new(None) };
+        /// When the wait under way began.
+        static SINCE: Cell<Option<Instant>> = const { Cell::new(None) };
+    }
+
+    /// Sets the wait on `conn` (the writer thread's connection).
+    pub(super) fn set(conn: &rusqlite::Connection) {
+        if let Err(e) = conn.busy_handler(Some(wait)) {
+            tracing::warn!("cannot set the write connection's busy handler: {e}");
+        }
+    }
+
+    /// Called by SQLite while the lock is held elsewhere (`tries` before
+    /// this one): sleeps a little and says whether to try again.
+    fn wait(tries: i32) -> bool {
+        let now = Instant::now();
+        if tries == 0 {
+            SINCE.with(|s| s.set(Some(now)));
+        }
+        let waited = SINCE.with(Cell::get).map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+        let stopping = STOPPING.with(|s| s.borrow().as_ref().is_some_and(|s| s.load(Ordering::Relaxed)));
+        if waited >= if stopping { STOPPING_BUSY } else { WRITE_BUSY } {
+            return false;
+        }
+        // SQLite's own steps (1, 2, 5, 10 … ms), at most 20 ms, so a stop
+        // is seen within that.
+        let step = [1, 2, 5, 10, 15].get(tries as usize).copied().unwrap_or(20);
+        std::thread::sleep(Duration::from_millis(step));
+        true
+    }
 }
 
 fn run(core: &Core, mut rx: mpsc::Receiver<Job>) {
@@ -218,6 +275,7 @@ fn run(core: &Core, mut rx: mpsc::Receiver<Job>) {
                 checkpointer.stop();
             }
             if let Some(conn) = conn {
+                lock_wait::set(&conn);
                 if let Err(e) = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)") {
                     tracing::warn!("checkpoint at close failed: {e}");
                 }
@@ -261,9 +319,7 @@ fn execute(
 ) -> (Option<oneshot::Sender<()>>, Answers) {
     // Waits for another program's lock, which a write on its caller's
     // thread did not ([`begin_at_once`]).
-    if let Err(e) = conn.busy_timeout(WRITE_BUSY) {
-        tracing::warn!("cannot set the write connection's busy timeout: {e}");
-    }
+    lock_wait::set(conn);
     match Tx::begin(conn) {
         Ok(tx) => run_batch(tx, batch, hub, threads),
         Err(e) => {
