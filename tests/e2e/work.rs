@@ -229,6 +229,31 @@ async fn reject_then_archive_removes_settled_worktrees_and_keeps_unaccepted_work
     assert_eq!(git(ws.dir.path(), &["branch", "--list", "kd/*"]), "");
 }
 
+/// A commit on a member's branch the registry does not know (kd committed
+/// the work and could not record its head) keeps the worktree and branch
+/// when the thread is archived: whether work may go is asked of git, not
+/// only of what was recorded. Before, a clean worktree recorded as
+/// unchanged went, its branch and commit with it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_commit_the_registry_does_not_know_keeps_its_branch_when_the_thread_is_archived() {
+    let ws = repo(&[("claude", "claude", vec![("FAKE_RUN", "true".to_string())])]);
+    let kdd = Kdd::start();
+    let out = kd(&kdd, &ws, &["work", "Change nothing", "--json"]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    let trees: Vec<Worktree> = serde_json::from_str(&out.stdout).expect("kd work --json: the worktrees");
+    let w = tree_of(&trees, "claude");
+    assert_eq!(w.head, w.base, "nothing recorded: {w:?}");
+    let dir = Path::new(&w.path);
+    std::fs::write(dir.join("b.txt"), "made\n").unwrap();
+    git(dir, &["add", "b.txt"]);
+    git(dir, &["-c", "user.name=kd", "-c", "user.email=kd@localhost", "commit", "-q", "-m", "b"]);
+    let out = kd(&kdd, &ws, &["archive", &w.thread]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.contains("kept the work of claude"), "{}", out.stdout);
+    assert!(dir.join("b.txt").exists(), "the worktree is kept");
+    assert_ne!(git(ws.dir.path(), &["branch", "--list", &w.branch]), "", "and its branch");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn best_of_n_ranks_the_diffs_anonymised_and_names_the_winner() {
     // Each member's work says nothing of who wrote it: a ballot must not either.

@@ -113,6 +113,12 @@ async fn kds_git_in_a_worktree_is_stopped_at_its_time_bound_and_the_next_run_com
     // Accepting the branch would leave the changes out: refused.
     let out = kd(&kdd, &ws, &["accept", "claude", "--thread", &thread]).await;
     assert!(!out.status.success() && out.stderr.contains("not committed"), "{}", out.stderr);
+    // And so would a pull request of it (which then settles the work and
+    // lets its worktree go): refused before anything is pushed.
+    let out = kd(&kdd, &ws, &["accept", "claude", "--thread", &thread, "--pr"]).await;
+    assert!(!out.status.success() && out.stderr.contains("not committed"), "{}", out.stderr);
+    let out = kd(&kdd, &ws, &["pr", "claude", "--thread", &thread]).await;
+    assert!(!out.status.success() && out.stderr.contains("not committed"), "{}", out.stderr);
     // The member's next run, with the FIFO gone, gets both changes committed.
     let out = kd(&kdd, &ws, &["ask", "--thread", &thread, "--to", "claude", "--rounds", "0", "Again"]).await;
     assert!(out.status.success(), "{}", out.stderr);

@@ -325,7 +325,8 @@ fn kill_while(scope: Scope, leader: Option<u32>, doomed: impl Fn(u32, &Stat) -> 
     let mut killed = std::collections::HashSet::new();
     let mut empty = 0;
     let mut pause = std::time::Duration::from_millis(1);
-    for _ in 0..8 {
+    const SCANS: usize = 8;
+    for scan in 1..=SCANS {
         let mut unsure = false;
         let left: Vec<u32> = live_processes(scope, leader)
             .into_iter()
@@ -340,26 +341,25 @@ fn kill_while(scope: Scope, leader: Option<u32>, doomed: impl Fn(u32, &Stat) -> 
             })
             .map(|(pid, _)| pid)
             .collect();
-        if unsure {
-            empty = 0;
-            std::thread::sleep(pause);
-            pause *= 2;
-        }
-        if left.is_empty() {
-            if !unsure {
-                empty += 1;
-                if empty == 2 {
-                    break;
-                }
-            }
-            continue;
-        }
-        empty = 0;
-        for pid in left {
-            if let Some(p) = i32::try_from(pid).ok().and_then(Pid::from_raw) {
+        for pid in &left {
+            if let Some(p) = i32::try_from(*pid).ok().and_then(Pid::from_raw) {
                 let _ = rustix::process::kill_process(p, Signal::KILL);
             }
-            killed.insert(pid);
+            killed.insert(*pid);
+        }
+        if unsure || !left.is_empty() {
+            empty = 0;
+        } else {
+            empty += 1;
+            if empty == 2 {
+                break;
+            }
+        }
+        // What was found is killed first; then the pause, before a scan
+        // that follows.
+        if unsure && scan < SCANS {
+            std::thread::sleep(pause);
+            pause *= 2;
         }
     }
     killed.len()

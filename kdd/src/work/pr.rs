@@ -143,6 +143,9 @@ fn refuse_unless_ready(w: &Worktree) -> Result<(), ErrorObjectOwned> {
         WorkState::Rejected | WorkState::Superseded | WorkState::Accepted => {
             format!("{m}'s work on thread {t} is {}: nothing was pushed", w.state.as_str())
         }
+        WorkState::Done if w.uncommitted.is_some() => {
+            return super::settle::refuse_uncommitted(w, "pushing", "Nothing was pushed");
+        }
         WorkState::Done if w.head == w.base => format!("{m} changed nothing on thread {t}: nothing to push"),
         WorkState::Done => return Ok(()),
     };

@@ -123,6 +123,7 @@ pub async fn rebase(
         Committed::Tampered(why) => {
             return Err(ErrorCode::Conflict.error(format!("{member}'s worktree is not as kd made it — {why}")));
         }
+        Committed::Unrecorded { why, .. } => return Err(unrecorded(member, &why)),
     }
     let head = tree.head().await.map_err(git_error)?;
     if git::git(repo, repo, &["merge-base", "--is-ancestor", &onto, &head], &[], 1024).await.map_err(git_error)?.ok {
@@ -151,6 +152,11 @@ pub async fn rebase(
     }
 }
 
+/// kd committed the member's work, and could not record its head.
+fn unrecorded(member: &str, why: &str) -> ErrorObjectOwned {
+    ErrorCode::Internal.error(format!("kd committed {member}'s work but could not record its head: {why}"))
+}
+
 /// Tells the thread how the member's work stands now.
 async fn publish(co: &Arc<Coord>, thread: &str, member: &str) {
     let (t, m) = (thread.to_string(), member.to_string());
@@ -171,6 +177,7 @@ async fn conclude(co: &Arc<Coord>, w: &Worktree) -> Result<String, ErrorObjectOw
         Committed::Tampered(why) => {
             return Err(ErrorCode::Conflict.error(format!("{}'s worktree is not as kd made it — {why}", w.member)));
         }
+        Committed::Unrecorded { why, .. } => return Err(unrecorded(&w.member, &why)),
     }
     publish(co, &w.thread, &w.member).await;
     let tree = open(w).await?;

@@ -74,14 +74,7 @@ pub async fn accept(
         }
         _ => {}
     }
-    if let Some(why) = &w.uncommitted {
-        return Err(ErrorCode::Conflict.error(format!(
-            "{member}'s last run on thread {thread} is not committed ({why}): its changes are in {} only, so \
-             accepting its branch would leave them out. Ask {member} again (its next run's end commits them), or \
-             kd reject {member}. Nothing was changed",
-            w.path
-        )));
-    }
+    refuse_uncommitted(&w, "accepting", "Nothing was changed")?;
     let repo = Path::new(&w.repo);
     let into = git::branch(repo).await.map_err(git_error)?.ok_or_else(|| {
         ErrorCode::Conflict
@@ -160,10 +153,24 @@ fn list(files: &[String]) -> String {
     s
 }
 
+/// Refuses work whose last run kd could not commit: `doing` its branch
+/// would leave those changes out (and settled work's worktree goes).
+pub(super) fn refuse_uncommitted(w: &Worktree, doing: &str, nothing: &str) -> Result<(), ErrorObjectOwned> {
+    let Some(why) = &w.uncommitted else { return Ok(()) };
+    let (m, t) = (&w.member, &w.thread);
+    Err(ErrorCode::Conflict.error(format!(
+        "{m}'s last run on thread {t} is not committed ({why}): its changes are in {} only, so {doing} its branch \
+         would leave them out. Ask {m} again (its next run's end commits them), or kd reject {m}. {nothing}",
+        w.path
+    )))
+}
+
 /// Whether the worktree's work may go without losing anything: settled,
 /// or nothing committed and nothing changed in it (asked of git as kd
-/// runs it in a member's worktree: [`git::member`]). Work kd found
-/// tampered with goes only when the King settles it, or forces it.
+/// runs it in a member's worktree: [`git::member`]) — its branch still
+/// at its base in git, whatever the registry recorded (a head kd
+/// committed and could not record). Work kd found tampered with goes only
+/// when the King settles it, or forces it.
 async fn may_go(w: &Worktree) -> bool {
     if w.state.is_settled() {
         return true;
@@ -171,12 +178,16 @@ async fn may_go(w: &Worktree) -> bool {
     if !w.state.takes_work() || w.state == WorkState::Working || w.head != w.base {
         return false;
     }
+    let repo = Path::new(&w.repo);
     let dir = Path::new(&w.path);
     if !dir.exists() {
-        return true;
+        let tip = git::commit_of(repo, &format!("refs/heads/{}", w.branch)).await;
+        return matches!(tip, Ok(None)) || tip.is_ok_and(|t| t.as_deref() == Some(w.base.as_str()));
     }
-    match git::member::open(Path::new(&w.repo), dir, &w.base, &w.branch).await {
-        Ok(git::member::Found::Ours(tree)) => tree.is_clean().await.unwrap_or(false),
+    match git::member::open(repo, dir, &w.base, &w.branch).await {
+        Ok(git::member::Found::Ours(tree)) => {
+            tree.is_clean().await.unwrap_or(false) && tree.head().await.is_ok_and(|h| h == w.base)
+        }
         _ => false,
     }
 }

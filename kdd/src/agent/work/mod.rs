@@ -220,6 +220,13 @@ pub async fn finish(d: &Runner, run: &Run, work: &WorkRun, finish: &mut Finish, 
             tampered = true;
             None
         }
+        Ok(Committed::Unrecorded { commit, why }) => {
+            tracing::error!(run = run.id, "cannot record the head of the work kd committed: {why}");
+            let what =
+                commit.as_deref().map_or_else(String::new, |c| format!(" as {}", kd_proto::work::short_commit(c)));
+            notes.push(format!("{SAID}kd committed the work{what} but could not record its head: {why}"));
+            commit
+        }
         Err(e) => {
             tracing::error!(run = run.id, "cannot commit the member's work: {e}");
             notes.push(format!("{SAID}kd could not commit the work in {}: {e}", work.dir.display()));
@@ -291,6 +298,10 @@ pub enum Committed {
     Commit(Option<String>),
     /// Not committed: the worktree is not as kd made it (why).
     Tampered(String),
+    /// Committed (the new commit, if anything changed), but the branch's
+    /// head could not be recorded (why): the work is in the branch, and the
+    /// registry does not know it yet.
+    Unrecorded { commit: Option<String>, why: String },
 }
 
 /// A client's request fails at once while the registry is away (it may ask
@@ -333,13 +344,12 @@ pub async fn commit(
     };
     let head = tree.head().await.map_err(|e| e.to_string())?;
     let base = merging.as_deref().unwrap_or(&work.base);
-    // The commit is made: a head kd could not record (kdd stopping in an
-    // outage) is no failure to commit — the next start's recovery, or the
-    // member's next run, records it.
-    if let Err(e) = record_head(db, thread, member, work, (base, &head, merging.is_some()), stop).await {
-        tracing::error!(thread, member, "cannot record the head of the work kd committed: {e}");
+    // The commit is made: a head kd could not record is no failure to
+    // commit (the changes are safe in the branch), but is said.
+    match record_head(db, thread, member, work, (base, &head, merging.is_some()), stop).await {
+        Ok(()) => Ok(Committed::Commit(commit)),
+        Err(why) => Ok(Committed::Unrecorded { commit, why }),
     }
-    Ok(Committed::Commit(commit))
 }
 
 /// Concludes the merge of `theirs` in progress in the member's worktree,
@@ -435,6 +445,16 @@ pub async fn recover(db: &Db, orphans: &[(String, String, String)]) -> usize {
             }
             Ok(Committed::Tampered(why)) => {
                 (format!("kdd stopped mid-run; {}", tampered_note(&w.member, &work, &why)), None, WorkState::Tampered)
+            }
+            Ok(Committed::Unrecorded { commit, why }) => {
+                let what = commit.as_deref().map_or_else(String::new, |c| format!(" as {c}"));
+                (
+                    format!(
+                        "kdd stopped mid-run: kd committed what was left{what} but could not record its head: {why}"
+                    ),
+                    commit,
+                    WorkState::Done,
+                )
             }
             Err(e) => {
                 uncommitted(db, (&w.thread, &w.member), e.clone(), &at_once).await;
