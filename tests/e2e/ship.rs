@@ -8,7 +8,7 @@ use std::path::Path;
 
 use kd_client::prelude::*;
 use kd_proto::work::{CheckStatus, WorkState, Worktree};
-use kd_tests::{Kdd, Workspace, fake, git};
+use kd_tests::{Kdd, Val, Workspace, fake, git};
 use serde_json::json;
 
 /// A git repository (branch main, one commit of `a.txt`) whose council is
@@ -162,6 +162,41 @@ async fn a_clean_rebase_merges_at_once_and_an_up_to_date_one_does_nothing() {
     let out = kd(&kdd, &ws, &["accept", "claude"]).await;
     assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
     assert!(is_ancestor(dir, &w.head, "HEAD"));
+}
+
+/// A merge kd committed whose new base the registry did not get (the
+/// write failed: `kd committed … but could not record its head`) is
+/// recorded by the next `kd rebase`: the branch holds the King's HEAD
+/// already, so its base becomes that commit. Before, that rebase said
+/// "already up to date" and the work's diff went on counting the King's
+/// commit as the member's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_merge_whose_new_base_was_not_recorded_gets_it_from_the_next_rebase() {
+    let ws = repo("printf 'new\\n' > b.txt");
+    let dir = ws.dir.path();
+    let kdd = Kdd::start();
+    let w = at_work(&kdd, &ws, "Write b.txt").await;
+    let king = king_commits(dir, "a.txt", "one\nking\n");
+    let out = kd(&kdd, &ws, &["rebase", "claude"]).await;
+    assert!(out.stdout.contains("merged into claude's work cleanly"), "{}{}", out.stdout, out.stderr);
+    let c = kdd.client().await;
+    let merged = c.work_list(None, Some(w.thread.clone())).await.unwrap().remove(0);
+    // The registry as a failed write of the merge's base leaves it.
+    let (old, thread) = (Val::Text(w.base.clone()), Val::Text(w.thread.clone()));
+    let sql = "UPDATE worktrees SET base = $1, files = 2, added = 2 WHERE thread_id = $2 AND member = 'claude'";
+    assert_eq!(kdd.db.execute(sql, &[old, thread]), 1);
+    let out = kd(&kdd, &ws, &["rebase", "claude"]).await;
+    assert!(
+        out.status.success() && out.stdout.contains("already up to date with main"),
+        "{}{}",
+        out.stdout,
+        out.stderr
+    );
+    let after = c.work_list(None, Some(w.thread.clone())).await.unwrap().remove(0);
+    assert_eq!((&after.base, &after.head), (&king, &merged.head), "no new merge, the base recorded: {after:?}");
+    assert_eq!((after.files, after.added), (1, 1), "its diff is b.txt alone: {after:?}");
+    let out = kd(&kdd, &ws, &["diff", "claude"]).await;
+    assert!(out.stdout.contains("b.txt") && !out.stdout.contains("king"), "{}", out.stdout);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -298,6 +298,45 @@ async fn best_of_n_ranks_the_diffs_anonymised_and_names_the_winner() {
     }
 }
 
+/// Work whose last run kd could not commit is left out of the vote, and
+/// the tally says so: its branch is not what the member left. Before, it
+/// went unsaid (nothing committed: "changed nothing"), and work committed
+/// before a fix kd could not commit was ranked as its stale branch.
+#[tokio::test(flavor = "multi_thread")]
+async fn work_whose_last_run_is_not_committed_is_not_put_to_the_vote() {
+    let ranking = "FINAL RANKING:\n1. {label:+alpha work}\n2. {label:+beta work}";
+    let rules = serde_json::json!([["[Evaluation]", ranking]]).to_string();
+    let record = format!("/tmp/kd-work-vote-uncommitted-{}.jsonl", std::process::id());
+    // cursor's change is held by a FIFO where `git add` reads ignore rules.
+    let fifo = "if test -f .git; then echo gamma > impl.txt; mkdir new; mkfifo new/.gitignore; fi".to_string();
+    let ws = repo(&[
+        (
+            "claude",
+            "claude",
+            vec![
+                ("FAKE_RUN", writes("impl.txt", "alpha work")),
+                ("FAKE_RULES", rules.clone()),
+                ("FAKE_RECORD", record.clone()),
+            ],
+        ),
+        ("codex", "claude", vec![("FAKE_RUN", writes("impl.txt", "beta work")), ("FAKE_RULES", rules.clone())]),
+        ("cursor", "claude", vec![("FAKE_RUN", fifo), ("FAKE_RULES", rules)]),
+    ]);
+    let kdd = Kdd::start_with(&["--git-timeout-ms", "1500"]);
+    let (thread, _) = two_at_work(&kdd, &ws, &["--vote"]).await;
+    let c = kdd.client().await;
+    let messages = c.thread_messages(thread.clone(), None, None, None, None).await.unwrap().into_vec();
+    let tally = messages.iter().find(|m| m.purpose == Some(Purpose::Tally)).expect("a tally");
+    // The two others each rank the other first: a tie, put to the vote.
+    assert!(tally.body.starts_with("Vote: tie between "), "{}", tally.body);
+    assert!(tally.body.contains("cursor's work is not put to the vote"), "{}", tally.body);
+    assert!(tally.body.contains("not committed") && tally.body.contains("timed out"), "{}", tally.body);
+    let prompts: Vec<String> = kd_tests::records(&record).iter().map(kd_tests::prompt_of).collect();
+    let ballot = prompts.iter().find(|p| p.contains("[Evaluation]")).expect("a ballot prompt");
+    assert!(!ballot.contains("gamma"), "cursor's work is not ranked: {ballot}");
+    let _ = std::fs::remove_file(&record);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn best_of_two_each_ranking_the_other_first_is_a_tie_left_to_the_king() {
     let rank = |other: &str| {

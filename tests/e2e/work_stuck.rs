@@ -119,6 +119,9 @@ async fn kds_git_in_a_worktree_is_stopped_at_its_time_bound_and_the_next_run_com
     assert!(!out.status.success() && out.stderr.contains("not committed"), "{}", out.stderr);
     let out = kd(&kdd, &ws, &["pr", "claude", "--thread", &thread]).await;
     assert!(!out.status.success() && out.stderr.contains("not committed"), "{}", out.stderr);
+    // Nor reviewed: its branch is not the work the member left.
+    let out = kd(&kdd, &ws, &["review", "claude", "--to", "claude", "--thread", &thread]).await;
+    assert!(!out.status.success() && out.stderr.contains("not committed"), "{}", out.stderr);
     // The member's next run, with the FIFO gone, gets both changes committed.
     let out = kd(&kdd, &ws, &["ask", "--thread", &thread, "--to", "claude", "--rounds", "0", "Again"]).await;
     assert!(out.status.success(), "{}", out.stderr);

@@ -170,33 +170,65 @@ const MAX_GITDIR: usize = 10_000;
 /// own `refs/`) that is neither a regular file nor a directory — a FIFO,
 /// a socket, a device, a symlink — with what it is; none when all are.
 pub(super) fn not_a_file(dir: &Path) -> Option<String> {
+    let odd = |entry: &std::fs::DirEntry, kind: std::fs::FileType| {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_dir() || kind.is_file() {
+            return None;
+        }
+        let what = match kind {
+            k if k.is_fifo() => "a FIFO",
+            k if k.is_symlink() => "a symlink",
+            k if k.is_socket() => "a socket",
+            _ => "a device",
+        };
+        let path = entry.path();
+        Some(format!("{what} ({})", path.strip_prefix(dir).unwrap_or(&path).display()))
+    };
+    match walk(dir, MAX_GITDIR, |_| true, odd) {
+        Walked::Stopped(found) => Some(found),
+        Walked::TooMany => Some(format!("more than {MAX_GITDIR} entries")),
+        Walked::Whole => None,
+    }
+}
+
+/// How a bounded walk ([`walk`]) ended.
+enum Walked<T> {
+    /// Every entry was visited.
+    Whole,
+    /// A visit returned this.
+    Stopped(T),
+    /// There were more entries than the walk looks at.
+    TooMany,
+}
+
+/// Visits the entries below `dir` with their kind (never through a
+/// symlink; into a directory only where `descend` says), at most `max` of
+/// them, until a visit returns something.
+fn walk<T>(
+    dir: &Path,
+    max: usize,
+    descend: impl Fn(&std::fs::DirEntry) -> bool,
+    mut visit: impl FnMut(&std::fs::DirEntry, std::fs::FileType) -> Option<T>,
+) -> Walked<T> {
     let mut stack = vec![dir.to_path_buf()];
     let mut seen = 0;
     while let Some(d) = stack.pop() {
         let Ok(entries) = std::fs::read_dir(&d) else { continue };
         for entry in entries.flatten() {
             seen += 1;
-            if seen > MAX_GITDIR {
-                return Some(format!("more than {MAX_GITDIR} entries"));
+            if seen > max {
+                return Walked::TooMany;
             }
             let Ok(kind) = entry.file_type() else { continue };
-            let path = entry.path();
-            let name = path.strip_prefix(dir).unwrap_or(&path).display().to_string();
-            if kind.is_dir() {
-                stack.push(path);
-            } else if !kind.is_file() {
-                use std::os::unix::fs::FileTypeExt;
-                let what = match kind {
-                    k if k.is_fifo() => "a FIFO",
-                    k if k.is_symlink() => "a symlink",
-                    k if k.is_socket() => "a socket",
-                    _ => "a device",
-                };
-                return Some(format!("{what} ({name})"));
+            if let Some(found) = visit(&entry, kind) {
+                return Walked::Stopped(found);
+            }
+            if kind.is_dir() && descend(&entry) {
+                stack.push(entry.path());
             }
         }
     }
-    None
+    Walked::Whole
 }
 
 /// The entry of `<common>/worktrees/` whose `gitdir` names `<worktree>/.git`
@@ -263,25 +295,17 @@ fn version_at_least(said: &str, min: (u32, u32)) -> bool {
 /// symlink, nor into a `.git`).
 fn named_filters(dir: &Path) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
-    let mut stack = vec![dir.to_path_buf()];
-    let mut seen = 0;
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
-        for entry in entries.flatten() {
-            seen += 1;
-            if seen > MAX_WALK {
-                return names;
-            }
-            let Ok(kind) = entry.file_type() else { continue };
-            let name = entry.file_name();
-            if kind.is_dir() && name != ".git" {
-                stack.push(entry.path());
-            } else if kind.is_file() && name == ".gitattributes" {
-                let Ok(text) = super::read_regular(&entry.path(), 1 << 20) else { continue };
-                names.extend(text.split_whitespace().filter_map(|t| t.strip_prefix("filter=")).map(str::to_string));
-            }
+    let read = |entry: &std::fs::DirEntry, kind: std::fs::FileType| {
+        if kind.is_file()
+            && entry.file_name() == ".gitattributes"
+            && let Ok(text) = super::read_regular(&entry.path(), 1 << 20)
+        {
+            names.extend(text.split_whitespace().filter_map(|t| t.strip_prefix("filter=")).map(str::to_string));
         }
-    }
+        None::<()>
+    };
+    // Past the bound, the filters named so far.
+    let _ = walk(dir, MAX_WALK, |e| e.file_name() != ".git", read);
     names
 }
 

@@ -127,6 +127,17 @@ pub async fn rebase(
     }
     let head = tree.head().await.map_err(git_error)?;
     if git::git(repo, repo, &["merge-base", "--is-ancestor", &onto, &head], &[], 1024).await.map_err(git_error)?.ok {
+        // The branch holds the King's HEAD already, and the registry's base
+        // may be older: a merge kd committed whose new base it could not
+        // record (`Committed::Unrecorded`), or one the member made. Its
+        // base becomes the King's HEAD, so its diff is what it adds.
+        let w = worktree(db, thread, member).await?;
+        if w.base != onto {
+            record_head(db, thread, member, &WorkRun::of(&w), (&onto, &head, true), &at_once)
+                .await
+                .map_err(|e| ErrorCode::Internal.error(e))?;
+            publish(co, thread, member).await;
+        }
         return Ok(done(RebaseOutcome::UpToDate, None, Vec::new(), None));
     }
     let message = format!("Merge {from} ({}) into {}", short(&onto), w.branch);
@@ -134,7 +145,7 @@ pub async fn rebase(
         Merged::Clean(new) => {
             record_head(db, thread, member, &WorkRun::of(&w), (&onto, &new, true), &at_once)
                 .await
-                .map_err(|e| ErrorCode::Internal.error(e))?;
+                .map_err(|e| unrecorded(member, &e))?;
             publish(co, thread, member).await;
             Ok(done(RebaseOutcome::Merged, Some(new), Vec::new(), None))
         }
@@ -152,9 +163,13 @@ pub async fn rebase(
     }
 }
 
-/// kd committed the member's work, and could not record its head.
+/// kd committed the member's work, and could not record its head (a
+/// `kd rebase` once the registry is back records it).
 fn unrecorded(member: &str, why: &str) -> ErrorObjectOwned {
-    ErrorCode::Internal.error(format!("kd committed {member}'s work but could not record its head: {why}"))
+    ErrorCode::Internal.error(format!(
+        "kd committed {member}'s work but could not record its head: {why}. Its commits are on its branch; kd \
+         rebase {member} again once the registry is back records them"
+    ))
 }
 
 /// Tells the thread how the member's work stands now.

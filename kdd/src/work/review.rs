@@ -130,6 +130,9 @@ pub async fn review(
                     ErrorCode::Conflict.error(format!("{member} is still working: review its work once its run ended"))
                 );
             }
+            // Its branch lacks the last run's changes: a review of it
+            // would judge work the member has moved on from.
+            super::settle::refuse_uncommitted(&w, "reviewing", "Nothing was asked")?;
             let d = member_diff(&w, false, PROMPT_DIFF_BYTES as u64 * 4).await?;
             let check = super::check::prompt_text(&w).map(|c| format!("\n\n{c}")).unwrap_or_default();
             let what = format!(

@@ -10,6 +10,7 @@
 use std::sync::Arc;
 
 use kd_proto::types::{Part, PartStatus, Purpose, Style};
+use kd_proto::work::Worktree;
 
 use super::member_diff;
 use super::review::{PROMPT_DIFF_BYTES, diff_text};
@@ -72,8 +73,8 @@ pub async fn drive(co: &Arc<Coord>, x: ExchangeId) -> Result<(), Halt> {
     super::check::settled(&co.council, &thread, super::check::settle_time(&config, &members, tries)).await;
     let trees = db.worktrees_of(thread.clone()).await?;
     let mut parts = Vec::new();
-    // Work kd found tampered with is not put to the vote.
-    for w in trees.iter().filter(|w| w.head != w.base && w.state.takes_work()) {
+    let (offered, left_out) = offered(&trees);
+    for w in offered {
         let d = member_diff(w, false, PROMPT_DIFF_BYTES as u64 * 4)
             .await
             .map_err(|e| Halt::Failed(format!("{}'s diff: {}", w.member, e.message())))?;
@@ -87,7 +88,7 @@ pub async fn drive(co: &Arc<Coord>, x: ExchangeId) -> Result<(), Halt> {
     }
     let correlation = format!("work-vote-{seq}");
     let tally = StepKey { round: ROUND, member: String::new(), purpose: StepPurpose::Tally, cause: 0 };
-    let body = if parts.len() < 2 {
+    let mut body = if parts.len() < 2 {
         format!("No vote over the work: {} of {} members changed anything.", parts.len(), trees.len())
     } else {
         let answered: Vec<&Part> = parts.iter().collect();
@@ -125,6 +126,10 @@ pub async fn drive(co: &Arc<Coord>, x: ExchangeId) -> Result<(), Halt> {
         }
         body
     };
+    for note in left_out {
+        body.push_str("\n\n");
+        body.push_str(&note);
+    }
     let message = kd_message(&t.id, seq, body, &correlation, Purpose::Tally);
     match db.kd_step(x, tally, message, Box::new(|_| vec![])).await? {
         KdStep::Written(_) | KdStep::Already(_) => {}
@@ -133,4 +138,57 @@ pub async fn drive(co: &Arc<Coord>, x: ExchangeId) -> Result<(), Halt> {
     db.until_back(&format!("the end of the vote {x}"), || co.council.agents.is_closed(), |_| db.plan_done(x, None))
         .await?;
     Ok(())
+}
+
+/// The work put to the vote — what a member changed and kd committed —
+/// and a note for each member's work left out because its last run is not
+/// committed (its branch, without that run's changes, is not the work the
+/// member left). Work kd found tampered with is left out unsaid (its run
+/// said it).
+fn offered(trees: &[Worktree]) -> (Vec<&Worktree>, Vec<String>) {
+    let mut notes = Vec::new();
+    let mut offered = Vec::new();
+    for w in trees.iter().filter(|w| w.state.takes_work()) {
+        match &w.uncommitted {
+            Some(why) => notes.push(format!(
+                "{}'s work is not put to the vote: its last run is not committed ({why}), so its branch is not \
+                 what it left in {}. Ask {} again (its next run's end commits it), then `kd diff {}`.",
+                w.member, w.path, w.member, w.member
+            )),
+            None if w.head != w.base => offered.push(w),
+            None => {}
+        }
+    }
+    (offered, notes)
+}
+
+#[cfg(test)]
+mod tests {
+    use kd_proto::work::{WorkState, Worktree};
+
+    use super::offered;
+
+    /// `member`'s worktree, its branch moved on from its base if `changed`.
+    fn tree(member: &str, changed: bool, state: WorkState, uncommitted: Option<&str>) -> Worktree {
+        let base = crate::db::fixtures::worktree(member, 0);
+        let head = if changed { "c".repeat(40) } else { base.base.clone() };
+        Worktree { head, state, uncommitted: uncommitted.map(str::to_string), ..base }
+    }
+
+    #[test]
+    fn work_whose_last_run_is_not_committed_is_left_out_of_the_vote_and_said() {
+        let trees = [
+            tree("alpha", true, WorkState::Done, None),
+            // Committed before, its last run (a fix) not: the branch is stale.
+            tree("beta", true, WorkState::Done, Some("git add timed out")),
+            tree("gamma", false, WorkState::Done, None),
+            tree("delta", true, WorkState::Tampered, None),
+            tree("omega", true, WorkState::Done, None),
+        ];
+        let (shown, notes) = offered(&trees);
+        let names: Vec<&str> = shown.iter().map(|w| w.member.as_str()).collect();
+        assert_eq!(names, ["alpha", "omega"]);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].starts_with("beta's work is not put to the vote") && notes[0].contains("git add timed out"));
+    }
 }
