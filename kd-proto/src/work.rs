@@ -419,7 +419,9 @@ pub struct Rebased {
     pub from: String,
     pub onto: String,
     pub outcome: RebaseOutcome,
-    /// `merged`: the branch's new head.
+    /// `merged`: the branch's new head. `up_to_date`: the branch's head when
+    /// the King's commit became the work's base only now (a merge whose base
+    /// kd could not record, or one the member made).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
     /// `resolving`: the files that conflict.

@@ -167,12 +167,16 @@ async fn a_clean_rebase_merges_at_once_and_an_up_to_date_one_does_nothing() {
 /// A merge kd committed whose new base the registry did not get (the
 /// write failed: `kd committed … but could not record its head`) is
 /// recorded by the next `kd rebase`: the branch holds the King's HEAD
-/// already, so its base becomes that commit. Before, that rebase said
-/// "already up to date" and the work's diff went on counting the King's
-/// commit as the member's.
+/// already, so its base becomes that commit, and the check runs again on
+/// it. Before, that rebase said "already up to date", the work's diff went
+/// on counting the King's commit as the member's, and its check stood as
+/// of the commit before the merge.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_merge_whose_new_base_was_not_recorded_gets_it_from_the_next_rebase() {
     let ws = repo("printf 'new\\n' > b.txt");
+    let agents = json!({ "claude": fake("claude", "claude", &[("FAKE_RUN", "if test -f .git; then printf 'new\\n' > b.txt; fi")]) });
+    let check = json!({"check": ["grep", "-q", "king", "a.txt"]});
+    ws.write_config(&json!({"council": {"members": ["claude"]}, "agents": agents, "work": check}));
     let dir = ws.dir.path();
     let kdd = Kdd::start();
     let w = at_work(&kdd, &ws, "Write b.txt").await;
@@ -180,11 +184,17 @@ async fn a_merge_whose_new_base_was_not_recorded_gets_it_from_the_next_rebase() 
     let out = kd(&kdd, &ws, &["rebase", "claude"]).await;
     assert!(out.stdout.contains("merged into claude's work cleanly"), "{}{}", out.stdout, out.stderr);
     let c = kdd.client().await;
-    let merged = c.work_list(None, Some(w.thread.clone())).await.unwrap().remove(0);
-    // The registry as a failed write of the merge's base leaves it.
-    let (old, thread) = (Val::Text(w.base.clone()), Val::Text(w.thread.clone()));
-    let sql = "UPDATE worktrees SET base = $1, files = 2, added = 2 WHERE thread_id = $2 AND member = 'claude'";
-    assert_eq!(kdd.db.execute(sql, &[old, thread]), 1);
+    let merged = checked(&c, &w.thread, |w| w.head != w.base).await;
+    // The registry as a failed write of the merge's head leaves it: the
+    // base, head and stat of before, the check of the commit before.
+    let (old, head, thread) = (Val::Text(w.base.clone()), Val::Text(w.head.clone()), Val::Text(w.thread.clone()));
+    let sql = "UPDATE worktrees SET base = $1, head = $2, files = 1, added = 1, check_commit = $2, \
+               check_status = 'fail' WHERE thread_id = $3 AND member = 'claude'";
+    assert_eq!(kdd.db.execute(sql, &[old, head, thread]), 1);
+    // Accepting what the registry says is refused: it is not the branch.
+    let out = kd(&kdd, &ws, &["accept", "claude"]).await;
+    assert!(!out.status.success() && out.stderr.contains("not at the commit kd recorded"), "{}", out.stderr);
+    assert!(out.stderr.contains("kd rebase claude"), "{}", out.stderr);
     let out = kd(&kdd, &ws, &["rebase", "claude"]).await;
     assert!(
         out.status.success() && out.stdout.contains("already up to date with main"),
@@ -192,11 +202,91 @@ async fn a_merge_whose_new_base_was_not_recorded_gets_it_from_the_next_rebase() 
         out.stdout,
         out.stderr
     );
-    let after = c.work_list(None, Some(w.thread.clone())).await.unwrap().remove(0);
+    assert!(out.stdout.contains("its base is now main"), "{}", out.stdout);
+    let after = checked(&c, &w.thread, |a| a.check.as_ref().is_some_and(|c| c.commit == merged.head)).await;
     assert_eq!((&after.base, &after.head), (&king, &merged.head), "no new merge, the base recorded: {after:?}");
     assert_eq!((after.files, after.added), (1, 1), "its diff is b.txt alone: {after:?}");
+    assert_eq!(after.check.map(|c| c.status), Some(CheckStatus::Pass), "checked again on the merge");
     let out = kd(&kdd, &ws, &["diff", "claude"]).await;
     assert!(out.stdout.contains("b.txt") && !out.stdout.contains("king"), "{}", out.stdout);
+}
+
+/// The base `kd rebase` records on work already up to date only moves on
+/// along the King's history, by a merge: never back to an older commit of
+/// the King's, nor onto the member's own commits (the King checked its
+/// branch out) — where the work would read as changing nothing, and could
+/// then go with its thread.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rebase_never_moves_the_base_back_nor_onto_the_members_own_commits() {
+    let ws = repo("printf 'new\\n' > b.txt");
+    let dir = ws.dir.path();
+    let first = git(dir, &["rev-parse", "HEAD"]);
+    king_commits(dir, "a.txt", "one\nking\n");
+    let kdd = Kdd::start();
+    let w = at_work(&kdd, &ws, "Write b.txt").await;
+    let c = kdd.client().await;
+    for at in [w.head.as_str(), first.as_str()] {
+        git(dir, &["checkout", "--quiet", "--detach", at]);
+        let out = kd(&kdd, &ws, &["rebase", "claude", "--thread", &w.thread]).await;
+        assert!(
+            out.status.success() && out.stdout.contains("already up to date"),
+            "{at}: {}{}",
+            out.stdout,
+            out.stderr
+        );
+        assert!(!out.stdout.contains("its base is now"), "{at}: {}", out.stdout);
+        let now = c.work_list(None, Some(w.thread.clone())).await.unwrap().remove(0);
+        assert_eq!((&now.base, now.files), (&w.base, 1), "{at}: the base stays: {now:?}");
+    }
+}
+
+/// A member that merges your HEAD into its branch itself, dropping your
+/// change in the merge (`git merge -s ours`), cannot have it accepted
+/// unseen: its diff from its recorded base shows neither your change nor
+/// its dropping, while accepting would fast-forward your branch onto its
+/// tree. `kd accept` refuses until `kd rebase` records your HEAD as its
+/// base, and then `kd diff` shows the change undone. Before, the accept
+/// went through and your commit's change was reverted silently.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_merge_the_member_made_dropping_the_kings_change_is_not_accepted_unseen() {
+    let drops = "if test -f b.txt; then git -c user.name=m -c user.email=m@x merge -q -s ours --no-edit main; \
+                 else printf 'new\\n' > b.txt; fi";
+    let ws = repo(drops);
+    let dir = ws.dir.path();
+    let kdd = Kdd::start();
+    let w = at_work(&kdd, &ws, "Write b.txt").await;
+    let king = king_commits(dir, "a.txt", "one\nking\n");
+    let out = kd(&kdd, &ws, &["ask", "--thread", &w.thread, "--to", "claude", "--rounds", "0", "Go on"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let c = kdd.client().await;
+    let merged = checked(&c, &w.thread, |n| n.head != w.head).await;
+    assert!(is_ancestor(dir, &king, &merged.head), "claude merged the King's HEAD: {merged:?}");
+    let out = kd(&kdd, &ws, &["diff", "claude"]).await;
+    assert!(!out.stdout.contains("king"), "the old base's diff hides it: {}", out.stdout);
+    let out = kd(&kdd, &ws, &["accept", "claude"]).await;
+    assert!(!out.status.success(), "{}", out.stdout);
+    assert!(out.stderr.contains("has merged in") && out.stderr.contains("kd rebase claude"), "{}", out.stderr);
+    assert_eq!(git(dir, &["rev-parse", "HEAD"]), king, "nothing changed");
+    let out = kd(&kdd, &ws, &["rebase", "claude"]).await;
+    assert!(out.stdout.contains("its base is now main"), "{}{}", out.stdout, out.stderr);
+    let out = kd(&kdd, &ws, &["diff", "claude"]).await;
+    assert!(out.stdout.contains("-king") && out.stdout.contains("+two"), "the change undone is shown: {}", out.stdout);
+    let out = kd(&kdd, &ws, &["accept", "claude"]).await;
+    assert!(out.status.success(), "seen, it may be accepted: {}", out.stderr);
+}
+
+/// The member's worktree on `thread` once `ready` holds and no check runs.
+async fn checked(c: &kd_client::Client, thread: &str, ready: impl Fn(&Worktree) -> bool) -> Worktree {
+    kd_tests::within("the work checked", async {
+        loop {
+            let now = c.work_list(None, Some(thread.to_string())).await.unwrap().remove(0);
+            if ready(&now) && now.check.as_ref().is_none_or(|c| c.status != CheckStatus::Running) {
+                return now;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -43,6 +43,9 @@ pub async fn rebase(ctx: &Ctx, a: RebaseArgs) -> anyhow::Result<ExitCode> {
     match r.outcome {
         RebaseOutcome::UpToDate => {
             outln!("{m}'s work is already up to date with {} ({})", r.from, short(&r.onto))?;
+            if r.commit.is_some() {
+                outln!("its base is now {} ({}): kd diff {m} shows what it adds", r.from, short(&r.onto))?;
+            }
             return Ok(ExitCode::SUCCESS);
         }
         RebaseOutcome::Merged => {

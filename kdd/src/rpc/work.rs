@@ -151,9 +151,10 @@ impl WorkApiServer for Rpc {
         validate::search_path(path.as_deref())?;
         let asker = (ext.get::<ClientId>().copied(), path.clone());
         let rebased = work::rebase::rebase(&self.d.coord, &thread, &member, asker).await?;
-        // A merge kd committed (not the member's run) is checked here; a
-        // member's resolving run is checked at its end.
-        if rebased.outcome == RebaseOutcome::Merged && rebased.commit.is_some() {
+        // A merge kd committed (not the member's run), or one whose base kd
+        // recorded only now, is checked here; a member's resolving run is
+        // checked at its end.
+        if rebased.outcome != RebaseOutcome::Resolving && rebased.commit.is_some() {
             self.d.checks.after_change(&thread, &member, path).await;
         }
         Ok(rebased)

@@ -29,6 +29,7 @@ use crate::agent::work::{Committed, at_once, commit, record_head};
 use crate::client::ClientId;
 use crate::coord::Coord;
 use crate::council::send;
+use crate::db::Db;
 use crate::db::messages::NewMessage;
 use crate::git::merge::Merged;
 use crate::git::{self, member};
@@ -126,19 +127,12 @@ pub async fn rebase(
         Committed::Unrecorded { why, .. } => return Err(unrecorded(member, &why)),
     }
     let head = tree.head().await.map_err(git_error)?;
-    if git::git(repo, repo, &["merge-base", "--is-ancestor", &onto, &head], &[], 1024).await.map_err(git_error)?.ok {
-        // The branch holds the King's HEAD already, and the registry's base
-        // may be older: a merge kd committed whose new base it could not
-        // record (`Committed::Unrecorded`), or one the member made. Its
-        // base becomes the King's HEAD, so its diff is what it adds.
-        let w = worktree(db, thread, member).await?;
-        if w.base != onto {
-            record_head(db, thread, member, &WorkRun::of(&w), (&onto, &head, true), &at_once)
-                .await
-                .map_err(|e| ErrorCode::Internal.error(e))?;
+    if git::is_ancestor(repo, &onto, &head).await.map_err(git_error)? {
+        let moved = merged_in(db, thread, member, (&onto, &head)).await?;
+        if moved {
             publish(co, thread, member).await;
         }
-        return Ok(done(RebaseOutcome::UpToDate, None, Vec::new(), None));
+        return Ok(done(RebaseOutcome::UpToDate, moved.then(|| head.clone()), Vec::new(), None));
     }
     let message = format!("Merge {from} ({}) into {}", short(&onto), w.branch);
     match tree.merge(&onto, member, &message).await.map_err(git_error)? {
@@ -163,12 +157,35 @@ pub async fn rebase(
     }
 }
 
+/// The member's branch (at `head`) holds the King's HEAD (`onto`) already;
+/// the registry's base may be older: a merge kd committed whose new base it
+/// could not record (`Committed::Unrecorded`), or one the member made. The
+/// King's HEAD becomes the work's base — so its diff is what it adds to the
+/// King's code — when it came in by a merge after the recorded base: the
+/// base only moves on along the King's history, never back, and never to
+/// a commit of the member's own line (a King who checked out the member's
+/// branch). Whether it was recorded.
+async fn merged_in(db: &Db, thread: &str, member: &str, (onto, head): (&str, &str)) -> Result<bool, ErrorObjectOwned> {
+    let w = worktree(db, thread, member).await?;
+    // A run may have begun since the rebase looked.
+    if w.state != WorkState::Done || w.base == onto || w.head != head {
+        return Ok(false);
+    }
+    if !git::merged_after(Path::new(&w.repo), &w.base, onto, head).await.map_err(git_error)? {
+        return Ok(false);
+    }
+    record_head(db, thread, member, &WorkRun::of(&w), (onto, head, true), &at_once)
+        .await
+        .map_err(|e| unrecorded(member, &e))?;
+    Ok(true)
+}
+
 /// kd committed the member's work, and could not record its head (a
 /// `kd rebase` once the registry is back records it).
 fn unrecorded(member: &str, why: &str) -> ErrorObjectOwned {
     ErrorCode::Internal.error(format!(
-        "kd committed {member}'s work but could not record its head: {why}. Its commits are on its branch; kd \
-         rebase {member} again once the registry is back records them"
+        "kd committed {member}'s work but could not record its head: {why}. Its commits are on its branch: run kd \
+         rebase {member} again once the registry is back to record them"
     ))
 }
 
@@ -353,9 +370,7 @@ async fn settle_after(
     };
     if tree.merging().await.map_err(git_error)?.is_none() {
         let head = tree.head().await.map_err(git_error)?;
-        let repo = Path::new(&w.repo);
-        let args = ["merge-base", "--is-ancestor", onto, &head];
-        let holds = git::git(repo, repo, &args, &[], 1024).await.map_err(git_error)?.ok;
+        let holds = git::is_ancestor(Path::new(&w.repo), onto, &head).await.map_err(git_error)?;
         return Ok(After::Said(if holds {
             resolved(&head)
         } else {

@@ -85,6 +85,7 @@ pub async fn accept(
             ErrorCode::Conflict.error(format!("{member} changed nothing on thread {thread}: nothing to accept"))
         );
     }
+    refuse_unrecorded(repo, &w).await?;
     let dirty = git::dirty(repo).await.map_err(git_error)?;
     if !dirty.is_empty() {
         return Err(ErrorCode::Conflict.error(format!(
@@ -158,10 +159,42 @@ fn list(files: &[String]) -> String {
 pub(super) fn refuse_uncommitted(w: &Worktree, doing: &str, nothing: &str) -> Result<(), ErrorObjectOwned> {
     let Some(why) = &w.uncommitted else { return Ok(()) };
     let (m, t) = (&w.member, &w.thread);
+    let way = match w.state.is_settled() {
+        true => format!("Its work is {}.", w.state.as_str()),
+        false => format!("Ask {m} again (its next run's end commits them), or kd reject {m}."),
+    };
     Err(ErrorCode::Conflict.error(format!(
         "{m}'s last run on thread {t} is not committed ({why}): its changes are in {} only, so {doing} its branch \
-         would leave them out. Ask {m} again (its next run's end commits them), or kd reject {m}. {nothing}",
+         would leave them out. {way} {nothing}",
         w.path
+    )))
+}
+
+/// Refuses work whose diff from its recorded base is not what accepting it
+/// brings: its branch is not at the head kd recorded (a commit kd made and
+/// could not record), or it merged in commits of yours made after that base
+/// (a merge kd committed whose base it could not record, or one the member
+/// made) — the diff from the old base would then hide what the merge
+/// brought, a change of yours dropped in it among them, while accepting
+/// would apply it. `kd rebase` records both.
+async fn refuse_unrecorded(repo: &Path, w: &Worktree) -> Result<(), ErrorObjectOwned> {
+    let (m, t) = (&w.member, &w.thread);
+    let tip = git::commit_of(repo, &format!("refs/heads/{}", w.branch)).await.map_err(git_error)?;
+    let why = if tip.as_deref() != Some(w.head.as_str()) {
+        format!("its branch {} is not at the commit kd recorded for it", w.branch)
+    } else {
+        match git::merge_base(repo, "HEAD", &w.head).await.map_err(git_error)? {
+            Some(met) if git::merged_after(repo, &w.base, &met, &w.head).await.map_err(git_error)? => format!(
+                "its branch has merged in {} of yours, made after its recorded base {}",
+                kd_proto::work::short_commit(&met),
+                kd_proto::work::short_commit(&w.base)
+            ),
+            _ => return Ok(()),
+        }
+    };
+    Err(ErrorCode::Conflict.error(format!(
+        "{m}'s work on thread {t}: {why}, so kd diff does not show what accepting it would change. \
+         `kd rebase {m} --thread {t}` records it; then accept. Nothing was changed"
     )))
 }
 

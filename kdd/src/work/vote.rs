@@ -89,7 +89,14 @@ pub async fn drive(co: &Arc<Coord>, x: ExchangeId) -> Result<(), Halt> {
     let correlation = format!("work-vote-{seq}");
     let tally = StepKey { round: ROUND, member: String::new(), purpose: StepPurpose::Tally, cause: 0 };
     let mut body = if parts.len() < 2 {
-        format!("No vote over the work: {} of {} members changed anything.", parts.len(), trees.len())
+        match left_out.len() {
+            0 => format!("No vote over the work: {} of {} members changed anything.", parts.len(), trees.len()),
+            n => format!(
+                "No vote over the work: {} of {} members' work can be put to it ({n} left out, below).",
+                parts.len(),
+                trees.len()
+            ),
+        }
     } else {
         let answered: Vec<&Part> = parts.iter().collect();
         let launch = Launch {
@@ -151,9 +158,11 @@ fn offered(trees: &[Worktree]) -> (Vec<&Worktree>, Vec<String>) {
     for w in trees.iter().filter(|w| w.state.takes_work()) {
         match &w.uncommitted {
             Some(why) => notes.push(format!(
-                "{}'s work is not put to the vote: its last run is not committed ({why}), so its branch is not \
-                 what it left in {}. Ask {} again (its next run's end commits it), then `kd diff {}`.",
-                w.member, w.path, w.member, w.member
+                "{m}'s work is not put to the vote: its last run is not committed ({why}), so its branch is not \
+                 what it left in {}. Ask {m} again (its next run's end commits it), then `kd diff {m} --thread {}`.",
+                w.path,
+                w.thread,
+                m = w.member
             )),
             None if w.head != w.base => offered.push(w),
             None => {}
