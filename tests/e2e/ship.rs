@@ -211,13 +211,51 @@ async fn a_merge_whose_new_base_was_not_recorded_gets_it_from_the_next_rebase() 
     assert!(out.stdout.contains("b.txt") && !out.stdout.contains("king"), "{}", out.stdout);
 }
 
-/// The base `kd rebase` records on work already up to date only moves on
-/// along the King's history, by a merge: never back to an older commit of
-/// the King's, nor onto the member's own commits (the King checked its
-/// branch out) — where the work would read as changing nothing, and could
-/// then go with its thread.
+/// A member that takes your HEAD into its branch itself and drops your
+/// change — in a merge (`git merge -s ours`), or by resetting its branch
+/// onto yours and undoing it — cannot have that accepted unseen: its diff
+/// from its recorded base shows neither your change nor its undoing, while
+/// accepting would fast-forward your branch onto its tree. `kd accept`
+/// refuses until `kd rebase` records your HEAD as its base, and then `kd
+/// diff` shows the change undone. Before, the accept went through and your
+/// commit's change was reverted silently.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_rebase_never_moves_the_base_back_nor_onto_the_members_own_commits() {
+async fn a_change_of_yours_the_member_dropped_is_not_accepted_unseen() {
+    let drops = [
+        "git -c user.name=m -c user.email=m@x merge -q -s ours --no-edit main",
+        "git reset -q --hard main && printf 'one\\ntwo\\n' > a.txt && printf 'new\\n' > b.txt",
+    ];
+    for drop in drops {
+        let ws = repo(&format!("if test -f b.txt; then {drop}; else printf 'new\\n' > b.txt; fi"));
+        let dir = ws.dir.path();
+        let kdd = Kdd::start();
+        let w = at_work(&kdd, &ws, "Write b.txt").await;
+        let king = king_commits(dir, "a.txt", "one\nking\n");
+        let out = kd(&kdd, &ws, &["ask", "--thread", &w.thread, "--to", "claude", "--rounds", "0", "Go on"]).await;
+        assert!(out.status.success(), "{drop}: {}", out.stderr);
+        let c = kdd.client().await;
+        let took = checked(&c, &w.thread, |n| n.head != w.head).await;
+        assert!(is_ancestor(dir, &king, &took.head), "{drop}: claude took the King's HEAD: {took:?}");
+        let out = kd(&kdd, &ws, &["diff", "claude"]).await;
+        assert!(!out.stdout.contains("king"), "{drop}: the old base's diff hides it: {}", out.stdout);
+        let out = kd(&kdd, &ws, &["accept", "claude"]).await;
+        assert!(!out.status.success(), "{drop}: {}", out.stdout);
+        assert!(out.stderr.contains("meet at") && out.stderr.contains("kd rebase claude"), "{drop}: {}", out.stderr);
+        assert_eq!(git(dir, &["rev-parse", "HEAD"]), king, "{drop}: nothing changed");
+        let out = kd(&kdd, &ws, &["rebase", "claude"]).await;
+        assert!(out.stdout.contains("its base is now main"), "{drop}: {}{}", out.stdout, out.stderr);
+        let out = kd(&kdd, &ws, &["diff", "claude"]).await;
+        assert!(out.stdout.contains("-king") && out.stdout.contains("+two"), "{drop}: shown: {}", out.stdout);
+        let out = kd(&kdd, &ws, &["accept", "claude"]).await;
+        assert!(out.status.success(), "{drop}: seen, it may be accepted: {}", out.stderr);
+    }
+}
+
+/// `kd rebase` records no base while your HEAD is detached: at the
+/// member's own commits, its work would read as changing nothing, and
+/// could go with its thread.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rebase_with_your_head_detached_records_no_base() {
     let ws = repo("printf 'new\\n' > b.txt");
     let dir = ws.dir.path();
     let first = git(dir, &["rev-parse", "HEAD"]);
@@ -240,39 +278,59 @@ async fn a_rebase_never_moves_the_base_back_nor_onto_the_members_own_commits() {
     }
 }
 
-/// A member that merges your HEAD into its branch itself, dropping your
-/// change in the merge (`git merge -s ours`), cannot have it accepted
-/// unseen: its diff from its recorded base shows neither your change nor
-/// its dropping, while accepting would fast-forward your branch onto its
-/// tree. `kd accept` refuses until `kd rebase` records your HEAD as its
-/// base, and then `kd diff` shows the change undone. Before, the accept
-/// went through and your commit's change was reverted silently.
+/// Your branch moved back (a branch at an older commit checked out): the
+/// work's branch brings your later commits back, which its diff from its
+/// recorded base does not show. `kd accept` asks for `kd rebase`, which
+/// records your HEAD as its base, and the diff then shows them.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_merge_the_member_made_dropping_the_kings_change_is_not_accepted_unseen() {
-    let drops = "if test -f b.txt; then git -c user.name=m -c user.email=m@x merge -q -s ours --no-edit main; \
-                 else printf 'new\\n' > b.txt; fi";
-    let ws = repo(drops);
+async fn after_your_branch_moved_back_accept_asks_for_a_rebase_whose_diff_shows_what_it_brings() {
+    let ws = repo("printf 'new\\n' > b.txt");
+    let dir = ws.dir.path();
+    let first = git(dir, &["rev-parse", "HEAD"]);
+    king_commits(dir, "a.txt", "one\nking\n");
+    let kdd = Kdd::start();
+    let w = at_work(&kdd, &ws, "Write b.txt").await;
+    git(dir, &["switch", "--quiet", "-c", "old", &first]);
+    let out = kd(&kdd, &ws, &["accept", "claude"]).await;
+    assert!(!out.status.success() && out.stderr.contains("meet at"), "{}", out.stderr);
+    assert_eq!(git(dir, &["rev-parse", "HEAD"]), first, "nothing changed");
+    let out = kd(&kdd, &ws, &["rebase", "claude"]).await;
+    assert!(out.stdout.contains("its base is now old"), "{}{}", out.stdout, out.stderr);
+    let c = kdd.client().await;
+    let now = c.work_list(None, Some(w.thread.clone())).await.unwrap().remove(0);
+    assert_eq!((&now.base, &now.head), (&first, &w.head), "{now:?}");
+    let out = kd(&kdd, &ws, &["diff", "claude"]).await;
+    assert!(out.stdout.contains("+king") && out.stdout.contains("b.txt"), "{}", out.stdout);
+    let out = kd(&kdd, &ws, &["accept", "claude"]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(std::fs::read_to_string(dir.join("a.txt")).unwrap(), "one\nking\n");
+}
+
+/// You merged some of the member's commits by hand, then it went on: its
+/// diff from its recorded base shows what you have already, and accepting
+/// would bring only the rest. `kd accept` asks for `kd rebase`, which
+/// merges your branch into its and records it as the base: the diff is
+/// then the rest alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn after_you_merged_part_of_the_work_by_hand_a_rebase_shows_the_rest() {
+    let ws = repo("if test -f b.txt; then printf 'more\\n' > c.txt; else printf 'new\\n' > b.txt; fi");
     let dir = ws.dir.path();
     let kdd = Kdd::start();
     let w = at_work(&kdd, &ws, "Write b.txt").await;
-    let king = king_commits(dir, "a.txt", "one\nking\n");
+    git(dir, &["merge", "--quiet", "--no-ff", "--no-edit", &w.branch]);
     let out = kd(&kdd, &ws, &["ask", "--thread", &w.thread, "--to", "claude", "--rounds", "0", "Go on"]).await;
     assert!(out.status.success(), "{}", out.stderr);
     let c = kdd.client().await;
-    let merged = checked(&c, &w.thread, |n| n.head != w.head).await;
-    assert!(is_ancestor(dir, &king, &merged.head), "claude merged the King's HEAD: {merged:?}");
-    let out = kd(&kdd, &ws, &["diff", "claude"]).await;
-    assert!(!out.stdout.contains("king"), "the old base's diff hides it: {}", out.stdout);
+    checked(&c, &w.thread, |n| n.head != w.head).await;
     let out = kd(&kdd, &ws, &["accept", "claude"]).await;
-    assert!(!out.status.success(), "{}", out.stdout);
-    assert!(out.stderr.contains("has merged in") && out.stderr.contains("kd rebase claude"), "{}", out.stderr);
-    assert_eq!(git(dir, &["rev-parse", "HEAD"]), king, "nothing changed");
+    assert!(!out.status.success() && out.stderr.contains("meet at"), "{}", out.stderr);
     let out = kd(&kdd, &ws, &["rebase", "claude"]).await;
-    assert!(out.stdout.contains("its base is now main"), "{}{}", out.stdout, out.stderr);
-    let out = kd(&kdd, &ws, &["diff", "claude"]).await;
-    assert!(out.stdout.contains("-king") && out.stdout.contains("+two"), "the change undone is shown: {}", out.stdout);
+    assert!(out.stdout.contains("merged into claude's work cleanly"), "{}{}", out.stdout, out.stderr);
+    let now = c.work_list(None, Some(w.thread.clone())).await.unwrap().remove(0);
+    assert_eq!((now.files, now.added), (1, 1), "c.txt alone: {now:?}");
     let out = kd(&kdd, &ws, &["accept", "claude"]).await;
-    assert!(out.status.success(), "seen, it may be accepted: {}", out.stderr);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(dir.join("b.txt").exists() && dir.join("c.txt").exists());
 }
 
 /// The member's worktree on `thread` once `ready` holds and no check runs.

@@ -459,22 +459,11 @@ pub async fn is_ancestor(repo: &Path, a: &str, b: &str) -> GitResult<bool> {
     Ok(git(repo, repo, &["merge-base", "--is-ancestor", a, b], &[], OUTPUT).await?.ok)
 }
 
-/// The best common ancestor of `a` and `b`, if they have one.
-pub async fn merge_base(repo: &Path, a: &str, b: &str) -> GitResult<Option<String>> {
-    let out = git(repo, repo, &["merge-base", a, b], &[], OUTPUT).await?;
-    Ok(out.ok.then(|| out.text().trim().to_string()))
-}
-
-/// Whether commit `theirs` came into `head`'s history by a merge after
-/// `base`: it follows `base`, and is not on `head`'s own line from `base`
-/// (its first parents).
-pub async fn merged_after(repo: &Path, base: &str, theirs: &str, head: &str) -> GitResult<bool> {
-    if theirs == base || !is_ancestor(repo, base, theirs).await? || !is_ancestor(repo, theirs, head).await? {
-        return Ok(false);
-    }
-    let range = format!("{base}..{head}");
-    let line = must(repo, repo, &["rev-list", "--first-parent", &range], &[]).await?;
-    Ok(!line.text().lines().any(|c| c == theirs))
+/// The best common ancestors of `a` and `b` (more than one in a
+/// criss-cross history; none for unrelated ones).
+pub async fn merge_bases(repo: &Path, a: &str, b: &str) -> GitResult<Vec<String>> {
+    let out = git(repo, repo, &["merge-base", "--all", a, b], &[], OUTPUT).await?;
+    Ok(if out.ok { out.text().lines().map(str::to_string).collect() } else { Vec::new() })
 }
 
 /// Prunes the records of worktrees whose directories are gone (their

@@ -87,7 +87,9 @@ pub async fn rebase(
         return Err(ErrorCode::Conflict.error(format!("{member}'s worktree {} is gone", w.path)));
     }
     let repo = Path::new(&w.repo);
-    let from = git::branch(repo).await.map_err(git_error)?.unwrap_or_else(|| "HEAD".into());
+    let branch = git::branch(repo).await.map_err(git_error)?;
+    let detached = branch.is_none();
+    let from = branch.unwrap_or_else(|| "HEAD".into());
     let onto = git::head(repo).await.map_err(git_error)?;
     let tree = open(&w).await?;
     let done = |outcome, commit, conflicts, seq| Rebased {
@@ -128,7 +130,7 @@ pub async fn rebase(
     }
     let head = tree.head().await.map_err(git_error)?;
     if git::is_ancestor(repo, &onto, &head).await.map_err(git_error)? {
-        let moved = merged_in(db, thread, member, (&onto, &head)).await?;
+        let moved = merged_in(db, (thread, member), (&onto, &head), detached).await?;
         if moved {
             publish(co, thread, member).await;
         }
@@ -157,21 +159,24 @@ pub async fn rebase(
     }
 }
 
-/// The member's branch (at `head`) holds the King's HEAD (`onto`) already;
-/// the registry's base may be older: a merge kd committed whose new base it
-/// could not record (`Committed::Unrecorded`), or one the member made. The
-/// King's HEAD becomes the work's base — so its diff is what it adds to the
-/// King's code — when it came in by a merge after the recorded base: the
-/// base only moves on along the King's history, never back, and never to
-/// a commit of the member's own line (a King who checked out the member's
-/// branch). Whether it was recorded.
-async fn merged_in(db: &Db, thread: &str, member: &str, (onto, head): (&str, &str)) -> Result<bool, ErrorObjectOwned> {
+/// The member's branch (at `head`) holds the King's HEAD (`onto`) already,
+/// and the registry's base is another commit: a merge kd committed whose
+/// new base it could not record (`Committed::Unrecorded`), one the member
+/// made, or the King's branch moved back or elsewhere. The King's HEAD
+/// becomes the work's base, so that its diff is what `kd accept` would
+/// apply (`settle::accept` refuses work whose base is not where the two
+/// histories meet). Not while the King's HEAD is detached — perhaps at the
+/// member's own commits, which would then read as changing nothing and
+/// could go with the thread. Whether it was recorded.
+async fn merged_in(
+    db: &Db,
+    (thread, member): (&str, &str),
+    (onto, head): (&str, &str),
+    detached: bool,
+) -> Result<bool, ErrorObjectOwned> {
     let w = worktree(db, thread, member).await?;
     // A run may have begun since the rebase looked.
-    if w.state != WorkState::Done || w.base == onto || w.head != head {
-        return Ok(false);
-    }
-    if !git::merged_after(Path::new(&w.repo), &w.base, onto, head).await.map_err(git_error)? {
+    if detached || w.state != WorkState::Done || w.base == onto || w.head != head {
         return Ok(false);
     }
     record_head(db, thread, member, &WorkRun::of(&w), (onto, head, true), &at_once)

@@ -80,12 +80,12 @@ pub async fn accept(
         ErrorCode::Conflict
             .error(format!("{} has no branch checked out (a detached HEAD): check one out first", w.repo))
     })?;
+    refuse_unrecorded(repo, &w).await?;
     if w.head == w.base {
         return Err(
             ErrorCode::Conflict.error(format!("{member} changed nothing on thread {thread}: nothing to accept"))
         );
     }
-    refuse_unrecorded(repo, &w).await?;
     let dirty = git::dirty(repo).await.map_err(git_error)?;
     if !dirty.is_empty() {
         return Err(ErrorCode::Conflict.error(format!(
@@ -160,7 +160,12 @@ pub(super) fn refuse_uncommitted(w: &Worktree, doing: &str, nothing: &str) -> Re
     let Some(why) = &w.uncommitted else { return Ok(()) };
     let (m, t) = (&w.member, &w.thread);
     let way = match w.state.is_settled() {
-        true => format!("Its work is {}.", w.state.as_str()),
+        true => format!(
+            "Its work is {}: commit them in {} yourself, then git merge {} takes it.",
+            w.state.as_str(),
+            w.path,
+            w.branch
+        ),
         false => format!("Ask {m} again (its next run's end commits them), or kd reject {m}."),
     };
     Err(ErrorCode::Conflict.error(format!(
@@ -171,25 +176,31 @@ pub(super) fn refuse_uncommitted(w: &Worktree, doing: &str, nothing: &str) -> Re
 }
 
 /// Refuses work whose diff from its recorded base is not what accepting it
-/// brings: its branch is not at the head kd recorded (a commit kd made and
-/// could not record), or it merged in commits of yours made after that base
-/// (a merge kd committed whose base it could not record, or one the member
-/// made) — the diff from the old base would then hide what the merge
-/// brought, a change of yours dropped in it among them, while accepting
-/// would apply it. `kd rebase` records both.
+/// would apply — a merge applies what the branch changed since it and
+/// the King's branch met: its branch is not at the head kd recorded (a
+/// commit kd made and could not record), or the two histories meet
+/// elsewhere than at that base, or also elsewhere (a criss-cross
+/// history: the King merged some of its commits by hand; the branch took in commits of the
+/// King's — a merge the member made, perhaps dropping a change of the
+/// King's; one kd committed and could not record — or the King's branch
+/// moved back or elsewhere). The diff from the old base would hide what
+/// accepting does. `kd rebase` records both.
 async fn refuse_unrecorded(repo: &Path, w: &Worktree) -> Result<(), ErrorObjectOwned> {
     let (m, t) = (&w.member, &w.thread);
     let tip = git::commit_of(repo, &format!("refs/heads/{}", w.branch)).await.map_err(git_error)?;
     let why = if tip.as_deref() != Some(w.head.as_str()) {
         format!("its branch {} is not at the commit kd recorded for it", w.branch)
     } else {
-        match git::merge_base(repo, "HEAD", &w.head).await.map_err(git_error)? {
-            Some(met) if git::merged_after(repo, &w.base, &met, &w.head).await.map_err(git_error)? => format!(
-                "its branch has merged in {} of yours, made after its recorded base {}",
-                kd_proto::work::short_commit(&met),
+        let met = git::merge_bases(repo, "HEAD", &w.head).await.map_err(git_error)?;
+        match met.iter().find(|m| **m != w.base) {
+            // Unrelated histories: the merge says so.
+            None => return Ok(()),
+            Some(m) => format!(
+                "its branch and yours meet at {}, not at its recorded base {} (one took in commits of the other, \
+                 or your branch moved)",
+                kd_proto::work::short_commit(m),
                 kd_proto::work::short_commit(&w.base)
             ),
-            _ => return Ok(()),
         }
     };
     Err(ErrorCode::Conflict.error(format!(
