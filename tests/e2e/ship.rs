@@ -251,11 +251,11 @@ async fn a_change_of_yours_the_member_dropped_is_not_accepted_unseen() {
     }
 }
 
-/// `kd rebase` records no base while your HEAD is detached: at the
-/// member's own commits, its work would read as changing nothing, and
-/// could go with its thread.
+/// `kd rebase` with your HEAD detached is refused, as `kd accept` is:
+/// perhaps at the member's own commits, there is no branch of yours to
+/// bring its work up to, and its record would read as changing nothing.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_rebase_with_your_head_detached_records_no_base() {
+async fn a_rebase_with_your_head_detached_is_refused_and_records_nothing() {
     let ws = repo("printf 'new\\n' > b.txt");
     let dir = ws.dir.path();
     let first = git(dir, &["rev-parse", "HEAD"]);
@@ -266,16 +266,61 @@ async fn a_rebase_with_your_head_detached_records_no_base() {
     for at in [w.head.as_str(), first.as_str()] {
         git(dir, &["checkout", "--quiet", "--detach", at]);
         let out = kd(&kdd, &ws, &["rebase", "claude", "--thread", &w.thread]).await;
-        assert!(
-            out.status.success() && out.stdout.contains("already up to date"),
-            "{at}: {}{}",
-            out.stdout,
-            out.stderr
-        );
-        assert!(!out.stdout.contains("its base is now"), "{at}: {}", out.stdout);
+        assert!(!out.status.success() && out.stderr.contains("detached HEAD"), "{at}: {}{}", out.stdout, out.stderr);
         let now = c.work_list(None, Some(w.thread.clone())).await.unwrap().remove(0);
-        assert_eq!((&now.base, now.files), (&w.base, 1), "{at}: the base stays: {now:?}");
+        assert_eq!((&now.base, &now.head), (&w.base, &w.head), "{at}: nothing recorded: {now:?}");
     }
+}
+
+/// Work you merged whole by hand (git fast-forwarded your branch onto it)
+/// is accepted as it is: your branch holds it, nothing is applied. And a
+/// branch kd fast-forwarded onto a commit of yours that no branch of yours
+/// holds any more is not taken for work that changed nothing: archiving the
+/// thread keeps it.
+#[tokio::test(flavor = "multi_thread")]
+async fn work_you_merged_by_hand_is_accepted_as_it_is_and_a_branch_only_kd_holds_is_kept() {
+    let ws = repo("printf 'new\\n' >> b.txt");
+    let dir = ws.dir.path();
+    let kdd = Kdd::start();
+    let w = at_work(&kdd, &ws, "Write b.txt").await;
+    git(dir, &["merge", "--quiet", "--ff-only", &w.branch]);
+    let out = kd(&kdd, &ws, &["accept", "claude"]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    assert_eq!(git(dir, &["rev-parse", "HEAD"]), w.head, "nothing applied");
+
+    // Another thread: you build on its work on a branch of your own, kd
+    // rebase fast-forwards its branch there, then you let your branch go.
+    let w = at_work(&kdd, &ws, "Write b.txt again").await;
+    git(dir, &["switch", "--quiet", "-c", "try", &w.head]);
+    king_commits(dir, "a.txt", "one\ntried\n");
+    let out = kd(&kdd, &ws, &["rebase", "claude", "--thread", &w.thread]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    git(dir, &["switch", "--quiet", "main"]);
+    git(dir, &["branch", "--quiet", "-D", "try"]);
+    let out = kd(&kdd, &ws, &["archive", &w.thread]).await;
+    assert!(out.status.success() && out.stdout.contains("kept the work of claude"), "{}{}", out.stdout, out.stderr);
+    assert_ne!(git(dir, &["branch", "--list", &w.branch]), "", "its branch stays");
+}
+
+/// `kd accept` merges the commit kd recorded and showed, never the branch
+/// by its name: a tag (or another ref) of the same name, which git would
+/// take first, is not what is merged.
+#[tokio::test(flavor = "multi_thread")]
+async fn accept_merges_the_commit_kd_showed_not_a_tag_of_the_branchs_name() {
+    let ws = repo("printf 'new\\n' > b.txt");
+    let dir = ws.dir.path();
+    let kdd = Kdd::start();
+    let w = at_work(&kdd, &ws, "Write b.txt").await;
+    // A commit off the branch, tagged with the branch's name.
+    let path = Path::new(&w.path);
+    std::fs::write(path.join("e.txt"), "hidden\n").unwrap();
+    git(path, &["add", "e.txt"]);
+    git(path, &["-c", "user.name=m", "-c", "user.email=m@x", "commit", "--quiet", "-m", "hidden"]);
+    git(path, &["tag", &w.branch]);
+    git(path, &["reset", "--quiet", "--hard", "HEAD~1"]);
+    let out = kd(&kdd, &ws, &["accept", "claude"]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    assert!(dir.join("b.txt").exists() && !dir.join("e.txt").exists(), "the tag's commit is not merged");
 }
 
 /// Your branch moved back (a branch at an older commit checked out): the

@@ -462,8 +462,21 @@ pub async fn is_ancestor(repo: &Path, a: &str, b: &str) -> GitResult<bool> {
 /// The best common ancestors of `a` and `b` (more than one in a
 /// criss-cross history; none for unrelated ones).
 pub async fn merge_bases(repo: &Path, a: &str, b: &str) -> GitResult<Vec<String>> {
-    let out = git(repo, repo, &["merge-base", "--all", a, b], &[], OUTPUT).await?;
-    Ok(if out.ok { out.text().lines().map(str::to_string).collect() } else { Vec::new() })
+    let args = ["merge-base", "--all", a, b];
+    let out = git(repo, repo, &args, &[], OUTPUT).await?;
+    match out.code {
+        Some(0) => Ok(out.text().lines().map(str::to_string).collect()),
+        // No common ancestor.
+        Some(1) if out.stderr.is_empty() => Ok(Vec::new()),
+        _ => Err(failed(&args, &out)),
+    }
+}
+
+/// Whether a branch or tag other than `branch` holds `commit`.
+pub async fn held_elsewhere(repo: &Path, commit: &str, branch: &str) -> GitResult<bool> {
+    let args = ["for-each-ref", "--format=%(refname)", "--contains", commit, "refs/heads", "refs/tags"];
+    let own = format!("refs/heads/{branch}");
+    Ok(must(repo, repo, &args, &[]).await?.text().lines().any(|r| r != own))
 }
 
 /// Prunes the records of worktrees whose directories are gone (their

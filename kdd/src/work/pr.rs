@@ -68,7 +68,9 @@ pub async fn pr(
     // The branch, pushed as it is under its own name (never forced: after
     // kd rebase its history only grew).
     let git_program = remote::find_program("git", path.as_deref()).unwrap_or_else(|| PathBuf::from("git"));
-    let refspec = format!("refs/heads/{0}:refs/heads/{0}", w.branch);
+    // The commit kd recorded (what kd diff showed), not whatever the
+    // branch holds by now.
+    let refspec = format!("{}:refs/heads/{}", w.head, w.branch);
     let pushed = remote::run(&git_program, &["push", "--", name, &refspec], &repo, path.as_deref(), PUSH_TIMEOUT)
         .await
         .map_err(|e| ErrorCode::Conflict.error(format!("git push {name} {}: {e}", w.branch)))?;

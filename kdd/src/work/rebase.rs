@@ -87,9 +87,12 @@ pub async fn rebase(
         return Err(ErrorCode::Conflict.error(format!("{member}'s worktree {} is gone", w.path)));
     }
     let repo = Path::new(&w.repo);
-    let branch = git::branch(repo).await.map_err(git_error)?;
-    let detached = branch.is_none();
-    let from = branch.unwrap_or_else(|| "HEAD".into());
+    // As kd accept: with a detached HEAD, perhaps at the member's own
+    // commits, there is no branch of the King's to bring the work up to.
+    let from = git::branch(repo).await.map_err(git_error)?.ok_or_else(|| {
+        ErrorCode::Conflict
+            .error(format!("{} has no branch checked out (a detached HEAD): check one out first", w.repo))
+    })?;
     let onto = git::head(repo).await.map_err(git_error)?;
     let tree = open(&w).await?;
     let done = |outcome, commit, conflicts, seq| Rebased {
@@ -130,7 +133,7 @@ pub async fn rebase(
     }
     let head = tree.head().await.map_err(git_error)?;
     if git::is_ancestor(repo, &onto, &head).await.map_err(git_error)? {
-        let moved = merged_in(db, (thread, member), (&onto, &head), detached).await?;
+        let moved = merged_in(db, (thread, member), (&onto, &head)).await?;
         if moved {
             publish(co, thread, member).await;
         }
@@ -165,18 +168,17 @@ pub async fn rebase(
 /// made, or the King's branch moved back or elsewhere. The King's HEAD
 /// becomes the work's base, so that its diff is what `kd accept` would
 /// apply (`settle::accept` refuses work whose base is not where the two
-/// histories meet). Not while the King's HEAD is detached — perhaps at the
-/// member's own commits, which would then read as changing nothing and
-/// could go with the thread. Whether it was recorded.
+/// histories meet). Not when the King's HEAD is the branch's head: the
+/// King's branch holds the work already (accepted as it is), and the work
+/// would read as changing nothing. Whether it was recorded.
 async fn merged_in(
     db: &Db,
     (thread, member): (&str, &str),
     (onto, head): (&str, &str),
-    detached: bool,
 ) -> Result<bool, ErrorObjectOwned> {
     let w = worktree(db, thread, member).await?;
     // A run may have begun since the rebase looked.
-    if detached || w.state != WorkState::Done || w.base == onto || w.head != head {
+    if onto == head || w.state != WorkState::Done || w.base == onto || w.head != head {
         return Ok(false);
     }
     record_head(db, thread, member, &WorkRun::of(&w), (onto, head, true), &at_once)

@@ -80,11 +80,16 @@ pub async fn accept(
         ErrorCode::Conflict
             .error(format!("{} has no branch checked out (a detached HEAD): check one out first", w.repo))
     })?;
-    refuse_unrecorded(repo, &w).await?;
+    refuse_moved(repo, &w).await?;
     if w.head == w.base {
         return Err(
             ErrorCode::Conflict.error(format!("{member} changed nothing on thread {thread}: nothing to accept"))
         );
+    }
+    // Your branch holds the work already (merged by hand): nothing to apply.
+    let held = git::is_ancestor(repo, &w.head, "HEAD").await.map_err(git_error)?;
+    if !held {
+        refuse_unmet(repo, &w).await?;
     }
     let dirty = git::dirty(repo).await.map_err(git_error)?;
     if !dirty.is_empty() {
@@ -104,7 +109,9 @@ pub async fn accept(
             list(&in_the_way)
         )));
     }
-    let conflicts = git::merge_conflicts(repo, &w.branch).await.map_err(git_error)?;
+    // The commit checked above, never its branch by name: a tag or ref of
+    // the same name would be merged instead.
+    let conflicts = git::merge_conflicts(repo, &w.head).await.map_err(git_error)?;
     if !conflicts.is_empty() {
         return Err(ErrorCode::Conflict.error(format!(
             "{member}'s work conflicts with {into} in {}: nothing was changed. `kd rebase {member} --thread {thread}` \
@@ -122,7 +129,11 @@ pub async fn accept(
     }
     let title = w.task.lines().next().unwrap_or_default();
     let message = format!("Accept {member}'s work: {title}\n\nkd thread {thread}, branch {}", w.branch);
-    let commit = git::merge(repo, &w.branch, squash, &message).await.map_err(git_error)?;
+    let commit = match held {
+        true => git::head(repo).await,
+        false => git::merge(repo, &w.head, squash, &message).await,
+    }
+    .map_err(git_error)?;
     set_state(db, hub, &w, WorkState::Accepted).await?;
     for o in &others {
         // A member still working keeps working; its work is not superseded
@@ -175,38 +186,45 @@ pub(super) fn refuse_uncommitted(w: &Worktree, doing: &str, nothing: &str) -> Re
     )))
 }
 
-/// Refuses work whose diff from its recorded base is not what accepting it
-/// would apply — a merge applies what the branch changed since it and
-/// the King's branch met: its branch is not at the head kd recorded (a
-/// commit kd made and could not record), or the two histories meet
-/// elsewhere than at that base, or also elsewhere (a criss-cross
-/// history: the King merged some of its commits by hand; the branch took in commits of the
-/// King's — a merge the member made, perhaps dropping a change of the
-/// King's; one kd committed and could not record — or the King's branch
-/// moved back or elsewhere). The diff from the old base would hide what
-/// accepting does. `kd rebase` records both.
-async fn refuse_unrecorded(repo: &Path, w: &Worktree) -> Result<(), ErrorObjectOwned> {
-    let (m, t) = (&w.member, &w.thread);
+/// Refuses work whose branch is not at the head kd recorded (a commit kd
+/// made and could not record): what kd shows of it is not its branch.
+/// `kd rebase` records it.
+async fn refuse_moved(repo: &Path, w: &Worktree) -> Result<(), ErrorObjectOwned> {
     let tip = git::commit_of(repo, &format!("refs/heads/{}", w.branch)).await.map_err(git_error)?;
-    let why = if tip.as_deref() != Some(w.head.as_str()) {
-        format!("its branch {} is not at the commit kd recorded for it", w.branch)
-    } else {
-        let met = git::merge_bases(repo, "HEAD", &w.head).await.map_err(git_error)?;
-        match met.iter().find(|m| **m != w.base) {
-            // Unrelated histories: the merge says so.
-            None => return Ok(()),
-            Some(m) => format!(
-                "its branch and yours meet at {}, not at its recorded base {} (one took in commits of the other, \
-                 or your branch moved)",
-                kd_proto::work::short_commit(m),
-                kd_proto::work::short_commit(&w.base)
-            ),
-        }
-    };
-    Err(ErrorCode::Conflict.error(format!(
+    if tip.as_deref() == Some(w.head.as_str()) {
+        return Ok(());
+    }
+    Err(unseen(w, &format!("its branch {} is not at the commit kd recorded for it", w.branch)))
+}
+
+/// Refuses work whose diff from its recorded base is not what accepting it
+/// would apply — a merge applies what the branch changed since it and the
+/// King's branch met: the two histories meet elsewhere than at that base,
+/// or also elsewhere (the branch took in commits of the King's — a merge
+/// the member made, perhaps dropping a change of the King's; one kd
+/// committed and could not record — the King merged some of its commits
+/// by hand, or the King's branch moved). The diff from the old base would
+/// hide what accepting does. `kd rebase` records where they meet.
+async fn refuse_unmet(repo: &Path, w: &Worktree) -> Result<(), ErrorObjectOwned> {
+    let met = git::merge_bases(repo, "HEAD", &w.head).await.map_err(git_error)?;
+    // None: unrelated histories, which the merge refuses itself.
+    let Some(m) = met.iter().find(|m| **m != w.base) else { return Ok(()) };
+    let why = format!(
+        "its branch and yours meet at {}, not at its recorded base {} (one took in commits of the other, or your \
+         branch moved)",
+        kd_proto::work::short_commit(m),
+        kd_proto::work::short_commit(&w.base)
+    );
+    Err(unseen(w, &why))
+}
+
+/// Accepting `w` would apply what kd diff does not show (`why`).
+fn unseen(w: &Worktree, why: &str) -> ErrorObjectOwned {
+    let (m, t) = (&w.member, &w.thread);
+    ErrorCode::Conflict.error(format!(
         "{m}'s work on thread {t}: {why}, so kd diff does not show what accepting it would change. \
          `kd rebase {m} --thread {t}` records it; then accept. Nothing was changed"
-    )))
+    ))
 }
 
 /// Whether the worktree's work may go without losing anything: settled,
@@ -223,6 +241,11 @@ async fn may_go(w: &Worktree) -> bool {
         return false;
     }
     let repo = Path::new(&w.repo);
+    // Its base may be a commit the branch alone holds (the King fast-forwarded
+    // it, then let his own branch go): the branch stays.
+    if !git::held_elsewhere(repo, &w.base, &w.branch).await.unwrap_or(false) {
+        return false;
+    }
     let dir = Path::new(&w.path);
     if !dir.exists() {
         let tip = git::commit_of(repo, &format!("refs/heads/{}", w.branch)).await;
