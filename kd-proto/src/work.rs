@@ -387,7 +387,8 @@ pub struct Accepted {
     pub member: String,
     /// The King's branch it is merged into.
     pub into: String,
-    /// The merge (or squash) commit; none for a check.
+    /// The merge (or squash) commit; none for a check, or when the King's
+    /// branch held the work already (merged by hand: nothing was merged).
     pub commit: Option<String>,
     pub squash: bool,
     /// Only checked: nothing changed.

@@ -273,33 +273,34 @@ async fn a_rebase_with_your_head_detached_is_refused_and_records_nothing() {
 }
 
 /// Work you merged whole by hand (git fast-forwarded your branch onto it)
-/// is accepted as it is: your branch holds it, nothing is applied. And a
-/// branch kd fast-forwarded onto a commit of yours that no branch of yours
-/// holds any more is not taken for work that changed nothing: archiving the
-/// thread keeps it.
+/// is accepted as it is: your branch holds it, nothing is merged, and kd
+/// says so. With commits of yours on top, `kd rebase` leaves it as it is
+/// (a fast-forward of its branch onto yours would make it read as changing
+/// nothing) and `kd accept` takes it the same way.
 #[tokio::test(flavor = "multi_thread")]
-async fn work_you_merged_by_hand_is_accepted_as_it_is_and_a_branch_only_kd_holds_is_kept() {
+async fn work_you_merged_by_hand_is_accepted_as_it_is() {
     let ws = repo("printf 'new\\n' >> b.txt");
     let dir = ws.dir.path();
     let kdd = Kdd::start();
-    let w = at_work(&kdd, &ws, "Write b.txt").await;
-    git(dir, &["merge", "--quiet", "--ff-only", &w.branch]);
-    let out = kd(&kdd, &ws, &["accept", "claude"]).await;
-    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
-    assert_eq!(git(dir, &["rev-parse", "HEAD"]), w.head, "nothing applied");
-
-    // Another thread: you build on its work on a branch of your own, kd
-    // rebase fast-forwards its branch there, then you let your branch go.
-    let w = at_work(&kdd, &ws, "Write b.txt again").await;
-    git(dir, &["switch", "--quiet", "-c", "try", &w.head]);
-    king_commits(dir, "a.txt", "one\ntried\n");
-    let out = kd(&kdd, &ws, &["rebase", "claude", "--thread", &w.thread]).await;
-    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
-    git(dir, &["switch", "--quiet", "main"]);
-    git(dir, &["branch", "--quiet", "-D", "try"]);
-    let out = kd(&kdd, &ws, &["archive", &w.thread]).await;
-    assert!(out.status.success() && out.stdout.contains("kept the work of claude"), "{}{}", out.stdout, out.stderr);
-    assert_ne!(git(dir, &["branch", "--list", &w.branch]), "", "its branch stays");
+    let c = kdd.client().await;
+    for more in [false, true] {
+        let w = at_work(&kdd, &ws, "Write b.txt").await;
+        git(dir, &["merge", "--quiet", "--ff-only", &w.branch]);
+        let mut king = w.head.clone();
+        if more {
+            king = king_commits(dir, "a.txt", "one\nking\n");
+            let out = kd(&kdd, &ws, &["rebase", "claude", "--thread", &w.thread]).await;
+            assert!(out.status.success() && out.stdout.contains("already up to date"), "{}{}", out.stdout, out.stderr);
+            let now = c.work_list(None, Some(w.thread.clone())).await.unwrap().remove(0);
+            assert_eq!((&now.base, &now.head), (&w.base, &w.head), "nothing recorded: {now:?}");
+        }
+        let out = kd(&kdd, &ws, &["accept", "claude", "--thread", &w.thread]).await;
+        assert!(out.status.success(), "{more}: {}{}", out.stdout, out.stderr);
+        assert!(out.stdout.contains("claude's work is in main already: accepted, nothing merged"), "{}", out.stdout);
+        assert_eq!(git(dir, &["rev-parse", "HEAD"]), king, "{more}: nothing merged");
+        let now = c.work_list(None, Some(w.thread.clone())).await.unwrap().remove(0);
+        assert_eq!(now.state, WorkState::Accepted, "{more}: {now:?}");
+    }
 }
 
 /// `kd accept` merges the commit kd recorded and showed, never the branch

@@ -328,13 +328,17 @@ pub(super) fn on_reply(app: &mut App, reply: Reply) -> Vec<Effect> {
             } else {
                 format!("; superseded: {}", a.superseded.join(", "))
             };
-            app.set_notice(format!(
-                "{}{} {}'s work into {}{commit}{others}",
-                if a.squash { "squashed" } else { "merged" },
-                if a.checked { " (check only)" } else { "" },
-                a.member,
-                kd_client::terminal::safe(&a.into)
-            ));
+            let into = kd_client::terminal::safe(&a.into);
+            if !a.checked && a.commit.is_none() {
+                app.set_notice(format!("{}'s work is in {into} already: accepted{others}", a.member));
+            } else {
+                app.set_notice(format!(
+                    "{}{} {}'s work into {into}{commit}{others}",
+                    if a.squash { "squashed" } else { "merged" },
+                    if a.checked { " (check only)" } else { "" },
+                    a.member,
+                ));
+            }
         }
         Reply::Commented(Ok(c)) => app.set_notice(format!(
             "comment {} on {}'s {} (pending: kd review --send {} sends it)",

@@ -468,6 +468,8 @@ pub async fn accept(ctx: &Ctx, a: AcceptArgs) -> anyhow::Result<ExitCode> {
     let done = client.work_accept(thread, a.member, Some(a.squash), Some(a.check)).await.map_err(ClientError::from)?;
     if done.checked {
         outln!("{}'s work merges cleanly into {}", done.member, done.into)?;
+    } else if done.commit.is_none() {
+        outln!("{}'s work is in {} already: accepted, nothing merged", done.member, done.into)?;
     } else {
         let how = if done.squash { "squashed into" } else { "merged into" };
         outln!("{}'s work {how} {} ({})", done.member, done.into, short(done.commit.as_deref().unwrap_or_default()))?;

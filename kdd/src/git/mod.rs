@@ -413,7 +413,7 @@ pub async fn merge(repo: &Path, branch: &str, squash: bool, message: &str) -> Gi
             return Err(failed(&commit, &out));
         }
     } else {
-        let args = ["merge", "--no-ff", "--quiet", "-m", message, branch];
+        let args = ["merge", "--no-ff", "--no-log", "--quiet", "-m", message, branch];
         let out = git(repo, repo, &args, &[], OUTPUT).await?;
         if !out.ok {
             let _ = git(repo, repo, &["merge", "--abort"], &[], OUTPUT).await;
@@ -470,13 +470,6 @@ pub async fn merge_bases(repo: &Path, a: &str, b: &str) -> GitResult<Vec<String>
         Some(1) if out.stderr.is_empty() => Ok(Vec::new()),
         _ => Err(failed(&args, &out)),
     }
-}
-
-/// Whether a branch or tag other than `branch` holds `commit`.
-pub async fn held_elsewhere(repo: &Path, commit: &str, branch: &str) -> GitResult<bool> {
-    let args = ["for-each-ref", "--format=%(refname)", "--contains", commit, "refs/heads", "refs/tags"];
-    let own = format!("refs/heads/{branch}");
-    Ok(must(repo, repo, &args, &[]).await?.text().lines().any(|r| r != own))
 }
 
 /// Prunes the records of worktrees whose directories are gone (their

@@ -132,6 +132,12 @@ pub async fn rebase(
         Committed::Unrecorded { why, .. } => return Err(unrecorded(member, &why)),
     }
     let head = tree.head().await.map_err(git_error)?;
+    // Your branch holds the work already (merged by hand): kd accept takes
+    // it as it is; a fast-forward here would make it read as changing
+    // nothing.
+    if head != w.base && git::is_ancestor(repo, &head, &onto).await.map_err(git_error)? {
+        return Ok(done(RebaseOutcome::UpToDate, None, Vec::new(), None));
+    }
     if git::is_ancestor(repo, &onto, &head).await.map_err(git_error)? {
         let moved = merged_in(db, (thread, member), (&onto, &head)).await?;
         if moved {

@@ -86,8 +86,10 @@ pub async fn accept(
             ErrorCode::Conflict.error(format!("{member} changed nothing on thread {thread}: nothing to accept"))
         );
     }
-    // Your branch holds the work already (merged by hand): nothing to apply.
-    let held = git::is_ancestor(repo, &w.head, "HEAD").await.map_err(git_error)?;
+    // Your branch holds the work already (merged by hand): nothing to
+    // apply — work past its base only (a head moved back is not work).
+    let held = git::is_ancestor(repo, &w.base, &w.head).await.map_err(git_error)?
+        && git::is_ancestor(repo, &w.head, "HEAD").await.map_err(git_error)?;
     if !held {
         refuse_unmet(repo, &w).await?;
     }
@@ -129,11 +131,11 @@ pub async fn accept(
     }
     let title = w.task.lines().next().unwrap_or_default();
     let message = format!("Accept {member}'s work: {title}\n\nkd thread {thread}, branch {}", w.branch);
+    // None: your branch held it already, nothing was merged.
     let commit = match held {
-        true => git::head(repo).await,
-        false => git::merge(repo, &w.head, squash, &message).await,
-    }
-    .map_err(git_error)?;
+        true => None,
+        false => Some(git::merge(repo, &w.head, squash, &message).await.map_err(git_error)?),
+    };
     set_state(db, hub, &w, WorkState::Accepted).await?;
     for o in &others {
         // A member still working keeps working; its work is not superseded
@@ -142,7 +144,7 @@ pub async fn accept(
             set_state(db, hub, o, WorkState::Superseded).await?;
         }
     }
-    Ok(Accepted { member: member.into(), into, commit: Some(commit), squash, checked: false, superseded })
+    Ok(Accepted { member: member.into(), into, commit, squash, checked: false, superseded })
 }
 
 /// `work.reject`: the member's work is turned down (its branch stays
@@ -241,11 +243,6 @@ async fn may_go(w: &Worktree) -> bool {
         return false;
     }
     let repo = Path::new(&w.repo);
-    // Its base may be a commit the branch alone holds (the King fast-forwarded
-    // it, then let his own branch go): the branch stays.
-    if !git::held_elsewhere(repo, &w.base, &w.branch).await.unwrap_or(false) {
-        return false;
-    }
     let dir = Path::new(&w.path);
     if !dir.exists() {
         let tip = git::commit_of(repo, &format!("refs/heads/{}", w.branch)).await;

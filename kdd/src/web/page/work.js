@@ -122,9 +122,10 @@ class Member {
       () => this.loadComments()));
     send.disabled = pending === 0;
     if (this.tree.state !== 'tampered') {
-      b('Accept', 'accept', () => this.act('work.accept', {}, (r) => `accepted into ${r.into} as ${short(r.commit)}`));
-      b('Squash', 'squash', () => this.act('work.accept', { squash: true },
-        (r) => `squashed into ${r.into} as ${short(r.commit)}`));
+      // No commit: the King's branch held the work already.
+      const taken = (how, r) => (r.commit ? `${how} into ${r.into} as ${short(r.commit)}` : `in ${r.into} already: accepted`);
+      b('Accept', 'accept', () => this.act('work.accept', {}, (r) => taken('accepted', r)));
+      b('Squash', 'squash', () => this.act('work.accept', { squash: true }, (r) => taken('squashed', r)));
       b('Accept as PR', 'accept-pr', () => this.act('work.pr', { accept: true }, (r) => this.pr(r)));
       b('PR', 'pr', () => this.act('work.pr', {}, (r) => this.pr(r)));
       b('Rebase', 'rebase', () => this.act('work.rebase', {}, (r) => ({
