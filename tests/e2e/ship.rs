@@ -256,12 +256,8 @@ async fn a_change_of_yours_the_member_dropped_is_not_accepted_unseen() {
 /// bring its work up to, and its record would read as changing nothing.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_rebase_with_your_head_detached_is_refused_and_records_nothing() {
-    let ws = repo("printf 'new\\n' > b.txt");
+    let (ws, kdd, first, w) = begun_after_a_commit_of_yours().await;
     let dir = ws.dir.path();
-    let first = git(dir, &["rev-parse", "HEAD"]);
-    king_commits(dir, "a.txt", "one\nking\n");
-    let kdd = Kdd::start();
-    let w = at_work(&kdd, &ws, "Write b.txt").await;
     let c = kdd.client().await;
     for at in [w.head.as_str(), first.as_str()] {
         git(dir, &["checkout", "--quiet", "--detach", at]);
@@ -330,12 +326,8 @@ async fn accept_merges_the_commit_kd_showed_not_a_tag_of_the_branchs_name() {
 /// records your HEAD as its base, and the diff then shows them.
 #[tokio::test(flavor = "multi_thread")]
 async fn after_your_branch_moved_back_accept_asks_for_a_rebase_whose_diff_shows_what_it_brings() {
-    let ws = repo("printf 'new\\n' > b.txt");
+    let (ws, kdd, first, w) = begun_after_a_commit_of_yours().await;
     let dir = ws.dir.path();
-    let first = git(dir, &["rev-parse", "HEAD"]);
-    king_commits(dir, "a.txt", "one\nking\n");
-    let kdd = Kdd::start();
-    let w = at_work(&kdd, &ws, "Write b.txt").await;
     git(dir, &["switch", "--quiet", "-c", "old", &first]);
     let out = kd(&kdd, &ws, &["accept", "claude"]).await;
     assert!(!out.status.success() && out.stderr.contains("meet at"), "{}", out.stderr);
@@ -377,6 +369,17 @@ async fn after_you_merged_part_of_the_work_by_hand_a_rebase_shows_the_rest() {
     let out = kd(&kdd, &ws, &["accept", "claude"]).await;
     assert!(out.status.success(), "{}", out.stderr);
     assert!(dir.join("b.txt").exists() && dir.join("c.txt").exists());
+}
+
+/// claude's work (b.txt) begun after a commit of yours (a.txt); your first
+/// commit.
+async fn begun_after_a_commit_of_yours() -> (Workspace, Kdd, String, Worktree) {
+    let ws = repo("printf 'new\\n' > b.txt");
+    let first = git(ws.dir.path(), &["rev-parse", "HEAD"]);
+    king_commits(ws.dir.path(), "a.txt", "one\nking\n");
+    let kdd = Kdd::start();
+    let w = at_work(&kdd, &ws, "Write b.txt").await;
+    (ws, kdd, first, w)
 }
 
 /// The member's worktree on `thread` once `ready` holds and no check runs.
