@@ -416,7 +416,9 @@ pub enum RebaseOutcome {
 pub struct Rebased {
     pub member: String,
     pub branch: String,
-    /// The King's branch, and the commit of it merged in.
+    /// The King's branch, and the commit of it merged in. A merge a
+    /// restart cut short, concluded with the King's HEAD detached, is
+    /// named by its commit (`from` is the commit's short form).
     pub from: String,
     pub onto: String,
     pub outcome: RebaseOutcome,
@@ -431,6 +433,15 @@ pub struct Rebased {
     /// `resolving`: the King's message asking the member to resolve them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seq: Option<u64>,
+}
+
+impl Rebased {
+    /// What was merged in, as the King reads it: `main (1a2b3c4d5e6f)`, or
+    /// the commit alone when it is named by its commit (`from`).
+    pub fn merged_in(&self) -> String {
+        let commit = short_commit(&self.onto);
+        if self.from == commit { commit.to_string() } else { format!("{} ({commit})", self.from) }
+    }
 }
 
 /// What `work.pr` did.

@@ -62,14 +62,22 @@ fn is_ancestor(dir: &Path, a: &str, b: &str) -> bool {
 const RESOLVES: &str = "if grep -q '^<<<<<<<' a.txt; then printf 'one\\nking and claude\\n' > a.txt; \
                         else printf 'one\\nclaude\\n' > a.txt; fi";
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_conflict_on_both_sides_is_resolved_by_the_member_and_then_accepted_with_every_commit_kept() {
+/// claude's work on line two of a.txt ([`RESOLVES`]), then a commit of
+/// yours changing the same line: the two conflict. The workspace, kdd,
+/// the work and your commit.
+async fn both_change_line_two() -> (Workspace, Kdd, Worktree, String) {
     let ws = repo(RESOLVES);
-    let dir = ws.dir.path();
     let kdd = Kdd::start();
     let w = at_work(&kdd, &ws, "Change line two").await;
+    let king = king_commits(ws.dir.path(), "a.txt", "one\nking\n");
+    (ws, kdd, w, king)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_conflict_on_both_sides_is_resolved_by_the_member_and_then_accepted_with_every_commit_kept() {
+    let (ws, kdd, w, king) = both_change_line_two().await;
+    let dir = ws.dir.path();
     let member_commit = w.head.clone();
-    let king = king_commits(dir, "a.txt", "one\nking\n");
 
     // kd accept is refused, naming the way on.
     let refused = kd(&kdd, &ws, &["accept", "claude"]).await;
@@ -118,11 +126,16 @@ async fn markers_left_are_never_committed_the_member_is_told_again_then_the_merg
     let dir = ws.dir.path();
     let kdd = Kdd::start();
     let w = at_work(&kdd, &ws, "Change line two").await;
-    king_commits(dir, "a.txt", "one\nking\n");
+    let king = king_commits(dir, "a.txt", "one\nking\n");
     let out = kd(&kdd, &ws, &["rebase", "claude"]).await;
     assert!(!out.status.success(), "{}{}", out.stdout, out.stderr);
     assert!(out.stdout.contains("conflict markers remain in a.txt after 2 tries"), "{}", out.stdout);
     assert!(out.stdout.contains("kd undid the merge"), "{}", out.stdout);
+    // The git command it names merges your branch, even where a member
+    // made a tag of its name (a tag wins over a branch by name).
+    git(dir, &["tag", "main", &w.head]);
+    let advised = out.stdout.split("(git merge ").nth(1).and_then(|s| s.split(')').next()).expect("a git merge");
+    assert_eq!(git(Path::new(&w.path), &["rev-parse", advised]), king, "{}", out.stdout);
     // Its branch is as it was, its worktree clean, nothing with markers
     // committed; the member was told again once.
     let path = Path::new(&w.path);
@@ -266,6 +279,36 @@ async fn a_rebase_with_your_head_detached_is_refused_and_records_nothing() {
         let now = c.work_list(None, Some(w.thread.clone())).await.unwrap().remove(0);
         assert_eq!((&now.base, &now.head), (&w.base, &w.head), "{at}: nothing recorded: {now:?}");
     }
+}
+
+/// A merge of `kd rebase`'s that a restart cut short (its markers
+/// resolved, not committed) is concluded by the next `kd rebase` with your
+/// HEAD detached too: concluding it needs nothing of yours.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_merge_a_restart_cut_short_is_concluded_with_your_head_detached() {
+    let (ws, kdd, w, king) = both_change_line_two().await;
+    let dir = ws.dir.path();
+    // The merge as kd rebase leaves it for the member, its markers then
+    // resolved by the member's run, which a restart of kdd cut short.
+    let path = Path::new(&w.path);
+    let merge = std::process::Command::new("git")
+        .arg("-C")
+        .arg(path)
+        .args(["-c", "user.name=kd", "-c", "user.email=kd@localhost", "merge", "--no-ff", "--no-commit", &king])
+        .output()
+        .unwrap();
+    assert!(!merge.status.success(), "a conflict: {}", String::from_utf8_lossy(&merge.stdout));
+    std::fs::write(path.join("a.txt"), "one\nking and claude\n").unwrap();
+    git(dir, &["checkout", "--quiet", "--detach"]);
+    let out = kd(&kdd, &ws, &["rebase", "claude", "--thread", &w.thread]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    let said = format!("{} merged into claude's work cleanly", &king[..12]);
+    assert!(out.stdout.starts_with(&said), "{}", out.stdout);
+    assert_eq!(git(path, &["log", "-1", "--format=%P"]), format!("{} {king}", w.head), "the merge concluded");
+    assert_eq!(git(path, &["status", "--porcelain"]), "");
+    let c = kdd.client().await;
+    let now = c.work_list(None, Some(w.thread.clone())).await.unwrap().remove(0);
+    assert_eq!(now.base, king, "its base is your commit merged in: {now:?}");
 }
 
 /// Work you merged whole by hand (git fast-forwarded your branch onto it)

@@ -159,6 +159,12 @@ async fn accept_merges_into_the_kings_branch_and_supersedes_the_rest() {
     assert!(!other.status.success(), "{}", other.stdout);
     assert!(other.stderr.contains("was superseded when another member's was accepted"), "{}", other.stderr);
     assert_eq!(git(ws.dir.path(), &["rev-parse", "HEAD"]), head, "nothing changed");
+    // The git command it names takes codex's branch, even where a member
+    // made a tag of the branch's name (a tag wins over a branch by name).
+    let codex = tree_of(&trees, "codex");
+    git(Path::new(&codex.path), &["tag", &codex.branch, &head]);
+    let advised = other.stderr.split("git merge ").nth(1).and_then(|s| s.split(' ').next()).expect("a git merge");
+    assert_eq!(git(ws.dir.path(), &["rev-parse", advised]), codex.head, "{}", other.stderr);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -101,17 +101,15 @@ impl App {
     pub fn on_rebased(&mut self, r: &Rebased) {
         let m = &r.member;
         let notice = match r.outcome {
-            RebaseOutcome::UpToDate => format!("{m}'s work is already up to date with {} ({})", r.from, short(&r.onto)),
+            RebaseOutcome::UpToDate => format!("{m}'s work is already up to date with {}", r.merged_in()),
             RebaseOutcome::Merged => format!(
-                "{} ({}) merged into {m}'s work cleanly ({}): /accept {m} merges it",
-                r.from,
-                short(&r.onto),
+                "{} merged into {m}'s work cleanly ({}): /accept {m} merges it",
+                r.merged_in(),
                 short(r.commit.as_deref().unwrap_or_default())
             ),
             RebaseOutcome::Resolving => format!(
-                "{} ({}) conflicts with {m}'s work in {}: {m} is asked to resolve the conflicts in its worktree",
-                r.from,
-                short(&r.onto),
+                "{} conflicts with {m}'s work in {}: {m} is asked to resolve the conflicts in its worktree",
+                r.merged_in(),
                 r.conflicts.join(", ")
             ),
         };

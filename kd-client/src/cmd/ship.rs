@@ -42,17 +42,16 @@ pub async fn rebase(ctx: &Ctx, a: RebaseArgs) -> anyhow::Result<ExitCode> {
     let m = &r.member;
     match r.outcome {
         RebaseOutcome::UpToDate => {
-            outln!("{m}'s work is already up to date with {} ({})", r.from, short(&r.onto))?;
+            outln!("{m}'s work is already up to date with {}", r.merged_in())?;
             if r.commit.is_some() {
-                outln!("its base is now {} ({}): kd diff {m} shows what it adds", r.from, short(&r.onto))?;
+                outln!("its base is now {}: kd diff {m} shows what it adds", r.merged_in())?;
             }
             return Ok(ExitCode::SUCCESS);
         }
         RebaseOutcome::Merged => {
             outln!(
-                "{} ({}) merged into {m}'s work cleanly ({}): kd accept {m} merges it",
-                r.from,
-                short(&r.onto),
+                "{} merged into {m}'s work cleanly ({}): kd accept {m} merges it",
+                r.merged_in(),
                 short(r.commit.as_deref().unwrap_or_default())
             )?;
             return Ok(ExitCode::SUCCESS);
@@ -60,9 +59,8 @@ pub async fn rebase(ctx: &Ctx, a: RebaseArgs) -> anyhow::Result<ExitCode> {
         RebaseOutcome::Resolving => {}
     }
     errln!(
-        "kd: {} ({}) conflicts with {m}'s work in {}: {m} is asked to resolve the conflicts in its worktree",
-        r.from,
-        short(&r.onto),
+        "kd: {} conflicts with {m}'s work in {}: {m} is asked to resolve the conflicts in its worktree",
+        r.merged_in(),
         safe(&r.conflicts.join(", "))
     );
     let Some(seq) = r.seq else { return Ok(ExitCode::FAILURE) };

@@ -87,19 +87,13 @@ pub async fn rebase(
         return Err(ErrorCode::Conflict.error(format!("{member}'s worktree {} is gone", w.path)));
     }
     let repo = Path::new(&w.repo);
-    // As kd accept: with a detached HEAD, perhaps at the member's own
-    // commits, there is no branch of the King's to bring the work up to.
-    let from = git::branch(repo).await.map_err(git_error)?.ok_or_else(|| {
-        ErrorCode::Conflict
-            .error(format!("{} has no branch checked out (a detached HEAD): check one out first", w.repo))
-    })?;
-    let onto = git::head(repo).await.map_err(git_error)?;
+    let branch = git::branch(repo).await.map_err(git_error)?;
     let tree = open(&w).await?;
-    let done = |outcome, commit, conflicts, seq| Rebased {
+    let outcome = |(from, onto): (&str, &str), outcome, commit, conflicts, seq| Rebased {
         member: member.into(),
         branch: w.branch.clone(),
-        from: from.clone(),
-        onto: onto.clone(),
+        from: from.into(),
+        onto: onto.into(),
         outcome,
         commit,
         conflicts,
@@ -107,17 +101,27 @@ pub async fn rebase(
     };
 
     // A merge a restart cut: concluded if its markers are gone, else the
-    // member is asked again.
+    // member is asked again. Neither needs the King's HEAD (detached, it
+    // is named by the commit being merged).
     if let Some(theirs) = tree.merging().await.map_err(git_error)? {
+        let from = branch.unwrap_or_else(|| short(&theirs).to_string());
         let left = tree.unresolved().await.map_err(git_error)?;
         if left.is_empty() {
             let head = conclude(co, &w).await?;
-            let onto = theirs.clone();
-            return Ok(Rebased { onto, ..done(RebaseOutcome::Merged, Some(head), Vec::new(), None) });
+            return Ok(outcome((&from, &theirs), RebaseOutcome::Merged, Some(head), Vec::new(), None));
         }
         let seq = ask(co, &w, (&from, &theirs), &left, (client, path)).await?;
-        return Ok(Rebased { onto: theirs, ..done(RebaseOutcome::Resolving, None, left, Some(seq)) });
+        return Ok(outcome((&from, &theirs), RebaseOutcome::Resolving, None, left, Some(seq)));
     }
+
+    // As kd accept: with a detached HEAD, perhaps at the member's own
+    // commits, there is no branch of the King's to bring the work up to.
+    let from = branch.ok_or_else(|| {
+        ErrorCode::Conflict
+            .error(format!("{} has no branch checked out (a detached HEAD): check one out first", w.repo))
+    })?;
+    let onto = git::head(repo).await.map_err(git_error)?;
+    let done = |o, commit, conflicts, seq| outcome((&from, &onto), o, commit, conflicts, seq);
 
     // What the member left uncommitted is committed before anything else.
     let message = format!("{} (before bringing it up to date)", w.task);
@@ -404,7 +408,7 @@ async fn settle_after(
     let why = if attempt < TRIES { " (its run was stopped)".to_string() } else { format!(" after {attempt} tries") };
     Ok(After::Said(format!(
         "{member}'s work was not brought up to date: conflict markers remain in {}{why}. kd undid the merge: {} is \
-         as it was, every commit of {member}'s kept. Merge {from} into it yourself in {} (git merge {from}), or kd \
+         as it was, every commit of {member}'s kept. Merge {from} into it yourself in {} (git merge {onto}), or kd \
          reject {member}.",
         left.join(", "),
         w.branch,

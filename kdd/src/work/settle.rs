@@ -60,7 +60,7 @@ pub async fn accept(
         WorkState::Superseded => {
             return Err(ErrorCode::Conflict.error(format!(
                 "{member}'s work on thread {thread} was superseded when another member's was accepted: \
-                 nothing was changed (git merge {} takes it anyway)",
+                 nothing was changed (git merge refs/heads/{} takes it anyway)",
                 w.branch
             )));
         }
@@ -174,7 +174,7 @@ pub(super) fn refuse_uncommitted(w: &Worktree, doing: &str, nothing: &str) -> Re
     let (m, t) = (&w.member, &w.thread);
     let way = match w.state.is_settled() {
         true => format!(
-            "Its work is {}: commit them in {} yourself, then git merge {} takes it.",
+            "Its work is {}: commit them in {} yourself, then git merge refs/heads/{} takes it.",
             w.state.as_str(),
             w.path,
             w.branch
@@ -346,4 +346,23 @@ pub async fn check_delete(db: &Db, thread: &str) -> Result<(), ErrorObjectOwned>
          --force to discard it",
         unsettled.join(", ")
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use kd_proto::work::{WorkState, Worktree};
+
+    use super::refuse_uncommitted;
+
+    /// Settled work whose last run is not committed: the git command the
+    /// refusal names takes its branch by its full name, which a member's
+    /// tag of the same name cannot shadow.
+    #[test]
+    fn the_way_out_for_settled_uncommitted_work_names_the_branch_in_full() {
+        let w = crate::db::fixtures::worktree("claude", 0);
+        let w = Worktree { state: WorkState::Rejected, uncommitted: Some("git add timed out".into()), ..w };
+        let refused = refuse_uncommitted(&w, "reviewing", "Nothing was asked").unwrap_err();
+        let way = format!("git merge refs/heads/{} takes it", w.branch);
+        assert!(refused.message().contains(&way), "{}", refused.message());
+    }
 }

@@ -130,7 +130,8 @@ class Member {
       b('PR', 'pr', () => this.act('work.pr', {}, (r) => this.pr(r)));
       b('Rebase', 'rebase', () => this.act('work.rebase', {}, (r) => ({
         up_to_date: `${this.name}'s branch already holds ${r.from}`,
-        merged: `merged ${r.from} (${short(r.onto)}) into ${r.branch}: ${short(r.commit)}`,
+        // A merge concluded with your HEAD detached is named by its commit.
+        merged: `merged ${r.from === short(r.onto) ? r.from : `${r.from} (${short(r.onto)})`} into ${r.branch}: ${short(r.commit)}`,
         resolving: `${r.from} conflicts in ${r.conflicts.join(', ')}: ${this.name} resolves them`,
       })[r.outcome] || r.outcome));
       b('Check again', 'check-again', () => this.act('work.check', {}, () => 'checking again'));
