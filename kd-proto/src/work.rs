@@ -439,9 +439,15 @@ impl Rebased {
     /// What was merged in, as the King reads it: `main (1a2b3c4d5e6f)`, or
     /// the commit alone when it is named by its commit (`from`).
     pub fn merged_in(&self) -> String {
-        let commit = short_commit(&self.onto);
-        if self.from == commit { commit.to_string() } else { format!("{} ({commit})", self.from) }
+        named_commit(&self.from, &self.onto)
     }
+}
+
+/// `main (1a2b3c4d5e6f)`: a branch and its commit; the commit alone when
+/// `name` is its short form (a detached HEAD is named so).
+pub fn named_commit(name: &str, commit: &str) -> String {
+    let short = short_commit(commit);
+    if name == short { short.to_string() } else { format!("{name} ({short})") }
 }
 
 /// What `work.pr` did.
@@ -586,4 +592,16 @@ pub trait WorkApi {
     /// Marks a comment resolved.
     #[method(name = "work.resolve_comment", param_kind = map)]
     async fn work_resolve_comment(&self, id: String) -> RpcResult<crate::comment::Comment>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::named_commit;
+
+    #[test]
+    fn a_commit_is_named_by_its_branch_or_alone_when_it_has_none() {
+        let commit = "1a2b3c4d5e6f7a8b9c0d1a2b3c4d5e6f7a8b9c0d";
+        assert_eq!(named_commit("main", commit), "main (1a2b3c4d5e6f)");
+        assert_eq!(named_commit("1a2b3c4d5e6f", commit), "1a2b3c4d5e6f");
+    }
 }

@@ -121,8 +121,10 @@ async fn a_conflict_on_both_sides_is_resolved_by_the_member_and_then_accepted_wi
 
 #[tokio::test(flavor = "multi_thread")]
 async fn markers_left_are_never_committed_the_member_is_told_again_then_the_merge_is_undone() {
-    // claude changes line two on its first run, and never resolves.
-    let ws = repo("grep -q '^<<<<<<<' a.txt || printf 'one\\nclaude\\n' > a.txt");
+    // claude changes line two on its first run, and never resolves: it
+    // notes something instead.
+    let ws =
+        repo("if grep -q '^<<<<<<<' a.txt; then echo tried >> notes.txt; else printf 'one\\nclaude\\n' > a.txt; fi");
     let dir = ws.dir.path();
     let kdd = Kdd::start();
     let w = at_work(&kdd, &ws, "Change line two").await;
@@ -131,25 +133,40 @@ async fn markers_left_are_never_committed_the_member_is_told_again_then_the_merg
     assert!(!out.status.success(), "{}{}", out.stdout, out.stderr);
     assert!(out.stdout.contains("conflict markers remain in a.txt after 2 tries"), "{}", out.stdout);
     assert!(out.stdout.contains("kd undid the merge"), "{}", out.stdout);
-    // The git command it names merges your branch, even where a member
-    // made a tag of its name (a tag wins over a branch by name).
-    git(dir, &["tag", "main", &w.head]);
-    let advised = out.stdout.split("(git merge ").nth(1).and_then(|s| s.split(')').next()).expect("a git merge");
-    assert_eq!(git(Path::new(&w.path), &["rev-parse", advised]), king, "{}", out.stdout);
-    // Its branch is as it was, its worktree clean, nothing with markers
-    // committed; the member was told again once.
+    // The way it names is in your tree (the member's worktree's .git is the
+    // member's to change), by the branch's full name: a member's tag of
+    // its name would win over it by name.
+    assert!(out.stdout.contains(&format!("yourself in {} (git merge", w.repo)), "{}", out.stdout);
+    let advised = out.stdout.split("(git merge ").nth(1).and_then(|s| s.split(',').next()).expect("a git merge");
+    git(dir, &["tag", &w.branch, &king]);
+    assert_eq!(git(dir, &["rev-parse", advised]), git(Path::new(&w.path), &["rev-parse", "HEAD"]), "{}", out.stdout);
+    // Its branch is as it was, nothing with markers committed; what its
+    // runs wrote besides is committed on top, its worktree clean; the
+    // member was told again once.
     let path = Path::new(&w.path);
-    assert_eq!(git(path, &["rev-parse", "HEAD"]), w.head);
+    assert_eq!(git(path, &["rev-parse", "HEAD~1"]), w.head);
+    assert_eq!(git(path, &["show", "HEAD:notes.txt"]), "tried\ntried");
     assert_eq!(git(path, &["status", "--porcelain"]), "");
     assert_eq!(std::fs::read_to_string(path.join("a.txt")).unwrap(), "one\nclaude\n");
     let c = kdd.client().await;
     let trees = c.work_list(None, Some(w.thread.clone())).await.unwrap();
-    assert_eq!((trees[0].base.as_str(), trees[0].head.as_str()), (w.base.as_str(), w.head.as_str()));
+    let head = git(path, &["rev-parse", "HEAD"]);
+    assert_eq!((trees[0].base.as_str(), trees[0].head.as_str()), (w.base.as_str(), head.as_str()));
+    // The markers that kept its runs from being committed are gone.
+    assert_eq!(trees[0].uncommitted, None, "{:?}", trees[0]);
     let messages = c.thread_messages(w.thread.clone(), None, None, None, None).await.unwrap().into_vec();
     let again = messages.iter().filter(|m| m.body.starts_with("Conflict markers are still in")).count();
     assert_eq!(again, 1, "told again once");
     let said = messages.iter().filter(|m| m.body.contains("kd could not commit the work")).count();
     assert_eq!(said, 2, "each run's answer says kd did not commit the markers");
+    // Followed: your merge, its conflict resolved by you, is what kd
+    // accept then finds in your branch.
+    let merge = std::process::Command::new("git").arg("-C").arg(dir).args(["merge", advised]).output().unwrap();
+    assert!(!merge.status.success(), "the same conflict: {}", String::from_utf8_lossy(&merge.stdout));
+    std::fs::write(dir.join("a.txt"), "one\nking and claude\n").unwrap();
+    git(dir, &["commit", "--quiet", "-am", "Merge claude's work"]);
+    let out = kd(&kdd, &ws, &["accept", "claude"]).await;
+    assert!(out.status.success() && out.stdout.contains("in main already"), "{}{}", out.stdout, out.stderr);
 }
 
 #[tokio::test(flavor = "multi_thread")]

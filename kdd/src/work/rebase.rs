@@ -294,11 +294,11 @@ async fn request(
             format!("\n\nWhat {from} changed in them since your work began:\n\n```diff\n{theirs}\n```")
         };
         format!(
-            "Bring your work up to date: kd merged {from} ({}) into your branch {}, and it conflicts in:\n\n{list}\n\n\
+            "Bring your work up to date: kd merged {} into your branch {}, and it conflicts in:\n\n{list}\n\n\
              Those files in your worktree now hold git's conflict markers (`<<<<<<<`, `=======`, `>>>>>>>`). \
              Resolve each conflict so that both sides' changes work together, and remove every marker; change \
              nothing else. kd commits the merge when your run ends.{theirs}",
-            short(onto),
+            kd_proto::work::named_commit(from, onto),
             w.branch
         )
     } else {
@@ -404,14 +404,25 @@ async fn settle_after(
         return Ok(After::Again(left));
     }
     tree.merge_abort().await.map_err(git_error)?;
+    // What its runs changed besides the markers is the member's work:
+    // committed as at a run's end, which also clears the word that its
+    // last run was not committed (that was the merge's markers).
+    let message = format!("{} (left when bringing it up to date failed)", w.task);
+    let kept = match commit(&co.council.agents.db, &w.thread, member, &WorkRun::of(w), &message, &at_once).await {
+        Ok(Committed::Commit(_)) => String::new(),
+        Ok(Committed::Tampered(why)) => format!(" Its worktree is not as kd made it — {why}."),
+        Ok(Committed::Unrecorded { why, .. }) | Err(why) => format!(" kd could not record its work after: {why}."),
+    };
     publish(co, &w.thread, member).await;
     let why = if attempt < TRIES { " (its run was stopped)".to_string() } else { format!(" after {attempt} tries") };
     Ok(After::Said(format!(
         "{member}'s work was not brought up to date: conflict markers remain in {}{why}. kd undid the merge: {} is \
-         as it was, every commit of {member}'s kept. Merge {from} into it yourself in {} (git merge {onto}), or kd \
-         reject {member}.",
+         as it was, every commit of {member}'s kept.{kept} Merge it into yours yourself in {} (git merge \
+         refs/heads/{}, resolving the conflicts there; kd accept {member} then finds it in your branch), or kd reject \
+         {member}.",
         left.join(", "),
         w.branch,
-        w.path
+        w.repo,
+        w.branch
     )))
 }

@@ -174,9 +174,9 @@ pub(super) fn refuse_uncommitted(w: &Worktree, doing: &str, nothing: &str) -> Re
     let (m, t) = (&w.member, &w.thread);
     let way = match w.state.is_settled() {
         true => format!(
-            "Its work is {}: commit them in {} yourself, then git merge refs/heads/{} takes it.",
+            "Its work is {}: copy what you want of those files into your tree yourself (run no git in its worktree: \
+             the member can change its .git); git merge refs/heads/{} takes what was committed.",
             w.state.as_str(),
-            w.path,
             w.branch
         ),
         false => format!("Ask {m} again (its next run's end commits them), or kd reject {m}."),
@@ -356,13 +356,15 @@ mod tests {
 
     /// Settled work whose last run is not committed: the git command the
     /// refusal names takes its branch by its full name, which a member's
-    /// tag of the same name cannot shadow.
+    /// tag of the same name cannot shadow, and none is to run in the
+    /// member's worktree, whose .git the member can change.
     #[test]
     fn the_way_out_for_settled_uncommitted_work_names_the_branch_in_full() {
         let w = crate::db::fixtures::worktree("claude", 0);
         let w = Worktree { state: WorkState::Rejected, uncommitted: Some("git add timed out".into()), ..w };
         let refused = refuse_uncommitted(&w, "reviewing", "Nothing was asked").unwrap_err();
-        let way = format!("git merge refs/heads/{} takes it", w.branch);
+        let way = format!("git merge refs/heads/{} takes what was committed", w.branch);
         assert!(refused.message().contains(&way), "{}", refused.message());
+        assert!(refused.message().contains("run no git in its worktree"), "{}", refused.message());
     }
 }
