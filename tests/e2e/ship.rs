@@ -40,6 +40,15 @@ async fn at_work(kdd: &Kdd, ws: &Workspace, task: &str) -> Worktree {
     w
 }
 
+/// A repository whose claude runs `run` ([`repo`]), a kdd, and claude's
+/// work on `task` once committed ([`at_work`]).
+async fn working(run: &str, task: &str) -> (Workspace, Kdd, Worktree) {
+    let ws = repo(run);
+    let kdd = Kdd::start();
+    let w = at_work(&kdd, &ws, task).await;
+    (ws, kdd, w)
+}
+
 /// The King changes `file` in their own tree and commits it.
 pub(super) fn king_commits(dir: &Path, file: &str, text: &str) -> String {
     std::fs::write(dir.join(file), text).unwrap();
@@ -66,9 +75,7 @@ const RESOLVES: &str = "if grep -q '^<<<<<<<' a.txt; then printf 'one\\nking and
 /// yours changing the same line: the two conflict. The workspace, kdd,
 /// the work and your commit.
 async fn both_change_line_two() -> (Workspace, Kdd, Worktree, String) {
-    let ws = repo(RESOLVES);
-    let kdd = Kdd::start();
-    let w = at_work(&kdd, &ws, "Change line two").await;
+    let (ws, kdd, w) = working(RESOLVES, "Change line two").await;
     let king = king_commits(ws.dir.path(), "a.txt", "one\nking\n");
     (ws, kdd, w, king)
 }
@@ -122,12 +129,13 @@ async fn a_conflict_on_both_sides_is_resolved_by_the_member_and_then_accepted_wi
 #[tokio::test(flavor = "multi_thread")]
 async fn markers_left_are_never_committed_the_member_is_told_again_then_the_merge_is_undone() {
     // claude changes line two on its first run, and never resolves: it
-    // notes something instead.
-    let ws =
-        repo("if grep -q '^<<<<<<<' a.txt; then echo tried >> notes.txt; else printf 'one\\nclaude\\n' > a.txt; fi");
+    // stages the file as it is (git then no longer counts it unmerged),
+    // and notes something, staged too (which git's undoing of a
+    // merge alone would drop).
+    let run = "if grep -q '^<<<<<<<' a.txt; then echo tried >> notes.txt; git add notes.txt a.txt; \
+               else printf 'one\\nclaude\\n' > a.txt; fi";
+    let (ws, kdd, w) = working(run, "Change line two").await;
     let dir = ws.dir.path();
-    let kdd = Kdd::start();
-    let w = at_work(&kdd, &ws, "Change line two").await;
     let king = king_commits(dir, "a.txt", "one\nking\n");
     let out = kd(&kdd, &ws, &["rebase", "claude"]).await;
     assert!(!out.status.success(), "{}{}", out.stdout, out.stderr);
@@ -167,6 +175,29 @@ async fn markers_left_are_never_committed_the_member_is_told_again_then_the_merg
     git(dir, &["commit", "--quiet", "-am", "Merge claude's work"]);
     let out = kd(&kdd, &ws, &["accept", "claude"]).await;
     assert!(out.status.success() && out.stdout.contains("in main already"), "{}{}", out.stdout, out.stderr);
+}
+
+/// A merge kd cannot undo — the member changed a file the merge brought
+/// while failing to resolve — is left in progress, said so, and nothing of
+/// the member's is lost.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_merge_kd_cannot_undo_is_left_in_progress_and_nothing_of_the_members_is_lost() {
+    let run = "if grep -q '^<<<<<<<' a.txt; then echo claude >> b.txt; else printf 'one\\nclaude\\n' > a.txt; fi";
+    let (ws, kdd, w) = working(run, "Change line two").await;
+    let dir = ws.dir.path();
+    std::fs::write(dir.join("b.txt"), "king\n").unwrap();
+    git(dir, &["add", "b.txt"]);
+    king_commits(dir, "a.txt", "one\nking\n");
+    let out = kd(&kdd, &ws, &["rebase", "claude"]).await;
+    assert!(!out.status.success(), "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("kd could not undo the merge"), "{}", out.stdout);
+    assert!(out.stdout.contains("it is left in progress in"), "{}", out.stdout);
+    let path = Path::new(&w.path);
+    assert_eq!(std::fs::read_to_string(path.join("b.txt")).unwrap(), "king\nclaude\nclaude\n", "claude's lines kept");
+    assert_eq!(git(path, &["rev-parse", "HEAD"]), w.head, "its branch as it was");
+    let c = kdd.client().await;
+    let now = c.work_list(None, Some(w.thread.clone())).await.unwrap().remove(0);
+    assert!(now.uncommitted.is_some(), "it reads as not committed: {now:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -8,6 +8,7 @@
 //! marker is left ([`Tree::unresolved`]), or undoes it
 //! ([`Tree::merge_abort`]), which leaves the branch as it was.
 
+use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
@@ -70,7 +71,12 @@ impl Tree {
     /// The files the merge in progress left unmerged (in git's index: kd
     /// has not staged them yet).
     pub async fn unmerged(&self) -> GitResult<Vec<String>> {
-        let out = self.must(&["ls-files", "--unmerged", "-z"], &[]).await?;
+        self.staged_paths("--unmerged").await
+    }
+
+    /// The paths `git ls-files <which> -z` lists, one entry a stage.
+    async fn staged_paths(&self, which: &str) -> GitResult<Vec<String>> {
+        let out = self.must(&["ls-files", which, "-z"], &[]).await?;
         let mut files: Vec<String> = out
             .stdout
             .split(|b| *b == 0)
@@ -81,9 +87,18 @@ impl Tree {
         Ok(files)
     }
 
-    /// The unmerged files that still hold a conflict marker.
+    /// The conflicted files that still hold a conflict marker: the unmerged
+    /// ones, and those the member staged as they were (`git add` takes a
+    /// file out of the unmerged ones; git keeps its stages as resolve-undo).
     pub async fn unresolved(&self) -> GitResult<Vec<String>> {
-        let files = self.unmerged().await?;
+        let mut files = self.unmerged().await?;
+        let undone = self.staged_paths("--resolve-undo").await?;
+        if !undone.is_empty() {
+            // Only those staged now: resolve-undo outlives the merge it came from.
+            let staged: HashSet<String> = self.staged().await?.into_iter().collect();
+            let extra: Vec<String> = undone.into_iter().filter(|p| staged.contains(p) && !files.contains(p)).collect();
+            files.extend(extra);
+        }
         let dir = self.dir().to_path_buf();
         let left = tokio::task::spawn_blocking(move || {
             files.into_iter().filter(|f| has_markers(&dir.join(f))).collect::<Vec<String>>()
@@ -102,12 +117,45 @@ impl Tree {
         self.head().await
     }
 
-    /// Undoes the merge in progress: the branch, the index and the files
-    /// are as they were before it.
+    /// Undoes the merge in progress: the branch, and the files the merge
+    /// brought, are as they were before it. What the member changed
+    /// besides is kept in the worktree, unstaged: git's abort alone would
+    /// drop what was staged. Refused (the merge left as it is) when a file
+    /// the merge brought was changed since.
     pub async fn merge_abort(&self) -> GitResult<()> {
+        if let Some(theirs) = self.merging().await? {
+            let besides = self.staged_besides(&theirs).await?;
+            if !besides.is_empty() {
+                let specs: Vec<String> = besides.iter().map(|p| format!(":(literal){p}")).collect();
+                let mut args = vec!["reset", "--quiet", "--"];
+                args.extend(specs.iter().map(String::as_str));
+                self.must(&args, &[]).await?;
+            }
+        }
         self.must(&["merge", "--abort"], &[]).await?;
         Ok(())
     }
+
+    /// The files staged in the worktree that the merge of `theirs` did
+    /// not bring (neither changed on its side since the two met nor in
+    /// conflict).
+    async fn staged_besides(&self, theirs: &str) -> GitResult<Vec<String>> {
+        let base = self.must(&["merge-base", "HEAD", theirs], &[]).await?.text().trim().to_string();
+        let brought = self.must(&["diff", "--name-only", "--no-renames", "-z", &base, theirs], &[]).await?;
+        let mut brought: HashSet<String> = names(&brought).into_iter().collect();
+        brought.extend(self.unmerged().await?);
+        Ok(self.staged().await?.into_iter().filter(|p| !brought.contains(p)).collect())
+    }
+
+    /// The files whose staged content differs from the branch's head.
+    async fn staged(&self) -> GitResult<Vec<String>> {
+        Ok(names(&self.must(&["diff", "--cached", "--name-only", "--no-renames", "-z"], &[]).await?))
+    }
+}
+
+/// The paths a `-z` listing of names holds.
+fn names(out: &super::Output) -> Vec<String> {
+    out.stdout.split(|b| *b == 0).filter(|p| !p.is_empty()).map(|p| String::from_utf8_lossy(p).into_owned()).collect()
 }
 
 /// Whether the regular file at `path` ([`super::open_regular`]) has a line

@@ -403,26 +403,41 @@ async fn settle_after(
     if again {
         return Ok(After::Again(left));
     }
-    tree.merge_abort().await.map_err(git_error)?;
+    let why = if attempt < TRIES { " (its run was stopped)".to_string() } else { format!(" after {attempt} tries") };
+    let files = left.join(", ");
+    if let Err(e) = tree.merge_abort().await {
+        // A file the merge brought was changed since: left as it is,
+        // nothing of the member's lost (and it reads as not committed).
+        return Ok(After::Said(format!(
+            "{member}'s work was not brought up to date: conflict markers remain in {files}{why}, and kd could not \
+             undo the merge ({e}): it is left in progress in {}, {} as it was, every commit of {member}'s kept. kd \
+             rebase {member} asks {member} again; or kd reject {member}.",
+            w.path, w.branch
+        )));
+    }
     // What its runs changed besides the markers is the member's work:
     // committed as at a run's end, which also clears the word that its
     // last run was not committed (that was the merge's markers).
     let message = format!("{} (left when bringing it up to date failed)", w.task);
     let kept = match commit(&co.council.agents.db, &w.thread, member, &WorkRun::of(w), &message, &at_once).await {
-        Ok(Committed::Commit(_)) => String::new(),
+        Ok(Committed::Commit(None)) => String::new(),
+        Ok(Committed::Commit(Some(c))) => {
+            format!(" What its runs changed besides is committed on top ({}).", short(&c))
+        }
         Ok(Committed::Tampered(why)) => format!(" Its worktree is not as kd made it — {why}."),
-        Ok(Committed::Unrecorded { why, .. }) | Err(why) => format!(" kd could not record its work after: {why}."),
+        Ok(Committed::Unrecorded { why, .. }) => {
+            format!(
+                " kd committed what its runs changed besides, but could not record it: {why} (kd rebase {member} records it)."
+            )
+        }
+        Err(why) => format!(" What its runs changed besides is not committed: {why}."),
     };
     publish(co, &w.thread, member).await;
-    let why = if attempt < TRIES { " (its run was stopped)".to_string() } else { format!(" after {attempt} tries") };
     Ok(After::Said(format!(
-        "{member}'s work was not brought up to date: conflict markers remain in {}{why}. kd undid the merge: {} is \
-         as it was, every commit of {member}'s kept.{kept} Merge it into yours yourself in {} (git merge \
+        "{member}'s work was not brought up to date: conflict markers remain in {files}{why}. kd undid the merge: {} \
+         is as it was, every commit of {member}'s kept.{kept} Merge it into yours yourself in {} (git merge \
          refs/heads/{}, resolving the conflicts there; kd accept {member} then finds it in your branch), or kd reject \
          {member}.",
-        left.join(", "),
-        w.branch,
-        w.repo,
-        w.branch
+        w.branch, w.repo, w.branch
     )))
 }
