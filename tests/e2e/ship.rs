@@ -129,11 +129,11 @@ async fn a_conflict_on_both_sides_is_resolved_by_the_member_and_then_accepted_wi
 #[tokio::test(flavor = "multi_thread")]
 async fn markers_left_are_never_committed_the_member_is_told_again_then_the_merge_is_undone() {
     // claude changes line two on its first run, and never resolves: it
-    // stages the file as it is (git then no longer counts it unmerged),
-    // and notes something, staged too (which git's undoing of a
-    // merge alone would drop).
+    // stages the file as it is (git then no longer counts it unmerged) and
+    // unstages it again, and notes something, staged (which git's undoing
+    // of a merge alone would drop).
     let run = "if grep -q '^<<<<<<<' a.txt; then echo tried >> notes.txt; git add notes.txt a.txt; \
-               else printf 'one\\nclaude\\n' > a.txt; fi";
+               git reset -q a.txt; else printf 'one\\nclaude\\n' > a.txt; fi";
     let (ws, kdd, w) = working(run, "Change line two").await;
     let dir = ws.dir.path();
     let king = king_commits(dir, "a.txt", "one\nking\n");
@@ -177,12 +177,12 @@ async fn markers_left_are_never_committed_the_member_is_told_again_then_the_merg
     assert!(out.status.success() && out.stdout.contains("in main already"), "{}{}", out.stdout, out.stderr);
 }
 
-/// A merge kd cannot undo — the member changed a file the merge brought
-/// while failing to resolve — is left in progress, said so, and nothing of
+/// A merge kd cannot undo — the member changed (and staged) a file the merge
+/// brought while failing to resolve — is left in progress, said so, and nothing of
 /// the member's is lost.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_merge_kd_cannot_undo_is_left_in_progress_and_nothing_of_the_members_is_lost() {
-    let run = "if grep -q '^<<<<<<<' a.txt; then echo claude >> b.txt; else printf 'one\\nclaude\\n' > a.txt; fi";
+    let run = "if grep -q '^<<<<<<<' a.txt; then echo claude >> b.txt; git add b.txt; else printf 'one\\nclaude\\n' > a.txt; fi";
     let (ws, kdd, w) = working(run, "Change line two").await;
     let dir = ws.dir.path();
     std::fs::write(dir.join("b.txt"), "king\n").unwrap();
@@ -198,6 +198,30 @@ async fn a_merge_kd_cannot_undo_is_left_in_progress_and_nothing_of_the_members_i
     let c = kdd.client().await;
     let now = c.work_list(None, Some(w.thread.clone())).await.unwrap().remove(0);
     assert!(now.uncommitted.is_some(), "it reads as not committed: {now:?}");
+}
+
+/// A merge undone after the member renamed a file you changed: the file
+/// under its new name is the member's again, none of your change left on
+/// its branch.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_merge_undone_after_the_member_renamed_a_file_you_changed_leaves_none_of_yours() {
+    let ws = Workspace::new(&[]);
+    ws.git_init(&[("a.txt", "one\ntwo\n"), ("r.txt", "r\n")], &[]);
+    let run = "if test -f .git; then if grep -q '^<<<<<<<' a.txt; then :; \
+               else printf 'one\\nclaude\\n' > a.txt; git mv r.txt m.txt; fi; fi";
+    let agents = json!({ "claude": fake("claude", "claude", &[("FAKE_RUN", run)]) });
+    ws.write_config(&json!({"council": {"members": ["claude"]}, "agents": agents}));
+    let dir = ws.dir.path();
+    let kdd = Kdd::start();
+    let w = at_work(&kdd, &ws, "Change line two").await;
+    std::fs::write(dir.join("r.txt"), "r\nking\n").unwrap();
+    king_commits(dir, "a.txt", "one\nking\n");
+    let out = kd(&kdd, &ws, &["rebase", "claude"]).await;
+    assert!(out.stdout.contains("kd undid the merge"), "{}{}", out.stdout, out.stderr);
+    let path = Path::new(&w.path);
+    assert_eq!(git(path, &["rev-parse", "HEAD"]), w.head, "nothing committed on top: {}", out.stdout);
+    assert_eq!(std::fs::read_to_string(path.join("m.txt")).unwrap(), "r\n");
+    assert_eq!(git(path, &["status", "--porcelain"]), "");
 }
 
 #[tokio::test(flavor = "multi_thread")]

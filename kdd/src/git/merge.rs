@@ -92,12 +92,12 @@ impl Tree {
     /// file out of the unmerged ones; git keeps its stages as resolve-undo).
     pub async fn unresolved(&self) -> GitResult<Vec<String>> {
         let mut files = self.unmerged().await?;
-        let undone = self.staged_paths("--resolve-undo").await?;
-        if !undone.is_empty() {
-            // Only those staged now: resolve-undo outlives the merge it came from.
-            let staged: HashSet<String> = self.staged().await?.into_iter().collect();
-            let extra: Vec<String> = undone.into_iter().filter(|p| staged.contains(p) && !files.contains(p)).collect();
-            files.extend(extra);
+        // A merge begins with none: these are this merge's (staged, or
+        // staged and unstaged again).
+        for p in self.staged_paths("--resolve-undo").await? {
+            if !files.contains(&p) {
+                files.push(p);
+            }
         }
         let dir = self.dir().to_path_buf();
         let left = tokio::task::spawn_blocking(move || {
@@ -120,42 +120,92 @@ impl Tree {
     /// Undoes the merge in progress: the branch, and the files the merge
     /// brought, are as they were before it. What the member changed
     /// besides is kept in the worktree, unstaged: git's abort alone would
-    /// drop what was staged. Refused (the merge left as it is) when a file
-    /// the merge brought was changed since.
+    /// drop what was staged. Refused, the merge left as it is, where that
+    /// would lose a change of the member's: a file the merge brought
+    /// changed since (git's abort refuses it unstaged, and would drop it
+    /// staged), or staged names kd cannot keep apart (not UTF-8, too many).
     pub async fn merge_abort(&self) -> GitResult<()> {
+        let mut staged_conflicts = Vec::new();
         if let Some(theirs) = self.merging().await? {
             let besides = self.staged_besides(&theirs).await?;
-            if !besides.is_empty() {
-                let specs: Vec<String> = besides.iter().map(|p| format!(":(literal){p}")).collect();
-                let mut args = vec!["reset", "--quiet", "--"];
-                args.extend(specs.iter().map(String::as_str));
-                self.must(&args, &[]).await?;
-            }
+            self.each_path(&["reset", "--quiet"], &besides).await?;
+            let unmerged = self.unmerged().await?;
+            staged_conflicts = self.staged_paths("--resolve-undo").await?;
+            staged_conflicts.retain(|p| !unmerged.contains(p));
         }
         self.must(&["merge", "--abort"], &[]).await?;
+        // A conflicted file the member staged (and perhaps unstaged again)
+        // is not the merge's to git's abort, which keeps it as it is,
+        // markers and all: it is the branch's again.
+        let ours = self.each_path(&["ls-tree", "-r", "--name-only", "-z", "HEAD"], &staged_conflicts).await?;
+        self.each_path(&["checkout", "--quiet", "HEAD"], &ours).await?;
         Ok(())
     }
 
-    /// The files staged in the worktree that the merge of `theirs` did
-    /// not bring (neither changed on its side since the two met nor in
-    /// conflict).
-    async fn staged_besides(&self, theirs: &str) -> GitResult<Vec<String>> {
-        let base = self.must(&["merge-base", "HEAD", theirs], &[]).await?.text().trim().to_string();
-        let brought = self.must(&["diff", "--name-only", "--no-renames", "-z", &base, theirs], &[]).await?;
-        let mut brought: HashSet<String> = names(&brought).into_iter().collect();
-        brought.extend(self.unmerged().await?);
-        Ok(self.staged().await?.into_iter().filter(|p| !brought.contains(p)).collect())
+    /// `git ARGS -- PATHS`, the paths named literally, a few hundred a
+    /// call: the names the calls listed (`-z`).
+    async fn each_path(&self, args: &[&str], paths: &[String]) -> GitResult<Vec<String>> {
+        let mut listed = Vec::new();
+        for chunk in paths.chunks(256) {
+            let specs: Vec<String> = chunk.iter().map(|p| format!(":(literal){p}")).collect();
+            let mut all = args.to_vec();
+            all.push("--");
+            all.extend(specs.iter().map(String::as_str));
+            listed.extend(names(&self.must(&all, &[]).await?)?);
+        }
+        Ok(listed)
     }
 
-    /// The files whose staged content differs from the branch's head.
-    async fn staged(&self) -> GitResult<Vec<String>> {
-        Ok(names(&self.must(&["diff", "--cached", "--name-only", "--no-renames", "-z"], &[]).await?))
+    /// The staged files the merge of `theirs` did not bring: those where
+    /// the tree git's merge makes (conflicts and all) is the branch's head,
+    /// and not in conflict. Refused (see [`Tree::merge_abort`]) when a
+    /// file it brought was staged otherwise since.
+    async fn staged_besides(&self, theirs: &str) -> GitResult<Vec<String>> {
+        let refuse = |reason: String| super::GitError::Failed { args: "merge --abort".into(), reason };
+        let merged = self.git(&["merge-tree", "--write-tree", "HEAD", theirs], &[], OUTPUT).await?;
+        let tree = merged.text().lines().next().unwrap_or_default().trim().to_string();
+        if !matches!(merged.code, Some(0 | 1)) || tree.len() < 40 {
+            return Err(refuse(format!("git merge-tree: {}", merged.stderr.trim())));
+        }
+        let brought: HashSet<String> =
+            names(&self.must(&["diff", "--name-only", "--no-renames", "-z", "HEAD", &tree], &[]).await?)?
+                .into_iter()
+                .collect();
+        let unmerged: HashSet<String> =
+            self.unmerged().await?.into_iter().chain(self.staged_paths("--resolve-undo").await?).collect();
+        // Staged otherwise than the merge made it: the member's change of a
+        // file the merge brought, which the abort would drop.
+        let changed = names(&self.must(&["diff", "--cached", "--name-only", "--no-renames", "-z", &tree], &[]).await?)?;
+        if let Some(p) = changed.iter().find(|p| brought.contains(*p) && !unmerged.contains(*p)) {
+            return Err(refuse(format!("{p}, which the merge brought, was changed since")));
+        }
+        let staged = names(&self.must(&["diff", "--cached", "--name-only", "--no-renames", "-z"], &[]).await?)?;
+        let besides: Vec<String> =
+            staged.into_iter().filter(|p| !brought.contains(p) && !unmerged.contains(p)).collect();
+        if besides.len() > MAX_KEPT {
+            return Err(refuse(format!("{} files staged besides the merge, more than kd keeps apart", besides.len())));
+        }
+        Ok(besides)
     }
 }
 
-/// The paths a `-z` listing of names holds.
-fn names(out: &super::Output) -> Vec<String> {
-    out.stdout.split(|b| *b == 0).filter(|p| !p.is_empty()).map(|p| String::from_utf8_lossy(p).into_owned()).collect()
+/// Most files staged besides a merge that its undoing keeps apart (each
+/// named to `git reset`).
+const MAX_KEPT: usize = 10_000;
+
+/// The paths a `-z` listing of names holds; refused for a name that is not
+/// UTF-8 (kd could not name it back to git).
+fn names(out: &super::Output) -> GitResult<Vec<String>> {
+    out.stdout
+        .split(|b| *b == 0)
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            String::from_utf8(p.to_vec()).map_err(|_| super::GitError::Failed {
+                args: "merge --abort".into(),
+                reason: format!("a file name that is not UTF-8 ({})", String::from_utf8_lossy(p)),
+            })
+        })
+        .collect()
 }
 
 /// Whether the regular file at `path` ([`super::open_regular`]) has a line
