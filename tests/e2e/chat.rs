@@ -16,6 +16,11 @@ async fn exchange_end(sub: &mut Subscription<ThreadEvent>) -> Vec<ThreadEvent> {
     .await
 }
 
+/// How many runs among `events` have begun (their agents started).
+fn started(events: &[ThreadEvent]) -> usize {
+    events.iter().filter(|e| matches!(e, ThreadEvent::RunStarted { .. })).count()
+}
+
 fn text(name: &str) -> String {
     format!("## Notes from {name}\n\n- **ship** it\n- `cargo test` first")
 }
@@ -126,9 +131,12 @@ async fn chat_in_a_real_terminal_streams_mutes_interrupts_and_restores() {
     // A slow stream, then Esc: the runs are cancelled and the panels say so.
     std::fs::write(&hold, b"").unwrap();
     tmux.type_line("Take your time.");
+    // Both runs under way before Esc: a run stopped before it began leaves
+    // no trace, and the screen may still show the last exchange streaming.
+    let mut events = collect_until(&mut sub, |e| started(e) == 2).await;
     tmux.wait_for("two streaming panels", |s| s.matches("(streaming · ").count() == 2).await;
     tmux.send_keys(&["Escape"]);
-    let events = exchange_end(&mut sub).await;
+    events.extend(exchange_end(&mut sub).await);
     let cancelled = events.iter().filter(|e| matches!(e, ThreadEvent::RunCancelled { .. })).count();
     assert_eq!(cancelled, 2, "{events:?}");
     let screen = tmux.wait_for("interrupted panels", |s| s.matches("· interrupted").count() >= 2).await;
@@ -151,12 +159,13 @@ async fn chat_in_a_real_terminal_streams_mutes_interrupts_and_restores() {
     let mut sub = c.thread_subscribe(thread.id.clone(), Some(last), None).await.unwrap();
     std::fs::write(&hold, b"").unwrap();
     tmux.type_line("One more.");
+    let mut events = collect_until(&mut sub, |e| started(e) == 2).await;
     tmux.wait_for("two streaming panels", |s| s.matches("(streaming · ").count() == 2).await;
     tmux.type_line("/quit");
     tmux.wait_for("the quitting notice", |s| s.contains("quitting when your runs finish")).await;
     assert_eq!(tmux.display("#{alternate_on}"), "1", "/quit waits for the runs");
     tmux.send_keys(&["Escape"]);
-    let events = exchange_end(&mut sub).await;
+    events.extend(exchange_end(&mut sub).await);
     let cancelled = events.iter().filter(|e| matches!(e, ThreadEvent::RunCancelled { .. })).count();
     assert_eq!(cancelled, 2, "Esc during /quit cancels the runs: {events:?}");
     std::fs::remove_file(&hold).unwrap();
