@@ -224,6 +224,93 @@ async fn a_merge_undone_after_the_member_renamed_a_file_you_changed_leaves_none_
     assert_eq!(git(path, &["status", "--porcelain"]), "");
 }
 
+/// claude changes line two on a first run; on a run in a merge (which it
+/// reads from git) it deletes a.txt, as the King's side did.
+const TAKES_YOUR_DELETION: &str = "if git rev-parse -q --verify MERGE_HEAD > /dev/null; then rm a.txt; \
+                                   else printf 'one\\nclaude\\n' > a.txt; fi";
+
+/// claude's work on a.txt, then your commit deleting it: a conflict git
+/// writes no marker for (modify/delete). The workspace, kdd, the work and
+/// your commit.
+async fn you_delete_what_it_changed() -> (Workspace, Kdd, Worktree, String) {
+    let (ws, kdd, w) = working(TAKES_YOUR_DELETION, "Change line two").await;
+    let dir = ws.dir.path();
+    git(dir, &["rm", "--quiet", "a.txt"]);
+    std::fs::write(dir.join("b.txt"), "b\n").unwrap();
+    git(dir, &["add", "b.txt"]);
+    git(dir, &["commit", "--quiet", "-m", "King's a.txt gone"]);
+    let king = git(dir, &["rev-parse", "HEAD"]);
+    (ws, kdd, w, king)
+}
+
+/// A conflict without markers (you deleted a file the member changed) is
+/// named to the member as what it is, and the member decides it: here it
+/// deletes the file too, and kd commits the merge.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_conflict_without_markers_is_told_the_member_as_what_it_is_and_the_member_decides() {
+    let (ws, kdd, w, king) = you_delete_what_it_changed().await;
+    let out = kd(&kdd, &ws, &["rebase", "claude"]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("claude's work is up to date with main"), "{}", out.stdout);
+    let c = kdd.client().await;
+    let messages = c.thread_messages(w.thread.clone(), None, None, None, None).await.unwrap().into_vec();
+    let asked = messages.iter().find(|m| m.body.starts_with("Bring your work up to date")).expect("the request");
+    assert!(
+        asked.body.contains("- a.txt: main deleted it and you changed it") && asked.body.contains("no markers"),
+        "{}",
+        asked.body
+    );
+    let path = Path::new(&w.path);
+    assert!(!path.join("a.txt").exists(), "claude deleted it");
+    assert_eq!(git(path, &["log", "-1", "--format=%P"]), format!("{} {king}", w.head), "the merge concluded");
+    assert_eq!(git(path, &["status", "--porcelain"]), "");
+}
+
+/// Leaves the merge of `king` into the worktree at `path` in progress, as
+/// kd rebase leaves it for the member, for a restart to cut short.
+fn merge_left_in_progress(path: &Path, king: &str) {
+    let merge = std::process::Command::new("git")
+        .arg("-C")
+        .arg(path)
+        .args(["-c", "user.name=kd", "-c", "user.email=kd@localhost", "merge", "--no-ff", "--no-commit", king])
+        .output()
+        .unwrap();
+    assert!(!merge.status.success(), "a conflict: {}", String::from_utf8_lossy(&merge.stdout));
+}
+
+/// A merge a restart cut short whose only conflict has no markers, the
+/// file as git left it, is not concluded as if the member had decided it:
+/// the member is asked.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_merge_a_restart_cut_short_with_a_conflict_without_markers_asks_the_member() {
+    let (ws, kdd, w, king) = you_delete_what_it_changed().await;
+    let path = Path::new(&w.path);
+    merge_left_in_progress(path, &king);
+    assert!(path.join("a.txt").exists(), "git left claude's a.txt, without markers");
+    let out = kd(&kdd, &ws, &["rebase", "claude", "--thread", &w.thread]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("conflicts with claude's work in a.txt"), "{}", out.stderr);
+    assert!(out.stdout.contains("claude's work is up to date with main"), "{}", out.stdout);
+    assert!(!path.join("a.txt").exists(), "claude was asked, and deleted it");
+    assert_eq!(git(path, &["log", "-1", "--format=%P"]), format!("{} {king}", w.head), "the merge concluded");
+}
+
+/// The same conflict decided before the restart (the file deleted): the
+/// merge is concluded, no one asked.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_merge_a_restart_cut_short_with_a_conflict_without_markers_decided_is_concluded() {
+    let (ws, kdd, w, king) = you_delete_what_it_changed().await;
+    let path = Path::new(&w.path);
+    merge_left_in_progress(path, &king);
+    std::fs::remove_file(path.join("a.txt")).unwrap();
+    let out = kd(&kdd, &ws, &["rebase", "claude", "--thread", &w.thread]).await;
+    assert!(out.status.success() && out.stdout.contains("merged into claude's work cleanly"), "{}", out.stdout);
+    assert_eq!(git(path, &["log", "-1", "--format=%P"]), format!("{} {king}", w.head), "the merge concluded");
+    let c = kdd.client().await;
+    let messages = c.thread_messages(w.thread.clone(), None, None, None, None).await.unwrap().into_vec();
+    assert!(!messages.iter().any(|m| m.body.starts_with("Bring your work up to date")), "no one was asked");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_clean_rebase_merges_at_once_and_an_up_to_date_one_does_nothing() {
     let ws = repo("printf 'new\\n' > b.txt");
@@ -363,13 +450,7 @@ async fn a_merge_a_restart_cut_short_is_concluded_with_your_head_detached() {
     // The merge as kd rebase leaves it for the member, its markers then
     // resolved by the member's run, which a restart of kdd cut short.
     let path = Path::new(&w.path);
-    let merge = std::process::Command::new("git")
-        .arg("-C")
-        .arg(path)
-        .args(["-c", "user.name=kd", "-c", "user.email=kd@localhost", "merge", "--no-ff", "--no-commit", &king])
-        .output()
-        .unwrap();
-    assert!(!merge.status.success(), "a conflict: {}", String::from_utf8_lossy(&merge.stdout));
+    merge_left_in_progress(path, &king);
     std::fs::write(path.join("a.txt"), "one\nking and claude\n").unwrap();
     git(dir, &["checkout", "--quiet", "--detach"]);
     let out = kd(&kdd, &ws, &["rebase", "claude", "--thread", &w.thread]).await;

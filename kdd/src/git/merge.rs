@@ -17,6 +17,8 @@ use super::{GitResult, OUTPUT, failed};
 
 /// Most bytes of a conflicted file looked at for markers.
 const MAX_SCAN: u64 = 64 << 20;
+/// Most bytes of a conflicted file compared with what git left there.
+const COMPARED: u64 = 4 << 20;
 
 /// What a merge into a member's branch did.
 #[derive(Debug, PartialEq, Eq)]
@@ -72,6 +74,45 @@ impl Tree {
     /// has not staged them yet).
     pub async fn unmerged(&self) -> GitResult<Vec<String>> {
         self.staged_paths("--unmerged").await
+    }
+
+    /// The files the merge in progress left unmerged, each with the sides
+    /// that have it and whether it holds git's markers.
+    pub async fn conflicts(&self) -> GitResult<Vec<Conflict>> {
+        let out = self.must(&["ls-files", "--unmerged", "-z"], &[]).await?;
+        let mut files = stages(&out.stdout);
+        let dir = self.dir().to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            for c in &mut files {
+                c.markers = has_markers(&dir.join(&c.path));
+            }
+            files
+        })
+        .await
+        .map_err(|e| super::GitError::Spawn(std::io::Error::other(e)))
+    }
+
+    /// Whether conflict `c`, one without markers, is as git left it: its
+    /// file a regular one holding the object git left there. Deleted, or
+    /// changed, it was decided. One too large to compare counts as
+    /// untouched (the member is asked again).
+    pub async fn untouched(&self, c: &Conflict) -> GitResult<bool> {
+        let Some(object) = &c.left else { return Ok(false) };
+        let path = self.dir().join(&c.path);
+        let file = tokio::task::spawn_blocking(move || -> Option<Vec<u8>> {
+            let file = super::open_regular(&path).ok()?;
+            let mut bytes = Vec::new();
+            file.take(COMPARED + 1).read_to_end(&mut bytes).ok()?;
+            Some(bytes)
+        })
+        .await
+        .map_err(|e| super::GitError::Spawn(std::io::Error::other(e)))?;
+        let Some(file) = file else { return Ok(false) };
+        if file.len() as u64 > COMPARED {
+            return Ok(true);
+        }
+        let blob = self.git(&["cat-file", "blob", object], &[], COMPARED as usize + 1).await?;
+        Ok(blob.ok && !blob.cut && blob.stdout == file)
     }
 
     /// The paths `git ls-files <which> -z` lists, one entry a stage.
@@ -189,6 +230,78 @@ impl Tree {
     }
 }
 
+/// A file a merge left unmerged: which sides have it — the two histories'
+/// common ancestor, ours (the member's branch) and theirs (the King's) —
+/// and whether it holds git's markers. One without markers is a conflict
+/// git could not write into the file: a side deleted it, or it is binary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    pub path: String,
+    pub base: bool,
+    pub ours: bool,
+    pub theirs: bool,
+    pub markers: bool,
+    /// The object git left in the worktree for it: ours, or theirs when
+    /// ours is deleted (a file with markers is neither).
+    pub left: Option<String>,
+}
+
+impl Conflict {
+    /// What the member is told of a conflict without markers, the King's
+    /// side named `from`; `None` for one with markers (resolved by
+    /// removing them).
+    pub fn without_markers(&self, from: &str) -> Option<String> {
+        if self.markers {
+            return None;
+        }
+        Some(match (self.base, self.ours, self.theirs) {
+            (true, true, false) => format!(
+                "{from} deleted it and you changed it; it holds your version, with no markers. Delete it if {from}'s \
+                 deletion should stand, or keep it, working with {from}'s code"
+            ),
+            (true, false, true) => format!(
+                "you deleted it and {from} changed it; it is back as {from} has it, with no markers. Delete it again \
+                 if your deletion should stand, or keep it"
+            ),
+            _ => "git could not merge the two sides' changes to it and wrote no markers in it (a binary file, or \
+                  a rename or a directory on one side). Leave it as both sides' changes should have it"
+                .to_string(),
+        })
+    }
+}
+
+/// The unmerged files a `git ls-files --unmerged -z` listing names (one
+/// line a stage: `<mode> <object> <stage>\t<path>`), each with its stages.
+fn stages(listing: &[u8]) -> Vec<Conflict> {
+    let mut files: Vec<Conflict> = Vec::new();
+    for entry in listing.split(|b| *b == 0) {
+        let Some(tab) = entry.iter().position(|b| *b == b'\t') else { continue };
+        let path = String::from_utf8_lossy(&entry[tab + 1..]).into_owned();
+        let mut fields = entry[..tab].split(|b| *b == b' ').skip(1);
+        let object = String::from_utf8_lossy(fields.next().unwrap_or_default()).into_owned();
+        let stage = fields.next().unwrap_or_default();
+        if files.last().is_none_or(|last| last.path != path) {
+            files.push(Conflict { path, base: false, ours: false, theirs: false, markers: false, left: None });
+        }
+        let Some(at) = files.last_mut() else { continue };
+        match stage {
+            b"1" => at.base = true,
+            b"2" => {
+                at.ours = true;
+                at.left = Some(object);
+            }
+            b"3" => {
+                at.theirs = true;
+                if !at.ours {
+                    at.left = Some(object);
+                }
+            }
+            _ => {}
+        }
+    }
+    files
+}
+
 /// Most files staged besides a merge that its undoing keeps apart (each
 /// named to `git reset`).
 const MAX_KEPT: usize = 10_000;
@@ -250,6 +363,34 @@ mod tests {
         std::os::unix::fs::symlink(dir.path().join("a"), dir.path().join("link")).unwrap();
         assert!(!has_markers(&dir.path().join("link")), "never through a symlink");
         assert!(!has_markers(&dir.path().join("gone")));
+    }
+
+    #[test]
+    fn an_unmerged_listing_tells_which_sides_have_each_file() {
+        let listing = b"100644 aaa 1\tgone.txt\x00100644 bbb 2\tgone.txt\x00\
+                        100644 ccc 1\tboth.txt\x00100644 ddd 2\tboth.txt\x00100644 eee 3\tboth.txt\x00\
+                        100644 fff 1\tback.txt\x00100644 ggg 3\tback.txt\x00\
+                        100644 hhh 2\ta dir/new file\x00100644 iii 3\ta dir/new file\x00";
+        let got: Vec<(String, bool, bool, bool, Option<String>)> =
+            stages(listing).into_iter().map(|c| (c.path, c.base, c.ours, c.theirs, c.left)).collect();
+        let want = [
+            ("gone.txt", true, true, false, "bbb"),
+            ("both.txt", true, true, true, "ddd"),
+            ("back.txt", true, false, true, "ggg"),
+            ("a dir/new file", false, true, true, "hhh"),
+        ];
+        assert_eq!(got, want.map(|(p, b, o, t, l)| (p.to_string(), b, o, t, Some(l.to_string()))));
+        assert!(stages(b"").is_empty());
+    }
+
+    #[test]
+    fn a_conflict_without_markers_says_which_side_deleted_the_file() {
+        let c = |ours, theirs, markers| Conflict { path: "a".into(), base: true, ours, theirs, markers, left: None };
+        assert_eq!(c(true, true, true).without_markers("main"), None);
+        let said = |c: Conflict| c.without_markers("main").expect("told");
+        assert!(said(c(true, false, false)).starts_with("main deleted it and you changed it"));
+        assert!(said(c(false, true, false)).starts_with("you deleted it and main changed it"));
+        assert!(said(c(true, true, false)).starts_with("git could not merge"));
     }
 
     /// A member that leaves a FIFO where a conflicted file was: kd's look

@@ -101,11 +101,19 @@ pub async fn rebase(
     };
 
     // A merge a restart cut: concluded if its markers are gone, else the
-    // member is asked again. Neither needs the King's HEAD (detached, it
-    // is named by the commit being merged).
+    // member is asked again — as it is for a conflict git wrote no marker
+    // for that is still as git left it: nothing says the member decided
+    // it (a resolving run's end would have concluded the merge). Neither
+    // needs the King's HEAD (detached, it is named by the commit being
+    // merged).
     if let Some(theirs) = tree.merging().await.map_err(git_error)? {
         let from = branch.unwrap_or_else(|| short(&theirs).to_string());
-        let left = tree.unresolved().await.map_err(git_error)?;
+        let mut left = tree.unresolved().await.map_err(git_error)?;
+        for c in tree.conflicts().await.map_err(git_error)? {
+            if !c.markers && !left.contains(&c.path) && tree.untouched(&c).await.map_err(git_error)? {
+                left.push(c.path);
+            }
+        }
         if left.is_empty() {
             let head = conclude(co, &w).await?;
             return Ok(outcome((&from, &theirs), RebaseOutcome::Merged, Some(head), Vec::new(), None));
@@ -285,7 +293,13 @@ async fn request(
     attempt: u32,
     (client, path): (Option<ClientId>, Option<String>),
 ) -> Result<(u64, Vec<String>), ErrorObjectOwned> {
-    let list = files.iter().map(|f| format!("- {f}")).collect::<Vec<_>>().join("\n");
+    let list = |note: &dyn Fn(&str) -> Option<String>| {
+        let line = |f: &String| match note(f) {
+            Some(note) => format!("- {f}: {note}"),
+            None => format!("- {f}"),
+        };
+        files.iter().map(line).collect::<Vec<_>>().join("\n")
+    };
     let body = if attempt == 1 {
         let theirs = their_changes(w, onto, files).await;
         let theirs = if theirs.is_empty() {
@@ -293,18 +307,24 @@ async fn request(
         } else {
             format!("\n\nWhat {from} changed in them since your work began:\n\n```diff\n{theirs}\n```")
         };
+        // A conflict git wrote no marker for is told as what it is.
+        let conflicts = open(w).await?.conflicts().await.map_err(git_error)?;
+        let note = |f: &str| conflicts.iter().find(|c| c.path == f).and_then(|c| c.without_markers(from));
+        let those = if files.iter().any(|f| note(f).is_some()) { "The others" } else { "Those files" };
         format!(
-            "Bring your work up to date: kd merged {} into your branch {}, and it conflicts in:\n\n{list}\n\n\
-             Those files in your worktree now hold git's conflict markers (`<<<<<<<`, `=======`, `>>>>>>>`). \
+            "Bring your work up to date: kd merged {} into your branch {}, and it conflicts in:\n\n{}\n\n\
+             {those} in your worktree now hold git's conflict markers (`<<<<<<<`, `=======`, `>>>>>>>`). \
              Resolve each conflict so that both sides' changes work together, and remove every marker; change \
              nothing else. kd commits the merge when your run ends.{theirs}",
             kd_proto::work::named_commit(from, onto),
-            w.branch
+            w.branch,
+            list(&note)
         )
     } else {
         format!(
-            "Conflict markers are still in:\n\n{list}\n\nResolve those conflicts and remove every marker \
-             (`<<<<<<<`, `=======`, `>>>>>>>`): kd commits the merge of {from} only once none is left."
+            "Conflict markers are still in:\n\n{}\n\nResolve those conflicts and remove every marker \
+             (`<<<<<<<`, `=======`, `>>>>>>>`): kd commits the merge of {from} only once none is left.",
+            list(&|_| None)
         )
     };
     let req = super::to_member(&w.thread, &w.member, body, (client, path));
