@@ -311,6 +311,36 @@ async fn a_merge_a_restart_cut_short_with_a_conflict_without_markers_decided_is_
     assert!(!messages.iter().any(|m| m.body.starts_with("Bring your work up to date")), "no one was asked");
 }
 
+/// The same with line endings converted as git writes the file (CRLF by
+/// `.gitattributes`), the member having deleted a file you changed: git
+/// puts yours back, its bytes not the stored object's, and that is still
+/// as git left it — the member is asked.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_git_put_back_with_its_line_endings_converted_counts_as_undecided() {
+    let ws = Workspace::new(&[]);
+    ws.git_init(&[("a.txt", "one\ntwo\n"), (".gitattributes", "*.txt text eol=crlf\n")], &[]);
+    let run = "if test -f .git; then if git rev-parse -q --verify MERGE_HEAD > /dev/null; then rm a.txt; \
+               else rm a.txt; echo b > b.md; fi; fi";
+    let agents = json!({ "claude": fake("claude", "claude", &[("FAKE_RUN", run)]) });
+    ws.write_config(&json!({"council": {"members": ["claude"]}, "agents": agents}));
+    let dir = ws.dir.path();
+    let kdd = Kdd::start();
+    let w = at_work(&kdd, &ws, "Drop a.txt").await;
+    let king = king_commits(dir, "a.txt", "one\nking\n");
+    let path = Path::new(&w.path);
+    merge_left_in_progress(path, &king);
+    assert_eq!(std::fs::read(path.join("a.txt")).unwrap(), b"one\r\nking\r\n", "git put yours back, converted");
+    let out = kd(&kdd, &ws, &["rebase", "claude", "--thread", &w.thread]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("conflicts with claude's work in a.txt"), "{}{}", out.stdout, out.stderr);
+    assert!(!path.join("a.txt").exists(), "claude was asked, and deleted it again");
+    let c = kdd.client().await;
+    let messages = c.thread_messages(w.thread.clone(), None, None, None, None).await.unwrap().into_vec();
+    let asked = messages.iter().find(|m| m.body.starts_with("Bring your work up to date")).expect("the request");
+    assert!(asked.body.contains("- a.txt: you deleted it and main changed it"), "{}", asked.body);
+    assert!(!asked.body.contains("hold git's conflict markers"), "no file has markers: {}", asked.body);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_clean_rebase_merges_at_once_and_an_up_to_date_one_does_nothing() {
     let ws = repo("printf 'new\\n' > b.txt");

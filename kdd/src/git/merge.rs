@@ -17,8 +17,6 @@ use super::{GitResult, OUTPUT, failed};
 
 /// Most bytes of a conflicted file looked at for markers.
 const MAX_SCAN: u64 = 64 << 20;
-/// Most bytes of a conflicted file compared with what git left there.
-const COMPARED: u64 = 4 << 20;
 
 /// What a merge into a member's branch did.
 #[derive(Debug, PartialEq, Eq)]
@@ -93,26 +91,35 @@ impl Tree {
     }
 
     /// Whether conflict `c`, one without markers, is as git left it: its
-    /// file a regular one holding the object git left there. Deleted, or
-    /// changed, it was decided. One too large to compare counts as
-    /// untouched (the member is asked again).
+    /// path holding the object git left there, as kd's git reads the file
+    /// (its line endings converted as the merge wrote them) or a symbolic
+    /// link's target. Deleted, or changed, it was decided.
     pub async fn untouched(&self, c: &Conflict) -> GitResult<bool> {
         let Some(object) = &c.left else { return Ok(false) };
         let path = self.dir().join(&c.path);
-        let file = tokio::task::spawn_blocking(move || -> Option<Vec<u8>> {
-            let file = super::open_regular(&path).ok()?;
-            let mut bytes = Vec::new();
-            file.take(COMPARED + 1).read_to_end(&mut bytes).ok()?;
-            Some(bytes)
+        let kind = tokio::task::spawn_blocking(move || {
+            let meta = std::fs::symlink_metadata(&path).ok()?;
+            if meta.file_type().is_symlink() {
+                let target = std::fs::read_link(&path).ok()?;
+                return Some(Some(std::os::unix::ffi::OsStringExt::into_vec(target.into_os_string())));
+            }
+            // Only a regular file is read (a FIFO would hold git).
+            meta.file_type().is_file().then_some(None)
         })
         .await
         .map_err(|e| super::GitError::Spawn(std::io::Error::other(e)))?;
-        let Some(file) = file else { return Ok(false) };
-        if file.len() as u64 > COMPARED {
-            return Ok(true);
+        match kind {
+            None => Ok(false),
+            Some(Some(target)) => {
+                let blob = self.git(&["cat-file", "blob", object], &[], target.len() + 1).await?;
+                Ok(blob.ok && !blob.cut && blob.stdout == target)
+            }
+            Some(None) => {
+                let path_arg = format!("--path={}", c.path);
+                let out = self.git(&["hash-object", &path_arg, "--", &c.path], &[], OUTPUT).await?;
+                Ok(out.ok && out.text().trim() == object)
+            }
         }
-        let blob = self.git(&["cat-file", "blob", object], &[], COMPARED as usize + 1).await?;
-        Ok(blob.ok && !blob.cut && blob.stdout == file)
     }
 
     /// The paths `git ls-files <which> -z` lists, one entry a stage.
@@ -263,8 +270,11 @@ impl Conflict {
                 "you deleted it and {from} changed it; it is back as {from} has it, with no markers. Delete it again \
                  if your deletion should stand, or keep it"
             ),
-            _ => "git could not merge the two sides' changes to it and wrote no markers in it (a binary file, or \
-                  a rename or a directory on one side). Leave it as both sides' changes should have it"
+            (true, false, false) => "both sides renamed or deleted it, and it is not in your worktree. Leave \
+                                     it so, unless your work needs it"
+                .to_string(),
+            _ => "it holds no conflict markers: git could not merge it (a binary file, a rename or a directory on \
+                  one side), or it was resolved already. Leave it as both sides' changes should have it"
                 .to_string(),
         })
     }
@@ -322,12 +332,15 @@ fn names(out: &super::Output) -> GitResult<Vec<String>> {
 }
 
 /// Whether the regular file at `path` ([`super::open_regular`]) has a line
-/// git writes around a conflict: `<<<<<<< `, `>>>>>>> ` or `|||||||`, or a
-/// lone `=======`, at its start.
+/// git writes around a conflict at its start: `<<<<<<<`, `>>>>>>>` or
+/// `|||||||` (or longer, as git writes them in a file both sides renamed),
+/// alone or before a space, or a lone `=======` (longer only after such an
+/// opening marker: a Markdown heading's underline is not one).
 fn has_markers(path: &Path) -> bool {
     let Ok(file) = super::open_regular(path) else { return false };
     let mut reader = BufReader::new(file.take(MAX_SCAN));
     let mut line = Vec::new();
+    let mut opened = false;
     loop {
         line.clear();
         match reader.read_until(b'\n', &mut line) {
@@ -336,8 +349,21 @@ fn has_markers(path: &Path) -> bool {
         }
         let l = line.strip_suffix(b"\n").unwrap_or(&line);
         let l = l.strip_suffix(b"\r").unwrap_or(l);
-        let marker = |m: &[u8]| l.starts_with(m) && (l.len() == 7 || l[7] == b' ');
-        if marker(b"<<<<<<<") || marker(b">>>>>>>") || marker(b"|||||||") || l == b"=======" {
+        // How many of `c` the line begins with, when what follows is
+        // nothing or a space.
+        let run = |c: u8| {
+            let n = l.iter().take_while(|b| **b == c).count();
+            if n == l.len() || l[n] == b' ' { n } else { 0 }
+        };
+        if run(b'<') >= 7 {
+            opened = true;
+        }
+        let equals = run(b'=');
+        if run(b'<') >= 7
+            || run(b'>') >= 7
+            || run(b'|') >= 7
+            || (equals == l.len() && (equals == 7 || (opened && equals > 7)))
+        {
             return true;
         }
     }
@@ -359,6 +385,10 @@ mod tests {
         assert!(f("b", "x\r\n=======\r\n"), "CRLF");
         assert!(f("c", "end\n>>>>>>> main"), "no final newline");
         assert!(!f("d", "resolved\nsay <<<<<<< here\n========\n"));
+        assert!(f("w", "x\n<<<<<<<< HEAD:g\nmine\n========\ntheirs\n>>>>>>>> main:h\n"), "a rename's, wider");
+        assert!(f("w2", "x\n<<<<<<<< HEAD:g\nmine\n"), "an opening one alone");
+        assert!(!f("md", "Title\n========\n\ntext\n"), "a Markdown heading");
+        assert!(!f("md2", "<<<<<<<<no space\n"));
         assert!(!f("e", ""));
         std::os::unix::fs::symlink(dir.path().join("a"), dir.path().join("link")).unwrap();
         assert!(!has_markers(&dir.path().join("link")), "never through a symlink");
@@ -390,7 +420,7 @@ mod tests {
         let said = |c: Conflict| c.without_markers("main").expect("told");
         assert!(said(c(true, false, false)).starts_with("main deleted it and you changed it"));
         assert!(said(c(false, true, false)).starts_with("you deleted it and main changed it"));
-        assert!(said(c(true, true, false)).starts_with("git could not merge"));
+        assert!(said(c(true, true, false)).starts_with("it holds no conflict markers"));
     }
 
     /// A member that leaves a FIFO where a conflicted file was: kd's look

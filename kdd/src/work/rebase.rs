@@ -310,12 +310,16 @@ async fn request(
         // A conflict git wrote no marker for is told as what it is.
         let conflicts = open(w).await?.conflicts().await.map_err(git_error)?;
         let note = |f: &str| conflicts.iter().find(|c| c.path == f).and_then(|c| c.without_markers(from));
-        let those = if files.iter().any(|f| note(f).is_some()) { "The others" } else { "Those files" };
+        let noted = files.iter().filter(|f| note(f).is_some()).count();
+        let those = match noted {
+            0 => "Those files in your worktree now hold git's conflict markers (`<<<<<<<`, `=======`, `>>>>>>>`). ",
+            n if n == files.len() => "",
+            _ => "The others in your worktree now hold git's conflict markers (`<<<<<<<`, `=======`, `>>>>>>>`). ",
+        };
         format!(
             "Bring your work up to date: kd merged {} into your branch {}, and it conflicts in:\n\n{}\n\n\
-             {those} in your worktree now hold git's conflict markers (`<<<<<<<`, `=======`, `>>>>>>>`). \
-             Resolve each conflict so that both sides' changes work together, and remove every marker; change \
-             nothing else. kd commits the merge when your run ends.{theirs}",
+             {those}Resolve each conflict so that both sides' changes work together, and remove every marker; \
+             change nothing else. kd commits the merge when your run ends.{theirs}",
             kd_proto::work::named_commit(from, onto),
             w.branch,
             list(&note)
