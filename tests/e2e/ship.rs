@@ -341,6 +341,86 @@ async fn a_file_git_put_back_with_its_line_endings_converted_counts_as_undecided
     assert!(!asked.body.contains("hold git's conflict markers"), "no file has markers: {}", asked.body);
 }
 
+/// You made a.txt a directory while the member changed it: git moves the
+/// member's file aside (`a.txt~HEAD`), and the member is told so — not
+/// that you deleted it — and decides (here: drops it).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_git_moved_aside_for_your_directory_is_told_as_moved_not_deleted() {
+    let run = "if git rev-parse -q --verify MERGE_HEAD > /dev/null; then rm 'a.txt~HEAD'; \
+               else printf 'one\\nclaude\\n' > a.txt; fi";
+    let (ws, kdd, w) = working(run, "Change line two").await;
+    let dir = ws.dir.path();
+    git(dir, &["rm", "--quiet", "a.txt"]);
+    std::fs::create_dir(dir.join("a.txt")).unwrap();
+    std::fs::write(dir.join("a.txt/inside"), "king\n").unwrap();
+    git(dir, &["add", "a.txt/inside"]);
+    git(dir, &["commit", "--quiet", "-m", "King's a.txt a directory"]);
+    let king = git(dir, &["rev-parse", "HEAD"]);
+    let out = kd(&kdd, &ws, &["rebase", "claude"]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    let c = kdd.client().await;
+    let messages = c.thread_messages(w.thread.clone(), None, None, None, None).await.unwrap().into_vec();
+    let asked = messages.iter().find(|m| m.body.starts_with("Bring your work up to date")).expect("the request");
+    assert!(
+        asked.body.contains("- a.txt~HEAD: git moved your version of a.txt here, as main has a directory"),
+        "{}",
+        asked.body
+    );
+    assert!(!asked.body.contains("deleted it"), "{}", asked.body);
+    let path = Path::new(&w.path);
+    assert_eq!(git(path, &["log", "-1", "--format=%P"]), format!("{} {king}", w.head), "the merge concluded");
+    assert_eq!(std::fs::read_to_string(path.join("a.txt/inside")).unwrap(), "king\n");
+    assert!(!path.join("a.txt~HEAD").exists());
+}
+
+/// `s` as a submodule (a gitlink) at `commit`, committed in `dir`.
+fn submodule_at(dir: &Path, commit: &str) {
+    git(dir, &["update-index", "--add", "--cacheinfo", &format!("160000,{commit},s")]);
+    git(dir, &["commit", "--quiet", "-m", &format!("s at {commit}")]);
+}
+
+/// A submodule both sides moved conflicts with no file to resolve: a
+/// member's worktree has no checkout of it (git refuses to stage it). kd
+/// does not ask the member for what it cannot do: the merge is undone at
+/// once, the branch as it was, and kd says how to merge it in your tree.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_submodule_both_sides_moved_is_left_to_you_and_the_merge_undone() {
+    let ws = Workspace::new(&[]);
+    ws.git_init(&[("a.txt", "one\n")], &[]);
+    let dir = ws.dir.path();
+    submodule_at(dir, &"1".repeat(40));
+    let run = format!(
+        "if test -f .git; then git update-index --cacheinfo 160000,{},s; echo claude > b.txt; fi",
+        "2".repeat(40)
+    );
+    let agents = json!({ "claude": fake("claude", "claude", &[("FAKE_RUN", run.as_str())]) });
+    ws.write_config(&json!({"council": {"members": ["claude"]}, "agents": agents}));
+    let kdd = Kdd::start();
+    let w = at_work(&kdd, &ws, "Move the submodule").await;
+    let path = Path::new(&w.path);
+    assert_eq!(git(path, &["rev-parse", "HEAD:s"]), "2".repeat(40), "claude moved s");
+    submodule_at(dir, &"3".repeat(40));
+
+    let out = kd(&kdd, &ws, &["rebase", "claude"]).await;
+    assert!(!out.status.success(), "{}{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("in a submodule both sides moved: s (main at 333333"), "{}", out.stderr);
+    assert!(out.stderr.contains(", claude at 222222"), "{}", out.stderr);
+    assert!(out.stderr.contains(&format!("git merge refs/heads/{}", w.branch)), "{}", out.stderr);
+    assert_eq!(git(path, &["rev-parse", "HEAD"]), w.head, "its branch as it was");
+    assert_eq!(git(path, &["status", "--porcelain"]), "", "no merge left in its worktree");
+    let merging = std::process::Command::new("git")
+        .arg("-C")
+        .arg(path)
+        .args(["rev-parse", "-q", "--verify", "MERGE_HEAD"])
+        .output();
+    assert!(!merging.unwrap().status.success(), "no merge in progress");
+    let c = kdd.client().await;
+    let messages = c.thread_messages(w.thread.clone(), None, None, None, None).await.unwrap().into_vec();
+    assert!(!messages.iter().any(|m| m.body.starts_with("Bring your work up to date")), "claude was not asked");
+    let now = c.work_list(None, Some(w.thread.clone())).await.unwrap().remove(0);
+    assert_eq!((now.state, now.head.as_str(), now.uncommitted), (WorkState::Done, w.head.as_str(), None));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_clean_rebase_merges_at_once_and_an_up_to_date_one_does_nothing() {
     let ws = repo("printf 'new\\n' > b.txt");

@@ -95,7 +95,7 @@ impl Tree {
     /// (its line endings converted as the merge wrote them) or a symbolic
     /// link's target. Deleted, or changed, it was decided.
     pub async fn untouched(&self, c: &Conflict) -> GitResult<bool> {
-        let Some(object) = &c.left else { return Ok(false) };
+        let Some(object) = c.left() else { return Ok(false) };
         let path = self.dir().join(&c.path);
         let kind = tokio::task::spawn_blocking(move || {
             let meta = std::fs::symlink_metadata(&path).ok()?;
@@ -237,31 +237,69 @@ impl Tree {
     }
 }
 
-/// A file a merge left unmerged: which sides have it — the two histories'
-/// common ancestor, ours (the member's branch) and theirs (the King's) —
-/// and whether it holds git's markers. One without markers is a conflict
-/// git could not write into the file: a side deleted it, or it is binary.
+/// A file a merge left unmerged: what each side has at its path — the two
+/// histories' common ancestor, ours (the member's branch) and theirs (the
+/// King's) — and whether it holds git's markers. One without markers is a
+/// conflict git could not write into the file: a side deleted it, it is
+/// binary, a side has another kind of thing there (git then moves the
+/// other side's file aside, to `<path>~<side>`), or a submodule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Conflict {
     pub path: String,
-    pub base: bool,
-    pub ours: bool,
-    pub theirs: bool,
+    pub base: Option<Side>,
+    pub ours: Option<Side>,
+    pub theirs: Option<Side>,
     pub markers: bool,
-    /// The object git left in the worktree for it: ours, or theirs when
-    /// ours is deleted (a file with markers is neither).
-    pub left: Option<String>,
+}
+
+/// What one side of a merge has at a conflicted path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Side {
+    /// git's mode: `100644`, `100755`, `120000` (a link), `160000` (a
+    /// submodule's commit).
+    pub mode: String,
+    pub object: String,
 }
 
 impl Conflict {
+    /// The object git left in the worktree for it: ours, or theirs when
+    /// ours is deleted (a file with markers is neither).
+    pub fn left(&self) -> Option<&str> {
+        self.ours.as_ref().or(self.theirs.as_ref()).map(|s| s.object.as_str())
+    }
+
+    /// A submodule's commit on some side: nothing in a member's worktree
+    /// can resolve it (kd makes no checkout of submodules there, and git
+    /// refuses to stage one without).
+    pub fn is_submodule(&self) -> bool {
+        [&self.base, &self.ours, &self.theirs].into_iter().flatten().any(|s| s.mode == "160000")
+    }
+
     /// What the member is told of a conflict without markers, the King's
-    /// side named `from`; `None` for one with markers (resolved by
-    /// removing them).
-    pub fn without_markers(&self, from: &str) -> Option<String> {
+    /// side named `from`, its commit being merged `theirs` (git's name for
+    /// that side when it moves a file of it aside); `None` for one with
+    /// markers (resolved by removing them).
+    pub fn without_markers(&self, from: &str, theirs: &str) -> Option<String> {
         if self.markers {
             return None;
         }
-        Some(match (self.base, self.ours, self.theirs) {
+        let (base, ours, their) = (self.base.is_some(), self.ours.is_some(), self.theirs.is_some());
+        // A side's file moved aside: the other side has a directory, a
+        // link or a file of another kind at its name.
+        if let Some(name) = self.path.strip_suffix("~HEAD").filter(|_| ours && !their) {
+            return Some(format!(
+                "git moved your version of {name} here, as {from} has a directory or another kind of file at {name}. \
+                 Carry your changes over to {from}'s {name} (or where they belong now), then delete this file"
+            ));
+        }
+        if let Some(name) = self.path.strip_suffix(theirs).and_then(|p| p.strip_suffix('~')).filter(|_| their && !ours)
+        {
+            return Some(format!(
+                "git moved {from}'s version of {name} here, as your work has a directory or another kind of file at \
+                 {name}. Carry {from}'s changes over to your {name} (or where they belong), then delete this file"
+            ));
+        }
+        Some(match (base, ours, their) {
             (true, true, false) => format!(
                 "{from} deleted it and you changed it; it holds your version, with no markers. Delete it if {from}'s \
                  deletion should stand, or keep it, working with {from}'s code"
@@ -273,8 +311,16 @@ impl Conflict {
             (true, false, false) => "both sides renamed or deleted it, and it is not in your worktree. Leave \
                                      it so, unless your work needs it"
                 .to_string(),
-            _ => "it holds no conflict markers: git could not merge it (a binary file, a rename or a directory on \
-                  one side), or it was resolved already. Leave it as both sides' changes should have it"
+            (false, true, false) => format!(
+                "it is yours; {from} has another kind of file at this name, which git moved aside (the file of this \
+                 name ending in ~{theirs}). Keep this one"
+            ),
+            (false, false, true) => format!(
+                "it is {from}'s: your work has another kind of file at this name, which git moved aside (the file of \
+                 this name ending in ~HEAD), or {from} added it. Keep this one as {from} has it"
+            ),
+            _ => "it holds no conflict markers: git could not merge it (a binary file, or a rename on one side), \
+                  or it was resolved already. Leave it as both sides' changes should have it"
                 .to_string(),
         })
     }
@@ -287,25 +333,17 @@ fn stages(listing: &[u8]) -> Vec<Conflict> {
     for entry in listing.split(|b| *b == 0) {
         let Some(tab) = entry.iter().position(|b| *b == b'\t') else { continue };
         let path = String::from_utf8_lossy(&entry[tab + 1..]).into_owned();
-        let mut fields = entry[..tab].split(|b| *b == b' ').skip(1);
-        let object = String::from_utf8_lossy(fields.next().unwrap_or_default()).into_owned();
-        let stage = fields.next().unwrap_or_default();
+        let mut fields = entry[..tab].split(|b| *b == b' ').map(|f| String::from_utf8_lossy(f).into_owned());
+        let (Some(mode), Some(object), Some(stage)) = (fields.next(), fields.next(), fields.next()) else { continue };
         if files.last().is_none_or(|last| last.path != path) {
-            files.push(Conflict { path, base: false, ours: false, theirs: false, markers: false, left: None });
+            files.push(Conflict { path, base: None, ours: None, theirs: None, markers: false });
         }
         let Some(at) = files.last_mut() else { continue };
-        match stage {
-            b"1" => at.base = true,
-            b"2" => {
-                at.ours = true;
-                at.left = Some(object);
-            }
-            b"3" => {
-                at.theirs = true;
-                if !at.ours {
-                    at.left = Some(object);
-                }
-            }
+        let side = Some(Side { mode, object });
+        match stage.as_str() {
+            "1" => at.base = side,
+            "2" => at.ours = side,
+            "3" => at.theirs = side,
             _ => {}
         }
     }
@@ -400,27 +438,58 @@ mod tests {
         let listing = b"100644 aaa 1\tgone.txt\x00100644 bbb 2\tgone.txt\x00\
                         100644 ccc 1\tboth.txt\x00100644 ddd 2\tboth.txt\x00100644 eee 3\tboth.txt\x00\
                         100644 fff 1\tback.txt\x00100644 ggg 3\tback.txt\x00\
-                        100644 hhh 2\ta dir/new file\x00100644 iii 3\ta dir/new file\x00";
-        let got: Vec<(String, bool, bool, bool, Option<String>)> =
-            stages(listing).into_iter().map(|c| (c.path, c.base, c.ours, c.theirs, c.left)).collect();
+                        100644 hhh 2\ta dir/new file\x00100644 iii 3\ta dir/new file\x00\
+                        160000 jjj 1\ts\x00160000 kkk 2\ts\x00160000 lll 3\ts\x00\
+                        120000 mmm 3\tl\x00";
+        let sides = |c: &Conflict| [&c.base, &c.ours, &c.theirs].map(|s| s.as_ref().map(|s| s.object.clone()));
+        let all = stages(listing);
+        let o = |s: &str| (!s.is_empty()).then(|| s.to_string());
         let want = [
-            ("gone.txt", true, true, false, "bbb"),
-            ("both.txt", true, true, true, "ddd"),
-            ("back.txt", true, false, true, "ggg"),
-            ("a dir/new file", false, true, true, "hhh"),
+            ("gone.txt", ["aaa", "bbb", ""], "bbb", false),
+            ("both.txt", ["ccc", "ddd", "eee"], "ddd", false),
+            ("back.txt", ["fff", "", "ggg"], "ggg", false),
+            ("a dir/new file", ["", "hhh", "iii"], "hhh", false),
+            ("s", ["jjj", "kkk", "lll"], "kkk", true),
+            ("l", ["", "", "mmm"], "mmm", false),
         ];
-        assert_eq!(got, want.map(|(p, b, o, t, l)| (p.to_string(), b, o, t, Some(l.to_string()))));
+        assert_eq!(all.len(), want.len());
+        for (c, (path, objects, left, submodule)) in all.iter().zip(want) {
+            assert_eq!(
+                (c.path.as_str(), sides(c), c.left(), c.is_submodule()),
+                (path, objects.map(o), Some(left), submodule)
+            );
+        }
+        assert_eq!(all[5].theirs.as_ref().map(|s| s.mode.as_str()), Some("120000"));
         assert!(stages(b"").is_empty());
+        assert!(stages(b"100644 aaa\tno stage\x00").is_empty(), "a line cut short is no conflict");
     }
 
     #[test]
     fn a_conflict_without_markers_says_which_side_deleted_the_file() {
-        let c = |ours, theirs, markers| Conflict { path: "a".into(), base: true, ours, theirs, markers, left: None };
-        assert_eq!(c(true, true, true).without_markers("main"), None);
-        let said = |c: Conflict| c.without_markers("main").expect("told");
-        assert!(said(c(true, false, false)).starts_with("main deleted it and you changed it"));
-        assert!(said(c(false, true, false)).starts_with("you deleted it and main changed it"));
-        assert!(said(c(true, true, false)).starts_with("it holds no conflict markers"));
+        let side = || Some(Side { mode: "100644".into(), object: "a".into() });
+        let c = |path: &str, [base, ours, theirs]: [bool; 3], markers| Conflict {
+            path: path.into(),
+            base: base.then(side).flatten(),
+            ours: ours.then(side).flatten(),
+            theirs: theirs.then(side).flatten(),
+            markers,
+        };
+        let said = |c: Conflict| c.without_markers("main", "f00d").expect("told");
+        assert_eq!(c("a", [true, true, true], true).without_markers("main", "f00d"), None);
+        assert!(said(c("a", [true, true, false], false)).starts_with("main deleted it and you changed it"));
+        assert!(said(c("a", [true, false, true], false)).starts_with("you deleted it and main changed it"));
+        assert!(said(c("a", [true, true, true], false)).starts_with("it holds no conflict markers"));
+        // A file git moved aside, as a side has a directory or a file of
+        // another kind at its name: never called deleted.
+        let mine = said(c("l~HEAD", [true, true, false], false));
+        assert!(mine.starts_with("git moved your version of l here, as main has a directory"), "{mine}");
+        let theirs = said(c("d~f00d", [true, false, true], false));
+        assert!(theirs.starts_with("git moved main's version of d here, as your work has a directory"), "{theirs}");
+        assert!(said(c("l", [false, true, false], false)).starts_with("it is yours; main has another kind"));
+        assert!(said(c("l", [false, false, true], false)).starts_with("it is main's: your work has another kind"));
+        // Only git's own names are taken for moved aside.
+        assert!(said(c("x~f00d", [true, true, false], false)).starts_with("main deleted it"));
+        assert!(said(c("x~HEAD", [true, false, true], false)).starts_with("you deleted it"));
     }
 
     /// A member that leaves a FIFO where a conflicted file was: kd's look

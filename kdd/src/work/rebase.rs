@@ -108,6 +108,9 @@ pub async fn rebase(
     // merged).
     if let Some(theirs) = tree.merging().await.map_err(git_error)? {
         let from = branch.unwrap_or_else(|| short(&theirs).to_string());
+        if let Some(refused) = submodules(&tree, &w, &from).await? {
+            return Err(refused);
+        }
         let mut left = tree.unresolved().await.map_err(git_error)?;
         for c in tree.conflicts().await.map_err(git_error)? {
             if !c.markers && !left.contains(&c.path) && tree.untouched(&c).await.map_err(git_error)? {
@@ -167,6 +170,10 @@ pub async fn rebase(
             Ok(done(RebaseOutcome::Merged, Some(new), Vec::new(), None))
         }
         Merged::Conflicts(files) => {
+            // Not asked for what it cannot do: the merge is undone.
+            if let Some(refused) = submodules(&tree, &w, &from).await? {
+                return Err(refused);
+            }
             // Not asked (the member cannot run): the merge is undone.
             let seq = match ask(co, &w, (&from, &onto), &files, (client, path)).await {
                 Ok(seq) => seq,
@@ -203,6 +210,45 @@ async fn merged_in(
         .await
         .map_err(|e| unrecorded(member, &e))?;
     Ok(true)
+}
+
+/// A submodule in conflict, the merge in progress undone: the refusal
+/// that says so, with the way on. A member's worktree has no checkout of a
+/// submodule (git refuses to stage one without), so the member is not
+/// asked for what it cannot do: you merge the work in your tree. An undo
+/// kd cannot make without loss leaves the merge as it is, and says so.
+async fn submodules(
+    tree: &member::Tree,
+    w: &Worktree,
+    from: &str,
+) -> Result<Option<ErrorObjectOwned>, ErrorObjectOwned> {
+    let conflicts = tree.conflicts().await.map_err(git_error)?;
+    let at = |s: &Option<git::merge::Side>| s.as_ref().map_or("none".to_string(), |s| short(&s.object).to_string());
+    let moved: Vec<String> = conflicts
+        .iter()
+        .filter(|c| c.is_submodule())
+        .map(|c| format!("{} ({from} at {}, {} at {})", c.path, at(&c.theirs), w.member, at(&c.ours)))
+        .collect();
+    let member = &w.member;
+    let conflict = match moved.as_slice() {
+        [] => return Ok(None),
+        [one] => format!("{member}'s work conflicts with {from} in a submodule both sides moved: {one}"),
+        many => format!("{member}'s work conflicts with {from} in submodules both sides moved: {}", many.join(", ")),
+    };
+    let conflict = format!("{conflict}. A member's worktree has no checkout of a submodule to resolve it in");
+    Ok(Some(ErrorCode::Conflict.error(match tree.merge_abort().await {
+        Ok(()) => format!(
+            "{conflict}. kd undid the merge: {} is as it was, every commit of {member}'s kept. Merge it into yours \
+             yourself in {} (git merge refs/heads/{}, choosing each submodule's commit there; kd accept {member} then \
+             finds it in your branch), or kd reject {member}.",
+            w.branch, w.repo, w.branch
+        ),
+        Err(e) => format!(
+            "{conflict}, and kd could not undo the merge ({e}): it is left in progress in {}, every commit of \
+             {member}'s kept. kd reject {member}, or resolve it there yourself.",
+            w.path
+        ),
+    })))
 }
 
 /// kd committed the member's work, and could not record its head (a
@@ -309,7 +355,7 @@ async fn request(
         };
         // A conflict git wrote no marker for is told as what it is.
         let conflicts = open(w).await?.conflicts().await.map_err(git_error)?;
-        let note = |f: &str| conflicts.iter().find(|c| c.path == f).and_then(|c| c.without_markers(from));
+        let note = |f: &str| conflicts.iter().find(|c| c.path == f).and_then(|c| c.without_markers(from, onto));
         let noted = files.iter().filter(|f| note(f).is_some()).count();
         let those = match noted {
             0 => "Those files in your worktree now hold git's conflict markers (`<<<<<<<`, `=======`, `>>>>>>>`). ",
