@@ -838,6 +838,37 @@ async fn kd_pr_pushes_the_branch_and_gh_opens_a_pull_request_with_the_task_the_c
     assert_eq!(after.state, WorkState::Done, "kd pr does not settle the work");
 }
 
+/// A tag of the same name as your branch (`main`) changes nothing: the
+/// work branches off the trunk `kd ask` is on (branch `main`, not git's
+/// short `heads/main`), and its pull request is based on `main`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tag_named_as_your_branch_leaves_the_work_on_your_trunk_and_its_pull_request_on_your_branch() {
+    let ws = repo("printf 'new\\n' > b.txt");
+    let bare = github_remote(&ws);
+    git(ws.dir.path(), &["tag", "main"]);
+    let kdd = Kdd::start();
+    let out = kd(&kdd, &ws, &["ask", "--rounds", "0", "Where do we start?"]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    let c = kdd.client().await;
+    let threads = c.thread_list(None, None, None).await.unwrap();
+    let [trunk] = threads.as_slice() else { panic!("one thread: {threads:?}") };
+    assert_eq!(trunk.branch.as_deref(), Some("main"));
+
+    let w = at_work(&kdd, &ws, "Write b.txt").await;
+    let t = c.thread_get(w.thread.clone()).await.unwrap();
+    assert_eq!(t.parent.as_deref(), Some(trunk.id.as_str()), "the work is a branch of the same trunk: {t:?}");
+    assert_eq!(t.branch.as_deref(), Some("main"), "{t:?}");
+    assert_eq!(c.thread_list(None, None, None).await.unwrap().len(), 2, "no second trunk");
+
+    let bin = fake_gh();
+    let out = kd_with_path(&kdd, &ws, &path_without_gh(Some(bin.path())), &["pr", "claude"]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    assert_eq!(remote_branch(bare.path(), &w.branch).as_deref(), Some(w.head.as_str()), "the branch was pushed");
+    let argv = std::fs::read_to_string(bin.path().join("argv")).expect("gh was run");
+    let argv: Vec<&str> = argv.trim_end_matches('\0').split('\0').collect();
+    assert_eq!(argv[4..6], ["--base", "main"], "{argv:?}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn accept_pr_without_gh_pushes_prints_the_compare_page_and_accepts() {
     let ws = repo("printf 'new\\n' > b.txt");

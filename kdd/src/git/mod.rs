@@ -259,10 +259,12 @@ pub async fn head(repo: &Path) -> GitResult<String> {
     Ok(out.text().trim().to_string())
 }
 
-/// The branch HEAD is on; none when it is detached.
+/// The branch HEAD is on, as its name under `refs/heads/` (never git's
+/// short form, which is `heads/main` beside a tag `main`); none when it is
+/// detached.
 pub async fn branch(repo: &Path) -> GitResult<Option<String>> {
-    let out = git(repo, repo, &["symbolic-ref", "--quiet", "--short", "HEAD"], &[], OUTPUT).await?;
-    Ok(out.ok.then(|| out.text().trim().to_string()))
+    let out = git(repo, repo, &["symbolic-ref", "--quiet", "HEAD"], &[], OUTPUT).await?;
+    Ok(out.ok.then(|| out.text()).and_then(|r| r.trim().strip_prefix("refs/heads/").map(str::to_string)))
 }
 
 /// Makes a worktree of `repo` at `path` on a new branch `branch` at `base`.

@@ -125,6 +125,23 @@ async fn a_conflict_and_a_dirty_tree_are_found_without_changing_anything() {
     assert_eq!(std::fs::read_to_string(repo.join("a.txt")).unwrap(), "king\n");
 }
 
+/// A tag of the same name as your branch does not change the branch's
+/// name: git's short form would be `heads/main`, which is neither the
+/// branch the client reads from `.git/HEAD` (so the trunk a thread is on)
+/// nor one gh could base a pull request on.
+#[tokio::test]
+async fn your_branch_is_named_as_it_is_beside_a_tag_of_the_same_name() {
+    let r = repo();
+    let repo = top(r.path()).await.unwrap();
+    sh(&repo, &["tag", "main"]);
+    assert_eq!(branch(&repo).await.unwrap().as_deref(), Some("main"));
+    sh(&repo, &["checkout", "--quiet", "-b", "feature/x"]);
+    sh(&repo, &["tag", "heads/feature/x"]);
+    assert_eq!(branch(&repo).await.unwrap().as_deref(), Some("feature/x"));
+    sh(&repo, &["checkout", "--quiet", "--detach"]);
+    assert_eq!(branch(&repo).await.unwrap(), None, "a detached HEAD is on no branch");
+}
+
 #[tokio::test]
 async fn a_squash_makes_one_commit_of_the_kings() {
     let r = repo();
