@@ -75,15 +75,18 @@ impl Tree {
     }
 
     /// The files the merge in progress left unmerged, each with the sides
-    /// that have it and whether it holds git's markers.
+    /// that have it, whether it holds git's markers, and which file of
+    /// another side's git moved aside it stands for or beside.
     pub async fn conflicts(&self) -> GitResult<Vec<Conflict>> {
         let out = self.must(&["ls-files", "--unmerged", "-z"], &[]).await?;
+        let theirs = self.merging().await?.unwrap_or_default();
         let mut files = stages(&out.stdout);
         let dir = self.dir().to_path_buf();
         tokio::task::spawn_blocking(move || {
             for c in &mut files {
                 c.markers = has_markers(&dir.join(&c.path));
             }
+            moved_aside(&mut files, &theirs, |name| std::fs::symlink_metadata(dir.join(name)).is_ok());
             files
         })
         .await
@@ -242,14 +245,20 @@ impl Tree {
 /// King's) — and whether it holds git's markers. One without markers is a
 /// conflict git could not write into the file: a side deleted it, it is
 /// binary, a side has another kind of thing there (git then moves the
-/// other side's file aside, to `<path>~<side>`), or a submodule.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// other side's file aside, to `<path>~<side>`), both sides renamed it, or
+/// a submodule.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Conflict {
     pub path: String,
     pub base: Option<Side>,
     pub ours: Option<Side>,
     pub theirs: Option<Side>,
     pub markers: bool,
+    /// A side's file git moved aside to this path: the name it had, where
+    /// the other side now has something of another kind.
+    pub aside_of: Option<String>,
+    /// Where git moved the other side's file of this name aside to.
+    pub other_aside: Option<String>,
 }
 
 /// What one side of a merge has at a conflicted path.
@@ -272,32 +281,42 @@ impl Conflict {
     /// can resolve it (kd makes no checkout of submodules there, and git
     /// refuses to stage one without).
     pub fn is_submodule(&self) -> bool {
-        [&self.base, &self.ours, &self.theirs].into_iter().flatten().any(|s| s.mode == "160000")
+        [&self.ours, &self.theirs].into_iter().flatten().any(|s| s.mode == SUBMODULE)
     }
 
     /// What the member is told of a conflict without markers, the King's
-    /// side named `from`, its commit being merged `theirs` (git's name for
-    /// that side when it moves a file of it aside); `None` for one with
-    /// markers (resolved by removing them).
-    pub fn without_markers(&self, from: &str, theirs: &str) -> Option<String> {
+    /// side named `from`; `None` for one with markers (resolved by removing
+    /// them).
+    pub fn without_markers(&self, from: &str) -> Option<String> {
         if self.markers {
             return None;
         }
         let (base, ours, their) = (self.base.is_some(), self.ours.is_some(), self.theirs.is_some());
-        // A side's file moved aside: the other side has a directory, a
-        // link or a file of another kind at its name.
-        if let Some(name) = self.path.strip_suffix("~HEAD").filter(|_| ours && !their) {
-            return Some(format!(
-                "git moved your version of {name} here, as {from} has a directory or another kind of file at {name}. \
-                 Carry your changes over to {from}'s {name} (or where they belong now), then delete this file"
-            ));
+        if let Some(name) = &self.aside_of {
+            return Some(if ours {
+                format!(
+                    "git moved your version of {name} here, as {from} has a directory or another kind of file at \
+                     {name}. Carry your changes over to {from}'s {name} (or where they belong now), then delete this \
+                     file"
+                )
+            } else {
+                format!(
+                    "git moved {from}'s version of {name} here, as your work has a directory or another kind of file \
+                     at {name}. Carry {from}'s changes over to your {name} (or where they belong), then delete this \
+                     file"
+                )
+            });
         }
-        if let Some(name) = self.path.strip_suffix(theirs).and_then(|p| p.strip_suffix('~')).filter(|_| their && !ours)
-        {
-            return Some(format!(
-                "git moved {from}'s version of {name} here, as your work has a directory or another kind of file at \
-                 {name}. Carry {from}'s changes over to your {name} (or where they belong), then delete this file"
-            ));
+        if let Some(aside) = &self.other_aside {
+            return Some(if ours {
+                format!(
+                    "it is yours; git moved {from}'s file of this name, of another kind, aside to {aside}. Keep this one"
+                )
+            } else {
+                format!(
+                    "it is {from}'s; git moved your file of this name, of another kind, aside to {aside}. Keep this one"
+                )
+            });
         }
         Some(match (base, ours, their) {
             (true, true, false) => format!(
@@ -312,17 +331,64 @@ impl Conflict {
                                      it so, unless your work needs it"
                 .to_string(),
             (false, true, false) => format!(
-                "it is yours; {from} has another kind of file at this name, which git moved aside (the file of this \
-                 name ending in ~{theirs}). Keep this one"
+                "it is yours, and {from} has no file of this name: most often both sides renamed one file, each to \
+                 another name (or {from} added a file of its own where you renamed one). Keep one name for it: this \
+                 one, or {from}'s (then delete this file)"
             ),
             (false, false, true) => format!(
-                "it is {from}'s: your work has another kind of file at this name, which git moved aside (the file of \
-                 this name ending in ~HEAD), or {from} added it. Keep this one as {from} has it"
+                "it is {from}'s, and your work has no file of this name: most often both sides renamed one file, \
+                 each to another name (or you added a file of your own where {from} renamed one). Keep one name for \
+                 it: yours (then delete this file), or this one"
             ),
             _ => "it holds no conflict markers: git could not merge it (a binary file, or a rename on one side), \
                   or it was resolved already. Leave it as both sides' changes should have it"
                 .to_string(),
         })
+    }
+}
+
+/// git's mode for a submodule's commit.
+pub const SUBMODULE: &str = "160000";
+
+/// The name a file had before git moved it aside for `side` (`HEAD` for
+/// the member's, the commit being merged for the King's): git names it
+/// `<name>~<side>`, with `_<n>` after when that name was taken.
+fn aside_name<'a>(path: &'a str, side: &str) -> Option<&'a str> {
+    let (name, tail) = path.rsplit_once('~')?;
+    let rest = tail.strip_prefix(side)?;
+    let counted = |n: &str| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
+    (!name.is_empty() && !side.is_empty() && (rest.is_empty() || rest.strip_prefix('_').is_some_and(counted)))
+        .then_some(name)
+}
+
+/// Marks the files git moved aside (a side's file where the other has a
+/// directory or a file of another kind), the King's commit being
+/// `theirs`: one side's only, named `<name>~<side>`, its `<name>` still
+/// there (`exists`) — a file of that name of the member's own is not
+/// taken for one — and the file it stands beside, one side's only too.
+fn moved_aside(files: &mut [Conflict], theirs: &str, exists: impl Fn(&str) -> bool) {
+    let asides: Vec<(usize, String)> = files
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| {
+            let name = match (c.ours.is_some(), c.theirs.is_some()) {
+                (true, false) => aside_name(&c.path, "HEAD"),
+                (false, true) => aside_name(&c.path, theirs),
+                _ => None,
+            }?;
+            exists(name).then(|| (i, name.to_string()))
+        })
+        .collect();
+    for (i, name) in asides {
+        let aside = files[i].path.clone();
+        let mine = files[i].ours.is_some();
+        files[i].aside_of = Some(name.clone());
+        if let Some(at) = files
+            .iter_mut()
+            .find(|c| c.path == name && c.ours.is_some() != mine && c.ours.is_some() != c.theirs.is_some())
+        {
+            at.other_aside = Some(aside);
+        }
     }
 }
 
@@ -336,7 +402,7 @@ fn stages(listing: &[u8]) -> Vec<Conflict> {
         let mut fields = entry[..tab].split(|b| *b == b' ').map(|f| String::from_utf8_lossy(f).into_owned());
         let (Some(mode), Some(object), Some(stage)) = (fields.next(), fields.next(), fields.next()) else { continue };
         if files.last().is_none_or(|last| last.path != path) {
-            files.push(Conflict { path, base: None, ours: None, theirs: None, markers: false });
+            files.push(Conflict { path, ..Conflict::default() });
         }
         let Some(at) = files.last_mut() else { continue };
         let side = Some(Side { mode, object });
@@ -440,7 +506,8 @@ mod tests {
                         100644 fff 1\tback.txt\x00100644 ggg 3\tback.txt\x00\
                         100644 hhh 2\ta dir/new file\x00100644 iii 3\ta dir/new file\x00\
                         160000 jjj 1\ts\x00160000 kkk 2\ts\x00160000 lll 3\ts\x00\
-                        120000 mmm 3\tl\x00";
+                        120000 mmm 3\tl\x00\
+                        160000 nnn 1\twas-sub\x00100644 ooo 2\twas-sub\x00100644 ppp 3\twas-sub\x00";
         let sides = |c: &Conflict| [&c.base, &c.ours, &c.theirs].map(|s| s.as_ref().map(|s| s.object.clone()));
         let all = stages(listing);
         let o = |s: &str| (!s.is_empty()).then(|| s.to_string());
@@ -451,6 +518,9 @@ mod tests {
             ("a dir/new file", ["", "hhh", "iii"], "hhh", false),
             ("s", ["jjj", "kkk", "lll"], "kkk", true),
             ("l", ["", "", "mmm"], "mmm", false),
+            // A submodule once, a file on both sides now: the member can
+            // resolve it.
+            ("was-sub", ["nnn", "ooo", "ppp"], "ooo", false),
         ];
         assert_eq!(all.len(), want.len());
         for (c, (path, objects, left, submodule)) in all.iter().zip(want) {
@@ -464,32 +534,105 @@ mod tests {
         assert!(stages(b"100644 aaa\tno stage\x00").is_empty(), "a line cut short is no conflict");
     }
 
-    #[test]
-    fn a_conflict_without_markers_says_which_side_deleted_the_file() {
+    fn conflict(path: &str, [base, ours, theirs]: [bool; 3], markers: bool) -> Conflict {
         let side = || Some(Side { mode: "100644".into(), object: "a".into() });
-        let c = |path: &str, [base, ours, theirs]: [bool; 3], markers| Conflict {
+        Conflict {
             path: path.into(),
             base: base.then(side).flatten(),
             ours: ours.then(side).flatten(),
             theirs: theirs.then(side).flatten(),
             markers,
-        };
-        let said = |c: Conflict| c.without_markers("main", "f00d").expect("told");
-        assert_eq!(c("a", [true, true, true], true).without_markers("main", "f00d"), None);
-        assert!(said(c("a", [true, true, false], false)).starts_with("main deleted it and you changed it"));
-        assert!(said(c("a", [true, false, true], false)).starts_with("you deleted it and main changed it"));
-        assert!(said(c("a", [true, true, true], false)).starts_with("it holds no conflict markers"));
-        // A file git moved aside, as a side has a directory or a file of
-        // another kind at its name: never called deleted.
-        let mine = said(c("l~HEAD", [true, true, false], false));
-        assert!(mine.starts_with("git moved your version of l here, as main has a directory"), "{mine}");
-        let theirs = said(c("d~f00d", [true, false, true], false));
+            ..Conflict::default()
+        }
+    }
+
+    /// What the member is told of each conflict of `files` (git's listing,
+    /// the King's commit `f00d`, the names in `there` in the worktree).
+    fn told(mut files: Vec<Conflict>, there: &[&str]) -> Vec<Option<String>> {
+        moved_aside(&mut files, "f00d", |name| there.contains(&name));
+        files.iter().map(|c| c.without_markers("main")).collect()
+    }
+
+    #[test]
+    fn a_conflict_without_markers_says_which_side_deleted_the_file() {
+        let said = |c: Conflict| told(vec![c], &[]).remove(0).expect("told");
+        assert_eq!(conflict("a", [true, true, true], true).without_markers("main"), None);
+        assert!(said(conflict("a", [true, true, false], false)).starts_with("main deleted it and you changed it"));
+        assert!(said(conflict("a", [true, false, true], false)).starts_with("you deleted it and main changed it"));
+        assert!(said(conflict("a", [true, true, true], false)).starts_with("it holds no conflict markers"));
+        assert!(said(conflict("a", [true, false, false], false)).starts_with("both sides renamed or deleted it"));
+    }
+
+    /// A file git moved aside, as the other side has a directory or a file
+    /// of another kind at its name, is told as moved (never deleted), and
+    /// the file it stands beside as the other side's; a name that only
+    /// looks like git's is not taken for one.
+    #[test]
+    fn a_file_git_moved_aside_is_told_as_moved_and_only_git_s_names_count() {
+        // You made d a directory; the member changed its file d.
+        let t = told(vec![conflict("d~HEAD", [true, true, false], false)], &["d"]);
+        let mine = t[0].as_deref().unwrap();
+        assert!(mine.starts_with("git moved your version of d here, as main has a directory"), "{mine}");
+        // The member made d a directory; git named the other aside with a
+        // counter, d~f00d being taken.
+        let t = told(vec![conflict("d~f00d_0", [true, false, true], false)], &["d"]);
+        let theirs = t[0].as_deref().unwrap();
         assert!(theirs.starts_with("git moved main's version of d here, as your work has a directory"), "{theirs}");
-        assert!(said(c("l", [false, true, false], false)).starts_with("it is yours; main has another kind"));
-        assert!(said(c("l", [false, false, true], false)).starts_with("it is main's: your work has another kind"));
-        // Only git's own names are taken for moved aside.
-        assert!(said(c("x~f00d", [true, true, false], false)).starts_with("main deleted it"));
-        assert!(said(c("x~HEAD", [true, false, true], false)).starts_with("you deleted it"));
+        // A link of yours where the member's file was: the file aside, the
+        // link where it was.
+        let t = told(
+            vec![conflict("l", [false, false, true], false), conflict("l~HEAD", [true, true, false], false)],
+            &["l"],
+        );
+        let link = t[0].as_deref().unwrap();
+        assert_eq!(
+            link,
+            "it is main's; git moved your file of this name, of another kind, aside to l~HEAD. Keep this one"
+        );
+        assert!(t[1].as_deref().unwrap().starts_with("git moved your version of l here"));
+        let t = told(
+            vec![conflict("l", [false, true, false], false), conflict("l~f00d", [false, false, true], false)],
+            &["l"],
+        );
+        assert!(t[0].as_deref().unwrap().starts_with("it is yours; git moved main's file of this name"), "{t:?}");
+        // Only git's own names, their file still there, are taken.
+        let t = told(
+            vec![
+                conflict("x~f00d", [true, true, false], false),
+                conflict("y~HEAD", [true, false, true], false),
+                conflict("gone~HEAD", [true, true, false], false),
+                conflict("z~HEADS", [true, true, false], false),
+                conflict("w~HEAD_", [true, true, false], false),
+            ],
+            &["x", "y", "z", "w"],
+        );
+        assert!(t[0].as_deref().unwrap().starts_with("main deleted it"), "{t:?}");
+        assert!(t[1].as_deref().unwrap().starts_with("you deleted it"), "{t:?}");
+        assert!(t[2].as_deref().unwrap().starts_with("main deleted it"), "no gone in the worktree: {t:?}");
+        assert!(t[3].as_deref().unwrap().starts_with("main deleted it"), "{t:?}");
+        assert!(t[4].as_deref().unwrap().starts_with("main deleted it"), "{t:?}");
+    }
+
+    /// Both sides renamed one file, each to another name: neither new name
+    /// is told as a file moved aside (keeping both would keep two copies).
+    #[test]
+    fn a_file_both_sides_renamed_is_told_as_renamed() {
+        let t = told(
+            vec![
+                conflict("b1", [false, true, false], false),
+                conflict("b2", [false, false, true], false),
+                conflict("big", [true, false, false], false),
+            ],
+            &["b1", "b2"],
+        );
+        let (b1, b2) = (t[0].as_deref().unwrap(), t[1].as_deref().unwrap());
+        assert!(
+            b1.starts_with("it is yours, and main has no file of this name: most often both sides renamed"),
+            "{b1}"
+        );
+        assert!(b2.starts_with("it is main's, and your work has no file of this name"), "{b2}");
+        assert!(!b1.contains("aside") && !b2.contains("aside"), "{t:?}");
+        assert!(b1.contains("Keep one name") && b2.contains("Keep one name"), "{t:?}");
     }
 
     /// A member that leaves a FIFO where a conflicted file was: kd's look

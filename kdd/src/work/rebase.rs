@@ -223,17 +223,16 @@ async fn submodules(
     from: &str,
 ) -> Result<Option<ErrorObjectOwned>, ErrorObjectOwned> {
     let conflicts = tree.conflicts().await.map_err(git_error)?;
-    let at = |s: &Option<git::merge::Side>| s.as_ref().map_or("none".to_string(), |s| short(&s.object).to_string());
-    let moved: Vec<String> = conflicts
+    let member = &w.member;
+    let found: Vec<String> = conflicts
         .iter()
         .filter(|c| c.is_submodule())
-        .map(|c| format!("{} ({from} at {}, {} at {})", c.path, at(&c.theirs), w.member, at(&c.ours)))
+        .map(|c| format!("{} ({from}: {}; {member}: {})", c.path, side(&c.theirs), side(&c.ours)))
         .collect();
-    let member = &w.member;
-    let conflict = match moved.as_slice() {
+    let conflict = match found.as_slice() {
         [] => return Ok(None),
-        [one] => format!("{member}'s work conflicts with {from} in a submodule both sides moved: {one}"),
-        many => format!("{member}'s work conflicts with {from} in submodules both sides moved: {}", many.join(", ")),
+        [one] => format!("{member}'s work conflicts with {from} in a submodule: {one}"),
+        many => format!("{member}'s work conflicts with {from} in submodules: {}", many.join(", ")),
     };
     let conflict = format!("{conflict}. A member's worktree has no checkout of a submodule to resolve it in");
     Ok(Some(ErrorCode::Conflict.error(match tree.merge_abort().await {
@@ -249,6 +248,16 @@ async fn submodules(
             w.path
         ),
     })))
+}
+
+/// What one side of a conflicted submodule has there, in a word.
+fn side(s: &Option<git::merge::Side>) -> String {
+    match s.as_ref().map(|s| (s.mode.as_str(), s)) {
+        None => "deleted".into(),
+        Some((git::merge::SUBMODULE, s)) => format!("at {}", short(&s.object)),
+        Some(("120000", _)) => "a link".into(),
+        Some(_) => "a file".into(),
+    }
 }
 
 /// kd committed the member's work, and could not record its head (a
@@ -355,7 +364,7 @@ async fn request(
         };
         // A conflict git wrote no marker for is told as what it is.
         let conflicts = open(w).await?.conflicts().await.map_err(git_error)?;
-        let note = |f: &str| conflicts.iter().find(|c| c.path == f).and_then(|c| c.without_markers(from, onto));
+        let note = |f: &str| conflicts.iter().find(|c| c.path == f).and_then(|c| c.without_markers(from));
         let noted = files.iter().filter(|f| note(f).is_some()).count();
         let those = match noted {
             0 => "Those files in your worktree now hold git's conflict markers (`<<<<<<<`, `=======`, `>>>>>>>`). ",
