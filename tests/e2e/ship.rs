@@ -177,6 +177,42 @@ async fn markers_left_are_never_committed_the_member_is_told_again_then_the_merg
     assert!(out.status.success() && out.stdout.contains("in main already"), "{}{}", out.stdout, out.stderr);
 }
 
+/// A conflicted file whose name is not UTF-8 (`caf\xe9.txt`, Latin-1) is
+/// looked at by its own name: markers the member leaves in it are never
+/// committed, and the merge is undone as for any other name.
+#[tokio::test(flavor = "multi_thread")]
+async fn markers_left_in_a_file_whose_name_is_not_utf8_are_never_committed() {
+    use std::os::unix::ffi::OsStrExt;
+    let ws = Workspace::new(&[]);
+    ws.git_init(&[("a.txt", "one\n")], &[]);
+    let dir = ws.dir.path();
+    let name = std::ffi::OsStr::from_bytes(b"caf\xe9.txt");
+    std::fs::write(dir.join(name), "one\ntwo\n").unwrap();
+    git(dir, &["add", "--all"]);
+    git(dir, &["commit", "--quiet", "-m", "A Latin-1 name"]);
+    let run = "if test -f .git; then f=$(printf 'caf\\351.txt'); grep -q '^<<<<<<<' \"$f\" || \
+               printf 'one\\nclaude\\n' > \"$f\"; fi";
+    let agents = json!({ "claude": fake("claude", "claude", &[("FAKE_RUN", run)]) });
+    ws.write_config(&json!({"council": {"members": ["claude"]}, "agents": agents}));
+    let kdd = Kdd::start();
+    let w = at_work(&kdd, &ws, "Change line two").await;
+    std::fs::write(dir.join(name), "one\nking\n").unwrap();
+    git(dir, &["commit", "--quiet", "-am", "King's line two"]);
+
+    let out = kd(&kdd, &ws, &["rebase", "claude"]).await;
+    assert!(!out.status.success(), "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("conflict markers remain in caf"), "{}{}", out.stdout, out.stderr);
+    let path = Path::new(&w.path);
+    let held = std::process::Command::new("git").arg("-C").arg(path).args(["grep", "-q", "^<<<<<<<", "HEAD"]).status();
+    assert!(!held.unwrap().success(), "no commit of claude's branch holds markers");
+    assert_eq!(git(path, &["log", "--merges", "--format=%H"]), "", "no merge was concluded");
+    // Undone, as for any name: the branch as it was, claude's file its own.
+    assert!(out.stdout.contains("kd undid the merge"), "{}", out.stdout);
+    assert_eq!(git(path, &["rev-parse", "HEAD"]), w.head);
+    assert_eq!(git(path, &["status", "--porcelain"]), "");
+    assert_eq!(std::fs::read_to_string(path.join(name)).unwrap(), "one\nclaude\n");
+}
+
 /// A merge kd cannot undo — the member changed (and staged) a file the merge
 /// brought while failing to resolve — is left in progress, said so, and nothing of
 /// the member's is lost.

@@ -9,7 +9,9 @@
 //! ([`Tree::merge_abort`]), which leaves the branch as it was.
 
 use std::collections::HashSet;
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use super::member::Tree;
@@ -84,7 +86,7 @@ impl Tree {
         let dir = self.dir().to_path_buf();
         tokio::task::spawn_blocking(move || {
             for c in &mut files {
-                c.markers = has_markers(&dir.join(&c.path));
+                c.markers = has_markers(&dir.join(OsStr::from_bytes(&c.name)));
             }
             moved_aside(&mut files, &theirs, |name| std::fs::symlink_metadata(dir.join(name)).is_ok());
             files
@@ -99,7 +101,12 @@ impl Tree {
     /// link's target. Deleted, or changed, it was decided.
     pub async fn untouched(&self, c: &Conflict) -> GitResult<bool> {
         let Some(object) = c.left() else { return Ok(false) };
-        let path = self.dir().join(&c.path);
+        // A name git cannot be given as text cannot be compared: taken as
+        // undecided, the member is asked (its run's end concludes it).
+        if std::str::from_utf8(&c.name).is_err() {
+            return Ok(true);
+        }
+        let path = self.dir().join(OsStr::from_bytes(&c.name));
         let kind = tokio::task::spawn_blocking(move || {
             let meta = std::fs::symlink_metadata(&path).ok()?;
             if meta.file_type().is_symlink() {
@@ -125,34 +132,42 @@ impl Tree {
         }
     }
 
-    /// The paths `git ls-files <which> -z` lists, one entry a stage.
-    async fn staged_paths(&self, which: &str) -> GitResult<Vec<String>> {
+    /// The paths `git ls-files <which> -z` lists, one entry a stage, as
+    /// they are (a name need not be UTF-8).
+    async fn staged_names(&self, which: &str) -> GitResult<Vec<Vec<u8>>> {
         let out = self.must(&["ls-files", which, "-z"], &[]).await?;
-        let mut files: Vec<String> = out
+        let mut files: Vec<Vec<u8>> = out
             .stdout
             .split(|b| *b == 0)
-            .filter_map(|r| r.iter().position(|b| *b == b'\t').map(|at| String::from_utf8_lossy(&r[at + 1..])))
-            .map(|p| p.into_owned())
+            .filter_map(|r| r.iter().position(|b| *b == b'\t').map(|at| r[at + 1..].to_vec()))
             .collect();
         files.dedup();
         Ok(files)
+    }
+
+    /// The same, each name shown as text (a name that is not UTF-8 with
+    /// `�` for what is not).
+    async fn staged_paths(&self, which: &str) -> GitResult<Vec<String>> {
+        Ok(self.staged_names(which).await?.iter().map(|n| String::from_utf8_lossy(n).into_owned()).collect())
     }
 
     /// The conflicted files that still hold a conflict marker: the unmerged
     /// ones, and those the member staged as they were (`git add` takes a
     /// file out of the unmerged ones; git keeps its stages as resolve-undo).
     pub async fn unresolved(&self) -> GitResult<Vec<String>> {
-        let mut files = self.unmerged().await?;
+        let mut files = self.staged_names("--unmerged").await?;
         // A merge begins with none: these are this merge's (staged, or
         // staged and unstaged again).
-        for p in self.staged_paths("--resolve-undo").await? {
+        for p in self.staged_names("--resolve-undo").await? {
             if !files.contains(&p) {
                 files.push(p);
             }
         }
+        // Each looked at by its own name, shown as text.
         let dir = self.dir().to_path_buf();
         let left = tokio::task::spawn_blocking(move || {
-            files.into_iter().filter(|f| has_markers(&dir.join(f))).collect::<Vec<String>>()
+            let held = files.into_iter().filter(|f| has_markers(&dir.join(OsStr::from_bytes(f))));
+            held.map(|f| String::from_utf8_lossy(&f).into_owned()).collect::<Vec<String>>()
         })
         .await
         .map_err(|e| super::GitError::Spawn(std::io::Error::other(e)))?;
@@ -178,11 +193,9 @@ impl Tree {
     pub async fn merge_abort(&self) -> GitResult<()> {
         let mut staged_conflicts = Vec::new();
         if let Some(theirs) = self.merging().await? {
-            let besides = self.staged_besides(&theirs).await?;
-            self.each_path(&["reset", "--quiet"], &besides).await?;
-            let unmerged = self.unmerged().await?;
-            staged_conflicts = self.staged_paths("--resolve-undo").await?;
-            staged_conflicts.retain(|p| !unmerged.contains(p));
+            let kept;
+            (kept, staged_conflicts) = self.kept_apart(&theirs).await?;
+            self.each_path(&["reset", "--quiet"], &kept).await?;
         }
         self.must(&["merge", "--abort"], &[]).await?;
         // A conflicted file the member staged (and perhaps unstaged again)
@@ -207,36 +220,46 @@ impl Tree {
         Ok(listed)
     }
 
-    /// The staged files the merge of `theirs` did not bring: those where
-    /// the tree git's merge makes (conflicts and all) is the branch's head,
-    /// and not in conflict. Refused (see [`Tree::merge_abort`]) when a
-    /// file it brought was staged otherwise since.
-    async fn staged_besides(&self, theirs: &str) -> GitResult<Vec<String>> {
+    /// What undoing the merge of `theirs` keeps apart: the staged files it
+    /// did not bring (those where the tree git's merge makes, conflicts and
+    /// all, is the branch's head, and not in conflict), and the conflicted
+    /// files the member staged (git keeps them as resolve-undo). Refused
+    /// (see [`Tree::merge_abort`]) when a file it brought was staged
+    /// otherwise since, or a name to hand to git is not UTF-8. Names are
+    /// compared as git lists them.
+    async fn kept_apart(&self, theirs: &str) -> GitResult<(Vec<String>, Vec<String>)> {
         let refuse = |reason: String| super::GitError::Failed { args: "merge --abort".into(), reason };
         let merged = self.git(&["merge-tree", "--write-tree", "HEAD", theirs], &[], OUTPUT).await?;
         let tree = merged.text().lines().next().unwrap_or_default().trim().to_string();
         if !matches!(merged.code, Some(0 | 1)) || tree.len() < 40 {
             return Err(refuse(format!("git merge-tree: {}", merged.stderr.trim())));
         }
-        let brought: HashSet<String> =
-            names(&self.must(&["diff", "--name-only", "--no-renames", "-z", "HEAD", &tree], &[]).await?)?
-                .into_iter()
-                .collect();
-        let unmerged: HashSet<String> =
-            self.unmerged().await?.into_iter().chain(self.staged_paths("--resolve-undo").await?).collect();
+        let listed = |out: super::Output| -> HashSet<Vec<u8>> { raw_names(&out).map(<[u8]>::to_vec).collect() };
+        let brought = listed(self.must(&["diff", "--name-only", "--no-renames", "-z", "HEAD", &tree], &[]).await?);
+        let unmerged: HashSet<Vec<u8>> = self.staged_names("--unmerged").await?.into_iter().collect();
+        let undo = self.staged_names("--resolve-undo").await?;
+        let in_conflict = |p: &[u8]| unmerged.contains(p) || undo.iter().any(|u| u == p);
         // Staged otherwise than the merge made it: the member's change of a
         // file the merge brought, which the abort would drop.
-        let changed = names(&self.must(&["diff", "--cached", "--name-only", "--no-renames", "-z", &tree], &[]).await?)?;
-        if let Some(p) = changed.iter().find(|p| brought.contains(*p) && !unmerged.contains(*p)) {
+        let changed = self.must(&["diff", "--cached", "--name-only", "--no-renames", "-z", &tree], &[]).await?;
+        if let Some(p) = raw_names(&changed).find(|p| brought.contains(*p) && !in_conflict(p)) {
+            let p = String::from_utf8_lossy(p);
             return Err(refuse(format!("{p}, which the merge brought, was changed since")));
         }
-        let staged = names(&self.must(&["diff", "--cached", "--name-only", "--no-renames", "-z"], &[]).await?)?;
-        let besides: Vec<String> =
-            staged.into_iter().filter(|p| !brought.contains(p) && !unmerged.contains(p)).collect();
+        let staged = self.must(&["diff", "--cached", "--name-only", "--no-renames", "-z"], &[]).await?;
+        let besides: Vec<&[u8]> = raw_names(&staged).filter(|p| !brought.contains(*p) && !in_conflict(p)).collect();
         if besides.len() > MAX_KEPT {
             return Err(refuse(format!("{} files staged besides the merge, more than kd keeps apart", besides.len())));
         }
-        Ok(besides)
+        let staged_conflicts = undo.iter().filter(|p| !unmerged.contains(*p)).map(Vec::as_slice);
+        let text = |p: &[u8]| {
+            String::from_utf8(p.to_vec())
+                .map_err(|_| refuse(format!("a file name that is not UTF-8 ({})", String::from_utf8_lossy(p))))
+        };
+        Ok((
+            besides.into_iter().map(text).collect::<GitResult<_>>()?,
+            staged_conflicts.map(text).collect::<GitResult<_>>()?,
+        ))
     }
 }
 
@@ -249,7 +272,10 @@ impl Tree {
 /// a submodule.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Conflict {
+    /// Its name, shown as text (`�` for what is not UTF-8).
     pub path: String,
+    /// Its name as git and the file system have it.
+    name: Vec<u8>,
     pub base: Option<Side>,
     pub ours: Option<Side>,
     pub theirs: Option<Side>,
@@ -398,11 +424,12 @@ fn stages(listing: &[u8]) -> Vec<Conflict> {
     let mut files: Vec<Conflict> = Vec::new();
     for entry in listing.split(|b| *b == 0) {
         let Some(tab) = entry.iter().position(|b| *b == b'\t') else { continue };
-        let path = String::from_utf8_lossy(&entry[tab + 1..]).into_owned();
+        let name = entry[tab + 1..].to_vec();
+        let path = String::from_utf8_lossy(&name).into_owned();
         let mut fields = entry[..tab].split(|b| *b == b' ').map(|f| String::from_utf8_lossy(f).into_owned());
         let (Some(mode), Some(object), Some(stage)) = (fields.next(), fields.next(), fields.next()) else { continue };
         if files.last().is_none_or(|last| last.path != path) {
-            files.push(Conflict { path, ..Conflict::default() });
+            files.push(Conflict { path, name, ..Conflict::default() });
         }
         let Some(at) = files.last_mut() else { continue };
         let side = Some(Side { mode, object });
@@ -420,12 +447,15 @@ fn stages(listing: &[u8]) -> Vec<Conflict> {
 /// named to `git reset`).
 const MAX_KEPT: usize = 10_000;
 
+/// The paths a `-z` listing of names holds, as git lists them.
+fn raw_names(out: &super::Output) -> impl Iterator<Item = &[u8]> {
+    out.stdout.split(|b| *b == 0).filter(|p| !p.is_empty())
+}
+
 /// The paths a `-z` listing of names holds; refused for a name that is not
 /// UTF-8 (kd could not name it back to git).
 fn names(out: &super::Output) -> GitResult<Vec<String>> {
-    out.stdout
-        .split(|b| *b == 0)
-        .filter(|p| !p.is_empty())
+    raw_names(out)
         .map(|p| {
             String::from_utf8(p.to_vec()).map_err(|_| super::GitError::Failed {
                 args: "merge --abort".into(),
