@@ -237,8 +237,9 @@ impl Tree {
         let listed = |out: super::Output| -> HashSet<Vec<u8>> { raw_names(&out).map(<[u8]>::to_vec).collect() };
         let brought = listed(self.must(&["diff", "--name-only", "--no-renames", "-z", "HEAD", &tree], &[]).await?);
         let unmerged: HashSet<Vec<u8>> = self.staged_names("--unmerged").await?.into_iter().collect();
-        let undo = self.staged_names("--resolve-undo").await?;
-        let in_conflict = |p: &[u8]| unmerged.contains(p) || undo.iter().any(|u| u == p);
+        let undo: Vec<Vec<u8>> = self.staged_names("--resolve-undo").await?;
+        let undone: HashSet<&[u8]> = undo.iter().map(Vec::as_slice).collect();
+        let in_conflict = |p: &[u8]| unmerged.contains(p) || undone.contains(p);
         // Staged otherwise than the merge made it: the member's change of a
         // file the merge brought, which the abort would drop.
         let changed = self.must(&["diff", "--cached", "--name-only", "--no-renames", "-z", &tree], &[]).await?;
@@ -428,7 +429,7 @@ fn stages(listing: &[u8]) -> Vec<Conflict> {
         let path = String::from_utf8_lossy(&name).into_owned();
         let mut fields = entry[..tab].split(|b| *b == b' ').map(|f| String::from_utf8_lossy(f).into_owned());
         let (Some(mode), Some(object), Some(stage)) = (fields.next(), fields.next(), fields.next()) else { continue };
-        if files.last().is_none_or(|last| last.path != path) {
+        if files.last().is_none_or(|last| last.name != name) {
             files.push(Conflict { path, name, ..Conflict::default() });
         }
         let Some(at) = files.last_mut() else { continue };
@@ -562,6 +563,14 @@ mod tests {
         assert_eq!(all[5].theirs.as_ref().map(|s| s.mode.as_str()), Some("120000"));
         assert!(stages(b"").is_empty());
         assert!(stages(b"100644 aaa\tno stage\x00").is_empty(), "a line cut short is no conflict");
+        // Two names alike once shown as text (neither UTF-8) stay two.
+        let latin = stages(
+            b"100644 a 1\ta\xfe\x00100644 b 2\ta\xfe\x00100644 c 3\ta\xfe\x00\
+              100644 d 1\ta\xff\x00100644 e 2\ta\xff\x00",
+        );
+        assert_eq!(latin.len(), 2, "{latin:?}");
+        assert_eq!((latin[0].path.as_str(), latin[1].path.as_str()), ("a\u{fffd}", "a\u{fffd}"));
+        assert_eq!((latin[0].theirs.is_some(), latin[1].theirs.is_some()), (true, false));
     }
 
     fn conflict(path: &str, [base, ours, theirs]: [bool; 3], markers: bool) -> Conflict {
