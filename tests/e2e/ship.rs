@@ -66,6 +66,14 @@ fn is_ancestor(dir: &Path, a: &str, b: &str) -> bool {
         .success()
 }
 
+/// The request kd rebase sent the member of work `w` to bring its work
+/// up to date, if it sent one.
+async fn request_to(kdd: &Kdd, w: &Worktree) -> Option<String> {
+    let c = kdd.client().await;
+    let messages = c.thread_messages(w.thread.clone(), None, None, None, None).await.unwrap().into_vec();
+    messages.into_iter().find(|m| m.body.starts_with("Bring your work up to date")).map(|m| m.body)
+}
+
 /// The member's line 2 on a first run; on a run that finds git's conflict
 /// markers in a.txt, both sides' line 2 together, markers gone.
 const RESOLVES: &str = "if grep -q '^<<<<<<<' a.txt; then printf 'one\\nking and claude\\n' > a.txt; \
@@ -111,9 +119,8 @@ async fn a_conflict_on_both_sides_is_resolved_by_the_member_and_then_accepted_wi
     assert_eq!(parents, format!("{member_commit} {king}"), "a merge of the King's HEAD into claude's branch");
     assert!(is_ancestor(dir, &member_commit, &after.head), "claude's commit is kept on its branch");
     // The member was told the file and what the King's side changed.
-    let messages = c.thread_messages(w.thread.clone(), None, None, None, None).await.unwrap().into_vec();
-    let asked = messages.iter().find(|m| m.body.starts_with("Bring your work up to date")).expect("the request");
-    assert!(asked.body.contains("- a.txt") && asked.body.contains("+king"), "{}", asked.body);
+    let asked = request_to(&kdd, &w).await.expect("the request");
+    assert!(asked.contains("- a.txt") && asked.contains("+king"), "{}", asked);
     // Its diff is what it adds to the King's current code.
     let out = kd(&kdd, &ws, &["diff", "claude"]).await;
     assert!(out.stdout.contains("-king") && out.stdout.contains("+king and claude"), "{}", out.stdout);
@@ -288,14 +295,8 @@ async fn a_conflict_without_markers_is_told_the_member_as_what_it_is_and_the_mem
     let out = kd(&kdd, &ws, &["rebase", "claude"]).await;
     assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
     assert!(out.stdout.contains("claude's work is up to date with main"), "{}", out.stdout);
-    let c = kdd.client().await;
-    let messages = c.thread_messages(w.thread.clone(), None, None, None, None).await.unwrap().into_vec();
-    let asked = messages.iter().find(|m| m.body.starts_with("Bring your work up to date")).expect("the request");
-    assert!(
-        asked.body.contains("- a.txt: main deleted it and you changed it") && asked.body.contains("no markers"),
-        "{}",
-        asked.body
-    );
+    let asked = request_to(&kdd, &w).await.expect("the request");
+    assert!(asked.contains("- a.txt: main deleted it and you changed it") && asked.contains("no markers"), "{}", asked);
     let path = Path::new(&w.path);
     assert!(!path.join("a.txt").exists(), "claude deleted it");
     assert_eq!(git(path, &["log", "-1", "--format=%P"]), format!("{} {king}", w.head), "the merge concluded");
@@ -342,9 +343,7 @@ async fn a_merge_a_restart_cut_short_with_a_conflict_without_markers_decided_is_
     let out = kd(&kdd, &ws, &["rebase", "claude", "--thread", &w.thread]).await;
     assert!(out.status.success() && out.stdout.contains("merged into claude's work cleanly"), "{}", out.stdout);
     assert_eq!(git(path, &["log", "-1", "--format=%P"]), format!("{} {king}", w.head), "the merge concluded");
-    let c = kdd.client().await;
-    let messages = c.thread_messages(w.thread.clone(), None, None, None, None).await.unwrap().into_vec();
-    assert!(!messages.iter().any(|m| m.body.starts_with("Bring your work up to date")), "no one was asked");
+    assert_eq!(request_to(&kdd, &w).await, None, "no one was asked");
 }
 
 /// The same with line endings converted as git writes the file (CRLF by
@@ -370,11 +369,9 @@ async fn a_file_git_put_back_with_its_line_endings_converted_counts_as_undecided
     assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
     assert!(out.stderr.contains("conflicts with claude's work in a.txt"), "{}{}", out.stdout, out.stderr);
     assert!(!path.join("a.txt").exists(), "claude was asked, and deleted it again");
-    let c = kdd.client().await;
-    let messages = c.thread_messages(w.thread.clone(), None, None, None, None).await.unwrap().into_vec();
-    let asked = messages.iter().find(|m| m.body.starts_with("Bring your work up to date")).expect("the request");
-    assert!(asked.body.contains("- a.txt: you deleted it and main changed it"), "{}", asked.body);
-    assert!(!asked.body.contains("hold git's conflict markers"), "no file has markers: {}", asked.body);
+    let asked = request_to(&kdd, &w).await.expect("the request");
+    assert!(asked.contains("- a.txt: you deleted it and main changed it"), "{}", asked);
+    assert!(!asked.contains("hold git's conflict markers"), "no file has markers: {}", asked);
 }
 
 /// You made a.txt a directory while the member changed it: git moves the
@@ -394,15 +391,9 @@ async fn a_file_git_moved_aside_for_your_directory_is_told_as_moved_not_deleted(
     let king = git(dir, &["rev-parse", "HEAD"]);
     let out = kd(&kdd, &ws, &["rebase", "claude"]).await;
     assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
-    let c = kdd.client().await;
-    let messages = c.thread_messages(w.thread.clone(), None, None, None, None).await.unwrap().into_vec();
-    let asked = messages.iter().find(|m| m.body.starts_with("Bring your work up to date")).expect("the request");
-    assert!(
-        asked.body.contains("- a.txt~HEAD: git moved your version of a.txt here, as main has a directory"),
-        "{}",
-        asked.body
-    );
-    assert!(!asked.body.contains("deleted it"), "{}", asked.body);
+    let asked = request_to(&kdd, &w).await.expect("the request");
+    assert!(asked.contains("- a.txt~HEAD: git moved your version of a.txt here, as main has a directory"), "{}", asked);
+    assert!(!asked.contains("deleted it"), "{}", asked);
     let path = Path::new(&w.path);
     assert_eq!(git(path, &["log", "-1", "--format=%P"]), format!("{} {king}", w.head), "the merge concluded");
     assert_eq!(std::fs::read_to_string(path.join("a.txt/inside")).unwrap(), "king\n");
@@ -422,10 +413,7 @@ async fn a_file_both_sides_renamed_is_told_as_renamed_and_the_member_keeps_one_n
     let king = git(dir, &["rev-parse", "HEAD"]);
     let out = kd(&kdd, &ws, &["rebase", "claude"]).await;
     assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
-    let c = kdd.client().await;
-    let messages = c.thread_messages(w.thread.clone(), None, None, None, None).await.unwrap().into_vec();
-    let asked = messages.iter().find(|m| m.body.starts_with("Bring your work up to date")).expect("the request");
-    let body = &asked.body;
+    let body = request_to(&kdd, &w).await.expect("the request");
     assert!(body.contains("- claude.txt: it is yours, and main has no file of this name: most often both"), "{body}");
     assert!(body.contains("- king.txt: it is main's, and your work has no file of this name"), "{body}");
     assert!(!body.contains("aside"), "{body}");
@@ -476,9 +464,8 @@ async fn a_submodule_both_sides_moved_is_left_to_you_and_the_merge_undone() {
         .args(["rev-parse", "-q", "--verify", "MERGE_HEAD"])
         .output();
     assert!(!merging.unwrap().status.success(), "no merge in progress");
+    assert_eq!(request_to(&kdd, &w).await, None, "claude was not asked");
     let c = kdd.client().await;
-    let messages = c.thread_messages(w.thread.clone(), None, None, None, None).await.unwrap().into_vec();
-    assert!(!messages.iter().any(|m| m.body.starts_with("Bring your work up to date")), "claude was not asked");
     let now = c.work_list(None, Some(w.thread.clone())).await.unwrap().remove(0);
     assert_eq!((now.state, now.head.as_str(), now.uncommitted), (WorkState::Done, w.head.as_str(), None));
 }
