@@ -158,11 +158,8 @@ impl Tree {
         let mut files = self.staged_names("--unmerged").await?;
         // A merge begins with none: these are this merge's (staged, or
         // staged and unstaged again).
-        for p in self.staged_names("--resolve-undo").await? {
-            if !files.contains(&p) {
-                files.push(p);
-            }
-        }
+        let unmerged: HashSet<Vec<u8>> = files.iter().cloned().collect();
+        files.extend(self.staged_names("--resolve-undo").await?.into_iter().filter(|p| !unmerged.contains(p)));
         // Each looked at by its own name, shown as text.
         let dir = self.dir().to_path_buf();
         let left = tokio::task::spawn_blocking(move || {

@@ -108,11 +108,12 @@ pub async fn rebase(
     // merged).
     if let Some(theirs) = tree.merging().await.map_err(git_error)? {
         let from = branch.unwrap_or_else(|| short(&theirs).to_string());
-        if let Some(refused) = submodules(&tree, &w, &from).await? {
+        let conflicts = tree.conflicts().await.map_err(git_error)?;
+        if let Some(refused) = submodules(&tree, &w, &from, &conflicts).await {
             return Err(refused);
         }
         let mut left = tree.unresolved().await.map_err(git_error)?;
-        for c in tree.conflicts().await.map_err(git_error)? {
+        for c in conflicts {
             if !c.markers && !left.contains(&c.path) && tree.untouched(&c).await.map_err(git_error)? {
                 left.push(c.path);
             }
@@ -171,7 +172,8 @@ pub async fn rebase(
         }
         Merged::Conflicts(files) => {
             // Not asked for what it cannot do: the merge is undone.
-            if let Some(refused) = submodules(&tree, &w, &from).await? {
+            let conflicts = tree.conflicts().await.map_err(git_error)?;
+            if let Some(refused) = submodules(&tree, &w, &from, &conflicts).await {
                 return Err(refused);
             }
             // Not asked (the member cannot run): the merge is undone.
@@ -212,7 +214,7 @@ async fn merged_in(
     Ok(true)
 }
 
-/// A submodule in conflict, the merge in progress undone: the refusal
+/// A submodule among `conflicts`, the merge in progress undone: the refusal
 /// that says so, with the way on. A member's worktree has no checkout of a
 /// submodule (git refuses to stage one without), so the member is not
 /// asked for what it cannot do: you merge the work in your tree. An undo
@@ -221,8 +223,8 @@ async fn submodules(
     tree: &member::Tree,
     w: &Worktree,
     from: &str,
-) -> Result<Option<ErrorObjectOwned>, ErrorObjectOwned> {
-    let conflicts = tree.conflicts().await.map_err(git_error)?;
+    conflicts: &[git::merge::Conflict],
+) -> Option<ErrorObjectOwned> {
     let member = &w.member;
     let found: Vec<String> = conflicts
         .iter()
@@ -230,12 +232,12 @@ async fn submodules(
         .map(|c| format!("{} ({from}: {}; {member}: {})", c.path, side(&c.theirs), side(&c.ours)))
         .collect();
     let conflict = match found.as_slice() {
-        [] => return Ok(None),
+        [] => return None,
         [one] => format!("{member}'s work conflicts with {from} in a submodule: {one}"),
         many => format!("{member}'s work conflicts with {from} in submodules: {}", many.join(", ")),
     };
     let conflict = format!("{conflict}. A member's worktree has no checkout of a submodule to resolve it in");
-    Ok(Some(ErrorCode::Conflict.error(match tree.merge_abort().await {
+    Some(ErrorCode::Conflict.error(match tree.merge_abort().await {
         Ok(()) => format!(
             "{conflict}. kd undid the merge: {} is as it was, every commit of {member}'s kept. Merge it into yours \
              yourself in {} (git merge refs/heads/{}, choosing each submodule's commit there; kd accept {member} then \
@@ -247,7 +249,7 @@ async fn submodules(
              {member}'s kept. kd reject {member}, or resolve it there yourself.",
             w.path
         ),
-    })))
+    }))
 }
 
 /// What one side of a conflicted submodule has there, in a word.
