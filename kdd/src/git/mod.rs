@@ -35,6 +35,7 @@ use tokio::io::AsyncReadExt;
 
 use crate::identity::children::{self, Origin};
 
+pub mod conflict;
 pub mod member;
 pub mod merge;
 pub mod remote;

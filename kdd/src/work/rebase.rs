@@ -223,7 +223,7 @@ async fn submodules(
     tree: &member::Tree,
     w: &Worktree,
     from: &str,
-    conflicts: &[git::merge::Conflict],
+    conflicts: &[git::conflict::Conflict],
 ) -> Option<ErrorObjectOwned> {
     let member = &w.member;
     let found: Vec<String> = conflicts
@@ -253,10 +253,10 @@ async fn submodules(
 }
 
 /// What one side of a conflicted submodule has there, in a word.
-fn side(s: &Option<git::merge::Side>) -> String {
+fn side(s: &Option<git::conflict::Side>) -> String {
     match s.as_ref().map(|s| (s.mode.as_str(), s)) {
         None => "deleted".into(),
-        Some((git::merge::SUBMODULE, s)) => format!("at {}", short(&s.object)),
+        Some((git::conflict::SUBMODULE, s)) => format!("at {}", short(&s.object)),
         Some(("120000", _)) => "a link".into(),
         Some(_) => "a file".into(),
     }
