@@ -41,7 +41,9 @@ impl ReadPool {
         }
     }
 
-    fn open(&self) -> DbResult<Connection> {
+    /// A new connection, not the pool's: one that holds nothing of what an
+    /// earlier read on it saw.
+    pub(super) fn open(&self) -> DbResult<Connection> {
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
         let conn = Connection::open_with_flags(&self.path, flags)?;
         schema::configure_reader(&conn)?;
