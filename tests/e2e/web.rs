@@ -186,6 +186,49 @@ async fn kd_web_prints_the_pairing_url_on_its_last_line_and_a_qr_code() {
     assert!(out.status.success() && out.stdout.contains("kd web stopped."), "{} {}", out.stdout, out.stderr);
 }
 
+/// `kd web --open` gives the browser a page of the user's own that forwards
+/// to the one-time link, never the link: a program's arguments are there
+/// for any local user to read (`/proc/PID/cmdline`), and whoever opens the
+/// link first is paired as the King.
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_web_open_never_puts_the_pairing_link_on_a_command_line() {
+    use std::os::unix::fs::PermissionsExt;
+    let kdd = Kdd::start();
+    let bin = tempfile::tempdir().unwrap();
+    let said = bin.path().join("argv");
+    let opener = bin.path().join("xdg-open");
+    std::fs::write(&opener, format!("#!/bin/sh\nprintf '%s\\n' \"$@\" > {}.tmp && mv {0}.tmp {0}\n", said.display()))
+        .unwrap();
+    std::fs::set_permissions(&opener, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut kd = kdd.kd();
+    let path = format!("{}:{}", bin.path().display(), std::env::var("PATH").unwrap_or_default());
+    kd.env("PATH", path).args(["web", "--listen", "127.0.0.1:0", "--open"]);
+    let out = kd_tests::run(kd).await;
+    assert!(out.status.success(), "{} {}", out.stdout, out.stderr);
+    let url = out.stdout.lines().last().unwrap_or_default().to_string();
+    assert!(url.contains("/pair?token="), "{}", out.stdout);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let argv = loop {
+        if let Ok(argv) = std::fs::read_to_string(&said) {
+            break argv;
+        }
+        assert!(std::time::Instant::now() < deadline, "xdg-open was not run");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert!(!argv.contains("token"), "the link on xdg-open's command line: {argv}");
+    let page = std::path::PathBuf::from(argv.trim());
+    let meta = std::fs::symlink_metadata(&page).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{}", page.display());
+    let dir = std::fs::metadata(page.parent().unwrap()).unwrap();
+    assert_eq!(dir.permissions().mode() & 0o777, 0o700);
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains(&format!("content=\"0;url={url}\"")) && !html.contains("<script"), "{html}");
+    // The link is still the browser's to use, once.
+    let addr = url.trim_start_matches("http://").split('/').next().unwrap().to_string();
+    let paired = get(&addr, &addr, &url[url.find("/pair").unwrap()..], "");
+    assert_eq!(paired.status, 303, "{paired:?}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_daemon_with_a_page_open_stops_at_once() {
     let mut kdd = Kdd::start();

@@ -148,17 +148,28 @@ pub async fn run(ctx: &Ctx, a: WebArgs) -> anyhow::Result<ExitCode> {
     }
     outln!("Open once within 10 minutes to pair this browser (a one-time link):")?;
     if a.open {
-        open(&serving.url);
+        open(&ctx.socket, &serving.url);
     }
     outln!("{}", serving.url)?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// Opens `url` in the user's browser, by argv; a failure is said, not fatal.
-fn open(url: &str) {
+/// Opens `url` in the user's browser, by argv; a failure is said, not
+/// fatal. The browser is given a page beside kd's socket (its directory
+/// only the user may enter) that forwards to `url`, never `url` itself: a
+/// program's arguments are there for every user to read
+/// (`/proc/PID/cmdline`), and the first to open the one-time link pairs.
+fn open(socket: &std::path::Path, url: &str) {
+    let page = match forwarding_page(kd_proto::paths::socket_dir(socket), url) {
+        Ok(page) => page,
+        Err(e) => {
+            eprintln!("kd: cannot write the page that opens kd web: {e}");
+            return;
+        }
+    };
     let opener = if cfg!(target_os = "macos") { "open" } else { "xdg-open" };
     let started = std::process::Command::new(opener)
-        .arg(url)
+        .arg(&page)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -166,4 +177,40 @@ fn open(url: &str) {
     if let Err(e) = started {
         eprintln!("kd: cannot run {opener}: {e}");
     }
+}
+
+/// Writes `web-open.html` in `dir` (0600, made anew, never through a
+/// link): a page without script that forwards the browser to `url`.
+fn forwarding_page(dir: &std::path::Path, url: &str) -> std::io::Result<std::path::PathBuf> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let html: String = url
+        .chars()
+        .map(|c| match c {
+            '&' => "&amp;".to_string(),
+            '<' => "&lt;".to_string(),
+            '>' => "&gt;".to_string(),
+            '"' => "&quot;".to_string(),
+            '\'' => "&#39;".to_string(),
+            c => c.to_string(),
+        })
+        .collect();
+    let page = dir.join("web-open.html");
+    let new = dir.join(format!("web-open.{}.tmp", std::process::id()));
+    let _ = std::fs::remove_file(&new);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(&new)?;
+    write!(
+        f,
+        "<!doctype html><meta charset=\"utf-8\"><meta name=\"referrer\" content=\"no-referrer\">\
+         <meta http-equiv=\"refresh\" content=\"0;url={html}\"><title>kd web</title>\
+         <p><a href=\"{html}\">Pair this browser with kd web</a></p>\n"
+    )?;
+    drop(f);
+    std::fs::rename(&new, &page)?;
+    Ok(page)
 }

@@ -62,7 +62,8 @@ on and open the URL it prints (once: it is a one-time link).</p></body></html>\n
 pub const PAIR_FAILED: &str = "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
 <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>kd — pairing refused</title></head>\
 <body><h1>Pairing refused</h1><p>This pairing link was used already, has expired, or is not kd's. Run \
-<code>kd web</code> again for a new one.</p></body></html>\n";
+<code>kd web</code> again for a new one. If you did not use it, someone else may have: \
+<code>kd web sessions</code> lists the browsers paired, <code>kd web revoke --all</code> ends them.</p></body></html>\n";
 
 #[cfg(test)]
 mod tests {
