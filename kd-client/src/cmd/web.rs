@@ -204,11 +204,11 @@ fn forwarding_page(dir: &std::path::Path, url: &str) -> std::io::Result<std::pat
         .mode(0o600)
         .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
         .open(&new)?;
-    write!(
+    writeln!(
         f,
         "<!doctype html><meta charset=\"utf-8\"><meta name=\"referrer\" content=\"no-referrer\">\
          <meta http-equiv=\"refresh\" content=\"0;url={html}\"><title>kd web</title>\
-         <p><a href=\"{html}\">Pair this browser with kd web</a></p>\n"
+         <p><a href=\"{html}\">Pair this browser with kd web</a></p>"
     )?;
     drop(f);
     std::fs::rename(&new, &page)?;
