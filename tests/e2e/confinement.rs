@@ -83,8 +83,8 @@ async fn an_agents_shell_without_its_token_acts_neither_as_the_king_nor_as_anoth
 async fn a_codex_app_servers_shell_does_not_post_as_the_king() {
     let ws = Workspace::new(&[]);
     let shell = format!("{} send --to claude 'from codex'; echo send=$?", kd());
-    // codex's default transport: one app-server for the workspace, whose
-    // runs carry neither KD_MEMBER nor a token in their shell.
+    // codex's default transport: an app-server of the member's, whose runs
+    // carry no token in their shell.
     config(&ws, &[("claude", &[], none()), ("codex", &[("FAKE_RUN", &shell), ("FAKE_TEXT", "Ran: {run}")], none())]);
     let kdd = Kdd::start();
     let c = kdd.client().await;
@@ -92,7 +92,7 @@ async fn a_codex_app_servers_shell_does_not_post_as_the_king() {
     let messages = ask(&c, &t, "codex", 1).await;
     let answer = answer_of(&messages, "codex");
     assert!(answer.contains("send=1"), "{answer}");
-    assert!(answer.contains("is refused: this process is a codex app-server's, in"), "{answer}");
+    assert!(answer.contains("is refused: this process is codex's agent's"), "{answer}");
     assert!(!messages.iter().any(|m| m.body == "from codex"), "nothing was posted, as the King or anyone");
 }
 
@@ -133,6 +133,53 @@ async fn a_runs_process_cannot_use_the_token_of_another_run_or_thread() {
     collect_until(&mut sub_a, |e| kd_tests::ended(e) == 1).await;
     let on_a = c.thread_messages(a, None, None, None, None).await.unwrap().into_vec();
     assert!(!on_a.iter().chain(&messages).any(|m| m.body == "with a stolen token"), "nothing was sent");
+}
+
+/// Two codex members of the same configuration (app-server transport):
+/// the one's process finds the other's `kd mcp` in `/proc` and presents
+/// its capability. It is refused — each member has an app-server of its
+/// own, whose processes act only as that member — and nothing is posted as
+/// the other.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_codex_member_cannot_use_the_capability_of_another_codex_member() {
+    let ws = Workspace::new(&[]);
+    let hold = Hold::new();
+    let now = ws.file("steal-now");
+    let kd = kd();
+    let steal = format!(
+        "[ -f {now} ] || exit 0; for e in /proc/[0-9]*/environ; do \
+         tr '\\0' '\\n' < $e 2>/dev/null | grep -qx KD_MEMBER=codex-b || continue; \
+         TOK=$(tr '\\0' '\\n' < $e | sed -n 's/^KD_RUN_TOKEN=//p'); [ -n \"$TOK\" ] || continue; \
+         echo found; KD_RUN_TOKEN=$TOK {kd} send --to claude 'as codex-b'; echo send=$?; break; done"
+    );
+    let env: &[(&str, &str)] = &[
+        ("FAKE_MCP_START", "1"),
+        ("FAKE_RUN", &steal),
+        ("FAKE_TEXT", "Ran: {run}"),
+        ("FAKE_HOLD", hold.var()),
+        ("FAKE_HOLD_WHEN", "hold-me"),
+    ];
+    config(&ws, &[("claude", &[], none()), ("codex-a", env, none()), ("codex-b", env, none())]);
+    for m in ["codex-a", "codex-b"] {
+        ws.set_agent(m, "backend", "codex".into());
+    }
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let (a, b) = (kd_tests::new_thread(&c, &ws.path()).await, kd_tests::new_thread(&c, &ws.path()).await);
+    let mut sub_b = c.thread_subscribe(b.clone(), None, None).await.unwrap();
+    c.council_send(b.clone(), "@codex-b hold-me".into(), None, None, None, None, None, Some(0), None, None)
+        .await
+        .unwrap();
+    collect_until(&mut sub_b, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))).await;
+    std::fs::write(&now, "").unwrap();
+    let messages = ask(&c, &a, "codex-a", 1).await;
+    let answer = answer_of(&messages, "codex-a");
+    assert!(answer.contains("found") && answer.contains("send=1"), "{answer}");
+    assert!(answer.contains("not its run's"), "{answer}");
+    hold.release();
+    collect_until(&mut sub_b, |e| kd_tests::ended(e) == 1).await;
+    let on_b = c.thread_messages(b, None, None, None, None).await.unwrap().into_vec();
+    assert!(!on_b.iter().chain(&messages).any(|m| m.body == "as codex-b"), "nothing was sent as codex-b");
 }
 
 /// The pid kdd's `/proc` stat gives as `pid`'s parent.

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use super::peer::{EXIT_GRACE, Peer};
 use crate::config::AgentDef;
 
-/// What a long-lived agent process is started from: two members that share
-/// it share one process ([`Pool`] key).
+/// What a long-lived agent process is started from (with its member, the
+/// [`Pool`] key: two members never share one).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Started {
     workspace: PathBuf,

@@ -79,7 +79,7 @@ impl AcpAgents {
         self.running
             .get_or_start(key, || async {
                 let mut inv = peer::invocation(&agent.command, agent.args.clone(), agent.run_env(), socket);
-                inv.env.push(("KD_MEMBER".to_string(), agent.name.clone()));
+                inv.env.push((crate::identity::MEMBER_VAR.to_string(), agent.name.clone()));
                 // At work: the worktree's own temporary directory.
                 if let Some(tmp) = worktree.and_then(|w| super::work::make_tmp_dir_of(w).ok()) {
                     inv.env.push(("TMPDIR".to_string(), tmp.display().to_string()));

@@ -52,14 +52,17 @@ impl AsRef<Peer> for AppServer {
     }
 }
 
-/// The app-server processes of the daemon.
+/// The app-server processes of the daemon: one a member and workspace.
+/// Never shared by two members, though their configurations are the same:
+/// a process acts only as its member ([`crate::identity`]), so one member's
+/// tools cannot present another's capability.
 #[derive(Default)]
 pub struct AppServers {
-    running: Pool<Started, AppServer>,
+    running: Pool<(String, Started), AppServer>,
 }
 
 impl AppServers {
-    /// The process for `agent` in `workspace`, started (and initialised)
+    /// The process of `agent` in `workspace`, started (and initialised)
     /// when there is none or the last one died. Its threads' capabilities
     /// are `grants`' (revoked when the process goes).
     pub async fn get(
@@ -69,11 +72,12 @@ impl AppServers {
         socket: &Path,
         grants: &Arc<Grants>,
     ) -> Result<Arc<AppServer>, String> {
-        let key = Started::of(agent, workspace);
+        let key = (agent.name.clone(), Started::of(agent, workspace));
         self.running
             .get_or_start(key, || async {
                 let args = ARGS.iter().map(|a| a.to_string()).chain(agent.args.iter().cloned()).collect();
-                let inv = peer::invocation(&agent.command, args, agent.run_env(), socket);
+                let mut inv = peer::invocation(&agent.command, args, agent.run_env(), socket);
+                inv.env.push((crate::identity::MEMBER_VAR.to_string(), agent.name.clone()));
                 let threads = Arc::new(Conversations::new(grants.clone()));
                 let dialect = Arc::new(protocol::Codex::new(threads.clone()));
                 let server = Peer::start(&inv, workspace, dialect).map_err(|e| spawn_error(&inv, agent, &e))?;
