@@ -93,3 +93,7 @@ pub const LONG_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("KD
 
 /// The HTTP URL clients use on the Unix socket (the host part is ignored).
 pub const SOCKET_URL: &str = "ws://kd/";
+
+/// Most calls in one JSON-RPC batch: kdd answers a larger batch with one
+/// error (-32010), running none of its calls.
+pub const MAX_BATCH: usize = 64;

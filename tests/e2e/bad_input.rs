@@ -163,6 +163,29 @@ async fn every_request_gets_an_answer_whatever_its_id() {
     assert!(v["result"].is_u64() || v["result"].is_string(), "a subscription id: {v}");
 }
 
+/// A batch is bounded: its calls run one after another on the daemon's
+/// worker, so thousands of `rpc.discover` in one request held every other
+/// client, and shutdown, for seconds. A batch of more calls than kdd takes
+/// is refused whole; one of that many is answered call by call.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_of_more_calls_than_kdd_takes_is_refused_whole() {
+    let kdd = Kdd::start();
+    let discover = |n: usize| {
+        let calls: Vec<String> =
+            (0..n).map(|i| format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"rpc.discover"}}"#)).collect();
+        format!("[{}]", calls.join(","))
+    };
+    let v = rpc_post(&kdd.socket, &discover(kd_proto::MAX_BATCH + 1));
+    assert!(v.is_object(), "the batch was run: {} answers", v.as_array().map_or(0, Vec::len));
+    assert_eq!(error_code(&v), -32010, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("too large"), "{v}");
+    let v = rpc_post(&kdd.socket, &discover(kd_proto::MAX_BATCH));
+    let answers = v.as_array().unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(answers.len(), kd_proto::MAX_BATCH);
+    assert!(answers.iter().all(|a| a["result"]["openrpc"].is_string()), "each answered");
+    kdd.client().await.daemon_status().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_subscription_over_http_says_it_needs_a_websocket() {
     let kdd = Kdd::start();

@@ -36,7 +36,8 @@ use futures_util::future;
 use jsonrpsee::Methods;
 use jsonrpsee::core::middleware::RpcServiceBuilder;
 use jsonrpsee::server::{
-    HttpBody, HttpResponse, PingConfig, ServerConfig, StopHandle, TowerServiceBuilder, serve_with_graceful_shutdown,
+    BatchRequestConfig, HttpBody, HttpResponse, PingConfig, ServerConfig, StopHandle, TowerServiceBuilder,
+    serve_with_graceful_shutdown,
 };
 use kd_proto::ErrorCode;
 use serde_json::json;
@@ -149,6 +150,9 @@ pub(crate) fn rpc_service(limits: &Limits) -> Builder {
         .max_request_body_size(limits.max_request_bytes)
         .max_response_body_size(limits.max_response_bytes)
         .max_subscriptions_per_connection(limits.max_subscriptions_per_connection)
+        // A batch's calls run one after another on the worker: bounded, so
+        // that no request holds the other clients, or shutdown, for long.
+        .set_batch_request_config(BatchRequestConfig::Limit(kd_proto::MAX_BATCH as u32))
         // We bound connections ourselves (one permit per socket); jsonrpsee's
         // own guard counts HTTP requests and WebSocket sessions.
         .max_connections(u32::MAX)
