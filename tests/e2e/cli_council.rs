@@ -242,7 +242,11 @@ async fn the_context_mode_is_chosen_with_new_and_shown_by_threads_and_show() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn ask_names_each_failing_member_once_with_its_reason() {
-    let ws = Workspace::new(&[("claude", "claude", &[]), ("codex", "codex", &[("FAKE_ERROR", "quota exceeded")])]);
+    let ws = Workspace::new(&[
+        ("claude", "claude", &[]),
+        ("codex", "codex", &[("FAKE_ERROR", "quota exceeded")]),
+        ("gemini", "gemini", &[]),
+    ]);
     let mut cfg: serde_json::Value =
         serde_json::from_slice(&std::fs::read(ws.dir.path().join(".kd/config.json")).unwrap()).unwrap();
     cfg["council"]["auto_rounds"] = 2.into();

@@ -237,7 +237,7 @@ async fn interrupt_during_auto_rounds_stops_them() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_failing_member_is_asked_once_per_exchange_and_every_round_completes() {
+async fn a_failing_member_is_asked_once_per_exchange_and_one_member_left_does_not_argue_with_itself() {
     let ws = Workspace::new(&[]);
     let record = ws.file("codex.jsonl");
     config(
@@ -269,8 +269,6 @@ async fn a_failing_member_is_asked_once_per_exchange_and_every_round_completes()
             ("claude".to_string(), 1, MessageKind::Agent),
             ("codex".into(), 1, MessageKind::Error),
             ("gemini".into(), 1, MessageKind::Error),
-            ("claude".into(), 2, MessageKind::Agent),
-            ("claude".into(), 3, MessageKind::Agent),
         ]
     );
     assert_eq!(records(&record).len(), 1, "codex is not run again in the same exchange");
@@ -283,7 +281,8 @@ async fn a_failing_member_is_asked_once_per_exchange_and_every_round_completes()
             _ => None,
         })
         .collect();
-    assert_eq!(later_rounds, vec![vec!["claude".to_string()]; 2], "failed members are not expected");
+    // The one member left does not argue with itself: no later round.
+    assert!(later_rounds.is_empty(), "{later_rounds:?}");
     // The next King message asks everyone again.
     let sent =
         c.council_send(t.clone(), "Again.".into(), None, None, None, None, None, Some(0), None, None).await.unwrap();

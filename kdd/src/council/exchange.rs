@@ -125,7 +125,9 @@ pub async fn run(c: Arc<Council>, ex: Arc<Exchange>, plan: Plan) {
     }
     for round in 2..=j.rounds {
         let expected: Vec<String> = j.turns.iter().filter(|m| !failed.contains(*m)).cloned().collect();
-        if ex.is_stopped() || expected.is_empty() {
+        // One member left (the others erred, timed out or were cancelled)
+        // does not argue with itself.
+        if ex.is_stopped() || expected.len() < 2 {
             break;
         }
         last_round = round;
