@@ -108,9 +108,22 @@ impl App {
             Ok(Command::Approve { id, scope }) => self.decide(id, kd_proto::approval::Decision::Approve, scope, None),
             Ok(Command::Deny { id, message }) => self.decide(id, kd_proto::approval::Decision::Deny, None, message),
             Err(msg) => {
+                // What was typed stays, to be mended.
+                self.give_back(&text);
                 self.set_notice(msg);
                 vec![]
             }
+        }
+    }
+
+    /// Puts `text`, which was submitted and refused, back in the input
+    /// when nothing was typed since: a refusal never loses what the King
+    /// wrote.
+    pub fn give_back(&mut self, text: &str) {
+        if self.input.lines().iter().all(|l| l.is_empty()) {
+            self.input = new_input();
+            self.input.insert_str(text);
+            self.dirty = true;
         }
     }
 

@@ -18,7 +18,8 @@ use super::diff;
 
 /// Answers to requests made from the loop.
 pub(super) enum Reply {
-    Sent(Result<Box<Sent>, ClientError>),
+    /// The answer to a message sent: the message as typed, and `council.send`'s answer.
+    Sent(String, Result<Box<Sent>, ClientError>),
     Interrupted(Result<usize, ClientError>),
     Retried(Result<Vec<RunInfo>, ClientError>),
     Threads(Result<Vec<Thread>, ClientError>),
@@ -59,6 +60,7 @@ pub(super) fn request(client: &Arc<Client>, app: &App, effect: Effect, tx: mpsc:
     tokio::spawn(async move {
         let reply = match effect {
             Effect::Send { body, mute } => Reply::Sent(
+                body.clone(),
                 client
                     .council_send(
                         thread,
@@ -259,7 +261,7 @@ pub(super) fn on_reply(app: &mut App, reply: Reply) -> Vec<Effect> {
             app.set_notice(format!("forked from {}: this branch is the current thread", app.thread.id));
             return vec![Effect::Open(t.id)];
         }
-        Reply::Sent(Ok(sent)) => {
+        Reply::Sent(_, Ok(sent)) => {
             // The thread exists now.
             app.pending_new = None;
             app.on_sent(&sent);
@@ -375,8 +377,11 @@ pub(super) fn on_reply(app: &mut App, reply: Reply) -> Vec<Effect> {
             app.completing = None;
             app.set_notice(kd_client::terminal::safe(&e.to_string()).into_owned());
         }
-        Reply::Sent(Err(e))
-        | Reply::Cancelled(Err(e))
+        Reply::Sent(body, Err(e)) => {
+            app.give_back(&body);
+            app.set_notice(kd_client::terminal::safe(&e.to_string()).into_owned());
+        }
+        Reply::Cancelled(Err(e))
         | Reply::Cost(Err(e))
         | Reply::Forked(Err(e))
         | Reply::WorkStarted(Err(e))

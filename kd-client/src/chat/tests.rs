@@ -116,6 +116,38 @@ fn a_disconnected_daemon_shows_a_banner() {
     assert!(s.lines().nth(1).unwrap().contains("kdd is not reachable — reconnecting…"), "{s}");
 }
 
+/// A message the daemon refuses (an unknown @name), or a command the chat
+/// does not know, gives back what was typed: nothing the King wrote is lost.
+#[test]
+fn a_refused_message_or_command_gives_back_what_was_typed() {
+    let mut app = App::new(thread());
+    let long = "@nobdy here is my long carefully written paragraph";
+    typed(&mut app, long);
+    let effects = keys::on_key(&mut app, key(KeyCode::Enter));
+    assert_eq!(effects, vec![Effect::Send { body: long.into(), mute: vec![] }]);
+    assert!(app.input.is_empty(), "cleared while it is sent");
+    let refused = kd_client::ClientError::Rpc {
+        code: 1001,
+        message: "unknown member @nobdy; the members are claude, codex".into(),
+        data: None,
+    };
+    super::requests::on_reply(&mut app, super::requests::Reply::Sent(long.into(), Err(refused)));
+    assert_eq!(app.input.lines().join("\n"), long);
+    assert!(app.notice.as_deref().is_some_and(|n| n.contains("unknown member @nobdy")), "{:?}", app.notice);
+    // Typed again meanwhile: what is there now stays.
+    typed(&mut app, "x");
+    let _ = keys::on_key(&mut app, key(KeyCode::Enter));
+    typed(&mut app, "newer");
+    let refused = kd_client::ClientError::Rpc { code: 1001, message: "refused".into(), data: None };
+    super::requests::on_reply(&mut app, super::requests::Reply::Sent("x".into(), Err(refused)));
+    assert_eq!(app.input.lines().join("\n"), "newer");
+    // A command the chat does not know.
+    let mut app = App::new(thread());
+    typed(&mut app, "/comit claude a long message");
+    assert_eq!(keys::on_key(&mut app, key(KeyCode::Enter)), vec![]);
+    assert_eq!(app.input.lines().join("\n"), "/comit claude a long message");
+}
+
 #[test]
 fn enter_sends_with_the_mute_list_and_clears_the_input() {
     let mut app = App::new(thread());
