@@ -190,6 +190,21 @@ async fn chat_in_a_real_terminal_streams_mutes_interrupts_and_restores() {
 }
 
 /// The shell prompt is back in cooked mode with echo, and kd exited with `code`.
+/// `kd chat` whose output is not a terminal says it needs one, and draws
+/// nothing into the pipe (it said "cannot put the terminal in raw mode:
+/// No such device or address").
+#[tokio::test(flavor = "multi_thread")]
+async fn chat_without_a_terminal_says_it_needs_one() {
+    let ws = Workspace::new(&[("claude", "claude", &[])]);
+    let kdd = Kdd::start();
+    let mut kd = kdd.kd();
+    kd.current_dir(ws.dir.path()).arg("chat").stdin(std::process::Stdio::null());
+    let out = kd_tests::run(kd).await;
+    assert_eq!(out.status.code(), Some(1), "{} {}", out.stdout, out.stderr);
+    assert!(out.stdout.is_empty(), "{}", out.stdout);
+    assert!(out.stderr.contains("kd chat draws on a terminal, and its output is not one"), "{}", out.stderr);
+}
+
 async fn assert_restored(tmux: &Tmux, code: &str) {
     // The screen is cleared first and the end marker is new, so nothing
     // left from an earlier check can match.

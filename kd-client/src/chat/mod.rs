@@ -74,6 +74,11 @@ pub struct ChatArgs {
 
 pub async fn run(ctx: &Ctx, args: ChatArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
+    if !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        anyhow::bail!(
+            "kd chat draws on a terminal, and its output is not one (kd ask and kd watch print to a pipe or a file)"
+        );
+    }
     let client = Arc::new(ctx.client().await?);
     let ws = workspace::current()?;
     let root = ws.root.display().to_string();
@@ -403,7 +408,7 @@ struct TerminalGuard {
 
 impl TerminalGuard {
     fn enter() -> anyhow::Result<TerminalGuard> {
-        enable_raw_mode().context("cannot put the terminal in raw mode")?;
+        enable_raw_mode().context("kd chat needs a terminal to read keys from: cannot put it in raw mode")?;
         let enhanced = supports_keyboard_enhancement().unwrap_or(false);
         let mut out = std::io::stdout();
         execute!(out, EnterAlternateScreen, EnableMouseCapture, EnableBracketedPaste)
