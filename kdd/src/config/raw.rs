@@ -225,7 +225,13 @@ pub fn parse(text: &str, file: &Path) -> Result<RawConfig, ConfigError> {
     let de = &mut serde_json::Deserializer::from_str(text);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
-        let key = if path == "." { "(top level)".to_string() } else { path };
-        err(&key, e.into_inner().to_string())
+        let e = e.into_inner();
+        // Where the text stops being JSON, the path is the parser's, no key.
+        let key = match e.classify() {
+            serde_json::error::Category::Syntax | serde_json::error::Category::Eof => "not JSON".to_string(),
+            _ if path == "." => "(top level)".to_string(),
+            _ => path,
+        };
+        err(&key, e.to_string())
     })
 }

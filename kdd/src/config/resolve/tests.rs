@@ -129,6 +129,21 @@ fn an_empty_file_is_all_defaults() {
     assert!(f.load().unwrap().council.members_detected);
 }
 
+/// A file that is not JSON says where, without a key: serde's path stops
+/// wherever the parser was (`council.?`), which names no key of kd's.
+#[test]
+fn a_file_that_is_not_json_says_where_and_names_no_key() {
+    let f = Fixture::new();
+    for (text, at) in [
+        (r#"{"council": {"members": ["claude"],}}"#, "trailing comma at line 1 column 36"),
+        (r#"{"council": {"members": ["claude"]"#, "EOF while parsing an object at line 1 column 34"),
+        ("{\"council\"\n : x}", "expected value at line 2 column 4"),
+    ] {
+        let e = f.error(text);
+        assert!(e.ends_with(&format!("config.json: not JSON: {at}")), "{e}");
+    }
+}
+
 #[test]
 fn every_bad_value_names_file_key_and_value() {
     let f = Fixture::new();
