@@ -6,7 +6,7 @@
 //! the council review it and `/review --send` sends the pending line
 //! comments back as one review (`kd review --send`).
 
-use kd_client::terminal::safe;
+use kd_client::terminal::{safe, safe_line};
 use kd_proto::comment::ReviewSent;
 use kd_proto::order::Place;
 use kd_proto::work::{PullRequest, RebaseOutcome, Rebased, Worktree};
@@ -110,7 +110,7 @@ impl App {
             RebaseOutcome::Resolving => format!(
                 "{} conflicts with {m}'s work in {}: {m} is asked to resolve the conflicts in its worktree",
                 r.merged_in(),
-                r.conflicts.join(", ")
+                r.conflicts.iter().map(|f| safe_line(f)).collect::<Vec<_>>().join(", ")
             ),
         };
         self.set_notice(safe(&notice).into_owned());

@@ -201,6 +201,8 @@ fn unknown_commands_and_members_get_a_notice_not_a_send() {
     typed(&mut app, "/nope");
     keys::on_key(&mut app, key(KeyCode::Enter));
     assert_eq!(app.notice.as_deref(), Some("unknown command /nope; /help lists them"));
+    assert_eq!(app.input.lines().concat(), "/nope", "kept, to be mended");
+    keys::on_key(&mut app, KeyEvent::new(KeyCode::Char('u'), KeyModifiers::CONTROL));
     typed(&mut app, "/help");
     keys::on_key(&mut app, key(KeyCode::Enter));
     assert_eq!(app.overlay, Some(Overlay::Help));
@@ -765,6 +767,7 @@ fn archive_unarchive_and_a_delete_that_asks_first() {
     assert_eq!(enter_line(&mut app, "/unarchive"), vec![Effect::Unarchive]);
     assert_eq!(enter_line(&mut app, "/archive now"), vec![]);
     assert_eq!(app.notice.as_deref(), Some("/archive takes no argument"));
+    keys::on_key(&mut app, KeyEvent::new(KeyCode::Char('u'), KeyModifiers::CONTROL));
 
     // /delete asks; anything but y keeps the thread, and the key does nothing else.
     assert_eq!(enter_line(&mut app, "/delete"), vec![]);

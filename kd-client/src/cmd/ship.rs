@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use clap::Args;
 use kd_client::prelude::*;
 use kd_client::style::bold;
-use kd_client::terminal::safe;
+use kd_client::terminal::{safe, safe_line};
 use kd_client::{Client, ClientError};
 use kd_proto::names::KD;
 use kd_proto::types::ThreadEvent;
@@ -61,7 +61,7 @@ pub async fn rebase(ctx: &Ctx, a: RebaseArgs) -> anyhow::Result<ExitCode> {
     errln!(
         "kd: {} conflicts with {m}'s work in {}: {m} is asked to resolve the conflicts in its worktree",
         r.merged_in(),
-        safe(&r.conflicts.join(", "))
+        r.conflicts.iter().map(|f| safe_line(f)).collect::<Vec<_>>().join(", ")
     );
     let Some(seq) = r.seq else { return Ok(ExitCode::FAILURE) };
     // Follow the member until kd says how it ended.

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use clap::Args;
 use kd_client::prelude::*;
 use kd_client::style::{bold, dim, paint};
-use kd_client::terminal::safe;
+use kd_client::terminal::{safe, safe_line};
 use kd_client::{Client, ClientError};
 use kd_proto::names::KD;
 use kd_proto::types::{RunStatus, ThreadEvent};
@@ -307,7 +307,7 @@ fn print_diff(d: &MemberDiff, shipped: Option<&Shipped>, styled: bool) -> anyhow
     }
     for f in &d.files {
         let counts = if f.binary { "binary".into() } else { format!("+{} −{}", f.added, f.removed) };
-        outln!("  {}  {counts}", safe(&f.path))?;
+        outln!("  {}  {counts}", safe_line(&f.path))?;
     }
     if let Some(patch) = &d.patch {
         if !patch.is_empty() {
