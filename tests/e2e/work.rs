@@ -518,6 +518,13 @@ async fn ctrl_c_in_kd_work_cancels_the_runs_and_their_work_is_committed() {
     let out = kd_tests::within("kd work to end", child.wait_with_output()).await.unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("kd: cancelling the runs"), "{stderr}");
+    // Cancelled is not done: kd work says so by its status (as kd ask does),
+    // and says the member's work once, as the cancel left it.
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let said: Vec<&str> = stdout.lines().filter(|l| l.starts_with("claude")).collect();
+    assert_eq!(said.len(), 1, "{stdout}");
+    assert!(said[0].contains("done (last run: cancelled)"), "{stdout}");
     assert!(c.run_list(None).await.unwrap().is_empty(), "the run was cancelled");
     let w = c.work_list(Some(ws.path()), None).await.unwrap().remove(0);
     assert_eq!(w.state, WorkState::Done, "{w:?}");

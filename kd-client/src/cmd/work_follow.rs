@@ -141,7 +141,11 @@ pub async fn follow(
                         open.remove(&worktree.member);
                     }
                 }
-                tell(&worktree, r.lines, styled, &mut said)?;
+                // Cancelled: told once its runs ended, as the cancel left it
+                // (not first as the commit of what it did so far).
+                if !interrupted || pending.is_empty() {
+                    tell(&worktree, r.lines, styled, &mut said)?;
+                }
             }
             ThreadEvent::Message { message } if message.from == KD && message.purpose == Some(Purpose::Tally) => {
                 tally = Some(message.body.clone());
@@ -149,7 +153,8 @@ pub async fn follow(
             _ => {}
         }
     }
-    Ok(Followed::Ended { failed, tally })
+    // Cancelled is not done.
+    Ok(Followed::Ended { failed: failed || interrupted, tally })
 }
 
 /// Prints `w`'s line, once per change, when it says how a run left the
