@@ -20,6 +20,13 @@ pub struct Registered {
     connections: Arc<Connections>,
 }
 
+impl Registered {
+    /// Ends this connection: reads and writes on it fail from now on.
+    pub fn cut(&self) -> bool {
+        self.connections.cut(self.client)
+    }
+}
+
 impl Drop for Registered {
     fn drop(&mut self) {
         self.connections.map().remove(&self.client);

@@ -177,6 +177,38 @@ async fn a_subscriber_that_stops_reading_is_disconnected_and_others_go_on() {
     within("the end of the stalled socket", end).await.unwrap();
 }
 
+/// A subscriber that stops reading while a member says much in a few large
+/// pieces, then nothing more: what kdd has for it fills the socket, not
+/// kdd's queue of messages, so no send waits — it is cut all the same once
+/// nothing it was sent has moved for the client timeout (it stayed, and
+/// kdd's memory grew with what it held for it).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subscriber_that_stops_reading_after_a_burst_is_disconnected() {
+    let piece = "x".repeat(4000);
+    let ws = Workspace::new(&[("claude", "claude", &[("FAKE_DELTAS", "2000"), ("FAKE_PIECE", &piece)])]);
+    let kdd = Kdd::start_with(&["--client-timeout-ms", "300"]);
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let subscribe = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"thread.subscribe","params":{{"thread":"{t}"}}}}"#);
+    let _stalled = kd_tests::stalled_websocket(&kdd.socket, &[&subscribe]);
+    within("the stalled subscription", async {
+        while c.daemon_status().await.unwrap().subscriptions != 1 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    c.council_send(t.clone(), "Say much.".into(), None, None, None, None, None, Some(0), None, None).await.unwrap();
+    collect_until(&mut sub, |e| kd_tests::ended(e) == 1).await;
+    drop(sub);
+    within("the stalled client to be cut off", async {
+        while c.daemon_status().await.unwrap().clients != 1 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
 /// A JSON-RPC call over HTTP; its error code and message.
 fn refused_with(kdd: &Kdd, method: &str, params: serde_json::Value) -> (i64, String) {
     let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();

@@ -281,7 +281,7 @@ impl<S> Filtered<S> {
     {
         let w = &mut self.write;
         while w.out_at < w.out.len() {
-            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &w.out[w.out_at..]))?;
+            let n = ready!(watched(Pin::new(&mut self.inner).poll_write(cx, &w.out[w.out_at..]), &self.activity))?;
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
@@ -291,6 +291,17 @@ impl<S> Filtered<S> {
         w.out_at = 0;
         Poll::Ready(Ok(()))
     }
+}
+
+/// A write to the socket, noted in `activity`: waiting for the peer to
+/// read, or bytes gone out.
+fn watched(poll: Poll<io::Result<usize>>, activity: &Activity) -> Poll<io::Result<usize>> {
+    match &poll {
+        Poll::Pending => activity.write_blocked(),
+        Poll::Ready(Ok(n)) if *n > 0 => activity.wrote(),
+        Poll::Ready(_) => {}
+    }
+    poll
 }
 
 fn frame_complete(hold: &Option<(usize, Vec<u8>, usize)>) -> bool {
@@ -370,8 +381,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Filtered<S> {
             None
         };
         if let Some(k) = direct {
-            let n = ready!(Pin::new(&mut this.inner).poll_write(cx, &buf[..k]))?;
-            this.activity.touch();
+            let n = ready!(watched(Pin::new(&mut this.inner).poll_write(cx, &buf[..k]), &this.activity))?;
             if !this.upgraded {
                 this.watch_for_upgrade(buf, n);
             } else if this.head_left > 0 {
@@ -404,8 +414,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Filtered<S> {
         }
         let this = &mut *self;
         ready!(this.poll_flush_out(cx))?;
-        let n = ready!(Pin::new(&mut this.inner).poll_write_vectored(cx, bufs))?;
-        this.activity.touch();
+        let n = ready!(watched(Pin::new(&mut this.inner).poll_write_vectored(cx, bufs), &this.activity))?;
         this.watch_for_upgrade(first, n);
         Poll::Ready(Ok(n))
     }

@@ -6,7 +6,10 @@
 //! was received whole ([`super::http_request`]): one whose head or body
 //! stops coming is idle. What a connection's bytes did
 //! last is its [`Activity`], kept by the filter every connection's bytes
-//! pass through ([`super::frames`]).
+//! pass through ([`super::frames`]). A connection whose peer stops reading
+//! what it is sent — an HTTP answer, a WebSocket's messages — is closed once
+//! nothing has gone out for the client timeout, whatever kdd still holds
+//! for it.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -17,6 +20,9 @@ use std::time::{Duration, Instant};
 pub struct Activity {
     /// Milliseconds after [`epoch`].
     last: AtomicU64,
+    /// Since when a write waits for the peer to read (milliseconds after
+    /// [`epoch`], plus one); 0 while none waits.
+    blocked: AtomicU64,
     upgraded: AtomicBool,
     /// HTTP requests being answered.
     in_flight: AtomicUsize,
@@ -42,6 +48,27 @@ impl Activity {
     /// Bytes moved.
     pub fn touch(&self) {
         self.last.store(now_ms(), Ordering::Relaxed);
+    }
+
+    /// A write found the socket full: the peer has not read what it was
+    /// sent. Counted from the first such write since bytes last went out.
+    pub fn write_blocked(&self) {
+        let _ = self.blocked.compare_exchange(0, now_ms() + 1, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// Bytes went out.
+    pub fn wrote(&self) {
+        self.blocked.store(0, Ordering::Relaxed);
+        self.touch();
+    }
+
+    /// Whether what the connection was sent has not moved for `timeout`:
+    /// its peer stopped reading (a WebSocket as an HTTP connection).
+    pub fn stalled_for(&self, timeout: Duration) -> bool {
+        match self.blocked.load(Ordering::Relaxed) {
+            0 => false,
+            since => Duration::from_millis(now_ms().saturating_sub(since - 1)) >= timeout,
+        }
     }
 
     pub fn set_upgraded(&self) {
@@ -93,5 +120,18 @@ mod tests {
         assert!(a.idle_for(Duration::ZERO));
         a.set_upgraded();
         assert!(!a.idle_for(Duration::ZERO), "a WebSocket is judged by its pings");
+    }
+
+    #[test]
+    fn stalled_while_a_write_waits_and_not_once_bytes_go_out() {
+        let a = Activity::new();
+        assert!(!a.stalled_for(Duration::ZERO), "no write waits");
+        a.write_blocked();
+        assert!(a.stalled_for(Duration::ZERO));
+        assert!(!a.stalled_for(Duration::from_secs(60)), "not for that long yet");
+        a.write_blocked();
+        assert!(a.stalled_for(Duration::ZERO), "counted from the first");
+        a.wrote();
+        assert!(!a.stalled_for(Duration::ZERO));
     }
 }

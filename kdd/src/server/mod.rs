@@ -109,6 +109,7 @@ pub async fn serve(listener: UnixListener, methods: impl Into<Methods>, d: Arc<D
             max_request_bytes: limits.max_request_bytes,
             kept: kept.then_some(limits.max_connections),
             idle_timeout: limits.idle_timeout,
+            client_timeout: limits.client_timeout,
         };
         tokio::spawn(connection(stream, conn, builder.clone(), methods.clone(), stop_handle.clone()));
     }
@@ -177,15 +178,18 @@ pub(crate) fn rpc_service(limits: &Limits) -> Builder {
 
 /// Drives a connection's serving to its end, closing it once it has been an
 /// idle HTTP connection for `idle_timeout` (a WebSocket's pings decide
-/// whether it lives: see [`rpc_service`]).
+/// whether it lives: see [`rpc_service`]), or once what it was sent has not
+/// moved for `client_timeout` (its peer stopped reading: an HTTP answer or
+/// a WebSocket's messages alike, however little kdd still has queued for
+/// it).
 pub(crate) async fn until_idle<E: std::fmt::Display>(
     serving: impl std::future::Future<Output = Result<(), E>>,
     watched: &idle::Activity,
-    idle_timeout: Duration,
+    (idle_timeout, client_timeout): (Duration, Duration),
     client: ClientId,
 ) {
     tokio::pin!(serving);
-    let mut watch = tokio::time::interval(idle_timeout / 4);
+    let mut watch = tokio::time::interval((idle_timeout / 4).min(client_timeout / 2).max(Duration::from_millis(10)));
     loop {
         tokio::select! {
             ended = &mut serving => {
@@ -195,19 +199,44 @@ pub(crate) async fn until_idle<E: std::fmt::Display>(
                 return;
             }
             _ = watch.tick() => {
-                if watched.upgraded() {
-                    // A WebSocket now: its pings tell whether it lives.
-                    break;
+                if watched.stalled_for(client_timeout) {
+                    tracing::warn!(?client, "a client stopped reading what it was sent; disconnected");
+                    return;
                 }
-                if watched.idle_for(idle_timeout) {
+                // A WebSocket's pings tell whether it lives.
+                if !watched.upgraded() && watched.idle_for(idle_timeout) {
                     tracing::debug!(?client, "closed an idle HTTP connection");
                     return;
                 }
             }
         }
     }
-    if let Err(e) = serving.await {
-        tracing::debug!("connection ended: {e}");
+}
+
+/// Waits for a WebSocket's session to close (`closed`), cutting the
+/// connection (`cut`) once what it was sent has not moved for
+/// `client_timeout`: its peer stopped reading. (The HTTP exchange that
+/// upgraded it, which [`until_idle`] watched, is over.)
+pub(crate) async fn until_session_closed(
+    closed: impl std::future::Future<Output = ()>,
+    watched: &idle::Activity,
+    client_timeout: Duration,
+    client: ClientId,
+    cut: impl Fn() -> bool,
+) {
+    tokio::pin!(closed);
+    let mut watch = tokio::time::interval((client_timeout / 2).max(Duration::from_millis(10)));
+    loop {
+        tokio::select! {
+            () = &mut closed => return,
+            _ = watch.tick() => {
+                if watched.stalled_for(client_timeout) {
+                    tracing::warn!(?client, "a WebSocket client stopped reading what it was sent; disconnected");
+                    cut();
+                    return closed.await;
+                }
+            }
+        }
     }
 }
 
@@ -233,6 +262,7 @@ struct Connection {
     /// answer.
     kept: Option<usize>,
     idle_timeout: Duration,
+    client_timeout: Duration,
 }
 
 async fn connection(
@@ -242,7 +272,7 @@ async fn connection(
     methods: Methods,
     stop: StopHandle,
 ) {
-    let Connection { held, client, pid, max_request_bytes, kept, idle_timeout } = conn;
+    let Connection { held, client, pid, max_request_bytes, kept, idle_timeout, client_timeout } = conn;
     // Who it is, once: the King, or a process of an agent (confined) —
     // placed while its first request is read, and waited for before that
     // request is served. A placement that cannot finish confines.
@@ -276,9 +306,9 @@ async fn connection(
         }
         if upgrade {
             let closed = svc.on_session_closed();
-            let held = held.clone();
+            let (held, watched) = (held.clone(), activity.clone());
             tokio::spawn(async move {
-                closed.await;
+                until_session_closed(closed, &watched, client_timeout, client, || held._registered.cut()).await;
                 drop(held);
             });
         }
@@ -297,7 +327,7 @@ async fn connection(
         })
     });
     let serving = serve_with_graceful_shutdown(stream, per_request, stop.shutdown());
-    until_idle(serving, &watched, idle_timeout, client).await;
+    until_idle(serving, &watched, (idle_timeout, client_timeout), client).await;
 }
 
 /// The answer to a WebSocket upgrade on a slot kept for plain HTTP calls.

@@ -28,7 +28,7 @@ use super::routes::{self, Conn, Ctx};
 use crate::client::ClientId;
 use crate::connections::Connections;
 use crate::limits::Limits;
-use crate::server::{Builder, frames, rpc_service, until_idle};
+use crate::server::{Builder, frames, rpc_service, until_idle, until_session_closed};
 use crate::state::Daemon;
 
 /// Connections kd web holds at most (more are closed at once).
@@ -144,6 +144,7 @@ async fn requests<S>(
             async move {
                 let closed = jsonrpsee::server::ws::is_upgrade_request(&req).then(|| svc.on_session_closed());
                 let auth: Arc<Auth> = serve.ctx.auth.clone();
+                let (watched, timeout) = (conn.activity.clone(), serve.limits.client_timeout);
                 let on_upgrade = move |session: String| {
                     // A WebSocket's session outlives this exchange: its slot
                     // and its place in the session's connections are kept
@@ -152,7 +153,8 @@ async fn requests<S>(
                         && auth.attach(&session, client)
                     {
                         tokio::spawn(async move {
-                            closed.await;
+                            let cut = || held._registered.cut();
+                            until_session_closed(closed, &watched, timeout, client, cut).await;
                             auth.detach(&session, client);
                             drop(held);
                         });
@@ -164,5 +166,5 @@ async fn requests<S>(
         })
     };
     let serving = serve_with_graceful_shutdown(stream, per_request, stop.shutdown());
-    until_idle(serving, &watched, serve.limits.idle_timeout, client).await;
+    until_idle(serving, &watched, (serve.limits.idle_timeout, serve.limits.client_timeout), client).await;
 }
