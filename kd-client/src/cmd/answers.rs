@@ -517,8 +517,8 @@ impl View {
                 self.emit(out, &text)?;
                 self.live = Some(j);
             } else {
-                if matches!(self.runs[j].status, Status::Done | Status::Interrupted) {
-                    // An interrupted run's message holds what it had said.
+                if matches!(self.runs[j].status, Status::Done | Status::Interrupted | Status::Cancelled) {
+                    // A cut run's message holds what it had said.
                     let text = self.runs[j].body.clone().unwrap_or_else(|| self.runs[j].streamed.clone());
                     self.emit(out, &text)?;
                 }

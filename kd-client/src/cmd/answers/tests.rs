@@ -43,6 +43,27 @@ fn play(view: &mut View, events: Vec<ThreadEvent>) -> String {
     String::from_utf8(out).unwrap()
 }
 
+/// A member cancelled while another's answer is on the screen: what it had
+/// said (kept as its message) is shown when its turn comes, before
+/// `(cancelled)` — as for a member cut by kdd stopping.
+#[test]
+fn a_cancelled_answer_waiting_its_turn_shows_what_it_had_said() {
+    let mut v = View::new(&sent(&["claude", "codex"]), false, false);
+    let mut events = vec![delta("claude", "Hel"), delta("codex", "codex streams a long an")];
+    events.push(cut("codex", 2, "codex streams a long an"));
+    events.push(ThreadEvent::RunCancelled {
+        run: "r-codex".into(),
+        member: "codex".into(),
+        seq: 2,
+        interrupted: false,
+    });
+    events.extend(finished("claude", 3, "Hello."));
+    let out = play(&mut v, events);
+    assert!(out.contains("Hello.\n"), "{out}");
+    assert!(out.ends_with("codex streams a long an\n(cancelled)\n"), "{out}");
+    assert_eq!(v.failures(), vec!["codex: cancelled"]);
+}
+
 #[test]
 fn answers_never_interleave_and_waiting_ones_follow_whole() {
     let mut v = View::new(&sent(&["claude", "codex"]), false, false);
