@@ -25,6 +25,30 @@ impl Registered {
     pub fn cut(&self) -> bool {
         self.connections.cut(self.client)
     }
+
+    /// Bytes its socket holds that the peer has not taken yet; none where
+    /// the system does not say.
+    pub fn unsent(&self) -> Option<u32> {
+        self.connections.map().get(&self.client).and_then(|fd| unsent(fd.as_fd()))
+    }
+}
+
+/// What a socket holds unsent (`SIOCOUTQ`: for TCP what the peer has not
+/// acknowledged, for a Unix socket what it has not read).
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+fn unsent(fd: std::os::fd::BorrowedFd<'_>) -> Option<u32> {
+    use std::os::fd::AsRawFd;
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ (TIOCOUTQ on a socket) writes one int through the
+    // pointer, which is valid for the call; the descriptor is borrowed.
+    let done = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCOUTQ, &mut n) };
+    if done == 0 { u32::try_from(n).ok() } else { None }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn unsent(_: std::os::fd::BorrowedFd<'_>) -> Option<u32> {
+    None
 }
 
 impl Drop for Registered {

@@ -186,7 +186,8 @@ async fn a_subscriber_that_stops_reading_is_disconnected_and_others_go_on() {
 async fn a_subscriber_that_stops_reading_after_a_burst_is_disconnected() {
     let piece = "x".repeat(4000);
     let ws = Workspace::new(&[("claude", "claude", &[("FAKE_DELTAS", "2000"), ("FAKE_PIECE", &piece)])]);
-    let kdd = Kdd::start_with(&["--client-timeout-ms", "300"]);
+    // Long enough for the reading client on a busy machine.
+    let kdd = Kdd::start_with(&["--client-timeout-ms", "2000"]);
     let c = kdd.client().await;
     let t = kd_tests::new_thread(&c, &ws.path()).await;
     let subscribe = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"thread.subscribe","params":{{"thread":"{t}"}}}}"#);

@@ -23,6 +23,9 @@ pub struct Activity {
     /// Since when a write waits for the peer to read (milliseconds after
     /// [`epoch`], plus one); 0 while none waits.
     blocked: AtomicU64,
+    /// What the socket held unsent at the last look, plus one (0: not
+    /// looked at).
+    unsent: AtomicU64,
     upgraded: AtomicBool,
     /// HTTP requests being answered.
     in_flight: AtomicUsize,
@@ -60,6 +63,18 @@ impl Activity {
     pub fn wrote(&self) {
         self.blocked.store(0, Ordering::Relaxed);
         self.touch();
+    }
+
+    /// What the socket holds unsent now (`None`: the system does not say).
+    /// Less than at the last look is progress, though no write could go on
+    /// yet: the peer reads, however slowly (a TCP socket takes writes again
+    /// only once much of what it holds has gone).
+    pub fn unsent_now(&self, unsent: Option<u32>) {
+        let Some(n) = unsent else { return };
+        let before = self.unsent.swap(u64::from(n) + 1, Ordering::Relaxed);
+        if before != 0 && u64::from(n) + 1 < before {
+            self.blocked.store(0, Ordering::Relaxed);
+        }
     }
 
     /// Whether what the connection was sent has not moved for `timeout`:
@@ -133,5 +148,18 @@ mod tests {
         assert!(a.stalled_for(Duration::ZERO), "counted from the first");
         a.wrote();
         assert!(!a.stalled_for(Duration::ZERO));
+    }
+
+    #[test]
+    fn less_unsent_than_at_the_last_look_is_progress() {
+        let a = Activity::new();
+        a.write_blocked();
+        a.unsent_now(Some(4000));
+        assert!(a.stalled_for(Duration::ZERO), "a first look is no progress");
+        a.unsent_now(Some(4000));
+        a.unsent_now(None);
+        assert!(a.stalled_for(Duration::ZERO), "nothing went, or nothing is known");
+        a.unsent_now(Some(3000));
+        assert!(!a.stalled_for(Duration::ZERO), "the peer took some");
     }
 }

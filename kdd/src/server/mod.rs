@@ -187,6 +187,7 @@ pub(crate) async fn until_idle<E: std::fmt::Display>(
     watched: &idle::Activity,
     (idle_timeout, client_timeout): (Duration, Duration),
     client: ClientId,
+    unsent: impl Fn() -> Option<u32>,
 ) {
     tokio::pin!(serving);
     let mut watch = tokio::time::interval((idle_timeout / 4).min(client_timeout / 2).max(Duration::from_millis(10)));
@@ -199,6 +200,7 @@ pub(crate) async fn until_idle<E: std::fmt::Display>(
                 return;
             }
             _ = watch.tick() => {
+                watched.unsent_now(unsent());
                 if watched.stalled_for(client_timeout) {
                     tracing::warn!(?client, "a client stopped reading what it was sent; disconnected");
                     return;
@@ -214,7 +216,7 @@ pub(crate) async fn until_idle<E: std::fmt::Display>(
 }
 
 /// Waits for a WebSocket's session to close (`closed`), cutting the
-/// connection (`cut`) once what it was sent has not moved for
+/// connection (`registered`) once what it was sent has not moved for
 /// `client_timeout`: its peer stopped reading. (The HTTP exchange that
 /// upgraded it, which [`until_idle`] watched, is over.)
 pub(crate) async fn until_session_closed(
@@ -222,7 +224,7 @@ pub(crate) async fn until_session_closed(
     watched: &idle::Activity,
     client_timeout: Duration,
     client: ClientId,
-    cut: impl Fn() -> bool,
+    registered: &crate::connections::Registered,
 ) {
     tokio::pin!(closed);
     let mut watch = tokio::time::interval((client_timeout / 2).max(Duration::from_millis(10)));
@@ -230,9 +232,10 @@ pub(crate) async fn until_session_closed(
         tokio::select! {
             () = &mut closed => return,
             _ = watch.tick() => {
+                watched.unsent_now(registered.unsent());
                 if watched.stalled_for(client_timeout) {
                     tracing::warn!(?client, "a WebSocket client stopped reading what it was sent; disconnected");
-                    cut();
+                    registered.cut();
                     return closed.await;
                 }
             }
@@ -288,6 +291,7 @@ async fn connection(
     .boxed()
     .shared();
     let held = Arc::new(held);
+    let watching = held.clone();
     let activity = stream.activity();
     let watched = activity.clone();
     let svc = builder.build(methods, stop.clone());
@@ -308,7 +312,7 @@ async fn connection(
             let closed = svc.on_session_closed();
             let (held, watched) = (held.clone(), activity.clone());
             tokio::spawn(async move {
-                until_session_closed(closed, &watched, client_timeout, client, || held._registered.cut()).await;
+                until_session_closed(closed, &watched, client_timeout, client, &held._registered).await;
                 drop(held);
             });
         }
@@ -327,7 +331,7 @@ async fn connection(
         })
     });
     let serving = serve_with_graceful_shutdown(stream, per_request, stop.shutdown());
-    until_idle(serving, &watched, (idle_timeout, client_timeout), client).await;
+    until_idle(serving, &watched, (idle_timeout, client_timeout), client, || watching._registered.unsent()).await;
 }
 
 /// The answer to a WebSocket upgrade on a slot kept for plain HTTP calls.

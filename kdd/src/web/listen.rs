@@ -137,6 +137,7 @@ async fn requests<S>(
     let watched = stream.activity();
     let svc = builder.build(serve.methods.clone(), stop.clone());
     let held = Arc::new(held);
+    let watching = held.clone();
     let per_request = {
         let serve = serve.clone();
         tower::service_fn(move |req: http::Request<hyper::body::Incoming>| {
@@ -153,8 +154,7 @@ async fn requests<S>(
                         && auth.attach(&session, client)
                     {
                         tokio::spawn(async move {
-                            let cut = || held._registered.cut();
-                            until_session_closed(closed, &watched, timeout, client, cut).await;
+                            until_session_closed(closed, &watched, timeout, client, &held._registered).await;
                             auth.detach(&session, client);
                             drop(held);
                         });
@@ -166,5 +166,6 @@ async fn requests<S>(
         })
     };
     let serving = serve_with_graceful_shutdown(stream, per_request, stop.shutdown());
-    until_idle(serving, &watched, (serve.limits.idle_timeout, serve.limits.client_timeout), client).await;
+    let timeouts = (serve.limits.idle_timeout, serve.limits.client_timeout);
+    until_idle(serving, &watched, timeouts, client, || watching._registered.unsent()).await;
 }
