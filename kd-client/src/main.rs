@@ -207,7 +207,56 @@ fn parse_from(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Cli {
     {
         return Cli { globals, command: Command::Ask(ask) };
     }
-    Cli::parse_from(argv)
+    Cli::try_parse_from(&argv).unwrap_or_else(|e| match first_command(&argv) {
+        Some(first) => with_near_commands(e, first).exit(),
+        None => e.exit(),
+    })
+}
+
+/// The first word of `argv` that is not an option of kd's own (`--socket
+/// S`, `--color C`): the command as typed.
+fn first_command(argv: &[std::ffi::OsString]) -> Option<&str> {
+    let mut words = argv.iter().skip(1).filter_map(|a| a.to_str());
+    while let Some(w) = words.next() {
+        match w {
+            "--socket" | "--color" => {
+                words.next();
+            }
+            w if w.starts_with('-') => {}
+            w => return Some(w),
+        }
+    }
+    None
+}
+
+/// `e`, an unknown subcommand's, suggesting the commands a typo away from
+/// it besides clap's own: clap's measure (Jaro) takes `kd aks` for `kd
+/// acks` and does not offer `kd ask`, which two letters swapped make.
+fn with_near_commands(mut e: clap::Error, first: &str) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue};
+    // A command's own subcommand mistyped (`kd config dif`) is clap's alone.
+    let Some(ContextValue::String(typed)) = e.get(ContextKind::InvalidSubcommand) else { return e };
+    if typed != first {
+        return e;
+    }
+    let typed = typed.clone();
+    let mut near: Vec<(usize, usize, String)> = <Cli as clap::CommandFactory>::command()
+        .get_subcommands()
+        .filter(|c| !c.is_hide_set())
+        .map(|c| c.get_name().to_string())
+        .map(|name| (strsim::damerau_levenshtein(&typed, &name), typed.len().abs_diff(name.len()), name))
+        .filter(|(d, _, _)| *d == 1)
+        .collect();
+    if near.is_empty() {
+        return e;
+    }
+    near.sort();
+    let mut names: Vec<String> = near.into_iter().map(|(_, _, name)| name).collect();
+    if let Some(ContextValue::Strings(clap_s)) = e.get(ContextKind::SuggestedSubcommand) {
+        names.extend(clap_s.iter().filter(|s| !names.contains(s)).cloned().collect::<Vec<_>>());
+    }
+    e.insert(ContextKind::SuggestedSubcommand, ContextValue::Strings(names));
+    e
 }
 
 /// Exit status when the daemon cannot be reached, refuses, or speaks
@@ -327,6 +376,23 @@ mod tests {
 
     fn argv(args: &[&str]) -> Vec<std::ffi::OsString> {
         std::iter::once("kd").chain(args.iter().copied()).map(Into::into).collect()
+    }
+
+    /// A mistyped command is offered the commands a typo away from it:
+    /// two letters swapped (`aks`) as well as what clap finds (`acks`).
+    #[test]
+    fn a_mistyped_command_is_offered_the_commands_a_typo_away() {
+        let told = |args: &[&str]| {
+            let argv = argv(args);
+            let e = Cli::try_parse_from(&argv).unwrap_err();
+            with_near_commands(e, first_command(&argv).unwrap()).render().to_string()
+        };
+        let said = told(&["--socket", "/s", "aks", "hi"]);
+        assert!(said.contains("'aks'") && said.contains("'ask', 'acks'"), "{said}");
+        assert!(told(&["shwo"]).contains("'show'"), "{}", told(&["shwo"]));
+        assert!(!told(&["zzzzzz"]).contains("similar"), "{}", told(&["zzzzzz"]));
+        let nested = told(&["config", "dif"]);
+        assert!(!nested.contains("'diff'"), "a command's own are clap's alone: {nested}");
     }
 
     /// A question is read by the parser of `kd ask` alone exactly as the
