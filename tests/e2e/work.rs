@@ -235,6 +235,31 @@ async fn reject_then_archive_removes_settled_worktrees_and_keeps_unaccepted_work
     assert_eq!(git(ws.dir.path(), &["branch", "--list", "kd/*"]), "");
 }
 
+/// Work rejected on a thread archived already goes at once, as archiving
+/// took the settled work (kd said its branch "goes when the thread is
+/// archived", and it stayed until a second archive).
+#[tokio::test(flavor = "multi_thread")]
+async fn work_rejected_on_an_archived_thread_goes_at_once() {
+    let ws = repo(&two_members());
+    let kdd = Kdd::start();
+    let (thread, trees) = two_at_work(&kdd, &ws, &[]).await;
+    let out = kd(&kdd, &ws, &["archive", &thread]).await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let codex = tree_of(&trees, "codex");
+    assert!(Path::new(&codex.path).exists(), "unsettled work is kept at archive");
+    let out = kd(&kdd, &ws, &["reject", "codex", "--thread", &thread]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains(&format!("its branch {} is removed (the thread is archived)", codex.branch)),
+        "{}",
+        out.stdout
+    );
+    assert!(!Path::new(&codex.path).exists(), "the rejected worktree is removed");
+    assert_eq!(git(ws.dir.path(), &["branch", "--list", &codex.branch]), "");
+    let claude = tree_of(&trees, "claude");
+    assert!(Path::new(&claude.path).join("impl.txt").exists(), "the other's work is kept");
+}
+
 /// A commit on a member's branch the registry does not know (kd committed
 /// the work and could not record its head) keeps the worktree and branch
 /// when the thread is archived: whether work may go is asked of git, not
@@ -402,6 +427,28 @@ async fn review_gives_the_reviewers_the_diff_and_counts_their_verdicts() {
     let review = prompts.iter().find(|p| p.contains("[Review]")).expect("codex reviewed");
     assert!(review.contains("+by claude") && review.contains("Write impl.txt"), "{review}");
     let _ = std::fs::remove_file(&record);
+}
+
+/// `kd work`'s lines line up, one a member, its name padded to the
+/// longest of the task's members (as docs/work.md shows them).
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_works_lines_line_up_whatever_the_members_names() {
+    let ws = repo(&[
+        ("claude", "claude", vec![("FAKE_RUN", writes("c.txt", "c"))]),
+        ("codex", "codex", vec![("FAKE_RUN", writes("x.txt", "x"))]),
+    ]);
+    let mut cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(ws.dir.path().join(".kd/config.json")).unwrap()).unwrap();
+    cfg["agents"]["codex"]["transport"] = "exec".into();
+    ws.write_config(&cfg);
+    let kdd = Kdd::start();
+    let out = kd(&kdd, &ws, &["work", "Write a file"]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    let mut lines: Vec<&str> = out.stdout.lines().filter(|l| l.contains(" done ")).collect();
+    lines.sort();
+    assert_eq!(lines.len(), 2, "{}", out.stdout);
+    assert!(lines[0].starts_with("claude  done  1 file, +1 −0  kd/"), "{}", out.stdout);
+    assert!(lines[1].starts_with("codex   done  1 file, +1 −0  kd/"), "{}", out.stdout);
 }
 
 #[tokio::test(flavor = "multi_thread")]

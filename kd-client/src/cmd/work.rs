@@ -140,8 +140,9 @@ fn files(n: usize) -> String {
     if n == 1 { "1 file".into() } else { format!("{n} files") }
 }
 
-/// One member's work in a line: member, state, size, check, branch.
-pub(super) fn line(w: &Worktree, styled: bool) -> String {
+/// One member's work in a line: member (padded to `width`, the longest
+/// name of the lines said together), state, size, check, branch.
+pub(super) fn line(w: &Worktree, styled: bool, width: usize) -> String {
     let size = if w.head == w.base {
         "no changes".to_string()
     } else {
@@ -163,7 +164,8 @@ pub(super) fn line(w: &Worktree, styled: bool) -> String {
         }
         None => String::new(),
     };
-    format!("{}  {}  {size}{check}  {}", bold(styled, &w.member), state(w), dim(styled, &w.branch))
+    let member = format!("{:<width$}", w.member);
+    format!("{}  {}  {size}{check}  {}", bold(styled, &member), state(w), dim(styled, &w.branch))
 }
 
 /// Where the work stands, and how its last run ended when that was not an
@@ -494,11 +496,10 @@ pub async fn reject(ctx: &Ctx, a: RejectArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client().await?;
     let thread = work_thread(&client, a.thread, Some(&a.member)).await?;
     let w = client.work_reject(thread, a.member).await.map_err(ClientError::from)?;
-    outln!(
-        "{}'s work on thread {} is rejected; its branch {} goes when the thread is archived",
-        w.member,
-        w.thread,
-        w.branch
-    )?;
+    let branch = match w.removed_at_ms {
+        Some(_) => format!("its branch {} is removed (the thread is archived)", w.branch),
+        None => format!("its branch {} goes when the thread is archived", w.branch),
+    };
+    outln!("{}'s work on thread {} is rejected; {branch}", w.member, w.thread)?;
     Ok(ExitCode::SUCCESS)
 }

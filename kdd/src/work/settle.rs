@@ -144,18 +144,40 @@ pub async fn accept(
             set_state(db, hub, o, WorkState::Superseded).await?;
         }
     }
+    // On a thread archived already, settled work goes now, as archiving
+    // took it.
+    tidy_if_archived(db, hub, thread).await;
     Ok(Accepted { member: member.into(), into, commit, squash, checked: false, superseded })
 }
 
+/// Removes the settled work of `thread` when it is archived already (see
+/// [`tidy`]); whether it was. What was settled stays settled: a failure
+/// here is logged (the branch stays for the next archive or delete).
+async fn tidy_if_archived(db: &Db, hub: &Hub, thread: &str) -> bool {
+    match db.thread(thread.to_string()).await {
+        Ok(t) if t.status == kd_proto::types::ThreadStatus::Archived => {}
+        _ => return false,
+    }
+    if let Err(e) = tidy(db, hub, thread, false).await {
+        tracing::warn!(thread, "cannot remove the settled work of an archived thread: {}", e.message());
+    }
+    true
+}
+
 /// `work.reject`: the member's work is turned down (its branch stays
-/// until the thread is archived or deleted).
+/// until the thread is archived or deleted; on a thread archived already,
+/// it goes now).
 pub async fn reject(db: &Db, hub: &Hub, thread: &str, member: &str) -> Result<Worktree, ErrorObjectOwned> {
     let w = worktree(db, thread, member).await?;
     not_working(&w)?;
     if w.state == WorkState::Accepted {
         return Err(ErrorCode::Conflict.error(format!("{member}'s work on thread {thread} is already accepted")));
     }
-    set_state(db, hub, &w, WorkState::Rejected).await
+    let rejected = set_state(db, hub, &w, WorkState::Rejected).await?;
+    match tidy_if_archived(db, hub, thread).await {
+        true => worktree(db, thread, member).await,
+        false => Ok(rejected),
+    }
 }
 
 /// The files named, at most ten of them.
