@@ -189,7 +189,6 @@ async fn chat_in_a_real_terminal_streams_mutes_interrupts_and_restores() {
     assert_restored(&tmux, "143").await;
 }
 
-/// The shell prompt is back in cooked mode with echo, and kd exited with `code`.
 /// `kd chat` whose output is not a terminal says it needs one, and draws
 /// nothing into the pipe (it said "cannot put the terminal in raw mode:
 /// No such device or address").
@@ -205,6 +204,7 @@ async fn chat_without_a_terminal_says_it_needs_one() {
     assert!(out.stderr.contains("kd chat draws on a terminal, and its output is not one"), "{}", out.stderr);
 }
 
+/// The shell prompt is back in cooked mode with echo, and kd exited with `code`.
 async fn assert_restored(tmux: &Tmux, code: &str) {
     // The screen is cleared first and the end marker is new, so nothing
     // left from an earlier check can match.

@@ -160,7 +160,7 @@ impl DiffView {
             .iter()
             .map(|f| {
                 let size = if f.binary { "binary".to_string() } else { format!("+{} −{}", f.added, f.removed) };
-                (Part::Note, clean(&format!("{}  {size}", f.path)))
+                (Part::Note, clean(&format!("{}  {size}", kd_client::terminal::safe_line(&f.path))))
             })
             .collect();
         let patch = d.patch.as_deref().unwrap_or_default();

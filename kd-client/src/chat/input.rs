@@ -116,9 +116,9 @@ impl App {
         }
     }
 
-    /// Puts `text`, which was submitted and refused, back in the input
-    /// when nothing was typed since: a refusal never loses what the King
-    /// wrote.
+    /// Puts `text`, which was submitted and refused (a command the chat
+    /// does not know, a message kdd refused), back in the input when
+    /// nothing was typed since, to be mended.
     pub fn give_back(&mut self, text: &str) {
         if self.input.lines().iter().all(|l| l.is_empty()) {
             self.input = new_input();

@@ -378,7 +378,11 @@ pub(super) fn on_reply(app: &mut App, reply: Reply) -> Vec<Effect> {
             app.set_notice(kd_client::terminal::safe(&e.to_string()).into_owned());
         }
         Reply::Sent(body, Err(e)) => {
-            app.give_back(&body);
+            // Refused by kdd: nothing was sent. (Lost on the way, it may
+            // have been: Enter again could send it twice.)
+            if matches!(e, ClientError::Rpc { .. }) {
+                app.give_back(&body);
+            }
             app.set_notice(kd_client::terminal::safe(&e.to_string()).into_owned());
         }
         Reply::Cancelled(Err(e))

@@ -146,25 +146,31 @@ pub async fn run(ctx: &Ctx, a: WebArgs) -> anyhow::Result<ExitCode> {
             Err(e) => outln!("(no QR code: {e})")?,
         }
     }
-    outln!("Open once within 10 minutes to pair this browser (a one-time link):")?;
-    if a.open {
-        open(&ctx.socket, &serving.url);
+    if a.open
+        && let Some(page) = open(&ctx.socket, &serving.url)
+    {
+        outln!(
+            "Opened {} in this machine's browser: it forwards to the link (a browser installed as a snap or a \
+             Flatpak cannot read it: open the link yourself).",
+            safe(&page.display().to_string())
+        )?;
     }
+    outln!("Open once within 10 minutes to pair this browser (a one-time link):")?;
     outln!("{}", serving.url)?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// Opens `url` in the user's browser, by argv; a failure is said, not
-/// fatal. The browser is given a page beside kd's socket (its directory
+/// Opens `url` in the user's browser, by argv: the page opened, or none
+/// (a failure is said, not fatal). The browser is given a page beside kd's socket (its directory
 /// only the user may enter) that forwards to `url`, never `url` itself: a
 /// program's arguments are there for every user to read
 /// (`/proc/PID/cmdline`), and the first to open the one-time link pairs.
-fn open(socket: &std::path::Path, url: &str) {
+fn open(socket: &std::path::Path, url: &str) -> Option<std::path::PathBuf> {
     let page = match forwarding_page(kd_proto::paths::socket_dir(socket), url) {
         Ok(page) => page,
         Err(e) => {
             eprintln!("kd: cannot write the page that opens kd web: {e}");
-            return;
+            return None;
         }
     };
     let opener = if cfg!(target_os = "macos") { "open" } else { "xdg-open" };
@@ -174,8 +180,12 @@ fn open(socket: &std::path::Path, url: &str) {
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn();
-    if let Err(e) = started {
-        eprintln!("kd: cannot run {opener}: {e}");
+    match started {
+        Ok(_) => Some(page),
+        Err(e) => {
+            eprintln!("kd: cannot run {opener}: {e}");
+            None
+        }
     }
 }
 

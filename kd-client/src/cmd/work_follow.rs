@@ -70,6 +70,10 @@ pub async fn follow(
     let mut failed = false;
     let mut tally = None;
     let mut interrupted = false;
+    // Whether Ctrl+C found runs to cancel.
+    let mut cancelled = false;
+    // The members' lines line up.
+    let width = r.members.iter().map(|m| m.chars().count()).max().unwrap_or(0);
     // An approval a member waits on is asked here, answered with a key.
     let mut asking = Asking::new(r.lines, styled);
     // A run that ended before this client listened sends no end: the
@@ -83,7 +87,7 @@ pub async fn follow(
             let trees = client.work_list(None, Some(r.thread.to_string())).await.map_err(ClientError::from)?;
             open = Some(trees.iter().filter(|w| in_flight(w)).map(|w| w.member.clone()).collect());
             for w in trees.iter().filter(|w| r.members.contains(&w.member)) {
-                tell(w, r.lines, styled, &mut said)?;
+                tell(w, (r.lines, width), styled, &mut said)?;
             }
         }
         if pending.is_empty() && open.as_ref().is_some_and(|o| o.is_empty()) && (!r.vote || tally.is_some()) {
@@ -111,6 +115,7 @@ pub async fn follow(
                     return Ok(Followed::Left);
                 }
                 interrupted = true;
+                cancelled = !pending.is_empty();
                 errln!("kd: cancelling the runs; kd commits what each member did so far (Ctrl+C again leaves)");
                 for id in &pending {
                     let _ = client.run_cancel(r.thread.to_string(), None, Some(id.clone())).await;
@@ -144,7 +149,7 @@ pub async fn follow(
                 // Cancelled: told once its runs ended, as the cancel left it
                 // (not first as the commit of what it did so far).
                 if !interrupted || pending.is_empty() {
-                    tell(&worktree, r.lines, styled, &mut said)?;
+                    tell(&worktree, (r.lines, width), styled, &mut said)?;
                 }
             }
             ThreadEvent::Message { message } if message.from == KD && message.purpose == Some(Purpose::Tally) => {
@@ -154,15 +159,20 @@ pub async fn follow(
         }
     }
     // Cancelled is not done.
-    Ok(Followed::Ended { failed: failed || interrupted, tally })
+    Ok(Followed::Ended { failed: failed || cancelled, tally })
 }
 
 /// Prints `w`'s line, once per change, when it says how a run left the
 /// work (its check done) or how a try of a member sent back to fix it went.
-fn tell(w: &Worktree, lines: bool, styled: bool, said: &mut BTreeMap<String, String>) -> anyhow::Result<()> {
+fn tell(
+    w: &Worktree,
+    (lines, width): (bool, usize),
+    styled: bool,
+    said: &mut BTreeMap<String, String>,
+) -> anyhow::Result<()> {
     let told = !w.checking() && (w.state != WorkState::Working || w.fixing().is_some() && w.check.is_some());
     if told && lines {
-        let l = line(w, styled);
+        let l = line(w, styled, width);
         if said.get(&w.member) != Some(&l) {
             outln!("{l}")?;
             said.insert(w.member.clone(), l);

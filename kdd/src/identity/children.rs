@@ -15,9 +15,8 @@ use std::sync::{Mutex, MutexGuard, RwLock, RwLockWriteGuard};
 pub enum Origin {
     /// The agent of a run (`KD_RUN=<run>`), run as `member`.
     Run { run: String, member: Option<String> },
-    /// A long-lived agent (`KD_PEER=<marker>`): a codex app-server, which
-    /// serves every member using it in `workspace`, or an ACP agent, which
-    /// is one member's.
+    /// A long-lived agent (`KD_PEER=<marker>`): a codex app-server or an
+    /// ACP agent, one member's in `workspace` (`member`: its `KD_MEMBER`).
     Peer { marker: String, member: Option<String>, workspace: String },
     /// Something else kdd runs (a CLI's `--version` for `kd doctor`).
     Tool,

@@ -56,7 +56,8 @@ pub const RUN_MARKER: &str = "KD_RUN";
 /// (`agent::process::kill_left_by_peers`).
 pub const PEER_MARKER: &str = "KD_PEER";
 
-/// The member a run's or an ACP agent's process is (information only).
+/// The member a run's, an ACP agent's or a codex app-server's process is:
+/// a long-lived agent's capabilities are honoured for that member alone.
 pub const MEMBER_VAR: &str = "KD_MEMBER";
 
 /// A connection's peer, as placed when it connected.
@@ -128,7 +129,7 @@ impl Peer {
                 format!("this process is {m}'s agent's")
             }
             Peer::Confined { origin: Some(Origin::Peer { workspace, .. }), .. } => {
-                format!("this process is a codex app-server's, in {workspace}")
+                format!("this process is a long-lived agent's, in {workspace}")
             }
             Peer::Confined { origin: Some(Origin::Tool), .. } => "this process was started by kdd".into(),
             Peer::Confined { origin: None, .. } => "this process descends from an agent kd runs".into(),
