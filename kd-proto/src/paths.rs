@@ -220,6 +220,18 @@ pub fn open_lock_file(path: &Path) -> std::io::Result<std::fs::File> {
         .open(path)
 }
 
+/// Creates `path` for writing, mode 0600: a new file only — one already
+/// there, or a symlink someone planted, is refused rather than followed.
+pub fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+}
+
 /// Where a daemon serving a shared registry says so, beside its socket
 /// (`<socket>.node`: one line, its node and the registry's location): kd
 /// does not start a daemon of its own on a socket a node stopped serving.

@@ -193,7 +193,6 @@ fn open(socket: &std::path::Path, url: &str) -> Option<std::path::PathBuf> {
 /// link): a page without script that forwards the browser to `url`.
 fn forwarding_page(dir: &std::path::Path, url: &str) -> std::io::Result<std::path::PathBuf> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     let html: String = url
         .chars()
         .map(|c| match c {
@@ -208,12 +207,7 @@ fn forwarding_page(dir: &std::path::Path, url: &str) -> std::io::Result<std::pat
     let page = dir.join("web-open.html");
     let new = dir.join(format!("web-open.{}.tmp", std::process::id()));
     let _ = std::fs::remove_file(&new);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-        .open(&new)?;
+    let mut f = kd_proto::paths::create_private(&new)?;
     writeln!(
         f,
         "<!doctype html><meta charset=\"utf-8\"><meta name=\"referrer\" content=\"no-referrer\">\

@@ -230,14 +230,8 @@ impl SettingsFile {
     /// already there, or a symlink, is refused rather than followed).
     pub fn create(dir: &Path, name: &str, settings: &Value) -> std::io::Result<SettingsFile> {
         use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
         let path = dir.join(name);
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-            .open(&path)?;
+        let mut f = kd_proto::paths::create_private(&path)?;
         let file = SettingsFile { path };
         f.write_all(settings.to_string().as_bytes())?;
         Ok(file)

@@ -5,7 +5,7 @@
 //! unload them.
 
 use std::io::Write as _;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -161,12 +161,7 @@ fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(format!(".tmp-{}", std::process::id()));
     let tmp = PathBuf::from(tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
+    let mut f = kd_proto::paths::create_private(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
     let written = f.write_all(text.as_bytes()).and_then(|()| f.sync_all());
     drop(f);
     if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
