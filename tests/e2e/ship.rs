@@ -346,6 +346,44 @@ async fn a_merge_a_restart_cut_short_with_a_conflict_without_markers_decided_is_
     assert_eq!(request_to(&kdd, &w).await, None, "no one was asked");
 }
 
+/// A conflict git wrote its markers into, which the member resolved by
+/// keeping its own version exactly before a restart cut the merge short:
+/// the file is ours byte for byte, but git had left it with markers, so
+/// the member decided it — the merge is concluded, no one asked again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_merge_a_restart_cut_short_with_markers_resolved_to_the_members_own_version_is_concluded() {
+    let (ws, kdd, w, king) = both_change_line_two().await;
+    let path = Path::new(&w.path);
+    merge_left_in_progress(path, &king);
+    assert!(std::fs::read_to_string(path.join("a.txt")).unwrap().contains("<<<<<<<"), "git wrote its markers");
+    std::fs::write(path.join("a.txt"), "one\nclaude\n").unwrap();
+    let out = kd(&kdd, &ws, &["rebase", "claude", "--thread", &w.thread]).await;
+    assert!(out.status.success() && out.stdout.contains("merged into claude's work cleanly"), "{}", out.stdout);
+    assert_eq!(request_to(&kdd, &w).await, None, "no one was asked");
+    assert_eq!(std::fs::read_to_string(path.join("a.txt")).unwrap(), "one\nclaude\n", "claude's version kept");
+    assert_eq!(git(path, &["log", "-1", "--format=%P"]), format!("{} {king}", w.head), "the merge concluded");
+}
+
+/// A binary file both sides changed: git writes no markers into it and
+/// leaves the member's version. Found so after a restart, it is still
+/// undecided — the member is asked (here it writes both sides' bytes).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_merge_a_restart_cut_short_with_a_binary_conflict_as_git_left_it_asks_the_member() {
+    let run = "if git rev-parse -q --verify MERGE_HEAD > /dev/null; then printf 'both\\000\\n' > a.txt; \
+               else printf 'claude\\000\\n' > a.txt; fi";
+    let (ws, kdd, w) = working(run, "Change a.txt's bytes").await;
+    let king = king_commits(ws.dir.path(), "a.txt", "king\0\n");
+    let path = Path::new(&w.path);
+    merge_left_in_progress(path, &king);
+    assert_eq!(std::fs::read(path.join("a.txt")).unwrap(), b"claude\0\n", "git left claude's, without markers");
+    let out = kd(&kdd, &ws, &["rebase", "claude", "--thread", &w.thread]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("conflicts with claude's work in a.txt"), "{}{}", out.stdout, out.stderr);
+    assert!(request_to(&kdd, &w).await.is_some(), "claude was asked");
+    assert_eq!(std::fs::read(path.join("a.txt")).unwrap(), b"both\0\n", "claude decided it");
+    assert_eq!(git(path, &["log", "-1", "--format=%P"]), format!("{} {king}", w.head), "the merge concluded");
+}
+
 /// The same with line endings converted as git writes the file (CRLF by
 /// `.gitattributes`), the member having deleted a file you changed: git
 /// puts yours back, its bytes not the stored object's, and that is still

@@ -43,16 +43,21 @@ impl Tree {
         .map_err(|e| super::GitError::Spawn(std::io::Error::other(e)))
     }
 
-    /// Whether conflict `c`, one without markers, is as git left it: its
-    /// path holding the object git left there, as kd's git reads the file
-    /// (its line endings converted as the merge wrote them) or a symbolic
-    /// link's target. Deleted, or changed, it was decided.
+    /// Whether conflict `c`, one without markers now, is as git left it:
+    /// git wrote none into it (a text conflict whose markers are gone was
+    /// decided, even as one side's version exactly), and its path holds the
+    /// object git left there, as kd's git reads the file (its line endings
+    /// converted as the merge wrote them) or a symbolic link's target.
+    /// Deleted, or changed, it was decided.
     pub async fn untouched(&self, c: &Conflict) -> GitResult<bool> {
         let Some(object) = c.left() else { return Ok(false) };
         // A name git cannot be given as text cannot be compared: taken as
         // undecided, the member is asked (its run's end concludes it).
         if std::str::from_utf8(&c.name).is_err() {
             return Ok(true);
+        }
+        if self.marked(c).await? {
+            return Ok(false);
         }
         let path = self.dir().join(OsStr::from_bytes(&c.name));
         let kind = tokio::task::spawn_blocking(move || {
@@ -78,6 +83,26 @@ impl Tree {
                 Ok(out.ok && out.text().trim() == object)
             }
         }
+    }
+
+    /// Whether the merge wrote git's markers into conflict `c`'s file: both
+    /// sides have a regular file there whose texts conflict, merged as git
+    /// merges them (`git merge-file`: not binary; an add/add from an empty
+    /// base), and the `merge` attribute does not keep one side's file.
+    async fn marked(&self, c: &Conflict) -> GitResult<bool> {
+        let regular = |s: &Option<Side>| s.as_ref().filter(|s| s.mode.starts_with("100")).map(|s| s.object.clone());
+        let (Some(ours), Some(theirs)) = (regular(&c.ours), regular(&c.theirs)) else { return Ok(false) };
+        let attr = self.must(&["check-attr", "-z", "merge", "--", &c.path], &[]).await?;
+        if attr.stdout.split(|b| *b == 0).nth(2) == Some(b"unset".as_slice()) {
+            return Ok(false);
+        }
+        let base = match regular(&c.base) {
+            Some(base) => base,
+            None => empty_blob(&ours).to_string(),
+        };
+        let merged = self.git(&["merge-file", "-p", "--object-id", &base, &ours, &theirs], &[], 0).await?;
+        // Its status: how many conflicts (0 when clean), 255 when binary.
+        Ok(matches!(merged.code, Some(1..=127)))
     }
 
     /// The paths `git ls-files <which> -z` lists, one entry a stage, as
@@ -236,6 +261,15 @@ pub const SUBMODULE: &str = "160000";
 /// The name a file had before git moved it aside for `side` (`HEAD` for
 /// the member's, the commit being merged for the King's): git names it
 /// `<name>~<side>`, with `_<n>` after when that name was taken.
+/// The empty blob's id, in the object format of `like` (an id).
+fn empty_blob(like: &str) -> &'static str {
+    if like.len() == 64 {
+        "473a0f4c3be8a93681a267e3b1e9a7dcda1185436fe141f7749120a303721813"
+    } else {
+        "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
+    }
+}
+
 fn aside_name<'a>(path: &'a str, side: &str) -> Option<&'a str> {
     let (name, tail) = path.rsplit_once('~')?;
     let rest = tail.strip_prefix(side)?;
