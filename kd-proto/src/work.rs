@@ -460,7 +460,8 @@ pub struct PullRequest {
     pub base: String,
     pub shipped: Shipped,
     /// Why no pull request was opened (no gh on the PATH, or a host gh
-    /// does not serve), when none was.
+    /// does not serve), when none was; or that one was open already for
+    /// the branch, and the push updated it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
     /// With `accept`: the work is accepted (by the pull request), and the

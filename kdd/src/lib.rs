@@ -219,6 +219,7 @@ pub async fn run(mut opts: Options) -> anyhow::Result<Stopped> {
     let db = Db::open(&opts.db, hub.clone(), me).await?;
     mark_node(&opts.socket, &db);
     git::set_time_bound(opts.git_timeout);
+    git::note_start();
     let recovered = agent::recover(&db, &opts.socket).await.context("cannot recover runs left in flight")?;
     if recovered.runs > 0 {
         tracing::warn!("recorded {} run(s) left in flight by the previous daemon as interrupted", recovered.runs);

@@ -277,3 +277,45 @@ async fn json_tells_each_round_once_though_kd_subscribes_beside_its_question() {
         assert_eq!(rounds.len(), 2, "running, then done: {rounds:?}");
     }
 }
+
+/// Whether process `pid` catches SIGINT (`SigCgt` in its status).
+fn catches_sigint(pid: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let caught = status.lines().find_map(|l| l.strip_prefix("SigCgt:")).unwrap_or("0");
+    u64::from_str_radix(caught.trim(), 16).is_ok_and(|mask| mask & (1 << 1) != 0)
+}
+
+/// A Ctrl+C that comes while `kd ask` is still reaching kdd (kdd stopped
+/// in its tracks here) leaves no question running behind it: the question
+/// is not sent, or its runs are cancelled once it is — kd once died of the
+/// signal and left the member answering.
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_c_before_the_question_is_sent_leaves_no_run_behind() {
+    let hold = kd_tests::Hold::new();
+    let ws = Workspace::new(&[("claude", "claude", &[("FAKE_HOLD", &hold.env())])]);
+    let kdd = Kdd::start_with(&["--kill-grace-ms", "300"]);
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    kdd.pause();
+    let mut k = kdd.kd();
+    k.current_dir(ws.dir.path())
+        .args(["ask", "--thread", &t, "--rounds", "0", "Long one?"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = k.spawn().unwrap();
+    let pid = child.id().unwrap();
+    kd_tests::within("kd ask to listen for Ctrl+C", async {
+        while !catches_sigint(pid) {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    interrupt(&child);
+    kdd.resume();
+    let out = kd_tests::within("kd ask to end", child.wait_with_output()).await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.code().is_some(), "kd ended by itself, not killed by the signal: {:?} {stderr}", out.status);
+    assert!(c.run_list(None).await.unwrap().is_empty(), "no run left answering: {stderr}");
+    let messages = c.thread_messages(t, None, None, None, None).await.unwrap();
+    assert!(messages.iter().all(|m| m.from != "claude" || m.kind == MessageKind::Interrupted), "{messages:?}");
+}

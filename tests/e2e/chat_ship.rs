@@ -37,7 +37,8 @@ async fn the_chat_checks_sends_comments_back_rebases_and_ships_a_members_work() 
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let out = kd(&kdd, &ws, &["work", "Write b.txt", "--json"]).await;
-    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    // kd work exits 1: the check of claude's work did not pass.
+    assert_eq!(out.status.code(), Some(1), "{}{}", out.stdout, out.stderr);
     let w: Worktree = serde_json::from_str::<Vec<Worktree>>(&out.stdout).unwrap().remove(0);
     assert_eq!(w.check.as_ref().map(|c| c.status), Some(CheckStatus::Fail), "{w:?}");
 

@@ -232,9 +232,12 @@ async fn kd_notify_test_says_what_each_sink_answered() {
         serde_json::json!({
             "webhook": [ok.url, refusing.url],
             "command": ["/bin/sh", "-c", "cat > \"$0/test.json\"; echo 'no pager here' >&2; exit 3", out.path()],
+            "link": "https://kd.example.com/threads/{thread}",
         }),
     );
     let kdd = Kdd::start();
+    // A thread of the workspace: the test's link names it.
+    let t = kd_tests::new_thread(&kdd.client().await, &ws.path()).await;
     let mut kd = kdd.kd();
     kd.current_dir(ws.dir.path()).args(["notify", "test"]);
     let o = run(kd).await;
@@ -248,6 +251,8 @@ async fn kd_notify_test_says_what_each_sink_answered() {
     assert_eq!(refusing.next(1).await[0].kind, NotifyKind::Test);
     let got: Notification = serde_json::from_slice(&std::fs::read(out.path().join("test.json")).unwrap()).unwrap();
     assert_eq!((got.kind, got.workspace.as_deref()), (NotifyKind::Test, Some(ws.path().as_str())));
+    let link = format!("https://kd.example.com/threads/{t}");
+    assert_eq!((got.thread.as_deref(), got.link.as_deref()), (Some(t.as_str()), Some(link.as_str())));
 
     let mut kd = kdd.kd();
     kd.current_dir(ws.dir.path()).args(["notify", "test", "--json"]);
@@ -506,4 +511,40 @@ async fn notify_subscribe_streams_every_notification_without_a_sink_and_keeps_th
     assert_eq!(notified(&mut later, 2).await, got);
     let mut since = c.notify_subscribe(Some(got[0].id)).await.unwrap();
     assert_eq!(notified(&mut since, 1).await, got[1..]);
+}
+
+/// An exchange whose last run you cancelled (`run.cancel`: Ctrl+C of `kd
+/// ask` or `kd work`, `kd cancel`) ended because you stopped it: it is not
+/// notified as answered; the next one, answered, is.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_exchange_you_cancelled_is_not_notified_as_answered() {
+    let ws = Workspace::new(&[]);
+    let hold = tempfile::NamedTempFile::new().unwrap();
+    let held = hold.path().display().to_string();
+    ws.write_config(&serde_json::json!({
+        "council": {"members": ["claude"]},
+        "agents": {"claude": kd_tests::fake("claude", "claude", &[("FAKE_HOLD", held.as_str())])},
+    }));
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let mut live = c.notify_subscribe(None).await.unwrap();
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+    let sent = c
+        .council_send(t.clone(), "Hold on, please.".into(), None, None, None, None, None, Some(0), None, None)
+        .await
+        .unwrap();
+    collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))).await;
+    let cancelled = c.run_cancel(t.clone(), Some("claude".into()), None).await.unwrap();
+    assert_eq!(cancelled.len(), 1, "{cancelled:?}");
+    let ended = collect_until(&mut sub, |e| {
+        e.iter().any(|e| matches!(e, ThreadEvent::Round { exchange, state, .. } if *exchange == sent.message.seq && *state != RoundState::Running))
+    })
+    .await;
+    assert!(ended.iter().any(|e| matches!(e, ThreadEvent::RunCancelled { interrupted: false, .. })), "{ended:?}");
+    hold.close().unwrap();
+    let answered = ask(&c, &t, "Anyone?", 0).await;
+    // Notifications are sent in order: the first is the answered one's.
+    let got = notified(&mut live, 1).await;
+    assert_eq!(kinds(&got), BTreeSet::from([(NotifyKind::Done, Some(answered))]), "{got:?}");
 }

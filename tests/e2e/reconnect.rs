@@ -430,3 +430,40 @@ async fn kd_ask_queued_behind_another_ask_answers_after_a_kill_9_and_exits_0() {
     assert_eq!(out.matches("Answer from claude.").count(), 1, "{out}\n{err}");
     first.exit().await;
 }
+
+/// `kd work` rides through a kill -9 of kdd as `kd ask` does: it says so,
+/// waits for the member's resumed run, and prints the line of the work
+/// that run left (it exited 3, "lost the connection", first printing the
+/// line of the interrupted run's commit as if the work were done).
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_work_reconnects_after_a_kill_9_and_waits_for_the_resumed_run() {
+    let hold = kd_tests::Hold::new();
+    let ws = Workspace::new(&[]);
+    ws.git_init(&[("a.txt", "one\n")], &[]);
+    let run = "if test -f .git; then echo more >> a.txt; fi";
+    let claude = kd_tests::fake("claude", "claude", &[("FAKE_RUN", run), ("FAKE_HOLD", hold.var())]);
+    ws.write_config(&serde_json::json!({"council": {"members": ["claude"]}, "agents": {"claude": claude}}));
+    let mut kdd = Kdd::start();
+    let mut k = kdd.kd();
+    k.current_dir(ws.dir.path()).args(["work", "Add a line"]);
+    let mut work = Piped::spawn(k);
+    let c = kdd.client().await;
+    within("claude at work", async {
+        while !c.run_list(None).await.unwrap().iter().any(|r| r.chars > 0) {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    drop(c);
+    kdd.kill9();
+    work.until(true, "kd: kdd went away; reconnecting (up to 60 s)…").await;
+    kdd.launch().expect("kdd starts again");
+    work.until(true, "kd: reconnected").await;
+    hold.release();
+    let code = work.exit().await;
+    let (out, err) = (work.stdout(), work.stderr());
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("claude")).collect();
+    assert_eq!(lines.len(), 1, "one line, of the work as the resumed run left it: {out}");
+    assert!(lines[0].contains("done") && !lines[0].contains("interrupted"), "{out}");
+}

@@ -32,9 +32,11 @@ pub(super) async fn kd(kdd: &Kdd, ws: &Workspace, args: &[&str]) -> kd_tests::Ou
 /// `kd work TASK`: claude's worktree once its work is committed.
 async fn at_work(kdd: &Kdd, ws: &Workspace, task: &str) -> Worktree {
     let out = kd(kdd, ws, &["work", task, "--json"]).await;
-    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
     let trees: Vec<Worktree> = serde_json::from_str(&out.stdout).expect("kd work --json: the worktrees");
     let w = trees.into_iter().next().expect("claude's worktree");
+    // kd work fails when the check did not pass, and only then.
+    let passed = w.check.as_ref().is_none_or(|c| c.status == CheckStatus::Pass);
+    assert_eq!(out.status.success(), passed, "{}{}", out.stdout, out.stderr);
     assert_eq!(w.state, WorkState::Done, "{w:?}");
     assert_ne!(w.head, w.base, "claude committed something: {w:?}");
     w
@@ -182,6 +184,41 @@ async fn markers_left_are_never_committed_the_member_is_told_again_then_the_merg
     git(dir, &["commit", "--quiet", "-am", "Merge claude's work"]);
     let out = kd(&kdd, &ws, &["accept", "claude"]).await;
     assert!(out.status.success() && out.stdout.contains("in main already"), "{}{}", out.stdout, out.stderr);
+}
+
+/// A run that leaves the rebase's markers is not committed, and so not
+/// checked: no check runs on the markers, none is recorded against the
+/// member's old commit, and `--until-green` sends no fix beside the
+/// rebase's own requests (it once did, interleaved with them).
+#[tokio::test(flavor = "multi_thread")]
+async fn markers_left_in_a_rebase_are_not_checked_nor_sent_back_to_be_fixed() {
+    let ws = Workspace::new(&[]);
+    ws.git_init(&[("a.txt", "one\ntwo\n")], &[]);
+    let run = "if test -f .git; then if grep -q '^<<<<<<<' a.txt; then echo tried >> notes.txt; \
+               else printf 'one\\nclaude\\n' > a.txt; fi; fi";
+    let agents = json!({ "claude": fake("claude", "claude", &[("FAKE_RUN", run)]) });
+    let check = json!({"check": ["sh", "-c", "! grep -q '^<<<<<<<' a.txt"]});
+    ws.write_config(&json!({"council": {"members": ["claude"]}, "agents": agents, "work": check}));
+    let kdd = Kdd::start();
+    let out = kd(&kdd, &ws, &["work", "Change line two", "--until-green", "2", "--json"]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    let w: Worktree = serde_json::from_str::<Vec<Worktree>>(&out.stdout).unwrap().remove(0);
+    let c = kdd.client().await;
+    let w = checked(&c, &w.thread, |w| w.check.as_ref().is_some_and(|c| c.status != CheckStatus::Running)).await;
+    assert_eq!(w.check.as_ref().map(|c| (c.status, c.commit.as_str())), Some((CheckStatus::Pass, w.head.as_str())));
+    king_commits(ws.dir.path(), "a.txt", "one\nking\n");
+    let out = kd(&kdd, &ws, &["rebase", "claude"]).await;
+    assert!(out.stdout.contains("conflict markers remain in a.txt after 2 tries"), "{}{}", out.stdout, out.stderr);
+    let after = checked(&c, &w.thread, |w| w.check.as_ref().is_some_and(|c| c.status != CheckStatus::Running)).await;
+    let check = after.check.clone().unwrap();
+    assert_eq!(check.status, CheckStatus::Pass, "never a check of the markers: {after:?}");
+    assert_eq!((after.fixes, after.state), (0, WorkState::Done), "{after:?}");
+    let messages = c.thread_messages(w.thread.clone(), None, None, None, None).await.unwrap().into_vec();
+    let fixes = messages.iter().filter(|m| m.body.starts_with("The check of your work did not pass")).count();
+    let again = messages.iter().filter(|m| m.body.starts_with("Conflict markers are still in")).count();
+    assert_eq!((fixes, again), (0, 1), "only the rebase's requests");
+    let runs = messages.iter().filter(|m| m.from == "claude").count();
+    assert_eq!(runs, 3, "the work, the rebase's request and its one reminder");
 }
 
 /// A conflicted file whose name is not UTF-8 (`caf\xe9.txt`, Latin-1) is
@@ -850,15 +887,20 @@ pub(super) fn path_without_gh(first: Option<&Path>) -> String {
 }
 
 /// A fake `gh` in a directory of its own: records its argv (NUL after
-/// each) to `argv` beside it and prints a pull request's URL, as gh does.
+/// each) to `argv` beside it and prints a pull request's URL, as gh does;
+/// asked again for the same branch, it refuses as gh does (exit 1, the
+/// open pull request's URL on stderr).
 pub(super) fn fake_gh() -> tempfile::TempDir {
     use std::os::unix::fs::PermissionsExt;
     let bin = tempfile::tempdir().unwrap();
-    let record = bin.path().join("argv");
+    let (record, opened) = (bin.path().join("argv"), bin.path().join("opened"));
     let script = format!(
-        "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\0' \"$a\"; done > '{}'\necho 'Creating pull request' >&2\n\
-         echo https://github.com/king/kd/pull/7\n",
-        record.display()
+        "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\0' \"$a\"; done > '{}'\n\
+         if test -e '{1}'; then printf 'a pull request for branch \"%s\" into branch \"%s\" already exists:\\n%s\\n' \
+         \"$4\" \"$6\" https://github.com/king/kd/pull/7 >&2; exit 1; fi\n: > '{1}'\n\
+         echo 'Creating pull request' >&2\necho https://github.com/king/kd/pull/7\n",
+        record.display(),
+        opened.display()
     );
     let gh = bin.path().join("gh");
     std::fs::write(&gh, script).unwrap();
@@ -877,7 +919,7 @@ async fn kd_pr_pushes_the_branch_and_gh_opens_a_pull_request_with_the_task_the_c
     let ws = Workspace::new(&[]);
     ws.git_init(&[("a.txt", "one\ntwo\n")], &[]);
     let writes = "if test -f .git; then printf 'new\\n' > b.txt; fi".to_string();
-    let approves = json!([["[Review]", "Fine.\nVERDICT: APPROVE"]]).to_string();
+    let approves = json!([["[Review]", "Fine.\nb.txt:1: a fine line.\nVERDICT: APPROVE"]]).to_string();
     let agents = json!({
         "claude": fake("claude", "claude", &[("FAKE_RUN", writes.as_str())]),
         "codex": fake("codex", "codex", &[("FAKE_RULES", approves.as_str())]),
@@ -914,6 +956,8 @@ async fn kd_pr_pushes_the_branch_and_gh_opens_a_pull_request_with_the_task_the_c
     let body = argv[9];
     assert!(body.starts_with("Write b.txt\n\nWith one line.\n"), "the task: {body}");
     assert!(body.contains("Review of claude's work: 1 approve (codex)"), "the council's review: {body}");
+    assert!(review.stdout.contains("kd comments claude lists them"), "{}", review.stdout);
+    assert!(!body.contains("kd comments") && !body.contains("kd review --send"), "no terminal's advice: {body}");
     assert!(body.contains("## Check") && body.contains("`test -f b.txt`: pass in "), "the check's result: {body}");
     assert!(body.contains(&format!("on commit {}", &w.head[..12])) && !body.contains("not the pushed"), "{body}");
     // Recorded on the work.
@@ -954,6 +998,80 @@ async fn a_tag_named_as_your_branch_leaves_the_work_on_your_trunk_and_its_pull_r
     let argv = std::fs::read_to_string(bin.path().join("argv")).expect("gh was run");
     let argv: Vec<&str> = argv.trim_end_matches('\0').split('\0').collect();
     assert_eq!(argv[4..6], ["--base", "main"], "{argv:?}");
+}
+
+/// `kd pr` again once the pull request is open (after a rebase moved the
+/// work on): gh refuses to open a second one and names the first, which
+/// the push updated; kd says so, keeps its URL and exits 0, and `kd accept
+/// --pr` then accepts the work by it. Until then `kd diff` says the pull
+/// request is behind the work.
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_pr_again_updates_the_open_pull_request_and_accept_pr_takes_it() {
+    let ws = repo("printf 'new\\n' > b.txt");
+    let bare = github_remote(&ws);
+    let kdd = Kdd::start();
+    let w = at_work(&kdd, &ws, "Write b.txt").await;
+    let bin = fake_gh();
+    let path = path_without_gh(Some(bin.path()));
+    let pull = "https://github.com/king/kd/pull/7";
+    let out = kd_with_path(&kdd, &ws, &path, &["pr", "claude"]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    assert_eq!(out.stdout.trim(), pull);
+    // You move on; the rebase merges it into the work: the pull request
+    // is behind.
+    std::fs::write(ws.dir.path().join("c.txt"), "king\n").unwrap();
+    git(ws.dir.path(), &["add", "c.txt"]);
+    git(ws.dir.path(), &["commit", "--quiet", "-m", "King's c.txt"]);
+    let out = kd(&kdd, &ws, &["rebase", "claude"]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    let c = kdd.client().await;
+    let rebased = c.work_list(None, Some(w.thread.clone())).await.unwrap().remove(0).head;
+    assert_ne!(rebased, w.head);
+    let diff = kd(&kdd, &ws, &["diff", "claude", "--thread", &w.thread, "--stat"]).await;
+    let behind = format!("behind the work ({}): kd pr claude --thread {} pushes it", &rebased[..12], w.thread);
+    assert!(
+        diff.stdout.contains(&format!("pull request {pull} (pushed to origin, {})", &w.head[..12])),
+        "{}",
+        diff.stdout
+    );
+    assert!(diff.stdout.contains(&behind), "{}", diff.stdout);
+
+    let out = kd_with_path(&kdd, &ws, &path, &["pr", "claude"]).await;
+    assert!(out.status.success(), "gh's refusal is the pull request updated: {}{}", out.stdout, out.stderr);
+    assert_eq!(out.stdout.trim(), pull);
+    assert!(out.stderr.contains(&format!("pushed to origin ({})", &rebased[..12])), "{}", out.stderr);
+    assert!(out.stderr.contains("the pull request was open already: the push updated it"), "{}", out.stderr);
+    assert_eq!(remote_branch(bare.path(), &w.branch).as_deref(), Some(rebased.as_str()));
+    let after = c.work_list(None, Some(w.thread.clone())).await.unwrap().remove(0);
+    let shipped = after.shipped.expect("shipped");
+    assert_eq!((shipped.url.as_deref(), shipped.pr, shipped.commit.as_str()), (Some(pull), true, rebased.as_str()));
+    let diff = kd(&kdd, &ws, &["diff", "claude", "--stat"]).await;
+    assert!(!diff.stdout.contains("behind"), "{}", diff.stdout);
+
+    let out = kd_with_path(&kdd, &ws, &path, &["accept", "claude", "--pr"]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("claude's work is accepted by its pull request"), "{}", out.stderr);
+    let after = c.work_list(None, Some(w.thread.clone())).await.unwrap().remove(0);
+    assert_eq!((after.state, after.shipped.and_then(|s| s.url)), (WorkState::Accepted, Some(pull.to_string())));
+}
+
+/// Work begun on a commit of yours not yet on the remote: its pull request
+/// would carry that commit too, and `kd pr` says so (it said nothing).
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_pr_says_the_pull_request_carries_your_unpushed_commits() {
+    let ws = repo("printf 'new\\n' > b.txt");
+    let _bare = github_remote(&ws);
+    king_commits(ws.dir.path(), "a.txt", "one\nmine, not pushed\n");
+    let kdd = Kdd::start();
+    let _w = at_work(&kdd, &ws, "Write b.txt").await;
+    let bin = fake_gh();
+    let out = kd_with_path(&kdd, &ws, &path_without_gh(Some(bin.path())), &["pr", "claude"]).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.contains("kd: the pull request also carries 1 commit of main not on origin (git push origin main)"),
+        "{}",
+        out.stderr
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -86,8 +86,16 @@ async fn a_check_passes_for_one_member_and_fails_for_another_and_every_view_says
     assert!(table.contains("CHECK") && table.contains("fail (exit 3)"), "{table}");
     let diff = kd(&kdd, &ws, &["diff", "codex", "--stat"]).await.stdout;
     assert!(diff.contains("check fail (exit 3) on"), "{diff}");
-    let out = kd(&kdd, &ws, &["work", "Again"]).await.stdout;
+    let again = kd(&kdd, &ws, &["work", "Again"]).await;
+    let out = &again.stdout;
     assert!(out.contains("check pass") && out.contains("check fail (exit 3)"), "kd work's lines: {out}");
+    // A check that did not pass is kd work's failure, said on stderr.
+    assert_eq!(again.status.code(), Some(1), "{out}{}", again.stderr);
+    assert!(
+        again.stderr.contains("kd: the check of codex's work did not pass (check fail (exit 3))"),
+        "{}",
+        again.stderr
+    );
     assert_eq!(git(ws.dir.path(), &["status", "--porcelain"]), "", "the check never runs in the King's tree");
 }
 
@@ -256,6 +264,8 @@ async fn a_member_sent_back_early_leaves_another_members_run_undisturbed() {
     let kdd = Kdd::start();
     let out = kd(&kdd, &ws, &["work", "Do the task", "--async", "--until-green", "1"]).await;
     let thread = out.stdout.trim().to_string();
+    // Nothing of kd follows the work: it says how to answer what members ask.
+    assert!(out.stderr.contains("unless a King's client follows them: kd approvals --follow"), "{}", out.stderr);
     until(&kdd, &thread, "claude sent back", |w| w.member == "claude" && w.fixes == 1).await;
     std::fs::write(&go, "").unwrap();
     for m in ["claude", "codex"] {
@@ -302,4 +312,43 @@ async fn until_green_with_a_vote_ranks_the_work_once_it_is_fixed() {
     for m in ["claude", "codex"] {
         let _ = std::fs::remove_file(record(m));
     }
+}
+
+/// kill -9 of kdd while a check runs: what the check started (a `sleep`
+/// its shell put in the background) is killed when kdd starts again — it
+/// ran on beside the check run again, past any timeout.
+#[tokio::test(flavor = "multi_thread")]
+async fn what_a_check_started_does_not_outlive_a_killed_kdd() {
+    let marker = tempfile::tempdir().unwrap();
+    let flag = marker.path().join("green");
+    // It writes only in its worktree: the pid is written there.
+    let check = format!(
+        "test -f {} && exit 0; sleep 600 & echo $! > sleep.part && mv sleep.part sleep.pid; wait",
+        flag.display()
+    );
+    let ws = repo(
+        &[("claude", vec![("FAKE_RUN", in_worktree("echo x > impl.txt"))])],
+        json!({"check": ["sh", "-c", check]}),
+    );
+    let mut kdd = Kdd::start();
+    let out = kd(&kdd, &ws, &["work", "Do the task", "--async"]).await;
+    let thread = out.stdout.trim().to_string();
+    let w = until(&kdd, &thread, "the check running", |w| w.state == WorkState::Done && w.checking()).await;
+    let pidfile = Path::new(&w.path).join("sleep.pid");
+    let sleeping: u32 = kd_tests::within("the check's sleep", async {
+        loop {
+            if let Ok(pid) = std::fs::read_to_string(&pidfile) {
+                return pid.trim().parse().unwrap();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    kdd.kill9();
+    assert!(kd_tests::alive(sleeping), "the check's sleep outlived kdd (its shell died with it)");
+    std::fs::write(&flag, "").unwrap();
+    kdd.launch().expect("kdd starts again");
+    kd_tests::until_gone(sleeping, "the killed kdd's check's sleep").await;
+    let w = until(&kdd, &thread, "the check run again", |w| !w.checking()).await;
+    assert_eq!(w.check.map(|c| c.status), Some(CheckStatus::Pass));
 }

@@ -156,3 +156,56 @@ async fn a_restarted_daemon_listens_while_a_stuck_worktree_is_recovered() {
     assert_eq!(std::fs::read_to_string(Path::new(&w.path).join("a.txt")).unwrap(), "one\ntwo\n", "kept");
     assert!(kdd.stop().success());
 }
+
+/// kd's git of that pid (a child of `kdd` running `git … add`), once there is one.
+async fn kds_git_add(kdd: u32) -> u32 {
+    kd_tests::within("kd's git add", async {
+        loop {
+            let found = std::fs::read_dir("/proc").unwrap().filter_map(|e| e.ok()).find_map(|e| {
+                let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+                let ppid: u32 = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+                let words: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+                (ppid == kdd && words.first().is_some_and(|w| w.ends_with(b"git")) && words.contains(&&b"add"[..]))
+                    .then_some(pid)
+            });
+            if let Some(pid) = found {
+                return pid;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await
+}
+
+/// kill -9 of kdd while its git commits a member's work: that git dies
+/// with kdd (one left running held the worktree's lock, and the restarted
+/// daemon could commit nothing there), and the `index.lock` it left, older
+/// than the new daemon, is no running git's: the next start clears it and
+/// commits what the member left.
+#[tokio::test(flavor = "multi_thread")]
+async fn kds_git_dies_with_kdd_and_the_lock_it_left_stops_no_later_commit() {
+    let ws = repo("if test -f .git; then echo two >> a.txt; mkdir new; mkfifo new/.gitignore; fi", None);
+    ws.without_resume();
+    let mut kdd = Kdd::start_with(&["--git-timeout-ms", "120000"]);
+    let c = kdd.client().await;
+    let started = c.work_start(ws.path(), "Leave a FIFO".into(), None, None, None, None).await.expect("work.start");
+    let path = std::path::PathBuf::from(&started.worktrees[0].path);
+    let lock = gitdir_of(&path).join("index.lock");
+    // git add holds the lock, blocked on the FIFO.
+    let git = kds_git_add(kdd.pid).await;
+    assert!(lock.exists(), "git add holds the worktree's lock");
+    drop(c);
+    kdd.kill9();
+    kd_tests::until_gone(git, "kd's git, gone with kdd").await;
+    assert!(lock.exists(), "a git killed leaves its lock");
+    std::fs::remove_file(path.join("new/.gitignore")).unwrap();
+    kdd.launch().expect("kdd starts again");
+    let w = until(&kdd, &started.thread, "the work recovered", |w| w.state != WorkState::Working).await;
+    assert_eq!((w.state, w.uncommitted.as_deref()), (WorkState::Done, None), "{w:?}");
+    assert_ne!(w.head, w.base, "what the member left is committed: {w:?}");
+    assert_eq!(kd_tests::git(&path, &["show", &format!("{}:a.txt", w.head)]), "one\ntwo");
+    assert!(!lock.exists());
+    assert!(kdd.stop().success());
+}

@@ -122,26 +122,22 @@ impl App {
         let s = &p.shipped;
         let pushed = format!("{} pushed to {} ({})", p.branch, s.remote, short(&s.commit));
         let mut lines = vec![pushed.clone()];
+        lines.extend(p.note.clone());
         let notice = match (&s.url, s.pr) {
             (Some(url), true) => {
                 lines.push(format!("pull request: {url}"));
                 format!("{pushed}: pull request {url}")
             }
-            (url, _) => {
-                if let Some(note) = &p.note {
-                    lines.push(note.clone());
+            (url, _) => match url {
+                Some(url) => {
+                    lines.push(format!("open a pull request of {} into {} at: {url}", p.branch, p.base));
+                    format!("{pushed}: open a pull request at {url}")
                 }
-                match url {
-                    Some(url) => {
-                        lines.push(format!("open a pull request of {} into {} at: {url}", p.branch, p.base));
-                        format!("{pushed}: open a pull request at {url}")
-                    }
-                    None => {
-                        lines.push(format!("open a pull request of {} into {} on your host", p.branch, p.base));
-                        format!("{pushed}: open a pull request on your host")
-                    }
+                None => {
+                    lines.push(format!("open a pull request of {} into {} on your host", p.branch, p.base));
+                    format!("{pushed}: open a pull request on your host")
                 }
-            }
+            },
         };
         if p.accepted {
             let mut accepted = format!("{}'s work is accepted by its pull request", p.member);

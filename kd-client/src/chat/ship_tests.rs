@@ -158,6 +158,15 @@ fn rebase_pr_and_accept_by_pull_request_say_what_kd_did() {
         ..worktree("claude", WorkState::Done, 1, 1, 0)
     }));
     assert!(screen(&mut app, 80, 30).contains("· done · pull request"), "the stat line says it");
+    // Again, once it is open: the push updated it, and the log says so.
+    let updated =
+        PullRequest { note: Some("the pull request was open already: the push updated it".into()), ..pr.clone() };
+    on_reply(&mut app, Reply::Shipped(Ok(updated)));
+    assert_eq!(
+        notes(&app)[1],
+        "kd/x/claude pushed to origin (cccccccccccc)\nthe pull request was open already: the push updated it\n\
+         pull request: https://github.com/king/kd/pull/7"
+    );
 
     // Accepted by its pull request, without gh: the page to open one.
     assert_eq!(enter(&mut app, "/accept claude --pr"), vec![Effect::Pr { member: "claude".into(), accept: true }]);
@@ -171,7 +180,7 @@ fn rebase_pr_and_accept_by_pull_request_say_what_kd_did() {
     };
     on_reply(&mut app, Reply::Shipped(Ok(accepted)));
     assert_eq!(
-        notes(&app)[1],
+        notes(&app)[2],
         format!(
             "kd/x/claude pushed to origin (cccccccccccc)\ngh is not on your PATH\nopen a pull request of kd/x/claude \
              into main at: {page}\nclaude's work is accepted by its pull request; the work of codex is superseded"

@@ -82,30 +82,43 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
     if question.trim().is_empty() {
         anyhow::bail!("the question is empty");
     }
+    // Listened for from here on: a Ctrl+C before the question is sent
+    // leaves without sending it; one while it is sent cancels its runs
+    // once it is (kd died of it, and left the members answering).
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     // The workspace's current thread is asked for beside the greeting (one
     // round trip fewer), when that is the thread asked in.
     let here = match (&a.thread, a.new) {
         (None, false) => Some(workspace::current()?),
         _ => None,
     };
-    let (client, current) = ctx
-        .client_then(async |rpc: &kd_client::WsClient| match &here {
-            Some(ws) => Some(rpc.thread_current(ws.root.display().to_string(), ws.branch.clone()).await),
-            None => None,
-        })
-        .await?;
-    let mut target = match (current, here) {
-        (Some(current), Some(ws)) => match current.map_err(ClientError::from)? {
-            Some(t) => Target::Existing(t),
-            None => new_target(ws, false, a.context, a.title.clone()),
-        },
-        _ => resolve_thread(&client, a.thread.clone(), a.new, a.context, a.title.clone()).await?,
+    // Until the question is sent, Ctrl+C leaves at once.
+    let reached = async {
+        let (client, current) = ctx
+            .client_then(async |rpc: &kd_client::WsClient| match &here {
+                Some(ws) => Some(rpc.thread_current(ws.root.display().to_string(), ws.branch.clone()).await),
+                None => None,
+            })
+            .await?;
+        let target = match (current, here) {
+            (Some(current), Some(ws)) => match current.map_err(ClientError::from)? {
+                Some(t) => Target::Existing(t),
+                None => new_target(ws, false, a.context, a.title.clone()),
+            },
+            _ => resolve_thread(&client, a.thread.clone(), a.new, a.context, a.title.clone()).await?,
+        };
+        anyhow::Ok((client, target))
+    };
+    let (client, mut target) = tokio::select! {
+        reached = reached => reached?,
+        _ = interrupt.recv() => return Ok(ExitCode::from(130)),
     };
     if a.first || a.vote || a.synthesize.is_some() {
         return complete(ctx, client, target, question, a).await;
     }
     let to = (!a.to.is_empty()).then_some(a.to);
     let mute = (!a.mute.is_empty()).then_some(a.mute);
+    let mut pressed = false;
     let (thread, since, sub, sent) = loop {
         let (id, since, new_thread) = match &target {
             Target::Existing(t) => (t.id.clone(), t.last_seq, None),
@@ -117,21 +130,39 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
         // the subscription is in its backlog, with how the exchange ended
         // if it is already over.
         let pending = new_thread.is_some().then_some(true);
-        let (sub, sent) = tokio::join!(
-            client.thread_subscribe(id.clone(), Some(since), pending),
-            client.council_send(
-                id.clone(),
-                question.clone(),
-                to.clone(),
-                mute.clone(),
-                None,
-                a.timeout,
-                None,
-                a.rounds,
-                new_thread.clone(),
-                kd_client::shell_path(),
-            )
-        );
+        let (sub, sent) = {
+            let sending = async {
+                tokio::join!(
+                    client.thread_subscribe(id.clone(), Some(since), pending),
+                    client.council_send(
+                        id.clone(),
+                        question.clone(),
+                        to.clone(),
+                        mute.clone(),
+                        None,
+                        a.timeout,
+                        None,
+                        a.rounds,
+                        new_thread.clone(),
+                        kd_client::shell_path(),
+                    )
+                )
+            };
+            // Sent or not, the question is awaited: a Ctrl+C meanwhile cancels
+            // its runs once it is (below); a second leaves at once.
+            tokio::pin!(sending);
+            loop {
+                tokio::select! {
+                    done = &mut sending => break done,
+                    _ = interrupt.recv() => {
+                        if pressed {
+                            return Ok(ExitCode::from(130));
+                        }
+                        pressed = true;
+                    }
+                }
+            }
+        };
         let sent = sent.map_err(ClientError::from);
         match sent {
             // The workspace's trunk was made meanwhile (by a question asked
@@ -146,6 +177,16 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
             }
         }
     };
+    let mut interrupted = false;
+    if pressed || caught(&mut interrupt).await {
+        interrupted = true;
+        for r in &sent.runs {
+            let _ = client.run_cancel(thread.clone(), None, Some(r.run.id.clone())).await;
+        }
+        if a.no_wait {
+            return Ok(ExitCode::from(130));
+        }
+    }
     if let Some(notice) = &sent.notice {
         errln!("kd: {notice}");
     }
@@ -169,13 +210,11 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
         view.palette = Palette::from_config(config.as_ref(), &sent.members);
     }
     let mut out = Burst::new(stdout.lock());
-    let mut interrupted = false;
     // Rides through a restart of kdd: the notices go to stderr, so stdout
     // stays the answers.
     let mut follow = Follow::new(client, sub, thread.clone(), since, Duration::from_secs(a.reconnect));
     // One listener for the whole exchange: a Ctrl+C that comes while an
     // event is being shown is not lost.
-    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     // An approval a member waits on is asked here, answered with a key.
     let mut asking = Asking::new(!a.json, color);
     while !view.all_done() {
@@ -226,6 +265,12 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
         errln!("kd: {f}");
     }
     Ok(if failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_MEMBER_FAILED) })
+}
+
+/// Whether a Ctrl+C came since `interrupt` was last asked.
+async fn caught(interrupt: &mut tokio::signal::unix::Signal) -> bool {
+    // Polled once: a notice already there is taken, none is waited for.
+    tokio::time::timeout(Duration::ZERO, interrupt.recv()).await.is_ok()
 }
 
 /// Where the exchange begun by message `seq` ends, if it is over, as the

@@ -177,9 +177,11 @@ pub async fn send(
     }
     let members = vec![member.to_string()];
     let runs = Runs { thread: &thread, seq: sent.seq, runs: sent.runs.clone(), members, vote: false, lines: true };
-    let Followed::Ended { failed, .. } = follow(ctx, &client, approvals, &mut interrupt, runs).await? else {
+    let Followed::Ended { failed, client: fresh, .. } = follow(ctx, &client, approvals, &mut interrupt, runs).await?
+    else {
         return Ok(ExitCode::from(130));
     };
+    let client = fresh.map_or(client, |c| *c);
     let now = client.work_comments(thread.clone(), Some(member.clone())).await.map_err(ClientError::from)?;
     let resolved =
         now.iter().filter(|c| sent.comments.iter().any(|s| s.id == c.id) && c.state == CommentState::Resolved);

@@ -108,12 +108,12 @@ pub async fn open_pr(client: &Client, thread: String, member: String, accept: bo
     let p = client.work_pr(thread, member, Some(accept), kd_client::shell_path()).await.map_err(ClientError::from)?;
     let s = &p.shipped;
     errln!("kd: {} pushed to {} ({})", p.branch, s.remote, short(&s.commit));
+    if let Some(note) = &p.note {
+        errln!("kd: {}", safe(note));
+    }
     if s.pr {
         outln!("{}", safe(s.url.as_deref().unwrap_or_default()))?;
     } else {
-        if let Some(note) = &p.note {
-            errln!("kd: {}", safe(note));
-        }
         match &s.url {
             Some(url) => {
                 errln!("kd: open a pull request of {} into {} at:", p.branch, p.base);

@@ -88,6 +88,11 @@ pub async fn run(ctx: &Ctx, a: WorkArgs) -> anyhow::Result<ExitCode> {
         if started.vote { "; then they rank the diffs" } else { "" }
     );
     if a.no_wait {
+        errln!(
+            "kd: what members ask permission for, and the approvals policy leaves to you, is refused unless a \
+             King's client follows them: kd approvals --follow (or kd watch {})",
+            started.thread
+        );
         outln!("{}", started.thread)?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -101,10 +106,22 @@ pub async fn run(ctx: &Ctx, a: WorkArgs) -> anyhow::Result<ExitCode> {
         vote: started.vote,
         lines: !a.json,
     };
-    let Followed::Ended { failed, tally } = follow(ctx, &client, approvals, &mut interrupt, runs).await? else {
+    let Followed::Ended { failed, tally, client: fresh } =
+        follow(ctx, &client, approvals, &mut interrupt, runs).await?
+    else {
         return Ok(ExitCode::from(130));
     };
+    let client = fresh.map_or(client, |c| *c);
     let trees = client.work_list(None, Some(started.thread.clone())).await.map_err(ClientError::from)?;
+    // A check that did not pass (after its tries to fix it) fails kd work.
+    let unchecked: Vec<&Worktree> = trees
+        .iter()
+        .filter(|w| {
+            w.check
+                .as_ref()
+                .is_some_and(|c| matches!(c.status, CheckStatus::Fail | CheckStatus::Timeout | CheckStatus::Error))
+        })
+        .collect();
     if a.json {
         print_json(&trees)?;
     } else {
@@ -132,7 +149,11 @@ pub async fn run(ctx: &Ctx, a: WorkArgs) -> anyhow::Result<ExitCode> {
             )
         )?;
     }
-    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    for w in &unchecked {
+        let summary = w.check.as_ref().map(|c| c.summary()).unwrap_or_default();
+        errln!("kd: the check of {}'s work did not pass ({})", safe(&w.member), safe(&summary));
+    }
+    Ok(if failed || !unchecked.is_empty() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
 /// `1 file`, `3 files`.
@@ -252,6 +273,9 @@ pub struct DiffArgs {
     /// [THREAD] [MEMBER]: the work thread [default: this workspace's newest] and one member [default: all]
     #[arg(value_name = "THREAD|MEMBER", num_args = 0..=2)]
     what: Vec<String>,
+    /// The work thread (as the other work commands take it); then a lone word is the member
+    #[arg(long)]
+    thread: Option<String>,
     /// Only the files changed, with lines added and removed
     #[arg(long)]
     stat: bool,
@@ -264,13 +288,16 @@ pub struct DiffArgs {
 /// workspace has work of a member of that name, else a thread.
 pub async fn diff(ctx: &Ctx, a: DiffArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client().await?;
-    let (thread, member) = match a.what.as_slice() {
-        [] => (None, None),
-        [one] => {
+    let (thread, member) = match (a.thread, a.what.as_slice()) {
+        (Some(t), []) => (Some(t), None),
+        (Some(t), [m]) => (Some(t), Some(m.clone())),
+        (Some(_), _) => anyhow::bail!("with --thread, name only the member: kd diff MEMBER --thread T"),
+        (None, []) => (None, None),
+        (None, [one]) => {
             let trees = client.work_list(Some(workspace()?), None).await.map_err(ClientError::from)?;
             if trees.iter().any(|w| &w.member == one) { (None, Some(one.clone())) } else { (Some(one.clone()), None) }
         }
-        [t, m, ..] => (Some(t.clone()), Some(m.clone())),
+        (None, [t, m, ..]) => (Some(t.clone()), Some(m.clone())),
     };
     let thread = work_thread(&client, thread, member.as_deref()).await?;
     let diffs =
@@ -280,19 +307,19 @@ pub async fn diff(ctx: &Ctx, a: DiffArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     // What of it was pushed is on the worktree.
-    let trees = client.work_list(None, Some(thread)).await.map_err(ClientError::from)?;
+    let trees = client.work_list(None, Some(thread.clone())).await.map_err(ClientError::from)?;
     let styled = ctx.styled();
     for (i, d) in diffs.iter().enumerate() {
         if i > 0 {
             outln!()?;
         }
         let shipped = trees.iter().find(|w| w.member == d.member).and_then(|w| w.shipped.as_ref());
-        print_diff(d, shipped, styled)?;
+        print_diff(d, shipped, &thread, styled)?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_diff(d: &MemberDiff, shipped: Option<&Shipped>, styled: bool) -> anyhow::Result<()> {
+fn print_diff(d: &MemberDiff, shipped: Option<&Shipped>, thread: &str, styled: bool) -> anyhow::Result<()> {
     let (added, removed) = d.files.iter().fold((0, 0), |(a, r), f| (a + f.added, r + f.removed));
     outln!(
         "{} {}  {}, +{added} −{removed}  {}",
@@ -306,6 +333,11 @@ fn print_diff(d: &MemberDiff, shipped: Option<&Shipped>, styled: bool) -> anyhow
     }
     if let Some(s) = shipped {
         outln!("  {}", shipped_line(s))?;
+        // The work moved on since (a rebase, a review's revision).
+        if s.commit != d.head {
+            let again = format!("kd pr {} --thread {}", safe(&d.member), safe(thread));
+            outln!("  {}", dim(styled, &format!("behind the work ({}): {again} pushes it", short(&d.head))))?;
+        }
     }
     for f in &d.files {
         let counts = if f.binary { "binary".into() } else { format!("+{} −{}", f.added, f.removed) };

@@ -174,8 +174,8 @@ pub fn spawn_idle_stop(d: Arc<Runner>, idle: Duration, shutdown: tokio_util::syn
 /// At start, before kdd listens: kills whatever the runs left in flight
 /// by a daemon that died still have running — the agent, what it started,
 /// what moved away from its group (see [`process::kill_tree`]; a reused
-/// pid is never hit) — and what that daemon's long-lived agents started
-/// (they died with it; a child in a session of its own did not, see
+/// pid is never hit) — and what that daemon's long-lived agents and checks
+/// started (they died with it; what they started did not, see
 /// [`process::kill_left_by_peers`]), then records those runs as
 /// interrupted. `socket` is the daemon's. What those runs left in their
 /// worktrees is committed after, beside serving ([`Recovered::commit_work`]):
@@ -196,7 +196,7 @@ pub async fn recover(db: &Db, socket: &Path) -> DbResult<Recovered> {
     let before = process::start_time(std::process::id()).unwrap_or(0);
     let killed = tokio::task::spawn_blocking(move || process::kill_left_by_peers(&socket, before)).await.unwrap_or(0);
     if killed > 0 {
-        tracing::warn!("killed {killed} process(es) the previous daemon's long-lived agents left");
+        tracing::warn!("killed {killed} process(es) the previous daemon's long-lived agents and checks left");
     }
     let orphans: Vec<(String, String, String)> =
         db.orphan_runs().await?.into_iter().map(|o| (o.id, o.thread, o.member)).collect();

@@ -295,14 +295,16 @@ fn kill_below(leader: u32, started: u64, marker: &[u8], scope: Scope) -> usize {
 }
 
 /// At start, before any agent runs: kills every process of ours that
-/// carries a `KD_PEER` marker naming `socket` — what the long-lived agents
-/// of a daemon that was killed on this socket started (the agents died
-/// with it, `PR_SET_PDEATHSIG`; a child in a session of its own did not).
-/// Only what started no later than `before` (this daemon's start time);
-/// returns how many.
+/// carries a `KD_PEER` or `KD_CHECK` marker naming `socket` — what the
+/// long-lived agents and the checks of a daemon that was killed on this
+/// socket started (the agents and the checks' first processes died with
+/// it, `PR_SET_PDEATHSIG`; what they started did not). Only what started
+/// no later than `before` (this daemon's start time); returns how many.
 pub fn kill_left_by_peers(socket: &str, before: u64) -> usize {
-    let prefix = format!("{PEER_MARKER}=").into_bytes();
-    let ours = |kv: &[u8]| kv.strip_prefix(prefix.as_slice()).and_then(peer_socket) == Some(socket.as_bytes());
+    let prefixes = [PEER_MARKER, crate::identity::CHECK_MARKER].map(|m| format!("{m}=").into_bytes());
+    let ours = |kv: &[u8]| {
+        prefixes.iter().any(|p| kv.strip_prefix(p.as_slice()).and_then(peer_socket) == Some(socket.as_bytes()))
+    };
     kill_while(
         Scope::Everything,
         None,

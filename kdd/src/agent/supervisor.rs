@@ -55,9 +55,10 @@ pub async fn supervise(d: Arc<Runner>, run: Arc<Run>, spec: Spec) {
     }
     // Whatever the outcome, what the member changed is committed before
     // anything else (F-W1, F-W6).
-    if let Some(work) = &spec.work {
-        super::work::finish(&d, &run, work, &mut finish, spec.work_settings.check.is_some()).await;
-    }
+    let committed = match &spec.work {
+        Some(work) => super::work::finish(&d, &run, work, &mut finish, spec.work_settings.check.is_some()).await,
+        None => false,
+    };
     d.grants.revoke_run(&run.id);
     finish.meta.duration_ms = Some(started.elapsed().as_millis() as u64);
     finish.meta.run_id = Some(run.id.clone());
@@ -83,7 +84,7 @@ pub async fn supervise(d: Arc<Runner>, run: Arc<Run>, spec: Spec) {
     d.runs.remove(&run.id);
     run.mark_done();
     // Then what follows committed work: its check, a fix.
-    if spec.work.is_some() {
+    if committed {
         super::work::after::committed(&d, &run, &spec, finish.status);
     }
 }

@@ -33,7 +33,7 @@ use std::time::Duration;
 use kd_proto::work::FileStat;
 use tokio::io::AsyncReadExt;
 
-use crate::identity::children::{self, Origin};
+use crate::identity::children;
 
 pub mod conflict;
 pub mod member;
@@ -124,6 +124,24 @@ pub fn set_time_bound(bound: Duration) {
     BOUND_MS.store(ms, Ordering::Relaxed);
 }
 
+/// When this kdd started (its first [`note_start`]).
+static STARTED: std::sync::OnceLock<std::time::SystemTime> = std::sync::OnceLock::new();
+
+/// Notes that kdd starts now: an `index.lock` in a member's git directory
+/// older than this is no running git's ([`stale_lock`]).
+pub fn note_start() {
+    let _ = STARTED.set(std::time::SystemTime::now());
+}
+
+/// Whether `lock` was left by a git that died with an earlier kdd: made
+/// before this one started. kd's git dies with kdd, and so does a member's
+/// agent with its own git, but a killed git leaves its lock, which held
+/// every later commit there.
+fn stale_lock(lock: &Path) -> bool {
+    let (Some(started), Ok(meta)) = (STARTED.get(), std::fs::symlink_metadata(lock)) else { return false };
+    meta.is_file() && meta.modified().is_ok_and(|made| made < *started)
+}
+
 /// The time bound of kd's git in a member's worktree.
 pub fn member_bound() -> Duration {
     Duration::from_millis(BOUND_MS.load(Ordering::Relaxed))
@@ -143,7 +161,8 @@ pub async fn git(repo: &Path, dir: &Path, args: &[&str], env: &[(&str, &str)], l
 
 /// [`git`] for at most `within`; when it is stopped there, the git lock
 /// `lock` (an `index.lock`) it leaves is removed — one that was there
-/// before it started is not its own.
+/// before it started is not its own, unless an earlier kdd's git left it
+/// ([`stale_lock`]): that one is removed first.
 async fn bounded(
     repo: &Path,
     dir: &Path,
@@ -154,6 +173,12 @@ async fn bounded(
 ) -> GitResult<Output> {
     let serial = lock_of(repo);
     let _serial = serial.lock().await;
+    if let Some(l) = lock.filter(|l| stale_lock(l)) {
+        match std::fs::remove_file(l) {
+            Ok(()) => tracing::warn!("removed {}, left by a git that died with an earlier kdd", l.display()),
+            Err(e) => tracing::warn!("cannot remove {}, left by an earlier kdd's git: {e}", l.display()),
+        }
+    }
     let locked_before = lock.is_some_and(|l| std::fs::symlink_metadata(l).is_ok());
     let mut cmd = tokio::process::Command::new("git");
     cmd.arg("-C").arg(dir).args(args).envs(env.iter().copied()).env("GIT_EDITOR", "true");
@@ -162,7 +187,15 @@ async fn bounded(
     cmd.process_group(0);
     // A checkout or merge writes the King's files as their own git would.
     crate::private::with_user_umask(&mut cmd);
-    let mut child = children::spawn(&mut cmd, Origin::Tool).map_err(GitError::Spawn)?;
+    // In a member's worktree (`lock` named), git dies with kdd: one left
+    // running held the worktree's lock from the next daemon. In your tree
+    // it runs to its end, as your own git would (killed, it would leave
+    // your index locked).
+    let mut child = match lock {
+        Some(_) => children::spawn_tool(cmd).await,
+        None => children::spawn(&mut cmd, children::Origin::Tool),
+    }
+    .map_err(GitError::Spawn)?;
     let pid = child.id();
     match tokio::time::timeout(within, read_and_wait(&mut child, limit)).await {
         Ok(out) => out,

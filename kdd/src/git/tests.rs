@@ -269,6 +269,8 @@ fn numstat_records_are_read_with_odd_paths() {
 
 #[tokio::test]
 async fn a_git_stopped_at_its_bound_leaves_no_lock_but_one_that_was_there_stays() {
+    // The start noted before its lock is made: that lock is a live git's.
+    super::note_start();
     let dir = repo();
     let (root, lock) = (dir.path(), dir.path().join(".git/index.lock"));
     // `git add` opens a new .gitignore to read its rules, and waits on a FIFO.
@@ -284,6 +286,35 @@ async fn a_git_stopped_at_its_bound_leaves_no_lock_but_one_that_was_there_stays(
     // A lock that was there before is another git's: kept (git refuses).
     std::fs::write(&lock, "").unwrap();
     let refused = bounded(root, root, &add, &[], OUTPUT, (within, Some(&lock))).await.unwrap();
+    assert!(!refused.ok && lock.exists(), "{}", refused.stderr);
+}
+
+#[tokio::test]
+async fn a_lock_an_earlier_kdds_git_left_is_removed_and_the_git_runs() {
+    super::note_start();
+    let dir = repo();
+    let (root, lock) = (dir.path(), dir.path().join(".git/index.lock"));
+    std::fs::write(
+        root.join("a.txt"),
+        "changed
+",
+    )
+    .unwrap();
+    let file = std::fs::File::create(&lock).unwrap();
+    let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    file.set_modified(hour_ago).unwrap();
+    let add = ["add", "--all"];
+    let out = bounded(root, root, &add, &[], OUTPUT, (Duration::from_secs(30), Some(&lock))).await.unwrap();
+    assert!(out.ok && !lock.exists(), "{}", out.stderr);
+    // One made since this kdd started is a running git's: kept.
+    std::fs::write(
+        root.join("a.txt"),
+        "changed again
+",
+    )
+    .unwrap();
+    std::fs::write(&lock, "").unwrap();
+    let refused = bounded(root, root, &add, &[], OUTPUT, (Duration::from_secs(30), Some(&lock))).await.unwrap();
     assert!(!refused.ok && lock.exists(), "{}", refused.stderr);
 }
 

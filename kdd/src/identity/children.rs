@@ -146,6 +146,42 @@ pub async fn spawn_off<T: Send + 'static>(
     answer.await.unwrap_or_else(|_| Err(std::io::Error::other("the spawning thread is gone")))
 }
 
+/// [`spawn`] of a tool kdd waits on (git in a member's worktree) that
+/// dies with kdd: the kernel sends it SIGKILL when its parent thread
+/// exits (`PR_SET_PDEATHSIG`, Linux), so one a crashed kdd left never
+/// runs on beside the next — a git holding a worktree's `index.lock` took
+/// every commit there from the restarted daemon. Spawned on a spawning
+/// thread ([`spawn_off`]), which lives as long as kdd (a runtime worker
+/// may not). What the tool starts in turn is its own to stop.
+pub async fn spawn_tool(mut cmd: tokio::process::Command) -> std::io::Result<tokio::process::Child> {
+    dies_with_kdd(&mut cmd);
+    spawn_off(move || spawn(&mut cmd, Origin::Tool)).await
+}
+
+/// Sets `cmd`'s child to be killed when its parent thread exits (Linux;
+/// elsewhere nothing), refusing to start when the parent is already gone.
+#[allow(unsafe_code)]
+fn dies_with_kdd(cmd: &mut tokio::process::Command) {
+    #[cfg(target_os = "linux")]
+    {
+        let parent = rustix::process::getpid();
+        // SAFETY: the closure runs in the forked child before exec and only
+        // makes two syscalls (prctl, getppid): no allocation, no locks.
+        unsafe {
+            cmd.pre_exec(move || {
+                rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
+                if rustix::process::getppid() != Some(parent) {
+                    // No allocation here: the error's code alone.
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            });
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = cmd;
+}
+
 /// What process `pid` is, if kdd spawned it (and it is still that process).
 pub fn origin_of(pid: u32) -> Option<Origin> {
     let spawned = spawned().get(&pid).cloned()?;

@@ -56,6 +56,12 @@ pub const RUN_MARKER: &str = "KD_RUN";
 /// (`agent::process::kill_left_by_peers`).
 pub const PEER_MARKER: &str = "KD_PEER";
 
+/// The environment variable that marks every process of a work check:
+/// `KD_CHECK=c-<id>@<socket>` — killed with the check, and, naming the
+/// daemon's socket, by a daemon started again on it when a killed one left
+/// it running (`agent::process::kill_left_by_peers`).
+pub const CHECK_MARKER: &str = "KD_CHECK";
+
 /// The member a run's, an ACP agent's or a codex app-server's process is:
 /// a long-lived agent's capabilities are honoured for that member alone.
 pub const MEMBER_VAR: &str = "KD_MEMBER";

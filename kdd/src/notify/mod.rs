@@ -245,20 +245,27 @@ impl Notifier {
         answers
     }
 
-    /// `notify.test`: one `test` notification to each sink of `workspace`.
+    /// `notify.test`: one `test` notification to each sink of `workspace`,
+    /// about its most recently active thread if it has one (so that the
+    /// link names it).
     pub async fn test(&self, workspace: &Path) -> Result<NotifyTest, ConfigError> {
         let ws = workspace.to_path_buf();
         let config = tokio::task::spawn_blocking(move || crate::config::notify::load(&ws, &Env::process()))
             .await
             .map_err(|e| ConfigError { file: None, key: "notify".into(), message: e.to_string() })??;
+        let newest = self.db.threads(Some(workspace.display().to_string()), None, Some(1));
+        let thread = match tokio::time::timeout(READ, newest).await {
+            Ok(Ok(threads)) => threads.into_iter().next().map(|t| t.id),
+            _ => None,
+        };
         let n = Notification {
             id: 0,
             kind: NotifyKind::Test,
-            thread: None,
+            thread: thread.clone(),
             title: "kd: a test notification".into(),
             member: None,
             text: format!("kd notify test from {}: the sinks of this workspace work.", workspace.display()),
-            link: config.link.as_ref().map(|l| l.replace("{thread}", "")),
+            link: config.link.as_ref().map(|l| l.replace("{thread}", thread.as_deref().unwrap_or_default())),
             workspace: Some(workspace.display().to_string()),
             exchange: None,
             approval: None,

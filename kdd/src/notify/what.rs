@@ -13,8 +13,11 @@
 //! | `budget` | `council.budget_usd` stopped an exchange |
 //! | `emergency` | an emergency broadcast is still unacknowledged after `notify.ack_within` |
 //!
-//! An exchange stopped by the King (`Round` `stopped`) is not notified: the
-//! King is there.
+//! An exchange stopped by the King is not notified: the King is there.
+//! That is one interrupted (`Round` `stopped`), and one that ended because
+//! the King cancelled its last run to end (`run.cancel`: Ctrl+C of `kd
+//! ask` or `kd work`, `kd cancel`); one whose other members answered after
+//! a cancelled run is notified.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
@@ -47,6 +50,12 @@ pub enum Seen {
         member: String,
         error: String,
         timed_out: bool,
+    },
+    /// A run ended with an answer, or was cancelled by the King (not cut
+    /// by kdd stopping).
+    Ended {
+        run: String,
+        cancelled: bool,
     },
     /// An exchange ended with every round run.
     Done {
@@ -85,6 +94,8 @@ pub fn glance(e: &ThreadEvent) -> Option<Seen> {
             error: clip(error, TEXT_CHARS),
             timed_out: *timed_out,
         },
+        ThreadEvent::RunFinished { run, .. } => Seen::Ended { run: run.clone(), cancelled: false },
+        ThreadEvent::RunCancelled { run, interrupted: false, .. } => Seen::Ended { run: run.clone(), cancelled: true },
         ThreadEvent::Round { exchange, state: RoundState::Done, expected, .. } => {
             Seen::Done { exchange: *exchange, expected: expected.clone() }
         }
@@ -141,6 +152,9 @@ pub struct Attention {
     work: Bounded<String, String>,
     /// Notifications sent: (thread, what, kind).
     sent: Bounded<(String, Key, NotifyKind), ()>,
+    /// Exchanges (thread, exchange) whose last run to end the King
+    /// cancelled.
+    cut: Bounded<(String, u64), ()>,
     /// Emergency broadcasts waiting: (thread, from, pending).
     emergencies: Bounded<String, (String, String, Vec<String>)>,
 }
@@ -165,8 +179,22 @@ impl Attention {
                 self.work.put(thread.to_string(), task);
                 Next::Nothing
             }
+            Seen::Ended { run, cancelled } => {
+                if let Some(exchange) = self.runs.get(&run).copied().flatten() {
+                    let key = (thread.to_string(), exchange);
+                    if cancelled {
+                        self.cut.put(key, ());
+                    } else {
+                        self.cut.take(&key);
+                    }
+                }
+                Next::Nothing
+            }
             Seen::Failed { run, member, error, timed_out } => {
                 let exchange = self.runs.get(&run).copied().flatten();
+                if let Some(x) = exchange {
+                    self.cut.take(&(thread.to_string(), x));
+                }
                 let key = exchange.map_or(Key::Run(run), Key::Exchange);
                 let (kind, title) = if timed_out {
                     (NotifyKind::Timeout, format!("{member} timed out"))
@@ -180,6 +208,9 @@ impl Attention {
                 )
             }
             Seen::Done { exchange, expected } => {
+                if self.cut.take(&(thread.to_string(), exchange)).is_some() {
+                    return Next::Nothing;
+                }
                 let (kind, title, text) = match self.work.get(&thread.to_string()) {
                     Some(task) => (NotifyKind::Work, "work done".to_string(), format!("Task: {task}")),
                     None => (
@@ -412,6 +443,31 @@ mod tests {
         a.see("w", Seen::Work { task: "fix the\nbug".into() });
         let Next::Send(d) = a.see("w", Seen::Done { exchange: 4, expected: vec![] }) else { panic!() };
         assert_eq!((d.kind, d.text.as_str()), (NotifyKind::Work, "Task: fix the\nbug"));
+    }
+
+    #[test]
+    fn an_exchange_whose_last_run_the_king_cancelled_is_not_told() {
+        let mut a = Attention::default();
+        let waiting = |run: &str| Seen::Run { run: run.into(), exchange: Some(4) };
+        let ended = |run: &str, cancelled| Seen::Ended { run: run.into(), cancelled };
+        let done = || Seen::Done { exchange: 4, expected: vec![] };
+        a.see("t", waiting("r1"));
+        a.see("t", waiting("r2"));
+        // claude answered, codex was cancelled last: stopped by the King.
+        a.see("t", ended("r1", false));
+        a.see("t", ended("r2", true));
+        assert_eq!(a.see("t", done()), Next::Nothing);
+        // codex cancelled, then claude answered: the King may be away.
+        a.see("u", waiting("r1"));
+        a.see("u", waiting("r2"));
+        a.see("u", ended("r2", true));
+        a.see("u", ended("r1", false));
+        assert_eq!(kind(&a.see("u", done())), Some(NotifyKind::Done));
+        // A run cut by kdd stopping is not the King's cancel.
+        let cut = ThreadEvent::RunCancelled { run: "r".into(), member: "m".into(), seq: 1, interrupted: true };
+        assert!(glance(&cut).is_none());
+        let cancelled = ThreadEvent::RunCancelled { run: "r".into(), member: "m".into(), seq: 1, interrupted: false };
+        assert_eq!(glance(&cancelled), Some(Seen::Ended { run: "r".into(), cancelled: true }));
     }
 
     #[test]

@@ -77,6 +77,7 @@ pub async fn pr(
     if !pushed.ok {
         return Err(ErrorCode::Conflict.error(format!("git push {name} {} failed: {}", w.branch, pushed.reason())));
     }
+    let carried = carried(&git_program, &repo, (name, &base), &w.base, path.as_deref()).await;
     let forge = remote::forge_of(&urls);
     let compare = forge.as_ref().and_then(|r| r.compare_url(&base, &w.branch));
     let mut shipped =
@@ -98,16 +99,28 @@ pub async fn pr(
             }
             match remote::run(&gh, &args, &repo, path.as_deref(), GH_TIMEOUT).await {
                 Ok(ran) if ran.ok => {
-                    let opened = ran.stdout.lines().rev().map(str::trim).find(|l| l.starts_with("http"));
+                    let opened = last_url(&ran.stdout);
                     shipped.url = opened.map(str::to_string).or(shipped.url);
                     shipped.pr = opened.is_some();
                 }
-                Ok(ran) => error = Some(format!("gh pr create failed: {}", ran.reason())),
+                Ok(ran) => match open_already(&ran.stderr) {
+                    // The push updated the pull request (`kd pr` again).
+                    Some(url) => {
+                        (shipped.url, shipped.pr) = (Some(url.to_string()), true);
+                        note = Some("the pull request was open already: the push updated it".to_string());
+                    }
+                    None => error = Some(format!("gh pr create failed: {}", ran.reason())),
+                },
                 Err(e) => error = Some(format!("gh pr create: {e}")),
             }
         }
         None if gitlab => note = Some("a GitLab remote: open the merge request on its page".to_string()),
         None => note = Some("gh is not on your PATH, so no pull request was opened".to_string()),
+    }
+    if let Some(n) = carried.filter(|n| *n > 0) {
+        let commits = if n == 1 { "1 commit".to_string() } else { format!("{n} commits") };
+        let said = format!("the pull request also carries {commits} of {base} not on {name} (git push {name} {base})");
+        note = Some(note.map_or(said.clone(), |n| format!("{n}; {said}")));
     }
     db.set_worktree_shipped(thread.to_string(), member.to_string(), shipped.clone()).await?;
     let mut superseded = Vec::new();
@@ -119,7 +132,8 @@ pub async fn pr(
     }
     if let Some(e) = error {
         let page = shipped.url.as_deref().map(|u| format!(" (open one yourself: {u})")).unwrap_or_default();
-        return Err(ErrorCode::Internal.error(format!("{} was pushed to {name}, but {e}{page}", w.branch)));
+        let also = note.map(|n| format!("; {n}")).unwrap_or_default();
+        return Err(ErrorCode::Internal.error(format!("{} was pushed to {name}, but {e}{page}{also}", w.branch)));
     }
     Ok(PullRequest {
         member: member.into(),
@@ -130,6 +144,35 @@ pub async fn pr(
         accepted: accept,
         superseded,
     })
+}
+
+/// How many commits of the King's branch `base` the work's base commit
+/// holds that the remote's branch does not (as the remote-tracking branch
+/// last saw it): the pull request carries them too. None when git cannot
+/// tell (the remote's branch never fetched).
+async fn carried(
+    git: &std::path::Path,
+    repo: &std::path::Path,
+    (remote, base): (&str, &str),
+    work_base: &str,
+    path: Option<&str>,
+) -> Option<u64> {
+    let range = format!("refs/remotes/{remote}/{base}..{work_base}");
+    let ran = remote::run(git, &["rev-list", "--count", &range, "--"], repo, path, GH_TIMEOUT).await.ok()?;
+    ran.ok.then(|| ran.stdout.trim().parse().ok()).flatten()
+}
+
+/// The last line of `text` that is a URL.
+fn last_url(text: &str) -> Option<&str> {
+    text.lines().rev().map(str::trim).find(|l| l.starts_with("https://") || l.starts_with("http://"))
+}
+
+/// The open pull request gh names when it refuses to open a second one
+/// for the branch: `a pull request for branch "B" into branch "main"
+/// already exists:` and its URL on the next line (gh's `pr create`).
+fn open_already(stderr: &str) -> Option<&str> {
+    let (_, after) = stderr.split_once(" already exists:")?;
+    after.lines().map(str::trim).find(|l| !l.is_empty()).filter(|l| l.starts_with("http"))
 }
 
 /// Refuses work there is nothing to ship of, or that is not the King's to.
@@ -192,7 +235,7 @@ async fn body(co: &Arc<Coord>, w: &Worktree, check: Option<&[String]>) -> String
 /// the fence. None when no check ran.
 fn check_section(w: &Worktree, argv: Option<&[String]>) -> Option<String> {
     let c = w.check.as_ref()?;
-    let command = argv.map(|a| format!("`{}`", a.join(" ").replace('`', "'"))).unwrap_or_else(|| "work.check".into());
+    let command = argv.map(|a| code_span(&shell_line(a))).unwrap_or_else(|| "work.check".into());
     let commit = kd_proto::work::short_commit(&c.commit);
     let mut out = match c.status {
         CheckStatus::Running => format!("{command}: still running on commit {commit}."),
@@ -215,6 +258,29 @@ fn check_section(w: &Worktree, argv: Option<&[String]>) -> Option<String> {
     Some(out)
 }
 
+/// `argv` as a shell reads it back, each word quoted where it must be: a
+/// word holding single quotes and nothing a shell expands in double ones
+/// is put in double quotes, as a person writes it; any other by shlex.
+fn shell_line(argv: &[String]) -> String {
+    let word = |a: &String| {
+        if a.contains('\'') && !a.is_empty() && !a.contains(['"', '$', '`', '\\', '\0']) {
+            format!("\"{a}\"")
+        } else {
+            shlex::try_quote(a).map_or_else(|_| a.replace('\0', "\\0"), |q| q.into_owned())
+        }
+    };
+    argv.iter().map(word).collect::<Vec<_>>().join(" ")
+}
+
+/// `text` as markdown's inline code: fenced by one backtick more than the
+/// longest run in it (CommonMark), padded when it starts or ends with one.
+fn code_span(text: &str) -> String {
+    let longest = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest + 1);
+    let pad = if longest > 0 { " " } else { "" };
+    format!("{fence}{pad}{text}{pad}{fence}")
+}
+
 /// What kd counted of the council on the work: the latest review of the
 /// member's work and the vote's tally, if any.
 async fn council_word(co: &Arc<Coord>, w: &Worktree) -> String {
@@ -225,7 +291,8 @@ async fn council_word(co: &Arc<Coord>, w: &Worktree) -> String {
     let tally = messages.iter().rev().find(|m| m.from == KD && m.purpose == Some(Purpose::Tally));
     let mut out = String::new();
     for m in [review, tally].into_iter().flatten() {
-        let mut text = m.body.trim().to_string();
+        // The review's way on is for a terminal, not the pull request.
+        let mut text = m.body.replace(&super::review::advice(&w.member), "").trim().to_string();
         if text.len() > COUNCIL_BYTES {
             let mut at = COUNCIL_BYTES;
             while !text.is_char_boundary(at) {
@@ -288,6 +355,26 @@ mod tests {
         let c = w.check.as_mut().unwrap();
         (c.status, c.exit_code, c.commit) = (CheckStatus::Pass, Some(0), "a".repeat(40));
         assert_eq!(check_section(&w, None).unwrap(), "work.check: pass in 2.5 s on commit aaaaaaaaaaaa.");
+        // The command as a shell reads it: quoted where it must be.
+        let argv = ["sh", "-c", "! grep -q '^<<<<<<<' a.txt"].map(String::from);
+        let text = check_section(&w, Some(&argv)).unwrap();
+        assert!(text.starts_with("`sh -c \"! grep -q '^<<<<<<<' a.txt\"`: pass"), "{text}");
+        let argv = ["sh", "-c", "echo `date`"].map(String::from);
+        let text = check_section(&w, Some(&argv)).unwrap();
+        assert!(text.starts_with("`` sh -c 'echo `date`' ``: pass"), "a code span past its backticks: {text}");
+    }
+
+    #[test]
+    fn a_pull_request_open_already_is_found_in_ghs_refusal() {
+        let said = "a pull request for branch \"kd/t/claude\" into branch \"main\" already exists:\n\
+                    https://github.com/king/kd/pull/7\n";
+        assert_eq!(open_already(said), Some("https://github.com/king/kd/pull/7"));
+        assert_eq!(open_already("GraphQL: No commits between main and kd/t/claude (createPullRequest)\n"), None);
+        assert_eq!(open_already("a pull request for branch \"b\" into branch \"main\" already exists:\n"), None);
+        assert_eq!(
+            last_url("Creating pull request\nhttps://github.com/king/kd/pull/8\n"),
+            Some("https://github.com/king/kd/pull/8")
+        );
     }
 
     #[test]

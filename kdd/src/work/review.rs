@@ -237,7 +237,7 @@ pub async fn review(
         }
         body.push_str(&noted.concat());
         if let Some(w) = commented.as_ref().filter(|_| noted.iter().any(|n| !n.is_empty())) {
-            body.push_str(&format!(" kd comments {m} lists them; kd review --send {m} sends them.", m = w.member));
+            body.push_str(&advice(&w.member));
         }
         let message = kd_message(&t.id, seq, body, &format!("review-{seq}"), Purpose::Merge);
         if let Err(e) = co.council.agents.db.append_message(message).await {
@@ -245,6 +245,12 @@ pub async fn review(
         }
     });
     Ok(request.seq)
+}
+
+/// The way on a review's outcome names when reviewers noted lines: for
+/// the King at a terminal (a pull request's body leaves it out).
+pub fn advice(member: &str) -> String {
+    format!(" kd comments {member} lists them; kd review --send {member} sends them.")
 }
 
 /// `1 file`, `3 files`.

@@ -143,6 +143,7 @@ async fn an_approval_is_approved_in_the_page_and_the_tool_runs() {
     let file = crate::approvals::asking(&ws, "x-web-approved", json!({}));
     let kdd = Kdd::start();
     let kd_tests::Watched { c, t, mut sub } = kd_tests::Watched::open(&kdd, &ws, None).await;
+    c.thread_set_title(t.clone(), "The page's file".into()).await.unwrap();
     let Some((b, origin)) = paired(&kdd, "web::browser::approvals").await else { return };
     b.client.goto(&format!("{origin}/approvals")).await.unwrap();
     b.until("the approvals view", "return document.querySelector('#approvals') !== null").await;
@@ -151,6 +152,19 @@ async fn an_approval_is_approved_in_the_page_and_the_tool_runs() {
     let item = format!("document.querySelector('.approval[data-id={}]')", js_str(&a.id));
     let shown = b.until("the pending approval", &format!("return {item}?.innerText")).await;
     assert!(shown.as_str().unwrap().contains(&format!("touch {file}")), "{shown}");
+    // Why it asks (claude's description), and the thread by its title.
+    let why = b.until("why it asks", &format!("return {item}.querySelector('.why')?.textContent")).await;
+    assert_eq!(why.as_str(), Some("why: touch it"));
+    let place = b
+        .until(
+            "the thread's title",
+            &format!(
+                "const a = {item}.querySelector('.where a'); return a.textContent !== {} && a.textContent",
+                js_str(&t)
+            ),
+        )
+        .await;
+    assert_eq!(place.as_str(), Some("The page's file"));
     assert!(!std::path::Path::new(&file).exists(), "nothing runs before the King says so");
     b.screenshot("approvals").await;
     b.eval(&format!("{item}.querySelector('button.approve').click()")).await;

@@ -67,7 +67,7 @@ async fn the_work_view_highlights_the_diff_sends_a_line_comment_as_a_review_and_
     let mut kd = kdd.kd();
     kd.current_dir(ws.dir.path()).args(["work", "Give the right answer", "--to", "claude,codex", "--json"]);
     let out = kd_tests::run(kd).await;
-    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    assert_eq!(out.status.code(), Some(1), "codex's check fails: {}{}", out.stdout, out.stderr);
     let trees: Vec<Worktree> = serde_json::from_str(&out.stdout).expect("kd work --json");
     let tree = |m: &str| trees.iter().find(|w| w.member == m).cloned().expect("the member's work");
     let (claude, codex) = (tree("claude"), tree("codex"));
@@ -402,5 +402,73 @@ async fn work_whose_last_run_is_not_committed_says_so_and_is_not_accepted() {
         .await;
     assert!(refused.as_str().unwrap().contains("not committed"), "{refused}");
     b.screenshot("uncommitted").await;
+    b.close().await;
+}
+
+/// The Rebase button says how each rebase ended: a clean merge names its
+/// commit, a second press says the branch is up to date (the page once
+/// read a conflict list only a conflicting rebase has, and stayed at
+/// "work.rebase…"). The pull request opened before is then behind the
+/// work, and PR again updates it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_rebase_button_says_merged_then_up_to_date_and_pr_again_updates_the_pull_request() {
+    let ws = Workspace::new(&[]);
+    ws.git_init(&[("src/lib.rs", LIB)], &[]);
+    ws.write_config(&json!({
+        "council": {"members": ["claude"]},
+        "agents": {"claude": fake("claude", "claude", &[("FAKE_RUN", CLAUDE)])},
+    }));
+    let _bare = github_remote(&ws);
+    let gh = fake_gh();
+    let path = path_without_gh(Some(gh.path()));
+    let kdd = Kdd::start_env(&[], &[("PATH", path.as_str())]);
+    let mut kd = kdd.kd();
+    kd.current_dir(ws.dir.path()).args(["work", "Give the right answer", "--to", "claude", "--json"]);
+    let out = kd_tests::run(kd).await;
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    let trees: Vec<Worktree> = serde_json::from_str(&out.stdout).expect("kd work --json");
+    let (t, branch) = (trees[0].thread.clone(), trees[0].branch.clone());
+    // The King moves on, touching another file: the merge is clean.
+    std::fs::write(ws.dir.path().join("README"), "kd\n").unwrap();
+    git(ws.dir.path(), &["add", "README"]);
+    git(ws.dir.path(), &["commit", "--quiet", "-m", "A readme"]);
+    let Some(b) = Browser::start("web::work::rebase").await else { return };
+    let web = serve(&kdd).await;
+    b.client.goto(&web.url).await.expect("open the pairing URL");
+    b.until("the threads view", "return document.querySelector('#threads') !== null").await;
+    b.client.goto(&format!("http://{}/work/{t}", web.addr)).await.unwrap();
+    let cl = "document.querySelector('section.member[data-member=claude]')";
+    b.until("claude's buttons", &format!("return {cl}?.querySelector('button.rebase') != null")).await;
+    let answer = |n: usize| {
+        format!(
+            "const a = {cl}.querySelectorAll('.answers li'); \
+             return a.length === {n} && !a[{n} - 1].textContent.endsWith('…') && a[{n} - 1].textContent"
+        )
+    };
+    b.eval(&format!("{cl}.querySelector('button.pr').click()")).await;
+    let pr = b.until("the pull request's answer", &answer(1)).await;
+    assert!(pr.as_str().unwrap().ends_with("pull request https://github.com/king/kd/pull/7"), "{pr}");
+    b.until("claude's buttons back", &format!("return {cl}?.querySelector('button.rebase') != null")).await;
+    b.eval(&format!("{cl}.querySelector('button.rebase').click()")).await;
+    let merged = b.until("the rebase's answer", &answer(2)).await;
+    let merged = merged.as_str().unwrap();
+    assert!(merged.starts_with("merged main (") && merged.contains(&format!(" into {branch}: ")), "{merged}");
+    b.until("the rebase's buttons back", &format!("return {cl}?.querySelector('button.rebase') != null")).await;
+    b.eval(&format!("{cl}.querySelector('button.rebase').click()")).await;
+    let again = b.until("the second rebase's answer", &answer(3)).await;
+    assert_eq!(again.as_str(), Some("claude's branch already holds main"));
+    // The pull request is behind the merge; PR again pushes it there.
+    let head = kdd.client().await.work_list(None, Some(t.clone())).await.unwrap().remove(0).head;
+    let behind = b.until("behind", &format!("return {cl}.querySelector('.shipped .behind')?.textContent")).await;
+    assert_eq!(behind.as_str(), Some(format!(" behind the work ({}): PR pushes it", &head[..12]).as_str()));
+    b.eval(&format!("{cl}.querySelector('button.pr').click()")).await;
+    let updated = b.until("the second pull request's answer", &answer(4)).await;
+    let updated = updated.as_str().unwrap();
+    assert!(updated.contains("pull/7; the pull request was open already: the push updated it"), "{updated}");
+    b.until(
+        "no longer behind",
+        &format!("return {cl}.querySelector('.shipped') && !{cl}.querySelector('.shipped .behind')"),
+    )
+    .await;
     b.close().await;
 }

@@ -269,7 +269,8 @@ fn set_up_in_fork(cmd: &mut tokio::process::Command) {
             rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
             // The parent may have died between fork and prctl.
             if rustix::process::getppid() != Some(parent) {
-                return Err(io::Error::other("parent exited"));
+                // No allocation here: the error's code alone.
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
             }
             Ok(())
         });

@@ -201,8 +201,12 @@ const SETUP_MARKER: &str = "KD_SETUP";
 /// made is not committed: its work is `tampered`.
 ///
 /// With a check configured (`checked`), work that is done gets its check
-/// marked running in the same move ([`after::mark_check`]).
-pub async fn finish(d: &Runner, run: &Run, work: &WorkRun, finish: &mut Finish, checked: bool) {
+/// marked running in the same move ([`after::mark_check`]) — only when the
+/// run's work was committed: a check is of a commit, never of a worktree
+/// kd could not commit (markers a rebase's merge left, git timed out).
+/// Whether it was: what follows committed work ([`after::committed`]) is
+/// for it alone.
+pub async fn finish(d: &Runner, run: &Run, work: &WorkRun, finish: &mut Finish, checked: bool) -> bool {
     let message = if finish.status == RunStatus::Done {
         work.task.clone()
     } else {
@@ -212,6 +216,7 @@ pub async fn finish(d: &Runner, run: &Run, work: &WorkRun, finish: &mut Finish, 
     let committed = commit(&d.db, &run.thread, &run.member, work, &message, &stop).await;
     let mut notes = run.work_notes();
     let mut tampered = false;
+    let recorded_commit = matches!(committed, Ok(Committed::Commit(_)));
     let commit = match committed {
         Ok(Committed::Commit(c)) => c,
         Ok(Committed::Tampered(why)) => {
@@ -264,10 +269,11 @@ pub async fn finish(d: &Runner, run: &Run, work: &WorkRun, finish: &mut Finish, 
     } else {
         WorkState::Done
     };
-    if checked && state == WorkState::Done {
+    if checked && recorded_commit && state == WorkState::Done {
         after::mark_check(d, run).await;
     }
     set_state(d, run, state).await;
+    recorded_commit
 }
 
 /// Records why kd could not commit the member's work (kept through an

@@ -13,11 +13,15 @@ function approvalItem(rpc, a, onGone) {
   const deny = el('button', { class: 'deny', type: 'button' }, 'Deny');
   approve.addEventListener('click', decide('approve'));
   deny.addEventListener('click', decide('deny'));
+  const place = el('a', { href: `/t/${encodeURIComponent(a.thread)}`, 'data-link': '' }, a.thread);
+  // The thread by its title, once kdd says it.
+  rpc.call('thread.get', { thread: a.thread }).then((t) => { if (t.title) place.textContent = t.title; }, () => {});
   const node = el('li', { class: 'approval', 'data-id': a.id },
     el('div', { class: 'what' }, el('strong', {}, a.member), ` wants to ${a.tool.kind}: `,
       el('code', {}, a.tool.command || a.tool.title)),
-    el('div', { class: 'where' }, 'in ', el('a', { href: `/t/${encodeURIComponent(a.thread)}`, 'data-link': '' }, a.thread),
-      ` · ${ago(a.requested_at_ms)}`),
+    // Why it asks, in the agent's words (claude's description, codex's reason).
+    a.tool.reason ? el('div', { class: 'why' }, `why: ${a.tool.reason}`) : null,
+    el('div', { class: 'where' }, 'in ', place, ` · ${ago(a.requested_at_ms)}`),
     el('div', { class: 'buttons' }, approve, deny, said));
   return node;
 }

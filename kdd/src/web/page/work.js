@@ -83,7 +83,9 @@ class Member {
     const run = t.last_run && t.last_run !== 'finished' ? ` · last run ${t.last_run}` : '';
     const shipped = t.shipped ? el('span', { class: 'shipped' }, ' · ', t.shipped.url
       ? el('a', { href: t.shipped.url, rel: 'noreferrer noopener', target: '_blank' }, t.shipped.pr ? 'pull request' : 'open a pull request')
-      : `pushed to ${t.shipped.remote}`) : null;
+      : `pushed to ${t.shipped.remote}`,
+      // The work moved on since it was pushed (a rebase, a review's revision).
+      t.shipped.commit !== t.head ? el('span', { class: 'behind' }, ` behind the work (${short(t.head)}): PR pushes it`) : '') : null;
     // kd could not commit its last run: its changes are in the worktree only.
     const uncommitted = t.uncommitted
       ? el('p', { class: 'uncommitted', role: 'status' }, `last run not committed (${t.uncommitted}): its changes are in the worktree only`)
@@ -128,20 +130,31 @@ class Member {
       b('Squash', 'squash', () => this.act('work.accept', { squash: true }, (r) => taken('squashed', r)));
       b('Accept as PR', 'accept-pr', () => this.act('work.pr', { accept: true }, (r) => this.pr(r)));
       b('PR', 'pr', () => this.act('work.pr', {}, (r) => this.pr(r)));
-      b('Rebase', 'rebase', () => this.act('work.rebase', {}, (r) => ({
-        up_to_date: `${this.name}'s branch already holds ${r.from}`,
-        // A merge concluded with your HEAD detached is named by its commit.
-        merged: `merged ${r.from === short(r.onto) ? r.from : `${r.from} (${short(r.onto)})`} into ${r.branch}: ${short(r.commit)}`,
-        resolving: `${r.from} conflicts in ${r.conflicts.join(', ')}: ${this.name} resolves them`,
-      })[r.outcome] || r.outcome));
+      b('Rebase', 'rebase', () => this.act('work.rebase', {}, (r) => this.rebased(r)));
       b('Check again', 'check-again', () => this.act('work.check', {}, () => 'checking again'));
     }
     b('Reject', 'reject', () => this.confirmReject());
   }
 
+  // How a rebase ended; only a conflicting one names files.
+  rebased(r) {
+    switch (r.outcome) {
+      case 'up_to_date':
+        return `${this.name}'s branch already holds ${r.from}`;
+      case 'merged':
+        // A merge concluded with your HEAD detached is named by its commit.
+        return `merged ${r.from === short(r.onto) ? r.from : `${r.from} (${short(r.onto)})`} into ${r.branch}: ${short(r.commit)}`;
+      case 'resolving':
+        return `${r.from} conflicts in ${(r.conflicts || []).join(', ')}: ${this.name} resolves them`;
+      default:
+        return r.outcome;
+    }
+  }
+
   pr(r) {
-    const where = r.shipped.url ? `${r.shipped.pr ? 'pull request' : 'open one at'} ${r.shipped.url}` : (r.note || '');
-    return `pushed ${r.branch} to ${r.shipped.remote}${where ? ` — ${where}` : ''}${r.accepted ? ' (accepted)' : ''}`;
+    const where = r.shipped.url ? `${r.shipped.pr ? 'pull request' : 'open one at'} ${r.shipped.url}` : '';
+    const said = [where, r.note].filter((s) => s).join('; ');
+    return `pushed ${r.branch} to ${r.shipped.remote}${said ? ` — ${said}` : ''}${r.accepted ? ' (accepted)' : ''}`;
   }
 
   // Reject asks first, in the page.

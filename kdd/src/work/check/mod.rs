@@ -238,7 +238,9 @@ async fn check(
             Some(argv) => {
                 let dir = PathBuf::from(&w.path);
                 let tmp = crate::agent::work::make_tmp_dir_of(&dir).ok();
-                let id = format!("c-{}", random_id(10));
+                // Its marker names kdd's socket: what a killed kdd's check
+                // left is found at the next start (`agent::recover`).
+                let id = format!("c-{}@{}", random_id(10), council.agents.socket.display());
                 let spec = run::Spec {
                     argv: &argv,
                     dir: &dir,

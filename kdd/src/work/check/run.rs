@@ -17,8 +17,9 @@ use crate::agent::process::{self, Invocation};
 /// Bytes of a check's output kept (its tail).
 pub const TAIL: usize = 16 * 1024;
 
-/// Marks what a check starts, so nothing of it outlives it.
-const MARKER: &str = "KD_CHECK";
+/// Marks what a check starts, so nothing of it outlives it (`KD_CHECK=
+/// c-…@SOCKET`).
+use crate::identity::CHECK_MARKER as MARKER;
 
 /// How a check came out.
 #[derive(Debug, Clone, PartialEq, Eq)]
