@@ -88,7 +88,8 @@ async fn the_work_view_highlights_the_diff_sends_a_line_comment_as_a_review_and_
             "claude's highlighted diff",
             &format!(
                 "const c = {cl}; const s = c && [...c.querySelectorAll('table.diff td.code span')].map(s => s.className); \
-                 return s && s.length && [...new Set(s)].sort()"
+                 const all = s && ['hl-comment', 'hl-keyword', 'hl-number', 'hl-string', 'hl-function'].every(n => s.includes(n)); \
+                 return all && [...new Set(s)].sort()"
             ),
         )
         .await;
