@@ -159,9 +159,11 @@ pub async fn spawn_tool(mut cmd: tokio::process::Command) -> std::io::Result<tok
 }
 
 /// Sets `cmd`'s child to be killed when its parent thread exits (Linux;
-/// elsewhere nothing), refusing to start when the parent is already gone.
+/// elsewhere nothing), refusing to start when the parent is already gone
+/// (it may die between fork and prctl). Runs after what `cmd` was given
+/// to do in the fork before.
 #[allow(unsafe_code)]
-fn dies_with_kdd(cmd: &mut tokio::process::Command) {
+pub(crate) fn dies_with_kdd(cmd: &mut tokio::process::Command) {
     #[cfg(target_os = "linux")]
     {
         let parent = rustix::process::getpid();

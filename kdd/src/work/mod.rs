@@ -269,10 +269,12 @@ pub async fn diff(
     for w in trees {
         let mut d = member_diff(&w, stat, max_bytes).await?;
         if highlight && let Some(patch) = d.patch.clone() {
-            let deadline = std::time::Instant::now() + highlight::BUDGET;
-            let files = tokio::task::spawn_blocking(move || highlight::files(&patch, deadline))
-                .await
-                .map_err(|e| ErrorCode::Internal.error(format!("cannot highlight the diff: {e}")))?;
+            // The budget starts on the blocking thread, not while waiting for one.
+            let files = tokio::task::spawn_blocking(move || {
+                highlight::files(&patch, std::time::Instant::now() + highlight::BUDGET)
+            })
+            .await
+            .map_err(|e| ErrorCode::Internal.error(format!("cannot highlight the diff: {e}")))?;
             d.highlighted = Some(files);
         }
         if commits {

@@ -259,22 +259,12 @@ fn runnable(path: &Path) -> Option<bool> {
 #[allow(unsafe_code)]
 fn set_up_in_fork(cmd: &mut tokio::process::Command) {
     crate::private::with_user_umask(cmd);
-    let parent = rustix::process::getpid();
     // SAFETY: the closure runs in the forked child before exec and only
-    // makes three syscalls (setsid, prctl, getppid): no allocation, no locks.
+    // makes one syscall (setsid): no allocation, no locks.
     unsafe {
-        cmd.pre_exec(move || {
-            rustix::process::setsid()?;
-            #[cfg(target_os = "linux")]
-            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
-            // The parent may have died between fork and prctl.
-            if rustix::process::getppid() != Some(parent) {
-                // No allocation here: the error's code alone.
-                return Err(io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            Ok(())
-        });
+        cmd.pre_exec(|| rustix::process::setsid().map(drop).map_err(io::Error::from));
     }
+    crate::identity::children::dies_with_kdd(cmd);
 }
 
 #[cfg(test)]
