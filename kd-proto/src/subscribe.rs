@@ -44,12 +44,16 @@ pub enum ThreadEvent {
     /// The run was cancelled; message `seq` (kind `interrupted`) holds the
     /// text it had produced. `interrupted`: it was cut by kdd stopping, not
     /// cancelled by anyone (absent: false); the daemon may ask again.
+    /// `reason`: why, when no client cancelled it — a member's emergency
+    /// broadcast stopped it (absent: a client's `run.cancel`).
     RunCancelled {
         run: String,
         member: String,
         seq: u64,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         interrupted: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
     },
     /// An exchange moved: round `round` of `rounds` is running, or it ended.
     /// `expected` are the members expected to answer in this round.

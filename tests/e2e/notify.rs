@@ -513,38 +513,95 @@ async fn notify_subscribe_streams_every_notification_without_a_sink_and_keeps_th
     assert_eq!(notified(&mut since, 1).await, got[1..]);
 }
 
+/// A daemon whose `members` (claude first, held by `FAKE_HOLD` until `hold`
+/// is gone) were asked a question claude is answering, watched from the
+/// start by a notification subscription (`live`) and the thread's (`sub`).
+struct Held {
+    _ws: Workspace,
+    hold: tempfile::NamedTempFile,
+    _kdd: Kdd,
+    c: kd_client::Client,
+    live: jsonrpsee::core::client::Subscription<NotifyEvent>,
+    t: String,
+    sub: jsonrpsee::core::client::Subscription<ThreadEvent>,
+    sent: u64,
+}
+
+impl Held {
+    async fn start(members: &[&str]) -> Held {
+        let ws = Workspace::new(&[]);
+        let hold = tempfile::NamedTempFile::new().unwrap();
+        let held = hold.path().display().to_string();
+        let agents: serde_json::Map<String, serde_json::Value> = members
+            .iter()
+            .map(|m| {
+                let env: &[(&str, &str)] = if *m == "claude" { &[("FAKE_HOLD", held.as_str())] } else { &[] };
+                (m.to_string(), kd_tests::fake(m, m, env))
+            })
+            .collect();
+        ws.write_config(&serde_json::json!({"council": {"members": members}, "agents": agents}));
+        let kdd = Kdd::start();
+        let c = kdd.client().await;
+        let live = c.notify_subscribe(None).await.unwrap();
+        let t = kd_tests::new_thread(&c, &ws.path()).await;
+        let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
+        let to = Some(vec!["claude".to_string()]);
+        let sent = c
+            .council_send(t.clone(), "Hold on, please.".into(), to, None, None, None, None, Some(0), None, None)
+            .await
+            .unwrap();
+        collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))).await;
+        Held { _ws: ws, hold, _kdd: kdd, c, live, t, sub, sent: sent.message.seq }
+    }
+
+    /// The events until the exchange ended.
+    async fn ended(&mut self) -> Vec<ThreadEvent> {
+        let seq = self.sent;
+        collect_until(&mut self.sub, |e| {
+            e.iter().any(|e| matches!(e, ThreadEvent::Round { exchange, state, .. } if *exchange == seq && *state != RoundState::Running))
+        })
+        .await
+    }
+}
+
+/// A member's emergency broadcast that stops the others' runs is not the
+/// King's cancel: the exchange it ended is notified (it was taken for one
+/// the King stopped, and nothing was said).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_exchange_a_members_emergency_stopped_is_notified() {
+    let mut h = Held::start(&["claude", "codex"]).await;
+    let e =
+        h.c.emergency_broadcast(h.t.clone(), "Stop: main is broken.".into(), Some("codex".into()), Some(true), None)
+            .await
+            .unwrap();
+    assert_eq!(e.stopped_runs.len(), 1, "{e:?}");
+    let ended = h.ended().await;
+    let cancelled = ended.iter().find_map(|e| match e {
+        ThreadEvent::RunCancelled { interrupted: false, reason, .. } => Some(reason.clone()),
+        _ => None,
+    });
+    assert_eq!(cancelled, Some(Some("stopped by a member's emergency broadcast".to_string())), "{ended:?}");
+    h.hold.close().unwrap();
+    let got = notified(&mut h.live, 1).await;
+    assert_eq!(kinds(&got), BTreeSet::from([(NotifyKind::Done, Some(h.sent))]), "{got:?}");
+}
+
 /// An exchange whose last run you cancelled (`run.cancel`: Ctrl+C of `kd
 /// ask` or `kd work`, `kd cancel`) ended because you stopped it: it is not
 /// notified as answered; the next one, answered, is.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_exchange_you_cancelled_is_not_notified_as_answered() {
-    let ws = Workspace::new(&[]);
-    let hold = tempfile::NamedTempFile::new().unwrap();
-    let held = hold.path().display().to_string();
-    ws.write_config(&serde_json::json!({
-        "council": {"members": ["claude"]},
-        "agents": {"claude": kd_tests::fake("claude", "claude", &[("FAKE_HOLD", held.as_str())])},
-    }));
-    let kdd = Kdd::start();
-    let c = kdd.client().await;
-    let mut live = c.notify_subscribe(None).await.unwrap();
-    let t = kd_tests::new_thread(&c, &ws.path()).await;
-    let mut sub = c.thread_subscribe(t.clone(), None, None).await.unwrap();
-    let sent = c
-        .council_send(t.clone(), "Hold on, please.".into(), None, None, None, None, None, Some(0), None, None)
-        .await
-        .unwrap();
-    collect_until(&mut sub, |e| e.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))).await;
-    let cancelled = c.run_cancel(t.clone(), Some("claude".into()), None).await.unwrap();
+    let mut h = Held::start(&["claude"]).await;
+    let cancelled = h.c.run_cancel(h.t.clone(), Some("claude".into()), None).await.unwrap();
     assert_eq!(cancelled.len(), 1, "{cancelled:?}");
-    let ended = collect_until(&mut sub, |e| {
-        e.iter().any(|e| matches!(e, ThreadEvent::Round { exchange, state, .. } if *exchange == sent.message.seq && *state != RoundState::Running))
-    })
-    .await;
-    assert!(ended.iter().any(|e| matches!(e, ThreadEvent::RunCancelled { interrupted: false, .. })), "{ended:?}");
-    hold.close().unwrap();
-    let answered = ask(&c, &t, "Anyone?", 0).await;
+    let ended = h.ended().await;
+    assert!(
+        ended.iter().any(|e| matches!(e, ThreadEvent::RunCancelled { interrupted: false, reason: None, .. })),
+        "{ended:?}"
+    );
+    h.hold.close().unwrap();
+    let answered = ask(&h.c, &h.t, "Anyone?", 0).await;
     // Notifications are sent in order: the first is the answered one's.
-    let got = notified(&mut live, 1).await;
+    let got = notified(&mut h.live, 1).await;
     assert_eq!(kinds(&got), BTreeSet::from([(NotifyKind::Done, Some(answered))]), "{got:?}");
 }

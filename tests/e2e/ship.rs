@@ -889,18 +889,22 @@ pub(super) fn path_without_gh(first: Option<&Path>) -> String {
 /// A fake `gh` in a directory of its own: records its argv (NUL after
 /// each) to `argv` beside it and prints a pull request's URL, as gh does;
 /// asked again for the same branch, it refuses as gh does (exit 1, the
-/// open pull request's URL on stderr).
+/// open pull request's URL on stderr). `gh pr edit` is recorded apart.
 pub(super) fn fake_gh() -> tempfile::TempDir {
     use std::os::unix::fs::PermissionsExt;
     let bin = tempfile::tempdir().unwrap();
     let (record, opened) = (bin.path().join("argv"), bin.path().join("opened"));
+    // `gh pr edit` records its argv apart (`edited`) and prints the URL, as gh does.
     let script = format!(
-        "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\0' \"$a\"; done > '{}'\n\
+        "#!/bin/sh\nif test \"$2\" = edit; then for a in \"$@\"; do printf '%s\\0' \"$a\"; done > '{2}'; \
+         echo \"$3\"; exit 0; fi\n\
+         for a in \"$@\"; do printf '%s\\0' \"$a\"; done > '{}'\n\
          if test -e '{1}'; then printf 'a pull request for branch \"%s\" into branch \"%s\" already exists:\\n%s\\n' \
          \"$4\" \"$6\" https://github.com/king/kd/pull/7 >&2; exit 1; fi\n: > '{1}'\n\
          echo 'Creating pull request' >&2\necho https://github.com/king/kd/pull/7\n",
         record.display(),
-        opened.display()
+        opened.display(),
+        bin.path().join("edited").display()
     );
     let gh = bin.path().join("gh");
     std::fs::write(&gh, script).unwrap();
@@ -1040,7 +1044,22 @@ async fn kd_pr_again_updates_the_open_pull_request_and_accept_pr_takes_it() {
     assert!(out.status.success(), "gh's refusal is the pull request updated: {}{}", out.stdout, out.stderr);
     assert_eq!(out.stdout.trim(), pull);
     assert!(out.stderr.contains(&format!("pushed to origin ({})", &rebased[..12])), "{}", out.stderr);
-    assert!(out.stderr.contains("the pull request was open already: the push updated it"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("the pull request was open already: the push updated it and its description"),
+        "{}",
+        out.stderr
+    );
+    // Its description is the work's as it is now: gh pr edit was given the
+    // pull request, the title and a body naming the rebased commit.
+    let edited = std::fs::read(bin.path().join("edited")).expect("gh pr edit was run");
+    let edited: Vec<String> =
+        edited.split(|b| *b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into()).collect();
+    assert_eq!(edited[..3], ["pr", "edit", pull], "{edited:?}");
+    let at = |flag: &str| edited.iter().position(|a| a == flag).map(|i| edited[i + 1].clone());
+    assert_eq!(at("--title").as_deref(), Some("Write b.txt"), "{edited:?}");
+    let body = at("--body").expect("a body");
+    assert!(body.contains(&format!("commit {}", &rebased[..12])), "{body}");
+    assert!(!body.contains(&w.head[..12]), "{body}");
     assert_eq!(remote_branch(bare.path(), &w.branch).as_deref(), Some(rebased.as_str()));
     let after = c.work_list(None, Some(w.thread.clone())).await.unwrap().remove(0);
     let shipped = after.shipped.expect("shipped");

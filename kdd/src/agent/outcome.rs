@@ -6,7 +6,7 @@ use kd_proto::types::{RunMeta, RunStatus};
 
 use super::parse::Transcript;
 use super::process::Invocation;
-use super::registry::{Run, StopReason};
+use super::registry::{EMERGENCY_STOP, Run, StopReason};
 use super::spec::Spec;
 use crate::config::AgentDef;
 use crate::db::runs::Finish;
@@ -28,11 +28,17 @@ pub(super) fn stopped_early(run: &Run) -> Finish {
     Finish {
         status,
         body: "(stopped before it started)".into(),
-        error: None,
+        error: why_cancelled(run),
         meta: RunMeta::default(),
         session: None,
         to: vec![],
     }
+}
+
+/// Why a cancelled run was, when no client asked: a member's emergency
+/// broadcast (kept as the end's reason, told with `run_cancelled`).
+fn why_cancelled(run: &Run) -> Option<String> {
+    (run.stop_reason() == Some(StopReason::Emergency)).then(|| EMERGENCY_STOP.to_string())
 }
 
 /// A run cut short while it waited for its agent (see `turn::bounded`):
@@ -103,7 +109,7 @@ pub(super) fn outcome(
             let status = if reason == StopReason::Shutdown { RunStatus::Interrupted } else { RunStatus::Cancelled };
             let text = if answer.trim().is_empty() { shown.clone() } else { answer };
             let body = if text.trim().is_empty() { "(cancelled before it said anything)".to_string() } else { text };
-            (status, body, None)
+            (status, body, why_cancelled(run))
         }
         None => match failure(member, t, exit, stderr) {
             Some(reason) => (RunStatus::Error, with_partial(reason.clone()), Some(reason)),

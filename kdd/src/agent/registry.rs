@@ -16,11 +16,18 @@ use tokio_util::sync::CancellationToken;
 use crate::client::ClientId;
 use crate::hub::Hub;
 
+/// Why a run a member's emergency broadcast stopped was cancelled (its
+/// end's `reason`).
+pub const EMERGENCY_STOP: &str = "stopped by a member's emergency broadcast";
+
 /// Why a run is being stopped before it finished on its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopReason {
     /// A client asked (`run.cancel`, interrupt).
     Cancelled,
+    /// A member's emergency broadcast asked (`stop`): cancelled, but not by
+    /// the King ([`EMERGENCY_STOP`] says so on its end).
+    Emergency,
     /// Its timeout passed.
     TimedOut,
     /// Its answer passed `council.max_answer_bytes`.

@@ -39,7 +39,8 @@ pub async fn broadcast(
     for run in &in_flight {
         told.push(run.id.clone());
         if stop {
-            run.stop(StopReason::Cancelled);
+            // The King's stop is the King's cancel; a member's is not.
+            run.stop(if from == KING { StopReason::Cancelled } else { StopReason::Emergency });
             stopped.push(run.id.clone());
         }
         events.push(Record {

@@ -164,7 +164,8 @@ impl Finish {
         match self.status {
             RunStatus::Done => ThreadEvent::RunFinished { run: id, member, seq },
             RunStatus::Cancelled | RunStatus::Interrupted => {
-                ThreadEvent::RunCancelled { run: id, member, seq, interrupted: self.status == RunStatus::Interrupted }
+                let interrupted = self.status == RunStatus::Interrupted;
+                ThreadEvent::RunCancelled { run: id, member, seq, interrupted, reason: self.error }
             }
             status => ThreadEvent::RunError {
                 run: id,

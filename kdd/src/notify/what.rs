@@ -17,7 +17,8 @@
 //! That is one interrupted (`Round` `stopped`), and one that ended because
 //! the King cancelled its last run to end (`run.cancel`: Ctrl+C of `kd
 //! ask` or `kd work`, `kd cancel`); one whose other members answered after
-//! a cancelled run is notified.
+//! a cancelled run is notified, and so is one a member's emergency
+//! broadcast stopped (its runs' `reason`).
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
@@ -95,7 +96,10 @@ pub fn glance(e: &ThreadEvent) -> Option<Seen> {
             timed_out: *timed_out,
         },
         ThreadEvent::RunFinished { run, .. } => Seen::Ended { run: run.clone(), cancelled: false },
-        ThreadEvent::RunCancelled { run, interrupted: false, .. } => Seen::Ended { run: run.clone(), cancelled: true },
+        // Cancelled by a client (no reason), not by a member's emergency.
+        ThreadEvent::RunCancelled { run, interrupted: false, reason, .. } => {
+            Seen::Ended { run: run.clone(), cancelled: reason.is_none() }
+        }
         ThreadEvent::Round { exchange, state: RoundState::Done, expected, .. } => {
             Seen::Done { exchange: *exchange, expected: expected.clone() }
         }
@@ -371,6 +375,7 @@ impl Attention {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::registry::EMERGENCY_STOP;
     use kd_proto::types::{Message, RunInfo};
 
     fn run(id: &str, exchange: u64) -> ThreadEvent {
@@ -464,10 +469,21 @@ mod tests {
         a.see("u", ended("r1", false));
         assert_eq!(kind(&a.see("u", done())), Some(NotifyKind::Done));
         // A run cut by kdd stopping is not the King's cancel.
-        let cut = ThreadEvent::RunCancelled { run: "r".into(), member: "m".into(), seq: 1, interrupted: true };
+        let cut =
+            ThreadEvent::RunCancelled { run: "r".into(), member: "m".into(), seq: 1, interrupted: true, reason: None };
         assert!(glance(&cut).is_none());
-        let cancelled = ThreadEvent::RunCancelled { run: "r".into(), member: "m".into(), seq: 1, interrupted: false };
+        let cancelled =
+            ThreadEvent::RunCancelled { run: "r".into(), member: "m".into(), seq: 1, interrupted: false, reason: None };
         assert_eq!(glance(&cancelled), Some(Seen::Ended { run: "r".into(), cancelled: true }));
+        // Nor is a member's emergency broadcast that stopped it.
+        let stopped = ThreadEvent::RunCancelled {
+            run: "r".into(),
+            member: "m".into(),
+            seq: 1,
+            interrupted: false,
+            reason: Some(EMERGENCY_STOP.into()),
+        };
+        assert_eq!(glance(&stopped), Some(Seen::Ended { run: "r".into(), cancelled: false }));
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //! configuration, bounded in time and stopped when the caller goes away
 //! ([`git::remote`]), outside the repository's lock. Without the remote,
 //! nothing is pushed. What was pushed, and the pull request's URL, are
-//! recorded on the work (`shipped`). With `accept` (`kd accept --pr`),
+//! recorded on the work (`shipped`). Asked again while its pull request
+//! is open, the push updates the pull request's commits and `gh pr edit`
+//! its title and body. With `accept` (`kd accept --pr`),
 //! the work is accepted by the pull request (the task's others
 //! superseded) and nothing is merged in the King's tree.
 
@@ -104,10 +106,19 @@ pub async fn pr(
                     shipped.pr = opened.is_some();
                 }
                 Ok(ran) => match open_already(&ran.stderr) {
-                    // The push updated the pull request (`kd pr` again).
+                    // The push updated the pull request's commits (`kd pr`
+                    // again); its title and body are the work's as it is now.
                     Some(url) => {
                         (shipped.url, shipped.pr) = (Some(url.to_string()), true);
-                        note = Some("the pull request was open already: the push updated it".to_string());
+                        let edit = ["pr", "edit", url, "--title", &title, "--body", &body];
+                        let said = match remote::run(&gh, &edit, &repo, path.as_deref(), GH_TIMEOUT).await {
+                            Ok(ran) if ran.ok => "the push updated it and its description".to_string(),
+                            Ok(ran) => {
+                                format!("the push updated it, not its description (gh pr edit: {})", ran.reason())
+                            }
+                            Err(e) => format!("the push updated it, not its description (gh pr edit: {e})"),
+                        };
+                        note = Some(format!("the pull request was open already: {said}"));
                     }
                     None => error = Some(format!("gh pr create failed: {}", ran.reason())),
                 },

@@ -51,12 +51,7 @@ fn a_cancelled_answer_waiting_its_turn_shows_what_it_had_said() {
     let mut v = View::new(&sent(&["claude", "codex"]), false, false);
     let mut events = vec![delta("claude", "Hel"), delta("codex", "codex streams a long an")];
     events.push(cut("codex", 2, "codex streams a long an"));
-    events.push(ThreadEvent::RunCancelled {
-        run: "r-codex".into(),
-        member: "codex".into(),
-        seq: 2,
-        interrupted: false,
-    });
+    events.push(cancelled("codex", 2, false));
     events.extend(finished("claude", 3, "Hello."));
     let out = play(&mut v, events);
     assert!(out.contains("Hello.\n"), "{out}");
@@ -122,7 +117,7 @@ fn failures_are_shown_and_listed() {
                 seq: 2,
             },
             delta("claude", "ok"),
-            ThreadEvent::RunCancelled { run: "r-claude".into(), member: "claude".into(), seq: 3, interrupted: false },
+            cancelled("claude", 3, false),
         ],
     );
     assert!(out.contains("── codex"), "{out}");
@@ -292,15 +287,7 @@ fn a_failure_read_from_its_message_names_the_member_once() {
 fn a_runs_end_event_after_its_message_says_how_it_ended() {
     // Ctrl+C: the interrupted message, then the run's cancellation.
     let mut v = View::new(&sent(&["claude"]), false, false);
-    let out = play(
-        &mut v,
-        vec![
-            delta("claude", "ok"),
-            cut("claude", 2, "ok"),
-            ThreadEvent::RunCancelled { run: "r-claude".into(), member: "claude".into(), seq: 2, interrupted: false },
-            over(),
-        ],
-    );
+    let out = play(&mut v, vec![delta("claude", "ok"), cut("claude", 2, "ok"), cancelled("claude", 2, false), over()]);
     assert!(out.ends_with("ok\n(cancelled)\n"), "{out}");
     assert_eq!(v.failures(), vec!["claude: cancelled"]);
 }
@@ -408,14 +395,7 @@ fn a_run_cut_by_kdd_stopping_is_interrupted_not_cancelled() {
     // A graceful stop (kd daemon restart, an upgrade) ends the runs in
     // flight live, before the subscription ends.
     let mut v = View::new(&sent(&["claude"]), false, false);
-    let out = play(
-        &mut v,
-        vec![
-            delta("claude", "Hal"),
-            cut("claude", 2, "Hal"),
-            ThreadEvent::RunCancelled { run: "r-claude".into(), member: "claude".into(), seq: 2, interrupted: true },
-        ],
-    );
+    let out = play(&mut v, vec![delta("claude", "Hal"), cut("claude", 2, "Hal"), cancelled("claude", 2, true)]);
     assert!(out.ends_with("Hal\n(interrupted)\n"), "{out}");
     assert_eq!(v.failures(), vec!["claude: interrupted (kdd stopped)"]);
 }
@@ -558,7 +538,7 @@ fn a_run_asked_again_on_another_node_before_the_cut_one_is_heard_of_still_replac
             delta("claude", "Hel"),
             again,
             cut("claude", 2, "Hel"),
-            ThreadEvent::RunCancelled { run: "r-claude".into(), member: "claude".into(), seq: 2, interrupted: true },
+            cancelled("claude", 2, true),
             ThreadEvent::Delta { run: id.clone(), member: "claude".into(), text: "Hello there.".into(), chars: 12 },
             ThreadEvent::Message { message: Box::new(answer) },
             ThreadEvent::RunFinished { run: id, member: "claude".into(), seq: 3 },
@@ -612,4 +592,10 @@ fn after_lagged_or_watching_an_answer_of_a_run_never_seen_is_shown_from_its_mess
     let mut watching = View::watching(false, Palette::default());
     let out = play(&mut watching, vec![answer(5, "gemini", "Seen whole.", "r-gemini")]);
     assert_eq!(out.matches("Seen whole.").count(), 1, "{out}");
+}
+
+/// `member`'s run `r-<member>` cancelled (by a client), or cut by kdd
+/// stopping when `interrupted`.
+fn cancelled(member: &str, seq: u64, interrupted: bool) -> ThreadEvent {
+    ThreadEvent::RunCancelled { run: format!("r-{member}"), member: member.into(), seq, interrupted, reason: None }
 }
