@@ -242,7 +242,8 @@ impl View {
         for r in self.runs.iter().filter(|r| !r.replaced) {
             let line = match &r.status {
                 Status::Failed(why) => why.clone(),
-                Status::Cancelled => format!("{}: cancelled", r.member),
+                Status::Cancelled(None) => format!("{}: cancelled", r.member),
+                Status::Cancelled(Some(why)) => format!("{}: {}", r.member, safe(why)),
                 Status::Interrupted => format!("{}: interrupted (kdd stopped)", r.member),
                 _ => continue,
             };
@@ -399,8 +400,8 @@ impl View {
             // registry, the runs' own events may not.
             ThreadEvent::Lagged { .. } => self.after_gap = true,
             ThreadEvent::RunError { run, error, .. } => self.end(run, Status::Failed(error.clone()), out)?,
-            ThreadEvent::RunCancelled { run, interrupted, .. } => {
-                let status = if *interrupted { Status::Interrupted } else { Status::Cancelled };
+            ThreadEvent::RunCancelled { run, interrupted, reason, .. } => {
+                let status = if *interrupted { Status::Interrupted } else { Status::Cancelled(reason.clone()) };
                 self.end(run, status, out)?
             }
             _ => {}
@@ -447,11 +448,9 @@ impl View {
         if let Some(member) = self.cut.remove(&cut) {
             return Some(member);
         }
-        let Some(r) = self
-            .runs
-            .iter_mut()
-            .find(|r| r.seq == Some(cut) && matches!(r.status, Status::Interrupted | Status::Cancelled) && !r.replaced)
-        else {
+        let Some(r) = self.runs.iter_mut().find(|r| {
+            r.seq == Some(cut) && matches!(r.status, Status::Interrupted | Status::Cancelled(_)) && !r.replaced
+        }) else {
             self.replaced_early.insert(cut);
             return None;
         };
@@ -517,7 +516,7 @@ impl View {
                 self.emit(out, &text)?;
                 self.live = Some(j);
             } else {
-                if matches!(self.runs[j].status, Status::Done | Status::Interrupted | Status::Cancelled) {
+                if matches!(self.runs[j].status, Status::Done | Status::Interrupted | Status::Cancelled(_)) {
                     // A cut run's message holds what it had said.
                     let text = self.runs[j].body.clone().unwrap_or_else(|| self.runs[j].streamed.clone());
                     self.emit(out, &text)?;
@@ -538,7 +537,7 @@ impl View {
             // Watching never ends: forget what is on the screen already
             // (but which cut answers it showed, in case they are asked again).
             for r in self.runs.iter().filter(|r| r.shown && !r.replaced) {
-                if let (Some(seq), Status::Interrupted | Status::Cancelled) = (r.seq, &r.status) {
+                if let (Some(seq), Status::Interrupted | Status::Cancelled(_)) = (r.seq, &r.status) {
                     self.cut.insert(seq, r.member.clone());
                 }
             }
@@ -591,7 +590,8 @@ impl View {
         }
         match &self.runs[i].status {
             Status::Failed(why) => writeln!(out, "{}", paint(self.color, 31, &format!("✗ {}", safe(why)))),
-            Status::Cancelled => writeln!(out, "{}", dim(self.color, "(cancelled)")),
+            Status::Cancelled(None) => writeln!(out, "{}", dim(self.color, "(cancelled)")),
+            Status::Cancelled(Some(why)) => writeln!(out, "{}", dim(self.color, &format!("({})", safe(why)))),
             Status::Interrupted => writeln!(out, "{}", dim(self.color, "(interrupted)")),
             _ => Ok(()),
         }

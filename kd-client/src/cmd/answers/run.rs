@@ -8,7 +8,9 @@ pub(super) enum Status {
     Running,
     Done,
     Failed(String),
-    Cancelled,
+    /// Cancelled by a client, or stopped for the reason given (a
+    /// member's emergency broadcast).
+    Cancelled(Option<String>),
     /// Cut short by kdd stopping (its message is `interrupted`); not a
     /// failure once a later run replaces it.
     Interrupted,

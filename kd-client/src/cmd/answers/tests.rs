@@ -401,6 +401,22 @@ fn a_run_cut_by_kdd_stopping_is_interrupted_not_cancelled() {
 }
 
 #[test]
+fn a_run_a_members_emergency_stopped_says_so_not_cancelled() {
+    let mut v = View::new(&sent(&["claude"]), false, false);
+    let why = "stopped by a member's emergency broadcast";
+    let stopped = ThreadEvent::RunCancelled {
+        run: "r-claude".into(),
+        member: "claude".into(),
+        seq: 2,
+        interrupted: false,
+        reason: Some(why.into()),
+    };
+    let out = play(&mut v, vec![delta("claude", "Hal"), cut("claude", 2, "Hal"), stopped]);
+    assert!(out.ends_with(&format!("Hal\n({why})\n")), "{out}");
+    assert_eq!(v.failures(), vec![format!("claude: {why}")]);
+}
+
+#[test]
 fn after_a_reconnect_answers_of_runs_never_seen_are_shown_and_the_end_waits_for_them() {
     // kdd was away while codex's cut answer was asked again and cursor's
     // next turn ran: the backlog brings their messages alone.
