@@ -43,11 +43,20 @@ pub async fn all(co: &Arc<Coord>) -> Resumed {
         }
     };
     for x in open {
-        match one(co, &x, &mut done).await {
-            Ok(true) => done.resumed += 1,
-            Ok(false) => done.stopped += 1,
-            Err(e) => tracing::error!(thread = x.thread, exchange = x.seq, "cannot resume the exchange: {e}"),
+        let resumed = match one(co, &x, &mut done).await {
+            Ok(resumed) => resumed,
+            Err(e) => {
+                tracing::error!(thread = x.thread, exchange = x.seq, "cannot resume the exchange: {e}");
+                continue;
+            }
+        };
+        if resumed {
+            done.resumed += 1;
+        } else {
+            done.stopped += 1;
         }
+        // What followed it in memory (a rebase's request) follows it again.
+        crate::work::rebase::restarted(co, &x, resumed).await;
     }
     if done != Resumed::default() {
         tracing::info!(
@@ -65,8 +74,9 @@ pub async fn all(co: &Arc<Coord>) -> Resumed {
 /// left, resumed as a restart resumes its own ([`crate::cluster`]).
 pub async fn taken(co: &Arc<Coord>, x: &Exchange) {
     let mut done = Resumed::default();
-    if let Err(e) = one(co, x, &mut done).await {
-        tracing::error!(thread = x.thread, exchange = x.seq, "cannot drive the exchange taken: {e}");
+    match one(co, x, &mut done).await {
+        Ok(resumed) => crate::work::rebase::restarted(co, x, resumed).await,
+        Err(e) => tracing::error!(thread = x.thread, exchange = x.seq, "cannot drive the exchange taken: {e}"),
     }
 }
 

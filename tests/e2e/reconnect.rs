@@ -467,3 +467,96 @@ async fn kd_work_reconnects_after_a_kill_9_and_waits_for_the_resumed_run() {
     assert_eq!(lines.len(), 1, "one line, of the work as the resumed run left it: {out}");
     assert!(lines[0].contains("done") && !lines[0].contains("interrupted"), "{out}");
 }
+
+/// claude's work on line two of a.txt, then a commit of yours changing the
+/// same line, and `kd rebase claude` (piped) once claude resolves the
+/// conflict — holding, until `hold` is released, before it writes both
+/// sides' line two — and a kill -9 of kdd cut it and kdd runs again
+/// (`resume`: as it resumes exchanges). Your commit too.
+async fn rebase_cut(hold: &kd_tests::Hold, resume: bool) -> (Workspace, Kdd, Piped, String) {
+    let ws = Workspace::new(&[]);
+    ws.git_init(&[("a.txt", "one\ntwo\n")], &[]);
+    let run = format!(
+        "if test -f .git; then if grep -q '^<<<<<<<' a.txt; then while test -f {}; do sleep 0.02; done; \
+         printf 'one\\nking and claude\\n' > a.txt; else printf 'one\\nclaude\\n' > a.txt; fi; fi",
+        hold.var()
+    );
+    let claude = kd_tests::fake("claude", "claude", &[("FAKE_RUN", run.as_str())]);
+    ws.write_config(&serde_json::json!({"council": {"members": ["claude"]}, "agents": {"claude": claude}}));
+    if !resume {
+        ws.without_resume();
+    }
+    let mut kdd = Kdd::start();
+    let worked = crate::ship::kd(&kdd, &ws, &["work", "Change line two"]).await;
+    assert!(worked.status.success(), "{}{}", worked.stdout, worked.stderr);
+    let king = crate::ship::king_commits(ws.dir.path(), "a.txt", "one\nking\n");
+    let mut k = kdd.kd();
+    k.current_dir(ws.dir.path()).args(["rebase", "claude"]);
+    let rebase = Piped::spawn(k);
+    rebase.until(true, "conflicts with claude's work in a.txt").await;
+    let c = kdd.client().await;
+    within("claude resolving", async {
+        while c.run_list(None).await.unwrap().is_empty() {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    drop(c);
+    kdd.kill9();
+    rebase.until(true, "kd: kdd went away; reconnecting").await;
+    kdd.launch().expect("kdd starts again");
+    rebase.until(true, "kd: reconnected").await;
+    (ws, kdd, rebase, king)
+}
+
+/// What kd said on the thread of `w` about bringing it up to date.
+async fn rebase_said(kdd: &Kdd, w: &kd_proto::work::Worktree) -> Vec<String> {
+    let c = kdd.client().await;
+    let messages = c.thread_messages(w.thread.clone(), None, None, None, None).await.unwrap().into_vec();
+    messages.into_iter().filter(|m| m.from == "kd" && m.body.contains("up to date")).map(|m| m.body).collect()
+}
+
+/// `kd rebase` rides through a kill -9 of kdd while the member resolves
+/// the conflicts: kdd resumes the member's run, concludes the merge once
+/// it ended and says so, and `kd rebase` (reconnected) prints that and
+/// exits 0. It lost the connection before ("kd: lost the connection"),
+/// and the restarted kdd never said how the rebase ended.
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_rebase_rides_through_a_kill_9_while_the_member_resolves_and_says_the_outcome() {
+    let hold = kd_tests::Hold::new();
+    let (_ws, kdd, mut rebase, king) = rebase_cut(&hold, true).await;
+    hold.release();
+    let code = rebase.exit().await;
+    let (out, err) = (rebase.stdout(), rebase.stderr());
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(out.contains("claude's work is up to date with main"), "{out}\n{err}");
+    let c = kdd.client().await;
+    let w = c.work_list(None, None).await.unwrap().remove(0);
+    let path = std::path::Path::new(&w.path);
+    assert_eq!(std::fs::read_to_string(path.join("a.txt")).unwrap(), "one\nking and claude\n");
+    let parents = kd_tests::git(path, &["log", "-1", "--format=%P"]);
+    assert!(parents.ends_with(&king), "the merge of your commit concluded: {parents}");
+    assert_eq!(w.base, king, "its base is your commit merged in: {w:?}");
+    assert_eq!(rebase_said(&kdd, &w).await.len(), 1, "kd said the outcome once");
+}
+
+/// The same with resuming off: the member's run is not asked again, so
+/// the restarted kdd undoes the merge at once (markers are left), every
+/// commit of the member's kept, says so, and `kd rebase` exits 1.
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_rebase_cut_by_a_kill_9_with_resuming_off_is_told_the_merge_undone() {
+    let hold = kd_tests::Hold::new();
+    let (_ws, kdd, mut rebase, king) = rebase_cut(&hold, false).await;
+    let code = rebase.exit().await;
+    let (out, err) = (rebase.stdout(), rebase.stderr());
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    assert!(out.contains("claude's work was not brought up to date"), "{out}\n{err}");
+    assert!(out.contains("kd undid the merge"), "{out}\n{err}");
+    let c = kdd.client().await;
+    let w = c.work_list(None, None).await.unwrap().remove(0);
+    let path = std::path::Path::new(&w.path);
+    assert_eq!(std::fs::read_to_string(path.join("a.txt")).unwrap(), "one\nclaude\n", "its branch as it was");
+    assert_ne!(w.base, king, "not brought up to date: {w:?}");
+    assert_eq!(rebase_said(&kdd, &w).await.len(), 1, "kd said the outcome once");
+    hold.release();
+}

@@ -1,12 +1,13 @@
 //! From a member's work to shipping it (issue 34): `kd rebase` brings a
 //! member's work up to date with your branch (a merge into its branch; a
 //! conflict is the member's to resolve, followed here until kd says how it
-//! ended); `kd pr` (and `kd accept --pr`) pushes a member's branch and
+//! ended, through a restart of kdd too); `kd pr` (and `kd accept --pr`) pushes a member's branch and
 //! opens a pull request.
 
 use std::process::ExitCode;
 
 use clap::Args;
+use kd_client::follow::{Follow, Next};
 use kd_client::prelude::*;
 use kd_client::style::bold;
 use kd_client::terminal::{safe, safe_line};
@@ -17,6 +18,7 @@ use kd_proto::work::RebaseOutcome;
 
 use super::Ctx;
 use super::work::work_thread;
+use super::work_follow::RECONNECT;
 
 use kd_proto::work::short_commit as short;
 
@@ -58,28 +60,51 @@ pub async fn rebase(ctx: &Ctx, a: RebaseArgs) -> anyhow::Result<ExitCode> {
         }
         RebaseOutcome::Resolving => {}
     }
-    errln!(
+    let conflicts = format!(
         "kd: {} conflicts with {m}'s work in {}: {m} is asked to resolve the conflicts in its worktree",
         r.merged_in(),
         r.conflicts.iter().map(|f| safe_line(f)).collect::<Vec<_>>().join(", ")
     );
-    let Some(seq) = r.seq else { return Ok(ExitCode::FAILURE) };
-    // Follow the member until kd says how it ended.
-    let waiting = ctx.client_waiting().await?;
-    let mut sub = waiting.thread_subscribe(thread.clone(), Some(seq - 1), None).await.map_err(ClientError::from)?;
+    let Some(seq) = r.seq else {
+        errln!("{conflicts}");
+        return Ok(ExitCode::FAILURE);
+    };
+    // Follow the member until kd says how it ended — through a restart of
+    // kdd too, which follows the member's resumed run again. Said once
+    // followed.
+    let subscribed = async {
+        let waiting = ctx.client_waiting().await?;
+        let sub = waiting.thread_subscribe(thread.clone(), Some(seq - 1), None).await.map_err(ClientError::from)?;
+        anyhow::Ok((waiting, sub))
+    };
+    let subscribed = subscribed.await;
+    errln!("{conflicts}");
+    let (waiting, sub) = subscribed?;
+    let mut follow = Follow::new(waiting, sub, thread.clone(), seq - 1, RECONNECT);
     let styled = ctx.styled();
-    while let Some(Ok(event)) = sub.next().await {
-        if let ThreadEvent::Message { message } = event {
-            if message.from == KD && message.reply_to == Some(seq) {
-                outln!("{}", bold(styled, &safe(&message.body)))?;
-                break;
+    loop {
+        let message = match follow.next().await {
+            Next::Event(ThreadEvent::Message { message }) => message,
+            Next::Event(_) => continue,
+            Next::Reconnecting => {
+                errln!("kd: kdd went away; reconnecting (up to {} s)…", RECONNECT.as_secs());
+                continue;
             }
-            if message.from == r.member && message.reply_to.is_some_and(|s| s >= seq) {
-                outln!("{}:\n{}\n", bold(styled, &message.from), safe(&message.body))?;
+            Next::Reconnected => {
+                errln!("kd: reconnected");
+                continue;
             }
+            Next::Gone(e) => return Err(e.into()),
+        };
+        if message.from == KD && message.reply_to == Some(seq) {
+            outln!("{}", bold(styled, &safe(&message.body)))?;
+            break;
+        }
+        if message.from == r.member && message.reply_to.is_some_and(|s| s >= seq) {
+            outln!("{}:\n{}\n", bold(styled, &message.from), safe(&message.body))?;
         }
     }
-    let trees = client.work_list(None, Some(thread)).await.map_err(ClientError::from)?;
+    let trees = follow.client().work_list(None, Some(thread)).await.map_err(ClientError::from)?;
     let up_to_date = trees.iter().any(|w| w.member == r.member && w.base == r.onto);
     Ok(if up_to_date { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

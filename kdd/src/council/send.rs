@@ -47,6 +47,10 @@ pub struct Request {
     /// none: kd sending a member back to fix its work while the vote over
     /// the task waits for the fix.
     pub beside: bool,
+    /// Kept on its exchange as the exchange's correlation id (unique on
+    /// the thread), for whoever asked to find it again after a restart
+    /// (`kd rebase` following the member it asked: [`crate::work::rebase`]).
+    pub tag: Option<String>,
 }
 
 /// Who a message is for.
@@ -140,7 +144,7 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
         thread: req.thread.clone(),
         seq: 0,
         kind: if work.is_empty() { Kind::Council } else { Kind::Work },
-        correlation_id: None,
+        correlation_id: req.tag.clone(),
         plan: journal.to_plan(),
         first_steps: starting.iter().map(|m| StepKey::answer(1, m)).collect(),
         path: req.path.clone(),
@@ -272,7 +276,7 @@ async fn send_to_node(
         thread: req.thread.clone(),
         seq: 0,
         kind: if work.is_empty() { Kind::Council } else { Kind::Work },
-        correlation_id: None,
+        correlation_id: req.tag.clone(),
         plan: serde_json::json!({ "routed": routed }),
         first_steps: vec![],
         // A PATH of this host means nothing on the owner's: it runs the

@@ -69,6 +69,7 @@ impl CouncilApiServer for Rpc {
             vote: false,
             path,
             beside: false,
+            tag: None,
         };
         send::send(&self.d.council, req).await
     }

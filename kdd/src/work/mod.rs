@@ -197,6 +197,7 @@ pub async fn start(co: &Arc<Coord>, t: Task) -> Result<WorkStarted, ErrorObjectO
         vote: t.vote,
         path: t.path.clone(),
         beside: false,
+        tag: None,
     };
     let sent = send::send(&co.council, req).await?;
     if t.vote {
@@ -339,5 +340,6 @@ pub(crate) fn to_member(
         vote: false,
         path,
         beside: false,
+        tag: None,
     }
 }

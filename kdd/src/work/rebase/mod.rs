@@ -12,15 +12,19 @@
 //! merge is undone (the branch as it was, every commit kept) and kd says
 //! so. Whatever the outcome, kd says it on the thread, answering the
 //! King's message. The work's base becomes the King's commit merged in, so
-//! its diff is what the member adds to the King's current code.
+//! its diff is what the member adds to the King's current code. The
+//! member's resolving is followed in [`follow`], through a restart too.
+
+mod follow;
+
+pub(crate) use follow::restarted;
 
 use std::path::Path;
 use std::sync::Arc;
 
 use jsonrpsee::types::ErrorObjectOwned;
 use kd_proto::ErrorCode;
-use kd_proto::names::{KD, KING};
-use kd_proto::types::{MessageKind, ThreadEvent};
+use kd_proto::types::ThreadEvent;
 use kd_proto::work::{RebaseOutcome, Rebased, WorkState, Worktree};
 
 use super::{git_error, worktree};
@@ -28,9 +32,7 @@ use crate::agent::spec::WorkRun;
 use crate::agent::work::{Committed, at_once, commit, record_head};
 use crate::client::ClientId;
 use crate::coord::Coord;
-use crate::council::send;
 use crate::db::Db;
-use crate::db::messages::NewMessage;
 use crate::git::merge::Merged;
 use crate::git::{self, member};
 
@@ -122,7 +124,7 @@ pub async fn rebase(
             let head = conclude(co, &w).await?;
             return Ok(outcome((&from, &theirs), RebaseOutcome::Merged, Some(head), Vec::new(), None));
         }
-        let seq = ask(co, &w, (&from, &theirs), &left, (client, path)).await?;
+        let seq = follow::ask(co, &w, (&from, &theirs), &left, (client, path)).await?;
         return Ok(outcome((&from, &theirs), RebaseOutcome::Resolving, None, left, Some(seq)));
     }
 
@@ -177,7 +179,7 @@ pub async fn rebase(
                 return Err(refused);
             }
             // Not asked (the member cannot run): the merge is undone.
-            let seq = match ask(co, &w, (&from, &onto), &files, (client, path)).await {
+            let seq = match follow::ask(co, &w, (&from, &onto), &files, (client, path)).await {
                 Ok(seq) => seq,
                 Err(e) => {
                     let _ = tree.merge_abort().await;
@@ -296,229 +298,4 @@ async fn conclude(co: &Arc<Coord>, w: &Worktree) -> Result<String, ErrorObjectOw
     publish(co, &w.thread, &w.member).await;
     let tree = open(w).await?;
     tree.head().await.map_err(git_error)
-}
-
-/// What the King's side changed in `files` since the member's branch left
-/// it, cut to [`THEIR_DIFF_BYTES`].
-async fn their_changes(w: &Worktree, onto: &str, files: &[String]) -> String {
-    let repo = Path::new(&w.repo);
-    let base = match git::git(repo, repo, &["merge-base", &w.head, onto], &[], 1024).await {
-        Ok(out) if out.ok => out.text().trim().to_string(),
-        _ => return String::new(),
-    };
-    let mut args: Vec<String> = ["diff", "--no-color", "--no-ext-diff", "--no-renames", &base, onto, "--"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    args.extend(files.iter().map(|f| format!(":(literal){f}")));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    match git::git(repo, repo, &args, &[], THEIR_DIFF_BYTES).await {
-        Ok(out) if out.ok => {
-            let mut text = out.text().trim_end_matches('\u{FFFD}').to_string();
-            if out.cut {
-                text.push_str("\n… (cut: the rest is in git diff)");
-            }
-            text
-        }
-        _ => String::new(),
-    }
-}
-
-/// Asks the member, in a King's message to it on the work thread, to
-/// resolve the conflicts in `files` (the King's branch `from` at `onto`
-/// merged in), then follows its run ([`follow`]). The message's seq.
-async fn ask(
-    co: &Arc<Coord>,
-    w: &Worktree,
-    (from, onto): (&str, &str),
-    files: &[String],
-    asker: (Option<ClientId>, Option<String>),
-) -> Result<u64, ErrorObjectOwned> {
-    let (seq, runs) = request(co, w, (from, onto), files, 1, asker.clone()).await?;
-    let (co, w, from, onto) = (co.clone(), w.clone(), from.to_string(), onto.to_string());
-    tokio::spawn(async move { follow(co, w, (from, onto), (seq, runs), asker).await });
-    Ok(seq)
-}
-
-/// The King's message to the member asking it (the `attempt`th time) to
-/// resolve the conflicts in `files`: its seq and the member's runs.
-async fn request(
-    co: &Arc<Coord>,
-    w: &Worktree,
-    (from, onto): (&str, &str),
-    files: &[String],
-    attempt: u32,
-    (client, path): (Option<ClientId>, Option<String>),
-) -> Result<(u64, Vec<String>), ErrorObjectOwned> {
-    let list = |note: &dyn Fn(&str) -> Option<String>| {
-        let line = |f: &String| match note(f) {
-            Some(note) => format!("- {f}: {note}"),
-            None => format!("- {f}"),
-        };
-        files.iter().map(line).collect::<Vec<_>>().join("\n")
-    };
-    let body = if attempt == 1 {
-        let theirs = their_changes(w, onto, files).await;
-        let theirs = if theirs.is_empty() {
-            String::new()
-        } else {
-            format!("\n\nWhat {from} changed in them since your work began:\n\n```diff\n{theirs}\n```")
-        };
-        // A conflict git wrote no marker for is told as what it is.
-        let conflicts = open(w).await?.conflicts().await.map_err(git_error)?;
-        let note = |f: &str| conflicts.iter().find(|c| c.path == f).and_then(|c| c.without_markers(from));
-        let noted = files.iter().filter(|f| note(f).is_some()).count();
-        let those = match noted {
-            0 => "Those files in your worktree now hold git's conflict markers (`<<<<<<<`, `=======`, `>>>>>>>`). ",
-            n if n == files.len() => "",
-            _ => "The others in your worktree now hold git's conflict markers (`<<<<<<<`, `=======`, `>>>>>>>`). ",
-        };
-        format!(
-            "Bring your work up to date: kd merged {} into your branch {}, and it conflicts in:\n\n{}\n\n\
-             {those}Resolve each conflict so that both sides' changes work together, and remove every marker; \
-             change nothing else. kd commits the merge when your run ends.{theirs}",
-            kd_proto::work::named_commit(from, onto),
-            w.branch,
-            list(&note)
-        )
-    } else {
-        format!(
-            "Conflict markers are still in:\n\n{}\n\nResolve those conflicts and remove every marker \
-             (`<<<<<<<`, `=======`, `>>>>>>>`): kd commits the merge of {from} only once none is left.",
-            list(&|_| None)
-        )
-    };
-    let req = super::to_member(&w.thread, &w.member, body, (client, path));
-    let sent = send::send(&co.council, req).await?;
-    Ok((sent.message.seq, sent.runs.iter().map(|r| r.run.id.clone()).collect()))
-}
-
-/// What became of the merge after the member's run.
-enum After {
-    /// kd's word on the outcome.
-    Said(String),
-    /// Markers are left in these files: the member is told again.
-    Again(Vec<String>),
-}
-
-/// Follows the member's resolving runs: once each ended, the merge is
-/// concluded (kd's commit at the run's end found no marker), or the member
-/// is told again, or the merge is undone. kd says the outcome answering
-/// the first request (`first`).
-async fn follow(
-    co: Arc<Coord>,
-    w: Worktree,
-    (from, onto): (String, String),
-    (first, mut runs): (u64, Vec<String>),
-    asker: (Option<ClientId>, Option<String>),
-) {
-    let mut attempt = 1;
-    let body = loop {
-        let mut stopped = false;
-        for id in &runs {
-            let run = co.council.agents.runs.all().into_iter().find(|r| r.id == *id);
-            if let Some(run) = run {
-                run.done().await;
-                stopped |= run.stop_reason().is_some();
-            }
-        }
-        if co.council.agents.is_closed() {
-            return;
-        }
-        let again = attempt < TRIES && !stopped;
-        match settle_after(&co, &w, (&from, &onto), attempt, again).await {
-            Ok(After::Said(body)) => break body,
-            Ok(After::Again(left)) => {
-                attempt += 1;
-                match request(&co, &w, (&from, &onto), &left, attempt, asker.clone()).await {
-                    Ok((_, next)) => runs = next,
-                    Err(e) => break format!("kd could not ask {} again: {}", w.member, e.message()),
-                }
-            }
-            Err(e) => break format!("kd could not bring {}'s work up to date: {}", w.member, e.message()),
-        }
-    };
-    let m = NewMessage {
-        reply_to: Some(first),
-        correlation_id: Some(format!("rebase-{first}")),
-        ..NewMessage::new(&w.thread, KD, vec![KING.to_string()], MessageKind::System, body)
-    };
-    if let Err(e) = co.council.agents.db.append_message(m).await {
-        tracing::warn!(thread = w.thread, "the rebase's outcome was not written: {e}");
-    }
-}
-
-/// What became of the merge after the member's `attempt`th run (`again`:
-/// it may be asked again).
-async fn settle_after(
-    co: &Arc<Coord>,
-    w: &Worktree,
-    (from, onto): (&str, &str),
-    attempt: u32,
-    again: bool,
-) -> Result<After, ErrorObjectOwned> {
-    let member = &w.member;
-    let tree = open(w).await?;
-    let resolved = |head: &str| {
-        format!(
-            "{member}'s work is up to date with {from}: {member} resolved the conflicts and kd committed the merge \
-             ({}). `kd accept {member}` merges it.",
-            short(head)
-        )
-    };
-    if tree.merging().await.map_err(git_error)?.is_none() {
-        let head = tree.head().await.map_err(git_error)?;
-        let holds = git::is_ancestor(Path::new(&w.repo), onto, &head).await.map_err(git_error)?;
-        return Ok(After::Said(if holds {
-            resolved(&head)
-        } else {
-            format!("The merge of {from} into {member}'s work is no longer in progress: nothing was committed.")
-        }));
-    }
-    let left = tree.unresolved().await.map_err(git_error)?;
-    if left.is_empty() {
-        // Resolved, but the run's commit did not conclude it (it failed).
-        let head = conclude(co, w).await?;
-        return Ok(After::Said(resolved(&head)));
-    }
-    if again {
-        return Ok(After::Again(left));
-    }
-    let why = if attempt < TRIES { " (its run was stopped)".to_string() } else { format!(" after {attempt} tries") };
-    let files = left.join(", ");
-    if let Err(e) = tree.merge_abort().await {
-        // A file the merge brought was changed since: left as it is,
-        // nothing of the member's lost (and it reads as not committed).
-        return Ok(After::Said(format!(
-            "{member}'s work was not brought up to date: conflict markers remain in {files}{why}, and kd could not \
-             undo the merge ({e}): it is left in progress in {}, {} as it was, every commit of {member}'s kept. kd \
-             rebase {member} asks {member} again; or kd reject {member}.",
-            w.path, w.branch
-        )));
-    }
-    // What its runs changed besides the markers is the member's work:
-    // committed as at a run's end, which also clears the word that its
-    // last run was not committed (that was the merge's markers).
-    let message = format!("{} (left when bringing it up to date failed)", w.task);
-    let kept = match commit(&co.council.agents.db, &w.thread, member, &WorkRun::of(w), &message, &at_once).await {
-        Ok(Committed::Commit(None)) => String::new(),
-        Ok(Committed::Commit(Some(c))) => {
-            format!(" What its runs changed besides is committed on top ({}).", short(&c))
-        }
-        Ok(Committed::Tampered(why)) => format!(" Its worktree is not as kd made it — {why}."),
-        Ok(Committed::Unrecorded { why, .. }) => {
-            format!(
-                " kd committed what its runs changed besides, but could not record it: {why} (kd rebase {member} records it)."
-            )
-        }
-        Err(why) => format!(" What its runs changed besides is not committed: {why}."),
-    };
-    publish(co, &w.thread, member).await;
-    Ok(After::Said(format!(
-        "{member}'s work was not brought up to date: conflict markers remain in {files}{why}. kd undid the merge: {} \
-         is as it was, every commit of {member}'s kept.{kept} Merge it into yours yourself in {} (git merge \
-         refs/heads/{}, resolving the conflicts there; kd accept {member} then finds it in your branch), or kd reject \
-         {member}.",
-        w.branch, w.repo, w.branch
-    )))
 }
