@@ -75,6 +75,11 @@ pub struct RunMeta {
     /// The model, when the backend (or an imported file) names it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// Why the run was stopped short, when neither a client's cancel nor
+    /// kdd stopping did it: `stopped by a member's emergency broadcast`
+    /// (its message is `interrupted`; `run_cancelled` says it live).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
 }
 
 /// One message of a thread. `seq` is dense per thread: 1, 2, 3 …

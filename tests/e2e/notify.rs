@@ -581,6 +581,11 @@ async fn an_exchange_a_members_emergency_stopped_is_notified() {
         _ => None,
     });
     assert_eq!(cancelled, Some(Some("stopped by a member's emergency broadcast".to_string())), "{ended:?}");
+    // Its message keeps why, for every client that shows it later.
+    let messages = h.c.thread_messages(h.t.clone(), None, None, None, None).await.unwrap().into_vec();
+    let cut = messages.iter().find(|m| m.kind == MessageKind::Interrupted).expect("the stopped run's message");
+    let kept = cut.run.as_ref().and_then(|r| r.stopped.as_deref());
+    assert_eq!(kept, Some("stopped by a member's emergency broadcast"), "{cut:?}");
     h.hold.close().unwrap();
     let got = notified(&mut h.live, 1).await;
     assert_eq!(kinds(&got), BTreeSet::from([(NotifyKind::Done, Some(h.sent))]), "{got:?}");

@@ -53,6 +53,9 @@ pub struct Entry {
     /// The member's work on this thread, shown under its latest answer's
     /// panel (F-W3).
     pub work: Option<Worktree>,
+    /// Why its run was stopped short, when no client cancelled it (a
+    /// member's emergency broadcast): said in place of `interrupted`.
+    pub stopped: Option<String>,
     /// Approvals its member's CLI asked on this run, pending or decided
     /// (the latest few; [`super::approvals`]).
     pub approvals: Vec<kd_proto::approval::Approval>,
@@ -66,6 +69,7 @@ impl Entry {
             activity: None,
             queued: false,
             work: None,
+            stopped: None,
             approvals: Vec::new(),
             kind,
             member: member.to_string(),
@@ -96,6 +100,7 @@ impl Entry {
         e.round = m.round;
         e.route = m.route.map(|r| (r, m.to.clone()));
         e.purpose = m.purpose;
+        e.stopped = m.run.as_ref().and_then(|r| r.stopped.clone());
         e
     }
 

@@ -1110,3 +1110,18 @@ fn reopened_after_a_restart_a_run_asked_again_streams_in_the_interrupted_ones_pl
     assert_eq!(app.entries[1].text, "Hello");
     assert_eq!(app.my_runs_in_flight(), 0, "the runs of before the restart are not waited for");
 }
+
+/// A run another member's emergency broadcast stopped reads so, not as
+/// one you interrupted (its message keeps why: `run.stopped`).
+#[test]
+fn a_run_a_members_emergency_stopped_says_so_not_interrupted() {
+    let mut app = App::new(thread());
+    let mut stopped = message(2, "codex", MessageKind::Interrupted, "I was", Some("r1"));
+    if let Some(run) = stopped.run.as_mut() {
+        run.stopped = Some("stopped by a member's emergency broadcast".into());
+    }
+    app.load(thread(), &[message(1, "king", MessageKind::King, "Go", None), stopped]);
+    let shown = screen(&mut app, 80, 12);
+    assert!(shown.contains("codex · stopped by a member's emergency broadcast"), "{shown}");
+    assert!(!shown.contains("interrupted"), "{shown}");
+}

@@ -291,7 +291,10 @@ fn build_panel(entry: &Entry, width: u16, palette: &Palette) -> Vec<Line<'static
         Kind::Waiting => title.push(Span::styled(" ── waiting...", dim)),
         Kind::Error { timed_out: true } => title.push(Span::styled(" · timed out", border)),
         Kind::Error { timed_out: false } => title.push(Span::styled(" · error", border)),
-        Kind::Interrupted => title.push(Span::styled(" · interrupted", dim)),
+        Kind::Interrupted => {
+            let why = entry.stopped.as_deref().map_or_else(|| "interrupted".into(), kd_client::terminal::safe_line);
+            title.push(Span::styled(format!(" · {why}"), dim))
+        }
         // kd's own panels already say so by their name.
         Kind::System if tally || entry.member == kd_proto::names::KD => {}
         Kind::System => title.push(Span::styled(" · kd", dim)),

@@ -9,7 +9,7 @@ use kd_client::markdown;
 use kd_client::prelude::*;
 use kd_client::reading::InOrder;
 use kd_client::style::{Palette, bold, dim, paint};
-use kd_client::terminal::safe;
+use kd_client::terminal::{safe, safe_line};
 use kd_client::{ClientError, workspace};
 use kd_proto::types::{Message, MessageKind, SessionStatus, Thread, ThreadStatus};
 
@@ -151,7 +151,11 @@ fn render_message(m: &Message, styled: bool, palette: &Palette) -> String {
     }
     match m.kind {
         MessageKind::Error => meta.push_str(" [error]"),
-        MessageKind::Interrupted => meta.push_str(" [interrupted]"),
+        MessageKind::Interrupted => match m.run.as_ref().and_then(|r| r.stopped.as_deref()) {
+            // Stopped by a member's emergency broadcast, not by you.
+            Some(why) => meta.push_str(&format!(" [{}]", safe_line(why))),
+            None => meta.push_str(" [interrupted]"),
+        },
         MessageKind::System => meta.push_str(" [system]"),
         _ => {}
     }
@@ -433,6 +437,17 @@ mod tests {
         m.replaces = Some(2);
         let shown = render_message(&m, false, &Palette::new(&["claude".to_string()], vec![]));
         assert!(shown.contains("(replaces #2)") && !shown.contains("retry"), "{shown}");
+    }
+
+    #[test]
+    fn a_run_a_members_emergency_stopped_says_so_not_interrupted() {
+        let mut m = testkit::message(3, "codex", MessageKind::Interrupted, "I was", Some("r-1"));
+        if let Some(run) = m.run.as_mut() {
+            run.stopped = Some("stopped by a member's emergency broadcast".into());
+        }
+        let shown = render_message(&m, false, &Palette::new(&["codex".to_string()], vec![]));
+        assert!(shown.contains("[stopped by a member's emergency broadcast]"), "{shown}");
+        assert!(!shown.contains("[interrupted]"), "{shown}");
     }
 
     #[test]

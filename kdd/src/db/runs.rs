@@ -76,7 +76,7 @@ impl Finish {
             kind,
             body: std::mem::take(&mut self.body),
             round: run.round,
-            run: Some(self.meta.clone()),
+            run: Some(RunMeta { stopped: self.stopped().map(str::to_string), ..self.meta.clone() }),
             correlation_id: Some(run.id.clone()),
             fence: None,
             replaces: run.replaces,
@@ -110,6 +110,13 @@ impl Finish {
             end.backend_session_id = end.backend_session_id.or_else(|| self.meta.backend_session_id.clone());
             end
         })
+    }
+
+    /// Why a cancelled run was stopped, when neither a client's cancel nor
+    /// kdd stopping did it (a member's emergency broadcast): kept on its
+    /// message's run and told with `run_cancelled`.
+    fn stopped(&self) -> Option<&str> {
+        (self.status == RunStatus::Cancelled).then_some(self.error.as_deref()).flatten()
     }
 
     /// The event a run's end records (`run.finish`, `run.timeout`, …), its
@@ -165,7 +172,8 @@ impl Finish {
             RunStatus::Done => ThreadEvent::RunFinished { run: id, member, seq },
             RunStatus::Cancelled | RunStatus::Interrupted => {
                 let interrupted = self.status == RunStatus::Interrupted;
-                ThreadEvent::RunCancelled { run: id, member, seq, interrupted, reason: self.error }
+                let reason = self.stopped().map(str::to_string);
+                ThreadEvent::RunCancelled { run: id, member, seq, interrupted, reason }
             }
             status => ThreadEvent::RunError {
                 run: id,

@@ -271,6 +271,40 @@ async fn a_streaming_answer_is_cancelled_and_a_failed_one_retried_in_the_page() 
     b.close().await;
 }
 
+/// An answer another member's emergency broadcast stopped says so in the
+/// page — live, and from its stored message after a reload — where one
+/// you cancelled says `interrupted`.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_a_members_emergency_stopped_says_why_in_the_page() {
+    let hold = kd_tests::Hold::new();
+    let ws = Workspace::new(&[
+        ("claude", "claude", &[("FAKE_TEXT", "Working on it."), ("FAKE_HOLD", hold.var())]),
+        ("codex", "codex", &[]),
+    ]);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let Some((b, origin)) = paired(&kdd, "web::thread::emergency").await else { return };
+    open_thread(&b, &origin, &t).await;
+    let to = Some(vec!["claude".to_string()]);
+    c.council_send(t.clone(), "Hold on, please.".into(), to, None, None, None, None, Some(0), None, None)
+        .await
+        .unwrap();
+    b.until("claude streaming", "return document.querySelector('.msg.streaming .body')?.textContent").await;
+    c.emergency_broadcast(t.clone(), "Stop: main is broken.".into(), Some("codex".into()), Some(true), None)
+        .await
+        .unwrap();
+    // (The broadcast itself then asks claude: that run streams, held.)
+    let said = "return document.querySelector('.msg[data-from=claude][data-kind=interrupted] .state')?.textContent";
+    let stopped = json!("stopped by a member's emergency broadcast");
+    assert_eq!(b.until("claude's stopped answer", said).await, stopped);
+    b.screenshot("stopped").await;
+    open_thread(&b, &origin, &t).await;
+    assert_eq!(b.until("claude's stopped answer, reloaded", said).await, stopped);
+    hold.release();
+    b.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_answer_in_markdown_is_rendered_and_nothing_in_it_runs() {
     let answer = "# A heading\n\nSome *prose* and a list:\n\n- one\n- two\n\n```rust\nfn main() { let x = \"<b>\"; }\n```\n\n\

@@ -172,6 +172,8 @@ export function threadView(rpc, main, id) {
     const live = runId && byRun.get(runId);
     const b = block(`${m.kind}`, m.from, { 'data-seq': String(m.seq), 'data-from': m.from, 'data-kind': m.kind });
     b.text.textContent = m.body;
+    // Cut short: by you or kdd stopping, or (said) by a member's emergency broadcast.
+    if (m.kind === 'interrupted') b.state.textContent = (m.run && m.run.stopped) || 'interrupted';
     if (MARKDOWN.has(m.kind) && m.body) queueRender(m.seq, b.text);
     if (m.kind === 'error') {
       b.actions.append(button('Retry', { class: 'retry' }, (e) => {
