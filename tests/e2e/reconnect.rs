@@ -448,8 +448,13 @@ async fn kd_work_reconnects_after_a_kill_9_and_waits_for_the_resumed_run() {
     k.current_dir(ws.dir.path()).args(["work", "Add a line"]);
     let mut work = Piped::spawn(k);
     let c = kdd.client().await;
-    within("claude at work", async {
-        while !c.run_list(None).await.unwrap().iter().any(|r| r.chars > 0) {
+    // claude at work, and kd work following it: its approvals' and the
+    // thread's subscriptions made (killed before the second, kd work lost
+    // the connection instead of riding through it: a flake under load).
+    within("claude at work, followed", async {
+        while !c.run_list(None).await.unwrap().iter().any(|r| r.chars > 0)
+            || c.daemon_status().await.unwrap().subscriptions < 2
+        {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
     })
