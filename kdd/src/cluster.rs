@@ -48,11 +48,16 @@ impl Default for Settings {
     }
 }
 
-/// Resumes what this node left open, then serves the cluster until
-/// `shutdown`.
-pub fn spawn(co: Arc<Coord>, settings: Settings, shutdown: CancellationToken) {
+/// Resumes what this node `left` open ([`crate::resume::left`]), then
+/// serves the cluster until `shutdown`.
+pub fn spawn(
+    co: Arc<Coord>,
+    left: Vec<crate::db::exchanges::Exchange>,
+    settings: Settings,
+    shutdown: CancellationToken,
+) {
     tokio::spawn(async move {
-        crate::resume::all(&co).await;
+        crate::resume::all(&co, left).await;
         let db = co.council.agents.db.clone();
         let Some(mut cancels) = db.cancels() else { return };
         // Said once per outage of the registry, not at every look.

@@ -224,6 +224,9 @@ pub async fn run(mut opts: Options) -> anyhow::Result<Stopped> {
     if recovered.runs > 0 {
         tracing::warn!("recorded {} run(s) left in flight by the previous daemon as interrupted", recovered.runs);
     }
+    // What it left open, to resume: read before serving, for what this
+    // daemon begins is its own.
+    let left = resume::left(&db).await;
     let listener = match inherited {
         Some(i) => tokio::net::UnixListener::from_std(i.listener).context("cannot use the passed socket")?,
         None => claim.bind()?,
@@ -249,7 +252,7 @@ pub async fn run(mut opts: Options) -> anyhow::Result<Stopped> {
     let db = daemon.db.clone();
     tokio::spawn(async move {
         recovered.commit_work(&db).await;
-        cluster::spawn(coord, opts.cluster, shutdown);
+        cluster::spawn(coord, left, opts.cluster, shutdown);
         let n = checks.resume().await;
         if n > 0 {
             tracing::info!("{n} check(s) left running by the previous daemon run again");

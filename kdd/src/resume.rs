@@ -17,9 +17,10 @@ use crate::config::{self, Config};
 use crate::coord::Coord;
 use crate::council::Launch;
 use crate::council::exchange::{self, Journal};
+use crate::council::exchanges::Exchange as Live;
 use crate::db::exchanges::{Exchange, Kind, Purpose, StepState};
 use crate::db::messages::NewMessage;
-use crate::db::{DbError, now_ms};
+use crate::db::{Db, DbError, now_ms};
 
 /// What a resume pass did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -31,32 +32,44 @@ pub struct Resumed {
     pub given_up: usize,
 }
 
-/// Resumes every unfinished exchange, oldest first.
-pub async fn all(co: &Arc<Coord>) -> Resumed {
-    let db = &co.council.agents.db;
+/// What became of an exchange left open.
+enum Fate {
+    /// Driven again here — a council or work exchange by this one.
+    Resumed(Option<Arc<Live>>),
+    /// A newer exchange on its thread took its place while kdd was
+    /// starting.
+    Superseded,
+    /// Stopped for good, with what kd would have told the King when what
+    /// followed the exchange tells it instead (a rebase's outcome).
+    Stopped(Option<String>),
+}
+
+/// The exchanges the previous daemon left open, oldest first: read before
+/// this one serves, for what this one begins is its own to drive.
+pub async fn left(db: &Db) -> Vec<Exchange> {
+    db.unfinished_exchanges().await.unwrap_or_else(|e| {
+        tracing::error!("cannot read the exchanges to resume: {e}");
+        Vec::new()
+    })
+}
+
+/// Resumes the exchanges the previous daemon `left` open, oldest first.
+pub async fn all(co: &Arc<Coord>, left: Vec<Exchange>) -> Resumed {
     let mut done = Resumed::default();
-    let open = match db.unfinished_exchanges().await {
-        Ok(open) => open,
-        Err(e) => {
-            tracing::error!("cannot read the exchanges to resume: {e}");
-            return done;
-        }
-    };
-    for x in open {
-        let resumed = match one(co, &x, &mut done).await {
-            Ok(resumed) => resumed,
+    for x in left {
+        let fate = match one(co, &x, &mut done).await {
+            Ok(fate) => fate,
             Err(e) => {
                 tracing::error!(thread = x.thread, exchange = x.seq, "cannot resume the exchange: {e}");
                 continue;
             }
         };
-        if resumed {
-            done.resumed += 1;
-        } else {
+        if matches!(fate, Fate::Stopped(_)) {
             done.stopped += 1;
+        } else {
+            done.resumed += 1;
         }
-        // What followed it in memory (a rebase's request) follows it again.
-        crate::work::rebase::restarted(co, &x, resumed).await;
+        followed(co, &x, fate).await;
     }
     if done != Resumed::default() {
         tracing::info!(
@@ -75,79 +88,98 @@ pub async fn all(co: &Arc<Coord>) -> Resumed {
 pub async fn taken(co: &Arc<Coord>, x: &Exchange) {
     let mut done = Resumed::default();
     match one(co, x, &mut done).await {
-        Ok(resumed) => crate::work::rebase::restarted(co, x, resumed).await,
+        Ok(fate) => followed(co, x, fate).await,
         Err(e) => tracing::error!(thread = x.thread, exchange = x.seq, "cannot drive the exchange taken: {e}"),
     }
 }
 
-/// Resumes `x`, or stops it for good when it may not be; true if resumed.
-async fn one(co: &Arc<Coord>, x: &Exchange, done: &mut Resumed) -> Result<bool, DbError> {
+/// What followed `x` in memory (a rebase's request) follows it again, as
+/// its `fate` has it.
+async fn followed(co: &Arc<Coord>, x: &Exchange, fate: Fate) {
+    let (live, said) = match fate {
+        Fate::Resumed(live) => (live, None),
+        Fate::Superseded => (None, None),
+        Fate::Stopped(said) => (None, said),
+    };
+    crate::work::rebase::restarted(co, x, live, said).await;
+}
+
+/// Resumes `x`, or stops it for good when it may not be.
+async fn one(co: &Arc<Coord>, x: &Exchange, done: &mut Resumed) -> Result<Fate, DbError> {
     let db = &co.council.agents.db;
     // A question routed here is not begun yet: it begins (as it would have
     // on the node that has the workspace).
     if crate::council::send::Routed::of(&x.plan).is_some() {
-        return crate::council::send::take_routed(&co.council, x).await;
+        let begun = crate::council::send::take_routed(&co.council, x).await?;
+        return Ok(if begun { Fate::Resumed(None) } else { Fate::Stopped(None) });
     }
     let thread = match db.thread(x.thread.clone()).await {
         Ok(t) => t,
-        Err(DbError::NotFound(_)) => return Ok(false),
+        Err(DbError::NotFound(_)) => return Ok(Fate::Stopped(None)),
         Err(e) => return Err(e),
     };
     if thread.status == ThreadStatus::Archived {
-        stop(co, x, "the thread is archived".into()).await?;
-        return Ok(false);
+        return stop(co, x, "the thread is archived".into()).await;
     }
     // Its agents are found as when it was asked: on the asking client's PATH.
     let config = match config::load_for(std::path::Path::new(&thread.workspace), x.path.as_deref()) {
         Ok(c) => c,
         Err(e) => {
             let why = format!("kd restarted and could not resume this exchange: configuration: {e}");
-            stop_saying(co, x, "configuration", why).await?;
-            return Ok(false);
+            return stop_saying(co, x, "configuration", why, "").await;
         }
     };
     let within = config.council.resume_within;
     if within.is_zero() {
-        stop(co, x, "resuming is off (council.resume_within is 0)".into()).await?;
-        return Ok(false);
+        return stop(co, x, "resuming is off (council.resume_within is 0)".into()).await;
     }
     let age = Duration::from_millis(now_ms().saturating_sub(x.created_at_ms).max(0) as u64);
     if age > within {
         let why = format!(
             "kd restarted: this exchange (begun {} ago) is older than council.resume_within ({}) and was not \
-             resumed; `kd retry` asks failed members again",
+             resumed",
             human(age),
             human(within)
         );
-        stop_saying(co, x, "expired", why).await?;
-        return Ok(false);
+        return stop_saying(co, x, "expired", why, "; `kd retry` asks failed members again").await;
     }
     done.given_up += give_up_cut_steps(co, x, &config).await?;
     let work = crate::council::work_runs(db, &thread.id).await?;
     // Each driver sets the style and timeout its plan keeps.
     let launch = Launch { thread, config, style: Default::default(), timeout: None, client: None, prompt: None, work };
     db.exchange_resumed(x.clone()).await?;
-    let resumed = match x.kind {
-        Kind::Council => exchange::resume(co.council.clone(), x, launch).await,
+    let driven = |resumed: bool| if resumed { Some(Fate::Resumed(None)) } else { None };
+    let fate = match x.kind {
+        Kind::Council => rounds(exchange::resume(co.council.clone(), x, launch).await),
         // The rounds' replay, then the vote over the work when one is due.
         Kind::Work => {
             let vote = Journal::from_plan(&x.plan).is_some_and(|j| j.vote);
-            let resumed = exchange::resume(co.council.clone(), x, launch).await;
-            if resumed && vote {
+            let fate = rounds(exchange::resume(co.council.clone(), x, launch).await);
+            if vote && fate.is_some() {
                 crate::work::vote::after_rounds(co, &x.thread, x.seq);
             }
-            resumed
+            fate
         }
         // Its drive reads its own plan and the workspace's configuration.
-        Kind::Completion => crate::coord::completion::resume(co, x),
-        Kind::Retry => crate::council::retry::resume(&co.council, x, launch).await,
-        Kind::Route => crate::council::deliver::resume(&co.council, x, launch).await,
-        Kind::Review => false,
+        Kind::Completion => driven(crate::coord::completion::resume(co, x)),
+        Kind::Retry => driven(crate::council::retry::resume(&co.council, x, launch).await),
+        Kind::Route => driven(crate::council::deliver::resume(&co.council, x, launch).await),
+        Kind::Review => None,
     };
-    if !resumed {
-        stop(co, x, format!("kd cannot resume this {} exchange", x.kind.as_str())).await?;
+    match fate {
+        Some(fate) => Ok(fate),
+        None => stop(co, x, format!("kd cannot resume this {} exchange", x.kind.as_str())).await,
     }
-    Ok(resumed)
+}
+
+/// The fate of an exchange of rounds [`exchange::resume`] took up (none:
+/// it could not).
+fn rounds(resumed: exchange::Resumed) -> Option<Fate> {
+    match resumed {
+        exchange::Resumed::Driving(ex) => Some(Fate::Resumed(Some(ex))),
+        exchange::Resumed::Superseded => Some(Fate::Superseded),
+        exchange::Resumed::Not => None,
+    }
 }
 
 /// Leaves failed each step cut `council.resume_attempts` times: its
@@ -186,24 +218,29 @@ async fn give_up_cut_steps(co: &Arc<Coord>, x: &Exchange, config: &Config) -> Re
     Ok(n)
 }
 
-/// Stops `x` for good with `reason`, telling the King why in a message
-/// from kd.
-async fn stop_saying(co: &Arc<Coord>, x: &Exchange, reason: &str, why: String) -> Result<(), DbError> {
+/// Stops `x` for good with `reason`, telling the King `why` (and what to
+/// do `then`) in a message from kd — or, when what followed it says how
+/// it ended (a rebase's request), leaving that to say why.
+async fn stop_saying(co: &Arc<Coord>, x: &Exchange, reason: &str, why: String, then: &str) -> Result<Fate, DbError> {
+    if crate::work::rebase::is_request(x) {
+        stop(co, x, reason.into()).await?;
+        return Ok(Fate::Stopped(Some(why)));
+    }
     let notice = NewMessage {
         reply_to: Some(x.seq),
         correlation_id: Some(format!("x-{}", x.seq)),
-        ..NewMessage::new(&x.thread, KD, vec![KING.to_string()], MessageKind::System, why)
+        ..NewMessage::new(&x.thread, KD, vec![KING.to_string()], MessageKind::System, format!("{why}{then}"))
     };
     co.council.agents.db.stop_exchange_with_notice(x.id, reason.into(), notice).await?;
     stopped(co, x);
-    Ok(())
+    Ok(Fate::Stopped(None))
 }
 
 /// Stops `x` for good with `reason`.
-async fn stop(co: &Arc<Coord>, x: &Exchange, reason: String) -> Result<(), DbError> {
+async fn stop(co: &Arc<Coord>, x: &Exchange, reason: String) -> Result<Fate, DbError> {
     co.council.agents.db.stop_exchange(x.id, reason).await?;
     stopped(co, x);
-    Ok(())
+    Ok(Fate::Stopped(None))
 }
 
 /// Tells the thread's subscribers that `x` is over — a client that waited

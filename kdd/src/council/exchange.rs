@@ -157,16 +157,26 @@ pub async fn run(c: Arc<Council>, ex: Arc<Exchange>, plan: Plan) {
     c.exchanges.end(&ex);
 }
 
+/// What [`resume`] made of an exchange left open.
+pub enum Resumed {
+    /// It is driven again, as this exchange.
+    Driving(Arc<Exchange>),
+    /// A newer exchange began on its thread while kdd was starting: it is
+    /// not driven (the journal says so too).
+    Superseded,
+    /// Its journal cannot be read: not resumed.
+    Not,
+}
+
 /// Takes exchange `x` up again after a restart (F-J2), with `launch` as
 /// its workspace's configuration says today.
-pub async fn resume(c: Arc<Council>, x: &crate::db::exchanges::Exchange, launch: Launch) -> bool {
-    let Some(journal) = Journal::from_plan(&x.plan) else { return false };
+pub async fn resume(c: Arc<Council>, x: &crate::db::exchanges::Exchange, launch: Launch) -> Resumed {
+    let Some(journal) = Journal::from_plan(&x.plan) else { return Resumed::Not };
     let launch =
         Launch { style: journal.style, timeout: journal.timeout_s.map(std::time::Duration::from_secs), ..launch };
     let ex = Arc::new(Exchange::new(x.thread.clone(), x.seq, x.id));
     if !c.exchanges.resume(ex.clone()) {
-        // Superseded while kdd was starting: the journal says so too.
-        return true;
+        return Resumed::Superseded;
     }
     // Its hand-offs count against council.max_hops as before; the ones a
     // restart cut are asked again (nothing follows their answers).
@@ -179,8 +189,8 @@ pub async fn resume(c: Arc<Council>, x: &crate::db::exchanges::Exchange, launch:
         }
         Err(e) => tracing::warn!(thread = x.thread, "cannot read the exchange's hand-offs: {e}"),
     }
-    tokio::spawn(run(c, ex, Plan { launch, journal, started: vec![] }));
-    true
+    tokio::spawn(run(c, ex.clone(), Plan { launch, journal, started: vec![] }));
+    Resumed::Driving(ex)
 }
 
 /// `op`, a read or write of the exchange's journal, waiting while the

@@ -51,6 +51,11 @@ impl Exchange {
         self.ended.cancelled().await
     }
 
+    /// Its driver has returned.
+    pub fn has_ended(&self) -> bool {
+        self.ended.is_cancelled()
+    }
+
     /// The last round event published, for subscribers joining now.
     pub fn round_event(&self) -> Option<ThreadEvent> {
         self.round.lock().unwrap_or_else(|e| e.into_inner()).clone()

@@ -5,7 +5,9 @@
 //! request. Each request's exchange carries a [`Mark`] (its correlation
 //! id), so that a restart of kdd that cut the member's run follows it
 //! again ([`restarted`]): once the resumed run ended, or at once when
-//! kdd did not resume it (its run then counts as stopped).
+//! kdd did not resume it (its run then counts as stopped). Nothing is
+//! looked at while a run of the member is in flight on the thread, and
+//! the outcome is said once.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -23,8 +25,8 @@ use crate::client::ClientId;
 use crate::coord::Coord;
 use crate::council::exchanges::Exchange as Live;
 use crate::council::send;
-use crate::db::exchanges::Exchange;
-use crate::db::messages::NewMessage;
+use crate::db::exchanges::{Exchange, Purpose, StepState};
+use crate::db::messages::{NewMessage, Page};
 use crate::db::random_id;
 use crate::git;
 
@@ -65,14 +67,26 @@ impl Mark {
     }
 }
 
+/// Whether exchange `x` is a rebase's request (what follows it says how
+/// it ended).
+pub(crate) fn is_request(x: &Exchange) -> bool {
+    Mark::of(x).is_some()
+}
+
 /// Follows again the request whose exchange `x` a previous daemon left
-/// open (`resumed`: this one resumed it): once its runs ended, or at once.
-pub(crate) async fn restarted(co: &Arc<Coord>, x: &Exchange, resumed: bool) {
+/// open: once `live`, the exchange resuming it, ended — or, not resumed,
+/// at once (its run then counts as stopped), saying first why (`said`).
+pub(crate) async fn restarted(co: &Arc<Coord>, x: &Exchange, live: Option<Arc<Live>>, said: Option<String>) {
     let Some(mark) = Mark::of(x) else { return };
-    let Ok(w) = super::worktree(&co.council.agents.db, &x.thread, &mark.member).await else { return };
+    let w = match super::worktree(&co.council.agents.db, &x.thread, &mark.member).await {
+        Ok(w) => w,
+        Err(e) => {
+            let body = format!("kd could not follow {}'s resolving of the rebase again: {}", mark.member, e.message());
+            return say(co, &x.thread, mark.first, body).await;
+        }
+    };
     tracing::info!(thread = x.thread, member = mark.member, "following the resolving of a rebase again");
-    let live = co.council.exchanges.current(&x.thread).filter(|ex| resumed && ex.king == x.seq);
-    let waiting = Waiting { runs: Vec::new(), stopped: live.is_none(), exchange: live };
+    let waiting = Waiting { runs: Vec::new(), stopped: live.is_none(), exchange: live, said };
     tokio::spawn(follow(co.clone(), w, mark, waiting, (None, x.path.clone())));
 }
 
@@ -122,7 +136,7 @@ pub(super) async fn ask(
     };
     let (seq, runs) = request(co, w, &mark, files, asker.clone()).await?;
     mark.first = seq;
-    let waiting = Waiting { runs, exchange: None, stopped: false };
+    let waiting = Waiting { runs, exchange: None, stopped: false, said: None };
     tokio::spawn(follow(co.clone(), w.clone(), mark, waiting, asker));
     Ok(seq)
 }
@@ -193,10 +207,13 @@ enum After {
 struct Waiting {
     /// The member's runs.
     runs: Vec<String>,
-    /// The exchange a restart resumed: its end.
+    /// The exchange a restart resumed: its end, and whether the member
+    /// answered in it.
     exchange: Option<Arc<Live>>,
     /// The member's run was stopped (not asked again).
     stopped: bool,
+    /// Why a restart did not resume the request, said before the outcome.
+    said: Option<String>,
 }
 
 /// Follows the member's resolving runs: once each ended, the merge is
@@ -221,8 +238,9 @@ async fn follow(
         }
         if let Some(ex) = &waiting.exchange {
             ex.ended().await;
-            stopped |= ex.is_stopped();
+            stopped |= !answered(&co, ex.id, &mark.member).await;
         }
+        quiet(&co, &w).await;
         if co.council.agents.is_closed() {
             return;
         }
@@ -232,21 +250,69 @@ async fn follow(
             Ok(After::Again(left)) => {
                 mark.attempt += 1;
                 match request(&co, &w, &mark, &left, asker.clone()).await {
-                    Ok((_, runs)) => waiting = Waiting { runs, exchange: None, stopped: false },
+                    Ok((_, runs)) => waiting = Waiting { runs, exchange: None, stopped: false, said: None },
                     Err(e) => break format!("kd could not ask {} again: {}", w.member, e.message()),
                 }
             }
             Err(e) => break format!("kd could not bring {}'s work up to date: {}", w.member, e.message()),
         }
     };
-    let first = mark.first;
+    let body = match waiting.said {
+        Some(why) => format!("{why}. {body}"),
+        None => body,
+    };
+    say(&co, &w.thread, mark.first, body).await;
+}
+
+/// Whether `member` answered in exchange `x` (its answer's step done).
+async fn answered(co: &Coord, x: crate::db::exchanges::ExchangeId, member: &str) -> bool {
+    match co.council.agents.db.exchange_steps(x).await {
+        Ok(steps) => steps
+            .iter()
+            .any(|s| s.key.member == member && s.key.purpose == Purpose::Answer && s.state == StepState::Done),
+        Err(e) => {
+            tracing::warn!("cannot read whether {member} answered: {e}");
+            false
+        }
+    }
+}
+
+/// Returns once no exchange is under way on the work's thread and no run
+/// of its member is in flight there: nothing is looked at, concluded or
+/// undone in a worktree a run works in.
+async fn quiet(co: &Coord, w: &Worktree) {
+    let c = &co.council;
+    loop {
+        if let Some(ex) = c.exchanges.current(&w.thread).filter(|ex| !ex.has_ended()) {
+            ex.ended().await;
+            continue;
+        }
+        let runs = c.agents.runs.list(Some(&w.thread));
+        let Some(run) = runs.iter().find(|r| r.member == w.member) else { return };
+        run.done().await;
+    }
+}
+
+/// Writes kd's word on the rebase answering its first request `first` —
+/// once: a word already there (a follower before a restart) stands.
+async fn say(co: &Coord, thread: &str, first: u64, body: String) {
+    let db = &co.council.agents.db;
+    let page = Page { bodies: false, ..Page::all_after(first) };
+    match db.messages(thread.to_string(), page).await {
+        Ok(after) if after.iter().any(|m| m.from == KD && m.reply_to == Some(first)) => {
+            tracing::info!(thread, "the rebase's outcome was said already");
+            return;
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(thread, "cannot read whether the rebase's outcome was said: {e}"),
+    }
     let m = NewMessage {
         reply_to: Some(first),
         correlation_id: Some(format!("rebase-{first}")),
-        ..NewMessage::new(&w.thread, KD, vec![KING.to_string()], MessageKind::System, body)
+        ..NewMessage::new(thread, KD, vec![KING.to_string()], MessageKind::System, body)
     };
-    if let Err(e) = co.council.agents.db.append_message(m).await {
-        tracing::warn!(thread = w.thread, "the rebase's outcome was not written: {e}");
+    if let Err(e) = db.append_message(m).await {
+        tracing::warn!(thread, "the rebase's outcome was not written: {e}");
     }
 }
 

@@ -17,7 +17,7 @@
 
 mod follow;
 
-pub(crate) use follow::restarted;
+pub(crate) use follow::{is_request, restarted};
 
 use std::path::Path;
 use std::sync::Arc;
