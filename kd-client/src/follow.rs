@@ -15,7 +15,7 @@
 //! (`approval.list`) on [`Next::Reconnected`].
 
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use jsonrpsee::core::client::Subscription;
@@ -100,7 +100,9 @@ impl Feed for ApprovalFeed {
 
 /// A subscription that rides through a restart of the daemon.
 pub struct Following<F: Feed> {
-    client: Client,
+    /// None while the daemon that went away before the first subscription
+    /// was made is reconnected to.
+    client: Option<Client>,
     sub: Option<Subscription<F::Item>>,
     socket: PathBuf,
     feed: F,
@@ -126,6 +128,19 @@ impl Following<ThreadFeed> {
         Following::of(client, sub, ThreadFeed { thread, last_seq: since }, patience)
     }
 
+    /// Follows `thread` after message `since` on `connected`, a
+    /// connection of its own — or, when the daemon went away before the
+    /// subscription was made, from reconnecting ([`Following::start`]).
+    pub async fn start_after(
+        connected: Result<Client, ClientError>,
+        socket: &Path,
+        thread: String,
+        since: u64,
+        patience: Duration,
+    ) -> Result<Follow, ClientError> {
+        Following::start(connected, socket, ThreadFeed { thread, last_seq: since }, patience).await
+    }
+
     /// The last message seen.
     pub fn last_seq(&self) -> u64 {
         self.feed.last_seq
@@ -138,12 +153,37 @@ impl<F: Feed> Following<F> {
     /// end).
     pub fn of(client: Client, sub: Subscription<F::Item>, feed: F, patience: Duration) -> Following<F> {
         let socket = client.socket().to_path_buf();
-        Following { client, sub: Some(sub), socket, feed, patience, outage: None }
+        Following { client: Some(client), sub: Some(sub), socket, feed, patience, outage: None }
     }
 
-    /// The connection in use (a new one after a reconnect).
-    pub fn client(&self) -> &Client {
-        &self.client
+    /// Follows `feed` from a subscription made on `connected`, a new
+    /// connection to `socket` — or, when the daemon went away before it
+    /// was made (a connection error: the daemon that answered the request
+    /// to follow is gone), from reconnecting: the first item is then
+    /// [`Next::Reconnecting`].
+    pub async fn start(
+        connected: Result<Client, ClientError>,
+        socket: &Path,
+        feed: F,
+        patience: Duration,
+    ) -> Result<Following<F>, ClientError> {
+        let lost = match connected {
+            Ok(client) => match feed.subscribe(&client).await {
+                Ok(sub) => return Ok(Following::of(client, sub, feed, patience)),
+                Err(e) => e,
+            },
+            Err(e) => e,
+        };
+        if patience.is_zero() || !lost.is_connection() || !retried(&lost) {
+            return Err(lost);
+        }
+        Ok(Following { client: None, sub: None, socket: socket.to_path_buf(), feed, patience, outage: None })
+    }
+
+    /// The connection in use (a new one after a reconnect); none while the
+    /// first subscription is still to be made.
+    pub fn client(&self) -> Result<&Client, ClientError> {
+        self.client.as_ref().ok_or_else(|| ClientError::Transport("kdd went away; reconnecting".into()))
     }
 
     /// The next item, or what happened to the connection. Cancel-safe:
@@ -166,7 +206,11 @@ impl<F: Feed> Following<F> {
                 }
             };
         }
-        let (deadline, mut wait) = self.outage.unwrap_or((Instant::now() + self.patience, FIRST_BACKOFF));
+        let Some((deadline, mut wait)) = self.outage else {
+            // Gone before the first subscription was made: said first.
+            self.outage = Some((Instant::now() + self.patience, FIRST_BACKOFF));
+            return Next::Reconnecting;
+        };
         loop {
             let why = match self.resubscribe().await {
                 Ok(()) => {
@@ -190,7 +234,7 @@ impl<F: Feed> Following<F> {
     async fn resubscribe(&mut self) -> Result<(), ClientError> {
         let client = Client::connect_or_start(&self.socket).await?;
         let sub = self.feed.subscribe(&client).await?;
-        self.client = client;
+        self.client = Some(client);
         self.sub = Some(sub);
         Ok(())
     }

@@ -476,9 +476,8 @@ async fn kd_work_reconnects_after_a_kill_9_and_waits_for_the_resumed_run() {
 /// claude's work on line two of a.txt, then a commit of yours changing the
 /// same line, and `kd rebase claude` (piped) once claude resolves the
 /// conflict — holding, until `hold` is released, before it writes both
-/// sides' line two — and a kill -9 of kdd cut it and kdd runs again
-/// (`resume`: as it resumes exchanges). Your commit too.
-async fn rebase_cut(hold: &kd_tests::Hold, resume: bool) -> (Workspace, Kdd, Piped, String) {
+/// sides' line two. Your commit too.
+async fn rebase_resolving(hold: &kd_tests::Hold) -> (Workspace, Kdd, Piped, String) {
     let ws = Workspace::new(&[]);
     ws.git_init(&[("a.txt", "one\ntwo\n")], &[]);
     let run = format!(
@@ -488,10 +487,7 @@ async fn rebase_cut(hold: &kd_tests::Hold, resume: bool) -> (Workspace, Kdd, Pip
     );
     let claude = kd_tests::fake("claude", "claude", &[("FAKE_RUN", run.as_str())]);
     ws.write_config(&serde_json::json!({"council": {"members": ["claude"]}, "agents": {"claude": claude}}));
-    if !resume {
-        ws.without_resume();
-    }
-    let mut kdd = Kdd::start();
+    let kdd = Kdd::start();
     let worked = crate::ship::kd(&kdd, &ws, &["work", "Change line two"]).await;
     assert!(worked.status.success(), "{}{}", worked.stdout, worked.stderr);
     let king = crate::ship::king_commits(ws.dir.path(), "a.txt", "one\nking\n");
@@ -506,19 +502,28 @@ async fn rebase_cut(hold: &kd_tests::Hold, resume: bool) -> (Workspace, Kdd, Pip
         }
     })
     .await;
-    drop(c);
+    (ws, kdd, rebase, king)
+}
+
+/// [`rebase_resolving`], and a kill -9 of kdd cut it and kdd runs again,
+/// once `meanwhile` had its way with the workspace.
+async fn rebase_cut(hold: &kd_tests::Hold, meanwhile: fn(&Workspace)) -> (Workspace, Kdd, Piped, String) {
+    let (ws, mut kdd, rebase, king) = rebase_resolving(hold).await;
     kdd.kill9();
     rebase.until(true, "kd: kdd went away; reconnecting").await;
+    meanwhile(&ws);
     kdd.launch().expect("kdd starts again");
     rebase.until(true, "kd: reconnected").await;
     (ws, kdd, rebase, king)
 }
 
-/// What kd said on the thread of `w` about bringing it up to date.
+/// What kd said on the thread of `w` in answer to your requests.
 async fn rebase_said(kdd: &Kdd, w: &kd_proto::work::Worktree) -> Vec<String> {
     let c = kdd.client().await;
     let messages = c.thread_messages(w.thread.clone(), None, None, None, None).await.unwrap().into_vec();
-    messages.into_iter().filter(|m| m.from == "kd" && m.body.contains("up to date")).map(|m| m.body).collect()
+    let asked: Vec<u64> = messages.iter().filter(|m| m.from == "king").map(|m| m.seq).collect();
+    let answers = messages.into_iter().filter(|m| m.from == "kd" && m.reply_to.is_some_and(|r| asked.contains(&r)));
+    answers.map(|m| m.body).collect()
 }
 
 /// `kd rebase` rides through a kill -9 of kdd while the member resolves
@@ -529,7 +534,7 @@ async fn rebase_said(kdd: &Kdd, w: &kd_proto::work::Worktree) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread")]
 async fn kd_rebase_rides_through_a_kill_9_while_the_member_resolves_and_says_the_outcome() {
     let hold = kd_tests::Hold::new();
-    let (_ws, kdd, mut rebase, king) = rebase_cut(&hold, true).await;
+    let (_ws, kdd, mut rebase, king) = rebase_cut(&hold, |_| {}).await;
     hold.release();
     let code = rebase.exit().await;
     let (out, err) = (rebase.stdout(), rebase.stderr());
@@ -551,7 +556,7 @@ async fn kd_rebase_rides_through_a_kill_9_while_the_member_resolves_and_says_the
 #[tokio::test(flavor = "multi_thread")]
 async fn kd_rebase_cut_by_a_kill_9_with_resuming_off_is_told_the_merge_undone() {
     let hold = kd_tests::Hold::new();
-    let (_ws, kdd, mut rebase, king) = rebase_cut(&hold, false).await;
+    let (_ws, kdd, mut rebase, king) = rebase_cut(&hold, Workspace::without_resume).await;
     let code = rebase.exit().await;
     let (out, err) = (rebase.stdout(), rebase.stderr());
     assert_eq!(code, Some(1), "{out}\n{err}");
@@ -564,4 +569,92 @@ async fn kd_rebase_cut_by_a_kill_9_with_resuming_off_is_told_the_merge_undone() 
     assert_ne!(w.base, king, "not brought up to date: {w:?}");
     assert_eq!(rebase_said(&kdd, &w).await.len(), 1, "kd said the outcome once");
     hold.release();
+}
+
+/// The restarted kdd cannot resume the member's run (the workspace's
+/// configuration broke meanwhile): it undoes the merge and says once why
+/// and how the rebase ended, and `kd rebase` prints both and exits 1. It
+/// said why in a notice of its own first, which `kd rebase` took for the
+/// outcome (exit 0, the merge still being undone after it).
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_rebase_not_resumed_for_a_broken_configuration_is_told_why_and_the_merge_undone_once() {
+    let hold = kd_tests::Hold::new();
+    let broken = |ws: &Workspace| ws.write_config(&serde_json::json!({"council": {"rounds": "many"}}));
+    let (_ws, kdd, mut rebase, king) = rebase_cut(&hold, broken).await;
+    let code = rebase.exit().await;
+    let (out, err) = (rebase.stdout(), rebase.stderr());
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    assert!(out.contains("could not resume this exchange: configuration"), "{out}\n{err}");
+    assert!(out.contains("kd undid the merge"), "{out}\n{err}");
+    let c = kdd.client().await;
+    let w = c.work_list(None, None).await.unwrap().remove(0);
+    assert_ne!(w.base, king, "not brought up to date: {w:?}");
+    let said = rebase_said(&kdd, &w).await;
+    assert_eq!(said.len(), 1, "kd said why and the outcome once: {said:?}");
+    assert!(said[0].contains("configuration") && said[0].contains("undid the merge"), "{said:?}");
+    hold.release();
+}
+
+/// `kd daemon stop --no-resume` while the member resolves: nothing is
+/// left to follow, so the restarted kdd says nothing of the rebase, and
+/// `kd rebase` (reconnected, the request's exchange stopped) says so and
+/// what to do, and exits 1. It waited for kd's word forever.
+#[tokio::test(flavor = "multi_thread")]
+async fn kd_rebase_whose_request_a_restart_left_stopped_says_so_and_exits_1() {
+    let hold = kd_tests::Hold::new();
+    let (_ws, mut kdd, mut rebase, _) = rebase_resolving(&hold).await;
+    let mut k = kdd.kd();
+    k.args(["daemon", "stop", "--no-resume"]);
+    let stopped = kd_tests::run(k).await;
+    assert!(stopped.status.success(), "{}", stopped.stderr);
+    assert!(kdd.wait_exit().success());
+    rebase.until(true, "kd: kdd went away; reconnecting").await;
+    kdd.launch().expect("kdd starts again");
+    let code = rebase.exit().await;
+    let (out, err) = (rebase.stdout(), rebase.stderr());
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    assert!(err.contains("kd: reconnected"), "{err}");
+    assert!(err.contains("did not say how bringing claude's work up to date ended: kd rebase claude"), "{err}");
+    hold.release();
+}
+
+/// A follower whose daemon went away before its first subscription was
+/// made (`kd work` and `kd rebase` subscribe once their request was
+/// answered) says so, reconnects and brings every message after the one
+/// it follows from. They failed at once ("lost the connection to kdd").
+/// What cannot be helped by connecting again is the end.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_follow_whose_first_subscription_was_never_made_reconnects_and_misses_nothing() {
+    use kd_client::ClientError;
+    use kd_client::follow::{Follow, Next};
+    let kdd = Kdd::start();
+    let ws = Workspace::new(&[]);
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let asked = append(&c, &t, "king", "the request", &[]).await;
+    append(&c, &t, "kd", "its outcome", &[]).await;
+    let patience = std::time::Duration::from_secs(30);
+    let gone = || Err(ClientError::Transport("kdd went away".into()));
+    let mut follow = Follow::start_after(gone(), &kdd.socket, t.clone(), asked.seq, patience).await.unwrap();
+    assert!(follow.client().is_err(), "no connection yet");
+    assert!(matches!(follow.next().await, Next::Reconnecting));
+    assert!(matches!(follow.next().await, Next::Reconnected));
+    let message = within("the outcome", async {
+        loop {
+            match follow.next().await {
+                Next::Event(ThreadEvent::Message { message }) => break message,
+                Next::Event(_) => continue,
+                _ => panic!("the follow ended"),
+            }
+        }
+    })
+    .await;
+    assert_eq!((message.from.as_str(), message.body.as_str()), ("kd", "its outcome"));
+    assert!(follow.client().is_ok());
+    // Not retried: no patience, and a refusal.
+    let none = Follow::start_after(gone(), &kdd.socket, t.clone(), 0, std::time::Duration::ZERO).await;
+    assert!(matches!(none, Err(ClientError::Transport(_))), "no patience: the end");
+    let refused = ClientError::Rpc { code: -32602, message: "no".into(), data: None };
+    let refused = Follow::start_after(Err(refused), &kdd.socket, t, 0, patience).await;
+    assert!(matches!(refused, Err(ClientError::Rpc { .. })), "a refusal: the end");
 }

@@ -125,7 +125,7 @@ async fn follow(client: kd_client::Client, a: ApprovalsArgs) -> anyhow::Result<E
             next = follow.next() => match next {
                 Next::Event(ApprovalEvent::Lagged { missed }) => {
                     errln!("kd: {missed} approval event(s) missed; listing again");
-                    caught_up(follow.client(), &a, &mut shown).await?;
+                    caught_up(follow.client()?, &a, &mut shown).await?;
                 }
                 Next::Event(ApprovalEvent::Requested { approval } | ApprovalEvent::Decided { approval }) => {
                     show(&a, &approval, &mut shown)?;
@@ -133,7 +133,7 @@ async fn follow(client: kd_client::Client, a: ApprovalsArgs) -> anyhow::Result<E
                 Next::Reconnecting => errln!("kd: kdd went away; reconnecting (up to {} s)…", a.reconnect),
                 Next::Reconnected => {
                     errln!("kd: reconnected");
-                    caught_up(follow.client(), &a, &mut shown).await?;
+                    caught_up(follow.client()?, &a, &mut shown).await?;
                 }
                 Next::Gone(e) => return Err(e.into()),
             },

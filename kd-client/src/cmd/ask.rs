@@ -229,8 +229,10 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
                     return Ok(ExitCode::from(130));
                 }
                 interrupted = true;
-                for id in view.pending() {
-                    let _ = follow.client().run_cancel(thread.clone(), None, Some(id)).await;
+                if let Ok(client) = follow.client() {
+                    for id in view.pending() {
+                        let _ = client.run_cancel(thread.clone(), None, Some(id)).await;
+                    }
                 }
             }
             next = follow.next() => match next {
@@ -246,15 +248,15 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
                     out.flush()?;
                     errln!("kd: reconnected");
                     view.reconnected();
-                    if let Some(last) = exchange_end(follow.client(), &thread, sent.message.seq).await {
+                    if let Some(last) = exchange_end(follow.client()?, &thread, sent.message.seq).await {
                         view.exchange_ends_at(last);
                     }
-                    asking.reconnected(follow.client(), &thread, |ap| ap.run.as_deref().is_some_and(|r| view.owns(r))).await?;
+                    asking.reconnected(follow.client()?, &thread, |ap| ap.run.as_deref().is_some_and(|r| view.owns(r))).await?;
                 }
                 Next::Gone(e) => return Err(e.into()),
             },
             () = std::future::ready(()), if out.holds() => out.flush()?,
-            choice = asking.choice() => asking.decide(choice, follow.client()).await?,
+            choice = asking.choice() => asking.decide(choice, follow.client()?).await?,
         }
     }
     view.finish(&mut out)?;
@@ -371,7 +373,9 @@ async fn complete(ctx: &Ctx, client: Client, target: Target, question: String, a
                             return Ok(ExitCode::from(130));
                         }
                         interrupted = true;
-                        let _ = follow.client().run_cancel(thread.clone(), None, None).await;
+                        if let Ok(client) = follow.client() {
+                            let _ = client.run_cancel(thread.clone(), None, None).await;
+                        }
                     }
                     next = follow.next(), if live => match next {
                         Next::Event(e) => {
@@ -397,7 +401,7 @@ async fn complete(ctx: &Ctx, client: Client, target: Target, question: String, a
                         Err(e) if e.is_connection() && !patience.is_zero() => break None,
                         Err(e) => return Err(e.into()),
                     },
-                    choice = asking.choice() => asking.decide(choice, follow.client()).await?,
+                    choice = asking.choice() => asking.decide(choice, follow.client()?).await?,
                 }
             }
         };

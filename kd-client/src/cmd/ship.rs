@@ -12,8 +12,8 @@ use kd_client::prelude::*;
 use kd_client::style::bold;
 use kd_client::terminal::{safe, safe_line};
 use kd_client::{Client, ClientError};
-use kd_proto::names::KD;
-use kd_proto::types::ThreadEvent;
+use kd_proto::names::{KD, KING};
+use kd_proto::types::{ExchangeState, ThreadEvent};
 use kd_proto::work::RebaseOutcome;
 
 use super::Ctx;
@@ -21,6 +21,11 @@ use super::work::work_thread;
 use super::work_follow::RECONNECT;
 
 use kd_proto::work::short_commit as short;
+
+/// How long `kd rebase` waits for kd's word on the outcome once a
+/// restarted kdd has no open exchange of the member's resolving: the
+/// restarted kdd says it at once, when it follows the request again.
+const OUTCOME_AFTER_RESTART: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[derive(Debug, Args)]
 pub struct RebaseArgs {
@@ -70,20 +75,32 @@ pub async fn rebase(ctx: &Ctx, a: RebaseArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     };
     // Follow the member until kd says how it ended — through a restart of
-    // kdd too, which follows the member's resumed run again. Said once
-    // followed.
-    let subscribed = async {
-        let waiting = ctx.client_waiting().await?;
-        let sub = waiting.thread_subscribe(thread.clone(), Some(seq - 1), None).await.map_err(ClientError::from)?;
-        anyhow::Ok((waiting, sub))
-    };
-    let subscribed = subscribed.await;
+    // kdd too (one before the subscription is made included), which
+    // follows the member's resumed run again. Said once followed.
+    let waiting = ctx.client_waiting().await;
+    let follow = Follow::start_after(waiting, client.socket(), thread.clone(), seq - 1, RECONNECT).await;
     errln!("{conflicts}");
-    let (waiting, sub) = subscribed?;
-    let mut follow = Follow::new(waiting, sub, thread.clone(), seq - 1, RECONNECT);
+    let mut follow = follow?;
     let styled = ctx.styled();
+    // The request the member answers now (kd asks again while markers are
+    // left), and when kd's word is given up on: a restarted kdd follows
+    // again only a request it left open.
+    let (mut latest, mut until) = (seq, None);
     loop {
-        let message = match follow.next().await {
+        let next = match until {
+            Some(until) => match tokio::time::timeout_at(until, follow.next()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    errln!(
+                        "kd: kdd restarted and did not say how bringing {m}'s work up to date ended: kd rebase {m} \
+                         takes up a merge left in progress, kd diff {m} shows the work"
+                    );
+                    return Ok(ExitCode::FAILURE);
+                }
+            },
+            None => follow.next().await,
+        };
+        let message = match next {
             Next::Event(ThreadEvent::Message { message }) => message,
             Next::Event(_) => continue,
             Next::Reconnecting => {
@@ -92,6 +109,15 @@ pub async fn rebase(ctx: &Ctx, a: RebaseArgs) -> anyhow::Result<ExitCode> {
             }
             Next::Reconnected => {
                 errln!("kd: reconnected");
+                let going = match follow.client() {
+                    Ok(client) => client.exchange_get(thread.clone(), latest).await.map_err(ClientError::from),
+                    Err(e) => Err(e),
+                };
+                until = match going {
+                    Ok(x) if x.state == ExchangeState::Open => None,
+                    Err(e) if e.is_connection() => None,
+                    _ => Some(tokio::time::Instant::now() + OUTCOME_AFTER_RESTART),
+                };
                 continue;
             }
             Next::Gone(e) => return Err(e.into()),
@@ -100,11 +126,14 @@ pub async fn rebase(ctx: &Ctx, a: RebaseArgs) -> anyhow::Result<ExitCode> {
             outln!("{}", bold(styled, &safe(&message.body)))?;
             break;
         }
+        if message.from == KING && message.seq > latest && message.to.contains(&r.member) {
+            latest = message.seq;
+        }
         if message.from == r.member && message.reply_to.is_some_and(|s| s >= seq) {
             outln!("{}:\n{}\n", bold(styled, &message.from), safe(&message.body))?;
         }
     }
-    let trees = follow.client().work_list(None, Some(thread)).await.map_err(ClientError::from)?;
+    let trees = follow.client()?.work_list(None, Some(thread)).await.map_err(ClientError::from)?;
     let up_to_date = trees.iter().any(|w| w.member == r.member && w.base == r.onto);
     Ok(if up_to_date { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

@@ -71,9 +71,9 @@ pub async fn follow(
     // After kdd came back: a connection of its own (the follower's is its).
     let mut fresh: Option<Client> = None;
     let styled = ctx.styled();
-    let waiting = ctx.client_waiting().await?;
-    let sub = waiting.thread_subscribe(r.thread.to_string(), Some(r.seq), None).await.map_err(ClientError::from)?;
-    let mut follow = Follow::new(waiting, sub, r.thread.to_string(), r.seq, RECONNECT);
+    // kdd gone before the subscription is made: followed from reconnecting.
+    let waiting = ctx.client_waiting().await;
+    let mut follow = Follow::start_after(waiting, client.socket(), r.thread.to_string(), r.seq, RECONNECT).await?;
     // Since kdd came back: the runs it resumed are new ones, so the work
     // list says what is still to come.
     let mut resumed = false;
