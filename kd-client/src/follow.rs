@@ -174,7 +174,9 @@ impl<F: Feed> Following<F> {
             },
             Err(e) => e,
         };
-        if patience.is_zero() || !lost.is_connection() || !retried(&lost) {
+        // Gone, or going (a daemon shutting down is followed by the next).
+        let going = lost.is_connection() || lost.code() == Some(ErrorCode::ShuttingDown);
+        if patience.is_zero() || !going || !retried(&lost) {
             return Err(lost);
         }
         Ok(Following { client: None, sub: None, socket: socket.to_path_buf(), feed, patience, outage: None })

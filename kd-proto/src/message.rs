@@ -116,6 +116,14 @@ pub struct Message {
 }
 
 impl Message {
+    /// Whether this is kd's word answering message `seq` — not its notice
+    /// that the exchange reached its budget.
+    pub fn is_kd_answer_to(&self, seq: u64) -> bool {
+        self.from == crate::names::KD
+            && self.reply_to == Some(seq)
+            && !self.body.starts_with(crate::names::BUDGET_NOTICE)
+    }
+
     /// A plain message of `thread`: the King's to all, a member's to the
     /// King; no reply, round or run.
     pub fn new(thread: &str, seq: u64, from: &str, body: &str) -> Message {

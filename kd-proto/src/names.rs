@@ -11,6 +11,9 @@ pub const ALL: &str = "all";
 /// The sender of what kd itself writes: tallies, merges, context bundles,
 /// summaries offered to a trunk, budget notices.
 pub const KD: &str = "kd";
+/// How kd's notice that an exchange reached `council.budget_usd` begins
+/// (a notifier or a follower knows it by it).
+pub const BUDGET_NOTICE: &str = "This exchange has cost";
 
 /// Whether `name` is one no member may take: the King, every member, kd.
 pub fn is_reserved(name: &str) -> bool {

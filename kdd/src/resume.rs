@@ -18,7 +18,7 @@ use crate::coord::Coord;
 use crate::council::Launch;
 use crate::council::exchange::{self, Journal};
 use crate::council::exchanges::Exchange as Live;
-use crate::db::exchanges::{Exchange, Kind, Purpose, StepState};
+use crate::db::exchanges::{Exchange, ExchangeState, Kind, Purpose, StepState};
 use crate::db::messages::NewMessage;
 use crate::db::{Db, DbError, now_ms};
 
@@ -36,8 +36,8 @@ pub struct Resumed {
 enum Fate {
     /// Driven again here — a council or work exchange by this one.
     Resumed(Option<Arc<Live>>),
-    /// A newer exchange on its thread took its place while kdd was
-    /// starting.
+    /// A newer exchange on its thread took its place, or it ended, while
+    /// kdd was starting.
     Superseded,
     /// Stopped for good, with what kd would have told the King when what
     /// followed the exchange tells it instead (a rebase's outcome).
@@ -57,10 +57,22 @@ pub async fn left(db: &Db) -> Vec<Exchange> {
 pub async fn all(co: &Arc<Coord>, left: Vec<Exchange>) -> Resumed {
     let mut done = Resumed::default();
     for x in left {
+        // Ended since it was read (cancelled while kdd committed what the
+        // runs left): not driven again.
+        let x = match co.council.agents.db.exchange(x.id).await {
+            Ok(now) if now.state != ExchangeState::Open => {
+                followed(co, &now, Fate::Superseded).await;
+                continue;
+            }
+            Ok(now) => now,
+            Err(_) => x,
+        };
         let fate = match one(co, &x, &mut done).await {
             Ok(fate) => fate,
             Err(e) => {
                 tracing::error!(thread = x.thread, exchange = x.seq, "cannot resume the exchange: {e}");
+                let why = format!("kd restarted and could not resume this request: {e}");
+                followed(co, &x, Fate::Stopped(Some(why))).await;
                 continue;
             }
         };
@@ -223,7 +235,8 @@ async fn give_up_cut_steps(co: &Arc<Coord>, x: &Exchange, config: &Config) -> Re
 /// it ended (a rebase's request), leaving that to say why.
 async fn stop_saying(co: &Arc<Coord>, x: &Exchange, reason: &str, why: String, then: &str) -> Result<Fate, DbError> {
     if crate::work::rebase::is_request(x) {
-        stop(co, x, reason.into()).await?;
+        co.council.agents.db.stop_exchange(x.id, reason.into()).await?;
+        stopped(co, x);
         return Ok(Fate::Stopped(Some(why)));
     }
     let notice = NewMessage {
@@ -236,11 +249,14 @@ async fn stop_saying(co: &Arc<Coord>, x: &Exchange, reason: &str, why: String, t
     Ok(Fate::Stopped(None))
 }
 
-/// Stops `x` for good with `reason`.
+/// Stops `x` for good with `reason` (which what followed it, a rebase's
+/// request, says).
 async fn stop(co: &Arc<Coord>, x: &Exchange, reason: String) -> Result<Fate, DbError> {
+    let said =
+        crate::work::rebase::is_request(x).then(|| format!("kd restarted and did not resume this request: {reason}"));
     co.council.agents.db.stop_exchange(x.id, reason).await?;
     stopped(co, x);
-    Ok(Fate::Stopped(None))
+    Ok(Fate::Stopped(said))
 }
 
 /// Tells the thread's subscribers that `x` is over — a client that waited

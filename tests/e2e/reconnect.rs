@@ -567,7 +567,10 @@ async fn kd_rebase_cut_by_a_kill_9_with_resuming_off_is_told_the_merge_undone() 
     let path = std::path::Path::new(&w.path);
     assert_eq!(std::fs::read_to_string(path.join("a.txt")).unwrap(), "one\nclaude\n", "its branch as it was");
     assert_ne!(w.base, king, "not brought up to date: {w:?}");
-    assert_eq!(rebase_said(&kdd, &w).await.len(), 1, "kd said the outcome once");
+    let said = rebase_said(&kdd, &w).await;
+    assert_eq!(said.len(), 1, "kd said the outcome once: {said:?}");
+    let why = "kd restarted and did not resume this request: resuming is off (council.resume_within is 0). ";
+    assert!(said[0].starts_with(why), "kd says first why: {said:?}");
     hold.release();
 }
 
@@ -651,6 +654,11 @@ async fn a_follow_whose_first_subscription_was_never_made_reconnects_and_misses_
     .await;
     assert_eq!((message.from.as_str(), message.body.as_str()), ("kd", "its outcome"));
     assert!(follow.client().is_ok());
+    // A daemon shutting down (`kd daemon restart`) is followed by the next.
+    let going = ClientError::Rpc { code: ErrorCode::ShuttingDown.code(), message: "stopping".into(), data: None };
+    let mut follow = Follow::start_after(Err(going), &kdd.socket, t.clone(), asked.seq, patience).await.unwrap();
+    assert!(matches!(follow.next().await, Next::Reconnecting));
+    assert!(matches!(follow.next().await, Next::Reconnected));
     // Not retried: no patience, and a refusal.
     let none = Follow::start_after(gone(), &kdd.socket, t.clone(), 0, std::time::Duration::ZERO).await;
     assert!(matches!(none, Err(ClientError::Transport(_))), "no patience: the end");

@@ -12,7 +12,7 @@ use kd_client::prelude::*;
 use kd_client::style::bold;
 use kd_client::terminal::{safe, safe_line};
 use kd_client::{Client, ClientError};
-use kd_proto::names::{KD, KING};
+use kd_proto::names::KING;
 use kd_proto::types::{ExchangeState, ThreadEvent};
 use kd_proto::work::RebaseOutcome;
 
@@ -122,12 +122,14 @@ pub async fn rebase(ctx: &Ctx, a: RebaseArgs) -> anyhow::Result<ExitCode> {
             }
             Next::Gone(e) => return Err(e.into()),
         };
-        if message.from == KD && message.reply_to == Some(seq) {
+        if message.is_kd_answer_to(seq) {
             outln!("{}", bold(styled, &safe(&message.body)))?;
             break;
         }
+        // Asked again (or anything else asked of the member): kdd follows
+        // on, and says how it ended.
         if message.from == KING && message.seq > latest && message.to.contains(&r.member) {
-            latest = message.seq;
+            (latest, until) = (message.seq, None);
         }
         if message.from == r.member && message.reply_to.is_some_and(|s| s >= seq) {
             outln!("{}:\n{}\n", bold(styled, &message.from), safe(&message.body))?;

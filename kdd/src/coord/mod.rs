@@ -10,12 +10,15 @@
 //! - [`emergency`]: emergency broadcasts that bypass queues and modes, and
 //!   the acknowledgements they are owed;
 //! - [`races`]: declared reads and writes of shared resources, and the
-//!   write-write and read-while-write races among them.
+//!   write-write and read-while-write races among them;
+//! - [`claims`]: a member's work claimed by one task at a time (the
+//!   follower of a `kd rebase`).
 //!
 //! It sits beside the council and above it: it asks members through the
 //! council's [`crate::council::Launch`] and delivery, and reaches the
 //! registry only through [`crate::db`]. Every decision is an event.
 
+pub mod claims;
 pub mod completion;
 pub mod emergency;
 pub mod races;
@@ -37,11 +40,14 @@ pub struct Coord {
     pub races: races::Races,
     /// The completions this daemon drives, for calls that attach to them.
     pub completions: completion::Driven,
+    /// The works whose bringing up to date this daemon follows
+    /// (`work::rebase`): one follower each.
+    pub rebasing: Arc<claims::Claims>,
 }
 
 impl Coord {
     pub fn new(council: Arc<Council>) -> Coord {
-        Coord { council, races: races::Races::default(), completions: Default::default() }
+        Coord { council, races: races::Races::default(), completions: Default::default(), rebasing: Default::default() }
     }
 
     /// A thread and its workspace's configuration, read afresh; its agents

@@ -14,7 +14,7 @@ use crate::db::exchanges::ExchangeId;
 use crate::db::messages::NewMessage;
 
 /// How the notice begins (the notifier knows a budget stop by it).
-pub const NOTICE: &str = "This exchange has cost";
+pub use kd_proto::names::BUDGET_NOTICE as NOTICE;
 
 /// Whether exchange `king` of `thread` has spent `budget`; if so (the first
 /// time it is asked), the notice and event are written — with the

@@ -23,6 +23,7 @@ use crate::agent::spec::WorkRun;
 use crate::agent::work::{Committed, at_once, commit};
 use crate::client::ClientId;
 use crate::coord::Coord;
+use crate::coord::claims::Claim;
 use crate::council::exchanges::Exchange as Live;
 use crate::council::send;
 use crate::db::exchanges::{Exchange, Purpose, StepState};
@@ -78,6 +79,10 @@ pub(crate) fn is_request(x: &Exchange) -> bool {
 /// at once (its run then counts as stopped), saying first why (`said`).
 pub(crate) async fn restarted(co: &Arc<Coord>, x: &Exchange, live: Option<Arc<Live>>, said: Option<String>) {
     let Some(mark) = Mark::of(x) else { return };
+    let Some(claim) = co.rebasing.take(&x.thread, &mark.member) else {
+        tracing::info!(thread = x.thread, member = mark.member, "the resolving of a rebase is followed already");
+        return;
+    };
     let w = match super::worktree(&co.council.agents.db, &x.thread, &mark.member).await {
         Ok(w) => w,
         Err(e) => {
@@ -87,7 +92,7 @@ pub(crate) async fn restarted(co: &Arc<Coord>, x: &Exchange, live: Option<Arc<Li
     };
     tracing::info!(thread = x.thread, member = mark.member, "following the resolving of a rebase again");
     let waiting = Waiting { runs: Vec::new(), stopped: live.is_none(), exchange: live, said };
-    tokio::spawn(follow(co.clone(), w, mark, waiting, (None, x.path.clone())));
+    tokio::spawn(follow(co.clone(), claim, w, mark, waiting, (None, x.path.clone())));
 }
 
 /// What the King's side changed in `files` since the member's branch left
@@ -118,9 +123,11 @@ async fn their_changes(w: &Worktree, onto: &str, files: &[String]) -> String {
 
 /// Asks the member, in a King's message to it on the work thread, to
 /// resolve the conflicts in `files` (the King's branch `from` at `onto`
-/// merged in), then follows its run ([`follow`]). The message's seq.
+/// merged in), then follows its run ([`follow`]), holding `claim`. The
+/// message's seq.
 pub(super) async fn ask(
     co: &Arc<Coord>,
+    claim: Claim,
     w: &Worktree,
     (from, onto): (&str, &str),
     files: &[String],
@@ -137,7 +144,7 @@ pub(super) async fn ask(
     let (seq, runs) = request(co, w, &mark, files, asker.clone()).await?;
     mark.first = seq;
     let waiting = Waiting { runs, exchange: None, stopped: false, said: None };
-    tokio::spawn(follow(co.clone(), w.clone(), mark, waiting, asker));
+    tokio::spawn(follow(co.clone(), claim, w.clone(), mark, waiting, asker));
     Ok(seq)
 }
 
@@ -219,9 +226,10 @@ struct Waiting {
 /// Follows the member's resolving runs: once each ended, the merge is
 /// concluded (kd's commit at the run's end found no marker), or the member
 /// is told again, or the merge is undone. kd says the outcome answering
-/// the first request (`mark.first`).
+/// the first request (`mark.first`). `_claim` is held until then.
 async fn follow(
     co: Arc<Coord>,
+    _claim: Claim,
     w: Worktree,
     mut mark: Mark,
     mut waiting: Waiting,
@@ -277,13 +285,16 @@ async fn answered(co: &Coord, x: crate::db::exchanges::ExchangeId, member: &str)
     }
 }
 
-/// Returns once no exchange is under way on the work's thread and no run
-/// of its member is in flight there: nothing is looked at, concluded or
-/// undone in a worktree a run works in.
+/// Returns once no exchange under way on the work's thread has a step of
+/// its member and no run of the member is in flight there: nothing is
+/// looked at, concluded or undone in a worktree a run works in (or is
+/// about to).
 async fn quiet(co: &Coord, w: &Worktree) {
     let c = &co.council;
     loop {
-        if let Some(ex) = c.exchanges.current(&w.thread).filter(|ex| !ex.has_ended()) {
+        if let Some(ex) = c.exchanges.current(&w.thread).filter(|ex| !ex.has_ended())
+            && asks(co, ex.id, &w.member).await
+        {
             ex.ended().await;
             continue;
         }
@@ -293,17 +304,24 @@ async fn quiet(co: &Coord, w: &Worktree) {
     }
 }
 
+/// Whether exchange `x` has a step of `member`.
+async fn asks(co: &Coord, x: crate::db::exchanges::ExchangeId, member: &str) -> bool {
+    match co.council.agents.db.exchange_steps(x).await {
+        Ok(steps) => steps.iter().any(|s| s.key.member == member),
+        Err(e) => {
+            tracing::warn!("cannot read whether {member} is asked: {e}");
+            true
+        }
+    }
+}
+
 /// Writes kd's word on the rebase answering its first request `first` —
 /// once: a word already there (a follower before a restart) stands.
 async fn say(co: &Coord, thread: &str, first: u64, body: String) {
     let db = &co.council.agents.db;
-    let page = Page { bodies: false, ..Page::all_after(first) };
-    match db.messages(thread.to_string(), page).await {
-        Ok(after) if after.iter().any(|m| m.from == KD && m.reply_to == Some(first)) => {
-            tracing::info!(thread, "the rebase's outcome was said already");
-            return;
-        }
-        Ok(_) => {}
+    match said(co, thread, first).await {
+        Ok(true) => return tracing::info!(thread, "the rebase's outcome was said already"),
+        Ok(false) => {}
         Err(e) => tracing::warn!(thread, "cannot read whether the rebase's outcome was said: {e}"),
     }
     let m = NewMessage {
@@ -314,6 +332,20 @@ async fn say(co: &Coord, thread: &str, first: u64, body: String) {
     if let Err(e) = db.append_message(m).await {
         tracing::warn!(thread, "the rebase's outcome was not written: {e}");
     }
+}
+
+/// Whether kd's word on the rebase answering `first` is on `thread`
+/// already (kd's replies to it read whole, the rest as an outline).
+async fn said(co: &Coord, thread: &str, first: u64) -> Result<bool, crate::db::DbError> {
+    let db = &co.council.agents.db;
+    let after = db.messages(thread.to_string(), Page { bodies: false, ..Page::all_after(first) }).await?;
+    for m in after.iter().filter(|m| m.from == KD && m.reply_to == Some(first)) {
+        let whole = db.messages(thread.to_string(), Page::one(m.seq)).await?;
+        if whole.iter().any(|m| m.is_kd_answer_to(first)) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// What became of the merge after the member's `mark.attempt`th run

@@ -88,6 +88,13 @@ pub async fn rebase(
     if w.removed_at_ms.is_some() || !Path::new(&w.path).is_dir() {
         return Err(ErrorCode::Conflict.error(format!("{member}'s worktree {} is gone", w.path)));
     }
+    // One at a time: kd may still conclude, ask again or undo the last one.
+    let Some(claim) = co.rebasing.take(thread, member) else {
+        return Err(ErrorCode::Conflict.error(format!(
+            "kd is still following {member}'s resolving of the last kd rebase on thread {thread}: it says how that \
+             ended on the thread (kd watch {thread})"
+        )));
+    };
     let repo = Path::new(&w.repo);
     let branch = git::branch(repo).await.map_err(git_error)?;
     let tree = open(&w).await?;
@@ -124,7 +131,7 @@ pub async fn rebase(
             let head = conclude(co, &w).await?;
             return Ok(outcome((&from, &theirs), RebaseOutcome::Merged, Some(head), Vec::new(), None));
         }
-        let seq = follow::ask(co, &w, (&from, &theirs), &left, (client, path)).await?;
+        let seq = follow::ask(co, claim, &w, (&from, &theirs), &left, (client, path)).await?;
         return Ok(outcome((&from, &theirs), RebaseOutcome::Resolving, None, left, Some(seq)));
     }
 
@@ -179,7 +186,7 @@ pub async fn rebase(
                 return Err(refused);
             }
             // Not asked (the member cannot run): the merge is undone.
-            let seq = match follow::ask(co, &w, (&from, &onto), &files, (client, path)).await {
+            let seq = match follow::ask(co, claim, &w, (&from, &onto), &files, (client, path)).await {
                 Ok(seq) => seq,
                 Err(e) => {
                     let _ = tree.merge_abort().await;
