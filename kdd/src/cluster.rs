@@ -50,12 +50,7 @@ impl Default for Settings {
 
 /// Resumes what this node `left` open ([`crate::resume::left`]), then
 /// serves the cluster until `shutdown`.
-pub fn spawn(
-    co: Arc<Coord>,
-    left: Vec<crate::db::exchanges::Exchange>,
-    settings: Settings,
-    shutdown: CancellationToken,
-) {
+pub fn spawn(co: Arc<Coord>, left: Vec<crate::resume::Left>, settings: Settings, shutdown: CancellationToken) {
     tokio::spawn(async move {
         crate::resume::all(&co, left).await;
         let db = co.council.agents.db.clone();

@@ -224,15 +224,16 @@ pub async fn run(mut opts: Options) -> anyhow::Result<Stopped> {
     if recovered.runs > 0 {
         tracing::warn!("recorded {} run(s) left in flight by the previous daemon as interrupted", recovered.runs);
     }
-    // What it left open, to resume: read before serving, for what this
-    // daemon begins is its own.
-    let left = resume::left(&db).await;
     let listener = match inherited {
         Some(i) => tokio::net::UnixListener::from_std(i.listener).context("cannot use the passed socket")?,
         None => claim.bind()?,
     };
     let (archived, archives) = lifecycle::Archived::channel();
     let daemon = Arc::new(Daemon::new(db, hub, opts.socket.clone(), &opts.limits, opts.kill_grace, archived.clone()));
+    // What it left open, to resume: read (and the works its rebases'
+    // followers will touch claimed) before serving, for what this daemon
+    // begins is its own.
+    let left = resume::left(&daemon.coord).await;
     shutdown::on_signals(daemon.shutdown.clone()).context("cannot install signal handlers")?;
     identity::reaper::spawn(daemon.close.clone());
     daemon.notify.start(&daemon.hub, daemon.shutdown.clone());

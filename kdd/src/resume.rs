@@ -15,12 +15,13 @@ use kd_proto::types::{MessageKind, RoundState, ThreadEvent, ThreadStatus};
 
 use crate::config::{self, Config};
 use crate::coord::Coord;
+use crate::coord::claims::Claim;
 use crate::council::Launch;
 use crate::council::exchange::{self, Journal};
 use crate::council::exchanges::Exchange as Live;
 use crate::db::exchanges::{Exchange, ExchangeState, Kind, Purpose, StepState};
 use crate::db::messages::NewMessage;
-use crate::db::{Db, DbError, now_ms};
+use crate::db::{DbError, now_ms};
 
 /// What a resume pass did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -44,24 +45,34 @@ enum Fate {
     Stopped(Option<String>),
 }
 
+/// An exchange the previous daemon left open — a rebase's request with
+/// its work claimed for the follower.
+pub struct Left {
+    x: Exchange,
+    claim: Option<Claim>,
+}
+
 /// The exchanges the previous daemon left open, oldest first: read before
-/// this one serves, for what this one begins is its own to drive.
-pub async fn left(db: &Db) -> Vec<Exchange> {
-    db.unfinished_exchanges().await.unwrap_or_else(|e| {
+/// this one serves, for what this one begins is its own (a `kd rebase` of
+/// a work whose request was left open is refused until it is followed).
+pub async fn left(co: &Arc<Coord>) -> Vec<Left> {
+    let open = co.council.agents.db.unfinished_exchanges().await.unwrap_or_else(|e| {
         tracing::error!("cannot read the exchanges to resume: {e}");
         Vec::new()
-    })
+    });
+    let claim = |x: &Exchange| crate::work::rebase::member(x).and_then(|m| co.rebasing.take(&x.thread, &m));
+    open.into_iter().map(|x| Left { claim: claim(&x), x }).collect()
 }
 
 /// Resumes the exchanges the previous daemon `left` open, oldest first.
-pub async fn all(co: &Arc<Coord>, left: Vec<Exchange>) -> Resumed {
+pub async fn all(co: &Arc<Coord>, left: Vec<Left>) -> Resumed {
     let mut done = Resumed::default();
-    for x in left {
+    for Left { x, claim } in left {
         // Ended since it was read (cancelled while kdd committed what the
         // runs left): not driven again.
         let x = match co.council.agents.db.exchange(x.id).await {
             Ok(now) if now.state != ExchangeState::Open => {
-                followed(co, &now, Fate::Superseded).await;
+                followed(co, &now, Fate::Superseded, claim).await;
                 continue;
             }
             Ok(now) => now,
@@ -69,51 +80,66 @@ pub async fn all(co: &Arc<Coord>, left: Vec<Exchange>) -> Resumed {
         };
         let fate = match one(co, &x, &mut done).await {
             Ok(fate) => fate,
-            Err(e) => {
-                tracing::error!(thread = x.thread, exchange = x.seq, "cannot resume the exchange: {e}");
-                let why = format!("kd restarted and could not resume this request: {e}");
-                followed(co, &x, Fate::Stopped(Some(why))).await;
-                continue;
-            }
+            Err(e) => match failed(co, &x, e).await {
+                Some(fate) => fate,
+                None => continue,
+            },
         };
         if matches!(fate, Fate::Stopped(_)) {
             done.stopped += 1;
         } else {
             done.resumed += 1;
         }
-        followed(co, &x, fate).await;
+        followed(co, &x, fate, claim).await;
     }
     if done != Resumed::default() {
         tracing::info!(
             resumed = done.resumed,
             stopped = done.stopped,
             given_up = done.given_up,
-            "exchanges left open by the previous daemon"
+            "resumed the exchanges the previous daemon left open"
         );
     }
     done
 }
 
-/// Drives exchange `x`, which this node just took from the registry: a
-/// question routed here from another node, or an exchange a dead node
-/// left, resumed as a restart resumes its own ([`crate::cluster`]).
+/// Drives exchange `x` of a node declared dead, taken by this one.
 pub async fn taken(co: &Arc<Coord>, x: &Exchange) {
     let mut done = Resumed::default();
-    match one(co, x, &mut done).await {
-        Ok(fate) => followed(co, x, fate).await,
-        Err(e) => tracing::error!(thread = x.thread, exchange = x.seq, "cannot drive the exchange taken: {e}"),
+    let fate = match one(co, x, &mut done).await {
+        Ok(fate) => fate,
+        Err(e) => match failed(co, x, e).await {
+            Some(fate) => fate,
+            None => return,
+        },
+    };
+    followed(co, x, fate, None).await;
+}
+
+/// `x` could not be resumed for `e`: left open for the next start — but
+/// a rebase's request, whose follower would wait on it, is stopped (as far
+/// as the registry lets it be) and the follower told why.
+async fn failed(co: &Arc<Coord>, x: &Exchange, e: DbError) -> Option<Fate> {
+    tracing::error!(thread = x.thread, exchange = x.seq, "cannot resume the exchange: {e}");
+    if !crate::work::rebase::is_request(x) {
+        return None;
     }
+    if let Err(e) = co.council.agents.db.stop_exchange(x.id, "not resumed".into()).await {
+        tracing::warn!(thread = x.thread, exchange = x.seq, "cannot stop the exchange: {e}");
+    }
+    stopped(co, x);
+    Some(Fate::Stopped(Some(format!("kd restarted and could not resume this request: {e}"))))
 }
 
 /// What followed `x` in memory (a rebase's request) follows it again, as
-/// its `fate` has it.
-async fn followed(co: &Arc<Coord>, x: &Exchange, fate: Fate) {
+/// its `fate` has it, holding `claim` when one was taken for it.
+async fn followed(co: &Arc<Coord>, x: &Exchange, fate: Fate, claim: Option<Claim>) {
     let (live, said) = match fate {
         Fate::Resumed(live) => (live, None),
         Fate::Superseded => (None, None),
         Fate::Stopped(said) => (None, said),
     };
-    crate::work::rebase::restarted(co, x, live, said).await;
+    crate::work::rebase::restarted(co, x, live, said, claim).await;
 }
 
 /// Resumes `x`, or stops it for good when it may not be.

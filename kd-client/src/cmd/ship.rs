@@ -84,12 +84,17 @@ pub async fn rebase(ctx: &Ctx, a: RebaseArgs) -> anyhow::Result<ExitCode> {
     let styled = ctx.styled();
     // The request the member answers now (kd asks again while markers are
     // left), and when kd's word is given up on: a restarted kdd follows
-    // again only a request it left open.
+    // again only a request it left open, so once back with none open, kd's
+    // word is waited for only while something still asks the member.
     let (mut latest, mut until) = (seq, None);
     loop {
         let next = match until {
-            Some(until) => match tokio::time::timeout_at(until, follow.next()).await {
+            Some(at) => match tokio::time::timeout_at(at, follow.next()).await {
                 Ok(next) => next,
+                Err(_) if asked(&follow, &thread, latest, m).await => {
+                    until = Some(tokio::time::Instant::now() + OUTCOME_AFTER_RESTART);
+                    continue;
+                }
                 Err(_) => {
                     errln!(
                         "kd: kdd restarted and did not say how bringing {m}'s work up to date ended: kd rebase {m} \
@@ -126,10 +131,9 @@ pub async fn rebase(ctx: &Ctx, a: RebaseArgs) -> anyhow::Result<ExitCode> {
             outln!("{}", bold(styled, &safe(&message.body)))?;
             break;
         }
-        // Asked again (or anything else asked of the member): kdd follows
-        // on, and says how it ended.
+        // Asked again (or anything else asked of the member).
         if message.from == KING && message.seq > latest && message.to.contains(&r.member) {
-            (latest, until) = (message.seq, None);
+            latest = message.seq;
         }
         if message.from == r.member && message.reply_to.is_some_and(|s| s >= seq) {
             outln!("{}:\n{}\n", bold(styled, &message.from), safe(&message.body))?;
@@ -138,6 +142,21 @@ pub async fn rebase(ctx: &Ctx, a: RebaseArgs) -> anyhow::Result<ExitCode> {
     let trees = follow.client()?.work_list(None, Some(thread)).await.map_err(ClientError::from)?;
     let up_to_date = trees.iter().any(|w| w.member == r.member && w.base == r.onto);
     Ok(if up_to_date { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Whether something still asks `member` on `thread`: the exchange begun
+/// by the latest request to it is open, or a run of it is in flight (kd's
+/// word on a rebase comes once nothing does).
+async fn asked(follow: &Follow, thread: &str, latest: u64, member: &str) -> bool {
+    let Ok(client) = follow.client() else { return true };
+    // Gone again: the follower says so, and looks again once back.
+    match client.exchange_get(thread.to_string(), latest).await.map_err(ClientError::from) {
+        Ok(x) if x.state == ExchangeState::Open => return true,
+        Err(e) if e.is_connection() => return true,
+        _ => {}
+    }
+    let runs = client.run_list(Some(thread.to_string())).await;
+    runs.is_ok_and(|runs| runs.iter().any(|r| r.member == member))
 }
 
 #[derive(Debug, Args)]

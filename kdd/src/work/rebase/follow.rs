@@ -74,12 +74,24 @@ pub(crate) fn is_request(x: &Exchange) -> bool {
     Mark::of(x).is_some()
 }
 
+/// The member whose resolving exchange `x` asks, when it is a rebase's
+/// request.
+pub(crate) fn member(x: &Exchange) -> Option<String> {
+    Mark::of(x).map(|m| m.member)
+}
+
 /// Follows again the request whose exchange `x` a previous daemon left
 /// open: once `live`, the exchange resuming it, ended — or, not resumed,
 /// at once (its run then counts as stopped), saying first why (`said`).
-pub(crate) async fn restarted(co: &Arc<Coord>, x: &Exchange, live: Option<Arc<Live>>, said: Option<String>) {
+pub(crate) async fn restarted(
+    co: &Arc<Coord>,
+    x: &Exchange,
+    live: Option<Arc<Live>>,
+    said: Option<String>,
+    claim: Option<Claim>,
+) {
     let Some(mark) = Mark::of(x) else { return };
-    let Some(claim) = co.rebasing.take(&x.thread, &mark.member) else {
+    let Some(claim) = claim.or_else(|| co.rebasing.take(&x.thread, &mark.member)) else {
         tracing::info!(thread = x.thread, member = mark.member, "the resolving of a rebase is followed already");
         return;
     };
@@ -304,14 +316,24 @@ async fn quiet(co: &Coord, w: &Worktree) {
     }
 }
 
-/// Whether exchange `x` has a step of `member`.
+/// Whether exchange `x` asks `member`: a step of it, or its plan names it
+/// among those who answer (a turn yet to come); an exchange whose plan
+/// names no one (a hand-off, a completion, a retry) is taken to ask it.
 async fn asks(co: &Coord, x: crate::db::exchanges::ExchangeId, member: &str) -> bool {
-    match co.council.agents.db.exchange_steps(x).await {
-        Ok(steps) => steps.iter().any(|s| s.key.member == member),
-        Err(e) => {
+    let db = &co.council.agents.db;
+    let (steps, plan) = match (db.exchange_steps(x).await, db.exchange(x).await) {
+        (Ok(steps), Ok(x)) => (steps, x.plan),
+        (Err(e), _) | (_, Err(e)) => {
             tracing::warn!("cannot read whether {member} is asked: {e}");
-            true
+            return true;
         }
+    };
+    if steps.iter().any(|s| s.key.member == member) {
+        return true;
+    }
+    match crate::council::exchange::Journal::from_plan(&plan) {
+        Some(j) => j.first.iter().chain(&j.turns).any(|m| m == member),
+        None => true,
     }
 }
 

@@ -17,7 +17,7 @@
 
 mod follow;
 
-pub(crate) use follow::{is_request, restarted};
+pub(crate) use follow::{is_request, member, restarted};
 
 use std::path::Path;
 use std::sync::Arc;
