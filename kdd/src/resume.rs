@@ -117,15 +117,17 @@ pub async fn taken(co: &Arc<Coord>, x: &Exchange) {
 }
 
 /// `x` could not be resumed for `e`: left open for the next start — but
-/// a rebase's request, whose follower would wait on it, is stopped (as far
-/// as the registry lets it be) and the follower told why.
+/// a rebase's request, whose follower would wait on it, is stopped when
+/// the registry lets it be, and the follower told why.
 async fn failed(co: &Arc<Coord>, x: &Exchange, e: DbError) -> Option<Fate> {
     tracing::error!(thread = x.thread, exchange = x.seq, "cannot resume the exchange: {e}");
     if !crate::work::rebase::is_request(x) {
         return None;
     }
+    // Not stopped (the registry failing still): the next start resumes it.
     if let Err(e) = co.council.agents.db.stop_exchange(x.id, "not resumed".into()).await {
         tracing::warn!(thread = x.thread, exchange = x.seq, "cannot stop the exchange: {e}");
+        return None;
     }
     stopped(co, x);
     Some(Fate::Stopped(Some(format!("kd restarted and could not resume this request: {e}"))))

@@ -82,8 +82,8 @@ pub async fn rebase(ctx: &Ctx, a: RebaseArgs) -> anyhow::Result<ExitCode> {
     errln!("{conflicts}");
     let mut follow = follow?;
     let styled = ctx.styled();
-    // The request the member answers now (kd asks again while markers are
-    // left), and when kd's word is given up on: a restarted kdd follows
+    // The King's latest message on the thread (kd asks the member again
+    // while markers are left), and when kd's word is given up on: a restarted kdd follows
     // again only a request it left open, so once back with none open, kd's
     // word is waited for only while something still asks the member.
     let (mut latest, mut until) = (seq, None);
@@ -131,8 +131,9 @@ pub async fn rebase(ctx: &Ctx, a: RebaseArgs) -> anyhow::Result<ExitCode> {
             outln!("{}", bold(styled, &safe(&message.body)))?;
             break;
         }
-        // Asked again (or anything else asked of the member).
-        if message.from == KING && message.seq > latest && message.to.contains(&r.member) {
+        // Asked again, or anything else asked on the thread (kd waits for
+        // what may ask the member too).
+        if message.from == KING && message.seq > latest {
             latest = message.seq;
         }
         if message.from == r.member && message.reply_to.is_some_and(|s| s >= seq) {
@@ -144,9 +145,9 @@ pub async fn rebase(ctx: &Ctx, a: RebaseArgs) -> anyhow::Result<ExitCode> {
     Ok(if up_to_date { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-/// Whether something still asks `member` on `thread`: the exchange begun
-/// by the latest request to it is open, or a run of it is in flight (kd's
-/// word on a rebase comes once nothing does).
+/// Whether something may still ask `member` on `thread`: the exchange
+/// begun by the King's latest message there is open, or a run of the
+/// member is in flight (kd's word on a rebase comes once nothing does).
 async fn asked(follow: &Follow, thread: &str, latest: u64, member: &str) -> bool {
     let Ok(client) = follow.client() else { return true };
     // Gone again: the follower says so, and looks again once back.
@@ -155,8 +156,10 @@ async fn asked(follow: &Follow, thread: &str, latest: u64, member: &str) -> bool
         Err(e) if e.is_connection() => return true,
         _ => {}
     }
-    let runs = client.run_list(Some(thread.to_string())).await;
-    runs.is_ok_and(|runs| runs.iter().any(|r| r.member == member))
+    match client.run_list(Some(thread.to_string())).await.map_err(ClientError::from) {
+        Ok(runs) => runs.iter().any(|r| r.member == member),
+        Err(e) => e.is_connection(),
+    }
 }
 
 #[derive(Debug, Args)]

@@ -332,7 +332,8 @@ async fn asks(co: &Coord, x: crate::db::exchanges::ExchangeId, member: &str) -> 
         return true;
     }
     match crate::council::exchange::Journal::from_plan(&plan) {
-        Some(j) => j.first.iter().chain(&j.turns).any(|m| m == member),
+        // Auto-round turns come only when there are rounds after the first.
+        Some(j) => j.first.iter().any(|m| m == member) || j.rounds > 1 && j.turns.iter().any(|m| m == member),
         None => true,
     }
 }
