@@ -328,10 +328,13 @@ async fn asks(co: &Coord, x: crate::db::exchanges::ExchangeId, member: &str) -> 
             return true;
         }
     };
-    if steps.iter().any(|s| s.key.member == member) {
-        return true;
-    }
-    match crate::council::exchange::Journal::from_plan(&plan) {
+    steps.iter().any(|s| s.key.member == member) || named(&plan, member)
+}
+
+/// Whether `plan` names `member` among those who answer (a plan that is
+/// not a journal of rounds is taken to).
+fn named(plan: &serde_json::Value, member: &str) -> bool {
+    match crate::council::exchange::Journal::from_plan(plan) {
         // Auto-round turns come only when there are rounds after the first.
         Some(j) => j.first.iter().any(|m| m == member) || j.rounds > 1 && j.turns.iter().any(|m| m == member),
         None => true,
@@ -444,6 +447,24 @@ async fn settle_after(co: &Arc<Coord>, w: &Worktree, mark: &Mark, again: bool) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plan_names_who_answers_first_and_who_takes_turns_only_with_rounds_after_it() {
+        use crate::council::exchange::Journal;
+        use kd_proto::types::Mode;
+        let plan = |rounds: u32| {
+            let first = vec!["codex".to_string()];
+            let turns = vec!["codex".to_string(), "claude".to_string()];
+            let style = Default::default();
+            Journal { mode: Mode::Sequential, rounds, first, turns, style, timeout_s: None, vote: false, beside: false }
+                .to_plan()
+        };
+        assert!(named(&plan(1), "codex"), "asked first");
+        assert!(!named(&plan(1), "claude"), "no round after the first: its turn never comes");
+        assert!(named(&plan(3), "claude"), "its turn comes in round 2");
+        assert!(!named(&plan(3), "gemini"), "not a member of it");
+        assert!(named(&serde_json::json!({"route": "handoff"}), "claude"), "a plan of no rounds: taken to ask it");
+    }
     use crate::db::exchanges::Kind;
     use kd_proto::exchange::ExchangeState;
 
