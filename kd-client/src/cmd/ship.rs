@@ -114,15 +114,8 @@ pub async fn rebase(ctx: &Ctx, a: RebaseArgs) -> anyhow::Result<ExitCode> {
             }
             Next::Reconnected => {
                 errln!("kd: reconnected");
-                let going = match follow.client() {
-                    Ok(client) => client.exchange_get(thread.clone(), latest).await.map_err(ClientError::from),
-                    Err(e) => Err(e),
-                };
-                until = match going {
-                    Ok(x) if x.state == ExchangeState::Open => None,
-                    Err(e) if e.is_connection() => None,
-                    _ => Some(tokio::time::Instant::now() + OUTCOME_AFTER_RESTART),
-                };
+                // From now on kd's word is waited for while `asked`.
+                until = Some(tokio::time::Instant::now() + OUTCOME_AFTER_RESTART);
                 continue;
             }
             Next::Gone(e) => return Err(e.into()),
