@@ -421,4 +421,19 @@ mod tests {
         assert_eq!(back, m);
         assert_eq!(back.into_vec(), m);
     }
+
+    #[test]
+    fn kds_answer_to_a_message_is_its_reply_not_its_budget_notice_nor_anyone_elses() {
+        let reply =
+            |from: &str, to: Option<u64>, body: &str| Message { reply_to: to, ..Message::new("t1", 9, from, body) };
+        assert!(reply(crate::names::KD, Some(4), "kd: claude's work is up to date").is_kd_answer_to(4));
+        assert!(
+            !reply(crate::names::KD, Some(4), "kd: claude's work is up to date").is_kd_answer_to(5),
+            "another message's"
+        );
+        assert!(!reply(crate::names::KD, None, "kd: claude's work is up to date").is_kd_answer_to(4), "no reply");
+        assert!(!reply("claude", Some(4), "done").is_kd_answer_to(4), "a member's");
+        let notice = format!("{} $0.5000, which reaches council.budget_usd ($0.5000)", crate::names::BUDGET_NOTICE);
+        assert!(!reply(crate::names::KD, Some(4), &notice).is_kd_answer_to(4), "kd's budget notice");
+    }
 }
