@@ -193,9 +193,16 @@ async fn kds_git_dies_with_kdd_and_the_lock_it_left_stops_no_later_commit() {
     let started = c.work_start(ws.path(), "Leave a FIFO".into(), None, None, None, None).await.expect("work.start");
     let path = std::path::PathBuf::from(&started.worktrees[0].path);
     let lock = gitdir_of(&path).join("index.lock");
-    // git add holds the lock, blocked on the FIFO.
+    // git add takes the lock, then blocks on the FIFO: found running, it
+    // may not have taken it yet (CI saw that once).
     let git = kds_git_add(kdd.pid).await;
-    assert!(lock.exists(), "git add holds the worktree's lock");
+    kd_tests::within("git add holding the worktree's lock", async {
+        while !lock.exists() {
+            assert!(kd_tests::alive(git), "kd's git add ended without blocking on the FIFO");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
     drop(c);
     kdd.kill9();
     kd_tests::until_gone(git, "kd's git, gone with kdd").await;
