@@ -790,6 +790,51 @@ async fn kill_9_during_three_streaming_runs_leaves_nothing_behind() {
     assert_eq!(kdd.db.integrity(), "ok");
 }
 
+/// A kill -9 of kdd after its agent started but before the agent's pid
+/// was recorded: what the agent started is killed all the same when kdd
+/// starts again (found by its run's marker), before anything is resumed.
+/// It lived on, and once wrote into the worktree of the run that resumed
+/// it (CI: a rebase concluded with what that leftover wrote).
+#[tokio::test(flavor = "multi_thread")]
+async fn what_an_agent_started_is_killed_at_the_next_start_when_kdd_died_before_recording_its_pid() {
+    let hold = kd_tests::Hold::new();
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("left.pid");
+    let run = format!("echo $$ > {}; while test -f {}; do sleep 0.02; done", pidfile.display(), hold.var());
+    let ws = Workspace::new(&[("claude", "claude", &[("FAKE_RUN", run.as_str())])]);
+    ws.without_resume();
+    let mut kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = thread_in(&c, &ws, None).await;
+    send(&c, &t, "Start something.").await;
+    let left: u32 = within("the agent's command started", async {
+        loop {
+            if let Some(pid) = std::fs::read_to_string(&pidfile).ok().and_then(|s| s.trim().parse().ok()) {
+                break pid;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    drop(c);
+    kdd.kill9();
+    assert!(alive(left), "the agent's command outlives kdd (only the agent dies with it)");
+    // The registry as kdd left it had it died before the pid's record.
+    let cleared = kdd.db.execute("UPDATE runs SET pid = NULL, pid_start = NULL", &[]);
+    assert_eq!(cleared, 1, "the run cut");
+    kdd.launch().unwrap();
+    within("what the agent started is killed", async {
+        while alive(left) {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let c = kdd.client().await;
+    let messages = c.thread_messages(t, None, None, None, None).await.unwrap();
+    assert_eq!(messages.last().map(|m| m.kind), Some(MessageKind::Interrupted), "the run is recorded as cut");
+    hold.release();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn daemon_shutdown_records_runs_in_flight_as_interrupted() {
     let ws = Workspace::new(&[("claude", "claude", &[("FAKE_HANG", "1")])]);

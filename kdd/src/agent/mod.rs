@@ -174,26 +174,35 @@ pub fn spawn_idle_stop(d: Arc<Runner>, idle: Duration, shutdown: tokio_util::syn
 /// At start, before kdd listens: kills whatever the runs left in flight
 /// by a daemon that died still have running — the agent, what it started,
 /// what moved away from its group (see [`process::kill_tree`]; a reused
-/// pid is never hit) — and what that daemon's long-lived agents and checks
+/// pid is never hit; by the run's marker alone when the daemon died before
+/// it recorded the agent's pid, [`process::kill_carrying`]) — and what that daemon's long-lived agents and checks
 /// started (they died with it; what they started did not, see
 /// [`process::kill_left_by_peers`]), then records those runs as
 /// interrupted. `socket` is the daemon's. What those runs left in their
 /// worktrees is committed after, beside serving ([`Recovered::commit_work`]):
 /// git there may take up to its time bound.
 pub async fn recover(db: &Db, socket: &Path) -> DbResult<Recovered> {
+    let mut unrecorded = Vec::new();
     for orphan in db.orphan_runs().await? {
-        if let Some(pid) = orphan.pid {
-            let marker = process::marker(process::RUN_MARKER, &orphan.id);
-            let killed = tokio::task::spawn_blocking(move || process::kill_tree(pid, orphan.pid_start, &marker))
-                .await
-                .unwrap_or(0);
-            if killed > 0 {
-                tracing::warn!(run = orphan.id, pid, "killed {killed} process(es) left by the previous daemon");
-            }
+        let marker = process::marker(process::RUN_MARKER, &orphan.id);
+        let Some(pid) = orphan.pid else {
+            // Its agent may have started before the daemon died: what it
+            // started is found by the run's marker alone.
+            unrecorded.push(marker);
+            continue;
+        };
+        let killed =
+            tokio::task::spawn_blocking(move || process::kill_tree(pid, orphan.pid_start, &marker)).await.unwrap_or(0);
+        if killed > 0 {
+            tracing::warn!(run = orphan.id, pid, "killed {killed} process(es) left by the previous daemon");
         }
     }
-    let socket = socket.display().to_string();
     let before = process::start_time(std::process::id()).unwrap_or(0);
+    let killed = tokio::task::spawn_blocking(move || process::kill_carrying(&unrecorded, before)).await.unwrap_or(0);
+    if killed > 0 {
+        tracing::warn!("killed {killed} process(es) left by runs whose agent's pid the previous daemon never recorded");
+    }
+    let socket = socket.display().to_string();
     let killed = tokio::task::spawn_blocking(move || process::kill_left_by_peers(&socket, before)).await.unwrap_or(0);
     if killed > 0 {
         tracing::warn!("killed {killed} process(es) the previous daemon's long-lived agents and checks left");

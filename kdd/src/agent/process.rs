@@ -312,6 +312,23 @@ pub fn kill_left_by_peers(socket: &str, before: u64) -> usize {
     )
 }
 
+/// At start, before any agent runs: kills every process of ours that
+/// carries one of `markers` (`KD_RUN=<run>`) and started no later than
+/// `before` (this daemon's start time) — what the agents of runs whose pid
+/// a killed daemon never recorded (it died between an agent's start and
+/// the record) left running. Returns how many.
+pub fn kill_carrying(markers: &[Vec<u8>], before: u64) -> usize {
+    if markers.is_empty() {
+        return 0;
+    }
+    let ours = |kv: &[u8]| markers.iter().any(|m| kv == m.as_slice());
+    kill_while(
+        Scope::Everything,
+        None,
+        |pid, s| if s.start <= before { carries_any(pid, ours) } else { Verdict::Spare },
+    )
+}
+
 /// SIGKILLs every process of ours in `scope` that `doomed` picks (of what
 /// kdd spawned, only `leader`: [`live_processes`]); a process forking
 /// meanwhile may leave a child behind, so the scan is repeated until two
@@ -543,6 +560,28 @@ mod tests {
         assert_eq!(kill_left_by_peers(&socket, u64::MAX), 1);
         assert_eq!(left.wait().await.unwrap().signal(), Some(9), "killed");
         assert!(start_time(other_pid).is_some(), "another socket's agents are left alone");
+        other.kill().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn what_a_run_left_is_found_by_its_marker_when_no_pid_was_recorded() {
+        use std::os::unix::process::ExitStatusExt;
+        let (mut left, left_pid, _) = sleeper(&[(RUN_MARKER, "r-left")]);
+        let (mut other, other_pid, _) = sleeper(&[(RUN_MARKER, "r-other")]);
+        for pid in [left_pid, other_pid] {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|e| e.windows(6).any(|w| w == b"KD_RUN")) {
+                assert!(std::time::Instant::now() < deadline, "sleep {pid} never started");
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        }
+        let markers = [marker(RUN_MARKER, "r-left")];
+        let before = start_time(std::process::id()).unwrap();
+        assert_eq!(kill_carrying(&markers, before), 0, "what started after this daemon is not left by another");
+        assert_eq!(kill_carrying(&[], u64::MAX), 0, "no run, nothing killed");
+        assert_eq!(kill_carrying(&markers, u64::MAX), 1);
+        assert_eq!(left.wait().await.unwrap().signal(), Some(9), "killed");
+        assert!(start_time(other_pid).is_some(), "another run's processes are left alone");
         other.kill().await.unwrap();
     }
 
