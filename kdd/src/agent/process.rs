@@ -305,11 +305,7 @@ pub fn kill_left_by_peers(socket: &str, before: u64) -> usize {
     let ours = |kv: &[u8]| {
         prefixes.iter().any(|p| kv.strip_prefix(p.as_slice()).and_then(peer_socket) == Some(socket.as_bytes()))
     };
-    kill_while(
-        Scope::Everything,
-        None,
-        |pid, s| if s.start <= before { carries_any(pid, ours) } else { Verdict::Spare },
-    )
+    kill_left_before(before, ours)
 }
 
 /// At start, before any agent runs: kills every process of ours that
@@ -321,11 +317,17 @@ pub fn kill_carrying(markers: &[Vec<u8>], before: u64) -> usize {
     if markers.is_empty() {
         return 0;
     }
-    let ours = |kv: &[u8]| markers.iter().any(|m| kv == m.as_slice());
+    kill_left_before(before, |kv| markers.iter().any(|m| kv == m.as_slice()))
+}
+
+/// SIGKILLs every process of ours that started no later than `before` and
+/// carries an entry `wanted` picks in its environment: what a daemon
+/// killed before this one left.
+fn kill_left_before(before: u64, wanted: impl Fn(&[u8]) -> bool + Copy) -> usize {
     kill_while(
         Scope::Everything,
         None,
-        |pid, s| if s.start <= before { carries_any(pid, ours) } else { Verdict::Spare },
+        |pid, s| if s.start <= before { carries_any(pid, wanted) } else { Verdict::Spare },
     )
 }
 
