@@ -264,6 +264,7 @@ pub async fn run(mut opts: Options) -> anyhow::Result<Stopped> {
     lifecycle::spawn_reaper(daemon.db.clone(), archived, opts.reap_interval, daemon.shutdown.clone());
     agent::spawn_idle_stop(daemon.agents.clone(), opts.agent_idle, daemon.shutdown.clone());
     db::search::spawn_indexer(daemon.db.clone(), db::search::INDEX_INTERVAL, daemon.shutdown.clone());
+    memory::spawn_trim(daemon.shutdown.clone());
     let methods: jsonrpsee::Methods = rpc::module(daemon.clone()).into();
     let state_dir = kd_proto::paths::log_file_of(&opts.db)
         .ok()

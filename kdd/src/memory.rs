@@ -26,6 +26,17 @@
 //! (e2e `streaming_cost`, debug build) went from 142 to 148 MiB on SQLite,
 //! from 186 to 180–205 MiB on PostgreSQL.
 //!
+//! Faulting a buffer's huge pages in is most of what is left: the kernel
+//! zeroes each one. A freed mapping is therefore kept a moment ([`KEEP`],
+//! at most [`CACHED`] of them, [`CACHED_BYTES`] in all, none larger than
+//! [`KEPT_UP_TO`]) and the next large buffer takes it, resized by `mremap`
+//! with what it had faulted in kept, as jemalloc keeps its dirty pages for
+//! a while; [`trim`] gives back what waited longer (kdd calls it every
+//! second). The 10,000-message read, call after call, went from 16.2–17.1
+//! to 10.7–11.2 ms, and in turn with `sqlite3 -json` from 16.8–18.1 to
+//! 15.0–17.5 ms (issue 31 item 15, docs/performance.md); what waits is
+//! given back one to two seconds after the read.
+//!
 //! The mapping threshold is glibc's alone: other C libraries (musl, macOS)
 //! keep theirs. [`Allocator`] maps its buffers on any Linux; elsewhere it
 //! is the system's allocator.
@@ -59,11 +70,45 @@ pub struct Allocator;
 /// From this size on, a buffer is mapped by [`Allocator`].
 pub const HUGE: usize = 2 << 20;
 
+/// How long a freed large buffer's mapping waits for the next one.
+pub const KEEP: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How many freed mappings wait at most.
+pub const CACHED: usize = 4;
+
+/// How much they hold at most, in all.
+pub const CACHED_BYTES: usize = 32 << 20;
+
+/// The largest mapping that waits (a larger one is given back at once).
+pub const KEPT_UP_TO: usize = 16 << 20;
+
+/// Gives back every freed mapping that waited [`KEEP`] or longer.
+pub fn trim() {
+    #[cfg(target_os = "linux")]
+    huge::CACHE.trim(std::time::Instant::now(), KEEP);
+}
+
+/// Calls [`trim`] every [`KEEP`], until `stop`.
+pub fn spawn_trim(stop: tokio_util::sync::CancellationToken) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(KEEP);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => trim(),
+            }
+        }
+    });
+}
+
 #[cfg(target_os = "linux")]
 mod huge {
     use std::alloc::{GlobalAlloc, Layout, System};
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
 
-    use super::{Allocator, HUGE};
+    use super::{Allocator, CACHED, CACHED_BYTES, HUGE, KEPT_UP_TO};
 
     /// A page: what a mapping's start is aligned to.
     const PAGE: usize = 4096;
@@ -101,6 +146,101 @@ mod huge {
         p.cast()
     }
 
+    #[allow(unsafe_code)]
+    fn unmap(p: *mut u8, len: usize) {
+        // SAFETY: a mapping `map` made (or `mremap` resized) of `len`,
+        // which nothing refers to any more.
+        unsafe { libc::munmap(p.cast(), len) };
+    }
+
+    /// A freed mapping waiting for the next large buffer.
+    #[derive(Clone, Copy)]
+    struct Kept {
+        at: usize,
+        len: usize,
+        since: Instant,
+    }
+
+    /// The freed mappings waiting ([`super::KEEP`]).
+    pub(super) struct Cache(Mutex<[Option<Kept>; CACHED]>);
+
+    pub(super) static CACHE: Cache = Cache::new();
+
+    impl Cache {
+        const fn new() -> Cache {
+            Cache(Mutex::new([None; CACHED]))
+        }
+
+        fn slots(&self) -> std::sync::MutexGuard<'_, [Option<Kept>; CACHED]> {
+            self.0.lock().unwrap_or_else(|e| e.into_inner())
+        }
+
+        /// A mapping of `len` for a new buffer: the waiting one nearest that
+        /// length, resized to it, or none.
+        #[allow(unsafe_code)]
+        fn take(&self, len: usize) -> Option<*mut u8> {
+            let kept = {
+                let mut slots = self.slots();
+                let distance = |k: &Kept| k.len.abs_diff(len);
+                let best =
+                    (0..CACHED).filter(|i| slots[*i].is_some()).min_by_key(|i| slots[*i].as_ref().map(distance))?;
+                slots[best].take()?
+            };
+            if kept.len == len {
+                return Some(kept.at as *mut u8);
+            }
+            // SAFETY: a mapping of `kept.len` no buffer holds; the kernel
+            // resizes or moves it, keeping its advice and its pages.
+            let p = unsafe { libc::mremap(kept.at as *mut libc::c_void, kept.len, len, libc::MREMAP_MAYMOVE) };
+            if p == libc::MAP_FAILED {
+                unmap(kept.at as *mut u8, kept.len);
+                return None;
+            }
+            Some(p.cast())
+        }
+
+        /// Keeps the mapping `p` of `len` a freed buffer held, or gives it
+        /// back when it is too large or no room is left; gives back what
+        /// waited `keep` or longer.
+        fn put(&self, p: *mut u8, len: usize, now: Instant, keep: Duration) {
+            let mut spare = Some(Kept { at: p as usize, len, since: now });
+            let old = {
+                let mut slots = self.slots();
+                let old = expired(&mut slots, now, keep);
+                let held: usize = slots.iter().flatten().map(|k| k.len).sum();
+                if len <= KEPT_UP_TO
+                    && held + len <= CACHED_BYTES
+                    && let Some(free) = slots.iter_mut().find(|s| s.is_none())
+                {
+                    *free = spare.take();
+                }
+                old
+            };
+            for k in old.iter().flatten().chain(spare.iter()) {
+                unmap(k.at as *mut u8, k.len);
+            }
+        }
+
+        /// Gives back what waited `keep` or longer.
+        pub(super) fn trim(&self, now: Instant, keep: Duration) {
+            let old = expired(&mut self.slots(), now, keep);
+            for k in old.iter().flatten() {
+                unmap(k.at as *mut u8, k.len);
+            }
+        }
+    }
+
+    /// Takes out of `slots` what waited `keep` or longer at `now`.
+    fn expired(slots: &mut [Option<Kept>; CACHED], now: Instant, keep: Duration) -> [Option<Kept>; CACHED] {
+        let mut old = [None; CACHED];
+        for (slot, out) in slots.iter_mut().zip(old.iter_mut()) {
+            if slot.is_some_and(|k| now.duration_since(k.since) >= keep) {
+                *out = slot.take();
+            }
+        }
+        old
+    }
+
     // SAFETY: every block this allocator hands out is either the system
     // allocator's, passed on with the caller's layout, or a mapping of its
     // own of at least the layout's size, page-aligned (and so aligned for
@@ -110,7 +250,8 @@ mod huge {
     unsafe impl GlobalAlloc for Allocator {
         unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
             if ours(layout) {
-                return map(layout.size());
+                let len = length(layout.size());
+                return CACHE.take(len).unwrap_or_else(|| map(len));
             }
             // SAFETY: the caller's contract, passed on.
             unsafe { System.alloc(layout) }
@@ -127,8 +268,8 @@ mod huge {
 
         unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
             if ours(layout) {
-                // SAFETY: `ptr` is a mapping `map` made for this size.
-                unsafe { libc::munmap(ptr.cast(), length(layout.size())) };
+                // `ptr` is a mapping made or resized for this size.
+                CACHE.put(ptr, length(layout.size()), Instant::now(), super::KEEP);
                 return;
             }
             // SAFETY: the caller's contract, passed on.
@@ -233,6 +374,69 @@ mod huge {
                     assert!(flags.split_whitespace().any(|f| f == "hg"), "advised: {flags}");
                 }
                 a.dealloc(z, big);
+            }
+        }
+
+        /// A freed mapping waits for the next large buffer, which finds
+        /// what it had faulted in; one too large, one past the room left,
+        /// and one that waited its time are given back.
+        #[test]
+        #[allow(unsafe_code)]
+        fn a_freed_mapping_waits_for_the_next_buffer_within_its_bounds() {
+            let cache = Cache::new();
+            let (now, keep) = (Instant::now(), Duration::from_secs(1));
+            assert!(cache.take(2 * HUGE).is_none(), "nothing waits yet");
+            let p = map(2 * HUGE);
+            // SAFETY: a mapping of 2 huge pages, made just now.
+            unsafe { std::ptr::write_bytes(p, 7, 2 * HUGE) };
+            cache.put(p, 2 * HUGE, now, keep);
+            let q = cache.take(2 * HUGE).unwrap_or_else(|| panic!("the freed mapping waits"));
+            // SAFETY: the mapping taken back, of the same length.
+            assert!(q == p && unsafe { *q.add(2 * HUGE - 1) } == 7, "the same pages, as they were");
+            assert!(cache.take(2 * HUGE).is_none(), "taken once");
+            // Resized to what the next buffer needs, what fits kept.
+            cache.put(q, 2 * HUGE, now, keep);
+            let r = cache.take(3 * HUGE).unwrap_or_else(|| panic!("resized"));
+            // SAFETY: a mapping of 3 huge pages whose first two were written.
+            assert!(unsafe { *r.add(HUGE) == 7 && *r.add(3 * HUGE - 1) == 0 }, "grown, its pages kept");
+            unmap(r, 3 * HUGE);
+
+            let too_large = map(KEPT_UP_TO + HUGE);
+            cache.put(too_large, KEPT_UP_TO + HUGE, now, keep);
+            assert!(cache.take(KEPT_UP_TO + HUGE).is_none(), "past the largest kept: given back");
+            let bufs: Vec<*mut u8> = (0..CACHED + 1).map(|_| map(KEPT_UP_TO)).collect();
+            for b in &bufs {
+                cache.put(*b, KEPT_UP_TO, now, keep);
+            }
+            let waiting = (0..=CACHED).filter_map(|_| cache.take(KEPT_UP_TO)).collect::<Vec<_>>();
+            assert_eq!(waiting.len(), CACHED_BYTES / KEPT_UP_TO, "no more than the bytes allowed");
+            for b in waiting {
+                cache.put(b, KEPT_UP_TO, now, keep);
+            }
+            cache.trim(now + keep / 2, keep);
+            assert!(cache.take(KEPT_UP_TO).is_some_and(|b| {
+                unmap(b, KEPT_UP_TO);
+                true
+            }));
+            cache.trim(now + keep, keep);
+            assert!(cache.take(KEPT_UP_TO).is_none(), "what waited its time is given back");
+        }
+
+        /// A zeroed buffer is never a freed one taken back.
+        #[test]
+        #[allow(unsafe_code)]
+        fn a_zeroed_buffer_is_a_fresh_mapping() {
+            let a = Allocator;
+            let l = Layout::from_size_align(3 * HUGE, 8).unwrap_or_else(|e| panic!("{e}"));
+            // SAFETY: blocks made and freed with the same layout.
+            unsafe {
+                let p = a.alloc(l);
+                assert!(!p.is_null());
+                std::ptr::write_bytes(p, 7, l.size());
+                a.dealloc(p, l);
+                let z = a.alloc_zeroed(l);
+                assert!(!z.is_null() && (0..l.size()).step_by(4093).all(|i| *z.add(i) == 0), "zeroed");
+                a.dealloc(z, l);
             }
         }
 
