@@ -3,7 +3,7 @@
 //! duration, the WAL is checkpointed by size and does not keep growing, an
 //! answer past `council.max_answer_bytes` ends its run with the text up to
 //! the cap kept, and message bodies are stored once (the event log refers
-//! to them).
+//! to them); a large answer's buffers are given back a moment after it.
 
 use kd_client::prelude::*;
 use kd_proto::types::{MessageKind, ThreadEvent};
@@ -142,4 +142,39 @@ async fn a_message_body_is_stored_once_and_the_event_log_still_gives_it() {
     assert_eq!(events[0].data["body"].as_str(), Some(body.as_str()), "the event log gives the body");
     let stored = kdd.db.one("SELECT length(data) FROM conversation_events WHERE kind = 'message'", &[]).int();
     assert!(stored < 1024, "the event copies the body: {stored} bytes");
+}
+
+/// kdd's mappings of large buffers (made by its allocator, advised for
+/// huge pages, `hg` in `/proc/PID/smaps`), live or waiting for the next.
+fn huge_mappings(pid: u32) -> usize {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+    smaps.lines().filter_map(|l| l.strip_prefix("VmFlags:")).filter(|f| f.split_whitespace().any(|f| f == "hg")).count()
+}
+
+/// A large answer's buffers wait a moment for the next answer, and are
+/// given back once none came: no mapping of them is left a few seconds
+/// after the last read.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_large_answers_buffers_are_given_back_once_no_answer_needs_them() {
+    if !std::path::Path::new("/sys/kernel/mm/transparent_hugepage/enabled").exists() {
+        return kd_tests::skip(
+            "a_large_answers_buffers_are_given_back_once_no_answer_needs_them",
+            "no transparent huge pages: kdd's large buffers are not told apart",
+        );
+    }
+    let kdd = Kdd::start();
+    let ws = Workspace::new(&[]);
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    kd_tests::fill(&kdd, &t, 2_000, 4, |i| format!("{i}: {}", "words ".repeat(300))).await;
+    let call = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"thread.messages","params":{{"thread":"{t}"}}}}"#);
+    let answer = kd_tests::http_post_bytes(&kdd.socket, &call).unwrap();
+    assert!(answer.len() > 3_000_000, "a large answer: {} bytes", answer.len());
+    assert!(huge_mappings(kdd.pid) > 0, "the answer's buffers are there a moment after it");
+    within("the buffers given back", async {
+        while huge_mappings(kdd.pid) > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await;
 }
