@@ -433,6 +433,19 @@ mod tests {
     }
 
     /// A `sleep 30` in a process group of its own, with `env`.
+    /// Waits (bounded) until process `pid` shows an environment entry
+    /// beginning with `key`: until it has exec'd, a child shows its
+    /// parent's environment.
+    async fn until_marked(pid: u32, key: &[u8]) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !std::fs::read(format!("/proc/{pid}/environ"))
+            .is_ok_and(|e| e.split(|b| *b == 0).any(|kv| kv.starts_with(key)))
+        {
+            assert!(std::time::Instant::now() < deadline, "sleep {pid} never started");
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+
     // No reaper runs in unit tests: a child spawned directly is safe here.
     #[allow(clippy::disallowed_methods)]
     fn sleeper(env: &[(&str, &str)]) -> (tokio::process::Child, u32, Option<u64>) {
@@ -465,11 +478,7 @@ mod tests {
         // Until it has exec'd, a child shows its parent's environment
         // (which has no marker here; an agent's children inherit one).
         for pid in [marked_pid, other_pid] {
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-            while !std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|e| e.windows(6).any(|w| w == b"KD_RUN")) {
-                assert!(std::time::Instant::now() < deadline, "sleep {pid} never started");
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            }
+            until_marked(pid, b"KD_RUN=").await;
         }
         assert_eq!(kill_tree(leader, started, &marker(RUN_MARKER, &run)), 1);
         // Killed, not ended on its own (it sleeps for an hour).
@@ -487,11 +496,7 @@ mod tests {
     async fn among_the_descendants_what_carries_the_marker_is_killed() {
         let run = format!("run-desc-{}", std::process::id());
         let (mut marked, pid, started) = sleeper(&[(RUN_MARKER, &run)]);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|e| e.windows(6).any(|w| w == b"KD_RUN")) {
-            assert!(std::time::Instant::now() < deadline, "sleep {pid} never started");
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
+        until_marked(pid, b"KD_RUN=").await;
         let started = started.unwrap();
         let ours = marker(RUN_MARKER, &run);
         let doomed = |p: u32, s: &Stat| if s.start >= started { carries(p, &ours) } else { Verdict::Spare };
@@ -551,11 +556,7 @@ mod tests {
         let (mut left, left_pid, _) = sleeper(&[(PEER_MARKER, &format!("41.1@{socket}"))]);
         let (mut other, other_pid, _) = sleeper(&[(PEER_MARKER, &format!("41.2@{socket}.other"))]);
         for pid in [left_pid, other_pid] {
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-            while !std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|e| e.windows(7).any(|w| w == b"KD_PEER")) {
-                assert!(std::time::Instant::now() < deadline, "sleep {pid} never started");
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            }
+            until_marked(pid, b"KD_PEER=").await;
         }
         let before = start_time(std::process::id()).unwrap();
         assert_eq!(kill_left_by_peers(&socket, before), 0, "what started after this daemon is not left by another");
@@ -571,11 +572,7 @@ mod tests {
         let (mut left, left_pid, _) = sleeper(&[(RUN_MARKER, "r-left")]);
         let (mut other, other_pid, _) = sleeper(&[(RUN_MARKER, "r-other")]);
         for pid in [left_pid, other_pid] {
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-            while !std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|e| e.windows(6).any(|w| w == b"KD_RUN")) {
-                assert!(std::time::Instant::now() < deadline, "sleep {pid} never started");
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            }
+            until_marked(pid, b"KD_RUN=").await;
         }
         let markers = [marker(RUN_MARKER, "r-left")];
         let before = start_time(std::process::id()).unwrap();
