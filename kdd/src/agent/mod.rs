@@ -175,8 +175,9 @@ pub fn spawn_idle_stop(d: Arc<Runner>, idle: Duration, shutdown: tokio_util::syn
 /// by a daemon that died still have running — the agent, what it started,
 /// what moved away from its group (see [`process::kill_tree`]; a reused
 /// pid is never hit; by the run's marker alone when the daemon died before
-/// it recorded the agent's pid, [`process::kill_carrying`]) — and what that daemon's long-lived agents and checks
-/// started (they died with it; what they started did not, see
+/// it recorded the agent's pid, [`process::kill_carrying`]) — and what
+/// that daemon's long-lived agents and checks started (they died with it;
+/// what they started did not, see
 /// [`process::kill_left_by_peers`]), then records those runs as
 /// interrupted. `socket` is the daemon's. What those runs left in their
 /// worktrees is committed after, beside serving ([`Recovered::commit_work`]):
