@@ -1,6 +1,8 @@
 //! `kd`: the command-line client of the kd daemon.
 
-#![forbid(unsafe_code)]
+// `deny`, not `forbid`: the one `unsafe extern` block below declares
+// nothing; it names a library to link.
+#![deny(unsafe_code)]
 
 #[macro_use]
 mod out;
@@ -16,6 +18,16 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use kd_client::ClientError;
+
+// The unwinder linked into kd (libgcc's `libgcc_eh.a`, as a static build
+// has it), not loaded with `libgcc_s.so.1` at each start: a library fewer
+// for the loader, and no CPU probe by its constructor (issue 31, item 17:
+// ~0.1 ms of each `kd` on a machine where that probe traps; see
+// docs/performance.md).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[link(name = "gcc_eh", kind = "static", modifiers = "-bundle")]
+#[allow(unsafe_code)]
+unsafe extern "C" {}
 
 /// Run a council of AI coding agents from the terminal.
 #[derive(Debug, Parser)]

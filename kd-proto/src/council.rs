@@ -6,6 +6,7 @@
 // Parameter lists are the wire format (see `api.rs`).
 #![allow(clippy::too_many_arguments)]
 
+use jsonrpsee::core::SubscriptionResult;
 use jsonrpsee::proc_macros::rpc;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -13,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::RpcResult;
 use crate::message::Message;
 use crate::registry::RunInfo;
+use crate::subscribe::ThreadEvent;
 use crate::thread::{ContextMode, Lineage};
 
 /// Which preamble frames the prompt (F-A6).
@@ -153,6 +155,34 @@ pub trait CouncilApi {
         new_thread: Option<NewThread>,
         path: Option<String>,
     ) -> RpcResult<Sent>;
+
+    /// `kd ask`'s question in one call, a round trip fewer than
+    /// `thread.current`, then `thread.subscribe` beside `council.send`
+    /// (issue 31, item 17): asked in the current thread of `new_thread`'s
+    /// workspace and branch — or, when it has none, in `new_thread`, created
+    /// as thread `thread` with the question — and subscribed to from before
+    /// the question. The first item is [`ThreadEvent::Asked`]; the thread's
+    /// events follow as `thread.subscribe` sends them. Refused, nothing is
+    /// asked, when `protocol` is not the daemon's.
+    #[subscription(
+        name = "council.ask" => "council.event",
+        unsubscribe = "council.unask",
+        item = ThreadEvent,
+        param_kind = map,
+        with_extensions
+    )]
+    async fn council_ask(
+        &self,
+        protocol: u32,
+        thread: String,
+        new_thread: NewThread,
+        body: String,
+        to: Option<Vec<String>>,
+        mute: Option<Vec<String>>,
+        timeout_s: Option<u64>,
+        rounds: Option<u32>,
+        path: Option<String>,
+    ) -> SubscriptionResult;
 
     /// Cancels this client's runs on the thread (all runs with `all`) and
     /// stops further auto-turns until the next King message.

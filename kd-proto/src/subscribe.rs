@@ -75,6 +75,10 @@ pub enum ThreadEvent {
     /// An approval was decided (by the policy, the King or the timeout) or
     /// cancelled.
     ApprovalDecided { approval: Box<crate::approval::Approval> },
+    /// `council.ask`'s first item (never `thread.subscribe`'s): the
+    /// question was asked in `thread`, whose events follow from after seq
+    /// `since`; `sent` is what `council.send` answers.
+    Asked { thread: String, since: u64, sent: Box<crate::council::Sent> },
 }
 
 #[rpc(server, client)]

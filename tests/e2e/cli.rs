@@ -465,6 +465,19 @@ fn both_binaries_pack_their_relative_relocations_where_glibc_applies_them() {
 
 const SHT_RELR: u32 = 19;
 
+/// On glibc, kd carries its unwinder (`libgcc_eh.a`) instead of loading
+/// `libgcc_s.so.1` at each start (issue 31, item 17; kd's `main.rs`).
+#[test]
+fn kd_loads_no_libgcc_s_at_its_start() {
+    if !cfg!(all(target_os = "linux", target_env = "gnu")) {
+        return;
+    }
+    let out = Command::new("readelf").arg("--dynamic").arg(bin("kd")).output().expect("readelf (binutils)");
+    let dynamic = String::from_utf8_lossy(&out.stdout);
+    assert!(dynamic.contains("(NEEDED)") && dynamic.contains("libc.so"), "{dynamic}");
+    assert!(!dynamic.contains("libgcc_s"), "{dynamic}");
+}
+
 /// The types of an ELF64 little-endian file's sections.
 fn section_types(elf: &[u8]) -> Vec<u32> {
     assert_eq!(&elf[..6], b"\x7fELF\x02\x01", "an ELF64 little-endian file");

@@ -24,6 +24,7 @@ mod confinement;
 mod coordination;
 mod cost;
 mod council;
+mod council_ask;
 mod daemon;
 mod docs;
 mod durable;

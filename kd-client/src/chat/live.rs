@@ -195,6 +195,8 @@ impl App {
                 self.notice = Some("some live output was skipped (the view fell behind)".into());
                 self.dirty = true;
             }
+            // `kd ask`'s alone (council.ask), never a chat's subscription.
+            ThreadEvent::Asked { .. } => {}
         }
     }
 

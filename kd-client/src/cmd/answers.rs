@@ -296,6 +296,8 @@ impl View {
                 | ThreadEvent::Emergency { .. }
                 | ThreadEvent::Status { .. }
                 | ThreadEvent::Work { .. } => true,
+                // `kd ask` takes it before the view.
+                ThreadEvent::Asked { .. } => false,
             };
             if ours {
                 writeln!(out, "{}", serde_json::to_string(e).unwrap_or_default())?;

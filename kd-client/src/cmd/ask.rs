@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use jsonrpsee::core::client::Subscription;
 use kd_client::follow::{self, Follow, Next};
 use kd_client::prelude::*;
 use kd_client::style::Palette;
 use kd_client::{Client, ClientError, workspace};
 use kd_proto::ErrorCode;
-use kd_proto::types::{Completion, ExchangeState, Lineage, NewThread, RunStatus, Thread, ThreadEvent};
+use kd_proto::types::{Completion, ExchangeState, Lineage, NewThread, RunStatus, Sent, Thread, ThreadEvent};
 
 use super::Ctx;
 use super::answers::View;
@@ -92,89 +93,130 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
         (None, false) => Some(workspace::current()?),
         _ => None,
     };
-    // Until the question is sent, Ctrl+C leaves at once.
-    let reached = async {
-        let (client, current) = ctx
-            .client_then(async |rpc: &kd_client::WsClient| match &here {
-                Some(ws) => Some(rpc.thread_current(ws.root.display().to_string(), ws.branch.clone()).await),
-                None => None,
-            })
-            .await?;
-        let target = match (current, here) {
-            (Some(current), Some(ws)) => match current.map_err(ClientError::from)? {
-                Some(t) => Target::Existing(t),
-                None => new_target(ws, false, a.context, a.title.clone()),
-            },
-            _ => resolve_thread(&client, a.thread.clone(), a.new, a.context, a.title.clone()).await?,
-        };
-        anyhow::Ok((client, target))
-    };
-    let (client, mut target) = tokio::select! {
-        reached = reached => reached?,
-        _ = interrupt.recv() => return Ok(ExitCode::from(130)),
-    };
-    if a.first || a.vote || a.synthesize.is_some() {
-        return complete(ctx, client, target, question, a).await;
-    }
-    let to = (!a.to.is_empty()).then_some(a.to);
-    let mute = (!a.mute.is_empty()).then_some(a.mute);
+    let completing = a.first || a.vote || a.synthesize.is_some();
+    let to = (!a.to.is_empty()).then_some(a.to.clone());
+    let mute = (!a.mute.is_empty()).then_some(a.mute.clone());
     let mut pressed = false;
-    let (thread, since, sub, sent) = loop {
-        let (id, since, new_thread) = match &target {
-            Target::Existing(t) => (t.id.clone(), t.last_seq, None),
-            Target::New(spec) => (kd_client::new_thread_id(), 0, Some(spec.clone())),
-        };
-        // Subscribed beside the sending, one round trip fewer (issue 31,
-        // item 17): from the thread as it was before, so nothing of the
-        // exchange is missed whichever kdd takes first — what came before
-        // the subscription is in its backlog, with how the exchange ended
-        // if it is already over.
-        let pending = new_thread.is_some().then_some(true);
-        let (sub, sent) = {
-            let sending = async {
-                tokio::join!(
-                    client.thread_subscribe(id.clone(), Some(since), pending),
-                    client.council_send(
-                        id.clone(),
-                        question.clone(),
-                        to.clone(),
-                        mute.clone(),
-                        None,
-                        a.timeout,
-                        None,
-                        a.rounds,
-                        new_thread.clone(),
-                        kd_client::shell_path(),
-                    )
-                )
-            };
-            // Sent or not, the question is awaited: a Ctrl+C meanwhile cancels
-            // its runs once it is (below); a second leaves at once.
-            tokio::pin!(sending);
-            loop {
-                tokio::select! {
-                    done = &mut sending => break done,
-                    _ = interrupt.recv() => {
-                        if pressed {
-                            return Ok(ExitCode::from(130));
-                        }
-                        pressed = true;
+    // The usual question, in the workspace's current thread: asked beside
+    // the greeting by one call that subscribes too (`council.ask`, a round
+    // trip fewer; issue 31, item 17). Being asked, a Ctrl+C cancels its
+    // runs once it is; a second leaves at once.
+    let mut in_one = None;
+    if let (Some(ws), false) = (&here, completing) {
+        let new = new_thread(ws.clone(), false, None, None);
+        let (question, to, mute) = (&question, &to, &mute);
+        let asking = ctx.client_then(async |rpc: &kd_client::WsClient| {
+            ask_in_one(rpc, new.clone(), question.clone(), to.clone(), mute.clone(), a.timeout, a.rounds).await
+        });
+        tokio::pin!(asking);
+        let (client, asked) = loop {
+            tokio::select! {
+                done = &mut asking => break done?,
+                _ = interrupt.recv() => {
+                    if pressed {
+                        return Ok(ExitCode::from(130));
                     }
+                    pressed = true;
                 }
             }
         };
-        let sent = sent.map_err(ClientError::from);
-        match sent {
-            // The workspace's trunk was made meanwhile (by a question asked
-            // at the same time): ask there. Or a new thread's id was taken:
-            // draw another.
-            Err(e) if new_thread.is_some() && e.code() == Some(ErrorCode::AlreadyExists) => {
-                target = resolve_thread(&client, None, a.new, a.context, a.title.clone()).await?;
+        match asked {
+            Ok(asked) => in_one = Some((client, asked)),
+            // A trunk made meanwhile by another question, or a daemon from
+            // before `council.ask`: nothing was asked; asked as below.
+            Err(e)
+                if e.code() == Some(ErrorCode::AlreadyExists) || matches!(e, ClientError::Rpc { code: -32601, .. }) => {
             }
-            sent => {
-                let sent = sent?;
-                break (id, since, sub.map_err(ClientError::from)?, sent);
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let (client, workspace, (thread, since, sub, sent)) = match in_one {
+        Some((client, asked)) => (client, here.map(|ws| ws.root.display().to_string()).unwrap_or_default(), asked),
+        None => {
+            // Until the question is sent, Ctrl+C leaves at once.
+            let reached = async {
+                let (client, current) = ctx
+                    .client_then(async |rpc: &kd_client::WsClient| match &here {
+                        Some(ws) => Some(rpc.thread_current(ws.root.display().to_string(), ws.branch.clone()).await),
+                        None => None,
+                    })
+                    .await?;
+                let target = match (current, here) {
+                    (Some(current), Some(ws)) => match current.map_err(ClientError::from)? {
+                        Some(t) => Target::Existing(t),
+                        None => Target::New(new_thread(ws, false, a.context, a.title.clone())),
+                    },
+                    _ => resolve_thread(&client, a.thread.clone(), a.new, a.context, a.title.clone()).await?,
+                };
+                anyhow::Ok((client, target))
+            };
+            let (client, mut target) = tokio::select! {
+                reached = reached => reached?,
+                _ = interrupt.recv() => return Ok(ExitCode::from(130)),
+            };
+            if completing {
+                return complete(ctx, client, target, question, a).await;
             }
+            let asked = loop {
+                let (id, since, new_thread) = match &target {
+                    Target::Existing(t) => (t.id.clone(), t.last_seq, None),
+                    Target::New(spec) => (kd_client::new_thread_id(), 0, Some(spec.clone())),
+                };
+                // Subscribed beside the sending, one round trip fewer (issue 31,
+                // item 17): from the thread as it was before, so nothing of the
+                // exchange is missed whichever kdd takes first — what came before
+                // the subscription is in its backlog, with how the exchange ended
+                // if it is already over.
+                let pending = new_thread.is_some().then_some(true);
+                let (sub, sent) = {
+                    let sending = async {
+                        tokio::join!(
+                            client.thread_subscribe(id.clone(), Some(since), pending),
+                            client.council_send(
+                                id.clone(),
+                                question.clone(),
+                                to.clone(),
+                                mute.clone(),
+                                None,
+                                a.timeout,
+                                None,
+                                a.rounds,
+                                new_thread.clone(),
+                                kd_client::shell_path(),
+                            )
+                        )
+                    };
+                    // Sent or not, the question is awaited: a Ctrl+C meanwhile cancels
+                    // its runs once it is (below); a second leaves at once.
+                    tokio::pin!(sending);
+                    loop {
+                        tokio::select! {
+                            done = &mut sending => break done,
+                            _ = interrupt.recv() => {
+                                if pressed {
+                                    return Ok(ExitCode::from(130));
+                                }
+                                pressed = true;
+                            }
+                        }
+                    }
+                };
+                let sent = sent.map_err(ClientError::from);
+                match sent {
+                    // The workspace's trunk was made meanwhile (by a question asked
+                    // at the same time): ask there. Or a new thread's id was taken:
+                    // draw another.
+                    Err(e) if new_thread.is_some() && e.code() == Some(ErrorCode::AlreadyExists) => {
+                        target = resolve_thread(&client, None, a.new, a.context, a.title.clone()).await?;
+                    }
+                    sent => {
+                        let sent = sent?;
+                        break (id, since, sub.map_err(ClientError::from)?, sent);
+                    }
+                }
+            };
+            let workspace = workspace_of(&target);
+            (client, workspace, asked)
         }
     };
     let mut interrupted = false;
@@ -206,7 +248,7 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
     let mut view = View::new(&sent, color, a.json);
     if color {
         // Colours as the workspace's council has them (overrides included).
-        let config = client.config_get(workspace_of(&target), kd_client::shell_path()).await.ok();
+        let config = client.config_get(workspace, kd_client::shell_path()).await.ok();
         view.palette = Palette::from_config(config.as_ref(), &sent.members);
     }
     let mut out = Burst::new(stdout.lock());
@@ -518,13 +560,18 @@ async fn resolve_thread(
     if !new && let Some(t) = client.thread_current(root, ws.branch.clone()).await.map_err(ClientError::from)? {
         return Ok(Target::Existing(t));
     }
-    Ok(new_target(ws, new, context, title))
+    Ok(Target::New(new_thread(ws, new, context, title)))
 }
 
 /// The thread a question in `ws` creates: a new one (`new`), or the
 /// workspace's first.
-fn new_target(ws: workspace::Workspace, new: bool, context: Option<super::Context>, title: Option<String>) -> Target {
-    Target::New(NewThread {
+fn new_thread(
+    ws: workspace::Workspace,
+    new: bool,
+    context: Option<super::Context>,
+    title: Option<String>,
+) -> NewThread {
+    NewThread {
         workspace: ws.root.display().to_string(),
         branch: ws.branch,
         title,
@@ -533,7 +580,31 @@ fn new_target(ws: workspace::Workspace, new: bool, context: Option<super::Contex
         // Without --new, the workspace's first thread: questions asked at
         // the same time share it, whichever creates it.
         lineage: (!new).then_some(Lineage::Trunk),
-    })
+    }
+}
+
+/// `council.ask`: the question asked in the current thread of `new`'s
+/// workspace and branch (or in `new`, made with it), subscribed to — the
+/// thread, the seq its events follow, the subscription and what was sent.
+async fn ask_in_one(
+    rpc: &kd_client::WsClient,
+    new: NewThread,
+    question: String,
+    to: Option<Vec<String>>,
+    mute: Option<Vec<String>>,
+    timeout: Option<u64>,
+    rounds: Option<u32>,
+) -> Result<(String, u64, Subscription<ThreadEvent>, Sent), ClientError> {
+    let id = kd_client::new_thread_id();
+    let mut sub = rpc
+        .council_ask(kd_proto::PROTOCOL_VERSION, id, new, question, to, mute, timeout, rounds, kd_client::shell_path())
+        .await?;
+    match sub.next().await {
+        Some(Ok(ThreadEvent::Asked { thread, since, sent })) => Ok((thread, since, sub, *sent)),
+        Some(Ok(other)) => Err(ClientError::Transport(format!("council.ask began with {other:?}, not asked"))),
+        Some(Err(e)) => Err(ClientError::Transport(format!("council.ask's first item: {e}"))),
+        None => Err(ClientError::Transport("council.ask ended before its first item".into())),
+    }
 }
 
 #[cfg(test)]

@@ -367,6 +367,24 @@ fn declare(b: &mut Builder) {
         )
         .path_param()
         .errors(&[InvalidArgument, NotFound, AlreadyExists, ThreadArchived]);
+    b.method::<ThreadEvent>("council.ask", "event", "Ask a King's question the way `kd ask` does, in one call: in the current thread of new_thread's workspace and branch, or — when it has none — in new_thread, created as thread `thread` with the question; subscribed to from before the question. The first notification is `asked` (the thread, the seq after which its events follow, and what council.send answers); the thread's events follow as thread.subscribe sends them. A question refused (as council.send refuses one, or by a client of another protocol) is refused whole: nothing is written and no subscription made. Notifications are council.event; cancel with council.unask.");
+    b.param::<u32>("protocol", true, "the client's protocol version (daemon.hello's): another daemon's is refused, nothing asked")
+        .param::<String>("thread", true, "the id of the thread new_thread makes, when the workspace has no current thread")
+        .param::<NewThread>(
+            "new_thread",
+            true,
+            "the workspace and branch whose current thread is asked; the thread made when there is none (lineage trunk:              already_exists when another question made the trunk meanwhile: ask again)",
+        )
+        .param::<String>("body", true, "the King's message")
+        .param::<Vec<String>>("to", false, "only these members")
+        .param::<Vec<String>>("mute", false, "members not to query")
+        .param::<u64>("timeout_s", false, "per-run timeout in seconds")
+        .param::<u32>("rounds", false, "auto rounds after the first (default council.auto_rounds; 0 for none)")
+        .path_param()
+        .errors(&[InvalidArgument, NotFound, AlreadyExists, ThreadArchived, LimitExceeded]);
+    if let Some(m) = b.methods.last_mut() {
+        m.subscription = Some(("council.event", "council.unask"));
+    }
     b.method::<Interrupted>("council.interrupt", "interrupted", "Cancel the runs on the thread started by the calling client (all runs with `all`) and stop further auto-turns until the next King message.");
     b.param::<String>("thread", true, "thread id")
         .param::<bool>("all", false, "cancel every run on the thread, whoever started it")

@@ -44,6 +44,7 @@ mod tests {
         for king in [
             "message.route",
             "council.send",
+            "council.ask",
             "daemon.shutdown",
             "emergency.ack",
             "thread.subscribe",

@@ -4,10 +4,13 @@
 #![allow(clippy::too_many_arguments)]
 
 use jsonrpsee::Extensions;
-use jsonrpsee::core::async_trait;
+use jsonrpsee::core::{SubscriptionResult, async_trait};
+use jsonrpsee::server::PendingSubscriptionSink;
+use kd_proto::PROTOCOL_VERSION;
 use kd_proto::RpcResult;
 use kd_proto::council::*;
 use kd_proto::registry::RunInfo;
+use kd_proto::subscribe::ThreadEvent;
 
 use super::error::invalid;
 use super::{Rpc, validate};
@@ -31,47 +34,55 @@ impl CouncilApiServer for Rpc {
         new_thread: Option<NewThread>,
         path: Option<String>,
     ) -> RpcResult<Sent> {
-        validate::thread_id(&thread)?;
-        validate::search_path(path.as_deref())?;
-        let mut new_thread = new_thread;
-        if let Some(new) = &mut new_thread {
-            validate::workspace(&new.workspace)?;
-            validate::label("new_thread.branch", new.branch.as_deref())?;
-            new.title = validate::title("new_thread.title", new.title.as_deref())?;
-        }
-        if body.trim().is_empty() {
-            return Err(invalid("body is empty"));
-        }
-        if let Some(to) = &to {
-            if to.is_empty() {
-                return Err(invalid("to is empty; omit it to address every member"));
-            }
-            validate::addressees("to", to)?;
-        }
-        let mute = mute.unwrap_or_default();
-        validate::addressees("mute", &mute)?;
-        validate::label("correlation_id", correlation_id.as_deref())?;
-        let timeout = validate::timeout(timeout_s)?;
-        if rounds.is_some_and(|r| r > validate::MAX_ROUNDS) {
-            return Err(invalid(format!("rounds must be at most {}", validate::MAX_ROUNDS)));
-        }
-        let req = send::Request {
-            thread,
-            body,
-            to,
-            mute,
-            style: style.unwrap_or_default(),
-            timeout,
-            correlation_id,
-            rounds,
-            client: ext.get::<ClientId>().copied(),
-            new_thread,
-            vote: false,
-            path,
-            beside: false,
-            tag: None,
-        };
+        let req = request(ext, thread, body, to, mute, style, timeout_s, correlation_id, rounds, new_thread, path)?;
         send::send(&self.d.council, req).await
+    }
+
+    async fn council_ask(
+        &self,
+        pending: PendingSubscriptionSink,
+        ext: &Extensions,
+        protocol: u32,
+        thread: String,
+        new_thread: NewThread,
+        body: String,
+        to: Option<Vec<String>>,
+        mute: Option<Vec<String>>,
+        timeout_s: Option<u64>,
+        rounds: Option<u32>,
+        path: Option<String>,
+    ) -> SubscriptionResult {
+        let client = ext.get::<ClientId>().copied();
+        let (workspace, branch) = (new_thread.workspace.clone(), new_thread.branch.clone());
+        let asked = async {
+            if protocol != PROTOCOL_VERSION {
+                return Err(invalid(format!(
+                    "this daemon speaks protocol {PROTOCOL_VERSION}, the client {protocol}: nothing was asked"
+                )));
+            }
+            validate::workspace(&workspace)?;
+            // The current thread, or the new one the question makes.
+            let (thread, since, new_thread) = match super::threads::current(&self.d, workspace, branch).await? {
+                Some(t) => (t.id, t.last_seq, None),
+                None => (thread, 0, Some(new_thread)),
+            };
+            let req = request(ext, thread, body, to, mute, None, timeout_s, None, rounds, new_thread, path)?;
+            Ok((req, since))
+        };
+        let (req, since) = match asked.await {
+            Ok(asked) => asked,
+            Err(e) => {
+                pending.reject(e).await;
+                return Ok(());
+            }
+        };
+        let (council, thread, pending_thread) = (self.d.council.clone(), req.thread.clone(), req.new_thread.is_some());
+        let first = async move {
+            let thread = req.thread.clone();
+            let sent = send::send(&council, req).await?;
+            Ok(ThreadEvent::Asked { thread, since, sent: Box::new(sent) })
+        };
+        super::subscribe::run(self.d.clone(), pending, client, thread, Some(since), pending_thread, Some(first)).await
     }
 
     async fn council_interrupt(&self, ext: &Extensions, thread: String, all: Option<bool>) -> RpcResult<Interrupted> {
@@ -133,4 +144,61 @@ impl CouncilApiServer for Rpc {
         };
         Ok(config.view(&workspace, &crate::config::Env { var: &var }, kd.as_deref()))
     }
+}
+
+/// A King's message to send, its parameters checked (`council.send`,
+/// `council.ask`).
+fn request(
+    ext: &Extensions,
+    thread: String,
+    body: String,
+    to: Option<Vec<String>>,
+    mute: Option<Vec<String>>,
+    style: Option<Style>,
+    timeout_s: Option<u64>,
+    correlation_id: Option<String>,
+    rounds: Option<u32>,
+    new_thread: Option<NewThread>,
+    path: Option<String>,
+) -> RpcResult<send::Request> {
+    validate::thread_id(&thread)?;
+    validate::search_path(path.as_deref())?;
+    let mut new_thread = new_thread;
+    if let Some(new) = &mut new_thread {
+        validate::workspace(&new.workspace)?;
+        validate::label("new_thread.branch", new.branch.as_deref())?;
+        new.title = validate::title("new_thread.title", new.title.as_deref())?;
+    }
+    if body.trim().is_empty() {
+        return Err(invalid("body is empty"));
+    }
+    if let Some(to) = &to {
+        if to.is_empty() {
+            return Err(invalid("to is empty; omit it to address every member"));
+        }
+        validate::addressees("to", to)?;
+    }
+    let mute = mute.unwrap_or_default();
+    validate::addressees("mute", &mute)?;
+    validate::label("correlation_id", correlation_id.as_deref())?;
+    let timeout = validate::timeout(timeout_s)?;
+    if rounds.is_some_and(|r| r > validate::MAX_ROUNDS) {
+        return Err(invalid(format!("rounds must be at most {}", validate::MAX_ROUNDS)));
+    }
+    Ok(send::Request {
+        thread,
+        body,
+        to,
+        mute,
+        style: style.unwrap_or_default(),
+        timeout,
+        correlation_id,
+        rounds,
+        client: ext.get::<ClientId>().copied(),
+        new_thread,
+        vote: false,
+        path,
+        beside: false,
+        tag: None,
+    })
 }

@@ -133,17 +133,25 @@ impl SubscribeApiServer for Rpc {
         not_yet_created: Option<bool>,
     ) -> SubscriptionResult {
         let client = ext.get::<ClientId>().copied();
-        run(self.d.clone(), pending, client, thread, since_seq, not_yet_created.unwrap_or(false)).await
+        let pending_thread = not_yet_created.unwrap_or(false);
+        run(self.d.clone(), pending, client, thread, since_seq, pending_thread, None::<Never>).await
     }
 }
 
-async fn run(
+/// No first item: `thread.subscribe`'s.
+type Never = std::future::Ready<Result<ThreadEvent, ErrorObjectOwned>>;
+
+/// Serves a subscription to `thread`. `first`, when given (`council.ask`),
+/// runs once the subscriber's receiver is registered: refused, the
+/// subscription is too; its item is the first one sent.
+pub(super) async fn run(
     d: Arc<Daemon>,
     pending: PendingSubscriptionSink,
     client: Option<ClientId>,
     thread: String,
     since_seq: Option<u64>,
     pending_thread: bool,
+    first: Option<impl Future<Output = Result<ThreadEvent, ErrorObjectOwned>>>,
 ) -> SubscriptionResult {
     if let Err(e) = validate::thread_id(&thread).and_then(|()| validate::position("since_seq", since_seq)) {
         pending.reject(e).await;
@@ -170,6 +178,16 @@ async fn run(
             return Ok(());
         }
     };
+    let first = match first {
+        Some(first) => match first.await {
+            Ok(item) => Some(item),
+            Err(e) => {
+                pending.reject(e).await;
+                return Ok(());
+            }
+        },
+        None => None,
+    };
     // Counted before the client hears it was accepted, so a status call
     // that follows the subscribe call sees it.
     let _counted = d.hub.track();
@@ -179,6 +197,9 @@ async fn run(
     let mut snapshots: HashMap<String, Seen> = HashMap::new();
     let mut told_rounds: Vec<Box<RawValue>> = Vec::new();
     let result = async {
+        if let Some(first) = &first {
+            out.event(first).await?;
+        }
         if !backlog.is_empty() {
             out.messages(backlog, &mut told).await?;
             out.backlog(&thread, &mut told).await?;

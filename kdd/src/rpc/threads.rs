@@ -85,24 +85,7 @@ impl ThreadApiServer for Rpc {
 
     async fn thread_current(&self, workspace: String, branch: Option<String>) -> RpcResult<Option<Thread>> {
         validate::workspace(&workspace)?;
-        let mut settings = lifecycle::Settings::default();
-        let current = match self.d.db.current_thread(workspace.clone(), branch.clone()).await? {
-            Some(t) => Some(lifecycle::check(&self.d.db, &self.d.council.archived, t, &mut settings).await),
-            None => None,
-        };
-        if let Some(t) = current.as_ref().filter(|t| t.status != ThreadStatus::Archived || t.lineage == Lineage::Trunk)
-        {
-            return Ok(Some(t.clone()));
-        }
-        // An archived branch is no place to ask, and a deleted one is gone: the
-        // trunk, the workspace's default context, is current again.
-        match self.d.db.trunk(workspace.clone(), branch.clone()).await? {
-            Some(trunk) => {
-                let trunk = self.d.db.set_current_thread(workspace, branch, trunk).await?;
-                Ok(Some(lifecycle::check(&self.d.db, &self.d.council.archived, trunk, &mut settings).await))
-            }
-            None => Ok(current),
-        }
+        current(&self.d, workspace, branch).await
     }
 
     async fn thread_set_current(&self, workspace: String, branch: Option<String>, thread: String) -> RpcResult<Thread> {
@@ -255,4 +238,27 @@ async fn stop_runs(d: &Daemon, thread: &str) -> u32 {
         r.done().await;
     }
     runs.len() as u32
+}
+
+/// The current thread of `workspace` on `branch` (`thread.current`, and
+/// where `council.ask` asks), aged as it is due; an archived branch or a
+/// deleted thread gives way to the trunk.
+pub(super) async fn current(d: &Daemon, workspace: String, branch: Option<String>) -> RpcResult<Option<Thread>> {
+    let mut settings = lifecycle::Settings::default();
+    let current = match d.db.current_thread(workspace.clone(), branch.clone()).await? {
+        Some(t) => Some(lifecycle::check(&d.db, &d.council.archived, t, &mut settings).await),
+        None => None,
+    };
+    if let Some(t) = current.as_ref().filter(|t| t.status != ThreadStatus::Archived || t.lineage == Lineage::Trunk) {
+        return Ok(Some(t.clone()));
+    }
+    // An archived branch is no place to ask, and a deleted one is gone: the
+    // trunk, the workspace's default context, is current again.
+    match d.db.trunk(workspace.clone(), branch.clone()).await? {
+        Some(trunk) => {
+            let trunk = d.db.set_current_thread(workspace, branch, trunk).await?;
+            Ok(Some(lifecycle::check(&d.db, &d.council.archived, trunk, &mut settings).await))
+        }
+        None => Ok(current),
+    }
 }
