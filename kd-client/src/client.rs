@@ -161,7 +161,9 @@ impl Client {
             .build_with_stream(SOCKET_URL, stream)
             .await
             .map_err(|e| handshake_error(socket, e))?;
-        let (hello, first) = tokio::join!(rpc.daemon_hello(), first(&rpc));
+        // `first` goes out first: kdd takes it before the greeting (issue 31,
+        // item 17: `kd ask`'s question is `first`).
+        let (first, hello) = tokio::join!(first(&rpc), rpc.daemon_hello());
         let hello = hello.map_err(|e| match ClientError::from(e) {
             // A daemon of another generation may not even know the method.
             ClientError::Rpc { code: -32601, .. } => ClientError::Protocol {
