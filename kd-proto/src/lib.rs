@@ -81,6 +81,11 @@ pub use work::{WorkApiClient, WorkApiServer};
 /// client refuses a daemon that speaks another one.
 pub const PROTOCOL_VERSION: u32 = 1;
 
+/// The smallest request limit a daemon takes (`kdd --max-request-bytes`):
+/// a request this large goes before the daemon has said its own limit
+/// (`kd ask`'s question beside the greeting, `council.ask`).
+pub const SMALLEST_REQUEST_LIMIT: u32 = 4096;
+
 /// Release version of this crate (all kd crates share it).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 

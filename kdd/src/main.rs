@@ -34,8 +34,12 @@ struct Args {
     /// Most open client connections
     #[arg(long, default_value_t = Limits::default().max_connections)]
     max_connections: usize,
-    /// Largest request body in bytes
-    #[arg(long, default_value_t = Limits::default().max_request_bytes)]
+    /// Largest request body in bytes (at least 4096)
+    #[arg(
+        long,
+        default_value_t = Limits::default().max_request_bytes,
+        value_parser = clap::value_parser!(u32).range(i64::from(kd_proto::SMALLEST_REQUEST_LIMIT)..)
+    )]
     max_request_bytes: u32,
     /// Largest answer in bytes (thread.messages pages within a quarter of it)
     #[arg(long, default_value_t = Limits::default().max_response_bytes)]

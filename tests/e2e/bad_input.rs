@@ -65,6 +65,20 @@ async fn an_oversized_request_is_refused_without_harm() {
     assert!(other.thread_messages(t, None, None, None, None).await.unwrap().is_empty());
 }
 
+/// A request limit under the smallest one a client may send before the
+/// daemon says its own (`kd ask`'s question beside the greeting) is refused
+/// at the start.
+#[test]
+fn kdd_refuses_a_request_limit_under_the_smallest() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut kdd = std::process::Command::new(kd_tests::bin("kdd"));
+    kdd.arg("--socket").arg(dir.path().join("run/kdd.sock")).arg("--db").arg(dir.path().join("kd.sqlite3"));
+    kdd.args(["--max-request-bytes", "4095"]);
+    let (started, stderr) = kd_tests::kdd_outcome(kdd);
+    assert!(!started, "{stderr}");
+    assert!(stderr.contains("--max-request-bytes") && stderr.contains("4096"), "{stderr}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_client_that_disconnects_mid_call_does_not_disturb_others() {
     let kdd = Kdd::start();

@@ -101,9 +101,14 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
     // the greeting by one call that subscribes too (`council.ask`, a round
     // trip fewer; issue 31, item 17). Being asked, a Ctrl+C cancels its
     // runs once it is; a second leaves at once.
+    // A question too large for the smallest limit a daemon may have waits
+    // for the greeting to say its own (asked as below, refused by kd when
+    // it is over it).
     let mut in_one = None;
-    if let (Some(ws), false) = (&here, completing) {
-        let new = new_thread(ws.clone(), false, None, None);
+    let new = here.as_ref().map(|ws| new_thread(ws.clone(), false, None, None));
+    if let (Some(new), false) = (new, completing)
+        && fits_before_the_greeting(&new, &question, &to, &mute, kd_client::shell_path().as_deref())
+    {
         let (question, to, mute) = (&question, &to, &mute);
         let asking = ctx.client_then(async |rpc: &kd_client::WsClient| {
             ask_in_one(rpc, new.clone(), question.clone(), to.clone(), mute.clone(), a.timeout, a.rounds).await
@@ -583,6 +588,22 @@ fn new_thread(
     }
 }
 
+/// Whether `council.ask` of `question` is within the smallest request
+/// limit a daemon takes, with room for the rest of the request.
+fn fits_before_the_greeting(
+    new: &NewThread,
+    question: &str,
+    to: &Option<Vec<String>>,
+    mute: &Option<Vec<String>>,
+    path: Option<&str>,
+) -> bool {
+    // The method, the id, the protocol, the thread's id, the numbers.
+    const ENVELOPE: usize = 256;
+    let params = serde_json::json!([new, question, to, mute, path]);
+    let size = serde_json::to_vec(&params).map_or(usize::MAX, |p| p.len());
+    size.saturating_add(ENVELOPE) <= kd_proto::SMALLEST_REQUEST_LIMIT as usize
+}
+
 /// `council.ask`: the question asked in the current thread of `new`'s
 /// workspace and branch (or in `new`, made with it), subscribed to — the
 /// thread, the seq its events follow, the subscription and what was sent.
@@ -611,7 +632,28 @@ async fn ask_in_one(
 mod tests {
     use kd_proto::types::*;
 
-    use super::print_completion;
+    use super::{fits_before_the_greeting, print_completion};
+
+    #[test]
+    fn a_question_goes_beside_the_greeting_only_within_the_smallest_request_limit() {
+        let new = NewThread {
+            workspace: "/home/king/project".into(),
+            branch: Some("main".into()),
+            title: None,
+            context: None,
+            set_current: true,
+            lineage: Some(Lineage::Trunk),
+        };
+        let path = Some("/usr/local/bin:/usr/bin:/bin");
+        assert!(fits_before_the_greeting(&new, "What does this do?", &None, &None, path));
+        assert!(!fits_before_the_greeting(&new, &"q".repeat(4096), &None, &None, path));
+        // Counted as sent: 600 control characters are 3,600 bytes escaped.
+        assert!(!fits_before_the_greeting(&new, &"\u{1}".repeat(600), &None, &None, path));
+        assert!(fits_before_the_greeting(&new, &"q".repeat(600), &None, &None, path));
+        // The PATH sent with it counts too.
+        let long = "/opt/tool/bin:".repeat(280);
+        assert!(!fits_before_the_greeting(&new, "What does this do?", &None, &None, Some(&long)));
+    }
 
     #[test]
     fn a_completion_printed_whole_says_a_tie_is_a_tie() {
