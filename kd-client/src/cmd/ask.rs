@@ -647,8 +647,8 @@ mod tests {
         let path = Some("/usr/local/bin:/usr/bin:/bin");
         assert!(fits_before_the_greeting(&new, "What does this do?", &None, &None, path));
         assert!(!fits_before_the_greeting(&new, &"q".repeat(4096), &None, &None, path));
-        // Counted as sent: 600 control characters are 3,600 bytes escaped.
-        assert!(!fits_before_the_greeting(&new, &"\u{1}".repeat(600), &None, &None, path));
+        // Counted as sent: 700 control characters are 4,200 bytes escaped.
+        assert!(!fits_before_the_greeting(&new, &"\u{1}".repeat(700), &None, &None, path));
         assert!(fits_before_the_greeting(&new, &"q".repeat(600), &None, &None, path));
         // The PATH sent with it counts too.
         let long = "/opt/tool/bin:".repeat(280);
