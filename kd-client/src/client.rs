@@ -143,7 +143,9 @@ impl Client {
     /// daemon fewer (issue 31, item 17). What `first` got is dropped when
     /// the daemon is of another protocol (refused as [`Client::connect`]
     /// refuses it), so it must be a call such a daemon may answer: a read
-    /// (`thread.current`, which ages the thread as any read of it does).
+    /// (`thread.current`, which ages the thread as any read of it does), or
+    /// one that carries the client's protocol for the daemon to refuse
+    /// (`council.ask`).
     async fn connect_then<T>(
         socket: &Path,
         request_timeout: Duration,
@@ -195,8 +197,9 @@ impl Client {
         Ok(Client::connect_or_start_then(socket, async |_: &WsClient| ()).await?.0)
     }
 
-    /// [`Client::connect_or_start`], with `first` (a read) sent beside
-    /// `daemon.hello`, as [`Client::connect_then`].
+    /// [`Client::connect_or_start`], with `first` (a read, or a call that
+    /// carries the client's protocol) sent beside `daemon.hello`, as
+    /// [`Client::connect_then`].
     pub async fn connect_or_start_then<T>(
         socket: &Path,
         first: impl AsyncFn(&WsClient) -> T,

@@ -319,3 +319,36 @@ async fn ctrl_c_before_the_question_is_sent_leaves_no_run_behind() {
     let messages = c.thread_messages(t, None, None, None, None).await.unwrap();
     assert!(messages.iter().all(|m| m.from != "claude" || m.kind == MessageKind::Interrupted), "{messages:?}");
 }
+
+/// The same, asked as `kd ask` usually asks — in the workspace's current
+/// thread, the question beside the greeting (`council.ask`): a Ctrl+C
+/// while kdd has not even answered the connection leaves at once, with
+/// nothing asked.
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_c_before_kdd_answers_leaves_at_once_and_asks_nothing() {
+    let ws = Workspace::new(&[("claude", "claude", &[])]);
+    let kdd = Kdd::start();
+    let c = kdd.client().await;
+    let t = kd_tests::new_thread(&c, &ws.path()).await;
+    kdd.pause();
+    let mut k = kdd.kd();
+    k.current_dir(ws.dir.path())
+        .args(["ask", "--rounds", "0", "Long one?"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = k.spawn().unwrap();
+    let pid = child.id().unwrap();
+    kd_tests::within("kd ask to listen for Ctrl+C", async {
+        while !catches_sigint(pid) {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    interrupt(&child);
+    let out = kd_tests::within("kd ask to leave while kdd is stopped", child.wait_with_output()).await.unwrap();
+    kdd.resume();
+    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(c.run_list(None).await.unwrap().is_empty(), "no run");
+    let messages = c.thread_messages(t, None, None, None, None).await.unwrap();
+    assert!(messages.iter().all(|m| m.kind != MessageKind::King), "nothing asked: {messages:?}");
+}

@@ -99,8 +99,9 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
     let mut pressed = false;
     // The usual question, in the workspace's current thread: asked beside
     // the greeting by one call that subscribes too (`council.ask`, a round
-    // trip fewer; issue 31, item 17). Being asked, a Ctrl+C cancels its
-    // runs once it is; a second leaves at once.
+    // trip fewer; issue 31, item 17). A Ctrl+C until kdd is reached leaves
+    // at once, nothing sent; once the question is on its way, it cancels
+    // its runs once it is asked, and a second leaves at once.
     // A question too large for the smallest limit a daemon may have waits
     // for the greeting to say its own (asked as below, refused by kd when
     // it is over it).
@@ -110,7 +111,11 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
         && fits_before_the_greeting(&new, &question, &to, &mute, kd_client::shell_path().as_deref())
     {
         let (question, to, mute) = (&question, &to, &mute);
+        // Set as the question goes out (after the connection and the
+        // upgrade, a start of kdd among them).
+        let sending = std::cell::Cell::new(false);
         let asking = ctx.client_then(async |rpc: &kd_client::WsClient| {
+            sending.set(true);
             ask_in_one(rpc, new.clone(), question.clone(), to.clone(), mute.clone(), a.timeout, a.rounds).await
         });
         tokio::pin!(asking);
@@ -118,7 +123,7 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
             tokio::select! {
                 done = &mut asking => break done?,
                 _ = interrupt.recv() => {
-                    if pressed {
+                    if pressed || !sending.get() {
                         return Ok(ExitCode::from(130));
                     }
                     pressed = true;
@@ -128,9 +133,14 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
         match asked {
             Ok(asked) => in_one = Some((client, asked)),
             // A trunk made meanwhile by another question, or a daemon from
-            // before `council.ask`: nothing was asked; asked as below.
+            // before `council.ask`: nothing was asked; asked as below (not
+            // after a Ctrl+C).
             Err(e)
-                if e.code() == Some(ErrorCode::AlreadyExists) || matches!(e, ClientError::Rpc { code: -32601, .. }) => {
+                if e.code() == Some(ErrorCode::AlreadyExists) || matches!(e, ClientError::Rpc { code: -32601, .. }) =>
+            {
+                if pressed {
+                    return Ok(ExitCode::from(130));
+                }
             }
             Err(e) => return Err(e.into()),
         }

@@ -211,10 +211,6 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
     }
     let plan = Plan { launch, journal, started };
     tokio::spawn(exchange::run(c.clone(), ex, plan));
-    // The runs take the worker first, up to their agents' spawns: the
-    // answer to the client (and, for `council.ask`, its subscription's
-    // first items) goes out while the agents start (issue 31, item 17).
-    tokio::task::yield_now().await;
     Ok(Sent { message, members: who.members, rounds, mode, notice, runs })
 }
 

@@ -35,7 +35,9 @@ impl CouncilApiServer for Rpc {
         path: Option<String>,
     ) -> RpcResult<Sent> {
         let req = request(ext, thread, body, to, mute, style, timeout_s, correlation_id, rounds, new_thread, path)?;
-        send::send(&self.d.council, req).await
+        let sent = send::send(&self.d.council, req).await?;
+        runs_first().await;
+        Ok(sent)
     }
 
     async fn council_ask(
@@ -60,13 +62,17 @@ impl CouncilApiServer for Rpc {
                     "this daemon speaks protocol {PROTOCOL_VERSION}, the client {protocol}: nothing was asked"
                 )));
             }
-            validate::workspace(&workspace)?;
+            // Every parameter checked before the current thread is looked
+            // up (which may age it, as `thread.current` does).
+            let mut req = request(ext, thread, body, to, mute, None, timeout_s, None, rounds, Some(new_thread), path)?;
             // The current thread, or the new one the question makes.
-            let (thread, since, new_thread) = match super::threads::current(&self.d, workspace, branch).await? {
-                Some(t) => (t.id, t.last_seq, None),
-                None => (thread, 0, Some(new_thread)),
+            let since = match super::threads::current(&self.d, workspace, branch).await? {
+                Some(t) => {
+                    (req.thread, req.new_thread) = (t.id, None);
+                    t.last_seq
+                }
+                None => 0,
             };
-            let req = request(ext, thread, body, to, mute, None, timeout_s, None, rounds, new_thread, path)?;
             Ok((req, since))
         };
         let (req, since) = match asked.await {
@@ -80,6 +86,7 @@ impl CouncilApiServer for Rpc {
         let first = async move {
             let thread = req.thread.clone();
             let sent = send::send(&council, req).await?;
+            runs_first().await;
             Ok(ThreadEvent::Asked { thread, since, sent: Box::new(sent) })
         };
         super::subscribe::run(self.d.clone(), pending, client, thread, Some(since), pending_thread, Some(first)).await
@@ -201,4 +208,13 @@ fn request(
         beside: false,
         tag: None,
     })
+}
+
+/// Lets the runs a question started take kdd's worker up to their agents'
+/// spawns before the client is answered: the answer (and, for
+/// `council.ask`, its subscription's first items) goes out while the
+/// agents start (issue 31, item 17). Only where a call is answered — a
+/// caller of `send::send` that goes on after it is not held.
+async fn runs_first() {
+    tokio::task::yield_now().await;
 }
