@@ -296,21 +296,7 @@ async fn ctrl_c_before_the_question_is_sent_leaves_no_run_behind() {
     let kdd = Kdd::start_with(&["--kill-grace-ms", "300"]);
     let c = kdd.client().await;
     let t = kd_tests::new_thread(&c, &ws.path()).await;
-    kdd.pause();
-    let mut k = kdd.kd();
-    k.current_dir(ws.dir.path())
-        .args(["ask", "--thread", &t, "--rounds", "0", "Long one?"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let child = k.spawn().unwrap();
-    let pid = child.id().unwrap();
-    kd_tests::within("kd ask to listen for Ctrl+C", async {
-        while !catches_sigint(pid) {
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-    interrupt(&child);
+    let child = interrupted_while_kdd_is_stopped(&kdd, &ws, &["--thread", &t]).await;
     kdd.resume();
     let out = kd_tests::within("kd ask to end", child.wait_with_output()).await.unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -330,10 +316,24 @@ async fn ctrl_c_before_kdd_answers_leaves_at_once_and_asks_nothing() {
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let t = kd_tests::new_thread(&c, &ws.path()).await;
+    let child = interrupted_while_kdd_is_stopped(&kdd, &ws, &[]).await;
+    let out = kd_tests::within("kd ask to leave while kdd is stopped", child.wait_with_output()).await.unwrap();
+    kdd.resume();
+    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(c.run_list(None).await.unwrap().is_empty(), "no run");
+    let messages = c.thread_messages(t, None, None, None, None).await.unwrap();
+    assert!(messages.iter().all(|m| m.kind != MessageKind::King), "nothing asked: {messages:?}");
+}
+
+/// `kd ask [more] --rounds 0 "Long one?"` started with kdd stopped, sent a
+/// Ctrl+C once it listens for one; kdd is left stopped.
+async fn interrupted_while_kdd_is_stopped(kdd: &Kdd, ws: &Workspace, more: &[&str]) -> tokio::process::Child {
     kdd.pause();
     let mut k = kdd.kd();
     k.current_dir(ws.dir.path())
-        .args(["ask", "--rounds", "0", "Long one?"])
+        .arg("ask")
+        .args(more)
+        .args(["--rounds", "0", "Long one?"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     let child = k.spawn().unwrap();
@@ -345,10 +345,5 @@ async fn ctrl_c_before_kdd_answers_leaves_at_once_and_asks_nothing() {
     })
     .await;
     interrupt(&child);
-    let out = kd_tests::within("kd ask to leave while kdd is stopped", child.wait_with_output()).await.unwrap();
-    kdd.resume();
-    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(c.run_list(None).await.unwrap().is_empty(), "no run");
-    let messages = c.thread_messages(t, None, None, None, None).await.unwrap();
-    assert!(messages.iter().all(|m| m.kind != MessageKind::King), "nothing asked: {messages:?}");
+    child
 }
