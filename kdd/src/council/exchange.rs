@@ -143,17 +143,22 @@ pub async fn run(c: Arc<Council>, ex: Arc<Exchange>, plan: Plan) {
         return c.exchanges.end(&ex);
     }
     let state = if ex.is_stopped() { RoundState::Stopped } else { RoundState::Done };
+    let expected = if last_round == 1 { j.first.clone() } else { j.turns.clone() };
+    let expected = expected.into_iter().filter(|m| !failed.contains(m)).collect();
+    let last = round_event(last_round, state, expected);
+    // Told before its end is recorded: every answer is written by now, and
+    // a restart finds each step answered and ends it asking nothing; the
+    // King's client need not wait for one more commit (issue 31, item 17).
+    // A question of the King's on the thread meanwhile waits for the
+    // record (`Exchanges::settled`).
+    c.exchanges.remember_end(&ex, &last);
+    ex.publish(&c, last);
     if state == RoundState::Done
         && !j.vote
         && let Err(e) = waiting(&c, &ex, "the end of the exchange", || c.agents.db.plan_done(ex.id, None)).await
     {
         tracing::warn!(thread = ex.thread, "cannot record the exchange's end: {e}");
     }
-    let expected = if last_round == 1 { j.first.clone() } else { j.turns.clone() };
-    let expected = expected.into_iter().filter(|m| !failed.contains(m)).collect();
-    let last = round_event(last_round, state, expected);
-    c.exchanges.remember_end(&ex, &last);
-    ex.publish(&c, last);
     c.exchanges.end(&ex);
 }
 

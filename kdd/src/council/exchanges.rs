@@ -22,6 +22,8 @@ pub struct Exchange {
     /// Cancelled when its driver has returned (what comes after it, a
     /// work vote, waits on it).
     ended: CancellationToken,
+    /// Its last round is told: only the record of its end is left.
+    over: std::sync::atomic::AtomicBool,
     round: Mutex<Option<ThreadEvent>>,
 }
 
@@ -33,6 +35,7 @@ impl Exchange {
             id,
             stop: CancellationToken::new(),
             ended: CancellationToken::new(),
+            over: std::sync::atomic::AtomicBool::new(false),
             round: Mutex::new(None),
         }
     }
@@ -138,9 +141,23 @@ impl Exchanges {
         ended.iter().filter(|(t, king, _)| t == thread && *king > since).map(|(_, _, e)| e.clone()).collect()
     }
 
+    /// Returns once the thread's exchange, if its last round is told but
+    /// its end not yet recorded ([`Exchanges::remember_end`]), has recorded
+    /// it — or after `at_most`: a King's next question, which stops the
+    /// thread's open exchange as it is written, finds the one whose rounds
+    /// are over recorded done, not stopped by it.
+    pub async fn settled(&self, thread: &str, at_most: std::time::Duration) {
+        let over = self.current(thread).filter(|ex| ex.over.load(std::sync::atomic::Ordering::Acquire));
+        if let Some(ex) = over {
+            let _ = tokio::time::timeout(at_most, ex.ended()).await;
+        }
+    }
+
     /// Remembers how `ex` ended (`last`, its last round), before it is
-    /// told: a subscriber that hears nothing of it live is told it then.
+    /// told — a subscriber that hears nothing of it live is told it then —
+    /// and marks its rounds over ([`Exchanges::settled`]).
     pub(super) fn remember_end(&self, ex: &Exchange, last: &ThreadEvent) {
+        ex.over.store(true, std::sync::atomic::Ordering::Release);
         let mut ended = self.ended.lock().unwrap_or_else(|e| e.into_inner());
         ended.push_back((ex.thread.clone(), ex.king, last.clone()));
         while ended.len() > ENDED {
@@ -172,6 +189,45 @@ mod tests {
         assert_eq!(xs.current("t").map(|x| x.king), Some(9));
         let other = Arc::new(Exchange::new("u".into(), 4, 3));
         assert!(xs.resume(other), "a thread with none takes it");
+    }
+
+    #[tokio::test]
+    async fn a_question_waits_for_the_record_of_an_exchange_whose_rounds_are_over_and_no_longer() {
+        use std::time::{Duration, Instant};
+        let xs = Arc::new(Exchanges::default());
+        let ex = Arc::new(Exchange::new("t".into(), 3, 1));
+        xs.begin(ex.clone());
+        let long = Duration::from_secs(60);
+        let start = Instant::now();
+        xs.settled("t", long).await;
+        assert!(start.elapsed() < long, "an exchange under way is stopped, not waited for");
+        let done = ThreadEvent::Round {
+            exchange: 3,
+            round: 1,
+            rounds: 1,
+            state: kd_proto::types::RoundState::Done,
+            expected: vec![],
+        };
+        xs.remember_end(&ex, &done);
+        let waiter = tokio::spawn({
+            let xs = xs.clone();
+            async move { xs.settled("t", long).await }
+        });
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!waiter.is_finished(), "its end is not recorded yet");
+        xs.end(&ex);
+        waiter.await.unwrap();
+        assert!(start.elapsed() < long, "told as it is recorded");
+        // One that never records its end holds a question at most so long.
+        let stuck = Arc::new(Exchange::new("u".into(), 4, 2));
+        xs.begin(stuck.clone());
+        xs.remember_end(&stuck, &done);
+        let at_most = Duration::from_millis(50);
+        let start = Instant::now();
+        xs.settled("u", at_most).await;
+        assert!(start.elapsed() >= at_most);
     }
 
     #[test]

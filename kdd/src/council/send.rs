@@ -51,6 +51,10 @@ pub struct Request {
     /// the thread), for whoever asked to find it again after a restart
     /// (`kd rebase` following the member it asked: [`crate::work::rebase`]).
     pub tag: Option<String>,
+    /// The workspace's configuration as the request already read it, and
+    /// the workspace it was read for (`council.ask` reads it to find the
+    /// current thread): not read again when the question goes there.
+    pub config: Option<(String, Config)>,
 }
 
 /// Who a message is for.
@@ -86,7 +90,18 @@ impl Routed {
     }
 }
 
-pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwned> {
+/// The configuration of `workspace` as a question from a client whose
+/// `PATH` is `path` reads it; refused as bad input.
+pub fn read_config(workspace: &str, path: Option<&str>) -> Result<Config, ErrorObjectOwned> {
+    config::load_for(std::path::Path::new(workspace), path)
+        .map_err(|e| ErrorCode::InvalidArgument.error(format!("configuration: {e}")))
+}
+
+/// How long a question waits at most for the thread's exchange whose rounds
+/// are over to record its end ([`super::exchanges::Exchanges::settled`]).
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
+
+pub async fn send(c: &Arc<Council>, mut req: Request) -> Result<Sent, ErrorObjectOwned> {
     if c.agents.is_closed() {
         return Err(ErrorCode::ShuttingDown.error("the daemon is shutting down"));
     }
@@ -109,8 +124,10 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
         Target::Existing(t) => &t.workspace,
         Target::New(n) => &n.workspace,
     };
-    let config = config::load_for(std::path::Path::new(workspace), req.path.as_deref())
-        .map_err(|e| ErrorCode::InvalidArgument.error(format!("configuration: {e}")))?;
+    let config = match req.config.take() {
+        Some((read_for, config)) if read_for == *workspace => config,
+        _ => read_config(workspace, req.path.as_deref())?,
+    };
     // Aged first, by the settings just read: a branch quiet past its
     // archive time refuses the message.
     let target = match target {
@@ -152,6 +169,9 @@ pub async fn send(c: &Arc<Council>, req: Request) -> Result<Sent, ErrorObjectOwn
     let (thread, asked) = match target {
         Target::Existing(thread) => {
             super::keep_members(db, &thread, &config).await?;
+            if exchange.supersedes() {
+                c.exchanges.settled(&thread.id, SETTLE).await;
+            }
             let asked = db.ask(None, vec![king], exchange).await?;
             (thread, asked)
         }

@@ -65,8 +65,13 @@ impl CouncilApiServer for Rpc {
             // Every parameter checked before the current thread is looked
             // up (which may age it, as `thread.current` does).
             let mut req = request(ext, thread, body, to, mute, None, timeout_s, None, rounds, Some(new_thread), path)?;
+            // The configuration, read once: it ages the current thread
+            // here, and the question is asked by it.
+            let config = send::read_config(&workspace, req.path.as_deref())?;
+            let mut settings = crate::lifecycle::Settings::with(&workspace, config.lifecycle.clone());
+            req.config = Some((workspace.clone(), config));
             // The current thread, or the new one the question makes.
-            let since = match super::threads::current(&self.d, workspace, branch).await? {
+            let since = match super::threads::current(&self.d, workspace, branch, &mut settings).await? {
                 Some(t) => {
                     (req.thread, req.new_thread) = (t.id, None);
                     t.last_seq
@@ -207,6 +212,7 @@ fn request(
         path,
         beside: false,
         tag: None,
+        config: None,
     })
 }
 

@@ -85,7 +85,7 @@ impl ThreadApiServer for Rpc {
 
     async fn thread_current(&self, workspace: String, branch: Option<String>) -> RpcResult<Option<Thread>> {
         validate::workspace(&workspace)?;
-        current(&self.d, workspace, branch).await
+        current(&self.d, workspace, branch, &mut lifecycle::Settings::default()).await
     }
 
     async fn thread_set_current(&self, workspace: String, branch: Option<String>, thread: String) -> RpcResult<Thread> {
@@ -243,10 +243,14 @@ async fn stop_runs(d: &Daemon, thread: &str) -> u32 {
 /// The current thread of `workspace` on `branch` (`thread.current`, and
 /// where `council.ask` asks), aged as it is due; an archived branch or a
 /// deleted thread gives way to the trunk.
-pub(super) async fn current(d: &Daemon, workspace: String, branch: Option<String>) -> RpcResult<Option<Thread>> {
-    let mut settings = lifecycle::Settings::default();
+pub(super) async fn current(
+    d: &Daemon,
+    workspace: String,
+    branch: Option<String>,
+    settings: &mut lifecycle::Settings,
+) -> RpcResult<Option<Thread>> {
     let current = match d.db.current_thread(workspace.clone(), branch.clone()).await? {
-        Some(t) => Some(lifecycle::check(&d.db, &d.council.archived, t, &mut settings).await),
+        Some(t) => Some(lifecycle::check(&d.db, &d.council.archived, t, settings).await),
         None => None,
     };
     if let Some(t) = current.as_ref().filter(|t| t.status != ThreadStatus::Archived || t.lineage == Lineage::Trunk) {
@@ -257,7 +261,7 @@ pub(super) async fn current(d: &Daemon, workspace: String, branch: Option<String
     match d.db.trunk(workspace.clone(), branch.clone()).await? {
         Some(trunk) => {
             let trunk = d.db.set_current_thread(workspace, branch, trunk).await?;
-            Ok(Some(lifecycle::check(&d.db, &d.council.archived, trunk, &mut settings).await))
+            Ok(Some(lifecycle::check(&d.db, &d.council.archived, trunk, settings).await))
         }
         None => Ok(current),
     }

@@ -198,6 +198,7 @@ pub async fn start(co: &Arc<Coord>, t: Task) -> Result<WorkStarted, ErrorObjectO
         path: t.path.clone(),
         beside: false,
         tag: None,
+        config: None,
     };
     let sent = send::send(&co.council, req).await?;
     if t.vote {
@@ -341,5 +342,6 @@ pub(crate) fn to_member(
         path,
         beside: false,
         tag: None,
+        config: None,
     }
 }
