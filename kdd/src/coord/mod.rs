@@ -31,7 +31,7 @@ use kd_proto::ErrorCode;
 use kd_proto::names::{ALL, KING};
 use kd_proto::types::Thread;
 
-use crate::config::{self, Config};
+use crate::config::Config;
 use crate::council::Council;
 
 /// What the coordination layer keeps between calls.
@@ -54,8 +54,7 @@ impl Coord {
     /// found on `path`, the asking client's `PATH` (none: kdd's own).
     pub async fn thread(&self, thread: &str, path: Option<&str>) -> Result<(Thread, Config), ErrorObjectOwned> {
         let thread = self.council.agents.db.thread(thread.to_string()).await?;
-        let config = config::load_for(std::path::Path::new(&thread.workspace), path)
-            .map_err(|e| ErrorCode::InvalidArgument.error(format!("configuration: {e}")))?;
+        let config = crate::council::send::read_config(&thread.workspace, path)?;
         Ok((thread, config))
     }
 }

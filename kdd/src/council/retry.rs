@@ -8,13 +8,11 @@
 use std::time::Duration;
 
 use jsonrpsee::types::ErrorObjectOwned;
-use kd_proto::ErrorCode;
 use kd_proto::types::{MessageKind, RunInfo, Style, display_order};
 
 use super::{Council, Launch};
 use crate::agent::registry::{Claim, Place};
 use crate::client::ClientId;
-use crate::config;
 use crate::db::exchanges::{Exchange, Kind, NewExchange, StepKey, StepState};
 use crate::db::messages::Page;
 use serde::{Deserialize, Serialize};
@@ -28,8 +26,7 @@ pub async fn retry(
     path: Option<String>,
 ) -> Result<Vec<RunInfo>, ErrorObjectOwned> {
     let thread = c.agents.db.thread(thread).await?;
-    let config = config::load_for(std::path::Path::new(&thread.workspace), path.as_deref())
-        .map_err(|e| ErrorCode::InvalidArgument.error(format!("configuration: {e}")))?;
+    let config = super::send::read_config(&thread.workspace, path.as_deref())?;
     let messages = c.agents.db.messages(thread.id.clone(), Page::all_after(0)).await?;
     let shown = display_order(&messages);
     let mut members: Vec<String> = config.council.members.clone();

@@ -147,8 +147,7 @@ impl CouncilApiServer for Rpc {
     async fn config_get(&self, workspace: String, path: Option<String>) -> RpcResult<ConfigView> {
         validate::workspace(&workspace)?;
         validate::search_path(path.as_deref())?;
-        let config = crate::config::load_for(std::path::Path::new(&workspace), path.as_deref())
-            .map_err(|e| invalid(format!("configuration: {e}")))?;
+        let config = send::read_config(&workspace, path.as_deref())?;
         let kd = crate::config::find_kd(&crate::config::Env::process());
         let var = |k: &str| match (k, &path) {
             ("PATH", Some(p)) => Some(std::ffi::OsString::from(p)),

@@ -83,8 +83,7 @@ pub struct Task {
 /// the members rank the diffs once the rounds are over ([`vote`]).
 pub async fn start(co: &Arc<Coord>, t: Task) -> Result<WorkStarted, ErrorObjectOwned> {
     let db = &co.council.agents.db;
-    let config = crate::config::load_for(Path::new(&t.workspace), t.path.as_deref())
-        .map_err(|e| ErrorCode::InvalidArgument.error(format!("configuration: {e}")))?;
+    let config = send::read_config(&t.workspace, t.path.as_deref())?;
     let members: Vec<String> = match &t.to {
         Some(to) if !to.is_empty() => {
             check_members(&config, to, false)?;
@@ -198,7 +197,7 @@ pub async fn start(co: &Arc<Coord>, t: Task) -> Result<WorkStarted, ErrorObjectO
         path: t.path.clone(),
         beside: false,
         tag: None,
-        config: None,
+        config: Some((t.workspace.clone(), config)),
     };
     let sent = send::send(&co.council, req).await?;
     if t.vote {

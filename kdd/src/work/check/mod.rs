@@ -123,8 +123,7 @@ impl Checks {
             return Err(ErrorCode::Conflict.error(format!("{member}'s work is {what}: there is nothing to check")));
         }
         let workspace = db.thread(thread.to_string()).await?.workspace;
-        let config = crate::config::load_for(Path::new(&workspace), path.as_deref())
-            .map_err(|e| ErrorCode::InvalidArgument.error(format!("configuration: {e}")))?;
+        let config = crate::council::send::read_config(&workspace, path.as_deref())?;
         if config.work.check.is_none() {
             return Err(ErrorCode::InvalidArgument.error(format!(
                 "no check is configured for {workspace}: set work.check in its .kd/config.json, e.g. \
