@@ -8,6 +8,7 @@
 //! completions and work, [`crate::coord`] and [`crate::work`]).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use kd_proto::names::{KD, KING};
@@ -55,8 +56,15 @@ pub struct Left {
 /// The exchanges the previous daemon left open, oldest first: read before
 /// this one serves, for what this one begins is its own (a `kd rebase` of
 /// a work whose request was left open is refused until it is followed).
+/// A registry away for a moment is waited for ([`crate::db::outage`]).
 pub async fn left(co: &Arc<Coord>) -> Vec<Left> {
-    let open = co.council.agents.db.unfinished_exchanges().await.unwrap_or_else(|e| {
+    let db = &co.council.agents.db;
+    let read = db.until_back(
+        "reading the exchanges to resume",
+        || co.council.agents.is_closed(),
+        |_| db.unfinished_exchanges(),
+    );
+    let open = read.await.unwrap_or_else(|e| {
         tracing::error!("cannot read the exchanges to resume: {e}");
         Vec::new()
     });
@@ -68,18 +76,17 @@ pub async fn left(co: &Arc<Coord>) -> Vec<Left> {
 pub async fn all(co: &Arc<Coord>, left: Vec<Left>) -> Resumed {
     let mut done = Resumed::default();
     for Left { x, claim } in left {
-        // Ended since it was read (cancelled while kdd committed what the
-        // runs left): not driven again.
-        let x = match co.council.agents.db.exchange(x.id).await {
-            Ok(now) if now.state != ExchangeState::Open => {
+        let given_up = AtomicUsize::new(0);
+        let result = resume(co, &x, &given_up).await;
+        done.given_up += given_up.load(Ordering::Relaxed);
+        let fate = match result {
+            // Ended since it was read (cancelled while kdd committed what
+            // the runs left): not driven again.
+            Ok(Taken::Ended(now)) => {
                 followed(co, &now, Fate::Superseded, claim).await;
                 continue;
             }
-            Ok(now) => now,
-            Err(_) => x,
-        };
-        let fate = match one(co, &x, &mut done).await {
-            Ok(fate) => fate,
+            Ok(Taken::Fate(fate)) => fate,
             Err(e) => match failed(co, &x, e).await {
                 Some(fate) => fate,
                 None => continue,
@@ -105,9 +112,9 @@ pub async fn all(co: &Arc<Coord>, left: Vec<Left>) -> Resumed {
 
 /// Drives exchange `x` of a node declared dead, taken by this one.
 pub async fn taken(co: &Arc<Coord>, x: &Exchange) {
-    let mut done = Resumed::default();
-    let fate = match one(co, x, &mut done).await {
-        Ok(fate) => fate,
+    let fate = match resume(co, x, &AtomicUsize::new(0)).await {
+        Ok(Taken::Ended(_)) => return,
+        Ok(Taken::Fate(fate)) => fate,
         Err(e) => match failed(co, x, e).await {
             Some(fate) => fate,
             None => return,
@@ -116,7 +123,40 @@ pub async fn taken(co: &Arc<Coord>, x: &Exchange) {
     followed(co, x, fate, None).await;
 }
 
-/// `x` could not be resumed for `e`: left open for the next start — but
+/// What a resume pass made of an exchange left open.
+enum Taken {
+    /// It had ended since it was read (as it now stands).
+    Ended(Box<Exchange>),
+    Fate(Fate),
+}
+
+/// Resumes `x` ([`one`]) unless it has ended since it was read — waiting
+/// out an outage of the registry as a write kept does ([`crate::db::outage`]):
+/// an exchange whose resume met one is resumed once the registry is back,
+/// not left open, with nothing driving it, until the next start. Each try
+/// begins again from the journal: one that failed wrote nothing the next
+/// repeats (the steps given up are given up once; the resume is recorded
+/// last).
+async fn resume(co: &Arc<Coord>, x: &Exchange, given_up: &AtomicUsize) -> Result<Taken, DbError> {
+    let db = &co.council.agents.db;
+    let what = format!("resuming exchange {} of thread {}", x.seq, x.thread);
+    db.until_back(
+        &what,
+        || co.council.agents.is_closed(),
+        |_| async {
+            match db.exchange(x.id).await {
+                Ok(now) if now.state != ExchangeState::Open => Ok(Taken::Ended(Box::new(now))),
+                Ok(now) => one(co, &now, given_up).await.map(Taken::Fate),
+                Err(e) if e.is_outage() => Err(e),
+                Err(_) => one(co, x, given_up).await.map(Taken::Fate),
+            }
+        },
+    )
+    .await
+}
+
+/// `x` could not be resumed for `e` (not an outage, or kdd is stopping):
+/// left open for the next start — but
 /// a rebase's request, whose follower would wait on it, is stopped when
 /// the registry lets it be, and the follower told why.
 async fn failed(co: &Arc<Coord>, x: &Exchange, e: DbError) -> Option<Fate> {
@@ -145,7 +185,7 @@ async fn followed(co: &Arc<Coord>, x: &Exchange, fate: Fate, claim: Option<Claim
 }
 
 /// Resumes `x`, or stops it for good when it may not be.
-async fn one(co: &Arc<Coord>, x: &Exchange, done: &mut Resumed) -> Result<Fate, DbError> {
+async fn one(co: &Arc<Coord>, x: &Exchange, given_up: &AtomicUsize) -> Result<Fate, DbError> {
     let db = &co.council.agents.db;
     // A question routed here is not begun yet: it begins (as it would have
     // on the node that has the workspace).
@@ -183,7 +223,7 @@ async fn one(co: &Arc<Coord>, x: &Exchange, done: &mut Resumed) -> Result<Fate, 
         );
         return stop_saying(co, x, "expired", why, "; `kd retry` asks failed members again").await;
     }
-    done.given_up += give_up_cut_steps(co, x, &config).await?;
+    given_up.fetch_add(give_up_cut_steps(co, x, &config).await?, Ordering::Relaxed);
     let work = crate::council::work_runs(db, &thread.id).await?;
     // Each driver sets the style and timeout its plan keeps.
     let launch = Launch { thread, config, style: Default::default(), timeout: None, client: None, prompt: None, work };

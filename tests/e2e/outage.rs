@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use kd_client::prelude::*;
+use kd_proto::types::ThreadEvent;
 use kd_tests::commit_cut::CommitCut;
 use kd_tests::outage::Outage;
 use kd_tests::{Hold, Kdd, records, settled, within};
@@ -577,4 +578,75 @@ async fn kdd_stopped_while_another_program_holds_the_sqlite_write_lock_stops_at_
         let Some(k) = Outage::locked(&[]) else { return };
         stopped_while_work_waits(test, k, at_check).await;
     }
+}
+
+/// A restarted kdd whose resume of what it was left finds the registry
+/// away: each exchange left open is resumed once the registry is back,
+/// without another restart. Before, one whose resume failed was left open
+/// for the next start, with nothing driving it, and `kd ask` following it
+/// waited without bound. The registry is taken away while the restart's
+/// recovery is held — kd's git blocked on a FIFO a member left where
+/// `git add` reads — so the resume that follows meets the outage.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_exchange_whose_resume_met_an_outage_is_resumed_once_the_registry_is_back() {
+    let test = "an_exchange_whose_resume_met_an_outage_is_resumed_once_the_registry_is_back";
+    let Some((mut kdd, outage)) = Outage::kdd(test, &["--git-timeout-ms", "120000"]) else { return };
+    let hold = Hold::new();
+    // A work whose member leaves a FIFO where kd's git add reads (not
+    // resumed: its exchange is stopped, once the registry lets it be).
+    let fifo = kd_tests::Workspace::new(&[]);
+    fifo.git_init(&[("a.txt", "one\n")], &[]);
+    let leave = "if test -f .git; then echo two >> a.txt; mkdir new; mkfifo new/.gitignore; fi";
+    let member = kd_tests::fake("claude", "claude", &[("FAKE_RUN", leave), ("FAKE_HOLD", hold.var())]);
+    fifo.write_config(&serde_json::json!({"council": {"members": ["claude"]}, "agents": {"claude": member}}));
+    fifo.without_resume();
+    // A council of one, resumed.
+    let ws = kd_tests::Workspace::new(&[]);
+    let record = ws.file("record.jsonl");
+    let member = kd_tests::fake("claude", "claude", &[("FAKE_HOLD", hold.var()), ("FAKE_RECORD", &record)]);
+    ws.write_config(&serde_json::json!({"council": {"members": ["claude"]}, "agents": {"claude": member}}));
+    let c = kdd.client().await;
+    let started = c.work_start(fifo.path(), "Leave a FIFO".into(), None, None, None, None).await.expect("work.start");
+    let t = kd_tests::thread_in(&c, &ws, None).await;
+    c.council_send(t.clone(), "Plan the release.".into(), None, None, None, None, None, Some(0), None, None)
+        .await
+        .expect("council.send");
+    for thread in [&started.thread, &t] {
+        let mut sub = c.thread_subscribe(thread.clone(), None, None).await.unwrap();
+        kd_tests::collect_until(&mut sub, |events| events.iter().any(|e| matches!(e, ThreadEvent::Delta { .. }))).await;
+    }
+    drop(c);
+    kdd.kill9();
+    hold.release();
+    kdd.launch().expect("kdd starts again");
+    // What it was left is read; its recovery waits on the FIFO.
+    outage.begin(&kdd);
+    let gitignore = std::path::Path::new(&started.worktrees[0].path).join("new/.gitignore");
+    within(
+        "kd's git reading the FIFO",
+        tokio::task::spawn_blocking(move || {
+            drop(std::fs::OpenOptions::new().write(true).open(gitignore).expect("open the FIFO"))
+        }),
+    )
+    .await
+    .expect("the FIFO written");
+    within("the resume meeting the outage", async {
+        let met = |l: &str| {
+            l.contains("cannot resume the exchange")
+                || l.contains("resuming exchange") && l.contains("waits for the registry")
+        };
+        while !outage.log().lines().any(met) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    outage.end(&kdd);
+    let back = Instant::now();
+    assert_eq!(settled(&kdd.db, &t).await, vec![("done".to_string(), None)], "kdd's log:\n{}", outage.log());
+    eprintln!("{test}: resumed and done {} ms after the registry was back", back.elapsed().as_millis());
+    assert_eq!(records(&record).len(), 2, "claude asked again once the registry was back");
+    let work = settled(&kdd.db, &started.thread).await;
+    assert_eq!(work.len(), 1, "{work:?}");
+    assert!(work[0].1.as_deref().is_some_and(|r| r.contains("resuming is off")), "{work:?}");
+    assert!(kdd.stop().success());
 }

@@ -328,8 +328,9 @@ pub async fn run(ctx: &Ctx, a: AskArgs) -> anyhow::Result<ExitCode> {
 
 /// Whether a Ctrl+C came since `interrupt` was last asked.
 async fn caught(interrupt: &mut tokio::signal::unix::Signal) -> bool {
-    // Polled once: a notice already there is taken, none is waited for.
-    tokio::time::timeout(Duration::ZERO, interrupt.recv()).await.is_ok()
+    // Polled once: a notice already there is taken, none is waited for
+    // (not even the timer's next tick, as a zero timeout would).
+    std::future::poll_fn(|cx| std::task::Poll::Ready(interrupt.poll_recv(cx).is_ready())).await
 }
 
 /// Where the exchange begun by message `seq` ends, if it is over, as the
@@ -642,7 +643,16 @@ async fn ask_in_one(
 mod tests {
     use kd_proto::types::*;
 
-    use super::{fits_before_the_greeting, print_completion};
+    use super::{caught, fits_before_the_greeting, print_completion};
+
+    /// Asked whether a Ctrl+C came, `caught` answers at once: no timer is
+    /// waited for (a zero timeout waits for the runtime's next
+    /// millisecond tick).
+    #[tokio::test]
+    async fn whether_a_ctrl_c_came_is_answered_without_a_wait() {
+        let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).unwrap();
+        assert_eq!(futures_util::FutureExt::now_or_never(caught(&mut interrupt)), Some(false));
+    }
 
     #[test]
     fn a_question_goes_beside_the_greeting_only_within_the_smallest_request_limit() {
