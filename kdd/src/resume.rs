@@ -113,7 +113,7 @@ pub async fn all(co: &Arc<Coord>, left: Vec<Left>) -> Resumed {
 /// Drives exchange `x` of a node declared dead, taken by this one.
 pub async fn taken(co: &Arc<Coord>, x: &Exchange) {
     let fate = match resume(co, x, &AtomicUsize::new(0)).await {
-        Ok(Taken::Ended(_)) => return,
+        Ok(Taken::Ended(now)) => return followed(co, &now, Fate::Superseded, None).await,
         Ok(Taken::Fate(fate)) => fate,
         Err(e) => match failed(co, x, e).await {
             Some(fate) => fate,
@@ -134,9 +134,9 @@ enum Taken {
 /// out an outage of the registry as a write kept does ([`crate::db::outage`]):
 /// an exchange whose resume met one is resumed once the registry is back,
 /// not left open, with nothing driving it, until the next start. Each try
-/// begins again from the journal: one that failed wrote nothing the next
-/// repeats (the steps given up are given up once; the resume is recorded
-/// last).
+/// begins again from the journal as it then stands, as the next start
+/// would (a step given up is given up once; the resume is recorded last,
+/// after every write that could fail).
 async fn resume(co: &Arc<Coord>, x: &Exchange, given_up: &AtomicUsize) -> Result<Taken, DbError> {
     let db = &co.council.agents.db;
     let what = format!("resuming exchange {} of thread {}", x.seq, x.thread);
