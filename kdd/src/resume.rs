@@ -56,15 +56,10 @@ pub struct Left {
 /// The exchanges the previous daemon left open, oldest first: read before
 /// this one serves, for what this one begins is its own (a `kd rebase` of
 /// a work whose request was left open is refused until it is followed).
-/// A registry away for a moment is waited for ([`crate::db::outage`]).
 pub async fn left(co: &Arc<Coord>) -> Vec<Left> {
-    let db = &co.council.agents.db;
-    let read = db.until_back(
-        "reading the exchanges to resume",
-        || co.council.agents.is_closed(),
-        |_| db.unfinished_exchanges(),
-    );
-    let open = read.await.unwrap_or_else(|e| {
+    // Not waited for when the registry is away: this daemon does not
+    // listen yet (what a failed read leaves open, the next start resumes).
+    let open = co.council.agents.db.unfinished_exchanges().await.unwrap_or_else(|e| {
         tracing::error!("cannot read the exchanges to resume: {e}");
         Vec::new()
     });

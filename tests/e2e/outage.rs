@@ -620,16 +620,23 @@ async fn an_exchange_whose_resume_met_an_outage_is_resumed_once_the_registry_is_
     hold.release();
     kdd.launch().expect("kdd starts again");
     // What it was left is read; its recovery waits on the FIFO.
+    kd_tests::kds_git_add(kdd.pid).await;
     outage.begin(&kdd);
     let gitignore = std::path::Path::new(&started.worktrees[0].path).join("new/.gitignore");
-    within(
-        "kd's git reading the FIFO",
-        tokio::task::spawn_blocking(move || {
-            drop(std::fs::OpenOptions::new().write(true).open(gitignore).expect("open the FIFO"))
-        }),
-    )
-    .await
-    .expect("the FIFO written");
+    within("kd's git reading the FIFO", async {
+        use std::os::unix::fs::OpenOptionsExt;
+        let nonblock = rustix::fs::OFlags::NONBLOCK.bits() as i32;
+        loop {
+            match std::fs::OpenOptions::new().write(true).custom_flags(nonblock).open(&gitignore) {
+                Ok(written) => break drop(written),
+                Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NXIO.raw_os_error()) => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => panic!("cannot open the FIFO: {e}"),
+            }
+        }
+    })
+    .await;
     within("the resume meeting the outage", async {
         let met = |l: &str| {
             l.contains("cannot resume the exchange")

@@ -157,28 +157,6 @@ async fn a_restarted_daemon_listens_while_a_stuck_worktree_is_recovered() {
     assert!(kdd.stop().success());
 }
 
-/// kd's git of that pid (a child of `kdd` running `git … add`), once there is one.
-async fn kds_git_add(kdd: u32) -> u32 {
-    kd_tests::within("kd's git add", async {
-        loop {
-            let found = std::fs::read_dir("/proc").unwrap().filter_map(|e| e.ok()).find_map(|e| {
-                let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-                let ppid: u32 = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
-                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-                let words: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-                (ppid == kdd && words.first().is_some_and(|w| w.ends_with(b"git")) && words.contains(&&b"add"[..]))
-                    .then_some(pid)
-            });
-            if let Some(pid) = found {
-                return pid;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-    })
-    .await
-}
-
 /// kill -9 of kdd while its git commits a member's work: that git dies
 /// with kdd (one left running held the worktree's lock, and the restarted
 /// daemon could commit nothing there), and the `index.lock` it left, older
@@ -195,7 +173,7 @@ async fn kds_git_dies_with_kdd_and_the_lock_it_left_stops_no_later_commit() {
     let lock = gitdir_of(&path).join("index.lock");
     // git add takes the lock, then blocks on the FIFO: found running, it
     // may not have taken it yet (CI saw that once).
-    let git = kds_git_add(kdd.pid).await;
+    let git = kd_tests::kds_git_add(kdd.pid).await;
     kd_tests::within("git add holding the worktree's lock", async {
         while !lock.exists() {
             assert!(kd_tests::alive(git), "kd's git add ended without blocking on the FIFO");

@@ -279,6 +279,28 @@ pub fn exchanges(db: &TestDb, thread: &str) -> Vec<(String, Option<String>)> {
     rows.iter().map(|r| (r[0].text().to_string(), r[1].opt_text())).collect()
 }
 
+/// kd's git of that pid (a child of `kdd` running `git … add`), once there is one.
+pub async fn kds_git_add(kdd: u32) -> u32 {
+    within("kd's git add", async {
+        loop {
+            let found = std::fs::read_dir("/proc").unwrap().filter_map(|e| e.ok()).find_map(|e| {
+                let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+                let ppid: u32 = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+                let words: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+                (ppid == kdd && words.first().is_some_and(|w| w.ends_with(b"git")) && words.contains(&&b"add"[..]))
+                    .then_some(pid)
+            });
+            if let Some(pid) = found {
+                return pid;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await
+}
+
 /// Waits until no exchange of `thread` is open (the journal says so).
 pub async fn settled(db: &TestDb, thread: &str) -> Vec<(String, Option<String>)> {
     within("the exchange to end", async {

@@ -1,6 +1,6 @@
 //! The exchange under way on each thread, and the last few that ended:
 //! what a subscriber joining now is told of where the thread's exchange
-//! stands ([`Exchanges::round_under_way`], [`Exchanges::ended_after`]).
+//! stands ([`Exchanges::current`], [`Exchanges::ended_after`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -131,19 +131,6 @@ impl Exchanges {
         self.map().get(thread).cloned()
     }
 
-    /// The round of `thread`'s exchange whose rounds are not over, for a
-    /// subscriber joining now: one whose last round is told is among those
-    /// that ended ([`Exchanges::ended_after`]) — told to a subscriber whose
-    /// backlog holds its question, and to no other, though its driver is
-    /// still recording its end.
-    pub fn round_under_way(&self, thread: &str) -> Option<ThreadEvent> {
-        let ex = self.current(thread)?;
-        if ex.over.load(std::sync::atomic::Ordering::Acquire) {
-            return None;
-        }
-        ex.round_event()
-    }
-
     /// The last round events of `thread`'s exchanges begun after message
     /// `since` that have ended, oldest first: told to a subscriber whose
     /// backlog holds their questions and answers — `kd ask` subscribes
@@ -259,15 +246,6 @@ mod tests {
         assert_eq!(xs.ended_after("t", 0), [done(1), done(5)]);
         assert_eq!(xs.ended_after("t", 1), [done(5)]);
         assert!(xs.ended_after("t", 5).is_empty());
-        // Over but its end not yet recorded: told as ended, not as under way.
-        let ex = Arc::new(Exchange::new("w".into(), 7, 7));
-        xs.begin(ex.clone());
-        *ex.round.lock().unwrap() = Some(done(7));
-        assert_eq!(xs.round_under_way("w"), Some(done(7)));
-        xs.remember_end(&ex, &done(7));
-        assert_eq!(xs.round_under_way("w"), None, "a subscriber from after its question hears nothing of it");
-        assert_eq!(xs.ended_after("w", 6), [done(7)]);
-        assert!(xs.ended_after("w", 7).is_empty());
         for king in 10..10 + ENDED as u64 {
             xs.remember_end(&Exchange::new("v".into(), king, king as i64), &done(king));
         }

@@ -213,7 +213,11 @@ pub(super) async fn run(
         // meanwhile, a round is in the receiver too) — never an older
         // round after a newer.
         let ended = since_seq.map(|since| d.council.exchanges.ended_after(&thread, since)).unwrap_or_default();
-        let stood = as_they_stood(ended, d.council.exchanges.round_under_way(&thread));
+        // An exchange whose last round is told but whose end is still being
+        // recorded is still the current one: told to whoever joins then,
+        // from whatever point (a client reconnecting past its question
+        // learns it ended; `exchange.get` may still say open).
+        let stood = as_they_stood(ended, d.council.exchanges.current(&thread).and_then(|ex| ex.round_event()));
         let mut since_begun = Vec::new();
         loop {
             match rx.try_recv() {
@@ -336,7 +340,7 @@ async fn forward(
 }
 
 /// The rounds told as the exchanges stood: how the `ended` ones ended,
-/// then the round under way (`current`) — unless its exchange is among them: it is
+/// then the `current` round — unless its exchange is among them: it is
 /// ending, and how it ended is remembered before its round is set, so the
 /// end is the newer (told after it, the round under way would be the last
 /// word of an exchange that is over).
