@@ -185,7 +185,8 @@ pub async fn ask_wall_time() {
 pub async fn ask_direct() {
     ask_beside_direct(&["claude", "codex", "gemini"], true).await;
     ask_beside_direct(&["claude"], false).await;
-    ask_in_a_long_thread(5_000).await;
+    ask_in_a_long_thread(Past::Messages(5_000)).await;
+    ask_in_a_long_thread(Past::Questions(1_000)).await;
     process_starts();
 }
 
@@ -224,21 +225,41 @@ fn process_starts() {
     }
 }
 
-/// `kd ask --rounds 0` to one instant member in a resume-mode thread of
-/// `n` messages beside the same in a thread of its own, timed in turns,
+/// What a long thread of [`ask_in_a_long_thread`] holds.
+enum Past {
+    /// Messages appended (`message.append`, four writers at once).
+    Messages(u64),
+    /// Questions asked with `kd ask`, each answered: as many exchanges.
+    Questions(u64),
+}
+
+/// `kd ask --rounds 0` to one instant member in a resume-mode thread with
+/// a long past beside the same in a thread of its own, timed in turns,
 /// p50 of each: a run reads of the thread what its session has not seen,
-/// not the whole thread (issue 31, item 17). (A history-mode run is given
-/// the whole thread, and reads it.)
-async fn ask_in_a_long_thread(n: u64) {
+/// not the whole thread, and a question looks at the thread's open
+/// exchanges, not at every one it had (issue 31, item 17). (A
+/// history-mode run is given the whole thread, and reads it.)
+async fn ask_in_a_long_thread(past: Past) {
     const N: usize = 30;
     let ws = Workspace::new(&[("claude", "claude", &[])]);
     let kdd = Kdd::start();
     let c = kdd.client().await;
     let resume = Some(kd_proto::types::ContextMode::Resume);
     let (long, short) = (crate::thread_in(&c, &ws, resume).await, crate::thread_in(&c, &ws, resume).await);
-    crate::fill(&kdd, &long, n, 4, |i| format!("message {i}: {}", "words ".repeat(40))).await;
     let ask = |thread: &str| {
         super::kd_ask_by(&bin("kd"), &kdd.socket, ws.dir.path(), &["--thread", thread]).as_secs_f64() * 1e3
+    };
+    let what = match past {
+        Past::Messages(n) => {
+            crate::fill(&kdd, &long, n, 4, |i| format!("message {i}: {}", "words ".repeat(40))).await;
+            format!("{n} messages")
+        }
+        Past::Questions(n) => {
+            for _ in 0..n {
+                ask(&long);
+            }
+            format!("{n} questions")
+        }
     };
     // Warm: each thread's session of the member taken once.
     for _ in 0..3 {
@@ -253,12 +274,8 @@ async fn ask_in_a_long_thread(n: u64) {
     in_long.sort_by(|a, b| a.total_cmp(b));
     in_short.sort_by(|a, b| a.total_cmp(b));
     let (l, s) = (pct(&in_long, 0.5), pct(&in_short, 0.5));
-    row(
-        &format!("kd ask --rounds 0, 1 member, in a resume-mode thread of {n} messages, p50"),
-        format!("{l:.1} ms"),
-        "",
-    );
-    row("  the same in a thread of a few messages, p50", format!("{s:.1} ms"), "");
+    row(&format!("kd ask --rounds 0, 1 member, in a resume-mode thread of {what}, p50"), format!("{l:.1} ms"), "");
+    row("  the same in a thread of a few, p50", format!("{s:.1} ms"), "");
     row("  long thread ÷ short", format!("{:.2}×", l / s), "");
 }
 

@@ -32,13 +32,7 @@ fn insert_step(conn: &Connection, now: i64, x: ExchangeId, key: &StepKey) -> DbR
 /// kinds: it is stopped and its pending steps cancelled.
 pub fn begin(conn: &Connection, now: i64, x: &NewExchange) -> DbResult<Exchange> {
     if x.supersedes() {
-        let open: Vec<ExchangeId> = conn
-            .prepare_cached(
-                "SELECT id FROM exchanges WHERE thread_id = ?1 AND state = 'open' \
-                 AND (kind = 'council' OR kind = 'work')",
-            )?
-            .query_map(params![x.thread], |r| r.get(0))?
-            .collect::<Result<_, _>>()?;
+        let open = open_in_thread(conn, &x.thread, "AND (kind = 'council' OR kind = 'work')")?;
         for id in open {
             stop(conn, now, id, SUPERSEDED)?;
         }
@@ -180,6 +174,26 @@ pub fn stop(conn: &Connection, now: i64, x: ExchangeId, reason: &str) -> DbResul
         .execute(params![x, reason, now])?;
     }
     Ok(())
+}
+
+/// The open exchanges of `thread` (`and` narrows them further), read
+/// through the index of the open exchanges: a question looks for its
+/// thread's open exchange to supersede, and the thread's other index
+/// (`exchanges_by_seq`) would visit every exchange the thread ever had —
+/// one row read each, a thread of a thousand questions a thousand reads
+/// a question (issue 31, item 17). The open ones are few, whatever the
+/// threads' lengths.
+pub(super) fn open_in_thread(conn: &Connection, thread: &str, and: &str) -> DbResult<Vec<ExchangeId>> {
+    Ok(conn
+        .prepare_cached(&open_in_thread_sql(and))?
+        .query_map(params![thread], |r| r.get(0))?
+        .collect::<Result<_, _>>()?)
+}
+
+fn open_in_thread_sql(and: &str) -> String {
+    format!(
+        "SELECT id FROM exchanges INDEXED BY exchanges_open WHERE state = 'open' AND thread_id = ?1 {and} ORDER BY id"
+    )
 }
 
 /// Every open exchange, oldest first: what a daemon starting resumes.

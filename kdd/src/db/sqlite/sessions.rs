@@ -128,19 +128,29 @@ pub fn get(conn: &Connection, id: &str) -> DbResult<Session> {
         .ok_or_else(|| DbError::NotFound(format!("session {id}")))
 }
 
+/// The sessions the filters given select, newest first. Only the filters
+/// given are in the statement: `?1 IS NULL OR thread_id = ?1` keeps
+/// SQLite from the thread's index, and a resume-mode run, which looks for
+/// its member's session on its thread, read every session of the registry
+/// (a history-mode run leaves one each; issue 31, item 17).
 pub fn list(
     conn: &Connection,
     thread: Option<&str>,
     agent: Option<&str>,
     status: Option<SessionStatus>,
 ) -> DbResult<Vec<Session>> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM sessions
-         WHERE (?1 IS NULL OR thread_id = ?1) AND (?2 IS NULL OR agent = ?2) AND (?3 IS NULL OR status = ?3)
-         ORDER BY started_at DESC, rowid DESC"
-    ))?;
-    let rows = stmt.query_map(params![thread, agent, status.map(SessionStatus::as_str)], from_row)?;
+    let filters = [("thread_id", thread), ("agent", agent), ("status", status.map(SessionStatus::as_str))];
+    let given: Vec<(&str, &str)> = filters.iter().filter_map(|(column, value)| Some((*column, (*value)?))).collect();
+    let mut stmt = conn.prepare_cached(&list_sql(&given.iter().map(|(column, _)| *column).collect::<Vec<_>>()))?;
+    let rows = stmt.query_map(rusqlite::params_from_iter(given.iter().map(|(_, value)| value)), from_row)?;
     Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// [`list`]'s statement filtering on `columns`, each `= ?N` in turn.
+fn list_sql(columns: &[&str]) -> String {
+    let filter: Vec<String> = columns.iter().enumerate().map(|(i, c)| format!("{c} = ?{}", i + 1)).collect();
+    let filter = if filter.is_empty() { String::new() } else { format!("WHERE {}", filter.join(" AND ")) };
+    format!("SELECT {COLUMNS} FROM sessions {filter} ORDER BY started_at DESC, rowid DESC")
 }
 
 pub(super) fn active_for(conn: &Connection, thread: &str, agent: &str) -> DbResult<Option<Session>> {
@@ -236,5 +246,49 @@ impl super::Sqlite {
         })
         .await?;
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(conn: &Connection, thread: &str, agent: &str, at: i64) -> String {
+        let id = format!("s-{thread}-{agent}-{at}");
+        conn.execute(
+            "INSERT INTO sessions (id, thread_id, agent, status, started_at, last_active_at, metadata)
+             VALUES (?1, ?2, ?3, 'idle', ?4, ?4, '{}')",
+            params![id, thread, agent, at],
+        )
+        .unwrap();
+        id
+    }
+
+    #[test]
+    fn a_members_sessions_on_a_thread_are_found_by_the_threads_index_not_among_the_registrys() {
+        let conn = crate::db::sqlite::schema::in_memory_with_thread("t1");
+        conn.execute(
+            "INSERT INTO threads (id, workspace, created_at, last_activity_at) VALUES ('t2', '/w2', 1, 1)",
+            [],
+        )
+        .unwrap();
+        // History-mode runs leave a session each: many on another thread.
+        for at in 0..300 {
+            session(&conn, "t2", "claude", at);
+        }
+        let (old, new) = (session(&conn, "t1", "claude", 5), session(&conn, "t1", "claude", 7));
+        session(&conn, "t1", "codex", 6);
+        let ids = |s: Vec<Session>| s.into_iter().map(|s| s.id).collect::<Vec<_>>();
+        assert_eq!(ids(list(&conn, Some("t1"), Some("claude"), None).unwrap()), [new.clone(), old], "newest first");
+        assert_eq!(list(&conn, Some("t1"), None, None).unwrap().len(), 3);
+        assert_eq!(list(&conn, None, Some("claude"), None).unwrap().len(), 302);
+        assert_eq!(list(&conn, None, None, Some(SessionStatus::Idle)).unwrap().len(), 303);
+        assert!(list(&conn, Some("t1"), Some("claude"), Some(SessionStatus::Active)).unwrap().is_empty());
+        assert_eq!(list(&conn, None, None, None).unwrap().len(), 303);
+        // The run's lookup reads the two rows it returns, not the 303.
+        let mut stmt = conn.prepare(&list_sql(&["thread_id", "agent"])).unwrap();
+        assert_eq!(stmt.query_map(["t1", "claude"], from_row).unwrap().count(), 2);
+        let steps = stmt.get_status(rusqlite::StatementStatus::VmStep);
+        assert!(steps < 200, "{steps} virtual machine steps for 2 sessions among 303");
     }
 }

@@ -23,10 +23,7 @@ pub fn stop_for_good(conn: &Connection, now: i64, x: ExchangeId, reason: &str) -
 
 /// Stops every open exchange of `thread` (`kd cancel`): none resumes.
 pub fn stop_thread(conn: &Connection, now: i64, thread: &str, reason: &str) -> DbResult<Vec<ExchangeId>> {
-    let open: Vec<ExchangeId> = conn
-        .prepare_cached("SELECT id FROM exchanges WHERE thread_id = ?1 AND state = 'open'")?
-        .query_map(params![thread], |r| r.get(0))?
-        .collect::<Result<_, _>>()?;
+    let open = super::open_in_thread(conn, thread, "")?;
     for &x in &open {
         stop_for_good(conn, now, x, reason)?;
     }

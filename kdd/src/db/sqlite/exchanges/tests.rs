@@ -162,6 +162,36 @@ fn a_new_king_message_supersedes_the_open_exchange_and_a_stopped_one_takes_no_st
 }
 
 #[test]
+fn a_question_looks_among_the_open_exchanges_not_at_its_threads_whole_past() {
+    let conn = db();
+    conn.execute("INSERT INTO threads (id, workspace, created_at, last_activity_at) VALUES ('t2', '/w2', 1, 1)", [])
+        .unwrap();
+    // A long past: 200 questions answered on t1.
+    for seq in 1..=200 {
+        let x = council(&conn, seq, &[]);
+        stop(&conn, 11, x.id, "done").unwrap();
+    }
+    let elsewhere = begin(&conn, 10, &NewExchange { thread: "t2".into(), ..new_council(1, &["claude"]) }).unwrap();
+    let open = council(&conn, 201, &["claude"]);
+    assert_eq!(open_in_thread(&conn, "t1", "").unwrap(), [open.id]);
+    // The next question supersedes its own thread's open exchange alone.
+    council(&conn, 202, &["claude"]);
+    assert_eq!(get(&conn, open.id).unwrap().unwrap().state, ExchangeState::Stopped);
+    assert_eq!(get(&conn, elsewhere.id).unwrap().unwrap().state, ExchangeState::Open);
+    // Through the index of the open exchanges, whatever the planner would
+    // make of the thread's own index: the rows the lookup visits are the
+    // open exchanges', not the 200 the thread had.
+    let sql = open_in_thread_sql("");
+    let mut stmt = conn.prepare(&sql).unwrap();
+    let ids: Vec<i64> = stmt.query_map(["t1"], |r| r.get(0)).unwrap().collect::<Result<_, _>>().unwrap();
+    assert_eq!(ids.len(), 1);
+    let steps = stmt.get_status(rusqlite::StatementStatus::VmStep);
+    assert!(steps < 100, "{steps} virtual machine steps for 2 open exchanges");
+    let plan: String = conn.query_row(&format!("EXPLAIN QUERY PLAN {sql}"), ["t1"], |r| r.get::<_, String>(3)).unwrap();
+    assert!(plan.contains("exchanges_open"), "{plan}");
+}
+
+#[test]
 fn one_message_begins_one_exchange_of_a_kind() {
     let conn = db();
     council(&conn, 1, &["claude"]);
