@@ -42,6 +42,24 @@ fn get(conn: &Connection, id: &str) -> DbResult<Option<Approval>> {
         .optional()?)
 }
 
+/// The statement of [`super::Sqlite::approvals`]: the pending ones only
+/// unless `all`, of the thread `?1` when `of_thread`. Only the conditions
+/// that apply are written: `?1 OR state = 'pending'` kept SQLite from the
+/// index of the pending approvals, and every client that subscribes to
+/// them (a chat, a web page) read every approval ever asked.
+fn list_sql(all: bool, of_thread: bool, limit: u32) -> String {
+    let filter = match (all, of_thread) {
+        (true, false) => "",
+        (true, true) => "WHERE thread_id = ?1",
+        (false, false) => "WHERE state = 'pending'",
+        (false, true) => "WHERE state = 'pending' AND thread_id = ?1",
+    };
+    format!(
+        "SELECT {COLUMNS} FROM approvals {filter} ORDER BY requested_at DESC, id DESC {}",
+        super::limit(Some(limit.min(MAX_LIST)))
+    )
+}
+
 fn insert(conn: &Connection, a: &Approval, node: &str, out: &mut Outbox) -> DbResult<()> {
     conn.prepare_cached(
         "INSERT INTO approvals (id, thread_id, member, run_id, node_id, tool, scopes, state, decided_by, scope, \
@@ -108,12 +126,9 @@ impl Sqlite {
     /// thread or all.
     pub async fn approvals(&self, all: bool, thread: Option<String>, limit: u32) -> DbResult<Vec<Approval>> {
         self.read(move |c| {
-            let sql = format!(
-                "SELECT {COLUMNS} FROM approvals WHERE (?1 OR state = 'pending') AND (?2 IS NULL OR thread_id = ?2) \
-                 ORDER BY requested_at DESC, id DESC {}",
-                super::limit(Some(limit.min(MAX_LIST)))
-            );
-            let rows = c.prepare_cached(&sql)?.query_map(params![all, thread], row)?.collect::<Result<Vec<_>, _>>()?;
+            let sql = list_sql(all, thread.is_some(), limit);
+            let mut stmt = c.prepare_cached(&sql)?;
+            let rows = stmt.query_map(rusqlite::params_from_iter(&thread), row)?.collect::<Result<Vec<_>, _>>()?;
             Ok(rows)
         })
         .await
@@ -169,5 +184,41 @@ impl Sqlite {
             Ok(done)
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pending_approvals_are_read_by_their_index_not_among_every_one_ever_asked() {
+        let conn = crate::db::sqlite::schema::in_memory_with_thread("t1");
+        let add = |id: String, state: &str, at: i64| {
+            conn.execute(
+                "INSERT INTO approvals (id, thread_id, member, node_id, tool, scopes, state, requested_at)
+                 VALUES (?1, 't1', 'claude', 'n', '{}', '[]', ?2, ?3)",
+                params![id, state, at],
+            )
+            .unwrap();
+        };
+        for at in 0..300 {
+            add(format!("ap-{at}"), "approved", at);
+        }
+        add("ap-p1".into(), "pending", 400);
+        add("ap-p2".into(), "pending", 401);
+        let ids = |sql: &str, thread: Option<&str>| {
+            let mut stmt = conn.prepare(sql).unwrap();
+            let ids: Vec<String> =
+                stmt.query_map(rusqlite::params_from_iter(thread), |r| r.get(0)).unwrap().map(Result::unwrap).collect();
+            (ids, stmt.get_status(rusqlite::StatementStatus::VmStep))
+        };
+        let (pending, steps) = ids(&list_sql(false, false, 50), None);
+        assert_eq!(pending, ["ap-p2", "ap-p1"], "newest first");
+        assert!(steps < 200, "{steps} virtual machine steps for 2 pending approvals among 302");
+        assert_eq!(ids(&list_sql(false, true, 50), Some("t1")).0.len(), 2);
+        assert!(ids(&list_sql(false, true, 50), Some("t2")).0.is_empty());
+        assert_eq!(ids(&list_sql(true, true, 1000), Some("t1")).0.len(), 302);
+        assert_eq!(ids(&list_sql(true, false, 10), None).0.len(), 10, "the limit");
     }
 }
