@@ -183,14 +183,14 @@ pub fn stop(conn: &Connection, now: i64, x: ExchangeId, reason: &str) -> DbResul
 /// one row read each, a thread of a thousand questions a thousand reads
 /// a question (issue 31, item 17). The open ones are few, whatever the
 /// threads' lengths.
-pub(super) fn open_in_thread(conn: &Connection, thread: &str, and: &str) -> DbResult<Vec<ExchangeId>> {
+pub(super) fn open_in_thread(conn: &Connection, thread: &str, and: &'static str) -> DbResult<Vec<ExchangeId>> {
     Ok(conn
         .prepare_cached(&open_in_thread_sql(and))?
         .query_map(params![thread], |r| r.get(0))?
         .collect::<Result<_, _>>()?)
 }
 
-fn open_in_thread_sql(and: &str) -> String {
+fn open_in_thread_sql(and: &'static str) -> String {
     format!(
         "SELECT id FROM exchanges INDEXED BY exchanges_open WHERE state = 'open' AND thread_id = ?1 {and} ORDER BY id"
     )
