@@ -91,11 +91,8 @@ pub(super) async fn execute(d: &Runner, run: &Run, spec: &Spec, prepared: Prepar
     };
     let started = process::start_time(pid);
     let mut feed = || {
-        if let (Some(input), Some(mut stdin)) = (inv.stdin.clone(), child.stdin.take()) {
-            tokio::spawn(async move {
-                // An agent that exits without reading its input is not an error here.
-                let _ = stdin.write_all(input.as_bytes()).await;
-            });
+        if let (Some(input), Some(stdin)) = (inv.stdin.clone(), child.stdin.take()) {
+            feed_input(stdin, input);
         }
     };
     // Only a shared registry can refuse the start (another node's run of
@@ -264,6 +261,25 @@ pub(super) async fn execute(d: &Runner, run: &Run, spec: &Spec, prepared: Prepar
     finish
 }
 
+/// Gives the agent its input: what the pipe takes at once is written here,
+/// so that the agent finds its prompt as soon as it reads, not after what
+/// this worker does next (the run's start is written meanwhile: issue 31,
+/// item 17); the rest by a task of its own as the agent reads. An agent
+/// that exits without reading its input is not an error here.
+fn feed_input(mut stdin: tokio::process::ChildStdin, input: String) {
+    // The pipe is non-blocking: a write takes what fits and never waits.
+    let taken = match rustix::io::write(&stdin, input.as_bytes()) {
+        Ok(n) => n,
+        Err(rustix::io::Errno::AGAIN) => 0,
+        Err(_) => return,
+    };
+    if taken < input.len() {
+        tokio::spawn(async move {
+            let _ = stdin.write_all(&input.as_bytes()[taken..]).await;
+        });
+    }
+}
+
 /// The run's gemini system-defaults file: the user's own defaults with kd's
 /// server added, in the daemon's directory. `None` (the run goes without
 /// kd's tools, said in the log) when the user's defaults cannot be read or
@@ -323,5 +339,46 @@ fn take_line(line: Line, format: crate::config::Format, transcript: &mut Transcr
         if let Some(text) = transcript.apply(p) {
             delta.push_str(&text);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Stdio;
+
+    /// `cat`, its input and its output piped.
+    // No reaper runs in unit tests: a child spawned directly is safe here.
+    #[allow(clippy::disallowed_methods)]
+    fn cat() -> tokio::process::Child {
+        tokio::process::Command::new("cat").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap()
+    }
+
+    /// The prompt is in the agent's pipe when `feed_input` returns: this
+    /// thread then blocks without polling any task, and `cat` echoes it.
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_agents_prompt_is_in_its_pipe_before_the_worker_goes_on() {
+        let mut child = cat();
+        let out = child.stdout.take().unwrap().into_owned_fd().unwrap();
+        feed_input(child.stdin.take().unwrap(), "the prompt".into());
+        let fds = &mut [rustix::event::PollFd::new(&out, rustix::event::PollFlags::IN)];
+        let ready = rustix::event::poll(fds, Some(&rustix::event::Timespec { tv_sec: 10, tv_nsec: 0 })).unwrap();
+        assert_eq!(ready, 1, "nothing reached the agent while no task ran");
+        let mut got = [0u8; 64];
+        let n = rustix::io::read(&out, &mut got).unwrap();
+        assert_eq!(&got[..n], b"the prompt");
+        let _ = child.kill().await;
+    }
+
+    /// A prompt larger than the pipe goes in whole: the rest by a task as the
+    /// agent reads, then the pipe is closed.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_prompt_larger_than_the_pipe_reaches_the_agent_whole() {
+        let mut child = cat();
+        let prompt: String = (0..300_000).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+        feed_input(child.stdin.take().unwrap(), prompt.clone());
+        let out = child.wait_with_output().await.unwrap();
+        assert_eq!(out.stdout.len(), prompt.len());
+        assert!(out.stdout == prompt.as_bytes(), "the prompt, in order");
     }
 }

@@ -148,6 +148,21 @@ pub fn walk_proc(pid: u32, ancestor: u32) -> Walk {
     last
 }
 
+/// [`walk_proc`] with at most `reads` reads of `/proc` and no second try:
+/// `None` when that does not end it (a longer chain, a process gone on the
+/// way), for [`walk_proc`] to finish. A client run from a shell older than
+/// kdd takes two.
+pub fn walk_proc_within(pid: u32, ancestor: u32, reads: usize) -> Option<Walk> {
+    let born = started(ancestor);
+    let left = std::cell::Cell::new(reads);
+    let walked = walk(pid, ancestor, born, |p| {
+        let n = left.get().checked_sub(1)?;
+        left.set(n);
+        stat(p).map(|s| Up { parent: s.ppid, start: s.start })
+    });
+    (walked != Walk::Unknown).then_some(walked)
+}
+
 /// When process `pid` started: kdd's own by [`own_start`].
 fn started(pid: u32) -> Option<u64> {
     if pid == std::process::id() { own_start() } else { stat(pid).map(|s| s.start) }
@@ -405,6 +420,38 @@ mod tests {
         assert_eq!(walk_proc(child.id(), me), Walk::Below { child: child.id() });
         child.kill().unwrap();
         child.wait().unwrap();
+    }
+
+    /// What a connection is placed by where it is accepted: a walk of a few
+    /// reads, or none (`server::connection` then walks on a thread).
+    #[test]
+    // No reaper runs in unit tests: a child spawned directly is safe here.
+    #[allow(clippy::disallowed_methods)]
+    fn a_walk_within_its_reads_ends_as_the_whole_walk_and_a_longer_one_is_left_to_it() {
+        let me = std::process::id();
+        // sh, and a sleep it starts in the background: two reads up to here.
+        let mut sh = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & echo $!; wait"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(sh.stdout.take().unwrap()), &mut line).unwrap();
+        let sleep: u32 = line.trim().parse().unwrap();
+        let within = |reads| walk_proc_within(sleep, me, reads);
+        let (short, enough, whole) = (within(1), within(2), walk_proc(sleep, me));
+        // This process's own parent is older: one read ends the walk there.
+        let elsewhere = walk_proc_within(me, sleep, 1);
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_raw(sleep as i32).unwrap(),
+            rustix::process::Signal::KILL,
+        );
+        sh.wait().unwrap();
+        assert_eq!(short, None, "one read does not reach this process");
+        assert_eq!(enough, Some(Walk::Below { child: sh.id() }));
+        assert_eq!(enough, Some(whole), "as the whole walk ends");
+        assert_eq!(elsewhere, Some(Walk::Elsewhere));
+        assert_eq!(walk_proc_within(u32::MAX, me, 8), None, "a process gone is left to the whole walk");
     }
 
     #[test]

@@ -79,15 +79,34 @@ pub enum Peer {
 /// Places the process `pid` (`SO_PEERCRED`'s; none or 0: a process in a pid
 /// namespace kdd cannot see, which is none of its descendants).
 pub fn place(pid: Option<i32>) -> Peer {
-    let Some(pid) = pid.and_then(|p| u32::try_from(p).ok()).filter(|p| *p > 0) else { return Peer::Free };
+    place_by(pid, |pid, kdd| Some(ancestry::walk_proc(pid, kdd))).unwrap_or(Peer::Free)
+}
+
+/// How many reads of `/proc` a connection's peer is placed with where it
+/// is accepted ([`place_quickly`]).
+pub const QUICK_READS: usize = 8;
+
+/// [`place`], when a walk of at most [`QUICK_READS`] reads places `pid`:
+/// cheap enough to do where a connection is accepted rather than on a
+/// thread of its own (a thread's wake-up and the one back took ~0.25 ms
+/// before `kd`'s upgrade was answered: issue 31, item 17). `None`: the walk
+/// is longer (a deep chain of processes, one gone on the way), for
+/// [`place`] to finish.
+pub fn place_quickly(pid: Option<i32>) -> Option<Peer> {
+    place_by(pid, |pid, kdd| ancestry::walk_proc_within(pid, kdd, QUICK_READS))
+}
+
+/// Places `pid` by where `walk` from it to kdd led (`None`: it did not end).
+fn place_by(pid: Option<i32>, walk: impl FnOnce(u32, u32) -> Option<ancestry::Walk>) -> Option<Peer> {
+    let Some(pid) = pid.and_then(|p| u32::try_from(p).ok()).filter(|p| *p > 0) else { return Some(Peer::Free) };
     if !enabled() {
-        return Peer::Free;
+        return Some(Peer::Free);
     }
-    match ancestry::walk_proc(pid, std::process::id()) {
+    Some(match walk(pid, std::process::id())? {
         ancestry::Walk::Elsewhere => Peer::Free,
         ancestry::Walk::Unknown => Peer::Confined { pid, origin: None },
         ancestry::Walk::Below { child } => Peer::Confined { pid, origin: origin_of(child) },
-    }
+    })
 }
 
 /// Whether ancestry can be read here (`/proc`); said once when it cannot.

@@ -277,12 +277,18 @@ async fn connection(
 ) {
     let Connection { held, client, pid, max_request_bytes, kept, idle_timeout, client_timeout } = conn;
     // Who it is, once: the King, or a process of an agent (confined) —
-    // placed while its first request is read, and waited for before that
-    // request is served. A placement that cannot finish confines.
+    // placed here by a short walk, else on a thread of its own while its
+    // first request is read, and waited for before that request is served.
+    // A placement that cannot finish confines.
     let unplaced = Peer::Confined { pid: pid.and_then(|p| u32::try_from(p).ok()).unwrap_or(0), origin: None };
-    let placing = tokio::task::spawn_blocking(move || crate::identity::place(pid));
+    let placing = match crate::identity::place_quickly(pid) {
+        Some(peer) => future::Either::Left(future::ready(peer)),
+        None => future::Either::Right(async move {
+            tokio::task::spawn_blocking(move || crate::identity::place(pid)).await.unwrap_or(unplaced)
+        }),
+    };
     let placed = async move {
-        let peer = placing.await.unwrap_or(unplaced);
+        let peer = placing.await;
         if peer != Peer::Free {
             tracing::debug!(?client, ?peer, "an agent's process connected");
         }
