@@ -440,8 +440,9 @@ mod tests {
         let sleep: u32 = line.trim().parse().unwrap();
         let within = |reads| walk_proc_within(sleep, me, reads);
         let (short, enough, whole) = (within(1), within(2), walk_proc(sleep, me));
-        // This process's own parent is older: one read ends the walk there.
-        let elsewhere = walk_proc_within(me, sleep, 1);
+        // Up from this process, which the sleep does not precede: ended at
+        // its parent (older than the sleep) in two reads, as the whole walk.
+        let elsewhere = (walk_proc_within(me, sleep, 2), walk_proc(me, sleep));
         let _ = rustix::process::kill_process(
             rustix::process::Pid::from_raw(sleep as i32).unwrap(),
             rustix::process::Signal::KILL,
@@ -450,7 +451,7 @@ mod tests {
         assert_eq!(short, None, "one read does not reach this process");
         assert_eq!(enough, Some(Walk::Below { child: sh.id() }));
         assert_eq!(enough, Some(whole), "as the whole walk ends");
-        assert_eq!(elsewhere, Some(Walk::Elsewhere));
+        assert_eq!(elsewhere, (Some(Walk::Elsewhere), Walk::Elsewhere));
         assert_eq!(walk_proc_within(u32::MAX, me, 8), None, "a process gone is left to the whole walk");
     }
 

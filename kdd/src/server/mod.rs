@@ -257,7 +257,8 @@ struct Held {
 struct Connection {
     held: Held,
     client: ClientId,
-    /// The peer's pid (`SO_PEERCRED`), placed by [`crate::identity::place`].
+    /// The peer's pid (`SO_PEERCRED`), placed by
+    /// [`crate::identity::place_quickly`] or else [`crate::identity::place`].
     pid: Option<i32>,
     max_request_bytes: u32,
     /// On a slot kept for plain HTTP calls (the ordinary ones, this many,
@@ -283,9 +284,11 @@ async fn connection(
     let unplaced = Peer::Confined { pid: pid.and_then(|p| u32::try_from(p).ok()).unwrap_or(0), origin: None };
     let placing = match crate::identity::place_quickly(pid) {
         Some(peer) => future::Either::Left(future::ready(peer)),
-        None => future::Either::Right(async move {
-            tokio::task::spawn_blocking(move || crate::identity::place(pid)).await.unwrap_or(unplaced)
-        }),
+        None => {
+            // Started now, so that it walks while the request is read.
+            let walking = tokio::task::spawn_blocking(move || crate::identity::place(pid));
+            future::Either::Right(async move { walking.await.unwrap_or(unplaced) })
+        }
     };
     let placed = async move {
         let peer = placing.await;
