@@ -422,14 +422,11 @@ mod tests {
         child.wait().unwrap();
     }
 
-    /// What a connection is placed by where it is accepted: a walk of a few
-    /// reads, or none (`server::connection` then walks on a thread).
-    #[test]
+    /// `sh`, and a `sleep` it starts in the background (its grandchild):
+    /// the shell and the sleep's pid.
     // No reaper runs in unit tests: a child spawned directly is safe here.
     #[allow(clippy::disallowed_methods)]
-    fn a_walk_within_its_reads_ends_as_the_whole_walk_and_a_longer_one_is_left_to_it() {
-        let me = std::process::id();
-        // sh, and a sleep it starts in the background: two reads up to here.
+    fn sh_with_a_sleep() -> (std::process::Child, u32) {
         let mut sh = std::process::Command::new("sh")
             .args(["-c", "sleep 30 & echo $!; wait"])
             .stdout(std::process::Stdio::piped())
@@ -437,16 +434,29 @@ mod tests {
             .unwrap();
         let mut line = String::new();
         std::io::BufRead::read_line(&mut std::io::BufReader::new(sh.stdout.take().unwrap()), &mut line).unwrap();
-        let sleep: u32 = line.trim().parse().unwrap();
+        (sh, line.trim().parse().unwrap())
+    }
+
+    fn kill(pid: u32) {
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_raw(pid as i32).unwrap(),
+            rustix::process::Signal::KILL,
+        );
+    }
+
+    /// What a connection is placed by where it is accepted: a walk of a few
+    /// reads, or none (`server::connection` then walks on a thread).
+    #[test]
+    fn a_walk_within_its_reads_ends_as_the_whole_walk_and_a_longer_one_is_left_to_it() {
+        let me = std::process::id();
+        // sh, and a sleep it starts in the background: two reads up to here.
+        let (mut sh, sleep) = sh_with_a_sleep();
         let within = |reads| walk_proc_within(sleep, me, reads);
         let (short, enough, whole) = (within(1), within(2), walk_proc(sleep, me));
         // Up from this process, which the sleep does not precede: ended at
         // its parent (older than the sleep) in two reads, as the whole walk.
         let elsewhere = (walk_proc_within(me, sleep, 2), walk_proc(me, sleep));
-        let _ = rustix::process::kill_process(
-            rustix::process::Pid::from_raw(sleep as i32).unwrap(),
-            rustix::process::Signal::KILL,
-        );
+        kill(sleep);
         sh.wait().unwrap();
         assert_eq!(short, None, "one read does not reach this process");
         assert_eq!(enough, Some(Walk::Below { child: sh.id() }));
@@ -456,19 +466,10 @@ mod tests {
     }
 
     #[test]
-    // No reaper runs in unit tests: a child spawned directly is safe here.
-    #[allow(clippy::disallowed_methods)]
     fn the_descendants_are_the_children_and_theirs() {
         let me = std::process::id();
         // sh, and a sleep it starts in the background (its grandchild).
-        let mut sh = std::process::Command::new("sh")
-            .args(["-c", "sleep 30 & echo $!; wait"])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut std::io::BufReader::new(sh.stdout.take().unwrap()), &mut line).unwrap();
-        let sleep: u32 = line.trim().parse().unwrap();
+        let (mut sh, sleep) = sh_with_a_sleep();
         assert!(children_of(me).unwrap().contains(&sh.id()), "a child of this process");
         assert!(!children_of(me).unwrap().contains(&sleep), "the grandchild is not a child");
         let all = descendants(me, |_| false).unwrap();
@@ -477,10 +478,7 @@ mod tests {
         assert!(descendants(sleep, |_| false).unwrap().is_empty(), "a leaf has none");
         let pruned = descendants(me, |pid| pid == sh.id()).unwrap();
         assert!(!pruned.contains(&sh.id()) && !pruned.contains(&sleep), "nor what is below it: {pruned:?}");
-        let _ = rustix::process::kill_process(
-            rustix::process::Pid::from_raw(sleep as i32).unwrap(),
-            rustix::process::Signal::KILL,
-        );
+        kill(sleep);
         sh.wait().unwrap();
         assert_eq!(children_of(u32::MAX), None, "no such process");
     }
