@@ -3,8 +3,16 @@
 //! kdd and kd with callgrind as the §9 bench uses them — kdd started
 //! fresh and again on its registry, answering `daemon.status` over
 //! WebSocket and HTTP (the first phase), then an ask of three instant
-//! members (the second); `kd daemon status` and `kd ask` likewise — and
-//! merges what ran into the scripts (`--fresh`: replaces them).
+//! members (the second); `kd ask` (the first) and `kd daemon status` (the
+//! second) likewise — and merges what ran into the scripts (`--fresh`:
+//! replaces them; `--only=kd` or `--only=kdd`: that script alone).
+//!
+//! kd's script names each function exactly first (`order::exact_pattern`):
+//! what an ask runs, not every instance of the generic functions it runs,
+//! which spread it over 3.1 MB (issue 31, item 17). An exact name holds
+//! for the build it was read from (the dependencies' versions and
+//! features), so the same functions follow as `order::pattern` has them:
+//! a build whose names differ still finds them side by side, as before.
 //!
 //! Run: `cargo build --release --workspace --bins && cargo bench -p kd-tests --bench start_order`
 //! (needs valgrind, nm and readelf). Rerun it when the release build's
@@ -22,14 +30,18 @@ use kd_tests::{Kdd, Workspace, bin, bin_dir};
 
 fn main() {
     let fresh = std::env::args().any(|a| a == "--fresh");
+    let only = std::env::args().find_map(|a| a.strip_prefix("--only=").map(str::to_string));
+    let wanted = |name: &str| only.as_deref().is_none_or(|o| o == name);
     let work = tempfile::Builder::new().prefix("kd-order-").tempdir().expect("tempdir");
     let profiles = work.path();
     kd_tests::bench::block_on(async {
-        let kdd_phases = [kdd_start(profiles).await, kdd_ask(profiles).await];
-        let kd_phases = kd_runs(profiles).await;
         let cold = cold_sections();
-        for (name, phases) in [("kdd", kdd_phases), ("kd", kd_phases)] {
-            write(name, &phases, &cold, fresh);
+        if wanted("kdd") {
+            let phases = [kdd_start(profiles).await, kdd_ask(profiles).await];
+            write("kdd", &phases, &cold, fresh, &[order::pattern]);
+        }
+        if wanted("kd") {
+            write("kd", &kd_runs(profiles).await, &cold, fresh, &[order::exact_pattern, order::pattern]);
         }
     });
 }
@@ -118,11 +130,14 @@ async fn kdd_ask(dir: &Path) -> Vec<String> {
     ran(dir, "kdd")
 }
 
-/// kd: `kd daemon status` (the first phase), then `kd ask` (the second).
+/// kd: `kd ask` (the first phase), then `kd daemon status` (the second).
 async fn kd_runs(dir: &Path) -> [Vec<String>; 2] {
     let ws = council();
     let kdd = Kdd::start();
     let kd = under_callgrind(dir, "kd", &bin("kd"));
+    ask(&bin("kd"), &kdd, &ws);
+    ask(&kd, &kdd, &ws);
+    let first = ran(dir, "kd");
     let status = Command::new(&kd)
         .arg("--socket")
         .arg(&kdd.socket)
@@ -131,9 +146,6 @@ async fn kd_runs(dir: &Path) -> [Vec<String>; 2] {
         .output()
         .expect("kd daemon status");
     assert!(status.status.success(), "kd daemon status: {}", String::from_utf8_lossy(&status.stderr));
-    let first = ran(dir, "kd");
-    ask(&bin("kd"), &kdd, &ws);
-    ask(&kd, &kdd, &ws);
     [first, ran(dir, "kd")]
 }
 
@@ -165,23 +177,33 @@ fn host() -> String {
     text.lines().find_map(|l| l.strip_prefix("host: ")).expect("host").to_string()
 }
 
-/// Merges the functions `name` ran (those of its own code, as patterns)
-/// into `build/order/NAME.ld`.
-fn write(name: &str, phases: &[Vec<String>], cold: &HashSet<String>, fresh: bool) {
+/// Merges the functions `name` ran (those of its own code) into
+/// `build/order/NAME.ld`: its phases as the first of `patterns` names
+/// them, then as the next does, and so on.
+fn write(
+    name: &str,
+    phases: &[Vec<String>],
+    cold: &HashSet<String>,
+    fresh: bool,
+    patterns: &[fn(&str) -> Option<String>],
+) {
     let nm = Command::new("nm").arg("--defined-only").arg(bin(name)).output().expect("nm");
     let own: HashSet<String> = String::from_utf8_lossy(&nm.stdout)
         .lines()
         .filter_map(|l| l.split_whitespace().nth(2))
         .map(str::to_string)
         .collect();
-    let new: Vec<Vec<Pattern>> = phases
+    let own = &own;
+    let new: Vec<Vec<Pattern>> = patterns
         .iter()
-        .map(|ran| {
-            ran.iter()
-                .filter(|f| own.contains(*f))
-                .filter_map(|f| order::pattern(f))
-                .map(|p| Pattern { cold: cold.contains(&p), name: p })
-                .collect()
+        .flat_map(|pattern| {
+            phases.iter().map(move |ran| {
+                ran.iter()
+                    .filter(|f| own.contains(*f))
+                    // Cold sections are known by `order::pattern`'s names.
+                    .filter_map(|f| Some(Pattern { cold: cold.contains(&order::pattern(f)?), name: pattern(f)? }))
+                    .collect()
+            })
         })
         .collect();
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../build/order").join(format!("{name}.ld"));

@@ -59,6 +59,24 @@ pub fn callgrind_functions(profile: &str) -> Vec<String> {
     out
 }
 
+/// `symbol` as a pattern of this one function: a legacy-mangled name keeps
+/// its hash, which tells apart the instances of a generic function (and
+/// changes with the build's features, so a script of exact patterns is
+/// made from each build users make), and takes LLVM's `.llvm.N` suffix
+/// with a wildcard; any other name is [`pattern`]'s. A script of such
+/// patterns places what a start ran and nothing else — [`pattern`]'s
+/// wildcard takes every instance of a generic function it names, most of
+/// which never run: kd's section of them was 3.1 MB, of which an ask ran
+/// a few hundred KB (issue 31, item 17).
+pub fn exact_pattern(symbol: &str) -> Option<String> {
+    let wild = pattern(symbol)?;
+    if !wild.starts_with("_ZN") || !wild.ends_with("17h*") {
+        return Some(wild);
+    }
+    let head = symbol.find(".llvm.").map_or(symbol, |at| &symbol[..at]);
+    Some(format!("{head}*"))
+}
+
 /// `symbol` as a pattern that holds across builds, or `None` when it is
 /// no name a linker script can hold (callgrind's `(below main)`, …).
 pub fn pattern(symbol: &str) -> Option<String> {
@@ -198,6 +216,23 @@ mod tests {
         assert_eq!(pattern("writeJournalHdr.constprop.0").as_deref(), Some("writeJournalHdr.constprop.0"));
         assert_eq!(pattern("(below main)"), None);
         assert_eq!(pattern(""), None);
+    }
+
+    #[test]
+    fn an_exact_pattern_keeps_the_instances_hash_and_takes_llvms_suffix() {
+        let one = "_ZN4core3ptr13drop_in_place17h0123456789abcdefE";
+        assert_eq!(exact_pattern(one).as_deref(), Some("_ZN4core3ptr13drop_in_place17h0123456789abcdefE*"));
+        assert_eq!(exact_pattern(&format!("{one}.llvm.987")), exact_pattern(one));
+        assert_ne!(
+            exact_pattern("_ZN4core3ptr13drop_in_place17hfedcba9876543210E"),
+            exact_pattern(one),
+            "another instance of the generic function is another pattern"
+        );
+        // What carries no hash is as `pattern` has it.
+        for other in ["_RNvCsfLfy6EI15iL_7___rustc12___rust_alloc", "sqlite3_errcode", "_ZN3foo3bar17hxyzE"] {
+            assert_eq!(exact_pattern(other), pattern(other), "{other}");
+        }
+        assert_eq!(exact_pattern("(below main)"), None);
     }
 
     #[test]
