@@ -310,64 +310,13 @@ fn main() -> ExitCode {
             }
         };
     }
-    let result = runtime.block_on(async move {
-        match cli.command {
-            Command::Ask(a) => cmd::ask::run(&ctx, a).await,
-            Command::Chat(a) => chat::run(&ctx, a).await,
-            Command::Runs(a) => cmd::runs::list(&ctx, a).await,
-            Command::Cancel(a) => cmd::runs::cancel(&ctx, a).await,
-            Command::Retry(a) => cmd::runs::retry(&ctx, a).await,
-            Command::Work(a) => cmd::work::run(&ctx, a).await,
-            Command::Diff(a) => cmd::work::diff(&ctx, a).await,
-            Command::Review(a) => cmd::work::review(&ctx, a).await,
-            Command::Comment(a) => cmd::comment::comment(&ctx, a).await,
-            Command::Comments(a) => cmd::comment::comments(&ctx, a).await,
-            Command::Accept(a) => cmd::work::accept(&ctx, a).await,
-            Command::Reject(a) => cmd::work::reject(&ctx, a).await,
-            Command::Check(a) => cmd::check::run(&ctx, a).await,
-            Command::Rebase(a) => cmd::ship::rebase(&ctx, a).await,
-            Command::Pr(a) => cmd::ship::pr(&ctx, a).await,
-            Command::Approvals(a) => cmd::approvals::list(&ctx, a).await,
-            Command::Approve(a) => cmd::approvals::approve(&ctx, a).await,
-            Command::Deny(a) => cmd::approvals::deny(&ctx, a).await,
-            Command::Watch(a) => cmd::watch::run(&ctx, a).await,
-            Command::Send(a) => cmd::coord::send(&ctx, a).await,
-            Command::Inbox(a) => cmd::inbox::run(&ctx, a).await,
-            Command::Broadcast(a) => cmd::coord::broadcast(&ctx, a).await,
-            Command::Ack(a) => cmd::coord::ack(&ctx, a).await,
-            Command::Acks(a) => cmd::coord::acks(&ctx, a).await,
-            Command::Claim(a) => cmd::coord::claim(&ctx, a).await,
-            Command::Export(a) => cmd::transfer::export(&ctx, a).await,
-            Command::Import(a) => cmd::transfer::import(&ctx, a).await,
-            Command::Config(c) => cmd::config::run(&ctx, c).await,
-            Command::Notify(c) => cmd::notify::run(&ctx, c).await,
-            Command::Web(a) => cmd::web::run(&ctx, a).await,
-            // Served above, on a runtime of its own shutdown.
-            Command::Mcp => Ok(ExitCode::SUCCESS),
-            Command::Completions { .. } => Ok(ExitCode::SUCCESS),
-            Command::Daemon(c) => cmd::daemon::run(&ctx, c).await,
-            Command::Doctor => cmd::doctor::run(&ctx).await,
-            Command::Threads(a) => cmd::threads::run(&ctx, a).await,
-            Command::Show(a) => cmd::inspect::show(&ctx, a).await,
-            Command::Fork(a) => cmd::lifecycle::fork(&ctx, a).await,
-            Command::Title(a) => cmd::lifecycle::title(&ctx, a).await,
-            Command::Archive(a) => cmd::lifecycle::archive(&ctx, a).await,
-            Command::Unarchive(a) => cmd::lifecycle::unarchive(&ctx, a).await,
-            Command::Summarize(a) => cmd::lifecycle::summarize(&ctx, a).await,
-            Command::Delete(a) => cmd::lifecycle::delete(&ctx, a).await,
-            Command::Cost(a) => cmd::cost::run(&ctx, a).await,
-            Command::Search(a) => cmd::search::run(&ctx, a).await,
-            Command::Sessions(a) => cmd::inspect::sessions(&ctx, a).await,
-            Command::Locks(a) => cmd::inspect::locks(&ctx, a).await,
-            Command::Events(a) => cmd::inspect::events(&ctx, a).await,
-            // Read as kd's own command by `parse`.
-            Command::Council(_) => Ok(ExitCode::from(2)),
-            Command::RpcReference => {
-                out!("{}", kd_proto::openrpc::markdown_reference())?;
-                Ok(ExitCode::SUCCESS)
-            }
-        }
-    });
+    // A question, what kd is started for most, is its own future: not one
+    // the size of every command's, whose code an ask then runs through
+    // (issue 31, item 17).
+    let result = match cli.command {
+        Command::Ask(a) => runtime.block_on(cmd::ask::run(&ctx, a)),
+        command => runtime.block_on(run(&ctx, command)),
+    };
     match result {
         Ok(code) => code,
         // The reader of our output went away (`kd … | head`): nothing to say.
@@ -378,6 +327,66 @@ fn main() -> ExitCode {
                 Some(c) if c.is_connection() => ExitCode::from(EXIT_DAEMON),
                 _ => ExitCode::FAILURE,
             }
+        }
+    }
+}
+
+/// Runs `command` (a question too, though `main` runs that itself).
+async fn run(ctx: &cmd::Ctx, command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Ask(a) => cmd::ask::run(ctx, a).await,
+        Command::Chat(a) => chat::run(ctx, a).await,
+        Command::Runs(a) => cmd::runs::list(ctx, a).await,
+        Command::Cancel(a) => cmd::runs::cancel(ctx, a).await,
+        Command::Retry(a) => cmd::runs::retry(ctx, a).await,
+        Command::Work(a) => cmd::work::run(ctx, a).await,
+        Command::Diff(a) => cmd::work::diff(ctx, a).await,
+        Command::Review(a) => cmd::work::review(ctx, a).await,
+        Command::Comment(a) => cmd::comment::comment(ctx, a).await,
+        Command::Comments(a) => cmd::comment::comments(ctx, a).await,
+        Command::Accept(a) => cmd::work::accept(ctx, a).await,
+        Command::Reject(a) => cmd::work::reject(ctx, a).await,
+        Command::Check(a) => cmd::check::run(ctx, a).await,
+        Command::Rebase(a) => cmd::ship::rebase(ctx, a).await,
+        Command::Pr(a) => cmd::ship::pr(ctx, a).await,
+        Command::Approvals(a) => cmd::approvals::list(ctx, a).await,
+        Command::Approve(a) => cmd::approvals::approve(ctx, a).await,
+        Command::Deny(a) => cmd::approvals::deny(ctx, a).await,
+        Command::Watch(a) => cmd::watch::run(ctx, a).await,
+        Command::Send(a) => cmd::coord::send(ctx, a).await,
+        Command::Inbox(a) => cmd::inbox::run(ctx, a).await,
+        Command::Broadcast(a) => cmd::coord::broadcast(ctx, a).await,
+        Command::Ack(a) => cmd::coord::ack(ctx, a).await,
+        Command::Acks(a) => cmd::coord::acks(ctx, a).await,
+        Command::Claim(a) => cmd::coord::claim(ctx, a).await,
+        Command::Export(a) => cmd::transfer::export(ctx, a).await,
+        Command::Import(a) => cmd::transfer::import(ctx, a).await,
+        Command::Config(c) => cmd::config::run(ctx, c).await,
+        Command::Notify(c) => cmd::notify::run(ctx, c).await,
+        Command::Web(a) => cmd::web::run(ctx, a).await,
+        // Served above, on a runtime of its own shutdown.
+        Command::Mcp => Ok(ExitCode::SUCCESS),
+        Command::Completions { .. } => Ok(ExitCode::SUCCESS),
+        Command::Daemon(c) => cmd::daemon::run(ctx, c).await,
+        Command::Doctor => cmd::doctor::run(ctx).await,
+        Command::Threads(a) => cmd::threads::run(ctx, a).await,
+        Command::Show(a) => cmd::inspect::show(ctx, a).await,
+        Command::Fork(a) => cmd::lifecycle::fork(ctx, a).await,
+        Command::Title(a) => cmd::lifecycle::title(ctx, a).await,
+        Command::Archive(a) => cmd::lifecycle::archive(ctx, a).await,
+        Command::Unarchive(a) => cmd::lifecycle::unarchive(ctx, a).await,
+        Command::Summarize(a) => cmd::lifecycle::summarize(ctx, a).await,
+        Command::Delete(a) => cmd::lifecycle::delete(ctx, a).await,
+        Command::Cost(a) => cmd::cost::run(ctx, a).await,
+        Command::Search(a) => cmd::search::run(ctx, a).await,
+        Command::Sessions(a) => cmd::inspect::sessions(ctx, a).await,
+        Command::Locks(a) => cmd::inspect::locks(ctx, a).await,
+        Command::Events(a) => cmd::inspect::events(ctx, a).await,
+        // Read as kd's own command by `parse`.
+        Command::Council(_) => Ok(ExitCode::from(2)),
+        Command::RpcReference => {
+            out!("{}", kd_proto::openrpc::markdown_reference())?;
+            Ok(ExitCode::SUCCESS)
         }
     }
 }
