@@ -331,7 +331,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// Runs `command` (a question too, though `main` runs that itself).
+/// Runs `command`. `main` runs a question itself (its future, not this
+/// one, whose size is every command's); its arm keeps the match whole.
 async fn run(ctx: &cmd::Ctx, command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Ask(a) => cmd::ask::run(ctx, a).await,

@@ -13,6 +13,8 @@
 //! for the build it was read from (the dependencies' versions and
 //! features), so the same functions follow as `order::pattern` has them:
 //! a build whose names differ still finds them side by side, as before.
+//! Its exact names are this build's alone: those of an earlier run, which
+//! a code change leaves naming nothing, are replaced, not merged.
 //!
 //! Run: `cargo build --release --workspace --bins && cargo bench -p kd-tests --bench start_order`
 //! (needs valgrind, nm and readelf). Rerun it when the release build's
@@ -31,6 +33,7 @@ use kd_tests::{Kdd, Workspace, bin, bin_dir};
 fn main() {
     let fresh = std::env::args().any(|a| a == "--fresh");
     let only = std::env::args().find_map(|a| a.strip_prefix("--only=").map(str::to_string));
+    assert!(only.as_deref().is_none_or(|o| o == "kd" || o == "kdd"), "--only=kd or --only=kdd, not {only:?}");
     let wanted = |name: &str| only.as_deref().is_none_or(|o| o == name);
     let work = tempfile::Builder::new().prefix("kd-order-").tempdir().expect("tempdir");
     let profiles = work.path();
@@ -207,11 +210,15 @@ fn write(
         })
         .collect();
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../build/order").join(format!("{name}.ld"));
-    let old = if fresh {
+    let mut old = if fresh {
         Vec::new()
     } else {
         std::fs::read_to_string(&path).map(|s| order::phases_of(&s)).unwrap_or_default()
     };
+    // Exact names (every list but the last's) are this build's alone.
+    for phase in old.iter_mut().take(phases.len() * (patterns.len() - 1)) {
+        phase.clear();
+    }
     let merged = order::merge(old, new);
     let about = format!(
         "What {name} runs first, side by side: written by `cargo bench -p kd-tests --bench start_order`, see docs/performance.md"

@@ -441,12 +441,11 @@ fn both_binaries_say_their_version_and_the_commit_they_were_built_from() {
     }
 }
 
-/// On glibc 2.36 or newer, kdd carries its relative relocations packed (a
-/// `SHT_RELR` section; `build/relr.rs`): 18 KB instead of 1.4 MB the
-/// loader reads at each start, ~3 MB less of kdd resident at idle. (`kd`,
-/// linked at a fixed address, has none: `kd_is_linked_at_a_fixed_address`.)
+/// On glibc 2.36 or newer, both binaries carry their relative relocations
+/// packed (a `SHT_RELR` section; `build/relr.rs`): 18 KB instead of 1.4 MB
+/// the loader reads at each start, ~3 MB less of kdd resident at idle.
 #[test]
-fn kdd_packs_its_relative_relocations_where_glibc_applies_them() {
+fn both_binaries_pack_their_relative_relocations_where_glibc_applies_them() {
     let glibc = Command::new("getconf").arg("GNU_LIBC_VERSION").output().ok();
     let version = glibc.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
     let Some((major, minor)) = version.strip_prefix("glibc ").and_then(|v| v.split_once('.')) else {
@@ -458,39 +457,13 @@ fn kdd_packs_its_relative_relocations_where_glibc_applies_them() {
         eprintln!("skipped: {version} does not apply packed relocations");
         return;
     }
-    let pie_kd = std::env::var_os("KD_PIE").is_some();
-    for name in if pie_kd { &["kd", "kdd"][..] } else { &["kdd"][..] } {
+    for name in ["kd", "kdd"] {
         let elf = std::fs::read(bin(name)).unwrap();
         assert!(section_types(&elf).contains(&SHT_RELR), "{name} has no packed relocations");
     }
 }
 
 const SHT_RELR: u32 = 19;
-
-/// On glibc Linux, `kd` is linked at a fixed address (`build/pie.rs`):
-/// nothing of it is relocated at its start (issue 31, item 17: ~95 fewer
-/// page faults and ~1 ms a `kd ask`); kdd stays position-independent.
-#[test]
-fn kd_is_linked_at_a_fixed_address() {
-    if !cfg!(all(target_os = "linux", target_env = "gnu")) || std::env::var_os("KD_PIE").is_some() {
-        eprintln!("skipped: kd is position-independent on this build");
-        return;
-    }
-    let elf_type = |name: &str| {
-        let elf = std::fs::read(bin(name)).unwrap();
-        assert_eq!(&elf[..6], b"\x7fELF\x02\x01", "an ELF64 little-endian file");
-        u16::from_le_bytes([elf[16], elf[17]])
-    };
-    assert_eq!(elf_type("kd"), ET_EXEC, "kd is linked at a fixed address");
-    assert_eq!(elf_type("kdd"), ET_DYN, "kdd is position-independent");
-    let out = Command::new(bin("kd")).arg("--version").output().unwrap();
-    assert!(out.status.success(), "{out:?}");
-}
-
-/// `e_type` of an executable linked at a fixed address, and of a
-/// position-independent one.
-const ET_EXEC: u16 = 2;
-const ET_DYN: u16 = 3;
 
 /// On glibc, kd carries its unwinder (`libgcc_eh.a`) instead of loading
 /// `libgcc_s.so.1` at each start (issue 31, item 17; kd's `main.rs`).

@@ -10,10 +10,11 @@
 //! across builds: the part of a symbol that changes with the build (legacy
 //! mangling's hash, a crate's disambiguator in v0 mangling, LLVM's
 //! `.llvm.N` suffix) is a wildcard, so a generic function's pattern takes
-//! all its instances. The patterns are grouped in phases (the start first,
-//! then an ask), each phase one input-section list: lld matches a list's
-//! patterns in one pass over the sections (a list per pattern costs it
-//! seconds), and keeps the lists' order.
+//! all its instances (kd's script names what ran exactly first, the
+//! instance's hash kept: [`exact_pattern`]). The patterns are grouped in
+//! phases (the start first, then an ask), each phase one input-section
+//! list: lld matches a list's patterns in one pass over the sections (a
+//! list per pattern costs it seconds), and keeps the lists' order.
 //!
 //! Made by `cargo bench -p kd-tests --bench start_order` (see
 //! docs/performance.md); linked by `build/order.rs`.
