@@ -14,7 +14,10 @@
 //! features), so the same functions follow as `order::pattern` has them:
 //! a build whose names differ still finds them side by side, as before.
 //! Its exact names are this build's alone: those of an earlier run, which
-//! a code change leaves naming nothing, are replaced, not merged.
+//! a code change leaves naming nothing, are replaced, not merged — so the
+//! last run for kd is on the build the §9 bench measures (the README's
+//! `--workspace` one); `cargo install --path kd-client` finds its
+//! functions by the patterns that follow.
 //!
 //! Run: `cargo build --release --workspace --bins && cargo bench -p kd-tests --bench start_order`
 //! (needs valgrind, nm and readelf). Rerun it when the release build's
