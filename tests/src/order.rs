@@ -62,9 +62,10 @@ pub fn callgrind_functions(profile: &str) -> Vec<String> {
 
 /// `symbol` as a pattern of this one function: a legacy-mangled name keeps
 /// its hash, which tells apart the instances of a generic function (and
-/// changes with the build's features, so a script of exact patterns is
-/// made from each build users make), and takes LLVM's `.llvm.N` suffix
-/// with a wildcard; any other name is [`pattern`]'s. A script of such
+/// changes with the dependencies' versions and features: an exact name
+/// holds for the build it was read from, and [`pattern`]'s follow it in
+/// kd's script for any other), and takes LLVM's `.llvm.N` suffix with a
+/// wildcard; any other name is [`pattern`]'s. A script of such
 /// patterns places what a start ran and nothing else — [`pattern`]'s
 /// wildcard takes every instance of a generic function it names, most of
 /// which never run: kd's section of them was 3.1 MB, of which an ask ran
